@@ -1,0 +1,257 @@
+package onnx
+
+import (
+	"fmt"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
+// Ctx is what a converter uses to read its ONNX node and emit IR nodes.
+type Ctx struct {
+	s    *scope
+	node *Node
+	// Opset is the opset version of the node's domain.
+	Opset int64
+}
+
+// Graph returns the IR graph being built.
+func (c *Ctx) Graph() *fxgraph.Graph { return c.s.g }
+
+// NumInputs returns the number of inputs the node lists (trailing empty
+// optional inputs included).
+func (c *Ctx) NumInputs() int { return len(c.node.Inputs) }
+
+// HasInput reports whether optional input i is given.
+func (c *Ctx) HasInput(i int) bool { return i < len(c.node.Inputs) && c.node.Inputs[i] != "" }
+
+// Input returns the IR node bound to input i, or an error when it is missing.
+func (c *Ctx) Input(i int) (*fxgraph.Node, error) {
+	if !c.HasInput(i) {
+		return nil, fmt.Errorf("input %d is required", i)
+	}
+	name := c.node.Inputs[i]
+	n, ok := c.s.env[name]
+	if !ok {
+		return nil, fmt.Errorf("input %d (%q) is not defined by any earlier node, input or initializer", i, name)
+	}
+	return n, nil
+}
+
+// OptInput returns input i, or nil when it is not given.
+func (c *Ctx) OptInput(i int) (*fxgraph.Node, error) {
+	if !c.HasInput(i) {
+		return nil, nil
+	}
+	return c.Input(i)
+}
+
+// Inputs returns all given inputs (used by variadic ops like Sum, Concat).
+func (c *Ctx) Inputs() ([]*fxgraph.Node, error) {
+	var out []*fxgraph.Node
+	for i := range c.node.Inputs {
+		if !c.HasInput(i) {
+			continue
+		}
+		n, err := c.Input(i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Const returns the constant value of input i (an initializer, a Constant
+// node's value or a folded computation), or nil when it is not constant.
+func (c *Ctx) Const(i int) *tensor.Tensor {
+	n, err := c.Input(i)
+	if err != nil {
+		return nil
+	}
+	return c.s.g.ConstValue(n)
+}
+
+// ConstInts returns the values of constant integer input i; an error when
+// the input is not a constant (the operator then needs it at import time).
+func (c *Ctx) ConstInts(i int) ([]int64, error) {
+	t := c.Const(i)
+	if t == nil {
+		return nil, fmt.Errorf("%w: input %d must be a constant (computed from data at run time)", ErrUnsupported, i)
+	}
+	if !(t.DType.IsInt() || t.DType == tensor.Bool) {
+		return nil, fmt.Errorf("input %d is %s, want an integer tensor", i, t)
+	}
+	return t.Int64s(), nil
+}
+
+// Attr returns the attribute name, or nil.
+func (c *Ctx) Attr(name string) *Attribute { return c.node.Attr(name) }
+
+// AttrInt returns an int attribute or def.
+func (c *Ctx) AttrInt(name string, def int64) int64 {
+	if a := c.node.Attr(name); a != nil {
+		return a.I
+	}
+	return def
+}
+
+// AttrFloat returns a float attribute or def.
+func (c *Ctx) AttrFloat(name string, def float64) float64 {
+	if a := c.node.Attr(name); a != nil {
+		return float64(a.F)
+	}
+	return def
+}
+
+// AttrString returns a string attribute or def.
+func (c *Ctx) AttrString(name, def string) string {
+	if a := c.node.Attr(name); a != nil {
+		return string(a.S)
+	}
+	return def
+}
+
+// AttrInts returns an ints attribute or def.
+func (c *Ctx) AttrInts(name string, def []int64) []int64 {
+	if a := c.node.Attr(name); a != nil {
+		return a.Ints
+	}
+	return def
+}
+
+// AttrFloats returns a floats attribute or def.
+func (c *Ctx) AttrFloats(name string, def []float32) []float32 {
+	if a := c.node.Attr(name); a != nil {
+		return a.Floats
+	}
+	return def
+}
+
+// Emit adds a call_function node for target, computes its Meta right away
+// (so later converters can read dtypes and shapes), and folds it into a
+// constant when its inputs are constants. It returns the node standing for
+// the result.
+func (c *Ctx) Emit(target string, args ...any) (*fxgraph.Node, error) {
+	return c.EmitKw(target, args, nil)
+}
+
+// EmitKw is Emit with kwargs.
+func (c *Ctx) EmitKw(target string, args []any, kwargs map[string]any) (*fxgraph.Node, error) {
+	g := c.s.g
+	info, ok := c.s.im.ir.Lookup(target)
+	if !ok {
+		return nil, fmt.Errorf("converter emits %s, which the IR does not know", target)
+	}
+	name := ""
+	if len(c.node.Outputs) > 0 {
+		name = sanitize(c.node.Outputs[0])
+	}
+	n := g.AddNamedCall(name, target, args, kwargs)
+	meta, err := info.Shape(n)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", target, err)
+	}
+	n.Meta = meta
+	return c.fold(n, info)
+}
+
+// fold replaces n by a constant when all its inputs are constant, so that
+// shape computations (Shape -> Gather -> Concat -> Reshape) resolve at import
+// time whenever the shapes are static.
+func (c *Ctx) fold(n *fxgraph.Node, info fxgraph.OpInfo) (*fxgraph.Node, error) {
+	g := c.s.g
+	if info.Eval == nil || n.Meta.Tuple || len(n.Meta.Vals) != 1 {
+		return n, nil
+	}
+	dims, ok := n.Val().Shape.Static()
+	if !ok || tensor.NumElements(dims) > 1<<16 {
+		return n, nil
+	}
+	for _, in := range n.InputNodes() {
+		if info.ShapeOnly {
+			if !in.Val().Shape.IsStatic() {
+				return n, nil
+			}
+		} else if g.ConstValue(in) == nil {
+			return n, nil
+		}
+	}
+	outs, err := info.Eval(n, g.ConstValue)
+	if err != nil || outs == nil {
+		return n, nil // leave it to the backend
+	}
+	t := outs[0]
+	if t.DType != n.Val().DType || !sameDims(t.Shape, dims) {
+		return nil, fmt.Errorf("fold %s: got %s, meta says %s", n.Target, t, n.Val())
+	}
+	k := g.AddConstant(n.Name+"_c", t)
+	g.ReplaceAllUses(n, k)
+	if err := g.Erase(n); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func sameDims(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// SetOutput binds output i of the ONNX node to n.
+func (c *Ctx) SetOutput(i int, n *fxgraph.Node) {
+	if i < len(c.node.Outputs) && c.node.Outputs[i] != "" {
+		c.s.env[c.node.Outputs[i]] = n
+	}
+}
+
+// HasOutput reports whether output i is requested.
+func (c *Ctx) HasOutput(i int) bool { return i < len(c.node.Outputs) && c.node.Outputs[i] != "" }
+
+// Constant adds a constant tensor to the graph.
+func (c *Ctx) Constant(name string, t *tensor.Tensor) *fxgraph.Node {
+	return c.s.g.AddConstant(sanitize(name), t)
+}
+
+// ScalarConst adds a rank-0 constant of dtype dt.
+func (c *Ctx) ScalarConst(dt tensor.DType, v float64) *fxgraph.Node {
+	return c.Constant("scalar", tensor.Scalar(dt, v))
+}
+
+// IntsConst adds a 1-D int64 constant.
+func (c *Ctx) IntsConst(v []int64) *fxgraph.Node {
+	return c.Constant("ints", tensor.FromInt64s(v))
+}
+
+// Meta returns the single TensorMeta of an IR node.
+func Meta(n *fxgraph.Node) fxgraph.TensorMeta { return n.Val() }
+
+// Unsupported returns an error wrapping ErrUnsupported that names what.
+func Unsupported(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnsupported, fmt.Sprintf(format, args...))
+}
+
+// ints converts []int64 to the []any form of IR list arguments.
+func ints(v []int64) []any {
+	out := make([]any, len(v))
+	for i, x := range v {
+		out[i] = x
+	}
+	return out
+}
+
+// nodes converts IR nodes to a []any list argument.
+func nodes(v []*fxgraph.Node) []any {
+	out := make([]any, len(v))
+	for i, x := range v {
+		out[i] = x
+	}
+	return out
+}

@@ -1,0 +1,19 @@
+// Package onnx imports ONNX models into the xserve IR (fxgraph).
+//
+// Decoding: .onnx files are decoded directly from the protobuf wire format
+// with google.golang.org/protobuf/encoding/protowire against the ONNX spec
+// (onnx.proto). We do not use github.com/owulveryck/onnx-go: it drops opset
+// imports, dim_param symbols, fp16/bf16/int8/uint8 tensors and the bodies of
+// If/Loop, all of which xserve needs. The decoder supports every tensor
+// dtype, raw_data and typed fields, external data files next to the model,
+// opset imports, symbolic dims and subgraphs, and never panics on corrupt
+// input (it is fuzzed).
+//
+// Mapping: each ONNX operator is converted, according to the opset version
+// the model imports for its domain, into Core ATen operators of the IR. The
+// converters live in a table keyed by (domain, op type) with the opset
+// version each one applies from, grouped by family in ops_*.go files. An
+// operator (or an attribute value) without a converter is an error naming
+// the operator, the node and the opset, wrapping ErrUnsupported: never a
+// silently wrong result.
+package onnx

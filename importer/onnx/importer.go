@@ -1,0 +1,340 @@
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/xserve/xserve/fxgraph"
+)
+
+// ErrUnsupported is wrapped by errors about ONNX operators, attributes or
+// types the importer does not support.
+var ErrUnsupported = errors.New("onnx: unsupported")
+
+// Converter converts one ONNX node into IR nodes through c.
+type Converter func(c *Ctx, n *Node) error
+
+// converterEntry is a converter valid from opset version Since onwards.
+type converterEntry struct {
+	Since int64
+	Conv  Converter
+}
+
+// converters maps "domain:OpType" (domain "" for ai.onnx) to entries sorted by Since.
+type converters map[string][]converterEntry
+
+// register adds conv for op in domain from opset version since.
+func (cs converters) register(domain, op string, since int64, conv Converter) {
+	key := domain + ":" + op
+	for _, e := range cs[key] {
+		if e.Since == since {
+			panic("onnx: converter registered twice: " + key + fmt.Sprint(since))
+		}
+	}
+	cs[key] = append(cs[key], converterEntry{since, conv})
+	sort.Slice(cs[key], func(i, j int) bool { return cs[key][i].Since < cs[key][j].Since })
+}
+
+// add registers conv for a default-domain op from opset 1 onward.
+func (cs converters) add(op string, conv Converter) { cs.register("", op, 1, conv) }
+
+// lookup returns the converter for op at the given opset version.
+func (cs converters) lookup(domain, op string, opset int64) (Converter, bool) {
+	entries := cs[domain+":"+op]
+	for i := len(entries) - 1; i >= 0; i-- {
+		if entries[i].Since <= opset {
+			return entries[i].Conv, true
+		}
+	}
+	return nil, false
+}
+
+func newConverters() converters {
+	cs := converters{}
+	registerElementwise(cs)
+	registerShapeOps(cs)
+	registerNN(cs)
+	registerReductions(cs)
+	registerControlFlow(cs)
+	return cs
+}
+
+// Importer converts decoded ONNX models to IR graphs. It is safe for
+// concurrent use.
+type Importer struct {
+	ir   *fxgraph.Registry
+	conv converters
+}
+
+// NewImporter returns an importer with every converter of the package.
+func NewImporter() *Importer {
+	return &Importer{ir: fxgraph.NewRegistry(), conv: newConverters()}
+}
+
+// SupportedOps returns the default-domain operators with a converter, sorted.
+func (im *Importer) SupportedOps() []string {
+	var out []string
+	for k := range im.conv {
+		out = append(out, strings.TrimPrefix(k, ":"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ImportFile reads and imports the .onnx file at path.
+func ImportFile(path string) (*fxgraph.Graph, error) {
+	m, err := ReadModelFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewImporter().Import(m)
+}
+
+// Import converts a decoded model to an IR graph and validates it.
+func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
+	if m.Graph == nil {
+		return nil, errors.New("onnx: model has no graph")
+	}
+	opsets := map[string]int64{}
+	for _, o := range m.OpsetImports {
+		d := o.Domain
+		if d == "ai.onnx" {
+			d = ""
+		}
+		opsets[d] = o.Version
+	}
+	if _, ok := opsets[""]; !ok {
+		if m.IRVersion >= 3 {
+			return nil, errors.New("onnx: model imports no opset for the default domain")
+		}
+		opsets[""] = 1
+	}
+	funcs := map[string]*Function{}
+	for _, f := range m.Functions {
+		funcs[f.Domain+":"+f.Name] = f
+	}
+	g := fxgraph.New()
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}}
+	if err := s.importGraph(m.Graph); err != nil {
+		return nil, err
+	}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("onnx: imported graph: %w", err)
+	}
+	return g, nil
+}
+
+// scope holds the state of one import: the graph being built, the opsets
+// and the ONNX value names bound to IR nodes.
+type scope struct {
+	im     *Importer
+	g      *fxgraph.Graph
+	opsets map[string]int64
+	funcs  map[string]*Function
+	env    map[string]*fxgraph.Node
+	depth  int
+}
+
+var identRE = regexp.MustCompile(`[^A-Za-z0-9_]+`)
+
+// sanitize makes an ONNX value name usable as an IR node name.
+func sanitize(name string) string {
+	s := identRE.ReplaceAllString(name, "_")
+	s = strings.Trim(s, "_")
+	if s == "" {
+		s = "v"
+	}
+	if s[0] >= '0' && s[0] <= '9' {
+		s = "v" + s
+	}
+	return s
+}
+
+func (s *scope) importGraph(gr *Graph) error {
+	inits := map[string]bool{}
+	for _, in := range gr.Initializers {
+		inits[in.Name] = true
+	}
+	for i, vi := range gr.Inputs {
+		if inits[vi.Name] {
+			continue // an initializer listed as input (IR < 4): a constant
+		}
+		meta, err := inputMeta(vi)
+		if err != nil {
+			return fmt.Errorf("onnx: graph input %d (%q): %w", i, vi.Name, err)
+		}
+		n := s.g.AddPlaceholder(sanitize(vi.Name), meta)
+		n.Target = vi.Name
+		s.env[vi.Name] = n
+	}
+	for _, in := range gr.Initializers {
+		s.env[in.Name] = s.g.AddConstant(sanitize(in.Name), in.Tensor)
+	}
+	for i, node := range gr.Nodes {
+		if err := s.convertNode(node); err != nil {
+			return fmt.Errorf("%w (graph %q, node %d)", err, gr.Name, i)
+		}
+	}
+	var outs []*fxgraph.Node
+	for _, vi := range gr.Outputs {
+		n, ok := s.env[vi.Name]
+		if !ok {
+			return fmt.Errorf("onnx: graph output %q is not produced by any node", vi.Name)
+		}
+		outs = append(outs, n)
+	}
+	s.g.SetOutput(outs...)
+	s.g.EliminateDeadCode()
+	return nil
+}
+
+// inputMeta turns an ONNX graph input type into a TensorMeta. dim_param
+// becomes a symbol; a dim with neither value nor param gets a symbol named
+// after the input and axis.
+func inputMeta(vi *ValueInfo) (fxgraph.TensorMeta, error) {
+	t := vi.Type
+	if t == nil {
+		return fxgraph.TensorMeta{}, fmt.Errorf("%w: input has no type", ErrUnsupported)
+	}
+	if t.Kind != TypeTensor {
+		return fxgraph.TensorMeta{}, fmt.Errorf("%w: input type %v (only tensors are supported)", ErrUnsupported, t.Kind)
+	}
+	if !t.HasShape {
+		return fxgraph.TensorMeta{}, fmt.Errorf("%w: input has no shape (unknown rank)", ErrUnsupported)
+	}
+	meta := fxgraph.TensorMeta{DType: t.Elem}
+	for i, d := range t.Dims {
+		switch {
+		case d.Known:
+			meta.Shape = append(meta.Shape, fxgraph.D(d.Value))
+		case d.Param != "":
+			meta.Shape = append(meta.Shape, fxgraph.S(sanitize(d.Param)))
+		default:
+			meta.Shape = append(meta.Shape, fxgraph.S(fmt.Sprintf("%s_dim%d", sanitize(vi.Name), i)))
+		}
+	}
+	return meta, nil
+}
+
+func (s *scope) convertNode(node *Node) error {
+	domain := node.Domain
+	if domain == "ai.onnx" {
+		domain = ""
+	}
+	if f, ok := s.funcs[domain+":"+node.OpType]; ok {
+		return s.inlineFunction(node, f)
+	}
+	opset, ok := s.opsets[domain]
+	if !ok {
+		return fmt.Errorf("%w: node %q (%s) is in domain %q, which the model does not import", ErrUnsupported, node.Name, node.OpType, node.Domain)
+	}
+	conv, ok := s.im.conv.lookup(domain, node.OpType, opset)
+	if !ok {
+		op := node.OpType
+		if domain != "" {
+			op = domain + "." + op
+		}
+		return fmt.Errorf("%w: operator %s (node %q, opset %d)", ErrUnsupported, op, node.Name, opset)
+	}
+	c := &Ctx{s: s, node: node, Opset: opset}
+	if err := conv(c, node); err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			return fmt.Errorf("%w (operator %s, node %q, opset %d)", err, node.OpType, node.Name, opset)
+		}
+		return fmt.Errorf("onnx: node %q (%s, opset %d): %w", node.Name, node.OpType, opset, err)
+	}
+	// Optional outputs a converter does not produce stay unbound: a node that
+	// uses one fails with "input not defined".
+	if len(node.Outputs) > 0 && node.Outputs[0] != "" {
+		if _, ok := s.env[node.Outputs[0]]; !ok {
+			return fmt.Errorf("onnx: node %q (%s): converter produced no output %q", node.Name, node.OpType, node.Outputs[0])
+		}
+	}
+	return nil
+}
+
+// inlineFunction expands a model-local function call in place.
+func (s *scope) inlineFunction(node *Node, f *Function) error {
+	if s.depth > 32 {
+		return fmt.Errorf("onnx: node %q: functions nested too deep", node.Name)
+	}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1}
+	for _, o := range f.OpsetImports {
+		d := o.Domain
+		if d == "ai.onnx" {
+			d = ""
+		}
+		inner.opsets = copyOpsets(inner.opsets)
+		inner.opsets[d] = o.Version
+	}
+	for i, name := range f.Inputs {
+		if i < len(node.Inputs) && node.Inputs[i] != "" {
+			v, ok := s.env[node.Inputs[i]]
+			if !ok {
+				return fmt.Errorf("onnx: node %q: input %q is not defined", node.Name, node.Inputs[i])
+			}
+			inner.env[name] = v
+		}
+	}
+	attrs := map[string]*Attribute{}
+	for _, a := range f.AttributeProtos {
+		attrs[a.Name] = a
+	}
+	for _, a := range node.Attributes {
+		attrs[a.Name] = a
+	}
+	for _, fn := range f.Nodes {
+		bound := *fn
+		bound.Attributes = nil
+		for _, a := range fn.Attributes {
+			if a.RefAttrName != "" {
+				if v, ok := attrs[a.RefAttrName]; ok {
+					cp := *v
+					cp.Name = a.Name
+					bound.Attributes = append(bound.Attributes, &cp)
+				}
+				continue
+			}
+			bound.Attributes = append(bound.Attributes, a)
+		}
+		if err := inner.convertNode(&bound); err != nil {
+			return fmt.Errorf("%w (in function %s)", err, f.Name)
+		}
+	}
+	for i, name := range f.Outputs {
+		if i < len(node.Outputs) && node.Outputs[i] != "" {
+			v, ok := inner.env[name]
+			if !ok {
+				return fmt.Errorf("onnx: function %s: output %q not produced", f.Name, name)
+			}
+			s.env[node.Outputs[i]] = v
+		}
+	}
+	return nil
+}
+
+func copyOpsets(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// ReadModelFileAndImport is a convenience for tools: decode and import path.
+func ReadModelFileAndImport(path string) (*fxgraph.Graph, *Model, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil, fmt.Errorf("onnx: %w", err)
+	}
+	m, err := ReadModelFile(filepath.Clean(path))
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := NewImporter().Import(m)
+	return g, m, err
+}

@@ -1,0 +1,342 @@
+// Package conformance runs the ONNX backend test data (Debian's
+// libonnx-testdata) through xserve's whole path: decode, import, lower,
+// compile on a PJRT plugin, execute, and compare with the expected outputs
+// the ONNX project computed with its reference implementation.
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/importer/onnx"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/tensor"
+)
+
+// DefaultDataDir is where Debian's libonnx-testdata installs the cases.
+const DefaultDataDir = "/usr/include/onnx/backend/test/data"
+
+// Suites are the test-data directories that make up the conformance run.
+var Suites = []string{"node", "pytorch-converted", "pytorch-operator", "simple"}
+
+// Status is the outcome of one case.
+type Status string
+
+// Outcomes. Skipped is only ever an operator (or type) that xserve rejects
+// with a clear "unsupported" error; any other failure is Failed.
+const (
+	Passed  Status = "passed"
+	Failed  Status = "failed"
+	Skipped Status = "skipped"
+)
+
+// Case is one test case directory.
+type Case struct {
+	Suite string
+	Name  string
+	Dir   string
+}
+
+// ID is "suite/name".
+func (c Case) ID() string { return c.Suite + "/" + c.Name }
+
+// Result is the outcome of running one case.
+type Result struct {
+	Case
+	Status Status
+	// Ops are the ONNX operator types of the model's main graph, sorted.
+	Ops []string
+	// Targets are the IR targets the lowered program used, sorted.
+	Targets []string
+	// Detail is the error or mismatch for failed and skipped cases.
+	Detail   string
+	Duration time.Duration
+}
+
+// ListCases returns every case of the suites under dataDir, sorted by ID.
+func ListCases(dataDir string) ([]Case, error) {
+	var out []Case
+	for _, s := range Suites {
+		entries, err := os.ReadDir(filepath.Join(dataDir, s))
+		if err != nil {
+			return nil, fmt.Errorf("conformance: %w (install Debian's libonnx-testdata: apt-get install libonnx-testdata)", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "test_") {
+				out = append(out, Case{Suite: s, Name: e.Name(), Dir: filepath.Join(dataDir, s, e.Name())})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID() < out[j].ID() })
+	return out, nil
+}
+
+// Runner runs cases on one PJRT client.
+type Runner struct {
+	Client   *pjrt.Client
+	Lowerer  *lower.Lowerer
+	Importer *onnx.Importer
+	// RTol and ATol bound |got-want| <= ATol + RTol*|want| for float outputs.
+	RTol, ATol float64
+}
+
+// NewRunner returns a runner with the ONNX backend test's default
+// tolerances (rtol 1e-3) and an absolute tolerance of 1e-5.
+func NewRunner(c *pjrt.Client) *Runner {
+	return &Runner{
+		Client:   c,
+		Lowerer:  lower.New(lower.Options{Platform: c.Platform()}),
+		Importer: onnx.NewImporter(),
+		RTol:     1e-3,
+		ATol:     1e-5,
+	}
+}
+
+// isUnsupported reports whether err is a clear "unsupported" rejection.
+func isUnsupported(err error) bool {
+	return errors.Is(err, onnx.ErrUnsupported) || errors.Is(err, fxgraph.ErrUnsupported) || errors.Is(err, lower.ErrNoRule)
+}
+
+// Run runs one case: every test_data_set_* directory in it must match.
+func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
+	start := time.Now()
+	res.Case = c
+	defer func() {
+		if p := recover(); p != nil {
+			res.Status, res.Detail = Failed, fmt.Sprintf("panic: %v", p)
+		}
+		res.Duration = time.Since(start)
+	}()
+	fail := func(err error) Result {
+		res.Status, res.Detail = Failed, err.Error()
+		if isUnsupported(err) {
+			res.Status = Skipped
+		}
+		return res
+	}
+	m, err := onnx.ReadModelFile(filepath.Join(c.Dir, "model.onnx"))
+	if err != nil {
+		return fail(err)
+	}
+	res.Ops = opTypes(m)
+	g, err := r.Importer.Import(m)
+	if err != nil {
+		return fail(err)
+	}
+	sets, _ := filepath.Glob(filepath.Join(c.Dir, "test_data_set_*"))
+	if len(sets) == 0 {
+		return fail(errors.New("no test_data_set_* directory"))
+	}
+	sort.Strings(sets)
+	targets := map[string]bool{}
+	for _, set := range sets {
+		if err := r.runSet(ctx, g, set, targets); err != nil {
+			return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
+		}
+	}
+	for t := range targets {
+		res.Targets = append(res.Targets, t)
+	}
+	sort.Strings(res.Targets)
+	res.Status = Passed
+	return res
+}
+
+func opTypes(m *onnx.Model) []string {
+	seen := map[string]bool{}
+	for _, n := range m.Graph.Nodes {
+		seen[n.OpType] = true
+	}
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func readTensors(dir, prefix string) ([]*tensor.Tensor, error) {
+	var out []*tensor.Tensor
+	for i := 0; ; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("%s_%d.pb", prefix, i))
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		t, _, err := onnx.DecodeTensor(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Base(p), err)
+		}
+		out = append(out, t)
+	}
+}
+
+// BindDims derives symbol sizes from the actual input shapes.
+func BindDims(g *fxgraph.Graph, inputs []*tensor.Tensor) (map[string]int64, error) {
+	ph := g.Placeholders()
+	if len(inputs) != len(ph) {
+		return nil, fmt.Errorf("got %d inputs, the model has %d", len(inputs), len(ph))
+	}
+	dims := map[string]int64{}
+	for i, p := range ph {
+		m := p.Val()
+		t := inputs[i]
+		if t.DType != m.DType {
+			return nil, fmt.Errorf("input %s is %s, the model wants %s", p.Name, t.DType, m.DType)
+		}
+		if len(t.Shape) != len(m.Shape) {
+			return nil, fmt.Errorf("input %s has shape %v, the model wants rank %d %s", p.Name, t.Shape, len(m.Shape), m.Shape)
+		}
+		for j, d := range m.Shape {
+			got := t.Shape[j]
+			if d.IsStatic() {
+				if d.Size != got {
+					return nil, fmt.Errorf("input %s dim %d is %d, the model wants %d", p.Name, j, got, d.Size)
+				}
+				continue
+			}
+			if prev, ok := dims[d.Sym]; ok && prev != got {
+				return nil, fmt.Errorf("input %s dim %d (%s) is %d, but %s is %d elsewhere", p.Name, j, d.Sym, got, d.Sym, prev)
+			}
+			dims[d.Sym] = got
+		}
+	}
+	return dims, nil
+}
+
+func (r *Runner) runSet(ctx context.Context, g *fxgraph.Graph, dir string, targets map[string]bool) error {
+	inputs, err := readTensors(dir, "input")
+	if err != nil {
+		return err
+	}
+	want, err := readTensors(dir, "output")
+	if err != nil {
+		return err
+	}
+	dims, err := BindDims(g, inputs)
+	if err != nil {
+		return err
+	}
+	sg, err := r.Lowerer.IR().Specialize(g, dims, r.Lowerer.Options().MaxFoldElements)
+	if err != nil {
+		return err
+	}
+	for _, n := range sg.Nodes() {
+		if n.Op == fxgraph.CallFunction {
+			targets[n.Target] = true
+		}
+	}
+	prog, err := r.Lowerer.LowerSpecialized(sg, dims)
+	if err != nil {
+		return err
+	}
+	got, err := Execute(ctx, r.Client, prog, inputs)
+	if err != nil {
+		return err
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("got %d outputs, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if err := Compare(got[i], want[i], r.RTol, r.ATol); err != nil {
+			return fmt.Errorf("output %d (%s): %w", i, prog.Outputs[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// Execute compiles prog, uploads its weights and inputs, runs it once and
+// returns the outputs. A graph whose program returns a parameter unchanged is
+// handled by the program itself.
+func Execute(ctx context.Context, c *pjrt.Client, prog *lower.Program, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	exe, err := c.Compile(ctx, prog.Module)
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Close()
+	var args []*pjrt.Buffer
+	defer func() {
+		for _, b := range args {
+			b.Close()
+		}
+	}()
+	in := 0
+	for _, p := range prog.Params {
+		t := p.Value
+		if p.Kind == lower.Input {
+			t = inputs[in]
+			in++
+			if t.DType != p.DType {
+				t = t.Convert(p.DType)
+			}
+		}
+		b, err := c.Upload(ctx, t)
+		if err != nil {
+			return nil, fmt.Errorf("upload %s: %w", p.Name, err)
+		}
+		args = append(args, b)
+	}
+	return exe.Run(ctx, args)
+}
+
+// Compare checks got against want: same dtype and shape, floats within
+// atol + rtol*|want| (NaN matches NaN, infinities must match exactly),
+// everything else exactly.
+func Compare(got, want *tensor.Tensor, rtol, atol float64) error {
+	if got.DType != want.DType {
+		return fmt.Errorf("dtype %s, want %s", got.DType, want.DType)
+	}
+	if tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
+		return fmt.Errorf("shape %v, want %v", got.Shape, want.Shape)
+	}
+	n := want.NumElements()
+	if want.DType == tensor.String {
+		return errors.New("string outputs are not compared")
+	}
+	bad, worst, worstAt := 0, 0.0, int64(-1)
+	for i := int64(0); i < n; i++ {
+		w, g := want.Float64At(i), got.Float64At(i)
+		if !want.DType.IsFloat() && !want.DType.IsComplex() {
+			if want.Int64At(i) != got.Int64At(i) {
+				bad++
+				if worstAt < 0 {
+					worstAt, worst = i, math.Abs(w-g)
+				}
+			}
+			continue
+		}
+		switch {
+		case math.IsNaN(w) && math.IsNaN(g):
+		case math.IsInf(w, 0) || math.IsInf(g, 0):
+			if w != g {
+				bad++
+				worstAt, worst = i, math.Inf(1)
+			}
+		default:
+			d := math.Abs(w - g)
+			if d > atol+rtol*math.Abs(w) || math.IsNaN(d) {
+				bad++
+				if d > worst || math.IsNaN(d) {
+					worst, worstAt = d, i
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d elements differ; worst at flat index %d: got %v, want %v (|diff| %.3g)",
+			bad, n, worstAt, got.Float64At(worstAt), want.Float64At(worstAt), worst)
+	}
+	return nil
+}

@@ -1,0 +1,19 @@
+// Package lower turns an fxgraph.Graph into a StableHLO program for one shape
+// bucket: Lower specializes the graph's symbolic dims to the bucket's sizes,
+// folds what became constant, and emits one StableHLO function through
+// go-xla's stablehlo builder, calling one Rule per operator target.
+//
+// Rules live in a Registry, one per IR target, grouped by family in files
+// (elementwise.go, shape.go, nn.go, reduce.go, control.go). All rules share
+// one signature, as JAX's lowering registry does:
+//
+//	func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error)
+//
+// Weights (get_attr tensors larger than Options.InlineConstantMax elements)
+// become parameters of the program, never constants: the serving layer
+// uploads them to the device once and every bucket's executable shares them.
+// The Program records the order of parameters and which are weights.
+//
+// Lowering is deterministic: the same graph, bucket and options give
+// byte-identical StableHLO text.
+package lower

@@ -1,0 +1,203 @@
+package lower
+
+import (
+	"fmt"
+
+	"github.com/gomlx/go-xla/pkg/stablehlo"
+	"github.com/gomlx/go-xla/pkg/types"
+	"github.com/gomlx/go-xla/pkg/types/dtypes"
+	"github.com/gomlx/go-xla/pkg/types/shapes"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
+// Out returns the static meta of value i of n (dims as []int64).
+func Out(n *fxgraph.Node, i int) (tensor.DType, []int64) {
+	m := n.Meta.Vals[i]
+	dims, _ := m.Shape.Static()
+	return m.DType, dims
+}
+
+// InMeta returns the static dtype and dims of argument i of n.
+func InMeta(n *fxgraph.Node, i int) (tensor.DType, []int64, error) {
+	m, err := n.InputMeta(i)
+	if err != nil {
+		return tensor.Invalid, nil, err
+	}
+	dims, ok := m.Shape.Static()
+	if !ok {
+		return tensor.Invalid, nil, fmt.Errorf("argument %d has symbolic shape %s", i, m.Shape)
+	}
+	return m.DType, dims, nil
+}
+
+// ConvertTo converts v to the program dtype of IR dtype dt (no-op when equal).
+func (ctx *Context) ConvertTo(v *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	x, err := ctx.XLADType(dt)
+	if err != nil {
+		return nil, err
+	}
+	if v.Shape().DType == x {
+		return v, nil
+	}
+	return stablehlo.Convert(v, x)
+}
+
+// BroadcastTo broadcasts v to dims with NumPy rules (trailing dims aligned,
+// size-1 dims stretched).
+func (ctx *Context) BroadcastTo(v *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
+	s := v.Shape()
+	if equalDims(s.Dimensions, dims) {
+		return v, nil
+	}
+	rank := len(dims)
+	if s.Rank() > rank {
+		return nil, fmt.Errorf("cannot broadcast %s to %v", s, dims)
+	}
+	// Drop size-1 dims that need stretching via reshape, then broadcast_in_dim.
+	off := rank - s.Rank()
+	var keep []int
+	var axes []int
+	for i, d := range s.Dimensions {
+		od := int(dims[off+i])
+		switch {
+		case d == od:
+			keep = append(keep, d)
+			axes = append(axes, off+i)
+		case d == 1:
+		default:
+			return nil, fmt.Errorf("cannot broadcast %s to %v (dim %d)", s, dims, i)
+		}
+	}
+	if len(keep) != s.Rank() {
+		var err error
+		v, err = stablehlo.Reshape(v, shapes.Make(s.DType, keep...))
+		if err != nil {
+			return nil, err
+		}
+	}
+	return stablehlo.BroadcastInDim(v, shapes.Make(s.DType, intsOf(dims)...), axes)
+}
+
+func equalDims(a []int, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if int64(a[i]) != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Operands converts each value to dt and broadcasts it to dims: the usual
+// preparation of the inputs of a pointwise op.
+func (ctx *Context) Operands(dt tensor.DType, dims []int64, vals ...*stablehlo.Value) ([]*stablehlo.Value, error) {
+	out := make([]*stablehlo.Value, len(vals))
+	for i, v := range vals {
+		c, err := ctx.ConvertTo(v, dt)
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = ctx.BroadcastTo(c, dims); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Full returns a constant of the program dtype of dt, broadcast to dims.
+func (ctx *Context) Full(dt tensor.DType, v float64, dims []int64) (*stablehlo.Value, error) {
+	s, err := ctx.Scalar(dt, v)
+	if err != nil {
+		return nil, err
+	}
+	return ctx.BroadcastTo(s, dims)
+}
+
+// ScalarLike returns a rank-0 constant of v's dtype holding x.
+func (ctx *Context) ScalarLike(v *stablehlo.Value, x float64) (*stablehlo.Value, error) {
+	dt, err := tensorDType(v.Shape().DType)
+	if err != nil {
+		return nil, err
+	}
+	return ctx.Constant(tensor.Scalar(dt, x))
+}
+
+func tensorDType(d dtypes.DType) (tensor.DType, error) {
+	for dt := tensor.Bool; dt <= tensor.Complex128; dt++ {
+		if x, err := XLADType(dt); err == nil && x == d {
+			return dt, nil
+		}
+	}
+	return tensor.Invalid, fmt.Errorf("lower: no IR dtype for %s", d)
+}
+
+// Reducer kinds for ReduceFn.
+const (
+	ReduceSum = "sum"
+	ReduceMax = "max"
+	ReduceMin = "min"
+	ReduceMul = "prod"
+	ReduceAnd = "and"
+	ReduceOr  = "or"
+)
+
+// ReduceFn builds the scalar closure (lhs, rhs) -> op(lhs, rhs) that reduce
+// and reduce_window take, for values of dtype d.
+func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*stablehlo.Function, error) {
+	fn := ctx.Fn.Closure()
+	a, err := fn.Input(shapes.Make(d))
+	if err != nil {
+		return nil, err
+	}
+	b, err := fn.Input(shapes.Make(d))
+	if err != nil {
+		return nil, err
+	}
+	var r *stablehlo.Value
+	switch kind {
+	case ReduceSum:
+		r, err = stablehlo.Add(a, b)
+	case ReduceMax:
+		r, err = stablehlo.Maximum(a, b)
+	case ReduceMin:
+		r, err = stablehlo.Minimum(a, b)
+	case ReduceMul:
+		r, err = stablehlo.Multiply(a, b)
+	case ReduceAnd:
+		r, err = stablehlo.And(a, b)
+	case ReduceOr:
+		r, err = stablehlo.Or(a, b)
+	default:
+		return nil, fmt.Errorf("lower: unknown reducer %q", kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := fn.Return(r); err != nil {
+		return nil, err
+	}
+	return fn, nil
+}
+
+// Precision is the dot/conv precision to request: highest unless
+// Options.DefaultPrecision.
+func (ctx *Context) Precision() types.DotGeneralPrecisionType {
+	if ctx.Options.DefaultPrecision {
+		return types.DotGeneralPrecisionDefault
+	}
+	return types.DotGeneralPrecisionHighest
+}
+
+// ComputeDType is the dtype dot and convolution of dt inputs compute in:
+// float32 for float16/bfloat16 when Options.HalfInF32 (XLA CPU is very slow
+// on half-precision dot/conv), dt otherwise.
+func (ctx *Context) ComputeDType(dt tensor.DType) tensor.DType {
+	if (dt == tensor.Float16 || dt == tensor.BFloat16) && ctx.Options.HalfInF32 != nil && *ctx.Options.HalfInF32 {
+		return tensor.Float32
+	}
+	return dt
+}

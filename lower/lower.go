@@ -1,0 +1,369 @@
+package lower
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/gomlx/go-xla/pkg/stablehlo"
+	"github.com/gomlx/go-xla/pkg/types/dtypes"
+	"github.com/gomlx/go-xla/pkg/types/shapes"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
+// Options configure lowering. The zero value means the defaults below.
+type Options struct {
+	// Platform is the PJRT platform the program is for ("cpu", "cuda",
+	// "tpu"); default "cpu". Rules use it for platform workarounds.
+	Platform string
+	// NarrowInt64 lowers int64 values as int32 (TPUs have no 64-bit
+	// integers). Inputs and outputs then have dtype int32 in the Program.
+	NarrowInt64 bool
+	// HalfInF32 computes float16/bfloat16 dot and convolution in float32 and
+	// rounds the result back. XLA CPU is very slow on half-precision dot and
+	// conv. Default: true on "cpu", false elsewhere (see DefaultOptions).
+	HalfInF32 *bool
+	// DefaultPrecision asks for the platform's default dot/conv precision
+	// instead of the highest one. Off by default: parity with the reference
+	// framework matters more than the last few percent (TPUs and GPUs
+	// otherwise compute f32 dot products with bf16 or tf32 passes).
+	DefaultPrecision bool
+	// InlineConstantMax is the element count up to which get_attr tensors are
+	// emitted as StableHLO constants rather than weight parameters; default 32.
+	InlineConstantMax int64
+	// MaxFoldElements bounds the size of values computed on the host by
+	// constant folding during specialization; default 1<<20.
+	MaxFoldElements int64
+	// ModuleName names the StableHLO module; default "xserve".
+	ModuleName string
+}
+
+func (o Options) withDefaults() Options {
+	if o.Platform == "" {
+		o.Platform = "cpu"
+	}
+	if o.HalfInF32 == nil {
+		v := o.Platform == "cpu"
+		o.HalfInF32 = &v
+	}
+	if o.InlineConstantMax == 0 {
+		o.InlineConstantMax = 32
+	}
+	if o.MaxFoldElements == 0 {
+		o.MaxFoldElements = 1 << 20
+	}
+	if o.ModuleName == "" {
+		o.ModuleName = "xserve"
+	}
+	return o
+}
+
+// Lowerer lowers graphs with a fixed set of rules and options. It is safe
+// for concurrent use.
+type Lowerer struct {
+	ir    *fxgraph.Registry
+	rules *Registry
+	opts  Options
+}
+
+// New returns a Lowerer with the IR registry, every lowering rule and opts.
+func New(opts Options) *Lowerer {
+	return &Lowerer{ir: fxgraph.NewRegistry(), rules: NewRegistry(), opts: opts.withDefaults()}
+}
+
+// IR returns the IR operator registry the lowerer specializes graphs with.
+func (l *Lowerer) IR() *fxgraph.Registry { return l.ir }
+
+// Rules returns the lowering rule registry.
+func (l *Lowerer) Rules() *Registry { return l.rules }
+
+// Options returns the options in effect, defaults filled in.
+func (l *Lowerer) Options() Options { return l.opts }
+
+// Context is what a rule sees while lowering one node.
+type Context struct {
+	// Graph is the specialized graph being lowered (all shapes static).
+	Graph *fxgraph.Graph
+	// Fn is the StableHLO function being built (the main function, or a
+	// control-flow body while lowering a subgraph).
+	Fn *stablehlo.Function
+	// Options are the lowering options, defaults filled in.
+	Options Options
+	// Rules lets composite rules call other rules.
+	Rules *Registry
+
+	values map[*fxgraph.Node][]*stablehlo.Value
+}
+
+// Value returns the lowered value of node m (its first value for tuples).
+func (ctx *Context) Value(m *fxgraph.Node) (*stablehlo.Value, error) {
+	vals, ok := ctx.values[m]
+	if !ok || len(vals) == 0 {
+		return nil, fmt.Errorf("lower: %s has no lowered value", m.Name)
+	}
+	return vals[0], nil
+}
+
+// Values returns the lowered values of the nodes in a list argument.
+func (ctx *Context) Values(list any) ([]*stablehlo.Value, error) {
+	items, ok := list.([]any)
+	if !ok {
+		return nil, fmt.Errorf("lower: argument %s is not a list of tensors", fxgraph.FormatArg(list))
+	}
+	out := make([]*stablehlo.Value, len(items))
+	for i, it := range items {
+		m, ok := it.(*fxgraph.Node)
+		if !ok {
+			return nil, fmt.Errorf("lower: list element %d is %s, want a tensor", i, fxgraph.FormatArg(it))
+		}
+		v, err := ctx.Value(m)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// XLADType maps an IR dtype to the dtype its values have in the program,
+// honouring NarrowInt64.
+func (ctx *Context) XLADType(dt tensor.DType) (dtypes.DType, error) {
+	if ctx.Options.NarrowInt64 {
+		dt = narrow(dt)
+	}
+	return XLADType(dt)
+}
+
+// XLAShape maps a static TensorMeta to the shape its value has in the program.
+func (ctx *Context) XLAShape(m fxgraph.TensorMeta) (shapes.Shape, error) {
+	dt, err := ctx.XLADType(m.DType)
+	if err != nil {
+		return shapes.Shape{}, err
+	}
+	dims, ok := m.Shape.Static()
+	if !ok {
+		return shapes.Shape{}, fmt.Errorf("lower: shape %s is not static", m.Shape)
+	}
+	return shapes.Make(dt, intsOf(dims)...), nil
+}
+
+func narrow(dt tensor.DType) tensor.DType {
+	switch dt {
+	case tensor.Int64:
+		return tensor.Int32
+	case tensor.Uint64:
+		return tensor.Uint32
+	}
+	return dt
+}
+
+func intsOf(dims []int64) []int {
+	out := make([]int, len(dims))
+	for i, d := range dims {
+		out[i] = int(d)
+	}
+	return out
+}
+
+// XLADType maps an IR dtype to go-xla's dtype.
+func XLADType(dt tensor.DType) (dtypes.DType, error) {
+	switch dt {
+	case tensor.Bool:
+		return dtypes.Bool, nil
+	case tensor.Int8:
+		return dtypes.Int8, nil
+	case tensor.Int16:
+		return dtypes.Int16, nil
+	case tensor.Int32:
+		return dtypes.Int32, nil
+	case tensor.Int64:
+		return dtypes.Int64, nil
+	case tensor.Uint8:
+		return dtypes.Uint8, nil
+	case tensor.Uint16:
+		return dtypes.Uint16, nil
+	case tensor.Uint32:
+		return dtypes.Uint32, nil
+	case tensor.Uint64:
+		return dtypes.Uint64, nil
+	case tensor.Float16:
+		return dtypes.Float16, nil
+	case tensor.BFloat16:
+		return dtypes.BFloat16, nil
+	case tensor.Float32:
+		return dtypes.Float32, nil
+	case tensor.Float64:
+		return dtypes.Float64, nil
+	case tensor.Complex64:
+		return dtypes.Complex64, nil
+	case tensor.Complex128:
+		return dtypes.Complex128, nil
+	}
+	return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
+}
+
+// Lower specializes g to the symbol sizes in dims and lowers it to a Program.
+func (l *Lowerer) Lower(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("lower: %w", err)
+	}
+	sg, err := l.ir.Specialize(g, dims, l.opts.MaxFoldElements)
+	if err != nil {
+		return nil, fmt.Errorf("lower: %w", err)
+	}
+	return l.LowerSpecialized(sg, dims)
+}
+
+// LowerSpecialized lowers a graph whose shapes are already static (the
+// output of fxgraph.Registry.Specialize).
+func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
+	b := stablehlo.New(l.opts.ModuleName)
+	fn := b.Main()
+	ctx := &Context{Graph: g, Fn: fn, Options: l.opts, Rules: l.rules, values: map[*fxgraph.Node][]*stablehlo.Value{}}
+	prog := &Program{Dims: copyDims(dims)}
+
+	// Parameters: inputs in graph order, then weights in graph order.
+	for _, n := range g.Placeholders() {
+		if err := ctx.addParam(prog, n, Input, nil); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range g.Nodes() {
+		if n.Op != fxgraph.GetAttr {
+			continue
+		}
+		t := g.Attrs[n.Target]
+		if t == nil {
+			continue // a subgraph reference: lowered by the control-flow rule
+		}
+		if t.NumElements() <= l.opts.InlineConstantMax {
+			v, err := ctx.Constant(t)
+			if err != nil {
+				return nil, fmt.Errorf("lower: constant %s: %w", n.Name, err)
+			}
+			ctx.values[n] = []*stablehlo.Value{v}
+			continue
+		}
+		if err := ctx.addParam(prog, n, Weight, t); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.lowerNodes(g); err != nil {
+		return nil, err
+	}
+	var results []*stablehlo.Value
+	for i, o := range g.Outputs() {
+		v, err := ctx.Value(o)
+		if err != nil {
+			return nil, fmt.Errorf("lower: output %d: %w", i, err)
+		}
+		m := o.Val()
+		dt := m.DType
+		if l.opts.NarrowInt64 {
+			dt = narrow(dt)
+		}
+		d, _ := m.Shape.Static()
+		results = append(results, v)
+		prog.Outputs = append(prog.Outputs, Output{Name: o.Name, DType: dt, Shape: d})
+	}
+	if len(results) == 0 {
+		return nil, fmt.Errorf("lower: graph returns nothing")
+	}
+	if err := fn.Return(results...); err != nil {
+		return nil, fmt.Errorf("lower: return: %w", err)
+	}
+	code, err := b.Build()
+	if err != nil {
+		return nil, fmt.Errorf("lower: build module: %w", err)
+	}
+	prog.Module = code
+	return prog, nil
+}
+
+func copyDims(d map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(d))
+	keys := make([]string, 0, len(d))
+	for k := range d {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out[k] = d[k]
+	}
+	return out
+}
+
+func (ctx *Context) addParam(prog *Program, n *fxgraph.Node, kind ParamKind, value *tensor.Tensor) error {
+	m := n.Val()
+	shape, err := ctx.XLAShape(m)
+	if err != nil {
+		return fmt.Errorf("lower: parameter %s: %w", n.Name, err)
+	}
+	v, err := ctx.Fn.NamedInput(n.Name, shape)
+	if err != nil {
+		return fmt.Errorf("lower: parameter %s: %w", n.Name, err)
+	}
+	ctx.values[n] = []*stablehlo.Value{v}
+	dims, _ := m.Shape.Static()
+	dt := m.DType
+	if ctx.Options.NarrowInt64 && narrow(dt) != dt {
+		dt = narrow(dt)
+		if value != nil {
+			value = value.Convert(dt)
+		}
+	}
+	prog.Params = append(prog.Params, Param{Name: n.Target, Kind: kind, DType: dt, Shape: dims, Value: value})
+	return nil
+}
+
+// lowerNodes lowers every call_function node of g in order, checking each
+// result against the node's Meta.
+func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
+	for _, n := range g.Nodes() {
+		if n.Op != fxgraph.CallFunction {
+			continue
+		}
+		rule, ok := ctx.Rules.Lookup(n.Target)
+		if !ok {
+			return ctx.Rules.missing(n)
+		}
+		in := make([]*stablehlo.Value, len(n.Args))
+		for i, a := range n.Args {
+			if m, ok := a.(*fxgraph.Node); ok {
+				if vals := ctx.values[m]; len(vals) > 0 {
+					in[i] = vals[0]
+				}
+			}
+		}
+		out, err := rule(ctx, n, in)
+		if err != nil {
+			return fmt.Errorf("lower %s (%s): %w", n.Name, n.Target, err)
+		}
+		if err := ctx.checkResults(n, out); err != nil {
+			return err
+		}
+		ctx.values[n] = out
+	}
+	return nil
+}
+
+func (ctx *Context) checkResults(n *fxgraph.Node, out []*stablehlo.Value) error {
+	if len(out) != len(n.Meta.Vals) {
+		return fmt.Errorf("lower %s (%s): rule returned %d values, node has %d", n.Name, n.Target, len(out), len(n.Meta.Vals))
+	}
+	for i, v := range out {
+		want, err := ctx.XLAShape(n.Meta.Vals[i])
+		if err != nil {
+			return fmt.Errorf("lower %s (%s): %w", n.Name, n.Target, err)
+		}
+		if v == nil || !v.Shape().Equal(want) {
+			got := "nil"
+			if v != nil {
+				got = v.Shape().String()
+			}
+			return fmt.Errorf("lower %s (%s): value %d is %s, the IR says %s", n.Name, n.Target, i, got, want)
+		}
+	}
+	return nil
+}
