@@ -23,6 +23,9 @@ type Graph struct {
 	// Subgraphs maps get_attr targets to graphs used by control-flow ops
 	// (cond's branches, while_loop's condition and body).
 	Subgraphs map[string]*Graph
+	// OutputNames are the model's names for the returned values, in order
+	// (ONNX graph output names); empty means the returned nodes' names.
+	OutputNames []string
 
 	insertAt int // index new call_function nodes are inserted at; -1 = before output
 }
@@ -58,6 +61,17 @@ func (g *Graph) OutputNode() *Node {
 		return g.nodes[len(g.nodes)-1]
 	}
 	return nil
+}
+
+// OutputName returns the model's name for returned value i.
+func (g *Graph) OutputName(i int) string {
+	if i < len(g.OutputNames) && g.OutputNames[i] != "" {
+		return g.OutputNames[i]
+	}
+	if outs := g.Outputs(); i < len(outs) {
+		return outs[i].Name
+	}
+	return fmt.Sprintf("output_%d", i)
 }
 
 // Outputs returns the nodes the graph returns.
@@ -411,6 +425,7 @@ func (g *Graph) Validate() error {
 // shared (they are treated as immutable); subgraphs are cloned.
 func (g *Graph) Clone() *Graph {
 	c := New()
+	c.OutputNames = append([]string(nil), g.OutputNames...)
 	for k, v := range g.Attrs {
 		c.Attrs[k] = v
 	}

@@ -265,7 +265,7 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 		}
 		d, _ := m.Shape.Static()
 		results = append(results, v)
-		prog.Outputs = append(prog.Outputs, Output{Name: o.Name, DType: dt, Shape: d})
+		prog.Outputs = append(prog.Outputs, Output{Name: g.OutputName(i), DType: dt, Shape: d})
 	}
 	if len(results) == 0 {
 		return nil, fmt.Errorf("lower: graph returns nothing")

@@ -187,6 +187,7 @@ func (s *scope) importGraph(gr *Graph) error {
 			return fmt.Errorf("onnx: graph output %q is not produced by any node", vi.Name)
 		}
 		outs = append(outs, n)
+		s.g.OutputNames = append(s.g.OutputNames, vi.Name)
 	}
 	s.g.SetOutput(outs...)
 	s.g.EliminateDeadCode()

@@ -19,6 +19,7 @@ import (
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -183,39 +184,6 @@ func readTensors(dir, prefix string) ([]*tensor.Tensor, error) {
 	}
 }
 
-// BindDims derives symbol sizes from the actual input shapes.
-func BindDims(g *fxgraph.Graph, inputs []*tensor.Tensor) (map[string]int64, error) {
-	ph := g.Placeholders()
-	if len(inputs) != len(ph) {
-		return nil, fmt.Errorf("got %d inputs, the model has %d", len(inputs), len(ph))
-	}
-	dims := map[string]int64{}
-	for i, p := range ph {
-		m := p.Val()
-		t := inputs[i]
-		if t.DType != m.DType {
-			return nil, fmt.Errorf("input %s is %s, the model wants %s", p.Name, t.DType, m.DType)
-		}
-		if len(t.Shape) != len(m.Shape) {
-			return nil, fmt.Errorf("input %s has shape %v, the model wants rank %d %s", p.Name, t.Shape, len(m.Shape), m.Shape)
-		}
-		for j, d := range m.Shape {
-			got := t.Shape[j]
-			if d.IsStatic() {
-				if d.Size != got {
-					return nil, fmt.Errorf("input %s dim %d is %d, the model wants %d", p.Name, j, got, d.Size)
-				}
-				continue
-			}
-			if prev, ok := dims[d.Sym]; ok && prev != got {
-				return nil, fmt.Errorf("input %s dim %d (%s) is %d, but %s is %d elsewhere", p.Name, j, d.Sym, got, d.Sym, prev)
-			}
-			dims[d.Sym] = got
-		}
-	}
-	return dims, nil
-}
-
 func (r *Runner) runSet(ctx context.Context, g *fxgraph.Graph, dir string, targets map[string]bool) error {
 	inputs, err := readTensors(dir, "input")
 	if err != nil {
@@ -225,7 +193,7 @@ func (r *Runner) runSet(ctx context.Context, g *fxgraph.Graph, dir string, targe
 	if err != nil {
 		return err
 	}
-	dims, err := BindDims(g, inputs)
+	dims, err := g.BindDims(inputs)
 	if err != nil {
 		return err
 	}
@@ -258,37 +226,16 @@ func (r *Runner) runSet(ctx context.Context, g *fxgraph.Graph, dir string, targe
 }
 
 // Execute compiles prog, uploads its weights and inputs, runs it once and
-// returns the outputs. A graph whose program returns a parameter unchanged is
-// handled by the program itself.
+// returns the outputs.
 func Execute(ctx context.Context, c *pjrt.Client, prog *lower.Program, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	exe, err := c.Compile(ctx, prog.Module)
+	w := serving.NewWeights(c)
+	defer w.Close()
+	exe, err := serving.Compile(ctx, c, prog, w)
 	if err != nil {
 		return nil, err
 	}
 	defer exe.Close()
-	var args []*pjrt.Buffer
-	defer func() {
-		for _, b := range args {
-			b.Close()
-		}
-	}()
-	in := 0
-	for _, p := range prog.Params {
-		t := p.Value
-		if p.Kind == lower.Input {
-			t = inputs[in]
-			in++
-			if t.DType != p.DType {
-				t = t.Convert(p.DType)
-			}
-		}
-		b, err := c.Upload(ctx, t)
-		if err != nil {
-			return nil, fmt.Errorf("upload %s: %w", p.Name, err)
-		}
-		args = append(args, b)
-	}
-	return exe.Run(ctx, args)
+	return exe.Run(ctx, inputs)
 }
 
 // Compare checks got against want: same dtype and shape, floats within

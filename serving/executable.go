@@ -1,0 +1,141 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/tensor"
+)
+
+// Weights holds a model version's weights on the device, uploaded on first
+// use and shared by all executables compiled for that version.
+type Weights struct {
+	client *pjrt.Client
+
+	mu   sync.Mutex // guards bufs
+	bufs map[string]*pjrt.Buffer
+}
+
+// NewWeights returns an empty weight store on client.
+func NewWeights(c *pjrt.Client) *Weights {
+	return &Weights{client: c, bufs: map[string]*pjrt.Buffer{}}
+}
+
+// Get returns the device buffer of weight parameter p, uploading it the first
+// time. Two programs naming the same weight share one buffer.
+func (w *Weights) Get(ctx context.Context, p lower.Param) (*pjrt.Buffer, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if b, ok := w.bufs[p.Name]; ok {
+		if b.DType() != p.DType || tensor.ShapeString(b.Shape()) != tensor.ShapeString(p.Shape) {
+			return nil, fmt.Errorf("serving: weight %s is %s%v on the device but a program wants %s%v", p.Name, b.DType(), b.Shape(), p.DType, p.Shape)
+		}
+		return b, nil
+	}
+	if p.Value == nil {
+		return nil, fmt.Errorf("serving: weight %s has no value", p.Name)
+	}
+	b, err := w.client.Upload(ctx, p.Value)
+	if err != nil {
+		return nil, fmt.Errorf("serving: upload weight %s: %w", p.Name, err)
+	}
+	w.bufs[p.Name] = b
+	return b, nil
+}
+
+// Len returns the number of weights on the device.
+func (w *Weights) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.bufs)
+}
+
+// Close frees every weight buffer. It is safe to call twice.
+func (w *Weights) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var first error
+	for k, b := range w.bufs {
+		if err := b.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(w.bufs, k)
+	}
+	return first
+}
+
+// Executable is a compiled program bound to its weights on the device.
+// Run is safe for concurrent use.
+type Executable struct {
+	Program *lower.Program
+	exe     *pjrt.Executable
+	client  *pjrt.Client
+	// args holds the weight buffers at their parameter positions; input
+	// positions are nil and filled per call.
+	args []*pjrt.Buffer
+}
+
+// Compile compiles prog on c and binds its weight parameters from w
+// (uploading those not yet on the device).
+func Compile(ctx context.Context, c *pjrt.Client, prog *lower.Program, w *Weights) (*Executable, error) {
+	exe, err := c.Compile(ctx, prog.Module)
+	if err != nil {
+		return nil, fmt.Errorf("serving: compile: %w", err)
+	}
+	e := &Executable{Program: prog, exe: exe, client: c, args: make([]*pjrt.Buffer, len(prog.Params))}
+	for i, p := range prog.Params {
+		if p.Kind != lower.Weight {
+			continue
+		}
+		b, err := w.Get(ctx, p)
+		if err != nil {
+			exe.Close()
+			return nil, err
+		}
+		e.args[i] = b
+	}
+	return e, nil
+}
+
+// Run uploads inputs (in the order of the program's input parameters),
+// executes, and returns the outputs copied to the host. Inputs whose dtype
+// differs from the parameter's only by int64 narrowing are converted.
+func (e *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	args := append([]*pjrt.Buffer(nil), e.args...)
+	var uploaded []*pjrt.Buffer
+	defer func() {
+		for _, b := range uploaded {
+			b.Close()
+		}
+	}()
+	in := 0
+	for i, p := range e.Program.Params {
+		if p.Kind != lower.Input {
+			continue
+		}
+		if in >= len(inputs) {
+			return nil, fmt.Errorf("serving: got %d inputs, the program takes more", len(inputs))
+		}
+		t := inputs[in]
+		in++
+		if t.DType != p.DType {
+			t = t.Convert(p.DType)
+		}
+		b, err := e.client.Upload(ctx, t)
+		if err != nil {
+			return nil, fmt.Errorf("serving: upload input %s: %w", p.Name, err)
+		}
+		uploaded = append(uploaded, b)
+		args[i] = b
+	}
+	if in != len(inputs) {
+		return nil, fmt.Errorf("serving: got %d inputs, the program takes %d", len(inputs), in)
+	}
+	return e.exe.Run(ctx, args)
+}
+
+// Close frees the compiled executable (not the shared weights).
+func (e *Executable) Close() error { return e.exe.Close() }
