@@ -49,7 +49,7 @@ run: pjrt build
 vet:
 	$(GO) vet ./...
 
-test: pjrt testdata vet conformance-check
+test: pjrt testdata venv vet conformance-check
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecodeTensor$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -timeout 30m ./...
