@@ -2,6 +2,8 @@ package onnx
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/tensor"
@@ -72,18 +74,76 @@ func (c *Ctx) Const(i int) *tensor.Tensor {
 	return c.s.g.ConstValue(n)
 }
 
-// ConstInts returns the values of constant integer input i; an error when
-// the input is not a constant (the operator then needs it at import time).
+// ConstInts returns the values of constant integer input i. When the input
+// is not a constant, the error is a *NeedsValueError naming the graph inputs
+// it is computed from: the operator needs their values at compile time.
 func (c *Ctx) ConstInts(i int) ([]int64, error) {
-	t := c.Const(i)
-	if t == nil {
-		return nil, fmt.Errorf("%w: input %d must be a constant (computed from data at run time)", ErrUnsupported, i)
+	t, err := c.ConstValue(i)
+	if err != nil {
+		return nil, err
 	}
 	if !(t.DType.IsInt() || t.DType == tensor.Bool) {
 		return nil, fmt.Errorf("input %d is %s, want an integer tensor", i, t)
 	}
 	return t.Int64s(), nil
 }
+
+// ConstValue returns the constant value of input i, or a *NeedsValueError
+// naming the graph inputs it depends on when it is not a constant.
+func (c *Ctx) ConstValue(i int) (*tensor.Tensor, error) {
+	n, err := c.Input(i)
+	if err != nil {
+		return nil, err
+	}
+	if t := c.s.g.ConstValue(n); t != nil {
+		return t, nil
+	}
+	return nil, &NeedsValueError{Inputs: placeholdersBehind(n), Operand: c.node.Inputs[i]}
+}
+
+// placeholdersBehind returns the graph inputs n is computed from, by name.
+func placeholdersBehind(n *fxgraph.Node) []string {
+	var out []string
+	seen := map[*fxgraph.Node]bool{}
+	var walk func(m *fxgraph.Node)
+	walk = func(m *fxgraph.Node) {
+		if seen[m] {
+			return
+		}
+		seen[m] = true
+		if m.Op == fxgraph.Placeholder {
+			out = append(out, m.Target)
+			return
+		}
+		for _, in := range m.InputNodes() {
+			walk(in)
+		}
+	}
+	walk(n)
+	sort.Strings(out)
+	return out
+}
+
+// NeedsValueError reports an operand (a shape, axes, pads, ...) that must be
+// known when the model is compiled but is computed from graph inputs. It
+// wraps ErrUnsupported; callers that can supply those inputs' values at
+// compile time import again with Importer.ImportWithValues, so the program
+// is specialized for them (like a static argument in JAX).
+type NeedsValueError struct {
+	// Inputs are the graph inputs the operand depends on.
+	Inputs []string
+	// Operand is the ONNX value name of the operand.
+	Operand string
+}
+
+// Error describes the operand and the inputs it depends on.
+func (e *NeedsValueError) Error() string {
+	return fmt.Sprintf("%v: operand %q must be a constant but is computed from graph inputs %s; give their values at compile time",
+		ErrUnsupported, e.Operand, strings.Join(e.Inputs, ", "))
+}
+
+// Unwrap makes the error match ErrUnsupported.
+func (e *NeedsValueError) Unwrap() error { return ErrUnsupported }
 
 // Attr returns the attribute name, or nil.
 func (c *Ctx) Attr(name string) *Attribute { return c.node.Attr(name) }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
 )
 
 // ErrUnsupported is wrapped by errors about ONNX operators, attributes or
@@ -97,6 +98,14 @@ func ImportFile(path string) (*fxgraph.Graph, error) {
 
 // Import converts a decoded model to an IR graph and validates it.
 func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
+	return im.ImportWithValues(m, nil)
+}
+
+// ImportWithValues is Import with the values of some graph inputs known at
+// compile time: operators that need a constant operand (Reshape's shape,
+// Slice's starts, reduction axes given as inputs, ...) read them from values.
+// The inputs stay in the graph's signature, so callers pass them as usual.
+func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor) (*fxgraph.Graph, error) {
 	if m.Graph == nil {
 		return nil, errors.New("onnx: model has no graph")
 	}
@@ -119,7 +128,7 @@ func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -138,6 +147,8 @@ type scope struct {
 	funcs  map[string]*Function
 	env    map[string]*fxgraph.Node
 	depth  int
+	// values are graph inputs whose values are known at compile time.
+	values map[string]*tensor.Tensor
 }
 
 var identRE = regexp.MustCompile(`[^A-Za-z0-9_]+`)
@@ -171,6 +182,12 @@ func (s *scope) importGraph(gr *Graph) error {
 		n := s.g.AddPlaceholder(sanitize(vi.Name), meta)
 		n.Target = vi.Name
 		s.env[vi.Name] = n
+		if v, ok := s.values[vi.Name]; ok {
+			if v.DType != meta.DType || len(v.Shape) != len(meta.Shape) {
+				return fmt.Errorf("onnx: value given for input %q is %s, the input is %s", vi.Name, v, meta)
+			}
+			s.env[vi.Name] = s.g.AddConstant(sanitize(vi.Name)+"_value", v)
+		}
 	}
 	for _, in := range gr.Initializers {
 		s.env[in.Name] = s.g.AddConstant(sanitize(in.Name), in.Tensor)

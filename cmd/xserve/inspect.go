@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/importer"
+	"github.com/xserve/xserve/lower"
+)
+
+func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	showHLO := fs.Bool("stablehlo", false, "print the StableHLO program for the given input shapes")
+	var shapeFlags, dimFlags multiFlag
+	fs.Var(&shapeFlags, "shape", "input shape NAME=1x3x224x224 (repeatable); binds the input's symbolic dims")
+	fs.Var(&dimFlags, "dim", "symbol size SYM=N (repeatable), e.g. batch=8")
+	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
+	platform := fs.String("platform", "cpu", "platform to lower for (cpu, cuda, tpu)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: xserve inspect MODEL [--stablehlo --shape NAME=DIMS ... | --dim SYM=N ...]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errors.New("inspect: want exactly one MODEL path")
+	}
+	g, err := importer.Load(pos[0])
+	if err != nil {
+		return err
+	}
+	if !*showHLO {
+		fmt.Fprintf(stdout, "model %s\n", pos[0])
+		fmt.Fprint(stdout, signature(g))
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, g.Table())
+		return nil
+	}
+	dims, err := dimsFromFlags(g, shapeFlags, dimFlags)
+	if err != nil {
+		return err
+	}
+	l := lower.New(lower.Options{Platform: *platform, NarrowInt64: *narrow})
+	prog, err := l.Lower(g, dims)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s", prog.Module)
+	return nil
+}
+
+// signature describes the graph's inputs, outputs and constants.
+func signature(g *fxgraph.Graph) string {
+	var b strings.Builder
+	for _, p := range g.Placeholders() {
+		fmt.Fprintf(&b, "input  %s: %s\n", p.Target, p.Val())
+	}
+	for i, o := range g.Outputs() {
+		fmt.Fprintf(&b, "output %s: %s\n", g.OutputName(i), o.Meta)
+	}
+	var n, bytes int64
+	for _, t := range g.Attrs {
+		n++
+		bytes += int64(len(t.Data))
+	}
+	fmt.Fprintf(&b, "constants: %d tensors, %.1f KiB; nodes: %d\n", n, float64(bytes)/1024, g.Len())
+	return b.String()
+}
+
+// dimsFromFlags binds the graph's symbols from --shape and --dim flags.
+func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string) (map[string]int64, error) {
+	dims := map[string]int64{}
+	set := func(sym string, v int64, from string) error {
+		if prev, ok := dims[sym]; ok && prev != v {
+			return fmt.Errorf("%s: symbol %s is %d, but %d elsewhere", from, sym, v, prev)
+		}
+		dims[sym] = v
+		return nil
+	}
+	for _, f := range dimFlags {
+		k, v, ok := strings.Cut(f, "=")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil || n < 0 {
+			return nil, fmt.Errorf("--dim %q: want SYM=N with N >= 0", f)
+		}
+		if err := set(k, n, "--dim "+f); err != nil {
+			return nil, err
+		}
+	}
+	inputs := map[string]*fxgraph.Node{}
+	for _, p := range g.Placeholders() {
+		inputs[p.Target] = p
+	}
+	for _, f := range shapeFlags {
+		name, spec, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Errorf("--shape %q: want NAME=D1xD2x...", f)
+		}
+		p, ok := inputs[name]
+		if !ok {
+			return nil, fmt.Errorf("--shape %q: the model has no input %q (inputs: %s)", f, name, strings.Join(inputNames(g), ", "))
+		}
+		shape, err := parseDims(spec)
+		if err != nil {
+			return nil, fmt.Errorf("--shape %q: %w", f, err)
+		}
+		want := p.Val().Shape
+		if len(shape) != len(want) {
+			return nil, fmt.Errorf("--shape %q: input %s has rank %d %s", f, name, len(want), want)
+		}
+		for i, d := range want {
+			if d.IsStatic() {
+				if d.Size != shape[i] {
+					return nil, fmt.Errorf("--shape %q: dim %d of %s is fixed at %d", f, i, name, d.Size)
+				}
+				continue
+			}
+			if err := set(d.Sym, shape[i], "--shape "+f); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var missing []string
+	for _, p := range g.Placeholders() {
+		for _, s := range p.Val().Shape.Symbols() {
+			if _, ok := dims[s]; !ok {
+				missing = append(missing, s+" (input "+p.Target+")")
+			}
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return nil, fmt.Errorf("no size for symbols %s: pass --shape NAME=DIMS or --dim SYM=N", strings.Join(missing, ", "))
+	}
+	return dims, nil
+}
+
+func inputNames(g *fxgraph.Graph) []string {
+	var out []string
+	for _, p := range g.Placeholders() {
+		out = append(out, p.Target)
+	}
+	return out
+}
+
+// parseDims parses "1x3x224x224" (or "" / "scalar" for rank 0).
+func parseDims(s string) ([]int64, error) {
+	if s == "" || s == "scalar" {
+		return []int64{}, nil
+	}
+	parts := strings.Split(s, "x")
+	out := make([]int64, len(parts))
+	for i, p := range parts {
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("bad dim %q (want non-negative integers joined by x)", p)
+		}
+		out[i] = n
+	}
+	return out, nil
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xserve/xserve/tensor"
+)
+
+const example = "../../examples/models/tinycnn"
+
+func xserve(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := dispatch(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+// TestRunMatchesONNXRuntime runs the example model through the real plugin
+// (found without flags, as `make pjrt` installed it) and compares with the
+// output ONNX Runtime computed for the same input (committed by
+// python/make_examples.py).
+func TestRunMatchesONNXRuntime(t *testing.T) {
+	dir := t.TempDir()
+	out, stderr, err := xserve(t, "run", example+"/1/model.onnx", "--input", "image="+example+"/sample/image.npy", "--output", dir)
+	if err != nil {
+		t.Fatalf("xserve run: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "loaded pjrt cpu") {
+		t.Errorf("run did not report the plugin it loaded:\n%s", stderr)
+	}
+	if !strings.Contains(out, "output probs: float32[2,10]") {
+		t.Errorf("unexpected output listing:\n%s", out)
+	}
+	got, err := tensor.ReadNpyFile(filepath.Join(dir, "probs.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := tensor.ReadNpyFile(example + "/sample/probs.onnxruntime.npy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
+		t.Fatalf("shape %v, want %v", got.Shape, want.Shape)
+	}
+	for i := int64(0); i < want.NumElements(); i++ {
+		if d := math.Abs(got.Float64At(i) - want.Float64At(i)); d > 1e-5 {
+			t.Fatalf("element %d: got %v, onnxruntime %v", i, got.Float64At(i), want.Float64At(i))
+		}
+	}
+}
+
+func TestInspectPrintsFXTableAndStableHLO(t *testing.T) {
+	out, _, err := xserve(t, "inspect", example+"/1/model.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"input  image: float32[batch,3,32,32]", "opcode", "placeholder", "get_attr", "call_function", "aten.convolution.default", "output"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	hlo, _, err := xserve(t, "inspect", example+"/1/model.onnx", "--stablehlo", "--shape", "image=4x3x32x32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"func.func @main(%image: tensor<4x3x32x32xf32>", "stablehlo.convolution", "tensor<4x10xf32>"} {
+		if !strings.Contains(hlo, want) {
+			t.Errorf("StableHLO lacks %q:\n%s", want, hlo)
+		}
+	}
+	again, _, _ := xserve(t, "inspect", example+"/1/model.onnx", "--stablehlo", "--dim", "batch=4")
+	if again != hlo {
+		t.Error("lowering the same graph and bucket twice gave different StableHLO")
+	}
+}
+
+func TestBadInvocationsGiveClearErrors(t *testing.T) {
+	dir := t.TempDir()
+	wrongDType := filepath.Join(dir, "int.npy")
+	if err := tensor.WriteNpyFile(wrongDType, tensor.New(tensor.Int64, 1, 3, 32, 32)); err != nil {
+		t.Fatal(err)
+	}
+	wrongShape := filepath.Join(dir, "shape.npy")
+	if err := tensor.WriteNpyFile(wrongShape, tensor.New(tensor.Float32, 1, 3, 16, 16)); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage.onnx")
+	os.WriteFile(garbage, []byte("this is not a protobuf"), 0o644)
+	model := example + "/1/model.onnx"
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"run", model, "--output", dir}, `no --input for model input "image"`},
+		{[]string{"run", model, "--input", "image=" + wrongDType, "--output", dir}, "input image is int64, the model wants float32"},
+		{[]string{"run", model, "--input", "image=" + wrongShape, "--output", dir}, "input image dim 2 is 16, the model wants 32"},
+		{[]string{"run", model, "--input", "image=" + wrongShape, "--input", "label=x.npy", "--output", dir}, `no input "label"`},
+		{[]string{"inspect", model, "--stablehlo"}, "no size for symbols batch"},
+		{[]string{"inspect", model, "--stablehlo", "--shape", "image=2x3x9x9"}, "dim 2 of image is fixed at 32"},
+		{[]string{"inspect", garbage}, "onnx:"},
+		{[]string{"inspect", "model.tflite"}, `unknown model format ".tflite"`},
+	}
+	for _, tc := range tests {
+		_, _, err := xserve(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("xserve %s: err = %v, want it to contain %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}
+
+func TestOutputFileName(t *testing.T) {
+	for in, want := range map[string]string{"probs": "probs.npy", "out/put:0": "out_put_0.npy", "..": "_...npy", "a b.c": "a_b.c.npy"} {
+		if got := outputFileName(in); got != want {
+			t.Errorf("outputFileName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/xserve/xserve/importer"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
+)
+
+var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// outputFileName maps an output name to a safe file name in the output dir.
+func outputFileName(name string) string {
+	s := unsafeFileChars.ReplaceAllString(name, "_")
+	if s == "" || s == "." || s == ".." {
+		s = "_" + s
+	}
+	return s + ".npy"
+}
+
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var inputFlags multiFlag
+	fs.Var(&inputFlags, "input", "input NAME=FILE.npy (repeatable, one per model input)")
+	outDir := fs.String("output", "", "directory to write <output name>.npy files into (created if missing)")
+	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what `make pjrt` installed)")
+	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: xserve run MODEL --input NAME=FILE.npy ... --output DIR")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errors.New("run: want exactly one MODEL path")
+	}
+	if *outDir == "" {
+		return errors.New("run: --output DIR is required")
+	}
+	g, err := importer.Load(pos[0])
+	if err != nil {
+		return err
+	}
+	files := map[string]string{}
+	for _, f := range inputFlags {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok {
+			return fmt.Errorf("--input %q: want NAME=FILE.npy", f)
+		}
+		files[name] = path
+	}
+	var inputs []*tensor.Tensor
+	for _, p := range g.Placeholders() {
+		path, ok := files[p.Target]
+		if !ok {
+			return fmt.Errorf("run: no --input for model input %q (%s)", p.Target, p.Val())
+		}
+		delete(files, p.Target)
+		t, err := tensor.ReadNpyFile(path)
+		if err != nil {
+			return fmt.Errorf("run: input %s: %w", p.Target, err)
+		}
+		inputs = append(inputs, t)
+	}
+	for name := range files {
+		return fmt.Errorf("run: the model has no input %q (inputs: %s)", name, strings.Join(inputNames(g), ", "))
+	}
+	dims, err := g.BindDims(inputs)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: *plugin})
+	if err != nil {
+		return err
+	}
+	client, err := pjrt.Open(path)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	fmt.Fprintf(stderr, "loaded %s (version %s)\n", client, client.PluginVersion())
+
+	start := time.Now()
+	prog, err := lower.New(lower.Options{Platform: client.Platform(), NarrowInt64: *narrow}).Lower(g, dims)
+	if err != nil {
+		return err
+	}
+	lowered := time.Since(start)
+	w := serving.NewWeights(client)
+	defer w.Close()
+	start = time.Now()
+	exe, err := serving.Compile(ctx, client, prog, w)
+	if err != nil {
+		return err
+	}
+	defer exe.Close()
+	compiled := time.Since(start)
+	start = time.Now()
+	outs, err := exe.Run(ctx, inputs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "lowered in %s, compiled in %s, executed in %s (dims %v)\n",
+		lowered.Round(time.Microsecond), compiled.Round(time.Microsecond), time.Since(start).Round(time.Microsecond), dims)
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		return err
+	}
+	for i, t := range outs {
+		name := prog.Outputs[i].Name
+		file := filepath.Join(*outDir, outputFileName(name))
+		if err := tensor.WriteNpyFile(file, t); err != nil {
+			return fmt.Errorf("run: write output %s: %w", name, err)
+		}
+		fmt.Fprintf(stdout, "output %s: %s -> %s\n", name, t, file)
+	}
+	return nil
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "xserve (development build)")
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: *plugin})
+	if err != nil {
+		return err
+	}
+	client, err := pjrt.Open(path)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	fmt.Fprintf(stdout, "pjrt plugin: %s\nplugin version: %s\n", client, client.PluginVersion())
+	return nil
+}

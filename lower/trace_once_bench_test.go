@@ -1,0 +1,149 @@
+package lower_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/xserve/xserve/importer/onnx"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
+)
+
+// BenchmarkTraceOnce measures what compiling once buys: for a ResNet-shaped
+// CNN and a transformer block it reports (a) lower+compile time, (b) the
+// execute time of the cached executable (ns/op), (c) the per-call time when
+// lowering and compiling on every call, the ratio (c)/(b), and ONNX
+// Runtime's time on the same model and input, measured in the same run.
+//
+// Run it with `make bench` (which generates the models into .cache/bench).
+func BenchmarkTraceOnce(b *testing.B) {
+	dir := os.Getenv("XSERVE_BENCH_MODELS")
+	if dir == "" {
+		b.Fatal("XSERVE_BENCH_MODELS is not set: run `make bench`")
+	}
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client, err := pjrt.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	for _, m := range []struct{ name, input string }{{"cnn", "image"}, {"transformer", "x"}} {
+		b.Run(m.name, func(b *testing.B) {
+			benchTraceOnce(b, client, filepath.Join(dir, m.name+".onnx"), m.input, filepath.Join(dir, m.name+"."+m.input+".npy"))
+		})
+	}
+}
+
+func benchTraceOnce(b *testing.B, client *pjrt.Client, model, inputName, inputFile string) {
+	ctx := context.Background()
+	g, err := onnx.ImportFile(model)
+	if err != nil {
+		b.Fatal(err)
+	}
+	in, err := tensor.ReadNpyFile(inputFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inputs := []*tensor.Tensor{in}
+	dims, err := g.BindDims(inputs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := lower.New(lower.Options{Platform: client.Platform()})
+	w := serving.NewWeights(client)
+	defer w.Close()
+
+	// (a) lower + compile, and (c) lower + compile + execute, median of 3.
+	lowerCompile := func() *serving.Executable {
+		prog, err := l.Lower(g, dims)
+		if err != nil {
+			b.Fatal(err)
+		}
+		exe, err := serving.Compile(ctx, client, prog, w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return exe
+	}
+	var compileTimes, retraceTimes []time.Duration
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		exe := lowerCompile()
+		compileTimes = append(compileTimes, time.Since(start))
+		exe.Close()
+		start = time.Now()
+		exe = lowerCompile()
+		if _, err := exe.Run(ctx, inputs); err != nil {
+			b.Fatal(err)
+		}
+		retraceTimes = append(retraceTimes, time.Since(start))
+		exe.Close()
+	}
+
+	// (b) the cached executable.
+	exe := lowerCompile()
+	defer exe.Close()
+	for i := 0; i < 3; i++ { // warm up
+		if _, err := exe.Run(ctx, inputs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := exe.Run(ctx, inputs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	execMs := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / 1e6
+
+	retraceMs := ms(median(retraceTimes))
+	b.ReportMetric(ms(median(compileTimes)), "lower+compile-ms")
+	b.ReportMetric(execMs, "execute-ms")
+	b.ReportMetric(retraceMs, "retrace-ms/call")
+	b.ReportMetric(retraceMs/execMs, "retrace/execute")
+	if ort, ok := ortMs(b, model, inputName+"="+inputFile); ok {
+		b.ReportMetric(ort, "onnxruntime-ms")
+		b.ReportMetric(execMs/ort, "xla/onnxruntime")
+	}
+}
+
+// ortMs times ONNX Runtime through python/ort_bench.py in the project venv.
+func ortMs(b *testing.B, model string, inputs ...string) (float64, bool) {
+	py := os.Getenv("XSERVE_PYTHON")
+	if py == "" {
+		b.Log("XSERVE_PYTHON not set: ONNX Runtime not measured (run `make bench`)")
+		return 0, false
+	}
+	args := append([]string{"../python/ort_bench.py", model}, inputs...)
+	out, err := exec.Command(py, args...).Output()
+	if err != nil {
+		b.Fatalf("ort_bench.py: %v", err)
+	}
+	var res struct {
+		Median float64 `json:"median_ms"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.Fatalf("ort_bench.py printed %q: %v", out, err)
+	}
+	return res.Median, true
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
