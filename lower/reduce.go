@@ -1,4 +1,997 @@
 package lower
 
-// registerReductions registers the rules of reductions, cumulative ops and top-k.
-func registerReductions(r *Registry) {}
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/go-xla/pkg/stablehlo"
+	"github.com/gomlx/go-xla/pkg/types"
+	"github.com/gomlx/go-xla/pkg/types/dtypes"
+	"github.com/gomlx/go-xla/pkg/types/shapes"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
+// registerReductions registers the rules of reductions, cumulative ops and
+// losses. Argument conventions are those of the IR (see fxgraph's
+// registerReductions).
+func registerReductions(r *Registry) {
+	r.Register("aten.sum.default", rdReduceRule(ReduceSum, -1))
+	r.Register("aten.sum.dim_IntList", rdReduceRule(ReduceSum, 1))
+	r.Register("aten.prod.default", rdReduceRule(ReduceMul, -1))
+	r.Register("aten.prod.dim_int", rdReduceRule(ReduceMul, 1))
+	r.Register("aten.amax.default", rdReduceRule(ReduceMax, 1))
+	r.Register("aten.amin.default", rdReduceRule(ReduceMin, 1))
+	r.Register("aten.max.default", rdReduceRule(ReduceMax, -1))
+	r.Register("aten.min.default", rdReduceRule(ReduceMin, -1))
+	r.Register("aten.any.default", rdReduceRule(ReduceOr, -1))
+	r.Register("aten.any.dim", rdReduceRule(ReduceOr, 1))
+	r.Register("aten.any.dims", rdReduceRule(ReduceOr, 1))
+	r.Register("aten.all.default", rdReduceRule(ReduceAnd, -1))
+	r.Register("aten.all.dim", rdReduceRule(ReduceAnd, 1))
+	r.Register("aten.all.dims", rdReduceRule(ReduceAnd, 1))
+	r.Register("aten.mean.default", rdMeanRule(-1))
+	r.Register("aten.mean.dim", rdMeanRule(1))
+	r.Register("aten.max.dim", rdArgRule(ReduceMax, true))
+	r.Register("aten.min.dim", rdArgRule(ReduceMin, true))
+	r.Register("aten.argmax.default", rdArgRule(ReduceMax, false))
+	r.Register("aten.argmin.default", rdArgRule(ReduceMin, false))
+	r.Register("aten.cumsum.default", rdCumRule(ReduceSum))
+	r.Register("aten.cumprod.default", rdCumRule(ReduceMul))
+	r.Register("aten.logsumexp.default", lowerLogSumExp)
+	r.Register("aten.var.correction", rdVarRule(false))
+	r.Register("aten.std.correction", rdVarRule(true))
+	r.Register("aten.linalg_vector_norm.default", lowerVectorNorm)
+	r.Register("aten.nll_loss_forward.default", lowerNLLLoss)
+	r.Register("aten.nll_loss2d_forward.default", lowerNLLLoss)
+}
+
+// rdKwOnly is an argument index past any positional argument, to read a
+// keyword-only argument with the Node.*Arg helpers.
+const rdKwOnly = 1 << 20
+
+// rdAxes returns the dims a reduce node reduces, increasing: argument
+// dimArg (an int, a list, a constant tensor node), or every dim when dimArg
+// is negative or the argument is None or [].
+func rdAxes(n *fxgraph.Node, dimArg, rank int) ([]int, error) {
+	var dims []int64
+	if dimArg >= 0 {
+		vals, known, err := n.ConstInts(dimArg, "dim")
+		if err != nil {
+			return nil, err
+		}
+		if !known {
+			return nil, fmt.Errorf("dim of %s is not a constant", n.Name)
+		}
+		dims = vals
+	}
+	reduced := make([]bool, rank)
+	if len(dims) == 0 {
+		for i := range reduced {
+			reduced[i] = true
+		}
+	}
+	for _, d := range dims {
+		if rank == 0 {
+			continue // a scalar "reduced" along dim 0 / -1 stays itself
+		}
+		k, err := fxgraph.NormDim(d, rank)
+		if err != nil {
+			return nil, err
+		}
+		reduced[k] = true
+	}
+	var out []int
+	for i, r := range reduced {
+		if r {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// rdKept returns the dims of a rank-rank tensor that axes does not reduce.
+func rdKept(axes []int, rank int) []int {
+	red := make([]bool, rank)
+	for _, a := range axes {
+		red[a] = true
+	}
+	var out []int
+	for i := 0; i < rank; i++ {
+		if !red[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// rdAccDType is the dtype to accumulate a sum-like reduction of dt in:
+// float32 for half-precision floats (as PyTorch does), dt otherwise.
+func rdAccDType(dt tensor.DType) tensor.DType {
+	if dt == tensor.Float16 || dt == tensor.BFloat16 {
+		return tensor.Float32
+	}
+	return dt
+}
+
+// rdProgramDType is the dtype values of IR dtype dt have in the program
+// (int64 narrowed to int32 under Options.NarrowInt64).
+func (ctx *Context) rdProgramDType(dt tensor.DType) (tensor.DType, dtypes.DType, error) {
+	x, err := ctx.XLADType(dt)
+	if err != nil {
+		return tensor.Invalid, dtypes.InvalidDType, err
+	}
+	pdt, err := tensorDType(x)
+	return pdt, x, err
+}
+
+// rdLimits returns the smallest and largest value of an integer dtype
+// (false and true for bool) as int64 bit patterns.
+func rdLimits(dt tensor.DType) (lo, hi int64) {
+	switch dt {
+	case tensor.Bool:
+		return 0, 1
+	case tensor.Int8:
+		return math.MinInt8, math.MaxInt8
+	case tensor.Int16:
+		return math.MinInt16, math.MaxInt16
+	case tensor.Int32:
+		return math.MinInt32, math.MaxInt32
+	case tensor.Uint8:
+		return 0, math.MaxUint8
+	case tensor.Uint16:
+		return 0, math.MaxUint16
+	case tensor.Uint32:
+		return 0, math.MaxUint32
+	case tensor.Uint64:
+		return 0, -1
+	}
+	return math.MinInt64, math.MaxInt64
+}
+
+// rdInit returns the identity of reducer kind for values of IR dtype dt: the
+// result of reducing an empty set (0 for sum, 1 for prod, -inf or the
+// smallest integer for max, ...).
+func (ctx *Context) rdInit(dt tensor.DType, kind string) (*stablehlo.Value, error) {
+	pdt, _, err := ctx.rdProgramDType(dt)
+	if err != nil {
+		return nil, err
+	}
+	t := tensor.New(pdt)
+	isInt := pdt.IsInt() || pdt == tensor.Bool
+	lo, hi := rdLimits(pdt)
+	switch kind {
+	case ReduceSum, ReduceOr:
+		// zero
+	case ReduceMul, ReduceAnd:
+		t.SetInt64(0, 1)
+	case ReduceMax:
+		if isInt {
+			t.SetInt64(0, lo)
+		} else {
+			t.SetFloat64(0, math.Inf(-1))
+		}
+	case ReduceMin:
+		if isInt {
+			t.SetInt64(0, hi)
+		} else {
+			t.SetFloat64(0, math.Inf(1))
+		}
+	default:
+		return nil, fmt.Errorf("unknown reducer %q", kind)
+	}
+	return ctx.Constant(t)
+}
+
+// rdReduce reduces x (of IR dtype dt) over axes with reducer kind.
+func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, axes []int) (*stablehlo.Value, error) {
+	if dt == tensor.Bool {
+		switch kind {
+		case ReduceMax, ReduceSum:
+			kind = ReduceOr
+		case ReduceMin, ReduceMul:
+			kind = ReduceAnd
+		}
+	}
+	init, err := ctx.rdInit(dt, kind)
+	if err != nil {
+		return nil, err
+	}
+	fn, err := ctx.rdReduceFn(kind, x.Shape().DType)
+	if err != nil {
+		return nil, err
+	}
+	return stablehlo.Reduce(x, init, fn, axes...)
+}
+
+// rdReduceFn is ctx.ReduceFn, except that float max and min propagate NaN
+// (as PyTorch's amax/amin and numpy do): XLA CPU's maximum/minimum inside a
+// reduction drop it.
+func (ctx *Context) rdReduceFn(kind string, d dtypes.DType) (*stablehlo.Function, error) {
+	if !d.IsFloat() || (kind != ReduceMax && kind != ReduceMin) {
+		return ctx.ReduceFn(kind, d)
+	}
+	fn := ctx.Fn.Closure()
+	a, err := fn.Input(shapes.Make(d))
+	if err != nil {
+		return nil, err
+	}
+	b, err := fn.Input(shapes.Make(d))
+	if err != nil {
+		return nil, err
+	}
+	var r *stablehlo.Value
+	if kind == ReduceMax {
+		r, err = stablehlo.Maximum(a, b)
+	} else {
+		r, err = stablehlo.Minimum(a, b)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range []*stablehlo.Value{a, b} {
+		nan, err := stablehlo.Compare(v, v, types.CompareNE, types.CompareFloat)
+		if err != nil {
+			return nil, err
+		}
+		if r, err = stablehlo.Select(nan, v, r); err != nil {
+			return nil, err
+		}
+	}
+	if err := fn.Return(r); err != nil {
+		return nil, err
+	}
+	return fn, nil
+}
+
+// rdReshapeOut reshapes v to the node's output dims when they differ (the
+// size-1 dims of keepdim).
+func rdReshapeOut(v *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
+	if equalDims(v.Shape().Dimensions, dims) {
+		return v, nil
+	}
+	return stablehlo.Reshape(v, shapes.Make(v.Shape().DType, intsOf(dims)...))
+}
+
+// rdBroadcastBack broadcasts a reduced value r (the kept dims of a tensor of
+// dims full) back to full.
+func rdBroadcastBack(r *stablehlo.Value, full []int64, axes []int) (*stablehlo.Value, error) {
+	return stablehlo.BroadcastInDim(r, shapes.Make(r.Shape().DType, intsOf(full)...), rdKept(axes, len(full)))
+}
+
+// rdReduceRule lowers sum/prod/amax/amin/any/all: the input is converted to
+// the result dtype (PyTorch's dtype= semantics), accumulated in float32 for
+// half floats, reduced, and reshaped for keepdim.
+func rdReduceRule(kind string, dimArg int) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		_, inDims, err := InMeta(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		outDT, outDims := Out(n, 0)
+		axes, err := rdAxes(n, dimArg, len(inDims))
+		if err != nil {
+			return nil, err
+		}
+		x := in[0]
+		accDT := outDT
+		if kind == ReduceSum || kind == ReduceMul {
+			accDT = rdAccDType(outDT)
+		}
+		if kind == ReduceOr || kind == ReduceAnd {
+			if x, err = ctx.rdToBool(x); err != nil {
+				return nil, err
+			}
+		} else if x, err = ctx.ConvertTo(x, accDT); err != nil {
+			return nil, err
+		}
+		r, err := ctx.rdReduce(x, accDT, kind, axes)
+		if err != nil {
+			return nil, err
+		}
+		if r, err = ctx.ConvertTo(r, outDT); err != nil {
+			return nil, err
+		}
+		r, err = rdReshapeOut(r, outDims)
+		return []*stablehlo.Value{r}, err
+	}
+}
+
+// rdCompareType is the comparison type for values of XLA dtype d.
+func rdCompareType(d dtypes.DType) types.ComparisonType {
+	switch {
+	case d == dtypes.Bool || d.IsUnsigned():
+		return types.CompareUnsigned
+	case d.IsFloat():
+		return types.CompareFloat
+	}
+	return types.CompareSigned
+}
+
+// rdToBool returns x != 0 (x itself when already bool).
+func (ctx *Context) rdToBool(x *stablehlo.Value) (*stablehlo.Value, error) {
+	d := x.Shape().DType
+	if d == dtypes.Bool {
+		return x, nil
+	}
+	z, err := ctx.ScalarLike(x, 0)
+	if err != nil {
+		return nil, err
+	}
+	if z, err = stablehlo.BroadcastInDim(z, x.Shape(), nil); err != nil {
+		return nil, err
+	}
+	return stablehlo.Compare(x, z, types.CompareNE, rdCompareType(d))
+}
+
+// rdMeanRule lowers aten.mean: a sum in the accumulation dtype divided by
+// the number of reduced elements (0/0 = NaN for an empty reduction, as in
+// PyTorch).
+func rdMeanRule(dimArg int) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		_, inDims, err := InMeta(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		outDT, outDims := Out(n, 0)
+		axes, err := rdAxes(n, dimArg, len(inDims))
+		if err != nil {
+			return nil, err
+		}
+		r, err := ctx.rdMean(in[0], inDims, rdAccDType(outDT), axes)
+		if err != nil {
+			return nil, err
+		}
+		if r, err = ctx.ConvertTo(r, outDT); err != nil {
+			return nil, err
+		}
+		r, err = rdReshapeOut(r, outDims)
+		return []*stablehlo.Value{r}, err
+	}
+}
+
+// rdMean returns the mean of x over axes (kept dims only), computed in dt.
+func (ctx *Context) rdMean(x *stablehlo.Value, dims []int64, dt tensor.DType, axes []int) (*stablehlo.Value, error) {
+	x, err := ctx.ConvertTo(x, dt)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ctx.rdReduce(x, dt, ReduceSum, axes)
+	if err != nil {
+		return nil, err
+	}
+	return ctx.rdDivScalar(s, float64(rdCount(dims, axes)))
+}
+
+// rdCount is the number of elements axes of dims hold.
+func rdCount(dims []int64, axes []int) int64 {
+	c := int64(1)
+	for _, a := range axes {
+		c *= dims[a]
+	}
+	return c
+}
+
+// rdDivScalar divides v by the constant c.
+func (ctx *Context) rdDivScalar(v *stablehlo.Value, c float64) (*stablehlo.Value, error) {
+	k, err := ctx.ScalarLike(v, c)
+	if err != nil {
+		return nil, err
+	}
+	if k, err = stablehlo.BroadcastInDim(k, v.Shape(), nil); err != nil {
+		return nil, err
+	}
+	return stablehlo.Divide(v, k)
+}
+
+// rdFull returns a constant of v's dtype and shape holding c.
+func (ctx *Context) rdFull(v *stablehlo.Value, c float64) (*stablehlo.Value, error) {
+	k, err := ctx.ScalarLike(v, c)
+	if err != nil {
+		return nil, err
+	}
+	return stablehlo.BroadcastInDim(k, v.Shape(), nil)
+}
+
+// rdArgRule lowers aten.max.dim / aten.min.dim (withValues: values and
+// indices) and aten.argmax / aten.argmin (indices only) with one variadic
+// reduce over (value, index) pairs. NaN counts as the largest (for max) or
+// smallest (for min) value, and ties go to the first index, as in PyTorch.
+func rdArgRule(kind string, withValues bool) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		inDT, inDims, err := InMeta(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		idxDT, outDims := Out(n, len(n.Meta.Vals)-1)
+		x := in[0]
+		var axis int
+		if n.ArgOr(1, "dim", nil) == nil {
+			// argmax over the flattened input.
+			total := tensor.NumElements(inDims)
+			if x, err = stablehlo.Reshape(x, shapes.Make(x.Shape().DType, int(total))); err != nil {
+				return nil, err
+			}
+			inDims = []int64{total}
+		} else {
+			axes, err := rdAxes(n, 1, len(inDims))
+			if err != nil {
+				return nil, err
+			}
+			if len(inDims) == 0 {
+				if x, err = stablehlo.Reshape(x, shapes.Make(x.Shape().DType, 1)); err != nil {
+					return nil, err
+				}
+				inDims = []int64{1}
+				axes = []int{0}
+			}
+			if len(axes) != 1 {
+				return nil, fmt.Errorf("want one dim, got %v", axes)
+			}
+			axis = axes[0]
+		}
+		_, ixla, err := ctx.rdProgramDType(idxDT)
+		if err != nil {
+			return nil, err
+		}
+		iota, err := ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), axis)
+		if err != nil {
+			return nil, err
+		}
+		vInit, err := ctx.rdInit(inDT, kind)
+		if err != nil {
+			return nil, err
+		}
+		iInit, err := ctx.rdInit(idxDT, ReduceSum)
+		if err != nil {
+			return nil, err
+		}
+		fn, err := ctx.rdArgReducer(kind, x.Shape().DType, ixla)
+		if err != nil {
+			return nil, err
+		}
+		res, err := stablehlo.MultiReduce([]*stablehlo.Value{x, iota}, []*stablehlo.Value{vInit, iInit}, fn, axis)
+		if err != nil {
+			return nil, err
+		}
+		idx, err := rdReshapeOut(res[1], outDims)
+		if err != nil {
+			return nil, err
+		}
+		if !withValues {
+			return []*stablehlo.Value{idx}, nil
+		}
+		vals, err := rdReshapeOut(res[0], outDims)
+		return []*stablehlo.Value{vals, idx}, err
+	}
+}
+
+// rdArgReducer builds the closure (v1, i1, v2, i2) -> the better pair:
+// larger (max) or smaller (min) value, NaN winning, ties to the lower index.
+func (ctx *Context) rdArgReducer(kind string, vd, id dtypes.DType) (*stablehlo.Function, error) {
+	fn := ctx.Fn.Closure()
+	var ins [4]*stablehlo.Value
+	for i, d := range []dtypes.DType{vd, id, vd, id} {
+		v, err := fn.Input(shapes.Make(d))
+		if err != nil {
+			return nil, err
+		}
+		ins[i] = v
+	}
+	v1, i1, v2, i2 := ins[0], ins[1], ins[2], ins[3]
+	ct := rdCompareType(vd)
+	dir := types.CompareGT
+	if kind == ReduceMin {
+		dir = types.CompareLT
+	}
+	better, err := stablehlo.Compare(v1, v2, dir, ct)
+	if err != nil {
+		return nil, err
+	}
+	eq, err := stablehlo.Compare(v1, v2, types.CompareEQ, ct)
+	if err != nil {
+		return nil, err
+	}
+	if vd.IsFloat() {
+		nan1, err := stablehlo.Compare(v1, v1, types.CompareNE, ct)
+		if err != nil {
+			return nil, err
+		}
+		nan2, err := stablehlo.Compare(v2, v2, types.CompareNE, ct)
+		if err != nil {
+			return nil, err
+		}
+		not2, err := stablehlo.Not(nan2)
+		if err != nil {
+			return nil, err
+		}
+		only1, err := stablehlo.And(nan1, not2)
+		if err != nil {
+			return nil, err
+		}
+		if better, err = stablehlo.Or(better, only1); err != nil {
+			return nil, err
+		}
+		both, err := stablehlo.And(nan1, nan2)
+		if err != nil {
+			return nil, err
+		}
+		if eq, err = stablehlo.Or(eq, both); err != nil {
+			return nil, err
+		}
+	}
+	first, err := stablehlo.Compare(i1, i2, types.CompareLT, rdCompareType(id))
+	if err != nil {
+		return nil, err
+	}
+	tie, err := stablehlo.And(eq, first)
+	if err != nil {
+		return nil, err
+	}
+	pick, err := stablehlo.Or(better, tie)
+	if err != nil {
+		return nil, err
+	}
+	v, err := stablehlo.Select(pick, v1, v2)
+	if err != nil {
+		return nil, err
+	}
+	i, err := stablehlo.Select(pick, i1, i2)
+	if err != nil {
+		return nil, err
+	}
+	if err := fn.Return(v, i); err != nil {
+		return nil, err
+	}
+	return fn, nil
+}
+
+// rdScanWindowMax is the longest axis scanned with one reduce_window (a
+// quadratic amount of work); longer axes use a logarithmic doubling scan.
+const rdScanWindowMax = 256
+
+// rdCumRule lowers aten.cumsum / aten.cumprod as an inclusive scan.
+func rdCumRule(kind string) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		_, inDims, err := InMeta(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		outDT, _ := Out(n, 0)
+		accDT := rdAccDType(outDT)
+		x, err := ctx.ConvertTo(in[0], accDT)
+		if err != nil {
+			return nil, err
+		}
+		if len(inDims) > 0 {
+			d, err := n.IntArg(1, "dim", 0)
+			if err != nil {
+				return nil, err
+			}
+			axis, err := fxgraph.NormDim(d, len(inDims))
+			if err != nil {
+				return nil, err
+			}
+			if x, err = ctx.rdScan(x, accDT, kind, axis); err != nil {
+				return nil, err
+			}
+		}
+		x, err = ctx.ConvertTo(x, outDT)
+		return []*stablehlo.Value{x}, err
+	}
+}
+
+// rdScan computes the inclusive scan of x (IR dtype dt) along axis.
+func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axis int) (*stablehlo.Value, error) {
+	dims := x.Shape().Dimensions
+	size := dims[axis]
+	if size <= 1 {
+		return x, nil
+	}
+	rank := len(dims)
+	if size <= rdScanWindowMax {
+		init, err := ctx.rdInit(dt, kind)
+		if err != nil {
+			return nil, err
+		}
+		fn, err := ctx.rdReduceFn(kind, x.Shape().DType)
+		if err != nil {
+			return nil, err
+		}
+		window := make([]int, rank)
+		strides := make([]int, rank)
+		pad := make([][2]int, rank)
+		for i := range window {
+			window[i], strides[i] = 1, 1
+		}
+		window[axis] = size
+		pad[axis] = [2]int{size - 1, 0}
+		return stablehlo.ReduceWindow(x, init, fn, window, strides, nil, nil, pad)
+	}
+	// Hillis-Steele: y += shift(y, s) for s = 1, 2, 4, ...
+	identity, err := ctx.rdInit(dt, kind)
+	if err != nil {
+		return nil, err
+	}
+	starts := make([]int, rank)
+	strides := make([]int, rank)
+	for i := range strides {
+		strides[i] = 1
+	}
+	zeros := make([]int, rank)
+	for s := 1; s < size; s *= 2 {
+		limits := append([]int(nil), dims...)
+		limits[axis] = size - s
+		head, err := stablehlo.Slice(x, starts, limits, strides)
+		if err != nil {
+			return nil, err
+		}
+		lo := make([]int, rank)
+		lo[axis] = s
+		shifted, err := stablehlo.Pad(head, identity, lo, zeros, zeros)
+		if err != nil {
+			return nil, err
+		}
+		if kind == ReduceMul {
+			x, err = stablehlo.Multiply(x, shifted)
+		} else {
+			x, err = stablehlo.Add(x, shifted)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// lowerLogSumExp lowers aten.logsumexp(self, dim, keepdim) stably:
+// m + log(sum(exp(x - m))) with m the max, infinite maxes replaced by 0.
+func lowerLogSumExp(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	_, inDims, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	outDT, outDims := Out(n, 0)
+	axes, err := rdAxes(n, 1, len(inDims))
+	if err != nil {
+		return nil, err
+	}
+	accDT := rdAccDType(outDT)
+	x, err := ctx.ConvertTo(in[0], accDT)
+	if err != nil {
+		return nil, err
+	}
+	m, err := ctx.rdReduce(x, accDT, ReduceMax, axes)
+	if err != nil {
+		return nil, err
+	}
+	fin, err := stablehlo.IsFinite(m)
+	if err != nil {
+		return nil, err
+	}
+	zero, err := ctx.rdFull(m, 0)
+	if err != nil {
+		return nil, err
+	}
+	if m, err = stablehlo.Select(fin, m, zero); err != nil {
+		return nil, err
+	}
+	mb, err := rdBroadcastBack(m, inDims, axes)
+	if err != nil {
+		return nil, err
+	}
+	d, err := stablehlo.Subtract(x, mb)
+	if err != nil {
+		return nil, err
+	}
+	if d, err = stablehlo.Exponential(d); err != nil {
+		return nil, err
+	}
+	s, err := ctx.rdReduce(d, accDT, ReduceSum, axes)
+	if err != nil {
+		return nil, err
+	}
+	if s, err = stablehlo.Log(s); err != nil {
+		return nil, err
+	}
+	if s, err = stablehlo.Add(s, m); err != nil {
+		return nil, err
+	}
+	if s, err = ctx.ConvertTo(s, outDT); err != nil {
+		return nil, err
+	}
+	s, err = rdReshapeOut(s, outDims)
+	return []*stablehlo.Value{s}, err
+}
+
+// rdVarRule lowers aten.var.correction / aten.std.correction: the sum of
+// squared deviations from the mean over max(N - correction, 0).
+func rdVarRule(sqrt bool) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		_, inDims, err := InMeta(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		outDT, outDims := Out(n, 0)
+		if outDT.IsComplex() {
+			return nil, fmt.Errorf("complex variance is not supported")
+		}
+		axes, err := rdAxes(n, 1, len(inDims))
+		if err != nil {
+			return nil, err
+		}
+		corr, err := n.FloatArg(rdKwOnly, "correction", 1)
+		if err != nil {
+			return nil, err
+		}
+		accDT := rdAccDType(outDT)
+		x, err := ctx.ConvertTo(in[0], accDT)
+		if err != nil {
+			return nil, err
+		}
+		mean, err := ctx.rdMean(x, inDims, accDT, axes)
+		if err != nil {
+			return nil, err
+		}
+		mb, err := rdBroadcastBack(mean, inDims, axes)
+		if err != nil {
+			return nil, err
+		}
+		d, err := stablehlo.Subtract(x, mb)
+		if err != nil {
+			return nil, err
+		}
+		if d, err = stablehlo.Multiply(d, d); err != nil {
+			return nil, err
+		}
+		s, err := ctx.rdReduce(d, accDT, ReduceSum, axes)
+		if err != nil {
+			return nil, err
+		}
+		if s, err = ctx.rdDivScalar(s, math.Max(float64(rdCount(inDims, axes))-corr, 0)); err != nil {
+			return nil, err
+		}
+		if sqrt {
+			if s, err = stablehlo.Sqrt(s); err != nil {
+				return nil, err
+			}
+		}
+		if s, err = ctx.ConvertTo(s, outDT); err != nil {
+			return nil, err
+		}
+		s, err = rdReshapeOut(s, outDims)
+		return []*stablehlo.Value{s}, err
+	}
+}
+
+// lowerVectorNorm lowers aten.linalg_vector_norm(self, ord, dim, keepdim,
+// dtype): max|x| for ord inf, min|x| for -inf, the count of non-zeros for 0,
+// sqrt(sum x^2) for 2, and (sum |x|^p)^(1/p) otherwise.
+func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	_, inDims, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	outDT, outDims := Out(n, 0)
+	if outDT.IsComplex() {
+		return nil, fmt.Errorf("complex norms are not supported")
+	}
+	ord, err := n.FloatArg(1, "ord", 2)
+	if err != nil {
+		return nil, err
+	}
+	axes, err := rdAxes(n, 2, len(inDims))
+	if err != nil {
+		return nil, err
+	}
+	accDT := rdAccDType(outDT)
+	x, err := ctx.ConvertTo(in[0], accDT)
+	if err != nil {
+		return nil, err
+	}
+	a, err := stablehlo.Abs(x)
+	if err != nil {
+		return nil, err
+	}
+	var r *stablehlo.Value
+	switch {
+	case math.IsInf(ord, 1):
+		r, err = ctx.rdReduce(a, accDT, ReduceMax, axes)
+	case math.IsInf(ord, -1):
+		r, err = ctx.rdReduce(a, accDT, ReduceMin, axes)
+	case ord == 0:
+		var nz *stablehlo.Value
+		if nz, err = ctx.rdToBool(a); err == nil {
+			if nz, err = stablehlo.Convert(nz, a.Shape().DType); err == nil {
+				r, err = ctx.rdReduce(nz, accDT, ReduceSum, axes)
+			}
+		}
+	case ord == 1:
+		r, err = ctx.rdReduce(a, accDT, ReduceSum, axes)
+	case ord == 2:
+		var sq *stablehlo.Value
+		if sq, err = stablehlo.Multiply(x, x); err == nil {
+			if r, err = ctx.rdReduce(sq, accDT, ReduceSum, axes); err == nil {
+				r, err = stablehlo.Sqrt(r)
+			}
+		}
+	default:
+		var p, ip, pw *stablehlo.Value
+		if p, err = ctx.rdFull(a, ord); err != nil {
+			return nil, err
+		}
+		if pw, err = stablehlo.Power(a, p); err != nil {
+			return nil, err
+		}
+		if r, err = ctx.rdReduce(pw, accDT, ReduceSum, axes); err != nil {
+			return nil, err
+		}
+		if ip, err = ctx.rdFull(r, 1/ord); err != nil {
+			return nil, err
+		}
+		r, err = stablehlo.Power(r, ip)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r, err = ctx.ConvertTo(r, outDT); err != nil {
+		return nil, err
+	}
+	r, err = rdReshapeOut(r, outDims)
+	return []*stablehlo.Value{r}, err
+}
+
+// lowerNLLLoss lowers aten.nll_loss_forward(self, target, weight, reduction,
+// ignore_index) for any input rank: the picked log-probability
+// -self[n, target[n, ...], ...] * weight[target] is selected with a one-hot
+// mask over the class dim (no gather), zeroed where target == ignore_index;
+// mean divides the summed loss by the summed weights of the counted targets.
+func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	_, inDims, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	outDT, outDims := Out(n, 0)
+	red, err := n.IntArg(3, "reduction", 1)
+	if err != nil {
+		return nil, err
+	}
+	ignore, err := n.IntArg(4, "ignore_index", -100)
+	if err != nil {
+		return nil, err
+	}
+	accDT := rdAccDType(outDT)
+	x, err := ctx.ConvertTo(in[0], accDT)
+	if err != nil {
+		return nil, err
+	}
+	rank := len(inDims)
+	classAxis := 0
+	if rank > 1 {
+		classAxis = 1
+	}
+	others := rdKept([]int{classAxis}, rank)
+	t := in[1]
+	td := t.Shape().DType
+	full := shapes.Make(td, intsOf(inDims)...)
+	iota, err := ctx.Fn.Iota(full, classAxis)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := stablehlo.BroadcastInDim(t, full, others)
+	if err != nil {
+		return nil, err
+	}
+	hot, err := stablehlo.Compare(iota, tb, types.CompareEQ, rdCompareType(td))
+	if err != nil {
+		return nil, err
+	}
+	zeroX, err := ctx.rdFull(x, 0)
+	if err != nil {
+		return nil, err
+	}
+	pickedX, err := stablehlo.Select(hot, x, zeroX)
+	if err != nil {
+		return nil, err
+	}
+	picked, err := ctx.rdReduce(pickedX, accDT, ReduceSum, []int{classAxis})
+	if err != nil {
+		return nil, err
+	}
+	// Weight of each target: weight[target], or 1.
+	var w *stablehlo.Value
+	if n.Arg(2) != nil {
+		wv := in[2]
+		if wv, err = ctx.ConvertTo(wv, accDT); err != nil {
+			return nil, err
+		}
+		wb, err := stablehlo.BroadcastInDim(wv, x.Shape(), []int{classAxis})
+		if err != nil {
+			return nil, err
+		}
+		if wb, err = stablehlo.Select(hot, wb, zeroX); err != nil {
+			return nil, err
+		}
+		if w, err = ctx.rdReduce(wb, accDT, ReduceSum, []int{classAxis}); err != nil {
+			return nil, err
+		}
+	} else if w, err = ctx.rdFull(picked, 1); err != nil {
+		return nil, err
+	}
+	ig, err := ctx.rdScalarOf(td, ignore)
+	if err != nil {
+		return nil, err
+	}
+	if ig, err = stablehlo.BroadcastInDim(ig, t.Shape(), nil); err != nil {
+		return nil, err
+	}
+	valid, err := stablehlo.Compare(t, ig, types.CompareNE, rdCompareType(td))
+	if err != nil {
+		return nil, err
+	}
+	zeroT, err := ctx.rdFull(picked, 0)
+	if err != nil {
+		return nil, err
+	}
+	if w, err = stablehlo.Select(valid, w, zeroT); err != nil {
+		return nil, err
+	}
+	loss, err := stablehlo.Multiply(picked, w)
+	if err != nil {
+		return nil, err
+	}
+	if loss, err = stablehlo.Negate(loss); err != nil {
+		return nil, err
+	}
+	// Ignored targets give exactly 0 even when their input is inf or NaN.
+	if loss, err = stablehlo.Select(valid, loss, zeroT); err != nil {
+		return nil, err
+	}
+	all := make([]int, picked.Shape().Rank())
+	for i := range all {
+		all[i] = i
+	}
+	total, err := ctx.rdReduce(w, accDT, ReduceSum, all)
+	if err != nil {
+		return nil, err
+	}
+	switch red {
+	case 0:
+		if total, err = ctx.rdFull(total, 0); err != nil {
+			return nil, err
+		}
+	case 1, 2:
+		if loss, err = ctx.rdReduce(loss, accDT, ReduceSum, all); err != nil {
+			return nil, err
+		}
+		if red == 1 {
+			if loss, err = stablehlo.Divide(loss, total); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fmt.Errorf("reduction %d is not 0, 1 or 2", red)
+	}
+	if loss, err = ctx.ConvertTo(loss, outDT); err != nil {
+		return nil, err
+	}
+	if loss, err = rdReshapeOut(loss, outDims); err != nil {
+		return nil, err
+	}
+	if total, err = ctx.ConvertTo(total, outDT); err != nil {
+		return nil, err
+	}
+	return []*stablehlo.Value{loss, total}, nil
+}
+
+// rdScalarOf returns a rank-0 constant of XLA dtype d holding the integer v.
+func (ctx *Context) rdScalarOf(d dtypes.DType, v int64) (*stablehlo.Value, error) {
+	dt, err := tensorDType(d)
+	if err != nil {
+		return nil, err
+	}
+	t := tensor.New(dt)
+	t.SetInt64(0, v)
+	return ctx.Constant(t)
+}
