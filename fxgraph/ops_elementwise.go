@@ -1,5 +1,1091 @@
 package fxgraph
 
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/xserve/xserve/tensor"
+)
+
+// ewKind says how a pointwise operator derives its result dtype from the
+// dtype its operands are promoted to (torch.result_type).
+type ewKind int
+
+const (
+	// ewSame: the result has the promoted dtype.
+	ewSame ewKind = iota
+	// ewFloat: integer and bool results become float32 (torch's default
+	// dtype), as for exp, sqrt or true division.
+	ewFloat
+	// ewBool: the result is bool (comparisons, logical ops, isnan).
+	ewBool
+)
+
+// ewUnaryOp describes a one-input pointwise operator.
+type ewUnaryOp struct {
+	kind ewKind
+	// fi computes the op on an integer or bool value of dtype dt; nil when
+	// the op has no integer form (the fold is then declined).
+	fi func(dt tensor.DType, v int64) (int64, bool)
+	// ff computes the op on a float value.
+	ff func(v float64) float64
+}
+
+func ewB(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func ewBf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func ewIdentInt(_ tensor.DType, v int64) (int64, bool) { return v, true }
+
+// ewUnaryOps are the unary operators without parameters.
+var ewUnaryOps = map[string]ewUnaryOp{
+	"aten.neg.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+		if dt == tensor.Bool {
+			return 0, false
+		}
+		return -v, true
+	}, func(v float64) float64 { return -v }},
+	"aten.abs.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+		if v < 0 {
+			return -v, true
+		}
+		return v, true
+	}, math.Abs},
+	"aten.sign.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+		switch {
+		case v > 0:
+			return 1, true
+		case v < 0:
+			return -1, true
+		}
+		return 0, true
+	}, func(v float64) float64 {
+		switch {
+		case v > 0:
+			return 1
+		case v < 0:
+			return -1
+		}
+		return 0 // zeros, and NaN as torch.sign gives it
+	}},
+	"aten.relu.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+		if dt == tensor.Bool {
+			return 0, false
+		}
+		return max(v, 0), true
+	}, func(v float64) float64 {
+		if v > 0 || math.IsNaN(v) {
+			return v
+		}
+		return 0
+	}},
+	"aten.floor.default": {ewSame, ewIdentInt, math.Floor},
+	"aten.ceil.default":  {ewSame, ewIdentInt, math.Ceil},
+	"aten.round.default": {ewSame, ewIdentInt, math.RoundToEven},
+	"aten.trunc.default": {ewSame, ewIdentInt, math.Trunc},
+	"aten.clone.default": {ewSame, ewIdentInt, func(v float64) float64 { return v }},
+	"aten.bitwise_not.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+		if dt == tensor.Bool {
+			return 1 - v, true
+		}
+		return ^v, true
+	}, nil},
+	"aten.logical_not.default": {ewBool, func(_ tensor.DType, v int64) (int64, bool) { return ewB(v == 0), true },
+		func(v float64) float64 { return ewBf(v == 0) }},
+	"aten.isnan.default": {ewBool, func(tensor.DType, int64) (int64, bool) { return 0, true },
+		func(v float64) float64 { return ewBf(math.IsNaN(v)) }},
+	"aten.isinf.default": {ewBool, func(tensor.DType, int64) (int64, bool) { return 0, true },
+		func(v float64) float64 { return ewBf(math.IsInf(v, 0)) }},
+	"aten.isfinite.default": {ewBool, func(tensor.DType, int64) (int64, bool) { return 1, true },
+		func(v float64) float64 { return ewBf(!math.IsInf(v, 0) && !math.IsNaN(v)) }},
+	"aten.exp.default":        {ewFloat, nil, math.Exp},
+	"aten.exp2.default":       {ewFloat, nil, math.Exp2},
+	"aten.expm1.default":      {ewFloat, nil, math.Expm1},
+	"aten.log.default":        {ewFloat, nil, math.Log},
+	"aten.log2.default":       {ewFloat, nil, math.Log2},
+	"aten.log10.default":      {ewFloat, nil, math.Log10},
+	"aten.log1p.default":      {ewFloat, nil, math.Log1p},
+	"aten.sqrt.default":       {ewFloat, nil, math.Sqrt},
+	"aten.rsqrt.default":      {ewFloat, nil, func(v float64) float64 { return 1 / math.Sqrt(v) }},
+	"aten.reciprocal.default": {ewFloat, nil, func(v float64) float64 { return 1 / v }},
+	"aten.sin.default":        {ewFloat, nil, math.Sin},
+	"aten.cos.default":        {ewFloat, nil, math.Cos},
+	"aten.tan.default":        {ewFloat, nil, math.Tan},
+	"aten.asin.default":       {ewFloat, nil, math.Asin},
+	"aten.acos.default":       {ewFloat, nil, math.Acos},
+	"aten.atan.default":       {ewFloat, nil, math.Atan},
+	"aten.sinh.default":       {ewFloat, nil, math.Sinh},
+	"aten.cosh.default":       {ewFloat, nil, math.Cosh},
+	"aten.asinh.default":      {ewFloat, nil, math.Asinh},
+	"aten.acosh.default":      {ewFloat, nil, math.Acosh},
+	"aten.atanh.default":      {ewFloat, nil, math.Atanh},
+	"aten.tanh.default":       {ewFloat, nil, math.Tanh},
+	"aten.sigmoid.default":    {ewFloat, nil, ewSigmoid},
+	"aten.erf.default":        {ewFloat, nil, math.Erf},
+	"aten.hardsigmoid.default": {ewFloat, nil, func(v float64) float64 {
+		return math.Min(math.Max(v+3, 0), 6) / 6
+	}},
+	"aten.hardswish.default": {ewFloat, nil, func(v float64) float64 {
+		return v * math.Min(math.Max(v+3, 0), 6) / 6
+	}},
+	"aten.silu.default": {ewFloat, nil, func(v float64) float64 { return v * ewSigmoid(v) }},
+	"aten.mish.default": {ewFloat, nil, func(v float64) float64 { return v * math.Tanh(ewSoftplus(v, 1, 20)) }},
+}
+
+func ewSigmoid(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
+
+func ewSoftplus(v, beta, threshold float64) float64 {
+	if v*beta > threshold {
+		return v
+	}
+	return math.Log1p(math.Exp(v*beta)) / beta
+}
+
+// ewParamOp is a one-input pointwise operator whose float function depends
+// on scalar arguments (leaky_relu's slope, elu's alpha, ...).
+type ewParamOp struct {
+	kind ewKind
+	// fn returns the float function for node n.
+	fn func(n *Node) (func(float64) float64, error)
+	// int tells whether the op keeps integer inputs as integers (hardtanh
+	// and leaky_relu do in torch); their integer fold is then declined.
+	keepInt bool
+}
+
+var ewParamOps = map[string]ewParamOp{
+	"aten.leaky_relu.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
+		s, err := n.FloatArg(1, "negative_slope", 0.01)
+		if err != nil {
+			return nil, err
+		}
+		return func(v float64) float64 {
+			if v > 0 {
+				return v
+			}
+			return v * s
+		}, nil
+	}, true},
+	"aten.elu.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
+		alpha, scale, inScale, err := ewEluArgs(n)
+		if err != nil {
+			return nil, err
+		}
+		return func(v float64) float64 {
+			if v > 0 {
+				return v * scale
+			}
+			return math.Expm1(v*inScale) * alpha * scale
+		}, nil
+	}, false},
+	"aten.gelu.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
+		approx, err := ewGeluApprox(n)
+		if err != nil {
+			return nil, err
+		}
+		if approx == "tanh" {
+			return func(v float64) float64 {
+				return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
+			}, nil
+		}
+		return func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) }, nil
+	}, false},
+	"aten.hardtanh.default": {ewSame, func(n *Node) (func(float64) float64, error) {
+		lo, hi, err := ewHardtanhArgs(n)
+		if err != nil {
+			return nil, err
+		}
+		return func(v float64) float64 {
+			if math.IsNaN(v) {
+				return v
+			}
+			return math.Min(math.Max(v, lo), hi)
+		}, nil
+	}, true},
+	"aten.softplus.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
+		beta, threshold, err := ewSoftplusArgs(n)
+		if err != nil {
+			return nil, err
+		}
+		return func(v float64) float64 { return ewSoftplus(v, beta, threshold) }, nil
+	}, false},
+	"aten.threshold.default": {ewSame, func(n *Node) (func(float64) float64, error) {
+		th, err := n.FloatArg(1, "threshold", 0)
+		if err != nil {
+			return nil, err
+		}
+		val, err := n.FloatArg(2, "value", 0)
+		if err != nil {
+			return nil, err
+		}
+		return func(v float64) float64 {
+			if v > th || math.IsNaN(v) {
+				return v
+			}
+			return val
+		}, nil
+	}, true},
+}
+
+func ewEluArgs(n *Node) (alpha, scale, inScale float64, err error) {
+	if alpha, err = n.FloatArg(1, "alpha", 1); err != nil {
+		return
+	}
+	if scale, err = n.FloatArg(2, "scale", 1); err != nil {
+		return
+	}
+	inScale, err = n.FloatArg(3, "input_scale", 1)
+	return
+}
+
+func ewGeluApprox(n *Node) (string, error) {
+	a := n.ArgOr(1, "approximate", "none")
+	s, ok := a.(string)
+	if !ok || (s != "none" && s != "tanh") {
+		return "", fmt.Errorf("gelu: approximate is %s, want \"none\" or \"tanh\"", FormatArg(a))
+	}
+	return s, nil
+}
+
+func ewHardtanhArgs(n *Node) (lo, hi float64, err error) {
+	if lo, err = n.FloatArg(1, "min_val", -1); err != nil {
+		return
+	}
+	hi, err = n.FloatArg(2, "max_val", 1)
+	return
+}
+
+func ewSoftplusArgs(n *Node) (beta, threshold float64, err error) {
+	if beta, err = n.FloatArg(1, "beta", 1); err != nil {
+		return
+	}
+	threshold, err = n.FloatArg(2, "threshold", 20)
+	return
+}
+
+// ewBinaryOp describes a two-operand pointwise operator (either operand may
+// be a Python number for the .Scalar overloads).
+type ewBinaryOp struct {
+	kind ewKind
+	// noFloat rejects floating-point operands (bitwise ops and shifts).
+	noFloat bool
+	// fi computes on integer (or bool) operands of promoted dtype dt.
+	fi func(dt tensor.DType, a, b int64) (int64, bool)
+	// ff computes on float operands.
+	ff func(a, b float64) float64
+}
+
+func ewIntDivTrunc(_ tensor.DType, a, b int64) (int64, bool) {
+	if b == 0 || (a == math.MinInt64 && b == -1) {
+		return 0, false
+	}
+	return a / b, true
+}
+
+func ewIntDivFloor(_ tensor.DType, a, b int64) (int64, bool) {
+	if b == 0 || (a == math.MinInt64 && b == -1) {
+		return 0, false
+	}
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q, true
+}
+
+func ewIntFmod(_ tensor.DType, a, b int64) (int64, bool) {
+	if b == 0 {
+		return 0, false
+	}
+	if b == -1 {
+		return 0, true
+	}
+	return a % b, true
+}
+
+func ewIntRemainder(_ tensor.DType, a, b int64) (int64, bool) {
+	if b == 0 {
+		return 0, false
+	}
+	if b == -1 {
+		return 0, true
+	}
+	r := a % b
+	if r != 0 && (r < 0) != (b < 0) {
+		r += b
+	}
+	return r, true
+}
+
+func ewFloatRemainder(a, b float64) float64 {
+	r := math.Mod(a, b)
+	if r != 0 && (r < 0) != (b < 0) {
+		r += b
+	}
+	return r
+}
+
+func ewIntPow(dt tensor.DType, a, b int64) (int64, bool) {
+	if b < 0 || dt == tensor.Bool {
+		return 0, false
+	}
+	r := int64(1)
+	for b > 0 {
+		if b&1 == 1 {
+			r *= a
+		}
+		a *= a
+		b >>= 1
+	}
+	return r, true
+}
+
+func ewBits(dt tensor.DType) int64 { return int64(dt.Size()) * 8 }
+
+var ewBinaryOps = map[string]ewBinaryOp{
+	"aten.mul.Tensor": {ewSame, false, func(dt tensor.DType, a, b int64) (int64, bool) {
+		if dt == tensor.Bool {
+			return a & b, true
+		}
+		return a * b, true
+	}, func(a, b float64) float64 { return a * b }},
+	"aten.div.Tensor":        {ewFloat, false, nil, func(a, b float64) float64 { return a / b }},
+	"aten.pow.Tensor_Tensor": {ewSame, false, ewIntPow, math.Pow},
+	"aten.maximum.default": {ewSame, false, func(_ tensor.DType, a, b int64) (int64, bool) { return max(a, b), true },
+		func(a, b float64) float64 {
+			if math.IsNaN(a) || math.IsNaN(b) {
+				return math.NaN()
+			}
+			return math.Max(a, b)
+		}},
+	"aten.minimum.default": {ewSame, false, func(_ tensor.DType, a, b int64) (int64, bool) { return min(a, b), true },
+		func(a, b float64) float64 {
+			if math.IsNaN(a) || math.IsNaN(b) {
+				return math.NaN()
+			}
+			return math.Min(a, b)
+		}},
+	"aten.fmod.Tensor":        {ewSame, false, ewIntFmod, math.Mod},
+	"aten.remainder.Tensor":   {ewSame, false, ewIntRemainder, ewFloatRemainder},
+	"aten.atan2.default":      {ewFloat, false, nil, math.Atan2},
+	"aten.bitwise_and.Tensor": {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a & b, true }, nil},
+	"aten.bitwise_or.Tensor":  {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a | b, true }, nil},
+	"aten.bitwise_xor.Tensor": {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a ^ b, true }, nil},
+	"aten.bitwise_left_shift.Tensor": {ewSame, true, func(dt tensor.DType, a, b int64) (int64, bool) {
+		if b < 0 || dt == tensor.Bool {
+			return 0, false
+		}
+		if b >= ewBits(dt) {
+			return 0, true
+		}
+		return a << uint(b), true
+	}, nil},
+	"aten.bitwise_right_shift.Tensor": {ewSame, true, func(dt tensor.DType, a, b int64) (int64, bool) {
+		if b < 0 || dt == tensor.Bool {
+			return 0, false
+		}
+		if b >= ewBits(dt) {
+			b = 63
+		}
+		return a >> uint(b), true
+	}, nil},
+	"aten.eq.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a == b), true },
+		func(a, b float64) float64 { return ewBf(a == b) }},
+	"aten.ne.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != b), true },
+		func(a, b float64) float64 { return ewBf(a != b) }},
+	"aten.lt.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a < b), true },
+		func(a, b float64) float64 { return ewBf(a < b) }},
+	"aten.le.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a <= b), true },
+		func(a, b float64) float64 { return ewBf(a <= b) }},
+	"aten.gt.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a > b), true },
+		func(a, b float64) float64 { return ewBf(a > b) }},
+	"aten.ge.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a >= b), true },
+		func(a, b float64) float64 { return ewBf(a >= b) }},
+	"aten.logical_and.default": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != 0 && b != 0), true },
+		func(a, b float64) float64 { return ewBf(a != 0 && b != 0) }},
+	"aten.logical_or.default": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != 0 || b != 0), true },
+		func(a, b float64) float64 { return ewBf(a != 0 || b != 0) }},
+	"aten.logical_xor.default": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB((a != 0) != (b != 0)), true },
+		func(a, b float64) float64 { return ewBf((a != 0) != (b != 0)) }},
+}
+
+// ewScalarTwins maps .Scalar overloads (other is a Python number) to the
+// .Tensor overload that computes the same thing.
+var ewScalarTwins = map[string]string{
+	"aten.mul.Scalar":                        "aten.mul.Tensor",
+	"aten.div.Scalar":                        "aten.div.Tensor",
+	"aten.pow.Tensor_Scalar":                 "aten.pow.Tensor_Tensor",
+	"aten.pow.Scalar":                        "aten.pow.Tensor_Tensor",
+	"aten.fmod.Scalar":                       "aten.fmod.Tensor",
+	"aten.remainder.Scalar":                  "aten.remainder.Tensor",
+	"aten.bitwise_and.Scalar":                "aten.bitwise_and.Tensor",
+	"aten.bitwise_or.Scalar":                 "aten.bitwise_or.Tensor",
+	"aten.bitwise_xor.Scalar":                "aten.bitwise_xor.Tensor",
+	"aten.bitwise_left_shift.Tensor_Scalar":  "aten.bitwise_left_shift.Tensor",
+	"aten.bitwise_right_shift.Tensor_Scalar": "aten.bitwise_right_shift.Tensor",
+	"aten.eq.Scalar":                         "aten.eq.Tensor",
+	"aten.ne.Scalar":                         "aten.ne.Tensor",
+	"aten.lt.Scalar":                         "aten.lt.Tensor",
+	"aten.le.Scalar":                         "aten.le.Tensor",
+	"aten.gt.Scalar":                         "aten.gt.Tensor",
+	"aten.ge.Scalar":                         "aten.ge.Tensor",
+}
+
+// ResultType returns the dtype PyTorch computes a pointwise operation on
+// args in (torch.result_type). Each arg is a tensor node, a Python number
+// (int64, float64, bool) or nil (an absent optional operand, ignored).
+// Within one category (bool < integer < float < complex) tensors with dims
+// take precedence over zero-dim tensors, which take precedence over numbers:
+// int32 tensor + int64 zero-dim tensor is int32, int32 tensor + 2.5 is
+// float32.
+func ResultType(args ...any) (tensor.DType, error) {
+	var dim, zero, wrapped tensor.DType
+	for _, a := range args {
+		switch v := a.(type) {
+		case nil:
+		case *Node:
+			if len(v.Meta.Vals) != 1 {
+				return tensor.Invalid, fmt.Errorf("operand %s has meta %s, want one tensor", v.Name, v.Meta)
+			}
+			m := v.Meta.Vals[0]
+			if m.DType == tensor.Invalid || m.DType == tensor.String {
+				return tensor.Invalid, fmt.Errorf("operand %s has dtype %s", v.Name, m.DType)
+			}
+			if m.Rank() > 0 {
+				dim = ewPromote(dim, m.DType)
+			} else {
+				zero = ewPromote(zero, m.DType)
+			}
+		case bool:
+			wrapped = ewPromote(wrapped, tensor.Bool)
+		case int64, int:
+			wrapped = ewPromote(wrapped, tensor.Int64)
+		case float64:
+			wrapped = ewPromote(wrapped, tensor.Float32)
+		default:
+			return tensor.Invalid, fmt.Errorf("operand %s is not a tensor or a number", FormatArg(a))
+		}
+	}
+	r := ewCombine(dim, ewCombine(zero, wrapped))
+	if r == tensor.Invalid {
+		return r, fmt.Errorf("no tensor or number operands")
+	}
+	return r, nil
+}
+
+func ewPromote(a, b tensor.DType) tensor.DType {
+	if a == tensor.Invalid {
+		return b
+	}
+	if b == tensor.Invalid {
+		return a
+	}
+	return PromoteTypes(a, b)
+}
+
+// ewCombine is c10's combine_categories.
+func ewCombine(higher, lower tensor.DType) tensor.DType {
+	switch {
+	case higher.IsComplex():
+		return higher
+	case lower.IsComplex():
+		if higher == tensor.Float64 {
+			return tensor.Complex128
+		}
+		if higher.IsFloat() {
+			return tensor.Complex64
+		}
+		return lower
+	case higher.IsFloat():
+		return higher
+	}
+	if higher == tensor.Bool || lower.IsFloat() {
+		return ewPromote(higher, lower)
+	}
+	if higher != tensor.Invalid {
+		return higher
+	}
+	return lower
+}
+
+func ewApplyKind(k ewKind, dt tensor.DType) tensor.DType {
+	switch k {
+	case ewFloat:
+		if !dt.IsFloat() && !dt.IsComplex() {
+			return tensor.Float32
+		}
+	case ewBool:
+		return tensor.Bool
+	}
+	return dt
+}
+
+// ewShape computes the Meta of a pointwise node over the operands at
+// positions idx (nodes or numbers), with the given kind.
+func ewShape(n *Node, k ewKind, operands ...any) (Meta, error) {
+	dt, err := ResultType(operands...)
+	if err != nil {
+		return Meta{}, err
+	}
+	shape, err := ewBroadcast(operands...)
+	if err != nil {
+		return Meta{}, err
+	}
+	return One(ewApplyKind(k, dt), shape), nil
+}
+
+func ewBroadcast(operands ...any) (Shape, error) {
+	var shapes []Shape
+	for _, a := range operands {
+		if m, ok := a.(*Node); ok {
+			shapes = append(shapes, m.Val().Shape)
+		}
+	}
+	return BroadcastShapes(shapes...)
+}
+
+// ewNodeArg returns argument i, which must be a tensor node.
+func ewNodeArg(n *Node, i int) (*Node, error) {
+	m, err := n.InputNode(i)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := n.InputMeta(i); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ewNumberArg returns argument i (or kwarg name), which must be a tensor node
+// or a Python number.
+func ewNumberArg(n *Node, i int, name string) (any, error) {
+	a := n.ArgOr(i, name, nil)
+	switch a.(type) {
+	case *Node, int64, int, float64, bool:
+		return a, nil
+	}
+	return nil, fmt.Errorf("fxgraph: node %s (%s): argument %s is %s, want a tensor or a number", n.Name, n.Target, name, FormatArg(a))
+}
+
+// ewOptNumberArg is ewNumberArg for optional arguments (nil allowed).
+func ewOptNumberArg(n *Node, i int, name string) (any, error) {
+	a := n.ArgOr(i, name, nil)
+	if a == nil {
+		return nil, nil
+	}
+	return ewNumberArg(n, i, name)
+}
+
+// ewAlpha returns the alpha kwarg of add/sub (1 when absent).
+func ewAlpha(n *Node) (any, error) {
+	a := n.ArgOr(2, "alpha", int64(1))
+	switch a.(type) {
+	case int64, int, float64, bool:
+		return a, nil
+	}
+	return nil, fmt.Errorf("fxgraph: node %s (%s): alpha is %s, want a number", n.Name, n.Target, FormatArg(a))
+}
+
+// ewOperands returns the operands of a binary, where or clamp node in the
+// order they are combined (tensor nodes or Python numbers; nil for absent
+// optional ones).
+func ewOperands(n *Node) ([]any, error) {
+	switch n.Target {
+	case "aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar":
+		c, err := ewNodeArg(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		a, err := ewNumberArg(n, 1, "self")
+		if err != nil {
+			return nil, err
+		}
+		b, err := ewNumberArg(n, 2, "other")
+		if err != nil {
+			return nil, err
+		}
+		return []any{c, a, b}, nil
+	case "aten.clamp.default", "aten.clamp.Tensor":
+		x, err := ewNodeArg(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		lo, err := ewOptNumberArg(n, 1, "min")
+		if err != nil {
+			return nil, err
+		}
+		hi, err := ewOptNumberArg(n, 2, "max")
+		if err != nil {
+			return nil, err
+		}
+		return []any{x, lo, hi}, nil
+	}
+	first := 0
+	if n.Target == "aten.pow.Scalar" {
+		first = 1 // pow.Scalar(self: Scalar, exponent: Tensor)
+	}
+	var out []any
+	for i := 0; i < 2; i++ {
+		name := []string{"self", "other"}[i]
+		if strings.HasPrefix(n.Target, "aten.pow.") && i == 1 {
+			name = "exponent"
+		}
+		var a any
+		var err error
+		if i == first {
+			a, err = ewNodeArg(n, i)
+		} else {
+			a, err = ewNumberArg(n, i, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func ewTypeCheck(n *Node, noFloat bool, dt tensor.DType) error {
+	if noFloat && !(dt.IsInt() || dt == tensor.Bool) {
+		return fmt.Errorf("%s needs integer or bool operands, got %s", n.Target, dt)
+	}
+	return nil
+}
+
 // registerElementwise registers pointwise arithmetic, comparison, logic,
 // activation and cast operators.
-func registerElementwise(r *Registry) {}
+func registerElementwise(r *Registry) {
+	for target, op := range ewUnaryOps {
+		op := op
+		r.Register(target, OpInfo{
+			Shape: func(n *Node) (Meta, error) {
+				x, err := ewNodeArg(n, 0)
+				if err != nil {
+					return Meta{}, err
+				}
+				return ewShape(n, op.kind, x)
+			},
+			Eval: func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+				return ewEvalUnary(n, value, op.fi, op.ff)
+			},
+		})
+	}
+	for target, op := range ewParamOps {
+		op := op
+		r.Register(target, OpInfo{
+			Shape: func(n *Node) (Meta, error) {
+				x, err := ewNodeArg(n, 0)
+				if err != nil {
+					return Meta{}, err
+				}
+				if _, err := op.fn(n); err != nil {
+					return Meta{}, err
+				}
+				k := op.kind
+				if op.keepInt {
+					k = ewSame
+				}
+				return ewShape(n, k, x)
+			},
+			Eval: func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+				f, err := op.fn(n)
+				if err != nil {
+					return nil, err
+				}
+				return ewEvalUnary(n, value, nil, f)
+			},
+		})
+	}
+	binary := func(target string, op ewBinaryOp) {
+		r.Register(target, OpInfo{
+			Shape: func(n *Node) (Meta, error) {
+				ops, err := ewOperands(n)
+				if err != nil {
+					return Meta{}, err
+				}
+				dt, err := ResultType(ops...)
+				if err != nil {
+					return Meta{}, err
+				}
+				if err := ewTypeCheck(n, op.noFloat, dt); err != nil {
+					return Meta{}, err
+				}
+				return ewShape(n, op.kind, ops...)
+			},
+			Eval: func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+				ops, err := ewOperands(n)
+				if err != nil {
+					return nil, err
+				}
+				ct, err := ResultType(ops...)
+				if err != nil {
+					return nil, err
+				}
+				if op.kind == ewFloat {
+					ct = ewApplyKind(ewFloat, ct)
+				}
+				var fi func([]int64) (int64, bool)
+				if op.fi != nil {
+					fi = func(v []int64) (int64, bool) { return op.fi(ct, v[0], v[1]) }
+				}
+				var ff func([]float64) float64
+				if op.ff != nil {
+					ff = func(v []float64) float64 { return op.ff(v[0], v[1]) }
+				}
+				return ewEval(n, value, ops, ct, fi, ff)
+			},
+		})
+	}
+	for target, op := range ewBinaryOps {
+		binary(target, op)
+	}
+	for target, twin := range ewScalarTwins {
+		binary(target, ewBinaryOps[twin])
+	}
+	for _, target := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
+		r.Register(target, OpInfo{Shape: ewAddShape, Eval: ewAddEval})
+	}
+	for _, target := range []string{"aten.div.Tensor_mode", "aten.div.Scalar_mode"} {
+		r.Register(target, OpInfo{Shape: ewDivModeShape, Eval: ewDivModeEval})
+	}
+	for _, target := range []string{"aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"} {
+		r.Register(target, OpInfo{Shape: ewWhereShape, Eval: ewWhereEval})
+	}
+	r.Register("aten.clamp.default", OpInfo{Shape: ewClampShape, Eval: ewClampEval})
+	r.Register("aten.clamp.Tensor", OpInfo{Shape: ewClampShape, Eval: ewClampEval})
+	r.Register("aten._to_copy.default", OpInfo{Shape: ewToCopyShape, Eval: ewToCopyEval})
+	r.Register("aten.view.dtype", OpInfo{Shape: ewViewDTypeShape, Eval: ewViewDTypeEval})
+}
+
+// ewAddOperands returns (self, other, alpha) of add/sub/rsub.
+func ewAddOperands(n *Node) (self, other, alpha any, err error) {
+	if self, err = ewNumberArg(n, 0, "self"); err != nil {
+		return
+	}
+	if _, ok := self.(*Node); !ok {
+		err = fmt.Errorf("fxgraph: node %s (%s): self must be a tensor", n.Name, n.Target)
+		return
+	}
+	if other, err = ewNumberArg(n, 1, "other"); err != nil {
+		return
+	}
+	alpha, err = ewAlpha(n)
+	return
+}
+
+func ewAddShape(n *Node) (Meta, error) {
+	self, other, alpha, err := ewAddOperands(n)
+	if err != nil {
+		return Meta{}, err
+	}
+	dt, err := ResultType(self, other)
+	if err != nil {
+		return Meta{}, err
+	}
+	if _, isFloat := alpha.(float64); isFloat && !dt.IsFloat() && !dt.IsComplex() {
+		if a, _ := AsFloat(alpha); a != math.Trunc(a) {
+			return Meta{}, fmt.Errorf("%s: alpha %v must be an integer for %s operands", n.Target, a, dt)
+		}
+	}
+	if dt == tensor.Bool && n.Target != "aten.add.Tensor" && n.Target != "aten.add.Scalar" {
+		return Meta{}, fmt.Errorf("%s: subtraction of bool tensors is not supported", n.Target)
+	}
+	return ewShape(n, ewSame, self, other)
+}
+
+func ewAddEval(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+	self, other, alpha, err := ewAddOperands(n)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := ResultType(self, other)
+	if err != nil {
+		return nil, err
+	}
+	sign := int64(1)
+	rev := false
+	switch n.Target {
+	case "aten.sub.Tensor", "aten.sub.Scalar":
+		sign = -1
+	case "aten.rsub.Tensor", "aten.rsub.Scalar":
+		sign, rev = -1, true
+	}
+	ai, aiOK := AsInt(alpha)
+	af, _ := AsFloat(alpha)
+	fi := func(v []int64) (int64, bool) {
+		if !aiOK {
+			return 0, false
+		}
+		a, b := v[0], v[1]
+		if rev {
+			a, b = b, a
+		}
+		if ct == tensor.Bool {
+			return ewB(a != 0 || (ai != 0 && b != 0)), true
+		}
+		return a + sign*ai*b, true
+	}
+	ff := func(v []float64) float64 {
+		a, b := v[0], v[1]
+		if rev {
+			a, b = b, a
+		}
+		if af == 1 {
+			return a + float64(sign)*b
+		}
+		return a + float64(sign)*af*b
+	}
+	return ewEval(n, value, []any{self, other}, ct, fi, ff)
+}
+
+// ewRoundingMode returns div's rounding_mode: "", "trunc" or "floor".
+func ewRoundingMode(n *Node) (string, error) {
+	a := n.ArgOr(2, "rounding_mode", nil)
+	if a == nil {
+		return "", nil
+	}
+	s, ok := a.(string)
+	if !ok || (s != "trunc" && s != "floor") {
+		return "", fmt.Errorf("%s: rounding_mode is %s, want None, \"trunc\" or \"floor\"", n.Target, FormatArg(a))
+	}
+	return s, nil
+}
+
+func ewDivModeOperands(n *Node) (self, other any, mode string, err error) {
+	if self, err = ewNodeArg(n, 0); err != nil {
+		return
+	}
+	if other, err = ewNumberArg(n, 1, "other"); err != nil {
+		return
+	}
+	mode, err = ewRoundingMode(n)
+	return
+}
+
+func ewDivModeShape(n *Node) (Meta, error) {
+	self, other, mode, err := ewDivModeOperands(n)
+	if err != nil {
+		return Meta{}, err
+	}
+	k := ewSame
+	if mode == "" {
+		k = ewFloat
+	}
+	return ewShape(n, k, self, other)
+}
+
+func ewDivModeEval(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+	self, other, mode, err := ewDivModeOperands(n)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := ResultType(self, other)
+	if err != nil {
+		return nil, err
+	}
+	if mode == "" {
+		ct = ewApplyKind(ewFloat, ct)
+	}
+	var fi func([]int64) (int64, bool)
+	switch mode {
+	case "trunc":
+		fi = func(v []int64) (int64, bool) { return ewIntDivTrunc(ct, v[0], v[1]) }
+	case "floor":
+		fi = func(v []int64) (int64, bool) { return ewIntDivFloor(ct, v[0], v[1]) }
+	}
+	ff := func(v []float64) float64 {
+		q := v[0] / v[1]
+		switch mode {
+		case "trunc":
+			return math.Trunc(q)
+		case "floor":
+			return math.Floor(q)
+		}
+		return q
+	}
+	return ewEval(n, value, []any{self, other}, ct, fi, ff)
+}
+
+func ewWhereShape(n *Node) (Meta, error) {
+	ops, err := ewOperands(n)
+	if err != nil {
+		return Meta{}, err
+	}
+	if c := ops[0].(*Node).Val().DType; c != tensor.Bool && c != tensor.Uint8 {
+		return Meta{}, fmt.Errorf("where: condition is %s, want bool", c)
+	}
+	dt, err := ResultType(ops[1], ops[2])
+	if err != nil {
+		return Meta{}, err
+	}
+	shape, err := ewBroadcast(ops...)
+	if err != nil {
+		return Meta{}, err
+	}
+	return One(dt, shape), nil
+}
+
+func ewWhereEval(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+	ops, err := ewOperands(n)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := ResultType(ops[1], ops[2])
+	if err != nil {
+		return nil, err
+	}
+	// The condition is read as a number of the computation dtype: a bool
+	// (0 or 1) converts exactly to any dtype.
+	fi := func(v []int64) (int64, bool) {
+		if v[0] != 0 {
+			return v[1], true
+		}
+		return v[2], true
+	}
+	ff := func(v []float64) float64 {
+		if v[0] != 0 {
+			return v[1]
+		}
+		return v[2]
+	}
+	return ewEval(n, value, ops, ct, fi, ff)
+}
+
+func ewClampShape(n *Node) (Meta, error) {
+	ops, err := ewOperands(n)
+	if err != nil {
+		return Meta{}, err
+	}
+	if n.Target == "aten.clamp.Tensor" {
+		for _, o := range ops[1:] {
+			if _, ok := o.(*Node); !ok && o != nil {
+				return Meta{}, fmt.Errorf("clamp.Tensor: min/max must be tensors or None, got %s", FormatArg(o))
+			}
+		}
+	}
+	if ops[1] == nil && ops[2] == nil {
+		return Meta{}, fmt.Errorf("%s: at least one of min and max must be given", n.Target)
+	}
+	return ewShape(n, ewSame, ops...)
+}
+
+func ewClampEval(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+	ops, err := ewOperands(n)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := ResultType(ops...)
+	if err != nil {
+		return nil, err
+	}
+	hasLo, hasHi := ops[1] != nil, ops[2] != nil
+	// Absent bounds are passed as 0 and ignored.
+	args := []any{ops[0], ops[1], ops[2]}
+	for i := 1; i <= 2; i++ {
+		if args[i] == nil {
+			args[i] = int64(0)
+		}
+	}
+	fi := func(v []int64) (int64, bool) {
+		x := v[0]
+		if hasLo {
+			x = max(x, v[1])
+		}
+		if hasHi {
+			x = min(x, v[2])
+		}
+		return x, true
+	}
+	ff := func(v []float64) float64 {
+		x := v[0]
+		if math.IsNaN(x) {
+			return x
+		}
+		if hasLo {
+			if math.IsNaN(v[1]) {
+				return v[1]
+			}
+			x = math.Max(x, v[1])
+		}
+		if hasHi {
+			if math.IsNaN(v[2]) {
+				return v[2]
+			}
+			x = math.Min(x, v[2])
+		}
+		return x
+	}
+	return ewEval(n, value, args, ct, fi, ff)
+}
+
+// ewToCopyDType returns _to_copy's target dtype (the input's when the dtype
+// kwarg is absent).
+func ewToCopyDType(n *Node) (tensor.DType, error) {
+	m, err := n.InputMeta(0)
+	if err != nil {
+		return tensor.Invalid, err
+	}
+	a, ok := n.Kwargs["dtype"]
+	if !ok || a == nil {
+		return m.DType, nil
+	}
+	dt, ok := a.(tensor.DType)
+	if !ok || dt == tensor.Invalid || dt == tensor.String {
+		return tensor.Invalid, fmt.Errorf("_to_copy: dtype is %s, want a tensor dtype", FormatArg(a))
+	}
+	return dt, nil
+}
+
+func ewToCopyShape(n *Node) (Meta, error) {
+	m, err := n.InputMeta(0)
+	if err != nil {
+		return Meta{}, err
+	}
+	dt, err := ewToCopyDType(n)
+	if err != nil {
+		return Meta{}, err
+	}
+	return One(dt, m.Shape.Clone()), nil
+}
+
+// ewViewDTypeShape is aten.view.dtype(self, dtype): the same bits read as
+// another dtype of the same element size (a bitcast).
+func ewViewDTypeShape(n *Node) (Meta, error) {
+	m, err := n.InputMeta(0)
+	if err != nil {
+		return Meta{}, err
+	}
+	a := n.ArgOr(1, "dtype", nil)
+	dt, ok := a.(tensor.DType)
+	if !ok || dt == tensor.Invalid || dt == tensor.String {
+		return Meta{}, fmt.Errorf("view.dtype: dtype is %s, want a tensor dtype", FormatArg(a))
+	}
+	if dt.Size() != m.DType.Size() || m.DType == tensor.String {
+		return Meta{}, fmt.Errorf("view.dtype: %s to %s changes the element size (only same-size views are supported)", m.DType, dt)
+	}
+	return One(dt, m.Shape.Clone()), nil
+}
+
+func ewViewDTypeEval(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+	x, err := n.InputNode(0)
+	if err != nil {
+		return nil, err
+	}
+	t := value(x)
+	if t == nil {
+		return nil, nil
+	}
+	out := t.Clone()
+	out.DType = n.Val().DType
+	return []*tensor.Tensor{out}, nil
+}

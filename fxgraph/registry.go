@@ -290,11 +290,20 @@ func (r *Registry) Specialize(g *Graph, dims map[string]int64, maxFold int64) (*
 			}
 		}
 	}
-	if err := r.PropagateShapes(s); err != nil {
-		return nil, fmt.Errorf("specialize: %w", err)
-	}
-	if _, err := r.FoldConstants(s, maxFold); err != nil {
-		return nil, fmt.Errorf("specialize: %w", err)
+	// Propagate and fold until nothing folds: a folded shape computation
+	// (Shape -> Gather -> Concat) turns its consumer's size argument into a
+	// constant, whose shape then needs propagating again.
+	for round := 0; ; round++ {
+		if err := r.PropagateShapes(s); err != nil {
+			return nil, fmt.Errorf("specialize: %w", err)
+		}
+		folded, err := r.FoldConstants(s, maxFold)
+		if err != nil {
+			return nil, fmt.Errorf("specialize: %w", err)
+		}
+		if folded == 0 || round >= 64 {
+			break
+		}
 	}
 	for _, n := range s.nodes {
 		for _, v := range n.Meta.Vals {

@@ -1,4 +1,1027 @@
 package lower
 
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/go-xla/pkg/stablehlo"
+	"github.com/gomlx/go-xla/pkg/types"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
+// Pointwise operators. Every rule converts its operands to the dtype the IR
+// says the node computes in (torch type promotion, see fxgraph.ResultType),
+// broadcasts them to the result's dims and applies StableHLO ops. float16
+// and bfloat16 transcendental math is computed in float32 and rounded back,
+// as PyTorch does on CPU.
+
+// ewFn is a pointwise function of already prepared operands.
+type ewFn func(ctx *Context, n *fxgraph.Node, x ...*stablehlo.Value) (*stablehlo.Value, error)
+
+// ewDims returns v's dims as int64.
+func ewDims(v *stablehlo.Value) []int64 {
+	d := v.Shape().Dimensions
+	out := make([]int64, len(d))
+	for i, x := range d {
+		out[i] = int64(x)
+	}
+	return out
+}
+
+// ewDType returns the IR dtype of v.
+func ewDType(v *stablehlo.Value) tensor.DType {
+	dt, err := tensorDType(v.Shape().DType)
+	if err != nil {
+		return tensor.Invalid
+	}
+	return dt
+}
+
+// ewFull is a constant of v's dtype and shape holding x.
+func ewFull(ctx *Context, v *stablehlo.Value, x float64) (*stablehlo.Value, error) {
+	s, err := ctx.ScalarLike(v, x)
+	if err != nil {
+		return nil, err
+	}
+	return ctx.BroadcastTo(s, ewDims(v))
+}
+
+// ewLiteral makes a rank-0 constant of IR dtype dt from a Python number,
+// exactly for integers.
+func ewLiteral(ctx *Context, dt tensor.DType, a any) (*stablehlo.Value, error) {
+	t := tensor.New(dt)
+	switch {
+	case dt == tensor.Bool:
+		f, ok := fxgraph.AsFloat(a)
+		if !ok {
+			return nil, fmt.Errorf("literal %s is not a number", fxgraph.FormatArg(a))
+		}
+		if f != 0 {
+			t.Data[0] = 1
+		}
+	case dt.IsInt():
+		i, ok := fxgraph.AsInt(a)
+		if !ok {
+			f, okf := fxgraph.AsFloat(a)
+			if !okf {
+				return nil, fmt.Errorf("literal %s is not a number", fxgraph.FormatArg(a))
+			}
+			i = int64(math.Trunc(f))
+		}
+		t.SetInt64(0, i)
+	default:
+		f, ok := fxgraph.AsFloat(a)
+		if !ok {
+			return nil, fmt.Errorf("literal %s is not a number", fxgraph.FormatArg(a))
+		}
+		t.SetFloat64(0, f)
+	}
+	return ctx.Constant(t)
+}
+
+// ewOperand returns argument i (or kwarg name) of n, a tensor node or a
+// Python number, converted to dt and broadcast to dims.
+func ewOperand(ctx *Context, n *fxgraph.Node, i int, name string, dt tensor.DType, dims []int64) (*stablehlo.Value, error) {
+	a := n.ArgOr(i, name, nil)
+	var v *stablehlo.Value
+	var err error
+	if m, ok := a.(*fxgraph.Node); ok {
+		if v, err = ctx.Value(m); err != nil {
+			return nil, err
+		}
+		if v, err = ctx.ConvertTo(v, dt); err != nil {
+			return nil, err
+		}
+	} else if v, err = ewLiteral(ctx, dt, a); err != nil {
+		return nil, fmt.Errorf("argument %s: %w", name, err)
+	}
+	return ctx.BroadcastTo(v, dims)
+}
+
+// ewToBool converts v to bool as torch does (non-zero is true; NaN is true).
+func ewToBool(ctx *Context, v *stablehlo.Value) (*stablehlo.Value, error) {
+	dt := ewDType(v)
+	if dt == tensor.Bool {
+		return v, nil
+	}
+	zero, err := ewFull(ctx, v, 0)
+	if err != nil {
+		return nil, err
+	}
+	return ewCompare(v, zero, types.CompareNE)
+}
+
+// ewCompare compares two values of the same dtype.
+func ewCompare(a, b *stablehlo.Value, dir types.ComparisonDirection) (*stablehlo.Value, error) {
+	ct := types.CompareFloat
+	d := a.Shape().DType
+	switch {
+	case d.IsFloat() || d.IsComplex():
+	case d.IsUnsigned() || ewDType(a) == tensor.Bool:
+		ct = types.CompareUnsigned
+	default:
+		ct = types.CompareSigned
+	}
+	return stablehlo.Compare(a, b, dir, ct)
+}
+
+// ewCmpConst compares v against the constant x.
+func ewCmpConst(ctx *Context, v *stablehlo.Value, dir types.ComparisonDirection, x float64) (*stablehlo.Value, error) {
+	c, err := ewFull(ctx, v, x)
+	if err != nil {
+		return nil, err
+	}
+	return ewCompare(v, c, dir)
+}
+
+// ewBinConst applies op(v, x) with the constant x.
+func ewBinConst(ctx *Context, op func(a, b *stablehlo.Value) (*stablehlo.Value, error), v *stablehlo.Value, x float64) (*stablehlo.Value, error) {
+	c, err := ewFull(ctx, v, x)
+	if err != nil {
+		return nil, err
+	}
+	return op(v, c)
+}
+
+// ewConstBin applies op(x, v) with the constant x.
+func ewConstBin(ctx *Context, op func(a, b *stablehlo.Value) (*stablehlo.Value, error), x float64, v *stablehlo.Value) (*stablehlo.Value, error) {
+	c, err := ewFull(ctx, v, x)
+	if err != nil {
+		return nil, err
+	}
+	return op(c, v)
+}
+
+// ewMathDType is the dtype float math on dt is computed in.
+func ewMathDType(dt tensor.DType) tensor.DType {
+	if dt == tensor.Float16 || dt == tensor.BFloat16 {
+		return tensor.Float32
+	}
+	return dt
+}
+
+func ewIsIntLike(dt tensor.DType) bool { return dt.IsInt() || dt == tensor.Bool }
+
+// ewTrunc rounds toward zero.
+func ewTrunc(ctx *Context, x *stablehlo.Value) (*stablehlo.Value, error) {
+	neg, err := ewCmpConst(ctx, x, types.CompareLT, 0)
+	if err != nil {
+		return nil, err
+	}
+	c, err := stablehlo.Ceil(x)
+	if err != nil {
+		return nil, err
+	}
+	f, err := stablehlo.Floor(x)
+	if err != nil {
+		return nil, err
+	}
+	return stablehlo.Select(neg, c, f)
+}
+
+// ewChain runs steps in order and returns the last value; it keeps the
+// float formulas below readable.
+type ewChain struct {
+	ctx *Context
+	err error
+}
+
+func (c *ewChain) do(v *stablehlo.Value, err error) *stablehlo.Value {
+	if c.err == nil && err != nil {
+		c.err = err
+	}
+	return v
+}
+
+func (c *ewChain) k(like *stablehlo.Value, x float64) *stablehlo.Value {
+	if c.err != nil {
+		return nil
+	}
+	return c.do(ewFull(c.ctx, like, x))
+}
+
+func (c *ewChain) bin(op func(a, b *stablehlo.Value) (*stablehlo.Value, error), a, b *stablehlo.Value) *stablehlo.Value {
+	if c.err != nil {
+		return nil
+	}
+	return c.do(op(a, b))
+}
+
+func (c *ewChain) un(op func(a *stablehlo.Value) (*stablehlo.Value, error), a *stablehlo.Value) *stablehlo.Value {
+	if c.err != nil {
+		return nil
+	}
+	return c.do(op(a))
+}
+
+func (c *ewChain) cmp(a, b *stablehlo.Value, dir types.ComparisonDirection) *stablehlo.Value {
+	if c.err != nil {
+		return nil
+	}
+	return c.do(ewCompare(a, b, dir))
+}
+
+func (c *ewChain) sel(p, a, b *stablehlo.Value) *stablehlo.Value {
+	if c.err != nil {
+		return nil
+	}
+	return c.do(stablehlo.Select(p, a, b))
+}
+
+// ewFloatUnary are the float-valued unary functions, applied to float32 or
+// float64 values.
+var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value{
+	"aten.exp.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un(stablehlo.Exponential, x)
+	},
+	"aten.expm1.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un(stablehlo.ExponentialMinusOne, x)
+	},
+	"aten.exp2.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin(stablehlo.Power, c.k(x, 2), x)
+	},
+	"aten.log.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Log, x) },
+	"aten.log1p.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un(stablehlo.LogPlusOne, x)
+	},
+	"aten.log2.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin(stablehlo.Divide, c.un(stablehlo.Log, x), c.k(x, math.Ln2))
+	},
+	"aten.log10.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin(stablehlo.Divide, c.un(stablehlo.Log, x), c.k(x, math.Ln10))
+	},
+	"aten.sqrt.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Sqrt, x) },
+	"aten.rsqrt.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un(stablehlo.Rsqrt, x)
+	},
+	"aten.reciprocal.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin(stablehlo.Divide, c.k(x, 1), x)
+	},
+	"aten.sin.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Sine, x) },
+	"aten.cos.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un(stablehlo.Cosine, x)
+	},
+	"aten.tan.default":  func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Tan, x) },
+	"aten.tanh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Tanh, x) },
+	"aten.sigmoid.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un(stablehlo.Logistic, x)
+	},
+	"aten.erf.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Erf, x) },
+	"aten.atan.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin(stablehlo.Atan2, x, c.k(x, 1))
+	},
+	// asin(x) = atan2(x, sqrt((1-x)(1+x))); NaN outside [-1, 1].
+	"aten.asin.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		one := c.k(x, 1)
+		r := c.un(stablehlo.Sqrt, c.bin(stablehlo.Multiply, c.bin(stablehlo.Subtract, one, x), c.bin(stablehlo.Add, one, x)))
+		return c.bin(stablehlo.Atan2, x, r)
+	},
+	// acos(x) = atan2(sqrt((1-x)(1+x)), x).
+	"aten.acos.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		one := c.k(x, 1)
+		r := c.un(stablehlo.Sqrt, c.bin(stablehlo.Multiply, c.bin(stablehlo.Subtract, one, x), c.bin(stablehlo.Add, one, x)))
+		return c.bin(stablehlo.Atan2, r, x)
+	},
+	// sinh(x) = (expm1(x) - expm1(-x)) / 2, accurate near 0.
+	"aten.sinh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		d := c.bin(stablehlo.Subtract, c.un(stablehlo.ExponentialMinusOne, x), c.un(stablehlo.ExponentialMinusOne, c.un(stablehlo.Negate, x)))
+		return c.bin(stablehlo.Multiply, d, c.k(x, 0.5))
+	},
+	"aten.cosh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		s := c.bin(stablehlo.Add, c.un(stablehlo.Exponential, x), c.un(stablehlo.Exponential, c.un(stablehlo.Negate, x)))
+		return c.bin(stablehlo.Multiply, s, c.k(x, 0.5))
+	},
+	// asinh(x) = sign(x) * log1p(|x| + x²/(1 + sqrt(1 + x²))), and
+	// sign(x) * (log(|x|) + ln 2) for huge |x| where x² overflows.
+	"aten.asinh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		one := c.k(x, 1)
+		a := c.un(stablehlo.Abs, x)
+		a2 := c.bin(stablehlo.Multiply, a, a)
+		small := c.un(stablehlo.LogPlusOne, c.bin(stablehlo.Add, a, c.bin(stablehlo.Divide, a2, c.bin(stablehlo.Add, one, c.un(stablehlo.Sqrt, c.bin(stablehlo.Add, one, a2))))))
+		big := c.bin(stablehlo.Add, c.un(stablehlo.Log, a), c.k(x, math.Ln2))
+		r := c.sel(c.cmp(a, c.k(x, 1e15), types.CompareGT), big, small)
+		return c.bin(stablehlo.Multiply, c.un(stablehlo.Sign, x), r)
+	},
+	// acosh(x) = log1p(t + sqrt(t(t+2))) with t = x-1; log(x) + ln 2 for huge x.
+	"aten.acosh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		t := c.bin(stablehlo.Subtract, x, c.k(x, 1))
+		small := c.un(stablehlo.LogPlusOne, c.bin(stablehlo.Add, t, c.un(stablehlo.Sqrt, c.bin(stablehlo.Multiply, t, c.bin(stablehlo.Add, t, c.k(x, 2))))))
+		big := c.bin(stablehlo.Add, c.un(stablehlo.Log, x), c.k(x, math.Ln2))
+		return c.sel(c.cmp(x, c.k(x, 1e15), types.CompareGT), big, small)
+	},
+	// atanh(x) = log1p(2x/(1-x)) / 2.
+	"aten.atanh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		q := c.bin(stablehlo.Divide, c.bin(stablehlo.Add, x, x), c.bin(stablehlo.Subtract, c.k(x, 1), x))
+		return c.bin(stablehlo.Multiply, c.un(stablehlo.LogPlusOne, q), c.k(x, 0.5))
+	},
+	"aten.hardsigmoid.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin(stablehlo.Divide, ewRelu6(c, c.bin(stablehlo.Add, x, c.k(x, 3))), c.k(x, 6))
+	},
+	"aten.hardswish.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		r := c.bin(stablehlo.Divide, ewRelu6(c, c.bin(stablehlo.Add, x, c.k(x, 3))), c.k(x, 6))
+		return c.bin(stablehlo.Multiply, x, r)
+	},
+	"aten.silu.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin(stablehlo.Multiply, x, c.un(stablehlo.Logistic, x))
+	},
+	"aten.mish.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin(stablehlo.Multiply, x, c.un(stablehlo.Tanh, ewSoftplus(c, x, 1, 20)))
+	},
+	"aten.leaky_relu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		s, err := n.FloatArg(1, "negative_slope", 0.01)
+		c.do(nil, err)
+		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
+		return c.sel(pos, x, c.bin(stablehlo.Multiply, x, c.k(x, s)))
+	},
+	"aten.elu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		alpha, err := n.FloatArg(1, "alpha", 1)
+		c.do(nil, err)
+		scale, err := n.FloatArg(2, "scale", 1)
+		c.do(nil, err)
+		inScale, err := n.FloatArg(3, "input_scale", 1)
+		c.do(nil, err)
+		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
+		xs := x
+		if inScale != 1 {
+			xs = c.bin(stablehlo.Multiply, x, c.k(x, inScale))
+		}
+		neg := c.bin(stablehlo.Multiply, c.un(stablehlo.ExponentialMinusOne, xs), c.k(x, alpha*scale))
+		p := x
+		if scale != 1 {
+			p = c.bin(stablehlo.Multiply, x, c.k(x, scale))
+		}
+		return c.sel(pos, p, neg)
+	},
+	"aten.gelu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		a := n.ArgOr(1, "approximate", "none")
+		half := c.bin(stablehlo.Multiply, x, c.k(x, 0.5))
+		switch a {
+		case "none":
+			e := c.un(stablehlo.Erf, c.bin(stablehlo.Multiply, x, c.k(x, 1/math.Sqrt2)))
+			return c.bin(stablehlo.Multiply, half, c.bin(stablehlo.Add, c.k(x, 1), e))
+		case "tanh":
+			x3 := c.bin(stablehlo.Multiply, c.bin(stablehlo.Multiply, x, x), x)
+			inner := c.bin(stablehlo.Multiply, c.k(x, math.Sqrt(2/math.Pi)), c.bin(stablehlo.Add, x, c.bin(stablehlo.Multiply, x3, c.k(x, 0.044715))))
+			return c.bin(stablehlo.Multiply, half, c.bin(stablehlo.Add, c.k(x, 1), c.un(stablehlo.Tanh, inner)))
+		}
+		c.do(nil, fmt.Errorf("gelu: approximate %s not supported", fxgraph.FormatArg(a)))
+		return nil
+	},
+	"aten.softplus.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		beta, err := n.FloatArg(1, "beta", 1)
+		c.do(nil, err)
+		th, err := n.FloatArg(2, "threshold", 20)
+		c.do(nil, err)
+		return ewSoftplus(c, x, beta, th)
+	},
+}
+
+func ewRelu6(c *ewChain, x *stablehlo.Value) *stablehlo.Value {
+	return c.bin(stablehlo.Minimum, c.bin(stablehlo.Maximum, x, c.k(x, 0)), c.k(x, 6))
+}
+
+// ewSoftplus is torch's softplus: x where beta*x > threshold, else
+// log1p(exp(beta*x))/beta.
+func ewSoftplus(c *ewChain, x *stablehlo.Value, beta, threshold float64) *stablehlo.Value {
+	bx := x
+	if beta != 1 {
+		bx = c.bin(stablehlo.Multiply, x, c.k(x, beta))
+	}
+	sp := c.un(stablehlo.LogPlusOne, c.un(stablehlo.Exponential, bx))
+	if beta != 1 {
+		sp = c.bin(stablehlo.Divide, sp, c.k(x, beta))
+	}
+	return c.sel(c.cmp(bx, c.k(x, threshold), types.CompareGT), x, sp)
+}
+
+// ewFloatUnaryRule lowers a float-valued unary op: integer inputs are
+// converted to the result dtype, half floats computed in float32.
+func ewFloatUnaryRule(f func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		if in[0] == nil {
+			return nil, fmt.Errorf("argument 0 is not a tensor")
+		}
+		dt, _ := Out(n, 0)
+		if !dt.IsFloat() {
+			return nil, fmt.Errorf("result dtype %s is not a float", dt)
+		}
+		x, err := ctx.ConvertTo(in[0], ewMathDType(dt))
+		if err != nil {
+			return nil, err
+		}
+		c := &ewChain{ctx: ctx}
+		y := f(c, n, x)
+		if c.err != nil {
+			return nil, c.err
+		}
+		if y, err = ctx.ConvertTo(y, dt); err != nil {
+			return nil, err
+		}
+		return []*stablehlo.Value{y}, nil
+	}
+}
+
+// ewSameUnary are unary ops that keep the dtype (and accept integers).
+var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error){
+	"aten.neg.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		switch {
+		case dt == tensor.Bool:
+			return nil, fmt.Errorf("neg of a bool tensor is not supported")
+		case dt.IsUnsigned():
+			return ewConstBin(ctx, stablehlo.Subtract, 0, x)
+		}
+		return stablehlo.Negate(x)
+	},
+	"aten.abs.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if dt == tensor.Bool || dt.IsUnsigned() {
+			return x, nil
+		}
+		return stablehlo.Abs(x)
+	},
+	"aten.sign.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if dt == tensor.Bool {
+			return x, nil
+		}
+		s, err := stablehlo.Sign(x)
+		if err != nil || !dt.IsFloat() {
+			return s, err
+		}
+		// torch.sign(NaN) is 0, StableHLO's sign is NaN.
+		nan, err := ewCompare(x, x, types.CompareNE)
+		if err != nil {
+			return nil, err
+		}
+		zero, err := ewFull(ctx, x, 0)
+		if err != nil {
+			return nil, err
+		}
+		return stablehlo.Select(nan, zero, s)
+	},
+	"aten.relu.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if dt == tensor.Bool {
+			return nil, fmt.Errorf("relu of a bool tensor is not supported")
+		}
+		return ewBinConst(ctx, stablehlo.Maximum, x, 0)
+	},
+	"aten.floor.default": ewRoundRule(stablehlo.Floor),
+	"aten.ceil.default":  ewRoundRule(stablehlo.Ceil),
+	"aten.round.default": ewRoundRule(stablehlo.RoundNearestEven),
+	"aten.trunc.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if !dt.IsFloat() {
+			return x, nil
+		}
+		return ewTrunc(ctx, x)
+	},
+	"aten.clone.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, _ tensor.DType) (*stablehlo.Value, error) {
+		return x, nil
+	},
+	"aten.bitwise_not.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if !ewIsIntLike(dt) {
+			return nil, fmt.Errorf("bitwise_not of %s is not supported", dt)
+		}
+		return stablehlo.Not(x)
+	},
+	"aten.hardtanh.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		lo, err := n.FloatArg(1, "min_val", -1)
+		if err != nil {
+			return nil, err
+		}
+		hi, err := n.FloatArg(2, "max_val", 1)
+		if err != nil {
+			return nil, err
+		}
+		if ewIsIntLike(dt) {
+			lo, hi = math.Ceil(lo), math.Floor(hi) // the integers within [lo, hi]
+		}
+		y, err := ewBinConst(ctx, stablehlo.Maximum, x, lo)
+		if err != nil {
+			return nil, err
+		}
+		return ewBinConst(ctx, stablehlo.Minimum, y, hi)
+	},
+	"aten.threshold.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		th, err := n.FloatArg(1, "threshold", 0)
+		if err != nil {
+			return nil, err
+		}
+		val, err := n.FloatArg(2, "value", 0)
+		if err != nil {
+			return nil, err
+		}
+		if ewIsIntLike(dt) {
+			th = math.Floor(th) // x <= th for an integer x
+		}
+		le, err := ewCmpConst(ctx, x, types.CompareLE, th)
+		if err != nil {
+			return nil, err
+		}
+		v, err := ewFull(ctx, x, val)
+		if err != nil {
+			return nil, err
+		}
+		return stablehlo.Select(le, v, x)
+	},
+}
+
+func ewRoundRule(op func(*stablehlo.Value) (*stablehlo.Value, error)) func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	return func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if !dt.IsFloat() {
+			return x, nil
+		}
+		return op(x)
+	}
+}
+
+// ewBoolUnary are unary predicates; x keeps its input dtype.
+var ewBoolUnary = map[string]func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error){
+	"aten.logical_not.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if dt == tensor.Bool {
+			return stablehlo.Not(x)
+		}
+		return ewCmpConst(ctx, x, types.CompareEQ, 0)
+	},
+	"aten.isnan.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if !dt.IsFloat() {
+			return ctx.Full(tensor.Bool, 0, ewDims(x))
+		}
+		return ewCompare(x, x, types.CompareNE)
+	},
+	"aten.isinf.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if !dt.IsFloat() {
+			return ctx.Full(tensor.Bool, 0, ewDims(x))
+		}
+		a, err := stablehlo.Abs(x)
+		if err != nil {
+			return nil, err
+		}
+		return ewCmpConst(ctx, a, types.CompareEQ, math.Inf(1))
+	},
+	"aten.isfinite.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+		if !dt.IsFloat() {
+			return ctx.Full(tensor.Bool, 1, ewDims(x))
+		}
+		return stablehlo.IsFinite(x)
+	},
+}
+
+// ewBinary lowers binary ops whose operands are converted to the compute
+// dtype ct (the result's, or the promoted one for comparisons).
+type ewBinary struct {
+	// cmp marks comparisons and logical ops (bool result; operands are
+	// converted to their promoted dtype, or to bool for logical ops).
+	cmp bool
+	// logical converts the operands to bool.
+	logical bool
+	// math computes half floats in float32.
+	math bool
+	f    func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error)
+}
+
+func ewSimple(op func(a, b *stablehlo.Value) (*stablehlo.Value, error), boolOp func(a, b *stablehlo.Value) (*stablehlo.Value, error)) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+	return func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+		if ct == tensor.Bool {
+			if boolOp == nil {
+				return nil, fmt.Errorf("%s of bool tensors is not supported", n.Target)
+			}
+			return boolOp(a, b)
+		}
+		return op(a, b)
+	}
+}
+
+func ewCmp(dir types.ComparisonDirection) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+	return func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+		return ewCompare(a, b, dir)
+	}
+}
+
+func ewIntOnly(op func(a, b *stablehlo.Value) (*stablehlo.Value, error)) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+	return func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+		if !ewIsIntLike(ct) {
+			return nil, fmt.Errorf("%s needs integer operands, got %s", n.Target, ct)
+		}
+		return op(a, b)
+	}
+}
+
+// ewFloorAdjust turns C-style (truncating) integer division results into
+// floor division: where the remainder r is non-zero and its sign differs
+// from the divisor's, q -= 1 (div) or r += b (remainder).
+func ewFloorAdjust(ctx *Context, a, b *stablehlo.Value, wantRemainder bool) (*stablehlo.Value, error) {
+	c := &ewChain{ctx: ctx}
+	r := c.bin(stablehlo.Remainder, a, b)
+	zero := c.k(b, 0)
+	nz := c.cmp(r, zero, types.CompareNE)
+	diff := c.bin(stablehlo.Xor, c.cmp(r, zero, types.CompareLT), c.cmp(b, zero, types.CompareLT))
+	adj := c.bin(stablehlo.And, nz, diff)
+	var out *stablehlo.Value
+	if wantRemainder {
+		out = c.sel(adj, c.bin(stablehlo.Add, r, b), r)
+	} else {
+		q := c.bin(stablehlo.Divide, a, b)
+		out = c.sel(adj, c.bin(stablehlo.Subtract, q, c.k(q, 1)), q)
+	}
+	return out, c.err
+}
+
+var ewBinaryRules = map[string]ewBinary{
+	"aten.mul.Tensor":        {f: ewSimple(stablehlo.Multiply, stablehlo.And)},
+	"aten.maximum.default":   {f: ewSimple(stablehlo.Maximum, stablehlo.Or)},
+	"aten.minimum.default":   {f: ewSimple(stablehlo.Minimum, stablehlo.And)},
+	"aten.div.Tensor":        {math: true, f: ewSimple(stablehlo.Divide, nil)},
+	"aten.pow.Tensor_Tensor": {math: true, f: ewSimple(stablehlo.Power, nil)},
+	"aten.atan2.default":     {math: true, f: ewSimple(stablehlo.Atan2, nil)},
+	"aten.fmod.Tensor":       {math: true, f: ewSimple(stablehlo.Remainder, nil)},
+	"aten.remainder.Tensor": {math: true, f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+		if ct == tensor.Bool {
+			return nil, fmt.Errorf("remainder of bool tensors is not supported")
+		}
+		if ct.IsUnsigned() {
+			return stablehlo.Remainder(a, b)
+		}
+		return ewFloorAdjust(ctx, a, b, true)
+	}},
+	"aten.bitwise_and.Tensor": {f: ewIntOnly(stablehlo.And)},
+	"aten.bitwise_or.Tensor":  {f: ewIntOnly(stablehlo.Or)},
+	"aten.bitwise_xor.Tensor": {f: ewIntOnly(stablehlo.Xor)},
+	"aten.bitwise_left_shift.Tensor": {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+		if !ct.IsInt() {
+			return nil, fmt.Errorf("shift needs integer operands, got %s", ct)
+		}
+		return stablehlo.ShiftLeft(a, b)
+	}},
+	"aten.bitwise_right_shift.Tensor": {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+		if !ct.IsInt() {
+			return nil, fmt.Errorf("shift needs integer operands, got %s", ct)
+		}
+		if ct.IsUnsigned() {
+			return stablehlo.ShiftRightLogical(a, b)
+		}
+		return stablehlo.ShiftRightArithmetic(a, b)
+	}},
+	"aten.eq.Tensor":           {cmp: true, f: ewCmp(types.CompareEQ)},
+	"aten.ne.Tensor":           {cmp: true, f: ewCmp(types.CompareNE)},
+	"aten.lt.Tensor":           {cmp: true, f: ewCmp(types.CompareLT)},
+	"aten.le.Tensor":           {cmp: true, f: ewCmp(types.CompareLE)},
+	"aten.gt.Tensor":           {cmp: true, f: ewCmp(types.CompareGT)},
+	"aten.ge.Tensor":           {cmp: true, f: ewCmp(types.CompareGE)},
+	"aten.logical_and.default": {cmp: true, logical: true, f: ewSimple(nil, stablehlo.And)},
+	"aten.logical_or.default":  {cmp: true, logical: true, f: ewSimple(nil, stablehlo.Or)},
+	"aten.logical_xor.default": {cmp: true, logical: true, f: ewSimple(nil, stablehlo.Xor)},
+}
+
+// ewScalarTwins are the .Scalar overloads lowered like a .Tensor overload.
+var ewScalarTwins = map[string]string{
+	"aten.mul.Scalar":                        "aten.mul.Tensor",
+	"aten.div.Scalar":                        "aten.div.Tensor",
+	"aten.pow.Tensor_Scalar":                 "aten.pow.Tensor_Tensor",
+	"aten.pow.Scalar":                        "aten.pow.Tensor_Tensor",
+	"aten.fmod.Scalar":                       "aten.fmod.Tensor",
+	"aten.remainder.Scalar":                  "aten.remainder.Tensor",
+	"aten.bitwise_and.Scalar":                "aten.bitwise_and.Tensor",
+	"aten.bitwise_or.Scalar":                 "aten.bitwise_or.Tensor",
+	"aten.bitwise_xor.Scalar":                "aten.bitwise_xor.Tensor",
+	"aten.bitwise_left_shift.Tensor_Scalar":  "aten.bitwise_left_shift.Tensor",
+	"aten.bitwise_right_shift.Tensor_Scalar": "aten.bitwise_right_shift.Tensor",
+	"aten.eq.Scalar":                         "aten.eq.Tensor",
+	"aten.ne.Scalar":                         "aten.ne.Tensor",
+	"aten.lt.Scalar":                         "aten.lt.Tensor",
+	"aten.le.Scalar":                         "aten.le.Tensor",
+	"aten.gt.Scalar":                         "aten.gt.Tensor",
+	"aten.ge.Scalar":                         "aten.ge.Tensor",
+}
+
+func ewBinaryRule(b ewBinary) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		outDT, dims := Out(n, 0)
+		ct := outDT
+		if b.cmp {
+			var err error
+			if ct, err = fxgraph.ResultType(n.Arg(0), n.Arg(1)); err != nil {
+				return nil, err
+			}
+		}
+		var x, y *stablehlo.Value
+		var err error
+		if b.logical {
+			// Each operand becomes bool on its own (no promotion).
+			if x, err = ewLogicalOperand(ctx, n, 0, "self", dims); err != nil {
+				return nil, err
+			}
+			if y, err = ewLogicalOperand(ctx, n, 1, "other", dims); err != nil {
+				return nil, err
+			}
+			ct = tensor.Bool
+		} else {
+			mt := ct
+			if b.math {
+				mt = ewMathDType(ct)
+			}
+			second := "other"
+			if n.Target == "aten.pow.Tensor_Tensor" || n.Target == "aten.pow.Tensor_Scalar" || n.Target == "aten.pow.Scalar" {
+				second = "exponent"
+			}
+			if x, err = ewOperand(ctx, n, 0, "self", mt, dims); err != nil {
+				return nil, err
+			}
+			if y, err = ewOperand(ctx, n, 1, second, mt, dims); err != nil {
+				return nil, err
+			}
+			ct = mt
+		}
+		r, err := b.f(ctx, n, x, y, ct)
+		if err != nil {
+			return nil, err
+		}
+		if r, err = ctx.ConvertTo(r, outDT); err != nil {
+			return nil, err
+		}
+		return []*stablehlo.Value{r}, nil
+	}
+}
+
+func ewLogicalOperand(ctx *Context, n *fxgraph.Node, i int, name string, dims []int64) (*stablehlo.Value, error) {
+	a := n.ArgOr(i, name, nil)
+	if m, ok := a.(*fxgraph.Node); ok {
+		v, err := ctx.Value(m)
+		if err != nil {
+			return nil, err
+		}
+		if v, err = ewToBool(ctx, v); err != nil {
+			return nil, err
+		}
+		return ctx.BroadcastTo(v, dims)
+	}
+	v, err := ewLiteral(ctx, tensor.Bool, a)
+	if err != nil {
+		return nil, err
+	}
+	return ctx.BroadcastTo(v, dims)
+}
+
+// ewAddRule lowers add/sub (self ± alpha*other) and rsub (other -
+// alpha*self), .Tensor and .Scalar.
+func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, dims := Out(n, 0)
+	a, err := ewOperand(ctx, n, 0, "self", dt, dims)
+	if err != nil {
+		return nil, err
+	}
+	b, err := ewOperand(ctx, n, 1, "other", dt, dims)
+	if err != nil {
+		return nil, err
+	}
+	rsub := n.Target == "aten.rsub.Tensor" || n.Target == "aten.rsub.Scalar"
+	if rsub {
+		a, b = b, a
+	}
+	alpha := n.ArgOr(2, "alpha", int64(1))
+	af, ok := fxgraph.AsFloat(alpha)
+	if !ok {
+		return nil, fmt.Errorf("alpha is %s, want a number", fxgraph.FormatArg(alpha))
+	}
+	if af != 1 {
+		if dt == tensor.Bool {
+			if af == 0 {
+				b, err = ctx.Full(tensor.Bool, 0, dims)
+			}
+		} else {
+			var k *stablehlo.Value
+			if k, err = ewLiteral(ctx, dt, alpha); err == nil {
+				if k, err = ctx.BroadcastTo(k, dims); err == nil {
+					b, err = stablehlo.Multiply(b, k)
+				}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	var r *stablehlo.Value
+	switch {
+	case n.Target == "aten.add.Tensor" || n.Target == "aten.add.Scalar":
+		if dt == tensor.Bool {
+			r, err = stablehlo.Or(a, b)
+		} else {
+			r, err = stablehlo.Add(a, b)
+		}
+	case dt == tensor.Bool:
+		return nil, fmt.Errorf("subtraction of bool tensors is not supported")
+	default:
+		r, err = stablehlo.Subtract(a, b)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []*stablehlo.Value{r}, nil
+}
+
+// ewDivModeRule lowers div.Tensor_mode / div.Scalar_mode.
+func ewDivModeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, dims := Out(n, 0)
+	mode := n.ArgOr(2, "rounding_mode", nil)
+	mt := ewMathDType(dt)
+	a, err := ewOperand(ctx, n, 0, "self", mt, dims)
+	if err != nil {
+		return nil, err
+	}
+	b, err := ewOperand(ctx, n, 1, "other", mt, dims)
+	if err != nil {
+		return nil, err
+	}
+	var r *stablehlo.Value
+	switch {
+	case dt == tensor.Bool:
+		return nil, fmt.Errorf("division of bool tensors is not supported")
+	case mode == nil:
+		r, err = stablehlo.Divide(a, b)
+	case mode == "trunc" && dt.IsInt():
+		r, err = stablehlo.Divide(a, b)
+	case mode == "floor" && dt.IsUnsigned():
+		r, err = stablehlo.Divide(a, b)
+	case mode == "floor" && dt.IsInt():
+		r, err = ewFloorAdjust(ctx, a, b, false)
+	case mode == "trunc":
+		if r, err = stablehlo.Divide(a, b); err == nil {
+			r, err = ewTrunc(ctx, r)
+		}
+	case mode == "floor":
+		if r, err = stablehlo.Divide(a, b); err == nil {
+			r, err = stablehlo.Floor(r)
+		}
+	default:
+		return nil, fmt.Errorf("rounding_mode %s not supported", fxgraph.FormatArg(mode))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r, err = ctx.ConvertTo(r, dt); err != nil {
+		return nil, err
+	}
+	return []*stablehlo.Value{r}, nil
+}
+
+// ewWhereRule lowers where.self and its scalar overloads.
+func ewWhereRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, dims := Out(n, 0)
+	cn, err := n.InputNode(0)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ctx.Value(cn)
+	if err != nil {
+		return nil, err
+	}
+	if c, err = ewToBool(ctx, c); err != nil {
+		return nil, err
+	}
+	if c, err = ctx.BroadcastTo(c, dims); err != nil {
+		return nil, err
+	}
+	a, err := ewOperand(ctx, n, 1, "self", dt, dims)
+	if err != nil {
+		return nil, err
+	}
+	b, err := ewOperand(ctx, n, 2, "other", dt, dims)
+	if err != nil {
+		return nil, err
+	}
+	r, err := stablehlo.Select(c, a, b)
+	if err != nil {
+		return nil, err
+	}
+	return []*stablehlo.Value{r}, nil
+}
+
+// ewClampRule lowers clamp.default and clamp.Tensor: min(max(x, lo), hi),
+// NaN propagating, hi winning when lo > hi (as torch).
+func ewClampRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, dims := Out(n, 0)
+	x, err := ewOperand(ctx, n, 0, "self", dt, dims)
+	if err != nil {
+		return nil, err
+	}
+	if dt == tensor.Bool {
+		return nil, fmt.Errorf("clamp of bool tensors is not supported")
+	}
+	if n.ArgOr(1, "min", nil) != nil {
+		lo, err := ewOperand(ctx, n, 1, "min", dt, dims)
+		if err != nil {
+			return nil, err
+		}
+		if x, err = stablehlo.Maximum(x, lo); err != nil {
+			return nil, err
+		}
+	}
+	if n.ArgOr(2, "max", nil) != nil {
+		hi, err := ewOperand(ctx, n, 2, "max", dt, dims)
+		if err != nil {
+			return nil, err
+		}
+		if x, err = stablehlo.Minimum(x, hi); err != nil {
+			return nil, err
+		}
+	}
+	return []*stablehlo.Value{x}, nil
+}
+
+// ewToCopyRule lowers _to_copy: a dtype conversion (to bool: x != 0).
+func ewToCopyRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	if in[0] == nil {
+		return nil, fmt.Errorf("argument 0 is not a tensor")
+	}
+	dt, _ := Out(n, 0)
+	var r *stablehlo.Value
+	var err error
+	if dt == tensor.Bool {
+		r, err = ewToBool(ctx, in[0])
+	} else {
+		r, err = ctx.ConvertTo(in[0], dt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []*stablehlo.Value{r}, nil
+}
+
+// ewViewDTypeRule lowers view.dtype (same element size) to a bitcast.
+func ewViewDTypeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	if in[0] == nil {
+		return nil, fmt.Errorf("argument 0 is not a tensor")
+	}
+	dt, _ := Out(n, 0)
+	x, err := ctx.XLADType(dt)
+	if err != nil {
+		return nil, err
+	}
+	if x.Size() != in[0].Shape().DType.Size() {
+		return nil, fmt.Errorf("view.dtype to %s changes the element size in the program (NarrowInt64?)", dt)
+	}
+	r, err := stablehlo.BitcastConvert(in[0], x)
+	if err != nil {
+		return nil, err
+	}
+	return []*stablehlo.Value{r}, nil
+}
+
 // registerElementwise registers the rules of pointwise operators.
-func registerElementwise(r *Registry) {}
+func registerElementwise(r *Registry) {
+	for target, f := range ewFloatUnary {
+		r.Register(target, ewFloatUnaryRule(f))
+	}
+	for target, f := range ewSameUnary {
+		f := f
+		r.Register(target, func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+			if in[0] == nil {
+				return nil, fmt.Errorf("argument 0 is not a tensor")
+			}
+			dt, _ := Out(n, 0)
+			x, err := ctx.ConvertTo(in[0], dt)
+			if err != nil {
+				return nil, err
+			}
+			y, err := f(ctx, n, x, dt)
+			if err != nil {
+				return nil, err
+			}
+			return []*stablehlo.Value{y}, nil
+		})
+	}
+	for target, f := range ewBoolUnary {
+		f := f
+		r.Register(target, func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+			if in[0] == nil {
+				return nil, fmt.Errorf("argument 0 is not a tensor")
+			}
+			dt, _, err := InMeta(n, 0)
+			if err != nil {
+				return nil, err
+			}
+			y, err := f(ctx, in[0], dt)
+			if err != nil {
+				return nil, err
+			}
+			return []*stablehlo.Value{y}, nil
+		})
+	}
+	for target, b := range ewBinaryRules {
+		r.Register(target, ewBinaryRule(b))
+	}
+	for target, twin := range ewScalarTwins {
+		r.Register(target, ewBinaryRule(ewBinaryRules[twin]))
+	}
+	for _, t := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
+		r.Register(t, ewAddRule)
+	}
+	r.Register("aten.div.Tensor_mode", ewDivModeRule)
+	r.Register("aten.div.Scalar_mode", ewDivModeRule)
+	for _, t := range []string{"aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"} {
+		r.Register(t, ewWhereRule)
+	}
+	r.Register("aten.clamp.default", ewClampRule)
+	r.Register("aten.clamp.Tensor", ewClampRule)
+	r.Register("aten._to_copy.default", ewToCopyRule)
+	r.Register("aten.view.dtype", ewViewDTypeRule)
+}

@@ -1,4 +1,801 @@
 package onnx
 
+import (
+	"fmt"
+	"math"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
+// Pointwise ONNX operators. ONNX requires identical input dtypes where ATen
+// promotes, so the IR nodes emitted here compute in the inputs' dtype; where
+// ATen's result dtype differs from ONNX's (true division of integers,
+// float-valued functions of integers, Pow with mixed dtypes) the converter
+// picks another ATen overload or casts back.
+
+// ewCastTo converts n to dt with aten._to_copy when its dtype differs.
+func ewCastTo(c *Ctx, n *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
+	if Meta(n).DType == dt {
+		return n, nil
+	}
+	return c.EmitKw("aten._to_copy.default", []any{n}, map[string]any{"dtype": dt})
+}
+
+// ewNoString rejects string tensors, which no pointwise op computes on.
+func ewNoString(n *fxgraph.Node) error {
+	if Meta(n).DType == tensor.String {
+		return Unsupported("string tensors")
+	}
+	return nil
+}
+
+// ewUnary converts a one-input op to target, cast back to the input dtype
+// when ATen's result dtype differs (e.g. erf of an integer tensor).
+func ewUnary(target string) Converter {
+	return func(c *Ctx, _ *Node) error {
+		x, err := c.Input(0)
+		if err != nil {
+			return err
+		}
+		if err := ewNoString(x); err != nil {
+			return err
+		}
+		y, err := c.Emit(target, x)
+		if err != nil {
+			return err
+		}
+		if y, err = ewCastTo(c, y, Meta(x).DType); err != nil {
+			return err
+		}
+		c.SetOutput(0, y)
+		return nil
+	}
+}
+
+// ewPredicate converts a one-input op with a bool result.
+func ewPredicate(target string) Converter {
+	return func(c *Ctx, _ *Node) error {
+		x, err := c.Input(0)
+		if err != nil {
+			return err
+		}
+		if err := ewNoString(x); err != nil {
+			return err
+		}
+		y, err := c.Emit(target, x)
+		if err != nil {
+			return err
+		}
+		c.SetOutput(0, y)
+		return nil
+	}
+}
+
+// ewBinaryInputs returns the two inputs of a binary op, applying the legacy
+// broadcast/axis attributes of opsets before 7 (B aligned with A from axis).
+func ewBinaryInputs(c *Ctx) (a, b *fxgraph.Node, err error) {
+	if a, err = c.Input(0); err != nil {
+		return nil, nil, err
+	}
+	if b, err = c.Input(1); err != nil {
+		return nil, nil, err
+	}
+	if err := ewNoString(a); err != nil {
+		return nil, nil, err
+	}
+	if err := ewNoString(b); err != nil {
+		return nil, nil, err
+	}
+	if c.Opset >= 7 || c.AttrInt("broadcast", 0) == 0 || c.Attr("axis") == nil {
+		return a, b, nil
+	}
+	ra, rb := Meta(a).Rank(), Meta(b).Rank()
+	axis := c.AttrInt("axis", 0)
+	if axis < 0 {
+		axis += int64(ra)
+	}
+	if axis < 0 || axis+int64(rb) > int64(ra) {
+		return nil, nil, fmt.Errorf("broadcast axis %d does not fit ranks %d and %d", c.AttrInt("axis", 0), ra, rb)
+	}
+	// Numpy broadcasting aligns trailing dims: append size-1 dims to B.
+	for i := axis + int64(rb); i < int64(ra); i++ {
+		if b, err = c.Emit("aten.unsqueeze.default", b, int64(-1)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return a, b, nil
+}
+
+// ewBinary converts a two-input op whose ATen result has the ONNX dtype.
+func ewBinary(target string) Converter {
+	return func(c *Ctx, _ *Node) error {
+		a, b, err := ewBinaryInputs(c)
+		if err != nil {
+			return err
+		}
+		y, err := c.Emit(target, a, b)
+		if err != nil {
+			return err
+		}
+		c.SetOutput(0, y)
+		return nil
+	}
+}
+
+// ewDiv converts Div: true division for floats, truncating division for
+// integers (ONNX integer Div rounds toward zero).
+func ewDiv(c *Ctx, _ *Node) error {
+	a, b, err := ewBinaryInputs(c)
+	if err != nil {
+		return err
+	}
+	var y *fxgraph.Node
+	if dt := Meta(a).DType; dt.IsInt() || dt == tensor.Bool {
+		y, err = c.EmitKw("aten.div.Tensor_mode", []any{a, b}, map[string]any{"rounding_mode": "trunc"})
+	} else {
+		y, err = c.Emit("aten.div.Tensor", a, b)
+	}
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewPow converts Pow: the result has the base's dtype (opset 12 allows a
+// different exponent dtype). An integer base with a float exponent is
+// computed in float64 and truncated, as the ONNX reference does.
+func ewPow(c *Ctx, _ *Node) error {
+	a, b, err := ewBinaryInputs(c)
+	if err != nil {
+		return err
+	}
+	dt := Meta(a).DType
+	base := a
+	if (dt.IsInt() || dt == tensor.Bool) && Meta(b).DType.IsFloat() {
+		if base, err = ewCastTo(c, a, tensor.Float64); err != nil {
+			return err
+		}
+	}
+	y, err := c.Emit("aten.pow.Tensor_Tensor", base, b)
+	if err != nil {
+		return err
+	}
+	if y, err = ewCastTo(c, y, dt); err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewMod converts Mod: fmod=0 is the floor modulo (sign of the divisor,
+// aten.remainder), fmod=1 the truncated one (sign of the dividend, aten.fmod).
+func ewMod(c *Ctx, _ *Node) error {
+	a, b, err := ewBinaryInputs(c)
+	if err != nil {
+		return err
+	}
+	target := "aten.remainder.Tensor"
+	switch c.AttrInt("fmod", 0) {
+	case 0:
+	case 1:
+		target = "aten.fmod.Tensor"
+	default:
+		return fmt.Errorf("fmod must be 0 or 1, got %d", c.AttrInt("fmod", 0))
+	}
+	y, err := c.Emit(target, a, b)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewBitShift converts BitShift (direction LEFT or RIGHT; unsigned inputs).
+func ewBitShift(c *Ctx, _ *Node) error {
+	var target string
+	switch d := c.AttrString("direction", ""); d {
+	case "LEFT":
+		target = "aten.bitwise_left_shift.Tensor"
+	case "RIGHT":
+		target = "aten.bitwise_right_shift.Tensor"
+	default:
+		return fmt.Errorf("direction must be LEFT or RIGHT, got %q", d)
+	}
+	return ewBinary(target)(c, nil)
+}
+
+// ewVariadic converts Max, Min and Sum: a chain of binary ops over all
+// inputs (with broadcasting); Mean divides the sum by the input count.
+func ewVariadic(target string, mean bool) Converter {
+	return func(c *Ctx, _ *Node) error {
+		ins, err := c.Inputs()
+		if err != nil {
+			return err
+		}
+		if len(ins) == 0 {
+			return fmt.Errorf("needs at least one input")
+		}
+		y := ins[0]
+		if err := ewNoString(y); err != nil {
+			return err
+		}
+		for _, x := range ins[1:] {
+			if y, err = c.Emit(target, y, x); err != nil {
+				return err
+			}
+		}
+		if mean && len(ins) > 1 {
+			dt := Meta(y).DType
+			if !dt.IsFloat() {
+				return Unsupported("Mean of %s tensors", dt)
+			}
+			if y, err = c.Emit("aten.div.Scalar", y, float64(len(ins))); err != nil {
+				return err
+			}
+		}
+		c.SetOutput(0, y)
+		return nil
+	}
+}
+
+// ewScalarLit returns v as a literal of the kind that keeps x's dtype in
+// ATen's promotion: an int for integer tensors, a float otherwise.
+func ewScalarLit(x *fxgraph.Node, v float64) any {
+	if dt := Meta(x).DType; dt.IsInt() || dt == tensor.Bool {
+		return int64(v)
+	}
+	return v
+}
+
+// ewClip converts Clip: min/max attributes before opset 11, optional
+// (scalar tensor) inputs from 11 on. No bound at all is the identity.
+func ewClip(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	if err := ewNoString(x); err != nil {
+		return err
+	}
+	var lo, hi any
+	target := "aten.clamp.Tensor"
+	if c.Opset < 11 {
+		target = "aten.clamp.default"
+		if v := c.AttrFloat("min", math.Inf(-1)); !math.IsInf(v, -1) {
+			lo = ewScalarLit(x, v)
+		}
+		if v := c.AttrFloat("max", math.Inf(1)); !math.IsInf(v, 1) {
+			hi = ewScalarLit(x, v)
+		}
+	} else {
+		for i, dst := range []*any{&lo, &hi} {
+			b, err := c.OptInput(i + 1)
+			if err != nil {
+				return err
+			}
+			if b == nil {
+				continue
+			}
+			if Meta(b).DType != Meta(x).DType {
+				return fmt.Errorf("bound %d has dtype %s, the input %s", i+1, Meta(b).DType, Meta(x).DType)
+			}
+			*dst = b
+		}
+	}
+	if lo == nil && hi == nil {
+		c.SetOutput(0, x)
+		return nil
+	}
+	y, err := c.Emit(target, x, lo, hi)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewWhere converts Where(condition, X, Y).
+func ewWhere(c *Ctx, _ *Node) error {
+	cond, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	a, err := c.Input(1)
+	if err != nil {
+		return err
+	}
+	b, err := c.Input(2)
+	if err != nil {
+		return err
+	}
+	if err := ewNoString(a); err != nil {
+		return err
+	}
+	y, err := c.Emit("aten.where.self", cond, a, b)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewCastDType maps Cast's "to" code to a dtype; string and the types
+// without an IR dtype are Unsupported.
+func ewCastDType(code int64) (tensor.DType, error) {
+	dt, err := DType(int32(code))
+	if err != nil {
+		return tensor.Invalid, Unsupported("cast to %s", onnxTypeName(int32(code)))
+	}
+	if dt == tensor.String {
+		return tensor.Invalid, Unsupported("cast to STRING")
+	}
+	return dt, nil
+}
+
+// ewCast emits the conversion of x to dt. Float to bfloat16 truncates the
+// float32 mantissa as the ONNX reference implementation of Cast does; every
+// other conversion is aten._to_copy (round to nearest even for floats,
+// truncation toward zero for float to integer, x != 0 for bool).
+func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
+	src := Meta(x).DType
+	if src == tensor.String {
+		return nil, Unsupported("cast from STRING")
+	}
+	if src == dt {
+		return x, nil
+	}
+	if dt != tensor.BFloat16 || !(src == tensor.Float32 || src == tensor.Float64) {
+		return ewCastTo(c, x, dt)
+	}
+	f, err := ewCastTo(c, x, tensor.Float32)
+	if err != nil {
+		return nil, err
+	}
+	bits, err := c.Emit("aten.view.dtype", f, tensor.Int32)
+	if err != nil {
+		return nil, err
+	}
+	if bits, err = c.Emit("aten.bitwise_and.Scalar", bits, int64(-65536)); err != nil { // 0xFFFF0000
+		return nil, err
+	}
+	if f, err = c.Emit("aten.view.dtype", bits, tensor.Float32); err != nil {
+		return nil, err
+	}
+	return ewCastTo(c, f, tensor.BFloat16) // exact: the low mantissa bits are zero
+}
+
+// ewCastConv converts Cast(to).
+func ewCastConv(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	if c.Attr("to") == nil {
+		return fmt.Errorf("attribute to is required")
+	}
+	dt, err := ewCastDType(c.AttrInt("to", 0))
+	if err != nil {
+		return err
+	}
+	y, err := ewCast(c, x, dt)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewCastLike converts CastLike(input, target_type).
+func ewCastLike(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	like, err := c.Input(1)
+	if err != nil {
+		return err
+	}
+	dt := Meta(like).DType
+	if dt == tensor.String {
+		return Unsupported("cast to STRING")
+	}
+	y, err := ewCast(c, x, dt)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewIdentity binds the output to the input.
+func ewIdentity(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, x)
+	return nil
+}
+
+// ewAllTrue returns a bool tensor of x's shape full of true.
+func ewAllTrue(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
+	m := Meta(x)
+	if dims, ok := m.Shape.Static(); ok {
+		t := tensor.New(tensor.Bool, dims...)
+		for i := range t.Data {
+			t.Data[i] = 1
+		}
+		return c.Constant("dropout_mask", t), nil
+	}
+	// b == b of a bool view of x is true everywhere, whatever x holds.
+	b, err := ewCastTo(c, x, tensor.Bool)
+	if err != nil {
+		return nil, err
+	}
+	return c.Emit("aten.eq.Tensor", b, b)
+}
+
+// ewDropout converts Dropout in inference mode: the identity, with an
+// all-true mask (or all-ones of the input dtype before opset 10) when the
+// mask output is requested. Training mode with a non-zero ratio needs
+// random numbers: Unsupported.
+func ewDropout(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	training := false
+	ratio := float64(c.AttrFloat("ratio", 0.5))
+	switch {
+	case c.Opset < 7:
+		training = c.AttrInt("is_test", 0) == 0
+	case c.Opset >= 12:
+		if c.HasInput(2) {
+			t := c.Const(2)
+			if t == nil {
+				return Unsupported("Dropout with a training_mode computed at run time")
+			}
+			training = t.NumElements() > 0 && t.Int64At(0) != 0
+		}
+		if c.HasInput(1) {
+			if t := c.Const(1); t != nil && t.NumElements() > 0 {
+				ratio = t.Float64At(0)
+			} else if training {
+				return Unsupported("Dropout in training mode with a ratio computed at run time")
+			}
+		}
+	}
+	if training && ratio != 0 {
+		return Unsupported("Dropout in training mode (ratio %g) needs random numbers", ratio)
+	}
+	c.SetOutput(0, x)
+	if c.HasOutput(1) {
+		mask, err := ewAllTrue(c, x)
+		if err != nil {
+			return err
+		}
+		if c.Opset < 10 {
+			if mask, err = ewCastTo(c, mask, Meta(x).DType); err != nil {
+				return err
+			}
+		}
+		c.SetOutput(1, mask)
+	}
+	return nil
+}
+
+// ewActivation emits target(x, args...) for an activation, cast back to the
+// input dtype.
+func ewActivation(c *Ctx, target string, args func(c *Ctx) []any) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	if err := ewNoString(x); err != nil {
+		return err
+	}
+	y, err := c.Emit(target, append([]any{x}, args(c)...)...)
+	if err != nil {
+		return err
+	}
+	if y, err = ewCastTo(c, y, Meta(x).DType); err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+func ewLeakyRelu(c *Ctx, _ *Node) error {
+	return ewActivation(c, "aten.leaky_relu.default", func(c *Ctx) []any {
+		return []any{c.AttrFloat("alpha", float64(float32(0.01)))}
+	})
+}
+
+func ewElu(c *Ctx, _ *Node) error {
+	return ewActivation(c, "aten.elu.default", func(c *Ctx) []any {
+		return []any{c.AttrFloat("alpha", 1)}
+	})
+}
+
+// ewSelu is elu with alpha and scale gamma.
+func ewSelu(c *Ctx, _ *Node) error {
+	return ewActivation(c, "aten.elu.default", func(c *Ctx) []any {
+		return []any{
+			c.AttrFloat("alpha", float64(float32(1.67326319217681884765625))),
+			c.AttrFloat("gamma", float64(float32(1.05070102214813232421875))),
+		}
+	})
+}
+
+// ewCelu is torch's celu decomposition: elu(x, alpha, 1, 1/alpha).
+func ewCelu(c *Ctx, _ *Node) error {
+	alpha := c.AttrFloat("alpha", 1)
+	if alpha == 0 {
+		return fmt.Errorf("alpha must be non-zero")
+	}
+	return ewActivation(c, "aten.elu.default", func(c *Ctx) []any {
+		return []any{alpha, 1.0, 1 / alpha}
+	})
+}
+
+func ewThresholdedRelu(c *Ctx, _ *Node) error {
+	return ewActivation(c, "aten.threshold.default", func(c *Ctx) []any {
+		return []any{c.AttrFloat("alpha", 1), 0.0}
+	})
+}
+
+func ewGelu(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	approx := c.AttrString("approximate", "none")
+	if approx != "none" && approx != "tanh" {
+		return Unsupported("Gelu approximate=%q", approx)
+	}
+	y, err := c.EmitKw("aten.gelu.default", []any{x}, map[string]any{"approximate": approx})
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewHardSigmoid is clamp(alpha*x + beta, 0, 1) (ONNX's default alpha 0.2
+// differs from torch's hardsigmoid).
+func ewHardSigmoid(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	alpha := c.AttrFloat("alpha", float64(float32(0.2)))
+	beta := c.AttrFloat("beta", 0.5)
+	y, err := c.Emit("aten.mul.Scalar", x, alpha)
+	if err != nil {
+		return err
+	}
+	if y, err = c.Emit("aten.add.Scalar", y, beta); err != nil {
+		return err
+	}
+	if y, err = c.Emit("aten.clamp.default", y, 0.0, 1.0); err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewSoftsign is x / (1 + |x|).
+func ewSoftsign(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	a, err := c.Emit("aten.abs.default", x)
+	if err != nil {
+		return err
+	}
+	if a, err = c.Emit("aten.add.Scalar", a, 1.0); err != nil {
+		return err
+	}
+	y, err := c.Emit("aten.div.Tensor", x, a)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewPRelu is where(x < 0, x * slope, x), slope broadcasting to x.
+func ewPRelu(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	slope, err := c.Input(1)
+	if err != nil {
+		return err
+	}
+	// Opsets before 7 accept a 1-D slope over the channel dim (dim 1).
+	if sm, xm := Meta(slope), Meta(x); c.Opset < 7 && sm.Rank() == 1 && xm.Rank() > 2 && !(sm.Shape[0] == fxgraph.D(1)) {
+		for i := 2; i < xm.Rank(); i++ {
+			if slope, err = c.Emit("aten.unsqueeze.default", slope, int64(-1)); err != nil {
+				return err
+			}
+		}
+	}
+	neg, err := c.Emit("aten.lt.Scalar", x, ewScalarLit(x, 0))
+	if err != nil {
+		return err
+	}
+	m, err := c.Emit("aten.mul.Tensor", x, slope)
+	if err != nil {
+		return err
+	}
+	y, err := c.Emit("aten.where.self", neg, m, x)
+	if err != nil {
+		return err
+	}
+	if !Meta(y).Shape.Equal(Meta(x).Shape) && Meta(y).Shape.IsStatic() && Meta(x).Shape.IsStatic() {
+		return fmt.Errorf("slope %s does not broadcast to input %s", Meta(slope).Shape, Meta(x).Shape)
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewShrink is where(x < -lambd, x + bias, where(x > lambd, x - bias, 0)).
+func ewShrink(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	if err := ewNoString(x); err != nil {
+		return err
+	}
+	lambd := c.AttrFloat("lambd", 0.5)
+	bias := c.AttrFloat("bias", 0)
+	dt := Meta(x).DType
+	lo, err := c.Emit("aten.lt.Scalar", x, -lambd)
+	if err != nil {
+		return err
+	}
+	hi, err := c.Emit("aten.gt.Scalar", x, lambd)
+	if err != nil {
+		return err
+	}
+	plus, err := c.Emit("aten.add.Scalar", x, ewScalarLit(x, bias))
+	if err != nil {
+		return err
+	}
+	minus, err := c.Emit("aten.sub.Scalar", x, ewScalarLit(x, bias))
+	if err != nil {
+		return err
+	}
+	zero := c.ScalarConst(dt, 0)
+	inner, err := c.Emit("aten.where.self", hi, minus, zero)
+	if err != nil {
+		return err
+	}
+	y, err := c.Emit("aten.where.self", lo, plus, inner)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewSign is sign(x), keeping NaN (ONNX follows numpy; torch.sign(NaN) is 0).
+func ewSign(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	if err := ewNoString(x); err != nil {
+		return err
+	}
+	y, err := c.Emit("aten.sign.default", x)
+	if err != nil {
+		return err
+	}
+	if Meta(x).DType.IsFloat() {
+		nan, err := c.Emit("aten.isnan.default", x)
+		if err != nil {
+			return err
+		}
+		if y, err = c.Emit("aten.where.self", nan, x, y); err != nil {
+			return err
+		}
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// ewIsInf converts IsInf(detect_positive, detect_negative).
+func ewIsInf(c *Ctx, _ *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	if err := ewNoString(x); err != nil {
+		return err
+	}
+	pos, neg := c.AttrInt("detect_positive", 1) != 0, c.AttrInt("detect_negative", 1) != 0
+	var y *fxgraph.Node
+	switch {
+	case pos && neg:
+		y, err = c.Emit("aten.isinf.default", x)
+	case pos:
+		y, err = c.Emit("aten.eq.Scalar", x, math.Inf(1))
+	case neg:
+		y, err = c.Emit("aten.eq.Scalar", x, math.Inf(-1))
+	default: // detects nothing: b != b of a bool is false everywhere
+		var b *fxgraph.Node
+		if b, err = c.Emit("aten.isinf.default", x); err == nil {
+			y, err = c.Emit("aten.ne.Tensor", b, b)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
 // registerElementwise registers converters of pointwise ONNX operators.
-func registerElementwise(cs converters) {}
+func registerElementwise(cs converters) {
+	for op, target := range map[string]string{
+		"Neg": "aten.neg.default", "Abs": "aten.abs.default", "Exp": "aten.exp.default",
+		"Log": "aten.log.default", "Sqrt": "aten.sqrt.default", "Reciprocal": "aten.reciprocal.default",
+		"Sin": "aten.sin.default", "Cos": "aten.cos.default", "Tan": "aten.tan.default",
+		"Asin": "aten.asin.default", "Acos": "aten.acos.default", "Atan": "aten.atan.default",
+		"Sinh": "aten.sinh.default", "Cosh": "aten.cosh.default", "Asinh": "aten.asinh.default",
+		"Acosh": "aten.acosh.default", "Atanh": "aten.atanh.default", "Tanh": "aten.tanh.default",
+		"Sigmoid": "aten.sigmoid.default", "Relu": "aten.relu.default", "Erf": "aten.erf.default",
+		"Floor": "aten.floor.default", "Ceil": "aten.ceil.default", "Round": "aten.round.default",
+		"HardSwish": "aten.hardswish.default", "Softplus": "aten.softplus.default",
+		"Mish": "aten.mish.default", "BitwiseNot": "aten.bitwise_not.default",
+	} {
+		cs.add(op, ewUnary(target))
+	}
+	cs.add("Not", ewPredicate("aten.logical_not.default"))
+	cs.add("IsNaN", ewPredicate("aten.isnan.default"))
+	cs.add("IsInf", ewIsInf)
+	cs.add("Sign", ewSign)
+	for op, target := range map[string]string{
+		"Add": "aten.add.Tensor", "Sub": "aten.sub.Tensor", "Mul": "aten.mul.Tensor",
+		"Equal": "aten.eq.Tensor", "Less": "aten.lt.Tensor", "LessOrEqual": "aten.le.Tensor",
+		"Greater": "aten.gt.Tensor", "GreaterOrEqual": "aten.ge.Tensor",
+		"BitwiseAnd": "aten.bitwise_and.Tensor", "BitwiseOr": "aten.bitwise_or.Tensor",
+		"BitwiseXor": "aten.bitwise_xor.Tensor",
+	} {
+		cs.add(op, ewBinary(target))
+	}
+	cs.add("And", ewBinary("aten.logical_and.default"))
+	cs.add("Or", ewBinary("aten.logical_or.default"))
+	cs.add("Xor", ewBinary("aten.logical_xor.default"))
+	cs.add("Div", ewDiv)
+	cs.add("Pow", ewPow)
+	cs.add("Mod", ewMod)
+	cs.add("BitShift", ewBitShift)
+	cs.add("Max", ewVariadic("aten.maximum.default", false))
+	cs.add("Min", ewVariadic("aten.minimum.default", false))
+	cs.add("Sum", ewVariadic("aten.add.Tensor", false))
+	cs.add("Mean", ewVariadic("aten.add.Tensor", true))
+	cs.add("Clip", ewClip)
+	cs.add("Where", ewWhere)
+	cs.add("Cast", ewCastConv)
+	cs.add("CastLike", ewCastLike)
+	cs.add("Identity", ewIdentity)
+	cs.add("Dropout", ewDropout)
+	cs.add("LeakyRelu", ewLeakyRelu)
+	cs.add("Elu", ewElu)
+	cs.add("Selu", ewSelu)
+	cs.add("Celu", ewCelu)
+	cs.add("ThresholdedRelu", ewThresholdedRelu)
+	cs.add("Gelu", ewGelu)
+	cs.add("HardSigmoid", ewHardSigmoid)
+	cs.add("Softsign", ewSoftsign)
+	cs.add("PRelu", ewPRelu)
+	cs.add("Shrink", ewShrink)
+}
