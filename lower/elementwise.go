@@ -628,8 +628,8 @@ func ewFloorAdjust(ctx *Context, a, b *stablehlo.Value, wantRemainder bool) (*st
 
 var ewBinaryRules = map[string]ewBinary{
 	"aten.mul.Tensor":        {f: ewSimple(stablehlo.Multiply, stablehlo.And)},
-	"aten.maximum.default":   {f: ewSimple(stablehlo.Maximum, stablehlo.Or)},
-	"aten.minimum.default":   {f: ewSimple(stablehlo.Minimum, stablehlo.And)},
+	"aten.maximum.default":   {f: ewSimple(MaxNaN, stablehlo.Or)},
+	"aten.minimum.default":   {f: ewSimple(MinNaN, stablehlo.And)},
 	"aten.div.Tensor":        {math: true, f: ewSimple(stablehlo.Divide, nil)},
 	"aten.pow.Tensor_Tensor": {math: true, f: ewSimple(stablehlo.Power, nil)},
 	"aten.atan2.default":     {math: true, f: ewSimple(stablehlo.Atan2, nil)},

@@ -162,9 +162,9 @@ func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*stablehlo.Function, 
 	case ReduceSum:
 		r, err = stablehlo.Add(a, b)
 	case ReduceMax:
-		r, err = stablehlo.Maximum(a, b)
+		r, err = MaxNaN(a, b)
 	case ReduceMin:
-		r, err = stablehlo.Minimum(a, b)
+		r, err = MinNaN(a, b)
 	case ReduceMul:
 		r, err = stablehlo.Multiply(a, b)
 	case ReduceAnd:
@@ -181,6 +181,42 @@ func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*stablehlo.Function, 
 		return nil, err
 	}
 	return fn, nil
+}
+
+// MaxNaN is stablehlo.maximum that propagates NaN for floats, as PyTorch's
+// maximum/amax/max_pool and numpy do: XLA CPU's maximum drops NaN.
+func MaxNaN(a, b *stablehlo.Value) (*stablehlo.Value, error) {
+	r, err := stablehlo.Maximum(a, b)
+	if err != nil {
+		return nil, err
+	}
+	return propagateNaN(r, a, b)
+}
+
+// MinNaN is stablehlo.minimum that propagates NaN for floats.
+func MinNaN(a, b *stablehlo.Value) (*stablehlo.Value, error) {
+	r, err := stablehlo.Minimum(a, b)
+	if err != nil {
+		return nil, err
+	}
+	return propagateNaN(r, a, b)
+}
+
+// propagateNaN returns r where neither a nor b is NaN, else the NaN operand.
+func propagateNaN(r, a, b *stablehlo.Value) (*stablehlo.Value, error) {
+	if !a.Shape().DType.IsFloat() {
+		return r, nil
+	}
+	for _, v := range []*stablehlo.Value{b, a} {
+		nan, err := stablehlo.Compare(v, v, types.CompareNE, types.CompareFloat)
+		if err != nil {
+			return nil, err
+		}
+		if r, err = stablehlo.Select(nan, v, r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // Precision is the dot/conv precision to request: highest unless

@@ -198,51 +198,11 @@ func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, a
 	if err != nil {
 		return nil, err
 	}
-	fn, err := ctx.rdReduceFn(kind, x.Shape().DType)
+	fn, err := ctx.ReduceFn(kind, x.Shape().DType)
 	if err != nil {
 		return nil, err
 	}
 	return stablehlo.Reduce(x, init, fn, axes...)
-}
-
-// rdReduceFn is ctx.ReduceFn, except that float max and min propagate NaN
-// (as PyTorch's amax/amin and numpy do): XLA CPU's maximum/minimum inside a
-// reduction drop it.
-func (ctx *Context) rdReduceFn(kind string, d dtypes.DType) (*stablehlo.Function, error) {
-	if !d.IsFloat() || (kind != ReduceMax && kind != ReduceMin) {
-		return ctx.ReduceFn(kind, d)
-	}
-	fn := ctx.Fn.Closure()
-	a, err := fn.Input(shapes.Make(d))
-	if err != nil {
-		return nil, err
-	}
-	b, err := fn.Input(shapes.Make(d))
-	if err != nil {
-		return nil, err
-	}
-	var r *stablehlo.Value
-	if kind == ReduceMax {
-		r, err = stablehlo.Maximum(a, b)
-	} else {
-		r, err = stablehlo.Minimum(a, b)
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, v := range []*stablehlo.Value{a, b} {
-		nan, err := stablehlo.Compare(v, v, types.CompareNE, types.CompareFloat)
-		if err != nil {
-			return nil, err
-		}
-		if r, err = stablehlo.Select(nan, v, r); err != nil {
-			return nil, err
-		}
-	}
-	if err := fn.Return(r); err != nil {
-		return nil, err
-	}
-	return fn, nil
 }
 
 // rdReshapeOut reshapes v to the node's output dims when they differ (the
@@ -595,7 +555,7 @@ func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axi
 		if err != nil {
 			return nil, err
 		}
-		fn, err := ctx.rdReduceFn(kind, x.Shape().DType)
+		fn, err := ctx.ReduceFn(kind, x.Shape().DType)
 		if err != nil {
 			return nil, err
 		}
