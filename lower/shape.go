@@ -1,4 +1,1142 @@
 package lower
 
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gomlx/go-xla/pkg/stablehlo"
+	"github.com/gomlx/go-xla/pkg/types"
+	"github.com/gomlx/go-xla/pkg/types/dtypes"
+	"github.com/gomlx/go-xla/pkg/types/shapes"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
 // registerShapeOps registers the rules of shape and indexing operators.
-func registerShapeOps(r *Registry) {}
+func registerShapeOps(r *Registry) {
+	for _, t := range []string{
+		"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+		"aten.unsqueeze.default", "aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default",
+		"aten.alias.default", "aten.lift_fresh_copy.default",
+	} {
+		r.Register(t, shLowerReshape)
+	}
+	r.Register("aten.permute.default", shLowerPermute)
+	r.Register("aten.t.default", shLowerPermute)
+	r.Register("aten.transpose.int", shLowerPermute)
+	r.Register("aten.expand.default", shLowerExpand)
+	r.Register("aten.cat.default", shLowerCat)
+	r.Register("aten.split_with_sizes.default", shLowerSplit)
+	r.Register("aten.split.Tensor", shLowerSplit)
+	r.Register("aten.slice.Tensor", shLowerSlice)
+	r.Register("aten.select.int", shLowerSelect)
+	r.Register("aten.flip.default", shLowerFlip)
+	r.Register("aten.index_select.default", shLowerIndexSelect)
+	r.Register("aten.index.Tensor", shLowerIndex)
+	r.Register("aten.gather.default", shLowerGather)
+	r.Register("aten.scatter.src", shLowerScatter)
+	r.Register("aten.scatter.value", shLowerScatter)
+	r.Register("aten.scatter_reduce.two", shLowerScatter)
+	r.Register("aten.index_put.default", shLowerIndexPut)
+	r.Register("aten.constant_pad_nd.default", shLowerConstantPad)
+	for _, mode := range []string{"reflection", "replication"} {
+		for nd := 1; nd <= 3; nd++ {
+			r.Register(fmt.Sprintf("aten.%s_pad%dd.default", mode, nd), shLowerIndexPad)
+		}
+	}
+	r.Register("aten.full.default", shLowerFull)
+	r.Register("aten.arange.start_step", shLowerArange)
+	r.Register("aten.arange.start", shLowerArange)
+	r.Register("aten.arange.default", shLowerArange)
+	r.Register("aten.repeat.default", shLowerRepeat)
+	r.Register("aten.triu.default", shLowerTri)
+	r.Register("aten.tril.default", shLowerTri)
+	r.Register("aten.pixel_shuffle.default", shLowerPixel)
+	r.Register("aten.pixel_unshuffle.default", shLowerPixel)
+	r.Register("aten._shape_as_tensor.default", shLowerShapeOf)
+	r.Register("aten.sym_size.int", shLowerShapeOf)
+	r.Register("aten.numel.default", shLowerShapeOf)
+}
+
+// shOne wraps a single result.
+func shOne(v *stablehlo.Value, err error) ([]*stablehlo.Value, error) {
+	if err != nil {
+		return nil, err
+	}
+	return []*stablehlo.Value{v}, nil
+}
+
+// shIn returns in[i] or an error when argument i has no lowered tensor.
+func shIn(n *fxgraph.Node, in []*stablehlo.Value, i int) (*stablehlo.Value, error) {
+	if i >= len(in) || in[i] == nil {
+		return nil, fmt.Errorf("argument %d is not a tensor", i)
+	}
+	return in[i], nil
+}
+
+// shNormDim reads int argument i (or kwarg name) as a dim of a rank-r tensor.
+func shNormDim(n *fxgraph.Node, i int, name string, def int64, rank int) (int, error) {
+	d, err := n.IntArg(i, name, def)
+	if err != nil {
+		return 0, err
+	}
+	return fxgraph.NormDim(d, rank)
+}
+
+func shLowerReshape(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ctx.XLAShape(n.Meta.Vals[0])
+	if err != nil {
+		return nil, err
+	}
+	if x.Shape().Equal(s) {
+		return []*stablehlo.Value{x}, nil
+	}
+	return shOne(stablehlo.Reshape(x, s))
+}
+
+// shPermOf returns the permutation of a permute, t or transpose node.
+func shPermOf(n *fxgraph.Node, rank int) ([]int, error) {
+	perm := make([]int, rank)
+	for i := range perm {
+		perm[i] = i
+	}
+	switch n.Target {
+	case "aten.t.default":
+		if rank == 2 {
+			perm[0], perm[1] = 1, 0
+		}
+	case "aten.transpose.int":
+		if rank == 0 {
+			return perm, nil
+		}
+		a, err := shNormDim(n, 1, "dim0", 0, rank)
+		if err != nil {
+			return nil, err
+		}
+		b, err := shNormDim(n, 2, "dim1", 0, rank)
+		if err != nil {
+			return nil, err
+		}
+		perm[a], perm[b] = b, a
+	default:
+		dims, err := n.IntsArg(1, "dims", nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(dims) != rank {
+			return nil, fmt.Errorf("permutation %v for rank %d", dims, rank)
+		}
+		for i, d := range dims {
+			k, err := fxgraph.NormDim(d, rank)
+			if err != nil {
+				return nil, err
+			}
+			perm[i] = k
+		}
+	}
+	return perm, nil
+}
+
+func shLowerPermute(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	perm, err := shPermOf(n, x.Shape().Rank())
+	if err != nil {
+		return nil, err
+	}
+	identity := true
+	for i, p := range perm {
+		identity = identity && i == p
+	}
+	if identity {
+		return []*stablehlo.Value{x}, nil
+	}
+	return shOne(stablehlo.Transpose(x, perm...))
+}
+
+func shLowerExpand(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, dims := Out(n, 0)
+	return shOne(ctx.BroadcastTo(x, dims))
+}
+
+func shLowerCat(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	list, ok := n.Arg(0).([]any)
+	if !ok || len(list) == 0 {
+		return nil, fmt.Errorf("tensors is %s, want a list", fxgraph.FormatArg(n.Arg(0)))
+	}
+	dt, dims := Out(n, 0)
+	var vals []*stablehlo.Value
+	for _, e := range list {
+		m, ok := e.(*fxgraph.Node)
+		if !ok {
+			return nil, fmt.Errorf("tensors element %s is not a tensor", fxgraph.FormatArg(e))
+		}
+		s, _ := m.Val().Shape.Static()
+		if len(s) == 1 && s[0] == 0 && len(dims) != 1 {
+			continue // legacy empty tensor, skipped by PyTorch
+		}
+		v, err := ctx.Value(m)
+		if err != nil {
+			return nil, err
+		}
+		if v, err = ctx.ConvertTo(v, dt); err != nil {
+			return nil, err
+		}
+		vals = append(vals, v)
+	}
+	if len(vals) == 0 {
+		return shOne(ctx.Full(dt, 0, dims))
+	}
+	dim, err := shNormDim(n, 1, "dim", 0, len(dims))
+	if err != nil {
+		return nil, err
+	}
+	return shOne(stablehlo.Concatenate(dim, vals...))
+}
+
+func shLowerSplit(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	xd := x.Shape().Dimensions
+	dim, err := shNormDim(n, 2, "dim", 0, len(xd))
+	if err != nil {
+		return nil, err
+	}
+	var outs []*stablehlo.Value
+	off := 0
+	for i := range n.Meta.Vals {
+		dt, dims := Out(n, i)
+		k := int(dims[dim])
+		if tensor.NumElements(dims) == 0 {
+			v, err := ctx.Full(dt, 0, dims) // XLA rejects empty slices at the end
+			if err != nil {
+				return nil, err
+			}
+			outs = append(outs, v)
+			off += k
+			continue
+		}
+		starts := make([]int, len(xd))
+		limits := append([]int(nil), xd...)
+		starts[dim], limits[dim] = off, off+k
+		v, err := stablehlo.Slice(x, starts, limits, nil)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, v)
+		off += k
+	}
+	return outs, nil
+}
+
+// shSliceStart returns the clamped start of a slice.Tensor node on a dim of
+// the given size.
+func shSliceStart(n *fxgraph.Node, size int64) (int64, error) {
+	a := n.ArgOr(2, "start", nil)
+	if a == nil {
+		return 0, nil
+	}
+	var s int64
+	if m, ok := a.(*fxgraph.Node); ok {
+		t := m.Graph().ConstValue(m)
+		if t == nil || t.NumElements() != 1 {
+			return 0, fmt.Errorf("start %s is not a constant", m.Name)
+		}
+		s = t.Int64At(0)
+	} else {
+		v, ok := fxgraph.AsInt(a)
+		if !ok {
+			return 0, fmt.Errorf("start is %s, want an int", fxgraph.FormatArg(a))
+		}
+		s = v
+	}
+	if s < 0 {
+		s += size
+	}
+	return min(max(s, 0), size), nil
+}
+
+func shLowerSlice(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	xd := x.Shape().Dimensions
+	dim, err := shNormDim(n, 1, "dim", 0, len(xd))
+	if err != nil {
+		return nil, err
+	}
+	step, err := n.IntArg(4, "step", 1)
+	if err != nil {
+		return nil, err
+	}
+	start, err := shSliceStart(n, int64(xd[dim]))
+	if err != nil {
+		return nil, err
+	}
+	dt, dims := Out(n, 0)
+	if tensor.NumElements(dims) == 0 {
+		return shOne(ctx.Full(dt, 0, dims)) // XLA rejects empty slices at the end
+	}
+	k := dims[dim]
+	starts := make([]int, len(xd))
+	limits := append([]int(nil), xd...)
+	strides := make([]int, len(xd))
+	for i := range strides {
+		strides[i] = 1
+	}
+	starts[dim] = int(start)
+	limits[dim] = int(start + max(k-1, 0)*step + 1)
+	if k == 0 {
+		limits[dim] = int(start)
+	}
+	strides[dim] = int(step)
+	return shOne(stablehlo.Slice(x, starts, limits, strides))
+}
+
+func shLowerSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	xd := x.Shape().Dimensions
+	dim, err := shNormDim(n, 1, "dim", 0, len(xd))
+	if err != nil {
+		return nil, err
+	}
+	i, err := n.IntArg(2, "index", 0)
+	if err != nil {
+		return nil, err
+	}
+	if i < 0 {
+		i += int64(xd[dim])
+	}
+	starts := make([]int, len(xd))
+	limits := append([]int(nil), xd...)
+	starts[dim], limits[dim] = int(i), int(i)+1
+	v, err := stablehlo.Slice(x, starts, limits, nil)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ctx.XLAShape(n.Meta.Vals[0])
+	if err != nil {
+		return nil, err
+	}
+	return shOne(stablehlo.Reshape(v, s))
+}
+
+func shLowerFlip(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	dims, err := n.IntsArg(1, "dims", nil)
+	if err != nil {
+		return nil, err
+	}
+	var axes []int
+	for _, d := range dims {
+		k, err := fxgraph.NormDim(d, x.Shape().Rank())
+		if err != nil {
+			return nil, err
+		}
+		axes = append(axes, k)
+	}
+	if len(axes) == 0 {
+		return []*stablehlo.Value{x}, nil
+	}
+	return shOne(stablehlo.Reverse(x, axes...))
+}
+
+// shIndexType is the program dtype indices are computed in.
+func (ctx *Context) shIndexType() (dtypes.DType, error) { return ctx.XLADType(tensor.Int64) }
+
+// shWrapIndex converts idx to the index type and maps negative entries to
+// idx + size.
+func shWrapIndex(ctx *Context, idx *stablehlo.Value, size int) (*stablehlo.Value, error) {
+	it, err := ctx.shIndexType()
+	if err != nil {
+		return nil, err
+	}
+	if idx.Shape().DType != it {
+		if idx, err = stablehlo.Convert(idx, it); err != nil {
+			return nil, err
+		}
+	}
+	dims := make([]int64, idx.Shape().Rank())
+	for i, d := range idx.Shape().Dimensions {
+		dims[i] = int64(d)
+	}
+	zero, err := ctx.Full(tensor.Int64, 0, dims)
+	if err != nil {
+		return nil, err
+	}
+	sz, err := ctx.Full(tensor.Int64, float64(size), dims)
+	if err != nil {
+		return nil, err
+	}
+	neg, err := stablehlo.Compare(idx, zero, types.CompareLT, types.CompareSigned)
+	if err != nil {
+		return nil, err
+	}
+	plus, err := stablehlo.Add(idx, sz)
+	if err != nil {
+		return nil, err
+	}
+	return stablehlo.Select(neg, plus, idx)
+}
+
+// shStackIndices reshapes each index (all of shape B) to B+[1] and
+// concatenates them into the B+[k] start indices of a gather or scatter.
+func shStackIndices(idxs []*stablehlo.Value) (*stablehlo.Value, error) {
+	var parts []*stablehlo.Value
+	for _, v := range idxs {
+		s := v.Shape()
+		r, err := stablehlo.Reshape(v, shapes.Make(s.DType, append(append([]int(nil), s.Dimensions...), 1)...))
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, r)
+	}
+	if len(parts) == 1 {
+		return parts[0], nil
+	}
+	return stablehlo.Concatenate(len(parts[0].Shape().Dimensions)-1, parts...)
+}
+
+// shAdvanced is a lowered advanced index: dims pos of the input indexed by
+// idx (wrapped, broadcast to bdims).
+type shAdvanced struct {
+	pos      []int
+	idx      []*stablehlo.Value
+	bdims    []int
+	adjacent bool
+}
+
+// shAdvancedIndices lowers the indices list (argument 1) of index.Tensor or
+// index_put against input dims xd.
+func shAdvancedIndices(ctx *Context, n *fxgraph.Node, xd []int) (*shAdvanced, error) {
+	list, ok := n.Arg(1).([]any)
+	if !ok {
+		return nil, fmt.Errorf("indices is %s, want a list", fxgraph.FormatArg(n.Arg(1)))
+	}
+	a := &shAdvanced{}
+	var bshapes []fxgraph.Shape
+	for i, e := range list {
+		if e == nil {
+			continue
+		}
+		m, ok := e.(*fxgraph.Node)
+		if !ok {
+			return nil, fmt.Errorf("indices[%d] is %s, want a tensor", i, fxgraph.FormatArg(e))
+		}
+		v, err := ctx.Value(m)
+		if err != nil {
+			return nil, err
+		}
+		if v, err = shWrapIndex(ctx, v, xd[i]); err != nil {
+			return nil, err
+		}
+		a.pos = append(a.pos, i)
+		a.idx = append(a.idx, v)
+		bshapes = append(bshapes, m.Val().Shape)
+	}
+	if len(a.pos) == 0 {
+		return nil, fmt.Errorf("no index tensors")
+	}
+	b, err := fxgraph.BroadcastShapes(bshapes...)
+	if err != nil {
+		return nil, err
+	}
+	bd, ok := b.Static()
+	if !ok {
+		return nil, fmt.Errorf("index shape %s is not static", b)
+	}
+	for i, v := range a.idx {
+		if a.idx[i], err = ctx.BroadcastTo(v, bd); err != nil {
+			return nil, err
+		}
+	}
+	a.bdims = intsOf(bd)
+	a.adjacent = a.pos[len(a.pos)-1]-a.pos[0] == len(a.pos)-1
+	return a, nil
+}
+
+// windowDims returns, for the result of indexing an input of rank r, the
+// result positions of the input dims that are not indexed.
+func (a *shAdvanced) windowDims(r int) []int {
+	indexed := map[int]bool{}
+	for _, p := range a.pos {
+		indexed[p] = true
+	}
+	nb := len(a.bdims)
+	var out []int
+	j := 0
+	for d := 0; d < r; d++ {
+		if indexed[d] {
+			continue
+		}
+		switch {
+		case !a.adjacent:
+			out = append(out, nb+j)
+		case d < a.pos[0]:
+			out = append(out, d)
+		default:
+			out = append(out, d-len(a.pos)+nb)
+		}
+		j++
+	}
+	return out
+}
+
+// gather returns x[indices] with PyTorch's advanced-indexing layout.
+func (a *shAdvanced) gather(x *stablehlo.Value) (*stablehlo.Value, error) {
+	xd := x.Shape().Dimensions
+	start, err := shStackIndices(a.idx)
+	if err != nil {
+		return nil, err
+	}
+	sizes := append([]int(nil), xd...)
+	for _, p := range a.pos {
+		sizes[p] = 1
+	}
+	return stablehlo.Gather(x, start, len(a.bdims), a.windowDims(len(xd)), a.pos, nil, nil, a.pos, sizes, false)
+}
+
+func shLowerIndex(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	a, err := shAdvancedIndices(ctx, n, x.Shape().Dimensions)
+	if err != nil {
+		return nil, err
+	}
+	return shOne(a.gather(x))
+}
+
+func shLowerIndexSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := shIn(n, in, 2)
+	if err != nil {
+		return nil, err
+	}
+	xd := x.Shape().Dimensions
+	if len(xd) == 0 {
+		return []*stablehlo.Value{x}, nil
+	}
+	dim, err := shNormDim(n, 1, "dim", 0, len(xd))
+	if err != nil {
+		return nil, err
+	}
+	if idx.Shape().Rank() == 0 {
+		if idx, err = stablehlo.Reshape(idx, shapes.Make(idx.Shape().DType, 1)); err != nil {
+			return nil, err
+		}
+	}
+	if idx, err = shWrapIndex(ctx, idx, xd[dim]); err != nil {
+		return nil, err
+	}
+	a := &shAdvanced{pos: []int{dim}, idx: []*stablehlo.Value{idx}, bdims: idx.Shape().Dimensions, adjacent: true}
+	return shOne(a.gather(x))
+}
+
+// shIndexConst gathers x along dim at the constant positions idx.
+func shIndexConst(ctx *Context, x *stablehlo.Value, dim int, idx []int64) (*stablehlo.Value, error) {
+	t := tensor.New(tensor.Int32, int64(len(idx)))
+	for i, v := range idx {
+		t.SetInt64(int64(i), v)
+	}
+	c, err := ctx.Constant(t)
+	if err != nil {
+		return nil, err
+	}
+	a := &shAdvanced{pos: []int{dim}, idx: []*stablehlo.Value{c}, bdims: []int{len(idx)}, adjacent: true}
+	return a.gather(x)
+}
+
+// shCoords builds the full start indices (index shape + [r]) of an
+// elementwise gather/scatter: iota along every dim except dim, which takes
+// the (wrapped) index values.
+func shCoords(ctx *Context, idx *stablehlo.Value, dim, size int) (*stablehlo.Value, error) {
+	w, err := shWrapIndex(ctx, idx, size)
+	if err != nil {
+		return nil, err
+	}
+	s := w.Shape()
+	var comps []*stablehlo.Value
+	for d := 0; d < s.Rank(); d++ {
+		if d == dim {
+			comps = append(comps, w)
+			continue
+		}
+		io, err := ctx.Fn.Iota(s, d)
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, io)
+	}
+	return shStackIndices(comps)
+}
+
+// shAsRank1 reshapes a scalar to shape [1] (gather/scatter treat scalars as
+// 1-element vectors).
+func shAsRank1(v *stablehlo.Value) (*stablehlo.Value, error) {
+	if v.Shape().Rank() > 0 {
+		return v, nil
+	}
+	return stablehlo.Reshape(v, shapes.Make(v.Shape().DType, 1))
+}
+
+func shSeq(k int) []int {
+	out := make([]int, k)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func shLowerGather(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := shIn(n, in, 2)
+	if err != nil {
+		return nil, err
+	}
+	if x, err = shAsRank1(x); err != nil {
+		return nil, err
+	}
+	if idx, err = shAsRank1(idx); err != nil {
+		return nil, err
+	}
+	r := x.Shape().Rank()
+	dim, err := shNormDim(n, 1, "dim", 0, r)
+	if err != nil {
+		return nil, err
+	}
+	start, err := shCoords(ctx, idx, dim, x.Shape().Dimensions[dim])
+	if err != nil {
+		return nil, err
+	}
+	sizes := make([]int, r)
+	for i := range sizes {
+		sizes[i] = 1
+	}
+	v, err := stablehlo.Gather(x, start, r, nil, shSeq(r), nil, nil, shSeq(r), sizes, false)
+	if err != nil {
+		return nil, err
+	}
+	return shLowerReshape(ctx, n, []*stablehlo.Value{v})
+}
+
+// shUpdateFn returns the scatter combiner: "" replaces, otherwise the
+// reduction sum, prod, amax or amin.
+func shUpdateFn(ctx *Context, red string, d dtypes.DType) (*stablehlo.Function, error) {
+	switch red {
+	case "":
+		fn := ctx.Fn.Closure()
+		if _, err := fn.Input(shapes.Make(d)); err != nil {
+			return nil, err
+		}
+		b, err := fn.Input(shapes.Make(d))
+		if err != nil {
+			return nil, err
+		}
+		if err := fn.Return(b); err != nil {
+			return nil, err
+		}
+		return fn, nil
+	case "sum":
+		if d == dtypes.Bool {
+			return ctx.ReduceFn(ReduceOr, d)
+		}
+		return ctx.ReduceFn(ReduceSum, d)
+	case "prod":
+		if d == dtypes.Bool {
+			return ctx.ReduceFn(ReduceAnd, d)
+		}
+		return ctx.ReduceFn(ReduceMul, d)
+	case "amax":
+		return ctx.ReduceFn(ReduceMax, d)
+	case "amin":
+		return ctx.ReduceFn(ReduceMin, d)
+	}
+	return nil, fmt.Errorf("unsupported scatter reduction %q", red)
+}
+
+func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := shIn(n, in, 2)
+	if err != nil {
+		return nil, err
+	}
+	dt, _ := Out(n, 0)
+	if x, err = shAsRank1(x); err != nil {
+		return nil, err
+	}
+	if idx, err = shAsRank1(idx); err != nil {
+		return nil, err
+	}
+	r := x.Shape().Rank()
+	dim, err := shNormDim(n, 1, "dim", 0, r)
+	if err != nil {
+		return nil, err
+	}
+	id := idx.Shape().Dimensions
+	var upd *stablehlo.Value
+	if n.Target == "aten.scatter.value" {
+		v, ok := fxgraph.AsFloat(n.ArgOr(3, "value", nil))
+		if !ok {
+			return nil, fmt.Errorf("value is %s, want a number", fxgraph.FormatArg(n.Arg(3)))
+		}
+		dims := make([]int64, len(id))
+		for i, d := range id {
+			dims[i] = int64(d)
+		}
+		if upd, err = ctx.Full(dt, v, dims); err != nil {
+			return nil, err
+		}
+	} else {
+		src, err := shIn(n, in, 3)
+		if err != nil {
+			return nil, err
+		}
+		if src, err = shAsRank1(src); err != nil {
+			return nil, err
+		}
+		if src, err = ctx.ConvertTo(src, dt); err != nil {
+			return nil, err
+		}
+		if !shEqualInts(src.Shape().Dimensions, id) {
+			if src, err = stablehlo.Slice(src, make([]int, len(id)), id, nil); err != nil {
+				return nil, err
+			}
+		}
+		upd = src
+	}
+	red := ""
+	if n.Target == "aten.scatter_reduce.two" {
+		red, _ = n.ArgOr(4, "reduce", "").(string)
+	}
+	fn, err := shUpdateFn(ctx, red, x.Shape().DType)
+	if err != nil {
+		return nil, err
+	}
+	start, err := shCoords(ctx, idx, dim, x.Shape().Dimensions[dim])
+	if err != nil {
+		return nil, err
+	}
+	v, err := stablehlo.Scatter(x, start, upd, nil, shSeq(r), nil, nil, shSeq(r), r, false, false, fn)
+	if err != nil {
+		return nil, err
+	}
+	return shLowerReshape(ctx, n, []*stablehlo.Value{v})
+}
+
+func shEqualInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := shIn(n, in, 2)
+	if err != nil {
+		return nil, err
+	}
+	dt, _ := Out(n, 0)
+	xd := x.Shape().Dimensions
+	a, err := shAdvancedIndices(ctx, n, xd)
+	if err != nil {
+		return nil, err
+	}
+	// The shape of x[indices], which values broadcast to.
+	win := a.windowDims(len(xd))
+	rank := len(a.bdims) + len(xd) - len(a.pos)
+	rdims := make([]int64, rank)
+	isWin := map[int]bool{}
+	for _, w := range win {
+		isWin[w] = true
+	}
+	bi, wi := 0, 0
+	indexed := map[int]bool{}
+	for _, p := range a.pos {
+		indexed[p] = true
+	}
+	var rest []int
+	for d := range xd {
+		if !indexed[d] {
+			rest = append(rest, xd[d])
+		}
+	}
+	for i := range rdims {
+		if isWin[i] {
+			rdims[i] = int64(rest[wi])
+			wi++
+		} else {
+			rdims[i] = int64(a.bdims[bi])
+			bi++
+		}
+	}
+	if vals, err = ctx.ConvertTo(vals, dt); err != nil {
+		return nil, err
+	}
+	if vals, err = ctx.BroadcastTo(vals, rdims); err != nil {
+		return nil, err
+	}
+	acc, err := n.BoolArg(3, "accumulate", false)
+	if err != nil {
+		return nil, err
+	}
+	red := ""
+	if acc {
+		red = "sum"
+	}
+	fn, err := shUpdateFn(ctx, red, x.Shape().DType)
+	if err != nil {
+		return nil, err
+	}
+	start, err := shStackIndices(a.idx)
+	if err != nil {
+		return nil, err
+	}
+	return shOne(stablehlo.Scatter(x, start, vals, win, a.pos, nil, nil, a.pos, len(a.bdims), false, false, fn))
+}
+
+// shPads returns the per-dim (low, high) padding of a pad node.
+func shPads(n *fxgraph.Node, rank int) ([][2]int, error) {
+	name := "pad"
+	if n.Target != "aten.constant_pad_nd.default" {
+		name = "padding"
+	}
+	pad, err := n.IntsArg(1, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(pad)%2 != 0 || len(pad)/2 > rank {
+		return nil, fmt.Errorf("bad padding %v for rank %d", pad, rank)
+	}
+	out := make([][2]int, rank)
+	for i := 0; i < len(pad)/2; i++ {
+		out[rank-1-i] = [2]int{int(pad[2*i]), int(pad[2*i+1])}
+	}
+	return out, nil
+}
+
+// shScalarOf returns a rank-0 constant of IR dtype dt holding the literal a
+// (int64 literals stay exact).
+func shScalarOf(ctx *Context, dt tensor.DType, a any) (*stablehlo.Value, error) {
+	t := tensor.New(dt)
+	if iv, ok := a.(int64); ok && (dt.IsInt() || dt == tensor.Bool) {
+		if dt == tensor.Bool && iv != 0 {
+			iv = 1
+		}
+		t.SetInt64(0, iv)
+	} else {
+		v, ok := fxgraph.AsFloat(a)
+		if !ok {
+			return nil, fmt.Errorf("value is %s, want a number", fxgraph.FormatArg(a))
+		}
+		t.SetFloat64(0, v)
+	}
+	return ctx.Constant(t)
+}
+
+func shLowerConstantPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	dt, _ := Out(n, 0)
+	r := x.Shape().Rank()
+	pads, err := shPads(n, r)
+	if err != nil {
+		return nil, err
+	}
+	fill, err := shScalarOf(ctx, dt, n.ArgOr(2, "value", int64(0)))
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := make([]int, r), make([]int, r)
+	for i, p := range pads {
+		lo[i], hi[i] = p[0], p[1]
+	}
+	return shOne(stablehlo.Pad(x, fill, lo, hi, nil))
+}
+
+// shLowerIndexPad lowers reflection and replication padding as a gather
+// with constant positions along each padded dim.
+func shLowerIndexPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	xd := x.Shape().Dimensions
+	pads, err := shPads(n, len(xd))
+	if err != nil {
+		return nil, err
+	}
+	reflect := strings.HasPrefix(n.Target, "aten.reflection")
+	for d, p := range pads {
+		if p == [2]int{} {
+			continue
+		}
+		size := xd[d]
+		var idx []int64
+		for o := 0; o < size+p[0]+p[1]; o++ {
+			i := o - p[0]
+			switch {
+			case i >= 0 && i < size:
+			case reflect:
+				period := 2 * (size - 1)
+				if period == 0 {
+					i = 0
+					break
+				}
+				i = ((i % period) + period) % period
+				if i >= size {
+					i = period - i
+				}
+			default:
+				i = min(max(i, 0), size-1)
+			}
+			idx = append(idx, int64(i))
+		}
+		if x, err = shIndexConst(ctx, x, d, idx); err != nil {
+			return nil, err
+		}
+	}
+	return []*stablehlo.Value{x}, nil
+}
+
+func shLowerFull(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, dims := Out(n, 0)
+	s, err := shScalarOf(ctx, dt, n.ArgOr(1, "fill_value", nil))
+	if err != nil {
+		return nil, err
+	}
+	return shOne(ctx.BroadcastTo(s, dims))
+}
+
+func shLowerArange(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, dims := Out(n, 0)
+	var start, step any = int64(0), int64(1)
+	switch n.Target {
+	case "aten.arange.start":
+		start = n.ArgOr(0, "start", int64(0))
+	case "aten.arange.start_step":
+		start, step = n.ArgOr(0, "start", int64(0)), n.ArgOr(2, "step", int64(1))
+	}
+	ct := tensor.Float64
+	if dt.IsInt() {
+		ct = tensor.Int64
+	}
+	xt, err := ctx.XLADType(ct)
+	if err != nil {
+		return nil, err
+	}
+	io, err := ctx.Fn.Iota(shapes.Make(xt, intsOf(dims)...), 0)
+	if err != nil {
+		return nil, err
+	}
+	s0, err := shScalarOf(ctx, ct, start)
+	if err != nil {
+		return nil, err
+	}
+	st, err := shScalarOf(ctx, ct, step)
+	if err != nil {
+		return nil, err
+	}
+	if s0, err = ctx.BroadcastTo(s0, dims); err != nil {
+		return nil, err
+	}
+	if st, err = ctx.BroadcastTo(st, dims); err != nil {
+		return nil, err
+	}
+	v, err := stablehlo.Multiply(io, st)
+	if err != nil {
+		return nil, err
+	}
+	if v, err = stablehlo.Add(v, s0); err != nil {
+		return nil, err
+	}
+	return shOne(ctx.ConvertTo(v, dt))
+}
+
+func shLowerRepeat(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	reps, err := n.IntsArg(1, "repeats", nil)
+	if err != nil {
+		return nil, err
+	}
+	xs := x.Shape()
+	off := len(reps) - xs.Rank()
+	padded := make([]int, len(reps))
+	for i := range padded {
+		padded[i] = 1
+		if i >= off {
+			padded[i] = xs.Dimensions[i-off]
+		}
+	}
+	if x, err = stablehlo.Reshape(x, shapes.Make(xs.DType, padded...)); err != nil {
+		return nil, err
+	}
+	var wide []int
+	var axes []int
+	for i, k := range reps {
+		wide = append(wide, int(k), padded[i])
+		axes = append(axes, 2*i+1)
+	}
+	b, err := stablehlo.BroadcastInDim(x, shapes.Make(xs.DType, wide...), axes)
+	if err != nil {
+		return nil, err
+	}
+	return shLowerReshape(ctx, n, []*stablehlo.Value{b})
+}
+
+func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	dt, dims := Out(n, 0)
+	k, err := n.IntArg(1, "diagonal", 0)
+	if err != nil {
+		return nil, err
+	}
+	r := len(dims)
+	it, err := ctx.shIndexType()
+	if err != nil {
+		return nil, err
+	}
+	mat := shapes.Make(it, int(dims[r-2]), int(dims[r-1]))
+	rows, err := ctx.Fn.Iota(mat, 0)
+	if err != nil {
+		return nil, err
+	}
+	cols, err := ctx.Fn.Iota(mat, 1)
+	if err != nil {
+		return nil, err
+	}
+	diff, err := stablehlo.Subtract(cols, rows)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := shScalarOf(ctx, tensor.Int64, k)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := stablehlo.BroadcastInDim(kc, mat, nil)
+	if err != nil {
+		return nil, err
+	}
+	dir := types.CompareLE
+	if n.Target == "aten.triu.default" {
+		dir = types.CompareGE
+	}
+	mask, err := stablehlo.Compare(diff, kb, dir, types.CompareSigned)
+	if err != nil {
+		return nil, err
+	}
+	if mask, err = stablehlo.BroadcastInDim(mask, shapes.Make(dtypes.Bool, intsOf(dims)...), []int{r - 2, r - 1}); err != nil {
+		return nil, err
+	}
+	zero, err := ctx.Full(dt, 0, dims)
+	if err != nil {
+		return nil, err
+	}
+	return shOne(stablehlo.Select(mask, x, zero))
+}
+
+func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	x, err := shIn(n, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	f64, err := n.IntArg(1, "factor", 1)
+	if err != nil {
+		return nil, err
+	}
+	f := int(f64)
+	xs := x.Shape()
+	k := xs.Rank()
+	batch := append([]int(nil), xs.Dimensions[:k-3]...)
+	c, h, w := xs.Dimensions[k-3], xs.Dimensions[k-2], xs.Dimensions[k-1]
+	b := len(batch)
+	perm := shSeq(b + 5)
+	var mid []int
+	if n.Target == "aten.pixel_shuffle.default" {
+		mid = append(append([]int(nil), batch...), c/(f*f), f, f, h, w)
+		copy(perm[b:], []int{b, b + 3, b + 1, b + 4, b + 2})
+	} else {
+		mid = append(append([]int(nil), batch...), c, h/f, f, w/f, f)
+		copy(perm[b:], []int{b, b + 2, b + 4, b + 1, b + 3})
+	}
+	v, err := stablehlo.Reshape(x, shapes.Make(xs.DType, mid...))
+	if err != nil {
+		return nil, err
+	}
+	if v, err = stablehlo.Transpose(v, perm...); err != nil {
+		return nil, err
+	}
+	return shLowerReshape(ctx, n, []*stablehlo.Value{v})
+}
+
+// shLowerShapeOf emits the value of _shape_as_tensor, sym_size or numel
+// (normally folded away during specialization) as a constant.
+func shLowerShapeOf(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	_, dims, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	var t *tensor.Tensor
+	switch n.Target {
+	case "aten._shape_as_tensor.default":
+		t = tensor.FromInt64s(append([]int64{}, dims...))
+	case "aten.sym_size.int":
+		d, err := shNormDim(n, 1, "dim", 0, len(dims))
+		if err != nil {
+			return nil, err
+		}
+		t = tensor.New(tensor.Int64)
+		t.SetInt64(0, dims[d])
+	default:
+		t = tensor.New(tensor.Int64)
+		t.SetInt64(0, tensor.NumElements(dims))
+	}
+	return shOne(ctx.Constant(t))
+}

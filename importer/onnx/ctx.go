@@ -98,11 +98,13 @@ func (c *Ctx) ConstValue(i int) (*tensor.Tensor, error) {
 	if t := c.s.g.ConstValue(n); t != nil {
 		return t, nil
 	}
-	return nil, &NeedsValueError{Inputs: placeholdersBehind(n), Operand: c.node.Inputs[i]}
+	return nil, &NeedsValueError{Inputs: c.valueInputsBehind(n), Operand: c.node.Inputs[i]}
 }
 
-// placeholdersBehind returns the graph inputs n is computed from, by name.
-func placeholdersBehind(n *fxgraph.Node) []string {
+// valueInputsBehind returns the graph inputs whose values n is computed
+// from, by name. The walk stops at ShapeOnly ops (Shape, Size): they depend
+// on their input's shape, not its values.
+func (c *Ctx) valueInputsBehind(n *fxgraph.Node) []string {
 	var out []string
 	seen := map[*fxgraph.Node]bool{}
 	var walk func(m *fxgraph.Node)
@@ -113,6 +115,9 @@ func placeholdersBehind(n *fxgraph.Node) []string {
 		seen[m] = true
 		if m.Op == fxgraph.Placeholder {
 			out = append(out, m.Target)
+			return
+		}
+		if info, ok := c.s.im.ir.Lookup(m.Target); ok && info.ShapeOnly {
 			return
 		}
 		for _, in := range m.InputNodes() {
