@@ -189,17 +189,6 @@ func (c *Client) Compile(ctx context.Context, stablehloText []byte) (*Executable
 	return e, nil
 }
 
-// Deserialize loads an executable serialized by Executable.Serialize. go-xla
-// v0.1.4 has no binding for PJRT_Executable_DeserializeAndLoad, so it always
-// fails with an error wrapping errors.ErrUnsupported; compile the StableHLO
-// instead.
-func (c *Client) Deserialize(ctx context.Context, data []byte) (*Executable, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pjrt: deserialize: %w", err)
-	}
-	return nil, fmt.Errorf("pjrt: deserialize executable: go-xla v0.1.4 has no binding for PJRT_Executable_DeserializeAndLoad: %w", errors.ErrUnsupported)
-}
-
 // forget drops a closed executable from the set Close destroys.
 func (c *Client) forget(e *Executable) {
 	c.execMu.Lock()

@@ -49,4 +49,16 @@
 // signature of the StableHLO text and Execute checks every argument's dtype and
 // shape against them (when the text can be parsed; otherwise only the plugin's
 // checks apply).
+//
+// # Serialized executables
+//
+// Executable.Serialize and Client.Deserialize save and restore compiled
+// executables (the plugin's machine code plus a checksummed header naming the
+// plugin and CPU features), so a restarted server skips XLA compilation. go-xla
+// v0.1.4 does not bind PJRT_Executable_Serialize/DeserializeAndLoad: a small
+// cgo shim (serialize.go) calls them through the plugin's API table, reading
+// go-xla's C handles by reflection after checking the field layout, and only
+// when the linked go-xla is exactly v0.1.4; otherwise both return an error
+// wrapping errors.ErrUnsupported. A cache directory holds native code: trust
+// it as much as the plugin itself.
 package pjrt

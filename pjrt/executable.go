@@ -2,7 +2,6 @@ package pjrt
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -152,14 +151,6 @@ func (e *Executable) Run(ctx context.Context, args []*Buffer) ([]*tensor.Tensor,
 		}
 	}
 	return ts, nil
-}
-
-// Serialize would return the compiled executable in the plugin's format, for
-// Client.Deserialize. go-xla v0.1.4 has no binding for
-// PJRT_Executable_Serialize, so it always fails with an error wrapping
-// errors.ErrUnsupported.
-func (e *Executable) Serialize() ([]byte, error) {
-	return nil, fmt.Errorf("pjrt: serialize executable %s: go-xla v0.1.4 has no binding for PJRT_Executable_Serialize: %w", e.name, errors.ErrUnsupported)
 }
 
 // Close frees the executable. It waits for in-flight executions; calling it

@@ -683,27 +683,6 @@ func TestCloseTwiceAndUseAfterClose(t *testing.T) {
 	}
 }
 
-func TestSerializeUnsupported(t *testing.T) {
-	c := testClient(t)
-	e := mustCompile(t, c, addProgram)
-	defer e.Close()
-	data, err := e.Serialize()
-	if err == nil {
-		// Should go-xla grow the binding, this is the round trip to check.
-		e2, err := c.Deserialize(context.Background(), data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e2.Close()
-		return
-	}
-	if !errors.Is(err, errors.ErrUnsupported) || !strings.HasPrefix(err.Error(), "pjrt: ") {
-		t.Errorf("Serialize: got %v", err)
-	}
-	if _, err := c.Deserialize(context.Background(), []byte("x")); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Deserialize: got %v", err)
-	}
-}
 
 func TestParseMainParams(t *testing.T) {
 	for _, tc := range []struct {
