@@ -683,7 +683,6 @@ func TestCloseTwiceAndUseAfterClose(t *testing.T) {
 	}
 }
 
-
 func TestParseMainParams(t *testing.T) {
 	for _, tc := range []struct {
 		src  string
