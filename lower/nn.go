@@ -1,4 +1,1657 @@
 package lower
 
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/gomlx/go-xla/pkg/stablehlo"
+	"github.com/gomlx/go-xla/pkg/types"
+	"github.com/gomlx/go-xla/pkg/types/dtypes"
+	"github.com/gomlx/go-xla/pkg/types/shapes"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
 // registerNN registers the rules of convolution, pooling, normalization, matmul and softmax.
-func registerNN(r *Registry) {}
+func registerNN(r *Registry) {
+	r.Register("aten.convolution.default", nnConvolution)
+	r.Register("aten.mm.default", nnMM)
+	r.Register("aten.bmm.default", nnBMM)
+	r.Register("aten.addmm.default", nnAddmm)
+	r.Register("aten.matmul.default", nnMatmul)
+	r.Register("aten.linear.default", nnLinear)
+	r.Register("aten.max_pool1d.default", nnMaxPoolRule(1, false))
+	r.Register("aten.max_pool1d_with_indices.default", nnMaxPoolRule(1, true))
+	r.Register("aten.max_pool2d_with_indices.default", nnMaxPoolRule(2, true))
+	r.Register("aten.max_pool3d_with_indices.default", nnMaxPoolRule(3, true))
+	r.Register("aten.avg_pool1d.default", nnAvgPoolRule(1))
+	r.Register("aten.avg_pool2d.default", nnAvgPoolRule(2))
+	r.Register("aten.avg_pool3d.default", nnAvgPoolRule(3))
+	r.Register("aten._adaptive_avg_pool2d.default", nnAdaptiveAvgPoolRule(2))
+	r.Register("aten._native_batch_norm_legit_no_training.default", nnBatchNorm)
+	r.Register("aten.native_layer_norm.default", nnLayerNorm)
+	r.Register("aten.native_group_norm.default", nnGroupNorm)
+	r.Register("aten._softmax.default", nnSoftmaxRule(false))
+	r.Register("aten._log_softmax.default", nnSoftmaxRule(true))
+	r.Register("xserve.resize", nnResize)
+	r.Register("aten.grid_sampler_2d.default", nnGridSampler)
+	r.Register("xserve.roi_align", nnRoiAlign)
+}
+
+// nnB chains StableHLO builder calls, keeping the first error: once an
+// error is set every method returns nil without building anything.
+type nnB struct {
+	ctx *Context
+	err error
+}
+
+func (b *nnB) set(v *stablehlo.Value, err error) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	return v
+}
+
+func (b *nnB) bin(op func(x, y *stablehlo.Value) (*stablehlo.Value, error), x, y *stablehlo.Value) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(op(x, y))
+}
+
+func (b *nnB) un(op func(x *stablehlo.Value) (*stablehlo.Value, error), x *stablehlo.Value) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(op(x))
+}
+
+// convert converts x to the program dtype of IR dtype dt.
+func (b *nnB) convert(x *stablehlo.Value, dt tensor.DType) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(b.ctx.ConvertTo(x, dt))
+}
+
+func (b *nnB) reshape(x *stablehlo.Value, dims []int64) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	if equalDims(x.Shape().Dimensions, dims) {
+		return x
+	}
+	return b.set(stablehlo.Reshape(x, shapes.Make(x.Shape().DType, intsOf(dims)...)))
+}
+
+// bcastIn broadcasts x to dims, x's axis i going to axes[i].
+func (b *nnB) bcastIn(x *stablehlo.Value, dims []int64, axes []int) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(stablehlo.BroadcastInDim(x, shapes.Make(x.Shape().DType, intsOf(dims)...), axes))
+}
+
+// bcast broadcasts x to dims with NumPy rules.
+func (b *nnB) bcast(x *stablehlo.Value, dims []int64) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(b.ctx.BroadcastTo(x, dims))
+}
+
+func (b *nnB) transpose(x *stablehlo.Value, perm []int) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(stablehlo.Transpose(x, perm...))
+}
+
+func (b *nnB) slice(x *stablehlo.Value, starts, limits, strides []int) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(stablehlo.Slice(x, starts, limits, strides))
+}
+
+// scalar is a rank-0 constant of x's dtype.
+func (b *nnB) scalar(like *stablehlo.Value, v float64) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(b.ctx.ScalarLike(like, v))
+}
+
+// full is a constant of x's dtype broadcast to dims.
+func (b *nnB) full(like *stablehlo.Value, v float64, dims []int64) *stablehlo.Value {
+	return b.bcastIn(b.scalar(like, v), dims, nil)
+}
+
+// consts is a constant of like's dtype holding vals with the given dims.
+func (b *nnB) consts(like *stablehlo.Value, vals []float64, dims []int64) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	dt, err := tensorDType(like.Shape().DType)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	t := tensor.New(dt, dims...)
+	for i, v := range vals {
+		t.SetFloat64(int64(i), v)
+	}
+	return b.set(b.ctx.Constant(t))
+}
+
+func (b *nnB) reduce(x *stablehlo.Value, kind string, init float64, axes []int) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	fn, err := b.ctx.ReduceFn(kind, x.Shape().DType)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	return b.set(stablehlo.Reduce(x, b.scalar(x, init), fn, axes...))
+}
+
+// dot is a dot_general with the context's precision for float operands.
+func (b *nnB) dot(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb []int) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	d := stablehlo.DotGeneral(x, xc, xb, y, yc, yb)
+	if x.Shape().DType.IsFloat() {
+		d = d.Precision(b.ctx.Precision(), b.ctx.Precision())
+	}
+	return b.set(d.Done())
+}
+
+func (b *nnB) out(vals ...*stablehlo.Value) ([]*stablehlo.Value, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	return vals, nil
+}
+
+// nnFloatCompute is the dtype floating-point normalization, pooling and
+// softmax math of dt runs in: float32 for half floats, dt otherwise.
+func nnFloatCompute(dt tensor.DType) tensor.DType {
+	if dt == tensor.Float16 || dt == tensor.BFloat16 {
+		return tensor.Float32
+	}
+	return dt
+}
+
+func nnRange(from, to int) []int {
+	out := make([]int, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func nnInts(v []int64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
+}
+
+func nnProd(v []int64) int64 {
+	p := int64(1)
+	for _, x := range v {
+		p *= x
+	}
+	return p
+}
+
+// nnAllBut returns the axes of [0, rank) other than skip.
+func nnAllBut(rank int, skip ...int) []int {
+	var out []int
+	for i := 0; i < rank; i++ {
+		keep := true
+		for _, s := range skip {
+			if s == i {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// nnConvolution lowers aten.convolution.default. A transposed convolution
+// is the convolution of the input dilated by the stride with the spatially
+// flipped kernel, whose in/out feature dims are swapped within each group,
+// padded by dilation*(k-1)-padding on both sides plus output_padding on the
+// high side (negative paddings crop the result).
+func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, outDims := Out(n, 0)
+	_, wd, err := InMeta(n, 1)
+	if err != nil {
+		return nil, err
+	}
+	spatial := len(wd) - 2
+	p, err := fxgraph.ConvArgs(n, spatial)
+	if err != nil {
+		return nil, err
+	}
+	cdt := ctx.ComputeDType(dt)
+	b := &nnB{ctx: ctx}
+	x, w := b.convert(in[0], cdt), b.convert(in[1], cdt)
+	sp := nnRange(2, 2+spatial)
+	prec := ctx.Precision()
+	var y *stablehlo.Value
+	if !p.Transposed {
+		pads := make([][2]int, spatial)
+		for j := range pads {
+			pads[j] = [2]int{int(p.Padding[j]), int(p.Padding[j])}
+		}
+		if b.err == nil {
+			y = b.set(stablehlo.Convolution(x, w, nnInts(p.Stride), pads, nil, nnInts(p.Dilation),
+				0, 1, sp, 1, 0, sp, 0, 1, sp, int(p.Groups), 1, prec, prec))
+		}
+	} else {
+		g := p.Groups
+		if b.err == nil {
+			w = b.set(stablehlo.Reverse(w, nnRange(2, 2+spatial)...))
+		}
+		kin, kout := 0, 1
+		if g > 1 {
+			cin, coutg := wd[0], wd[1]
+			w = b.reshape(w, append([]int64{g, cin / g, coutg}, wd[2:]...))
+			perm := append([]int{0, 2, 1}, nnRange(3, 3+spatial)...)
+			w = b.transpose(w, perm)
+			w = b.reshape(w, append([]int64{g * coutg, cin / g}, wd[2:]...))
+			kin, kout = 1, 0
+		}
+		pads := make([][2]int, spatial)
+		crop := false
+		starts, limits := make([]int, len(outDims)), make([]int, len(outDims))
+		for i, d := range outDims {
+			limits[i] = int(d)
+		}
+		for j := 0; j < spatial; j++ {
+			ek := p.Dilation[j] * (wd[2+j] - 1)
+			lo := ek - p.Padding[j]
+			hi := ek - p.Padding[j] + p.OutputPadding[j]
+			pads[j] = [2]int{int(max(lo, 0)), int(max(hi, 0))}
+			if lo < 0 {
+				crop = true
+				starts[2+j] = int(-lo)
+				limits[2+j] += int(-lo)
+			}
+			if hi < 0 {
+				crop = true
+			}
+		}
+		if b.err == nil {
+			y = b.set(stablehlo.Convolution(x, w, nil, pads, nnInts(p.Stride), nnInts(p.Dilation),
+				0, 1, sp, kin, kout, sp, 0, 1, sp, int(g), 1, prec, prec))
+		}
+		if crop {
+			y = b.slice(y, starts, limits, nil)
+		}
+	}
+	if in[2] != nil {
+		bias := b.convert(in[2], cdt)
+		y = b.bin(stablehlo.Add, y, b.bcastIn(bias, outDims, []int{1}))
+	}
+	return b.out(b.convert(y, dt))
+}
+
+func nnMM(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, _ := Out(n, 0)
+	b := &nnB{ctx: ctx}
+	cdt := ctx.ComputeDType(dt)
+	y := b.dot(b.convert(in[0], cdt), []int{1}, nil, b.convert(in[1], cdt), []int{0}, nil)
+	return b.out(b.convert(y, dt))
+}
+
+func nnBMM(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, _ := Out(n, 0)
+	b := &nnB{ctx: ctx}
+	cdt := ctx.ComputeDType(dt)
+	y := b.dot(b.convert(in[0], cdt), []int{2}, []int{0}, b.convert(in[1], cdt), []int{1}, []int{0})
+	return b.out(b.convert(y, dt))
+}
+
+// nnScaleBy multiplies y by the number arg (no-op for 1); integer results
+// need an integral factor.
+func nnScaleBy(b *nnB, y *stablehlo.Value, f float64) *stablehlo.Value {
+	if f == 1 || b.err != nil {
+		return y
+	}
+	if !y.Shape().DType.IsFloat() && f != math.Trunc(f) {
+		b.err = fmt.Errorf("non-integral factor %v for an integer result", f)
+		return nil
+	}
+	return b.bin(stablehlo.Multiply, y, b.full(y, f, nnDimsOf(y)))
+}
+
+func nnDimsOf(v *stablehlo.Value) []int64 {
+	d := v.Shape().Dimensions
+	out := make([]int64, len(d))
+	for i, x := range d {
+		out[i] = int64(x)
+	}
+	return out
+}
+
+// nnAddmm lowers beta*self + alpha*(mat1 @ mat2); self is ignored when beta
+// is 0, as in PyTorch.
+func nnAddmm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, outDims := Out(n, 0)
+	beta, err := n.FloatArg(1<<20, "beta", 1)
+	if err != nil {
+		return nil, err
+	}
+	alpha, err := n.FloatArg(1<<20, "alpha", 1)
+	if err != nil {
+		return nil, err
+	}
+	b := &nnB{ctx: ctx}
+	cdt := ctx.ComputeDType(dt)
+	y := b.dot(b.convert(in[1], cdt), []int{1}, nil, b.convert(in[2], cdt), []int{0}, nil)
+	y = nnScaleBy(b, y, alpha)
+	if beta != 0 {
+		c := b.bcast(b.convert(in[0], cdt), outDims)
+		c = nnScaleBy(b, c, beta)
+		y = b.bin(stablehlo.Add, y, c)
+	}
+	return b.out(b.convert(y, dt))
+}
+
+// nnMatmul lowers NumPy matmul: 1-D operands get a unit dim (removed from
+// the result), batch dims broadcast; a 2-D right operand contracts without
+// broadcasting.
+func nnMatmul(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, outDims := Out(n, 0)
+	_, ad, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, bd, err := InMeta(n, 1)
+	if err != nil {
+		return nil, err
+	}
+	b := &nnB{ctx: ctx}
+	cdt := ctx.ComputeDType(dt)
+	x, y := b.convert(in[0], cdt), b.convert(in[1], cdt)
+	if len(ad) == 1 {
+		ad = []int64{1, ad[0]}
+		x = b.reshape(x, ad)
+	}
+	if len(bd) == 1 {
+		bd = []int64{bd[0], 1}
+		y = b.reshape(y, bd)
+	}
+	var r *stablehlo.Value
+	if len(bd) == 2 {
+		r = b.dot(x, []int{len(ad) - 1}, nil, y, []int{0}, nil)
+	} else {
+		nb := max(len(ad), len(bd)) - 2
+		batch := make([]int64, nb)
+		for i := range batch {
+			batch[i] = 1
+		}
+		for _, s := range [][]int64{ad[:len(ad)-2], bd[:len(bd)-2]} {
+			off := nb - len(s)
+			for i, d := range s {
+				if d != 1 {
+					batch[off+i] = d
+				}
+			}
+		}
+		x = b.bcast(x, append(append([]int64(nil), batch...), ad[len(ad)-2:]...))
+		y = b.bcast(y, append(append([]int64(nil), batch...), bd[len(bd)-2:]...))
+		ba := nnRange(0, nb)
+		r = b.dot(x, []int{nb + 1}, ba, y, []int{nb}, ba)
+	}
+	r = b.reshape(r, outDims)
+	return b.out(b.convert(r, dt))
+}
+
+// nnLinear lowers input @ weight.T + bias.
+func nnLinear(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, outDims := Out(n, 0)
+	_, xd, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, wd, err := InMeta(n, 1)
+	if err != nil {
+		return nil, err
+	}
+	b := &nnB{ctx: ctx}
+	cdt := ctx.ComputeDType(dt)
+	y := b.dot(b.convert(in[0], cdt), []int{len(xd) - 1}, nil, b.convert(in[1], cdt), []int{len(wd) - 1}, nil)
+	y = b.reshape(y, outDims)
+	if len(in) > 2 && in[2] != nil {
+		y = b.bin(stablehlo.Add, y, b.bcast(b.convert(in[2], cdt), outDims))
+	}
+	return b.out(b.convert(y, dt))
+}
+
+// nnLowest is the smallest value of x's program dtype (-inf for floats).
+func nnLowest(b *nnB, like *stablehlo.Value) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	dt, err := tensorDType(like.Shape().DType)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	return b.set(b.ctx.Constant(nnExtreme(dt, false)))
+}
+
+// nnExtreme is the scalar holding the lowest (or highest) value of dt.
+func nnExtreme(dt tensor.DType, highest bool) *tensor.Tensor {
+	t := tensor.New(dt)
+	switch {
+	case dt.IsFloat():
+		if highest {
+			t.SetFloat64(0, math.Inf(1))
+		} else {
+			t.SetFloat64(0, math.Inf(-1))
+		}
+	case dt == tensor.Bool:
+		if highest {
+			t.Data[0] = 1
+		}
+	default:
+		bits := uint(dt.Size() * 8)
+		if dt.IsUnsigned() {
+			if highest {
+				t.SetInt64(0, int64(uint64(1)<<bits-1))
+			}
+		} else if highest {
+			t.SetInt64(0, int64(uint64(1)<<(bits-1)-1))
+		} else {
+			t.SetInt64(0, -int64(uint64(1)<<(bits-1)))
+		}
+	}
+	return t
+}
+
+// nnWindowReduce reduces windows of the inputs (all of the same shape dims)
+// over the given axes with kernel k, stride s, dilation d and padding lo/hi
+// (the pad value is each input's init), producing outs windows per axis.
+// Window dilation is done by folding each axis into [m, d] (the go-xla
+// builder cannot emit window dilations without base dilations): a window of
+// k taps at dilation d is then a contiguous window over m, and the strided
+// windows are picked by a strided slice of the unfolded result.
+func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *stablehlo.Function, dims []int64, axes []int, k, s, d, lo, hi, outs []int64) []*stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	rank := len(dims)
+	dilated := false
+	for _, x := range d {
+		if x != 1 {
+			dilated = true
+		}
+	}
+	if !dilated {
+		window, strides := make([]int, rank), make([]int, rank)
+		pads := make([][2]int, rank)
+		for i := range window {
+			window[i], strides[i] = 1, 1
+		}
+		for j, a := range axes {
+			window[a], strides[a] = int(k[j]), int(s[j])
+			pads[a] = [2]int{int(lo[j]), int(hi[j])}
+		}
+		rs, err := stablehlo.MultiReduceWindow(inputs, inits, fn, window, strides, nil, nil, pads)
+		if err != nil {
+			b.err = err
+			return nil
+		}
+		return append([]*stablehlo.Value(nil), rs...)
+	}
+	padLo, padHi := make([]int, rank), make([]int, rank)
+	m := make([]int64, len(axes))
+	for j, a := range axes {
+		L := lo[j] + dims[a] + hi[j]
+		m[j] = (L + d[j] - 1) / d[j]
+		padLo[a], padHi[a] = int(lo[j]), int(hi[j]+m[j]*d[j]-L)
+	}
+	// An axis whose stride is a multiple of its dilation only needs the
+	// first of each group of d positions, reduced at stride s/d.
+	aligned := make([]bool, len(axes))
+	var folded, window, wstrides, sliceD, unfolded []int64
+	spatialAt := map[int]int{}
+	for j, a := range axes {
+		spatialAt[a] = j
+		aligned[j] = s[j]%d[j] == 0
+	}
+	for a := 0; a < rank; a++ {
+		j, ok := spatialAt[a]
+		switch {
+		case !ok:
+			folded = append(folded, dims[a])
+			sliceD = append(sliceD, dims[a])
+			window = append(window, 1)
+			wstrides = append(wstrides, 1)
+			unfolded = append(unfolded, dims[a])
+		case aligned[j]:
+			st := s[j] / d[j]
+			folded = append(folded, m[j], d[j])
+			sliceD = append(sliceD, m[j], 1)
+			window = append(window, k[j], 1)
+			wstrides = append(wstrides, st, 1)
+			cnt := (m[j]-k[j])/st + 1
+			unfolded = append(unfolded, cnt)
+		default:
+			folded = append(folded, m[j], d[j])
+			sliceD = append(sliceD, m[j], d[j])
+			window = append(window, k[j], 1)
+			wstrides = append(wstrides, 1, 1)
+			unfolded = append(unfolded, (m[j]-k[j]+1)*d[j])
+		}
+	}
+	zeros := make([]int, len(folded))
+	xs := make([]*stablehlo.Value, len(inputs))
+	for i, x := range inputs {
+		if b.err == nil {
+			xs[i] = b.set(stablehlo.Pad(x, inits[i], padLo, padHi, nil))
+		}
+		xs[i] = b.reshape(xs[i], folded)
+		if !nnEqualInt64s(folded, sliceD) {
+			xs[i] = b.slice(xs[i], zeros, nnInts(sliceD), nil)
+		}
+	}
+	if b.err != nil {
+		return nil
+	}
+	red, err := stablehlo.MultiReduceWindow(xs, inits, fn, nnInts(window), nnInts(wstrides), nil, nil, nil)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	rs := append([]*stablehlo.Value(nil), red...) // not the statement's own slice
+	starts, limits, strides := make([]int, rank), make([]int, rank), make([]int, rank)
+	for a := 0; a < rank; a++ {
+		limits[a], strides[a] = int(unfolded[a]), 1
+		if j, ok := spatialAt[a]; ok {
+			if aligned[j] {
+				limits[a] = int(outs[j])
+			} else {
+				limits[a], strides[a] = int((outs[j]-1)*s[j]+1), int(s[j])
+			}
+		}
+	}
+	for i := range rs {
+		rs[i] = b.slice(b.reshape(rs[i], unfolded), starts, limits, strides)
+	}
+	return rs
+}
+
+func nnEqualInt64s(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// nnPoolGeometry returns the spatial axes and the low/high padding that
+// make reduce_window produce outDims windows (the high side is extended for
+// ceil_mode).
+func nnPoolGeometry(xd, outDims []int64, p fxgraph.PoolParams) (axes []int, lo, hi, outs []int64) {
+	spatial := len(p.Kernel)
+	a0 := len(xd) - spatial
+	for j := 0; j < spatial; j++ {
+		a := a0 + j
+		axes = append(axes, a)
+		ek := p.Dilation[j]*(p.Kernel[j]-1) + 1
+		need := (outDims[a]-1)*p.Stride[j] + ek
+		lo = append(lo, p.Padding[j])
+		hi = append(hi, max(p.Padding[j], need-xd[a]-p.Padding[j]))
+		outs = append(outs, outDims[a])
+	}
+	return
+}
+
+// nnArgMaxReducer is the closure (v1, i1, v2, i2) -> the pair with the
+// larger value (NaN largest), ties going to the lower index.
+func nnArgMaxReducer(b *nnB, vd, id dtypes.DType) *stablehlo.Function {
+	if b.err != nil {
+		return nil
+	}
+	fn := b.ctx.Fn.Closure()
+	var ins [4]*stablehlo.Value
+	for i, d := range []dtypes.DType{vd, id, vd, id} {
+		ins[i] = b.set(fn.Input(shapes.Make(d)))
+	}
+	if b.err != nil {
+		return nil
+	}
+	v1, i1, v2, i2 := ins[0], ins[1], ins[2], ins[3]
+	ct := types.CompareFloat
+	switch {
+	case vd == dtypes.Bool || vd.IsUnsigned():
+		ct = types.CompareUnsigned
+	case vd.IsInt():
+		ct = types.CompareSigned
+	}
+	idt := types.CompareSigned
+	if id.IsUnsigned() {
+		idt = types.CompareUnsigned
+	}
+	cmp := func(x, y *stablehlo.Value, dir types.ComparisonDirection, t types.ComparisonType) *stablehlo.Value {
+		if b.err != nil {
+			return nil
+		}
+		return b.set(stablehlo.Compare(x, y, dir, t))
+	}
+	gt := cmp(v1, v2, types.CompareGT, ct)
+	eq := cmp(v1, v2, types.CompareEQ, ct)
+	first := cmp(i1, i2, types.CompareLT, idt)
+	pick := b.bin(stablehlo.Or, gt, b.bin(stablehlo.And, eq, first))
+	if vd.IsFloat() {
+		nan1 := cmp(v1, v1, types.CompareNE, ct)
+		nan2 := cmp(v2, v2, types.CompareNE, ct)
+		// v1 NaN wins unless v2 is a NaN with a lower index.
+		nanPick := b.bin(stablehlo.And, nan1, b.bin(stablehlo.Or, b.un(stablehlo.Not, nan2), first))
+		pick = b.bin(stablehlo.Or, b.bin(stablehlo.And, pick, b.un(stablehlo.Not, nan2)), nanPick)
+	}
+	if b.err != nil {
+		return nil
+	}
+	v := b.set(stablehlo.Select(pick, v1, v2))
+	i := b.set(stablehlo.Select(pick, i1, i2))
+	if b.err != nil {
+		return nil
+	}
+	if err := fn.Return(v, i); err != nil {
+		b.err = err
+		return nil
+	}
+	return fn
+}
+
+// nnMaxPoolRule lowers max_pool{1,2,3}d[_with_indices]: a max reduce_window
+// padded with the dtype's lowest value; with indices, a variadic
+// reduce_window over (value, flat index within the spatial plane), ties to
+// the first index as in PyTorch.
+func nnMaxPoolRule(spatial int, indices bool) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		_, outDims := Out(n, 0)
+		_, xd, err := InMeta(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		p, err := fxgraph.PoolArgs(n, spatial, false)
+		if err != nil {
+			return nil, err
+		}
+		axes, lo, hi, outs := nnPoolGeometry(xd, outDims, p)
+		b := &nnB{ctx: ctx}
+		x := in[0]
+		init := nnLowest(b, x)
+		if !indices {
+			fn, err := ctx.ReduceFn(ReduceMax, x.Shape().DType)
+			if err != nil {
+				return nil, err
+			}
+			rs := nnWindowReduce(b, []*stablehlo.Value{x}, []*stablehlo.Value{init}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
+			if b.err != nil {
+				return nil, b.err
+			}
+			return rs, nil
+		}
+		idt, err := ctx.XLADType(tensor.Int64)
+		if err != nil {
+			return nil, err
+		}
+		ishape := shapes.Make(idt, intsOf(xd)...)
+		var idx *stablehlo.Value
+		stride := int64(1)
+		for j := len(axes) - 1; j >= 0; j-- {
+			io := b.set(ctx.Fn.Iota(ishape, axes[j]))
+			io = nnScaleBy(b, io, float64(stride))
+			if idx == nil {
+				idx = io
+			} else {
+				idx = b.bin(stablehlo.Add, idx, io)
+			}
+			stride *= xd[axes[j]]
+		}
+		pdt, err := tensorDType(idt)
+		if err != nil {
+			return nil, err
+		}
+		iinit := b.set(ctx.Constant(nnExtreme(pdt, true)))
+		fn := nnArgMaxReducer(b, x.Shape().DType, idt)
+		rs := nnWindowReduce(b, []*stablehlo.Value{x, idx}, []*stablehlo.Value{init, iinit}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
+		if b.err != nil {
+			return nil, b.err
+		}
+		return rs, nil
+	}
+}
+
+// nnAvgPoolRule lowers avg_pool{1,2,3}d: a sum reduce_window divided by
+// PyTorch's divisor (divisor_override, or the window size clipped to the
+// padded input, or to the input when count_include_pad is false).
+func nnAvgPoolRule(spatial int) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		dt, outDims := Out(n, 0)
+		if !dt.IsFloat() {
+			return nil, fmt.Errorf("avg_pool of %s is not supported", dt)
+		}
+		_, xd, err := InMeta(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		p, err := fxgraph.PoolArgs(n, spatial, true)
+		if err != nil {
+			return nil, err
+		}
+		axes, lo, hi, outs := nnPoolGeometry(xd, outDims, p)
+		b := &nnB{ctx: ctx}
+		x := b.convert(in[0], nnFloatCompute(dt))
+		if b.err != nil {
+			return nil, b.err
+		}
+		fn, err := ctx.ReduceFn(ReduceSum, x.Shape().DType)
+		if err != nil {
+			return nil, err
+		}
+		sum := nnWindowReduce(b, []*stablehlo.Value{x}, []*stablehlo.Value{b.scalar(x, 0)}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
+		if b.err != nil {
+			return nil, b.err
+		}
+		y := sum[0]
+		if p.DivisorOverride != 0 {
+			y = b.bin(stablehlo.Divide, y, b.full(y, float64(p.DivisorOverride), outDims))
+			return b.out(b.convert(y, dt))
+		}
+		var div *stablehlo.Value
+		uniform := 1.0
+		for j, a := range axes {
+			f := make([]float64, outs[j])
+			same := true
+			for o := range f {
+				start := int64(o)*p.Stride[j] - p.Padding[j]
+				end := min(start+p.Kernel[j], xd[a]+p.Padding[j])
+				size := end - start
+				if !p.CountIncludePad {
+					size = min(end, xd[a]) - max(start, 0)
+				}
+				f[o] = float64(size)
+				if f[o] != f[0] {
+					same = false
+				}
+			}
+			if same {
+				uniform *= f[0]
+				continue
+			}
+			fv := b.bcastIn(b.consts(y, f, []int64{outs[j]}), outDims, []int{a})
+			if div == nil {
+				div = fv
+			} else {
+				div = b.bin(stablehlo.Multiply, div, fv)
+			}
+		}
+		if div == nil {
+			div = b.full(y, uniform, outDims)
+		} else if uniform != 1 {
+			div = nnScaleBy(b, div, uniform)
+		}
+		y = b.bin(stablehlo.Divide, y, div)
+		return b.out(b.convert(y, dt))
+	}
+}
+
+// nnAdaptiveAvgPoolRule lowers _adaptive_avg_pool{n}d: PyTorch's windows
+// [floor(i*in/out), ceil((i+1)*in/out)) are summed per axis (a reduce_window
+// when in is a multiple of out, else a 0/1 matrix product) and divided by
+// the window sizes.
+func nnAdaptiveAvgPoolRule(spatial int) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		dt, outDims := Out(n, 0)
+		if !dt.IsFloat() {
+			return nil, fmt.Errorf("adaptive_avg_pool of %s is not supported", dt)
+		}
+		_, xd, err := InMeta(n, 0)
+		if err != nil {
+			return nil, err
+		}
+		b := &nnB{ctx: ctx}
+		y := b.convert(in[0], nnFloatCompute(dt))
+		cur := append([]int64(nil), xd...)
+		var div *stablehlo.Value
+		rank := len(xd)
+		for a := rank - spatial; a < rank; a++ {
+			isz, osz := xd[a], outDims[a]
+			if isz == osz {
+				continue
+			}
+			counts := make([]float64, osz)
+			if osz > 0 && isz%osz == 0 {
+				k := isz / osz
+				window, strides := make([]int, rank), make([]int, rank)
+				for i := range window {
+					window[i], strides[i] = 1, 1
+				}
+				window[a], strides[a] = int(k), int(k)
+				if b.err == nil {
+					fn, err := ctx.ReduceFn(ReduceSum, y.Shape().DType)
+					if err != nil {
+						return nil, err
+					}
+					y = b.set(stablehlo.ReduceWindow(y, b.scalar(y, 0), fn, window, strides, nil, nil, nil))
+				}
+				for i := range counts {
+					counts[i] = float64(k)
+				}
+			} else {
+				mat := make([]float64, osz*isz)
+				for o := int64(0); o < osz; o++ {
+					start := (o * isz) / osz
+					end := ((o+1)*isz + osz - 1) / osz
+					for i := start; i < end; i++ {
+						mat[o*isz+i] = 1
+					}
+					counts[o] = float64(end - start)
+				}
+				m := b.consts(y, mat, []int64{osz, isz})
+				y = b.dot(y, []int{a}, nil, m, []int{1}, nil)
+				perm := append(append(nnRange(0, a), rank-1), nnRange(a, rank-1)...)
+				y = b.transpose(y, perm)
+			}
+			cur[a] = osz
+			cv := b.bcastIn(b.consts(y, counts, []int64{osz}), outDims, []int{a})
+			if div == nil {
+				div = cv
+			} else {
+				div = b.bin(stablehlo.Multiply, div, cv)
+			}
+		}
+		if div != nil {
+			y = b.bin(stablehlo.Divide, y, div)
+		}
+		return b.out(b.convert(y, dt))
+	}
+}
+
+// nnChannelVec returns argument i (a per-channel vector) in dtype like's,
+// or a constant def when it is None.
+func nnChannelVec(b *nnB, in []*stablehlo.Value, i int, like *stablehlo.Value, c int64, def float64) *stablehlo.Value {
+	if i < len(in) && in[i] != nil {
+		dt, err := tensorDType(like.Shape().DType)
+		if err != nil {
+			b.err = err
+			return nil
+		}
+		return b.convert(in[i], dt)
+	}
+	return b.full(like, def, []int64{c})
+}
+
+// nnBatchNorm lowers _native_batch_norm_legit_no_training:
+// (x - mean) * (weight / sqrt(var + eps)) + bias, with empty saved stats.
+func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, xd := Out(n, 0)
+	eps, err := n.FloatArg(6, "eps", 1e-5)
+	if err != nil {
+		return nil, err
+	}
+	b := &nnB{ctx: ctx}
+	x := b.convert(in[0], nnFloatCompute(dt))
+	if b.err != nil {
+		return nil, b.err
+	}
+	c := xd[1]
+	w := nnChannelVec(b, in, 1, x, c, 1)
+	bias := nnChannelVec(b, in, 2, x, c, 0)
+	mean := nnChannelVec(b, in, 3, x, c, 0)
+	variance := nnChannelVec(b, in, 4, x, c, 1)
+	inv := b.un(stablehlo.Sqrt, b.bin(stablehlo.Add, variance, b.full(x, eps, []int64{c})))
+	scale := b.bin(stablehlo.Divide, w, inv)
+	bc := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, xd, []int{1}) }
+	y := b.bin(stablehlo.Subtract, x, bc(mean))
+	y = b.bin(stablehlo.Multiply, y, bc(scale))
+	y = b.bin(stablehlo.Add, y, bc(bias))
+	y = b.convert(y, dt)
+	empty := b.full(y, 0, []int64{0})
+	return b.out(y, empty, empty)
+}
+
+// nnNormalize returns (x - mean) * rstd over the given axes of x, with mean
+// and rstd (reduced over axes).
+func nnNormalize(b *nnB, x *stablehlo.Value, dims []int64, axes []int, eps float64) (y, mean, rstd *stablehlo.Value) {
+	count := int64(1)
+	for _, a := range axes {
+		count *= dims[a]
+	}
+	keep := nnAllBut(len(dims), axes...)
+	var kdims []int64
+	for _, a := range keep {
+		kdims = append(kdims, dims[a])
+	}
+	mean = b.reduce(x, ReduceSum, 0, axes)
+	mean = b.bin(stablehlo.Divide, mean, b.full(x, float64(count), kdims))
+	xc := b.bin(stablehlo.Subtract, x, b.bcastIn(mean, dims, keep))
+	v := b.reduce(b.bin(stablehlo.Multiply, xc, xc), ReduceSum, 0, axes)
+	v = b.bin(stablehlo.Divide, v, b.full(x, float64(count), kdims))
+	v = b.bin(stablehlo.Add, v, b.full(x, eps, kdims))
+	rstd = b.bin(stablehlo.Divide, b.full(x, 1, kdims), b.un(stablehlo.Sqrt, v))
+	y = b.bin(stablehlo.Multiply, xc, b.bcastIn(rstd, dims, keep))
+	return y, mean, rstd
+}
+
+// nnLayerNorm lowers native_layer_norm over the trailing normalized dims;
+// mean and rstd keep the normalized dims as size 1.
+func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, xd := Out(n, 0)
+	_, statDims := Out(n, 1)
+	ns, err := n.IntsArg(1, "normalized_shape", nil)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := n.FloatArg(4, "eps", 1e-5)
+	if err != nil {
+		return nil, err
+	}
+	b := &nnB{ctx: ctx}
+	cdt := nnFloatCompute(dt)
+	x := b.convert(in[0], cdt)
+	y, mean, rstd := nnNormalize(b, x, xd, nnRange(len(xd)-len(ns), len(xd)), eps)
+	if len(in) > 2 && in[2] != nil {
+		y = b.bin(stablehlo.Multiply, y, b.bcast(b.convert(in[2], cdt), xd))
+	}
+	if len(in) > 3 && in[3] != nil {
+		y = b.bin(stablehlo.Add, y, b.bcast(b.convert(in[3], cdt), xd))
+	}
+	mean = b.convert(b.reshape(mean, statDims), dt)
+	rstd = b.convert(b.reshape(rstd, statDims), dt)
+	return b.out(b.convert(y, dt), mean, rstd)
+}
+
+// nnGroupNorm lowers native_group_norm: x viewed as [N, G, C/G * HxW] is
+// normalized over its last dim, then scaled and shifted per channel.
+func nnGroupNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, xd := Out(n, 0)
+	_, statDims := Out(n, 1)
+	g, err := n.IntArg(6, "group", 1)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := n.FloatArg(7, "eps", 1e-5)
+	if err != nil {
+		return nil, err
+	}
+	b := &nnB{ctx: ctx}
+	cdt := nnFloatCompute(dt)
+	x := b.convert(in[0], cdt)
+	gd := []int64{xd[0], g, nnProd(xd[1:]) / g}
+	y, mean, rstd := nnNormalize(b, b.reshape(x, gd), gd, []int{2}, eps)
+	y = b.reshape(y, xd)
+	if in[1] != nil {
+		y = b.bin(stablehlo.Multiply, y, b.bcastIn(b.convert(in[1], cdt), xd, []int{1}))
+	}
+	if in[2] != nil {
+		y = b.bin(stablehlo.Add, y, b.bcastIn(b.convert(in[2], cdt), xd, []int{1}))
+	}
+	mean = b.convert(b.reshape(mean, statDims), dt)
+	rstd = b.convert(b.reshape(rstd, statDims), dt)
+	return b.out(b.convert(y, dt), mean, rstd)
+}
+
+// nnSoftmaxRule lowers _softmax / _log_softmax along one dim, subtracting
+// the max first; half floats compute in float32.
+func nnSoftmaxRule(logSoftmax bool) Rule {
+	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		dt, outDims := Out(n, 0)
+		d, err := n.IntArg(1, "dim", -1)
+		if err != nil {
+			return nil, err
+		}
+		b := &nnB{ctx: ctx}
+		x := b.convert(in[0], nnFloatCompute(dt))
+		dims := outDims
+		if len(dims) == 0 {
+			dims = []int64{1}
+			x = b.reshape(x, dims)
+			d = 0
+		}
+		axis, err := fxgraph.NormDim(d, len(dims))
+		if err != nil {
+			return nil, err
+		}
+		keep := nnAllBut(len(dims), axis)
+		m := b.bcastIn(b.reduce(x, ReduceMax, math.Inf(-1), []int{axis}), dims, keep)
+		z := b.bin(stablehlo.Subtract, x, m)
+		e := b.un(stablehlo.Exponential, z)
+		s := b.bcastIn(b.reduce(e, ReduceSum, 0, []int{axis}), dims, keep)
+		var y *stablehlo.Value
+		if logSoftmax {
+			y = b.bin(stablehlo.Subtract, z, b.un(stablehlo.Log, s))
+		} else {
+			y = b.bin(stablehlo.Divide, e, s)
+		}
+		y = b.reshape(y, outDims)
+		return b.out(b.convert(y, dt))
+	}
+}
+
+// nnResizeAxis computes, for one axis of an xserve.resize, the input index
+// and weight of each tap of each output position, following ONNX's
+// reference implementation exactly (neighbours chosen in the edge-padded
+// input, ties to the lower index, taps outside the input clamped to the
+// edge or, with exclude_outside, dropped and the weights renormalized).
+// inb[o] is false where tf_crop_and_resize extrapolates.
+func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx [][]int, w [][]float64, inb []bool, err error) {
+	var scale, owf float64
+	if p.Sizes != nil && p.Sizes[axis] >= 0 || p.Scales == nil {
+		if in == 0 {
+			return nil, nil, nil, fmt.Errorf("resize: empty input axis %d", axis)
+		}
+		scale = float64(out) / float64(in)
+		owf = scale * float64(in)
+	} else {
+		scale = p.Scales[axis]
+		// The reference multiplies a float32 scale by the int input size in float32.
+		owf = float64(float32(scale) * float32(in))
+	}
+	if scale <= 0 {
+		return nil, nil, nil, fmt.Errorf("resize: scale %v on axis %d", scale, axis)
+	}
+	roi0, roi1 := 0.0, 1.0
+	if p.ROI != nil {
+		roi0, roi1 = p.ROI[axis], p.ROI[rank+axis]
+	}
+	taps := 2
+	if p.Mode == "cubic" {
+		taps = 4
+	}
+	pad := int64((taps + 1) / 2)
+	idx = make([][]int, out)
+	w = make([][]float64, out)
+	inb = make([]bool, out)
+	fin := float64(in)
+	for o := int64(0); o < out; o++ {
+		x := float64(o)
+		var xo float64
+		switch p.Coord {
+		case "align_corners":
+			if owf == 1 {
+				xo = 0
+			} else {
+				xo = x * (fin - 1) / (owf - 1)
+			}
+		case "asymmetric":
+			xo = x / scale
+		case "tf_half_pixel_for_nn":
+			xo = (x + 0.5) / scale
+		case "tf_crop_and_resize":
+			if owf == 1 {
+				xo = (roi1 - roi0) * (fin - 1) / 2
+			} else {
+				xo = x * (roi1 - roi0) * (fin - 1) / (owf - 1)
+			}
+			xo += roi0 * (fin - 1)
+			if xo < 0 || xo > fin-1 {
+				idx[o] = make([]int, taps)
+				w[o] = make([]float64, taps)
+				continue
+			}
+		case "pytorch_half_pixel":
+			if owf == 1 {
+				xo = -0.5
+			} else {
+				xo = (x+0.5)/scale - 0.5
+			}
+		case "half_pixel":
+			xo = (x+0.5)/scale - 0.5
+		case "half_pixel_symmetric":
+			adj := float64(out) / owf
+			center := fin / 2
+			xo = center*(1-adj) + (x+0.5)/scale - 0.5
+		default:
+			return nil, nil, nil, fmt.Errorf("%w: resize coordinate_transformation_mode %q", fxgraph.ErrUnsupported, p.Coord)
+		}
+		inb[o] = true
+		ratio := 1.0
+		if xo != math.Floor(xo) {
+			ratio = xo - math.Floor(xo)
+		}
+		var coeffs []float64
+		switch p.Mode {
+		case "nearest":
+			coeffs = nnNearestCoeffs(ratio, p.Nearest)
+		case "linear":
+			coeffs = []float64{1 - ratio, ratio}
+		case "cubic":
+			coeffs = nnCubicCoeffs(ratio, p.CubicA)
+		}
+		// The taps nearest to xo among the edge-padded positions [0, in+2*pad).
+		xp := xo + float64(pad)
+		limit := in + 2*pad
+		cands := []int64{}
+		base := int64(math.Floor(xp))
+		for c := base - int64(taps) - 1; c <= base+int64(taps)+1; c++ {
+			if c >= 0 && c < limit {
+				cands = append(cands, c)
+			}
+		}
+		sort.SliceStable(cands, func(i, j int) bool {
+			di, dj := math.Abs(xp-float64(cands[i])), math.Abs(xp-float64(cands[j]))
+			if di != dj {
+				return di < dj
+			}
+			return cands[i] < cands[j]
+		})
+		if len(cands) < taps {
+			return nil, nil, nil, fmt.Errorf("resize: axis %d: too few input positions", axis)
+		}
+		sel := append([]int64(nil), cands[:taps]...)
+		sort.Slice(sel, func(i, j int) bool { return sel[i] < sel[j] })
+		ii := make([]int, taps)
+		ww := make([]float64, taps)
+		sum := 0.0
+		for t, c := range sel {
+			orig := c - pad
+			ww[t] = coeffs[t]
+			if p.ExcludeOutside && (orig < 0 || orig >= in) {
+				ww[t] = 0
+			}
+			sum += ww[t]
+			ii[t] = int(min(max(orig, 0), in-1))
+		}
+		if p.ExcludeOutside {
+			for t := range ww {
+				ww[t] /= sum
+			}
+		}
+		idx[o], w[o] = ii, ww
+	}
+	return idx, w, inb, nil
+}
+
+func nnNearestCoeffs(ratio float64, mode string) []float64 {
+	if ratio == math.Floor(ratio) {
+		return []float64{0, 1}
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	switch mode {
+	case "round_prefer_ceil":
+		return []float64{b(ratio < 0.5), b(ratio >= 0.5)}
+	case "floor":
+		return []float64{1, 0}
+	case "ceil":
+		return []float64{0, 1}
+	}
+	return []float64{b(ratio <= 0.5), b(ratio > 0.5)}
+}
+
+func nnCubicCoeffs(r, a float64) []float64 {
+	s := 1 - r
+	return []float64{
+		((a*(r+1)-5*a)*(r+1)+8*a)*(r+1) - 4*a,
+		((a+2)*r-(a+3))*r*r + 1,
+		((a+2)*s-(a+3))*s*s + 1,
+		((a*(s+1)-5*a)*(s+1)+8*a)*(s+1) - 4*a,
+	}
+}
+
+// nnGatherAxis takes x's elements at positions idx along axis.
+func nnGatherAxis(b *nnB, x *stablehlo.Value, axis int, idx []int) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	vals := make([]int32, len(idx))
+	sorted := true
+	for i, v := range idx {
+		vals[i] = int32(v)
+		if i > 0 && idx[i] < idx[i-1] {
+			sorted = false
+		}
+	}
+	ind := b.set(b.ctx.Fn.ConstantFromFlatAndDimensions(vals, len(idx), 1))
+	if b.err != nil {
+		return nil
+	}
+	rank := x.Shape().Rank()
+	sizes := append([]int(nil), x.Shape().Dimensions...)
+	sizes[axis] = 1
+	return b.set(stablehlo.Gather(x, ind, 1, nnAllBut(rank, axis), []int{axis}, nil, nil, []int{axis}, sizes, sorted))
+}
+
+// nnResize lowers xserve.resize axis by axis: nearest is one gather of the
+// chosen taps (exact for every dtype); linear and cubic sum the gathered
+// taps times their weights, computed on the host. Positions that
+// tf_crop_and_resize extrapolates get extrapolation_value.
+func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, outDims := Out(n, 0)
+	_, xd, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	rank := len(xd)
+	p, known, err := fxgraph.ResizeArgs(n, rank)
+	if err != nil {
+		return nil, err
+	}
+	if !known {
+		return nil, fmt.Errorf("resize: sizes/scales/roi are not constants after specialization")
+	}
+	b := &nnB{ctx: ctx}
+	x := in[0]
+	if p.Mode != "nearest" {
+		x = b.convert(x, nnFloatCompute(dt))
+	}
+	cur := append([]int64(nil), xd...)
+	var mask *stablehlo.Value
+	for a := 0; a < rank; a++ {
+		idx, w, inb, err := nnResizeAxis(p, a, rank, xd[a], outDims[a])
+		if err != nil {
+			return nil, err
+		}
+		identity := xd[a] == outDims[a]
+		allIn := true
+		for o := range idx {
+			if !inb[o] {
+				allIn, identity = false, false
+				continue
+			}
+			for t := range idx[o] {
+				if w[o][t] != 0 && (idx[o][t] != o || w[o][t] != 1) {
+					identity = false
+				}
+			}
+		}
+		cur[a] = outDims[a]
+		if !identity {
+			if p.Mode == "nearest" {
+				pick := make([]int, len(idx))
+				for o := range idx {
+					for t := range idx[o] {
+						if w[o][t] != 0 {
+							pick[o] = idx[o][t]
+						}
+					}
+				}
+				x = nnGatherAxis(b, x, a, pick)
+			} else {
+				var acc *stablehlo.Value
+				taps := 0
+				if len(idx) > 0 {
+					taps = len(idx[0])
+				}
+				for t := 0; t < taps; t++ {
+					ti := make([]int, len(idx))
+					tw := make([]float64, len(idx))
+					zero := true
+					for o := range idx {
+						ti[o], tw[o] = idx[o][t], w[o][t]
+						if tw[o] != 0 {
+							zero = false
+						}
+					}
+					if zero {
+						continue
+					}
+					g := nnGatherAxis(b, x, a, ti)
+					g = b.bin(stablehlo.Multiply, g, b.bcastIn(b.consts(g, tw, []int64{int64(len(tw))}), cur, []int{a}))
+					if acc == nil {
+						acc = g
+					} else {
+						acc = b.bin(stablehlo.Add, acc, g)
+					}
+				}
+				if acc == nil {
+					acc = b.full(x, 0, cur)
+				}
+				x = acc
+			}
+		}
+		if !allIn {
+			vals := make([]bool, len(inb))
+			copy(vals, inb)
+			mv := b.set(ctx.Fn.ConstantFromFlatAndDimensions(vals, len(vals)))
+			mv = b.bcastIn(mv, outDims, []int{a})
+			if mask == nil {
+				mask = mv
+			} else {
+				mask = b.bin(stablehlo.And, mask, mv)
+			}
+		}
+	}
+	if mask != nil {
+		x = b.bcast(x, outDims)
+		if b.err == nil {
+			x = b.set(stablehlo.Select(mask, x, b.full(x, p.Extrapolation, outDims)))
+		}
+	}
+	x = b.reshape(x, outDims)
+	return b.out(b.convert(x, dt))
+}
+
+// cmp compares x and y elementwise (float operands).
+func (b *nnB) cmp(x, y *stablehlo.Value, dir types.ComparisonDirection) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(stablehlo.Compare(x, y, dir, types.CompareFloat))
+}
+
+func (b *nnB) sel(p, x, y *stablehlo.Value) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	return b.set(stablehlo.Select(p, x, y))
+}
+
+// nnGridSampler lowers grid_sampler_2d as PyTorch computes it: the grid's
+// normalized (x, y) are unnormalized to input pixel coordinates, clipped
+// or reflected per padding_mode, and every tap (1 nearest, 4 bilinear, 16
+// bicubic) is gathered from the input with its batch index, zero outside
+// the input.
+func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, outDims := Out(n, 0)
+	_, xd, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := n.IntArg(2, "interpolation_mode", 0)
+	if err != nil {
+		return nil, err
+	}
+	padMode, err := n.IntArg(3, "padding_mode", 0)
+	if err != nil {
+		return nil, err
+	}
+	align, err := n.BoolArg(4, "align_corners", false)
+	if err != nil {
+		return nil, err
+	}
+	b := &nnB{ctx: ctx}
+	cdt := nnFloatCompute(dt)
+	x := b.convert(in[0], cdt)
+	grid := b.convert(in[1], cdt)
+	N, C, H, W := xd[0], xd[1], xd[2], xd[3]
+	Ho, Wo := outDims[2], outDims[3]
+	pd := []int64{N, Ho, Wo}
+	k := func(v float64) *stablehlo.Value { return b.full(grid, v, pd) }
+	coord := func(i int) *stablehlo.Value {
+		if b.err != nil {
+			return nil
+		}
+		c := b.slice(grid, []int{0, 0, 0, i}, []int{int(N), int(Ho), int(Wo), i + 1}, nil)
+		return b.reshape(c, pd)
+	}
+	unnorm := func(c *stablehlo.Value, size int64) *stablehlo.Value {
+		fs := float64(size)
+		if align {
+			// ((c + 1) / 2) * (size - 1)
+			return b.bin(stablehlo.Multiply, b.bin(stablehlo.Divide, b.bin(stablehlo.Add, c, k(1)), k(2)), k(fs-1))
+		}
+		// ((c + 1) * size - 1) / 2
+		return b.bin(stablehlo.Divide, b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, b.bin(stablehlo.Add, c, k(1)), k(fs)), k(1)), k(2))
+	}
+	clip := func(c *stablehlo.Value, size int64) *stablehlo.Value {
+		if b.err != nil {
+			return nil
+		}
+		return b.set(stablehlo.Clamp(b.scalar(c, 0), c, b.scalar(c, float64(size-1))))
+	}
+	reflect := func(c *stablehlo.Value, twiceLow, twiceHigh float64) *stablehlo.Value {
+		if twiceLow == twiceHigh {
+			return k(0)
+		}
+		lo, span := twiceLow/2, (twiceHigh-twiceLow)/2
+		v := b.un(stablehlo.Abs, b.bin(stablehlo.Subtract, c, k(lo)))
+		extra := b.bin(stablehlo.Remainder, v, k(span))
+		flips := b.un(stablehlo.Floor, b.bin(stablehlo.Divide, v, k(span)))
+		even := b.cmp(b.bin(stablehlo.Remainder, flips, k(2)), k(0), types.CompareEQ)
+		return b.sel(even, b.bin(stablehlo.Add, extra, k(lo)), b.bin(stablehlo.Add, b.bin(stablehlo.Subtract, k(span), extra), k(lo)))
+	}
+	// pad applies padding_mode to a coordinate along an axis of the given size.
+	pad := func(c *stablehlo.Value, size int64) *stablehlo.Value {
+		switch padMode {
+		case 1:
+			return clip(c, size)
+		case 2:
+			if align {
+				c = reflect(c, 0, 2*float64(size-1))
+			} else {
+				c = reflect(c, -1, 2*float64(size)-1)
+			}
+			return clip(c, size)
+		}
+		return c
+	}
+	ix, iy := unnorm(coord(0), W), unnorm(coord(1), H)
+	if mode != 2 {
+		ix, iy = pad(ix, W), pad(iy, H)
+	}
+	// Batch index of every output position, for the gather.
+	nIdx := b.set(ctx.Fn.Iota(shapes.Make(dtypes.Int32, int(N), int(Ho), int(Wo), 1), 0))
+	full := []int64{N, C, Ho, Wo}
+	// tap gathers input[n, :, ty, tx] (zero outside) times weight w.
+	tap := func(tx, ty, w *stablehlo.Value) *stablehlo.Value {
+		if b.err != nil {
+			return nil
+		}
+		valid := b.bin(stablehlo.And,
+			b.bin(stablehlo.And, b.cmp(tx, k(0), types.CompareGE), b.cmp(tx, k(float64(W-1)), types.CompareLE)),
+			b.bin(stablehlo.And, b.cmp(ty, k(0), types.CompareGE), b.cmp(ty, k(float64(H-1)), types.CompareLE)))
+		toIdx := func(c *stablehlo.Value, size int64) *stablehlo.Value {
+			c = clip(c, size)
+			if b.err != nil {
+				return nil
+			}
+			return b.reshape(b.set(stablehlo.Convert(c, dtypes.Int32)), []int64{N, Ho, Wo, 1})
+		}
+		jy, jx := toIdx(ty, H), toIdx(tx, W)
+		if b.err != nil {
+			return nil
+		}
+		idx := b.set(stablehlo.Concatenate(3, nIdx, jy, jx))
+		if b.err != nil {
+			return nil
+		}
+		g := b.set(stablehlo.Gather(x, idx, 3, []int{3}, []int{0, 2, 3}, nil, nil, []int{0, 2, 3}, []int{1, int(C), 1, 1}, false))
+		g = b.transpose(g, []int{0, 3, 1, 2})
+		g = b.sel(b.bcastIn(valid, full, []int{0, 2, 3}), g, b.full(g, 0, full))
+		return b.bin(stablehlo.Multiply, g, b.bcastIn(w, full, []int{0, 2, 3}))
+	}
+	var y *stablehlo.Value
+	add := func(v *stablehlo.Value) {
+		if y == nil {
+			y = v
+		} else {
+			y = b.bin(stablehlo.Add, y, v)
+		}
+	}
+	switch mode {
+	case 0: // bilinear
+		x0, y0 := b.un(stablehlo.Floor, ix), b.un(stablehlo.Floor, iy)
+		x1, y1 := b.bin(stablehlo.Add, x0, k(1)), b.bin(stablehlo.Add, y0, k(1))
+		dx1, dx0 := b.bin(stablehlo.Subtract, x1, ix), b.bin(stablehlo.Subtract, ix, x0)
+		dy1, dy0 := b.bin(stablehlo.Subtract, y1, iy), b.bin(stablehlo.Subtract, iy, y0)
+		add(tap(x0, y0, b.bin(stablehlo.Multiply, dx1, dy1)))
+		add(tap(x1, y0, b.bin(stablehlo.Multiply, dx0, dy1)))
+		add(tap(x0, y1, b.bin(stablehlo.Multiply, dx1, dy0)))
+		add(tap(x1, y1, b.bin(stablehlo.Multiply, dx0, dy0)))
+	case 1: // nearest, rounding half to even
+		add(tap(b.un(stablehlo.RoundNearestEven, ix), b.un(stablehlo.RoundNearestEven, iy), k(1)))
+	case 2: // bicubic, A = -0.75, padding applied per tap
+		const a = -0.75
+		x0, y0 := b.un(stablehlo.Floor, ix), b.un(stablehlo.Floor, iy)
+		tx, ty := b.bin(stablehlo.Subtract, ix, x0), b.bin(stablehlo.Subtract, iy, y0)
+		conv1 := func(t *stablehlo.Value) *stablehlo.Value { // ((a+2)t - (a+3)) t t + 1
+			v := b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, k(a+2), t), k(a+3))
+			return b.bin(stablehlo.Add, b.bin(stablehlo.Multiply, b.bin(stablehlo.Multiply, v, t), t), k(1))
+		}
+		conv2 := func(t *stablehlo.Value) *stablehlo.Value { // ((a t - 5a) t + 8a) t - 4a
+			v := b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, k(a), t), k(5*a))
+			v = b.bin(stablehlo.Add, b.bin(stablehlo.Multiply, v, t), k(8*a))
+			return b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, v, t), k(4*a))
+		}
+		coeffs := func(t *stablehlo.Value) [4]*stablehlo.Value {
+			u := b.bin(stablehlo.Subtract, k(1), t)
+			return [4]*stablehlo.Value{conv2(b.bin(stablehlo.Add, t, k(1))), conv1(t), conv1(u), conv2(b.bin(stablehlo.Add, u, k(1)))}
+		}
+		wx, wy := coeffs(tx), coeffs(ty)
+		for i := 0; i < 4; i++ {
+			cy := pad(b.bin(stablehlo.Add, y0, k(float64(i-1))), H)
+			for j := 0; j < 4; j++ {
+				cx := pad(b.bin(stablehlo.Add, x0, k(float64(j-1))), W)
+				// PyTorch truncates the padded coordinate; it is integral or,
+				// after clipping, non-negative, so floor is the same.
+				add(tap(b.un(stablehlo.Floor, cx), b.un(stablehlo.Floor, cy), b.bin(stablehlo.Multiply, wx[j], wy[i])))
+			}
+		}
+	}
+	return b.out(b.convert(y, dt))
+}
+
+// nnRoiAlign lowers xserve.roi_align as ONNX's reference computes it: per
+// roi, axis-wise sample coordinates (bin start plus (i+0.5)/sampling_ratio of
+// a bin), the reference's clamping, bilinear weights of the four corners
+// gathered from the roi's batch image, and the average of each bin's
+// samples.
+func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	dt, outDims := Out(n, 0)
+	_, xd, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	var sz [3]int64
+	for i, name := range []string{"output_height", "output_width", "sampling_ratio"} {
+		if sz[i], err = n.IntArg(3+i, name, 1); err != nil {
+			return nil, err
+		}
+	}
+	oh, ow, sr := sz[0], sz[1], sz[2]
+	scale, err := n.FloatArg(6, "spatial_scale", 1)
+	if err != nil {
+		return nil, err
+	}
+	halfPixel, err := n.BoolArg(7, "half_pixel", true)
+	if err != nil {
+		return nil, err
+	}
+	b := &nnB{ctx: ctx}
+	cdt := nnFloatCompute(dt)
+	x := b.convert(in[0], cdt)
+	rois := b.convert(in[1], cdt)
+	C, H, W := xd[1], xd[2], xd[3]
+	R := outDims[0]
+	offset := 0.0
+	if halfPixel {
+		offset = 0.5
+	}
+	col := func(i int) *stablehlo.Value {
+		if b.err != nil {
+			return nil
+		}
+		c := b.slice(rois, []int{0, i}, []int{int(R), i + 1}, nil)
+		c = b.reshape(c, []int64{R})
+		return b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, c, b.full(c, scale, []int64{R})), b.full(c, offset, []int64{R}))
+	}
+	// axis computes, along one axis (roi columns lo/hi, pooled size p,
+	// input size size), the low and high corner indices, their weights and
+	// the validity of each of the p*sr samples: [R, p*sr] each.
+	axis := func(lo, hi int, p, size int64) (low, high, wl, wh, valid *stablehlo.Value) {
+		start, end := col(lo), col(hi)
+		length := b.bin(stablehlo.Subtract, end, start)
+		if !halfPixel {
+			length = b.bin(stablehlo.Maximum, length, b.full(length, 1, []int64{R}))
+		}
+		bin := b.bin(stablehlo.Divide, length, b.full(length, float64(p), []int64{R}))
+		// Sample offsets in bins: ph + (i + 0.5) / sr.
+		q := p * sr
+		offs := make([]float64, q)
+		for ph := int64(0); ph < p; ph++ {
+			for i := int64(0); i < sr; i++ {
+				offs[ph*sr+i] = float64(ph) + (float64(i)+0.5)/float64(sr)
+			}
+		}
+		sd := []int64{R, q}
+		pos := b.bin(stablehlo.Multiply, b.bcastIn(b.consts(length, offs, []int64{q}), sd, []int{1}), b.bcastIn(bin, sd, []int{0}))
+		pos = b.bin(stablehlo.Add, pos, b.bcastIn(start, sd, []int{0}))
+		k := func(v float64) *stablehlo.Value { return b.full(pos, v, sd) }
+		valid = b.bin(stablehlo.And, b.cmp(pos, k(-1), types.CompareGE), b.cmp(pos, k(float64(size)), types.CompareLE))
+		pos = b.bin(stablehlo.Maximum, pos, k(0))
+		low = b.un(stablehlo.Floor, pos)
+		edge := b.cmp(low, k(float64(size-1)), types.CompareGE)
+		low = b.sel(edge, k(float64(size-1)), low)
+		pos = b.sel(edge, low, pos)
+		high = b.sel(edge, low, b.bin(stablehlo.Add, low, k(1)))
+		wh = b.bin(stablehlo.Subtract, pos, low)
+		wl = b.bin(stablehlo.Subtract, k(1), wh)
+		return low, high, wl, wh, valid
+	}
+	yl, yh, wyl, wyh, vy := axis(1, 3, oh, H)
+	xl, xh, wxl, wxh, vx := axis(0, 2, ow, W)
+	P, Q := oh*sr, ow*sr
+	grid := []int64{R, P, Q}
+	bY := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, grid, []int{0, 1}) }
+	bX := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, grid, []int{0, 2}) }
+	valid := b.bin(stablehlo.And, bY(vy), bX(vx))
+	var batch *stablehlo.Value
+	if b.err == nil {
+		bi := b.set(stablehlo.Convert(in[2], dtypes.Int32))
+		batch = b.reshape(b.bcastIn(bi, grid, []int{0}), []int64{R, P, Q, 1})
+	}
+	idx := func(v *stablehlo.Value, bc func(*stablehlo.Value) *stablehlo.Value) *stablehlo.Value {
+		if b.err != nil {
+			return nil
+		}
+		return b.reshape(bc(b.set(stablehlo.Convert(v, dtypes.Int32))), []int64{R, P, Q, 1})
+	}
+	full := []int64{R, P, Q, C}
+	var acc *stablehlo.Value
+	for _, corner := range []struct{ y, x, wy, wx *stablehlo.Value }{{yl, xl, wyl, wxl}, {yl, xh, wyl, wxh}, {yh, xl, wyh, wxl}, {yh, xh, wyh, wxh}} {
+		if b.err != nil {
+			break
+		}
+		ind := b.set(stablehlo.Concatenate(3, batch, idx(corner.y, bY), idx(corner.x, bX)))
+		if b.err != nil {
+			break
+		}
+		g := b.set(stablehlo.Gather(x, ind, 3, []int{3}, []int{0, 2, 3}, nil, nil, []int{0, 2, 3}, []int{1, int(C), 1, 1}, false))
+		w := b.bin(stablehlo.Multiply, bY(corner.wy), bX(corner.wx))
+		g = b.bin(stablehlo.Multiply, g, b.bcastIn(w, full, []int{0, 1, 2}))
+		if acc == nil {
+			acc = g
+		} else {
+			acc = b.bin(stablehlo.Add, acc, g)
+		}
+	}
+	acc = b.sel(b.bcastIn(valid, full, []int{0, 1, 2}), acc, b.full(acc, 0, full))
+	// [R, oh, sr, ow, sr, C] -> sum the samples of each bin.
+	acc = b.reshape(acc, []int64{R, oh, sr, ow, sr, C})
+	acc = b.reduce(acc, ReduceSum, 0, []int{2, 4})
+	acc = b.bin(stablehlo.Divide, acc, b.full(acc, float64(sr*sr), []int64{R, oh, ow, C}))
+	acc = b.transpose(acc, []int{0, 3, 1, 2})
+	return b.out(b.convert(acc, dt))
+}

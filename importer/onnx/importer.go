@@ -117,11 +117,8 @@ func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor)
 		}
 		opsets[d] = o.Version
 	}
-	if _, ok := opsets[""]; !ok {
-		if m.IRVersion >= 3 {
-			return nil, errors.New("onnx: model imports no opset for the default domain")
-		}
-		opsets[""] = 1
+	if _, ok := opsets[""]; !ok && m.IRVersion < 3 {
+		opsets[""] = 1 // before IR version 3 the opset was implicit
 	}
 	funcs := map[string]*Function{}
 	for _, f := range m.Functions {
