@@ -26,8 +26,31 @@ type Graph struct {
 	// OutputNames are the model's names for the returned values, in order
 	// (ONNX graph output names); empty means the returned nodes' names.
 	OutputNames []string
+	// SymbolRanges bounds the sizes a symbolic dim may take (from
+	// torch.export's range constraints); a symbol without an entry is
+	// unbounded. Shape buckets outside a symbol's range are config errors.
+	SymbolRanges map[string]SymbolRange
 
 	insertAt int // index new call_function nodes are inserted at; -1 = before output
+}
+
+// SymbolRange is the inclusive range of sizes a symbol may take. Max < 0
+// means no upper bound.
+type SymbolRange struct {
+	Min, Max int64
+}
+
+// Contains reports whether size is within the range.
+func (r SymbolRange) Contains(size int64) bool {
+	return size >= r.Min && (r.Max < 0 || size <= r.Max)
+}
+
+// String prints "[1, 64]" or "[2, inf]".
+func (r SymbolRange) String() string {
+	if r.Max < 0 {
+		return fmt.Sprintf("[%d, inf]", r.Min)
+	}
+	return fmt.Sprintf("[%d, %d]", r.Min, r.Max)
 }
 
 // New returns an empty graph.
@@ -426,6 +449,12 @@ func (g *Graph) Validate() error {
 func (g *Graph) Clone() *Graph {
 	c := New()
 	c.OutputNames = append([]string(nil), g.OutputNames...)
+	for k, v := range g.SymbolRanges {
+		if c.SymbolRanges == nil {
+			c.SymbolRanges = map[string]SymbolRange{}
+		}
+		c.SymbolRanges[k] = v
+	}
 	for k, v := range g.Attrs {
 		c.Attrs[k] = v
 	}
