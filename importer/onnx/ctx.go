@@ -250,12 +250,35 @@ func (c *Ctx) fold(n *fxgraph.Node, info fxgraph.OpInfo) (*fxgraph.Node, error) 
 	if t.DType != n.Val().DType || !sameDims(t.Shape, dims) {
 		return nil, fmt.Errorf("fold %s: got %s, meta says %s", n.Target, t, n.Val())
 	}
-	k := g.AddConstant(n.Name+"_c", t)
+	k := g.AddConstant(foldedName(n), t)
 	g.ReplaceAllUses(n, k)
 	if err := g.Erase(n); err != nil {
 		return nil, err
 	}
 	return k, nil
+}
+
+// foldedName names a folded constant: after its single non-scalar constant
+// input and the op ("fc_weight_permute" for a transposed weight), else after
+// the node.
+func foldedName(n *fxgraph.Node) string {
+	var src *fxgraph.Node
+	for _, in := range n.InputNodes() {
+		if in.Op == fxgraph.GetAttr && len(in.Val().Shape) > 0 {
+			if src != nil {
+				return n.Name + "_c"
+			}
+			src = in
+		}
+	}
+	if src == nil {
+		return n.Name + "_c"
+	}
+	op := n.Target
+	if parts := strings.Split(op, "."); len(parts) >= 2 {
+		op = parts[1]
+	}
+	return src.Name + "_" + op
 }
 
 func sameDims(a, b []int64) bool {
