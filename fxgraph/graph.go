@@ -160,6 +160,9 @@ func (g *Graph) insert(n *Node, at int) *Node {
 		at = len(g.nodes)
 	}
 	n.graph = g
+	if g.insertAt >= 0 && at <= g.insertAt {
+		g.insertAt++ // keep the insertion point on the same node
+	}
 	g.nodes = append(g.nodes, nil)
 	copy(g.nodes[at+1:], g.nodes[at:])
 	g.nodes[at] = n

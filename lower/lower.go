@@ -37,6 +37,10 @@ type Options struct {
 	MaxFoldElements int64
 	// ModuleName names the StableHLO module; default "xserve".
 	ModuleName string
+	// KeepBatchNorm disables folding inference batch norms into the
+	// preceding convolution's weights (fxgraph.Graph.FoldBatchNorm), which
+	// is on by default.
+	KeepBatchNorm bool
 }
 
 func (o Options) withDefaults() Options {
@@ -208,11 +212,25 @@ func (l *Lowerer) Lower(g *fxgraph.Graph, dims map[string]int64) (*Program, erro
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
+	sg, err := l.Specialize(g, dims)
+	if err != nil {
+		return nil, err
+	}
+	return l.LowerSpecialized(sg, dims)
+}
+
+// Specialize returns g specialized to dims (static shapes, constants folded)
+// with the optimization passes the options enable applied: the graph
+// LowerSpecialized takes.
+func (l *Lowerer) Specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.Graph, error) {
 	sg, err := l.ir.Specialize(g, dims, l.opts.MaxFoldElements)
 	if err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
-	return l.LowerSpecialized(sg, dims)
+	if !l.opts.KeepBatchNorm {
+		sg.FoldBatchNorm()
+	}
+	return sg, nil
 }
 
 // LowerSpecialized lowers a graph whose shapes are already static (the

@@ -251,7 +251,7 @@ func (r *Runner) runSet(ctx context.Context, g *fxgraph.Graph, dir string, targe
 	if err != nil {
 		return err
 	}
-	sg, err := r.Lowerer.IR().Specialize(g, dims, r.Lowerer.Options().MaxFoldElements)
+	sg, err := r.Lowerer.Specialize(g, dims)
 	if err != nil {
 		return err
 	}
