@@ -85,6 +85,12 @@ func Compile(ctx context.Context, c *pjrt.Client, prog *lower.Program, w *Weight
 	if err != nil {
 		return nil, fmt.Errorf("serving: compile: %w", err)
 	}
+	return bind(ctx, c, exe, prog, w)
+}
+
+// bind makes an Executable of exe, compiled from prog (or deserialized from
+// a cache), binding its weight parameters from w. It closes exe on failure.
+func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower.Program, w *Weights) (*Executable, error) {
 	e := &Executable{Program: prog, exe: exe, client: c, args: make([]*pjrt.Buffer, len(prog.Params))}
 	for i, p := range prog.Params {
 		if p.Kind != lower.Weight {
@@ -136,6 +142,11 @@ func (e *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tenso
 	}
 	return e.exe.Run(ctx, args)
 }
+
+// Serialize returns the compiled executable in the plugin's format (see
+// pjrt.Executable.Serialize); the error wraps errors.ErrUnsupported where
+// the plugin binding cannot serialize.
+func (e *Executable) Serialize() ([]byte, error) { return e.exe.Serialize() }
 
 // Close frees the compiled executable (not the shared weights).
 func (e *Executable) Close() error { return e.exe.Close() }

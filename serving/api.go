@@ -1,0 +1,103 @@
+package serving
+
+import (
+	"errors"
+	"time"
+
+	"github.com/xserve/xserve/tensor"
+)
+
+// Sentinel errors of the package. The api packages map them to protocol
+// status codes (HTTP 400/404/429/503, NATS error headers); every error the
+// package returns wraps one of them and says what was wrong and what was
+// expected.
+var (
+	// ErrModelNotFound: no model (or version) of that name in the repository.
+	ErrModelNotFound = errors.New("serving: model not found")
+	// ErrNotReady: the model exists but is loading, unloading or failed to load.
+	ErrNotReady = errors.New("serving: model not ready")
+	// ErrInvalidInput: a request input is missing, unknown, or has the wrong
+	// dtype or rank.
+	ErrInvalidInput = errors.New("serving: invalid input")
+	// ErrNoBucket: the request's shape fits no configured shape bucket; it is
+	// rejected rather than compiled.
+	ErrNoBucket = errors.New("serving: shape fits no bucket")
+	// ErrOverloaded: the model's queue is full (see batching); retry later.
+	ErrOverloaded = errors.New("serving: overloaded")
+	// ErrClosed: the server is shutting down.
+	ErrClosed = errors.New("serving: closed")
+)
+
+// ModelState is a model version's lifecycle state, as the Open Inference
+// Protocol's repository index reports it.
+type ModelState string
+
+// Model states.
+const (
+	StateLoading     ModelState = "LOADING"
+	StateReady       ModelState = "READY"
+	StateUnloading   ModelState = "UNLOADING"
+	StateUnavailable ModelState = "UNAVAILABLE"
+)
+
+// ModelStatus describes one model version for the repository index.
+type ModelStatus struct {
+	Name    string
+	Version int64
+	State   ModelState
+	// Reason explains UNAVAILABLE (the load error).
+	Reason string
+}
+
+// TensorSpec is one input or output of a model's signature. Shape uses -1
+// for a symbolic dim; Dims keeps the symbols.
+type TensorSpec struct {
+	Name  string
+	DType tensor.DType
+	Shape []int64
+	Dims  []string // "batch", "3", ... one per dim
+}
+
+// Metadata is a model version's signature and serving configuration.
+type Metadata struct {
+	Name     string
+	Version  int64
+	Versions []int64 // all versions of the model being served
+	Platform string  // "onnx" or "pt2"
+	Inputs   []TensorSpec
+	Outputs  []TensorSpec
+	// Buckets maps each symbol to its bucket sizes.
+	Buckets map[string][]int64
+}
+
+// InferRequest is one inference call.
+type InferRequest struct {
+	// ID is the client's request id, echoed in the response.
+	ID string
+	// Inputs by name; every model input must be given.
+	Inputs map[string]*tensor.Tensor
+	// Outputs restricts the response to these names (nil = all).
+	Outputs []string
+	// Priority for the batcher (0 = highest).
+	Priority int
+}
+
+// NamedTensor is a tensor with its name.
+type NamedTensor struct {
+	Name   string
+	Tensor *tensor.Tensor
+}
+
+// InferResponse is the result of an InferRequest.
+type InferResponse struct {
+	ID           string
+	ModelName    string
+	ModelVersion int64
+	// Outputs in the model's output order (filtered by InferRequest.Outputs).
+	Outputs []NamedTensor
+	// Bucket names the shape bucket that ran, e.g. "batch=4,sequence=128".
+	Bucket string
+	// QueueTime is the time spent waiting for a batch; ComputeTime the
+	// execution (upload, execute, download).
+	QueueTime, ComputeTime time.Duration
+}

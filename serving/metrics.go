@@ -1,0 +1,85 @@
+package serving
+
+import (
+	"github.com/xserve/xserve/internal/metrics"
+)
+
+// Request outcomes and phases, as in the outcome and phase labels.
+const (
+	outcomeSuccess = "success"
+	outcomeFailure = "failure"
+	phaseQueue     = "queue"
+	phaseCompute   = "compute"
+	phaseTotal     = "total"
+)
+
+var (
+	requestBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	compileBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	allStates      = []ModelState{StateLoading, StateReady, StateUnloading, StateUnavailable}
+)
+
+// serverMetrics are the metrics a Manager keeps (see WriteMetrics).
+type serverMetrics struct {
+	reg            *metrics.Registry
+	requests       *metrics.CounterVec   // model, version, outcome
+	duration       *metrics.HistogramVec // model, version, phase
+	compilations   *metrics.CounterVec   // model, version, bucket
+	compileSeconds *metrics.HistogramVec // model, version
+	cache          *metrics.CounterVec   // kind, result
+	loaded         *metrics.GaugeVec
+	state          *metrics.GaugeVec // model, version, state
+}
+
+func newServerMetrics() *serverMetrics {
+	r := metrics.NewRegistry()
+	m := &serverMetrics{
+		reg: r,
+		requests: r.NewCounterVec("xserve_requests_total",
+			"Inference requests that reached a model version, by outcome.", "model", "version", "outcome"),
+		duration: r.NewHistogramVec("xserve_request_duration_seconds",
+			"Inference request latency: queue (accepted until execution starts, including waiting for a compile), compute (upload, execute, download) and total.",
+			requestBuckets, "model", "version", "phase"),
+		compilations: r.NewCounterVec("xserve_compilations_total",
+			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
+		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",
+			"Time to lower (or read from the cache) and compile one bucket's executable.", compileBuckets, "model", "version"),
+		cache: r.NewCounterVec("xserve_compile_cache_total",
+			"On-disk compile cache lookups, by kind of entry and result.", "kind", "result"),
+		loaded: r.NewGaugeVec("xserve_models_loaded", "Model versions in state READY."),
+		state: r.NewGaugeVec("xserve_model_state",
+			"1 for the state each known model version is in, 0 for the others.", "model", "version", "state"),
+	}
+	for _, kind := range []string{cacheStableHLO, cacheExecutable} {
+		m.cache.With(kind, "hit")
+		m.cache.With(kind, "miss")
+	}
+	return m
+}
+
+// cacheResult counts one compile-cache lookup.
+func (m *serverMetrics) cacheResult(kind string, hit bool) {
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	m.cache.With(kind, result).Inc()
+}
+
+// setState records that a version is in state s.
+func (m *serverMetrics) setState(model, version string, s ModelState) {
+	for _, st := range allStates {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.With(model, version, string(st)).Set(v)
+	}
+}
+
+// forgetState removes a version's state series.
+func (m *serverMetrics) forgetState(model, version string) {
+	for _, st := range allStates {
+		m.state.Delete(model, version, string(st))
+	}
+}
