@@ -223,14 +223,37 @@ func (l *Lowerer) Lower(g *fxgraph.Graph, dims map[string]int64) (*Program, erro
 // with the optimization passes the options enable applied: the graph
 // LowerSpecialized takes.
 func (l *Lowerer) Specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.Graph, error) {
-	sg, err := l.ir.Specialize(g, dims, l.opts.MaxFoldElements)
+	sg, err := l.ir.Specialize(l.Optimize(g), dims, l.opts.MaxFoldElements)
 	if err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
-	if !l.opts.KeepBatchNorm {
-		sg.FoldBatchNorm()
-	}
 	return sg, nil
+}
+
+// Optimize applies the shape-independent optimization passes the options
+// enable (folding inference batch norms into convolutions) and returns the
+// optimized graph: a copy when something changed, g itself otherwise. It
+// does not depend on the bucket, so a server calls it once per model
+// version; its new weights are then shared by every bucket's program.
+func (l *Lowerer) Optimize(g *fxgraph.Graph) *fxgraph.Graph {
+	if l.opts.KeepBatchNorm || !hasConvBatchNorm(g) {
+		return g
+	}
+	c := g.Clone()
+	c.FoldBatchNorm()
+	return c
+}
+
+func hasConvBatchNorm(g *fxgraph.Graph) bool {
+	for _, n := range g.Nodes() {
+		if n.Target != "aten._native_batch_norm_legit_no_training.default" {
+			continue
+		}
+		if in, ok := n.Arg(0).(*fxgraph.Node); ok && in.Target == "aten.convolution.default" {
+			return true
+		}
+	}
+	return false
 }
 
 // LowerSpecialized lowers a graph whose shapes are already static (the

@@ -2,6 +2,8 @@ package serving
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
 
@@ -11,38 +13,56 @@ import (
 )
 
 // Weights holds a model version's weights on the device, uploaded on first
-// use and shared by all executables compiled for that version.
+// use and shared by all executables compiled for that version. Weights are
+// keyed by name and content, so two buckets' programs share one buffer for
+// the same tensor, while a constant that folding made differently for two
+// buckets (same name, other values or shape) gets its own.
 type Weights struct {
 	client *pjrt.Client
 
-	mu   sync.Mutex // guards bufs
+	mu   sync.Mutex // guards bufs and sums
 	bufs map[string]*pjrt.Buffer
+	// sums caches each host tensor's content hash by identity: the model's
+	// own weights are the same *tensor.Tensor in every bucket's program.
+	sums map[*tensor.Tensor]string
 }
 
 // NewWeights returns an empty weight store on client.
 func NewWeights(c *pjrt.Client) *Weights {
-	return &Weights{client: c, bufs: map[string]*pjrt.Buffer{}}
+	return &Weights{client: c, bufs: map[string]*pjrt.Buffer{}, sums: map[*tensor.Tensor]string{}}
+}
+
+// keyLocked returns the store key of weight parameter p.
+func (w *Weights) keyLocked(p lower.Param) string {
+	sum, ok := w.sums[p.Value]
+	if !ok {
+		h := sha256.Sum256(p.Value.Data)
+		sum = hex.EncodeToString(h[:])
+		w.sums[p.Value] = sum
+	}
+	return p.Name + "|" + p.Value.String() + "|" + sum
 }
 
 // Get returns the device buffer of weight parameter p, uploading it the first
-// time. Two programs naming the same weight share one buffer.
+// time.
 func (w *Weights) Get(ctx context.Context, p lower.Param) (*pjrt.Buffer, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if b, ok := w.bufs[p.Name]; ok {
-		if b.DType() != p.DType || tensor.ShapeString(b.Shape()) != tensor.ShapeString(p.Shape) {
-			return nil, fmt.Errorf("serving: weight %s is %s%v on the device but a program wants %s%v", p.Name, b.DType(), b.Shape(), p.DType, p.Shape)
-		}
-		return b, nil
-	}
 	if p.Value == nil {
 		return nil, fmt.Errorf("serving: weight %s has no value", p.Name)
+	}
+	if p.Value.DType != p.DType || tensor.ShapeString(p.Value.Shape) != tensor.ShapeString(p.Shape) {
+		return nil, fmt.Errorf("serving: weight %s holds %s but the program wants %s%v", p.Name, p.Value, p.DType, p.Shape)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := w.keyLocked(p)
+	if b, ok := w.bufs[key]; ok {
+		return b, nil
 	}
 	b, err := w.client.Upload(ctx, p.Value)
 	if err != nil {
 		return nil, fmt.Errorf("serving: upload weight %s: %w", p.Name, err)
 	}
-	w.bufs[p.Name] = b
+	w.bufs[key] = b
 	return b, nil
 }
 
@@ -64,6 +84,7 @@ func (w *Weights) Close() error {
 		}
 		delete(w.bufs, k)
 	}
+	clear(w.sums)
 	return first
 }
 

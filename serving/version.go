@@ -93,7 +93,9 @@ func (v *version) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v.graph = g
+	// Shape-independent passes once per version, so the weights they make
+	// are shared by every bucket (and found by the StableHLO cache).
+	v.graph = v.m.lowerer.Optimize(g)
 	cfgFile := filepath.Join(filepath.Dir(filepath.Dir(v.entry.Path)), modelrepo.ConfigFile)
 	sig, err := buildSignature(g, v.cfg, cfgFile)
 	if err != nil {
