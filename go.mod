@@ -5,10 +5,10 @@ go 1.26
 require (
 	github.com/andybalholm/brotli v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
-	github.com/gofiber/fiber/v2 v2.52.15 // indirect
+	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/gomlx/go-xla v0.1.4 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.20.3
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/mattn/go-runewidth v0.0.16 // indirect

@@ -1,5 +1,6 @@
 // Command xserve is the xserve inference server and its tools.
 //
+//	xserve serve --model-repo DIR [--http-addr :8080 ...]   (or: xserve --model-repo DIR ...)
 //	xserve inspect MODEL [--stablehlo --shape NAME=1x3x224x224 | --dim SYM=N]
 //	xserve run MODEL --input NAME=FILE.npy ... --output DIR
 //	xserve version
@@ -15,12 +16,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
 const usage = `xserve: an XLA inference server for ONNX and torch.export models
 
 Usage:
+  xserve serve --model-repo DIR [flags]   serve a model repository over HTTP (also: xserve --model-repo DIR)
   xserve inspect MODEL [flags]   print the imported FX graph (and, with --stablehlo, the program for a shape)
   xserve run MODEL [flags]       run a model once on .npy inputs, write .npy outputs
   xserve version                 print the version and the PJRT plugin xserve would load
@@ -47,6 +50,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("no command given")
 	}
 	switch args[0] {
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return runInspect(ctx, args[1:], stdout, stderr)
 	case "run":
@@ -56,6 +61,9 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	}
+	if strings.HasPrefix(args[0], "-") { // flags without a command: serve
+		return runServe(ctx, args, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])

@@ -1,0 +1,296 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
+)
+
+// decoded is an inference request as both protocols decode it.
+type decoded struct {
+	model   string // from the body (v1) or the URL (v2)
+	version int64  // 0 = latest
+	req     *serving.InferRequest
+	timeout time.Duration // parameters.timeout; 0 = none
+	// binaryOut says, per requested output name, whether to send it as
+	// binary data; binaryDefault applies to outputs not listed.
+	binaryOut     map[string]bool
+	binaryDefault bool
+}
+
+// wantsBinary reports whether output name is sent as binary data.
+func (d *decoded) wantsBinary(name string) bool {
+	if b, ok := d.binaryOut[name]; ok {
+		return b
+	}
+	return d.binaryDefault
+}
+
+// tensorIn is one input tensor as either protocol gives it.
+type tensorIn struct {
+	name   string
+	dtype  string
+	shape  []int64
+	data   json.RawMessage
+	params map[string]json.RawMessage
+}
+
+// decodeInput makes the input's tensor from its JSON data or its binary bytes.
+func decodeInput(in tensorIn, br *binaryReader, maxElems int64) (*tensor.Tensor, error) {
+	dt, err := parseDType(in.name, in.dtype)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkShape(in.name, in.shape, maxElems); err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"} {
+		if _, ok := in.params[k]; ok {
+			return nil, badRequest("input %q: parameters.%s: shared memory is not supported; send the data in the body", in.name, k)
+		}
+	}
+	size, hasSize, err := paramInt(in.params, "binary_data_size", "input "+strconv.Quote(in.name))
+	if err != nil {
+		return nil, err
+	}
+	hasData := len(in.data) > 0 && string(in.data) != "null"
+	switch {
+	case hasSize && hasData:
+		return nil, badRequest("input %q has both \"data\" and parameters.binary_data_size; give one", in.name)
+	case hasSize:
+		b, err := br.take(in.name, size)
+		if err != nil {
+			return nil, err
+		}
+		return binaryTensor(in.name, dt, in.shape, b)
+	case hasData:
+		return decodeJSONData(in.name, dt, in.shape, in.data)
+	}
+	return nil, badRequest("input %q has no data (give \"data\": [...], or parameters.binary_data_size with the binary tensor extension)", in.name)
+}
+
+// paramInt reads an integer parameter; where names the owner for messages.
+func paramInt(params map[string]json.RawMessage, key, where string) (int64, bool, error) {
+	raw, ok := params[key]
+	if !ok {
+		return 0, false, nil
+	}
+	var v int64
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return 0, false, badRequest("%s: parameters.%s is %s, want an integer", where, key, quoteTok(raw))
+	}
+	return v, true, nil
+}
+
+// paramBool reads a boolean parameter.
+func paramBool(params map[string]json.RawMessage, key, where string) (bool, bool, error) {
+	raw, ok := params[key]
+	if !ok {
+		return false, false, nil
+	}
+	var v bool
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return false, false, badRequest("%s: parameters.%s is %s, want true or false", where, key, quoteTok(raw))
+	}
+	return v, true, nil
+}
+
+// requestParams applies the request-level parameters both protocols share:
+// binary_data_output, priority, timeout (microseconds), and rejects the ones
+// xserve does not implement. oipPriority maps OIP's priority (0 = default,
+// 1 = highest) onto serving's (0 = highest).
+func requestParams(d *decoded, params map[string]json.RawMessage, oipPriority bool) error {
+	var err error
+	if d.binaryDefault, _, err = paramBool(params, "binary_data_output", "request"); err != nil {
+		return err
+	}
+	p, ok, err := paramInt(params, "priority", "request")
+	if err != nil {
+		return err
+	}
+	if ok {
+		if oipPriority && p > 0 {
+			p--
+		}
+		if p < 0 {
+			return badRequest("request: parameters.priority is %d, want >= 0", p)
+		}
+		d.req.Priority = int(p)
+	}
+	us, ok, err := paramInt(params, "timeout", "request")
+	if err != nil {
+		return err
+	}
+	if ok {
+		if us < 0 {
+			return badRequest("request: parameters.timeout is %d, want microseconds >= 0", us)
+		}
+		d.timeout = time.Duration(us) * time.Microsecond
+	}
+	if raw, ok := params["sequence_id"]; ok && string(raw) != "0" && string(raw) != `""` {
+		return badRequest("request: parameters.sequence_id: sequence batching is not supported")
+	}
+	return nil
+}
+
+// outputParams reads one requested output's parameters.
+func outputParams(d *decoded, name string, params map[string]json.RawMessage) error {
+	where := "output " + strconv.Quote(name)
+	if name == "" {
+		return badRequest("requested output with no name")
+	}
+	if _, ok := params["classification"]; ok {
+		return badRequest("%s: parameters.classification: the classification extension is not supported", where)
+	}
+	if _, ok := params["shared_memory_region"]; ok {
+		return badRequest("%s: parameters.shared_memory_region: shared memory is not supported", where)
+	}
+	b, ok, err := paramBool(params, "binary_data", where)
+	if err != nil {
+		return err
+	}
+	if _, dup := d.binaryOut[name]; dup || containsString(d.req.Outputs, name) {
+		return badRequest("output %q is requested twice", name)
+	}
+	if ok {
+		d.binaryOut[name] = b
+	}
+	d.req.Outputs = append(d.req.Outputs, name)
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// unmarshalJSON decodes JSON into v, refusing trailing data and, when
+// strict, unknown fields; its errors say where the JSON went wrong.
+func unmarshalJSON(data []byte, v any, what string, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, what)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("invalid JSON: %s is followed by more data at byte %d", what, dec.InputOffset())
+	}
+	return nil
+}
+
+// jsonError turns an encoding/json error into a bad request that says where
+// and what.
+func jsonError(err error, what string) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrTooLarge): // ours, from an UnmarshalJSON
+		return err
+	case errors.As(err, &se):
+		return badRequest("invalid JSON in %s at byte %d: %s", what, se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = what
+		}
+		return badRequest("invalid JSON in %s: %s is a JSON %s, want %s", what, field, te.Value, jsonTypeName(te.Type.String()))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("invalid JSON in %s: unexpected end of data", what)
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return badRequest("invalid JSON in %s: %s", what, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return badRequest("invalid JSON in %s: %v", what, err)
+}
+
+func jsonTypeName(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.HasPrefix(goType, "map["), strings.Contains(goType, "."):
+		return "an object"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"):
+		return "an integer"
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "true or false"
+	}
+	return goType
+}
+
+// parseVersion reads a model version from a URL segment or a JSON value
+// ("" or absent = latest).
+func parseVersion(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 {
+		return 0, badRequest("model version %s is not a positive integer", quoteTok([]byte(s)))
+	}
+	return v, nil
+}
+
+// encodedResponse is a response body ready to send.
+type encodedResponse struct {
+	body []byte
+	// headerLen is the JSON part's length when binary data follows it, else
+	// -1.
+	headerLen int
+}
+
+// appendOutputFields writes the dtype/shape/data (or binary_data_size) of an
+// output and collects its binary bytes.
+func appendOutputFields(b []byte, nt serving.NamedTensor, dtypeKey, dtype string, binary bool, bin *[][]byte) ([]byte, error) {
+	t := nt.Tensor
+	if t == nil {
+		return nil, fmt.Errorf("httpapi: output %q: the backend returned no tensor", nt.Name)
+	}
+	b = append(b, '"')
+	b = append(b, dtypeKey...)
+	b = append(b, `":`...)
+	b = appendJSONString(b, dtype)
+	b = append(b, `,"shape":`...)
+	b = appendShape(b, t.Shape)
+	if binary {
+		raw := binaryBytes(t)
+		*bin = append(*bin, raw)
+		b = append(b, `,"parameters":{"binary_data_size":`...)
+		b = strconv.AppendInt(b, int64(len(raw)), 10)
+		return append(b, '}'), nil
+	}
+	b = append(b, `,"data":`...)
+	return appendJSONData(b, nt.Name, t)
+}
+
+// finishResponse appends the binary parts after the JSON header.
+func finishResponse(header []byte, bin [][]byte) encodedResponse {
+	if len(bin) == 0 {
+		return encodedResponse{body: header, headerLen: -1}
+	}
+	size := len(header)
+	for _, p := range bin {
+		size += len(p)
+	}
+	body := make([]byte, 0, size)
+	body = append(body, header...)
+	for _, p := range bin {
+		body = append(body, p...)
+	}
+	return encodedResponse{body: body, headerLen: len(header)}
+}

@@ -1,0 +1,208 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zlib"
+	"github.com/klauspost/compress/zstd"
+)
+
+// Content codings the server reads and writes.
+const (
+	encGzip     = "gzip"
+	encZstd     = "zstd"
+	encDeflate  = "deflate" // zlib format, as HTTP's "deflate" means
+	encIdentity = "identity"
+)
+
+// codecs holds the server's compressors and decompressors. Its methods are
+// safe for concurrent use.
+type codecs struct {
+	maxOut  int64 // Options.MaxDecompressedBytes
+	zstdDec sync.Pool
+	zstdEnc *zstd.Encoder // EncodeAll is safe for concurrent use
+	gzipW   sync.Pool
+}
+
+func newCodecs(maxOut int64) (*codecs, error) {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	return &codecs{maxOut: maxOut, zstdEnc: enc}, nil
+}
+
+// close releases the zstd encoder.
+func (cs *codecs) close() { cs.zstdEnc.Close() }
+
+// decode undoes a request's Content-Encoding. It streams the decompression
+// through a hard limit of maxOut bytes, so a small body that expands without
+// bound (a "zip bomb") costs at most maxOut bytes before it is refused with
+// ErrTooLarge. It returns body itself for no encoding.
+func (cs *codecs) decode(encoding string, body []byte) ([]byte, error) {
+	enc := strings.ToLower(strings.TrimSpace(encoding))
+	if enc == "" || enc == encIdentity {
+		return body, nil
+	}
+	if strings.Contains(enc, ",") {
+		return nil, unsupportedEncoding(encoding)
+	}
+	var r io.Reader
+	switch enc {
+	case encGzip, "x-gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, badRequest("Content-Encoding gzip: the body is not gzip data: %v", err)
+		}
+		defer zr.Close()
+		r = zr
+	case encDeflate:
+		zr, err := zlib.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, badRequest("Content-Encoding deflate: the body is not zlib data: %v", err)
+		}
+		defer zr.Close()
+		r = zr
+	case encZstd:
+		zr, err := cs.zstdReader()
+		if err != nil {
+			return nil, err
+		}
+		if err := zr.Reset(bytes.NewReader(body)); err != nil {
+			return nil, badRequest("Content-Encoding zstd: the body is not zstd data: %v", err)
+		}
+		defer func() {
+			zr.Reset(nil)
+			cs.zstdDec.Put(zr)
+		}()
+		r = zr
+	default:
+		return nil, unsupportedEncoding(encoding)
+	}
+	// Guess the size from the usual ratios; the buffer grows as needed up to
+	// the limit.
+	out := bytes.NewBuffer(make([]byte, 0, min(cs.maxOut+1, int64(len(body))*4+512)))
+	n, err := out.ReadFrom(io.LimitReader(r, cs.maxOut+1))
+	if n > cs.maxOut || errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return nil, tooLarge("the body decompresses (Content-Encoding %s) to more than the limit of %d bytes", enc, cs.maxOut)
+	}
+	if err != nil {
+		return nil, badRequest("Content-Encoding %s: corrupt compressed body: %v", enc, err)
+	}
+	return out.Bytes(), nil
+}
+
+func unsupportedEncoding(enc string) error {
+	return &encodingError{enc: enc}
+}
+
+// encodingError is an unsupported Content-Encoding.
+type encodingError struct{ enc string }
+
+func (e *encodingError) Error() string {
+	return ErrUnsupportedEncoding.Error() + " " + strconv.Quote(e.enc) + " (want one of gzip, zstd, deflate, identity)"
+}
+func (e *encodingError) Unwrap() error { return ErrUnsupportedEncoding }
+
+func (cs *codecs) zstdReader() (*zstd.Decoder, error) {
+	if d, ok := cs.zstdDec.Get().(*zstd.Decoder); ok {
+		return d, nil
+	}
+	// Concurrency 1 decodes synchronously in the caller's goroutine; the
+	// memory bound also caps the window a frame may ask for.
+	return zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxMemory(uint64(max(cs.maxOut, 1<<20))),
+		zstd.WithDecoderMaxWindow(uint64(min(max(cs.maxOut, 1<<20), zstd.MaxWindowSize))))
+}
+
+// acceptEncoding picks the response coding from an Accept-Encoding header:
+// zstd, then gzip, then deflate, among those the client accepts (q > 0);
+// "" for none.
+func acceptEncoding(header string) string {
+	if header == "" {
+		return ""
+	}
+	var zstdOK, gzipOK, deflateOK, star bool
+	for _, part := range strings.Split(header, ",") {
+		coding, params, _ := strings.Cut(part, ";")
+		coding = strings.ToLower(strings.TrimSpace(coding))
+		q := 1.0
+		for _, p := range strings.Split(params, ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+			if ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					q = f
+				}
+			}
+		}
+		ok := q > 0
+		switch coding {
+		case encZstd:
+			zstdOK = ok
+		case encGzip, "x-gzip":
+			gzipOK = ok
+		case encDeflate:
+			deflateOK = ok
+		case "*":
+			star = ok
+		}
+	}
+	switch {
+	case zstdOK:
+		return encZstd
+	case gzipOK:
+		return encGzip
+	case deflateOK:
+		return encDeflate
+	case star:
+		return encGzip
+	}
+	return ""
+}
+
+// encode compresses body with the coding acceptEncoding chose.
+func (cs *codecs) encode(enc string, body []byte) ([]byte, error) {
+	switch enc {
+	case encZstd:
+		return cs.zstdEnc.EncodeAll(body, make([]byte, 0, len(body)/2+64)), nil
+	case encGzip:
+		var buf bytes.Buffer
+		buf.Grow(len(body)/2 + 64)
+		zw, _ := cs.gzipW.Get().(*gzip.Writer)
+		if zw == nil {
+			zw, _ = gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+		} else {
+			zw.Reset(&buf)
+		}
+		defer func() {
+			zw.Reset(io.Discard) // drop buf
+			cs.gzipW.Put(zw)
+		}()
+		if _, err := zw.Write(body); err != nil {
+			return nil, err
+		}
+		if err := zw.Close(); err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
+	case encDeflate:
+		var buf bytes.Buffer
+		zw, _ := zlib.NewWriterLevel(&buf, zlib.BestSpeed)
+		if _, err := zw.Write(body); err != nil {
+			return nil, err
+		}
+		if err := zw.Close(); err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
+	}
+	return body, nil
+}

@@ -1,0 +1,123 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxBodyBytes is Options.MaxBodyBytes when it is zero.
+	DefaultMaxBodyBytes = 64 << 20
+	// DefaultMaxDecompressedBytes is Options.MaxDecompressedBytes when it is
+	// zero.
+	DefaultMaxDecompressedBytes = 256 << 20
+	// DefaultMaxTensorElements is Options.MaxTensorElements when it is zero.
+	DefaultMaxTensorElements = 1 << 28
+	// DefaultReadTimeout is Options.ReadTimeout when it is zero.
+	DefaultReadTimeout = 60 * time.Second
+	// DefaultWriteTimeout is Options.WriteTimeout when it is zero.
+	DefaultWriteTimeout = 60 * time.Second
+	// DefaultIdleTimeout is Options.IdleTimeout when it is zero.
+	DefaultIdleTimeout = 120 * time.Second
+	// DefaultCompressMinBytes is Options.CompressMinBytes when it is zero.
+	DefaultCompressMinBytes = 1024
+)
+
+// Options configures a Server. The zero value of every field means its
+// default; New fills them in and validates the result.
+type Options struct {
+	// MaxBodyBytes is the largest request body accepted as sent on the wire
+	// (compressed or not); a larger one is answered 413 while it is being
+	// read. Default 64 MiB.
+	MaxBodyBytes int64
+	// MaxDecompressedBytes is the largest request body accepted after
+	// Content-Encoding is undone; decompression stops there and the request
+	// is answered 413. Default 256 MiB.
+	MaxDecompressedBytes int64
+	// MaxTensorElements is the most elements one request tensor may declare
+	// in its shape; checked before anything is allocated for it. Default
+	// 1<<28.
+	MaxTensorElements int64
+	// ReadTimeout bounds reading one request, headers and body. Default 60s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one response. Default 60s.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection waits for its next
+	// request. Default 120s.
+	IdleTimeout time.Duration
+	// CompressMinBytes is the smallest response body that is compressed when
+	// the client's Accept-Encoding allows it; -1 never compresses. Default
+	// 1 KiB.
+	CompressMinBytes int
+	// Version is the server version reported by GET /v2. Default "dev".
+	Version string
+	// Logger receives the server's structured logs; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// setDefaults fills the fields left at their zero value.
+func (o *Options) setDefaults() {
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxDecompressedBytes == 0 {
+		o.MaxDecompressedBytes = DefaultMaxDecompressedBytes
+	}
+	if o.MaxTensorElements == 0 {
+		o.MaxTensorElements = DefaultMaxTensorElements
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.CompressMinBytes == 0 {
+		o.CompressMinBytes = DefaultCompressMinBytes
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// validate checks the values after setDefaults; each problem names the field
+// and its value.
+func (o *Options) validate() error {
+	var errs []error
+	bad := func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("httpapi: Options.%s is %v, want %s", field, v, want))
+	}
+	if o.MaxBodyBytes < 0 || o.MaxBodyBytes > math.MaxInt32 {
+		bad("MaxBodyBytes", o.MaxBodyBytes, "a size in bytes in [1, 2 GiB)")
+	}
+	if o.MaxDecompressedBytes < 0 {
+		bad("MaxDecompressedBytes", o.MaxDecompressedBytes, "a positive size in bytes")
+	}
+	if o.MaxTensorElements < 0 {
+		bad("MaxTensorElements", o.MaxTensorElements, "a positive element count")
+	}
+	if o.ReadTimeout < 0 {
+		bad("ReadTimeout", o.ReadTimeout, "a positive duration")
+	}
+	if o.WriteTimeout < 0 {
+		bad("WriteTimeout", o.WriteTimeout, "a positive duration")
+	}
+	if o.IdleTimeout < 0 {
+		bad("IdleTimeout", o.IdleTimeout, "a positive duration")
+	}
+	if o.CompressMinBytes < -1 {
+		bad("CompressMinBytes", o.CompressMinBytes, "a size in bytes, or -1 for never")
+	}
+	return errors.Join(errs...)
+}

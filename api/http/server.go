@@ -1,0 +1,630 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/xserve/xserve/serving"
+)
+
+// Backend is what the server needs of the model server. *serving.Manager
+// implements it; the methods have its contract: they are safe for
+// concurrent use, errors wrap package serving's sentinels (which the server
+// maps to status codes), and model names come straight from clients, so the
+// backend validates them before they touch the file system.
+type Backend interface {
+	// Infer runs one request on model version (0 = the latest ready one).
+	Infer(ctx context.Context, model string, version int64, req *serving.InferRequest) (*serving.InferResponse, error)
+	// Metadata describes model version (0 = latest).
+	Metadata(model string, version int64) (*serving.Metadata, error)
+	// Status lists every known model version.
+	Status() []serving.ModelStatus
+	// Ready reports whether the server can take requests.
+	Ready() bool
+	// ModelReady reports whether model version (0 = any) can take requests.
+	ModelReady(model string, version int64) bool
+	// Load (re)loads a model from the repository.
+	Load(ctx context.Context, model string) error
+	// Unload unloads a model after its in-flight requests finish.
+	Unload(ctx context.Context, model string) error
+	// WriteMetrics writes the serving metrics in the Prometheus text format.
+	WriteMetrics(w io.Writer) error
+}
+
+// *serving.Manager is the production Backend.
+var _ Backend = (*serving.Manager)(nil)
+
+// Content types of responses.
+const (
+	contentJSON   = "application/json"
+	contentBinary = "application/octet-stream"
+	contentProm   = "text/plain; version=0.0.4; charset=utf-8"
+)
+
+// Server is the HTTP API server. Create it with New, run it with Listen or
+// Serve, stop it with Shutdown.
+type Server struct {
+	backend Backend
+	opts    Options
+	log     *slog.Logger
+	app     *fiber.App
+	codecs  *codecs
+	metrics *httpMetrics
+
+	// ctx is the parent of every backend call; cancelled when Shutdown gives
+	// up waiting, so that stragglers stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	closing atomic.Bool // set by Shutdown; read atomically
+
+	mu sync.Mutex   // guards ln
+	ln net.Listener // set by Serve
+}
+
+// New returns a server answering from backend; opts' zero fields take their
+// defaults.
+func New(backend Backend, opts Options) (*Server, error) {
+	if backend == nil {
+		return nil, errors.New("httpapi: New: backend is nil")
+	}
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	cs, err := newCodecs(opts.MaxDecompressedBytes)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics()}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.app = fiber.New(fiber.Config{
+		AppName:        "xserve",
+		BodyLimit:      int(opts.MaxBodyBytes),
+		ReadTimeout:    opts.ReadTimeout,
+		WriteTimeout:   opts.WriteTimeout,
+		IdleTimeout:    opts.IdleTimeout,
+		ReadBufferSize: 16 << 10, // the largest request header block
+		// The handlers read the body themselves through MaxBodyBytes (see
+		// readBody) and drain what they leave, so that a body over the
+		// limit gets its 413 rather than a connection reset.
+		StreamRequestBody:     true,
+		DisableStartupMessage: true,
+		CaseSensitive:         true,
+		ErrorHandler:          s.fiberError,
+	})
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	a := s.app
+	post := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, h)) }
+	get := func(path string, h fiber.Handler) { a.Get(path, s.handle(fiber.MethodGet, path, h)) }
+
+	post("/v1/infer", func(c *fiber.Ctx) error { return s.infer(c, false) })
+
+	get("/v2/health/live", s.live)
+	get("/v2/health/ready", s.ready)
+	get("/v2", s.serverMetadata)
+	get("/v2/models/:model", s.modelMetadata)
+	get("/v2/models/:model/versions/:version", s.modelMetadata)
+	get("/v2/models/:model/ready", s.modelReady)
+	get("/v2/models/:model/versions/:version/ready", s.modelReady)
+	post("/v2/models/:model/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
+	post("/v2/models/:model/versions/:version/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
+	post("/v2/repository/index", s.repositoryIndex)
+	post("/v2/repository/models/:model/load", s.load)
+	post("/v2/repository/models/:model/unload", s.unload)
+
+	get("/metrics", s.writeMetrics)
+}
+
+// Listen listens on the TCP address addr and serves until Shutdown; see
+// Serve.
+func (s *Server) Listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("httpapi: listen: %w", err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve serves HTTP on ln until Shutdown, then returns ErrServerClosed; any
+// other error is an accept failure. Serve takes ownership of ln.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	if s.ln != nil {
+		s.mu.Unlock()
+		return errors.New("httpapi: Serve called twice")
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	addr := ln.Addr().String()
+	s.log.Info("listening on "+addr, "addr", addr)
+	err := s.app.Listener(ln)
+	if s.closing.Load() {
+		return ErrServerClosed
+	}
+	return err
+}
+
+// Addr returns the address the server listens on, nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Shutdown stops accepting connections, closes idle ones, and waits for the
+// requests in flight to be answered. When ctx ends first it returns ctx's
+// error and cancels the backend calls still running. /v2/health/ready
+// answers 503 from the moment Shutdown starts.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing.Store(true)
+	ln := s.ln
+	s.mu.Unlock()
+	var err error
+	if ln != nil {
+		err = s.app.ShutdownWithContext(ctx)
+		ln.Close() // in case Serve had not handed it to the server yet
+	}
+	s.cancel()
+	if err == nil {
+		s.codecs.close()
+	}
+	return err
+}
+
+// handle wraps a handler: it recovers panics, turns errors into JSON error
+// responses, and counts the request under its route pattern.
+func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		start := time.Now()
+		s.metrics.inflight.Add(1)
+		if err := s.call(h, c); err != nil {
+			s.writeError(c, err)
+		}
+		s.drainBody(c)
+		s.metrics.inflight.Add(-1)
+		code := c.Response().StatusCode()
+		d := time.Since(start)
+		s.metrics.observe(route, method, code, d)
+		if s.log.Enabled(context.Background(), slog.LevelDebug) {
+			s.log.Debug("request", "method", method, "path", c.Path(), "status", code, "duration", d)
+		}
+		return nil
+	}
+}
+
+// call runs h, turning a panic into an error.
+func (s *Server) call(h fiber.Handler, c *fiber.Ctx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("httpapi: handler panicked", "method", c.Method(), "path", c.Path(), "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("httpapi: internal error: %v", p)
+		}
+	}()
+	return h(c)
+}
+
+// writeError answers with err's status code and {"error": message}.
+func (s *Server) writeError(c *fiber.Ctx, err error) {
+	code := statusOf(err)
+	// Client errors, overload and not-ready answers are routine: debug only.
+	if code == http.StatusInternalServerError {
+		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", code, "err", err)
+	} else {
+		s.log.Debug("request rejected", "method", c.Method(), "path", c.Path(), "status", code, "err", err)
+	}
+	if code == http.StatusTooManyRequests {
+		c.Set(fiber.HeaderRetryAfter, retryAfter(err))
+	}
+	c.Response().Header.Del(HeaderInferenceLength)
+	c.Response().Header.Del(fiber.HeaderContentEncoding)
+	c.Status(code)
+	c.Set(fiber.HeaderContentType, contentJSON)
+	c.Send(errorBody(err.Error()))
+}
+
+func errorBody(msg string) []byte {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	return b
+}
+
+// fiberError answers the errors that fiber and fasthttp raise outside the
+// handlers: no route (404), wrong method (405), a body over MaxBodyBytes
+// (413), headers too large (431), a read timeout (408).
+func (s *Server) fiberError(c *fiber.Ctx, err error) error {
+	code := http.StatusInternalServerError
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		code = fe.Code
+	}
+	var msg string
+	switch code {
+	case http.StatusNotFound:
+		msg = fmt.Sprintf("httpapi: no route %s %s (see docs/HTTP.md for the API)", c.Method(), quotePath(c.Path()))
+	case http.StatusMethodNotAllowed:
+		msg = fmt.Sprintf("httpapi: method %s is not allowed on %s", c.Method(), quotePath(c.Path()))
+	case http.StatusRequestEntityTooLarge:
+		msg = fmt.Sprintf("%v: the request body is larger than the limit of %d bytes (MaxBodyBytes)", ErrTooLarge, s.opts.MaxBodyBytes)
+	default:
+		msg = "httpapi: " + err.Error()
+	}
+	if code >= 500 {
+		s.log.Error("request failed", "status", code, "err", err)
+	}
+	s.metrics.observe("unmatched", strings.Clone(c.Method()), code, 0)
+	c.Status(code)
+	c.Set(fiber.HeaderContentType, contentJSON)
+	return c.Send(errorBody(msg))
+}
+
+func quotePath(p string) string {
+	if len(p) > 128 {
+		p = p[:128] + "..."
+	}
+	return strconv.Quote(p)
+}
+
+// send answers 200 with body, compressed when the client accepts it and the
+// body is large enough.
+func (s *Server) send(c *fiber.Ctx, contentType string, body []byte) error {
+	c.Set(fiber.HeaderContentType, contentType)
+	if s.opts.CompressMinBytes >= 0 && len(body) >= s.opts.CompressMinBytes {
+		c.Vary(fiber.HeaderAcceptEncoding)
+		if enc := acceptEncoding(c.Get(fiber.HeaderAcceptEncoding)); enc != "" {
+			z, err := s.codecs.encode(enc, body)
+			if err != nil {
+				return fmt.Errorf("httpapi: compress response: %w", err)
+			}
+			c.Set(fiber.HeaderContentEncoding, enc)
+			body = z
+		}
+	}
+	return c.Send(body)
+}
+
+func (s *Server) sendJSON(c *fiber.Ctx, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.send(c, contentJSON, b)
+}
+
+// modelParam returns the URL's model name, unescaped and copied out of the
+// request buffer.
+func modelParam(c *fiber.Ctx) (string, error) {
+	raw := c.Params("model")
+	name, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", badRequest("model name %s in the URL is not validly escaped", quotePath(raw))
+	}
+	return strings.Clone(name), nil
+}
+
+// versionParam returns the URL's version, 0 when the route has none.
+func versionParam(c *fiber.Ctx) (int64, error) {
+	return parseVersion(c.Params("version"))
+}
+
+// readBody reads the request body through the MaxBodyBytes limit into a
+// fresh buffer (which may be kept after the handler returns).
+func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
+	req := &c.Context().Request
+	r := req.BodyStream()
+	if r == nil { // not streamed: fasthttp read it, within BodyLimit
+		return bytes.Clone(req.Body()), nil
+	}
+	limit := s.opts.MaxBodyBytes
+	n := int64(req.Header.ContentLength()) // -1: chunked
+	if n > limit {
+		return nil, s.bodyTooLarge()
+	}
+	if n >= 0 { // Content-Length: read exactly that
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, badRequest("reading the request body (Content-Length %d): %v", n, err)
+		}
+		c.Locals(bodyDoneKey{}, true)
+		return buf, nil
+	}
+	var buf bytes.Buffer // chunked
+	got, err := buf.ReadFrom(io.LimitReader(r, limit+1))
+	if got > limit {
+		return nil, s.bodyTooLarge()
+	}
+	if err != nil {
+		return nil, badRequest("reading the request body: %v", err)
+	}
+	c.Locals(bodyDoneKey{}, true)
+	return buf.Bytes(), nil
+}
+
+// drainLimit is the least drainBody discards before it gives up on a
+// connection.
+const drainLimit = 64 << 20
+
+// bodyDoneKey marks (in fiber's Locals) a request whose body stream was read
+// to its end: fasthttp's chunked stream must not be read past it, or it
+// waits for the next request's bytes.
+type bodyDoneKey struct{}
+
+func (s *Server) bodyTooLarge() error {
+	return tooLarge("the request body is larger than the limit of %d bytes (MaxBodyBytes)", s.opts.MaxBodyBytes)
+}
+
+// drainBody reads and discards what the handler left of the request body,
+// up to drainLimit bytes, so that the client finishes sending and then reads
+// the answer (a 413, typically) instead of a connection reset; past that the
+// connection is closed after the response.
+func (s *Server) drainBody(c *fiber.Ctx) {
+	r := c.Context().Request.BodyStream()
+	if r == nil || c.Locals(bodyDoneKey{}) != nil {
+		return
+	}
+	if _, err := io.CopyN(io.Discard, r, max(s.opts.MaxBodyBytes, drainLimit)); err != io.EOF {
+		c.Context().SetConnectionClose()
+	}
+}
+
+// body returns the request body with its Content-Encoding undone.
+func (s *Server) body(c *fiber.Ctx) ([]byte, error) {
+	raw, err := s.readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.codecs.decode(c.Get(fiber.HeaderContentEncoding), raw)
+}
+
+// infer handles POST /v1/infer (v2 false) and the OIP infer routes.
+func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
+	var model string
+	var version int64
+	if v2 {
+		var err error
+		if model, err = modelParam(c); err != nil {
+			return err
+		}
+		if version, err = versionParam(c); err != nil {
+			return err
+		}
+	}
+	body, err := s.body(c)
+	if err != nil {
+		return err
+	}
+	hdr := c.Get(HeaderInferenceLength)
+	header, rest, err := splitBody(body, hdr)
+	if err != nil {
+		return err
+	}
+	// body is the handler's own buffer: tensors may point into it.
+	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(hdr) != ""}
+	var d *decoded
+	if v2 {
+		d, err = decodeOIP(model, version, header, br, s.opts.MaxTensorElements)
+	} else {
+		d, err = decodeV1(header, br, s.opts.MaxTensorElements)
+	}
+	if err != nil {
+		return err
+	}
+	// A request that arrived before Shutdown runs to the end, even if
+	// Shutdown has begun meanwhile.
+	ctx := s.ctx
+	if d.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+	}
+	resp, err := s.backend.Infer(ctx, d.model, d.version, d.req)
+	if err != nil {
+		return err
+	}
+	var enc encodedResponse
+	if v2 {
+		enc, err = encodeOIP(d, resp)
+	} else {
+		enc, err = encodeV1(d, resp)
+	}
+	if err != nil {
+		return err
+	}
+	if enc.headerLen >= 0 {
+		c.Set(HeaderInferenceLength, strconv.Itoa(enc.headerLen))
+		return s.send(c, contentBinary, enc.body)
+	}
+	return s.send(c, contentJSON, enc.body)
+}
+
+func (s *Server) live(c *fiber.Ctx) error {
+	return okEmpty(c)
+}
+
+func (s *Server) ready(c *fiber.Ctx) error {
+	if s.closing.Load() {
+		return fmt.Errorf("%w: the server is shutting down", serving.ErrClosed)
+	}
+	if !s.backend.Ready() {
+		return fmt.Errorf("%w: models are still loading", serving.ErrNotReady)
+	}
+	return okEmpty(c)
+}
+
+// serverMetadata answers GET /v2.
+func (s *Server) serverMetadata(c *fiber.Ctx) error {
+	return s.sendJSON(c, map[string]any{
+		"name":       "xserve",
+		"version":    s.opts.Version,
+		"extensions": []string{"binary_tensor_data", "model_repository"},
+	})
+}
+
+func (s *Server) modelMetadata(c *fiber.Ctx) error {
+	model, err := modelParam(c)
+	if err != nil {
+		return err
+	}
+	version, err := versionParam(c)
+	if err != nil {
+		return err
+	}
+	m, err := s.backend.Metadata(model, version)
+	if err != nil {
+		return err
+	}
+	return s.sendJSON(c, modelMeta(m))
+}
+
+func (s *Server) modelReady(c *fiber.Ctx) error {
+	model, err := modelParam(c)
+	if err != nil {
+		return err
+	}
+	version, err := versionParam(c)
+	if err != nil {
+		return err
+	}
+	if s.backend.ModelReady(model, version) {
+		return okEmpty(c)
+	}
+	// Tell an unknown (or invalid) name from a model that is not ready.
+	if _, err := s.backend.Metadata(model, version); err != nil && statusOf(err) != http.StatusServiceUnavailable {
+		return err
+	}
+	what := strconv.Quote(model)
+	if version > 0 {
+		what += " version " + strconv.FormatInt(version, 10)
+	}
+	return fmt.Errorf("%w: model %s is not ready", serving.ErrNotReady, what)
+}
+
+// repositoryIndex answers POST /v2/repository/index; the body may be empty
+// or {"ready": true} to list only ready models.
+func (s *Server) repositoryIndex(c *fiber.Ctx) error {
+	body, err := s.body(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Ready bool `json:"ready"`
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := unmarshalJSON(body, &req, "the request", false); err != nil {
+			return err
+		}
+	}
+	out := []oipIndexEntry{}
+	for _, st := range s.backend.Status() {
+		if req.Ready && st.State != serving.StateReady {
+			continue
+		}
+		out = append(out, oipIndexEntry{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: st.Reason})
+	}
+	return s.sendJSON(c, out)
+}
+
+// repositoryRequest reads the optional body of load and unload, refusing
+// what xserve does not implement (config and file overrides).
+func (s *Server) repositoryRequest(c *fiber.Ctx) error {
+	body, err := s.body(c)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	var req struct {
+		Parameters map[string]json.RawMessage `json:"parameters"`
+	}
+	if err := unmarshalJSON(body, &req, "the request", false); err != nil {
+		return err
+	}
+	for k := range req.Parameters {
+		if k == "config" || strings.HasPrefix(k, "file:") {
+			return badRequest("parameters.%s: overriding a model's config or files is not supported; change the model repository instead", k)
+		}
+	}
+	return nil
+}
+
+func (s *Server) load(c *fiber.Ctx) error {
+	model, err := modelParam(c)
+	if err != nil {
+		return err
+	}
+	if err := s.repositoryRequest(c); err != nil {
+		return err
+	}
+	if err := s.backend.Load(s.ctx, model); err != nil {
+		return err
+	}
+	return okEmpty(c)
+}
+
+func (s *Server) unload(c *fiber.Ctx) error {
+	model, err := modelParam(c)
+	if err != nil {
+		return err
+	}
+	if err := s.repositoryRequest(c); err != nil {
+		return err
+	}
+	if err := s.backend.Unload(s.ctx, model); err != nil {
+		return err
+	}
+	return okEmpty(c)
+}
+
+// writeMetrics answers GET /metrics: the backend's metrics, then the HTTP
+// server's.
+func (s *Server) writeMetrics(c *fiber.Ctx) error {
+	var buf bytes.Buffer
+	if err := s.backend.WriteMetrics(&buf); err != nil {
+		return fmt.Errorf("httpapi: metrics: %w", err)
+	}
+	if buf.Len() > 0 && !bytes.HasSuffix(buf.Bytes(), []byte("\n")) {
+		buf.WriteByte('\n')
+	}
+	if err := s.metrics.write(&buf); err != nil {
+		return err
+	}
+	return s.send(c, contentProm, buf.Bytes())
+}
+
+// okEmpty answers 200 with an empty body, as the protocol's health and
+// repository endpoints do.
+func okEmpty(c *fiber.Ctx) error {
+	c.Status(http.StatusOK)
+	return nil
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	httpapi "github.com/xserve/xserve/api/http"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/modelrepo"
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/serving"
+)
+
+// runServe is `xserve serve` (and `xserve --model-repo DIR ...`): it loads
+// the PJRT plugin and every model of the repository, serves them over HTTP,
+// and on SIGINT/SIGTERM (ctx done) stops accepting, finishes the requests in
+// flight, shuts the models down and returns nil.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	repoDir := fs.String("model-repo", "", "model repository directory (required)")
+	addr := fs.String("http-addr", ":8080", "HTTP listen address (host:port; port 0 picks a free one)")
+	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
+	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
+	poll := fs.Duration("poll-interval", 5*time.Second, "how often to rescan the model repository for changes (0 disables)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	var limits httpapi.Options
+	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
+	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 256MiB)")
+	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
+	fs.IntVar(&limits.CompressMinBytes, "compress-min-bytes", 0, "smallest response body compressed when the client accepts gzip/zstd (default 1024; -1 never)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: xserve serve --model-repo DIR [flags]   (or: xserve --model-repo DIR [flags])")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	if *repoDir == "" {
+		fs.Usage()
+		return errors.New("serve: --model-repo DIR is required")
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+
+	repo, err := modelrepo.Open(*repoDir)
+	if err != nil {
+		return err
+	}
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: *plugin})
+	if err != nil {
+		return err
+	}
+	client, err := pjrt.Open(path)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	if *cacheDir != "" {
+		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
+			return fmt.Errorf("serve: compile cache: %w", err)
+		}
+	}
+
+	start := time.Now()
+	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir)
+	mgr, err := serving.NewManager(ctx, serving.Options{
+		Client:          client,
+		Repository:      repo,
+		CompileCacheDir: *cacheDir,
+		Lowering:        lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
+		Logger:          log,
+		PollInterval:    *poll,
+	})
+	if err != nil {
+		return err
+	}
+	ready := 0
+	for _, st := range mgr.Status() {
+		if st.State == serving.StateReady {
+			ready++
+			continue
+		}
+		log.Warn("model not ready", "model", st.Name, "version", st.Version, "state", st.State, "reason", st.Reason)
+	}
+	log.Info("models loaded", "ready", ready, "duration", time.Since(start).Round(time.Millisecond))
+
+	limits.Logger = log
+	limits.Version = buildVersion()
+	srv, err := httpapi.New(mgr, limits)
+	if err != nil {
+		return errors.Join(err, mgr.Shutdown(context.Background()))
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return errors.Join(fmt.Errorf("serve: %w", err), mgr.Shutdown(context.Background()))
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	select {
+	case err := <-served: // the listener failed
+		return errors.Join(fmt.Errorf("serve: %w", err), mgr.Shutdown(context.Background()))
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	defer cancel()
+	errHTTP := srv.Shutdown(sctx)
+	<-served
+	errMgr := mgr.Shutdown(sctx)
+	if err := errors.Join(errHTTP, errMgr); err != nil {
+		return fmt.Errorf("serve: shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// defaultCompileCache is $XSERVE_CACHE/compile, else .cache/compile.
+func defaultCompileCache() string {
+	if c := os.Getenv(pjrt.EnvCache); c != "" {
+		return filepath.Join(c, "compile")
+	}
+	return filepath.Join(".cache", "compile")
+}
+
+// newLogger makes the slog logger the flags ask for.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// buildVersion is the module version the binary was built from, or "dev".
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// byteSize is a flag holding a size in bytes: a number with an optional
+// suffix B, KiB, MiB, GiB (or K, M, G, also powers of 1024).
+type byteSize struct{ v *int64 }
+
+func (b byteSize) String() string {
+	if b.v == nil || *b.v == 0 {
+		return ""
+	}
+	return strconv.FormatInt(*b.v, 10)
+}
+
+func (b byteSize) Set(s string) error {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return fmt.Errorf("want a positive size such as 1048576, 64MiB or 1GiB")
+	}
+	*b.v = n * mult
+	return nil
+}
