@@ -15,7 +15,7 @@ FUZZTIME ?= 20s
 all: build
 
 help:
-	@echo "make run          build xserve, install the XLA CPU PJRT plugin, run the example model"
+	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
@@ -41,10 +41,14 @@ $(VENV)/.installed: python/requirements.txt
 	$(VENV)/bin/pip install -q -r python/requirements.txt
 	touch $@
 
+# Serves examples/models on 127.0.0.1:8080 until Ctrl-C (HTTP_ADDR overrides),
+# after showing the plugin, a one-shot run and the example's FX graph.
+HTTP_ADDR ?= 127.0.0.1:8080
 run: pjrt build
 	bin/xserve version
-	bin/xserve run $(EXAMPLE)/1/model.onnx --input image=$(EXAMPLE)/sample/image.npy --output .cache/run-output
+	bin/xserve run $(EXAMPLE)/1/model.onnx --input image=examples/samples/tinycnn/image.npy --output .cache/run-output
 	bin/xserve inspect $(EXAMPLE)/1/model.onnx
+	bin/xserve serve --model-repo examples/models --http-addr $(HTTP_ADDR)
 
 vet:
 	$(GO) vet ./...
@@ -76,3 +80,29 @@ bench: pjrt venv bench-models
 
 clean:
 	rm -rf bin .cache/run-output
+
+# ---- Model zoo: PyTorch models exported to .onnx and .pt2, checked end to end
+# against PyTorch eager (python/zoo, internal/zoo, cmd/zoo-check).
+#   make zoo            export the full-size zoo into zoo/ (git-ignored; slow, GBs of RAM)
+#   make zoo-check      check zoo/ and print the table (non-zero exit on any failure)
+#   make zoo-fixtures   regenerate the small committed fixtures in testdata/zoo
+# ZOO_MODELS=resnet18,bert restricts zoo and zoo-check to some models.
+.PHONY: zoo zoo-check zoo-fixtures
+VENV_ZOO := .venv-zoo
+ZOO_DIR := zoo
+ZOO_FIXTURES := testdata/zoo
+ZOO_MODELS ?=
+
+$(VENV_ZOO)/.installed: python/requirements-zoo.txt
+	@[ -x $(VENV_ZOO)/bin/python ] || $(PYTHON) -m venv $(VENV_ZOO)
+	$(VENV_ZOO)/bin/pip install -q -r python/requirements-zoo.txt
+	touch $@
+
+zoo: $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_DIR) $(if $(ZOO_MODELS),--models $(ZOO_MODELS))
+
+zoo-check: pjrt
+	$(GO) run ./cmd/zoo-check -dir $(ZOO_DIR) $(if $(ZOO_MODELS),-models $(ZOO_MODELS)) -o $(ZOO_DIR)/zoo-check.md
+
+zoo-fixtures: $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_FIXTURES) --small --max-mb 40

@@ -15,7 +15,7 @@
 #   DURATION       measured time per concurrency (default 10s)
 #   WARMUP         unmeasured warmup per concurrency (default 2s)
 #   INPUT          the -input or -random flag of loadtest (default: row by row from
-#                  examples/models/tinycnn/sample/image.npy, batch 1)
+#                  examples/samples/tinycnn/image.npy, batch 1)
 #   OUT            directory for the JSON summaries and the server log
 #                  (default .cache/bench-http)
 #   READY_TIMEOUT  seconds to wait for the started server to be ready (default 180)
@@ -31,7 +31,7 @@ PROTOCOL="${PROTOCOL:-v1json}"
 CONCURRENCY="${CONCURRENCY:-1 8 32}"
 DURATION="${DURATION:-10s}"
 WARMUP="${WARMUP:-2s}"
-INPUT="${INPUT:--input image=examples/models/tinycnn/sample/image.npy}"
+INPUT="${INPUT:--input image=examples/samples/tinycnn/image.npy}"
 OUT="${OUT:-.cache/bench-http}"
 READY_TIMEOUT="${READY_TIMEOUT:-180}"
 GO="${GO:-go}"

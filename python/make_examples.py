@@ -1,5 +1,7 @@
 """Writes the example model repository that `make run` serves
-(examples/models/) plus a sample input and ONNX Runtime's output for it.
+(examples/models/) plus a sample input and ONNX Runtime's output for it
+(examples/samples/; outside the repository, whose model directories hold
+only versions and config.yaml).
 
     .venv/bin/python python/make_examples.py [--out examples/models]
 """
@@ -17,13 +19,14 @@ import onnx_models
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="examples/models")
+    ap.add_argument("--samples", default="examples/samples")
     args = ap.parse_args()
     model = onnx_models.tiny_cnn()
     vdir = os.path.join(args.out, "tinycnn", "1")
     os.makedirs(vdir, exist_ok=True)
     path = os.path.join(vdir, "model.onnx")
     onnx.save(model, path)
-    sample = os.path.join(args.out, "tinycnn", "sample")
+    sample = os.path.join(args.samples, "tinycnn")
     os.makedirs(sample, exist_ok=True)
     image = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
     np.save(os.path.join(sample, "image.npy"), image)

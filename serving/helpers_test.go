@@ -25,8 +25,8 @@ import (
 // float32[batch,seq], total = sum of x over seq float32[batch].
 const (
 	tinyCNN      = "../examples/models/tinycnn/1/model.onnx"
-	tinyCNNImage = "../examples/models/tinycnn/sample/image.npy"
-	tinyCNNProbs = "../examples/models/tinycnn/sample/probs.onnxruntime.npy"
+	tinyCNNImage = "../examples/samples/tinycnn/image.npy"
+	tinyCNNProbs = "../examples/samples/tinycnn/probs.onnxruntime.npy"
 	pairModel    = "testdata/pair.onnx"
 )
 

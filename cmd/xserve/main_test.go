@@ -12,7 +12,10 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-const example = "../../examples/models/tinycnn"
+const (
+	example   = "../../examples/models/tinycnn"
+	sampleDir = "../../examples/samples/tinycnn"
+)
 
 func xserve(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
@@ -27,7 +30,7 @@ func xserve(t *testing.T, args ...string) (string, string, error) {
 // python/make_examples.py).
 func TestRunMatchesONNXRuntime(t *testing.T) {
 	dir := t.TempDir()
-	out, stderr, err := xserve(t, "run", example+"/1/model.onnx", "--input", "image="+example+"/sample/image.npy", "--output", dir)
+	out, stderr, err := xserve(t, "run", example+"/1/model.onnx", "--input", "image="+sampleDir+"/image.npy", "--output", dir)
 	if err != nil {
 		t.Fatalf("xserve run: %v\n%s", err, stderr)
 	}
@@ -41,7 +44,7 @@ func TestRunMatchesONNXRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := tensor.ReadNpyFile(example + "/sample/probs.onnxruntime.npy")
+	want, err := tensor.ReadNpyFile(sampleDir + "/probs.onnxruntime.npy")
 	if err != nil {
 		t.Fatal(err)
 	}

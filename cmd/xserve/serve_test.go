@@ -272,11 +272,11 @@ type sample struct {
 
 func loadSample(t *testing.T) sample {
 	t.Helper()
-	image, err := tensor.ReadNpyFile(example + "/sample/image.npy")
+	image, err := tensor.ReadNpyFile(sampleDir + "/image.npy")
 	if err != nil {
 		t.Fatal(err)
 	}
-	probs, err := tensor.ReadNpyFile(example + "/sample/probs.onnxruntime.npy")
+	probs, err := tensor.ReadNpyFile(sampleDir + "/probs.onnxruntime.npy")
 	if err != nil {
 		t.Fatal(err)
 	}

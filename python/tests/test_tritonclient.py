@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "examples" / "models" / "tinycnn" / "sample"
+SAMPLE = ROOT / "examples" / "samples" / "tinycnn"
 MODEL = "tinycnn"
 
 
