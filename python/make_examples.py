@@ -20,6 +20,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="examples/models")
     ap.add_argument("--samples", default="examples/samples")
+    ap.add_argument("--tiny", default="testdata/tiny", help="where the overhead-benchmark model goes")
     args = ap.parse_args()
     model = onnx_models.tiny_cnn()
     vdir = os.path.join(args.out, "tinycnn", "1")
@@ -33,6 +34,10 @@ def main():
     (probs,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"image": image})
     np.save(os.path.join(sample, "probs.onnxruntime.npy"), probs)
     print(f"wrote {path} ({os.path.getsize(path)} bytes) and {sample}/")
+    tiny = os.path.join(args.tiny, "addone.onnx")
+    os.makedirs(args.tiny, exist_ok=True)
+    onnx.save(onnx_models.add_one(), tiny)
+    print(f"wrote {tiny} ({os.path.getsize(tiny)} bytes)")
 
 
 if __name__ == "__main__":

@@ -139,3 +139,13 @@ def transformer_block(seed=0, d=256, heads=4, ffn=1024):
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", d])]
     return _model(nodes, inputs, outputs, inits, "transformer_block")
+
+
+def add_one(width=16):
+    """The smallest useful model: y = x + 1 over float32[batch, width]; used
+    to measure the serving path's own overhead."""
+    one = numpy_helper.from_array(np.ones(width, np.float32), "one")
+    nodes = [helper.make_node("Add", ["x", "one"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])]
+    return _model(nodes, inputs, outputs, [one], "add_one")
