@@ -772,11 +772,15 @@ func ewAddOperands(n *Node) (self, other, alpha any, err error) {
 	if self, err = ewNumberArg(n, 0, "self"); err != nil {
 		return
 	}
-	if _, ok := self.(*Node); !ok {
-		err = fmt.Errorf("fxgraph: node %s (%s): self must be a tensor", n.Name, n.Target)
+	if other, err = ewNumberArg(n, 1, "other"); err != nil {
 		return
 	}
-	if other, err = ewNumberArg(n, 1, "other"); err != nil {
+	// torch.export serializes `1.0 - t` as sub.Tensor(1.0, t): a number self
+	// is fine as long as one operand is a tensor.
+	_, selfT := self.(*Node)
+	_, otherT := other.(*Node)
+	if !selfT && !otherT {
+		err = fmt.Errorf("fxgraph: node %s (%s): self or other must be a tensor", n.Name, n.Target)
 		return
 	}
 	alpha, err = ewAlpha(n)

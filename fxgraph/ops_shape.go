@@ -1,6 +1,7 @@
 package fxgraph
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -645,7 +646,34 @@ func shSliceBounds(start, end *int64, size int64) (int64, int64) {
 	return s, e
 }
 
+// shNotConstError is a slice bound that is a node without a constant value
+// yet.
+type shNotConstError struct {
+	n   *Node
+	arg string
+	m   *Node
+}
+
+func (e *shNotConstError) Error() string {
+	return shErr(e.n, "argument %s (%s) is not a constant", e.arg, e.m.Name).Error()
+}
+
+// dim returns the sliced dim of n (0 when it cannot be read).
+func (e *shNotConstError) dim(n *Node, rank int) int {
+	d, err := n.IntArg(1, "dim", 0)
+	if err != nil {
+		return 0
+	}
+	nd, err := NormDim(d, rank)
+	if err != nil {
+		return 0
+	}
+	return nd
+}
+
 // shSliceArgs reads slice.Tensor's dim, start, end (nil when None) and step.
+// A start or end that is a node without a constant value yet gives a
+// *shNotConstError.
 func shSliceArgs(n *Node, rank int) (dim int, start, end *int64, step int64, err error) {
 	d, err := n.IntArg(1, "dim", 0)
 	if err != nil {
@@ -667,7 +695,7 @@ func shSliceArgs(n *Node, rank int) (dim int, start, end *int64, step int64, err
 					return &v, nil
 				}
 			}
-			return nil, shErr(n, "argument %s (%s) is not a constant", name, m.Name)
+			return nil, &shNotConstError{n: n, arg: name, m: m}
 		}
 		v, ok := AsInt(a)
 		if !ok {
@@ -699,6 +727,15 @@ func shSliceShape(n *Node) (Meta, error) {
 		return Meta{}, shErr(n, "cannot slice a scalar")
 	}
 	dim, start, end, step, err := shSliceArgs(n, x.Rank())
+	var notConst *shNotConstError
+	if errors.As(err, &notConst) {
+		// A bound computed from symbolic sizes (x[:, :x.size(1)] in
+		// torch.export graphs, ONNX Slice with Shape-derived ends): the
+		// length is known once specialization folds the bound.
+		out := x.Shape.Clone()
+		out[notConst.dim(n, x.Rank())] = Unknown
+		return One(x.DType, out), nil
+	}
 	if err != nil {
 		return Meta{}, err
 	}

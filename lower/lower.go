@@ -230,18 +230,36 @@ func (l *Lowerer) Specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.
 	return sg, nil
 }
 
-// Optimize applies the shape-independent optimization passes the options
-// enable (folding inference batch norms into convolutions) and returns the
-// optimized graph: a copy when something changed, g itself otherwise. It
-// does not depend on the bucket, so a server calls it once per model
-// version; its new weights are then shared by every bucket's program.
+// Optimize applies the shape-independent optimization passes and returns
+// the optimized graph: a copy when something changed, g itself otherwise.
+// The passes fold inference batch norms into convolutions (unless
+// Options.KeepBatchNorm) and turn bmm of an expanded weight into a
+// broadcasting matmul. They do not depend on the bucket, so a server calls
+// Optimize once per model version; the weights they make are then shared by
+// every bucket's program.
 func (l *Lowerer) Optimize(g *fxgraph.Graph) *fxgraph.Graph {
-	if l.opts.KeepBatchNorm || !hasConvBatchNorm(g) {
+	foldBN := !l.opts.KeepBatchNorm && hasConvBatchNorm(g)
+	if !foldBN && !hasExpandedBmm(g) {
 		return g
 	}
 	c := g.Clone()
-	c.FoldBatchNorm()
+	if foldBN {
+		c.FoldBatchNorm()
+	}
+	c.UnexpandMatmul()
 	return c
+}
+
+func hasExpandedBmm(g *fxgraph.Graph) bool {
+	for _, n := range g.Nodes() {
+		if n.Target != "aten.bmm.default" {
+			continue
+		}
+		if in, ok := n.Arg(1).(*fxgraph.Node); ok && (in.Target == "aten.expand.default" || in.Target == "aten.view.default") {
+			return true
+		}
+	}
+	return false
 }
 
 func hasConvBatchNorm(g *fxgraph.Graph) bool {

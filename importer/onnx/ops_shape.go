@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -425,6 +426,78 @@ func shSplit(c *Ctx, n *Node) error {
 	return nil
 }
 
+// shapeOnlyDependency reports whether err says an operand is computed only
+// from symbolic sizes (Shape, Size), not from input values: it becomes a
+// constant when the graph is specialized to a bucket.
+func shapeOnlyDependency(err error) bool {
+	var nv *NeedsValueError
+	return errors.As(err, &nv) && len(nv.Inputs) == 0
+}
+
+// shSliceSymbolic converts a Slice (opset >= 10) whose starts or ends are
+// computed from symbolic sizes, e.g. x[:, :Shape(y)[1]]: each axis becomes an
+// aten.slice.Tensor whose start and end are scalar nodes, folded to
+// constants at specialization. Axes and steps must be constant, steps 1.
+func shSliceSymbolic(c *Ctx, x *fxgraph.Node) error {
+	rank := len(Meta(x).Shape)
+	starts, err := c.Input(1)
+	if err != nil {
+		return err
+	}
+	ends, err := c.Input(2)
+	if err != nil {
+		return err
+	}
+	n := Meta(starts).Shape
+	if len(n) != 1 || !n[0].IsStatic() {
+		return Unsupported("Slice with starts of shape %s computed at run time", n)
+	}
+	var axes []int64
+	if c.HasInput(3) {
+		if axes, err = c.ConstInts(3); err != nil {
+			return err
+		}
+	} else {
+		for i := int64(0); i < n[0].Size; i++ {
+			axes = append(axes, i)
+		}
+	}
+	if c.HasInput(4) {
+		steps, err := c.ConstInts(4)
+		if err != nil {
+			return err
+		}
+		for _, st := range steps {
+			if st != 1 {
+				return Unsupported("Slice with step %d and bounds computed from symbolic sizes", st)
+			}
+		}
+	}
+	if int64(len(axes)) != n[0].Size {
+		return fmt.Errorf("Slice has %d axes but %d starts", len(axes), n[0].Size)
+	}
+	out := x
+	for i, a := range axes {
+		axis, err := shNormAxis(a, rank)
+		if err != nil {
+			return err
+		}
+		s, err := c.Emit("aten.select.int", starts, int64(0), int64(i))
+		if err != nil {
+			return err
+		}
+		e, err := c.Emit("aten.select.int", ends, int64(0), int64(i))
+		if err != nil {
+			return err
+		}
+		if out, err = c.Emit("aten.slice.Tensor", out, int64(axis), s, e, int64(1)); err != nil {
+			return err
+		}
+	}
+	c.SetOutput(0, out)
+	return nil
+}
+
 func shSlice(c *Ctx, n *Node) error {
 	x, err := c.Input(0)
 	if err != nil {
@@ -435,10 +508,14 @@ func shSlice(c *Ctx, n *Node) error {
 	if c.Opset < 10 {
 		starts, ends, axes = c.AttrInts("starts", nil), c.AttrInts("ends", nil), c.AttrInts("axes", nil)
 	} else {
-		if starts, err = c.ConstInts(1); err != nil {
-			return err
+		starts, err = c.ConstInts(1)
+		if err == nil {
+			ends, err = c.ConstInts(2)
 		}
-		if ends, err = c.ConstInts(2); err != nil {
+		if shapeOnlyDependency(err) {
+			return shSliceSymbolic(c, x)
+		}
+		if err != nil {
 			return err
 		}
 		if c.HasInput(3) {
