@@ -6,11 +6,12 @@ import (
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/importer/fx"
 	"github.com/xserve/xserve/importer/onnx"
 )
 
 // Formats lists the model file extensions Load understands.
-var Formats = []string{".onnx"}
+var Formats = []string{".onnx", ".pt2"}
 
 // Load imports the model file at path into a validated IR graph.
 func Load(path string) (*fxgraph.Graph, error) {
@@ -18,7 +19,7 @@ func Load(path string) (*fxgraph.Graph, error) {
 	case ".onnx":
 		return onnx.ImportFile(path)
 	case ".pt2":
-		return nil, fmt.Errorf("importer: %s: torch.export archives are not supported yet", path)
+		return fx.ImportFile(path)
 	default:
 		return nil, fmt.Errorf("importer: %s: unknown model format %q (want one of %s)", path, ext, strings.Join(Formats, ", "))
 	}
