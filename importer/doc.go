@@ -1,3 +1,4 @@
 // Package importer loads a model file into the IR, choosing the importer by
-// the file's extension (.onnx; .pt2 once the torch.export importer lands).
+// the file's extension: .onnx (package onnx) or .pt2, a torch.export archive
+// (package fx).
 package importer
