@@ -249,6 +249,9 @@ func buildSignature(g *fxgraph.Graph, cfg *modelrepo.Config, cfgFile string) (*s
 			return nil, configError(cfgFile, "buckets", "the symbols %s give more than %d bucket combinations; give fewer sizes", strings.Join(s.Symbols, ", "), maxBucketCombinations)
 		}
 	}
+	if err := s.checkRanges(g, cfgFile); err != nil {
+		return nil, err
+	}
 	for sym := range cfg.Buckets {
 		if !syms[sym] {
 			s.UnusedBuckets = append(s.UnusedBuckets, sym)
@@ -257,6 +260,36 @@ func buildSignature(g *fxgraph.Graph, cfg *modelrepo.Config, cfgFile string) (*s
 	sort.Strings(s.UnusedBuckets)
 	s.batchErr = s.checkBatchable()
 	return s, nil
+}
+
+// checkRanges rejects bucket sizes (and pinned sizes) outside the range a
+// model symbol may take (torch.export's range constraints, in
+// Graph.SymbolRanges): the program was only traced as valid for that range.
+func (s *signature) checkRanges(g *fxgraph.Graph, cfgFile string) error {
+	names := make([]string, 0, len(g.SymbolRanges))
+	for ms := range g.SymbolRanges {
+		names = append(names, ms)
+	}
+	sort.Strings(names)
+	for _, ms := range names {
+		r := g.SymbolRanges[ms]
+		d, ok := s.modelSyms[ms]
+		if !ok {
+			continue
+		}
+		if d.Sym == "" {
+			if !r.Contains(d.Size) {
+				return configError(cfgFile, "inputs", "the model's symbol %s is pinned to %d, outside its range %s", ms, d.Size, r)
+			}
+			continue
+		}
+		for _, size := range s.Buckets[d.Sym] {
+			if !r.Contains(size) {
+				return configError(cfgFile, "buckets."+d.Sym, "size %d is outside the range %s the model allows for %s (its export's range constraint); use sizes in %s", size, r, d.Sym, r)
+			}
+		}
+	}
+	return nil
 }
 
 // buildOutputs resolves the outputs' dims through modelSyms and merges the
@@ -373,6 +406,9 @@ type bucket struct {
 	modelDims map[string]int64
 	// inShapes are the inputs' shapes in this bucket.
 	inShapes [][]int64
+	// queueKey names the batching queue of the bucket's requests (see
+	// version.queueKey); set when the version batches.
+	queueKey string
 
 	mu      sync.Mutex   // guards exe, pending
 	exe     *Executable  // nil until compiled
