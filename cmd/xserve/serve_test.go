@@ -696,10 +696,25 @@ func TestServeEndToEnd(t *testing.T) {
 	t.Logf("cold start (empty compile cache): ready in %v, first answers on buckets 1, 2, 4 after %v", coldReady.Round(time.Millisecond), cold.Round(time.Millisecond))
 	t.Logf("warm start (same --compile-cache): ready in %v, first answers on buckets 1, 2, 4 after %v", warmReady.Round(time.Millisecond), warmTotal.Round(time.Millisecond))
 	r := call(t, "GET", warm.url+"/metrics", nil)
+	compiled, hits := 0.0, 0.0
 	for _, line := range strings.Split(string(r.body), "\n") {
 		if strings.HasPrefix(line, "xserve_compile_cache_total") || strings.HasPrefix(line, "xserve_compile_seconds_sum") {
 			t.Logf("warm %s", line)
 		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(fields[1], 64)
+		switch {
+		case strings.HasPrefix(line, "xserve_compilations_total{"):
+			compiled += v
+		case strings.HasPrefix(line, `xserve_compile_cache_total{kind="executable",result="hit"}`):
+			hits += v
+		}
+	}
+	if compiled != 0 || hits != 3 {
+		t.Errorf("after a restart on the same compile cache: %v compilations and %v executable cache hits, want 0 and 3", compiled, hits)
 	}
 	warm.stop(t)
 }
