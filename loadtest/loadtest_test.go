@@ -355,3 +355,19 @@ func TestMarkdownTable(t *testing.T) {
 		t.Errorf("MarkdownTable:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+func TestCompareTable(t *testing.T) {
+	off := &Summary{Mode: ModeClosed, Concurrency: 32, SuccessThroughput: 400, Failures: 1,
+		Latency: LatencyStats{P50: 80 * time.Millisecond, P99: 120 * time.Millisecond}}
+	on := &Summary{Mode: ModeClosed, Concurrency: 32, SuccessThroughput: 1000,
+		Latency: LatencyStats{P50: 32 * time.Millisecond, P99: 41500 * time.Microsecond}}
+	none := &Summary{Mode: ModeClosed, Concurrency: 1}
+	want := "| run | off req/s | on req/s | on/off | off p50 ms | on p50 ms | off p99 ms | on p99 ms | failed (off/on) |\n" +
+		"|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+		"| cnn c=32 | 400.0 | 1000.0 | 2.50x | 80.00 | 32.00 | 120.00 | 41.50 | 1/0 |\n" +
+		"| concurrency 1 | 0.0 | 0.0 | – | 0.00 | 0.00 | 0.00 | 0.00 | 0/0 |\n"
+	got := CompareTable([]Comparison{{Label: "cnn c=32", Base: off, Test: on}, {Base: none, Test: none}}, "off", "on")
+	if got != want {
+		t.Errorf("CompareTable:\n%s\nwant:\n%s", got, want)
+	}
+}

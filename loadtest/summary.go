@@ -324,3 +324,36 @@ func MarkdownTable(sums []*Summary) string {
 	}
 	return b.String()
 }
+
+// Comparison is one row of CompareTable: two runs of the same load, e.g. a
+// model with batching off (Base) and on (Test).
+type Comparison struct {
+	// Label names the row, e.g. "cnn, c=32"; empty means the load of Base.
+	Label      string
+	Base, Test *Summary
+}
+
+// CompareTable returns a markdown table with one row per comparison:
+// successful requests per second of both runs and their ratio (Test/Base),
+// then p50 and p99 latency in milliseconds of both and their failures.
+// baseName and testName head the columns, e.g. "off" and "on".
+func CompareTable(rows []Comparison, baseName, testName string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| run | %[1]s req/s | %[2]s req/s | %[2]s/%[1]s | %[1]s p50 ms | %[2]s p50 ms | %[1]s p99 ms | %[2]s p99 ms | failed (%[1]s/%[2]s) |\n", baseName, testName)
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		label := r.Label
+		if label == "" {
+			label = r.Base.load()
+		}
+		ratio := "–"
+		if r.Base.SuccessThroughput > 0 {
+			ratio = fmt.Sprintf("%.2fx", r.Test.SuccessThroughput/r.Base.SuccessThroughput)
+		}
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %s | %.2f | %.2f | %.2f | %.2f | %d/%d |\n",
+			label, r.Base.SuccessThroughput, r.Test.SuccessThroughput, ratio,
+			ms(r.Base.Latency.P50), ms(r.Test.Latency.P50), ms(r.Base.Latency.P99), ms(r.Test.Latency.P99),
+			r.Base.Failures, r.Test.Failures)
+	}
+	return b.String()
+}

@@ -9,9 +9,11 @@
 // can be imported beside net/http without renaming either.
 //
 // The package holds no model logic: it decodes requests into
-// serving.InferRequest, calls a Backend (in production a *serving.Manager),
-// and encodes the answer. It is also the one place that maps the errors of
-// package serving to HTTP status codes:
+// serving.InferRequest with package payload (the wire format it shares with
+// api/nats), calls a Backend (in production a *serving.Manager), and encodes
+// the answer. Errors map to HTTP status codes by payload.Status, the table
+// api/nats uses for its error headers, plus the server's own (no route 404,
+// server closed 503):
 //
 //	serving.ErrModelNotFound                         404
 //	serving.ErrInvalidInput, serving.ErrNoBucket,

@@ -1,80 +1,62 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
-	"time"
 
-	"github.com/xserve/xserve/batching"
-	"github.com/xserve/xserve/modelrepo"
-	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/api/payload"
 )
 
-// Sentinel errors of the package. Errors the handlers produce wrap one of them
-// (or one of package serving's) and carry the details.
+// Sentinel errors of the package. Errors the handlers produce wrap one of
+// them (or one of package serving's) and carry the details. The request
+// decoding errors are package payload's, shared with api/nats.
 var (
 	// ErrBadRequest: the request is malformed: bad JSON, an unknown dtype, a
 	// shape that does not match its data, binary data that does not add up.
-	ErrBadRequest = errors.New("httpapi: bad request")
+	ErrBadRequest = payload.ErrBadRequest
 	// ErrTooLarge: the request body, its decompressed form, or a tensor's
 	// declared shape exceeds a limit of Options.
-	ErrTooLarge = errors.New("httpapi: request too large")
+	ErrTooLarge = payload.ErrTooLarge
 	// ErrUnsupportedEncoding: the request's Content-Encoding is not one of
 	// gzip, zstd, deflate or identity.
-	ErrUnsupportedEncoding = errors.New("httpapi: unsupported content encoding")
+	ErrUnsupportedEncoding = payload.ErrUnsupportedEncoding
 	// ErrNotFound: no such route.
 	ErrNotFound = errors.New("httpapi: not found")
 	// ErrServerClosed is returned by Serve and Listen after Shutdown.
 	ErrServerClosed = errors.New("httpapi: server closed")
 )
 
+// HeaderInferenceLength is the header of the binary tensor extension that
+// gives the length of the JSON part of a body; the raw tensor bytes follow
+// it.
+const HeaderInferenceLength = payload.HeaderInferenceLength
+
 // badRequest returns an error wrapping ErrBadRequest.
 func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
+	return payload.BadRequest(format, args...)
 }
 
 // tooLarge returns an error wrapping ErrTooLarge.
 func tooLarge(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrTooLarge, fmt.Sprintf(format, args...))
+	return payload.TooLarge(format, args...)
 }
 
-// statusOf maps an error to its HTTP status code; see the package comment.
+// statusOf maps an error to its HTTP status code: the server's own errors,
+// then the table api/nats shares (payload.Status); see the package comment.
 func statusOf(err error) int {
 	switch {
-	case err == nil:
-		return http.StatusOK
-	case errors.Is(err, ErrNotFound), errors.Is(err, serving.ErrModelNotFound):
+	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, ErrBadRequest), errors.Is(err, serving.ErrInvalidInput),
-		errors.Is(err, serving.ErrNoBucket), errors.Is(err, modelrepo.ErrInvalidName),
-		errors.Is(err, batching.ErrTooLarge), errors.Is(err, batching.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrUnsupportedEncoding):
-		return http.StatusUnsupportedMediaType
-	case errors.Is(err, serving.ErrOverloaded), errors.Is(err, batching.ErrQueueFull):
-		return http.StatusTooManyRequests
-	case errors.Is(err, serving.ErrNotReady), errors.Is(err, serving.ErrClosed),
-		errors.Is(err, batching.ErrClosed), errors.Is(err, ErrServerClosed):
+	case errors.Is(err, ErrServerClosed):
 		return http.StatusServiceUnavailable
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, batching.ErrExpired):
-		return http.StatusGatewayTimeout
 	}
-	return http.StatusInternalServerError
+	return payload.Status(err)
 }
 
 // retryAfter is the Retry-After value (whole seconds, at least 1) for a 429:
 // the batcher's estimate when the error carries one.
 func retryAfter(err error) string {
-	d := time.Second
-	var qf *batching.QueueFullError
-	if errors.As(err, &qf) && qf.RetryAfter > d {
-		d = qf.RetryAfter
-	}
-	return strconv.Itoa(int(math.Ceil(d.Seconds())))
+	return strconv.Itoa(int(math.Ceil(payload.RetryAfter(err).Seconds())))
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
@@ -41,8 +42,15 @@ func errFor(model string) error {
 		return fmt.Errorf("%w: model %q is not in the repository", serving.ErrModelNotFound, model)
 	case "loading":
 		return fmt.Errorf("%w: model %q is loading", serving.ErrNotReady, model)
-	case "busy":
-		return fmt.Errorf("%w: model %q: queue full", serving.ErrOverloaded, model)
+	case "busy", "busyfast":
+		// As serving.Manager answers a full batching queue: ErrOverloaded
+		// wrapping the batcher's *QueueFullError and its RetryAfter.
+		retry := 2500 * time.Millisecond
+		if model == "busyfast" {
+			retry = 40 * time.Millisecond
+		}
+		qf := &batching.QueueFullError{Key: model + "/1", Queued: 1024, RetryAfter: retry}
+		return fmt.Errorf("%w: model %s version 1: %w", serving.ErrOverloaded, model, qf)
 	case "closed":
 		return fmt.Errorf("%w", serving.ErrClosed)
 	case "nobucket":

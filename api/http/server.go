@@ -20,6 +20,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/serving"
 )
 
@@ -64,7 +65,7 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	app     *fiber.App
-	codecs  *codecs
+	codecs  *payload.Codecs
 	metrics *httpMetrics
 
 	// ctx is the parent of every backend call; cancelled when Shutdown gives
@@ -88,7 +89,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	cs, err := newCodecs(opts.MaxDecompressedBytes)
+	cs, err := payload.NewCodecs(opts.MaxDecompressedBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +197,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.cancel()
 	if err == nil {
-		s.codecs.close()
+		s.codecs.Close()
 	}
 	return err
 }
@@ -249,14 +250,7 @@ func (s *Server) writeError(c *fiber.Ctx, err error) {
 	c.Response().Header.Del(fiber.HeaderContentEncoding)
 	c.Status(code)
 	c.Set(fiber.HeaderContentType, contentJSON)
-	c.Send(errorBody(err.Error()))
-}
-
-func errorBody(msg string) []byte {
-	b, _ := json.Marshal(struct {
-		Error string `json:"error"`
-	}{msg})
-	return b
+	c.Send(payload.ErrorBody(err.Error()))
 }
 
 // fiberError answers the errors that fiber and fasthttp raise outside the
@@ -285,7 +279,7 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 	s.metrics.observe("unmatched", strings.Clone(c.Method()), code, 0)
 	c.Status(code)
 	c.Set(fiber.HeaderContentType, contentJSON)
-	return c.Send(errorBody(msg))
+	return c.Send(payload.ErrorBody(msg))
 }
 
 func quotePath(p string) string {
@@ -301,8 +295,8 @@ func (s *Server) send(c *fiber.Ctx, contentType string, body []byte) error {
 	c.Set(fiber.HeaderContentType, contentType)
 	if s.opts.CompressMinBytes >= 0 && len(body) >= s.opts.CompressMinBytes {
 		c.Vary(fiber.HeaderAcceptEncoding)
-		if enc := acceptEncoding(c.Get(fiber.HeaderAcceptEncoding)); enc != "" {
-			z, err := s.codecs.encode(enc, body)
+		if enc := payload.AcceptEncoding(c.Get(fiber.HeaderAcceptEncoding)); enc != "" {
+			z, err := s.codecs.Encode(enc, body)
 			if err != nil {
 				return fmt.Errorf("httpapi: compress response: %w", err)
 			}
@@ -334,7 +328,7 @@ func modelParam(c *fiber.Ctx) (string, error) {
 
 // versionParam returns the URL's version, 0 when the route has none.
 func versionParam(c *fiber.Ctx) (int64, error) {
-	return parseVersion(c.Params("version"))
+	return payload.ParseVersion(c.Params("version"))
 }
 
 // readBody reads the request body through the MaxBodyBytes limit into a
@@ -403,7 +397,7 @@ func (s *Server) body(c *fiber.Ctx) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.codecs.decode(c.Get(fiber.HeaderContentEncoding), raw)
+	return s.codecs.Decode(c.Get(fiber.HeaderContentEncoding), raw)
 }
 
 // infer handles POST /v1/infer (v2 false) and the OIP infer routes.
@@ -423,18 +417,13 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 	if err != nil {
 		return err
 	}
-	hdr := c.Get(HeaderInferenceLength)
-	header, rest, err := splitBody(body, hdr)
-	if err != nil {
-		return err
-	}
 	// body is the handler's own buffer: tensors may point into it.
-	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(hdr) != ""}
-	var d *decoded
+	hdr := c.Get(HeaderInferenceLength)
+	var d *payload.Request
 	if v2 {
-		d, err = decodeOIP(model, version, header, br, s.opts.MaxTensorElements)
+		d, err = payload.DecodeOIP(model, version, body, hdr, s.opts.MaxTensorElements)
 	} else {
-		d, err = decodeV1(header, br, s.opts.MaxTensorElements)
+		d, err = payload.DecodeV1(body, hdr, "", s.opts.MaxTensorElements)
 	}
 	if err != nil {
 		return err
@@ -442,29 +431,29 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 	// A request that arrived before Shutdown runs to the end, even if
 	// Shutdown has begun meanwhile.
 	ctx := s.ctx
-	if d.timeout > 0 {
+	if d.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	resp, err := s.backend.Infer(ctx, d.model, d.version, d.req)
+	resp, err := s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
 	if err != nil {
 		return err
 	}
-	var enc encodedResponse
+	var enc payload.Response
 	if v2 {
-		enc, err = encodeOIP(d, resp)
+		enc, err = payload.EncodeOIP(d, resp)
 	} else {
-		enc, err = encodeV1(d, resp)
+		enc, err = payload.EncodeV1(d, resp)
 	}
 	if err != nil {
 		return err
 	}
-	if enc.headerLen >= 0 {
-		c.Set(HeaderInferenceLength, strconv.Itoa(enc.headerLen))
-		return s.send(c, contentBinary, enc.body)
+	if enc.HeaderLen >= 0 {
+		c.Set(HeaderInferenceLength, strconv.Itoa(enc.HeaderLen))
+		return s.send(c, contentBinary, enc.Body)
 	}
-	return s.send(c, contentJSON, enc.body)
+	return s.send(c, contentJSON, enc.Body)
 }
 
 func (s *Server) live(c *fiber.Ctx) error {
@@ -540,7 +529,7 @@ func (s *Server) repositoryIndex(c *fiber.Ctx) error {
 		Ready bool `json:"ready"`
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := unmarshalJSON(body, &req, "the request", false); err != nil {
+		if err := payload.UnmarshalJSON(body, &req, "the request", false); err != nil {
 			return err
 		}
 	}
@@ -567,7 +556,7 @@ func (s *Server) repositoryRequest(c *fiber.Ctx) error {
 	var req struct {
 		Parameters map[string]json.RawMessage `json:"parameters"`
 	}
-	if err := unmarshalJSON(body, &req, "the request", false); err != nil {
+	if err := payload.UnmarshalJSON(body, &req, "the request", false); err != nil {
 		return err
 	}
 	for k := range req.Parameters {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -288,6 +287,27 @@ func TestErrorMapping(t *testing.T) {
 			}
 			v1 := fmt.Sprintf(`{"model": %q, "inputs": {"x": {"dtype": "float32", "shape": [1], "data": [1]}}}`, tc.model)
 			wantStatus(t, ts.do(t, "POST", "/v1/infer", []byte(v1)), tc.code, tc.want)
+		})
+	}
+}
+
+// TestOverloadRetryAfter: a full batching queue answers 429 with
+// Retry-After in whole seconds, the batcher's RetryAfter rounded up (at
+// least 1), on every inference route.
+func TestOverloadRetryAfter(t *testing.T) {
+	ts := startServer(t, Options{})
+	for model, want := range map[string]string{"busy": "3", "busyfast": "1"} {
+		t.Run(model, func(t *testing.T) {
+			for _, req := range []struct{ path, body string }{
+				{"/v2/models/" + model + "/infer", `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}`},
+				{"/v1/infer", fmt.Sprintf(`{"model": %q, "inputs": {"x": {"dtype": "float32", "shape": [1], "data": [1]}}}`, model)},
+			} {
+				r := ts.do(t, "POST", req.path, []byte(req.body))
+				wantStatus(t, r, 429, "queue full")
+				if got := r.header.Get("Retry-After"); got != want {
+					t.Errorf("%s: Retry-After %q, want %q", req.path, got, want)
+				}
+			}
 		})
 	}
 }
@@ -624,13 +644,5 @@ func TestShutdownDeadline(t *testing.T) {
 	}
 	if ts.ctx.Err() == nil {
 		t.Error("backend context not cancelled after the deadline")
-	}
-}
-
-func TestFloatFormattingIsShortest(t *testing.T) {
-	x := tensor.FromFloat32s([]float32{float32(math.Pi), 1.0 / 3})
-	b, _ := appendJSONData(nil, "x", x)
-	if string(b) != "[3.1415927,0.33333334]" {
-		t.Errorf("got %s", b)
 	}
 }

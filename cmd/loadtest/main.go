@@ -4,7 +4,9 @@
 //
 //	loadtest -model tinycnn -random image=float32:1x3x32x32 -c 8 -d 10s
 //	loadtest -model tinycnn -input image=image.npy -batch 1 -rate 500 -d 10s -json out.json
+//	loadtest -nats nats://127.0.0.1:4222 [-durable] -model tinycnn -input image=image.npy -batch 1 -c 8
 //	loadtest -markdown c1.json c8.json c32.json   # one markdown table of saved summaries
+//	loadtest -compare -compare-names off,on "c=8=off8.json,on8.json" "c=32=off32.json,on32.json"
 //
 // A run always ends by itself (-d, -n or both), and only loads servers on
 // the loopback interface unless -allow-remote is given.
@@ -71,13 +73,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		timeout     = fs.Duration("timeout", 30*time.Second, "per-request timeout")
 		allowRemote = fs.Bool("allow-remote", false, "allow a server that is not on the loopback interface (127.0.0.0/8, ::1)")
 		markdown    = fs.Bool("markdown", false, "print a markdown table of the JSON summary files given as arguments, and exit")
+		compare     = fs.Bool("compare", false, "print a markdown table comparing pairs of JSON summaries, given as arguments LABEL=BASE.json,TEST.json, and exit")
+		compareAs   = fs.String("compare-names", "base,test", "-compare: the names of the two runs of each pair, as column heads")
 	)
+	nf := natsFlags(fs)
 	fs.Var(&inputs, "input", "input NAME=FILE.npy (repeatable)")
 	fs.Var(&randoms, "random", "random input NAME=DTYPE:SHAPE, e.g. image=float32:1x3x32x32 (repeatable)")
 	fs.Var(&expects, "expect", "check output NAME=SHAPE in every response, -1 for any size, e.g. probs=1x10 (repeatable; implies -validate)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: loadtest -model M (-input NAME=FILE.npy | -random NAME=DTYPE:SHAPE)... [-c N | -rate R] [-d DUR] [-n N] [flags]")
 		fmt.Fprintln(stderr, "       loadtest -markdown SUMMARY.json...")
+		fmt.Fprintln(stderr, "       loadtest -compare [-compare-names BASE,TEST] LABEL=BASE.json,TEST.json...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +91,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *markdown {
 		return printMarkdown(fs.Args(), stdout)
+	}
+	if *compare {
+		return printComparison(fs.Args(), *compareAs, stdout)
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -158,7 +167,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *outputs != "" {
 		hopts.Outputs = strings.Split(*outputs, ",")
 	}
-	target, err := loadtest.NewHTTPTarget(ctx, hopts)
+	target, err := newTarget(ctx, hopts, nf)
 	if err != nil {
 		return err
 	}
@@ -229,16 +238,56 @@ func printMarkdown(files []string, stdout io.Writer) error {
 	}
 	var sums []*loadtest.Summary
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		s, err := readSummary(f)
 		if err != nil {
 			return err
-		}
-		s := new(loadtest.Summary)
-		if err := s.UnmarshalJSON(b); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
 		}
 		sums = append(sums, s)
 	}
 	fmt.Fprint(stdout, loadtest.MarkdownTable(sums))
+	return nil
+}
+
+func readSummary(file string) (*loadtest.Summary, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	s := new(loadtest.Summary)
+	if err := s.UnmarshalJSON(b); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return s, nil
+}
+
+// printComparison prints loadtest.CompareTable of the pairs given as
+// LABEL=BASE.json,TEST.json (the label is everything before the last '='
+// that precedes the files, so labels may hold '=').
+func printComparison(args []string, names string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("-compare: give pairs of JSON summaries as LABEL=BASE.json,TEST.json")
+	}
+	base, test, ok := strings.Cut(names, ",")
+	if !ok || base == "" || test == "" || strings.Contains(test, ",") {
+		return fmt.Errorf("-compare-names %q: want two names, e.g. off,on", names)
+	}
+	var rows []loadtest.Comparison
+	for _, a := range args {
+		i := strings.LastIndex(a, "=")
+		files := strings.Split(a[i+1:], ",")
+		if i < 0 || len(files) != 2 || files[0] == "" || files[1] == "" {
+			return fmt.Errorf("-compare: %q: want LABEL=BASE.json,TEST.json", a)
+		}
+		b, err := readSummary(files[0])
+		if err != nil {
+			return err
+		}
+		t, err := readSummary(files[1])
+		if err != nil {
+			return err
+		}
+		rows = append(rows, loadtest.Comparison{Label: a[:i], Base: b, Test: t})
+	}
+	fmt.Fprint(stdout, loadtest.CompareTable(rows, base, test))
 	return nil
 }

@@ -75,4 +75,16 @@ func TestRunAndMarkdown(t *testing.T) {
 	if !strings.HasPrefix(out.String(), "| concurrency |") || !strings.Contains(out.String(), "\n| 2 | ") {
 		t.Errorf("markdown:\n%s", out.String())
 	}
+	out.Reset()
+	if err := run(context.Background(), []string{"-compare", "-compare-names", "off,on", "m c=2=" + js + "," + js}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "| run | off req/s | on req/s | on/off |") || !strings.Contains(out.String(), "\n| m c=2 | ") || !strings.Contains(out.String(), " | 1.00x | ") {
+		t.Errorf("compare:\n%s", out.String())
+	}
+	for _, args := range [][]string{{"-compare"}, {"-compare", "x=" + js}, {"-compare", "-compare-names", "a", "x=" + js + "," + js}} {
+		if err := run(context.Background(), args, &out, &errOut); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
 }

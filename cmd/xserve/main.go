@@ -1,6 +1,7 @@
 // Command xserve is the xserve inference server and its tools.
 //
 //	xserve serve --model-repo DIR [--http-addr :8080 ...]   (or: xserve --model-repo DIR ...)
+//	xserve nats-infer --model M --input NAME=FILE.npy ... [--nats-url URL] [--durable]
 //	xserve inspect MODEL [--stablehlo --shape NAME=1x3x224x224 | --dim SYM=N]
 //	xserve run MODEL --input NAME=FILE.npy ... --output DIR
 //	xserve version
@@ -23,7 +24,8 @@ import (
 const usage = `xserve: an XLA inference server for ONNX and torch.export models
 
 Usage:
-  xserve serve --model-repo DIR [flags]   serve a model repository over HTTP (also: xserve --model-repo DIR)
+  xserve serve --model-repo DIR [flags]   serve a model repository over HTTP and NATS (also: xserve --model-repo DIR)
+  xserve nats-infer --model M --input NAME=FILE.npy [flags]   send one request over NATS, print or write the outputs
   xserve inspect MODEL [flags]   print the imported FX graph (and, with --stablehlo, the program for a shape)
   xserve run MODEL [flags]       run a model once on .npy inputs, write .npy outputs
   xserve version                 print the version and the PJRT plugin xserve would load
@@ -54,6 +56,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runServe(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return runInspect(ctx, args[1:], stdout, stderr)
+	case "nats-infer":
+		return runNATSInfer(ctx, args[1:], stdout, stderr)
 	case "run":
 		return runRun(ctx, args[1:], stdout, stderr)
 	case "version":

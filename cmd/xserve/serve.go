@@ -23,8 +23,9 @@ import (
 )
 
 // runServe is `xserve serve` (and `xserve --model-repo DIR ...`): it loads
-// the PJRT plugin and every model of the repository, serves them over HTTP,
-// and on SIGINT/SIGTERM (ctx done) stops accepting, finishes the requests in
+// the PJRT plugin and every model of the repository, serves them over HTTP
+// and NATS (an embedded NATS server, or the one --nats-url names), and on
+// SIGINT/SIGTERM (ctx done) stops accepting, finishes the requests in
 // flight, shuts the models down and returns nil.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -38,6 +39,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	nf := natsFlags(fs)
 	var limits httpapi.Options
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
 	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 256MiB)")
@@ -48,6 +50,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := nf.noteSet(fs); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -119,18 +124,37 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
+	// NATS: an embedded server, or a connection to the server or cluster
+	// --nats-url names; then the replica's subscriptions.
+	ns, err := startNATS(ctx, nf, mgr, limits, log)
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+		defer cancel()
+		errHTTP := srv.Shutdown(sctx)
+		<-served
+		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
+	}
+
 	select {
 	case err := <-served: // the listener failed
-		return errors.Join(fmt.Errorf("serve: %w", err), mgr.Shutdown(context.Background()))
+		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+		defer cancel()
+		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), mgr.Shutdown(sctx))
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 	defer cancel()
+	// HTTP and NATS stop taking requests and finish theirs side by side;
+	// the models go once both are done.
+	natsDone := make(chan error, 1)
+	go func() { natsDone <- ns.shutdown(sctx) }()
 	errHTTP := srv.Shutdown(sctx)
 	<-served
+	errNATS := <-natsDone
 	errMgr := mgr.Shutdown(sctx)
-	if err := errors.Join(errHTTP, errMgr); err != nil {
+	ns.stopEmbedded()
+	if err := errors.Join(errHTTP, errNATS, errMgr); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}
 	log.Info("stopped")

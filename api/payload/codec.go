@@ -1,4 +1,4 @@
-package httpapi
+package payload
 
 import (
 	"bytes"
@@ -14,27 +14,35 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// decoded is an inference request as both protocols decode it.
-type decoded struct {
-	model   string // from the body (v1) or the URL (v2)
-	version int64  // 0 = latest
-	req     *serving.InferRequest
-	timeout time.Duration // parameters.timeout; 0 = none
+// Request is an inference request as every transport decodes it: the
+// model and version it names, the serving request, and how its outputs are
+// to be encoded.
+type Request struct {
+	// Model is the model the request is for: named by the body (/v1/infer),
+	// the URL (/v2/models/{m}/infer) or the NATS subject.
+	Model string
+	// Version is the model version; 0 means the latest ready one.
+	Version int64
+	// Infer is the request for serving.
+	Infer *serving.InferRequest
+	// Timeout is the request's parameters.timeout; 0 means none.
+	Timeout time.Duration
 	// binaryOut says, per requested output name, whether to send it as
 	// binary data; binaryDefault applies to outputs not listed.
 	binaryOut     map[string]bool
 	binaryDefault bool
 }
 
-// wantsBinary reports whether output name is sent as binary data.
-func (d *decoded) wantsBinary(name string) bool {
+// WantsBinary reports whether output name is sent as binary data (the
+// binary tensor extension) rather than as JSON.
+func (d *Request) WantsBinary(name string) bool {
 	if b, ok := d.binaryOut[name]; ok {
 		return b
 	}
 	return d.binaryDefault
 }
 
-// tensorIn is one input tensor as either protocol gives it.
+// tensorIn is one input tensor as either format (v1, OIP) gives it.
 type tensorIn struct {
 	name   string
 	dtype  string
@@ -103,11 +111,11 @@ func paramBool(params map[string]json.RawMessage, key, where string) (bool, bool
 	return v, true, nil
 }
 
-// requestParams applies the request-level parameters both protocols share:
+// requestParams applies the request-level parameters both formats share:
 // binary_data_output, priority, timeout (microseconds), and rejects the ones
 // xserve does not implement. oipPriority maps OIP's priority (0 = default,
 // 1 = highest) onto serving's (0 = highest).
-func requestParams(d *decoded, params map[string]json.RawMessage, oipPriority bool) error {
+func requestParams(d *Request, params map[string]json.RawMessage, oipPriority bool) error {
 	var err error
 	if d.binaryDefault, _, err = paramBool(params, "binary_data_output", "request"); err != nil {
 		return err
@@ -123,7 +131,7 @@ func requestParams(d *decoded, params map[string]json.RawMessage, oipPriority bo
 		if p < 0 {
 			return badRequest("request: parameters.priority is %d, want >= 0", p)
 		}
-		d.req.Priority = int(p)
+		d.Infer.Priority = int(p)
 	}
 	us, ok, err := paramInt(params, "timeout", "request")
 	if err != nil {
@@ -133,7 +141,7 @@ func requestParams(d *decoded, params map[string]json.RawMessage, oipPriority bo
 		if us < 0 {
 			return badRequest("request: parameters.timeout is %d, want microseconds >= 0", us)
 		}
-		d.timeout = time.Duration(us) * time.Microsecond
+		d.Timeout = time.Duration(us) * time.Microsecond
 	}
 	if raw, ok := params["sequence_id"]; ok && string(raw) != "0" && string(raw) != `""` {
 		return badRequest("request: parameters.sequence_id: sequence batching is not supported")
@@ -142,7 +150,7 @@ func requestParams(d *decoded, params map[string]json.RawMessage, oipPriority bo
 }
 
 // outputParams reads one requested output's parameters.
-func outputParams(d *decoded, name string, params map[string]json.RawMessage) error {
+func outputParams(d *Request, name string, params map[string]json.RawMessage) error {
 	where := "output " + strconv.Quote(name)
 	if name == "" {
 		return badRequest("requested output with no name")
@@ -157,13 +165,13 @@ func outputParams(d *decoded, name string, params map[string]json.RawMessage) er
 	if err != nil {
 		return err
 	}
-	if _, dup := d.binaryOut[name]; dup || containsString(d.req.Outputs, name) {
+	if _, dup := d.binaryOut[name]; dup || containsString(d.Infer.Outputs, name) {
 		return badRequest("output %q is requested twice", name)
 	}
 	if ok {
 		d.binaryOut[name] = b
 	}
-	d.req.Outputs = append(d.req.Outputs, name)
+	d.Infer.Outputs = append(d.Infer.Outputs, name)
 	return nil
 }
 
@@ -176,9 +184,10 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// unmarshalJSON decodes JSON into v, refusing trailing data and, when
-// strict, unknown fields; its errors say where the JSON went wrong.
-func unmarshalJSON(data []byte, v any, what string, strict bool) error {
+// UnmarshalJSON decodes JSON into v, refusing trailing data and, when
+// strict, unknown fields; its errors wrap ErrBadRequest and say where in
+// what (e.g. "the request") the JSON went wrong.
+func UnmarshalJSON(data []byte, v any, what string, strict bool) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if strict {
 		dec.DisallowUnknownFields()
@@ -232,9 +241,10 @@ func jsonTypeName(goType string) string {
 	return goType
 }
 
-// parseVersion reads a model version from a URL segment or a JSON value
-// ("" or absent = latest).
-func parseVersion(s string) (int64, error) {
+// ParseVersion reads a model version from a URL segment, a header or a JSON
+// value ("" or absent = 0, the latest); anything but a positive integer is
+// ErrBadRequest.
+func ParseVersion(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, nil
@@ -246,12 +256,14 @@ func parseVersion(s string) (int64, error) {
 	return v, nil
 }
 
-// encodedResponse is a response body ready to send.
-type encodedResponse struct {
-	body []byte
-	// headerLen is the JSON part's length when binary data follows it, else
-	// -1.
-	headerLen int
+// Response is an encoded inference response, ready to send.
+type Response struct {
+	// Body is the JSON response, followed by the raw bytes of the binary
+	// outputs when HeaderLen >= 0.
+	Body []byte
+	// HeaderLen is the length of the JSON part when binary data follows it
+	// (the value of the Inference-Header-Content-Length header), else -1.
+	HeaderLen int
 }
 
 // appendOutputFields writes the dtype/shape/data (or binary_data_size) of an
@@ -259,7 +271,7 @@ type encodedResponse struct {
 func appendOutputFields(b []byte, nt serving.NamedTensor, dtypeKey, dtype string, binary bool, bin *[][]byte) ([]byte, error) {
 	t := nt.Tensor
 	if t == nil {
-		return nil, fmt.Errorf("httpapi: output %q: the backend returned no tensor", nt.Name)
+		return nil, fmt.Errorf("payload: output %q: the backend returned no tensor", nt.Name)
 	}
 	b = append(b, '"')
 	b = append(b, dtypeKey...)
@@ -279,9 +291,9 @@ func appendOutputFields(b []byte, nt serving.NamedTensor, dtypeKey, dtype string
 }
 
 // finishResponse appends the binary parts after the JSON header.
-func finishResponse(header []byte, bin [][]byte) encodedResponse {
+func finishResponse(header []byte, bin [][]byte) Response {
 	if len(bin) == 0 {
-		return encodedResponse{body: header, headerLen: -1}
+		return Response{Body: header, HeaderLen: -1}
 	}
 	size := len(header)
 	for _, p := range bin {
@@ -292,5 +304,5 @@ func finishResponse(header []byte, bin [][]byte) encodedResponse {
 	for _, p := range bin {
 		body = append(body, p...)
 	}
-	return encodedResponse{body: body, headerLen: len(header)}
+	return Response{Body: body, HeaderLen: len(header)}
 }

@@ -1,4 +1,4 @@
-package httpapi
+package payload
 
 import (
 	"encoding/binary"
@@ -13,7 +13,7 @@ import (
 )
 
 // checkShape validates a declared shape: non-negative dims, an element count
-// that fits int64 and Options.MaxTensorElements. It returns the count.
+// that fits int64 and the limit maxElems. It returns the count.
 func checkShape(name string, shape []int64, maxElems int64) (int64, error) {
 	if shape == nil {
 		return 0, badRequest("input %q: no shape (give \"shape\": [...], [] for a scalar)", name)
@@ -446,7 +446,7 @@ func appendJSONData(b []byte, name string, t *tensor.Tensor) ([]byte, error) {
 		return nil, badRequest("output %q is %s, which JSON cannot carry; ask for it with binary_data", name, dt)
 	}
 	if dt != tensor.String && int64(len(t.Data)) != n*int64(dt.Size()) {
-		return nil, fmt.Errorf("httpapi: output %q: %s holds %d bytes", name, t, len(t.Data))
+		return nil, fmt.Errorf("payload: output %q: %s holds %d bytes", name, t, len(t.Data))
 	}
 	b = append(b, '[')
 	for i := int64(0); i < n; i++ {

@@ -1,4 +1,4 @@
-package httpapi
+package payload
 
 import (
 	"strings"
@@ -24,9 +24,9 @@ var oipNames = map[tensor.DType]string{
 	tensor.String:   "BYTES",
 }
 
-// oipDatatype returns dt's Open Inference Protocol name; types the protocol
+// OIPDatatype returns dt's Open Inference Protocol name; types the protocol
 // has no name for (complex) get their upper-cased xserve name.
-func oipDatatype(dt tensor.DType) string {
+func OIPDatatype(dt tensor.DType) string {
 	if s, ok := oipNames[dt]; ok {
 		return s
 	}

@@ -1,8 +1,9 @@
-package httpapi
+package payload
 
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -13,41 +14,48 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// Content codings the server reads and writes.
+// Content codings the codecs read and write (the values of Content-Encoding).
 const (
-	encGzip     = "gzip"
-	encZstd     = "zstd"
-	encDeflate  = "deflate" // zlib format, as HTTP's "deflate" means
-	encIdentity = "identity"
+	EncodingGzip     = "gzip"
+	EncodingZstd     = "zstd"
+	EncodingDeflate  = "deflate" // zlib format, as HTTP's "deflate" means
+	EncodingIdentity = "identity"
 )
 
-// codecs holds the server's compressors and decompressors. Its methods are
-// safe for concurrent use.
-type codecs struct {
-	maxOut  int64 // Options.MaxDecompressedBytes
+// Codecs compresses and decompresses bodies. Its methods are safe for
+// concurrent use; Close it when done.
+type Codecs struct {
+	maxOut  int64 // the most bytes Decode produces
 	zstdDec sync.Pool
 	zstdEnc *zstd.Encoder // EncodeAll is safe for concurrent use
 	gzipW   sync.Pool
 }
 
-func newCodecs(maxOut int64) (*codecs, error) {
+// NewCodecs returns codecs whose Decode refuses to produce more than
+// maxDecompressed bytes.
+func NewCodecs(maxDecompressed int64) (*Codecs, error) {
+	if maxDecompressed <= 0 {
+		return nil, fmt.Errorf("payload: NewCodecs: the decompression limit is %d, want > 0", maxDecompressed)
+	}
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return nil, err
 	}
-	return &codecs{maxOut: maxOut, zstdEnc: enc}, nil
+	return &Codecs{maxOut: maxDecompressed, zstdEnc: enc}, nil
 }
 
-// close releases the zstd encoder.
-func (cs *codecs) close() { cs.zstdEnc.Close() }
+// Close releases the zstd encoder.
+func (cs *Codecs) Close() { cs.zstdEnc.Close() }
 
-// decode undoes a request's Content-Encoding. It streams the decompression
+// Decode undoes a body's Content-Encoding (gzip, zstd, deflate or
+// identity; an unknown one is ErrUnsupportedEncoding, corrupt data
+// ErrBadRequest). It streams the decompression
 // through a hard limit of maxOut bytes, so a small body that expands without
 // bound (a "zip bomb") costs at most maxOut bytes before it is refused with
 // ErrTooLarge. It returns body itself for no encoding.
-func (cs *codecs) decode(encoding string, body []byte) ([]byte, error) {
+func (cs *Codecs) Decode(encoding string, body []byte) ([]byte, error) {
 	enc := strings.ToLower(strings.TrimSpace(encoding))
-	if enc == "" || enc == encIdentity {
+	if enc == "" || enc == EncodingIdentity {
 		return body, nil
 	}
 	if strings.Contains(enc, ",") {
@@ -55,21 +63,21 @@ func (cs *codecs) decode(encoding string, body []byte) ([]byte, error) {
 	}
 	var r io.Reader
 	switch enc {
-	case encGzip, "x-gzip":
+	case EncodingGzip, "x-gzip":
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
 			return nil, badRequest("Content-Encoding gzip: the body is not gzip data: %v", err)
 		}
 		defer zr.Close()
 		r = zr
-	case encDeflate:
+	case EncodingDeflate:
 		zr, err := zlib.NewReader(bytes.NewReader(body))
 		if err != nil {
 			return nil, badRequest("Content-Encoding deflate: the body is not zlib data: %v", err)
 		}
 		defer zr.Close()
 		r = zr
-	case encZstd:
+	case EncodingZstd:
 		zr, err := cs.zstdReader()
 		if err != nil {
 			return nil, err
@@ -110,7 +118,7 @@ func (e *encodingError) Error() string {
 }
 func (e *encodingError) Unwrap() error { return ErrUnsupportedEncoding }
 
-func (cs *codecs) zstdReader() (*zstd.Decoder, error) {
+func (cs *Codecs) zstdReader() (*zstd.Decoder, error) {
 	if d, ok := cs.zstdDec.Get().(*zstd.Decoder); ok {
 		return d, nil
 	}
@@ -123,10 +131,10 @@ func (cs *codecs) zstdReader() (*zstd.Decoder, error) {
 		zstd.WithDecoderMaxWindow(uint64(min(max(cs.maxOut, 1<<20), zstd.MaxWindowSize))))
 }
 
-// acceptEncoding picks the response coding from an Accept-Encoding header:
+// AcceptEncoding picks the response coding from an Accept-Encoding header:
 // zstd, then gzip, then deflate, among those the client accepts (q > 0);
 // "" for none.
-func acceptEncoding(header string) string {
+func AcceptEncoding(header string) string {
 	if header == "" {
 		return ""
 	}
@@ -145,11 +153,11 @@ func acceptEncoding(header string) string {
 		}
 		ok := q > 0
 		switch coding {
-		case encZstd:
+		case EncodingZstd:
 			zstdOK = ok
-		case encGzip, "x-gzip":
+		case EncodingGzip, "x-gzip":
 			gzipOK = ok
-		case encDeflate:
+		case EncodingDeflate:
 			deflateOK = ok
 		case "*":
 			star = ok
@@ -157,23 +165,25 @@ func acceptEncoding(header string) string {
 	}
 	switch {
 	case zstdOK:
-		return encZstd
+		return EncodingZstd
 	case gzipOK:
-		return encGzip
+		return EncodingGzip
 	case deflateOK:
-		return encDeflate
+		return EncodingDeflate
 	case star:
-		return encGzip
+		return EncodingGzip
 	}
 	return ""
 }
 
-// encode compresses body with the coding acceptEncoding chose.
-func (cs *codecs) encode(enc string, body []byte) ([]byte, error) {
+// Encode compresses body with enc (EncodingZstd, EncodingGzip or
+// EncodingDeflate, as AcceptEncoding chose); any other value returns body
+// itself.
+func (cs *Codecs) Encode(enc string, body []byte) ([]byte, error) {
 	switch enc {
-	case encZstd:
+	case EncodingZstd:
 		return cs.zstdEnc.EncodeAll(body, make([]byte, 0, len(body)/2+64)), nil
-	case encGzip:
+	case EncodingGzip:
 		var buf bytes.Buffer
 		buf.Grow(len(body)/2 + 64)
 		zw, _ := cs.gzipW.Get().(*gzip.Writer)
@@ -193,7 +203,7 @@ func (cs *codecs) encode(enc string, body []byte) ([]byte, error) {
 			return nil, err
 		}
 		return buf.Bytes(), nil
-	case encDeflate:
+	case EncodingDeflate:
 		var buf bytes.Buffer
 		zw, _ := zlib.NewWriterLevel(&buf, zlib.BestSpeed)
 		if _, err := zw.Write(body); err != nil {

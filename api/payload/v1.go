@@ -1,9 +1,10 @@
-package httpapi
+package payload
 
 import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
@@ -45,26 +46,47 @@ func (o *v1Output) UnmarshalJSON(b []byte) error {
 		BinaryData *bool                      `json:"binary_data"`
 		Parameters map[string]json.RawMessage `json:"parameters"`
 	}
-	if err := unmarshalJSON(b, &p, "an output", true); err != nil {
+	if err := UnmarshalJSON(b, &p, "an output", true); err != nil {
 		return err
 	}
 	o.Name, o.BinaryData, o.Parameters = p.Name, p.BinaryData, p.Parameters
 	return nil
 }
 
-// decodeV1 decodes the JSON header of a /v1/infer request and takes the
-// binary input bytes from br.
-func decodeV1(header []byte, br *binaryReader, maxElems int64) (*decoded, error) {
-	var r v1Request
-	if err := unmarshalJSON(header, &r, "the request", true); err != nil {
+// DecodeV1 decodes the body of a /v1/infer request: JSON, or with the binary
+// tensor extension a JSON header of headerLen bytes (the value of the
+// Inference-Header-Content-Length header; "" when there is none) followed by
+// the inputs' raw bytes. model is the model the transport names (a NATS
+// subject); "" means the body must name it, and a body that names another
+// one is refused. Tensors may point into body, which the caller must not
+// reuse. No tensor declares more than maxElems elements.
+func DecodeV1(body []byte, headerLen, model string, maxElems int64) (*Request, error) {
+	header, rest, err := splitBody(body, headerLen)
+	if err != nil {
 		return nil, err
 	}
-	if r.Model == "" {
-		return nil, badRequest(`the request names no "model"`)
+	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(headerLen) != ""}
+	return decodeV1(header, br, model, maxElems)
+}
+
+// decodeV1 decodes the JSON header of a /v1/infer request and takes the
+// binary input bytes from br.
+func decodeV1(header []byte, br *binaryReader, model string, maxElems int64) (*Request, error) {
+	var r v1Request
+	if err := UnmarshalJSON(header, &r, "the request", true); err != nil {
+		return nil, err
 	}
-	d := &decoded{model: r.Model, req: &serving.InferRequest{ID: r.ID, Inputs: map[string]*tensor.Tensor{}}, binaryOut: map[string]bool{}}
+	switch {
+	case r.Model == "" && model == "":
+		return nil, badRequest(`the request names no "model"`)
+	case r.Model == "":
+		r.Model = model
+	case model != "" && r.Model != model:
+		return nil, badRequest("the request names model %q but was sent to model %q", r.Model, model)
+	}
+	d := &Request{Model: r.Model, Infer: &serving.InferRequest{ID: r.ID, Inputs: map[string]*tensor.Tensor{}}, binaryOut: map[string]bool{}}
 	var err error
-	if d.version, err = versionFromJSON(r.Version); err != nil {
+	if d.Version, err = versionFromJSON(r.Version); err != nil {
 		return nil, err
 	}
 	if err := requestParams(d, r.Parameters, false); err != nil {
@@ -101,14 +123,14 @@ func decodeV1(header []byte, br *binaryReader, maxElems int64) (*decoded, error)
 		if err := dec.Decode(&in); err != nil {
 			return nil, jsonError(err, "input "+strconv.Quote(name))
 		}
-		if _, dup := d.req.Inputs[name]; dup {
+		if _, dup := d.Infer.Inputs[name]; dup {
 			return nil, badRequest("input %q is given twice", name)
 		}
 		t, err := decodeInput(tensorIn{name: name, dtype: in.DType, shape: in.Shape, data: in.Data, params: in.Parameters}, br, maxElems)
 		if err != nil {
 			return nil, err
 		}
-		d.req.Inputs[name] = t
+		d.Infer.Inputs[name] = t
 	}
 	if err := br.finish(); err != nil {
 		return nil, err
@@ -129,11 +151,12 @@ func versionFromJSON(raw json.RawMessage) (int64, error) {
 	} else {
 		s = string(raw)
 	}
-	return parseVersion(s)
+	return ParseVersion(s)
 }
 
-// encodeV1 writes the response of /v1/infer.
-func encodeV1(d *decoded, resp *serving.InferResponse) (encodedResponse, error) {
+// EncodeV1 encodes the response of a /v1/infer request d: JSON, with the
+// outputs d asks for in binary after the JSON header.
+func EncodeV1(d *Request, resp *serving.InferResponse) (Response, error) {
 	b := make([]byte, 0, 256+outputSizeHint(resp))
 	b = append(b, `{"model":`...)
 	b = appendJSONString(b, resp.ModelName)
@@ -154,8 +177,8 @@ func encodeV1(d *decoded, resp *serving.InferResponse) (encodedResponse, error) 
 		if nt.Tensor != nil {
 			dt = nt.Tensor.DType
 		}
-		if b, err = appendOutputFields(b, nt, "dtype", dt.String(), d.wantsBinary(nt.Name), &bin); err != nil {
-			return encodedResponse{}, err
+		if b, err = appendOutputFields(b, nt, "dtype", dt.String(), d.WantsBinary(nt.Name), &bin); err != nil {
+			return Response{}, err
 		}
 		b = append(b, '}')
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package payload
 
 import (
 	"encoding/binary"

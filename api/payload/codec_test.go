@@ -1,13 +1,15 @@
-package httpapi
+package payload
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -266,30 +268,76 @@ func TestAcceptEncoding(t *testing.T) {
 		"gzip;q=0.5, deflate;q=1.0": "gzip",
 		"GZIP;Q=0":                  "",
 	} {
-		if got := acceptEncoding(header); got != want {
-			t.Errorf("acceptEncoding(%q) = %q, want %q", header, got, want)
+		if got := AcceptEncoding(header); got != want {
+			t.Errorf("AcceptEncoding(%q) = %q, want %q", header, got, want)
 		}
 	}
 }
 
-func TestOptionsValidate(t *testing.T) {
-	o := Options{MaxBodyBytes: -1, ReadTimeout: -1, CompressMinBytes: -2}
-	o.setDefaults()
-	err := o.validate()
-	for _, want := range []string{"Options.MaxBodyBytes is -1", "Options.ReadTimeout is -1ns", "Options.CompressMinBytes is -2"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("validate: %v, want it to contain %q", err, want)
+func TestFloatFormattingIsShortest(t *testing.T) {
+	x := tensor.FromFloat32s([]float32{float32(math.Pi), 1.0 / 3})
+	b, _ := appendJSONData(nil, "x", x)
+	if string(b) != "[3.1415927,0.33333334]" {
+		t.Errorf("got %s", b)
+	}
+}
+
+// TestClientRoundTrip encodes a request as a client does, decodes it as a
+// server does, encodes the answer and decodes it as the client, in JSON and
+// in binary.
+func TestClientRoundTrip(t *testing.T) {
+	x := tensor.FromFloat32s([]float32{1.5, -2, float32(math.Inf(1)), 0.25, 3, 4})
+	x.Shape = []int64{2, 3}
+	ids := tensor.New(tensor.Int64, 2)
+	ids.SetInt64(0, 7)
+	ids.SetInt64(1, -9)
+	inputs := []serving.NamedTensor{{Name: "x", Tensor: x}, {Name: "ids", Tensor: ids}}
+	for _, binary := range []bool{false, true} {
+		body, hl, err := EncodeV1Request("", 2, "r-1", inputs, binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if binary != (hl >= 0) {
+			t.Fatalf("binary %v: header length %d", binary, hl)
+		}
+		hdr := ""
+		if hl >= 0 {
+			hdr = strconv.Itoa(hl)
+		}
+		if _, err := DecodeV1(body, hdr, "", 1<<20); err == nil || !strings.Contains(err.Error(), `names no "model"`) {
+			t.Errorf("no model anywhere: %v", err)
+		}
+		req, err := DecodeV1(body, hdr, "m", 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.Model != "m" || req.Version != 2 || req.Infer.ID != "r-1" || len(req.Infer.Inputs) != 2 {
+			t.Fatalf("decoded %+v", req)
+		}
+		resp := &serving.InferResponse{ID: "r-1", ModelName: "m", ModelVersion: 2, Outputs: inputs}
+		enc, err := EncodeV1(req, resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr = ""
+		if enc.HeaderLen >= 0 {
+			hdr = strconv.Itoa(enc.HeaderLen)
+		}
+		if binary != (enc.HeaderLen >= 0) {
+			t.Errorf("binary %v: response header length %d", binary, enc.HeaderLen)
+		}
+		got, err := DecodeV1Response(enc.Body, hdr, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != "r-1" || got.ModelName != "m" || got.ModelVersion != 2 || len(got.Outputs) != 2 || got.Outputs[0].Name != "x" || got.Outputs[1].Name != "ids" {
+			t.Fatalf("response %+v", got)
+		}
+		if !bytes.Equal(got.Outputs[0].Tensor.Data, x.Data) || !bytes.Equal(got.Outputs[1].Tensor.Data, ids.Data) || tensor.ShapeString(got.Outputs[0].Tensor.Shape) != "[2,3]" {
+			t.Errorf("binary %v: outputs %v %v", binary, got.Outputs[0].Tensor.Float64s(), got.Outputs[1].Tensor.Int64s())
 		}
 	}
-	var def Options
-	def.setDefaults()
-	if err := def.validate(); err != nil {
-		t.Fatal(err)
-	}
-	if def.MaxBodyBytes != 64<<20 || def.MaxDecompressedBytes != 256<<20 || def.MaxTensorElements != 1<<28 {
-		t.Errorf("defaults: %+v", def)
-	}
-	if _, err := New(&echoBackend{}, Options{MaxDecompressedBytes: -5}); err == nil || !strings.Contains(err.Error(), "MaxDecompressedBytes is -5") {
-		t.Errorf("New with bad options: %v", err)
+	if _, err := DecodeV1([]byte(`{"model": "a", "inputs": {}}`), "", "b", 10); err == nil || !strings.Contains(err.Error(), `names model "a" but was sent to model "b"`) {
+		t.Errorf("model mismatch: %v", err)
 	}
 }

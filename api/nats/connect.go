@@ -1,0 +1,151 @@
+package natsapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnOptions configure Connect. The zero value of every field means its
+// default.
+type ConnOptions struct {
+	// Name is the connection's name as the server reports it; default
+	// "xserve".
+	Name string
+	// CredsFile is a NATS credentials file (a user JWT and its NKey seed).
+	CredsFile string
+	// Token is an authentication token.
+	Token string
+	// TLSCert and TLSKey are a client certificate and its key (PEM files)
+	// for servers that require one; TLSCA is the CA bundle that signs the
+	// server's certificate. Any of them turns TLS on.
+	TLSCert, TLSKey, TLSCA string
+	// ConnectTimeout bounds one connection attempt; default 5s.
+	ConnectTimeout time.Duration
+	// ReconnectWait is the first pause between attempts (initial connect
+	// and reconnects); it doubles per attempt up to MaxReconnectWait, with
+	// random jitter. Defaults 250ms and 5s.
+	ReconnectWait, MaxReconnectWait time.Duration
+	// Logger receives disconnects, reconnects and asynchronous errors; nil
+	// means slog.Default().
+	Logger *slog.Logger
+
+	inProcess nats.InProcessConnProvider
+}
+
+// Connect connects to the NATS server or cluster at urls (a comma-separated
+// list of nats:// or tls:// URLs), retrying with backoff until it succeeds
+// or ctx ends; an authentication failure fails at once. The connection then
+// reconnects forever (exponential backoff with jitter, the subscriptions
+// restored), and buffers what is published meanwhile.
+func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, error) {
+	if opts.Name == "" {
+		opts.Name = "xserve"
+	}
+	if opts.ConnectTimeout == 0 {
+		opts.ConnectTimeout = 5 * time.Second
+	}
+	if opts.ReconnectWait == 0 {
+		opts.ReconnectWait = 250 * time.Millisecond
+	}
+	if opts.MaxReconnectWait == 0 {
+		opts.MaxReconnectWait = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	log := opts.Logger
+	if (opts.TLSCert == "") != (opts.TLSKey == "") {
+		return nil, errors.New("natsapi: a TLS client certificate needs both its certificate and its key file")
+	}
+	if opts.CredsFile != "" && opts.Token != "" {
+		return nil, errors.New("natsapi: give a credentials file or a token, not both")
+	}
+	backoff := func(attempt int) time.Duration {
+		d := opts.ReconnectWait << min(attempt, 16)
+		d = min(d, opts.MaxReconnectWait)
+		return d/2 + rand.N(d/2+1) // jitter: half to the whole of it
+	}
+	nopts := []nats.Option{
+		nats.Name(opts.Name),
+		nats.Timeout(opts.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(backoff),
+		// A server that vanished without closing the connection is noticed
+		// within a minute.
+		nats.PingInterval(20 * time.Second),
+		nats.MaxPingsOutstanding(3),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("NATS disconnected; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("NATS error", "subject", subject, "err", err)
+		}),
+	}
+	if opts.CredsFile != "" {
+		nopts = append(nopts, nats.UserCredentials(opts.CredsFile))
+	}
+	if opts.Token != "" {
+		nopts = append(nopts, nats.Token(opts.Token))
+	}
+	if opts.TLSCert != "" {
+		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
+	}
+	if opts.TLSCA != "" {
+		nopts = append(nopts, nats.RootCAs(opts.TLSCA))
+	}
+	if opts.inProcess != nil {
+		nopts = append(nopts, nats.InProcessServer(opts.inProcess))
+	}
+	for attempt := 0; ; attempt++ {
+		nc, err := nats.Connect(urls, nopts...)
+		if err == nil {
+			return nc, nil
+		}
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			return nil, fmt.Errorf("natsapi: connect to %s: %w", redact(urls), err)
+		}
+		wait := backoff(attempt)
+		log.Warn("cannot connect to NATS; retrying", "url", redact(urls), "err", err, "retry_in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("natsapi: connect to %s: %w (last error: %v)", redact(urls), ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// redact hides the passwords and tokens of a comma-separated list of URLs,
+// for messages.
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		} else {
+			u.User = url.User("xxxxx")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}

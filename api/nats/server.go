@@ -1,0 +1,712 @@
+package natsapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/serving"
+)
+
+// Backend is what the server needs of the model server. *serving.Manager
+// implements it; the methods have its contract: they are safe for
+// concurrent use, errors wrap package serving's sentinels (mapped to status
+// codes by payload.Status), and model names come straight from clients, so
+// the backend validates them.
+type Backend interface {
+	// Infer runs one request on model version (0 = the latest ready one).
+	Infer(ctx context.Context, model string, version int64, req *serving.InferRequest) (*serving.InferResponse, error)
+	// Metadata describes model version (0 = latest).
+	Metadata(model string, version int64) (*serving.Metadata, error)
+	// Status lists every known model version.
+	Status() []serving.ModelStatus
+}
+
+// *serving.Manager is the production Backend.
+var _ Backend = (*serving.Manager)(nil)
+
+// Sentinel errors of the package.
+var (
+	// ErrServerClosed: the server is shutting down; a request that arrives
+	// then is answered 503.
+	ErrServerClosed = errors.New("natsapi: server closed")
+	// ErrOverloaded: the worker pool's queue is full; answered 429.
+	ErrOverloaded = errors.New("natsapi: overloaded")
+	// ErrReplyTooLarge: the reply would exceed the NATS server's
+	// max_payload; answered 413.
+	ErrReplyTooLarge = errors.New("natsapi: reply too large")
+	// ErrBadHeader: a request header has a value the protocol does not
+	// allow; answered 400.
+	ErrBadHeader = errors.New("natsapi: bad header")
+)
+
+// statusOf maps an error to its status code: the package's own errors, then
+// the table HTTP shares (payload.Status).
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrServerClosed):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrOverloaded):
+		return http.StatusTooManyRequests
+	case errors.Is(err, ErrReplyTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrBadHeader):
+		return http.StatusBadRequest
+	}
+	return payload.Status(err)
+}
+
+// Server answers inference requests over NATS. Create it with New (it serves
+// at once), stop it with Shutdown.
+//
+// Lock order: svcMu, then mu, then statsMu.
+type Server struct {
+	backend Backend
+	opts    Options
+	log     *slog.Logger
+	nc      *nats.Conn
+	codecs  *payload.Codecs
+
+	// ctx is the parent of every backend call; cancelled when Shutdown gives
+	// up waiting, so that stragglers stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	jobs    chan *job
+	workers sync.WaitGroup
+	queued  atomic.Int64 // requests in jobs (atomic)
+
+	mu      sync.RWMutex // guards stopped; held (read) while sending on jobs
+	stopped bool         // jobs is closed
+
+	svcMu       sync.Mutex // guards svc and fingerprint
+	svc         micro.Service
+	fingerprint string
+	replica     atomic.Value // string: the current service instance id
+
+	statsMu sync.Mutex // guards stats and served
+	stats   map[string]*modelStats
+	// served holds the models with an endpoint: durable requests for other
+	// names are counted under "*", so that clients cannot grow stats.
+	served map[string]bool
+
+	// baseSubs is the connection's subscription count that is not the
+	// server's (JetStream's request mux); Shutdown waits for the count to
+	// fall back to it.
+	baseSubs int
+
+	durable *durable // nil without Options.Durable
+
+	closing  atomic.Bool // Shutdown began (atomic)
+	syncStop chan struct{}
+	syncDone chan struct{}
+	shutdown sync.Once
+	stopErr  error
+}
+
+// job is one request waiting for, or run by, a worker.
+type job struct {
+	model    string // from the subject; "" when the body names it
+	reply    string // where the answer goes
+	header   nats.Header
+	data     []byte
+	received time.Time
+	stats    *modelStats
+	// sent is when the client sent a durable request (its JetStream
+	// timestamp); the zero time for plain requests.
+	sent time.Time
+	msg  jetstream.Msg // a durable request; nil for plain ones
+	done func()        // called when the job is finished; may be nil
+}
+
+// modelStats counts one model's requests on this replica; the fields are
+// accessed atomically.
+type modelStats struct {
+	model       string
+	requests    atomic.Int64 // answered, plain and durable
+	errors      atomic.Int64 // answered with an error
+	overloaded  atomic.Int64 // refused with 429 by the worker pool
+	durable     atomic.Int64 // durable requests answered
+	redelivered atomic.Int64 // durable requests answered on a redelivery
+	inflight    atomic.Int64
+	nanos       atomic.Int64 // total time from receipt to reply
+}
+
+// EndpointData is the "data" of each endpoint in $SRV.STATS: this replica's
+// own counts for the endpoint's model ("*" for the any-model subject),
+// cumulative since the server started.
+type EndpointData struct {
+	Model string `json:"model"`
+	// Replica is the service instance id.
+	Replica string `json:"replica"`
+	// Requests counts the requests answered (plain and durable, successes
+	// and errors); Errors those answered with an error; Overloaded those
+	// refused with 429 because the worker queue was full.
+	Requests   int64 `json:"requests"`
+	Errors     int64 `json:"errors"`
+	Overloaded int64 `json:"overloaded"`
+	// Durable counts the durable requests answered, Redelivered those of
+	// them that had been delivered before (to a replica that failed).
+	Durable     int64 `json:"durable"`
+	Redelivered int64 `json:"redelivered"`
+	// InFlight is the number being worked on now; Queued the requests
+	// waiting for a worker (all models).
+	InFlight int64 `json:"in_flight"`
+	Queued   int64 `json:"queued"`
+	// AverageLatency is the mean time from receiving a request to
+	// publishing its reply, in nanoseconds.
+	AverageLatency time.Duration `json:"average_latency"`
+}
+
+// New starts serving backend's models on opts.Conn: it subscribes an
+// endpoint per READY model (and follows the backend as models load and
+// unload), starts the worker pool, registers the micro service and, with
+// Durable, creates or updates the stream and consumer and starts consuming.
+func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
+	if backend == nil {
+		return nil, errors.New("natsapi: New: backend is nil")
+	}
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if n := opts.Conn.NumSubscriptions(); n > 0 {
+		return nil, fmt.Errorf("natsapi: Options.Conn already has %d subscriptions; give the server a connection of its own", n)
+	}
+	cs, err := payload.NewCodecs(opts.MaxDecompressedBytes)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		backend:  backend,
+		opts:     opts,
+		log:      opts.Logger,
+		nc:       opts.Conn,
+		codecs:   cs,
+		jobs:     make(chan *job, opts.QueueSize),
+		stats:    map[string]*modelStats{},
+		served:   map[string]bool{},
+		syncStop: make(chan struct{}),
+		syncDone: make(chan struct{}),
+	}
+	s.replica.Store("")
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	fail := func(err error) (*Server, error) {
+		s.cancel()
+		cs.Close()
+		return nil, err
+	}
+	if opts.Durable {
+		if s.durable, err = s.setupDurable(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	// JetStream's API calls may have left the connection's request mux
+	// subscribed; it is not the server's to drain.
+	s.baseSubs = s.nc.NumSubscriptions()
+	for range opts.Workers {
+		s.workers.Go(s.worker)
+	}
+	if err := s.Sync(); err != nil {
+		s.stopWorkers()
+		return fail(err)
+	}
+	if s.durable != nil {
+		if err := s.startDurable(); err != nil {
+			s.svcMu.Lock()
+			s.svc.Stop()
+			s.svcMu.Unlock()
+			s.stopWorkers()
+			return fail(err)
+		}
+	}
+	go s.syncLoop()
+	return s, nil
+}
+
+// ID returns the service instance id of the replica (the Xserve-Replica
+// header of its replies and the id in $SRV.PING). It changes when the set of
+// models changes, as the endpoints are then registered anew.
+func (s *Server) ID() string { return s.replica.Load().(string) }
+
+// Subject returns the request subject of model ("" for the any-model
+// subject).
+func (s *Server) Subject(model string) string { return inferSubject(s.opts.Prefix, model) }
+
+// DurableSubject returns the durable request subject of model ("" for the
+// any-model subject).
+func (s *Server) DurableSubject(model string) string { return durableSubject(s.opts.Prefix, model) }
+
+func inferSubject(prefix, model string) string {
+	if model == "" {
+		return prefix + ".infer"
+	}
+	return prefix + ".infer." + model
+}
+
+func durableSubject(prefix, model string) string {
+	if model == "" {
+		return prefix + ".durable"
+	}
+	return prefix + ".durable." + model
+}
+
+// Stats returns this replica's counts by model ("*" for requests on the
+// any-model subject).
+func (s *Server) Stats() map[string]EndpointData {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	out := make(map[string]EndpointData, len(s.stats))
+	for m, st := range s.stats {
+		out[m] = s.data(st)
+	}
+	return out
+}
+
+// statsFor returns the counters of model ("" = the any-model subject); a
+// model without an endpoint counts under "*".
+func (s *Server) statsFor(model string) *modelStats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	if model == "" || !s.served[model] {
+		model = "*"
+	}
+	st := s.stats[model]
+	if st == nil {
+		st = &modelStats{model: model}
+		s.stats[model] = st
+	}
+	return st
+}
+
+func (s *Server) data(st *modelStats) EndpointData {
+	d := EndpointData{
+		Model:       st.model,
+		Replica:     s.ID(),
+		Requests:    st.requests.Load(),
+		Errors:      st.errors.Load(),
+		Overloaded:  st.overloaded.Load(),
+		Durable:     st.durable.Load(),
+		Redelivered: st.redelivered.Load(),
+		InFlight:    st.inflight.Load(),
+		Queued:      s.queued.Load(),
+	}
+	if d.Requests > 0 {
+		d.AverageLatency = time.Duration(st.nanos.Load() / d.Requests)
+	}
+	return d
+}
+
+// handler returns the micro handler of model's subject: it queues the
+// request for the worker pool, or answers 429 when the queue is full. It
+// never blocks.
+func (s *Server) handler(model string, st *modelStats) micro.HandlerFunc {
+	return func(r micro.Request) {
+		j := &job{
+			model:    model,
+			reply:    r.Reply(),
+			header:   nats.Header(r.Headers()),
+			data:     r.Data(),
+			received: time.Now(),
+			stats:    st,
+		}
+		if j.reply == "" {
+			s.log.Debug("natsapi: request without a reply subject dropped", "subject", r.Subject())
+			return
+		}
+		if err := s.enqueue(j, false); err != nil {
+			if errors.Is(err, ErrOverloaded) {
+				st.overloaded.Add(1)
+			}
+			s.finish(j, nil, err)
+		}
+	}
+}
+
+// enqueue hands j to the worker pool: at once or not at all (ErrOverloaded),
+// or, with wait, once there is room.
+func (s *Server) enqueue(j *job, wait bool) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.stopped {
+		return fmt.Errorf("%w: the replica is shutting down; retry", ErrServerClosed)
+	}
+	s.queued.Add(1)
+	if wait {
+		s.jobs <- j
+		return nil
+	}
+	select {
+	case s.jobs <- j:
+		return nil
+	default:
+		s.queued.Add(-1)
+		return fmt.Errorf("%w: %d requests are waiting for this replica's %d workers; retry later", ErrOverloaded, s.opts.QueueSize, s.opts.Workers)
+	}
+}
+
+func (s *Server) worker() {
+	for j := range s.jobs {
+		s.queued.Add(-1)
+		s.work(j)
+	}
+}
+
+// work answers one request.
+func (s *Server) work(j *job) {
+	j.stats.inflight.Add(1)
+	defer j.stats.inflight.Add(-1)
+	var stopProgress func()
+	if j.msg != nil {
+		stopProgress = s.reportProgress(j.msg)
+	}
+	reply, err := s.answerSafely(j)
+	if stopProgress != nil {
+		stopProgress()
+	}
+	s.finish(j, reply, err)
+}
+
+// answerSafely runs answer, turning a panic into an error.
+func (s *Server) answerSafely(j *job) (reply *nats.Msg, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("natsapi: handler panicked", "model", j.model, "panic", p, "stack", string(debug.Stack()))
+			reply, err = nil, fmt.Errorf("natsapi: internal error: %v", p)
+		}
+	}()
+	return s.answer(j)
+}
+
+// requestID is the request's id from its headers: X-Request-Id, else
+// Nats-Msg-Id.
+func requestID(h nats.Header) string {
+	if id := headerValue(h, HeaderRequestID); id != "" {
+		return id
+	}
+	return headerValue(h, HeaderMsgID)
+}
+
+// headerValue returns the first value of key, matched without regard to
+// case (NATS keeps header names as sent).
+func headerValue(h nats.Header, key string) string {
+	if h == nil {
+		return ""
+	}
+	if v := h[key]; len(v) > 0 {
+		return strings.TrimSpace(v[0])
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return strings.TrimSpace(v[0])
+		}
+	}
+	return ""
+}
+
+// answer decodes the request, runs it and encodes the reply (with no
+// subject yet).
+func (s *Server) answer(j *job) (*nats.Msg, error) {
+	h := j.header
+	ctx := s.ctx
+	if raw := headerValue(h, HeaderTimeout); raw != "" {
+		d, err := time.ParseDuration(raw)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%w: %s %q: want a positive Go duration such as 500ms or 5s", ErrBadHeader, HeaderTimeout, raw)
+		}
+		start := j.received
+		if !j.sent.IsZero() {
+			start = j.sent
+		}
+		if waited := time.Since(start); waited >= d {
+			return nil, fmt.Errorf("%w: the request's %s of %v passed before a worker took it (it waited %v)", context.DeadlineExceeded, HeaderTimeout, d, waited.Round(time.Millisecond))
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, start.Add(d))
+		defer cancel()
+	}
+	body, err := s.codecs.Decode(headerValue(h, HeaderContentEncoding), j.data)
+	if err != nil {
+		return nil, err
+	}
+	version, err := payload.ParseVersion(headerValue(h, HeaderModelVersion))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderModelVersion, err)
+	}
+	hl := headerValue(h, HeaderInferenceLength)
+	var d *payload.Request
+	proto := strings.ToLower(headerValue(h, HeaderProtocol))
+	switch proto {
+	case "", "v1":
+		d, err = payload.DecodeV1(body, hl, j.model, s.opts.MaxTensorElements)
+	case "v2", "oip":
+		if j.model == "" {
+			return nil, fmt.Errorf("%w: %s %s needs the model in the subject (%s)", ErrBadHeader, HeaderProtocol, proto, inferSubject(s.opts.Prefix, "<model>"))
+		}
+		d, err = payload.DecodeOIP(j.model, version, body, hl, s.opts.MaxTensorElements)
+	default:
+		return nil, fmt.Errorf("%w: %s %q: want v1 (xserve's /v1/infer form) or v2 (the Open Inference Protocol)", ErrBadHeader, HeaderProtocol, proto)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if version != 0 {
+		if d.Version != 0 && d.Version != version {
+			return nil, fmt.Errorf("%w: %s is %d but the body asks for version %d", ErrBadHeader, HeaderModelVersion, version, d.Version)
+		}
+		d.Version = version
+	}
+	if d.Infer.ID == "" {
+		d.Infer.ID = requestID(h)
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	resp, err := s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
+	if err != nil {
+		return nil, err
+	}
+	var enc payload.Response
+	if proto == "v2" || proto == "oip" {
+		enc, err = payload.EncodeOIP(d, resp)
+	} else {
+		enc, err = payload.EncodeV1(d, resp)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := nats.Header{}
+	out.Set(HeaderContentType, "application/json")
+	if enc.HeaderLen >= 0 {
+		out.Set(HeaderContentType, "application/octet-stream")
+		out.Set(HeaderInferenceLength, strconv.Itoa(enc.HeaderLen))
+	}
+	out.Set(HeaderModel, resp.ModelName)
+	out.Set(HeaderModelVersion, strconv.FormatInt(resp.ModelVersion, 10))
+	body = enc.Body
+	if s.opts.CompressMinBytes >= 0 && len(body) >= s.opts.CompressMinBytes {
+		if ce := payload.AcceptEncoding(headerValue(h, HeaderAcceptEncoding)); ce != "" {
+			z, err := s.codecs.Encode(ce, body)
+			if err != nil {
+				return nil, fmt.Errorf("natsapi: compress reply: %w", err)
+			}
+			out.Set(HeaderContentEncoding, ce)
+			body = z
+		}
+	}
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(body))+4096 > max {
+		return nil, fmt.Errorf("%w: the reply is %d bytes, more than the NATS server's max_payload of %d allows; ask for binary outputs or a compressed reply (Accept-Encoding), or raise max_payload", ErrReplyTooLarge, len(body), max)
+	}
+	return &nats.Msg{Header: out, Data: body}, nil
+}
+
+// finish sends the answer to j (reply, or an error reply for err) and, for
+// a durable request, settles it with JetStream: acknowledged once the reply
+// is published, or handed back for another delivery when this replica could
+// not take it (shutting down, model not ready, overloaded) and deliveries
+// are left.
+func (s *Server) finish(j *job, reply *nats.Msg, err error) {
+	if j.done != nil {
+		defer j.done()
+	}
+	st := j.stats
+	var delivered uint64
+	if j.msg != nil {
+		if md, mdErr := j.msg.Metadata(); mdErr == nil {
+			delivered = md.NumDelivered
+		}
+	}
+	if err != nil {
+		code := statusOf(err)
+		if j.msg != nil && (code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests) && delivered < uint64(s.opts.MaxDeliver) {
+			s.log.Debug("natsapi: durable request handed back for redelivery", "model", j.model, "status", code, "err", err)
+			if nerr := j.msg.NakWithDelay(time.Second); nerr != nil {
+				s.log.Warn("natsapi: nak failed; JetStream redelivers after AckWait", "err", nerr)
+			}
+			return
+		}
+		if code == http.StatusInternalServerError {
+			s.log.Error("natsapi: request failed", "model", j.model, "status", code, "err", err)
+		} else {
+			s.log.Debug("natsapi: request rejected", "model", j.model, "status", code, "err", err)
+		}
+		reply = errorReply(err, code)
+		st.errors.Add(1)
+	}
+	reply.Subject = j.reply
+	if id := requestID(j.header); id != "" {
+		reply.Header.Set(HeaderRequestID, id)
+	}
+	reply.Header.Set(HeaderReplica, s.ID())
+	if j.msg != nil {
+		reply.Header.Set(HeaderDelivery, strconv.FormatUint(delivered, 10))
+	}
+	// Counted before the reply leaves, so that a client that got it sees it
+	// in the stats.
+	st.requests.Add(1)
+	st.nanos.Add(int64(time.Since(j.received)))
+	if j.msg != nil {
+		st.durable.Add(1)
+		if delivered > 1 {
+			st.redelivered.Add(1)
+		}
+	}
+	if perr := s.nc.PublishMsg(reply); perr != nil {
+		// The connection is closed or the reply cannot be sent: a durable
+		// request goes to another delivery; a plain client times out.
+		s.log.Warn("natsapi: cannot publish the reply", "model", j.model, "reply_to", j.reply, "err", perr)
+		if j.msg != nil {
+			j.msg.Nak()
+		}
+		return
+	}
+	if j.msg != nil {
+		if aerr := j.msg.Ack(); aerr != nil {
+			s.log.Warn("natsapi: ack failed; the request may be answered again after AckWait", "err", aerr)
+		}
+	}
+}
+
+// errorReply is the error reply for err: the Xserve-Error headers, micro's
+// error headers, and {"error": message}.
+func errorReply(err error, code int) *nats.Msg {
+	msg := err.Error()
+	h := nats.Header{}
+	c := strconv.Itoa(code)
+	hv := headerSafe(msg)
+	h.Set(HeaderContentType, "application/json")
+	h.Set(HeaderError, c)
+	h.Set(HeaderErrorMessage, hv)
+	h.Set(micro.ErrorCodeHeader, c)
+	h.Set(micro.ErrorHeader, hv)
+	if code == http.StatusTooManyRequests {
+		h.Set(HeaderRetryAfter, strconv.Itoa(int((payload.RetryAfter(err)+time.Second-1)/time.Second)))
+	}
+	return &nats.Msg{Header: h, Data: payload.ErrorBody(msg)}
+}
+
+// headerSafe makes a message fit a header value: one line, at most 1 KiB
+// (the body has it whole).
+func headerSafe(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' || r < 0x20 && r != '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 1024 {
+		cut := 1024
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}
+
+// Shutdown stops taking requests and answers the ones taken: it stops the
+// durable consumer (the requests it buffered are still answered), drains the
+// request subscriptions, waits for the queued and running requests to be
+// answered, flushes the replies and closes the connection. If ctx ends first
+// it cancels the backend calls still running, closes the connection and
+// returns ctx's error. Calling it again returns the first call's result.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdown.Do(func() { s.stopErr = s.doShutdown(ctx) })
+	return s.stopErr
+}
+
+func (s *Server) doShutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	close(s.syncStop)
+	<-s.syncDone
+	var errs []error
+	if s.durable != nil {
+		if err := s.stopDurable(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.svcMu.Lock()
+	if s.svc != nil {
+		if err := s.svc.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("natsapi: stop service: %w", err))
+		}
+	}
+	s.svcMu.Unlock()
+	// Drained subscriptions leave the connection once the requests they
+	// had received were handed to the handler.
+	if err := waitUntil(ctx, func() bool { return s.nc.NumSubscriptions() <= s.baseSubs || s.nc.IsClosed() }); err != nil {
+		errs = append(errs, fmt.Errorf("natsapi: shutdown: draining subscriptions: %w", err))
+	}
+	s.stopWorkers()
+	done := make(chan struct{})
+	go func() {
+		s.workers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancel()
+		errs = append(errs, fmt.Errorf("natsapi: shutdown: waiting for in-flight requests: %w", ctx.Err()))
+	}
+	if !s.nc.IsClosed() {
+		fctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, ok := ctx.Deadline(); !ok {
+			fctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		}
+		err := s.nc.FlushWithContext(fctx)
+		cancel()
+		if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, fmt.Errorf("natsapi: shutdown: flushing replies: %w", err))
+		}
+	}
+	s.nc.Close()
+	s.cancel()
+	select {
+	case <-done:
+		s.codecs.Close()
+	default: // workers still finishing: leave the codecs to them
+	}
+	return errors.Join(errs...)
+}
+
+// stopWorkers closes the job queue: the workers finish what it holds and
+// exit; requests arriving later are answered 503.
+func (s *Server) stopWorkers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopped {
+		s.stopped = true
+		close(s.jobs)
+	}
+}
+
+// waitUntil polls cond until it holds or ctx ends.
+func waitUntil(ctx context.Context, cond func() bool) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}

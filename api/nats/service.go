@@ -1,0 +1,266 @@
+package natsapi
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/xserve/xserve/serving"
+)
+
+// endpointSpec is one micro endpoint: a model's request subject, or the
+// any-model subject (model "").
+type endpointSpec struct {
+	name     string
+	model    string
+	subject  string
+	metadata map[string]string
+}
+
+// Sync registers the endpoints of the models the backend serves READY now,
+// when they differ from those registered: a new micro service instance with
+// the new endpoints subscribes before the old one drains, so requests are
+// never without a subscriber. The server calls it every
+// Options.SyncInterval; call it to follow a load or unload at once.
+func (s *Server) Sync() error {
+	specs := s.endpointSpecs()
+	fp := fingerprint(specs)
+	s.svcMu.Lock()
+	defer s.svcMu.Unlock()
+	if s.svc != nil && fp == s.fingerprint {
+		return nil
+	}
+	if s.closing.Load() {
+		return nil
+	}
+	s.statsMu.Lock()
+	for _, sp := range specs {
+		if sp.model != "" {
+			s.served[sp.model] = true // kept after an unload: the counts stay
+		}
+	}
+	s.statsMu.Unlock()
+	svc, err := s.newService(specs)
+	if err != nil {
+		return err
+	}
+	// The new subscriptions are on the server before the old ones go (and
+	// before New returns).
+	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
+		s.log.Warn("natsapi: flushing the new subscriptions", "err", err)
+	}
+	old := s.svc
+	s.svc, s.fingerprint = svc, fp
+	s.replica.Store(svc.Info().ID)
+	if old != nil {
+		if err := old.Stop(); err != nil {
+			s.log.Warn("natsapi: stopping the previous service instance", "err", err)
+		}
+	}
+	models := make([]string, 0, len(specs))
+	for _, sp := range specs {
+		if sp.model != "" {
+			models = append(models, sp.model)
+		}
+	}
+	s.log.Info("NATS endpoints registered", "service", s.opts.ServiceName, "id", s.ID(), "models", models,
+		"subject", inferSubject(s.opts.Prefix, "<model>"), "queue_group", s.opts.QueueGroup)
+	return nil
+}
+
+func (s *Server) syncLoop() {
+	defer close(s.syncDone)
+	if s.opts.SyncInterval <= 0 {
+		<-s.syncStop
+		return
+	}
+	t := time.NewTicker(s.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.syncStop:
+			return
+		case <-t.C:
+			if err := s.Sync(); err != nil {
+				s.log.Error("natsapi: cannot update the NATS endpoints; the registered ones keep serving", "err", err)
+			}
+		}
+	}
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// endpointSpecs lists the endpoints for the backend's READY models, sorted,
+// after the any-model endpoint.
+func (s *Server) endpointSpecs() []endpointSpec {
+	var names []string
+	for _, st := range s.backend.Status() {
+		if st.State == serving.StateReady && !slices.Contains(names, st.Name) {
+			names = append(names, st.Name)
+		}
+	}
+	slices.Sort(names)
+	used := map[string]bool{}
+	unique := func(n string) string {
+		name := n
+		for i := 2; used[name]; i++ {
+			name = n + "-" + strconv.Itoa(i)
+		}
+		used[name] = true
+		return name
+	}
+	specs := []endpointSpec{{
+		name:    unique("infer"),
+		subject: inferSubject(s.opts.Prefix, ""),
+		metadata: map[string]string{
+			"model":  "*",
+			"models": strings.Join(names, ","),
+			"about":  `any model: the body names it ("model")`,
+		},
+	}}
+	for _, n := range names {
+		md, err := s.backend.Metadata(n, 0)
+		if err != nil {
+			continue // no longer READY
+		}
+		specs = append(specs, endpointSpec{
+			name:     unique(unsafeName.ReplaceAllString(n, "_")),
+			model:    n,
+			subject:  inferSubject(s.opts.Prefix, n),
+			metadata: modelMetadata(md),
+		})
+	}
+	if s.opts.Durable {
+		for i := range specs {
+			specs[i].metadata["durable_subject"] = durableSubject(s.opts.Prefix, specs[i].model)
+		}
+	}
+	return specs
+}
+
+// modelMetadata is an endpoint's metadata: the model's versions, platform,
+// buckets and signature.
+func modelMetadata(md *serving.Metadata) map[string]string {
+	versions := md.Versions
+	if len(versions) == 0 {
+		versions = []int64{md.Version}
+	}
+	vs := make([]string, len(versions))
+	for i, v := range versions {
+		vs[i] = strconv.FormatInt(v, 10)
+	}
+	syms := make([]string, 0, len(md.Buckets))
+	for sym := range md.Buckets {
+		syms = append(syms, sym)
+	}
+	slices.Sort(syms)
+	var buckets []string
+	for _, sym := range syms {
+		sizes := make([]string, len(md.Buckets[sym]))
+		for i, n := range md.Buckets[sym] {
+			sizes[i] = strconv.FormatInt(n, 10)
+		}
+		buckets = append(buckets, sym+"="+strings.Join(sizes, ","))
+	}
+	sig := func(specs []serving.TensorSpec) string {
+		parts := make([]string, len(specs))
+		for i, t := range specs {
+			dims := t.Dims
+			if len(dims) == 0 {
+				for _, d := range t.Shape {
+					dims = append(dims, strconv.FormatInt(d, 10))
+				}
+			}
+			parts[i] = fmt.Sprintf("%s:%s[%s]", t.Name, t.DType, strings.Join(dims, ","))
+		}
+		return strings.Join(parts, " ")
+	}
+	return map[string]string{
+		"model":    md.Name,
+		"version":  strconv.FormatInt(md.Version, 10),
+		"versions": strings.Join(vs, ","),
+		"platform": md.Platform,
+		"buckets":  strings.Join(buckets, ";"),
+		"inputs":   sig(md.Inputs),
+		"outputs":  sig(md.Outputs),
+	}
+}
+
+// fingerprint identifies a set of endpoints, to tell whether it changed.
+func fingerprint(specs []endpointSpec) string {
+	var b strings.Builder
+	for _, sp := range specs {
+		b.WriteString(sp.name + "\x00" + sp.subject + "\x00")
+		keys := make([]string, 0, len(sp.metadata))
+		for k := range sp.metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b.WriteString(k + "=" + sp.metadata[k] + "\x00")
+		}
+		b.WriteString("\x01")
+	}
+	return b.String()
+}
+
+// semver matches what micro accepts as a version.
+var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
+
+// newService registers a micro service instance with specs' endpoints.
+func (s *Server) newService(specs []endpointSpec) (micro.Service, error) {
+	version := strings.TrimPrefix(s.opts.Version, "v")
+	if !semver.MatchString(version) {
+		version = "0.0.0"
+	}
+	meta := map[string]string{
+		"xserve_version": s.opts.Version,
+		"subject":        inferSubject(s.opts.Prefix, "<model>"),
+		"queue_group":    s.opts.QueueGroup,
+		"workers":        strconv.Itoa(s.opts.Workers),
+		"queue_size":     strconv.Itoa(s.opts.QueueSize),
+		"durable":        strconv.FormatBool(s.opts.Durable),
+	}
+	if s.opts.Durable {
+		meta["stream"] = s.opts.Stream
+		meta["consumer"] = s.opts.Consumer
+		meta["durable_subject"] = durableSubject(s.opts.Prefix, "<model>")
+	}
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:         s.opts.ServiceName,
+		Version:      version,
+		Description:  "xserve inference over NATS request-reply (docs/NATS.md)",
+		Metadata:     meta,
+		QueueGroup:   s.opts.QueueGroup,
+		StatsHandler: s.endpointData,
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			s.log.Warn("natsapi: subscription error", "subject", e.Subject, "err", e.Description)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsapi: register service %q: %w", s.opts.ServiceName, err)
+	}
+	for _, sp := range specs {
+		err := svc.AddEndpoint(sp.name, s.handler(sp.model, s.statsFor(sp.model)),
+			micro.WithEndpointSubject(sp.subject),
+			micro.WithEndpointMetadata(sp.metadata),
+			micro.WithEndpointPendingLimits(s.opts.PendingMsgs, s.opts.PendingBytes))
+		if err != nil {
+			svc.Stop()
+			return nil, fmt.Errorf("natsapi: endpoint %s on %s: %w", sp.name, sp.subject, err)
+		}
+	}
+	return svc, nil
+}
+
+// endpointData is micro's StatsHandler: the replica's own counts of the
+// endpoint's model.
+func (s *Server) endpointData(e *micro.Endpoint) any {
+	model := strings.TrimPrefix(strings.TrimPrefix(e.Subject, inferSubject(s.opts.Prefix, "")), ".")
+	return s.data(s.statsFor(model))
+}

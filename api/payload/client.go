@@ -1,0 +1,127 @@
+package payload
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/xserve/xserve/serving"
+)
+
+// EncodeV1Request encodes a /v1/infer request body: model ("" when the
+// transport names it, as a NATS subject does), version (0: latest), the
+// request id and the inputs, in order. With binary set, the inputs travel as
+// raw bytes after the JSON header (the binary tensor extension) and the
+// outputs are asked for in binary too; headerLen is then the JSON header's
+// length (the Inference-Header-Content-Length value), else -1.
+func EncodeV1Request(model string, version int64, id string, inputs []serving.NamedTensor, binary bool) (body []byte, headerLen int, err error) {
+	b := []byte(`{`)
+	sep := func() {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+	}
+	if model != "" {
+		b = append(b, `"model":`...)
+		b = appendJSONString(b, model)
+	}
+	if version > 0 {
+		sep()
+		b = append(b, `"version":`...)
+		b = appendJSONString(b, strconv.FormatInt(version, 10))
+	}
+	if id != "" {
+		sep()
+		b = append(b, `"id":`...)
+		b = appendJSONString(b, id)
+	}
+	sep()
+	b = append(b, `"inputs":{`...)
+	var bin [][]byte
+	for i, in := range inputs {
+		t := in.Tensor
+		if t == nil {
+			return nil, 0, fmt.Errorf("payload: input %q has no tensor", in.Name)
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, in.Name)
+		b = append(b, `:{"dtype":`...)
+		b = appendJSONString(b, t.DType.String())
+		b = append(b, `,"shape":`...)
+		b = appendShape(b, t.Shape)
+		if binary {
+			raw := binaryBytes(t)
+			bin = append(bin, raw)
+			b = append(b, `,"parameters":{"binary_data_size":`...)
+			b = strconv.AppendInt(b, int64(len(raw)), 10)
+			b = append(b, "}}"...)
+			continue
+		}
+		b = append(b, `,"data":`...)
+		if b, err = appendJSONData(b, in.Name, t); err != nil {
+			return nil, 0, fmt.Errorf("payload: input %q: %w", in.Name, err)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, '}')
+	if binary {
+		b = append(b, `,"parameters":{"binary_data_output":true}`...)
+	}
+	b = append(b, '}')
+	r := finishResponse(b, bin)
+	return r.Body, r.HeaderLen, nil
+}
+
+// DecodeV1Response decodes the answer to a /v1/infer request: JSON, or
+// with the binary tensor extension a JSON header of headerLen bytes (""
+// when all JSON) followed by the binary outputs' raw bytes. No output may
+// declare more than maxElems elements. The outputs keep the response's
+// order; their tensors may point into body.
+func DecodeV1Response(body []byte, headerLen string, maxElems int64) (*serving.InferResponse, error) {
+	header, rest, err := splitBody(body, headerLen)
+	if err != nil {
+		return nil, fmt.Errorf("payload: response: %w", err)
+	}
+	var r struct {
+		Model   string          `json:"model"`
+		Version string          `json:"version"`
+		ID      string          `json:"id"`
+		Outputs json.RawMessage `json:"outputs"`
+	}
+	if err := UnmarshalJSON(header, &r, "the response", false); err != nil {
+		return nil, fmt.Errorf("payload: response: %w", err)
+	}
+	resp := &serving.InferResponse{ID: r.ID, ModelName: r.Model}
+	if resp.ModelVersion, err = ParseVersion(r.Version); err != nil {
+		return nil, fmt.Errorf("payload: response: %w", err)
+	}
+	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(headerLen) != ""}
+	dec := json.NewDecoder(bytes.NewReader(r.Outputs))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, badRequest(`response: "outputs" is not an object of outputs by name`)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, jsonError(err, `the response's "outputs"`)
+		}
+		name, _ := tok.(string)
+		var out v1Input
+		if err := dec.Decode(&out); err != nil {
+			return nil, jsonError(err, "output "+strconv.Quote(name))
+		}
+		t, err := decodeInput(tensorIn{name: name, dtype: out.DType, shape: out.Shape, data: out.Data, params: out.Parameters}, br, maxElems)
+		if err != nil {
+			return nil, fmt.Errorf("payload: response output %q: %w", name, err)
+		}
+		resp.Outputs = append(resp.Outputs, serving.NamedTensor{Name: name, Tensor: t})
+	}
+	if err := br.finish(); err != nil {
+		return nil, fmt.Errorf("payload: response: %w", err)
+	}
+	return resp, nil
+}

@@ -1,0 +1,118 @@
+package payload
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
+)
+
+// oipRequest is the JSON of an Open Inference Protocol inference request.
+// Unknown fields are ignored, as the protocol's clients may send extensions.
+type oipRequest struct {
+	ID         string                     `json:"id"`
+	Parameters map[string]json.RawMessage `json:"parameters"`
+	Inputs     []oipInput                 `json:"inputs"`
+	Outputs    []oipOutput                `json:"outputs"`
+}
+
+type oipInput struct {
+	Name       string                     `json:"name"`
+	Shape      []int64                    `json:"shape"`
+	Datatype   string                     `json:"datatype"`
+	Parameters map[string]json.RawMessage `json:"parameters"`
+	Data       json.RawMessage            `json:"data"`
+}
+
+type oipOutput struct {
+	Name       string                     `json:"name"`
+	Parameters map[string]json.RawMessage `json:"parameters"`
+}
+
+// DecodeOIP decodes the body of an Open Inference Protocol request for model
+// version (0: latest), as /v2/models/{model}[/versions/{version}]/infer
+// receives it: JSON, or with the binary tensor extension a JSON header of
+// headerLen bytes followed by the inputs' raw bytes in input order. Tensors
+// may point into body. No tensor declares more than maxElems elements.
+func DecodeOIP(model string, version int64, body []byte, headerLen string, maxElems int64) (*Request, error) {
+	header, rest, err := splitBody(body, headerLen)
+	if err != nil {
+		return nil, err
+	}
+	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(headerLen) != ""}
+	return decodeOIP(model, version, header, br, maxElems)
+}
+
+// decodeOIP decodes the JSON header of a /v2/models/{m}/infer request and
+// takes the binary input bytes from br, in input order.
+func decodeOIP(model string, version int64, header []byte, br *binaryReader, maxElems int64) (*Request, error) {
+	var r oipRequest
+	if err := UnmarshalJSON(header, &r, "the request", false); err != nil {
+		return nil, err
+	}
+	d := &Request{Model: model, Version: version, Infer: &serving.InferRequest{ID: r.ID, Inputs: map[string]*tensor.Tensor{}}, binaryOut: map[string]bool{}}
+	if err := requestParams(d, r.Parameters, true); err != nil {
+		return nil, err
+	}
+	for _, o := range r.Outputs {
+		if err := outputParams(d, o.Name, o.Parameters); err != nil {
+			return nil, err
+		}
+	}
+	if len(r.Inputs) == 0 {
+		return nil, badRequest(`the request has no "inputs" (want [{"name", "shape", "datatype", "data"}, ...])`)
+	}
+	for i, in := range r.Inputs {
+		if in.Name == "" {
+			return nil, badRequest("inputs[%d] has no name", i)
+		}
+		if _, dup := d.Infer.Inputs[in.Name]; dup {
+			return nil, badRequest("input %q is given twice", in.Name)
+		}
+		t, err := decodeInput(tensorIn{name: in.Name, dtype: in.Datatype, shape: in.Shape, data: in.Data, params: in.Parameters}, br, maxElems)
+		if err != nil {
+			return nil, err
+		}
+		d.Infer.Inputs[in.Name] = t
+	}
+	if err := br.finish(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// EncodeOIP encodes an Open Inference Protocol inference response to d.
+func EncodeOIP(d *Request, resp *serving.InferResponse) (Response, error) {
+	b := make([]byte, 0, 256+outputSizeHint(resp))
+	b = append(b, `{"model_name":`...)
+	b = appendJSONString(b, resp.ModelName)
+	b = append(b, `,"model_version":`...)
+	b = appendJSONString(b, strconv.FormatInt(resp.ModelVersion, 10))
+	if resp.ID != "" {
+		b = append(b, `,"id":`...)
+		b = appendJSONString(b, resp.ID)
+	}
+	b = append(b, `,"outputs":[`...)
+	var bin [][]byte
+	var err error
+	for i, nt := range resp.Outputs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = appendJSONString(b, nt.Name)
+		b = append(b, ',')
+		dt := tensor.Invalid
+		if nt.Tensor != nil {
+			dt = nt.Tensor.DType
+		}
+		if b, err = appendOutputFields(b, nt, "datatype", OIPDatatype(dt), d.WantsBinary(nt.Name), &bin); err != nil {
+			return Response{}, err
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "]}"...)
+	return finishResponse(b, bin), nil
+}

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# batching.sh measures dynamic batching: one xserve serves each benchmark
+# model twice, with batching on (<model>_batched) and off (<model>_unbatched),
+# and cmd/loadtest drives both at each concurrency, alternating, in the same
+# run; it prints one markdown table for docs/BENCHMARKS.md.
+#
+#   bench/batching.sh
+#
+# The models (bench/make_batching_models.py, written into $OUT/models): a
+# ResNet-shaped CNN on float32[1,3,32,32] images ("cnn") and a transformer
+# encoder block on float32[1,32,256] ("transformer"); "cnn112" and
+# "transformer128" are the same models on 112x112 images and 128 tokens.
+# Batch buckets [1 2 4 8 16 32 64], every batching setting at its default
+# but max_queue_delay ($DELAY), warmup eager. Every request carries one row
+# (batch 1) in the binary tensor format of the Open Inference Protocol, so
+# that JSON encoding does not dominate.
+#
+# Environment (all optional):
+#   MODELS         models to run (default "cnn transformer"; also cnn112, transformer128)
+#   CONCURRENCY    closed-loop concurrencies (default "1 8 32 64")
+#   DURATION       measured time per run (default 8s)
+#   WARMUP         unmeasured warmup per run (default 2s)
+#   REPEAT         runs per model, concurrency and copy (default 1); the table
+#                  shows, of each, the run of median throughput (the machines
+#                  are shared and noisy: repeats keep one bad moment out)
+#   DELAY          batching.max_queue_delay of the batched copies (default 2ms)
+#   OUT            directory for the repository, JSON summaries and server log
+#                  (default .cache/bench-batching)
+#   READY_TIMEOUT  seconds to wait for the server to be ready (default 300)
+#   PYTHON         Python with onnx and numpy (default .venv/bin/python; make venv)
+#   XSERVE_FLAGS   extra flags for `xserve serve`
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+MODELS="${MODELS:-cnn transformer}"
+CONCURRENCY="${CONCURRENCY:-1 8 32 64}"
+DURATION="${DURATION:-8s}"
+WARMUP="${WARMUP:-2s}"
+REPEAT="${REPEAT:-1}"
+DELAY="${DELAY:-2ms}"
+OUT="${OUT:-.cache/bench-batching}"
+READY_TIMEOUT="${READY_TIMEOUT:-300}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+GO="${GO:-go}"
+
+log() { echo "bench/batching: $*" >&2; }
+die() { echo "bench/batching: error: $*" >&2; exit 1; }
+
+command -v curl >/dev/null 2>&1 || die "curl not found (needed to wait for the server)"
+[[ -x "$PYTHON" ]] || die "$PYTHON not found: run \`make venv\` (or set PYTHON)"
+mkdir -p "$OUT/runs" bin
+
+log "writing the models into $OUT/models"
+rm -rf "$OUT/models"
+"$PYTHON" bench/make_batching_models.py --out "$OUT" --models "$MODELS" --max-queue-delay "$DELAY" >&2
+log "building bin/xserve and bin/loadtest"
+"$GO" build -o bin/xserve ./cmd/xserve
+"$GO" build -o bin/loadtest ./cmd/loadtest
+
+SERVER_PID=""
+stop_server() {
+	if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+		log "stopping xserve (pid $SERVER_PID)"
+		kill "$SERVER_PID" 2>/dev/null || true
+		wait "$SERVER_PID" 2>/dev/null || true
+	fi
+}
+trap stop_server EXIT
+trap 'exit 130' INT TERM
+
+PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 18081)"
+URL="http://127.0.0.1:$PORT"
+log "starting bin/xserve serve --model-repo $OUT/models on 127.0.0.1:$PORT (log: $OUT/xserve.log)"
+# shellcheck disable=SC2086 # XSERVE_FLAGS is a list of flags
+bin/xserve serve --model-repo "$OUT/models" --http-addr "127.0.0.1:$PORT" --poll-interval 0 ${XSERVE_FLAGS:-} >"$OUT/xserve.log" 2>&1 &
+SERVER_PID=$!
+
+deadline=$((SECONDS + READY_TIMEOUT))
+for m in $MODELS; do
+	for copy in batched unbatched; do
+		until curl -sf -o /dev/null "$URL/v2/models/${m}_$copy/ready"; do
+			kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 30 "$OUT/xserve.log" >&2; die "xserve exited (log above)"; }
+			((SECONDS < deadline)) || die "model ${m}_$copy not ready after ${READY_TIMEOUT}s (log: $OUT/xserve.log)"
+			sleep 0.5
+		done
+	done
+done
+log "all models ready"
+
+# input returns the loadtest input flag of model $1.
+input() {
+	case "$1" in
+	cnn | cnn112) echo "-input image=$OUT/inputs/$1.image.npy" ;;
+	transformer | transformer128) echo "-input x=$OUT/inputs/$1.x.npy" ;;
+	*) die "unknown model $1" ;;
+	esac
+}
+
+# median prints the one of the given loadtest JSON summaries whose
+# throughput is the median (the lower middle for an even count).
+median() {
+	"$PYTHON" -c '
+import json, sys
+runs = sorted(sys.argv[1:], key=lambda f: json.load(open(f))["success_throughput_rps"])
+print(runs[(len(runs) - 1) // 2])' "$@"
+}
+
+rm -f "$OUT"/runs/*.json "$OUT"/runs/*.txt
+pairs=()
+flip=0
+for m in $MODELS; do
+	# One validated request per copy first: the table means nothing if the answers are wrong.
+	for copy in unbatched batched; do
+		# shellcheck disable=SC2046
+		bin/loadtest -url "$URL" -model "${m}_$copy" -protocol v2binary $(input "$m") \
+			-c 1 -n 4 -d 0 -warmup 0 -validate >"$OUT/runs/check-${m}_$copy.txt" ||
+			{ cat "$OUT/runs/check-${m}_$copy.txt" >&2; die "the validation run of ${m}_$copy failed"; }
+	done
+	for c in $CONCURRENCY; do
+		for ((r = 1; r <= REPEAT; r++)); do
+			# Alternate which copy goes first, so that a drift in the
+			# machine's load does not favour one side.
+			order="unbatched batched"
+			((flip ^= 1)) || order="batched unbatched"
+			for copy in $order; do
+				run="${m}_$copy-c$c-r$r"
+				onoff=off
+				[[ "$copy" == batched ]] && onoff=on
+				log "$m, batching $onoff, concurrency $c, run $r/$REPEAT: ${WARMUP} warmup, ${DURATION} measured"
+				# shellcheck disable=SC2046
+				bin/loadtest -url "$URL" -model "${m}_$copy" -protocol v2binary $(input "$m") \
+					-c "$c" -d "$DURATION" -warmup "$WARMUP" -json "$OUT/runs/$run.json" >"$OUT/runs/$run.txt" ||
+					{ cat "$OUT/runs/$run.txt" >&2; die "${m}_$copy at concurrency $c failed"; }
+				grep -E 'throughput|latency' "$OUT/runs/$run.txt" | sed 's/^/    /' >&2
+			done
+		done
+		pairs+=("$m c=$c=$(median "$OUT/runs/${m}_unbatched-c$c-r"*.json),$(median "$OUT/runs/${m}_batched-c$c-r"*.json)")
+	done
+done
+curl -sf "$URL/metrics" >"$OUT/metrics.txt" || true
+
+cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)"
+echo
+echo "Dynamic batching off vs on, batch-1 requests (OIP binary), closed loop, ${DURATION} per run after ${WARMUP} warmup"
+echo "(median of $REPEAT runs by throughput, the two copies alternating),"
+echo "max_queue_delay ${DELAY}; client and server on the same host: ${cpu:-unknown CPU}, $(nproc 2>/dev/null || echo '?') CPUs,"
+echo "$("$GO" env GOVERSION), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+changes')."
+echo "Command: \`MODELS=\"$MODELS\" CONCURRENCY=\"$CONCURRENCY\" DURATION=$DURATION WARMUP=$WARMUP REPEAT=$REPEAT DELAY=$DELAY bench/batching.sh\`."
+echo
+bin/loadtest -compare -compare-names off,on "${pairs[@]}"
+echo
+echo "Batches the batched copies ran (xserve_batch_rows, real rows):"
+echo
+for m in $MODELS; do
+	count="$(grep -E "^xserve_batch_rows_count\{kind=\"real\",model=\"${m}_batched\"" "$OUT/metrics.txt" | awk '{print $2}')"
+	sum="$(grep -E "^xserve_batch_rows_sum\{kind=\"real\",model=\"${m}_batched\"" "$OUT/metrics.txt" | awk '{print $2}')"
+	padded="$(grep -E "^xserve_batch_rows_sum\{kind=\"padded\",model=\"${m}_batched\"" "$OUT/metrics.txt" | awk '{print $2}')"
+	if [[ -n "$count" && "$count" != 0 ]]; then
+		awk -v m="$m" -v n="$count" -v s="$sum" -v p="$padded" \
+			'BEGIN { printf "- `%s_batched`: %d batches, %.1f real rows per batch on average, %.1f padded\n", m, n, s / n, p / n }'
+	fi
+done

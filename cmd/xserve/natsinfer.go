@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	natsapi "github.com/xserve/xserve/api/nats"
+	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
+)
+
+// runNATSInfer is `xserve nats-infer`: one inference request over NATS, to
+// whichever replica of the queue group takes it (or, with --durable,
+// through the JetStream work queue), with the outputs printed or written as
+// .npy files.
+func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("nats-infer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var inputFlags multiFlag
+	fs.Var(&inputFlags, "input", "input NAME=FILE.npy (repeatable, one per model input)")
+	url := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server or cluster (comma-separated URLs)")
+	model := fs.String("model", "", "model name (required)")
+	version := fs.Int64("version", 0, "model version (default: the latest)")
+	outDir := fs.String("output", "", "directory to write <output name>.npy files into (default: print the outputs)")
+	durable := fs.Bool("durable", false, "send through the JetStream work queue (needs replicas running with --nats-durable)")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the reply, per attempt")
+	retries := fs.Int("retries", 1, "retries after a timeout or a retryable error (429, 503, 504), with the same request id")
+	id := fs.String("id", "", "request id (default: a fresh unique one)")
+	useJSON := fs.Bool("json", false, "send JSON data instead of the binary tensor extension")
+	compress := fs.String("compress", "", "compress the request: gzip or zstd")
+	acceptEnc := fs.String("accept-encoding", "", "ask for a compressed reply: gzip or zstd")
+	prefix := fs.String("prefix", natsapi.DefaultPrefix, "subject prefix of the replicas")
+	creds := fs.String("creds", "", "NATS credentials file")
+	token := fs.String("token", "", "NATS authentication token (default: $XSERVE_NATS_TOKEN)")
+	tlsCert := fs.String("tls-cert", "", "client certificate (PEM)")
+	tlsKey := fs.String("tls-key", "", "key of --tls-cert (PEM)")
+	tlsCA := fs.String("tls-ca", "", "CA bundle (PEM) of the server's certificate")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: xserve nats-infer --model M --input NAME=FILE.npy ... [--nats-url nats://127.0.0.1:4222] [--durable] [--timeout 5s] [--output DIR]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		fs.Usage()
+		return fmt.Errorf("nats-infer: unexpected arguments %q", pos)
+	}
+	if *model == "" {
+		fs.Usage()
+		return errors.New("nats-infer: --model is required")
+	}
+	if len(inputFlags) == 0 {
+		return errors.New("nats-infer: give the inputs with --input NAME=FILE.npy")
+	}
+	if *retries < 0 || *timeout <= 0 {
+		return errors.New("nats-infer: --retries must be >= 0 and --timeout > 0")
+	}
+	var inputs []serving.NamedTensor
+	seen := map[string]bool{}
+	for _, f := range inputFlags {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok || name == "" || path == "" {
+			return fmt.Errorf("nats-infer: --input %q: want NAME=FILE.npy", f)
+		}
+		if seen[name] {
+			return fmt.Errorf("nats-infer: --input %s given twice", name)
+		}
+		seen[name] = true
+		t, err := tensor.ReadNpyFile(path)
+		if err != nil {
+			return fmt.Errorf("nats-infer: input %s: %w", name, err)
+		}
+		inputs = append(inputs, serving.NamedTensor{Name: name, Tensor: t})
+	}
+	sort.Slice(inputs, func(i, j int) bool { return inputs[i].Name < inputs[j].Name })
+	if *token == "" {
+		*token = os.Getenv("XSERVE_NATS_TOKEN")
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, *timeout)
+	nc, err := natsapi.Connect(cctx, *url, natsapi.ConnOptions{
+		Name: "xserve nats-infer", CredsFile: *creds, Token: *token,
+		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA,
+		Logger: newQuietLogger(stderr),
+	})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	client, err := natsapi.NewClient(nc, natsapi.ClientOptions{Prefix: *prefix, Durable: *durable})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	if *id == "" {
+		*id = nuid.Next()
+	}
+	opts := natsapi.InferOptions{Version: *version, ID: *id, JSON: *useJSON, Compression: *compress, AcceptEncoding: *acceptEnc}
+	var res *natsapi.Result
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		actx, cancel := context.WithTimeout(ctx, *timeout)
+		res, err = client.Infer(actx, *model, inputs, opts)
+		cancel()
+		if err == nil {
+			fmt.Fprintf(stderr, "answered by replica %s in %s (request %s", res.Replica, time.Since(start).Round(time.Microsecond), *id)
+			if *durable {
+				fmt.Fprintf(stderr, ", delivery %d", res.Delivery)
+			}
+			fmt.Fprintln(stderr, ")")
+			break
+		}
+		var re *natsapi.ReplyError
+		retryable := errors.Is(err, natsapi.ErrTimeout) || errors.As(err, &re) && re.Temporary()
+		if !retryable || attempt >= *retries || ctx.Err() != nil {
+			return err
+		}
+		wait := 100 * time.Millisecond
+		if re != nil && re.RetryAfter > 0 {
+			wait = re.RetryAfter
+		}
+		fmt.Fprintf(stderr, "nats-infer: %v; retrying in %v\n", err, wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	fmt.Fprintf(stdout, "model %s version %d\n", res.ModelName, res.ModelVersion)
+	if *outDir != "" {
+		if err := os.MkdirAll(*outDir, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, o := range res.Outputs {
+		if *outDir == "" {
+			fmt.Fprintf(stdout, "output %s: %s %s\n", o.Name, o.Tensor, valuesString(o.Tensor))
+			continue
+		}
+		file := filepath.Join(*outDir, outputFileName(o.Name))
+		if err := tensor.WriteNpyFile(file, o.Tensor); err != nil {
+			return fmt.Errorf("nats-infer: write output %s: %w", o.Name, err)
+		}
+		fmt.Fprintf(stdout, "output %s: %s -> %s\n", o.Name, o.Tensor, file)
+	}
+	return nil
+}
+
+// valuesString prints a small tensor's values, or says how many there are.
+func valuesString(t *tensor.Tensor) string {
+	n := t.NumElements()
+	if n > 64 || t.DType == tensor.String || t.DType.IsComplex() {
+		return fmt.Sprintf("(%d values; use --output DIR)", n)
+	}
+	vals := make([]string, n)
+	for i := range n {
+		if t.DType.IsFloat() {
+			vals[i] = fmt.Sprintf("%.6g", t.Float64At(i))
+		} else {
+			vals[i] = fmt.Sprint(t.Int64At(i))
+		}
+	}
+	return "[" + strings.Join(vals, " ") + "]"
+}
+
+// newQuietLogger logs warnings and errors (connection retries) to w.
+func newQuietLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	httpapi "github.com/xserve/xserve/api/http"
+	natsapi "github.com/xserve/xserve/api/nats"
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/serving"
+)
+
+// natsOptions are the NATS flags of `xserve serve`.
+type natsOptions struct {
+	enabled    *bool
+	url        *string
+	listen     *string
+	store      *string
+	maxPayload int64
+	creds      *string
+	token      *string
+	tlsCert    *string
+	tlsKey     *string
+	tlsCA      *string
+	prefix     *string
+	queueGroup *string
+	workers    *int
+	queue      *int
+	durable    *bool
+	ackWait    *time.Duration
+	maxDeliver *int
+
+	listenSet bool // --nats-listen was given
+}
+
+func natsFlags(fs *flag.FlagSet) *natsOptions {
+	o := &natsOptions{
+		enabled:    fs.Bool("nats", true, "serve over NATS too (--nats=false turns it off)"),
+		url:        fs.String("nats-url", "", "NATS server or cluster to join, e.g. nats://10.0.0.5:4222,nats://10.0.0.6:4222 (default: start an embedded server)"),
+		listen:     fs.String("nats-listen", natsapi.DefaultListen, "embedded NATS server's client address (port 0 picks a free one)"),
+		store:      fs.String("nats-store", "", "embedded NATS server's JetStream directory (default: $XSERVE_CACHE/nats/PORT or .cache/nats/PORT; a temporary one for a random port)"),
+		creds:      fs.String("nats-creds", "", "NATS credentials file (user JWT and NKey seed), with --nats-url"),
+		token:      fs.String("nats-token", "", "NATS authentication token, with --nats-url (default: $XSERVE_NATS_TOKEN)"),
+		tlsCert:    fs.String("nats-tls-cert", "", "client certificate (PEM) for a NATS server that requires one"),
+		tlsKey:     fs.String("nats-tls-key", "", "key of --nats-tls-cert (PEM)"),
+		tlsCA:      fs.String("nats-tls-ca", "", "CA bundle (PEM) that signs the NATS server's certificate"),
+		prefix:     fs.String("nats-prefix", natsapi.DefaultPrefix, "subject prefix: requests go to PREFIX.infer.<model>"),
+		queueGroup: fs.String("nats-queue-group", natsapi.DefaultQueueGroup, "queue group the replicas share"),
+		workers:    fs.Int("nats-workers", 0, "NATS requests handled at once (default 8*GOMAXPROCS, at least 16)"),
+		queue:      fs.Int("nats-queue", natsapi.DefaultQueueSize, "NATS requests waiting for a worker; one more is answered 429"),
+		durable:    fs.Bool("nats-durable", false, "also take durable requests from the JetStream work queue (PREFIX.durable.<model>)"),
+		ackWait:    fs.Duration("nats-ack-wait", natsapi.DefaultAckWait, "durable requests: redelivery delay after a replica fails to acknowledge"),
+		maxDeliver: fs.Int("nats-max-deliver", natsapi.DefaultMaxDeliver, "durable requests: most deliveries of one request"),
+	}
+	o.maxPayload = natsapi.DefaultMaxPayload
+	fs.Var(byteSize{&o.maxPayload}, "nats-max-payload", "embedded NATS server's largest message, up to 64MiB (default 8MiB)")
+	return o
+}
+
+// natsServing is what startNATS started; its methods are no-ops on nil.
+type natsServing struct {
+	srv      *natsapi.Server
+	embedded *natsapi.Embedded
+	tmpStore string // removed after the embedded server stops
+	log      *slog.Logger
+}
+
+// startNATS starts the embedded NATS server (without --nats-url) or joins
+// the one --nats-url names, and serves the models on it.
+func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits httpapi.Options, log *slog.Logger) (ns *natsServing, err error) {
+	if !*o.enabled {
+		log.Info("NATS off (--nats=false)")
+		return nil, nil
+	}
+	ns = &natsServing{log: log}
+	defer func() {
+		if err != nil {
+			ns.stopEmbedded()
+			ns = nil
+		}
+	}()
+	token := *o.token
+	if token == "" {
+		token = os.Getenv("XSERVE_NATS_TOKEN")
+	}
+	host, _ := os.Hostname()
+	copts := natsapi.ConnOptions{
+		Name:      fmt.Sprintf("xserve %s pid %d", host, os.Getpid()),
+		CredsFile: *o.creds, Token: token,
+		TLSCert: *o.tlsCert, TLSKey: *o.tlsKey, TLSCA: *o.tlsCA,
+		Logger: log,
+	}
+	var nc *nats.Conn
+	if *o.url == "" {
+		copts.Token = "" // $XSERVE_NATS_TOKEN is for --nats-url
+		if ns.embedded, err = ns.startEmbedded(o); err != nil {
+			return nil, err
+		}
+		if nc, err = ns.embedded.Connect(ctx, copts); err != nil {
+			return nil, err
+		}
+	} else {
+		if o.listenSet {
+			log.Warn("--nats-listen is for the embedded server; with --nats-url it is ignored")
+		}
+		log.Info("connecting to NATS", "url", *o.url)
+		if nc, err = natsapi.Connect(ctx, *o.url, copts); err != nil {
+			return nil, err
+		}
+		log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName(), "max_payload", nc.MaxPayload())
+	}
+	ns.srv, err = natsapi.New(ctx, mgr, natsapi.Options{
+		Conn:                 nc,
+		Prefix:               *o.prefix,
+		QueueGroup:           *o.queueGroup,
+		Version:              buildVersion(),
+		Workers:              *o.workers,
+		QueueSize:            *o.queue,
+		MaxDecompressedBytes: limits.MaxDecompressedBytes,
+		MaxTensorElements:    limits.MaxTensorElements,
+		CompressMinBytes:     limits.CompressMinBytes,
+		Durable:              *o.durable,
+		AckWait:              *o.ackWait,
+		MaxDeliver:           *o.maxDeliver,
+		Logger:               log,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return ns, nil
+}
+
+// startEmbedded starts the embedded NATS server. When --nats-listen was not
+// given and its default port is taken (another xserve or NATS server on the
+// machine), it listens on a free port instead and says so.
+func (ns *natsServing) startEmbedded(o *natsOptions) (*natsapi.Embedded, error) {
+	e, err := ns.startEmbeddedOn(o, *o.listen)
+	if err != nil && !o.listenSet && errors.Is(err, syscall.EADDRINUSE) {
+		host, _, _ := net.SplitHostPort(*o.listen)
+		ns.log.Warn("the default NATS port is taken; the embedded NATS server listens on a free port instead (join the server there with --nats-url, or pick one with --nats-listen)", "taken", *o.listen)
+		e, err = ns.startEmbeddedOn(o, net.JoinHostPort(host, "0"))
+	}
+	return e, err
+}
+
+// startEmbeddedOn starts the embedded NATS server on listen, with its
+// JetStream store in --nats-store, else in the cache directory by port, else
+// (a random port) in a temporary directory.
+func (ns *natsServing) startEmbeddedOn(o *natsOptions, listen string) (*natsapi.Embedded, error) {
+	store := *o.store
+	tmp := ""
+	if store == "" {
+		_, port, err := net.SplitHostPort(listen)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-listen %q: want host:port", listen)
+		}
+		if port == "0" {
+			if tmp, err = os.MkdirTemp("", "xserve-nats-"); err != nil {
+				return nil, err
+			}
+			store = tmp
+		} else {
+			store = filepath.Join(defaultCacheDir(), "nats", port)
+		}
+	}
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		return nil, fmt.Errorf("--nats-store: %w", err)
+	}
+	e, err := natsapi.StartEmbedded(natsapi.EmbeddedOptions{Listen: listen, StoreDir: store, MaxPayload: int32(o.maxPayload), Logger: ns.log})
+	if err != nil {
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+		return nil, err
+	}
+	ns.tmpStore = tmp
+	ns.log.Info("NATS server (embedded) listening on "+e.ClientURL(), "nats_url", e.ClientURL(), "jetstream", store)
+	return e, nil
+}
+
+// defaultCacheDir is $XSERVE_CACHE, else .cache.
+func defaultCacheDir() string {
+	if c := os.Getenv(pjrt.EnvCache); c != "" {
+		return c
+	}
+	return ".cache"
+}
+
+// shutdown drains the NATS subscriptions and answers the requests taken.
+func (ns *natsServing) shutdown(ctx context.Context) error {
+	if ns == nil || ns.srv == nil {
+		return nil
+	}
+	return ns.srv.Shutdown(ctx)
+}
+
+// stopEmbedded stops the embedded server, after shutdown.
+func (ns *natsServing) stopEmbedded() {
+	if ns == nil || ns.embedded == nil {
+		return
+	}
+	ns.embedded.Shutdown()
+	ns.embedded = nil
+	if ns.tmpStore != "" {
+		os.RemoveAll(ns.tmpStore)
+	}
+}
+
+// noteSet records which NATS flags were given, after parsing, and checks
+// them before anything loads.
+func (o *natsOptions) noteSet(fs *flag.FlagSet) error {
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "nats-listen" {
+			o.listenSet = true
+		}
+	})
+	switch {
+	case !*o.enabled:
+		return nil
+	case *o.url == "" && (*o.creds != "" || *o.token != "" || *o.tlsCert != "" || *o.tlsKey != "" || *o.tlsCA != ""):
+		return errors.New("serve: --nats-creds, --nats-token and --nats-tls-* are for joining a server with --nats-url; the embedded server takes no credentials (it listens on loopback)")
+	case (*o.tlsCert == "") != (*o.tlsKey == ""):
+		return errors.New("serve: --nats-tls-cert and --nats-tls-key go together")
+	case o.maxPayload > 64<<20:
+		return fmt.Errorf("serve: --nats-max-payload %d: at most 64MiB", o.maxPayload)
+	case *o.ackWait < 100*time.Millisecond || *o.maxDeliver < 1 || *o.queue < 1 || *o.workers < 0:
+		return errors.New("serve: --nats-ack-wait must be at least 100ms, --nats-max-deliver and --nats-queue at least 1, --nats-workers not negative")
+	}
+	return nil
+}
