@@ -82,7 +82,11 @@ func (b *Batcher) Options() Options {
 // is dispatched, the request leaves the queue at once, is never executed,
 // and Submit returns an error wrapping ctx.Err() (and ErrExpired for a
 // deadline). If ctx is done after dispatch, Submit returns an error wrapping
-// ctx.Err() at once while the batch runs on; its result is discarded.
+// ctx.Err() at once while the batch runs on; its result is discarded. (With
+// Options.IdleDispatch, a request that finds its key idle, nothing queued
+// and no batch executing, is dispatched at once and its batch runs on the
+// caller's goroutine: Submit then returns when the batch is done, with its
+// result, whatever happened to ctx meanwhile.)
 //
 // Errors: ErrClosed after Shutdown began; ErrTooLarge if rows >
 // MaxBatchSize; ErrInvalid if rows < 1 or priority is not in
@@ -147,6 +151,17 @@ func (b *Batcher) Submit(ctx context.Context, key string, rows, priority int, pa
 	}
 	it.Enqueued = time.Now()
 	q.pushLocked(it)
+	if b.opts.IdleDispatch && !q.worker && q.n == 1 && q.inflight == 0 {
+		// A lone request on an idle key is ready at once: run its batch
+		// here, on the caller's goroutine. Handing it to a worker and an
+		// executor goroutine would cost more than the rest of the batcher
+		// (tens of microseconds), which is all batching costs at low load.
+		batch := q.takeBatchLocked(it.Enqueued)
+		b.wg.Add(1)
+		q.mu.Unlock()
+		b.run(q, batch)
+		return it.result, it.err
+	}
 	startWorker := !q.worker
 	if startWorker {
 		q.worker = true
@@ -154,7 +169,7 @@ func (b *Batcher) Submit(ctx context.Context, key string, rows, priority int, pa
 	}
 	// The worker sleeps until the oldest request's MaxQueueDelay; a new
 	// request only changes that when it fills a batch.
-	wake := q.rows >= b.opts.MaxBatchSize && q.inflight < b.opts.MaxConcurrentBatches
+	wake := q.rows >= q.limitLocked() && q.inflight < b.opts.MaxConcurrentBatches
 	q.mu.Unlock()
 	if startWorker {
 		go b.work(q)

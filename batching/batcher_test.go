@@ -899,3 +899,182 @@ func BenchmarkSubmit(b *testing.B) {
 		})
 	}
 }
+
+// TestIdleDispatch checks the adaptive delay on a fake clock: a request that
+// finds the key idle is dispatched at once, whatever MaxQueueDelay; while a
+// batch executes, a further batch waits for MaxQueueDelay (or a free
+// executor, whichever comes later).
+func TestIdleDispatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			delay = 20 * time.Millisecond
+			exec  = 100 * time.Millisecond
+		)
+		var (
+			mu         sync.Mutex
+			dispatched []time.Duration
+			sizes      []int
+		)
+		t0 := time.Now()
+		b, err := New(Options{Buckets: []int{1, 2, 4, 8}, MaxQueueDelay: delay, MaxConcurrentBatches: 2, IdleDispatch: true},
+			RunnerFunc(func(ctx context.Context, bt *Batch) error {
+				mu.Lock()
+				dispatched = append(dispatched, time.Since(t0))
+				sizes = append(sizes, len(bt.Items))
+				mu.Unlock()
+				time.Sleep(exec)
+				for _, it := range bt.Items {
+					it.SetResult(it.Payload)
+				}
+				return nil
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i, at := range []time.Duration{0, 10 * time.Millisecond, 40 * time.Millisecond, 45 * time.Millisecond, 300 * time.Millisecond} {
+			wg.Go(func() {
+				time.Sleep(at)
+				if _, err := b.Submit(context.Background(), "k", 1, 0, i); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		// 0: idle, at once. 10ms: one batch executes, so it waits for the
+		// delay (30ms). 40ms and 45ms: both executors busy until the first
+		// batch ends at 100ms; their oldest has waited longer than the
+		// delay, so they leave together then. 300ms: idle again, at once.
+		want := []time.Duration{0, 30 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond}
+		if fmt.Sprint(dispatched) != fmt.Sprint(want) || fmt.Sprint(sizes) != "[1 1 2 1]" {
+			t.Errorf("batches of %v requests dispatched at %v, want [1 1 2 1] at %v", sizes, dispatched, want)
+		}
+		if err := b.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestIdleDispatchOneExecutor: with one executor, requests that queue while
+// a batch executes leave together as soon as it ends, without waiting for a
+// long MaxQueueDelay, and a lone request on an idle key is not held.
+func TestIdleDispatchOneExecutor(t *testing.T) {
+	r := newGatedRunner()
+	b := newTestBatcher(t, Options{Buckets: []int{1, 2, 4, 8}, MaxQueueDelay: time.Hour, IdleDispatch: true}, r)
+	first := submitAsync(context.Background(), b, "k", 1, 0, 0)
+	if bt := r.waitStarted(t); len(bt.Items) != 1 {
+		t.Fatalf("first batch has %d items, want 1", len(bt.Items))
+	}
+	var outs []<-chan outcome
+	for i := 1; i <= 3; i++ {
+		outs = append(outs, submitAsync(context.Background(), b, "k", 1, 0, i))
+	}
+	waitQueued(t, b, "k", 3)
+	r.openGate()
+	wantResult(t, receive(t, first))
+	for _, ch := range outs {
+		wantResult(t, receive(t, ch))
+	}
+	if bt := r.waitStarted(t); len(bt.Items) != 3 {
+		t.Errorf("second batch has %d items, want the 3 that queued meanwhile", len(bt.Items))
+	}
+	start := time.Now()
+	res, err := b.Submit(context.Background(), "k", 1, 0, 9)
+	wantResult(t, outcome{payload: 9, res: res, err: err})
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a lone request on an idle key took %v", took)
+	}
+}
+
+// TestBatchLimit: Options.BatchLimit lowers the batch size at run time: a
+// queue holding the limit's rows counts as full (dispatched at once despite
+// a long MaxQueueDelay), batches stop at the limit, a request larger than
+// the limit runs alone, and the limit is clamped to [1, MaxBatchSize].
+func TestBatchLimit(t *testing.T) {
+	var limit atomic.Int64
+	limit.Store(2)
+	r := newGatedRunner()
+	b := newTestBatcher(t, Options{Buckets: []int{1, 2, 4, 8}, MaxQueueDelay: time.Hour, MaxConcurrentBatches: 2,
+		BatchLimit: func(key string) int { return int(limit.Load()) }}, r)
+	ctx := context.Background()
+	var outs []<-chan outcome
+	outs = append(outs, submitAsync(ctx, b, "k", 1, 0, 0))
+	waitQueued(t, b, "k", 1) // MaxQueueDelay 1h: it waits for company
+	outs = append(outs, submitAsync(ctx, b, "k", 1, 0, 1))
+	if bt := r.waitStarted(t); bt.Rows != 2 {
+		t.Fatalf("first batch has %d rows, want the limit 2 (dispatched when full)", bt.Rows)
+	}
+	for i := 2; i < 7; i++ {
+		outs = append(outs, submitAsync(ctx, b, "k", 1, 0, i))
+		if i == 3 {
+			if bt := r.waitStarted(t); bt.Rows != 2 {
+				t.Fatalf("second batch has %d rows, want 2", bt.Rows)
+			}
+		}
+	}
+	outs = append(outs, submitAsync(ctx, b, "k", 3, 0, 7)) // more rows than the limit
+	waitQueued(t, b, "k", 4)
+	outs = append(outs, submitAsync(ctx, b, "k", 2, 0, 8))
+	waitQueued(t, b, "k", 5)
+	limit.Store(100) // clamped to MaxBatchSize 8: the 8 queued rows fill a batch
+	r.openGate()
+	for _, ch := range outs {
+		wantResult(t, receive(t, ch))
+	}
+	var rows []int
+	for _, rec := range r.records() {
+		rows = append(rows, rec.rows)
+	}
+	if fmt.Sprint(rows) != "[2 2 8]" {
+		t.Errorf("batches of %v rows, want [2 2 8] (the last formed after the limit rose)", rows)
+	}
+
+	limit.Store(0) // clamped to 1
+	r2 := newGatedRunner()
+	b2 := newTestBatcher(t, Options{Buckets: []int{1, 2, 4, 8}, MaxQueueDelay: NoQueueDelay,
+		BatchLimit: func(key string) int { return int(limit.Load()) }}, r2)
+	first := submitAsync(ctx, b2, "k", 1, 0, 10)
+	r2.waitStarted(t)
+	big := submitAsync(ctx, b2, "k", 3, 0, 11)
+	waitQueued(t, b2, "k", 1)
+	small := submitAsync(ctx, b2, "k", 1, 0, 12)
+	waitQueued(t, b2, "k", 2)
+	r2.openGate()
+	for _, ch := range []<-chan outcome{first, big, small} {
+		wantResult(t, receive(t, ch))
+	}
+	rows = nil
+	for _, rec := range r2.records() {
+		rows = append(rows, rec.rows)
+	}
+	if fmt.Sprint(rows) != "[1 3 1]" {
+		t.Errorf("batches of %v rows with limit 1, want [1 3 1]", rows)
+	}
+}
+
+// TestIdleDispatchInline: with IdleDispatch, a lone request on an idle key
+// runs its batch on the caller's goroutine, so Submit answers with the
+// result when the batch is done even if its context ended meanwhile;
+// requests that queue behind it keep the usual rules.
+func TestIdleDispatchInline(t *testing.T) {
+	r := newGatedRunner()
+	b := newTestBatcher(t, Options{Buckets: []int{1, 2, 4}, MaxQueueDelay: time.Hour, IdleDispatch: true}, r)
+	ctx, cancel := context.WithCancel(context.Background())
+	first := submitAsync(ctx, b, "k", 1, 0, 1)
+	r.waitStarted(t)
+	queuedCtx, cancelQueued := context.WithCancel(context.Background())
+	queued := submitAsync(queuedCtx, b, "k", 1, 0, 2)
+	waitQueued(t, b, "k", 1)
+	cancel()
+	cancelQueued()
+	if o := receive(t, queued); !errors.Is(o.err, context.Canceled) {
+		t.Errorf("queued request cancelled: %v, want context.Canceled", o.err)
+	}
+	select {
+	case o := <-first:
+		t.Fatalf("the inline request answered (%v, %v) before its batch was done", o.res, o.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.openGate()
+	wantResult(t, receive(t, first))
+}

@@ -15,20 +15,24 @@
 //
 // Every key has its own queue, with one FIFO per priority level, and a worker
 // goroutine (running only while the queue is not empty) that forms batches
-// and hands each to the Runner on a goroutine of its own. A batch takes requests from the highest
+// and hands each to the Runner on a goroutine of its own (with IdleDispatch,
+// a request that finds its key idle is run by Submit itself). A batch takes requests from the highest
 // priority level first, in FIFO order within a level, then from the next
 // level, and stops at the first request that does not fit: requests are never
 // split across batches and never overtaken by a later request of the same or
 // lower priority. A batch is dispatched as soon as
 //
-//   - the queued rows reach MaxBatchSize (the batch is full, or the next
-//     request cannot fit into it), or
+//   - the queued rows reach MaxBatchSize, or the lower limit
+//     Options.BatchLimit sets (the batch is full, or the next request cannot
+//     fit into it), or
 //   - the oldest queued request has waited MaxQueueDelay, or
+//   - Options.IdleDispatch is set and no batch of the key is executing, or
 //   - Shutdown has begun (draining dispatches whatever is queued),
 //
 // and fewer than MaxConcurrentBatches batches of the key are executing. So a
 // lone request waits at most MaxQueueDelay (plus scheduling) while the
-// key's executors are idle, and while one batch executes the next one forms.
+// key's executors are idle (not at all with IdleDispatch), and while one
+// batch executes the next one forms.
 // A batch's PaddedRows is the smallest of Options.Buckets that holds its rows;
 // the Runner pads the batch to that size.
 //
@@ -41,7 +45,8 @@
 // a batch is dispatched it runs to completion: the context given to the Runner
 // is cancelled only when Shutdown's context expires. A client that goes away
 // after dispatch gets its context's error from Submit at once, and the result
-// is discarded.
+// is discarded; except for a lone request that IdleDispatch runs on the
+// caller's goroutine, which gets its result when its batch is done.
 //
 // # Errors
 //

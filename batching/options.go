@@ -61,6 +61,29 @@ type Options struct {
 	// once. Default 1.
 	MaxConcurrentBatches int
 
+	// IdleDispatch makes MaxQueueDelay adaptive: while no batch of a key is
+	// executing, whatever the key has queued is dispatched at once, so a
+	// request that finds the key's executors idle never waits for company.
+	// MaxQueueDelay then applies only while a batch executes: a further
+	// batch (MaxConcurrentBatches > 1) is dispatched when it is full or its
+	// oldest request has waited MaxQueueDelay. Requests that arrive while
+	// the executors are busy form the next batch meanwhile, so batches grow
+	// with the load. A request that finds its key idle runs its batch on
+	// the caller's goroutine (see Submit). Default false: every batch that
+	// is not full waits for MaxQueueDelay.
+	IdleDispatch bool
+
+	// BatchLimit, when not nil, lowers the size of a key's batches below
+	// MaxBatchSize at run time: each time the Batcher forms a batch of the
+	// key, or checks whether the queued rows fill one, it asks for the most
+	// rows the next batch may hold (values outside [1, MaxBatchSize] are
+	// clamped). A batch always takes its first request, so a request with
+	// more rows than the limit, but not more than MaxBatchSize, runs in a
+	// batch of its own. BatchLimit is called with the key's queue lock held:
+	// it must be fast and must not call the Batcher. Default nil:
+	// MaxBatchSize for every batch.
+	BatchLimit func(key string) int
+
 	// Observer, when not nil, is told about every dispatched batch and every
 	// request that was refused or dropped before dispatch.
 	Observer Observer

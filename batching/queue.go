@@ -82,27 +82,41 @@ func (q *queue) oldestLocked() *Item {
 // readyLocked reports whether a batch should be dispatched now and, if not,
 // how long until the oldest request has waited MaxQueueDelay. q.n > 0.
 func (q *queue) readyLocked(now time.Time) (bool, time.Duration) {
-	// Batch formation stops at MaxBatchSize rows or at the first request
-	// that does not fit, so queued rows >= MaxBatchSize means that waiting
-	// cannot make the next batch any larger.
-	if q.closed || q.opts.MaxQueueDelay < 0 || q.rows >= q.opts.MaxBatchSize {
+	// Batch formation stops at the limit (MaxBatchSize, or BatchLimit's)
+	// or at the first request that does not fit, so queued rows >= the
+	// limit means that waiting cannot make the next batch any larger.
+	// With IdleDispatch an idle key does not wait for company either.
+	if q.closed || q.opts.MaxQueueDelay < 0 || q.rows >= q.limitLocked() ||
+		(q.opts.IdleDispatch && q.inflight == 0) {
 		return true, 0
 	}
 	wait := q.oldestLocked().Enqueued.Add(q.opts.MaxQueueDelay).Sub(now)
 	return wait <= 0, wait
 }
 
+// limitLocked returns the most rows the key's next batch may hold:
+// MaxBatchSize, or what Options.BatchLimit says, clamped to [1,
+// MaxBatchSize].
+func (q *queue) limitLocked() int {
+	n := q.opts.MaxBatchSize
+	if f := q.opts.BatchLimit; f != nil {
+		n = min(max(f(q.key), 1), n)
+	}
+	return n
+}
+
 // takeBatchLocked removes the next batch from the queue: requests in
-// priority order, FIFO within a level, up to MaxBatchSize rows, stopping at
+// priority order, FIFO within a level, up to the limit's rows (the first
+// request is always taken; it has at most MaxBatchSize rows), stopping at
 // the first request that does not fit. q.n > 0.
 func (q *queue) takeBatchLocked(now time.Time) *Batch {
-	limit := q.opts.MaxBatchSize
+	limit := q.limitLocked()
 	b := &Batch{Key: q.key, Dispatched: now}
 	rows := 0
 levels:
 	for l := range q.levels {
 		for it := q.levels[l].head; it != nil; {
-			if rows+it.Rows > limit {
+			if rows+it.Rows > limit && rows > 0 {
 				break levels
 			}
 			next := it.next
@@ -114,7 +128,7 @@ levels:
 				b.Created = it.Enqueued
 			}
 			b.Items = append(b.Items, it)
-			if rows == limit {
+			if rows >= limit {
 				break levels
 			}
 			it = next

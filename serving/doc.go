@@ -60,16 +60,77 @@
 // Options.PollInterval the repository is polled for added, removed and
 // changed models and versions.
 //
-// InferRequest.Priority is not used yet: requests run one at a time in their
-// bucket. Execution of a bucket (version.runBucket) is kept apart from
-// request validation so that a batcher can run several validated requests in
-// one bucket, stacked along the "batch" symbol.
+// # Dynamic batching
+//
+// A version batches when its config.yaml has batching enabled (the default)
+// and every input and output has exactly one "batch" dim; otherwise (the
+// load log says why) each request runs alone in its bucket, concurrently with
+// the others. A batching version has a batching.Batcher with one queue per
+// non-batch bucket, keyed "model/version/sym=size,..." (e.g. "pair/1/seq=8",
+// or "tinycnn/1" when batch is the only symbol), so requests of different
+// non-batch buckets never share a batch. Its settings come from config.yaml:
+// max_batch_size (default the largest batch bucket; with no batch buckets in
+// config.yaml, the largest default bucket), the batch buckets, max_queue_delay
+// (0 dispatches at once), max_queue_size (per queue), timeout (the deadline of
+// a request whose context has none; it bounds the whole request) and
+// priority_levels (InferRequest.Priority, 0 the highest; it has no effect on a
+// version that does not batch).
+//
+// A batch runs once in the batch bucket of its padded rows (the smallest
+// batch bucket >= its rows): its input tensors are allocated at that bucket's
+// shape and each request's tensor is copied straight into its rows (the
+// batcher's Item.Offset), padding everything else with the pad value; after
+// the one execution, each request's rows of every output are copied straight
+// into its response tensors. No per-request padded tensor is ever made.
+//
+// The dispatch policy is adaptive (batching.Options.IdleDispatch): a request
+// that finds no batch of its queue executing is dispatched at once, so a lone
+// request never waits for company and batching costs nothing at low load.
+// While a batch executes, the requests that arrive form the next batch; up to
+// two batches of a queue execute at once, a second one starting when it is
+// full or its oldest request has waited max_queue_delay. So no request waits
+// for company longer than max_queue_delay plus one execution, and batches
+// grow with the load.
+//
+// "Full" is learned: max_batch_size is an upper bound, and each queue
+// measures every batch bucket's execution time per padded row as batches run
+// and limits its batches to the largest bucket that costs within 10% of the
+// cheapest one measured, trying the next bucket up when it has no
+// measurement yet and every 50 batches after (xserve_batch_size_limit shows
+// the limit). On XLA CPU a small model's per-row cost halves from batch 1 to
+// 32, while a 112x112 CNN costs more per row at batch 64 than at 8, where
+// filling the largest bucket would lose throughput. docs/BENCHMARKS.md
+// ("Dynamic batching") has the measurements behind these choices.
+//
+// Requests whose deadline passes or whose caller goes away while queued leave
+// the queue and never run (Infer returns the context's error; for a deadline
+// it also wraps batching.ErrExpired). A full queue answers at once with
+// ErrOverloaded wrapping the batcher's *batching.QueueFullError, whose
+// RetryAfter estimates when to try again (HTTP 429 with Retry-After). A
+// request with more rows than max_batch_size is ErrInvalidInput. Shutdown
+// drains the queues: it refuses new requests, dispatches the queued ones at
+// once and waits for them; if its context ends first, the requests still
+// queued fail with ErrClosed.
+//
+// Results do not depend on batching for elementwise and reduction models
+// (bit-identical); XLA CPU tiles convolutions and matmuls by the batch size,
+// so a row run in a larger bucket may differ from an unbatched run in the
+// last bits (the tests allow 1e-6 on tinycnn's probabilities, and require
+// bit-identical results within one bucket).
 //
 // # Metrics
 //
 // WriteMetrics writes, in the Prometheus text format: xserve_requests_total
 // {model,version,outcome}, xserve_request_duration_seconds
-// {model,version,phase=queue|compute|total}, xserve_compilations_total
+// {model,version,phase=queue|compute|total} (queue: the time in the
+// batching queue until dispatch, plus any wait for a compile; compute: the
+// execution of the request's bucket or batch), xserve_batch_rows
+// {model,version,kind=real|padded} (one observation per batch: the requests'
+// rows and the batch bucket it ran in), xserve_queue_rejected_total
+// {model,version,reason} (requests that left the batching queue without
+// running: queue_full, expired, cancelled, closed, too_large, invalid),
+// xserve_batch_size_limit {model,version,queue} (the learned batch size
+// limit of each queue), xserve_compilations_total
 // {model,version,bucket}, xserve_compile_seconds {model,version},
 // xserve_compile_cache_total {kind=stablehlo|executable,result=hit|miss},
 // xserve_models_loaded (READY versions) and xserve_model_state
@@ -81,6 +142,9 @@
 //
 // Every method of Manager is safe for concurrent use. Lock order: a model's
 // op mutex (which serializes its loads and unloads), then Manager.mu, then a
-// bucket's mu. No lock is held while importing, lowering, compiling,
-// executing or waiting for requests.
+// bucket's mu; the batcher's locks are never held together with these. No
+// lock is held while importing, lowering, compiling, executing or waiting for
+// requests. A version's executables and weights are freed only after its
+// batcher has shut down, so a batch whose callers went away still runs on
+// live executables.
 package serving

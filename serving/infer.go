@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -134,12 +135,19 @@ func (v *version) infer(ctx context.Context, req *InferRequest, start time.Time)
 	return resp, err
 }
 
+// inferOnce validates req and runs it: through the version's batcher when
+// it has one (and the request has rows to batch), else alone in its bucket.
 func (v *version) inferOnce(ctx context.Context, req *InferRequest) (*InferResponse, runTimes, error) {
 	c, b, err := v.prepare(req)
 	if err != nil {
 		return nil, runTimes{}, err
 	}
-	t, err := v.runBucket(ctx, b, []*call{c})
+	var t runTimes
+	if v.batcher != nil && c.dims[modelrepo.BatchSymbol] > 0 {
+		t, b, err = v.inferBatched(ctx, req, c, b)
+	} else {
+		t, err = v.runBucket(ctx, b, []*call{c}, nil)
+	}
 	if err != nil {
 		return nil, t, err
 	}

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
@@ -94,6 +95,10 @@ type Manager struct {
 	ops    sync.WaitGroup // Load, Unload and the poller's syncs in progress
 	bg     sync.WaitGroup // goroutines freeing unloaded versions
 	polled chan struct{}  // closed when the poller returns; nil without polling
+
+	// batchHook, when set (by tests, before the first request), is called
+	// by each batch's runner before it executes the batch.
+	batchHook func(ctx context.Context, bt *batching.Batch)
 
 	mu      sync.Mutex // guards models, closed, scanned and the fields of model and version marked so
 	models  map[string]*model
@@ -613,9 +618,12 @@ func (m *Manager) release(v *version) {
 // Infer runs one inference request on a model version (0: the highest READY
 // version). The request's inputs are validated against the model's
 // signature (ErrInvalidInput), placed in the smallest bucket that holds them
-// (ErrNoBucket when none does), padded, executed and sliced back. The
-// bucket's executable is compiled on the first request that needs it (with
-// warmup lazy); concurrent requests wait for that one compile.
+// (ErrNoBucket when none does), padded, executed and sliced back; on a
+// version that batches, the request waits in its queue and runs in a batch
+// with others (see the package documentation; a full queue is
+// ErrOverloaded). The bucket's executable is compiled on the first request
+// that needs it (with warmup lazy); concurrent requests wait for that one
+// compile.
 func (m *Manager) Infer(ctx context.Context, model string, version int64, req *InferRequest) (*InferResponse, error) {
 	start := time.Now()
 	if req == nil {
@@ -786,15 +794,18 @@ func (m *Manager) Unload(ctx context.Context, model string) error {
 
 // WriteMetrics writes the serving metrics in the Prometheus text exposition
 // format (version 0.0.4): xserve_requests_total, xserve_request_duration_seconds,
-// xserve_compilations_total, xserve_compile_seconds, xserve_compile_cache_total,
-// xserve_models_loaded and xserve_model_state.
+// xserve_batch_rows, xserve_queue_rejected_total, xserve_batch_size_limit,
+// xserve_compilations_total, xserve_compile_seconds,
+// xserve_compile_cache_total, xserve_models_loaded and xserve_model_state.
 func (m *Manager) WriteMetrics(w io.Writer) error { return m.metrics.reg.Write(w) }
 
 // Shutdown stops polling and accepting requests (new ones get ErrClosed),
-// waits for loads in progress and in-flight requests, and frees every
-// version's executables and weights. If ctx ends first it returns ctx's
-// error and the freeing completes in the background. Calling it again waits
-// again.
+// waits for loads in progress, drains the batching queues (queued requests
+// are dispatched at once, without waiting for max_queue_delay, and
+// executed), waits for in-flight requests, and frees every version's
+// executables and weights. If ctx ends first it returns ctx's error: the
+// requests still queued then fail with ErrClosed, and the freeing completes
+// in the background. Calling it again waits again.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.closed = true
@@ -808,6 +819,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("serving: shutdown: %w", err)
 	}
+	drainErr := m.shutdownBatchers(ctx)
 	m.mu.Lock()
 	for _, md := range m.models {
 		for _, v := range md.versions {
@@ -817,6 +829,9 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 	if err := waitFor(ctx, m.bg.Wait); err != nil {
 		return fmt.Errorf("serving: shutdown: waiting for in-flight requests: %w", err)
+	}
+	if drainErr != nil {
+		return fmt.Errorf("serving: shutdown: draining the batching queues: %w", drainErr)
 	}
 	return nil
 }

@@ -88,7 +88,8 @@ func TestTinyCNNMatchesONNXRuntime(t *testing.T) {
 func TestConcurrentRequestsCompileOncePerBucket(t *testing.T) {
 	r := newRepo(t)
 	r.add("tinycnn", 1, tinyCNN)
-	r.config("tinycnn", "buckets:\n  batch: [1, 2, 4, 8]\n")
+	// Unbatched, so that each request runs in its own bucket.
+	r.config("tinycnn", "buckets:\n  batch: [1, 2, 4, 8]\nbatching:\n  enabled: false\n")
 	m, _ := start(t, r, nil)
 	image, ref := readNpy(t, tinyCNNImage), readNpy(t, tinyCNNProbs)
 
@@ -384,7 +385,7 @@ func TestRunBucketStacksRequests(t *testing.T) {
 	if err != nil || b1 != b2 {
 		t.Fatal(err, b1.name, b2.name)
 	}
-	if _, err := v.runBucket(ctx, b1, []*call{c1, c2}); err != nil {
+	if _, err := v.runBucket(ctx, b1, []*call{c1, c2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	assertClose(t, "first request", c1.outs[0], rows(ref, 1), 1e-5)
@@ -408,7 +409,7 @@ func TestRunBucketStacksRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.runBucket(ctx, bp, []*call{p1, p2}); err != nil {
+	if _, err := v.runBucket(ctx, bp, []*call{p1, p2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	assertClose(t, "pair first request", p1.outs[0], cut(sum, []int{2}, 3), 1e-6)
@@ -416,7 +417,7 @@ func TestRunBucketStacksRequests(t *testing.T) {
 
 	// Too many rows for the bucket are refused.
 	p3, _, _ := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"x": x, "y": y}})
-	if _, err := v.runBucket(ctx, bp, []*call{p2, p3}); err == nil || !strings.Contains(err.Error(), "do not fit bucket") {
+	if _, err := v.runBucket(ctx, bp, []*call{p2, p3}, nil); err == nil || !strings.Contains(err.Error(), "do not fit bucket") {
 		t.Errorf("5 rows in bucket batch=4: %v", err)
 	}
 }
@@ -666,7 +667,10 @@ func TestShutdownWaitsForInFlightRequests(t *testing.T) {
 	before := runtime.NumGoroutine()
 	r := newRepo(t)
 	r.add("tinycnn", 1, tinyCNN)
-	r.config("tinycnn", "buckets:\n  batch: [2]\n")
+	// Unbatched: a request that holds the version but has not reached a
+	// batching queue when Shutdown begins is refused by the closed queue
+	// (TestBatchingShutdownDrainsQueue covers the batched path).
+	r.config("tinycnn", "buckets:\n  batch: [2]\nbatching:\n  enabled: false\n")
 	m, _ := start(t, r, func(o *Options) { o.PollInterval = 10 * time.Millisecond })
 	image := map[string]*tensor.Tensor{"image": readNpy(t, tinyCNNImage)}
 	ctx := context.Background()

@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/internal/metrics"
 )
 
@@ -11,12 +12,18 @@ const (
 	phaseQueue     = "queue"
 	phaseCompute   = "compute"
 	phaseTotal     = "total"
+	rowsReal       = "real"
+	rowsPadded     = "padded"
 )
 
 var (
 	requestBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	compileBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-	allStates      = []ModelState{StateLoading, StateReady, StateUnloading, StateUnavailable}
+	rowBuckets     = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+	// queueReasons are the reasons of xserve_queue_rejected_total shown
+	// (at 0) from the moment a version batches.
+	queueReasons = []string{batching.ReasonQueueFull, batching.ReasonExpired, batching.ReasonCancelled}
+	allStates    = []ModelState{StateLoading, StateReady, StateUnloading, StateUnavailable}
 )
 
 // serverMetrics are the metrics a Manager keeps (see WriteMetrics).
@@ -28,7 +35,10 @@ type serverMetrics struct {
 	compileSeconds *metrics.HistogramVec // model, version
 	cache          *metrics.CounterVec   // kind, result
 	loaded         *metrics.GaugeVec
-	state          *metrics.GaugeVec // model, version, state
+	state          *metrics.GaugeVec     // model, version, state
+	batchRows      *metrics.HistogramVec // model, version, kind (real, padded)
+	queueRejected  *metrics.CounterVec   // model, version, reason
+	batchLimit     *metrics.GaugeVec     // model, version, queue
 }
 
 func newServerMetrics() *serverMetrics {
@@ -38,8 +48,17 @@ func newServerMetrics() *serverMetrics {
 		requests: r.NewCounterVec("xserve_requests_total",
 			"Inference requests that reached a model version, by outcome.", "model", "version", "outcome"),
 		duration: r.NewHistogramVec("xserve_request_duration_seconds",
-			"Inference request latency: queue (accepted until execution starts, including waiting for a compile), compute (upload, execute, download) and total.",
+			"Inference request latency: queue (waiting in the batching queue until the batch was dispatched, plus waiting for a compile), compute (upload, execute, download of the request's execution or batch) and total.",
 			requestBuckets, "model", "version", "phase"),
+		batchRows: r.NewHistogramVec("xserve_batch_rows",
+			"Rows of each dispatched batch: real (the requests' rows) and padded (the batch bucket it ran in).",
+			rowBuckets, "model", "version", "kind"),
+		queueRejected: r.NewCounterVec("xserve_queue_rejected_total",
+			"Requests that left the batching queue without executing, by reason: queue_full (refused at once, HTTP 429), expired (deadline passed while queued), cancelled (the client went away while queued), closed (shutdown), too_large, invalid.",
+			"model", "version", "reason"),
+		batchLimit: r.NewGaugeVec("xserve_batch_size_limit",
+			"The most rows a queue's next batch may hold: max_batch_size, lowered to the batch bucket with the cheapest execution per row measured.",
+			"model", "version", "queue"),
 		compilations: r.NewCounterVec("xserve_compilations_total",
 			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",

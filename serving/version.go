@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
@@ -34,6 +35,13 @@ type version struct {
 	buckets map[string]*bucket
 	order   []*bucket // buckets in allBuckets order
 	weights *Weights
+	// batcher groups requests into batches; nil when the version runs each
+	// request alone (batching off, or inputs without a batch dim).
+	// batchBuckets maps each queue key and batch size to its bucket, sizers
+	// each queue key to its batch size learner.
+	batcher      *batching.Batcher
+	batchBuckets map[string]map[int64]*bucket
+	sizers       map[string]*sizer
 
 	// ctx is cancelled once the version is unloading and its requests have
 	// finished, so that a compile no request waits for any more stops.
@@ -116,6 +124,9 @@ func (v *version) load(ctx context.Context) error {
 		v.buckets[b.name] = b
 	}
 	v.weights = NewWeights(v.m.client)
+	if err := v.setupBatching(cfgFile); err != nil {
+		return err
+	}
 
 	if v.cfg.Warmup == modelrepo.WarmupEager {
 		for i, b := range v.order {
@@ -292,9 +303,15 @@ func (v *version) program(b *bucket) (*lower.Program, error) {
 	return prog, nil
 }
 
-// free waits for the version's compiles and frees its executables and
-// weights. It is called once no request uses the version.
+// free waits for the version's batches and compiles and frees its
+// executables and weights. It is called once no request uses the version
+// (a batch may still execute for requests whose clients went away).
 func (v *version) free() {
+	if v.batcher != nil {
+		if err := v.batcher.Shutdown(context.Background()); err != nil {
+			v.log().Warn("batcher shutdown", "error", err)
+		}
+	}
 	v.cancel()
 	v.compiles.Wait()
 	for _, b := range v.order {
@@ -314,7 +331,7 @@ func (v *version) free() {
 	}
 	// Drop the host copies too: an unloaded or failed version stays known
 	// (UNAVAILABLE) but must not keep the model's weights in memory.
-	v.graph, v.buckets, v.order = nil, nil, nil
+	v.graph, v.buckets, v.order, v.batchBuckets, v.sizers = nil, nil, nil, nil, nil
 }
 
 // call is one request prepared for execution: its inputs in signature
@@ -334,17 +351,19 @@ type runTimes struct {
 }
 
 // runBucket executes calls together in bucket b: each input is built at the
-// bucket's shape, the calls' tensors stacked along the batch dim (one call:
-// at offset 0) and padded with the input's pad value; outputs are sliced back
-// per call along every dim that follows a symbol. The calls must have been
-// validated against the signature and fit b together (the batcher's job for
-// several calls). It is the unit a batcher runs; Infer runs one call.
-func (v *version) runBucket(ctx context.Context, b *bucket, calls []*call) (runTimes, error) {
+// bucket's shape, each call's tensor written straight into its rows of it
+// (offsets[i] along the batch dim; nil offsets stack the calls in order, one
+// call at offset 0), the rest padded with the input's pad value; each call's
+// outputs are sliced straight out of the bucket's outputs along every dim
+// that follows a symbol. The calls must have been validated against the
+// signature and fit b together (the batcher's job for several calls). It is
+// the unit the batcher runs; an unbatched Infer runs one call.
+func (v *version) runBucket(ctx context.Context, b *bucket, calls []*call, offsets []int64) (runTimes, error) {
 	var t runTimes
 	if len(calls) == 0 {
 		return t, nil
 	}
-	offsets, err := v.rowOffsets(b, calls)
+	offsets, err := v.rowOffsets(b, calls, offsets)
 	if err != nil {
 		return t, err
 	}
@@ -381,20 +400,30 @@ func (v *version) runBucket(ctx context.Context, b *bucket, calls []*call) (runT
 	return t, nil
 }
 
-// rowOffsets returns where each call's rows start along the batch dim, and
-// checks that the calls fit b.
-func (v *version) rowOffsets(b *bucket, calls []*call) ([]int64, error) {
-	offsets := make([]int64, len(calls))
+// rowOffsets returns where each call's rows start along the batch dim:
+// given (from the batcher) or, when nil, stacked in order. It checks that
+// the calls fit b and that their rows do not overlap.
+func (v *version) rowOffsets(b *bucket, calls []*call, given []int64) ([]int64, error) {
 	if len(calls) > 1 && v.sig.batchErr != nil {
 		return nil, fmt.Errorf("serving: %s cannot run %d requests in one batch: %w", v, len(calls), v.sig.batchErr)
 	}
-	var rows int64
+	if given != nil && len(given) != len(calls) {
+		return nil, fmt.Errorf("serving: %s: %d offsets for %d requests", v, len(given), len(calls))
+	}
+	offsets := make([]int64, len(calls))
+	var rows int64 // the end of the rows placed so far
 	for i, c := range calls {
 		offsets[i] = rows
+		if given != nil {
+			if given[i] < rows {
+				return nil, fmt.Errorf("serving: %s: request %d starts at row %d, inside the rows before it (which end at %d)", v, i, given[i], rows)
+			}
+			offsets[i] = given[i]
+		}
 		for _, sym := range v.sig.Symbols {
 			n := c.dims[sym]
-			if len(calls) > 1 && sym == modelrepo.BatchSymbol {
-				rows += n
+			if sym == modelrepo.BatchSymbol {
+				rows = offsets[i] + n
 				n = rows
 			}
 			if n > b.dims[sym] {
@@ -418,7 +447,7 @@ func (v *version) assemble(b *bucket, i int, calls []*call, offsets []int64) *te
 	for ci, c := range calls {
 		src := c.inputs[i]
 		dstOff := make([]int64, len(shape))
-		if len(calls) > 1 {
+		if offsets[ci] != 0 {
 			dstOff[in.batchAxis] = offsets[ci]
 		}
 		copyBlock(dst.Data, shape, dstOff, src.Data, src.Shape, make([]int64, len(shape)), src.Shape, elem)

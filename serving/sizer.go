@@ -1,0 +1,101 @@
+package serving
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Batch size learning. How much a larger batch saves per row depends on the
+// model and the device: on XLA CPU a small model's per-row cost falls by half
+// or more from batch 1 to 32, while a model whose rows are large already
+// (a 112x112 CNN, 128-token sequences) costs as much or more per row at batch
+// 32 or 64 as at batch 8 (its activations no longer fit the caches), so
+// filling the largest bucket would lower throughput. The sizer measures each
+// batch bucket's execution time per padded row as batches run, and limits a
+// queue's batches (batching.Options.BatchLimit) to the largest bucket whose
+// cost is within sizerTolerance of the cheapest one measured, one bucket
+// above it being tried whenever it has no measurement yet and every
+// sizerExplore batches after, so that the limit follows the load and the
+// device.
+
+const (
+	// sizerTolerance is how much more per row than the cheapest bucket a
+	// larger bucket may cost and still be used.
+	sizerTolerance = 0.10
+	// sizerExplore is how often (in batches of a queue) the bucket above
+	// the limit is tried again although it was measured more expensive.
+	sizerExplore = 50
+	// sizerWeight is the weight of a new measurement in a bucket's moving
+	// average.
+	sizerWeight = 0.25
+)
+
+// sizer holds one queue's measurements and its current limit.
+type sizer struct {
+	buckets []int // the batch buckets, ascending
+
+	limit atomic.Int64 // the current limit, in rows; read by the batcher
+
+	mu      sync.Mutex // guards the fields below
+	cost    []float64  // per bucket: moving average of seconds per padded row; 0 = not measured
+	batches int        // batches observed
+}
+
+// newSizer returns a sizer for batch buckets buckets; it allows up to
+// maxBatch rows until it has measured something.
+func newSizer(buckets []int, maxBatch int) *sizer {
+	s := &sizer{buckets: buckets, cost: make([]float64, len(buckets))}
+	s.limit.Store(int64(maxBatch))
+	return s
+}
+
+// Limit returns the most rows the queue's next batch may hold.
+func (s *sizer) Limit() int { return int(s.limit.Load()) }
+
+// observe records that a batch padded to padded rows executed in d and
+// updates the limit.
+func (s *sizer) observe(padded int, d time.Duration) {
+	i := -1
+	for k, b := range s.buckets {
+		if b == padded {
+			i = k
+			break
+		}
+	}
+	if i < 0 || d <= 0 {
+		return
+	}
+	perRow := d.Seconds() / float64(padded)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cost[i] == 0 {
+		s.cost[i] = perRow
+	} else {
+		s.cost[i] += sizerWeight * (perRow - s.cost[i])
+	}
+	s.batches++
+	s.limit.Store(int64(s.buckets[s.chooseLocked()]))
+}
+
+// chooseLocked returns the index of the bucket to limit batches to: the
+// largest measured one within sizerTolerance of the cheapest, or the one
+// above it when that has no measurement or it is time to try it again.
+func (s *sizer) chooseLocked() int {
+	best := 0.0
+	for _, c := range s.cost {
+		if c > 0 && (best == 0 || c < best) {
+			best = c
+		}
+	}
+	pick := 0
+	for k, c := range s.cost {
+		if c > 0 && c <= best*(1+sizerTolerance) {
+			pick = k
+		}
+	}
+	if next := pick + 1; next < len(s.buckets) && (s.cost[next] == 0 || s.batches%sizerExplore == 0) {
+		pick = next
+	}
+	return pick
+}

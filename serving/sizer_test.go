@@ -1,0 +1,54 @@
+package serving
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSizer walks the batch size learner through a device whose per-row
+// cost falls up to batch 4 and rises after: the limit climbs one bucket per
+// new measurement, settles on 4, and tries 8 again every sizerExplore
+// batches.
+func TestSizer(t *testing.T) {
+	s := newSizer([]int{1, 2, 4, 8, 16}, 16)
+	if s.Limit() != 16 {
+		t.Fatalf("limit before any measurement %d, want max_batch_size 16", s.Limit())
+	}
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	steps := []struct {
+		padded int
+		d      time.Duration
+		want   int
+	}{
+		{1, ms(1), 2},     // only 1 measured: try 2
+		{2, ms(1.6), 4},   // 0.8 per row, cheaper: try 4
+		{4, ms(2.4), 8},   // 0.6 per row: try 8
+		{8, ms(8), 4},     // 1.0 per row: back to 4
+		{4, ms(2.6), 4},   // 0.65 per row: its average, 0.6125, is still the cheapest
+		{1, ms(0.5), 4},   // 1's average drops to 0.875: still dearer than 4
+		{16, ms(1.6), 16}, // 0.1 per row at 16: the largest within tolerance of the best
+	}
+	for i, st := range steps {
+		s.observe(st.padded, st.d)
+		if got := s.Limit(); got != st.want {
+			t.Fatalf("step %d (batch %d in %v): limit %d, want %d", i, st.padded, st.d, got, st.want)
+		}
+	}
+	s.observe(3, ms(1)) // not a bucket: ignored
+	s.observe(2, 0)     // no time: ignored
+
+	// 4 the cheapest and 8 dearer: 8 is tried again every sizerExplore batches.
+	s = newSizer([]int{1, 2, 4, 8}, 8)
+	s.observe(4, ms(4))
+	s.observe(8, ms(16))
+	tried := 0
+	for range 2 * sizerExplore {
+		s.observe(4, ms(4))
+		if s.Limit() == 8 {
+			tried++
+		}
+	}
+	if tried != 2 {
+		t.Errorf("8 tried again %d times in %d batches, want 2", tried, 2*sizerExplore)
+	}
+}
