@@ -157,8 +157,9 @@ for m in $MODELS; do
 	count="$(grep -E "^xserve_batch_rows_count\{kind=\"real\",model=\"${m}_batched\"" "$OUT/metrics.txt" | awk '{print $2}')"
 	sum="$(grep -E "^xserve_batch_rows_sum\{kind=\"real\",model=\"${m}_batched\"" "$OUT/metrics.txt" | awk '{print $2}')"
 	padded="$(grep -E "^xserve_batch_rows_sum\{kind=\"padded\",model=\"${m}_batched\"" "$OUT/metrics.txt" | awk '{print $2}')"
+	limits="$(grep -E "^xserve_batch_size_limit\{model=\"${m}_batched\"" "$OUT/metrics.txt" | sed -E 's/.*queue="([^"]*)".* ([0-9]+)$/\1: \2/' | paste -sd, - | sed 's/,/, /g')"
 	if [[ -n "$count" && "$count" != 0 ]]; then
-		awk -v m="$m" -v n="$count" -v s="$sum" -v p="$padded" \
-			'BEGIN { printf "- `%s_batched`: %d batches, %.1f real rows per batch on average, %.1f padded\n", m, n, s / n, p / n }'
+		awk -v m="$m" -v n="$count" -v s="$sum" -v p="$padded" -v l="$limits" \
+			'BEGIN { printf "- `%s_batched`: %d batches, %.1f real rows per batch on average, %.1f padded; learned batch size limit at the end (queue: rows) %s\n", m, n, s / n, p / n, l }'
 	fi
 done

@@ -20,6 +20,10 @@
 //     omission); sends that started late, and scheduled sends that never
 //     went out before the run ended, are reported.
 //
+// [Summary] prints for people and as JSON for machines; [MarkdownTable]
+// tabulates runs, and [CompareTable] puts pairs of runs side by side (e.g. a
+// model with dynamic batching off and on, as bench/batching.sh does).
+//
 // Every run is bounded (a duration, a request count, or both), and the HTTP
 // target refuses to connect anywhere but the loopback interface
 // (127.0.0.0/8, ::1) unless told otherwise.

@@ -9,9 +9,10 @@ import (
 // Batch size learning. How much a larger batch saves per row depends on the
 // model and the device: on XLA CPU a small model's per-row cost falls by half
 // or more from batch 1 to 32, while a model whose rows are large already
-// (a 112x112 CNN, 128-token sequences) costs as much or more per row at batch
-// 32 or 64 as at batch 8 (its activations no longer fit the caches), so
-// filling the largest bucket would lower throughput. The sizer measures each
+// (a 112x112 CNN, 128-token sequences) costs about as much per row at batch
+// 32 as at batch 8 and more at 64 (its activations no longer fit the
+// caches), so filling the largest bucket would lower throughput
+// (docs/BENCHMARKS.md, "Dynamic batching", table 3). The sizer measures each
 // batch bucket's execution time per padded row as batches run, and limits a
 // queue's batches (batching.Options.BatchLimit) to the largest bucket whose
 // cost is within sizerTolerance of the cheapest one measured, one bucket
