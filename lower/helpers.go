@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/go-xla/pkg/types/shapes"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -127,12 +128,11 @@ func (ctx *Context) ScalarLike(v *stablehlo.Value, x float64) (*stablehlo.Value,
 }
 
 func tensorDType(d dtypes.DType) (tensor.DType, error) {
-	for dt := tensor.Bool; dt <= tensor.Complex128; dt++ {
-		if x, err := XLADType(dt); err == nil && x == d {
-			return dt, nil
-		}
+	dt, err := pjrt.DTypeFromXLA(d)
+	if err != nil {
+		return tensor.Invalid, fmt.Errorf("lower: no IR dtype for %s", d)
 	}
-	return tensor.Invalid, fmt.Errorf("lower: no IR dtype for %s", d)
+	return dt, nil
 }
 
 // Reducer kinds for ReduceFn.

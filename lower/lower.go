@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/go-xla/pkg/types/shapes"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -170,41 +171,14 @@ func intsOf(dims []int64) []int {
 	return out
 }
 
-// XLADType maps an IR dtype to go-xla's dtype.
+// XLADType maps an IR dtype to go-xla's dtype (the one mapping, owned by
+// package pjrt).
 func XLADType(dt tensor.DType) (dtypes.DType, error) {
-	switch dt {
-	case tensor.Bool:
-		return dtypes.Bool, nil
-	case tensor.Int8:
-		return dtypes.Int8, nil
-	case tensor.Int16:
-		return dtypes.Int16, nil
-	case tensor.Int32:
-		return dtypes.Int32, nil
-	case tensor.Int64:
-		return dtypes.Int64, nil
-	case tensor.Uint8:
-		return dtypes.Uint8, nil
-	case tensor.Uint16:
-		return dtypes.Uint16, nil
-	case tensor.Uint32:
-		return dtypes.Uint32, nil
-	case tensor.Uint64:
-		return dtypes.Uint64, nil
-	case tensor.Float16:
-		return dtypes.Float16, nil
-	case tensor.BFloat16:
-		return dtypes.BFloat16, nil
-	case tensor.Float32:
-		return dtypes.Float32, nil
-	case tensor.Float64:
-		return dtypes.Float64, nil
-	case tensor.Complex64:
-		return dtypes.Complex64, nil
-	case tensor.Complex128:
-		return dtypes.Complex128, nil
+	x, err := pjrt.DTypeToXLA(dt)
+	if err != nil {
+		return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
 	}
-	return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
+	return x, nil
 }
 
 // Lower specializes g to the symbol sizes in dims and lowers it to a Program.
