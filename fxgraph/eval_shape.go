@@ -408,20 +408,10 @@ func shEvalGather(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, 
 		if len(idx) == 0 {
 			full = []int64{0}
 		}
-		var p int64
-		for k, v := range full {
-			if k == dim {
-				w, err := shWrap(n, index.Int64At(flat), xs[dim])
-				if err != nil {
-					bad = err
-					return
-				}
-				v = w
-			} else if v >= xs[k] {
-				bad = shErr(n, "index shape %v exceeds input shape %v", index.Shape, x.Shape)
-				return
-			}
-			p += v * st[k]
+		p, err := shIndexedOffset(n, full, dim, index.Int64At(flat), xs, st, index.Shape, x.Shape)
+		if err != nil {
+			bad = err
+			return
 		}
 		shCopyElem(out, flat, x, p)
 	})
@@ -648,20 +638,10 @@ func shEvalScatter(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor,
 		if bad != nil {
 			return
 		}
-		var p int64
-		for k, v := range idx {
-			if k == dim {
-				w, err := shWrap(n, index.Int64At(flat), xs[dim])
-				if err != nil {
-					bad = err
-					return
-				}
-				v = w
-			} else if v >= xs[k] {
-				bad = shErr(n, "index shape %v exceeds input shape %v", index.Shape, x.Shape)
-				return
-			}
-			p += v * st[k]
+		p, err := shIndexedOffset(n, idx, dim, index.Int64At(flat), xs, st, index.Shape, x.Shape)
+		if err != nil {
+			bad = err
+			return
 		}
 		var q int64
 		if !scalar {
@@ -969,4 +949,24 @@ func shScalarInt64(v int64) *tensor.Tensor {
 	t := tensor.New(tensor.Int64)
 	t.SetInt64(0, v)
 	return t
+}
+
+// shIndexedOffset is the flat offset into a tensor of shape xs (strides st)
+// that gather and scatter address at position idx: idx itself, except along
+// dim, where the index value i (wrapped when negative) is used.
+func shIndexedOffset(n *Node, idx []int64, dim int, i int64, xs, st, indexShape, xShape []int64) (int64, error) {
+	var p int64
+	for k, v := range idx {
+		if k == dim {
+			w, err := shWrap(n, i, xs[dim])
+			if err != nil {
+				return 0, err
+			}
+			v = w
+		} else if v >= xs[k] {
+			return 0, shErr(n, "index shape %v exceeds input shape %v", indexShape, xShape)
+		}
+		p += v * st[k]
+	}
+	return p, nil
 }
