@@ -142,9 +142,17 @@ func (r *testRepo) config(model, yaml string) {
 	}
 }
 
+// remove takes a version directory out of the repository in one step (a
+// rename out of it, then the delete), as a deploy tool should: a poll
+// during a plain recursive delete can see the directory without its model
+// file, which is a broken version, not a removed one.
 func (r *testRepo) remove(model string, version int) {
 	r.t.Helper()
-	if err := os.RemoveAll(filepath.Join(r.root, model, strconv.Itoa(version))); err != nil {
+	gone := filepath.Join(r.t.TempDir(), "removed")
+	if err := os.Rename(filepath.Join(r.root, model, strconv.Itoa(version)), gone); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.RemoveAll(gone); err != nil {
 		r.t.Fatal(err)
 	}
 }

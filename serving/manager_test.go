@@ -525,6 +525,8 @@ func TestPollingFollowsTheRepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	releaseV2 := sync.OnceFunc(func() { m.release(v2) })
+	t.Cleanup(releaseV2) // so that a failure below does not also stall Shutdown
 	r.remove("tinycnn", 2)
 	eventually(t, "version 2 to unload", func() bool { s, _ := state(m, "tinycnn", 2); return s == StateUnloading })
 	if _, err := m.Infer(ctx, "tinycnn", 2, &InferRequest{Inputs: image}); !errors.Is(err, ErrNotReady) {
@@ -538,7 +540,7 @@ func TestPollingFollowsTheRepository(t *testing.T) {
 	if err != nil || resp.ModelVersion != 2 {
 		t.Fatalf("in-flight request on the unloading version: %v", err)
 	}
-	m.release(v2)
+	releaseV2()
 	eventually(t, "version 2 to be forgotten", func() bool { s, _ := state(m, "tinycnn", 2); return s == "" })
 	<-v2.freed
 	if v2.weights.Len() != 0 {
@@ -574,7 +576,8 @@ func TestPollingFollowsTheRepository(t *testing.T) {
 	r.add("second", 1, tinyCNN)
 	r.config("second", "buckets:\n  batch: [2]\n")
 	eventually(t, "model second to load", func() bool { return m.ModelReady("second", 0) })
-	if err := os.RemoveAll(filepath.Join(r.root, "second")); err != nil {
+	gone := filepath.Join(t.TempDir(), "second")
+	if err := os.Rename(filepath.Join(r.root, "second"), gone); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "model second to go", func() bool { s, _ := state(m, "second", 1); return s == "" })

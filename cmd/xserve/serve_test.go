@@ -640,10 +640,19 @@ func TestServeEndToEnd(t *testing.T) {
 		defer conn.Close()
 		fmt.Fprintf(conn, "POST /v1/infer HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", p.addr, len(body))
 		conn.Write(body[:len(body)/2])
+		// Signal only once the server took the connection off its accept
+		// queue and is in the handler (the /metrics request counts itself):
+		// closing a listener resets the connections still queued on it.
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(string(call(t, "GET", p.url+"/metrics", nil).body), "xserve_http_requests_in_flight 2\n") {
+			if time.Now().After(deadline) {
+				t.Fatal("the half-sent request never reached a handler")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(30 * time.Second)
 		for !strings.Contains(p.log.String(), "shutting down") {
 			if time.Now().After(deadline) {
 				t.Fatal("no shutdown log after SIGTERM")
