@@ -187,14 +187,16 @@ type BatchingConfig struct {
 	// request runs alone.
 	Enabled bool
 	// MaxBatchSize is the most rows a formed batch may hold; default the
-	// largest "batch" bucket, else 1. It must not exceed the largest "batch"
-	// bucket when there is one.
+	// largest "batch" bucket. It must not exceed the largest "batch" bucket
+	// when there is one. 0 (only when config.yaml gives no "batch" buckets)
+	// means the largest of the buckets the server picks for the batch dim.
 	MaxBatchSize int
 	// MaxQueueDelay is how long the first request of a batch may wait for
 	// others, in [0, 10s]; default 2ms, and 0 dispatches at once.
 	MaxQueueDelay time.Duration
-	// MaxQueueSize is the most requests queued for the model (>= 1); default
-	// 1024.
+	// MaxQueueSize is the most requests waiting in one queue (>= 1); default
+	// 1024. A model has one queue per version and bucket of its non-batch
+	// dims, so a model with one such bucket queues at most MaxQueueSize.
 	MaxQueueSize int
 	// Timeout is the per-request deadline (> 0); default 30s.
 	Timeout time.Duration
@@ -220,7 +222,8 @@ func baseConfig(name string) *Config {
 
 // SetDefaults fills the fields left at their zero value: Warmup (lazy),
 // VersionPolicy (latest: 1), and Batching's MaxBatchSize (the largest "batch"
-// bucket, else 1), MaxQueueSize (1024), Timeout (30s) and PriorityLevels (1).
+// bucket; left 0 without one), MaxQueueSize (1024), Timeout (30s) and
+// PriorityLevels (1).
 // Batching.Enabled and Batching.MaxQueueDelay are left alone because their
 // zero values are valid settings; start from DefaultConfig to get their
 // defaults. SetDefaults is idempotent.
@@ -232,11 +235,8 @@ func (c *Config) SetDefaults() {
 		c.VersionPolicy.Latest = 1
 	}
 	b := &c.Batching
-	if b.MaxBatchSize == 0 {
-		b.MaxBatchSize = 1
-		if sizes := c.Buckets[BatchSymbol]; len(sizes) > 0 {
-			b.MaxBatchSize = int(slices.Max(sizes))
-		}
+	if sizes := c.Buckets[BatchSymbol]; b.MaxBatchSize == 0 && len(sizes) > 0 {
+		b.MaxBatchSize = int(slices.Max(sizes))
 	}
 	if b.MaxQueueSize == 0 {
 		b.MaxQueueSize = DefaultMaxQueueSize

@@ -152,7 +152,6 @@ func TestDefaultConfig(t *testing.T) {
 		Warmup:        WarmupLazy,
 		Batching: BatchingConfig{
 			Enabled:        true,
-			MaxBatchSize:   1,
 			MaxQueueDelay:  2 * time.Millisecond,
 			MaxQueueSize:   1024,
 			Timeout:        30 * time.Second,

@@ -55,9 +55,9 @@ func (v *version) setupBatching(cfgFile string) error {
 		buckets[i] = int(s)
 	}
 	maxBatch := bc.MaxBatchSize
-	if maxBatch == 1 && slices.Contains(v.sig.Defaulted, modelrepo.BatchSymbol) {
-		// config.yaml gives no batch buckets, so modelrepo's default
-		// max_batch_size is 1; the default buckets set the limit instead.
+	if maxBatch == 0 {
+		// config.yaml gives neither max_batch_size nor batch buckets: the
+		// largest of the buckets picked for the batch dim is the limit.
 		maxBatch = buckets[len(buckets)-1]
 	}
 	delay := bc.MaxQueueDelay

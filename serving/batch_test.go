@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -394,6 +395,43 @@ func TestBatchingSizeBound(t *testing.T) {
 	_, err = m.Infer(context.Background(), "pair", 0, &InferRequest{Inputs: pairInputs(rng, 9, 8)})
 	if !errors.Is(err, ErrNoBucket) {
 		t.Errorf("9 rows with buckets up to 8: %v", err)
+	}
+}
+
+// TestBatchingMaxBatchSizeWithoutBatchBuckets: with no batch buckets in
+// config.yaml the default buckets apply; max_batch_size defaults to their
+// largest, and an explicit max_batch_size (even 1) is honoured.
+func TestBatchingMaxBatchSizeWithoutBatchBuckets(t *testing.T) {
+	for _, tt := range []struct {
+		name, config string
+		want         int
+	}{
+		{"default", "", int(slices.Max(defaultBuckets()))},
+		{"explicit 1", "batching:\n  max_batch_size: 1\n", 1},
+		{"explicit 3", "batching:\n  max_batch_size: 3\n", 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRepo(t)
+			r.add("tinycnn", 1, tinyCNN)
+			if tt.config != "" {
+				r.config("tinycnn", tt.config)
+			}
+			m, _ := start(t, r, nil)
+			if _, ok, err := m.BatchStats("tinycnn", 1); err != nil || !ok {
+				t.Fatalf("tinycnn does not batch: ok=%v err=%v", ok, err)
+			}
+			if got := metric(t, m, `xserve_batch_size_limit{model="tinycnn",queue="all",version="1"}`); got != float64(tt.want) {
+				t.Errorf("batch size limit %v, want %d", got, tt.want)
+			}
+			if tt.want == int(slices.Max(defaultBuckets())) {
+				return // more rows have no bucket at all
+			}
+			rng := rand.New(rand.NewPCG(7, 8))
+			_, err := m.Infer(context.Background(), "tinycnn", 0, &InferRequest{Inputs: imageInputs(rng, int64(tt.want)+1)})
+			if !errors.Is(err, batching.ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprintf("exceed the maximum batch size %d", tt.want)) {
+				t.Errorf("%d rows: %v, want ErrTooLarge", tt.want+1, err)
+			}
+		})
 	}
 }
 
