@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,6 +91,27 @@ func TestServiceDiscovery(t *testing.T) {
 		return false
 	})
 	t.Logf("stats: %s", last)
+
+	// The same counts, for /metrics.
+	var prom strings.Builder
+	if err := s.WriteMetrics(&prom); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"# TYPE xserve_nats_requests_total counter\n",
+		fmt.Sprintf("xserve_nats_requests_total{model=\"tinycnn\"} %d\n", n+1),
+		"xserve_nats_errors_total{model=\"tinycnn\"} 1\n",
+		"xserve_nats_overloaded_total{model=\"tinycnn\"} 0\n",
+		"xserve_nats_requests_in_flight{model=\"tinycnn\"} 0\n",
+		"xserve_nats_queued 0\n",
+	} {
+		if !strings.Contains(prom.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, prom.String())
+		}
+	}
+	if m := regexp.MustCompile(`xserve_nats_request_seconds_total\{model="tinycnn"\} (\S+)\n`).FindStringSubmatch(prom.String()); m == nil || m[1] == "0" {
+		t.Errorf("no time counted in xserve_nats_request_seconds_total:\n%s", prom.String())
+	}
 }
 
 // ask sends a micro control request and decodes its one answer.

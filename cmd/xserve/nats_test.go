@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -492,6 +493,26 @@ func TestEmbeddedNATSAndNATSInfer(t *testing.T) {
 	_, _, err = xserve(t, "nats-infer", "--nats-url", url, "--model", "tinycnn", "--input", "picture="+sampleDir+"/image.npy", "--timeout", "5s")
 	if err == nil || !strings.Contains(err.Error(), "error reply 400") || !strings.Contains(err.Error(), "picture") {
 		t.Errorf("unknown input: %v", err)
+	}
+	// /metrics counts the NATS requests too: 4 answered (one durable), 1 an
+	// error. A count may land just after its reply: ask until it is in.
+	want := []string{
+		`xserve_nats_requests_total{model="tinycnn"} 4` + "\n",
+		`xserve_nats_errors_total{model="tinycnn"} 1` + "\n",
+		`xserve_nats_durable_requests_total{model="tinycnn"} 1` + "\n",
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		body := string(call(t, "GET", p.url+"/metrics", nil).body)
+		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(body, w) })
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("/metrics lacks %q:\n%s", missing, body)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	p.stop(t)
 	if !strings.Contains(p.log.String(), `msg=stopped`) {

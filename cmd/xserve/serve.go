@@ -13,9 +13,11 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	httpapi "github.com/xserve/xserve/api/http"
+	natsapi "github.com/xserve/xserve/api/nats"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
@@ -113,7 +115,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	limits.Logger = log
 	limits.Version = buildVersion()
-	srv, err := httpapi.New(mgr, limits)
+	backend := &metricsBackend{Manager: mgr}
+	srv, err := httpapi.New(backend, limits)
 	if err != nil {
 		return errors.Join(err, mgr.Shutdown(context.Background()))
 	}
@@ -127,6 +130,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// NATS: an embedded server, or a connection to the server or cluster
 	// --nats-url names; then the replica's subscriptions.
 	ns, err := startNATS(ctx, nf, mgr, limits, log)
+	if err == nil && ns != nil {
+		backend.nats.Store(ns.srv)
+	}
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 		defer cancel()
@@ -221,5 +227,23 @@ func (b byteSize) Set(s string) error {
 		return fmt.Errorf("want a positive size such as 1048576, 64MiB or 1GiB")
 	}
 	*b.v = n * mult
+	return nil
+}
+
+// metricsBackend is the Manager as the HTTP API's backend, with /metrics
+// extended by the NATS replica's counts once NATS serves.
+type metricsBackend struct {
+	*serving.Manager
+	nats atomic.Pointer[natsapi.Server]
+}
+
+// WriteMetrics writes the Manager's metrics, then the NATS ones.
+func (b *metricsBackend) WriteMetrics(w io.Writer) error {
+	if err := b.Manager.WriteMetrics(w); err != nil {
+		return err
+	}
+	if ns := b.nats.Load(); ns != nil {
+		return ns.WriteMetrics(w)
+	}
 	return nil
 }
