@@ -51,6 +51,20 @@ func (n *Node) Users() []*Node {
 	return out
 }
 
+// OutputUsed reports whether value i of n's tuple is used: by a getitem
+// taking value i, or by a user that takes the whole tuple.
+func (n *Node) OutputUsed(i int) bool {
+	for _, u := range n.users {
+		if u.Target != GetItem {
+			return true
+		}
+		if j, _ := AsInt(u.Arg(1)); int(j) == i {
+			return true
+		}
+	}
+	return false
+}
+
 // Graph returns the graph n belongs to (nil once erased).
 func (n *Node) Graph() *Graph { return n.graph }
 

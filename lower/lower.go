@@ -38,6 +38,13 @@ type Options struct {
 	MaxFoldElements int64
 	// ModuleName names the StableHLO module; default "xserve".
 	ModuleName string
+	// ConvWeightsHWIO stores the weights that only feed convolutions as
+	// [spatial..., in, out] rather than PyTorch's [out, in, spatial...]: the
+	// order XLA CPU's convolutions read them in. Otherwise XLA transposes
+	// every such weight on every call. The program transposes the parameter
+	// back, which XLA cancels against its own transpose. Default: true on
+	// "cpu", false elsewhere.
+	ConvWeightsHWIO *bool
 	// KeepBatchNorm disables folding inference batch norms into the
 	// preceding convolution's weights (fxgraph.Graph.FoldBatchNorm), which
 	// is on by default.
@@ -51,6 +58,10 @@ func (o Options) withDefaults() Options {
 	if o.HalfInF32 == nil {
 		v := o.Platform == "cpu"
 		o.HalfInF32 = &v
+	}
+	if o.ConvWeightsHWIO == nil {
+		v := o.Platform == "cpu"
+		o.ConvWeightsHWIO = &v
 	}
 	if o.InlineConstantMax == 0 {
 		o.InlineConstantMax = 32
@@ -278,6 +289,12 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 			ctx.values[n] = []*stablehlo.Value{v}
 			continue
 		}
+		if perm := l.convWeightPerm(n, t); perm != nil {
+			if err := ctx.addPermutedWeight(prog, n, t, perm); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err := ctx.addParam(prog, n, Weight, t); err != nil {
 			return nil, err
 		}
@@ -327,17 +344,27 @@ func copyDims(d map[string]int64) map[string]int64 {
 	return out
 }
 
+// addParam adds node n as the next parameter, of kind, holding value (nil
+// for inputs), and makes the parameter n's value.
 func (ctx *Context) addParam(prog *Program, n *fxgraph.Node, kind ParamKind, value *tensor.Tensor) error {
-	m := n.Val()
+	v, err := ctx.addParamAs(prog, n, n.Val(), kind, value)
+	if err == nil {
+		ctx.values[n] = []*stablehlo.Value{v}
+	}
+	return err
+}
+
+// addParamAs adds the next parameter for node n with meta m (static) and
+// returns it.
+func (ctx *Context) addParamAs(prog *Program, n *fxgraph.Node, m fxgraph.TensorMeta, kind ParamKind, value *tensor.Tensor) (*stablehlo.Value, error) {
 	shape, err := ctx.XLAShape(m)
 	if err != nil {
-		return fmt.Errorf("lower: parameter %s: %w", n.Name, err)
+		return nil, fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
 	v, err := ctx.Fn.NamedInput(n.Name, shape)
 	if err != nil {
-		return fmt.Errorf("lower: parameter %s: %w", n.Name, err)
+		return nil, fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
-	ctx.values[n] = []*stablehlo.Value{v}
 	dims, _ := m.Shape.Static()
 	dt := m.DType
 	if ctx.Options.NarrowInt64 && narrow(dt) != dt {
@@ -347,6 +374,55 @@ func (ctx *Context) addParam(prog *Program, n *fxgraph.Node, kind ParamKind, val
 		}
 	}
 	prog.Params = append(prog.Params, Param{Name: n.Target, Kind: kind, DType: dt, Shape: dims, Value: value})
+	return v, nil
+}
+
+// convWeightPerm returns the permutation that takes weight t of get_attr
+// node n from [out, in, spatial...] to [spatial..., in, out] when
+// Options.ConvWeightsHWIO is on and every use of n is as the weight of a
+// non-transposed convolution; nil otherwise.
+func (l *Lowerer) convWeightPerm(n *fxgraph.Node, t *tensor.Tensor) []int {
+	if !*l.opts.ConvWeightsHWIO || t.Rank() < 3 || t.DType == tensor.String {
+		return nil
+	}
+	users := n.Users()
+	if len(users) == 0 {
+		return nil
+	}
+	for _, u := range users {
+		if u.Target != "aten.convolution.default" || u.Arg(0) == n || u.Arg(1) != n || u.Arg(2) == n {
+			return nil
+		}
+		if transposed, ok := u.Arg(6).(bool); !ok || transposed {
+			return nil
+		}
+	}
+	rank := t.Rank()
+	perm := make([]int, 0, rank)
+	for d := 2; d < rank; d++ {
+		perm = append(perm, d)
+	}
+	return append(perm, 1, 0)
+}
+
+// addPermutedWeight adds weight t of node n as a parameter holding t
+// transposed by perm; n's value is that parameter transposed back.
+func (ctx *Context) addPermutedWeight(prog *Program, n *fxgraph.Node, t *tensor.Tensor, perm []int) error {
+	pt := t.Transpose(perm)
+	v, err := ctx.addParamAs(prog, n, fxgraph.Static(t.DType, pt.Shape...), Weight, pt)
+	if err != nil {
+		return err
+	}
+	inv := make([]int, len(perm))
+	for i, p := range perm {
+		inv[p] = i
+	}
+	back, err := stablehlo.Transpose(v, inv...)
+	if err != nil {
+		return fmt.Errorf("lower: parameter %s: %w", n.Name, err)
+	}
+	ctx.values[n] = []*stablehlo.Value{back}
+	prog.Params[len(prog.Params)-1].Perm = perm
 	return nil
 }
 

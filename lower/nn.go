@@ -706,12 +706,20 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 		b := &nnB{ctx: ctx}
 		x := in[0]
 		init := nnLowest(b, x)
-		if !indices {
+		if !indices || !n.OutputUsed(1) {
+			// Without a user of the indices (the common case: ONNX MaxPool
+			// with one output), the variadic reduce_window would still
+			// compute them on every call: XLA cannot drop one of its
+			// results. The unused index output is a broadcast XLA removes.
 			fn, err := ctx.ReduceFn(ReduceMax, x.Shape().DType)
 			if err != nil {
 				return nil, err
 			}
 			rs := nnWindowReduce(b, []*stablehlo.Value{x}, []*stablehlo.Value{init}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
+			if indices {
+				_, idims := Out(n, 1)
+				rs = append(rs, b.bcast(b.set(ctx.Constant(tensor.New(tensor.Int64))), idims))
+			}
 			if b.err != nil {
 				return nil, b.err
 			}

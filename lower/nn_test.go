@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,6 +89,28 @@ func TestNNStableHLOText(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMaxPoolUnusedIndices: with no user of the indices, max_pool lowers to
+// a single-result reduce_window (XLA cannot drop one result of a variadic
+// one, so the indices would be computed on every call).
+func TestMaxPoolUnusedIndices(t *testing.T) {
+	for _, c := range []struct {
+		tuple       int
+		wantIndices bool
+	}{{1, false}, {2, true}} {
+		g := nnCall("aten.max_pool2d_with_indices.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 1, 4, 4)},
+			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(2, 2), nnL(2, 2)} }, nil, c.tuple)
+		p, err := lower.New(lower.Options{}).Lower(g, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(p.Module)
+		variadic := strings.Contains(text, "-> (tensor<1x1x2x2xf32>, tensor<1x1x2x2xi64>)")
+		if variadic != c.wantIndices || strings.Contains(text, "stablehlo.iota") != c.wantIndices {
+			t.Errorf("%d outputs used: variadic reduce_window %v, want %v:\n%s", c.tuple, variadic, c.wantIndices, text)
+		}
 	}
 }
 
@@ -366,6 +389,9 @@ func TestNNExecute(t *testing.T) {
 		{"max_pool2d ceil with indices", "aten.max_pool2d_with_indices.default", []input{xp},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 2), nnL(2, 3), nnL(1, 1), nnL(1, 1), true} },
 			nil, 2, [][]float64{mp, mpIdx}, [][]int64{mpd, mpd}, 0},
+		{"max_pool2d ceil, indices unused", "aten.max_pool2d_with_indices.default", []input{xp},
+			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 2), nnL(2, 3), nnL(1, 1), nnL(1, 1), true} },
+			nil, 1, [][]float64{mp}, [][]int64{mpd}, 0},
 		{"max_pool2d dilated with indices", "aten.max_pool2d_with_indices.default", []input{xp},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(2, 3), nnL(3, 2), nnL(1, 1), nnL(2, 2), true} },
 			nil, 2, [][]float64{mpd2v, mpd2i}, [][]int64{mpd2, mpd2}, 0},
@@ -805,5 +831,78 @@ func TestNNRoiAlign(t *testing.T) {
 				t.Fatalf("half_pixel %v: element %d = %v, want %v", half, i, g, w)
 			}
 		}
+	}
+}
+
+// TestConvWeightsHWIO: on CPU a weight that only feeds convolutions is a
+// parameter in [kh, kw, in, out] order (Param.Perm says how it was made) and
+// the results still match a direct convolution; a weight with another use,
+// or the option off, keeps PyTorch's order.
+func TestConvWeightsHWIO(t *testing.T) {
+	client := nnOpenPlugin(t)
+	f32 := tensor.Float32
+	xd, wd := []int64{2, 4, 7, 6}, []int64{6, 2, 3, 2}
+	xv, wv, bv := nnRand(41, tensor.NumElements(xd)), nnRand(42, tensor.NumElements(wd)), nnRand(43, 6)
+	want, wantDims := nnRefConv2d(xv, xd, wv, wd, bv, [2]int64{2, 1}, [2]int64{1, 0}, [2]int64{1, 2}, [2]int64{}, 2, false)
+	build := func(alsoAdded bool) *fxgraph.Graph {
+		g := fxgraph.New()
+		x := g.AddPlaceholder("x", fxgraph.Static(f32, xd...))
+		w := g.AddConstant("w", nnTensor(f32, wd, wv))
+		b := g.AddConstant("b", nnTensor(f32, []int64{6}, bv))
+		conv := g.AddCall("aten.convolution.default", []any{x, w, b, nnL(2, 1), nnL(1, 0), nnL(1, 2), false, nnL(0, 0), int64(2)}, nil)
+		if !alsoAdded {
+			g.SetOutput(conv)
+			return g
+		}
+		y := g.AddPlaceholder("y", fxgraph.Static(f32, wd...))
+		g.SetOutput(conv, g.AddCall("aten.add.Tensor", []any{w, y}, nil))
+		return g
+	}
+	off := false
+	for _, c := range []struct {
+		name      string
+		opts      lower.Options
+		alsoAdded bool
+		wantShape []int64
+		wantPerm  []int
+	}{
+		{"cpu", lower.Options{}, false, []int64{3, 2, 2, 6}, []int{2, 3, 1, 0}},
+		{"option off", lower.Options{ConvWeightsHWIO: &off}, false, wd, nil},
+		{"weight used elsewhere", lower.Options{}, true, wd, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prog, err := lower.New(c.opts).Lower(build(c.alsoAdded), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := prog.Weights()
+			if len(ws) != 1 || !slices.Equal(ws[0].Shape, c.wantShape) || !slices.Equal(ws[0].Perm, c.wantPerm) || !slices.Equal(ws[0].Value.Shape, c.wantShape) {
+				t.Fatalf("weights %+v, want one of shape %v with perm %v", ws, c.wantShape, c.wantPerm)
+			}
+			yv := nnRand(44, tensor.NumElements(wd))
+			ins := []*tensor.Tensor{nnTensor(f32, xd, xv)}
+			if c.alsoAdded {
+				ins = append(ins, nnTensor(f32, wd, yv))
+			}
+			got, err := conformance.Execute(context.Background(), client, prog, ins)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got[0].Shape, wantDims) {
+				t.Fatalf("shape %v, want %v", got[0].Shape, wantDims)
+			}
+			for j, w := range want {
+				if g := got[0].Float64At(int64(j)); math.Abs(g-w) > 1e-5*(1+math.Abs(w)) {
+					t.Fatalf("element %d = %v, want %v", j, g, w)
+				}
+			}
+			if c.alsoAdded {
+				for j, w := range wv {
+					if g := got[1].Float64At(int64(j)); math.Abs(g-(w+yv[j])) > 1e-6 {
+						t.Fatalf("w+y element %d = %v, want %v", j, g, w+yv[j])
+					}
+				}
+			}
+		})
 	}
 }

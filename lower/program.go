@@ -37,6 +37,10 @@ type Param struct {
 	// Value is the weight's host tensor (nil for inputs). For a weight whose
 	// dtype was narrowed (int64 -> int32), Value already holds the narrowed data.
 	Value *tensor.Tensor
+	// Perm, when set, says the weight is stored transposed: Value is the
+	// graph's tensor Graph.Attrs[Name] transposed by Perm (see
+	// Options.ConvWeightsHWIO).
+	Perm []int
 }
 
 // Output is one result of the program, in order.

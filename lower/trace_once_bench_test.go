@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
@@ -29,14 +30,7 @@ func BenchmarkTraceOnce(b *testing.B) {
 	if dir == "" {
 		b.Fatal("XSERVE_BENCH_MODELS is not set: run `make bench`")
 	}
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
-	if err != nil {
-		b.Fatal(err)
-	}
-	client, err := pjrt.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	client := benchClient(b)
 	defer client.Close()
 	for _, m := range []struct{ name, input string }{{"cnn", "image"}, {"transformer", "x"}} {
 		b.Run(m.name, func(b *testing.B) {
@@ -47,19 +41,7 @@ func BenchmarkTraceOnce(b *testing.B) {
 
 func benchTraceOnce(b *testing.B, client *pjrt.Client, model, inputName, inputFile string) {
 	ctx := context.Background()
-	g, err := onnx.ImportFile(model)
-	if err != nil {
-		b.Fatal(err)
-	}
-	in, err := tensor.ReadNpyFile(inputFile)
-	if err != nil {
-		b.Fatal(err)
-	}
-	inputs := []*tensor.Tensor{in}
-	dims, err := g.BindDims(inputs)
-	if err != nil {
-		b.Fatal(err)
-	}
+	g, inputs, dims := loadBenchModel(b, model, inputFile)
 	l := lower.New(lower.Options{Platform: client.Platform()})
 	w := serving.NewWeights(client)
 	defer w.Close()
@@ -147,3 +129,100 @@ func median(d []time.Duration) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// BenchmarkConvWeightLayout compares, in one run and interleaved call by
+// call, a model compiled with its convolution weights stored as [kh, kw, in,
+// out] (Options.ConvWeightsHWIO, the CPU default) and in PyTorch's [out, in,
+// kh, kw] order, which XLA CPU relays out on every call. It runs the cnn
+// bench model and, with XSERVE_ZOO set to a `make zoo` directory, the zoo's
+// resnet18, resnet50 and mobilenet_v2 on their batch-1 inputs.
+//
+//	XSERVE_BENCH_MODELS=$PWD/.cache/bench XSERVE_ZOO=$PWD/zoo go test -run '^$' -bench ConvWeightLayout -benchtime 100x ./lower
+func BenchmarkConvWeightLayout(b *testing.B) {
+	dir := os.Getenv("XSERVE_BENCH_MODELS")
+	if dir == "" {
+		b.Fatal("XSERVE_BENCH_MODELS is not set: run `make bench-models`")
+	}
+	models := [][3]string{{"cnn", filepath.Join(dir, "cnn.onnx"), filepath.Join(dir, "cnn.image.npy")}}
+	if zoo := os.Getenv("XSERVE_ZOO"); zoo != "" {
+		for _, name := range []string{"resnet18", "resnet50", "mobilenet_v2"} {
+			models = append(models, [3]string{name, filepath.Join(zoo, name, "model.onnx"), filepath.Join(zoo, name, "b1.in.image.npy")})
+		}
+	}
+	client := benchClient(b)
+	defer client.Close()
+	for _, m := range models {
+		b.Run(m[0], func(b *testing.B) { benchConvWeightLayout(b, client, m[1], m[2]) })
+	}
+}
+
+func benchConvWeightLayout(b *testing.B, client *pjrt.Client, model, input string) {
+	ctx := context.Background()
+	g, inputs, dims := loadBenchModel(b, model, input)
+	w := serving.NewWeights(client)
+	defer w.Close()
+	var exes [2]*serving.Executable
+	for i, hwio := range []bool{true, false} {
+		prog, err := lower.New(lower.Options{Platform: client.Platform(), ConvWeightsHWIO: &hwio}).Lower(g, dims)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if exes[i], err = serving.Compile(ctx, client, prog, w); err != nil {
+			b.Fatal(err)
+		}
+		defer exes[i].Close()
+		for range 3 { // warm up
+			if _, err := exes[i].Run(ctx, inputs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var took [2]time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j, exe := range exes {
+			start := time.Now()
+			if _, err := exe.Run(ctx, inputs); err != nil {
+				b.Fatal(err)
+			}
+			took[j] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	hwio, oihw := ms(took[0])/float64(b.N), ms(took[1])/float64(b.N)
+	b.ReportMetric(hwio, "hwio-ms")
+	b.ReportMetric(oihw, "oihw-ms")
+	b.ReportMetric(oihw/hwio, "oihw/hwio")
+}
+
+// benchClient opens the PJRT plugin the tests use.
+func benchClient(b *testing.B) *pjrt.Client {
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client, err := pjrt.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return client
+}
+
+// loadBenchModel imports an ONNX model with one input, reads that input and
+// binds the model's dims to it.
+func loadBenchModel(b *testing.B, model, input string) (*fxgraph.Graph, []*tensor.Tensor, map[string]int64) {
+	g, err := onnx.ImportFile(model)
+	if err != nil {
+		b.Fatal(err)
+	}
+	in, err := tensor.ReadNpyFile(input)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inputs := []*tensor.Tensor{in}
+	dims, err := g.BindDims(inputs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g, inputs, dims
+}

@@ -108,7 +108,7 @@ func (c *dirCache) Put(key string, data []byte) (err error) {
 
 // cacheFormat versions the encoding of cache keys and entries; bump it when
 // either changes.
-const cacheFormat = 1
+const cacheFormat = 2
 
 func digest(parts ...string) string {
 	h := sha256.New()
@@ -128,8 +128,9 @@ func programKey(build, modelHash string, modelDims map[string]int64, opts lower.
 		dims = append(dims, fmt.Sprintf("%s=%d", k, modelDims[k]))
 	}
 	half := opts.HalfInF32 != nil && *opts.HalfInF32
-	o := fmt.Sprintf("platform=%s narrow_int64=%t half_in_f32=%t default_precision=%t inline_constant_max=%d max_fold_elements=%d module=%s",
-		opts.Platform, opts.NarrowInt64, half, opts.DefaultPrecision, opts.InlineConstantMax, opts.MaxFoldElements, opts.ModuleName)
+	hwio := opts.ConvWeightsHWIO != nil && *opts.ConvWeightsHWIO
+	o := fmt.Sprintf("platform=%s narrow_int64=%t half_in_f32=%t conv_weights_hwio=%t keep_batch_norm=%t default_precision=%t inline_constant_max=%d max_fold_elements=%d module=%s",
+		opts.Platform, opts.NarrowInt64, half, hwio, opts.KeepBatchNorm, opts.DefaultPrecision, opts.InlineConstantMax, opts.MaxFoldElements, opts.ModuleName)
 	return digest("xserve stablehlo", fmt.Sprint(cacheFormat), build, modelHash, strings.Join(dims, ","), o) + ".stablehlo"
 }
 
@@ -219,12 +220,14 @@ type cachedTensor struct {
 	Weight bool    `json:"weight,omitempty"`
 	DType  string  `json:"dtype"`
 	Shape  []int64 `json:"shape"`
+	// Perm is lower.Param.Perm: the weight is stored transposed.
+	Perm []int `json:"perm,omitempty"`
 }
 
 func encodeProgram(p *lower.Program) ([]byte, error) {
 	c := cachedProgram{Format: cacheFormat, Dims: p.Dims, Module: string(p.Module)}
 	for _, q := range p.Params {
-		c.Params = append(c.Params, cachedTensor{Name: q.Name, Weight: q.Kind == lower.Weight, DType: q.DType.String(), Shape: q.Shape})
+		c.Params = append(c.Params, cachedTensor{Name: q.Name, Weight: q.Kind == lower.Weight, DType: q.DType.String(), Shape: q.Shape, Perm: q.Perm})
 	}
 	for _, o := range p.Outputs {
 		c.Outputs = append(c.Outputs, cachedTensor{Name: o.Name, DType: o.DType.String(), Shape: o.Shape})
@@ -257,6 +260,13 @@ func decodeProgram(data []byte, g *fxgraph.Graph) (*lower.Program, error) {
 			if t == nil {
 				return nil, fmt.Errorf("cached program: weight %s is not in the model", q.Name)
 			}
+			if q.Perm != nil {
+				if !isPerm(q.Perm, t.Rank()) {
+					return nil, fmt.Errorf("cached program: weight %s: %v is not a permutation of %s's dims", q.Name, q.Perm, t)
+				}
+				t = t.Transpose(q.Perm)
+				param.Perm = q.Perm
+			}
 			if t.DType != dt {
 				t = t.Convert(dt)
 			}
@@ -275,4 +285,19 @@ func decodeProgram(data []byte, g *fxgraph.Graph) (*lower.Program, error) {
 		p.Outputs = append(p.Outputs, lower.Output{Name: o.Name, DType: dt, Shape: o.Shape})
 	}
 	return p, nil
+}
+
+// isPerm reports whether p is a permutation of 0..rank-1.
+func isPerm(p []int, rank int) bool {
+	if len(p) != rank {
+		return false
+	}
+	seen := make([]bool, rank)
+	for _, d := range p {
+		if d < 0 || d >= rank || seen[d] {
+			return false
+		}
+		seen[d] = true
+	}
+	return true
 }

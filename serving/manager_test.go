@@ -746,6 +746,11 @@ func TestStableHLOCacheSurvivesRestart(t *testing.T) {
 	if len(hlo) != 2 || len(tmp) != 0 {
 		t.Fatalf("cache holds %q and temporary files %q", hlo, tmp)
 	}
+	// tinycnn's conv weights are stored transposed on CPU: the restart
+	// below must transpose the model's tensors the same way.
+	if entry, err := os.ReadFile(hlo[0]); err != nil || !strings.Contains(string(entry), `"perm":[2,3,1,0]`) {
+		t.Errorf("cache entry has no transposed conv weight (err %v)", err)
+	}
 	serializes := len(exes) == 2
 	if !serializes {
 		if len(exes) != 0 {

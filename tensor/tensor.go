@@ -277,3 +277,51 @@ func FromFloat32s(values []float32, shape ...int64) *Tensor {
 	}
 	return t
 }
+
+// Transpose returns a new tensor whose dim i is t's dim perm[i], as
+// numpy.transpose(t, perm) (a copy, row-major). perm must be a permutation
+// of 0..Rank()-1; String tensors are not supported (it panics on both, a
+// programming error).
+func (t *Tensor) Transpose(perm []int) *Tensor {
+	rank := t.Rank()
+	if len(perm) != rank || t.DType == String {
+		panic(fmt.Sprintf("tensor.Transpose: %s by %v", t, perm))
+	}
+	seen := make([]bool, rank)
+	shape := make([]int64, rank)
+	for i, p := range perm {
+		if p < 0 || p >= rank || seen[p] {
+			panic(fmt.Sprintf("tensor.Transpose: %v is not a permutation of %d dims", perm, rank))
+		}
+		seen[p] = true
+		shape[i] = t.Shape[p]
+	}
+	out := New(t.DType, shape...)
+	size := int64(t.DType.Size())
+	// srcStride[i]: the step in t's data, in elements, along out's dim i.
+	strides := make([]int64, rank)
+	s := int64(1)
+	for d := rank - 1; d >= 0; d-- {
+		strides[d] = s
+		s *= t.Shape[d]
+	}
+	srcStride := make([]int64, rank)
+	for i, p := range perm {
+		srcStride[i] = strides[p]
+	}
+	idx := make([]int64, rank)
+	var src int64
+	for dst := int64(0); dst < out.NumElements(); dst++ {
+		copy(out.Data[dst*size:(dst+1)*size], t.Data[src*size:(src+1)*size])
+		for i := rank - 1; i >= 0; i-- {
+			idx[i]++
+			src += srcStride[i]
+			if idx[i] < shape[i] {
+				break
+			}
+			src -= srcStride[i] * shape[i]
+			idx[i] = 0
+		}
+	}
+	return out
+}
