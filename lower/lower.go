@@ -45,6 +45,13 @@ type Options struct {
 	// back, which XLA cancels against its own transpose. Default: true on
 	// "cpu", false elsewhere.
 	ConvWeightsHWIO *bool
+	// DepthwiseMulAdd computes depthwise convolutions (groups = input
+	// channels = output channels) as a sum of the kernel taps' strided
+	// input slices times per-channel weights, which XLA fuses into one loop.
+	// XLA CPU otherwise expands a grouped convolution's kernel into a dense
+	// block-diagonal one, doing groups times the work. Default: true on
+	// "cpu", false elsewhere (GPU libraries have depthwise kernels).
+	DepthwiseMulAdd *bool
 	// KeepBatchNorm disables folding inference batch norms into the
 	// preceding convolution's weights (fxgraph.Graph.FoldBatchNorm), which
 	// is on by default.
@@ -58,6 +65,10 @@ func (o Options) withDefaults() Options {
 	if o.HalfInF32 == nil {
 		v := o.Platform == "cpu"
 		o.HalfInF32 = &v
+	}
+	if o.DepthwiseMulAdd == nil {
+		v := o.Platform == "cpu"
+		o.DepthwiseMulAdd = &v
 	}
 	if o.ConvWeightsHWIO == nil {
 		v := o.Platform == "cpu"

@@ -253,7 +253,9 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	sp := nnRange(2, 2+spatial)
 	prec := ctx.Precision()
 	var y *stablehlo.Value
-	if !p.Transposed {
+	if _, xd, err := InMeta(n, 0); err == nil && !p.Transposed && *ctx.Options.DepthwiseMulAdd && nnIsDepthwise(xd, wd, p.Groups) {
+		y = nnDepthwise(b, x, w, xd, wd, outDims, p)
+	} else if !p.Transposed {
 		pads := make([][2]int, spatial)
 		for j := range pads {
 			pads[j] = [2]int{int(p.Padding[j]), int(p.Padding[j])}
@@ -309,6 +311,64 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		y = b.bin(stablehlo.Add, y, b.bcastIn(bias, outDims, []int{1}))
 	}
 	return b.out(b.convert(y, dt))
+}
+
+// nnIsDepthwise reports whether a convolution of x [N, C, spatial...] with
+// weight w [out, in/groups, kernel...] is depthwise with one output channel
+// per input channel.
+func nnIsDepthwise(xd, wd []int64, groups int64) bool {
+	return len(xd) == len(wd) && groups > 1 && xd[1] == groups && wd[0] == groups && wd[1] == 1
+}
+
+// nnDepthwise computes a depthwise convolution (see nnIsDepthwise) as
+// sum over kernel taps k of slice(pad(x), k*dilation, stride) * w[:, 0, k],
+// the per-channel weight broadcast along the channel axis. Padding is
+// symmetric, as ConvParams has it.
+func nnDepthwise(b *nnB, x, w *stablehlo.Value, xd, wd, outDims []int64, p fxgraph.ConvParams) *stablehlo.Value {
+	rank := len(xd)
+	spatial := rank - 2
+	lo, zero := make([]int, rank), make([]int, rank)
+	for j := range spatial {
+		lo[2+j] = int(p.Padding[j])
+	}
+	if b.err == nil {
+		x = b.set(stablehlo.Pad(x, b.scalar(x, 0), lo, lo, zero))
+	}
+	strides := make([]int, rank)
+	strides[0], strides[1] = 1, 1
+	for j := range spatial {
+		strides[2+j] = int(p.Stride[j])
+	}
+	var acc *stablehlo.Value
+	tap := make([]int64, spatial) // the kernel position, odometer order
+	for {
+		xs, xl := make([]int, rank), make([]int, rank)
+		ws, wl := make([]int, rank), make([]int, rank)
+		xl[0], xl[1] = int(xd[0]), int(xd[1])
+		wl[0], wl[1] = int(wd[0]), 1
+		for j := range spatial {
+			xs[2+j] = int(tap[j] * p.Dilation[j])
+			xl[2+j] = xs[2+j] + int((outDims[2+j]-1)*p.Stride[j]) + 1
+			ws[2+j], wl[2+j] = int(tap[j]), int(tap[j])+1
+		}
+		wt := b.reshape(b.slice(w, ws, wl, nil), []int64{wd[0]})
+		term := b.bin(stablehlo.Multiply, b.slice(x, xs, xl, strides), b.bcastIn(wt, outDims, []int{1}))
+		if acc == nil {
+			acc = term
+		} else {
+			acc = b.bin(stablehlo.Add, acc, term)
+		}
+		j := spatial - 1
+		for ; j >= 0; j-- {
+			if tap[j]++; tap[j] < wd[2+j] {
+				break
+			}
+			tap[j] = 0
+		}
+		if j < 0 {
+			return acc
+		}
+	}
 }
 
 func nnMM(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {

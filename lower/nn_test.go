@@ -344,6 +344,9 @@ func TestNNExecute(t *testing.T) {
 	w1 := in(f32, 2, 6, 2, 3, 2)
 	b1 := in(f32, 3, 6)
 	conv1, conv1d := nnRefConv2d(x1.vals, x1.dims, w1.vals, w1.dims, b1.vals, [2]int64{2, 1}, [2]int64{1, 0}, [2]int64{1, 2}, [2]int64{}, 2, false)
+	xdw, wdw, bdw := in(f32, 51, 2, 3, 7, 6), in(f32, 52, 3, 1, 3, 2), in(f32, 53, 3)
+	dw1, dw1d := nnRefConv2d(xdw.vals, xdw.dims, wdw.vals, wdw.dims, bdw.vals, [2]int64{2, 1}, [2]int64{1, 1}, [2]int64{1, 2}, [2]int64{}, 3, false)
+	dw2, dw2d := nnRefConv2d(xdw.vals, xdw.dims, wdw.vals, wdw.dims, nil, [2]int64{1, 2}, [2]int64{0, 2}, [2]int64{2, 1}, [2]int64{}, 3, false)
 	x2 := in(f32, 4, 1, 4, 3, 4)
 	w2 := in(f32, 5, 4, 3, 3, 2)
 	conv2, conv2d := nnRefConv2d(x2.vals, x2.dims, w2.vals, w2.dims, nil, [2]int64{3, 2}, [2]int64{1, 1}, [2]int64{1, 2}, [2]int64{1, 1}, 2, true)
@@ -374,6 +377,14 @@ func TestNNExecute(t *testing.T) {
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], in[2], nnL(2, 1), nnL(1, 0), nnL(1, 2), false, nnL(0, 0), int64(2)}
 			}, nil, 0, [][]float64{conv1}, [][]int64{conv1d}, 1e-5},
+		{"conv depthwise stride pad dilation bias", "aten.convolution.default", []input{xdw, wdw, bdw},
+			func(in []*fxgraph.Node) []any {
+				return []any{in[0], in[1], in[2], nnL(2, 1), nnL(1, 1), nnL(1, 2), false, nnL(0, 0), int64(3)}
+			}, nil, 0, [][]float64{dw1}, [][]int64{dw1d}, 1e-5},
+		{"conv depthwise dilated", "aten.convolution.default", []input{xdw, wdw},
+			func(in []*fxgraph.Node) []any {
+				return []any{in[0], in[1], nil, nnL(1, 2), nnL(0, 2), nnL(2, 1), false, nnL(0, 0), int64(3)}
+			}, nil, 0, [][]float64{dw2}, [][]int64{dw2d}, 1e-5},
 		{"conv transposed groups", "aten.convolution.default", []input{x2, w2},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(3, 2), nnL(1, 1), nnL(1, 2), true, nnL(1, 1), int64(2)}
@@ -902,6 +913,41 @@ func TestConvWeightsHWIO(t *testing.T) {
 						t.Fatalf("w+y element %d = %v, want %v", j, g, w+yv[j])
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestDepthwiseMulAdd: on CPU a depthwise convolution lowers to slices,
+// multiplies and adds (no grouped stablehlo.convolution); with the option
+// off, or when the groups do not make it depthwise, it stays a convolution.
+// TestNNExecute checks the results of the CPU form against a direct
+// convolution.
+func TestDepthwiseMulAdd(t *testing.T) {
+	off := false
+	for _, c := range []struct {
+		name     string
+		opts     lower.Options
+		wd       []int64
+		groups   int64
+		wantConv bool
+	}{
+		{"cpu", lower.Options{}, []int64{4, 1, 3, 3}, 4, false},
+		{"option off", lower.Options{DepthwiseMulAdd: &off}, []int64{4, 1, 3, 3}, 4, true},
+		{"depth multiplier 2", lower.Options{}, []int64{8, 1, 3, 3}, 4, true},
+		{"two channels per group", lower.Options{}, []int64{4, 2, 3, 3}, 2, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 4, 6, 6), fxgraph.Static(tensor.Float32, c.wd...)},
+				func(in []*fxgraph.Node) []any {
+					return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), c.groups}
+				}, nil, 0)
+			p, err := lower.New(c.opts).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(string(p.Module), "stablehlo.convolution"); got != c.wantConv {
+				t.Errorf("convolution in the module: %v, want %v:\n%s", got, c.wantConv, p.Module)
 			}
 		})
 	}

@@ -130,40 +130,56 @@ func median(d []time.Duration) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 
-// BenchmarkConvWeightLayout compares, in one run and interleaved call by
-// call, a model compiled with its convolution weights stored as [kh, kw, in,
-// out] (Options.ConvWeightsHWIO, the CPU default) and in PyTorch's [out, in,
-// kh, kw] order, which XLA CPU relays out on every call. It runs the cnn
+// BenchmarkCPUConvOptions measures what each CPU convolution option of
+// lower.Options buys: per model and option, the program compiled with the
+// defaults and with that one option off, run interleaved call by call in
+// the same run. Options: ConvWeightsHWIO ("hwio": weights stored in XLA
+// CPU's order instead of being relaid out on every call) and
+// DepthwiseMulAdd ("depthwise": depthwise convolutions as fused multiply-adds
+// instead of XLA's dense expansion of grouped convolutions). It runs the cnn
 // bench model and, with XSERVE_ZOO set to a `make zoo` directory, the zoo's
-// resnet18, resnet50 and mobilenet_v2 on their batch-1 inputs.
+// resnet18, resnet50, mobilenet_v2 and mnasnet1_0 on their batch-1 inputs.
 //
-//	XSERVE_BENCH_MODELS=$PWD/.cache/bench XSERVE_ZOO=$PWD/zoo go test -run '^$' -bench ConvWeightLayout -benchtime 100x ./lower
-func BenchmarkConvWeightLayout(b *testing.B) {
+//	XSERVE_BENCH_MODELS=$PWD/.cache/bench XSERVE_ZOO=$PWD/zoo go test -run '^$' -bench CPUConvOptions -benchtime 40x ./lower
+func BenchmarkCPUConvOptions(b *testing.B) {
 	dir := os.Getenv("XSERVE_BENCH_MODELS")
 	if dir == "" {
 		b.Fatal("XSERVE_BENCH_MODELS is not set: run `make bench-models`")
 	}
 	models := [][3]string{{"cnn", filepath.Join(dir, "cnn.onnx"), filepath.Join(dir, "cnn.image.npy")}}
 	if zoo := os.Getenv("XSERVE_ZOO"); zoo != "" {
-		for _, name := range []string{"resnet18", "resnet50", "mobilenet_v2"} {
+		for _, name := range []string{"resnet18", "resnet50", "mobilenet_v2", "mnasnet1_0"} {
 			models = append(models, [3]string{name, filepath.Join(zoo, name, "model.onnx"), filepath.Join(zoo, name, "b1.in.image.npy")})
 		}
+	}
+	off := false
+	options := []struct {
+		name string
+		off  lower.Options
+	}{
+		{"hwio", lower.Options{ConvWeightsHWIO: &off}},
+		{"depthwise", lower.Options{DepthwiseMulAdd: &off}},
 	}
 	client := benchClient(b)
 	defer client.Close()
 	for _, m := range models {
-		b.Run(m[0], func(b *testing.B) { benchConvWeightLayout(b, client, m[1], m[2]) })
+		for _, o := range options {
+			b.Run(m[0]+"/"+o.name, func(b *testing.B) { benchCPUConvOption(b, client, m[1], m[2], o.off) })
+		}
 	}
 }
 
-func benchConvWeightLayout(b *testing.B, client *pjrt.Client, model, input string) {
+// benchCPUConvOption runs model with the default options and with off
+// (which turns one option off), interleaved.
+func benchCPUConvOption(b *testing.B, client *pjrt.Client, model, input string, off lower.Options) {
 	ctx := context.Background()
 	g, inputs, dims := loadBenchModel(b, model, input)
 	w := serving.NewWeights(client)
 	defer w.Close()
+	off.Platform = client.Platform()
 	var exes [2]*serving.Executable
-	for i, hwio := range []bool{true, false} {
-		prog, err := lower.New(lower.Options{Platform: client.Platform(), ConvWeightsHWIO: &hwio}).Lower(g, dims)
+	for i, opts := range []lower.Options{{Platform: client.Platform()}, off} {
+		prog, err := lower.New(opts).Lower(g, dims)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -189,10 +205,10 @@ func benchConvWeightLayout(b *testing.B, client *pjrt.Client, model, input strin
 		}
 	}
 	b.StopTimer()
-	hwio, oihw := ms(took[0])/float64(b.N), ms(took[1])/float64(b.N)
-	b.ReportMetric(hwio, "hwio-ms")
-	b.ReportMetric(oihw, "oihw-ms")
-	b.ReportMetric(oihw/hwio, "oihw/hwio")
+	def, offMs := ms(took[0])/float64(b.N), ms(took[1])/float64(b.N)
+	b.ReportMetric(def, "default-ms")
+	b.ReportMetric(offMs, "off-ms")
+	b.ReportMetric(offMs/def, "off/default")
 }
 
 // benchClient opens the PJRT plugin the tests use.
