@@ -87,7 +87,7 @@ clean:
 #   make zoo-check      check zoo/ and print the table (non-zero exit on any failure)
 #   make zoo-fixtures   regenerate the small committed fixtures in testdata/zoo
 # ZOO_MODELS=resnet18,bert restricts zoo and zoo-check to some models.
-.PHONY: zoo zoo-check zoo-fixtures
+.PHONY: zoo zoo-check zoo-fixtures bench-conv
 VENV_ZOO := .venv-zoo
 ZOO_DIR := zoo
 ZOO_FIXTURES := testdata/zoo
@@ -103,6 +103,14 @@ zoo: $(VENV_ZOO)/.installed
 
 zoo-check: pjrt
 	$(GO) run ./cmd/zoo-check -dir $(ZOO_DIR) $(if $(ZOO_MODELS),-models $(ZOO_MODELS)) -o $(ZOO_DIR)/zoo-check.md
+
+# What each CPU convolution option of lower.Options buys on the zoo's CNNs
+# (interleaved A/B in one run; needs `make zoo` first), ONNX Runtime beside.
+bench-conv: pjrt venv bench-models
+	XSERVE_BENCH_MODELS=$(CURDIR)/.cache/bench XSERVE_ZOO=$(CURDIR)/$(ZOO_DIR) \
+	  $(GO) test -run '^$$' -bench 'CPUConvOptions' -benchtime 20x -timeout 60m ./lower
+	for m in resnet18 resnet50 resnext50_32x4d mobilenet_v2 mnasnet1_0; do \
+	  echo -n "$$m onnxruntime: "; $(VENV)/bin/python python/ort_bench.py $(ZOO_DIR)/$$m/model.onnx image=$(ZOO_DIR)/$$m/b1.in.image.npy; echo; done
 
 zoo-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_FIXTURES) --small --max-mb 40

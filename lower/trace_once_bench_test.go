@@ -148,7 +148,7 @@ func BenchmarkCPUConvOptions(b *testing.B) {
 	}
 	models := [][3]string{{"cnn", filepath.Join(dir, "cnn.onnx"), filepath.Join(dir, "cnn.image.npy")}}
 	if zoo := os.Getenv("XSERVE_ZOO"); zoo != "" {
-		for _, name := range []string{"resnet18", "resnet50", "mobilenet_v2", "mnasnet1_0"} {
+		for _, name := range []string{"resnet18", "resnet50", "resnext50_32x4d", "mobilenet_v2", "mnasnet1_0"} {
 			models = append(models, [3]string{name, filepath.Join(zoo, name, "model.onnx"), filepath.Join(zoo, name, "b1.in.image.npy")})
 		}
 	}
