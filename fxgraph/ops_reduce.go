@@ -111,6 +111,7 @@ func registerReductions(r *Registry) {
 		r.Register(k.target, OpInfo{Shape: rdArgMeta, Eval: rdEvalArg(k.kind)})
 	}
 
+	r.Register("aten.topk.default", OpInfo{Shape: rdTopKMeta})
 	r.Register("aten.cumsum.default", OpInfo{Shape: rdCumMeta, Eval: rdEvalCum(rdSum)})
 	r.Register("aten.cumprod.default", OpInfo{Shape: rdCumMeta, Eval: rdEvalCum(rdProd)})
 
@@ -328,6 +329,74 @@ func rdMaxDimMeta(n *Node) (Meta, error) {
 		return Meta{}, fmt.Errorf("fxgraph: node %s (%s): dim must be one int", n.Name, n.Target)
 	}
 	out := s.outShape(in.Shape)
+	return Meta{Tuple: true, Vals: []TensorMeta{
+		{DType: in.DType, Shape: out},
+		{DType: tensor.Int64, Shape: out.Clone()},
+	}}, nil
+}
+
+// TopKArgs are the arguments of aten.topk.default: k, the normalized dim,
+// largest and sorted.
+type TopKArgs struct {
+	K       int64
+	Dim     int
+	Largest bool
+	Sorted  bool
+}
+
+// TopK reads the arguments of topk node n whose input has the given rank.
+func TopK(n *Node, rank int) (TopKArgs, error) {
+	var a TopKArgs
+	k, err := n.IntArg(1, "k", -1)
+	if err != nil {
+		return a, err
+	}
+	dim, err := n.IntArg(2, "dim", -1)
+	if err != nil {
+		return a, err
+	}
+	if a.Largest, err = n.BoolArg(3, "largest", true); err != nil {
+		return a, err
+	}
+	if a.Sorted, err = n.BoolArg(4, "sorted", true); err != nil {
+		return a, err
+	}
+	r := int64(max(rank, 1))
+	if dim < -r || dim >= r {
+		return a, fmt.Errorf("fxgraph: node %s (%s): dim %d out of range for rank %d", n.Name, n.Target, dim, rank)
+	}
+	if dim < 0 {
+		dim += r
+	}
+	if k < 0 {
+		return a, fmt.Errorf("fxgraph: node %s (%s): k must be >= 0, got %d", n.Name, n.Target, k)
+	}
+	a.K, a.Dim = k, int(dim)
+	return a, nil
+}
+
+// rdTopKMeta: values of the input's dtype and int64 indices, the input's
+// shape with dim of size k (which must not exceed the dim, when static).
+func rdTopKMeta(n *Node) (Meta, error) {
+	in, err := n.InputMeta(0)
+	if err != nil {
+		return Meta{}, err
+	}
+	a, err := TopK(n, in.Rank())
+	if err != nil {
+		return Meta{}, err
+	}
+	out := in.Shape.Clone()
+	if len(out) == 0 {
+		if a.K > 1 {
+			return Meta{}, fmt.Errorf("fxgraph: node %s (%s): k %d of a scalar", n.Name, n.Target, a.K)
+		}
+	} else {
+		if d := out[a.Dim]; d.IsStatic() && a.K > d.Size {
+			return Meta{}, fmt.Errorf("fxgraph: node %s (%s): k %d is larger than dim %d of size %d", n.Name, n.Target, a.K, a.Dim, d.Size)
+		}
+		out[a.Dim] = D(a.K)
+	}
 	return Meta{Tuple: true, Vals: []TensorMeta{
 		{DType: in.DType, Shape: out},
 		{DType: tensor.Int64, Shape: out.Clone()},

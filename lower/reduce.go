@@ -3,6 +3,7 @@ package lower
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/gomlx/go-xla/pkg/stablehlo"
 	"github.com/gomlx/go-xla/pkg/types"
@@ -33,6 +34,7 @@ func registerReductions(r *Registry) {
 	r.Register("aten.all.dims", rdReduceRule(ReduceAnd, 1))
 	r.Register("aten.mean.default", rdMeanRule(-1))
 	r.Register("aten.mean.dim", rdMeanRule(1))
+	r.Register("aten.topk.default", rdTopK)
 	r.Register("aten.max.dim", rdArgRule(ReduceMax, true))
 	r.Register("aten.min.dim", rdArgRule(ReduceMin, true))
 	r.Register("aten.argmax.default", rdArgRule(ReduceMax, false))
@@ -425,6 +427,120 @@ func rdArgRule(kind string, withValues bool) Rule {
 		vals, err := rdReshapeOut(res[0], outDims)
 		return []*stablehlo.Value{vals, idx}, err
 	}
+}
+
+// MaxTopK is the largest k the topk rule lowers: the StableHLO builder has
+// no sort, so topk is k rounds of an O(n) arg-reduction, meant for the
+// small k of top-k post-processing.
+const MaxTopK = 256
+
+// rdTopK lowers topk as k rounds of an arg-max (arg-min when largest is
+// false) over dim, each taking the best element not taken yet: a taken
+// element's value becomes the reduction's identity (the worst value) and its
+// index the dim's size, so that it loses every tie to an untaken element
+// (ties go to the lower index, NaN counts as the best); the reduction's
+// initial pair has index size+1 and loses to both. The results come
+// out sorted, which sorted=false also allows.
+func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	inDT, inDims, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	a, err := fxgraph.TopK(n, len(inDims))
+	if err != nil {
+		return nil, err
+	}
+	if a.K > MaxTopK {
+		return nil, fmt.Errorf("topk with k=%d: at most %d is supported (it is lowered without a sort)", a.K, MaxTopK)
+	}
+	valDT, outDims := Out(n, 0)
+	idxDT, _ := Out(n, 1)
+	x := in[0]
+	if len(inDims) == 0 {
+		inDims = []int64{1}
+		if x, err = stablehlo.Reshape(x, shapes.Make(x.Shape().DType, 1)); err != nil {
+			return nil, err
+		}
+	}
+	b := &nnB{ctx: ctx}
+	if a.K == 0 {
+		vz, err := ctx.rdInit(valDT, ReduceSum)
+		if err != nil {
+			return nil, err
+		}
+		iz, err := ctx.rdInit(idxDT, ReduceSum)
+		if err != nil {
+			return nil, err
+		}
+		return b.out(b.bcast(vz, outDims), b.bcast(iz, outDims))
+	}
+	kind := ReduceMax
+	if !a.Largest {
+		kind = ReduceMin
+	}
+	_, ixla, err := ctx.rdProgramDType(idxDT)
+	if err != nil {
+		return nil, err
+	}
+	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), a.Dim))
+	worst, err := ctx.rdInit(inDT, kind)
+	if err != nil {
+		return nil, err
+	}
+	fn, err := ctx.rdArgReducer(kind, x.Shape().DType, ixla)
+	if err != nil {
+		return nil, err
+	}
+	pdt, err := tensorDType(ixla)
+	if err != nil {
+		return nil, err
+	}
+	// Indices past the dim: n for taken elements, n+1 for the reduction's
+	// initial pair, which ties with a taken or worst-valued element and
+	// must lose.
+	index := func(i int64) *stablehlo.Value {
+		t := tensor.New(pdt)
+		t.SetInt64(0, i)
+		return b.set(ctx.Constant(t))
+	}
+	takenIdx := b.bcast(index(inDims[a.Dim]), inDims)
+	iInit := index(inDims[a.Dim] + 1)
+	worstAll := b.bcast(worst, inDims)
+	one := slices.Clone(inDims)
+	one[a.Dim] = 1
+	var vals, idxs []*stablehlo.Value
+	for r := range a.K {
+		if b.err != nil {
+			return nil, b.err
+		}
+		res, err := stablehlo.MultiReduce([]*stablehlo.Value{x, idx}, []*stablehlo.Value{worst, iInit}, fn, a.Dim)
+		if err != nil {
+			return nil, err
+		}
+		v, i := b.reshape(res[0], one), b.reshape(res[1], one)
+		vals, idxs = append(vals, v), append(idxs, i)
+		if r == a.K-1 {
+			break
+		}
+		if b.err != nil {
+			return nil, b.err
+		}
+		hit := b.set(stablehlo.Compare(idx, b.bcast(i, inDims), types.CompareEQ, types.CompareSigned))
+		x = b.sel(hit, worstAll, x)
+		idx = b.sel(hit, takenIdx, idx)
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	v, err := stablehlo.Concatenate(a.Dim, vals...)
+	if err != nil {
+		return nil, err
+	}
+	i, err := stablehlo.Concatenate(a.Dim, idxs...)
+	if err != nil {
+		return nil, err
+	}
+	return b.out(b.reshape(v, outDims), b.reshape(i, outDims))
 }
 
 // rdArgReducer builds the closure (v1, i1, v2, i2) -> the better pair:

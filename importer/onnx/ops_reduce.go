@@ -8,8 +8,8 @@ import (
 )
 
 // registerReductions registers converters of reductions, ArgMax/ArgMin,
-// CumSum and the NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss losses.
-// TopK has none: it needs a sort, which the StableHLO builder lacks.
+// TopK, CumSum and the NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss
+// losses.
 func registerReductions(cs converters) {
 	// The opset from which each reduction takes its axes as input 1 rather
 	// than as the "axes" attribute.
@@ -33,6 +33,8 @@ func registerReductions(cs converters) {
 	}
 	cs.add("ArgMax", rdArgConverter("aten.argmax.default"))
 	cs.add("ArgMin", rdArgConverter("aten.argmin.default"))
+	cs.add("TopK", convertTopK(false))
+	cs.register("", "TopK", 10, convertTopK(true))
 	cs.register("", "CumSum", 11, convertCumSum)
 	cs.register("", "NegativeLogLikelihoodLoss", 12, convertNLLLoss)
 	cs.register("", "SoftmaxCrossEntropyLoss", 12, convertSoftmaxCrossEntropyLoss)
@@ -509,4 +511,50 @@ func convertSoftmaxCrossEntropyLoss(c *Ctx, _ *Node) error {
 		c.SetOutput(1, logp)
 	}
 	return nil
+}
+
+// convertTopK converts TopK to aten.topk.default: k is the "k" attribute
+// before opset 10 and constant input 1 (one int64) from then on; axis,
+// largest and sorted (opset 11) are attributes. The lowering bounds k (see
+// lower.MaxTopK).
+func convertTopK(kInput bool) Converter {
+	return func(c *Ctx, _ *Node) error {
+		x, err := c.Input(0)
+		if err != nil {
+			return err
+		}
+		k := c.AttrInt("k", -1)
+		if kInput {
+			ks, err := c.ConstInts(1)
+			if err != nil {
+				return err
+			}
+			if len(ks) != 1 {
+				return fmt.Errorf("TopK: K has %d values, want 1", len(ks))
+			}
+			k = ks[0]
+		}
+		if k < 0 {
+			return fmt.Errorf("TopK: k must be >= 0, got %d", k)
+		}
+		m := Meta(x)
+		if m.DType == tensor.Bool || m.DType == tensor.String || m.DType.IsComplex() {
+			return Unsupported("TopK of %s", m.DType)
+		}
+		top, err := c.Emit("aten.topk.default", x, k, c.AttrInt("axis", -1), c.AttrInt("largest", 1) != 0, c.AttrInt("sorted", 1) != 0)
+		if err != nil {
+			return err
+		}
+		for i := range 2 {
+			if !c.HasOutput(i) {
+				continue
+			}
+			out, err := c.Emit(fxgraph.GetItem, top, int64(i))
+			if err != nil {
+				return err
+			}
+			c.SetOutput(i, out)
+		}
+		return nil
+	}
 }
