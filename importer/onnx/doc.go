@@ -16,4 +16,10 @@
 // operator (or an attribute value) without a converter is an error naming
 // the operator, the node and the opset, wrapping ErrUnsupported: never a
 // silently wrong result.
+//
+// Control flow: XLA programs are static, and go-xla's StableHLO builder has
+// no while or case, so If is inlined: the selected branch when the
+// condition is known at import, else both branches with a where() per
+// output (their outputs must agree in dtype and shape). Loop and Scan are
+// unsupported.
 package onnx
