@@ -308,6 +308,18 @@ func (c *Ctx) Constant(name string, t *tensor.Tensor) *fxgraph.Node {
 	return c.s.g.AddConstant(sanitize(name), t)
 }
 
+// modelConstant returns the constant node of t, a tensor of the model itself
+// (an initializer or a Constant's value), adding it on first use: a Loop
+// body inlined once per iteration then shares its constants.
+func (s *scope) modelConstant(name string, t *tensor.Tensor) *fxgraph.Node {
+	if c, ok := s.subConsts[t]; ok && c.Graph() == s.g {
+		return c
+	}
+	c := s.g.AddConstant(sanitize(name), t)
+	s.subConsts[t] = c
+	return c
+}
+
 // ScalarConst adds a rank-0 constant of dtype dt.
 func (c *Ctx) ScalarConst(dt tensor.DType, v float64) *fxgraph.Node {
 	return c.Constant("scalar", tensor.Scalar(dt, v))

@@ -18,8 +18,9 @@
 // silently wrong result.
 //
 // Control flow: XLA programs are static, and go-xla's StableHLO builder has
-// no while or case, so If is inlined: the selected branch when the
-// condition is known at import, else both branches with a where() per
-// output (their outputs must agree in dtype and shape). Loop and Scan are
-// unsupported.
+// no while or case, so control flow is resolved at import. If inlines the
+// selected branch when the condition is known at import, else both branches
+// with a where() per output (their outputs must agree in dtype and shape).
+// Loop is unrolled when its trip count and condition are known at import
+// (at most MaxLoopUnroll iterations). Scan is unsupported.
 package onnx

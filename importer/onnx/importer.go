@@ -125,7 +125,7 @@ func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor)
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -146,6 +146,10 @@ type scope struct {
 	depth  int
 	// values are graph inputs whose values are known at compile time.
 	values map[string]*tensor.Tensor
+	// subConsts holds the constant of each subgraph initializer already
+	// added, shared by every scope of the import: a Loop body inlined once
+	// per iteration adds its initializers once.
+	subConsts map[*tensor.Tensor]*fxgraph.Node
 }
 
 var identRE = regexp.MustCompile(`[^A-Za-z0-9_]+`)
@@ -278,7 +282,7 @@ func (s *scope) inlineFunction(node *Node, f *Function) error {
 	if s.depth > 32 {
 		return fmt.Errorf("onnx: node %q: functions nested too deep", node.Name)
 	}
-	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, subConsts: s.subConsts}
 	for _, o := range f.OpsetImports {
 		d := o.Domain
 		if d == "ai.onnx" {

@@ -123,3 +123,152 @@ func TestIfRun(t *testing.T) {
 		}
 	}
 }
+
+// loopModel is (acc, scan) = Loop(M, cond, acc0) with the body
+// acc' = acc + x, scan = acc', cond' = condOp(iter, limit) (Identity of
+// cond_in when condOp is ""). M is the constant trip (or a graph input when
+// trip < 0); x and acc0 are graph inputs.
+func loopModel(trip int64, condOp string, limit int64) *onnx.Model {
+	bodyNodes := []*onnx.Node{nnNode("Add", []string{"acc_in", "x"}, []string{"acc_out"}), nnNode("Identity", []string{"acc_out"}, []string{"scan"})}
+	var bodyInits []*onnx.Initializer
+	switch condOp {
+	case "":
+		bodyNodes = append(bodyNodes, nnNode("Identity", []string{"cond_in"}, []string{"cond_out"}))
+	case "x":
+		// A condition from run-time values: any(x > 0) as ReduceMax(x) > 0.
+		bodyInits = append(bodyInits, &onnx.Initializer{Name: "zero", Tensor: tensor.New(tensor.Float32)})
+		bodyNodes = append(bodyNodes, nnNode("ReduceMax", []string{"x"}, []string{"mx"}, nnAI("keepdims", 0)), nnNode("Greater", []string{"mx", "zero"}, []string{"cond_out"}))
+	default:
+		bodyInits = append(bodyInits, &onnx.Initializer{Name: "limit", Tensor: tensor.Scalar(tensor.Int64, float64(limit))})
+		bodyNodes = append(bodyNodes, nnNode(condOp, []string{"iter", "limit"}, []string{"cond_out"}))
+	}
+	body := &onnx.Graph{
+		Name:         "body",
+		Inputs:       []*onnx.ValueInfo{nnVI("iter", tensor.Int64), nnVI("cond_in", tensor.Bool), nnVI("acc_in", tensor.Float32, 2)},
+		Initializers: bodyInits,
+		Nodes:        bodyNodes,
+		Outputs:      []*onnx.ValueInfo{{Name: "cond_out"}, {Name: "acc_out"}, {Name: "scan"}},
+	}
+	inputs := []*onnx.ValueInfo{nnVI("x", tensor.Float32, 2), nnVI("acc0", tensor.Float32, 2)}
+	var inits []*onnx.Initializer
+	if trip >= 0 {
+		inits = append(inits, &onnx.Initializer{Name: "M", Tensor: tensor.FromInt64s([]int64{trip})})
+	} else {
+		inputs = append(inputs, nnVI("M", tensor.Int64))
+	}
+	node := nnNode("Loop", []string{"M", "", "acc0"}, []string{"acc", "scans"}, &onnx.Attribute{Name: "body", Type: onnx.AttrGraph, G: body})
+	return &onnx.Model{
+		IRVersion:    8,
+		OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
+		Graph:        &onnx.Graph{Name: "g", Nodes: []*onnx.Node{node}, Inputs: inputs, Initializers: inits, Outputs: []*onnx.ValueInfo{{Name: "acc"}, {Name: "scans"}}},
+	}
+}
+
+func TestLoopConverter(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		model *onnx.Model
+		metas string // the outputs' metas
+		err   string
+	}{
+		{"constant trip count", loopModel(3, "", 0), "float32[2] float32[3,2]", ""},
+		{"condition folds: stops when iter reaches 1", loopModel(10, "Less", 1), "float32[2] float32[2,2]", ""},
+		{"run-time trip count", loopModel(-1, "", 0), "", "trip"},
+		{"run-time condition", loopModel(3, "x", 0), "", "condition is computed from run-time values"},
+		{"too many iterations", loopModel(onnx.MaxLoopUnroll+1, "", 0), "", "more than 1024 iterations"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := onnx.NewImporter().Import(c.model)
+			if c.err != "" {
+				var nv *onnx.NeedsValueError
+				if c.err == "trip" {
+					if !errors.As(err, &nv) || !strings.Contains(strings.Join(nv.Inputs, ","), "M") {
+						t.Fatalf("err = %v, want a NeedsValueError for M", err)
+					}
+					return
+				}
+				if !errors.Is(err, onnx.ErrUnsupported) || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err = %v, want unsupported with %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var metas []string
+			for _, o := range g.Outputs() {
+				metas = append(metas, o.Val().String())
+			}
+			if got := strings.Join(metas, " "); got != c.metas {
+				t.Errorf("outputs %s, want %s", got, c.metas)
+			}
+		})
+	}
+}
+
+// TestLoopRun runs the unrolled loop through PJRT: three iterations of
+// acc += x from acc0 give acc0+3x, and the scan output holds each step.
+func TestLoopRun(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.NewImporter().Import(loopModel(3, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, acc0 := nnT(tensor.Float32, []float64{1, -0.5}, 2), nnT(tensor.Float32, []float64{10, 20}, 2)
+	got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{x, acc0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range [][]float64{{13, 18.5}, {11, 19.5, 12, 19, 13, 18.5}} {
+		for j, v := range w {
+			if g := got[i].Float64At(int64(j)); g != v {
+				t.Errorf("output %d element %d = %v, want %v", i, j, g, v)
+			}
+		}
+	}
+}
+
+// TestLoopSharesBodyConstants: a body's initializer and Constant values are
+// added to the graph once, not once per unrolled iteration.
+func TestLoopSharesBodyConstants(t *testing.T) {
+	w := nnT(tensor.Float32, []float64{1, 2}, 2)
+	v := nnT(tensor.Float32, []float64{3, 4}, 2)
+	body := &onnx.Graph{
+		Name:         "body",
+		Inputs:       []*onnx.ValueInfo{nnVI("iter", tensor.Int64), nnVI("cond_in", tensor.Bool), nnVI("acc_in", tensor.Float32, 2)},
+		Initializers: []*onnx.Initializer{{Name: "w", Tensor: w}},
+		Nodes: []*onnx.Node{
+			nnNode("Constant", nil, []string{"v"}, &onnx.Attribute{Name: "value", Type: onnx.AttrTensor, T: v}),
+			nnNode("Mul", []string{"acc_in", "w"}, []string{"m"}),
+			nnNode("Add", []string{"m", "v"}, []string{"acc_out"}),
+			nnNode("Identity", []string{"cond_in"}, []string{"cond_out"}),
+		},
+		Outputs: []*onnx.ValueInfo{{Name: "cond_out"}, {Name: "acc_out"}},
+	}
+	m := &onnx.Model{
+		IRVersion:    8,
+		OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
+		Graph: &onnx.Graph{Name: "g",
+			Nodes:        []*onnx.Node{nnNode("Loop", []string{"M", "", "acc0"}, []string{"acc"}, &onnx.Attribute{Name: "body", Type: onnx.AttrGraph, G: body})},
+			Inputs:       []*onnx.ValueInfo{nnVI("acc0", tensor.Float32, 2)},
+			Initializers: []*onnx.Initializer{{Name: "M", Tensor: tensor.FromInt64s([]int64{5})}},
+			Outputs:      []*onnx.ValueInfo{{Name: "acc"}}},
+	}
+	g, err := onnx.NewImporter().Import(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, t := range g.Attrs {
+		if t == w || t == v {
+			n++
+		}
+	}
+	if n != 2 || len(g.Attrs) != 2 {
+		t.Errorf("graph holds %d constants, %d of them w or v; want w and v once each", len(g.Attrs), n)
+	}
+}

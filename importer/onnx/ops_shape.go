@@ -1177,7 +1177,7 @@ func shConstant(c *Ctx, n *Node) error {
 	if t.DType == tensor.String {
 		return Unsupported("string constants")
 	}
-	c.SetOutput(0, c.Constant(n.Outputs[0], t))
+	c.SetOutput(0, c.s.modelConstant(n.Outputs[0], t))
 	return nil
 }
 
@@ -1440,7 +1440,7 @@ func shEyeLike(c *Ctx, n *Node) error {
 			t.SetFloat64(i*dims[1]+j, 1)
 		}
 	}
-	c.SetOutput(0, c.Constant(n.Outputs[0], t))
+	c.SetOutput(0, c.s.modelConstant(n.Outputs[0], t))
 	return nil
 }
 
