@@ -417,10 +417,10 @@ func (l *Lowerer) convWeightPerm(n *fxgraph.Node, t *tensor.Tensor) []int {
 }
 
 // addPermutedWeight adds weight t of node n as a parameter holding t
-// transposed by perm; n's value is that parameter transposed back.
+// transposed by perm (Param.Perm); n's value is that parameter transposed
+// back.
 func (ctx *Context) addPermutedWeight(prog *Program, n *fxgraph.Node, t *tensor.Tensor, perm []int) error {
-	pt := t.Transpose(perm)
-	v, err := ctx.addParamAs(prog, n, fxgraph.Static(t.DType, pt.Shape...), Weight, pt)
+	v, err := ctx.addParamAs(prog, n, fxgraph.Static(t.DType, PermutedShape(t.Shape, perm)...), Weight, t)
 	if err != nil {
 		return err
 	}

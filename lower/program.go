@@ -35,12 +35,37 @@ type Param struct {
 	DType tensor.DType
 	Shape []int64
 	// Value is the weight's host tensor (nil for inputs). For a weight whose
-	// dtype was narrowed (int64 -> int32), Value already holds the narrowed data.
+	// dtype was narrowed (int64 -> int32), Value already holds the narrowed
+	// data. With Perm set, Value is in the graph's order and the parameter
+	// takes it transposed: see HostValue.
 	Value *tensor.Tensor
-	// Perm, when set, says the weight is stored transposed: Value is the
-	// graph's tensor Graph.Attrs[Name] transposed by Perm (see
-	// Options.ConvWeightsHWIO).
+	// Perm, when set, is the permutation of Value's dims the parameter takes
+	// (Options.ConvWeightsHWIO); Shape is already permuted. Value stays the
+	// graph's tensor, shared by every bucket's program, and the transposed
+	// copy exists only while it is uploaded.
 	Perm []int
+}
+
+// HostValue returns a weight's value as the program takes it: Value, or for
+// a weight with Perm a new tensor holding Value transposed by Perm.
+func (p Param) HostValue() *tensor.Tensor {
+	if p.Perm == nil || p.Value == nil {
+		return p.Value
+	}
+	return p.Value.Transpose(p.Perm)
+}
+
+// PermutedShape returns shape with its dims reordered by perm (shape itself
+// when perm is nil): the shape of a tensor of that shape transposed by perm.
+func PermutedShape(shape []int64, perm []int) []int64 {
+	if perm == nil {
+		return shape
+	}
+	out := make([]int64, len(perm))
+	for i, d := range perm {
+		out[i] = shape[d]
+	}
+	return out
 }
 
 // Output is one result of the program, in order.

@@ -261,17 +261,14 @@ func decodeProgram(data []byte, g *fxgraph.Graph) (*lower.Program, error) {
 			if t == nil {
 				return nil, fmt.Errorf("cached program: weight %s is not in the model", q.Name)
 			}
-			if q.Perm != nil {
-				if !isPerm(q.Perm, t.Rank()) {
-					return nil, fmt.Errorf("cached program: weight %s: %v is not a permutation of %s's dims", q.Name, q.Perm, t)
-				}
-				t = t.Transpose(q.Perm)
-				param.Perm = q.Perm
+			if q.Perm != nil && !isPerm(q.Perm, t.Rank()) {
+				return nil, fmt.Errorf("cached program: weight %s: %v is not a permutation of %s's dims", q.Name, q.Perm, t)
 			}
+			param.Perm = q.Perm
 			if t.DType != dt {
 				t = t.Convert(dt)
 			}
-			if tensor.ShapeString(t.Shape) != tensor.ShapeString(q.Shape) {
+			if tensor.ShapeString(lower.PermutedShape(t.Shape, q.Perm)) != tensor.ShapeString(q.Shape) {
 				return nil, fmt.Errorf("cached program: weight %s is %s in the model, the program wants %s%s", q.Name, t, dt, tensor.ShapeString(q.Shape))
 			}
 			param.Value = t

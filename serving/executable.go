@@ -40,7 +40,7 @@ func (w *Weights) keyLocked(p lower.Param) string {
 		sum = hex.EncodeToString(h[:])
 		w.sums[p.Value] = sum
 	}
-	return p.Name + "|" + p.Value.String() + "|" + sum
+	return p.Name + "|" + p.Value.String() + "|" + fmt.Sprint(p.Perm) + "|" + sum
 }
 
 // Get returns the device buffer of weight parameter p, uploading it the first
@@ -49,8 +49,8 @@ func (w *Weights) Get(ctx context.Context, p lower.Param) (*pjrt.Buffer, error) 
 	if p.Value == nil {
 		return nil, fmt.Errorf("serving: weight %s has no value", p.Name)
 	}
-	if p.Value.DType != p.DType || tensor.ShapeString(p.Value.Shape) != tensor.ShapeString(p.Shape) {
-		return nil, fmt.Errorf("serving: weight %s holds %s but the program wants %s%v", p.Name, p.Value, p.DType, p.Shape)
+	if p.Value.DType != p.DType || tensor.ShapeString(lower.PermutedShape(p.Value.Shape, p.Perm)) != tensor.ShapeString(p.Shape) {
+		return nil, fmt.Errorf("serving: weight %s holds %s (dims permuted by %v) but the program wants %s%v", p.Name, p.Value, p.Perm, p.DType, p.Shape)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -58,7 +58,7 @@ func (w *Weights) Get(ctx context.Context, p lower.Param) (*pjrt.Buffer, error) 
 	if b, ok := w.bufs[key]; ok {
 		return b, nil
 	}
-	b, err := w.client.Upload(ctx, p.Value)
+	b, err := w.client.Upload(ctx, p.HostValue())
 	if err != nil {
 		return nil, fmt.Errorf("serving: upload weight %s: %w", p.Name, err)
 	}
