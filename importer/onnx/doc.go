@@ -21,6 +21,7 @@
 // no while or case, so control flow is resolved at import. If inlines the
 // selected branch when the condition is known at import, else both branches
 // with a where() per output (their outputs must agree in dtype and shape).
-// Loop is unrolled when its trip count and condition are known at import
-// (at most MaxLoopUnroll iterations). Scan is unsupported.
+// Loop is unrolled when its trip count and condition are known at import,
+// Scan (opset 9+) when its scan length is static (at most MaxLoopUnroll
+// iterations each).
 package onnx

@@ -3,21 +3,25 @@ package onnx
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/tensor"
 )
 
-// registerControlFlow registers the converters of If and Loop. go-xla's
-// StableHLO builder has no while or case, so both are inlined at import (see
-// convertIf and convertLoop); Scan and loops whose trip count or condition
-// are run-time values are unsupported.
+// registerControlFlow registers the converters of If, Loop and Scan.
+// go-xla's StableHLO builder has no while or case, so all three are inlined
+// at import (see convertIf, convertLoop and convertScan); loops whose trip
+// count or condition are run-time values, and Scan before opset 9 (batched,
+// with sequence_lens), are unsupported.
 func registerControlFlow(cs converters) {
 	cs.add("If", convertIf)
 	cs.add("Loop", convertLoop)
+	cs.register("", "Scan", 9, convertScan)
 }
 
-// MaxLoopUnroll is the most iterations of a Loop the importer unrolls.
+// MaxLoopUnroll is the most iterations of a Loop or Scan the importer
+// unrolls.
 const MaxLoopUnroll = 1024
 
 // convertIf converts If by inlining its branches, which XLA's static
@@ -209,30 +213,137 @@ func convertLoop(c *Ctx, _ *Node) error {
 		keep = t.NumElements() == 1 && t.Data[0] != 0
 		copy(state, outs[1:1+nState])
 		for k := range scans {
-			u, err := c.Emit("aten.unsqueeze.default", outs[1+nState+k], int64(0))
-			if err != nil {
-				return err
-			}
-			scans[k] = append(scans[k], u)
+			scans[k] = append(scans[k], outs[1+nState+k])
 		}
 	}
+	return setUnrolledOutputs(c, state, scans, make([]int64, len(scans)), make([]int64, len(scans)))
+}
+
+// setUnrolledOutputs binds the outputs of an unrolled Loop or Scan: the
+// final loop-carried values, then each scan output's per-iteration values
+// stacked along a new axis axes[k] (in reverse order where dirs[k] is 1).
+func setUnrolledOutputs(c *Ctx, state []*fxgraph.Node, scans [][]*fxgraph.Node, axes, dirs []int64) error {
 	for j, v := range state {
 		if c.HasOutput(j) {
 			c.SetOutput(j, v)
 		}
 	}
 	for k, parts := range scans {
-		if !c.HasOutput(nState + k) {
+		if !c.HasOutput(len(state) + k) {
 			continue
 		}
 		if len(parts) == 0 {
-			return Unsupported("Loop that runs no iteration and has scan outputs")
+			return Unsupported("a loop that runs no iteration, with scan outputs (their shape is unknown)")
 		}
-		out, err := c.Emit("aten.cat.default", nodes(parts), int64(0))
+		axis := axes[k]
+		if r := int64(Meta(parts[0]).Rank()) + 1; axis < 0 {
+			axis += r
+		}
+		if dirs[k] != 0 {
+			slices.Reverse(parts)
+		}
+		stacked := make([]*fxgraph.Node, len(parts))
+		for i, p := range parts {
+			u, err := c.Emit("aten.unsqueeze.default", p, axis)
+			if err != nil {
+				return err
+			}
+			stacked[i] = u
+		}
+		out, err := c.Emit("aten.cat.default", nodes(stacked), axis)
 		if err != nil {
 			return err
 		}
-		c.SetOutput(nState+k, out)
+		c.SetOutput(len(state)+k, out)
 	}
 	return nil
+}
+
+// convertScan unrolls Scan (opset 9+): the scan length is the size of the
+// scan inputs along their scan axes, which must be static at import. Each
+// iteration inlines the body with the state of the previous one and the
+// scan inputs' elements at that position (from the end for reverse
+// directions); the scan outputs are stacked along their scan axes (in
+// reverse for prepending directions).
+func convertScan(c *Ctx, _ *Node) error {
+	a := c.Attr("body")
+	if a == nil || a.Type != AttrGraph || a.G == nil {
+		return fmt.Errorf("Scan: attribute body (a graph) is required")
+	}
+	body := a.G
+	m := int(c.AttrInt("num_scan_inputs", 0))
+	nState := c.NumInputs() - m
+	nScanOut := len(body.Outputs) - nState
+	if m < 1 || nState < 0 || len(body.Inputs) != nState+m || nScanOut < 0 {
+		return fmt.Errorf("Scan: %d inputs with num_scan_inputs %d, body %q with %d inputs and %d outputs", c.NumInputs(), m, body.Name, len(body.Inputs), len(body.Outputs))
+	}
+	inAxes := c.AttrInts("scan_input_axes", make([]int64, m))
+	inDirs := c.AttrInts("scan_input_directions", make([]int64, m))
+	outAxes := c.AttrInts("scan_output_axes", make([]int64, nScanOut))
+	outDirs := c.AttrInts("scan_output_directions", make([]int64, nScanOut))
+	if len(inAxes) != m || len(inDirs) != m || len(outAxes) != nScanOut || len(outDirs) != nScanOut {
+		return fmt.Errorf("Scan: scan_input_axes/directions need %d values and scan_output_axes/directions %d", m, nScanOut)
+	}
+	state := make([]*fxgraph.Node, nState)
+	for j := range state {
+		v, err := c.Input(j)
+		if err != nil {
+			return err
+		}
+		state[j] = v
+	}
+	xs := make([]*fxgraph.Node, m)
+	length := int64(-1)
+	for j := range xs {
+		x, err := c.Input(nState + j)
+		if err != nil {
+			return err
+		}
+		xm := Meta(x)
+		axis := inAxes[j]
+		if axis < 0 {
+			axis += int64(xm.Rank())
+		}
+		if axis < 0 || axis >= int64(xm.Rank()) {
+			return fmt.Errorf("Scan: scan_input_axes[%d] = %d is out of range for %s", j, inAxes[j], xm)
+		}
+		d := xm.Shape[axis]
+		if !d.IsStatic() {
+			return Unsupported("Scan over a dim of run-time size (%s, axis %d; scans are unrolled at import)", xm, axis)
+		}
+		if length >= 0 && d.Size != length {
+			return fmt.Errorf("Scan: scan input %d has %d elements along its axis, input 0 has %d", j, d.Size, length)
+		}
+		length, inAxes[j], xs[j] = d.Size, axis, x
+	}
+	if length > MaxLoopUnroll {
+		return Unsupported("Scan of more than %d iterations (scans are unrolled at import)", MaxLoopUnroll)
+	}
+	scans := make([][]*fxgraph.Node, nScanOut)
+	for t := range length {
+		bind := map[string]*fxgraph.Node{}
+		for j, v := range state {
+			bind[body.Inputs[j].Name] = v
+		}
+		for j, x := range xs {
+			pos := t
+			if inDirs[j] != 0 {
+				pos = length - 1 - t
+			}
+			el, err := c.Emit("aten.select.int", x, inAxes[j], pos)
+			if err != nil {
+				return err
+			}
+			bind[body.Inputs[nState+j].Name] = el
+		}
+		outs, err := c.s.inlineBody(body, bind)
+		if err != nil {
+			return err
+		}
+		copy(state, outs[:nState])
+		for k := range scans {
+			scans[k] = append(scans[k], outs[nState+k])
+		}
+	}
+	return setUnrolledOutputs(c, state, scans, outAxes, outDirs)
 }

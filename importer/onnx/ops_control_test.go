@@ -272,3 +272,60 @@ func TestLoopSharesBodyConstants(t *testing.T) {
 		t.Errorf("graph holds %d constants, %d of them w or v; want w and v once each", len(g.Attrs), n)
 	}
 }
+
+// TestScanRun unrolls Scan(s0, x) with the body s' = s + x_t, scan = s',
+// and runs it through PJRT: forward along axis 0, and with the input read
+// in reverse and the output stacked along axis 1 in prepend order.
+func TestScanRun(t *testing.T) {
+	client := nnPlugin(t)
+	body := &onnx.Graph{
+		Name:    "body",
+		Inputs:  []*onnx.ValueInfo{nnVI("s_in", tensor.Float32, 2), nnVI("x_t", tensor.Float32, 2)},
+		Nodes:   []*onnx.Node{nnNode("Add", []string{"s_in", "x_t"}, []string{"s_out"}), nnNode("Identity", []string{"s_out"}, []string{"scan"})},
+		Outputs: []*onnx.ValueInfo{{Name: "s_out"}, {Name: "scan"}},
+	}
+	s0, x := nnT(tensor.Float32, []float64{0, 0}, 2), nnT(tensor.Float32, []float64{1, 2, 3, 4, 5, 6}, 3, 2)
+	for _, c := range []struct {
+		name      string
+		attrs     []*onnx.Attribute
+		wantScan  []float64
+		scanShape string
+	}{
+		{"forward", nil, []float64{1, 2, 4, 6, 9, 12}, "float32[3,2]"},
+		{"reverse input, axis 1, prepend", []*onnx.Attribute{nnAInts("scan_input_directions", 1), nnAInts("scan_output_axes", 1), nnAInts("scan_output_directions", 1)},
+			[]float64{9, 8, 5, 12, 10, 6}, "float32[2,3]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			attrs := append([]*onnx.Attribute{nnAI("num_scan_inputs", 1), {Name: "body", Type: onnx.AttrGraph, G: body}}, c.attrs...)
+			g, err := nnImport(9, nnNode("Scan", []string{"s0", "x"}, []string{"s", "scan"}, attrs...),
+				[]*onnx.ValueInfo{nnVI("s0", tensor.Float32, 2), nnVI("x", tensor.Float32, 3, 2)}, nil, []string{"s", "scan"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := g.Outputs()[1].Val().String(); got != c.scanShape {
+				t.Errorf("scan output %s, want %s", got, c.scanShape)
+			}
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{s0, x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range [][]float64{{9, 12}, c.wantScan} {
+				for j, w := range want {
+					if g := got[i].Float64At(int64(j)); g != w {
+						t.Errorf("output %d element %d = %v, want %v", i, j, g, w)
+					}
+				}
+			}
+		})
+	}
+	// A scan over a symbolic dim cannot be unrolled.
+	_, err := nnImport(9, nnNode("Scan", []string{"s0", "x"}, []string{"s", "scan"}, nnAI("num_scan_inputs", 1), &onnx.Attribute{Name: "body", Type: onnx.AttrGraph, G: body}),
+		[]*onnx.ValueInfo{nnVI("s0", tensor.Float32, 2), nnVI("x", tensor.Float32, "T", 2)}, nil, []string{"s", "scan"})
+	if !errors.Is(err, onnx.ErrUnsupported) || !strings.Contains(err.Error(), "run-time size") {
+		t.Errorf("scan over a symbolic dim: %v", err)
+	}
+}
