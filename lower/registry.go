@@ -33,6 +33,7 @@ func NewRegistry() *Registry {
 	registerShapeOps(r)
 	registerNN(r)
 	registerReductions(r)
+	registerRNN(r)
 	registerControlFlow(r)
 	return r
 }

@@ -61,6 +61,7 @@ func newConverters() converters {
 	registerShapeOps(cs)
 	registerNN(cs)
 	registerReductions(cs)
+	registerRNN(cs)
 	registerControlFlow(cs)
 	return cs
 }

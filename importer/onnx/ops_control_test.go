@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/lower"
@@ -75,17 +76,8 @@ func TestIfConverter(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g, err := onnx.NewImporter().Import(c.model)
-			if c.err != "" {
-				if !errors.Is(err, onnx.ErrUnsupported) || !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("err = %v, want unsupported with %q", err, c.err)
-				}
+			if !checkImport(t, g, err, c.targets, c.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := nnTargets(g); got != c.targets {
-				t.Errorf("targets %q, want %q", got, c.targets)
 			}
 		})
 	}
@@ -328,4 +320,24 @@ func TestScanRun(t *testing.T) {
 	if !errors.Is(err, onnx.ErrUnsupported) || !strings.Contains(err.Error(), "run-time size") {
 		t.Errorf("scan over a symbolic dim: %v", err)
 	}
+}
+
+// checkImport checks an import's result: with wantErr, an ErrUnsupported
+// error containing it; otherwise no error and the call targets wantTargets.
+// It reports whether the graph is there to check further.
+func checkImport(t *testing.T, g *fxgraph.Graph, err error, wantTargets, wantErr string) bool {
+	t.Helper()
+	if wantErr != "" {
+		if !errors.Is(err, onnx.ErrUnsupported) || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("err = %v, want unsupported with %q", err, wantErr)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nnTargets(g); got != wantTargets {
+		t.Errorf("targets %q, want %q", got, wantTargets)
+	}
+	return true
 }

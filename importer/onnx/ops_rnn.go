@@ -1,0 +1,121 @@
+package onnx
+
+import (
+	"strings"
+
+	"github.com/xserve/xserve/fxgraph"
+)
+
+// registerRNN registers the converters of RNN, GRU and LSTM: one
+// "xserve.rnn" node each (see fxgraph.RNNArgs), which the lowering unrolls
+// over the sequence, static in every shape bucket.
+func registerRNN(cs converters) {
+	cs.add("RNN", rnnConverter("rnn", []string{"Tanh"}))
+	cs.add("GRU", rnnConverter("gru", []string{"Sigmoid", "Tanh"}))
+	cs.add("LSTM", rnnConverter("lstm", []string{"Sigmoid", "Tanh", "Tanh"}))
+}
+
+// rnnConverter converts an ONNX recurrent operator with the default
+// activations. Inputs: X, W, R, B, sequence_lens, initial_h, and for LSTM
+// initial_c and P. Layout 1 (batch first, opset 14) is transposed to and
+// from the sequence-first form. sequence_lens is accepted only when it is a
+// constant equal to the sequence length for every batch entry; other
+// activations, activation_alpha/beta and LSTM's input_forget are
+// unsupported.
+func rnnConverter(mode string, acts []string) Converter {
+	return func(c *Ctx, _ *Node) error {
+		op := strings.ToUpper(mode)
+		for _, name := range []string{"activation_alpha", "activation_beta"} {
+			if c.Attr(name) != nil {
+				return Unsupported("%s with %s", op, name)
+			}
+		}
+		dir := c.AttrString("direction", "forward")
+		if a := c.Attr("activations"); a != nil {
+			for i, s := range a.Strings {
+				if !strings.EqualFold(string(s), acts[i%len(acts)]) {
+					return Unsupported("%s with activations %q (only the defaults %v are supported)", op, a.Strings, acts)
+				}
+			}
+		}
+		if mode == "lstm" && c.AttrInt("input_forget", 0) != 0 {
+			return Unsupported("LSTM with input_forget")
+		}
+		hidden := c.AttrInt("hidden_size", 0)
+		layout := c.AttrInt("layout", 0)
+		x, err := c.Input(0)
+		if err != nil {
+			return err
+		}
+		if layout != 0 {
+			if x, err = c.Emit("aten.permute.default", x, ints([]int64{1, 0, 2})); err != nil {
+				return err
+			}
+		}
+		xm := Meta(x)
+		if xm.Rank() != 3 {
+			return Unsupported("%s of a rank-%d input", op, xm.Rank())
+		}
+		if c.HasInput(4) {
+			lens, err := c.ConstInts(4)
+			if err != nil {
+				return err // a *NeedsValueError: the lengths are needed at compile time
+			}
+			for _, l := range lens {
+				if !xm.Shape[0].IsStatic() || l != xm.Shape[0].Size {
+					return Unsupported("%s with sequence_lens %v shorter than the sequence", op, lens)
+				}
+			}
+		}
+		args := make([]any, 7)
+		args[0] = x
+		for i, in := range map[int]int{1: 1, 2: 2, 3: 3, 4: 5, 5: 6, 6: 7} {
+			if !c.HasInput(in) {
+				continue
+			}
+			v, err := c.Input(in)
+			if err != nil {
+				return err
+			}
+			if layout != 0 && (in == 5 || in == 6) { // [batch, dirs, hidden]
+				if v, err = c.Emit("aten.permute.default", v, ints([]int64{1, 0, 2})); err != nil {
+					return err
+				}
+			}
+			args[i] = v
+		}
+		if hidden == 0 { // optional: R is [dirs, gates*hidden, hidden]
+			if r, ok := args[2].(*fxgraph.Node); ok && Meta(r).Rank() == 3 && Meta(r).Shape[2].IsStatic() {
+				hidden = Meta(r).Shape[2].Size
+			}
+		}
+		rnn, err := c.EmitKw("xserve.rnn", args, map[string]any{
+			"mode": mode, "hidden_size": hidden, "direction": dir,
+			"linear_before_reset": c.AttrInt("linear_before_reset", 0) != 0,
+			"clip":                float64(c.AttrFloat("clip", 0)),
+		})
+		if err != nil {
+			return err
+		}
+		for i := range 3 {
+			if !c.HasOutput(i) {
+				continue
+			}
+			out, err := c.Emit(fxgraph.GetItem, rnn, int64(i))
+			if err != nil {
+				return err
+			}
+			if layout != 0 {
+				perm := []int64{1, 0, 2} // y_h, y_c: [batch, dirs, hidden]
+				if i == 0 {
+					perm = []int64{2, 0, 1, 3} // y: [batch, seq, dirs, hidden]
+				}
+				if out, err = c.Emit("aten.permute.default", out, ints(perm)); err != nil {
+					return err
+				}
+			}
+			c.SetOutput(i, out)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,69 @@
+package onnx_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/xserve/xserve/importer/onnx"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/tensor"
+)
+
+// TestRNNConverters checks the structure of converted RNN/GRU/LSTM nodes
+// (the ONNX conformance cases check their values) and their errors. The
+// sequence may be symbolic: the lowering unrolls it per shape bucket.
+func TestRNNConverters(t *testing.T) {
+	f32 := tensor.Float32
+	x := nnVI("x", f32, "T", "N", 3)
+	w := func(g int) *onnx.ValueInfo { return nnVI("w", f32, 1, g*4, 3) }
+	r := func(g int) *onnx.ValueInfo { return nnVI("r", f32, 1, g*4, 4) }
+	acts := &onnx.Attribute{Name: "activations", Type: onnx.AttrStrings, Strings: [][]byte{[]byte("Relu")}}
+	for _, c := range []struct {
+		name    string
+		node    *onnx.Node
+		inputs  []*onnx.ValueInfo
+		inits   []*onnx.Initializer
+		outputs []string
+		targets string
+		metas   string
+		err     string
+	}{
+		{name: "LSTM, symbolic sequence",
+			node:   nnNode("LSTM", []string{"x", "w", "r"}, []string{"y", "yh", "yc"}, nnAI("hidden_size", 4)),
+			inputs: []*onnx.ValueInfo{x, w(4), r(4)}, outputs: []string{"y", "yh", "yc"},
+			targets: "xserve.rnn getitem getitem getitem", metas: "float32[T,1,N,4] float32[1,N,4] float32[1,N,4]"},
+		{name: "GRU batch first, Y_h only",
+			node:   nnNode("GRU", []string{"xb", "w", "r"}, []string{"", "yh"}, nnAI("hidden_size", 4), nnAI("layout", 1)),
+			inputs: []*onnx.ValueInfo{nnVI("xb", f32, "N", 5, 3), w(3), r(3)}, outputs: []string{"yh"},
+			targets: "permute.default xserve.rnn getitem permute.default", metas: "float32[N,1,4]"},
+		{name: "RNN, hidden_size from R",
+			node:   nnNode("RNN", []string{"x", "w", "r"}, []string{"y"}),
+			inputs: []*onnx.ValueInfo{x, w(1), r(1)}, outputs: []string{"y"},
+			targets: "xserve.rnn getitem", metas: "float32[T,1,N,4]"},
+		{name: "other activations",
+			node:   nnNode("RNN", []string{"x", "w", "r"}, []string{"y"}, nnAI("hidden_size", 4), acts),
+			inputs: []*onnx.ValueInfo{x, w(1), r(1)}, outputs: []string{"y"}, err: "activations"},
+		{name: "short sequence_lens",
+			node:   nnNode("RNN", []string{"xs", "w", "r", "", "lens"}, []string{"y"}, nnAI("hidden_size", 4)),
+			inputs: []*onnx.ValueInfo{nnVI("xs", f32, 5, 2, 3), w(1), r(1)}, inits: []*onnx.Initializer{{Name: "lens", Tensor: tensor.FromInt64s([]int64{5, 3})}},
+			outputs: []string{"y"}, err: "sequence_lens"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := nnImport(14, c.node, c.inputs, c.inits, c.outputs)
+			if !checkImport(t, g, err, c.targets, c.err) {
+				return
+			}
+			var metas []string
+			for _, o := range g.Outputs() {
+				metas = append(metas, o.Val().String())
+			}
+			if got := strings.Join(metas, " "); got != c.metas {
+				t.Errorf("outputs %s, want %s", got, c.metas)
+			}
+			// Every bucket of the symbols lowers.
+			if _, err := lower.New(lower.Options{}).Lower(g, map[string]int64{"T": 3, "N": 2}); err != nil {
+				t.Errorf("lower: %v", err)
+			}
+		})
+	}
+}
