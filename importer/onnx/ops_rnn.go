@@ -69,7 +69,12 @@ func rnnConverter(mode string, acts []string) Converter {
 		}
 		args := make([]any, 7)
 		args[0] = x
-		for i, in := range map[int]int{1: 1, 2: 2, 3: 3, 4: 5, 5: 6, 6: 7} {
+		// args[i] is ONNX input onnxIn[i]: W, R, B, initial_h, initial_c, P
+		// (input 4, sequence_lens, is checked above). In order, so that the
+		// graph (and the StableHLO) is the same on every import.
+		onnxIn := []int{0, 1, 2, 3, 5, 6, 7}
+		for i := 1; i < len(onnxIn); i++ {
+			in := onnxIn[i]
 			if !c.HasInput(in) {
 				continue
 			}

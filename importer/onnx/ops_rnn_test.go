@@ -60,9 +60,19 @@ func TestRNNConverters(t *testing.T) {
 			if got := strings.Join(metas, " "); got != c.metas {
 				t.Errorf("outputs %s, want %s", got, c.metas)
 			}
-			// Every bucket of the symbols lowers.
-			if _, err := lower.New(lower.Options{}).Lower(g, map[string]int64{"T": 3, "N": 2}); err != nil {
-				t.Errorf("lower: %v", err)
+			// Every bucket of the symbols lowers, to the same StableHLO on
+			// every import.
+			dims := map[string]int64{"T": 3, "N": 2}
+			p1, err := lower.New(lower.Options{}).Lower(g, dims)
+			if err != nil {
+				t.Fatalf("lower: %v", err)
+			}
+			g2, err := nnImport(14, c.node, c.inputs, c.inits, c.outputs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p2, err := lower.New(lower.Options{}).Lower(g2, dims); err != nil || string(p2.Module) != string(p1.Module) {
+				t.Errorf("a second import lowers to other StableHLO (err %v)", err)
 			}
 		})
 	}
