@@ -138,4 +138,3 @@ func rnnCompatible(s Shape, want []Dim) bool {
 func registerRNN(r *Registry) {
 	r.Register("xserve.rnn", OpInfo{Shape: rnnShape})
 }
-
