@@ -187,11 +187,7 @@ func TestLoopConverter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var metas []string
-			for _, o := range g.Outputs() {
-				metas = append(metas, o.Val().String())
-			}
-			if got := strings.Join(metas, " "); got != c.metas {
+			if got := nnOutputMetas(g); got != c.metas {
 				t.Errorf("outputs %s, want %s", got, c.metas)
 			}
 		})

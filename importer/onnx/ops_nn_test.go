@@ -62,6 +62,15 @@ func nnImport(opset int64, node *onnx.Node, inputs []*onnx.ValueInfo, inits []*o
 	return onnx.NewImporter().Import(m)
 }
 
+// nnOutputMetas lists the metas of g's outputs, space-separated.
+func nnOutputMetas(g *fxgraph.Graph) string {
+	var metas []string
+	for _, o := range g.Outputs() {
+		metas = append(metas, o.Val().String())
+	}
+	return strings.Join(metas, " ")
+}
+
 // nnTargets lists the call_function targets of g in order, short names.
 func nnTargets(g *fxgraph.Graph) string {
 	var out []string
@@ -232,11 +241,7 @@ func TestNNConverters(t *testing.T) {
 			if got := nnTargets(g); got != tc.targets {
 				t.Errorf("targets %q, want %q", got, tc.targets)
 			}
-			var metas []string
-			for _, o := range g.Outputs() {
-				metas = append(metas, o.Val().String())
-			}
-			if got := strings.Join(metas, " "); got != tc.metas {
+			if got := nnOutputMetas(g); got != tc.metas {
 				t.Errorf("output metas %q, want %q", got, tc.metas)
 			}
 		})

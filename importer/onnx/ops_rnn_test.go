@@ -1,7 +1,6 @@
 package onnx_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/xserve/xserve/importer/onnx"
@@ -53,11 +52,7 @@ func TestRNNConverters(t *testing.T) {
 			if !checkImport(t, g, err, c.targets, c.err) {
 				return
 			}
-			var metas []string
-			for _, o := range g.Outputs() {
-				metas = append(metas, o.Val().String())
-			}
-			if got := strings.Join(metas, " "); got != c.metas {
+			if got := nnOutputMetas(g); got != c.metas {
 				t.Errorf("outputs %s, want %s", got, c.metas)
 			}
 			// Every bucket of the symbols lowers, to the same StableHLO on
