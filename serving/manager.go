@@ -656,14 +656,21 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Platform: v.entry.Format,
 		Buckets:  map[string][]int64{},
 	}
-	for i := range v.sig.Inputs {
-		md.Inputs = append(md.Inputs, v.sig.Inputs[i].spec())
+	p := v.plan
+	for i := range p.Inputs {
+		md.Inputs = append(md.Inputs, p.Inputs[i].spec())
 	}
-	for i := range v.sig.Outputs {
-		md.Outputs = append(md.Outputs, v.sig.Outputs[i].spec())
+	for k := range p.Outputs {
+		spec := p.Outputs[k].spec()
+		if p.batchErr == nil && spec.Dims[p.outBatchAxis[k]] == unknownSym {
+			spec.Dims[p.outBatchAxis[k]] = p.batchName
+		}
+		md.Outputs = append(md.Outputs, spec)
 	}
-	for sym, sizes := range v.sig.Buckets {
-		md.Buckets[sym] = slices.Clone(sizes)
+	for _, s := range p.Symbols {
+		md.Buckets[s.Name] = slices.Clone(s.Buckets)
+		md.Symbols = append(md.Symbols, SymbolInfo{Name: s.Name, Role: s.Role(), ModelSymbols: slices.Clone(s.Model),
+			Buckets: slices.Clone(s.Buckets), Min: s.Range.Min, Max: s.Range.Max, Pad: string(s.Pad), PadReason: s.PadReason})
 	}
 	return md, nil
 }
