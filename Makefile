@@ -50,8 +50,14 @@ run: pjrt build
 	bin/xserve inspect $(EXAMPLE)/1/model.onnx
 	bin/xserve serve --model-repo examples/models --http-addr $(HTTP_ADDR)
 
+GOCYCLO := github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
+
+# go vet, gofmt, go.mod tidiness, and no function of serving/ (tests aside)
+# above cyclomatic complexity 15.
 vet:
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	$(GO) run $(GOCYCLO) -over 15 -ignore '_test.go$$' serving
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
