@@ -355,7 +355,13 @@ func (p *BucketPlan) findBatchAxes() {
 		p.batchErr = fmt.Errorf("%s can only be %d", b.Name, lo)
 		return
 	}
+	// The other symbols at a size of at least 3 where a bucket allows, so
+	// that an output that folds them into the batch dim shows it.
 	dims := p.baseDims()
+	for _, s := range p.Symbols {
+		i := sort.Search(len(s.Buckets), func(i int) bool { return s.Buckets[i] >= 3 })
+		dims[s.Name] = s.Buckets[min(i, len(s.Buckets)-1)]
+	}
 	dims[b.Name] = lo
 	a, err := p.outputShapes(maps.Clone(dims))
 	if err == nil {
