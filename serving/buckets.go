@@ -45,16 +45,20 @@ func (v *version) acquireBucket(exec map[string]int64) *bucket {
 	defer v.bmu.Unlock()
 	v.useTick++
 	b := v.buckets[name]
-	if b == nil {
-		b = &bucket{name: name, dims: maps.Clone(exec), modelDims: v.plan.modelDims(exec), exact: !v.plan.isBucket(exec)}
-		v.buckets[name] = b
-		if b.exact {
-			v.exactCount++
-			v.evictLocked()
-		}
+	if b != nil {
+		b.refs++
+		b.lastUse = v.useTick
+		return b
 	}
-	b.refs++
-	b.lastUse = v.useTick
+	if v.buckets == nil {
+		v.buckets = map[string]*bucket{} // a freed version: nothing keeps this bucket
+	}
+	b = &bucket{name: name, dims: maps.Clone(exec), modelDims: v.plan.modelDims(exec), exact: !v.plan.isBucket(exec), refs: 1, lastUse: v.useTick}
+	v.buckets[name] = b
+	if b.exact {
+		v.exactCount++
+		v.evictLocked() // b is the most recently used: never the one evicted
+	}
 	return b
 }
 

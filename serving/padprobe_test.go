@@ -120,3 +120,38 @@ func TestPT2BatchesWithoutConfig(t *testing.T) {
 		t.Errorf("xserve_batch_rows counts %v batches, the batcher %d", n, st.Total.Batches)
 	}
 }
+
+// TestExactSizesLRU: a symbol served at exact sizes gets one executable
+// per distinct size, at most exact_executables of them, least recently
+// used out first (and compiled again when its size comes back).
+func TestExactSizesLRU(t *testing.T) {
+	r := newRepo(t)
+	r.add("pair", 1, pairModel)
+	r.config("pair", "buckets:\n  batch: [4]\n  seq: [8]\npad:\n  batch: true\n  seq: false\nexact_executables: 2\n")
+	m, _ := start(t, r, nil)
+	x, y := readNpy(t, "testdata/pair_x.npy"), readNpy(t, "testdata/pair_y.npy") // [3,5]
+	sum := readNpy(t, "testdata/pair_sum.onnxruntime.npy")
+	for _, n := range []int64{3, 5, 2, 4, 3} {
+		resp := infer(t, m, "pair", 0, map[string]*tensor.Tensor{"x": cutCols(x, n), "y": cutCols(y, n)})
+		if want := fmt.Sprintf("batch=4,seq=%d", n); resp.Bucket != want {
+			t.Errorf("seq %d ran in %s, want %s", n, resp.Bucket, want)
+		}
+		assertClose(t, fmt.Sprintf("sum at seq %d", n), resp.Outputs[0].Tensor, cutCols(sum, n), 1e-6)
+	}
+	if n := metric(t, m, `xserve_exact_executables{model="pair",version="1"}`); n != 2 {
+		t.Errorf("exact executables %v, want 2", n)
+	}
+	if n := metric(t, m, `xserve_exact_evictions_total{model="pair",version="1"}`); n != 3 {
+		t.Errorf("evictions %v, want 3 (5 requests, 4 sizes, 2 kept)", n)
+	}
+	if n := compilations(t, m, "pair", "1", "batch=4,seq=3"); n != 2 {
+		t.Errorf("seq 3 compiled %v times, want 2 (evicted in between)", n)
+	}
+}
+
+// cutCols keeps the first n columns of a [rows, cols] tensor.
+func cutCols(x *tensor.Tensor, n int64) *tensor.Tensor {
+	out := tensor.New(x.DType, x.Shape[0], n)
+	copyBlock(out.Data, out.Shape, []int64{0, 0}, x.Data, x.Shape, []int64{0, 0}, out.Shape, int64(x.DType.Size()))
+	return out
+}
