@@ -3,6 +3,7 @@ package zoo
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,9 +18,9 @@ import (
 )
 
 // TestServeEveryModelExactly serves every model of the zoo fixtures in
-// both formats with no config.yaml (the .pt2 files name their batch symbol
-// s0-style and give it a minimum of 2), plus the examples and test models
-// with one, at batch 1, 3 and 5 and, for models with a sequence symbol, at
+// both formats with no config.yaml (the .pt2 files name their symbols
+// torch's way, s43), some of them also with one, and the example tinycnn
+// with its config.yaml, at batch 1, 3 and 5 and, for models with a sequence symbol, at
 // sequence sizes that are not bucket sizes. Every output must have the
 // exact shape of the request and the values of `xserve run` at that exact
 // shape (lowered and compiled for it), and of PyTorch where the fixture
@@ -30,67 +31,126 @@ func TestServeEveryModelExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	type served struct {
-		name, dir, file string
-		man             *Manifest
+	var models []servedModel
+	add := func(sm servedModel, data []byte) {
+		writeFile(t, filepath.Join(root, sm.name, "1", "model"+filepath.Ext(sm.file)), data)
+		if sm.config != "" {
+			writeFile(t, filepath.Join(root, sm.name, modelrepo.ConfigFile), []byte(sm.config))
+		}
+		models = append(models, sm)
 	}
-	var models []served
 	for _, dir := range dirs {
 		man, err := ReadManifest(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, format := range slices.Sorted(func(yield func(string) bool) {
-			for f := range man.Formats {
-				if !yield(f) {
-					return
-				}
-			}
-		}) {
+		for _, format := range slices.Sorted(maps.Keys(man.Formats)) {
 			fi := man.Formats[format]
 			if fi.File == "" {
 				t.Fatalf("%s: no %s file: %s", man.Model, format, fi.Error)
 			}
-			name := man.Model + "_" + format
 			data, err := os.ReadFile(filepath.Join(dir, fi.File))
 			if err != nil {
 				t.Fatal(err)
 			}
-			writeFile(t, filepath.Join(root, name, "1", "model"+filepath.Ext(fi.File)), data)
-			models = append(models, served{name, dir, filepath.Join(dir, fi.File), man})
+			sm := servedModel{name: man.Model + "_" + format, dir: dir, file: filepath.Join(dir, fi.File), man: man}
+			add(sm, data)
+			if cfg := withConfig[sm.name]; cfg != "" {
+				sm.name, sm.config = sm.name+"_config", cfg
+				add(sm, data)
+			}
 		}
 	}
+	tiny, err := os.ReadFile(tinyCNNFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(tinyCNNFile)), modelrepo.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(servedModel{name: "tinycnn", file: tinyCNNFile, config: string(cfg)}, tiny)
+
 	client := openClient(t)
 	m := startManager(t, client, root)
 	lw := lower.New(lower.Options{Platform: client.Platform()})
-
 	for _, sm := range models {
-		t.Run(sm.name, func(t *testing.T) {
-			md, err := m.Metadata(sm.name, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if md.Symbols[0].Name != "batch" || md.Symbols[0].Role != "batch" || md.Symbols[0].Pad != "pad" {
-				t.Errorf("symbols %+v: want batch first, padded", md.Symbols)
-			}
-			if st, ok, err := m.BatchStats(sm.name, 0); err != nil || !ok {
-				t.Errorf("%s does not batch: %v %v", sm.name, st, err)
-			}
-			for _, c := range zooCases(t, sm.dir, sm.man, len(md.Symbols) > 1) {
-				resp, err := m.Infer(context.Background(), sm.name, 0, &serving.InferRequest{Inputs: c.inputs})
-				if err != nil {
-					t.Fatalf("%s: %v", c.name, err)
-				}
-				exact := runExact(t, client, lw, sm.file, c.inputs)
-				for i, o := range resp.Outputs {
-					checkClose(t, c.name+" "+o.Name+" vs xserve run", o.Tensor, exact[i])
-					if c.want != nil {
-						checkClose(t, c.name+" "+o.Name+" vs PyTorch", o.Tensor, c.want[i])
-					}
-				}
-			}
-		})
+		t.Run(sm.name, func(t *testing.T) { checkServed(t, m, client, lw, sm) })
 	}
+}
+
+// withConfig gives some zoo models a config.yaml besides their zero-config
+// copy: other bucket sets, a padded sequence, a batch minimum above 1.
+var withConfig = map[string]string{
+	"bert_onnx":    "buckets:\n  batch: [1, 4, 8]\n  sequence: [8, 16]\n",
+	"resnet18_pt2": "buckets:\n  batch: [2, 4, 8]\nbatching:\n  max_queue_delay: 0s\n",
+	"vit_b_16_pt2": "buckets:\n  batch: [1, 8]\npad:\n  batch: true\n",
+}
+
+// tinyCNNFile is the example model, whose config.yaml warms its buckets up
+// eagerly; its reference is ONNX Runtime's (examples/samples).
+const tinyCNNFile = "../../examples/models/tinycnn/1/model.onnx"
+
+// servedModel is one model of the test repository.
+type servedModel struct {
+	name, dir, file, config string
+	man                     *Manifest // nil: not a zoo fixture
+}
+
+// checkServed serves sm's cases and compares every output.
+func checkServed(t *testing.T, m *serving.Manager, client *pjrt.Client, lw *lower.Lowerer, sm servedModel) {
+	md, err := m.Metadata(sm.name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Symbols[0].Name != "batch" || md.Symbols[0].Role != "batch" || md.Symbols[0].Pad != "pad" {
+		t.Errorf("symbols %+v: want batch first, padded", md.Symbols)
+	}
+	if st, ok, err := m.BatchStats(sm.name, 0); err != nil || !ok {
+		t.Errorf("%s does not batch: %v %v", sm.name, st, err)
+	}
+	var cases []zooCase
+	if sm.man != nil {
+		cases = zooCases(t, sm.dir, sm.man, len(md.Symbols) > 1)
+	} else {
+		cases = tinyCNNCases(t)
+	}
+	for _, c := range cases {
+		resp, err := m.Infer(context.Background(), sm.name, 0, &serving.InferRequest{Inputs: c.inputs})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		exact := runExact(t, client, lw, sm.file, c.inputs)
+		for i, o := range resp.Outputs {
+			checkClose(t, c.name+" "+o.Name+" vs xserve run", o.Tensor, exact[i])
+			if c.want != nil {
+				checkClose(t, c.name+" "+o.Name+" vs reference", o.Tensor, c.want[i])
+			}
+		}
+	}
+}
+
+// tinyCNNCases are batch 1, 3 and 5 made of the sample's two images, with
+// ONNX Runtime's outputs for them.
+func tinyCNNCases(t *testing.T) []zooCase {
+	img := mustNpy(t, "../../examples/samples/tinycnn/image.npy")
+	ref := mustNpy(t, "../../examples/samples/tinycnn/probs.onnxruntime.npy")
+	r0, r1 := firstRows(img, 1), lastRow(img)
+	p0, p1 := firstRows(ref, 1), lastRow(ref)
+	return []zooCase{
+		{name: "batch 1", inputs: map[string]*tensor.Tensor{"image": r1}, want: []*tensor.Tensor{p1}},
+		{name: "batch 3", inputs: map[string]*tensor.Tensor{"image": concatRows(r0, r1, r0)}, want: []*tensor.Tensor{concatRows(p0, p1, p0)}},
+		{name: "batch 5", inputs: map[string]*tensor.Tensor{"image": concatRows(r1, r1, r0, r1, r0)}, want: []*tensor.Tensor{concatRows(p1, p1, p0, p1, p0)}},
+	}
+}
+
+// lastRow returns the last row (dim 0) of x.
+func lastRow(x *tensor.Tensor) *tensor.Tensor {
+	shape := slices.Clone(x.Shape)
+	shape[0] = 1
+	out := tensor.New(x.DType, shape...)
+	copy(out.Data, x.Data[len(x.Data)-len(out.Data):])
+	return out
 }
 
 // zooCase is one request: its inputs by name and PyTorch's outputs (nil
