@@ -105,7 +105,13 @@ func (v *version) load(ctx context.Context) error {
 	// are shared by every bucket (and found by the StableHLO cache).
 	v.graph = v.m.lowerer.Optimize(g)
 	cfgFile := filepath.Join(filepath.Dir(filepath.Dir(v.entry.Path)), modelrepo.ConfigFile)
-	shapes := func(dims map[string]int64) ([][]int64, error) { return v.m.lowerer.OutputShapes(v.graph, dims) }
+	shapes := func(dims map[string]int64) ([][]int64, error) {
+		g := v.graph // nil once freed: the plan must not keep the weights alive
+		if g == nil {
+			return nil, fmt.Errorf("%w: %s is unloaded", ErrNotReady, v)
+		}
+		return v.m.lowerer.OutputShapes(g, dims)
+	}
 	plan, err := NewBucketPlan(g, v.cfg, cfgFile, shapes)
 	if err != nil {
 		return err
