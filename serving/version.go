@@ -42,6 +42,8 @@ type version struct {
 	batcher      *batching.Batcher
 	batchBuckets map[string]map[int64]*bucket
 	sizers       map[string]*sizer
+	// stats are the counters of Manager.Statistics.
+	stats versionStats
 
 	// ctx is cancelled once the version is unloading and its requests have
 	// finished, so that a compile no request waits for any more stops.
@@ -391,6 +393,7 @@ func (v *version) runBucket(ctx context.Context, b *bucket, calls []*call, offse
 			outs[k] = o.Convert(want) // int64 outputs narrowed for the device
 		}
 	}
+	v.stats.execution(executionRows(calls), t.compute)
 	for ci, c := range calls {
 		c.outs = c.outs[:0]
 		for _, k := range c.outputs {

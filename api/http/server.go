@@ -46,6 +46,13 @@ type Backend interface {
 	Unload(ctx context.Context, model string) error
 	// WriteMetrics writes the serving metrics in the Prometheus text format.
 	WriteMetrics(w io.Writer) error
+	// Config is the configuration of model version (0 = latest), for
+	// Triton's model configuration extension.
+	Config(model string, version int64) (*serving.ModelConfig, error)
+	// Statistics are the counters of the READY versions of model ("" =
+	// every model) and version (0 = every version), for Triton's statistics
+	// extension.
+	Statistics(model string, version int64) ([]serving.Statistics, error)
 }
 
 // *serving.Manager is the production Backend.
@@ -124,15 +131,22 @@ func (s *Server) routes() {
 	get("/v2/health/live", s.live)
 	get("/v2/health/ready", s.ready)
 	get("/v2", s.serverMetadata)
+	get("/v2/models/stats", s.statistics)
 	get("/v2/models/:model", s.modelMetadata)
 	get("/v2/models/:model/versions/:version", s.modelMetadata)
 	get("/v2/models/:model/ready", s.modelReady)
 	get("/v2/models/:model/versions/:version/ready", s.modelReady)
+	get("/v2/models/:model/config", s.modelConfig)
+	get("/v2/models/:model/versions/:version/config", s.modelConfig)
+	get("/v2/models/:model/stats", s.statistics)
+	get("/v2/models/:model/versions/:version/stats", s.statistics)
 	post("/v2/models/:model/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
 	post("/v2/models/:model/versions/:version/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
 	post("/v2/repository/index", s.repositoryIndex)
 	post("/v2/repository/models/:model/load", s.load)
 	post("/v2/repository/models/:model/unload", s.unload)
+
+	s.unsupportedRoutes(get, post)
 
 	get("/metrics", s.writeMetrics)
 }
@@ -331,6 +345,16 @@ func versionParam(c *fiber.Ctx) (int64, error) {
 	return payload.ParseVersion(c.Params("version"))
 }
 
+// modelVersionParams returns the URL's model name and version.
+func modelVersionParams(c *fiber.Ctx) (string, int64, error) {
+	model, err := modelParam(c)
+	if err != nil {
+		return "", 0, err
+	}
+	version, err := versionParam(c)
+	return model, version, err
+}
+
 // readBody reads the request body through the MaxBodyBytes limit into a
 // fresh buffer (which may be kept after the handler returns).
 func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
@@ -475,16 +499,12 @@ func (s *Server) serverMetadata(c *fiber.Ctx) error {
 	return s.sendJSON(c, map[string]any{
 		"name":       "xserve",
 		"version":    s.opts.Version,
-		"extensions": []string{"binary_tensor_data", "model_repository"},
+		"extensions": []string{"binary_tensor_data", "model_repository", "model_configuration", "statistics"},
 	})
 }
 
 func (s *Server) modelMetadata(c *fiber.Ctx) error {
-	model, err := modelParam(c)
-	if err != nil {
-		return err
-	}
-	version, err := versionParam(c)
+	model, version, err := modelVersionParams(c)
 	if err != nil {
 		return err
 	}
@@ -496,11 +516,7 @@ func (s *Server) modelMetadata(c *fiber.Ctx) error {
 }
 
 func (s *Server) modelReady(c *fiber.Ctx) error {
-	model, err := modelParam(c)
-	if err != nil {
-		return err
-	}
-	version, err := versionParam(c)
+	model, version, err := modelVersionParams(c)
 	if err != nil {
 		return err
 	}

@@ -498,7 +498,7 @@ func TestMetadataHealthAndRepository(t *testing.T) {
 	wantStatus(t, ts.do(t, "GET", "/v2/health/ready", nil), 200, "")
 
 	r := ts.do(t, "GET", "/v2", nil)
-	if r.code != 200 || string(r.body) != `{"extensions":["binary_tensor_data","model_repository"],"name":"xserve","version":"1.2.3"}` {
+	if r.code != 200 || string(r.body) != `{"extensions":["binary_tensor_data","model_repository","model_configuration","statistics"],"name":"xserve","version":"1.2.3"}` {
 		t.Errorf("GET /v2: %s", r)
 	}
 	r = ts.do(t, "GET", "/v2/models/echo", nil)
