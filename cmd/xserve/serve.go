@@ -34,6 +34,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	repoDir := fs.String("model-repo", "", "model repository directory (required)")
 	addr := fs.String("http-addr", ":8080", "HTTP listen address (host:port; port 0 picks a free one)")
+	grpcAddr := fs.String("grpc-addr", ":8001", `KServe v2 gRPC listen address (host:port; port 0 picks a free one; "" disables gRPC)`)
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
 	poll := fs.Duration("poll-interval", 5*time.Second, "how often to rescan the model repository for changes (0 disables)")
@@ -126,6 +127,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	gs, err := startGRPC(*grpcAddr, mgr, limits, log)
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+		defer cancel()
+		errHTTP := srv.Shutdown(sctx)
+		<-served
+		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
+	}
 
 	// NATS: an embedded server, or a connection to the server or cluster
 	// --nats-url names; then the replica's subscriptions.
@@ -138,14 +147,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cancel()
 		errHTTP := srv.Shutdown(sctx)
 		<-served
-		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
+		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, gs.shutdown(sctx), mgr.Shutdown(sctx))
 	}
 
 	select {
 	case err := <-served: // the listener failed
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 		defer cancel()
-		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), mgr.Shutdown(sctx))
+		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx))
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
@@ -155,12 +164,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// the models go once both are done.
 	natsDone := make(chan error, 1)
 	go func() { natsDone <- ns.shutdown(sctx) }()
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- gs.shutdown(sctx) }()
 	errHTTP := srv.Shutdown(sctx)
 	<-served
-	errNATS := <-natsDone
+	errNATS, errGRPC := <-natsDone, <-grpcDone
 	errMgr := mgr.Shutdown(sctx)
 	ns.stopEmbedded()
-	if err := errors.Join(errHTTP, errNATS, errMgr); err != nil {
+	if err := errors.Join(errHTTP, errNATS, errGRPC, errMgr); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}
 	log.Info("stopped")

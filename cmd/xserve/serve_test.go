@@ -148,7 +148,7 @@ type xserveProc struct {
 // /v2/health/ready.
 func startXserve(t *testing.T, repo, cache string, extra ...string) *xserveProc {
 	t.Helper()
-	args := append([]string{"serve", "--model-repo", repo, "--http-addr", "127.0.0.1:0", "--compile-cache", cache, "--poll-interval", "0"}, extra...)
+	args := append([]string{"serve", "--model-repo", repo, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--compile-cache", cache, "--poll-interval", "0"}, extra...)
 	p := &xserveProc{log: &logBuffer{addr: make(chan string, 1)}, exited: make(chan struct{})}
 	p.cmd = exec.Command(xserveBinary(t), args...)
 	p.cmd.Dir = repoRoot(t)
