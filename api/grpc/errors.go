@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
 )
 
@@ -20,8 +21,13 @@ func codeOf(err error) codes.Code {
 	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
 		return s.Code()
 	}
-	if errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, context.Canceled):
 		return codes.Canceled
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return codes.Unauthenticated
+	case errors.Is(err, auth.ErrForbidden):
+		return codes.PermissionDenied
 	}
 	switch payload.Status(err) {
 	case http.StatusOK:

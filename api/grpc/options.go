@@ -8,6 +8,8 @@ import (
 	"math"
 
 	"google.golang.org/grpc"
+
+	"github.com/xserve/xserve/api/auth"
 )
 
 // Defaults of Options, the same as the HTTP API's.
@@ -34,6 +36,14 @@ type Options struct {
 	// TLS, when set, serves gRPC over TLS with this configuration (client
 	// certificates included, when it asks for them).
 	TLS *tls.Config
+	// Auth, when set, requires a bearer token (metadata "authorization":
+	// "Bearer TOKEN") on every call (codes.Unauthenticated without a known
+	// one) and the admin scope on RepositoryModelLoad and Unload
+	// (codes.PermissionDenied).
+	Auth *auth.Tokens
+	// OpenHealth leaves ServerLive, ServerReady and ModelReady open without
+	// a token when Auth is set.
+	OpenHealth bool
 	// Interceptors run around every unary call, outermost first (auth,
 	// request ids, logging).
 	Interceptors []grpc.UnaryServerInterceptor

@@ -70,8 +70,8 @@ func New(backend Backend, opts Options) (*Server, error) {
 	so := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(opts.MaxMessageBytes)),
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{}, opts.Interceptors...), s.recoverUnary)...),
-		grpc.ChainStreamInterceptor(append(append([]grpc.StreamServerInterceptor{}, opts.StreamInterceptors...), s.recoverStream)...),
+		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{}, opts.Interceptors...), s.authUnary, s.recoverUnary)...),
+		grpc.ChainStreamInterceptor(append(append([]grpc.StreamServerInterceptor{}, opts.StreamInterceptors...), s.authStream, s.recoverStream)...),
 	}
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))

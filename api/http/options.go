@@ -1,11 +1,14 @@
 package httpapi
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/xserve/xserve/api/auth"
 )
 
 // Defaults of Options.
@@ -58,6 +61,18 @@ type Options struct {
 	// Logger receives the server's structured logs; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, serves HTTPS with this configuration (client
+	// certificates included, when it asks for them).
+	TLS *tls.Config
+	// Auth, when set, requires a bearer token on every route (401 without a
+	// known one) and the admin scope on repository load and unload (403).
+	Auth *auth.Tokens
+	// OpenHealth leaves /v2/health/* and /metrics open without a token
+	// when Auth is set.
+	OpenHealth bool
+	// CORSOrigins lists the origins browsers may call the API from
+	// ("https://app.example.com"; "*" for any); none means no CORS headers.
+	CORSOrigins []string
 }
 
 // setDefaults fills the fields left at their zero value.

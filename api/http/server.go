@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,9 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/cors"
 
+	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/serving"
 )
@@ -123,6 +126,15 @@ func New(backend Backend, opts Options) (*Server, error) {
 
 func (s *Server) routes() {
 	a := s.app
+	if len(s.opts.CORSOrigins) > 0 {
+		a.Use(cors.New(cors.Config{
+			AllowOrigins:  strings.Join(s.opts.CORSOrigins, ","),
+			AllowMethods:  "GET,POST,OPTIONS",
+			AllowHeaders:  "Authorization,Content-Type,Content-Encoding,Accept-Encoding," + HeaderInferenceLength + ",X-Request-ID,traceparent",
+			ExposeHeaders: HeaderInferenceLength + ",X-Request-ID",
+			MaxAge:        600,
+		}))
+	}
 	post := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, h)) }
 	get := func(path string, h fiber.Handler) { a.Get(path, s.handle(fiber.MethodGet, path, h)) }
 
@@ -177,7 +189,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.ln = ln
 	s.mu.Unlock()
 	addr := ln.Addr().String()
-	s.log.Info("listening on "+addr, "addr", addr)
+	s.log.Info("listening on "+addr, "addr", addr, "tls", s.opts.TLS != nil, "auth", s.opts.Auth != nil)
+	if s.opts.TLS != nil {
+		ln = tls.NewListener(ln, s.opts.TLS)
+	}
 	err := s.app.Listener(ln)
 	if s.closing.Load() {
 		return ErrServerClosed
@@ -222,7 +237,11 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
 		s.metrics.inflight.Add(1)
-		if err := s.call(h, c); err != nil {
+		err := s.authorize(c, route)
+		if err == nil {
+			err = s.call(h, c)
+		}
+		if err != nil {
 			s.writeError(c, err)
 		}
 		s.drainBody(c)
@@ -235,6 +254,24 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		}
 		return nil
 	}
+}
+
+// authorize checks the request's bearer token against the scope route
+// needs when Options.Auth is set.
+func (s *Server) authorize(c *fiber.Ctx, route string) error {
+	if s.opts.Auth == nil {
+		return nil
+	}
+	need := auth.ScopeInfer
+	switch {
+	case strings.HasPrefix(route, "/v2/health/") || route == "/metrics":
+		if s.opts.OpenHealth {
+			return nil
+		}
+	case strings.HasPrefix(route, "/v2/repository/models/"):
+		need = auth.ScopeAdmin
+	}
+	return s.opts.Auth.Require(c.Get(fiber.HeaderAuthorization), need)
 }
 
 // call runs h, turning a panic into an error.
@@ -259,6 +296,9 @@ func (s *Server) writeError(c *fiber.Ctx, err error) {
 	}
 	if code == http.StatusTooManyRequests {
 		c.Set(fiber.HeaderRetryAfter, retryAfter(err))
+	}
+	if code == http.StatusUnauthorized {
+		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="xserve"`)
 	}
 	c.Response().Header.Del(HeaderInferenceLength)
 	c.Response().Header.Del(fiber.HeaderContentEncoding)

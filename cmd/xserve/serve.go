@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	grpcapi "github.com/xserve/xserve/api/grpc"
 	httpapi "github.com/xserve/xserve/api/http"
 	natsapi "github.com/xserve/xserve/api/nats"
 	"github.com/xserve/xserve/lower"
@@ -43,6 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	nf := natsFlags(fs)
+	sf := newSecurityFlags(fs)
 	var limits httpapi.Options
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
 	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 256MiB)")
@@ -69,6 +71,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err
+	}
+	var grpcOpts grpcapi.Options
+	if err := sf.apply(&limits, &grpcOpts); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 
 	repo, err := modelrepo.Open(*repoDir)
@@ -127,7 +133,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	gs, err := startGRPC(*grpcAddr, mgr, limits, log)
+	gs, err := startGRPC(*grpcAddr, mgr, limits, grpcOpts, log)
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 		defer cancel()

@@ -761,6 +761,9 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"serve", "--model-repo", t.TempDir(), "--log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"serve", "--model-repo", "x", "--max-body-bytes", "lots"}, "want a positive size"},
 		{[]string{"--model-repo", filepath.Join(t.TempDir(), "none")}, "modelrepo:"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--tls-cert", "c.pem"}, "the TLS certificate and key go together"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--tls-cert", "c.pem", "--tls-key", "k.pem"}, "TLS certificate c.pem and key k.pem"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--auth-tokens-file", "/nonexistent/tokens"}, "auth: tokens file"},
 	}
 	for _, tc := range tests {
 		_, _, err := xserve(t, tc.args...)

@@ -17,17 +17,15 @@ type grpcServer struct {
 }
 
 // startGRPC serves the gRPC API on addr ("" disables it: nil, nil) with the
-// HTTP API's limits.
-func startGRPC(addr string, backend grpcapi.Backend, limits httpapi.Options, log *slog.Logger) (*grpcServer, error) {
+// HTTP API's limits and opts' security settings.
+func startGRPC(addr string, backend grpcapi.Backend, limits httpapi.Options, opts grpcapi.Options, log *slog.Logger) (*grpcServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
-	opts := grpcapi.Options{
-		MaxMessageBytes:   limits.MaxBodyBytes,
-		MaxTensorElements: limits.MaxTensorElements,
-		Version:           limits.Version,
-		Logger:            log,
-	}
+	opts.MaxMessageBytes = limits.MaxBodyBytes
+	opts.MaxTensorElements = limits.MaxTensorElements
+	opts.Version = limits.Version
+	opts.Logger = log
 	srv, err := grpcapi.New(backend, opts)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/xserve/xserve/api/grpc/inferencepb"
 )
 
 // The tests below drive the real xserve binary with the official Triton
@@ -98,6 +107,59 @@ func TestPerfAnalyzer(t *testing.T) {
 			}
 			t.Logf("perf_analyzer -i %s:\n%s", tc.protocol, text)
 		})
+	}
+	p.stop(t)
+}
+
+// TestServeAuth starts xserve with bearer tokens (file and environment) and
+// health left open: HTTP and gRPC refuse a missing or wrong token with
+// 401 / Unauthenticated and a non-admin load with 403 / PermissionDenied.
+func TestServeAuth(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("user-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envAuthTokens, "admin-token admin")
+	p := startXserve(t, tinycnnRepo(t), t.TempDir(), "--auth-tokens-file", tokens, "--auth-open-health")
+	for _, tc := range []struct {
+		method, path, token string
+		code                int
+	}{
+		{"GET", "/v2/models/tinycnn", "", 401},
+		{"GET", "/v2/models/tinycnn", "wrong", 401},
+		{"GET", "/v2/models/tinycnn", "user-token", 200},
+		{"GET", "/v2/models/tinycnn/config", "admin-token", 200},
+		{"POST", "/v2/repository/models/tinycnn/unload", "user-token", 403},
+		{"POST", "/v2/repository/models/tinycnn/load", "user-token", 403},
+		{"GET", "/metrics", "", 200},
+	} {
+		var hdr []string
+		if tc.token != "" {
+			hdr = []string{"Authorization", "Bearer " + tc.token}
+		}
+		if r := call(t, tc.method, p.url+tc.path, nil, hdr...); r.code != tc.code {
+			t.Errorf("%s %s with %q: %v, want %d", tc.method, tc.path, tc.token, r, tc.code)
+		}
+	}
+	conn, err := grpc.NewClient(p.grpcAddr(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGRPCInferenceServiceClient(conn)
+	ctx := context.Background()
+	if _, err := c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "tinycnn"}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("gRPC metadata without a token: %v", err)
+	}
+	user := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer user-token")
+	if _, err := c.ModelMetadata(user, &pb.ModelMetadataRequest{Name: "tinycnn"}); err != nil {
+		t.Errorf("gRPC metadata with a token: %v", err)
+	}
+	if _, err := c.RepositoryModelUnload(user, &pb.RepositoryModelUnloadRequest{ModelName: "tinycnn"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("gRPC unload with a user token: %v", err)
+	}
+	if r, err := c.ServerReady(ctx, &pb.ServerReadyRequest{}); err != nil || !r.Ready {
+		t.Errorf("gRPC ServerReady with --auth-open-health: %v %v", r, err)
 	}
 	p.stop(t)
 }
