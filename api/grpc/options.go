@@ -44,8 +44,11 @@ type Options struct {
 	// OpenHealth leaves ServerLive, ServerReady and ModelReady open without
 	// a token when Auth is set.
 	OpenHealth bool
-	// Interceptors run around every unary call, outermost first (auth,
-	// request ids, logging).
+	// AccessLog logs every call at level info (method, code, duration,
+	// remote address, request id); otherwise that line is at level debug.
+	AccessLog bool
+	// Interceptors run around every unary call, outermost first, inside
+	// the server's request id and access log and outside its auth check.
 	Interceptors []grpc.UnaryServerInterceptor
 	// StreamInterceptors run around every streaming call.
 	StreamInterceptors []grpc.StreamServerInterceptor

@@ -96,3 +96,22 @@ func TestTLS(t *testing.T) {
 		t.Error("a client that does not trust the server's CA was answered")
 	}
 }
+
+func TestRequestID(t *testing.T) {
+	c := startServer(t, Options{AccessLog: true})
+	var hdr metadata.MD
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", "grpc-id-1")
+	if _, err := c.ServerLive(ctx, &pb.ServerLiveRequest{}, grpc.Header(&hdr)); err != nil {
+		t.Fatal(err)
+	}
+	if got := hdr.Get("x-request-id"); len(got) != 1 || got[0] != "grpc-id-1" {
+		t.Errorf("x-request-id = %v, want the client's", got)
+	}
+	ctx = metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	if _, err := c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "nope"}, grpc.Header(&hdr)); status.Code(err) != codes.NotFound {
+		t.Fatal(err)
+	}
+	if got := hdr.Get("x-request-id"); len(got) != 1 || got[0] != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("x-request-id = %v, want the traceparent's trace id", got)
+	}
+}

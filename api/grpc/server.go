@@ -70,8 +70,8 @@ func New(backend Backend, opts Options) (*Server, error) {
 	so := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(opts.MaxMessageBytes)),
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{}, opts.Interceptors...), s.authUnary, s.recoverUnary)...),
-		grpc.ChainStreamInterceptor(append(append([]grpc.StreamServerInterceptor{}, opts.StreamInterceptors...), s.authStream, s.recoverStream)...),
+		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{s.observeUnary}, opts.Interceptors...), s.authUnary, s.recoverUnary)...),
+		grpc.ChainStreamInterceptor(append(append([]grpc.StreamServerInterceptor{s.observeStream}, opts.StreamInterceptors...), s.authStream, s.recoverStream)...),
 	}
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
@@ -148,9 +148,9 @@ func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServ
 	if err != nil {
 		err = toStatus(err)
 		if status.Code(err) == codes.Internal {
-			s.log.Error("request failed", "method", info.FullMethod, "err", err)
+			s.log.Error("request failed", "method", info.FullMethod, "err", err, "request_id", RequestID(ctx))
 		} else {
-			s.log.Debug("request rejected", "method", info.FullMethod, "err", err)
+			s.log.Debug("request rejected", "method", info.FullMethod, "err", err, "request_id", RequestID(ctx))
 		}
 	}
 	return resp, err

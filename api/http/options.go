@@ -70,6 +70,10 @@ type Options struct {
 	// OpenHealth leaves /v2/health/* and /metrics open without a token
 	// when Auth is set.
 	OpenHealth bool
+	// AccessLog logs every request at level info (method, path, route,
+	// status, duration, sizes, remote address, request id); otherwise that
+	// line is at level debug.
+	AccessLog bool
 	// CORSOrigins lists the origins browsers may call the API from
 	// ("https://app.example.com"; "*" for any); none means no CORS headers.
 	CORSOrigins []string

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/xserve/xserve/api/auth"
@@ -113,3 +114,42 @@ func TestTLS(t *testing.T) {
 		t.Error("plain HTTP was answered 200 on the TLS port")
 	}
 }
+
+// TestRequestIDAndAccessLog checks that a request's id is taken from
+// X-Request-ID or traceparent (or made), returned, and logged in the access
+// line.
+func TestRequestIDAndAccessLog(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
+	ts := startServer(t, Options{AccessLog: true, Logger: slog.New(slog.NewJSONHandler(w, nil))})
+	r := ts.do(t, "GET", "/v2/models/m", nil, "X-Request-ID", "client-id-1")
+	if got := r.header.Get("X-Request-ID"); got != "client-id-1" {
+		t.Errorf("X-Request-ID = %q, want the client's", got)
+	}
+	r = ts.do(t, "GET", "/v2/models/missing", nil, "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	if got := r.header.Get("X-Request-ID"); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("X-Request-ID = %q, want the traceparent's trace id", got)
+	}
+	r = ts.do(t, "GET", "/v2/health/live", nil)
+	if got := r.header.Get("X-Request-ID"); len(got) != 32 {
+		t.Errorf("X-Request-ID = %q, want a generated id", got)
+	}
+	mu.Lock()
+	text := logs.String()
+	mu.Unlock()
+	for _, want := range []string{
+		`"msg":"request","method":"GET","path":"/v2/models/m","route":"/v2/models/:model","status":200`,
+		`"request_id":"client-id-1"`,
+		`"status":404`,
+		`"request_id":"4bf92f3577b34da6a3ce929d0e0e4736"`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("access log lacks %s:\n%s", want, text)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

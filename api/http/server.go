@@ -24,6 +24,7 @@ import (
 
 	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/serving"
 )
 
@@ -231,12 +232,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// handle wraps a handler: it recovers panics, turns errors into JSON error
-// responses, and counts the request under its route pattern.
+// handle wraps a handler: it gives the request its id (X-Request-ID in and
+// out), recovers panics, turns errors into JSON error responses, counts the
+// request under its route pattern and logs it.
 func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
 		s.metrics.inflight.Add(1)
+		id := reqid.From(c.Get(reqid.Header), c.Get("traceparent"))
+		c.Locals(requestIDKey{}, id)
+		c.Set(reqid.Header, id)
 		err := s.authorize(c, route)
 		if err == nil {
 			err = s.call(h, c)
@@ -249,11 +254,26 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		code := c.Response().StatusCode()
 		d := time.Since(start)
 		s.metrics.observe(route, method, code, d)
-		if s.log.Enabled(context.Background(), slog.LevelDebug) {
-			s.log.Debug("request", "method", method, "path", c.Path(), "status", code, "duration", d)
+		level := slog.LevelDebug
+		if s.opts.AccessLog {
+			level = slog.LevelInfo
+		}
+		if s.log.Enabled(context.Background(), level) {
+			s.log.Log(context.Background(), level, "request", "method", method, "path", c.Path(), "route", route,
+				"status", code, "duration", d, "bytes_in", c.Request().Header.ContentLength(), "bytes_out", len(c.Response().Body()),
+				"remote", c.IP(), "request_id", id)
 		}
 		return nil
 	}
+}
+
+// requestIDKey holds (in fiber's Locals) the request's id.
+type requestIDKey struct{}
+
+// requestID returns the id handle gave the request.
+func requestID(c *fiber.Ctx) string {
+	id, _ := c.Locals(requestIDKey{}).(string)
+	return id
 }
 
 // authorize checks the request's bearer token against the scope route
@@ -290,9 +310,9 @@ func (s *Server) writeError(c *fiber.Ctx, err error) {
 	code := statusOf(err)
 	// Client errors, overload and not-ready answers are routine: debug only.
 	if code == http.StatusInternalServerError {
-		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", code, "err", err)
+		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", code, "err", err, "request_id", requestID(c))
 	} else {
-		s.log.Debug("request rejected", "method", c.Method(), "path", c.Path(), "status", code, "err", err)
+		s.log.Debug("request rejected", "method", c.Method(), "path", c.Path(), "status", code, "err", err, "request_id", requestID(c))
 	}
 	if code == http.StatusTooManyRequests {
 		c.Set(fiber.HeaderRetryAfter, retryAfter(err))

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/serving"
 )
 
@@ -550,9 +551,9 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 		st.errors.Add(1)
 	}
 	reply.Subject = j.reply
-	if id := requestID(j.header); id != "" {
-		reply.Header.Set(HeaderRequestID, id)
-	}
+	// Every reply carries the request's id: the client's, the trace id of
+	// its traceparent, or a new one.
+	reply.Header.Set(HeaderRequestID, reqid.From(requestID(j.header), headerValue(j.header, "traceparent")))
 	reply.Header.Set(HeaderReplica, s.ID())
 	if j.msg != nil {
 		reply.Header.Set(HeaderDelivery, strconv.FormatUint(delivered, 10))

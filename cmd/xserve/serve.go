@@ -33,6 +33,7 @@ import (
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var limits httpapi.Options
 	repoDir := fs.String("model-repo", "", "model repository directory (required)")
 	addr := fs.String("http-addr", ":8080", "HTTP listen address (host:port; port 0 picks a free one)")
 	grpcAddr := fs.String("grpc-addr", ":8001", `KServe v2 gRPC listen address (host:port; port 0 picks a free one; "" disables gRPC)`)
@@ -41,11 +42,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	poll := fs.Duration("poll-interval", 5*time.Second, "how often to rescan the model repository for changes (0 disables)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	fs.BoolVar(&limits.AccessLog, "access-log", false, "log every HTTP and gRPC request at level info, with its request id")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	nf := natsFlags(fs)
 	sf := newSecurityFlags(fs)
-	var limits httpapi.Options
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
 	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 256MiB)")
 	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
@@ -72,7 +73,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var grpcOpts grpcapi.Options
+	grpcOpts := grpcapi.Options{AccessLog: limits.AccessLog}
 	if err := sf.apply(&limits, &grpcOpts); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
