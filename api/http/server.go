@@ -24,6 +24,7 @@ import (
 
 	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/internal/metrics"
 	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/serving"
 )
@@ -78,6 +79,8 @@ type Server struct {
 	app     *fiber.App
 	codecs  *payload.Codecs
 	metrics *httpMetrics
+	// runtime holds client_golang's Go runtime and process collectors.
+	runtime *metrics.Registry
 
 	// ctx is the parent of every backend call; cancelled when Shutdown gives
 	// up waiting, so that stragglers stop.
@@ -104,7 +107,8 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics()}
+	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics(), runtime: metrics.NewRegistry()}
+	s.runtime.RegisterRuntime()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.app = fiber.New(fiber.Config{
 		AppName:        "xserve",
@@ -672,7 +676,7 @@ func (s *Server) unload(c *fiber.Ctx) error {
 }
 
 // writeMetrics answers GET /metrics: the backend's metrics, then the HTTP
-// server's.
+// server's, then the Go runtime's and the process's (go_*, process_*).
 func (s *Server) writeMetrics(c *fiber.Ctx) error {
 	var buf bytes.Buffer
 	if err := s.backend.WriteMetrics(&buf); err != nil {
@@ -683,6 +687,9 @@ func (s *Server) writeMetrics(c *fiber.Ctx) error {
 	}
 	if err := s.metrics.write(&buf); err != nil {
 		return err
+	}
+	if err := s.runtime.Write(&buf); err != nil {
+		return fmt.Errorf("httpapi: metrics: %w", err)
 	}
 	return s.send(c, contentProm, buf.Bytes())
 }

@@ -548,6 +548,9 @@ func TestMetrics(t *testing.T) {
 		`xserve_http_request_duration_seconds_count{route="/v2/models/:model/infer",method="POST"} 2`,
 		`xserve_http_request_duration_seconds_bucket{route="/v2/models/:model/infer",method="POST",le="+Inf"} 2`,
 		"xserve_http_requests_in_flight 1\n",
+		"# TYPE go_goroutines gauge\ngo_goroutines ",
+		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ",
+		"process_resident_memory_bytes ",
 	} {
 		if !strings.Contains(string(r.body), want) {
 			t.Errorf("metrics lack %q:\n%s", want, r.body)
