@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 
 	"github.com/xserve/xserve/api/auth"
@@ -47,6 +49,9 @@ type Options struct {
 	// AccessLog logs every call at level info (method, code, duration,
 	// remote address, request id); otherwise that line is at level debug.
 	AccessLog bool
+	// Tracer records a span per call and the decode, infer (queue, batch,
+	// execute) and encode spans of ModelInfer; nil records nothing.
+	Tracer trace.Tracer
 	// Interceptors run around every unary call, outermost first, inside
 	// the server's request id and access log and outside its auth check.
 	Interceptors []grpc.UnaryServerInterceptor
@@ -69,6 +74,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 }
 

@@ -6,12 +6,16 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/xserve/xserve/internal/reqid"
+	"github.com/xserve/xserve/internal/tracing"
 )
 
 // mdRequestID is the metadata key of the request id, both ways.
@@ -62,10 +66,28 @@ func (s *Server) logCall(ctx context.Context, method, id string, start time.Time
 		"duration", time.Since(start), "remote", remote, "request_id", id)
 }
 
+// startSpan starts the call's server span, continuing the client's
+// traceparent metadata.
+func (s *Server) startSpan(ctx context.Context, method, id string) (context.Context, trace.Span) {
+	carrier := propagation.MapCarrier{}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for _, k := range []string{"traceparent", "tracestate"} {
+			if v := md.Get(k); len(v) > 0 {
+				carrier[k] = v[0]
+			}
+		}
+	}
+	ctx = tracing.Propagator.Extract(ctx, carrier)
+	return s.opts.Tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("xserve.request_id", id)))
+}
+
 func (s *Server) observeUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	ctx, id := withRequestID(ctx)
+	ctx, span := s.startSpan(ctx, info.FullMethod, id)
 	resp, err := h(ctx, req)
+	tracing.End(span, err)
 	s.logCall(ctx, info.FullMethod, id, start, err)
 	return resp, err
 }
@@ -81,7 +103,9 @@ func (s idStream) Context() context.Context { return s.ctx }
 func (s *Server) observeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	start := time.Now()
 	ctx, id := withRequestID(ss.Context())
+	ctx, span := s.startSpan(ctx, info.FullMethod, id)
 	err := h(srv, idStream{ss, ctx})
+	tracing.End(span, err)
 	s.logCall(ctx, info.FullMethod, id, start, err)
 	return err
 }

@@ -22,6 +22,7 @@ import (
 	pb "github.com/xserve/xserve/api/grpc/inferencepb"
 	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/api/triton"
+	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
@@ -254,15 +255,27 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 	if err != nil {
 		return nil, err
 	}
-	req, err := s.decode(r)
+	var req *serving.InferRequest
+	err = tracing.Phase(ctx, s.opts.Tracer, "decode", func(context.Context) error {
+		var err error
+		req, err = s.decode(r)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.backend.Infer(ctx, r.ModelName, version, req)
+	resp, err := tracing.Infer(ctx, s.opts.Tracer, r.ModelName, version, func(ctx context.Context) (*serving.InferResponse, error) {
+		return s.backend.Infer(ctx, r.ModelName, version, req)
+	})
 	if err != nil {
 		return nil, err
 	}
-	return encode(resp), nil
+	var out *pb.ModelInferResponse
+	tracing.Phase(ctx, s.opts.Tracer, "encode", func(context.Context) error {
+		out = encode(resp)
+		return nil
+	})
+	return out, nil
 }
 
 // ModelStreamInfer runs each request of the stream in turn and sends its

@@ -8,6 +8,9 @@ import (
 	"math"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/xserve/xserve/api/auth"
 )
 
@@ -74,6 +77,10 @@ type Options struct {
 	// status, duration, sizes, remote address, request id); otherwise that
 	// line is at level debug.
 	AccessLog bool
+	// Tracer records a span per request and the decode, infer (queue,
+	// batch, execute) and encode spans of inference; nil records nothing
+	// (see internal/tracing).
+	Tracer trace.Tracer
 	// CORSOrigins lists the origins browsers may call the API from
 	// ("https://app.example.com"; "*" for any); none means no CORS headers.
 	CORSOrigins []string
@@ -107,6 +114,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 }
 

@@ -21,11 +21,15 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/cors"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/internal/metrics"
 	"github.com/xserve/xserve/internal/reqid"
+	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/serving"
 )
 
@@ -246,6 +250,10 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		id := reqid.From(c.Get(reqid.Header), c.Get("traceparent"))
 		c.Locals(requestIDKey{}, id)
 		c.Set(reqid.Header, id)
+		ctx := tracing.Propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Get("traceparent"), "tracestate": c.Get("tracestate")})
+		ctx, span := s.opts.Tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("xserve.request_id", id)))
+		c.SetUserContext(ctx)
 		err := s.authorize(c, route)
 		if err == nil {
 			err = s.call(h, c)
@@ -256,6 +264,8 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		s.drainBody(c)
 		s.metrics.inflight.Add(-1)
 		code := c.Response().StatusCode()
+		span.SetAttributes(attribute.Int("http.response.status_code", code))
+		tracing.End(span, err)
 		d := time.Since(start)
 		s.metrics.observe(route, method, code, d)
 		level := slog.LevelDebug
@@ -501,39 +511,48 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 			return err
 		}
 	}
-	body, err := s.body(c)
-	if err != nil {
-		return err
-	}
-	// body is the handler's own buffer: tensors may point into it.
-	hdr := c.Get(HeaderInferenceLength)
-	var d *payload.Request
-	if v2 {
-		d, err = payload.DecodeOIP(model, version, body, hdr, s.opts.MaxTensorElements)
-	} else {
-		d, err = payload.DecodeV1(body, hdr, "", s.opts.MaxTensorElements)
-	}
-	if err != nil {
-		return err
-	}
 	// A request that arrived before Shutdown runs to the end, even if
-	// Shutdown has begun meanwhile.
-	ctx := s.ctx
+	// Shutdown has begun meanwhile; its spans continue the request's trace.
+	ctx := trace.ContextWithSpan(s.ctx, trace.SpanFromContext(c.UserContext()))
+	var d *payload.Request
+	err := tracing.Phase(ctx, s.opts.Tracer, "decode", func(context.Context) error {
+		body, err := s.body(c)
+		if err != nil {
+			return err
+		}
+		// body is the handler's own buffer: tensors may point into it.
+		hdr := c.Get(HeaderInferenceLength)
+		if v2 {
+			d, err = payload.DecodeOIP(model, version, body, hdr, s.opts.MaxTensorElements)
+		} else {
+			d, err = payload.DecodeV1(body, hdr, "", s.opts.MaxTensorElements)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	resp, err := s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
+	resp, err := tracing.Infer(ctx, s.opts.Tracer, d.Model, d.Version, func(ctx context.Context) (*serving.InferResponse, error) {
+		return s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
+	})
 	if err != nil {
 		return err
 	}
 	var enc payload.Response
-	if v2 {
-		enc, err = payload.EncodeOIP(d, resp)
-	} else {
-		enc, err = payload.EncodeV1(d, resp)
-	}
+	err = tracing.Phase(ctx, s.opts.Tracer, "encode", func(context.Context) error {
+		var err error
+		if v2 {
+			enc, err = payload.EncodeOIP(d, resp)
+		} else {
+			enc, err = payload.EncodeV1(d, resp)
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	grpcapi "github.com/xserve/xserve/api/grpc"
 	httpapi "github.com/xserve/xserve/api/http"
 	natsapi "github.com/xserve/xserve/api/nats"
+	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
@@ -47,6 +48,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	nf := natsFlags(fs)
 	sf := newSecurityFlags(fs)
+	tf := tracingFlags(fs)
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
 	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 256MiB)")
 	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
@@ -77,6 +79,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := sf.apply(&limits, &grpcOpts); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	tracer, stopTracing, err := tracing.Setup(ctx, *tf)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("flushing traces failed", "endpoint", tf.Endpoint, "err", err)
+		}
+	}()
+	limits.Tracer, grpcOpts.Tracer = tracer, tracer
 
 	repo, err := modelrepo.Open(*repoDir)
 	if err != nil {
