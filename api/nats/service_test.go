@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nkeys"
 
 	"github.com/xserve/xserve/serving"
 )
@@ -414,6 +417,45 @@ func TestConnectAuth(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Error("an authorization failure was retried")
+	}
+}
+
+// TestConnectNkey connects with an NKey seed file to a server that knows
+// the user's public key, and fails at once with another user's seed.
+func TestConnectNkey(t *testing.T) {
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "user.nk"), filepath.Join(dir, "other.nk")
+	os.WriteFile(good, seed, 0o600)
+	os.WriteFile(bad, otherSeed, 0o600)
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Nkeys: []*server.NkeyUser{{Nkey: pub}}, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := Connect(ctx, srv.ClientURL(), ConnOptions{NkeyFile: good, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	if _, err := Connect(ctx, srv.ClientURL(), ConnOptions{NkeyFile: bad, Logger: testLogger(t)}); !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("another user's seed: %v", err)
+	}
+	if _, err := Connect(ctx, srv.ClientURL(), ConnOptions{NkeyFile: good, Token: "x"}); err == nil {
+		t.Error("an NKey and a token together were accepted")
 	}
 }
 
