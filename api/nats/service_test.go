@@ -392,18 +392,27 @@ func TestDurable(t *testing.T) {
 	waitFor(t, 5*time.Second, "the extra replies", func() bool { return c.Duplicates() == 2 && c.Late() == 1 })
 }
 
-// TestConnectAuth connects with a token to a server that requires one, and
-// fails at once without it.
-func TestConnectAuth(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Authorization: "s3cret", NoSigs: true, NoLog: true})
+// startAuthServer runs a nats-server on a random loopback port with o's
+// authorization settings until the test ends.
+func startAuthServer(t *testing.T, o *server.Options) *server.Server {
+	t.Helper()
+	o.Host, o.Port, o.NoSigs, o.NoLog = "127.0.0.1", server.RANDOM_PORT, true, true
+	srv, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.Start()
-	defer srv.Shutdown()
+	t.Cleanup(srv.Shutdown)
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
+	return srv
+}
+
+// TestConnectAuth connects with a token to a server that requires one, and
+// fails at once without it.
+func TestConnectAuth(t *testing.T) {
+	srv := startAuthServer(t, &server.Options{Authorization: "s3cret"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	nc, err := Connect(ctx, srv.ClientURL(), ConnOptions{Token: "s3cret", Logger: testLogger(t)})
@@ -435,15 +444,7 @@ func TestConnectNkey(t *testing.T) {
 	good, bad := filepath.Join(dir, "user.nk"), filepath.Join(dir, "other.nk")
 	os.WriteFile(good, seed, 0o600)
 	os.WriteFile(bad, otherSeed, 0o600)
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Nkeys: []*server.NkeyUser{{Nkey: pub}}, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	srv := startAuthServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	nc, err := Connect(ctx, srv.ClientURL(), ConnOptions{NkeyFile: good, Logger: testLogger(t)})
