@@ -19,6 +19,8 @@ help:
 	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
+	@echo "make venv-triton  tritonclient[all]==2.41.1, perf_analyzer and protoc into .venv-triton (make test runs it)"
+	@echo "make proto        regenerate api/grpc/inferencepb from Triton's protos (pinned generators)"
 
 build:
 	$(GO) build -o bin/xserve ./cmd/xserve
