@@ -27,7 +27,6 @@ import (
 
 	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
-	"github.com/xserve/xserve/internal/metrics"
 	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/serving"
@@ -83,8 +82,6 @@ type Server struct {
 	app     *fiber.App
 	codecs  *payload.Codecs
 	metrics *httpMetrics
-	// runtime holds client_golang's Go runtime and process collectors.
-	runtime *metrics.Registry
 
 	// ctx is the parent of every backend call; cancelled when Shutdown gives
 	// up waiting, so that stragglers stop.
@@ -111,8 +108,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics(), runtime: metrics.NewRegistry()}
-	s.runtime.RegisterRuntime()
+	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.app = fiber.New(fiber.Config{
 		AppName:        "xserve",
@@ -246,7 +242,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
-		s.metrics.inflight.Add(1)
+		s.metrics.inflight.Inc()
 		id := reqid.From(c.Get(reqid.Header), c.Get("traceparent"))
 		c.Locals(requestIDKey{}, id)
 		c.Set(reqid.Header, id)
@@ -262,7 +258,7 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 			s.writeError(c, err)
 		}
 		s.drainBody(c)
-		s.metrics.inflight.Add(-1)
+		s.metrics.inflight.Dec()
 		code := c.Response().StatusCode()
 		span.SetAttributes(attribute.Int("http.response.status_code", code))
 		tracing.End(span, err)
@@ -705,9 +701,6 @@ func (s *Server) writeMetrics(c *fiber.Ctx) error {
 		buf.WriteByte('\n')
 	}
 	if err := s.metrics.write(&buf); err != nil {
-		return err
-	}
-	if err := s.runtime.Write(&buf); err != nil {
 		return fmt.Errorf("httpapi: metrics: %w", err)
 	}
 	return s.send(c, contentProm, buf.Bytes())

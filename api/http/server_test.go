@@ -542,11 +542,11 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, want := range []string{
 		"xserve_fake_total 7\n",
-		`xserve_http_requests_total{route="/v2/models/:model/infer",method="POST",code="200"} 1`,
-		`xserve_http_requests_total{route="/v2/models/:model/infer",method="POST",code="404"} 1`,
-		`xserve_http_requests_total{route="unmatched",method="GET",code="404"} 1`,
-		`xserve_http_request_duration_seconds_count{route="/v2/models/:model/infer",method="POST"} 2`,
-		`xserve_http_request_duration_seconds_bucket{route="/v2/models/:model/infer",method="POST",le="+Inf"} 2`,
+		`xserve_http_requests_total{code="200",method="POST",route="/v2/models/:model/infer"} 1`,
+		`xserve_http_requests_total{code="404",method="POST",route="/v2/models/:model/infer"} 1`,
+		`xserve_http_requests_total{code="404",method="GET",route="unmatched"} 1`,
+		`xserve_http_request_duration_seconds_count{method="POST",route="/v2/models/:model/infer"} 2`,
+		`xserve_http_request_duration_seconds_bucket{method="POST",route="/v2/models/:model/infer",le="+Inf"} 2`,
 		"xserve_http_requests_in_flight 1\n",
 		"# TYPE go_goroutines gauge\ngo_goroutines ",
 		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ",

@@ -583,10 +583,10 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Errorf("bucket batch=8 got no request but compiled %s times", c)
 		}
 		for _, want := range []string{
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="200"}`,
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="400"}`,
-			`xserve_http_requests_total{route="/v2/models/:model/infer",method="POST",code="200"}`,
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="413"}`,
+			`xserve_http_requests_total{code="200",method="POST",route="/v1/infer"}`,
+			`xserve_http_requests_total{code="400",method="POST",route="/v1/infer"}`,
+			`xserve_http_requests_total{code="200",method="POST",route="/v2/models/:model/infer"}`,
+			`xserve_http_requests_total{code="413",method="POST",route="/v1/infer"}`,
 			"xserve_requests_total{",
 		} {
 			if !bytes.Contains(r.body, []byte(want)) {
