@@ -39,6 +39,7 @@ type serverMetrics struct {
 	batchRows      *metrics.HistogramVec // model, version, kind (real, padded)
 	queueRejected  *metrics.CounterVec   // model, version, reason
 	batchLimit     *metrics.GaugeVec     // model, version, queue
+	queueDepth     *metrics.GaugeVec     // model, version; set at each scrape
 }
 
 func newServerMetrics() *serverMetrics {
@@ -59,6 +60,8 @@ func newServerMetrics() *serverMetrics {
 		batchLimit: r.NewGaugeVec("xserve_batch_size_limit",
 			"The most rows a queue's next batch may hold: max_batch_size, lowered to the batch bucket with the cheapest execution per row measured.",
 			"model", "version", "queue"),
+		queueDepth: r.NewGaugeVec("xserve_queue_depth",
+			"Requests waiting in a READY version's batching queues now (read at each scrape).", "model", "version"),
 		compilations: r.NewCounterVec("xserve_compilations_total",
 			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",

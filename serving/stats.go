@@ -241,3 +241,23 @@ func executionRows(calls []*call) int64 {
 	}
 	return rows
 }
+
+// updateQueueDepth sets xserve_queue_depth from the batchers of the READY
+// versions that batch.
+func (m *Manager) updateQueueDepth() {
+	m.mu.Lock()
+	var vs []*version
+	for _, md := range m.models {
+		for _, v := range md.versions {
+			if v.state == StateReady && v.batcher != nil {
+				vs = append(vs, v)
+			}
+		}
+	}
+	m.mu.Unlock()
+	g := m.metrics.queueDepth
+	g.Reset()
+	for _, v := range vs {
+		g.With(v.name, v.label).Set(float64(v.batcher.Stats().Total.Queued))
+	}
+}

@@ -215,6 +215,9 @@ func (gv *GaugeVec) With(values ...string) *Gauge { return &Gauge{gv.v.WithLabel
 // it existed.
 func (gv *GaugeVec) Delete(values ...string) bool { return gv.v.DeleteLabelValues(values...) }
 
+// Reset removes every series.
+func (gv *GaugeVec) Reset() { gv.v.Reset() }
+
 // Histogram counts observations in fixed buckets.
 type Histogram struct{ h prometheus.Observer }
 
