@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -263,6 +264,15 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 	})
 	if err != nil {
 		return nil, err
+	}
+	if p := r.Parameters["timeout"]; p != nil {
+		us := p.GetInt64Param()
+		if us <= 0 {
+			return nil, payload.BadRequest("parameters.timeout is %v, want a positive int64_param in microseconds", p)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(us)*time.Microsecond)
+		defer cancel()
 	}
 	resp, err := tracing.Infer(ctx, s.opts.Tracer, r.ModelName, version, func(ctx context.Context) (*serving.InferResponse, error) {
 		return s.backend.Infer(ctx, r.ModelName, version, req)

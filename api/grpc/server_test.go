@@ -152,6 +152,7 @@ func TestErrorsAndLimits(t *testing.T) {
 		{"message too large", &pb.ModelInferRequest{ModelName: "double", Inputs: x("FP32", 512), RawInputContents: [][]byte{make([]byte, 2048)}}, codes.ResourceExhausted, "larger than max"},
 		{"typed count", &pb.ModelInferRequest{ModelName: "double", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{3}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{1}}}}}, codes.InvalidArgument, "fp32_contents holds 1 elements, shape [3] wants 3"},
 		{"typed range", &pb.ModelInferRequest{ModelName: "double", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "INT8", Shape: []int64{1}, Contents: &pb.InferTensorContents{IntContents: []int32{300}}}}}, codes.InvalidArgument, "outside INT8's range"},
+		{"bad timeout", &pb.ModelInferRequest{ModelName: "double", Parameters: map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: -5}}}, Inputs: x("FP32", 1), RawInputContents: [][]byte{f32(1)}}, codes.InvalidArgument, "parameters.timeout"},
 		{"bad version", &pb.ModelInferRequest{ModelName: "double", ModelVersion: "x", Inputs: x("FP32", 1), RawInputContents: [][]byte{f32(1)}}, codes.InvalidArgument, "not a positive integer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
