@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/internal/metrics"
 	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/serving"
 )
@@ -98,6 +99,9 @@ type Server struct {
 	svc         micro.Service
 	fingerprint string
 	replica     atomic.Value // string: the current service instance id
+
+	metricsOnce sync.Once         // creates metrics
+	metrics     *metrics.Registry // WriteMetrics' registry, with the collector of the counts
 
 	statsMu sync.Mutex // guards stats and served
 	stats   map[string]*modelStats
