@@ -836,8 +836,12 @@ func (m *Manager) Unload(ctx context.Context, model string) error {
 // format (version 0.0.4): xserve_requests_total, xserve_request_duration_seconds,
 // xserve_batch_rows, xserve_queue_rejected_total, xserve_batch_size_limit,
 // xserve_compilations_total, xserve_compile_seconds,
-// xserve_compile_cache_total, xserve_models_loaded and xserve_model_state.
-func (m *Manager) WriteMetrics(w io.Writer) error { return m.metrics.reg.Write(w) }
+// xserve_compile_cache_total, xserve_models_loaded, xserve_model_state and
+// xserve_queue_depth.
+func (m *Manager) WriteMetrics(w io.Writer) error {
+	m.updateQueueDepth()
+	return m.metrics.reg.Write(w)
+}
 
 // Shutdown stops polling and accepting requests (new ones get ErrClosed),
 // waits for loads in progress, drains the batching queues (queued requests

@@ -41,6 +41,7 @@ type serverMetrics struct {
 	batchLimit     *metrics.GaugeVec     // model, version, queue
 	exactExes      *metrics.GaugeVec     // model, version
 	exactEvicted   *metrics.CounterVec   // model, version
+	queueDepth     *metrics.GaugeVec     // model, version; set at each scrape
 }
 
 func newServerMetrics() *serverMetrics {
@@ -61,6 +62,8 @@ func newServerMetrics() *serverMetrics {
 		batchLimit: r.NewGaugeVec("xserve_batch_size_limit",
 			"The most rows a queue's next batch may hold: max_batch_size, lowered to the batch bucket with the cheapest execution per row measured.",
 			"model", "version", "queue"),
+		queueDepth: r.NewGaugeVec("xserve_queue_depth",
+			"Requests waiting in a READY version's batching queues now (read at each scrape).", "model", "version"),
 		compilations: r.NewCounterVec("xserve_compilations_total",
 			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",

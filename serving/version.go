@@ -36,6 +36,8 @@ type version struct {
 	// batcher groups requests into batches; nil when the version runs each
 	// request alone (batching off, or requests that cannot be stacked).
 	batcher *batching.Batcher
+	// stats are the counters of Manager.Statistics.
+	stats versionStats
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -365,6 +367,7 @@ type call struct {
 	exec    map[string]int64
 	outputs []int // indices into BucketPlan.Outputs, ascending
 	outs    []*tensor.Tensor
+	probe   bool // the load-time pad probe's: not counted in the statistics
 }
 
 // runTimes are the phases of one runBucket.
@@ -425,6 +428,9 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		if want := p.Outputs[k].DType; o.DType != want {
 			outs[k] = o.Convert(want) // int64 outputs narrowed for the device
 		}
+	}
+	if !calls[0].probe {
+		v.stats.execution(v.executionRows(calls), t.compute)
 	}
 	for ci, c := range calls {
 		if err := v.slice(c, outs, offsets[ci], len(calls) > 1); err != nil {

@@ -24,7 +24,7 @@ import (
 const usage = `xserve: an XLA inference server for ONNX and torch.export models
 
 Usage:
-  xserve serve --model-repo DIR [flags]   serve a model repository over HTTP and NATS (also: xserve --model-repo DIR)
+  xserve serve --model-repo DIR [flags]   serve a model repository over HTTP, gRPC and NATS (also: xserve --model-repo DIR)
   xserve nats-infer --model M --input NAME=FILE.npy [flags]   send one request over NATS, print or write the outputs
   xserve inspect MODEL [flags]   print the imported FX graph (and, with --stablehlo, the program for a shape)
   xserve run MODEL [flags]       run a model once on .npy inputs, write .npy outputs

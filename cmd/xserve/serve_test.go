@@ -148,7 +148,7 @@ type xserveProc struct {
 // /v2/health/ready.
 func startXserve(t *testing.T, repo, cache string, extra ...string) *xserveProc {
 	t.Helper()
-	args := append([]string{"serve", "--model-repo", repo, "--http-addr", "127.0.0.1:0", "--compile-cache", cache, "--poll-interval", "0"}, extra...)
+	args := append([]string{"serve", "--model-repo", repo, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--compile-cache", cache, "--poll-interval", "0"}, extra...)
 	p := &xserveProc{log: &logBuffer{addr: make(chan string, 1)}, exited: make(chan struct{})}
 	p.cmd = exec.Command(xserveBinary(t), args...)
 	p.cmd.Dir = repoRoot(t)
@@ -602,10 +602,10 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Errorf("bucket batch=8 got no request but compiled %s times", c)
 		}
 		for _, want := range []string{
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="200"}`,
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="400"}`,
-			`xserve_http_requests_total{route="/v2/models/:model/infer",method="POST",code="200"}`,
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="413"}`,
+			`xserve_http_requests_total{code="200",method="POST",route="/v1/infer"}`,
+			`xserve_http_requests_total{code="400",method="POST",route="/v1/infer"}`,
+			`xserve_http_requests_total{code="200",method="POST",route="/v2/models/:model/infer"}`,
+			`xserve_http_requests_total{code="413",method="POST",route="/v1/infer"}`,
 			"xserve_requests_total{",
 		} {
 			if !bytes.Contains(r.body, []byte(want)) {
@@ -780,6 +780,9 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"serve", "--model-repo", t.TempDir(), "--log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"serve", "--model-repo", "x", "--max-body-bytes", "lots"}, "want a positive size"},
 		{[]string{"--model-repo", filepath.Join(t.TempDir(), "none")}, "modelrepo:"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--tls-cert", "c.pem"}, "the TLS certificate and key go together"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--tls-cert", "c.pem", "--tls-key", "k.pem"}, "TLS certificate c.pem and key k.pem"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--auth-tokens-file", "/nonexistent/tokens"}, "auth: tokens file"},
 	}
 	for _, tc := range tests {
 		_, _, err := xserve(t, tc.args...)
