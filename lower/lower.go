@@ -437,6 +437,10 @@ func (ctx *Context) addPermutedWeight(prog *Program, n *fxgraph.Node, t *tensor.
 	return nil
 }
 
+// onLowered, when set (by the package's tests), is told the target of every
+// node lowered successfully.
+var onLowered func(target string)
+
 // lowerNodes lowers every call_function node of g in order, checking each
 // result against the node's Meta.
 func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
@@ -462,6 +466,9 @@ func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
 		}
 		if err := ctx.checkResults(n, out); err != nil {
 			return err
+		}
+		if onLowered != nil {
+			onLowered(n.Target)
 		}
 		ctx.values[n] = out
 	}
