@@ -1,8 +1,11 @@
 package lower_test
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
@@ -74,6 +77,44 @@ func BenchmarkBuildLower(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(m.Graph.Nodes)), "ns/node")
+		})
+	}
+}
+
+// BenchmarkLowerCompileZoo times lowering (ms/lower) and compiling on the
+// PJRT CPU plugin (ms/compile) the ONNX models of the committed zoo fixtures
+// at batch 3, sequence 16.
+//
+//	go test ./lower -run '^$' -bench LowerCompileZoo -benchtime 5x
+func BenchmarkLowerCompileZoo(b *testing.B) {
+	client := benchClient(b)
+	defer client.Close()
+	for _, m := range []string{"bert", "mobilenet_v2", "resnet18", "vit_b_16"} {
+		b.Run(m, func(b *testing.B) {
+			g, err := onnx.ImportFile(filepath.Join("..", "testdata", "zoo", m, "model.onnx"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			dims := map[string]int64{"batch": 3, "sequence": 16}
+			l := lower.New(lower.Options{})
+			var lowerT, compileT time.Duration
+			for range b.N {
+				t0 := time.Now()
+				p, err := l.Lower(g, dims)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				exe, err := client.Compile(context.Background(), p.Module)
+				if err != nil {
+					b.Fatal(err)
+				}
+				compileT += time.Since(t1)
+				lowerT += t1.Sub(t0)
+				exe.Close()
+			}
+			b.ReportMetric(float64(lowerT.Microseconds())/1000/float64(b.N), "ms/lower")
+			b.ReportMetric(float64(compileT.Microseconds())/1000/float64(b.N), "ms/compile")
 		})
 	}
 }

@@ -40,7 +40,12 @@ type Value struct {
 	name  string
 	typ   Type
 	owner *Module
+	block *Block // the block that defines it
 }
+
+// Block returns the block that defines v: the block of the op that made
+// it, or the function or region it is an argument of.
+func (v *Value) Block() *Block { return v.block }
 
 // Type returns the value's tensor type.
 func (v *Value) Type() Type { return v.typ }
@@ -76,15 +81,29 @@ func (m *Module) Func(name string, params ...Param) (*Function, error) {
 			return nil, fmt.Errorf("stablehlo: function @%s defined twice", f.name)
 		}
 	}
-	for i, p := range params {
-		if err := p.Type.valid(); err != nil {
-			return nil, fmt.Errorf("stablehlo: parameter %d of @%s: %v", i, f.name, err)
+	f.body = &Block{m: m, used: true}
+	for _, p := range params {
+		if _, err := f.AddParam(p.Name, p.Type); err != nil {
+			return nil, err
 		}
-		f.params = append(f.params, &Value{name: m.paramName(p.Name), typ: p.Type, owner: m})
 	}
-	f.body = &Block{m: m, args: f.params, used: true}
 	m.funcs = append(m.funcs, f)
 	return f, nil
+}
+
+// AddParam appends a parameter to the function; ops may already use the
+// earlier ones.
+func (f *Function) AddParam(name string, t Type) (*Value, error) {
+	if err := t.valid(); err != nil {
+		return nil, fmt.Errorf("stablehlo: parameter %d of @%s: %v", len(f.params), f.name, err)
+	}
+	if f.body.returned {
+		return nil, fmt.Errorf("stablehlo: parameter %d of @%s: the function has already returned", len(f.params), f.name)
+	}
+	v := &Value{name: f.m.paramName(name), typ: t, owner: f.m, block: f.body}
+	f.params = append(f.params, v)
+	f.body.args = f.params
+	return v, nil
 }
 
 func (m *Module) paramName(want string) string {
@@ -141,9 +160,22 @@ func (f *Function) Return(values ...*Value) error { return f.body.ret("func.retu
 func (b *Block) Region(argTypes ...Type) *Block {
 	r := &Block{m: b.m, region: true}
 	for _, t := range argTypes {
-		r.args = append(r.args, &Value{name: b.m.newName(), typ: t, owner: b.m})
+		r.args = append(r.args, &Value{name: b.m.newName(), typ: t, owner: b.m, block: r})
 	}
 	return r
+}
+
+// AddArg appends an argument to a region that has no ops yet.
+func (b *Block) AddArg(t Type) (*Value, error) {
+	if !b.region || len(b.ops) > 0 {
+		return nil, fmt.Errorf("stablehlo: arguments are added to regions before their ops")
+	}
+	if err := t.valid(); err != nil {
+		return nil, fmt.Errorf("stablehlo: region argument: %v", err)
+	}
+	v := &Value{name: b.m.newName(), typ: t, owner: b.m, block: b}
+	b.args = append(b.args, v)
+	return v, nil
 }
 
 // Arg returns argument i of the block.
@@ -236,11 +268,11 @@ func (b *Block) emit(name string, operands []*Value, regions []*Block, attrs []s
 	case 0:
 	case 1:
 		o.results = id
-		vals[0] = &Value{name: id, typ: results[0], owner: b.m}
+		vals[0] = &Value{name: id, typ: results[0], owner: b.m, block: b}
 	default:
 		o.results = id + ":" + strconv.Itoa(len(results))
 		for i, t := range results {
-			vals[i] = &Value{name: id + "#" + strconv.Itoa(i), typ: t, owner: b.m}
+			vals[i] = &Value{name: id + "#" + strconv.Itoa(i), typ: t, owner: b.m, block: b}
 		}
 	}
 	o.sig = "(" + typesString(operands) + ") -> "
