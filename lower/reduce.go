@@ -3,7 +3,6 @@ package lower
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/gomlx/go-xla/pkg/types"
 	"github.com/gomlx/go-xla/pkg/types/dtypes"
@@ -430,29 +429,18 @@ func rdArgRule(kind string, withValues bool) Rule {
 	}
 }
 
-// MaxTopK is the largest k the topk rule lowers: the StableHLO builder has
-// no sort, so topk is k rounds of an O(n) arg-reduction, meant for the
-// small k of top-k post-processing.
-const MaxTopK = 256
-
-// rdTopK lowers topk as k rounds of an arg-max (arg-min when largest is
-// false) over dim, each taking the best element not taken yet: a taken
-// element's value becomes the reduction's identity (the worst value) and its
-// index the dim's size, so that it loses every tie to an untaken element
-// (ties go to the lower index, NaN counts as the best); the reduction's
-// initial pair has index size+1 and loses to both. The results come
-// out sorted, which sorted=false also allows.
+// rdTopK lowers topk as a stable stablehlo.sort of (values, indices) along
+// dim followed by a slice of the first k: the better value first, NaN
+// counting as the best, ties in index order (the sort is stable). The
+// results come out sorted, which sorted=false also allows.
 func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
-	inDT, inDims, err := InMeta(n, 0)
+	_, inDims, err := InMeta(n, 0)
 	if err != nil {
 		return nil, err
 	}
 	a, err := fxgraph.TopK(n, len(inDims))
 	if err != nil {
 		return nil, err
-	}
-	if a.K > MaxTopK {
-		return nil, fmt.Errorf("topk with k=%d: at most %d is supported (it is lowered without a sort)", a.K, MaxTopK)
 	}
 	valDT, outDims := Out(n, 0)
 	idxDT, _ := Out(n, 1)
@@ -475,73 +463,66 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 		}
 		return b.out(b.bcast(vz, outDims), b.bcast(iz, outDims))
 	}
-	kind := ReduceMax
-	if !a.Largest {
-		kind = ReduceMin
-	}
 	_, ixla, err := ctx.rdProgramDType(idxDT)
 	if err != nil {
 		return nil, err
 	}
 	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), a.Dim))
-	worst, err := ctx.rdInit(inDT, kind)
-	if err != nil {
-		return nil, err
-	}
-	pdt, err := tensorDType(ixla)
-	if err != nil {
-		return nil, err
-	}
-	// Indices past the dim: n for taken elements, n+1 for the reduction's
-	// initial pair, which ties with a taken or worst-valued element and
-	// must lose.
-	index := func(i int64) *stablehlo.Value {
-		t := tensor.New(pdt)
-		t.SetInt64(0, i)
-		return b.set(ctx.Constant(t))
-	}
-	takenIdx := b.bcast(index(inDims[a.Dim]), inDims)
-	iInit := index(inDims[a.Dim] + 1)
-	worstAll := b.bcast(worst, inDims)
-	one := slices.Clone(inDims)
-	one[a.Dim] = 1
-	var vals, idxs []*stablehlo.Value
-	for r := range a.K {
-		if b.err != nil {
-			return nil, b.err
-		}
-		fn, err := ctx.rdArgReducer(kind, hlo.ShapeOf(x).DType, ixla) // a region belongs to one op
-		if err != nil {
-			return nil, err
-		}
-		res, err := hlo.MultiReduce([]*stablehlo.Value{x, idx}, []*stablehlo.Value{worst, iInit}, fn, a.Dim)
-		if err != nil {
-			return nil, err
-		}
-		v, i := b.reshape(res[0], one), b.reshape(res[1], one)
-		vals, idxs = append(vals, v), append(idxs, i)
-		if r == a.K-1 {
-			break
-		}
-		if b.err != nil {
-			return nil, b.err
-		}
-		hit := b.set(hlo.Compare(idx, b.bcast(i, inDims), types.CompareEQ, types.CompareSigned))
-		x = b.sel(hit, worstAll, x)
-		idx = b.sel(hit, takenIdx, idx)
-	}
 	if b.err != nil {
 		return nil, b.err
 	}
-	v, err := hlo.Concatenate(a.Dim, vals...)
+	cmp, err := topKComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, a.Largest, rdCompareType(hlo.ShapeOf(x).DType))
 	if err != nil {
 		return nil, err
 	}
-	i, err := hlo.Concatenate(a.Dim, idxs...)
+	sorted, err := ctx.Fn.Block().Sort([]*stablehlo.Value{x, idx}, int64(a.Dim), true, cmp)
 	if err != nil {
 		return nil, err
 	}
+	start := make([]int, len(inDims))
+	limit := intsOf(inDims)
+	limit[a.Dim] = int(a.K)
+	v := b.set(hlo.Slice(sorted[0], start, limit, nil))
+	i := b.set(hlo.Slice(sorted[1], start, limit, nil))
 	return b.out(b.reshape(v, outDims), b.reshape(i, outDims))
+}
+
+// topKComparator builds sort's comparator over (value, index) pairs: whether
+// lhs's value is better than rhs's: larger (smaller when !largest), a NaN
+// better than any number.
+func topKComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest bool, ct types.ComparisonType) (*stablehlo.Block, error) {
+	r := b.Region(stablehlo.TensorOf(val), stablehlo.TensorOf(val), stablehlo.TensorOf(idx), stablehlo.TensorOf(idx))
+	lhs, rhs := r.Arg(0), r.Arg(1)
+	dir := types.CompareGT
+	if !largest {
+		dir = types.CompareLT
+	}
+	better, err := hlo.Compare(lhs, rhs, dir, ct)
+	if err != nil {
+		return nil, err
+	}
+	if ct == types.CompareFloat {
+		lnan, err := hlo.Compare(lhs, lhs, types.CompareNE, ct)
+		if err != nil {
+			return nil, err
+		}
+		rnan, err := hlo.Compare(rhs, rhs, types.CompareNE, ct)
+		if err != nil {
+			return nil, err
+		}
+		rnum, err := hlo.Not(rnan)
+		if err != nil {
+			return nil, err
+		}
+		nanFirst, err := hlo.And(lnan, rnum)
+		if err != nil {
+			return nil, err
+		}
+		if better, err = hlo.Or(nanFirst, better); err != nil {
+			return nil, err
+		}
+	}
+	return r, r.Return(better)
 }
 
 // rdArgReducer builds the closure (v1, i1, v2, i2) -> the better pair:
