@@ -673,27 +673,6 @@ var ewBinaryRules = map[string]ewBinary{
 	"aten.logical_xor.default": {cmp: true, logical: true, f: ewSimple(nil, hlo.Xor)},
 }
 
-// ewScalarTwins are the .Scalar overloads lowered like a .Tensor overload.
-var ewScalarTwins = map[string]string{
-	"aten.mul.Scalar":                        "aten.mul.Tensor",
-	"aten.div.Scalar":                        "aten.div.Tensor",
-	"aten.pow.Tensor_Scalar":                 "aten.pow.Tensor_Tensor",
-	"aten.pow.Scalar":                        "aten.pow.Tensor_Tensor",
-	"aten.fmod.Scalar":                       "aten.fmod.Tensor",
-	"aten.remainder.Scalar":                  "aten.remainder.Tensor",
-	"aten.bitwise_and.Scalar":                "aten.bitwise_and.Tensor",
-	"aten.bitwise_or.Scalar":                 "aten.bitwise_or.Tensor",
-	"aten.bitwise_xor.Scalar":                "aten.bitwise_xor.Tensor",
-	"aten.bitwise_left_shift.Tensor_Scalar":  "aten.bitwise_left_shift.Tensor",
-	"aten.bitwise_right_shift.Tensor_Scalar": "aten.bitwise_right_shift.Tensor",
-	"aten.eq.Scalar":                         "aten.eq.Tensor",
-	"aten.ne.Scalar":                         "aten.ne.Tensor",
-	"aten.lt.Scalar":                         "aten.lt.Tensor",
-	"aten.le.Scalar":                         "aten.le.Tensor",
-	"aten.gt.Scalar":                         "aten.gt.Tensor",
-	"aten.ge.Scalar":                         "aten.ge.Tensor",
-}
-
 func ewBinaryRule(b ewBinary) Rule {
 	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 		outDT, dims := Out(n, 0)
@@ -1010,7 +989,7 @@ func registerElementwise(r *Registry) {
 	for target, b := range ewBinaryRules {
 		r.Register(target, ewBinaryRule(b))
 	}
-	for target, twin := range ewScalarTwins {
+	for target, twin := range fxgraph.ScalarTwins() { // lowered like their .Tensor twin
 		r.Register(target, ewBinaryRule(ewBinaryRules[twin]))
 	}
 	for _, t := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {

@@ -981,7 +981,7 @@ func nnChannelVec(b *nnB, in []*stablehlo.Value, i int, like *stablehlo.Value, c
 // (x - mean) * (weight / sqrt(var + eps)) + bias, with empty saved stats.
 func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, xd := Out(n, 0)
-	eps, err := n.FloatArg(6, "eps", 1e-5)
+	eps, err := fxgraph.NormEps(n)
 	if err != nil {
 		return nil, err
 	}
@@ -1038,7 +1038,7 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	eps, err := n.FloatArg(4, "eps", 1e-5)
+	eps, err := fxgraph.NormEps(n)
 	if err != nil {
 		return nil, err
 	}
@@ -1066,7 +1066,7 @@ func nnGroupNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	eps, err := n.FloatArg(7, "eps", 1e-5)
+	eps, err := fxgraph.NormEps(n)
 	if err != nil {
 		return nil, err
 	}
