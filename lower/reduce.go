@@ -35,6 +35,8 @@ func registerReductions(r *Registry) {
 	r.Register("aten.mean.default", rdMeanRule(-1))
 	r.Register("aten.mean.dim", rdMeanRule(1))
 	r.Register("aten.topk.default", rdTopK)
+	r.Register("aten.sort.default", rdSort)
+	r.Register("aten.sort.stable", rdSort)
 	r.Register("aten.max.dim", rdArgRule(ReduceMax, true))
 	r.Register("aten.min.dim", rdArgRule(ReduceMin, true))
 	r.Register("aten.argmax.default", rdArgRule(ReduceMax, false))
@@ -471,7 +473,7 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	if b.err != nil {
 		return nil, b.err
 	}
-	cmp, err := topKComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, a.Largest, rdCompareType(hlo.ShapeOf(x).DType))
+	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, a.Largest, true, rdCompareType(hlo.ShapeOf(x).DType))
 	if err != nil {
 		return nil, err
 	}
@@ -487,10 +489,10 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	return b.out(b.reshape(v, outDims), b.reshape(i, outDims))
 }
 
-// topKComparator builds sort's comparator over (value, index) pairs: whether
-// lhs's value is better than rhs's: larger (smaller when !largest), a NaN
-// better than any number.
-func topKComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest bool, ct types.ComparisonType) (*stablehlo.Block, error) {
+// sortComparator builds sort's comparator over (value, index) pairs: whether
+// lhs's value goes first: the larger (smaller when !largest); a NaN goes
+// before any number when nanFirst, after every number otherwise.
+func sortComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest, nanFirst bool, ct types.ComparisonType) (*stablehlo.Block, error) {
 	r := b.Region(stablehlo.TensorOf(val), stablehlo.TensorOf(val), stablehlo.TensorOf(idx), stablehlo.TensorOf(idx))
 	lhs, rhs := r.Arg(0), r.Arg(1)
 	dir := types.CompareGT
@@ -510,19 +512,62 @@ func topKComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest 
 		if err != nil {
 			return nil, err
 		}
-		rnum, err := hlo.Not(rnan)
+		// nanFirst: lhs is NaN and rhs is not; else: rhs is NaN and lhs not.
+		nan, num := lnan, rnan
+		if !nanFirst {
+			nan, num = rnan, lnan
+		}
+		if num, err = hlo.Not(num); err != nil {
+			return nil, err
+		}
+		nanOrder, err := hlo.And(nan, num)
 		if err != nil {
 			return nil, err
 		}
-		nanFirst, err := hlo.And(lnan, rnum)
-		if err != nil {
-			return nil, err
-		}
-		if better, err = hlo.Or(nanFirst, better); err != nil {
+		if better, err = hlo.Or(nanOrder, better); err != nil {
 			return nil, err
 		}
 	}
 	return r, r.Return(better)
+}
+
+// rdSort lowers sort as a stable stablehlo.sort of (values, iota) along dim,
+// as torch sorts: NaN counts as larger than every number (last ascending,
+// first descending), ties keep their order.
+func rdSort(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	_, inDims, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	dim, descending, err := fxgraph.Sort(n, len(inDims))
+	if err != nil {
+		return nil, err
+	}
+	_, outDims := Out(n, 0)
+	idxDT, _ := Out(n, 1)
+	x := in[0]
+	b := &nnB{ctx: ctx}
+	if len(inDims) == 0 {
+		inDims = []int64{1}
+		x = b.reshape(x, inDims)
+	}
+	_, ixla, err := ctx.rdProgramDType(idxDT)
+	if err != nil {
+		return nil, err
+	}
+	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), dim))
+	if b.err != nil {
+		return nil, b.err
+	}
+	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, descending, descending, rdCompareType(hlo.ShapeOf(x).DType))
+	if err != nil {
+		return nil, err
+	}
+	sorted, err := ctx.Fn.Block().Sort([]*stablehlo.Value{x, idx}, int64(dim), true, cmp)
+	if err != nil {
+		return nil, err
+	}
+	return b.out(b.reshape(sorted[0], outDims), b.reshape(sorted[1], outDims))
 }
 
 // rdArgReducer builds the closure (v1, i1, v2, i2) -> the better pair:
