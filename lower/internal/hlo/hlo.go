@@ -39,11 +39,18 @@ func Elem(d dtypes.DType) (stablehlo.ElementType, error) {
 	return e, nil
 }
 
+// dtypes indexed by element type: the inverse of elems.
+var dtypesOf = func() map[stablehlo.ElementType]dtypes.DType {
+	out := make(map[stablehlo.ElementType]dtypes.DType, len(elems))
+	for d, e := range elems {
+		out[e] = d
+	}
+	return out
+}()
+
 func dtypeOf(e stablehlo.ElementType) dtypes.DType {
-	for d, x := range elems {
-		if x == e {
-			return d
-		}
+	if d, ok := dtypesOf[e]; ok {
+		return d
 	}
 	return dtypes.InvalidDType
 }
