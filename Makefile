@@ -10,13 +10,14 @@ ONNX_TESTDATA := /usr/include/onnx/backend/test/data
 EXAMPLE := examples/models/tinycnn
 FUZZTIME ?= 20s
 
-.PHONY: all build run test pjrt testdata venv examples conformance conformance-check fuzz bench bench-models vet clean help
+.PHONY: all build run test pjrt testdata venv examples conformance conformance-check fuzz bench bench-models vet clean help docker-test
 
 all: build
 
 help:
 	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
-	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check"
+	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check, docker-test"
+	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 
@@ -59,6 +60,12 @@ test: pjrt testdata venv vet conformance-check
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecodeTensor$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -timeout 30m ./...
+	$(MAKE) docker-test
+
+# Builds the images for real and serves from the CPU one; installs and starts
+# Docker and makes the base images locally when needed (scripts/docker-test.sh).
+docker-test: venv
+	PYTHON=$(CURDIR)/$(VENV)/bin/python scripts/docker-test.sh
 
 conformance: pjrt testdata
 	$(GO) run ./cmd/onnx-conformance -write docs/onnx-conformance.md

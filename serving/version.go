@@ -128,7 +128,7 @@ func (v *version) load(ctx context.Context) error {
 		return err
 	}
 
-	if v.cfg.Warmup == modelrepo.WarmupEager {
+	if v.cfg.Warmup == modelrepo.WarmupEager || v.m.opts.CompileAll {
 		for i, b := range v.order {
 			if _, err := v.executable(ctx, b, fmt.Sprintf("%d/%d", i+1, len(v.order))); err != nil {
 				return fmt.Errorf("warmup: %w", err)
@@ -210,6 +210,11 @@ func (v *version) compile(b *bucket, c *compileCall, progress string) {
 	c.exe, c.err = exe, err
 	b.mu.Unlock()
 	close(c.done)
+	if hook := v.m.opts.OnBucket; hook != nil {
+		ev := BucketEvent{Model: v.name, Version: v.num, Bucket: b.name, Cached: err == nil && !compiled, Duration: d, Err: err}
+		fmt.Sscanf(progress, "%d/%d", &ev.Done, &ev.Total)
+		hook(ev)
+	}
 }
 
 // build lowers the graph for b (or reads the StableHLO from the cache) and

@@ -74,11 +74,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: *plugin})
-	if err != nil {
-		return err
-	}
-	client, err := pjrt.Open(path)
+	client, err := openPlugin(*plugin)
 	if err != nil {
 		return err
 	}
