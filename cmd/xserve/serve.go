@@ -40,7 +40,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "grace period: how long SIGTERM waits for in-flight and queued requests (HTTP and NATS) before exiting")
+	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
+	strict := fs.Bool("strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
 	nf := natsFlags(fs)
 	var limits httpapi.Options
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
@@ -111,7 +113,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	limits.Logger = log
 	limits.Version = buildVersion()
-	backend := &metricsBackend{Manager: mgr}
+	backend := &metricsBackend{Manager: mgr, strict: *strict}
 	srv, err := httpapi.New(backend, limits)
 	if err != nil {
 		return errors.Join(err, mgr.Shutdown(context.Background()))
@@ -143,6 +145,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cancel()
 		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), mgr.Shutdown(sctx))
 	case <-ctx.Done():
+	}
+	if *shutdownDelay > 0 {
+		backend.draining.Store(true)
+		log.Info("shutting down: not ready any more, still serving", "delay", *shutdownDelay)
+		time.Sleep(*shutdownDelay)
 	}
 	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
@@ -227,10 +234,32 @@ func (b byteSize) Set(s string) error {
 }
 
 // metricsBackend is the Manager as the HTTP API's backend, with /metrics
-// extended by the NATS replica's counts once NATS serves.
+// extended by the NATS replica's counts once NATS serves, and the server's
+// readiness made strict (--strict-readiness) and dropped while draining.
 type metricsBackend struct {
 	*serving.Manager
-	nats atomic.Pointer[natsapi.Server]
+	nats     atomic.Pointer[natsapi.Server]
+	strict   bool
+	draining atomic.Bool
+}
+
+// Ready reports whether the server takes requests: the Manager is done
+// loading and, when strict, every model version that should load is READY
+// (a model that failed to load keeps the server unready until it is fixed
+// or removed). A version being unloaded after an upgrade does not count.
+func (b *metricsBackend) Ready() bool {
+	if b.draining.Load() || !b.Manager.Ready() {
+		return false
+	}
+	if !b.strict {
+		return true
+	}
+	for _, st := range b.Manager.Status() {
+		if st.State != serving.StateReady && st.State != serving.StateUnloading {
+			return false
+		}
+	}
+	return true
 }
 
 // WriteMetrics writes the Manager's metrics, then the NATS ones.
