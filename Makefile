@@ -53,6 +53,7 @@ run: pjrt build
 
 vet:
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
@@ -60,6 +61,7 @@ test: pjrt testdata venv vet conformance-check
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecodeTensor$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -timeout 30m ./...
+	cd deploy && $(GO) test -count=1 ./...
 	$(MAKE) docker-test
 
 # Builds the images for real and serves from the CPU one; installs and starts
