@@ -29,7 +29,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 COPY cmd/pjrt-fetch/ cmd/pjrt-fetch/
 ARG PJRT=cpu
-RUN go run ./cmd/pjrt-fetch -platform "${PJRT}" -dest /out/pjrt
+# The wheels' libraries carry their symbol tables (a third of the CPU plugin):
+# stripped, the image is that much leaner and the plugin works the same.
+RUN go run ./cmd/pjrt-fetch -platform "${PJRT}" -dest /out/pjrt \
+ && strip --strip-unneeded /out/pjrt/*.so
 
 FROM ${RUNTIME_IMAGE}
 ARG PJRT=cpu

@@ -190,10 +190,10 @@ start_server() {
 		"$IMAGE:cpu" --http-addr "127.0.0.1:$HTTP_PORT" --nats-listen "127.0.0.1:$NATS_PORT" --poll-interval 0 >/dev/null
 }
 
-# wait_ready: seconds until /v2/health/ready answers 200 (fails after 180s).
+# wait_ready NAME START: sets READY_S, the seconds from START (now's format)
+# until /v2/health/ready answers 200 (fails after 180s).
 wait_ready() {
-	local t
-	t=$(now)
+	local t=$2
 	for _ in $(seq 1800); do
 		if [[ "$(curl -s -o /dev/null -w '%{http_code}' "$HTTP/v2/health/ready")" == 200 ]]; then
 			READY_S=$(since "$t")
@@ -208,8 +208,10 @@ wait_ready() {
 # measure_start NAME CACHE_DIR LABEL: starts the server, sets READY_S (seconds
 # to ready) and COMPILED (the sum of xserve_compilations_total once ready).
 measure_start() {
+	local t
+	t=$(now)
 	start_server "$1" "$2"
-	wait_ready "$1"
+	wait_ready "$1" "$t"
 	COMPILED=$(curl -sf "$HTTP/metrics" | awk '/^xserve_compilations_total/ { s += $NF } END { print s + 0 }')
 	log "$3: ready in ${READY_S}s, xserve_compilations_total=$COMPILED"
 }
