@@ -65,6 +65,13 @@ func TestStrictReadiness(t *testing.T) {
 	if got := status(relaxed.url + "/v2/health/ready"); got != http.StatusOK {
 		t.Errorf("--strict-readiness=false: /v2/health/ready = %d, want 200", got)
 	}
+	// `xserve health` (the image's HEALTHCHECK) says the same.
+	if _, _, err := xserve(t, "health", "--url", strict.url+"/v2/health/ready"); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("xserve health on the unready server: %v", err)
+	}
+	if out, _, err := xserve(t, "health", "--url", relaxed.url+"/v2/health/ready"); err != nil || !strings.Contains(out, "200 OK") {
+		t.Errorf("xserve health on the ready server: %v %s", err, out)
+	}
 
 	// Fix the model in place: the poller reloads it, the server turns ready.
 	model, err := os.ReadFile(example + "/1/model.onnx")
