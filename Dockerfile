@@ -15,6 +15,8 @@ ARG RUNTIME_IMAGE=debian:bookworm-slim
 
 # The binary: the same for every variant, so its layers are shared.
 FROM ${GO_IMAGE} AS build
+# Marks the build stages' images, which make docker-test removes afterwards.
+LABEL org.xserve.build-stage=1
 ENV CGO_ENABLED=1 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -24,6 +26,7 @@ RUN go build -trimpath -ldflags="-s -w" -o /out/xserve ./cmd/xserve
 
 # The one PJRT plugin the PJRT build argument names.
 FROM ${GO_IMAGE} AS plugin
+LABEL org.xserve.build-stage=1
 ENV GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -51,12 +51,13 @@ cleanup() {
 			echo "---- logs of $c"
 			docker logs --tail 50 "$c" 2>&1 || true
 		fi
-		docker rm -f "$c" >/dev/null 2>&1 || true
+		docker rm -f -v "$c" >/dev/null 2>&1 || true
 	done
 	for d in "${TMPDIRS[@]}"; do rm -rf "$d"; done
 	if [[ "${XSERVE_DOCKER_KEEP:-0}" != 1 ]]; then
 		for v in $VARIANTS; do docker rmi -f "$IMAGE:$v" >/dev/null 2>&1 || true; done
-		docker image prune -f --filter "label!=org.xserve.stand-in" >/dev/null 2>&1 || true
+		# The build stages' images (labelled so by the Dockerfile), now dangling.
+		docker image prune -f --filter "label=org.xserve.build-stage" >/dev/null 2>&1 || true
 	fi
 	exit $rc
 }
@@ -332,3 +333,4 @@ main() {
 }
 
 main "$@"
+exit
