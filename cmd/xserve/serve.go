@@ -67,6 +67,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errors.New("serve: --model-repo DIR is required")
 	}
+	if *shutdownTimeout <= 0 {
+		return fmt.Errorf("serve: --shutdown-timeout must be positive, got %v", *shutdownTimeout)
+	}
+	if *shutdownDelay < 0 {
+		return fmt.Errorf("serve: --shutdown-delay must be 0 or more, got %v", *shutdownDelay)
+	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err

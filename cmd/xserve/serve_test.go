@@ -769,6 +769,9 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"serve", "--model-repo", t.TempDir(), "--log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"serve", "--model-repo", "x", "--max-body-bytes", "lots"}, "want a positive size"},
 		{[]string{"--model-repo", filepath.Join(t.TempDir(), "none")}, "modelrepo:"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--shutdown-timeout", "0s"}, "--shutdown-timeout must be positive, got 0s"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--shutdown-delay", "-1s"}, "--shutdown-delay must be 0 or more, got -1s"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--strict-readiness=maybe"}, `invalid boolean value "maybe" for -strict-readiness`},
 	}
 	for _, tc := range tests {
 		_, _, err := xserve(t, tc.args...)
