@@ -154,7 +154,11 @@ func TestTemplateDefault(t *testing.T) {
 		}
 	}
 	args := strs(c["args"])
-	for _, want := range []string{"--strict-readiness=true", "--shutdown-delay=5s", "--shutdown-timeout=30s", "--poll-interval=30s"} {
+	if got := strs(c["command"]); !slices.Equal(got, []string{"xserve", "serve"}) {
+		t.Errorf("command %v", got)
+	}
+	for _, want := range []string{"--model-repo=/models", "--compile-cache=/var/cache/xserve/compile", "--nats-listen=0.0.0.0:4222",
+		"--strict-readiness=true", "--shutdown-delay=5s", "--shutdown-timeout=30s", "--poll-interval=30s"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("xserve args %v lack %s", args, want)
 		}
@@ -211,7 +215,7 @@ func TestTemplateTPUAndNATS(t *testing.T) {
 	if !slices.Contains(strs(container(t, dep, "initContainers", "compile")["args"]), "--narrow-int64") {
 		t.Errorf("the compile init container must lower as the server does (--narrow-int64)")
 	}
-	if strings.Contains(manifest, "containerPort: 4222") {
+	if slices.Contains(args, "--nats-listen=0.0.0.0:4222") || strings.Contains(manifest, "containerPort: 4222") {
 		t.Errorf("with nats.url the pod still exposes the embedded NATS port")
 	}
 	if get(t, c, "env", 0, "name") != "XSERVE_NATS_TOKEN" {
