@@ -51,9 +51,15 @@ run: pjrt build
 	bin/xserve inspect $(EXAMPLE)/1/model.onnx
 	bin/xserve serve --model-repo examples/models --http-addr $(HTTP_ADDR)
 
+GOCYCLO := github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
+
+# go vet, gofmt, go.mod tidiness (also of deploy/'s module), and no function
+# of serving/ (tests aside) above cyclomatic complexity 15.
 vet:
 	$(GO) vet ./...
-	cd deploy && $(GO) vet ./...
+	$(GO) mod tidy -diff
+	$(GO) run $(GOCYCLO) -over 15 -ignore '_test.go$$' serving
+	cd deploy && $(GO) vet ./... && $(GO) mod tidy -diff
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
@@ -98,7 +104,7 @@ clean:
 #   make zoo-check      check zoo/ and print the table (non-zero exit on any failure)
 #   make zoo-fixtures   regenerate the small committed fixtures in testdata/zoo
 # ZOO_MODELS=resnet18,bert restricts zoo and zoo-check to some models.
-.PHONY: zoo zoo-check zoo-fixtures bench-conv
+.PHONY: zoo zoo-check zoo-fixtures padprobe-fixtures bench-conv
 VENV_ZOO := .venv-zoo
 ZOO_DIR := zoo
 ZOO_FIXTURES := testdata/zoo
@@ -122,6 +128,10 @@ bench-conv: pjrt venv bench-models
 	  $(GO) test -run '^$$' -bench 'CPUConvOptions' -benchtime 20x -timeout 60m ./lower
 	for m in resnet18 resnet50 resnext50_32x4d mobilenet_v2 mnasnet1_0; do \
 	  echo -n "$$m onnxruntime: "; $(VENV)/bin/python python/ort_bench.py $(ZOO_DIR)/$$m/model.onnx image=$(ZOO_DIR)/$$m/b1.in.image.npy; echo; done
+
+# The real exported models of the pad-probe tests (testdata/padprobe).
+padprobe-fixtures: $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/make_pad_fixtures.py
 
 zoo-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_FIXTURES) --small --max-mb 40

@@ -487,3 +487,28 @@ func (ctx *Context) checkResults(n *fxgraph.Node, out []*stablehlo.Value) error 
 	}
 	return nil
 }
+
+// shapeFoldElements bounds the values OutputShapes computes on the host:
+// enough for every shape sub-computation, far below the weights.
+const shapeFoldElements = 1 << 14
+
+// OutputShapes returns the static shapes of g's outputs when its input
+// symbols take the sizes in dims: the IR's own shape propagation (and the
+// folding of shape sub-computations) at those sizes, with no lowering or
+// compiling. A server slices padded outputs back to these shapes.
+func (l *Lowerer) OutputShapes(g *fxgraph.Graph, dims map[string]int64) ([][]int64, error) {
+	sg, err := l.ir.Specialize(g, dims, shapeFoldElements)
+	if err != nil {
+		return nil, fmt.Errorf("lower: output shapes at %v: %w", dims, err)
+	}
+	outs := sg.Outputs()
+	shapes := make([][]int64, len(outs))
+	for i, o := range outs {
+		s, ok := o.Val().Shape.Static()
+		if !ok {
+			return nil, fmt.Errorf("lower: output %d (%s) has symbolic shape %s at %v", i, sg.OutputName(i), o.Val().Shape, dims)
+		}
+		shapes[i] = s
+	}
+	return shapes, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -56,6 +57,9 @@ const (
 	// BatchSymbol is the dimension symbol whose bucket list bounds
 	// BatchingConfig.MaxBatchSize.
 	BatchSymbol = "batch"
+	// DefaultExactExecutables is Config.ExactExecutables when
+	// exact_executables is not given.
+	DefaultExactExecutables = 32
 	// MaxConfigSize is the largest config file ParseConfig accepts, in bytes.
 	MaxConfigSize = 1 << 20
 )
@@ -101,6 +105,18 @@ type Config struct {
 	PJRTPlugin string
 	// Batching configures dynamic batching of the model's requests.
 	Batching BatchingConfig
+	// Pad forces a symbol's padding policy: true pads requests up to the
+	// symbol's buckets without the load-time probe, false serves each
+	// distinct size with its own executable. A symbol not named here is
+	// probed at load: it is padded only if padding leaves every output's
+	// valid region unchanged.
+	Pad map[string]bool
+	// BatchSymbol names the symbol that is the batch dim; "" means the symbol
+	// that is the leading dim of every input, whatever its name.
+	BatchSymbol string
+	// ExactExecutables bounds the executables a version keeps for sizes
+	// served exactly (least recently used first out); default 32.
+	ExactExecutables int
 }
 
 // InputConfig describes one model input.
@@ -231,6 +247,9 @@ func (c *Config) SetDefaults() {
 	if c.Warmup == "" {
 		c.Warmup = WarmupLazy
 	}
+	if c.ExactExecutables == 0 {
+		c.ExactExecutables = DefaultExactExecutables
+	}
 	if !c.VersionPolicy.All && c.VersionPolicy.Specific == nil && c.VersionPolicy.Latest == 0 {
 		c.VersionPolicy.Latest = 1
 	}
@@ -356,6 +375,9 @@ type rawConfig struct {
 	Warmup        string             `yaml:"warmup"`
 	PJRTPlugin    string             `yaml:"pjrt_plugin"`
 	Batching      rawBatching        `yaml:"batching"`
+	Pad           map[string]bool    `yaml:"pad"`
+	BatchSymbol   string             `yaml:"batch_symbol"`
+	ExactExecs    *int               `yaml:"exact_executables"`
 }
 
 type rawInput struct {
@@ -400,6 +422,16 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 	c.Platform = raw.Platform
 	c.Warmup = Warmup(raw.Warmup)
 	c.PJRTPlugin = raw.PJRTPlugin
+	c.BatchSymbol = raw.BatchSymbol
+	if raw.Pad != nil {
+		c.Pad = maps.Clone(raw.Pad)
+	}
+	if raw.ExactExecs != nil {
+		if *raw.ExactExecs < 1 {
+			p.add("exact_executables", "must be >= 1, got %d", *raw.ExactExecs)
+		}
+		c.ExactExecutables = *raw.ExactExecs
+	}
 	if raw.Buckets != nil {
 		c.Buckets = make(map[string][]int64, len(raw.Buckets))
 		for k, v := range raw.Buckets {
@@ -561,6 +593,14 @@ func (c *Config) validate(p *problems) {
 		validateTensor(p, "outputs", i, out.Name, out.Dims, seen)
 	}
 
+	for _, s := range slices.Sorted(maps.Keys(c.Pad)) {
+		if !isIdent(s) {
+			p.add("pad."+s, "symbol %q is not an identifier (a letter or _ then letters, digits or _)", s)
+		}
+	}
+	if c.BatchSymbol != "" && !isIdent(c.BatchSymbol) {
+		p.add("batch_symbol", "%q is not an identifier (a letter or _ then letters, digits or _)", c.BatchSymbol)
+	}
 	syms := make([]string, 0, len(c.Buckets))
 	for s := range c.Buckets {
 		syms = append(syms, s)

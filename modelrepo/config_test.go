@@ -45,6 +45,10 @@ batching:
   max_queue_size: 64
   timeout: 2s
   priority_levels: 4
+pad:
+  sequence: false
+batch_symbol: batch
+exact_executables: 8
 `
 
 func TestParseConfigFull(t *testing.T) {
@@ -77,6 +81,9 @@ func TestParseConfigFull(t *testing.T) {
 			Timeout:        2 * time.Second,
 			PriorityLevels: 4,
 		},
+		Pad:              map[string]bool{"sequence": false},
+		BatchSymbol:      "batch",
+		ExactExecutables: 8,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseConfig:\n got %+v\nwant %+v", got, want)
@@ -147,9 +154,10 @@ func TestParseConfigDefaults(t *testing.T) {
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig("m")
 	want := &Config{
-		Name:          "m",
-		VersionPolicy: VersionPolicy{Latest: 1},
-		Warmup:        WarmupLazy,
+		Name:             "m",
+		VersionPolicy:    VersionPolicy{Latest: 1},
+		Warmup:           WarmupLazy,
+		ExactExecutables: DefaultExactExecutables,
 		Batching: BatchingConfig{
 			Enabled:        true,
 			MaxQueueDelay:  2 * time.Millisecond,
@@ -231,6 +239,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"max_batch_size above the largest batch bucket", "buckets:\n  batch: [1, 2, 4]\nbatching:\n  max_batch_size: 8\n", "batching.max_batch_size", 4, "8 is larger than the largest batch bucket 4"},
 		{"max_batch_size zero", "batching:\n  max_batch_size: 0\n", "batching.max_batch_size", 2, "must be >= 1, got 0"},
 		{"max_batch_size not a number", "batching:\n  max_batch_size: lots\n", "batching.max_batch_size", 2, `want an integer, got "lots"`},
+		{"exact_executables zero", "exact_executables: 0\n", "exact_executables", 1, "must be >= 1, got 0"},
+		{"pad not a bool", "pad:\n  seq: sometimes\n", "pad.seq", 2, "want true or false"},
+		{"pad symbol not an identifier", "pad:\n  2x: true\n", "pad.2x", 2, "is not an identifier"},
+		{"batch_symbol not an identifier", "batch_symbol: \"a b\"\n", "batch_symbol", 1, "is not an identifier"},
 		{"max_queue_size zero", "batching:\n  max_queue_size: 0\n", "batching.max_queue_size", 2, "must be >= 1, got 0"},
 		{"priority levels too many", "batching:\n  priority_levels: 17\n", "batching.priority_levels", 2, "must be in 1..16, got 17"},
 		{"priority levels zero", "batching:\n  priority_levels: 0\n", "batching.priority_levels", 2, "must be in 1..16, got 0"},

@@ -68,6 +68,25 @@ type Metadata struct {
 	Outputs  []TensorSpec
 	// Buckets maps each symbol to its bucket sizes.
 	Buckets map[string][]int64
+	// Symbols describes each served symbol, sorted by name.
+	Symbols []SymbolInfo
+}
+
+// SymbolInfo is one served symbol of a model version: its role, buckets,
+// the sizes the model allows, and how requests' sizes map to executables.
+type SymbolInfo struct {
+	Name string
+	// Role is "batch" (requests stack along it) or "dynamic".
+	Role string
+	// ModelSymbols are the model file's names for it (e.g. "s43").
+	ModelSymbols []string
+	Buckets      []int64
+	// Min and Max bound the sizes the model allows (Max -1: no bound).
+	Min, Max int64
+	// Pad is "pad" (padded up to the smallest bucket that holds the request)
+	// or "exact" (one executable per distinct size); PadReason says why.
+	Pad       string
+	PadReason string
 }
 
 // InferRequest is one inference call.

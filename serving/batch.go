@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/xserve/xserve/batching"
-	"github.com/xserve/xserve/modelrepo"
 )
 
 // Dynamic batching: a version whose config enables batching and whose
@@ -29,33 +29,29 @@ const concurrentBatches = 2
 
 // batchResult is what runBatch gives each request of a batch.
 type batchResult struct {
-	times  runTimes
-	bucket *bucket // the bucket the batch ran in
+	times runTimes
+	exec  map[string]int64 // the sizes the batch ran at
 }
 
 // setupBatching creates v's batcher when its config enables batching and its
-// signature allows it; it logs why batching is off otherwise. It runs at the
-// end of load, once v.sig and v.buckets are set.
+// plan allows stacking requests; it logs why batching is off otherwise. It
+// runs at the end of load, once the pad policies are known.
 func (v *version) setupBatching(cfgFile string) error {
 	bc := v.cfg.Batching
 	if !bc.Enabled {
 		return nil
 	}
-	sizes, ok := v.sig.Buckets[modelrepo.BatchSymbol]
-	if !ok {
-		v.log().Info("batching is enabled but no input has a batch dim; requests run one by one", "symbols", v.sig.Symbols, "config", cfgFile)
+	if err := v.plan.batchErr; err != nil {
+		v.log().Info("batching is enabled but requests cannot be stacked; they run one by one", "reason", err.Error(), "config", cfgFile)
 		return nil
 	}
-	if v.sig.batchErr != nil {
-		v.log().Info("batching is enabled but requests cannot be stacked; they run one by one", "reason", v.sig.batchErr.Error(), "config", cfgFile)
-		return nil
-	}
+	sizes := v.plan.batch().Buckets
 	buckets := make([]int, len(sizes))
 	for i, s := range sizes {
 		buckets[i] = int(s)
 	}
 	maxBatch := bc.MaxBatchSize
-	if maxBatch == 0 {
+	if maxBatch == 0 || maxBatch > buckets[len(buckets)-1] {
 		// config.yaml gives neither max_batch_size nor batch buckets: the
 		// largest of the buckets picked for the batch dim is the limit.
 		maxBatch = buckets[len(buckets)-1]
@@ -68,18 +64,6 @@ func (v *version) setupBatching(cfgFile string) error {
 	if timeout <= 0 {
 		timeout = batching.NoTimeout
 	}
-	v.batchBuckets = map[string]map[int64]*bucket{}
-	v.sizers = map[string]*sizer{}
-	for _, bk := range v.order {
-		bk.queueKey = v.queueKey(bk)
-		group := v.batchBuckets[bk.queueKey]
-		if group == nil {
-			group = map[int64]*bucket{}
-			v.batchBuckets[bk.queueKey] = group
-			v.sizers[bk.queueKey] = newSizer(buckets, maxBatch)
-		}
-		group[bk.dims[modelrepo.BatchSymbol]] = bk
-	}
 	b, err := batching.New(batching.Options{
 		MaxBatchSize:         maxBatch,
 		Buckets:              buckets,
@@ -89,65 +73,68 @@ func (v *version) setupBatching(cfgFile string) error {
 		PriorityLevels:       bc.PriorityLevels,
 		MaxConcurrentBatches: concurrentBatches,
 		IdleDispatch:         true,
-		BatchLimit:           func(key string) int { return v.sizers[key].Limit() },
+		BatchLimit:           func(key string) int { return v.sizer(key).Limit() },
 		Observer:             batchObserver{v},
 	}, batching.RunnerFunc(v.runBatch))
 	if err != nil {
 		return configError(cfgFile, "batching", "%v", err)
 	}
-
 	for _, reason := range queueReasons {
 		v.m.metrics.queueRejected.With(v.name, v.label, reason)
 	}
-	for key, sz := range v.sizers {
+	v.batcher = b
+	for _, exec := range v.plan.buckets() {
+		v.sizer(v.plan.queueKey(v.queuePrefix(), exec)) // the queues of the buckets, shown in metrics from the start
+	}
+	opts := b.Options()
+	v.log().Info("dynamic batching on", "batch_symbol", v.plan.batchName, "max_batch_size", opts.MaxBatchSize, "batch_buckets", fmt.Sprint(opts.Buckets),
+		"max_queue_delay", bc.MaxQueueDelay, "max_queue_size", opts.MaxQueueSize, "priority_levels", opts.PriorityLevels)
+	return nil
+}
+
+// sizer returns the batch size learner of a queue, created on first use.
+func (v *version) sizer(key string) *sizer {
+	v.bmu.Lock()
+	defer v.bmu.Unlock()
+	sz := v.sizers[key]
+	if sz == nil {
+		opts := v.batcher.Options()
+		sz = newSizer(opts.Buckets, opts.MaxBatchSize)
+		if v.sizers != nil {
+			v.sizers[key] = sz
+		}
 		v.m.metrics.batchLimit.With(v.name, v.label, queueLabel(key, v)).Set(float64(sz.Limit()))
 	}
-	v.batcher = b
-	opts := b.Options()
-	v.log().Info("dynamic batching on", "max_batch_size", opts.MaxBatchSize, "batch_buckets", fmt.Sprint(opts.Buckets),
-		"max_queue_delay", bc.MaxQueueDelay, "max_queue_size", opts.MaxQueueSize, "priority_levels", opts.PriorityLevels, "queues", len(v.batchBuckets))
-	return nil
+	return sz
 }
 
 // queueLabel is the queue label of metrics: the queue key without the
 // version's prefix ("seq=8"), or "all" when batch is the only symbol.
 func queueLabel(key string, v *version) string {
-	prefix := v.name + "/" + v.label
+	prefix := v.queuePrefix()
 	if key == prefix {
 		return "all"
 	}
 	return key[len(prefix)+1:]
 }
 
-// queueKey names b's batching queue: the version and b's sizes of every
-// symbol but batch, e.g. "pair/1/seq=8" ("pair/1" without other symbols).
-func (v *version) queueKey(b *bucket) string {
-	key := v.name + "/" + v.label
-	var syms []string
-	for _, sym := range v.sig.Symbols {
-		if sym != modelrepo.BatchSymbol {
-			syms = append(syms, sym)
-		}
-	}
-	if len(syms) > 0 {
-		key += "/" + bucketName(syms, b.dims)
-	}
-	return key
-}
+func (v *version) queuePrefix() string { return v.name + "/" + v.label }
 
-// inferBatched queues the prepared call c (its own bucket is b) with the
-// version's batcher and waits for its batch. Errors wrap ErrOverloaded (the
-// queue is full; the *batching.QueueFullError with its RetryAfter is kept
-// in the chain), ErrInvalidInput (too many rows, a bad priority), ErrClosed
-// (shutdown), or the context's error (expired or cancelled while queued).
-func (v *version) inferBatched(ctx context.Context, req *InferRequest, c *call, b *bucket) (runTimes, *bucket, error) {
-	rows := c.dims[modelrepo.BatchSymbol]
-	res, err := v.batcher.Submit(ctx, b.queueKey, int(rows), req.Priority, c)
+// inferBatched queues the prepared call c with the version's batcher, in
+// the queue of its non-batch sizes, and waits for its batch. Errors wrap
+// ErrOverloaded (the queue is full; the *batching.QueueFullError with its
+// RetryAfter is kept in the chain), ErrInvalidInput (too many rows, a bad
+// priority), ErrClosed (shutdown), or the context's error (expired or
+// cancelled while queued).
+func (v *version) inferBatched(ctx context.Context, req *InferRequest, c *call) (runTimes, map[string]int64, error) {
+	rows := c.dims[v.plan.batchName]
+	key := v.plan.queueKey(v.queuePrefix(), c.exec)
+	res, err := v.batcher.Submit(ctx, key, int(rows), req.Priority, c)
 	if err != nil {
 		return runTimes{}, nil, v.batchError(err)
 	}
 	r := res.(batchResult)
-	return r.times, r.bucket, nil
+	return r.times, r.exec, nil
 }
 
 // batchError maps an error of Submit to the package's sentinel errors,
@@ -167,9 +154,10 @@ func (v *version) batchError(err error) error {
 }
 
 // runBatch is the version's batching.Runner: it runs the batch's requests
-// as one execution of the batch bucket bt.PaddedRows of their queue, each
-// request's rows written straight into its slot (Item.Offset) of the batch's
-// input tensors and its outputs sliced straight out of the batch's.
+// as one execution at their queue's non-batch sizes and the batch bucket
+// bt.PaddedRows, each request's rows written straight into its slot
+// (Item.Offset) of the batch's input tensors and its outputs sliced
+// straight out of the batch's.
 func (v *version) runBatch(ctx context.Context, bt *batching.Batch) error {
 	calls := make([]*call, len(bt.Items))
 	offsets := make([]int64, len(bt.Items))
@@ -177,18 +165,16 @@ func (v *version) runBatch(ctx context.Context, bt *batching.Batch) error {
 		calls[i] = it.Payload.(*call)
 		offsets[i] = int64(it.Offset)
 	}
-	b := v.batchBuckets[bt.Key][int64(bt.PaddedRows)]
-	if b == nil {
-		return fmt.Errorf("serving: %s: queue %s has no bucket of batch %d", v, bt.Key, bt.PaddedRows)
-	}
+	exec := maps.Clone(calls[0].exec)
+	exec[v.plan.batchName] = int64(bt.PaddedRows)
 	if hook := v.m.batchHook; hook != nil {
 		hook(ctx, bt)
 	}
-	t, err := v.runBucket(ctx, b, calls, offsets)
+	t, err := v.runBucket(ctx, exec, calls, offsets)
 	if err != nil {
 		return err
 	}
-	sz := v.sizers[bt.Key]
+	sz := v.sizer(bt.Key)
 	before := sz.Limit()
 	sz.observe(bt.PaddedRows, t.compute)
 	if after := sz.Limit(); after != before {
@@ -196,8 +182,8 @@ func (v *version) runBatch(ctx context.Context, bt *batching.Batch) error {
 	}
 	for _, it := range bt.Items {
 		it.SetResult(batchResult{
-			times:  runTimes{wait: bt.Dispatched.Sub(it.Enqueued) + t.wait, compute: t.compute},
-			bucket: b,
+			times: runTimes{wait: bt.Dispatched.Sub(it.Enqueued) + t.wait, compute: t.compute},
+			exec:  exec,
 		})
 	}
 	return nil

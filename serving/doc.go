@@ -11,33 +11,36 @@
 //	resp, err := m.Infer(ctx, "resnet18", 0, &serving.InferRequest{Inputs: inputs})
 //	err = m.Shutdown(ctx)
 //
-// # Signatures and buckets
+// # Bucket plan
 //
-// A version's signature is the model file's inputs and outputs merged with
-// config.yaml: config dims may give the model's symbolic dims other symbol
-// names or pin them to a size, and dtypes may be restated; anything that
-// disagrees with the model (rank, a static dim, a dtype) is a load error
-// naming the config key and the model's value. Every symbol of the inputs
-// gets its bucket sizes from config.yaml's buckets, else [1 2 4 8 16 32
-// 64] (logged once per load). A request's size for each symbol comes from its
-// inputs (all inputs must agree) and it runs in the bucket combination made
-// of the smallest bucket >= that size per symbol; a size above the largest
-// bucket is ErrNoBucket, never compiled.
+// One type owns a version's shapes: BucketPlan (bucketplan.go), built by
+// NewBucketPlan from the model file's signature merged with config.yaml
+// (config dims may rename the model's symbols or pin them to a size; dtypes,
+// ranks and static dims must agree, else a load error naming the key). It
+// knows every served symbol and where it appears, which one is the batch
+// (config.yaml's batch_symbol, else the leading dim of every input, served
+// as "batch"), each symbol's buckets (config.yaml's, else [1 2 4 ... 64]
+// clamped to the model's range) and pad policy, and each input's pad value.
+// For a request it chooses the sizes to execute at (the smallest bucket
+// that holds each padded symbol, the request's own size for a symbol served
+// exactly; above the largest bucket is ErrNoBucket), pads the inputs into
+// them (block copies of the request's bytes, none when the request fits
+// exactly) and slices every output back to its exact shape at the request's
+// sizes, which the IR's shape propagation gives (lower.OutputShapes,
+// remembered per distinct shape), whatever the model file declares.
 //
-// Each input is padded up to the bucket's shape with the input's pad value
-// (config pad_value, default 0) by block copies of the request's bytes into
-// a tensor of the bucket's shape (no copy at all when the request fits the
-// bucket exactly). Each output dim that follows an input symbol (the model
-// says so, or config.yaml's outputs do) is sliced back to the request's
-// size. An output dim the server cannot relate to an input symbol (unknown,
-// "?", in the model's signature and not named in config.yaml) is returned at
-// its executed size, which includes the padding when the request was padded:
-// name the dim's symbol under outputs in config.yaml to have it sliced.
+// A symbol's pad policy is config.yaml's pad, else the load-time probe's
+// (probe.go): the model runs on deterministic inputs at a size exactly and
+// padded into a larger bucket, and the symbol is padded only when every
+// output's valid region is unchanged; otherwise each distinct size gets an
+// executable of its own, compiled on first use and kept in a bounded LRU
+// (exact_executables). docs/BUCKETS.md has the details.
 //
 // # Compilation
 //
 // Each (version, bucket) is compiled once: at load with warmup eager (one
-// progress log line per bucket), else by the first request that needs it,
+// progress log line per bucket, before the probe, which then reuses them),
+// else by the first request that needs it (the probe's buckets at load),
 // which concurrent requests for the same bucket wait for (a failed compile
 // fails every waiter and the next request tries again). With
 // Options.CompileCacheDir the lowered StableHLO is kept on disk keyed by the
@@ -62,10 +65,11 @@
 //
 // # Dynamic batching
 //
-// A version batches when its config.yaml has batching enabled (the default)
-// and every input and output has exactly one "batch" dim; otherwise (the
-// load log says why) each request runs alone in its bucket, concurrently with
-// the others. A batching version has a batching.Batcher with one queue per
+// A version batches when its config.yaml has batching enabled (the default),
+// its batch symbol is padded, and every output has exactly one dim that
+// grows with the batch (found from the IR's shapes at two batch sizes);
+// otherwise (the load log says why) each request runs alone in its bucket,
+// concurrently with the others. A batching version has a batching.Batcher with one queue per
 // non-batch bucket, keyed "model/version/sym=size,..." (e.g. "pair/1/seq=8",
 // or "tinycnn/1" when batch is the only symbol), so requests of different
 // non-batch buckets never share a batch. Its settings come from config.yaml:
@@ -133,7 +137,8 @@
 // limit of each queue), xserve_compilations_total
 // {model,version,bucket}, xserve_compile_seconds {model,version},
 // xserve_compile_cache_total {kind=stablehlo|executable,result=hit|miss},
-// xserve_models_loaded (READY versions) and xserve_model_state
+// xserve_exact_executables {model,version} (exact-size executables held),
+// xserve_exact_evictions_total {model,version}, xserve_models_loaded (READY versions) and xserve_model_state
 // {model,version,state} (1 for the current state, 0 for the others).
 // Requests naming an unknown model are not counted (their labels would come
 // from clients).
@@ -142,7 +147,7 @@
 //
 // Every method of Manager is safe for concurrent use. Lock order: a model's
 // op mutex (which serializes its loads and unloads), then Manager.mu, then a
-// bucket's mu; the batcher's locks are never held together with these. No
+// version's bmu (its buckets and queue sizers), then a bucket's mu; the batcher's locks are never held together with these. No
 // lock is held while importing, lowering, compiling, executing or waiting for
 // requests. A version's executables and weights are freed only after its
 // batcher has shut down, so a batch whose callers went away still runs on

@@ -123,11 +123,17 @@ func (r *testRepo) add(model string, version int, src string) {
 // write writes data as <model>/<version>/model.onnx.
 func (r *testRepo) write(model string, version int, data []byte) {
 	r.t.Helper()
+	r.writeFile(model, version, modelrepo.ModelFileONNX, data)
+}
+
+// writeFile writes data as <model>/<version>/<file>.
+func (r *testRepo) writeFile(model string, version int, file string, data []byte) {
+	r.t.Helper()
 	dir := filepath.Join(r.root, model, strconv.Itoa(version))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		r.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, modelrepo.ModelFileONNX), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
 		r.t.Fatal(err)
 	}
 }

@@ -284,41 +284,64 @@ func (m *Manager) sync(ctx context.Context, name string, entry *modelrepo.ModelE
 	defer md.op.Unlock()
 
 	if entry == nil {
-		m.mu.Lock()
-		for _, v := range md.versions {
-			m.dropLocked(md, v)
-		}
-		md.err = nil
-		if len(md.versions) == 0 {
-			delete(m.models, name)
-		}
-		m.mu.Unlock()
-		m.log.Info("model removed from the repository", "model", name)
+		m.removeModel(md)
 		return nil
 	}
 	if entry.Err != nil || entry.Config == nil {
-		err := entry.Err
-		if err == nil {
-			err = errors.New("no config")
-		}
-		m.mu.Lock()
-		md.err = err
-		ready := m.readyVersionsLocked(md)
-		m.mu.Unlock()
-		if len(ready) > 0 {
-			m.log.Error("model is broken in the repository; the loaded versions keep serving", "model", name, "versions", ready, "error", err)
-		} else {
-			m.log.Error("model unavailable", "model", name, "error", err)
-		}
-		return fmt.Errorf("%w: model %s: %w", ErrNotReady, name, err)
+		return m.markBroken(md, entry)
 	}
-
 	want := entry.Selected()
-	wanted := map[int64]bool{}
+	broken := brokenVersions(entry)
+	m.recordBroken(md, entry, want, broken)
+	var errs []error
 	for _, ve := range want {
-		wanted[ve.Version] = true
+		if err := m.syncVersion(ctx, md, ve, entry.Config); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	// Broken versions the policy would select, valid or not, are reported.
+	m.dropUnselected(md, want, broken)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrNotReady, errors.Join(errs...))
+	}
+	return nil
+}
+
+// removeModel unloads every version of a model that left the repository.
+func (m *Manager) removeModel(md *model) {
+	m.mu.Lock()
+	for _, v := range md.versions {
+		m.dropLocked(md, v)
+	}
+	md.err = nil
+	if len(md.versions) == 0 {
+		delete(m.models, md.name)
+	}
+	m.mu.Unlock()
+	m.log.Info("model removed from the repository", "model", md.name)
+}
+
+// markBroken records a model broken as a whole (a bad config.yaml); its
+// loaded versions keep serving.
+func (m *Manager) markBroken(md *model, entry *modelrepo.ModelEntry) error {
+	err := entry.Err
+	if err == nil {
+		err = errors.New("no config")
+	}
+	m.mu.Lock()
+	md.err = err
+	ready := m.readyVersionsLocked(md)
+	m.mu.Unlock()
+	if len(ready) > 0 {
+		m.log.Error("model is broken in the repository; the loaded versions keep serving", "model", md.name, "versions", ready, "error", err)
+	} else {
+		m.log.Error("model unavailable", "model", md.name, "error", err)
+	}
+	return fmt.Errorf("%w: model %s: %w", ErrNotReady, md.name, err)
+}
+
+// brokenVersions returns the broken versions the policy would select,
+// valid or not.
+func brokenVersions(entry *modelrepo.ModelEntry) map[int64]error {
 	all := make([]int64, 0, len(entry.Versions)+len(entry.VersionErrors))
 	for _, ve := range entry.Versions {
 		all = append(all, ve.Version)
@@ -332,12 +355,18 @@ func (m *Manager) sync(ctx context.Context, name string, entry *modelrepo.ModelE
 			broken[n] = err
 		}
 	}
+	return broken
+}
 
+// recordBroken marks the broken selected versions UNAVAILABLE (unloading
+// what served under that number) and notes a model with nothing to serve.
+func (m *Manager) recordBroken(md *model, entry *modelrepo.ModelEntry, want []modelrepo.VersionEntry, broken map[int64]error) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	md.err = nil
 	if len(want) == 0 && len(broken) == 0 {
 		md.err = fmt.Errorf("no version to serve (version policy %s, valid versions: %d)", entry.Config.VersionPolicy, len(entry.Versions))
-		m.log.Warn("model unavailable", "model", name, "error", md.err)
+		m.log.Warn("model unavailable", "model", md.name, "error", md.err)
 	}
 	for n, err := range broken {
 		if v := md.versions[n]; v != nil {
@@ -346,43 +375,45 @@ func (m *Manager) sync(ctx context.Context, name string, entry *modelrepo.ModelE
 			}
 			m.unloadLocked(v, false)
 		}
-		m.putLocked(md, unavailableVersion(m, name, n, err))
+		m.putLocked(md, unavailableVersion(m, md.name, n, err))
+	}
+}
+
+// syncVersion loads a selected version unless it serves unchanged; a
+// changed one reloads beside the serving instance.
+func (m *Manager) syncVersion(ctx context.Context, md *model, ve modelrepo.VersionEntry, cfg *modelrepo.Config) error {
+	m.mu.Lock()
+	cur := md.versions[ve.Version]
+	var keep, replace bool
+	if cur != nil && cur.state == StateReady {
+		keep = sameFile(cur.entry, ve) && reflect.DeepEqual(cur.cfg, cfg)
+		replace = !keep
 	}
 	m.mu.Unlock()
-
-	var errs []error
-	for _, ve := range want {
-		m.mu.Lock()
-		cur := md.versions[ve.Version]
-		var keep, replace bool
-		if cur != nil && cur.state == StateReady {
-			keep = sameFile(cur.entry, ve) && reflect.DeepEqual(cur.cfg, entry.Config)
-			replace = !keep
-		}
-		m.mu.Unlock()
-		if keep {
-			continue
-		}
-		var old *version
-		if replace {
-			old = cur
-		}
-		if err := m.loadVersion(ctx, md, ve, entry.Config, old); err != nil {
-			errs = append(errs, err)
-		}
+	if keep {
+		return nil
 	}
+	var old *version
+	if replace {
+		old = cur
+	}
+	return m.loadVersion(ctx, md, ve, cfg, old)
+}
 
-	// The versions the policy no longer selects go once a selected one
-	// serves, so that replacing version 1 by 2 leaves no gap; if none of
-	// the selected versions could load, the old ones keep serving.
+// dropUnselected unloads the versions the policy no longer selects once a
+// selected one serves, so that replacing version 1 by 2 leaves no gap; if
+// none of the selected versions could load, the old ones keep serving.
+func (m *Manager) dropUnselected(md *model, want []modelrepo.VersionEntry, broken map[int64]error) {
 	m.mu.Lock()
-	var stale, kept []int64
+	wanted := map[int64]bool{}
 	serving := len(want) == 0
 	for _, ve := range want {
+		wanted[ve.Version] = true
 		if v := md.versions[ve.Version]; v != nil && v.state == StateReady {
 			serving = true
 		}
 	}
+	var stale, kept []int64
 	for n, v := range md.versions {
 		if wanted[n] || broken[n] != nil {
 			continue
@@ -399,16 +430,12 @@ func (m *Manager) sync(ctx context.Context, name string, entry *modelrepo.ModelE
 	m.mu.Unlock()
 	if len(stale) > 0 {
 		slices.Sort(stale)
-		m.log.Info("unloading versions the version policy no longer selects", "model", name, "versions", stale)
+		m.log.Info("unloading versions the version policy no longer selects", "model", md.name, "versions", stale)
 	}
 	if len(kept) > 0 {
 		slices.Sort(kept)
-		m.log.Warn("no selected version could load; the old versions keep serving", "model", name, "versions", kept)
+		m.log.Warn("no selected version could load; the old versions keep serving", "model", md.name, "versions", kept)
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrNotReady, errors.Join(errs...))
-	}
-	return nil
 }
 
 func sortedInts(s []int64) []int64 {
@@ -572,23 +599,7 @@ func (m *Manager) lookupLocked(name string, num int64) (*version, error) {
 		return nil, fmt.Errorf("%w: no model %q in the repository", ErrModelNotFound, name)
 	}
 	if num == 0 {
-		var best, latest *version
-		for _, v := range md.versions {
-			if v.state == StateReady && (best == nil || v.num > best.num) {
-				best = v
-			}
-			if latest == nil || v.num > latest.num {
-				latest = v
-			}
-		}
-		switch {
-		case best != nil:
-			return best, nil
-		case latest == nil:
-			return nil, fmt.Errorf("%w: model %s is UNAVAILABLE: %v", ErrNotReady, name, md.err)
-		default:
-			return nil, notReady(latest)
-		}
+		return latestReady(md)
 	}
 	v := md.versions[num]
 	if v == nil {
@@ -603,6 +614,28 @@ func (m *Manager) lookupLocked(name string, num int64) (*version, error) {
 		return nil, notReady(v)
 	}
 	return v, nil
+}
+
+// latestReady returns the highest READY version of md, else the reason
+// none serves.
+func latestReady(md *model) (*version, error) {
+	var best, latest *version
+	for _, v := range md.versions {
+		if v.state == StateReady && (best == nil || v.num > best.num) {
+			best = v
+		}
+		if latest == nil || v.num > latest.num {
+			latest = v
+		}
+	}
+	switch {
+	case best != nil:
+		return best, nil
+	case latest == nil:
+		return nil, fmt.Errorf("%w: model %s is UNAVAILABLE: %v", ErrNotReady, md.name, md.err)
+	default:
+		return nil, notReady(latest)
+	}
 }
 
 func notReady(v *version) error {
@@ -678,14 +711,21 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Platform: v.entry.Format,
 		Buckets:  map[string][]int64{},
 	}
-	for i := range v.sig.Inputs {
-		md.Inputs = append(md.Inputs, v.sig.Inputs[i].spec())
+	p := v.plan
+	for i := range p.Inputs {
+		md.Inputs = append(md.Inputs, p.Inputs[i].spec())
 	}
-	for i := range v.sig.Outputs {
-		md.Outputs = append(md.Outputs, v.sig.Outputs[i].spec())
+	for k := range p.Outputs {
+		spec := p.Outputs[k].spec()
+		if p.batchErr == nil && spec.Dims[p.outBatchAxis[k]] == unknownSym {
+			spec.Dims[p.outBatchAxis[k]] = p.batchName
+		}
+		md.Outputs = append(md.Outputs, spec)
 	}
-	for sym, sizes := range v.sig.Buckets {
-		md.Buckets[sym] = slices.Clone(sizes)
+	for _, s := range p.Symbols {
+		md.Buckets[s.Name] = slices.Clone(s.Buckets)
+		md.Symbols = append(md.Symbols, SymbolInfo{Name: s.Name, Role: s.Role(), ModelSymbols: slices.Clone(s.Model),
+			Buckets: slices.Clone(s.Buckets), Min: s.Range.Min, Max: s.Range.Max, Pad: string(s.Pad), PadReason: s.PadReason})
 	}
 	return md, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -180,7 +181,8 @@ func TestCompileErrorReachesEveryWaiterAndRetries(t *testing.T) {
 	r.config("tinycnn", "buckets:\n  batch: [1]\n")
 	m, _ := start(t, r, nil)
 	v := versionOf(m, "tinycnn", 1)
-	b := v.buckets["batch=1"]
+	b := v.acquireBucket(map[string]int64{"batch": 1})
+	defer v.releaseBucket(b)
 	// A cancelled version context makes the compile fail at once (pjrt checks
 	// it first), as a broken program would.
 	v.cancel()
@@ -209,15 +211,16 @@ func TestNoBucket(t *testing.T) {
 	r := newRepo(t)
 	r.add("tinycnn", 1, tinyCNN) // no config.yaml: default buckets
 	m, logs := start(t, r, nil)
+	loaded := m.compiles.Load() // the load-time pad probe's
 	_, err := m.Infer(context.Background(), "tinycnn", 0, &InferRequest{Inputs: map[string]*tensor.Tensor{"image": tensor.New(tensor.Float32, 100, 3, 32, 32)}})
 	want := `serving: shape fits no bucket: input "image" dim 0 (batch) is 100, the largest bucket is 64 (buckets: [1 2 4 8 16 32 64])`
 	if !errors.Is(err, ErrNoBucket) || err.Error() != want {
 		t.Errorf("Infer with batch 100:\n got %v\nwant %s", err, want)
 	}
-	if n := m.compiles.Load(); n != 0 {
+	if n := m.compiles.Load() - loaded; n != 0 {
 		t.Errorf("%d compilations, want none", n)
 	}
-	if l := logs.lines("no buckets for symbol", "symbol=batch"); len(l) != 1 {
+	if l := logs.lines("msg=symbol", "symbol=batch", "buckets_from=default"); len(l) != 1 {
 		t.Errorf("default-bucket log lines: %q, want 1", l)
 	}
 	md, err := m.Metadata("tinycnn", 1)
@@ -237,6 +240,7 @@ func TestInvalidInput(t *testing.T) {
 	r.add("pair", 1, pairModel)
 	r.add("tinycnn", 1, tinyCNN)
 	m, _ := start(t, r, nil)
+	loaded := m.compiles.Load() // the load-time pad probe's
 	f32 := func(shape ...int64) *tensor.Tensor { return tensor.New(tensor.Float32, shape...) }
 	short := f32(3, 5)
 	short.Data = short.Data[:8]
@@ -273,7 +277,7 @@ func TestInvalidInput(t *testing.T) {
 			}
 		})
 	}
-	if n := m.compiles.Load(); n != 0 {
+	if n := m.compiles.Load() - loaded; n != 0 {
 		t.Errorf("invalid requests compiled %d buckets", n)
 	}
 	for _, c := range []struct {
@@ -298,7 +302,11 @@ func TestPaddingAndSlicingTwoSymbols(t *testing.T) {
 	r.config("pair", "buckets:\n  batch: [1, 4]\n  seq: [4, 8]\n")
 	// padded: x's padding is 0.5, which the sum over seq sees.
 	r.add("padded", 1, pairModel)
-	r.config("padded", "inputs:\n  - name: x\n    pad_value: 0.5\nbuckets:\n  batch: [4]\n  seq: [8]\n")
+	r.config("padded", "inputs:\n  - name: x\n    pad_value: 0.5\nbuckets:\n  batch: [4]\n  seq: [8]\npad:\n  seq: true\n")
+	// probed: the same pad value without pad: true; the probe sees that
+	// padding seq changes total, so seq is served at exact sizes.
+	r.add("probed", 1, pairModel)
+	r.config("probed", "inputs:\n  - name: x\n    pad_value: 0.5\nbuckets:\n  batch: [4]\n  seq: [8]\n")
 	// renamed: config.yaml names the model's batch symbol n and pins nothing.
 	r.add("renamed", 1, pairModel)
 	r.config("renamed", "inputs:\n  - name: x\n    dims: [n, seq]\n  - name: y\n    dtype: float32\n    dims: [n, seq]\noutputs:\n  - name: total\n    dims: [n]\nbuckets:\n  n: [2, 4]\n  seq: [8]\n")
@@ -334,7 +342,21 @@ func TestPaddingAndSlicingTwoSymbols(t *testing.T) {
 	}
 	assertClose(t, "total with pad value 0.5", resp.Outputs[1].Tensor, want, 1e-5)
 
-	md, err := m.Metadata("renamed", 0)
+	resp = infer(t, m, "probed", 0, in)
+	if resp.Bucket != "batch=4,seq=5" {
+		t.Errorf("probed ran in %q, want batch=4,seq=5 (seq exact)", resp.Bucket)
+	}
+	assertClose(t, "probed sum", resp.Outputs[0].Tensor, sum, 1e-6)
+	assertClose(t, "probed total", resp.Outputs[1].Tensor, total, 1e-5)
+	md, err := m.Metadata("probed", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Symbols) != 2 || md.Symbols[0].Pad != "pad" || md.Symbols[1].Pad != "exact" || !strings.Contains(md.Symbols[1].PadReason, `changes output "total"`) {
+		t.Errorf("probed symbols %+v", md.Symbols)
+	}
+
+	md, err = m.Metadata("renamed", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,15 +399,15 @@ func TestRunBucketStacksRequests(t *testing.T) {
 	// tinycnn: one row and two rows, stacked into one execution of bucket 4.
 	image, ref := readNpy(t, tinyCNNImage), readNpy(t, tinyCNNProbs)
 	v := versionOf(m, "tinycnn", 1)
-	c1, b1, err := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"image": rows(image, 1)}})
+	c1, err := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"image": rows(image, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, b2, err := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"image": rows(image, 0, 1)}})
-	if err != nil || b1 != b2 {
-		t.Fatal(err, b1.name, b2.name)
+	c2, err := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"image": rows(image, 0, 1)}})
+	if err != nil || !maps.Equal(c1.exec, c2.exec) {
+		t.Fatal(err, c1.exec, c2.exec)
 	}
-	if _, err := v.runBucket(ctx, b1, []*call{c1, c2}, nil); err != nil {
+	if _, err := v.runBucket(ctx, c1.exec, []*call{c1, c2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	assertClose(t, "first request", c1.outs[0], rows(ref, 1), 1e-5)
@@ -401,23 +423,23 @@ func TestRunBucketStacksRequests(t *testing.T) {
 		copyBlock(out.Data, out.Shape, []int64{0, 0}, src.Data, src.Shape, []int64{0, 0}, out.Shape, 4)
 		return out
 	}
-	p1, bp, err := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"x": cut(x, []int{2}, 3), "y": cut(y, []int{2}, 3)}})
+	p1, err := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"x": cut(x, []int{2}, 3), "y": cut(y, []int{2}, 3)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, _, err := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"x": cut(x, []int{0, 1}, 5), "y": cut(y, []int{0, 1}, 5)}})
+	p2, err := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"x": cut(x, []int{0, 1}, 5), "y": cut(y, []int{0, 1}, 5)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.runBucket(ctx, bp, []*call{p1, p2}, nil); err != nil {
+	if _, err := v.runBucket(ctx, p1.exec, []*call{p1, p2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	assertClose(t, "pair first request", p1.outs[0], cut(sum, []int{2}, 3), 1e-6)
 	assertClose(t, "pair second request", p2.outs[0], cut(sum, []int{0, 1}, 5), 1e-6)
 
 	// Too many rows for the bucket are refused.
-	p3, _, _ := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"x": x, "y": y}})
-	if _, err := v.runBucket(ctx, bp, []*call{p2, p3}, nil); err == nil || !strings.Contains(err.Error(), "do not fit bucket") {
+	p3, _ := v.prepare(&InferRequest{Inputs: map[string]*tensor.Tensor{"x": x, "y": y}})
+	if _, err := v.runBucket(ctx, p1.exec, []*call{p2, p3}, nil); err == nil || !strings.Contains(err.Error(), "do not fit bucket") {
 		t.Errorf("5 rows in bucket batch=4: %v", err)
 	}
 }

@@ -39,6 +39,8 @@ type serverMetrics struct {
 	batchRows      *metrics.HistogramVec // model, version, kind (real, padded)
 	queueRejected  *metrics.CounterVec   // model, version, reason
 	batchLimit     *metrics.GaugeVec     // model, version, queue
+	exactExes      *metrics.GaugeVec     // model, version
+	exactEvicted   *metrics.CounterVec   // model, version
 }
 
 func newServerMetrics() *serverMetrics {
@@ -65,6 +67,10 @@ func newServerMetrics() *serverMetrics {
 			"Time to lower (or read from the cache) and compile one bucket's executable.", compileBuckets, "model", "version"),
 		cache: r.NewCounterVec("xserve_compile_cache_total",
 			"On-disk compile cache lookups, by kind of entry and result.", "kind", "result"),
+		exactExes: r.NewGaugeVec("xserve_exact_executables",
+			"Executables a version keeps for sizes it serves exactly (a symbol whose padding would change the outputs), at most exact_executables.", "model", "version"),
+		exactEvicted: r.NewCounterVec("xserve_exact_evictions_total",
+			"Exact-size executables dropped from the bounded cache (least recently used first).", "model", "version"),
 		loaded: r.NewGaugeVec("xserve_models_loaded", "Model versions in state READY."),
 		state: r.NewGaugeVec("xserve_model_state",
 			"1 for the state each known model version is in, 0 for the others.", "model", "version", "state"),

@@ -22,11 +22,11 @@ func TestSignatureConfigMerge(t *testing.T) {
 		cnn   bool
 		yaml  string
 		want  string // error text; "" for success
-		check func(t *testing.T, s *signature)
+		check func(t *testing.T, s *BucketPlan)
 	}{
-		{name: "no config", check: func(t *testing.T, s *signature) {
-			if strings.Join(s.Symbols, ",") != "batch,seq" || strings.Join(s.Defaulted, ",") != "batch,seq" || s.batchErr != nil {
-				t.Errorf("symbols %v defaulted %v batchErr %v", s.Symbols, s.Defaulted, s.batchErr)
+		{name: "no config", check: func(t *testing.T, s *BucketPlan) {
+			if s.symbolNames() != "batch, seq" || !s.Symbols[0].Defaulted || !s.Symbols[1].Defaulted || !s.Symbols[0].Batch || s.Symbols[1].Batch {
+				t.Errorf("symbols %+v %+v", s.Symbols[0], s.Symbols[1])
 			}
 		}},
 		{name: "dtype", yaml: "inputs:\n  - name: x\n    dtype: int64\n",
@@ -48,19 +48,19 @@ func TestSignatureConfigMerge(t *testing.T) {
 		{name: "output dim differs", yaml: "outputs:\n  - name: sum\n    dims: [batch, 7]\n",
 			want: `serving: models/m/config.yaml: outputs[0].dims[1]: is 7, but dim 1 of the model's output "sum" is seq (float32[batch,seq])`},
 		{name: "renamed and pinned", yaml: "inputs:\n  - name: x\n    dims: [n, 16]\nbuckets:\n  n: [1, 8]\n  other: [2]\n",
-			check: func(t *testing.T, s *signature) {
-				if strings.Join(s.Symbols, ",") != "n" || len(s.Defaulted) != 0 || strings.Join(s.UnusedBuckets, ",") != "other" {
-					t.Errorf("symbols %v defaulted %v unused %v", s.Symbols, s.Defaulted, s.UnusedBuckets)
+			check: func(t *testing.T, s *BucketPlan) {
+				if s.symbolNames() != "n" || s.Symbols[0].Defaulted || !s.Symbols[0].Batch || strings.Join(s.UnusedBuckets, ",") != "other" {
+					t.Errorf("symbols %+v unused %v", s.Symbols[0], s.UnusedBuckets)
 				}
 				if got := s.Inputs[1].String() + " " + s.Outputs[0].String() + " " + s.Outputs[1].String(); got != "float32[n,16] float32[n,16] float32[n]" {
 					t.Errorf("signature %s", got)
 				}
-				b := s.allBuckets()
-				if len(b) != 2 || b[1].name != "n=8" || b[1].modelDims["batch"] != 8 || b[1].modelDims["seq"] != 16 {
+				b := s.buckets()
+				if len(b) != 2 || s.keyName(b[1]) != "n=8" || s.modelDims(b[1])["batch"] != 8 || s.modelDims(b[1])["seq"] != 16 {
 					t.Errorf("buckets %v", b)
 				}
 			}},
-		{name: "pad value", yaml: "inputs:\n  - name: y\n    pad_value: -1\n", check: func(t *testing.T, s *signature) {
+		{name: "pad value", yaml: "inputs:\n  - name: y\n    pad_value: -1\n", check: func(t *testing.T, s *BucketPlan) {
 			if p := s.Inputs[1].pad; len(p) != 4 || p[3] != 0xbf || p[2] != 0x80 {
 				t.Errorf("pad bytes of -1.0: %x", p)
 			}
@@ -75,7 +75,7 @@ func TestSignatureConfigMerge(t *testing.T) {
 			if c.cnn {
 				g = cnn
 			}
-			s, err := buildSignature(g, cfg, "models/m/config.yaml")
+			s, err := NewBucketPlan(g, cfg, "models/m/config.yaml", nil)
 			if c.want != "" {
 				if err == nil || err.Error() != c.want {
 					t.Errorf("got  %v\nwant %s", err, c.want)

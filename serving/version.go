@@ -30,18 +30,18 @@ type version struct {
 
 	// Set by load and read-only afterwards.
 	graph   *fxgraph.Graph
-	sig     *signature
+	plan    *BucketPlan
 	hash    string // content hash of the version directory
-	buckets map[string]*bucket
-	order   []*bucket // buckets in allBuckets order
 	weights *Weights
 	// batcher groups requests into batches; nil when the version runs each
-	// request alone (batching off, or inputs without a batch dim).
-	// batchBuckets maps each queue key and batch size to its bucket, sizers
-	// each queue key to its batch size learner.
-	batcher      *batching.Batcher
-	batchBuckets map[string]map[int64]*bucket
-	sizers       map[string]*sizer
+	// request alone (batching off, or requests that cannot be stacked).
+	batcher *batching.Batcher
+
+	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
+	buckets    map[string]*bucket // by name
+	exactCount int                // exact-size buckets in buckets
+	useTick    int64
+	sizers     map[string]*sizer // per queue key, created with the queue's first batch
 
 	// ctx is cancelled once the version is unloading and its requests have
 	// finished, so that a compile no request waits for any more stops.
@@ -105,38 +105,56 @@ func (v *version) load(ctx context.Context) error {
 	// are shared by every bucket (and found by the StableHLO cache).
 	v.graph = v.m.lowerer.Optimize(g)
 	cfgFile := filepath.Join(filepath.Dir(filepath.Dir(v.entry.Path)), modelrepo.ConfigFile)
-	sig, err := buildSignature(g, v.cfg, cfgFile)
+	shapes := func(dims map[string]int64) ([][]int64, error) {
+		g := v.graph // nil once freed: the plan must not keep the weights alive
+		if g == nil {
+			return nil, fmt.Errorf("%w: %s is unloaded", ErrNotReady, v)
+		}
+		return v.m.lowerer.OutputShapes(g, dims)
+	}
+	plan, err := NewBucketPlan(g, v.cfg, cfgFile, shapes)
 	if err != nil {
 		return err
 	}
-	v.sig = sig
-	if len(sig.Defaulted) > 0 {
-		for _, sym := range sig.Defaulted {
-			v.log().Info("no buckets for symbol in config.yaml; using the default", "symbol", sym, "buckets", fmt.Sprint(defaultBuckets()), "config", cfgFile)
-		}
+	v.plan = plan
+	if len(plan.UnusedBuckets) > 0 {
+		v.log().Warn("config.yaml has buckets for symbols no input has", "symbols", plan.UnusedBuckets, "config", cfgFile)
 	}
-	if len(sig.UnusedBuckets) > 0 {
-		v.log().Warn("config.yaml has buckets for symbols no input has", "symbols", sig.UnusedBuckets, "config", cfgFile)
-	}
-	v.order = sig.allBuckets()
-	v.buckets = make(map[string]*bucket, len(v.order))
-	for _, b := range v.order {
-		v.buckets[b.name] = b
-	}
+	v.buckets = map[string]*bucket{}
+	v.sizers = map[string]*sizer{}
 	v.weights = NewWeights(v.m.client)
+	// Warmup first, so that the probe runs on the compiled buckets.
+	if err := v.warmup(ctx); err != nil {
+		return err
+	}
+	if err := v.probePadding(ctx); err != nil {
+		return err
+	}
+	plan.findBatchAxes()
 	if err := v.setupBatching(cfgFile); err != nil {
 		return err
 	}
+	v.log().Info("model version loaded", "file", v.entry.Path, "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
+		"warmup", string(v.cfg.Warmup), "duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
 
-	if v.cfg.Warmup == modelrepo.WarmupEager || v.m.opts.CompileAll {
-		for i, b := range v.order {
-			if _, err := v.executable(ctx, b, fmt.Sprintf("%d/%d", i+1, len(v.order))); err != nil {
-				return fmt.Errorf("warmup: %w", err)
-			}
+// warmup compiles, with warmup eager (or Options.CompileAll), every
+// combination of bucket sizes (for a symbol served exactly, its bucket
+// sizes: likely sizes, kept like the padded buckets).
+func (v *version) warmup(ctx context.Context) error {
+	if v.cfg.Warmup != modelrepo.WarmupEager && !v.m.opts.CompileAll {
+		return nil
+	}
+	all := v.plan.buckets()
+	for i, exec := range all {
+		b := v.acquireBucket(exec)
+		_, err := v.executable(ctx, b, fmt.Sprintf("%d/%d", i+1, len(all)))
+		v.releaseBucket(b)
+		if err != nil {
+			return fmt.Errorf("warmup: %w", err)
 		}
 	}
-	v.log().Info("model version loaded", "file", v.entry.Path, "inputs", v.sig.inputNames(), "buckets", len(v.order),
-		"warmup", string(v.cfg.Warmup), "duration", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -319,7 +337,11 @@ func (v *version) free() {
 	}
 	v.cancel()
 	v.compiles.Wait()
-	for _, b := range v.order {
+	v.bmu.Lock()
+	buckets := v.buckets
+	v.buckets, v.sizers = nil, nil
+	v.bmu.Unlock()
+	for _, b := range buckets {
 		b.mu.Lock()
 		if b.exe != nil {
 			if err := b.exe.Close(); err != nil {
@@ -336,16 +358,17 @@ func (v *version) free() {
 	}
 	// Drop the host copies too: an unloaded or failed version stays known
 	// (UNAVAILABLE) but must not keep the model's weights in memory.
-	v.graph, v.buckets, v.order, v.batchBuckets, v.sizers = nil, nil, nil, nil, nil
+	v.graph = nil
 }
 
 // call is one request prepared for execution: its inputs in signature
-// order, the size of each symbol, and the outputs it wants. runBucket fills
-// outs.
+// order, the size of each symbol, the sizes it executes at, and the
+// outputs it wants. runBucket fills outs.
 type call struct {
 	inputs  []*tensor.Tensor
 	dims    map[string]int64
-	outputs []int // indices into signature.Outputs, ascending
+	exec    map[string]int64
+	outputs []int // indices into BucketPlan.Outputs, ascending
 	outs    []*tensor.Tensor
 }
 
@@ -355,32 +378,44 @@ type runTimes struct {
 	compute time.Duration // upload, execute, download
 }
 
-// runBucket executes calls together in bucket b: each input is built at the
-// bucket's shape, each call's tensor written straight into its rows of it
+// runBucket executes calls together at exec sizes: each input is built at
+// exec's shape, each call's tensor written straight into its rows of it
 // (offsets[i] along the batch dim; nil offsets stack the calls in order, one
 // call at offset 0), the rest padded with the input's pad value; each call's
-// outputs are sliced straight out of the bucket's outputs along every dim
-// that follows a symbol. The calls must have been validated against the
-// signature and fit b together (the batcher's job for several calls). It is
-// the unit the batcher runs; an unbatched Infer runs one call.
-func (v *version) runBucket(ctx context.Context, b *bucket, calls []*call, offsets []int64) (runTimes, error) {
+// outputs are sliced straight out of the executed outputs to their exact
+// shapes at the call's sizes. The calls must have been validated against
+// the plan and fit exec together (the batcher's job for several calls). It
+// is the unit the batcher runs; an unbatched Infer runs one call. It
+// returns the name of the bucket that ran.
+func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []*call, offsets []int64) (runTimes, error) {
 	var t runTimes
 	if len(calls) == 0 {
 		return t, nil
 	}
-	offsets, err := v.rowOffsets(b, calls, offsets)
-	if err != nil {
-		return t, err
+	p := v.plan
+	dims := make([]map[string]int64, len(calls))
+	for i, c := range calls {
+		dims[i] = c.dims
 	}
+	offsets, err := p.rowOffsets(exec, dims, offsets)
+	if err != nil {
+		return t, fmt.Errorf("serving: %s: %w", v, err)
+	}
+	b := v.acquireBucket(exec)
+	defer v.releaseBucket(b)
 	start := time.Now()
 	exe, err := v.executable(ctx, b, "")
 	t.wait = time.Since(start)
 	if err != nil {
 		return t, err
 	}
-	inputs := make([]*tensor.Tensor, len(v.sig.Inputs))
-	for i := range v.sig.Inputs {
-		inputs[i] = v.assemble(b, i, calls, offsets)
+	inputs := make([]*tensor.Tensor, len(p.Inputs))
+	srcs := make([]*tensor.Tensor, len(calls))
+	for i := range p.Inputs {
+		for ci, c := range calls {
+			srcs[ci] = c.inputs[i]
+		}
+		inputs[i] = p.assemble(i, exec, srcs, offsets)
 	}
 	start = time.Now()
 	outs, err := exe.Run(ctx, inputs)
@@ -388,115 +423,37 @@ func (v *version) runBucket(ctx context.Context, b *bucket, calls []*call, offse
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
-	if len(outs) != len(v.sig.Outputs) {
-		return t, fmt.Errorf("serving: %s: bucket %s returned %d outputs, the model has %d", v, b.name, len(outs), len(v.sig.Outputs))
+	if len(outs) != len(p.Outputs) {
+		return t, fmt.Errorf("serving: %s: bucket %s returned %d outputs, the model has %d", v, b.name, len(outs), len(p.Outputs))
 	}
 	for k, o := range outs {
-		if want := v.sig.Outputs[k].DType; o.DType != want {
+		if want := p.Outputs[k].DType; o.DType != want {
 			outs[k] = o.Convert(want) // int64 outputs narrowed for the device
 		}
 	}
 	for ci, c := range calls {
-		c.outs = c.outs[:0]
-		for _, k := range c.outputs {
-			c.outs = append(c.outs, v.extract(b, k, outs[k], c, offsets[ci], len(calls) > 1))
+		if err := v.slice(c, outs, offsets[ci], len(calls) > 1); err != nil {
+			return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 		}
 	}
 	return t, nil
 }
 
-// rowOffsets returns where each call's rows start along the batch dim:
-// given (from the batcher) or, when nil, stacked in order. It checks that
-// the calls fit b and that their rows do not overlap.
-func (v *version) rowOffsets(b *bucket, calls []*call, given []int64) ([]int64, error) {
-	if len(calls) > 1 && v.sig.batchErr != nil {
-		return nil, fmt.Errorf("serving: %s cannot run %d requests in one batch: %w", v, len(calls), v.sig.batchErr)
+// slice cuts call c's outputs out of the executed ones.
+func (v *version) slice(c *call, outs []*tensor.Tensor, offset int64, batched bool) error {
+	shapes, err := v.plan.outputShapes(c.dims)
+	if err != nil {
+		return err
 	}
-	if given != nil && len(given) != len(calls) {
-		return nil, fmt.Errorf("serving: %s: %d offsets for %d requests", v, len(given), len(calls))
-	}
-	offsets := make([]int64, len(calls))
-	var rows int64 // the end of the rows placed so far
-	for i, c := range calls {
-		offsets[i] = rows
-		if given != nil {
-			if given[i] < rows {
-				return nil, fmt.Errorf("serving: %s: request %d starts at row %d, inside the rows before it (which end at %d)", v, i, given[i], rows)
-			}
-			offsets[i] = given[i]
+	c.outs = c.outs[:0]
+	for _, k := range c.outputs {
+		o, err := v.plan.extract(k, outs[k], shapes[k], offset, batched)
+		if err != nil {
+			return err
 		}
-		for _, sym := range v.sig.Symbols {
-			n := c.dims[sym]
-			if sym == modelrepo.BatchSymbol {
-				rows = offsets[i] + n
-				n = rows
-			}
-			if n > b.dims[sym] {
-				return nil, fmt.Errorf("serving: %s: requests do not fit bucket %s (%s is %d)", v, b.name, sym, n)
-			}
-		}
+		c.outs = append(c.outs, o)
 	}
-	return offsets, nil
-}
-
-// assemble builds input i at the bucket's shape from the calls.
-func (v *version) assemble(b *bucket, i int, calls []*call, offsets []int64) *tensor.Tensor {
-	in := &v.sig.Inputs[i]
-	shape := b.inShapes[i]
-	if len(calls) == 1 && equalShape(calls[0].inputs[i].Shape, shape) {
-		return calls[0].inputs[i] // fits the bucket exactly: no copy
-	}
-	dst := tensor.New(in.DType, shape...)
-	fill(dst.Data, in.pad)
-	elem := int64(in.DType.Size())
-	for ci, c := range calls {
-		src := c.inputs[i]
-		dstOff := make([]int64, len(shape))
-		if offsets[ci] != 0 {
-			dstOff[in.batchAxis] = offsets[ci]
-		}
-		copyBlock(dst.Data, shape, dstOff, src.Data, src.Shape, make([]int64, len(shape)), src.Shape, elem)
-	}
-	return dst
-}
-
-// extract cuts call c's part out of output k: along the batch dim (when
-// several calls ran) its rows, along every other dim that follows a symbol
-// the request's size. A dim the server cannot relate to a symbol (unknown in
-// the model's signature) is returned at its executed, possibly padded, size.
-func (v *version) extract(b *bucket, k int, out *tensor.Tensor, c *call, offset int64, batched bool) *tensor.Tensor {
-	o := &v.sig.Outputs[k]
-	size := append([]int64(nil), out.Shape...)
-	off := make([]int64, len(size))
-	if len(o.Dims) == len(size) {
-		for d, spec := range o.Dims {
-			if !spec.isSymbol() || out.Shape[d] != b.dims[spec.Sym] {
-				continue // static, unknown, or not the bucket's size: leave it
-			}
-			size[d] = c.dims[spec.Sym]
-			if batched && d == o.batchAxis {
-				off[d] = offset
-			}
-		}
-	}
-	if !batched && equalShape(size, out.Shape) {
-		return out
-	}
-	res := tensor.New(out.DType, size...)
-	copyBlock(res.Data, size, make([]int64, len(size)), out.Data, out.Shape, off, size, int64(out.DType.Size()))
-	return res
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	return nil
 }
 
 // errUnsupported reports whether err says an operation is not supported.

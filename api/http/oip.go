@@ -21,6 +21,21 @@ type oipModelMeta struct {
 	Platform string          `json:"platform"`
 	Inputs   []oipTensorMeta `json:"inputs"`
 	Outputs  []oipTensorMeta `json:"outputs"`
+	// Symbols is xserve's extension: each dynamic dim's role, buckets and
+	// pad policy.
+	Symbols []oipSymbol `json:"symbols,omitempty"`
+}
+
+// oipSymbol is one served symbol in model metadata.
+type oipSymbol struct {
+	Name         string   `json:"name"`
+	Role         string   `json:"role"`
+	ModelSymbols []string `json:"model_symbols"`
+	Buckets      []int64  `json:"buckets"`
+	Min          int64    `json:"min"`
+	Max          int64    `json:"max"` // -1: unbounded
+	Pad          string   `json:"pad"`
+	PadReason    string   `json:"pad_reason"`
 }
 
 func modelMeta(m *serving.Metadata) oipModelMeta {
@@ -43,6 +58,10 @@ func modelMeta(m *serving.Metadata) oipModelMeta {
 		return r
 	}
 	out.Inputs, out.Outputs = conv(m.Inputs), conv(m.Outputs)
+	for _, s := range m.Symbols {
+		out.Symbols = append(out.Symbols, oipSymbol{Name: s.Name, Role: s.Role, ModelSymbols: s.ModelSymbols, Buckets: s.Buckets,
+			Min: s.Min, Max: s.Max, Pad: s.Pad, PadReason: s.PadReason})
+	}
 	return out
 }
 

@@ -1,18 +1,25 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/xserve/xserve/tensor"
 )
 
 // status GETs url and returns the HTTP status code (0 when unreachable).
@@ -132,25 +139,38 @@ func TestCompileThenServe(t *testing.T) {
 	}
 }
 
-func grepLines(s, sub string) string {
+// grepLines returns the lines of s that match the regular expression re.
+func grepLines(s, re string) string {
+	match := regexp.MustCompile(re)
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
+		if match.MatchString(l) {
 			out = append(out, l)
 		}
 	}
 	return strings.Join(out, "\n")
 }
 
-// TestDrainOnSIGTERM: requests queued for a batch (max_queue_delay 2s) over
-// HTTP and NATS when SIGTERM arrives are all answered, then xserve exits 0.
+// TestDrainOnSIGTERM: HTTP and NATS requests that are in the server when
+// SIGTERM arrives (queued behind one another on a heavier model, the zoo's
+// resnet50 fixture) are all answered, then xserve exits 0.
 func TestDrainOnSIGTERM(t *testing.T) {
-	repo := tinycnnRepo(t)
-	config := "buckets:\n  batch: [1, 2, 4, 8]\nwarmup: eager\nbatching:\n  max_batch_size: 8\n  max_queue_delay: 2s\n"
-	if err := os.WriteFile(filepath.Join(repo, "tinycnn", "config.yaml"), []byte(config), 0o644); err != nil {
+	repo := t.TempDir()
+	model, err := os.ReadFile("../../testdata/zoo/resnet50/model.onnx")
+	if err != nil {
 		t.Fatal(err)
 	}
-	p := startXserve(t, repo, t.TempDir(), "--nats-listen", "127.0.0.1:0", "--shutdown-timeout", "20s")
+	if err := os.MkdirAll(filepath.Join(repo, "resnet50", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "resnet50", "1", "model.onnx"), model, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	config := "buckets:\n  batch: [4]\nwarmup: eager\nbatching:\n  max_batch_size: 4\n"
+	if err := os.WriteFile(filepath.Join(repo, "resnet50", "config.yaml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startXserve(t, repo, t.TempDir(), "--nats-listen", "127.0.0.1:0", "--shutdown-timeout", "60s")
 	var natsURL string
 	deadline := time.Now().Add(time.Minute)
 	for natsURL == "" {
@@ -167,59 +187,123 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	}
 	defer nc.Close()
 
-	s := loadSample(t)
-	img, want := s.batch(1)
-	body := v1Request("tinycnn", img, "float32", false)
-	const perProtocol = 3
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*perProtocol)
-	for range perProtocol {
+	img, err := tensor.ReadNpyFile("../../testdata/zoo/resnet50/b3.in.image.npy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := v1Request("resnet50", img, "float32", false)
+	// Closed-loop load over both protocols until SIGTERM; each client stops
+	// sending once stop is set, just before the signal.
+	const clients = 6
+	var (
+		wg        sync.WaitGroup
+		stop      atomic.Bool
+		mu        sync.Mutex
+		sigterm   time.Time
+		after     = map[string]int{} // answers completed after SIGTERM, by protocol
+		failures  []string
+		turnedOff int // requests refused because the server had stopped taking them
+	)
+	answered := func(protocol string, data []byte) {
+		var r struct {
+			Outputs map[string]struct{ Shape []int64 } `json:"outputs"`
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err := json.Unmarshal(data, &r); err != nil || fmt.Sprint(r.Outputs["logits"].Shape) != "[3 10]" {
+			failures = append(failures, fmt.Sprintf("%s: unexpected answer (%v): %.200s", protocol, err, data))
+			return
+		}
+		if !sigterm.IsZero() {
+			after[protocol]++
+		}
+	}
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		failures = append(failures, fmt.Sprintf(format, args...))
+	}
+	refused := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		turnedOff++
+	}
+	for range clients {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			r := call(t, "POST", p.url+"/v1/infer", body)
-			if r.code != http.StatusOK {
-				errs <- fmt.Errorf("HTTP: %s", r)
-				return
+			for !stop.Load() {
+				res, err := http.Post(p.url+"/v1/infer", "application/json", bytes.NewReader(body))
+				if err != nil { // a connection the closed listener refused
+					refused()
+					return
+				}
+				data, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					fail("HTTP: %s: %.200s", res.Status, data)
+					return
+				}
+				answered("HTTP", data)
 			}
-			checkV1(t, r, want)
 		}()
 		go func() {
 			defer wg.Done()
-			msg, err := nc.Request("xserve.v1.infer.tinycnn", body, 30*time.Second)
-			if err != nil {
-				errs <- fmt.Errorf("NATS: %w", err)
-				return
+			for !stop.Load() {
+				msg, err := nc.Request("xserve.v1.infer.resnet50", body, time.Minute)
+				if errors.Is(err, nats.ErrNoResponders) { // published after the drain unsubscribed
+					refused()
+					return
+				}
+				if err != nil {
+					fail("NATS: %v", err)
+					return
+				}
+				if e := msg.Header.Get("Nats-Service-Error"); e != "" {
+					fail("NATS error reply: %s %.200s", e, msg.Data)
+					return
+				}
+				answered("NATS", msg.Data)
 			}
-			if e := msg.Header.Get("Nats-Service-Error"); e != "" {
-				errs <- fmt.Errorf("NATS error reply: %s %s", e, msg.Data)
-				return
-			}
-			checkV1(t, reply{code: http.StatusOK, header: http.Header{}, body: msg.Data}, want)
 		}()
 	}
-	// SIGTERM once every request waits in the server (the /metrics request
-	// counts itself in the HTTP gauge).
+	// SIGTERM while requests of both protocols are in the server (the
+	// /metrics request counts itself in the HTTP gauge).
+	httpIn := regexp.MustCompile(`(?m)^xserve_http_requests_in_flight ([0-9]+)$`)
+	natsIn := regexp.MustCompile(`(?m)^xserve_nats_requests_in_flight\{model="resnet50"\} ([0-9]+)$`)
+	var inHTTP, inNATS int
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		m := string(call(t, "GET", p.url+"/metrics", nil).body)
-		if strings.Contains(m, fmt.Sprintf("xserve_http_requests_in_flight %d\n", perProtocol+1)) &&
-			strings.Contains(m, fmt.Sprintf("xserve_nats_requests_in_flight{model=\"tinycnn\"} %d\n", perProtocol)) {
-			break
+		if h, n := httpIn.FindStringSubmatch(m), natsIn.FindStringSubmatch(m); h != nil && n != nil {
+			fmt.Sscan(h[1], &inHTTP)
+			fmt.Sscan(n[1], &inNATS)
+			inHTTP--
+			if inHTTP >= 1 && inNATS >= 1 {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the requests never all reached the server:\n%s", grepLines(m, "in_flight"))
+			t.Fatalf("never requests of both protocols in the server at once:\n%s", grepLines(m, "in_flight|xserve_requests_total"))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
+	stop.Store(true)
+	mu.Lock()
+	sigterm = time.Now()
+	mu.Unlock()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+	for _, f := range failures {
+		t.Error(f)
 	}
+	// Every request in the server at SIGTERM was answered after it.
+	if after["HTTP"] < inHTTP || after["NATS"] < inNATS {
+		t.Errorf("in flight at SIGTERM: %d HTTP, %d NATS; answered after it: %v", inHTTP, inNATS, after)
+	}
+	t.Logf("in flight at SIGTERM: %d HTTP, %d NATS; answered after it: %v; refused after it: %d", inHTTP, inNATS, after, turnedOff)
 	p.waitExit(t)
 	if !strings.Contains(p.log.String(), "msg=stopped") {
 		t.Errorf("no clean stop in the log")

@@ -488,6 +488,25 @@ func TestServeEndToEnd(t *testing.T) {
 		checkV1(t, call(t, "POST", p.url+"/v1/infer", v1Request("tinycnn", img2, "float32", false)), want2)
 	}
 
+	t.Run("metadata lists the symbols", func(t *testing.T) {
+		r := call(t, "GET", p.url+"/v2/models/tinycnn", nil)
+		var md struct {
+			Outputs []struct{ Shape []int64 }
+			Symbols []struct {
+				Name, Role, Pad string
+				PadReason       string `json:"pad_reason"`
+				Buckets         []int64
+			}
+		}
+		if err := json.Unmarshal(r.body, &md); err != nil || r.code != http.StatusOK {
+			t.Fatalf("%s: %v", r, err)
+		}
+		if len(md.Symbols) != 1 || md.Symbols[0].Name != "batch" || md.Symbols[0].Role != "batch" || md.Symbols[0].Pad != "pad" ||
+			!strings.HasPrefix(md.Symbols[0].PadReason, "probe:") || len(md.Symbols[0].Buckets) == 0 {
+			t.Errorf("symbols %+v", md.Symbols)
+		}
+	})
+
 	t.Run("v2 JSON", func(t *testing.T) {
 		body := fmt.Sprintf(`{"id": "a", "inputs": [{"name": "image", "shape": %s, "datatype": "FP32", "data": %s}], "outputs": [{"name": "probs", "parameters": {"binary_data": false}}]}`,
 			shapeJSON(img2.Shape), jsonArray(img2, false))
