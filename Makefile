@@ -10,13 +10,14 @@ ONNX_TESTDATA := /usr/include/onnx/backend/test/data
 EXAMPLE := examples/models/tinycnn
 FUZZTIME ?= 20s
 
-.PHONY: all build run test pjrt testdata venv venv-triton proto examples conformance conformance-check fuzz bench bench-models vet clean help
+.PHONY: all build run test pjrt testdata venv venv-triton proto examples conformance conformance-check fuzz bench bench-models vet clean help docker-test
 
 all: build
 
 help:
 	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
-	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check"
+	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check, docker-test"
+	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 	@echo "make venv-triton  tritonclient[all]==2.41.1, perf_analyzer and protoc into .venv-triton (make test runs it)"
@@ -81,12 +82,13 @@ run: pjrt build
 
 GOCYCLO := github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 
-# go vet, gofmt, go.mod tidiness, and no function of serving/ (tests aside)
-# above cyclomatic complexity 15.
+# go vet, gofmt, go.mod tidiness (also of deploy/'s module), and no function
+# of serving/ (tests aside) above cyclomatic complexity 15.
 vet:
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	$(GO) run $(GOCYCLO) -over 15 -ignore '_test.go$$' serving
+	cd deploy && $(GO) vet ./... && $(GO) mod tidy -diff
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
@@ -94,6 +96,13 @@ test: pjrt testdata venv venv-triton vet conformance-check
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecodeTensor$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -timeout 30m ./...
+	cd deploy && $(GO) test -count=1 ./...
+	$(MAKE) docker-test
+
+# Builds the images for real and serves from the CPU one; installs and starts
+# Docker and makes the base images locally when needed (scripts/docker-test.sh).
+docker-test: venv
+	PYTHON=$(CURDIR)/$(VENV)/bin/python scripts/docker-test.sh
 
 conformance: pjrt testdata
 	$(GO) run ./cmd/onnx-conformance -write docs/onnx-conformance.md

@@ -41,6 +41,28 @@ type Options struct {
 	// PollInterval is how often the repository is scanned for added, removed
 	// and changed models; 0 means no polling.
 	PollInterval time.Duration
+	// CompileAll compiles every bucket of every loaded version when it loads,
+	// whatever the config's warmup says (`xserve compile` fills a compile
+	// cache this way).
+	CompileAll bool
+	// OnBucket, when set, is called after each bucket's executable is built
+	// (compiled, or loaded from the compile cache) or fails to build, from
+	// the goroutine that built it.
+	OnBucket func(BucketEvent)
+}
+
+// BucketEvent reports one bucket's executable being built (Options.OnBucket).
+type BucketEvent struct {
+	Model   string
+	Version int64
+	Bucket  string
+	// Done and Total count the buckets of a warmup (or CompileAll) of this
+	// version; both are 0 for a compile on first use.
+	Done, Total int
+	// Cached says the executable came from the compile cache, not the compiler.
+	Cached   bool
+	Duration time.Duration
+	Err      error
 }
 
 func (o *Options) setDefaults() {
@@ -750,6 +772,10 @@ func (m *Manager) Ready() bool {
 	}
 	return true
 }
+
+// Compilations returns how many executables the Manager has compiled (not
+// loaded from the compile cache) since it was made.
+func (m *Manager) Compilations() int64 { return m.compiles.Load() }
 
 // ModelReady reports whether the model version (0: any version) is READY.
 func (m *Manager) ModelReady(model string, version int64) bool {

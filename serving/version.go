@@ -141,11 +141,11 @@ func (v *version) load(ctx context.Context) error {
 	return nil
 }
 
-// warmup compiles, with warmup eager, every combination of bucket sizes
-// (for a symbol served exactly, its bucket sizes: likely sizes, kept like
-// the padded buckets).
+// warmup compiles, with warmup eager (or Options.CompileAll), every
+// combination of bucket sizes (for a symbol served exactly, its bucket
+// sizes: likely sizes, kept like the padded buckets).
 func (v *version) warmup(ctx context.Context) error {
-	if v.cfg.Warmup != modelrepo.WarmupEager {
+	if v.cfg.Warmup != modelrepo.WarmupEager && !v.m.opts.CompileAll {
 		return nil
 	}
 	all := v.plan.buckets()
@@ -230,6 +230,11 @@ func (v *version) compile(b *bucket, c *compileCall, progress string) {
 	c.exe, c.err = exe, err
 	b.mu.Unlock()
 	close(c.done)
+	if hook := v.m.opts.OnBucket; hook != nil {
+		ev := BucketEvent{Model: v.name, Version: v.num, Bucket: b.name, Cached: err == nil && !compiled, Duration: d, Err: err}
+		fmt.Sscanf(progress, "%d/%d", &ev.Done, &ev.Total)
+		hook(ev)
+	}
 }
 
 // build lowers the graph for b (or reads the StableHLO from the cache) and

@@ -45,7 +45,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fs.BoolVar(&limits.AccessLog, "access-log", false, "log every HTTP and gRPC request at level info, with its request id")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "grace period: how long SIGTERM waits for in-flight and queued requests (HTTP and NATS) before exiting")
+	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
+	strict := fs.Bool("strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
 	nf := natsFlags(fs)
 	sf := newSecurityFlags(fs)
 	tf := tracingFlags(fs)
@@ -70,6 +72,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *repoDir == "" {
 		fs.Usage()
 		return errors.New("serve: --model-repo DIR is required")
+	}
+	if *shutdownTimeout <= 0 {
+		return fmt.Errorf("serve: --shutdown-timeout must be positive, got %v", *shutdownTimeout)
+	}
+	if *shutdownDelay < 0 {
+		return fmt.Errorf("serve: --shutdown-delay must be 0 or more, got %v", *shutdownDelay)
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -96,11 +104,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: *plugin})
-	if err != nil {
-		return err
-	}
-	client, err := pjrt.Open(path)
+	client, err := openPlugin(*plugin)
 	if err != nil {
 		return err
 	}
@@ -137,7 +141,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	limits.Logger = log
 	limits.Version = buildVersion()
-	backend := &metricsBackend{Manager: mgr}
+	backend := &metricsBackend{Manager: mgr, strict: *strict}
 	srv, err := httpapi.New(backend, limits)
 	if err != nil {
 		return errors.Join(err, mgr.Shutdown(context.Background()))
@@ -177,6 +181,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cancel()
 		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx))
 	case <-ctx.Done():
+	}
+	if *shutdownDelay > 0 {
+		backend.draining.Store(true)
+		log.Info("shutting down: not ready any more, still serving", "delay", *shutdownDelay)
+		time.Sleep(*shutdownDelay)
 	}
 	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
@@ -263,10 +272,32 @@ func (b byteSize) Set(s string) error {
 }
 
 // metricsBackend is the Manager as the HTTP API's backend, with /metrics
-// extended by the NATS replica's counts once NATS serves.
+// extended by the NATS replica's counts once NATS serves, and the server's
+// readiness made strict (--strict-readiness) and dropped while draining.
 type metricsBackend struct {
 	*serving.Manager
-	nats atomic.Pointer[natsapi.Server]
+	nats     atomic.Pointer[natsapi.Server]
+	strict   bool
+	draining atomic.Bool
+}
+
+// Ready reports whether the server takes requests: the Manager is done
+// loading and, when strict, every model version that should load is READY
+// (a model that failed to load keeps the server unready until it is fixed
+// or removed). A version being unloaded after an upgrade does not count.
+func (b *metricsBackend) Ready() bool {
+	if b.draining.Load() || !b.Manager.Ready() {
+		return false
+	}
+	if !b.strict {
+		return true
+	}
+	for _, st := range b.Manager.Status() {
+		if st.State != serving.StateReady && st.State != serving.StateUnloading {
+			return false
+		}
+	}
+	return true
 }
 
 // WriteMetrics writes the Manager's metrics, then the NATS ones.
