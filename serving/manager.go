@@ -45,6 +45,10 @@ type Options struct {
 	// whatever the config's warmup says (`xserve compile` fills a compile
 	// cache this way).
 	CompileAll bool
+	// CompileParallelism bounds the executables built at once, across all
+	// models (warmups build a version's buckets in parallel); 0 means
+	// runtime.GOMAXPROCS.
+	CompileParallelism int
 	// OnBucket, when set, is called after each bucket's executable is built
 	// (compiled, or loaded from the compile cache) or fails to build, from
 	// the goroutine that built it.
@@ -72,6 +76,9 @@ func (o *Options) setDefaults() {
 	if o.Lowering.Platform == "" && o.Client != nil {
 		o.Lowering.Platform = o.Client.Platform()
 	}
+	if o.CompileParallelism == 0 {
+		o.CompileParallelism = runtime.GOMAXPROCS(0)
+	}
 }
 
 func (o *Options) validate() error {
@@ -80,6 +87,8 @@ func (o *Options) validate() error {
 		return errors.New("serving: Options.Client is required")
 	case o.Repository == nil:
 		return errors.New("serving: Options.Repository is required")
+	case o.CompileParallelism < 0:
+		return fmt.Errorf("serving: Options.CompileParallelism must be >= 0, got %d", o.CompileParallelism)
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
 	}
@@ -110,6 +119,9 @@ type Manager struct {
 	compiles  atomic.Int64
 
 	unsupportedOnce sync.Once // logs that executables cannot be cached
+
+	// compileSlots holds a token per build in progress (CompileParallelism).
+	compileSlots chan struct{}
 
 	// ctx is cancelled by Shutdown: it stops polling and aborts loads.
 	ctx    context.Context
@@ -151,14 +163,15 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		opts:    opts,
-		log:     opts.Logger,
-		client:  opts.Client,
-		repo:    opts.Repository,
-		lowerer: lower.New(opts.Lowering),
-		metrics: newServerMetrics(),
-		buildID: buildID(),
-		models:  map[string]*model{},
+		opts:         opts,
+		log:          opts.Logger,
+		client:       opts.Client,
+		repo:         opts.Repository,
+		lowerer:      lower.New(opts.Lowering),
+		metrics:      newServerMetrics(),
+		buildID:      buildID(),
+		compileSlots: make(chan struct{}, opts.CompileParallelism),
+		models:       map[string]*model{},
 	}
 	if opts.CompileCacheDir != "" {
 		c, err := newDirCache(opts.CompileCacheDir)

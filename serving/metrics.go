@@ -33,6 +33,7 @@ type serverMetrics struct {
 	duration       *metrics.HistogramVec // model, version, phase
 	compilations   *metrics.CounterVec   // model, version, bucket
 	compileSeconds *metrics.HistogramVec // model, version
+	bucketCompile  *metrics.GaugeVec     // model, version, bucket
 	cache          *metrics.CounterVec   // kind, result
 	loaded         *metrics.GaugeVec
 	state          *metrics.GaugeVec     // model, version, state
@@ -68,6 +69,8 @@ func newServerMetrics() *serverMetrics {
 			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",
 			"Time to lower (or read from the cache) and compile one bucket's executable.", compileBuckets, "model", "version"),
+		bucketCompile: r.NewGaugeVec("xserve_bucket_compile_seconds",
+			"Seconds the last compile of each bucket took (lowering included).", "model", "version", "bucket"),
 		cache: r.NewCounterVec("xserve_compile_cache_total",
 			"On-disk compile cache lookups, by kind of entry and result.", "kind", "result"),
 		exactExes: r.NewGaugeVec("xserve_exact_executables",

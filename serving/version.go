@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xserve/xserve/batching"
@@ -149,15 +150,40 @@ func (v *version) warmup(ctx context.Context) error {
 		return nil
 	}
 	all := v.plan.buckets()
+	w := &warmupProgress{total: len(all)}
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
 	for i, exec := range all {
 		b := v.acquireBucket(exec)
-		_, err := v.executable(ctx, b, fmt.Sprintf("%d/%d", i+1, len(all)))
-		v.releaseBucket(b)
+		wg.Add(1)
+		go func() { // the Manager's compile slots bound how many run at once
+			defer wg.Done()
+			defer v.releaseBucket(b)
+			_, errs[i] = v.executable(ctx, b, w)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return fmt.Errorf("warmup: %w", err)
 		}
 	}
 	return nil
+}
+
+// warmupProgress counts the buckets of one warmup as they finish.
+type warmupProgress struct {
+	done  atomic.Int64
+	total int
+}
+
+// next counts one more finished bucket and returns "3/7"; "" without a
+// warmup.
+func (w *warmupProgress) next() string {
+	if w == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", w.done.Add(1), w.total)
 }
 
 // checkPlugin rejects a config whose pjrt_plugin is not the Manager's client.
@@ -179,8 +205,9 @@ func (v *version) checkPlugin() error {
 // Concurrent callers share one compile, run on a goroutine of its own so
 // that a caller giving up does not cancel it for the others; a failed
 // compile is reported to every waiter and retried by the next caller.
-// progress ("3/7") marks a warmup compile in the log line.
-func (v *version) executable(ctx context.Context, b *bucket, progress string) (*Executable, error) {
+// w, the warmup's progress (nil outside one), marks a warmup compile in the
+// log line ("3/7").
+func (v *version) executable(ctx context.Context, b *bucket, w *warmupProgress) (*Executable, error) {
 	b.mu.Lock()
 	if b.exe != nil {
 		e := b.exe
@@ -192,7 +219,7 @@ func (v *version) executable(ctx context.Context, b *bucket, progress string) (*
 		c = &compileCall{done: make(chan struct{})}
 		b.pending = c
 		v.compiles.Add(1)
-		go v.compile(b, c, progress)
+		go v.compile(b, c, w)
 	}
 	b.mu.Unlock()
 	select {
@@ -203,12 +230,14 @@ func (v *version) executable(ctx context.Context, b *bucket, progress string) (*
 	}
 }
 
-// compile builds the bucket's executable and completes c.
-func (v *version) compile(b *bucket, c *compileCall, progress string) {
+// compile builds the bucket's executable and completes c. It holds one of
+// the Manager's compile slots while building.
+func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 	defer v.compiles.Done()
 	start := time.Now()
-	exe, compiled, err := v.build(v.ctx, b)
+	exe, compiled, err := v.buildInSlot(b)
 	d := time.Since(start)
+	progress := w.next()
 	if err != nil {
 		err = fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 		v.log().Error("compile failed", "bucket", b.name, "error", err)
@@ -217,6 +246,7 @@ func (v *version) compile(b *bucket, c *compileCall, progress string) {
 		if compiled {
 			msg = "compiled bucket"
 			v.m.metrics.compileSeconds.With(v.name, v.label).Observe(d.Seconds())
+			v.m.metrics.bucketCompile.With(v.name, v.label, b.name).Set(d.Seconds())
 		}
 		attrs := []any{"model", v.name, "version", v.num, "bucket", b.name}
 		if progress != "" {
@@ -235,6 +265,18 @@ func (v *version) compile(b *bucket, c *compileCall, progress string) {
 		fmt.Sscanf(progress, "%d/%d", &ev.Done, &ev.Total)
 		hook(ev)
 	}
+}
+
+// buildInSlot waits for a compile slot (the Manager runs at most
+// Options.CompileParallelism builds at once), then builds b.
+func (v *version) buildInSlot(b *bucket) (*Executable, bool, error) {
+	select {
+	case v.m.compileSlots <- struct{}{}:
+	case <-v.ctx.Done():
+		return nil, false, fmt.Errorf("waiting for a compile slot: %w", v.ctx.Err())
+	}
+	defer func() { <-v.m.compileSlots }()
+	return v.build(v.ctx, b)
 }
 
 // build lowers the graph for b (or reads the StableHLO from the cache) and
@@ -407,7 +449,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	b := v.acquireBucket(exec)
 	defer v.releaseBucket(b)
 	start := time.Now()
-	exe, err := v.executable(ctx, b, "")
+	exe, err := v.executable(ctx, b, nil)
 	t.wait = time.Since(start)
 	if err != nil {
 		return t, err

@@ -30,6 +30,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	repoDir := fs.String("model-repo", "", "model repository directory (required)")
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), "compile cache directory to fill")
+	compileJobs := fs.Int("compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs); must match the server's flag")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
@@ -73,13 +74,14 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	p := &compileProgress{w: stdout, per: map[string]*versionCount{}}
 	start := time.Now()
 	mgr, err := serving.NewManager(ctx, serving.Options{
-		Client:          client,
-		Repository:      repo,
-		CompileCacheDir: *cacheDir,
-		Lowering:        lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
-		Logger:          log,
-		CompileAll:      true,
-		OnBucket:        p.bucket,
+		Client:             client,
+		Repository:         repo,
+		CompileCacheDir:    *cacheDir,
+		CompileParallelism: *compileJobs,
+		Lowering:           lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
+		Logger:             log,
+		CompileAll:         true,
+		OnBucket:           p.bucket,
 	})
 	if err != nil {
 		return err

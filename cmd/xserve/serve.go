@@ -40,6 +40,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	grpcAddr := fs.String("grpc-addr", ":8001", `KServe v2 gRPC listen address (host:port; port 0 picks a free one; "" disables gRPC)`)
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
+	compileJobs := fs.Int("compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
 	poll := fs.Duration("poll-interval", 5*time.Second, "how often to rescan the model repository for changes (0 disables)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -119,12 +120,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir)
 	mgr, err := serving.NewManager(ctx, serving.Options{
-		Client:          client,
-		Repository:      repo,
-		CompileCacheDir: *cacheDir,
-		Lowering:        lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
-		Logger:          log,
-		PollInterval:    *poll,
+		Client:             client,
+		Repository:         repo,
+		CompileCacheDir:    *cacheDir,
+		CompileParallelism: *compileJobs,
+		Lowering:           lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
+		Logger:             log,
+		PollInterval:       *poll,
 	})
 	if err != nil {
 		return err
