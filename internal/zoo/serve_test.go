@@ -239,7 +239,6 @@ func cutColumns(x *tensor.Tensor, n int64) *tensor.Tensor {
 	return out
 }
 
-
 func mustNpy(t *testing.T, path string) *tensor.Tensor {
 	t.Helper()
 	x, err := tensor.ReadNpyFile(path)
