@@ -45,7 +45,11 @@
 // a restart skips lowering; compiled executables are kept too, keyed by the
 // plugin and the program, when the PJRT binding can serialize them (where it
 // cannot, that is logged once at debug level). Entries are written to a
-// temporary file and renamed into place.
+// temporary file and renamed into place, each with a SHA-256 of its payload
+// in a header line. An entry whose checksum fails, an executable that does
+// not deserialize and cached StableHLO that does not compile are deleted,
+// logged as warnings, counted as result="corrupt" and rebuilt (lowered and
+// compiled again), so a damaged cache never keeps a model from loading.
 //
 // # Lifecycle
 //
@@ -132,7 +136,7 @@
 // xserve_batch_size_limit {model,version,queue} (the learned batch size
 // limit of each queue), xserve_compilations_total
 // {model,version,bucket}, xserve_compile_seconds {model,version},
-// xserve_compile_cache_total {kind=stablehlo|executable,result=hit|miss},
+// xserve_compile_cache_total {kind=stablehlo|executable,result=hit|miss|corrupt},
 // xserve_models_loaded (READY versions) and xserve_model_state
 // {model,version,state} (1 for the current state, 0 for the others).
 // Requests naming an unknown model are not counted (their labels would come

@@ -66,7 +66,7 @@ func newServerMetrics() *serverMetrics {
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",
 			"Time to lower (or read from the cache) and compile one bucket's executable.", compileBuckets, "model", "version"),
 		cache: r.NewCounterVec("xserve_compile_cache_total",
-			"On-disk compile cache lookups, by kind of entry and result.", "kind", "result"),
+			"On-disk compile cache lookups, by kind of entry and result: hit, miss, corrupt (an entry whose checksum failed, or that did not deserialize or compile; deleted and rebuilt).", "kind", "result"),
 		exactExes: r.NewGaugeVec("xserve_exact_executables",
 			"Executables a version keeps for sizes it serves exactly (a symbol whose padding would change the outputs), at most exact_executables.", "model", "version"),
 		exactEvicted: r.NewCounterVec("xserve_exact_evictions_total",
@@ -78,6 +78,7 @@ func newServerMetrics() *serverMetrics {
 	for _, kind := range []string{cacheStableHLO, cacheExecutable} {
 		m.cache.With(kind, "hit")
 		m.cache.With(kind, "miss")
+		m.cache.With(kind, "corrupt")
 	}
 	return m
 }
@@ -89,6 +90,11 @@ func (m *serverMetrics) cacheResult(kind string, hit bool) {
 		result = "hit"
 	}
 	m.cache.With(kind, result).Inc()
+}
+
+// cacheCorrupt counts a compile-cache entry found corrupt (and deleted).
+func (m *serverMetrics) cacheCorrupt(kind string) {
+	m.cache.With(kind, "corrupt").Inc()
 }
 
 // setState records that a version is in state s.
