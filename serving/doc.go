@@ -59,7 +59,13 @@
 // UNLOADING at once and frees its executables and weights once its in-flight
 // requests finished. A version whose model file or config changed is
 // reloaded beside the serving instance, which keeps serving until the new one
-// is READY (and keeps serving if the reload fails). A model or version that
+// is READY (and keeps serving if the reload fails). A failed reload stays
+// visible, as Triton users expect of a model whose file no longer loads: the
+// version is still READY (it serves the instance loaded before) with a
+// reason that starts "reload failed", xserve_model_stale is 1 and
+// xserve_model_reload_failures_total counts it; the same broken file and
+// config are not retried on every poll, only once either changes again (or
+// the old file comes back, which clears the reason). A model or version that
 // fails to load is UNAVAILABLE and never affects the others. With
 // Options.PollInterval the repository is polled for added, removed and
 // changed models and versions.
@@ -138,7 +144,9 @@
 // {model,version,bucket}, xserve_compile_seconds {model,version},
 // xserve_compile_cache_total {kind=stablehlo|executable,result=hit|miss|corrupt},
 // xserve_models_loaded (READY versions) and xserve_model_state
-// {model,version,state} (1 for the current state, 0 for the others).
+// {model,version,state} (1 for the current state, 0 for the others),
+// xserve_model_reload_failures_total {model,version} and xserve_model_stale
+// {model,version}.
 // Requests naming an unknown model are not counted (their labels would come
 // from clients).
 //

@@ -365,6 +365,13 @@ func (m *Manager) syncVersion(ctx context.Context, md *model, ve modelrepo.Versi
 	var keep, replace bool
 	if cur != nil && cur.state == StateReady {
 		keep = sameFile(cur.entry, ve) && reflect.DeepEqual(cur.cfg, cfg)
+		if keep && cur.failedReload != nil {
+			// The file it was loaded from is back.
+			m.setStaleLocked(cur, nil, "")
+		}
+		if f := cur.failedReload; f != nil && sameFile(f.entry, ve) && reflect.DeepEqual(f.cfg, cfg) {
+			keep = true // failed already; retried once the file or config changes
+		}
 		replace = !keep
 	}
 	m.mu.Unlock()
@@ -450,6 +457,10 @@ func (m *Manager) loadVersion(ctx context.Context, md *model, ve modelrepo.Versi
 		m.mu.Lock()
 		if old == nil {
 			m.setStateLocked(v, StateUnavailable, err.Error())
+		} else if md.versions[ve.Version] == old && old.state == StateReady {
+			m.metrics.reloadFailures.With(md.name, old.label).Inc()
+			m.setStaleLocked(old, &failedReload{entry: ve, cfg: cfg},
+				"reload failed, serving the previously loaded model file: "+err.Error())
 		}
 		m.mu.Unlock()
 		if old != nil {
@@ -466,8 +477,22 @@ func (m *Manager) loadVersion(ctx context.Context, md *model, ve modelrepo.Versi
 	}
 	v.loaded = true
 	m.setStateLocked(v, StateReady, "")
+	m.setStaleLocked(v, nil, "")
 	m.mu.Unlock()
 	return nil
+}
+
+// setStaleLocked records (f non-nil) or clears that v serves an older file
+// than the repository holds because f failed to load; reason is v's
+// reason while READY.
+func (m *Manager) setStaleLocked(v *version, f *failedReload, reason string) {
+	v.failedReload = f
+	v.reason = reason
+	stale := 0.0
+	if f != nil {
+		stale = 1
+	}
+	m.metrics.stale.With(v.name, v.label).Set(stale)
 }
 
 // putLocked makes v the model's instance of its version.
@@ -485,6 +510,9 @@ func (m *Manager) setStateLocked(v *version, s ModelState, reason string) {
 		return
 	}
 	m.metrics.setState(v.name, v.label, s)
+	if s != StateReady && v.failedReload != nil {
+		m.setStaleLocked(v, nil, reason)
+	}
 	ready := 0
 	for _, md := range m.models {
 		for _, v := range md.versions {

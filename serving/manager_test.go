@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -609,6 +610,75 @@ func TestPollingFollowsTheRepository(t *testing.T) {
 	}
 	if len(logs.lines("model version unloaded", "model=second")) != 1 {
 		t.Errorf("no unload logged for model second")
+	}
+}
+
+// TestFailedReloadIsVisible overwrites a serving model's file with garbage
+// under load: the old instance keeps serving, and the index (READY with a
+// reason) and the metrics say that the file on disk failed to load; the
+// same broken file is not retried on every poll; a good file heals it.
+func TestFailedReloadIsVisible(t *testing.T) {
+	r := newRepo(t)
+	r.add("tinycnn", 1, tinyCNN)
+	r.config("tinycnn", "buckets:\n  batch: [2]\n")
+	m, logs := start(t, r, func(o *Options) { o.PollInterval = 20 * time.Millisecond })
+	image := map[string]*tensor.Tensor{"image": readNpy(t, tinyCNNImage)}
+	infer(t, m, "tinycnn", 0, image)
+	stop := make(chan struct{})
+	var served, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := m.Infer(context.Background(), "tinycnn", 0, &InferRequest{Inputs: image}); err != nil {
+					failed.Add(1)
+				} else {
+					served.Add(1)
+				}
+			}
+		}()
+	}
+	const staleSeries = `xserve_model_stale{model="tinycnn",version="1"}`
+	const failures = `xserve_model_reload_failures_total{model="tinycnn",version="1"}`
+	r.write("tinycnn", 1, []byte("garbage, not an ONNX model"))
+	eventually(t, "the failed reload in the index", func() bool {
+		s, reason := state(m, "tinycnn", 1)
+		return s == StateReady && strings.Contains(reason, "reload failed")
+	})
+	if metric(t, m, staleSeries) != 1 || metric(t, m, failures) != 1 {
+		t.Errorf("stale %v, reload failures %v; want 1, 1", metric(t, m, staleSeries), metric(t, m, failures))
+	}
+	time.Sleep(200 * time.Millisecond) // ten polls
+	if n := metric(t, m, failures); n != 1 {
+		t.Errorf("the same broken file was reloaded %v times, want once", n)
+	}
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 || served.Load() == 0 {
+		t.Errorf("under the failed reload: %d served, %d failed", served.Load(), failed.Load())
+	}
+	_, reason := state(m, "tinycnn", 1)
+	t.Logf("index reason: %s", reason)
+
+	r.add("tinycnn", 1, tinyCNN)
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(r.root, "tinycnn", "1", "model.onnx"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the good file to load", func() bool {
+		s, reason := state(m, "tinycnn", 1)
+		return s == StateReady && reason == "" && metric(t, m, staleSeries) == 0
+	})
+	infer(t, m, "tinycnn", 1, image)
+	if l := logs.lines("reload failed"); len(l) != 1 {
+		t.Errorf("reload failures logged: %q, want 1", l)
 	}
 }
 

@@ -36,6 +36,8 @@ type serverMetrics struct {
 	cache          *metrics.CounterVec   // kind, result
 	loaded         *metrics.GaugeVec
 	state          *metrics.GaugeVec     // model, version, state
+	reloadFailures *metrics.CounterVec   // model, version
+	stale          *metrics.GaugeVec     // model, version
 	batchRows      *metrics.HistogramVec // model, version, kind (real, padded)
 	queueRejected  *metrics.CounterVec   // model, version, reason
 	batchLimit     *metrics.GaugeVec     // model, version, queue
@@ -72,6 +74,10 @@ func newServerMetrics() *serverMetrics {
 		exactEvicted: r.NewCounterVec("xserve_exact_evictions_total",
 			"Exact-size executables dropped from the bounded cache (least recently used first).", "model", "version"),
 		loaded: r.NewGaugeVec("xserve_models_loaded", "Model versions in state READY."),
+		reloadFailures: r.NewCounterVec("xserve_model_reload_failures_total",
+			"Reloads of a changed model file or config.yaml that failed (the loaded instance kept serving).", "model", "version"),
+		stale: r.NewGaugeVec("xserve_model_stale",
+			"1 while a READY version serves an instance loaded from an older model file or config.yaml because reloading the current one failed; 0 otherwise.", "model", "version"),
 		state: r.NewGaugeVec("xserve_model_state",
 			"1 for the state each known model version is in, 0 for the others.", "model", "version", "state"),
 	}
@@ -113,4 +119,5 @@ func (m *serverMetrics) forgetState(model, version string) {
 	for _, st := range allStates {
 		m.state.Delete(model, version, string(st))
 	}
+	m.stale.Delete(model, version)
 }

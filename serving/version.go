@@ -50,14 +50,25 @@ type version struct {
 	compiles sync.WaitGroup // compile goroutines
 
 	// Guarded by Manager.mu.
-	state     ModelState
-	reason    string
-	loaded    bool          // was READY at some point
-	refs      int           // in-flight requests
-	forget    bool          // drop from the model's versions once freed
-	finalized bool          // freed, and its state settled
-	drain     chan struct{} // closed when refs is 0 after unloading began; nil before
-	freed     chan struct{} // closed once executables and weights are freed; nil before unloading
+	state  ModelState
+	reason string
+	loaded bool // was READY at some point
+	// failedReload, on a READY version, is the newer model file and config
+	// that failed to load: v serves what it loaded before (its reason
+	// says so) and is not reloaded again until the file or config changes.
+	failedReload *failedReload
+	refs         int           // in-flight requests
+	forget       bool          // drop from the model's versions once freed
+	finalized    bool          // freed, and its state settled
+	drain        chan struct{} // closed when refs is 0 after unloading began; nil before
+	freed        chan struct{} // closed once executables and weights are freed; nil before unloading
+}
+
+// failedReload is a model file and config that failed to load in place of
+// a READY version.
+type failedReload struct {
+	entry modelrepo.VersionEntry
+	cfg   *modelrepo.Config
 }
 
 func newVersion(m *Manager, name string, ve modelrepo.VersionEntry, cfg *modelrepo.Config) *version {
