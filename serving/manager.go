@@ -860,6 +860,10 @@ func (m *Manager) Unload(ctx context.Context, model string) error {
 	return nil
 }
 
+// RepositoryRoot is the absolute path of the model repository; the api
+// packages make paths in client-facing messages relative to it.
+func (m *Manager) RepositoryRoot() string { return m.repo.Root() }
+
 // WriteMetrics writes the serving metrics in the Prometheus text exposition
 // format (version 0.0.4): xserve_requests_total, xserve_request_duration_seconds,
 // xserve_batch_rows, xserve_queue_rejected_total, xserve_batch_size_limit,

@@ -67,6 +67,7 @@ type Server struct {
 	app     *fiber.App
 	codecs  *payload.Codecs
 	metrics *httpMetrics
+	root    string // the backend's repository root, for payload.PublicMessage
 
 	// ctx is the parent of every backend call; cancelled when Shutdown gives
 	// up waiting, so that stragglers stop.
@@ -93,7 +94,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics()}
+	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics(), root: payload.RootOf(backend)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.app = fiber.New(fiber.Config{
 		AppName:        "xserve",
@@ -107,8 +108,10 @@ func New(backend Backend, opts Options) (*Server, error) {
 		// limit gets its 413 rather than a connection reset.
 		StreamRequestBody:     true,
 		DisableStartupMessage: true,
-		CaseSensitive:         true,
-		ErrorHandler:          s.fiberError,
+		// Multipart bodies are refused (415) by the handlers, not parsed.
+		DisablePreParseMultipartForm: true,
+		CaseSensitive:                true,
+		ErrorHandler:                 s.fiberError,
 	})
 	s.routes()
 	return s, nil
@@ -116,7 +119,8 @@ func New(backend Backend, opts Options) (*Server, error) {
 
 func (s *Server) routes() {
 	a := s.app
-	post := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, h)) }
+	post := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, s.refuseForms(h))) }
+	admin := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, s.requireJSON(h))) }
 	get := func(path string, h fiber.Handler) { a.Get(path, s.handle(fiber.MethodGet, path, h)) }
 
 	post("/v1/infer", func(c *fiber.Ctx) error { return s.infer(c, false) })
@@ -130,9 +134,9 @@ func (s *Server) routes() {
 	get("/v2/models/:model/versions/:version/ready", s.modelReady)
 	post("/v2/models/:model/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
 	post("/v2/models/:model/versions/:version/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
-	post("/v2/repository/index", s.repositoryIndex)
-	post("/v2/repository/models/:model/load", s.load)
-	post("/v2/repository/models/:model/unload", s.unload)
+	admin("/v2/repository/index", s.repositoryIndex)
+	admin("/v2/repository/models/:model/load", s.load)
+	admin("/v2/repository/models/:model/unload", s.unload)
 
 	get("/metrics", s.writeMetrics)
 }
@@ -234,7 +238,9 @@ func (s *Server) call(h fiber.Handler, c *fiber.Ctx) (err error) {
 	return h(c)
 }
 
-// writeError answers with err's status code and {"error": message}.
+// writeError answers with err's status code and {"error": message}, the
+// message without absolute paths or package prefixes
+// (payload.PublicMessage; the log has them).
 func (s *Server) writeError(c *fiber.Ctx, err error) {
 	code := statusOf(err)
 	// Client errors, overload and not-ready answers are routine: debug only.
@@ -250,7 +256,7 @@ func (s *Server) writeError(c *fiber.Ctx, err error) {
 	c.Response().Header.Del(fiber.HeaderContentEncoding)
 	c.Status(code)
 	c.Set(fiber.HeaderContentType, contentJSON)
-	c.Send(payload.ErrorBody(err.Error()))
+	c.Send(payload.ErrorBody(payload.PublicMessage(err.Error(), s.root)))
 }
 
 // fiberError answers the errors that fiber and fasthttp raise outside the
@@ -538,7 +544,7 @@ func (s *Server) repositoryIndex(c *fiber.Ctx) error {
 		if req.Ready && st.State != serving.StateReady {
 			continue
 		}
-		out = append(out, oipIndexEntry{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: st.Reason})
+		out = append(out, oipIndexEntry{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: payload.PublicMessage(st.Reason, s.root)})
 	}
 	return s.sendJSON(c, out)
 }

@@ -75,6 +75,7 @@ func statusOf(err error) int {
 //
 // Lock order: svcMu, then mu, then statsMu.
 type Server struct {
+	root    string // the backend's repository root, for payload.PublicMessage
 	backend Backend
 	opts    Options
 	log     *slog.Logger
@@ -193,6 +194,7 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 	}
 	s := &Server{
 		backend:  backend,
+		root:     payload.RootOf(backend),
 		opts:     opts,
 		log:      opts.Logger,
 		nc:       opts.Conn,
@@ -546,7 +548,7 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 		} else {
 			s.log.Debug("natsapi: request rejected", "model", j.model, "status", code, "err", err)
 		}
-		reply = errorReply(err, code)
+		reply = errorReply(err, code, s.root)
 		st.errors.Add(1)
 	}
 	reply.Subject = j.reply
@@ -584,9 +586,10 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 }
 
 // errorReply is the error reply for err: the Xserve-Error headers, micro's
-// error headers, and {"error": message}.
-func errorReply(err error, code int) *nats.Msg {
-	msg := err.Error()
+// error headers, and {"error": message}, the message without absolute
+// paths or package prefixes (payload.PublicMessage; the log has them).
+func errorReply(err error, code int, root string) *nats.Msg {
+	msg := payload.PublicMessage(err.Error(), root)
 	h := nats.Header{}
 	c := strconv.Itoa(code)
 	hv := headerSafe(msg)
