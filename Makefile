@@ -8,7 +8,20 @@ PYTHON ?= python3
 VENV := .venv
 ONNX_TESTDATA := /usr/include/onnx/backend/test/data
 EXAMPLE := examples/models/tinycnn
-FUZZTIME ?= 20s
+# Fuzz targets, package:Target: every request decoder and both model
+# importers. `make test` runs each for TEST_FUZZTIME, `make fuzz` for
+# FUZZTIME. Minimizing a new input is capped at a few runs: left at its
+# default (60s), minimization of the importers' large inputs took most of
+# the time and left them at a few executions a minute.
+FUZZ_TARGETS := importer/onnx:FuzzDecode importer/onnx:FuzzDecodeTensor \
+  importer/fx:FuzzImportMeta importer/fx:FuzzImportProgram \
+  api/payload:FuzzDecodeV1 api/payload:FuzzDecodeOIP api/payload:FuzzDecodeJSONData \
+  api/payload:FuzzDecompress api/nats:FuzzRequest
+FUZZTIME ?= 1m
+TEST_FUZZTIME ?= 4s
+FUZZ = for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t%%:*} $${t\#\#*:} for $(1)"; \
+	  $(GO) test -count=1 -run '^$$' -fuzz "^$${t\#\#*:}$$" -fuzztime $(1) -fuzzminimizetime 10x ./$${t%%:*} || exit 1; done
 
 .PHONY: all build run test pjrt testdata venv examples conformance conformance-check fuzz bench bench-models vet clean help
 
@@ -17,6 +30,7 @@ all: build
 help:
 	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check"
+	@echo "make fuzz         every fuzz target for FUZZTIME (1m) each"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 
@@ -62,8 +76,7 @@ vet:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 test: pjrt testdata venv vet conformance-check
-	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./importer/onnx
-	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecodeTensor$$' -fuzztime $(FUZZTIME) ./importer/onnx
+	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 
 conformance: pjrt testdata
@@ -74,7 +87,7 @@ conformance-check: pjrt testdata
 	$(GO) run ./cmd/onnx-conformance -check docs/onnx-conformance.md
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5m ./importer/onnx
+	@$(call FUZZ,$(FUZZTIME))
 
 examples: venv
 	$(VENV)/bin/python python/make_examples.py
