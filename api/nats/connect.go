@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // ConnOptions configure Connect. The zero value of every field means its
@@ -23,6 +24,9 @@ type ConnOptions struct {
 	CredsFile string
 	// Token is an authentication token.
 	Token string
+	// NkeyFile is a file holding an NKey user seed, such as the embedded
+	// server's client seed (Embedded.ClientNkeyFile).
+	NkeyFile string
 	// TLSCert and TLSKey are a client certificate and its key (PEM files)
 	// for servers that require one; TLSCA is the CA bundle that signs the
 	// server's certificate. Any of them turns TLS on.
@@ -38,6 +42,7 @@ type ConnOptions struct {
 	Logger *slog.Logger
 
 	inProcess nats.InProcessConnProvider
+	nkey      nkeys.KeyPair // the embedded server's serving user
 }
 
 // Connect connects to the NATS server or cluster at urls (a comma-separated
@@ -65,8 +70,8 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("natsapi: a TLS client certificate needs both its certificate and its key file")
 	}
-	if opts.CredsFile != "" && opts.Token != "" {
-		return nil, errors.New("natsapi: give a credentials file or a token, not both")
+	if n := btoi(opts.CredsFile != "") + btoi(opts.Token != "") + btoi(opts.NkeyFile != ""); n > 1 {
+		return nil, errors.New("natsapi: give one of a credentials file, a token or an NKey seed file")
 	}
 	backoff := func(attempt int) time.Duration {
 		d := opts.ReconnectWait << min(attempt, 16)
@@ -104,6 +109,20 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 	if opts.Token != "" {
 		nopts = append(nopts, nats.Token(opts.Token))
 	}
+	if opts.NkeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(opts.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("natsapi: NKey seed file: %w", err)
+		}
+		nopts = append(nopts, o)
+	}
+	if kp := opts.nkey; kp != nil {
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("natsapi: nkey: %w", err)
+		}
+		nopts = append(nopts, nats.Nkey(pub, kp.Sign))
+	}
 	if opts.TLSCert != "" {
 		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
 	}
@@ -129,6 +148,13 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 		case <-time.After(wait):
 		}
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // redact hides the passwords and tokens of a comma-separated list of URLs,
