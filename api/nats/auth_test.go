@@ -3,13 +3,19 @@ package natsapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
 )
 
 // TestEmbeddedAuthorization: the embedded server refuses anonymous clients;
@@ -94,12 +100,7 @@ func TestEmbeddedAuthorization(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("publish to an inbox: no permissions violation")
 	}
-	admin, err := e.Connect(ctx, ConnOptions{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ajs, _ := jetstream.New(admin)
+	_, ajs := adminJetStream(t, e)
 	if _, err := ajs.Consumer(ctx, DefaultStream, DefaultConsumer); err != nil {
 		t.Errorf("durable consumer after the client's attempts: %v", err)
 	}
@@ -111,4 +112,102 @@ func TestIsLoopback(t *testing.T) {
 			t.Errorf("isLoopback(%q) = %v", host, !want)
 		}
 	}
+}
+
+// TestDurableConsumerRecreated deletes the shared durable consumer, then the
+// whole stream, while durable requests flow: the replica re-creates them
+// within seconds, health reports the loss meanwhile, and every request sent
+// while the consumer was gone is answered.
+func TestDurableConsumerRecreated(t *testing.T) {
+	e := startNATS(t)
+	s := startServer(t, e, echoBackend{}, Options{Durable: true, AckWait: time.Second, DurableHeartbeat: 500 * time.Millisecond})
+	nc := connect(t, e)
+	c, err := NewClient(nc, ClientOptions{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	_, js := adminJetStream(t, e)
+	x := []serving.NamedTensor{{Name: "x", Tensor: tensor.FromFloat32s([]float32{1}, 1)}}
+	send := func(n int, tag string) (errs []error) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				id := tag + "-" + strconv.Itoa(i)
+				res, err := c.Infer(rctx, "echo", x, InferOptions{ID: id})
+				if err == nil && res.ID != id {
+					err = fmt.Errorf("request %s answered as %s", id, res.ID)
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return errs
+	}
+	if errs := send(10, "before"); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+
+	// The consumer goes; requests sent meanwhile wait in the stream.
+	done := make(chan []error, 1)
+	if err := js.DeleteConsumer(ctx, DefaultStream, DefaultConsumer); err != nil {
+		t.Fatal(err)
+	}
+	sawLoss := s.DurableHealth() != nil
+	go func() { done <- send(50, "during") }()
+	start := time.Now()
+	waitFor(t, 10*time.Second, "the consumer to be re-created", func() bool {
+		sawLoss = sawLoss || s.DurableHealth() != nil
+		_, err := js.Consumer(ctx, DefaultStream, DefaultConsumer)
+		return err == nil && s.durable.restores.Load() >= 1
+	})
+	t.Logf("consumer back after %v (loss seen by health: %v)", time.Since(start).Round(time.Millisecond), sawLoss)
+	if errs := <-done; len(errs) > 0 {
+		t.Fatalf("%d of 50 requests sent around the deletion failed: %v", len(errs), errs[0])
+	}
+	if err := s.DurableHealth(); err != nil {
+		t.Errorf("health after the restore: %v", err)
+	}
+
+	// The whole stream goes (its stored requests with it): both come back
+	// and serve.
+	if err := js.DeleteStream(ctx, DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the stream to be re-created", func() bool {
+		_, err := js.Consumer(ctx, DefaultStream, DefaultConsumer)
+		return err == nil && s.durable.restores.Load() >= 2
+	})
+	if errs := send(10, "after"); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var m strings.Builder
+	s.WriteMetrics(&m)
+	if !strings.Contains(m.String(), "xserve_nats_durable_restores_total 2\n") || !strings.Contains(m.String(), "xserve_nats_durable_lost 0\n") {
+		t.Errorf("metrics:\n%s", m.String())
+	}
+}
+
+// adminJetStream connects to e as the serving user (which may use the
+// JetStream API), closed when the test ends.
+func adminJetStream(t testing.TB, e *Embedded) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := e.Connect(context.Background(), ConnOptions{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }

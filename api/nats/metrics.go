@@ -63,5 +63,13 @@ func (s *Server) WriteMetrics(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(bw, "# HELP xserve_nats_queued NATS requests waiting for a worker.\n# TYPE xserve_nats_queued gauge\nxserve_nats_queued %d\n", s.queued.Load())
+	if d := s.durable; d != nil {
+		lost := 0
+		if d.lost.Load() {
+			lost = 1
+		}
+		fmt.Fprintf(bw, "# HELP xserve_nats_durable_lost 1 while the durable consumer or its stream is gone (deleted) and being re-created.\n# TYPE xserve_nats_durable_lost gauge\nxserve_nats_durable_lost %d\n", lost)
+		fmt.Fprintf(bw, "# HELP xserve_nats_durable_restores_total Times the durable stream and consumer were re-created after they were found gone.\n# TYPE xserve_nats_durable_restores_total counter\nxserve_nats_durable_restores_total %d\n", d.restores.Load())
+	}
 	return bw.Flush()
 }

@@ -133,6 +133,11 @@ type Options struct {
 	// MaxDeliver is how many times a durable request is delivered at most;
 	// default 5.
 	MaxDeliver int
+	// DurableHeartbeat is how often the NATS server tells a waiting pull
+	// that the consumer is alive; two missed heartbeats count as a lost
+	// consumer, which is re-created (a deleted one is noticed at once).
+	// Default 5s.
+	DurableHeartbeat time.Duration
 	// StreamReplicas is the stream's replication factor in a JetStream
 	// cluster; default 1.
 	StreamReplicas int
@@ -191,6 +196,9 @@ func (o *Options) setDefaults() {
 	if o.AckWait == 0 {
 		o.AckWait = DefaultAckWait
 	}
+	if o.DurableHeartbeat == 0 {
+		o.DurableHeartbeat = 5 * time.Second
+	}
 	if o.MaxDeliver == 0 {
 		o.MaxDeliver = DefaultMaxDeliver
 	}
@@ -220,6 +228,9 @@ func (o *Options) validate() error {
 	}
 	if !validToken(o.QueueGroup) {
 		bad("QueueGroup", fmt.Sprintf("%q", o.QueueGroup), "a name without spaces, '.', '*' or '>'")
+	}
+	if o.DurableHeartbeat < 100*time.Millisecond || o.DurableHeartbeat > 15*time.Second {
+		bad("DurableHeartbeat", o.DurableHeartbeat, "between 100ms and 15s (half of a pull's 30s expiry)")
 	}
 	if !validToken(o.Stream) || !validToken(o.Consumer) {
 		bad("Stream and Consumer", fmt.Sprintf("%q, %q", o.Stream, o.Consumer), "names without spaces, '.', '*' or '>'")

@@ -297,15 +297,7 @@ func TestDurable(t *testing.T) {
 	// (or the system's) is dropped, not answered. (The client user may
 	// only publish requests; the test plays replicas and inspects the
 	// stream as the serving user.)
-	admin, err := e.Connect(ctx, ConnOptions{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	js, err := jetstream.New(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin, js := adminJetStream(t, e)
 	jsClient, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

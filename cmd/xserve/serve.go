@@ -237,6 +237,16 @@ type metricsBackend struct {
 	nats atomic.Pointer[natsapi.Server]
 }
 
+// Ready is the Manager's readiness and, with durable NATS requests, the
+// health of their consumer: not ready while it is gone and being re-created
+// (natsapi.Server.DurableHealth), so that /v2/health/ready reports the loss.
+func (b *metricsBackend) Ready() bool {
+	if ns := b.nats.Load(); ns != nil && ns.DurableHealth() != nil {
+		return false
+	}
+	return b.Manager.Ready()
+}
+
 // WriteMetrics writes the Manager's metrics, then the NATS ones.
 func (b *metricsBackend) WriteMetrics(w io.Writer) error {
 	if err := b.Manager.WriteMetrics(w); err != nil {
