@@ -22,6 +22,7 @@ import (
 
 	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
 )
 
 // Backend is what the server needs of the model server. *serving.Manager
@@ -68,6 +69,8 @@ type Server struct {
 	codecs  *payload.Codecs
 	metrics *httpMetrics
 	root    string // the backend's repository root, for payload.PublicMessage
+	budget  *payload.Budget
+	check   func(model string, version int64, name string, dt tensor.DType, shape []int64) error // nil when the backend has none
 
 	// ctx is the parent of every backend call; cancelled when Shutdown gives
 	// up waiting, so that stragglers stop.
@@ -96,7 +99,16 @@ func New(backend Backend, opts Options) (*Server, error) {
 	}
 	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics(), root: payload.RootOf(backend)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.budget = opts.Budget; s.budget == nil {
+		if s.budget, err = payload.NewBudget(opts.MemoryBudget); err != nil {
+			return nil, err
+		}
+	}
+	if c, ok := backend.(inputChecker); ok {
+		s.check = c.CheckInput
+	}
 	s.app = fiber.New(fiber.Config{
+		Concurrency:    opts.MaxConns,
 		AppName:        "xserve",
 		BodyLimit:      int(opts.MaxBodyBytes),
 		ReadTimeout:    opts.ReadTimeout,
@@ -212,9 +224,12 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
 		s.metrics.inflight.Add(1)
+		lease := s.budget.Lease()
+		c.Locals(leaseKey{}, lease)
 		if err := s.call(h, c); err != nil {
 			s.writeError(c, err)
 		}
+		lease.Release()
 		s.drainBody(c)
 		s.metrics.inflight.Add(-1)
 		code := c.Response().StatusCode()
@@ -338,11 +353,16 @@ func versionParam(c *fiber.Ctx) (int64, error) {
 }
 
 // readBody reads the request body through the MaxBodyBytes limit into a
-// fresh buffer (which may be kept after the handler returns).
+// fresh buffer (which may be kept after the handler returns), reserved
+// from the memory budget before it is allocated.
 func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 	req := &c.Context().Request
+	lease := leaseOf(c)
 	r := req.BodyStream()
 	if r == nil { // not streamed: fasthttp read it, within BodyLimit
+		if err := lease.Reserve(int64(len(req.Body())), "the request body"); err != nil {
+			return nil, err
+		}
 		return bytes.Clone(req.Body()), nil
 	}
 	limit := s.opts.MaxBodyBytes
@@ -351,6 +371,9 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		return nil, s.bodyTooLarge()
 	}
 	if n >= 0 { // Content-Length: read exactly that
+		if err := lease.Reserve(n, "the request body"); err != nil {
+			return nil, err
+		}
 		buf := make([]byte, n)
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return nil, badRequest("reading the request body (Content-Length %d): %v", n, err)
@@ -358,16 +381,35 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		c.Locals(bodyDoneKey{}, true)
 		return buf, nil
 	}
-	var buf bytes.Buffer // chunked
-	got, err := buf.ReadFrom(io.LimitReader(r, limit+1))
-	if got > limit {
+	buf, err := payload.ReadAll(r, limit, lease, "the request body") // chunked
+	switch {
+	case errors.Is(err, payload.ErrOverLimit):
 		return nil, s.bodyTooLarge()
-	}
-	if err != nil {
+	case errors.Is(err, payload.ErrBudget) || errors.Is(err, ErrTooLarge):
+		return nil, err
+	case err != nil:
 		return nil, badRequest("reading the request body: %v", err)
 	}
 	c.Locals(bodyDoneKey{}, true)
-	return buf.Bytes(), nil
+	return buf, nil
+}
+
+// leaseKey holds (in fiber's Locals) the request's lease on the memory
+// budget, released when the handler returns.
+type leaseKey struct{}
+
+// leaseOf returns the request's lease (nil, which reserves nothing, outside
+// a handler).
+func leaseOf(c *fiber.Ctx) *payload.Lease {
+	l, _ := c.Locals(leaseKey{}).(*payload.Lease)
+	return l
+}
+
+// inputChecker is implemented by a backend that can check an input's
+// declared dtype and shape before its data is decoded
+// (serving.Manager.CheckInput).
+type inputChecker interface {
+	CheckInput(model string, version int64, name string, dt tensor.DType, shape []int64) error
 }
 
 // drainLimit is the least drainBody discards before it gives up on a
@@ -403,7 +445,7 @@ func (s *Server) body(c *fiber.Ctx) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.codecs.Decode(c.Get(fiber.HeaderContentEncoding), raw)
+	return s.codecs.DecodeWithin(c.Get(fiber.HeaderContentEncoding), raw, leaseOf(c))
 }
 
 // infer handles POST /v1/infer (v2 false) and the OIP infer routes.
@@ -426,10 +468,11 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 	// body is the handler's own buffer: tensors may point into it.
 	hdr := c.Get(HeaderInferenceLength)
 	var d *payload.Request
+	lim := payload.Limits{MaxElems: s.opts.MaxTensorElements, Check: s.check, Lease: leaseOf(c)}
 	if v2 {
-		d, err = payload.DecodeOIP(model, version, body, hdr, s.opts.MaxTensorElements)
+		d, err = payload.DecodeOIPWithin(model, version, body, hdr, lim)
 	} else {
-		d, err = payload.DecodeV1(body, hdr, "", s.opts.MaxTensorElements)
+		d, err = payload.DecodeV1Within(body, hdr, "", lim)
 	}
 	if err != nil {
 		return err

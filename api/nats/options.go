@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/xserve/xserve/api/payload"
 )
 
 // Headers of the protocol (see the package comment and docs/NATS.md).
@@ -59,7 +61,7 @@ const (
 	DefaultQueueGroup           = "xserve"
 	DefaultServiceName          = "xserve"
 	DefaultQueueSize            = 1024
-	DefaultMaxDecompressedBytes = 256 << 20
+	DefaultMaxDecompressedBytes = 64 << 20
 	DefaultMaxTensorElements    = 1 << 28
 	DefaultCompressMinBytes     = 1024
 	DefaultSyncInterval         = 2 * time.Second
@@ -97,9 +99,15 @@ type Options struct {
 	// answered 429. Default 1024.
 	QueueSize int
 	// MaxDecompressedBytes bounds a request body after Content-Encoding is
-	// undone (413 past it). Default 256 MiB. (The NATS server's max_payload
+	// undone (413 past it). Default 64 MiB. (The NATS server's max_payload
 	// bounds the body on the wire.)
 	MaxDecompressedBytes int64
+	// Budget bounds the bytes that requests in flight hold (decompressed
+	// bodies, tensors decoded from JSON), shared with the HTTP server when
+	// the same one is given to both; a request that does not fit now is
+	// answered 429. Default: a budget of payload.DefaultMemoryBudget for
+	// this server alone.
+	Budget *payload.Budget
 	// MaxTensorElements is the most elements one request tensor may declare.
 	// Default 1<<28.
 	MaxTensorElements int64

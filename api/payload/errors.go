@@ -53,7 +53,8 @@ func tooLarge(format string, args ...any) error { return TooLarge(format, args..
 //	  batching.ErrTooLarge, batching.ErrInvalid        400
 //	ErrTooLarge                                       413
 //	ErrUnsupportedEncoding                            415
-//	serving.ErrOverloaded, batching.ErrQueueFull      429
+//	serving.ErrOverloaded, batching.ErrQueueFull,
+//	  ErrBudget                                       429
 //	serving.ErrNotReady, serving.ErrClosed,
 //	  batching.ErrClosed                              503
 //	context.DeadlineExceeded, batching.ErrExpired     504
@@ -75,7 +76,7 @@ func Status(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrUnsupportedEncoding):
 		return http.StatusUnsupportedMediaType
-	case errors.Is(err, serving.ErrOverloaded), errors.Is(err, batching.ErrQueueFull):
+	case errors.Is(err, serving.ErrOverloaded), errors.Is(err, batching.ErrQueueFull), errors.Is(err, ErrBudget):
 		return http.StatusTooManyRequests
 	case errors.Is(err, serving.ErrNotReady), errors.Is(err, serving.ErrClosed),
 		errors.Is(err, batching.ErrClosed):

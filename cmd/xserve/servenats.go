@@ -129,6 +129,7 @@ func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits
 		Workers:              *o.workers,
 		QueueSize:            *o.queue,
 		MaxDecompressedBytes: limits.MaxDecompressedBytes,
+		Budget:               limits.Budget,
 		MaxTensorElements:    limits.MaxTensorElements,
 		CompressMinBytes:     limits.CompressMinBytes,
 		Durable:              *o.durable,
