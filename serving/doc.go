@@ -70,6 +70,13 @@
 // Options.PollInterval the repository is polled for added, removed and
 // changed models and versions.
 //
+// Options.ControlMode says who changes the models, as Triton's
+// --model-control-mode: ControlPoll (the poller; Load and Unload are
+// ErrModelControl), ControlExplicit (every model loads at start, then only
+// Load and Unload; an unloaded model stays unloaded and its reason says so)
+// or ControlNone (load once). CheckInput checks an input's declared dtype
+// and shape against a version before a protocol decodes its data.
+//
 // # Dynamic batching
 //
 // A version batches when its config.yaml has batching enabled (the default)

@@ -41,6 +41,9 @@ type Options struct {
 	// PollInterval is how often the repository is scanned for added, removed
 	// and changed models; 0 means no polling.
 	PollInterval time.Duration
+	// ControlMode is who changes the loaded models (see ControlMode); ""
+	// means poll with a PollInterval, else explicit.
+	ControlMode ControlMode
 }
 
 func (o *Options) setDefaults() {
@@ -61,7 +64,7 @@ func (o *Options) validate() error {
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
 	}
-	return nil
+	return o.validateControl()
 }
 
 // Manager serves the models of a repository: it loads the versions each
@@ -550,7 +553,7 @@ func (m *Manager) unloadLocked(v *version, forget bool) <-chan struct{} {
 		v.free()
 		m.mu.Lock()
 		if v.state != StateUnavailable {
-			m.setStateLocked(v, StateUnavailable, "unloaded")
+			m.setStateLocked(v, StateUnavailable, m.unloadedReason(v.name))
 		}
 		v.finalized = true
 		if md := m.models[v.name]; md != nil && v.forget {
@@ -795,10 +798,14 @@ func (m *Manager) ModelReady(model string, version int64) bool {
 // serves until the new one is READY), the others unloaded. It returns once
 // the loads finished; the error wraps ErrModelNotFound when the repository
 // has no such model (a model that left it is unloaded and forgotten) and
-// ErrNotReady when a version failed to load.
+// ErrNotReady when a version failed to load. Only the explicit model control
+// mode allows it (else ErrModelControl).
 func (m *Manager) Load(ctx context.Context, model string) error {
 	if err := modelrepo.ValidateName(model); err != nil {
 		return fmt.Errorf("%w: %w", ErrModelNotFound, err)
+	}
+	if err := m.allowControl("load", model); err != nil && !m.isClosed() {
+		return err
 	}
 	snap, err := m.repo.Scan()
 	if err != nil {
@@ -823,12 +830,16 @@ func (m *Manager) Load(ctx context.Context, model string) error {
 // requests get ErrNotReady), and once their in-flight requests finished
 // their executables and weights are freed and they stay known as
 // UNAVAILABLE. Unload returns when that is done or ctx ends (the unload then
-// completes in the background).
+// completes in the background). Only the explicit model control mode allows
+// it (else ErrModelControl); the model then stays unloaded until Load.
 func (m *Manager) Unload(ctx context.Context, model string) error {
 	if err := m.beginOp(); err != nil {
 		return err
 	}
 	defer m.ops.Done()
+	if err := m.allowControl("unload", model); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	md := m.models[model]
 	m.mu.Unlock()
@@ -858,6 +869,13 @@ func (m *Manager) Unload(ctx context.Context, model string) error {
 		}
 	}
 	return nil
+}
+
+// isClosed reports whether Shutdown began.
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
 }
 
 // RepositoryRoot is the absolute path of the model repository; the api

@@ -3,7 +3,10 @@ package payload
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
+
+	"github.com/xserve/xserve/serving"
 )
 
 func TestBudget(t *testing.T) {
@@ -57,5 +60,11 @@ func TestReadAll(t *testing.T) {
 	}
 	if b.Used() != 0 || small.Used() != 0 {
 		t.Errorf("failed reads left %d and %d reserved", b.Used(), small.Used())
+	}
+}
+
+func TestStatusOfModelControl(t *testing.T) {
+	if code := Status(fmt.Errorf("%w: cannot unload", serving.ErrModelControl)); code != 400 {
+		t.Errorf("ErrModelControl maps to %d, want 400 (as Triton answers a load in poll mode)", code)
 	}
 }

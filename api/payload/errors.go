@@ -50,7 +50,8 @@ func tooLarge(format string, args ...any) error { return TooLarge(format, args..
 //	serving.ErrModelNotFound                          404
 //	serving.ErrInvalidInput, serving.ErrNoBucket,
 //	  modelrepo.ErrInvalidName, ErrBadRequest,
-//	  batching.ErrTooLarge, batching.ErrInvalid        400
+//	  batching.ErrTooLarge, batching.ErrInvalid,
+//	  serving.ErrModelControl                         400
 //	ErrTooLarge                                       413
 //	ErrUnsupportedEncoding                            415
 //	serving.ErrOverloaded, batching.ErrQueueFull,
@@ -70,7 +71,8 @@ func Status(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrBadRequest), errors.Is(err, serving.ErrInvalidInput),
 		errors.Is(err, serving.ErrNoBucket), errors.Is(err, modelrepo.ErrInvalidName),
-		errors.Is(err, batching.ErrTooLarge), errors.Is(err, batching.ErrInvalid):
+		errors.Is(err, batching.ErrTooLarge), errors.Is(err, batching.ErrInvalid),
+		errors.Is(err, serving.ErrModelControl):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge

@@ -37,7 +37,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addr := fs.String("http-addr", ":8080", "HTTP listen address (host:port; port 0 picks a free one)")
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
-	poll := fs.Duration("poll-interval", 5*time.Second, "how often to rescan the model repository for changes (0 disables)")
+	poll := fs.Duration("poll-interval", 5*time.Second, "with --model-control-mode poll: how often to rescan the model repository for changes")
+	control := fs.String("model-control-mode", "poll", "who changes the loaded models: poll (follow the repository; the load/unload API is refused), explicit (load every model at start, then only the load/unload API), none (load once)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
@@ -94,15 +95,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 
+	mode, interval := controlMode(*control, *poll)
 	start := time.Now()
-	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir)
+	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "model_control_mode", mode)
 	mgr, err := serving.NewManager(ctx, serving.Options{
 		Client:          client,
 		Repository:      repo,
 		CompileCacheDir: *cacheDir,
 		Lowering:        lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
 		Logger:          log,
-		PollInterval:    *poll,
+		PollInterval:    interval,
+		ControlMode:     mode,
 	})
 	if err != nil {
 		return err
@@ -266,4 +269,16 @@ func (b *metricsBackend) WriteMetrics(w io.Writer) error {
 		return ns.WriteMetrics(w)
 	}
 	return nil
+}
+
+// controlMode is the Manager's model control mode and poll interval for the
+// flags: only poll polls, and poll with --poll-interval 0 is none.
+func controlMode(mode string, interval time.Duration) (serving.ControlMode, time.Duration) {
+	switch {
+	case mode != string(serving.ControlPoll):
+		return serving.ControlMode(mode), 0
+	case interval <= 0:
+		return serving.ControlNone, 0
+	}
+	return serving.ControlPoll, interval
 }
