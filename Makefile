@@ -23,7 +23,7 @@ FUZZ = for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} $${t\#\#*:} for $(1)"; \
 	  $(GO) test -count=1 -run '^$$' -fuzz "^$${t\#\#*:}$$" -fuzztime $(1) -fuzzminimizetime 10x ./$${t%%:*} || exit 1; done
 
-.PHONY: all build run test pjrt testdata venv examples conformance conformance-check fuzz bench bench-models vet clean help
+.PHONY: all build run test pjrt testdata venv examples conformance conformance-check fuzz chaos bench bench-models vet clean help
 
 all: build
 
@@ -88,6 +88,12 @@ conformance-check: pjrt testdata
 
 fuzz:
 	@$(call FUZZ,$(FUZZTIME))
+
+# The reliability suite (not in `make test`: minutes of real processes under
+# load): NATS server restart, durable consumer deletion, replica kill -9;
+# figures in docs/RELIABILITY.md.
+chaos: pjrt
+	$(GO) test -tags chaos -count=1 -run 'Chaos' -v -timeout 30m ./cmd/xserve 2>&1 | grep -E '^(=== RUN|---|\s+chaos_test.go|ok|FAIL|PASS)'
 
 examples: venv
 	$(VENV)/bin/python python/make_examples.py
