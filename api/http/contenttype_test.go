@@ -1,11 +1,15 @@
 package httpapi
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xserve/xserve/serving"
 )
@@ -73,5 +77,53 @@ func TestErrorsHidePathsAndPackages(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "/srv/models/pathy/1/model.onnx") {
 		t.Errorf("the log lost the full message:\n%s", logs)
+	}
+}
+
+// TestConnectionCap: past MaxConns a new connection is answered 503 and
+// closed; an idle connection is closed after IdleTimeout, which frees its
+// place.
+func TestConnectionCap(t *testing.T) {
+	ts := startServer(t, Options{MaxConns: 2, IdleTimeout: 300 * time.Millisecond})
+	addr := strings.TrimPrefix(ts.url, "http://")
+	get := func(conn net.Conn) string {
+		t.Helper()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(conn, "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err.Error()
+		}
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil {
+			return err.Error()
+		}
+		return strings.TrimSpace(line)
+	}
+	for range 2 { // two connections, kept alive and idle
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if got := get(c); got != "HTTP/1.1 200 OK" {
+			t.Fatalf("connection within the cap: %q", got)
+		}
+	}
+	third, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if got := get(third); !strings.Contains(got, "503") {
+		t.Errorf("connection over the cap: %q, want 503", got)
+	}
+	// The idle ones are closed after IdleTimeout; then a new one is served.
+	time.Sleep(time.Second)
+	fourth, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fourth.Close()
+	if got := get(fourth); got != "HTTP/1.1 200 OK" {
+		t.Errorf("after the idle connections timed out: %q", got)
 	}
 }
