@@ -39,7 +39,7 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxDecompressedBytes is the largest request body accepted after
 	// Content-Encoding is undone; decompression stops there and the request
-	// is answered 413. Default 256 MiB.
+	// is answered 413. Default 64 MiB.
 	MaxDecompressedBytes int64
 	// MaxTensorElements is the most elements one request tensor may declare
 	// in its shape; checked before anything is allocated for it. Default
@@ -59,7 +59,7 @@ type Options struct {
 	// MemoryBudget bounds the bytes that requests in flight hold at once
 	// (bodies, their decompressed form, tensors decoded from JSON): each is
 	// reserved before it is allocated, and a request that does not fit now
-	// is answered 429 (413 if it could never fit). Default 256 MiB. Budget,
+	// is answered 429 (413 if it could never fit). Default 192 MiB. Budget,
 	// when set, is used instead, so that HTTP and NATS share one.
 	MemoryBudget int64
 	Budget       *payload.Budget
