@@ -59,7 +59,7 @@ type Options struct {
 	// MemoryBudget bounds the bytes that requests in flight hold at once
 	// (bodies, their decompressed form, tensors decoded from JSON): each is
 	// reserved before it is allocated, and a request that does not fit now
-	// is answered 429 (413 if it could never fit). Default 192 MiB. Budget,
+	// is answered 429 (413 if it could never fit). Default 200 MiB. Budget,
 	// when set, is used instead, so that HTTP and NATS share one.
 	MemoryBudget int64
 	Budget       *payload.Budget

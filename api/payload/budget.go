@@ -16,7 +16,7 @@ import (
 var ErrBudget = errors.New("payload: memory budget full")
 
 // DefaultMemoryBudget is the default of the servers' Options.MemoryBudget.
-const DefaultMemoryBudget = 192 << 20
+const DefaultMemoryBudget = 200 << 20
 
 // Budget bounds the memory that requests in flight hold, across every
 // request of every protocol that shares it: request bodies, their

@@ -68,3 +68,26 @@ func TestStatusOfModelControl(t *testing.T) {
 		t.Errorf("ErrModelControl maps to %d, want 400 (as Triton answers a load in poll mode)", code)
 	}
 }
+
+// TestDefaultBudgetFitsTheLargestRequest: the default budget holds one
+// request at the default limits' maximum: a 64 MiB body that decompresses
+// to 64 MiB (in chunks, then joined) whose JSON becomes a 64 MiB tensor.
+func TestDefaultBudgetFitsTheLargestRequest(t *testing.T) {
+	b, err := NewBudget(DefaultMemoryBudget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := b.Lease()
+	defer l.Release()
+	const limit = 64 << 20
+	if err := l.Reserve(limit, "the body"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ReadAll(bytes.NewReader(make([]byte, limit)), limit, l, "the body decompressed")
+	if err != nil || len(out) != limit {
+		t.Fatalf("decompressed: %d bytes, %v", len(out), err)
+	}
+	if err := l.Reserve(limit, "a tensor"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -47,7 +47,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var limits httpapi.Options
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
 	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 64MiB)")
-	fs.Var(byteSize{&limits.MemoryBudget}, "memory-budget", "most bytes the requests in flight hold at once, HTTP and NATS together (bodies, decompressed bodies, tensors decoded from JSON); past it 429 (default 192MiB)")
+	fs.Var(byteSize{&limits.MemoryBudget}, "memory-budget", "most bytes the requests in flight hold at once, HTTP and NATS together (bodies, decompressed bodies, tensors decoded from JSON); past it 429 (default 200MiB)")
 	fs.IntVar(&limits.MaxConns, "max-conns", 0, "most HTTP connections at once (default 4096)")
 	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", 0, "how long an idle HTTP keep-alive connection is kept (default 30s)")
 	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
