@@ -8,9 +8,22 @@ PYTHON ?= python3
 VENV := .venv
 ONNX_TESTDATA := /usr/include/onnx/backend/test/data
 EXAMPLE := examples/models/tinycnn
-FUZZTIME ?= 20s
+# Fuzz targets, package:Target: every request decoder and both model
+# importers. `make test` runs each for TEST_FUZZTIME, `make fuzz` for
+# FUZZTIME. Minimizing a new input is capped at a few runs: left at its
+# default (60s), minimization of the importers' large inputs took most of
+# the time and left them at a few executions a minute.
+FUZZ_TARGETS := importer/onnx:FuzzDecode importer/onnx:FuzzDecodeTensor \
+  importer/fx:FuzzImportMeta importer/fx:FuzzImportProgram \
+  api/payload:FuzzDecodeV1 api/payload:FuzzDecodeOIP api/payload:FuzzDecodeJSONData \
+  api/payload:FuzzDecompress api/nats:FuzzRequest
+FUZZTIME ?= 1m
+TEST_FUZZTIME ?= 4s
+FUZZ = for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t%%:*} $${t\#\#*:} for $(1)"; \
+	  $(GO) test -count=1 -run '^$$' -fuzz "^$${t\#\#*:}$$" -fuzztime $(1) -fuzzminimizetime 10x ./$${t%%:*} || exit 1; done
 
-.PHONY: all build run test pjrt testdata venv venv-triton proto examples conformance conformance-check fuzz bench bench-models vet clean help docker-test
+.PHONY: all build run test pjrt testdata venv venv-triton proto examples conformance conformance-check fuzz chaos bench bench-models vet clean help docker-test
 
 all: build
 
@@ -18,6 +31,7 @@ help:
 	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check, docker-test"
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
+	@echo "make fuzz         every fuzz target for FUZZTIME (1m) each"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 	@echo "make venv-triton  tritonclient[all]==2.41.1, perf_analyzer and protoc into .venv-triton (make test runs it)"
@@ -93,8 +107,7 @@ vet:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 test: pjrt testdata venv venv-triton vet conformance-check
-	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./importer/onnx
-	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecodeTensor$$' -fuzztime $(FUZZTIME) ./importer/onnx
+	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
 	$(MAKE) docker-test
@@ -112,7 +125,13 @@ conformance-check: pjrt testdata
 	$(GO) run ./cmd/onnx-conformance -check docs/onnx-conformance.md
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5m ./importer/onnx
+	@$(call FUZZ,$(FUZZTIME))
+
+# The reliability suite (not in `make test`: minutes of real processes under
+# load): NATS server restart, durable consumer deletion, replica kill -9;
+# figures in docs/RELIABILITY.md.
+chaos: pjrt
+	$(GO) test -tags chaos -count=1 -run 'Chaos' -v -timeout 30m ./cmd/xserve 2>&1 | grep -E '^(=== RUN|---|\s+chaos_test.go|ok|FAIL|PASS)'
 
 examples: venv
 	$(VENV)/bin/python python/make_examples.py

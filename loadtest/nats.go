@@ -72,8 +72,9 @@ type NATSOptions struct {
 	// MaxResponseBytes bounds a reply body once decompressed; default
 	// 256 MiB.
 	MaxResponseBytes int64
-	// CredsFile and Token authenticate to the NATS server.
-	CredsFile, Token string
+	// CredsFile, Token and NkeyFile (an NKey seed, such as the client seed
+	// of xserve's embedded server) authenticate to the NATS server.
+	CredsFile, Token, NkeyFile string
 	// AllowRemote lets the target connect to a server that is not on the
 	// loopback interface.
 	AllowRemote bool
@@ -165,6 +166,13 @@ func NewNATSTarget(ctx context.Context, opts NATSOptions) (*NATSTarget, error) {
 	}
 	if opts.Token != "" {
 		nopts = append(nopts, nats.Token(opts.Token))
+	}
+	if opts.NkeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(opts.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loadtest: NKey seed file: %w", err)
+		}
+		nopts = append(nopts, o)
 	}
 	t := &NATSTarget{
 		opts:    opts,

@@ -45,7 +45,9 @@ type ModelStatus struct {
 	Name    string
 	Version int64
 	State   ModelState
-	// Reason explains UNAVAILABLE (the load error).
+	// Reason explains UNAVAILABLE (the load error) and, on a READY version
+	// whose changed model file or config failed to reload, says so (the
+	// version serves what it loaded before; see the package doc).
 	Reason string
 }
 

@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -25,13 +26,22 @@ import (
 // executables) by key. Keys are lower-case hex digests with an extension
 // naming the kind (".stablehlo", ".pjrt"). Get reports a miss as ok false
 // with a nil error; an entry that exists but cannot be read is an error, and
-// callers treat it as a miss. Put replaces an entry atomically: a concurrent
-// Get sees the old entry, the new one or none, never a partial one.
-// Implementations are safe for concurrent use.
+// callers treat it as a miss. An entry whose checksum does not match its
+// content is deleted by Get, which reports it as a miss with an error
+// wrapping errCorruptEntry, so that the caller rebuilds it. Put replaces an
+// entry atomically: a concurrent Get sees the old entry, the new one or
+// none, never a partial one. Delete removes an entry that was read intact but
+// proved unusable (a StableHLO program that does not compile); deleting a
+// missing entry is not an error. Implementations are safe for concurrent use.
 type blobCache interface {
 	Get(key string) (data []byte, ok bool, err error)
 	Put(key string, data []byte) error
+	Delete(key string) error
 }
+
+// errCorruptEntry is wrapped by the error of a Get that found an entry whose
+// checksum does not match (and deleted it).
+var errCorruptEntry = errors.New("serving: compile cache: corrupt entry")
 
 // Kinds of compile-cache entries, as in the kind label of
 // xserve_compile_cache_total.
@@ -42,8 +52,42 @@ const (
 
 var cacheKeyRE = regexp.MustCompile(`^[0-9a-f]{64}\.(stablehlo|pjrt)$`)
 
-// dirCache is a blobCache keeping each entry in a file <dir>/<key>.
+// dirCache is a blobCache keeping each entry in a file <dir>/<key>: a
+// header line "xserve-cache sha256=<hex of the payload> size=<bytes>\n",
+// then the payload.
 type dirCache struct{ dir string }
+
+const entryMagic = "xserve-cache"
+
+// sealEntry prefixes data with its checksum header.
+func sealEntry(data []byte) []byte {
+	sum := sha256.Sum256(data)
+	head := fmt.Sprintf("%s sha256=%s size=%d\n", entryMagic, hex.EncodeToString(sum[:]), len(data))
+	return append([]byte(head), data...)
+}
+
+// openEntry checks an entry's header against its payload and returns the
+// payload.
+func openEntry(entry []byte) ([]byte, error) {
+	nl := bytes.IndexByte(entry, '\n')
+	if nl < 0 || nl > 200 {
+		return nil, errors.New("no checksum header")
+	}
+	var sum string
+	var size int
+	if n, err := fmt.Sscanf(string(entry[:nl]), entryMagic+" sha256=%64s size=%d", &sum, &size); n != 2 || err != nil {
+		return nil, fmt.Errorf("bad checksum header %q", entry[:nl])
+	}
+	data := entry[nl+1:]
+	if len(data) != size {
+		return nil, fmt.Errorf("payload is %d bytes, the header says %d", len(data), size)
+	}
+	got := sha256.Sum256(data)
+	if hex.EncodeToString(got[:]) != sum {
+		return nil, fmt.Errorf("payload sha256 is %x, the header says %s", got, sum)
+	}
+	return data, nil
+}
 
 // newDirCache returns the cache in dir, creating the directory.
 func newDirCache(dir string) (*dirCache, error) {
@@ -73,7 +117,26 @@ func (c *dirCache) Get(key string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("serving: compile cache: %w", err)
 	}
-	return data, true, nil
+	payload, err := openEntry(data)
+	if err != nil {
+		if rmErr := os.Remove(p); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+			return nil, false, fmt.Errorf("%w %s (%v), and cannot delete it: %v", errCorruptEntry, key, err, rmErr)
+		}
+		return nil, false, fmt.Errorf("%w %s (%v); deleted", errCorruptEntry, key, err)
+	}
+	return payload, true, nil
+}
+
+// Delete removes the entry of key.
+func (c *dirCache) Delete(key string) error {
+	p, err := c.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("serving: compile cache: %w", err)
+	}
+	return nil
 }
 
 // Put writes the entry of key to a temporary file in the cache directory,
@@ -94,7 +157,7 @@ func (c *dirCache) Put(key string, data []byte) (err error) {
 			err = fmt.Errorf("serving: compile cache: write %s: %w", p, err)
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
+	if _, err = f.Write(sealEntry(data)); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {
@@ -107,8 +170,8 @@ func (c *dirCache) Put(key string, data []byte) (err error) {
 }
 
 // cacheFormat versions the encoding of cache keys and entries; bump it when
-// either changes.
-const cacheFormat = 2
+// either changes. 3: entries carry a checksum header.
+const cacheFormat = 3
 
 func digest(parts ...string) string {
 	h := sha256.New()

@@ -41,6 +41,25 @@ func TestDirCache(t *testing.T) {
 	if len(ents) != 1 {
 		t.Errorf("cache directory holds %d files, want 1 (temporary files left?)", len(ents))
 	}
+	// A one-byte change: reported as corrupt, deleted, then a plain miss.
+	p := filepath.Join(dir, key)
+	raw, _ := os.ReadFile(p)
+	raw[len(raw)-1] ^= 1
+	if err := os.WriteFile(p, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.Get(key); ok || !errors.Is(err, errCorruptEntry) {
+		t.Errorf("Get of a changed entry: ok %v, err %v; want errCorruptEntry", ok, err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("corrupt entry not deleted: %v", err)
+	}
+	if _, ok, err := c.Get(key); ok || err != nil {
+		t.Errorf("Get after the corrupt entry was deleted: %v %v", ok, err)
+	}
+	if err := c.Delete(key); err != nil {
+		t.Errorf("Delete of a missing entry: %v", err)
+	}
 	for _, bad := range []string{"../x.pjrt", "ab.pjrt", strings.Repeat("ab", 32) + ".so", strings.Repeat("AB", 32) + ".pjrt"} {
 		if err := c.Put(bad, nil); err == nil {
 			t.Errorf("Put(%q) accepted", bad)

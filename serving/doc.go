@@ -48,7 +48,11 @@
 // a restart skips lowering; compiled executables are kept too, keyed by the
 // plugin and the program, when the PJRT binding can serialize them (where it
 // cannot, that is logged once at debug level). Entries are written to a
-// temporary file and renamed into place.
+// temporary file and renamed into place, each with a SHA-256 of its payload
+// in a header line. An entry whose checksum fails, an executable that does
+// not deserialize and cached StableHLO that does not compile are deleted,
+// logged as warnings, counted as result="corrupt" and rebuilt (lowered and
+// compiled again), so a damaged cache never keeps a model from loading.
 //
 // # Lifecycle
 //
@@ -58,10 +62,23 @@
 // UNLOADING at once and frees its executables and weights once its in-flight
 // requests finished. A version whose model file or config changed is
 // reloaded beside the serving instance, which keeps serving until the new one
-// is READY (and keeps serving if the reload fails). A model or version that
+// is READY (and keeps serving if the reload fails). A failed reload stays
+// visible, as Triton users expect of a model whose file no longer loads: the
+// version is still READY (it serves the instance loaded before) with a
+// reason that starts "reload failed", xserve_model_stale is 1 and
+// xserve_model_reload_failures_total counts it; the same broken file and
+// config are not retried on every poll, only once either changes again (or
+// the old file comes back, which clears the reason). A model or version that
 // fails to load is UNAVAILABLE and never affects the others. With
 // Options.PollInterval the repository is polled for added, removed and
 // changed models and versions.
+//
+// Options.ControlMode says who changes the models, as Triton's
+// --model-control-mode: ControlPoll (the poller; Load and Unload are
+// ErrModelControl), ControlExplicit (every model loads at start, then only
+// Load and Unload; an unloaded model stays unloaded and its reason says so)
+// or ControlNone (load once). CheckInput checks an input's declared dtype
+// and shape against a version before a protocol decodes its data.
 //
 // # Dynamic batching
 //
@@ -136,10 +153,12 @@
 // xserve_batch_size_limit {model,version,queue} (the learned batch size
 // limit of each queue), xserve_compilations_total
 // {model,version,bucket}, xserve_compile_seconds {model,version},
-// xserve_compile_cache_total {kind=stablehlo|executable,result=hit|miss},
+// xserve_compile_cache_total {kind=stablehlo|executable,result=hit|miss|corrupt},
 // xserve_exact_executables {model,version} (exact-size executables held),
-// xserve_exact_evictions_total {model,version}, xserve_models_loaded (READY versions) and xserve_model_state
-// {model,version,state} (1 for the current state, 0 for the others).
+// xserve_exact_evictions_total {model,version}, xserve_models_loaded (READY
+// versions) and xserve_model_state {model,version,state} (1 for the current
+// state, 0 for the others), xserve_model_reload_failures_total
+// {model,version} and xserve_model_stale {model,version}.
 // Requests naming an unknown model are not counted (their labels would come
 // from clients).
 //

@@ -41,6 +41,9 @@ type Options struct {
 	// PollInterval is how often the repository is scanned for added, removed
 	// and changed models; 0 means no polling.
 	PollInterval time.Duration
+	// ControlMode is who changes the loaded models (see ControlMode); ""
+	// means poll with a PollInterval, else explicit.
+	ControlMode ControlMode
 	// CompileAll compiles every bucket of every loaded version when it loads,
 	// whatever the config's warmup says (`xserve compile` fills a compile
 	// cache this way).
@@ -92,7 +95,7 @@ func (o *Options) validate() error {
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
 	}
-	return nil
+	return o.validateControl()
 }
 
 // Manager serves the models of a repository: it loads the versions each
@@ -400,6 +403,13 @@ func (m *Manager) syncVersion(ctx context.Context, md *model, ve modelrepo.Versi
 	var keep, replace bool
 	if cur != nil && cur.state == StateReady {
 		keep = sameFile(cur.entry, ve) && reflect.DeepEqual(cur.cfg, cfg)
+		if keep && cur.failedReload != nil {
+			// The file it was loaded from is back.
+			m.setStaleLocked(cur, nil, "")
+		}
+		if f := cur.failedReload; f != nil && sameFile(f.entry, ve) && reflect.DeepEqual(f.cfg, cfg) {
+			keep = true // failed already; retried once the file or config changes
+		}
 		replace = !keep
 	}
 	m.mu.Unlock()
@@ -485,6 +495,10 @@ func (m *Manager) loadVersion(ctx context.Context, md *model, ve modelrepo.Versi
 		m.mu.Lock()
 		if old == nil {
 			m.setStateLocked(v, StateUnavailable, err.Error())
+		} else if md.versions[ve.Version] == old && old.state == StateReady {
+			m.metrics.reloadFailures.With(md.name, old.label).Inc()
+			m.setStaleLocked(old, &failedReload{entry: ve, cfg: cfg},
+				"reload failed, serving the previously loaded model file: "+err.Error())
 		}
 		m.mu.Unlock()
 		if old != nil {
@@ -501,8 +515,22 @@ func (m *Manager) loadVersion(ctx context.Context, md *model, ve modelrepo.Versi
 	}
 	v.loaded = true
 	m.setStateLocked(v, StateReady, "")
+	m.setStaleLocked(v, nil, "")
 	m.mu.Unlock()
 	return nil
+}
+
+// setStaleLocked records (f non-nil) or clears that v serves an older file
+// than the repository holds because f failed to load; reason is v's
+// reason while READY.
+func (m *Manager) setStaleLocked(v *version, f *failedReload, reason string) {
+	v.failedReload = f
+	v.reason = reason
+	stale := 0.0
+	if f != nil {
+		stale = 1
+	}
+	m.metrics.stale.With(v.name, v.label).Set(stale)
 }
 
 // putLocked makes v the model's instance of its version.
@@ -520,6 +548,9 @@ func (m *Manager) setStateLocked(v *version, s ModelState, reason string) {
 		return
 	}
 	m.metrics.setState(v.name, v.label, s)
+	if s != StateReady && v.failedReload != nil {
+		m.setStaleLocked(v, nil, reason)
+	}
 	ready := 0
 	for _, md := range m.models {
 		for _, v := range md.versions {
@@ -557,7 +588,7 @@ func (m *Manager) unloadLocked(v *version, forget bool) <-chan struct{} {
 		v.free()
 		m.mu.Lock()
 		if v.state != StateUnavailable {
-			m.setStateLocked(v, StateUnavailable, "unloaded")
+			m.setStateLocked(v, StateUnavailable, m.unloadedReason(v.name))
 		}
 		v.finalized = true
 		if md := m.models[v.name]; md != nil && v.forget {
@@ -806,10 +837,14 @@ func (m *Manager) ModelReady(model string, version int64) bool {
 // serves until the new one is READY), the others unloaded. It returns once
 // the loads finished; the error wraps ErrModelNotFound when the repository
 // has no such model (a model that left it is unloaded and forgotten) and
-// ErrNotReady when a version failed to load.
+// ErrNotReady when a version failed to load. Only the explicit model control
+// mode allows it (else ErrModelControl).
 func (m *Manager) Load(ctx context.Context, model string) error {
 	if err := modelrepo.ValidateName(model); err != nil {
 		return fmt.Errorf("%w: %w", ErrModelNotFound, err)
+	}
+	if err := m.allowControl("load", model); err != nil && !m.isClosed() {
+		return err
 	}
 	snap, err := m.repo.Scan()
 	if err != nil {
@@ -834,12 +869,16 @@ func (m *Manager) Load(ctx context.Context, model string) error {
 // requests get ErrNotReady), and once their in-flight requests finished
 // their executables and weights are freed and they stay known as
 // UNAVAILABLE. Unload returns when that is done or ctx ends (the unload then
-// completes in the background).
+// completes in the background). Only the explicit model control mode allows
+// it (else ErrModelControl); the model then stays unloaded until Load.
 func (m *Manager) Unload(ctx context.Context, model string) error {
 	if err := m.beginOp(); err != nil {
 		return err
 	}
 	defer m.ops.Done()
+	if err := m.allowControl("unload", model); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	md := m.models[model]
 	m.mu.Unlock()
@@ -870,6 +909,17 @@ func (m *Manager) Unload(ctx context.Context, model string) error {
 	}
 	return nil
 }
+
+// isClosed reports whether Shutdown began.
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// RepositoryRoot is the absolute path of the model repository; the api
+// packages make paths in client-facing messages relative to it.
+func (m *Manager) RepositoryRoot() string { return m.repo.Root() }
 
 // WriteMetrics writes the serving metrics in the Prometheus text exposition
 // format (version 0.0.4): xserve_requests_total, xserve_request_duration_seconds,

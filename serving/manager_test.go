@@ -2,6 +2,7 @@ package serving
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -618,6 +620,75 @@ func TestPollingFollowsTheRepository(t *testing.T) {
 	}
 }
 
+// TestFailedReloadIsVisible overwrites a serving model's file with garbage
+// under load: the old instance keeps serving, and the index (READY with a
+// reason) and the metrics say that the file on disk failed to load; the
+// same broken file is not retried on every poll; a good file heals it.
+func TestFailedReloadIsVisible(t *testing.T) {
+	r := newRepo(t)
+	r.add("tinycnn", 1, tinyCNN)
+	r.config("tinycnn", "buckets:\n  batch: [2]\n")
+	m, logs := start(t, r, func(o *Options) { o.PollInterval = 20 * time.Millisecond })
+	image := map[string]*tensor.Tensor{"image": readNpy(t, tinyCNNImage)}
+	infer(t, m, "tinycnn", 0, image)
+	stop := make(chan struct{})
+	var served, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := m.Infer(context.Background(), "tinycnn", 0, &InferRequest{Inputs: image}); err != nil {
+					failed.Add(1)
+				} else {
+					served.Add(1)
+				}
+			}
+		}()
+	}
+	const staleSeries = `xserve_model_stale{model="tinycnn",version="1"}`
+	const failures = `xserve_model_reload_failures_total{model="tinycnn",version="1"}`
+	r.write("tinycnn", 1, []byte("garbage, not an ONNX model"))
+	eventually(t, "the failed reload in the index", func() bool {
+		s, reason := state(m, "tinycnn", 1)
+		return s == StateReady && strings.Contains(reason, "reload failed")
+	})
+	if metric(t, m, staleSeries) != 1 || metric(t, m, failures) != 1 {
+		t.Errorf("stale %v, reload failures %v; want 1, 1", metric(t, m, staleSeries), metric(t, m, failures))
+	}
+	time.Sleep(200 * time.Millisecond) // ten polls
+	if n := metric(t, m, failures); n != 1 {
+		t.Errorf("the same broken file was reloaded %v times, want once", n)
+	}
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 || served.Load() == 0 {
+		t.Errorf("under the failed reload: %d served, %d failed", served.Load(), failed.Load())
+	}
+	_, reason := state(m, "tinycnn", 1)
+	t.Logf("index reason: %s", reason)
+
+	r.add("tinycnn", 1, tinyCNN)
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(r.root, "tinycnn", "1", "model.onnx"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the good file to load", func() bool {
+		s, reason := state(m, "tinycnn", 1)
+		return s == StateReady && reason == "" && metric(t, m, staleSeries) == 0
+	})
+	infer(t, m, "tinycnn", 1, image)
+	if l := logs.lines("reload failed"); len(l) != 1 {
+		t.Errorf("reload failures logged: %q, want 1", l)
+	}
+}
+
 func TestUnloadAndLoad(t *testing.T) {
 	r := newRepo(t)
 	r.add("tinycnn", 1, tinyCNN)
@@ -649,7 +720,7 @@ func TestUnloadAndLoad(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if s, reason := state(m, "tinycnn", 1); s != StateUnavailable || reason != "unloaded" {
+	if s, reason := state(m, "tinycnn", 1); s != StateUnavailable || !strings.HasPrefix(reason, "unloaded") {
 		t.Errorf("after Unload: %s (%s)", s, reason)
 	}
 	if v.weights.Len() != 0 {
@@ -808,9 +879,13 @@ func TestStableHLOCacheSurvivesRestart(t *testing.T) {
 		assertClose(t, fmt.Sprintf("output %d after restart", i), second[i], first[i], 0)
 	}
 
-	// A corrupt entry is reported and lowered again.
+	// An entry that is intact but not a program is reported and lowered again.
+	cache, err := newDirCache(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range hlo {
-		if err := os.WriteFile(p, []byte("{not json"), 0o644); err != nil {
+		if err := cache.Put(filepath.Base(p), []byte("{not json")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -821,6 +896,117 @@ func TestStableHLOCacheSurvivesRestart(t *testing.T) {
 	run(m3)
 	if m3.lowerings.Load() != 2 || len(logs3.lines("unusable StableHLO entry")) != 2 {
 		t.Errorf("corrupt cache: %d lowerings, log:\n%s", m3.lowerings.Load(), logs3)
+	}
+}
+
+// TestCorruptCacheEntriesAreRebuilt damages each kind of compile-cache entry
+// (a one-byte change in a StableHLO entry or an executable, a StableHLO
+// entry whose checksum is right but whose module does not compile) and
+// restarts the Manager: the model is READY, the entry was deleted, logged,
+// counted and rebuilt.
+func TestCorruptCacheEntriesAreRebuilt(t *testing.T) {
+	r := newRepo(t)
+	r.add("tinycnn", 1, tinyCNN)
+	r.config("tinycnn", "warmup: eager\nbuckets:\n  batch: [2]\n")
+	cacheDir := t.TempDir()
+	withCache := func(o *Options) { o.CompileCacheDir = cacheDir }
+	image := map[string]*tensor.Tensor{"image": readNpy(t, tinyCNNImage)}
+	m, _ := start(t, r, withCache)
+	want := infer(t, m, "tinycnn", 0, image).Outputs[0].Tensor
+	if err := m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The warmup and the load-time padding probe compile n buckets.
+	entries := func(ext string) []string {
+		p, _ := filepath.Glob(filepath.Join(cacheDir, "*"+ext))
+		return p
+	}
+	n := len(entries(".stablehlo"))
+	if n == 0 || len(entries(".pjrt")) != n {
+		t.Fatalf("cache holds %q and %q, want as many executables as programs", entries(".stablehlo"), entries(".pjrt"))
+	}
+	flipByte := func(ext string) func() {
+		return func() {
+			for _, p := range entries(ext) {
+				data, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data[len(data)/2] ^= 0x20
+				if err := os.WriteFile(p, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	cache, err := newDirCache(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badModule := func() {
+		for _, p := range entries(".stablehlo") {
+			key := filepath.Base(p)
+			data, ok, err := cache.Get(key)
+			if !ok || err != nil {
+				t.Fatalf("Get %s: %v %v", key, ok, err)
+			}
+			var c cachedProgram
+			if err := json.Unmarshal(data, &c); err != nil {
+				t.Fatal(err)
+			}
+			c.Module = strings.Replace(c.Module, "stablehlo.", "stablehlo.no_such_op_", 1)
+			data, _ = json.Marshal(c)
+			if err := cache.Put(key, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The executables are keyed by the program: remove them so that
+		// the damaged modules reach the compiler.
+		for _, p := range entries(".pjrt") {
+			os.Remove(p)
+		}
+	}
+	for _, tc := range []struct {
+		name, kind, log string
+		damage          func()
+		lowerings       int
+	}{
+		{"stablehlo byte", cacheStableHLO, "corrupt entry deleted", flipByte(".stablehlo"), n},
+		{"executable byte", cacheExecutable, "corrupt entry deleted", flipByte(".pjrt"), 0},
+		{"stablehlo does not compile", cacheStableHLO, "cached StableHLO does not compile", badModule, n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.damage()
+			m, logs := start(t, r, withCache)
+			if st, reason := state(m, "tinycnn", 1); st != StateReady {
+				t.Fatalf("state %s (%s), want READY", st, reason)
+			}
+			if l := logs.lines("level=WARN", tc.log); len(l) != n {
+				t.Errorf("log lines %q with %q, want %d\n%s", l, tc.log, n, logs)
+			}
+			if got := metric(t, m, fmt.Sprintf(`xserve_compile_cache_total{kind="%s",result="corrupt"}`, tc.kind)); got != float64(n) {
+				t.Errorf("corrupt %s entries counted: %v, want %d", tc.kind, got, n)
+			}
+			if got := m.lowerings.Load(); got != int64(tc.lowerings) {
+				t.Errorf("%d lowerings, want %d", got, tc.lowerings)
+			}
+			assertClose(t, "output", infer(t, m, "tinycnn", 0, image).Outputs[0].Tensor, want, 0)
+			if err := m.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// Rebuilt: every entry is back and intact.
+			for _, ext := range []string{".stablehlo", ".pjrt"} {
+				ps := entries(ext)
+				if len(ps) != n {
+					t.Errorf("%d %s entries after restart, want %d", len(ps), ext, n)
+				}
+				for _, p := range ps {
+					if _, ok, err := cache.Get(filepath.Base(p)); !ok || err != nil {
+						t.Errorf("%s after restart: ok %v, %v", p, ok, err)
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -37,6 +37,8 @@ type serverMetrics struct {
 	cache          *metrics.CounterVec   // kind, result
 	loaded         *metrics.GaugeVec
 	state          *metrics.GaugeVec     // model, version, state
+	reloadFailures *metrics.CounterVec   // model, version
+	stale          *metrics.GaugeVec     // model, version
 	batchRows      *metrics.HistogramVec // model, version, kind (real, padded)
 	queueRejected  *metrics.CounterVec   // model, version, reason
 	batchLimit     *metrics.GaugeVec     // model, version, queue
@@ -72,18 +74,23 @@ func newServerMetrics() *serverMetrics {
 		bucketCompile: r.NewGaugeVec("xserve_bucket_compile_seconds",
 			"Seconds the last compile of each bucket took (lowering included).", "model", "version", "bucket"),
 		cache: r.NewCounterVec("xserve_compile_cache_total",
-			"On-disk compile cache lookups, by kind of entry and result.", "kind", "result"),
+			"On-disk compile cache lookups, by kind of entry and result: hit, miss, corrupt (an entry whose checksum failed, or that did not deserialize or compile; deleted and rebuilt).", "kind", "result"),
 		exactExes: r.NewGaugeVec("xserve_exact_executables",
 			"Executables a version keeps for sizes it serves exactly (a symbol whose padding would change the outputs), at most exact_executables.", "model", "version"),
 		exactEvicted: r.NewCounterVec("xserve_exact_evictions_total",
 			"Exact-size executables dropped from the bounded cache (least recently used first).", "model", "version"),
 		loaded: r.NewGaugeVec("xserve_models_loaded", "Model versions in state READY."),
+		reloadFailures: r.NewCounterVec("xserve_model_reload_failures_total",
+			"Reloads of a changed model file or config.yaml that failed (the loaded instance kept serving).", "model", "version"),
+		stale: r.NewGaugeVec("xserve_model_stale",
+			"1 while a READY version serves an instance loaded from an older model file or config.yaml because reloading the current one failed; 0 otherwise.", "model", "version"),
 		state: r.NewGaugeVec("xserve_model_state",
 			"1 for the state each known model version is in, 0 for the others.", "model", "version", "state"),
 	}
 	for _, kind := range []string{cacheStableHLO, cacheExecutable} {
 		m.cache.With(kind, "hit")
 		m.cache.With(kind, "miss")
+		m.cache.With(kind, "corrupt")
 	}
 	return m
 }
@@ -95,6 +102,11 @@ func (m *serverMetrics) cacheResult(kind string, hit bool) {
 		result = "hit"
 	}
 	m.cache.With(kind, result).Inc()
+}
+
+// cacheCorrupt counts a compile-cache entry found corrupt (and deleted).
+func (m *serverMetrics) cacheCorrupt(kind string) {
+	m.cache.With(kind, "corrupt").Inc()
 }
 
 // setState records that a version is in state s.
@@ -113,4 +125,5 @@ func (m *serverMetrics) forgetState(model, version string) {
 	for _, st := range allStates {
 		m.state.Delete(model, version, string(st))
 	}
+	m.stale.Delete(model, version)
 }

@@ -53,14 +53,25 @@ type version struct {
 	compiles sync.WaitGroup // compile goroutines
 
 	// Guarded by Manager.mu.
-	state     ModelState
-	reason    string
-	loaded    bool          // was READY at some point
-	refs      int           // in-flight requests
-	forget    bool          // drop from the model's versions once freed
-	finalized bool          // freed, and its state settled
-	drain     chan struct{} // closed when refs is 0 after unloading began; nil before
-	freed     chan struct{} // closed once executables and weights are freed; nil before unloading
+	state  ModelState
+	reason string
+	loaded bool // was READY at some point
+	// failedReload, on a READY version, is the newer model file and config
+	// that failed to load: v serves what it loaded before (its reason
+	// says so) and is not reloaded again until the file or config changes.
+	failedReload *failedReload
+	refs         int           // in-flight requests
+	forget       bool          // drop from the model's versions once freed
+	finalized    bool          // freed, and its state settled
+	drain        chan struct{} // closed when refs is 0 after unloading began; nil before
+	freed        chan struct{} // closed once executables and weights are freed; nil before unloading
+}
+
+// failedReload is a model file and config that failed to load in place of
+// a READY version.
+type failedReload struct {
+	entry modelrepo.VersionEntry
+	cfg   *modelrepo.Config
 }
 
 func newVersion(m *Manager, name string, ve modelrepo.VersionEntry, cfg *modelrepo.Config) *version {
@@ -281,28 +292,35 @@ func (v *version) buildInSlot(b *bucket) (*Executable, bool, error) {
 
 // build lowers the graph for b (or reads the StableHLO from the cache) and
 // compiles it (or deserializes the executable from the cache); compiled
-// says which.
+// says which. StableHLO from the cache that fails to compile is deleted
+// and the graph lowered again, so that a bad entry never keeps a model
+// from loading.
 func (v *version) build(ctx context.Context, b *bucket) (exe *Executable, compiled bool, err error) {
-	prog, err := v.program(b)
+	prog, cachedKey, err := v.program(b)
 	if err != nil {
 		return nil, false, err
 	}
+	exe, compiled, err = v.compileProgram(ctx, b, prog)
+	if err == nil || cachedKey == "" || ctx.Err() != nil {
+		return exe, compiled, err
+	}
+	v.log().Warn("compile cache: cached StableHLO does not compile; deleted, lowering again", "bucket", b.name, "key", cachedKey, "error", err)
+	v.m.metrics.cacheCorrupt(cacheStableHLO)
+	if derr := v.m.cache.Delete(cachedKey); derr != nil {
+		v.log().Warn("compile cache: cannot delete entry", "key", cachedKey, "error", derr)
+	}
+	if prog, err = v.lower(b, cachedKey); err != nil {
+		return nil, false, err
+	}
+	return v.compileProgram(ctx, b, prog)
+}
+
+// compileProgram deserializes prog's executable from the cache or compiles
+// it (and stores it in the cache).
+func (v *version) compileProgram(ctx context.Context, b *bucket, prog *lower.Program) (exe *Executable, compiled bool, err error) {
 	m := v.m
-	if m.cache != nil {
-		key := executableKey(m.client, prog)
-		data, ok, err := m.cache.Get(key)
-		if err != nil {
-			v.log().Warn("compile cache: unreadable executable entry", "key", key, "error", err)
-		}
-		if ok {
-			exe, err := v.deserialize(ctx, prog, data)
-			if err == nil {
-				m.metrics.cacheResult(cacheExecutable, true)
-				return exe, false, nil
-			}
-			m.unsupported(err, "compile cache: cannot deserialize executables; compiling instead")
-		}
-		m.metrics.cacheResult(cacheExecutable, false)
+	if exe := v.cachedExecutable(ctx, prog); exe != nil {
+		return exe, false, nil
 	}
 	exe, err = Compile(ctx, m.client, prog, v.weights)
 	if err != nil {
@@ -324,6 +342,47 @@ func (v *version) build(ctx context.Context, b *bucket) (exe *Executable, compil
 	return exe, true, nil
 }
 
+// cachedExecutable returns prog's executable from the cache, or nil. An
+// entry that is corrupt or does not deserialize is deleted (and rebuilt by
+// the caller).
+func (v *version) cachedExecutable(ctx context.Context, prog *lower.Program) *Executable {
+	m := v.m
+	if m.cache == nil {
+		return nil
+	}
+	key := executableKey(m.client, prog)
+	data, ok, err := m.cache.Get(key)
+	v.cacheGetError(cacheExecutable, key, err)
+	if ok {
+		exe, err := v.deserialize(ctx, prog, data)
+		if err == nil {
+			m.metrics.cacheResult(cacheExecutable, true)
+			return exe
+		}
+		m.unsupported(err, "compile cache: cannot deserialize executables; compiling instead")
+		if !errUnsupported(err) && ctx.Err() == nil {
+			m.metrics.cacheCorrupt(cacheExecutable)
+			if derr := m.cache.Delete(key); derr != nil {
+				v.log().Warn("compile cache: cannot delete entry", "key", key, "error", derr)
+			}
+		}
+	}
+	m.metrics.cacheResult(cacheExecutable, false)
+	return nil
+}
+
+// cacheGetError logs (and counts) the error of a cache lookup.
+func (v *version) cacheGetError(kind, key string, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, errCorruptEntry):
+		v.m.metrics.cacheCorrupt(kind)
+		v.log().Warn("compile cache: corrupt entry deleted; rebuilding it", "kind", kind, "key", key, "error", err)
+	default:
+		v.log().Warn("compile cache: unreadable entry", "kind", kind, "key", key, "error", err)
+	}
+}
+
 func (v *version) deserialize(ctx context.Context, prog *lower.Program, data []byte) (*Executable, error) {
 	pe, err := v.m.client.Deserialize(ctx, data)
 	if err != nil {
@@ -333,32 +392,39 @@ func (v *version) deserialize(ctx context.Context, prog *lower.Program, data []b
 }
 
 // program returns the bucket's lowered program, from the StableHLO cache
-// when it holds it.
-func (v *version) program(b *bucket) (*lower.Program, error) {
+// when it holds it; cachedKey is the entry's key when it came from there.
+func (v *version) program(b *bucket) (prog *lower.Program, cachedKey string, err error) {
 	m := v.m
-	var key string
-	if m.cache != nil {
-		key = programKey(m.buildID, v.hash, b.modelDims, m.lowerer.Options())
-		data, ok, err := m.cache.Get(key)
-		if err != nil {
-			v.log().Warn("compile cache: unreadable StableHLO entry", "key", key, "error", err)
-		}
-		if ok {
-			prog, err := decodeProgram(data, v.graph)
-			if err == nil {
-				m.metrics.cacheResult(cacheStableHLO, true)
-				return prog, nil
-			}
-			v.log().Warn("compile cache: unusable StableHLO entry; lowering again", "key", key, "error", err)
-		}
-		m.metrics.cacheResult(cacheStableHLO, false)
+	if m.cache == nil {
+		prog, err = v.lower(b, "")
+		return prog, "", err
 	}
+	key := programKey(m.buildID, v.hash, b.modelDims, m.lowerer.Options())
+	data, ok, err := m.cache.Get(key)
+	v.cacheGetError(cacheStableHLO, key, err)
+	if ok {
+		prog, err := decodeProgram(data, v.graph)
+		if err == nil {
+			m.metrics.cacheResult(cacheStableHLO, true)
+			return prog, key, nil
+		}
+		v.log().Warn("compile cache: unusable StableHLO entry; lowering again", "key", key, "error", err)
+	}
+	m.metrics.cacheResult(cacheStableHLO, false)
+	prog, err = v.lower(b, key)
+	return prog, "", err
+}
+
+// lower lowers the graph for b and, with key, stores the program in the
+// StableHLO cache.
+func (v *version) lower(b *bucket, key string) (*lower.Program, error) {
+	m := v.m
 	prog, err := m.lowerer.Lower(v.graph, b.modelDims)
 	m.lowerings.Add(1)
 	if err != nil {
 		return nil, err
 	}
-	if m.cache != nil {
+	if key != "" {
 		data, err := encodeProgram(prog)
 		if err == nil {
 			err = m.cache.Put(key, data)

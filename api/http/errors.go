@@ -23,6 +23,10 @@ var (
 	// ErrUnsupportedEncoding: the request's Content-Encoding is not one of
 	// gzip, zstd, deflate or identity.
 	ErrUnsupportedEncoding = payload.ErrUnsupportedEncoding
+	// ErrUnsupportedMediaType: the request's Content-Type is refused: a
+	// form or multipart body, or anything but JSON on a repository or admin
+	// route (see contenttype.go).
+	ErrUnsupportedMediaType = errors.New("httpapi: unsupported media type")
 	// ErrNotFound: no such route.
 	ErrNotFound = errors.New("httpapi: not found")
 	// ErrServerClosed is returned by Serve and Listen after Shutdown.
@@ -50,6 +54,8 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound
+	case errors.Is(err, ErrUnsupportedMediaType):
+		return http.StatusUnsupportedMediaType
 	case errors.Is(err, ErrServerClosed):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, auth.ErrUnauthenticated):

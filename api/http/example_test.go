@@ -83,5 +83,5 @@ func Example() {
 	// Output:
 	// 200 {"model":"double","version":"1","id":"","outputs":{"y":{"dtype":"float32","shape":[2,2],"data":[2,4,6,8]}}}
 	// 200 {"model_name":"double","model_version":"1","id":"7","outputs":[{"name":"y","datatype":"FP32","shape":[3],"data":[1,2,3]}]}
-	// 400 {"error":"payload: bad request: input \"x\": data: at [1]: 1 element; dim 1 of shape [2 2] is 2"}
+	// 400 {"error":"bad request: input \"x\": data: at [1]: 1 element; dim 1 of shape [2 2] is 2"}
 }

@@ -175,6 +175,14 @@ func startServer(t *testing.T, opts Options) *testServer {
 
 func startServerWith(t *testing.T, b *echoBackend, opts Options) *testServer {
 	t.Helper()
+	ts := serveBackend(t, b, opts)
+	ts.backend = b
+	return ts
+}
+
+// serveBackend runs a Server answering from any backend.
+func serveBackend(t *testing.T, b Backend, opts Options) *testServer {
+	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -186,7 +194,7 @@ func startServerWith(t *testing.T, b *echoBackend, opts Options) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{Server: s, url: "http://" + ln.Addr().String(), backend: b, done: make(chan error, 1)}
+	ts := &testServer{Server: s, url: "http://" + ln.Addr().String(), done: make(chan error, 1)}
 	go func() { ts.done <- s.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/xserve/xserve/api/payload"
 	"log/slog"
 	"math"
 	"time"
@@ -20,7 +21,7 @@ const (
 	DefaultMaxBodyBytes = 64 << 20
 	// DefaultMaxDecompressedBytes is Options.MaxDecompressedBytes when it is
 	// zero.
-	DefaultMaxDecompressedBytes = 256 << 20
+	DefaultMaxDecompressedBytes = 64 << 20
 	// DefaultMaxTensorElements is Options.MaxTensorElements when it is zero.
 	DefaultMaxTensorElements = 1 << 28
 	// DefaultReadTimeout is Options.ReadTimeout when it is zero.
@@ -28,7 +29,9 @@ const (
 	// DefaultWriteTimeout is Options.WriteTimeout when it is zero.
 	DefaultWriteTimeout = 60 * time.Second
 	// DefaultIdleTimeout is Options.IdleTimeout when it is zero.
-	DefaultIdleTimeout = 120 * time.Second
+	DefaultIdleTimeout = 30 * time.Second
+	// DefaultMaxConns is Options.MaxConns when it is zero.
+	DefaultMaxConns = 4096
 	// DefaultCompressMinBytes is Options.CompressMinBytes when it is zero.
 	DefaultCompressMinBytes = 1024
 )
@@ -42,7 +45,7 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxDecompressedBytes is the largest request body accepted after
 	// Content-Encoding is undone; decompression stops there and the request
-	// is answered 413. Default 256 MiB.
+	// is answered 413. Default 64 MiB.
 	MaxDecompressedBytes int64
 	// MaxTensorElements is the most elements one request tensor may declare
 	// in its shape; checked before anything is allocated for it. Default
@@ -53,8 +56,19 @@ type Options struct {
 	// WriteTimeout bounds writing one response. Default 60s.
 	WriteTimeout time.Duration
 	// IdleTimeout is how long a keep-alive connection waits for its next
-	// request. Default 120s.
+	// request. Default 30s.
 	IdleTimeout time.Duration
+	// MaxConns bounds the connections served at once; past it a new
+	// connection is answered 503 and closed. Default 4096 (keep it well
+	// under the process's file descriptor limit).
+	MaxConns int
+	// MemoryBudget bounds the bytes that requests in flight hold at once
+	// (bodies, their decompressed form, tensors decoded from JSON): each is
+	// reserved before it is allocated, and a request that does not fit now
+	// is answered 429 (413 if it could never fit). Default 200 MiB. Budget,
+	// when set, is used instead, so that HTTP and NATS share one.
+	MemoryBudget int64
+	Budget       *payload.Budget
 	// CompressMinBytes is the smallest response body that is compressed when
 	// the client's Accept-Encoding allows it; -1 never compresses. Default
 	// 1 KiB.
@@ -106,6 +120,12 @@ func (o *Options) setDefaults() {
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
+	if o.MaxConns == 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = payload.DefaultMemoryBudget
+	}
 	if o.CompressMinBytes == 0 {
 		o.CompressMinBytes = DefaultCompressMinBytes
 	}
@@ -144,6 +164,12 @@ func (o *Options) validate() error {
 	}
 	if o.IdleTimeout < 0 {
 		bad("IdleTimeout", o.IdleTimeout, "a positive duration")
+	}
+	if o.MaxConns < 0 {
+		bad("MaxConns", o.MaxConns, "a positive number of connections")
+	}
+	if o.MemoryBudget < 0 {
+		bad("MemoryBudget", o.MemoryBudget, "a positive size in bytes")
 	}
 	if o.CompressMinBytes < -1 {
 		bad("CompressMinBytes", o.CompressMinBytes, "a size in bytes, or -1 for never")

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -19,7 +20,7 @@ func TestOptionsValidate(t *testing.T) {
 	if err := def.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if def.MaxBodyBytes != 64<<20 || def.MaxDecompressedBytes != 256<<20 || def.MaxTensorElements != 1<<28 {
+	if def.MaxBodyBytes != 64<<20 || def.MaxDecompressedBytes != 64<<20 || def.MaxTensorElements != 1<<28 || def.MemoryBudget != 200<<20 || def.MaxConns != 4096 || def.IdleTimeout != 30*time.Second {
 		t.Errorf("defaults: %+v", def)
 	}
 	if _, err := New(&echoBackend{}, Options{MaxDecompressedBytes: -5}); err == nil || !strings.Contains(err.Error(), "MaxDecompressedBytes is -5") {

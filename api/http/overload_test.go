@@ -32,61 +32,9 @@ const tinyCNN = "../../examples/models/tinycnn/1/model.onnx" // image float32[ba
 // succeed. Should the compile finish before the third request arrives, the
 // test tries again with the next bucket, which compiles afresh.
 func TestOverloadThroughRealManager(t *testing.T) {
-	ctx := context.Background()
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "../.."})
-	if err != nil {
-		t.Fatalf("%v\n\nthis test needs the real XLA CPU plugin: run `make pjrt` first", err)
-	}
-	client, err := pjrt.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "tinycnn", "1"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(tinyCNN)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := "buckets:\n  batch: [1, 2, 4, 8]\nwarmup: lazy\nbatching:\n  max_queue_size: 1\n  max_queue_delay: 10s\n"
-	if err := os.WriteFile(filepath.Join(root, "tinycnn", "1", "model.onnx"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "tinycnn", "config.yaml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	repo, err := modelrepo.Open(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, err := serving.NewManager(ctx, serving.Options{Client: client, Repository: repo, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := httpapi.New(m, httpapi.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("server Shutdown: %v", err)
-		}
-		if err := m.Shutdown(ctx); err != nil {
-			t.Errorf("Manager Shutdown: %v", err)
-		}
-	})
-	url := "http://" + ln.Addr().String() + "/v1/infer"
+	base, m := serveTinyCNN(t, cfg, httpapi.Options{})
+	url := base + "/v1/infer"
 
 	type answer struct {
 		code       int
@@ -175,4 +123,66 @@ func TestOverloadThroughRealManager(t *testing.T) {
 		return
 	}
 	t.Fatal("every bucket compiled before a request could find the queue full")
+}
+
+// serveTinyCNN serves tinycnn with config.yaml cfg from a real Manager (the
+// real XLA CPU plugin) over HTTP on a loopback port, both shut down when
+// the test ends; it returns the server's base URL.
+func serveTinyCNN(t *testing.T, cfg string, opts httpapi.Options) (string, *serving.Manager) {
+	t.Helper()
+	ctx := context.Background()
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "../.."})
+	if err != nil {
+		t.Fatalf("%v\n\nthis test needs the real XLA CPU plugin: run `make pjrt` first", err)
+	}
+	client, err := pjrt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "tinycnn", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(tinyCNN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "tinycnn", "1", "model.onnx"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "tinycnn", "config.yaml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := modelrepo.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := serving.NewManager(ctx, serving.Options{Client: client, Repository: repo, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Logger = quiet
+	s, err := httpapi.New(m, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("server Shutdown: %v", err)
+		}
+		if err := m.Shutdown(ctx); err != nil {
+			t.Errorf("Manager Shutdown: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String(), m
 }

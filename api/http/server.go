@@ -30,6 +30,7 @@ import (
 	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
 )
 
 // Backend is what the server needs of the model server. *serving.Manager
@@ -82,6 +83,9 @@ type Server struct {
 	app     *fiber.App
 	codecs  *payload.Codecs
 	metrics *httpMetrics
+	root    string // the backend's repository root, for payload.PublicMessage
+	budget  *payload.Budget
+	check   func(model string, version int64, name string, dt tensor.DType, shape []int64) error // nil when the backend has none
 
 	// ctx is the parent of every backend call; cancelled when Shutdown gives
 	// up waiting, so that stragglers stop.
@@ -108,9 +112,18 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics()}
+	s := &Server{backend: backend, opts: opts, log: opts.Logger, codecs: cs, metrics: newHTTPMetrics(), root: payload.RootOf(backend)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.budget = opts.Budget; s.budget == nil {
+		if s.budget, err = payload.NewBudget(opts.MemoryBudget); err != nil {
+			return nil, err
+		}
+	}
+	if c, ok := backend.(inputChecker); ok {
+		s.check = c.CheckInput
+	}
 	s.app = fiber.New(fiber.Config{
+		Concurrency:    opts.MaxConns,
 		AppName:        "xserve",
 		BodyLimit:      int(opts.MaxBodyBytes),
 		ReadTimeout:    opts.ReadTimeout,
@@ -122,8 +135,10 @@ func New(backend Backend, opts Options) (*Server, error) {
 		// limit gets its 413 rather than a connection reset.
 		StreamRequestBody:     true,
 		DisableStartupMessage: true,
-		CaseSensitive:         true,
-		ErrorHandler:          s.fiberError,
+		// Multipart bodies are refused (415) by the handlers, not parsed.
+		DisablePreParseMultipartForm: true,
+		CaseSensitive:                true,
+		ErrorHandler:                 s.fiberError,
 	})
 	s.routes()
 	return s, nil
@@ -140,7 +155,8 @@ func (s *Server) routes() {
 			MaxAge:        600,
 		}))
 	}
-	post := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, h)) }
+	post := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, s.refuseForms(h))) }
+	admin := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, s.requireJSON(h))) }
 	get := func(path string, h fiber.Handler) { a.Get(path, s.handle(fiber.MethodGet, path, h)) }
 
 	post("/v1/infer", func(c *fiber.Ctx) error { return s.infer(c, false) })
@@ -159,9 +175,9 @@ func (s *Server) routes() {
 	get("/v2/models/:model/versions/:version/stats", s.statistics)
 	post("/v2/models/:model/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
 	post("/v2/models/:model/versions/:version/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
-	post("/v2/repository/index", s.repositoryIndex)
-	post("/v2/repository/models/:model/load", s.load)
-	post("/v2/repository/models/:model/unload", s.unload)
+	admin("/v2/repository/index", s.repositoryIndex)
+	admin("/v2/repository/models/:model/load", s.load)
+	admin("/v2/repository/models/:model/unload", s.unload)
 
 	s.unsupportedRoutes(get, post)
 
@@ -243,6 +259,8 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
 		s.metrics.inflight.Inc()
+		lease := s.budget.Lease()
+		c.Locals(leaseKey{}, lease)
 		id := reqid.From(c.Get(reqid.Header), c.Get("traceparent"))
 		c.Locals(requestIDKey{}, id)
 		c.Set(reqid.Header, id)
@@ -257,6 +275,7 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		if err != nil {
 			s.writeError(c, err)
 		}
+		lease.Release()
 		s.drainBody(c)
 		s.metrics.inflight.Dec()
 		code := c.Response().StatusCode()
@@ -315,7 +334,9 @@ func (s *Server) call(h fiber.Handler, c *fiber.Ctx) (err error) {
 	return h(c)
 }
 
-// writeError answers with err's status code and {"error": message}.
+// writeError answers with err's status code and {"error": message}, the
+// message without absolute paths or package prefixes
+// (payload.PublicMessage; the log has them).
 func (s *Server) writeError(c *fiber.Ctx, err error) {
 	code := statusOf(err)
 	// Client errors, overload and not-ready answers are routine: debug only.
@@ -334,7 +355,7 @@ func (s *Server) writeError(c *fiber.Ctx, err error) {
 	c.Response().Header.Del(fiber.HeaderContentEncoding)
 	c.Status(code)
 	c.Set(fiber.HeaderContentType, contentJSON)
-	c.Send(payload.ErrorBody(err.Error()))
+	c.Send(payload.ErrorBody(payload.PublicMessage(err.Error(), s.root)))
 }
 
 // fiberError answers the errors that fiber and fasthttp raise outside the
@@ -426,11 +447,16 @@ func modelVersionParams(c *fiber.Ctx) (string, int64, error) {
 }
 
 // readBody reads the request body through the MaxBodyBytes limit into a
-// fresh buffer (which may be kept after the handler returns).
+// fresh buffer (which may be kept after the handler returns), reserved
+// from the memory budget before it is allocated.
 func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 	req := &c.Context().Request
+	lease := leaseOf(c)
 	r := req.BodyStream()
 	if r == nil { // not streamed: fasthttp read it, within BodyLimit
+		if err := lease.Reserve(int64(len(req.Body())), "the request body"); err != nil {
+			return nil, err
+		}
 		return bytes.Clone(req.Body()), nil
 	}
 	limit := s.opts.MaxBodyBytes
@@ -439,6 +465,9 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		return nil, s.bodyTooLarge()
 	}
 	if n >= 0 { // Content-Length: read exactly that
+		if err := lease.Reserve(n, "the request body"); err != nil {
+			return nil, err
+		}
 		buf := make([]byte, n)
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return nil, badRequest("reading the request body (Content-Length %d): %v", n, err)
@@ -446,16 +475,35 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		c.Locals(bodyDoneKey{}, true)
 		return buf, nil
 	}
-	var buf bytes.Buffer // chunked
-	got, err := buf.ReadFrom(io.LimitReader(r, limit+1))
-	if got > limit {
+	buf, err := payload.ReadAll(r, limit, lease, "the request body") // chunked
+	switch {
+	case errors.Is(err, payload.ErrOverLimit):
 		return nil, s.bodyTooLarge()
-	}
-	if err != nil {
+	case errors.Is(err, payload.ErrBudget) || errors.Is(err, ErrTooLarge):
+		return nil, err
+	case err != nil:
 		return nil, badRequest("reading the request body: %v", err)
 	}
 	c.Locals(bodyDoneKey{}, true)
-	return buf.Bytes(), nil
+	return buf, nil
+}
+
+// leaseKey holds (in fiber's Locals) the request's lease on the memory
+// budget, released when the handler returns.
+type leaseKey struct{}
+
+// leaseOf returns the request's lease (nil, which reserves nothing, outside
+// a handler).
+func leaseOf(c *fiber.Ctx) *payload.Lease {
+	l, _ := c.Locals(leaseKey{}).(*payload.Lease)
+	return l
+}
+
+// inputChecker is implemented by a backend that can check an input's
+// declared dtype and shape before its data is decoded
+// (serving.Manager.CheckInput).
+type inputChecker interface {
+	CheckInput(model string, version int64, name string, dt tensor.DType, shape []int64) error
 }
 
 // drainLimit is the least drainBody discards before it gives up on a
@@ -491,7 +539,7 @@ func (s *Server) body(c *fiber.Ctx) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.codecs.Decode(c.Get(fiber.HeaderContentEncoding), raw)
+	return s.codecs.DecodeWithin(c.Get(fiber.HeaderContentEncoding), raw, leaseOf(c))
 }
 
 // infer handles POST /v1/infer (v2 false) and the OIP infer routes.
@@ -518,10 +566,11 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 		}
 		// body is the handler's own buffer: tensors may point into it.
 		hdr := c.Get(HeaderInferenceLength)
+		lim := payload.Limits{MaxElems: s.opts.MaxTensorElements, Check: s.check, Lease: leaseOf(c)}
 		if v2 {
-			d, err = payload.DecodeOIP(model, version, body, hdr, s.opts.MaxTensorElements)
+			d, err = payload.DecodeOIPWithin(model, version, body, hdr, lim)
 		} else {
-			d, err = payload.DecodeV1(body, hdr, "", s.opts.MaxTensorElements)
+			d, err = payload.DecodeV1Within(body, hdr, "", lim)
 		}
 		return err
 	})
@@ -633,7 +682,7 @@ func (s *Server) repositoryIndex(c *fiber.Ctx) error {
 		if req.Ready && st.State != serving.StateReady {
 			continue
 		}
-		out = append(out, oipIndexEntry{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: st.Reason})
+		out = append(out, oipIndexEntry{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: payload.PublicMessage(st.Reason, s.root)})
 	}
 	return s.sendJSON(c, out)
 }

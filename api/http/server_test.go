@@ -514,7 +514,7 @@ func TestMetadataHealthAndRepository(t *testing.T) {
 	wantStatus(t, ts.do(t, "GET", "/v2/models/loading/ready", nil), 503, "not ready")
 
 	r = ts.do(t, "POST", "/v2/repository/index", nil)
-	want = `[{"name":"echo","version":"1","state":"READY","reason":""},{"name":"loading","version":"1","state":"LOADING","reason":""},{"name":"broken","version":"2","state":"UNAVAILABLE","reason":"onnx: bad file"}]`
+	want = `[{"name":"echo","version":"1","state":"READY","reason":""},{"name":"loading","version":"1","state":"LOADING","reason":""},{"name":"broken","version":"2","state":"UNAVAILABLE","reason":"bad file"}]`
 	if r.code != 200 || string(r.body) != want {
 		t.Errorf("index: %s", r)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // ConnOptions configure Connect. The zero value of every field means its
@@ -23,8 +24,8 @@ type ConnOptions struct {
 	CredsFile string
 	// Token is an authentication token.
 	Token string
-	// NkeyFile is a file holding a user NKey seed ("SU..."), for servers
-	// that authenticate users by NKey.
+	// NkeyFile is a file holding an NKey user seed, such as the embedded
+	// server's client seed (Embedded.ClientNkeyFile).
 	NkeyFile string
 	// TLSCert and TLSKey are a client certificate and its key (PEM files)
 	// for servers that require one; TLSCA is the CA bundle that signs the
@@ -41,6 +42,7 @@ type ConnOptions struct {
 	Logger *slog.Logger
 
 	inProcess nats.InProcessConnProvider
+	nkey      nkeys.KeyPair // the embedded server's serving user
 }
 
 // Connect connects to the NATS server or cluster at urls (a comma-separated
@@ -69,7 +71,7 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 		return nil, errors.New("natsapi: a TLS client certificate needs both its certificate and its key file")
 	}
 	if n := btoi(opts.CredsFile != "") + btoi(opts.Token != "") + btoi(opts.NkeyFile != ""); n > 1 {
-		return nil, errors.New("natsapi: give one of a credentials file, an NKey seed file or a token")
+		return nil, errors.New("natsapi: give one of a credentials file, a token or an NKey seed file")
 	}
 	backoff := func(attempt int) time.Duration {
 		d := opts.ReconnectWait << min(attempt, 16)
@@ -114,6 +116,13 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 		}
 		nopts = append(nopts, o)
 	}
+	if kp := opts.nkey; kp != nil {
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("natsapi: nkey: %w", err)
+		}
+		nopts = append(nopts, nats.Nkey(pub, kp.Sign))
+	}
 	if opts.TLSCert != "" {
 		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
 	}
@@ -141,6 +150,13 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 	}
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // redact hides the passwords and tokens of a comma-separated list of URLs,
 // for messages.
 func redact(urls string) string {
@@ -158,11 +174,4 @@ func redact(urls string) string {
 		parts[i] = u.String()
 	}
 	return strings.Join(parts, ",")
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // Defaults of EmbeddedOptions.
@@ -39,13 +41,27 @@ type EmbeddedOptions struct {
 	// Logger receives the server's log; nil means slog.Default(). Its
 	// notices are logged at debug level, warnings and errors as such.
 	Logger *slog.Logger
+	// Prefix is the subject prefix of the xserve servers and clients the
+	// embedded server carries (Options.Prefix); the users' permissions are
+	// limited to its subjects (see auth.go). Default DefaultPrefix.
+	Prefix string
+	// ClientNkeyFile is the file holding the client user's NKey seed
+	// (mode 0600), made when missing and reused when present; default
+	// StoreDir/client.nk.
+	ClientNkeyFile string
+	// NoAuth lets anyone connect without credentials, with every
+	// permission: a rogue local process could answer requests, read all
+	// traffic and delete the durable stream. For trusted setups only.
+	NoAuth bool
 }
 
 // Embedded is a NATS server (github.com/nats-io/nats-server) running in
 // this process, with JetStream enabled.
 type Embedded struct {
-	srv *server.Server
-	log *slog.Logger
+	srv        *server.Server
+	log        *slog.Logger
+	serving    *nkeyUser // nil with NoAuth
+	clientFile string    // "" with NoAuth
 }
 
 // StartEmbedded starts a NATS server in the process and waits until it
@@ -96,6 +112,17 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		StoreDir:   opts.StoreDir,
 		NoSigs:     true,
 	}
+	e := &Embedded{log: opts.Logger}
+	if err := e.authorize(sopts, &opts); err != nil {
+		return nil, err
+	}
+	if !isLoopback(host) {
+		what := "clients need the client seed " + e.clientFile
+		if opts.NoAuth {
+			what = "and takes anyone, without credentials (NoAuth)"
+		}
+		opts.Logger.Warn("the embedded NATS server listens beyond loopback, on "+opts.Listen+"; "+what+"; traffic is not encrypted (use --nats-url with a TLS NATS server across machines)", "listen", opts.Listen)
+	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("natsapi: embedded NATS server: %w", err)
@@ -110,8 +137,47 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		}
 		return nil, fmt.Errorf("natsapi: embedded NATS server on %s not ready within %v", opts.Listen, opts.ReadyTimeout)
 	}
-	return &Embedded{srv: srv, log: opts.Logger}, nil
+	e.srv = srv
+	return e, nil
 }
+
+// authorize adds the serving and client users to sopts (see auth.go).
+func (e *Embedded) authorize(sopts *server.Options, opts *EmbeddedOptions) error {
+	if opts.NoAuth {
+		opts.Logger.Warn("the embedded NATS server takes clients without credentials (NoAuth)")
+		return nil
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if !validSubject(opts.Prefix) {
+		return fmt.Errorf("natsapi: EmbeddedOptions.Prefix %q is not a subject of literal tokens", opts.Prefix)
+	}
+	if opts.ClientNkeyFile == "" {
+		opts.ClientNkeyFile = filepath.Join(opts.StoreDir, "client.nk")
+	}
+	client, err := loadOrCreateSeed(opts.ClientNkeyFile)
+	if err != nil {
+		return err
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return fmt.Errorf("natsapi: nkey: %w", err)
+	}
+	if e.serving, err = newNkeyUser(kp); err != nil {
+		return err
+	}
+	e.clientFile = opts.ClientNkeyFile
+	sopts.Nkeys = []*server.NkeyUser{
+		{Nkey: e.serving.pub, Permissions: servingPermissions(opts.Prefix)},
+		{Nkey: client.pub, Permissions: clientPermissions(opts.Prefix)},
+	}
+	return nil
+}
+
+// ClientNkeyFile is the file with the client user's NKey seed, for
+// ConnOptions.NkeyFile (nats --nkey); "" when the server takes anyone.
+func (e *Embedded) ClientNkeyFile() string { return e.clientFile }
 
 // ClientURL is the URL clients connect to, e.g. nats://127.0.0.1:4222.
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
@@ -123,9 +189,12 @@ func (e *Embedded) Addr() net.Addr { return e.srv.Addr() }
 func (e *Embedded) Server() *server.Server { return e.srv }
 
 // Connect returns a connection to the server that does not go through the
-// network (nats.InProcessServer), with opts' handlers.
+// network (nats.InProcessServer), with opts' handlers, as the serving user.
 func (e *Embedded) Connect(ctx context.Context, opts ConnOptions) (*nats.Conn, error) {
 	opts.inProcess = e.srv
+	if e.serving != nil {
+		opts.nkey = e.serving.kp
+	}
 	return Connect(ctx, e.ClientURL(), opts)
 }
 

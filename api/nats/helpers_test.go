@@ -129,7 +129,7 @@ func startManager(t testing.TB) *serving.Manager {
 // connect opens a client connection to e.
 func connect(t testing.TB, e *Embedded) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(e.ClientURL())
+	nc, err := Connect(context.Background(), e.ClientURL(), ConnOptions{NkeyFile: e.ClientNkeyFile(), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

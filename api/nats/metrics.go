@@ -43,9 +43,11 @@ func natsCounters() []natsCounter {
 // collector is a prometheus.Collector that reads the counts at each
 // scrape, the ones $SRV.STATS reports per endpoint.
 type collector struct {
-	s      *Server
-	descs  []*prometheus.Desc // one per natsCounters entry
-	queued *prometheus.Desc
+	s        *Server
+	descs    []*prometheus.Desc // one per natsCounters entry
+	queued   *prometheus.Desc
+	lost     *prometheus.Desc // durable mode only
+	restores *prometheus.Desc // durable mode only
 }
 
 func newCollector(s *Server) *collector {
@@ -54,6 +56,8 @@ func newCollector(s *Server) *collector {
 		c.descs = append(c.descs, prometheus.NewDesc(nc.name, nc.help, []string{"model"}, nil))
 	}
 	c.queued = prometheus.NewDesc("xserve_nats_queued", "NATS requests waiting for a worker.", nil, nil)
+	c.lost = prometheus.NewDesc("xserve_nats_durable_lost", "1 while the durable consumer or its stream is gone (deleted) and being re-created.", nil, nil)
+	c.restores = prometheus.NewDesc("xserve_nats_durable_restores_total", "Times the durable stream and consumer were re-created after they were found gone.", nil, nil)
 	return c
 }
 
@@ -62,6 +66,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- c.queued
+	ch <- c.lost
+	ch <- c.restores
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -81,6 +87,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(c.s.queued.Load()))
+	if d := c.s.durable; d != nil {
+		lost := 0.0
+		if d.lost.Load() {
+			lost = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.lost, prometheus.GaugeValue, lost)
+		ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(d.restores.Load()))
+	}
 }
 
 // WriteMetrics writes this replica's NATS counts, the ones $SRV.STATS

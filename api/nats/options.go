@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/xserve/xserve/api/payload"
 )
 
 // Headers of the protocol (see the package comment and docs/NATS.md).
@@ -59,7 +61,7 @@ const (
 	DefaultQueueGroup           = "xserve"
 	DefaultServiceName          = "xserve"
 	DefaultQueueSize            = 1024
-	DefaultMaxDecompressedBytes = 256 << 20
+	DefaultMaxDecompressedBytes = 64 << 20
 	DefaultMaxTensorElements    = 1 << 28
 	DefaultCompressMinBytes     = 1024
 	DefaultSyncInterval         = 2 * time.Second
@@ -97,9 +99,15 @@ type Options struct {
 	// answered 429. Default 1024.
 	QueueSize int
 	// MaxDecompressedBytes bounds a request body after Content-Encoding is
-	// undone (413 past it). Default 256 MiB. (The NATS server's max_payload
+	// undone (413 past it). Default 64 MiB. (The NATS server's max_payload
 	// bounds the body on the wire.)
 	MaxDecompressedBytes int64
+	// Budget bounds the bytes that requests in flight hold (decompressed
+	// bodies, tensors decoded from JSON), shared with the HTTP server when
+	// the same one is given to both; a request that does not fit now is
+	// answered 429. Default: a budget of payload.DefaultMemoryBudget for
+	// this server alone.
+	Budget *payload.Budget
 	// MaxTensorElements is the most elements one request tensor may declare.
 	// Default 1<<28.
 	MaxTensorElements int64
@@ -133,6 +141,11 @@ type Options struct {
 	// MaxDeliver is how many times a durable request is delivered at most;
 	// default 5.
 	MaxDeliver int
+	// DurableHeartbeat is how often the NATS server tells a waiting pull
+	// that the consumer is alive; two missed heartbeats count as a lost
+	// consumer, which is re-created (a deleted one is noticed at once).
+	// Default 5s.
+	DurableHeartbeat time.Duration
 	// StreamReplicas is the stream's replication factor in a JetStream
 	// cluster; default 1.
 	StreamReplicas int
@@ -191,6 +204,9 @@ func (o *Options) setDefaults() {
 	if o.AckWait == 0 {
 		o.AckWait = DefaultAckWait
 	}
+	if o.DurableHeartbeat == 0 {
+		o.DurableHeartbeat = 5 * time.Second
+	}
 	if o.MaxDeliver == 0 {
 		o.MaxDeliver = DefaultMaxDeliver
 	}
@@ -220,6 +236,9 @@ func (o *Options) validate() error {
 	}
 	if !validToken(o.QueueGroup) {
 		bad("QueueGroup", fmt.Sprintf("%q", o.QueueGroup), "a name without spaces, '.', '*' or '>'")
+	}
+	if o.DurableHeartbeat < 100*time.Millisecond || o.DurableHeartbeat > 15*time.Second {
+		bad("DurableHeartbeat", o.DurableHeartbeat, "between 100ms and 15s (half of a pull's 30s expiry)")
 	}
 	if !validToken(o.Stream) || !validToken(o.Consumer) {
 		bad("Stream and Consumer", fmt.Sprintf("%q, %q", o.Stream, o.Consumer), "names without spaces, '.', '*' or '>'")

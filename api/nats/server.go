@@ -22,6 +22,7 @@ import (
 	"github.com/xserve/xserve/internal/metrics"
 	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
 )
 
 // Backend is what the server needs of the model server. *serving.Manager
@@ -77,6 +78,9 @@ func statusOf(err error) int {
 //
 // Lock order: svcMu, then mu, then statsMu.
 type Server struct {
+	root    string // the backend's repository root, for payload.PublicMessage
+	budget  *payload.Budget
+	check   func(model string, version int64, name string, dt tensor.DType, shape []int64) error // nil when the backend has none
 	backend Backend
 	opts    Options
 	log     *slog.Logger
@@ -196,8 +200,16 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Budget == nil {
+		if opts.Budget, err = payload.NewBudget(payload.DefaultMemoryBudget); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{
 		backend:  backend,
+		root:     payload.RootOf(backend),
+		budget:   opts.Budget,
+		check:    checkerOf(backend),
 		opts:     opts,
 		log:      opts.Logger,
 		nc:       opts.Conn,
@@ -444,7 +456,9 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 		ctx, cancel = context.WithDeadline(ctx, start.Add(d))
 		defer cancel()
 	}
-	body, err := s.codecs.Decode(headerValue(h, HeaderContentEncoding), j.data)
+	lease := s.budget.Lease()
+	defer lease.Release()
+	body, err := s.codecs.DecodeWithin(headerValue(h, HeaderContentEncoding), j.data, lease)
 	if err != nil {
 		return nil, err
 	}
@@ -453,16 +467,17 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderModelVersion, err)
 	}
 	hl := headerValue(h, HeaderInferenceLength)
+	lim := payload.Limits{MaxElems: s.opts.MaxTensorElements, Check: s.check, Lease: lease}
 	var d *payload.Request
 	proto := strings.ToLower(headerValue(h, HeaderProtocol))
 	switch proto {
 	case "", "v1":
-		d, err = payload.DecodeV1(body, hl, j.model, s.opts.MaxTensorElements)
+		d, err = payload.DecodeV1Within(body, hl, j.model, lim)
 	case "v2", "oip":
 		if j.model == "" {
 			return nil, fmt.Errorf("%w: %s %s needs the model in the subject (%s)", ErrBadHeader, HeaderProtocol, proto, inferSubject(s.opts.Prefix, "<model>"))
 		}
-		d, err = payload.DecodeOIP(j.model, version, body, hl, s.opts.MaxTensorElements)
+		d, err = payload.DecodeOIPWithin(j.model, version, body, hl, lim)
 	default:
 		return nil, fmt.Errorf("%w: %s %q: want v1 (xserve's /v1/infer form) or v2 (the Open Inference Protocol)", ErrBadHeader, HeaderProtocol, proto)
 	}
@@ -551,7 +566,7 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 		} else {
 			s.log.Debug("natsapi: request rejected", "model", j.model, "status", code, "err", err)
 		}
-		reply = errorReply(err, code)
+		reply = errorReply(err, code, s.root)
 		st.errors.Add(1)
 	}
 	reply.Subject = j.reply
@@ -588,10 +603,23 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 	}
 }
 
+// checkerOf returns the backend's CheckInput (serving.Manager's), nil when
+// it has none.
+func checkerOf(backend Backend) func(model string, version int64, name string, dt tensor.DType, shape []int64) error {
+	c, ok := backend.(interface {
+		CheckInput(model string, version int64, name string, dt tensor.DType, shape []int64) error
+	})
+	if !ok {
+		return nil
+	}
+	return c.CheckInput
+}
+
 // errorReply is the error reply for err: the Xserve-Error headers, micro's
-// error headers, and {"error": message}.
-func errorReply(err error, code int) *nats.Msg {
-	msg := err.Error()
+// error headers, and {"error": message}, the message without absolute
+// paths or package prefixes (payload.PublicMessage; the log has them).
+func errorReply(err error, code int, root string) *nats.Msg {
+	msg := payload.PublicMessage(err.Error(), root)
 	h := nats.Header{}
 	c := strconv.Itoa(code)
 	hv := headerSafe(msg)

@@ -297,8 +297,11 @@ func TestDurable(t *testing.T) {
 	}
 
 	// A durable request whose reply would go to the server's own subjects
-	// (or the system's) is dropped, not answered.
-	js, err := jetstream.New(nc)
+	// (or the system's) is dropped, not answered. (The client user may
+	// only publish requests; the test plays replicas and inspects the
+	// stream as the serving user.)
+	admin, js := adminJetStream(t, e)
+	jsClient, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +309,7 @@ func TestDurable(t *testing.T) {
 	for _, to := range []string{"xserve.v1.durable.tinycnn", "$JS.API.INFO", "_INBOX.*"} {
 		m := &nats.Msg{Subject: "xserve.v1.durable.tinycnn", Data: v1Body(img0, false), Header: nats.Header{}}
 		m.Header.Set(HeaderReplyTo, to)
-		if _, err := js.PublishMsg(ctx, m); err != nil {
+		if _, err := jsClient.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -384,11 +387,11 @@ func TestDurable(t *testing.T) {
 	for _, id := range []string{"crash-1", "d-3", "never-sent"} {
 		m := &nats.Msg{Subject: c.inbox, Header: nats.Header{}, Data: []byte("{}")}
 		m.Header.Set(HeaderRequestID, id)
-		if err := nc.PublishMsg(m); err != nil {
+		if err := admin.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	nc.Flush()
+	admin.Flush()
 	waitFor(t, 5*time.Second, "the extra replies", func() bool { return c.Duplicates() == 2 && c.Late() == 1 })
 }
 
@@ -473,7 +476,11 @@ func TestDeadInboxAndSlowClient(t *testing.T) {
 	body := v1Body(img, false)
 	v1Outputs(t, request(t, good, s.Subject("tinycnn"), body)) // compile
 
-	slow, err := nats.Connect(e.ClientURL(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	seed, err := nats.NkeyOptionFromSeed(e.ClientNkeyFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := nats.Connect(e.ClientURL(), seed, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatal(err)
 	}

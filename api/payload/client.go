@@ -114,7 +114,7 @@ func DecodeV1Response(body []byte, headerLen string, maxElems int64) (*serving.I
 		if err := dec.Decode(&out); err != nil {
 			return nil, jsonError(err, "output "+strconv.Quote(name))
 		}
-		t, err := decodeInput(tensorIn{name: name, dtype: out.DType, shape: out.Shape, data: out.Data, params: out.Parameters}, br, maxElems)
+		t, err := decodeInput(tensorIn{name: name, dtype: out.DType, shape: out.Shape, data: out.Data, params: out.Parameters}, br, &Limits{MaxElems: maxElems}, "", 0)
 		if err != nil {
 			return nil, fmt.Errorf("payload: response output %q: %w", name, err)
 		}

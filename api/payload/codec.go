@@ -14,6 +14,19 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
+// Limits are what the decoders enforce beyond a request's own consistency.
+type Limits struct {
+	// MaxElems bounds each tensor's declared elements.
+	MaxElems int64
+	// Check, when set, is called with each input's declared dtype and shape
+	// before its data is decoded (serving.Manager.CheckInput), so that a
+	// tensor the model refuses is never allocated.
+	Check func(model string, version int64, name string, dt tensor.DType, shape []int64) error
+	// Lease, when set, is charged with each tensor decoded from JSON before
+	// it is allocated (binary tensors point into the body).
+	Lease *Lease
+}
+
 // Request is an inference request as every transport decodes it: the
 // model and version it names, the serving request, and how its outputs are
 // to be encoded.
@@ -52,13 +65,19 @@ type tensorIn struct {
 }
 
 // decodeInput makes the input's tensor from its JSON data or its binary bytes.
-func decodeInput(in tensorIn, br *binaryReader, maxElems int64) (*tensor.Tensor, error) {
+func decodeInput(in tensorIn, br *binaryReader, lim *Limits, model string, version int64) (*tensor.Tensor, error) {
 	dt, err := parseDType(in.name, in.dtype)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := checkShape(in.name, in.shape, maxElems); err != nil {
+	n, err := checkShape(in.name, in.shape, lim.MaxElems)
+	if err != nil {
 		return nil, err
+	}
+	if lim.Check != nil {
+		if err := lim.Check(model, version, in.name, dt, in.shape); err != nil {
+			return nil, err
+		}
 	}
 	for _, k := range []string{"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"} {
 		if _, ok := in.params[k]; ok {
@@ -80,6 +99,9 @@ func decodeInput(in tensorIn, br *binaryReader, maxElems int64) (*tensor.Tensor,
 		}
 		return binaryTensor(in.name, dt, in.shape, b)
 	case hasData:
+		if err := lim.Lease.Reserve(n*int64(max(dt.Size(), 1)), fmt.Sprintf("input %q", in.name)); err != nil {
+			return nil, err
+		}
 		return decodeJSONData(in.name, dt, in.shape, in.data)
 	}
 	return nil, badRequest("input %q has no data (give \"data\": [...], or parameters.binary_data_size with the binary tensor extension)", in.name)

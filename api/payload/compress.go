@@ -54,6 +54,13 @@ func (cs *Codecs) Close() { cs.zstdEnc.Close() }
 // bound (a "zip bomb") costs at most maxOut bytes before it is refused with
 // ErrTooLarge. It returns body itself for no encoding.
 func (cs *Codecs) Decode(encoding string, body []byte) ([]byte, error) {
+	return cs.DecodeWithin(encoding, body, nil)
+}
+
+// DecodeWithin is Decode reserving the decompressed bytes from lease as
+// they are produced (see ReadAll): a burst of bombs costs at most the
+// budget, and one that does not fit gets ErrBudget at once.
+func (cs *Codecs) DecodeWithin(encoding string, body []byte, lease *Lease) ([]byte, error) {
 	enc := strings.ToLower(strings.TrimSpace(encoding))
 	if enc == "" || enc == EncodingIdentity {
 		return body, nil
@@ -93,17 +100,18 @@ func (cs *Codecs) Decode(encoding string, body []byte) ([]byte, error) {
 	default:
 		return nil, unsupportedEncoding(encoding)
 	}
-	// Guess the size from the usual ratios; the buffer grows as needed up to
-	// the limit.
-	out := bytes.NewBuffer(make([]byte, 0, min(cs.maxOut+1, int64(len(body))*4+512)))
-	n, err := out.ReadFrom(io.LimitReader(r, cs.maxOut+1))
-	if n > cs.maxOut || errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+	out, err := ReadAll(r, cs.maxOut, lease, fmt.Sprintf("the body decompressed (Content-Encoding %s)", enc))
+	switch {
+	case errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded):
+		return nil, tooLarge("the body decompresses (Content-Encoding %s) to more than the limit of %d bytes, or asks for a zstd window over %d bytes", enc, cs.maxOut, maxZstdWindow)
+	case errors.Is(err, ErrOverLimit):
 		return nil, tooLarge("the body decompresses (Content-Encoding %s) to more than the limit of %d bytes", enc, cs.maxOut)
-	}
-	if err != nil {
+	case errors.Is(err, ErrTooLarge) || errors.Is(err, ErrBudget):
+		return nil, err
+	case err != nil:
 		return nil, badRequest("Content-Encoding %s: corrupt compressed body: %v", enc, err)
 	}
-	return out.Bytes(), nil
+	return out, nil
 }
 
 func unsupportedEncoding(enc string) error {
@@ -122,14 +130,19 @@ func (cs *Codecs) zstdReader() (*zstd.Decoder, error) {
 	if d, ok := cs.zstdDec.Get().(*zstd.Decoder); ok {
 		return d, nil
 	}
-	// Concurrency 1 decodes synchronously in the caller's goroutine; the
-	// memory bound also caps the window a frame may ask for.
+	// Concurrency 1 decodes synchronously in the caller's goroutine. The
+	// window a frame may ask for is what the decoder allocates, outside the
+	// memory budget: it is capped at the 8 MiB that RFC 8878 asks every
+	// decoder to support (zstd's levels use less).
 	return zstd.NewReader(nil,
 		zstd.WithDecoderConcurrency(1),
 		zstd.WithDecoderLowmem(true),
 		zstd.WithDecoderMaxMemory(uint64(max(cs.maxOut, 1<<20))),
-		zstd.WithDecoderMaxWindow(uint64(min(max(cs.maxOut, 1<<20), zstd.MaxWindowSize))))
+		zstd.WithDecoderMaxWindow(uint64(min(max(cs.maxOut, 1<<20), maxZstdWindow))))
 }
+
+// maxZstdWindow is the largest zstd window a request may use.
+const maxZstdWindow = 8 << 20
 
 // AcceptEncoding picks the response coding from an Accept-Encoding header:
 // zstd, then gzip, then deflate, among those the client accepts (q > 0);

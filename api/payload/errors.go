@@ -50,10 +50,12 @@ func tooLarge(format string, args ...any) error { return TooLarge(format, args..
 //	serving.ErrModelNotFound                          404
 //	serving.ErrInvalidInput, serving.ErrNoBucket,
 //	  modelrepo.ErrInvalidName, ErrBadRequest,
-//	  batching.ErrTooLarge, batching.ErrInvalid        400
+//	  batching.ErrTooLarge, batching.ErrInvalid,
+//	  serving.ErrModelControl                         400
 //	ErrTooLarge                                       413
 //	ErrUnsupportedEncoding                            415
-//	serving.ErrOverloaded, batching.ErrQueueFull      429
+//	serving.ErrOverloaded, batching.ErrQueueFull,
+//	  ErrBudget                                       429
 //	serving.ErrNotReady, serving.ErrClosed,
 //	  batching.ErrClosed                              503
 //	context.DeadlineExceeded, batching.ErrExpired     504
@@ -69,13 +71,14 @@ func Status(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrBadRequest), errors.Is(err, serving.ErrInvalidInput),
 		errors.Is(err, serving.ErrNoBucket), errors.Is(err, modelrepo.ErrInvalidName),
-		errors.Is(err, batching.ErrTooLarge), errors.Is(err, batching.ErrInvalid):
+		errors.Is(err, batching.ErrTooLarge), errors.Is(err, batching.ErrInvalid),
+		errors.Is(err, serving.ErrModelControl):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrUnsupportedEncoding):
 		return http.StatusUnsupportedMediaType
-	case errors.Is(err, serving.ErrOverloaded), errors.Is(err, batching.ErrQueueFull):
+	case errors.Is(err, serving.ErrOverloaded), errors.Is(err, batching.ErrQueueFull), errors.Is(err, ErrBudget):
 		return http.StatusTooManyRequests
 	case errors.Is(err, serving.ErrNotReady), errors.Is(err, serving.ErrClosed),
 		errors.Is(err, batching.ErrClosed):

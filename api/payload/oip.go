@@ -37,17 +37,23 @@ type oipOutput struct {
 // headerLen bytes followed by the inputs' raw bytes in input order. Tensors
 // may point into body. No tensor declares more than maxElems elements.
 func DecodeOIP(model string, version int64, body []byte, headerLen string, maxElems int64) (*Request, error) {
+	return DecodeOIPWithin(model, version, body, headerLen, Limits{MaxElems: maxElems})
+}
+
+// DecodeOIPWithin is DecodeOIP with lim's checks before each input's data
+// is decoded.
+func DecodeOIPWithin(model string, version int64, body []byte, headerLen string, lim Limits) (*Request, error) {
 	header, rest, err := splitBody(body, headerLen)
 	if err != nil {
 		return nil, err
 	}
 	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(headerLen) != ""}
-	return decodeOIP(model, version, header, br, maxElems)
+	return decodeOIP(model, version, header, br, &lim)
 }
 
 // decodeOIP decodes the JSON header of a /v2/models/{m}/infer request and
 // takes the binary input bytes from br, in input order.
-func decodeOIP(model string, version int64, header []byte, br *binaryReader, maxElems int64) (*Request, error) {
+func decodeOIP(model string, version int64, header []byte, br *binaryReader, lim *Limits) (*Request, error) {
 	var r oipRequest
 	if err := UnmarshalJSON(header, &r, "the request", false); err != nil {
 		return nil, err
@@ -71,7 +77,7 @@ func decodeOIP(model string, version int64, header []byte, br *binaryReader, max
 		if _, dup := d.Infer.Inputs[in.Name]; dup {
 			return nil, badRequest("input %q is given twice", in.Name)
 		}
-		t, err := decodeInput(tensorIn{name: in.Name, dtype: in.Datatype, shape: in.Shape, data: in.Data, params: in.Parameters}, br, maxElems)
+		t, err := decodeInput(tensorIn{name: in.Name, dtype: in.Datatype, shape: in.Shape, data: in.Data, params: in.Parameters}, br, lim, model, version)
 		if err != nil {
 			return nil, err
 		}

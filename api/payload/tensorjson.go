@@ -339,12 +339,19 @@ func (d *dataDecoder) element() error {
 			if err != nil && !isRangeErr(err) || !isNumber(tok) {
 				return bad("a number")
 			}
+			if err != nil {
+				return bad(outOfRange(dt))
+			}
 			v = f
 		}
 		if dt == tensor.Float32 {
 			binary.LittleEndian.PutUint32(t.Data[i*4:], math.Float32bits(float32(v)))
 		} else {
 			t.SetFloat64(i, v)
+			// float16 and bfloat16 overflow to an infinity when stored.
+			if !math.IsInf(v, 0) && math.IsInf(t.Float64At(i), 0) {
+				return bad(outOfRange(dt))
+			}
 		}
 	case dt.IsInt():
 		if !isNumber(tok) {
@@ -380,6 +387,11 @@ func (d *dataDecoder) element() error {
 	}
 	d.next++
 	return nil
+}
+
+// outOfRange says what a float element beyond its dtype's range should be.
+func outOfRange(dt tensor.DType) string {
+	return fmt.Sprintf(`a number within the range of %s (write "Infinity" or "-Infinity" for an infinity)`, dt)
 }
 
 // isNumber reports whether tok is a JSON number literal.

@@ -61,17 +61,23 @@ func (o *v1Output) UnmarshalJSON(b []byte) error {
 // one is refused. Tensors may point into body, which the caller must not
 // reuse. No tensor declares more than maxElems elements.
 func DecodeV1(body []byte, headerLen, model string, maxElems int64) (*Request, error) {
+	return DecodeV1Within(body, headerLen, model, Limits{MaxElems: maxElems})
+}
+
+// DecodeV1Within is DecodeV1 with lim's checks before each input's data is
+// decoded.
+func DecodeV1Within(body []byte, headerLen, model string, lim Limits) (*Request, error) {
 	header, rest, err := splitBody(body, headerLen)
 	if err != nil {
 		return nil, err
 	}
 	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(headerLen) != ""}
-	return decodeV1(header, br, model, maxElems)
+	return decodeV1(header, br, model, &lim)
 }
 
 // decodeV1 decodes the JSON header of a /v1/infer request and takes the
 // binary input bytes from br.
-func decodeV1(header []byte, br *binaryReader, model string, maxElems int64) (*Request, error) {
+func decodeV1(header []byte, br *binaryReader, model string, lim *Limits) (*Request, error) {
 	var r v1Request
 	if err := UnmarshalJSON(header, &r, "the request", true); err != nil {
 		return nil, err
@@ -126,7 +132,7 @@ func decodeV1(header []byte, br *binaryReader, model string, maxElems int64) (*R
 		if _, dup := d.Infer.Inputs[name]; dup {
 			return nil, badRequest("input %q is given twice", name)
 		}
-		t, err := decodeInput(tensorIn{name: name, dtype: in.DType, shape: in.Shape, data: in.Data, params: in.Parameters}, br, maxElems)
+		t, err := decodeInput(tensorIn{name: name, dtype: in.DType, shape: in.Shape, data: in.Data, params: in.Parameters}, br, lim, d.Model, d.Version)
 		if err != nil {
 			return nil, err
 		}

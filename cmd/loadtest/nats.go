@@ -17,6 +17,7 @@ type natsOptions struct {
 	prefix  *string
 	creds   *string
 	token   *string
+	nkey    *string
 }
 
 func natsFlags(fs *flag.FlagSet) *natsOptions {
@@ -27,6 +28,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 		prefix:  fs.String("nats-prefix", "xserve.v1", "with -nats: the replicas' subject prefix"),
 		creds:   fs.String("nats-creds", "", "with -nats: credentials file"),
 		token:   fs.String("nats-token", "", "with -nats: authentication token (default: $XSERVE_NATS_TOKEN)"),
+		nkey:    fs.String("nats-nkey", "", "with -nats: NKey seed file, e.g. the client.nk that xserve's embedded NATS server writes (default: $XSERVE_NATS_NKEY)"),
 	}
 }
 
@@ -50,11 +52,15 @@ func newTarget(ctx context.Context, h loadtest.HTTPOptions, n *natsOptions) (tar
 	if token == "" {
 		token = os.Getenv("XSERVE_NATS_TOKEN")
 	}
+	nkey := *n.nkey
+	if nkey == "" {
+		nkey = os.Getenv("XSERVE_NATS_NKEY")
+	}
 	return loadtest.NewNATSTarget(ctx, loadtest.NATSOptions{
 		URL: *n.url, Model: h.Model, Version: h.Version, Protocol: h.Protocol,
 		Compression: h.Compression, AcceptEncoding: h.AcceptEncoding, Outputs: h.Outputs,
 		Validate: h.Validate, ExpectOutputs: h.ExpectOutputs,
 		Durable: *n.durable, Prefix: *n.prefix, Conns: *n.conns,
-		Timeout: h.Timeout, CredsFile: *n.creds, Token: token, AllowRemote: h.AllowRemote,
+		Timeout: h.Timeout, CredsFile: *n.creds, Token: token, NkeyFile: nkey, AllowRemote: h.AllowRemote,
 	})
 }

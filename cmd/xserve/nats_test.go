@@ -32,6 +32,7 @@ import (
 var (
 	natsIDRE     = regexp.MustCompile(`msg="NATS endpoints registered" service=xserve id=(\S+)`)
 	embeddedURLE = regexp.MustCompile(`nats_url=(nats://\S+)`)
+	clientNkeyRE = regexp.MustCompile(`client_nkey=(\S+)`)
 )
 
 // natsID waits for the replica's service instance id in its log.
@@ -469,9 +470,21 @@ func TestEmbeddedNATSAndNATSInfer(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	p.natsID(t)
+	// The embedded server takes only its users: nats-infer signs in with
+	// the client seed it wrote (0600).
+	seed := clientNkeyRE.FindStringSubmatch(p.log.String())
+	if seed == nil {
+		t.Fatalf("no client_nkey in the log:\n%s", p.log)
+	}
+	if fi, err := os.Stat(seed[1]); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("client seed %s: %v %v, want mode 0600", seed[1], err, fi)
+	}
+	if _, _, err := xserve(t, "nats-infer", "--nats-url", url, "--model", "tinycnn", "--input", "image="+sampleDir+"/image.npy", "--timeout", "5s"); err == nil || !strings.Contains(err.Error(), "uthorization") {
+		t.Errorf("nats-infer without the seed: %v, want an authorization error", err)
+	}
 	out := t.TempDir()
 	for _, extra := range [][]string{nil, {"--durable"}, {"--json", "--compress", "gzip", "--accept-encoding", "zstd"}} {
-		args := append([]string{"nats-infer", "--nats-url", url, "--model", "tinycnn", "--input", "image=" + sampleDir + "/image.npy", "--output", out, "--timeout", "30s"}, extra...)
+		args := append([]string{"nats-infer", "--nats-url", url, "--nkey", seed[1], "--model", "tinycnn", "--input", "image=" + sampleDir + "/image.npy", "--output", out, "--timeout", "30s"}, extra...)
 		stdout, stderr, err := xserve(t, args...)
 		if err != nil {
 			t.Fatalf("nats-infer %v: %v\n%s", extra, err, stderr)
@@ -486,11 +499,11 @@ func TestEmbeddedNATSAndNATSInfer(t *testing.T) {
 		s := loadSample(t)
 		checkProbs(t, got.Float64s(), got.Shape, s.probs.Float64s())
 	}
-	_, _, err := xserve(t, "nats-infer", "--nats-url", url, "--model", "nosuch", "--input", "image="+sampleDir+"/image.npy", "--timeout", "5s")
+	_, _, err := xserve(t, "nats-infer", "--nats-url", url, "--nkey", seed[1], "--model", "nosuch", "--input", "image="+sampleDir+"/image.npy", "--timeout", "5s")
 	if !errors.Is(err, natsapi.ErrNoResponders) {
 		t.Errorf("unknown model: %v", err)
 	}
-	_, _, err = xserve(t, "nats-infer", "--nats-url", url, "--model", "tinycnn", "--input", "picture="+sampleDir+"/image.npy", "--timeout", "5s")
+	_, _, err = xserve(t, "nats-infer", "--nats-url", url, "--nkey", seed[1], "--model", "tinycnn", "--input", "picture="+sampleDir+"/image.npy", "--timeout", "5s")
 	if err == nil || !strings.Contains(err.Error(), "error reply 400") || !strings.Contains(err.Error(), "picture") {
 		t.Errorf("unknown input: %v", err)
 	}

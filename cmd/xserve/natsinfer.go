@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -43,6 +45,7 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	prefix := fs.String("prefix", natsapi.DefaultPrefix, "subject prefix of the replicas")
 	creds := fs.String("creds", "", "NATS credentials file")
 	token := fs.String("token", "", "NATS authentication token (default: $XSERVE_NATS_TOKEN)")
+	nkey := fs.String("nkey", "", "NKey seed file (default: $XSERVE_NATS_NKEY, else for a loopback --nats-url the client.nk of the embedded server on its port, $XSERVE_CACHE/nats/PORT/client.nk)")
 	tlsCert := fs.String("tls-cert", "", "client certificate (PEM)")
 	tlsKey := fs.String("tls-key", "", "key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-ca", "", "CA bundle (PEM) of the server's certificate")
@@ -89,10 +92,16 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *token == "" {
 		*token = os.Getenv("XSERVE_NATS_TOKEN")
 	}
+	if *nkey == "" {
+		*nkey = os.Getenv("XSERVE_NATS_NKEY")
+	}
+	if *nkey == "" && *creds == "" && *token == "" {
+		*nkey = embeddedClientSeed(*url)
+	}
 
 	cctx, cancel := context.WithTimeout(ctx, *timeout)
 	nc, err := natsapi.Connect(cctx, *url, natsapi.ConnOptions{
-		Name: "xserve nats-infer", CredsFile: *creds, Token: *token,
+		Name: "xserve nats-infer", CredsFile: *creds, Token: *token, NkeyFile: *nkey,
 		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA,
 		Logger: newQuietLogger(stderr),
 	})
@@ -180,4 +189,26 @@ func valuesString(t *tensor.Tensor) string {
 // newQuietLogger logs warnings and errors (connection retries) to w.
 func newQuietLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// embeddedClientSeed is the client seed that `xserve serve` writes for the
+// embedded NATS server listening on url's port (without --nats-store), when
+// url is one loopback URL and the file exists; else "".
+func embeddedClientSeed(url string) string {
+	u, err := neturl.Parse(url)
+	if err != nil || strings.Contains(url, ",") {
+		return ""
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = "4222"
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return ""
+	}
+	p := filepath.Join(defaultCacheDir(), "nats", port, "client.nk")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
 }

@@ -19,6 +19,7 @@ import (
 	grpcapi "github.com/xserve/xserve/api/grpc"
 	httpapi "github.com/xserve/xserve/api/http"
 	natsapi "github.com/xserve/xserve/api/nats"
+	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
@@ -41,7 +42,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
 	compileJobs := fs.Int("compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
-	poll := fs.Duration("poll-interval", 5*time.Second, "how often to rescan the model repository for changes (0 disables)")
+	poll := fs.Duration("poll-interval", 5*time.Second, "with --model-control-mode poll: how often to rescan the model repository for changes")
+	control := fs.String("model-control-mode", "poll", "who changes the loaded models: poll (follow the repository; the load/unload API is refused), explicit (load every model at start, then only the load/unload API), none (load once)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fs.BoolVar(&limits.AccessLog, "access-log", false, "log every HTTP and gRPC request at level info, with its request id")
@@ -53,7 +55,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sf := newSecurityFlags(fs)
 	tf := tracingFlags(fs)
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
-	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 256MiB)")
+	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 64MiB)")
+	fs.Var(byteSize{&limits.MemoryBudget}, "memory-budget", "most bytes the requests in flight hold at once, HTTP and NATS together (bodies, decompressed bodies, tensors decoded from JSON); past it 429 (default 200MiB)")
+	fs.IntVar(&limits.MaxConns, "max-conns", 0, "most HTTP connections at once (default 4096)")
+	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", 0, "how long an idle HTTP keep-alive connection is kept (default 30s)")
 	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
 	fs.IntVar(&limits.CompressMinBytes, "compress-min-bytes", 0, "smallest response body compressed when the client accepts gzip/zstd (default 1024; -1 never)")
 	fs.Usage = func() {
@@ -117,8 +122,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 
+	mode, interval := controlMode(*control, *poll)
 	start := time.Now()
-	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir)
+	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "model_control_mode", mode)
 	mgr, err := serving.NewManager(ctx, serving.Options{
 		Client:             client,
 		Repository:         repo,
@@ -126,7 +132,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		CompileParallelism: *compileJobs,
 		Lowering:           lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
 		Logger:             log,
-		PollInterval:       *poll,
+		PollInterval:       interval,
+		ControlMode:        mode,
 	})
 	if err != nil {
 		return err
@@ -143,6 +150,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	limits.Logger = log
 	limits.Version = buildVersion()
+	if limits.MemoryBudget == 0 {
+		limits.MemoryBudget = payload.DefaultMemoryBudget
+	}
+	if limits.Budget, err = payload.NewBudget(limits.MemoryBudget); err != nil {
+		return errors.Join(fmt.Errorf("serve: --memory-budget: %w", err), mgr.Shutdown(context.Background()))
+	}
 	backend := &metricsBackend{Manager: mgr, strict: *strict}
 	srv, err := httpapi.New(backend, limits)
 	if err != nil {
@@ -283,19 +296,25 @@ type metricsBackend struct {
 	draining atomic.Bool
 }
 
-// Ready reports whether the server takes requests: the Manager is done
-// loading and, when strict, every model version that should load is READY
-// (a model that failed to load keeps the server unready until it is fixed
-// or removed). A version being unloaded after an upgrade does not count.
+// Ready reports whether the server takes requests: not draining, the
+// Manager is done loading, the durable NATS consumer (if any) is there (not
+// gone and being re-created, natsapi.Server.DurableHealth) and, when
+// strict, every model version that should load is READY (a model that
+// failed to load keeps the server unready until it is fixed or removed). A
+// version being unloaded after an upgrade, or unloaded on purpose through
+// the repository API, does not count.
 func (b *metricsBackend) Ready() bool {
 	if b.draining.Load() || !b.Manager.Ready() {
+		return false
+	}
+	if ns := b.nats.Load(); ns != nil && ns.DurableHealth() != nil {
 		return false
 	}
 	if !b.strict {
 		return true
 	}
 	for _, st := range b.Manager.Status() {
-		if st.State != serving.StateReady && st.State != serving.StateUnloading {
+		if st.State != serving.StateReady && st.State != serving.StateUnloading && !strings.HasPrefix(st.Reason, "unloaded") {
 			return false
 		}
 	}
@@ -311,4 +330,16 @@ func (b *metricsBackend) WriteMetrics(w io.Writer) error {
 		return ns.WriteMetrics(w)
 	}
 	return nil
+}
+
+// controlMode is the Manager's model control mode and poll interval for the
+// flags: only poll polls, and poll with --poll-interval 0 is none.
+func controlMode(mode string, interval time.Duration) (serving.ControlMode, time.Duration) {
+	switch {
+	case mode != string(serving.ControlPoll):
+		return serving.ControlMode(mode), 0
+	case interval <= 0:
+		return serving.ControlNone, 0
+	}
+	return serving.ControlPoll, interval
 }

@@ -51,7 +51,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 		listen:     fs.String("nats-listen", natsapi.DefaultListen, "embedded NATS server's client address (port 0 picks a free one)"),
 		store:      fs.String("nats-store", "", "embedded NATS server's JetStream directory (default: $XSERVE_CACHE/nats/PORT or .cache/nats/PORT; a temporary one for a random port)"),
 		creds:      fs.String("nats-creds", "", "NATS credentials file (user JWT and NKey seed), with --nats-url"),
-		nkey:       fs.String("nats-nkey", "", "file holding a NATS user NKey seed (SU...), with --nats-url"),
+		nkey:       fs.String("nats-nkey", "", "NKey seed file, with --nats-url"),
 		token:      fs.String("nats-token", "", "NATS authentication token, with --nats-url (default: $XSERVE_NATS_TOKEN)"),
 		tlsCert:    fs.String("nats-tls-cert", "", "client certificate (PEM) for a NATS server that requires one"),
 		tlsKey:     fs.String("nats-tls-key", "", "key of --nats-tls-cert (PEM)"),
@@ -98,7 +98,7 @@ func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits
 	host, _ := os.Hostname()
 	copts := natsapi.ConnOptions{
 		Name:      fmt.Sprintf("xserve %s pid %d", host, os.Getpid()),
-		CredsFile: *o.creds, NkeyFile: *o.nkey, Token: token,
+		CredsFile: *o.creds, Token: token, NkeyFile: *o.nkey,
 		TLSCert: *o.tlsCert, TLSKey: *o.tlsKey, TLSCA: *o.tlsCA,
 		Logger: log,
 	}
@@ -129,6 +129,7 @@ func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits
 		Workers:              *o.workers,
 		QueueSize:            *o.queue,
 		MaxDecompressedBytes: limits.MaxDecompressedBytes,
+		Budget:               limits.Budget,
 		MaxTensorElements:    limits.MaxTensorElements,
 		CompressMinBytes:     limits.CompressMinBytes,
 		Durable:              *o.durable,
@@ -179,7 +180,7 @@ func (ns *natsServing) startEmbeddedOn(o *natsOptions, listen string) (*natsapi.
 	if err := os.MkdirAll(store, 0o755); err != nil {
 		return nil, fmt.Errorf("--nats-store: %w", err)
 	}
-	e, err := natsapi.StartEmbedded(natsapi.EmbeddedOptions{Listen: listen, StoreDir: store, MaxPayload: int32(o.maxPayload), Logger: ns.log})
+	e, err := natsapi.StartEmbedded(natsapi.EmbeddedOptions{Listen: listen, StoreDir: store, MaxPayload: int32(o.maxPayload), Prefix: *o.prefix, Logger: ns.log})
 	if err != nil {
 		if tmp != "" {
 			os.RemoveAll(tmp)
@@ -187,7 +188,8 @@ func (ns *natsServing) startEmbeddedOn(o *natsOptions, listen string) (*natsapi.
 		return nil, err
 	}
 	ns.tmpStore = tmp
-	ns.log.Info("NATS server (embedded) listening on "+e.ClientURL(), "nats_url", e.ClientURL(), "jetstream", store)
+	ns.log.Info("NATS server (embedded) listening on "+e.ClientURL()+"; clients sign in with the NKey seed in "+e.ClientNkeyFile(),
+		"nats_url", e.ClientURL(), "jetstream", store, "client_nkey", e.ClientNkeyFile())
 	return e, nil
 }
 
@@ -230,8 +232,8 @@ func (o *natsOptions) noteSet(fs *flag.FlagSet) error {
 	switch {
 	case !*o.enabled:
 		return nil
-	case *o.url == "" && (*o.creds != "" || *o.nkey != "" || *o.token != "" || *o.tlsCert != "" || *o.tlsKey != "" || *o.tlsCA != ""):
-		return errors.New("serve: --nats-creds, --nats-nkey, --nats-token and --nats-tls-* are for joining a server with --nats-url; the embedded server takes no credentials (it listens on loopback)")
+	case *o.url == "" && (*o.creds != "" || *o.token != "" || *o.nkey != "" || *o.tlsCert != "" || *o.tlsKey != "" || *o.tlsCA != ""):
+		return errors.New("serve: --nats-creds, --nats-token, --nats-nkey and --nats-tls-* are for joining a server with --nats-url; the embedded server makes its own credentials (its client.nk)")
 	case (*o.tlsCert == "") != (*o.tlsKey == ""):
 		return errors.New("serve: --nats-tls-cert and --nats-tls-key go together")
 	case o.maxPayload > 64<<20:
