@@ -18,6 +18,7 @@ help:
 	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
+	@echo "make python-torch-test  xserve.export and the torch.compile backend against a real xserve (.venv-zoo)"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 
 build:
@@ -126,3 +127,11 @@ padprobe-fixtures: $(VENV_ZOO)/.installed
 
 zoo-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_FIXTURES) --small --max-mb 40
+
+# The xserve Python package's torch parts (python/tests/test_torch_*.py):
+# xserve.export and torch.compile(backend="xserve") against a real xserve,
+# compared with PyTorch eager. Needs .venv-zoo (torch, ~3 GB), so it is not
+# part of make test; the client tests are (go test ./cmd/xserve).
+.PHONY: python-torch-test
+python-torch-test: pjrt build $(VENV_ZOO)/.installed
+	XSERVE_BIN=$(CURDIR)/bin/xserve PYTHONDONTWRITEBYTECODE=1 $(VENV_ZOO)/bin/python -m pytest -q -p no:cacheprovider python/tests/test_torch_*.py
