@@ -172,3 +172,26 @@ def test_package_installs(tmp_path: pathlib.Path, how: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(target)}
     out = subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.stdout.startswith(str(target))
+
+
+def test_upload_model(client: xserve.Client, reference, tinycnn_repo: pathlib.Path) -> None:
+    """A model loaded from uploaded bytes and config (Triton's load with file overrides)."""
+    onnx = (ROOT / "examples/models/tinycnn/1/model.onnx").read_bytes()
+    client.load("uploaded", files={"1/model.onnx": onnx}, config={"buckets": {"batch": [1, 2, 4]}, "warmup": "lazy"})
+    assert client.model_ready("uploaded", version=1)
+    assert client.metadata("uploaded")["symbols"][0]["buckets"] == [1, 2, 4]
+    image, want = reference(3)
+    np.testing.assert_allclose(client.infer("uploaded", {"image": image})["probs"], want, atol=1e-5, rtol=0)
+    assert sorted(p.name for p in (tinycnn_repo / "uploaded").iterdir()) == ["1", "config.yaml"]
+    # A second version replaces the first (the default version policy serves the latest).
+    client.load("uploaded", files={"2/model.onnx": onnx})
+    assert client.model_ready("uploaded", version=2) and not client.model_ready("uploaded", version=1)
+    np.testing.assert_allclose(client.infer("uploaded", {"image": image})["probs"], want, atol=1e-5, rtol=0)
+    with pytest.raises(xserve.XserveError) as e:
+        client.load("uploaded", files={"../escape/model.onnx": onnx})
+    assert e.value.status == 400 and "want <version>/<file>" in e.value.message
+    with pytest.raises(xserve.XserveError) as e:
+        client.load("uploaded", files={"3/model.onnx": onnx}, config={"bukets": {}})
+    assert e.value.status == 400 and "bukets" in e.value.message
+    assert not (tinycnn_repo / "uploaded" / "3").exists()
+    client.unload("uploaded")
