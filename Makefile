@@ -135,3 +135,8 @@ zoo-fixtures: $(VENV_ZOO)/.installed
 .PHONY: python-torch-test
 python-torch-test: pjrt build $(VENV_ZOO)/.installed
 	XSERVE_BIN=$(CURDIR)/bin/xserve PYTHONDONTWRITEBYTECODE=1 $(VENV_ZOO)/bin/python -m pytest -q -p no:cacheprovider python/tests/test_torch_*.py
+
+# Latency of torch.compile(backend="xserve") vs inductor vs eager (docs/BENCHMARKS.md).
+.PHONY: bench-backend
+bench-backend: pjrt build $(VENV_ZOO)/.installed
+	XSERVE_BIN=$(CURDIR)/bin/xserve $(VENV_ZOO)/bin/python python/bench_backend.py --model resnet18 --batches 1,8
