@@ -115,3 +115,35 @@ def test_fallback_to_eager(model: BreakNet) -> None:
     with pytest.warns(UserWarning, match="eager"):
         check(compiled, model, 2)
     assert xserve.backend.stats().fallbacks == 2
+
+
+def test_bert_encoder_two_inputs(served: Xserve) -> None:
+    """The zoo's BERT-shaped encoder (two inputs sharing batch and sequence):
+    after Dynamo recompiles for a new sequence length, the sequence is a
+    dynamic dim of the uploaded model too, so later lengths and batches
+    neither recompile nor upload."""
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "python" / "zoo"))
+    import zoo_models
+
+    torch._dynamo.reset()
+    xserve.backend.reset()
+    spec = zoo_models.build("bert", small=True, seed=0)
+    model = spec.module
+    compiled = torch.compile(model, backend="xserve", options={"url": served.url})
+    gen = torch.Generator().manual_seed(3)
+    for batch in (2, 3, 4, 5):  # sequence lengths 16, 7, 16, 16 (zoo_models' make)
+        ids, mask = spec.make_inputs(batch, gen)
+        if batch == 4:
+            ids, mask = ids[:, :11], mask[:, :11]
+        with torch.no_grad():
+            got, want = compiled(ids, mask), model(ids, mask)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g.numpy(), w.numpy(), atol=1e-4, rtol=1e-4)
+    st = xserve.backend.stats()
+    assert st.fallbacks == 0 and st.uploaded <= 2 and st.captured == st.uploaded + sum(not g.uploaded for g in st.graphs), st
+    print(st)

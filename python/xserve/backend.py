@@ -182,8 +182,10 @@ class _Frozen(torch.nn.Module):
                 args.append(getattr(self, f"w{i}"))
             elif kind == "data":
                 args.append(data[i])
-            else:  # "size": dim `dim` of data input i
+            elif kind == "size":  # dim `dim` of data input i
                 args.append(data[i].size(dim))
+            else:  # "stride"
+                args.append(data[i].stride(dim))
         return self.gm(*args)
 
 
@@ -223,9 +225,10 @@ def _plan(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[list
         idx = getattr(source, "idx", None)
         prop = str(getattr(source, "prop", ""))
         bname = _source_name(base)
-        if "SIZE" not in prop or bname not in data_index or idx is None:
-            raise _Unsupported(f"graph input {i} is a {type(example_inputs[i]).__name__} that is not a size of a tensor input ({source})")
-        plan[i] = ("size", data_index[bname], int(idx))
+        kind = "size" if "SIZE" in prop else "stride" if "STRIDE" in prop else ""
+        if not kind or bname not in data_index or idx is None:
+            raise _Unsupported(f"graph input {i} is a {type(example_inputs[i]).__name__} that is not a size or stride of a tensor input ({source})")
+        plan[i] = (kind, data_index[bname], int(idx))
     return plan, consts, data_pos
 
 
@@ -262,20 +265,33 @@ def _model_key(ep: torch.export.ExportedProgram) -> str:
     return h.hexdigest()[:16]
 
 
-def _export(frozen: _Frozen, data: list[torch.Tensor]) -> torch.export.ExportedProgram:
+def _symbolic_dims(gm: torch.fx.GraphModule, data_pos: list[int]) -> list[set[int]]:
+    """Per data input, the dims Dynamo traced as symbolic (a recompile marks
+    the sizes it saw change dynamic): they are exported dynamic too."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = []
+    for p in data_pos:
+        val = placeholders[p].meta.get("example_value") if p < len(placeholders) else None
+        shape = getattr(val, "shape", ())
+        out.append({d for d, size in enumerate(shape) if isinstance(size, torch.SymInt) and d > 0})
+    return out
+
+
+def _export(frozen: _Frozen, data: list[torch.Tensor], symbolic: list[set[int]]) -> torch.export.ExportedProgram:
     """torch.export the frozen graph with the leading dim of each data input dynamic.
 
     First as one shared batch dim of range [1, inf) (so a batch of 1 has its
     own bucket), then, for graphs whose inputs do not share it, each leading
-    dim as torch decides (Dim.AUTO), then at the sizes given.
+    dim as torch decides (Dim.AUTO), then at the sizes given. Other dims that
+    Dynamo traced as symbolic are Dim.AUTO in each attempt.
     """
     batch = Dim("batch", min=1)
+
+    def spec(lead: Any) -> tuple[dict[int, Any], ...]:
+        return tuple(({0: lead} if t.dim() >= 1 else {}) | {d: Dim.AUTO for d in sym} for t, sym in zip(data, symbolic))
+
     doubled = tuple(_export_examples(data))
-    attempts = [
-        (doubled, tuple({0: batch} if t.dim() >= 1 else {} for t in data)),
-        (doubled, tuple({0: Dim.AUTO} if t.dim() >= 1 else {} for t in data)),
-        (tuple(t.detach() for t in data), tuple({0: Dim.AUTO} if t.dim() >= 1 else {} for t in data)),
-    ]
+    attempts = [(doubled, spec(batch)), (doubled, spec(Dim.AUTO)), (tuple(t.detach() for t in data), spec(Dim.AUTO))]
     err: Exception | None = None
     with torch.no_grad():
         for examples, dyn in attempts:
@@ -319,6 +335,7 @@ class _Compiled:
         self.gm = gm
         self.o = o
         plan, consts, self.data_pos = _plan(gm, example_inputs)
+        self.symbolic = _symbolic_dims(gm, self.data_pos)
         self.frozen: _Frozen | None = _Frozen(gm, plan, consts).eval()
         self.stats: GraphStats | None = None
         self.eager = False
@@ -332,7 +349,7 @@ class _Compiled:
         assert self.frozen is not None
         t0 = time.perf_counter()
         try:
-            ep = _export(self.frozen, data)
+            ep = _export(self.frozen, data, self.symbolic)
             export_s = time.perf_counter() - t0
             self.name = "dynamo-" + _model_key(ep)
             t1 = time.perf_counter()
