@@ -111,13 +111,24 @@ def test_async_client(server: Xserve, reference) -> None:
     cases = [reference(b) for b in (1, 2, 4, 5)]
 
     async def main() -> list[dict[str, np.ndarray]]:
-        async with xserve.AsyncClient(server.url) as c:
-            assert await c.server_ready() and await c.model_ready(MODEL)
+        async with xserve.AsyncClient(server.url, max_connections=2) as c:
+            assert await c.server_live() and await c.server_ready() and await c.model_ready(MODEL)
+            assert not await c.model_ready("no-such-model")
             assert (await c.metadata(MODEL))["name"] == MODEL
-            return await asyncio.gather(*(c.infer(MODEL, {"image": image}) for image, _ in cases))
+            assert {"name": MODEL, "version": "1", "state": "READY", "reason": ""} in await c.index()
+            with pytest.raises(xserve.XserveError) as e:
+                await c.infer(MODEL, {"image": cases[0][0].astype(np.float64)})
+            assert e.value.status == 400 and "float32" in e.value.message
+            # Concurrent requests, more than the idle pool keeps, twice over.
+            first = await asyncio.gather(*(c.infer(MODEL, {"image": image}) for image, _ in cases))
+            again = await asyncio.gather(*(c.infer(MODEL, {"image": image}, outputs=["probs"]) for image, _ in cases))
+            return first + again
 
-    for out, (_, want) in zip(asyncio.run(main()), cases):
+    for out, (_, want) in zip(asyncio.run(main()), cases + cases):
         np.testing.assert_allclose(out["probs"], want, atol=1e-5, rtol=0)
+    with pytest.raises(xserve.XserveError) as e:
+        asyncio.run(xserve.AsyncClient("http://127.0.0.1:1").server_metadata())
+    assert e.value.status == 0
 
 
 def test_nats_client(server: Xserve, reference) -> None:
