@@ -12,7 +12,7 @@ import (
 // this binary, which its fixtures start on free loopback ports.
 func TestPythonClient(t *testing.T) {
 	python := filepath.Join(repoRoot(t), ".venv", "bin", "python")
-	if out, err := exec.Command(python, "-c", "import nats, pytest, numpy, onnxruntime, setuptools, wheel").CombinedOutput(); err != nil {
+	if out, err := exec.Command(python, "-c", "import nats, pytest, numpy, onnxruntime, setuptools, wheel, mypy").CombinedOutput(); err != nil {
 		t.Fatalf("the venv lacks a package of python/requirements.txt: run make venv\n%s", out)
 	}
 	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests/test_client.py")

@@ -206,3 +206,10 @@ def test_upload_model(client: xserve.Client, reference, tinycnn_repo: pathlib.Pa
     assert e.value.status == 400 and "bukets" in e.value.message
     assert not (tinycnn_repo / "uploaded" / "3").exists()
     client.unload("uploaded")
+
+
+def test_package_is_typed() -> None:
+    """mypy finds no error in the package (torch and nats are not needed for it)."""
+    out = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
+                          "--cache-dir", os.devnull, "xserve"], cwd=ROOT / "python", capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -143,14 +143,15 @@ def _symbols(ep: Any, dims_by_input: list[dict[int, Any]], buckets: Mapping[str,
     config_dims: list[list[Any] | None] = []
     for i, name in enumerate(ep.graph_signature.user_inputs):
         shape = placeholders[name].meta["val"].shape
-        dims: list[Any] | None = []
+        dims: list[Any] = []
+        derived = False
         for d, size in enumerate(shape):
             if not isinstance(size, torch.SymInt):
                 dims.append(int(size))
                 continue
             expr = str(size.node.expr)
             if expr not in ranges:  # a derived dim such as 2*s0: leave the model's names
-                dims = None
+                derived = True
                 break
             user = dims_by_input[i].get(d) if i < len(dims_by_input) else None
             served = getattr(user, "__name__", None) or expr
@@ -166,7 +167,7 @@ def _symbols(ep: Any, dims_by_input: list[dict[int, Any]], buckets: Mapping[str,
                         raise ValueError(f"xserve.export: buckets[{served!r}] = {want}: {bad} outside the symbol's range [{lo}, {hi if hi is not None else 'inf'}]")
                 symbols[served] = SymbolInfo(served, expr, lo, hi, want or default_buckets(lo, hi))
             dims.append(served)
-        config_dims.append(dims)
+        config_dims.append(None if derived else dims)
     if buckets:
         unknown = sorted(set(buckets) - set(symbols))
         if unknown:
