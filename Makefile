@@ -10,16 +10,19 @@ ONNX_TESTDATA := /usr/include/onnx/backend/test/data
 EXAMPLE := examples/models/tinycnn
 FUZZTIME ?= 20s
 
-.PHONY: all build run test pjrt testdata venv examples conformance conformance-check fuzz bench bench-models vet clean help
+.PHONY: all build run test pjrt testdata venv venv-triton proto examples conformance conformance-check fuzz bench bench-models vet clean help docker-test
 
 all: build
 
 help:
 	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
-	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check"
+	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check, docker-test"
+	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make python-torch-test  xserve.export and the torch.compile backend against a real xserve (.venv-zoo)"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
+	@echo "make venv-triton  tritonclient[all]==2.41.1, perf_analyzer and protoc into .venv-triton (make test runs it)"
+	@echo "make proto        regenerate api/grpc/inferencepb from Triton's protos (pinned generators)"
 
 build:
 	$(GO) build -o bin/xserve ./cmd/xserve
@@ -42,6 +45,33 @@ $(VENV)/.installed: python/requirements.txt
 	$(VENV)/bin/pip install -q -r python/requirements.txt
 	touch $@
 
+# The Triton clients, perf_analyzer and protoc in their own venv (tritonclient
+# 2.41.1 needs protobuf < 5; see python/requirements-triton.txt), plus
+# Debian's libb64-0d, which perf_analyzer links against.
+VENV_TRITON := .venv-triton
+venv-triton: $(VENV_TRITON)/.installed
+$(VENV_TRITON)/.installed: python/requirements-triton.txt
+	@if ! ldconfig -p | grep -q libb64.so.0d; then echo "venv-triton: installing Debian's libb64-0d"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libb64-0d; fi
+	$(PYTHON) -m venv $(VENV_TRITON)
+	$(VENV_TRITON)/bin/pip install -q -r python/requirements-triton.txt
+	touch $@
+
+# Regenerates api/grpc/inferencepb from Triton's protos in api/grpc/proto
+# (see api/grpc/proto/README.md) with pinned generators.
+PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.10
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+PB_PKG := github.com/xserve/xserve/api/grpc/inferencepb
+proto: venv-triton
+	GOBIN=$(CURDIR)/bin/tools $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(CURDIR)/bin/tools $(GO) install $(PROTOC_GEN_GO_GRPC)
+	PATH=$(CURDIR)/bin/tools:$$PATH $(VENV_TRITON)/bin/python -m grpc_tools.protoc -Iapi/grpc/proto \
+	  --go_out=api/grpc/inferencepb --go_opt=paths=source_relative \
+	  --go-grpc_out=api/grpc/inferencepb --go-grpc_opt=paths=source_relative \
+	  $(foreach f,grpc_service model_config,--go_opt=M$(f).proto=$(PB_PKG) --go-grpc_opt=M$(f).proto=$(PB_PKG)) \
+	  grpc_service.proto model_config.proto
+
 # Serves examples/models on 127.0.0.1:8080 until Ctrl-C (HTTP_ADDR overrides),
 # after showing the plugin, a one-shot run and the example's FX graph.
 HTTP_ADDR ?= 127.0.0.1:8080
@@ -53,19 +83,27 @@ run: pjrt build
 
 GOCYCLO := github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 
-# go vet, gofmt, go.mod tidiness, and no function of serving/ (tests aside)
-# above cyclomatic complexity 15.
+# go vet, gofmt, go.mod tidiness (also of deploy/'s module), and no function
+# of serving/ (tests aside) above cyclomatic complexity 15.
 vet:
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	$(GO) run $(GOCYCLO) -over 15 -ignore '_test.go$$' serving
+	cd deploy && $(GO) vet ./... && $(GO) mod tidy -diff
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt testdata venv vet conformance-check
+test: pjrt testdata venv venv-triton vet conformance-check
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzDecodeTensor$$' -fuzztime $(FUZZTIME) ./importer/onnx
 	$(GO) test -count=1 -timeout 30m ./...
+	cd deploy && $(GO) test -count=1 ./...
+	$(MAKE) docker-test
+
+# Builds the images for real and serves from the CPU one; installs and starts
+# Docker and makes the base images locally when needed (scripts/docker-test.sh).
+docker-test: venv
+	PYTHON=$(CURDIR)/$(VENV)/bin/python scripts/docker-test.sh
 
 conformance: pjrt testdata
 	$(GO) run ./cmd/onnx-conformance -write docs/onnx-conformance.md

@@ -74,7 +74,7 @@ PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 URL="http://127.0.0.1:$PORT"
 log "starting bin/xserve serve --model-repo $OUT/models on 127.0.0.1:$PORT (log: $OUT/xserve.log)"
 # shellcheck disable=SC2086 # XSERVE_FLAGS is a list of flags
-bin/xserve serve --model-repo "$OUT/models" --http-addr "127.0.0.1:$PORT" --poll-interval 0 ${XSERVE_FLAGS:-} >"$OUT/xserve.log" 2>&1 &
+bin/xserve serve --model-repo "$OUT/models" --http-addr "127.0.0.1:$PORT" --grpc-addr 127.0.0.1:0 --poll-interval 0 ${XSERVE_FLAGS:-} >"$OUT/xserve.log" 2>&1 &
 SERVER_PID=$!
 
 deadline=$((SECONDS + READY_TIMEOUT))

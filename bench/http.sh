@@ -75,7 +75,7 @@ else
 	URL="http://127.0.0.1:$PORT"
 	log "starting bin/xserve serve --model-repo $MODEL_REPO --http-addr 127.0.0.1:$PORT (log: $OUT/xserve.log)"
 	# shellcheck disable=SC2086 # XSERVE_FLAGS is a list of flags
-	bin/xserve serve --model-repo "$MODEL_REPO" --http-addr "127.0.0.1:$PORT" ${XSERVE_FLAGS:-} >"$OUT/xserve.log" 2>&1 &
+	bin/xserve serve --model-repo "$MODEL_REPO" --http-addr "127.0.0.1:$PORT" --grpc-addr 127.0.0.1:0 ${XSERVE_FLAGS:-} >"$OUT/xserve.log" 2>&1 &
 	SERVER_PID=$!
 fi
 

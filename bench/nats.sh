@@ -71,7 +71,7 @@ NATS="nats://127.0.0.1:$NATS_PORT"
 STORE="$(mktemp -d)"
 log "starting bin/xserve serve --model-repo $MODEL_REPO --http-addr 127.0.0.1:$HTTP_PORT --nats-listen 127.0.0.1:$NATS_PORT --nats-durable (log: $OUT/xserve.log)"
 # shellcheck disable=SC2086 # XSERVE_FLAGS is a list of flags
-bin/xserve serve --model-repo "$MODEL_REPO" --http-addr "127.0.0.1:$HTTP_PORT" \
+bin/xserve serve --model-repo "$MODEL_REPO" --http-addr "127.0.0.1:$HTTP_PORT" --grpc-addr 127.0.0.1:0 \
 	--nats-listen "127.0.0.1:$NATS_PORT" --nats-store "$STORE" --nats-durable ${XSERVE_FLAGS:-} >"$OUT/xserve.log" 2>&1 &
 SERVER_PID=$!
 trap 'stop_server; rm -rf "$STORE"' EXIT

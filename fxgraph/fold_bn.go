@@ -67,8 +67,8 @@ func (g *Graph) foldOneBatchNorm(bn *Node) bool {
 		}
 	}
 	gamma, beta, mean, variance := constArg(bn, 1), constArg(bn, 2), constArg(bn, 3), constArg(bn, 4)
-	eps, ok := AsFloat(bn.Arg(6))
-	if mean == nil || variance == nil || !ok {
+	eps, err := NormEps(bn)
+	if mean == nil || variance == nil || err != nil {
 		return false
 	}
 	for _, t := range []*tensor.Tensor{gamma, beta, mean, variance, bias} {

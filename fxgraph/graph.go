@@ -3,7 +3,9 @@ package fxgraph
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/xserve/xserve/tensor"
@@ -14,9 +16,19 @@ var ErrInvalid = errors.New("fxgraph: invalid graph")
 
 // Graph is an ordered list of nodes plus the constant tensors and subgraphs
 // they refer to. The zero value is not usable; call New.
+//
+// Nodes form a doubly linked list in three sections, as FX orders them:
+// placeholders, then get_attrs, then call_functions ending with the output
+// node. Every edit (adding, naming, erasing a node) takes constant time
+// (amortized), so building, folding and DCE are linear in the graph's size.
 type Graph struct {
-	nodes []*Node
-	names map[string]*Node
+	head, tail *Node
+	count      int
+	secLast    [2]*Node // last placeholder, last get_attr (nil when none)
+	names      map[string]*Node
+	suffix     map[string]int // per requested name, the last suffix handed out
+	attrSuffix map[string]int // the same for Attrs/Subgraphs keys
+	attrRefs   map[string]int // get_attr nodes per target
 	// Attrs maps get_attr targets to constant tensors (weights, buffers,
 	// folded constants).
 	Attrs map[string]*tensor.Tensor
@@ -31,7 +43,7 @@ type Graph struct {
 	// unbounded. Shape buckets outside a symbol's range are config errors.
 	SymbolRanges map[string]SymbolRange
 
-	insertAt int // index new call_function nodes are inserted at; -1 = before output
+	insertBefore *Node // AddCall inserts before this node; nil = before output
 }
 
 // SymbolRange is the inclusive range of sizes a symbol may take. Max < 0
@@ -55,14 +67,23 @@ func (r SymbolRange) String() string {
 
 // New returns an empty graph.
 func New() *Graph {
-	return &Graph{names: map[string]*Node{}, Attrs: map[string]*tensor.Tensor{}, Subgraphs: map[string]*Graph{}, insertAt: -1}
+	return &Graph{
+		names: map[string]*Node{}, suffix: map[string]int{}, attrSuffix: map[string]int{}, attrRefs: map[string]int{},
+		Attrs: map[string]*tensor.Tensor{}, Subgraphs: map[string]*Graph{},
+	}
 }
 
 // Nodes returns the nodes in order. The slice is a copy; the nodes are not.
-func (g *Graph) Nodes() []*Node { return append([]*Node(nil), g.nodes...) }
+func (g *Graph) Nodes() []*Node {
+	out := make([]*Node, 0, g.count)
+	for n := g.head; n != nil; n = n.next {
+		out = append(out, n)
+	}
+	return out
+}
 
 // Len returns the number of nodes.
-func (g *Graph) Len() int { return len(g.nodes) }
+func (g *Graph) Len() int { return g.count }
 
 // Node returns the node with the given name, or nil.
 func (g *Graph) Node(name string) *Node { return g.names[name] }
@@ -70,18 +91,16 @@ func (g *Graph) Node(name string) *Node { return g.names[name] }
 // Placeholders returns the input nodes in order.
 func (g *Graph) Placeholders() []*Node {
 	var out []*Node
-	for _, n := range g.nodes {
-		if n.Op == Placeholder {
-			out = append(out, n)
-		}
+	for n := g.head; n != nil && n.sect == 0; n = n.next {
+		out = append(out, n)
 	}
 	return out
 }
 
 // OutputNode returns the output node, or nil when none was set.
 func (g *Graph) OutputNode() *Node {
-	if len(g.nodes) > 0 && g.nodes[len(g.nodes)-1].Op == Output {
-		return g.nodes[len(g.nodes)-1]
+	if g.tail != nil && g.tail.Op == Output {
+		return g.tail
 	}
 	return nil
 }
@@ -129,7 +148,9 @@ func baseName(target string) string {
 	return name
 }
 
-// uniqueName returns want (sanitized) if unused, else want_1, want_2, ...
+// uniqueName returns want (sanitized) if unused, else want_1, want_2, ...:
+// the first free one after the last suffix handed out for want, so naming n
+// nodes alike takes O(n) in all.
 func (g *Graph) uniqueName(want string) string {
 	want = nonIdent.ReplaceAllString(want, "_")
 	if want == "" {
@@ -141,108 +162,200 @@ func (g *Graph) uniqueName(want string) string {
 	if _, ok := g.names[want]; !ok {
 		return want
 	}
-	for i := 1; ; i++ {
-		c := fmt.Sprintf("%s_%d", want, i)
+	for i := g.suffix[want] + 1; ; i++ {
+		c := want + "_" + strconv.Itoa(i)
 		if _, ok := g.names[c]; !ok {
+			g.suffix[want] = i
 			return c
 		}
 	}
 }
 
-func (g *Graph) renumber() {
-	for i, n := range g.nodes {
-		n.index = i
+// attrKey returns a key derived from name that neither Attrs nor Subgraphs
+// holds, the same way.
+func (g *Graph) attrKey(name string) string {
+	used := func(k string) bool {
+		_, t := g.Attrs[k]
+		_, s := g.Subgraphs[k]
+		return t || s
+	}
+	if !used(name) {
+		return name
+	}
+	for i := g.attrSuffix[name] + 1; ; i++ {
+		c := name + "_" + strconv.Itoa(i)
+		if !used(c) {
+			g.attrSuffix[name] = i
+			return c
+		}
 	}
 }
 
-func (g *Graph) insert(n *Node, at int) *Node {
-	if at < 0 || at > len(g.nodes) {
-		at = len(g.nodes)
+// keyGap spaces the order keys of nodes appended to a section, leaving room
+// for nodes inserted between them later.
+const keyGap = 1 << 20
+
+// section returns which part of the graph n belongs in: 0 placeholders,
+// 1 get_attrs, 2 call_functions and the output.
+func section(op Opcode) uint8 {
+	switch op {
+	case Placeholder:
+		return 0
+	case GetAttr:
+		return 1
 	}
+	return 2
+}
+
+// before reports whether a comes before b in the graph.
+func before(a, b *Node) bool {
+	if a.sect != b.sect {
+		return a.sect < b.sect
+	}
+	return a.key < b.key
+}
+
+// sectionFirst returns the first node of section s, or nil.
+func (g *Graph) sectionFirst(s uint8) *Node {
+	for n := g.head; n != nil; {
+		if n.sect >= s {
+			if n.sect == s {
+				return n
+			}
+			return nil
+		}
+		// jump to the end of n's section
+		if last := g.secLast[n.sect]; last != nil {
+			n = last.next
+		} else {
+			n = n.next
+		}
+	}
+	return nil
+}
+
+// link puts n into the list after prev (nil: at the head) and gives it an
+// order key between its neighbours in its section, relabelling the section
+// when there is no room left.
+func (g *Graph) link(n, prev *Node) *Node {
 	n.graph = g
-	if g.insertAt >= 0 && at <= g.insertAt {
-		g.insertAt++ // keep the insertion point on the same node
+	n.sect = section(n.Op)
+	n.prev = prev
+	if prev == nil {
+		n.next = g.head
+		g.head = n
+	} else {
+		n.next = prev.next
+		prev.next = n
 	}
-	g.nodes = append(g.nodes, nil)
-	copy(g.nodes[at+1:], g.nodes[at:])
-	g.nodes[at] = n
+	if n.next == nil {
+		g.tail = n
+	} else {
+		n.next.prev = n
+	}
+	g.count++
+	if n.sect < 2 && (g.secLast[n.sect] == nil || g.secLast[n.sect] == prev) {
+		g.secLast[n.sect] = n
+	}
+	var lo int64
+	if prev != nil && prev.sect == n.sect {
+		lo = prev.key
+	}
+	switch next := n.next; {
+	case n.Op == Output:
+		n.key = math.MaxInt64
+	case next == nil || next.sect != n.sect || next.Op == Output:
+		if lo > math.MaxInt64/2 {
+			g.relabel(n.sect)
+		} else {
+			n.key = lo + keyGap
+		}
+	case next.key-lo >= 2:
+		n.key = lo + (next.key-lo)/2
+	default:
+		g.relabel(n.sect)
+	}
 	g.names[n.Name] = n
-	g.renumber()
+	if n.Op == GetAttr {
+		g.attrRefs[n.Target]++
+	}
 	for _, in := range n.InputNodes() {
 		in.users = append(in.users, n)
 	}
 	return n
 }
 
-// lastOfKind returns the index after the last node of the given opcodes at the
-// front of the graph (placeholders first, then get_attrs, as FX orders them).
-func (g *Graph) frontEnd(ops ...Opcode) int {
-	i := 0
-	for i < len(g.nodes) {
-		ok := false
-		for _, op := range ops {
-			if g.nodes[i].Op == op {
-				ok = true
-			}
+// relabel spaces the order keys of section s evenly again.
+func (g *Graph) relabel(s uint8) {
+	var k int64
+	for n := g.sectionFirst(s); n != nil && n.sect == s; n = n.next {
+		if n.Op == Output {
+			n.key = math.MaxInt64
+			continue
 		}
-		if !ok {
-			break
-		}
-		i++
+		k += keyGap
+		n.key = k
 	}
-	return i
+}
+
+// insert adds n at the end of its section (call_functions: before the
+// output node, or before the insert point when one is set).
+func (g *Graph) insert(n *Node) *Node {
+	switch section(n.Op) {
+	case 0:
+		return g.link(n, g.secLast[0])
+	case 1:
+		prev := g.secLast[1]
+		if prev == nil {
+			prev = g.secLast[0]
+		}
+		return g.link(n, prev)
+	}
+	if n.Op != Output {
+		if at := g.insertBefore; at != nil && at.graph == g {
+			return g.link(n, at.prev)
+		}
+		if out := g.OutputNode(); out != nil {
+			return g.link(n, out.prev)
+		}
+	}
+	return g.link(n, g.tail)
 }
 
 // AddPlaceholder adds a graph input after the existing inputs.
 func (g *Graph) AddPlaceholder(name string, meta TensorMeta) *Node {
 	n := &Node{Op: Placeholder, Name: g.uniqueName(name), Target: name, Meta: Meta{Vals: []TensorMeta{meta}}}
-	return g.insert(n, g.frontEnd(Placeholder))
+	return g.insert(n)
 }
 
 // AddConstant stores t in Attrs under a unique key derived from name and adds
 // the get_attr node reading it, after the inputs and other get_attrs.
 func (g *Graph) AddConstant(name string, t *tensor.Tensor) *Node {
-	key := name
-	for i := 1; ; i++ {
-		if _, used := g.Attrs[key]; !used {
-			break
-		}
-		key = fmt.Sprintf("%s_%d", name, i)
-	}
+	key := g.attrKey(name)
 	g.Attrs[key] = t
 	meta := TensorMeta{DType: t.DType, Shape: StaticShape(t.Shape...)}
 	n := &Node{Op: GetAttr, Name: g.uniqueName(key), Target: key, Meta: Meta{Vals: []TensorMeta{meta}}}
-	return g.insert(n, g.frontEnd(Placeholder, GetAttr))
+	return g.insert(n)
 }
 
 // AddSubgraph stores sub under a unique key derived from name and adds the
 // get_attr node that control-flow ops take as an argument.
 func (g *Graph) AddSubgraph(name string, sub *Graph) *Node {
-	key := name
-	for i := 1; ; i++ {
-		if _, used := g.Subgraphs[key]; !used {
-			break
-		}
-		key = fmt.Sprintf("%s_%d", name, i)
-	}
+	key := g.attrKey(name)
 	g.Subgraphs[key] = sub
 	n := &Node{Op: GetAttr, Name: g.uniqueName(key), Target: key}
-	return g.insert(n, g.frontEnd(Placeholder, GetAttr))
+	return g.insert(n)
 }
 
 // SetInsertPoint makes AddCall insert new nodes just before ref; nil restores
 // the default (append before the output node). It returns the previous point
 // so callers can restore it.
 func (g *Graph) SetInsertPoint(ref *Node) *Node {
-	var prev *Node
-	if g.insertAt >= 0 && g.insertAt < len(g.nodes) {
-		prev = g.nodes[g.insertAt]
+	prev := g.insertBefore
+	if prev != nil && prev.graph != g {
+		prev = nil
 	}
-	if ref == nil {
-		g.insertAt = -1
-	} else {
-		g.insertAt = ref.index
-	}
+	g.insertBefore = ref
 	return prev
 }
 
@@ -259,33 +372,50 @@ func (g *Graph) AddNamedCall(name, target string, args []any, kwargs map[string]
 		name = baseName(target)
 	}
 	n := &Node{Op: CallFunction, Name: g.uniqueName(name), Target: target, Args: args, Kwargs: kwargs}
-	at := g.insertAt
-	if at < 0 {
-		at = len(g.nodes)
-		if out := g.OutputNode(); out != nil {
-			at = out.index
-		}
-		return g.insert(n, at)
-	}
-	g.insert(n, at)
-	g.insertAt = at + 1
-	return n
+	return g.insert(n)
 }
 
 // SetOutput adds (or replaces) the output node returning values.
 func (g *Graph) SetOutput(values ...*Node) *Node {
 	if old := g.OutputNode(); old != nil {
-		g.unlink(old)
-		g.nodes = g.nodes[:len(g.nodes)-1]
-		delete(g.names, old.Name)
-		old.graph = nil
+		g.remove(old)
 	}
 	list := make([]any, len(values))
 	for i, v := range values {
 		list[i] = v
 	}
 	n := &Node{Op: Output, Name: g.uniqueName("output"), Target: "output", Args: []any{list}}
-	return g.insert(n, len(g.nodes))
+	return g.insert(n)
+}
+
+// remove unlinks n from the list and from its inputs' users.
+func (g *Graph) remove(n *Node) {
+	g.unlink(n)
+	if n.prev == nil {
+		g.head = n.next
+	} else {
+		n.prev.next = n.next
+	}
+	if n.next == nil {
+		g.tail = n.prev
+	} else {
+		n.next.prev = n.prev
+	}
+	if n.sect < 2 && g.secLast[n.sect] == n {
+		g.secLast[n.sect] = nil
+		if n.prev != nil && n.prev.sect == n.sect {
+			g.secLast[n.sect] = n.prev
+		}
+	}
+	if g.insertBefore == n {
+		g.insertBefore = n.next
+	}
+	if n.Op == GetAttr {
+		g.attrRefs[n.Target]--
+	}
+	delete(g.names, n.Name)
+	g.count--
+	n.graph, n.prev, n.next = nil, nil, nil
 }
 
 func (g *Graph) unlink(n *Node) {
@@ -316,7 +446,7 @@ func (g *Graph) SetArgs(n *Node, args []any, kwargs map[string]any) {
 // ReplaceAllUses makes every user of old use repl instead and returns the
 // number of users changed.
 func (g *Graph) ReplaceAllUses(old, repl *Node) int {
-	users := old.Users()
+	users := append([]*Node(nil), old.users...)
 	for _, u := range users {
 		swap := func(m *Node) any {
 			if m == old {
@@ -353,30 +483,13 @@ func (g *Graph) Erase(n *Node) error {
 		}
 		return fmt.Errorf("fxgraph: erase %s: still used by %s", n.Name, strings.Join(names, ", "))
 	}
-	g.unlink(n)
-	g.nodes = append(g.nodes[:n.index], g.nodes[n.index+1:]...)
-	if g.insertAt > n.index {
-		g.insertAt--
+	g.remove(n)
+	if n.Op == GetAttr && g.attrRefs[n.Target] <= 0 {
+		delete(g.attrRefs, n.Target)
+		delete(g.Attrs, n.Target)
+		delete(g.Subgraphs, n.Target)
 	}
-	delete(g.names, n.Name)
-	if n.Op == GetAttr {
-		if !g.attrUsedElsewhere(n) {
-			delete(g.Attrs, n.Target)
-			delete(g.Subgraphs, n.Target)
-		}
-	}
-	n.graph = nil
-	g.renumber()
 	return nil
-}
-
-func (g *Graph) attrUsedElsewhere(n *Node) bool {
-	for _, m := range g.nodes {
-		if m != n && m.Op == GetAttr && m.Target == n.Target {
-			return true
-		}
-	}
-	return false
 }
 
 // Validate checks that every node belongs to g, names are unique, arguments
@@ -384,14 +497,15 @@ func (g *Graph) attrUsedElsewhere(n *Node) bool {
 // targets exist, and exactly one output node ends the graph. Its errors say
 // what to fix and wrap ErrInvalid.
 func (g *Graph) Validate() error {
-	seen := map[*Node]bool{}
-	names := map[string]bool{}
-	for i, n := range g.nodes {
+	seen := make(map[*Node]bool, g.count)
+	names := make(map[string]bool, g.count)
+	var prev *Node
+	for n := g.head; n != nil; prev, n = n, n.next {
 		if n.graph != g {
 			return fmt.Errorf("%w: node %s belongs to another graph", ErrInvalid, n.Name)
 		}
-		if n.index != i {
-			return fmt.Errorf("%w: node %s has a stale index", ErrInvalid, n.Name)
+		if n.prev != prev || (prev != nil && !before(prev, n)) || n.sect != section(n.Op) {
+			return fmt.Errorf("%w: node %s is out of place in the node list (edit nodes through Graph methods)", ErrInvalid, n.Name)
 		}
 		if names[n.Name] {
 			return fmt.Errorf("%w: two nodes are named %q", ErrInvalid, n.Name)
@@ -406,7 +520,7 @@ func (g *Graph) Validate() error {
 				return fmt.Errorf("%w: get_attr %s reads %q, which the graph does not hold", ErrInvalid, n.Name, n.Target)
 			}
 		case Output:
-			if i != len(g.nodes)-1 {
+			if n != g.tail {
 				return fmt.Errorf("%w: output node %s is not the last node", ErrInvalid, n.Name)
 			}
 		default:
@@ -466,7 +580,7 @@ func (g *Graph) Clone() *Graph {
 	}
 	m := map[*Node]*Node{}
 	swap := func(n *Node) any { return m[n] }
-	for _, n := range g.nodes {
+	for n := g.head; n != nil; n = n.next {
 		cn := &Node{Op: n.Op, Name: n.Name, Target: n.Target, Meta: cloneMeta(n.Meta)}
 		cn.Args = make([]any, len(n.Args))
 		for i, a := range n.Args {
@@ -479,7 +593,7 @@ func (g *Graph) Clone() *Graph {
 			}
 		}
 		m[n] = cn
-		c.insert(cn, len(c.nodes))
+		c.insert(cn)
 	}
 	return c
 }
@@ -497,13 +611,14 @@ func cloneMeta(m Meta) Meta {
 // the graph's signature.
 func (g *Graph) EliminateDeadCode() int {
 	erased := 0
-	for i := len(g.nodes) - 1; i >= 0; i-- {
-		n := g.nodes[i]
+	for n := g.tail; n != nil; {
+		prev := n.prev // erasing n may make earlier nodes dead, never later ones
 		if (n.Op == CallFunction || n.Op == GetAttr) && len(n.users) == 0 {
 			if err := g.Erase(n); err == nil {
 				erased++
 			}
 		}
+		n = prev
 	}
 	return erased
 }

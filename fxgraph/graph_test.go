@@ -241,3 +241,66 @@ func TestTablePrintsEveryNode(t *testing.T) {
 		}
 	}
 }
+
+// TestOrderUnderManyEdits inserts more nodes at one insert point than the
+// order keys have room for (forcing relabels), interleaves constants and
+// inputs added late, erases nodes in the middle, and checks that Nodes,
+// Users and Validate agree on one order and that names stay FX-like.
+func TestOrderUnderManyEdits(t *testing.T) {
+	g := New()
+	x := g.AddPlaceholder("x", Static(tensor.Int64, 2))
+	first := g.AddCall("xserve.add", []any{x, x}, nil)
+	last := g.AddCall("xserve.add", []any{first, first}, nil)
+	g.SetOutput(last)
+	g.SetInsertPoint(last)
+	prev, want := first, []*Node{first}
+	for i := range 100 { // > log2(keyGap) inserts at one point
+		c := g.AddConstant("c", tensor.FromInt64s([]int64{int64(i), 0}))
+		prev = g.AddCall("xserve.add", []any{prev, c}, nil)
+		want = append(want, prev)
+	}
+	g.SetInsertPoint(nil)
+	g.SetArgs(last, []any{prev, first}, nil)
+	y := g.AddPlaceholder("y", Static(tensor.Int64, 2))
+	want = append(want, last)
+	if err := g.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var calls []*Node
+	for _, n := range g.Nodes() {
+		if n.Op == CallFunction {
+			calls = append(calls, n)
+		}
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("%d calls, want %d", len(calls), len(want))
+	}
+	for i := range want {
+		if calls[i] != want[i] {
+			t.Fatalf("call %d is %s, want %s", i, calls[i].Name, want[i].Name)
+		}
+	}
+	if ph := g.Placeholders(); len(ph) != 2 || ph[1] != y {
+		t.Errorf("placeholders %v, want x, y", ph)
+	}
+	if got := want[50].Name; got != "add_51" { // add and add_1 came first
+		t.Errorf("node 50 is named %s, want add_51", got)
+	}
+	if users := first.Users(); len(users) != 2 || users[0] != want[1] || users[1] != last {
+		t.Errorf("users of %s: %v", first.Name, users)
+	}
+	// Erase a run in the middle; later adds still get fresh names.
+	g.ReplaceAllUses(want[60], want[40])
+	if n := g.EliminateDeadCode(); n != 40 {
+		t.Errorf("DCE erased %d, want 40 (20 adds, 20 constants)", n)
+	}
+	if g.Len() != 2+80+(len(want)-20)+1 { // inputs, constants, calls, output
+		t.Errorf("Len() = %d", g.Len())
+	}
+	if n := g.AddCall("xserve.add", []any{x, y}, nil); n.Name != "add_102" {
+		t.Errorf("new node named %s, want add_102", n.Name)
+	}
+	if err := g.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

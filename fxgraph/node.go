@@ -39,15 +39,17 @@ type Node struct {
 	Kwargs map[string]any
 	Meta   Meta
 
-	graph *Graph
-	users []*Node
-	index int // position in graph.nodes, kept by Graph.renumber
+	graph      *Graph
+	users      []*Node
+	prev, next *Node // neighbours in the graph's node list
+	sect       uint8 // the graph section: 0 placeholders, 1 get_attrs, 2 the rest
+	key        int64 // order within the section, kept by Graph.link
 }
 
 // Users returns the nodes that use n as an argument, in graph order.
 func (n *Node) Users() []*Node {
 	out := append([]*Node(nil), n.users...)
-	sort.Slice(out, func(i, j int) bool { return out[i].index < out[j].index })
+	sort.Slice(out, func(i, j int) bool { return before(out[i], out[j]) })
 	return out
 }
 
@@ -81,12 +83,27 @@ func (n *Node) String() string {
 // lists), in order and with repetitions removed.
 func (n *Node) InputNodes() []*Node {
 	var out []*Node
-	seen := map[*Node]bool{}
+	var seen map[*Node]bool // only for long argument lists
 	visit := func(a any) {
 		walkNodes(a, func(m *Node) {
-			if !seen[m] {
-				seen[m] = true
-				out = append(out, m)
+			if seen != nil {
+				if !seen[m] {
+					seen[m] = true
+					out = append(out, m)
+				}
+				return
+			}
+			for _, o := range out {
+				if o == m {
+					return
+				}
+			}
+			out = append(out, m)
+			if len(out) > 16 {
+				seen = make(map[*Node]bool, 2*len(out))
+				for _, o := range out {
+					seen[o] = true
+				}
 			}
 		})
 	}

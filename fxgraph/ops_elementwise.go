@@ -441,6 +441,17 @@ var ewScalarTwins = map[string]string{
 	"aten.ge.Scalar":                         "aten.ge.Tensor",
 }
 
+// ScalarTwins returns a copy of the map from each .Scalar overload (other
+// is a Python number) to the .Tensor overload that computes the same thing:
+// the one list the IR and the lowering share.
+func ScalarTwins() map[string]string {
+	out := make(map[string]string, len(ewScalarTwins))
+	for k, v := range ewScalarTwins {
+		out[k] = v
+	}
+	return out
+}
+
 // ResultType returns the dtype PyTorch computes a pointwise operation on
 // args in (torch.result_type). Each arg is a tensor node, a Python number
 // (int64, float64, bool) or nil (an absent optional operand, ignored).

@@ -651,7 +651,7 @@ func nnBatchNormShape(n *Node) (Meta, error) {
 	if n.Arg(3) == nil || n.Arg(4) == nil {
 		return Meta{}, fmt.Errorf("batch_norm: running_mean and running_var are required")
 	}
-	if _, err := n.FloatArg(6, "eps", 1e-5); err != nil {
+	if _, err := NormEps(n); err != nil {
 		return Meta{}, err
 	}
 	empty := TensorMeta{DType: x.DType, Shape: Shape{D(0)}}
@@ -689,7 +689,7 @@ func nnLayerNormShape(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("layer_norm: argument %d is %s, want %v", i, m, ns)
 		}
 	}
-	if _, err := n.FloatArg(4, "eps", 1e-5); err != nil {
+	if _, err := NormEps(n); err != nil {
 		return Meta{}, err
 	}
 	stat := x.Shape.Clone()
@@ -719,7 +719,7 @@ func nnGroupNormShape(n *Node) (Meta, error) {
 	if g < 1 || (x.Shape[1].IsStatic() && x.Shape[1].Size%g != 0) {
 		return Meta{}, fmt.Errorf("group_norm: %d groups for input %s", g, x)
 	}
-	if _, err := n.FloatArg(7, "eps", 1e-5); err != nil {
+	if _, err := NormEps(n); err != nil {
 		return Meta{}, err
 	}
 	stat := TensorMeta{DType: x.DType, Shape: Shape{x.Shape[0], D(g)}}
@@ -969,4 +969,22 @@ func nnResizeShape(n *Node) (Meta, error) {
 		}
 	}
 	return One(x.DType, out), nil
+}
+
+// normEpsArg is where each normalization op takes eps, and its default.
+var normEpsArg = map[string]int{
+	"aten._native_batch_norm_legit_no_training.default": 6,
+	"aten.native_layer_norm.default":                    4,
+	"aten.native_group_norm.default":                    7,
+}
+
+// NormEps returns the eps argument of a batch, layer or group norm node
+// (default 1e-5, as in PyTorch): defined here once for the shape rules and
+// the lowering.
+func NormEps(n *Node) (float64, error) {
+	i, ok := normEpsArg[n.Target]
+	if !ok {
+		return 0, fmt.Errorf("fxgraph: node %s (%s) is not a normalization with eps", n.Name, n.Target)
+	}
+	return n.FloatArg(i, "eps", 1e-5)
 }

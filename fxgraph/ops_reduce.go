@@ -112,6 +112,8 @@ func registerReductions(r *Registry) {
 	}
 
 	r.Register("aten.topk.default", OpInfo{Shape: rdTopKMeta})
+	r.Register("aten.sort.default", OpInfo{Shape: rdSortMeta})
+	r.Register("aten.sort.stable", OpInfo{Shape: rdSortMeta})
 	r.Register("aten.cumsum.default", OpInfo{Shape: rdCumMeta, Eval: rdEvalCum(rdSum)})
 	r.Register("aten.cumprod.default", OpInfo{Shape: rdCumMeta, Eval: rdEvalCum(rdProd)})
 
@@ -400,6 +402,42 @@ func rdTopKMeta(n *Node) (Meta, error) {
 	return Meta{Tuple: true, Vals: []TensorMeta{
 		{DType: in.DType, Shape: out},
 		{DType: tensor.Int64, Shape: out.Clone()},
+	}}, nil
+}
+
+// Sort reads the dim (normalized) and descending flag of sort node n
+// (aten.sort.default(self, dim=-1, descending=False), or aten.sort.stable
+// with dim and descending keyword-only) whose input has the given rank.
+func Sort(n *Node, rank int) (dim int, descending bool, err error) {
+	d, err := n.IntArg(1, "dim", -1)
+	if err != nil {
+		return 0, false, err
+	}
+	if descending, err = n.BoolArg(2, "descending", false); err != nil {
+		return 0, false, err
+	}
+	r := int64(max(rank, 1))
+	if d < -r || d >= r {
+		return 0, false, fmt.Errorf("fxgraph: node %s (%s): dim %d out of range for rank %d", n.Name, n.Target, d, rank)
+	}
+	if d < 0 {
+		d += r
+	}
+	return int(d), descending, nil
+}
+
+// rdSortMeta: values of the input's dtype and shape, and int64 indices.
+func rdSortMeta(n *Node) (Meta, error) {
+	in, err := n.InputMeta(0)
+	if err != nil {
+		return Meta{}, err
+	}
+	if _, _, err := Sort(n, in.Rank()); err != nil {
+		return Meta{}, err
+	}
+	return Meta{Tuple: true, Vals: []TensorMeta{
+		{DType: in.DType, Shape: in.Shape.Clone()},
+		{DType: tensor.Int64, Shape: in.Shape.Clone()},
 	}}, nil
 }
 

@@ -16,7 +16,7 @@ import (
 func (g *Graph) String() string {
 	var b strings.Builder
 	b.WriteString("graph():\n")
-	for _, n := range g.nodes {
+	for n := g.head; n != nil; n = n.next {
 		b.WriteString("    ")
 		switch n.Op {
 		case Placeholder, GetAttr:
@@ -57,7 +57,7 @@ func (g *Graph) Table() string {
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "opcode\tname\ttarget\targs\tkwargs\tmeta")
 	fmt.Fprintln(w, "------\t----\t------\t----\t------\t----")
-	for _, n := range g.nodes {
+	for n := g.head; n != nil; n = n.next {
 		args := FormatArgs(n.Args)
 		if n.Op == Placeholder || n.Op == GetAttr {
 			args = "()"

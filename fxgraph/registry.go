@@ -137,7 +137,7 @@ func (r *Registry) unsupported(n *Node) error {
 // PropagateShapes recomputes the Meta of every call_function node in order,
 // from the placeholders' and constants' Meta. Errors name the node.
 func (r *Registry) PropagateShapes(g *Graph) error {
-	for _, n := range g.nodes {
+	for n := g.head; n != nil; n = n.next {
 		switch n.Op {
 		case GetAttr:
 			if t, ok := g.Attrs[n.Target]; ok {
@@ -306,7 +306,7 @@ func (r *Registry) Specialize(g *Graph, dims map[string]int64, maxFold int64) (*
 			break
 		}
 	}
-	for _, n := range s.nodes {
+	for n := s.head; n != nil; n = n.next {
 		for _, v := range n.Meta.Vals {
 			if !v.Shape.IsStatic() {
 				return nil, fmt.Errorf("specialize: node %s (%s) still has symbolic shape %s for dims %v", n.Name, n.Target, v.Shape, dims)

@@ -1,7 +1,11 @@
 // Package lower turns an fxgraph.Graph into a StableHLO program for one shape
 // bucket: Lower specializes the graph's symbolic dims to the bucket's sizes,
-// folds what became constant, and emits one StableHLO function through
-// go-xla's stablehlo builder, calling one Rule per operator target.
+// folds what became constant, and emits one StableHLO function through our
+// own emitter, package lower/stablehlo, calling one Rule per operator
+// target. The rules still build ops in go-xla's operand-directed style
+// through the small bridge lower/internal/hlo (shapes as go-xla's
+// shapes.Shape); moving them to lower/stablehlo's Block methods is the next
+// step.
 //
 // Rules live in a Registry, one per IR target, grouped by family in files
 // (elementwise.go, shape.go, nn.go, reduce.go, control.go). All rules share

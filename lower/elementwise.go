@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gomlx/go-xla/pkg/stablehlo"
 	"github.com/gomlx/go-xla/pkg/types"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/internal/hlo"
+	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -22,7 +23,7 @@ type ewFn func(ctx *Context, n *fxgraph.Node, x ...*stablehlo.Value) (*stablehlo
 
 // ewDims returns v's dims as int64.
 func ewDims(v *stablehlo.Value) []int64 {
-	d := v.Shape().Dimensions
+	d := hlo.ShapeOf(v).Dimensions
 	out := make([]int64, len(d))
 	for i, x := range d {
 		out[i] = int64(x)
@@ -32,7 +33,7 @@ func ewDims(v *stablehlo.Value) []int64 {
 
 // ewDType returns the IR dtype of v.
 func ewDType(v *stablehlo.Value) tensor.DType {
-	dt, err := tensorDType(v.Shape().DType)
+	dt, err := tensorDType(hlo.ShapeOf(v).DType)
 	if err != nil {
 		return tensor.Invalid
 	}
@@ -116,7 +117,7 @@ func ewToBool(ctx *Context, v *stablehlo.Value) (*stablehlo.Value, error) {
 // ewCompare compares two values of the same dtype.
 func ewCompare(a, b *stablehlo.Value, dir types.ComparisonDirection) (*stablehlo.Value, error) {
 	ct := types.CompareFloat
-	d := a.Shape().DType
+	d := hlo.ShapeOf(a).DType
 	switch {
 	case d.IsFloat() || d.IsComplex():
 	case d.IsUnsigned() || ewDType(a) == tensor.Bool:
@@ -124,7 +125,7 @@ func ewCompare(a, b *stablehlo.Value, dir types.ComparisonDirection) (*stablehlo
 	default:
 		ct = types.CompareSigned
 	}
-	return stablehlo.Compare(a, b, dir, ct)
+	return hlo.Compare(a, b, dir, ct)
 }
 
 // ewCmpConst compares v against the constant x.
@@ -170,15 +171,15 @@ func ewTrunc(ctx *Context, x *stablehlo.Value) (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := stablehlo.Ceil(x)
+	c, err := hlo.Ceil(x)
 	if err != nil {
 		return nil, err
 	}
-	f, err := stablehlo.Floor(x)
+	f, err := hlo.Floor(x)
 	if err != nil {
 		return nil, err
 	}
-	return stablehlo.Select(neg, c, f)
+	return hlo.Select(neg, c, f)
 }
 
 // ewChain runs steps in order and returns the last value; it keeps the
@@ -227,113 +228,113 @@ func (c *ewChain) sel(p, a, b *stablehlo.Value) *stablehlo.Value {
 	if c.err != nil {
 		return nil
 	}
-	return c.do(stablehlo.Select(p, a, b))
+	return c.do(hlo.Select(p, a, b))
 }
 
 // ewFloatUnary are the float-valued unary functions, applied to float32 or
 // float64 values.
 var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value{
 	"aten.exp.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(stablehlo.Exponential, x)
+		return c.un(hlo.Exponential, x)
 	},
 	"aten.expm1.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(stablehlo.ExponentialMinusOne, x)
+		return c.un(hlo.ExponentialMinusOne, x)
 	},
 	"aten.exp2.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(stablehlo.Power, c.k(x, 2), x)
+		return c.bin(hlo.Power, c.k(x, 2), x)
 	},
-	"aten.log.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Log, x) },
+	"aten.log.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Log, x) },
 	"aten.log1p.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(stablehlo.LogPlusOne, x)
+		return c.un(hlo.LogPlusOne, x)
 	},
 	"aten.log2.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(stablehlo.Divide, c.un(stablehlo.Log, x), c.k(x, math.Ln2))
+		return c.bin(hlo.Divide, c.un(hlo.Log, x), c.k(x, math.Ln2))
 	},
 	"aten.log10.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(stablehlo.Divide, c.un(stablehlo.Log, x), c.k(x, math.Ln10))
+		return c.bin(hlo.Divide, c.un(hlo.Log, x), c.k(x, math.Ln10))
 	},
-	"aten.sqrt.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Sqrt, x) },
+	"aten.sqrt.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Sqrt, x) },
 	"aten.rsqrt.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(stablehlo.Rsqrt, x)
+		return c.un(hlo.Rsqrt, x)
 	},
 	"aten.reciprocal.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(stablehlo.Divide, c.k(x, 1), x)
+		return c.bin(hlo.Divide, c.k(x, 1), x)
 	},
-	"aten.sin.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Sine, x) },
+	"aten.sin.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Sine, x) },
 	"aten.cos.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(stablehlo.Cosine, x)
+		return c.un(hlo.Cosine, x)
 	},
-	"aten.tan.default":  func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Tan, x) },
-	"aten.tanh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Tanh, x) },
+	"aten.tan.default":  func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Tan, x) },
+	"aten.tanh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Tanh, x) },
 	"aten.sigmoid.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(stablehlo.Logistic, x)
+		return c.un(hlo.Logistic, x)
 	},
-	"aten.erf.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(stablehlo.Erf, x) },
+	"aten.erf.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Erf, x) },
 	"aten.atan.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(stablehlo.Atan2, x, c.k(x, 1))
+		return c.bin(hlo.Atan2, x, c.k(x, 1))
 	},
 	// asin(x) = atan2(x, sqrt((1-x)(1+x))); NaN outside [-1, 1].
 	"aten.asin.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
-		r := c.un(stablehlo.Sqrt, c.bin(stablehlo.Multiply, c.bin(stablehlo.Subtract, one, x), c.bin(stablehlo.Add, one, x)))
-		return c.bin(stablehlo.Atan2, x, r)
+		r := c.un(hlo.Sqrt, c.bin(hlo.Multiply, c.bin(hlo.Subtract, one, x), c.bin(hlo.Add, one, x)))
+		return c.bin(hlo.Atan2, x, r)
 	},
 	// acos(x) = atan2(sqrt((1-x)(1+x)), x).
 	"aten.acos.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
-		r := c.un(stablehlo.Sqrt, c.bin(stablehlo.Multiply, c.bin(stablehlo.Subtract, one, x), c.bin(stablehlo.Add, one, x)))
-		return c.bin(stablehlo.Atan2, r, x)
+		r := c.un(hlo.Sqrt, c.bin(hlo.Multiply, c.bin(hlo.Subtract, one, x), c.bin(hlo.Add, one, x)))
+		return c.bin(hlo.Atan2, r, x)
 	},
 	// sinh(x) = (expm1(x) - expm1(-x)) / 2, accurate near 0.
 	"aten.sinh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		d := c.bin(stablehlo.Subtract, c.un(stablehlo.ExponentialMinusOne, x), c.un(stablehlo.ExponentialMinusOne, c.un(stablehlo.Negate, x)))
-		return c.bin(stablehlo.Multiply, d, c.k(x, 0.5))
+		d := c.bin(hlo.Subtract, c.un(hlo.ExponentialMinusOne, x), c.un(hlo.ExponentialMinusOne, c.un(hlo.Negate, x)))
+		return c.bin(hlo.Multiply, d, c.k(x, 0.5))
 	},
 	"aten.cosh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		s := c.bin(stablehlo.Add, c.un(stablehlo.Exponential, x), c.un(stablehlo.Exponential, c.un(stablehlo.Negate, x)))
-		return c.bin(stablehlo.Multiply, s, c.k(x, 0.5))
+		s := c.bin(hlo.Add, c.un(hlo.Exponential, x), c.un(hlo.Exponential, c.un(hlo.Negate, x)))
+		return c.bin(hlo.Multiply, s, c.k(x, 0.5))
 	},
 	// asinh(x) = sign(x) * log1p(|x| + x²/(1 + sqrt(1 + x²))), and
 	// sign(x) * (log(|x|) + ln 2) for huge |x| where x² overflows.
 	"aten.asinh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
-		a := c.un(stablehlo.Abs, x)
-		a2 := c.bin(stablehlo.Multiply, a, a)
-		small := c.un(stablehlo.LogPlusOne, c.bin(stablehlo.Add, a, c.bin(stablehlo.Divide, a2, c.bin(stablehlo.Add, one, c.un(stablehlo.Sqrt, c.bin(stablehlo.Add, one, a2))))))
-		big := c.bin(stablehlo.Add, c.un(stablehlo.Log, a), c.k(x, math.Ln2))
+		a := c.un(hlo.Abs, x)
+		a2 := c.bin(hlo.Multiply, a, a)
+		small := c.un(hlo.LogPlusOne, c.bin(hlo.Add, a, c.bin(hlo.Divide, a2, c.bin(hlo.Add, one, c.un(hlo.Sqrt, c.bin(hlo.Add, one, a2))))))
+		big := c.bin(hlo.Add, c.un(hlo.Log, a), c.k(x, math.Ln2))
 		r := c.sel(c.cmp(a, c.k(x, 1e15), types.CompareGT), big, small)
-		return c.bin(stablehlo.Multiply, c.un(stablehlo.Sign, x), r)
+		return c.bin(hlo.Multiply, c.un(hlo.Sign, x), r)
 	},
 	// acosh(x) = log1p(t + sqrt(t(t+2))) with t = x-1; log(x) + ln 2 for huge x.
 	"aten.acosh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		t := c.bin(stablehlo.Subtract, x, c.k(x, 1))
-		small := c.un(stablehlo.LogPlusOne, c.bin(stablehlo.Add, t, c.un(stablehlo.Sqrt, c.bin(stablehlo.Multiply, t, c.bin(stablehlo.Add, t, c.k(x, 2))))))
-		big := c.bin(stablehlo.Add, c.un(stablehlo.Log, x), c.k(x, math.Ln2))
+		t := c.bin(hlo.Subtract, x, c.k(x, 1))
+		small := c.un(hlo.LogPlusOne, c.bin(hlo.Add, t, c.un(hlo.Sqrt, c.bin(hlo.Multiply, t, c.bin(hlo.Add, t, c.k(x, 2))))))
+		big := c.bin(hlo.Add, c.un(hlo.Log, x), c.k(x, math.Ln2))
 		return c.sel(c.cmp(x, c.k(x, 1e15), types.CompareGT), big, small)
 	},
 	// atanh(x) = log1p(2x/(1-x)) / 2.
 	"aten.atanh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		q := c.bin(stablehlo.Divide, c.bin(stablehlo.Add, x, x), c.bin(stablehlo.Subtract, c.k(x, 1), x))
-		return c.bin(stablehlo.Multiply, c.un(stablehlo.LogPlusOne, q), c.k(x, 0.5))
+		q := c.bin(hlo.Divide, c.bin(hlo.Add, x, x), c.bin(hlo.Subtract, c.k(x, 1), x))
+		return c.bin(hlo.Multiply, c.un(hlo.LogPlusOne, q), c.k(x, 0.5))
 	},
 	"aten.hardsigmoid.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(stablehlo.Divide, ewRelu6(c, c.bin(stablehlo.Add, x, c.k(x, 3))), c.k(x, 6))
+		return c.bin(hlo.Divide, ewRelu6(c, c.bin(hlo.Add, x, c.k(x, 3))), c.k(x, 6))
 	},
 	"aten.hardswish.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		r := c.bin(stablehlo.Divide, ewRelu6(c, c.bin(stablehlo.Add, x, c.k(x, 3))), c.k(x, 6))
-		return c.bin(stablehlo.Multiply, x, r)
+		r := c.bin(hlo.Divide, ewRelu6(c, c.bin(hlo.Add, x, c.k(x, 3))), c.k(x, 6))
+		return c.bin(hlo.Multiply, x, r)
 	},
 	"aten.silu.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(stablehlo.Multiply, x, c.un(stablehlo.Logistic, x))
+		return c.bin(hlo.Multiply, x, c.un(hlo.Logistic, x))
 	},
 	"aten.mish.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(stablehlo.Multiply, x, c.un(stablehlo.Tanh, ewSoftplus(c, x, 1, 20)))
+		return c.bin(hlo.Multiply, x, c.un(hlo.Tanh, ewSoftplus(c, x, 1, 20)))
 	},
 	"aten.leaky_relu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		s, err := n.FloatArg(1, "negative_slope", 0.01)
 		c.do(nil, err)
 		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
-		return c.sel(pos, x, c.bin(stablehlo.Multiply, x, c.k(x, s)))
+		return c.sel(pos, x, c.bin(hlo.Multiply, x, c.k(x, s)))
 	},
 	"aten.elu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		alpha, err := n.FloatArg(1, "alpha", 1)
@@ -345,26 +346,26 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
 		xs := x
 		if inScale != 1 {
-			xs = c.bin(stablehlo.Multiply, x, c.k(x, inScale))
+			xs = c.bin(hlo.Multiply, x, c.k(x, inScale))
 		}
-		neg := c.bin(stablehlo.Multiply, c.un(stablehlo.ExponentialMinusOne, xs), c.k(x, alpha*scale))
+		neg := c.bin(hlo.Multiply, c.un(hlo.ExponentialMinusOne, xs), c.k(x, alpha*scale))
 		p := x
 		if scale != 1 {
-			p = c.bin(stablehlo.Multiply, x, c.k(x, scale))
+			p = c.bin(hlo.Multiply, x, c.k(x, scale))
 		}
 		return c.sel(pos, p, neg)
 	},
 	"aten.gelu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		a := n.ArgOr(1, "approximate", "none")
-		half := c.bin(stablehlo.Multiply, x, c.k(x, 0.5))
+		half := c.bin(hlo.Multiply, x, c.k(x, 0.5))
 		switch a {
 		case "none":
-			e := c.un(stablehlo.Erf, c.bin(stablehlo.Multiply, x, c.k(x, 1/math.Sqrt2)))
-			return c.bin(stablehlo.Multiply, half, c.bin(stablehlo.Add, c.k(x, 1), e))
+			e := c.un(hlo.Erf, c.bin(hlo.Multiply, x, c.k(x, 1/math.Sqrt2)))
+			return c.bin(hlo.Multiply, half, c.bin(hlo.Add, c.k(x, 1), e))
 		case "tanh":
-			x3 := c.bin(stablehlo.Multiply, c.bin(stablehlo.Multiply, x, x), x)
-			inner := c.bin(stablehlo.Multiply, c.k(x, math.Sqrt(2/math.Pi)), c.bin(stablehlo.Add, x, c.bin(stablehlo.Multiply, x3, c.k(x, 0.044715))))
-			return c.bin(stablehlo.Multiply, half, c.bin(stablehlo.Add, c.k(x, 1), c.un(stablehlo.Tanh, inner)))
+			x3 := c.bin(hlo.Multiply, c.bin(hlo.Multiply, x, x), x)
+			inner := c.bin(hlo.Multiply, c.k(x, math.Sqrt(2/math.Pi)), c.bin(hlo.Add, x, c.bin(hlo.Multiply, x3, c.k(x, 0.044715))))
+			return c.bin(hlo.Multiply, half, c.bin(hlo.Add, c.k(x, 1), c.un(hlo.Tanh, inner)))
 		}
 		c.do(nil, fmt.Errorf("gelu: approximate %s not supported", fxgraph.FormatArg(a)))
 		return nil
@@ -379,7 +380,7 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 }
 
 func ewRelu6(c *ewChain, x *stablehlo.Value) *stablehlo.Value {
-	return c.bin(stablehlo.Minimum, c.bin(stablehlo.Maximum, x, c.k(x, 0)), c.k(x, 6))
+	return c.bin(hlo.Minimum, c.bin(hlo.Maximum, x, c.k(x, 0)), c.k(x, 6))
 }
 
 // ewSoftplus is torch's softplus: x where beta*x > threshold, else
@@ -387,11 +388,11 @@ func ewRelu6(c *ewChain, x *stablehlo.Value) *stablehlo.Value {
 func ewSoftplus(c *ewChain, x *stablehlo.Value, beta, threshold float64) *stablehlo.Value {
 	bx := x
 	if beta != 1 {
-		bx = c.bin(stablehlo.Multiply, x, c.k(x, beta))
+		bx = c.bin(hlo.Multiply, x, c.k(x, beta))
 	}
-	sp := c.un(stablehlo.LogPlusOne, c.un(stablehlo.Exponential, bx))
+	sp := c.un(hlo.LogPlusOne, c.un(hlo.Exponential, bx))
 	if beta != 1 {
-		sp = c.bin(stablehlo.Divide, sp, c.k(x, beta))
+		sp = c.bin(hlo.Divide, sp, c.k(x, beta))
 	}
 	return c.sel(c.cmp(bx, c.k(x, threshold), types.CompareGT), x, sp)
 }
@@ -430,21 +431,21 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		case dt == tensor.Bool:
 			return nil, fmt.Errorf("neg of a bool tensor is not supported")
 		case dt.IsUnsigned():
-			return ewConstBin(ctx, stablehlo.Subtract, 0, x)
+			return ewConstBin(ctx, hlo.Subtract, 0, x)
 		}
-		return stablehlo.Negate(x)
+		return hlo.Negate(x)
 	},
 	"aten.abs.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool || dt.IsUnsigned() {
 			return x, nil
 		}
-		return stablehlo.Abs(x)
+		return hlo.Abs(x)
 	},
 	"aten.sign.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
 			return x, nil
 		}
-		s, err := stablehlo.Sign(x)
+		s, err := hlo.Sign(x)
 		if err != nil || !dt.IsFloat() {
 			return s, err
 		}
@@ -457,17 +458,17 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		if err != nil {
 			return nil, err
 		}
-		return stablehlo.Select(nan, zero, s)
+		return hlo.Select(nan, zero, s)
 	},
 	"aten.relu.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
 			return nil, fmt.Errorf("relu of a bool tensor is not supported")
 		}
-		return ewBinConst(ctx, stablehlo.Maximum, x, 0)
+		return ewBinConst(ctx, hlo.Maximum, x, 0)
 	},
-	"aten.floor.default": ewRoundRule(stablehlo.Floor),
-	"aten.ceil.default":  ewRoundRule(stablehlo.Ceil),
-	"aten.round.default": ewRoundRule(stablehlo.RoundNearestEven),
+	"aten.floor.default": ewRoundRule(hlo.Floor),
+	"aten.ceil.default":  ewRoundRule(hlo.Ceil),
+	"aten.round.default": ewRoundRule(hlo.RoundNearestEven),
 	"aten.trunc.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return x, nil
@@ -481,7 +482,7 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		if !ewIsIntLike(dt) {
 			return nil, fmt.Errorf("bitwise_not of %s is not supported", dt)
 		}
-		return stablehlo.Not(x)
+		return hlo.Not(x)
 	},
 	"aten.hardtanh.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		lo, err := n.FloatArg(1, "min_val", -1)
@@ -495,11 +496,11 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		if ewIsIntLike(dt) {
 			lo, hi = math.Ceil(lo), math.Floor(hi) // the integers within [lo, hi]
 		}
-		y, err := ewBinConst(ctx, stablehlo.Maximum, x, lo)
+		y, err := ewBinConst(ctx, hlo.Maximum, x, lo)
 		if err != nil {
 			return nil, err
 		}
-		return ewBinConst(ctx, stablehlo.Minimum, y, hi)
+		return ewBinConst(ctx, hlo.Minimum, y, hi)
 	},
 	"aten.threshold.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		th, err := n.FloatArg(1, "threshold", 0)
@@ -521,7 +522,7 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		if err != nil {
 			return nil, err
 		}
-		return stablehlo.Select(le, v, x)
+		return hlo.Select(le, v, x)
 	},
 }
 
@@ -538,7 +539,7 @@ func ewRoundRule(op func(*stablehlo.Value) (*stablehlo.Value, error)) func(ctx *
 var ewBoolUnary = map[string]func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error){
 	"aten.logical_not.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
-			return stablehlo.Not(x)
+			return hlo.Not(x)
 		}
 		return ewCmpConst(ctx, x, types.CompareEQ, 0)
 	},
@@ -552,7 +553,7 @@ var ewBoolUnary = map[string]func(ctx *Context, x *stablehlo.Value, dt tensor.DT
 		if !dt.IsFloat() {
 			return ctx.Full(tensor.Bool, 0, ewDims(x))
 		}
-		a, err := stablehlo.Abs(x)
+		a, err := hlo.Abs(x)
 		if err != nil {
 			return nil, err
 		}
@@ -562,7 +563,7 @@ var ewBoolUnary = map[string]func(ctx *Context, x *stablehlo.Value, dt tensor.DT
 		if !dt.IsFloat() {
 			return ctx.Full(tensor.Bool, 1, ewDims(x))
 		}
-		return stablehlo.IsFinite(x)
+		return hlo.IsFinite(x)
 	},
 }
 
@@ -611,55 +612,55 @@ func ewIntOnly(op func(a, b *stablehlo.Value) (*stablehlo.Value, error)) func(ct
 // from the divisor's, q -= 1 (div) or r += b (remainder).
 func ewFloorAdjust(ctx *Context, a, b *stablehlo.Value, wantRemainder bool) (*stablehlo.Value, error) {
 	c := &ewChain{ctx: ctx}
-	r := c.bin(stablehlo.Remainder, a, b)
+	r := c.bin(hlo.Remainder, a, b)
 	zero := c.k(b, 0)
 	nz := c.cmp(r, zero, types.CompareNE)
-	diff := c.bin(stablehlo.Xor, c.cmp(r, zero, types.CompareLT), c.cmp(b, zero, types.CompareLT))
-	adj := c.bin(stablehlo.And, nz, diff)
+	diff := c.bin(hlo.Xor, c.cmp(r, zero, types.CompareLT), c.cmp(b, zero, types.CompareLT))
+	adj := c.bin(hlo.And, nz, diff)
 	var out *stablehlo.Value
 	if wantRemainder {
-		out = c.sel(adj, c.bin(stablehlo.Add, r, b), r)
+		out = c.sel(adj, c.bin(hlo.Add, r, b), r)
 	} else {
-		q := c.bin(stablehlo.Divide, a, b)
-		out = c.sel(adj, c.bin(stablehlo.Subtract, q, c.k(q, 1)), q)
+		q := c.bin(hlo.Divide, a, b)
+		out = c.sel(adj, c.bin(hlo.Subtract, q, c.k(q, 1)), q)
 	}
 	return out, c.err
 }
 
 var ewBinaryRules = map[string]ewBinary{
-	"aten.mul.Tensor":        {f: ewSimple(stablehlo.Multiply, stablehlo.And)},
-	"aten.maximum.default":   {f: ewSimple(MaxNaN, stablehlo.Or)},
-	"aten.minimum.default":   {f: ewSimple(MinNaN, stablehlo.And)},
-	"aten.div.Tensor":        {math: true, f: ewSimple(stablehlo.Divide, nil)},
-	"aten.pow.Tensor_Tensor": {math: true, f: ewSimple(stablehlo.Power, nil)},
-	"aten.atan2.default":     {math: true, f: ewSimple(stablehlo.Atan2, nil)},
-	"aten.fmod.Tensor":       {math: true, f: ewSimple(stablehlo.Remainder, nil)},
+	"aten.mul.Tensor":        {f: ewSimple(hlo.Multiply, hlo.And)},
+	"aten.maximum.default":   {f: ewSimple(MaxNaN, hlo.Or)},
+	"aten.minimum.default":   {f: ewSimple(MinNaN, hlo.And)},
+	"aten.div.Tensor":        {math: true, f: ewSimple(hlo.Divide, nil)},
+	"aten.pow.Tensor_Tensor": {math: true, f: ewSimple(hlo.Power, nil)},
+	"aten.atan2.default":     {math: true, f: ewSimple(hlo.Atan2, nil)},
+	"aten.fmod.Tensor":       {math: true, f: ewSimple(hlo.Remainder, nil)},
 	"aten.remainder.Tensor": {math: true, f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if ct == tensor.Bool {
 			return nil, fmt.Errorf("remainder of bool tensors is not supported")
 		}
 		if ct.IsUnsigned() {
-			return stablehlo.Remainder(a, b)
+			return hlo.Remainder(a, b)
 		}
 		return ewFloorAdjust(ctx, a, b, true)
 	}},
-	"aten.bitwise_and.Tensor": {f: ewIntOnly(stablehlo.And)},
-	"aten.bitwise_or.Tensor":  {f: ewIntOnly(stablehlo.Or)},
-	"aten.bitwise_xor.Tensor": {f: ewIntOnly(stablehlo.Xor)},
+	"aten.bitwise_and.Tensor": {f: ewIntOnly(hlo.And)},
+	"aten.bitwise_or.Tensor":  {f: ewIntOnly(hlo.Or)},
+	"aten.bitwise_xor.Tensor": {f: ewIntOnly(hlo.Xor)},
 	"aten.bitwise_left_shift.Tensor": {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if !ct.IsInt() {
 			return nil, fmt.Errorf("shift needs integer operands, got %s", ct)
 		}
-		return stablehlo.ShiftLeft(a, b)
+		return hlo.ShiftLeft(a, b)
 	}},
 	"aten.bitwise_right_shift.Tensor": {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if !ct.IsInt() {
 			return nil, fmt.Errorf("shift needs integer operands, got %s", ct)
 		}
 		if ct.IsUnsigned() {
-			return stablehlo.ShiftRightLogical(a, b)
+			return hlo.ShiftRightLogical(a, b)
 		}
-		return stablehlo.ShiftRightArithmetic(a, b)
+		return hlo.ShiftRightArithmetic(a, b)
 	}},
 	"aten.eq.Tensor":           {cmp: true, f: ewCmp(types.CompareEQ)},
 	"aten.ne.Tensor":           {cmp: true, f: ewCmp(types.CompareNE)},
@@ -667,30 +668,9 @@ var ewBinaryRules = map[string]ewBinary{
 	"aten.le.Tensor":           {cmp: true, f: ewCmp(types.CompareLE)},
 	"aten.gt.Tensor":           {cmp: true, f: ewCmp(types.CompareGT)},
 	"aten.ge.Tensor":           {cmp: true, f: ewCmp(types.CompareGE)},
-	"aten.logical_and.default": {cmp: true, logical: true, f: ewSimple(nil, stablehlo.And)},
-	"aten.logical_or.default":  {cmp: true, logical: true, f: ewSimple(nil, stablehlo.Or)},
-	"aten.logical_xor.default": {cmp: true, logical: true, f: ewSimple(nil, stablehlo.Xor)},
-}
-
-// ewScalarTwins are the .Scalar overloads lowered like a .Tensor overload.
-var ewScalarTwins = map[string]string{
-	"aten.mul.Scalar":                        "aten.mul.Tensor",
-	"aten.div.Scalar":                        "aten.div.Tensor",
-	"aten.pow.Tensor_Scalar":                 "aten.pow.Tensor_Tensor",
-	"aten.pow.Scalar":                        "aten.pow.Tensor_Tensor",
-	"aten.fmod.Scalar":                       "aten.fmod.Tensor",
-	"aten.remainder.Scalar":                  "aten.remainder.Tensor",
-	"aten.bitwise_and.Scalar":                "aten.bitwise_and.Tensor",
-	"aten.bitwise_or.Scalar":                 "aten.bitwise_or.Tensor",
-	"aten.bitwise_xor.Scalar":                "aten.bitwise_xor.Tensor",
-	"aten.bitwise_left_shift.Tensor_Scalar":  "aten.bitwise_left_shift.Tensor",
-	"aten.bitwise_right_shift.Tensor_Scalar": "aten.bitwise_right_shift.Tensor",
-	"aten.eq.Scalar":                         "aten.eq.Tensor",
-	"aten.ne.Scalar":                         "aten.ne.Tensor",
-	"aten.lt.Scalar":                         "aten.lt.Tensor",
-	"aten.le.Scalar":                         "aten.le.Tensor",
-	"aten.gt.Scalar":                         "aten.gt.Tensor",
-	"aten.ge.Scalar":                         "aten.ge.Tensor",
+	"aten.logical_and.default": {cmp: true, logical: true, f: ewSimple(nil, hlo.And)},
+	"aten.logical_or.default":  {cmp: true, logical: true, f: ewSimple(nil, hlo.Or)},
+	"aten.logical_xor.default": {cmp: true, logical: true, f: ewSimple(nil, hlo.Xor)},
 }
 
 func ewBinaryRule(b ewBinary) Rule {
@@ -791,7 +771,7 @@ func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 			var k *stablehlo.Value
 			if k, err = ewLiteral(ctx, dt, alpha); err == nil {
 				if k, err = ctx.BroadcastTo(k, dims); err == nil {
-					b, err = stablehlo.Multiply(b, k)
+					b, err = hlo.Multiply(b, k)
 				}
 			}
 		}
@@ -803,14 +783,14 @@ func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 	switch {
 	case n.Target == "aten.add.Tensor" || n.Target == "aten.add.Scalar":
 		if dt == tensor.Bool {
-			r, err = stablehlo.Or(a, b)
+			r, err = hlo.Or(a, b)
 		} else {
-			r, err = stablehlo.Add(a, b)
+			r, err = hlo.Add(a, b)
 		}
 	case dt == tensor.Bool:
 		return nil, fmt.Errorf("subtraction of bool tensors is not supported")
 	default:
-		r, err = stablehlo.Subtract(a, b)
+		r, err = hlo.Subtract(a, b)
 	}
 	if err != nil {
 		return nil, err
@@ -836,20 +816,20 @@ func ewDivModeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	case dt == tensor.Bool:
 		return nil, fmt.Errorf("division of bool tensors is not supported")
 	case mode == nil:
-		r, err = stablehlo.Divide(a, b)
+		r, err = hlo.Divide(a, b)
 	case mode == "trunc" && dt.IsInt():
-		r, err = stablehlo.Divide(a, b)
+		r, err = hlo.Divide(a, b)
 	case mode == "floor" && dt.IsUnsigned():
-		r, err = stablehlo.Divide(a, b)
+		r, err = hlo.Divide(a, b)
 	case mode == "floor" && dt.IsInt():
 		r, err = ewFloorAdjust(ctx, a, b, false)
 	case mode == "trunc":
-		if r, err = stablehlo.Divide(a, b); err == nil {
+		if r, err = hlo.Divide(a, b); err == nil {
 			r, err = ewTrunc(ctx, r)
 		}
 	case mode == "floor":
-		if r, err = stablehlo.Divide(a, b); err == nil {
-			r, err = stablehlo.Floor(r)
+		if r, err = hlo.Divide(a, b); err == nil {
+			r, err = hlo.Floor(r)
 		}
 	default:
 		return nil, fmt.Errorf("rounding_mode %s not supported", fxgraph.FormatArg(mode))
@@ -888,7 +868,7 @@ func ewWhereRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	r, err := stablehlo.Select(c, a, b)
+	r, err := hlo.Select(c, a, b)
 	if err != nil {
 		return nil, err
 	}
@@ -911,7 +891,7 @@ func ewClampRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 		if err != nil {
 			return nil, err
 		}
-		if x, err = stablehlo.Maximum(x, lo); err != nil {
+		if x, err = hlo.Maximum(x, lo); err != nil {
 			return nil, err
 		}
 	}
@@ -920,7 +900,7 @@ func ewClampRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 		if err != nil {
 			return nil, err
 		}
-		if x, err = stablehlo.Minimum(x, hi); err != nil {
+		if x, err = hlo.Minimum(x, hi); err != nil {
 			return nil, err
 		}
 	}
@@ -956,10 +936,10 @@ func ewViewDTypeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if err != nil {
 		return nil, err
 	}
-	if x.Size() != in[0].Shape().DType.Size() {
+	if x.Size() != hlo.ShapeOf(in[0]).DType.Size() {
 		return nil, fmt.Errorf("view.dtype to %s changes the element size in the program (NarrowInt64?)", dt)
 	}
-	r, err := stablehlo.BitcastConvert(in[0], x)
+	r, err := hlo.BitcastConvert(in[0], x)
 	if err != nil {
 		return nil, err
 	}
@@ -1009,7 +989,7 @@ func registerElementwise(r *Registry) {
 	for target, b := range ewBinaryRules {
 		r.Register(target, ewBinaryRule(b))
 	}
-	for target, twin := range ewScalarTwins {
+	for target, twin := range fxgraph.ScalarTwins() { // lowered like their .Tensor twin
 		r.Register(target, ewBinaryRule(ewBinaryRules[twin]))
 	}
 	for _, t := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {

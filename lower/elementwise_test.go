@@ -48,12 +48,12 @@ func TestElementwiseStableHLO(t *testing.T) {
 				return []*fxgraph.Node{a, g.AddCall("aten.lt.Scalar", []any{a, int64(0)}, nil)}
 			},
 			want: []string{
-				`%0 = "stablehlo.broadcast_in_dim"(%y) { broadcast_dimensions = array<i64: 1> } : (tensor<3xf32>) -> tensor<2x3xf32>`,
-				`%1 = "stablehlo.constant"() { value = dense<2.0> : tensor<f32> } : () -> tensor<f32>`,
+				`%0 = "stablehlo.broadcast_in_dim"(%y) {broadcast_dimensions = array<i64: 1>} : (tensor<3xf32>) -> tensor<2x3xf32>`,
+				`%1 = "stablehlo.constant"() {value = dense<2.0> : tensor<f32>} : () -> tensor<f32>`,
 				`%3 = "stablehlo.multiply"(%0, %2) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>`,
 				`%4 = "stablehlo.add"(%x, %3) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>`,
 				`comparison_direction = #stablehlo<comparison_direction LT>`,
-				`} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xi1>`,
+				`compare_type = #stablehlo<comparison_type FLOAT>} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xi1>`,
 			},
 		},
 		{
@@ -81,7 +81,7 @@ func TestElementwiseStableHLO(t *testing.T) {
 				`%0 = "stablehlo.remainder"(%x, %y) : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>`,
 				`"stablehlo.divide"(%x, %y) : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>`,
 				`"stablehlo.select"`,
-				`"stablehlo.return"(%12) : (tensor<2xi32>) -> ()`,
+				`"func.return"(%12) : (tensor<2xi32>) -> ()`,
 			},
 		},
 		{
@@ -104,7 +104,7 @@ func TestElementwiseStableHLO(t *testing.T) {
 			},
 			want: []string{
 				`%0 = "stablehlo.reshape"(%c) : (tensor<2x1xi1>) -> tensor<2xi1>`,
-				`%1 = "stablehlo.broadcast_in_dim"(%0) { broadcast_dimensions = array<i64: 0> } : (tensor<2xi1>) -> tensor<2x4xi1>`,
+				`%1 = "stablehlo.broadcast_in_dim"(%0) {broadcast_dimensions = array<i64: 0>} : (tensor<2xi1>) -> tensor<2x4xi1>`,
 				`"stablehlo.select"(%1, %2, %4) : (tensor<2x4xi1>, tensor<2x4xf16>, tensor<2x4xf16>) -> tensor<2x4xf16>`,
 			},
 		},

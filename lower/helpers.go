@@ -3,12 +3,13 @@ package lower
 import (
 	"fmt"
 
-	"github.com/gomlx/go-xla/pkg/stablehlo"
 	"github.com/gomlx/go-xla/pkg/types"
 	"github.com/gomlx/go-xla/pkg/types/dtypes"
 	"github.com/gomlx/go-xla/pkg/types/shapes"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/internal/hlo"
+	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -39,16 +40,16 @@ func (ctx *Context) ConvertTo(v *stablehlo.Value, dt tensor.DType) (*stablehlo.V
 	if err != nil {
 		return nil, err
 	}
-	if v.Shape().DType == x {
+	if hlo.ShapeOf(v).DType == x {
 		return v, nil
 	}
-	return stablehlo.Convert(v, x)
+	return hlo.Convert(v, x)
 }
 
 // BroadcastTo broadcasts v to dims with NumPy rules (trailing dims aligned,
 // size-1 dims stretched).
 func (ctx *Context) BroadcastTo(v *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
-	s := v.Shape()
+	s := hlo.ShapeOf(v)
 	if equalDims(s.Dimensions, dims) {
 		return v, nil
 	}
@@ -73,12 +74,12 @@ func (ctx *Context) BroadcastTo(v *stablehlo.Value, dims []int64) (*stablehlo.Va
 	}
 	if len(keep) != s.Rank() {
 		var err error
-		v, err = stablehlo.Reshape(v, shapes.Make(s.DType, keep...))
+		v, err = hlo.Reshape(v, shapes.Make(s.DType, keep...))
 		if err != nil {
 			return nil, err
 		}
 	}
-	return stablehlo.BroadcastInDim(v, shapes.Make(s.DType, intsOf(dims)...), axes)
+	return hlo.BroadcastInDim(v, shapes.Make(s.DType, intsOf(dims)...), axes)
 }
 
 func equalDims(a []int, b []int64) bool {
@@ -120,7 +121,7 @@ func (ctx *Context) Full(dt tensor.DType, v float64, dims []int64) (*stablehlo.V
 
 // ScalarLike returns a rank-0 constant of v's dtype holding x.
 func (ctx *Context) ScalarLike(v *stablehlo.Value, x float64) (*stablehlo.Value, error) {
-	dt, err := tensorDType(v.Shape().DType)
+	dt, err := tensorDType(hlo.ShapeOf(v).DType)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ const (
 
 // ReduceFn builds the scalar closure (lhs, rhs) -> op(lhs, rhs) that reduce
 // and reduce_window take, for values of dtype d.
-func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*stablehlo.Function, error) {
+func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*hlo.Function, error) {
 	fn := ctx.Fn.Closure()
 	a, err := fn.Input(shapes.Make(d))
 	if err != nil {
@@ -160,17 +161,17 @@ func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*stablehlo.Function, 
 	var r *stablehlo.Value
 	switch kind {
 	case ReduceSum:
-		r, err = stablehlo.Add(a, b)
+		r, err = hlo.Add(a, b)
 	case ReduceMax:
 		r, err = MaxNaN(a, b)
 	case ReduceMin:
 		r, err = MinNaN(a, b)
 	case ReduceMul:
-		r, err = stablehlo.Multiply(a, b)
+		r, err = hlo.Multiply(a, b)
 	case ReduceAnd:
-		r, err = stablehlo.And(a, b)
+		r, err = hlo.And(a, b)
 	case ReduceOr:
-		r, err = stablehlo.Or(a, b)
+		r, err = hlo.Or(a, b)
 	default:
 		return nil, fmt.Errorf("lower: unknown reducer %q", kind)
 	}
@@ -186,7 +187,7 @@ func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*stablehlo.Function, 
 // MaxNaN is stablehlo.maximum that propagates NaN for floats, as PyTorch's
 // maximum/amax/max_pool and numpy do: XLA CPU's maximum drops NaN.
 func MaxNaN(a, b *stablehlo.Value) (*stablehlo.Value, error) {
-	r, err := stablehlo.Maximum(a, b)
+	r, err := hlo.Maximum(a, b)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +196,7 @@ func MaxNaN(a, b *stablehlo.Value) (*stablehlo.Value, error) {
 
 // MinNaN is stablehlo.minimum that propagates NaN for floats.
 func MinNaN(a, b *stablehlo.Value) (*stablehlo.Value, error) {
-	r, err := stablehlo.Minimum(a, b)
+	r, err := hlo.Minimum(a, b)
 	if err != nil {
 		return nil, err
 	}
@@ -204,15 +205,15 @@ func MinNaN(a, b *stablehlo.Value) (*stablehlo.Value, error) {
 
 // propagateNaN returns r where neither a nor b is NaN, else the NaN operand.
 func propagateNaN(r, a, b *stablehlo.Value) (*stablehlo.Value, error) {
-	if !a.Shape().DType.IsFloat() {
+	if !hlo.ShapeOf(a).DType.IsFloat() {
 		return r, nil
 	}
 	for _, v := range []*stablehlo.Value{b, a} {
-		nan, err := stablehlo.Compare(v, v, types.CompareNE, types.CompareFloat)
+		nan, err := hlo.Compare(v, v, types.CompareNE, types.CompareFloat)
 		if err != nil {
 			return nil, err
 		}
-		if r, err = stablehlo.Select(nan, v, r); err != nil {
+		if r, err = hlo.Select(nan, v, r); err != nil {
 			return nil, err
 		}
 	}

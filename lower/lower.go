@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/gomlx/go-xla/pkg/stablehlo"
 	"github.com/gomlx/go-xla/pkg/types/dtypes"
 	"github.com/gomlx/go-xla/pkg/types/shapes"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/internal/hlo"
+	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -114,7 +115,7 @@ type Context struct {
 	Graph *fxgraph.Graph
 	// Fn is the StableHLO function being built (the main function, or a
 	// control-flow body while lowering a subgraph).
-	Fn *stablehlo.Function
+	Fn *hlo.Function
 	// Options are the lowering options, defaults filled in.
 	Options Options
 	// Rules lets composite rules call other rules.
@@ -273,7 +274,7 @@ func hasConvBatchNorm(g *fxgraph.Graph) bool {
 // LowerSpecialized lowers a graph whose shapes are already static (the
 // output of fxgraph.Registry.Specialize).
 func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
-	b := stablehlo.New(l.opts.ModuleName)
+	b := hlo.New(l.opts.ModuleName)
 	fn := b.Main()
 	ctx := &Context{Graph: g, Fn: fn, Options: l.opts, Rules: l.rules, values: map[*fxgraph.Node][]*stablehlo.Value{}}
 	prog := &Program{Dims: copyDims(dims)}
@@ -428,7 +429,7 @@ func (ctx *Context) addPermutedWeight(prog *Program, n *fxgraph.Node, t *tensor.
 	for i, p := range perm {
 		inv[p] = i
 	}
-	back, err := stablehlo.Transpose(v, inv...)
+	back, err := hlo.Transpose(v, inv...)
 	if err != nil {
 		return fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
@@ -436,6 +437,10 @@ func (ctx *Context) addPermutedWeight(prog *Program, n *fxgraph.Node, t *tensor.
 	prog.Params[len(prog.Params)-1].Perm = perm
 	return nil
 }
+
+// onLowered, when set (by the package's tests), is told the target of every
+// node lowered successfully.
+var onLowered func(target string)
 
 // lowerNodes lowers every call_function node of g in order, checking each
 // result against the node's Meta.
@@ -463,6 +468,9 @@ func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
 		if err := ctx.checkResults(n, out); err != nil {
 			return err
 		}
+		if onLowered != nil {
+			onLowered(n.Target)
+		}
 		ctx.values[n] = out
 	}
 	return nil
@@ -477,10 +485,10 @@ func (ctx *Context) checkResults(n *fxgraph.Node, out []*stablehlo.Value) error 
 		if err != nil {
 			return fmt.Errorf("lower %s (%s): %w", n.Name, n.Target, err)
 		}
-		if v == nil || !v.Shape().Equal(want) {
+		if v == nil || !hlo.ShapeOf(v).Equal(want) {
 			got := "nil"
 			if v != nil {
-				got = v.Shape().String()
+				got = hlo.ShapeOf(v).String()
 			}
 			return fmt.Errorf("lower %s (%s): value %d is %s, the IR says %s", n.Name, n.Target, i, got, want)
 		}

@@ -5,12 +5,13 @@ import (
 	"math"
 	"sort"
 
-	"github.com/gomlx/go-xla/pkg/stablehlo"
 	"github.com/gomlx/go-xla/pkg/types"
 	"github.com/gomlx/go-xla/pkg/types/dtypes"
 	"github.com/gomlx/go-xla/pkg/types/shapes"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/internal/hlo"
+	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -84,10 +85,10 @@ func (b *nnB) reshape(x *stablehlo.Value, dims []int64) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	if equalDims(x.Shape().Dimensions, dims) {
+	if equalDims(hlo.ShapeOf(x).Dimensions, dims) {
 		return x
 	}
-	return b.set(stablehlo.Reshape(x, shapes.Make(x.Shape().DType, intsOf(dims)...)))
+	return b.set(hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, intsOf(dims)...)))
 }
 
 // bcastIn broadcasts x to dims, x's axis i going to axes[i].
@@ -95,7 +96,7 @@ func (b *nnB) bcastIn(x *stablehlo.Value, dims []int64, axes []int) *stablehlo.V
 	if b.err != nil {
 		return nil
 	}
-	return b.set(stablehlo.BroadcastInDim(x, shapes.Make(x.Shape().DType, intsOf(dims)...), axes))
+	return b.set(hlo.BroadcastInDim(x, shapes.Make(hlo.ShapeOf(x).DType, intsOf(dims)...), axes))
 }
 
 // bcast broadcasts x to dims with NumPy rules.
@@ -110,14 +111,14 @@ func (b *nnB) transpose(x *stablehlo.Value, perm []int) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	return b.set(stablehlo.Transpose(x, perm...))
+	return b.set(hlo.Transpose(x, perm...))
 }
 
 func (b *nnB) slice(x *stablehlo.Value, starts, limits, strides []int) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	return b.set(stablehlo.Slice(x, starts, limits, strides))
+	return b.set(hlo.Slice(x, starts, limits, strides))
 }
 
 // scalar is a rank-0 constant of x's dtype.
@@ -138,7 +139,7 @@ func (b *nnB) consts(like *stablehlo.Value, vals []float64, dims []int64) *stabl
 	if b.err != nil {
 		return nil
 	}
-	dt, err := tensorDType(like.Shape().DType)
+	dt, err := tensorDType(hlo.ShapeOf(like).DType)
 	if err != nil {
 		b.err = err
 		return nil
@@ -154,12 +155,12 @@ func (b *nnB) reduce(x *stablehlo.Value, kind string, init float64, axes []int) 
 	if b.err != nil {
 		return nil
 	}
-	fn, err := b.ctx.ReduceFn(kind, x.Shape().DType)
+	fn, err := b.ctx.ReduceFn(kind, hlo.ShapeOf(x).DType)
 	if err != nil {
 		b.err = err
 		return nil
 	}
-	return b.set(stablehlo.Reduce(x, b.scalar(x, init), fn, axes...))
+	return b.set(hlo.Reduce(x, b.scalar(x, init), fn, axes...))
 }
 
 // dot is a dot_general with the context's precision for float operands.
@@ -167,8 +168,8 @@ func (b *nnB) dot(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb [
 	if b.err != nil {
 		return nil
 	}
-	d := stablehlo.DotGeneral(x, xc, xb, y, yc, yb)
-	if x.Shape().DType.IsFloat() {
+	d := hlo.DotGeneral(x, xc, xb, y, yc, yb)
+	if hlo.ShapeOf(x).DType.IsFloat() {
 		d = d.Precision(b.ctx.Precision(), b.ctx.Precision())
 	}
 	return b.set(d.Done())
@@ -261,13 +262,13 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 			pads[j] = [2]int{int(p.Padding[j]), int(p.Padding[j])}
 		}
 		if b.err == nil {
-			y = b.set(stablehlo.Convolution(x, w, nnInts(p.Stride), pads, nil, nnInts(p.Dilation),
+			y = b.set(hlo.Convolution(x, w, nnInts(p.Stride), pads, nil, nnInts(p.Dilation),
 				0, 1, sp, 1, 0, sp, 0, 1, sp, int(p.Groups), 1, prec, prec))
 		}
 	} else {
 		g := p.Groups
 		if b.err == nil {
-			w = b.set(stablehlo.Reverse(w, nnRange(2, 2+spatial)...))
+			w = b.set(hlo.Reverse(w, nnRange(2, 2+spatial)...))
 		}
 		kin, kout := 0, 1
 		if g > 1 {
@@ -299,7 +300,7 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 			}
 		}
 		if b.err == nil {
-			y = b.set(stablehlo.Convolution(x, w, nil, pads, nnInts(p.Stride), nnInts(p.Dilation),
+			y = b.set(hlo.Convolution(x, w, nil, pads, nnInts(p.Stride), nnInts(p.Dilation),
 				0, 1, sp, kin, kout, sp, 0, 1, sp, int(g), 1, prec, prec))
 		}
 		if crop {
@@ -308,7 +309,7 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	}
 	if in[2] != nil {
 		bias := b.convert(in[2], cdt)
-		y = b.bin(stablehlo.Add, y, b.bcastIn(bias, outDims, []int{1}))
+		y = b.bin(hlo.Add, y, b.bcastIn(bias, outDims, []int{1}))
 	}
 	return b.out(b.convert(y, dt))
 }
@@ -332,7 +333,7 @@ func nnDepthwise(b *nnB, x, w *stablehlo.Value, xd, wd, outDims []int64, p fxgra
 		lo[2+j] = int(p.Padding[j])
 	}
 	if b.err == nil {
-		x = b.set(stablehlo.Pad(x, b.scalar(x, 0), lo, lo, zero))
+		x = b.set(hlo.Pad(x, b.scalar(x, 0), lo, lo, zero))
 	}
 	strides := make([]int, rank)
 	strides[0], strides[1] = 1, 1
@@ -352,11 +353,11 @@ func nnDepthwise(b *nnB, x, w *stablehlo.Value, xd, wd, outDims []int64, p fxgra
 			ws[2+j], wl[2+j] = int(tap[j]), int(tap[j])+1
 		}
 		wt := b.reshape(b.slice(w, ws, wl, nil), []int64{wd[0]})
-		term := b.bin(stablehlo.Multiply, b.slice(x, xs, xl, strides), b.bcastIn(wt, outDims, []int{1}))
+		term := b.bin(hlo.Multiply, b.slice(x, xs, xl, strides), b.bcastIn(wt, outDims, []int{1}))
 		if acc == nil {
 			acc = term
 		} else {
-			acc = b.bin(stablehlo.Add, acc, term)
+			acc = b.bin(hlo.Add, acc, term)
 		}
 		j := spatial - 1
 		for ; j >= 0; j-- {
@@ -393,15 +394,15 @@ func nnScaleBy(b *nnB, y *stablehlo.Value, f float64) *stablehlo.Value {
 	if f == 1 || b.err != nil {
 		return y
 	}
-	if !y.Shape().DType.IsFloat() && f != math.Trunc(f) {
+	if !hlo.ShapeOf(y).DType.IsFloat() && f != math.Trunc(f) {
 		b.err = fmt.Errorf("non-integral factor %v for an integer result", f)
 		return nil
 	}
-	return b.bin(stablehlo.Multiply, y, b.full(y, f, nnDimsOf(y)))
+	return b.bin(hlo.Multiply, y, b.full(y, f, nnDimsOf(y)))
 }
 
 func nnDimsOf(v *stablehlo.Value) []int64 {
-	d := v.Shape().Dimensions
+	d := hlo.ShapeOf(v).Dimensions
 	out := make([]int64, len(d))
 	for i, x := range d {
 		out[i] = int64(x)
@@ -428,7 +429,7 @@ func nnAddmm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo
 	if beta != 0 {
 		c := b.bcast(b.convert(in[0], cdt), outDims)
 		c = nnScaleBy(b, c, beta)
-		y = b.bin(stablehlo.Add, y, c)
+		y = b.bin(hlo.Add, y, c)
 	}
 	return b.out(b.convert(y, dt))
 }
@@ -499,7 +500,7 @@ func nnLinear(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	y := b.dot(b.convert(in[0], cdt), []int{len(xd) - 1}, nil, b.convert(in[1], cdt), []int{len(wd) - 1}, nil)
 	y = b.reshape(y, outDims)
 	if len(in) > 2 && in[2] != nil {
-		y = b.bin(stablehlo.Add, y, b.bcast(b.convert(in[2], cdt), outDims))
+		y = b.bin(hlo.Add, y, b.bcast(b.convert(in[2], cdt), outDims))
 	}
 	return b.out(b.convert(y, dt))
 }
@@ -509,7 +510,7 @@ func nnLowest(b *nnB, like *stablehlo.Value) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	dt, err := tensorDType(like.Shape().DType)
+	dt, err := tensorDType(hlo.ShapeOf(like).DType)
 	if err != nil {
 		b.err = err
 		return nil
@@ -553,7 +554,7 @@ func nnExtreme(dt tensor.DType, highest bool) *tensor.Tensor {
 // builder cannot emit window dilations without base dilations): a window of
 // k taps at dilation d is then a contiguous window over m, and the strided
 // windows are picked by a strided slice of the unfolded result.
-func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *stablehlo.Function, dims []int64, axes []int, k, s, d, lo, hi, outs []int64) []*stablehlo.Value {
+func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *hlo.Function, dims []int64, axes []int, k, s, d, lo, hi, outs []int64) []*stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
@@ -574,7 +575,7 @@ func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *stablehlo.Func
 			window[a], strides[a] = int(k[j]), int(s[j])
 			pads[a] = [2]int{int(lo[j]), int(hi[j])}
 		}
-		rs, err := stablehlo.MultiReduceWindow(inputs, inits, fn, window, strides, nil, nil, pads)
+		rs, err := hlo.MultiReduceWindow(inputs, inits, fn, window, strides, nil, nil, pads)
 		if err != nil {
 			b.err = err
 			return nil
@@ -626,7 +627,7 @@ func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *stablehlo.Func
 	xs := make([]*stablehlo.Value, len(inputs))
 	for i, x := range inputs {
 		if b.err == nil {
-			xs[i] = b.set(stablehlo.Pad(x, inits[i], padLo, padHi, nil))
+			xs[i] = b.set(hlo.Pad(x, inits[i], padLo, padHi, nil))
 		}
 		xs[i] = b.reshape(xs[i], folded)
 		if !nnEqualInt64s(folded, sliceD) {
@@ -636,7 +637,7 @@ func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *stablehlo.Func
 	if b.err != nil {
 		return nil
 	}
-	red, err := stablehlo.MultiReduceWindow(xs, inits, fn, nnInts(window), nnInts(wstrides), nil, nil, nil)
+	red, err := hlo.MultiReduceWindow(xs, inits, fn, nnInts(window), nnInts(wstrides), nil, nil, nil)
 	if err != nil {
 		b.err = err
 		return nil
@@ -691,7 +692,7 @@ func nnPoolGeometry(xd, outDims []int64, p fxgraph.PoolParams) (axes []int, lo, 
 
 // nnArgMaxReducer is the closure (v1, i1, v2, i2) -> the pair with the
 // larger value (NaN largest), ties going to the lower index.
-func nnArgMaxReducer(b *nnB, vd, id dtypes.DType) *stablehlo.Function {
+func nnArgMaxReducer(b *nnB, vd, id dtypes.DType) *hlo.Function {
 	if b.err != nil {
 		return nil
 	}
@@ -719,24 +720,24 @@ func nnArgMaxReducer(b *nnB, vd, id dtypes.DType) *stablehlo.Function {
 		if b.err != nil {
 			return nil
 		}
-		return b.set(stablehlo.Compare(x, y, dir, t))
+		return b.set(hlo.Compare(x, y, dir, t))
 	}
 	gt := cmp(v1, v2, types.CompareGT, ct)
 	eq := cmp(v1, v2, types.CompareEQ, ct)
 	first := cmp(i1, i2, types.CompareLT, idt)
-	pick := b.bin(stablehlo.Or, gt, b.bin(stablehlo.And, eq, first))
+	pick := b.bin(hlo.Or, gt, b.bin(hlo.And, eq, first))
 	if vd.IsFloat() {
 		nan1 := cmp(v1, v1, types.CompareNE, ct)
 		nan2 := cmp(v2, v2, types.CompareNE, ct)
 		// v1 NaN wins unless v2 is a NaN with a lower index.
-		nanPick := b.bin(stablehlo.And, nan1, b.bin(stablehlo.Or, b.un(stablehlo.Not, nan2), first))
-		pick = b.bin(stablehlo.Or, b.bin(stablehlo.And, pick, b.un(stablehlo.Not, nan2)), nanPick)
+		nanPick := b.bin(hlo.And, nan1, b.bin(hlo.Or, b.un(hlo.Not, nan2), first))
+		pick = b.bin(hlo.Or, b.bin(hlo.And, pick, b.un(hlo.Not, nan2)), nanPick)
 	}
 	if b.err != nil {
 		return nil
 	}
-	v := b.set(stablehlo.Select(pick, v1, v2))
-	i := b.set(stablehlo.Select(pick, i1, i2))
+	v := b.set(hlo.Select(pick, v1, v2))
+	i := b.set(hlo.Select(pick, i1, i2))
 	if b.err != nil {
 		return nil
 	}
@@ -771,7 +772,7 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 			// with one output), the variadic reduce_window would still
 			// compute them on every call: XLA cannot drop one of its
 			// results. The unused index output is a broadcast XLA removes.
-			fn, err := ctx.ReduceFn(ReduceMax, x.Shape().DType)
+			fn, err := ctx.ReduceFn(ReduceMax, hlo.ShapeOf(x).DType)
 			if err != nil {
 				return nil, err
 			}
@@ -798,7 +799,7 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 			if idx == nil {
 				idx = io
 			} else {
-				idx = b.bin(stablehlo.Add, idx, io)
+				idx = b.bin(hlo.Add, idx, io)
 			}
 			stride *= xd[axes[j]]
 		}
@@ -807,7 +808,7 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 			return nil, err
 		}
 		iinit := b.set(ctx.Constant(nnExtreme(pdt, true)))
-		fn := nnArgMaxReducer(b, x.Shape().DType, idt)
+		fn := nnArgMaxReducer(b, hlo.ShapeOf(x).DType, idt)
 		rs := nnWindowReduce(b, []*stablehlo.Value{x, idx}, []*stablehlo.Value{init, iinit}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
 		if b.err != nil {
 			return nil, b.err
@@ -839,7 +840,7 @@ func nnAvgPoolRule(spatial int) Rule {
 		if b.err != nil {
 			return nil, b.err
 		}
-		fn, err := ctx.ReduceFn(ReduceSum, x.Shape().DType)
+		fn, err := ctx.ReduceFn(ReduceSum, hlo.ShapeOf(x).DType)
 		if err != nil {
 			return nil, err
 		}
@@ -849,7 +850,7 @@ func nnAvgPoolRule(spatial int) Rule {
 		}
 		y := sum[0]
 		if p.DivisorOverride != 0 {
-			y = b.bin(stablehlo.Divide, y, b.full(y, float64(p.DivisorOverride), outDims))
+			y = b.bin(hlo.Divide, y, b.full(y, float64(p.DivisorOverride), outDims))
 			return b.out(b.convert(y, dt))
 		}
 		var div *stablehlo.Value
@@ -877,7 +878,7 @@ func nnAvgPoolRule(spatial int) Rule {
 			if div == nil {
 				div = fv
 			} else {
-				div = b.bin(stablehlo.Multiply, div, fv)
+				div = b.bin(hlo.Multiply, div, fv)
 			}
 		}
 		if div == nil {
@@ -885,7 +886,7 @@ func nnAvgPoolRule(spatial int) Rule {
 		} else if uniform != 1 {
 			div = nnScaleBy(b, div, uniform)
 		}
-		y = b.bin(stablehlo.Divide, y, div)
+		y = b.bin(hlo.Divide, y, div)
 		return b.out(b.convert(y, dt))
 	}
 }
@@ -923,11 +924,11 @@ func nnAdaptiveAvgPoolRule(spatial int) Rule {
 				}
 				window[a], strides[a] = int(k), int(k)
 				if b.err == nil {
-					fn, err := ctx.ReduceFn(ReduceSum, y.Shape().DType)
+					fn, err := ctx.ReduceFn(ReduceSum, hlo.ShapeOf(y).DType)
 					if err != nil {
 						return nil, err
 					}
-					y = b.set(stablehlo.ReduceWindow(y, b.scalar(y, 0), fn, window, strides, nil, nil, nil))
+					y = b.set(hlo.ReduceWindow(y, b.scalar(y, 0), fn, window, strides, nil, nil, nil))
 				}
 				for i := range counts {
 					counts[i] = float64(k)
@@ -952,11 +953,11 @@ func nnAdaptiveAvgPoolRule(spatial int) Rule {
 			if div == nil {
 				div = cv
 			} else {
-				div = b.bin(stablehlo.Multiply, div, cv)
+				div = b.bin(hlo.Multiply, div, cv)
 			}
 		}
 		if div != nil {
-			y = b.bin(stablehlo.Divide, y, div)
+			y = b.bin(hlo.Divide, y, div)
 		}
 		return b.out(b.convert(y, dt))
 	}
@@ -966,7 +967,7 @@ func nnAdaptiveAvgPoolRule(spatial int) Rule {
 // or a constant def when it is None.
 func nnChannelVec(b *nnB, in []*stablehlo.Value, i int, like *stablehlo.Value, c int64, def float64) *stablehlo.Value {
 	if i < len(in) && in[i] != nil {
-		dt, err := tensorDType(like.Shape().DType)
+		dt, err := tensorDType(hlo.ShapeOf(like).DType)
 		if err != nil {
 			b.err = err
 			return nil
@@ -980,7 +981,7 @@ func nnChannelVec(b *nnB, in []*stablehlo.Value, i int, like *stablehlo.Value, c
 // (x - mean) * (weight / sqrt(var + eps)) + bias, with empty saved stats.
 func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, xd := Out(n, 0)
-	eps, err := n.FloatArg(6, "eps", 1e-5)
+	eps, err := fxgraph.NormEps(n)
 	if err != nil {
 		return nil, err
 	}
@@ -994,12 +995,12 @@ func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	bias := nnChannelVec(b, in, 2, x, c, 0)
 	mean := nnChannelVec(b, in, 3, x, c, 0)
 	variance := nnChannelVec(b, in, 4, x, c, 1)
-	inv := b.un(stablehlo.Sqrt, b.bin(stablehlo.Add, variance, b.full(x, eps, []int64{c})))
-	scale := b.bin(stablehlo.Divide, w, inv)
+	inv := b.un(hlo.Sqrt, b.bin(hlo.Add, variance, b.full(x, eps, []int64{c})))
+	scale := b.bin(hlo.Divide, w, inv)
 	bc := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, xd, []int{1}) }
-	y := b.bin(stablehlo.Subtract, x, bc(mean))
-	y = b.bin(stablehlo.Multiply, y, bc(scale))
-	y = b.bin(stablehlo.Add, y, bc(bias))
+	y := b.bin(hlo.Subtract, x, bc(mean))
+	y = b.bin(hlo.Multiply, y, bc(scale))
+	y = b.bin(hlo.Add, y, bc(bias))
 	y = b.convert(y, dt)
 	empty := b.full(y, 0, []int64{0})
 	return b.out(y, empty, empty)
@@ -1018,13 +1019,13 @@ func nnNormalize(b *nnB, x *stablehlo.Value, dims []int64, axes []int, eps float
 		kdims = append(kdims, dims[a])
 	}
 	mean = b.reduce(x, ReduceSum, 0, axes)
-	mean = b.bin(stablehlo.Divide, mean, b.full(x, float64(count), kdims))
-	xc := b.bin(stablehlo.Subtract, x, b.bcastIn(mean, dims, keep))
-	v := b.reduce(b.bin(stablehlo.Multiply, xc, xc), ReduceSum, 0, axes)
-	v = b.bin(stablehlo.Divide, v, b.full(x, float64(count), kdims))
-	v = b.bin(stablehlo.Add, v, b.full(x, eps, kdims))
-	rstd = b.bin(stablehlo.Divide, b.full(x, 1, kdims), b.un(stablehlo.Sqrt, v))
-	y = b.bin(stablehlo.Multiply, xc, b.bcastIn(rstd, dims, keep))
+	mean = b.bin(hlo.Divide, mean, b.full(x, float64(count), kdims))
+	xc := b.bin(hlo.Subtract, x, b.bcastIn(mean, dims, keep))
+	v := b.reduce(b.bin(hlo.Multiply, xc, xc), ReduceSum, 0, axes)
+	v = b.bin(hlo.Divide, v, b.full(x, float64(count), kdims))
+	v = b.bin(hlo.Add, v, b.full(x, eps, kdims))
+	rstd = b.bin(hlo.Divide, b.full(x, 1, kdims), b.un(hlo.Sqrt, v))
+	y = b.bin(hlo.Multiply, xc, b.bcastIn(rstd, dims, keep))
 	return y, mean, rstd
 }
 
@@ -1037,7 +1038,7 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	eps, err := n.FloatArg(4, "eps", 1e-5)
+	eps, err := fxgraph.NormEps(n)
 	if err != nil {
 		return nil, err
 	}
@@ -1046,10 +1047,10 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	x := b.convert(in[0], cdt)
 	y, mean, rstd := nnNormalize(b, x, xd, nnRange(len(xd)-len(ns), len(xd)), eps)
 	if len(in) > 2 && in[2] != nil {
-		y = b.bin(stablehlo.Multiply, y, b.bcast(b.convert(in[2], cdt), xd))
+		y = b.bin(hlo.Multiply, y, b.bcast(b.convert(in[2], cdt), xd))
 	}
 	if len(in) > 3 && in[3] != nil {
-		y = b.bin(stablehlo.Add, y, b.bcast(b.convert(in[3], cdt), xd))
+		y = b.bin(hlo.Add, y, b.bcast(b.convert(in[3], cdt), xd))
 	}
 	mean = b.convert(b.reshape(mean, statDims), dt)
 	rstd = b.convert(b.reshape(rstd, statDims), dt)
@@ -1065,7 +1066,7 @@ func nnGroupNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	eps, err := n.FloatArg(7, "eps", 1e-5)
+	eps, err := fxgraph.NormEps(n)
 	if err != nil {
 		return nil, err
 	}
@@ -1076,10 +1077,10 @@ func nnGroupNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	y, mean, rstd := nnNormalize(b, b.reshape(x, gd), gd, []int{2}, eps)
 	y = b.reshape(y, xd)
 	if in[1] != nil {
-		y = b.bin(stablehlo.Multiply, y, b.bcastIn(b.convert(in[1], cdt), xd, []int{1}))
+		y = b.bin(hlo.Multiply, y, b.bcastIn(b.convert(in[1], cdt), xd, []int{1}))
 	}
 	if in[2] != nil {
-		y = b.bin(stablehlo.Add, y, b.bcastIn(b.convert(in[2], cdt), xd, []int{1}))
+		y = b.bin(hlo.Add, y, b.bcastIn(b.convert(in[2], cdt), xd, []int{1}))
 	}
 	mean = b.convert(b.reshape(mean, statDims), dt)
 	rstd = b.convert(b.reshape(rstd, statDims), dt)
@@ -1109,14 +1110,14 @@ func nnSoftmaxRule(logSoftmax bool) Rule {
 		}
 		keep := nnAllBut(len(dims), axis)
 		m := b.bcastIn(b.reduce(x, ReduceMax, math.Inf(-1), []int{axis}), dims, keep)
-		z := b.bin(stablehlo.Subtract, x, m)
-		e := b.un(stablehlo.Exponential, z)
+		z := b.bin(hlo.Subtract, x, m)
+		e := b.un(hlo.Exponential, z)
 		s := b.bcastIn(b.reduce(e, ReduceSum, 0, []int{axis}), dims, keep)
 		var y *stablehlo.Value
 		if logSoftmax {
-			y = b.bin(stablehlo.Subtract, z, b.un(stablehlo.Log, s))
+			y = b.bin(hlo.Subtract, z, b.un(hlo.Log, s))
 		} else {
-			y = b.bin(stablehlo.Divide, e, s)
+			y = b.bin(hlo.Divide, e, s)
 		}
 		y = b.reshape(y, outDims)
 		return b.out(b.convert(y, dt))
@@ -1305,10 +1306,10 @@ func nnGatherAxis(b *nnB, x *stablehlo.Value, axis int, idx []int) *stablehlo.Va
 	if b.err != nil {
 		return nil
 	}
-	rank := x.Shape().Rank()
-	sizes := append([]int(nil), x.Shape().Dimensions...)
+	rank := hlo.ShapeOf(x).Rank()
+	sizes := append([]int(nil), hlo.ShapeOf(x).Dimensions...)
 	sizes[axis] = 1
-	return b.set(stablehlo.Gather(x, ind, 1, nnAllBut(rank, axis), []int{axis}, nil, nil, []int{axis}, sizes, sorted))
+	return b.set(hlo.Gather(x, ind, 1, nnAllBut(rank, axis), []int{axis}, nil, nil, []int{axis}, sizes, sorted))
 }
 
 // nnResize lowers xserve.resize axis by axis: nearest is one gather of the
@@ -1386,11 +1387,11 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 						continue
 					}
 					g := nnGatherAxis(b, x, a, ti)
-					g = b.bin(stablehlo.Multiply, g, b.bcastIn(b.consts(g, tw, []int64{int64(len(tw))}), cur, []int{a}))
+					g = b.bin(hlo.Multiply, g, b.bcastIn(b.consts(g, tw, []int64{int64(len(tw))}), cur, []int{a}))
 					if acc == nil {
 						acc = g
 					} else {
-						acc = b.bin(stablehlo.Add, acc, g)
+						acc = b.bin(hlo.Add, acc, g)
 					}
 				}
 				if acc == nil {
@@ -1407,14 +1408,14 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 			if mask == nil {
 				mask = mv
 			} else {
-				mask = b.bin(stablehlo.And, mask, mv)
+				mask = b.bin(hlo.And, mask, mv)
 			}
 		}
 	}
 	if mask != nil {
 		x = b.bcast(x, outDims)
 		if b.err == nil {
-			x = b.set(stablehlo.Select(mask, x, b.full(x, p.Extrapolation, outDims)))
+			x = b.set(hlo.Select(mask, x, b.full(x, p.Extrapolation, outDims)))
 		}
 	}
 	x = b.reshape(x, outDims)
@@ -1426,14 +1427,14 @@ func (b *nnB) cmp(x, y *stablehlo.Value, dir types.ComparisonDirection) *stableh
 	if b.err != nil {
 		return nil
 	}
-	return b.set(stablehlo.Compare(x, y, dir, types.CompareFloat))
+	return b.set(hlo.Compare(x, y, dir, types.CompareFloat))
 }
 
 func (b *nnB) sel(p, x, y *stablehlo.Value) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	return b.set(stablehlo.Select(p, x, y))
+	return b.set(hlo.Select(p, x, y))
 }
 
 // nnGridSampler lowers grid_sampler_2d as PyTorch computes it: the grid's
@@ -1478,27 +1479,27 @@ func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		fs := float64(size)
 		if align {
 			// ((c + 1) / 2) * (size - 1)
-			return b.bin(stablehlo.Multiply, b.bin(stablehlo.Divide, b.bin(stablehlo.Add, c, k(1)), k(2)), k(fs-1))
+			return b.bin(hlo.Multiply, b.bin(hlo.Divide, b.bin(hlo.Add, c, k(1)), k(2)), k(fs-1))
 		}
 		// ((c + 1) * size - 1) / 2
-		return b.bin(stablehlo.Divide, b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, b.bin(stablehlo.Add, c, k(1)), k(fs)), k(1)), k(2))
+		return b.bin(hlo.Divide, b.bin(hlo.Subtract, b.bin(hlo.Multiply, b.bin(hlo.Add, c, k(1)), k(fs)), k(1)), k(2))
 	}
 	clip := func(c *stablehlo.Value, size int64) *stablehlo.Value {
 		if b.err != nil {
 			return nil
 		}
-		return b.set(stablehlo.Clamp(b.scalar(c, 0), c, b.scalar(c, float64(size-1))))
+		return b.set(hlo.Clamp(b.scalar(c, 0), c, b.scalar(c, float64(size-1))))
 	}
 	reflect := func(c *stablehlo.Value, twiceLow, twiceHigh float64) *stablehlo.Value {
 		if twiceLow == twiceHigh {
 			return k(0)
 		}
 		lo, span := twiceLow/2, (twiceHigh-twiceLow)/2
-		v := b.un(stablehlo.Abs, b.bin(stablehlo.Subtract, c, k(lo)))
-		extra := b.bin(stablehlo.Remainder, v, k(span))
-		flips := b.un(stablehlo.Floor, b.bin(stablehlo.Divide, v, k(span)))
-		even := b.cmp(b.bin(stablehlo.Remainder, flips, k(2)), k(0), types.CompareEQ)
-		return b.sel(even, b.bin(stablehlo.Add, extra, k(lo)), b.bin(stablehlo.Add, b.bin(stablehlo.Subtract, k(span), extra), k(lo)))
+		v := b.un(hlo.Abs, b.bin(hlo.Subtract, c, k(lo)))
+		extra := b.bin(hlo.Remainder, v, k(span))
+		flips := b.un(hlo.Floor, b.bin(hlo.Divide, v, k(span)))
+		even := b.cmp(b.bin(hlo.Remainder, flips, k(2)), k(0), types.CompareEQ)
+		return b.sel(even, b.bin(hlo.Add, extra, k(lo)), b.bin(hlo.Add, b.bin(hlo.Subtract, k(span), extra), k(lo)))
 	}
 	// pad applies padding_mode to a coordinate along an axis of the given size.
 	pad := func(c *stablehlo.Value, size int64) *stablehlo.Value {
@@ -1527,74 +1528,74 @@ func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		if b.err != nil {
 			return nil
 		}
-		valid := b.bin(stablehlo.And,
-			b.bin(stablehlo.And, b.cmp(tx, k(0), types.CompareGE), b.cmp(tx, k(float64(W-1)), types.CompareLE)),
-			b.bin(stablehlo.And, b.cmp(ty, k(0), types.CompareGE), b.cmp(ty, k(float64(H-1)), types.CompareLE)))
+		valid := b.bin(hlo.And,
+			b.bin(hlo.And, b.cmp(tx, k(0), types.CompareGE), b.cmp(tx, k(float64(W-1)), types.CompareLE)),
+			b.bin(hlo.And, b.cmp(ty, k(0), types.CompareGE), b.cmp(ty, k(float64(H-1)), types.CompareLE)))
 		toIdx := func(c *stablehlo.Value, size int64) *stablehlo.Value {
 			c = clip(c, size)
 			if b.err != nil {
 				return nil
 			}
-			return b.reshape(b.set(stablehlo.Convert(c, dtypes.Int32)), []int64{N, Ho, Wo, 1})
+			return b.reshape(b.set(hlo.Convert(c, dtypes.Int32)), []int64{N, Ho, Wo, 1})
 		}
 		jy, jx := toIdx(ty, H), toIdx(tx, W)
 		if b.err != nil {
 			return nil
 		}
-		idx := b.set(stablehlo.Concatenate(3, nIdx, jy, jx))
+		idx := b.set(hlo.Concatenate(3, nIdx, jy, jx))
 		if b.err != nil {
 			return nil
 		}
-		g := b.set(stablehlo.Gather(x, idx, 3, []int{3}, []int{0, 2, 3}, nil, nil, []int{0, 2, 3}, []int{1, int(C), 1, 1}, false))
+		g := b.set(hlo.Gather(x, idx, 3, []int{3}, []int{0, 2, 3}, nil, nil, []int{0, 2, 3}, []int{1, int(C), 1, 1}, false))
 		g = b.transpose(g, []int{0, 3, 1, 2})
 		g = b.sel(b.bcastIn(valid, full, []int{0, 2, 3}), g, b.full(g, 0, full))
-		return b.bin(stablehlo.Multiply, g, b.bcastIn(w, full, []int{0, 2, 3}))
+		return b.bin(hlo.Multiply, g, b.bcastIn(w, full, []int{0, 2, 3}))
 	}
 	var y *stablehlo.Value
 	add := func(v *stablehlo.Value) {
 		if y == nil {
 			y = v
 		} else {
-			y = b.bin(stablehlo.Add, y, v)
+			y = b.bin(hlo.Add, y, v)
 		}
 	}
 	switch mode {
 	case 0: // bilinear
-		x0, y0 := b.un(stablehlo.Floor, ix), b.un(stablehlo.Floor, iy)
-		x1, y1 := b.bin(stablehlo.Add, x0, k(1)), b.bin(stablehlo.Add, y0, k(1))
-		dx1, dx0 := b.bin(stablehlo.Subtract, x1, ix), b.bin(stablehlo.Subtract, ix, x0)
-		dy1, dy0 := b.bin(stablehlo.Subtract, y1, iy), b.bin(stablehlo.Subtract, iy, y0)
-		add(tap(x0, y0, b.bin(stablehlo.Multiply, dx1, dy1)))
-		add(tap(x1, y0, b.bin(stablehlo.Multiply, dx0, dy1)))
-		add(tap(x0, y1, b.bin(stablehlo.Multiply, dx1, dy0)))
-		add(tap(x1, y1, b.bin(stablehlo.Multiply, dx0, dy0)))
+		x0, y0 := b.un(hlo.Floor, ix), b.un(hlo.Floor, iy)
+		x1, y1 := b.bin(hlo.Add, x0, k(1)), b.bin(hlo.Add, y0, k(1))
+		dx1, dx0 := b.bin(hlo.Subtract, x1, ix), b.bin(hlo.Subtract, ix, x0)
+		dy1, dy0 := b.bin(hlo.Subtract, y1, iy), b.bin(hlo.Subtract, iy, y0)
+		add(tap(x0, y0, b.bin(hlo.Multiply, dx1, dy1)))
+		add(tap(x1, y0, b.bin(hlo.Multiply, dx0, dy1)))
+		add(tap(x0, y1, b.bin(hlo.Multiply, dx1, dy0)))
+		add(tap(x1, y1, b.bin(hlo.Multiply, dx0, dy0)))
 	case 1: // nearest, rounding half to even
-		add(tap(b.un(stablehlo.RoundNearestEven, ix), b.un(stablehlo.RoundNearestEven, iy), k(1)))
+		add(tap(b.un(hlo.RoundNearestEven, ix), b.un(hlo.RoundNearestEven, iy), k(1)))
 	case 2: // bicubic, A = -0.75, padding applied per tap
 		const a = -0.75
-		x0, y0 := b.un(stablehlo.Floor, ix), b.un(stablehlo.Floor, iy)
-		tx, ty := b.bin(stablehlo.Subtract, ix, x0), b.bin(stablehlo.Subtract, iy, y0)
+		x0, y0 := b.un(hlo.Floor, ix), b.un(hlo.Floor, iy)
+		tx, ty := b.bin(hlo.Subtract, ix, x0), b.bin(hlo.Subtract, iy, y0)
 		conv1 := func(t *stablehlo.Value) *stablehlo.Value { // ((a+2)t - (a+3)) t t + 1
-			v := b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, k(a+2), t), k(a+3))
-			return b.bin(stablehlo.Add, b.bin(stablehlo.Multiply, b.bin(stablehlo.Multiply, v, t), t), k(1))
+			v := b.bin(hlo.Subtract, b.bin(hlo.Multiply, k(a+2), t), k(a+3))
+			return b.bin(hlo.Add, b.bin(hlo.Multiply, b.bin(hlo.Multiply, v, t), t), k(1))
 		}
 		conv2 := func(t *stablehlo.Value) *stablehlo.Value { // ((a t - 5a) t + 8a) t - 4a
-			v := b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, k(a), t), k(5*a))
-			v = b.bin(stablehlo.Add, b.bin(stablehlo.Multiply, v, t), k(8*a))
-			return b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, v, t), k(4*a))
+			v := b.bin(hlo.Subtract, b.bin(hlo.Multiply, k(a), t), k(5*a))
+			v = b.bin(hlo.Add, b.bin(hlo.Multiply, v, t), k(8*a))
+			return b.bin(hlo.Subtract, b.bin(hlo.Multiply, v, t), k(4*a))
 		}
 		coeffs := func(t *stablehlo.Value) [4]*stablehlo.Value {
-			u := b.bin(stablehlo.Subtract, k(1), t)
-			return [4]*stablehlo.Value{conv2(b.bin(stablehlo.Add, t, k(1))), conv1(t), conv1(u), conv2(b.bin(stablehlo.Add, u, k(1)))}
+			u := b.bin(hlo.Subtract, k(1), t)
+			return [4]*stablehlo.Value{conv2(b.bin(hlo.Add, t, k(1))), conv1(t), conv1(u), conv2(b.bin(hlo.Add, u, k(1)))}
 		}
 		wx, wy := coeffs(tx), coeffs(ty)
 		for i := 0; i < 4; i++ {
-			cy := pad(b.bin(stablehlo.Add, y0, k(float64(i-1))), H)
+			cy := pad(b.bin(hlo.Add, y0, k(float64(i-1))), H)
 			for j := 0; j < 4; j++ {
-				cx := pad(b.bin(stablehlo.Add, x0, k(float64(j-1))), W)
+				cx := pad(b.bin(hlo.Add, x0, k(float64(j-1))), W)
 				// PyTorch truncates the padded coordinate; it is integral or,
 				// after clipping, non-negative, so floor is the same.
-				add(tap(b.un(stablehlo.Floor, cx), b.un(stablehlo.Floor, cy), b.bin(stablehlo.Multiply, wx[j], wy[i])))
+				add(tap(b.un(hlo.Floor, cx), b.un(hlo.Floor, cy), b.bin(hlo.Multiply, wx[j], wy[i])))
 			}
 		}
 	}
@@ -1643,18 +1644,18 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		}
 		c := b.slice(rois, []int{0, i}, []int{int(R), i + 1}, nil)
 		c = b.reshape(c, []int64{R})
-		return b.bin(stablehlo.Subtract, b.bin(stablehlo.Multiply, c, b.full(c, scale, []int64{R})), b.full(c, offset, []int64{R}))
+		return b.bin(hlo.Subtract, b.bin(hlo.Multiply, c, b.full(c, scale, []int64{R})), b.full(c, offset, []int64{R}))
 	}
 	// axis computes, along one axis (roi columns lo/hi, pooled size p,
 	// input size size), the low and high corner indices, their weights and
 	// the validity of each of the p*sr samples: [R, p*sr] each.
 	axis := func(lo, hi int, p, size int64) (low, high, wl, wh, valid *stablehlo.Value) {
 		start, end := col(lo), col(hi)
-		length := b.bin(stablehlo.Subtract, end, start)
+		length := b.bin(hlo.Subtract, end, start)
 		if !halfPixel {
-			length = b.bin(stablehlo.Maximum, length, b.full(length, 1, []int64{R}))
+			length = b.bin(hlo.Maximum, length, b.full(length, 1, []int64{R}))
 		}
-		bin := b.bin(stablehlo.Divide, length, b.full(length, float64(p), []int64{R}))
+		bin := b.bin(hlo.Divide, length, b.full(length, float64(p), []int64{R}))
 		// Sample offsets in bins: ph + (i + 0.5) / sr.
 		q := p * sr
 		offs := make([]float64, q)
@@ -1664,18 +1665,18 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 			}
 		}
 		sd := []int64{R, q}
-		pos := b.bin(stablehlo.Multiply, b.bcastIn(b.consts(length, offs, []int64{q}), sd, []int{1}), b.bcastIn(bin, sd, []int{0}))
-		pos = b.bin(stablehlo.Add, pos, b.bcastIn(start, sd, []int{0}))
+		pos := b.bin(hlo.Multiply, b.bcastIn(b.consts(length, offs, []int64{q}), sd, []int{1}), b.bcastIn(bin, sd, []int{0}))
+		pos = b.bin(hlo.Add, pos, b.bcastIn(start, sd, []int{0}))
 		k := func(v float64) *stablehlo.Value { return b.full(pos, v, sd) }
-		valid = b.bin(stablehlo.And, b.cmp(pos, k(-1), types.CompareGE), b.cmp(pos, k(float64(size)), types.CompareLE))
-		pos = b.bin(stablehlo.Maximum, pos, k(0))
-		low = b.un(stablehlo.Floor, pos)
+		valid = b.bin(hlo.And, b.cmp(pos, k(-1), types.CompareGE), b.cmp(pos, k(float64(size)), types.CompareLE))
+		pos = b.bin(hlo.Maximum, pos, k(0))
+		low = b.un(hlo.Floor, pos)
 		edge := b.cmp(low, k(float64(size-1)), types.CompareGE)
 		low = b.sel(edge, k(float64(size-1)), low)
 		pos = b.sel(edge, low, pos)
-		high = b.sel(edge, low, b.bin(stablehlo.Add, low, k(1)))
-		wh = b.bin(stablehlo.Subtract, pos, low)
-		wl = b.bin(stablehlo.Subtract, k(1), wh)
+		high = b.sel(edge, low, b.bin(hlo.Add, low, k(1)))
+		wh = b.bin(hlo.Subtract, pos, low)
+		wl = b.bin(hlo.Subtract, k(1), wh)
 		return low, high, wl, wh, valid
 	}
 	yl, yh, wyl, wyh, vy := axis(1, 3, oh, H)
@@ -1684,17 +1685,17 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	grid := []int64{R, P, Q}
 	bY := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, grid, []int{0, 1}) }
 	bX := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, grid, []int{0, 2}) }
-	valid := b.bin(stablehlo.And, bY(vy), bX(vx))
+	valid := b.bin(hlo.And, bY(vy), bX(vx))
 	var batch *stablehlo.Value
 	if b.err == nil {
-		bi := b.set(stablehlo.Convert(in[2], dtypes.Int32))
+		bi := b.set(hlo.Convert(in[2], dtypes.Int32))
 		batch = b.reshape(b.bcastIn(bi, grid, []int{0}), []int64{R, P, Q, 1})
 	}
 	idx := func(v *stablehlo.Value, bc func(*stablehlo.Value) *stablehlo.Value) *stablehlo.Value {
 		if b.err != nil {
 			return nil
 		}
-		return b.reshape(bc(b.set(stablehlo.Convert(v, dtypes.Int32))), []int64{R, P, Q, 1})
+		return b.reshape(bc(b.set(hlo.Convert(v, dtypes.Int32))), []int64{R, P, Q, 1})
 	}
 	full := []int64{R, P, Q, C}
 	var acc *stablehlo.Value
@@ -1702,24 +1703,24 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		if b.err != nil {
 			break
 		}
-		ind := b.set(stablehlo.Concatenate(3, batch, idx(corner.y, bY), idx(corner.x, bX)))
+		ind := b.set(hlo.Concatenate(3, batch, idx(corner.y, bY), idx(corner.x, bX)))
 		if b.err != nil {
 			break
 		}
-		g := b.set(stablehlo.Gather(x, ind, 3, []int{3}, []int{0, 2, 3}, nil, nil, []int{0, 2, 3}, []int{1, int(C), 1, 1}, false))
-		w := b.bin(stablehlo.Multiply, bY(corner.wy), bX(corner.wx))
-		g = b.bin(stablehlo.Multiply, g, b.bcastIn(w, full, []int{0, 1, 2}))
+		g := b.set(hlo.Gather(x, ind, 3, []int{3}, []int{0, 2, 3}, nil, nil, []int{0, 2, 3}, []int{1, int(C), 1, 1}, false))
+		w := b.bin(hlo.Multiply, bY(corner.wy), bX(corner.wx))
+		g = b.bin(hlo.Multiply, g, b.bcastIn(w, full, []int{0, 1, 2}))
 		if acc == nil {
 			acc = g
 		} else {
-			acc = b.bin(stablehlo.Add, acc, g)
+			acc = b.bin(hlo.Add, acc, g)
 		}
 	}
 	acc = b.sel(b.bcastIn(valid, full, []int{0, 1, 2}), acc, b.full(acc, 0, full))
 	// [R, oh, sr, ow, sr, C] -> sum the samples of each bin.
 	acc = b.reshape(acc, []int64{R, oh, sr, ow, sr, C})
 	acc = b.reduce(acc, ReduceSum, 0, []int{2, 4})
-	acc = b.bin(stablehlo.Divide, acc, b.full(acc, float64(sr*sr), []int64{R, oh, ow, C}))
+	acc = b.bin(hlo.Divide, acc, b.full(acc, float64(sr*sr), []int64{R, oh, ow, C}))
 	acc = b.transpose(acc, []int{0, 3, 1, 2})
 	return b.out(b.convert(acc, dt))
 }

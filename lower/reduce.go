@@ -3,14 +3,14 @@ package lower
 import (
 	"fmt"
 	"math"
-	"slices"
 
-	"github.com/gomlx/go-xla/pkg/stablehlo"
 	"github.com/gomlx/go-xla/pkg/types"
 	"github.com/gomlx/go-xla/pkg/types/dtypes"
 	"github.com/gomlx/go-xla/pkg/types/shapes"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/internal/hlo"
+	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -35,6 +35,8 @@ func registerReductions(r *Registry) {
 	r.Register("aten.mean.default", rdMeanRule(-1))
 	r.Register("aten.mean.dim", rdMeanRule(1))
 	r.Register("aten.topk.default", rdTopK)
+	r.Register("aten.sort.default", rdSort)
+	r.Register("aten.sort.stable", rdSort)
 	r.Register("aten.max.dim", rdArgRule(ReduceMax, true))
 	r.Register("aten.min.dim", rdArgRule(ReduceMin, true))
 	r.Register("aten.argmax.default", rdArgRule(ReduceMax, false))
@@ -200,26 +202,26 @@ func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, a
 	if err != nil {
 		return nil, err
 	}
-	fn, err := ctx.ReduceFn(kind, x.Shape().DType)
+	fn, err := ctx.ReduceFn(kind, hlo.ShapeOf(x).DType)
 	if err != nil {
 		return nil, err
 	}
-	return stablehlo.Reduce(x, init, fn, axes...)
+	return hlo.Reduce(x, init, fn, axes...)
 }
 
 // rdReshapeOut reshapes v to the node's output dims when they differ (the
 // size-1 dims of keepdim).
 func rdReshapeOut(v *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
-	if equalDims(v.Shape().Dimensions, dims) {
+	if equalDims(hlo.ShapeOf(v).Dimensions, dims) {
 		return v, nil
 	}
-	return stablehlo.Reshape(v, shapes.Make(v.Shape().DType, intsOf(dims)...))
+	return hlo.Reshape(v, shapes.Make(hlo.ShapeOf(v).DType, intsOf(dims)...))
 }
 
 // rdBroadcastBack broadcasts a reduced value r (the kept dims of a tensor of
 // dims full) back to full.
 func rdBroadcastBack(r *stablehlo.Value, full []int64, axes []int) (*stablehlo.Value, error) {
-	return stablehlo.BroadcastInDim(r, shapes.Make(r.Shape().DType, intsOf(full)...), rdKept(axes, len(full)))
+	return hlo.BroadcastInDim(r, shapes.Make(hlo.ShapeOf(r).DType, intsOf(full)...), rdKept(axes, len(full)))
 }
 
 // rdReduceRule lowers sum/prod/amax/amin/any/all: the input is converted to
@@ -273,7 +275,7 @@ func rdCompareType(d dtypes.DType) types.ComparisonType {
 
 // rdToBool returns x != 0 (x itself when already bool).
 func (ctx *Context) rdToBool(x *stablehlo.Value) (*stablehlo.Value, error) {
-	d := x.Shape().DType
+	d := hlo.ShapeOf(x).DType
 	if d == dtypes.Bool {
 		return x, nil
 	}
@@ -281,10 +283,10 @@ func (ctx *Context) rdToBool(x *stablehlo.Value) (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	if z, err = stablehlo.BroadcastInDim(z, x.Shape(), nil); err != nil {
+	if z, err = hlo.BroadcastInDim(z, hlo.ShapeOf(x), nil); err != nil {
 		return nil, err
 	}
-	return stablehlo.Compare(x, z, types.CompareNE, rdCompareType(d))
+	return hlo.Compare(x, z, types.CompareNE, rdCompareType(d))
 }
 
 // rdMeanRule lowers aten.mean: a sum in the accumulation dtype divided by
@@ -341,10 +343,10 @@ func (ctx *Context) rdDivScalar(v *stablehlo.Value, c float64) (*stablehlo.Value
 	if err != nil {
 		return nil, err
 	}
-	if k, err = stablehlo.BroadcastInDim(k, v.Shape(), nil); err != nil {
+	if k, err = hlo.BroadcastInDim(k, hlo.ShapeOf(v), nil); err != nil {
 		return nil, err
 	}
-	return stablehlo.Divide(v, k)
+	return hlo.Divide(v, k)
 }
 
 // rdFull returns a constant of v's dtype and shape holding c.
@@ -353,7 +355,7 @@ func (ctx *Context) rdFull(v *stablehlo.Value, c float64) (*stablehlo.Value, err
 	if err != nil {
 		return nil, err
 	}
-	return stablehlo.BroadcastInDim(k, v.Shape(), nil)
+	return hlo.BroadcastInDim(k, hlo.ShapeOf(v), nil)
 }
 
 // rdArgRule lowers aten.max.dim / aten.min.dim (withValues: values and
@@ -372,7 +374,7 @@ func rdArgRule(kind string, withValues bool) Rule {
 		if n.ArgOr(1, "dim", nil) == nil {
 			// argmax over the flattened input.
 			total := tensor.NumElements(inDims)
-			if x, err = stablehlo.Reshape(x, shapes.Make(x.Shape().DType, int(total))); err != nil {
+			if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, int(total))); err != nil {
 				return nil, err
 			}
 			inDims = []int64{total}
@@ -382,7 +384,7 @@ func rdArgRule(kind string, withValues bool) Rule {
 				return nil, err
 			}
 			if len(inDims) == 0 {
-				if x, err = stablehlo.Reshape(x, shapes.Make(x.Shape().DType, 1)); err != nil {
+				if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, 1)); err != nil {
 					return nil, err
 				}
 				inDims = []int64{1}
@@ -409,11 +411,11 @@ func rdArgRule(kind string, withValues bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		fn, err := ctx.rdArgReducer(kind, x.Shape().DType, ixla)
+		fn, err := ctx.rdArgReducer(kind, hlo.ShapeOf(x).DType, ixla)
 		if err != nil {
 			return nil, err
 		}
-		res, err := stablehlo.MultiReduce([]*stablehlo.Value{x, iota}, []*stablehlo.Value{vInit, iInit}, fn, axis)
+		res, err := hlo.MultiReduce([]*stablehlo.Value{x, iota}, []*stablehlo.Value{vInit, iInit}, fn, axis)
 		if err != nil {
 			return nil, err
 		}
@@ -429,20 +431,12 @@ func rdArgRule(kind string, withValues bool) Rule {
 	}
 }
 
-// MaxTopK is the largest k the topk rule lowers: the StableHLO builder has
-// no sort, so topk is k rounds of an O(n) arg-reduction, meant for the
-// small k of top-k post-processing.
-const MaxTopK = 256
-
-// rdTopK lowers topk as k rounds of an arg-max (arg-min when largest is
-// false) over dim, each taking the best element not taken yet: a taken
-// element's value becomes the reduction's identity (the worst value) and its
-// index the dim's size, so that it loses every tie to an untaken element
-// (ties go to the lower index, NaN counts as the best); the reduction's
-// initial pair has index size+1 and loses to both. The results come
-// out sorted, which sorted=false also allows.
+// rdTopK lowers topk as a stable stablehlo.sort of (values, indices) along
+// dim followed by a slice of the first k: the better value first, NaN
+// counting as the best, ties in index order (the sort is stable). The
+// results come out sorted, which sorted=false also allows.
 func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
-	inDT, inDims, err := InMeta(n, 0)
+	_, inDims, err := InMeta(n, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -450,15 +444,12 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	if err != nil {
 		return nil, err
 	}
-	if a.K > MaxTopK {
-		return nil, fmt.Errorf("topk with k=%d: at most %d is supported (it is lowered without a sort)", a.K, MaxTopK)
-	}
 	valDT, outDims := Out(n, 0)
 	idxDT, _ := Out(n, 1)
 	x := in[0]
 	if len(inDims) == 0 {
 		inDims = []int64{1}
-		if x, err = stablehlo.Reshape(x, shapes.Make(x.Shape().DType, 1)); err != nil {
+		if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, 1)); err != nil {
 			return nil, err
 		}
 	}
@@ -474,78 +465,114 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 		}
 		return b.out(b.bcast(vz, outDims), b.bcast(iz, outDims))
 	}
-	kind := ReduceMax
-	if !a.Largest {
-		kind = ReduceMin
-	}
 	_, ixla, err := ctx.rdProgramDType(idxDT)
 	if err != nil {
 		return nil, err
 	}
 	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), a.Dim))
-	worst, err := ctx.rdInit(inDT, kind)
-	if err != nil {
-		return nil, err
-	}
-	fn, err := ctx.rdArgReducer(kind, x.Shape().DType, ixla)
-	if err != nil {
-		return nil, err
-	}
-	pdt, err := tensorDType(ixla)
-	if err != nil {
-		return nil, err
-	}
-	// Indices past the dim: n for taken elements, n+1 for the reduction's
-	// initial pair, which ties with a taken or worst-valued element and
-	// must lose.
-	index := func(i int64) *stablehlo.Value {
-		t := tensor.New(pdt)
-		t.SetInt64(0, i)
-		return b.set(ctx.Constant(t))
-	}
-	takenIdx := b.bcast(index(inDims[a.Dim]), inDims)
-	iInit := index(inDims[a.Dim] + 1)
-	worstAll := b.bcast(worst, inDims)
-	one := slices.Clone(inDims)
-	one[a.Dim] = 1
-	var vals, idxs []*stablehlo.Value
-	for r := range a.K {
-		if b.err != nil {
-			return nil, b.err
-		}
-		res, err := stablehlo.MultiReduce([]*stablehlo.Value{x, idx}, []*stablehlo.Value{worst, iInit}, fn, a.Dim)
-		if err != nil {
-			return nil, err
-		}
-		v, i := b.reshape(res[0], one), b.reshape(res[1], one)
-		vals, idxs = append(vals, v), append(idxs, i)
-		if r == a.K-1 {
-			break
-		}
-		if b.err != nil {
-			return nil, b.err
-		}
-		hit := b.set(stablehlo.Compare(idx, b.bcast(i, inDims), types.CompareEQ, types.CompareSigned))
-		x = b.sel(hit, worstAll, x)
-		idx = b.sel(hit, takenIdx, idx)
-	}
 	if b.err != nil {
 		return nil, b.err
 	}
-	v, err := stablehlo.Concatenate(a.Dim, vals...)
+	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, a.Largest, true, rdCompareType(hlo.ShapeOf(x).DType))
 	if err != nil {
 		return nil, err
 	}
-	i, err := stablehlo.Concatenate(a.Dim, idxs...)
+	sorted, err := ctx.Fn.Block().Sort([]*stablehlo.Value{x, idx}, int64(a.Dim), true, cmp)
 	if err != nil {
 		return nil, err
 	}
+	start := make([]int, len(inDims))
+	limit := intsOf(inDims)
+	limit[a.Dim] = int(a.K)
+	v := b.set(hlo.Slice(sorted[0], start, limit, nil))
+	i := b.set(hlo.Slice(sorted[1], start, limit, nil))
 	return b.out(b.reshape(v, outDims), b.reshape(i, outDims))
+}
+
+// sortComparator builds sort's comparator over (value, index) pairs: whether
+// lhs's value goes first: the larger (smaller when !largest); a NaN goes
+// before any number when nanFirst, after every number otherwise.
+func sortComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest, nanFirst bool, ct types.ComparisonType) (*stablehlo.Block, error) {
+	r := b.Region(stablehlo.TensorOf(val), stablehlo.TensorOf(val), stablehlo.TensorOf(idx), stablehlo.TensorOf(idx))
+	lhs, rhs := r.Arg(0), r.Arg(1)
+	dir := types.CompareGT
+	if !largest {
+		dir = types.CompareLT
+	}
+	better, err := hlo.Compare(lhs, rhs, dir, ct)
+	if err != nil {
+		return nil, err
+	}
+	if ct == types.CompareFloat {
+		lnan, err := hlo.Compare(lhs, lhs, types.CompareNE, ct)
+		if err != nil {
+			return nil, err
+		}
+		rnan, err := hlo.Compare(rhs, rhs, types.CompareNE, ct)
+		if err != nil {
+			return nil, err
+		}
+		// nanFirst: lhs is NaN and rhs is not; else: rhs is NaN and lhs not.
+		nan, num := lnan, rnan
+		if !nanFirst {
+			nan, num = rnan, lnan
+		}
+		if num, err = hlo.Not(num); err != nil {
+			return nil, err
+		}
+		nanOrder, err := hlo.And(nan, num)
+		if err != nil {
+			return nil, err
+		}
+		if better, err = hlo.Or(nanOrder, better); err != nil {
+			return nil, err
+		}
+	}
+	return r, r.Return(better)
+}
+
+// rdSort lowers sort as a stable stablehlo.sort of (values, iota) along dim,
+// as torch sorts: NaN counts as larger than every number (last ascending,
+// first descending), ties keep their order.
+func rdSort(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+	_, inDims, err := InMeta(n, 0)
+	if err != nil {
+		return nil, err
+	}
+	dim, descending, err := fxgraph.Sort(n, len(inDims))
+	if err != nil {
+		return nil, err
+	}
+	_, outDims := Out(n, 0)
+	idxDT, _ := Out(n, 1)
+	x := in[0]
+	b := &nnB{ctx: ctx}
+	if len(inDims) == 0 {
+		inDims = []int64{1}
+		x = b.reshape(x, inDims)
+	}
+	_, ixla, err := ctx.rdProgramDType(idxDT)
+	if err != nil {
+		return nil, err
+	}
+	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), dim))
+	if b.err != nil {
+		return nil, b.err
+	}
+	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, descending, descending, rdCompareType(hlo.ShapeOf(x).DType))
+	if err != nil {
+		return nil, err
+	}
+	sorted, err := ctx.Fn.Block().Sort([]*stablehlo.Value{x, idx}, int64(dim), true, cmp)
+	if err != nil {
+		return nil, err
+	}
+	return b.out(b.reshape(sorted[0], outDims), b.reshape(sorted[1], outDims))
 }
 
 // rdArgReducer builds the closure (v1, i1, v2, i2) -> the better pair:
 // larger (max) or smaller (min) value, NaN winning, ties to the lower index.
-func (ctx *Context) rdArgReducer(kind string, vd, id dtypes.DType) (*stablehlo.Function, error) {
+func (ctx *Context) rdArgReducer(kind string, vd, id dtypes.DType) (*hlo.Function, error) {
 	fn := ctx.Fn.Closure()
 	var ins [4]*stablehlo.Value
 	for i, d := range []dtypes.DType{vd, id, vd, id} {
@@ -561,59 +588,59 @@ func (ctx *Context) rdArgReducer(kind string, vd, id dtypes.DType) (*stablehlo.F
 	if kind == ReduceMin {
 		dir = types.CompareLT
 	}
-	better, err := stablehlo.Compare(v1, v2, dir, ct)
+	better, err := hlo.Compare(v1, v2, dir, ct)
 	if err != nil {
 		return nil, err
 	}
-	eq, err := stablehlo.Compare(v1, v2, types.CompareEQ, ct)
+	eq, err := hlo.Compare(v1, v2, types.CompareEQ, ct)
 	if err != nil {
 		return nil, err
 	}
 	if vd.IsFloat() {
-		nan1, err := stablehlo.Compare(v1, v1, types.CompareNE, ct)
+		nan1, err := hlo.Compare(v1, v1, types.CompareNE, ct)
 		if err != nil {
 			return nil, err
 		}
-		nan2, err := stablehlo.Compare(v2, v2, types.CompareNE, ct)
+		nan2, err := hlo.Compare(v2, v2, types.CompareNE, ct)
 		if err != nil {
 			return nil, err
 		}
-		not2, err := stablehlo.Not(nan2)
+		not2, err := hlo.Not(nan2)
 		if err != nil {
 			return nil, err
 		}
-		only1, err := stablehlo.And(nan1, not2)
+		only1, err := hlo.And(nan1, not2)
 		if err != nil {
 			return nil, err
 		}
-		if better, err = stablehlo.Or(better, only1); err != nil {
+		if better, err = hlo.Or(better, only1); err != nil {
 			return nil, err
 		}
-		both, err := stablehlo.And(nan1, nan2)
+		both, err := hlo.And(nan1, nan2)
 		if err != nil {
 			return nil, err
 		}
-		if eq, err = stablehlo.Or(eq, both); err != nil {
+		if eq, err = hlo.Or(eq, both); err != nil {
 			return nil, err
 		}
 	}
-	first, err := stablehlo.Compare(i1, i2, types.CompareLT, rdCompareType(id))
+	first, err := hlo.Compare(i1, i2, types.CompareLT, rdCompareType(id))
 	if err != nil {
 		return nil, err
 	}
-	tie, err := stablehlo.And(eq, first)
+	tie, err := hlo.And(eq, first)
 	if err != nil {
 		return nil, err
 	}
-	pick, err := stablehlo.Or(better, tie)
+	pick, err := hlo.Or(better, tie)
 	if err != nil {
 		return nil, err
 	}
-	v, err := stablehlo.Select(pick, v1, v2)
+	v, err := hlo.Select(pick, v1, v2)
 	if err != nil {
 		return nil, err
 	}
-	i, err := stablehlo.Select(pick, i1, i2)
+	i, err := hlo.Select(pick, i1, i2)
 	if err != nil {
 		return nil, err
 	}
@@ -660,7 +687,7 @@ func rdCumRule(kind string) Rule {
 
 // rdScan computes the inclusive scan of x (IR dtype dt) along axis.
 func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axis int) (*stablehlo.Value, error) {
-	dims := x.Shape().Dimensions
+	dims := hlo.ShapeOf(x).Dimensions
 	size := dims[axis]
 	if size <= 1 {
 		return x, nil
@@ -671,7 +698,7 @@ func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axi
 		if err != nil {
 			return nil, err
 		}
-		fn, err := ctx.ReduceFn(kind, x.Shape().DType)
+		fn, err := ctx.ReduceFn(kind, hlo.ShapeOf(x).DType)
 		if err != nil {
 			return nil, err
 		}
@@ -683,7 +710,7 @@ func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axi
 		}
 		window[axis] = size
 		pad[axis] = [2]int{size - 1, 0}
-		return stablehlo.ReduceWindow(x, init, fn, window, strides, nil, nil, pad)
+		return hlo.ReduceWindow(x, init, fn, window, strides, nil, nil, pad)
 	}
 	// Hillis-Steele: y += shift(y, s) for s = 1, 2, 4, ...
 	identity, err := ctx.rdInit(dt, kind)
@@ -699,20 +726,20 @@ func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axi
 	for s := 1; s < size; s *= 2 {
 		limits := append([]int(nil), dims...)
 		limits[axis] = size - s
-		head, err := stablehlo.Slice(x, starts, limits, strides)
+		head, err := hlo.Slice(x, starts, limits, strides)
 		if err != nil {
 			return nil, err
 		}
 		lo := make([]int, rank)
 		lo[axis] = s
-		shifted, err := stablehlo.Pad(head, identity, lo, zeros, zeros)
+		shifted, err := hlo.Pad(head, identity, lo, zeros, zeros)
 		if err != nil {
 			return nil, err
 		}
 		if kind == ReduceMul {
-			x, err = stablehlo.Multiply(x, shifted)
+			x, err = hlo.Multiply(x, shifted)
 		} else {
-			x, err = stablehlo.Add(x, shifted)
+			x, err = hlo.Add(x, shifted)
 		}
 		if err != nil {
 			return nil, err
@@ -742,7 +769,7 @@ func lowerLogSumExp(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	fin, err := stablehlo.IsFinite(m)
+	fin, err := hlo.IsFinite(m)
 	if err != nil {
 		return nil, err
 	}
@@ -750,28 +777,28 @@ func lowerLogSumExp(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	if m, err = stablehlo.Select(fin, m, zero); err != nil {
+	if m, err = hlo.Select(fin, m, zero); err != nil {
 		return nil, err
 	}
 	mb, err := rdBroadcastBack(m, inDims, axes)
 	if err != nil {
 		return nil, err
 	}
-	d, err := stablehlo.Subtract(x, mb)
+	d, err := hlo.Subtract(x, mb)
 	if err != nil {
 		return nil, err
 	}
-	if d, err = stablehlo.Exponential(d); err != nil {
+	if d, err = hlo.Exponential(d); err != nil {
 		return nil, err
 	}
 	s, err := ctx.rdReduce(d, accDT, ReduceSum, axes)
 	if err != nil {
 		return nil, err
 	}
-	if s, err = stablehlo.Log(s); err != nil {
+	if s, err = hlo.Log(s); err != nil {
 		return nil, err
 	}
-	if s, err = stablehlo.Add(s, m); err != nil {
+	if s, err = hlo.Add(s, m); err != nil {
 		return nil, err
 	}
 	if s, err = ctx.ConvertTo(s, outDT); err != nil {
@@ -814,11 +841,11 @@ func rdVarRule(sqrt bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		d, err := stablehlo.Subtract(x, mb)
+		d, err := hlo.Subtract(x, mb)
 		if err != nil {
 			return nil, err
 		}
-		if d, err = stablehlo.Multiply(d, d); err != nil {
+		if d, err = hlo.Multiply(d, d); err != nil {
 			return nil, err
 		}
 		s, err := ctx.rdReduce(d, accDT, ReduceSum, axes)
@@ -829,7 +856,7 @@ func rdVarRule(sqrt bool) Rule {
 			return nil, err
 		}
 		if sqrt {
-			if s, err = stablehlo.Sqrt(s); err != nil {
+			if s, err = hlo.Sqrt(s); err != nil {
 				return nil, err
 			}
 		}
@@ -866,7 +893,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if err != nil {
 		return nil, err
 	}
-	a, err := stablehlo.Abs(x)
+	a, err := hlo.Abs(x)
 	if err != nil {
 		return nil, err
 	}
@@ -879,7 +906,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	case ord == 0:
 		var nz *stablehlo.Value
 		if nz, err = ctx.rdToBool(a); err == nil {
-			if nz, err = stablehlo.Convert(nz, a.Shape().DType); err == nil {
+			if nz, err = hlo.Convert(nz, hlo.ShapeOf(a).DType); err == nil {
 				r, err = ctx.rdReduce(nz, accDT, ReduceSum, axes)
 			}
 		}
@@ -887,9 +914,9 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		r, err = ctx.rdReduce(a, accDT, ReduceSum, axes)
 	case ord == 2:
 		var sq *stablehlo.Value
-		if sq, err = stablehlo.Multiply(x, x); err == nil {
+		if sq, err = hlo.Multiply(x, x); err == nil {
 			if r, err = ctx.rdReduce(sq, accDT, ReduceSum, axes); err == nil {
-				r, err = stablehlo.Sqrt(r)
+				r, err = hlo.Sqrt(r)
 			}
 		}
 	default:
@@ -897,7 +924,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		if p, err = ctx.rdFull(a, ord); err != nil {
 			return nil, err
 		}
-		if pw, err = stablehlo.Power(a, p); err != nil {
+		if pw, err = hlo.Power(a, p); err != nil {
 			return nil, err
 		}
 		if r, err = ctx.rdReduce(pw, accDT, ReduceSum, axes); err != nil {
@@ -906,7 +933,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		if ip, err = ctx.rdFull(r, 1/ord); err != nil {
 			return nil, err
 		}
-		r, err = stablehlo.Power(r, ip)
+		r, err = hlo.Power(r, ip)
 	}
 	if err != nil {
 		return nil, err
@@ -949,17 +976,17 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	}
 	others := rdKept([]int{classAxis}, rank)
 	t := in[1]
-	td := t.Shape().DType
+	td := hlo.ShapeOf(t).DType
 	full := shapes.Make(td, intsOf(inDims)...)
 	iota, err := ctx.Fn.Iota(full, classAxis)
 	if err != nil {
 		return nil, err
 	}
-	tb, err := stablehlo.BroadcastInDim(t, full, others)
+	tb, err := hlo.BroadcastInDim(t, full, others)
 	if err != nil {
 		return nil, err
 	}
-	hot, err := stablehlo.Compare(iota, tb, types.CompareEQ, rdCompareType(td))
+	hot, err := hlo.Compare(iota, tb, types.CompareEQ, rdCompareType(td))
 	if err != nil {
 		return nil, err
 	}
@@ -967,7 +994,7 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	pickedX, err := stablehlo.Select(hot, x, zeroX)
+	pickedX, err := hlo.Select(hot, x, zeroX)
 	if err != nil {
 		return nil, err
 	}
@@ -982,11 +1009,11 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		if wv, err = ctx.ConvertTo(wv, accDT); err != nil {
 			return nil, err
 		}
-		wb, err := stablehlo.BroadcastInDim(wv, x.Shape(), []int{classAxis})
+		wb, err := hlo.BroadcastInDim(wv, hlo.ShapeOf(x), []int{classAxis})
 		if err != nil {
 			return nil, err
 		}
-		if wb, err = stablehlo.Select(hot, wb, zeroX); err != nil {
+		if wb, err = hlo.Select(hot, wb, zeroX); err != nil {
 			return nil, err
 		}
 		if w, err = ctx.rdReduce(wb, accDT, ReduceSum, []int{classAxis}); err != nil {
@@ -999,10 +1026,10 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	if ig, err = stablehlo.BroadcastInDim(ig, t.Shape(), nil); err != nil {
+	if ig, err = hlo.BroadcastInDim(ig, hlo.ShapeOf(t), nil); err != nil {
 		return nil, err
 	}
-	valid, err := stablehlo.Compare(t, ig, types.CompareNE, rdCompareType(td))
+	valid, err := hlo.Compare(t, ig, types.CompareNE, rdCompareType(td))
 	if err != nil {
 		return nil, err
 	}
@@ -1010,21 +1037,21 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	if w, err = stablehlo.Select(valid, w, zeroT); err != nil {
+	if w, err = hlo.Select(valid, w, zeroT); err != nil {
 		return nil, err
 	}
-	loss, err := stablehlo.Multiply(picked, w)
+	loss, err := hlo.Multiply(picked, w)
 	if err != nil {
 		return nil, err
 	}
-	if loss, err = stablehlo.Negate(loss); err != nil {
+	if loss, err = hlo.Negate(loss); err != nil {
 		return nil, err
 	}
 	// Ignored targets give exactly 0 even when their input is inf or NaN.
-	if loss, err = stablehlo.Select(valid, loss, zeroT); err != nil {
+	if loss, err = hlo.Select(valid, loss, zeroT); err != nil {
 		return nil, err
 	}
-	all := make([]int, picked.Shape().Rank())
+	all := make([]int, hlo.ShapeOf(picked).Rank())
 	for i := range all {
 		all[i] = i
 	}
@@ -1042,7 +1069,7 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 			return nil, err
 		}
 		if red == 1 {
-			if loss, err = stablehlo.Divide(loss, total); err != nil {
+			if loss, err = hlo.Divide(loss, total); err != nil {
 				return nil, err
 			}
 		}

@@ -284,6 +284,21 @@ func TestReduceExecute(t *testing.T) {
 		{"topk int32 dim 0", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{3, 2}, []float64{2, -1, 7, -1, 7, 4})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(2), int64(0)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 2}, []float64{7, 4, 7, -1}), rdTensor(tensor.Int64, []int64{2, 2}, []float64{1, 2, 2, 0})}},
+		// k above the old unrolled limit of 256: a sort of 1000 values
+		// (v[i] = (i*37) mod 1000, a permutation) whose top 300 are 999..700.
+		{"topk k=300 of 1000", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{1000}, perm1000())},
+			func(in []*fxgraph.Node) []any { return []any{in[0], int64(300)} }, nil, 2,
+			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{300}, top300()), rdTensor(tensor.Int64, []int64{300}, top300Idx())}},
+		// sort, as torch sorts: NaN larger than every number, ties in order.
+		{"sort ascending NaN ties", "aten.sort.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{6}, []float64{3, math.NaN(), 1, 3, math.Inf(-1), 2})},
+			func(in []*fxgraph.Node) []any { return []any{in[0]} }, nil, 2,
+			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{6}, []float64{math.Inf(-1), 1, 2, 3, 3, math.NaN()}), rdTensor(tensor.Int64, []int64{6}, []float64{4, 2, 5, 0, 3, 1})}},
+		{"sort descending dim 0", "aten.sort.default", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{3, 2}, []float64{2, -1, 7, -1, 7, 4})},
+			func(in []*fxgraph.Node) []any { return []any{in[0], int64(0), true} }, nil, 2,
+			[]*tensor.Tensor{rdTensor(tensor.Int32, []int64{3, 2}, []float64{7, 4, 7, -1, 2, -1}), rdTensor(tensor.Int64, []int64{3, 2}, []float64{1, 2, 2, 0, 0, 1})}},
+		{"sort.stable descending NaN first", "aten.sort.stable", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{1, math.NaN(), 5, 4, 4, -2})},
+			func(in []*fxgraph.Node) []any { return []any{in[0]} }, map[string]any{"stable": true, "dim": int64(1), "descending": true}, 2,
+			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{math.NaN(), 5, 1, 4, 4, -2}), rdTensor(tensor.Int64, []int64{2, 3}, []float64{1, 2, 0, 0, 1, 2})}},
 		{"topk k=0", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, x234[:6])},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(0)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 0}, nil), rdTensor(tensor.Int64, []int64{2, 0}, nil)}},
@@ -378,4 +393,32 @@ func TestReduceExecute(t *testing.T) {
 			}
 		})
 	}
+}
+
+// perm1000 is (i*37) mod 1000 for i < 1000: every value 0..999 once.
+func perm1000() []float64 {
+	out := make([]float64, 1000)
+	for i := range out {
+		out[i] = float64(i * 37 % 1000)
+	}
+	return out
+}
+
+// top300 is 999, 998, ..., 700.
+func top300() []float64 {
+	out := make([]float64, 300)
+	for i := range out {
+		out[i] = float64(999 - i)
+	}
+	return out
+}
+
+// top300Idx is where perm1000 holds top300's values: i with i*37 = v
+// (mod 1000), i = v*973 mod 1000 (973 = 37^-1 mod 1000).
+func top300Idx() []float64 {
+	out := make([]float64, 300)
+	for i, v := range top300() {
+		out[i] = float64(int(v) * 973 % 1000)
+	}
+	return out
 }

@@ -6,9 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gomlx/go-xla/pkg/stablehlo"
-
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/stablehlo"
 )
 
 // ErrNoRule is wrapped by the error for a node whose target has no rule.

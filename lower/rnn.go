@@ -1,9 +1,9 @@
 package lower
 
 import (
-	"github.com/gomlx/go-xla/pkg/stablehlo"
-
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/internal/hlo"
+	"github.com/xserve/xserve/lower/stablehlo"
 )
 
 // registerRNN registers the rule of "xserve.rnn" (ONNX RNN, GRU and LSTM).
@@ -51,7 +51,7 @@ func rnnRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo
 	gate := func(v *stablehlo.Value, k int64) *stablehlo.Value { return cols(v, batch, k*hid, (k+1)*hid) }
 	act := func(op func(*stablehlo.Value) (*stablehlo.Value, error), v *stablehlo.Value) *stablehlo.Value {
 		if a.Clip > 0 && b.err == nil {
-			v = b.set(stablehlo.Clamp(b.scalar(v, -a.Clip), v, b.scalar(v, a.Clip)))
+			v = b.set(hlo.Clamp(b.scalar(v, -a.Clip), v, b.scalar(v, a.Clip)))
 		}
 		return b.un(op, v)
 	}
@@ -63,17 +63,17 @@ func rnnRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo
 			case s == nil:
 				s = v
 			default:
-				s = b.bin(stablehlo.Add, s, v)
+				s = b.bin(hlo.Add, s, v)
 			}
 		}
 		return s
 	}
-	mul := func(x, y *stablehlo.Value) *stablehlo.Value { return b.bin(stablehlo.Multiply, x, y) }
+	mul := func(x, y *stablehlo.Value) *stablehlo.Value { return b.bin(hlo.Multiply, x, y) }
 	rowVec := func(v *stablehlo.Value) *stablehlo.Value { // [k] -> [batch, k]
 		if v == nil {
 			return nil
 		}
-		return b.bcastIn(v, []int64{batch, int64(v.Shape().Dimensions[0])}, []int{1})
+		return b.bcastIn(v, []int64{batch, int64(hlo.ShapeOf(v).Dimensions[0])}, []int{1})
 	}
 
 	var ys, hs, cs []*stablehlo.Value
@@ -116,44 +116,44 @@ func rnnRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo
 			hr := add(b.dot(h, []int{1}, nil, r, []int{1}, nil), rowVec(rb))
 			switch a.Mode {
 			case "rnn":
-				h = act(stablehlo.Tanh, add(xt, hr))
+				h = act(hlo.Tanh, add(xt, hr))
 			case "gru":
-				z := act(stablehlo.Logistic, add(gate(xt, 0), gate(hr, 0)))
-				rr := act(stablehlo.Logistic, add(gate(xt, 1), gate(hr, 1)))
+				z := act(hlo.Logistic, add(gate(xt, 0), gate(hr, 0)))
+				rr := act(hlo.Logistic, add(gate(xt, 1), gate(hr, 1)))
 				var hh *stablehlo.Value
 				if a.LinearBeforeReset {
-					hh = act(stablehlo.Tanh, add(gate(xt, 2), mul(rr, gate(hr, 2))))
+					hh = act(hlo.Tanh, add(gate(xt, 2), mul(rr, gate(hr, 2))))
 				} else {
 					var rbh *stablehlo.Value
 					if rb != nil {
 						rbh = rowVec(b.slice(rb, []int{int(2 * hid)}, []int{int(3 * hid)}, nil))
 					}
-					hh = act(stablehlo.Tanh, add(gate(xt, 2), b.dot(mul(rr, h), []int{1}, nil, rh, []int{1}, nil), rbh))
+					hh = act(hlo.Tanh, add(gate(xt, 2), b.dot(mul(rr, h), []int{1}, nil, rh, []int{1}, nil), rbh))
 				}
 				one := b.full(h, 1, []int64{batch, hid})
-				h = add(mul(b.bin(stablehlo.Subtract, one, z), hh), mul(z, h))
+				h = add(mul(b.bin(hlo.Subtract, one, z), hh), mul(z, h))
 			case "lstm":
 				var ic, fc *stablehlo.Value
 				if pi != nil {
 					ic, fc = mul(pi, c), mul(pf, c)
 				}
-				i := act(stablehlo.Logistic, add(gate(xt, 0), gate(hr, 0), ic))
-				f := act(stablehlo.Logistic, add(gate(xt, 2), gate(hr, 2), fc))
-				cc := act(stablehlo.Tanh, add(gate(xt, 3), gate(hr, 3)))
+				i := act(hlo.Logistic, add(gate(xt, 0), gate(hr, 0), ic))
+				f := act(hlo.Logistic, add(gate(xt, 2), gate(hr, 2), fc))
+				cc := act(hlo.Tanh, add(gate(xt, 3), gate(hr, 3)))
 				c = add(mul(f, c), mul(i, cc))
 				var oc *stablehlo.Value
 				if po != nil {
 					oc = mul(po, c)
 				}
-				o := act(stablehlo.Logistic, add(gate(xt, 1), gate(hr, 1), oc))
-				h = mul(o, b.un(stablehlo.Tanh, c))
+				o := act(hlo.Logistic, add(gate(xt, 1), gate(hr, 1), oc))
+				h = mul(o, b.un(hlo.Tanh, c))
 			}
 			steps[t] = b.reshape(h, []int64{1, 1, batch, hid})
 		}
 		if b.err != nil {
 			return nil, b.err
 		}
-		y, err := stablehlo.Concatenate(0, steps...)
+		y, err := hlo.Concatenate(0, steps...)
 		if err != nil {
 			return nil, err
 		}
@@ -171,7 +171,7 @@ func rnnRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo
 		if len(vs) == 1 || b.err != nil {
 			return vs[0]
 		}
-		return b.set(stablehlo.Concatenate(axis, vs...))
+		return b.set(hlo.Concatenate(axis, vs...))
 	}
 	return b.out(b.convert(cat(1, ys), dt), b.convert(cat(0, hs), dt), b.convert(cat(0, cs), dt))
 }

@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gomlx/go-xla/pkg/stablehlo"
 	"github.com/gomlx/go-xla/pkg/types"
 	"github.com/gomlx/go-xla/pkg/types/dtypes"
 	"github.com/gomlx/go-xla/pkg/types/shapes"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/internal/hlo"
+	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -93,10 +94,10 @@ func shLowerReshape(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	if x.Shape().Equal(s) {
+	if hlo.ShapeOf(x).Equal(s) {
 		return []*stablehlo.Value{x}, nil
 	}
-	return shOne(stablehlo.Reshape(x, s))
+	return shOne(hlo.Reshape(x, s))
 }
 
 // shPermOf returns the permutation of a permute, t or transpose node.
@@ -147,7 +148,7 @@ func shLowerPermute(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	perm, err := shPermOf(n, x.Shape().Rank())
+	perm, err := shPermOf(n, hlo.ShapeOf(x).Rank())
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +159,7 @@ func shLowerPermute(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if identity {
 		return []*stablehlo.Value{x}, nil
 	}
-	return shOne(stablehlo.Transpose(x, perm...))
+	return shOne(hlo.Transpose(x, perm...))
 }
 
 func shLowerExpand(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -202,7 +203,7 @@ func shLowerCat(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	if err != nil {
 		return nil, err
 	}
-	return shOne(stablehlo.Concatenate(dim, vals...))
+	return shOne(hlo.Concatenate(dim, vals...))
 }
 
 func shLowerSplit(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -210,7 +211,7 @@ func shLowerSplit(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	xd := x.Shape().Dimensions
+	xd := hlo.ShapeOf(x).Dimensions
 	dim, err := shNormDim(n, 2, "dim", 0, len(xd))
 	if err != nil {
 		return nil, err
@@ -232,7 +233,7 @@ func shLowerSplit(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		starts := make([]int, len(xd))
 		limits := append([]int(nil), xd...)
 		starts[dim], limits[dim] = off, off+k
-		v, err := stablehlo.Slice(x, starts, limits, nil)
+		v, err := hlo.Slice(x, starts, limits, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -274,7 +275,7 @@ func shLowerSlice(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	xd := x.Shape().Dimensions
+	xd := hlo.ShapeOf(x).Dimensions
 	dim, err := shNormDim(n, 1, "dim", 0, len(xd))
 	if err != nil {
 		return nil, err
@@ -304,7 +305,7 @@ func shLowerSlice(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		limits[dim] = int(start)
 	}
 	strides[dim] = int(step)
-	return shOne(stablehlo.Slice(x, starts, limits, strides))
+	return shOne(hlo.Slice(x, starts, limits, strides))
 }
 
 func shLowerSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -312,7 +313,7 @@ func shLowerSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if err != nil {
 		return nil, err
 	}
-	xd := x.Shape().Dimensions
+	xd := hlo.ShapeOf(x).Dimensions
 	dim, err := shNormDim(n, 1, "dim", 0, len(xd))
 	if err != nil {
 		return nil, err
@@ -327,7 +328,7 @@ func shLowerSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	starts := make([]int, len(xd))
 	limits := append([]int(nil), xd...)
 	starts[dim], limits[dim] = int(i), int(i)+1
-	v, err := stablehlo.Slice(x, starts, limits, nil)
+	v, err := hlo.Slice(x, starts, limits, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +336,7 @@ func shLowerSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if err != nil {
 		return nil, err
 	}
-	return shOne(stablehlo.Reshape(v, s))
+	return shOne(hlo.Reshape(v, s))
 }
 
 func shLowerFlip(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -349,7 +350,7 @@ func shLowerFlip(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	}
 	var axes []int
 	for _, d := range dims {
-		k, err := fxgraph.NormDim(d, x.Shape().Rank())
+		k, err := fxgraph.NormDim(d, hlo.ShapeOf(x).Rank())
 		if err != nil {
 			return nil, err
 		}
@@ -358,7 +359,7 @@ func shLowerFlip(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if len(axes) == 0 {
 		return []*stablehlo.Value{x}, nil
 	}
-	return shOne(stablehlo.Reverse(x, axes...))
+	return shOne(hlo.Reverse(x, axes...))
 }
 
 // shIndexType is the program dtype indices are computed in.
@@ -371,13 +372,13 @@ func shWrapIndex(ctx *Context, idx *stablehlo.Value, size int) (*stablehlo.Value
 	if err != nil {
 		return nil, err
 	}
-	if idx.Shape().DType != it {
-		if idx, err = stablehlo.Convert(idx, it); err != nil {
+	if hlo.ShapeOf(idx).DType != it {
+		if idx, err = hlo.Convert(idx, it); err != nil {
 			return nil, err
 		}
 	}
-	dims := make([]int64, idx.Shape().Rank())
-	for i, d := range idx.Shape().Dimensions {
+	dims := make([]int64, hlo.ShapeOf(idx).Rank())
+	for i, d := range hlo.ShapeOf(idx).Dimensions {
 		dims[i] = int64(d)
 	}
 	zero, err := ctx.Full(tensor.Int64, 0, dims)
@@ -388,15 +389,15 @@ func shWrapIndex(ctx *Context, idx *stablehlo.Value, size int) (*stablehlo.Value
 	if err != nil {
 		return nil, err
 	}
-	neg, err := stablehlo.Compare(idx, zero, types.CompareLT, types.CompareSigned)
+	neg, err := hlo.Compare(idx, zero, types.CompareLT, types.CompareSigned)
 	if err != nil {
 		return nil, err
 	}
-	plus, err := stablehlo.Add(idx, sz)
+	plus, err := hlo.Add(idx, sz)
 	if err != nil {
 		return nil, err
 	}
-	return stablehlo.Select(neg, plus, idx)
+	return hlo.Select(neg, plus, idx)
 }
 
 // shStackIndices reshapes each index (all of shape B) to B+[1] and
@@ -404,8 +405,8 @@ func shWrapIndex(ctx *Context, idx *stablehlo.Value, size int) (*stablehlo.Value
 func shStackIndices(idxs []*stablehlo.Value) (*stablehlo.Value, error) {
 	var parts []*stablehlo.Value
 	for _, v := range idxs {
-		s := v.Shape()
-		r, err := stablehlo.Reshape(v, shapes.Make(s.DType, append(append([]int(nil), s.Dimensions...), 1)...))
+		s := hlo.ShapeOf(v)
+		r, err := hlo.Reshape(v, shapes.Make(s.DType, append(append([]int(nil), s.Dimensions...), 1)...))
 		if err != nil {
 			return nil, err
 		}
@@ -414,7 +415,7 @@ func shStackIndices(idxs []*stablehlo.Value) (*stablehlo.Value, error) {
 	if len(parts) == 1 {
 		return parts[0], nil
 	}
-	return stablehlo.Concatenate(len(parts[0].Shape().Dimensions)-1, parts...)
+	return hlo.Concatenate(len(hlo.ShapeOf(parts[0]).Dimensions)-1, parts...)
 }
 
 // shAdvanced is a lowered advanced index: dims pos of the input indexed by
@@ -504,7 +505,7 @@ func (a *shAdvanced) windowDims(r int) []int {
 
 // gather returns x[indices] with PyTorch's advanced-indexing layout.
 func (a *shAdvanced) gather(x *stablehlo.Value) (*stablehlo.Value, error) {
-	xd := x.Shape().Dimensions
+	xd := hlo.ShapeOf(x).Dimensions
 	start, err := shStackIndices(a.idx)
 	if err != nil {
 		return nil, err
@@ -513,7 +514,7 @@ func (a *shAdvanced) gather(x *stablehlo.Value) (*stablehlo.Value, error) {
 	for _, p := range a.pos {
 		sizes[p] = 1
 	}
-	return stablehlo.Gather(x, start, len(a.bdims), a.windowDims(len(xd)), a.pos, nil, nil, a.pos, sizes, false)
+	return hlo.Gather(x, start, len(a.bdims), a.windowDims(len(xd)), a.pos, nil, nil, a.pos, sizes, false)
 }
 
 func shLowerIndex(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -521,7 +522,7 @@ func shLowerIndex(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	a, err := shAdvancedIndices(ctx, n, x.Shape().Dimensions)
+	a, err := shAdvancedIndices(ctx, n, hlo.ShapeOf(x).Dimensions)
 	if err != nil {
 		return nil, err
 	}
@@ -537,7 +538,7 @@ func shLowerIndexSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 	if err != nil {
 		return nil, err
 	}
-	xd := x.Shape().Dimensions
+	xd := hlo.ShapeOf(x).Dimensions
 	if len(xd) == 0 {
 		return []*stablehlo.Value{x}, nil
 	}
@@ -545,15 +546,15 @@ func shLowerIndexSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 	if err != nil {
 		return nil, err
 	}
-	if idx.Shape().Rank() == 0 {
-		if idx, err = stablehlo.Reshape(idx, shapes.Make(idx.Shape().DType, 1)); err != nil {
+	if hlo.ShapeOf(idx).Rank() == 0 {
+		if idx, err = hlo.Reshape(idx, shapes.Make(hlo.ShapeOf(idx).DType, 1)); err != nil {
 			return nil, err
 		}
 	}
 	if idx, err = shWrapIndex(ctx, idx, xd[dim]); err != nil {
 		return nil, err
 	}
-	a := &shAdvanced{pos: []int{dim}, idx: []*stablehlo.Value{idx}, bdims: idx.Shape().Dimensions, adjacent: true}
+	a := &shAdvanced{pos: []int{dim}, idx: []*stablehlo.Value{idx}, bdims: hlo.ShapeOf(idx).Dimensions, adjacent: true}
 	return shOne(a.gather(x))
 }
 
@@ -579,7 +580,7 @@ func shCoords(ctx *Context, idx *stablehlo.Value, dim, size int) (*stablehlo.Val
 	if err != nil {
 		return nil, err
 	}
-	s := w.Shape()
+	s := hlo.ShapeOf(w)
 	var comps []*stablehlo.Value
 	for d := 0; d < s.Rank(); d++ {
 		if d == dim {
@@ -598,10 +599,10 @@ func shCoords(ctx *Context, idx *stablehlo.Value, dim, size int) (*stablehlo.Val
 // shAsRank1 reshapes a scalar to shape [1] (gather/scatter treat scalars as
 // 1-element vectors).
 func shAsRank1(v *stablehlo.Value) (*stablehlo.Value, error) {
-	if v.Shape().Rank() > 0 {
+	if hlo.ShapeOf(v).Rank() > 0 {
 		return v, nil
 	}
-	return stablehlo.Reshape(v, shapes.Make(v.Shape().DType, 1))
+	return hlo.Reshape(v, shapes.Make(hlo.ShapeOf(v).DType, 1))
 }
 
 func shSeq(k int) []int {
@@ -627,12 +628,12 @@ func shLowerGather(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if idx, err = shAsRank1(idx); err != nil {
 		return nil, err
 	}
-	r := x.Shape().Rank()
+	r := hlo.ShapeOf(x).Rank()
 	dim, err := shNormDim(n, 1, "dim", 0, r)
 	if err != nil {
 		return nil, err
 	}
-	start, err := shCoords(ctx, idx, dim, x.Shape().Dimensions[dim])
+	start, err := shCoords(ctx, idx, dim, hlo.ShapeOf(x).Dimensions[dim])
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +641,7 @@ func shLowerGather(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	for i := range sizes {
 		sizes[i] = 1
 	}
-	v, err := stablehlo.Gather(x, start, r, nil, shSeq(r), nil, nil, shSeq(r), sizes, false)
+	v, err := hlo.Gather(x, start, r, nil, shSeq(r), nil, nil, shSeq(r), sizes, false)
 	if err != nil {
 		return nil, err
 	}
@@ -649,7 +650,7 @@ func shLowerGather(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 
 // shUpdateFn returns the scatter combiner: "" replaces, otherwise the
 // reduction sum, prod, amax or amin.
-func shUpdateFn(ctx *Context, red string, d dtypes.DType) (*stablehlo.Function, error) {
+func shUpdateFn(ctx *Context, red string, d dtypes.DType) (*hlo.Function, error) {
 	switch red {
 	case "":
 		fn := ctx.Fn.Closure()
@@ -698,12 +699,12 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if idx, err = shAsRank1(idx); err != nil {
 		return nil, err
 	}
-	r := x.Shape().Rank()
+	r := hlo.ShapeOf(x).Rank()
 	dim, err := shNormDim(n, 1, "dim", 0, r)
 	if err != nil {
 		return nil, err
 	}
-	id := idx.Shape().Dimensions
+	id := hlo.ShapeOf(idx).Dimensions
 	var upd *stablehlo.Value
 	if n.Target == "aten.scatter.value" {
 		v, ok := fxgraph.AsFloat(n.ArgOr(3, "value", nil))
@@ -728,8 +729,8 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 		if src, err = ctx.ConvertTo(src, dt); err != nil {
 			return nil, err
 		}
-		if !shEqualInts(src.Shape().Dimensions, id) {
-			if src, err = stablehlo.Slice(src, make([]int, len(id)), id, nil); err != nil {
+		if !shEqualInts(hlo.ShapeOf(src).Dimensions, id) {
+			if src, err = hlo.Slice(src, make([]int, len(id)), id, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -739,15 +740,15 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if n.Target == "aten.scatter_reduce.two" {
 		red, _ = n.ArgOr(4, "reduce", "").(string)
 	}
-	fn, err := shUpdateFn(ctx, red, x.Shape().DType)
+	fn, err := shUpdateFn(ctx, red, hlo.ShapeOf(x).DType)
 	if err != nil {
 		return nil, err
 	}
-	start, err := shCoords(ctx, idx, dim, x.Shape().Dimensions[dim])
+	start, err := shCoords(ctx, idx, dim, hlo.ShapeOf(x).Dimensions[dim])
 	if err != nil {
 		return nil, err
 	}
-	v, err := stablehlo.Scatter(x, start, upd, nil, shSeq(r), nil, nil, shSeq(r), r, false, false, fn)
+	v, err := hlo.Scatter(x, start, upd, nil, shSeq(r), nil, nil, shSeq(r), r, false, false, fn)
 	if err != nil {
 		return nil, err
 	}
@@ -776,7 +777,7 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		return nil, err
 	}
 	dt, _ := Out(n, 0)
-	xd := x.Shape().Dimensions
+	xd := hlo.ShapeOf(x).Dimensions
 	a, err := shAdvancedIndices(ctx, n, xd)
 	if err != nil {
 		return nil, err
@@ -823,7 +824,7 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if acc {
 		red = "sum"
 	}
-	fn, err := shUpdateFn(ctx, red, x.Shape().DType)
+	fn, err := shUpdateFn(ctx, red, hlo.ShapeOf(x).DType)
 	if err != nil {
 		return nil, err
 	}
@@ -831,7 +832,7 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if err != nil {
 		return nil, err
 	}
-	return shOne(stablehlo.Scatter(x, start, vals, win, a.pos, nil, nil, a.pos, len(a.bdims), false, false, fn))
+	return shOne(hlo.Scatter(x, start, vals, win, a.pos, nil, nil, a.pos, len(a.bdims), false, false, fn))
 }
 
 // shPads returns the per-dim (low, high) padding of a pad node.
@@ -879,7 +880,7 @@ func shLowerConstantPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 		return nil, err
 	}
 	dt, _ := Out(n, 0)
-	r := x.Shape().Rank()
+	r := hlo.ShapeOf(x).Rank()
 	pads, err := shPads(n, r)
 	if err != nil {
 		return nil, err
@@ -892,7 +893,7 @@ func shLowerConstantPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 	for i, p := range pads {
 		lo[i], hi[i] = p[0], p[1]
 	}
-	return shOne(stablehlo.Pad(x, fill, lo, hi, nil))
+	return shOne(hlo.Pad(x, fill, lo, hi, nil))
 }
 
 // shLowerIndexPad lowers reflection and replication padding as a gather
@@ -902,7 +903,7 @@ func shLowerIndexPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if err != nil {
 		return nil, err
 	}
-	xd := x.Shape().Dimensions
+	xd := hlo.ShapeOf(x).Dimensions
 	pads, err := shPads(n, len(xd))
 	if err != nil {
 		return nil, err
@@ -984,11 +985,11 @@ func shLowerArange(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if st, err = ctx.BroadcastTo(st, dims); err != nil {
 		return nil, err
 	}
-	v, err := stablehlo.Multiply(io, st)
+	v, err := hlo.Multiply(io, st)
 	if err != nil {
 		return nil, err
 	}
-	if v, err = stablehlo.Add(v, s0); err != nil {
+	if v, err = hlo.Add(v, s0); err != nil {
 		return nil, err
 	}
 	return shOne(ctx.ConvertTo(v, dt))
@@ -1003,7 +1004,7 @@ func shLowerRepeat(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if err != nil {
 		return nil, err
 	}
-	xs := x.Shape()
+	xs := hlo.ShapeOf(x)
 	off := len(reps) - xs.Rank()
 	padded := make([]int, len(reps))
 	for i := range padded {
@@ -1012,7 +1013,7 @@ func shLowerRepeat(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 			padded[i] = xs.Dimensions[i-off]
 		}
 	}
-	if x, err = stablehlo.Reshape(x, shapes.Make(xs.DType, padded...)); err != nil {
+	if x, err = hlo.Reshape(x, shapes.Make(xs.DType, padded...)); err != nil {
 		return nil, err
 	}
 	var wide []int
@@ -1021,7 +1022,7 @@ func shLowerRepeat(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		wide = append(wide, int(k), padded[i])
 		axes = append(axes, 2*i+1)
 	}
-	b, err := stablehlo.BroadcastInDim(x, shapes.Make(xs.DType, wide...), axes)
+	b, err := hlo.BroadcastInDim(x, shapes.Make(xs.DType, wide...), axes)
 	if err != nil {
 		return nil, err
 	}
@@ -1052,7 +1053,7 @@ func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	if err != nil {
 		return nil, err
 	}
-	diff, err := stablehlo.Subtract(cols, rows)
+	diff, err := hlo.Subtract(cols, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -1060,7 +1061,7 @@ func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	if err != nil {
 		return nil, err
 	}
-	kb, err := stablehlo.BroadcastInDim(kc, mat, nil)
+	kb, err := hlo.BroadcastInDim(kc, mat, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1068,18 +1069,18 @@ func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	if n.Target == "aten.triu.default" {
 		dir = types.CompareGE
 	}
-	mask, err := stablehlo.Compare(diff, kb, dir, types.CompareSigned)
+	mask, err := hlo.Compare(diff, kb, dir, types.CompareSigned)
 	if err != nil {
 		return nil, err
 	}
-	if mask, err = stablehlo.BroadcastInDim(mask, shapes.Make(dtypes.Bool, intsOf(dims)...), []int{r - 2, r - 1}); err != nil {
+	if mask, err = hlo.BroadcastInDim(mask, shapes.Make(dtypes.Bool, intsOf(dims)...), []int{r - 2, r - 1}); err != nil {
 		return nil, err
 	}
 	zero, err := ctx.Full(dt, 0, dims)
 	if err != nil {
 		return nil, err
 	}
-	return shOne(stablehlo.Select(mask, x, zero))
+	return shOne(hlo.Select(mask, x, zero))
 }
 
 func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -1092,7 +1093,7 @@ func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		return nil, err
 	}
 	f := int(f64)
-	xs := x.Shape()
+	xs := hlo.ShapeOf(x)
 	k := xs.Rank()
 	batch := append([]int(nil), xs.Dimensions[:k-3]...)
 	c, h, w := xs.Dimensions[k-3], xs.Dimensions[k-2], xs.Dimensions[k-1]
@@ -1106,11 +1107,11 @@ func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		mid = append(append([]int(nil), batch...), c, h/f, f, w/f, f)
 		copy(perm[b:], []int{b, b + 2, b + 4, b + 1, b + 3})
 	}
-	v, err := stablehlo.Reshape(x, shapes.Make(xs.DType, mid...))
+	v, err := hlo.Reshape(x, shapes.Make(xs.DType, mid...))
 	if err != nil {
 		return nil, err
 	}
-	if v, err = stablehlo.Transpose(v, perm...); err != nil {
+	if v, err = hlo.Transpose(v, perm...); err != nil {
 		return nil, err
 	}
 	return shLowerReshape(ctx, n, []*stablehlo.Value{v})

@@ -43,24 +43,14 @@ func TestShapeStableHLO(t *testing.T) {
 	}
 	text := string(prog.Module)
 	for _, want := range []string{
-		`%0 = "stablehlo.transpose"(%x) { permutation = array<i64: 1, 0> } : (tensor<2x3xf32>) -> tensor<3x2xf32>`,
-		`%5 = "stablehlo.compare"(%i, %2) {`,
+		`%0 = "stablehlo.transpose"(%x) {permutation = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>`,
+		`%5 = "stablehlo.compare"(%i, %2) {comparison_direction = #stablehlo<comparison_direction LT>, compare_type = #stablehlo<comparison_type SIGNED>} : (tensor<2xi64>, tensor<2xi64>) -> tensor<2xi1>`,
 		`%6 = "stablehlo.add"(%i, %4) : (tensor<2xi64>, tensor<2xi64>) -> tensor<2xi64>`,
 		`%7 = "stablehlo.select"(%5, %6, %i) : (tensor<2xi1>, tensor<2xi64>, tensor<2xi64>) -> tensor<2xi64>`,
 		`%8 = "stablehlo.reshape"(%7) : (tensor<2xi64>) -> tensor<2x1xi64>`,
-		`%9 = "stablehlo.gather"(%x, %8) {`,
-		"offset_dims = [0],\n  collapsed_slice_dims = [1],",
-		"start_index_map = [1],\n  index_vector_dim = 1>,",
-		`slice_sizes = array<i64: 2, 1>`,
-		`} : (tensor<2x3xf32>, tensor<2x1xi64>) -> tensor<2x2xf32>`,
-		`%11 = "stablehlo.pad"(%x, %10) {`,
-		`edge_padding_high = array<i64: 0, -1>,`,
-		`edge_padding_low = array<i64: 0, 1>,`,
-		`} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>`,
-		`limit_indices = array<i64: 2, 2>,`,
-		`start_indices = array<i64: 0, 1>,`,
-		`strides = array<i64: 1, 2>`,
-		`} : (tensor<2x3xf32>) -> tensor<2x1xf32>`,
+		`%9 = "stablehlo.gather"(%x, %8) {dimension_numbers = #stablehlo.gather<offset_dims = [0], collapsed_slice_dims = [1], start_index_map = [1], index_vector_dim = 1>, slice_sizes = array<i64: 2, 1>, indices_are_sorted = false} : (tensor<2x3xf32>, tensor<2x1xi64>) -> tensor<2x2xf32>`,
+		`%11 = "stablehlo.pad"(%x, %10) {edge_padding_low = array<i64: 0, 1>, edge_padding_high = array<i64: 0, -1>, interior_padding = array<i64: 0, 0>} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>`,
+		`%12 = "stablehlo.slice"(%x) {start_indices = array<i64: 0, 1>, limit_indices = array<i64: 2, 2>, strides = array<i64: 1, 2>} : (tensor<2x3xf32>) -> tensor<2x1xf32>`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("module lacks %q:\n%s", want, text)

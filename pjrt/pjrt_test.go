@@ -744,3 +744,18 @@ func BenchmarkRunSmall(b *testing.B) {
 		}
 	}
 }
+
+// TestTarget: the compile target names the platform, the host's CPU
+// features and the device kind the plugin reports.
+func TestTarget(t *testing.T) {
+	c := testClient(t)
+	got := c.Target()
+	for _, want := range []string{"platform=cpu", "plugin=0.", "host=\"linux/amd64 cpu:", "device_kind=\"cpu\""} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Target() = %s, lacks %s", got, want)
+		}
+	}
+	if again := c.Target(); again != got {
+		t.Errorf("Target() changed: %s, then %s", got, again)
+	}
+}

@@ -457,6 +457,9 @@ func TestBatchingQueueFull(t *testing.T) {
 		queued = append(queued, inferAsync(ctx, m, "pair", &InferRequest{Inputs: pairInputs(rng, 1, 8), Priority: i % 2}))
 	}
 	eventually(t, "3 requests queued", func() bool { return batchStats(t, m, "pair").Queued == 3 })
+	if v := metric(t, m, `xserve_queue_depth{model="pair",version="1"}`); v != 3 {
+		t.Errorf("xserve_queue_depth = %v, want 3", v)
+	}
 
 	start := time.Now()
 	_, err := m.Infer(ctx, "pair", 0, &InferRequest{Inputs: pairInputs(rng, 1, 8)})

@@ -65,7 +65,8 @@ func (v *version) acquireBucket(exec map[string]int64) *bucket {
 // evictLocked drops the least recently used exact-size buckets beyond the
 // limit.
 func (v *version) evictLocked() {
-	for v.exactCount > v.cfg.ExactExecutables {
+	limit := max(1, v.cfg.ExactExecutables) // the newest bucket always stays
+	for v.exactCount > limit {
 		var lru *bucket
 		for _, b := range v.buckets {
 			if b.exact && (lru == nil || b.lastUse < lru.lastUse) {

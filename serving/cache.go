@@ -135,9 +135,11 @@ func programKey(build, modelHash string, modelDims map[string]int64, opts lower.
 	return digest("xserve stablehlo", fmt.Sprint(cacheFormat), build, modelHash, strings.Join(dims, ","), o) + ".stablehlo"
 }
 
-// executableKey is the cache key of prog compiled by the client's plugin.
+// executableKey is the cache key of prog compiled by the client's plugin
+// for its target (plugin version, CPU features, device kind): an entry made
+// on another kind of machine is a miss, compiled again, never loaded.
 func executableKey(c *pjrt.Client, prog *lower.Program) string {
-	return digest("xserve executable", fmt.Sprint(cacheFormat), c.PluginPath(), c.PluginVersion(), prog.Hash()) + ".pjrt"
+	return digest("xserve executable", fmt.Sprint(cacheFormat), c.PluginPath(), c.Target(), prog.Hash()) + ".pjrt"
 }
 
 // buildID identifies this build of the server, so that a new build (whose

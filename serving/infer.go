@@ -59,6 +59,7 @@ func (v *version) infer(ctx context.Context, req *InferRequest, start time.Time)
 	resp, t, err := v.inferOnce(ctx, req)
 	mt := v.m.metrics
 	total := time.Since(start)
+	v.stats.request(v.requestRows(req), total, t.wait, t.compute, err)
 	outcome := outcomeSuccess
 	if err != nil {
 		outcome = outcomeFailure

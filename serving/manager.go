@@ -41,6 +41,32 @@ type Options struct {
 	// PollInterval is how often the repository is scanned for added, removed
 	// and changed models; 0 means no polling.
 	PollInterval time.Duration
+	// CompileAll compiles every bucket of every loaded version when it loads,
+	// whatever the config's warmup says (`xserve compile` fills a compile
+	// cache this way).
+	CompileAll bool
+	// CompileParallelism bounds the executables built at once, across all
+	// models (warmups build a version's buckets in parallel); 0 means
+	// runtime.GOMAXPROCS.
+	CompileParallelism int
+	// OnBucket, when set, is called after each bucket's executable is built
+	// (compiled, or loaded from the compile cache) or fails to build, from
+	// the goroutine that built it.
+	OnBucket func(BucketEvent)
+}
+
+// BucketEvent reports one bucket's executable being built (Options.OnBucket).
+type BucketEvent struct {
+	Model   string
+	Version int64
+	Bucket  string
+	// Done and Total count the buckets of a warmup (or CompileAll) of this
+	// version; both are 0 for a compile on first use.
+	Done, Total int
+	// Cached says the executable came from the compile cache, not the compiler.
+	Cached   bool
+	Duration time.Duration
+	Err      error
 }
 
 func (o *Options) setDefaults() {
@@ -50,6 +76,9 @@ func (o *Options) setDefaults() {
 	if o.Lowering.Platform == "" && o.Client != nil {
 		o.Lowering.Platform = o.Client.Platform()
 	}
+	if o.CompileParallelism == 0 {
+		o.CompileParallelism = runtime.GOMAXPROCS(0)
+	}
 }
 
 func (o *Options) validate() error {
@@ -58,6 +87,8 @@ func (o *Options) validate() error {
 		return errors.New("serving: Options.Client is required")
 	case o.Repository == nil:
 		return errors.New("serving: Options.Repository is required")
+	case o.CompileParallelism < 0:
+		return fmt.Errorf("serving: Options.CompileParallelism must be >= 0, got %d", o.CompileParallelism)
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
 	}
@@ -88,6 +119,9 @@ type Manager struct {
 	compiles  atomic.Int64
 
 	unsupportedOnce sync.Once // logs that executables cannot be cached
+
+	// compileSlots holds a token per build in progress (CompileParallelism).
+	compileSlots chan struct{}
 
 	// ctx is cancelled by Shutdown: it stops polling and aborts loads.
 	ctx    context.Context
@@ -129,14 +163,15 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		opts:    opts,
-		log:     opts.Logger,
-		client:  opts.Client,
-		repo:    opts.Repository,
-		lowerer: lower.New(opts.Lowering),
-		metrics: newServerMetrics(),
-		buildID: buildID(),
-		models:  map[string]*model{},
+		opts:         opts,
+		log:          opts.Logger,
+		client:       opts.Client,
+		repo:         opts.Repository,
+		lowerer:      lower.New(opts.Lowering),
+		metrics:      newServerMetrics(),
+		buildID:      buildID(),
+		compileSlots: make(chan struct{}, opts.CompileParallelism),
+		models:       map[string]*model{},
 	}
 	if opts.CompileCacheDir != "" {
 		c, err := newDirCache(opts.CompileCacheDir)
@@ -751,6 +786,10 @@ func (m *Manager) Ready() bool {
 	return true
 }
 
+// Compilations returns how many executables the Manager has compiled (not
+// loaded from the compile cache) since it was made.
+func (m *Manager) Compilations() int64 { return m.compiles.Load() }
+
 // ModelReady reports whether the model version (0: any version) is READY.
 func (m *Manager) ModelReady(model string, version int64) bool {
 	m.mu.Lock()
@@ -836,8 +875,12 @@ func (m *Manager) Unload(ctx context.Context, model string) error {
 // format (version 0.0.4): xserve_requests_total, xserve_request_duration_seconds,
 // xserve_batch_rows, xserve_queue_rejected_total, xserve_batch_size_limit,
 // xserve_compilations_total, xserve_compile_seconds,
-// xserve_compile_cache_total, xserve_models_loaded and xserve_model_state.
-func (m *Manager) WriteMetrics(w io.Writer) error { return m.metrics.reg.Write(w) }
+// xserve_compile_cache_total, xserve_models_loaded, xserve_model_state and
+// xserve_queue_depth.
+func (m *Manager) WriteMetrics(w io.Writer) error {
+	m.updateQueueDepth()
+	return m.metrics.reg.Write(w)
+}
 
 // Shutdown stops polling and accepting requests (new ones get ErrClosed),
 // waits for loads in progress, drains the batching queues (queued requests

@@ -192,7 +192,7 @@ func TestCompileErrorReachesEveryWaiterAndRetries(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = v.executable(context.Background(), b, "")
+			_, errs[i] = v.executable(context.Background(), b, nil)
 		}()
 	}
 	wg.Wait()
@@ -202,7 +202,7 @@ func TestCompileErrorReachesEveryWaiterAndRetries(t *testing.T) {
 		}
 	}
 	v.ctx, v.cancel = context.WithCancel(context.Background())
-	if _, err := v.executable(context.Background(), b, ""); err != nil {
+	if _, err := v.executable(context.Background(), b, nil); err != nil {
 		t.Fatalf("retry after a failed compile: %v", err)
 	}
 }
@@ -453,8 +453,15 @@ func TestEagerWarmup(t *testing.T) {
 		if n := compilations(t, m, "tinycnn", "1", b); n != 1 {
 			t.Errorf("bucket %s compiled %v times at load, want 1", b, n)
 		}
-		if l := logs.lines("compiled bucket", "model=tinycnn", "version=1", `bucket="`+b+`"`, fmt.Sprintf("progress=%d/2", i+1), "duration="); len(l) != 1 {
+		if l := logs.lines("compiled bucket", "model=tinycnn", "version=1", `bucket="`+b+`"`, "progress=", "duration="); len(l) != 1 {
 			t.Errorf("progress log for %s: %q\n%s", b, l, logs)
+		}
+		// The buckets compile in parallel: progress counts them as they finish.
+		if l := logs.lines("compiled bucket", "model=tinycnn", fmt.Sprintf("progress=%d/2", i+1)); len(l) != 1 {
+			t.Errorf("progress %d/2 logged %d times\n%s", i+1, len(l), logs)
+		}
+		if n := metric(t, m, `xserve_bucket_compile_seconds{bucket="`+b+`",model="tinycnn",version="1"}`); n <= 0 {
+			t.Errorf("compile seconds of %s: %v", b, n)
 		}
 	}
 	infer(t, m, "tinycnn", 0, map[string]*tensor.Tensor{"image": readNpy(t, tinyCNNImage)})

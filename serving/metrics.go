@@ -33,6 +33,7 @@ type serverMetrics struct {
 	duration       *metrics.HistogramVec // model, version, phase
 	compilations   *metrics.CounterVec   // model, version, bucket
 	compileSeconds *metrics.HistogramVec // model, version
+	bucketCompile  *metrics.GaugeVec     // model, version, bucket
 	cache          *metrics.CounterVec   // kind, result
 	loaded         *metrics.GaugeVec
 	state          *metrics.GaugeVec     // model, version, state
@@ -41,6 +42,7 @@ type serverMetrics struct {
 	batchLimit     *metrics.GaugeVec     // model, version, queue
 	exactExes      *metrics.GaugeVec     // model, version
 	exactEvicted   *metrics.CounterVec   // model, version
+	queueDepth     *metrics.GaugeVec     // model, version; set at each scrape
 }
 
 func newServerMetrics() *serverMetrics {
@@ -61,10 +63,14 @@ func newServerMetrics() *serverMetrics {
 		batchLimit: r.NewGaugeVec("xserve_batch_size_limit",
 			"The most rows a queue's next batch may hold: max_batch_size, lowered to the batch bucket with the cheapest execution per row measured.",
 			"model", "version", "queue"),
+		queueDepth: r.NewGaugeVec("xserve_queue_depth",
+			"Requests waiting in a READY version's batching queues now (read at each scrape).", "model", "version"),
 		compilations: r.NewCounterVec("xserve_compilations_total",
 			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",
 			"Time to lower (or read from the cache) and compile one bucket's executable.", compileBuckets, "model", "version"),
+		bucketCompile: r.NewGaugeVec("xserve_bucket_compile_seconds",
+			"Seconds the last compile of each bucket took (lowering included).", "model", "version", "bucket"),
 		cache: r.NewCounterVec("xserve_compile_cache_total",
 			"On-disk compile cache lookups, by kind of entry and result.", "kind", "result"),
 		exactExes: r.NewGaugeVec("xserve_exact_executables",

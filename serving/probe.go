@@ -121,7 +121,7 @@ func (v *version) runProbe(ctx context.Context, exec map[string]int64, inputs []
 	if err != nil {
 		return nil, err
 	}
-	c := &call{inputs: inputs, dims: dims, exec: exec}
+	c := &call{inputs: inputs, dims: dims, exec: exec, probe: true}
 	for k := range v.plan.Outputs {
 		c.outputs = append(c.outputs, k)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xserve/xserve/batching"
@@ -36,6 +37,8 @@ type version struct {
 	// batcher groups requests into batches; nil when the version runs each
 	// request alone (batching off, or requests that cannot be stacked).
 	batcher *batching.Batcher
+	// stats are the counters of Manager.Statistics.
+	stats versionStats
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -105,7 +108,13 @@ func (v *version) load(ctx context.Context) error {
 	// are shared by every bucket (and found by the StableHLO cache).
 	v.graph = v.m.lowerer.Optimize(g)
 	cfgFile := filepath.Join(filepath.Dir(filepath.Dir(v.entry.Path)), modelrepo.ConfigFile)
-	shapes := func(dims map[string]int64) ([][]int64, error) { return v.m.lowerer.OutputShapes(v.graph, dims) }
+	shapes := func(dims map[string]int64) ([][]int64, error) {
+		g := v.graph // nil once freed: the plan must not keep the weights alive
+		if g == nil {
+			return nil, fmt.Errorf("%w: %s is unloaded", ErrNotReady, v)
+		}
+		return v.m.lowerer.OutputShapes(g, dims)
+	}
 	plan, err := NewBucketPlan(g, v.cfg, cfgFile, shapes)
 	if err != nil {
 		return err
@@ -133,23 +142,48 @@ func (v *version) load(ctx context.Context) error {
 	return nil
 }
 
-// warmup compiles, with warmup eager, every combination of bucket sizes
-// (for a symbol served exactly, its bucket sizes: likely sizes, kept like
-// the padded buckets).
+// warmup compiles, with warmup eager (or Options.CompileAll), every
+// combination of bucket sizes (for a symbol served exactly, its bucket
+// sizes: likely sizes, kept like the padded buckets).
 func (v *version) warmup(ctx context.Context) error {
-	if v.cfg.Warmup != modelrepo.WarmupEager {
+	if v.cfg.Warmup != modelrepo.WarmupEager && !v.m.opts.CompileAll {
 		return nil
 	}
 	all := v.plan.buckets()
+	w := &warmupProgress{total: len(all)}
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
 	for i, exec := range all {
 		b := v.acquireBucket(exec)
-		_, err := v.executable(ctx, b, fmt.Sprintf("%d/%d", i+1, len(all)))
-		v.releaseBucket(b)
+		wg.Add(1)
+		go func() { // the Manager's compile slots bound how many run at once
+			defer wg.Done()
+			defer v.releaseBucket(b)
+			_, errs[i] = v.executable(ctx, b, w)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return fmt.Errorf("warmup: %w", err)
 		}
 	}
 	return nil
+}
+
+// warmupProgress counts the buckets of one warmup as they finish.
+type warmupProgress struct {
+	done  atomic.Int64
+	total int
+}
+
+// next counts one more finished bucket and returns "3/7"; "" without a
+// warmup.
+func (w *warmupProgress) next() string {
+	if w == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", w.done.Add(1), w.total)
 }
 
 // checkPlugin rejects a config whose pjrt_plugin is not the Manager's client.
@@ -171,8 +205,9 @@ func (v *version) checkPlugin() error {
 // Concurrent callers share one compile, run on a goroutine of its own so
 // that a caller giving up does not cancel it for the others; a failed
 // compile is reported to every waiter and retried by the next caller.
-// progress ("3/7") marks a warmup compile in the log line.
-func (v *version) executable(ctx context.Context, b *bucket, progress string) (*Executable, error) {
+// w, the warmup's progress (nil outside one), marks a warmup compile in the
+// log line ("3/7").
+func (v *version) executable(ctx context.Context, b *bucket, w *warmupProgress) (*Executable, error) {
 	b.mu.Lock()
 	if b.exe != nil {
 		e := b.exe
@@ -184,7 +219,7 @@ func (v *version) executable(ctx context.Context, b *bucket, progress string) (*
 		c = &compileCall{done: make(chan struct{})}
 		b.pending = c
 		v.compiles.Add(1)
-		go v.compile(b, c, progress)
+		go v.compile(b, c, w)
 	}
 	b.mu.Unlock()
 	select {
@@ -195,12 +230,14 @@ func (v *version) executable(ctx context.Context, b *bucket, progress string) (*
 	}
 }
 
-// compile builds the bucket's executable and completes c.
-func (v *version) compile(b *bucket, c *compileCall, progress string) {
+// compile builds the bucket's executable and completes c. It holds one of
+// the Manager's compile slots while building.
+func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 	defer v.compiles.Done()
 	start := time.Now()
-	exe, compiled, err := v.build(v.ctx, b)
+	exe, compiled, err := v.buildInSlot(b)
 	d := time.Since(start)
+	progress := w.next()
 	if err != nil {
 		err = fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 		v.log().Error("compile failed", "bucket", b.name, "error", err)
@@ -209,6 +246,7 @@ func (v *version) compile(b *bucket, c *compileCall, progress string) {
 		if compiled {
 			msg = "compiled bucket"
 			v.m.metrics.compileSeconds.With(v.name, v.label).Observe(d.Seconds())
+			v.m.metrics.bucketCompile.With(v.name, v.label, b.name).Set(d.Seconds())
 		}
 		attrs := []any{"model", v.name, "version", v.num, "bucket", b.name}
 		if progress != "" {
@@ -222,6 +260,23 @@ func (v *version) compile(b *bucket, c *compileCall, progress string) {
 	c.exe, c.err = exe, err
 	b.mu.Unlock()
 	close(c.done)
+	if hook := v.m.opts.OnBucket; hook != nil {
+		ev := BucketEvent{Model: v.name, Version: v.num, Bucket: b.name, Cached: err == nil && !compiled, Duration: d, Err: err}
+		fmt.Sscanf(progress, "%d/%d", &ev.Done, &ev.Total)
+		hook(ev)
+	}
+}
+
+// buildInSlot waits for a compile slot (the Manager runs at most
+// Options.CompileParallelism builds at once), then builds b.
+func (v *version) buildInSlot(b *bucket) (*Executable, bool, error) {
+	select {
+	case v.m.compileSlots <- struct{}{}:
+	case <-v.ctx.Done():
+		return nil, false, fmt.Errorf("waiting for a compile slot: %w", v.ctx.Err())
+	}
+	defer func() { <-v.m.compileSlots }()
+	return v.build(v.ctx, b)
 }
 
 // build lowers the graph for b (or reads the StableHLO from the cache) and
@@ -359,6 +414,7 @@ type call struct {
 	exec    map[string]int64
 	outputs []int // indices into BucketPlan.Outputs, ascending
 	outs    []*tensor.Tensor
+	probe   bool // the load-time pad probe's: not counted in the statistics
 }
 
 // runTimes are the phases of one runBucket.
@@ -393,7 +449,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	b := v.acquireBucket(exec)
 	defer v.releaseBucket(b)
 	start := time.Now()
-	exe, err := v.executable(ctx, b, "")
+	exe, err := v.executable(ctx, b, nil)
 	t.wait = time.Since(start)
 	if err != nil {
 		return t, err
@@ -419,6 +475,9 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		if want := p.Outputs[k].DType; o.DType != want {
 			outs[k] = o.Convert(want) // int64 outputs narrowed for the device
 		}
+	}
+	if !calls[0].probe {
+		v.stats.execution(v.executionRows(calls), t.compute)
 	}
 	for ci, c := range calls {
 		if err := v.slice(c, outs, offsets[ci], len(calls) > 1); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
 )
 
@@ -51,6 +52,10 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrServerClosed):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return http.StatusUnauthorized
+	case errors.Is(err, auth.ErrForbidden):
+		return http.StatusForbidden
 	}
 	return payload.Status(err)
 }

@@ -42,6 +42,12 @@ func (doubler) ModelReady(model string, version int64) bool    { return model ==
 func (doubler) Load(ctx context.Context, model string) error   { return nil }
 func (doubler) Unload(ctx context.Context, model string) error { return nil }
 func (doubler) WriteMetrics(w io.Writer) error                 { return nil }
+func (doubler) Config(model string, version int64) (*serving.ModelConfig, error) {
+	return nil, serving.ErrModelNotFound
+}
+func (doubler) Statistics(model string, version int64) ([]serving.Statistics, error) {
+	return nil, nil
+}
 
 func Example() {
 	srv, err := httpapi.New(doubler{}, httpapi.Options{

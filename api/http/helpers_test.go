@@ -145,6 +145,21 @@ func (b *echoBackend) WriteMetrics(w io.Writer) error {
 	return err
 }
 
+func (b *echoBackend) Config(model string, version int64) (*serving.ModelConfig, error) {
+	md, err := b.Metadata(model, version)
+	if err != nil {
+		return nil, err
+	}
+	return &serving.ModelConfig{Metadata: *md}, nil
+}
+
+func (b *echoBackend) Statistics(model string, version int64) ([]serving.Statistics, error) {
+	if err := errFor(model); model != "" && err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
 // testServer runs a Server on a loopback port for the test's duration.
 type testServer struct {
 	*Server

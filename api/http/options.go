@@ -1,11 +1,17 @@
 package httpapi
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/xserve/xserve/api/auth"
 )
 
 // Defaults of Options.
@@ -58,6 +64,26 @@ type Options struct {
 	// Logger receives the server's structured logs; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, serves HTTPS with this configuration (client
+	// certificates included, when it asks for them).
+	TLS *tls.Config
+	// Auth, when set, requires a bearer token on every route (401 without a
+	// known one) and the admin scope on repository load and unload (403).
+	Auth *auth.Tokens
+	// OpenHealth leaves /v2/health/* and /metrics open without a token
+	// when Auth is set.
+	OpenHealth bool
+	// AccessLog logs every request at level info (method, path, route,
+	// status, duration, sizes, remote address, request id); otherwise that
+	// line is at level debug.
+	AccessLog bool
+	// Tracer records a span per request and the decode, infer (queue,
+	// batch, execute) and encode spans of inference; nil records nothing
+	// (see internal/tracing).
+	Tracer trace.Tracer
+	// CORSOrigins lists the origins browsers may call the API from
+	// ("https://app.example.com"; "*" for any); none means no CORS headers.
+	CORSOrigins []string
 }
 
 // setDefaults fills the fields left at their zero value.
@@ -88,6 +114,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 }
 

@@ -15,7 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	grpcapi "github.com/xserve/xserve/api/grpc"
+	pb "github.com/xserve/xserve/api/grpc/inferencepb"
 	httpapi "github.com/xserve/xserve/api/http"
+	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
@@ -26,12 +32,14 @@ import (
 
 const tinyModel = "../../testdata/tiny/addone.onnx" // y = x + 1, float32[batch,16]
 
-// BenchmarkHTTPOverhead measures what the HTTP path adds to a request: for
-// the tiniest model it times, in the same run and sequentially (one request
-// in flight), (a) a direct Run of the compiled executable (upload, execute,
-// download) and (b) a full POST /v1/infer over loopback to a real server
-// (JSON decode, validation, bucket lookup, execute, JSON encode). It reports
-// p50 and p99 of each in microseconds and the p50 overhead (b - a).
+// BenchmarkHTTPOverhead measures what the HTTP and gRPC paths add to a
+// request: for the tiniest model it times, in the same run and sequentially
+// (one request in flight, the three interleaved), (a) a direct Run of the
+// compiled executable (upload, execute, download), (b) a full POST
+// /v1/infer over loopback to a real server (JSON decode, validation, bucket
+// lookup, execute, JSON encode) and (c) a KServe v2 gRPC ModelInfer to the
+// same Manager (raw_input_contents in, raw_output_contents out). It reports
+// p50 and p99 of each in microseconds and the p50 overheads (b - a, c - a).
 //
 //	go test -run '^$' -bench HTTPOverhead -benchtime 2000x ./api/http
 func BenchmarkHTTPOverhead(b *testing.B) {
@@ -113,16 +121,43 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 		}
 		return nil
 	}
-	for i := 0; i < 50; i++ { // warm up both paths
+	gs, err := grpcapi.New(mgr, grpcapi.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go gs.Serve(gln)
+	defer gs.Shutdown(ctx)
+	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	gc := pb.NewGRPCInferenceServiceClient(conn)
+	greq := &pb.ModelInferRequest{ModelName: "addone",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 16}}},
+		RawInputContents: [][]byte{payload.TensorBytes(x)}}
+	infer := func() error {
+		_, err := gc.ModelInfer(ctx, greq)
+		return err
+	}
+	for i := 0; i < 50; i++ { // warm up all paths
 		if _, err := exe.Run(ctx, []*tensor.Tensor{x}); err != nil {
 			b.Fatal(err)
 		}
 		if err := post(); err != nil {
 			b.Fatal(err)
 		}
+		if err := infer(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	direct := make([]time.Duration, 0, b.N)
 	viaHTTP := make([]time.Duration, 0, b.N)
+	viaGRPC := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
@@ -133,8 +168,13 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 		if err := post(); err != nil {
 			b.Fatal(err)
 		}
+		t2 := time.Now()
+		if err := infer(); err != nil {
+			b.Fatal(err)
+		}
 		direct = append(direct, t1.Sub(t0))
-		viaHTTP = append(viaHTTP, time.Since(t1))
+		viaHTTP = append(viaHTTP, t2.Sub(t1))
+		viaGRPC = append(viaGRPC, time.Since(t2))
 	}
 	b.StopTimer()
 	dp50, dp99 := percentiles(direct)
@@ -144,6 +184,10 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 	b.ReportMetric(hp50, "http-p50-us")
 	b.ReportMetric(hp99, "http-p99-us")
 	b.ReportMetric(hp50-dp50, "overhead-p50-us")
+	gp50, gp99 := percentiles(viaGRPC)
+	b.ReportMetric(gp50, "grpc-p50-us")
+	b.ReportMetric(gp99, "grpc-p99-us")
+	b.ReportMetric(gp50-dp50, "grpc-overhead-p50-us")
 }
 
 // percentiles returns p50 and p99 in microseconds.

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,8 +20,15 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/cors"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/internal/reqid"
+	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/serving"
 )
 
@@ -46,6 +54,13 @@ type Backend interface {
 	Unload(ctx context.Context, model string) error
 	// WriteMetrics writes the serving metrics in the Prometheus text format.
 	WriteMetrics(w io.Writer) error
+	// Config is the configuration of model version (0 = latest), for
+	// Triton's model configuration extension.
+	Config(model string, version int64) (*serving.ModelConfig, error)
+	// Statistics are the counters of the READY versions of model ("" =
+	// every model) and version (0 = every version), for Triton's statistics
+	// extension.
+	Statistics(model string, version int64) ([]serving.Statistics, error)
 }
 
 // *serving.Manager is the production Backend.
@@ -116,6 +131,15 @@ func New(backend Backend, opts Options) (*Server, error) {
 
 func (s *Server) routes() {
 	a := s.app
+	if len(s.opts.CORSOrigins) > 0 {
+		a.Use(cors.New(cors.Config{
+			AllowOrigins:  strings.Join(s.opts.CORSOrigins, ","),
+			AllowMethods:  "GET,POST,OPTIONS",
+			AllowHeaders:  "Authorization,Content-Type,Content-Encoding,Accept-Encoding," + HeaderInferenceLength + ",X-Request-ID,traceparent",
+			ExposeHeaders: HeaderInferenceLength + ",X-Request-ID",
+			MaxAge:        600,
+		}))
+	}
 	post := func(path string, h fiber.Handler) { a.Post(path, s.handle(fiber.MethodPost, path, h)) }
 	get := func(path string, h fiber.Handler) { a.Get(path, s.handle(fiber.MethodGet, path, h)) }
 
@@ -124,15 +148,22 @@ func (s *Server) routes() {
 	get("/v2/health/live", s.live)
 	get("/v2/health/ready", s.ready)
 	get("/v2", s.serverMetadata)
+	get("/v2/models/stats", s.statistics)
 	get("/v2/models/:model", s.modelMetadata)
 	get("/v2/models/:model/versions/:version", s.modelMetadata)
 	get("/v2/models/:model/ready", s.modelReady)
 	get("/v2/models/:model/versions/:version/ready", s.modelReady)
+	get("/v2/models/:model/config", s.modelConfig)
+	get("/v2/models/:model/versions/:version/config", s.modelConfig)
+	get("/v2/models/:model/stats", s.statistics)
+	get("/v2/models/:model/versions/:version/stats", s.statistics)
 	post("/v2/models/:model/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
 	post("/v2/models/:model/versions/:version/infer", func(c *fiber.Ctx) error { return s.infer(c, true) })
 	post("/v2/repository/index", s.repositoryIndex)
 	post("/v2/repository/models/:model/load", s.load)
 	post("/v2/repository/models/:model/unload", s.unload)
+
+	s.unsupportedRoutes(get, post)
 
 	get("/metrics", s.writeMetrics)
 }
@@ -163,7 +194,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.ln = ln
 	s.mu.Unlock()
 	addr := ln.Addr().String()
-	s.log.Info("listening on "+addr, "addr", addr)
+	s.log.Info("listening on "+addr, "addr", addr, "tls", s.opts.TLS != nil, "auth", s.opts.Auth != nil)
+	if s.opts.TLS != nil {
+		ln = tls.NewListener(ln, s.opts.TLS)
+	}
 	err := s.app.Listener(ln)
 	if s.closing.Load() {
 		return ErrServerClosed
@@ -202,25 +236,72 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// handle wraps a handler: it recovers panics, turns errors into JSON error
-// responses, and counts the request under its route pattern.
+// handle wraps a handler: it gives the request its id (X-Request-ID in and
+// out), recovers panics, turns errors into JSON error responses, counts the
+// request under its route pattern and logs it.
 func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
-		s.metrics.inflight.Add(1)
-		if err := s.call(h, c); err != nil {
+		s.metrics.inflight.Inc()
+		id := reqid.From(c.Get(reqid.Header), c.Get("traceparent"))
+		c.Locals(requestIDKey{}, id)
+		c.Set(reqid.Header, id)
+		ctx := tracing.Propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Get("traceparent"), "tracestate": c.Get("tracestate")})
+		ctx, span := s.opts.Tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("xserve.request_id", id)))
+		c.SetUserContext(ctx)
+		err := s.authorize(c, route)
+		if err == nil {
+			err = s.call(h, c)
+		}
+		if err != nil {
 			s.writeError(c, err)
 		}
 		s.drainBody(c)
-		s.metrics.inflight.Add(-1)
+		s.metrics.inflight.Dec()
 		code := c.Response().StatusCode()
+		span.SetAttributes(attribute.Int("http.response.status_code", code))
+		tracing.End(span, err)
 		d := time.Since(start)
 		s.metrics.observe(route, method, code, d)
-		if s.log.Enabled(context.Background(), slog.LevelDebug) {
-			s.log.Debug("request", "method", method, "path", c.Path(), "status", code, "duration", d)
+		level := slog.LevelDebug
+		if s.opts.AccessLog {
+			level = slog.LevelInfo
+		}
+		if s.log.Enabled(context.Background(), level) {
+			s.log.Log(context.Background(), level, "request", "method", method, "path", c.Path(), "route", route,
+				"status", code, "duration", d, "bytes_in", c.Request().Header.ContentLength(), "bytes_out", len(c.Response().Body()),
+				"remote", c.IP(), "request_id", id)
 		}
 		return nil
 	}
+}
+
+// requestIDKey holds (in fiber's Locals) the request's id.
+type requestIDKey struct{}
+
+// requestID returns the id handle gave the request.
+func requestID(c *fiber.Ctx) string {
+	id, _ := c.Locals(requestIDKey{}).(string)
+	return id
+}
+
+// authorize checks the request's bearer token against the scope route
+// needs when Options.Auth is set.
+func (s *Server) authorize(c *fiber.Ctx, route string) error {
+	if s.opts.Auth == nil {
+		return nil
+	}
+	need := auth.ScopeInfer
+	switch {
+	case strings.HasPrefix(route, "/v2/health/") || route == "/metrics":
+		if s.opts.OpenHealth {
+			return nil
+		}
+	case strings.HasPrefix(route, "/v2/repository/models/"):
+		need = auth.ScopeAdmin
+	}
+	return s.opts.Auth.Require(c.Get(fiber.HeaderAuthorization), need)
 }
 
 // call runs h, turning a panic into an error.
@@ -239,12 +320,15 @@ func (s *Server) writeError(c *fiber.Ctx, err error) {
 	code := statusOf(err)
 	// Client errors, overload and not-ready answers are routine: debug only.
 	if code == http.StatusInternalServerError {
-		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", code, "err", err)
+		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", code, "err", err, "request_id", requestID(c))
 	} else {
-		s.log.Debug("request rejected", "method", c.Method(), "path", c.Path(), "status", code, "err", err)
+		s.log.Debug("request rejected", "method", c.Method(), "path", c.Path(), "status", code, "err", err, "request_id", requestID(c))
 	}
 	if code == http.StatusTooManyRequests {
 		c.Set(fiber.HeaderRetryAfter, retryAfter(err))
+	}
+	if code == http.StatusUnauthorized {
+		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="xserve"`)
 	}
 	c.Response().Header.Del(HeaderInferenceLength)
 	c.Response().Header.Del(fiber.HeaderContentEncoding)
@@ -331,6 +415,16 @@ func versionParam(c *fiber.Ctx) (int64, error) {
 	return payload.ParseVersion(c.Params("version"))
 }
 
+// modelVersionParams returns the URL's model name and version.
+func modelVersionParams(c *fiber.Ctx) (string, int64, error) {
+	model, err := modelParam(c)
+	if err != nil {
+		return "", 0, err
+	}
+	version, err := versionParam(c)
+	return model, version, err
+}
+
 // readBody reads the request body through the MaxBodyBytes limit into a
 // fresh buffer (which may be kept after the handler returns).
 func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
@@ -413,39 +507,48 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 			return err
 		}
 	}
-	body, err := s.body(c)
-	if err != nil {
-		return err
-	}
-	// body is the handler's own buffer: tensors may point into it.
-	hdr := c.Get(HeaderInferenceLength)
-	var d *payload.Request
-	if v2 {
-		d, err = payload.DecodeOIP(model, version, body, hdr, s.opts.MaxTensorElements)
-	} else {
-		d, err = payload.DecodeV1(body, hdr, "", s.opts.MaxTensorElements)
-	}
-	if err != nil {
-		return err
-	}
 	// A request that arrived before Shutdown runs to the end, even if
-	// Shutdown has begun meanwhile.
-	ctx := s.ctx
+	// Shutdown has begun meanwhile; its spans continue the request's trace.
+	ctx := trace.ContextWithSpan(s.ctx, trace.SpanFromContext(c.UserContext()))
+	var d *payload.Request
+	err := tracing.Phase(ctx, s.opts.Tracer, "decode", func(context.Context) error {
+		body, err := s.body(c)
+		if err != nil {
+			return err
+		}
+		// body is the handler's own buffer: tensors may point into it.
+		hdr := c.Get(HeaderInferenceLength)
+		if v2 {
+			d, err = payload.DecodeOIP(model, version, body, hdr, s.opts.MaxTensorElements)
+		} else {
+			d, err = payload.DecodeV1(body, hdr, "", s.opts.MaxTensorElements)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	resp, err := s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
+	resp, err := tracing.Infer(ctx, s.opts.Tracer, d.Model, d.Version, func(ctx context.Context) (*serving.InferResponse, error) {
+		return s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
+	})
 	if err != nil {
 		return err
 	}
 	var enc payload.Response
-	if v2 {
-		enc, err = payload.EncodeOIP(d, resp)
-	} else {
-		enc, err = payload.EncodeV1(d, resp)
-	}
+	err = tracing.Phase(ctx, s.opts.Tracer, "encode", func(context.Context) error {
+		var err error
+		if v2 {
+			enc, err = payload.EncodeOIP(d, resp)
+		} else {
+			enc, err = payload.EncodeV1(d, resp)
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -475,16 +578,12 @@ func (s *Server) serverMetadata(c *fiber.Ctx) error {
 	return s.sendJSON(c, map[string]any{
 		"name":       "xserve",
 		"version":    s.opts.Version,
-		"extensions": []string{"binary_tensor_data", "model_repository"},
+		"extensions": []string{"binary_tensor_data", "model_repository", "model_configuration", "statistics"},
 	})
 }
 
 func (s *Server) modelMetadata(c *fiber.Ctx) error {
-	model, err := modelParam(c)
-	if err != nil {
-		return err
-	}
-	version, err := versionParam(c)
+	model, version, err := modelVersionParams(c)
 	if err != nil {
 		return err
 	}
@@ -496,11 +595,7 @@ func (s *Server) modelMetadata(c *fiber.Ctx) error {
 }
 
 func (s *Server) modelReady(c *fiber.Ctx) error {
-	model, err := modelParam(c)
-	if err != nil {
-		return err
-	}
-	version, err := versionParam(c)
+	model, version, err := modelVersionParams(c)
 	if err != nil {
 		return err
 	}
@@ -602,7 +697,7 @@ func (s *Server) unload(c *fiber.Ctx) error {
 }
 
 // writeMetrics answers GET /metrics: the backend's metrics, then the HTTP
-// server's.
+// server's, then the Go runtime's and the process's (go_*, process_*).
 func (s *Server) writeMetrics(c *fiber.Ctx) error {
 	var buf bytes.Buffer
 	if err := s.backend.WriteMetrics(&buf); err != nil {
@@ -612,7 +707,7 @@ func (s *Server) writeMetrics(c *fiber.Ctx) error {
 		buf.WriteByte('\n')
 	}
 	if err := s.metrics.write(&buf); err != nil {
-		return err
+		return fmt.Errorf("httpapi: metrics: %w", err)
 	}
 	return s.send(c, contentProm, buf.Bytes())
 }

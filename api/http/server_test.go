@@ -498,7 +498,7 @@ func TestMetadataHealthAndRepository(t *testing.T) {
 	wantStatus(t, ts.do(t, "GET", "/v2/health/ready", nil), 200, "")
 
 	r := ts.do(t, "GET", "/v2", nil)
-	if r.code != 200 || string(r.body) != `{"extensions":["binary_tensor_data","model_repository"],"name":"xserve","version":"1.2.3"}` {
+	if r.code != 200 || string(r.body) != `{"extensions":["binary_tensor_data","model_repository","model_configuration","statistics"],"name":"xserve","version":"1.2.3"}` {
 		t.Errorf("GET /v2: %s", r)
 	}
 	r = ts.do(t, "GET", "/v2/models/echo", nil)
@@ -542,12 +542,15 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, want := range []string{
 		"xserve_fake_total 7\n",
-		`xserve_http_requests_total{route="/v2/models/:model/infer",method="POST",code="200"} 1`,
-		`xserve_http_requests_total{route="/v2/models/:model/infer",method="POST",code="404"} 1`,
-		`xserve_http_requests_total{route="unmatched",method="GET",code="404"} 1`,
-		`xserve_http_request_duration_seconds_count{route="/v2/models/:model/infer",method="POST"} 2`,
-		`xserve_http_request_duration_seconds_bucket{route="/v2/models/:model/infer",method="POST",le="+Inf"} 2`,
+		`xserve_http_requests_total{code="200",method="POST",route="/v2/models/:model/infer"} 1`,
+		`xserve_http_requests_total{code="404",method="POST",route="/v2/models/:model/infer"} 1`,
+		`xserve_http_requests_total{code="404",method="GET",route="unmatched"} 1`,
+		`xserve_http_request_duration_seconds_count{method="POST",route="/v2/models/:model/infer"} 2`,
+		`xserve_http_request_duration_seconds_bucket{method="POST",route="/v2/models/:model/infer",le="+Inf"} 2`,
 		"xserve_http_requests_in_flight 1\n",
+		"# TYPE go_goroutines gauge\ngo_goroutines ",
+		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ",
+		"process_resident_memory_bytes ",
 	} {
 		if !strings.Contains(string(r.body), want) {
 			t.Errorf("metrics lack %q:\n%s", want, r.body)

@@ -23,6 +23,9 @@ type ConnOptions struct {
 	CredsFile string
 	// Token is an authentication token.
 	Token string
+	// NkeyFile is a file holding a user NKey seed ("SU..."), for servers
+	// that authenticate users by NKey.
+	NkeyFile string
 	// TLSCert and TLSKey are a client certificate and its key (PEM files)
 	// for servers that require one; TLSCA is the CA bundle that signs the
 	// server's certificate. Any of them turns TLS on.
@@ -65,8 +68,8 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("natsapi: a TLS client certificate needs both its certificate and its key file")
 	}
-	if opts.CredsFile != "" && opts.Token != "" {
-		return nil, errors.New("natsapi: give a credentials file or a token, not both")
+	if n := btoi(opts.CredsFile != "") + btoi(opts.Token != "") + btoi(opts.NkeyFile != ""); n > 1 {
+		return nil, errors.New("natsapi: give one of a credentials file, an NKey seed file or a token")
 	}
 	backoff := func(attempt int) time.Duration {
 		d := opts.ReconnectWait << min(attempt, 16)
@@ -103,6 +106,13 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 	}
 	if opts.Token != "" {
 		nopts = append(nopts, nats.Token(opts.Token))
+	}
+	if opts.NkeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(opts.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("natsapi: NKey seed file: %w", err)
+		}
+		nopts = append(nopts, o)
 	}
 	if opts.TLSCert != "" {
 		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
@@ -148,4 +158,11 @@ func redact(urls string) string {
 		parts[i] = u.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,13 +1,10 @@
 package natsapi
 
 import (
-	"bufio"
-	"fmt"
 	"io"
-	"slices"
-	"strconv"
-	"strings"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xserve/xserve/internal/metrics"
 )
@@ -43,25 +40,56 @@ func natsCounters() []natsCounter {
 	}
 }
 
+// collector is a prometheus.Collector that reads the counts at each
+// scrape, the ones $SRV.STATS reports per endpoint.
+type collector struct {
+	s      *Server
+	descs  []*prometheus.Desc // one per natsCounters entry
+	queued *prometheus.Desc
+}
+
+func newCollector(s *Server) *collector {
+	c := &collector{s: s}
+	for _, nc := range natsCounters() {
+		c.descs = append(c.descs, prometheus.NewDesc(nc.name, nc.help, []string{"model"}, nil))
+	}
+	c.queued = prometheus.NewDesc("xserve_nats_queued", "NATS requests waiting for a worker.", nil, nil)
+	return c
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+	ch <- c.queued
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.s.statsMu.Lock()
+	stats := make([]*modelStats, 0, len(c.s.stats))
+	for _, st := range c.s.stats {
+		stats = append(stats, st)
+	}
+	c.s.statsMu.Unlock()
+	for i, nc := range natsCounters() {
+		vt := prometheus.CounterValue
+		if nc.typ == "gauge" {
+			vt = prometheus.GaugeValue
+		}
+		for _, st := range stats {
+			ch <- prometheus.MustNewConstMetric(c.descs[i], vt, nc.value(st), st.model)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(c.s.queued.Load()))
+}
+
 // WriteMetrics writes this replica's NATS counts, the ones $SRV.STATS
 // reports per endpoint, in the Prometheus text format (version 0.0.4), so
 // that one /metrics scrape covers HTTP and NATS.
 func (s *Server) WriteMetrics(w io.Writer) error {
-	s.statsMu.Lock()
-	stats := make([]*modelStats, 0, len(s.stats))
-	for _, st := range s.stats {
-		stats = append(stats, st)
-	}
-	s.statsMu.Unlock()
-	slices.SortFunc(stats, func(a, b *modelStats) int { return strings.Compare(a.model, b.model) })
-
-	bw := bufio.NewWriter(w)
-	for _, c := range natsCounters() {
-		fmt.Fprintf(bw, "# HELP %s %s\n# TYPE %s %s\n", c.name, c.help, c.name, c.typ)
-		for _, st := range stats {
-			fmt.Fprintf(bw, "%s{model=%s} %s\n", c.name, strconv.Quote(st.model), metrics.FormatFloat(c.value(st)))
-		}
-	}
-	fmt.Fprintf(bw, "# HELP xserve_nats_queued NATS requests waiting for a worker.\n# TYPE xserve_nats_queued gauge\nxserve_nats_queued %d\n", s.queued.Load())
-	return bw.Flush()
+	s.metricsOnce.Do(func() {
+		s.metrics = metrics.NewRegistry()
+		s.metrics.Prometheus().MustRegister(newCollector(s))
+	})
+	return s.metrics.Write(w)
 }

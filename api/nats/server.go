@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/internal/metrics"
+	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/serving"
 )
 
@@ -97,6 +99,9 @@ type Server struct {
 	svc         micro.Service
 	fingerprint string
 	replica     atomic.Value // string: the current service instance id
+
+	metricsOnce sync.Once         // creates metrics
+	metrics     *metrics.Registry // WriteMetrics' registry, with the collector of the counts
 
 	statsMu sync.Mutex // guards stats and served
 	stats   map[string]*modelStats
@@ -550,9 +555,9 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 		st.errors.Add(1)
 	}
 	reply.Subject = j.reply
-	if id := requestID(j.header); id != "" {
-		reply.Header.Set(HeaderRequestID, id)
-	}
+	// Every reply carries the request's id: the client's, the trace id of
+	// its traceparent, or a new one.
+	reply.Header.Set(HeaderRequestID, reqid.From(requestID(j.header), headerValue(j.header, "traceparent")))
 	reply.Header.Set(HeaderReplica, s.ID())
 	if j.msg != nil {
 		reply.Header.Set(HeaderDelivery, strconv.FormatUint(delivered, 10))

@@ -43,9 +43,12 @@ func TestInferPayloads(t *testing.T) {
 		}
 	})
 	t.Run("v1 JSON flat, version header", func(t *testing.T) {
-		r := request(t, nc, subject, v1Body(img1, false), HeaderModelVersion, "1")
+		r := request(t, nc, subject, v1Body(img1, false), HeaderModelVersion, "1", "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 		got, shape := v1Outputs(t, r)
 		checkProbs(t, got, shape, want1)
+		if id := r.Header.Get(HeaderRequestID); id != "4bf92f3577b34da6a3ce929d0e0e4736" {
+			t.Errorf("%s %q, want the traceparent's trace id", HeaderRequestID, id)
+		}
 	})
 	t.Run("v1 binary", func(t *testing.T) {
 		r := request(t, nc, subject, bin3, HeaderInferenceLength, hl3)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nkeys"
 
 	"github.com/xserve/xserve/serving"
 )
@@ -389,18 +392,27 @@ func TestDurable(t *testing.T) {
 	waitFor(t, 5*time.Second, "the extra replies", func() bool { return c.Duplicates() == 2 && c.Late() == 1 })
 }
 
-// TestConnectAuth connects with a token to a server that requires one, and
-// fails at once without it.
-func TestConnectAuth(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Authorization: "s3cret", NoSigs: true, NoLog: true})
+// startAuthServer runs a nats-server on a random loopback port with o's
+// authorization settings until the test ends.
+func startAuthServer(t *testing.T, o *server.Options) *server.Server {
+	t.Helper()
+	o.Host, o.Port, o.NoSigs, o.NoLog = "127.0.0.1", server.RANDOM_PORT, true, true
+	srv, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.Start()
-	defer srv.Shutdown()
+	t.Cleanup(srv.Shutdown)
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
+	return srv
+}
+
+// TestConnectAuth connects with a token to a server that requires one, and
+// fails at once without it.
+func TestConnectAuth(t *testing.T) {
+	srv := startAuthServer(t, &server.Options{Authorization: "s3cret"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	nc, err := Connect(ctx, srv.ClientURL(), ConnOptions{Token: "s3cret", Logger: testLogger(t)})
@@ -414,6 +426,37 @@ func TestConnectAuth(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Error("an authorization failure was retried")
+	}
+}
+
+// TestConnectNkey connects with an NKey seed file to a server that knows
+// the user's public key, and fails at once with another user's seed.
+func TestConnectNkey(t *testing.T) {
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "user.nk"), filepath.Join(dir, "other.nk")
+	os.WriteFile(good, seed, 0o600)
+	os.WriteFile(bad, otherSeed, 0o600)
+	srv := startAuthServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := Connect(ctx, srv.ClientURL(), ConnOptions{NkeyFile: good, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	if _, err := Connect(ctx, srv.ClientURL(), ConnOptions{NkeyFile: bad, Logger: testLogger(t)}); !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("another user's seed: %v", err)
+	}
+	if _, err := Connect(ctx, srv.ClientURL(), ConnOptions{NkeyFile: good, Token: "x"}); err == nil {
+		t.Error("an NKey and a token together were accepted")
 	}
 }
 

@@ -4,7 +4,9 @@
 //	xserve nats-infer --model M --input NAME=FILE.npy ... [--nats-url URL] [--durable]
 //	xserve inspect MODEL [--stablehlo --shape NAME=1x3x224x224 | --dim SYM=N]
 //	xserve run MODEL --input NAME=FILE.npy ... --output DIR
+//	xserve compile --model-repo DIR --compile-cache DIR [--pjrt-plugin P]
 //	xserve version
+//	xserve health [--url http://127.0.0.1:8080/v2/health/ready]
 //
 // Run `xserve help` or `xserve COMMAND -h` for the flags of each command.
 package main
@@ -24,11 +26,13 @@ import (
 const usage = `xserve: an XLA inference server for ONNX and torch.export models
 
 Usage:
-  xserve serve --model-repo DIR [flags]   serve a model repository over HTTP and NATS (also: xserve --model-repo DIR)
+  xserve serve --model-repo DIR [flags]   serve a model repository over HTTP, gRPC and NATS (also: xserve --model-repo DIR)
   xserve nats-infer --model M --input NAME=FILE.npy [flags]   send one request over NATS, print or write the outputs
   xserve inspect MODEL [flags]   print the imported FX graph (and, with --stablehlo, the program for a shape)
   xserve run MODEL [flags]       run a model once on .npy inputs, write .npy outputs
+  xserve compile --model-repo DIR --compile-cache DIR   compile every model, version and bucket ahead of time
   xserve version                 print the version and the PJRT plugin xserve would load
+  xserve health [--url URL]      exit 0 when the local server is ready (the image's HEALTHCHECK)
 
 Run "xserve COMMAND -h" for a command's flags.
 `
@@ -62,6 +66,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runRun(ctx, args[1:], stdout, stderr)
 	case "version":
 		return runVersion(args[1:], stdout, stderr)
+	case "compile":
+		return runCompile(ctx, args[1:], stdout, stderr)
+	case "health":
+		return runHealth(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -85,11 +85,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: *plugin})
-	if err != nil {
-		return err
-	}
-	client, err := pjrt.Open(path)
+	client, err := openPlugin(*plugin)
 	if err != nil {
 		return err
 	}
@@ -144,11 +140,27 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(stdout, "pjrt plugin file: %s\n", path)
+	apiVersion, err := pjrt.PluginAPIVersion(path)
+	if err != nil {
+		return fmt.Errorf("version: the PJRT plugin cannot be loaded: %w", err)
+	}
+	fmt.Fprintf(stdout, "plugin version: %s\n", apiVersion)
 	client, err := pjrt.Open(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("version: the PJRT plugin %s loads (PJRT C API %s) but no device is usable (no accelerator here, or its driver is missing): %w", path, apiVersion, err)
 	}
 	defer client.Close()
-	fmt.Fprintf(stdout, "pjrt plugin: %s\nplugin version: %s\n", client, client.PluginVersion())
+	fmt.Fprintf(stdout, "pjrt plugin: %s\n", client)
 	return nil
+}
+
+// openPlugin finds the PJRT plugin a --pjrt-plugin flag names (or the
+// default one) and opens a client on it.
+func openPlugin(flagValue string) (*pjrt.Client, error) {
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: flagValue})
+	if err != nil {
+		return nil, err
+	}
+	return pjrt.Open(path)
 }

@@ -16,8 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	grpcapi "github.com/xserve/xserve/api/grpc"
 	httpapi "github.com/xserve/xserve/api/http"
 	natsapi "github.com/xserve/xserve/api/nats"
+	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
@@ -32,17 +34,24 @@ import (
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var limits httpapi.Options
 	repoDir := fs.String("model-repo", "", "model repository directory (required)")
 	addr := fs.String("http-addr", ":8080", "HTTP listen address (host:port; port 0 picks a free one)")
+	grpcAddr := fs.String("grpc-addr", ":8001", `KServe v2 gRPC listen address (host:port; port 0 picks a free one; "" disables gRPC)`)
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
+	compileJobs := fs.Int("compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
 	poll := fs.Duration("poll-interval", 5*time.Second, "how often to rescan the model repository for changes (0 disables)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	fs.BoolVar(&limits.AccessLog, "access-log", false, "log every HTTP and gRPC request at level info, with its request id")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "grace period: how long SIGTERM waits for in-flight and queued requests (HTTP and NATS) before exiting")
+	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
+	strict := fs.Bool("strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
 	nf := natsFlags(fs)
-	var limits httpapi.Options
+	sf := newSecurityFlags(fs)
+	tf := tracingFlags(fs)
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
 	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 256MiB)")
 	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
@@ -65,20 +74,38 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errors.New("serve: --model-repo DIR is required")
 	}
+	if *shutdownTimeout <= 0 {
+		return fmt.Errorf("serve: --shutdown-timeout must be positive, got %v", *shutdownTimeout)
+	}
+	if *shutdownDelay < 0 {
+		return fmt.Errorf("serve: --shutdown-delay must be 0 or more, got %v", *shutdownDelay)
+	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
+	grpcOpts := grpcapi.Options{AccessLog: limits.AccessLog}
+	if err := sf.apply(&limits, &grpcOpts); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	tracer, stopTracing, err := tracing.Setup(ctx, *tf)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("flushing traces failed", "endpoint", tf.Endpoint, "err", err)
+		}
+	}()
+	limits.Tracer, grpcOpts.Tracer = tracer, tracer
 
 	repo, err := modelrepo.Open(*repoDir)
 	if err != nil {
 		return err
 	}
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: *plugin})
-	if err != nil {
-		return err
-	}
-	client, err := pjrt.Open(path)
+	client, err := openPlugin(*plugin)
 	if err != nil {
 		return err
 	}
@@ -93,12 +120,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir)
 	mgr, err := serving.NewManager(ctx, serving.Options{
-		Client:          client,
-		Repository:      repo,
-		CompileCacheDir: *cacheDir,
-		Lowering:        lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
-		Logger:          log,
-		PollInterval:    *poll,
+		Client:             client,
+		Repository:         repo,
+		CompileCacheDir:    *cacheDir,
+		CompileParallelism: *compileJobs,
+		Lowering:           lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
+		Logger:             log,
+		PollInterval:       *poll,
 	})
 	if err != nil {
 		return err
@@ -115,7 +143,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	limits.Logger = log
 	limits.Version = buildVersion()
-	backend := &metricsBackend{Manager: mgr}
+	backend := &metricsBackend{Manager: mgr, strict: *strict}
 	srv, err := httpapi.New(backend, limits)
 	if err != nil {
 		return errors.Join(err, mgr.Shutdown(context.Background()))
@@ -126,6 +154,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	gs, err := startGRPC(*grpcAddr, mgr, limits, grpcOpts, log)
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+		defer cancel()
+		errHTTP := srv.Shutdown(sctx)
+		<-served
+		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
+	}
 
 	// NATS: an embedded server, or a connection to the server or cluster
 	// --nats-url names; then the replica's subscriptions.
@@ -138,15 +174,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cancel()
 		errHTTP := srv.Shutdown(sctx)
 		<-served
-		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
+		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, gs.shutdown(sctx), mgr.Shutdown(sctx))
 	}
 
 	select {
 	case err := <-served: // the listener failed
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 		defer cancel()
-		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), mgr.Shutdown(sctx))
+		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx))
 	case <-ctx.Done():
+	}
+	if *shutdownDelay > 0 {
+		backend.draining.Store(true)
+		log.Info("shutting down: not ready any more, still serving", "delay", *shutdownDelay)
+		time.Sleep(*shutdownDelay)
 	}
 	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
@@ -155,12 +196,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// the models go once both are done.
 	natsDone := make(chan error, 1)
 	go func() { natsDone <- ns.shutdown(sctx) }()
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- gs.shutdown(sctx) }()
 	errHTTP := srv.Shutdown(sctx)
 	<-served
-	errNATS := <-natsDone
+	errNATS, errGRPC := <-natsDone, <-grpcDone
 	errMgr := mgr.Shutdown(sctx)
 	ns.stopEmbedded()
-	if err := errors.Join(errHTTP, errNATS, errMgr); err != nil {
+	if err := errors.Join(errHTTP, errNATS, errGRPC, errMgr); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}
 	log.Info("stopped")
@@ -231,10 +274,32 @@ func (b byteSize) Set(s string) error {
 }
 
 // metricsBackend is the Manager as the HTTP API's backend, with /metrics
-// extended by the NATS replica's counts once NATS serves.
+// extended by the NATS replica's counts once NATS serves, and the server's
+// readiness made strict (--strict-readiness) and dropped while draining.
 type metricsBackend struct {
 	*serving.Manager
-	nats atomic.Pointer[natsapi.Server]
+	nats     atomic.Pointer[natsapi.Server]
+	strict   bool
+	draining atomic.Bool
+}
+
+// Ready reports whether the server takes requests: the Manager is done
+// loading and, when strict, every model version that should load is READY
+// (a model that failed to load keeps the server unready until it is fixed
+// or removed). A version being unloaded after an upgrade does not count.
+func (b *metricsBackend) Ready() bool {
+	if b.draining.Load() || !b.Manager.Ready() {
+		return false
+	}
+	if !b.strict {
+		return true
+	}
+	for _, st := range b.Manager.Status() {
+		if st.State != serving.StateReady && st.State != serving.StateUnloading {
+			return false
+		}
+	}
+	return true
 }
 
 // WriteMetrics writes the Manager's metrics, then the NATS ones.

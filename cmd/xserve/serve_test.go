@@ -148,7 +148,30 @@ type xserveProc struct {
 // /v2/health/ready.
 func startXserve(t *testing.T, repo, cache string, extra ...string) *xserveProc {
 	t.Helper()
-	args := append([]string{"serve", "--model-repo", repo, "--http-addr", "127.0.0.1:0", "--compile-cache", cache, "--poll-interval", "0"}, extra...)
+	p := launchXserve(t, repo, cache, extra...)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		res, err := http.Get(p.url + "/v2/health/ready")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("xserve not ready within 3 minutes (last: %v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.ready = time.Since(p.start)
+	return p
+}
+
+// launchXserve starts the binary as startXserve does, but returns once it
+// listens, ready or not.
+func launchXserve(t *testing.T, repo, cache string, extra ...string) *xserveProc {
+	t.Helper()
+	args := append([]string{"serve", "--model-repo", repo, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--compile-cache", cache, "--poll-interval", "0"}, extra...)
 	p := &xserveProc{log: &logBuffer{addr: make(chan string, 1)}, exited: make(chan struct{})}
 	p.cmd = exec.Command(xserveBinary(t), args...)
 	p.cmd.Dir = repoRoot(t)
@@ -180,21 +203,6 @@ func startXserve(t *testing.T, repo, cache string, extra ...string) *xserveProc 
 		t.Fatalf("xserve did not listen within 3 minutes:\n%s", p.log)
 	}
 	p.url = "http://" + p.addr
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		res, err := http.Get(p.url + "/v2/health/ready")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("xserve not ready within 3 minutes (last: %v)", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	p.ready = time.Since(p.start)
 	return p
 }
 
@@ -602,10 +610,10 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Errorf("bucket batch=8 got no request but compiled %s times", c)
 		}
 		for _, want := range []string{
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="200"}`,
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="400"}`,
-			`xserve_http_requests_total{route="/v2/models/:model/infer",method="POST",code="200"}`,
-			`xserve_http_requests_total{route="/v1/infer",method="POST",code="413"}`,
+			`xserve_http_requests_total{code="200",method="POST",route="/v1/infer"}`,
+			`xserve_http_requests_total{code="400",method="POST",route="/v1/infer"}`,
+			`xserve_http_requests_total{code="200",method="POST",route="/v2/models/:model/infer"}`,
+			`xserve_http_requests_total{code="413",method="POST",route="/v1/infer"}`,
 			"xserve_requests_total{",
 		} {
 			if !bytes.Contains(r.body, []byte(want)) {
@@ -780,6 +788,12 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"serve", "--model-repo", t.TempDir(), "--log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"serve", "--model-repo", "x", "--max-body-bytes", "lots"}, "want a positive size"},
 		{[]string{"--model-repo", filepath.Join(t.TempDir(), "none")}, "modelrepo:"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--tls-cert", "c.pem"}, "the TLS certificate and key go together"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--tls-cert", "c.pem", "--tls-key", "k.pem"}, "TLS certificate c.pem and key k.pem"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--auth-tokens-file", "/nonexistent/tokens"}, "auth: tokens file"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--shutdown-timeout", "0s"}, "--shutdown-timeout must be positive, got 0s"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--shutdown-delay", "-1s"}, "--shutdown-delay must be 0 or more, got -1s"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--strict-readiness=maybe"}, `invalid boolean value "maybe" for -strict-readiness`},
 	}
 	for _, tc := range tests {
 		_, _, err := xserve(t, tc.args...)

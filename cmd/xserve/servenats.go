@@ -28,6 +28,7 @@ type natsOptions struct {
 	store      *string
 	maxPayload int64
 	creds      *string
+	nkey       *string
 	token      *string
 	tlsCert    *string
 	tlsKey     *string
@@ -50,6 +51,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 		listen:     fs.String("nats-listen", natsapi.DefaultListen, "embedded NATS server's client address (port 0 picks a free one)"),
 		store:      fs.String("nats-store", "", "embedded NATS server's JetStream directory (default: $XSERVE_CACHE/nats/PORT or .cache/nats/PORT; a temporary one for a random port)"),
 		creds:      fs.String("nats-creds", "", "NATS credentials file (user JWT and NKey seed), with --nats-url"),
+		nkey:       fs.String("nats-nkey", "", "file holding a NATS user NKey seed (SU...), with --nats-url"),
 		token:      fs.String("nats-token", "", "NATS authentication token, with --nats-url (default: $XSERVE_NATS_TOKEN)"),
 		tlsCert:    fs.String("nats-tls-cert", "", "client certificate (PEM) for a NATS server that requires one"),
 		tlsKey:     fs.String("nats-tls-key", "", "key of --nats-tls-cert (PEM)"),
@@ -96,7 +98,7 @@ func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits
 	host, _ := os.Hostname()
 	copts := natsapi.ConnOptions{
 		Name:      fmt.Sprintf("xserve %s pid %d", host, os.Getpid()),
-		CredsFile: *o.creds, Token: token,
+		CredsFile: *o.creds, NkeyFile: *o.nkey, Token: token,
 		TLSCert: *o.tlsCert, TLSKey: *o.tlsKey, TLSCA: *o.tlsCA,
 		Logger: log,
 	}
@@ -228,8 +230,8 @@ func (o *natsOptions) noteSet(fs *flag.FlagSet) error {
 	switch {
 	case !*o.enabled:
 		return nil
-	case *o.url == "" && (*o.creds != "" || *o.token != "" || *o.tlsCert != "" || *o.tlsKey != "" || *o.tlsCA != ""):
-		return errors.New("serve: --nats-creds, --nats-token and --nats-tls-* are for joining a server with --nats-url; the embedded server takes no credentials (it listens on loopback)")
+	case *o.url == "" && (*o.creds != "" || *o.nkey != "" || *o.token != "" || *o.tlsCert != "" || *o.tlsKey != "" || *o.tlsCA != ""):
+		return errors.New("serve: --nats-creds, --nats-nkey, --nats-token and --nats-tls-* are for joining a server with --nats-url; the embedded server takes no credentials (it listens on loopback)")
 	case (*o.tlsCert == "") != (*o.tlsKey == ""):
 		return errors.New("serve: --nats-tls-cert and --nats-tls-key go together")
 	case o.maxPayload > 64<<20:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
@@ -49,6 +50,13 @@ type builder struct {
 	// adds on its own are named around them, so that every torch value
 	// keeps its name in the IR.
 	reserved map[string]bool
+	// fresh holds, per base name, the last suffix freshName handed out, so
+	// that naming n nodes of one target takes O(n) in all.
+	fresh map[string]int
+	// state holds the get_attr nodes of the program's parameters, buffers
+	// and constants: what an in-place op must not write (a folded constant
+	// is a computed value, which it may).
+	state map[*fxgraph.Node]bool
 }
 
 type binding struct {
@@ -305,12 +313,16 @@ func (b *builder) freshName(target string) string {
 	if base == "" {
 		base = "node"
 	}
-	for i := 0; ; i++ {
-		name := base
-		if i > 0 {
-			name = fmt.Sprintf("%s_%d", base, i)
-		}
-		if !b.reserved[name] && b.g.Node(name) == nil {
+	free := func(name string) bool { return !b.reserved[name] && b.g.Node(name) == nil }
+	if free(base) {
+		return base
+	}
+	if b.fresh == nil {
+		b.fresh = map[string]int{}
+	}
+	for i := b.fresh[base] + 1; ; i++ {
+		if name := base + "_" + strconv.Itoa(i); free(name) {
+			b.fresh[base] = i
 			return name
 		}
 	}
@@ -522,6 +534,10 @@ func (b *builder) addTensorInput(argName, fqn, kind string, cfg *payloadConfig) 
 		}
 	}
 	n := b.g.AddConstant(fqn, t)
+	if b.state == nil {
+		b.state = map[*fxgraph.Node]bool{}
+	}
+	b.state[n] = true
 	return b.bindValue(argName, n)
 }
 

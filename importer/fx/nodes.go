@@ -166,7 +166,7 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 		if selfName == "" {
 			return c.errorf(ErrUnsupported, "in-place operator on a non-tensor self")
 		}
-		if self, ok := b.env[selfName].(*fxgraph.Node); ok && self.Op == fxgraph.GetAttr {
+		if self, ok := b.env[selfName].(*fxgraph.Node); ok && b.state[self] {
 			return c.errorf(ErrUnsupported, "in-place %s writes %s (%s); xserve serves stateless programs: export without state updates", target, self.Target, selfName)
 		}
 		if other := b.readAfter(selfName); other != "" {
@@ -537,11 +537,11 @@ func (b *builder) symArg(s union) (any, error) {
 	return nil, fmt.Errorf("%w: symbolic argument kind %s", ErrFormat, s.Kind)
 }
 
-// emit adds a call_function node and computes its Meta at once, so that
-// later conversions can read it.
+// emit adds a call_function node through the importers' shared
+// fxgraph.Emitter: its Meta is computed at once, so that later conversions
+// can read it, and it folds into a constant when its inputs are constants.
 func (b *builder) emit(name, target string, args []any, kw map[string]any) (*fxgraph.Node, error) {
-	info, ok := b.ir.Lookup(target)
-	if !ok {
+	if _, ok := b.ir.Lookup(target); !ok {
 		return nil, fmt.Errorf("%w: the importer emits %s, which the IR does not know", ErrUnsupported, target)
 	}
 	if name == "" {
@@ -549,13 +549,11 @@ func (b *builder) emit(name, target string, args []any, kw map[string]any) (*fxg
 	} else {
 		name = sanitize(name)
 	}
-	n := b.g.AddNamedCall(name, target, args, kw)
-	m, err := info.Shape(n)
+	e := fxgraph.Emitter{Graph: b.g, IR: b.ir}
+	n, err := e.Emit(name, target, args, kw)
 	if err != nil {
-		_ = b.g.Erase(n) // unused: it was just added
-		return nil, fmt.Errorf("%w: shape of %s (%s): %v", ErrUnsupported, name, target, err)
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
-	n.Meta = m
 	return n, nil
 }
 

@@ -203,94 +203,16 @@ func (c *Ctx) Emit(target string, args ...any) (*fxgraph.Node, error) {
 
 // EmitKw is Emit with kwargs.
 func (c *Ctx) EmitKw(target string, args []any, kwargs map[string]any) (*fxgraph.Node, error) {
-	g := c.s.g
-	info, ok := c.s.im.ir.Lookup(target)
-	if !ok {
-		return nil, fmt.Errorf("converter emits %s, which the IR does not know", target)
-	}
 	name := ""
 	if len(c.node.Outputs) > 0 {
 		name = sanitize(c.node.Outputs[0])
 	}
-	n := g.AddNamedCall(name, target, args, kwargs)
-	meta, err := info.Shape(n)
+	e := fxgraph.Emitter{Graph: c.s.g, IR: c.s.im.ir}
+	n, err := e.Emit(name, target, args, kwargs)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", target, err)
+		return nil, fmt.Errorf("converter emits %s: %w", target, err)
 	}
-	n.Meta = meta
-	return c.fold(n, info)
-}
-
-// fold replaces n by a constant when all its inputs are constant, so that
-// shape computations (Shape -> Gather -> Concat -> Reshape) resolve at import
-// time whenever the shapes are static.
-func (c *Ctx) fold(n *fxgraph.Node, info fxgraph.OpInfo) (*fxgraph.Node, error) {
-	g := c.s.g
-	if info.Eval == nil || n.Meta.Tuple || len(n.Meta.Vals) != 1 {
-		return n, nil
-	}
-	dims, ok := n.Val().Shape.Static()
-	if !ok || tensor.NumElements(dims) > 1<<16 {
-		return n, nil
-	}
-	for _, in := range n.InputNodes() {
-		if info.ShapeOnly {
-			if !in.Val().Shape.IsStatic() {
-				return n, nil
-			}
-		} else if g.ConstValue(in) == nil {
-			return n, nil
-		}
-	}
-	outs, err := info.Eval(n, g.ConstValue)
-	if err != nil || outs == nil {
-		return n, nil // leave it to the backend
-	}
-	t := outs[0]
-	if t.DType != n.Val().DType || !sameDims(t.Shape, dims) {
-		return nil, fmt.Errorf("fold %s: got %s, meta says %s", n.Target, t, n.Val())
-	}
-	k := g.AddConstant(foldedName(n), t)
-	g.ReplaceAllUses(n, k)
-	if err := g.Erase(n); err != nil {
-		return nil, err
-	}
-	return k, nil
-}
-
-// foldedName names a folded constant: after its single non-scalar constant
-// input and the op ("fc_weight_permute" for a transposed weight), else after
-// the node.
-func foldedName(n *fxgraph.Node) string {
-	var src *fxgraph.Node
-	for _, in := range n.InputNodes() {
-		if in.Op == fxgraph.GetAttr && len(in.Val().Shape) > 0 {
-			if src != nil {
-				return n.Name + "_c"
-			}
-			src = in
-		}
-	}
-	if src == nil {
-		return n.Name + "_c"
-	}
-	op := n.Target
-	if parts := strings.Split(op, "."); len(parts) >= 2 {
-		op = parts[1]
-	}
-	return src.Name + "_" + op
-}
-
-func sameDims(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	return n, nil
 }
 
 // SetOutput binds output i of the ONNX node to n.

@@ -17,8 +17,8 @@
 // the operator, the node and the opset, wrapping ErrUnsupported: never a
 // silently wrong result.
 //
-// Control flow: XLA programs are static, and go-xla's StableHLO builder has
-// no while or case, so control flow is resolved at import. If inlines the
+// Control flow: XLA programs are static, and lowering does not emit while or case
+// for these yet, so control flow is resolved at import. If inlines the
 // selected branch when the condition is known at import, else both branches
 // with a where() per output (their outputs must agree in dtype and shape).
 // Loop is unrolled when its trip count and condition are known at import,

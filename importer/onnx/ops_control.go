@@ -10,8 +10,8 @@ import (
 )
 
 // registerControlFlow registers the converters of If, Loop and Scan.
-// go-xla's StableHLO builder has no while or case, so all three are inlined
-// at import (see convertIf, convertLoop and convertScan); loops whose trip
+// lowering does not emit while or case for them yet (lower/stablehlo has
+// both), so all three are inlined at import (see convertIf, convertLoop and convertScan); loops whose trip
 // count or condition are run-time values, and Scan before opset 9 (batched,
 // with sequence_lens), are unsupported.
 func registerControlFlow(cs converters) {

@@ -515,8 +515,8 @@ func convertSoftmaxCrossEntropyLoss(c *Ctx, _ *Node) error {
 
 // convertTopK converts TopK to aten.topk.default: k is the "k" attribute
 // before opset 10 and constant input 1 (one int64) from then on; axis,
-// largest and sorted (opset 11) are attributes. The lowering bounds k (see
-// lower.MaxTopK).
+// largest and sorted (opset 11) are attributes. The lowering sorts
+// (stablehlo.sort), so k is only bounded by the axis.
 func convertTopK(kInput bool) Converter {
 	return func(c *Ctx, _ *Node) error {
 		x, err := c.Input(0)

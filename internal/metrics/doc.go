@@ -1,5 +1,8 @@
-// Package metrics is a small, dependency-free registry of Prometheus metrics
-// written in the text exposition format, version 0.0.4.
+// Package metrics is a small registry of Prometheus metrics written in the
+// text exposition format, version 0.0.4, built on prometheus/client_golang
+// (a prometheus.Registry underneath: Prometheus returns it, for exporters
+// and handlers that want a Gatherer; RegisterRuntime adds client_golang's Go
+// runtime and process collectors).
 //
 // A Registry holds metric families, each a vector of series distinguished by
 // label values:
@@ -23,9 +26,6 @@
 // or calling With with the wrong number of label values are programming
 // errors and panic; nothing here depends on user input.
 //
-// All types are safe for concurrent use: counters and gauges are updated
-// with atomics, each histogram series under its own mutex, and each vector's
-// set of series under a read-write mutex. Lock order: Registry.mu, then a
-// vector's mu, then a histogram series' mu (Write takes them in that order;
-// updates take at most the last two).
+// All types are safe for concurrent use, as client_golang's are.
+// Registry.mu guards only the list of registered families.
 package metrics

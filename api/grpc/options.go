@@ -1,0 +1,97 @@
+package grpcapi
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+
+	"github.com/xserve/xserve/api/auth"
+)
+
+// Defaults of Options, the same as the HTTP API's.
+const (
+	// DefaultMaxMessageBytes is Options.MaxMessageBytes when it is zero.
+	DefaultMaxMessageBytes = 64 << 20
+	// DefaultMaxTensorElements is Options.MaxTensorElements when it is zero.
+	DefaultMaxTensorElements = 1 << 28
+)
+
+// Options configures a Server. The zero value of every field means its
+// default; New fills them in and validates the result.
+type Options struct {
+	// MaxMessageBytes is the largest request message accepted, measured
+	// after gzip decompression; a larger one is refused with
+	// codes.ResourceExhausted. Default 64 MiB.
+	MaxMessageBytes int64
+	// MaxTensorElements is the most elements one request tensor may declare
+	// in its shape. Default 1<<28.
+	MaxTensorElements int64
+	// Version is the server version reported by ServerMetadata. Default
+	// "dev".
+	Version string
+	// TLS, when set, serves gRPC over TLS with this configuration (client
+	// certificates included, when it asks for them).
+	TLS *tls.Config
+	// Auth, when set, requires a bearer token (metadata "authorization":
+	// "Bearer TOKEN") on every call (codes.Unauthenticated without a known
+	// one) and the admin scope on RepositoryModelLoad and Unload
+	// (codes.PermissionDenied).
+	Auth *auth.Tokens
+	// OpenHealth leaves ServerLive, ServerReady and ModelReady open without
+	// a token when Auth is set.
+	OpenHealth bool
+	// AccessLog logs every call at level info (method, code, duration,
+	// remote address, request id); otherwise that line is at level debug.
+	AccessLog bool
+	// Tracer records a span per call and the decode, infer (queue, batch,
+	// execute) and encode spans of ModelInfer; nil records nothing.
+	Tracer trace.Tracer
+	// Interceptors run around every unary call, outermost first, inside
+	// the server's request id and access log and outside its auth check.
+	Interceptors []grpc.UnaryServerInterceptor
+	// StreamInterceptors run around every streaming call.
+	StreamInterceptors []grpc.StreamServerInterceptor
+	// Logger receives the server's structured logs; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.MaxTensorElements == 0 {
+		o.MaxTensorElements = DefaultMaxTensorElements
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+}
+
+// validate checks the values after setDefaults; each problem names the field
+// and its value.
+func (o *Options) validate() error {
+	var errs []error
+	bad := func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("grpcapi: Options.%s is %v, want %s", field, v, want))
+	}
+	if o.MaxMessageBytes < 0 || o.MaxMessageBytes > math.MaxInt32 {
+		bad("MaxMessageBytes", o.MaxMessageBytes, "a size in bytes in [1, 2 GiB)")
+	}
+	if o.MaxTensorElements < 0 {
+		bad("MaxTensorElements", o.MaxTensorElements, "a positive element count")
+	}
+	return errors.Join(errs...)
+}

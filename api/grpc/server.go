@@ -1,0 +1,498 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	_ "google.golang.org/grpc/encoding/gzip" // registers the gzip compressor
+	"google.golang.org/grpc/status"
+
+	pb "github.com/xserve/xserve/api/grpc/inferencepb"
+	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/api/triton"
+	"github.com/xserve/xserve/internal/tracing"
+	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
+)
+
+// Backend is what the server needs of the model server; *serving.Manager
+// implements it. The methods have the contract of api/http's Backend.
+type Backend interface {
+	Infer(ctx context.Context, model string, version int64, req *serving.InferRequest) (*serving.InferResponse, error)
+	Metadata(model string, version int64) (*serving.Metadata, error)
+	Config(model string, version int64) (*serving.ModelConfig, error)
+	Statistics(model string, version int64) ([]serving.Statistics, error)
+	Status() []serving.ModelStatus
+	Ready() bool
+	ModelReady(model string, version int64) bool
+	Load(ctx context.Context, model string) error
+	Unload(ctx context.Context, model string) error
+}
+
+var _ Backend = (*serving.Manager)(nil)
+
+// Server is the gRPC API server. Create it with New, run it with Serve,
+// stop it with Shutdown.
+type Server struct {
+	pb.UnimplementedGRPCInferenceServiceServer
+	backend Backend
+	opts    Options
+	log     *slog.Logger
+	grpc    *grpc.Server
+	closing atomic.Bool
+
+	mu sync.Mutex   // guards ln
+	ln net.Listener // set by Serve
+}
+
+// New returns a server answering from backend; opts' zero fields take their
+// defaults.
+func New(backend Backend, opts Options) (*Server, error) {
+	if backend == nil {
+		return nil, errors.New("grpcapi: New: backend is nil")
+	}
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{backend: backend, opts: opts, log: opts.Logger}
+	so := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(opts.MaxMessageBytes)),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{s.observeUnary}, opts.Interceptors...), s.authUnary, s.recoverUnary)...),
+		grpc.ChainStreamInterceptor(append(append([]grpc.StreamServerInterceptor{s.observeStream}, opts.StreamInterceptors...), s.authStream, s.recoverStream)...),
+	}
+	if opts.TLS != nil {
+		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	s.grpc = grpc.NewServer(so...)
+	pb.RegisterGRPCInferenceServiceServer(s.grpc, s)
+	return s, nil
+}
+
+// Serve serves gRPC on ln until Shutdown, then returns ErrServerClosed.
+// Serve takes ownership of ln.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	if s.ln != nil {
+		s.mu.Unlock()
+		return errors.New("grpcapi: Serve called twice")
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	addr := ln.Addr().String()
+	s.log.Info("gRPC listening on "+addr, "addr", addr, "tls", s.opts.TLS != nil)
+	err := s.grpc.Serve(ln)
+	if s.closing.Load() || errors.Is(err, grpc.ErrServerStopped) {
+		return ErrServerClosed
+	}
+	return err
+}
+
+// Addr returns the address the server listens on, nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Shutdown stops accepting connections and waits for the calls in flight
+// to finish; when ctx ends first it cancels them and returns ctx's error.
+// ServerReady answers false from the moment Shutdown starts.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// recoverUnary turns a handler's panic into codes.Internal and every other
+// error into its status.
+func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("grpcapi: handler panicked", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+			err = status.Errorf(codes.Internal, "grpcapi: internal error: %v", p)
+		}
+	}()
+	resp, err = h(ctx, req)
+	if err != nil {
+		err = toStatus(err)
+		if status.Code(err) == codes.Internal {
+			s.log.Error("request failed", "method", info.FullMethod, "err", err, "request_id", RequestID(ctx))
+		} else {
+			s.log.Debug("request rejected", "method", info.FullMethod, "err", err, "request_id", RequestID(ctx))
+		}
+	}
+	return resp, err
+}
+
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("grpcapi: handler panicked", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+			err = status.Errorf(codes.Internal, "grpcapi: internal error: %v", p)
+		}
+	}()
+	return toStatus(h(srv, ss))
+}
+
+// ServerLive implements the protocol's liveness check.
+func (s *Server) ServerLive(ctx context.Context, _ *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
+	return &pb.ServerLiveResponse{Live: true}, nil
+}
+
+// ServerReady is true once the models have loaded and until Shutdown.
+func (s *Server) ServerReady(ctx context.Context, _ *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
+	return &pb.ServerReadyResponse{Ready: !s.closing.Load() && s.backend.Ready()}, nil
+}
+
+// ModelReady reports whether a model version can take requests.
+func (s *Server) ModelReady(ctx context.Context, r *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
+	v, err := payload.ParseVersion(r.Version)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ModelReadyResponse{Ready: s.backend.ModelReady(r.Name, v)}, nil
+}
+
+// Extensions are the protocol extensions the server implements.
+var Extensions = []string{"model_repository", "model_configuration", "statistics"}
+
+// ServerMetadata names the server and its extensions.
+func (s *Server) ServerMetadata(ctx context.Context, _ *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
+	return &pb.ServerMetadataResponse{Name: "xserve", Version: s.opts.Version, Extensions: Extensions}, nil
+}
+
+// ModelMetadata describes a model version's inputs and outputs.
+func (s *Server) ModelMetadata(ctx context.Context, r *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
+	v, err := payload.ParseVersion(r.Version)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.backend.Metadata(r.Name, v)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.ModelMetadataResponse{Name: m.Name, Platform: m.Platform}
+	for _, n := range m.Versions {
+		out.Versions = append(out.Versions, strconv.FormatInt(n, 10))
+	}
+	if len(out.Versions) == 0 && m.Version > 0 {
+		out.Versions = []string{strconv.FormatInt(m.Version, 10)}
+	}
+	conv := func(specs []serving.TensorSpec) []*pb.ModelMetadataResponse_TensorMetadata {
+		var r []*pb.ModelMetadataResponse_TensorMetadata
+		for _, t := range specs {
+			r = append(r, &pb.ModelMetadataResponse_TensorMetadata{Name: t.Name, Datatype: payload.OIPDatatype(t.DType), Shape: t.Shape})
+		}
+		return r
+	}
+	out.Inputs, out.Outputs = conv(m.Inputs), conv(m.Outputs)
+	return out, nil
+}
+
+// ModelConfig answers Triton's model configuration extension.
+func (s *Server) ModelConfig(ctx context.Context, r *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
+	v, err := payload.ParseVersion(r.Version)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.backend.Config(r.Name, v)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ModelConfigResponse{Config: triton.Config(c)}, nil
+}
+
+// ModelStatistics answers Triton's statistics extension; an empty name
+// means every model.
+func (s *Server) ModelStatistics(ctx context.Context, r *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
+	v, err := payload.ParseVersion(r.Version)
+	if err != nil {
+		return nil, err
+	}
+	sts, err := s.backend.Statistics(r.Name, v)
+	if err != nil {
+		return nil, err
+	}
+	return triton.Statistics(sts), nil
+}
+
+// ModelInfer runs one inference request.
+func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	version, err := payload.ParseVersion(r.ModelVersion)
+	if err != nil {
+		return nil, err
+	}
+	var req *serving.InferRequest
+	err = tracing.Phase(ctx, s.opts.Tracer, "decode", func(context.Context) error {
+		var err error
+		req, err = s.decode(r)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if p := r.Parameters["timeout"]; p != nil {
+		us := p.GetInt64Param()
+		if us <= 0 {
+			return nil, payload.BadRequest("parameters.timeout is %v, want a positive int64_param in microseconds", p)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(us)*time.Microsecond)
+		defer cancel()
+	}
+	resp, err := tracing.Infer(ctx, s.opts.Tracer, r.ModelName, version, func(ctx context.Context) (*serving.InferResponse, error) {
+		return s.backend.Infer(ctx, r.ModelName, version, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out *pb.ModelInferResponse
+	tracing.Phase(ctx, s.opts.Tracer, "encode", func(context.Context) error {
+		out = encode(resp)
+		return nil
+	})
+	return out, nil
+}
+
+// ModelStreamInfer runs each request of the stream in turn and sends its
+// response; a failed request is answered with error_message and the stream
+// goes on.
+func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
+	for {
+		r, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := s.ModelInfer(stream.Context(), r)
+		out := &pb.ModelStreamInferResponse{InferResponse: resp}
+		if err != nil {
+			out.ErrorMessage = err.Error()
+		}
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+	}
+}
+
+// decode builds the serving request from r: each input from its slot of
+// raw_input_contents or from its typed contents (not both).
+func (s *Server) decode(r *pb.ModelInferRequest) (*serving.InferRequest, error) {
+	if r.ModelName == "" {
+		return nil, payload.BadRequest("model_name is empty")
+	}
+	if len(r.Inputs) == 0 {
+		return nil, payload.BadRequest("the request has no inputs")
+	}
+	raw := len(r.RawInputContents) > 0
+	if raw && len(r.RawInputContents) != len(r.Inputs) {
+		return nil, payload.BadRequest("raw_input_contents holds %d tensors for %d inputs; give one per input, in input order", len(r.RawInputContents), len(r.Inputs))
+	}
+	req := &serving.InferRequest{ID: r.Id, Inputs: make(map[string]*tensor.Tensor, len(r.Inputs))}
+	if p := r.Parameters["priority"]; p != nil {
+		req.Priority = int(p.GetInt64Param())
+	}
+	for i, in := range r.Inputs {
+		if in.Name == "" {
+			return nil, payload.BadRequest("inputs[%d] has no name", i)
+		}
+		if _, dup := req.Inputs[in.Name]; dup {
+			return nil, payload.BadRequest("input %q is given twice", in.Name)
+		}
+		for k := range in.Parameters {
+			if strings.HasPrefix(k, "shared_memory_") {
+				return nil, payload.BadRequest("input %q: parameters.%s: shared memory is not supported; send the data in raw_input_contents", in.Name, k)
+			}
+		}
+		var data []byte
+		switch {
+		case raw && in.Contents != nil:
+			return nil, payload.BadRequest("input %q has both contents and raw_input_contents[%d]; give one", in.Name, i)
+		case raw:
+			data = r.RawInputContents[i]
+		case in.Contents == nil:
+			return nil, payload.BadRequest("input %q has no data (give contents or raw_input_contents)", in.Name)
+		default:
+			var err error
+			if data, err = contentsBytes(in, s.opts.MaxTensorElements); err != nil {
+				return nil, err
+			}
+		}
+		t, err := payload.RawTensor(in.Name, in.Datatype, in.Shape, data, s.opts.MaxTensorElements)
+		if err != nil {
+			return nil, err
+		}
+		req.Inputs[in.Name] = t
+	}
+	for _, o := range r.Outputs {
+		if o.Name == "" {
+			return nil, payload.BadRequest("a requested output has no name")
+		}
+		req.Outputs = append(req.Outputs, o.Name)
+	}
+	return req, nil
+}
+
+// encode is the protocol's response to resp: outputs in
+// raw_output_contents, as Triton answers.
+func encode(resp *serving.InferResponse) *pb.ModelInferResponse {
+	out := &pb.ModelInferResponse{
+		ModelName:    resp.ModelName,
+		ModelVersion: strconv.FormatInt(resp.ModelVersion, 10),
+		Id:           resp.ID,
+	}
+	for _, nt := range resp.Outputs {
+		out.Outputs = append(out.Outputs, &pb.ModelInferResponse_InferOutputTensor{
+			Name: nt.Name, Datatype: payload.OIPDatatype(nt.Tensor.DType), Shape: nt.Tensor.Shape,
+		})
+		out.RawOutputContents = append(out.RawOutputContents, payload.TensorBytes(nt.Tensor))
+	}
+	return out
+}
+
+// RepositoryIndex lists the models of the repository.
+func (s *Server) RepositoryIndex(ctx context.Context, r *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
+	out := &pb.RepositoryIndexResponse{}
+	for _, st := range s.backend.Status() {
+		if r.Ready && st.State != serving.StateReady {
+			continue
+		}
+		out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: st.Reason})
+	}
+	return out, nil
+}
+
+// repositoryParams refuses what xserve does not implement (config and file
+// overrides).
+func repositoryParams(params map[string]*pb.ModelRepositoryParameter) error {
+	for k := range params {
+		if k == "config" || strings.HasPrefix(k, "file:") {
+			return payload.BadRequest("parameters.%s: overriding a model's config or files is not supported; change the model repository instead", k)
+		}
+	}
+	return nil
+}
+
+// RepositoryModelLoad (re)loads a model from the repository.
+func (s *Server) RepositoryModelLoad(ctx context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
+	if err := repositoryParams(r.Parameters); err != nil {
+		return nil, err
+	}
+	if err := s.backend.Load(ctx, r.ModelName); err != nil {
+		return nil, err
+	}
+	return &pb.RepositoryModelLoadResponse{}, nil
+}
+
+// RepositoryModelUnload unloads a model after its requests in flight.
+func (s *Server) RepositoryModelUnload(ctx context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
+	if err := repositoryParams(r.Parameters); err != nil {
+		return nil, err
+	}
+	if err := s.backend.Unload(ctx, r.ModelName); err != nil {
+		return nil, err
+	}
+	return &pb.RepositoryModelUnloadResponse{}, nil
+}
+
+func unsupported(what string) error {
+	return status.Errorf(codes.Unimplemented, "xserve does not support %s; send tensors in raw_input_contents", what)
+}
+
+// SystemSharedMemoryStatus reports no regions: xserve has none.
+func (s *Server) SystemSharedMemoryStatus(context.Context, *pb.SystemSharedMemoryStatusRequest) (*pb.SystemSharedMemoryStatusResponse, error) {
+	return &pb.SystemSharedMemoryStatusResponse{}, nil
+}
+
+// SystemSharedMemoryRegister is not supported.
+func (s *Server) SystemSharedMemoryRegister(context.Context, *pb.SystemSharedMemoryRegisterRequest) (*pb.SystemSharedMemoryRegisterResponse, error) {
+	return nil, unsupported("system shared memory")
+}
+
+// SystemSharedMemoryUnregister has nothing to unregister.
+func (s *Server) SystemSharedMemoryUnregister(context.Context, *pb.SystemSharedMemoryUnregisterRequest) (*pb.SystemSharedMemoryUnregisterResponse, error) {
+	return &pb.SystemSharedMemoryUnregisterResponse{}, nil
+}
+
+// CudaSharedMemoryStatus reports no regions.
+func (s *Server) CudaSharedMemoryStatus(context.Context, *pb.CudaSharedMemoryStatusRequest) (*pb.CudaSharedMemoryStatusResponse, error) {
+	return &pb.CudaSharedMemoryStatusResponse{}, nil
+}
+
+// CudaSharedMemoryRegister is not supported.
+func (s *Server) CudaSharedMemoryRegister(context.Context, *pb.CudaSharedMemoryRegisterRequest) (*pb.CudaSharedMemoryRegisterResponse, error) {
+	return nil, unsupported("CUDA shared memory")
+}
+
+// CudaSharedMemoryUnregister has nothing to unregister.
+func (s *Server) CudaSharedMemoryUnregister(context.Context, *pb.CudaSharedMemoryUnregisterRequest) (*pb.CudaSharedMemoryUnregisterResponse, error) {
+	return &pb.CudaSharedMemoryUnregisterResponse{}, nil
+}
+
+// TraceSetting reports tracing off; changes are not supported.
+func (s *Server) TraceSetting(ctx context.Context, r *pb.TraceSettingRequest) (*pb.TraceSettingResponse, error) {
+	if len(r.Settings) > 0 {
+		return nil, status.Error(codes.Unimplemented, "xserve does not support changing Triton's trace settings")
+	}
+	val := func(v ...string) *pb.TraceSettingResponse_SettingValue {
+		return &pb.TraceSettingResponse_SettingValue{Value: v}
+	}
+	return &pb.TraceSettingResponse{Settings: map[string]*pb.TraceSettingResponse_SettingValue{
+		"trace_level": val("OFF"), "trace_rate": val("1000"), "trace_count": val("-1"),
+		"log_frequency": val("0"), "trace_file": val(""), "trace_mode": val("triton"),
+	}}, nil
+}
+
+// LogSettings reports the log settings; changes are not supported.
+func (s *Server) LogSettings(ctx context.Context, r *pb.LogSettingsRequest) (*pb.LogSettingsResponse, error) {
+	if len(r.Settings) > 0 {
+		return nil, status.Error(codes.Unimplemented, "xserve does not support changing its log settings at run time; restart it with --log-level and --log-format")
+	}
+	b := func(v bool) *pb.LogSettingsResponse_SettingValue {
+		return &pb.LogSettingsResponse_SettingValue{ParameterChoice: &pb.LogSettingsResponse_SettingValue_BoolParam{BoolParam: v}}
+	}
+	return &pb.LogSettingsResponse{Settings: map[string]*pb.LogSettingsResponse_SettingValue{
+		"log_file":          {ParameterChoice: &pb.LogSettingsResponse_SettingValue_StringParam{StringParam: ""}},
+		"log_info":          b(true),
+		"log_warning":       b(true),
+		"log_error":         b(true),
+		"log_verbose_level": {ParameterChoice: &pb.LogSettingsResponse_SettingValue_Uint32Param{Uint32Param: 0}},
+		"log_format":        {ParameterChoice: &pb.LogSettingsResponse_SettingValue_StringParam{StringParam: "default"}},
+	}}, nil
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"archive/zip"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestCPUPinMatchesInstallScript: the image's CPU plugin is the one `make
+// pjrt` installs for development and CI.
+func TestCPUPinMatchesInstallScript(t *testing.T) {
+	script, err := os.ReadFile("../../scripts/pjrt-install.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(name string) string {
+		m := regexp.MustCompile(`readonly ` + name + `="([^"]+)"`).FindSubmatch(script)
+		if m == nil {
+			t.Fatalf("scripts/pjrt-install.sh has no %s", name)
+		}
+		return string(m[1])
+	}
+	cpu := pins["cpu"]
+	if got := field("PKG_VERSION"); got != cpu.Version {
+		t.Errorf("pjrt-install.sh installs %s %s, the image %s", field("PKG_NAME"), got, cpu.Version)
+	}
+	if got := field("WHEEL_SHA256"); got != cpu.SHA256 {
+		t.Errorf("pjrt-install.sh pins sha256 %s, the image %s", got, cpu.SHA256)
+	}
+	if got := field("MEMBER"); got != cpu.Member {
+		t.Errorf("pjrt-install.sh extracts %s, the image %s", got, cpu.Member)
+	}
+	if !strings.HasSuffix(cpu.URL, "/"+strings.ReplaceAll(field("WHEEL"), "${PKG_VERSION}", cpu.Version)) {
+		t.Errorf("the image's URL %s is not of the wheel pjrt-install.sh names", cpu.URL)
+	}
+}
+
+// fakeWheel writes a zip with member holding body and returns its path and
+// sha256.
+func fakeWheel(t *testing.T, member, body string) (string, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fake.whl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := zip.NewWriter(f)
+	w, err := z.Create(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte(body))
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	data, _ := os.ReadFile(path)
+	sum := sha256.Sum256(data)
+	return path, hex.EncodeToString(sum[:])
+}
+
+func TestRunWithWheel(t *testing.T) {
+	saved := pins["cpu"]
+	defer func() { pins["cpu"] = saved }()
+	wheel, sum := fakeWheel(t, saved.Member, "ELF plugin bytes")
+
+	// A wheel whose sha256 is not the pin's is refused.
+	dest := t.TempDir()
+	if err := run("cpu", dest, wheel); err == nil || !strings.Contains(err.Error(), "sha256 mismatch") {
+		t.Fatalf("wrong sha256: %v", err)
+	}
+
+	pin := saved
+	pin.SHA256 = sum
+	pins["cpu"] = pin
+	if err := run("cpu", dest, wheel); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dest, "plugin.so")) // through the symlink
+	if err != nil || string(got) != "ELF plugin bytes" {
+		t.Fatalf("plugin.so: %q, %v", got, err)
+	}
+	version, _ := os.ReadFile(filepath.Join(dest, "VERSION"))
+	if !strings.Contains(string(version), "xla-cpu-pjrt 0.0.1") || !strings.Contains(string(version), sum) {
+		t.Errorf("VERSION:\n%s", version)
+	}
+
+	pin.Member = "elsewhere/plugin.so"
+	pins["cpu"] = pin
+	if err := run("cpu", t.TempDir(), wheel); err == nil || !strings.Contains(err.Error(), "has no member elsewhere/plugin.so") {
+		t.Errorf("missing member: %v", err)
+	}
+	if err := run("rocm", dest, wheel); err == nil || !strings.Contains(err.Error(), "want one of cpu, cuda, tpu") {
+		t.Errorf("unknown platform: %v", err)
+	}
+	if err := run("cpu", "", wheel); err == nil || !strings.Contains(err.Error(), "-dest DIR is required") {
+		t.Errorf("no dest: %v", err)
+	}
+}

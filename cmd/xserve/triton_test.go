@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/xserve/xserve/api/grpc/inferencepb"
+)
+
+// The tests below drive the real xserve binary with the official Triton
+// clients and perf_analyzer from tritonclient[all]==2.41.1, installed in
+// .venv-triton by `make venv-triton` (which `make test` runs).
+
+var grpcListenRE = regexp.MustCompile(`msg="gRPC listening on [^"]*" addr=(\S+)`)
+
+// grpcAddr waits for xserve's "gRPC listening on" log line and returns its
+// address.
+func (p *xserveProc) grpcAddr(t *testing.T) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if m := grpcListenRE.FindStringSubmatch(p.log.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("xserve logged no gRPC address within a minute:\n%s", p.log)
+	return ""
+}
+
+// tritonVenv returns .venv-triton's python, failing (not skipping) when
+// `make venv-triton` has not run.
+func tritonVenv(t *testing.T) string {
+	t.Helper()
+	python := filepath.Join(repoRoot(t), ".venv-triton", "bin", "python")
+	if out, err := exec.Command(python, "-c", "import tritonclient.grpc, tritonclient.http, onnxruntime, pytest").CombinedOutput(); err != nil {
+		t.Fatalf("%s lacks tritonclient[all], onnxruntime or pytest: run make venv-triton\n%v %s", python, err, out)
+	}
+	return python
+}
+
+// TestTritonClients runs python/tests/test_triton_clients.py: tritonclient
+// http and grpc against the real server, outputs checked against ONNX
+// Runtime.
+func TestTritonClients(t *testing.T) {
+	python := tritonVenv(t)
+	p := startXserve(t, tinycnnRepo(t), t.TempDir())
+	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests/test_triton_clients.py")
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(os.Environ(), "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest:\n%s", out)
+	if err != nil {
+		t.Fatalf("pytest: %v", err)
+	}
+	p.stop(t)
+}
+
+// TestPerfAnalyzer runs Triton's perf_analyzer unchanged against xserve over
+// HTTP and gRPC, concurrency 1 to 8 with batches of 2, and checks that every
+// concurrency level was measured without errors.
+func TestPerfAnalyzer(t *testing.T) {
+	python := tritonVenv(t)
+	bin := filepath.Join(filepath.Dir(python), "perf_analyzer")
+	out, err := exec.Command(python, "-c", "import nvidia.cuda_runtime, os; print(os.path.join(os.path.dirname(nvidia.cuda_runtime.__file__), 'lib'))").Output()
+	if err != nil {
+		t.Fatalf("nvidia-cuda-runtime-cu12 (libcudart.so.12 for perf_analyzer) is not in .venv-triton: run make venv-triton: %v", err)
+	}
+	ld := strings.TrimSpace(string(out))
+	if v := os.Getenv("LD_LIBRARY_PATH"); v != "" {
+		ld += ":" + v
+	}
+	p := startXserve(t, tinycnnRepo(t), t.TempDir())
+	for _, tc := range []struct{ protocol, url string }{
+		{"http", p.addr},
+		{"grpc", p.grpcAddr(t)},
+	} {
+		t.Run(tc.protocol, func(t *testing.T) {
+			cmd := exec.Command(bin, "-m", "tinycnn", "-u", tc.url, "-i", tc.protocol,
+				"--concurrency-range", "1:8", "-b", "2",
+				"--measurement-interval", "1000", "--stability-percentage", "1000", "--max-trials", "10")
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+ld)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("perf_analyzer -i %s: %v\n%s", tc.protocol, err, out)
+			}
+			text := string(out)
+			for c := 1; c <= 8; c++ {
+				if !regexp.MustCompile(`(?m)^Concurrency: ` + string(rune('0'+c)) + `, throughput: [0-9.]+ infer/sec`).MatchString(text) {
+					t.Errorf("perf_analyzer -i %s: no result for concurrency %d\n%s", tc.protocol, c, text)
+				}
+			}
+			if !strings.Contains(text, "Server:") || !strings.Contains(text, "compute infer") {
+				t.Errorf("perf_analyzer -i %s did not read the server's statistics\n%s", tc.protocol, text)
+			}
+			t.Logf("perf_analyzer -i %s:\n%s", tc.protocol, text)
+		})
+	}
+	p.stop(t)
+}
+
+// TestServeAuth starts xserve with bearer tokens (file and environment) and
+// health left open: HTTP and gRPC refuse a missing or wrong token with
+// 401 / Unauthenticated and a non-admin load with 403 / PermissionDenied.
+func TestServeAuth(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("user-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envAuthTokens, "admin-token admin")
+	p := startXserve(t, tinycnnRepo(t), t.TempDir(), "--auth-tokens-file", tokens, "--auth-open-health")
+	for _, tc := range []struct {
+		method, path, token string
+		code                int
+	}{
+		{"GET", "/v2/models/tinycnn", "", 401},
+		{"GET", "/v2/models/tinycnn", "wrong", 401},
+		{"GET", "/v2/models/tinycnn", "user-token", 200},
+		{"GET", "/v2/models/tinycnn/config", "admin-token", 200},
+		{"POST", "/v2/repository/models/tinycnn/unload", "user-token", 403},
+		{"POST", "/v2/repository/models/tinycnn/load", "user-token", 403},
+		{"GET", "/metrics", "", 200},
+	} {
+		var hdr []string
+		if tc.token != "" {
+			hdr = []string{"Authorization", "Bearer " + tc.token}
+		}
+		if r := call(t, tc.method, p.url+tc.path, nil, hdr...); r.code != tc.code {
+			t.Errorf("%s %s with %q: %v, want %d", tc.method, tc.path, tc.token, r, tc.code)
+		}
+	}
+	conn, err := grpc.NewClient(p.grpcAddr(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGRPCInferenceServiceClient(conn)
+	ctx := context.Background()
+	if _, err := c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "tinycnn"}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("gRPC metadata without a token: %v", err)
+	}
+	user := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer user-token")
+	if _, err := c.ModelMetadata(user, &pb.ModelMetadataRequest{Name: "tinycnn"}); err != nil {
+		t.Errorf("gRPC metadata with a token: %v", err)
+	}
+	if _, err := c.RepositoryModelUnload(user, &pb.RepositoryModelUnloadRequest{ModelName: "tinycnn"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("gRPC unload with a user token: %v", err)
+	}
+	if r, err := c.ServerReady(ctx, &pb.ServerReadyRequest{}); err != nil || !r.Ready {
+		t.Errorf("gRPC ServerReady with --auth-open-health: %v %v", r, err)
+	}
+	p.stop(t)
+}

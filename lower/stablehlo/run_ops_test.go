@@ -1,0 +1,315 @@
+package stablehlo_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/xserve/xserve/lower/stablehlo"
+	"github.com/xserve/xserve/tensor"
+)
+
+type vals = []*stablehlo.Value
+
+// iota6 is [[0 1 2] [3 4 5]] as float32.
+func iota6() *tensor.Tensor { return tensor.FromFloat32s([]float32{0, 1, 2, 3, 4, 5}, 2, 3) }
+
+// addRegion returns a region adding two scalars of t.
+func addRegion(t *testing.T, b *stablehlo.Block, elem stablehlo.ElementType) *stablehlo.Block {
+	t.Helper()
+	r := b.Region(stablehlo.TensorOf(elem), stablehlo.TensorOf(elem))
+	s, err := r.Add(r.Arg(0), r.Arg(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Return(s); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestShapeOpsRun(t *testing.T) {
+	out := oneOp(t, []stablehlo.Type{f32(2, 3), i32()}, []*tensor.Tensor{iota6(), tensor.Scalar(tensor.Int32, 1)}, func(b *stablehlo.Block, p vals) (vals, error) {
+		x, one := p[0], p[1]
+		io, err := b.Iota(i32(2, 3), 1)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := b.Reshape(x, 3, 2)
+		if err != nil {
+			return nil, err
+		}
+		tr, err := b.Transpose(x, 1, 0)
+		if err != nil {
+			return nil, err
+		}
+		sl, err := b.Slice(x, []int64{0, 0}, []int64{2, 3}, []int64{1, 2})
+		if err != nil {
+			return nil, err
+		}
+		zero, _ := b.ScalarConstant(stablehlo.F32, -1)
+		pd, err := b.Pad(x, zero, []int64{1, 0}, []int64{0, -1}, []int64{0, 1})
+		if err != nil {
+			return nil, err
+		}
+		rv, err := b.Reverse(x, 1)
+		if err != nil {
+			return nil, err
+		}
+		cc, err := b.Concatenate(0, x, x)
+		if err != nil {
+			return nil, err
+		}
+		z, _ := b.ScalarConstant(stablehlo.I32, 0)
+		ds, err := b.DynamicSlice(x, vals{one, one}, []int64{1, 2})
+		if err != nil {
+			return nil, err
+		}
+		upd, _ := b.Constant(f32(1, 2), make([]byte, 8))
+		du, err := b.DynamicUpdateSlice(x, upd, vals{z, one})
+		if err != nil {
+			return nil, err
+		}
+		return vals{io, rs, tr, sl, pd, rv, cc, ds, du}, nil
+	})
+	checkValues(t, "iota", out[0], []int64{2, 3}, []float64{0, 1, 2, 0, 1, 2})
+	checkValues(t, "reshape", out[1], []int64{3, 2}, []float64{0, 1, 2, 3, 4, 5})
+	checkValues(t, "transpose", out[2], []int64{3, 2}, []float64{0, 3, 1, 4, 2, 5})
+	checkValues(t, "slice", out[3], []int64{2, 2}, []float64{0, 2, 3, 5})
+	// pad: a row of -1 on top, interior -1 between columns, last column cut.
+	checkValues(t, "pad", out[4], []int64{3, 4}, []float64{-1, -1, -1, -1, 0, -1, 1, -1, 3, -1, 4, -1})
+	checkValues(t, "reverse", out[5], []int64{2, 3}, []float64{2, 1, 0, 5, 4, 3})
+	checkValues(t, "concatenate", out[6], []int64{4, 3}, []float64{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5})
+	checkValues(t, "dynamic_slice", out[7], []int64{1, 2}, []float64{4, 5})
+	checkValues(t, "dynamic_update_slice", out[8], []int64{2, 3}, []float64{0, 0, 0, 3, 4, 5})
+}
+
+func TestGatherScatterRun(t *testing.T) {
+	idx := tensor.FromInt64s([]int64{1, 0, 1}, 3, 1)
+	out := oneOp(t, []stablehlo.Type{f32(2, 3), stablehlo.TensorOf(stablehlo.I64, 3, 1)}, []*tensor.Tensor{iota6(), idx}, func(b *stablehlo.Block, p vals) (vals, error) {
+		// rows x[idx]: a [3,3] gather.
+		g, err := b.Gather(p[0], p[1], stablehlo.GatherDims{OffsetDims: []int64{1}, CollapsedSliceDims: []int64{0}, StartIndexMap: []int64{0}, IndexVectorDim: 1}, []int64{1, 3}, false)
+		if err != nil {
+			return nil, err
+		}
+		// x with the gathered rows added back at idx: row 1 gets 2*row1, row 0 gets row 0.
+		s, err := b.Scatter(vals{p[0]}, p[1], vals{g}, stablehlo.ScatterDims{UpdateWindowDims: []int64{1}, InsertedWindowDims: []int64{0}, ScatterDimsToOperandDims: []int64{0}, IndexVectorDim: 1}, addRegion(t, b, stablehlo.F32), false, false)
+		if err != nil {
+			return nil, err
+		}
+		return vals{g, s[0]}, nil
+	})
+	checkValues(t, "gather", out[0], []int64{3, 3}, []float64{3, 4, 5, 0, 1, 2, 3, 4, 5})
+	checkValues(t, "scatter", out[1], []int64{2, 3}, []float64{0, 2, 4, 9, 12, 15})
+}
+
+func TestNNOpsRun(t *testing.T) {
+	img := tensor.FromFloat32s([]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 1, 1, 4, 4)
+	out := oneOp(t, []stablehlo.Type{f32(2, 3), f32(1, 1, 4, 4)}, []*tensor.Tensor{iota6(), img}, func(b *stablehlo.Block, p vals) (vals, error) {
+		x, im := p[0], p[1]
+		// x @ x^T
+		mm, err := b.DotGeneral(x, x, stablehlo.DotDims{LhsContract: []int64{1}, RhsContract: []int64{1}}, stablehlo.PrecisionHighest, stablehlo.Invalid)
+		if err != nil {
+			return nil, err
+		}
+		// a 2x2 box filter, stride 2, NCHW / OIHW.
+		k, err := b.ScalarConstant(stablehlo.F32, 1)
+		if err != nil {
+			return nil, err
+		}
+		kk, err := b.BroadcastInDim(k, []int64{1, 1, 2, 2}, nil)
+		if err != nil {
+			return nil, err
+		}
+		conv, err := b.Convolution(im, kk, stablehlo.ConvDims{
+			InputBatch: 0, InputFeature: 1, InputSpatial: []int64{2, 3},
+			KernelOutput: 0, KernelInput: 1, KernelSpatial: []int64{2, 3},
+			OutputBatch: 0, OutputFeature: 1, OutputSpatial: []int64{2, 3},
+			Strides: []int64{2, 2},
+		}, stablehlo.PrecisionHighest, stablehlo.Invalid)
+		if err != nil {
+			return nil, err
+		}
+		// 3x3 max pool, stride 1, padding 1 (-inf).
+		ninf, _ := b.ScalarConstant(stablehlo.F32, -1e30)
+		mx := b.Region(f32(), f32())
+		m, _ := mx.Maximum(mx.Arg(0), mx.Arg(1))
+		if err := mx.Return(m); err != nil {
+			return nil, err
+		}
+		pool, err := b.ReduceWindow(vals{im}, vals{ninf}, stablehlo.Window{Dims: []int64{1, 1, 3, 3}, Strides: []int64{1, 1, 2, 2}, Padding: [][2]int64{{0, 0}, {0, 0}, {1, 1}, {1, 1}}}, mx)
+		if err != nil {
+			return nil, err
+		}
+		return vals{mm, conv, pool[0]}, nil
+	})
+	checkValues(t, "dot_general", out[0], []int64{2, 2}, []float64{5, 14, 14, 50})
+	checkValues(t, "convolution", out[1], []int64{1, 1, 2, 2}, []float64{1 + 2 + 5 + 6, 3 + 4 + 7 + 8, 9 + 10 + 13 + 14, 11 + 12 + 15 + 16})
+	checkValues(t, "reduce_window", out[2], []int64{1, 1, 2, 2}, []float64{6, 8, 14, 16})
+}
+
+func TestControlFlowRun(t *testing.T) {
+	n := tensor.Scalar(tensor.Int32, 5)
+	out := oneOp(t, []stablehlo.Type{i32(), f32(2, 3)}, []*tensor.Tensor{n, iota6()}, func(b *stablehlo.Block, p vals) (vals, error) {
+		// while i < n: acc += i; i += 1  ->  acc = 0+1+2+3+4 = 10
+		zero, _ := b.ScalarConstant(stablehlo.I32, 0)
+		cond := b.Region(i32(), i32())
+		lt, err := cond.Compare(cond.Arg(0), p[0], stablehlo.LT, stablehlo.CompareDefault)
+		if err != nil {
+			return nil, err
+		}
+		if err := cond.Return(lt); err != nil {
+			return nil, err
+		}
+		body := b.Region(i32(), i32())
+		one, _ := body.ScalarConstant(stablehlo.I32, 1)
+		next, _ := body.Add(body.Arg(0), one)
+		acc, _ := body.Add(body.Arg(1), body.Arg(0))
+		if err := body.Return(next, acc); err != nil {
+			return nil, err
+		}
+		w, err := b.While(vals{zero, zero}, cond, body)
+		if err != nil {
+			return nil, err
+		}
+		// case on n-4 (= 1): branch 1 negates x.
+		four, _ := b.ScalarConstant(stablehlo.I32, 4)
+		idx, _ := b.Subtract(p[0], four)
+		br0, br1 := b.Region(), b.Region()
+		if err := br0.Return(p[1]); err != nil {
+			return nil, err
+		}
+		neg, _ := br1.Negate(p[1])
+		if err := br1.Return(neg); err != nil {
+			return nil, err
+		}
+		cs, err := b.Case(idx, br0, br1)
+		if err != nil {
+			return nil, err
+		}
+		// if n > 4: 1.0 else 2.0
+		gt, _ := b.Compare(p[0], four, stablehlo.GT, stablehlo.CompareDefault)
+		yes, no := b.Region(), b.Region()
+		c1, _ := yes.ScalarConstant(stablehlo.F32, 1)
+		c2, _ := no.ScalarConstant(stablehlo.F32, 2)
+		if err := yes.Return(c1); err != nil {
+			return nil, err
+		}
+		if err := no.Return(c2); err != nil {
+			return nil, err
+		}
+		iff, err := b.If(gt, yes, no)
+		if err != nil {
+			return nil, err
+		}
+		return vals{w[1], cs[0], iff[0]}, nil
+	})
+	checkValues(t, "while", out[0], nil, []float64{10})
+	checkValues(t, "case", out[1], []int64{2, 3}, []float64{0, -1, -2, -3, -4, -5})
+	checkValues(t, "if", out[2], nil, []float64{1})
+}
+
+// TestSortRun sorts values descending together with their indices (TopK's
+// building block), stably.
+func TestSortRun(t *testing.T) {
+	x := tensor.FromFloat32s([]float32{3, 1, 4, 1, 5, 9, 2, 6}, 2, 4)
+	out := oneOp(t, []stablehlo.Type{f32(2, 4)}, []*tensor.Tensor{x}, func(b *stablehlo.Block, p vals) (vals, error) {
+		idx, err := b.Iota(i32(2, 4), 1)
+		if err != nil {
+			return nil, err
+		}
+		cmp := b.Region(f32(), f32(), i32(), i32())
+		gt, err := cmp.Compare(cmp.Arg(0), cmp.Arg(1), stablehlo.GT, stablehlo.CompareTotal)
+		if err != nil {
+			return nil, err
+		}
+		if err := cmp.Return(gt); err != nil {
+			return nil, err
+		}
+		return b.Sort(vals{p[0], idx}, 1, true, cmp)
+	})
+	checkValues(t, "sorted values", out[0], []int64{2, 4}, []float64{4, 3, 1, 1, 9, 6, 5, 2})
+	checkValues(t, "sorted indices", out[1], []int64{2, 4}, []float64{2, 0, 1, 3, 1, 3, 0, 2})
+}
+
+// TestCustomCallRun calls XLA's TopK custom call, which the CPU compiler
+// expands into a sort, and pins the op's printed form.
+func TestCustomCallRun(t *testing.T) {
+	x := tensor.FromFloat32s([]float32{3, 1, 4, 1, 5, 9, 2, 6}, 2, 4)
+	out := oneOp(t, []stablehlo.Type{f32(2, 4)}, []*tensor.Tensor{x}, func(b *stablehlo.Block, p vals) (vals, error) {
+		return b.CustomCall("TopK", vals{p[0]}, []stablehlo.Type{f32(2, 2), i32(2, 2)}, "", false)
+	})
+	checkValues(t, "top 2 values", out[0], []int64{2, 2}, []float64{4, 3, 9, 6})
+	checkValues(t, "top 2 indices", out[1], []int64{2, 2}, []float64{2, 0, 1, 3})
+
+	m := stablehlo.NewModule("m")
+	f, _ := m.Func("main", stablehlo.Param{Name: "x", Type: f32(2, 4)})
+	r, err := f.Body().CustomCall("TopK", vals{f.Param(0)}, []stablehlo.Type{f32(2, 2), i32(2, 2)}, "k=2", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Return(r...); err != nil {
+		t.Fatal(err)
+	}
+	text, _ := m.Text()
+	want := `    %0:2 = "stablehlo.custom_call"(%x) {call_target_name = "TopK", has_side_effect = false, backend_config = "k=2", api_version = 2 : i32} : (tensor<2x4xf32>) -> (tensor<2x2xf32>, tensor<2x2xi32>)
+    "func.return"(%0#0, %0#1) : (tensor<2x2xf32>, tensor<2x2xi32>) -> ()
+`
+	if !strings.Contains(string(text), want) {
+		t.Errorf("text =\n%s\nwant it to contain\n%s", text, want)
+	}
+}
+
+// TestConstantsRun round-trips constants of every element type through the
+// plugin: non-splat data (hex), splats (one literal), NaN and infinities.
+func TestConstantsRun(t *testing.T) {
+	types := []struct {
+		elem stablehlo.ElementType
+		dt   tensor.DType
+	}{
+		{stablehlo.Bool, tensor.Bool}, {stablehlo.I8, tensor.Int8}, {stablehlo.I16, tensor.Int16}, {stablehlo.I32, tensor.Int32},
+		{stablehlo.I64, tensor.Int64}, {stablehlo.U8, tensor.Uint8}, {stablehlo.U16, tensor.Uint16}, {stablehlo.U32, tensor.Uint32},
+		{stablehlo.U64, tensor.Uint64}, {stablehlo.F16, tensor.Float16}, {stablehlo.BF16, tensor.BFloat16}, {stablehlo.F32, tensor.Float32},
+		{stablehlo.F64, tensor.Float64},
+	}
+	for _, c := range types {
+		t.Run(c.elem.String(), func(t *testing.T) {
+			vals := []float64{1, 0, 1, 1}
+			if c.elem != stablehlo.Bool {
+				vals = []float64{-3, 0, 7, 100}
+				if c.elem.IsUnsigned() {
+					vals[0] = 3
+				}
+				if c.elem.IsFloat() {
+					vals = []float64{-1.5, math.Inf(1), math.NaN(), 0.25}
+				}
+			}
+			nonSplat := tensor.New(c.dt, 2, 2)
+			for i, v := range vals {
+				nonSplat.SetFloat64(int64(i), v)
+			}
+			splat := tensor.New(c.dt, 3)
+			for i := range int64(3) {
+				splat.SetFloat64(i, vals[0])
+			}
+			out := oneOp(t, nil, nil, func(b *stablehlo.Block, _ []*stablehlo.Value) ([]*stablehlo.Value, error) {
+				ns, err := b.Constant(stablehlo.TensorOf(c.elem, 2, 2), nonSplat.Data)
+				if err != nil {
+					return nil, err
+				}
+				sp, err := b.Constant(stablehlo.TensorOf(c.elem, 3), splat.Data)
+				if err != nil {
+					return nil, err
+				}
+				sc, err := b.ScalarConstant(c.elem, vals[0])
+				if err != nil {
+					return nil, err
+				}
+				return []*stablehlo.Value{ns, sp, sc}, nil
+			})
+			checkValues(t, "non-splat", out[0], []int64{2, 2}, vals)
+			checkValues(t, "splat", out[1], []int64{3}, []float64{vals[0], vals[0], vals[0]})
+			checkValues(t, "scalar", out[2], nil, vals[:1])
+		})
+	}
+}
