@@ -11,6 +11,7 @@ import os
 import pathlib
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -40,20 +41,21 @@ def xserve_binary(tmp: pathlib.Path) -> str:
 class Xserve:
     """A running `xserve serve`: url (http://...), nats_url, log, stop()."""
 
-    def __init__(self, binary: str, repo: pathlib.Path, *extra: str) -> None:
+    def __init__(self, binary: str, repo: pathlib.Path, *extra: str, https: bool = False) -> None:
         self.cache = tempfile.mkdtemp(prefix="xserve-cache-")
         args = [binary, "serve", "--model-repo", str(repo), "--http-addr", "127.0.0.1:0",
-                "--nats-listen", "127.0.0.1:0", "--compile-cache", self.cache, "--poll-interval", "0", *extra]
+                "--nats-listen", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--compile-cache", self.cache, "--poll-interval", "0", *extra]
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._seen = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
-        self.url = "http://" + self._wait(LISTEN_RE)
-        self.nats_url = self._wait(NATS_RE)
+        self.url = ("https://" if https else "http://") + self._wait(LISTEN_RE)
+        self.nats_url = "" if "--nats=false" in extra else self._wait(NATS_RE)
         deadline = time.monotonic() + 180
         while True:
             try:
-                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=5) as r:
+                ctx = ssl._create_unverified_context() if https else None  # only polls readiness
+                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=5, context=ctx) as r:
                     if r.status == 200:
                         break
             except OSError:

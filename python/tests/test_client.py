@@ -56,8 +56,8 @@ def test_health_metadata_index(client: xserve.Client) -> None:
     assert meta["platform"] == "onnx"
     assert {"name": MODEL, "version": "1", "state": "READY", "reason": ""} in client.index()
     assert [e["name"] for e in client.index(ready=True)] == [MODEL]
-    cfg = client.config(MODEL)  # None until the server offers Triton's config extension
-    assert cfg is None or isinstance(cfg, dict)
+    cfg = client.config(MODEL)  # Triton's model configuration extension
+    assert cfg is not None and cfg["name"] == MODEL and cfg["input"][0]["name"] == "image"
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])
@@ -213,3 +213,41 @@ def test_package_is_typed() -> None:
     out = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
                           "--cache-dir", os.devnull, "xserve"], cwd=ROOT / "python", capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_token_and_tls(binary: str, tinycnn_repo: pathlib.Path, tmp_path: pathlib.Path, reference) -> None:
+    """A server with HTTPS and bearer tokens: the client verifies it with ca_file,
+    sends its token, and gets 401/403 as XserveError without or with a token that
+    lacks the admin scope."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("reader-token\nadmin-token admin\n")
+    s = Xserve(binary, tinycnn_repo, "--tls-cert", str(cert), "--tls-key", str(key),
+               "--auth-tokens-file", str(tokens), "--auth-open-health", "--nats=false", https=True)
+    try:
+        image, want = reference(2)
+        reader = xserve.Client(s.url, token="reader-token", ca_file=str(cert))
+        np.testing.assert_allclose(reader.infer(MODEL, {"image": image})["probs"], want, atol=1e-5, rtol=0)
+        with pytest.raises(xserve.XserveError) as e:
+            reader.load(MODEL)
+        assert e.value.status == 403
+        with pytest.raises(xserve.XserveError) as e:
+            xserve.Client(s.url, ca_file=str(cert)).infer(MODEL, {"image": image})
+        assert e.value.status == 401
+        with pytest.raises(xserve.XserveError) as e:  # the server's certificate is not trusted by default
+            xserve.Client(s.url, token="reader-token").metadata(MODEL)
+        assert e.value.status == 0 and "CERTIFICATE" in e.value.message.upper()
+        assert xserve.Client(s.url, token="reader-token", insecure=True).model_ready(MODEL)
+        admin = xserve.Client(s.url, token="admin-token", ca_file=str(cert))
+        admin.load("uploaded_tls", files={"1/model.onnx": (ROOT / "examples/models/tinycnn/1/model.onnx").read_bytes()})
+
+        async def run_async() -> dict[str, np.ndarray]:
+            async with xserve.AsyncClient(s.url, token="admin-token", ca_file=str(cert)) as c:
+                return await c.infer("uploaded_tls", {"image": image})
+
+        np.testing.assert_allclose(asyncio.run(run_async())["probs"], want, atol=1e-5, rtol=0)
+    finally:
+        s.stop()
