@@ -33,6 +33,7 @@ help:
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
 	@echo "make fuzz         every fuzz target for FUZZTIME (1m) each"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
+	@echo "make python-torch-test  xserve.export and the torch.compile backend against a real xserve (.venv-zoo)"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 	@echo "make venv-triton  tritonclient[all]==2.41.1, perf_analyzer and protoc into .venv-triton (make test runs it)"
 	@echo "make proto        regenerate api/grpc/inferencepb from Triton's protos (pinned generators)"
@@ -183,3 +184,16 @@ padprobe-fixtures: $(VENV_ZOO)/.installed
 
 zoo-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_FIXTURES) --small --max-mb 40
+
+# The xserve Python package's torch parts (python/tests/test_torch_*.py):
+# xserve.export and torch.compile(backend="xserve") against a real xserve,
+# compared with PyTorch eager. Needs .venv-zoo (torch, ~3 GB), so it is not
+# part of make test; the client tests are (go test ./cmd/xserve).
+.PHONY: python-torch-test
+python-torch-test: pjrt build $(VENV_ZOO)/.installed
+	XSERVE_BIN=$(CURDIR)/bin/xserve PYTHONDONTWRITEBYTECODE=1 $(VENV_ZOO)/bin/python -m pytest -q -p no:cacheprovider python/tests/test_torch_*.py
+
+# Latency of torch.compile(backend="xserve") vs inductor vs eager (docs/BENCHMARKS.md).
+.PHONY: bench-backend
+bench-backend: pjrt build $(VENV_ZOO)/.installed
+	XSERVE_BIN=$(CURDIR)/bin/xserve $(VENV_ZOO)/bin/python python/bench_backend.py --model resnet18 --batches 1,8

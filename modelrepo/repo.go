@@ -51,8 +51,8 @@ func quoteShort(s string) string {
 	return strconv.Quote(s)
 }
 
-// Repository is a model repository on disk. Its methods only read the file
-// system, and are safe for concurrent use.
+// Repository is a model repository on disk. Its methods other than Write
+// (upload.go) only read the file system, and all are safe for concurrent use.
 type Repository struct {
 	root string // as given to Open, cleaned; prefixes every path we return
 	abs  string // absolute root

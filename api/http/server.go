@@ -716,10 +716,16 @@ func (s *Server) load(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := s.repositoryRequest(c); err != nil {
+	up, err := s.loadRequest(c)
+	if err != nil {
 		return err
 	}
-	if err := s.backend.Load(s.ctx, model); err != nil {
+	if up != nil {
+		err = s.backend.(Uploader).Upload(s.ctx, model, *up)
+	} else {
+		err = s.backend.Load(s.ctx, model)
+	}
+	if err != nil {
 		return err
 	}
 	return okEmpty(c)

@@ -1,0 +1,25 @@
+"""xserve: the Python side of the xserve inference server.
+
+- ``Client`` / ``AsyncClient``: HTTP (Open Inference Protocol v2, binary tensors).
+- ``NatsClient`` / ``AsyncNatsClient``: NATS request-reply (``pip install 'xserve[nats]'``).
+- ``export``: torch.export a model into a model repository (needs torch).
+- ``torch.compile(model, backend="xserve")``: run compiled graphs on a server (needs torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .client import AsyncClient, Client
+from .errors import XserveError
+from .nats import AsyncNatsClient, NatsClient
+
+__all__ = ["AsyncClient", "AsyncNatsClient", "Client", "NatsClient", "XserveError", "export"]
+__version__ = "0.1.0"
+
+
+def export(*args: Any, **kwargs: Any) -> Any:
+    """torch.export a model into a model repository; see xserve.export_.export."""
+    from .export_ import export as _export
+
+    return _export(*args, **kwargs)
