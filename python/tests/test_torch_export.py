@@ -1,8 +1,9 @@
 """xserve.export against a real xserve (make python-torch-test, .venv-zoo).
 
-A torchvision ResNet-18 and a BERT-shaped encoder (python/zoo/zoo_models.py:
+A torchvision ResNet-18, a BERT-shaped encoder (python/zoo/zoo_models.py:
 HuggingFace BertModel's layout built from a config, seeded weights, no hub)
-are exported into an empty repository that a running xserve serves; the
+and Hugging Face transformers' own BertModel (from a BertConfig, seeded
+weights, no hub) are exported into an empty repository that a running xserve serves; the
 server loads them through the repository API and must answer as PyTorch
 eager does, at the example's sizes and at others within the buckets.
 """
@@ -75,6 +76,42 @@ def test_torchvision_resnet18_pt2(served: Xserve, repo: pathlib.Path) -> None:
     with pytest.raises(ValueError, match="outside the symbol's range"):
         xserve.export(model, (x,), repo=repo, name="resnet", dynamic_shapes={"x": {0: batch}}, buckets={"batch": [4, 16]})
     assert sorted(p.name for p in (repo / "resnet").iterdir()) == ["1", "2", "config.yaml"]
+
+
+class HFBert(torch.nn.Module):
+    """transformers.BertModel as a module of positional tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import BertConfig, BertModel
+
+        cfg = BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=64, attn_implementation="eager")
+        torch.manual_seed(0)
+        self.bert = BertModel(cfg).eval()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask)
+        return out.last_hidden_state, out.pooler_output
+
+
+def test_hf_bert_model(served: Xserve, repo: pathlib.Path) -> None:
+    """Hugging Face's BertModel, exported with named dims, served, equal to eager."""
+    model = HFBert()
+    g = torch.Generator().manual_seed(3)
+    ids, mask = torch.randint(0, 500, (2, 16), generator=g), torch.ones(2, 16, dtype=torch.int64)
+    batch, seq = Dim("batch", min=1, max=8), Dim("sequence", min=2, max=64)
+    shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
+    r = xserve.export(model, (ids, mask), repo=repo, name="hf_bert", dynamic_shapes=shapes,
+                      buckets={"batch": [1, 2, 4], "sequence": [8, 16, 32]}, check_url=served.url)
+    assert r.max_abs_error is not None and r.max_abs_error < 1e-4
+    ids3 = torch.randint(0, 500, (3, 7), generator=g)
+    mask3 = torch.ones(3, 7, dtype=torch.int64)
+    mask3[0, 5:] = 0  # a row padded by the client itself
+    got = xserve.Client(served.url).infer(r.name, {"input_ids": ids3.numpy(), "attention_mask": mask3.numpy()})
+    for name, want in zip(r.outputs, eager(model, ids3, mask3)):
+        assert got[name].shape == want.shape
+        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("fmt", ["pt2", "onnx"])
