@@ -51,8 +51,9 @@ ENV XSERVE_PJRT_PLUGIN=/opt/xserve/pjrt/plugin.so \
     XSERVE_PJRT=${PJRT}
 USER xserve
 WORKDIR /var/lib/xserve
-# 8080: HTTP (REST, Open Inference Protocol v2, /metrics); 4222: the embedded NATS server.
-EXPOSE 8080 4222
+# 8080: HTTP (REST, Open Inference Protocol v2, /metrics); 8001: KServe v2 gRPC;
+# 4222: the embedded NATS server.
+EXPOSE 8080 8001 4222
 VOLUME ["/var/cache/xserve"]
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
   CMD ["xserve", "health", "--url", "http://127.0.0.1:8080/v2/health/ready"]

@@ -188,7 +188,7 @@ start_server() {
 	docker run -d --name "$name" --network host \
 		--health-cmd "xserve health --url $HTTP/v2/health/ready" --health-interval 1s --health-start-period 60s \
 		-v "$REPO/examples/models:/models:ro" -v "$cache:/var/cache/xserve" \
-		"$IMAGE:cpu" --http-addr "127.0.0.1:$HTTP_PORT" --nats-listen "127.0.0.1:$NATS_PORT" --poll-interval 0 >/dev/null
+		"$IMAGE:cpu" --http-addr "127.0.0.1:$HTTP_PORT" --nats-listen "127.0.0.1:$NATS_PORT" --grpc-addr "127.0.0.1:$(free_port)" --poll-interval 0 >/dev/null
 }
 
 # wait_ready NAME START: sets READY_S, the seconds from START (now's format)
@@ -245,10 +245,15 @@ check_cpu() {
 		print("docker-test: HTTP inference matches ONNX Runtime:", got.shape)
 	PYEOF
 
-	# NATS inference, sent by the image's own binary.
+	# NATS inference, sent by the image's own binary, signed in with the
+	# client NKey seed the embedded server wrote (it takes no anonymous
+	# clients); the copy is made readable for the client container's user.
+	docker cp "xserve-test-cold:/var/cache/xserve/nats/$NATS_PORT/client.nk" "$out/client.nk" >/dev/null ||
+		die "no client NKey seed in the container"
+	chmod 0644 "$out/client.nk"
 	docker run --rm --network host --entrypoint xserve \
 		-v "$REPO/examples/samples/tinycnn:/samples:ro" -v "$out:/out" "$IMAGE:cpu" \
-		nats-infer --nats-url "nats://127.0.0.1:$NATS_PORT" --model tinycnn --input image=/samples/image.npy --output /out ||
+		nats-infer --nats-url "nats://127.0.0.1:$NATS_PORT" --nkey /out/client.nk --model tinycnn --input image=/samples/image.npy --output /out ||
 		die "NATS inference"
 	"$PY" -c 'import sys, numpy as np; np.testing.assert_allclose(np.load(sys.argv[1]), np.load(sys.argv[2]), atol=1e-5)' \
 		"$out/probs.npy" "$REPO/examples/samples/tinycnn/probs.onnxruntime.npy" || die "NATS output differs from ONNX Runtime"
