@@ -24,6 +24,7 @@ import (
 	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/api/triton"
 	"github.com/xserve/xserve/internal/tracing"
+	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
@@ -398,23 +399,63 @@ func (s *Server) RepositoryIndex(ctx context.Context, r *pb.RepositoryIndexReque
 	return out, nil
 }
 
-// repositoryParams refuses what xserve does not implement (config and file
-// overrides).
-func repositoryParams(params map[string]*pb.ModelRepositoryParameter) error {
-	for k := range params {
-		if k == "config" || strings.HasPrefix(k, "file:") {
-			return payload.BadRequest("parameters.%s: overriding a model's config or files is not supported; change the model repository instead", k)
-		}
-	}
-	return nil
+// Uploader is a Backend that can also load a model from uploaded files
+// (Triton's load request with "file:" and "config" parameters); a bad path
+// or config wraps serving.ErrInvalidInput. *serving.Manager has it.
+type Uploader interface {
+	Upload(ctx context.Context, model string, up modelrepo.Upload) error
 }
 
-// RepositoryModelLoad (re)loads a model from the repository.
+// uploadParams reads a load request's parameters as Triton sends them:
+// "file:<version>/<file>" as bytes_param, "config" (the model's config,
+// xserve's config.yaml keys as JSON or YAML) as string_param. It returns nil
+// when they upload nothing.
+func uploadParams(params map[string]*pb.ModelRepositoryParameter) (*modelrepo.Upload, error) {
+	var up modelrepo.Upload
+	for k, p := range params {
+		switch {
+		case k == "config":
+			text := p.GetStringParam()
+			if text == "" && p.GetBytesParam() != nil {
+				text = string(p.GetBytesParam())
+			}
+			if text == "" {
+				return nil, payload.BadRequest("parameters.config: want the model config as string_param")
+			}
+			up.Config = []byte(text)
+		case strings.HasPrefix(k, "file:"):
+			data := p.GetBytesParam()
+			if data == nil {
+				return nil, payload.BadRequest("parameters.%s: want the file's bytes as bytes_param", k)
+			}
+			if up.Files == nil {
+				up.Files = map[string][]byte{}
+			}
+			up.Files[strings.TrimPrefix(k, "file:")] = data
+		}
+	}
+	if up.Files == nil && up.Config == nil {
+		return nil, nil
+	}
+	return &up, nil
+}
+
+// RepositoryModelLoad (re)loads a model from the repository, or from the
+// uploaded files and config of its parameters.
 func (s *Server) RepositoryModelLoad(ctx context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
-	if err := repositoryParams(r.Parameters); err != nil {
+	up, err := uploadParams(r.Parameters)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.backend.Load(ctx, r.ModelName); err != nil {
+	switch u, ok := s.backend.(Uploader); {
+	case up != nil && !ok:
+		return nil, payload.BadRequest("parameters: loading a model from uploaded files or config is not supported by this server; change the model repository instead")
+	case up != nil:
+		err = u.Upload(ctx, r.ModelName, *up)
+	default:
+		err = s.backend.Load(ctx, r.ModelName)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &pb.RepositoryModelLoadResponse{}, nil
@@ -422,9 +463,6 @@ func (s *Server) RepositoryModelLoad(ctx context.Context, r *pb.RepositoryModelL
 
 // RepositoryModelUnload unloads a model after its requests in flight.
 func (s *Server) RepositoryModelUnload(ctx context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
-	if err := repositoryParams(r.Parameters); err != nil {
-		return nil, err
-	}
 	if err := s.backend.Unload(ctx, r.ModelName); err != nil {
 		return nil, err
 	}

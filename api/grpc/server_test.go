@@ -193,7 +193,11 @@ func TestMetadataConfigStatsRepository(t *testing.T) {
 		t.Errorf("RepositoryIndex: %v %v", r, err)
 	}
 	if _, err := c.RepositoryModelLoad(ctx, &pb.RepositoryModelLoadRequest{ModelName: "double", Parameters: map[string]*pb.ModelRepositoryParameter{"config": {}}}); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("load with a config override: %v", err)
+		t.Errorf("load with an empty config: %v", err)
+	}
+	upload := map[string]*pb.ModelRepositoryParameter{"file:1/model.onnx": {ParameterChoice: &pb.ModelRepositoryParameter_BytesParam{BytesParam: []byte("x")}}}
+	if _, err := c.RepositoryModelLoad(ctx, &pb.RepositoryModelLoadRequest{ModelName: "double", Parameters: upload}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not supported by this server") {
+		t.Errorf("upload to a backend without uploads: %v", err)
 	}
 	if _, err := c.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "r"}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("SystemSharedMemoryRegister: %v", err)
