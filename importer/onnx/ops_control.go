@@ -9,11 +9,12 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// registerControlFlow registers the converters of If, Loop and Scan.
-// lowering does not emit while or case for them yet (lower/stablehlo has
-// both), so all three are inlined at import (see convertIf, convertLoop and convertScan); loops whose trip
-// count or condition are run-time values, and Scan before opset 9 (batched,
-// with sequence_lens), are unsupported.
+// registerControlFlow registers the converters of If, Loop and Scan. An If
+// whose condition is known only at run time becomes the IR's cond (lowered
+// to stablehlo.if); the rest is inlined at import (see convertIf,
+// convertLoop and convertScan): loops whose trip count or condition are
+// run-time values, and Scan before opset 9 (batched, with sequence_lens),
+// are unsupported.
 func registerControlFlow(cs converters) {
 	cs.add("If", convertIf)
 	cs.add("Loop", convertLoop)
@@ -24,17 +25,14 @@ func registerControlFlow(cs converters) {
 // unrolls.
 const MaxLoopUnroll = 1024
 
-// convertIf converts If by inlining its branches, which XLA's static
-// programs allow in two cases:
+// convertIf converts If in one of two ways:
 //   - a condition known at import (a constant, or computed from constants
 //     and shapes): only the branch it selects is inlined;
-//   - a condition known only at run time, with branches whose outputs agree
-//     in dtype and shape: both branches are inlined and each output is
-//     where(cond, then, else). Branches are side-effect free, so computing
-//     both is correct; it costs the work of both.
-//
-// Branches with outputs of different shapes under a run-time condition are
-// unsupported, with an error naming the output.
+//   - a condition known only at run time: the IR's higher-order op cond
+//     (fxgraph.Cond), each branch a subgraph that takes the values it
+//     captures from the enclosing scopes as operands. Lowering emits
+//     stablehlo.if, which computes only the branch taken. Its branches must
+//     give outputs of the same dtypes and shapes.
 func convertIf(c *Ctx, _ *Node) error {
 	cond, err := c.Input(0)
 	if err != nil {
@@ -50,6 +48,9 @@ func convertIf(c *Ctx, _ *Node) error {
 		if a == nil || a.Type != AttrGraph || a.G == nil {
 			return fmt.Errorf("If: attribute %s (a graph) is required", name)
 		}
+		if len(a.G.Inputs) > 0 {
+			return fmt.Errorf("If: %s %q has %d inputs, want none", name, a.G.Name, len(a.G.Inputs))
+		}
 		branches[i] = a.G
 	}
 	if t := c.Graph().ConstValue(cond); t != nil {
@@ -63,32 +64,135 @@ func convertIf(c *Ctx, _ *Node) error {
 		}
 		return bindIfOutputs(c, outs)
 	}
-	thenOuts, err := c.s.inlineBranch(branches[0])
-	if err != nil {
-		return err
+	captured := c.s.captures(branches[0], branches[1])
+	var graphs [2]*fxgraph.Graph
+	for i, br := range branches {
+		if graphs[i], err = c.s.subgraph(br, captured); err != nil {
+			return err
+		}
 	}
-	elseOuts, err := c.s.inlineBranch(branches[1])
-	if err != nil {
-		return err
-	}
+	thenOuts, elseOuts := graphs[0].Outputs(), graphs[1].Outputs()
 	if len(thenOuts) != len(elseOuts) {
 		return fmt.Errorf("If: then_branch has %d outputs, else_branch %d", len(thenOuts), len(elseOuts))
 	}
-	scalar, err := c.Emit("aten.view.default", cond, ints(nil))
-	if err != nil {
-		return err
-	}
-	outs := make([]*fxgraph.Node, len(thenOuts))
 	for i := range thenOuts {
 		tm, em := Meta(thenOuts[i]), Meta(elseOuts[i])
 		if tm.DType != em.DType || !tm.Shape.Equal(em.Shape) {
-			return Unsupported("If with a run-time condition whose branches give output %d as %s and %s (both branches are computed and selected, so they must agree)", i, tm, em)
+			return Unsupported("If with a run-time condition whose branches give output %d as %s and %s (stablehlo.if needs both branches to give the same types)", i, tm, em)
 		}
-		if outs[i], err = c.Emit("aten.where.self", scalar, thenOuts[i], elseOuts[i]); err != nil {
+	}
+	var subs [2]*fxgraph.Node
+	for i, name := range []string{"true_graph", "false_graph"} {
+		subs[i] = c.Graph().AddSubgraph(name, graphs[i])
+	}
+	operands := make([]*fxgraph.Node, len(captured))
+	for i, name := range captured {
+		operands[i] = c.s.env[name]
+	}
+	n, err := c.Emit(fxgraph.Cond, cond, subs[0], subs[1], nodes(operands))
+	if err != nil {
+		return err
+	}
+	outs := make([]*fxgraph.Node, len(n.Meta.Vals))
+	for i := range outs {
+		if outs[i], err = c.Emit(fxgraph.GetItem, n, int64(i)); err != nil {
 			return err
 		}
 	}
 	return bindIfOutputs(c, outs)
+}
+
+// captures returns the names, sorted, that the subgraphs use from the
+// enclosing scopes (and that s binds to non-constant values): the operands
+// a higher-order op passes them. Constants are not captured; subgraph
+// copies them (see subgraph).
+func (s *scope) captures(grs ...*Graph) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, gr := range grs {
+		for _, name := range freeNames(gr) {
+			n, ok := s.env[name]
+			if !ok || seen[name] || s.g.ConstValue(n) != nil {
+				continue
+			}
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// freeNames returns the value names gr (and the subgraphs of its nodes)
+// reads without defining them.
+func freeNames(gr *Graph) []string {
+	defined := map[string]bool{"": true}
+	for _, in := range gr.Inputs {
+		defined[in.Name] = true
+	}
+	for _, in := range gr.Initializers {
+		defined[in.Name] = true
+	}
+	seen := map[string]bool{}
+	var out []string
+	use := func(name string) {
+		if !defined[name] && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	for _, node := range gr.Nodes {
+		for _, in := range node.Inputs {
+			use(in)
+		}
+		for _, a := range node.Attributes {
+			for _, sub := range append([]*Graph{a.G}, a.Graphs...) {
+				if sub != nil {
+					for _, name := range freeNames(sub) {
+						use(name)
+					}
+				}
+			}
+		}
+		for _, o := range node.Outputs {
+			defined[o] = true
+		}
+	}
+	for _, o := range gr.Outputs {
+		use(o.Name)
+	}
+	return out
+}
+
+// subgraph converts gr (a branch without inputs) into a graph of its own:
+// one placeholder per captured name (in order), the constants of the
+// enclosing scopes it uses copied in, and gr's outputs as its outputs.
+func (s *scope) subgraph(gr *Graph, captured []string) (*fxgraph.Graph, error) {
+	if s.depth > 32 {
+		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
+	}
+	g := fxgraph.New()
+	inner := &scope{im: s.im, g: g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, values: s.values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}}
+	for _, name := range captured {
+		inner.env[name] = g.AddPlaceholder(sanitize(name), Meta(s.env[name]))
+	}
+	for _, name := range freeNames(gr) {
+		if n, ok := s.env[name]; ok {
+			if t := s.g.ConstValue(n); t != nil {
+				inner.env[name] = inner.modelConstant(name, t)
+			}
+		}
+	}
+	for _, in := range gr.Initializers {
+		inner.env[in.Name] = inner.modelConstant(in.Name, in.Tensor)
+	}
+	outs, err := inner.convertBody(gr)
+	if err != nil {
+		return nil, err
+	}
+	g.SetOutput(outs...)
+	g.EliminateDeadCode()
+	return g, nil
 }
 
 func bindIfOutputs(c *Ctx, outs []*fxgraph.Node) error {
@@ -125,14 +229,20 @@ func (s *scope) inlineBody(gr *Graph, inputs map[string]*fxgraph.Node) ([]*fxgra
 	for _, in := range gr.Initializers {
 		inner.env[in.Name] = s.modelConstant(in.Name, in.Tensor)
 	}
+	return inner.convertBody(gr)
+}
+
+// convertBody converts the nodes of subgraph gr in s (whose env binds gr's
+// inputs, initializers and captured names) and returns gr's outputs.
+func (s *scope) convertBody(gr *Graph) ([]*fxgraph.Node, error) {
 	for i, node := range gr.Nodes {
-		if err := inner.convertNode(node); err != nil {
+		if err := s.convertNode(node); err != nil {
 			return nil, fmt.Errorf("%w (subgraph %q, node %d)", err, gr.Name, i)
 		}
 	}
 	outs := make([]*fxgraph.Node, len(gr.Outputs))
 	for i, vi := range gr.Outputs {
-		n, ok := inner.env[vi.Name]
+		n, ok := s.env[vi.Name]
 		if !ok {
 			return nil, fmt.Errorf("onnx: subgraph %q: output %q is not produced by any node", gr.Name, vi.Name)
 		}
