@@ -19,14 +19,75 @@ import (
 // copy constants into the branch).
 const Cond = "cond"
 
+// WhileLoop is the target of the higher-order operator while_loop, as
+// torch's while_loop:
+//
+//	while_loop(cond_graph, body_graph, carried_inputs, additional_inputs) -> tuple
+//
+// Both subgraphs take the carried values then the additional ones (lists
+// of nodes) as placeholders; cond_graph returns a bool tensor of one
+// element, body_graph the next carried values (same dtypes and shapes).
+// The node is the tuple of the carried values after the last iteration.
+const WhileLoop = "while_loop"
+
 // subgraphFoldElements bounds what shape propagation folds inside a
 // subgraph: enough for the shape computations that specializing a bucket
 // resolves there.
 const subgraphFoldElements = 1 << 14
 
-// registerControlFlow registers the higher-order operator cond.
+// registerControlFlow registers the higher-order operators cond and
+// while_loop.
 func registerControlFlow(r *Registry) {
 	r.Register(Cond, OpInfo{Shape: func(n *Node) (Meta, error) { return r.condShape(n) }})
+	r.Register(WhileLoop, OpInfo{Shape: func(n *Node) (Meta, error) { return r.whileShape(n) }})
+}
+
+func (r *Registry) whileShape(n *Node) (Meta, error) {
+	carried, err := n.ListNodes(2)
+	if err != nil {
+		return Meta{}, err
+	}
+	extra, err := n.ListNodes(3)
+	if err != nil {
+		return Meta{}, err
+	}
+	ops := append(append([]*Node(nil), carried...), extra...)
+	condG, err := n.Subgraph(0)
+	if err != nil {
+		return Meta{}, err
+	}
+	bodyG, err := n.Subgraph(1)
+	if err != nil {
+		return Meta{}, err
+	}
+	c, err := r.SpecializeSubgraph(condG, ops)
+	if err != nil {
+		return Meta{}, fmt.Errorf("while_loop: cond_graph: %w", err)
+	}
+	if len(c) != 1 || c[0].DType != tensor.Bool || (c[0].Shape.IsStatic() && tensorElems(c[0]) != 1) {
+		return Meta{}, fmt.Errorf("while_loop: cond_graph returns %v, want one bool tensor of one element", c)
+	}
+	b, err := r.SpecializeSubgraph(bodyG, ops)
+	if err != nil {
+		return Meta{}, fmt.Errorf("while_loop: body_graph: %w", err)
+	}
+	if len(b) != len(carried) {
+		return Meta{}, fmt.Errorf("while_loop: body_graph returns %d values for %d carried values", len(b), len(carried))
+	}
+	out := Meta{Tuple: true}
+	for i, cv := range carried {
+		m := cv.Val()
+		if b[i].DType != m.DType || !b[i].Shape.Equal(m.Shape) {
+			return Meta{}, fmt.Errorf("while_loop: carried value %d is %s, the body returns %s (they must agree)", i, m, b[i])
+		}
+		out.Vals = append(out.Vals, TensorMeta{DType: m.DType, Shape: m.Shape.Clone()})
+	}
+	return out, nil
+}
+
+func tensorElems(m TensorMeta) int64 {
+	dims, _ := m.Shape.Static()
+	return tensor.NumElements(dims)
 }
 
 // Subgraph returns the subgraph that argument i of n (a get_attr node)

@@ -70,3 +70,54 @@ func runTorchIf(ctx context.Context, t *testing.T, c *pjrt.Client, prog *lower.P
 		}
 	}
 }
+
+// TestWhileLoopRunTime runs an ONNX Loop whose trip count and condition are
+// run-time values (importer/onnx/testdata/gen_while_loop.py) through
+// stablehlo.while and compares it with ONNX Runtime: stopped by the trip
+// count, by the condition, before the first iteration and after one.
+func TestWhileLoopRunTime(t *testing.T) {
+	const dir = "../importer/onnx/testdata/"
+	g, err := onnx.ImportFile(dir + "while_loop.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(dir + "while_loop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		M     int64     `json:"M"`
+		Limit float32   `json:"limit"`
+		X     []float32 `json:"x"`
+		B     []float32 `json:"b"`
+		V     []float32 `json:"v"`
+		Acc   float32   `json:"acc"`
+	}
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(prog.Module, []byte("stablehlo.while")) {
+		t.Fatalf("the Loop was not lowered to stablehlo.while:\n%s", prog.Module)
+	}
+	c := openPlugin(t)
+	for i, tc := range cases {
+		in := []*tensor.Tensor{
+			tensor.FromInt64s([]int64{tc.M}, []int64{}...), tensor.FromFloat32s(tc.X, 2, 3),
+			tensor.FromFloat32s(tc.B, 3), tensor.FromFloat32s([]float32{tc.Limit}, []int64{}...),
+		}
+		got, err := conformance.Execute(context.Background(), c, prog, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conformance.Compare(got[0], tensor.FromFloat32s(tc.V, 2, 3), 1e-5, 1e-5); err != nil {
+			t.Errorf("case %d (M=%d, limit=%g): v: %v", i, tc.M, tc.Limit, err)
+		}
+		if err := conformance.Compare(got[1], tensor.FromFloat32s([]float32{tc.Acc}, []int64{}...), 1e-5, 1e-5); err != nil {
+			t.Errorf("case %d (M=%d, limit=%g): acc: %v", i, tc.M, tc.Limit, err)
+		}
+	}
+}

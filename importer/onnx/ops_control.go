@@ -3,6 +3,7 @@ package onnx
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
@@ -168,10 +169,27 @@ func freeNames(gr *Graph) []string {
 // one placeholder per captured name (in order), the constants of the
 // enclosing scopes it uses copied in, and gr's outputs as its outputs.
 func (s *scope) subgraph(gr *Graph, captured []string) (*fxgraph.Graph, error) {
+	g := fxgraph.New()
+	inner, err := s.subScope(gr, g, captured)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := inner.convertBody(gr)
+	if err != nil {
+		return nil, err
+	}
+	g.SetOutput(outs...)
+	g.EliminateDeadCode()
+	return g, nil
+}
+
+// subScope returns the scope that converts gr into graph g: it adds a
+// placeholder of g per captured name (after those g has) and copies into g
+// the constants of the enclosing scopes gr uses and gr's initializers.
+func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope, error) {
 	if s.depth > 32 {
 		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
 	}
-	g := fxgraph.New()
 	inner := &scope{im: s.im, g: g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, values: s.values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}}
 	for _, name := range captured {
 		inner.env[name] = g.AddPlaceholder(sanitize(name), Meta(s.env[name]))
@@ -186,13 +204,128 @@ func (s *scope) subgraph(gr *Graph, captured []string) (*fxgraph.Graph, error) {
 	for _, in := range gr.Initializers {
 		inner.env[in.Name] = inner.modelConstant(in.Name, in.Tensor)
 	}
-	outs, err := inner.convertBody(gr)
-	if err != nil {
-		return nil, err
+	return inner, nil
+}
+
+// convertWhileLoop converts Loop(M, cond, v...) without scan outputs to
+// the IR's while_loop (lowered to stablehlo.while), for a trip count or a
+// condition known only at run time. The loop carries (i, cond, M, v...):
+// cond_graph is cond && i < M, body_graph the ONNX body with i+1 appended.
+// The values the body captures from enclosing scopes are the while_loop's
+// additional inputs.
+func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
+	scalar := func(i int, dt tensor.DType, def *tensor.Tensor) (*fxgraph.Node, error) {
+		if !c.HasInput(i) {
+			return c.Constant("loop_default", def), nil
+		}
+		v, err := c.Input(i)
+		if err != nil {
+			return nil, err
+		}
+		if m := Meta(v); m.DType != dt || m.Shape.IsStatic() && tensorElems(m) != 1 {
+			return nil, fmt.Errorf("Loop: input %d is %s, want %s with one element", i, m, dt)
+		}
+		return c.Emit("aten.view.default", v, ints(nil))
 	}
-	g.SetOutput(outs...)
-	g.EliminateDeadCode()
-	return g, nil
+	trip, err := scalar(0, tensor.Int64, tensor.FromInt64s([]int64{math.MaxInt64}, []int64{}...))
+	if err != nil {
+		return err
+	}
+	cond, err := scalar(1, tensor.Bool, tensor.Scalar(tensor.Bool, 1))
+	if err != nil {
+		return err
+	}
+	carried := []*fxgraph.Node{c.ScalarConst(tensor.Int64, 0), cond, trip}
+	for j := range nState {
+		v, err := c.Input(2 + j)
+		if err != nil {
+			return err
+		}
+		carried = append(carried, v)
+	}
+	captured := c.s.captures(body)
+	extra := make([]*fxgraph.Node, len(captured))
+	for i, name := range captured {
+		extra[i] = c.s.env[name]
+	}
+	addCarried := func(g *fxgraph.Graph) []*fxgraph.Node {
+		ph := make([]*fxgraph.Node, len(carried))
+		for i, v := range carried {
+			ph[i] = g.AddPlaceholder([]string{"iter", "cond", "trip_count"}[min(i, 2)], Meta(v))
+		}
+		return ph
+	}
+	// cond_graph: cond && iter < trip_count.
+	condG := fxgraph.New()
+	ph := addCarried(condG)
+	for _, name := range captured {
+		condG.AddPlaceholder(sanitize(name), Meta(c.s.env[name]))
+	}
+	e := fxgraph.Emitter{Graph: condG, IR: c.s.im.ir}
+	lt, err := e.Emit("", "aten.lt.Tensor", []any{ph[0], ph[2]}, nil)
+	if err != nil {
+		return err
+	}
+	and, err := e.Emit("", "aten.logical_and.default", []any{ph[1], lt}, nil)
+	if err != nil {
+		return err
+	}
+	condG.SetOutput(and)
+	// body_graph: the ONNX body, iter + 1, trip_count unchanged.
+	bodyG := fxgraph.New()
+	ph = addCarried(bodyG)
+	inner, err := c.s.subScope(body, bodyG, captured)
+	if err != nil {
+		return err
+	}
+	for i, in := range body.Inputs { // (iter, cond, v...): trip_count is not the body's
+		inner.env[in.Name] = ph[i+min(i/2, 1)]
+	}
+	outs, err := inner.convertBody(body)
+	if err != nil {
+		return err
+	}
+	e = fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
+	next, err := e.Emit("", "aten.add.Tensor", []any{ph[0], bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
+	if err != nil {
+		return err
+	}
+	keep, err := e.Emit("", "aten.view.default", []any{outs[0], ints(nil)}, nil)
+	if err != nil {
+		return err
+	}
+	bodyG.SetOutput(append([]*fxgraph.Node{next, keep, ph[2]}, outs[1:1+nState]...)...)
+	bodyG.EliminateDeadCode()
+
+	w, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("cond_graph", condG), c.Graph().AddSubgraph("body_graph", bodyG), nodes(carried), nodes(extra))
+	if err != nil {
+		return err
+	}
+	for j := range nState {
+		if !c.HasOutput(j) {
+			continue
+		}
+		v, err := c.Emit(fxgraph.GetItem, w, int64(3+j))
+		if err != nil {
+			return err
+		}
+		c.SetOutput(j, v)
+	}
+	return nil
+}
+
+func tensorElems(m fxgraph.TensorMeta) int64 {
+	dims, _ := m.Shape.Static()
+	return tensor.NumElements(dims)
+}
+
+// constInput reports whether optional input i is absent or a constant.
+func constInput(c *Ctx, i int) bool {
+	if !c.HasInput(i) {
+		return true
+	}
+	n, err := c.Input(i)
+	return err == nil && c.Graph().ConstValue(n) != nil
 }
 
 func bindIfOutputs(c *Ctx, outs []*fxgraph.Node) error {
@@ -273,6 +406,9 @@ func convertLoop(c *Ctx, _ *Node) error {
 	if len(body.Inputs) != 2+nState || nScan < 0 {
 		return fmt.Errorf("Loop: body %q has %d inputs and %d outputs for %d loop-carried values", body.Name, len(body.Inputs), len(body.Outputs), nState)
 	}
+	if nScan == 0 && (!constInput(c, 0) || !constInput(c, 1)) {
+		return convertWhileLoop(c, body, nState)
+	}
 	trip := int64(-1) // none: run while the condition holds
 	if c.HasInput(0) {
 		ks, err := c.ConstInts(0)
@@ -317,8 +453,11 @@ func convertLoop(c *Ctx, _ *Node) error {
 			return err
 		}
 		t := c.Graph().ConstValue(outs[0])
+		if t == nil && nScan == 0 {
+			return convertWhileLoop(c, body, nState) // the unrolled iterations are dead code
+		}
 		if t == nil {
-			return Unsupported("Loop whose condition is computed from run-time values (loops are unrolled at import)")
+			return Unsupported("Loop with scan outputs whose condition is computed from run-time values (such loops are unrolled at import)")
 		}
 		keep = t.NumElements() == 1 && t.Data[0] != 0
 		copy(state, outs[1:1+nState])
