@@ -14,11 +14,12 @@ import (
 // whose condition is known only at run time becomes the IR's cond (lowered
 // to stablehlo.if); the rest is inlined at import (see convertIf,
 // convertLoop and convertScan): loops whose trip count or condition are
-// run-time values, and Scan before opset 9 (batched, with sequence_lens),
-// are unsupported.
+// run-time values, loops with scan outputs and a run-time trip count, and
+// Scan-8 with sequence_lens shorter than the sequence are unsupported.
 func registerControlFlow(cs converters) {
 	cs.add("If", convertIf)
 	cs.add("Loop", convertLoop)
+	cs.register("", "Scan", 8, convertScan8)
 	cs.register("", "Scan", 9, convertScan)
 }
 
@@ -481,31 +482,37 @@ func setUnrolledOutputs(c *Ctx, state []*fxgraph.Node, scans [][]*fxgraph.Node, 
 		if !c.HasOutput(len(state) + k) {
 			continue
 		}
-		if len(parts) == 0 {
-			return Unsupported("a loop that runs no iteration, with scan outputs (their shape is unknown)")
-		}
-		axis := axes[k]
-		if r := int64(Meta(parts[0]).Rank()) + 1; axis < 0 {
-			axis += r
-		}
-		if dirs[k] != 0 {
-			slices.Reverse(parts)
-		}
-		stacked := make([]*fxgraph.Node, len(parts))
-		for i, p := range parts {
-			u, err := c.Emit("aten.unsqueeze.default", p, axis)
-			if err != nil {
-				return err
-			}
-			stacked[i] = u
-		}
-		out, err := c.Emit("aten.cat.default", nodes(stacked), axis)
+		out, err := stackParts(c, parts, axes[k], dirs[k] != 0)
 		if err != nil {
 			return err
 		}
 		c.SetOutput(len(state)+k, out)
 	}
 	return nil
+}
+
+// stackParts stacks the per-iteration values parts along a new axis
+// (negative counts from the end), in reverse order when reverse is set.
+func stackParts(c *Ctx, parts []*fxgraph.Node, axis int64, reverse bool) (*fxgraph.Node, error) {
+	if len(parts) == 0 {
+		return nil, Unsupported("a loop that runs no iteration, with scan outputs (their shape is unknown)")
+	}
+	if r := int64(Meta(parts[0]).Rank()) + 1; axis < 0 {
+		axis += r
+	}
+	if reverse {
+		parts = slices.Clone(parts)
+		slices.Reverse(parts)
+	}
+	stacked := make([]*fxgraph.Node, len(parts))
+	for i, p := range parts {
+		u, err := c.Emit("aten.unsqueeze.default", p, axis)
+		if err != nil {
+			return nil, err
+		}
+		stacked[i] = u
+	}
+	return c.Emit("aten.cat.default", nodes(stacked), axis)
 }
 
 // convertScan unrolls Scan (opset 9+): the scan length is the size of the
@@ -565,8 +572,106 @@ func convertScan(c *Ctx, _ *Node) error {
 		}
 		length, inAxes[j], xs[j] = d.Size, axis, x
 	}
+	state, scans, err := unrollScan(c, body, state, xs, length, inAxes, inDirs, nScanOut)
+	if err != nil {
+		return err
+	}
+	return setUnrolledOutputs(c, state, scans, outAxes, outDirs)
+}
+
+// convertScan8 converts Scan of opsets 8 (batched: every state and scan
+// input has a leading batch axis, the scan axis is axis 1) by unrolling the
+// opset 9 scan of each batch entry and stacking the results. sequence_lens
+// must be absent or a constant equal to the sequence length.
+func convertScan8(c *Ctx, _ *Node) error {
+	a := c.Attr("body")
+	if a == nil || a.Type != AttrGraph || a.G == nil {
+		return fmt.Errorf("Scan: attribute body (a graph) is required")
+	}
+	body := a.G
+	m := int(c.AttrInt("num_scan_inputs", 0))
+	nState := c.NumInputs() - 1 - m
+	nScanOut := len(body.Outputs) - nState
+	if m < 1 || nState < 0 || len(body.Inputs) != nState+m || nScanOut < 0 {
+		return fmt.Errorf("Scan: %d inputs with num_scan_inputs %d, body %q with %d inputs and %d outputs", c.NumInputs(), m, body.Name, len(body.Inputs), len(body.Outputs))
+	}
+	dirs := c.AttrInts("directions", make([]int64, m))
+	if len(dirs) != m {
+		return fmt.Errorf("Scan: directions has %d values, want %d", len(dirs), m)
+	}
+	ins := make([]*fxgraph.Node, nState+m)
+	for j := range ins {
+		v, err := c.Input(1 + j)
+		if err != nil {
+			return err
+		}
+		if r := Meta(v).Rank(); r < 1 || j >= nState && r < 2 {
+			return fmt.Errorf("Scan: input %d is %s, want a batch axis (and a scan axis for scan inputs)", 1+j, Meta(v))
+		}
+		ins[j] = v
+	}
+	batch, length := Meta(ins[0]).Shape[0], Meta(ins[nState]).Shape[1]
+	if !batch.IsStatic() || !length.IsStatic() {
+		return Unsupported("Scan (opset 8) over a batch or sequence of run-time size (scans are unrolled at import)")
+	}
+	if c.HasInput(0) {
+		lens, err := c.ConstInts(0)
+		if err != nil {
+			return err
+		}
+		for _, l := range lens {
+			if l != length.Size {
+				return Unsupported("Scan (opset 8) with sequence_lens %v shorter than the sequence (%d)", lens, length.Size)
+			}
+		}
+	}
+	outs := make([][]*fxgraph.Node, nState+nScanOut) // per output, per batch entry
+	for b := range batch.Size {
+		per := make([]*fxgraph.Node, len(ins))
+		for j, v := range ins {
+			el, err := c.Emit("aten.select.int", v, int64(0), b)
+			if err != nil {
+				return err
+			}
+			per[j] = el
+		}
+		state, scans, err := unrollScan(c, body, per[:nState], per[nState:], length.Size, make([]int64, m), dirs, nScanOut)
+		if err != nil {
+			return err
+		}
+		for j, v := range state {
+			outs[j] = append(outs[j], v)
+		}
+		for k, parts := range scans {
+			v, err := stackParts(c, parts, 0, false)
+			if err != nil {
+				return err
+			}
+			outs[nState+k] = append(outs[nState+k], v)
+		}
+	}
+	for j, parts := range outs {
+		if !c.HasOutput(j) {
+			continue
+		}
+		v, err := stackParts(c, parts, 0, false)
+		if err != nil {
+			return err
+		}
+		c.SetOutput(j, v)
+	}
+	return nil
+}
+
+// unrollScan inlines body once per element of the scan inputs xs (length
+// elements along inAxes, walked backwards where inDirs is set), threading
+// state, and returns the last state and each scan output's per-iteration
+// values.
+func unrollScan(c *Ctx, body *Graph, state, xs []*fxgraph.Node, length int64, inAxes, inDirs []int64, nScanOut int) ([]*fxgraph.Node, [][]*fxgraph.Node, error) {
+	nState := len(state)
+	state = slices.Clone(state)
 	if length > MaxLoopUnroll {
-		return Unsupported("Scan of more than %d iterations (scans are unrolled at import)", MaxLoopUnroll)
+		return nil, nil, Unsupported("Scan of more than %d iterations (scans are unrolled at import)", MaxLoopUnroll)
 	}
 	scans := make([][]*fxgraph.Node, nScanOut)
 	for t := range length {
@@ -581,18 +686,18 @@ func convertScan(c *Ctx, _ *Node) error {
 			}
 			el, err := c.Emit("aten.select.int", x, inAxes[j], pos)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			bind[body.Inputs[nState+j].Name] = el
 		}
 		outs, err := c.s.inlineBody(body, bind)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		copy(state, outs[:nState])
 		for k := range scans {
 			scans[k] = append(scans[k], outs[nState+k])
 		}
 	}
-	return setUnrolledOutputs(c, state, scans, outAxes, outDirs)
+	return state, scans, nil
 }
