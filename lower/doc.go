@@ -20,6 +20,13 @@
 // the inline limit become weight parameters of the main function like the
 // main graph's.
 //
+// Data-dependent output sizes (ONNX NonZero): the graph lists such outputs
+// in Graph.Bounded. The program returns each padded to a static upper bound
+// along one axis, plus its valid size as an int64 scalar output appended
+// after the model's outputs; Program.Trim slices the results on the host
+// and drops the counts. `xserve run` and the conformance runner call Trim;
+// serving does not yet (see docs/DATA-DEPENDENT.md).
+//
 // Weights (get_attr tensors larger than Options.InlineConstantMax elements)
 // become parameters of the program, never constants: the serving layer
 // uploads them to the device once and every bucket's executable shares them.

@@ -287,7 +287,7 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 	b := hlo.New(l.opts.ModuleName)
 	fn := b.Main()
 	ctx := &Context{Graph: g, Fn: fn, Options: l.opts, Rules: l.rules, values: map[*fxgraph.Node][]*stablehlo.Value{}}
-	prog := &Program{Dims: copyDims(dims)}
+	prog := &Program{Dims: copyDims(dims), Bounded: append([]fxgraph.BoundedOutput(nil), g.Bounded...)}
 	ctx.root = &rootState{main: fn, prog: prog, weights: map[*tensor.Tensor]*stablehlo.Value{}}
 
 	// Parameters: inputs in graph order, then weights in graph order.

@@ -358,7 +358,7 @@ func (s *scope) inlineBody(gr *Graph, inputs map[string]*fxgraph.Node) ([]*fxgra
 	if s.depth > 32 {
 		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
 	}
-	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: maps.Clone(s.env), depth: s.depth + 1, values: s.values, subConsts: s.subConsts}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: maps.Clone(s.env), depth: s.depth + 1, values: s.values, subConsts: s.subConsts, bounded: s.bounded}
 	maps.Copy(inner.env, inputs)
 	for _, in := range gr.Initializers {
 		inner.env[in.Name] = s.modelConstant(in.Name, in.Tensor)

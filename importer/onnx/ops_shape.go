@@ -40,7 +40,8 @@ func registerShapeOps(cs converters) {
 	cs.register("", "ScatterElements", 11, shScatterElements)
 	cs.register("", "ScatterND", 11, shScatterND)
 	cs.register("", "ReverseSequence", 10, shReverseSequence)
-	for _, op := range []string{"Compress", "NonZero", "Unique"} {
+	cs.register("", "NonZero", 9, shNonZero)
+	for _, op := range []string{"Compress", "Unique"} {
 		cs.add(op, shDataDependent)
 	}
 }

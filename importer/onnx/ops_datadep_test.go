@@ -1,0 +1,98 @@
+package onnx_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/xserve/xserve/importer/onnx"
+	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/tensor"
+)
+
+// nonzeroRef is numpy's np.array(np.nonzero(x)) for x of shape dims.
+func nonzeroRef(vals []float64, dims []int64) *tensor.Tensor {
+	var rows [][]int64
+	for flat, v := range vals {
+		if v == 0 {
+			continue
+		}
+		idx := make([]int64, len(dims))
+		rest := int64(flat)
+		for d := len(dims) - 1; d >= 0; d-- {
+			idx[d], rest = rest%dims[d], rest/dims[d]
+		}
+		rows = append(rows, idx)
+	}
+	out := tensor.New(tensor.Int64, int64(len(dims)), int64(len(rows)))
+	for j, r := range rows {
+		for d, v := range r {
+			out.SetInt64(int64(d*len(rows)+j), v)
+		}
+	}
+	return out
+}
+
+// TestNonZeroRun runs NonZero on PJRT (padded to the input's size, sliced
+// by its count on the host) against the indices computed in Go.
+func TestNonZeroRun(t *testing.T) {
+	client := nnPlugin(t)
+	for _, c := range []struct {
+		name string
+		dt   tensor.DType
+		dims []int64
+		vals []float64
+	}{
+		{"float 2x3", tensor.Float32, []int64{2, 3}, []float64{0, 1.5, 0, -2, 0, 3}},
+		{"int 1-D", tensor.Int32, []int64{5}, []float64{7, 0, 0, 1, 2}},
+		{"bool 2x2x2", tensor.Bool, []int64{2, 2, 2}, []float64{1, 0, 0, 1, 1, 1, 0, 0}},
+		{"all zero", tensor.Float32, []int64{2, 2}, []float64{0, 0, 0, 0}},
+		{"none zero", tensor.Int64, []int64{3, 1}, []float64{4, 5, 6}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dims := make([]any, len(c.dims))
+			for i, d := range c.dims {
+				dims[i] = int(d)
+			}
+			g, err := nnImport(13, nnNode("NonZero", []string{"x"}, []string{"y"}), []*onnx.ValueInfo{nnVI("x", c.dt, dims...)}, nil, []string{"y"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(prog.Outputs) != 2 || len(prog.Bounded) != 1 {
+				t.Fatalf("program outputs %v, bounded %v: want the padded indices and their count", prog.Outputs, prog.Bounded)
+			}
+			if want := []int64{int64(len(c.dims)), tensor.NumElements(c.dims)}; !slices.Equal(prog.Outputs[0].Shape, want) {
+				t.Errorf("padded output shape %v, want %v", prog.Outputs[0].Shape, want)
+			}
+			got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{nnT(c.dt, c.vals, c.dims...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d outputs after Trim, want 1", len(got))
+			}
+			if err := conformance.Compare(got[0], nonzeroRef(c.vals, c.dims), 0, 0); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestNonZeroFeedingAnOp checks that a NonZero whose padded result would
+// reach another operator is rejected as unsupported.
+func TestNonZeroFeedingAnOp(t *testing.T) {
+	m := &onnx.Model{
+		IRVersion:    8,
+		OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
+		Graph: &onnx.Graph{Name: "g", Inputs: []*onnx.ValueInfo{nnVI("x", tensor.Float32, 4)},
+			Nodes:   []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), nnNode("Transpose", []string{"i"}, []string{"y"})},
+			Outputs: []*onnx.ValueInfo{{Name: "y"}}},
+	}
+	g, err := onnx.NewImporter().Import(m)
+	checkImport(t, g, err, "", "NonZero whose result feeds another operator")
+}
