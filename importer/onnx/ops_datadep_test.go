@@ -96,3 +96,48 @@ func TestNonZeroFeedingAnOp(t *testing.T) {
 	g, err := onnx.NewImporter().Import(m)
 	checkImport(t, g, err, "", "NonZero whose result feeds another operator")
 }
+
+// TestCompressRun runs Compress on PJRT (padded along the axis, sliced by
+// its count on the host) against numpy's np.compress, written out.
+func TestCompressRun(t *testing.T) {
+	client := nnPlugin(t)
+	x := []float64{1, 2, 3, 4, 5, 6} // [3,2]
+	for _, c := range []struct {
+		name      string
+		axis      *int64
+		cond      []float64
+		want      []float64
+		wantShape []int64
+	}{
+		{"axis 0", ptr(int64(0)), []float64{0, 1, 1}, []float64{3, 4, 5, 6}, []int64{2, 2}},
+		{"axis -1", ptr(int64(-1)), []float64{0, 1}, []float64{2, 4, 6}, []int64{3, 1}},
+		{"flattened, short condition", nil, []float64{1, 0, 0, 1}, []float64{1, 4}, []int64{2}},
+		{"none selected", ptr(int64(0)), []float64{0, 0, 0}, nil, []int64{0, 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var attrs []*onnx.Attribute
+			if c.axis != nil {
+				attrs = append(attrs, &onnx.Attribute{Name: "axis", Type: onnx.AttrInt, I: *c.axis})
+			}
+			n := int64(len(c.cond))
+			g, err := nnImport(11, nnNode("Compress", []string{"x", "cond"}, []string{"y"}, attrs...),
+				[]*onnx.ValueInfo{nnVI("x", tensor.Float32, 3, 2), nnVI("cond", tensor.Bool, int(n))}, nil, []string{"y"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{nnT(tensor.Float32, x, 3, 2), nnT(tensor.Bool, c.cond, n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := conformance.Compare(got[0], nnT(tensor.Float32, c.want, c.wantShape...), 0, 0); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -41,9 +41,8 @@ func registerShapeOps(cs converters) {
 	cs.register("", "ScatterND", 11, shScatterND)
 	cs.register("", "ReverseSequence", 10, shReverseSequence)
 	cs.register("", "NonZero", 9, shNonZero)
-	for _, op := range []string{"Compress", "Unique"} {
-		cs.add(op, shDataDependent)
-	}
+	cs.register("", "Compress", 9, shCompress)
+	cs.add("Unique", shDataDependent)
 }
 
 // shDataDependent rejects operators whose output shape depends on the
