@@ -154,3 +154,103 @@ func shCompress(c *Ctx, n *Node) error {
 	c.SetOutput(0, out)
 	return nil
 }
+
+// emitChain emits nodes until the first error, which it keeps: a long
+// decomposition checks once at the end.
+type emitChain struct {
+	c   *Ctx
+	err error
+}
+
+func (e *emitChain) kw(target string, kwargs map[string]any, args ...any) *fxgraph.Node {
+	if e.err != nil {
+		return nil
+	}
+	n, err := e.c.EmitKw(target, args, kwargs)
+	e.err = err
+	return n
+}
+
+func (e *emitChain) op(target string, args ...any) *fxgraph.Node { return e.kw(target, nil, args...) }
+
+// sort returns the values and indices of a stable ascending sort of the
+// 1-D v.
+func (e *emitChain) sort(v *fxgraph.Node) (vals, idx *fxgraph.Node) {
+	s := e.kw("aten.sort.stable", map[string]any{"dim": int64(0), "stable": true}, v)
+	return e.op(fxgraph.GetItem, s, int64(0)), e.op(fxgraph.GetItem, s, int64(1))
+}
+
+// shUnique converts Unique without axis (x flattened, N elements) to values
+// of static upper bound N with their count (fxgraph.BoundedOutput): Y,
+// indices and counts padded, inverse_indices exact. A stable sort groups
+// equal values; a group starts where the sorted value changes; the start
+// positions, sorted, give each group's first element, its first index in x
+// (the sort is stable) and its size (the next start minus its own). For
+// sorted=0 the groups are then ordered by their first index. Only as
+// graph outputs, as NonZero.
+func shUnique(c *Ctx, n *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	m := Meta(x)
+	dims, ok := m.Shape.Static()
+	if c.Attr("axis") != nil || !ok || c.s.bounded == nil || m.DType == tensor.String {
+		return Unsupported("Unique of %s here: its output size is data-dependent; supported without axis, for a static input, outside subgraphs, as a graph output (returned padded with a count)", m)
+	}
+	total := tensor.NumElements(dims)
+	if total == 0 {
+		return Unsupported("Unique of an empty tensor")
+	}
+	seq := make([]int64, total)
+	for i := range seq {
+		seq[i] = int64(i)
+	}
+	e := &emitChain{c: c}
+	iota := c.Constant("iota", tensor.FromInt64s(seq))
+	last := c.ScalarConst(tensor.Int64, float64(total))
+	flat := e.op("aten.view.default", x, ints([]int64{total}))
+	sv, perm := e.sort(flat)
+	prev := e.op("aten.cat.default", nodes([]*fxgraph.Node{e.op("aten.slice.Tensor", sv, int64(0), int64(0), int64(1)), e.op("aten.slice.Tensor", sv, int64(0), int64(0), total-1)}), int64(0))
+	starts := e.op("aten.logical_or.default", e.op("aten.ne.Tensor", sv, prev), e.op("aten.eq.Scalar", iota, int64(0)))
+	pos, _ := e.sort(e.op("aten.where.self", starts, iota, last)) // group starts first, then N
+	at := e.op("aten.remainder.Scalar", pos, total)               // padding reads element 0
+	y := e.op("aten.index_select.default", sv, int64(0), at)
+	first := e.op("aten.index_select.default", perm, int64(0), at)
+	next := e.op("aten.cat.default", nodes([]*fxgraph.Node{e.op("aten.slice.Tensor", pos, int64(0), int64(1), total), e.op("aten.view.default", last, ints([]int64{1}))}), int64(0))
+	counts := e.op("aten.sub.Tensor", next, pos)
+	if e.err != nil {
+		return e.err
+	}
+	ones, err := ewCastTo(c, starts, tensor.Int64)
+	if err != nil {
+		return err
+	}
+	count := e.op("aten.sum.default", ones)
+	group := e.op("aten.sub.Scalar", e.kw("aten.cumsum.default", map[string]any{"dtype": tensor.Int64}, ones, int64(0)), int64(1))
+	_, back := e.sort(perm) // back[j]: where x's element j went in the sort
+	inverse := e.op("aten.index_select.default", group, int64(0), back)
+	if c.AttrInt("sorted", 1) == 0 {
+		// Order the groups by first index; padding (k >= count) goes last.
+		key := e.op("aten.where.self", e.op("aten.lt.Tensor", iota, count), first, last)
+		_, order := e.sort(key)
+		y = e.op("aten.index_select.default", y, int64(0), order)
+		first = e.op("aten.index_select.default", first, int64(0), order)
+		counts = e.op("aten.index_select.default", counts, int64(0), order)
+		_, rank := e.sort(order) // rank[k]: the new position of sorted group k
+		inverse = e.op("aten.index_select.default", rank, int64(0), inverse)
+	}
+	if e.err != nil {
+		return e.err
+	}
+	for i, v := range []*fxgraph.Node{y, first, inverse, counts} {
+		if !c.HasOutput(i) {
+			continue
+		}
+		if i != 2 {
+			*c.s.bounded = append(*c.s.bounded, boundedValue{value: v, count: count, axis: 0, op: "Unique"})
+		}
+		c.SetOutput(i, v)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package onnx_test
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"testing"
@@ -141,3 +142,66 @@ func TestCompressRun(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// uniqueRef is ONNX Unique without axis (numpy's np.unique with
+// return_index, return_inverse and return_counts; for sorted=0 the
+// groups in order of first occurrence).
+func uniqueRef(x []float64, sorted bool) (y, first, inverse, counts []float64) {
+	at := map[float64]int{}
+	for j, v := range x {
+		if k, ok := at[v]; ok {
+			counts[k]++
+			continue
+		}
+		at[v] = len(y)
+		y, first, counts = append(y, v), append(first, float64(j)), append(counts, 1)
+	}
+	order := make([]int, len(y))
+	for k := range order {
+		order[k] = k
+	}
+	if sorted {
+		slices.SortFunc(order, func(a, b int) int { return cmp.Compare(y[a], y[b]) })
+	}
+	rank := make([]int, len(y))
+	var ys, fs, cs []float64
+	for newK, k := range order {
+		rank[k] = newK
+		ys, fs, cs = append(ys, y[k]), append(fs, first[k]), append(cs, counts[k])
+	}
+	for _, v := range x {
+		inverse = append(inverse, float64(rank[at[v]]))
+	}
+	return ys, fs, inverse, cs
+}
+
+// TestUniqueRun runs Unique without axis on PJRT (Y, indices and counts
+// padded and sliced by their count on the host) against uniqueRef.
+func TestUniqueRun(t *testing.T) {
+	client := nnPlugin(t)
+	for _, x := range [][]float64{{2, 1, 1, 3, 4, 3}, {5, 5, 5, 5}, {3, -1, 2, 0}, {7}} {
+		for _, sorted := range []int64{0, 1} {
+			n := int64(len(x))
+			g, err := nnImport(11, nnNode("Unique", []string{"x"}, []string{"y", "i", "inv", "c"}, &onnx.Attribute{Name: "sorted", Type: onnx.AttrInt, I: sorted}),
+				[]*onnx.ValueInfo{nnVI("x", tensor.Float32, int(n))}, nil, []string{"y", "i", "inv", "c"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{nnT(tensor.Float32, x, n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			y, first, inverse, counts := uniqueRef(x, sorted == 1)
+			u := int64(len(y))
+			for i, want := range []*tensor.Tensor{nnT(tensor.Float32, y, u), nnT(tensor.Int64, first, u), nnT(tensor.Int64, inverse, n), nnT(tensor.Int64, counts, u)} {
+				if err := conformance.Compare(got[i], want, 0, 0); err != nil {
+					t.Errorf("x %v, sorted %d, output %d: %v", x, sorted, i, err)
+				}
+			}
+		}
+	}
+}

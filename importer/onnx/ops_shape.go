@@ -42,13 +42,7 @@ func registerShapeOps(cs converters) {
 	cs.register("", "ReverseSequence", 10, shReverseSequence)
 	cs.register("", "NonZero", 9, shNonZero)
 	cs.register("", "Compress", 9, shCompress)
-	cs.add("Unique", shDataDependent)
-}
-
-// shDataDependent rejects operators whose output shape depends on the
-// input values, which a statically shaped program cannot express.
-func shDataDependent(c *Ctx, n *Node) error {
-	return Unsupported("%s has a data-dependent output shape (not expressible with static shapes)", n.OpType)
+	cs.register("", "Unique", 11, shUnique)
 }
 
 // shIntsInput returns the values of constant integer input i, or the
