@@ -180,14 +180,16 @@ func (e *emitChain) sort(v *fxgraph.Node) (vals, idx *fxgraph.Node) {
 	return e.op(fxgraph.GetItem, s, int64(0)), e.op(fxgraph.GetItem, s, int64(1))
 }
 
-// shUnique converts Unique without axis (x flattened, N elements) to values
-// of static upper bound N with their count (fxgraph.BoundedOutput): Y,
-// indices and counts padded, inverse_indices exact. A stable sort groups
-// equal values; a group starts where the sorted value changes; the start
-// positions, sorted, give each group's first element, its first index in x
-// (the sort is stable) and its size (the next start minus its own). For
-// sorted=0 the groups are then ordered by their first index. Only as
-// graph outputs, as NonZero.
+// shUnique converts Unique to values of static upper bound (the number of
+// elements, or of slices along axis) with their count
+// (fxgraph.BoundedOutput): Y, indices and counts padded, inverse_indices
+// exact. The elements (or the slices along axis, flattened to rows) are
+// sorted stably, lexicographically for rows (one stable sort per column,
+// last column first); a group starts where the sorted row changes; the
+// start positions, sorted, give each group's first row, its first index in
+// x (the sorts are stable) and its size (the next start minus its own). For
+// sorted=0 the groups are then ordered by their first index. Only as graph
+// outputs, as NonZero.
 func shUnique(c *Ctx, n *Node) error {
 	x, err := c.Input(0)
 	if err != nil {
@@ -195,28 +197,53 @@ func shUnique(c *Ctx, n *Node) error {
 	}
 	m := Meta(x)
 	dims, ok := m.Shape.Static()
-	if c.Attr("axis") != nil || !ok || c.s.bounded == nil || m.DType == tensor.String {
-		return Unsupported("Unique of %s here: its output size is data-dependent; supported without axis, for a static input, outside subgraphs, as a graph output (returned padded with a count)", m)
+	if !ok || c.s.bounded == nil || m.DType == tensor.String || tensor.NumElements(dims) == 0 {
+		return Unsupported("Unique of %s here: its output size is data-dependent; supported for a static, non-empty input, outside subgraphs, as graph outputs (returned padded with a count)", m)
 	}
-	total := tensor.NumElements(dims)
-	if total == 0 {
-		return Unsupported("Unique of an empty tensor")
+	e := &emitChain{c: c}
+	// rows: [total, width], the elements (no axis) or the slices along axis.
+	axis, perm := int64(-1), []int64(nil)
+	total, width := tensor.NumElements(dims), int64(1)
+	rows := x
+	if a := c.Attr("axis"); a != nil {
+		if axis = a.I; axis < 0 {
+			axis += int64(len(dims))
+		}
+		if axis < 0 || axis >= int64(len(dims)) {
+			return fmt.Errorf("Unique: axis %d out of range for %s", a.I, m)
+		}
+		perm = []int64{axis}
+		for d := range int64(len(dims)) {
+			if d != axis {
+				perm = append(perm, d)
+			}
+		}
+		rows = e.op("aten.permute.default", x, ints(perm))
+		total, width = dims[axis], total/dims[axis]
 	}
+	rows = e.op("aten.view.default", rows, ints([]int64{total, width}))
 	seq := make([]int64, total)
 	for i := range seq {
 		seq[i] = int64(i)
 	}
-	e := &emitChain{c: c}
 	iota := c.Constant("iota", tensor.FromInt64s(seq))
 	last := c.ScalarConst(tensor.Int64, float64(total))
-	flat := e.op("aten.view.default", x, ints([]int64{total}))
-	sv, perm := e.sort(flat)
+	// Lexicographic stable sort of the rows: one stable sort per column,
+	// last column first.
+	order := iota
+	for col := width - 1; col >= 0; col-- {
+		key := e.op("aten.index_select.default", e.op("aten.select.int", rows, int64(1), col), int64(0), order)
+		_, p := e.sort(key)
+		order = e.op("aten.index_select.default", order, int64(0), p)
+	}
+	sv := e.op("aten.index_select.default", rows, int64(0), order)
 	prev := e.op("aten.cat.default", nodes([]*fxgraph.Node{e.op("aten.slice.Tensor", sv, int64(0), int64(0), int64(1)), e.op("aten.slice.Tensor", sv, int64(0), int64(0), total-1)}), int64(0))
-	starts := e.op("aten.logical_or.default", e.op("aten.ne.Tensor", sv, prev), e.op("aten.eq.Scalar", iota, int64(0)))
+	differs := e.op("aten.any.dim", e.op("aten.ne.Tensor", sv, prev), int64(1))
+	starts := e.op("aten.logical_or.default", differs, e.op("aten.eq.Scalar", iota, int64(0)))
 	pos, _ := e.sort(e.op("aten.where.self", starts, iota, last)) // group starts first, then N
-	at := e.op("aten.remainder.Scalar", pos, total)               // padding reads element 0
+	at := e.op("aten.remainder.Scalar", pos, total)               // padding reads row 0
 	y := e.op("aten.index_select.default", sv, int64(0), at)
-	first := e.op("aten.index_select.default", perm, int64(0), at)
+	first := e.op("aten.index_select.default", order, int64(0), at)
 	next := e.op("aten.cat.default", nodes([]*fxgraph.Node{e.op("aten.slice.Tensor", pos, int64(0), int64(1), total), e.op("aten.view.default", last, ints([]int64{1}))}), int64(0))
 	counts := e.op("aten.sub.Tensor", next, pos)
 	if e.err != nil {
@@ -228,7 +255,7 @@ func shUnique(c *Ctx, n *Node) error {
 	}
 	count := e.op("aten.sum.default", ones)
 	group := e.op("aten.sub.Scalar", e.kw("aten.cumsum.default", map[string]any{"dtype": tensor.Int64}, ones, int64(0)), int64(1))
-	_, back := e.sort(perm) // back[j]: where x's element j went in the sort
+	_, back := e.sort(order) // back[j]: where row j went in the sort
 	inverse := e.op("aten.index_select.default", group, int64(0), back)
 	if c.AttrInt("sorted", 1) == 0 {
 		// Order the groups by first index; padding (k >= count) goes last.
@@ -240,6 +267,21 @@ func shUnique(c *Ctx, n *Node) error {
 		_, rank := e.sort(order) // rank[k]: the new position of sorted group k
 		inverse = e.op("aten.index_select.default", rank, int64(0), inverse)
 	}
+	yAxis := 0
+	if axis < 0 {
+		y = e.op("aten.view.default", y, ints([]int64{total}))
+	} else {
+		moved := []int64{total}
+		for _, d := range perm[1:] {
+			moved = append(moved, dims[d])
+		}
+		inv := make([]int64, len(perm))
+		for i, p := range perm {
+			inv[p] = int64(i)
+		}
+		y = e.op("aten.permute.default", e.op("aten.view.default", y, ints(moved)), ints(inv))
+		yAxis = int(axis)
+	}
 	if e.err != nil {
 		return e.err
 	}
@@ -248,7 +290,11 @@ func shUnique(c *Ctx, n *Node) error {
 			continue
 		}
 		if i != 2 {
-			*c.s.bounded = append(*c.s.bounded, boundedValue{value: v, count: count, axis: 0, op: "Unique"})
+			ax := 0
+			if i == 0 {
+				ax = yAxis
+			}
+			*c.s.bounded = append(*c.s.bounded, boundedValue{value: v, count: count, axis: ax, op: "Unique"})
 		}
 		c.SetOutput(i, v)
 	}
