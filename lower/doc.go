@@ -20,7 +20,8 @@
 // the inline limit become weight parameters of the main function like the
 // main graph's.
 //
-// Data-dependent output sizes (ONNX NonZero, Compress, Unique): the graph lists such outputs
+// Data-dependent output sizes (ONNX NonZero, Compress, Unique,
+// NonMaxSuppression): the graph lists such outputs
 // in Graph.Bounded. The program returns each padded to a static upper bound
 // along one axis, plus its valid size as an int64 scalar output appended
 // after the model's outputs; Program.Trim slices the results on the host

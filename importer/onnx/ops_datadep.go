@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/tensor"
@@ -298,5 +299,153 @@ func shUnique(c *Ctx, n *Node) error {
 		}
 		c.SetOutput(i, v)
 	}
+	return nil
+}
+
+// scalarInput returns optional input i (one element) as a rank-0 value, or
+// a constant def of dtype dt when it is absent.
+func scalarInput(c *Ctx, e *emitChain, i int, dt tensor.DType, def float64) (*fxgraph.Node, error) {
+	if !c.HasInput(i) {
+		return c.ScalarConst(dt, def), nil
+	}
+	v, err := c.Input(i)
+	if err != nil {
+		return nil, err
+	}
+	if m := Meta(v); m.DType != dt || !m.Shape.IsStatic() || tensorElems(m) != 1 {
+		return nil, fmt.Errorf("input %d is %s, want %s with one element", i, m, dt)
+	}
+	return e.op("aten.view.default", v, ints(nil)), nil
+}
+
+// nmsMaxBoxes bounds the boxes per batch entry NonMaxSuppression takes: its
+// suppression runs one [N,N] step per box, unrolled at import.
+const nmsMaxBoxes = 256
+
+// shNonMaxSuppression converts NonMaxSuppression to a value of static upper
+// bound (batch x classes x boxes rows of (batch, class, box)) with its count
+// (fxgraph.BoundedOutput). Per batch entry and class, vectorized: the boxes
+// sorted by score (stable, descending), their pairwise IoU, and greedy
+// suppression as a fixed point: keep = valid && no kept higher-scored box
+// overlaps it by more than iou_threshold, iterated N times (after t steps
+// the first t boxes are final). Then at most max_output_boxes_per_class per
+// class, and the kept rows moved first in (batch, class, score) order.
+func shNonMaxSuppression(c *Ctx, n *Node) error {
+	boxes, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	scores, err := c.Input(1)
+	if err != nil {
+		return err
+	}
+	bd, ok1 := Meta(boxes).Shape.Static()
+	sd, ok2 := Meta(scores).Shape.Static()
+	if !ok1 || !ok2 || len(bd) != 3 || bd[2] != 4 || len(sd) != 3 || sd[0] != bd[0] || sd[2] != bd[1] || c.s.bounded == nil {
+		return Unsupported("NonMaxSuppression of boxes %s and scores %s here: supported for static [B,N,4] boxes and [B,C,N] scores, outside subgraphs, as a graph output (returned padded with a count)", Meta(boxes), Meta(scores))
+	}
+	nb, nc, nn := bd[0], sd[1], bd[1]
+	if nn > nmsMaxBoxes || nn == 0 {
+		return Unsupported("NonMaxSuppression of %d boxes (1 to %d: suppression is unrolled at import)", nn, nmsMaxBoxes)
+	}
+	e := &emitChain{c: c}
+	dt := Meta(boxes).DType
+	maxOut, err := scalarInput(c, e, 2, tensor.Int64, 0)
+	if err != nil {
+		return err
+	}
+	iouThr, err := scalarInput(c, e, 3, dt, 0)
+	if err != nil {
+		return err
+	}
+	if scores, err = ewCastTo(c, scores, dt); err != nil {
+		return err
+	}
+	s := e.kw("aten.sort.stable", map[string]any{"dim": int64(2), "descending": true, "stable": true}, scores)
+	sscore, order := e.op(fxgraph.GetItem, s, int64(0)), e.op(fxgraph.GetItem, s, int64(1))
+	bcn4 := ints([]int64{nb, nc, nn, 4})
+	sb := e.op("aten.gather.default", e.op("aten.expand.default", e.op("aten.unsqueeze.default", boxes, int64(1)), bcn4), int64(2),
+		e.op("aten.expand.default", e.op("aten.unsqueeze.default", order, int64(3)), bcn4))
+	coord := func(k int64) *fxgraph.Node { return e.op("aten.select.int", sb, int64(3), k) }
+	var lo, hi [2]*fxgraph.Node
+	for a := range int64(2) {
+		if c.AttrInt("center_point_box", 0) != 0 { // [x_center, y_center, width, height]
+			half := e.op("aten.mul.Scalar", coord(2+a), 0.5)
+			lo[a], hi[a] = e.op("aten.sub.Tensor", coord(a), half), e.op("aten.add.Tensor", coord(a), half)
+		} else { // [y1, x1, y2, x2], any diagonal
+			lo[a], hi[a] = e.op("aten.minimum.default", coord(a), coord(2+a)), e.op("aten.maximum.default", coord(a), coord(2+a))
+		}
+	}
+	// Pairwise over [B,C,N(j),N(i)]: row j a higher-or-equal-scored box.
+	row := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(3)) }
+	col := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(2)) }
+	inter, area := (*fxgraph.Node)(nil), (*fxgraph.Node)(nil)
+	for a := range 2 {
+		side := e.op("aten.relu.default", e.op("aten.sub.Tensor", e.op("aten.minimum.default", row(hi[a]), col(hi[a])), e.op("aten.maximum.default", row(lo[a]), col(lo[a]))))
+		ext := e.op("aten.sub.Tensor", hi[a], lo[a])
+		if a == 0 {
+			inter, area = side, ext
+		} else {
+			inter, area = e.op("aten.mul.Tensor", inter, side), e.op("aten.mul.Tensor", area, ext)
+		}
+	}
+	union := e.op("aten.sub.Tensor", e.op("aten.add.Tensor", row(area), col(area)), inter)
+	iou := e.op("aten.div.Tensor", inter, union)
+	upper := tensor.New(tensor.Bool, nn, nn) // [j, i]: j < i
+	for j := range nn {
+		for i := j + 1; i < nn; i++ {
+			upper.Data[j*nn+i] = 1
+		}
+	}
+	overlaps := e.op("aten.logical_and.default", e.op("aten.gt.Tensor", iou, iouThr), c.Constant("nms_upper", upper))
+	valid := e.op("aten.gt.Scalar", sscore, math.Inf(-1))
+	if c.HasInput(4) {
+		scoreThr, err := scalarInput(c, e, 4, dt, 0)
+		if err != nil {
+			return err
+		}
+		valid = e.op("aten.gt.Tensor", sscore, scoreThr)
+	}
+	keep := valid
+	for range nn {
+		sup := e.op("aten.any.dim", e.op("aten.logical_and.default", row(keep), overlaps), int64(2))
+		keep = e.op("aten.logical_and.default", valid, e.op("aten.logical_not.default", sup))
+	}
+	if e.err != nil {
+		return e.err
+	}
+	kept, err := ewCastTo(c, keep, tensor.Int64)
+	if err != nil {
+		return err
+	}
+	rank := e.kw("aten.cumsum.default", map[string]any{"dtype": tensor.Int64}, kept, int64(2))
+	keep = e.op("aten.logical_and.default", keep, e.op("aten.le.Tensor", rank, maxOut))
+	bIdx, cIdx := tensor.New(tensor.Int64, nb, nc, nn, 1), tensor.New(tensor.Int64, nb, nc, nn, 1)
+	for b := range nb {
+		for k := range nc {
+			for i := range nn {
+				at := (b*nc+k)*nn + i
+				bIdx.SetInt64(at, b)
+				cIdx.SetInt64(at, k)
+			}
+		}
+	}
+	total := nb * nc * nn
+	rows := e.op("aten.cat.default", nodes([]*fxgraph.Node{c.Constant("nms_batch", bIdx), c.Constant("nms_class", cIdx), row(order)}), int64(3))
+	rows = e.op("aten.view.default", rows, ints([]int64{total, 3}))
+	flat := e.op("aten.view.default", keep, ints([]int64{total}))
+	if e.err != nil {
+		return e.err
+	}
+	idx, count, err := selectedFirst(c, flat)
+	if err != nil {
+		return err
+	}
+	out := e.op("aten.index_select.default", rows, int64(0), idx)
+	if e.err != nil {
+		return e.err
+	}
+	*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: 0, op: "NonMaxSuppression"})
+	c.SetOutput(0, out)
 	return nil
 }

@@ -3,6 +3,8 @@ package onnx_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"os"
 	"slices"
 	"testing"
 
@@ -202,6 +204,51 @@ func TestUniqueRun(t *testing.T) {
 					t.Errorf("x %v, sorted %d, output %d: %v", x, sorted, i, err)
 				}
 			}
+		}
+	}
+}
+
+// TestNonMaxSuppressionRun runs NonMaxSuppression on 2 batches x 3
+// classes x 40 random overlapping boxes (testdata/gen_nms.py) on PJRT
+// against ONNX Runtime's selections, for three thresholds and limits.
+func TestNonMaxSuppressionRun(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.ImportFile("testdata/nms.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("testdata/nms.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Boxes, Scores []float64
+		Cases         []struct {
+			MaxOut   int64   `json:"max_out"`
+			IoU      float64 `json:"iou"`
+			ScoreThr float64 `json:"score_thr"`
+			Selected []float64
+			Rows     int64
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range ref.Cases {
+		in := []*tensor.Tensor{
+			nnT(tensor.Float32, ref.Boxes, 2, 40, 4), nnT(tensor.Float32, ref.Scores, 2, 3, 40),
+			nnT(tensor.Int64, []float64{float64(tc.MaxOut)}, 1), nnT(tensor.Float32, []float64{tc.IoU}, 1), nnT(tensor.Float32, []float64{tc.ScoreThr}, 1),
+		}
+		got, err := conformance.Execute(context.Background(), client, prog, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conformance.Compare(got[0], nnT(tensor.Int64, tc.Selected, tc.Rows, 3), 0, 0); err != nil {
+			t.Errorf("max %d, iou %g, score > %g: %v", tc.MaxOut, tc.IoU, tc.ScoreThr, err)
 		}
 	}
 }

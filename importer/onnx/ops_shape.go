@@ -43,6 +43,7 @@ func registerShapeOps(cs converters) {
 	cs.register("", "NonZero", 9, shNonZero)
 	cs.register("", "Compress", 9, shCompress)
 	cs.register("", "Unique", 11, shUnique)
+	cs.register("", "NonMaxSuppression", 10, shNonMaxSuppression)
 }
 
 // shIntsInput returns the values of constant integer input i, or the
