@@ -31,27 +31,13 @@ func (b *builder) convertCond(n *node, name string, outs []string) error {
 	}
 	var subs [2]*fxgraph.Node
 	for i := range subs {
-		a := n.Inputs[1+i].Arg
-		var ga graphArgument
-		if a.Kind != "as_graph" {
-			return b.nodeErr(name, target, ErrFormat, "argument %d is a %s, want a graph", 1+i, a.Kind)
+		if subs[i], err = b.graphArg(n, name, 1+i); err != nil {
+			return err
 		}
-		if err := a.decode(&ga); err != nil {
-			return b.nodeErr(name, target, ErrFormat, "argument %d: %v", 1+i, err)
-		}
-		sg, err := b.subgraph(&ga.Graph)
-		if err != nil {
-			return fmt.Errorf("%w (branch %s of node %s)", err, ga.Name, name)
-		}
-		subs[i] = b.g.AddSubgraph(ga.Name, sg)
 	}
-	var operands []any
-	for _, ref := range argRefs(n.Inputs[3].Arg) {
-		v, err := b.lookupTensor(ref)
-		if err != nil {
-			return b.nodeErr(name, target, ErrFormat, "%v", err)
-		}
-		operands = append(operands, v)
+	operands, err := b.tensorList(n, name, 3)
+	if err != nil {
+		return err
 	}
 	c := &call{b: b, n: n, name: name, target: fxgraph.Cond, outs: outs}
 	res, err := c.emit(name, fxgraph.Cond, []any{pred, subs[0], subs[1], operands}, nil)
@@ -59,6 +45,64 @@ func (b *builder) convertCond(n *node, name string, outs []string) error {
 		return err
 	}
 	return c.bindResult(res)
+}
+
+// convertWhileLoop converts torch.ops.higher_order.while_loop(cond_fn,
+// body_fn, carried_inputs, additional_inputs) to the IR's while_loop
+// (fxgraph.WhileLoop), which has the same arguments.
+func (b *builder) convertWhileLoop(n *node, name string, outs []string) error {
+	if len(n.Inputs) != 4 {
+		return b.nodeErr(name, n.Target, ErrFormat, "%d arguments, want cond_fn, body_fn, carried_inputs and additional_inputs", len(n.Inputs))
+	}
+	args := make([]any, 4)
+	for i := range args {
+		var err error
+		if i < 2 {
+			args[i], err = b.graphArg(n, name, i)
+		} else {
+			args[i], err = b.tensorList(n, name, i)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	c := &call{b: b, n: n, name: name, target: fxgraph.WhileLoop, outs: outs}
+	res, err := c.emit(name, fxgraph.WhileLoop, args, nil)
+	if err != nil {
+		return err
+	}
+	return c.bindResult(res)
+}
+
+// graphArg converts argument i of n, an "as_graph" subgraph, and returns
+// the get_attr node of the IR subgraph.
+func (b *builder) graphArg(n *node, name string, i int) (*fxgraph.Node, error) {
+	a := n.Inputs[i].Arg
+	var ga graphArgument
+	if a.Kind != "as_graph" {
+		return nil, b.nodeErr(name, n.Target, ErrFormat, "argument %d is a %s, want a graph", i, a.Kind)
+	}
+	if err := a.decode(&ga); err != nil {
+		return nil, b.nodeErr(name, n.Target, ErrFormat, "argument %d: %v", i, err)
+	}
+	sg, err := b.subgraph(&ga.Graph)
+	if err != nil {
+		return nil, fmt.Errorf("%w (subgraph %s of node %s)", err, ga.Name, name)
+	}
+	return b.g.AddSubgraph(ga.Name, sg), nil
+}
+
+// tensorList returns the nodes of argument i of n, a list of tensors.
+func (b *builder) tensorList(n *node, name string, i int) ([]any, error) {
+	var out []any
+	for _, ref := range argRefs(n.Inputs[i].Arg) {
+		v, err := b.lookupTensor(ref)
+		if err != nil {
+			return nil, b.nodeErr(name, n.Target, ErrFormat, "%v", err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // subgraph converts gr, a subgraph of a higher-order operator, into a

@@ -11,8 +11,9 @@ out<k>_<j>.npy (the eager PyTorch outputs). The Go tests import each
 archive, run it on the XLA CPU plugin and compare.
 
 cond/ is a module that branches on the value of its input (torch.cond, the
-higher-order op); its two cases take one branch each. Only it is rewritten
-by `make_fixtures.py cond`.
+higher-order op); its two cases take one branch each. while_loop/ runs a
+loop whose trip count is an input value (torch's while_loop). Only they
+are rewritten by `make_fixtures.py cond`.
 
 resnet18/ also holds targets.txt: the call_function targets of the graph,
 in order, as torch prints them after run_decompositions(). Its parameters
@@ -301,12 +302,30 @@ class Cond(nn.Module):
         return torch.cond(x.sum() > 0, pos, neg, (x,))
 
 
+class WhileLoop(nn.Module):
+    def forward(self, n, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def cond_fn(i, x):
+            return i < n
+
+        def body_fn(i, x):
+            return i + 1, torch.sin(x) * 1.5 + 0.25
+
+        _, y = while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+        return y
+
+
 def cond_fixture():
     torch.manual_seed(0)
     m = Cond().eval()
     batch = Dim("batch", min=1, max=64)
     ep = torch.export.export(m, (torch.randn(2, 4),), dynamic_shapes={"x": {0: batch}}).run_decompositions()
     save("cond", ep, m, [(torch.rand(3, 4),), (-torch.rand(2, 4),)])
+
+    m = WhileLoop()
+    ep = torch.export.export(m, (torch.tensor(3), torch.randn(2, 4))).run_decompositions()
+    save("while_loop", ep, m, [(torch.tensor(5), torch.randn(2, 4)), (torch.tensor(0), torch.randn(2, 4))])
 
 
 if __name__ == "__main__":
