@@ -38,6 +38,9 @@ type Graph struct {
 	// OutputNames are the model's names for the returned values, in order
 	// (ONNX graph output names); empty means the returned nodes' names.
 	OutputNames []string
+	// Bounded lists the outputs whose size along one axis depends on the
+	// values computed (ONNX NonZero): see BoundedOutput.
+	Bounded []BoundedOutput
 	// SymbolRanges bounds the sizes a symbolic dim may take (from
 	// torch.export's range constraints); a symbol without an entry is
 	// unbounded. Shape buckets outside a symbol's range are config errors.
@@ -566,6 +569,7 @@ func (g *Graph) Validate() error {
 func (g *Graph) Clone() *Graph {
 	c := New()
 	c.OutputNames = append([]string(nil), g.OutputNames...)
+	c.Bounded = append([]BoundedOutput(nil), g.Bounded...)
 	for k, v := range g.SymbolRanges {
 		if c.SymbolRanges == nil {
 			c.SymbolRanges = map[string]SymbolRange{}
@@ -621,4 +625,15 @@ func (g *Graph) EliminateDeadCode() int {
 		n = prev
 	}
 	return erased
+}
+
+// BoundedOutput describes a graph output whose size along Axis is known only
+// at run time. The program returns it padded to a static upper bound (its
+// Meta's size along Axis) and returns its valid size as the int64 scalar
+// output Count, which the graph appends after the model's own outputs; the
+// host slices output Output to its first Count entries along Axis and drops
+// the count outputs (lower.Program.Trim). What the padding holds is
+// unspecified.
+type BoundedOutput struct {
+	Output, Axis, Count int
 }

@@ -13,6 +13,21 @@
 //
 //	func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error)
 //
+// Control flow: the higher-order op cond (fxgraph.Cond) lowers to
+// stablehlo.if. Each branch subgraph is lowered into a region by the same
+// rules (Context.lowerSubgraph): its operands are copied into the region
+// first, so that every op of the branch lands there, and its constants over
+// the inline limit become weight parameters of the main function like the
+// main graph's.
+//
+// Data-dependent output sizes (ONNX NonZero, Compress, Unique,
+// NonMaxSuppression): the graph lists such outputs
+// in Graph.Bounded. The program returns each padded to a static upper bound
+// along one axis, plus its valid size as an int64 scalar output appended
+// after the model's outputs; Program.Trim slices the results on the host
+// and drops the counts. `xserve run` and the conformance runner call Trim;
+// serving does not yet (see docs/DATA-DEPENDENT.md).
+//
 // Weights (get_attr tensors larger than Options.InlineConstantMax elements)
 // become parameters of the program, never constants: the serving layer
 // uploads them to the device once and every bucket's executable shares them.

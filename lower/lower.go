@@ -122,6 +122,16 @@ type Context struct {
 	Rules *Registry
 
 	values map[*fxgraph.Node][]*stablehlo.Value
+	root   *rootState
+}
+
+// rootState is what the contexts of a graph and its subgraphs share: the
+// main function and the program, to which the weights of subgraphs are
+// added as parameters too.
+type rootState struct {
+	main    *hlo.Function
+	prog    *Program
+	weights map[*tensor.Tensor]*stablehlo.Value // the weight parameters by value
 }
 
 // Value returns the lowered value of node m (its first value for tuples).
@@ -277,7 +287,8 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 	b := hlo.New(l.opts.ModuleName)
 	fn := b.Main()
 	ctx := &Context{Graph: g, Fn: fn, Options: l.opts, Rules: l.rules, values: map[*fxgraph.Node][]*stablehlo.Value{}}
-	prog := &Program{Dims: copyDims(dims)}
+	prog := &Program{Dims: copyDims(dims), Bounded: append([]fxgraph.BoundedOutput(nil), g.Bounded...)}
+	ctx.root = &rootState{main: fn, prog: prog, weights: map[*tensor.Tensor]*stablehlo.Value{}}
 
 	// Parameters: inputs in graph order, then weights in graph order.
 	for _, n := range g.Placeholders() {
@@ -310,6 +321,7 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 		if err := ctx.addParam(prog, n, Weight, t); err != nil {
 			return nil, err
 		}
+		ctx.root.weights[t] = ctx.values[n][0]
 	}
 	if err := ctx.lowerNodes(g); err != nil {
 		return nil, err

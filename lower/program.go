@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -85,6 +86,60 @@ type Program struct {
 	Outputs []Output
 	// Dims are the symbol sizes this program was specialized for.
 	Dims map[string]int64
+	// Bounded lists the outputs returned padded, with their valid size in a
+	// count output (fxgraph.BoundedOutput); Trim slices them on the host.
+	Bounded []fxgraph.BoundedOutput
+}
+
+// Trim turns the program's results into the model's outputs: each bounded
+// output sliced to its valid size along its axis (the value of its count
+// output), and the count outputs dropped. Without bounded outputs it
+// returns outs unchanged.
+func (p *Program) Trim(outs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	if len(p.Bounded) == 0 {
+		return outs, nil
+	}
+	drop := map[int]bool{}
+	trimmed := append([]*tensor.Tensor(nil), outs...)
+	for _, b := range p.Bounded {
+		if b.Output >= len(outs) || b.Count >= len(outs) {
+			return nil, fmt.Errorf("lower: bounded output %d (count %d) of %d results", b.Output, b.Count, len(outs))
+		}
+		c := outs[b.Count]
+		if c.NumElements() != 1 {
+			return nil, fmt.Errorf("lower: count output %d is %s, want one element", b.Count, c)
+		}
+		t, err := slicePrefix(outs[b.Output], b.Axis, c.Int64At(0))
+		if err != nil {
+			return nil, fmt.Errorf("lower: output %d: %w", b.Output, err)
+		}
+		trimmed[b.Output] = t
+		drop[b.Count] = true
+	}
+	var res []*tensor.Tensor
+	for i, t := range trimmed {
+		if !drop[i] {
+			res = append(res, t)
+		}
+	}
+	return res, nil
+}
+
+// slicePrefix returns the first n entries of t along axis.
+func slicePrefix(t *tensor.Tensor, axis int, n int64) (*tensor.Tensor, error) {
+	if axis < 0 || axis >= t.Rank() || n < 0 || n > t.Shape[axis] {
+		return nil, fmt.Errorf("cannot keep %d entries along axis %d of %s", n, axis, t)
+	}
+	shape := append([]int64(nil), t.Shape...)
+	shape[axis] = n
+	out := tensor.New(t.DType, shape...)
+	outer := tensor.NumElements(t.Shape[:axis])
+	inner := tensor.NumElements(t.Shape[axis+1:]) * int64(t.DType.Size())
+	src, dst := t.Shape[axis]*inner, n*inner
+	for o := range outer {
+		copy(out.Data[o*dst:(o+1)*dst], t.Data[o*src:o*src+dst])
+	}
+	return out, nil
 }
 
 // Hash returns the hex SHA-256 of the module text: the compile-cache key.

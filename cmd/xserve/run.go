@@ -112,6 +112,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if outs, err = prog.Trim(outs); err != nil { // data-dependent sizes: slice by the counts
+		return err
+	}
 	fmt.Fprintf(stderr, "lowered in %s, compiled in %s, executed in %s (dims %v)\n",
 		lowered.Round(time.Microsecond), compiled.Round(time.Microsecond), time.Since(start).Round(time.Microsecond), dims)
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {

@@ -97,6 +97,11 @@
 // not know is an error naming the operator, the node and the nearest known
 // targets, wrapping ErrUnsupported.
 //
+// The higher-order operators torch.ops.higher_order.cond and while_loop
+// become the IR's cond and while_loop (fxgraph.Cond, fxgraph.WhileLoop),
+// each "as_graph" argument converted into a subgraph of its own; other
+// higher-order operators (map, wrapped subgraphs) are unsupported.
+//
 // After conversion the IR's shape functions set every node's Meta
 // (fxgraph.Registry.PropagateShapes), and the result is checked against the
 // archive's tensor metadata of every value: dtype and rank must match, and

@@ -126,7 +126,7 @@ func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor)
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -151,6 +151,10 @@ type scope struct {
 	// added, shared by every scope of the import: a Loop body inlined once
 	// per iteration adds its initializers once.
 	subConsts map[*tensor.Tensor]*fxgraph.Node
+	// bounded collects the values of data-dependent size (NonZero) the
+	// import made, padded, with their counts; nil in scopes building a
+	// subgraph, where they are unsupported.
+	bounded *[]boundedValue
 }
 
 var identRE = regexp.MustCompile(`[^A-Za-z0-9_]+`)
@@ -207,6 +211,57 @@ func (s *scope) importGraph(gr *Graph) error {
 		}
 		outs = append(outs, n)
 		s.g.OutputNames = append(s.g.OutputNames, vi.Name)
+	}
+	s.g.SetOutput(append(outs, s.counts()...)...) // the counts stay alive until boundOutputs
+	s.g.EliminateDeadCode()
+	return s.boundOutputs(outs)
+}
+
+// counts returns the count nodes of the bounded values.
+func (s *scope) counts() []*fxgraph.Node {
+	if s.bounded == nil {
+		return nil
+	}
+	var out []*fxgraph.Node
+	for _, b := range *s.bounded {
+		out = append(out, b.count)
+	}
+	return out
+}
+
+// boundedValue is a value padded along axis to a static bound, whose valid
+// size is the int64 scalar count.
+type boundedValue struct {
+	value, count *fxgraph.Node
+	axis         int
+	op           string
+}
+
+// boundOutputs declares the bounded values that are graph outputs
+// (fxgraph.BoundedOutput), appending their counts as outputs. A bounded
+// value used by another operator is unsupported: that operator would see
+// the padding.
+func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
+	if s.bounded == nil {
+		return nil
+	}
+	for _, b := range *s.bounded {
+		if b.value.Graph() != s.g {
+			continue // dead
+		}
+		for _, u := range b.value.Users() {
+			if u.Op != fxgraph.Output {
+				return Unsupported("%s whose result feeds another operator (%s): its size is data-dependent, so it is supported only as a graph output, returned padded with a count", b.op, u.Name)
+			}
+		}
+		for i, o := range outs {
+			if o != b.value {
+				continue
+			}
+			s.g.Bounded = append(s.g.Bounded, fxgraph.BoundedOutput{Output: i, Axis: b.axis, Count: len(outs)})
+			outs = append(outs, b.count)
+			s.g.OutputNames = append(s.g.OutputNames, s.g.OutputName(i)+"_count")
+		}
 	}
 	s.g.SetOutput(outs...)
 	s.g.EliminateDeadCode()
@@ -283,7 +338,7 @@ func (s *scope) inlineFunction(node *Node, f *Function) error {
 	if s.depth > 32 {
 		return fmt.Errorf("onnx: node %q: functions nested too deep", node.Name)
 	}
-	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, subConsts: s.subConsts}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, subConsts: s.subConsts, bounded: s.bounded}
 	for _, o := range f.OpsetImports {
 		d := o.Domain
 		if d == "ai.onnx" {

@@ -3,20 +3,23 @@ package onnx
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/tensor"
 )
 
-// registerControlFlow registers the converters of If, Loop and Scan.
-// lowering does not emit while or case for them yet (lower/stablehlo has
-// both), so all three are inlined at import (see convertIf, convertLoop and convertScan); loops whose trip
-// count or condition are run-time values, and Scan before opset 9 (batched,
-// with sequence_lens), are unsupported.
+// registerControlFlow registers the converters of If, Loop and Scan. An If
+// whose condition is known only at run time becomes the IR's cond (lowered
+// to stablehlo.if); the rest is inlined at import (see convertIf,
+// convertLoop and convertScan): loops whose trip count or condition are
+// run-time values, loops with scan outputs and a run-time trip count, and
+// Scan-8 with sequence_lens shorter than the sequence are unsupported.
 func registerControlFlow(cs converters) {
 	cs.add("If", convertIf)
 	cs.add("Loop", convertLoop)
+	cs.register("", "Scan", 8, convertScan8)
 	cs.register("", "Scan", 9, convertScan)
 }
 
@@ -24,17 +27,14 @@ func registerControlFlow(cs converters) {
 // unrolls.
 const MaxLoopUnroll = 1024
 
-// convertIf converts If by inlining its branches, which XLA's static
-// programs allow in two cases:
+// convertIf converts If in one of two ways:
 //   - a condition known at import (a constant, or computed from constants
 //     and shapes): only the branch it selects is inlined;
-//   - a condition known only at run time, with branches whose outputs agree
-//     in dtype and shape: both branches are inlined and each output is
-//     where(cond, then, else). Branches are side-effect free, so computing
-//     both is correct; it costs the work of both.
-//
-// Branches with outputs of different shapes under a run-time condition are
-// unsupported, with an error naming the output.
+//   - a condition known only at run time: the IR's higher-order op cond
+//     (fxgraph.Cond), each branch a subgraph that takes the values it
+//     captures from the enclosing scopes as operands. Lowering emits
+//     stablehlo.if, which computes only the branch taken. Its branches must
+//     give outputs of the same dtypes and shapes.
 func convertIf(c *Ctx, _ *Node) error {
 	cond, err := c.Input(0)
 	if err != nil {
@@ -50,6 +50,9 @@ func convertIf(c *Ctx, _ *Node) error {
 		if a == nil || a.Type != AttrGraph || a.G == nil {
 			return fmt.Errorf("If: attribute %s (a graph) is required", name)
 		}
+		if len(a.G.Inputs) > 0 {
+			return fmt.Errorf("If: %s %q has %d inputs, want none", name, a.G.Name, len(a.G.Inputs))
+		}
 		branches[i] = a.G
 	}
 	if t := c.Graph().ConstValue(cond); t != nil {
@@ -63,32 +66,267 @@ func convertIf(c *Ctx, _ *Node) error {
 		}
 		return bindIfOutputs(c, outs)
 	}
-	thenOuts, err := c.s.inlineBranch(branches[0])
-	if err != nil {
-		return err
+	captured := c.s.captures(branches[0], branches[1])
+	var graphs [2]*fxgraph.Graph
+	for i, br := range branches {
+		if graphs[i], err = c.s.subgraph(br, captured); err != nil {
+			return err
+		}
 	}
-	elseOuts, err := c.s.inlineBranch(branches[1])
-	if err != nil {
-		return err
-	}
+	thenOuts, elseOuts := graphs[0].Outputs(), graphs[1].Outputs()
 	if len(thenOuts) != len(elseOuts) {
 		return fmt.Errorf("If: then_branch has %d outputs, else_branch %d", len(thenOuts), len(elseOuts))
 	}
-	scalar, err := c.Emit("aten.view.default", cond, ints(nil))
-	if err != nil {
-		return err
-	}
-	outs := make([]*fxgraph.Node, len(thenOuts))
 	for i := range thenOuts {
 		tm, em := Meta(thenOuts[i]), Meta(elseOuts[i])
 		if tm.DType != em.DType || !tm.Shape.Equal(em.Shape) {
-			return Unsupported("If with a run-time condition whose branches give output %d as %s and %s (both branches are computed and selected, so they must agree)", i, tm, em)
+			return Unsupported("If with a run-time condition whose branches give output %d as %s and %s (stablehlo.if needs both branches to give the same types)", i, tm, em)
 		}
-		if outs[i], err = c.Emit("aten.where.self", scalar, thenOuts[i], elseOuts[i]); err != nil {
+	}
+	var subs [2]*fxgraph.Node
+	for i, name := range []string{"true_graph", "false_graph"} {
+		subs[i] = c.Graph().AddSubgraph(name, graphs[i])
+	}
+	operands := make([]*fxgraph.Node, len(captured))
+	for i, name := range captured {
+		operands[i] = c.s.env[name]
+	}
+	n, err := c.Emit(fxgraph.Cond, cond, subs[0], subs[1], nodes(operands))
+	if err != nil {
+		return err
+	}
+	outs := make([]*fxgraph.Node, len(n.Meta.Vals))
+	for i := range outs {
+		if outs[i], err = c.Emit(fxgraph.GetItem, n, int64(i)); err != nil {
 			return err
 		}
 	}
 	return bindIfOutputs(c, outs)
+}
+
+// captures returns the names, sorted, that the subgraphs use from the
+// enclosing scopes (and that s binds to non-constant values): the operands
+// a higher-order op passes them. Constants are not captured; subgraph
+// copies them (see subgraph).
+func (s *scope) captures(grs ...*Graph) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, gr := range grs {
+		for _, name := range freeNames(gr) {
+			n, ok := s.env[name]
+			if !ok || seen[name] || s.g.ConstValue(n) != nil {
+				continue
+			}
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// freeNames returns the value names gr (and the subgraphs of its nodes)
+// reads without defining them.
+func freeNames(gr *Graph) []string {
+	defined := map[string]bool{"": true}
+	for _, in := range gr.Inputs {
+		defined[in.Name] = true
+	}
+	for _, in := range gr.Initializers {
+		defined[in.Name] = true
+	}
+	seen := map[string]bool{}
+	var out []string
+	use := func(name string) {
+		if !defined[name] && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	for _, node := range gr.Nodes {
+		for _, in := range node.Inputs {
+			use(in)
+		}
+		for _, a := range node.Attributes {
+			for _, sub := range append([]*Graph{a.G}, a.Graphs...) {
+				if sub != nil {
+					for _, name := range freeNames(sub) {
+						use(name)
+					}
+				}
+			}
+		}
+		for _, o := range node.Outputs {
+			defined[o] = true
+		}
+	}
+	for _, o := range gr.Outputs {
+		use(o.Name)
+	}
+	return out
+}
+
+// subgraph converts gr (a branch without inputs) into a graph of its own:
+// one placeholder per captured name (in order), the constants of the
+// enclosing scopes it uses copied in, and gr's outputs as its outputs.
+func (s *scope) subgraph(gr *Graph, captured []string) (*fxgraph.Graph, error) {
+	g := fxgraph.New()
+	inner, err := s.subScope(gr, g, captured)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := inner.convertBody(gr)
+	if err != nil {
+		return nil, err
+	}
+	g.SetOutput(outs...)
+	g.EliminateDeadCode()
+	return g, nil
+}
+
+// subScope returns the scope that converts gr into graph g: it adds a
+// placeholder of g per captured name (after those g has) and copies into g
+// the constants of the enclosing scopes gr uses and gr's initializers.
+func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope, error) {
+	if s.depth > 32 {
+		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
+	}
+	inner := &scope{im: s.im, g: g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, values: s.values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}}
+	for _, name := range captured {
+		inner.env[name] = g.AddPlaceholder(sanitize(name), Meta(s.env[name]))
+	}
+	for _, name := range freeNames(gr) {
+		if n, ok := s.env[name]; ok {
+			if t := s.g.ConstValue(n); t != nil {
+				inner.env[name] = inner.modelConstant(name, t)
+			}
+		}
+	}
+	for _, in := range gr.Initializers {
+		inner.env[in.Name] = inner.modelConstant(in.Name, in.Tensor)
+	}
+	return inner, nil
+}
+
+// convertWhileLoop converts Loop(M, cond, v...) without scan outputs to
+// the IR's while_loop (lowered to stablehlo.while), for a trip count or a
+// condition known only at run time. The loop carries (i, cond, M, v...):
+// cond_graph is cond && i < M, body_graph the ONNX body with i+1 appended.
+// The values the body captures from enclosing scopes are the while_loop's
+// additional inputs.
+func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
+	scalar := func(i int, dt tensor.DType, def *tensor.Tensor) (*fxgraph.Node, error) {
+		if !c.HasInput(i) {
+			return c.Constant("loop_default", def), nil
+		}
+		v, err := c.Input(i)
+		if err != nil {
+			return nil, err
+		}
+		if m := Meta(v); m.DType != dt || m.Shape.IsStatic() && tensorElems(m) != 1 {
+			return nil, fmt.Errorf("Loop: input %d is %s, want %s with one element", i, m, dt)
+		}
+		return c.Emit("aten.view.default", v, ints(nil))
+	}
+	trip, err := scalar(0, tensor.Int64, tensor.FromInt64s([]int64{math.MaxInt64}, []int64{}...))
+	if err != nil {
+		return err
+	}
+	cond, err := scalar(1, tensor.Bool, tensor.Scalar(tensor.Bool, 1))
+	if err != nil {
+		return err
+	}
+	carried := []*fxgraph.Node{c.ScalarConst(tensor.Int64, 0), cond, trip}
+	for j := range nState {
+		v, err := c.Input(2 + j)
+		if err != nil {
+			return err
+		}
+		carried = append(carried, v)
+	}
+	captured := c.s.captures(body)
+	extra := make([]*fxgraph.Node, len(captured))
+	for i, name := range captured {
+		extra[i] = c.s.env[name]
+	}
+	addCarried := func(g *fxgraph.Graph) []*fxgraph.Node {
+		ph := make([]*fxgraph.Node, len(carried))
+		for i, v := range carried {
+			ph[i] = g.AddPlaceholder([]string{"iter", "cond", "trip_count"}[min(i, 2)], Meta(v))
+		}
+		return ph
+	}
+	// cond_graph: cond && iter < trip_count.
+	condG := fxgraph.New()
+	ph := addCarried(condG)
+	for _, name := range captured {
+		condG.AddPlaceholder(sanitize(name), Meta(c.s.env[name]))
+	}
+	e := fxgraph.Emitter{Graph: condG, IR: c.s.im.ir}
+	lt, err := e.Emit("", "aten.lt.Tensor", []any{ph[0], ph[2]}, nil)
+	if err != nil {
+		return err
+	}
+	and, err := e.Emit("", "aten.logical_and.default", []any{ph[1], lt}, nil)
+	if err != nil {
+		return err
+	}
+	condG.SetOutput(and)
+	// body_graph: the ONNX body, iter + 1, trip_count unchanged.
+	bodyG := fxgraph.New()
+	ph = addCarried(bodyG)
+	inner, err := c.s.subScope(body, bodyG, captured)
+	if err != nil {
+		return err
+	}
+	for i, in := range body.Inputs { // (iter, cond, v...): trip_count is not the body's
+		inner.env[in.Name] = ph[i+min(i/2, 1)]
+	}
+	outs, err := inner.convertBody(body)
+	if err != nil {
+		return err
+	}
+	e = fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
+	next, err := e.Emit("", "aten.add.Tensor", []any{ph[0], bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
+	if err != nil {
+		return err
+	}
+	keep, err := e.Emit("", "aten.view.default", []any{outs[0], ints(nil)}, nil)
+	if err != nil {
+		return err
+	}
+	bodyG.SetOutput(append([]*fxgraph.Node{next, keep, ph[2]}, outs[1:1+nState]...)...)
+	bodyG.EliminateDeadCode()
+
+	w, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("cond_graph", condG), c.Graph().AddSubgraph("body_graph", bodyG), nodes(carried), nodes(extra))
+	if err != nil {
+		return err
+	}
+	for j := range nState {
+		if !c.HasOutput(j) {
+			continue
+		}
+		v, err := c.Emit(fxgraph.GetItem, w, int64(3+j))
+		if err != nil {
+			return err
+		}
+		c.SetOutput(j, v)
+	}
+	return nil
+}
+
+func tensorElems(m fxgraph.TensorMeta) int64 {
+	dims, _ := m.Shape.Static()
+	return tensor.NumElements(dims)
+}
+
+// constInput reports whether optional input i is absent or a constant.
+func constInput(c *Ctx, i int) bool {
+	if !c.HasInput(i) {
+		return true
+	}
+	n, err := c.Input(i)
+	return err == nil && c.Graph().ConstValue(n) != nil
 }
 
 func bindIfOutputs(c *Ctx, outs []*fxgraph.Node) error {
@@ -120,19 +358,25 @@ func (s *scope) inlineBody(gr *Graph, inputs map[string]*fxgraph.Node) ([]*fxgra
 	if s.depth > 32 {
 		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
 	}
-	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: maps.Clone(s.env), depth: s.depth + 1, values: s.values, subConsts: s.subConsts}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: maps.Clone(s.env), depth: s.depth + 1, values: s.values, subConsts: s.subConsts, bounded: s.bounded}
 	maps.Copy(inner.env, inputs)
 	for _, in := range gr.Initializers {
 		inner.env[in.Name] = s.modelConstant(in.Name, in.Tensor)
 	}
+	return inner.convertBody(gr)
+}
+
+// convertBody converts the nodes of subgraph gr in s (whose env binds gr's
+// inputs, initializers and captured names) and returns gr's outputs.
+func (s *scope) convertBody(gr *Graph) ([]*fxgraph.Node, error) {
 	for i, node := range gr.Nodes {
-		if err := inner.convertNode(node); err != nil {
+		if err := s.convertNode(node); err != nil {
 			return nil, fmt.Errorf("%w (subgraph %q, node %d)", err, gr.Name, i)
 		}
 	}
 	outs := make([]*fxgraph.Node, len(gr.Outputs))
 	for i, vi := range gr.Outputs {
-		n, ok := inner.env[vi.Name]
+		n, ok := s.env[vi.Name]
 		if !ok {
 			return nil, fmt.Errorf("onnx: subgraph %q: output %q is not produced by any node", gr.Name, vi.Name)
 		}
@@ -162,6 +406,9 @@ func convertLoop(c *Ctx, _ *Node) error {
 	nScan := len(body.Outputs) - 1 - nState
 	if len(body.Inputs) != 2+nState || nScan < 0 {
 		return fmt.Errorf("Loop: body %q has %d inputs and %d outputs for %d loop-carried values", body.Name, len(body.Inputs), len(body.Outputs), nState)
+	}
+	if nScan == 0 && (!constInput(c, 0) || !constInput(c, 1)) {
+		return convertWhileLoop(c, body, nState)
 	}
 	trip := int64(-1) // none: run while the condition holds
 	if c.HasInput(0) {
@@ -207,8 +454,11 @@ func convertLoop(c *Ctx, _ *Node) error {
 			return err
 		}
 		t := c.Graph().ConstValue(outs[0])
+		if t == nil && nScan == 0 {
+			return convertWhileLoop(c, body, nState) // the unrolled iterations are dead code
+		}
 		if t == nil {
-			return Unsupported("Loop whose condition is computed from run-time values (loops are unrolled at import)")
+			return Unsupported("Loop with scan outputs whose condition is computed from run-time values (such loops are unrolled at import)")
 		}
 		keep = t.NumElements() == 1 && t.Data[0] != 0
 		copy(state, outs[1:1+nState])
@@ -232,31 +482,37 @@ func setUnrolledOutputs(c *Ctx, state []*fxgraph.Node, scans [][]*fxgraph.Node, 
 		if !c.HasOutput(len(state) + k) {
 			continue
 		}
-		if len(parts) == 0 {
-			return Unsupported("a loop that runs no iteration, with scan outputs (their shape is unknown)")
-		}
-		axis := axes[k]
-		if r := int64(Meta(parts[0]).Rank()) + 1; axis < 0 {
-			axis += r
-		}
-		if dirs[k] != 0 {
-			slices.Reverse(parts)
-		}
-		stacked := make([]*fxgraph.Node, len(parts))
-		for i, p := range parts {
-			u, err := c.Emit("aten.unsqueeze.default", p, axis)
-			if err != nil {
-				return err
-			}
-			stacked[i] = u
-		}
-		out, err := c.Emit("aten.cat.default", nodes(stacked), axis)
+		out, err := stackParts(c, parts, axes[k], dirs[k] != 0)
 		if err != nil {
 			return err
 		}
 		c.SetOutput(len(state)+k, out)
 	}
 	return nil
+}
+
+// stackParts stacks the per-iteration values parts along a new axis
+// (negative counts from the end), in reverse order when reverse is set.
+func stackParts(c *Ctx, parts []*fxgraph.Node, axis int64, reverse bool) (*fxgraph.Node, error) {
+	if len(parts) == 0 {
+		return nil, Unsupported("a loop that runs no iteration, with scan outputs (their shape is unknown)")
+	}
+	if r := int64(Meta(parts[0]).Rank()) + 1; axis < 0 {
+		axis += r
+	}
+	if reverse {
+		parts = slices.Clone(parts)
+		slices.Reverse(parts)
+	}
+	stacked := make([]*fxgraph.Node, len(parts))
+	for i, p := range parts {
+		u, err := c.Emit("aten.unsqueeze.default", p, axis)
+		if err != nil {
+			return nil, err
+		}
+		stacked[i] = u
+	}
+	return c.Emit("aten.cat.default", nodes(stacked), axis)
 }
 
 // convertScan unrolls Scan (opset 9+): the scan length is the size of the
@@ -316,8 +572,106 @@ func convertScan(c *Ctx, _ *Node) error {
 		}
 		length, inAxes[j], xs[j] = d.Size, axis, x
 	}
+	state, scans, err := unrollScan(c, body, state, xs, length, inAxes, inDirs, nScanOut)
+	if err != nil {
+		return err
+	}
+	return setUnrolledOutputs(c, state, scans, outAxes, outDirs)
+}
+
+// convertScan8 converts Scan of opsets 8 (batched: every state and scan
+// input has a leading batch axis, the scan axis is axis 1) by unrolling the
+// opset 9 scan of each batch entry and stacking the results. sequence_lens
+// must be absent or a constant equal to the sequence length.
+func convertScan8(c *Ctx, _ *Node) error {
+	a := c.Attr("body")
+	if a == nil || a.Type != AttrGraph || a.G == nil {
+		return fmt.Errorf("Scan: attribute body (a graph) is required")
+	}
+	body := a.G
+	m := int(c.AttrInt("num_scan_inputs", 0))
+	nState := c.NumInputs() - 1 - m
+	nScanOut := len(body.Outputs) - nState
+	if m < 1 || nState < 0 || len(body.Inputs) != nState+m || nScanOut < 0 {
+		return fmt.Errorf("Scan: %d inputs with num_scan_inputs %d, body %q with %d inputs and %d outputs", c.NumInputs(), m, body.Name, len(body.Inputs), len(body.Outputs))
+	}
+	dirs := c.AttrInts("directions", make([]int64, m))
+	if len(dirs) != m {
+		return fmt.Errorf("Scan: directions has %d values, want %d", len(dirs), m)
+	}
+	ins := make([]*fxgraph.Node, nState+m)
+	for j := range ins {
+		v, err := c.Input(1 + j)
+		if err != nil {
+			return err
+		}
+		if r := Meta(v).Rank(); r < 1 || j >= nState && r < 2 {
+			return fmt.Errorf("Scan: input %d is %s, want a batch axis (and a scan axis for scan inputs)", 1+j, Meta(v))
+		}
+		ins[j] = v
+	}
+	batch, length := Meta(ins[0]).Shape[0], Meta(ins[nState]).Shape[1]
+	if !batch.IsStatic() || !length.IsStatic() {
+		return Unsupported("Scan (opset 8) over a batch or sequence of run-time size (scans are unrolled at import)")
+	}
+	if c.HasInput(0) {
+		lens, err := c.ConstInts(0)
+		if err != nil {
+			return err
+		}
+		for _, l := range lens {
+			if l != length.Size {
+				return Unsupported("Scan (opset 8) with sequence_lens %v shorter than the sequence (%d)", lens, length.Size)
+			}
+		}
+	}
+	outs := make([][]*fxgraph.Node, nState+nScanOut) // per output, per batch entry
+	for b := range batch.Size {
+		per := make([]*fxgraph.Node, len(ins))
+		for j, v := range ins {
+			el, err := c.Emit("aten.select.int", v, int64(0), b)
+			if err != nil {
+				return err
+			}
+			per[j] = el
+		}
+		state, scans, err := unrollScan(c, body, per[:nState], per[nState:], length.Size, make([]int64, m), dirs, nScanOut)
+		if err != nil {
+			return err
+		}
+		for j, v := range state {
+			outs[j] = append(outs[j], v)
+		}
+		for k, parts := range scans {
+			v, err := stackParts(c, parts, 0, false)
+			if err != nil {
+				return err
+			}
+			outs[nState+k] = append(outs[nState+k], v)
+		}
+	}
+	for j, parts := range outs {
+		if !c.HasOutput(j) {
+			continue
+		}
+		v, err := stackParts(c, parts, 0, false)
+		if err != nil {
+			return err
+		}
+		c.SetOutput(j, v)
+	}
+	return nil
+}
+
+// unrollScan inlines body once per element of the scan inputs xs (length
+// elements along inAxes, walked backwards where inDirs is set), threading
+// state, and returns the last state and each scan output's per-iteration
+// values.
+func unrollScan(c *Ctx, body *Graph, state, xs []*fxgraph.Node, length int64, inAxes, inDirs []int64, nScanOut int) ([]*fxgraph.Node, [][]*fxgraph.Node, error) {
+	nState := len(state)
+	state = slices.Clone(state)
 	if length > MaxLoopUnroll {
-		return Unsupported("Scan of more than %d iterations (scans are unrolled at import)", MaxLoopUnroll)
+		return nil, nil, Unsupported("Scan of more than %d iterations (scans are unrolled at import)", MaxLoopUnroll)
 	}
 	scans := make([][]*fxgraph.Node, nScanOut)
 	for t := range length {
@@ -332,18 +686,18 @@ func convertScan(c *Ctx, _ *Node) error {
 			}
 			el, err := c.Emit("aten.select.int", x, inAxes[j], pos)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			bind[body.Inputs[nState+j].Name] = el
 		}
 		outs, err := c.s.inlineBody(body, bind)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		copy(state, outs[:nState])
 		for k := range scans {
 			scans[k] = append(scans[k], outs[nState+k])
 		}
 	}
-	return setUnrolledOutputs(c, state, scans, outAxes, outDirs)
+	return state, scans, nil
 }

@@ -70,7 +70,7 @@ func TestIfConverter(t *testing.T) {
 	}{
 		{"constant true inlines then", ifModel(&yes, mul), "add.Tensor", ""},
 		{"constant false inlines else", ifModel(&no, mul), "mul.Tensor", ""},
-		{"run-time condition selects", ifModel(nil, mul), "add.Tensor mul.Tensor view.default where.self", ""},
+		{"run-time condition is a cond", ifModel(nil, mul), "cond getitem", ""},
 		{"run-time condition, shapes differ", ifModel(nil, narrow), "", "branches give output 0 as float32[N,3] and float32[N,1]"},
 		{"constant condition, shapes differ", ifModel(&no, narrow), "slice.Tensor", ""},
 	} {

@@ -40,15 +40,10 @@ func registerShapeOps(cs converters) {
 	cs.register("", "ScatterElements", 11, shScatterElements)
 	cs.register("", "ScatterND", 11, shScatterND)
 	cs.register("", "ReverseSequence", 10, shReverseSequence)
-	for _, op := range []string{"Compress", "NonZero", "Unique"} {
-		cs.add(op, shDataDependent)
-	}
-}
-
-// shDataDependent rejects operators whose output shape depends on the
-// input values, which a statically shaped program cannot express.
-func shDataDependent(c *Ctx, n *Node) error {
-	return Unsupported("%s has a data-dependent output shape (not expressible with static shapes)", n.OpType)
+	cs.register("", "NonZero", 9, shNonZero)
+	cs.register("", "Compress", 9, shCompress)
+	cs.register("", "Unique", 11, shUnique)
+	cs.register("", "NonMaxSuppression", 10, shNonMaxSuppression)
 }
 
 // shIntsInput returns the values of constant integer input i, or the

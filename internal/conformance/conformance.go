@@ -291,7 +291,7 @@ func bfloat16FromUint16(ts []*tensor.Tensor, nodes []*fxgraph.Node) {
 }
 
 // Execute compiles prog, uploads its weights and inputs, runs it once and
-// returns the outputs.
+// returns the outputs (bounded outputs sliced to their valid size).
 func Execute(ctx context.Context, c *pjrt.Client, prog *lower.Program, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	w := serving.NewWeights(c)
 	defer w.Close()
@@ -300,7 +300,11 @@ func Execute(ctx context.Context, c *pjrt.Client, prog *lower.Program, inputs []
 		return nil, err
 	}
 	defer exe.Close()
-	return exe.Run(ctx, inputs)
+	outs, err := exe.Run(ctx, inputs)
+	if err != nil {
+		return nil, err
+	}
+	return prog.Trim(outs)
 }
 
 // Compare checks got against want: same dtype and shape, floats within

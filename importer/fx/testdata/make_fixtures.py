@@ -10,6 +10,11 @@ for each of two input sizes <k>, in<k>_<i>.npy (the inputs) and
 out<k>_<j>.npy (the eager PyTorch outputs). The Go tests import each
 archive, run it on the XLA CPU plugin and compare.
 
+cond/ is a module that branches on the value of its input (torch.cond, the
+higher-order op); its two cases take one branch each. while_loop/ runs a
+loop whose trip count is an input value (torch's while_loop). Only they
+are rewritten by `make_fixtures.py cond`.
+
 resnet18/ also holds targets.txt: the call_function targets of the graph,
 in order, as torch prints them after run_decompositions(). Its parameters
 are overlapping strided views (stride 1 in every dim) of two small random
@@ -21,6 +26,7 @@ what torch wrote).
 import io
 import os
 import shutil
+import sys
 import zipfile
 
 import numpy as np
@@ -281,5 +287,50 @@ def main():
     torch.save(CNN().state_dict(), os.path.join(HERE, "pickled.pt"))
 
 
+class Cond(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        def pos(x):
+            return torch.relu(self.lin(x)) * 2.0
+
+        def neg(x):
+            return torch.tanh(self.lin(-x)) - 1.0
+
+        return torch.cond(x.sum() > 0, pos, neg, (x,))
+
+
+class WhileLoop(nn.Module):
+    def forward(self, n, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def cond_fn(i, x):
+            return i < n
+
+        def body_fn(i, x):
+            return i + 1, torch.sin(x) * 1.5 + 0.25
+
+        _, y = while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+        return y
+
+
+def cond_fixture():
+    torch.manual_seed(0)
+    m = Cond().eval()
+    batch = Dim("batch", min=1, max=64)
+    ep = torch.export.export(m, (torch.randn(2, 4),), dynamic_shapes={"x": {0: batch}}).run_decompositions()
+    save("cond", ep, m, [(torch.rand(3, 4),), (-torch.rand(2, 4),)])
+
+    m = WhileLoop()
+    ep = torch.export.export(m, (torch.tensor(3), torch.randn(2, 4))).run_decompositions()
+    save("while_loop", ep, m, [(torch.tensor(5), torch.randn(2, 4)), (torch.tensor(0), torch.randn(2, 4))])
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["cond"]:
+        cond_fixture()
+    else:
+        main()
+        cond_fixture()

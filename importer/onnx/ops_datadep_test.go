@@ -1,0 +1,254 @@
+package onnx_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/xserve/xserve/importer/onnx"
+	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/tensor"
+)
+
+// nonzeroRef is numpy's np.array(np.nonzero(x)) for x of shape dims.
+func nonzeroRef(vals []float64, dims []int64) *tensor.Tensor {
+	var rows [][]int64
+	for flat, v := range vals {
+		if v == 0 {
+			continue
+		}
+		idx := make([]int64, len(dims))
+		rest := int64(flat)
+		for d := len(dims) - 1; d >= 0; d-- {
+			idx[d], rest = rest%dims[d], rest/dims[d]
+		}
+		rows = append(rows, idx)
+	}
+	out := tensor.New(tensor.Int64, int64(len(dims)), int64(len(rows)))
+	for j, r := range rows {
+		for d, v := range r {
+			out.SetInt64(int64(d*len(rows)+j), v)
+		}
+	}
+	return out
+}
+
+// TestNonZeroRun runs NonZero on PJRT (padded to the input's size, sliced
+// by its count on the host) against the indices computed in Go.
+func TestNonZeroRun(t *testing.T) {
+	client := nnPlugin(t)
+	for _, c := range []struct {
+		name string
+		dt   tensor.DType
+		dims []int64
+		vals []float64
+	}{
+		{"float 2x3", tensor.Float32, []int64{2, 3}, []float64{0, 1.5, 0, -2, 0, 3}},
+		{"int 1-D", tensor.Int32, []int64{5}, []float64{7, 0, 0, 1, 2}},
+		{"bool 2x2x2", tensor.Bool, []int64{2, 2, 2}, []float64{1, 0, 0, 1, 1, 1, 0, 0}},
+		{"all zero", tensor.Float32, []int64{2, 2}, []float64{0, 0, 0, 0}},
+		{"none zero", tensor.Int64, []int64{3, 1}, []float64{4, 5, 6}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dims := make([]any, len(c.dims))
+			for i, d := range c.dims {
+				dims[i] = int(d)
+			}
+			g, err := nnImport(13, nnNode("NonZero", []string{"x"}, []string{"y"}), []*onnx.ValueInfo{nnVI("x", c.dt, dims...)}, nil, []string{"y"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(prog.Outputs) != 2 || len(prog.Bounded) != 1 {
+				t.Fatalf("program outputs %v, bounded %v: want the padded indices and their count", prog.Outputs, prog.Bounded)
+			}
+			if want := []int64{int64(len(c.dims)), tensor.NumElements(c.dims)}; !slices.Equal(prog.Outputs[0].Shape, want) {
+				t.Errorf("padded output shape %v, want %v", prog.Outputs[0].Shape, want)
+			}
+			got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{nnT(c.dt, c.vals, c.dims...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d outputs after Trim, want 1", len(got))
+			}
+			if err := conformance.Compare(got[0], nonzeroRef(c.vals, c.dims), 0, 0); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestNonZeroFeedingAnOp checks that a NonZero whose padded result would
+// reach another operator is rejected as unsupported.
+func TestNonZeroFeedingAnOp(t *testing.T) {
+	m := &onnx.Model{
+		IRVersion:    8,
+		OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
+		Graph: &onnx.Graph{Name: "g", Inputs: []*onnx.ValueInfo{nnVI("x", tensor.Float32, 4)},
+			Nodes:   []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), nnNode("Transpose", []string{"i"}, []string{"y"})},
+			Outputs: []*onnx.ValueInfo{{Name: "y"}}},
+	}
+	g, err := onnx.NewImporter().Import(m)
+	checkImport(t, g, err, "", "NonZero whose result feeds another operator")
+}
+
+// TestCompressRun runs Compress on PJRT (padded along the axis, sliced by
+// its count on the host) against numpy's np.compress, written out.
+func TestCompressRun(t *testing.T) {
+	client := nnPlugin(t)
+	x := []float64{1, 2, 3, 4, 5, 6} // [3,2]
+	for _, c := range []struct {
+		name      string
+		axis      *int64
+		cond      []float64
+		want      []float64
+		wantShape []int64
+	}{
+		{"axis 0", ptr(int64(0)), []float64{0, 1, 1}, []float64{3, 4, 5, 6}, []int64{2, 2}},
+		{"axis -1", ptr(int64(-1)), []float64{0, 1}, []float64{2, 4, 6}, []int64{3, 1}},
+		{"flattened, short condition", nil, []float64{1, 0, 0, 1}, []float64{1, 4}, []int64{2}},
+		{"none selected", ptr(int64(0)), []float64{0, 0, 0}, nil, []int64{0, 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var attrs []*onnx.Attribute
+			if c.axis != nil {
+				attrs = append(attrs, &onnx.Attribute{Name: "axis", Type: onnx.AttrInt, I: *c.axis})
+			}
+			n := int64(len(c.cond))
+			g, err := nnImport(11, nnNode("Compress", []string{"x", "cond"}, []string{"y"}, attrs...),
+				[]*onnx.ValueInfo{nnVI("x", tensor.Float32, 3, 2), nnVI("cond", tensor.Bool, int(n))}, nil, []string{"y"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{nnT(tensor.Float32, x, 3, 2), nnT(tensor.Bool, c.cond, n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := conformance.Compare(got[0], nnT(tensor.Float32, c.want, c.wantShape...), 0, 0); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// uniqueRef is ONNX Unique without axis (numpy's np.unique with
+// return_index, return_inverse and return_counts; for sorted=0 the
+// groups in order of first occurrence).
+func uniqueRef(x []float64, sorted bool) (y, first, inverse, counts []float64) {
+	at := map[float64]int{}
+	for j, v := range x {
+		if k, ok := at[v]; ok {
+			counts[k]++
+			continue
+		}
+		at[v] = len(y)
+		y, first, counts = append(y, v), append(first, float64(j)), append(counts, 1)
+	}
+	order := make([]int, len(y))
+	for k := range order {
+		order[k] = k
+	}
+	if sorted {
+		slices.SortFunc(order, func(a, b int) int { return cmp.Compare(y[a], y[b]) })
+	}
+	rank := make([]int, len(y))
+	var ys, fs, cs []float64
+	for newK, k := range order {
+		rank[k] = newK
+		ys, fs, cs = append(ys, y[k]), append(fs, first[k]), append(cs, counts[k])
+	}
+	for _, v := range x {
+		inverse = append(inverse, float64(rank[at[v]]))
+	}
+	return ys, fs, inverse, cs
+}
+
+// TestUniqueRun runs Unique without axis on PJRT (Y, indices and counts
+// padded and sliced by their count on the host) against uniqueRef.
+func TestUniqueRun(t *testing.T) {
+	client := nnPlugin(t)
+	for _, x := range [][]float64{{2, 1, 1, 3, 4, 3}, {5, 5, 5, 5}, {3, -1, 2, 0}, {7}} {
+		for _, sorted := range []int64{0, 1} {
+			n := int64(len(x))
+			g, err := nnImport(11, nnNode("Unique", []string{"x"}, []string{"y", "i", "inv", "c"}, &onnx.Attribute{Name: "sorted", Type: onnx.AttrInt, I: sorted}),
+				[]*onnx.ValueInfo{nnVI("x", tensor.Float32, int(n))}, nil, []string{"y", "i", "inv", "c"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{nnT(tensor.Float32, x, n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			y, first, inverse, counts := uniqueRef(x, sorted == 1)
+			u := int64(len(y))
+			for i, want := range []*tensor.Tensor{nnT(tensor.Float32, y, u), nnT(tensor.Int64, first, u), nnT(tensor.Int64, inverse, n), nnT(tensor.Int64, counts, u)} {
+				if err := conformance.Compare(got[i], want, 0, 0); err != nil {
+					t.Errorf("x %v, sorted %d, output %d: %v", x, sorted, i, err)
+				}
+			}
+		}
+	}
+}
+
+// TestNonMaxSuppressionRun runs NonMaxSuppression on 2 batches x 3
+// classes x 40 random overlapping boxes (testdata/gen_nms.py) on PJRT
+// against ONNX Runtime's selections, for three thresholds and limits.
+func TestNonMaxSuppressionRun(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.ImportFile("testdata/nms.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("testdata/nms.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Boxes, Scores []float64
+		Cases         []struct {
+			MaxOut   int64   `json:"max_out"`
+			IoU      float64 `json:"iou"`
+			ScoreThr float64 `json:"score_thr"`
+			Selected []float64
+			Rows     int64
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range ref.Cases {
+		in := []*tensor.Tensor{
+			nnT(tensor.Float32, ref.Boxes, 2, 40, 4), nnT(tensor.Float32, ref.Scores, 2, 3, 40),
+			nnT(tensor.Int64, []float64{float64(tc.MaxOut)}, 1), nnT(tensor.Float32, []float64{tc.IoU}, 1), nnT(tensor.Float32, []float64{tc.ScoreThr}, 1),
+		}
+		got, err := conformance.Execute(context.Background(), client, prog, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conformance.Compare(got[0], nnT(tensor.Int64, tc.Selected, tc.Rows, 3), 0, 0); err != nil {
+			t.Errorf("max %d, iou %g, score > %g: %v", tc.MaxOut, tc.IoU, tc.ScoreThr, err)
+		}
+	}
+}
