@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -82,6 +83,10 @@ type BucketPlan struct {
 	// as: a served symbol, or a static size config.yaml pins it to.
 	modelSyms map[string]dimSpec
 	batchName string // the batch symbol's served name, "" without one
+	// bounded lists the outputs of data-dependent size and their count
+	// outputs (the graph's last outputs, not served): executions return them
+	// padded to a bound and trim holds them to their counts.
+	bounded []fxgraph.BoundedOutput
 	// outBatchAxis gives each output the axis its rows stack along (set by
 	// findBatchAxes); batchErr says why requests cannot be stacked.
 	outBatchAxis []int
@@ -307,6 +312,9 @@ func (p *BucketPlan) outputShapes(dims map[string]int64) ([][]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serving: output shapes at %s: %w", key, err)
 	}
+	if len(p.bounded) > 0 {
+		shapes = shapes[:len(shapes)-len(p.bounded)] // the count outputs come last
+	}
 	if len(shapes) != len(p.Outputs) {
 		return nil, fmt.Errorf("serving: output shapes at %s: %d shapes for %d outputs", key, len(shapes), len(p.Outputs))
 	}
@@ -334,6 +342,10 @@ func (p *BucketPlan) baseDims() map[string]int64 {
 // stays. Without it (or without a batch symbol) requests run one by one,
 // and batchErr says why.
 func (p *BucketPlan) findBatchAxes() {
+	if len(p.bounded) > 0 {
+		p.batchErr = fmt.Errorf("the model has outputs of data-dependent size, which one execution cannot split between requests")
+		return
+	}
 	b := p.batch()
 	if b == nil {
 		p.batchErr = fmt.Errorf("no input has a batch dim (a symbol that is the leading dim of every input, or config.yaml's batch_symbol)")
@@ -494,6 +506,15 @@ func (p *BucketPlan) assemble(i int, exec map[string]int64, srcs []*tensor.Tenso
 	return dst
 }
 
+// trim cuts the outputs of data-dependent size to their counts and drops
+// the count outputs (lower.Program.Trim); other programs' outputs pass.
+func (p *BucketPlan) trim(outs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	if len(p.bounded) == 0 {
+		return outs, nil
+	}
+	return (&lower.Program{Bounded: p.bounded}).Trim(outs)
+}
+
 // extract cuts a request's output k out of the executed output: the box of
 // the request's exact shape (want), starting at its row offset along the
 // output's batch axis when several requests ran. An exact shape the
@@ -503,6 +524,9 @@ func (p *BucketPlan) extract(k int, out *tensor.Tensor, want []int64, offset int
 	off := make([]int64, len(want))
 	if batched && p.outBatchAxis != nil {
 		off[p.outBatchAxis[k]] = offset
+	}
+	if p.isBounded(k) {
+		return out, nil // trimmed to its count; every size runs exactly
 	}
 	if len(want) != len(out.Shape) {
 		return nil, fmt.Errorf("serving: output %q has shape %s, the request's shape %s", p.Outputs[k].Name, tensor.ShapeString(out.Shape), tensor.ShapeString(want))
@@ -518,6 +542,16 @@ func (p *BucketPlan) extract(k int, out *tensor.Tensor, want []int64, offset int
 	res := tensor.New(out.DType, want...)
 	copyBlock(res.Data, want, make([]int64, len(want)), out.Data, out.Shape, off, want, int64(out.DType.Size()))
 	return res, nil
+}
+
+// isBounded reports whether output k has a data-dependent size.
+func (p *BucketPlan) isBounded(k int) bool {
+	for _, b := range p.bounded {
+		if b.Output == k {
+			return true
+		}
+	}
+	return false
 }
 
 func equalShape(a, b []int64) bool {

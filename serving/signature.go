@@ -302,7 +302,15 @@ func (b *planBuilder) buildInputs() error {
 func (b *planBuilder) buildOutputs() error {
 	outs := b.g.Outputs()
 	index := map[string]int{}
+	counts := map[int]bool{} // the count outputs of data-dependent sizes: not served
+	for _, bo := range b.g.Bounded {
+		counts[bo.Count] = true
+	}
+	b.p.bounded = b.g.Bounded
 	for i, o := range outs {
+		if counts[i] {
+			continue
+		}
 		m := o.Val()
 		out := tensorSig{Name: b.g.OutputName(i), DType: m.DType, Dims: make([]dimSpec, len(m.Shape))}
 		for d, md := range m.Shape {
@@ -430,6 +438,12 @@ func (b *planBuilder) symbolBuckets(s *SymbolPlan, used map[string]bool) error {
 // symbolPad sets s's pad policy from config.yaml's pad, else PadProbe.
 func (b *planBuilder) symbolPad(s *SymbolPlan, used map[string]bool) {
 	s.Pad, s.PadReason = PadProbe, "decided by the load-time probe"
+	if len(b.g.Bounded) > 0 {
+		// An output whose size depends on the values (NonZero, Unique, ...)
+		// would count the padding: every size runs exactly.
+		s.Pad, s.PadReason = PadExact, "the model has outputs of data-dependent size"
+		return
+	}
 	for _, name := range s.configNames() {
 		pad, ok := b.cfg.Pad[name]
 		if !ok {

@@ -534,6 +534,9 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
+	if outs, err = p.trim(outs); err != nil {
+		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
+	}
 	if len(outs) != len(p.Outputs) {
 		return t, fmt.Errorf("serving: %s: bucket %s returned %d outputs, the model has %d", v, b.name, len(outs), len(p.Outputs))
 	}
