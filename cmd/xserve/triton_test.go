@@ -56,7 +56,8 @@ func tritonVenv(t *testing.T) string {
 // Runtime.
 func TestTritonClients(t *testing.T) {
 	python := tritonVenv(t)
-	p := startXserve(t, tinycnnRepo(t), t.TempDir())
+	// explicit model control: the clients also load uploaded models.
+	p := startXserve(t, tinycnnRepo(t), t.TempDir(), "--model-control-mode", "explicit")
 	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests/test_triton_clients.py")
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t), "PYTHONDONTWRITEBYTECODE=1")

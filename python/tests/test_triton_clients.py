@@ -94,7 +94,7 @@ def test_config(proto):
     assert "dynamic_batching" in cfg
 
 
-def _infer(kind, mod, c, image, binary):
+def _infer(kind, mod, c, image, binary, model=MODEL):
     inp = mod.InferInput("image", list(image.shape), "FP32")
     if kind == "http":
         inp.set_data_from_numpy(image, binary_data=binary)
@@ -102,7 +102,7 @@ def _infer(kind, mod, c, image, binary):
     else:
         inp.set_data_from_numpy(image)
         out = mod.InferRequestedOutput("probs")
-    return c.infer(MODEL, [inp], outputs=[out], request_id="r1")
+    return c.infer(model, [inp], outputs=[out], request_id="r1")
 
 
 def _infer_typed(image):
@@ -179,3 +179,21 @@ def test_errors(proto, batch):
     with pytest.raises(InferenceServerException) as e:
         c.register_system_shared_memory("region", "/key", 64)
     assert "shared memory" in e.value.message()
+
+
+def test_load_uploaded_model(proto, batch):
+    """Triton's load request with file overrides (load_model(files=, config=)):
+    the model file and an xserve config go up, and the server serves them.
+    The server runs with --model-control-mode explicit."""
+    kind, mod, c = proto
+    name = f"uploaded_{kind}"
+    config = '{"buckets": {"batch": [1, 2, 4]}}'
+    c.load_model(name, config=config, files={"file:1/model.onnx": MODEL_FILE.read_bytes()})
+    assert c.is_model_ready(name)
+    image, want = batch
+    got = _infer(kind, mod, c, image, True, model=name).as_numpy("probs")
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(InferenceServerException, match="1/model.onnx|path|file"):
+        c.load_model(name, files={"file:../escape.onnx": b"x"})
+    c.unload_model(name)  # the other tests see the repository as it was
+    assert not c.is_model_ready(name)
