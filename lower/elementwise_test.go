@@ -17,7 +17,7 @@ func ewOpenPlugin(t *testing.T) *pjrt.Client {
 	t.Helper()
 	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
 	if err != nil {
-		t.Skipf("no PJRT plugin: %v", err)
+		t.Fatalf("no PJRT plugin (run make pjrt): %v", err)
 	}
 	c, err := pjrt.Open(path)
 	if err != nil {

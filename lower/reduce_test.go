@@ -74,7 +74,7 @@ func rdOpenPlugin(t *testing.T) *pjrt.Client {
 	t.Helper()
 	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
 	if err != nil {
-		t.Skipf("no PJRT plugin: %v", err)
+		t.Fatalf("no PJRT plugin (run make pjrt): %v", err)
 	}
 	c, err := pjrt.Open(path)
 	if err != nil {

@@ -356,11 +356,12 @@ func npyElem(t *Tensor, i int64) [2]float64 {
 }
 
 // TestNpyNumPyCrossCheck reads files written by NumPy and has NumPy read
-// files written by WriteNpy. Only this test is skipped without numpy.
+// files written by WriteNpy, with the NumPy of the .venv that make test
+// installs (or the system's); without one it fails.
 func TestNpyNumPyCrossCheck(t *testing.T) {
 	py := pythonWithNumPy()
 	if py == "" {
-		t.Skip("no python3 with numpy (apt-get install python3-numpy)")
+		t.Fatal("no python3 with numpy: run make venv (or apt-get install python3-numpy)")
 	}
 	dir := t.TempDir()
 	if out, err := exec.Command(py, "-c", numpyWriter, dir).CombinedOutput(); err != nil {
