@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -82,6 +84,10 @@ func TestPT2BatchesWithoutConfig(t *testing.T) {
 	}
 	r.writeFile("gn", 1, "model.pt2", data)
 	m, _ := start(t, r, nil)
+	// Each batch takes a little longer than this tiny model's execution, as
+	// a real model's would, so that requests arriving meanwhile form the
+	// next batch.
+	m.batchHook = func(context.Context, *batching.Batch) { time.Sleep(2 * time.Millisecond) }
 	md, err := m.Metadata("gn", 0)
 	if err != nil {
 		t.Fatal(err)
