@@ -49,6 +49,10 @@ type ModelStatus struct {
 	// whose changed model file or config failed to reload, says so (the
 	// version serves what it loaded before; see the package doc).
 	Reason string
+	// Unloaded says an UNAVAILABLE version was unloaded (by the repository
+	// API, or because it left the repository or the version policy), not
+	// broken: strict readiness does not wait for it.
+	Unloaded bool
 }
 
 // TensorSpec is one input or output of a model's signature. Shape uses -1

@@ -589,6 +589,7 @@ func (m *Manager) unloadLocked(v *version, forget bool) <-chan struct{} {
 		m.mu.Lock()
 		if v.state != StateUnavailable {
 			m.setStateLocked(v, StateUnavailable, m.unloadedReason(v.name))
+			v.unloaded = true
 		}
 		v.finalized = true
 		if md := m.models[v.name]; md != nil && v.forget {
@@ -787,7 +788,7 @@ func (m *Manager) Status() []ModelStatus {
 			out = append(out, ModelStatus{Name: md.name, State: StateUnavailable, Reason: md.err.Error()})
 		}
 		for _, v := range md.versions {
-			out = append(out, ModelStatus{Name: v.name, Version: v.num, State: v.state, Reason: v.reason})
+			out = append(out, ModelStatus{Name: v.name, Version: v.num, State: v.state, Reason: v.reason, Unloaded: v.unloaded})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -723,6 +723,11 @@ func TestUnloadAndLoad(t *testing.T) {
 	if s, reason := state(m, "tinycnn", 1); s != StateUnavailable || !strings.HasPrefix(reason, "unloaded") {
 		t.Errorf("after Unload: %s (%s)", s, reason)
 	}
+	for _, st := range m.Status() {
+		if st.Name == "tinycnn" && !st.Unloaded {
+			t.Errorf("after Unload: status %+v, want Unloaded (not a broken version)", st)
+		}
+	}
 	if v.weights.Len() != 0 {
 		t.Errorf("%d weights left on the device", v.weights.Len())
 	}

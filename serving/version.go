@@ -63,6 +63,7 @@ type version struct {
 	refs         int           // in-flight requests
 	forget       bool          // drop from the model's versions once freed
 	finalized    bool          // freed, and its state settled
+	unloaded     bool          // UNAVAILABLE because it was unloaded, not broken
 	drain        chan struct{} // closed when refs is 0 after unloading began; nil before
 	freed        chan struct{} // closed once executables and weights are freed; nil before unloading
 }

@@ -314,7 +314,7 @@ func (b *metricsBackend) Ready() bool {
 		return true
 	}
 	for _, st := range b.Manager.Status() {
-		if st.State != serving.StateReady && st.State != serving.StateUnloading && !strings.HasPrefix(st.Reason, "unloaded") {
+		if st.State != serving.StateReady && st.State != serving.StateUnloading && !st.Unloaded {
 			return false
 		}
 	}
