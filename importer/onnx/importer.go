@@ -63,6 +63,7 @@ func newConverters() converters {
 	registerReductions(cs)
 	registerRNN(cs)
 	registerControlFlow(cs)
+	registerSignal(cs)
 	return cs
 }
 
