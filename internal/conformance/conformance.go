@@ -129,6 +129,10 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 		return fail(err)
 	}
 	res.Ops = opTypes(m)
+	note, err := redeclareContradictedInputs(m, c.Dir)
+	if err != nil {
+		return fail(err)
+	}
 	g, err := r.Importer.Import(m)
 	var needs *onnx.NeedsValueError
 	if err != nil && !errors.As(err, &needs) {
@@ -159,7 +163,71 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 	}
 	sort.Strings(res.Targets)
 	res.Status = Passed
+	res.Detail = note
 	return res
+}
+
+// redeclareContradictedInputs works around test data that contradicts its
+// model: where test_data_set_0 gives a graph input a shape that the model's
+// declared static shape rules out, the declared shape is replaced by the
+// data's, and the returned note says so. It happens in Debian's onnx 1.12
+// data for CastLike to and from bfloat16, whose generator declared the
+// `like` input with the shape of `input` but wrote a one-element tensor
+// (CastLike reads only its dtype; ONNX Runtime rejects the pair as it is,
+// and later onnx releases declare the shape the data has). The ONNX
+// reference runner never checks declared shapes, so the expected outputs are
+// the same either way.
+func redeclareContradictedInputs(m *onnx.Model, dir string) (string, error) {
+	inputs, err := readTensors(filepath.Join(dir, "test_data_set_0"), "input")
+	if err != nil {
+		return "", err
+	}
+	inits := map[string]bool{}
+	for _, in := range m.Graph.Initializers {
+		inits[in.Name] = true
+	}
+	var notes []string
+	i := 0
+	for _, vi := range m.Graph.Inputs {
+		if inits[vi.Name] {
+			continue
+		}
+		if i >= len(inputs) {
+			break
+		}
+		data := inputs[i]
+		i++
+		t := vi.Type
+		if t == nil || t.Kind != onnx.TypeTensor || !t.HasShape || !contradicts(t.Dims, data.Shape) {
+			continue
+		}
+		declared := make([]string, len(t.Dims))
+		for j, d := range t.Dims {
+			declared[j] = fmt.Sprint(d.Value)
+			if !d.Known {
+				declared[j] = "?"
+			}
+		}
+		t.Dims = make([]onnx.Dim, len(data.Shape))
+		for j, d := range data.Shape {
+			t.Dims[j] = onnx.Dim{Value: d, Known: true}
+		}
+		notes = append(notes, fmt.Sprintf("input %s declared [%s], the test data is %v: declared shape replaced", vi.Name, strings.Join(declared, ","), data.Shape))
+	}
+	return strings.Join(notes, "; "), nil
+}
+
+// contradicts reports whether shape cannot be a value of dims.
+func contradicts(dims []onnx.Dim, shape []int64) bool {
+	if len(dims) != len(shape) {
+		return true
+	}
+	for j, d := range dims {
+		if d.Known && d.Value != shape[j] {
+			return true
+		}
+	}
+	return false
 }
 
 // importWithValues imports m with the values of the data set's inputs that
