@@ -64,6 +64,7 @@ func newConverters() converters {
 	registerRNN(cs)
 	registerControlFlow(cs)
 	registerSignal(cs)
+	registerSequence(cs)
 	return cs
 }
 
@@ -108,6 +109,11 @@ func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
 // Slice's starts, reduction axes given as inputs, ...) read them from values.
 // The inputs stay in the graph's signature, so callers pass them as usual.
 func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor) (*fxgraph.Graph, error) {
+	return im.importModel(m, ImportOptions{Values: values})
+}
+
+func (im *Importer) importModel(m *Model, o ImportOptions) (*fxgraph.Graph, error) {
+	values := o.Values
 	if m.Graph == nil {
 		return nil, errors.New("onnx: model has no graph")
 	}
@@ -127,7 +133,7 @@ func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor)
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -148,6 +154,9 @@ type scope struct {
 	depth  int
 	// values are graph inputs whose values are known at compile time.
 	values map[string]*tensor.Tensor
+	// structured lays out the sequence and optional graph inputs (see
+	// ImportOptions.Structured).
+	structured map[string]*Value
 	// subConsts holds the constant of each subgraph initializer already
 	// added, shared by every scope of the import: a Loop body inlined once
 	// per iteration adds its initializers once.
@@ -182,6 +191,12 @@ func (s *scope) importGraph(gr *Graph) error {
 		if inits[vi.Name] {
 			continue // an initializer listed as input (IR < 4): a constant
 		}
+		if vi.Type != nil && (vi.Type.Kind == TypeSequence || vi.Type.Kind == TypeOptional) {
+			if err := s.structuredInput(vi, s.structured[vi.Name]); err != nil {
+				return fmt.Errorf("onnx: graph input %d (%q): %w", i, vi.Name, err)
+			}
+			continue
+		}
 		meta, err := inputMeta(vi)
 		if err != nil {
 			return fmt.Errorf("onnx: graph input %d (%q): %w", i, vi.Name, err)
@@ -209,6 +224,13 @@ func (s *scope) importGraph(gr *Graph) error {
 		n, ok := s.env[vi.Name]
 		if !ok {
 			return fmt.Errorf("onnx: graph output %q is not produced by any node", vi.Name)
+		}
+		if isStructured(n) { // a sequence or optional: its tensors, see ImportOptions
+			for k, e := range flattenMarker(n) {
+				outs = append(outs, e)
+				s.g.OutputNames = append(s.g.OutputNames, fmt.Sprintf("%s[%d]", vi.Name, k))
+			}
+			continue
 		}
 		outs = append(outs, n)
 		s.g.OutputNames = append(s.g.OutputNames, vi.Name)

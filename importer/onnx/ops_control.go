@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -70,6 +71,11 @@ func convertIf(c *Ctx, _ *Node) error {
 	var graphs [2]*fxgraph.Graph
 	for i, br := range branches {
 		if graphs[i], err = c.s.subgraph(br, captured); err != nil {
+			if errors.Is(err, errStructured) {
+				// A branch gives or uses a sequence or optional, which
+				// only the import can hold: the condition must be known.
+				return c.needsValues(0)
+			}
 			return err
 		}
 	}
@@ -179,6 +185,11 @@ func (s *scope) subgraph(gr *Graph, captured []string) (*fxgraph.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, o := range outs {
+		if isStructured(o) {
+			return nil, fmt.Errorf("%w: %w (subgraph %q)", ErrUnsupported, errStructured, gr.Name)
+		}
+	}
 	g.SetOutput(outs...)
 	g.EliminateDeadCode()
 	return g, nil
@@ -193,6 +204,9 @@ func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope
 	}
 	inner := &scope{im: s.im, g: g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, values: s.values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}}
 	for _, name := range captured {
+		if isStructured(s.env[name]) {
+			return nil, fmt.Errorf("%w: %w (%q in subgraph %q)", ErrUnsupported, errStructured, name, gr.Name)
+		}
 		inner.env[name] = g.AddPlaceholder(sanitize(name), Meta(s.env[name]))
 	}
 	for _, name := range freeNames(gr) {
@@ -408,6 +422,16 @@ func convertLoop(c *Ctx, _ *Node) error {
 		return fmt.Errorf("Loop: body %q has %d inputs and %d outputs for %d loop-carried values", body.Name, len(body.Inputs), len(body.Outputs), nState)
 	}
 	if nScan == 0 && (!constInput(c, 0) || !constInput(c, 1)) {
+		for j := range nState {
+			if v, err := c.AnyInput(2 + j); err == nil && isStructured(v) {
+				// A loop-carried sequence or optional must be unrolled:
+				// the trip count and condition must be known.
+				if !constInput(c, 0) {
+					return c.needsValues(0)
+				}
+				return c.needsValues(1)
+			}
+		}
 		return convertWhileLoop(c, body, nState)
 	}
 	trip := int64(-1) // none: run while the condition holds
@@ -431,7 +455,7 @@ func convertLoop(c *Ctx, _ *Node) error {
 	}
 	state := make([]*fxgraph.Node, nState)
 	for j := range state {
-		v, err := c.Input(2 + j)
+		v, err := c.AnyInput(2 + j) // sequences and optionals are carried too
 		if err != nil {
 			return err
 		}

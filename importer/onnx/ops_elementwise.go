@@ -411,7 +411,7 @@ func ewCastLike(c *Ctx, _ *Node) error {
 
 // ewIdentity binds the output to the input.
 func ewIdentity(c *Ctx, _ *Node) error {
-	x, err := c.Input(0)
+	x, err := c.AnyInput(0) // a tensor, a sequence or an optional
 	if err != nil {
 		return err
 	}

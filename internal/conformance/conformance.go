@@ -135,7 +135,8 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 	}
 	g, err := r.Importer.Import(m)
 	var needs *onnx.NeedsValueError
-	if err != nil && !errors.As(err, &needs) {
+	perSet := errors.As(err, &needs) || hasStructuredInputs(m)
+	if err != nil && !perSet {
 		return fail(err)
 	}
 	sets, _ := filepath.Glob(filepath.Join(c.Dir, "test_data_set_*"))
@@ -146,15 +147,16 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 	targets := map[string]bool{}
 	for _, set := range sets {
 		sg := g
-		if needs != nil {
-			// Some operands (shapes, axes, pads) are graph inputs: compile
-			// this data set's program with their values, as a server would
-			// for compile-time-constant inputs.
+		if perSet {
+			// Some operands (shapes, axes, pads) are graph inputs, or
+			// sequence inputs need their lengths: compile this data set's
+			// program with their values, as a server would for
+			// compile-time-constant inputs.
 			if sg, err = r.importWithValues(m, set); err != nil {
 				return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
 			}
 		}
-		if err := r.runSet(ctx, sg, set, targets); err != nil {
+		if err := r.runSet(ctx, m, sg, set, targets); err != nil {
 			return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
 		}
 	}
@@ -178,27 +180,22 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 // reference runner never checks declared shapes, so the expected outputs are
 // the same either way.
 func redeclareContradictedInputs(m *onnx.Model, dir string) (string, error) {
-	inputs, err := readTensors(filepath.Join(dir, "test_data_set_0"), "input")
+	infos := graphInputs(m)
+	inputs, err := readValues(filepath.Join(dir, "test_data_set_0"), "input", infos)
 	if err != nil {
 		return "", err
 	}
-	inits := map[string]bool{}
-	for _, in := range m.Graph.Initializers {
-		inits[in.Name] = true
-	}
 	var notes []string
-	i := 0
-	for _, vi := range m.Graph.Inputs {
-		if inits[vi.Name] {
-			continue
-		}
+	for i, vi := range infos {
 		if i >= len(inputs) {
 			break
 		}
-		data := inputs[i]
-		i++
 		t := vi.Type
-		if t == nil || t.Kind != onnx.TypeTensor || !t.HasShape || !contradicts(t.Dims, data.Shape) {
+		if t == nil || t.Kind != onnx.TypeTensor || inputs[i].Kind != onnx.TypeTensor {
+			continue
+		}
+		data := inputs[i].Tensor
+		if !t.HasShape || !contradicts(t.Dims, data.Shape) {
 			continue
 		}
 		declared := make([]string, len(t.Dims))
@@ -233,28 +230,25 @@ func contradicts(dims []onnx.Dim, shape []int64) bool {
 // importWithValues imports m with the values of the data set's inputs that
 // operators need at compile time, adding inputs until the import succeeds.
 func (r *Runner) importWithValues(m *onnx.Model, set string) (*fxgraph.Graph, error) {
-	inputs, err := readTensors(set, "input")
+	inputs, err := readValues(set, "input", graphInputs(m))
 	if err != nil {
 		return nil, err
 	}
-	inits := map[string]bool{}
-	for _, in := range m.Graph.Initializers {
-		inits[in.Name] = true
-	}
 	byName := map[string]*tensor.Tensor{}
-	i := 0
-	for _, vi := range m.Graph.Inputs {
-		if inits[vi.Name] {
-			continue
+	structured := map[string]*onnx.Value{}
+	for i, vi := range graphInputs(m) {
+		if i >= len(inputs) {
+			break
 		}
-		if i < len(inputs) {
-			byName[vi.Name] = inputs[i]
+		if inputs[i].Kind == onnx.TypeTensor {
+			byName[vi.Name] = inputs[i].Tensor
+		} else {
+			structured[vi.Name] = inputs[i]
 		}
-		i++
 	}
 	values := map[string]*tensor.Tensor{}
 	for {
-		g, err := r.Importer.ImportWithValues(m, values)
+		g, err := r.Importer.ImportWithOptions(m, onnx.ImportOptions{Values: values, Structured: structured})
 		var needs *onnx.NeedsValueError
 		if !errors.As(err, &needs) {
 			return g, err
@@ -285,6 +279,70 @@ func opTypes(m *onnx.Model) []string {
 	return out
 }
 
+// graphInputs returns the graph inputs that are not initializers.
+func graphInputs(m *onnx.Model) []*onnx.ValueInfo {
+	inits := map[string]bool{}
+	for _, in := range m.Graph.Initializers {
+		inits[in.Name] = true
+	}
+	var out []*onnx.ValueInfo
+	for _, vi := range m.Graph.Inputs {
+		if !inits[vi.Name] {
+			out = append(out, vi)
+		}
+	}
+	return out
+}
+
+// hasStructuredInputs reports whether m has sequence or optional inputs:
+// the importer needs their structure (ImportOptions.Structured).
+func hasStructuredInputs(m *onnx.Model) bool {
+	for _, vi := range graphInputs(m) {
+		if vi.Type != nil && (vi.Type.Kind == onnx.TypeSequence || vi.Type.Kind == onnx.TypeOptional) {
+			return true
+		}
+	}
+	return false
+}
+
+// readValues reads prefix_0.pb, prefix_1.pb, ... in dir, each decoded as
+// the type of the corresponding value info (a TensorProto, SequenceProto or
+// OptionalProto).
+func readValues(dir, prefix string, infos []*onnx.ValueInfo) ([]*onnx.Value, error) {
+	var out []*onnx.Value
+	for i := 0; ; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("%s_%d.pb", prefix, i))
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var v *onnx.Value
+		if i < len(infos) && infos[i].Type != nil && infos[i].Type.Kind != onnx.TypeTensor {
+			v, err = onnx.DecodeValue(data, infos[i].Type)
+		} else {
+			var t *tensor.Tensor
+			t, _, err = onnx.DecodeTensor(data)
+			v = onnx.TensorValue(t)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Base(p), err)
+		}
+		out = append(out, v)
+	}
+}
+
+// flatten lays values out as the importer does (onnx.Value.Flatten).
+func flatten(vs []*onnx.Value) []*tensor.Tensor {
+	var out []*tensor.Tensor
+	for _, v := range vs {
+		out = append(out, v.Flatten()...)
+	}
+	return out
+}
+
 func readTensors(dir, prefix string) ([]*tensor.Tensor, error) {
 	var out []*tensor.Tensor
 	for i := 0; ; i++ {
@@ -304,15 +362,16 @@ func readTensors(dir, prefix string) ([]*tensor.Tensor, error) {
 	}
 }
 
-func (r *Runner) runSet(ctx context.Context, g *fxgraph.Graph, dir string, targets map[string]bool) error {
-	inputs, err := readTensors(dir, "input")
+func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, dir string, targets map[string]bool) error {
+	inVals, err := readValues(dir, "input", graphInputs(m))
 	if err != nil {
 		return err
 	}
-	want, err := readTensors(dir, "output")
+	outVals, err := readValues(dir, "output", m.Graph.Outputs)
 	if err != nil {
 		return err
 	}
+	inputs, want := flatten(inVals), flatten(outVals)
 	bfloat16FromUint16(inputs, g.Placeholders())
 	bfloat16FromUint16(want, g.Outputs())
 	dims, err := g.BindDims(inputs)
