@@ -200,3 +200,9 @@ python-torch-test: pjrt build $(VENV_ZOO)/.installed
 .PHONY: bench-backend
 bench-backend: pjrt build $(VENV_ZOO)/.installed
 	XSERVE_BIN=$(CURDIR)/bin/xserve $(VENV_ZOO)/bin/python python/bench_backend.py --model resnet18 --batches 1,8
+
+# The ONNX Runtime references of the signal, Det, sequence and optional
+# operator tests (importer/onnx/testdata/ort, small, committed).
+.PHONY: ort-cases
+ort-cases: venv
+	$(VENV)/bin/python importer/onnx/testdata/gen_ort_cases.py

@@ -1,0 +1,158 @@
+"""Generates importer/onnx/testdata/ort/<case>/: small one-operator ONNX
+models of the signal, Det, sequence and optional operators, laid out like
+the ONNX backend test data (model.onnx, test_data_set_0/input_N.pb and
+output_N.pb), whose expected outputs ONNX Runtime computed. The Go tests
+(ops_signal_test.go, ops_sequence_test.go) run them through the
+conformance runner.
+
+Pinned: onnx 1.19.1, onnxruntime 1.23.2, numpy (.venv). Run from the
+repository root (make ort-cases):
+
+	.venv/bin/python importer/onnx/testdata/gen_ort_cases.py
+"""
+import os
+import shutil
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = "importer/onnx/testdata/ort"
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+rng = np.random.default_rng(7)
+
+
+def tensor_vi(name, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def seq_vi(name, dtype, shape):
+    return helper.make_tensor_sequence_value_info(name, dtype, shape)
+
+
+def opt_vi(name, elem_type):
+    return helper.make_value_info(name, helper.make_optional_type_proto(elem_type))
+
+
+def write_value(path, vi, value):
+    """Serializes value as the TensorProto/SequenceProto/OptionalProto vi's type calls for."""
+    kind = vi.type.WhichOneof("value")
+    if kind == "tensor_type":
+        proto = numpy_helper.from_array(np.asarray(value), vi.name)
+    elif kind == "sequence_type":
+        proto = numpy_helper.from_list([np.asarray(v) for v in value], vi.name)
+    else:
+        elem = vi.type.optional_type.elem_type
+        if value is None:
+            proto = onnx.OptionalProto(name=vi.name, elem_type=onnx.OptionalProto.TENSOR if elem.HasField("tensor_type") else onnx.OptionalProto.SEQUENCE)
+        elif elem.HasField("tensor_type"):
+            proto = numpy_helper.from_optional(np.asarray(value), vi.name)
+        else:
+            proto = numpy_helper.from_optional([np.asarray(v) for v in value], vi.name, elem_type=onnx.OptionalProto.SEQUENCE)
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+
+
+def case(name, nodes, inputs, outputs, feeds, opset=17, inits=()):
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    onnx.checker.check_model(model)
+    d = os.path.join(ROOT, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {vi.name: feeds[i] for i, vi in enumerate(inputs)})
+    for i, vi in enumerate(inputs):
+        write_value(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), vi, feeds[i])
+    for i, vi in enumerate(outputs):
+        write_value(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), vi, got[i])
+
+
+def scalar(v, dt=np.int64):
+    return np.array(v, dt)
+
+
+def signal_cases():
+    for op, size, periodic, dtype in (("HannWindow", 10, 1, F), ("HammingWindow", 7, 0, F), ("BlackmanWindow", 16, 1, TensorProto.DOUBLE)):
+        case(f"{op.lower()}_{size}", [helper.make_node(op, ["size"], ["w"], periodic=periodic, output_datatype=dtype)],
+             [tensor_vi("size", I64, [])], [tensor_vi("w", dtype, [size])], [scalar(size)])
+    case("melweightmatrix_10x33", [helper.make_node("MelWeightMatrix", ["bins", "dft", "rate", "lo", "hi"], ["m"])],
+         [tensor_vi("bins", I64, []), tensor_vi("dft", I64, []), tensor_vi("rate", I64, []), tensor_vi("lo", F, []), tensor_vi("hi", F, [])],
+         [tensor_vi("m", F, [33, 10])], [scalar(10), scalar(64), scalar(16000), scalar(20, np.float32), scalar(8000, np.float32)])
+    x = rng.standard_normal((2, 8, 1)).astype(np.float32)
+    case("dft17_real_axis1", [helper.make_node("DFT", ["x"], ["y"], axis=1)], [tensor_vi("x", F, [2, 8, 1])], [tensor_vi("y", F, [2, 8, 2])], [x])
+    case("dft17_onesided_len12", [helper.make_node("DFT", ["x", "n"], ["y"], axis=1, onesided=1)],
+         [tensor_vi("x", F, [2, 8, 1]), tensor_vi("n", I64, [])], [tensor_vi("y", F, [2, 7, 2])], [x, scalar(12)])
+    xc = rng.standard_normal((3, 6, 2)).astype(np.float32)
+    case("dft17_complex_inverse", [helper.make_node("DFT", ["x"], ["y"], axis=1, inverse=1)], [tensor_vi("x", F, [3, 6, 2])], [tensor_vi("y", F, [3, 6, 2])], [xc])
+    x4 = rng.standard_normal((2, 5, 7, 1)).astype(np.float32)
+    case("dft20_axis_input", [helper.make_node("DFT", ["x", "", "axis"], ["y"], onesided=1)],
+         [tensor_vi("x", F, [2, 5, 7, 1]), tensor_vi("axis", I64, [])], [tensor_vi("y", F, [2, 5, 4, 2])], [x4, scalar(2)], opset=20)
+    x4c = rng.standard_normal((2, 5, 3, 2)).astype(np.float32)
+    case("dft20_default_axis_len4", [helper.make_node("DFT", ["x", "n"], ["y"])],
+         [tensor_vi("x", F, [2, 5, 3, 2]), tensor_vi("n", I64, [])], [tensor_vi("y", F, [2, 5, 4, 2])], [x4c, scalar(4)], opset=20)
+    sig = rng.standard_normal((2, 64, 1)).astype(np.float32)
+    win = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(16) / 16)).astype(np.float32)
+    case("stft_window", [helper.make_node("STFT", ["s", "step", "w"], ["y"])],
+         [tensor_vi("s", F, [2, 64, 1]), tensor_vi("step", I64, []), tensor_vi("w", F, [16])], [tensor_vi("y", F, [2, 7, 9, 2])], [sig, scalar(8), win])
+    # A real signal: ONNX Runtime 1.23.2's STFT of a complex signal reads
+    # frames at the wrong offsets (and past the end), so it is no reference.
+    sig2 = rng.standard_normal((1, 40, 1)).astype(np.float32)
+    case("stft_frame_length_twosided", [helper.make_node("STFT", ["s", "step", "", "len"], ["y"], onesided=0)],
+         [tensor_vi("s", F, [1, 40, 1]), tensor_vi("step", I64, []), tensor_vi("len", I64, [])], [tensor_vi("y", F, [1, 7, 10, 2])], [sig2, scalar(5), scalar(10)])
+    a = rng.standard_normal((4, 4)).astype(np.float32)
+    case("det_4x4", [helper.make_node("Det", ["x"], ["y"])], [tensor_vi("x", F, [4, 4])], [tensor_vi("y", F, [])], [a], opset=11)
+    b = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    case("det_batched_5x5", [helper.make_node("Det", ["x"], ["y"])], [tensor_vi("x", F, [2, 3, 5, 5])], [tensor_vi("y", F, [2, 3])], [b], opset=11)
+    s = np.array([[1, 2, 3], [2, 4, 6], [0, 1, 5]], np.float32)  # singular: row 1 = 2 * row 0
+    p = np.array([[0, 2, 1], [3, 0, 4], [1, 5, 0]], np.float32)  # zero on the diagonal: needs pivoting
+    case("det_singular_and_pivot", [helper.make_node("Det", ["x"], ["y"])], [tensor_vi("x", F, [2, 3, 3])], [tensor_vi("y", F, [2])], [np.stack([s, p])], opset=11)
+    d = rng.standard_normal((9, 9)).astype(np.float32)
+    case("det_9x9", [helper.make_node("Det", ["x"], ["y"])], [tensor_vi("x", F, [9, 9])], [tensor_vi("y", F, [])], [d], opset=11)
+
+
+def sequence_cases():
+    x, y, z = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3))
+    case("seq_construct_insert_at",
+         [helper.make_node("SequenceConstruct", ["x", "y"], ["s"]), helper.make_node("SequenceInsert", ["s", "z", "p"], ["t"]),
+          helper.make_node("SequenceAt", ["t", "q"], ["o"])],
+         [tensor_vi("x", F, [2, 3]), tensor_vi("y", F, [2, 3]), tensor_vi("z", F, [2, 3]), tensor_vi("p", I64, []), tensor_vi("q", I64, [])],
+         [tensor_vi("o", F, [2, 3])], [x, y, z, scalar(1), scalar(-2)], opset=13)
+    case("seq_empty_insert_concat_new_axis",
+         [helper.make_node("SequenceEmpty", [], ["e"], dtype=F), helper.make_node("SequenceInsert", ["e", "x"], ["s1"]),
+          helper.make_node("SequenceInsert", ["s1", "y", "zero"], ["s2"]), helper.make_node("ConcatFromSequence", ["s2"], ["o"], axis=-1, new_axis=1)],
+         [tensor_vi("x", F, [2, 3]), tensor_vi("y", F, [2, 3])], [tensor_vi("o", F, [2, 3, 2])], [x, y], opset=13,
+         inits=[numpy_helper.from_array(scalar(0), "zero")])
+    w = rng.standard_normal((8, 2)).astype(np.float32)
+    case("seq_split_scalar_length",
+         [helper.make_node("SplitToSequence", ["w", "k"], ["s"], axis=0), helper.make_node("SequenceLength", ["s"], ["n"])],
+         [tensor_vi("w", F, [8, 2]), tensor_vi("k", I64, [])], [seq_vi("s", F, None), tensor_vi("n", I64, [])], [w, scalar(3)], opset=13)
+    case("seq_split_nokeep_concat_erase",
+         [helper.make_node("SplitToSequence", ["w"], ["s"], axis=1, keepdims=0), helper.make_node("SequenceErase", ["s", "zero"], ["t"]),
+          helper.make_node("ConcatFromSequence", ["s"], ["o"], axis=0)],
+         [tensor_vi("w", F, [8, 2])], [seq_vi("t", F, None), tensor_vi("o", F, [16])], [w], opset=13,
+         inits=[numpy_helper.from_array(scalar(0), "zero")])
+    body = helper.make_graph([helper.make_node("Add", ["e", "b"], ["r"]), helper.make_node("Shape", ["e"], ["sh"])], "body",
+                             [tensor_vi("e", F, ["n"]), tensor_vi("b", F, [1])], [tensor_vi("r", F, ["n"]), tensor_vi("sh", I64, [1])])
+    seq = [rng.standard_normal(k).astype(np.float32) for k in (4, 1, 6)]
+    case("seq_map_input_output", [helper.make_node("SequenceMap", ["s", "b"], ["r", "sh"], body=body)],
+         [seq_vi("s", F, ["n"]), tensor_vi("b", F, [1])], [seq_vi("r", F, ["n"]), seq_vi("sh", I64, [1])],
+         [seq, np.array([0.5], np.float32)])
+    case("seq_identity", [helper.make_node("Identity", ["s"], ["t"])], [seq_vi("s", F, ["n"])], [seq_vi("t", F, ["n"])], [seq], opset=16)
+    case("optional_tensor_has_get",
+         [helper.make_node("Optional", ["x"], ["o"]), helper.make_node("OptionalHasElement", ["o"], ["h"]),
+          helper.make_node("OptionalGetElement", ["o"], ["g"])],
+         [tensor_vi("x", F, [2, 3])], [tensor_vi("h", TensorProto.BOOL, []), tensor_vi("g", F, [2, 3])], [x], opset=18)
+    tensor_type = helper.make_tensor_type_proto(F, [2, 3])
+    case("optional_input_absent", [helper.make_node("OptionalHasElement", ["o"], ["h"])],
+         [opt_vi("o", tensor_type)], [tensor_vi("h", TensorProto.BOOL, [])], [None], opset=18)
+    case("optional_input_present", [helper.make_node("OptionalGetElement", ["o"], ["g"])],
+         [opt_vi("o", tensor_type)], [tensor_vi("g", F, [2, 3])], [x], opset=18)
+
+
+if __name__ == "__main__":
+    shutil.rmtree(ROOT, ignore_errors=True)
+    signal_cases()
+    sequence_cases()
