@@ -384,9 +384,16 @@ func seqConcat(c *Ctx, _ *Node) error {
 	return nil
 }
 
-// seqSplitSizes returns the sizes SplitToSequence cuts a dim of size n into.
-func seqSplitSizes(c *Ctx, n int64) (sizes []int64, keepDims bool, err error) {
+// seqSplitSizes returns the sizes SplitToSequence cuts dim d into. A
+// symbolic d is cut only by a split of explicit sizes (the sequence length
+// is theirs).
+func seqSplitSizes(c *Ctx, d fxgraph.Dim) (sizes []int64, keepDims bool, err error) {
+	n := d.Size
+	symbolic := Unsupported("SplitToSequence along a dim of symbolic size without explicit split sizes (the sequence length would be known only at run time)")
 	if !c.HasInput(1) {
+		if !d.IsStatic() {
+			return nil, false, symbolic
+		}
 		for range n {
 			sizes = append(sizes, 1)
 		}
@@ -398,6 +405,9 @@ func seqSplitSizes(c *Ctx, n int64) (sizes []int64, keepDims bool, err error) {
 	}
 	v := t.Int64s()
 	if t.Rank() == 0 {
+		if !d.IsStatic() {
+			return nil, false, symbolic
+		}
 		if v[0] <= 0 {
 			return nil, false, fmt.Errorf("SplitToSequence: split %d, want > 0", v[0])
 		}
@@ -413,7 +423,7 @@ func seqSplitSizes(c *Ctx, n int64) (sizes []int64, keepDims bool, err error) {
 		}
 		sum += s
 	}
-	if sum != n {
+	if d.IsStatic() && sum != n {
 		return nil, false, fmt.Errorf("SplitToSequence: split %v sums to %d, the dim is %d", v, sum, n)
 	}
 	return v, true, nil
@@ -433,11 +443,7 @@ func seqSplit(c *Ctx, _ *Node) error {
 	if axis < 0 {
 		axis += rank
 	}
-	d := m.Shape[axis]
-	if !d.IsStatic() {
-		return Unsupported("SplitToSequence along a dim of symbolic size (the sequence length would be known only at run time)")
-	}
-	sizes, keep, err := seqSplitSizes(c, d.Size)
+	sizes, keep, err := seqSplitSizes(c, m.Shape[axis])
 	if err != nil {
 		return err
 	}
