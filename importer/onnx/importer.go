@@ -65,6 +65,7 @@ func newConverters() converters {
 	registerControlFlow(cs)
 	registerSignal(cs)
 	registerSequence(cs)
+	registerRandom(cs)
 	return cs
 }
 

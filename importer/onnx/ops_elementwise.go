@@ -437,38 +437,46 @@ func ewAllTrue(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
 	return c.Emit("aten.eq.Tensor", b, b)
 }
 
-// ewDropout converts Dropout in inference mode: the identity, with an
-// all-true mask (or all-ones of the input dtype before opset 10) when the
-// mask output is requested. Training mode with a non-zero ratio needs
-// random numbers: Unsupported.
+// ewDropout converts Dropout. In inference mode it is the identity, with
+// an all-true mask (or all-ones of the input dtype before opset 10) when the
+// mask output is requested. Training mode, or a training_mode known only at
+// run time, draws random numbers (rndDropout).
 func ewDropout(c *Ctx, _ *Node) error {
 	x, err := c.Input(0)
 	if err != nil {
 		return err
 	}
 	training := false
+	var trainingNode *fxgraph.Node // a training_mode computed at run time
 	ratio := float64(c.AttrFloat("ratio", 0.5))
+	var ratioNode *fxgraph.Node
 	switch {
 	case c.Opset < 7:
 		training = c.AttrInt("is_test", 0) == 0
 	case c.Opset >= 12:
 		if c.HasInput(2) {
-			t := c.Const(2)
-			if t == nil {
-				return Unsupported("Dropout with a training_mode computed at run time")
+			if t := c.Const(2); t != nil {
+				training = t.NumElements() > 0 && t.Int64At(0) != 0
+			} else if trainingNode, err = c.Input(2); err != nil {
+				return err
 			}
-			training = t.NumElements() > 0 && t.Int64At(0) != 0
 		}
 		if c.HasInput(1) {
 			if t := c.Const(1); t != nil && t.NumElements() > 0 {
 				ratio = t.Float64At(0)
-			} else if training {
-				return Unsupported("Dropout in training mode with a ratio computed at run time")
+			} else if ratioNode, err = c.Input(1); err != nil {
+				return err
 			}
 		}
 	}
-	if training && ratio != 0 {
-		return Unsupported("Dropout in training mode (ratio %g) needs random numbers", ratio)
+	if trainingNode != nil || training && (ratio != 0 || ratioNode != nil) {
+		if ratioNode == nil {
+			ratioNode = c.ScalarConst(Meta(x).DType, ratio)
+		}
+		if c.Opset < 10 && c.HasOutput(1) {
+			return Unsupported("Dropout in training mode with a mask output before opset 10")
+		}
+		return rndDropout(c, x, ratioNode, trainingNode)
 	}
 	c.SetOutput(0, x)
 	if c.HasOutput(1) {

@@ -156,7 +156,7 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 				return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
 			}
 		}
-		if err := r.runSet(ctx, m, sg, set, targets); err != nil {
+		if err := r.runSet(ctx, m, sg, set, targets, randomCheck(c.ID())); err != nil {
 			return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
 		}
 	}
@@ -166,6 +166,9 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 	sort.Strings(res.Targets)
 	res.Status = Passed
 	res.Detail = note
+	if p := RandomCases[c.ID()]; p != "" {
+		res.Detail = "checked by properties (" + p + ")"
+	}
 	return res
 }
 
@@ -362,7 +365,7 @@ func readTensors(dir, prefix string) ([]*tensor.Tensor, error) {
 	}
 }
 
-func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, dir string, targets map[string]bool) error {
+func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, dir string, targets map[string]bool, check propertyCheck) error {
 	inVals, err := readValues(dir, "input", graphInputs(m))
 	if err != nil {
 		return err
@@ -394,6 +397,9 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, di
 	got, err := Execute(ctx, r.Client, prog, inputs)
 	if err != nil {
 		return err
+	}
+	if check != nil {
+		return check(inputs, got, want, r.RTol, r.ATol)
 	}
 	if len(got) != len(want) {
 		return fmt.Errorf("got %d outputs, want %d", len(got), len(want))

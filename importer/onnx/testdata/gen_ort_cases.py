@@ -1,5 +1,5 @@
 """Generates importer/onnx/testdata/ort/<case>/: small one-operator ONNX
-models of the signal, Det, sequence and optional operators, laid out like
+models of the signal, Det, sequence, optional and Dropout operators, laid out like
 the ONNX backend test data (model.onnx, test_data_set_0/input_N.pb and
 output_N.pb), whose expected outputs ONNX Runtime computed. The Go tests
 (ops_signal_test.go, ops_sequence_test.go) run them through the
@@ -152,7 +152,19 @@ def sequence_cases():
          [opt_vi("o", tensor_type)], [tensor_vi("g", F, [2, 3])], [x], opset=18)
 
 
+def dropout_cases():
+    # Only the deterministic corners: training off (any ratio), or on with
+    # ratio 0. The random samples are checked by properties in Go.
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    ins = [tensor_vi("x", F, [3, 4]), tensor_vi("r", F, []), tensor_vi("t", TensorProto.BOOL, [])]
+    outs = [tensor_vi("y", F, [3, 4]), tensor_vi("m", TensorProto.BOOL, [3, 4])]
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "m"], seed=0)
+    case("dropout_runtime_training_off", [node], ins, outs, [x, scalar(0.5, np.float32), np.array(False)], opset=13)
+    case("dropout_runtime_training_ratio0", [node], ins, outs, [x, scalar(0, np.float32), np.array(True)], opset=13)
+
+
 if __name__ == "__main__":
     shutil.rmtree(ROOT, ignore_errors=True)
     signal_cases()
     sequence_cases()
+    dropout_cases()
