@@ -24,4 +24,13 @@
 // Loop is unrolled when its trip count and condition are known at import,
 // Scan (opset 9+) when its scan length is static (at most MaxLoopUnroll
 // iterations each).
+//
+// Sequences and optionals (ops_sequence.go) exist only during the import: a
+// sequence of known length is a list of IR tensors, an optional none or its
+// content; sequence and optional graph inputs and outputs are laid out as
+// their tensors (ImportOptions, Value.Flatten; docs/DATA-DEPENDENT.md).
+// Signal operators (ops_signal.go) build windows and mel filters as
+// constants and compute DFT and STFT as products with constant cosine and
+// sine matrices; Det is unrolled Gaussian elimination. Random operators
+// (ops_random.go) use a counter-based generator of IR integer ops.
 package onnx

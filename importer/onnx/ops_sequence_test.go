@@ -57,3 +57,33 @@ func TestSequenceImportErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeValueErrors checks that malformed SequenceProto and
+// OptionalProto data gives errors, not panics or wrong values.
+func TestDecodeValueErrors(t *testing.T) {
+	seqT := &onnx.TypeInfo{Kind: onnx.TypeSequence, ElemType: &onnx.TypeInfo{Kind: onnx.TypeTensor, Elem: tensor.Float32}}
+	optT := &onnx.TypeInfo{Kind: onnx.TypeOptional, ElemType: &onnx.TypeInfo{Kind: onnx.TypeTensor, Elem: tensor.Float32}}
+	for _, c := range []struct {
+		name    string
+		data    []byte
+		typ     *onnx.TypeInfo
+		wantErr string
+	}{
+		{"truncated element", []byte{0x1a, 0x05, 0x00}, seqT, "truncated"},
+		{"sparse element", []byte{0x22, 0x00}, seqT, "sparse tensors or maps"},
+		{"sequence where tensors are declared", []byte{0x2a, 0x00}, seqT, "holds a sequence where its type says tensor"},
+		{"map type", nil, &onnx.TypeInfo{Kind: onnx.TypeMap}, "value of type map"},
+		{"optional holding a sequence, declared tensor", []byte{0x2a, 0x00}, optT, "holds a sequence"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := onnx.DecodeValue(c.data, c.typ)
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("error %v, want one containing %q", err, c.wantErr)
+			}
+		})
+	}
+	v, err := onnx.DecodeValue(nil, optT)
+	if err != nil || v.Kind != onnx.TypeOptional || v.Elem != nil || len(v.Flatten()) != 0 {
+		t.Errorf("empty OptionalProto: %+v, %v; want an optional holding none", v, err)
+	}
+}
