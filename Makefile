@@ -201,8 +201,10 @@ python-torch-test: pjrt build $(VENV_ZOO)/.installed
 bench-backend: pjrt build $(VENV_ZOO)/.installed
 	XSERVE_BIN=$(CURDIR)/bin/xserve $(VENV_ZOO)/bin/python python/bench_backend.py --model resnet18 --batches 1,8
 
-# The ONNX Runtime references of the signal, Det, sequence and optional
-# operator tests (importer/onnx/testdata/ort, small, committed).
+# The references of the signal, Det, sequence, optional, Dropout (ONNX
+# Runtime) and training optimizer (torch.optim) operator tests
+# (importer/onnx/testdata/ort, small, committed).
 .PHONY: ort-cases
-ort-cases: venv
+ort-cases: venv $(VENV_ZOO)/.installed
 	$(VENV)/bin/python importer/onnx/testdata/gen_ort_cases.py
+	$(VENV_ZOO)/bin/python importer/onnx/testdata/gen_torch_optim_cases.py

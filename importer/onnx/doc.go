@@ -32,5 +32,7 @@
 // Signal operators (ops_signal.go) build windows and mel filters as
 // constants and compute DFT and STFT as products with constant cosine and
 // sine matrices; Det is unrolled Gaussian elimination. Random operators
-// (ops_random.go) use a counter-based generator of IR integer ops.
+// (ops_random.go) use a counter-based generator of IR integer ops. The
+// ai.onnx.preview.training optimizers Adagrad, Adam and Momentum
+// (ops_training.go) are pointwise update steps.
 package onnx

@@ -66,6 +66,7 @@ func newConverters() converters {
 	registerSignal(cs)
 	registerSequence(cs)
 	registerRandom(cs)
+	registerTraining(cs)
 	return cs
 }
 

@@ -119,6 +119,9 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 	}()
 	fail := func(err error) Result {
 		res.Status, res.Detail = Failed, err.Error()
+		if why := BadData[c.ID()]; why != "" {
+			res.Detail = "test data contradicts the model: " + why + "; " + res.Detail
+		}
 		if isUnsupported(err) {
 			res.Status = Skipped
 		}

@@ -114,3 +114,10 @@ func checkDropout(inputs, got, want []*tensor.Tensor, rtol, atol float64) error 
 	}
 	return nil
 }
+
+// BadData explains the cases whose expected outputs contradict their own
+// model, by case ID; a failure of such a case says so. They still count as
+// failed.
+var BadData = map[string]string{
+	"node/test_adam_multiple": "the expected outputs were computed with epsilon 1e-2, which the model's Adam node does not set (its default is 1e-6; onnx's case generator omits the attribute)",
+}

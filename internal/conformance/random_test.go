@@ -70,6 +70,11 @@ func TestRandomCasesExist(t *testing.T) {
 	for _, c := range cases {
 		ids[c.ID()] = true
 	}
+	for id := range BadData {
+		if !ids[id] {
+			t.Errorf("BadData lists %s, which the test data does not have", id)
+		}
+	}
 	for id := range RandomCases {
 		if !ids[id] {
 			t.Errorf("RandomCases lists %s, which the test data does not have", id)

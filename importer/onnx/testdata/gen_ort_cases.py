@@ -164,7 +164,9 @@ def dropout_cases():
 
 
 if __name__ == "__main__":
-    shutil.rmtree(ROOT, ignore_errors=True)
+    for d in os.listdir(ROOT) if os.path.isdir(ROOT) else []:
+        if not d.startswith("optim_"):  # those are gen_torch_optim_cases.py's
+            shutil.rmtree(os.path.join(ROOT, d))
     signal_cases()
     sequence_cases()
     dropout_cases()
