@@ -67,6 +67,7 @@ func newConverters() converters {
 	registerSequence(cs)
 	registerRandom(cs)
 	registerTraining(cs)
+	registerTfIdf(cs)
 	return cs
 }
 

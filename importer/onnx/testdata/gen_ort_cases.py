@@ -1,5 +1,6 @@
 """Generates importer/onnx/testdata/ort/<case>/: small one-operator ONNX
-models of the signal, Det, sequence, optional and Dropout operators, laid out like
+models of the signal, Det, sequence, optional, Dropout and TfIdfVectorizer
+operators, laid out like
 the ONNX backend test data (model.onnx, test_data_set_0/input_N.pb and
 output_N.pb), whose expected outputs ONNX Runtime computed. The Go tests
 (ops_signal_test.go, ops_sequence_test.go) run them through the
@@ -163,6 +164,23 @@ def dropout_cases():
     case("dropout_runtime_training_ratio0", [node], ins, outs, [x, scalar(0, np.float32), np.array(True)], opset=13)
 
 
+def tfidf_cases():
+    x = rng.integers(0, 5, (3, 10)).astype(np.int64)
+    pool = [1, 2, 4, 0, 1, 2, 3, 4, 1, 1, 2, 3, 0, 1, 2]  # unigrams 1 2 4; bigrams (0,1) (2,3) (4,1); trigrams (1,2,3) (0,1,2)
+    common = dict(ngram_counts=[0, 3, 9], ngram_indexes=[7, 0, 1, 2, 3, 4, 5, 6], pool_int64s=pool)
+    for name, mode, lo, hi, skip, weights in (("tf_uni_to_tri_skip2", "TF", 1, 3, 2, None),
+                                               ("idf_weighted_bigrams", "IDF", 2, 2, 1, [0.5, 1, 2, 3, 4, 5, 6, 7]),
+                                               ("tfidf_weighted_all_skip0", "TFIDF", 1, 3, 0, [0.5, 1, 2, 3, 4, 5, 6, 7])):
+        attrs = dict(common, mode=mode, min_gram_length=lo, max_gram_length=hi, max_skip_count=skip)
+        if weights:
+            attrs["weights"] = weights
+        case("tfidf_" + name, [helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs)],
+             [tensor_vi("x", I64, [3, 10])], [tensor_vi("y", F, [3, 8])], [x], opset=9)
+    x1 = rng.integers(0, 5, (14,)).astype(np.int32)
+    case("tfidf_1d_int32_trigrams_skip3", [helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=3, max_gram_length=3, max_skip_count=3, **common)],
+         [tensor_vi("x", TensorProto.INT32, [14])], [tensor_vi("y", F, [8])], [x1], opset=9)
+
+
 if __name__ == "__main__":
     for d in os.listdir(ROOT) if os.path.isdir(ROOT) else []:
         if not d.startswith("optim_"):  # those are gen_torch_optim_cases.py's
@@ -170,3 +188,4 @@ if __name__ == "__main__":
     signal_cases()
     sequence_cases()
     dropout_cases()
+    tfidf_cases()
