@@ -210,6 +210,9 @@ func (c *Ctx) EmitKw(target string, args []any, kwargs map[string]any) (*fxgraph
 	if len(c.node.Outputs) > 0 {
 		name = sanitize(c.node.Outputs[0])
 	}
+	if hasStructured(args) {
+		return nil, fmt.Errorf("%w: %s of a sequence or optional value (only their elements are tensors)", ErrUnsupported, target)
+	}
 	e := fxgraph.Emitter{Graph: c.s.g, IR: c.s.im.ir}
 	n, err := e.Emit(name, target, args, kwargs)
 	if err != nil {

@@ -300,6 +300,9 @@ func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
 	if err != nil {
 		return err
 	}
+	if hasStructured(nodes(outs)) {
+		return Unsupported("Loop with a run-time trip count or condition whose body gives a sequence or optional")
+	}
 	e = fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
 	next, err := e.Emit("", "aten.add.Tensor", []any{ph[0], bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
 	if err != nil {

@@ -77,6 +77,24 @@ func isStructured(n *fxgraph.Node) bool {
 	return n != nil && n.Graph() == nil && (n.Target == seqMarker || n.Target == optMarker)
 }
 
+// hasStructured reports whether args (IR call arguments, lists nested)
+// hold a sequence or optional marker.
+func hasStructured(args []any) bool {
+	for _, a := range args {
+		switch v := a.(type) {
+		case *fxgraph.Node:
+			if isStructured(v) {
+				return true
+			}
+		case []any:
+			if hasStructured(v) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func markerElems(n *fxgraph.Node) []*fxgraph.Node {
 	out := make([]*fxgraph.Node, len(n.Args))
 	for i, a := range n.Args {

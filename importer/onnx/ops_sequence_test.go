@@ -29,6 +29,11 @@ func TestSequenceImportErrors(t *testing.T) {
 	model := func(nodes []*onnx.Node, inputs []*onnx.ValueInfo, out string) *onnx.Model {
 		return &onnx.Model{IRVersion: 8, OpsetImports: []onnx.OpsetID{{Version: 17}}, Graph: &onnx.Graph{Name: "g", Nodes: nodes, Inputs: inputs, Outputs: []*onnx.ValueInfo{{Name: out}}}}
 	}
+	branch := func(name string) *onnx.Graph {
+		return &onnx.Graph{Name: name, Nodes: []*onnx.Node{nnNode("SequenceConstruct", []string{"x"}, []string{name + "_s"})}, Outputs: []*onnx.ValueInfo{{Name: name + "_s"}}}
+	}
+	ifNode := nnNode("If", []string{"c"}, []string{"s"},
+		&onnx.Attribute{Name: "then_branch", Type: onnx.AttrGraph, G: branch("then")}, &onnx.Attribute{Name: "else_branch", Type: onnx.AttrGraph, G: branch("else")})
 	for _, c := range []struct {
 		name    string
 		m       *onnx.Model
@@ -44,6 +49,8 @@ func TestSequenceImportErrors(t *testing.T) {
 			onnx.ImportOptions{Structured: map[string]*onnx.Value{"s": {Kind: onnx.TypeSequence, Elems: []*onnx.Value{onnx.TensorValue(tensor.New(tensor.Float32, 2))}}}}, "give their values at compile time", true},
 		{"sequence fed to a tensor op", model([]*onnx.Node{nnNode("Relu", []string{"s"}, []string{"y"})}, []*onnx.ValueInfo{seqIn("s")}, "y"),
 			onnx.ImportOptions{Structured: map[string]*onnx.Value{"s": {Kind: onnx.TypeSequence}}}, "is a sequence, the operator takes a tensor", false},
+		{"If giving a sequence on a run-time condition", model([]*onnx.Node{ifNode}, []*onnx.ValueInfo{nnVI("c", tensor.Bool), nnVI("x", tensor.Float32, 2)}, "s"),
+			onnx.ImportOptions{}, "computed from graph inputs c", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := onnx.NewImporter().ImportWithOptions(c.m, c.opts)
