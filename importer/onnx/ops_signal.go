@@ -325,13 +325,10 @@ func sigDFT(c *Ctx, _ *Node) error {
 			}
 		}
 	}
-	// Opset 20's axis counts the trailing dim; opset 17's negative axis does not.
+	// A negative axis counts from the back of the whole input, the trailing
+	// real/imaginary dim included (-2 is the last signal axis).
 	if axis < 0 {
-		if c.Opset >= 20 {
-			axis += int64(rank) + 1
-		} else {
-			axis += int64(rank)
-		}
+		axis += int64(rank) + 1
 	}
 	if axis < 0 || axis >= int64(rank) {
 		return fmt.Errorf("DFT axis %d out of range for signal %s", axis, Meta(x))

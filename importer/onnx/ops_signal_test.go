@@ -33,7 +33,7 @@ func TestSignalOpsMatchORT(t *testing.T) {
 	runORTCases(t, []string{
 		"hannwindow_10", "hammingwindow_7", "blackmanwindow_16",
 		"melweightmatrix_10x33",
-		"dft17_real_axis1", "dft17_onesided_len12", "dft17_complex_inverse", "dft20_axis_input", "dft20_default_axis_len4",
+		"dft17_real_axis1", "dft17_negative_axis", "dft17_onesided_len12", "dft17_complex_inverse", "dft20_axis_input", "dft20_default_axis_len4",
 		"stft_window", "stft_frame_length_twosided",
 		"det_4x4", "det_batched_5x5", "det_singular_and_pivot", "det_9x9",
 	})

@@ -88,6 +88,8 @@ def signal_cases():
          [tensor_vi("x", F, [2, 8, 1]), tensor_vi("n", I64, [])], [tensor_vi("y", F, [2, 7, 2])], [x, scalar(12)])
     xc = rng.standard_normal((3, 6, 2)).astype(np.float32)
     case("dft17_complex_inverse", [helper.make_node("DFT", ["x"], ["y"], axis=1, inverse=1)], [tensor_vi("x", F, [3, 6, 2])], [tensor_vi("y", F, [3, 6, 2])], [xc])
+    xn = rng.standard_normal((2, 6, 5, 1)).astype(np.float32)
+    case("dft17_negative_axis", [helper.make_node("DFT", ["x"], ["y"], axis=-2)], [tensor_vi("x", F, [2, 6, 5, 1])], [tensor_vi("y", F, [2, 6, 5, 2])], [xn])
     x4 = rng.standard_normal((2, 5, 7, 1)).astype(np.float32)
     case("dft20_axis_input", [helper.make_node("DFT", ["x", "", "axis"], ["y"], onesided=1)],
          [tensor_vi("x", F, [2, 5, 7, 1]), tensor_vi("axis", I64, [])], [tensor_vi("y", F, [2, 5, 4, 2])], [x4, scalar(2)], opset=20)
