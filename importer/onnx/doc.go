@@ -34,6 +34,7 @@
 // sine matrices; Det is unrolled Gaussian elimination. Random operators
 // (ops_random.go) use a counter-based generator of IR integer ops. The
 // ai.onnx.preview.training optimizers Adagrad, Adam and Momentum
-// (ops_training.go) are pointwise update steps. TfIdfVectorizer of integer
+// (ops_training.go) are pointwise update steps, and Gradient reverse-mode
+// differentiation of the preceding nodes (Add, Sub, Mul, Div, Neg, Identity). TfIdfVectorizer of integer
 // input (ops_tfidf.go) gathers every n-gram with a constant index table.
 package onnx

@@ -160,6 +160,9 @@ type scope struct {
 	// structured lays out the sequence and optional graph inputs (see
 	// ImportOptions.Structured).
 	structured map[string]*Value
+	// converted are the nodes this scope converted, in order (Gradient
+	// differentiates through them).
+	converted []*Node
 	// subConsts holds the constant of each subgraph initializer already
 	// added, shared by every scope of the import: a Loop body inlined once
 	// per iteration adds its initializers once.
@@ -343,6 +346,7 @@ func (s *scope) convertNode(node *Node) error {
 		return fmt.Errorf("%w: operator %s (node %q, opset %d)", ErrUnsupported, op, node.Name, opset)
 	}
 	c := &Ctx{s: s, node: node, Opset: opset}
+	s.converted = append(s.converted, node)
 	if err := conv(c, node); err != nil {
 		if errors.Is(err, ErrUnsupported) {
 			return fmt.Errorf("%w (operator %s, node %q, opset %d)", err, node.OpType, node.Name, opset)

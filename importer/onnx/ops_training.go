@@ -2,14 +2,16 @@ package onnx
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
 )
 
 // The optimizer operators of ai.onnx.preview.training (opset 1): Adagrad,
 // Adam and Momentum, each one update step of n tensors from the learning
-// rate R and the step count T (run-time scalars), pointwise. Gradient
-// (automatic differentiation) is unsupported.
+// rate R and the step count T (run-time scalars), pointwise; and Gradient,
+// reverse-mode differentiation of the graph before it (trGradient).
 
 const trainingDomain = "ai.onnx.preview.training"
 
@@ -17,6 +19,7 @@ func registerTraining(cs converters) {
 	cs.register(trainingDomain, "Adagrad", 1, trAdagrad)
 	cs.register(trainingDomain, "Adam", 1, trAdam)
 	cs.register(trainingDomain, "Momentum", 1, trMomentum)
+	cs.register(trainingDomain, "Gradient", 1, trGradient)
 }
 
 // trGroups returns R, T as float scalars of X's dtype and the per-tensor
@@ -151,4 +154,166 @@ func trMomentum(c *Ctx, _ *Node) error {
 	}
 	trSetOutputs(c, xs, vs)
 	return nil
+}
+
+// trGradient converts Gradient(xs...) by reverse-mode differentiation of
+// the nodes converted before it that lie between the inputs named by the
+// xs attribute and the value named by y: the gradient of sum(y) with
+// respect to each x. Add, Sub, Mul, Div, Neg and Identity (with
+// broadcasting) are differentiated; any other operator on the path is
+// unsupported. Shapes must be static.
+func trGradient(c *Ctx, n *Node) error {
+	xsA, yA := c.Attr("xs"), c.Attr("y")
+	if xsA == nil || yA == nil {
+		return fmt.Errorf("Gradient: attributes xs and y are required")
+	}
+	xs := make([]string, len(xsA.Strings))
+	for i, b := range xsA.Strings {
+		xs[i] = string(b)
+	}
+	if c.Attr("zs") != nil {
+		return Unsupported("Gradient with zs")
+	}
+	yName := string(yA.S)
+	y, ok := c.s.env[yName]
+	if !ok || isStructured(y) {
+		return fmt.Errorf("Gradient: y %q is not a tensor computed before it", yName)
+	}
+	ones, err := trFull(c, y, 1)
+	if err != nil {
+		return err
+	}
+	grads := map[string]*fxgraph.Node{yName: ones}
+	path := c.s.converted[:len(c.s.converted)-1] // without the Gradient node
+	// Only values computed from some x carry a gradient to the xs.
+	fromX := map[string]bool{}
+	for _, x := range xs {
+		fromX[x] = true
+	}
+	for _, node := range path {
+		for _, in := range node.Inputs {
+			if fromX[in] {
+				for _, o := range node.Outputs {
+					fromX[o] = true
+				}
+			}
+		}
+	}
+	for i := len(path) - 1; i >= 0; i-- {
+		node := path[i]
+		if len(node.Outputs) != 1 || grads[node.Outputs[0]] == nil || !fromX[node.Outputs[0]] {
+			continue
+		}
+		if node.Domain != "" && node.Domain != "ai.onnx" {
+			return Unsupported("Gradient through operator %s of domain %q", node.OpType, node.Domain)
+		}
+		if err := trBackward(c, node, grads); err != nil {
+			return err
+		}
+	}
+	for i, x := range xs {
+		g := grads[x]
+		if g == nil {
+			xn, ok := c.s.env[x]
+			if !ok || isStructured(xn) {
+				return fmt.Errorf("Gradient: xs %q is not a tensor", x)
+			}
+			if g, err = trFull(c, xn, 0); err != nil {
+				return err
+			}
+		}
+		c.SetOutput(i, g)
+	}
+	return nil
+}
+
+// trFull returns a constant of v's static shape and dtype filled with f.
+func trFull(c *Ctx, v *fxgraph.Node, f float64) (*fxgraph.Node, error) {
+	m := Meta(v)
+	dims, ok := m.Shape.Static()
+	if !ok || !m.DType.IsFloat() {
+		return nil, Unsupported("Gradient of %s (want a float tensor of static shape)", m)
+	}
+	t := tensor.New(m.DType, dims...)
+	for i := range t.NumElements() {
+		t.SetFloat64(i, f)
+	}
+	return c.Constant("grad_fill", t), nil
+}
+
+// trBackward adds the gradients of node's inputs, given its output's, to
+// grads.
+func trBackward(c *Ctx, node *Node, grads map[string]*fxgraph.Node) error {
+	g := grads[node.Outputs[0]]
+	ins := make([]*fxgraph.Node, len(node.Inputs))
+	for i, name := range node.Inputs {
+		v, ok := c.s.env[name]
+		if !ok || isStructured(v) {
+			return Unsupported("Gradient through %s with a non-tensor input %q", node.OpType, name)
+		}
+		ins[i] = v
+	}
+	e := &sigEmitter{c: c}
+	var parts []*fxgraph.Node
+	switch {
+	case node.OpType == "Identity" && len(ins) == 1:
+		parts = []*fxgraph.Node{g}
+	case node.OpType == "Neg" && len(ins) == 1:
+		parts = []*fxgraph.Node{e.op("aten.neg.default", g)}
+	case node.OpType == "Add" && len(ins) == 2:
+		parts = []*fxgraph.Node{g, g}
+	case node.OpType == "Sub" && len(ins) == 2:
+		parts = []*fxgraph.Node{g, e.op("aten.neg.default", g)}
+	case node.OpType == "Mul" && len(ins) == 2:
+		parts = []*fxgraph.Node{e.op("aten.mul.Tensor", g, ins[1]), e.op("aten.mul.Tensor", g, ins[0])}
+	case node.OpType == "Div" && len(ins) == 2:
+		ga := e.op("aten.div.Tensor", g, ins[1])
+		parts = []*fxgraph.Node{ga, e.op("aten.neg.default", e.op("aten.div.Tensor", e.op("aten.mul.Tensor", ga, ins[0]), ins[1]))}
+	default:
+		return Unsupported("Gradient through operator %s (node %q)", node.OpType, node.Name)
+	}
+	if e.err != nil {
+		return e.err
+	}
+	for i, p := range parts {
+		p, err := trUnbroadcast(c, p, ins[i])
+		if err != nil {
+			return err
+		}
+		name := node.Inputs[i]
+		if prev := grads[name]; prev != nil {
+			if p, err = c.Emit("aten.add.Tensor", prev, p); err != nil {
+				return err
+			}
+		}
+		grads[name] = p
+	}
+	return nil
+}
+
+// trUnbroadcast sums gradient g over the dims that broadcasting added to
+// or stretched in x, giving x's shape.
+func trUnbroadcast(c *Ctx, g, x *fxgraph.Node) (*fxgraph.Node, error) {
+	gd, ok1 := Meta(g).Shape.Static()
+	xd, ok2 := Meta(x).Shape.Static()
+	if !ok1 || !ok2 {
+		return nil, Unsupported("Gradient through broadcasting of symbolic shapes")
+	}
+	if slices.Equal(gd, xd) {
+		return g, nil
+	}
+	var axes []any
+	off := len(gd) - len(xd)
+	for i, d := range gd {
+		if i < off || xd[i-off] == 1 && d != 1 {
+			axes = append(axes, int64(i))
+		}
+	}
+	if len(axes) > 0 {
+		var err error
+		if g, err = c.Emit("aten.sum.dim_IntList", g, axes, true); err != nil {
+			return nil, err
+		}
+	}
+	return c.Emit("aten.view.default", g, ints(xd))
 }

@@ -1,8 +1,8 @@
-"""Generates importer/onnx/testdata/ort/optim_<case>/: one-node models of
-the ai.onnx.preview.training optimizers (Adagrad, Adam, Momentum), laid out
-like the ONNX backend test data, whose expected outputs are one step of the
-matching torch.optim optimizer (ONNX Runtime's CPU build has no training
-operators). The ONNX step count T maps to torch's per-parameter state
+"""Generates importer/onnx/testdata/ort/optim_<case>/: models of the
+ai.onnx.preview.training operators (Adagrad, Adam, Momentum, Gradient),
+laid out like the ONNX backend test data, whose expected outputs are one
+step of the matching torch.optim optimizer, or torch.autograd's gradients
+(ONNX Runtime's CPU build has no training operators). The ONNX step count T maps to torch's per-parameter state
 "step" (Adagrad, SGD: T; Adam: T-1, as torch increments it first).
 
 Pinned: onnx 1.19.1, torch 2.14.1, numpy (.venv-zoo). Run from the
@@ -99,6 +99,26 @@ def adam(name, r, t, alpha, beta, norm, eps, shapes):
     case(name, "Adam", dict(alpha=alpha, beta=beta, norm_coefficient=norm, epsilon=eps), [xs, gs, vs, hs], ["X", "V", "H"], r, t, nx + nv + nh)
 
 
+def gradient(name, xs_spec, nodes, y, ref):
+    """xs_spec: (name, shape) of the graph inputs; nodes: (op, inputs, output); ref: torch function of the inputs giving y."""
+    vals = [rng.uniform(0.5, 2, s).astype(np.float32) for _, s in xs_spec]
+    ts = [torch.tensor(v, requires_grad=True) for v in vals]
+    out = ref(*ts)
+    out.sum().backward()
+    names = [n for n, _ in xs_spec]
+    gnode = helper.make_node("Gradient", names, [f"d_{n}" for n in names], domain=DOMAIN, xs=names, y=y)
+    graph = helper.make_graph([helper.make_node(op, ins, [o]) for op, ins, o in nodes] + [gnode], name,
+                              [helper.make_tensor_value_info(n, F, list(s)) for n, s in xs_spec],
+                              [helper.make_tensor_value_info(y, F, list(out.shape))] + [helper.make_tensor_value_info(f"d_{n}", F, list(s)) for n, s in xs_spec],
+                              initializer=[numpy_helper.from_array(np.array(3, np.float32), "three")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(DOMAIN, 1)], ir_version=8)
+    d = os.path.join(ROOT, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    write(d, "input", vals)
+    write(d, "output", [out.detach().numpy()] + [t.grad.numpy() for t in ts])
+
+
 if __name__ == "__main__":
     for d in os.listdir(ROOT) if os.path.isdir(ROOT) else []:
         if d.startswith("optim_"):
@@ -109,3 +129,8 @@ if __name__ == "__main__":
     momentum("optim_nesterov_t2", 0.2, 2, 0.8, 1.0, 0.001, True, [(5,)])
     adam("optim_adam_t1", 0.01, 1, 0.9, 0.999, 0.0, 1e-8, [(4,)])
     adam("optim_adam_t7_two", 0.02, 7, 0.8, 0.95, 0.01, 1e-8, [(3,), (2, 2)])
+    # y = -((a*b + c) / (a - b + 3)), b and c broadcast; a used three times.
+    gradient("optim_gradient_broadcast", [("a", (2, 3)), ("b", (3,)), ("c", ())],
+             [("Mul", ["a", "b"], "ab"), ("Add", ["ab", "c"], "num"), ("Sub", ["a", "b"], "d0"), ("Add", ["d0", "three"], "den"),
+              ("Div", ["num", "den"], "q"), ("Identity", ["q"], "qi"), ("Neg", ["qi"], "y")], "y",
+             lambda a, b, c: -((a * b + c) / (a - b + 3)))
