@@ -17,6 +17,7 @@ FUZZ_TARGETS := importer/onnx:FuzzDecode importer/onnx:FuzzDecodeTensor \
   importer/fx:FuzzImportMeta importer/fx:FuzzImportProgram \
   api/payload:FuzzDecodeV1 api/payload:FuzzDecodeOIP api/payload:FuzzDecodeJSONData \
   api/payload:FuzzDecompress api/nats:FuzzRequest
+FUZZ_TARGETS += importer/onnx:FuzzDecodeValue
 FUZZTIME ?= 1m
 # A count, not a duration: with -fuzztime as a duration Go 1.26's fuzz
 # coordinator can fail a target with "context deadline exceeded" at the
