@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 
@@ -25,6 +26,9 @@ type Executable struct {
 	// mu is held for reading by executions and for writing by Close.
 	mu sync.RWMutex
 	le *gopjrt.LoadedExecutable // nil once closed
+
+	// fast is set after the first RunHost: the one-call path (hostrun.go).
+	fast atomic.Pointer[fastPath]
 }
 
 // Name returns the program's name (the MLIR module name, e.g. "m" for
