@@ -49,7 +49,8 @@ func quoteChar(c byte) string {
 	case c == '"':
 		return `'"'`
 	case c < ' ' || c >= 0x7f:
-		return strconv.Quote(string(rune(c)))
+		q := strconv.Quote(string(rune(c)))
+		return "'" + q[1:len(q)-1] + "'"
 	}
 	return "'" + string(c) + "'"
 }
@@ -314,7 +315,10 @@ func (r *jsonReader) data() (json.RawMessage, error) {
 	}
 	if c := r.buf[r.pos]; c != '[' && c != '{' {
 		end, err := r.skip()
-		return r.buf[start:end:end], err
+		if err != nil {
+			return nil, err
+		}
+		return r.buf[start:end:end], nil
 	}
 	// The common case, a flat array of numbers, with SIMD searches: the
 	// first ']' ends it when no '[', '{' or '"' comes before it.
@@ -325,6 +329,7 @@ func (r *jsonReader) data() (json.RawMessage, error) {
 			return r.buf[start:r.pos:r.pos], nil
 		}
 	}
+	// Brackets inside are only counted: decodeJSONData checks them.
 	depth := 0
 	for r.pos < len(r.buf) {
 		switch r.buf[r.pos] {
@@ -333,6 +338,11 @@ func (r *jsonReader) data() (json.RawMessage, error) {
 		case ']', '}':
 			depth--
 			if depth == 0 {
+				if open, c := r.buf[start], r.buf[r.pos]; open == '[' && c != ']' {
+					return nil, r.invalidChar("after array element")
+				} else if open == '{' && c != '}' {
+					return nil, r.invalidChar("after object key:value pair")
+				}
 				r.pos++
 				return r.buf[start:r.pos:r.pos], nil
 			}
