@@ -137,8 +137,12 @@ func (e *Executable) Execute(ctx context.Context, args []*Buffer) ([]*Buffer, er
 }
 
 // Run executes the program on args (see Execute), copies its outputs to host
-// tensors and frees the device outputs.
+// tensors and frees the device outputs. After the first call it takes
+// RunHost's one-call path.
 func (e *Executable) Run(ctx context.Context, args []*Buffer) ([]*tensor.Tensor, error) {
+	if !slices.Contains(args, nil) {
+		return e.RunHost(ctx, args, make([]*tensor.Tensor, len(args)))
+	}
 	outs, err := e.Execute(ctx, args)
 	if err != nil {
 		return nil, err

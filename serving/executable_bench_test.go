@@ -12,8 +12,9 @@ import (
 
 // runUploadThenRun is the way Executable.Run executed before
 // pjrt.Executable.RunHost (kept here as the baseline of
-// BenchmarkExecutableRun): upload each input with Client.Upload, Run
-// (Execute, then ToHost and Close per output), close the uploads.
+// BenchmarkExecutableRun): upload each input with Client.Upload, Execute,
+// then ToHost and Close per output (what pjrt.Executable.Run did), close the
+// uploads.
 func (e *Executable) runUploadThenRun(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	args := append([]*pjrt.Buffer(nil), e.args...)
 	in := 0
@@ -29,7 +30,18 @@ func (e *Executable) runUploadThenRun(ctx context.Context, inputs []*tensor.Tens
 		in++
 		args[i] = b
 	}
-	return e.exe.Run(ctx, args)
+	outs, err := e.exe.Execute(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]*tensor.Tensor, len(outs))
+	for i, o := range outs {
+		if ts[i], err = o.ToHost(ctx); err != nil {
+			return nil, err
+		}
+		o.Close()
+	}
+	return ts, nil
 }
 
 // BenchmarkExecutableRun is the end-to-end cost of Executable.Run (host
