@@ -284,12 +284,18 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 
 	"github.com/xserve/xserve/tensor"
 )
+
+// bufferHandle caches the PJRT_Buffer of a Buffer.
+type bufferHandle = atomic.Pointer[cBuffer]
+
+type cBuffer struct{ c *C.PJRT_Buffer }
 
 // outputType is the dtype and shape of one output, recorded at the first run.
 type outputType struct {
@@ -463,7 +469,9 @@ func (e *Executable) makeFastPath(types []outputType) (*fastPath, error) {
 
 // runScratch is the per-call memory of runFast, pooled.
 type runScratch struct {
-	args     C.xs_run_args
+	// args is allocated on its own: cgo checks the whole object a pointer
+	// argument points into, and the rest of runScratch holds Go pointers.
+	args     *C.xs_run_args
 	in       []*C.PJRT_Buffer
 	hostData []unsafe.Pointer
 	hostType []int32
@@ -474,9 +482,13 @@ type runScratch struct {
 	outSize  []int64
 	outType  []int32
 	outRank  []int64
+	// locked are the device buffers read-locked by this call; seen indexes
+	// them once there are many.
+	locked []*Buffer
+	seen   map[*Buffer]struct{}
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(runScratch) }}
+var scratchPool = sync.Pool{New: func() any { return &runScratch{args: new(C.xs_run_args)} }}
 
 // zeroSize is handed to the plugin as the data of zero-size host tensors.
 var zeroSize [8]byte
@@ -499,118 +511,39 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 	}
 	s := scratchPool.Get().(*runScratch)
 	defer scratchPool.Put(s)
-	n := len(bufs)
-	s.in = resize(s.in, n)
-	s.hostData = resize(s.hostData, n)
-	s.hostType = resize(s.hostType, n)
-	s.dimOff = resize(s.dimOff, n)
-	s.rank = resize(s.rank, n)
-	s.dims = s.dims[:0]
-
 	var pin runtime.Pinner
 	defer pin.Unpin()
-	var locked []*Buffer
-	defer func() {
-		for _, b := range locked {
-			b.mu.RUnlock()
-		}
-	}()
-	for i := range bufs {
-		if err := e.checkArg(i, bufs[i], hosts[i]); err != nil {
-			return nil, err
-		}
-		s.dimOff[i] = int64(len(s.dims))
-		if b := bufs[i]; b != nil {
-			if e.paramsKnown {
-				if p := e.params[i]; p.known && (p.dtype != b.dtype || !slices.Equal(p.shape, b.shape)) {
-					return nil, fmt.Errorf("pjrt: execute %s: argument %d is %s%s, program wants %s",
-						e.name, i, b.dtype, tensor.ShapeString(b.shape), p)
-				}
-			}
-			if !slices.Contains(locked, b) {
-				b.mu.RLock()
-				locked = append(locked, b)
-			}
-			if b.buf == nil {
-				return nil, fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, errClosed("execute", "buffer"))
-			}
-			s.in[i] = fp.bufC(b.buf)
-			s.hostData[i] = nil
-			continue
-		}
-		h := hosts[i]
-		xdt, err := DTypeToXLA(h.DType)
-		if err != nil {
-			return nil, fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, err)
-		}
-		s.in[i] = nil
-		s.hostType[i] = int32(xdt)
-		s.rank[i] = int64(len(h.Shape))
-		s.dims = append(s.dims, h.Shape...)
-		if len(h.Data) == 0 {
-			s.hostData[i] = unsafe.Pointer(&zeroSize[0])
-		} else {
-			p := unsafe.Pointer(unsafe.SliceData(h.Data))
-			pin.Pin(p)
-			s.hostData[i] = p
-		}
+	defer s.unlock()
+	if err := s.setArgs(e, fp, bufs, hosts, &pin); err != nil {
+		return nil, err
 	}
-	if len(s.dims) == 0 {
-		s.dims = append(s.dims, 0)
-	}
-
-	no := len(fp.outputs)
-	s.outData = resize(s.outData, no)
-	s.outSize = resize(s.outSize, no)
-	s.outType = resize(s.outType, no)
-	s.outRank = resize(s.outRank, no)
-	outs := make([]*tensor.Tensor, no)
-	for i, ot := range fp.outputs {
-		outs[i] = &tensor.Tensor{DType: ot.dtype, Shape: slices.Clone(ot.shape), Data: make([]byte, ot.nbytes)}
-		s.outType[i] = ot.xla
-		s.outRank[i] = int64(len(ot.shape))
-		s.outSize[i] = ot.nbytes
-		s.outData[i] = nil
-		if ot.nbytes > 0 {
-			p := unsafe.Pointer(unsafe.SliceData(outs[i].Data))
-			pin.Pin(p)
-			s.outData[i] = p
-		}
-	}
-
-	a := &s.args
+	outs := s.setOutputs(fp, &pin)
+	a := s.args
 	*a = C.xs_run_args{
 		api: fp.api, client: fp.client, device: fp.device, le: fp.le, portable: C.int(boolInt(fp.portable)),
-		num_args:    C.size_t(n),
-		host_dims:   (*C.int64_t)(unsafe.Pointer(unsafe.SliceData(s.dims))),
-		num_outputs: C.size_t(no),
+		num_args:    C.size_t(len(bufs)),
+		host_dims:   (*C.int64_t)(unsafe.Pointer(&s.dims[0])),
+		num_outputs: C.size_t(len(outs)),
 		zero_copy:   1,
 		direct:      1,
 	}
-	if n > 0 {
-		pin.Pin(&s.in[0])
-		pin.Pin(&s.hostData[0])
-		pin.Pin(&s.hostType[0])
-		pin.Pin(&s.dimOff[0])
-		pin.Pin(&s.rank[0])
+	if len(bufs) > 0 {
 		a.in = (**C.PJRT_Buffer)(unsafe.Pointer(&s.in[0]))
 		a.host_data = (*unsafe.Pointer)(unsafe.Pointer(&s.hostData[0]))
 		a.host_type = (*C.int32_t)(unsafe.Pointer(&s.hostType[0]))
 		a.host_dim_off = (*C.int64_t)(unsafe.Pointer(&s.dimOff[0]))
 		a.host_rank = (*C.int64_t)(unsafe.Pointer(&s.rank[0]))
 	}
-	pin.Pin(&s.dims[0])
-	if no > 0 {
-		pin.Pin(&s.outData[0])
-		pin.Pin(&s.outSize[0])
-		pin.Pin(&s.outType[0])
-		pin.Pin(&s.outRank[0])
+	if len(outs) > 0 {
 		a.out_data = (*unsafe.Pointer)(unsafe.Pointer(&s.outData[0]))
 		a.out_size = (*C.int64_t)(unsafe.Pointer(&s.outSize[0]))
 		a.out_type = (*C.int32_t)(unsafe.Pointer(&s.outType[0]))
 		a.out_rank = (*C.int64_t)(unsafe.Pointer(&s.outRank[0]))
 	}
 	perr := C.xs_run(a)
+	clear(s.hostData)
+	clear(s.outData)
+	clear(s.in)
 	if perr != nil {
 		err := pluginError(fp.api, perr)
 		switch a.fail_stage {
@@ -625,10 +558,141 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 	if a.fail != nil {
 		return nil, fmt.Errorf("pjrt: execute %s: output %d: %s", e.name, int(a.fail_index), C.GoString(a.fail))
 	}
-	clear(s.hostData)
-	clear(s.outData)
-	clear(s.in)
 	return outs, nil
+}
+
+// setArgs checks the arguments and fills the argument arrays: the handles
+// of the device buffers (each read-locked once, until unlock) and the
+// pinned data, type and dims of the host tensors.
+func (s *runScratch) setArgs(e *Executable, fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, pin *runtime.Pinner) error {
+	n := len(bufs)
+	s.in = resize(s.in, n)
+	s.hostData = resize(s.hostData, n)
+	s.hostType = resize(s.hostType, n)
+	s.dimOff = resize(s.dimOff, n)
+	s.rank = resize(s.rank, n)
+	s.dims = s.dims[:0]
+	for i := range bufs {
+		if err := e.checkArg(i, bufs[i], hosts[i]); err != nil {
+			return err
+		}
+		s.dimOff[i] = int64(len(s.dims))
+		s.in[i], s.hostData[i] = nil, nil
+		if b := bufs[i]; b != nil {
+			if e.paramsKnown {
+				if p := e.params[i]; p.known && (p.dtype != b.dtype || !slices.Equal(p.shape, b.shape)) {
+					return fmt.Errorf("pjrt: execute %s: argument %d is %s%s, program wants %s",
+						e.name, i, b.dtype, tensor.ShapeString(b.shape), p)
+				}
+			}
+			s.lock(b)
+			if b.buf == nil {
+				return fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, errClosed("execute", "buffer"))
+			}
+			s.in[i] = b.handle(fp)
+			continue
+		}
+		h := hosts[i]
+		xdt, err := DTypeToXLA(h.DType)
+		if err != nil {
+			return fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, err)
+		}
+		s.hostType[i] = int32(xdt)
+		s.rank[i] = int64(len(h.Shape))
+		s.dims = append(s.dims, h.Shape...)
+		s.hostData[i] = unsafe.Pointer(&zeroSize[0])
+		if len(h.Data) > 0 {
+			s.hostData[i] = unsafe.Pointer(unsafe.SliceData(h.Data))
+			pin.Pin(s.hostData[i])
+		}
+	}
+	if len(s.dims) == 0 {
+		s.dims = append(s.dims, 0)
+	}
+	pin.Pin(&s.dims[0])
+	if n > 0 {
+		pin.Pin(&s.in[0])
+		pin.Pin(&s.hostData[0])
+		pin.Pin(&s.hostType[0])
+		pin.Pin(&s.dimOff[0])
+		pin.Pin(&s.rank[0])
+	}
+	return nil
+}
+
+// setOutputs allocates the output tensors and fills the output arrays with
+// their pinned data and expected types.
+func (s *runScratch) setOutputs(fp *fastPath, pin *runtime.Pinner) []*tensor.Tensor {
+	no := len(fp.outputs)
+	s.outData = resize(s.outData, no)
+	s.outSize = resize(s.outSize, no)
+	s.outType = resize(s.outType, no)
+	s.outRank = resize(s.outRank, no)
+	outs := make([]*tensor.Tensor, no)
+	for i, ot := range fp.outputs {
+		outs[i] = &tensor.Tensor{DType: ot.dtype, Shape: slices.Clone(ot.shape), Data: make([]byte, ot.nbytes)}
+		s.outType[i] = ot.xla
+		s.outRank[i] = int64(len(ot.shape))
+		s.outSize[i] = ot.nbytes
+		s.outData[i] = nil
+		if ot.nbytes > 0 {
+			s.outData[i] = unsafe.Pointer(unsafe.SliceData(outs[i].Data))
+			pin.Pin(s.outData[i])
+		}
+	}
+	if no > 0 {
+		pin.Pin(&s.outData[0])
+		pin.Pin(&s.outSize[0])
+		pin.Pin(&s.outType[0])
+		pin.Pin(&s.outRank[0])
+	}
+	return outs
+}
+
+// lock read-locks b unless this call already holds it: a second RLock of
+// the same mutex could deadlock against a waiting Close.
+func (s *runScratch) lock(b *Buffer) {
+	if len(s.locked) < 16 {
+		if slices.Contains(s.locked, b) {
+			return
+		}
+	} else {
+		if s.seen == nil {
+			s.seen = map[*Buffer]struct{}{}
+		}
+		if len(s.seen) == 0 {
+			for _, l := range s.locked {
+				s.seen[l] = struct{}{}
+			}
+		}
+		if _, ok := s.seen[b]; ok {
+			return
+		}
+		s.seen[b] = struct{}{}
+	}
+	b.mu.RLock()
+	s.locked = append(s.locked, b)
+}
+
+// unlock releases the locks taken by lock.
+func (s *runScratch) unlock() {
+	for _, b := range s.locked {
+		b.mu.RUnlock()
+	}
+	clear(s.locked)
+	s.locked = s.locked[:0]
+	clear(s.seen)
+}
+
+// handle returns the PJRT_Buffer of b (cached after the first call); the
+// caller holds b.mu for reading and b is not closed.
+func (b *Buffer) handle(fp *fastPath) *C.PJRT_Buffer {
+	if h := b.cHandle.Load(); h != nil {
+		return h.c
+	}
+	h := fp.bufC(b.buf)
+	b.cHandle.Store(&cBuffer{h})
+	return h
 }
 
 func resize[T any](s []T, n int) []T {

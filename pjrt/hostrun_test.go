@@ -260,3 +260,59 @@ func BenchmarkFixedCost(b *testing.B) {
 		}
 	})
 }
+
+// TestRunHostManyArguments: past 16 device buffers (where RunHost indexes
+// the locked ones in a map), repeated buffers are locked once and the sum
+// is right on every call.
+func TestRunHostManyArguments(t *testing.T) {
+	c := testClient(t)
+	ctx := context.Background()
+	const n = 24
+	var params, sum strings.Builder
+	for i := range n {
+		if i > 0 {
+			params.WriteString(", ")
+		}
+		fmt.Fprintf(&params, "%%a%d: tensor<2xf32>", i)
+	}
+	sum.WriteString("    %s0 = stablehlo.add %a0, %a1 : tensor<2xf32>\n")
+	for i := 2; i < n; i++ {
+		fmt.Fprintf(&sum, "    %%s%d = stablehlo.add %%s%d, %%a%d : tensor<2xf32>\n", i-1, i-2, i)
+	}
+	src := fmt.Sprintf("module @many {\n  func.func @main(%s) -> tensor<2xf32> {\n%s    return %%s%d : tensor<2xf32>\n  }\n}", params.String(), sum.String(), n-2)
+	e := mustCompile(t, c, src)
+	defer e.Close()
+	one := mustUpload(t, c, f32([]int64{2}, 1, 10))
+	defer one.Close()
+	bufs := make([]*Buffer, n)
+	hosts := make([]*tensor.Tensor, n)
+	var want [2]float64
+	for i := range n {
+		switch {
+		case i%3 == 0:
+			bufs[i] = one // the same buffer many times
+			want[0], want[1] = want[0]+1, want[1]+10
+		case i%3 == 1:
+			b := mustUpload(t, c, f32([]int64{2}, float32(i), 0))
+			defer b.Close()
+			bufs[i] = b
+			want[0] += float64(i)
+		default:
+			hosts[i] = f32([]int64{2}, 0, float32(i))
+			want[1] += float64(i)
+		}
+	}
+	for call := range 3 {
+		got, err := e.RunHost(ctx, bufs, hosts)
+		if err != nil {
+			t.Fatalf("call %d: %v", call, err)
+		}
+		if g := got[0].Float64s(); g[0] != want[0] || g[1] != want[1] {
+			t.Fatalf("call %d: got %v, want %v", call, g, want)
+		}
+	}
+	// Close still gets each buffer's write lock afterwards.
+	if err := one.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

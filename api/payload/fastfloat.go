@@ -21,47 +21,66 @@ import "math"
 //     within a few units of the midpoint pattern 1<<28, which is checked.
 //     Results outside the normal float32 range take the general path.
 func scanFloat(b []byte, i int, f32 bool) (v float64, end int, ok bool) {
-	neg := false
-	if i < len(b) && b[i] == '-' {
-		neg = true
+	neg := i < len(b) && b[i] == '-'
+	if neg {
 		i++
 	}
-	var mant uint64
-	nd, exp := 0, 0
-	add := func(c byte) bool {
-		if mant == 0 && c == '0' {
-			return true
+	mant, exp, end, ok := readDecimal(b, i)
+	if !ok {
+		return 0, 0, false
+	}
+	if end < len(b) {
+		switch b[end] {
+		case ',', ']', ' ', '\t', '\n', '\r':
+		default:
+			return 0, 0, false
 		}
-		if nd == 19 {
-			return false
+	}
+	if v, ok = decimalValue(mant, exp, f32); !ok {
+		return 0, 0, false
+	}
+	if neg {
+		v = math.Copysign(v, -1)
+	}
+	return v, end, true
+}
+
+// readDecimal reads the digits of an unsigned JSON number at b[i:] as
+// mant × 10^exp; ok is false if it is not one or has more than 19
+// significant digits.
+func readDecimal(b []byte, i int) (mant uint64, exp, end int, ok bool) {
+	nd := 0
+	digits := func(frac bool) bool {
+		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			if frac {
+				exp--
+			}
+			if mant == 0 && b[i] == '0' {
+				continue
+			}
+			if nd == 19 {
+				return false
+			}
+			mant = mant*10 + uint64(b[i]-'0')
+			nd++
 		}
-		mant = mant*10 + uint64(c-'0')
-		nd++
 		return true
 	}
 	switch {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-			if !add(b[i]) {
-				return 0, 0, false
-			}
+		if !digits(false) {
+			return 0, 0, 0, false
 		}
 	default:
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	if i < len(b) && b[i] == '.' {
 		i++
 		start := i
-		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-			if !add(b[i]) {
-				return 0, 0, false
-			}
-			exp--
-		}
-		if i == start {
-			return 0, 0, false
+		if !digits(true) || i == start {
+			return 0, 0, 0, false
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
@@ -80,45 +99,38 @@ func scanFloat(b []byte, i int, f32 bool) (v float64, end int, ok bool) {
 			}
 		}
 		if i == start {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 		exp += sign * e
 	}
-	if i < len(b) {
-		switch b[i] {
-		case ',', ']', ' ', '\t', '\n', '\r':
-		default:
-			return 0, 0, false
-		}
-	}
+	return mant, exp, i, true
+}
+
+// decimalValue returns mant × 10^exp as a float64 (f32: one whose float32
+// conversion is the correctly rounded float32), or ok false where that is
+// not proved (see scanFloat).
+func decimalValue(mant uint64, exp int, f32 bool) (float64, bool) {
 	if mant == 0 {
-		if neg {
-			return math.Copysign(0, -1), i, true
-		}
-		return 0, i, true
+		return 0, true
 	}
 	x := float64(mant)
 	if !f32 {
 		if mant > 1<<53 || exp < -22 || exp > 22 {
-			return 0, 0, false
+			return 0, false
 		}
-		x = scale(x, exp)
-	} else {
-		if exp < -66 || exp > 44 {
-			return 0, 0, false
-		}
-		x = scale(x, exp)
-		if x > math.MaxFloat32 || x < 0x1p-126 {
-			return 0, 0, false
-		}
-		if low := math.Float64bits(x) & (1<<29 - 1); low >= 1<<28-16 && low <= 1<<28+16 {
-			return 0, 0, false
-		}
+		return scale(x, exp), true
 	}
-	if neg {
-		x = -x
+	if exp < -66 || exp > 44 {
+		return 0, false
 	}
-	return x, i, true
+	x = scale(x, exp)
+	if x > math.MaxFloat32 || x < 0x1p-126 {
+		return 0, false
+	}
+	if low := math.Float64bits(x) & (1<<29 - 1); low >= 1<<28-16 && low <= 1<<28+16 {
+		return 0, false
+	}
+	return x, true
 }
 
 // pow10 holds the powers of ten that are exact doubles.
