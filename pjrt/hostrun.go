@@ -702,9 +702,6 @@ func resize[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// fastPathUsed reports whether the next RunHost of e takes the one-call
-// path (for tests).
-func (e *Executable) fastPathUsed() bool { return e.fast.Load() != nil }
 
 func boolInt(b bool) int {
 	if b {

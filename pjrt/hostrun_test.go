@@ -316,3 +316,7 @@ func TestRunHostManyArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// fastPathUsed reports whether the next RunHost of e takes the one-call
+// path.
+func (e *Executable) fastPathUsed() bool { return e.fast.Load() != nil }
