@@ -702,7 +702,6 @@ func resize[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-
 func boolInt(b bool) int {
 	if b {
 		return 1
