@@ -209,3 +209,16 @@ bench-backend: pjrt build $(VENV_ZOO)/.installed
 ort-cases: venv $(VENV_ZOO)/.installed
 	$(VENV)/bin/python importer/onnx/testdata/gen_ort_cases.py
 	$(VENV_ZOO)/bin/python importer/onnx/testdata/gen_torch_optim_cases.py
+
+# The scoreboard: xserve (Executable.Run in process) vs ONNX Runtime (1 and 2
+# intra-op threads) vs OpenVINO on testdata/zoo and examples/models, batch
+# 1, 8, 32, interleaved on the same inputs (bench/peers.py; docs/BENCHMARKS.md).
+VENV_BENCH := .venv-bench
+.PHONY: bench-peers
+$(VENV_BENCH)/.installed: python/requirements-bench.txt
+	$(PYTHON) -m venv $(VENV_BENCH)
+	$(VENV_BENCH)/bin/pip install -q -r python/requirements-bench.txt
+	touch $@
+bench-peers: pjrt $(VENV_BENCH)/.installed
+	$(GO) build -o bin/bench-runner ./cmd/bench-runner
+	$(VENV_BENCH)/bin/python bench/peers.py --runner bin/bench-runner $(if $(PEERS_MODELS),--models $(PEERS_MODELS))

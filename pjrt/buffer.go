@@ -24,6 +24,8 @@ type Buffer struct {
 	// Close.
 	mu  sync.RWMutex
 	buf *gopjrt.Buffer // nil once closed
+	// cHandle caches buf's PJRT_Buffer for RunHost (hostrun.go).
+	cHandle bufferHandle
 }
 
 // Upload copies a host tensor to the client's (first) device. Every dtype XLA

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 
@@ -25,6 +26,9 @@ type Executable struct {
 	// mu is held for reading by executions and for writing by Close.
 	mu sync.RWMutex
 	le *gopjrt.LoadedExecutable // nil once closed
+
+	// fast is set after the first RunHost: the one-call path (hostrun.go).
+	fast atomic.Pointer[fastPath]
 }
 
 // Name returns the program's name (the MLIR module name, e.g. "m" for
@@ -133,8 +137,12 @@ func (e *Executable) Execute(ctx context.Context, args []*Buffer) ([]*Buffer, er
 }
 
 // Run executes the program on args (see Execute), copies its outputs to host
-// tensors and frees the device outputs.
+// tensors and frees the device outputs. After the first call it takes
+// RunHost's one-call path.
 func (e *Executable) Run(ctx context.Context, args []*Buffer) ([]*tensor.Tensor, error) {
+	if !slices.Contains(args, nil) {
+		return e.RunHost(ctx, args, make([]*tensor.Tensor, len(args)))
+	}
 	outs, err := e.Execute(ctx, args)
 	if err != nil {
 		return nil, err

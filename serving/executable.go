@@ -127,17 +127,13 @@ func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower
 	return e, nil
 }
 
-// Run uploads inputs (in the order of the program's input parameters),
-// executes, and returns the outputs copied to the host. Inputs whose dtype
-// differs from the parameter's only by int64 narrowing are converted.
+// Run executes on inputs (in the order of the program's input parameters)
+// and returns the outputs copied to the host. Inputs whose dtype differs
+// from the parameter's only by int64 narrowing are converted. The inputs go
+// to the device for this call only (pjrt.Executable.RunHost), read in place
+// where the plugin can.
 func (e *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	args := append([]*pjrt.Buffer(nil), e.args...)
-	var uploaded []*pjrt.Buffer
-	defer func() {
-		for _, b := range uploaded {
-			b.Close()
-		}
-	}()
+	hosts := make([]*tensor.Tensor, len(e.args))
 	in := 0
 	for i, p := range e.Program.Params {
 		if p.Kind != lower.Input {
@@ -151,17 +147,12 @@ func (e *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tenso
 		if t.DType != p.DType {
 			t = t.Convert(p.DType)
 		}
-		b, err := e.client.Upload(ctx, t)
-		if err != nil {
-			return nil, fmt.Errorf("serving: upload input %s: %w", p.Name, err)
-		}
-		uploaded = append(uploaded, b)
-		args[i] = b
+		hosts[i] = t
 	}
 	if in != len(inputs) {
 		return nil, fmt.Errorf("serving: got %d inputs, the program takes %d", len(inputs), in)
 	}
-	return e.exe.Run(ctx, args)
+	return e.exe.RunHost(ctx, e.args, hosts)
 }
 
 // Serialize returns the compiled executable in the plugin's format (see

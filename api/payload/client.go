@@ -1,8 +1,6 @@
 package payload
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -86,39 +84,55 @@ func DecodeV1Response(body []byte, headerLen string, maxElems int64) (*serving.I
 	if err != nil {
 		return nil, fmt.Errorf("payload: response: %w", err)
 	}
-	var r struct {
-		Model   string          `json:"model"`
-		Version string          `json:"version"`
-		ID      string          `json:"id"`
-		Outputs json.RawMessage `json:"outputs"`
+	r := &jsonReader{buf: header, what: "the response"}
+	resp := &serving.InferResponse{}
+	var version string
+	var outs []tensorIn
+	hasOutputs := false
+	err = r.object("the response", func(key string) error {
+		var err error
+		switch {
+		case fieldIs(key, "model"):
+			resp.ModelName, err = r.stringField("model")
+		case fieldIs(key, "version"):
+			version, err = r.stringField("version")
+		case fieldIs(key, "id"):
+			resp.ID, err = r.stringField("id")
+		case fieldIs(key, "outputs"):
+			outs, hasOutputs = nil, r.peek() == '{'
+			if !hasOutputs {
+				_, err = r.skip()
+				return err
+			}
+			err = r.object("outputs", func(name string) error {
+				out, err := readV1Input(r, name, "output", false)
+				outs = append(outs, out)
+				return err
+			})
+		default:
+			_, err = r.skip()
+		}
+		return err
+	})
+	if err == nil {
+		err = r.end()
 	}
-	if err := UnmarshalJSON(header, &r, "the response", false); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("payload: response: %w", err)
 	}
-	resp := &serving.InferResponse{ID: r.ID, ModelName: r.Model}
-	if resp.ModelVersion, err = ParseVersion(r.Version); err != nil {
+	if resp.ModelVersion, err = ParseVersion(version); err != nil {
 		return nil, fmt.Errorf("payload: response: %w", err)
 	}
-	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(headerLen) != ""}
-	dec := json.NewDecoder(bytes.NewReader(r.Outputs))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	if !hasOutputs {
 		return nil, badRequest(`response: "outputs" is not an object of outputs by name`)
 	}
-	for dec.More() {
-		tok, err := dec.Token()
+	br := &binaryReader{rest: rest, hasHdr: strings.TrimSpace(headerLen) != ""}
+	for _, out := range outs {
+		t, err := decodeInput(out, br, &Limits{MaxElems: maxElems}, "", 0)
 		if err != nil {
-			return nil, jsonError(err, `the response's "outputs"`)
+			return nil, fmt.Errorf("payload: response output %q: %w", out.name, err)
 		}
-		name, _ := tok.(string)
-		var out v1Input
-		if err := dec.Decode(&out); err != nil {
-			return nil, jsonError(err, "output "+strconv.Quote(name))
-		}
-		t, err := decodeInput(tensorIn{name: name, dtype: out.DType, shape: out.Shape, data: out.Data, params: out.Parameters}, br, &Limits{MaxElems: maxElems}, "", 0)
-		if err != nil {
-			return nil, fmt.Errorf("payload: response output %q: %w", name, err)
-		}
-		resp.Outputs = append(resp.Outputs, serving.NamedTensor{Name: name, Tensor: t})
+		resp.Outputs = append(resp.Outputs, serving.NamedTensor{Name: out.name, Tensor: t})
 	}
 	if err := br.finish(); err != nil {
 		return nil, fmt.Errorf("payload: response: %w", err)

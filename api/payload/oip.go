@@ -9,26 +9,92 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// oipRequest is the JSON of an Open Inference Protocol inference request.
-// Unknown fields are ignored, as the protocol's clients may send extensions.
+// oipRequest is an Open Inference Protocol inference request as
+// jsonReader reads it. Unknown fields are ignored, as the protocol's clients
+// may send extensions.
 type oipRequest struct {
-	ID         string                     `json:"id"`
-	Parameters map[string]json.RawMessage `json:"parameters"`
-	Inputs     []oipInput                 `json:"inputs"`
-	Outputs    []oipOutput                `json:"outputs"`
-}
-
-type oipInput struct {
-	Name       string                     `json:"name"`
-	Shape      []int64                    `json:"shape"`
-	Datatype   string                     `json:"datatype"`
-	Parameters map[string]json.RawMessage `json:"parameters"`
-	Data       json.RawMessage            `json:"data"`
+	ID         string
+	Parameters map[string]json.RawMessage
+	Inputs     []tensorIn
+	Outputs    []oipOutput
 }
 
 type oipOutput struct {
-	Name       string                     `json:"name"`
-	Parameters map[string]json.RawMessage `json:"parameters"`
+	Name       string
+	Parameters map[string]json.RawMessage
+}
+
+// readOIPRequest reads the JSON header of a /v2/models/{m}/infer request in
+// one pass; each input's data stays a slice of header.
+func readOIPRequest(header []byte) (*oipRequest, error) {
+	r := &jsonReader{buf: header, what: "the request"}
+	req := &oipRequest{}
+	err := r.object("the request", func(key string) error {
+		var err error
+		switch {
+		case fieldIs(key, "id"):
+			req.ID, err = r.stringField("id")
+		case fieldIs(key, "parameters"):
+			req.Parameters, err = r.rawMap("parameters")
+		case fieldIs(key, "inputs"):
+			req.Inputs = nil
+			err = r.array("inputs", func(int) error {
+				in, err := readOIPInput(r)
+				req.Inputs = append(req.Inputs, in)
+				return err
+			})
+		case fieldIs(key, "outputs"):
+			req.Outputs = nil
+			err = r.array("outputs", func(int) error {
+				var o oipOutput
+				err := r.object("outputs", func(key string) error {
+					var err error
+					switch {
+					case fieldIs(key, "name"):
+						o.Name, err = r.stringField("outputs.name")
+					case fieldIs(key, "parameters"):
+						o.Parameters, err = r.rawMap("outputs.parameters")
+					default:
+						_, err = r.skip()
+					}
+					return err
+				})
+				req.Outputs = append(req.Outputs, o)
+				return err
+			})
+		default:
+			_, err = r.skip()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return req, r.end()
+}
+
+// readOIPInput reads one entry of "inputs".
+func readOIPInput(r *jsonReader) (tensorIn, error) {
+	var in tensorIn
+	err := r.object("inputs", func(key string) error {
+		var err error
+		switch {
+		case fieldIs(key, "name"):
+			in.name, err = r.stringField("inputs.name")
+		case fieldIs(key, "shape"):
+			in.shape, err = r.int64s("inputs.shape")
+		case fieldIs(key, "datatype"):
+			in.dtype, err = r.stringField("inputs.datatype")
+		case fieldIs(key, "parameters"):
+			in.params, err = r.rawMap("inputs.parameters")
+		case fieldIs(key, "data"):
+			in.data, err = r.data()
+		default:
+			_, err = r.skip()
+		}
+		return err
+	})
+	return in, err
 }
 
 // DecodeOIP decodes the body of an Open Inference Protocol request for model
@@ -54,8 +120,8 @@ func DecodeOIPWithin(model string, version int64, body []byte, headerLen string,
 // decodeOIP decodes the JSON header of a /v2/models/{m}/infer request and
 // takes the binary input bytes from br, in input order.
 func decodeOIP(model string, version int64, header []byte, br *binaryReader, lim *Limits) (*Request, error) {
-	var r oipRequest
-	if err := UnmarshalJSON(header, &r, "the request", false); err != nil {
+	r, err := readOIPRequest(header)
+	if err != nil {
 		return nil, err
 	}
 	d := &Request{Model: model, Version: version, Infer: &serving.InferRequest{ID: r.ID, Inputs: map[string]*tensor.Tensor{}}, binaryOut: map[string]bool{}}
@@ -71,17 +137,17 @@ func decodeOIP(model string, version int64, header []byte, br *binaryReader, lim
 		return nil, badRequest(`the request has no "inputs" (want [{"name", "shape", "datatype", "data"}, ...])`)
 	}
 	for i, in := range r.Inputs {
-		if in.Name == "" {
+		if in.name == "" {
 			return nil, badRequest("inputs[%d] has no name", i)
 		}
-		if _, dup := d.Infer.Inputs[in.Name]; dup {
-			return nil, badRequest("input %q is given twice", in.Name)
+		if _, dup := d.Infer.Inputs[in.name]; dup {
+			return nil, badRequest("input %q is given twice", in.name)
 		}
-		t, err := decodeInput(tensorIn{name: in.Name, dtype: in.Datatype, shape: in.Shape, data: in.Data, params: in.Parameters}, br, lim, model, version)
+		t, err := decodeInput(in, br, lim, model, version)
 		if err != nil {
 			return nil, err
 		}
-		d.Infer.Inputs[in.Name] = t
+		d.Infer.Inputs[in.name] = t
 	}
 	if err := br.finish(); err != nil {
 		return nil, err

@@ -292,6 +292,19 @@ func intRange(dt tensor.DType) (lo, hi float64) {
 // element parses one value and stores it at d.next.
 func (d *dataDecoder) element() error {
 	i := d.next
+	if dt := d.t.DType; dt == tensor.Float32 || dt == tensor.Float64 {
+		d.skipSpace()
+		if v, end, ok := scanFloat(d.buf, d.pos, dt == tensor.Float32); ok {
+			if dt == tensor.Float32 {
+				binary.LittleEndian.PutUint32(d.t.Data[i*4:], math.Float32bits(float32(v)))
+			} else {
+				binary.LittleEndian.PutUint64(d.t.Data[i*8:], math.Float64bits(v))
+			}
+			d.pos = end
+			d.next++
+			return nil
+		}
+	}
 	tok := d.token()
 	t := d.t
 	dt := t.DType

@@ -1,7 +1,6 @@
 package payload
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -10,22 +9,16 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// v1Request is the JSON of POST /v1/infer (see docs/HTTP.md).
+// v1Request is POST /v1/infer's JSON (see docs/HTTP.md) as jsonReader
+// reads it; unknown fields are refused.
 type v1Request struct {
-	Model      string                     `json:"model"`
-	Version    json.RawMessage            `json:"version"`
-	ID         string                     `json:"id"`
-	Inputs     json.RawMessage            `json:"inputs"`
-	Outputs    []v1Output                 `json:"outputs"`
-	Parameters map[string]json.RawMessage `json:"parameters"`
-}
-
-// v1Input is one entry of v1Request.Inputs.
-type v1Input struct {
-	DType      string                     `json:"dtype"`
-	Shape      []int64                    `json:"shape"`
-	Data       json.RawMessage            `json:"data"`
-	Parameters map[string]json.RawMessage `json:"parameters"`
+	Model      string
+	Version    json.RawMessage
+	ID         string
+	Inputs     []tensorIn // in their written order: binary data follows it
+	HasInputs  bool       // "inputs" was an object
+	Outputs    []v1Output
+	Parameters map[string]json.RawMessage
 }
 
 // v1Output is a requested output: a name, or {"name": ..., "binary_data":
@@ -36,21 +29,124 @@ type v1Output struct {
 	Parameters map[string]json.RawMessage
 }
 
-// UnmarshalJSON reads either form of v1Output.
-func (o *v1Output) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		return json.Unmarshal(b, &o.Name)
-	}
-	var p struct {
-		Name       string                     `json:"name"`
-		BinaryData *bool                      `json:"binary_data"`
-		Parameters map[string]json.RawMessage `json:"parameters"`
-	}
-	if err := UnmarshalJSON(b, &p, "an output", true); err != nil {
+// readV1Request reads the JSON header of a /v1/infer request in one pass;
+// each input's data stays a slice of header.
+func readV1Request(header []byte) (*v1Request, error) {
+	r := &jsonReader{buf: header, what: "the request"}
+	req := &v1Request{}
+	err := r.object("the request", func(key string) error {
+		var err error
+		switch {
+		case fieldIs(key, "model"):
+			req.Model, err = r.stringField("model")
+		case fieldIs(key, "version"):
+			req.Version, err = r.raw()
+		case fieldIs(key, "id"):
+			req.ID, err = r.stringField("id")
+		case fieldIs(key, "parameters"):
+			req.Parameters, err = r.rawMap("parameters")
+		case fieldIs(key, "outputs"):
+			req.Outputs = nil
+			err = r.array("outputs", func(int) error {
+				o, err := readV1Output(r)
+				req.Outputs = append(req.Outputs, o)
+				return err
+			})
+		case fieldIs(key, "inputs"):
+			req.Inputs, req.HasInputs = nil, false
+			if r.null() {
+				return nil
+			}
+			if r.peek() != '{' {
+				if err := r.checkValue(); err != nil {
+					return err
+				}
+				return badRequest(`"inputs" must be an object mapping input names to {"dtype", "shape", "data"}`)
+			}
+			req.HasInputs = true
+			err = r.object("inputs", func(name string) error {
+				in, err := readV1Input(r, name, "input", true)
+				req.Inputs = append(req.Inputs, in)
+				return err
+			})
+		default:
+			err = r.unknown(key)
+		}
 		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	o.Name, o.BinaryData, o.Parameters = p.Name, p.BinaryData, p.Parameters
-	return nil
+	return req, r.end()
+}
+
+// readV1Input reads the value of inputs[name] (or of a response's
+// outputs[name]); unknown fields are refused when strict.
+func readV1Input(r *jsonReader, name, kind string, strict bool) (tensorIn, error) {
+	in := tensorIn{name: name}
+	what := r.what
+	r.what = kind + " " + strconv.Quote(name)
+	defer func() { r.what = what }()
+	err := r.object(r.what, func(key string) error {
+		var err error
+		switch {
+		case fieldIs(key, "dtype"):
+			in.dtype, err = r.stringField("dtype")
+		case fieldIs(key, "shape"):
+			in.shape, err = r.int64s("shape")
+		case fieldIs(key, "parameters"):
+			in.params, err = r.rawMap("parameters")
+		case fieldIs(key, "data"):
+			in.data, err = r.data()
+		case strict:
+			err = r.unknown(key)
+		default:
+			_, err = r.skip()
+		}
+		return err
+	})
+	return in, err
+}
+
+// readV1Output reads either form of a requested output.
+func readV1Output(r *jsonReader) (v1Output, error) {
+	var o v1Output
+	if r.peek() == '"' {
+		s, err := r.str()
+		o.Name = s
+		return o, err
+	}
+	what := r.what
+	r.what = "an output"
+	defer func() { r.what = what }()
+	err := r.object("an output", func(key string) error {
+		var err error
+		switch {
+		case fieldIs(key, "name"):
+			o.Name, err = r.stringField("name")
+		case fieldIs(key, "binary_data"):
+			if r.null() {
+				o.BinaryData = nil
+				return nil
+			}
+			switch r.peek() {
+			case 't', 'f':
+				v := r.buf[r.pos] == 't'
+				if _, err := r.skip(); err != nil {
+					return err
+				}
+				o.BinaryData = &v
+			default:
+				return r.typeErr("binary_data", "true or false")
+			}
+		case fieldIs(key, "parameters"):
+			o.Parameters, err = r.rawMap("parameters")
+		default:
+			err = r.unknown(key)
+		}
+		return err
+	})
+	return o, err
 }
 
 // DecodeV1 decodes the body of a /v1/infer request: JSON, or with the binary
@@ -78,8 +174,8 @@ func DecodeV1Within(body []byte, headerLen, model string, lim Limits) (*Request,
 // decodeV1 decodes the JSON header of a /v1/infer request and takes the
 // binary input bytes from br.
 func decodeV1(header []byte, br *binaryReader, model string, lim *Limits) (*Request, error) {
-	var r v1Request
-	if err := UnmarshalJSON(header, &r, "the request", true); err != nil {
+	r, err := readV1Request(header)
+	if err != nil {
 		return nil, err
 	}
 	switch {
@@ -91,7 +187,6 @@ func decodeV1(header []byte, br *binaryReader, model string, lim *Limits) (*Requ
 		return nil, badRequest("the request names model %q but was sent to model %q", r.Model, model)
 	}
 	d := &Request{Model: r.Model, Infer: &serving.InferRequest{ID: r.ID, Inputs: map[string]*tensor.Tensor{}}, binaryOut: map[string]bool{}}
-	var err error
 	if d.Version, err = versionFromJSON(r.Version); err != nil {
 		return nil, err
 	}
@@ -110,33 +205,18 @@ func decodeV1(header []byte, br *binaryReader, model string, lim *Limits) (*Requ
 			return nil, err
 		}
 	}
-	if len(r.Inputs) == 0 || string(r.Inputs) == "null" {
+	if !r.HasInputs {
 		return nil, badRequest(`the request has no "inputs" (want {"name": {"dtype": ..., "shape": [...], "data": [...]}, ...})`)
 	}
-	// Walk the inputs object in its written order: binary data follows it.
-	dec := json.NewDecoder(bytes.NewReader(r.Inputs))
-	dec.DisallowUnknownFields()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, badRequest(`"inputs" must be an object mapping input names to {"dtype", "shape", "data"}`)
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, jsonError(err, `"inputs"`)
+	for _, in := range r.Inputs {
+		if _, dup := d.Infer.Inputs[in.name]; dup {
+			return nil, badRequest("input %q is given twice", in.name)
 		}
-		name, _ := tok.(string)
-		var in v1Input
-		if err := dec.Decode(&in); err != nil {
-			return nil, jsonError(err, "input "+strconv.Quote(name))
-		}
-		if _, dup := d.Infer.Inputs[name]; dup {
-			return nil, badRequest("input %q is given twice", name)
-		}
-		t, err := decodeInput(tensorIn{name: name, dtype: in.DType, shape: in.Shape, data: in.Data, params: in.Parameters}, br, lim, d.Model, d.Version)
+		t, err := decodeInput(in, br, lim, d.Model, d.Version)
 		if err != nil {
 			return nil, err
 		}
-		d.Infer.Inputs[name] = t
+		d.Infer.Inputs[in.name] = t
 	}
 	if err := br.finish(); err != nil {
 		return nil, err

@@ -1,0 +1,254 @@
+"""make bench-peers: xserve vs ONNX Runtime (1 and 2 intra-op threads) vs
+OpenVINO on the zoo fixtures (testdata/zoo) and examples/models, batch 1, 8
+and 32, interleaved, on the same inputs. Prints a Markdown table.
+
+    .venv-bench/bin/python bench/peers.py --runner bin/bench-runner [--batches 1,8,32] [--rounds 5]
+
+Each model and batch size: every runner loads the model (xserve: import,
+lower, compile, in the bench-runner process, timing Executable.Run, host
+tensors in and out), then `rounds` rounds run each runner in turn (order
+rotated each round) for a chunk of about --chunk-s seconds; the p50 is over
+all timed calls. Inputs: the fixture's batch-1 input repeated to the batch
+size, written to .npy and read by every runner.
+
+GFLOP/s counts 2 FLOPs per multiply-add of Conv, ConvTranspose, Gemm and
+MatMul (from the ONNX graph with shapes inferred at that batch size); all
+other ops are not counted. Peak: see cpu_peak().
+"""
+
+import argparse
+import glob
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import openvino as ov
+from onnx import shape_inference
+
+
+def cpu_peak():
+    """Peak FP32 GFLOP/s per core, and how it was estimated, from lscpu:
+    FMA (2 FLOPs) x 2 FMA pipes x fp32 lanes x frequency. Lanes: 16 with
+    AVX-512 on Intel; 8 with AVX2, and on AMD, whose Zen 4 runs 512-bit
+    operations as two 256-bit halves. Frequency: "CPU max MHz" if lscpu has
+    it, else BogoMIPS / 2 (the TSC frequency, about the base clock)."""
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    info = dict(re.findall(r"^([^:]+):\s*(.*)$", out, re.M))
+    flags = info.get("Flags", "").split()
+    amd = "AMD" in info.get("Vendor ID", "")
+    lanes = 16 if ("avx512f" in flags and not amd) else 8 if "avx2" in flags or "avx512f" in flags else 4
+    if info.get("CPU max MHz"):
+        mhz, src = float(info["CPU max MHz"]), "CPU max MHz"
+    else:
+        mhz, src = float(info["BogoMIPS"]) / 2, "BogoMIPS/2"
+    per_core = 2 * 2 * lanes * mhz / 1e3
+    how = (f"{info.get('Model name', '?')}, {info.get('CPU(s)', '?')} CPUs: 2 (FMA) x 2 pipes x {lanes} fp32 lanes "
+           f"x {mhz:.0f} MHz ({src}) = {per_core:.1f} GFLOP/s per core")
+    return per_core, int(info.get("CPU(s)", "1")), how
+
+
+def with_batch(model_path, feeds):
+    """The model with its inputs fixed to the shapes of feeds, shapes inferred."""
+    m = onnx.load(model_path)
+    for inp in m.graph.input:
+        if inp.name in feeds:
+            dims = inp.type.tensor_type.shape.dim
+            for d, v in zip(dims, feeds[inp.name].shape):
+                d.Clear()
+                d.dim_value = v
+    return shape_inference.infer_shapes(m, data_prop=True)
+
+
+def count_flops(m):
+    shapes = {}
+    for vi in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    for init in m.graph.initializer:
+        shapes[init.name] = list(init.dims)
+
+    def known(name):
+        s = shapes.get(name)
+        return s if s is not None and all(v is not None for v in s) else None
+
+    flops = 0
+    for n in m.graph.node:
+        if n.op_type in ("Conv", "ConvTranspose"):
+            w, y = known(n.input[1]), known(n.output[0])
+            if w and y:
+                group = next((a.i for a in n.attribute if a.name == "group"), 1)
+                if n.op_type == "Conv":  # w: [out, in/group, k...]
+                    flops += 2 * int(np.prod(y)) * int(np.prod(w[1:]))
+                else:  # w: [in, out/group, k...], cost per input element
+                    x = known(n.input[0])
+                    if x:
+                        flops += 2 * int(np.prod(x)) * int(np.prod(w[1:]))
+        elif n.op_type in ("Gemm", "MatMul"):
+            a, y = known(n.input[0]), known(n.output[0])
+            if a and y:
+                trans_a = next((x.i for x in n.attribute if x.name == "transA"), 0)
+                k = a[-2] if (n.op_type == "Gemm" and trans_a) else a[-1]
+                flops += 2 * int(np.prod(y)) * k
+    return flops
+
+
+class XServe:
+    name = "xserve"
+
+    def __init__(self, runner):
+        self.p = subprocess.Popen([runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def _ask(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        out = self.p.stdout.readline().strip()
+        if out.startswith("error:") or not out:
+            raise RuntimeError(f"bench-runner: {line.split()[0]}: {out}")
+        return out
+
+    def load(self, key, model, files):
+        self._ask(f"load {key} {model} " + " ".join(f"{k}={v}" for k, v in files.items()))
+        self.key = key
+
+    def run(self, n):
+        return [int(x) / 1e9 for x in self._ask(f"time {self.key} {n}").split()]
+
+    def close(self):
+        self._ask("quit") if False else None
+        self.p.stdin.write("quit\n")
+        self.p.stdin.flush()
+        self.p.wait()
+
+
+class ORT:
+    def __init__(self, threads):
+        self.threads = threads
+        self.name = f"ort-{threads}t"
+
+    def load(self, key, model, feeds):
+        o = ort.SessionOptions()
+        o.intra_op_num_threads = self.threads
+        o.inter_op_num_threads = 1
+        self.s = ort.InferenceSession(model, o, providers=["CPUExecutionProvider"])
+        self.feeds = feeds
+        self.s.run(None, feeds)
+
+    def run(self, n):
+        t = []
+        for _ in range(n):
+            s = time.perf_counter()
+            self.s.run(None, self.feeds)
+            t.append(time.perf_counter() - s)
+        return t
+
+
+class OpenVINO:
+    name = "openvino"
+
+    def __init__(self):
+        self.core = ov.Core()
+
+    def load(self, key, model, feeds):
+        m = self.core.read_model(model)
+        m.reshape({k: list(v.shape) for k, v in feeds.items()})
+        self.c = self.core.compile_model(m, "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+        self.req = self.c.create_infer_request()
+        self.feeds = feeds
+        self.req.infer(feeds)
+
+    def run(self, n):
+        t = []
+        for _ in range(n):
+            s = time.perf_counter()
+            self.req.infer(self.feeds)
+            t.append(time.perf_counter() - s)
+        return t
+
+
+def models(root):
+    out = []
+    for d in sorted(glob.glob(os.path.join(root, "testdata/zoo/*/"))):
+        ins = {os.path.basename(f)[len("b1.in."):-len(".npy")]: np.load(f) for f in sorted(glob.glob(d + "b1.in.*.npy"))}
+        out.append((os.path.basename(d.rstrip("/")), os.path.join(d, "model.onnx"), ins))
+    for mf in sorted(glob.glob(os.path.join(root, "examples/models/*/1/model.onnx"))):
+        name = mf.split(os.sep)[-3]
+        samples = {os.path.basename(f)[:-4]: np.load(f)[:1] for f in glob.glob(os.path.join(root, "examples/samples", name, "*.npy"))}
+        m = onnx.load(mf)
+        ins = {i.name: samples[i.name] for i in m.graph.input if i.name in samples}
+        out.append((name, mf, ins))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runner", required=True)
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--chunk-s", type=float, default=0.2)
+    ap.add_argument("--models", default="", help="comma-separated subset")
+    ap.add_argument("--work", default=".cache/bench-peers")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    per_core, ncpu, how = cpu_peak()
+    peak = per_core * ncpu
+    xs = XServe(args.runner)
+    runners = [xs, ORT(1), ORT(2), OpenVINO()]
+    names = [r.name for r in runners]
+    print(f"peak: {how}; machine peak {peak:.0f} GFLOP/s ({ncpu} cores)", file=sys.stderr)
+    print(f"onnxruntime {ort.__version__}, openvino {ov.__version__}, python {platform.python_version()}", file=sys.stderr)
+    rows = []
+    wanted = set(filter(None, args.models.split(",")))
+    for name, path, ins in models("."):
+        if wanted and name not in wanted:
+            continue
+        for b in [int(x) for x in args.batches.split(",")]:
+            feeds = {k: np.ascontiguousarray(np.repeat(v, b, axis=0)) for k, v in ins.items()}
+            files = {}
+            for k, v in feeds.items():
+                f = os.path.join(args.work, f"{name}.b{b}.{k}.npy")
+                np.save(f, v)
+                files[k] = f
+            flops = count_flops(with_batch(path, feeds))
+            key = f"{name}.b{b}"
+            times = {}
+            try:
+                for r in runners:
+                    r.load(key, path, files if r is xs else feeds)
+                    t0 = time.perf_counter()
+                    r.run(1)
+                    times[r.name] = (max(1, int(args.chunk_s / max(time.perf_counter() - t0, 1e-6))), [])
+                for rnd in range(args.rounds):
+                    order = runners[rnd % len(runners):] + runners[:rnd % len(runners)]
+                    for r in order:
+                        times[r.name][1].extend(r.run(times[r.name][0]))
+            except Exception as e:  # a runner that cannot run a model: say so in the table
+                print(f"{key}: {e}", file=sys.stderr)
+                rows.append((name, b, flops, {n: None for n in names}, str(e).splitlines()[0][:80]))
+                continue
+            p50 = {n: statistics.median(t[1]) for n, t in times.items()}
+            rows.append((name, b, flops, p50, ""))
+            print(f"{key}: " + " ".join(f"{n}={p50[n]*1e3:.3f}ms" for n in names), file=sys.stderr)
+    xs.close()
+
+    print(f"| model | batch | GFLOP | " + " | ".join(f"{n} p50 ms" for n in names) +
+          " | xserve / best ORT | " + " | ".join(f"{n} GFLOP/s (% peak)" for n in names) + " |")
+    print("|" + "---|" * (3 + 2 * len(names) + 1))
+    for name, b, flops, p50, err in rows:
+        if err:
+            print(f"| {name} | {b} | {flops/1e9:.3f} | failed: {err} |")
+            continue
+        best = min(p50["ort-1t"], p50["ort-2t"])
+        cells = [f"{p50[n]*1e3:.3f}" for n in names]
+        rate = [f"{flops/p50[n]/1e9:.1f} ({100*flops/p50[n]/1e9/peak:.0f}%)" for n in names]
+        print(f"| {name} | {b} | {flops/1e9:.3f} | " + " | ".join(cells) + f" | {p50['xserve']/best:.2f} | " + " | ".join(rate) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+package serving
+
+import (
+	"context"
+	"testing"
+
+	"github.com/xserve/xserve/importer"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/tensor"
+)
+
+// runUploadThenRun is the way Executable.Run executed before
+// pjrt.Executable.RunHost (kept here as the baseline of
+// BenchmarkExecutableRun): upload each input with Client.Upload, Execute,
+// then ToHost and Close per output (what pjrt.Executable.Run did), close the
+// uploads.
+func (e *Executable) runUploadThenRun(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	args := append([]*pjrt.Buffer(nil), e.args...)
+	in := 0
+	for i, p := range e.Program.Params {
+		if p.Kind != lower.Input {
+			continue
+		}
+		b, err := e.client.Upload(ctx, inputs[in])
+		if err != nil {
+			return nil, err
+		}
+		defer b.Close()
+		in++
+		args[i] = b
+	}
+	outs, err := e.exe.Execute(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]*tensor.Tensor, len(outs))
+	for i, o := range outs {
+		if ts[i], err = o.ToHost(ctx); err != nil {
+			return nil, err
+		}
+		o.Close()
+	}
+	return ts, nil
+}
+
+// BenchmarkExecutableRun is the end-to-end cost of Executable.Run (host
+// tensors in, host tensors out) at batch 1, on tinycnn
+// (examples/models/tinycnn) and on y = x + 1 over float32[1,16]
+// (testdata/tiny/addone.onnx), where it is nearly all fixed per-call cost.
+// path=upload-run is the code before RunHost, path=runhost today's Run;
+// the two alternate within each -count round:
+//
+//	go test -run '^$' -bench ExecutableRun -count 6 ./serving
+func BenchmarkExecutableRun(b *testing.B) {
+	c := testClient(b)
+	ctx := context.Background()
+	for _, m := range []struct{ name, file string }{
+		{"tinycnn", tinyCNN},
+		{"addone16", "../testdata/tiny/addone.onnx"},
+	} {
+		g, err := importer.Load(m.file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var inputs []*tensor.Tensor
+		for _, p := range g.Placeholders() {
+			shape := p.Val().Shape
+			dims := make([]int64, len(shape))
+			for i, d := range shape {
+				dims[i] = 1
+				if d.IsStatic() {
+					dims[i] = d.Size
+				}
+			}
+			x := tensor.New(tensor.Float32, dims...)
+			for i := range x.NumElements() {
+				x.SetFloat64(i, float64(i%17)/17) // finite, no denormals
+			}
+			inputs = append(inputs, x)
+		}
+		bound, err := g.BindDims(inputs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		prog, err := lower.New(lower.Options{Platform: c.Platform()}).Lower(g, bound)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := NewWeights(c)
+		defer w.Close()
+		exe, err := Compile(ctx, c, prog, w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer exe.Close()
+		want, err := exe.runUploadThenRun(ctx, inputs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, path := range []struct {
+			name string
+			run  func(context.Context, []*tensor.Tensor) ([]*tensor.Tensor, error)
+		}{{"upload-run", exe.runUploadThenRun}, {"runhost", exe.Run}} {
+			got, err := path.run(ctx, inputs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if string(got[0].Data) != string(want[0].Data) {
+				b.Fatalf("%s %s: outputs differ from the baseline's", m.name, path.name)
+			}
+			b.Run(m.name+"/path="+path.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := path.run(ctx, inputs); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
