@@ -23,8 +23,9 @@ type Executable struct {
 	paramsKnown bool
 
 	// mu is held for reading by executions and for writing by Close.
-	mu sync.RWMutex
-	le *gopjrt.LoadedExecutable // nil once closed
+	mu     sync.RWMutex
+	le     *gopjrt.LoadedExecutable // nil once closed
+	handle loadedHandle             // le's C handle, for Serialize (capi.go)
 }
 
 // Name returns the program's name (the MLIR module name, e.g. "m" for
