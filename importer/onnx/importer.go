@@ -238,9 +238,9 @@ type boundedValue struct {
 }
 
 // boundOutputs declares the bounded values that are graph outputs
-// (fxgraph.BoundedOutput), appending their counts as outputs. A bounded
-// value used by another operator is unsupported: that operator would see
-// the padding.
+// (fxgraph.BoundedOutput), appending their counts as outputs. Operators
+// that consume bounded values were checked as they were converted
+// (boundRules).
 func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
 	if s.bounded == nil {
 		return nil
@@ -248,11 +248,6 @@ func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
 	for _, b := range *s.bounded {
 		if b.value.Graph() != s.g {
 			continue // dead
-		}
-		for _, u := range b.value.Users() {
-			if u.Op != fxgraph.Output {
-				return Unsupported("%s whose result feeds another operator (%s): its size is data-dependent, so it is supported only as a graph output, returned padded with a count", b.op, u.Name)
-			}
 		}
 		for i, o := range outs {
 			if o != b.value {
@@ -317,7 +312,17 @@ func (s *scope) convertNode(node *Node) error {
 		return fmt.Errorf("%w: operator %s (node %q, opset %d)", ErrUnsupported, op, node.Name, opset)
 	}
 	c := &Ctx{s: s, node: node, Opset: opset}
-	if err := conv(c, node); err != nil {
+	bin := s.boundedInputs(node)
+	rule := boundRules[node.OpType]
+	if len(bin) > 0 && rule == nil {
+		_, b := anyBound(bin)
+		return fmt.Errorf("%w (operator %s, node %q, opset %d)", unsupportedBound(node, b, "xserve cannot follow its size through this operator"), node.OpType, node.Name, opset)
+	}
+	err := conv(c, node)
+	if err == nil && len(bin) > 0 {
+		err = rule(c, node, bin)
+	}
+	if err != nil {
 		if errors.Is(err, ErrUnsupported) {
 			return fmt.Errorf("%w (operator %s, node %q, opset %d)", err, node.OpType, node.Name, opset)
 		}

@@ -193,6 +193,9 @@ func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope
 	}
 	inner := &scope{im: s.im, g: g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, values: s.values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}}
 	for _, name := range captured {
+		if b, ok := s.boundOf(s.env[name]); ok {
+			return nil, Unsupported("subgraph %q uses %q, the data-dependent result of %s (padded, with a count): not supported inside subgraphs", gr.Name, name, b.op)
+		}
 		inner.env[name] = g.AddPlaceholder(sanitize(name), Meta(s.env[name]))
 	}
 	for _, name := range freeNames(gr) {

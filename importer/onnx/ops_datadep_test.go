@@ -87,17 +87,83 @@ func TestNonZeroRun(t *testing.T) {
 }
 
 // TestNonZeroFeedingAnOp checks that a NonZero whose padded result would
-// reach another operator is rejected as unsupported.
+// reach an operator that cannot carry its count is rejected as unsupported,
+// naming that operator.
 func TestNonZeroFeedingAnOp(t *testing.T) {
-	m := &onnx.Model{
-		IRVersion:    8,
-		OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
-		Graph: &onnx.Graph{Name: "g", Inputs: []*onnx.ValueInfo{nnVI("x", tensor.Float32, 4)},
-			Nodes:   []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), nnNode("Transpose", []string{"i"}, []string{"y"})},
-			Outputs: []*onnx.ValueInfo{{Name: "y"}}},
+	for _, tc := range []struct {
+		name string
+		node *onnx.Node
+		want string
+	}{
+		{"shape", nnNode("Shape", []string{"i"}, []string{"y"}), "Shape consumes the data-dependent result of NonZero"},
+		{"reduce", nnNode("ReduceSum", []string{"i"}, []string{"y"}), "ReduceSum consumes the data-dependent result of NonZero"},
+		{"gather along the padded axis", nnNode("Gather", []string{"i", "i"}, []string{"y"}, &onnx.Attribute{Name: "axis", Type: onnx.AttrInt, I: 1}), "both the data and the indices are padded"},
+		{"full-size operand", nnNode("Add", []string{"i", "w"}, []string{"y"}), "operand 1 has size 4 along the data-dependent axis"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &onnx.Model{
+				IRVersion:    8,
+				OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
+				Graph: &onnx.Graph{Name: "g", Inputs: []*onnx.ValueInfo{nnVI("x", tensor.Float32, 4), nnVI("w", tensor.Int64, 1, 4)},
+					Nodes:   []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), tc.node},
+					Outputs: []*onnx.ValueInfo{{Name: "y"}}},
+			}
+			g, err := onnx.NewImporter().Import(m)
+			checkImport(t, g, err, "", tc.want)
+		})
 	}
-	g, err := onnx.NewImporter().Import(m)
-	checkImport(t, g, err, "", "NonZero whose result feeds another operator")
+}
+
+// TestNMSPostprocessMatchesORT runs a detection postprocess that keeps
+// computing with data-dependent results (testdata/gen_nms_postprocess.py):
+// NonMaxSuppression's indices sliced, gathered into boxes and scores and
+// offset into labels, and a NonZero score filter transposed, gathered and
+// scaled. Every output is bounded; Trim must leave ONNX Runtime's.
+func TestNMSPostprocessMatchesORT(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.ImportFile("testdata/nms_postprocess.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prog.Bounded) != 4 {
+		t.Fatalf("bounded outputs %v, want all 4", prog.Bounded)
+	}
+	raw, err := os.ReadFile("testdata/nms_postprocess.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Cases []struct {
+			Boxes, Scores []float64
+			Outputs       []struct {
+				Shape  []int64
+				Values []float64
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	dts := []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}
+	for i, tc := range ref.Cases {
+		in := []*tensor.Tensor{nnT(tensor.Float32, tc.Boxes, 1, 64, 4), nnT(tensor.Float32, tc.Scores, 1, 1, 64)}
+		got, err := conformance.Execute(context.Background(), client, prog, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(tc.Outputs) {
+			t.Fatalf("case %d: %d outputs, want %d", i, len(got), len(tc.Outputs))
+		}
+		for j, o := range tc.Outputs {
+			if err := conformance.Compare(got[j], nnT(dts[j], o.Values, o.Shape...), 1e-6, 1e-6); err != nil {
+				t.Errorf("case %d, output %s: %v", i, g.OutputName(j), err)
+			}
+		}
+	}
 }
 
 // TestCompressRun runs Compress on PJRT (padded along the axis, sliced by
