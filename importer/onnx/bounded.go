@@ -48,11 +48,24 @@ func (s *scope) boundOf(v *fxgraph.Node) (boundedValue, bool) {
 		return boundedValue{}, false
 	}
 	for _, b := range *s.bounded {
-		if b.value == v {
+		if b.value == v && !b.shape {
 			return b, true
 		}
 	}
 	return boundedValue{}, false
+}
+
+// hasShapeInput reports whether an input of node is the run-time shape of
+// a bounded value.
+func (s *scope) hasShapeInput(node *Node) bool {
+	for _, name := range node.Inputs {
+		if v, ok := s.env[name]; ok && name != "" {
+			if _, ok := s.shapeEntry(v); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // boundedInputs returns node's inputs that are bounded values, by index.
@@ -92,6 +105,37 @@ func (c *Ctx) setBound(i, axis int, b boundedValue) {
 	*c.s.bounded = append(*c.s.bounded, boundedValue{value: v, count: b.count, axis: axis, op: b.op})
 }
 
+// sameCount reports whether two count nodes compute the same value: the
+// same node, or the same operation on the same counts and constants
+// (Concat builds one sum per concatenation).
+func sameCount(a, b *fxgraph.Node, depth int) bool {
+	if a == b {
+		return true
+	}
+	if depth > 4096 || a == nil || b == nil || a.Op != b.Op || a.Target != b.Target || len(a.Args) != len(b.Args) || a.Op != fxgraph.CallFunction {
+		return false
+	}
+	ca, cb := a.Graph().ConstValue(a), b.Graph().ConstValue(b)
+	if ca != nil || cb != nil {
+		return ca != nil && cb != nil && ca.DType == cb.DType && slices.Equal(ca.Shape, cb.Shape) && slices.Equal(ca.Data, cb.Data)
+	}
+	for i := range a.Args {
+		na, aok := a.Args[i].(*fxgraph.Node)
+		nb, bok := b.Args[i].(*fxgraph.Node)
+		switch {
+		case aok != bok:
+			return false
+		case aok:
+			if !sameCount(na, nb, depth+1) {
+				return false
+			}
+		case fmt.Sprint(a.Args[i]) != fmt.Sprint(b.Args[i]):
+			return false
+		}
+	}
+	return true
+}
+
 // unsupportedBound is the error for a use of a bounded value xserve cannot
 // follow.
 func unsupportedBound(node *Node, b boundedValue, why string) error {
@@ -124,7 +168,7 @@ func boundElementwise(c *Ctx, node *Node, in map[int]boundedValue) error {
 	for i, b := range in {
 		v := c.s.env[node.Inputs[i]]
 		ax := b.axis + orank - Meta(v).Rank()
-		if axis >= 0 && ax != axis || b.count != ref.count {
+		if axis >= 0 && ax != axis || !sameCount(b.count, ref.count, 0) {
 			return unsupportedBound(node, b, "its operands are padded differently (two data-dependent sizes)")
 		}
 		axis = ax
@@ -166,8 +210,8 @@ func boundTranspose(c *Ctx, node *Node, in map[int]boundedValue) error {
 	return nil
 }
 
-// boundGather: indices bounded along k, data not: the output is bounded
-// along axis+k. Data bounded along a, not along the gathered axis: bounded
+// boundGather: indices bounded along k (data not, or padded along the
+// gathered axis): the output is bounded along axis+k. Data bounded along a, not along the gathered axis: bounded
 // along a (shifted by the indices' rank when after it).
 func boundGather(c *Ctx, node *Node, in map[int]boundedValue) error {
 	data := Meta(c.s.env[node.Inputs[0]])
@@ -179,9 +223,12 @@ func boundGather(c *Ctx, node *Node, in map[int]boundedValue) error {
 	bd, dataB := in[0]
 	bi, idxB := in[1]
 	switch {
-	case dataB && idxB:
-		return unsupportedBound(node, bd, "both the data and the indices are padded")
+	case dataB && idxB && bd.axis != axis:
+		return unsupportedBound(node, bd, "the data is padded along another axis than the one gathered by padded indices")
 	case idxB:
+		// Padded data gathered along its padded axis by padded indices: the
+		// valid indices (data-dependent results: NonZero, TopK, NMS, never
+		// negative) address valid entries.
 		c.setBound(0, axis+bi.axis, bi)
 	case bd.axis == axis:
 		return unsupportedBound(node, bd, "it gathers along the padded axis (indices could address the padding)")

@@ -224,7 +224,9 @@ func (s *scope) counts() []*fxgraph.Node {
 	}
 	var out []*fxgraph.Node
 	for _, b := range *s.bounded {
-		out = append(out, b.count)
+		if !b.shape {
+			out = append(out, b.count)
+		}
 	}
 	return out
 }
@@ -235,6 +237,10 @@ type boundedValue struct {
 	value, count *fxgraph.Node
 	axis         int
 	op           string
+	// shape marks the run-time shape of a bounded value (Shape of it), whose
+	// padded dims are dims: not itself bounded.
+	shape bool
+	dims  []int64
 }
 
 // boundOutputs declares the bounded values that are graph outputs
@@ -246,8 +252,8 @@ func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
 		return nil
 	}
 	for _, b := range *s.bounded {
-		if b.value.Graph() != s.g {
-			continue // dead
+		if b.shape || b.value.Graph() != s.g {
+			continue // a shape, or dead
 		}
 		for i, o := range outs {
 			if o != b.value {
@@ -313,14 +319,19 @@ func (s *scope) convertNode(node *Node) error {
 	}
 	c := &Ctx{s: s, node: node, Opset: opset}
 	bin := s.boundedInputs(node)
-	rule := boundRules[node.OpType]
-	if len(bin) > 0 && rule == nil {
+	rule, override := boundRules[node.OpType], boundConverters[node.OpType]
+	var err error
+	switch {
+	case len(bin) > 0 && override != nil, node.OpType == "ConstantOfShape" && s.hasShapeInput(node):
+		err = override(c, node, bin, conv)
+	case len(bin) > 0 && rule == nil:
 		_, b := anyBound(bin)
 		return fmt.Errorf("%w (operator %s, node %q, opset %d)", unsupportedBound(node, b, "xserve cannot follow its size through this operator"), node.OpType, node.Name, opset)
-	}
-	err := conv(c, node)
-	if err == nil && len(bin) > 0 {
-		err = rule(c, node, bin)
+	default:
+		err = conv(c, node)
+		if err == nil && len(bin) > 0 {
+			err = rule(c, node, bin)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, ErrUnsupported) {

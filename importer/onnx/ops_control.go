@@ -67,6 +67,11 @@ func convertIf(c *Ctx, _ *Node) error {
 		return bindIfOutputs(c, outs)
 	}
 	captured := c.s.captures(branches[0], branches[1])
+	for _, name := range captured {
+		if _, ok := c.s.boundOf(c.s.env[name]); ok {
+			return ifBounded(c, cond, branches)
+		}
+	}
 	var graphs [2]*fxgraph.Graph
 	for i, br := range branches {
 		if graphs[i], err = c.s.subgraph(br, captured); err != nil {
