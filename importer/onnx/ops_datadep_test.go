@@ -11,6 +11,7 @@ import (
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -114,55 +115,83 @@ func TestNonZeroFeedingAnOp(t *testing.T) {
 	}
 }
 
-// TestNMSPostprocessMatchesORT runs a detection postprocess that keeps
-// computing with data-dependent results (testdata/gen_nms_postprocess.py):
-// NonMaxSuppression's indices sliced, gathered into boxes and scores and
-// offset into labels, and a NonZero score filter transposed, gathered and
-// scaled. Every output is bounded; Trim must leave ONNX Runtime's.
-func TestNMSPostprocessMatchesORT(t *testing.T) {
+// TestPostprocessMatchesORT runs detection postprocesses that keep
+// computing with data-dependent results, against ONNX Runtime:
+// nms_postprocess (gen_nms_postprocess.py, onnx.helper): NonMaxSuppression's
+// indices sliced, gathered into boxes and scores and offset into labels,
+// and a NonZero score filter transposed, gathered and scaled;
+// detect_postprocess (gen_detect_postprocess.py, torch.onnx of torchvision's
+// SSD-style postprocess): per-class NonZero filter, TopK with a run-time k,
+// the classes packed together (Concat), torchvision's "no boxes" If,
+// NonMaxSuppression of 300 padded boxes (the greedy while_loop), gathers by
+// its indices and a ReduceMax over the packed boxes. Trim must leave ONNX
+// Runtime's outputs exactly (within float rounding).
+func TestPostprocessMatchesORT(t *testing.T) {
 	client := nnPlugin(t)
-	g, err := onnx.ImportFile("testdata/nms_postprocess.onnx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := lower.New(lower.Options{}).Lower(g, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(prog.Bounded) != 4 {
-		t.Fatalf("bounded outputs %v, want all 4", prog.Bounded)
-	}
-	raw, err := os.ReadFile("testdata/nms_postprocess.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref struct {
-		Cases []struct {
-			Boxes, Scores []float64
-			Outputs       []struct {
-				Shape  []int64
-				Values []float64
+	for _, tc := range []struct {
+		name     string
+		inShapes [][]int64
+		outTypes []tensor.DType
+		bounded  int
+	}{
+		{"nms_postprocess", [][]int64{{1, 64, 4}, {1, 1, 64}}, []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}, 4},
+		{"detect_postprocess", [][]int64{{160, 4}, {160, 4}}, []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := onnx.ImportFile("testdata/" + tc.name + ".onnx")
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
-	dts := []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}
-	for i, tc := range ref.Cases {
-		in := []*tensor.Tensor{nnT(tensor.Float32, tc.Boxes, 1, 64, 4), nnT(tensor.Float32, tc.Scores, 1, 1, 64)}
-		got, err := conformance.Execute(context.Background(), client, prog, in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != len(tc.Outputs) {
-			t.Fatalf("case %d: %d outputs, want %d", i, len(got), len(tc.Outputs))
-		}
-		for j, o := range tc.Outputs {
-			if err := conformance.Compare(got[j], nnT(dts[j], o.Values, o.Shape...), 1e-6, 1e-6); err != nil {
-				t.Errorf("case %d, output %s: %v", i, g.OutputName(j), err)
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			if len(prog.Bounded) != tc.bounded {
+				t.Fatalf("bounded outputs %v, want %d", prog.Bounded, tc.bounded)
+			}
+			raw, err := os.ReadFile("testdata/" + tc.name + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref struct {
+				Cases []struct {
+					Boxes, Scores []float64
+					Outputs       []struct {
+						Shape  []int64
+						Values []float64
+					}
+				}
+			}
+			if err := json.Unmarshal(raw, &ref); err != nil {
+				t.Fatal(err)
+			}
+			r, err := runner.New(client, runner.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := r.Model(g)
+			defer m.Close()
+			exe, err := m.Compile(context.Background(), prog) // once for every case
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer exe.Close()
+			for i, rc := range ref.Cases {
+				in := []*tensor.Tensor{nnT(tensor.Float32, rc.Boxes, tc.inShapes[0]...), nnT(tensor.Float32, rc.Scores, tc.inShapes[1]...)}
+				got, err := exe.Run(context.Background(), in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(rc.Outputs) {
+					t.Fatalf("case %d: %d outputs, want %d", i, len(got), len(rc.Outputs))
+				}
+				for j, o := range rc.Outputs {
+					if err := conformance.Compare(got[j], nnT(tc.outTypes[j], o.Values, o.Shape...), 1e-6, 1e-6); err != nil {
+						t.Errorf("case %d, output %s: %v", i, g.OutputName(j), err)
+					}
+				}
+			}
+		})
 	}
 }
 
