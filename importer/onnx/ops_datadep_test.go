@@ -347,3 +347,65 @@ func TestNonMaxSuppressionRun(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopScanRunTimeMatchesORT runs Loops with scan outputs and a number
+// of iterations known only at run time (testdata/gen_loop_scan.py): trip
+// count min(n, 8), and trip count 6 with a condition from the loop state.
+// They become while_loops writing into buffers of 8 and 6 slices; the scan
+// outputs come back bounded and trimmed to ONNX Runtime's (0 to 8 rows).
+func TestLoopScanRunTimeMatchesORT(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.ImportFile("testdata/loop_scan.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prog.Bounded) != 2 || prog.Outputs[1].Shape[0] != 8 || prog.Outputs[3].Shape[0] != 6 {
+		t.Fatalf("bounded %v, outputs %v: want the scan outputs padded to 8 and 6 rows", prog.Bounded, prog.Outputs)
+	}
+	raw, err := os.ReadFile("testdata/loop_scan.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Cases []struct {
+			N       int64
+			Limit   float64
+			X       []float64
+			Outputs []struct {
+				Shape  []int64
+				Values []float64
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(client, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.Model(g)
+	defer m.Close()
+	exe, err := m.Compile(context.Background(), prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	for _, rc := range ref.Cases {
+		n := tensor.New(tensor.Int64)
+		n.SetInt64(0, rc.N)
+		got, err := exe.Run(context.Background(), []*tensor.Tensor{n, nnT(tensor.Float32, rc.X, 3), nnT(tensor.Float32, []float64{rc.Limit})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, o := range rc.Outputs {
+			if err := conformance.Compare(got[j], nnT(tensor.Float32, o.Values, o.Shape...), 1e-6, 1e-6); err != nil {
+				t.Errorf("n %d, limit %g, output %s: %v", rc.N, rc.Limit, g.OutputName(j), err)
+			}
+		}
+	}
+}
