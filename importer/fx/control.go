@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
 )
 
 // graphArgument is an "as_graph" argument: a subgraph of a higher-order
@@ -108,7 +109,15 @@ func (b *builder) tensorList(n *node, name string, i int) ([]any, error) {
 // subgraph converts gr, a subgraph of a higher-order operator, into a
 // graph of its own: a placeholder per input, gr's outputs as its outputs.
 func (b *builder) subgraph(gr *graph) (*fxgraph.Graph, error) {
-	sb := &builder{a: b.a, model: b.model, entry: b.entry, ep: b.ep, gr: gr, ir: b.ir, g: fxgraph.New(), env: map[string]any{}, uses: map[string]int{},
+	sb := b.newSub(gr, fxgraph.New())
+	return sb.convertSub(gr, func(i int, ref string, meta fxgraph.TensorMeta) (*fxgraph.Node, error) {
+		return sb.g.AddPlaceholder(sanitize(ref), meta), nil
+	})
+}
+
+// newSub returns a builder that converts gr into g.
+func (b *builder) newSub(gr *graph, g *fxgraph.Graph) *builder {
+	sb := &builder{a: b.a, model: b.model, entry: b.entry, ep: b.ep, gr: gr, ir: b.ir, g: g, env: map[string]any{}, uses: map[string]int{},
 		aliasClass: map[string]string{}, aliases: map[string][]string{}, lastUse: map[string]int{},
 		symSize: map[symKey]*fxgraph.Node{}}
 	for i := range gr.Nodes {
@@ -126,6 +135,12 @@ func (b *builder) subgraph(gr *graph) (*fxgraph.Graph, error) {
 		}
 	}
 	sb.reserveNames()
+	return sb
+}
+
+// convertSub converts gr's nodes into sb.g, input i bound to the node
+// input returns for it, and sets gr's outputs as the graph's.
+func (sb *builder) convertSub(gr *graph, input func(i int, ref string, meta fxgraph.TensorMeta) (*fxgraph.Node, error)) (*fxgraph.Graph, error) {
 	for i, in := range gr.Inputs {
 		refs := argRefs(in)
 		if in.Kind != "as_tensor" || len(refs) != 1 {
@@ -135,7 +150,11 @@ func (b *builder) subgraph(gr *graph) (*fxgraph.Graph, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := sb.bindValue(refs[0], sb.g.AddPlaceholder(sanitize(refs[0]), meta)); err != nil {
+		v, err := input(i, refs[0], meta)
+		if err != nil {
+			return nil, err
+		}
+		if err := sb.bindValue(refs[0], v); err != nil {
 			return nil, err
 		}
 	}
@@ -160,4 +179,174 @@ func (b *builder) subgraph(gr *graph) (*fxgraph.Graph, error) {
 	sb.g.SetOutput(outs...)
 	sb.g.EliminateDeadCode()
 	return sb.g, nil
+}
+
+// convertMap converts torch.ops.higher_order.map_impl(body, xs, args) (as
+// torch._higher_order_ops.map: body applied to each slice of the xs along
+// their first axis, with args as they are, the results stacked) to the
+// IR's while_loop over (i, stacked outputs...): each step takes slice i of
+// the xs (index_select), converts the body on it and writes its outputs at
+// slice i of the carried buffers. The xs must have a static first axis.
+func (b *builder) convertMap(n *node, name string, outs []string) error {
+	target := n.Target
+	if len(n.Inputs) != 3 || n.Inputs[0].Arg.Kind != "as_graph" {
+		return b.nodeErr(name, target, ErrFormat, "%d arguments, want body_graph, xs and pos_args", len(n.Inputs))
+	}
+	var ga graphArgument
+	if err := n.Inputs[0].Arg.decode(&ga); err != nil {
+		return b.nodeErr(name, target, ErrFormat, "body_graph: %v", err)
+	}
+	xs, err := b.tensorList(n, name, 1)
+	if err != nil {
+		return err
+	}
+	args, err := b.tensorList(n, name, 2)
+	if err != nil {
+		return err
+	}
+	if len(xs) == 0 || len(ga.Graph.Inputs) != len(xs)+len(args) {
+		return b.nodeErr(name, target, ErrFormat, "%d xs and %d pos_args for a body of %d inputs", len(xs), len(args), len(ga.Graph.Inputs))
+	}
+	steps := int64(-1)
+	for _, x := range xs {
+		d := x.(*fxgraph.Node).Val().Shape
+		if len(d) == 0 || !d[0].IsStatic() || steps >= 0 && d[0].Size != steps {
+			return b.nodeErr(name, target, ErrUnsupported, "map over %s: the xs need one static first axis", x.(*fxgraph.Node).Val())
+		}
+		steps = d[0].Size
+	}
+	if steps == 0 {
+		return b.nodeErr(name, target, ErrUnsupported, "map over an empty axis")
+	}
+	// The body's output types, from converting it on its own.
+	probe, err := b.subgraph(&ga.Graph)
+	if err != nil {
+		return fmt.Errorf("%w (subgraph %s of node %s)", err, ga.Name, name)
+	}
+	var metas []fxgraph.TensorMeta
+	for _, o := range probe.Outputs() {
+		m := o.Val()
+		if !m.Shape.IsStatic() {
+			return b.nodeErr(name, target, ErrUnsupported, "map body output %s: static shapes only", m)
+		}
+		metas = append(metas, m)
+	}
+	stacked := func(m fxgraph.TensorMeta) fxgraph.TensorMeta {
+		m.Shape = append(fxgraph.Shape{fxgraph.D(steps)}, m.Shape...)
+		return m
+	}
+	iMeta := fxgraph.TensorMeta{DType: tensor.Int64}
+	places := func(g *fxgraph.Graph) (i *fxgraph.Node, bufs, extra []*fxgraph.Node) {
+		i = g.AddPlaceholder("i", iMeta)
+		for k, m := range metas {
+			bufs = append(bufs, g.AddPlaceholder(fmt.Sprintf("out%d", k), stacked(m)))
+		}
+		for k, v := range append(append([]any{}, xs...), args...) {
+			extra = append(extra, g.AddPlaceholder(fmt.Sprintf("in%d", k), v.(*fxgraph.Node).Val()))
+		}
+		return i, bufs, extra
+	}
+
+	condG := fxgraph.New()
+	ci, _, _ := places(condG)
+	ce := fxgraph.Emitter{Graph: condG, IR: b.ir}
+	lt, err := ce.Emit("", "aten.lt.Scalar", []any{ci, steps}, nil)
+	if err != nil {
+		return b.nodeErr(name, target, ErrUnsupported, "%v", err)
+	}
+	condG.SetOutput(lt)
+
+	bodyG := fxgraph.New()
+	bi, bufs, extra := places(bodyG)
+	sb := b.newSub(&ga.Graph, bodyG)
+	at, err := sb.emit("", "aten.view.default", []any{bi, []any{int64(1)}}, nil)
+	if err != nil {
+		return err
+	}
+	body, err := sb.convertSub(&ga.Graph, func(k int, _ string, _ fxgraph.TensorMeta) (*fxgraph.Node, error) {
+		if k >= len(xs) {
+			return extra[k], nil
+		}
+		sl, err := sb.emit("", "aten.index_select.default", []any{extra[k], int64(0), at}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return sb.emit("", "aten.squeeze.dim", []any{sl, int64(0)}, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("%w (subgraph %s of node %s)", err, ga.Name, name)
+	}
+	next, err := sb.emit("", "aten.add.Tensor", []any{bi, bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
+	if err != nil {
+		return err
+	}
+	newOuts := []*fxgraph.Node{next}
+	pos := tensor.New(tensor.Int64, steps)
+	for k := range steps {
+		pos.SetInt64(k, k)
+	}
+	posN := bodyG.AddConstant("positions", pos)
+	for k, o := range body.Outputs() {
+		// buf[i] = o: where(positions == i) over buf, positions shaped [steps, 1, ...].
+		shape := make([]any, len(metas[k].Shape)+1)
+		shape[0] = steps
+		for d := 1; d < len(shape); d++ {
+			shape[d] = int64(1)
+		}
+		p, err := sb.emit("", "aten.view.default", []any{posN, shape}, nil)
+		if err == nil {
+			p, err = sb.emit("", "aten.eq.Tensor", []any{p, bi}, nil)
+		}
+		var row *fxgraph.Node
+		if err == nil {
+			row, err = sb.emit("", "aten.unsqueeze.default", []any{o, int64(0)}, nil)
+		}
+		var upd *fxgraph.Node
+		if err == nil {
+			upd, err = sb.emit("", "aten.where.self", []any{p, row, bufs[k]}, nil)
+		}
+		if err != nil {
+			return err
+		}
+		newOuts = append(newOuts, upd)
+	}
+	bodyG.SetOutput(newOuts...)
+	bodyG.EliminateDeadCode()
+
+	carried := []any{b.g.AddConstant("map_start", tensor.Scalar(tensor.Int64, 0))}
+	for k, m := range metas {
+		st := stacked(m)
+		dims, _ := st.Shape.Static()
+		z, err := b.emit(fmt.Sprintf("%s_out%d", name, k), "aten.full.default", []any{intsAny(dims), 0.0}, map[string]any{"dtype": m.DType})
+		if err != nil {
+			return err
+		}
+		carried = append(carried, z)
+	}
+	c := &call{b: b, n: n, name: name, target: fxgraph.WhileLoop, outs: outs}
+	w, err := c.emit(name, fxgraph.WhileLoop, []any{b.g.AddSubgraph(ga.Name+"_cond", condG), b.g.AddSubgraph(ga.Name, bodyG), carried, append(append([]any{}, xs...), args...)}, nil)
+	if err != nil {
+		return err
+	}
+	for k := range metas {
+		if k >= len(outs) || outs[k] == "" || b.uses[outs[k]] == 0 {
+			continue
+		}
+		v, err := c.emit(outs[k], fxgraph.GetItem, []any{w, int64(1 + k)}, nil)
+		if err != nil {
+			return err
+		}
+		if err := c.bind(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func intsAny(v []int64) []any {
+	out := make([]any, len(v))
+	for i, x := range v {
+		out[i] = x
+	}
+	return out
 }
