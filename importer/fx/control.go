@@ -188,147 +188,37 @@ func (sb *builder) convertSub(gr *graph, input func(i int, ref string, meta fxgr
 // the xs (index_select), converts the body on it and writes its outputs at
 // slice i of the carried buffers. The xs must have a static first axis.
 func (b *builder) convertMap(n *node, name string, outs []string) error {
-	target := n.Target
-	if len(n.Inputs) != 3 || n.Inputs[0].Arg.Kind != "as_graph" {
-		return b.nodeErr(name, target, ErrFormat, "%d arguments, want body_graph, xs and pos_args", len(n.Inputs))
-	}
-	var ga graphArgument
-	if err := n.Inputs[0].Arg.decode(&ga); err != nil {
-		return b.nodeErr(name, target, ErrFormat, "body_graph: %v", err)
-	}
-	xs, err := b.tensorList(n, name, 1)
+	m, err := b.mapArgs(n, name)
 	if err != nil {
 		return err
 	}
-	args, err := b.tensorList(n, name, 2)
-	if err != nil {
-		return err
-	}
-	if len(xs) == 0 || len(ga.Graph.Inputs) != len(xs)+len(args) {
-		return b.nodeErr(name, target, ErrFormat, "%d xs and %d pos_args for a body of %d inputs", len(xs), len(args), len(ga.Graph.Inputs))
-	}
-	steps := int64(-1)
-	for _, x := range xs {
-		d := x.(*fxgraph.Node).Val().Shape
-		if len(d) == 0 || !d[0].IsStatic() || steps >= 0 && d[0].Size != steps {
-			return b.nodeErr(name, target, ErrUnsupported, "map over %s: the xs need one static first axis", x.(*fxgraph.Node).Val())
-		}
-		steps = d[0].Size
-	}
-	if steps == 0 {
-		return b.nodeErr(name, target, ErrUnsupported, "map over an empty axis")
-	}
-	// The body's output types, from converting it on its own.
-	probe, err := b.subgraph(&ga.Graph)
-	if err != nil {
-		return fmt.Errorf("%w (subgraph %s of node %s)", err, ga.Name, name)
-	}
-	var metas []fxgraph.TensorMeta
-	for _, o := range probe.Outputs() {
-		m := o.Val()
-		if !m.Shape.IsStatic() {
-			return b.nodeErr(name, target, ErrUnsupported, "map body output %s: static shapes only", m)
-		}
-		metas = append(metas, m)
-	}
-	stacked := func(m fxgraph.TensorMeta) fxgraph.TensorMeta {
-		m.Shape = append(fxgraph.Shape{fxgraph.D(steps)}, m.Shape...)
-		return m
-	}
-	iMeta := fxgraph.TensorMeta{DType: tensor.Int64}
-	places := func(g *fxgraph.Graph) (i *fxgraph.Node, bufs, extra []*fxgraph.Node) {
-		i = g.AddPlaceholder("i", iMeta)
-		for k, m := range metas {
-			bufs = append(bufs, g.AddPlaceholder(fmt.Sprintf("out%d", k), stacked(m)))
-		}
-		for k, v := range append(append([]any{}, xs...), args...) {
-			extra = append(extra, g.AddPlaceholder(fmt.Sprintf("in%d", k), v.(*fxgraph.Node).Val()))
-		}
-		return i, bufs, extra
-	}
-
 	condG := fxgraph.New()
-	ci, _, _ := places(condG)
+	ci, _, _ := m.places(condG)
 	ce := fxgraph.Emitter{Graph: condG, IR: b.ir}
-	lt, err := ce.Emit("", "aten.lt.Scalar", []any{ci, steps}, nil)
+	lt, err := ce.Emit("", "aten.lt.Scalar", []any{ci, m.steps}, nil)
 	if err != nil {
-		return b.nodeErr(name, target, ErrUnsupported, "%v", err)
+		return b.nodeErr(name, n.Target, ErrUnsupported, "%v", err)
 	}
 	condG.SetOutput(lt)
-
-	bodyG := fxgraph.New()
-	bi, bufs, extra := places(bodyG)
-	sb := b.newSub(&ga.Graph, bodyG)
-	at, err := sb.emit("", "aten.view.default", []any{bi, []any{int64(1)}}, nil)
+	bodyG, err := b.mapBody(m)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (subgraph %s of node %s)", err, m.ga.Name, name)
 	}
-	body, err := sb.convertSub(&ga.Graph, func(k int, _ string, _ fxgraph.TensorMeta) (*fxgraph.Node, error) {
-		if k >= len(xs) {
-			return extra[k], nil
-		}
-		sl, err := sb.emit("", "aten.index_select.default", []any{extra[k], int64(0), at}, nil)
-		if err != nil {
-			return nil, err
-		}
-		return sb.emit("", "aten.squeeze.dim", []any{sl, int64(0)}, nil)
-	})
-	if err != nil {
-		return fmt.Errorf("%w (subgraph %s of node %s)", err, ga.Name, name)
-	}
-	next, err := sb.emit("", "aten.add.Tensor", []any{bi, bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
-	if err != nil {
-		return err
-	}
-	newOuts := []*fxgraph.Node{next}
-	pos := tensor.New(tensor.Int64, steps)
-	for k := range steps {
-		pos.SetInt64(k, k)
-	}
-	posN := bodyG.AddConstant("positions", pos)
-	for k, o := range body.Outputs() {
-		// buf[i] = o: where(positions == i) over buf, positions shaped [steps, 1, ...].
-		shape := make([]any, len(metas[k].Shape)+1)
-		shape[0] = steps
-		for d := 1; d < len(shape); d++ {
-			shape[d] = int64(1)
-		}
-		p, err := sb.emit("", "aten.view.default", []any{posN, shape}, nil)
-		if err == nil {
-			p, err = sb.emit("", "aten.eq.Tensor", []any{p, bi}, nil)
-		}
-		var row *fxgraph.Node
-		if err == nil {
-			row, err = sb.emit("", "aten.unsqueeze.default", []any{o, int64(0)}, nil)
-		}
-		var upd *fxgraph.Node
-		if err == nil {
-			upd, err = sb.emit("", "aten.where.self", []any{p, row, bufs[k]}, nil)
-		}
-		if err != nil {
-			return err
-		}
-		newOuts = append(newOuts, upd)
-	}
-	bodyG.SetOutput(newOuts...)
-	bodyG.EliminateDeadCode()
-
 	carried := []any{b.g.AddConstant("map_start", tensor.Scalar(tensor.Int64, 0))}
-	for k, m := range metas {
-		st := stacked(m)
-		dims, _ := st.Shape.Static()
-		z, err := b.emit(fmt.Sprintf("%s_out%d", name, k), "aten.full.default", []any{intsAny(dims), 0.0}, map[string]any{"dtype": m.DType})
+	for k := range m.metas {
+		dims, _ := m.stacked(k).Shape.Static()
+		z, err := b.emit(fmt.Sprintf("%s_out%d", name, k), "aten.full.default", []any{intsAny(dims), 0.0}, map[string]any{"dtype": m.metas[k].DType})
 		if err != nil {
 			return err
 		}
 		carried = append(carried, z)
 	}
 	c := &call{b: b, n: n, name: name, target: fxgraph.WhileLoop, outs: outs}
-	w, err := c.emit(name, fxgraph.WhileLoop, []any{b.g.AddSubgraph(ga.Name+"_cond", condG), b.g.AddSubgraph(ga.Name, bodyG), carried, append(append([]any{}, xs...), args...)}, nil)
+	w, err := c.emit(name, fxgraph.WhileLoop, []any{b.g.AddSubgraph(m.ga.Name+"_cond", condG), b.g.AddSubgraph(m.ga.Name, bodyG), carried, m.inputs()}, nil)
 	if err != nil {
 		return err
 	}
-	for k := range metas {
+	for k := range m.metas {
 		if k >= len(outs) || outs[k] == "" || b.uses[outs[k]] == 0 {
 			continue
 		}
@@ -341,6 +231,146 @@ func (b *builder) convertMap(n *node, name string, outs []string) error {
 		}
 	}
 	return nil
+}
+
+// mapCall is a map_impl being converted.
+type mapCall struct {
+	ga       graphArgument
+	xs, args []any
+	steps    int64                // the xs' first axis
+	metas    []fxgraph.TensorMeta // the body's outputs, per slice
+}
+
+func (m *mapCall) inputs() []any { return append(append([]any{}, m.xs...), m.args...) }
+
+// stacked is the type of output k, stacked over the steps.
+func (m *mapCall) stacked(k int) fxgraph.TensorMeta {
+	t := m.metas[k]
+	t.Shape = append(fxgraph.Shape{fxgraph.D(m.steps)}, t.Shape...)
+	return t
+}
+
+// places adds the loop's placeholders to g: (i, outputs...) carried, then
+// (xs..., args...).
+func (m *mapCall) places(g *fxgraph.Graph) (i *fxgraph.Node, bufs, extra []*fxgraph.Node) {
+	i = g.AddPlaceholder("i", fxgraph.TensorMeta{DType: tensor.Int64})
+	for k := range m.metas {
+		bufs = append(bufs, g.AddPlaceholder(fmt.Sprintf("out%d", k), m.stacked(k)))
+	}
+	for k, v := range m.inputs() {
+		extra = append(extra, g.AddPlaceholder(fmt.Sprintf("in%d", k), v.(*fxgraph.Node).Val()))
+	}
+	return i, bufs, extra
+}
+
+// mapArgs reads and checks map_impl's arguments and finds the body's
+// output types by converting it on its own.
+func (b *builder) mapArgs(n *node, name string) (*mapCall, error) {
+	target := n.Target
+	m := &mapCall{}
+	if len(n.Inputs) != 3 || n.Inputs[0].Arg.Kind != "as_graph" {
+		return nil, b.nodeErr(name, target, ErrFormat, "%d arguments, want body_graph, xs and pos_args", len(n.Inputs))
+	}
+	if err := n.Inputs[0].Arg.decode(&m.ga); err != nil {
+		return nil, b.nodeErr(name, target, ErrFormat, "body_graph: %v", err)
+	}
+	var err error
+	if m.xs, err = b.tensorList(n, name, 1); err != nil {
+		return nil, err
+	}
+	if m.args, err = b.tensorList(n, name, 2); err != nil {
+		return nil, err
+	}
+	if len(m.xs) == 0 || len(m.ga.Graph.Inputs) != len(m.xs)+len(m.args) {
+		return nil, b.nodeErr(name, target, ErrFormat, "%d xs and %d pos_args for a body of %d inputs", len(m.xs), len(m.args), len(m.ga.Graph.Inputs))
+	}
+	m.steps = -1
+	for _, x := range m.xs {
+		d := x.(*fxgraph.Node).Val().Shape
+		if len(d) == 0 || !d[0].IsStatic() || d[0].Size == 0 || m.steps >= 0 && d[0].Size != m.steps {
+			return nil, b.nodeErr(name, target, ErrUnsupported, "map over %s: the xs need one static, non-empty first axis", x.(*fxgraph.Node).Val())
+		}
+		m.steps = d[0].Size
+	}
+	probe, err := b.subgraph(&m.ga.Graph)
+	if err != nil {
+		return nil, fmt.Errorf("%w (subgraph %s of node %s)", err, m.ga.Name, name)
+	}
+	for _, o := range probe.Outputs() {
+		t := o.Val()
+		if !t.Shape.IsStatic() {
+			return nil, b.nodeErr(name, target, ErrUnsupported, "map body output %s: static shapes only", t)
+		}
+		m.metas = append(m.metas, t)
+	}
+	return m, nil
+}
+
+// mapBody returns the while_loop body: slice i of the xs, the map body on
+// it, its outputs written at slice i of the buffers, i+1.
+func (b *builder) mapBody(m *mapCall) (*fxgraph.Graph, error) {
+	bodyG := fxgraph.New()
+	bi, bufs, extra := m.places(bodyG)
+	sb := b.newSub(&m.ga.Graph, bodyG)
+	at, err := sb.emit("", "aten.view.default", []any{bi, []any{int64(1)}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	body, err := sb.convertSub(&m.ga.Graph, func(k int, _ string, _ fxgraph.TensorMeta) (*fxgraph.Node, error) {
+		if k >= len(m.xs) {
+			return extra[k], nil
+		}
+		sl, err := sb.emit("", "aten.index_select.default", []any{extra[k], int64(0), at}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return sb.emit("", "aten.squeeze.dim", []any{sl, int64(0)}, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	next, err := sb.emit("", "aten.add.Tensor", []any{bi, bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
+	if err != nil {
+		return nil, err
+	}
+	newOuts := []*fxgraph.Node{next}
+	pos := tensor.New(tensor.Int64, m.steps)
+	for k := range m.steps {
+		pos.SetInt64(k, k)
+	}
+	posN := bodyG.AddConstant("positions", pos)
+	for k, o := range body.Outputs() {
+		upd, err := writeStep(sb, posN, bi, o, bufs[k])
+		if err != nil {
+			return nil, err
+		}
+		newOuts = append(newOuts, upd)
+	}
+	bodyG.SetOutput(newOuts...)
+	bodyG.EliminateDeadCode()
+	return bodyG, nil
+}
+
+// writeStep returns buf with slice i replaced by o: where(positions == i)
+// over buf, positions shaped [steps, 1, ...].
+func writeStep(sb *builder, positions, i, o, buf *fxgraph.Node) (*fxgraph.Node, error) {
+	shape := make([]any, buf.Val().Rank())
+	shape[0] = positions.Val().Shape[0].Size
+	for d := 1; d < len(shape); d++ {
+		shape[d] = int64(1)
+	}
+	p, err := sb.emit("", "aten.view.default", []any{positions, shape}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if p, err = sb.emit("", "aten.eq.Tensor", []any{p, i}, nil); err != nil {
+		return nil, err
+	}
+	row, err := sb.emit("", "aten.unsqueeze.default", []any{o, int64(0)}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sb.emit("", "aten.where.self", []any{p, row, buf}, nil)
 }
 
 func intsAny(v []int64) []any {

@@ -161,61 +161,69 @@ func (s *scope) upperBound(n *fxgraph.Node) (int64, bool) {
 			}
 		}
 	}
-	args := n.Args
-	arg := func(i int) (*fxgraph.Node, bool) {
-		if i < len(args) {
-			a, ok := args[i].(*fxgraph.Node)
-			return a, ok
-		}
-		return nil, false
-	}
+	arg0, _ := argNode(n, 0)
 	switch n.Target {
 	case "aten.view.default", "aten.reshape.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
 		"aten.squeeze.default", "aten.select.int", "aten.index_select.default", "aten.clone.default", "aten._to_copy.default":
-		if a, ok := arg(0); ok {
-			return s.upperBound(a)
+		if arg0 != nil {
+			return s.upperBound(arg0)
 		}
-	case "aten.minimum.default", "aten.amin.default", "aten.min.default":
-		lo, found := int64(math.MaxInt64), false
-		for i := range 2 {
-			if a, ok := arg(i); ok {
-				if hi, ok := s.upperBound(a); ok {
-					lo, found = min(lo, hi), true
-				}
+	case "aten.minimum.default":
+		return s.minBound(n.Args[:min(2, len(n.Args))])
+	case "aten.amin.default", "aten.min.default": // a reduction: any element bounds it
+		if arg0 != nil && arg0.Target == "aten.cat.default" {
+			if list, ok := arg0.Args[0].([]any); ok {
+				return s.minBound(list)
 			}
 		}
-		if n.Target != "aten.minimum.default" { // a reduction: any element bounds it
-			if a, ok := arg(0); ok && a.Target == "aten.cat.default" {
-				if list, ok := a.Args[0].([]any); ok {
-					for _, x := range list {
-						if xn, ok := x.(*fxgraph.Node); ok {
-							if hi, ok := s.upperBound(xn); ok {
-								lo, found = min(lo, hi), true
-							}
-						}
-					}
-				}
-			}
+		if arg0 != nil {
+			return s.upperBound(arg0)
 		}
-		return lo, found
 	case "aten.cat.default":
-		if list, ok := args[0].([]any); ok {
-			hi := int64(math.MinInt64)
-			for _, x := range list {
-				xn, ok := x.(*fxgraph.Node)
-				if !ok {
-					return 0, false
-				}
-				v, ok := s.upperBound(xn)
-				if !ok {
-					return 0, false
-				}
-				hi = max(hi, v)
-			}
-			return hi, true
+		if list, ok := n.Args[0].([]any); ok {
+			return s.maxBound(list)
 		}
 	}
 	return 0, false
+}
+
+// argNode returns argument i of n when it is a node.
+func argNode(n *fxgraph.Node, i int) (*fxgraph.Node, bool) {
+	if i < len(n.Args) {
+		a, ok := n.Args[i].(*fxgraph.Node)
+		return a, ok
+	}
+	return nil, false
+}
+
+// minBound bounds the minimum of vals: the least bound among those known.
+func (s *scope) minBound(vals []any) (int64, bool) {
+	lo, found := int64(math.MaxInt64), false
+	for _, v := range vals {
+		if n, ok := v.(*fxgraph.Node); ok {
+			if hi, ok := s.upperBound(n); ok {
+				lo, found = min(lo, hi), true
+			}
+		}
+	}
+	return lo, found
+}
+
+// maxBound bounds the maximum of vals: the greatest bound, if all are known.
+func (s *scope) maxBound(vals []any) (int64, bool) {
+	hi := int64(math.MinInt64)
+	for _, v := range vals {
+		n, ok := v.(*fxgraph.Node)
+		if !ok {
+			return 0, false
+		}
+		b, ok := s.upperBound(n)
+		if !ok {
+			return 0, false
+		}
+		hi = max(hi, b)
+	}
+	return hi, len(vals) > 0
 }
 
 // boundTopK: TopK along a bounded axis sorts the padding last (filled with
@@ -454,43 +462,10 @@ func ifBounded(c *Ctx, cond *fxgraph.Node, branches [2]*Graph) error {
 	if err != nil {
 		return err
 	}
-	zero := c.ScalarConst(tensor.Int64, 0)
-	selectCount := func(t, e *fxgraph.Node) (*fxgraph.Node, error) {
-		return c.Emit("aten.where.self", pred, t, e)
-	}
 	for j := range outs[0] {
-		t, e := outs[0][j], outs[1][j]
-		tb, tok := c.s.boundOf(t)
-		eb, eok := c.s.boundOf(e)
-		tm, em := Meta(t), Meta(e)
-		var out *fxgraph.Node
-		var bound *boundedValue
-		switch {
-		case tok != eok && emptyAlong(tm, bAxis(eb, tb, eok)) && eok:
-			cnt, err := selectCount(zero, eb.count)
-			if err != nil {
-				return err
-			}
-			out, bound = e, &boundedValue{count: cnt, axis: eb.axis, op: eb.op}
-		case tok != eok && emptyAlong(em, bAxis(eb, tb, eok)) && tok:
-			cnt, err := selectCount(tb.count, zero)
-			if err != nil {
-				return err
-			}
-			out, bound = t, &boundedValue{count: cnt, axis: tb.axis, op: tb.op}
-		case tm.DType == em.DType && tm.Shape.Equal(em.Shape) && (!tok && !eok || tok && eok && tb.axis == eb.axis):
-			if out, err = c.Emit("aten.where.self", pred, t, e); err != nil {
-				return err
-			}
-			if tok {
-				cnt, err := selectCount(tb.count, eb.count)
-				if err != nil {
-					return err
-				}
-				bound = &boundedValue{count: cnt, axis: tb.axis, op: tb.op}
-			}
-		default:
-			return Unsupported("If with a run-time condition over data-dependent values whose branches give output %d as %s and %s", j, tm, em)
+		out, bound, err := mergeIfOutput(c, pred, j, outs[0][j], outs[1][j])
+		if err != nil {
+			return err
 		}
 		if !c.HasOutput(j) {
 			continue
@@ -509,13 +484,33 @@ func ifBounded(c *Ctx, cond *fxgraph.Node, branches [2]*Graph) error {
 	return nil
 }
 
-// bAxis returns the padded axis of whichever of two branch outputs is
-// bounded (eok: the else one).
-func bAxis(eb, tb boundedValue, eok bool) int {
-	if eok {
-		return eb.axis
+// mergeIfOutput returns output j of an If computed both ways (t, e) and
+// selected by pred, and its bound when it is bounded.
+func mergeIfOutput(c *Ctx, pred *fxgraph.Node, j int, t, e *fxgraph.Node) (*fxgraph.Node, *boundedValue, error) {
+	tb, tok := c.s.boundOf(t)
+	eb, eok := c.s.boundOf(e)
+	tm, em := Meta(t), Meta(e)
+	zero := c.ScalarConst(tensor.Int64, 0)
+	selected := func(v *fxgraph.Node, b boundedValue, tc, ec *fxgraph.Node) (*fxgraph.Node, *boundedValue, error) {
+		cnt, err := c.Emit("aten.where.self", pred, tc, ec)
+		if err != nil {
+			return nil, nil, err
+		}
+		return v, &boundedValue{count: cnt, axis: b.axis, op: b.op}, nil
 	}
-	return tb.axis
+	switch {
+	case eok && !tok && emptyAlong(tm, eb.axis):
+		return selected(e, eb, zero, eb.count)
+	case tok && !eok && emptyAlong(em, tb.axis):
+		return selected(t, tb, tb.count, zero)
+	case tm.DType == em.DType && tm.Shape.Equal(em.Shape) && (!tok && !eok || tok && eok && tb.axis == eb.axis):
+		out, err := c.Emit("aten.where.self", pred, t, e)
+		if err != nil || !tok {
+			return out, nil, err
+		}
+		return selected(out, tb, tb.count, eb.count)
+	}
+	return nil, nil, Unsupported("If with a run-time condition over data-dependent values whose branches give output %d as %s and %s", j, tm, em)
 }
 
 // emptyAlong reports whether m has rank > axis and static size 0 along it.
