@@ -70,8 +70,22 @@ func TestRunNMSMatchesORT(t *testing.T) {
 		{"no cache", "", false},
 		{"empty cache", cache, false},
 		{"filled cache", cache, true},
+		{"corrupt entry: compiled again", cache, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if strings.HasPrefix(tc.name, "corrupt") {
+				entries, _ := filepath.Glob(filepath.Join(cache, "*.pjrt"))
+				for _, e := range entries {
+					data, err := os.ReadFile(e)
+					if err != nil {
+						t.Fatal(err)
+					}
+					data[len(data)/2] ^= 0xff
+					if err := os.WriteFile(e, data, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			r, err := runner.New(c, runner.Options{CacheDir: tc.cacheDir})
 			if err != nil {
 				t.Fatal(err)
@@ -120,7 +134,7 @@ func TestRunNMSMatchesORT(t *testing.T) {
 							t.Fatal(err)
 						}
 						defer exe.Close()
-						if exe.Cached != (tc.cacheDir != "") {
+						if exe.Cached != (tc.cacheDir != "") { // the first run stored it
 							t.Errorf("second compile from the cache %v", exe.Cached)
 						}
 					}
