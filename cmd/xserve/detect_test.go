@@ -24,7 +24,7 @@ const detectDir = "../../.cache/detect"
 // torchvision's "no boxes" If, NonMaxSuppression of 27,000 boxes (greedy
 // while_loop) and the gathers by its indices. Boxes, scores and labels,
 // trimmed by their counts, must equal ONNX Runtime's. The executable is
-// kept in a compile cache under .cache/detect: compiling takes ~40 s, so
+// kept in a compile cache under .cache/detect: compiling takes 30-40 s, so
 // only the first run pays it.
 func TestRunDetectionMatchesORT(t *testing.T) {
 	model := filepath.Join(detectDir, "ssdlite320.onnx")

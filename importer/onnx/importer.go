@@ -241,6 +241,9 @@ type boundedValue struct {
 	// padded dims are dims: not itself bounded.
 	shape bool
 	dims  []int64
+	// src is the input of the NonZero that made the value, which a
+	// NonZero of the same input reuses.
+	src *fxgraph.Node
 }
 
 // boundOutputs declares the bounded values that are graph outputs

@@ -25,6 +25,12 @@ func shNonZero(c *Ctx, n *Node) error {
 	if !ok || len(dims) == 0 || c.s.bounded == nil {
 		return Unsupported("NonZero of %s here: its output size is data-dependent; supported for inputs of static shape and rank >= 1, outside subgraphs, as a graph output (returned padded with a count)", m)
 	}
+	for _, b := range *c.s.bounded {
+		if b.op == "NonZero" && b.src == x && b.value.Graph() == c.Graph() {
+			c.SetOutput(0, b.value) // the same NonZero again (exporters repeat it): one sort
+			return nil
+		}
+	}
 	total := tensor.NumElements(dims)
 	flat, err := c.Emit("aten.view.default", x, ints([]int64{total}))
 	if err != nil {
@@ -60,7 +66,7 @@ func shNonZero(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: 1, op: "NonZero"})
+	*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: 1, op: "NonZero", src: x})
 	c.SetOutput(0, out)
 	return nil
 }
