@@ -34,6 +34,7 @@ all: build
 help:
 	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check, docker-test"
+	@echo "make detect-model export torchvision ssdlite320 (NMS postprocess) to .cache/detect (make test needs it)"
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
 	@echo "make fuzz         every fuzz target for FUZZTIME (1m) each"
 	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
@@ -111,7 +112,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt testdata venv venv-triton vet conformance-check
+test: pjrt testdata venv venv-triton vet conformance-check detect-model
 	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
@@ -167,6 +168,15 @@ $(VENV_ZOO)/.installed: python/requirements-zoo.txt
 	@[ -x $(VENV_ZOO)/bin/python ] || $(PYTHON) -m venv $(VENV_ZOO)
 	$(VENV_ZOO)/bin/pip install -q -r python/requirements-zoo.txt
 	touch $@
+
+# torchvision's ssdlite320_mobilenet_v3_large with its postprocess (NMS),
+# exported to ONNX with ONNX Runtime's outputs (python/detect), for
+# cmd/xserve's TestRunDetectionMatchesORT. Made once into .cache/detect.
+.PHONY: detect-model
+DETECT_DIR := .cache/detect
+detect-model: $(DETECT_DIR)/ssdlite320.onnx
+$(DETECT_DIR)/ssdlite320.onnx: python/detect/export_ssdlite.py | $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/detect/export_ssdlite.py --out $(DETECT_DIR)
 
 zoo: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_DIR) $(if $(ZOO_MODELS),--models $(ZOO_MODELS))

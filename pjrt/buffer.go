@@ -68,17 +68,21 @@ func (c *Client) Upload(ctx context.Context, t *tensor.Tensor) (*Buffer, error) 
 	}
 	// The default host-buffer semantics (ImmutableUntilTransferCompletes) and
 	// Done's wait mean the plugin has its own copy when this returns.
-	xb, err := c.c.BufferFromHost().FromRawData(data, xdt, dims).Done()
+	xb, h, err := uploadCaptured(c.c, data, xdt, dims)
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: upload %s: %w", t, err)
 	}
-	return &Buffer{
+	b := &Buffer{
 		client: c,
 		dtype:  t.DType,
 		shape:  append([]int64{}, t.Shape...),
 		nbytes: nbytes,
 		buf:    xb,
-	}, nil
+	}
+	if h != nil {
+		b.cHandle.Store(&cBuffer{h})
+	}
+	return b, nil
 }
 
 // wrapOutput wraps an output buffer of an execution, reading its dtype and

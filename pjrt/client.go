@@ -19,6 +19,7 @@ import (
 type Client struct {
 	path       string
 	plugin     *gopjrt.Plugin
+	api        pluginTable // the plugin's own PJRT_Api table (capi.go)
 	platform   string
 	apiVersion string // "0.81"
 	version    string // apiVersion plus the plugin's version attributes
@@ -55,11 +56,11 @@ func Open(path string) (*Client, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("pjrt: open plugin %s: not a regular file", abs)
 	}
-	plugin, err := gopjrt.GetPlugin(abs)
+	plugin, api, err := openPlugin(abs)
 	if err != nil {
-		return nil, fmt.Errorf("pjrt: load plugin %s: %w", abs, err)
+		return nil, fmt.Errorf("pjrt: %w", err)
 	}
-	xc, err := plugin.NewClient(nil)
+	xc, api, err := api.newClient(plugin)
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: create client of plugin %s: %w", abs, err)
 	}
@@ -71,6 +72,7 @@ func Open(path string) (*Client, error) {
 	c := &Client{
 		path:       abs,
 		plugin:     plugin,
+		api:        api,
 		platform:   strings.ToLower(xc.Platform()),
 		apiVersion: fmt.Sprintf("%d.%d", major, minor),
 		c:          xc,
@@ -169,7 +171,7 @@ func (c *Client) Compile(ctx context.Context, stablehloText []byte) (*Executable
 	if c.c == nil {
 		return nil, errClosed("compile", "client")
 	}
-	le, err := c.c.Compile().WithStableHLO(stablehloText).Done()
+	le, h, err := compileProgram(c.c, stablehloText, false)
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: compile: %w", err)
 	}
@@ -178,6 +180,7 @@ func (c *Client) Compile(ctx context.Context, stablehloText []byte) (*Executable
 		name:       le.Name,
 		numOutputs: le.NumOutputs,
 		le:         le,
+		handle:     h,
 	}
 	if params, ok := parseMainParams(stablehloText); ok {
 		e.params = params

@@ -55,10 +55,12 @@
 // Executable.Serialize and Client.Deserialize save and restore compiled
 // executables (the plugin's machine code plus a checksummed header naming the
 // plugin and CPU features), so a restarted server skips XLA compilation. go-xla
-// v0.1.4 does not bind PJRT_Executable_Serialize/DeserializeAndLoad: a small
-// cgo shim (serialize.go) calls them through the plugin's API table, reading
-// go-xla's C handles by reflection after checking the field layout, and only
-// when the linked go-xla is exactly v0.1.4; otherwise both return an error
+// v0.1.4 does not bind PJRT_Executable_Serialize/DeserializeAndLoad, so Open
+// loads the plugin itself and gives go-xla (through its public
+// RegisterPreloadedPlugin) a copy of the plugin's API table whose compile and
+// client-create entries note the C handles xserve needs and load serialized
+// executables (capi.go, capi_plugin.c); serialize.go calls the two functions
+// with those handles. A plugin without them makes both return an error
 // wrapping errors.ErrUnsupported. A cache directory holds native code: trust
 // it as much as the plugin itself.
 package pjrt

@@ -24,8 +24,9 @@ type Executable struct {
 	paramsKnown bool
 
 	// mu is held for reading by executions and for writing by Close.
-	mu sync.RWMutex
-	le *gopjrt.LoadedExecutable // nil once closed
+	mu     sync.RWMutex
+	le     *gopjrt.LoadedExecutable // nil once closed
+	handle loadedHandle             // le's C handle, for Serialize (capi.go)
 
 	// fast is set after the first RunHost: the one-call path (hostrun.go).
 	fast atomic.Pointer[fastPath]

@@ -6,10 +6,11 @@ package pjrt
 // plugin object it made, instead of go-xla's one call (and one Go wrapper,
 // finalizer and event wait) per upload, execution and download.
 //
-// It reads the C handles of go-xla's objects the way serialize.go does
-// (checkXLA, Client.cAPI) plus the PJRT_Buffer handle of a Buffer; when any
-// of that is unavailable, RunHost takes the portable path (Upload, Execute,
-// ToHost) instead.
+// The C handles come from xserve's wrapped PJRT_Api table (capi.go): the
+// client's and each executable's are noted when they are made, and a
+// Buffer's when Upload makes it. A buffer without one (an output of Execute)
+// sends the call down the portable path (Upload, Execute, ToHost), as does
+// an executable's first run, which records the output types.
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/internal/capi
@@ -280,14 +281,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 
 	"github.com/xserve/xserve/tensor"
 )
@@ -314,23 +312,8 @@ type fastPath struct {
 	le     *C.PJRT_LoadedExecutable
 	// portable executables name their device at each execution.
 	portable bool
-	bufC     func(*gopjrt.Buffer) *C.PJRT_Buffer
 	outputs  []outputType
 }
-
-// bufferLayout locates Buffer.wrapper.c in go-xla's Buffer.
-var bufferLayout = sync.OnceValues(func() ([2]int, error) {
-	bt := reflect.TypeFor[gopjrt.Buffer]()
-	w, err := ptrField(bt, "wrapper", goStruct("bufferWrapper"))
-	if err != nil {
-		return [2]int{}, fmt.Errorf("%v: %w", err, errors.ErrUnsupported)
-	}
-	c, err := ptrField(bt.Field(w).Type.Elem(), "c", cStruct("PJRT_Buffer"))
-	if err != nil {
-		return [2]int{}, fmt.Errorf("%v: %w", err, errors.ErrUnsupported)
-	}
-	return [2]int{w, c}, nil
-})
 
 // RunHost executes the program with, at each parameter position i, either
 // the device buffer bufs[i] or the host tensor hosts[i] (exactly one of them
@@ -348,7 +331,7 @@ func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tenso
 	if len(bufs) != len(hosts) {
 		return nil, fmt.Errorf("pjrt: execute %s: %d buffers but %d host tensors", e.name, len(bufs), len(hosts))
 	}
-	if fp := e.fast.Load(); fp != nil {
+	if fp := e.fast.Load(); fp != nil && haveHandles(bufs) {
 		return e.runFast(fp, bufs, hosts)
 	}
 	return e.runPortable(ctx, bufs, hosts)
@@ -440,24 +423,13 @@ func (e *Executable) makeFastPath(types []outputType) (*fastPath, error) {
 	if c.c == nil {
 		return nil, errClosed("execute", "client")
 	}
-	a, err := c.cAPI()
-	if err != nil {
-		return nil, err
-	}
-	bl, err := bufferLayout()
-	if err != nil {
-		return nil, err
-	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.le == nil {
 		return nil, errClosed("execute", "executable")
 	}
-	fp := &fastPath{api: a.api, client: a.client, le: a.loadedExecutable(e.le), outputs: types,
-		portable: fieldValue(reflect.ValueOf(e.le), a.layout.lePortable).Bool()}
-	fp.bufC = func(b *gopjrt.Buffer) *C.PJRT_Buffer {
-		return (*C.PJRT_Buffer)(fieldPtr(fieldValue(reflect.ValueOf(b), bl[0]), bl[1]))
-	}
+	a := c.api
+	fp := &fastPath{api: a.api, client: a.client, le: e.handle.le, outputs: types, portable: e.le.IsPortable()}
 	if perr := C.xs_first_device(a.api, a.client, &fp.device); perr != nil {
 		return nil, pluginError(a.api, perr)
 	}
@@ -589,7 +561,7 @@ func (s *runScratch) setArgs(e *Executable, fp *fastPath, bufs []*Buffer, hosts 
 			if b.buf == nil {
 				return fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, errClosed("execute", "buffer"))
 			}
-			s.in[i] = b.handle(fp)
+			s.in[i] = b.handle()
 			continue
 		}
 		h := hosts[i]
@@ -684,15 +656,22 @@ func (s *runScratch) unlock() {
 	clear(s.seen)
 }
 
-// handle returns the PJRT_Buffer of b (cached after the first call); the
-// caller holds b.mu for reading and b is not closed.
-func (b *Buffer) handle(fp *fastPath) *C.PJRT_Buffer {
-	if h := b.cHandle.Load(); h != nil {
-		return h.c
+// handle returns the PJRT_Buffer of b, which haveHandles checked it has;
+// the caller holds b.mu for reading and b is not closed.
+func (b *Buffer) handle() *C.PJRT_Buffer {
+	return b.cHandle.Load().c
+}
+
+// haveHandles reports whether every device buffer in bufs has its
+// PJRT_Buffer handle, noted when Upload made it; buffers made otherwise
+// (outputs of Execute) take the portable path.
+func haveHandles(bufs []*Buffer) bool {
+	for _, b := range bufs {
+		if b != nil && b.cHandle.Load() == nil {
+			return false
+		}
 	}
-	h := fp.bufC(b.buf)
-	b.cHandle.Store(&cBuffer{h})
-	return h
+	return true
 }
 
 func resize[T any](s []T, n int) []T {

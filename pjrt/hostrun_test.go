@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -320,3 +321,40 @@ func TestRunHostManyArguments(t *testing.T) {
 // fastPathUsed reports whether the next RunHost of e takes the one-call
 // path.
 func (e *Executable) fastPathUsed() bool { return e.fast.Load() != nil }
+
+// TestRunHostExecuteOutputArgument: a device buffer that Upload did not make
+// (an output of Execute, whose C handle xserve never saw) is still a valid
+// argument: RunHost takes the portable path for that call, while uploaded
+// buffers carry the handle the wrapped table noted.
+func TestRunHostExecuteOutputArgument(t *testing.T) {
+	c := testClient(t)
+	ctx := context.Background()
+	e := mustCompile(t, c, addProgram)
+	defer e.Close()
+	a, err := c.Upload(ctx, f32([]int64{2, 3}, 1, 2, 3, 4, 5, 6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.cHandle.Load() == nil {
+		t.Fatal("Upload did not note the buffer's PJRT_Buffer handle")
+	}
+	outs, err := e.Execute(ctx, []*Buffer{a, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outs[0].Close()
+	if outs[0].cHandle.Load() != nil {
+		t.Fatal("an Execute output has a handle xserve never saw")
+	}
+	for call := range 3 {
+		got, err := e.RunHost(ctx, []*Buffer{outs[0], nil}, []*tensor.Tensor{nil, f32([]int64{2, 3}, 1, 1, 1, 1, 1, 1)})
+		if err != nil {
+			t.Fatalf("call %d: %v", call, err)
+		}
+		want := []float64{3, 5, 7, 9, 11, 13}
+		if v := got[0].Float64s(); !slices.Equal(v, want) {
+			t.Fatalf("call %d: got %v, want %v", call, v, want)
+		}
+	}
+}

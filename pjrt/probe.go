@@ -3,8 +3,6 @@ package pjrt
 import (
 	"fmt"
 	"path/filepath"
-
-	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 )
 
 // PluginAPIVersion loads the plugin at path, without creating a client, and
@@ -20,9 +18,9 @@ func PluginAPIVersion(path string) (string, error) {
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
 	}
-	plugin, err := gopjrt.GetPlugin(abs)
+	plugin, _, err := openPlugin(abs)
 	if err != nil {
-		return "", fmt.Errorf("pjrt: load plugin %s: %w", abs, err)
+		return "", fmt.Errorf("pjrt: %w", err)
 	}
 	major, minor := plugin.Version()
 	return fmt.Sprintf("%d.%d", major, minor) + formatAttributes(plugin.Attributes()), nil

@@ -4,29 +4,14 @@ package pjrt
 // Client.Deserialize).
 //
 // go-xla v0.1.4 binds neither PJRT_Executable_Serialize nor
-// PJRT_Executable_DeserializeAndLoad, and keeps its C handles in unexported
-// fields, so this file calls the two entry points itself:
-//
-//   - the PJRT_Api table comes from dlopen(RTLD_NOLOAD)+dlsym("GetPjrtApi") on
-//     the plugin file go-xla already loaded (the same library, hence the same
-//     table), and must equal the one go-xla holds (Plugin.api);
-//   - the PJRT_Client and PJRT_LoadedExecutable handles are read from go-xla's
-//     objects with reflect, by the field names of v0.1.4
-//     (Client.client.c, LoadedExecutable.wrapper.c), after checking each
-//     field's name and C type;
-//   - a deserialized PJRT_LoadedExecutable is wrapped by go-xla's own
-//     unexported constructor newLoadedExecutable (reached with go:linkname),
-//     so that it is executed, measured and destroyed exactly like a compiled
-//     one; its signature is only checked by version: the constructor must
-//     come from go-xla v0.1.4 (read from its source path, or else from the
-//     binary's build information). What CompileConfig.Done sets after that
-//     constructor, only isPortable matters for a single-device executable;
-//     it is written with reflect+unsafe (LoadedExecutable.isPortable).
-//
-// If any check fails (go-xla was upgraded, replaced or vendored without a
-// version), Serialize and Deserialize return an error wrapping
-// errors.ErrUnsupported that says which check failed, instead of touching
-// memory they are not sure of. The C declarations come from the PJRT C API
+// PJRT_Executable_DeserializeAndLoad. This file calls them itself, on the C
+// handles capi.go obtains through go-xla's public API: Serialize passes the
+// PJRT_LoadedExecutable handle the wrapped compile recorded to the plugin's
+// own PJRT_Executable_Serialize; Deserialize has go-xla "compile" a program
+// the wrapped compile recognises as a payload to load with
+// PJRT_Executable_DeserializeAndLoad, so the result is an ordinary go-xla
+// LoadedExecutable. A plugin without those functions yields an error
+// wrapping errors.ErrUnsupported. The C declarations come from the PJRT C API
 // header of the XLA CPU plugin wheel, vendored in internal/capi.
 //
 // The data Serialize returns is an envelope around the plugin's bytes: a
@@ -39,7 +24,6 @@ package pjrt
 /*
 #cgo CFLAGS: -I${SRCDIR}/internal/capi
 #cgo LDFLAGS: -ldl
-#include <dlfcn.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +32,6 @@ package pjrt
 #define XS_HAS(api, fn) \
 	((api)->struct_size >= offsetof(PJRT_Api, fn) + sizeof((api)->fn) && (api)->fn != NULL)
 
-// xs_plugin_api returns the PJRT_Api table of the plugin at path if the
-// process has already loaded it, or NULL. It never loads a library.
-static const PJRT_Api* xs_plugin_api(const char* path) {
-	void* h = dlopen(path, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-	if (h == NULL) return NULL;
-	const PJRT_Api* (*get)(void) = (const PJRT_Api* (*)(void))dlsym(h, "GetPjrtApi");
-	const PJRT_Api* api = get != NULL ? get() : NULL;
-	dlclose(h);  // drops the reference RTLD_NOLOAD took; go-xla's remains
-	return api;
-}
-
 // xs_api_missing returns the name of the first API function this file needs
 // that the table lacks, or NULL.
 static const char* xs_api_missing(const PJRT_Api* api) {
@@ -66,7 +39,6 @@ static const char* xs_api_missing(const PJRT_Api* api) {
 	XS_NEED(PJRT_Error_Destroy);
 	XS_NEED(PJRT_Error_Message);
 	XS_NEED(PJRT_Error_GetCode);
-	XS_NEED(PJRT_Client_PlatformName);
 	XS_NEED(PJRT_Executable_Destroy);
 	XS_NEED(PJRT_Executable_Name);
 	XS_NEED(PJRT_LoadedExecutable_GetExecutable);
@@ -113,22 +85,6 @@ static int xs_error(const PJRT_Api* api, PJRT_Error* err, char** msg, size_t* ms
 	da.error = err;
 	api->PJRT_Error_Destroy(&da);
 	return code;
-}
-
-// xs_client_platform returns the client's platform name (owned by the
-// client) in *name, *name_size.
-static PJRT_Error* xs_client_platform(const PJRT_Api* api, PJRT_Client* client,
-		const char** name, size_t* name_size) {
-	PJRT_Client_PlatformName_Args a;
-	memset(&a, 0, sizeof a);
-	a.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
-	a.client = client;
-	PJRT_Error* err = api->PJRT_Client_PlatformName(&a);
-	if (err == NULL) {
-		*name = a.platform_name;
-		*name_size = a.platform_name_size;
-	}
-	return err;
 }
 
 typedef struct {
@@ -200,18 +156,6 @@ static void xs_serialized_free(xs_serialized* s) {
 	memset(s, 0, sizeof *s);
 }
 
-static PJRT_Error* xs_deserialize(const PJRT_Api* api, PJRT_Client* client,
-		const char* data, size_t size, PJRT_LoadedExecutable** out) {
-	PJRT_Executable_DeserializeAndLoad_Args a;
-	memset(&a, 0, sizeof a);
-	a.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE;
-	a.client = client;
-	a.serialized_executable = data;
-	a.serialized_executable_size = size;
-	PJRT_Error* err = api->PJRT_Executable_DeserializeAndLoad(&a);
-	*out = err == NULL ? a.loaded_executable : NULL;
-	return err;
-}
 */
 import "C"
 
@@ -224,209 +168,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"unsafe"
-	"weak"
-
-	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 
 	"github.com/xserve/xserve/tensor"
 )
 
-// The go-xla release whose unexported layout this file relies on.
-const (
-	xlaModule  = "github.com/gomlx/go-xla"
-	xlaPackage = xlaModule + "/pkg/pjrt"
-	xlaVersion = "v0.1.4"
-)
-
-// xlaNewLoadedExecutable is go-xla's constructor
-//
-//	func newLoadedExecutable(plugin *Plugin, client *Client, cLoadedExecutable *C.PJRT_LoadedExecutable) (*LoadedExecutable, error)
-//
-// It takes ownership of the C handle (destroying it if it fails), reads the
-// executable's name, output count and memory statistics, and registers the
-// GC cleanup. Only called after checkXLA has verified that it is v0.1.4's.
-//
-//go:linkname xlaNewLoadedExecutable github.com/gomlx/go-xla/pkg/pjrt.newLoadedExecutable
-func xlaNewLoadedExecutable(plugin *gopjrt.Plugin, client *gopjrt.Client, cLoadedExecutable unsafe.Pointer) (*gopjrt.LoadedExecutable, error)
-
-// xlaLayout locates the C handles inside go-xla's objects.
-type xlaLayout struct {
-	pluginAPI  int // Plugin.api *C.PJRT_Api
-	client     int // Client.client *clientC
-	clientC    int // clientC.c *C.PJRT_Client
-	leWrapper  int // LoadedExecutable.wrapper *loadedExecutableC
-	leWrapC    int // loadedExecutableC.c *C.PJRT_LoadedExecutable
-	lePortable int // LoadedExecutable.isPortable bool
-}
-
-// checkXLA runs once: it checks that the go-xla linked in is v0.1.4 and that
-// its objects have the fields this file reads.
-var checkXLA = sync.OnceValues(func() (*xlaLayout, error) {
-	unsupported := func(format string, args ...any) error {
-		return fmt.Errorf("go-xla %s internals expected by pjrt/serialize.go: %s: %w",
-			xlaVersion, fmt.Sprintf(format, args...), errors.ErrUnsupported)
-	}
-	if v, how := linkedXLAVersion(); v != xlaVersion {
-		return nil, unsupported("linked go-xla is %s (%s); update serialize.go for it", v, how)
-	}
-	var l xlaLayout
-	var err error
-	pluginT := reflect.TypeFor[gopjrt.Plugin]()
-	if l.pluginAPI, err = ptrField(pluginT, "api", cStruct("PJRT_Api")); err != nil {
-		return nil, unsupported("%v", err)
-	}
-	clientT := reflect.TypeFor[gopjrt.Client]()
-	if l.client, err = ptrField(clientT, "client", goStruct("clientC")); err != nil {
-		return nil, unsupported("%v", err)
-	}
-	if l.clientC, err = ptrField(clientT.Field(l.client).Type.Elem(), "c", cStruct("PJRT_Client")); err != nil {
-		return nil, unsupported("%v", err)
-	}
-	leT := reflect.TypeFor[gopjrt.LoadedExecutable]()
-	if l.leWrapper, err = ptrField(leT, "wrapper", goStruct("loadedExecutableC")); err != nil {
-		return nil, unsupported("%v", err)
-	}
-	if l.leWrapC, err = ptrField(leT.Field(l.leWrapper).Type.Elem(), "c", cStruct("PJRT_LoadedExecutable")); err != nil {
-		return nil, unsupported("%v", err)
-	}
-	f, ok := leT.FieldByName("isPortable")
-	if !ok || len(f.Index) != 1 || f.Type.Kind() != reflect.Bool {
-		return nil, unsupported("%s.LoadedExecutable has no field isPortable bool", xlaPackage)
-	}
-	l.lePortable = f.Index[0]
-	return &l, nil
-})
-
-// linkedXLAVersion returns the version of the go-xla module linked into the
-// binary, and how it was found. It reads it from the source path recorded for
-// newLoadedExecutable (".../github.com/gomlx/go-xla@v0.1.4/pkg/pjrt/...",
-// with or without -trimpath), or else from the build information, which test
-// binaries lack.
-func linkedXLAVersion() (version, how string) {
-	if f := runtime.FuncForPC(reflect.ValueOf(xlaNewLoadedExecutable).Pointer()); f != nil {
-		if f.Name() != xlaPackage+".newLoadedExecutable" {
-			return "unknown", "go:linkname resolved to " + f.Name()
-		}
-		file, _ := f.FileLine(f.Entry())
-		file = strings.ReplaceAll(file, `\`, "/")
-		if i := strings.Index(file, xlaModule+"@"); i >= 0 {
-			v := file[i+len(xlaModule)+1:]
-			if j := strings.IndexByte(v, '/'); j >= 0 {
-				return v[:j], "source " + file
-			}
-		}
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path != xlaModule {
-				continue
-			}
-			if d.Replace != nil {
-				if d.Replace.Version == "" {
-					return "replaced by " + d.Replace.Path, "build info"
-				}
-				return d.Replace.Version, "build info, replaced by " + d.Replace.Path
-			}
-			return d.Version, "build info"
-		}
-	}
-	return "unknown", "neither the source path nor the build info names its version"
-}
-
-// ptrField returns the index of the field name of struct type t, which must
-// be a pointer to a type accepted by elem.
-func ptrField(t reflect.Type, name string, elem func(reflect.Type) bool) (int, error) {
-	f, ok := t.FieldByName(name)
-	if !ok || len(f.Index) != 1 {
-		return 0, fmt.Errorf("%s.%s has no field %q", t.PkgPath(), t.Name(), name)
-	}
-	if f.Type.Kind() != reflect.Pointer || !elem(f.Type.Elem()) {
-		return 0, fmt.Errorf("field %s.%s is %v", t.Name(), name, f.Type)
-	}
-	return f.Index[0], nil
-}
-
-// cStruct accepts go-xla's cgo type for the C struct name.
-func cStruct(name string) func(reflect.Type) bool {
-	return func(t reflect.Type) bool {
-		return t.PkgPath() == xlaPackage && (t.Name() == "_Ctype_struct_"+name || t.Name() == "_Ctype_"+name)
-	}
-}
-
-// goStruct accepts go-xla's Go struct type name.
-func goStruct(name string) func(reflect.Type) bool {
-	return func(t reflect.Type) bool {
-		return t.Kind() == reflect.Struct && t.PkgPath() == xlaPackage && t.Name() == name
-	}
-}
-
-// fieldPtr returns the pointer held in field i of the struct *p points to
-// (nil if p is nil).
-func fieldPtr(p reflect.Value, i int) unsafe.Pointer {
-	if p.IsNil() {
-		return nil
-	}
-	return p.Elem().Field(i).UnsafePointer()
-}
-
-// capi is what Serialize and Deserialize need of a client: the plugin's API
-// table and the PJRT_Client handle.
-type capi struct {
-	layout *xlaLayout
-	api    *C.PJRT_Api
-	client *C.PJRT_Client
-}
-
-// cAPI checks go-xla and the plugin and returns the C handles of c. The
-// caller holds c.mu for reading and c is not closed.
-func (c *Client) cAPI() (*capi, error) {
-	l, err := checkXLA()
-	if err != nil {
-		return nil, err
-	}
-	path := c.plugin.Path()
-	cpath := C.CString(path)
-	api := C.xs_plugin_api(cpath)
-	C.free(unsafe.Pointer(cpath))
-	if api == nil {
-		return nil, fmt.Errorf("plugin %s is not loaded in this process under that path, or has no GetPjrtApi: %w", path, errors.ErrUnsupported)
-	}
-	if held := fieldPtr(reflect.ValueOf(c.plugin), l.pluginAPI); held != unsafe.Pointer(api) {
-		return nil, fmt.Errorf("the PJRT_Api of %s (%p) is not the one go-xla holds (%p): %w", path, api, held, errors.ErrUnsupported)
-	}
-	if missing := C.xs_api_missing(api); missing != nil {
+// missingAPI returns an error wrapping errors.ErrUnsupported if the plugin
+// lacks a function serialization needs.
+func (c *Client) missingAPI() error {
+	if missing := C.xs_api_missing(c.api.api); missing != nil {
 		major, minor := c.plugin.Version()
-		return nil, fmt.Errorf("plugin %s (PJRT C API %d.%d) has no %s: %w", path, major, minor, C.GoString(missing), errors.ErrUnsupported)
+		return fmt.Errorf("plugin %s (PJRT C API %d.%d) has no %s: %w", c.path, major, minor, C.GoString(missing), errors.ErrUnsupported)
 	}
-	client := (*C.PJRT_Client)(fieldPtr(fieldValue(reflect.ValueOf(c.c), l.client), l.clientC))
-	if client == nil {
-		return nil, errClosed("serialization", "go-xla client")
-	}
-	// Cross-check the handle: the plugin must report the platform go-xla
-	// read when it created the client.
-	var name *C.char
-	var size C.size_t
-	if perr := C.xs_client_platform(api, client, &name, &size); perr != nil {
-		return nil, pluginError(api, perr)
-	}
-	if got := C.GoStringN(name, C.int(size)); !strings.EqualFold(got, c.c.Platform()) {
-		return nil, fmt.Errorf("PJRT_Client handle read from go-xla reports platform %q, want %q: %w", got, c.c.Platform(), errors.ErrUnsupported)
-	}
-	return &capi{layout: l, api: api, client: client}, nil
-}
-
-// fieldValue returns field i of the struct *p points to, as a Value.
-func fieldValue(p reflect.Value, i int) reflect.Value { return p.Elem().Field(i) }
-
-// loadedExecutable returns the PJRT_LoadedExecutable handle of le.
-func (a *capi) loadedExecutable(le *gopjrt.LoadedExecutable) *C.PJRT_LoadedExecutable {
-	return (*C.PJRT_LoadedExecutable)(fieldPtr(fieldValue(reflect.ValueOf(le), a.layout.leWrapper), a.layout.leWrapC))
+	return nil
 }
 
 // pluginErr is an error returned by the plugin.
@@ -467,9 +224,7 @@ func pluginError(api *C.PJRT_Api, perr *C.PJRT_Error) error {
 // skipping compilation (e.g. for an on-disk compile cache). The data starts
 // with the plugin's identity and ends with a checksum; it holds native code,
 // so only load data from a trusted source. It fails with an error wrapping
-// errors.ErrUnsupported when the plugin cannot serialize, or when the go-xla
-// linked in is not the version whose internals this package was written
-// against.
+// errors.ErrUnsupported when the plugin cannot serialize.
 func (e *Executable) Serialize() ([]byte, error) {
 	c := e.client
 	c.mu.RLock()
@@ -485,32 +240,27 @@ func (e *Executable) Serialize() ([]byte, error) {
 	fail := func(err error) ([]byte, error) {
 		return nil, fmt.Errorf("pjrt: serialize executable %s: %w", e.name, err)
 	}
-	if _, ok := deserialized.Load(weak.Make(e)); ok {
+	if e.handle.deserialized {
 		return fail(fmt.Errorf("it was deserialized, and re-serializing is not supported "+
 			"(the XLA CPU plugin's serialization of a deserialized executable lacks the compiled kernels): "+
 			"keep the data it was deserialized from: %w", errors.ErrUnsupported))
 	}
-	a, err := c.cAPI()
-	if err != nil {
+	if err := c.missingAPI(); err != nil {
 		return fail(err)
 	}
 	h, err := c.identity()
 	if err != nil {
 		return fail(err)
 	}
-	le := a.loadedExecutable(e.le)
-	if le == nil {
-		return nil, errClosed("serialize "+e.name, "go-xla executable")
-	}
 	var s C.xs_serialized
-	perr := C.xs_serialize(a.api, le, &s)
+	perr := C.xs_serialize(c.api.api, e.handle.le, &s)
 	defer C.xs_serialized_free(&s)
-	runtime.KeepAlive(e.le)
+	runtime.KeepAlive(e.le) // owns the handle
 	if perr != nil {
-		return fail(pluginError(a.api, perr))
+		return fail(pluginError(c.api.api, perr))
 	}
 	if name := C.GoStringN(s.name, C.int(s.name_size)); name != e.le.Name {
-		return fail(fmt.Errorf("PJRT_LoadedExecutable handle read from go-xla is named %q, want %q: %w", name, e.le.Name, errors.ErrUnsupported))
+		return fail(fmt.Errorf("the executable handle recorded at compile time is named %q, go-xla's executable %q", name, e.le.Name))
 	}
 	if s.bytes == nil || s.size == 0 {
 		return fail(errors.New("plugin returned an empty serialization"))
@@ -550,9 +300,8 @@ func (e *Executable) Serialize() ([]byte, error) {
 // same plugin build (same file size and version) on the same kind of host;
 // corrupt or foreign data is reported as an error. The data holds native code:
 // only load data from a trusted source. It fails with an error wrapping
-// errors.ErrUnsupported when the plugin cannot deserialize, or when the
-// go-xla linked in is not the version whose internals this package was
-// written against; compile the StableHLO instead then.
+// errors.ErrUnsupported when the plugin cannot deserialize; compile the
+// StableHLO instead then.
 func (c *Client) Deserialize(ctx context.Context, data []byte) (*Executable, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pjrt: deserialize: %w", err)
@@ -566,8 +315,7 @@ func (c *Client) Deserialize(ctx context.Context, data []byte) (*Executable, err
 		return nil, errClosed("deserialize", "client")
 	}
 	// Unsupported is said whatever the data.
-	a, err := c.cAPI()
-	if err != nil {
+	if err := c.missingAPI(); err != nil {
 		return fail(err)
 	}
 	h, payload, err := unmarshalEnvelope(data)
@@ -586,35 +334,20 @@ func (c *Client) Deserialize(ctx context.Context, data []byte) (*Executable, err
 		return fail(err)
 	}
 
-	var cle *C.PJRT_LoadedExecutable
-	perr := C.xs_deserialize(a.api, a.client, (*C.char)(unsafe.Pointer(unsafe.SliceData(payload))), C.size_t(len(payload)), &cle)
-	runtime.KeepAlive(payload)
-	if perr != nil {
-		return fail(pluginError(a.api, perr))
-	}
-	if cle == nil {
-		return fail(errors.New("plugin returned no executable"))
-	}
-	// go-xla owns cle from here on, even if it fails.
-	le, err := xlaNewLoadedExecutable(c.plugin, c.c, unsafe.Pointer(cle))
+	le, handle, err := compileProgram(c.c, payload, true)
 	if err != nil {
-		return fail(err)
+		// go-xla words it as a compile error; it is the plugin's
+		// PJRT_Executable_DeserializeAndLoad that failed.
+		return fail(fmt.Errorf("plugin rejected the serialized executable (PJRT_Executable_DeserializeAndLoad): %w", err))
 	}
-	if got := a.loadedExecutable(le); got != cle {
-		_ = le.Destroy()
-		return fail(fmt.Errorf("go-xla's LoadedExecutable does not hold the deserialized handle: %w", errors.ErrUnsupported))
-	}
+	handle.deserialized = true
 	if le.NumOutputs != h.NumOutputs {
 		_ = le.Destroy()
 		return fail(fmt.Errorf("deserialized executable has %d outputs, header says %d", le.NumOutputs, h.NumOutputs))
 	}
-	// newLoadedExecutable leaves what CompileConfig.Done sets afterwards at
-	// its defaults: one replica, one partition, no device assignment, not
-	// portable. Serialize only accepts single-device executables; a portable
-	// one must be flagged so, or go-xla executes it without a device.
-	if h.Portable {
-		pv := reflect.ValueOf(le).Elem().Field(a.layout.lePortable)
-		*(*bool)(unsafe.Pointer(pv.UnsafeAddr())) = true
+	if le.IsPortable() != h.Portable {
+		_ = le.Destroy()
+		return fail(fmt.Errorf("serialized executable portable=%v, loaded as portable=%v: %w", h.Portable, le.IsPortable(), errors.ErrUnsupported))
 	}
 	e := &Executable{
 		client:      c,
@@ -623,22 +356,13 @@ func (c *Client) Deserialize(ctx context.Context, data []byte) (*Executable, err
 		params:      params,
 		paramsKnown: paramsKnown,
 		le:          le,
+		handle:      handle,
 	}
-	wp := weak.Make(e)
-	deserialized.Store(wp, struct{}{})
-	runtime.AddCleanup(e, func(wp weak.Pointer[Executable]) { deserialized.Delete(wp) }, wp)
 	c.execMu.Lock()
 	c.execs[e] = struct{}{}
 	c.execMu.Unlock()
 	return e, nil
 }
-
-// deserialized holds (weakly) the Executables made by Deserialize, which
-// Serialize refuses: with the XLA CPU plugin (PJRT C API 0.81), serializing
-// a deserialized executable succeeds but leaves out the object code of its
-// kernels, so that the executable deserialized from that fails to execute
-// ("Function ... not found").
-var deserialized sync.Map // weak.Pointer[Executable] -> struct{}
 
 // Envelope: magic, uint32 header length, JSON header, uint64 payload length,
 // payload, SHA-256 of everything before it. Integers are little-endian.

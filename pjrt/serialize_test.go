@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -224,9 +226,9 @@ func TestDeserializeCorrupt(t *testing.T) {
 		{"wrong output count", rewrap(lessOutputs, payload), "has 1 outputs, header says 0"},
 		{"bad parameter type", rewrap(badParam, payload), "parameter 0"},
 		// Past our checks: the plugin itself rejects these.
-		{"garbage payload", rewrap(h, garbage), "plugin error"},
-		{"payload truncated", rewrap(h, payload[:len(payload)/2]), "plugin error"},
-		{"payload of one byte", rewrap(h, payload[:1]), "plugin error"},
+		{"garbage payload", rewrap(h, garbage), "plugin rejected the serialized executable"},
+		{"payload truncated", rewrap(h, payload[:len(payload)/2]), "plugin rejected the serialized executable"},
+		{"payload of one byte", rewrap(h, payload[:1]), "plugin rejected the serialized executable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := c.Deserialize(ctx, tc.data)
@@ -467,37 +469,57 @@ func TestSerializeCompileVsDeserializeTime(t *testing.T) {
 	sameTensors(t, "new client", run(t, fresh, x, w, b), want)
 }
 
-func TestSerializeChecks(t *testing.T) {
-	// The go-xla linked in is the one serialize.go was written against, and
-	// the checks accept its layout.
-	if v, how := linkedXLAVersion(); v != xlaVersion {
-		t.Errorf("linked go-xla: %s (%s), want %s", v, how, xlaVersion)
+// TestWrappedPlugin checks the wrapped PJRT_Api table capi.go hands go-xla:
+// programs without xserve's prefix compile unchanged, a second client of the
+// same plugin file gets its own handle, and a file that is not a PJRT plugin
+// is an error naming it.
+func TestWrappedPlugin(t *testing.T) {
+	c := testClient(t)
+	le, err := c.c.Compile().WithStableHLO([]byte(addOneProgram)).Done()
+	if err != nil {
+		t.Fatalf("unprefixed program through the wrapped table: %v", err)
 	}
-	if _, err := checkXLA(); err != nil {
+	if err := le.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 
-	// And they reject what they do not know.
-	type fake struct {
-		api    *int
-		client int
+	c2, err := Open(c.PluginPath())
+	if err != nil {
+		t.Fatal(err)
 	}
-	ft := reflect.TypeFor[fake]()
-	for _, tc := range []struct {
-		field string
-		elem  func(reflect.Type) bool
-	}{
-		{"missing", cStruct("PJRT_Api")},
-		{"client", cStruct("PJRT_Client")},                // not a pointer
-		{"api", cStruct("PJRT_Api")},                      // pointer to the wrong type
-		{"api", goStruct("clientC")},                      // ditto
-		{"api", func(reflect.Type) bool { return false }}, // ditto
-	} {
-		if _, err := ptrField(ft, tc.field, tc.elem); err == nil {
-			t.Errorf("ptrField(%s) accepted %v", tc.field, ft)
-		}
+	defer c2.Close()
+	if c2.plugin != c.plugin || c2.api.api != c.api.api {
+		t.Errorf("second Open of %s loaded the plugin again", c.PluginPath())
+	}
+	if c2.api.client == nil || c2.api.client == c.api.client {
+		t.Errorf("second client's handle %p, first %p", c2.api.client, c.api.client)
+	}
+	x := f32([]int64{2}, 1, 2)
+	data := serialized(t, c2, addOneProgram)
+	e := mustDeserialize(t, c, data)
+	defer e.Close()
+	if got := float32s(t, run(t, e, x)[0]); fmt.Sprint(got) != "[2 3]" {
+		t.Errorf("deserialized into the first client: %v", got)
 	}
 
+	notPlugin := filepath.Join(t.TempDir(), "not-a-plugin.so")
+	if err := os.WriteFile(notPlugin, []byte("text"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(notPlugin); err == nil || !strings.Contains(err.Error(), notPlugin) || !strings.Contains(err.Error(), "dlopen") {
+		t.Errorf("Open(%s) = %v, want a dlopen error naming it", notPlugin, err)
+	}
+}
+
+const addOneProgram = `module @add_one {
+  func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+    %c = stablehlo.constant dense<1.0> : tensor<2xf32>
+    %y = stablehlo.add %x, %c : tensor<2xf32>
+    return %y : tensor<2xf32>
+  }
+}`
+
+func TestSerializeChecks(t *testing.T) {
 	// An UNIMPLEMENTED plugin error means "unsupported"; others do not.
 	if err := (&pluginErr{code: 12, msg: "nope"}); !errors.Is(err, errors.ErrUnsupported) || err.Error() != "plugin error UNIMPLEMENTED: nope" {
 		t.Errorf("UNIMPLEMENTED: %v", err)

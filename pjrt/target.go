@@ -66,12 +66,10 @@ func (c *Client) Target() string {
 	}
 	kind := "unknown"
 	if c.c != nil {
-		if a, err := c.cAPI(); err == nil {
-			var k *C.char
-			var n C.size_t
-			if C.xs_device_kind(a.api, a.client, &k, &n) == 0 {
-				kind = C.GoStringN(k, C.int(n))
-			}
+		var k *C.char
+		var n C.size_t
+		if C.xs_device_kind(c.api.api, c.api.client, &k, &n) == 0 {
+			kind = C.GoStringN(k, C.int(n))
 		}
 	}
 	return fmt.Sprintf("platform=%s plugin=%s plugin_bytes=%d host=%q device_kind=%q", c.platform, c.version, size, hostIdentity(), kind)

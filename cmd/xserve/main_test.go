@@ -29,10 +29,29 @@ func xserve(t *testing.T, args ...string) (string, string, error) {
 // output ONNX Runtime computed for the same input (committed by
 // python/make_examples.py).
 func TestRunMatchesONNXRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cached bool // the second run with --compile-cache loads the executable
+	}{{"compiled", false}, {"cached", true}} {
+		t.Run(tc.name, func(t *testing.T) { runMatchesONNXRuntime(t, tc.cached) })
+	}
+}
+
+func runMatchesONNXRuntime(t *testing.T, cached bool) {
 	dir := t.TempDir()
-	out, stderr, err := xserve(t, "run", example+"/1/model.onnx", "--input", "image="+sampleDir+"/image.npy", "--output", dir)
+	args := []string{"run", example + "/1/model.onnx", "--input", "image=" + sampleDir + "/image.npy", "--output", dir}
+	if cached {
+		args = append(args, "--compile-cache", filepath.Join(dir, "cache"))
+		if _, stderr, err := xserve(t, args...); err != nil || !strings.Contains(stderr, ", compiled in") {
+			t.Fatalf("first xserve run with an empty cache: %v\n%s", err, stderr)
+		}
+	}
+	out, stderr, err := xserve(t, args...)
 	if err != nil {
 		t.Fatalf("xserve run: %v\n%s", err, stderr)
+	}
+	if got := strings.Contains(stderr, "loaded from the compile cache"); got != cached {
+		t.Errorf("executable from the compile cache: %v, want %v:\n%s", got, cached, stderr)
 	}
 	if !strings.Contains(stderr, "loaded pjrt cpu") {
 		t.Errorf("run did not report the plugin it loaded:\n%s", stderr)

@@ -9,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -38,6 +38,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	outDir := fs.String("output", "", "directory to write <output name>.npy files into (created if missing)")
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what `make pjrt` installed)")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
+	cacheDir := fs.String("compile-cache", "", "compile-cache directory: load the executable from it when it holds one, else store it there")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: xserve run MODEL --input NAME=FILE.npy ... --output DIR")
 		fs.PrintDefaults()
@@ -53,75 +54,61 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *outDir == "" {
 		return errors.New("run: --output DIR is required")
 	}
-	g, err := importer.Load(pos[0])
-	if err != nil {
-		return err
-	}
-	files := map[string]string{}
-	for _, f := range inputFlags {
-		name, path, ok := strings.Cut(f, "=")
-		if !ok {
-			return fmt.Errorf("--input %q: want NAME=FILE.npy", f)
-		}
-		files[name] = path
-	}
-	var inputs []*tensor.Tensor
-	for _, p := range g.Placeholders() {
-		path, ok := files[p.Target]
-		if !ok {
-			return fmt.Errorf("run: no --input for model input %q (%s)", p.Target, p.Val())
-		}
-		delete(files, p.Target)
-		t, err := tensor.ReadNpyFile(path)
-		if err != nil {
-			return fmt.Errorf("run: input %s: %w", p.Target, err)
-		}
-		inputs = append(inputs, t)
-	}
-	for name := range files {
-		return fmt.Errorf("run: the model has no input %q (inputs: %s)", name, strings.Join(inputNames(g), ", "))
-	}
-	dims, err := g.BindDims(inputs)
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
 	client, err := openPlugin(*plugin)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
+	r, err := runner.New(client, runner.Options{Lower: lower.Options{NarrowInt64: *narrow}, CacheDir: *cacheDir})
+	if err != nil {
+		return err
+	}
+	m, err := r.Load(pos[0])
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	named := map[string]*tensor.Tensor{}
+	for _, f := range inputFlags {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok {
+			return fmt.Errorf("--input %q: want NAME=FILE.npy", f)
+		}
+		if !slices.Contains(m.InputNames(), name) {
+			return fmt.Errorf("run: the model has no input %q (inputs: %s)", name, strings.Join(m.InputNames(), ", "))
+		}
+		t, err := tensor.ReadNpyFile(path)
+		if err != nil {
+			return fmt.Errorf("run: input %s: %w", name, err)
+		}
+		named[name] = t
+	}
+	for _, p := range m.Graph.Placeholders() {
+		if named[p.Target] == nil {
+			return fmt.Errorf("run: no --input for model input %q (%s)", p.Target, p.Val())
+		}
+	}
+	inputs, err := m.OrderInputs(named)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
 	fmt.Fprintf(stderr, "loaded %s (version %s)\n", client, client.PluginVersion())
-
-	start := time.Now()
-	prog, err := lower.New(lower.Options{Platform: client.Platform(), NarrowInt64: *narrow}).Lower(g, dims)
+	outs, prog, tm, err := m.Run(ctx, inputs) // bounded outputs come back trimmed
 	if err != nil {
 		return err
 	}
-	lowered := time.Since(start)
-	w := serving.NewWeights(client)
-	defer w.Close()
-	start = time.Now()
-	exe, err := serving.Compile(ctx, client, prog, w)
-	if err != nil {
-		return err
+	compiled := "compiled"
+	if tm.Cached {
+		compiled = "loaded from the compile cache"
 	}
-	defer exe.Close()
-	compiled := time.Since(start)
-	start = time.Now()
-	outs, err := exe.Run(ctx, inputs)
-	if err != nil {
-		return err
-	}
-	if outs, err = prog.Trim(outs); err != nil { // data-dependent sizes: slice by the counts
-		return err
-	}
-	fmt.Fprintf(stderr, "lowered in %s, compiled in %s, executed in %s (dims %v)\n",
-		lowered.Round(time.Microsecond), compiled.Round(time.Microsecond), time.Since(start).Round(time.Microsecond), dims)
+	fmt.Fprintf(stderr, "lowered in %s, %s in %s, executed in %s (dims %v)\n",
+		tm.Lower.Round(time.Microsecond), compiled, tm.Compile.Round(time.Microsecond), tm.Run.Round(time.Microsecond), prog.Dims)
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
+	names := runner.OutputNames(prog)
 	for i, t := range outs {
-		name := prog.Outputs[i].Name
+		name := names[i]
 		file := filepath.Join(*outDir, outputFileName(name))
 		if err := tensor.WriteNpyFile(file, t); err != nil {
 			return fmt.Errorf("run: write output %s: %w", name, err)

@@ -99,8 +99,12 @@
 //
 // The higher-order operators torch.ops.higher_order.cond and while_loop
 // become the IR's cond and while_loop (fxgraph.Cond, fxgraph.WhileLoop),
-// each "as_graph" argument converted into a subgraph of its own; other
-// higher-order operators (map, wrapped subgraphs) are unsupported.
+// each "as_graph" argument converted into a subgraph of its own.
+// torch.ops.higher_order.map_impl (torch._higher_order_ops.map) becomes a
+// while_loop over the slices of its xs (static first axis), the body
+// converted into the loop's body and its outputs written into stacked
+// buffers. Other higher-order operators (wrapped subgraphs, scan, ...) are
+// unsupported.
 //
 // After conversion the IR's shape functions set every node's Meta
 // (fxgraph.Registry.PropagateShapes), and the result is checked against the

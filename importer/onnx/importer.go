@@ -253,7 +253,9 @@ func (s *scope) counts() []*fxgraph.Node {
 	}
 	var out []*fxgraph.Node
 	for _, b := range *s.bounded {
-		out = append(out, b.count)
+		if !b.shape {
+			out = append(out, b.count)
+		}
 	}
 	return out
 }
@@ -264,24 +266,26 @@ type boundedValue struct {
 	value, count *fxgraph.Node
 	axis         int
 	op           string
+	// shape marks the run-time shape of a bounded value (Shape of it), whose
+	// padded dims are dims: not itself bounded.
+	shape bool
+	dims  []int64
+	// src is the input of the NonZero that made the value, which a
+	// NonZero of the same input reuses.
+	src *fxgraph.Node
 }
 
 // boundOutputs declares the bounded values that are graph outputs
-// (fxgraph.BoundedOutput), appending their counts as outputs. A bounded
-// value used by another operator is unsupported: that operator would see
-// the padding.
+// (fxgraph.BoundedOutput), appending their counts as outputs. Operators
+// that consume bounded values were checked as they were converted
+// (boundRules).
 func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
 	if s.bounded == nil {
 		return nil
 	}
 	for _, b := range *s.bounded {
-		if b.value.Graph() != s.g {
-			continue // dead
-		}
-		for _, u := range b.value.Users() {
-			if u.Op != fxgraph.Output {
-				return Unsupported("%s whose result feeds another operator (%s): its size is data-dependent, so it is supported only as a graph output, returned padded with a count", b.op, u.Name)
-			}
+		if b.shape || b.value.Graph() != s.g {
+			continue // a shape, or dead
 		}
 		for i, o := range outs {
 			if o != b.value {
@@ -347,7 +351,22 @@ func (s *scope) convertNode(node *Node) error {
 	}
 	c := &Ctx{s: s, node: node, Opset: opset}
 	s.converted = append(s.converted, node)
-	if err := conv(c, node); err != nil {
+	bin := s.boundedInputs(node)
+	rule, override := boundRules[node.OpType], boundConverters[node.OpType]
+	var err error
+	switch {
+	case len(bin) > 0 && override != nil, node.OpType == "ConstantOfShape" && s.hasShapeInput(node):
+		err = override(c, node, bin, conv)
+	case len(bin) > 0 && rule == nil:
+		_, b := anyBound(bin)
+		return fmt.Errorf("%w (operator %s, node %q, opset %d)", unsupportedBound(node, b, "xserve cannot follow its size through this operator"), node.OpType, node.Name, opset)
+	default:
+		err = conv(c, node)
+		if err == nil && len(bin) > 0 {
+			err = rule(c, node, bin)
+		}
+	}
+	if err != nil {
 		if errors.Is(err, ErrUnsupported) {
 			return fmt.Errorf("%w (operator %s, node %q, opset %d)", err, node.OpType, node.Name, opset)
 		}

@@ -68,6 +68,11 @@ func convertIf(c *Ctx, _ *Node) error {
 		return bindIfOutputs(c, outs)
 	}
 	captured := c.s.captures(branches[0], branches[1])
+	for _, name := range captured {
+		if _, ok := c.s.boundOf(c.s.env[name]); ok {
+			return ifBounded(c, cond, branches)
+		}
+	}
 	var graphs [2]*fxgraph.Graph
 	for i, br := range branches {
 		if graphs[i], err = c.s.subgraph(br, captured); err != nil {
@@ -207,6 +212,9 @@ func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope
 		if isStructured(s.env[name]) {
 			return nil, fmt.Errorf("%w: %w (%q in subgraph %q)", ErrUnsupported, errStructured, name, gr.Name)
 		}
+		if b, ok := s.boundOf(s.env[name]); ok {
+			return nil, Unsupported("subgraph %q uses %q, the data-dependent result of %s (padded, with a count): not supported inside subgraphs", gr.Name, name, b.op)
+		}
 		inner.env[name] = g.AddPlaceholder(sanitize(name), Meta(s.env[name]))
 	}
 	for _, name := range freeNames(gr) {
@@ -228,7 +236,20 @@ func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope
 // cond_graph is cond && i < M, body_graph the ONNX body with i+1 appended.
 // The values the body captures from enclosing scopes are the while_loop's
 // additional inputs.
+//
+// With scan outputs, the trip count needs a static upper bound (M a
+// constant, or computed with one: upperBound): each scan output is carried
+// as a buffer of that many slices, the body writing its value at slice i,
+// and the loop also stops at the bound. The scan outputs are then bounded
+// values (docs/DATA-DEPENDENT.md) along their first axis, counted by the
+// iterations run.
 func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
+	return convertWhileLoopScan(c, body, nState, 0, 0)
+}
+
+// convertWhileLoopScan is convertWhileLoop with nScan scan outputs of at
+// most bound slices each.
+func convertWhileLoopScan(c *Ctx, body *Graph, nState, nScan int, bound int64) error {
 	scalar := func(i int, dt tensor.DType, def *tensor.Tensor) (*fxgraph.Node, error) {
 		if !c.HasInput(i) {
 			return c.Constant("loop_default", def), nil
@@ -250,6 +271,12 @@ func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
 	if err != nil {
 		return err
 	}
+	if nScan > 0 {
+		// Also stop at the bound (the buffers' size).
+		if trip, err = c.Emit("aten.minimum.default", trip, c.ScalarConst(tensor.Int64, float64(bound))); err != nil {
+			return err
+		}
+	}
 	carried := []*fxgraph.Node{c.ScalarConst(tensor.Int64, 0), cond, trip}
 	for j := range nState {
 		v, err := c.Input(2 + j)
@@ -257,6 +284,20 @@ func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
 			return err
 		}
 		carried = append(carried, v)
+	}
+	var scanMetas []fxgraph.TensorMeta
+	if nScan > 0 {
+		if scanMetas, err = c.s.scanOutputMetas(body, nState, carried[3:]); err != nil {
+			return err
+		}
+		for _, m := range scanMetas {
+			dims, _ := m.Shape.Static()
+			buf, err := c.EmitKw("aten.full.default", []any{ints(append([]int64{bound}, dims...)), 0.0}, map[string]any{"dtype": m.DType})
+			if err != nil {
+				return err
+			}
+			carried = append(carried, buf)
+		}
 	}
 	captured := c.s.captures(body)
 	extra := make([]*fxgraph.Node, len(captured))
@@ -312,7 +353,15 @@ func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
 	if err != nil {
 		return err
 	}
-	bodyG.SetOutput(append([]*fxgraph.Node{next, keep, ph[2]}, outs[1:1+nState]...)...)
+	newOuts := append([]*fxgraph.Node{next, keep, ph[2]}, outs[1:1+nState]...)
+	for k := range nScan {
+		upd, err := writeSlice(e, ph[3+nState+k], outs[1+nState+k], ph[0], bound)
+		if err != nil {
+			return err
+		}
+		newOuts = append(newOuts, upd)
+	}
+	bodyG.SetOutput(newOuts...)
 	bodyG.EliminateDeadCode()
 
 	w, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("cond_graph", condG), c.Graph().AddSubgraph("body_graph", bodyG), nodes(carried), nodes(extra))
@@ -329,7 +378,82 @@ func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
 		}
 		c.SetOutput(j, v)
 	}
+	if nScan == 0 {
+		return nil
+	}
+	if c.s.bounded == nil {
+		return Unsupported("Loop with scan outputs and a run-time trip count or condition inside a subgraph (its scan outputs have a data-dependent size)")
+	}
+	iters, err := c.Emit(fxgraph.GetItem, w, int64(0))
+	if err != nil {
+		return err
+	}
+	for k := range nScan {
+		if !c.HasOutput(nState + k) {
+			continue
+		}
+		v, err := c.Emit(fxgraph.GetItem, w, int64(3+nState+k))
+		if err != nil {
+			return err
+		}
+		c.SetOutput(nState+k, v)
+		*c.s.bounded = append(*c.s.bounded, boundedValue{value: v, count: iters, axis: 0, op: "Loop"})
+	}
 	return nil
+}
+
+// writeSlice returns buf [bound, ...] with slice i replaced by v [...]
+// (elementwise: positions == i select v).
+func writeSlice(e fxgraph.Emitter, buf, v, i *fxgraph.Node, bound int64) (*fxgraph.Node, error) {
+	m := Meta(buf)
+	shape := make([]int64, m.Rank())
+	for k := range shape {
+		shape[k] = 1
+	}
+	shape[0] = bound
+	pos := tensor.New(tensor.Int64, shape...)
+	for k := range bound {
+		pos.SetInt64(k, k)
+	}
+	at, err := e.Emit("", "aten.eq.Tensor", []any{e.Graph.AddConstant("scan_positions", pos), i}, nil)
+	if err != nil {
+		return nil, err
+	}
+	row, err := e.Emit("", "aten.unsqueeze.default", []any{v, int64(0)}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return e.Emit("", "aten.where.self", []any{at, row, buf}, nil)
+}
+
+// scanOutputMetas returns the types of the scan outputs of a Loop body
+// (static shapes required), found by converting it once into a scratch
+// graph with placeholders for its inputs.
+func (s *scope) scanOutputMetas(body *Graph, nState int, state []*fxgraph.Node) ([]fxgraph.TensorMeta, error) {
+	g := fxgraph.New()
+	captured := s.captures(body)
+	inner, err := s.subScope(body, g, captured)
+	if err != nil {
+		return nil, err
+	}
+	inner.env[body.Inputs[0].Name] = g.AddPlaceholder("iter", fxgraph.TensorMeta{DType: tensor.Int64})
+	inner.env[body.Inputs[1].Name] = g.AddPlaceholder("cond", fxgraph.TensorMeta{DType: tensor.Bool})
+	for j := range nState {
+		inner.env[body.Inputs[2+j].Name] = g.AddPlaceholder("state", Meta(state[j]))
+	}
+	outs, err := inner.convertBody(body)
+	if err != nil {
+		return nil, err
+	}
+	var metas []fxgraph.TensorMeta
+	for _, o := range outs[1+nState:] {
+		m := Meta(o)
+		if !m.Shape.IsStatic() {
+			return nil, Unsupported("Loop scan output of %s (run-time trip count: static per-iteration shapes only)", m)
+		}
+		metas = append(metas, m)
+	}
+	return metas, nil
 }
 
 func tensorElems(m fxgraph.TensorMeta) int64 {
@@ -437,6 +561,12 @@ func convertLoop(c *Ctx, _ *Node) error {
 		}
 		return convertWhileLoop(c, body, nState)
 	}
+	if m, err := c.Input(0); err == nil && !constInput(c, 0) {
+		if _, ok := c.s.upperBound(m); ok {
+			return convertScanLoop(c, body, nState, nScan)
+		}
+		// Else M's value is needed at compile time (a NeedsValueError below).
+	}
 	trip := int64(-1) // none: run while the condition holds
 	if c.HasInput(0) {
 		ks, err := c.ConstInts(0)
@@ -485,7 +615,7 @@ func convertLoop(c *Ctx, _ *Node) error {
 			return convertWhileLoop(c, body, nState) // the unrolled iterations are dead code
 		}
 		if t == nil {
-			return Unsupported("Loop with scan outputs whose condition is computed from run-time values (such loops are unrolled at import)")
+			return convertScanLoop(c, body, nState, nScan) // the unrolled iterations are dead code
 		}
 		keep = t.NumElements() == 1 && t.Data[0] != 0
 		copy(state, outs[1:1+nState])
@@ -494,6 +624,27 @@ func convertLoop(c *Ctx, _ *Node) error {
 		}
 	}
 	return setUnrolledOutputs(c, state, scans, make([]int64, len(scans)), make([]int64, len(scans)))
+}
+
+// convertScanLoop converts a Loop with scan outputs whose trip count or
+// condition is a run-time value to a while_loop, when its trip count has a
+// static upper bound.
+func convertScanLoop(c *Ctx, body *Graph, nState, nScan int) error {
+	if !c.HasInput(0) {
+		return Unsupported("Loop with scan outputs, a run-time condition and no trip count (the scan outputs need a static bound)")
+	}
+	m, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	bound, ok := c.s.upperBound(m)
+	if !ok {
+		return Unsupported("Loop with scan outputs whose trip count has no static upper bound (a constant, or min(..., constant))")
+	}
+	if bound < 1 || bound > MaxLoopUnroll*64 {
+		return Unsupported("Loop with scan outputs of at most %d iterations (1 to %d)", bound, MaxLoopUnroll*64)
+	}
+	return convertWhileLoopScan(c, body, nState, nScan, bound)
 }
 
 // setUnrolledOutputs binds the outputs of an unrolled Loop or Scan: the

@@ -25,6 +25,12 @@ func shNonZero(c *Ctx, n *Node) error {
 	if !ok || len(dims) == 0 || c.s.bounded == nil {
 		return Unsupported("NonZero of %s here: its output size is data-dependent; supported for inputs of static shape and rank >= 1, outside subgraphs, as a graph output (returned padded with a count)", m)
 	}
+	for _, b := range *c.s.bounded {
+		if b.op == "NonZero" && b.src == x && b.value.Graph() == c.Graph() {
+			c.SetOutput(0, b.value) // the same NonZero again (exporters repeat it): one sort
+			return nil
+		}
+	}
 	total := tensor.NumElements(dims)
 	flat, err := c.Emit("aten.view.default", x, ints([]int64{total}))
 	if err != nil {
@@ -60,7 +66,7 @@ func shNonZero(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: 1, op: "NonZero"})
+	*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: 1, op: "NonZero", src: x})
 	c.SetOutput(0, out)
 	return nil
 }
@@ -345,8 +351,8 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 		return Unsupported("NonMaxSuppression of boxes %s and scores %s here: supported for static [B,N,4] boxes and [B,C,N] scores, outside subgraphs, as a graph output (returned padded with a count)", Meta(boxes), Meta(scores))
 	}
 	nb, nc, nn := bd[0], sd[1], bd[1]
-	if nn > nmsMaxBoxes || nn == 0 {
-		return Unsupported("NonMaxSuppression of %d boxes (1 to %d: suppression is unrolled at import)", nn, nmsMaxBoxes)
+	if nn == 0 {
+		return Unsupported("NonMaxSuppression of 0 boxes")
 	}
 	e := &emitChain{c: c}
 	dt := Meta(boxes).DType
@@ -376,28 +382,7 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 			lo[a], hi[a] = e.op("aten.minimum.default", coord(a), coord(2+a)), e.op("aten.maximum.default", coord(a), coord(2+a))
 		}
 	}
-	// Pairwise over [B,C,N(j),N(i)]: row j a higher-or-equal-scored box.
 	row := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(3)) }
-	col := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(2)) }
-	inter, area := (*fxgraph.Node)(nil), (*fxgraph.Node)(nil)
-	for a := range 2 {
-		side := e.op("aten.relu.default", e.op("aten.sub.Tensor", e.op("aten.minimum.default", row(hi[a]), col(hi[a])), e.op("aten.maximum.default", row(lo[a]), col(lo[a]))))
-		ext := e.op("aten.sub.Tensor", hi[a], lo[a])
-		if a == 0 {
-			inter, area = side, ext
-		} else {
-			inter, area = e.op("aten.mul.Tensor", inter, side), e.op("aten.mul.Tensor", area, ext)
-		}
-	}
-	union := e.op("aten.sub.Tensor", e.op("aten.add.Tensor", row(area), col(area)), inter)
-	iou := e.op("aten.div.Tensor", inter, union)
-	upper := tensor.New(tensor.Bool, nn, nn) // [j, i]: j < i
-	for j := range nn {
-		for i := j + 1; i < nn; i++ {
-			upper.Data[j*nn+i] = 1
-		}
-	}
-	overlaps := e.op("aten.logical_and.default", e.op("aten.gt.Tensor", iou, iouThr), c.Constant("nms_upper", upper))
 	valid := e.op("aten.gt.Scalar", sscore, math.Inf(-1))
 	if c.HasInput(4) {
 		scoreThr, err := scalarInput(c, e, 4, dt, 0)
@@ -406,10 +391,13 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 		}
 		valid = e.op("aten.gt.Tensor", sscore, scoreThr)
 	}
-	keep := valid
-	for range nn {
-		sup := e.op("aten.any.dim", e.op("aten.logical_and.default", row(keep), overlaps), int64(2))
-		keep = e.op("aten.logical_and.default", valid, e.op("aten.logical_not.default", sup))
+	var keep *fxgraph.Node
+	if nn > nmsMaxBoxes {
+		if keep, err = nmsKeepLoop(c, e, lo, hi, valid, iouThr); err != nil {
+			return err
+		}
+	} else {
+		keep = nmsKeepUnrolled(c, e, lo, hi, valid, iouThr, nn)
 	}
 	if e.err != nil {
 		return e.err
@@ -448,4 +436,119 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 	*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: 0, op: "NonMaxSuppression"})
 	c.SetOutput(0, out)
 	return nil
+}
+
+// nmsKeepUnrolled returns which of the sorted boxes (corners lo, hi per
+// axis, [B,C,N]) greedy suppression keeps: a fixed point of vectorized
+// [N,N] steps, unrolled N times.
+func nmsKeepUnrolled(c *Ctx, e *emitChain, lo, hi [2]*fxgraph.Node, valid, iouThr *fxgraph.Node, nn int64) *fxgraph.Node {
+	// Pairwise over [B,C,N(j),N(i)]: row j a higher-or-equal-scored box.
+	row := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(3)) }
+	col := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(2)) }
+	inter, area := (*fxgraph.Node)(nil), (*fxgraph.Node)(nil)
+	for a := range 2 {
+		side := e.op("aten.relu.default", e.op("aten.sub.Tensor", e.op("aten.minimum.default", row(hi[a]), col(hi[a])), e.op("aten.maximum.default", row(lo[a]), col(lo[a]))))
+		ext := e.op("aten.sub.Tensor", hi[a], lo[a])
+		if a == 0 {
+			inter, area = side, ext
+		} else {
+			inter, area = e.op("aten.mul.Tensor", inter, side), e.op("aten.mul.Tensor", area, ext)
+		}
+	}
+	union := e.op("aten.sub.Tensor", e.op("aten.add.Tensor", row(area), col(area)), inter)
+	iou := e.op("aten.div.Tensor", inter, union)
+	upper := tensor.New(tensor.Bool, nn, nn) // [j, i]: j < i
+	for j := range nn {
+		for i := j + 1; i < nn; i++ {
+			upper.Data[j*nn+i] = 1
+		}
+	}
+	overlaps := e.op("aten.logical_and.default", e.op("aten.gt.Tensor", iou, iouThr), c.Constant("nms_upper", upper))
+	keep := valid
+	for range nn {
+		sup := e.op("aten.any.dim", e.op("aten.logical_and.default", row(keep), overlaps), int64(2))
+		keep = e.op("aten.logical_and.default", valid, e.op("aten.logical_not.default", sup))
+	}
+	return keep
+}
+
+// nmsKeepLoop returns which of the sorted boxes (corners lo, hi per axis,
+// [B,C,N]) greedy suppression keeps, for many boxes: a while_loop over
+// (candidates, kept) that, per batch entry and class, keeps the first
+// candidate and drops it and the candidates overlapping it by more than
+// iouThr, until no candidate is left. It runs one step per kept box and
+// needs O(N) memory, where the unrolled form needs N steps over [N,N].
+func nmsKeepLoop(c *Ctx, e *emitChain, lo, hi [2]*fxgraph.Node, valid, iouThr *fxgraph.Node) (*fxgraph.Node, error) {
+	if e.err != nil {
+		return nil, e.err
+	}
+	m := Meta(valid) // bool [B,C,N]
+	dims, _ := m.Shape.Static()
+	nn := dims[2]
+	pos := positions(c, nn, 2, 3)
+	falses := e.kw("aten.full.default", map[string]any{"dtype": tensor.Bool}, ints(dims), false)
+	captured := []*fxgraph.Node{lo[0], lo[1], hi[0], hi[1], iouThr, pos}
+	if e.err != nil {
+		return nil, e.err
+	}
+	places := func(g *fxgraph.Graph) (carried, capt []*fxgraph.Node) {
+		carried = []*fxgraph.Node{g.AddPlaceholder("candidates", m), g.AddPlaceholder("kept", m)}
+		for i, v := range captured {
+			capt = append(capt, g.AddPlaceholder(fmt.Sprintf("nms_in%d", i), Meta(v)))
+		}
+		return carried, capt
+	}
+	var err error
+	emit := func(em fxgraph.Emitter, target string, args ...any) *fxgraph.Node {
+		if err != nil {
+			return nil
+		}
+		var n *fxgraph.Node
+		n, err = em.Emit("", target, args, nil)
+		return n
+	}
+	condG := fxgraph.New()
+	cc, _ := places(condG)
+	ce := fxgraph.Emitter{Graph: condG, IR: c.s.im.ir}
+	condG.SetOutput(emit(ce, "aten.any.default", cc[0]))
+
+	bodyG := fxgraph.New()
+	bc, in := places(bodyG)
+	be := fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
+	cand, kept := bc[0], bc[1]
+	big := bodyG.AddConstant("nms_n", tensor.Scalar(tensor.Int64, float64(nn)))
+	first := emit(be, "aten.amin.default", emit(be, "aten.where.self", cand, in[5], big), ints([]int64{2}), true) // [B,C,1]
+	chosen := emit(be, "aten.logical_and.default", emit(be, "aten.eq.Tensor", in[5], first), cand)                // one-hot, none when no candidate
+	zero := bodyG.AddConstant("nms_zero", tensor.Scalar(Meta(lo[0]).DType, 0))
+	pick := func(v *fxgraph.Node) *fxgraph.Node { // the chosen box's value, [B,C,1]
+		return emit(be, "aten.sum.dim_IntList", emit(be, "aten.where.self", chosen, v, zero), ints([]int64{2}), true)
+	}
+	var inter, area, areaC *fxgraph.Node
+	for a := range 2 {
+		l, h := in[a], in[2+a]
+		lc, hc := pick(l), pick(h)
+		side := emit(be, "aten.relu.default", emit(be, "aten.sub.Tensor", emit(be, "aten.minimum.default", h, hc), emit(be, "aten.maximum.default", l, lc)))
+		ext, extC := emit(be, "aten.sub.Tensor", h, l), emit(be, "aten.sub.Tensor", hc, lc)
+		if a == 0 {
+			inter, area, areaC = side, ext, extC
+		} else {
+			inter, area, areaC = emit(be, "aten.mul.Tensor", inter, side), emit(be, "aten.mul.Tensor", area, ext), emit(be, "aten.mul.Tensor", areaC, extC)
+		}
+	}
+	union := emit(be, "aten.sub.Tensor", emit(be, "aten.add.Tensor", area, areaC), inter)
+	sup := emit(be, "aten.gt.Tensor", emit(be, "aten.div.Tensor", inter, union), in[4])
+	drop := emit(be, "aten.logical_or.default", chosen, sup)
+	nextCand := emit(be, "aten.logical_and.default", cand, emit(be, "aten.logical_not.default", drop))
+	nextKept := emit(be, "aten.logical_or.default", kept, chosen)
+	if err != nil {
+		return nil, err
+	}
+	bodyG.SetOutput(nextCand, nextKept)
+	bodyG.EliminateDeadCode()
+	w, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("nms_cond", condG), c.Graph().AddSubgraph("nms_body", bodyG),
+		nodes([]*fxgraph.Node{valid, falses}), nodes(captured))
+	if err != nil {
+		return nil, err
+	}
+	return c.Emit(fxgraph.GetItem, w, int64(1))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -87,17 +88,111 @@ func TestNonZeroRun(t *testing.T) {
 }
 
 // TestNonZeroFeedingAnOp checks that a NonZero whose padded result would
-// reach another operator is rejected as unsupported.
+// reach an operator that cannot carry its count is rejected as unsupported,
+// naming that operator.
 func TestNonZeroFeedingAnOp(t *testing.T) {
-	m := &onnx.Model{
-		IRVersion:    8,
-		OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
-		Graph: &onnx.Graph{Name: "g", Inputs: []*onnx.ValueInfo{nnVI("x", tensor.Float32, 4)},
-			Nodes:   []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), nnNode("Transpose", []string{"i"}, []string{"y"})},
-			Outputs: []*onnx.ValueInfo{{Name: "y"}}},
+	for _, tc := range []struct {
+		name string
+		node *onnx.Node
+		want string
+	}{
+		{"reshape", nnNode("Reshape", []string{"i", "w"}, []string{"y"}), "Reshape consumes the data-dependent result of NonZero"},
+		{"reduce", nnNode("ReduceSum", []string{"i"}, []string{"y"}), "ReduceSum consumes the data-dependent result of NonZero"},
+		{"gather along the padded axis", nnNode("Gather", []string{"i", "i"}, []string{"y"}, &onnx.Attribute{Name: "axis", Type: onnx.AttrInt, I: 0}), "the data is padded along another axis"},
+		{"full-size operand", nnNode("Add", []string{"i", "w"}, []string{"y"}), "operand 1 has size 4 along the data-dependent axis"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &onnx.Model{
+				IRVersion:    8,
+				OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
+				Graph: &onnx.Graph{Name: "g", Inputs: []*onnx.ValueInfo{nnVI("x", tensor.Float32, 4), nnVI("w", tensor.Int64, 1, 4)},
+					Nodes:   []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), tc.node},
+					Outputs: []*onnx.ValueInfo{{Name: "y"}}},
+			}
+			g, err := onnx.NewImporter().Import(m)
+			checkImport(t, g, err, "", tc.want)
+		})
 	}
-	g, err := onnx.NewImporter().Import(m)
-	checkImport(t, g, err, "", "NonZero whose result feeds another operator")
+}
+
+// TestPostprocessMatchesORT runs detection postprocesses that keep
+// computing with data-dependent results, against ONNX Runtime:
+// nms_postprocess (gen_nms_postprocess.py, onnx.helper): NonMaxSuppression's
+// indices sliced, gathered into boxes and scores and offset into labels,
+// and a NonZero score filter transposed, gathered and scaled;
+// detect_postprocess (gen_detect_postprocess.py, torch.onnx of torchvision's
+// SSD-style postprocess): per-class NonZero filter, TopK with a run-time k,
+// the classes packed together (Concat), torchvision's "no boxes" If,
+// NonMaxSuppression of 300 padded boxes (the greedy while_loop), gathers by
+// its indices and a ReduceMax over the packed boxes. Trim must leave ONNX
+// Runtime's outputs exactly (within float rounding).
+func TestPostprocessMatchesORT(t *testing.T) {
+	client := nnPlugin(t)
+	for _, tc := range []struct {
+		name     string
+		inShapes [][]int64
+		outTypes []tensor.DType
+		bounded  int
+	}{
+		{"nms_postprocess", [][]int64{{1, 64, 4}, {1, 1, 64}}, []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}, 4},
+		{"detect_postprocess", [][]int64{{160, 4}, {160, 4}}, []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := onnx.ImportFile("testdata/" + tc.name + ".onnx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(prog.Bounded) != tc.bounded {
+				t.Fatalf("bounded outputs %v, want %d", prog.Bounded, tc.bounded)
+			}
+			raw, err := os.ReadFile("testdata/" + tc.name + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref struct {
+				Cases []struct {
+					Boxes, Scores []float64
+					Outputs       []struct {
+						Shape  []int64
+						Values []float64
+					}
+				}
+			}
+			if err := json.Unmarshal(raw, &ref); err != nil {
+				t.Fatal(err)
+			}
+			r, err := runner.New(client, runner.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := r.Model(g)
+			defer m.Close()
+			exe, err := m.Compile(context.Background(), prog) // once for every case
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer exe.Close()
+			for i, rc := range ref.Cases {
+				in := []*tensor.Tensor{nnT(tensor.Float32, rc.Boxes, tc.inShapes[0]...), nnT(tensor.Float32, rc.Scores, tc.inShapes[1]...)}
+				got, err := exe.Run(context.Background(), in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(rc.Outputs) {
+					t.Fatalf("case %d: %d outputs, want %d", i, len(got), len(rc.Outputs))
+				}
+				for j, o := range rc.Outputs {
+					if err := conformance.Compare(got[j], nnT(tc.outTypes[j], o.Values, o.Shape...), 1e-6, 1e-6); err != nil {
+						t.Errorf("case %d, output %s: %v", i, g.OutputName(j), err)
+					}
+				}
+			}
+		})
+	}
 }
 
 // TestCompressRun runs Compress on PJRT (padded along the axis, sliced by
@@ -249,6 +344,68 @@ func TestNonMaxSuppressionRun(t *testing.T) {
 		}
 		if err := conformance.Compare(got[0], nnT(tensor.Int64, tc.Selected, tc.Rows, 3), 0, 0); err != nil {
 			t.Errorf("max %d, iou %g, score > %g: %v", tc.MaxOut, tc.IoU, tc.ScoreThr, err)
+		}
+	}
+}
+
+// TestLoopScanRunTimeMatchesORT runs Loops with scan outputs and a number
+// of iterations known only at run time (testdata/gen_loop_scan.py): trip
+// count min(n, 8), and trip count 6 with a condition from the loop state.
+// They become while_loops writing into buffers of 8 and 6 slices; the scan
+// outputs come back bounded and trimmed to ONNX Runtime's (0 to 8 rows).
+func TestLoopScanRunTimeMatchesORT(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.ImportFile("testdata/loop_scan.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prog.Bounded) != 2 || prog.Outputs[1].Shape[0] != 8 || prog.Outputs[3].Shape[0] != 6 {
+		t.Fatalf("bounded %v, outputs %v: want the scan outputs padded to 8 and 6 rows", prog.Bounded, prog.Outputs)
+	}
+	raw, err := os.ReadFile("testdata/loop_scan.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Cases []struct {
+			N       int64
+			Limit   float64
+			X       []float64
+			Outputs []struct {
+				Shape  []int64
+				Values []float64
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(client, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.Model(g)
+	defer m.Close()
+	exe, err := m.Compile(context.Background(), prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	for _, rc := range ref.Cases {
+		n := tensor.New(tensor.Int64)
+		n.SetInt64(0, rc.N)
+		got, err := exe.Run(context.Background(), []*tensor.Tensor{n, nnT(tensor.Float32, rc.X, 3), nnT(tensor.Float32, []float64{rc.Limit})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, o := range rc.Outputs {
+			if err := conformance.Compare(got[j], nnT(tensor.Float32, o.Values, o.Shape...), 1e-6, 1e-6); err != nil {
+				t.Errorf("n %d, limit %g, output %s: %v", rc.N, rc.Limit, g.OutputName(j), err)
+			}
 		}
 	}
 }

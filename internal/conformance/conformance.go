@@ -19,7 +19,7 @@ import (
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -429,18 +429,11 @@ func bfloat16FromUint16(ts []*tensor.Tensor, nodes []*fxgraph.Node) {
 // Execute compiles prog, uploads its weights and inputs, runs it once and
 // returns the outputs (bounded outputs sliced to their valid size).
 func Execute(ctx context.Context, c *pjrt.Client, prog *lower.Program, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	w := serving.NewWeights(c)
-	defer w.Close()
-	exe, err := serving.Compile(ctx, c, prog, w)
+	r, err := runner.New(c, runner.Options{})
 	if err != nil {
 		return nil, err
 	}
-	defer exe.Close()
-	outs, err := exe.Run(ctx, inputs)
-	if err != nil {
-		return nil, err
-	}
-	return prog.Trim(outs)
+	return r.Execute(ctx, prog, inputs)
 }
 
 // Compare checks got against want: same dtype and shape, floats within

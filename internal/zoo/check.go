@@ -12,10 +12,9 @@ import (
 	"time"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -185,25 +184,29 @@ func (c *Checker) CheckModel(ctx context.Context, dir string, m *Manifest, forma
 		res.File = "model." + format
 	}
 	start := time.Now()
-	g, err := importer.Load(filepath.Join(dir, res.File))
+	g, err := runner.Import(filepath.Join(dir, res.File))
 	res.Import = time.Since(start)
 	if err != nil {
 		return fail(StageImport, err)
 	}
+	r, err := runner.New(c.Client, runner.Options{Lowerer: c.Lowerer})
+	if err != nil {
+		return fail(StageCompile, err)
+	}
+	model := r.Model(g)
+	defer model.Close()
 	rel := RelTolerance
 	if t, ok := Tolerances[m.Model+"/"+format]; ok {
 		rel = t
 	} else if t, ok := Tolerances[m.Model]; ok {
 		rel = t
 	}
-	w := serving.NewWeights(c.Client)
-	defer w.Close()
 	worst := -1.0
 	for _, cs := range m.Cases {
 		if err := ctx.Err(); err != nil {
 			return fail(StageRun, err)
 		}
-		b, st, err := c.runCase(ctx, dir, g, w, cs, rel, &res, &worst)
+		b, st, err := c.runCase(ctx, dir, model, cs, rel, &res, &worst)
 		if b != nil {
 			res.Buckets = append(res.Buckets, *b)
 		}
@@ -217,24 +220,24 @@ func (c *Checker) CheckModel(ctx context.Context, dir string, m *Manifest, forma
 
 // runCase lowers, compiles and runs one reference case and compares its
 // outputs. It returns the bucket (nil if the case failed before lowering).
-func (c *Checker) runCase(ctx context.Context, dir string, g *fxgraph.Graph, w *serving.Weights, cs Case, rel float64, res *Result, worst *float64) (*Bucket, Stage, error) {
-	inputs, err := bindInputs(dir, g, cs.Inputs)
+func (c *Checker) runCase(ctx context.Context, dir string, m *runner.Model, cs Case, rel float64, res *Result, worst *float64) (*Bucket, Stage, error) {
+	inputs, err := bindInputs(dir, m.Graph, cs.Inputs)
 	if err != nil {
 		return nil, StageInputs, err
 	}
-	dims, err := g.BindDims(inputs)
+	dims, err := m.Bind(inputs)
 	if err != nil {
 		return nil, StageInputs, err
 	}
 	b := &Bucket{Batch: cs.Batch, Dims: dims}
 	start := time.Now()
-	prog, err := c.Lowerer.Lower(g, dims)
+	prog, err := m.Lower(dims)
 	b.Lower = time.Since(start)
 	if err != nil {
 		return b, StageLower, err
 	}
 	start = time.Now()
-	exe, err := serving.Compile(ctx, c.Client, prog, w)
+	exe, err := m.Compile(ctx, prog)
 	b.Compile = time.Since(start)
 	if err != nil {
 		return b, StageCompile, err

@@ -13,7 +13,8 @@ archive, run it on the XLA CPU plugin and compare.
 cond/ is a module that branches on the value of its input (torch.cond, the
 higher-order op); its two cases take one branch each. while_loop/ runs a
 loop whose trip count is an input value (torch's while_loop). Only they
-are rewritten by `make_fixtures.py cond`.
+are rewritten by `make_fixtures.py cond`. map/ applies a body to each
+slice of its input (torch._higher_order_ops.map); `make_fixtures.py map`.
 
 resnet18/ also holds targets.txt: the call_function targets of the graph,
 in order, as torch prints them after run_decompositions(). Its parameters
@@ -316,6 +317,27 @@ class WhileLoop(nn.Module):
         return y
 
 
+class Map(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, xs, bias):
+        from torch._higher_order_ops.map import map as hop_map
+
+        def body(x, b):
+            return torch.relu(self.lin(x)) + b
+
+        return hop_map(body, xs, bias)
+
+
+def map_fixture():
+    torch.manual_seed(0)
+    m = Map().eval()
+    ep = torch.export.export(m, (torch.randn(5, 2, 4), torch.randn(3))).run_decompositions()
+    save("map", ep, m, [(torch.randn(5, 2, 4), torch.randn(3)), (torch.randn(5, 2, 4), torch.randn(3))])
+
+
 def cond_fixture():
     torch.manual_seed(0)
     m = Cond().eval()
@@ -331,6 +353,9 @@ def cond_fixture():
 if __name__ == "__main__":
     if sys.argv[1:] == ["cond"]:
         cond_fixture()
+    elif sys.argv[1:] == ["map"]:
+        map_fixture()
     else:
         main()
         cond_fixture()
+        map_fixture()

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xserve/xserve/tensor"
+)
+
+// detectDir holds torchvision's ssdlite320_mobilenet_v3_large (random
+// weights from a fixed seed) with its postprocess, exported to ONNX with
+// ONNX Runtime's outputs by `make detect-model` (python/detect).
+const detectDir = "../../.cache/detect"
+
+// TestRunDetectionMatchesORT runs a real detection model end to end with
+// `xserve run`: per-class score filter (NonZero), top-k with a run-time k,
+// the classes' boxes packed together (Concat of data-dependent sizes),
+// torchvision's "no boxes" If, NonMaxSuppression of 27,000 boxes (greedy
+// while_loop) and the gathers by its indices. Boxes, scores and labels,
+// trimmed by their counts, must equal ONNX Runtime's. The executable is
+// kept in a compile cache under .cache/detect: compiling takes 30-40 s, so
+// only the first run pays it.
+func TestRunDetectionMatchesORT(t *testing.T) {
+	model := filepath.Join(detectDir, "ssdlite320.onnx")
+	if _, err := os.Stat(model); err != nil {
+		t.Fatalf("%v: run `make detect-model` (make test does) first", err)
+	}
+	out := t.TempDir()
+	_, stderr, err := xserve(t, "run", model, "--input", "image="+filepath.Join(detectDir, "ssdlite320.image.npy"),
+		"--output", out, "--compile-cache", filepath.Join(detectDir, "compile-cache"))
+	if err != nil {
+		t.Fatalf("xserve run: %v\n%s", err, stderr)
+	}
+	t.Log(strings.TrimSpace(stderr))
+	for _, tc := range []struct {
+		name string
+		tol  float64
+	}{{"boxes", 1e-4}, {"scores", 1e-6}, {"labels", 0}} {
+		got, err := tensor.ReadNpyFile(filepath.Join(out, tc.name+".npy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := tensor.ReadNpyFile(filepath.Join(detectDir, "ssdlite320."+tc.name+".npy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.DType != want.DType || tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
+			t.Fatalf("%s: %s%s, ONNX Runtime %s%s", tc.name, got.DType, tensor.ShapeString(got.Shape), want.DType, tensor.ShapeString(want.Shape))
+		}
+		if want.NumElements() == 0 {
+			t.Fatalf("%s: ONNX Runtime detected nothing; the test would prove little", tc.name)
+		}
+		for i := range want.NumElements() {
+			if d := math.Abs(got.Float64At(i) - want.Float64At(i)); !(d <= tc.tol) {
+				t.Fatalf("%s[%d] = %v, ONNX Runtime %v", tc.name, i, got.Float64At(i), want.Float64At(i))
+			}
+		}
+	}
+}
+
+// detectReference returns ONNX Runtime's output name of the model.
+func detectReference(t *testing.T, name string) *tensor.Tensor {
+	t.Helper()
+	want, err := tensor.ReadNpyFile(filepath.Join(detectDir, "ssdlite320."+name+".npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// TestServeDetectionMatchesORT serves the detection model (no config: its
+// data-dependent outputs make serving run it at its exact input size,
+// unbatched) and checks an OIP JSON answer against ONNX Runtime: the
+// outputs come back trimmed to the detections. The executable comes from
+// the compile cache TestRunDetectionMatchesORT filled (the same key).
+func TestServeDetectionMatchesORT(t *testing.T) {
+	model := filepath.Join(detectDir, "ssdlite320.onnx")
+	data, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatalf("%v: run `make detect-model` (make test does) first", err)
+	}
+	repo := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(repo, "ssd", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "ssd", "1", "model.onnx"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := filepath.Abs(filepath.Join(detectDir, "compile-cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startXserve(t, repo, cache)
+	img, err := tensor.ReadNpyFile(filepath.Join(detectDir, "ssdlite320.image.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"inputs": [{"name": "image", "shape": %s, "datatype": "FP32", "data": %s}]}`, shapeJSON(img.Shape), jsonArray(img, false))
+	r := call(t, http.MethodPost, p.url+"/v2/models/ssd/infer", []byte(body), "Content-Type", "application/json")
+	if r.code != http.StatusOK {
+		t.Fatalf("infer: %s", r)
+	}
+	var resp struct {
+		Outputs []struct {
+			Name  string
+			Shape []int64
+			Data  []float64
+		}
+	}
+	if err := json.Unmarshal(r.body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	tols := map[string]float64{"boxes": 1e-4, "scores": 1e-6, "labels": 0}
+	if len(resp.Outputs) != len(tols) {
+		t.Fatalf("%d outputs, want boxes, scores and labels", len(resp.Outputs))
+	}
+	for _, o := range resp.Outputs {
+		want := detectReference(t, o.Name)
+		if tensor.ShapeString(o.Shape) != tensor.ShapeString(want.Shape) {
+			t.Fatalf("%s: shape %v, ONNX Runtime %v", o.Name, o.Shape, want.Shape)
+		}
+		for i, g := range o.Data {
+			if d := math.Abs(g - want.Float64At(int64(i))); !(d <= tols[o.Name]) {
+				t.Fatalf("%s[%d] = %v, ONNX Runtime %v", o.Name, i, g, want.Float64At(int64(i)))
+			}
+		}
+	}
+	p.stop(t)
+}
