@@ -63,6 +63,9 @@ func newConverters() converters {
 	registerReductions(cs)
 	registerRNN(cs)
 	registerControlFlow(cs)
+	registerQuant(cs)
+	registerQuantContrib(cs)
+	registerMicrosoft(cs)
 	return cs
 }
 

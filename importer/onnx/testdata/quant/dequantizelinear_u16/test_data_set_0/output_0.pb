@@ -1,0 +1,1 @@
+By0J`†kjB0Ý|BâzBö(ÈA¿B œA†ëiBw¾Ã@’íL@¿B¯@_:rBÇKYA¿ŸøAÒAÇKAD`B„ÀËAHaTBB{B'1ˆ¾c+Bö(Ì@Ž—¬A
