@@ -200,3 +200,13 @@ python-torch-test: pjrt build $(VENV_ZOO)/.installed
 .PHONY: bench-backend
 bench-backend: pjrt build $(VENV_ZOO)/.installed
 	XSERVE_BIN=$(CURDIR)/bin/xserve $(VENV_ZOO)/bin/python python/bench_backend.py --model resnet18 --batches 1,8
+
+# Quantized-ONNX and com.microsoft operator fixtures (importer/onnx/testdata/
+# quant and quantmodels, committed): single-op graphs and whole models from
+# ONNX Runtime's quantizer and transformer optimizer, with ONNX Runtime's
+# outputs (python/make_quant_fixtures.py; .venv-zoo for torch/onnxruntime).
+.PHONY: quant-fixtures
+quant-fixtures: $(VENV_ZOO)/.installed
+	rm -rf importer/onnx/testdata/quant importer/onnx/testdata/quantmodels
+	$(VENV_ZOO)/bin/python python/make_quant_fixtures.py --out importer/onnx/testdata/quant
+	$(VENV_ZOO)/bin/python python/make_quant_fixtures.py --models --out importer/onnx/testdata/quantmodels

@@ -239,11 +239,149 @@ def op_cases():
     return cs
 
 
+# ---- Whole models through ONNX Runtime's quantizer and transformer optimizer.
+
+def _tinybert_classes():
+    """A 2-layer BERT-shaped encoder written the way Hugging Face's BERT
+    (v4) computes, so onnxruntime.transformers.optimizer fuses its export
+    into EmbedLayerNormalization, Attention, SkipLayerNormalization and
+    BiasGelu (transformers 5's mask utilities defeat the attention fusion)."""
+    import math
+
+    import torch
+    from torch import nn
+
+    class Layer(nn.Module):
+        def __init__(s, h, heads, ff):
+            super().__init__()
+            s.h, s.n = h, heads
+            s.q, s.k, s.v, s.o = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+            s.ln1, s.ln2 = nn.LayerNorm(h, eps=1e-12), nn.LayerNorm(h, eps=1e-12)
+            s.f1, s.f2 = nn.Linear(h, ff), nn.Linear(ff, h)
+        def split(s, x):
+            b, t, _ = x.shape
+            return x.view(b, t, s.n, s.h // s.n).permute(0, 2, 1, 3)
+        def forward(s, x, ext):
+            q, k, v = s.split(s.q(x)), s.split(s.k(x)), s.split(s.v(x))
+            sc = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(s.h // s.n) + ext
+            p = torch.softmax(sc, dim=-1)
+            c = torch.matmul(p, v).permute(0, 2, 1, 3).contiguous()
+            c = c.view(c.shape[0], c.shape[1], s.h)
+            x = s.ln1(s.o(c) + x)
+            return s.ln2(s.f2(nn.functional.gelu(s.f1(x))) + x)
+
+    class TinyBert(nn.Module):
+        def __init__(s, vocab=100, h=32, heads=4, ff=64, layers=2, maxpos=32):
+            super().__init__()
+            s.we, s.pe, s.te = nn.Embedding(vocab, h), nn.Embedding(maxpos, h), nn.Embedding(2, h)
+            s.ln = nn.LayerNorm(h, eps=1e-12)
+            s.layers = nn.ModuleList([Layer(h, heads, ff) for _ in range(layers)])
+            s.register_buffer("pos", torch.arange(maxpos).unsqueeze(0))
+        def forward(s, ids, mask, tt):
+            t = ids.shape[1]
+            x = s.ln(s.we(ids) + s.pe(s.pos[:, :t]) + s.te(tt))
+            ext = (1.0 - mask[:, None, None, :].to(torch.float32)) * -10000.0
+            for l in s.layers:
+                x = l(x, ext)
+            return x
+
+    return TinyBert
+
+
+def export_tinybert(path):
+    import torch
+
+    torch.manual_seed(0)
+    m = _tinybert_classes()().eval()
+    ids = torch.randint(0, 100, (2, 7))
+    mask = torch.ones(2, 7, dtype=torch.int64)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    torch.onnx.export(m, (ids, mask, torch.zeros_like(mask)), path, input_names=names, output_names=["last_hidden_state"],
+                      dynamic_axes={n: {0: "batch", 1: "seq"} for n in names}, opset_version=17, dynamo=False)
+
+
+def bert_feeds():
+    ids = RNG.integers(0, 100, size=(2, 7)).astype(np.int64)
+    mask = np.array([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]], np.int64)
+    tt = np.array([[0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1]], np.int64)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt}
+
+
+class _Reader:
+    """Calibration data for quantize_static: a few random images."""
+
+    def __init__(self, name, shape, n=4):
+        self.it = iter([{name: RNG.standard_normal(shape).astype(np.float32)} for _ in range(n)])
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def model_cases(tmp, zoo):
+    """(name, model path, feeds) of the whole-model cases."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    out = []
+    bert = os.path.join(tmp, "tinybert.onnx")
+    export_tinybert(bert)
+    fused = optimize_model(bert, model_type="bert", num_heads=4, hidden_size=32, opt_level=0)
+    fused.save_model_to_file(os.path.join(tmp, "bert_fused.onnx"))
+    out.append(("model_bert_fused", os.path.join(tmp, "bert_fused.onnx"), bert_feeds()))
+    quantize_dynamic(bert, os.path.join(tmp, "bert_dynamic.onnx"), weight_type=QuantType.QInt8)
+    out.append(("model_bert_dynamic", os.path.join(tmp, "bert_dynamic.onnx"), bert_feeds()))
+
+    # The zoo's reduced resnet18 (torch.onnx dynamo export), without its
+    # value_info, which the quantizer's shape inference trips over.
+    m = onnx.load(os.path.join(zoo, "resnet18", "model.onnx"))
+    del m.graph.value_info[:]
+    cnn = os.path.join(tmp, "resnet18.onnx")
+    onnx.save(m, cnn)
+    image = np.load(os.path.join(zoo, "resnet18", "b1.in.image.npy"))
+    pre = os.path.join(tmp, "resnet18_pre.onnx")
+    quant_pre_process(cnn, pre, skip_symbolic_shape=True)
+    for name, fmt, per_channel, act, wt in (
+        ("model_cnn_qdq_s8", QuantFormat.QDQ, True, QuantType.QInt8, QuantType.QInt8),
+        ("model_cnn_qdq_u8", QuantFormat.QDQ, False, QuantType.QUInt8, QuantType.QUInt8),
+        ("model_cnn_qoperator", QuantFormat.QOperator, False, QuantType.QUInt8, QuantType.QInt8),
+    ):
+        path = os.path.join(tmp, name + ".onnx")
+        quantize_static(pre, path, _Reader("image", image.shape), quant_format=fmt, per_channel=per_channel,
+                        activation_type=act, weight_type=wt)
+        out.append((name, path, {"image": image}))
+    # What ONNX Runtime itself makes of the QDQ model: its extended graph
+    # optimizations fold Q/DQ pairs into QLinearConv, QLinearAdd,
+    # QLinearGlobalAveragePool, ... (com.microsoft).
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = os.path.join(tmp, "model_cnn_qdq_ort_optimized.onnx")
+    ort.InferenceSession(os.path.join(tmp, "model_cnn_qdq_u8.onnx"), so, providers=["CPUExecutionProvider"])
+    out.append(("model_cnn_qdq_ort_optimized", so.optimized_model_filepath, {"image": image}))
+    quantize_dynamic(cnn, os.path.join(tmp, "model_cnn_dynamic.onnx"), weight_type=QuantType.QUInt8)
+    out.append(("model_cnn_dynamic", os.path.join(tmp, "model_cnn_dynamic.onnx"), {"image": image}))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="importer/onnx/testdata/quant")
     ap.add_argument("--only", default="")
+    ap.add_argument("--models", action="store_true", help="write the whole-model cases (needs torch) instead of the operator cases")
+    ap.add_argument("--zoo", default="testdata/zoo")
     args = ap.parse_args()
+    if args.models:
+        import collections
+        import tempfile
+
+        os.makedirs(args.out, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, path, feeds in model_cases(tmp, args.zoo):
+                m = onnx.load(path)
+                ops = collections.Counter(f"{n.domain + '.' if n.domain else ''}{n.op_type}" for n in m.graph.node)
+                save(args.out, name, m, feeds)
+                print(name, os.path.getsize(os.path.join(args.out, name, "model.onnx")), "bytes", dict(sorted(ops.items())))
+        return
     os.makedirs(args.out, exist_ok=True)
     failed = []
     for c in op_cases():

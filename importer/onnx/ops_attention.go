@@ -18,6 +18,23 @@ func msDim(c *Ctx, x *fxgraph.Node, i int) (any, error) {
 	return c.Emit("aten.sym_size.int", x, int64(i))
 }
 
+// msArange is 0..n-1 in int64; for a symbolic n, the cumulative sum of
+// n ones minus one.
+func msArange(c *Ctx, n any) (*fxgraph.Node, error) {
+	if _, ok := n.(int64); ok {
+		return c.EmitKw("aten.arange.default", []any{n}, map[string]any{"dtype": tensor.Int64})
+	}
+	ones, err := c.EmitKw("aten.full.default", []any{[]any{n}, 1.0}, map[string]any{"dtype": tensor.Int64})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := c.EmitKw("aten.cumsum.default", []any{ones, int64(0)}, map[string]any{"dtype": tensor.Int64})
+	if err != nil {
+		return nil, err
+	}
+	return c.Emit("aten.sub.Scalar", cs, int64(1))
+}
+
 // msHeads reshapes [B, S, N*H] to [B, N, S, H].
 func msHeads(c *Ctx, x *fxgraph.Node, heads, headSize int64) (*fxgraph.Node, error) {
 	b, err := msDim(c, x, 0)
@@ -136,7 +153,7 @@ func (m *msMaskBuilder) keyMask(mask, k *fxgraph.Node) error {
 		if err != nil {
 			return err
 		}
-		j, err := c.EmitKw("aten.arange.default", []any{t}, map[string]any{"dtype": tensor.Int64})
+		j, err := msArange(c, t)
 		if err != nil {
 			return err
 		}
@@ -198,11 +215,11 @@ func (m *msMaskBuilder) causal(q, k *fxgraph.Node) error {
 	if err != nil {
 		return err
 	}
-	i, err := c.EmitKw("aten.arange.default", []any{s}, map[string]any{"dtype": tensor.Int64})
+	i, err := msArange(c, s)
 	if err != nil {
 		return err
 	}
-	j, err := c.EmitKw("aten.arange.default", []any{t}, map[string]any{"dtype": tensor.Int64})
+	j, err := msArange(c, t)
 	if err != nil {
 		return err
 	}
@@ -548,7 +565,7 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		ar, err := c.EmitKw("aten.arange.default", []any{s}, map[string]any{"dtype": tensor.Int64})
+		ar, err := msArange(c, s)
 		if err != nil {
 			return err
 		}

@@ -424,7 +424,7 @@ func msEmbedLayerNorm(c *Ctx, n *Node) error {
 				return err
 			}
 		}
-		if posIDs, err = c.EmitKw("aten.arange.default", []any{seqLen}, map[string]any{"dtype": tensor.Int64}); err != nil {
+		if posIDs, err = msArange(c, seqLen); err != nil {
 			return err
 		}
 		if posIDs, err = c.Emit("aten.unsqueeze.default", posIDs, int64(0)); err != nil {

@@ -63,6 +63,9 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 	if pm.Rank() == 0 {
 		return p, nil
 	}
+	if r == 1 && block <= 0 {
+		axis = 0 // ONNX Runtime applies a 1-D parameter of a 1-D input elementwise, whatever axis says
+	}
 	ax, err := fxgraph.NormDim(axis, max(r, 1))
 	if err != nil {
 		return nil, fmt.Errorf("axis %d: %w", axis, err)

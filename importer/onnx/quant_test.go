@@ -35,3 +35,34 @@ func TestQuantAndContribOps(t *testing.T) {
 		})
 	}
 }
+
+// TestQuantizedModels runs whole models that ONNX Runtime's tools wrote
+// (testdata/quantmodels, python/make_quant_fixtures.py --models): the
+// zoo's reduced resnet18 quantized by quantize_static (QDQ signed per
+// channel, QDQ unsigned, QOperator), by quantize_dynamic, and the QDQ
+// model as ONNX Runtime's own graph optimizer rewrites it; and a BERT-like
+// encoder fused by transformers.optimizer (EmbedLayerNormalization,
+// Attention, SkipLayerNormalization, BiasGelu) and quantized by
+// quantize_dynamic. References are ONNX Runtime 1.23.2's outputs.
+func TestQuantizedModels(t *testing.T) {
+	client := nnPlugin(t)
+	dir := filepath.Join("testdata", "quantmodels")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("%v (make quant-fixtures writes them)", err)
+	}
+	if len(entries) != 7 {
+		t.Fatalf("%d models in %s, want 7", len(entries), dir)
+	}
+	for _, e := range entries {
+		c := conformance.Case{Suite: "quantmodels", Name: e.Name(), Dir: filepath.Join(dir, e.Name())}
+		t.Run(e.Name(), func(t *testing.T) {
+			runner := conformance.NewRunner(client)
+			runner.RTol, runner.ATol = 1e-4, 1e-4
+			res := runner.Run(context.Background(), c)
+			if res.Status != conformance.Passed {
+				t.Errorf("%s: %s", res.Status, res.Detail)
+			}
+		})
+	}
+}
