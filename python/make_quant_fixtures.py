@@ -331,6 +331,13 @@ def model_cases(tmp, zoo):
     out.append(("model_bert_fused", os.path.join(tmp, "bert_fused.onnx"), bert_feeds()))
     quantize_dynamic(bert, os.path.join(tmp, "bert_dynamic.onnx"), weight_type=QuantType.QInt8)
     out.append(("model_bert_dynamic", os.path.join(tmp, "bert_dynamic.onnx"), bert_feeds()))
+    # ONNX Runtime's own rewrite of it: DynamicQuantizeLinear + MatMulInteger
+    # + Mul become DynamicQuantizeMatMul / MatMulIntegerToFloat.
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = os.path.join(tmp, "model_bert_dynamic_ort_optimized.onnx")
+    ort.InferenceSession(os.path.join(tmp, "bert_dynamic.onnx"), so, providers=["CPUExecutionProvider"])
+    out.append(("model_bert_dynamic_ort_optimized", so.optimized_model_filepath, bert_feeds()))
 
     # The zoo's reduced resnet18 (torch.onnx dynamo export), without its
     # value_info, which the quantizer's shape inference trips over.
