@@ -4,9 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/tensor"
 )
 
 // TestQuantAndContribOps runs every single-operator case of
@@ -67,4 +70,84 @@ func TestQuantizedModels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestQuantContribErrors: malformed or unsupported quantized and
+// com.microsoft nodes fail the import with an error naming the operator,
+// the node and the problem.
+func TestQuantContribErrors(t *testing.T) {
+	f32, i8, u8 := tensor.Float32, tensor.Int8, tensor.Uint8
+	cases := []struct {
+		name   string
+		node   *onnx.Node
+		inputs []*onnx.ValueInfo
+		want   []string
+	}{
+		{"blocked scale of the wrong block count",
+			nnNode("QuantizeLinear", []string{"x", "s"}, []string{"y"}, nnAI("axis", 1), nnAI("block_size", 2)),
+			[]*onnx.ValueInfo{nnVI("x", f32, 2, 6), nnVI("s", f32, 2, 2)},
+			[]string{"QuantizeLinear", `"bad"`, "blocked parameter", "3 of size 2"}},
+		{"float8 output",
+			nnNode("QuantizeLinear", []string{"x", "s"}, []string{"y"}, nnAI("output_dtype", 17)),
+			[]*onnx.ValueInfo{nnVI("x", f32, 2, 6), nnVI("s", f32)},
+			[]string{"unsupported", "QuantizeLinear output_dtype 17", `"bad"`}},
+		{"per-axis scale at opset 10",
+			nnNode("DequantizeLinear", []string{"x", "s"}, []string{"y"}),
+			[]*onnx.ValueInfo{nnVI("x", i8, 2, 6), nnVI("s", f32, 6)},
+			[]string{"DequantizeLinear", "opset 10", "no per-axis"}},
+		{"QLinearConcat input count",
+			msNode("QLinearConcat", []string{"ys", "yz", "x", "xs"}),
+			[]*onnx.ValueInfo{nnVI("ys", f32), nnVI("yz", u8), nnVI("x", u8, 2), nnVI("xs", f32)},
+			[]string{"QLinearConcat has 4 inputs", `"bad"`}},
+		{"QLinearAdd per-axis scale",
+			msNode("QLinearAdd", []string{"a", "as", "az", "b", "bs", "bz", "cs", "cz"}),
+			[]*onnx.ValueInfo{nnVI("a", u8, 2, 3), nnVI("as", f32, 3), nnVI("az", u8), nnVI("b", u8, 2, 3), nnVI("bs", f32), nnVI("bz", u8), nnVI("cs", f32), nnVI("cz", u8)},
+			[]string{"unsupported", "per-axis", "QLinearAdd"}},
+		{"Attention without num_heads",
+			msNode("Attention", []string{"x", "w"}),
+			[]*onnx.ValueInfo{nnVI("x", f32, 1, 3, 8), nnVI("w", f32, 8, 24)},
+			[]string{"Attention", "num_heads 0", `"bad"`}},
+		{"FusedConv activation",
+			msNode("FusedConv", []string{"x", "w"}, &onnx.Attribute{Name: "activation", Type: onnx.AttrString, S: []byte("Swish")}),
+			[]*onnx.ValueInfo{nnVI("x", f32, 1, 3, 5, 5), nnVI("w", f32, 2, 3, 3, 3)},
+			[]string{"unsupported", `fused activation "Swish"`, "FusedConv"}},
+		{"packed QKV MultiHeadAttention",
+			msNode("MultiHeadAttention", []string{"q"}, nnAI("num_heads", 2)),
+			[]*onnx.ValueInfo{nnVI("q", f32, 1, 3, 2, 3, 4)},
+			[]string{"unsupported", "packed QKV", "MultiHeadAttention"}},
+		{"unknown com.microsoft operator",
+			msNode("QAttention", []string{"x"}),
+			[]*onnx.ValueInfo{nnVI("x", f32, 1, 3, 8)},
+			[]string{"unsupported", "com.microsoft.QAttention", `"bad"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.node.Name = "bad"
+			opset := int64(21)
+			if tc.node.OpType == "DequantizeLinear" {
+				opset = 10
+			}
+			m := &onnx.Model{
+				IRVersion:    8,
+				OpsetImports: []onnx.OpsetID{{Domain: "", Version: opset}, {Domain: "com.microsoft", Version: 1}},
+				Graph: &onnx.Graph{Name: "g", Nodes: []*onnx.Node{tc.node}, Inputs: tc.inputs,
+					Outputs: []*onnx.ValueInfo{{Name: tc.node.Outputs[0]}}},
+			}
+			_, err := onnx.NewImporter().Import(m)
+			if err == nil {
+				t.Fatal("import succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func msNode(op string, ins []string, attrs ...*onnx.Attribute) *onnx.Node {
+	n := nnNode(op, ins, []string{"y"}, attrs...)
+	n.Domain = "com.microsoft"
+	return n
 }
