@@ -181,6 +181,18 @@ def op_cases():
     cs.append(Case("dynamicquantizematmul_u8_percol", "DynamicQuantizeMatMul", [("a", Af), ("b", ints(np.uint8, 6, 5)), ("bs", f32(5, lo=0.01, hi=0.03)), ("bz", ints(np.uint8, 5, lo=120, hi=130))], domain=MS))
     cs.append(Case("matmulintegertofloat", "MatMulIntegerToFloat", [("a", ints(np.uint8, 2, 3, 6)), ("b", ints(np.int8, 6, 5)), ("as", np.float32(0.02)), ("bs", f32(5, lo=0.01, hi=0.03)),
                                                                    ("az", np.uint8(128)), ("bz", np.zeros(5, np.int8)), ("bias", f32(5))], domain=MS))
+    # DynamicQuantizeLSTM: seq 4, batch 2, input 5, hidden 3.
+    for name, dirs, perchan, extra in (("forward", 1, False, {}), ("bidirectional_perchannel", 2, True, {}), ("reverse_peephole", 1, False, {"P": True})):
+        ws = f32(dirs, 12, lo=0.01, hi=0.05) if perchan else f32(dirs, lo=0.01, hi=0.05)
+        rs = f32(dirs, 12, lo=0.01, hi=0.05) if perchan else f32(dirs, lo=0.01, hi=0.05)
+        wz = np.zeros(ws.shape, np.int8)
+        rz = np.zeros(rs.shape, np.int8)
+        ins = [("x", f32(4, 2, 5)), ("w", ints(np.int8, dirs, 5, 12)), ("r", ints(np.int8, dirs, 3, 12)), ("b", f32(dirs, 24, lo=-0.5, hi=0.5)), ("", None),
+               ("h0", f32(dirs, 2, 3, lo=-0.5, hi=0.5)), ("c0", f32(dirs, 2, 3, lo=-0.5, hi=0.5)), ("p", f32(dirs, 9, lo=-0.5, hi=0.5)) if extra.get("P") else ("", None),
+               ("ws", ws), ("wz", wz), ("rs", rs), ("rz", rz)]
+        direction = {"forward": "forward", "bidirectional_perchannel": "bidirectional", "reverse_peephole": "reverse"}[name]
+        cs.append(Case(f"dynamicquantizelstm_{name}", "DynamicQuantizeLSTM", ins, order=[n for n, _ in ins], outputs=["y", "yh", "yc"], domain=MS,
+                       hidden_size=3, direction=direction))
 
     # com.microsoft fused / transformer operators.
     X = f32(1, 3, 6, 6)
@@ -390,18 +402,19 @@ def main():
                 print(name, os.path.getsize(os.path.join(args.out, name, "model.onnx")), "bytes", dict(sorted(ops.items())))
         return
     os.makedirs(args.out, exist_ok=True)
-    failed = []
+    failed, written = [], 0
     for c in op_cases():
         if args.only and args.only not in c.name:
             continue
         feeds = {n: a for n, a in c.inputs if n}
         try:
             save(args.out, c.name, c.model(), feeds)
+            written += 1
         except Exception as e:  # noqa: BLE001 - report every case ORT rejects
             failed.append(f"{c.name}: {str(e).splitlines()[0][:200]}")
     for f in failed:
         print("ONNX Runtime rejected", f)
-    print(f"{len(op_cases()) - len(failed)} cases written to {args.out}")
+    print(f"{written} cases written to {args.out}")
 
 
 if __name__ == "__main__":

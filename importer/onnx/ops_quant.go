@@ -303,6 +303,13 @@ func dynamicQuantParams(c *Ctx, x *fxgraph.Node) (scale, zp *fxgraph.Node, err e
 	if mx, err = c.Emit("aten.maximum.default", mx, zero); err != nil {
 		return nil, nil, err
 	}
+	return rangeQuantParams(c, mn, mx)
+}
+
+// rangeQuantParams is the uint8 scale and (float32) zero point of the
+// range [mn, mx], which includes 0: scale (mx - mn) / 255 (1 for an empty
+// range) and zero point round_half_even(saturate(-mn / scale)).
+func rangeQuantParams(c *Ctx, mn, mx *fxgraph.Node) (scale, zp *fxgraph.Node, err error) {
 	rng, err := c.Emit("aten.sub.Tensor", mx, mn)
 	if err != nil {
 		return nil, nil, err
@@ -388,6 +395,7 @@ func registerQuantContrib(cs converters) {
 	cs.register(msDomain, "QGemm", 1, qGemm)
 	cs.register(msDomain, "DynamicQuantizeMatMul", 1, qDynamicQuantizeMatMul)
 	cs.register(msDomain, "MatMulIntegerToFloat", 1, qMatMulIntegerToFloat)
+	cs.register(msDomain, "DynamicQuantizeLSTM", 1, qDynamicQuantizeLSTM)
 }
 
 // qDequant dequantizes input xi with the per-tensor scale si and optional

@@ -1,1 +1,1 @@
-By0Jnmwmn`€s[dul`vs
+By0Jhpdqppxobqmt[hi

@@ -1,1 +1,1 @@
-By0JjdljmWkzts}€jrl
+By0Jlninmh‡rCryoxQo

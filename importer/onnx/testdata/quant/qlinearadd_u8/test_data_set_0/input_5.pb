@@ -1,1 +1,1 @@
-BbzJw
+BbzJd

@@ -1,1 +1,1 @@
-BxzJr
+BxzJx

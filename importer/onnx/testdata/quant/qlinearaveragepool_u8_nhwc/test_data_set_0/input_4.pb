@@ -1,1 +1,1 @@
-ByzJs
+ByzJe

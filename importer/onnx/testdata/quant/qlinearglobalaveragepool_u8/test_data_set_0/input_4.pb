@@ -1,1 +1,1 @@
-ByzJh
+ByzJf

@@ -1,1 +1,1 @@
-BbzJq
+BbzJo

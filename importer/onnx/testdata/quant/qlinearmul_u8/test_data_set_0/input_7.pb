@@ -1,1 +1,1 @@
-BczJh
+BczJz
