@@ -241,6 +241,14 @@ def op_cases():
     cs.append(Case("multiheadattention", "MultiHeadAttention", [("q", q), ("k", k), ("v", v)], domain=MS, num_heads=2))
     cs.append(Case("multiheadattention_bias_mask", "MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("b", f32(24)), ("m", np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.int32))], domain=MS, num_heads=2))
     cs.append(Case("multiheadattention_causal_present", "MultiHeadAttention", [("q", f32(2, 6, 8)), ("k", k), ("v", v)], outputs=["y", "pk", "pv"], domain=MS, num_heads=4, unidirectional=1))
+    # GroupQueryAttention: 4 query heads over 2 kv heads of size 8.
+    gq, gk, gv = f32(2, 5, 32), f32(2, 5, 16), f32(2, 5, 16)
+    cs.append(Case("groupqueryattention_prompt", "GroupQueryAttention", [("q", gq), ("k", gk), ("v", gv), ("", None), ("", None), ("sl", np.array([4, 4], np.int32)), ("tsl", np.array(5, np.int32))],
+                   order=["q", "k", "v", "", "", "sl", "tsl"], outputs=["y", "pk", "pv"], domain=MS, num_heads=4, kv_num_heads=2))
+    cs.append(Case("groupqueryattention_past", "GroupQueryAttention", [("q", f32(2, 1, 32)), ("k", f32(2, 1, 16)), ("v", f32(2, 1, 16)), ("pk", f32(2, 2, 5, 8)), ("pv", f32(2, 2, 5, 8)),
+                                                                       ("sl", np.array([5, 5], np.int32)), ("tsl", np.array(6, np.int32))], outputs=["y", "pk_out", "pv_out"], domain=MS, num_heads=4, kv_num_heads=2))
+    cs.append(Case("groupqueryattention_softcap_scale", "GroupQueryAttention", [("q", gq), ("k", gk), ("v", gv), ("", None), ("", None), ("sl", np.array([4, 4], np.int32)), ("tsl", np.array(5, np.int32))],
+                   order=["q", "k", "v", "", "", "sl", "tsl"], outputs=["y", "pk", "pv"], domain=MS, num_heads=4, kv_num_heads=2, softcap=2.0, scale=0.4))
     pos = np.array([[0, 1, 2, 3, 4], [2, 3, 4, 5, 6]], np.int64)
     cosc = np.cos(np.outer(np.arange(8), 1.0 / 10000 ** (np.arange(2) / 2))).astype(np.float32)
     sinc = np.sin(np.outer(np.arange(8), 1.0 / 10000 ** (np.arange(2) / 2))).astype(np.float32)

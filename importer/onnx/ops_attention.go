@@ -697,3 +697,187 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 	c.SetOutput(0, out)
 	return nil
 }
+
+// msRepeatHeads repeats each of the kv heads of x [B, Hkv, T, D] groups
+// times: [B, Hkv*groups, T, D].
+func msRepeatHeads(c *Ctx, x *fxgraph.Node, groups int64) (*fxgraph.Node, error) {
+	if groups == 1 {
+		return x, nil
+	}
+	sz, err := nnSizeList(c, x)
+	if err != nil {
+		return nil, err
+	}
+	u, err := c.Emit("aten.unsqueeze.default", x, int64(2))
+	if err != nil {
+		return nil, err
+	}
+	exp := []any{sz[0], sz[1], groups, sz[2], sz[3]}
+	if u, err = c.Emit("aten.expand.default", u, exp); err != nil {
+		return nil, err
+	}
+	hk, ok := sz[1].(int64)
+	if !ok {
+		return nil, Unsupported("GroupQueryAttention with a symbolic kv head count")
+	}
+	return c.Emit("aten.reshape.default", u, []any{sz[0], hk * groups, sz[2], sz[3]})
+}
+
+// msGroupQueryAttention converts com.microsoft GroupQueryAttention (query,
+// key, value, past_key, past_value, seqlens_k, total_sequence_length, ...):
+// causal attention of num_heads query heads over kv_num_heads key/value
+// heads, the new keys and values appended to the past ones (each batch
+// entry's past full, no padding); query i of batch b sees keys j <=
+// seqlens_k[b] + 1 - S + i. Outputs output, present_key, present_value.
+// Packed QKV, do_rotary, local_window_size and the trailing inputs
+// (cos/sin caches, position_ids, attention_bias, head_sink) are
+// unsupported.
+func msGroupQueryAttention(c *Ctx, n *Node) error {
+	in, err := msInputs(c, 7)
+	if err != nil {
+		return err
+	}
+	q, k, v, pk, pv, seqlens := in[0], in[1], in[2], in[3], in[4], in[5]
+	for i := 7; i < c.NumInputs(); i++ {
+		if c.HasInput(i) {
+			return Unsupported("GroupQueryAttention input %d (rotary caches, position_ids, attention_bias or head_sink)", i)
+		}
+	}
+	if k == nil || v == nil {
+		return Unsupported("GroupQueryAttention with packed QKV")
+	}
+	if c.AttrInt("do_rotary", 0) != 0 || c.AttrInt("local_window_size", -1) != -1 || c.AttrInt("smooth_softmax", 0) != 0 {
+		return Unsupported("GroupQueryAttention with do_rotary, local_window_size or smooth_softmax")
+	}
+	if seqlens == nil {
+		return fmt.Errorf("GroupQueryAttention needs seqlens_k")
+	}
+	heads, kvHeads := c.AttrInt("num_heads", 0), c.AttrInt("kv_num_heads", 0)
+	qw, kw := Meta(q).Shape[2], Meta(k).Shape[2]
+	if heads <= 0 || kvHeads <= 0 || heads%kvHeads != 0 || !qw.IsStatic() || !kw.IsStatic() || qw.Size%heads != 0 || kw.Size != qw.Size/heads*kvHeads {
+		return fmt.Errorf("GroupQueryAttention num_heads %d, kv_num_heads %d for query width %s and key width %s", heads, kvHeads, qw, kw)
+	}
+	d := qw.Size / heads
+	if q, err = msHeads(c, q, heads, d); err != nil {
+		return err
+	}
+	if k, err = msHeads(c, k, kvHeads, d); err != nil {
+		return err
+	}
+	if v, err = msHeads(c, v, kvHeads, d); err != nil {
+		return err
+	}
+	if pk != nil && pv != nil {
+		if k, err = c.Emit("aten.cat.default", []any{pk, k}, int64(2)); err != nil {
+			return err
+		}
+		if v, err = c.Emit("aten.cat.default", []any{pv, v}, int64(2)); err != nil {
+			return err
+		}
+	}
+	c.SetOutput(1, k)
+	c.SetOutput(2, v)
+	kr, err := msRepeatHeads(c, k, heads/kvHeads)
+	if err != nil {
+		return err
+	}
+	vr, err := msRepeatHeads(c, v, heads/kvHeads)
+	if err != nil {
+		return err
+	}
+	// keep[b, 1, i, j] = j <= seqlens_k[b] + 1 - S + i
+	s, err := msDim(c, q, 2)
+	if err != nil {
+		return err
+	}
+	t, err := msDim(c, kr, 2)
+	if err != nil {
+		return err
+	}
+	i, err := msArange(c, s)
+	if err != nil {
+		return err
+	}
+	j, err := msArange(c, t)
+	if err != nil {
+		return err
+	}
+	sl, err := nnCast(c, seqlens, tensor.Int64)
+	if err != nil {
+		return err
+	}
+	if sl, err = c.Emit("aten.view.default", sl, []any{int64(-1), int64(1), int64(1), int64(1)}); err != nil {
+		return err
+	}
+	sd := Meta(q).Shape[2]
+	if !sd.IsStatic() {
+		return Unsupported("GroupQueryAttention with a symbolic sequence length")
+	}
+	if i, err = c.Emit("aten.add.Tensor", i, c.ScalarConst(tensor.Int64, float64(1-sd.Size))); err != nil {
+		return err
+	}
+	if i, err = c.Emit("aten.view.default", i, []any{int64(1), int64(1), int64(-1), int64(1)}); err != nil {
+		return err
+	}
+	last, err := c.Emit("aten.add.Tensor", i, sl)
+	if err != nil {
+		return err
+	}
+	keep, err := c.Emit("aten.le.Tensor", j, last)
+	if err != nil {
+		return err
+	}
+	dt := Meta(q).DType
+	bias, err := c.Emit("aten.where.self", keep, c.ScalarConst(dt, 0), c.ScalarConst(dt, math.Inf(-1)))
+	if err != nil {
+		return err
+	}
+	scale := c.AttrFloat("scale", 0)
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(d))
+	}
+	y, err := msAttendCapped(c, q, kr, vr, bias, scale, c.AttrFloat("softcap", 0))
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// msAttendCapped is msAttend with the scores soft-capped (softcap *
+// tanh(scores / softcap)) before the bias when softcap > 0.
+func msAttendCapped(c *Ctx, q, k, v, bias *fxgraph.Node, scale, softcap float64) (*fxgraph.Node, error) {
+	if softcap <= 0 {
+		return msAttend(c, q, k, v, bias, scale)
+	}
+	dt := Meta(q).DType
+	kt, err := c.Emit("aten.transpose.int", k, int64(2), int64(3))
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.Emit("aten.matmul.default", q, kt)
+	if err != nil {
+		return nil, err
+	}
+	if s, err = c.Emit("aten.mul.Tensor", s, c.ScalarConst(dt, scale/softcap)); err != nil {
+		return nil, err
+	}
+	if s, err = c.Emit("aten.tanh.default", s); err != nil {
+		return nil, err
+	}
+	if s, err = c.Emit("aten.mul.Tensor", s, c.ScalarConst(dt, softcap)); err != nil {
+		return nil, err
+	}
+	if s, err = c.Emit("aten.add.Tensor", s, bias); err != nil {
+		return nil, err
+	}
+	p, err := c.Emit("aten._softmax.default", s, int64(-1), false)
+	if err != nil {
+		return nil, err
+	}
+	o, err := c.Emit("aten.matmul.default", p, v)
+	if err != nil {
+		return nil, err
+	}
+	return msMergeHeads(c, o)
+}

@@ -29,6 +29,7 @@ func registerMicrosoft(cs converters) {
 	cs.register(msDomain, "EmbedLayerNormalization", 1, msEmbedLayerNorm)
 	cs.register(msDomain, "Attention", 1, msAttention)
 	cs.register(msDomain, "MultiHeadAttention", 1, msMultiHeadAttention)
+	cs.register(msDomain, "GroupQueryAttention", 1, msGroupQueryAttention)
 	cs.register(msDomain, "RotaryEmbedding", 1, msRotaryEmbedding)
 	cs.register(msDomain, "NhwcConv", 1, msNhwcConv)
 }
