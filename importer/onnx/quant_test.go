@@ -31,6 +31,7 @@ func TestQuantAndContribOps(t *testing.T) {
 	for _, e := range entries {
 		c := conformance.Case{Suite: "quant", Name: e.Name(), Dir: filepath.Join(dir, e.Name())}
 		t.Run(e.Name(), func(t *testing.T) {
+			t.Parallel() // the client, lowerer and importer are safe for concurrent use
 			res := runner.Run(context.Background(), c)
 			if res.Status != conformance.Passed {
 				t.Errorf("%s: %s", res.Status, res.Detail)
@@ -62,6 +63,7 @@ func TestQuantizedModels(t *testing.T) {
 	for _, e := range entries {
 		c := conformance.Case{Suite: "quantmodels", Name: e.Name(), Dir: filepath.Join(dir, e.Name())}
 		t.Run(e.Name(), func(t *testing.T) {
+			t.Parallel()
 			runner := conformance.NewRunner(client)
 			runner.RTol, runner.ATol = 1e-4, 1e-4
 			res := runner.Run(context.Background(), c)
