@@ -55,8 +55,12 @@ def elem(a):
 class Case:
     """One single-node case: inputs fed at run time, consts as initializers."""
 
-    def __init__(self, name, op, inputs, consts=None, outputs=1, domain="", opset=21, order=None, **attrs):
+    def __init__(self, name, op, inputs, consts=None, outputs=1, domain="", opset=21, order=None, ref=None, **attrs):
         self.name, self.op, self.domain, self.opset = name, op, domain, opset
+        # ref: standard-operator nodes computing the same, for operators
+        # ONNX Runtime's CPU provider has no kernel for (CUDA-only ones):
+        # ONNX Runtime runs those instead to make the reference.
+        self.ref = ref
         # (name, array) pairs; name "" marks an omitted optional input.
         self.inputs = [(n, None if a is None else np.asarray(a)) for n, a in inputs]
         self.consts = consts or {}
@@ -64,23 +68,25 @@ class Case:
         self.order = order
         self.attrs = attrs
 
-    def model(self):
+    def model(self, ref=False):
         names = self.order or [n for n, _ in self.inputs]
-        node = helper.make_node(self.op, names, self.outputs, domain=self.domain, **self.attrs)
+        nodes = self.ref if ref else [helper.make_node(self.op, names, self.outputs, domain=self.domain, **self.attrs)]
         ins = [helper.make_tensor_value_info(n, elem(a), a.shape) for n, a in self.inputs if n]
         inits = [numpy_helper.from_array(a, n) for n, a in self.consts.items()]
         outs = [onnx.ValueInfoProto(name=o) for o in self.outputs if o]
-        g = helper.make_graph([node], self.name, ins, outs, inits)
+        g = helper.make_graph(nodes, self.name, ins, outs, inits)
         opsets = [helper.make_opsetid("", self.opset)]
         if self.domain == MS:
             opsets.append(helper.make_opsetid(MS, 1))
         return helper.make_model(g, opset_imports=opsets, ir_version=10)
 
 
-def save(out, name, model, feeds):
+def save(out, name, model, feeds, ref=None):
+    """Writes model and ONNX Runtime's outputs for feeds (of ref instead,
+    when given: an equivalent graph of standard operators)."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession((ref or model).SerializeToString(), so, providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     d = os.path.join(out, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -207,6 +213,16 @@ def op_cases():
     cs.append(Case("fusedmatmul", "FusedMatMul", [("a", f32(2, 3, 4)), ("b", f32(2, 4, 5))], domain=MS, alpha=0.5))
     cs.append(Case("fusedmatmul_trans", "FusedMatMul", [("a", f32(2, 4, 3)), ("b", f32(2, 5, 4))], domain=MS, transA=1, transB=1))
     cs.append(Case("fusedmatmul_transbatch", "FusedMatMul", [("a", f32(3, 2, 4)), ("b", f32(2, 4, 5))], domain=MS, transBatchA=1))
+    # NhwcConv and BiasAdd have CUDA kernels only: ONNX Runtime runs the
+    # standard operators they stand for.
+    cs.append(Case("nhwcconv", "NhwcConv", [("x", f32(1, 6, 6, 3)), ("w", f32(4, 3, 3, 3, lo=-0.5, hi=0.5)), ("b", f32(4))], domain=MS, pads=[1, 1, 1, 1], strides=[2, 1],
+                   ref=[helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]), helper.make_node("Transpose", ["w"], ["wt"], perm=[0, 3, 1, 2]),
+                        helper.make_node("Conv", ["xt", "wt", "b"], ["yt"], pads=[1, 1, 1, 1], strides=[2, 1]), helper.make_node("Transpose", ["yt"], ["y0"], perm=[0, 2, 3, 1])]))
+    cs.append(Case("nhwcconv_group_nobias", "NhwcConv", [("x", f32(2, 5, 5, 4)), ("w", f32(6, 2, 2, 2, lo=-0.5, hi=0.5))], domain=MS, group=2,
+                   ref=[helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]), helper.make_node("Transpose", ["w"], ["wt"], perm=[0, 3, 1, 2]),
+                        helper.make_node("Conv", ["xt", "wt"], ["yt"], group=2), helper.make_node("Transpose", ["yt"], ["y0"], perm=[0, 2, 3, 1])]))
+    cs.append(Case("biasadd", "BiasAdd", [("x", f32(2, 3, 8)), ("b", f32(8)), ("s", f32(2, 3, 8))], domain=MS,
+                   ref=[helper.make_node("Add", ["x", "b"], ["xb"]), helper.make_node("Add", ["xb", "s"], ["y0"])]))
     H = f32(2, 3, 8)
     cs.append(Case("gelu", "Gelu", [("x", H)], domain=MS))
     cs.append(Case("fastgelu", "FastGelu", [("x", H)], domain=MS))
@@ -416,7 +432,7 @@ def main():
             continue
         feeds = {n: a for n, a in c.inputs if n}
         try:
-            save(args.out, c.name, c.model(), feeds)
+            save(args.out, c.name, c.model(), feeds, c.model(ref=True) if c.ref else None)
             written += 1
         except Exception as e:  # noqa: BLE001 - report every case ORT rejects
             failed.append(f"{c.name}: {str(e).splitlines()[0][:200]}")

@@ -99,18 +99,26 @@ func msFusedConv(c *Ctx, n *Node) error {
 	return nil
 }
 
-// msNhwcConv converts NhwcConv: Conv on channels-last X (and result); the
-// weight is in Conv's layout.
+// msNhwcConv converts NhwcConv: Conv with channels-last X, W ([M, kH,
+// kW, C/group], as transformers.optimizer's NhwcConv fusion writes it) and
+// result.
 func msNhwcConv(c *Ctx, n *Node) error {
 	in, err := msInputs(c, 3)
 	if err != nil {
 		return err
 	}
+	if in[0] == nil || in[1] == nil {
+		return fmt.Errorf("NhwcConv needs X and W")
+	}
 	x, err := qChannelsFirst(c, in[0], false)
 	if err != nil {
 		return err
 	}
-	y, err := c.Call1("Conv", 11, []*fxgraph.Node{x, in[1], in[2]}, c.passAttrs(convAttrs...)...)
+	w, err := qChannelsFirst(c, in[1], false)
+	if err != nil {
+		return err
+	}
+	y, err := c.Call1("Conv", 11, []*fxgraph.Node{x, w, in[2]}, c.passAttrs(convAttrs...)...)
 	if err != nil {
 		return err
 	}

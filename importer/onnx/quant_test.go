@@ -17,6 +17,8 @@ import (
 // family, integer matmul/conv, and ONNX Runtime's com.microsoft quantized,
 // fused and transformer operators) on the PJRT plugin against ONNX
 // Runtime 1.23.2's outputs: integers exactly, floats within 1e-5 + 1e-4|want|.
+// For the CUDA-only NhwcConv and BiasAdd, ONNX Runtime ran the standard
+// operators they stand for.
 func TestQuantAndContribOps(t *testing.T) {
 	runner := conformance.NewRunner(nnPlugin(t))
 	runner.RTol, runner.ATol = 1e-4, 1e-5
