@@ -72,7 +72,7 @@ class Case:
         names = self.order or [n for n, _ in self.inputs]
         nodes = self.ref if ref else [helper.make_node(self.op, names, self.outputs, domain=self.domain, **self.attrs)]
         ins = [helper.make_tensor_value_info(n, elem(a), a.shape) for n, a in self.inputs if n]
-        inits = [numpy_helper.from_array(a, n) for n, a in self.consts.items()]
+        inits = [a if isinstance(a, onnx.TensorProto) else numpy_helper.from_array(a, n) for n, a in self.consts.items()]
         outs = [onnx.ValueInfoProto(name=o) for o in self.outputs if o]
         g = helper.make_graph(nodes, self.name, ins, outs, inits)
         opsets = [helper.make_opsetid("", self.opset)]
@@ -120,6 +120,26 @@ def op_cases():
     cs.append(Case("quantizelinear_axisneg", "QuantizeLinear", [("x", x), ("s", f32(5, lo=0.05, hi=0.5)), ("z", ints(np.uint8, 5, lo=100, hi=150))], opset=19, axis=-1))
     cs.append(Case("quantizelinear_blocked", "QuantizeLinear", [("x", x), ("s", f32(2, 3, 2, 5, lo=0.05, hi=0.5)), ("z", ints(np.int8, 2, 3, 2, 5, lo=-5, hi=5))], opset=21, axis=2, block_size=2))
     cs.append(Case("quantizelinear_blocked_ragged", "QuantizeLinear", [("x", x), ("s", f32(2, 3, 4, 2, lo=0.05, hi=0.5)), ("z", ints(np.uint8, 2, 3, 4, 2, lo=120, hi=130))], opset=21, axis=3, block_size=3))
+    # 4-bit types: INT4/UINT4 initializers (packed two a byte by onnx.helper).
+    def t4(name, code, vals, raw=False):
+        vals = np.asarray(vals)
+        if raw:  # raw_data, two nibbles a byte, the first low
+            nib = (vals.flatten().astype(np.int64) & 0xF).astype(np.uint8)
+            nib = np.append(nib, np.uint8(0)) if nib.size % 2 else nib
+            return helper.make_tensor(name, code, vals.shape, (nib[0::2] | (nib[1::2] << 4)).tobytes(), raw=True)
+        return helper.make_tensor(name, code, vals.shape, vals.flatten().tolist())
+    x46 = f32(4, 6, lo=-3, hi=3)
+    cs.append(Case("dequantizelinear_int4_blocked", "DequantizeLinear", [("s", f32(4, 3, lo=0.1, hi=0.5))], opset=21, axis=1, block_size=2, order=["x", "s", "z"],
+                   consts={"x": t4("x", TP.INT4, ints(np.int8, 4, 6, lo=-8, hi=7), raw=True), "z": t4("z", TP.INT4, ints(np.int8, 4, 3, lo=-2, hi=2))}))
+    cs.append(Case("dequantizelinear_uint4_axis0", "DequantizeLinear", [("s", f32(3, lo=0.1, hi=0.5))], opset=21, axis=0, order=["x", "s", "z"],
+                   consts={"x": t4("x", TP.UINT4, ints(np.uint8, 3, 5, lo=0, hi=15), raw=True), "z": t4("z", TP.UINT4, np.array([7, 8, 0], np.uint8))}))
+    # ONNX Runtime's Python API returns no 4-bit arrays: its reference casts
+    # the 4-bit result to 8 bits, which is how xserve holds it.
+    cs.append(Case("quantizelinear_int4", "QuantizeLinear", [("x", x46), ("s", np.float32(0.3))], opset=21, order=["x", "s", "z"],
+                   consts={"z": t4("z", TP.INT4, np.array(1, np.int8))},
+                   ref=[helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("Cast", ["q"], ["y0"], to=TP.INT8)]))
+    cs.append(Case("quantizelinear_uint4_outdtype", "QuantizeLinear", [("x", x46), ("s", np.float32(0.25))], opset=21, output_dtype=TP.UINT4,
+                   ref=[helper.make_node("QuantizeLinear", ["x", "s"], ["q"], output_dtype=TP.UINT4), helper.make_node("Cast", ["q"], ["y0"], to=TP.UINT8)]))
     q8 = ints(np.int8, 2, 3, 4, 5)
     qu8 = ints(np.uint8, 2, 3, 4, 5)
     for ver in (10, 13, 21):

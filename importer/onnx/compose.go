@@ -89,3 +89,12 @@ func (c *Ctx) passAttrs(names ...string) []*Attribute {
 	}
 	return out
 }
+
+// mustInput returns input i, or nil when it is missing or undefined.
+func (c *Ctx) mustInput(i int) *fxgraph.Node {
+	n, err := c.Input(i)
+	if err != nil {
+		return nil
+	}
+	return n
+}

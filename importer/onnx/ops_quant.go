@@ -15,6 +15,18 @@ func registerQuant(cs converters) {
 	cs.register("", "DynamicQuantizeLinear", 11, qDynamicQuantizeLinear)
 }
 
+// qRange4 returns the saturation range of the 4-bit type held unpacked
+// in dt (Int8 for INT4, Uint8 for UINT4).
+func qRange4(dt tensor.DType) (lo, hi float64, ok bool) {
+	switch dt {
+	case tensor.Int8:
+		return -8, 7, true
+	case tensor.Uint8:
+		return 0, 15, true
+	}
+	return 0, 0, false
+}
+
 // qRange returns the saturation range of integer quantized type dt.
 func qRange(dt tensor.DType) (lo, hi float64, ok bool) {
 	switch dt {
@@ -121,7 +133,12 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 // quantize computes saturate(round_half_even(x / scale) + zp) in float32
 // and casts it to dt. scale and zp (nil for zero) already broadcast.
 func quantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
-	lo, hi, ok := qRange(dt)
+	return quantizeRange(c, x, scale, zp, dt, qRange)
+}
+
+// quantizeRange is quantize saturating to the range rng gives for dt.
+func quantizeRange(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType, rng func(tensor.DType) (float64, float64, bool)) (*fxgraph.Node, error) {
+	lo, hi, ok := rng(dt)
 	if !ok {
 		return nil, Unsupported("quantization to %s", dt)
 	}
@@ -232,19 +249,29 @@ func qQuantizeLinear(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	dt := tensor.Uint8
-	switch {
+	dt, bits4 := tensor.Uint8, false
+	switch code := c.AttrInt("output_dtype", 0); {
 	case zp != nil:
-		dt = Meta(zp).DType
-	case c.AttrInt("output_dtype", 0) != 0:
-		code := c.AttrInt("output_dtype", 0)
+		dt, bits4 = Meta(zp).DType, c.s.bits4[c.mustInput(2)]
+	case code == onnxInt4 || code == onnxUint4:
+		dt, bits4 = tensor.Uint8, true
+		if code == onnxInt4 {
+			dt = tensor.Int8
+		}
+	case code != 0:
 		d, ok := qOnnxDType(code)
 		if !ok {
 			return Unsupported("QuantizeLinear output_dtype %d", code)
 		}
 		dt = d
 	}
-	y, err := quantize(c, x, scale, zp, dt)
+	var y *fxgraph.Node
+	if bits4 {
+		// INT4/UINT4 results are held unpacked in Int8/Uint8.
+		y, err = quantizeRange(c, x, scale, zp, dt, qRange4)
+	} else {
+		y, err = quantize(c, x, scale, zp, dt)
+	}
 	if err != nil {
 		return err
 	}

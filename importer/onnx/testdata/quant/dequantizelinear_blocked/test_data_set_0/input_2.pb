@@ -1,1 +1,1 @@
-BzJH‚t‚ie|x†owz}•gˆ–t‚Šfnve{†ƒi‰iŠx’–vsnng{ihziptŒ{|•w‹ki~}†kƒ“{„ˆ
+BzJHxx}|‡p}’|hm†’|ŠdnŠ“‡isyvŒiyt|t‡jsnfoˆ‹h{’|…f}Š‡hƒzqvˆ…•ir‹on‚x

@@ -1,1 +1,1 @@
-By0J`†kjB0Ý|BâzBö(ÈA¿B œA†ëiBw¾Ã@’íL@¿B¯@_:rBÇKYA¿ŸøAÒAÇKAD`B„ÀËAHaTBB{B'1ˆ¾c+Bö(Ì@Ž—¬A
+By0J`·óŠA2t@.vB.²ÆAÚÎîAö(Ø@©ÆxBìQ×A«yB<ß”AHá¶Aaå,Bú~4B:4GB.zBNâTBw¾HBw¾ÝA±rx@ÁÊwAÍLBþÔA•ƒ¾BbB

@@ -1,1 +1,1 @@
-By0Jhpdqppxobqmt[hi
+By0Jqijio^szzulffso

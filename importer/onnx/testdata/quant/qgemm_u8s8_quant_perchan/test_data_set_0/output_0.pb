@@ -1,1 +1,1 @@
-By0Jlninmh‡rCryoxQo
+By0Jprrq{b`dcTtwtv

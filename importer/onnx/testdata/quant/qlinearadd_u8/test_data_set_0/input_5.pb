@@ -1,1 +1,1 @@
-BbzJd
+BbzJf

@@ -1,1 +1,1 @@
-BxzJx
+BxzJf

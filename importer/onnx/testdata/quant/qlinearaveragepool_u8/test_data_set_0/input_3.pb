@@ -1,1 +1,1 @@
-BysJFz=
+BysJsùE=

@@ -1,1 +1,1 @@
-By0JKTƒ2)XŒu@?'s'V§\8šHSbSLBd>J^‡jWq]I’}_£r5\NSO75G#X‹{“£š\tf]$B4(>msa^†MY
+By0JK§ÅhWœT>«i]O—“¡œ¢VFO&§XrVssn§^de‡\6‡@S*j¦I­B¯|t“D‘uQ+ˆw™{eš¬ur] ‚]u

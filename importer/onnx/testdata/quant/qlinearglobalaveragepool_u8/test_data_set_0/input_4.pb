@@ -1,1 +1,1 @@
-ByzJf
+ByzJd

@@ -1,1 +1,1 @@
-By0Jdz]}V–go
+By0Jnodfnanq

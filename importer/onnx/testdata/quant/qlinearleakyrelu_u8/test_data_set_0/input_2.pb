@@ -1,1 +1,1 @@
-BxzJt
+BxzJk
