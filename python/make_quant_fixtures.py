@@ -220,6 +220,17 @@ def op_cases():
         cs.append(Case(f"dynamicquantizelstm_{name}", "DynamicQuantizeLSTM", ins, order=[n for n, _ in ins], outputs=["y", "yh", "yc"], domain=MS,
                        hidden_size=3, direction=direction))
 
+    # MatMulNBits: K 40 (3 blocks of 16, the last partly padding), N 6.
+    An = f32(2, 3, 40)
+    B4, B8 = ints(np.uint8, 6, 3, 8), ints(np.uint8, 6, 3, 16)
+    sc = f32(18, lo=0.01, hi=0.1)
+    nb = dict(domain=MS, K=40, N=6, block_size=16)
+    cs.append(Case("matmulnbits_4bit_zp_bias", "MatMulNBits", [("a", An), ("bias", f32(6))], order=["a", "b", "s", "z", "", "bias"],
+                   consts={"b": B4, "s": sc, "z": ints(np.uint8, 12)}, bits=4, **nb))
+    cs.append(Case("matmulnbits_4bit_default_zp", "MatMulNBits", [("a", An), ("b", B4), ("s", sc)], bits=4, **nb))
+    cs.append(Case("matmulnbits_4bit_float_zp", "MatMulNBits", [("a", An)], order=["a", "b", "s", "z"], consts={"b": B4, "s": sc, "z": f32(18, lo=5, hi=10)}, bits=4, **nb))
+    cs.append(Case("matmulnbits_8bit", "MatMulNBits", [("a", An)], order=["a", "b", "s", "z"], consts={"b": B8, "s": sc, "z": ints(np.uint8, 18)}, bits=8, **nb))
+
     # com.microsoft fused / transformer operators.
     X = f32(1, 3, 6, 6)
     W = f32(4, 3, 3, 3, lo=-0.5, hi=0.5)
@@ -400,6 +411,15 @@ def model_cases(tmp, zoo):
     m = onnx.load(os.path.join(zoo, "resnet18", "model.onnx"))
     del m.graph.value_info[:]
     cnn = os.path.join(tmp, "resnet18.onnx")
+    # 4-bit weight-only quantization (MatMulNBitsQuantizer): QOperator gives
+    # com.microsoft MatMulNBits, QDQ gives UINT4 blocked DequantizeLinear.
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    for name, fmt in (("model_bert_matmulnbits", QuantFormat.QOperator), ("model_bert_int4_qdq", QuantFormat.QDQ)):
+        q = MatMulNBitsQuantizer(onnx.load(bert), algo_config=DefaultWeightOnlyQuantConfig(block_size=16, is_symmetric=False, quant_format=fmt))
+        q.process()
+        q.model.save_model_to_file(os.path.join(tmp, name + ".onnx"))
+        out.append((name, os.path.join(tmp, name + ".onnx"), bert_feeds()))
     onnx.save(m, cnn)
     image = np.load(os.path.join(zoo, "resnet18", "b1.in.image.npy"))
     pre = os.path.join(tmp, "resnet18_pre.onnx")

@@ -423,6 +423,7 @@ func registerQuantContrib(cs converters) {
 	cs.register(msDomain, "DynamicQuantizeMatMul", 1, qDynamicQuantizeMatMul)
 	cs.register(msDomain, "MatMulIntegerToFloat", 1, qMatMulIntegerToFloat)
 	cs.register(msDomain, "DynamicQuantizeLSTM", 1, qDynamicQuantizeLSTM)
+	cs.register(msDomain, "MatMulNBits", 1, msMatMulNBits)
 }
 
 // qDequant dequantizes input xi with the per-tensor scale si and optional

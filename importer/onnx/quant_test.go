@@ -50,7 +50,9 @@ func TestQuantAndContribOps(t *testing.T) {
 // encoder fused by transformers.optimizer (EmbedLayerNormalization,
 // Attention, SkipLayerNormalization, BiasGelu) and quantized by
 // quantize_dynamic (also as ONNX Runtime's optimizer rewrites that:
-// DynamicQuantizeMatMul, MatMulIntegerToFloat, FusedMatMul, Gelu).
+// DynamicQuantizeMatMul, MatMulIntegerToFloat, FusedMatMul, Gelu) and
+// by MatMulNBitsQuantizer to 4 bits (com.microsoft MatMulNBits, and UINT4
+// blocked DequantizeLinear in QDQ format).
 // References are ONNX Runtime 1.23.2's outputs.
 func TestQuantizedModels(t *testing.T) {
 	client := nnPlugin(t)
@@ -59,8 +61,8 @@ func TestQuantizedModels(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v (make quant-fixtures writes them)", err)
 	}
-	if len(entries) != 8 {
-		t.Fatalf("%d models in %s, want 8", len(entries), dir)
+	if len(entries) != 10 {
+		t.Fatalf("%d models in %s, want 10", len(entries), dir)
 	}
 	for _, e := range entries {
 		c := conformance.Case{Suite: "quantmodels", Name: e.Name(), Dir: filepath.Join(dir, e.Name())}
