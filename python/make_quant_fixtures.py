@@ -284,6 +284,10 @@ def op_cases():
     cs.append(Case("attention_mask3d_scale", "Attention", [("x", xa), ("w", wa), ("b", ba), ("m", ints(np.int32, 2, 5, 5, lo=0, hi=1) | np.eye(5, dtype=np.int32))], domain=MS, num_heads=4, scale=0.3))
     cs.append(Case("attention_bias", "Attention", [("x", xa), ("w", wa), ("b", ba), ("", None), ("", None), ("ab", f32(1, 2, 5, 5))], order=["x", "w", "b", "", "", "ab"], domain=MS, num_heads=2))
     cs.append(Case("attention_qkvsizes", "Attention", [("x", xa), ("w", f32(8, 20, lo=-0.6, hi=0.6)), ("b", f32(20))], domain=MS, num_heads=2, qkv_hidden_sizes=[6, 6, 8]))
+    cs.append(Case("qattention_rawmask_percol", "QAttention", [("x", ints(np.uint8, 2, 5, 8)), ("w", ints(np.int8, 8, 24)), ("b", ba), ("xs", np.float32(0.02)), ("ws", f32(24, lo=0.002, hi=0.01)),
+                                                            ("m", mask), ("xz", np.uint8(128)), ("wz", np.zeros(24, np.int8))], domain=MS, num_heads=2))
+    cs.append(Case("qattention_maskindex", "QAttention", [("x", ints(np.uint8, 2, 5, 8)), ("w", ints(np.uint8, 8, 24)), ("b", ba), ("xs", np.float32(0.02)), ("ws", np.float32(0.005)),
+                                                         ("m", np.array([3, 5], np.int32)), ("xz", np.uint8(120)), ("wz", np.uint8(128))], domain=MS, num_heads=4))
     q, k, v = f32(2, 4, 8), f32(2, 6, 8), f32(2, 6, 8)
     cs.append(Case("multiheadattention", "MultiHeadAttention", [("q", q), ("k", k), ("v", v)], domain=MS, num_heads=2))
     cs.append(Case("multiheadattention_bias_mask", "MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("b", f32(24)), ("m", np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.int32))], domain=MS, num_heads=2))
@@ -396,6 +400,11 @@ def model_cases(tmp, zoo):
     fused = optimize_model(bert, model_type="bert", num_heads=4, hidden_size=32, opt_level=0)
     fused.save_model_to_file(os.path.join(tmp, "bert_fused.onnx"))
     out.append(("model_bert_fused", os.path.join(tmp, "bert_fused.onnx"), bert_feeds()))
+    # Fused, then dynamically quantized (ONNX Runtime's recipe for BERT):
+    # QEmbedLayerNormalization, QAttention, MatMulInteger.
+    quantize_dynamic(os.path.join(tmp, "bert_fused.onnx"), os.path.join(tmp, "bert_fused_dynamic.onnx"), weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    out.append(("model_bert_fused_dynamic", os.path.join(tmp, "bert_fused_dynamic.onnx"), bert_feeds()))
     quantize_dynamic(bert, os.path.join(tmp, "bert_dynamic.onnx"), weight_type=QuantType.QInt8)
     out.append(("model_bert_dynamic", os.path.join(tmp, "bert_dynamic.onnx"), bert_feeds()))
     # ONNX Runtime's own rewrite of it: DynamicQuantizeLinear + MatMulInteger

@@ -12,7 +12,12 @@ import (
 // outputs. Converters of composite operators (com.microsoft's fused and
 // quantized ops) build on the standard ones this way.
 func (c *Ctx) Call(op string, opset int64, ins []*fxgraph.Node, nOut int, attrs ...*Attribute) ([]*fxgraph.Node, error) {
-	conv, ok := c.s.im.conv.lookup("", op, opset)
+	return c.callIn("", op, opset, ins, nOut, attrs...)
+}
+
+// callIn is Call for an operator of domain.
+func (c *Ctx) callIn(domain, op string, opset int64, ins []*fxgraph.Node, nOut int, attrs ...*Attribute) ([]*fxgraph.Node, error) {
+	conv, ok := c.s.im.conv.lookup(domain, op, opset)
 	if !ok {
 		return nil, fmt.Errorf("no converter for %s at opset %d", op, opset)
 	}
@@ -22,7 +27,7 @@ func (c *Ctx) Call(op string, opset int64, ins []*fxgraph.Node, nOut int, attrs 
 	}
 	prefix := fmt.Sprintf("%s/%s%d", base, op, c.calls)
 	c.calls++
-	sub := &Node{Name: c.node.Name, OpType: op, Attributes: attrs}
+	sub := &Node{Name: c.node.Name, OpType: op, Domain: domain, Attributes: attrs}
 	for i, in := range ins {
 		if in == nil {
 			sub.Inputs = append(sub.Inputs, "")

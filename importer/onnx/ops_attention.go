@@ -276,27 +276,12 @@ func msAttention(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	x, w, bias, mask, past, abias := in[0], in[1], in[2], in[3], in[4], in[5]
+	x, w, bias := in[0], in[1], in[2]
 	if x == nil || w == nil {
 		return fmt.Errorf("Attention needs input and weights")
 	}
-	if c.AttrInt("do_rotary", 0) != 0 {
-		return Unsupported("Attention with do_rotary")
-	}
 	if in[6] != nil {
 		return Unsupported("Attention with past_sequence_length")
-	}
-	heads := c.AttrInt("num_heads", 0)
-	wd, ok := Meta(w).Shape.Static()
-	if !ok || len(wd) != 2 || heads <= 0 {
-		return fmt.Errorf("Attention weights %s with num_heads %d", Meta(w), heads)
-	}
-	sizes := c.AttrInts("qkv_hidden_sizes", nil)
-	if sizes == nil {
-		sizes = []int64{wd[1] / 3, wd[1] / 3, wd[1] / 3}
-	}
-	if len(sizes) != 3 || sizes[0]+sizes[1]+sizes[2] != wd[1] || sizes[0]%heads != 0 || sizes[2]%heads != 0 {
-		return fmt.Errorf("Attention qkv_hidden_sizes %v for weights %v and %d heads", sizes, wd, heads)
 	}
 	qkv, err := c.Emit("aten.matmul.default", x, w)
 	if err != nil {
@@ -307,6 +292,53 @@ func msAttention(c *Ctx, n *Node) error {
 			return err
 		}
 	}
+	return msAttentionQKV(c, qkv, Meta(w), in[3], in[4], in[5])
+}
+
+// msQAttention converts com.microsoft QAttention (input, weight, bias,
+// input_scale, weight_scale, mask_index, input_zero_point,
+// weight_zero_point, past): Attention whose QKV projection is the int32
+// product of the zero-shifted uint8 input and int8/uint8 weight, scaled by
+// input_scale * weight_scale (single or per column), plus the float bias.
+func msQAttention(c *Ctx, n *Node) error {
+	in, err := msInputs(c, 9)
+	if err != nil {
+		return err
+	}
+	if in[0] == nil || in[1] == nil || in[2] == nil || in[3] == nil || in[4] == nil {
+		return fmt.Errorf("QAttention needs input, weight, bias, input_scale and weight_scale")
+	}
+	acc, err := nnQuantMatMul(c, 0, 6, 1, 7)
+	if err != nil {
+		return err
+	}
+	qkv, err := qScaledAcc(c, acc, in[3], in[4], in[2])
+	if err != nil {
+		return err
+	}
+	return msAttentionQKV(c, qkv, Meta(in[1]), in[5], in[8], nil)
+}
+
+// msAttentionQKV is Attention from the projected qkv [B, S, Hq+Hk+Hv]
+// (w is the weight's meta, for its width) with the optional mask_index,
+// past and attention_bias; it sets output and present.
+func msAttentionQKV(c *Ctx, qkv *fxgraph.Node, w fxgraph.TensorMeta, mask, past, abias *fxgraph.Node) error {
+	if c.AttrInt("do_rotary", 0) != 0 {
+		return Unsupported("Attention with do_rotary")
+	}
+	heads := c.AttrInt("num_heads", 0)
+	wd, ok := w.Shape.Static()
+	if !ok || len(wd) != 2 || heads <= 0 {
+		return fmt.Errorf("Attention weights %s with num_heads %d", w, heads)
+	}
+	sizes := c.AttrInts("qkv_hidden_sizes", nil)
+	if sizes == nil {
+		sizes = []int64{wd[1] / 3, wd[1] / 3, wd[1] / 3}
+	}
+	if len(sizes) != 3 || sizes[0]+sizes[1]+sizes[2] != wd[1] || sizes[0]%heads != 0 || sizes[2]%heads != 0 {
+		return fmt.Errorf("Attention qkv_hidden_sizes %v for weights %v and %d heads", sizes, wd, heads)
+	}
+	var err error
 	var parts [3]*fxgraph.Node
 	off := int64(0)
 	for i, sz := range sizes {

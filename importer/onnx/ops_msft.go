@@ -28,6 +28,8 @@ func registerMicrosoft(cs converters) {
 	cs.register(msDomain, "LayerNormalization", 1, nnLayerNormalization)
 	cs.register(msDomain, "EmbedLayerNormalization", 1, msEmbedLayerNorm)
 	cs.register(msDomain, "Attention", 1, msAttention)
+	cs.register(msDomain, "QAttention", 1, msQAttention)
+	cs.register(msDomain, "QEmbedLayerNormalization", 1, msQEmbedLayerNorm)
 	cs.register(msDomain, "MultiHeadAttention", 1, msMultiHeadAttention)
 	cs.register(msDomain, "GroupQueryAttention", 1, msGroupQueryAttention)
 	cs.register(msDomain, "RotaryEmbedding", 1, msRotaryEmbedding)
@@ -487,6 +489,40 @@ func msEmbedLayerNorm(c *Ctx, n *Node) error {
 			return err
 		}
 		c.SetOutput(1, mi)
+	}
+	return nil
+}
+
+// msQEmbedLayerNorm converts com.microsoft QEmbedLayerNormalization
+// (input_ids, segment_ids, then the quantized word, position and segment
+// embeddings, gamma and beta, mask, then their five scales and five zero
+// points): EmbedLayerNormalization of the dequantized tables; outputs
+// output and mask_index.
+func msQEmbedLayerNorm(c *Ctx, n *Node) error {
+	in, err := msInputs(c, 18)
+	if err != nil {
+		return err
+	}
+	args := make([]*fxgraph.Node, 8)
+	copy(args, in[:8])
+	for i := 2; i <= 6; i++ {
+		if in[i] == nil {
+			continue
+		}
+		if in[i+6] == nil {
+			return fmt.Errorf("QEmbedLayerNormalization input %d has no scale (input %d)", i, i+6)
+		}
+		if args[i], err = dequantize(c, in[i], in[i+6], in[i+11], tensor.Float32); err != nil {
+			return err
+		}
+	}
+	outs, err := c.callIn(msDomain, "EmbedLayerNormalization", 1, args, 2, c.passAttrs("epsilon")...)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, outs[0])
+	if c.HasOutput(1) {
+		c.SetOutput(1, outs[1])
 	}
 	return nil
 }

@@ -61,8 +61,8 @@ func TestQuantizedModels(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v (make quant-fixtures writes them)", err)
 	}
-	if len(entries) != 10 {
-		t.Fatalf("%d models in %s, want 10", len(entries), dir)
+	if len(entries) != 11 {
+		t.Fatalf("%d models in %s, want 11", len(entries), dir)
 	}
 	for _, e := range entries {
 		c := conformance.Case{Suite: "quantmodels", Name: e.Name(), Dir: filepath.Join(dir, e.Name())}
@@ -70,6 +70,15 @@ func TestQuantizedModels(t *testing.T) {
 			t.Parallel()
 			runner := conformance.NewRunner(client)
 			runner.RTol, runner.ATol = 1e-4, 1e-4
+			if strings.HasPrefix(e.Name(), "model_cnn_qdq_") && !strings.Contains(e.Name(), "ort_optimized") {
+				// QDQ as written runs Conv in float: where a conv output
+				// lies within float rounding of a quantization tie (one
+				// element of 2048 in layer1 here: x/scale = -11.499995),
+				// XLA's and MLAS's summation orders round it to adjacent
+				// int8 steps, and the step propagates to the logits. The
+				// integer paths (QOperator, ORT-optimized QDQ) are exact.
+				runner.RTol, runner.ATol = 0, 0.1
+			}
 			res := runner.Run(context.Background(), c)
 			if res.Status != conformance.Passed {
 				t.Errorf("%s: %s", res.Status, res.Detail)
@@ -122,9 +131,9 @@ func TestQuantContribErrors(t *testing.T) {
 			[]*onnx.ValueInfo{nnVI("q", f32, 1, 3, 2, 3, 4)},
 			[]string{"unsupported", "packed QKV", "MultiHeadAttention"}},
 		{"unknown com.microsoft operator",
-			msNode("QAttention", []string{"x"}),
+			msNode("QOrderedAttention", []string{"x"}),
 			[]*onnx.ValueInfo{nnVI("x", f32, 1, 3, 8)},
-			[]string{"unsupported", "com.microsoft.QAttention", `"bad"`}},
+			[]string{"unsupported", "com.microsoft.QOrderedAttention", `"bad"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
