@@ -18,6 +18,15 @@ func msDim(c *Ctx, x *fxgraph.Node, i int) (any, error) {
 	return c.Emit("aten.sym_size.int", x, int64(i))
 }
 
+// msDims2 returns dims 0 and 1 of x as IR size arguments.
+func msDims2(c *Ctx, x *fxgraph.Node) (b, s any, err error) {
+	if b, err = msDim(c, x, 0); err != nil {
+		return nil, nil, err
+	}
+	s, err = msDim(c, x, 1)
+	return b, s, err
+}
+
 // msArange is 0..n-1 in int64; for a symbolic n, the cumulative sum of
 // n ones minus one.
 func msArange(c *Ctx, n any) (*fxgraph.Node, error) {
@@ -640,8 +649,10 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 		return err
 	}
 	if interleaved {
-		b, _ := msDim(c, xh, 0)
-		s, _ := msDim(c, xh, 1)
+		b, s, err := msDims2(c, xh)
+		if err != nil {
+			return err
+		}
 		pairs, err := c.Emit("aten.view.default", r, []any{b, s, Meta(xh).Shape[2].Size, half, int64(2)})
 		if err != nil {
 			return err
@@ -699,8 +710,10 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		b, _ := msDim(c, xh, 0)
-		s, _ := msDim(c, xh, 1)
+		b, s, err := msDims2(c, xh)
+		if err != nil {
+			return err
+		}
 		if out, err = c.Emit("aten.reshape.default", st, []any{b, s, Meta(xh).Shape[2].Size, rot}); err != nil {
 			return err
 		}
@@ -719,9 +732,10 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 	if xm.Rank() == 4 {
 		out, err = c.Emit("aten.permute.default", out, []any{int64(0), int64(2), int64(1), int64(3)})
 	} else {
-		b, _ := msDim(c, x, 0)
-		s, _ := msDim(c, x, 1)
-		out, err = c.Emit("aten.reshape.default", out, []any{b, s, xm.Shape[2].Size})
+		var b, s any
+		if b, s, err = msDims2(c, x); err == nil {
+			out, err = c.Emit("aten.reshape.default", out, []any{b, s, xm.Shape[2].Size})
+		}
 	}
 	if err != nil {
 		return err

@@ -77,7 +77,10 @@ func msInputs(c *Ctx, n int) ([]*fxgraph.Node, error) {
 	return out, nil
 }
 
-var convAttrs = []string{"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
+// convAttrs are the names of Conv's attributes.
+func convAttrs() []string {
+	return []string{"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
+}
 
 // msFusedConv converts FusedConv (X, W, B, Z): activation(Conv(X, W, B) + Z).
 func msFusedConv(c *Ctx, n *Node) error {
@@ -85,7 +88,7 @@ func msFusedConv(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	y, err := c.Call1("Conv", 11, in[:3], c.passAttrs(convAttrs...)...)
+	y, err := c.Call1("Conv", 11, in[:3], c.passAttrs(convAttrs()...)...)
 	if err != nil {
 		return err
 	}
@@ -120,7 +123,7 @@ func msNhwcConv(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	y, err := c.Call1("Conv", 11, []*fxgraph.Node{x, w, in[2]}, c.passAttrs(convAttrs...)...)
+	y, err := c.Call1("Conv", 11, []*fxgraph.Node{x, w, in[2]}, c.passAttrs(convAttrs()...)...)
 	if err != nil {
 		return err
 	}
