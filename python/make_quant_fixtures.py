@@ -267,6 +267,7 @@ def op_cases():
     cs.append(Case("skiplayernorm_nobeta", "SkipLayerNormalization", [("x", H), ("s", f32(2, 3, 8)), ("g", g)], domain=MS))
     cs.append(Case("skipsimplifiedlayernorm", "SkipSimplifiedLayerNormalization", [("x", H), ("s", f32(2, 3, 8)), ("g", g)], domain=MS, epsilon=1e-6))
     cs.append(Case("skipsimplifiedlayernorm_bias_sum", "SkipSimplifiedLayerNormalization", [("x", H), ("s", f32(2, 3, 8)), ("g", g), ("bi", bi)], outputs=["y", "", "", "sum"], domain=MS))
+    cs.append(Case("layernorm_opset14", "LayerNormalization", [("x", H), ("g", g), ("be", be)], opset=14, epsilon=1e-6))
     cs.append(Case("simplifiedlayernorm", "SimplifiedLayerNormalization", [("x", H), ("g", g)], domain="", opset=17, epsilon=1e-6))
     ids = np.array([[1, 4, 2, 9, 0], [3, 3, 7, 1, 5]], np.int32)
     seg = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 1, 0]], np.int32)

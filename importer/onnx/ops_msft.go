@@ -25,7 +25,9 @@ func registerMicrosoft(cs converters) {
 	cs.register(msDomain, "SkipSimplifiedLayerNormalization", 1, msSkipLayerNorm(true))
 	cs.register(msDomain, "SimplifiedLayerNormalization", 1, msSimplifiedLayerNorm)
 	cs.register("", "SimplifiedLayerNormalization", 1, msSimplifiedLayerNorm)
-	cs.register(msDomain, "LayerNormalization", 1, nnLayerNormalization)
+	// ONNX Runtime runs LayerNormalization in models of opset < 17 (its
+	// optimizers write it there) with opset 17's semantics.
+	cs.register("", "LayerNormalization", 1, nnLayerNormalization)
 	cs.register(msDomain, "EmbedLayerNormalization", 1, msEmbedLayerNorm)
 	cs.register(msDomain, "Attention", 1, msAttention)
 	cs.register(msDomain, "QAttention", 1, msQAttention)
