@@ -301,6 +301,19 @@ def op_cases():
                                                                        ("sl", np.array([5, 5], np.int32)), ("tsl", np.array(6, np.int32))], outputs=["y", "pk_out", "pv_out"], domain=MS, num_heads=4, kv_num_heads=2))
     cs.append(Case("groupqueryattention_softcap_scale", "GroupQueryAttention", [("q", gq), ("k", gk), ("v", gv), ("", None), ("", None), ("sl", np.array([4, 4], np.int32)), ("tsl", np.array(5, np.int32))],
                    order=["q", "k", "v", "", "", "sl", "tsl"], outputs=["y", "pk", "pv"], domain=MS, num_heads=4, kv_num_heads=2, softcap=2.0, scale=0.4))
+    # do_rotary needs head_size % 16 == 0 in ONNX Runtime: head size 16.
+    ang = np.outer(np.arange(16), 1.0 / 10000 ** (np.arange(8) / 8))
+    gcos, gsin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    gsl, gtsl = np.array([4, 4], np.int32), np.array(5, np.int32)
+    cs.append(Case("groupqueryattention_packed", "GroupQueryAttention", [("qkv", f32(2, 5, 64)), ("", None), ("", None), ("", None), ("", None), ("sl", gsl), ("tsl", gtsl)],
+                   order=["qkv", "", "", "", "", "sl", "tsl"], outputs=["y", "pk", "pv"], domain=MS, num_heads=4, kv_num_heads=2))
+    cs.append(Case("groupqueryattention_rotary", "GroupQueryAttention", [("q", f32(2, 5, 64)), ("k", f32(2, 5, 32)), ("v", f32(2, 5, 32)), ("", None), ("", None), ("sl", gsl), ("tsl", gtsl), ("cos", gcos), ("sin", gsin)],
+                   order=["q", "k", "v", "", "", "sl", "tsl", "cos", "sin"], outputs=["y", "pk", "pv"], domain=MS, num_heads=4, kv_num_heads=2, do_rotary=1))
+    cs.append(Case("groupqueryattention_rotary_interleaved_past", "GroupQueryAttention", [("q", f32(2, 1, 64)), ("k", f32(2, 1, 32)), ("v", f32(2, 1, 32)), ("pk", f32(2, 2, 5, 16)),
+                                                                                          ("pv", f32(2, 2, 5, 16)), ("sl", np.array([5, 5], np.int32)), ("tsl", np.array(6, np.int32)), ("cos", gcos), ("sin", gsin)],
+                   outputs=["y", "pk_out", "pv_out"], domain=MS, num_heads=4, kv_num_heads=2, do_rotary=1, rotary_interleaved=1))
+    cs.append(Case("groupqueryattention_packed_rotary", "GroupQueryAttention", [("qkv", f32(2, 5, 128)), ("", None), ("", None), ("", None), ("", None), ("sl", gsl), ("tsl", gtsl), ("cos", gcos), ("sin", gsin)],
+                   order=["qkv", "", "", "", "", "sl", "tsl", "cos", "sin"], outputs=["y", "pk", "pv"], domain=MS, num_heads=4, kv_num_heads=2, do_rotary=1))
     pos = np.array([[0, 1, 2, 3, 4], [2, 3, 4, 5, 6]], np.int64)
     cosc = np.cos(np.outer(np.arange(8), 1.0 / 10000 ** (np.arange(2) / 2))).astype(np.float32)
     sinc = np.sin(np.outer(np.arange(8), 1.0 / 10000 ** (np.arange(2) / 2))).astype(np.float32)

@@ -542,6 +542,119 @@ func msAddSlice(c *Ctx, x, bias *fxgraph.Node, lo, hi int64) (*fxgraph.Node, err
 	return c.Emit("aten.add.Tensor", x, b)
 }
 
+// msRotate rotates the first rot values of each head of xh [B, S, N, H]
+// by the angles of positions pos ([B or 1, S], int64) in the cos/sin
+// caches ([positions, rot/2]): halves, or interleaved pairs.
+func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interleaved bool) (*fxgraph.Node, error) {
+	hd := Meta(xh).Shape[3]
+	var err error
+	tab := func(t *fxgraph.Node) (*fxgraph.Node, error) {
+		g, err := c.Call1("Gather", 13, []*fxgraph.Node{t, pos}, AInt("axis", 0))
+		if err != nil {
+			return nil, err
+		}
+		return c.Emit("aten.unsqueeze.default", g, int64(2)) // [B, S, 1, half]
+	}
+	cosT, err := tab(cosC)
+	if err != nil {
+		return nil, err
+	}
+	sinT, err := tab(sinC)
+	if err != nil {
+		return nil, err
+	}
+	sl := func(v *fxgraph.Node, axis int, lo, hi int64) (*fxgraph.Node, error) {
+		return c.Emit("aten.slice.Tensor", v, int64(axis), lo, hi, int64(1))
+	}
+	var x1, x2 *fxgraph.Node
+	r, err := sl(xh, 3, 0, rot)
+	if err != nil {
+		return nil, err
+	}
+	if interleaved {
+		b, s, err := msDims2(c, xh)
+		if err != nil {
+			return nil, err
+		}
+		pairs, err := c.Emit("aten.view.default", r, []any{b, s, Meta(xh).Shape[2].Size, half, int64(2)})
+		if err != nil {
+			return nil, err
+		}
+		if x1, err = c.Emit("aten.select.int", pairs, int64(4), int64(0)); err != nil {
+			return nil, err
+		}
+		if x2, err = c.Emit("aten.select.int", pairs, int64(4), int64(1)); err != nil {
+			return nil, err
+		}
+	} else {
+		if x1, err = sl(r, 3, 0, half); err != nil {
+			return nil, err
+		}
+		if x2, err = sl(r, 3, half, rot); err != nil {
+			return nil, err
+		}
+	}
+	mul := func(a, b *fxgraph.Node) (*fxgraph.Node, error) { return c.Emit("aten.mul.Tensor", a, b) }
+	ac, err := mul(x1, cosT)
+	if err != nil {
+		return nil, err
+	}
+	bs, err := mul(x2, sinT)
+	if err != nil {
+		return nil, err
+	}
+	r1, err := c.Emit("aten.sub.Tensor", ac, bs)
+	if err != nil {
+		return nil, err
+	}
+	bc, err := mul(x2, cosT)
+	if err != nil {
+		return nil, err
+	}
+	as, err := mul(x1, sinT)
+	if err != nil {
+		return nil, err
+	}
+	r2, err := c.Emit("aten.add.Tensor", bc, as)
+	if err != nil {
+		return nil, err
+	}
+	var out *fxgraph.Node
+	if interleaved {
+		u1, err := c.Emit("aten.unsqueeze.default", r1, int64(4))
+		if err != nil {
+			return nil, err
+		}
+		u2, err := c.Emit("aten.unsqueeze.default", r2, int64(4))
+		if err != nil {
+			return nil, err
+		}
+		st, err := c.Emit("aten.cat.default", []any{u1, u2}, int64(4))
+		if err != nil {
+			return nil, err
+		}
+		b, s, err := msDims2(c, xh)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = c.Emit("aten.reshape.default", st, []any{b, s, Meta(xh).Shape[2].Size, rot}); err != nil {
+			return nil, err
+		}
+	} else if out, err = c.Emit("aten.cat.default", []any{r1, r2}, int64(3)); err != nil {
+		return nil, err
+	}
+	if rot < hd.Size {
+		rest, err := sl(xh, 3, rot, hd.Size)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = c.Emit("aten.cat.default", []any{out, rest}, int64(3)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // msRotaryEmbedding converts com.microsoft RotaryEmbedding (input,
 // position_ids, cos_cache, sin_cache): input [B, S, N*H] or [B, N, S, H];
 // position_ids [B, S] or a 1-element start offset; the first
@@ -624,110 +737,10 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 			return err
 		}
 	}
-	tab := func(t *fxgraph.Node) (*fxgraph.Node, error) {
-		g, err := c.Call1("Gather", 13, []*fxgraph.Node{t, pos}, AInt("axis", 0))
-		if err != nil {
-			return nil, err
-		}
-		return c.Emit("aten.unsqueeze.default", g, int64(2)) // [B, S, 1, half]
-	}
-	cosT, err := tab(cosC)
-	if err != nil {
-		return err
-	}
-	sinT, err := tab(sinC)
-	if err != nil {
-		return err
-	}
-	sl := func(v *fxgraph.Node, axis int, lo, hi int64) (*fxgraph.Node, error) {
-		return c.Emit("aten.slice.Tensor", v, int64(axis), lo, hi, int64(1))
-	}
-	var x1, x2 *fxgraph.Node
 	interleaved := c.AttrInt("interleaved", 0) != 0
-	r, err := sl(xh, 3, 0, rot)
+	out, err := msRotate(c, xh, pos, cosC, sinC, rot, half, interleaved)
 	if err != nil {
 		return err
-	}
-	if interleaved {
-		b, s, err := msDims2(c, xh)
-		if err != nil {
-			return err
-		}
-		pairs, err := c.Emit("aten.view.default", r, []any{b, s, Meta(xh).Shape[2].Size, half, int64(2)})
-		if err != nil {
-			return err
-		}
-		if x1, err = c.Emit("aten.select.int", pairs, int64(4), int64(0)); err != nil {
-			return err
-		}
-		if x2, err = c.Emit("aten.select.int", pairs, int64(4), int64(1)); err != nil {
-			return err
-		}
-	} else {
-		if x1, err = sl(r, 3, 0, half); err != nil {
-			return err
-		}
-		if x2, err = sl(r, 3, half, rot); err != nil {
-			return err
-		}
-	}
-	mul := func(a, b *fxgraph.Node) (*fxgraph.Node, error) { return c.Emit("aten.mul.Tensor", a, b) }
-	ac, err := mul(x1, cosT)
-	if err != nil {
-		return err
-	}
-	bs, err := mul(x2, sinT)
-	if err != nil {
-		return err
-	}
-	r1, err := c.Emit("aten.sub.Tensor", ac, bs)
-	if err != nil {
-		return err
-	}
-	bc, err := mul(x2, cosT)
-	if err != nil {
-		return err
-	}
-	as, err := mul(x1, sinT)
-	if err != nil {
-		return err
-	}
-	r2, err := c.Emit("aten.add.Tensor", bc, as)
-	if err != nil {
-		return err
-	}
-	var out *fxgraph.Node
-	if interleaved {
-		u1, err := c.Emit("aten.unsqueeze.default", r1, int64(4))
-		if err != nil {
-			return err
-		}
-		u2, err := c.Emit("aten.unsqueeze.default", r2, int64(4))
-		if err != nil {
-			return err
-		}
-		st, err := c.Emit("aten.cat.default", []any{u1, u2}, int64(4))
-		if err != nil {
-			return err
-		}
-		b, s, err := msDims2(c, xh)
-		if err != nil {
-			return err
-		}
-		if out, err = c.Emit("aten.reshape.default", st, []any{b, s, Meta(xh).Shape[2].Size, rot}); err != nil {
-			return err
-		}
-	} else if out, err = c.Emit("aten.cat.default", []any{r1, r2}, int64(3)); err != nil {
-		return err
-	}
-	if rot < hd.Size {
-		rest, err := sl(xh, 3, rot, hd.Size)
-		if err != nil {
-			return err
-		}
-		if out, err = c.Emit("aten.cat.default", []any{out, rest}, int64(3)); err != nil {
-			return err
-		}
 	}
 	if xm.Rank() == 4 {
 		out, err = c.Emit("aten.permute.default", out, []any{int64(0), int64(2), int64(1), int64(3)})
@@ -770,47 +783,120 @@ func msRepeatHeads(c *Ctx, x *fxgraph.Node, groups int64) (*fxgraph.Node, error)
 }
 
 // msGroupQueryAttention converts com.microsoft GroupQueryAttention (query,
-// key, value, past_key, past_value, seqlens_k, total_sequence_length, ...):
-// causal attention of num_heads query heads over kv_num_heads key/value
-// heads, the new keys and values appended to the past ones (each batch
-// entry's past full, no padding); query i of batch b sees keys j <=
-// seqlens_k[b] + 1 - S + i. Outputs output, present_key, present_value.
-// Packed QKV, do_rotary, local_window_size and the trailing inputs
-// (cos/sin caches, position_ids, attention_bias, head_sink) are
+// key, value, past_key, past_value, seqlens_k, total_sequence_length,
+// cos_cache, sin_cache): causal attention of num_heads query heads over
+// kv_num_heads key/value heads (separate, or packed in query when key and
+// value are absent), the new keys and values appended to the past ones
+// (each batch entry's past full, no padding). Query i of batch b sits at
+// position seqlens_k[b] + 1 - S + i: it sees keys up to there and, with
+// do_rotary, is rotated (as is its key) by that position's angles.
+// Outputs output, present_key, present_value. position_ids,
+// attention_bias, head_sink, local_window_size and smooth_softmax are
 // unsupported.
 func msGroupQueryAttention(c *Ctx, n *Node) error {
-	in, err := msInputs(c, 7)
+	in, err := msInputs(c, 9)
 	if err != nil {
 		return err
 	}
 	q, k, v, pk, pv, seqlens := in[0], in[1], in[2], in[3], in[4], in[5]
+	rotary := c.AttrInt("do_rotary", 0) != 0
 	for i := 7; i < c.NumInputs(); i++ {
-		if c.HasInput(i) {
-			return Unsupported("GroupQueryAttention input %d (rotary caches, position_ids, attention_bias or head_sink)", i)
+		if c.HasInput(i) && !(rotary && (i == 7 || i == 8)) {
+			return Unsupported("GroupQueryAttention input %d (position_ids, attention_bias or head_sink)", i)
 		}
 	}
-	if k == nil || v == nil {
-		return Unsupported("GroupQueryAttention with packed QKV")
+	if (k == nil) != (v == nil) {
+		return fmt.Errorf("GroupQueryAttention needs both key and value, or neither (packed QKV)")
 	}
-	if c.AttrInt("do_rotary", 0) != 0 || c.AttrInt("local_window_size", -1) != -1 || c.AttrInt("smooth_softmax", 0) != 0 {
-		return Unsupported("GroupQueryAttention with do_rotary, local_window_size or smooth_softmax")
+	if c.AttrInt("local_window_size", -1) != -1 || c.AttrInt("smooth_softmax", 0) != 0 {
+		return Unsupported("GroupQueryAttention with local_window_size or smooth_softmax")
 	}
 	if seqlens == nil {
 		return fmt.Errorf("GroupQueryAttention needs seqlens_k")
 	}
 	heads, kvHeads := c.AttrInt("num_heads", 0), c.AttrInt("kv_num_heads", 0)
-	qw, kw := Meta(q).Shape[2], Meta(k).Shape[2]
-	if heads <= 0 || kvHeads <= 0 || heads%kvHeads != 0 || !qw.IsStatic() || !kw.IsStatic() || qw.Size%heads != 0 || kw.Size != qw.Size/heads*kvHeads {
-		return fmt.Errorf("GroupQueryAttention num_heads %d, kv_num_heads %d for query width %s and key width %s", heads, kvHeads, qw, kw)
+	qw := Meta(q).Shape[2]
+	if heads <= 0 || kvHeads <= 0 || heads%kvHeads != 0 || !qw.IsStatic() {
+		return fmt.Errorf("GroupQueryAttention num_heads %d, kv_num_heads %d for query width %s", heads, kvHeads, qw)
 	}
-	d := qw.Size / heads
-	if q, err = msHeads(c, q, heads, d); err != nil {
+	var d int64
+	if k == nil {
+		// packed QKV: [B, S, (num_heads + 2*kv_num_heads) * head_size]
+		if qw.Size%(heads+2*kvHeads) != 0 {
+			return fmt.Errorf("GroupQueryAttention packed QKV width %d for %d + 2*%d heads", qw.Size, heads, kvHeads)
+		}
+		d = qw.Size / (heads + 2*kvHeads)
+		packed := q
+		var err error
+		if q, err = c.Emit("aten.slice.Tensor", packed, int64(2), int64(0), heads*d, int64(1)); err != nil {
+			return err
+		}
+		if k, err = c.Emit("aten.slice.Tensor", packed, int64(2), heads*d, (heads+kvHeads)*d, int64(1)); err != nil {
+			return err
+		}
+		if v, err = c.Emit("aten.slice.Tensor", packed, int64(2), (heads+kvHeads)*d, qw.Size, int64(1)); err != nil {
+			return err
+		}
+	} else {
+		kw := Meta(k).Shape[2]
+		if qw.Size%heads != 0 || !kw.IsStatic() || kw.Size != qw.Size/heads*kvHeads {
+			return fmt.Errorf("GroupQueryAttention num_heads %d, kv_num_heads %d for query width %s and key width %s", heads, kvHeads, qw, kw)
+		}
+		d = qw.Size / heads
+	}
+	sd := Meta(q).Shape[1]
+	if !sd.IsStatic() {
+		return Unsupported("GroupQueryAttention with a symbolic sequence length")
+	}
+	// Query i of batch b sits at position seqlens_k[b] + 1 - S + i.
+	qpos, err := msArange(c, sd.Size)
+	if err != nil {
 		return err
 	}
-	if k, err = msHeads(c, k, kvHeads, d); err != nil {
+	if qpos, err = c.Emit("aten.add.Tensor", qpos, c.ScalarConst(tensor.Int64, float64(1-sd.Size))); err != nil {
 		return err
 	}
-	if v, err = msHeads(c, v, kvHeads, d); err != nil {
+	sl, err := nnCast(c, seqlens, tensor.Int64)
+	if err != nil {
+		return err
+	}
+	if sl, err = c.Emit("aten.view.default", sl, []any{int64(-1), int64(1)}); err != nil {
+		return err
+	}
+	pos, err := c.Emit("aten.add.Tensor", sl, qpos) // [B, S]
+	if err != nil {
+		return err
+	}
+	split := func(x *fxgraph.Node, n int64, rotate bool) (*fxgraph.Node, error) {
+		b, s, err := msDims2(c, x)
+		if err != nil {
+			return nil, err
+		}
+		y, err := c.Emit("aten.view.default", x, []any{b, s, n, d})
+		if err != nil {
+			return nil, err
+		}
+		if rotate {
+			cd, ok := Meta(in[7]).Shape.Static()
+			if !ok || len(cd) != 2 || 2*cd[1] > d {
+				return nil, fmt.Errorf("GroupQueryAttention cos_cache of shape %s for head size %d", Meta(in[7]).Shape, d)
+			}
+			if y, err = msRotate(c, y, pos, in[7], in[8], 2*cd[1], cd[1], c.AttrInt("rotary_interleaved", 0) != 0); err != nil {
+				return nil, err
+			}
+		}
+		return c.Emit("aten.permute.default", y, []any{int64(0), int64(2), int64(1), int64(3)})
+	}
+	if rotary && (in[7] == nil || in[8] == nil) {
+		return fmt.Errorf("GroupQueryAttention with do_rotary needs cos_cache and sin_cache")
+	}
+	if q, err = split(q, heads, rotary); err != nil {
+		return err
+	}
+	if k, err = split(k, kvHeads, rotary); err != nil {
+		return err
+	}
+	if v, err = split(v, kvHeads, false); err != nil {
 		return err
 	}
 	if pk != nil && pv != nil {
@@ -831,16 +917,8 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	// keep[b, 1, i, j] = j <= seqlens_k[b] + 1 - S + i
-	s, err := msDim(c, q, 2)
-	if err != nil {
-		return err
-	}
+	// keep[b, 1, i, j] = j <= pos[b, i]
 	t, err := msDim(c, kr, 2)
-	if err != nil {
-		return err
-	}
-	i, err := msArange(c, s)
 	if err != nil {
 		return err
 	}
@@ -848,24 +926,10 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	sl, err := nnCast(c, seqlens, tensor.Int64)
-	if err != nil {
-		return err
+	last, err := c.Emit("aten.unsqueeze.default", pos, int64(1))
+	if err == nil {
+		last, err = c.Emit("aten.unsqueeze.default", last, int64(3)) // [B, 1, S, 1]
 	}
-	if sl, err = c.Emit("aten.view.default", sl, []any{int64(-1), int64(1), int64(1), int64(1)}); err != nil {
-		return err
-	}
-	sd := Meta(q).Shape[2]
-	if !sd.IsStatic() {
-		return Unsupported("GroupQueryAttention with a symbolic sequence length")
-	}
-	if i, err = c.Emit("aten.add.Tensor", i, c.ScalarConst(tensor.Int64, float64(1-sd.Size))); err != nil {
-		return err
-	}
-	if i, err = c.Emit("aten.view.default", i, []any{int64(1), int64(1), int64(-1), int64(1)}); err != nil {
-		return err
-	}
-	last, err := c.Emit("aten.add.Tensor", i, sl)
 	if err != nil {
 		return err
 	}
