@@ -289,6 +289,9 @@ func msAttention(c *Ctx, n *Node) error {
 	if x == nil || w == nil {
 		return fmt.Errorf("Attention needs input and weights")
 	}
+	if Meta(x).Rank() != 3 {
+		return fmt.Errorf("Attention input of shape %s, want [batch, sequence, hidden]", Meta(x).Shape)
+	}
 	if in[6] != nil {
 		return Unsupported("Attention with past_sequence_length")
 	}
@@ -316,6 +319,9 @@ func msQAttention(c *Ctx, n *Node) error {
 	}
 	if in[0] == nil || in[1] == nil || in[2] == nil || in[3] == nil || in[4] == nil {
 		return fmt.Errorf("QAttention needs input, weight, bias, input_scale and weight_scale")
+	}
+	if Meta(in[0]).Rank() != 3 {
+		return fmt.Errorf("QAttention input of shape %s, want [batch, sequence, hidden]", Meta(in[0]).Shape)
 	}
 	acc, err := nnQuantMatMul(c, 0, 6, 1, 7)
 	if err != nil {
@@ -813,6 +819,11 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	}
 	if seqlens == nil {
 		return fmt.Errorf("GroupQueryAttention needs seqlens_k")
+	}
+	for i, x := range []*fxgraph.Node{q, k, v} {
+		if x != nil && Meta(x).Rank() != 3 {
+			return Unsupported("GroupQueryAttention input %d of shape %s (only [batch, sequence, hidden])", i, Meta(x).Shape)
+		}
 	}
 	heads, kvHeads := c.AttrInt("num_heads", 0), c.AttrInt("kv_num_heads", 0)
 	qw := Meta(q).Shape[2]

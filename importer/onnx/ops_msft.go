@@ -425,6 +425,9 @@ func msEmbedLayerNorm(c *Ctx, n *Node) error {
 	if ids == nil || word == nil || pos == nil || gamma == nil || beta == nil {
 		return fmt.Errorf("EmbedLayerNormalization needs input_ids, word_embedding, position_embedding, gamma and beta")
 	}
+	if Meta(ids).Rank() != 2 {
+		return fmt.Errorf("EmbedLayerNormalization input_ids of shape %s, want [batch, sequence]", Meta(ids).Shape)
+	}
 	gather := func(table, idx *fxgraph.Node) (*fxgraph.Node, error) {
 		return c.Call1("Gather", 13, []*fxgraph.Node{table, idx}, AInt("axis", 0))
 	}
