@@ -688,6 +688,9 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 		rot = 2 * half
 	}
 	heads := c.AttrInt("num_heads", 0)
+	if half <= 0 || rot <= 0 || heads < 0 {
+		return fmt.Errorf("RotaryEmbedding cos_cache of shape %v with rotary_embedding_dim %d and num_heads %d", cd, rot, heads)
+	}
 	var xh *fxgraph.Node // [B, S, N, H]
 	switch xm.Rank() {
 	case 3:
@@ -697,6 +700,9 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 		}
 		if heads == 0 {
 			heads = w.Size / rot
+		}
+		if heads <= 0 || w.Size%heads != 0 {
+			return fmt.Errorf("RotaryEmbedding input width %d for %d heads", w.Size, heads)
 		}
 		b, err := msDim(c, x, 0)
 		if err != nil {
