@@ -232,3 +232,12 @@ $(VENV_BENCH)/.installed: python/requirements-bench.txt
 bench-peers: pjrt $(VENV_BENCH)/.installed
 	$(GO) build -o bin/bench-runner ./cmd/bench-runner
 	$(VENV_BENCH)/bin/python bench/peers.py --runner bin/bench-runner $(if $(PEERS_MODELS),--models $(PEERS_MODELS))
+# Quantized-ONNX and com.microsoft operator fixtures (importer/onnx/testdata/
+# quant and quantmodels, committed): single-op graphs and whole models from
+# ONNX Runtime's quantizer and transformer optimizer, with ONNX Runtime's
+# outputs (python/make_quant_fixtures.py; .venv-zoo for torch/onnxruntime).
+.PHONY: quant-fixtures
+quant-fixtures: $(VENV_ZOO)/.installed
+	rm -rf importer/onnx/testdata/quant importer/onnx/testdata/quantmodels
+	$(VENV_ZOO)/bin/python python/make_quant_fixtures.py --out importer/onnx/testdata/quant
+	$(VENV_ZOO)/bin/python python/make_quant_fixtures.py --models --out importer/onnx/testdata/quantmodels

@@ -15,6 +15,8 @@ type Ctx struct {
 	node *Node
 	// Opset is the opset version of the node's domain.
 	Opset int64
+	// calls counts the operators run through Call, to name their values.
+	calls int
 }
 
 // Graph returns the IR graph being built.

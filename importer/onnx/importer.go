@@ -68,6 +68,9 @@ func newConverters() converters {
 	registerRandom(cs)
 	registerTraining(cs)
 	registerTfIdf(cs)
+	registerQuant(cs)
+	registerQuantContrib(cs)
+	registerMicrosoft(cs)
 	return cs
 }
 
@@ -136,7 +139,7 @@ func (im *Importer) importModel(m *Model, o ImportOptions) (*fxgraph.Graph, erro
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}, bits4: map[*fxgraph.Node]bool{}}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -171,6 +174,9 @@ type scope struct {
 	// import made, padded, with their counts; nil in scopes building a
 	// subgraph, where they are unsupported.
 	bounded *[]boundedValue
+	// bits4 marks the constants of INT4/UINT4 initializers (unpacked to 8
+	// bits), shared by every scope of the import.
+	bits4 map[*fxgraph.Node]bool
 }
 
 var identRE = regexp.MustCompile(`[^A-Za-z0-9_]+`)
@@ -218,7 +224,11 @@ func (s *scope) importGraph(gr *Graph) error {
 		}
 	}
 	for _, in := range gr.Initializers {
-		s.env[in.Name] = s.g.AddConstant(sanitize(in.Name), in.Tensor)
+		n := s.g.AddConstant(sanitize(in.Name), in.Tensor)
+		s.env[in.Name] = n
+		if in.Bits == 4 && s.bits4 != nil {
+			s.bits4[n] = true
+		}
 	}
 	for i, node := range gr.Nodes {
 		if err := s.convertNode(node); err != nil {
@@ -387,7 +397,7 @@ func (s *scope) inlineFunction(node *Node, f *Function) error {
 	if s.depth > 32 {
 		return fmt.Errorf("onnx: node %q: functions nested too deep", node.Name)
 	}
-	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, subConsts: s.subConsts, bounded: s.bounded}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, subConsts: s.subConsts, bounded: s.bounded, bits4: s.bits4}
 	for _, o := range f.OpsetImports {
 		d := o.Domain
 		if d == "ai.onnx" {

@@ -727,7 +727,10 @@ func TestDecodeTensorErrors(t *testing.T) {
 		{"too many dims", tensorPB("a", 1, make([]int64, 65)...), "more than 64 dims"},
 		{"segment", tensorPB("a", 1, 1).bytes(3, wmsg{}.int(1, 0).int(2, 1)), "segmented tensors not supported"},
 		{"float8", tensorPB("a", 17, 1).bytes(9, []byte{1}), "data type FLOAT8E4M3FN (17) not supported"},
-		{"int4", tensorPB("a", 22, 2).bytes(9, []byte{1}), "data type INT4 (22) not supported"},
+		{"int4 raw length", tensorPB("a", 22, 3).bytes(9, []byte{1}), "INT4[3]: data has 1 bytes, want 2"},
+		{"uint4 int32 count", tensorPB("a", 21, 3).bytes(5, packedVarints(1, 2, 3)), "int32_data has 3 values, want 2 packed bytes"},
+		{"int4 float data", tensorPB("a", 22, 2).bytes(4, packedFloats(1)), "float_data in a 4-bit tensor"},
+		{"int4 negative dim", tensorPB("a", 22, -2), "invalid dims"},
 		{"undefined type", wmsg{}.bytes(1, packedVarints(1)).bytes(9, []byte{1}), "data type UNDEFINED (0) not supported"},
 		{"unknown type", tensorPB("a", 99, 1), "data type unknown (99) not supported"},
 		{"raw string", tensorPB("a", 8, 1).bytes(9, []byte("x")), "raw_data for a string tensor"},
@@ -1154,5 +1157,30 @@ func TestReadModelFileErrors(t *testing.T) {
 	writeTestFile(t, path, []byte{0xFF})
 	if _, err := ReadModelFile(path); err == nil || !strings.HasPrefix(err.Error(), "onnx: "+path+": ") {
 		t.Errorf("corrupt file: %v", err)
+	}
+}
+
+// TestDecodeTensor4Bit: INT4 and UINT4 tensors (raw_data or one packed byte
+// per int32_data value, the first element in the low nibble) decode
+// unpacked to Int8 (sign-extended) and Uint8.
+func TestDecodeTensor4Bit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pb   wmsg
+		dt   tensor.DType
+		want []int64
+	}{
+		{"int4 raw", tensorPB("a", 22, 3).bytes(9, []byte{0x71, 0x0F}), tensor.Int8, []int64{1, 7, -1}},
+		{"int4 int32_data", tensorPB("a", 22, 4).bytes(5, packedVarints(0x98, 0x80)), tensor.Int8, []int64{-8, -7, 0, -8}},
+		{"uint4 raw", tensorPB("a", 21, 2, 1).bytes(9, []byte{0xF0}), tensor.Uint8, []int64{0, 15}},
+	} {
+		got, _, err := DecodeTensor(tc.pb)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if got.DType != tc.dt || fmt.Sprint(got.Int64s()) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: got %s %v, want %s %v", tc.name, got.DType, got.Int64s(), tc.dt, tc.want)
+		}
 	}
 }

@@ -129,8 +129,89 @@ func (d *protoDecoder) tensor(b []byte) (*tensor.Tensor, string, error) {
 	if err != nil {
 		return nil, h.name, err
 	}
+	if h.dataType == onnxUint4 || h.dataType == onnxInt4 {
+		t, err := d.tensor4(b, h)
+		return t, h.name, err
+	}
 	t, err := d.tensorData(b, h)
 	return t, h.name, err
+}
+
+// The ONNX codes of the 4-bit integer types.
+const (
+	onnxUint4 = 21
+	onnxInt4  = 22
+)
+
+// tensor4 decodes an INT4 or UINT4 tensor (two elements a byte, the first
+// in the low nibble, in raw_data, external data or one byte per int32_data
+// value) unpacked to one Int8 or Uint8 element a byte.
+func (d *protoDecoder) tensor4(b []byte, h *tensorHeader) (*tensor.Tensor, error) {
+	dt, name := tensor.Uint8, "UINT4"
+	if h.dataType == onnxInt4 {
+		dt, name = tensor.Int8, "INT4"
+	}
+	what := name + tensor.ShapeString(h.dims)
+	n := tensor.NumElements(h.dims)
+	if n < 0 || n > math.MaxInt/2 {
+		return nil, fmt.Errorf("invalid dims %v: negative or too many elements", h.dims)
+	}
+	packed := (n + 1) / 2
+	var data []byte
+	var err error
+	switch {
+	case h.location == 1:
+		if err := h.onlySource(-1); err != nil {
+			return nil, fmt.Errorf("%s: external tensor also has %w", what, err)
+		}
+		if data, err = d.external(h.external, packed); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+	case h.location != 0:
+		return nil, fmt.Errorf("%s: unknown data_location %d", what, h.location)
+	case h.hasRaw:
+		if err := h.onlySource(tpRawData); err != nil {
+			return nil, fmt.Errorf("%s: tensor has both raw_data and %w", what, err)
+		}
+		data = h.raw
+	default:
+		if err := h.onlySource(tpInt32Data); err != nil {
+			return nil, fmt.Errorf("%s: %w in a 4-bit tensor", what, err)
+		}
+		if h.counts[tpInt32Data] != packed {
+			return nil, fmt.Errorf("%s: int32_data has %d values, want %d packed bytes", what, h.counts[tpInt32Data], packed)
+		}
+		data = make([]byte, 0, packed)
+		err = eachWireField(b, func(f wireField) error {
+			if f.num != tpInt32Data {
+				return nil
+			}
+			return eachValue(f, func(v uint64) {
+				if int64(len(data)) < packed {
+					data = append(data, byte(v))
+				}
+			})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if int64(len(data)) != packed {
+		return nil, fmt.Errorf("%s: data has %d bytes, want %d", what, len(data), packed)
+	}
+	out := make([]byte, n)
+	for i := range out {
+		v := data[i/2]
+		if i%2 == 1 {
+			v >>= 4
+		}
+		v &= 0xf
+		if dt == tensor.Int8 && v >= 8 {
+			v |= 0xf0 // sign-extend
+		}
+		out[i] = v
+	}
+	return &tensor.Tensor{DType: dt, Shape: h.dims, Data: out}, err
 }
 
 func readTensorHeader(b []byte) (*tensorHeader, error) {

@@ -1,0 +1,152 @@
+package onnx
+
+import (
+	"fmt"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/tensor"
+)
+
+// nbitsUnpack4 splits each uint8 of x [..., m] into its low and high
+// nibbles, low first: [..., 2m].
+func nbitsUnpack4(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
+	lo, err := c.Emit("aten.bitwise_and.Scalar", x, int64(15))
+	if err != nil {
+		return nil, err
+	}
+	hi, err := c.Emit("aten.bitwise_right_shift.Tensor_Scalar", x, int64(4))
+	if err != nil {
+		return nil, err
+	}
+	r := int64(Meta(x).Rank())
+	if lo, err = c.Emit("aten.unsqueeze.default", lo, r); err != nil {
+		return nil, err
+	}
+	if hi, err = c.Emit("aten.unsqueeze.default", hi, r); err != nil {
+		return nil, err
+	}
+	both, err := c.Emit("aten.cat.default", []any{lo, hi}, r)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := Meta(x).Shape.Static()
+	if !ok {
+		return nil, Unsupported("MatMulNBits with symbolic packed weight shape %s", Meta(x).Shape)
+	}
+	size := ints(d)
+	size[len(size)-1] = d[len(d)-1] * 2
+	return c.Emit("aten.reshape.default", both, size)
+}
+
+// msMatMulNBits converts com.microsoft MatMulNBits (A, B, scales,
+// zero_points, g_idx, bias) with 4- or 8-bit weights: B [N, blocks,
+// blob] holds column n's K values block by block (4-bit ones two a byte,
+// low nibble first); each block's weights are (q - zero_point) * scale
+// (zero point 2^(bits-1) by default, packed like B when uint8, per block
+// when float). The dequantized [N, K] weight is folded at import when B,
+// scales and zero points are constants; Y = A @ W^T + bias in float
+// (ONNX Runtime's accuracy_level 0).
+func msMatMulNBits(c *Ctx, n *Node) error {
+	in, err := msInputs(c, 6)
+	if err != nil {
+		return err
+	}
+	a, b, scales, zps, gidx, bias := in[0], in[1], in[2], in[3], in[4], in[5]
+	if a == nil || b == nil || scales == nil {
+		return fmt.Errorf("MatMulNBits needs A, B and scales")
+	}
+	if gidx != nil {
+		return Unsupported("MatMulNBits with g_idx")
+	}
+	if lvl := c.AttrInt("accuracy_level", 0); lvl == 4 {
+		return Unsupported("MatMulNBits accuracy_level 4 (int8 activations)")
+	}
+	k, nOut, bits, block := c.AttrInt("K", 0), c.AttrInt("N", 0), c.AttrInt("bits", 4), c.AttrInt("block_size", 0)
+	bd, ok := Meta(b).Shape.Static()
+	if bits != 4 && bits != 8 {
+		return Unsupported("MatMulNBits with %d-bit weights", bits)
+	}
+	if !ok || len(bd) != 3 || block < 16 || k <= 0 || bd[0] != nOut || bd[1] != (k+block-1)/block || bd[2] != block*bits/8 {
+		return fmt.Errorf("MatMulNBits B of shape %s for K %d, N %d, bits %d, block_size %d", Meta(b).Shape, k, nOut, bits, block)
+	}
+	blocks := bd[1]
+	q := b
+	if bits == 4 {
+		if q, err = nbitsUnpack4(c, b); err != nil { // [N, blocks, block]
+			return err
+		}
+	}
+	if q, err = nnCast(c, q, tensor.Float32); err != nil {
+		return err
+	}
+	var zp *fxgraph.Node
+	switch {
+	case zps == nil:
+		zp = c.ScalarConst(tensor.Float32, float64(int64(1)<<(bits-1)))
+	case Meta(zps).DType == tensor.Uint8:
+		perRow := (blocks*bits + 7) / 8
+		if zp, err = c.Emit("aten.reshape.default", zps, []any{nOut, perRow}); err != nil {
+			return err
+		}
+		if bits == 4 {
+			if zp, err = nbitsUnpack4(c, zp); err != nil {
+				return err
+			}
+			if zp, err = c.Emit("aten.slice.Tensor", zp, int64(1), int64(0), blocks, int64(1)); err != nil {
+				return err
+			}
+		}
+		if zp, err = nnCast(c, zp, tensor.Float32); err != nil {
+			return err
+		}
+		if zp, err = c.Emit("aten.reshape.default", zp, []any{nOut, blocks, int64(1)}); err != nil {
+			return err
+		}
+	default:
+		if zp, err = nnCast(c, zps, tensor.Float32); err != nil {
+			return err
+		}
+		if zp, err = c.Emit("aten.reshape.default", zp, []any{nOut, blocks, int64(1)}); err != nil {
+			return err
+		}
+	}
+	sc, err := c.Emit("aten.reshape.default", scales, []any{nOut, blocks, int64(1)})
+	if err != nil {
+		return err
+	}
+	if sc, err = nnCast(c, sc, tensor.Float32); err != nil {
+		return err
+	}
+	w, err := c.Emit("aten.sub.Tensor", q, zp)
+	if err != nil {
+		return err
+	}
+	if w, err = c.Emit("aten.mul.Tensor", w, sc); err != nil {
+		return err
+	}
+	if w, err = c.Emit("aten.reshape.default", w, []any{nOut, blocks * block}); err != nil {
+		return err
+	}
+	if blocks*block != k {
+		if w, err = c.Emit("aten.slice.Tensor", w, int64(1), int64(0), k, int64(1)); err != nil {
+			return err
+		}
+	}
+	if w, err = nnCast(c, w, Meta(a).DType); err != nil {
+		return err
+	}
+	if w, err = c.Emit("aten.permute.default", w, []any{int64(1), int64(0)}); err != nil {
+		return err
+	}
+	y, err := c.Emit("aten.matmul.default", a, w)
+	if err != nil {
+		return err
+	}
+	if bias != nil {
+		if y, err = c.Emit("aten.add.Tensor", y, bias); err != nil {
+			return err
+		}
+	}
+	c.SetOutput(0, y)
+	return nil
+}

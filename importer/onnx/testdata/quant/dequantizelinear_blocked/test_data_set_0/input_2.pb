@@ -1,0 +1,1 @@
+BzJHxx}|‡p}’|hm†’|ŠdnŠ“‡isyvŒiyt|t‡jsnfoˆ‹h{’|…f}Š‡hƒzqvˆ…•ir‹on‚x

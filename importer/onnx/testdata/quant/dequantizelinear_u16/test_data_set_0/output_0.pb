@@ -1,0 +1,1 @@
+By0J`╥С┼A2t@.vB.╡фAзнНAЖ(ь@╘фxBЛQвA╚yB<ъ■AHА╤AaЕ,BЗ~4B:4GB.zBNБTBw╬HBw╬щA╠rx@айwAмLBЧтA│∙┐╬░BbB

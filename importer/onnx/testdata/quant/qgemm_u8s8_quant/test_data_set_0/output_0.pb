@@ -1,0 +1,1 @@
+By0Jqijio^szzulffso

@@ -1,0 +1,1 @@
+By0JK§ÅhWœT>«i]O—“¡œ¢VFO&§XrVssn§^de‡\6‡@S*j¦I­B¯|t“D‘uQ+ˆw™{eš¬ur] ‚]u
