@@ -269,8 +269,9 @@ func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
 }
 
 // inputMeta turns an ONNX graph input type into a TensorMeta. dim_param
-// becomes a symbol; a dim with neither value nor param gets a symbol named
-// after the input and axis.
+// becomes a symbol; a dim with neither value nor param, or with the param
+// "?" (Paddle's exporter writes it for every unknown dim, which are not one
+// size), gets a symbol named after the input and axis.
 func inputMeta(vi *ValueInfo) (fxgraph.TensorMeta, error) {
 	t := vi.Type
 	if t == nil {
@@ -287,7 +288,7 @@ func inputMeta(vi *ValueInfo) (fxgraph.TensorMeta, error) {
 		switch {
 		case d.Known:
 			meta.Shape = append(meta.Shape, fxgraph.D(d.Value))
-		case d.Param != "":
+		case d.Param != "" && d.Param != "?":
 			meta.Shape = append(meta.Shape, fxgraph.S(sanitize(d.Param)))
 		default:
 			meta.Shape = append(meta.Shape, fxgraph.S(fmt.Sprintf("%s_dim%d", sanitize(vi.Name), i)))
