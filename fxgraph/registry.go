@@ -54,6 +54,7 @@ func NewRegistry() *Registry {
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
+	registerDeferred(r)
 	return r
 }
 

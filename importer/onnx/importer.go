@@ -106,7 +106,22 @@ func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
 // compile time: operators that need a constant operand (Reshape's shape,
 // Slice's starts, reduction axes given as inputs, ...) read them from values.
 // The inputs stay in the graph's signature, so callers pass them as usual.
+//
+// A model whose conversion needs values computed from symbolic input sizes
+// (see shapeDependentError) imports as a deferred graph: fxgraph.Graph's
+// Rebuild imports it again once the sizes are known, per shape bucket.
 func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor) (*fxgraph.Graph, error) {
+	g, err := im.importWith(m, values, nil)
+	var sd *shapeDependentError
+	if err != nil && errors.As(err, &sd) && m.Graph != nil {
+		return im.deferredGraph(m, values, err)
+	}
+	return g, err
+}
+
+// importWith imports m with some inputs' values known and, when dims is not
+// nil, the inputs' symbolic dims set to the sizes it gives.
+func (im *Importer) importWith(m *Model, values map[string]*tensor.Tensor, dims map[string]int64) (*fxgraph.Graph, error) {
 	if m.Graph == nil {
 		return nil, errors.New("onnx: model has no graph")
 	}
@@ -126,7 +141,7 @@ func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor)
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}, dims: dims}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -155,6 +170,9 @@ type scope struct {
 	// import made, padded, with their counts; nil in scopes building a
 	// subgraph, where they are unsupported.
 	bounded *[]boundedValue
+	// dims, when not nil, gives the main graph's symbolic input dims
+	// concrete sizes (a deferred graph's Rebuild).
+	dims map[string]int64
 }
 
 var identRE = regexp.MustCompile(`[^A-Za-z0-9_]+`)
@@ -184,6 +202,11 @@ func (s *scope) importGraph(gr *Graph) error {
 		meta, err := inputMeta(vi)
 		if err != nil {
 			return fmt.Errorf("onnx: graph input %d (%q): %w", i, vi.Name, err)
+		}
+		if s.dims != nil {
+			if meta, err = staticInputMeta(meta, s.dims, vi.Name); err != nil {
+				return err
+			}
 		}
 		n := s.g.AddPlaceholder(sanitize(vi.Name), meta)
 		n.Target = vi.Name
@@ -320,7 +343,7 @@ func (s *scope) convertNode(node *Node) error {
 	c := &Ctx{s: s, node: node, Opset: opset}
 	if err := conv(c, node); err != nil {
 		if errors.Is(err, ErrUnsupported) {
-			return fmt.Errorf("%w (operator %s, node %q, opset %d)", err, node.OpType, node.Name, opset)
+			return c.markShapeDependent(fmt.Errorf("%w (operator %s, node %q, opset %d)", err, node.OpType, node.Name, opset))
 		}
 		return fmt.Errorf("onnx: node %q (%s, opset %d): %w", node.Name, node.OpType, opset, err)
 	}
