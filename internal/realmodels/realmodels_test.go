@@ -24,7 +24,8 @@ import (
 //     the dynamo exports compute position ids with Shape -> Gather -> Range;
 //   - .cache/realmodels-small: trained models from PyPI wheels (PaddleOCR's
 //     text-direction classifier from rapidocr-onnxruntime, two Silero VAD
-//     variants from silero-vad), made by `make realmodels-small`.
+//     variants from silero-vad, one whose decoder branches on Shape(x)[k] == 1,
+//     which imports deferred to concrete sizes), made by `make realmodels-small`.
 var caseDirs = []struct {
 	root  string
 	cases []string
@@ -35,7 +36,7 @@ var caseDirs = []struct {
 		"hf_convnext.onnx-dynamo", "hf_convnext.onnx-torchscript",
 	}, "make realmodels-fixtures"},
 	{"../../.cache/realmodels-small/cases", []string{
-		"rapidocr_cls_v2.onnx-package", "silero_vad_16k_sequence.onnx-package", "silero_vad_openvino_16k.onnx-package",
+		"rapidocr_cls_v2.onnx-package", "silero_vad_16k_sequence.onnx-package", "silero_vad_16k_op15.onnx-package",
 	}, "make realmodels-small"},
 }
 
