@@ -1,48 +1,12 @@
 package fxgraph
 
-import (
-	"fmt"
-
-	"github.com/xserve/xserve/tensor"
-)
+import "fmt"
 
 // DeferredTarget is the op of a deferred graph's outputs (see
 // Graph.Rebuild): it stands for a value the importer can only build once
-// the input sizes are known, and has no lowering. Its meta comes from its
-// kwargs: "dtype" and "shape", a list whose elements are an int64 (a static
-// size; -1 for a size unknown until rebuilt) or a string (an input symbol).
+// the input sizes are known. No registry knows it and nothing lowers it:
+// Rebuilt replaces the graph before any shape pass or lowering sees it.
 const DeferredTarget = "xserve.deferred.default"
-
-func registerDeferred(r *Registry) {
-	r.Register(DeferredTarget, OpInfo{Shape: deferredShape})
-}
-
-func deferredShape(n *Node) (Meta, error) {
-	dt, ok := n.Kwargs["dtype"].(tensor.DType)
-	if !ok {
-		return Meta{}, fmt.Errorf("%s (%s): no dtype", n.Name, n.Target)
-	}
-	dims, ok := n.Kwargs["shape"].([]any)
-	if !ok {
-		return Meta{}, fmt.Errorf("%s (%s): no shape list", n.Name, n.Target)
-	}
-	shape := make(Shape, len(dims))
-	for i, d := range dims {
-		switch v := d.(type) {
-		case string:
-			shape[i] = S(v)
-		case int64:
-			if v < 0 {
-				shape[i] = Unknown
-			} else {
-				shape[i] = D(v)
-			}
-		default:
-			return Meta{}, fmt.Errorf("%s (%s): shape element %s", n.Name, n.Target, FormatArg(d))
-		}
-	}
-	return One(dt, shape), nil
-}
 
 // Rebuilt returns the graph to specialize for dims (symbol -> size): g
 // itself, or, for a deferred graph (Rebuild set), the graph Rebuild makes

@@ -54,7 +54,6 @@ func NewRegistry() *Registry {
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
-	registerDeferred(r)
 	return r
 }
 

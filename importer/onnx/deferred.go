@@ -88,24 +88,19 @@ func (im *Importer) deferredGraph(m *Model, values map[string]*tensor.Tensor, ca
 		if t == nil || t.Kind != TypeTensor || !t.HasShape {
 			return nil, cause
 		}
-		shape := make([]any, len(t.Dims))
+		shape := make(fxgraph.Shape, len(t.Dims))
 		for i, d := range t.Dims {
 			switch {
 			case d.Known:
-				shape[i] = d.Value
+				shape[i] = fxgraph.D(d.Value)
 			case d.Param != "" && syms[sanitize(d.Param)]:
-				shape[i] = sanitize(d.Param)
+				shape[i] = fxgraph.S(sanitize(d.Param))
 			default:
-				shape[i] = int64(-1)
+				shape[i] = fxgraph.Unknown
 			}
 		}
-		n := g.AddNamedCall(sanitize(vi.Name), fxgraph.DeferredTarget, nil, map[string]any{"dtype": t.Elem, "shape": shape})
-		info, _ := im.ir.Lookup(fxgraph.DeferredTarget)
-		meta, err := info.Shape(n)
-		if err != nil {
-			return nil, err
-		}
-		n.Meta = meta
+		n := g.AddNamedCall(sanitize(vi.Name), fxgraph.DeferredTarget, nil, nil)
+		n.Meta = fxgraph.One(t.Elem, shape)
 		outs = append(outs, n)
 		g.OutputNames = append(g.OutputNames, vi.Name)
 	}
