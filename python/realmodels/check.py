@@ -329,9 +329,11 @@ def write_doc(path, cases, runs, serves, cmdline):
               "  re-run `make realmodels` after merging them (cases are cached; only the check reruns).",
               "- silero-vad v5/v6 (and the wheel's silero_vad.onnx, the same graph): the outer If on `sr == 16000` is a",
               "  run-time condition (sr is an input), so both its branches are converted; the import is deferred to",
-              "  concrete sizes (the decoder's If on a shape-computed condition), and there a node inside that outer",
-              "  If still fails to convert (LSTM of a rank-5 input) - presumably in the branch not taken for 16 kHz",
-              "  input; not investigated further. The op15, half, op18_ifless and vad-web legacy exports pass.",
+              "  concrete sizes (the decoder's If on a shape-computed condition), and there the 8 kHz branch, never",
+              "  taken for 16 kHz input, fails to convert at 512 samples (LSTM of a rank-5 input). Checked: with sr",
+              "  given as a compile-time value (ImportWithValues) 16000 rebuilds fine and 8000 fails this way. A",
+              "  run-time If whose untaken branch cannot be built needs a branch that fails only when taken. The",
+              "  op15, half, op18_ifless and vad-web legacy exports of the same model pass.",
               "- `xserve inspect --unsupported MODEL` lists every unsupported op of a model at once."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
