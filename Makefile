@@ -112,7 +112,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt testdata venv venv-triton vet conformance-check detect-model
+test: pjrt testdata venv venv-triton realmodels-small detect-model vet conformance-check
 	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
@@ -241,3 +241,24 @@ quant-fixtures: $(VENV_ZOO)/.installed
 	rm -rf importer/onnx/testdata/quant importer/onnx/testdata/quantmodels
 	$(VENV_ZOO)/bin/python python/make_quant_fixtures.py --out importer/onnx/testdata/quant
 	$(VENV_ZOO)/bin/python python/make_quant_fixtures.py --models --out importer/onnx/testdata/quantmodels
+
+# ---- Real third-party models (python/realmodels, docs/real-models.md).
+#   make realmodels           export/download ~100 cases into .cache/realmodels (cached), run each
+#                             through `xserve run` and a real `xserve serve`, rewrite docs/real-models.md
+#   make realmodels-small     the trained PyPI-packaged models `go test ./internal/realmodels` runs
+#   make realmodels-fixtures  regenerate testdata/realmodels and testdata/unsupported (toy-size exports)
+# REALMODELS=hf_bert,tv_resnet18 restricts the export; REALMODELS_ONLY=onnx-dynamo the check.
+.PHONY: realmodels realmodels-small realmodels-fixtures
+REALMODELS ?=
+REALMODELS_ONLY ?=
+realmodels: pjrt build venv $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/realmodels/generate.py --out .cache/realmodels $(if $(REALMODELS),--only $(REALMODELS))
+	$(VENV)/bin/python python/realmodels/check.py --cases .cache/realmodels/cases --doc docs/real-models.md $(if $(REALMODELS_ONLY),--only $(REALMODELS_ONLY))
+
+REALMODELS_SMALL := rapidocr_cls_v2,silero_vad_16k_sequence,silero_vad_16k_op15
+realmodels-small: venv
+	$(VENV)/bin/python python/realmodels/packaged.py --out .cache/realmodels-small --only $(REALMODELS_SMALL)
+
+realmodels-fixtures: $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/realmodels/generate.py --tiny --out testdata/realmodels
+	$(VENV_ZOO)/bin/python python/realmodels/custom_ops.py --out testdata/unsupported

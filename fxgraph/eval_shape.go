@@ -822,6 +822,9 @@ func shEvalArange(n *Node, _ func(*Node) *tensor.Tensor) ([]*tensor.Tensor, erro
 	if err != nil {
 		return nil, err
 	}
+	if shArangeDeferred(start, step) {
+		return nil, nil // bounds not folded yet: decline
+	}
 	k := out.NumElements()
 	si, ok1 := start.(int64)
 	sti, ok2 := step.(int64)

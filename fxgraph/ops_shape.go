@@ -1129,12 +1129,45 @@ func shArangeArgs(n *Node) (start, end, step any, err error) {
 	default:
 		start, end, step = n.ArgOr(0, "start", int64(0)), n.ArgOr(1, "end", nil), n.ArgOr(2, "step", int64(1))
 	}
+	start, end, step = shArangeScalar(start), shArangeScalar(end), shArangeScalar(step)
 	for _, v := range []any{start, end, step} {
+		if m, ok := v.(*Node); ok && len(m.Meta.Vals) == 1 && m.Val().Rank() <= 1 {
+			continue // computed in the graph (from symbolic sizes): known when specialized
+		}
 		if _, ok := AsFloat(v); !ok {
 			return nil, nil, nil, shErr(n, "arguments must be numbers, got %s", FormatArgs([]any{start, end, step}))
 		}
 	}
 	return start, end, step, nil
+}
+
+// shArangeScalar reads an arange bound that is a node: its value when it is
+// a one-element constant (int64 for integer dtypes, float64 otherwise), the
+// node itself when it is still computed in the graph (from symbolic sizes,
+// e.g. ONNX Shape -> Gather -> Range); a literal is returned unchanged.
+func shArangeScalar(v any) any {
+	m, ok := v.(*Node)
+	if !ok || m.graph == nil {
+		return v
+	}
+	t := m.graph.ConstValue(m)
+	if t == nil || t.NumElements() != 1 {
+		return v
+	}
+	if t.DType.IsInt() || t.DType == tensor.Bool {
+		return t.Int64At(0)
+	}
+	return t.Float64At(0)
+}
+
+// shArangeDeferred reports whether an arange bound is still a graph value.
+func shArangeDeferred(vals ...any) bool {
+	for _, v := range vals {
+		if _, ok := v.(*Node); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // shArangeLen is the number of elements of arange(start, end, step).
@@ -1168,6 +1201,18 @@ func shArangeShape(n *Node) (Meta, error) {
 	start, end, step, err := shArangeArgs(n)
 	if err != nil {
 		return Meta{}, err
+	}
+	if shArangeDeferred(start, end, step) {
+		// The length depends on values computed from symbolic sizes: it
+		// becomes static when Specialize folds them for a shape bucket.
+		dt, err := shLiteralDType(n)
+		if err != nil {
+			return Meta{}, err
+		}
+		if _, ok := n.Kwargs["dtype"]; !ok {
+			return Meta{}, shErr(n, "arange over graph values needs a dtype")
+		}
+		return One(dt, Shape{Unknown}), nil
 	}
 	k, err := shArangeLen(start, end, step)
 	if err != nil {

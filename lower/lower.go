@@ -230,6 +230,10 @@ func (l *Lowerer) Lower(g *fxgraph.Graph, dims map[string]int64) (*Program, erro
 // with the optimization passes the options enable applied: the graph
 // LowerSpecialized takes.
 func (l *Lowerer) Specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.Graph, error) {
+	g, err := g.Rebuilt(dims) // a deferred import is made for these sizes first
+	if err != nil {
+		return nil, fmt.Errorf("lower: %w", err)
+	}
 	sg, err := l.ir.Specialize(l.Optimize(g), dims, l.opts.MaxFoldElements)
 	if err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
@@ -517,6 +521,10 @@ const shapeFoldElements = 1 << 14
 // folding of shape sub-computations) at those sizes, with no lowering or
 // compiling. A server slices padded outputs back to these shapes.
 func (l *Lowerer) OutputShapes(g *fxgraph.Graph, dims map[string]int64) ([][]int64, error) {
+	g, err := g.Rebuilt(dims)
+	if err != nil {
+		return nil, fmt.Errorf("lower: output shapes at %v: %w", dims, err)
+	}
 	sg, err := l.ir.Specialize(g, dims, shapeFoldElements)
 	if err != nil {
 		return nil, fmt.Errorf("lower: output shapes at %v: %w", dims, err)

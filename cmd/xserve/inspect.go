@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer"
@@ -24,8 +25,9 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&dimFlags, "dim", "symbol size SYM=N (repeatable), e.g. batch=8")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
 	platform := fs.String("platform", "cpu", "platform to lower for (cpu, cuda, tpu)")
+	unsupported := fs.Bool("unsupported", false, "list every operator xserve cannot import (op, domain, opset, count, nodes); exit non-zero when there is any")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: xserve inspect MODEL [--stablehlo --shape NAME=DIMS ... | --dim SYM=N ...]")
+		fmt.Fprintln(stderr, "Usage: xserve inspect MODEL [--unsupported | --stablehlo --shape NAME=DIMS ... | --dim SYM=N ...]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -35,6 +37,9 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) != 1 {
 		fs.Usage()
 		return errors.New("inspect: want exactly one MODEL path")
+	}
+	if *unsupported {
+		return listUnsupported(pos[0], stdout)
 	}
 	g, err := importer.Load(pos[0])
 	if err != nil {
@@ -169,4 +174,44 @@ func parseDims(s string) ([]int64, error) {
 		out[i] = n
 	}
 	return out, nil
+}
+
+// listUnsupported prints every operator of the model that xserve cannot
+// import, one line each, and fails when there is any. With none it imports
+// the model, so that a converter refusing particular attributes or shapes
+// still fails the check.
+func listUnsupported(path string, stdout io.Writer) error {
+	ops, err := importer.UnsupportedOps(path)
+	if err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		if _, err := importer.Load(path); err != nil {
+			return fmt.Errorf("inspect: every operator of %s has a converter, but the import fails: %w", path, err)
+		}
+		fmt.Fprintf(stdout, "model %s: no unsupported operators\n", path)
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "OP\tDOMAIN\tOPSET\tCOUNT\tNODES")
+	nodes := 0
+	for _, u := range ops {
+		domain, opset := u.Domain, "-"
+		if domain == "" {
+			domain = "ai.onnx"
+		}
+		if u.Opset > 0 {
+			opset = strconv.FormatInt(u.Opset, 10)
+		}
+		shown := u.Nodes
+		if len(shown) > 5 {
+			shown = append(append([]string{}, shown[:5]...), fmt.Sprintf("... %d more", len(u.Nodes)-5))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", u.Op, domain, opset, len(u.Nodes), strings.Join(shown, ", "))
+		nodes += len(u.Nodes)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return fmt.Errorf("inspect: %s has %d unsupported operators (%d nodes)", path, len(ops), nodes)
 }

@@ -114,11 +114,17 @@ func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
 // compile time: operators that need a constant operand (Reshape's shape,
 // Slice's starts, reduction axes given as inputs, ...) read them from values.
 // The inputs stay in the graph's signature, so callers pass them as usual.
+//
+// A model whose conversion needs values computed from symbolic input sizes
+// (see shapeDependentError) imports as a deferred graph: fxgraph.Graph's
+// Rebuild imports it again once the sizes are known, per shape bucket.
 func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor) (*fxgraph.Graph, error) {
-	return im.importModel(m, ImportOptions{Values: values})
+	return im.ImportWithOptions(m, ImportOptions{Values: values})
 }
 
-func (im *Importer) importModel(m *Model, o ImportOptions) (*fxgraph.Graph, error) {
+// importModel imports m with what o says of its inputs and, when dims is not
+// nil, the inputs' symbolic dims set to the sizes it gives.
+func (im *Importer) importModel(m *Model, o ImportOptions, dims map[string]int64) (*fxgraph.Graph, error) {
 	values := o.Values
 	if m.Graph == nil {
 		return nil, errors.New("onnx: model has no graph")
@@ -139,7 +145,7 @@ func (im *Importer) importModel(m *Model, o ImportOptions) (*fxgraph.Graph, erro
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}, bits4: map[*fxgraph.Node]bool{}}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}, bits4: map[*fxgraph.Node]bool{}, dims: dims}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -177,6 +183,9 @@ type scope struct {
 	// bits4 marks the constants of INT4/UINT4 initializers (unpacked to 8
 	// bits), shared by every scope of the import.
 	bits4 map[*fxgraph.Node]bool
+	// dims, when not nil, gives the main graph's symbolic input dims
+	// concrete sizes (a deferred graph's Rebuild).
+	dims map[string]int64
 }
 
 var identRE = regexp.MustCompile(`[^A-Za-z0-9_]+`)
@@ -212,6 +221,11 @@ func (s *scope) importGraph(gr *Graph) error {
 		meta, err := inputMeta(vi)
 		if err != nil {
 			return fmt.Errorf("onnx: graph input %d (%q): %w", i, vi.Name, err)
+		}
+		if s.dims != nil {
+			if meta, err = staticInputMeta(meta, s.dims, vi.Name); err != nil {
+				return err
+			}
 		}
 		n := s.g.AddPlaceholder(sanitize(vi.Name), meta)
 		n.Target = vi.Name
@@ -312,8 +326,9 @@ func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
 }
 
 // inputMeta turns an ONNX graph input type into a TensorMeta. dim_param
-// becomes a symbol; a dim with neither value nor param gets a symbol named
-// after the input and axis.
+// becomes a symbol; a dim with neither value nor param, or with the param
+// "?" (Paddle's exporter writes it for every unknown dim, which are not one
+// size), gets a symbol named after the input and axis.
 func inputMeta(vi *ValueInfo) (fxgraph.TensorMeta, error) {
 	t := vi.Type
 	if t == nil {
@@ -330,7 +345,7 @@ func inputMeta(vi *ValueInfo) (fxgraph.TensorMeta, error) {
 		switch {
 		case d.Known:
 			meta.Shape = append(meta.Shape, fxgraph.D(d.Value))
-		case d.Param != "":
+		case d.Param != "" && d.Param != "?":
 			meta.Shape = append(meta.Shape, fxgraph.S(sanitize(d.Param)))
 		default:
 			meta.Shape = append(meta.Shape, fxgraph.S(fmt.Sprintf("%s_dim%d", sanitize(vi.Name), i)))
@@ -378,7 +393,7 @@ func (s *scope) convertNode(node *Node) error {
 	}
 	if err != nil {
 		if errors.Is(err, ErrUnsupported) {
-			return fmt.Errorf("%w (operator %s, node %q, opset %d)", err, node.OpType, node.Name, opset)
+			return c.markShapeDependent(fmt.Errorf("%w (operator %s, node %q, opset %d)", err, node.OpType, node.Name, opset))
 		}
 		return fmt.Errorf("onnx: node %q (%s, opset %d): %w", node.Name, node.OpType, opset, err)
 	}

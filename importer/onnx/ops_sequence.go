@@ -55,8 +55,17 @@ type ImportOptions struct {
 // ImportWithOptions is Import with compile-time knowledge of the graph
 // inputs: values operands need, and the structure of sequence and optional
 // inputs.
+//
+// A model whose conversion needs values computed from symbolic input sizes
+// (see shapeDependentError) imports as a deferred graph: fxgraph.Graph's
+// Rebuild imports it again once the sizes are known, per shape bucket.
 func (im *Importer) ImportWithOptions(m *Model, o ImportOptions) (*fxgraph.Graph, error) {
-	return im.importModel(m, o)
+	g, err := im.importModel(m, o, nil)
+	var sd *shapeDependentError
+	if err != nil && errors.As(err, &sd) && m.Graph != nil {
+		return im.deferredGraph(m, o, err)
+	}
+	return g, err
 }
 
 func newSeqMarker(elems []*fxgraph.Node, dt tensor.DType) *fxgraph.Node {

@@ -1202,7 +1202,21 @@ func shRange(c *Ctx, n *Node) error {
 	for i := range vals {
 		t, err := c.ConstValue(i)
 		if err != nil {
-			return err
+			// A bound computed from symbolic sizes (Shape -> Gather ->
+			// Squeeze -> Range, as in every position encoding) stays a
+			// graph value; Specialize folds it per shape bucket.
+			if shValueDeps(c, i) != nil {
+				return err
+			}
+			n, err := c.Input(i)
+			if err != nil {
+				return err
+			}
+			if m := Meta(n); m.Rank() > 1 || (m.Rank() == 1 && m.Shape[0] != fxgraph.D(1)) {
+				return fmt.Errorf("input %d is %s, want a scalar", i, m)
+			}
+			vals[i], dt = n, Meta(n).DType
+			continue
 		}
 		if t.NumElements() != 1 {
 			return fmt.Errorf("input %d is %s, want a scalar", i, t)
@@ -1583,7 +1597,9 @@ func shPadIndexed(c *Ctx, x *fxgraph.Node, mode string, before, after []int64) (
 		if nd > 0 {
 			fits := true
 			for i := r - nd; i < r; i++ {
-				if mode == "reflect" && (!xs[i].IsStatic() || before[i] >= xs[i].Size || after[i] >= xs[i].Size) && (before[i] != 0 || after[i] != 0) {
+				// A symbolic dim is checked when the graph is specialized
+				// (reflection_pad's shape rule wants pads < size).
+				if mode == "reflect" && xs[i].IsStatic() && (before[i] >= xs[i].Size || after[i] >= xs[i].Size) && (before[i] != 0 || after[i] != 0) {
 					fits = false
 				}
 			}

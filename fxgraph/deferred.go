@@ -1,0 +1,27 @@
+package fxgraph
+
+import "fmt"
+
+// DeferredTarget is the op of a deferred graph's outputs (see
+// Graph.Rebuild): it stands for a value the importer can only build once
+// the input sizes are known. No registry knows it and nothing lowers it:
+// Rebuilt replaces the graph before any shape pass or lowering sees it.
+const DeferredTarget = "xserve.deferred.default"
+
+// Rebuilt returns the graph to specialize for dims (symbol -> size): g
+// itself, or, for a deferred graph (Rebuild set), the graph Rebuild makes
+// for those sizes, every shape computation in it static.
+func (g *Graph) Rebuilt(dims map[string]int64) (*Graph, error) {
+	if g.Rebuild == nil {
+		return g, nil
+	}
+	rg, err := g.Rebuild(dims)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild for %v: %w", dims, err)
+	}
+	if len(rg.Outputs()) != len(g.Outputs()) || len(rg.Placeholders()) != len(g.Placeholders()) {
+		return nil, fmt.Errorf("rebuild for %v: %d inputs and %d outputs, the model declares %d and %d",
+			dims, len(rg.Placeholders()), len(rg.Outputs()), len(g.Placeholders()), len(g.Outputs()))
+	}
+	return rg, nil
+}
