@@ -221,6 +221,10 @@ func functionalTarget(target string) (string, bool) {
 		return target, false
 	}
 	op := parts[1]
+	if strings.HasPrefix(op, "__i") && strings.HasSuffix(op, "__") && len(op) > 5 {
+		// Python's augmented operators: __iand__ is the in-place __and__.
+		return parts[0] + ".__" + op[3:] + "." + parts[2], true
+	}
 	if strings.HasSuffix(op, "_") && !strings.HasPrefix(op, "_") && len(op) > 1 {
 		return parts[0] + "." + strings.TrimSuffix(op, "_") + "." + parts[2], true
 	}

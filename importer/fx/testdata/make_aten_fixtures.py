@@ -1,0 +1,150 @@
+"""Exports the fixtures of the fx importer's ATen-surface decompositions
+(decompose_ops.go, decompose_resample.go): one small module per operator
+family, exported with plain torch.export.export (NOT run_decompositions, so
+the archive holds the operator as users save it) with a dynamic batch.
+
+Run from the repository root with the zoo venv (torch 2.14.1):
+
+    .venv-zoo/bin/python importer/fx/testdata/make_aten_fixtures.py
+
+Each case is a folder importer/fx/testdata/aten/<name>/ holding model.pt2,
+ops.txt (the call_function targets of the exported graph, which the Go test
+checks hold the operator under test) and, for batch 2 and batch 3,
+in<k>_<i>.npy and out<k>_<j>.npy: the inputs and torch eager's outputs.
+"""
+
+import os
+import shutil
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "aten")
+Dim = torch.export.Dim
+
+
+class Fn(nn.Module):
+    """Wraps a function of the inputs as a module."""
+
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, *xs):
+        return self.f(*xs)
+
+
+def randn(*shape):
+    return lambda b: torch.randn(b, *shape)
+
+
+def randint(lo, hi, *shape):
+    return lambda b: torch.randint(lo, hi, (b,) + shape)
+
+
+def inplace(x):
+    y = x.clone()
+    y.add_(1.5)
+    y.mul_(2)
+    y.relu_()
+    z = torch.empty_like(x).fill_(0.25)
+    z.sub_(x)
+    y.clamp_(max=3.0)
+    return y, z.sigmoid_()
+
+
+def iand(a, b):
+    c = a.clone()
+    c &= b
+    c |= 8
+    c ^= a
+    return c
+
+
+class WeightNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.utils.weight_norm(nn.Linear(6, 4))
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(3, 5, 3), dim=0)
+        self.all = nn.utils.weight_norm(nn.Linear(6, 2), dim=None)
+
+    def forward(self, x, s):
+        return self.lin(x), self.conv(s), self.all(x)
+
+
+# name: (module, input makers, the operator the export must hold)
+CASES = {
+    "bitwise": (Fn(lambda x, y: (((x > 0) & (y > 0)) | (x > 1), (x > 0) ^ (y < 0))),
+                [randn(3, 4), randn(3, 4)], "aten.__and__.Tensor"),
+    "bitwise_scalar": (Fn(lambda a: ((a & 6) | 1, a ^ 5, a << 2, a >> 1)), [randint(0, 100, 5)], "aten.__and__.Scalar"),
+    "bitwise_inplace": (Fn(iand), [randint(0, 100, 5), randint(0, 100, 5)], "aten.__iand__.Tensor"),
+    "inplace": (Fn(inplace), [randn(3, 4)], "aten.fill_.Scalar"),
+    "diff": (Fn(lambda x, p: (torch.diff(x, dim=1), torch.diff(x, n=2, dim=-1, prepend=p), torch.diff(x > 0, dim=2))),
+             [randn(4, 5), randn(4, 2)], "aten.diff.default"),
+    "weight_norm": (WeightNorm(), [randn(6), randn(3, 9)], "aten._weight_norm.default"),
+    "swap": (Fn(lambda x: (x.swapaxes(1, 2), x.swapdims(0, 2), torch.movedim(x, 1, -1), torch.moveaxis(x, (0, 1), (2, 0)))),
+             [randn(3, 4)], "aten.swapaxes.default"),
+    "einsum": (Fn(lambda q, k, v: (torch.einsum("bhid,bhjd->bhij", q, k), torch.einsum("bij,bjk->bik", q[:, 0], v[:, 0].transpose(1, 2)),
+                                  torch.einsum("...ij->...ji", q), torch.einsum("bhid,bhid", q, q), torch.einsum("bhi,bhj,bhk->bijk", q[..., 0], k[..., 0], v[..., 1]),
+                                  torch.einsum("bhid,d->bhi", q, v[0, 0, 0]))),
+               [randn(2, 5, 4), randn(2, 6, 4), randn(2, 6, 4)], "aten.einsum.default"),
+    "adaptive_avg_pool3d": (Fn(lambda x: (F.adaptive_avg_pool3d(x, (2, 3, 4)), F.adaptive_avg_pool3d(x, 1), F.adaptive_avg_pool3d(x, (5, 3, 7)))),
+                            [randn(2, 5, 6, 7)], "aten.adaptive_avg_pool3d.default"),
+    "adaptive_max_pool": (Fn(lambda x: (F.adaptive_max_pool2d(x, (3, 4)), F.adaptive_max_pool2d(x, 1), F.adaptive_max_pool1d(x[:, :, 0], 4),
+                                        F.adaptive_max_pool3d(x.unsqueeze(2), (1, 2, 3)))),
+                          [randn(2, 7, 9)], "aten.adaptive_max_pool2d.default"),
+    "upsample_nearest": (Fn(lambda x: (F.interpolate(x, scale_factor=2.0, mode="nearest"), F.interpolate(x, size=(5, 7), mode="nearest"),
+                                       F.interpolate(x, scale_factor=(1.5, 0.75), mode="nearest"), F.interpolate(x, size=(7, 3), mode="nearest-exact"),
+                                       F.interpolate(x[:, :, 0], size=9, mode="nearest"), F.interpolate(x.unsqueeze(2), scale_factor=(2, 1, 2), mode="nearest"))),
+                         [randn(2, 4, 6)], "aten.upsample_nearest2d.vec"),
+    "upsample_linear": (Fn(lambda x: (F.interpolate(x, scale_factor=2.0, mode="bilinear"), F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True),
+                                      F.interpolate(x, size=(3, 5), mode="bilinear"), F.interpolate(x, scale_factor=1.7, mode="bilinear"),
+                                      F.interpolate(x[:, :, 0], size=11, mode="linear"),
+                                      F.interpolate(x.unsqueeze(2), size=(2, 5, 9), mode="trilinear", align_corners=False))),
+                        [randn(2, 4, 6)], "aten.upsample_bilinear2d.vec"),
+    "upsample_bicubic": (Fn(lambda x: (F.interpolate(x, scale_factor=2.0, mode="bicubic"), F.interpolate(x, size=(7, 5), mode="bicubic", align_corners=True))),
+                         [randn(2, 4, 6)], "aten.upsample_bicubic2d.vec"),
+}
+
+
+def targets(ep):
+    return sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})
+
+
+def main():
+    shutil.rmtree(HERE, ignore_errors=True)
+    for name, (model, makers, op) in CASES.items():
+        torch.manual_seed(0)
+        model.eval()
+        ex = tuple(m(2) for m in makers)
+        dyn = {"xs": tuple({0: Dim("batch", min=1, max=64)} for _ in makers)} if isinstance(model, Fn) else \
+            tuple({0: Dim("batch", min=1, max=64)} for _ in makers)
+        if isinstance(model, WeightNorm):
+            dyn = None  # its two inputs have batches of their own
+        ep = torch.export.export(model, ex, dynamic_shapes=dyn)
+        ops = targets(ep)
+        if op not in ops:
+            raise SystemExit("%s: the export holds %s, not %s" % (name, ops, op))
+        d = os.path.join(HERE, name)
+        os.makedirs(d)
+        torch.export.save(ep, os.path.join(d, "model.pt2"))
+        with open(os.path.join(d, "ops.txt"), "w") as f:
+            f.write("\n".join(ops) + "\n")
+        for k, b in enumerate((2, 3) if dyn is not None else (2,)):
+            torch.manual_seed(k + 1)
+            xs = tuple(m(b) for m in makers)
+            with torch.no_grad():
+                ys = model(*xs)
+            if isinstance(ys, torch.Tensor):
+                ys = (ys,)
+            for i, x in enumerate(xs):
+                np.save(os.path.join(d, "in%d_%d.npy" % (k, i)), x.numpy().copy(order="C"))
+            for j, y in enumerate(ys):
+                np.save(os.path.join(d, "out%d_%d.npy" % (k, j)), y.detach().numpy().copy(order="C"))
+        print(name, os.path.getsize(os.path.join(d, "model.pt2")), [o for o in ops if o not in ("aten.slice.Tensor",)])
+
+
+if __name__ == "__main__":
+    main()
