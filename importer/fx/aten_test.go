@@ -27,6 +27,7 @@ func TestATenSurface(t *testing.T) {
 		{"bitwise_scalar", []string{"aten.__and__.Scalar", "aten.__or__.Scalar", "aten.__xor__.Scalar", "aten.__lshift__.Scalar", "aten.__rshift__.Scalar"}},
 		{"bitwise_inplace", []string{"aten.__iand__.Tensor", "aten.__ior__.Scalar", "aten.__ixor__.Tensor"}},
 		{"inplace", []string{"aten.add_.Tensor", "aten.mul_.Tensor", "aten.relu_.default", "aten.fill_.Scalar", "aten.sub_.Tensor", "aten.clamp_.default", "aten.sigmoid_.default"}},
+		{"view_write", []string{"aten.relu_.default", "aten.fill_.Tensor", "aten.zero_.default", "aten.slice.Tensor", "aten.select.int"}},
 		{"diff", []string{"aten.diff.default"}},
 		{"weight_norm", []string{"aten._weight_norm.default"}},
 		{"swap", []string{"aten.swapaxes.default", "aten.swapdims.default", "aten.movedim.int", "aten.moveaxis.intlist"}},

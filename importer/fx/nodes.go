@@ -165,6 +165,7 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 		return err
 	}
 	selfName := ""
+	var later []string // other names of the written memory read later
 	if inplace {
 		selfName = c.refs[c.selfArg()]
 		if selfName == "" {
@@ -173,12 +174,10 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 		if self, ok := b.env[selfName].(*fxgraph.Node); ok && b.state[self] {
 			return c.errorf(ErrUnsupported, "in-place %s writes %s (%s); xserve serves stateless programs: export without state updates", target, self.Target, selfName)
 		}
-		if other := b.readAfter(selfName); other != "" {
-			return c.errorf(ErrUnsupported, "in-place %s writes %s, which shares memory with %s, read later; export with ep.run_decompositions() so that torch functionalizes the program", target, selfName, other)
-		}
 		if len(outs) != 1 {
 			return c.errorf(ErrUnsupported, "in-place operator with %d outputs", len(outs))
 		}
+		later = b.readAllAfter(selfName)
 	}
 	var err error
 	if _, ok := b.ir.Lookup(functional); ok {
@@ -196,6 +195,9 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 	if err != nil {
 		return err
 	}
+	if functional == "aten.slice.Tensor" || functional == "aten.select.int" {
+		c.recordView()
+	}
 	if viewTargets[functional] {
 		if src := c.firstTensorRef(); src != "" {
 			b.addAliases(append([]string{src}, outs...)...)
@@ -206,7 +208,15 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 		if !ok {
 			return c.errorf(ErrFormat, "in-place operator produced no tensor")
 		}
-		b.rebind(selfName, res)
+		if len(later) > 0 {
+			// Another name of the written memory is read later: write the
+			// result back into the view's base (or refuse).
+			if err := c.writeBack(selfName, res, later); err != nil {
+				return err
+			}
+		} else {
+			b.rebind(selfName, res)
+		}
 		if _, ok := b.aliasClass[selfName]; ok {
 			b.addAliases(selfName, outs[0])
 		}

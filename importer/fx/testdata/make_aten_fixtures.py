@@ -63,6 +63,31 @@ def iand(a, b):
     return c
 
 
+def view_write(x):
+    # x[:, :2].relu_() and swin's attention mask: fill_ of slices of a
+    # fresh tensor, then the tensor is read.
+    a = x * 1.0
+    a[:, :2].relu_()
+    m = x.new_zeros((1, 6, 5))
+    cnt = 0
+    for h in (slice(0, -3), slice(-3, -1), slice(-1, None)):
+        for w in (slice(0, 2), slice(2, None)):
+            m[:, h, w] = cnt
+            cnt += 1
+    a[:, 1].zero_()
+    return a + 1.0, m.expand(x.shape[0], 6, 5) * x[:, :1, :1]
+
+
+def view_sibling(x):
+    # b is written in place while c, a view of the same memory taken
+    # before the write, is read after it: the importer must refuse.
+    a = x * 1.0
+    b = a[:, :2]
+    c = a[:, 1:3]
+    b.relu_()
+    return c + 1.0
+
+
 class WeightNorm(nn.Module):
     def __init__(self):
         super().__init__()
@@ -83,6 +108,8 @@ CASES = {
     "inplace": (Fn(inplace), [randn(3, 4)], "aten.fill_.Scalar"),
     "diff": (Fn(lambda x, p: (torch.diff(x, dim=1), torch.diff(x, n=2, dim=-1, prepend=p), torch.diff(x > 0, dim=2))),
              [randn(4, 5), randn(4, 2)], "aten.diff.default"),
+    "view_write": (Fn(view_write), [randn(4, 5)], "aten.fill_.Tensor"),
+    "view_sibling": (Fn(view_sibling), [randn(4)], "aten.relu_.default"),
     "weight_norm": (WeightNorm(), [randn(6), randn(3, 9)], "aten._weight_norm.default"),
     "swap": (Fn(lambda x: (x.swapaxes(1, 2), x.swapdims(0, 2), torch.movedim(x, 1, -1), torch.moveaxis(x, (0, 1), (2, 0)))),
              [randn(3, 4)], "aten.swapaxes.default"),
