@@ -84,6 +84,26 @@ def tv_detection(name, size):
     return build
 
 
+def tv_detection_head(name, size):
+    """The detector without its data-dependent postprocess (the full
+    detector does not export: its box selection guards on data)."""
+    def build():
+        import torchvision
+        m = torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=5)
+
+        class Head(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                feats = list(self.m.backbone(x).values())
+                out = self.m.head(feats)
+                return tuple(out[k] for k in sorted(out))
+        return Head(m), image(size)
+    return build
+
+
 def tv_segmentation(name, size):
     def build():
         import torchvision
@@ -191,7 +211,8 @@ HF = {
                      [("input_features", lambda b: torch.randn(b, 8, 32)), ("decoder_input_ids", ids(5))], ("decoder_input_ids",),
                      d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
                      encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=VOCAB, num_mel_bins=8, max_source_positions=16,
-                     max_target_positions=32, use_cache=False),
+                     max_target_positions=32, use_cache=False, pad_token_id=1, bos_token_id=1, eos_token_id=2,
+                     decoder_start_token_id=1),
     "hf_wav2vec2": hf("Wav2Vec2Config", "Wav2Vec2Model", [("input_values", lambda b: torch.randn(b, 800))], (),
                       **SMALL, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
                       num_conv_pos_embedding_groups=4),
@@ -220,6 +241,7 @@ def registry():
         models["tv_" + n] = tv_classification(n, s)
     for n in ("fcos_resnet50_fpn", "retinanet_resnet50_fpn", "ssdlite320_mobilenet_v3_large"):
         models["tv_" + n] = tv_detection(n, 128)
+        models["tv_" + n + "_head"] = tv_detection_head(n, 128)
     for n in ("deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large", "fcn_resnet50", "deeplabv3_resnet50"):
         models["tv_" + n] = tv_segmentation(n, 64)
     models["tv_r3d_18"] = tv_video("r3d_18", 4, 32)
@@ -237,7 +259,10 @@ def op_names(ep):
     def walk(gm):
         for node in gm.graph.nodes:
             if node.op == "call_function":
-                ops.add(str(node.target))
+                t = str(node.target)
+                if t.startswith("<built-in function "):
+                    t = "_operator." + t[len("<built-in function "):-1]  # as torch.export.save writes it
+                ops.add(t)
         for _, sub in gm.named_children():
             if isinstance(sub, torch.fx.GraphModule):
                 walk(sub)

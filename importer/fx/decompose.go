@@ -17,7 +17,7 @@ type decomposer func(c *call) error
 // IR does not register, so that archives saved without
 // ep.run_decompositions() load too. The IR's operator of the same name
 // always wins: a target here is used only while the IR lacks it.
-var decompositions = joinDecompositions(upsampleDecompositions(), map[string]decomposer{
+var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, map[string]decomposer{
 	"aten.conv1d.default":                       decConv(1),
 	"aten.conv2d.default":                       decConv(2),
 	"aten.conv3d.default":                       decConv(3),
@@ -105,6 +105,8 @@ var decompositions = joinDecompositions(upsampleDecompositions(), map[string]dec
 	"aten.diff.default":                   decDiff,
 	"aten._weight_norm.default":           decWeightNorm,
 	"aten._weight_norm_interface.default": decWeightNorm,
+	"aten.tensor_split.indices":           decTensorSplit,
+	"aten.tensor_split.sections":          decTensorSplit,
 	"aten.einsum.default":                 decEinsum,
 	"aten.adaptive_avg_pool3d.default":    decAdaptivePool(3, true),
 	"aten._adaptive_avg_pool3d.default":   decAdaptivePool(3, true),

@@ -497,3 +497,67 @@ func (c *call) toMatrix(t einsumTerm, groups [][]rune, size map[rune]any) (*fxgr
 	}
 	return c.emit("", "aten.reshape.default", []any{x, shape}, nil)
 }
+
+// decTensorSplit is tensor_split by indices (the cut points) or by a
+// number of sections (the first size % sections parts one longer): one
+// slice per part along a static dim.
+func decTensorSplit(c *call) error {
+	x, err := c.tensor("self")
+	if err != nil {
+		return err
+	}
+	d, err := c.intArg("dim")
+	if err != nil {
+		return err
+	}
+	k, err := fxgraph.NormDim(d, x.Val().Rank())
+	if err != nil {
+		return c.errorf(ErrFormat, "tensor_split dim %d of %s", d, x.Val())
+	}
+	size := x.Val().Shape[k]
+	if !size.IsStatic() {
+		return c.errorf(ErrUnsupported, "tensor_split along symbolic dim %d of %s", k, x.Val())
+	}
+	var cuts []int64
+	if c.target == "aten.tensor_split.sections" {
+		n, err := c.intArg("sections")
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return c.errorf(ErrFormat, "tensor_split into %d sections", n)
+		}
+		at := int64(0)
+		for i := int64(0); i < n-1; i++ {
+			at += size.Size / n
+			if i < size.Size%n {
+				at++
+			}
+			cuts = append(cuts, at)
+		}
+	} else if cuts, err = c.ints("indices", 0); err != nil {
+		return err
+	}
+	bounds := append(append([]int64{0}, cuts...), size.Size)
+	for i := 0; i+1 < len(bounds); i++ {
+		lo, hi := bounds[i], bounds[i+1]
+		if lo < 0 {
+			lo += size.Size
+		}
+		if hi < 0 {
+			hi += size.Size
+		}
+		lo, hi = min(max(lo, 0), size.Size), min(max(hi, 0), size.Size)
+		if c.outName(i) == "" {
+			continue
+		}
+		p, err := c.emit(c.outName(i), "aten.slice.Tensor", []any{x, int64(k), lo, max(hi, lo), int64(1)}, nil)
+		if err != nil {
+			return err
+		}
+		if err := c.bind(i, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -41,7 +41,11 @@ __and__ __or__ __xor__ __lshift__ __rshift__ __iand__ __ior__ __ixor__ __ilshift
 swapaxes swapdims movedim moveaxis diff _weight_norm _weight_norm_interface einsum
 adaptive_max_pool1d adaptive_max_pool3d _adaptive_avg_pool3d upsample_nearest1d upsample_nearest2d
 upsample_nearest3d _upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d
-upsample_linear1d upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d
+upsample_linear1d upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d tensor_split
+square erfc sgn special_expm1 clip numpy_T frac log_sigmoid selu celu hardshrink logit addcmul addcdiv
+lerp outer hypot logaddexp xlogy floor_divide isclose glu prelu rms_norm var_mean std_mean narrow tile
+repeat_interleave one_hot cosine_similarity count_nonzero aminmax argsort scatter_add mse_loss
+broadcast_tensors
 """.split()
 
 

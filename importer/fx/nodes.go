@@ -46,6 +46,9 @@ var viewTargets = map[string]bool{
 	"aten.dropout.default": true, "aten.feature_dropout.default": true,
 	"aten.alpha_dropout.default": true, "aten.feature_alpha_dropout.default": true,
 	"aten.view.dtype": true, "aten.unfold.default": true, "aten.movedim.int": true,
+	"aten.movedim.intlist": true, "aten.moveaxis.int": true, "aten.moveaxis.intlist": true,
+	"aten.swapaxes.default": true, "aten.swapdims.default": true,
+	"aten.tensor_split.indices": true, "aten.tensor_split.sections": true,
 }
 
 // call is one serialized node being converted.

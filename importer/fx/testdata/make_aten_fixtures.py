@@ -88,6 +88,26 @@ def view_sibling(x):
     return c + 1.0
 
 
+def pointwise(x, y):
+    return (torch.square(x), torch.erfc(x), torch.sgn(x), torch.special.expm1(x), torch.clip(x, -0.5, 0.5), torch.frac(x * 3),
+            F.logsigmoid(x * 20), F.selu(x), F.celu(x, 0.5), F.hardshrink(x), torch.logit(x.sigmoid(), 1e-3),
+            torch.addcmul(x, x, y, value=0.5), torch.addcdiv(x, x, y.abs() + 1, value=2), torch.lerp(x, y, 0.3),
+            torch.lerp(x, y, y.sigmoid()), torch.hypot(x, y), torch.logaddexp(x * 50, y), torch.xlogy(x.relu(), y.abs()),
+            x // 0.3, torch.floor_divide(x, y.abs() + 0.5), torch.isclose(x, (x * 1e6).round() / 1e6 + (y > 1) * 1e-3),
+            torch.max(x, y), torch.min(x, y))
+
+
+def reductions(x, y):
+    a = x.reshape(x.shape[0], 3, 4)
+    return (F.glu(x, -1), F.prelu(a, torch.tensor([0.1, 0.2, 0.3])), F.prelu(x, torch.tensor([0.25])), F.rms_norm(x, (12,), torch.arange(12.0)),
+            F.rms_norm(a, (3, 4), eps=1e-3), torch.std(x, 1), torch.var(x, 1, unbiased=False, keepdim=True), torch.var_mean(x, 1)[0],
+            torch.std_mean(x, 1, correction=0)[1], torch.outer(x[0], y[0]), x.narrow(1, 1, 2), torch.tile(x, (2,)), torch.tile(a, (1, 2, 1, 1)),
+            torch.repeat_interleave(a, 2, dim=1), F.one_hot(x.argmax(-1), 12), F.instance_norm(a), F.cosine_similarity(x, y),
+            torch.count_nonzero(x > 0, dim=1), torch.aminmax(x, dim=1)[1], torch.argsort(x, 1, descending=True),
+            torch.zeros(x.shape[0], 4).scatter_add(1, (x.abs() * 3).long() % 4, y), F.mse_loss(x, y), F.mse_loss(x, y[:1].expand(x.shape[0], 12), reduction="none"),
+            torch.tensor_split(x, (1, 3), dim=1)[1], torch.tensor_split(x, 3, dim=1)[2], x.T if x.dim() == 2 else x)
+
+
 class WeightNorm(nn.Module):
     def __init__(self):
         super().__init__()
@@ -110,6 +130,8 @@ CASES = {
              [randn(4, 5), randn(4, 2)], "aten.diff.default"),
     "view_write": (Fn(view_write), [randn(4, 5)], "aten.fill_.Tensor"),
     "view_sibling": (Fn(view_sibling), [randn(4)], "aten.relu_.default"),
+    "pointwise": (Fn(pointwise), [randn(4), randn(4)], "aten.logaddexp.default"),
+    "reductions": (Fn(reductions), [randn(12), randn(12)], "aten.rms_norm.default"),
     "weight_norm": (WeightNorm(), [randn(6), randn(3, 9)], "aten._weight_norm.default"),
     "swap": (Fn(lambda x: (x.swapaxes(1, 2), x.swapdims(0, 2), torch.movedim(x, 1, -1), torch.moveaxis(x, (0, 1), (2, 0)))),
              [randn(3, 4)], "aten.swapaxes.default"),
