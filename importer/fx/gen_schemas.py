@@ -45,7 +45,8 @@ upsample_linear1d upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d te
 square erfc sgn special_expm1 clip numpy_T frac log_sigmoid selu celu hardshrink logit addcmul addcdiv
 lerp outer hypot logaddexp xlogy floor_divide isclose glu prelu rms_norm var_mean std_mean narrow tile
 repeat_interleave one_hot cosine_similarity count_nonzero aminmax argsort scatter_add mse_loss
-broadcast_tensors
+broadcast_tensors hsplit vsplit meshgrid atleast_1d atleast_2d atleast_3d nan_to_num take_along_dim
+tensordot inner cdist pairwise_distance dist diagonal trace unfold rot90 addmv copysign
 """.split()
 
 

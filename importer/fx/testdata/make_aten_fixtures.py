@@ -108,6 +108,18 @@ def reductions(x, y):
             torch.tensor_split(x, (1, 3), dim=1)[1], torch.tensor_split(x, 3, dim=1)[2], x.T if x.dim() == 2 else x)
 
 
+def shapes(x, y):
+    a = x.reshape(x.shape[0], 3, 4)
+    b = y.reshape(y.shape[0], 3, 4)
+    g = torch.meshgrid(x[0, :3], y[0, :5], indexing="xy")
+    return (torch.hsplit(a, 3)[1], torch.hsplit(a, [1])[1], torch.vsplit(a[0], [1])[1], torch.hsplit(x[0], 3)[2], g[0], g[1], torch.meshgrid(x[0, :2], y[0, :3], indexing="ij")[1],
+            torch.atleast_3d(x[0]), torch.atleast_2d(x[0, 0]), torch.nan_to_num(torch.log(x)), torch.nan_to_num(x / 0, nan=1.0, posinf=5.0),
+            torch.take_along_dim(a[0], a[0].argsort(1), 1), torch.take_along_dim(a[0], a[0, :1].argmax(1, keepdim=True)), torch.tensordot(a, b, dims=([2], [2])), torch.inner(a, b), torch.cdist(a, b),
+            torch.cdist(a, b, p=1), F.pairwise_distance(x, y), torch.dist(x, y), torch.diagonal(a, 1, 1, 2), torch.trace(a[0]),
+            a.unfold(2, 2, 1), a.unfold(1, 2, 2), torch.rot90(a, 1, (1, 2)), torch.rot90(a, 2, (1, 2)), torch.rot90(a, -1, (1, 2)),
+            torch.addmv(x[0, :3], a[0], y[0, :4], beta=0.5, alpha=2), torch.copysign(x, y), torch.copysign(x, -0.0 * y))
+
+
 class WeightNorm(nn.Module):
     def __init__(self):
         super().__init__()
@@ -132,6 +144,7 @@ CASES = {
     "view_sibling": (Fn(view_sibling), [randn(4)], "aten.relu_.default"),
     "pointwise": (Fn(pointwise), [randn(4), randn(4)], "aten.logaddexp.default"),
     "reductions": (Fn(reductions), [randn(12), randn(12)], "aten.rms_norm.default"),
+    "shapes": (Fn(shapes), [randn(12), randn(12)], "aten.meshgrid.indexing"),
     "weight_norm": (WeightNorm(), [randn(6), randn(3, 9)], "aten._weight_norm.default"),
     "swap": (Fn(lambda x: (x.swapaxes(1, 2), x.swapdims(0, 2), torch.movedim(x, 1, -1), torch.moveaxis(x, (0, 1), (2, 0)))),
              [randn(3, 4)], "aten.swapaxes.default"),
