@@ -41,6 +41,7 @@ func TestATenSurface(t *testing.T) {
 			"aten.atleast_3d.default", "aten.nan_to_num.default", "aten.take_along_dim.default", "aten.tensordot.default", "aten.inner.default",
 			"aten.cdist.default", "aten.pairwise_distance.default", "aten.dist.default", "aten.diagonal.default", "aten.trace.default",
 			"aten.unfold.default", "aten.rot90.default", "aten.addmv.default", "aten.copysign.Tensor"}},
+		{"repeat", []string{"aten.repeat.default"}},
 		{"diff", []string{"aten.diff.default"}},
 		{"weight_norm", []string{"aten._weight_norm.default"}},
 		{"swap", []string{"aten.swapaxes.default", "aten.swapdims.default", "aten.movedim.int", "aten.moveaxis.intlist"}},

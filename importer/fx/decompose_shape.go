@@ -524,3 +524,50 @@ func decRot90(c *call) error {
 	}
 	return c.bind(0, y)
 }
+
+// fallbacks convert calls of IR operators whose IR form refuses the call's
+// arguments, typically sizes computed from the input shape where the IR
+// wants ints.
+var fallbacks = map[string]decomposer{
+	"aten.repeat.default": decRepeatSymbolic,
+}
+
+// decRepeatSymbolic is repeat with symbolic repeats: x reshaped to
+// [1, d0, 1, d1, ...], expanded to [r0, d0, r1, d1, ...] and reshaped to
+// [r0*d0, r1*d1, ...] (x padded with leading size-1 dims to the repeats'
+// length).
+func decRepeatSymbolic(c *call) error {
+	x, err := c.tensor("self")
+	if err != nil {
+		return err
+	}
+	reps, ok := c.arg("repeats").([]any)
+	if !ok || len(reps) < x.Val().Rank() {
+		return c.errorf(ErrFormat, "repeat of %s by %s", x.Val(), fxgraph.FormatArg(c.arg("repeats")))
+	}
+	dims, err := c.dims(x)
+	if err != nil {
+		return err
+	}
+	for len(dims) < len(reps) {
+		dims = append([]any{int64(1)}, dims...)
+	}
+	var inter, exp, out []any
+	for i, r := range reps {
+		inter = append(inter, int64(1), dims[i])
+		exp = append(exp, r, dims[i])
+		p, err := c.product([]any{r, dims[i]})
+		if err != nil {
+			return err
+		}
+		out = append(out, p)
+	}
+	e := &expr{c: c}
+	y := e.op("aten.reshape.default", x, inter)
+	y = e.op("aten.expand.default", y, exp)
+	y = e.op("aten.reshape.default", y, out)
+	if e.err != nil {
+		return e.err
+	}
+	return c.bind(0, y)
+}

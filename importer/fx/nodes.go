@@ -189,6 +189,10 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 			// The IR's arange wants number arguments; a size computed from
 			// the input shape (arange(x.size(1))) goes through cumsum.
 			err = decSymbolicArange(c)
+		} else if d, ok := fallbacks[functional]; ok && err != nil && c.hasNodeArg() {
+			// Sizes computed from the input shape where the IR operator
+			// wants ints (x.repeat(batch, 1, 1)).
+			err = d(c)
 		}
 	} else if d, ok := decompositions[functional]; ok {
 		err = d(c)

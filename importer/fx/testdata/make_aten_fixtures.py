@@ -40,6 +40,13 @@ def randn(*shape):
     return lambda b: torch.randn(b, *shape)
 
 
+def fixed(*shape):
+    """An input without a batch dim (static shape)."""
+    f = lambda b: torch.randn(*shape)  # noqa: E731
+    f.static = True
+    return f
+
+
 def randint(lo, hi, *shape):
     return lambda b: torch.randint(lo, hi, (b,) + shape)
 
@@ -145,6 +152,9 @@ CASES = {
     "pointwise": (Fn(pointwise), [randn(4), randn(4)], "aten.logaddexp.default"),
     "reductions": (Fn(reductions), [randn(12), randn(12)], "aten.rms_norm.default"),
     "shapes": (Fn(shapes), [randn(12), randn(12)], "aten.meshgrid.indexing"),
+    # repeat by the batch size (a symbolic size, as DETR's and Whisper's).
+    "repeat": (Fn(lambda x, q: (q.unsqueeze(0).repeat(x.shape[0], 1, 1) + x[:, :3].unsqueeze(-1), x.repeat(2, 1), x[:, 0].repeat(x.shape[0]))),
+               [randn(4), fixed(3, 2)], "aten.repeat.default"),
     "weight_norm": (WeightNorm(), [randn(6), randn(3, 9)], "aten._weight_norm.default"),
     "swap": (Fn(lambda x: (x.swapaxes(1, 2), x.swapdims(0, 2), torch.movedim(x, 1, -1), torch.moveaxis(x, (0, 1), (2, 0)))),
              [randn(3, 4)], "aten.swapaxes.default"),
@@ -181,8 +191,8 @@ def main():
         torch.manual_seed(0)
         model.eval()
         ex = tuple(m(2) for m in makers)
-        dyn = {"xs": tuple({0: Dim("batch", min=1, max=64)} for _ in makers)} if isinstance(model, Fn) else \
-            tuple({0: Dim("batch", min=1, max=64)} for _ in makers)
+        per = tuple(None if getattr(m, "static", False) else {0: Dim("batch", min=1, max=64)} for m in makers)
+        dyn = {"xs": per} if isinstance(model, Fn) else per
         if isinstance(model, WeightNorm):
             dyn = None  # its two inputs have batches of their own
         ep = torch.export.export(model, ex, dynamic_shapes=dyn)
