@@ -1,6 +1,7 @@
 package fx
 
 import (
+	"math"
 	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
@@ -92,7 +93,7 @@ func (c *call) scatterStep(base, src *fxgraph.Node, v viewStep) (*fxgraph.Node, 
 	}
 	size := base.Val().Shape[k]
 	if !size.IsStatic() {
-		return nil, c.errorf(ErrUnsupported, "writing into a view along symbolic dim %d of %s", k, base.Val())
+		return c.scatterSymbolic(base, src, k, v)
 	}
 	norm := func(x any, def int64) (int64, bool) {
 		if x == nil {
@@ -150,6 +151,48 @@ func (c *call) sliceScatter(base, src *fxgraph.Node, k int, start, end int64) (*
 			return nil, err
 		}
 		parts = append(parts, p)
+	}
+	if len(parts) == 1 {
+		return src, nil
+	}
+	return c.emit("", "aten.cat.default", []any{parts, int64(k)}, nil)
+}
+
+// scatterSymbolic writes src into a view along a symbolic dim: a slice
+// from a non-negative start to the end (x[:, a:] += y) or a select at a
+// non-negative index, as a cat of the static-bounded slices around src.
+func (c *call) scatterSymbolic(base, src *fxgraph.Node, k int, v viewStep) (*fxgraph.Node, error) {
+	start, ok := int64(0), true
+	if v.start != nil {
+		start, ok = fxgraph.AsInt(v.start)
+	}
+	toEnd := v.end == nil
+	if e, isInt := fxgraph.AsInt(v.end); isInt && e >= math.MaxInt32 {
+		toEnd = true
+	}
+	step, okStep := int64(1), true
+	if v.step != nil {
+		step, okStep = fxgraph.AsInt(v.step)
+	}
+	if !ok || start < 0 || !okStep || step != 1 || (!v.isSelect && !toEnd) {
+		return nil, c.errorf(ErrUnsupported, "writing into a view along symbolic dim %d of %s (only x[a:] and x[i] with a static non-negative a, i are supported)", k, base.Val())
+	}
+	e := &expr{c: c}
+	if src.Val().DType != base.Val().DType {
+		src = e.opKw("aten._to_copy.default", map[string]any{"dtype": base.Val().DType}, src)
+	}
+	var parts []any
+	if start > 0 {
+		parts = append(parts, e.op("aten.slice.Tensor", base, int64(k), int64(0), start, int64(1)))
+	}
+	if v.isSelect {
+		parts = append(parts, e.op("aten.unsqueeze.default", src, int64(k)),
+			e.op("aten.slice.Tensor", base, int64(k), start+1, int64(math.MaxInt64), int64(1)))
+	} else {
+		parts = append(parts, src)
+	}
+	if e.err != nil {
+		return nil, e.err
 	}
 	if len(parts) == 1 {
 		return src, nil
