@@ -42,6 +42,7 @@ func TestATenSurface(t *testing.T) {
 			"aten.cdist.default", "aten.pairwise_distance.default", "aten.dist.default", "aten.diagonal.default", "aten.trace.default",
 			"aten.unfold.default", "aten.rot90.default", "aten.addmv.default", "aten.copysign.Tensor"}},
 		{"repeat", []string{"aten.repeat.default"}},
+		{"cumulative", []string{"aten.logcumsumexp.default", "aten.diag_embed.default", "aten.index_add.default"}},
 		{"diff", []string{"aten.diff.default"}},
 		{"weight_norm", []string{"aten._weight_norm.default"}},
 		{"swap", []string{"aten.swapaxes.default", "aten.swapdims.default", "aten.movedim.int", "aten.moveaxis.intlist"}},

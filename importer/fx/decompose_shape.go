@@ -571,3 +571,89 @@ func decRepeatSymbolic(c *call) error {
 	}
 	return c.bind(0, y)
 }
+
+// moreDecompositions are cumulative and index operators of the full ATen
+// surface.
+var moreDecompositions = map[string]decomposer{
+	"aten.logcumsumexp.default": decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+		// log(cumsum(exp(x - m))) + m with m the max along dim (finite).
+		x, err := c.tensor("self")
+		if err != nil {
+			return nil, err
+		}
+		d, err := c.intArg("dim")
+		if err != nil {
+			return nil, err
+		}
+		m := e.op("aten.amax.default", x, []any{d}, true)
+		m = e.op("aten.where.self", e.op("aten.isinf.default", m), e.op("aten.mul.Tensor", m, 0.0), m)
+		s := e.op("aten.cumsum.default", e.op("aten.exp.default", e.op("aten.sub.Tensor", x, m)), d)
+		return []*fxgraph.Node{e.op("aten.add.Tensor", e.op("aten.log.default", s), m)}, nil
+	}),
+	"aten.diag_embed.default": decDiagEmbed,
+	"aten.index_add.default":  decIndexAdd,
+}
+
+// decDiagEmbed puts the last dim of self on the diagonal of the last two
+// dims (offset 0, dim1 -2, dim2 -1): x[..., :, None] * eye(n).
+func decDiagEmbed(c *call) error {
+	x, err := c.tensor("self")
+	if err != nil {
+		return err
+	}
+	o, _ := fxgraph.AsInt(c.arg("offset"))
+	d1, _ := fxgraph.AsInt(c.arg("dim1"))
+	d2, _ := fxgraph.AsInt(c.arg("dim2"))
+	r := x.Val().Rank()
+	if r == 0 || o != 0 || d1 != -2 || d2 != -1 || !x.Val().Shape[r-1].IsStatic() {
+		return c.errorf(ErrUnsupported, "diag_embed of %s with offset %d, dims %d, %d (want offset 0, dims -2, -1, a static last dim)", x.Val(), o, d1, d2)
+	}
+	n := x.Val().Shape[r-1].Size
+	eye := tensor.New(x.Val().DType, n, n)
+	for i := int64(0); i < n; i++ {
+		eye.SetFloat64(i*n+i, 1)
+	}
+	e := &expr{c: c}
+	y := e.op("aten.mul.Tensor", e.op("aten.unsqueeze.default", x, int64(-1)), c.b.g.AddConstant(c.b.freshName("diag_embed_eye"), eye))
+	if e.err != nil {
+		return e.err
+	}
+	return c.bind(0, y)
+}
+
+// decIndexAdd adds alpha * source into self at index along dim:
+// index_put with accumulate on self and source with dim moved first.
+func decIndexAdd(c *call) error {
+	x, err := c.tensor("self")
+	if err != nil {
+		return err
+	}
+	d, err := c.intArg("dim")
+	if err != nil {
+		return err
+	}
+	idx, src, err := c.twoTensors("index", "source")
+	if err != nil {
+		return err
+	}
+	k, err := fxgraph.NormDim(d, max(x.Val().Rank(), 1))
+	if err != nil {
+		return c.errorf(ErrFormat, "index_add dim %d of %s", d, x.Val())
+	}
+	e := &expr{c: c}
+	if a, ok := fxgraph.AsFloat(c.number("alpha", 1)); !ok || a != 1 {
+		src = e.op("aten.mul.Tensor", src, c.number("alpha", 1))
+	}
+	if k != 0 {
+		x = e.op("aten.transpose.int", x, int64(0), int64(k))
+		src = e.op("aten.transpose.int", src, int64(0), int64(k))
+	}
+	y := e.op("aten.index_put.default", x, []any{idx}, src, true)
+	if k != 0 {
+		y = e.op("aten.transpose.int", y, int64(0), int64(k))
+	}
+	if e.err != nil {
+		return e.err
+	}
+	return c.bind(0, y)
+}
