@@ -262,3 +262,19 @@ realmodels-small: venv
 realmodels-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/realmodels/generate.py --tiny --out testdata/realmodels
 	$(VENV_ZOO)/bin/python python/realmodels/custom_ops.py --out testdata/unsupported
+
+# ---- ATen survey (issue 11): plain torch.export archives (no
+# run_decompositions) of ~85 torchvision, timm and transformers models,
+# imported and run by xserve at batch 3 (the export example is batch 2)
+# against torch eager. Exports are cached in .cache/aten-survey/; the check
+# prints one line per model, the unsupported operators and a summary.
+#   make aten-fixtures   regenerate importer/fx/testdata/aten (TestATenSurface)
+.PHONY: aten-survey aten-fixtures
+aten-survey: pjrt $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/survey_aten.py
+	$(GO) build -o .cache/aten-survey/xserve ./cmd/xserve
+	$(GO) build -o .cache/aten-survey/atenops ./importer/fx/internal/atenops
+	$(VENV_ZOO)/bin/python python/survey_check.py .cache/aten-survey/xserve .cache/aten-survey/atenops
+
+aten-fixtures: $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python importer/fx/testdata/make_aten_fixtures.py

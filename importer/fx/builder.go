@@ -57,6 +57,9 @@ type builder struct {
 	// and constants: what an in-place op must not write (a folded constant
 	// is a computed value, which it may).
 	state map[*fxgraph.Node]bool
+	// views records the slice and select views, for writing an in-place
+	// op's result back into their bases (writeback.go).
+	views map[string]viewStep
 }
 
 type binding struct {
@@ -73,7 +76,7 @@ type symKey struct {
 func newBuilder(a *archive) (*builder, error) {
 	b := &builder{a: a, ir: fxgraph.NewRegistry(), g: fxgraph.New(), env: map[string]any{}, uses: map[string]int{},
 		aliasClass: map[string]string{}, aliases: map[string][]string{}, lastUse: map[string]int{},
-		symSize: map[symKey]*fxgraph.Node{}}
+		symSize: map[symKey]*fxgraph.Node{}, views: map[string]viewStep{}}
 	models := a.modelNames()
 	switch {
 	case len(models) == 0:
@@ -592,6 +595,22 @@ func (b *builder) addAliases(names ...string) {
 		b.aliasClass[n] = class
 		b.aliases[class] = append(b.aliases[class], n)
 	}
+}
+
+// readAllAfter returns every value sharing memory with name that a node
+// after the current one reads.
+func (b *builder) readAllAfter(name string) []string {
+	var out []string
+	class, ok := b.aliasClass[name]
+	if !ok {
+		return nil
+	}
+	for _, m := range b.aliases[class] {
+		if m != name && b.lastUse[m] > b.node {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // readAfter returns a value sharing memory with name that a node after the

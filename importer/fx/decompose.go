@@ -17,7 +17,7 @@ type decomposer func(c *call) error
 // IR does not register, so that archives saved without
 // ep.run_decompositions() load too. The IR's operator of the same name
 // always wins: a target here is used only while the IR lacks it.
-var decompositions = map[string]decomposer{
+var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, map[string]decomposer{
 	"aten.conv1d.default":                       decConv(1),
 	"aten.conv2d.default":                       decConv(2),
 	"aten.conv3d.default":                       decConv(3),
@@ -84,6 +84,47 @@ var decompositions = map[string]decomposer{
 	"aten.roll.default":                         decRoll,
 	"aten.slice_scatter.default":                decSliceScatter,
 	"aten.baddbmm.default":                      decBaddbmm,
+	// The full ATen surface of archives saved without run_decompositions
+	// (decompose_ops.go, decompose_resample.go).
+	"aten.__and__.Tensor":                 decRename("aten.bitwise_and.Tensor"),
+	"aten.__and__.Scalar":                 decRename("aten.bitwise_and.Scalar"),
+	"aten.__or__.Tensor":                  decRename("aten.bitwise_or.Tensor"),
+	"aten.__or__.Scalar":                  decRename("aten.bitwise_or.Scalar"),
+	"aten.__xor__.Tensor":                 decRename("aten.bitwise_xor.Tensor"),
+	"aten.__xor__.Scalar":                 decRename("aten.bitwise_xor.Scalar"),
+	"aten.__lshift__.Tensor":              decRename("aten.bitwise_left_shift.Tensor"),
+	"aten.__lshift__.Scalar":              decRename("aten.bitwise_left_shift.Tensor_Scalar"),
+	"aten.__rshift__.Tensor":              decRename("aten.bitwise_right_shift.Tensor"),
+	"aten.__rshift__.Scalar":              decRename("aten.bitwise_right_shift.Tensor_Scalar"),
+	"aten.swapaxes.default":               decSwap("axis0", "axis1"),
+	"aten.swapdims.default":               decSwap("dim0", "dim1"),
+	"aten.movedim.int":                    decMovedim,
+	"aten.movedim.intlist":                decMovedim,
+	"aten.moveaxis.int":                   decMovedim,
+	"aten.moveaxis.intlist":               decMovedim,
+	"aten.diff.default":                   decDiff,
+	"aten._weight_norm.default":           decWeightNorm,
+	"aten._weight_norm_interface.default": decWeightNorm,
+	"aten.tensor_split.indices":           decTensorSplit,
+	"aten.tensor_split.sections":          decTensorSplit,
+	"aten.einsum.default":                 decEinsum,
+	"aten.adaptive_avg_pool3d.default":    decAdaptivePool(3, true),
+	"aten._adaptive_avg_pool3d.default":   decAdaptivePool(3, true),
+	"aten.adaptive_max_pool1d.default":    decAdaptivePool(1, false),
+	"aten.adaptive_max_pool2d.default":    decAdaptivePool(2, false),
+	"aten.adaptive_max_pool3d.default":    decAdaptivePool(3, false),
+})
+
+// joinDecompositions merges tables of decompositions (a target in two is a
+// programming error the tests catch: the later one wins).
+func joinDecompositions(tables ...map[string]decomposer) map[string]decomposer {
+	out := map[string]decomposer{}
+	for _, t := range tables {
+		for k, v := range t {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // ints64 converts []int64 to an IR list argument.

@@ -68,10 +68,10 @@
 // outputs become a tuple node and getitem nodes for the outputs that are
 // used. In-place variants (relu_, add_, which the training IR keeps) are
 // converted as their functional form and the written name is rebound to
-// the result; this is refused (with advice to run run_decompositions, which
-// functionalizes the program) when a tensor sharing memory with the
-// written one through a view is read afterwards, and when the written
-// tensor is a parameter or buffer.
+// the result (and written back into the base of a slice/select view, see
+// below); this is refused (with advice to run run_decompositions, which
+// functionalizes the program) when another view of the written memory is
+// read afterwards, and when the written tensor is a parameter or buffer.
 // Operators on symbolic sizes (aten.sym_size.int, operator.mul on SymInts,
 // ...) become IR operators on rank-0 int64 tensors, which specialization to
 // a shape bucket folds to constants. Runtime assertions
@@ -92,7 +92,42 @@
 // clamp_min/clamp_max; baddbmm; roll; slice_scatter (static dim, step 1);
 // as_strided (the identity for the input's own layout, or a gather of
 // constant offsets for static shapes). arange with symbolic bounds, which
-// the IR's arange does not take, becomes cumsum over full. The IR's own
+// the IR's arange does not take, becomes cumsum over full.
+//
+// Archives saved without run_decompositions carry the full ATen surface;
+// the importer decomposes it with one small rule per operator, as torch's
+// own decomposition table does: Python's operator overloads (__and__,
+// __or__, __xor__, __lshift__, __rshift__, their .Scalar forms and the
+// augmented __iand__ ... as in-place variants) to the bitwise operators;
+// swapaxes, swapdims, movedim, moveaxis, numpy_T, narrow, tile,
+// tensor_split, repeat_interleave (int repeats) and broadcast_tensors to
+// shape operators; diff; _weight_norm and _weight_norm_interface;
+// einsum (operands contracted pairwise with bmm, as torch does; no
+// diagonals); every upsample mode (nearest, nearest-exact, linear,
+// bilinear, bicubic, trilinear; the .vec and .default overloads) and
+// adaptive average and max pooling of any rank, for static spatial sizes,
+// as per-dim "taps": gathers with constant indices and weights computed at
+// import time with torch's index arithmetic (decompose_resample.go); and
+// about forty pointwise and reduction operators written as formulas of IR
+// operators (decompose_math.go: square, erfc, frac, log_sigmoid, selu,
+// celu, logit, addcmul, addcdiv, lerp, outer, hypot, logaddexp, xlogy,
+// floor_divide, isclose, glu, prelu, rms_norm, var/std with unbiased and
+// their _mean forms, one_hot, instance_norm, cosine_similarity,
+// count_nonzero, aminmax, argsort, scatter_add, mse_loss, ...).
+// repeat with repeats computed from the input shape (x.repeat(batch, 1),
+// which the IR's repeat refuses) becomes reshape, expand and reshape.
+// fx.Supports reports whether a target converts at all. The survey of
+// python/survey_aten.py (make aten-survey: 84 torchvision, timm and
+// transformers models exported without run_decompositions) imports and
+// runs every model it exports, matching torch eager at a batch other than
+// the export example's.
+//
+// An in-place operator that writes a slice or select view of a tensor
+// whose base is read later (x[:, a:b] = v, swin's attention mask) is
+// written back into the base the way functionalization does: the view's
+// new value is put into its base with a cat of the surrounding slices
+// (static dims, step 1), for every step of the view chain. It is refused
+// when a sibling view taken before the write is read after it. The IR's own
 // operator of the same name always takes precedence. Any other operator the IR does
 // not know is an error naming the operator, the node and the nearest known
 // targets, wrapping ErrUnsupported.

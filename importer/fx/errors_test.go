@@ -163,11 +163,13 @@ func TestErrors(t *testing.T) {
 			fx.ErrUnsupported, []string{"FLOAT8E4M3FN"}},
 		{"wrong meta", rewrite(t, cnn, replaceIn("models/model.json", `"relu": {"dtype": 7`, `"relu": {"dtype": 6`)),
 			fx.ErrFormat, []string{"node relu (aten.relu.default)", "float16"}},
-		{"upsample", readFixture(t, "interp"), fx.ErrUnsupported, []string{"node upsample_nearest2d", "aten.upsample_nearest2d.vec"}},
+		{"unsupported operator", rewrite(t, readFixture(t, "interp"), replaceIn("models/model.json",
+			`"torch.ops.aten.upsample_nearest2d.vec"`, `"torch.ops.aten.special_bessel_j0.default"`)),
+			fx.ErrUnsupported, []string{"node upsample_nearest2d calls aten.special_bessel_j0.default", "neither the IR nor"}},
 		{"buffer mutation", readFixture(t, "mutation"), fx.ErrUnsupported, []string{"writes buffer calls"}},
 		{"in-place buffer update", readFixture(t, "mutation_train"), fx.ErrUnsupported, []string{"node add_", "writes calls"}},
-		{"in-place view of a value read later", readFixture(t, "inplace_view_train"), fx.ErrUnsupported,
-			[]string{"node relu_", "writes slice_1, which shares memory with mul, read later", "run_decompositions"}},
+		{"in-place view with a sibling view read later", readFixture(t, "aten/view_sibling"), fx.ErrUnsupported,
+			[]string{"node relu_", "writes slice_1, which shares memory with slice_2, read later", "run_decompositions"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,6 +37,17 @@ unsqueeze squeeze permute transpose view expand cat stack mm bmm addmm
 all arange bitwise_left_shift bitwise_right_shift exp2 isfinite max min
 max_pool1d_with_indices pixel_shuffle replication_pad1d rsub softplus tril triu where
 clamp_min clamp_max baddbmm roll zero fill copy slice_scatter as_strided
+__and__ __or__ __xor__ __lshift__ __rshift__ __iand__ __ior__ __ixor__ __ilshift__ __irshift__
+swapaxes swapdims movedim moveaxis diff _weight_norm _weight_norm_interface einsum
+adaptive_max_pool1d adaptive_max_pool3d _adaptive_avg_pool3d upsample_nearest1d upsample_nearest2d
+upsample_nearest3d _upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d
+upsample_linear1d upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d tensor_split
+square erfc sgn special_expm1 clip numpy_T frac log_sigmoid selu celu hardshrink logit addcmul addcdiv
+lerp outer hypot logaddexp xlogy floor_divide isclose glu prelu rms_norm var_mean std_mean narrow tile
+repeat_interleave one_hot cosine_similarity count_nonzero aminmax argsort scatter_add mse_loss
+broadcast_tensors hsplit vsplit meshgrid atleast_1d atleast_2d atleast_3d nan_to_num take_along_dim
+tensordot inner cdist pairwise_distance dist diagonal trace unfold rot90 addmv copysign
+logcumsumexp diag_embed index_add
 """.split()
 
 

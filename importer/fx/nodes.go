@@ -46,6 +46,9 @@ var viewTargets = map[string]bool{
 	"aten.dropout.default": true, "aten.feature_dropout.default": true,
 	"aten.alpha_dropout.default": true, "aten.feature_alpha_dropout.default": true,
 	"aten.view.dtype": true, "aten.unfold.default": true, "aten.movedim.int": true,
+	"aten.movedim.intlist": true, "aten.moveaxis.int": true, "aten.moveaxis.intlist": true,
+	"aten.swapaxes.default": true, "aten.swapdims.default": true,
+	"aten.tensor_split.indices": true, "aten.tensor_split.sections": true,
 }
 
 // call is one serialized node being converted.
@@ -167,6 +170,7 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 		return err
 	}
 	selfName := ""
+	var later []string // other names of the written memory read later
 	if inplace {
 		selfName = c.refs[c.selfArg()]
 		if selfName == "" {
@@ -175,12 +179,10 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 		if self, ok := b.env[selfName].(*fxgraph.Node); ok && b.state[self] {
 			return c.errorf(ErrUnsupported, "in-place %s writes %s (%s); xserve serves stateless programs: export without state updates", target, self.Target, selfName)
 		}
-		if other := b.readAfter(selfName); other != "" {
-			return c.errorf(ErrUnsupported, "in-place %s writes %s, which shares memory with %s, read later; export with ep.run_decompositions() so that torch functionalizes the program", target, selfName, other)
-		}
 		if len(outs) != 1 {
 			return c.errorf(ErrUnsupported, "in-place operator with %d outputs", len(outs))
 		}
+		later = b.readAllAfter(selfName)
 	}
 	var err error
 	if _, ok := b.ir.Lookup(functional); ok {
@@ -189,6 +191,10 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 			// The IR's arange wants number arguments; a size computed from
 			// the input shape (arange(x.size(1))) goes through cumsum.
 			err = decSymbolicArange(c)
+		} else if d, ok := fallbacks[functional]; ok && err != nil && c.hasNodeArg() {
+			// Sizes computed from the input shape where the IR operator
+			// wants ints (x.repeat(batch, 1, 1)).
+			err = d(c)
 		}
 	} else if d, ok := decompositions[functional]; ok {
 		err = d(c)
@@ -197,6 +203,9 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 	}
 	if err != nil {
 		return err
+	}
+	if functional == "aten.slice.Tensor" || functional == "aten.select.int" {
+		c.recordView()
 	}
 	if viewTargets[functional] {
 		if src := c.firstTensorRef(); src != "" {
@@ -208,7 +217,15 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 		if !ok {
 			return c.errorf(ErrFormat, "in-place operator produced no tensor")
 		}
-		b.rebind(selfName, res)
+		if len(later) > 0 {
+			// Another name of the written memory is read later: write the
+			// result back into the view's base (or refuse).
+			if err := c.writeBack(selfName, res, later); err != nil {
+				return err
+			}
+		} else {
+			b.rebind(selfName, res)
+		}
 		if _, ok := b.aliasClass[selfName]; ok {
 			b.addAliases(selfName, outs[0])
 		}
@@ -223,6 +240,10 @@ func functionalTarget(target string) (string, bool) {
 		return target, false
 	}
 	op := parts[1]
+	if strings.HasPrefix(op, "__i") && strings.HasSuffix(op, "__") && len(op) > 5 {
+		// Python's augmented operators: __iand__ is the in-place __and__.
+		return parts[0] + ".__" + op[3:] + "." + parts[2], true
+	}
 	if strings.HasSuffix(op, "_") && !strings.HasPrefix(op, "_") && len(op) > 1 {
 		return parts[0] + "." + strings.TrimSuffix(op, "_") + "." + parts[2], true
 	}

@@ -1,0 +1,38 @@
+package fx
+
+import (
+	"strings"
+
+	"github.com/xserve/xserve/fxgraph"
+)
+
+// Supports reports whether the importer converts calls of target, an
+// operator as torch.export writes it ("torch.ops.aten.relu_.default" or
+// "aten.relu_.default"): through the IR operator of the same name, one of
+// the importer's decompositions, an in-place variant of either, the
+// runtime checks it drops, the operators on symbolic sizes, or the
+// higher-order cond and while_loop. Support for a target does not promise
+// support for every argument (a decomposition may still refuse one).
+func Supports(target string) bool {
+	return supports(fxgraph.NewRegistry(), target)
+}
+
+func supports(ir *fxgraph.Registry, target string) bool {
+	full := target
+	if !strings.HasPrefix(full, "torch.ops.") && strings.HasPrefix(full, "aten.") {
+		full = "torch.ops." + full
+	}
+	switch {
+	case skipTargets[full], symOps[target] != "",
+		full == "torch.ops.higher_order.cond", full == "torch.ops.higher_order.while_loop":
+		return true
+	case !strings.HasPrefix(full, "torch.ops.aten."):
+		return false
+	}
+	functional, _ := functionalTarget(strings.TrimPrefix(full, "torch.ops."))
+	if _, ok := ir.Lookup(functional); ok {
+		return true
+	}
+	_, ok := decompositions[functional]
+	return ok
+}
