@@ -52,6 +52,7 @@ func TestATenSurface(t *testing.T) {
 		{"upsample_nearest", []string{"aten.upsample_nearest1d.vec", "aten.upsample_nearest2d.vec", "aten.upsample_nearest3d.vec", "aten._upsample_nearest_exact2d.vec"}},
 		{"upsample_linear", []string{"aten.upsample_linear1d.vec", "aten.upsample_bilinear2d.vec", "aten.upsample_trilinear3d.vec"}},
 		{"upsample_bicubic", []string{"aten.upsample_bicubic2d.vec"}},
+		{"wrapped_regions", []string{"higher_order.wrap_with_set_grad_enabled", "higher_order.wrap_with_autocast"}},
 	}
 	client := openPlugin(t)
 	l := lower.New(lower.Options{})

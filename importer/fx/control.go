@@ -119,7 +119,7 @@ func (b *builder) subgraph(gr *graph) (*fxgraph.Graph, error) {
 func (b *builder) newSub(gr *graph, g *fxgraph.Graph) *builder {
 	sb := &builder{a: b.a, model: b.model, entry: b.entry, ep: b.ep, gr: gr, ir: b.ir, g: g, env: map[string]any{}, uses: map[string]int{},
 		aliasClass: map[string]string{}, aliases: map[string][]string{}, lastUse: map[string]int{},
-		symSize: map[symKey]*fxgraph.Node{}}
+		symSize: map[symKey]*fxgraph.Node{}, views: map[string]viewStep{}}
 	for i := range gr.Nodes {
 		for _, in := range gr.Nodes[i].Inputs {
 			for _, name := range argRefs(in.Arg) {
@@ -141,6 +141,18 @@ func (b *builder) newSub(gr *graph, g *fxgraph.Graph) *builder {
 // convertSub converts gr's nodes into sb.g, input i bound to the node
 // input returns for it, and sets gr's outputs as the graph's.
 func (sb *builder) convertSub(gr *graph, input func(i int, ref string, meta fxgraph.TensorMeta) (*fxgraph.Node, error)) (*fxgraph.Graph, error) {
+	outs, err := sb.convertBody(gr, input)
+	if err != nil {
+		return nil, err
+	}
+	sb.g.SetOutput(outs...)
+	sb.g.EliminateDeadCode()
+	return sb.g, nil
+}
+
+// convertBody converts gr's nodes into sb.g, input i bound to the node
+// input returns for it, and returns the nodes of gr's outputs.
+func (sb *builder) convertBody(gr *graph, input func(i int, ref string, meta fxgraph.TensorMeta) (*fxgraph.Node, error)) ([]*fxgraph.Node, error) {
 	for i, in := range gr.Inputs {
 		refs := argRefs(in)
 		if in.Kind != "as_tensor" || len(refs) != 1 {
@@ -176,9 +188,7 @@ func (sb *builder) convertSub(gr *graph, input func(i int, ref string, meta fxgr
 		}
 		outs = append(outs, n)
 	}
-	sb.g.SetOutput(outs...)
-	sb.g.EliminateDeadCode()
-	return sb.g, nil
+	return outs, nil
 }
 
 // convertMap converts torch.ops.higher_order.map_impl(body, xs, args) (as

@@ -100,6 +100,8 @@ func (b *builder) convertNode(n *node) error {
 		return b.convertWhileLoop(n, name, outs)
 	case target == "torch.ops.higher_order.map_impl":
 		return b.convertMap(n, name, outs)
+	case wrapTargets[target] > 0:
+		return b.convertWrap(n, name, outs)
 	case strings.HasPrefix(target, "torch.ops.higher_order."):
 		return b.nodeErr(name, target, ErrUnsupported, "higher-order operator %s (control flow, wrapped subgraphs) is not supported",
 			strings.TrimPrefix(target, "torch.ops.higher_order."))

@@ -19,12 +19,11 @@ func Supports(target string) bool {
 
 func supports(ir *fxgraph.Registry, target string) bool {
 	full := target
-	if !strings.HasPrefix(full, "torch.ops.") && strings.HasPrefix(full, "aten.") {
+	if !strings.HasPrefix(full, "torch.ops.") && (strings.HasPrefix(full, "aten.") || strings.HasPrefix(full, "higher_order.")) {
 		full = "torch.ops." + full
 	}
 	switch {
-	case skipTargets[full], symOps[target] != "",
-		full == "torch.ops.higher_order.cond", full == "torch.ops.higher_order.while_loop":
+	case skipTargets[full], symOps[target] != "", higherOrderSupported(full):
 		return true
 	case !strings.HasPrefix(full, "torch.ops.aten."):
 		return false
@@ -35,4 +34,14 @@ func supports(ir *fxgraph.Registry, target string) bool {
 	}
 	_, ok := decompositions[functional]
 	return ok
+}
+
+// higherOrderSupported reports whether target is a higher-order operator
+// convertNode converts (control flow, map, wrapped regions).
+func higherOrderSupported(target string) bool {
+	switch target {
+	case "torch.ops.higher_order.cond", "torch.ops.higher_order.while_loop", "torch.ops.higher_order.map_impl":
+		return true
+	}
+	return wrapTargets[target] > 0
 }

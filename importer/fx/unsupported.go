@@ -74,7 +74,7 @@ func UnsupportedOpsFile(path string) ([]UnsupportedOp, error) {
 // targetSupported mirrors convertNode's dispatch on the target alone.
 func (b *builder) targetSupported(target string) bool {
 	switch {
-	case skipTargets[target], target == "torch.ops.higher_order.cond", target == "torch.ops.higher_order.while_loop":
+	case skipTargets[target], higherOrderSupported(target):
 		return true
 	case symOps[target] != "":
 		return true

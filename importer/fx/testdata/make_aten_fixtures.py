@@ -5,7 +5,9 @@ the archive holds the operator as users save it) with a dynamic batch.
 
 Run from the repository root with the zoo venv (torch 2.14.1):
 
-    .venv-zoo/bin/python importer/fx/testdata/make_aten_fixtures.py
+    .venv-zoo/bin/python importer/fx/testdata/make_aten_fixtures.py [CASE ...]
+
+With case names, only those cases are (re)written.
 
 Each case is a folder importer/fx/testdata/aten/<name>/ holding model.pt2,
 ops.txt (the call_function targets of the exported graph, which the Go test
@@ -15,6 +17,7 @@ in<k>_<i>.npy and out<k>_<j>.npy: the inputs and torch eager's outputs.
 
 import os
 import shutil
+import sys
 
 import numpy as np
 import torch
@@ -138,6 +141,24 @@ class WeightNorm(nn.Module):
         return self.lin(x), self.conv(s), self.all(x)
 
 
+class WrappedRegions(nn.Module):
+    """A no_grad region and a disabled autocast region, as Hugging Face's
+    rotary embeddings have: torch.export keeps each as a subgraph called by
+    a wrapping higher-order operator."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("freq", torch.arange(1, 5, dtype=torch.float32))
+
+    def forward(self, x):
+        with torch.no_grad():
+            f = x[:, :1] * self.freq
+            c, s = f.cos(), f.sin()
+        with torch.autocast("cpu", enabled=False):
+            y = (c * 2).float()
+        return x + c, s * x, y
+
+
 # WeightNorm's parameters are drawn when CASES is built: seed first, so
 # that the fixtures are reproducible.
 torch.manual_seed(0)
@@ -183,18 +204,28 @@ CASES = {
                                       F.interpolate(x[:, :, 0], size=11, mode="linear"),
                                       F.interpolate(x.unsqueeze(2), size=(2, 5, 9), mode="trilinear", align_corners=False))),
                         [randn(2, 4, 6)], "aten.upsample_bilinear2d.vec"),
+    "wrapped_regions": (WrappedRegions(), [randn(4)], "higher_order.wrap_with_set_grad_enabled"),
     "upsample_bicubic": (Fn(lambda x: (F.interpolate(x, scale_factor=2.0, mode="bicubic"), F.interpolate(x, size=(7, 5), mode="bicubic", align_corners=True))),
                          [randn(2, 4, 6)], "aten.upsample_bicubic2d.vec"),
 }
 
 
 def targets(ep):
-    return sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})
+    out = set()
+    for n in ep.graph.nodes:
+        if n.op == "call_function":
+            t = n.target
+            out.add("higher_order." + t.__name__ if isinstance(t, torch._ops.HigherOrderOperator) else str(t))
+    return sorted(out)
 
 
 def main():
-    shutil.rmtree(HERE, ignore_errors=True)
+    only = sys.argv[1:]
+    if not only:
+        shutil.rmtree(HERE, ignore_errors=True)
     for name, (model, makers, op) in CASES.items():
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         model.eval()
         ex = tuple(m(2) for m in makers)
@@ -207,6 +238,7 @@ def main():
         if op not in ops:
             raise SystemExit("%s: the export holds %s, not %s" % (name, ops, op))
         d = os.path.join(HERE, name)
+        shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         torch.export.save(ep, os.path.join(d, "model.pt2"))
         with open(os.path.join(d, "ops.txt"), "w") as f:
