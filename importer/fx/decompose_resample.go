@@ -79,7 +79,13 @@ func (c *call) applyTaps(x *fxgraph.Node, d int, t taps, reduce string) (*fxgrap
 	out := int64(len(t.idx))
 	k := 0
 	for _, ix := range t.idx {
+		if len(ix) == 0 {
+			return nil, c.errorf(ErrFormat, "resampling dim %d of %s: output position without an input tap", d, x.Val())
+		}
 		k = max(k, len(ix))
+	}
+	if out == 0 {
+		k = 1 // an empty output: one index_select by no positions
 	}
 	rank := x.Val().Rank()
 	var acc *fxgraph.Node
