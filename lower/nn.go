@@ -1736,8 +1736,11 @@ const nnConvAsDotMaxPatches = 1 << 23
 
 // nnConvAsDotFits reports whether a convolution of x [N, C, spatial...] with
 // weight w [out, in/groups, kernel...] giving outDims is computed as a
-// matrix product: one group, one to three spatial dims, static sizes and a
-// patch matrix of at most nnConvAsDotMaxPatches elements.
+// matrix product: one group, one to three spatial dims, static sizes, a
+// kernel window with more taps than the input has positions (XLA CPU swaps
+// the operands of such a convolution into a form it runs in plain loops;
+// elsewhere its own convolution measured faster than the matrix product)
+// and a patch matrix of at most nnConvAsDotMaxPatches elements.
 func nnConvAsDotFits(xd, wd, outDims []int64, groups int64) bool {
 	spatial := len(wd) - 2
 	if groups != 1 || spatial < 1 || spatial > 3 || len(xd) != len(wd) || len(outDims) != len(wd) {
@@ -1747,6 +1750,9 @@ func nnConvAsDotFits(xd, wd, outDims []int64, groups int64) bool {
 		if d <= 0 {
 			return false
 		}
+	}
+	if nnProd(wd[2:]) <= nnProd(xd[2:]) {
+		return false
 	}
 	rows := outDims[0]
 	for _, d := range outDims[2:] {
@@ -1761,10 +1767,11 @@ func nnConvAsDotFits(xd, wd, outDims []int64, groups int64) bool {
 // patches [N, out spatial..., taps*C] (tap-major), and multiplied by the
 // kernel taken as [taps*C, O], which with Options.ConvWeightsHWIO is its
 // parameter's own layout. XLA CPU runs the product in its matrix
-// multiplication kernels; its convolution emitter swaps the operands of a
-// convolution whose window is larger than its input (3x3 kernels on the 2x2
-// maps at the end of a ResNet on small images) into a form its fast kernels
-// do not take, and runs that one in plain loops.
+// multiplication kernels; its algebraic simplifier swaps the operands of a
+// convolution whose window has more taps than its input has positions (3x3
+// kernels on the 2x2 maps at the end of a ResNet on small images), and its
+// fast convolution kernels do not take the swapped form, which then runs in
+// plain loops.
 func nnConvAsDot(b *nnB, x, w *stablehlo.Value, wd, outDims []int64, p fxgraph.ConvParams) *stablehlo.Value {
 	spatial := len(wd) - 2
 	rank := spatial + 2
