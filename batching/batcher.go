@@ -288,10 +288,6 @@ func (b *Batcher) work(q *queue) {
 			continue
 		}
 		q.mu.Unlock()
-		if wait < 0 { // nothing to time: a full batch or a finished one signals
-			<-q.wake
-			continue
-		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {

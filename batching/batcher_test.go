@@ -1079,29 +1079,35 @@ func TestIdleDispatchInline(t *testing.T) {
 	wantResult(t, receive(t, first))
 }
 
-// TestOverlapWhenFull: with OverlapWhenFull a batch starts beside an
-// executing one only when full; otherwise the requests that queue meanwhile
-// wait for the executing batch to end and leave together, however long ago
+// TestOverlapDelay: with OverlapDelay a batch starts beside an executing
+// one when full, or when its oldest request has waited OverlapDelay (the
+// executing one overran); otherwise the requests that queue meanwhile wait
+// for the executing batch to end and leave together, however long ago
 // MaxQueueDelay passed.
-func TestOverlapWhenFull(t *testing.T) {
+func TestOverlapDelay(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		buckets   []int
+		exec      time.Duration
 		arrivals  []time.Duration
 		wantAt    []time.Duration
 		wantSizes string
 	}{
-		{"partial batches wait for the executing one", []int{1, 2, 4, 8},
+		{"partial batches wait for the executing one", []int{1, 2, 4, 8}, 100 * time.Millisecond,
 			[]time.Duration{0, 10 * time.Millisecond, 40 * time.Millisecond, 45 * time.Millisecond, 300 * time.Millisecond},
 			[]time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond}, "[1 3 1]"},
-		{"a full batch starts beside it", []int{1, 2},
+		{"a full batch starts beside it", []int{1, 2}, 100 * time.Millisecond,
 			[]time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond},
 			[]time.Duration{0, 20 * time.Millisecond}, "[1 2]"},
+		{"an overrun: beside it after OverlapDelay", []int{1, 2, 4, 8}, 400 * time.Millisecond,
+			[]time.Duration{0, 10 * time.Millisecond},
+			[]time.Duration{0, 160 * time.Millisecond}, "[1 1]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
+				overlap := func(string) time.Duration { return 150 * time.Millisecond }
 				dispatched, sizes := runTimed(t, Options{Buckets: c.buckets, MaxQueueDelay: 5 * time.Millisecond, MaxConcurrentBatches: 2,
-					IdleDispatch: true, OverlapWhenFull: true}, c.arrivals, 100*time.Millisecond)
+					IdleDispatch: true, OverlapDelay: overlap}, c.arrivals, c.exec)
 				if fmt.Sprint(dispatched) != fmt.Sprint(c.wantAt) || fmt.Sprint(sizes) != c.wantSizes {
 					t.Errorf("batches of %v requests dispatched at %v, want %s at %v", sizes, dispatched, c.wantSizes, c.wantAt)
 				}

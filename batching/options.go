@@ -94,14 +94,18 @@ type Options struct {
 	// fast. Default nil: a batch takes every row it can.
 	BatchRows func(key string, available int) int
 
-	// OverlapWhenFull, with IdleDispatch and MaxConcurrentBatches > 1,
-	// dispatches a batch beside an executing one only once it is full (its
-	// queued rows reach the limit), never because MaxQueueDelay passed: the
-	// requests that arrive while a batch executes then all form the next
-	// batch, which starts as soon as the executing one ends. On a CPU, where
-	// one execution already uses every core, a second, partial batch only
-	// halves the batches. Default false.
-	OverlapWhenFull bool
+	// OverlapDelay, with IdleDispatch and MaxConcurrentBatches > 1, replaces
+	// MaxQueueDelay for a batch that would start beside an executing one:
+	// such a batch leaves when full or when its oldest request has waited
+	// OverlapDelay(key) (negative values count as 0), and else when the
+	// executing batch ends. Set it to about one execution of the key's
+	// batches, and the requests that arrive while a batch executes all form
+	// the next batch, which starts as soon as the executing one ends; a
+	// second, partial batch starts only when the executing one overruns. On
+	// a CPU, where one execution already uses every core, two partial
+	// batches at once only halve the batches. Called with the key's queue
+	// lock held, like BatchLimit. Default nil: MaxQueueDelay.
+	OverlapDelay func(key string) time.Duration
 
 	// Observer, when not nil, is told about every dispatched batch and every
 	// request that was refused or dropped before dispatch.

@@ -80,9 +80,8 @@ func (q *queue) oldestLocked() *Item {
 }
 
 // readyLocked reports whether a batch should be dispatched now and, if not,
-// how long until the oldest request has waited MaxQueueDelay, or a negative
-// wait when only a signal (a full batch, a finished one) can make it ready
-// (Options.OverlapWhenFull). q.n > 0.
+// how long until the oldest request has waited MaxQueueDelay (or
+// OverlapDelay's). q.n > 0.
 func (q *queue) readyLocked(now time.Time) (bool, time.Duration) {
 	// Batch formation stops at the limit (MaxBatchSize, or BatchLimit's)
 	// or at the first request that does not fit, so queued rows >= the
@@ -92,10 +91,11 @@ func (q *queue) readyLocked(now time.Time) (bool, time.Duration) {
 		(q.opts.IdleDispatch && q.inflight == 0) {
 		return true, 0
 	}
-	if q.opts.IdleDispatch && q.opts.OverlapWhenFull {
-		return false, -1 // until it is full or the executing batch ends
+	delay := q.opts.MaxQueueDelay
+	if q.opts.IdleDispatch && q.opts.OverlapDelay != nil {
+		delay = max(q.opts.OverlapDelay(q.key), 0)
 	}
-	wait := q.oldestLocked().Enqueued.Add(q.opts.MaxQueueDelay).Sub(now)
+	wait := q.oldestLocked().Enqueued.Add(delay).Sub(now)
 	return wait <= 0, wait
 }
 

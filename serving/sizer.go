@@ -134,3 +134,27 @@ func (s *sizer) Rows(available int) int {
 	}
 	return best
 }
+
+// sizerOverlapRuns is how many executions of the slowest bucket within the
+// limit a partial batch waits beside an executing one (OverlapDelay).
+const sizerOverlapRuns = 2
+
+// OverlapDelay returns how long a partial batch waits beside an executing
+// one before it starts on the second executor (batching.Options
+// .OverlapDelay): sizerOverlapRuns measured executions of the slowest bucket
+// up to the limit, and at least min (max_queue_delay). Normally the
+// executing batch ends first and the waiting requests leave together as the
+// next batch; only an execution that overruns (a descheduled thread) lets a
+// second batch start beside it. Before any measurement it is min.
+func (s *sizer) OverlapDelay(min time.Duration) time.Duration {
+	limit := s.Limit()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	longest := 0.0
+	for k, b := range s.buckets {
+		if b <= limit && s.cost[k] > 0 {
+			longest = max(longest, s.cost[k]*float64(b))
+		}
+	}
+	return max(min, time.Duration(sizerOverlapRuns*longest*float64(time.Second)))
+}

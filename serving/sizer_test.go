@@ -86,3 +86,21 @@ func TestSizerRows(t *testing.T) {
 		})
 	}
 }
+
+// TestSizerOverlapDelay: a partial batch waits two executions of the slowest
+// measured bucket within the limit beside an executing one, and at least
+// max_queue_delay.
+func TestSizerOverlapDelay(t *testing.T) {
+	s := newSizer([]int{1, 2, 4}, 4)
+	if got := s.OverlapDelay(2 * time.Millisecond); got != 2*time.Millisecond {
+		t.Errorf("before any measurement: %v, want max_queue_delay 2ms", got)
+	}
+	s.observe(1, time.Millisecond)
+	s.observe(4, 3*time.Millisecond) // limit stays 4: 0.75ms per row, the cheapest
+	if got := s.OverlapDelay(2 * time.Millisecond); got != 6*time.Millisecond {
+		t.Errorf("batch 4 in 3ms: %v, want two executions, 6ms", got)
+	}
+	if got := s.OverlapDelay(10 * time.Millisecond); got != 10*time.Millisecond {
+		t.Errorf("max_queue_delay 10ms: %v, want 10ms", got)
+	}
+}
