@@ -1078,3 +1078,107 @@ func TestIdleDispatchInline(t *testing.T) {
 	r.openGate()
 	wantResult(t, receive(t, first))
 }
+
+// TestOverlapDelay: with OverlapDelay a batch starts beside an executing
+// one when full, or when its oldest request has waited OverlapDelay (the
+// executing one overran); otherwise the requests that queue meanwhile wait
+// for the executing batch to end and leave together, however long ago
+// MaxQueueDelay passed.
+func TestOverlapDelay(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		buckets   []int
+		exec      time.Duration
+		arrivals  []time.Duration
+		wantAt    []time.Duration
+		wantSizes string
+	}{
+		{"partial batches wait for the executing one", []int{1, 2, 4, 8}, 100 * time.Millisecond,
+			[]time.Duration{0, 10 * time.Millisecond, 40 * time.Millisecond, 45 * time.Millisecond, 300 * time.Millisecond},
+			[]time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond}, "[1 3 1]"},
+		{"a full batch starts beside it", []int{1, 2}, 100 * time.Millisecond,
+			[]time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond},
+			[]time.Duration{0, 20 * time.Millisecond}, "[1 2]"},
+		{"an overrun: beside it after OverlapDelay", []int{1, 2, 4, 8}, 400 * time.Millisecond,
+			[]time.Duration{0, 10 * time.Millisecond},
+			[]time.Duration{0, 160 * time.Millisecond}, "[1 1]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				overlap := func(string) time.Duration { return 150 * time.Millisecond }
+				dispatched, sizes := runTimed(t, Options{Buckets: c.buckets, MaxQueueDelay: 5 * time.Millisecond, MaxConcurrentBatches: 2,
+					IdleDispatch: true, OverlapDelay: overlap}, c.arrivals, c.exec)
+				if fmt.Sprint(dispatched) != fmt.Sprint(c.wantAt) || fmt.Sprint(sizes) != c.wantSizes {
+					t.Errorf("batches of %v requests dispatched at %v, want %s at %v", sizes, dispatched, c.wantSizes, c.wantAt)
+				}
+			})
+		})
+	}
+}
+
+// TestBatchRows: BatchRows cuts a batch to the rows it returns; the rest
+// stay queued for the next batch.
+func TestBatchRows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var asked []int
+		pow2 := func(key string, available int) int {
+			asked = append(asked, available)
+			n := 1
+			for n*2 <= available {
+				n *= 2
+			}
+			return n
+		}
+		arrivals := []time.Duration{0, 10 * time.Millisecond, 11 * time.Millisecond, 12 * time.Millisecond, 13 * time.Millisecond, 14 * time.Millisecond}
+		dispatched, sizes := runTimed(t, Options{Buckets: []int{1, 2, 4, 8}, IdleDispatch: true, BatchRows: pow2}, arrivals, 100*time.Millisecond)
+		want := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}
+		if fmt.Sprint(dispatched) != fmt.Sprint(want) || fmt.Sprint(sizes) != "[1 4 1]" {
+			t.Errorf("batches of %v requests dispatched at %v, want [1 4 1] at %v", sizes, dispatched, want)
+		}
+		if fmt.Sprint(asked) != "[1 5 1]" {
+			t.Errorf("BatchRows was asked for %v available rows, want [1 5 1]", asked)
+		}
+	})
+}
+
+// runTimed submits one 1-row request per arrival time to a Batcher with
+// opts whose runner takes exec per batch, and returns when each batch was
+// dispatched (since the first arrival) and how many requests it held. Call
+// it inside synctest.Test.
+func runTimed(t *testing.T, opts Options, arrivals []time.Duration, exec time.Duration) ([]time.Duration, []int) {
+	t.Helper()
+	var (
+		mu         sync.Mutex
+		dispatched []time.Duration
+		sizes      []int
+	)
+	t0 := time.Now()
+	b, err := New(opts, RunnerFunc(func(ctx context.Context, bt *Batch) error {
+		mu.Lock()
+		dispatched = append(dispatched, time.Since(t0))
+		sizes = append(sizes, len(bt.Items))
+		mu.Unlock()
+		time.Sleep(exec)
+		for _, it := range bt.Items {
+			it.SetResult(it.Payload)
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i, at := range arrivals {
+		wg.Go(func() {
+			time.Sleep(at)
+			if _, err := b.Submit(context.Background(), "k", 1, 0, i); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return dispatched, sizes
+}

@@ -84,6 +84,29 @@ type Options struct {
 	// MaxBatchSize for every batch.
 	BatchLimit func(key string) int
 
+	// BatchRows, when not nil, may make a batch smaller than the rows
+	// available to it, to spare padding: when a batch is formed, it is
+	// called with the rows that the batch could take (the queued rows up to
+	// the limit) and returns how many it should take (clamped to [1, that]).
+	// E.g. with buckets [.. 8 16 ..], 9 rows run as 8 now and 1 in the next
+	// batch rather than 9 padded to 16, when 16 rows cost much more than 8.
+	// As BatchLimit, it is called with the key's queue lock held and must be
+	// fast. Default nil: a batch takes every row it can.
+	BatchRows func(key string, available int) int
+
+	// OverlapDelay, with IdleDispatch and MaxConcurrentBatches > 1, replaces
+	// MaxQueueDelay for a batch that would start beside an executing one:
+	// such a batch leaves when full or when its oldest request has waited
+	// OverlapDelay(key) (negative values count as 0), and else when the
+	// executing batch ends. Set it to about one execution of the key's
+	// batches, and the requests that arrive while a batch executes all form
+	// the next batch, which starts as soon as the executing one ends; a
+	// second, partial batch starts only when the executing one overruns. On
+	// a CPU, where one execution already uses every core, two partial
+	// batches at once only halve the batches. Called with the key's queue
+	// lock held, like BatchLimit. Default nil: MaxQueueDelay.
+	OverlapDelay func(key string) time.Duration
+
 	// Observer, when not nil, is told about every dispatched batch and every
 	// request that was refused or dropped before dispatch.
 	Observer Observer

@@ -80,7 +80,8 @@ func (q *queue) oldestLocked() *Item {
 }
 
 // readyLocked reports whether a batch should be dispatched now and, if not,
-// how long until the oldest request has waited MaxQueueDelay. q.n > 0.
+// how long until the oldest request has waited MaxQueueDelay (or
+// OverlapDelay's). q.n > 0.
 func (q *queue) readyLocked(now time.Time) (bool, time.Duration) {
 	// Batch formation stops at the limit (MaxBatchSize, or BatchLimit's)
 	// or at the first request that does not fit, so queued rows >= the
@@ -90,7 +91,11 @@ func (q *queue) readyLocked(now time.Time) (bool, time.Duration) {
 		(q.opts.IdleDispatch && q.inflight == 0) {
 		return true, 0
 	}
-	wait := q.oldestLocked().Enqueued.Add(q.opts.MaxQueueDelay).Sub(now)
+	delay := q.opts.MaxQueueDelay
+	if q.opts.IdleDispatch && q.opts.OverlapDelay != nil {
+		delay = max(q.opts.OverlapDelay(q.key), 0)
+	}
+	wait := q.oldestLocked().Enqueued.Add(delay).Sub(now)
 	return wait <= 0, wait
 }
 
@@ -111,6 +116,10 @@ func (q *queue) limitLocked() int {
 // the first request that does not fit. q.n > 0.
 func (q *queue) takeBatchLocked(now time.Time) *Batch {
 	limit := q.limitLocked()
+	if f := q.opts.BatchRows; f != nil && q.rows > 0 {
+		available := min(q.rows, limit)
+		limit = min(max(f(q.key, available), 1), available)
+	}
 	b := &Batch{Key: q.key, Dispatched: now}
 	rows := 0
 levels:

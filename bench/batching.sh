@@ -29,6 +29,9 @@
 #   READY_TIMEOUT  seconds to wait for the server to be ready (default 300)
 #   PYTHON         Python with onnx and numpy (default .venv/bin/python; make venv)
 #   XSERVE_FLAGS   extra flags for `xserve serve`
+#   XSERVE_BIN     an xserve binary to serve with instead of building
+#                  bin/xserve from the working tree (e.g. one built from
+#                  another commit, to compare batching policies)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,8 +58,14 @@ mkdir -p "$OUT/runs" bin
 log "writing the models into $OUT/models"
 rm -rf "$OUT/models"
 "$PYTHON" bench/make_batching_models.py --out "$OUT" --models "$MODELS" --max-queue-delay "$DELAY" >&2
-log "building bin/xserve and bin/loadtest"
-"$GO" build -o bin/xserve ./cmd/xserve
+XSERVE_BIN="${XSERVE_BIN:-}"
+if [[ -z "$XSERVE_BIN" ]]; then
+	log "building bin/xserve"
+	"$GO" build -o bin/xserve ./cmd/xserve
+	XSERVE_BIN=bin/xserve
+fi
+[[ -x "$XSERVE_BIN" ]] || die "XSERVE_BIN=$XSERVE_BIN is not an executable"
+log "building bin/loadtest"
 "$GO" build -o bin/loadtest ./cmd/loadtest
 
 SERVER_PID=""
@@ -72,9 +81,9 @@ trap 'exit 130' INT TERM
 
 PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 18081)"
 URL="http://127.0.0.1:$PORT"
-log "starting bin/xserve serve --model-repo $OUT/models on 127.0.0.1:$PORT (log: $OUT/xserve.log)"
+log "starting $XSERVE_BIN serve --model-repo $OUT/models on 127.0.0.1:$PORT (log: $OUT/xserve.log)"
 # shellcheck disable=SC2086 # XSERVE_FLAGS is a list of flags
-bin/xserve serve --model-repo "$OUT/models" --http-addr "127.0.0.1:$PORT" --grpc-addr 127.0.0.1:0 --poll-interval 0 ${XSERVE_FLAGS:-} >"$OUT/xserve.log" 2>&1 &
+"$XSERVE_BIN" serve --model-repo "$OUT/models" --http-addr "127.0.0.1:$PORT" --grpc-addr 127.0.0.1:0 --poll-interval 0 ${XSERVE_FLAGS:-} >"$OUT/xserve.log" 2>&1 &
 SERVER_PID=$!
 
 deadline=$((SECONDS + READY_TIMEOUT))

@@ -254,8 +254,11 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	sp := nnRange(2, 2+spatial)
 	prec := ctx.Precision()
 	var y *stablehlo.Value
-	if _, xd, err := InMeta(n, 0); err == nil && !p.Transposed && *ctx.Options.DepthwiseMulAdd && nnIsDepthwise(xd, wd, p.Groups) {
+	_, xd, xerr := InMeta(n, 0)
+	if xerr == nil && !p.Transposed && *ctx.Options.DepthwiseMulAdd && nnIsDepthwise(xd, wd, p.Groups) {
 		y = nnDepthwise(b, x, w, xd, wd, outDims, p)
+	} else if xerr == nil && !p.Transposed && *ctx.Options.ConvAsDot && nnConvAsDotFits(xd, wd, outDims, p.Groups) {
+		y = nnConvAsDot(b, x, w, wd, outDims, p)
 	} else if !p.Transposed {
 		pads := make([][2]int, spatial)
 		for j := range pads {
@@ -1723,4 +1726,96 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	acc = b.bin(hlo.Divide, acc, b.full(acc, float64(sr*sr), []int64{R, oh, ow, C}))
 	acc = b.transpose(acc, []int{0, 3, 1, 2})
 	return b.out(b.convert(acc, dt))
+}
+
+// nnConvAsDotMaxPatches bounds the patch matrix of a convolution computed as
+// a matrix product (Options.ConvAsDot), in elements: above it (large images
+// in large batch buckets) the memory the patches take costs more than XLA's
+// own convolution loses.
+const nnConvAsDotMaxPatches = 1 << 23
+
+// nnConvAsDotFits reports whether a convolution of x [N, C, spatial...] with
+// weight w [out, in/groups, kernel...] giving outDims is computed as a
+// matrix product: one group, one to three spatial dims, static sizes, a
+// kernel window with more taps than the input has positions (XLA CPU swaps
+// the operands of such a convolution into a form it runs in plain loops;
+// elsewhere its own convolution measured faster than the matrix product)
+// and a patch matrix of at most nnConvAsDotMaxPatches elements.
+func nnConvAsDotFits(xd, wd, outDims []int64, groups int64) bool {
+	spatial := len(wd) - 2
+	if groups != 1 || spatial < 1 || spatial > 3 || len(xd) != len(wd) || len(outDims) != len(wd) {
+		return false
+	}
+	for _, d := range append(append(append([]int64{}, xd...), wd...), outDims...) {
+		if d <= 0 {
+			return false
+		}
+	}
+	if nnProd(wd[2:]) <= nnProd(xd[2:]) {
+		return false
+	}
+	rows := outDims[0]
+	for _, d := range outDims[2:] {
+		rows *= d
+	}
+	return rows*nnProd(wd[1:]) <= nnConvAsDotMaxPatches
+}
+
+// nnConvAsDot computes a convolution with one group as one matrix product
+// (im2col): the input, channels last and padded, is cut into one strided
+// slice per kernel tap, the slices are concatenated along the channels into
+// patches [N, out spatial..., taps*C] (tap-major), and multiplied by the
+// kernel taken as [taps*C, O], which with Options.ConvWeightsHWIO is its
+// parameter's own layout. XLA CPU runs the product in its matrix
+// multiplication kernels; its algebraic simplifier swaps the operands of a
+// convolution whose window has more taps than its input has positions (3x3
+// kernels on the 2x2 maps at the end of a ResNet on small images), and its
+// fast convolution kernels do not take the swapped form, which then runs in
+// plain loops.
+func nnConvAsDot(b *nnB, x, w *stablehlo.Value, wd, outDims []int64, p fxgraph.ConvParams) *stablehlo.Value {
+	spatial := len(wd) - 2
+	rank := spatial + 2
+	toLast := append(append([]int{0}, nnRange(2, rank)...), 1) // NC... -> N...C
+	xl := b.transpose(x, toLast)
+	lo, hi := make([]int, rank), make([]int, rank)
+	padded := false
+	for j := 0; j < spatial; j++ {
+		lo[1+j], hi[1+j] = int(p.Padding[j]), int(p.Padding[j])
+		padded = padded || p.Padding[j] != 0
+	}
+	if padded && b.err == nil {
+		xl = b.set(hlo.Pad(xl, b.scalar(xl, 0), lo, hi, nil))
+	}
+	c := int(wd[1])
+	taps := []*stablehlo.Value{}
+	tap := make([]int, spatial)
+	for {
+		starts, limits, strides := make([]int, rank), make([]int, rank), make([]int, rank)
+		limits[0], strides[0] = int(outDims[0]), 1
+		limits[rank-1], strides[rank-1] = c, 1
+		for j := 0; j < spatial; j++ {
+			starts[1+j] = tap[j] * int(p.Dilation[j])
+			limits[1+j] = starts[1+j] + (int(outDims[2+j])-1)*int(p.Stride[j]) + 1
+			strides[1+j] = int(p.Stride[j])
+		}
+		taps = append(taps, b.slice(xl, starts, limits, strides))
+		j := spatial - 1
+		for ; j >= 0; j-- {
+			if tap[j]++; tap[j] < int(wd[2+j]) {
+				break
+			}
+			tap[j] = 0
+		}
+		if j < 0 {
+			break
+		}
+	}
+	patches := taps[0]
+	if len(taps) > 1 && b.err == nil {
+		patches = b.set(hlo.Concatenate(rank-1, taps...))
+	}
+	kernel := b.transpose(w, append(nnRange(2, rank), 1, 0)) // [kernel..., in, out]
+	kernel = b.reshape(kernel, []int64{nnProd(wd[1:]), wd[0]})
+	y := b.dot(patches, []int{rank - 1}, nil, kernel, []int{0}, nil)
+	return b.transpose(y, append([]int{0, rank - 1}, nnRange(1, rank-1)...))
 }

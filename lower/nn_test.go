@@ -355,6 +355,13 @@ func TestNNExecute(t *testing.T) {
 	xh := in(f16, 7, 1, 2, 5, 5)
 	wh := in(f16, 8, 3, 2, 3, 3)
 	convh, convhd := nnRefConv2d(xh.vals, xh.dims, wh.vals, wh.dims, nil, [2]int64{1, 1}, [2]int64{1, 1}, [2]int64{1, 1}, [2]int64{}, 1, false)
+	xq, wg := in(f32, 20, 2, 4, 2, 3), in(f32, 15, 5, 4, 3, 3)
+	bg := in(f32, 16, 5)
+	conv4, conv4d := nnRefConv2d(xq.vals, xq.dims, wg.vals, wg.dims, bg.vals, [2]int64{2, 1}, [2]int64{1, 2}, [2]int64{1, 2}, [2]int64{}, 1, false)
+	w1x1 := in(f32, 17, 3, 4, 1, 1)
+	conv5, conv5d := nnRefConv2d(x1.vals, x1.dims, w1x1.vals, w1x1.dims, nil, [2]int64{2, 2}, [2]int64{}, [2]int64{1, 1}, [2]int64{}, 1, false)
+	xs, ws := in(f32, 18, 1, 4, 2, 2), in(f32, 19, 3, 4, 3, 3)
+	conv6, conv6d := nnRefConv2d(xs.vals, xs.dims, ws.vals, ws.dims, nil, [2]int64{1, 1}, [2]int64{1, 1}, [2]int64{1, 1}, [2]int64{}, 1, false)
 	xp := in(f32, 9, 2, 2, 9, 11)
 	mp, mpIdx, mpd := nnRefPool2d(xp.vals, xp.dims, [2]int64{3, 2}, [2]int64{2, 3}, [2]int64{1, 1}, [2]int64{1, 1}, true, false, false, 0)
 	mpd2v, mpd2i, mpd2 := nnRefPool2d(xp.vals, xp.dims, [2]int64{2, 3}, [2]int64{3, 2}, [2]int64{1, 1}, [2]int64{2, 2}, true, false, false, 0)
@@ -397,6 +404,18 @@ func TestNNExecute(t *testing.T) {
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), int64(1)}
 			}, nil, 0, [][]float64{convh}, [][]int64{convhd}, 2e-2},
+		{"conv2d 3x3 on 2x3, stride pad dilation bias", "aten.convolution.default", []input{xq, wg, bg},
+			func(in []*fxgraph.Node) []any {
+				return []any{in[0], in[1], in[2], nnL(2, 1), nnL(1, 2), nnL(1, 2), false, nnL(0, 0), int64(1)}
+			}, nil, 0, [][]float64{conv4}, [][]int64{conv4d}, 1e-5},
+		{"conv2d 1x1 stride 2", "aten.convolution.default", []input{x1, w1x1},
+			func(in []*fxgraph.Node) []any {
+				return []any{in[0], in[1], nil, nnL(2, 2), nnL(0, 0), nnL(1, 1), false, nnL(0, 0), int64(1)}
+			}, nil, 0, [][]float64{conv5}, [][]int64{conv5d}, 1e-5},
+		{"conv2d 3x3 kernel on a 2x2 input", "aten.convolution.default", []input{xs, ws},
+			func(in []*fxgraph.Node) []any {
+				return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), int64(1)}
+			}, nil, 0, [][]float64{conv6}, [][]int64{conv6d}, 1e-5},
 		{"max_pool2d ceil with indices", "aten.max_pool2d_with_indices.default", []input{xp},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 2), nnL(2, 3), nnL(1, 1), nnL(1, 1), true} },
 			nil, 2, [][]float64{mp, mpIdx}, [][]int64{mpd, mpd}, 0},
@@ -952,6 +971,49 @@ func TestDepthwiseMulAdd(t *testing.T) {
 			}
 			if got := strings.Contains(string(p.Module), "stablehlo.convolution"); got != c.wantConv {
 				t.Errorf("convolution in the module: %v, want %v:\n%s", got, c.wantConv, p.Module)
+			}
+		})
+	}
+}
+
+// TestConvAsDot: on CPU a convolution with one group whose kernel has more
+// taps than its input has positions lowers to slices, a concatenation and
+// one dot_general (no stablehlo.convolution); other convolutions, with the
+// option off, with groups, or when the patch matrix would be too large, it
+// stays a convolution. TestNNExecute checks the results.
+func TestConvAsDot(t *testing.T) {
+	off := false
+	for _, c := range []struct {
+		name     string
+		opts     lower.Options
+		xd, wd   []int64
+		groups   int64
+		wantConv bool
+	}{
+		{"cpu, 3x3 on 2x2", lower.Options{}, []int64{1, 4, 2, 2}, []int64{8, 4, 3, 3}, 1, false},
+		{"3x3 on 1x8", lower.Options{}, []int64{2, 4, 1, 8}, []int64{8, 4, 3, 3}, 1, false},
+		{"3x3 on 3x3: XLA's own", lower.Options{}, []int64{1, 4, 3, 3}, []int64{8, 4, 3, 3}, 1, true},
+		{"1x1: XLA's own", lower.Options{}, []int64{2, 4, 6, 6}, []int64{8, 4, 1, 1}, 1, true},
+		{"option off", lower.Options{ConvAsDot: &off}, []int64{1, 4, 2, 2}, []int64{8, 4, 3, 3}, 1, true},
+		{"not on cuda", lower.Options{Platform: "cuda"}, []int64{1, 4, 2, 2}, []int64{8, 4, 3, 3}, 1, true},
+		{"groups", lower.Options{}, []int64{1, 4, 2, 2}, []int64{8, 2, 3, 3}, 2, true},
+		{"patches too large", lower.Options{}, []int64{1 << 17, 64, 2, 2}, []int64{64, 64, 3, 3}, 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, c.xd...), fxgraph.Static(tensor.Float32, c.wd...)},
+				func(in []*fxgraph.Node) []any {
+					return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), c.groups}
+				}, nil, 0)
+			p, err := lower.New(c.opts).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			module := string(p.Module)
+			if got := strings.Contains(module, "stablehlo.convolution"); got != c.wantConv {
+				t.Errorf("convolution in the module: %v, want %v", got, c.wantConv)
+			}
+			if got := strings.Contains(module, "stablehlo.dot_general"); got == c.wantConv {
+				t.Errorf("dot_general in the module: %v, want %v", got, !c.wantConv)
 			}
 		})
 	}

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,10 +135,13 @@ func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 // BenchmarkCPUConvOptions measures what each CPU convolution option of
 // lower.Options buys: per model and option, the program compiled with the
 // defaults and with that one option off, run interleaved call by call in
-// the same run. Options: ConvWeightsHWIO ("hwio": weights stored in XLA
-// CPU's order instead of being relaid out on every call) and
+// the same run (each side reports the median of its calls). Options: ConvWeightsHWIO ("hwio": weights stored in XLA
+// CPU's order instead of being relaid out on every call),
 // DepthwiseMulAdd ("depthwise": depthwise convolutions as fused multiply-adds
-// instead of XLA's dense expansion of grouped convolutions). It runs the cnn
+// instead of XLA's dense expansion of grouped convolutions) and ConvAsDot
+// ("asdot": one-group convolutions as one matrix product over im2col patches
+// instead of XLA's convolution). XSERVE_CONV_OPTIONS=asdot,... runs only
+// those; XSERVE_ZOO_MODELS=resnet18,... only those zoo models. It runs the cnn
 // bench model and, with XSERVE_ZOO set to a `make zoo` directory, the zoo's
 // resnet18, resnet50, mobilenet_v2 and mnasnet1_0 on their batch-1 inputs.
 //
@@ -148,7 +153,11 @@ func BenchmarkCPUConvOptions(b *testing.B) {
 	}
 	models := [][3]string{{"cnn", filepath.Join(dir, "cnn.onnx"), filepath.Join(dir, "cnn.image.npy")}}
 	if zoo := os.Getenv("XSERVE_ZOO"); zoo != "" {
-		for _, name := range []string{"resnet18", "resnet50", "resnext50_32x4d", "mobilenet_v2", "mnasnet1_0"} {
+		names := []string{"resnet18", "resnet50", "resnext50_32x4d", "mobilenet_v2", "mnasnet1_0"}
+		if list := os.Getenv("XSERVE_ZOO_MODELS"); list != "" {
+			names = strings.Split(list, ",")
+		}
+		for _, name := range names {
 			models = append(models, [3]string{name, filepath.Join(zoo, name, "model.onnx"), filepath.Join(zoo, name, "b1.in.image.npy")})
 		}
 	}
@@ -159,6 +168,16 @@ func BenchmarkCPUConvOptions(b *testing.B) {
 	}{
 		{"hwio", lower.Options{ConvWeightsHWIO: &off}},
 		{"depthwise", lower.Options{DepthwiseMulAdd: &off}},
+		{"asdot", lower.Options{ConvAsDot: &off}},
+	}
+	if only := os.Getenv("XSERVE_CONV_OPTIONS"); only != "" {
+		keep := options[:0]
+		for _, o := range options {
+			if slices.Contains(strings.Split(only, ","), o.name) {
+				keep = append(keep, o)
+			}
+		}
+		options = keep
 	}
 	client := benchClient(b)
 	defer client.Close()
@@ -193,19 +212,23 @@ func benchCPUConvOption(b *testing.B, client *pjrt.Client, model, input string, 
 			}
 		}
 	}
-	var took [2]time.Duration
+	// Medians of the calls, not means: on a shared machine a few calls
+	// descheduled for tens of milliseconds would decide a mean.
+	var took [2][]float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for j, exe := range exes {
+		for k := range exes {
+			j := (i + k) % len(exes) // alternate which goes first
 			start := time.Now()
-			if _, err := exe.Run(ctx, inputs); err != nil {
+			if _, err := exes[j].Run(ctx, inputs); err != nil {
 				b.Fatal(err)
 			}
-			took[j] += time.Since(start)
+			took[j] = append(took[j], ms(time.Since(start)))
 		}
 	}
 	b.StopTimer()
-	def, offMs := ms(took[0])/float64(b.N), ms(took[1])/float64(b.N)
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	def, offMs := median(took[0]), median(took[1])
 	b.ReportMetric(def, "default-ms")
 	b.ReportMetric(offMs, "off-ms")
 	b.ReportMetric(offMs/def, "off/default")

@@ -21,10 +21,17 @@ import (
 
 // concurrentBatches is how many batches of one queue key execute at once.
 // With batching.Options.IdleDispatch, a request that finds no batch of its
-// key executing is dispatched at once; a second batch may start while the
-// first executes once it is full or has waited max_queue_delay, which keeps
-// the device busy while the host uploads, downloads and splits results (and,
-// on a shared CPU, keeps one slow execution from stalling the queue).
+// key executing is dispatched at once. A second batch starts while the
+// first executes once it is full (the sizer's limit), which keeps the device
+// busy while the host uploads, downloads and splits results under heavy
+// load, or once its oldest request has waited the sizer's OverlapDelay (two
+// measured executions, at least max_queue_delay), which keeps one slow
+// execution on a shared CPU from stalling the queue. Otherwise the requests
+// that queue while a batch executes leave together when it ends: on a CPU,
+// where one execution uses every core, two partial batches at once only
+// halved the batches (docs/BUCKETS.md, "Batching policy"). The sizer's Rows
+// cuts a batch to a smaller bucket when padding would cost more than the
+// rows left for the next batch.
 const concurrentBatches = 2
 
 // batchResult is what runBatch gives each request of a batch.
@@ -74,6 +81,8 @@ func (v *version) setupBatching(cfgFile string) error {
 		MaxConcurrentBatches: concurrentBatches,
 		IdleDispatch:         true,
 		BatchLimit:           func(key string) int { return v.sizer(key).Limit() },
+		BatchRows:            func(key string, available int) int { return v.sizer(key).Rows(available) },
+		OverlapDelay:         func(key string) time.Duration { return v.sizer(key).OverlapDelay(max(delay, 0)) },
 		Observer:             batchObserver{v},
 	}, batching.RunnerFunc(v.runBatch))
 	if err != nil {

@@ -30,6 +30,10 @@ const (
 	// sizerWeight is the weight of a new measurement in a bucket's moving
 	// average.
 	sizerWeight = 0.25
+	// sizerTrimGain is how much more rows per second a batch cut down to a
+	// smaller bucket must run than the whole batch padded to its bucket for
+	// Rows to cut it.
+	sizerTrimGain = 0.05
 )
 
 // sizer holds one queue's measurements and its current limit.
@@ -99,4 +103,58 @@ func (s *sizer) chooseLocked() int {
 		pick = next
 	}
 	return pick
+}
+
+// Rows returns how many of available queued rows the next batch should take
+// (batching.Options.BatchRows): all of them, unless a smaller bucket, filled
+// exactly, runs more than sizerTrimGain more rows per second than the
+// bucket that available rows would be padded to (e.g. 9 rows: 8 in bucket
+// 8 rather than 9 in bucket 16). The rows left behind join the next batch.
+// Buckets without a measurement are not compared, so nothing is cut until
+// the buckets involved have run.
+func (s *sizer) Rows(available int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	whole := -1
+	for k, b := range s.buckets {
+		if b >= available {
+			whole = k
+			break
+		}
+	}
+	if whole < 0 || s.buckets[whole] == available || s.cost[whole] == 0 {
+		return available
+	}
+	rate := func(rows, k int) float64 { return float64(rows) / (s.cost[k] * float64(s.buckets[k])) }
+	best, bestRate := available, rate(available, whole)*(1+sizerTrimGain)
+	for k := whole - 1; k >= 0; k-- {
+		if s.cost[k] > 0 && rate(s.buckets[k], k) > bestRate {
+			best, bestRate = s.buckets[k], rate(s.buckets[k], k)
+		}
+	}
+	return best
+}
+
+// sizerOverlapRuns is how many executions of the slowest bucket within the
+// limit a partial batch waits beside an executing one (OverlapDelay).
+const sizerOverlapRuns = 2
+
+// OverlapDelay returns how long a partial batch waits beside an executing
+// one before it starts on the second executor (batching.Options
+// .OverlapDelay): sizerOverlapRuns measured executions of the slowest bucket
+// up to the limit, and at least min (max_queue_delay). Normally the
+// executing batch ends first and the waiting requests leave together as the
+// next batch; only an execution that overruns (a descheduled thread) lets a
+// second batch start beside it. Before any measurement it is min.
+func (s *sizer) OverlapDelay(min time.Duration) time.Duration {
+	limit := s.Limit()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	longest := 0.0
+	for k, b := range s.buckets {
+		if b <= limit && s.cost[k] > 0 {
+			longest = max(longest, s.cost[k]*float64(b))
+		}
+	}
+	return max(min, time.Duration(sizerOverlapRuns*longest*float64(time.Second)))
 }

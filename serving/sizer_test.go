@@ -52,3 +52,55 @@ func TestSizer(t *testing.T) {
 		t.Errorf("8 tried again %d times in %d batches, want 2", tried, 2*sizerExplore)
 	}
 }
+
+// TestSizerRows: a batch is cut to a smaller bucket only when that bucket,
+// filled exactly, runs sizerTrimGain more rows per second than the whole
+// batch padded to its bucket, and only between measured buckets. Table 3's
+// cnn costs (ms per padded row) at batch 1, 2, 4, 8, 16, 32.
+func TestSizerRows(t *testing.T) {
+	measured := newSizer([]int{1, 2, 4, 8, 16, 32}, 32)
+	for i, perRow := range []float64{0.948, 0.588, 0.449, 0.362, 0.344, 0.331} {
+		b := measured.buckets[i]
+		measured.observe(b, time.Duration(perRow*float64(b)*float64(time.Millisecond)))
+	}
+	partly := newSizer([]int{1, 2, 4, 8, 16, 32}, 32)
+	partly.observe(8, 3*time.Millisecond) // 16 not measured yet
+	for _, c := range []struct {
+		name      string
+		s         *sizer
+		available int
+		want      int
+	}{
+		{"a bucket: all", measured, 8, 8},
+		{"3 rows: 3 in 4 beats 2 in 2 by less than the gain", measured, 3, 3},
+		{"9 rows: 8 in 8 rather than 9 in 16", measured, 9, 8},
+		{"15 rows: 15 in 16", measured, 15, 15},
+		{"17 rows: 16 in 16 rather than 17 in 32", measured, 17, 16},
+		{"the larger bucket not measured: all", partly, 9, 9},
+		{"beyond the buckets: all", measured, 40, 40},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.s.Rows(c.available); got != c.want {
+				t.Errorf("Rows(%d) = %d, want %d", c.available, got, c.want)
+			}
+		})
+	}
+}
+
+// TestSizerOverlapDelay: a partial batch waits two executions of the slowest
+// measured bucket within the limit beside an executing one, and at least
+// max_queue_delay.
+func TestSizerOverlapDelay(t *testing.T) {
+	s := newSizer([]int{1, 2, 4}, 4)
+	if got := s.OverlapDelay(2 * time.Millisecond); got != 2*time.Millisecond {
+		t.Errorf("before any measurement: %v, want max_queue_delay 2ms", got)
+	}
+	s.observe(1, time.Millisecond)
+	s.observe(4, 3*time.Millisecond) // limit stays 4: 0.75ms per row, the cheapest
+	if got := s.OverlapDelay(2 * time.Millisecond); got != 6*time.Millisecond {
+		t.Errorf("batch 4 in 3ms: %v, want two executions, 6ms", got)
+	}
+	if got := s.OverlapDelay(10 * time.Millisecond); got != 10*time.Millisecond {
+		t.Errorf("max_queue_delay 10ms: %v, want 10ms", got)
+	}
+}
