@@ -19,9 +19,10 @@ func (g *Graph) Rebuilt(dims map[string]int64) (*Graph, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rebuild for %v: %w", dims, err)
 	}
-	if len(rg.Outputs()) != len(g.Outputs()) || len(rg.Placeholders()) != len(g.Placeholders()) {
+	// The rebuilt graph may add guard outputs (GuardOutput), last.
+	if rg.ModelOutputs() != g.ModelOutputs() || len(rg.Placeholders()) != len(g.Placeholders()) {
 		return nil, fmt.Errorf("rebuild for %v: %d inputs and %d outputs, the model declares %d and %d",
-			dims, len(rg.Placeholders()), len(rg.Outputs()), len(g.Placeholders()), len(g.Outputs()))
+			dims, len(rg.Placeholders()), rg.ModelOutputs(), len(g.Placeholders()), g.ModelOutputs())
 	}
 	return rg, nil
 }

@@ -41,6 +41,9 @@ type Graph struct {
 	// Bounded lists the outputs whose size along one axis depends on the
 	// values computed (ONNX NonZero): see BoundedOutput.
 	Bounded []BoundedOutput
+	// Guards lists the outputs that say a part of the model xserve could
+	// not build was reached at run time: see GuardOutput.
+	Guards []GuardOutput
 	// SymbolRanges bounds the sizes a symbolic dim may take (from
 	// torch.export's range constraints); a symbol without an entry is
 	// unbounded. Shape buckets outside a symbol's range are config errors.
@@ -578,6 +581,7 @@ func (g *Graph) Clone() *Graph {
 	c := New()
 	c.OutputNames = append([]string(nil), g.OutputNames...)
 	c.Bounded = append([]BoundedOutput(nil), g.Bounded...)
+	c.Guards = append([]GuardOutput(nil), g.Guards...)
 	c.Rebuild = g.Rebuild
 	for k, v := range g.SymbolRanges {
 		if c.SymbolRanges == nil {
@@ -635,6 +639,22 @@ func (g *Graph) EliminateDeadCode() int {
 	}
 	return erased
 }
+
+// GuardOutput describes a bool scalar graph output that is true when the run
+// reached a part of the model the importer could not build (the branch of
+// an If with a run-time condition that cannot be converted at these input
+// sizes, which the program replaces by the other branch). Guard outputs
+// come last, after the count outputs of BoundedOutput; the host checks and
+// drops them (lower.Program.CheckGuards), failing the run with Message when
+// one is true, so a result computed in place of the missing part is never
+// returned.
+type GuardOutput struct {
+	Output  int
+	Message string
+}
+
+// ModelOutputs returns the number of g's outputs that are not guards.
+func (g *Graph) ModelOutputs() int { return len(g.Outputs()) - len(g.Guards) }
 
 // BoundedOutput describes a graph output whose size along Axis is known only
 // at run time. The program returns it padded to a static upper bound (its

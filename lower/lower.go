@@ -305,7 +305,8 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 	b := hlo.New(l.opts.ModuleName)
 	fn := b.Main()
 	ctx := &Context{Graph: g, Fn: fn, Options: l.opts, Rules: l.rules, values: map[*fxgraph.Node][]*stablehlo.Value{}}
-	prog := &Program{Dims: copyDims(dims), Bounded: append([]fxgraph.BoundedOutput(nil), g.Bounded...)}
+	prog := &Program{Dims: copyDims(dims), Bounded: append([]fxgraph.BoundedOutput(nil), g.Bounded...),
+		Guards: append([]fxgraph.GuardOutput(nil), g.Guards...)}
 	ctx.root = &rootState{main: fn, prog: prog, weights: map[*tensor.Tensor]*stablehlo.Value{}}
 
 	// Parameters: inputs in graph order, then weights in graph order.
@@ -543,7 +544,7 @@ func (l *Lowerer) OutputShapes(g *fxgraph.Graph, dims map[string]int64) ([][]int
 	if err != nil {
 		return nil, fmt.Errorf("lower: output shapes at %v: %w", dims, err)
 	}
-	outs := sg.Outputs()
+	outs := sg.Outputs()[:sg.ModelOutputs()] // the guards are no model outputs
 	shapes := make([][]int64, len(outs))
 	for i, o := range outs {
 		s, ok := o.Val().Shape.Static()

@@ -89,6 +89,28 @@ type Program struct {
 	// Bounded lists the outputs returned padded, with their valid size in a
 	// count output (fxgraph.BoundedOutput); Trim slices them on the host.
 	Bounded []fxgraph.BoundedOutput
+	// Guards lists the results, last of all, that are true when the run
+	// reached a part of the model the importer could not build
+	// (fxgraph.GuardOutput); CheckGuards reads and drops them.
+	Guards []fxgraph.GuardOutput
+}
+
+// CheckGuards fails with the guard's message when a guard result of the run
+// is true, and otherwise returns outs without the guard results (the last
+// len(p.Guards)). Without guards it returns outs unchanged.
+func (p *Program) CheckGuards(outs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	if len(p.Guards) == 0 {
+		return outs, nil
+	}
+	for _, g := range p.Guards {
+		if g.Output >= len(outs) {
+			return nil, fmt.Errorf("lower: guard output %d of %d results", g.Output, len(outs))
+		}
+		if t := outs[g.Output]; t.NumElements() != 1 || t.Float64At(0) != 0 {
+			return nil, fmt.Errorf("lower: %s", g.Message)
+		}
+	}
+	return outs[:len(outs)-len(p.Guards)], nil
 }
 
 // Trim turns the program's results into the model's outputs: each bounded

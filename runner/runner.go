@@ -196,7 +196,7 @@ func OutputNames(prog *lower.Program) []string {
 		counts[b.Count] = true
 	}
 	var names []string
-	for i, o := range prog.Outputs {
+	for i, o := range prog.Outputs[:len(prog.Outputs)-len(prog.Guards)] {
 		if !counts[i] {
 			names = append(names, o.Name)
 		}

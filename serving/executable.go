@@ -152,7 +152,13 @@ func (e *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tenso
 	if in != len(inputs) {
 		return nil, fmt.Errorf("serving: got %d inputs, the program takes %d", len(inputs), in)
 	}
-	return e.exe.RunHost(ctx, e.args, hosts)
+	outs, err := e.exe.RunHost(ctx, e.args, hosts)
+	if err != nil {
+		return nil, err
+	}
+	// A guard result says the run reached a part of the model that could
+	// not be built: an error, never the stand-in's result.
+	return e.Program.CheckGuards(outs)
 }
 
 // Serialize returns the compiled executable in the plugin's format (see

@@ -307,7 +307,7 @@ func (b *planBuilder) buildOutputs() error {
 		counts[bo.Count] = true
 	}
 	b.p.bounded = b.g.Bounded
-	for i, o := range outs {
+	for i, o := range outs[:b.g.ModelOutputs()] {
 		if counts[i] {
 			continue
 		}

@@ -145,7 +145,7 @@ func (im *Importer) importModel(m *Model, o ImportOptions, dims map[string]int64
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}, bits4: map[*fxgraph.Node]bool{}, dims: dims}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}, bits4: map[*fxgraph.Node]bool{}, dims: dims, guards: &[]guardValue{}}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -183,6 +183,10 @@ type scope struct {
 	// bits4 marks the constants of INT4/UINT4 initializers (unpacked to 8
 	// bits), shared by every scope of the import.
 	bits4 map[*fxgraph.Node]bool
+	// guards are the run-time guards of If branches the import could not
+	// build (see guardedIf), shared by the scopes that build the main
+	// graph; nil in scopes building a subgraph.
+	guards *[]guardValue
 	// dims, when not nil, gives the main graph's symbolic input dims
 	// concrete sizes (a deferred graph's Rebuild).
 	dims map[string]int64
@@ -265,7 +269,7 @@ func (s *scope) importGraph(gr *Graph) error {
 		outs = append(outs, n)
 		s.g.OutputNames = append(s.g.OutputNames, vi.Name)
 	}
-	s.g.SetOutput(append(outs, s.counts()...)...) // the counts stay alive until boundOutputs
+	s.g.SetOutput(append(append(outs, s.counts()...), s.guardNodes()...)...) // alive until boundOutputs
 	s.g.EliminateDeadCode()
 	return s.boundOutputs(outs)
 }
@@ -305,6 +309,7 @@ type boundedValue struct {
 // (boundRules).
 func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
 	if s.bounded == nil {
+		s.g.SetOutput(s.appendGuards(outs)...)
 		return nil
 	}
 	for _, b := range *s.bounded {
@@ -320,6 +325,7 @@ func (s *scope) boundOutputs(outs []*fxgraph.Node) error {
 			s.g.OutputNames = append(s.g.OutputNames, s.g.OutputName(i)+"_count")
 		}
 	}
+	outs = s.appendGuards(outs)
 	s.g.SetOutput(outs...)
 	s.g.EliminateDeadCode()
 	return nil

@@ -74,15 +74,16 @@ func convertIf(c *Ctx, _ *Node) error {
 		}
 	}
 	var graphs [2]*fxgraph.Graph
+	var errs [2]error
 	for i, br := range branches {
-		if graphs[i], err = c.s.subgraph(br, captured); err != nil {
-			if errors.Is(err, errStructured) {
-				// A branch gives or uses a sequence or optional, which
-				// only the import can hold: the condition must be known.
-				return c.needsValues(0)
-			}
-			return err
+		if graphs[i], errs[i] = c.s.subgraph(br, captured); errors.Is(errs[i], errStructured) {
+			// A branch gives or uses a sequence or optional, which only
+			// the import can hold: the condition must be known.
+			return c.needsValues(0)
 		}
+	}
+	if errs[0] != nil || errs[1] != nil {
+		return guardedIf(c, cond, branches, errs)
 	}
 	thenOuts, elseOuts := graphs[0].Outputs(), graphs[1].Outputs()
 	if len(thenOuts) != len(elseOuts) {
@@ -499,7 +500,7 @@ func (s *scope) inlineBody(gr *Graph, inputs map[string]*fxgraph.Node) ([]*fxgra
 	if s.depth > 32 {
 		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
 	}
-	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: maps.Clone(s.env), depth: s.depth + 1, values: s.values, subConsts: s.subConsts, bounded: s.bounded, bits4: s.bits4}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: maps.Clone(s.env), depth: s.depth + 1, values: s.values, subConsts: s.subConsts, bounded: s.bounded, bits4: s.bits4, guards: s.guards}
 	maps.Copy(inner.env, inputs)
 	for _, in := range gr.Initializers {
 		inner.env[in.Name] = s.modelConstant(in.Name, in.Tensor)

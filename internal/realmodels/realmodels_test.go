@@ -12,6 +12,7 @@ import (
 	"github.com/xserve/xserve/internal/zoo"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
@@ -25,7 +26,9 @@ import (
 //   - .cache/realmodels-small: trained models from PyPI wheels (PaddleOCR's
 //     text-direction classifier from rapidocr-onnxruntime, two Silero VAD
 //     variants from silero-vad, one whose decoder branches on Shape(x)[k] == 1,
-//     which imports deferred to concrete sizes), made by `make realmodels-small`.
+//     which imports deferred to concrete sizes), and the wheel's default
+//     silero_vad.onnx, whose 8 kHz branch (an If on the sr input) cannot be
+//     built at 16 kHz sizes and is guarded; made by `make realmodels-small`.
 var caseDirs = []struct {
 	root  string
 	cases []string
@@ -37,6 +40,7 @@ var caseDirs = []struct {
 	}, "make realmodels-fixtures"},
 	{"../../.cache/realmodels-small/cases", []string{
 		"rapidocr_cls_v2.onnx-package", "silero_vad_16k_sequence.onnx-package", "silero_vad_16k_op15.onnx-package",
+		"silero_vad.onnx-package",
 	}, "make realmodels-small"},
 }
 
@@ -132,5 +136,50 @@ func TestRealModelsMatchONNXRuntime(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestGuardedBranchFailsLikeONNXRuntime: silero-vad's default model branches
+// on its sr input (If sr == 16000); at 512 samples its 8 kHz branch cannot
+// be built (its LSTM would get a rank-5 input), so the program holds the
+// 16 kHz branch and a guard. 16 kHz input matches ONNX Runtime
+// (TestRealModelsMatchONNXRuntime); 8 kHz input at these sizes fails, as it
+// fails in ONNX Runtime ("Input X must have 3 dimensions only"), with an
+// error naming the If node and the failed operator, never a result.
+func TestGuardedBranchFailsLikeONNXRuntime(t *testing.T) {
+	dir := "../../.cache/realmodels-small/cases/silero_vad.onnx-package"
+	if _, err := os.Stat(filepath.Join(dir, "model.onnx")); err != nil {
+		t.Fatalf("%v (run make realmodels-small)", err)
+	}
+	client := openClient(t)
+	r, err := runner.New(client, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Load(filepath.Join(dir, "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inputs []*tensor.Tensor
+	for _, f := range numbered(t, dir, "in") {
+		x, err := tensor.ReadNpyFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, x)
+	}
+	sr := inputs[2].Clone()
+	sr.SetInt64(0, 8000)
+	_, _, _, err = m.Run(context.Background(), []*tensor.Tensor{inputs[0], inputs[1], sr})
+	if err == nil {
+		t.Fatal("sr=8000 at 512 samples ran; ONNX Runtime fails it (LSTM of a rank-5 input)")
+	}
+	for _, want := range []string{`If node "If_0"`, "else_branch", "LSTM"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if _, _, _, err := m.Run(context.Background(), inputs); err != nil {
+		t.Fatalf("sr=16000 after the refused run: %v", err)
 	}
 }

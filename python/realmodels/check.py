@@ -324,16 +324,15 @@ def write_doc(path, cases, runs, serves, cmdline):
     lines += ["", "## Failures by cause (`xserve run`; `xserve serve` fails the same cases the same way)", ""]
     for cause, ids in sorted(causes.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"- **{cause}** ({len(ids)}): {', '.join(ids)}")
+    if not causes:
+        lines.append("None: every case matches.")
     lines += ["", "## Notes", "",
               "- Quantized models are compared with a looser tolerance where ONNX Runtime runs a QDQ Conv in float",
               "  and one value sits next to an int8 rounding tie (docs/QUANTIZATION.md).",
-              "- silero-vad v5/v6 (and the wheel's silero_vad.onnx, the same graph): the outer If on `sr == 16000` is a",
-              "  run-time condition (sr is an input), so both its branches are converted; the import is deferred to",
-              "  concrete sizes (the decoder's If on a shape-computed condition), and there the 8 kHz branch, never",
-              "  taken for 16 kHz input, fails to convert at 512 samples (LSTM of a rank-5 input). Checked: with sr",
-              "  given as a compile-time value (ImportWithValues) 16000 rebuilds fine and 8000 fails this way. A",
-              "  run-time If whose untaken branch cannot be built needs a branch that fails only when taken. The",
-              "  op15, half, op18_ifless and vad-web legacy exports of the same model pass.",
+              "- silero-vad v5/v6 (and the wheel's silero_vad.onnx, the same graph) branch on their sr input",
+              "  (If sr == 16000, a run-time condition); at 512 samples the 8 kHz branch cannot be built (its LSTM",
+              "  would get a rank-5 input), so the program holds the 16 kHz branch and a guard: 8 kHz input at these",
+              "  sizes fails naming the If and the LSTM, as it fails in ONNX Runtime (docs/DATA-DEPENDENT.md).",
               "- `xserve inspect --unsupported MODEL` lists every unsupported op of a model at once."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
