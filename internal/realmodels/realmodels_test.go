@@ -8,12 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/internal/zoo"
-	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/runner"
-	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -44,20 +41,6 @@ var caseDirs = []struct {
 	}, "make realmodels-small"},
 }
 
-func openClient(t *testing.T) *pjrt.Client {
-	t.Helper()
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "../.."})
-	if err != nil {
-		t.Fatalf("no PJRT plugin (run make pjrt): %v", err)
-	}
-	c, err := pjrt.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // numbered returns dir's files named prefix.<k>.*.npy in k order.
 func numbered(t *testing.T, dir, prefix string) []string {
 	t.Helper()
@@ -74,46 +57,16 @@ func numbered(t *testing.T, dir, prefix string) []string {
 }
 
 // TestRealModelsMatchONNXRuntime imports, lowers, compiles and runs every
-// small real model and compares each output with ONNX Runtime's.
+// small real model (runner, as xserve run does) and compares each output
+// with ONNX Runtime's.
 func TestRealModelsMatchONNXRuntime(t *testing.T) {
-	client := openClient(t)
-	l := lower.New(lower.Options{Platform: client.Platform()})
+	r := newRunner(t)
 	for _, set := range caseDirs {
 		for _, name := range set.cases {
 			t.Run(name, func(t *testing.T) {
 				dir := filepath.Join(set.root, name)
-				model := filepath.Join(dir, "model.onnx")
-				if _, err := os.Stat(model); err != nil {
-					t.Fatalf("%v (run %s)", err, set.make)
-				}
-				g, err := importer.Load(model)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var inputs []*tensor.Tensor
-				for _, f := range numbered(t, dir, "in") {
-					x, err := tensor.ReadNpyFile(f)
-					if err != nil {
-						t.Fatal(err)
-					}
-					inputs = append(inputs, x)
-				}
-				dims, err := g.BindDims(inputs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				prog, err := l.Lower(g, dims)
-				if err != nil {
-					t.Fatal(err)
-				}
-				w := serving.NewWeights(client)
-				defer w.Close()
-				exe, err := serving.Compile(context.Background(), client, prog, w)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer exe.Close()
-				got, err := exe.Run(context.Background(), inputs)
+				m, inputs := loadCase(t, r, dir, set.make)
+				got, prog, _, err := m.Run(context.Background(), inputs)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -131,12 +84,55 @@ func TestRealModelsMatchONNXRuntime(t *testing.T) {
 						t.Fatalf("output %d (%s): %v", i, filepath.Base(f), err)
 					}
 					if tol := 1e-3 + 1e-3*maxRef; !(d <= tol) {
-						t.Errorf("output %d (%s): max abs error %.3g > %.3g (dims %v)", i, filepath.Base(f), d, tol, dims)
+						t.Errorf("output %d (%s): max abs error %.3g > %.3g (dims %v)", i, filepath.Base(f), d, tol, prog.Dims)
 					}
 				}
 			})
 		}
 	}
+}
+
+// newRunner returns a runner on the PJRT plugin make pjrt installs.
+func newRunner(t *testing.T) *runner.Runner {
+	t.Helper()
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "../.."})
+	if err != nil {
+		t.Fatalf("no PJRT plugin (run make pjrt): %v", err)
+	}
+	c, err := pjrt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	r, err := runner.New(c, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// loadCase loads dir's model.onnx and its inputs in.<k>.*.npy; mk is the
+// make target that writes dir.
+func loadCase(t *testing.T, r *runner.Runner, dir, mk string) (*runner.Model, []*tensor.Tensor) {
+	t.Helper()
+	model := filepath.Join(dir, "model.onnx")
+	if _, err := os.Stat(model); err != nil {
+		t.Fatalf("%v (run %s)", err, mk)
+	}
+	m, err := r.Load(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	var inputs []*tensor.Tensor
+	for _, f := range numbered(t, dir, "in") {
+		x, err := tensor.ReadNpyFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, x)
+	}
+	return m, inputs
 }
 
 // TestGuardedBranchFailsLikeONNXRuntime: silero-vad's default model branches
@@ -147,30 +143,10 @@ func TestRealModelsMatchONNXRuntime(t *testing.T) {
 // fails in ONNX Runtime ("Input X must have 3 dimensions only"), with an
 // error naming the If node and the failed operator, never a result.
 func TestGuardedBranchFailsLikeONNXRuntime(t *testing.T) {
-	dir := "../../.cache/realmodels-small/cases/silero_vad.onnx-package"
-	if _, err := os.Stat(filepath.Join(dir, "model.onnx")); err != nil {
-		t.Fatalf("%v (run make realmodels-small)", err)
-	}
-	client := openClient(t)
-	r, err := runner.New(client, runner.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.Load(filepath.Join(dir, "model.onnx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var inputs []*tensor.Tensor
-	for _, f := range numbered(t, dir, "in") {
-		x, err := tensor.ReadNpyFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inputs = append(inputs, x)
-	}
+	m, inputs := loadCase(t, newRunner(t), "../../.cache/realmodels-small/cases/silero_vad.onnx-package", "make realmodels-small")
 	sr := inputs[2].Clone()
 	sr.SetInt64(0, 8000)
-	_, _, _, err = m.Run(context.Background(), []*tensor.Tensor{inputs[0], inputs[1], sr})
+	_, _, _, err := m.Run(context.Background(), []*tensor.Tensor{inputs[0], inputs[1], sr})
 	if err == nil {
 		t.Fatal("sr=8000 at 512 samples ran; ONNX Runtime fails it (LSTM of a rank-5 input)")
 	}
