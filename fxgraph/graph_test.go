@@ -12,7 +12,7 @@ import (
 // without depending on the real operator families:
 // test.add(a, b) adds elementwise; test.shape(x) is x's shape as int64.
 func testRegistry() *Registry {
-	r := &Registry{ops: map[string]OpInfo{}}
+	r := &Registry{ops: map[string]*Op{}}
 	registerGetItem(r)
 	r.Register("xserve.add", OpInfo{
 		Shape: func(n *Node) (Meta, error) {

@@ -949,11 +949,11 @@ func ewViewDTypeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 // registerElementwise registers the rules of pointwise operators.
 func registerElementwise(r *Registry) {
 	for target, f := range ewFloatUnary {
-		r.Register(target, ewFloatUnaryRule(f))
+		r.Register(fxgraph.MustOp(target), ewFloatUnaryRule(f))
 	}
 	for target, f := range ewSameUnary {
 		f := f
-		r.Register(target, func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		r.Register(fxgraph.MustOp(target), func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 			if in[0] == nil {
 				return nil, fmt.Errorf("argument 0 is not a tensor")
 			}
@@ -971,7 +971,7 @@ func registerElementwise(r *Registry) {
 	}
 	for target, f := range ewBoolUnary {
 		f := f
-		r.Register(target, func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		r.Register(fxgraph.MustOp(target), func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 			if in[0] == nil {
 				return nil, fmt.Errorf("argument 0 is not a tensor")
 			}
@@ -987,21 +987,21 @@ func registerElementwise(r *Registry) {
 		})
 	}
 	for target, b := range ewBinaryRules {
-		r.Register(target, ewBinaryRule(b))
+		r.Register(fxgraph.MustOp(target), ewBinaryRule(b))
 	}
 	for target, twin := range fxgraph.ScalarTwins() { // lowered like their .Tensor twin
-		r.Register(target, ewBinaryRule(ewBinaryRules[twin]))
+		r.Register(fxgraph.MustOp(target), ewBinaryRule(ewBinaryRules[twin]))
 	}
 	for _, t := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
-		r.Register(t, ewAddRule)
+		r.Register(fxgraph.MustOp(t), ewAddRule)
 	}
-	r.Register("aten.div.Tensor_mode", ewDivModeRule)
-	r.Register("aten.div.Scalar_mode", ewDivModeRule)
+	r.Register(fxgraph.MustOp("aten.div.Tensor_mode"), ewDivModeRule)
+	r.Register(fxgraph.MustOp("aten.div.Scalar_mode"), ewDivModeRule)
 	for _, t := range []string{"aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"} {
-		r.Register(t, ewWhereRule)
+		r.Register(fxgraph.MustOp(t), ewWhereRule)
 	}
-	r.Register("aten.clamp.default", ewClampRule)
-	r.Register("aten.clamp.Tensor", ewClampRule)
-	r.Register("aten._to_copy.default", ewToCopyRule)
-	r.Register("aten.view.dtype", ewViewDTypeRule)
+	r.Register(fxgraph.MustOp("aten.clamp.default"), ewClampRule)
+	r.Register(fxgraph.MustOp("aten.clamp.Tensor"), ewClampRule)
+	r.Register(fxgraph.MustOp("aten._to_copy.default"), ewToCopyRule)
+	r.Register(fxgraph.MustOp("aten.view.dtype"), ewViewDTypeRule)
 }

@@ -1,0 +1,166 @@
+package fxgraph
+
+import (
+	"fmt"
+	"sort"
+)
+
+// ArgKind is the kind of value an operator argument takes.
+type ArgKind int
+
+// The kinds of operator arguments.
+const (
+	// ArgAny is an argument whose kind the schema does not constrain.
+	ArgAny ArgKind = iota
+	// ArgTensor is a tensor node.
+	ArgTensor
+	// ArgInt is a Python int.
+	ArgInt
+	// ArgFloat is a Python float (an int is accepted).
+	ArgFloat
+	// ArgBool is a Python bool.
+	ArgBool
+	// ArgInts is a list of ints.
+	ArgInts
+)
+
+// ArgSpec describes one argument of an operator: its position in Args, its
+// keyword name, its kind and its default (used when the node passes
+// neither). Shape rules, folding and lowering rules read defaults from here,
+// so that each is written once.
+type ArgSpec struct {
+	Name    string
+	Pos     int
+	Kind    ArgKind
+	Default any
+}
+
+// Op is one operator of the IR: its target name (what Node.Target holds),
+// the schema of the arguments whose defaults matter, how it derives its
+// result's Meta, and optionally how it folds on the host. An Op is defined
+// once, in this package; package lower registers its lowering rule under the
+// same *Op value, and importers emit nodes whose Target is Op.Name.
+type Op struct {
+	// Name is the call target, e.g. "aten.add.Tensor".
+	Name string
+	// Args lists the arguments with a default that rules read by name
+	// (Op.Float, Op.Int); it need not list every argument.
+	Args []ArgSpec
+	// Shape computes the node's Meta. Required.
+	Shape ShapeFunc
+	// Eval folds the node on the host; nil means the op is never folded.
+	Eval EvalFunc
+	// ShapeOnly marks ops whose value depends only on the shapes of their
+	// inputs (aten.sym_size, aten._shape_as_tensor): they fold as soon as those
+	// shapes are static, even when the inputs are not constant.
+	ShapeOnly bool
+}
+
+// String returns the op's name.
+func (o *Op) String() string { return o.Name }
+
+// Arg returns the spec of the argument called name.
+func (o *Op) Arg(name string) (ArgSpec, bool) {
+	for _, a := range o.Args {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return ArgSpec{}, false
+}
+
+func (o *Op) spec(n *Node, name string) (ArgSpec, error) {
+	a, ok := o.Arg(name)
+	if !ok {
+		return ArgSpec{}, fmt.Errorf("fxgraph: op %s has no argument %q in its schema (node %s)", o.Name, name, n.Name)
+	}
+	return a, nil
+}
+
+// Float returns the float argument name of n (positional or keyword), or
+// its default from the op's schema.
+func (o *Op) Float(n *Node, name string) (float64, error) {
+	a, err := o.spec(n, name)
+	if err != nil {
+		return 0, err
+	}
+	def, ok := AsFloat(a.Default)
+	if !ok {
+		return 0, fmt.Errorf("fxgraph: op %s argument %q has no float default", o.Name, name)
+	}
+	return n.FloatArg(a.Pos, name, def)
+}
+
+// Value returns argument name of n as given (positional or keyword), or its
+// default from the op's schema.
+func (o *Op) Value(n *Node, name string) (any, error) {
+	a, err := o.spec(n, name)
+	if err != nil {
+		return nil, err
+	}
+	return n.ArgOr(a.Pos, name, a.Default), nil
+}
+
+// FloatArgOf returns the float argument name of n, or its schema default:
+// the shared way for shape, fold and lowering rules to read a parameter
+// with a default.
+func FloatArgOf(n *Node, name string) (float64, error) {
+	op, ok := OpByName(n.Target)
+	if !ok {
+		return 0, fmt.Errorf("%w: node %s calls %s", ErrUnsupported, n.Name, n.Target)
+	}
+	return op.Float(n, name)
+}
+
+// ValueArgOf returns argument name of n as given, or its schema default.
+func ValueArgOf(n *Node, name string) (any, error) {
+	op, ok := OpByName(n.Target)
+	if !ok {
+		return nil, fmt.Errorf("%w: node %s calls %s", ErrUnsupported, n.Name, n.Target)
+	}
+	return op.Value(n, name)
+}
+
+// opTable holds every operator of the IR by name. It is built once, in
+// init, and never written afterwards.
+var opTable map[string]*Op
+
+func init() {
+	r := &Registry{ops: map[string]*Op{}}
+	registerGetItem(r)
+	registerElementwise(r)
+	registerShapeOps(r)
+	registerNN(r)
+	registerReductions(r)
+	registerRNN(r)
+	registerControlFlow(r)
+	opTable = r.ops
+}
+
+// OpByName returns the operator whose target name is name: how importers
+// and passes go from a Node.Target to its Op.
+func OpByName(name string) (*Op, bool) {
+	op, ok := opTable[name]
+	return op, ok
+}
+
+// MustOp returns the operator called name and panics when there is none:
+// for registering rules at start-up, where a wrong name is a programming
+// error.
+func MustOp(name string) *Op {
+	op, ok := opTable[name]
+	if !ok {
+		panic("fxgraph: no operator " + name)
+	}
+	return op
+}
+
+// Ops returns every operator of the IR, sorted by name.
+func Ops() []*Op {
+	out := make([]*Op, 0, len(opTable))
+	for _, op := range opTable {
+		out = append(out, op)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
