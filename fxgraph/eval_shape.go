@@ -675,7 +675,7 @@ func shEvalIndexPut(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor
 	if err != nil {
 		return nil, err
 	}
-	acc, err := n.BoolArg(3, "accumulate", false)
+	acc, err := n.ParamBool("accumulate")
 	if err != nil {
 		return nil, err
 	}
@@ -872,7 +872,7 @@ func shEvalTri(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, err
 	if err != nil {
 		return nil, err
 	}
-	k, err := n.IntArg(1, "diagonal", 0)
+	k, err := n.ParamInt("diagonal")
 	if err != nil {
 		return nil, err
 	}

@@ -44,7 +44,8 @@ type Op struct {
 	// Name is the call target, e.g. "aten.add.Tensor".
 	Name string
 	// Args lists the arguments with a default that rules read by name
-	// (Op.Float, Op.Int); it need not list every argument.
+	// (Node.ParamFloat, ParamInt, ParamBool, Param); it need not list every
+	// argument.
 	Args []ArgSpec
 	// Shape computes the node's Meta. Required.
 	Shape ShapeFunc
@@ -77,50 +78,6 @@ func (o *Op) spec(n *Node, name string) (ArgSpec, error) {
 	return a, nil
 }
 
-// Float returns the float argument name of n (positional or keyword), or
-// its default from the op's schema.
-func (o *Op) Float(n *Node, name string) (float64, error) {
-	a, err := o.spec(n, name)
-	if err != nil {
-		return 0, err
-	}
-	def, ok := AsFloat(a.Default)
-	if !ok {
-		return 0, fmt.Errorf("fxgraph: op %s argument %q has no float default", o.Name, name)
-	}
-	return n.FloatArg(a.Pos, name, def)
-}
-
-// Value returns argument name of n as given (positional or keyword), or its
-// default from the op's schema.
-func (o *Op) Value(n *Node, name string) (any, error) {
-	a, err := o.spec(n, name)
-	if err != nil {
-		return nil, err
-	}
-	return n.ArgOr(a.Pos, name, a.Default), nil
-}
-
-// FloatArgOf returns the float argument name of n, or its schema default:
-// the shared way for shape, fold and lowering rules to read a parameter
-// with a default.
-func FloatArgOf(n *Node, name string) (float64, error) {
-	op, ok := OpByName(n.Target)
-	if !ok {
-		return 0, fmt.Errorf("%w: node %s calls %s", ErrUnsupported, n.Name, n.Target)
-	}
-	return op.Float(n, name)
-}
-
-// ValueArgOf returns argument name of n as given, or its schema default.
-func ValueArgOf(n *Node, name string) (any, error) {
-	op, ok := OpByName(n.Target)
-	if !ok {
-		return nil, fmt.Errorf("%w: node %s calls %s", ErrUnsupported, n.Name, n.Target)
-	}
-	return op.Value(n, name)
-}
-
 // opTable holds every operator of the IR by name. It is built once, in
 // init, and never written afterwards.
 var opTable map[string]*Op
@@ -134,6 +91,7 @@ func init() {
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
+	attachArgSchemas(r.ops)
 	opTable = r.ops
 }
 

@@ -134,7 +134,7 @@ func registerReductions(r *Registry) {
 		if err != nil {
 			return Meta{}, err
 		}
-		if _, err := n.FloatArg(rdKwOnly, "correction", 1); err != nil {
+		if _, err := n.ParamFloat("correction"); err != nil {
 			return Meta{}, err
 		}
 		return m, nil
@@ -143,7 +143,7 @@ func registerReductions(r *Registry) {
 	r.Register("aten.std.correction", OpInfo{Shape: varMeta})
 	r.Register("aten.linalg_vector_norm.default", OpInfo{
 		Shape: func(n *Node) (Meta, error) {
-			if _, err := n.FloatArg(1, "ord", 2); err != nil {
+			if _, err := n.ParamFloat("ord"); err != nil {
 				return Meta{}, err
 			}
 			return rdReduceMeta(n, 2, 3, floatDT)
@@ -533,11 +533,11 @@ func rdNLLMeta(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("fxgraph: node %s (%s): weight %s (%s) does not match %d classes", n.Name, n.Target, w.Name, wm.Shape, c.Size)
 		}
 	}
-	red, err := n.IntArg(3, "reduction", rdReductionMean)
+	red, err := n.ParamInt("reduction")
 	if err != nil {
 		return Meta{}, err
 	}
-	if _, err := n.IntArg(4, "ignore_index", -100); err != nil {
+	if _, err := n.ParamInt("ignore_index"); err != nil {
 		return Meta{}, err
 	}
 	out := Shape{}

@@ -709,7 +709,7 @@ func shSliceArgs(n *Node, rank int) (dim int, start, end *int64, step int64, err
 	if end, err = opt(3, "end"); err != nil {
 		return
 	}
-	if step, err = n.IntArg(4, "step", 1); err != nil {
+	if step, err = n.ParamInt("step"); err != nil {
 		return
 	}
 	if step <= 0 {
@@ -1272,7 +1272,7 @@ func shTriShape(n *Node) (Meta, error) {
 	if x.Rank() < 2 {
 		return Meta{}, shErr(n, "input must have rank >= 2, got %s", x.Shape)
 	}
-	if _, err := n.IntArg(1, "diagonal", 0); err != nil {
+	if _, err := n.ParamInt("diagonal"); err != nil {
 		return Meta{}, err
 	}
 	return One(x.DType, x.Shape.Clone()), nil

@@ -331,17 +331,17 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		return c.bin(hlo.Multiply, x, c.un(hlo.Tanh, ewSoftplus(c, x, 1, 20)))
 	},
 	"aten.leaky_relu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		s, err := n.FloatArg(1, "negative_slope", 0.01)
+		s, err := n.ParamFloat("negative_slope")
 		c.do(nil, err)
 		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
 		return c.sel(pos, x, c.bin(hlo.Multiply, x, c.k(x, s)))
 	},
 	"aten.elu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		alpha, err := n.FloatArg(1, "alpha", 1)
+		alpha, err := n.ParamFloat("alpha")
 		c.do(nil, err)
-		scale, err := n.FloatArg(2, "scale", 1)
+		scale, err := n.ParamFloat("scale")
 		c.do(nil, err)
-		inScale, err := n.FloatArg(3, "input_scale", 1)
+		inScale, err := n.ParamFloat("input_scale")
 		c.do(nil, err)
 		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
 		xs := x
@@ -356,7 +356,7 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		return c.sel(pos, p, neg)
 	},
 	"aten.gelu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		a := n.ArgOr(1, "approximate", "none")
+		a, _ := n.Param("approximate") // checked by the shape rule
 		half := c.bin(hlo.Multiply, x, c.k(x, 0.5))
 		switch a {
 		case "none":
@@ -371,9 +371,9 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		return nil
 	},
 	"aten.softplus.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		beta, err := n.FloatArg(1, "beta", 1)
+		beta, err := n.ParamFloat("beta")
 		c.do(nil, err)
-		th, err := n.FloatArg(2, "threshold", 20)
+		th, err := n.ParamFloat("threshold")
 		c.do(nil, err)
 		return ewSoftplus(c, x, beta, th)
 	},
@@ -485,11 +485,11 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		return hlo.Not(x)
 	},
 	"aten.hardtanh.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
-		lo, err := n.FloatArg(1, "min_val", -1)
+		lo, err := n.ParamFloat("min_val")
 		if err != nil {
 			return nil, err
 		}
-		hi, err := n.FloatArg(2, "max_val", 1)
+		hi, err := n.ParamFloat("max_val")
 		if err != nil {
 			return nil, err
 		}
@@ -503,11 +503,11 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		return ewBinConst(ctx, hlo.Minimum, y, hi)
 	},
 	"aten.threshold.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
-		th, err := n.FloatArg(1, "threshold", 0)
+		th, err := n.ParamFloat("threshold")
 		if err != nil {
 			return nil, err
 		}
-		val, err := n.FloatArg(2, "value", 0)
+		val, err := n.ParamFloat("value")
 		if err != nil {
 			return nil, err
 		}
@@ -757,7 +757,10 @@ func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 	if rsub {
 		a, b = b, a
 	}
-	alpha := n.ArgOr(2, "alpha", int64(1))
+	alpha, err := n.Param("alpha")
+	if err != nil {
+		return nil, err
+	}
 	af, ok := fxgraph.AsFloat(alpha)
 	if !ok {
 		return nil, fmt.Errorf("alpha is %s, want a number", fxgraph.FormatArg(alpha))

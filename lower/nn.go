@@ -414,11 +414,11 @@ func nnDimsOf(v *stablehlo.Value) []int64 {
 // is 0, as in PyTorch.
 func nnAddmm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, outDims := Out(n, 0)
-	beta, err := n.FloatArg(1<<20, "beta", 1)
+	beta, err := n.ParamFloat("beta")
 	if err != nil {
 		return nil, err
 	}
-	alpha, err := n.FloatArg(1<<20, "alpha", 1)
+	alpha, err := n.ParamFloat("alpha")
 	if err != nil {
 		return nil, err
 	}
@@ -981,7 +981,7 @@ func nnChannelVec(b *nnB, in []*stablehlo.Value, i int, like *stablehlo.Value, c
 // (x - mean) * (weight / sqrt(var + eps)) + bias, with empty saved stats.
 func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, xd := Out(n, 0)
-	eps, err := fxgraph.NormEps(n)
+	eps, err := n.ParamFloat("eps")
 	if err != nil {
 		return nil, err
 	}
@@ -1038,7 +1038,7 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	eps, err := fxgraph.NormEps(n)
+	eps, err := n.ParamFloat("eps")
 	if err != nil {
 		return nil, err
 	}
@@ -1062,11 +1062,11 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 func nnGroupNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, xd := Out(n, 0)
 	_, statDims := Out(n, 1)
-	g, err := n.IntArg(6, "group", 1)
+	g, err := n.ParamInt("group")
 	if err != nil {
 		return nil, err
 	}
-	eps, err := fxgraph.NormEps(n)
+	eps, err := n.ParamFloat("eps")
 	if err != nil {
 		return nil, err
 	}
@@ -1448,15 +1448,15 @@ func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if err != nil {
 		return nil, err
 	}
-	mode, err := n.IntArg(2, "interpolation_mode", 0)
+	mode, err := n.ParamInt("interpolation_mode")
 	if err != nil {
 		return nil, err
 	}
-	padMode, err := n.IntArg(3, "padding_mode", 0)
+	padMode, err := n.ParamInt("padding_mode")
 	if err != nil {
 		return nil, err
 	}
-	align, err := n.BoolArg(4, "align_corners", false)
+	align, err := n.ParamBool("align_corners")
 	if err != nil {
 		return nil, err
 	}
@@ -1620,11 +1620,11 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		}
 	}
 	oh, ow, sr := sz[0], sz[1], sz[2]
-	scale, err := n.FloatArg(6, "spatial_scale", 1)
+	scale, err := n.ParamFloat("spatial_scale")
 	if err != nil {
 		return nil, err
 	}
-	halfPixel, err := n.BoolArg(7, "half_pixel", true)
+	halfPixel, err := n.ParamBool("half_pixel")
 	if err != nil {
 		return nil, err
 	}

@@ -824,7 +824,7 @@ func rdVarRule(sqrt bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		corr, err := n.FloatArg(rdKwOnly, "correction", 1)
+		corr, err := n.ParamFloat("correction")
 		if err != nil {
 			return nil, err
 		}
@@ -880,7 +880,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if outDT.IsComplex() {
 		return nil, fmt.Errorf("complex norms are not supported")
 	}
-	ord, err := n.FloatArg(1, "ord", 2)
+	ord, err := n.ParamFloat("ord")
 	if err != nil {
 		return nil, err
 	}
@@ -956,11 +956,11 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		return nil, err
 	}
 	outDT, outDims := Out(n, 0)
-	red, err := n.IntArg(3, "reduction", 1)
+	red, err := n.ParamInt("reduction")
 	if err != nil {
 		return nil, err
 	}
-	ignore, err := n.IntArg(4, "ignore_index", -100)
+	ignore, err := n.ParamInt("ignore_index")
 	if err != nil {
 		return nil, err
 	}

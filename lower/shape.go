@@ -280,7 +280,7 @@ func shLowerSlice(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	step, err := n.IntArg(4, "step", 1)
+	step, err := n.ParamInt("step")
 	if err != nil {
 		return nil, err
 	}
@@ -816,7 +816,7 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if vals, err = ctx.BroadcastTo(vals, rdims); err != nil {
 		return nil, err
 	}
-	acc, err := n.BoolArg(3, "accumulate", false)
+	acc, err := n.ParamBool("accumulate")
 	if err != nil {
 		return nil, err
 	}
@@ -1035,7 +1035,7 @@ func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		return nil, err
 	}
 	dt, dims := Out(n, 0)
-	k, err := n.IntArg(1, "diagonal", 0)
+	k, err := n.ParamInt("diagonal")
 	if err != nil {
 		return nil, err
 	}
