@@ -55,6 +55,10 @@ type Op struct {
 	// inputs (aten.sym_size, aten._shape_as_tensor): they fold as soon as those
 	// shapes are static, even when the inputs are not constant.
 	ShapeOnly bool
+	// Twin, for a .Scalar overload whose other operand is a Python number
+	// (aten.mul.Scalar), is the .Tensor overload that computes the same
+	// thing (aten.mul.Tensor): rules written for the twin apply unchanged.
+	Twin *Op
 }
 
 // String returns the op's name.
@@ -92,6 +96,7 @@ func init() {
 	registerRNN(r)
 	registerControlFlow(r)
 	attachArgSchemas(r.ops)
+	attachScalarTwins(r.ops)
 	opTable = r.ops
 }
 

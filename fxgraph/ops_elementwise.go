@@ -444,15 +444,12 @@ var ewScalarTwins = map[string]string{
 	"aten.ge.Scalar":                         "aten.ge.Tensor",
 }
 
-// ScalarTwins returns a copy of the map from each .Scalar overload (other
-// is a Python number) to the .Tensor overload that computes the same thing:
-// the one list the IR and the lowering share.
-func ScalarTwins() map[string]string {
-	out := make(map[string]string, len(ewScalarTwins))
-	for k, v := range ewScalarTwins {
-		out[k] = v
+// attachScalarTwins sets Op.Twin of each .Scalar overload from
+// ewScalarTwins.
+func attachScalarTwins(ops map[string]*Op) {
+	for name, twin := range ewScalarTwins {
+		ops[name].Twin = ops[twin]
 	}
-	return out
 }
 
 // ResultType returns the dtype PyTorch computes a pointwise operation on

@@ -992,8 +992,15 @@ func registerElementwise(r *Registry) {
 	for target, b := range ewBinaryRules {
 		r.Register(fxgraph.MustOp(target), ewBinaryRule(b))
 	}
-	for target, twin := range fxgraph.ScalarTwins() { // lowered like their .Tensor twin
-		r.Register(fxgraph.MustOp(target), ewBinaryRule(ewBinaryRules[twin]))
+	for _, op := range fxgraph.Ops() { // .Scalar overloads lower like their .Tensor twin
+		if op.Twin == nil {
+			continue
+		}
+		rule, ok := r.Lookup(op.Twin)
+		if !ok {
+			panic("lower: " + op.Name + " has twin " + op.Twin.Name + ", which has no rule yet")
+		}
+		r.Register(op, rule)
 	}
 	for _, t := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
 		r.Register(fxgraph.MustOp(t), ewAddRule)
