@@ -37,9 +37,9 @@
 //
 // To add an operator:
 //
-//  1. Define it here: register its shape rule (and fold) with
-//     Registry.Register in the family's register function (ops_*.go, called
-//     from init in op.go), and list its arguments with defaults in
+//  1. Define it here: r.Register(&Op{Name: "aten.foo.default", Shape:
+//     fooShape, Eval: fooEval}) in the family's register function (ops_*.go,
+//     called from init in op.go), and list its arguments with defaults in
 //     argSchemas (op_args.go).
 //  2. Give it a lowering rule in package lower: Registry.Register with the
 //     op value (fxgraph.MustOp(name)) in the family's file there.

@@ -682,7 +682,8 @@ func ewTypeCheck(n *Node, noFloat bool, dt tensor.DType) error {
 func registerElementwise(r *Registry) {
 	for target, op := range ewUnaryOps {
 		op := op
-		r.Register(target, OpInfo{
+		r.Register(&Op{
+			Name: target,
 			Shape: func(n *Node) (Meta, error) {
 				x, err := ewNodeArg(n, 0)
 				if err != nil {
@@ -697,7 +698,8 @@ func registerElementwise(r *Registry) {
 	}
 	for target, op := range ewParamOps {
 		op := op
-		r.Register(target, OpInfo{
+		r.Register(&Op{
+			Name: target,
 			Shape: func(n *Node) (Meta, error) {
 				x, err := ewNodeArg(n, 0)
 				if err != nil {
@@ -722,7 +724,8 @@ func registerElementwise(r *Registry) {
 		})
 	}
 	binary := func(target string, op ewBinaryOp) {
-		r.Register(target, OpInfo{
+		r.Register(&Op{
+			Name: target,
 			Shape: func(n *Node) (Meta, error) {
 				ops, err := ewOperands(n)
 				if err != nil {
@@ -768,18 +771,18 @@ func registerElementwise(r *Registry) {
 		binary(target, ewBinaryOps[twin])
 	}
 	for _, target := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
-		r.Register(target, OpInfo{Shape: ewAddShape, Eval: ewAddEval})
+		r.Register(&Op{Name: target, Shape: ewAddShape, Eval: ewAddEval})
 	}
 	for _, target := range []string{"aten.div.Tensor_mode", "aten.div.Scalar_mode"} {
-		r.Register(target, OpInfo{Shape: ewDivModeShape, Eval: ewDivModeEval})
+		r.Register(&Op{Name: target, Shape: ewDivModeShape, Eval: ewDivModeEval})
 	}
 	for _, target := range []string{"aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"} {
-		r.Register(target, OpInfo{Shape: ewWhereShape, Eval: ewWhereEval})
+		r.Register(&Op{Name: target, Shape: ewWhereShape, Eval: ewWhereEval})
 	}
-	r.Register("aten.clamp.default", OpInfo{Shape: ewClampShape, Eval: ewClampEval})
-	r.Register("aten.clamp.Tensor", OpInfo{Shape: ewClampShape, Eval: ewClampEval})
-	r.Register("aten._to_copy.default", OpInfo{Shape: ewToCopyShape, Eval: ewToCopyEval})
-	r.Register("aten.view.dtype", OpInfo{Shape: ewViewDTypeShape, Eval: ewViewDTypeEval})
+	r.Register(&Op{Name: "aten.clamp.default", Shape: ewClampShape, Eval: ewClampEval})
+	r.Register(&Op{Name: "aten.clamp.Tensor", Shape: ewClampShape, Eval: ewClampEval})
+	r.Register(&Op{Name: "aten._to_copy.default", Shape: ewToCopyShape, Eval: ewToCopyEval})
+	r.Register(&Op{Name: "aten.view.dtype", Shape: ewViewDTypeShape, Eval: ewViewDTypeEval})
 }
 
 // ewAddOperands returns (self, other, alpha) of add/sub/rsub.

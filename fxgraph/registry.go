@@ -22,16 +22,6 @@ type ShapeFunc func(n *Node) (Meta, error)
 // not constant, which only happens for ops marked ShapeOnly).
 type EvalFunc func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error)
 
-// OpInfo is the shape rule, fold and flags of an operator, as given to
-// Registry.Register, which wraps it in an Op.
-type OpInfo struct {
-	Shape     ShapeFunc
-	Eval      EvalFunc
-	ShapeOnly bool
-	// Args is the schema of the arguments with defaults (see Op.Args).
-	Args []ArgSpec
-}
-
 // Unknown is the dim shape propagation uses where a size cannot be derived
 // before specialization (for example a reshape to a size computed at run time).
 var Unknown = Dim{Sym: "?"}
@@ -50,19 +40,20 @@ func NewRegistry() *Registry {
 	return &Registry{ops: opTable, frozen: true}
 }
 
-// Register adds the info for target. Registering a target twice is a
-// programming error and panics.
-func (r *Registry) Register(target string, info OpInfo) {
+// Register adds op under its name. Registering a name twice, an op without
+// a shape rule, or into the shared registry (NewRegistry) is a programming
+// error and panics.
+func (r *Registry) Register(op *Op) {
 	if r.frozen {
-		panic("fxgraph: Register on the shared registry: define the op in this package's init instead (" + target + ")")
+		panic("fxgraph: Register on the shared registry: define the op in this package's init instead (" + op.Name + ")")
 	}
-	if _, dup := r.ops[target]; dup {
-		panic("fxgraph: operator registered twice: " + target)
+	if _, dup := r.ops[op.Name]; dup {
+		panic("fxgraph: operator registered twice: " + op.Name)
 	}
-	if info.Shape == nil {
-		panic("fxgraph: operator registered without a shape function: " + target)
+	if op.Shape == nil {
+		panic("fxgraph: operator registered without a shape function: " + op.Name)
 	}
-	r.ops[target] = &Op{Name: target, Args: info.Args, Shape: info.Shape, Eval: info.Eval, ShapeOnly: info.ShapeOnly}
+	r.ops[op.Name] = op
 }
 
 // Lookup returns the operator called target.
@@ -313,7 +304,8 @@ func (r *Registry) Specialize(g *Graph, dims map[string]int64, maxFold int64) (*
 }
 
 func registerGetItem(r *Registry) {
-	r.Register(GetItem, OpInfo{
+	r.Register(&Op{
+		Name: GetItem,
 		Shape: func(n *Node) (Meta, error) {
 			src, err := n.InputNode(0)
 			if err != nil {
