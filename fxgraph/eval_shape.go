@@ -612,7 +612,8 @@ func shEvalScatter(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor,
 	}
 	red := ""
 	if n.Target == "aten.scatter_reduce.two" {
-		red, _ = n.ArgOr(4, "reduce", "").(string)
+		v, _ := n.Param("reduce")
+		red, _ = v.(string)
 	}
 	xs := x.Shape
 	if len(xs) == 0 {
@@ -898,7 +899,7 @@ func shEvalPixel(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, e
 	if err != nil {
 		return nil, err
 	}
-	f, _ := n.IntArg(1, "factor", 1)
+	f, _ := n.ParamInt("factor")
 	k := x.Rank()
 	st := shStrides(x.Shape)
 	up := n.Target == "aten.pixel_shuffle.default"

@@ -26,7 +26,7 @@ const (
 
 // ArgSpec describes one argument of an operator: its position in Args, its
 // keyword name, its kind and its default (used when the node passes
-// neither). Shape rules, folding and lowering rules read defaults from here,
+// neither; nil for a required argument). Shape rules, folding and lowering rules read defaults from here,
 // so that each is written once.
 type ArgSpec struct {
 	Name    string

@@ -39,12 +39,18 @@ var argSchemas = map[string][]ArgSpec{
 	"aten.slice.Tensor":               {{"step", 4, ArgInt, int64(1)}},
 	"aten.triu.default":               {triDiagonal},
 	"aten.tril.default":               {triDiagonal},
+	"aten.pixel_shuffle.default":      {pixelFactor},
+	"aten.pixel_unshuffle.default":    {pixelFactor},
+	// reduce is required by torch; "" (plain scatter) when absent.
+	"aten.scatter_reduce.two": {{"reduce", 4, ArgAny, ""}},
 }
 
 var (
 	addAlpha      = ArgSpec{"alpha", 2, ArgAny, int64(1)}
 	varCorrection = ArgSpec{"correction", KwOnly, ArgFloat, 1.0}
 	triDiagonal   = ArgSpec{"diagonal", 1, ArgInt, int64(0)}
+	// pixelFactor is required: no default.
+	pixelFactor = ArgSpec{"factor", 1, ArgInt, nil}
 	// nllArgs: reduction 1 is mean (0 none, 2 sum), as in PyTorch.
 	nllArgs = []ArgSpec{{"reduction", 3, ArgInt, int64(1)}, {"ignore_index", 4, ArgInt, int64(-100)}}
 )
@@ -65,13 +71,38 @@ func attachArgSchemas(ops map[string]*Op) {
 	}
 }
 
-// param returns the schema of argument name of the op n calls.
+// param returns the schema of argument name of the op n calls; an argument
+// without a default (required) that n does not pass is an error.
 func (n *Node) param(name string) (ArgSpec, error) {
 	op, ok := OpByName(n.Target)
 	if !ok {
 		return ArgSpec{}, fmt.Errorf("%w: node %s calls %s", ErrUnsupported, n.Name, n.Target)
 	}
-	return op.spec(n, name)
+	a, err := op.spec(n, name)
+	if err != nil {
+		return ArgSpec{}, err
+	}
+	if a.Default == nil && n.ArgOr(a.Pos, name, nil) == nil {
+		return ArgSpec{}, fmt.Errorf("fxgraph: node %s (%s) has no argument %s, which is required", n.Name, n.Target, name)
+	}
+	return a, nil
+}
+
+// paramDefault is a's default, or (for a required argument, which param
+// has checked is given) zero of its kind, never used.
+func paramDefault(a ArgSpec) any {
+	if a.Default != nil {
+		return a.Default
+	}
+	switch a.Kind {
+	case ArgInt:
+		return int64(0)
+	case ArgFloat:
+		return 0.0
+	case ArgBool:
+		return false
+	}
+	return nil
 }
 
 // Param returns argument name of n as given (positional or keyword), or its
@@ -90,7 +121,7 @@ func (n *Node) ParamFloat(name string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	def, ok := AsFloat(a.Default)
+	def, ok := AsFloat(paramDefault(a))
 	if !ok {
 		return 0, fmt.Errorf("fxgraph: op %s argument %q has no float default", n.Target, name)
 	}
@@ -103,7 +134,7 @@ func (n *Node) ParamInt(name string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	def, ok := AsInt(a.Default)
+	def, ok := AsInt(paramDefault(a))
 	if !ok {
 		return 0, fmt.Errorf("fxgraph: op %s argument %q has no int default", n.Target, name)
 	}
@@ -116,7 +147,7 @@ func (n *Node) ParamBool(name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	def, ok := a.Default.(bool)
+	def, ok := paramDefault(a).(bool)
 	if !ok {
 		return false, fmt.Errorf("fxgraph: op %s argument %q has no bool default", n.Target, name)
 	}

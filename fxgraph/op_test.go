@@ -22,14 +22,17 @@ func TestOpTable(t *testing.T) {
 			t.Errorf("op %s has no shape rule", op.Name)
 		}
 		for _, a := range op.Args {
-			var ok bool
+			ok := a.Default == nil // required
 			switch a.Kind {
 			case ArgFloat:
-				_, ok = a.Default.(float64)
+				_, isKind := a.Default.(float64)
+				ok = ok || isKind
 			case ArgInt:
-				_, ok = a.Default.(int64)
+				_, isKind := a.Default.(int64)
+				ok = ok || isKind
 			case ArgBool:
-				_, ok = a.Default.(bool)
+				_, isKind := a.Default.(bool)
+				ok = ok || isKind
 			default:
 				ok = true
 			}
@@ -90,5 +93,14 @@ func TestParamDefaults(t *testing.T) {
 	}
 	if g2, err := norm.ParamInt("group"); err == nil {
 		t.Errorf("layer_norm group = %v, want an error (not in its schema)", g2)
+	}
+	// factor has no default: absent, it is an error naming it; given, its value.
+	ps := g.AddCall("aten.pixel_shuffle.default", []any{x}, nil)
+	if f, err := ps.ParamInt("factor"); err == nil || !strings.Contains(err.Error(), "factor, which is required") {
+		t.Errorf("pixel_shuffle without factor = %v, %v; want a required-argument error", f, err)
+	}
+	ps2 := g.AddCall("aten.pixel_shuffle.default", []any{x, int64(2)}, nil)
+	if f, err := ps2.ParamInt("factor"); err != nil || f != 2 {
+		t.Errorf("pixel_shuffle factor = %v, %v; want 2", f, err)
 	}
 }

@@ -957,7 +957,8 @@ func shScatterShape(n *Node) (Meta, error) {
 		}
 	}
 	if n.Target == "aten.scatter_reduce.two" {
-		red, _ := n.ArgOr(4, "reduce", "").(string)
+		v, _ := n.Param("reduce")
+		red, _ := v.(string)
 		switch red {
 		case "sum", "prod", "amax", "amin":
 		default:
@@ -1281,7 +1282,7 @@ func shPixelShape(n *Node) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	r, err := n.IntArg(1, "factor", 0)
+	r, err := n.ParamInt("factor")
 	if err != nil {
 		return Meta{}, err
 	}

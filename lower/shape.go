@@ -738,7 +738,8 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	}
 	red := ""
 	if n.Target == "aten.scatter_reduce.two" {
-		red, _ = n.ArgOr(4, "reduce", "").(string)
+		v, _ := n.Param("reduce")
+		red, _ = v.(string)
 	}
 	fn, err := shUpdateFn(ctx, red, hlo.ShapeOf(x).DType)
 	if err != nil {
@@ -1088,7 +1089,7 @@ func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	f64, err := n.IntArg(1, "factor", 1)
+	f64, err := n.ParamInt("factor")
 	if err != nil {
 		return nil, err
 	}
