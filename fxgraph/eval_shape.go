@@ -755,7 +755,10 @@ func shEvalPad(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, err
 	mode := "constant"
 	switch {
 	case n.Target == "aten.constant_pad_nd.default":
-		fill := n.ArgOr(2, "value", 0.0)
+		fill, err := n.Param("value")
+		if err != nil {
+			return nil, err
+		}
 		if iv, ok := fill.(int64); ok && (out.DType.IsInt()) {
 			for i := int64(0); i < out.NumElements(); i++ {
 				out.SetInt64(i, iv)

@@ -41,6 +41,9 @@ var argSchemas = map[string][]ArgSpec{
 	"aten.tril.default":               {triDiagonal},
 	"aten.pixel_shuffle.default":      {pixelFactor},
 	"aten.pixel_unshuffle.default":    {pixelFactor},
+	"aten.constant_pad_nd.default":    {{"value", 2, ArgAny, int64(0)}},
+	"aten.arange.start":               {arangeStart},
+	"aten.arange.start_step":          {arangeStart, {"step", 2, ArgAny, int64(1)}},
 	// reduce is required by torch; "" (plain scatter) when absent.
 	"aten.scatter_reduce.two": {{"reduce", 4, ArgAny, ""}},
 }
@@ -49,6 +52,7 @@ var (
 	addAlpha      = ArgSpec{"alpha", 2, ArgAny, int64(1)}
 	varCorrection = ArgSpec{"correction", KwOnly, ArgFloat, 1.0}
 	triDiagonal   = ArgSpec{"diagonal", 1, ArgInt, int64(0)}
+	arangeStart   = ArgSpec{"start", 0, ArgAny, int64(0)}
 	// pixelFactor is required: no default.
 	pixelFactor = ArgSpec{"factor", 1, ArgInt, nil}
 	// nllArgs: reduction 1 is mean (0 none, 2 sum), as in PyTorch.

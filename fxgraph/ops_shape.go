@@ -1124,9 +1124,16 @@ func shArangeArgs(n *Node) (start, end, step any, err error) {
 	case "aten.arange.default":
 		start, end, step = int64(0), n.ArgOr(0, "end", nil), int64(1)
 	case "aten.arange.start":
-		start, end, step = n.ArgOr(0, "start", int64(0)), n.ArgOr(1, "end", nil), int64(1)
+		end, step = n.ArgOr(1, "end", nil), int64(1)
+		start, err = n.Param("start")
 	default:
-		start, end, step = n.ArgOr(0, "start", int64(0)), n.ArgOr(1, "end", nil), n.ArgOr(2, "step", int64(1))
+		end = n.ArgOr(1, "end", nil)
+		if start, err = n.Param("start"); err == nil {
+			step, err = n.Param("step")
+		}
+	}
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	start, end, step = shArangeScalar(start), shArangeScalar(end), shArangeScalar(step)
 	for _, v := range []any{start, end, step} {

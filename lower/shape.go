@@ -886,7 +886,11 @@ func shLowerConstantPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 	if err != nil {
 		return nil, err
 	}
-	fill, err := shScalarOf(ctx, dt, n.ArgOr(2, "value", int64(0)))
+	v, err := n.Param("value")
+	if err != nil {
+		return nil, err
+	}
+	fill, err := shScalarOf(ctx, dt, v)
 	if err != nil {
 		return nil, err
 	}
@@ -954,11 +958,17 @@ func shLowerFull(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 func shLowerArange(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, dims := Out(n, 0)
 	var start, step any = int64(0), int64(1)
+	var err error
 	switch n.Target {
 	case "aten.arange.start":
-		start = n.ArgOr(0, "start", int64(0))
+		start, err = n.Param("start")
 	case "aten.arange.start_step":
-		start, step = n.ArgOr(0, "start", int64(0)), n.ArgOr(2, "step", int64(1))
+		if start, err = n.Param("start"); err == nil {
+			step, err = n.Param("step")
+		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	ct := tensor.Float64
 	if dt.IsInt() {
