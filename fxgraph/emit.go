@@ -33,21 +33,26 @@ func (e *Emitter) Emit(name, target string, args []any, kwargs map[string]any) (
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnsupported, target)
 	}
-	n := e.Graph.AddNamedCall(name, target, args, kwargs)
-	m, err := info.Shape(n)
+	return e.EmitOp(name, info, args, kwargs)
+}
+
+// EmitOp is Emit for an operator given as its Op value.
+func (e *Emitter) EmitOp(name string, op *Op, args []any, kwargs map[string]any) (*Node, error) {
+	n := e.Graph.AddNamedCall(name, op.Name, args, kwargs)
+	m, err := op.Shape(n)
 	if err != nil {
 		_ = e.Graph.Erase(n) // unused: it was just added
-		return nil, fmt.Errorf("shape of %s (%s): %w", n.Name, target, err)
+		return nil, fmt.Errorf("shape of %s (%s): %w", n.Name, op.Name, err)
 	}
 	n.Meta = m
-	return e.fold(n, info)
+	return e.fold(n, op)
 }
 
 // fold replaces n by a constant when all its inputs are constant (or, for
 // ShapeOnly ops, have static shapes), so that shape computations (Shape ->
 // Gather -> Concat -> Reshape) resolve at import time whenever the shapes are
 // static. An op that fails or declines to fold is left to the backend.
-func (e *Emitter) fold(n *Node, info OpInfo) (*Node, error) {
+func (e *Emitter) fold(n *Node, info *Op) (*Node, error) {
 	limit := e.MaxFoldElements
 	if limit == 0 {
 		limit = ImportFoldElements

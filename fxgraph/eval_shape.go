@@ -612,7 +612,8 @@ func shEvalScatter(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor,
 	}
 	red := ""
 	if n.Target == "aten.scatter_reduce.two" {
-		red, _ = n.ArgOr(4, "reduce", "").(string)
+		v, _ := n.Param("reduce")
+		red, _ = v.(string)
 	}
 	xs := x.Shape
 	if len(xs) == 0 {
@@ -675,7 +676,7 @@ func shEvalIndexPut(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor
 	if err != nil {
 		return nil, err
 	}
-	acc, err := n.BoolArg(3, "accumulate", false)
+	acc, err := n.ParamBool("accumulate")
 	if err != nil {
 		return nil, err
 	}
@@ -754,7 +755,10 @@ func shEvalPad(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, err
 	mode := "constant"
 	switch {
 	case n.Target == "aten.constant_pad_nd.default":
-		fill := n.ArgOr(2, "value", 0.0)
+		fill, err := n.Param("value")
+		if err != nil {
+			return nil, err
+		}
 		if iv, ok := fill.(int64); ok && (out.DType.IsInt()) {
 			for i := int64(0); i < out.NumElements(); i++ {
 				out.SetInt64(i, iv)
@@ -872,7 +876,7 @@ func shEvalTri(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, err
 	if err != nil {
 		return nil, err
 	}
-	k, err := n.IntArg(1, "diagonal", 0)
+	k, err := n.ParamInt("diagonal")
 	if err != nil {
 		return nil, err
 	}
@@ -898,7 +902,7 @@ func shEvalPixel(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, e
 	if err != nil {
 		return nil, err
 	}
-	f, _ := n.IntArg(1, "factor", 1)
+	f, _ := n.ParamInt("factor")
 	k := x.Rank()
 	st := shStrides(x.Shape)
 	up := n.Target == "aten.pixel_shuffle.default"

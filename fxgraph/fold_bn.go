@@ -67,7 +67,7 @@ func (g *Graph) foldOneBatchNorm(bn *Node) bool {
 		}
 	}
 	gamma, beta, mean, variance := constArg(bn, 1), constArg(bn, 2), constArg(bn, 3), constArg(bn, 4)
-	eps, err := NormEps(bn)
+	eps, err := bn.ParamFloat("eps")
 	if mean == nil || variance == nil || err != nil {
 		return false
 	}

@@ -12,9 +12,10 @@ import (
 // without depending on the real operator families:
 // test.add(a, b) adds elementwise; test.shape(x) is x's shape as int64.
 func testRegistry() *Registry {
-	r := &Registry{ops: map[string]OpInfo{}}
+	r := &Registry{ops: map[string]*Op{}}
 	registerGetItem(r)
-	r.Register("xserve.add", OpInfo{
+	r.Register(&Op{
+		Name: "xserve.add",
 		Shape: func(n *Node) (Meta, error) {
 			a, err := n.InputMeta(0)
 			if err != nil {
@@ -42,7 +43,8 @@ func testRegistry() *Registry {
 			return []*tensor.Tensor{out}, nil
 		},
 	})
-	r.Register("xserve.shape", OpInfo{
+	r.Register(&Op{
+		Name:      "xserve.shape",
 		ShapeOnly: true,
 		Shape: func(n *Node) (Meta, error) {
 			a, err := n.InputMeta(0)

@@ -38,8 +38,8 @@ const subgraphFoldElements = 1 << 14
 // registerControlFlow registers the higher-order operators cond and
 // while_loop.
 func registerControlFlow(r *Registry) {
-	r.Register(Cond, OpInfo{Shape: func(n *Node) (Meta, error) { return r.condShape(n) }})
-	r.Register(WhileLoop, OpInfo{Shape: func(n *Node) (Meta, error) { return r.whileShape(n) }})
+	r.Register(&Op{Name: Cond, Shape: func(n *Node) (Meta, error) { return r.condShape(n) }})
+	r.Register(&Op{Name: WhileLoop, Shape: func(n *Node) (Meta, error) { return r.whileShape(n) }})
 }
 
 func (r *Registry) whileShape(n *Node) (Meta, error) {

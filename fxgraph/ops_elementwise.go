@@ -165,7 +165,7 @@ type ewParamOp struct {
 
 var ewParamOps = map[string]ewParamOp{
 	"aten.leaky_relu.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
-		s, err := n.FloatArg(1, "negative_slope", 0.01)
+		s, err := n.ParamFloat("negative_slope")
 		if err != nil {
 			return nil, err
 		}
@@ -220,11 +220,11 @@ var ewParamOps = map[string]ewParamOp{
 		return func(v float64) float64 { return ewSoftplus(v, beta, threshold) }, nil
 	}, false},
 	"aten.threshold.default": {ewSame, func(n *Node) (func(float64) float64, error) {
-		th, err := n.FloatArg(1, "threshold", 0)
+		th, err := n.ParamFloat("threshold")
 		if err != nil {
 			return nil, err
 		}
-		val, err := n.FloatArg(2, "value", 0)
+		val, err := n.ParamFloat("value")
 		if err != nil {
 			return nil, err
 		}
@@ -238,18 +238,21 @@ var ewParamOps = map[string]ewParamOp{
 }
 
 func ewEluArgs(n *Node) (alpha, scale, inScale float64, err error) {
-	if alpha, err = n.FloatArg(1, "alpha", 1); err != nil {
+	if alpha, err = n.ParamFloat("alpha"); err != nil {
 		return
 	}
-	if scale, err = n.FloatArg(2, "scale", 1); err != nil {
+	if scale, err = n.ParamFloat("scale"); err != nil {
 		return
 	}
-	inScale, err = n.FloatArg(3, "input_scale", 1)
+	inScale, err = n.ParamFloat("input_scale")
 	return
 }
 
 func ewGeluApprox(n *Node) (string, error) {
-	a := n.ArgOr(1, "approximate", "none")
+	a, err := n.Param("approximate")
+	if err != nil {
+		return "", err
+	}
 	s, ok := a.(string)
 	if !ok || (s != "none" && s != "tanh") {
 		return "", fmt.Errorf("gelu: approximate is %s, want \"none\" or \"tanh\"", FormatArg(a))
@@ -258,18 +261,18 @@ func ewGeluApprox(n *Node) (string, error) {
 }
 
 func ewHardtanhArgs(n *Node) (lo, hi float64, err error) {
-	if lo, err = n.FloatArg(1, "min_val", -1); err != nil {
+	if lo, err = n.ParamFloat("min_val"); err != nil {
 		return
 	}
-	hi, err = n.FloatArg(2, "max_val", 1)
+	hi, err = n.ParamFloat("max_val")
 	return
 }
 
 func ewSoftplusArgs(n *Node) (beta, threshold float64, err error) {
-	if beta, err = n.FloatArg(1, "beta", 1); err != nil {
+	if beta, err = n.ParamFloat("beta"); err != nil {
 		return
 	}
-	threshold, err = n.FloatArg(2, "threshold", 20)
+	threshold, err = n.ParamFloat("threshold")
 	return
 }
 
@@ -441,15 +444,12 @@ var ewScalarTwins = map[string]string{
 	"aten.ge.Scalar":                         "aten.ge.Tensor",
 }
 
-// ScalarTwins returns a copy of the map from each .Scalar overload (other
-// is a Python number) to the .Tensor overload that computes the same thing:
-// the one list the IR and the lowering share.
-func ScalarTwins() map[string]string {
-	out := make(map[string]string, len(ewScalarTwins))
-	for k, v := range ewScalarTwins {
-		out[k] = v
+// attachScalarTwins sets Op.Twin of each .Scalar overload from
+// ewScalarTwins.
+func attachScalarTwins(ops map[string]*Op) {
+	for name, twin := range ewScalarTwins {
+		ops[name].Twin = ops[twin]
 	}
-	return out
 }
 
 // ResultType returns the dtype PyTorch computes a pointwise operation on
@@ -597,9 +597,13 @@ func ewOptNumberArg(n *Node, i int, name string) (any, error) {
 	return ewNumberArg(n, i, name)
 }
 
-// ewAlpha returns the alpha kwarg of add/sub (1 when absent).
+// ewAlpha returns the alpha kwarg of add/sub (its schema default when
+// absent).
 func ewAlpha(n *Node) (any, error) {
-	a := n.ArgOr(2, "alpha", int64(1))
+	a, err := n.Param("alpha")
+	if err != nil {
+		return nil, err
+	}
 	switch a.(type) {
 	case int64, int, float64, bool:
 		return a, nil
@@ -678,7 +682,8 @@ func ewTypeCheck(n *Node, noFloat bool, dt tensor.DType) error {
 func registerElementwise(r *Registry) {
 	for target, op := range ewUnaryOps {
 		op := op
-		r.Register(target, OpInfo{
+		r.Register(&Op{
+			Name: target,
 			Shape: func(n *Node) (Meta, error) {
 				x, err := ewNodeArg(n, 0)
 				if err != nil {
@@ -693,7 +698,8 @@ func registerElementwise(r *Registry) {
 	}
 	for target, op := range ewParamOps {
 		op := op
-		r.Register(target, OpInfo{
+		r.Register(&Op{
+			Name: target,
 			Shape: func(n *Node) (Meta, error) {
 				x, err := ewNodeArg(n, 0)
 				if err != nil {
@@ -718,7 +724,8 @@ func registerElementwise(r *Registry) {
 		})
 	}
 	binary := func(target string, op ewBinaryOp) {
-		r.Register(target, OpInfo{
+		r.Register(&Op{
+			Name: target,
 			Shape: func(n *Node) (Meta, error) {
 				ops, err := ewOperands(n)
 				if err != nil {
@@ -764,18 +771,18 @@ func registerElementwise(r *Registry) {
 		binary(target, ewBinaryOps[twin])
 	}
 	for _, target := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
-		r.Register(target, OpInfo{Shape: ewAddShape, Eval: ewAddEval})
+		r.Register(&Op{Name: target, Shape: ewAddShape, Eval: ewAddEval})
 	}
 	for _, target := range []string{"aten.div.Tensor_mode", "aten.div.Scalar_mode"} {
-		r.Register(target, OpInfo{Shape: ewDivModeShape, Eval: ewDivModeEval})
+		r.Register(&Op{Name: target, Shape: ewDivModeShape, Eval: ewDivModeEval})
 	}
 	for _, target := range []string{"aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"} {
-		r.Register(target, OpInfo{Shape: ewWhereShape, Eval: ewWhereEval})
+		r.Register(&Op{Name: target, Shape: ewWhereShape, Eval: ewWhereEval})
 	}
-	r.Register("aten.clamp.default", OpInfo{Shape: ewClampShape, Eval: ewClampEval})
-	r.Register("aten.clamp.Tensor", OpInfo{Shape: ewClampShape, Eval: ewClampEval})
-	r.Register("aten._to_copy.default", OpInfo{Shape: ewToCopyShape, Eval: ewToCopyEval})
-	r.Register("aten.view.dtype", OpInfo{Shape: ewViewDTypeShape, Eval: ewViewDTypeEval})
+	r.Register(&Op{Name: "aten.clamp.default", Shape: ewClampShape, Eval: ewClampEval})
+	r.Register(&Op{Name: "aten.clamp.Tensor", Shape: ewClampShape, Eval: ewClampEval})
+	r.Register(&Op{Name: "aten._to_copy.default", Shape: ewToCopyShape, Eval: ewToCopyEval})
+	r.Register(&Op{Name: "aten.view.dtype", Shape: ewViewDTypeShape, Eval: ewViewDTypeEval})
 }
 
 // ewAddOperands returns (self, other, alpha) of add/sub/rsub.

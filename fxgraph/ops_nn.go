@@ -13,28 +13,28 @@ import (
 // Besides Core ATen operators it registers "xserve.resize", the ONNX
 // Resize/Upsample operator, whose arguments are documented at nnResizeShape.
 func registerNN(r *Registry) {
-	r.Register("aten.convolution.default", OpInfo{Shape: nnConvolutionShape})
-	r.Register("aten.mm.default", OpInfo{Shape: nnMMShape})
-	r.Register("aten.bmm.default", OpInfo{Shape: nnBMMShape})
-	r.Register("aten.addmm.default", OpInfo{Shape: nnAddmmShape})
-	r.Register("aten.matmul.default", OpInfo{Shape: nnMatmulShape})
-	r.Register("aten.linear.default", OpInfo{Shape: nnLinearShape})
-	r.Register("aten.max_pool1d.default", OpInfo{Shape: nnMaxPoolShape(1, false)})
-	r.Register("aten.max_pool1d_with_indices.default", OpInfo{Shape: nnMaxPoolShape(1, true)})
-	r.Register("aten.max_pool2d_with_indices.default", OpInfo{Shape: nnMaxPoolShape(2, true)})
-	r.Register("aten.max_pool3d_with_indices.default", OpInfo{Shape: nnMaxPoolShape(3, true)})
-	r.Register("aten.avg_pool1d.default", OpInfo{Shape: nnAvgPoolShape(1)})
-	r.Register("aten.avg_pool2d.default", OpInfo{Shape: nnAvgPoolShape(2)})
-	r.Register("aten.avg_pool3d.default", OpInfo{Shape: nnAvgPoolShape(3)})
-	r.Register("aten._adaptive_avg_pool2d.default", OpInfo{Shape: nnAdaptiveAvgPoolShape(2)})
-	r.Register("aten._native_batch_norm_legit_no_training.default", OpInfo{Shape: nnBatchNormShape})
-	r.Register("aten.native_layer_norm.default", OpInfo{Shape: nnLayerNormShape})
-	r.Register("aten.native_group_norm.default", OpInfo{Shape: nnGroupNormShape})
-	r.Register("aten._softmax.default", OpInfo{Shape: nnSoftmaxShape})
-	r.Register("aten._log_softmax.default", OpInfo{Shape: nnSoftmaxShape})
-	r.Register("xserve.resize", OpInfo{Shape: nnResizeShape})
-	r.Register("aten.grid_sampler_2d.default", OpInfo{Shape: nnGridSamplerShape})
-	r.Register("xserve.roi_align", OpInfo{Shape: nnRoiAlignShape})
+	r.Register(&Op{Name: "aten.convolution.default", Shape: nnConvolutionShape})
+	r.Register(&Op{Name: "aten.mm.default", Shape: nnMMShape})
+	r.Register(&Op{Name: "aten.bmm.default", Shape: nnBMMShape})
+	r.Register(&Op{Name: "aten.addmm.default", Shape: nnAddmmShape})
+	r.Register(&Op{Name: "aten.matmul.default", Shape: nnMatmulShape})
+	r.Register(&Op{Name: "aten.linear.default", Shape: nnLinearShape})
+	r.Register(&Op{Name: "aten.max_pool1d.default", Shape: nnMaxPoolShape(1, false)})
+	r.Register(&Op{Name: "aten.max_pool1d_with_indices.default", Shape: nnMaxPoolShape(1, true)})
+	r.Register(&Op{Name: "aten.max_pool2d_with_indices.default", Shape: nnMaxPoolShape(2, true)})
+	r.Register(&Op{Name: "aten.max_pool3d_with_indices.default", Shape: nnMaxPoolShape(3, true)})
+	r.Register(&Op{Name: "aten.avg_pool1d.default", Shape: nnAvgPoolShape(1)})
+	r.Register(&Op{Name: "aten.avg_pool2d.default", Shape: nnAvgPoolShape(2)})
+	r.Register(&Op{Name: "aten.avg_pool3d.default", Shape: nnAvgPoolShape(3)})
+	r.Register(&Op{Name: "aten._adaptive_avg_pool2d.default", Shape: nnAdaptiveAvgPoolShape(2)})
+	r.Register(&Op{Name: "aten._native_batch_norm_legit_no_training.default", Shape: nnBatchNormShape})
+	r.Register(&Op{Name: "aten.native_layer_norm.default", Shape: nnLayerNormShape})
+	r.Register(&Op{Name: "aten.native_group_norm.default", Shape: nnGroupNormShape})
+	r.Register(&Op{Name: "aten._softmax.default", Shape: nnSoftmaxShape})
+	r.Register(&Op{Name: "aten._log_softmax.default", Shape: nnSoftmaxShape})
+	r.Register(&Op{Name: "xserve.resize", Shape: nnResizeShape})
+	r.Register(&Op{Name: "aten.grid_sampler_2d.default", Shape: nnGridSamplerShape})
+	r.Register(&Op{Name: "xserve.roi_align", Shape: nnRoiAlignShape})
 }
 
 // nnRoiAlignShape is the shape function of "xserve.roi_align", ONNX's
@@ -78,10 +78,10 @@ func nnRoiAlignShape(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("%w: roi_align %s %d", ErrUnsupported, name, sizes[i])
 		}
 	}
-	if _, err := n.FloatArg(6, "spatial_scale", 1); err != nil {
+	if _, err := n.ParamFloat("spatial_scale"); err != nil {
 		return Meta{}, err
 	}
-	if _, err := n.BoolArg(7, "half_pixel", true); err != nil {
+	if _, err := n.ParamBool("half_pixel"); err != nil {
 		return Meta{}, err
 	}
 	return One(x.DType, Shape{rois.Shape[0], x.Shape[1], D(sizes[0]), D(sizes[1])}), nil
@@ -104,18 +104,18 @@ func nnGridSamplerShape(n *Node) (Meta, error) {
 	if !x.DType.IsFloat() || g.DType != x.DType {
 		return Meta{}, fmt.Errorf("grid_sampler_2d: input %s and grid %s must have the same floating dtype", x.DType, g.DType)
 	}
-	mode, err := n.IntArg(2, "interpolation_mode", 0)
+	mode, err := n.ParamInt("interpolation_mode")
 	if err != nil {
 		return Meta{}, err
 	}
-	pad, err := n.IntArg(3, "padding_mode", 0)
+	pad, err := n.ParamInt("padding_mode")
 	if err != nil {
 		return Meta{}, err
 	}
 	if mode < 0 || mode > 2 || pad < 0 || pad > 2 {
 		return Meta{}, fmt.Errorf("grid_sampler_2d: interpolation_mode %d / padding_mode %d", mode, pad)
 	}
-	if _, err := n.BoolArg(4, "align_corners", false); err != nil {
+	if _, err := n.ParamBool("align_corners"); err != nil {
 		return Meta{}, err
 	}
 	nd := x.Shape[0]
@@ -383,7 +383,7 @@ func nnAddmmShape(n *Node) (Meta, error) {
 		}
 	}
 	for _, k := range []string{"beta", "alpha"} {
-		if _, err := n.FloatArg(1<<20, k, 1); err != nil {
+		if _, err := n.ParamFloat(k); err != nil {
 			return Meta{}, err
 		}
 	}
@@ -651,7 +651,7 @@ func nnBatchNormShape(n *Node) (Meta, error) {
 	if n.Arg(3) == nil || n.Arg(4) == nil {
 		return Meta{}, fmt.Errorf("batch_norm: running_mean and running_var are required")
 	}
-	if _, err := NormEps(n); err != nil {
+	if _, err := n.ParamFloat("eps"); err != nil {
 		return Meta{}, err
 	}
 	empty := TensorMeta{DType: x.DType, Shape: Shape{D(0)}}
@@ -689,7 +689,7 @@ func nnLayerNormShape(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("layer_norm: argument %d is %s, want %v", i, m, ns)
 		}
 	}
-	if _, err := NormEps(n); err != nil {
+	if _, err := n.ParamFloat("eps"); err != nil {
 		return Meta{}, err
 	}
 	stat := x.Shape.Clone()
@@ -712,14 +712,14 @@ func nnGroupNormShape(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("group_norm: %w", err)
 		}
 	}
-	g, err := n.IntArg(6, "group", 1)
+	g, err := n.ParamInt("group")
 	if err != nil {
 		return Meta{}, err
 	}
 	if g < 1 || (x.Shape[1].IsStatic() && x.Shape[1].Size%g != 0) {
 		return Meta{}, fmt.Errorf("group_norm: %d groups for input %s", g, x)
 	}
-	if _, err := NormEps(n); err != nil {
+	if _, err := n.ParamFloat("eps"); err != nil {
 		return Meta{}, err
 	}
 	stat := TensorMeta{DType: x.DType, Shape: Shape{x.Shape[0], D(g)}}
@@ -969,22 +969,4 @@ func nnResizeShape(n *Node) (Meta, error) {
 		}
 	}
 	return One(x.DType, out), nil
-}
-
-// normEpsArg is where each normalization op takes eps, and its default.
-var normEpsArg = map[string]int{
-	"aten._native_batch_norm_legit_no_training.default": 6,
-	"aten.native_layer_norm.default":                    4,
-	"aten.native_group_norm.default":                    7,
-}
-
-// NormEps returns the eps argument of a batch, layer or group norm node
-// (default 1e-5, as in PyTorch): defined here once for the shape rules and
-// the lowering.
-func NormEps(n *Node) (float64, error) {
-	i, ok := normEpsArg[n.Target]
-	if !ok {
-		return 0, fmt.Errorf("fxgraph: node %s (%s) is not a normalization with eps", n.Name, n.Target)
-	}
-	return n.FloatArg(i, "eps", 1e-5)
 }

@@ -40,16 +40,18 @@ import (
 func registerReductions(r *Registry) {
 	sumLike := func(n *Node) (Meta, error) { return rdReduceMeta(n, 1, 2, rdSumDType) }
 	sumAll := func(n *Node) (Meta, error) { return rdReduceMeta(n, -1, -1, rdSumDType) }
-	r.Register("aten.sum.default", OpInfo{Shape: sumAll, Eval: rdEvalReduce(rdSum, -1, -1)})
-	r.Register("aten.sum.dim_IntList", OpInfo{Shape: sumLike, Eval: rdEvalReduce(rdSum, 1, 2)})
-	r.Register("aten.prod.default", OpInfo{Shape: sumAll, Eval: rdEvalReduce(rdProd, -1, -1)})
-	r.Register("aten.prod.dim_int", OpInfo{Shape: sumLike, Eval: rdEvalReduce(rdProd, 1, 2)})
+	r.Register(&Op{Name: "aten.sum.default", Shape: sumAll, Eval: rdEvalReduce(rdSum, -1, -1)})
+	r.Register(&Op{Name: "aten.sum.dim_IntList", Shape: sumLike, Eval: rdEvalReduce(rdSum, 1, 2)})
+	r.Register(&Op{Name: "aten.prod.default", Shape: sumAll, Eval: rdEvalReduce(rdProd, -1, -1)})
+	r.Register(&Op{Name: "aten.prod.dim_int", Shape: sumLike, Eval: rdEvalReduce(rdProd, 1, 2)})
 
-	r.Register("aten.mean.default", OpInfo{
+	r.Register(&Op{
+		Name:  "aten.mean.default",
 		Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, -1, -1, rdMeanDType) },
 		Eval:  rdEvalReduce(rdMean, -1, -1),
 	})
-	r.Register("aten.mean.dim", OpInfo{
+	r.Register(&Op{
+		Name:  "aten.mean.dim",
 		Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, 1, 2, rdMeanDType) },
 		Eval:  rdEvalReduce(rdMean, 1, 2),
 	})
@@ -69,7 +71,8 @@ func registerReductions(r *Registry) {
 		if dimArg < 0 {
 			keepArg = -1
 		}
-		r.Register(k.target, OpInfo{
+		r.Register(&Op{
+			Name:  k.target,
 			Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, dimArg, keepArg, sameDT) },
 			Eval:  rdEvalReduce(k.kind, dimArg, keepArg),
 		})
@@ -92,7 +95,8 @@ func registerReductions(r *Registry) {
 		if dimArg < 0 {
 			keepArg = -1
 		}
-		r.Register(k.target, OpInfo{
+		r.Register(&Op{
+			Name:  k.target,
 			Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, dimArg, keepArg, boolDT) },
 			Eval:  rdEvalReduce(k.kind, dimArg, keepArg),
 		})
@@ -102,20 +106,20 @@ func registerReductions(r *Registry) {
 		target string
 		kind   rdKind
 	}{{"aten.max.dim", rdMax}, {"aten.min.dim", rdMin}} {
-		r.Register(k.target, OpInfo{Shape: rdMaxDimMeta, Eval: rdEvalMaxDim(k.kind)})
+		r.Register(&Op{Name: k.target, Shape: rdMaxDimMeta, Eval: rdEvalMaxDim(k.kind)})
 	}
 	for _, k := range []struct {
 		target string
 		kind   rdKind
 	}{{"aten.argmax.default", rdMax}, {"aten.argmin.default", rdMin}} {
-		r.Register(k.target, OpInfo{Shape: rdArgMeta, Eval: rdEvalArg(k.kind)})
+		r.Register(&Op{Name: k.target, Shape: rdArgMeta, Eval: rdEvalArg(k.kind)})
 	}
 
-	r.Register("aten.topk.default", OpInfo{Shape: rdTopKMeta})
-	r.Register("aten.sort.default", OpInfo{Shape: rdSortMeta})
-	r.Register("aten.sort.stable", OpInfo{Shape: rdSortMeta})
-	r.Register("aten.cumsum.default", OpInfo{Shape: rdCumMeta, Eval: rdEvalCum(rdSum)})
-	r.Register("aten.cumprod.default", OpInfo{Shape: rdCumMeta, Eval: rdEvalCum(rdProd)})
+	r.Register(&Op{Name: "aten.topk.default", Shape: rdTopKMeta})
+	r.Register(&Op{Name: "aten.sort.default", Shape: rdSortMeta})
+	r.Register(&Op{Name: "aten.sort.stable", Shape: rdSortMeta})
+	r.Register(&Op{Name: "aten.cumsum.default", Shape: rdCumMeta, Eval: rdEvalCum(rdSum)})
+	r.Register(&Op{Name: "aten.cumprod.default", Shape: rdCumMeta, Eval: rdEvalCum(rdProd)})
 
 	floatDT := func(in TensorMeta, n *Node) (tensor.DType, error) {
 		if dt, ok := n.Kwargs["dtype"].(tensor.DType); ok {
@@ -126,7 +130,8 @@ func registerReductions(r *Registry) {
 		}
 		return tensor.Float32, nil
 	}
-	r.Register("aten.logsumexp.default", OpInfo{
+	r.Register(&Op{
+		Name:  "aten.logsumexp.default",
 		Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, 1, 2, floatDT) },
 	})
 	varMeta := func(n *Node) (Meta, error) {
@@ -134,24 +139,25 @@ func registerReductions(r *Registry) {
 		if err != nil {
 			return Meta{}, err
 		}
-		if _, err := n.FloatArg(rdKwOnly, "correction", 1); err != nil {
+		if _, err := n.ParamFloat("correction"); err != nil {
 			return Meta{}, err
 		}
 		return m, nil
 	}
-	r.Register("aten.var.correction", OpInfo{Shape: varMeta})
-	r.Register("aten.std.correction", OpInfo{Shape: varMeta})
-	r.Register("aten.linalg_vector_norm.default", OpInfo{
+	r.Register(&Op{Name: "aten.var.correction", Shape: varMeta})
+	r.Register(&Op{Name: "aten.std.correction", Shape: varMeta})
+	r.Register(&Op{
+		Name: "aten.linalg_vector_norm.default",
 		Shape: func(n *Node) (Meta, error) {
-			if _, err := n.FloatArg(1, "ord", 2); err != nil {
+			if _, err := n.ParamFloat("ord"); err != nil {
 				return Meta{}, err
 			}
 			return rdReduceMeta(n, 2, 3, floatDT)
 		},
 	})
 
-	r.Register("aten.nll_loss_forward.default", OpInfo{Shape: rdNLLMeta})
-	r.Register("aten.nll_loss2d_forward.default", OpInfo{Shape: rdNLLMeta})
+	r.Register(&Op{Name: "aten.nll_loss_forward.default", Shape: rdNLLMeta})
+	r.Register(&Op{Name: "aten.nll_loss2d_forward.default", Shape: rdNLLMeta})
 }
 
 // rdKwOnly is an argument index past any positional argument: it makes
@@ -533,11 +539,11 @@ func rdNLLMeta(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("fxgraph: node %s (%s): weight %s (%s) does not match %d classes", n.Name, n.Target, w.Name, wm.Shape, c.Size)
 		}
 	}
-	red, err := n.IntArg(3, "reduction", rdReductionMean)
+	red, err := n.ParamInt("reduction")
 	if err != nil {
 		return Meta{}, err
 	}
-	if _, err := n.IntArg(4, "ignore_index", -100); err != nil {
+	if _, err := n.ParamInt("ignore_index"); err != nil {
 		return Meta{}, err
 	}
 	out := Shape{}

@@ -136,5 +136,5 @@ func rnnCompatible(s Shape, want []Dim) bool {
 }
 
 func registerRNN(r *Registry) {
-	r.Register("xserve.rnn", OpInfo{Shape: rnnShape})
+	r.Register(&Op{Name: "xserve.rnn", Shape: rnnShape})
 }

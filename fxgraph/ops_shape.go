@@ -18,52 +18,50 @@ import (
 // rejecting them, and size arguments (view, expand, full) may be a 1-D
 // integer tensor node instead of a list, which becomes a list once folded.
 func registerShapeOps(r *Registry) {
-	view := OpInfo{Shape: shViewShape, Eval: shEvalView}
-	r.Register("aten.view.default", view)
-	r.Register("aten._unsafe_view.default", view)
-	r.Register("aten.reshape.default", view)
-	r.Register("aten.permute.default", OpInfo{Shape: shPermuteShape, Eval: shEvalPermute})
-	r.Register("aten.t.default", OpInfo{Shape: shPermuteShape, Eval: shEvalPermute})
-	r.Register("aten.transpose.int", OpInfo{Shape: shPermuteShape, Eval: shEvalPermute})
-	r.Register("aten.expand.default", OpInfo{Shape: shExpandShape, Eval: shEvalExpand})
-	r.Register("aten.unsqueeze.default", OpInfo{Shape: shUnsqueezeShape, Eval: shEvalView})
-	squeeze := OpInfo{Shape: shSqueezeShape, Eval: shEvalView}
-	r.Register("aten.squeeze.dims", squeeze)
-	r.Register("aten.squeeze.dim", squeeze)
-	r.Register("aten.squeeze.default", squeeze)
-	r.Register("aten.cat.default", OpInfo{Shape: shCatShape, Eval: shEvalCat})
-	r.Register("aten.split_with_sizes.default", OpInfo{Shape: shSplitShape, Eval: shEvalSplit})
-	r.Register("aten.split.Tensor", OpInfo{Shape: shSplitShape, Eval: shEvalSplit})
-	r.Register("aten.slice.Tensor", OpInfo{Shape: shSliceShape, Eval: shEvalSlice})
-	r.Register("aten.select.int", OpInfo{Shape: shSelectShape, Eval: shEvalSelect})
-	r.Register("aten.flip.default", OpInfo{Shape: shSameShape, Eval: shEvalFlip})
-	r.Register("aten.index_select.default", OpInfo{Shape: shIndexSelectShape, Eval: shEvalIndexSelect})
-	r.Register("aten.gather.default", OpInfo{Shape: shGatherShape, Eval: shEvalGather})
-	r.Register("aten.index.Tensor", OpInfo{Shape: shIndexShape, Eval: shEvalIndex})
-	r.Register("aten.scatter.src", OpInfo{Shape: shScatterShape, Eval: shEvalScatter})
-	r.Register("aten.scatter.value", OpInfo{Shape: shScatterShape, Eval: shEvalScatter})
-	r.Register("aten.scatter_reduce.two", OpInfo{Shape: shScatterShape, Eval: shEvalScatter})
-	r.Register("aten.index_put.default", OpInfo{Shape: shIndexPutShape, Eval: shEvalIndexPut})
-	r.Register("aten.constant_pad_nd.default", OpInfo{Shape: shPadShape, Eval: shEvalPad})
+	for _, name := range []string{"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"} {
+		r.Register(&Op{Name: name, Shape: shViewShape, Eval: shEvalView})
+	}
+	r.Register(&Op{Name: "aten.permute.default", Shape: shPermuteShape, Eval: shEvalPermute})
+	r.Register(&Op{Name: "aten.t.default", Shape: shPermuteShape, Eval: shEvalPermute})
+	r.Register(&Op{Name: "aten.transpose.int", Shape: shPermuteShape, Eval: shEvalPermute})
+	r.Register(&Op{Name: "aten.expand.default", Shape: shExpandShape, Eval: shEvalExpand})
+	r.Register(&Op{Name: "aten.unsqueeze.default", Shape: shUnsqueezeShape, Eval: shEvalView})
+	for _, name := range []string{"aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default"} {
+		r.Register(&Op{Name: name, Shape: shSqueezeShape, Eval: shEvalView})
+	}
+	r.Register(&Op{Name: "aten.cat.default", Shape: shCatShape, Eval: shEvalCat})
+	r.Register(&Op{Name: "aten.split_with_sizes.default", Shape: shSplitShape, Eval: shEvalSplit})
+	r.Register(&Op{Name: "aten.split.Tensor", Shape: shSplitShape, Eval: shEvalSplit})
+	r.Register(&Op{Name: "aten.slice.Tensor", Shape: shSliceShape, Eval: shEvalSlice})
+	r.Register(&Op{Name: "aten.select.int", Shape: shSelectShape, Eval: shEvalSelect})
+	r.Register(&Op{Name: "aten.flip.default", Shape: shSameShape, Eval: shEvalFlip})
+	r.Register(&Op{Name: "aten.index_select.default", Shape: shIndexSelectShape, Eval: shEvalIndexSelect})
+	r.Register(&Op{Name: "aten.gather.default", Shape: shGatherShape, Eval: shEvalGather})
+	r.Register(&Op{Name: "aten.index.Tensor", Shape: shIndexShape, Eval: shEvalIndex})
+	r.Register(&Op{Name: "aten.scatter.src", Shape: shScatterShape, Eval: shEvalScatter})
+	r.Register(&Op{Name: "aten.scatter.value", Shape: shScatterShape, Eval: shEvalScatter})
+	r.Register(&Op{Name: "aten.scatter_reduce.two", Shape: shScatterShape, Eval: shEvalScatter})
+	r.Register(&Op{Name: "aten.index_put.default", Shape: shIndexPutShape, Eval: shEvalIndexPut})
+	r.Register(&Op{Name: "aten.constant_pad_nd.default", Shape: shPadShape, Eval: shEvalPad})
 	for _, mode := range []string{"reflection", "replication"} {
 		for nd := 1; nd <= 3; nd++ {
-			r.Register(fmt.Sprintf("aten.%s_pad%dd.default", mode, nd), OpInfo{Shape: shPadShape, Eval: shEvalPad})
+			r.Register(&Op{Name: fmt.Sprintf("aten.%s_pad%dd.default", mode, nd), Shape: shPadShape, Eval: shEvalPad})
 		}
 	}
-	r.Register("aten.full.default", OpInfo{Shape: shFullShape, Eval: shEvalFull})
-	r.Register("aten.arange.start_step", OpInfo{Shape: shArangeShape, Eval: shEvalArange})
-	r.Register("aten.arange.start", OpInfo{Shape: shArangeShape, Eval: shEvalArange})
-	r.Register("aten.arange.default", OpInfo{Shape: shArangeShape, Eval: shEvalArange})
-	r.Register("aten.repeat.default", OpInfo{Shape: shRepeatShape, Eval: shEvalRepeat})
-	r.Register("aten.triu.default", OpInfo{Shape: shTriShape, Eval: shEvalTri})
-	r.Register("aten.tril.default", OpInfo{Shape: shTriShape, Eval: shEvalTri})
-	r.Register("aten.pixel_shuffle.default", OpInfo{Shape: shPixelShape, Eval: shEvalPixel})
-	r.Register("aten.pixel_unshuffle.default", OpInfo{Shape: shPixelShape, Eval: shEvalPixel})
-	r.Register("aten._shape_as_tensor.default", OpInfo{Shape: shShapeAsTensorShape, Eval: shEvalShapeOf, ShapeOnly: true})
-	r.Register("aten.sym_size.int", OpInfo{Shape: shScalarInt64Shape, Eval: shEvalShapeOf, ShapeOnly: true})
-	r.Register("aten.numel.default", OpInfo{Shape: shScalarInt64Shape, Eval: shEvalShapeOf, ShapeOnly: true})
-	r.Register("aten.alias.default", OpInfo{Shape: shSameShape, Eval: shEvalView})
-	r.Register("aten.lift_fresh_copy.default", OpInfo{Shape: shSameShape, Eval: shEvalView})
+	r.Register(&Op{Name: "aten.full.default", Shape: shFullShape, Eval: shEvalFull})
+	r.Register(&Op{Name: "aten.arange.start_step", Shape: shArangeShape, Eval: shEvalArange})
+	r.Register(&Op{Name: "aten.arange.start", Shape: shArangeShape, Eval: shEvalArange})
+	r.Register(&Op{Name: "aten.arange.default", Shape: shArangeShape, Eval: shEvalArange})
+	r.Register(&Op{Name: "aten.repeat.default", Shape: shRepeatShape, Eval: shEvalRepeat})
+	r.Register(&Op{Name: "aten.triu.default", Shape: shTriShape, Eval: shEvalTri})
+	r.Register(&Op{Name: "aten.tril.default", Shape: shTriShape, Eval: shEvalTri})
+	r.Register(&Op{Name: "aten.pixel_shuffle.default", Shape: shPixelShape, Eval: shEvalPixel})
+	r.Register(&Op{Name: "aten.pixel_unshuffle.default", Shape: shPixelShape, Eval: shEvalPixel})
+	r.Register(&Op{Name: "aten._shape_as_tensor.default", Shape: shShapeAsTensorShape, Eval: shEvalShapeOf, ShapeOnly: true})
+	r.Register(&Op{Name: "aten.sym_size.int", Shape: shScalarInt64Shape, Eval: shEvalShapeOf, ShapeOnly: true})
+	r.Register(&Op{Name: "aten.numel.default", Shape: shScalarInt64Shape, Eval: shEvalShapeOf, ShapeOnly: true})
+	r.Register(&Op{Name: "aten.alias.default", Shape: shSameShape, Eval: shEvalView})
+	r.Register(&Op{Name: "aten.lift_fresh_copy.default", Shape: shSameShape, Eval: shEvalView})
 }
 
 // shErr formats an error naming the node.
@@ -709,7 +707,7 @@ func shSliceArgs(n *Node, rank int) (dim int, start, end *int64, step int64, err
 	if end, err = opt(3, "end"); err != nil {
 		return
 	}
-	if step, err = n.IntArg(4, "step", 1); err != nil {
+	if step, err = n.ParamInt("step"); err != nil {
 		return
 	}
 	if step <= 0 {
@@ -959,7 +957,8 @@ func shScatterShape(n *Node) (Meta, error) {
 		}
 	}
 	if n.Target == "aten.scatter_reduce.two" {
-		red, _ := n.ArgOr(4, "reduce", "").(string)
+		v, _ := n.Param("reduce")
+		red, _ := v.(string)
 		switch red {
 		case "sum", "prod", "amax", "amin":
 		default:
@@ -1125,9 +1124,16 @@ func shArangeArgs(n *Node) (start, end, step any, err error) {
 	case "aten.arange.default":
 		start, end, step = int64(0), n.ArgOr(0, "end", nil), int64(1)
 	case "aten.arange.start":
-		start, end, step = n.ArgOr(0, "start", int64(0)), n.ArgOr(1, "end", nil), int64(1)
+		end, step = n.ArgOr(1, "end", nil), int64(1)
+		start, err = n.Param("start")
 	default:
-		start, end, step = n.ArgOr(0, "start", int64(0)), n.ArgOr(1, "end", nil), n.ArgOr(2, "step", int64(1))
+		end = n.ArgOr(1, "end", nil)
+		if start, err = n.Param("start"); err == nil {
+			step, err = n.Param("step")
+		}
+	}
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	start, end, step = shArangeScalar(start), shArangeScalar(end), shArangeScalar(step)
 	for _, v := range []any{start, end, step} {
@@ -1272,7 +1278,7 @@ func shTriShape(n *Node) (Meta, error) {
 	if x.Rank() < 2 {
 		return Meta{}, shErr(n, "input must have rank >= 2, got %s", x.Shape)
 	}
-	if _, err := n.IntArg(1, "diagonal", 0); err != nil {
+	if _, err := n.ParamInt("diagonal"); err != nil {
 		return Meta{}, err
 	}
 	return One(x.DType, x.Shape.Clone()), nil
@@ -1283,7 +1289,7 @@ func shPixelShape(n *Node) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	r, err := n.IntArg(1, "factor", 0)
+	r, err := n.ParamInt("factor")
 	if err != nil {
 		return Meta{}, err
 	}

@@ -22,57 +22,44 @@ type ShapeFunc func(n *Node) (Meta, error)
 // not constant, which only happens for ops marked ShapeOnly).
 type EvalFunc func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error)
 
-// OpInfo is what the IR knows about one operator target.
-type OpInfo struct {
-	// Shape computes the node's Meta. Required.
-	Shape ShapeFunc
-	// Eval folds the node on the host; nil means the op is never folded.
-	Eval EvalFunc
-	// ShapeOnly marks ops whose value depends only on the shapes of their
-	// inputs (aten.sym_size, aten._shape_as_tensor): they fold as soon as those
-	// shapes are static, even when the inputs are not constant.
-	ShapeOnly bool
-}
-
 // Unknown is the dim shape propagation uses where a size cannot be derived
 // before specialization (for example a reshape to a size computed at run time).
 var Unknown = Dim{Sym: "?"}
 
-// Registry maps operator targets to their OpInfo. Build one with NewRegistry;
-// it is read-only after that and safe for concurrent use.
+// Registry indexes operators by target name for the passes (shape
+// propagation, folding, specialization). NewRegistry gives one over every Op
+// of the IR; it is read-only after that and safe for concurrent use.
 type Registry struct {
-	ops map[string]OpInfo
+	ops map[string]*Op
+	// frozen marks a registry over the shared op table: Register panics.
+	frozen bool
 }
 
-// NewRegistry returns a registry holding every operator of the IR.
+// NewRegistry returns a registry holding every operator of the IR (Ops).
 func NewRegistry() *Registry {
-	r := &Registry{ops: map[string]OpInfo{}}
-	registerGetItem(r)
-	registerElementwise(r)
-	registerShapeOps(r)
-	registerNN(r)
-	registerReductions(r)
-	registerRNN(r)
-	registerControlFlow(r)
-	return r
+	return &Registry{ops: opTable, frozen: true}
 }
 
-// Register adds the info for target. Registering a target twice is a
-// programming error and panics.
-func (r *Registry) Register(target string, info OpInfo) {
-	if _, dup := r.ops[target]; dup {
-		panic("fxgraph: operator registered twice: " + target)
+// Register adds op under its name. Registering a name twice, an op without
+// a shape rule, or into the shared registry (NewRegistry) is a programming
+// error and panics.
+func (r *Registry) Register(op *Op) {
+	if r.frozen {
+		panic("fxgraph: Register on the shared registry: define the op in this package's init instead (" + op.Name + ")")
 	}
-	if info.Shape == nil {
-		panic("fxgraph: operator registered without a shape function: " + target)
+	if _, dup := r.ops[op.Name]; dup {
+		panic("fxgraph: operator registered twice: " + op.Name)
 	}
-	r.ops[target] = info
+	if op.Shape == nil {
+		panic("fxgraph: operator registered without a shape function: " + op.Name)
+	}
+	r.ops[op.Name] = op
 }
 
-// Lookup returns the info for target.
-func (r *Registry) Lookup(target string) (OpInfo, bool) {
-	info, ok := r.ops[target]
-	return info, ok
+// Lookup returns the operator called target.
+func (r *Registry) Lookup(target string) (*Op, bool) {
+	op, ok := r.ops[target]
+	return op, ok
 }
 
 // Targets returns every registered target, sorted.
@@ -198,7 +185,7 @@ func (r *Registry) FoldConstants(g *Graph, maxElements int64) (int, error) {
 	return folded, nil
 }
 
-func foldable(g *Graph, n *Node, info OpInfo, maxElements int64) bool {
+func foldable(g *Graph, n *Node, info *Op, maxElements int64) bool {
 	for _, v := range n.Meta.Vals {
 		dims, ok := v.Shape.Static()
 		if !ok || tensor.NumElements(dims) > maxElements || v.DType == tensor.Invalid {
@@ -317,7 +304,8 @@ func (r *Registry) Specialize(g *Graph, dims map[string]int64, maxFold int64) (*
 }
 
 func registerGetItem(r *Registry) {
-	r.Register(GetItem, OpInfo{
+	r.Register(&Op{
+		Name: GetItem,
 		Shape: func(n *Node) (Meta, error) {
 			src, err := n.InputNode(0)
 			if err != nil {

@@ -12,17 +12,17 @@ import (
 )
 
 // TestMain runs the package's tests, then (on a full run, without -run or
-// -bench filters) checks that they lowered a node of every target with a
-// rule: every op has at least one lowering test, and the tests that lower
-// ops run them on the PJRT plugin.
+// -bench filters) walks every op of the IR and checks that the tests lowered
+// a node of it: every op has at least one lowering test, and the tests that
+// lower ops run them on the PJRT plugin.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
 	if code == 0 && flag.Lookup("test.run").Value.String() == "" && flag.Lookup("test.bench").Value.String() == "" {
 		var never []string
-		for _, target := range lower.NewRegistry().Targets() {
-			if _, ok := lower.LoweredTargets.Load(target); !ok {
-				never = append(never, target)
+		for _, op := range fxgraph.Ops() {
+			if _, ok := lower.LoweredOps.Load(op); !ok {
+				never = append(never, op.Name)
 			}
 		}
 		if len(never) > 0 {
@@ -33,19 +33,28 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestEveryOpHasARule checks that the IR and the lowering agree on the set
-// of operators: every op fxgraph knows (with its shape rule) has a lowering
-// rule, and every lowering rule is for an op fxgraph knows.
-func TestEveryOpHasARule(t *testing.T) {
-	ir, rules := fxgraph.NewRegistry(), lower.NewRegistry()
-	for _, target := range ir.Targets() {
-		if _, ok := rules.Lookup(target); !ok {
-			t.Errorf("IR op %s has no lowering rule (add one with Registry.Register in package lower)", target)
+// TestEveryOpIsComplete walks every op of the IR (fxgraph.Ops) and checks
+// that it has a shape rule and a lowering rule, and that every lowering
+// rule is for an op of the IR. (That each op is lowered and run on PJRT by
+// some test is checked by TestMain after the whole package ran.)
+func TestEveryOpIsComplete(t *testing.T) {
+	rules := lower.NewRegistry()
+	known := map[*fxgraph.Op]bool{}
+	for _, op := range fxgraph.Ops() {
+		known[op] = true
+		if op.Shape == nil {
+			t.Errorf("op %s has no shape rule (set Op.Shape in package fxgraph)", op.Name)
+		}
+		if _, ok := rules.Lookup(op); !ok {
+			t.Errorf("op %s has no lowering rule (add one with Registry.Register in package lower)", op.Name)
+		}
+		if got, ok := fxgraph.OpByName(op.Name); !ok || got != op {
+			t.Errorf("op %s is not what fxgraph.OpByName(%q) returns", op.Name, op.Name)
 		}
 	}
-	for _, target := range rules.Targets() {
-		if _, ok := ir.Lookup(target); !ok {
-			t.Errorf("lowering rule for %s, which the IR does not know (no shape rule in fxgraph)", target)
+	for _, op := range rules.Ops() {
+		if !known[op] {
+			t.Errorf("lowering rule for %s, which is not an op of the IR (fxgraph.Ops)", op.Name)
 		}
 	}
 }

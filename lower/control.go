@@ -11,8 +11,8 @@ import (
 
 // registerControlFlow registers the rules of the higher-order operators.
 func registerControlFlow(r *Registry) {
-	r.Register(fxgraph.Cond, lowerCond)
-	r.Register(fxgraph.WhileLoop, lowerWhile)
+	r.Register(fxgraph.MustOp(fxgraph.Cond), lowerCond)
+	r.Register(fxgraph.MustOp(fxgraph.WhileLoop), lowerWhile)
 }
 
 // lowerWhile lowers while_loop to stablehlo.while, whose values are the

@@ -7,11 +7,30 @@
 // shapes.Shape); moving them to lower/stablehlo's Block methods is the next
 // step.
 //
-// Rules live in a Registry, one per IR target, grouped by family in files
-// (elementwise.go, shape.go, nn.go, reduce.go, control.go). All rules share
-// one signature, as JAX's lowering registry does:
+// Rules live in a Registry keyed by the IR's operator values (*fxgraph.Op),
+// one per op, grouped by family in files (elementwise.go, shape.go, nn.go,
+// reduce.go, control.go); lowering a node looks its op up by the node's
+// target (fxgraph.OpByName) and runs the op's rule. All rules share one
+// signature, as JAX's lowering registry does:
 //
 //	func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error)
+//
+// A rule reads parameters with defaults from the op's schema
+// (n.ParamFloat("eps"), ...), never with a default of its own, and a .Scalar
+// overload reuses its .Tensor twin's rule (fxgraph.Op.Twin).
+//
+// Adding an operator takes one definition, one rule and one test:
+//
+//  1. the Op in package fxgraph (shape rule, argument schema; see its
+//     package doc);
+//  2. here, r.Register(fxgraph.MustOp("aten.foo.default"), lowerFoo) in the
+//     family's register function;
+//  3. a test in this package that lowers a node of the op and runs it on the
+//     PJRT plugin, compared with PyTorch or ONNX Runtime.
+//
+// completeness_test.go walks fxgraph.Ops: TestEveryOpIsComplete fails for an
+// op without a shape rule or a lowering rule, and TestMain, after a full run
+// of the package, for an op no test lowered.
 //
 // Control flow: the higher-order op cond (fxgraph.Cond) lowers to
 // stablehlo.if. Each branch subgraph is lowered into a region by the same

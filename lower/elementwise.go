@@ -331,17 +331,17 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		return c.bin(hlo.Multiply, x, c.un(hlo.Tanh, ewSoftplus(c, x, 1, 20)))
 	},
 	"aten.leaky_relu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		s, err := n.FloatArg(1, "negative_slope", 0.01)
+		s, err := n.ParamFloat("negative_slope")
 		c.do(nil, err)
 		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
 		return c.sel(pos, x, c.bin(hlo.Multiply, x, c.k(x, s)))
 	},
 	"aten.elu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		alpha, err := n.FloatArg(1, "alpha", 1)
+		alpha, err := n.ParamFloat("alpha")
 		c.do(nil, err)
-		scale, err := n.FloatArg(2, "scale", 1)
+		scale, err := n.ParamFloat("scale")
 		c.do(nil, err)
-		inScale, err := n.FloatArg(3, "input_scale", 1)
+		inScale, err := n.ParamFloat("input_scale")
 		c.do(nil, err)
 		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
 		xs := x
@@ -356,7 +356,7 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		return c.sel(pos, p, neg)
 	},
 	"aten.gelu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		a := n.ArgOr(1, "approximate", "none")
+		a, _ := n.Param("approximate") // checked by the shape rule
 		half := c.bin(hlo.Multiply, x, c.k(x, 0.5))
 		switch a {
 		case "none":
@@ -371,9 +371,9 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		return nil
 	},
 	"aten.softplus.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		beta, err := n.FloatArg(1, "beta", 1)
+		beta, err := n.ParamFloat("beta")
 		c.do(nil, err)
-		th, err := n.FloatArg(2, "threshold", 20)
+		th, err := n.ParamFloat("threshold")
 		c.do(nil, err)
 		return ewSoftplus(c, x, beta, th)
 	},
@@ -485,11 +485,11 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		return hlo.Not(x)
 	},
 	"aten.hardtanh.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
-		lo, err := n.FloatArg(1, "min_val", -1)
+		lo, err := n.ParamFloat("min_val")
 		if err != nil {
 			return nil, err
 		}
-		hi, err := n.FloatArg(2, "max_val", 1)
+		hi, err := n.ParamFloat("max_val")
 		if err != nil {
 			return nil, err
 		}
@@ -503,11 +503,11 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		return ewBinConst(ctx, hlo.Minimum, y, hi)
 	},
 	"aten.threshold.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
-		th, err := n.FloatArg(1, "threshold", 0)
+		th, err := n.ParamFloat("threshold")
 		if err != nil {
 			return nil, err
 		}
-		val, err := n.FloatArg(2, "value", 0)
+		val, err := n.ParamFloat("value")
 		if err != nil {
 			return nil, err
 		}
@@ -757,7 +757,10 @@ func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 	if rsub {
 		a, b = b, a
 	}
-	alpha := n.ArgOr(2, "alpha", int64(1))
+	alpha, err := n.Param("alpha")
+	if err != nil {
+		return nil, err
+	}
 	af, ok := fxgraph.AsFloat(alpha)
 	if !ok {
 		return nil, fmt.Errorf("alpha is %s, want a number", fxgraph.FormatArg(alpha))
@@ -949,11 +952,11 @@ func ewViewDTypeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 // registerElementwise registers the rules of pointwise operators.
 func registerElementwise(r *Registry) {
 	for target, f := range ewFloatUnary {
-		r.Register(target, ewFloatUnaryRule(f))
+		r.Register(fxgraph.MustOp(target), ewFloatUnaryRule(f))
 	}
 	for target, f := range ewSameUnary {
 		f := f
-		r.Register(target, func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		r.Register(fxgraph.MustOp(target), func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 			if in[0] == nil {
 				return nil, fmt.Errorf("argument 0 is not a tensor")
 			}
@@ -971,7 +974,7 @@ func registerElementwise(r *Registry) {
 	}
 	for target, f := range ewBoolUnary {
 		f := f
-		r.Register(target, func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		r.Register(fxgraph.MustOp(target), func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 			if in[0] == nil {
 				return nil, fmt.Errorf("argument 0 is not a tensor")
 			}
@@ -987,21 +990,28 @@ func registerElementwise(r *Registry) {
 		})
 	}
 	for target, b := range ewBinaryRules {
-		r.Register(target, ewBinaryRule(b))
+		r.Register(fxgraph.MustOp(target), ewBinaryRule(b))
 	}
-	for target, twin := range fxgraph.ScalarTwins() { // lowered like their .Tensor twin
-		r.Register(target, ewBinaryRule(ewBinaryRules[twin]))
+	for _, op := range fxgraph.Ops() { // .Scalar overloads lower like their .Tensor twin
+		if op.Twin == nil {
+			continue
+		}
+		rule, ok := r.Lookup(op.Twin)
+		if !ok {
+			panic("lower: " + op.Name + " has twin " + op.Twin.Name + ", which has no rule yet")
+		}
+		r.Register(op, rule)
 	}
 	for _, t := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
-		r.Register(t, ewAddRule)
+		r.Register(fxgraph.MustOp(t), ewAddRule)
 	}
-	r.Register("aten.div.Tensor_mode", ewDivModeRule)
-	r.Register("aten.div.Scalar_mode", ewDivModeRule)
+	r.Register(fxgraph.MustOp("aten.div.Tensor_mode"), ewDivModeRule)
+	r.Register(fxgraph.MustOp("aten.div.Scalar_mode"), ewDivModeRule)
 	for _, t := range []string{"aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"} {
-		r.Register(t, ewWhereRule)
+		r.Register(fxgraph.MustOp(t), ewWhereRule)
 	}
-	r.Register("aten.clamp.default", ewClampRule)
-	r.Register("aten.clamp.Tensor", ewClampRule)
-	r.Register("aten._to_copy.default", ewToCopyRule)
-	r.Register("aten.view.dtype", ewViewDTypeRule)
+	r.Register(fxgraph.MustOp("aten.clamp.default"), ewClampRule)
+	r.Register(fxgraph.MustOp("aten.clamp.Tensor"), ewClampRule)
+	r.Register(fxgraph.MustOp("aten._to_copy.default"), ewToCopyRule)
+	r.Register(fxgraph.MustOp("aten.view.dtype"), ewViewDTypeRule)
 }

@@ -1,11 +1,15 @@
 package lower
 
-import "sync"
+import (
+	"sync"
 
-// LoweredTargets holds the target of every node the package's tests
-// lowered (see TestMain in completeness_test.go).
-var LoweredTargets sync.Map // string -> struct{}
+	"github.com/xserve/xserve/fxgraph"
+)
+
+// LoweredOps holds the op of every node the package's tests lowered (see
+// TestMain in completeness_test.go).
+var LoweredOps sync.Map // *fxgraph.Op -> struct{}
 
 func init() {
-	onLowered = func(target string) { LoweredTargets.Store(target, struct{}{}) }
+	onLowered = func(op *fxgraph.Op) { LoweredOps.Store(op, struct{}{}) }
 }

@@ -469,9 +469,9 @@ func (ctx *Context) addPermutedWeight(prog *Program, n *fxgraph.Node, t *tensor.
 	return nil
 }
 
-// onLowered, when set (by the package's tests), is told the target of every
+// onLowered, when set (by the package's tests), is told the op of every
 // node lowered successfully.
-var onLowered func(target string)
+var onLowered func(op *fxgraph.Op)
 
 // lowerNodes lowers every call_function node of g in order, checking each
 // result against the node's Meta.
@@ -480,7 +480,8 @@ func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
 		if n.Op != fxgraph.CallFunction {
 			continue
 		}
-		rule, ok := ctx.Rules.Lookup(n.Target)
+		op, _ := fxgraph.OpByName(n.Target)
+		rule, ok := ctx.Rules.Lookup(op)
 		if !ok {
 			return ctx.Rules.missing(n)
 		}
@@ -500,7 +501,7 @@ func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
 			return err
 		}
 		if onLowered != nil {
-			onLowered(n.Target)
+			onLowered(op)
 		}
 		ctx.values[n] = out
 	}

@@ -17,28 +17,28 @@ import (
 
 // registerNN registers the rules of convolution, pooling, normalization, matmul and softmax.
 func registerNN(r *Registry) {
-	r.Register("aten.convolution.default", nnConvolution)
-	r.Register("aten.mm.default", nnMM)
-	r.Register("aten.bmm.default", nnBMM)
-	r.Register("aten.addmm.default", nnAddmm)
-	r.Register("aten.matmul.default", nnMatmul)
-	r.Register("aten.linear.default", nnLinear)
-	r.Register("aten.max_pool1d.default", nnMaxPoolRule(1, false))
-	r.Register("aten.max_pool1d_with_indices.default", nnMaxPoolRule(1, true))
-	r.Register("aten.max_pool2d_with_indices.default", nnMaxPoolRule(2, true))
-	r.Register("aten.max_pool3d_with_indices.default", nnMaxPoolRule(3, true))
-	r.Register("aten.avg_pool1d.default", nnAvgPoolRule(1))
-	r.Register("aten.avg_pool2d.default", nnAvgPoolRule(2))
-	r.Register("aten.avg_pool3d.default", nnAvgPoolRule(3))
-	r.Register("aten._adaptive_avg_pool2d.default", nnAdaptiveAvgPoolRule(2))
-	r.Register("aten._native_batch_norm_legit_no_training.default", nnBatchNorm)
-	r.Register("aten.native_layer_norm.default", nnLayerNorm)
-	r.Register("aten.native_group_norm.default", nnGroupNorm)
-	r.Register("aten._softmax.default", nnSoftmaxRule(false))
-	r.Register("aten._log_softmax.default", nnSoftmaxRule(true))
-	r.Register("xserve.resize", nnResize)
-	r.Register("aten.grid_sampler_2d.default", nnGridSampler)
-	r.Register("xserve.roi_align", nnRoiAlign)
+	r.Register(fxgraph.MustOp("aten.convolution.default"), nnConvolution)
+	r.Register(fxgraph.MustOp("aten.mm.default"), nnMM)
+	r.Register(fxgraph.MustOp("aten.bmm.default"), nnBMM)
+	r.Register(fxgraph.MustOp("aten.addmm.default"), nnAddmm)
+	r.Register(fxgraph.MustOp("aten.matmul.default"), nnMatmul)
+	r.Register(fxgraph.MustOp("aten.linear.default"), nnLinear)
+	r.Register(fxgraph.MustOp("aten.max_pool1d.default"), nnMaxPoolRule(1, false))
+	r.Register(fxgraph.MustOp("aten.max_pool1d_with_indices.default"), nnMaxPoolRule(1, true))
+	r.Register(fxgraph.MustOp("aten.max_pool2d_with_indices.default"), nnMaxPoolRule(2, true))
+	r.Register(fxgraph.MustOp("aten.max_pool3d_with_indices.default"), nnMaxPoolRule(3, true))
+	r.Register(fxgraph.MustOp("aten.avg_pool1d.default"), nnAvgPoolRule(1))
+	r.Register(fxgraph.MustOp("aten.avg_pool2d.default"), nnAvgPoolRule(2))
+	r.Register(fxgraph.MustOp("aten.avg_pool3d.default"), nnAvgPoolRule(3))
+	r.Register(fxgraph.MustOp("aten._adaptive_avg_pool2d.default"), nnAdaptiveAvgPoolRule(2))
+	r.Register(fxgraph.MustOp("aten._native_batch_norm_legit_no_training.default"), nnBatchNorm)
+	r.Register(fxgraph.MustOp("aten.native_layer_norm.default"), nnLayerNorm)
+	r.Register(fxgraph.MustOp("aten.native_group_norm.default"), nnGroupNorm)
+	r.Register(fxgraph.MustOp("aten._softmax.default"), nnSoftmaxRule(false))
+	r.Register(fxgraph.MustOp("aten._log_softmax.default"), nnSoftmaxRule(true))
+	r.Register(fxgraph.MustOp("xserve.resize"), nnResize)
+	r.Register(fxgraph.MustOp("aten.grid_sampler_2d.default"), nnGridSampler)
+	r.Register(fxgraph.MustOp("xserve.roi_align"), nnRoiAlign)
 }
 
 // nnB chains StableHLO builder calls, keeping the first error: once an
@@ -417,11 +417,11 @@ func nnDimsOf(v *stablehlo.Value) []int64 {
 // is 0, as in PyTorch.
 func nnAddmm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, outDims := Out(n, 0)
-	beta, err := n.FloatArg(1<<20, "beta", 1)
+	beta, err := n.ParamFloat("beta")
 	if err != nil {
 		return nil, err
 	}
-	alpha, err := n.FloatArg(1<<20, "alpha", 1)
+	alpha, err := n.ParamFloat("alpha")
 	if err != nil {
 		return nil, err
 	}
@@ -984,7 +984,7 @@ func nnChannelVec(b *nnB, in []*stablehlo.Value, i int, like *stablehlo.Value, c
 // (x - mean) * (weight / sqrt(var + eps)) + bias, with empty saved stats.
 func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, xd := Out(n, 0)
-	eps, err := fxgraph.NormEps(n)
+	eps, err := n.ParamFloat("eps")
 	if err != nil {
 		return nil, err
 	}
@@ -1041,7 +1041,7 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	eps, err := fxgraph.NormEps(n)
+	eps, err := n.ParamFloat("eps")
 	if err != nil {
 		return nil, err
 	}
@@ -1065,11 +1065,11 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 func nnGroupNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, xd := Out(n, 0)
 	_, statDims := Out(n, 1)
-	g, err := n.IntArg(6, "group", 1)
+	g, err := n.ParamInt("group")
 	if err != nil {
 		return nil, err
 	}
-	eps, err := fxgraph.NormEps(n)
+	eps, err := n.ParamFloat("eps")
 	if err != nil {
 		return nil, err
 	}
@@ -1451,15 +1451,15 @@ func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if err != nil {
 		return nil, err
 	}
-	mode, err := n.IntArg(2, "interpolation_mode", 0)
+	mode, err := n.ParamInt("interpolation_mode")
 	if err != nil {
 		return nil, err
 	}
-	padMode, err := n.IntArg(3, "padding_mode", 0)
+	padMode, err := n.ParamInt("padding_mode")
 	if err != nil {
 		return nil, err
 	}
-	align, err := n.BoolArg(4, "align_corners", false)
+	align, err := n.ParamBool("align_corners")
 	if err != nil {
 		return nil, err
 	}
@@ -1623,11 +1623,11 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		}
 	}
 	oh, ow, sr := sz[0], sz[1], sz[2]
-	scale, err := n.FloatArg(6, "spatial_scale", 1)
+	scale, err := n.ParamFloat("spatial_scale")
 	if err != nil {
 		return nil, err
 	}
-	halfPixel, err := n.BoolArg(7, "half_pixel", true)
+	halfPixel, err := n.ParamBool("half_pixel")
 	if err != nil {
 		return nil, err
 	}

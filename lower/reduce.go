@@ -18,37 +18,37 @@ import (
 // losses. Argument conventions are those of the IR (see fxgraph's
 // registerReductions).
 func registerReductions(r *Registry) {
-	r.Register("aten.sum.default", rdReduceRule(ReduceSum, -1))
-	r.Register("aten.sum.dim_IntList", rdReduceRule(ReduceSum, 1))
-	r.Register("aten.prod.default", rdReduceRule(ReduceMul, -1))
-	r.Register("aten.prod.dim_int", rdReduceRule(ReduceMul, 1))
-	r.Register("aten.amax.default", rdReduceRule(ReduceMax, 1))
-	r.Register("aten.amin.default", rdReduceRule(ReduceMin, 1))
-	r.Register("aten.max.default", rdReduceRule(ReduceMax, -1))
-	r.Register("aten.min.default", rdReduceRule(ReduceMin, -1))
-	r.Register("aten.any.default", rdReduceRule(ReduceOr, -1))
-	r.Register("aten.any.dim", rdReduceRule(ReduceOr, 1))
-	r.Register("aten.any.dims", rdReduceRule(ReduceOr, 1))
-	r.Register("aten.all.default", rdReduceRule(ReduceAnd, -1))
-	r.Register("aten.all.dim", rdReduceRule(ReduceAnd, 1))
-	r.Register("aten.all.dims", rdReduceRule(ReduceAnd, 1))
-	r.Register("aten.mean.default", rdMeanRule(-1))
-	r.Register("aten.mean.dim", rdMeanRule(1))
-	r.Register("aten.topk.default", rdTopK)
-	r.Register("aten.sort.default", rdSort)
-	r.Register("aten.sort.stable", rdSort)
-	r.Register("aten.max.dim", rdArgRule(ReduceMax, true))
-	r.Register("aten.min.dim", rdArgRule(ReduceMin, true))
-	r.Register("aten.argmax.default", rdArgRule(ReduceMax, false))
-	r.Register("aten.argmin.default", rdArgRule(ReduceMin, false))
-	r.Register("aten.cumsum.default", rdCumRule(ReduceSum))
-	r.Register("aten.cumprod.default", rdCumRule(ReduceMul))
-	r.Register("aten.logsumexp.default", lowerLogSumExp)
-	r.Register("aten.var.correction", rdVarRule(false))
-	r.Register("aten.std.correction", rdVarRule(true))
-	r.Register("aten.linalg_vector_norm.default", lowerVectorNorm)
-	r.Register("aten.nll_loss_forward.default", lowerNLLLoss)
-	r.Register("aten.nll_loss2d_forward.default", lowerNLLLoss)
+	r.Register(fxgraph.MustOp("aten.sum.default"), rdReduceRule(ReduceSum, -1))
+	r.Register(fxgraph.MustOp("aten.sum.dim_IntList"), rdReduceRule(ReduceSum, 1))
+	r.Register(fxgraph.MustOp("aten.prod.default"), rdReduceRule(ReduceMul, -1))
+	r.Register(fxgraph.MustOp("aten.prod.dim_int"), rdReduceRule(ReduceMul, 1))
+	r.Register(fxgraph.MustOp("aten.amax.default"), rdReduceRule(ReduceMax, 1))
+	r.Register(fxgraph.MustOp("aten.amin.default"), rdReduceRule(ReduceMin, 1))
+	r.Register(fxgraph.MustOp("aten.max.default"), rdReduceRule(ReduceMax, -1))
+	r.Register(fxgraph.MustOp("aten.min.default"), rdReduceRule(ReduceMin, -1))
+	r.Register(fxgraph.MustOp("aten.any.default"), rdReduceRule(ReduceOr, -1))
+	r.Register(fxgraph.MustOp("aten.any.dim"), rdReduceRule(ReduceOr, 1))
+	r.Register(fxgraph.MustOp("aten.any.dims"), rdReduceRule(ReduceOr, 1))
+	r.Register(fxgraph.MustOp("aten.all.default"), rdReduceRule(ReduceAnd, -1))
+	r.Register(fxgraph.MustOp("aten.all.dim"), rdReduceRule(ReduceAnd, 1))
+	r.Register(fxgraph.MustOp("aten.all.dims"), rdReduceRule(ReduceAnd, 1))
+	r.Register(fxgraph.MustOp("aten.mean.default"), rdMeanRule(-1))
+	r.Register(fxgraph.MustOp("aten.mean.dim"), rdMeanRule(1))
+	r.Register(fxgraph.MustOp("aten.topk.default"), rdTopK)
+	r.Register(fxgraph.MustOp("aten.sort.default"), rdSort)
+	r.Register(fxgraph.MustOp("aten.sort.stable"), rdSort)
+	r.Register(fxgraph.MustOp("aten.max.dim"), rdArgRule(ReduceMax, true))
+	r.Register(fxgraph.MustOp("aten.min.dim"), rdArgRule(ReduceMin, true))
+	r.Register(fxgraph.MustOp("aten.argmax.default"), rdArgRule(ReduceMax, false))
+	r.Register(fxgraph.MustOp("aten.argmin.default"), rdArgRule(ReduceMin, false))
+	r.Register(fxgraph.MustOp("aten.cumsum.default"), rdCumRule(ReduceSum))
+	r.Register(fxgraph.MustOp("aten.cumprod.default"), rdCumRule(ReduceMul))
+	r.Register(fxgraph.MustOp("aten.logsumexp.default"), lowerLogSumExp)
+	r.Register(fxgraph.MustOp("aten.var.correction"), rdVarRule(false))
+	r.Register(fxgraph.MustOp("aten.std.correction"), rdVarRule(true))
+	r.Register(fxgraph.MustOp("aten.linalg_vector_norm.default"), lowerVectorNorm)
+	r.Register(fxgraph.MustOp("aten.nll_loss_forward.default"), lowerNLLLoss)
+	r.Register(fxgraph.MustOp("aten.nll_loss2d_forward.default"), lowerNLLLoss)
 }
 
 // rdKwOnly is an argument index past any positional argument, to read a
@@ -824,7 +824,7 @@ func rdVarRule(sqrt bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		corr, err := n.FloatArg(rdKwOnly, "correction", 1)
+		corr, err := n.ParamFloat("correction")
 		if err != nil {
 			return nil, err
 		}
@@ -880,7 +880,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if outDT.IsComplex() {
 		return nil, fmt.Errorf("complex norms are not supported")
 	}
-	ord, err := n.FloatArg(1, "ord", 2)
+	ord, err := n.ParamFloat("ord")
 	if err != nil {
 		return nil, err
 	}
@@ -956,11 +956,11 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		return nil, err
 	}
 	outDT, outDims := Out(n, 0)
-	red, err := n.IntArg(3, "reduction", 1)
+	red, err := n.ParamInt("reduction")
 	if err != nil {
 		return nil, err
 	}
-	ignore, err := n.IntArg(4, "ignore_index", -100)
+	ignore, err := n.ParamInt("ignore_index")
 	if err != nil {
 		return nil, err
 	}

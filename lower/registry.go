@@ -10,7 +10,7 @@ import (
 	"github.com/xserve/xserve/lower/stablehlo"
 )
 
-// ErrNoRule is wrapped by the error for a node whose target has no rule.
+// ErrNoRule is wrapped by the error for a node whose op has no rule.
 var ErrNoRule = errors.New("lower: no lowering rule")
 
 // Rule lowers one node. in[i] is the value of n.Args[i] when that argument is
@@ -18,16 +18,16 @@ var ErrNoRule = errors.New("lower: no lowering rule")
 // from ctx.Value. A rule returns one value per entry of n.Meta.Vals.
 type Rule func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error)
 
-// Registry maps IR targets to lowering rules. Build it with NewRegistry; it
-// is read-only afterwards and safe for concurrent use.
+// Registry maps IR operators (fxgraph.Op values) to lowering rules. Build it
+// with NewRegistry; it is read-only afterwards and safe for concurrent use.
 type Registry struct {
-	rules map[string]Rule
+	rules map[*fxgraph.Op]Rule
 }
 
 // NewRegistry returns a registry holding every rule of the package.
 func NewRegistry() *Registry {
-	r := &Registry{rules: map[string]Rule{}}
-	r.Register(fxgraph.GetItem, lowerGetItem)
+	r := &Registry{rules: map[*fxgraph.Op]Rule{}}
+	r.Register(fxgraph.MustOp(fxgraph.GetItem), lowerGetItem)
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)
@@ -37,28 +37,41 @@ func NewRegistry() *Registry {
 	return r
 }
 
-// Register adds the rule for target; registering a target twice panics (a
-// programming error).
-func (r *Registry) Register(target string, rule Rule) {
-	if _, dup := r.rules[target]; dup {
-		panic("lower: rule registered twice: " + target)
+// Register adds the rule for op; registering an op twice, or a nil op,
+// panics (a programming error).
+func (r *Registry) Register(op *fxgraph.Op, rule Rule) {
+	if op == nil {
+		panic("lower: rule registered for a nil op")
 	}
-	r.rules[target] = rule
+	if _, dup := r.rules[op]; dup {
+		panic("lower: rule registered twice: " + op.Name)
+	}
+	r.rules[op] = rule
 }
 
-// Lookup returns the rule for target.
-func (r *Registry) Lookup(target string) (Rule, bool) {
-	rule, ok := r.rules[target]
+// Lookup returns the rule for op.
+func (r *Registry) Lookup(op *fxgraph.Op) (Rule, bool) {
+	rule, ok := r.rules[op]
 	return rule, ok
 }
 
-// Targets returns every target with a rule, sorted.
-func (r *Registry) Targets() []string {
-	out := make([]string, 0, len(r.rules))
-	for k := range r.rules {
-		out = append(out, k)
+// Ops returns every op with a rule, sorted by name.
+func (r *Registry) Ops() []*fxgraph.Op {
+	out := make([]*fxgraph.Op, 0, len(r.rules))
+	for op := range r.rules {
+		out = append(out, op)
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Targets returns the name of every op with a rule, sorted.
+func (r *Registry) Targets() []string {
+	ops := r.Ops()
+	out := make([]string, len(ops))
+	for i, op := range ops {
+		out[i] = op.Name
+	}
 	return out
 }
 

@@ -21,43 +21,43 @@ func registerShapeOps(r *Registry) {
 		"aten.unsqueeze.default", "aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default",
 		"aten.alias.default", "aten.lift_fresh_copy.default",
 	} {
-		r.Register(t, shLowerReshape)
+		r.Register(fxgraph.MustOp(t), shLowerReshape)
 	}
-	r.Register("aten.permute.default", shLowerPermute)
-	r.Register("aten.t.default", shLowerPermute)
-	r.Register("aten.transpose.int", shLowerPermute)
-	r.Register("aten.expand.default", shLowerExpand)
-	r.Register("aten.cat.default", shLowerCat)
-	r.Register("aten.split_with_sizes.default", shLowerSplit)
-	r.Register("aten.split.Tensor", shLowerSplit)
-	r.Register("aten.slice.Tensor", shLowerSlice)
-	r.Register("aten.select.int", shLowerSelect)
-	r.Register("aten.flip.default", shLowerFlip)
-	r.Register("aten.index_select.default", shLowerIndexSelect)
-	r.Register("aten.index.Tensor", shLowerIndex)
-	r.Register("aten.gather.default", shLowerGather)
-	r.Register("aten.scatter.src", shLowerScatter)
-	r.Register("aten.scatter.value", shLowerScatter)
-	r.Register("aten.scatter_reduce.two", shLowerScatter)
-	r.Register("aten.index_put.default", shLowerIndexPut)
-	r.Register("aten.constant_pad_nd.default", shLowerConstantPad)
+	r.Register(fxgraph.MustOp("aten.permute.default"), shLowerPermute)
+	r.Register(fxgraph.MustOp("aten.t.default"), shLowerPermute)
+	r.Register(fxgraph.MustOp("aten.transpose.int"), shLowerPermute)
+	r.Register(fxgraph.MustOp("aten.expand.default"), shLowerExpand)
+	r.Register(fxgraph.MustOp("aten.cat.default"), shLowerCat)
+	r.Register(fxgraph.MustOp("aten.split_with_sizes.default"), shLowerSplit)
+	r.Register(fxgraph.MustOp("aten.split.Tensor"), shLowerSplit)
+	r.Register(fxgraph.MustOp("aten.slice.Tensor"), shLowerSlice)
+	r.Register(fxgraph.MustOp("aten.select.int"), shLowerSelect)
+	r.Register(fxgraph.MustOp("aten.flip.default"), shLowerFlip)
+	r.Register(fxgraph.MustOp("aten.index_select.default"), shLowerIndexSelect)
+	r.Register(fxgraph.MustOp("aten.index.Tensor"), shLowerIndex)
+	r.Register(fxgraph.MustOp("aten.gather.default"), shLowerGather)
+	r.Register(fxgraph.MustOp("aten.scatter.src"), shLowerScatter)
+	r.Register(fxgraph.MustOp("aten.scatter.value"), shLowerScatter)
+	r.Register(fxgraph.MustOp("aten.scatter_reduce.two"), shLowerScatter)
+	r.Register(fxgraph.MustOp("aten.index_put.default"), shLowerIndexPut)
+	r.Register(fxgraph.MustOp("aten.constant_pad_nd.default"), shLowerConstantPad)
 	for _, mode := range []string{"reflection", "replication"} {
 		for nd := 1; nd <= 3; nd++ {
-			r.Register(fmt.Sprintf("aten.%s_pad%dd.default", mode, nd), shLowerIndexPad)
+			r.Register(fxgraph.MustOp(fmt.Sprintf("aten.%s_pad%dd.default", mode, nd)), shLowerIndexPad)
 		}
 	}
-	r.Register("aten.full.default", shLowerFull)
-	r.Register("aten.arange.start_step", shLowerArange)
-	r.Register("aten.arange.start", shLowerArange)
-	r.Register("aten.arange.default", shLowerArange)
-	r.Register("aten.repeat.default", shLowerRepeat)
-	r.Register("aten.triu.default", shLowerTri)
-	r.Register("aten.tril.default", shLowerTri)
-	r.Register("aten.pixel_shuffle.default", shLowerPixel)
-	r.Register("aten.pixel_unshuffle.default", shLowerPixel)
-	r.Register("aten._shape_as_tensor.default", shLowerShapeOf)
-	r.Register("aten.sym_size.int", shLowerShapeOf)
-	r.Register("aten.numel.default", shLowerShapeOf)
+	r.Register(fxgraph.MustOp("aten.full.default"), shLowerFull)
+	r.Register(fxgraph.MustOp("aten.arange.start_step"), shLowerArange)
+	r.Register(fxgraph.MustOp("aten.arange.start"), shLowerArange)
+	r.Register(fxgraph.MustOp("aten.arange.default"), shLowerArange)
+	r.Register(fxgraph.MustOp("aten.repeat.default"), shLowerRepeat)
+	r.Register(fxgraph.MustOp("aten.triu.default"), shLowerTri)
+	r.Register(fxgraph.MustOp("aten.tril.default"), shLowerTri)
+	r.Register(fxgraph.MustOp("aten.pixel_shuffle.default"), shLowerPixel)
+	r.Register(fxgraph.MustOp("aten.pixel_unshuffle.default"), shLowerPixel)
+	r.Register(fxgraph.MustOp("aten._shape_as_tensor.default"), shLowerShapeOf)
+	r.Register(fxgraph.MustOp("aten.sym_size.int"), shLowerShapeOf)
+	r.Register(fxgraph.MustOp("aten.numel.default"), shLowerShapeOf)
 }
 
 // shOne wraps a single result.
@@ -280,7 +280,7 @@ func shLowerSlice(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	step, err := n.IntArg(4, "step", 1)
+	step, err := n.ParamInt("step")
 	if err != nil {
 		return nil, err
 	}
@@ -738,7 +738,8 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	}
 	red := ""
 	if n.Target == "aten.scatter_reduce.two" {
-		red, _ = n.ArgOr(4, "reduce", "").(string)
+		v, _ := n.Param("reduce")
+		red, _ = v.(string)
 	}
 	fn, err := shUpdateFn(ctx, red, hlo.ShapeOf(x).DType)
 	if err != nil {
@@ -816,7 +817,7 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if vals, err = ctx.BroadcastTo(vals, rdims); err != nil {
 		return nil, err
 	}
-	acc, err := n.BoolArg(3, "accumulate", false)
+	acc, err := n.ParamBool("accumulate")
 	if err != nil {
 		return nil, err
 	}
@@ -885,7 +886,11 @@ func shLowerConstantPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 	if err != nil {
 		return nil, err
 	}
-	fill, err := shScalarOf(ctx, dt, n.ArgOr(2, "value", int64(0)))
+	v, err := n.Param("value")
+	if err != nil {
+		return nil, err
+	}
+	fill, err := shScalarOf(ctx, dt, v)
 	if err != nil {
 		return nil, err
 	}
@@ -953,11 +958,17 @@ func shLowerFull(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 func shLowerArange(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, dims := Out(n, 0)
 	var start, step any = int64(0), int64(1)
+	var err error
 	switch n.Target {
 	case "aten.arange.start":
-		start = n.ArgOr(0, "start", int64(0))
+		start, err = n.Param("start")
 	case "aten.arange.start_step":
-		start, step = n.ArgOr(0, "start", int64(0)), n.ArgOr(2, "step", int64(1))
+		if start, err = n.Param("start"); err == nil {
+			step, err = n.Param("step")
+		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	ct := tensor.Float64
 	if dt.IsInt() {
@@ -1035,7 +1046,7 @@ func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		return nil, err
 	}
 	dt, dims := Out(n, 0)
-	k, err := n.IntArg(1, "diagonal", 0)
+	k, err := n.ParamInt("diagonal")
 	if err != nil {
 		return nil, err
 	}
@@ -1088,7 +1099,7 @@ func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	f64, err := n.IntArg(1, "factor", 1)
+	f64, err := n.ParamInt("factor")
 	if err != nil {
 		return nil, err
 	}
