@@ -276,6 +276,38 @@ func (m *msMaskBuilder) result(dt tensor.DType) (*fxgraph.Node, error) {
 	return out, nil
 }
 
+// msMaskedAttend is the attention of Attention and MultiHeadAttention over
+// per-head q, k, v: scaled by the scale attribute (else 1/sqrt(headSize)),
+// with the key-padding mask, the causal mask (unidirectional) and the
+// attention bias, each optional, added as one bias.
+func msMaskedAttend(c *Ctx, q, k, v, mask, abias *fxgraph.Node, headSize int64) (*fxgraph.Node, error) {
+	scale := c.AttrFloat("scale", 0)
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(headSize))
+	}
+	mb := &msMaskBuilder{c: c, filter: c.AttrFloat("mask_filter_value", -10000)}
+	if mask != nil {
+		if err := mb.keyMask(mask, k); err != nil {
+			return nil, err
+		}
+	}
+	if c.AttrInt("unidirectional", 0) != 0 {
+		if err := mb.causal(q, k); err != nil {
+			return nil, err
+		}
+	}
+	if abias != nil {
+		if err := mb.addBias(abias); err != nil {
+			return nil, err
+		}
+	}
+	mbias, err := mb.result(Meta(q).DType)
+	if err != nil {
+		return nil, err
+	}
+	return msAttend(c, q, k, v, mbias, scale)
+}
+
 // msAttention converts com.microsoft Attention (input, weights, bias,
 // mask_index, past, attention_bias): the packed QKV projection, then
 // scaled dot-product attention over num_heads heads; outputs output and
@@ -383,31 +415,7 @@ func msAttentionQKV(c *Ctx, qkv *fxgraph.Node, w fxgraph.TensorMeta, mask, past,
 			return err
 		}
 	}
-	scale := c.AttrFloat("scale", 0)
-	if scale == 0 {
-		scale = 1 / math.Sqrt(float64(sizes[0]/heads))
-	}
-	mb := &msMaskBuilder{c: c, filter: c.AttrFloat("mask_filter_value", -10000)}
-	if mask != nil {
-		if err := mb.keyMask(mask, k); err != nil {
-			return err
-		}
-	}
-	if c.AttrInt("unidirectional", 0) != 0 {
-		if err := mb.causal(q, k); err != nil {
-			return err
-		}
-	}
-	if abias != nil {
-		if err := mb.addBias(abias); err != nil {
-			return err
-		}
-	}
-	mbias, err := mb.result(Meta(q).DType)
-	if err != nil {
-		return err
-	}
-	y, err := msAttend(c, q, k, v, mbias, scale)
+	y, err := msMaskedAttend(c, q, k, v, mask, abias, sizes[0]/heads)
 	if err != nil {
 		return err
 	}
@@ -505,31 +513,7 @@ func msMultiHeadAttention(c *Ctx, n *Node) error {
 			return err
 		}
 	}
-	scale := c.AttrFloat("scale", 0)
-	if scale == 0 {
-		scale = 1 / math.Sqrt(float64(d/heads))
-	}
-	mb := &msMaskBuilder{c: c, filter: c.AttrFloat("mask_filter_value", -10000)}
-	if mask != nil {
-		if err := mb.keyMask(mask, k); err != nil {
-			return err
-		}
-	}
-	if c.AttrInt("unidirectional", 0) != 0 {
-		if err := mb.causal(q, k); err != nil {
-			return err
-		}
-	}
-	if abias != nil {
-		if err := mb.addBias(abias); err != nil {
-			return err
-		}
-	}
-	mbias, err := mb.result(Meta(q).DType)
-	if err != nil {
-		return err
-	}
-	y, err := msAttend(c, q, k, v, mbias, scale)
+	y, err := msMaskedAttend(c, q, k, v, mask, abias, d/heads)
 	if err != nil {
 		return err
 	}
