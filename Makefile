@@ -32,7 +32,7 @@ FUZZ = for t in $(FUZZ_TARGETS); do \
 all: build
 
 help:
-	@echo "make run          install the XLA CPU PJRT plugin, build xserve, serve examples/models on $(HTTP_ADDR)"
+	@echo "make run          install the XLA CPU PJRT plugin and CPU kernels, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check, docker-test"
 	@echo "make detect-model export torchvision ssdlite320 (NMS postprocess) to .cache/detect (make test needs it)"
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
@@ -46,9 +46,13 @@ help:
 build:
 	$(GO) build -o bin/xserve ./cmd/xserve
 
-# The XLA CPU PJRT plugin from PyPI (xla-cpu-pjrt==0.0.1, sha256 pinned).
+# The XLA CPU PJRT plugin from PyPI (xla-cpu-pjrt==0.0.1, sha256 pinned),
+# and beside it xserve's CPU kernel library (cpukernels/, built against
+# oneDNN 3.2 from the pinned onednn-cpu-gomp wheels): XLA FFI custom calls
+# the lowering uses for convolutions (docs/CPU-KERNELS.md).
 pjrt:
 	@scripts/pjrt-install.sh
+	@scripts/cpukernels-install.sh
 
 # The ONNX backend conformance data from Debian's libonnx-testdata.
 testdata:

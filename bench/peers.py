@@ -100,10 +100,13 @@ def count_flops(m):
 
 
 class XServe:
-    name = "xserve"
+    """xserve's bench-runner; name "xserve-xla" runs it with the CPU kernel
+    library off (XSERVE_CPU_KERNELS=off: XLA's own convolutions)."""
 
-    def __init__(self, runner):
-        self.p = subprocess.Popen([runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, runner, name="xserve", env=None):
+        self.name = name
+        self.p = subprocess.Popen([runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, **(env or {})})
 
     def _ask(self, line):
         self.p.stdin.write(line + "\n")
@@ -194,12 +197,15 @@ def main():
     ap.add_argument("--chunk-s", type=float, default=0.2)
     ap.add_argument("--models", default="", help="comma-separated subset")
     ap.add_argument("--work", default=".cache/bench-peers")
+    ap.add_argument("--no-xla-baseline", action="store_true",
+                    help="leave out xserve-xla (xserve with XSERVE_CPU_KERNELS=off)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     per_core, ncpu, how = cpu_peak()
     peak = per_core * ncpu
     xs = XServe(args.runner)
-    runners = [xs, ORT(1), ORT(2), OpenVINO()]
+    xservers = [xs] if args.no_xla_baseline else [xs, XServe(args.runner, "xserve-xla", {"XSERVE_CPU_KERNELS": "off"})]
+    runners = xservers + [ORT(1), ORT(2), OpenVINO()]
     names = [r.name for r in runners]
     print(f"peak: {how}; machine peak {peak:.0f} GFLOP/s ({ncpu} cores)", file=sys.stderr)
     print(f"onnxruntime {ort.__version__}, openvino {ov.__version__}, python {platform.python_version()}", file=sys.stderr)
@@ -220,7 +226,7 @@ def main():
             times = {}
             try:
                 for r in runners:
-                    r.load(key, path, files if r is xs else feeds)
+                    r.load(key, path, files if r in xservers else feeds)
                     t0 = time.perf_counter()
                     r.run(1)
                     times[r.name] = (max(1, int(args.chunk_s / max(time.perf_counter() - t0, 1e-6))), [])
@@ -235,7 +241,8 @@ def main():
             p50 = {n: statistics.median(t[1]) for n, t in times.items()}
             rows.append((name, b, flops, p50, ""))
             print(f"{key}: " + " ".join(f"{n}={p50[n]*1e3:.3f}ms" for n in names), file=sys.stderr)
-    xs.close()
+    for x in xservers:
+        x.close()
 
     print(f"| model | batch | GFLOP | " + " | ".join(f"{n} p50 ms" for n in names) +
           " | xserve / best ORT | " + " | ".join(f"{n} GFLOP/s (% peak)" for n in names) + " |")
@@ -248,6 +255,27 @@ def main():
         cells = [f"{p50[n]*1e3:.3f}" for n in names]
         rate = [f"{flops/p50[n]/1e9:.1f} ({100*flops/p50[n]/1e9/peak:.0f}%)" for n in names]
         print(f"| {name} | {b} | {flops/1e9:.3f} | " + " | ".join(cells) + f" | {p50['xserve']/best:.2f} | " + " | ".join(rate) + " |")
+    geomeans(rows, names)
+
+
+TRANSFORMERS = {"bert", "vit_b_16"}
+
+
+def geomeans(rows, names):
+    """Prints the geomean of each xserve runner's p50 over the best ORT's, per
+    batch size: all models, the CNNs, the transformers."""
+    xs = [n for n in names if n.startswith("xserve")]
+    print()
+    print("| batch | runner | all models | CNNs | BERT and ViT |")
+    print("|---|---|---|---|---|")
+    for b in sorted({r[1] for r in rows}):
+        for n in xs:
+            cells = []
+            for keep in (lambda m: True, lambda m: m not in TRANSFORMERS, lambda m: m in TRANSFORMERS):
+                r = [p50[n] / min(p50["ort-1t"], p50["ort-2t"]) for name, bb, _, p50, err in rows
+                     if bb == b and not err and keep(name)]
+                cells.append(f"{np.exp(np.mean(np.log(r))):.2f} ({len(r)})" if r else "-")
+            print(f"| {b} | {n} / best ORT | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/gomlx/go-xla/pkg/types/dtypes"
@@ -63,6 +64,12 @@ type Options struct {
 	// faster than the matrix product, so they stay convolutions. Default:
 	// true on "cpu", false elsewhere.
 	ConvAsDot *bool
+	// Kernels are the custom-call targets the backend provides beyond
+	// XLA's own: on CPU, those of xserve's kernel library
+	// (pjrt.Client.Kernels). With ConvKernel among them, float32
+	// convolutions are computed by that kernel (oneDNN) instead of
+	// stablehlo.convolution.
+	Kernels []string
 	// KeepBatchNorm disables folding inference batch norms into the
 	// preceding convolution's weights (fxgraph.Graph.FoldBatchNorm), which
 	// is on by default.
@@ -99,6 +106,11 @@ func (o Options) withDefaults() Options {
 		o.ModuleName = "xserve"
 	}
 	return o
+}
+
+// hasKernel reports whether the backend provides the custom-call target.
+func (o Options) hasKernel(target string) bool {
+	return slices.Contains(o.Kernels, target)
 }
 
 // Lowerer lowers graphs with a fixed set of rules and options. It is safe

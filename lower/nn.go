@@ -255,6 +255,13 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	prec := ctx.Precision()
 	var y *stablehlo.Value
 	_, xd, xerr := InMeta(n, 0)
+	if xerr == nil && !p.Transposed && cdt == tensor.Float32 && spatial >= 1 && spatial <= 3 && ctx.Options.hasKernel(ConvKernel) {
+		var bias *stablehlo.Value
+		if in[2] != nil {
+			bias = b.convert(in[2], cdt)
+		}
+		return b.out(b.convert(nnConvKernel(b, x, w, bias, outDims, p), dt))
+	}
 	if xerr == nil && !p.Transposed && *ctx.Options.DepthwiseMulAdd && nnIsDepthwise(xd, wd, p.Groups) {
 		y = nnDepthwise(b, x, w, xd, wd, outDims, p)
 	} else if xerr == nil && !p.Transposed && *ctx.Options.ConvAsDot && nnConvAsDotFits(xd, wd, outDims, p.Groups) {
@@ -315,6 +322,62 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		y = b.bin(hlo.Add, y, b.bcastIn(bias, outDims, []int{1}))
 	}
 	return b.out(b.convert(y, dt))
+}
+
+// ConvKernel is the custom-call target of xserve's CPU convolution kernel
+// (cpukernels/conv.c): float32, 1 to 3 spatial dims, any groups, stride,
+// padding and dilation, optional bias.
+const ConvKernel = "xserve_conv_f32"
+
+// nnConvKernel computes a convolution with ConvKernel. The kernel reads the
+// input and writes the result channels-last and reads the weight as
+// [kernel..., in/groups, out] (XLA's own convolution layout, which
+// Options.ConvWeightsHWIO uploads weights in); the operand and result
+// layouts ask XLA for exactly that, so the logical program stays NCHW and
+// XLA places any transposes itself.
+func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgraph.ConvParams) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	rank := len(outDims)
+	spatial := rank - 2
+	channelsLast := []int64{1}
+	weights := []int64{0, 1}
+	for j := rank - 1; j >= 2; j-- {
+		channelsLast = append(channelsLast, int64(j))
+		weights = append(weights, int64(j))
+	}
+	channelsLast = append(channelsLast, 0)
+	dilation := make([]int64, spatial)
+	for j := range dilation {
+		dilation[j] = max(p.Dilation[j], 1)
+	}
+	groups := max(p.Groups, 1)
+	call := stablehlo.FFICall{
+		Target:   ConvKernel,
+		Operands: []*stablehlo.Value{x, w},
+		Results:  []stablehlo.Type{stablehlo.TensorOf(x.Type().Elem, outDims...)},
+		Attrs: []stablehlo.FFIAttr{
+			{Name: "dilation", Ints: dilation, Array: true},
+			{Name: "groups", Int: groups},
+			{Name: "pad_hi", Ints: p.Padding[:spatial], Array: true},
+			{Name: "pad_lo", Ints: p.Padding[:spatial], Array: true},
+			{Name: "relu", Int: 0},
+			{Name: "stride", Ints: p.Stride[:spatial], Array: true},
+		},
+		OperandLayouts: [][]int64{channelsLast, weights},
+		ResultLayouts:  [][]int64{channelsLast},
+	}
+	if bias != nil {
+		call.Operands = append(call.Operands, bias)
+		call.OperandLayouts = append(call.OperandLayouts, []int64{0})
+	}
+	out, err := x.Block().FFICall(call)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	return out[0]
 }
 
 // nnIsDepthwise reports whether a convolution of x [N, C, spatial...] with

@@ -1018,3 +1018,58 @@ func TestConvAsDot(t *testing.T) {
 		})
 	}
 }
+
+// TestConvKernelLowering: with lower.ConvKernel among Options.Kernels, a
+// float32 (or half, computed in float32) convolution that is not
+// transposed and has 1 to 3 spatial dims lowers to that custom call, with
+// channels-last operand and result layouts and the HWIO weight layout; the
+// others, and every convolution without the kernel, stay XLA's.
+// TestConvKernelMatchesORT (importer/onnx) checks the results.
+func TestConvKernelLowering(t *testing.T) {
+	k := []string{lower.ConvKernel}
+	for _, c := range []struct {
+		name       string
+		opts       lower.Options
+		dt         tensor.DType
+		xd, wd     []int64
+		transposed bool
+		groups     int64
+		want       string // in the module when the kernel is used, "" when not
+	}{
+		{"2d", lower.Options{Kernels: k}, tensor.Float32, []int64{2, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1,
+			`operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[0, 1, 3, 2]> : tensor<4xindex>], result_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>]`},
+		{"1d", lower.Options{Kernels: k}, tensor.Float32, []int64{2, 4, 9}, []int64{8, 4, 3}, false, 1,
+			`operand_layouts = [dense<[1, 2, 0]> : tensor<3xindex>, dense<[0, 1, 2]> : tensor<3xindex>]`},
+		{"3d groups", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 5, 5, 5}, []int64{8, 2, 3, 3, 3}, false, 2,
+			`backend_config = {dilation = array<i64: 1, 1, 1>, groups = 2 : i64, pad_hi = array<i64: 1, 1, 1>, pad_lo = array<i64: 1, 1, 1>, relu = 0 : i64, stride = array<i64: 1, 1, 1>}`},
+		{"depthwise", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 6, 6}, []int64{4, 1, 3, 3}, false, 4, `groups = 4 : i64`},
+		{"float16 in float32", lower.Options{Kernels: k}, tensor.Float16, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, `xserve_conv_f32`},
+		{"float64: XLA's", lower.Options{Kernels: k}, tensor.Float64, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, ""},
+		{"transposed: XLA's", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 6, 6}, []int64{4, 8, 3, 3}, true, 1, ""},
+		{"no kernels", lower.Options{}, tensor.Float32, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spatial := len(c.xd) - 2
+			ones, zeros := make([]int64, spatial), make([]int64, spatial)
+			for i := range ones {
+				ones[i] = 1
+			}
+			g := nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(c.dt, c.xd...), fxgraph.Static(c.dt, c.wd...)},
+				func(in []*fxgraph.Node) []any {
+					return []any{in[0], in[1], nil, ones, ones, ones, c.transposed, zeros, c.groups}
+				}, nil, 0)
+			p, err := lower.New(c.opts).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			module := string(p.Module)
+			used := strings.Contains(module, `call_target_name = "`+lower.ConvKernel+`"`)
+			if used != (c.want != "") {
+				t.Fatalf("kernel used: %v, want %v:\n%s", used, c.want != "", module)
+			}
+			if used && (!strings.Contains(module, c.want) || !strings.Contains(module, "api_version = 4 : i32") || strings.Contains(module, "stablehlo.convolution")) {
+				t.Errorf("module lacks %q (or has a stablehlo.convolution):\n%s", c.want, module)
+			}
+		})
+	}
+}

@@ -24,6 +24,13 @@ type Client struct {
 	apiVersion string // "0.81"
 	version    string // apiVersion plus the plugin's version attributes
 
+	// kernels are the custom-call targets registered from the CPU kernel
+	// library kernelsFile (kernels.go); kernelsErr says why none were
+	// loaded when a library was found but failed.
+	kernels     []string
+	kernelsFile string
+	kernelsErr  error
+
 	// mu is held for reading by every operation that uses the plugin client
 	// (including those on Buffers and Executables), and for writing by Close.
 	mu sync.RWMutex
@@ -79,6 +86,20 @@ func Open(path string) (*Client, error) {
 		execs:      map[*Executable]struct{}{},
 	}
 	c.version = c.apiVersion + formatAttributes(plugin.Attributes())
+	if c.platform == "cpu" {
+		if file, explicit := findCPUKernels(abs); file != "" {
+			names, err := loadKernels(api.api, file)
+			switch {
+			case err != nil && explicit:
+				_ = c.Close()
+				return nil, fmt.Errorf("pjrt: %s=%s: %w", EnvCPUKernels, file, err)
+			case err != nil:
+				c.kernelsErr = err
+			default:
+				c.kernels, c.kernelsFile = names, file
+			}
+		}
+	}
 	return c, nil
 }
 

@@ -49,6 +49,9 @@ func New(c *pjrt.Client, opts Options) (*Runner, error) {
 	if opts.Lower.Platform == "" {
 		opts.Lower.Platform = c.Platform()
 	}
+	if opts.Lower.Kernels == nil {
+		opts.Lower.Kernels = c.Kernels()
+	}
 	r := &Runner{client: c, lowerer: opts.Lowerer}
 	if r.lowerer == nil {
 		r.lowerer = lower.New(opts.Lower)

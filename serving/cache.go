@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 
@@ -194,8 +195,9 @@ func programKey(build, modelHash string, modelDims map[string]int64, opts lower.
 	hwio := opts.ConvWeightsHWIO != nil && *opts.ConvWeightsHWIO
 	depthwise := opts.DepthwiseMulAdd != nil && *opts.DepthwiseMulAdd
 	asDot := opts.ConvAsDot != nil && *opts.ConvAsDot
-	o := fmt.Sprintf("platform=%s narrow_int64=%t half_in_f32=%t conv_weights_hwio=%t depthwise_mul_add=%t conv_as_dot=%t keep_batch_norm=%t default_precision=%t inline_constant_max=%d max_fold_elements=%d module=%s",
-		opts.Platform, opts.NarrowInt64, half, hwio, depthwise, asDot, opts.KeepBatchNorm, opts.DefaultPrecision, opts.InlineConstantMax, opts.MaxFoldElements, opts.ModuleName)
+	kernels := slices.Sorted(slices.Values(opts.Kernels))
+	o := fmt.Sprintf("platform=%s narrow_int64=%t half_in_f32=%t conv_weights_hwio=%t depthwise_mul_add=%t conv_as_dot=%t keep_batch_norm=%t default_precision=%t inline_constant_max=%d max_fold_elements=%d module=%s kernels=%s",
+		opts.Platform, opts.NarrowInt64, half, hwio, depthwise, asDot, opts.KeepBatchNorm, opts.DefaultPrecision, opts.InlineConstantMax, opts.MaxFoldElements, opts.ModuleName, strings.Join(kernels, ","))
 	return digest("xserve stablehlo", fmt.Sprint(cacheFormat), build, modelHash, strings.Join(dims, ","), o) + ".stablehlo"
 }
 

@@ -79,6 +79,9 @@ func (o *Options) setDefaults() {
 	if o.Lowering.Platform == "" && o.Client != nil {
 		o.Lowering.Platform = o.Client.Platform()
 	}
+	if o.Lowering.Kernels == nil && o.Client != nil {
+		o.Lowering.Kernels = o.Client.Kernels()
+	}
 	if o.CompileParallelism == 0 {
 		o.CompileParallelism = runtime.GOMAXPROCS(0)
 	}

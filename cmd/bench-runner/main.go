@@ -107,7 +107,7 @@ func load(c *pjrt.Client, w *serving.Weights, model string, specs []string) (*lo
 	if err != nil {
 		return nil, err
 	}
-	prog, err := lower.New(lower.Options{Platform: c.Platform()}).Lower(g, dims)
+	prog, err := lower.New(lower.Options{Platform: c.Platform(), Kernels: c.Kernels()}).Lower(g, dims)
 	if err != nil {
 		return nil, err
 	}

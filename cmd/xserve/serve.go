@@ -116,6 +116,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer client.Close()
 	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	if ks := client.Kernels(); len(ks) > 0 {
+		log.Info("loaded CPU kernels", "kernels", strings.Join(ks, ","), "path", client.KernelsFile())
+	} else if err := client.KernelsError(); err != nil {
+		log.Warn("CPU kernels not loaded: convolutions run on XLA's own kernels", "err", err)
+	}
 	if *cacheDir != "" {
 		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
 			return fmt.Errorf("serve: compile cache: %w", err)

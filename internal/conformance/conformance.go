@@ -95,7 +95,7 @@ type Runner struct {
 func NewRunner(c *pjrt.Client) *Runner {
 	return &Runner{
 		Client:   c,
-		Lowerer:  lower.New(lower.Options{Platform: c.Platform()}),
+		Lowerer:  lower.New(lower.Options{Platform: c.Platform(), Kernels: c.Kernels()}),
 		Importer: onnx.NewImporter(),
 		RTol:     1e-3,
 		ATol:     1e-5,

@@ -111,7 +111,7 @@ func (c *Checker) Check(ctx context.Context, dir string) ([]Result, error) {
 		return nil, errors.New("zoo: Checker has no PJRT client")
 	}
 	if c.Lowerer == nil {
-		c.Lowerer = lower.New(lower.Options{Platform: c.Client.Platform()})
+		c.Lowerer = lower.New(lower.Options{Platform: c.Client.Platform(), Kernels: c.Client.Kernels()})
 	}
 	dirs, err := ModelDirs(dir)
 	if err != nil {

@@ -3,6 +3,7 @@ package stablehlo
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 func typesOfValues(vs []*Value) []Type {
@@ -124,4 +125,99 @@ func (b *Block) CustomCall(target string, operands []*Value, results []Type, bac
 		"api_version = 2 : i32",
 	}
 	return b.emit("custom_call", operands, nil, attrs, results...)
+}
+
+// FFIAttr is an attribute of a typed-FFI custom call: an i64 scalar, or an
+// i64 array when Array is set (Ints may then be empty).
+type FFIAttr struct {
+	Name  string
+	Int   int64
+	Ints  []int64
+	Array bool
+}
+
+// FFICall describes a custom call to a typed-FFI handler (API version 4):
+// the handler reads Attrs by name, and the operands and results in the
+// physical layouts given, each as minor-to-major dimension order (nil: XLA's
+// default, row-major).
+type FFICall struct {
+	Target         string
+	Operands       []*Value
+	Results        []Type
+	Attrs          []FFIAttr
+	OperandLayouts [][]int64
+	ResultLayouts  [][]int64
+}
+
+// FFICall emits c as a stablehlo.custom_call.
+func (b *Block) FFICall(c FFICall) ([]*Value, error) {
+	if err := b.check("custom_call", c.Operands); err != nil {
+		return nil, err
+	}
+	if c.Target == "" {
+		return nil, shapeErr("custom_call", "no call_target_name")
+	}
+	for _, r := range c.Results {
+		if err := r.valid(); err != nil {
+			return nil, shapeErr("custom_call", "result type: %v", err)
+		}
+	}
+	cfg := make([]string, len(c.Attrs))
+	for i, a := range c.Attrs {
+		if a.Array {
+			cfg[i] = fmt.Sprintf("%s = array<i64%s>", a.Name, joinInts(": ", a.Ints))
+		} else {
+			cfg[i] = fmt.Sprintf("%s = %d : i64", a.Name, a.Int)
+		}
+	}
+	attrs := []string{
+		"call_target_name = " + strconv.Quote(c.Target),
+		"api_version = 4 : i32",
+		"backend_config = {" + strings.Join(cfg, ", ") + "}",
+	}
+	layouts := func(name string, ls [][]int64, types []Type) (string, error) {
+		if ls == nil {
+			return "", nil
+		}
+		if len(ls) != len(types) {
+			return "", shapeErr("custom_call", "%d %s for %d values", len(ls), name, len(types))
+		}
+		parts := make([]string, len(ls))
+		for i, l := range ls {
+			if len(l) != len(types[i].Dims) {
+				return "", shapeErr("custom_call", "%s %d has %d dims for rank %d", name, i, len(l), len(types[i].Dims))
+			}
+			parts[i] = fmt.Sprintf("dense<[%s]> : tensor<%dxindex>", joinInts("", l), len(l))
+		}
+		return name + " = [" + strings.Join(parts, ", ") + "]", nil
+	}
+	opTypes := typesOfValues(c.Operands)
+	ol, err := layouts("operand_layouts", c.OperandLayouts, opTypes)
+	if err != nil {
+		return nil, err
+	}
+	rl, err := layouts("result_layouts", c.ResultLayouts, c.Results)
+	if err != nil {
+		return nil, err
+	}
+	if ol != "" || rl != "" {
+		if ol == "" || rl == "" {
+			return nil, shapeErr("custom_call", "operand and result layouts go together")
+		}
+		attrs = append(attrs, ol, rl)
+	}
+	return b.emit("custom_call", c.Operands, nil, attrs, c.Results...)
+}
+
+// joinInts writes v as ", "-separated integers, after prefix when v is not
+// empty.
+func joinInts(prefix string, v []int64) string {
+	if len(v) == 0 {
+		return ""
+	}
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatInt(x, 10)
+	}
+	return prefix + strings.Join(s, ", ")
 }

@@ -1,11 +1,14 @@
 package stablehlo_test
 
 import (
+	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/xserve/xserve/lower/stablehlo"
+	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -312,4 +315,89 @@ func TestConstantsRun(t *testing.T) {
 			checkValues(t, "scalar", out[2], nil, vals[:1])
 		})
 	}
+}
+
+// TestFFICallRun calls xserve's CPU convolution kernel (cpukernels/, a
+// typed-FFI handler `make pjrt` installs next to the plugin) through
+// FFICall: a 1x1 convolution whose weights pick one input channel shows the
+// kernel reads the channels-last operand layout XLA was asked for and
+// applies bias and relu; a call without a required attribute fails with
+// the kernel's message, and the client keeps working. It also pins the
+// op's printed form.
+func TestFFICallRun(t *testing.T) {
+	c := testClient(t)
+	if !slices.Contains(c.Kernels(), "xserve_conv_f32") {
+		t.Fatalf("the CPU kernel library is not loaded (%v): run make pjrt", c.KernelsError())
+	}
+	x := tensor.FromFloat32s([]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 1, 2, 2, 3)
+	w := tensor.FromFloat32s([]float32{-1, 0}, 1, 2, 1, 1)
+	b := tensor.FromFloat32s([]float32{2.5}, 1)
+	nchw, weights := []int64{1, 3, 2, 0}, []int64{0, 1, 3, 2}
+	call := func(p vals, relu int64, attrs ...string) stablehlo.FFICall {
+		all := []stablehlo.FFIAttr{
+			{Name: "dilation", Ints: []int64{1, 1}, Array: true}, {Name: "groups", Int: 1},
+			{Name: "pad_hi", Ints: []int64{0, 0}, Array: true}, {Name: "pad_lo", Ints: []int64{0, 0}, Array: true},
+			{Name: "relu", Int: relu}, {Name: "stride", Ints: []int64{1, 1}, Array: true},
+		}
+		var keep []stablehlo.FFIAttr
+		for _, a := range all {
+			if len(attrs) == 0 || slices.Contains(attrs, a.Name) {
+				keep = append(keep, a)
+			}
+		}
+		return stablehlo.FFICall{Target: "xserve_conv_f32", Operands: p, Results: []stablehlo.Type{f32(1, 1, 2, 3)}, Attrs: keep,
+			OperandLayouts: [][]int64{nchw, weights, {0}}, ResultLayouts: [][]int64{nchw}}
+	}
+	params := []stablehlo.Type{f32(1, 2, 2, 3), f32(1, 2, 1, 1), f32(1)}
+	out := oneOp(t, params, []*tensor.Tensor{x, w, b}, func(blk *stablehlo.Block, p vals) (vals, error) {
+		plain, err := blk.FFICall(call(p, 0))
+		if err != nil {
+			return nil, err
+		}
+		relu, err := blk.FFICall(call(p, 1))
+		if err != nil {
+			return nil, err
+		}
+		return vals{plain[0], relu[0]}, nil
+	})
+	checkValues(t, "-channel 0 + 2.5", out[0], []int64{1, 1, 2, 3}, []float64{2.5, 1.5, 0.5, -0.5, -1.5, -2.5})
+	checkValues(t, "relu(-channel 0 + 2.5)", out[1], []int64{1, 1, 2, 3}, []float64{2.5, 1.5, 0.5, 0, 0, 0})
+
+	m := stablehlo.NewModule("m")
+	f, _ := m.Func("main", stablehlo.Param{Name: "x", Type: params[0]}, stablehlo.Param{Name: "w", Type: params[1]}, stablehlo.Param{Name: "b", Type: params[2]})
+	r, err := f.Body().FFICall(call(f.Params(), 0, "groups", "stride"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Return(r...); err != nil {
+		t.Fatal(err)
+	}
+	text, _ := m.Text()
+	want := `%0 = "stablehlo.custom_call"(%x, %w, %b) {call_target_name = "xserve_conv_f32", api_version = 4 : i32, backend_config = {groups = 1 : i64, stride = array<i64: 1, 1>}, operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[0, 1, 3, 2]> : tensor<4xindex>, dense<[0]> : tensor<1xindex>], result_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>]} : (tensor<1x2x2x3xf32>, tensor<1x2x1x1xf32>, tensor<1xf32>) -> tensor<1x1x2x3xf32>`
+	if !strings.Contains(string(text), want) {
+		t.Errorf("text =\n%s\nwant it to contain\n%s", text, want)
+	}
+	ctx := context.Background()
+	exe, err := c.Compile(ctx, text)
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	defer exe.Close()
+	var bufs []*pjrt.Buffer
+	for _, in := range []*tensor.Tensor{x, w, b} {
+		buf, err := c.Upload(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer buf.Close()
+		bufs = append(bufs, buf)
+	}
+	_, err = exe.Run(ctx, bufs)
+	if err == nil || !strings.Contains(err.Error(), "xserve_conv_f32: missing or malformed attribute") {
+		t.Errorf("run without pad_lo, pad_hi, dilation, relu: err = %v, want the kernel's attribute error", err)
+	}
+	again := oneOp(t, params, []*tensor.Tensor{x, w, b}, func(blk *stablehlo.Block, p vals) (vals, error) {
+		return blk.FFICall(call(p, 0))
+	})
+	checkValues(t, "after a failed call", again[0], []int64{1, 1, 2, 3}, []float64{2.5, 1.5, 0.5, -0.5, -1.5, -2.5})
 }

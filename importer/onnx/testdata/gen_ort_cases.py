@@ -183,6 +183,61 @@ def tfidf_cases():
          [tensor_vi("x", TensorProto.INT32, [14])], [tensor_vi("y", F, [8])], [x1], opset=9)
 
 
+def conv_cases():
+    """Conv as xserve's CPU kernel computes it (lower.ConvKernel): 1-3
+    spatial dims, strides, symmetric and asymmetric padding, auto_pad,
+    dilation, groups (depthwise, depth multiplier), bias or none, weights as
+    initializers (uploaded in XLA's layout) or as a graph input, batches,
+    convolutions large enough to run on several threads, and Relu/Clip after
+    the convolution (which the lowering fuses into it)."""
+    r = np.random.default_rng(11)
+
+    def conv(name, xs, ws, bias=True, weights_input=False, after=None, **attrs):
+        x = r.standard_normal(xs).astype(np.float32)
+        w = (r.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(np.float32)
+        b = r.standard_normal(ws[0]).astype(np.float32)
+        names = ["x", "w"] + (["b"] if bias else [])
+        y = "y" if after is None else "c"
+        nodes = [helper.make_node("Conv", names, [y], **attrs)]
+        if after == "relu":
+            nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+        elif after == "relu6":
+            nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+        elif after == "relu_twice_used":  # the convolution's output feeds Relu and the output too
+            nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+        inits = [numpy_helper.from_array(np.array(0, np.float32), "lo"), numpy_helper.from_array(np.array(6, np.float32), "hi")] if after == "relu6" else []
+        ins, feeds = [tensor_vi("x", F, list(xs))], [x]
+        if weights_input:
+            ins.append(tensor_vi("w", F, list(ws)))
+            feeds.append(w)
+        else:
+            inits.append(numpy_helper.from_array(w, "w"))
+        if bias:
+            inits.append(numpy_helper.from_array(b, "b"))
+        dims = [f"d{i}" for i in range(len(xs))]
+        outs = [helper.make_tensor_value_info("y", F, dims)]
+        if after == "relu_twice_used":
+            outs.append(helper.make_tensor_value_info("c", F, dims))
+        case("conv_" + name, nodes, ins, outs, feeds, opset=13, inits=inits)
+
+    conv("2d_bias_pad1_batch2", (2, 3, 9, 9), (4, 3, 3, 3), pads=[1, 1, 1, 1])
+    conv("2d_stride2_nobias", (1, 5, 10, 11), (6, 5, 3, 3), bias=False, strides=[2, 2], pads=[1, 1, 1, 1])
+    conv("2d_asymmetric_pads", (1, 3, 8, 7), (4, 3, 3, 2), pads=[0, 1, 2, 1])
+    conv("2d_same_upper_stride2", (1, 3, 9, 8), (5, 3, 3, 3), auto_pad="SAME_UPPER", strides=[2, 2])
+    conv("2d_dilation_2x3", (1, 4, 12, 12), (3, 4, 3, 3), dilations=[2, 3], pads=[1, 2, 1, 2])
+    conv("2d_groups2", (1, 6, 8, 8), (4, 3, 3, 3), group=2, pads=[1, 1, 1, 1])
+    conv("2d_depthwise_stride2", (2, 8, 9, 9), (8, 1, 3, 3), group=8, strides=[2, 2], pads=[1, 1, 1, 1])
+    conv("2d_depth_multiplier2", (1, 4, 7, 7), (8, 1, 3, 3), group=4, bias=False)
+    conv("2d_1x1_stride2_batch3", (3, 8, 7, 7), (16, 8, 1, 1), strides=[2, 2])
+    conv("2d_weights_input", (1, 3, 6, 6), (4, 3, 3, 3), weights_input=True, pads=[1, 1, 1, 1])
+    conv("2d_kernel_larger_than_input", (1, 4, 2, 2), (6, 4, 3, 3), pads=[1, 1, 1, 1])
+    conv("2d_two_threads_relu", (1, 16, 32, 32), (32, 16, 3, 3), after="relu", pads=[1, 1, 1, 1])
+    conv("2d_relu6", (1, 8, 10, 10), (8, 8, 3, 3), after="relu6", pads=[1, 1, 1, 1])
+    conv("2d_relu_output_used_twice", (1, 4, 6, 6), (4, 4, 3, 3), after="relu_twice_used", pads=[1, 1, 1, 1])
+    conv("1d_stride2_pad1", (2, 3, 20), (5, 3, 4), strides=[2], pads=[1, 1])
+    conv("3d_pad1", (1, 2, 5, 6, 7), (3, 2, 3, 2, 3), pads=[1, 0, 1, 1, 0, 1])
+
+
 if __name__ == "__main__":
     for d in os.listdir(ROOT) if os.path.isdir(ROOT) else []:
         if not d.startswith("optim_"):  # those are gen_torch_optim_cases.py's
@@ -191,3 +246,4 @@ if __name__ == "__main__":
     sequence_cases()
     dropout_cases()
     tfidf_cases()
+    conv_cases()

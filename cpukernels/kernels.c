@@ -1,0 +1,25 @@
+/*
+ * kernels.c: the table of FFI handlers this library provides, read by the
+ * pjrt package when it opens an XLA CPU client (pjrt.Client.Kernels).
+ */
+#include <stddef.h>
+
+#include "xla_ffi.h"
+
+XLA_FFI_Error *xserve_conv_f32(XLA_FFI_CallFrame *f);
+
+/* xserve_cpu_kernel is one custom-call target and its handler. */
+typedef struct xserve_cpu_kernel {
+	const char *name;
+	XLA_FFI_Handler *handler;
+} xserve_cpu_kernel;
+
+static const xserve_cpu_kernel kernels[] = {
+    {"xserve_conv_f32", xserve_conv_f32},
+};
+
+/* xserve_cpu_kernels returns the table and stores its length in *n. */
+const xserve_cpu_kernel *xserve_cpu_kernels(int *n) {
+	*n = (int)(sizeof kernels / sizeof kernels[0]);
+	return kernels;
+}

@@ -1,0 +1,50 @@
+package onnx_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/lower"
+)
+
+// convKernelCases are the Conv models of testdata/ort (gen_ort_cases.py
+// conv_cases) with ONNX Runtime's outputs.
+var convKernelCases = []string{
+	"conv_2d_bias_pad1_batch2", "conv_2d_stride2_nobias", "conv_2d_asymmetric_pads", "conv_2d_same_upper_stride2",
+	"conv_2d_dilation_2x3", "conv_2d_groups2", "conv_2d_depthwise_stride2", "conv_2d_depth_multiplier2",
+	"conv_2d_1x1_stride2_batch3", "conv_2d_weights_input", "conv_2d_kernel_larger_than_input",
+	"conv_2d_two_threads_relu", "conv_2d_relu6", "conv_2d_relu_output_used_twice",
+	"conv_1d_stride2_pad1", "conv_3d_pad1",
+}
+
+// TestConvKernelMatchesORT runs Conv models through the CPU convolution
+// kernel (lower.ConvKernel, oneDNN, loaded next to the plugin by `make
+// pjrt`) and through XLA's own convolution (the kernels turned off), both
+// against ONNX Runtime.
+func TestConvKernelMatchesORT(t *testing.T) {
+	client := nnPlugin(t)
+	if !slices.Contains(client.Kernels(), lower.ConvKernel) {
+		t.Fatalf("the CPU kernel library is not loaded (%v): run make pjrt", client.KernelsError())
+	}
+	for _, kernels := range []bool{true, false} {
+		r := conformance.NewRunner(client)
+		name := "kernel"
+		if !kernels {
+			r.Lowerer = lower.New(lower.Options{Platform: client.Platform(), Kernels: []string{}})
+			name = "xla"
+		}
+		t.Run(name, func(t *testing.T) {
+			for _, c := range convKernelCases {
+				t.Run(c, func(t *testing.T) {
+					res := r.Run(context.Background(), conformance.Case{Suite: "ort", Name: c, Dir: filepath.Join("testdata", "ort", c)})
+					if res.Status != conformance.Passed {
+						t.Errorf("%s: %s", res.Status, res.Detail)
+					}
+				})
+			}
+		})
+	}
+}

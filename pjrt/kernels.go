@@ -1,0 +1,188 @@
+package pjrt
+
+// CPU kernels: custom-call targets xserve provides to XLA CPU.
+//
+// The library cpukernels/ builds (libxserve_cpukernels.so, `make pjrt`
+// installs it next to the CPU plugin) holds XLA FFI handlers, e.g. a oneDNN
+// convolution, and a table of them (xserve_cpu_kernels). Open loads it for a
+// CPU client and registers each handler with the plugin through the PJRT FFI
+// extension; Client.Kernels then names the targets, and the lowering emits
+// custom calls to them (lower.Options.Kernels) instead of the StableHLO ops
+// XLA CPU computes slowly.
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/internal/capi
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pjrt_c_api.h"
+
+// The PJRT FFI extension's ABI (xla/pjrt/c/pjrt_c_api_ffi_extension.h): the
+// table and the argument struct of its handler registration.
+typedef struct xs_ffi_register_args {
+	size_t struct_size;
+	const char* target_name;
+	size_t target_name_size;
+	void* handler;
+	const char* platform_name;
+	size_t platform_name_size;
+	unsigned int traits;
+} xs_ffi_register_args;
+
+typedef struct xs_ffi_extension {
+	PJRT_Extension_Base base;
+	void* type_id_register;
+	void* user_data_add;
+	PJRT_Error* (*register_handler)(xs_ffi_register_args* args);
+} xs_ffi_extension;
+
+typedef struct xs_cpu_kernel {
+	const char* name;
+	void* handler;
+} xs_cpu_kernel;
+
+typedef const xs_cpu_kernel* (*xs_cpu_kernels_fn)(int* n);
+
+// xs_load_kernels opens the kernel library at path (once per process: dlopen
+// reference-counts it) and returns its table in *table, *n; NULL or an error
+// message (static or dlerror's).
+static const char* xs_load_kernels(const char* path, const xs_cpu_kernel** table, int* n) {
+	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		const char* e = dlerror();
+		return e ? e : "dlopen failed";
+	}
+	xs_cpu_kernels_fn fn = (xs_cpu_kernels_fn)dlsym(h, "xserve_cpu_kernels");
+	if (fn == NULL) {
+		return "no symbol xserve_cpu_kernels (not an xserve kernel library)";
+	}
+	*table = fn(n);
+	return NULL;
+}
+
+// xs_register_ffi registers handler as the FFI target name for the XLA CPU
+// ("Host") platform through the plugin's PJRT FFI extension. It returns 1
+// when the plugin has no extension able to do it.
+static int xs_register_ffi(const PJRT_Api* api, const char* name, void* handler, PJRT_Error** err) {
+	const PJRT_Extension_Base* ext = api->extension_start;
+	while (ext != NULL && ext->type != PJRT_Extension_Type_FFI) {
+		ext = ext->next;
+	}
+	if (ext == NULL || ext->struct_size < sizeof(xs_ffi_extension)) {
+		return 1;
+	}
+	const xs_ffi_extension* ffi = (const xs_ffi_extension*)ext;
+	if (ffi->register_handler == NULL) {
+		return 1;
+	}
+	xs_ffi_register_args a;
+	memset(&a, 0, sizeof a);
+	a.struct_size = sizeof a;
+	a.target_name = name;
+	a.target_name_size = strlen(name);
+	a.handler = handler;
+	a.platform_name = "Host";
+	a.platform_name_size = 4;
+	*err = ffi->register_handler(&a);
+	return 0;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unsafe"
+)
+
+// EnvCPUKernels names the CPU kernel library to load, or "off" to load none.
+// Unset: the library `make pjrt` installs next to the CPU plugin, if there.
+const EnvCPUKernels = "XSERVE_CPU_KERNELS"
+
+// CPUKernelsFile is the file name of the CPU kernel library, installed next
+// to the CPU plugin.
+const CPUKernelsFile = "libxserve_cpukernels.so"
+
+// registeredKernels maps a plugin table and kernel library to the targets
+// registered for them: a handler is registered once per process. Guarded
+// by registerMu.
+var registeredKernels = map[kernelsKey][]string{}
+
+type kernelsKey struct {
+	api  *C.PJRT_Api
+	file string
+}
+
+// findCPUKernels returns the kernel library to load for the CPU plugin at
+// pluginPath ("" for none) and whether it was asked for explicitly.
+func findCPUKernels(pluginPath string) (string, bool) {
+	switch v := os.Getenv(EnvCPUKernels); strings.ToLower(v) {
+	case "off", "none", "0", "false":
+		return "", false
+	case "":
+		p := filepath.Join(filepath.Dir(pluginPath), CPUKernelsFile)
+		if _, err := os.Stat(p); err != nil {
+			return "", false
+		}
+		return p, false
+	default:
+		return v, true
+	}
+}
+
+// loadKernels registers the handlers of the kernel library file with the
+// plugin whose table is api and returns their target names.
+func loadKernels(api *C.PJRT_Api, file string) ([]string, error) {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return nil, err
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = r
+	}
+	registerMu.Lock()
+	defer registerMu.Unlock()
+	key := kernelsKey{api, abs}
+	if names, ok := registeredKernels[key]; ok {
+		return names, nil
+	}
+	cpath := C.CString(abs)
+	defer C.free(unsafe.Pointer(cpath))
+	var table *C.xs_cpu_kernel
+	var n C.int
+	if msg := C.xs_load_kernels(cpath, &table, &n); msg != nil {
+		return nil, fmt.Errorf("load CPU kernels %s: %s", abs, C.GoString(msg))
+	}
+	if n < 0 || n > 1024 {
+		return nil, fmt.Errorf("load CPU kernels %s: implausible table length %d", abs, n)
+	}
+	var names []string
+	for _, k := range unsafe.Slice(table, int(n)) {
+		name := C.GoString(k.name)
+		var perr *C.PJRT_Error
+		if C.xs_register_ffi(api, k.name, k.handler, &perr) != 0 {
+			return nil, errors.New("the PJRT plugin has no FFI extension to register custom-call handlers with")
+		}
+		if perr != nil {
+			return nil, fmt.Errorf("register CPU kernel %s: %w", name, pluginError(api, perr))
+		}
+		names = append(names, name)
+	}
+	registeredKernels[key] = names
+	return names, nil
+}
+
+// Kernels returns the custom-call targets this client's plugin has from
+// xserve's CPU kernel library (empty when none was loaded); pass them to
+// lower.Options.Kernels.
+func (c *Client) Kernels() []string { return append([]string(nil), c.kernels...) }
+
+// KernelsFile returns the CPU kernel library loaded, or "".
+func (c *Client) KernelsFile() string { return c.kernelsFile }
+
+// KernelsError returns why the CPU kernel library found next to the plugin
+// could not be loaded (the client then lowers without its kernels), or nil.
+func (c *Client) KernelsError() error { return c.kernelsErr }
