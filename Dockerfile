@@ -31,11 +31,21 @@ ENV GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 WORKDIR /src
 COPY go.mod go.sum ./
 COPY cmd/pjrt-fetch/ cmd/pjrt-fetch/
+COPY cpukernels/ cpukernels/
 ARG PJRT=cpu
+# The CPU variant also gets xserve's CPU kernel library (cpukernels/: oneDNN
+# convolutions as XLA custom calls), built here against the pinned oneDNN
+# wheels, with libdnnl.so.3 and this image's libgomp.so.1 beside it: the
+# pjrt package loads it from the plugin's directory (docs/CPU-KERNELS.md).
 # The wheels' libraries carry their symbol tables (a third of the CPU plugin):
 # stripped, the image is that much leaner and the plugin works the same.
 RUN go run ./cmd/pjrt-fetch -platform "${PJRT}" -dest /out/pjrt \
- && strip --strip-unneeded /out/pjrt/*.so
+ && if [ "${PJRT}" = cpu ]; then \
+      go run ./cmd/pjrt-fetch -onednn /tmp/onednn \
+      && BUNDLE_GOMP=1 cpukernels/build.sh /tmp/onednn /out/pjrt \
+      && rm -rf /tmp/onednn; \
+    fi \
+ && strip --strip-unneeded /out/pjrt/*.so*
 
 FROM ${RUNTIME_IMAGE}
 ARG PJRT=cpu

@@ -16,7 +16,9 @@
  * Result:
  *   y [N, O, T1..Tk]        channels last
  * Attributes: stride, pad_lo, pad_hi, dilation (k each; dilation 1 = none),
- * groups, relu (1: max(y, 0) applied by the kernel).
+ * groups, activation (applied to the result by the kernel: 0 none, 1 relu,
+ * 2 relu6, 3 sigmoid, 4 SiLU, 5 hardswish, 6 tanh, 7 GELU, 8 GELU's tanh
+ * approximation, 9 leaky relu with slope alpha), alpha (f32).
  *
  * oneDNN primitives are created once per distinct convolution (shapes and
  * attributes) and kept for the life of the process in a bounded table;
@@ -39,6 +41,39 @@ int omp_get_num_procs(void);
 #define PARALLEL_MIN_MACS (4L << 20)
 
 #define MAX_SPATIAL 3
+
+/* The activation attribute's values (lower/nn.go convAct*). */
+enum {
+	ACT_NONE = 0,
+	ACT_RELU = 1,
+	ACT_RELU6 = 2,
+	ACT_SIGMOID = 3,
+	ACT_SILU = 4,
+	ACT_HARDSWISH = 5,
+	ACT_TANH = 6,
+	ACT_GELU = 7,
+	ACT_GELU_TANH = 8,
+	ACT_LEAKY_RELU = 9,
+	ACT_LAST = ACT_LEAKY_RELU,
+};
+
+/* activation_post_op maps an activation to a oneDNN eltwise post-op. */
+static int activation_post_op(int64_t act, float alpha_attr, dnnl_alg_kind_t *alg, float *alpha, float *beta) {
+	*alpha = 0.f;
+	*beta = 0.f;
+	switch (act) {
+	case ACT_RELU: *alg = dnnl_eltwise_relu; return 0;
+	case ACT_RELU6: *alg = dnnl_eltwise_clip; *beta = 6.f; return 0;
+	case ACT_SIGMOID: *alg = dnnl_eltwise_logistic; return 0;
+	case ACT_SILU: *alg = dnnl_eltwise_swish; *alpha = 1.f; return 0;
+	case ACT_HARDSWISH: *alg = dnnl_eltwise_hardswish; *alpha = 1.f / 6.f; *beta = 0.5f; return 0;
+	case ACT_TANH: *alg = dnnl_eltwise_tanh; return 0;
+	case ACT_GELU: *alg = dnnl_eltwise_gelu_erf; return 0;
+	case ACT_GELU_TANH: *alg = dnnl_eltwise_gelu_tanh; return 0;
+	case ACT_LEAKY_RELU: *alg = dnnl_eltwise_relu; *alpha = alpha_attr; return 0;
+	}
+	return -1;
+}
 #define CACHE_SLOTS 2048
 
 typedef struct conv_key {
@@ -46,7 +81,8 @@ typedef struct conv_key {
 	int64_t x[2 + MAX_SPATIAL];
 	int64_t w[2 + MAX_SPATIAL];
 	int64_t stride[MAX_SPATIAL], pad_lo[MAX_SPATIAL], pad_hi[MAX_SPATIAL], dilation[MAX_SPATIAL];
-	int64_t groups, relu, bias;
+	int64_t groups, activation, bias;
+	float alpha; /* of the activation (leaky relu's slope) */
 } conv_key;
 
 typedef struct conv_entry {
@@ -117,6 +153,15 @@ static int attr_ints(XLA_FFI_CallFrame *f, const char *name, int64_t *out, int64
 			return -1;
 		}
 	}
+	return 0;
+}
+
+static int attr_float(XLA_FFI_CallFrame *f, const char *name, float *out) {
+	XLA_FFI_Scalar *s = find_attr(f, name, XLA_FFI_AttrType_SCALAR);
+	if (s == NULL || s->dtype != XLA_FFI_DataType_F32) {
+		return -1;
+	}
+	*out = *(float *)s->value;
 	return 0;
 }
 
@@ -222,9 +267,11 @@ static dnnl_status_t create_pd(dnnl_primitive_desc_t *pd, conv_entry *e, dnnl_me
 	if (st != dnnl_success) return st;
 	dnnl_post_ops_t po = NULL;
 	st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-	if (st == dnnl_success && k->relu) {
-		st = dnnl_post_ops_create(&po);
-		if (st == dnnl_success) st = dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.f, 0.f);
+	if (st == dnnl_success && k->activation != ACT_NONE) {
+		dnnl_alg_kind_t alg;
+		float alpha, beta;
+		st = activation_post_op(k->activation, k->alpha, &alg, &alpha, &beta) ? dnnl_invalid_arguments : dnnl_post_ops_create(&po);
+		if (st == dnnl_success) st = dnnl_post_ops_append_eltwise(po, alg, alpha, beta);
 		if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, po);
 	}
 	if (st == dnnl_success) {
@@ -434,9 +481,13 @@ static XLA_FFI_Error *conv_execute(XLA_FFI_CallFrame *f) {
 	}
 	if (attr_ints(f, "stride", k.stride, sp) || attr_ints(f, "pad_lo", k.pad_lo, sp) ||
 	    attr_ints(f, "pad_hi", k.pad_hi, sp) || attr_ints(f, "dilation", k.dilation, sp) ||
-	    attr_int(f, "groups", &k.groups) || attr_int(f, "relu", &k.relu)) {
+	    attr_int(f, "groups", &k.groups) || attr_int(f, "activation", &k.activation) ||
+	    attr_float(f, "alpha", &k.alpha)) {
 		return fail(f, 3, "missing or malformed attribute (stride, pad_lo, pad_hi, dilation: %lld ints; "
-		    "groups, relu: int)", (long long)sp);
+		    "groups, activation: int; alpha: f32)", (long long)sp);
+	}
+	if (k.activation < ACT_NONE || k.activation > ACT_LAST) {
+		return fail(f, 3, "activation %lld: want 0 (none) to %d", (long long)k.activation, ACT_LAST);
 	}
 	k.bias = b != NULL;
 	if (k.groups < 1 || k.x[1] != k.w[1] * k.groups || k.w[0] % k.groups != 0 || y->dims[1] != k.w[0] ||

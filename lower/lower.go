@@ -149,6 +149,19 @@ type Context struct {
 
 	values map[*fxgraph.Node][]*stablehlo.Value
 	root   *rootState
+	// fused holds the values of nodes a rule computed together with its own
+	// node (an activation applied by the convolution kernel before it): they
+	// are lowered to that value instead of by their own rule.
+	fused map[*fxgraph.Node]*stablehlo.Value
+}
+
+// Fuse records that the lowering of node n (a later node of the graph) is
+// v, computed already by the rule running now.
+func (ctx *Context) Fuse(n *fxgraph.Node, v *stablehlo.Value) {
+	if ctx.fused == nil {
+		ctx.fused = map[*fxgraph.Node]*stablehlo.Value{}
+	}
+	ctx.fused[n] = v
 }
 
 // rootState is what the contexts of a graph and its subgraphs share: the
@@ -490,6 +503,13 @@ var onLowered func(op *fxgraph.Op)
 func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
 	for _, n := range g.Nodes() {
 		if n.Op != fxgraph.CallFunction {
+			continue
+		}
+		if v, ok := ctx.fused[n]; ok {
+			if err := ctx.checkResults(n, []*stablehlo.Value{v}); err != nil {
+				return err
+			}
+			ctx.values[n] = []*stablehlo.Value{v}
 			continue
 		}
 		op, _ := fxgraph.OpByName(n.Target)

@@ -260,7 +260,14 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		if in[2] != nil {
 			bias = b.convert(in[2], cdt)
 		}
-		return b.out(b.convert(nnConvKernel(b, x, w, bias, outDims, p), dt))
+		act := nnConvActivation(ctx, n)
+		y := b.convert(nnConvKernel(b, x, w, bias, outDims, p, act), dt)
+		if b.err == nil {
+			for _, u := range act.nodes {
+				ctx.Fuse(u, y) // a SiLU's sigmoid, used only by the product, gets a value never read
+			}
+		}
+		return b.out(y)
 	}
 	if xerr == nil && !p.Transposed && *ctx.Options.DepthwiseMulAdd && nnIsDepthwise(xd, wd, p.Groups) {
 		y = nnDepthwise(b, x, w, xd, wd, outDims, p)
@@ -326,7 +333,9 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 
 // ConvKernel is the custom-call target of xserve's CPU convolution kernel
 // (cpukernels/conv.c): float32, 1 to 3 spatial dims, any groups, stride,
-// padding and dilation, optional bias.
+// padding and dilation, optional bias, and optionally an activation applied
+// to the result (what the convolution's users compute, fused:
+// nnConvActivation).
 const ConvKernel = "xserve_conv_f32"
 
 // nnConvKernel computes a convolution with ConvKernel. The kernel reads the
@@ -335,7 +344,7 @@ const ConvKernel = "xserve_conv_f32"
 // Options.ConvWeightsHWIO uploads weights in); the operand and result
 // layouts ask XLA for exactly that, so the logical program stays NCHW and
 // XLA places any transposes itself.
-func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgraph.ConvParams) *stablehlo.Value {
+func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgraph.ConvParams, act convAct) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
@@ -358,11 +367,12 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 		Operands: []*stablehlo.Value{x, w},
 		Results:  []stablehlo.Type{stablehlo.TensorOf(x.Type().Elem, outDims...)},
 		Attrs: []stablehlo.FFIAttr{
+			{Name: "activation", Int: act.kind},
+			{Name: "alpha", Float: float32(act.alpha), IsFloat: true},
 			{Name: "dilation", Ints: dilation, Array: true},
 			{Name: "groups", Int: groups},
 			{Name: "pad_hi", Ints: p.Padding[:spatial], Array: true},
 			{Name: "pad_lo", Ints: p.Padding[:spatial], Array: true},
-			{Name: "relu", Int: 0},
 			{Name: "stride", Ints: p.Stride[:spatial], Array: true},
 		},
 		OperandLayouts: [][]int64{channelsLast, weights},
@@ -378,6 +388,124 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 		return nil
 	}
 	return out[0]
+}
+
+// Activations ConvKernel applies to its result (its "activation"
+// attribute, with "alpha" for leaky relu), as oneDNN post-ops.
+const (
+	convActNone      = 0
+	convActReLU      = 1 // max(y, 0)
+	convActReLU6     = 2 // min(max(y, 0), 6)
+	convActSigmoid   = 3 // 1 / (1 + exp(-y))
+	convActSiLU      = 4 // y * sigmoid(y)
+	convActHardSwish = 5 // y * min(max(y + 3, 0), 6) / 6
+	convActTanh      = 6
+	convActGELU      = 7 // y * (1 + erf(y / sqrt 2)) / 2
+	convActGELUTanh  = 8 // gelu's tanh approximation
+	convActLeakyReLU = 9 // y if y > 0 else alpha * y
+)
+
+// convAct is an activation the convolution kernel applies and the nodes it
+// replaces: the last is the activation's result, the others (a SiLU's
+// sigmoid) are only used within it.
+type convAct struct {
+	kind  int64
+	alpha float64
+	nodes []*fxgraph.Node
+}
+
+// nnConvActivation returns the activation that the users of the
+// convolution n apply to it, if they do nothing else with it and the kernel
+// can apply it instead: relu, relu6 (clamp or hardtanh to [0, 6]), sigmoid,
+// SiLU (aten.silu, or x * sigmoid(x)), hardswish, tanh, GELU (exact or
+// tanh) and leaky relu.
+func nnConvActivation(ctx *Context, n *fxgraph.Node) convAct {
+	users := n.Users()
+	for _, u := range users {
+		if u.Op != fxgraph.CallFunction || len(u.Args) == 0 {
+			return convAct{}
+		}
+	}
+	if len(users) == 2 {
+		return nnConvSiLU(n, users)
+	}
+	if len(users) != 1 || users[0].Args[0] != n {
+		return convAct{}
+	}
+	u := users[0]
+	one := func(kind int64) convAct { return convAct{kind: kind, nodes: []*fxgraph.Node{u}} }
+	bound := func(i int) (float64, bool) {
+		if i >= len(u.Args) {
+			return 0, false
+		}
+		switch a := u.Args[i].(type) {
+		case *fxgraph.Node:
+			if t := ctx.Graph.ConstValue(a); t != nil && t.NumElements() == 1 {
+				return t.Float64s()[0], true
+			}
+			return 0, false
+		default:
+			return fxgraph.AsFloat(a)
+		}
+	}
+	switch u.Target {
+	case "aten.relu.default":
+		return one(convActReLU)
+	case "aten.clamp.default", "aten.clamp.Tensor":
+		lo, okLo := bound(1)
+		hi, okHi := bound(2)
+		switch {
+		case okLo && okHi && lo == 0 && hi == 6:
+			return one(convActReLU6)
+		case okLo && lo == 0 && (len(u.Args) < 3 || u.Args[2] == nil):
+			return one(convActReLU)
+		}
+	case "aten.hardtanh.default":
+		lo, err1 := u.ParamFloat("min_val")
+		hi, err2 := u.ParamFloat("max_val")
+		if err1 == nil && err2 == nil && lo == 0 && hi == 6 {
+			return one(convActReLU6)
+		}
+	case "aten.sigmoid.default":
+		return one(convActSigmoid)
+	case "aten.silu.default":
+		return one(convActSiLU)
+	case "aten.hardswish.default":
+		return one(convActHardSwish)
+	case "aten.tanh.default":
+		return one(convActTanh)
+	case "aten.gelu.default":
+		switch a, _ := u.Param("approximate"); a {
+		case "none", nil:
+			return one(convActGELU)
+		case "tanh":
+			return one(convActGELUTanh)
+		}
+	case "aten.leaky_relu.default":
+		if slope, err := u.ParamFloat("negative_slope"); err == nil {
+			return convAct{kind: convActLeakyReLU, alpha: slope, nodes: []*fxgraph.Node{u}}
+		}
+	}
+	return convAct{}
+}
+
+// nnConvSiLU matches x * sigmoid(x) over the convolution n (users: the
+// sigmoid and the product, the sigmoid used by the product only).
+func nnConvSiLU(n *fxgraph.Node, users []*fxgraph.Node) convAct {
+	sig, mul := users[0], users[1]
+	if sig.Target != "aten.sigmoid.default" {
+		sig, mul = mul, sig
+	}
+	if sig.Target != "aten.sigmoid.default" || sig.Args[0] != n || mul.Target != "aten.mul.Tensor" || len(mul.Args) != 2 {
+		return convAct{}
+	}
+	if su := sig.Users(); len(su) != 1 || su[0] != mul {
+		return convAct{}
+	}
+	if !(mul.Args[0] == n && mul.Args[1] == sig) && !(mul.Args[0] == sig && mul.Args[1] == n) {
+		return convAct{}
+	}
+	return convAct{kind: convActSiLU, nodes: []*fxgraph.Node{sig, mul}}
 }
 
 // nnIsDepthwise reports whether a convolution of x [N, C, spatial...] with

@@ -1041,7 +1041,7 @@ func TestConvKernelLowering(t *testing.T) {
 		{"1d", lower.Options{Kernels: k}, tensor.Float32, []int64{2, 4, 9}, []int64{8, 4, 3}, false, 1,
 			`operand_layouts = [dense<[1, 2, 0]> : tensor<3xindex>, dense<[0, 1, 2]> : tensor<3xindex>]`},
 		{"3d groups", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 5, 5, 5}, []int64{8, 2, 3, 3, 3}, false, 2,
-			`backend_config = {dilation = array<i64: 1, 1, 1>, groups = 2 : i64, pad_hi = array<i64: 1, 1, 1>, pad_lo = array<i64: 1, 1, 1>, relu = 0 : i64, stride = array<i64: 1, 1, 1>}`},
+			`backend_config = {activation = 0 : i64, alpha = 0.0 : f32, dilation = array<i64: 1, 1, 1>, groups = 2 : i64, pad_hi = array<i64: 1, 1, 1>, pad_lo = array<i64: 1, 1, 1>, stride = array<i64: 1, 1, 1>}`},
 		{"depthwise", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 6, 6}, []int64{4, 1, 3, 3}, false, 4, `groups = 4 : i64`},
 		{"float16 in float32", lower.Options{Kernels: k}, tensor.Float16, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, `xserve_conv_f32`},
 		{"float64: XLA's", lower.Options{Kernels: k}, tensor.Float64, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, ""},
@@ -1069,6 +1069,85 @@ func TestConvKernelLowering(t *testing.T) {
 			}
 			if used && (!strings.Contains(module, c.want) || !strings.Contains(module, "api_version = 4 : i32") || strings.Contains(module, "stablehlo.convolution")) {
 				t.Errorf("module lacks %q (or has a stablehlo.convolution):\n%s", c.want, module)
+			}
+		})
+	}
+}
+
+// TestConvKernelFusesActivation: an activation that is all a kernel
+// convolution's users compute (relu, clamp to [0, 6] or hardtanh(0, 6),
+// sigmoid, SiLU as an op or as x * sigmoid(x), hardswish, tanh, GELU exact
+// or tanh, leaky relu) is applied by the kernel (its activation attribute)
+// and lowers to nothing of its own; a convolution with other users, or
+// another clamp, keeps the op. TestConvKernelMatchesORT (importer/onnx)
+// checks the results.
+func TestConvKernelFusesActivation(t *testing.T) {
+	k := []string{lower.ConvKernel}
+	call := func(target string, args ...any) func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
+		return func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
+			return g.AddCall(target, append([]any{x}, args...), nil)
+		}
+	}
+	silu := func(sigFirst bool) func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
+		return func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
+			s := g.AddCall("aten.sigmoid.default", []any{x}, nil)
+			if sigFirst {
+				return g.AddCall("aten.mul.Tensor", []any{s, x}, nil)
+			}
+			return g.AddCall("aten.mul.Tensor", []any{x, s}, nil)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		act     func(g *fxgraph.Graph, conv *fxgraph.Node) *fxgraph.Node
+		both    bool // the convolution is an output too
+		wantAct string
+	}{
+		{"relu", call("aten.relu.default"), false, "activation = 1 : i64, alpha = 0.0 : f32"},
+		{"clamp 0 6", call("aten.clamp.default", 0.0, 6.0), false, "activation = 2 : i64"},
+		{"hardtanh 0 6", call("aten.hardtanh.default", 0.0, 6.0), false, "activation = 2 : i64"},
+		{"clamp min 0", call("aten.clamp.default", 0.0), false, "activation = 1 : i64"},
+		{"sigmoid", call("aten.sigmoid.default"), false, "activation = 3 : i64"},
+		{"silu", call("aten.silu.default"), false, "activation = 4 : i64"},
+		{"x * sigmoid(x)", silu(false), false, "activation = 4 : i64"},
+		{"sigmoid(x) * x", silu(true), false, "activation = 4 : i64"},
+		{"hardswish", call("aten.hardswish.default"), false, "activation = 5 : i64"},
+		{"tanh", call("aten.tanh.default"), false, "activation = 6 : i64"},
+		{"gelu", call("aten.gelu.default"), false, "activation = 7 : i64"},
+		{"gelu tanh", call("aten.gelu.default", "tanh"), false, "activation = 8 : i64"},
+		{"leaky relu", call("aten.leaky_relu.default", 0.25), false, "activation = 9 : i64, alpha = 0.25 : f32"},
+		{"clamp 0 1: not fused", call("aten.clamp.default", 0.0, 1.0), false, "activation = 0 : i64"},
+		{"relu, convolution also an output: not fused", call("aten.relu.default"), true, "activation = 0 : i64"},
+		{"x * sigmoid(x), convolution also an output: not fused", silu(false), true, "activation = 0 : i64"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := fxgraph.New()
+			x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, 1, 4, 6, 6))
+			w := g.AddPlaceholder("w", fxgraph.Static(tensor.Float32, 8, 4, 3, 3))
+			conv := g.AddCall("aten.convolution.default", []any{x, w, nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), int64(1)}, nil)
+			y := c.act(g, conv)
+			if c.both {
+				g.SetOutput(y, conv)
+			} else {
+				g.SetOutput(y)
+			}
+			p, err := lower.New(lower.Options{Kernels: k}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			module := string(p.Module)
+			if !strings.Contains(module, c.wantAct) {
+				t.Errorf("module lacks %q:\n%s", c.wantAct, module)
+			}
+			// Fused, the module computes nothing but the custom call.
+			var ops []string
+			for _, line := range strings.Split(module, "\n") {
+				if i := strings.Index(line, `"stablehlo.`); i >= 0 && !strings.Contains(line, "stablehlo.custom_call") {
+					ops = append(ops, strings.TrimSpace(line[i:]))
+				}
+			}
+			if fused := !strings.Contains(c.wantAct, "= 0 :"); fused != (len(ops) == 0) {
+				t.Errorf("fused %v, but other ops in the module: %q", fused, ops)
 			}
 		})
 	}

@@ -93,7 +93,7 @@ fi
 OUT="$PJRT_DIR/$KERNELS"
 stale=0
 [[ -f "$OUT" && -f "$PJRT_DIR/libdnnl.so.3" ]] || stale=1
-for f in "$REPO"/cpukernels/*.c "$REPO"/cpukernels/*.h "${BASH_SOURCE[0]}"; do
+for f in "$REPO"/cpukernels/* "${BASH_SOURCE[0]}"; do
 	[[ "$f" -nt "$OUT" ]] && stale=1
 done
 if [[ "$stale" == 0 ]]; then
@@ -102,10 +102,5 @@ if [[ "$stale" == 0 ]]; then
 fi
 command -v "$CC" >/dev/null 2>&1 || die "$CC not found (needed to build $KERNELS)"
 log "building $KERNELS against oneDNN ${ONEDNN_VERSION}"
-"$CC" -O2 -Wall -Wextra -Werror -fPIC -shared -I"$ONEDNN/include" \
-	"$REPO"/cpukernels/*.c -L"$ONEDNN/lib" -l:libdnnl.so.3 -lgomp -lpthread \
-	-Wl,-rpath,'$ORIGIN' -Wl,--no-undefined -o "$OUT.tmp"
-cp "$ONEDNN/lib/libdnnl.so.3" "$PJRT_DIR/libdnnl.so.3.tmp"
-mv "$PJRT_DIR/libdnnl.so.3.tmp" "$PJRT_DIR/libdnnl.so.3"
-mv "$OUT.tmp" "$OUT"
+CC="$CC" "$REPO/cpukernels/build.sh" "$ONEDNN" "$PJRT_DIR"
 log "installed $OUT"

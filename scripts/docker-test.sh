@@ -228,6 +228,9 @@ check_cpu() {
 	measure_start xserve-test-cold "$cache" "cold start (empty cache)"
 	local cold=$READY_S
 	[[ "$COMPILED" -gt 0 ]] || die "cold start compiled nothing"
+	docker logs xserve-test-cold 2>&1 | grep -q 'msg="loaded CPU kernels"' ||
+		die "the CPU image did not load its CPU kernel library (docker logs xserve-test-cold)"
+	log "the CPU image loaded its CPU kernels (oneDNN convolutions)"
 
 	# HTTP inference (Open Inference Protocol v2, JSON) against ONNX Runtime.
 	"$PY" - "$HTTP" "$REPO/examples/samples/tinycnn" <<-'PYEOF' || die "HTTP inference"

@@ -60,11 +60,37 @@ var pins = map[string]wheel{
 	},
 }
 
+// onednnWheels are oneDNN 3.2 (GNU OpenMP build): the library and its
+// headers, which the CPU image's kernel library (cpukernels/) is built
+// against. scripts/cpukernels-install.sh pins the same wheels.
+var onednnWheels = []wheel{
+	{
+		Package: "onednn-cpu-gomp", Version: "2023.2.0",
+		URL:    "https://files.pythonhosted.org/packages/65/b4/792e6d3ef02a0e14fdc0392bd378dc78f3c8356e6a40fda8c0b9366628a1/onednn_cpu_gomp-2023.2.0-py2.py3-none-manylinux1_x86_64.whl",
+		SHA256: "2f22a54d6a890ed14bfa185d42a4be65d8b5b1df85dc1f0f3a9abe31620416fb",
+		Member: "onednn_cpu_gomp-2023.2.0.data/data/lib/libdnnl.so.3",
+	},
+	{
+		Package: "onednn-devel-cpu-gomp", Version: "2023.2.0",
+		URL:    "https://files.pythonhosted.org/packages/d4/26/e1f06fc4810583d892831817e3217d32be475dd740c86c0b4058cec9d172/onednn_devel_cpu_gomp-2023.2.0-py2.py3-none-manylinux1_x86_64.whl",
+		SHA256: "9763c69e8c907e119056bd52ad918ca84ac9ba939d130a99dfa95ccca3e5e284",
+		Member: "onednn_devel_cpu_gomp-2023.2.0.data/data/include/",
+	},
+}
+
 func main() {
 	platform := flag.String("platform", "cpu", "plugin to fetch: "+strings.Join(platformNames(), ", "))
 	dest := flag.String("dest", "", "directory to write the plugin into (required)")
 	wheelPath := flag.String("wheel", "", "use this already downloaded wheel instead of downloading (its sha256 is checked all the same)")
+	onednn := flag.String("onednn", "", "instead of a plugin, fetch oneDNN into this directory (lib/libdnnl.so.3, include/), for building cpukernels/")
 	flag.Parse()
+	if *onednn != "" {
+		if err := fetchOneDNN(*onednn); err != nil {
+			fmt.Fprintln(os.Stderr, "pjrt-fetch:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*platform, *dest, *wheelPath); err != nil {
 		fmt.Fprintln(os.Stderr, "pjrt-fetch:", err)
 		os.Exit(1)
@@ -127,6 +153,68 @@ func run(platform, dest, wheelPath string) error {
 	return nil
 }
 
+// fetchOneDNN downloads and checks the oneDNN wheels and writes
+// dest/lib/libdnnl.so.3 and dest/include/.
+func fetchOneDNN(dest string) error {
+	tmp, err := os.MkdirTemp("", "onednn-fetch-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	for _, w := range onednnWheels {
+		path := filepath.Join(tmp, w.file())
+		fmt.Printf("pjrt-fetch: downloading %s==%s (%s)\n", w.Package, w.Version, w.file())
+		if err := download(w.URL, path); err != nil {
+			return fmt.Errorf("download %s: %w", w.URL, err)
+		}
+		got, err := fileSHA256(path)
+		if err != nil {
+			return err
+		}
+		if got != w.SHA256 {
+			return fmt.Errorf("sha256 mismatch for %s: got %s, want %s", w.file(), got, w.SHA256)
+		}
+		if strings.HasSuffix(w.Member, "/") {
+			err = extractTree(path, w.Member, filepath.Join(dest, "include"))
+		} else {
+			err = extract(path, w.Member, filepath.Join(dest, "lib", filepath.Base(w.Member)))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Printf("pjrt-fetch: oneDNN %s at %s\n", onednnWheels[0].Version, dest)
+	return nil
+}
+
+// extractTree copies every file of the zip file at wheelPath under the
+// directory prefix into out, keeping the rest of its path.
+func extractTree(wheelPath, prefix, out string) error {
+	z, err := zip.OpenReader(wheelPath)
+	if err != nil {
+		return fmt.Errorf("open wheel: %w", err)
+	}
+	defer z.Close()
+	n := 0
+	for _, f := range z.File {
+		rel, ok := strings.CutPrefix(f.Name, prefix)
+		if !ok || rel == "" || strings.HasSuffix(f.Name, "/") {
+			continue
+		}
+		if !filepath.IsLocal(rel) {
+			return fmt.Errorf("%s: member %s leaves its directory", filepath.Base(wheelPath), f.Name)
+		}
+		if err := extract(wheelPath, f.Name, filepath.Join(out, rel)); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%s has no files under %s", filepath.Base(wheelPath), prefix)
+	}
+	return nil
+}
+
 func download(url, path string) error {
 	client := &http.Client{Timeout: 30 * time.Minute}
 	resp, err := client.Get(url)
@@ -177,6 +265,9 @@ func extract(wheelPath, member, out string) error {
 			return err
 		}
 		defer src.Close()
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
 		dst, err := os.OpenFile(out, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
 		if err != nil {
 			return err

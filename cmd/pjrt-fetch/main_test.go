@@ -102,3 +102,40 @@ func TestRunWithWheel(t *testing.T) {
 		t.Errorf("no dest: %v", err)
 	}
 }
+
+// TestOneDNNPinsMatchInstallScript: the image's kernel library is built
+// against the oneDNN wheels `make pjrt` uses (scripts/cpukernels-install.sh).
+func TestOneDNNPinsMatchInstallScript(t *testing.T) {
+	script, err := os.ReadFile("../../scripts/cpukernels-install.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(name string) string {
+		m := regexp.MustCompile(`readonly ` + name + `="([^"]+)"`).FindSubmatch(script)
+		if m == nil {
+			t.Fatalf("scripts/cpukernels-install.sh has no %s", name)
+		}
+		return strings.ReplaceAll(string(m[1]), "${ONEDNN_VERSION}", field0(t, script))
+	}
+	for i, names := range [][2]string{{"LIB_WHEEL", "LIB_SHA256"}, {"DEV_WHEEL", "DEV_SHA256"}} {
+		w := onednnWheels[i]
+		if w.Version != field0(t, script) {
+			t.Errorf("%s: version %s, the script's %s", w.Package, w.Version, field0(t, script))
+		}
+		if !strings.HasSuffix(w.URL, "/"+field(names[0])) {
+			t.Errorf("%s: URL %s is not of the script's %s", w.Package, w.URL, field(names[0]))
+		}
+		if got := field(names[1]); got != w.SHA256 {
+			t.Errorf("%s: the script pins sha256 %s, the image %s", w.Package, got, w.SHA256)
+		}
+	}
+}
+
+// field0 is the ONEDNN_VERSION the install script pins.
+func field0(t *testing.T, script []byte) string {
+	m := regexp.MustCompile(`readonly ONEDNN_VERSION="([^"]+)"`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/cpukernels-install.sh has no ONEDNN_VERSION")
+	}
+	return string(m[1])
+}

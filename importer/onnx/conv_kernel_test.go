@@ -17,6 +17,7 @@ var convKernelCases = []string{
 	"conv_2d_dilation_2x3", "conv_2d_groups2", "conv_2d_depthwise_stride2", "conv_2d_depth_multiplier2",
 	"conv_2d_1x1_stride2_batch3", "conv_2d_weights_input", "conv_2d_kernel_larger_than_input",
 	"conv_2d_two_threads_relu", "conv_2d_relu6", "conv_2d_relu_output_used_twice",
+	"conv_2d_sigmoid", "conv_2d_silu", "conv_2d_hardswish", "conv_2d_tanh", "conv_2d_leaky_relu", "conv_2d_gelu", "conv_2d_gelu_tanh",
 	"conv_1d_stride2_pad1", "conv_3d_pad1",
 }
 

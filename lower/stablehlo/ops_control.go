@@ -127,13 +127,16 @@ func (b *Block) CustomCall(target string, operands []*Value, results []Type, bac
 	return b.emit("custom_call", operands, nil, attrs, results...)
 }
 
-// FFIAttr is an attribute of a typed-FFI custom call: an i64 scalar, or an
-// i64 array when Array is set (Ints may then be empty).
+// FFIAttr is an attribute of a typed-FFI custom call: an i64 scalar, an
+// i64 array when Array is set (Ints may then be empty), or an f32 scalar
+// when IsFloat is set.
 type FFIAttr struct {
-	Name  string
-	Int   int64
-	Ints  []int64
-	Array bool
+	Name    string
+	Int     int64
+	Ints    []int64
+	Array   bool
+	Float   float32
+	IsFloat bool
 }
 
 // FFICall describes a custom call to a typed-FFI handler (API version 4):
@@ -164,9 +167,12 @@ func (b *Block) FFICall(c FFICall) ([]*Value, error) {
 	}
 	cfg := make([]string, len(c.Attrs))
 	for i, a := range c.Attrs {
-		if a.Array {
+		switch {
+		case a.Array:
 			cfg[i] = fmt.Sprintf("%s = array<i64%s>", a.Name, joinInts(": ", a.Ints))
-		} else {
+		case a.IsFloat:
+			cfg[i] = fmt.Sprintf("%s = %s : f32", a.Name, floatLiteral(strconv.FormatFloat(float64(a.Float), 'g', -1, 32)))
+		default:
 			cfg[i] = fmt.Sprintf("%s = %d : i64", a.Name, a.Int)
 		}
 	}

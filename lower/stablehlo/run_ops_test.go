@@ -321,7 +321,7 @@ func TestConstantsRun(t *testing.T) {
 // typed-FFI handler `make pjrt` installs next to the plugin) through
 // FFICall: a 1x1 convolution whose weights pick one input channel shows the
 // kernel reads the channels-last operand layout XLA was asked for and
-// applies bias and relu; a call without a required attribute fails with
+// applies bias and the relu activation; a call without a required attribute fails with
 // the kernel's message, and the client keeps working. It also pins the
 // op's printed form.
 func TestFFICallRun(t *testing.T) {
@@ -333,11 +333,11 @@ func TestFFICallRun(t *testing.T) {
 	w := tensor.FromFloat32s([]float32{-1, 0}, 1, 2, 1, 1)
 	b := tensor.FromFloat32s([]float32{2.5}, 1)
 	nchw, weights := []int64{1, 3, 2, 0}, []int64{0, 1, 3, 2}
-	call := func(p vals, relu int64, attrs ...string) stablehlo.FFICall {
+	call := func(p vals, act int64, attrs ...string) stablehlo.FFICall {
 		all := []stablehlo.FFIAttr{
-			{Name: "dilation", Ints: []int64{1, 1}, Array: true}, {Name: "groups", Int: 1},
+			{Name: "activation", Int: act}, {Name: "alpha", IsFloat: true}, {Name: "dilation", Ints: []int64{1, 1}, Array: true}, {Name: "groups", Int: 1},
 			{Name: "pad_hi", Ints: []int64{0, 0}, Array: true}, {Name: "pad_lo", Ints: []int64{0, 0}, Array: true},
-			{Name: "relu", Int: relu}, {Name: "stride", Ints: []int64{1, 1}, Array: true},
+			{Name: "stride", Ints: []int64{1, 1}, Array: true},
 		}
 		var keep []stablehlo.FFIAttr
 		for _, a := range all {
@@ -394,7 +394,7 @@ func TestFFICallRun(t *testing.T) {
 	}
 	_, err = exe.Run(ctx, bufs)
 	if err == nil || !strings.Contains(err.Error(), "xserve_conv_f32: missing or malformed attribute") {
-		t.Errorf("run without pad_lo, pad_hi, dilation, relu: err = %v, want the kernel's attribute error", err)
+		t.Errorf("run without pad_lo, pad_hi, dilation, activation, alpha: err = %v, want the kernel's attribute error", err)
 	}
 	again := oneOp(t, params, []*tensor.Tensor{x, w, b}, func(blk *stablehlo.Block, p vals) (vals, error) {
 		return blk.FFICall(call(p, 0))

@@ -192,7 +192,7 @@ def conv_cases():
     the convolution (which the lowering fuses into it)."""
     r = np.random.default_rng(11)
 
-    def conv(name, xs, ws, bias=True, weights_input=False, after=None, **attrs):
+    def conv(name, xs, ws, bias=True, weights_input=False, after=None, opset=13, **attrs):
         x = r.standard_normal(xs).astype(np.float32)
         w = (r.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(np.float32)
         b = r.standard_normal(ws[0]).astype(np.float32)
@@ -201,6 +201,18 @@ def conv_cases():
         nodes = [helper.make_node("Conv", names, [y], **attrs)]
         if after == "relu":
             nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+        elif after == "sigmoid":
+            nodes.append(helper.make_node("Sigmoid", ["c"], ["y"]))
+        elif after == "silu":  # as torch.onnx exports SiLU: x * Sigmoid(x)
+            nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+        elif after == "hardswish":
+            nodes.append(helper.make_node("HardSwish", ["c"], ["y"]))
+        elif after == "tanh":
+            nodes.append(helper.make_node("Tanh", ["c"], ["y"]))
+        elif after == "leaky_relu":
+            nodes.append(helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.1))
+        elif after in ("gelu", "gelu_tanh"):
+            nodes.append(helper.make_node("Gelu", ["c"], ["y"], approximate="tanh" if after == "gelu_tanh" else "none"))
         elif after == "relu6":
             nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
         elif after == "relu_twice_used":  # the convolution's output feeds Relu and the output too
@@ -218,7 +230,7 @@ def conv_cases():
         outs = [helper.make_tensor_value_info("y", F, dims)]
         if after == "relu_twice_used":
             outs.append(helper.make_tensor_value_info("c", F, dims))
-        case("conv_" + name, nodes, ins, outs, feeds, opset=13, inits=inits)
+        case("conv_" + name, nodes, ins, outs, feeds, opset=opset, inits=inits)
 
     conv("2d_bias_pad1_batch2", (2, 3, 9, 9), (4, 3, 3, 3), pads=[1, 1, 1, 1])
     conv("2d_stride2_nobias", (1, 5, 10, 11), (6, 5, 3, 3), bias=False, strides=[2, 2], pads=[1, 1, 1, 1])
@@ -234,6 +246,9 @@ def conv_cases():
     conv("2d_two_threads_relu", (1, 16, 32, 32), (32, 16, 3, 3), after="relu", pads=[1, 1, 1, 1])
     conv("2d_relu6", (1, 8, 10, 10), (8, 8, 3, 3), after="relu6", pads=[1, 1, 1, 1])
     conv("2d_relu_output_used_twice", (1, 4, 6, 6), (4, 4, 3, 3), after="relu_twice_used", pads=[1, 1, 1, 1])
+    for act, opset in (("sigmoid", 13), ("silu", 13), ("hardswish", 14), ("tanh", 13), ("leaky_relu", 13),
+                       ("gelu", 20), ("gelu_tanh", 20)):
+        conv("2d_" + act, (1, 6, 9, 9), (8, 6, 3, 3), after=act, opset=opset, pads=[1, 1, 1, 1])
     conv("1d_stride2_pad1", (2, 3, 20), (5, 3, 4), strides=[2], pads=[1, 1])
     conv("3d_pad1", (1, 2, 5, 6, 7), (3, 2, 3, 2, 3), pads=[1, 0, 1, 1, 0, 1])
 
