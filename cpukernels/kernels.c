@@ -7,6 +7,7 @@
 #include "xla_ffi.h"
 
 XLA_FFI_Error *xserve_conv_f32(XLA_FFI_CallFrame *f);
+XLA_FFI_Error *xserve_matmul_f32(XLA_FFI_CallFrame *f);
 
 /* xserve_cpu_kernel is one custom-call target and its handler. */
 typedef struct xserve_cpu_kernel {
@@ -16,7 +17,17 @@ typedef struct xserve_cpu_kernel {
 
 static const xserve_cpu_kernel kernels[] = {
     {"xserve_conv_f32", xserve_conv_f32},
+    {"xserve_matmul_f32", xserve_matmul_f32},
 };
+
+/* XSERVE_CPU_KERNELS_ABI numbers the kernels' calling convention (targets,
+ * operands, attributes). Bump it with every change to one, together with
+ * cpuKernelsABI in pjrt/kernels.go: a library of another ABI is not loaded,
+ * so that a binary and a kernel library built from different sources never
+ * meet at run time. */
+#define XSERVE_CPU_KERNELS_ABI 3
+
+int xserve_cpu_kernels_abi(void) { return XSERVE_CPU_KERNELS_ABI; }
 
 /* xserve_cpu_kernels returns the table and stores its length in *n. */
 const xserve_cpu_kernel *xserve_cpu_kernels(int *n) {

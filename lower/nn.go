@@ -46,6 +46,10 @@ func registerNN(r *Registry) {
 type nnB struct {
 	ctx *Context
 	err error
+	// epi, when set, is what the next matrix product may compute besides
+	// the product (nnMatmulEpilogue); the kernel sets epiUsed if it did.
+	epi     *nnEpilogue
+	epiUsed bool
 }
 
 func (b *nnB) set(v *stablehlo.Value, err error) *stablehlo.Value {
@@ -168,6 +172,18 @@ func (b *nnB) dot(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb [
 	if b.err != nil {
 		return nil
 	}
+	if b.ctx.Options.hasKernel(MatmulKernel) {
+		if form, ok := nnMatmulForm(x, xc, xb, y, yc, yb); ok {
+			epi := b.epi
+			b.epi = nil
+			if epi != nil && epi.bias != nil && nnDimsOf(epi.bias)[0] != form.n {
+				epi = nil
+			}
+			b.epiUsed = epi != nil
+			return nnMatmulKernel(b, x, y, form, epi)
+		}
+	}
+	b.epi = nil
 	d := hlo.DotGeneral(x, xc, xb, y, yc, yb)
 	if hlo.ShapeOf(x).DType.IsFloat() {
 		d = d.Precision(b.ctx.Precision(), b.ctx.Precision())
@@ -508,6 +524,224 @@ func nnConvSiLU(n *fxgraph.Node, users []*fxgraph.Node) convAct {
 	return convAct{kind: convActSiLU, nodes: []*fxgraph.Node{sig, mul}}
 }
 
+// MatmulKernel is the custom-call target of xserve's CPU matrix-product
+// kernel (cpukernels/matmul.c): float32 [B, M, K] x [B, K, N], either
+// operand possibly transposed, B possibly absent.
+const MatmulKernel = "xserve_matmul_f32"
+
+// nnMatmulMinMACs is the size below which a product stays XLA's own
+// dot_general: a custom call costs a few microseconds, which a tiny
+// product does not repay.
+const nnMatmulMinMACs = 1 << 14
+
+// nnMatmulShape describes a dot_general as the kernel's batched matrix product.
+type nnMatmulShape struct {
+	batch, m, k, n int64
+	transA, transB bool
+	rank           int     // 2 without batch dims, else 3
+	out            []int64 // the dot_general's result dims
+}
+
+// nnMatmulForm reports whether the float32 dot_general of x and y (one
+// contracting dim each; batch dims, if any, leading and in order) is a
+// matrix product the kernel takes without moving data: x is [batch...,
+// free..., K] or [batch..., K, M], y is [batch..., K, N], [batch..., N, K] or
+// [batch..., K], so that reshapes (free in XLA) make [B, M, K] and [B, K,
+// N].
+func nnMatmulForm(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb []int) (nnMatmulShape, bool) {
+	xt, yt := x.Type(), y.Type()
+	if xt.Elem != stablehlo.F32 || yt.Elem != stablehlo.F32 || len(xc) != 1 || len(yc) != 1 || len(xb) != len(yb) {
+		return nnMatmulShape{}, false
+	}
+	xd, yd := xt.Dims, yt.Dims
+	nb := len(xb)
+	f := nnMatmulShape{batch: 1, rank: 2}
+	for i := range xb {
+		if xb[i] != i || yb[i] != i || xd[i] != yd[i] {
+			return nnMatmulShape{}, false
+		}
+		f.batch *= xd[i]
+		f.out = append(f.out, xd[i])
+	}
+	if nb > 0 {
+		f.rank = 3
+	}
+	rx, cx := len(xd)-nb, xc[0]-nb
+	switch {
+	case rx >= 2 && cx == rx-1:
+		f.m = 1
+		for _, d := range xd[nb : len(xd)-1] {
+			f.m *= d
+		}
+		f.out = append(f.out, xd[nb:len(xd)-1]...)
+	case rx == 2 && cx == 0:
+		f.m, f.transA = xd[nb+1], true
+		f.out = append(f.out, f.m)
+	default:
+		return nnMatmulShape{}, false
+	}
+	f.k = xd[xc[0]]
+	ry, cy := len(yd)-nb, yc[0]-nb
+	switch {
+	case ry == 1 && cy == 0:
+		f.n = 1
+	case ry == 2 && cy == 0:
+		f.n = yd[nb+1]
+		f.out = append(f.out, f.n)
+	case ry == 2 && cy == 1:
+		f.n, f.transB = yd[nb], true
+		f.out = append(f.out, f.n)
+	default:
+		return nnMatmulShape{}, false
+	}
+	if f.batch*f.m*f.n*f.k < nnMatmulMinMACs || f.m == 0 || f.n == 0 || f.k == 0 {
+		return nnMatmulShape{}, false
+	}
+	return f, true
+}
+
+// nnMatmulKernel computes the product f describes with MatmulKernel.
+func nnMatmulKernel(b *nnB, x, y *stablehlo.Value, f nnMatmulShape, epi *nnEpilogue) *stablehlo.Value {
+	shape := func(rows, cols int64, trans bool) []int64 {
+		if trans {
+			rows, cols = cols, rows
+		}
+		if f.rank == 2 {
+			return []int64{rows, cols}
+		}
+		return []int64{f.batch, rows, cols}
+	}
+	a := b.reshape(x, shape(f.m, f.k, f.transA))
+	w := b.reshape(y, shape(f.k, f.n, f.transB))
+	if b.err != nil {
+		return nil
+	}
+	rowMajor := []int64{1, 0}
+	if f.rank == 3 {
+		rowMajor = []int64{2, 1, 0}
+	}
+	flag := func(v bool) int64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	call := stablehlo.FFICall{
+		Target:   MatmulKernel,
+		Operands: []*stablehlo.Value{a, w},
+		Results:  []stablehlo.Type{stablehlo.TensorOf(stablehlo.F32, shape(f.m, f.n, false)...)},
+		Attrs: []stablehlo.FFIAttr{
+			{Name: "activation", Int: convActNone},
+			{Name: "alpha", IsFloat: true},
+			{Name: "trans_a", Int: flag(f.transA)},
+			{Name: "trans_b", Int: flag(f.transB)},
+		},
+		OperandLayouts: [][]int64{rowMajor, rowMajor},
+		ResultLayouts:  [][]int64{rowMajor},
+	}
+	if epi != nil {
+		call.Attrs[0].Int, call.Attrs[1].Float = epi.act.kind, float32(epi.act.alpha)
+		if epi.bias != nil {
+			call.Operands = append(call.Operands, epi.bias)
+			call.OperandLayouts = append(call.OperandLayouts, []int64{0})
+		}
+	}
+	out, err := a.Block().FFICall(call)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	return b.reshape(out[0], f.out)
+}
+
+// nnEpilogue is what a matrix product's kernel computes besides the
+// product: a bias added to every row and an activation; fused are the
+// graph nodes that computed them, which get the kernel's result.
+type nnEpilogue struct {
+	bias  *stablehlo.Value // [N] in the compute dtype, or nil
+	act   convAct
+	fused []*fxgraph.Node
+}
+
+// nnMatmulEpilogue returns the epilogue of the matrix product n, whose
+// result's last dim is the product's N: its own bias (own, [N], or nil) or
+// else a [N] vector its only user adds to it, then the activation the next
+// users apply (nnConvActivation). nil when there is nothing to fuse.
+func nnMatmulEpilogue(b *nnB, n *fxgraph.Node, own *stablehlo.Value, cdt tensor.DType) *nnEpilogue {
+	if b.err != nil || !b.ctx.Options.hasKernel(MatmulKernel) || cdt != tensor.Float32 {
+		return nil
+	}
+	e := &nnEpilogue{bias: own}
+	last := n
+	if own == nil {
+		if add, bias := nnBiasUser(b.ctx, n); add != nil {
+			e.bias = b.reshape(b.convert(bias, cdt), []int64{nnDimsOf(bias)[len(nnDimsOf(bias))-1]})
+			e.fused = append(e.fused, add)
+			last = add
+		}
+	}
+	if act := nnConvActivation(b.ctx, last); act.kind != convActNone {
+		e.act = act
+		e.fused = append(e.fused, act.nodes...)
+	}
+	if e.bias == nil && len(e.fused) == 0 {
+		return nil
+	}
+	return e
+}
+
+// nnBiasUser returns n's only user when it adds (alpha 1) a vector over
+// n's last dim, already lowered, and that vector's value; else nil, nil.
+func nnBiasUser(ctx *Context, n *fxgraph.Node) (*fxgraph.Node, *stablehlo.Value) {
+	users := n.Users()
+	if len(users) != 1 || users[0].Op != fxgraph.CallFunction || users[0].Target != "aten.add.Tensor" || len(users[0].Args) < 2 {
+		return nil, nil
+	}
+	add := users[0]
+	if alpha, err := add.ParamFloat("alpha"); err != nil || alpha != 1 {
+		return nil, nil
+	}
+	other, _ := add.Args[1].(*fxgraph.Node)
+	if add.Args[0] != n {
+		other, _ = add.Args[0].(*fxgraph.Node)
+		if add.Args[1] != n {
+			return nil, nil
+		}
+	}
+	if other == nil || len(n.Meta.Vals) != 1 || len(other.Meta.Vals) != 1 {
+		return nil, nil
+	}
+	nd, od := n.Meta.Vals[0].Shape, other.Meta.Vals[0].Shape
+	if len(od) == 0 || len(od) > len(nd) || other.Meta.Vals[0].DType != n.Meta.Vals[0].DType {
+		return nil, nil
+	}
+	for i, d := range od {
+		want := int64(1)
+		if i == len(od)-1 {
+			want = nd[len(nd)-1].Size
+		}
+		if !d.IsStatic() || d.Size != want || !nd[len(nd)-1].IsStatic() {
+			return nil, nil
+		}
+	}
+	v := ctx.values[other]
+	if len(v) == 0 {
+		return nil, nil
+	}
+	return add, v[0]
+}
+
+// fuseEpilogue gives the nodes of the epilogue the kernel computed the
+// rule's final value y.
+func (b *nnB) fuseEpilogue(epi *nnEpilogue, y *stablehlo.Value) {
+	if b.err != nil || epi == nil || !b.epiUsed {
+		return
+	}
+	for _, u := range epi.fused {
+		b.ctx.Fuse(u, y)
+	}
+}
+
 // nnIsDepthwise reports whether a convolution of x [N, C, spatial...] with
 // weight w [out, in/groups, kernel...] is depthwise with one output channel
 // per input channel.
@@ -643,6 +877,11 @@ func nnMatmul(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	}
 	b := &nnB{ctx: ctx}
 	cdt := ctx.ComputeDType(dt)
+	var epi *nnEpilogue
+	if len(ad) >= 2 && len(bd) >= 2 {
+		epi = nnMatmulEpilogue(b, n, nil, cdt)
+		b.epi = epi
+	}
 	x, y := b.convert(in[0], cdt), b.convert(in[1], cdt)
 	if len(ad) == 1 {
 		ad = []int64{1, ad[0]}
@@ -674,8 +913,9 @@ func nnMatmul(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 		ba := nnRange(0, nb)
 		r = b.dot(x, []int{nb + 1}, ba, y, []int{nb}, ba)
 	}
-	r = b.reshape(r, outDims)
-	return b.out(b.convert(r, dt))
+	r = b.convert(b.reshape(r, outDims), dt)
+	b.fuseEpilogue(epi, r)
+	return b.out(r)
 }
 
 // nnLinear lowers input @ weight.T + bias.
@@ -691,12 +931,22 @@ func nnLinear(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	}
 	b := &nnB{ctx: ctx}
 	cdt := ctx.ComputeDType(dt)
+	var own *stablehlo.Value
+	if len(in) > 2 && in[2] != nil && len(wd) == 2 {
+		if _, bd, err := InMeta(n, 2); err == nil && len(bd) == 1 && bd[0] == wd[0] {
+			own = b.convert(in[2], cdt)
+		}
+	}
+	epi := nnMatmulEpilogue(b, n, own, cdt)
+	b.epi = epi
 	y := b.dot(b.convert(in[0], cdt), []int{len(xd) - 1}, nil, b.convert(in[1], cdt), []int{len(wd) - 1}, nil)
 	y = b.reshape(y, outDims)
-	if len(in) > 2 && in[2] != nil {
+	if len(in) > 2 && in[2] != nil && !(b.epiUsed && own != nil) {
 		y = b.bin(hlo.Add, y, b.bcast(b.convert(in[2], cdt), outDims))
 	}
-	return b.out(b.convert(y, dt))
+	y = b.convert(y, dt)
+	b.fuseEpilogue(epi, y)
+	return b.out(y)
 }
 
 // nnLowest is the smallest value of x's program dtype (-inf for floats).

@@ -42,20 +42,23 @@ typedef struct xs_cpu_kernel {
 } xs_cpu_kernel;
 
 typedef const xs_cpu_kernel* (*xs_cpu_kernels_fn)(int* n);
+typedef int (*xs_cpu_kernels_abi_fn)(void);
 
 // xs_load_kernels opens the kernel library at path (once per process: dlopen
-// reference-counts it) and returns its table in *table, *n; NULL or an error
-// message (static or dlerror's).
-static const char* xs_load_kernels(const char* path, const xs_cpu_kernel** table, int* n) {
+// reference-counts it) and returns its ABI version in *abi and its table in
+// *table, *n; NULL or an error message (static or dlerror's).
+static const char* xs_load_kernels(const char* path, int* abi, const xs_cpu_kernel** table, int* n) {
 	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		const char* e = dlerror();
 		return e ? e : "dlopen failed";
 	}
 	xs_cpu_kernels_fn fn = (xs_cpu_kernels_fn)dlsym(h, "xserve_cpu_kernels");
-	if (fn == NULL) {
-		return "no symbol xserve_cpu_kernels (not an xserve kernel library)";
+	xs_cpu_kernels_abi_fn abi_fn = (xs_cpu_kernels_abi_fn)dlsym(h, "xserve_cpu_kernels_abi");
+	if (fn == NULL || abi_fn == NULL) {
+		return "no symbols xserve_cpu_kernels and xserve_cpu_kernels_abi (not an xserve kernel library)";
 	}
+	*abi = abi_fn();
 	*table = fn(n);
 	return NULL;
 }
@@ -106,6 +109,11 @@ const EnvCPUKernels = "XSERVE_CPU_KERNELS"
 // to the CPU plugin.
 const CPUKernelsFile = "libxserve_cpukernels.so"
 
+// cpuKernelsABI is the kernel calling convention (targets, operands,
+// attributes) this build's lowering emits: XSERVE_CPU_KERNELS_ABI in
+// cpukernels/kernels.c. A library of another one is refused.
+const cpuKernelsABI = 3
+
 // registeredKernels maps a plugin table and kernel library to the targets
 // registered for them: a handler is registered once per process. Guarded
 // by registerMu.
@@ -152,9 +160,12 @@ func loadKernels(api *C.PJRT_Api, file string) ([]string, error) {
 	cpath := C.CString(abs)
 	defer C.free(unsafe.Pointer(cpath))
 	var table *C.xs_cpu_kernel
-	var n C.int
-	if msg := C.xs_load_kernels(cpath, &table, &n); msg != nil {
+	var n, abi C.int
+	if msg := C.xs_load_kernels(cpath, &abi, &table, &n); msg != nil {
 		return nil, fmt.Errorf("load CPU kernels %s: %s", abs, C.GoString(msg))
+	}
+	if abi != cpuKernelsABI {
+		return nil, fmt.Errorf("load CPU kernels %s: kernel ABI %d, this build needs %d (rebuild it: make pjrt)", abs, abi, cpuKernelsABI)
 	}
 	if n < 0 || n > 1024 {
 		return nil, fmt.Errorf("load CPU kernels %s: implausible table length %d", abs, n)

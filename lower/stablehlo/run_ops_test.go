@@ -401,3 +401,114 @@ func TestFFICallRun(t *testing.T) {
 	})
 	checkValues(t, "after a failed call", again[0], []int64{1, 1, 2, 3}, []float64{2.5, 1.5, 0.5, -0.5, -1.5, -2.5})
 }
+
+// TestMatmulKernelRun calls xserve's CPU matrix-product kernel through
+// FFICall with each operand plain or transposed, batched or not, with a bias
+// and an activation, and checks it against XLA's own dot_general (and
+// maximum, add) of the same operands on the same plugin.
+func TestMatmulKernelRun(t *testing.T) {
+	c := testClient(t)
+	if !slices.Contains(c.Kernels(), "xserve_matmul_f32") {
+		t.Fatalf("the CPU kernel library is not loaded (%v): run make pjrt", c.KernelsError())
+	}
+	rnd := func(seed int, dims ...int64) *tensor.Tensor {
+		n := tensor.NumElements(dims)
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(math.Sin(float64(seed*7919+i*31))) * 2
+		}
+		return tensor.FromFloat32s(v, dims...)
+	}
+	for _, tc := range []struct {
+		name           string
+		batch          int64 // 0: rank 2
+		transA, transB bool
+		bias, relu     bool
+	}{
+		{"2d", 0, false, false, false, false},
+		{"2d trans_b bias", 0, false, true, true, false},
+		{"2d trans_a relu", 0, true, false, false, true},
+		{"batched trans both", 3, true, true, false, false},
+		{"batched bias relu", 2, false, false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const m, k, n = 5, 7, 6
+			dims := func(r, c int64, trans bool) []int64 {
+				if trans {
+					r, c = c, r
+				}
+				if tc.batch == 0 {
+					return []int64{r, c}
+				}
+				return []int64{tc.batch, r, c}
+			}
+			a, b, bias := rnd(1, dims(m, k, tc.transA)...), rnd(2, dims(k, n, tc.transB)...), rnd(3, n)
+			off := int64(len(a.Shape) - 2)
+			types := []stablehlo.Type{f32(a.Shape...), f32(b.Shape...), f32(n)}
+			flag := func(v bool) int64 {
+				if v {
+					return 1
+				}
+				return 0
+			}
+			act := int64(0)
+			if tc.relu {
+				act = 1
+			}
+			outs := oneOp(t, types, []*tensor.Tensor{a, b, bias}, func(blk *stablehlo.Block, p vals) (vals, error) {
+				ops := vals{p[0], p[1]}
+				if tc.bias {
+					ops = append(ops, p[2])
+				}
+				kernel, err := blk.FFICall(stablehlo.FFICall{
+					Target: "xserve_matmul_f32", Operands: ops, Results: []stablehlo.Type{f32(dims(m, n, false)...)},
+					Attrs: []stablehlo.FFIAttr{{Name: "activation", Int: act}, {Name: "alpha", IsFloat: true},
+						{Name: "trans_a", Int: flag(tc.transA)}, {Name: "trans_b", Int: flag(tc.transB)}},
+				})
+				if err != nil {
+					return nil, err
+				}
+				d := stablehlo.DotDims{LhsContract: []int64{off + 1}, RhsContract: []int64{off}}
+				if tc.transA {
+					d.LhsContract = []int64{off}
+				}
+				if tc.transB {
+					d.RhsContract = []int64{off + 1}
+				}
+				if tc.batch > 0 {
+					d.LhsBatch, d.RhsBatch = []int64{0}, []int64{0}
+				}
+				ref, err := blk.DotGeneral(p[0], p[1], d, stablehlo.PrecisionHighest, stablehlo.Invalid)
+				if err != nil {
+					return nil, err
+				}
+				// dot_general puts a transposed lhs's free dim after the
+				// batch dims too, so ref is [batch, m, n] in every case.
+				if tc.bias {
+					bb, err := blk.BroadcastInDim(p[2], dims(m, n, false), []int64{int64(len(a.Shape) - 1)})
+					if err != nil {
+						return nil, err
+					}
+					if ref, err = blk.Add(ref, bb); err != nil {
+						return nil, err
+					}
+				}
+				if tc.relu {
+					z, err := blk.ScalarConstant(stablehlo.F32, 0)
+					if err != nil {
+						return nil, err
+					}
+					zero, err := blk.BroadcastInDim(z, dims(m, n, false), nil)
+					if err != nil {
+						return nil, err
+					}
+					if ref, err = blk.Maximum(ref, zero); err != nil {
+						return nil, err
+					}
+				}
+				return vals{kernel[0], ref}, nil
+			})
+			checkValues(t, "kernel vs dot_general", outs[0], outs[1].Shape, values(outs[1]))
+		})
+	}
+}

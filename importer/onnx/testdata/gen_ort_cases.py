@@ -253,6 +253,49 @@ def conv_cases():
     conv("3d_pad1", (1, 2, 5, 6, 7), (3, 2, 3, 2, 3), pads=[1, 0, 1, 1, 0, 1])
 
 
+def matmul_cases():
+    """MatMul and Gemm in the forms xserve's CPU matrix-product kernel takes
+    (lower.MatmulKernel): 2-D, batched, 4-D attention products with a
+    transposed operand, broadcast weights, a matrix-vector product, Gemm with
+    transA/transB and bias, weights as initializers or inputs; and one too
+    small for the kernel (XLA's own)."""
+    r = np.random.default_rng(13)
+
+    def mm(name, shapes, node, out_rank, inits=()):
+        feeds = [r.standard_normal(sh).astype(np.float32) for sh in shapes]
+        ins = [tensor_vi(chr(ord("a") + i), F, list(sh)) for i, sh in enumerate(shapes)]
+        init = [numpy_helper.from_array(r.standard_normal(sh).astype(np.float32), nm) for nm, sh in inits]
+        out = helper.make_tensor_value_info("y", F, [f"d{i}" for i in range(out_rank)])
+        case("matmul_" + name, [node], ins, [out], feeds, opset=13, inits=init)
+
+    mm("2d", [(32, 64)], helper.make_node("MatMul", ["a", "w"], ["y"]), 2, [("w", (64, 48))])
+    mm("batched_3d", [(4, 16, 32), (4, 32, 24)], helper.make_node("MatMul", ["a", "b"], ["y"]), 3)
+    r_q = (2, 3, 17, 16)
+    case("matmul_attention_4d_transposed",
+         [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), helper.make_node("MatMul", ["q", "kt"], ["y"])],
+         [tensor_vi("q", F, list(r_q)), tensor_vi("k", F, list(r_q))], [helper.make_tensor_value_info("y", F, ["a", "b", "c", "d"])],
+         [r.standard_normal(r_q).astype(np.float32), r.standard_normal(r_q).astype(np.float32)], opset=13)
+    mm("broadcast_weights_4d", [(2, 5, 16, 32)], helper.make_node("MatMul", ["a", "w"], ["y"]), 4, [("w", (32, 24))])
+    mm("vector", [(8, 40, 64)], helper.make_node("MatMul", ["a", "v"], ["y"]), 2, [("v", (64,))])
+    mm("gemm_transb_bias", [(20, 64)], helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0), 2,
+       [("w", (48, 64)), ("c", (48,))])
+    mm("gemm_transa", [(64, 20)], helper.make_node("Gemm", ["a", "w"], ["y"], transA=1), 2, [("w", (64, 48))])
+    mm("inputs_only", [(3, 24, 40), (3, 40, 36)], helper.make_node("MatMul", ["a", "b"], ["y"]), 3)
+    mm("tiny_stays_xla", [(2, 3)], helper.make_node("MatMul", ["a", "w"], ["y"]), 2, [("w", (3, 4))])
+    # MatMul + Add(bias) [+ activation], as ONNX exports a linear layer:
+    # the kernel adds the bias and applies the activation.
+    for name, act, opset in (("bias", None, 13), ("bias_first_relu", "Relu", 13), ("bias_gelu", "Gelu", 20)):
+        x = r.standard_normal((2, 9, 32)).astype(np.float32)
+        w = numpy_helper.from_array(r.standard_normal((32, 40)).astype(np.float32), "w")
+        b = numpy_helper.from_array(r.standard_normal(40).astype(np.float32), "b")
+        add = ["b", "m"] if "first" in name else ["m", "b"]
+        nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", add, ["y" if act is None else "z"])]
+        if act:
+            nodes.append(helper.make_node(act, ["z"], ["y"]))
+        case("matmul_" + name, nodes, [tensor_vi("a", F, [2, 9, 32])], [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2"])],
+             [x], opset=opset, inits=[w, b])
+
+
 if __name__ == "__main__":
     for d in os.listdir(ROOT) if os.path.isdir(ROOT) else []:
         if not d.startswith("optim_"):  # those are gen_torch_optim_cases.py's
@@ -262,3 +305,4 @@ if __name__ == "__main__":
     dropout_cases()
     tfidf_cases()
     conv_cases()
+    matmul_cases()

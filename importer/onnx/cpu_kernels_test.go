@@ -21,14 +21,34 @@ var convKernelCases = []string{
 	"conv_1d_stride2_pad1", "conv_3d_pad1",
 }
 
+// matmulKernelCases are the MatMul and Gemm models of testdata/ort
+// (gen_ort_cases.py matmul_cases) with ONNX Runtime's outputs.
+var matmulKernelCases = []string{
+	"matmul_2d", "matmul_batched_3d", "matmul_attention_4d_transposed", "matmul_broadcast_weights_4d", "matmul_vector",
+	"matmul_gemm_transb_bias", "matmul_gemm_transa", "matmul_inputs_only", "matmul_tiny_stays_xla",
+	"matmul_bias", "matmul_bias_first_relu", "matmul_bias_gelu",
+}
+
 // TestConvKernelMatchesORT runs Conv models through the CPU convolution
 // kernel (lower.ConvKernel, oneDNN, loaded next to the plugin by `make
 // pjrt`) and through XLA's own convolution (the kernels turned off), both
 // against ONNX Runtime.
 func TestConvKernelMatchesORT(t *testing.T) {
+	runKernelCases(t, lower.ConvKernel, convKernelCases)
+}
+
+// TestMatmulKernelMatchesORT runs MatMul and Gemm models through the CPU
+// matrix-product kernel (lower.MatmulKernel) and through XLA's dot_general,
+// both against ONNX Runtime.
+func TestMatmulKernelMatchesORT(t *testing.T) {
+	runKernelCases(t, lower.MatmulKernel, matmulKernelCases)
+}
+
+// runKernelCases runs cases with the CPU kernels and without them.
+func runKernelCases(t *testing.T, kernel string, cases []string) {
 	client := nnPlugin(t)
-	if !slices.Contains(client.Kernels(), lower.ConvKernel) {
-		t.Fatalf("the CPU kernel library is not loaded (%v): run make pjrt", client.KernelsError())
+	if !slices.Contains(client.Kernels(), kernel) {
+		t.Fatalf("the CPU kernel library is not loaded, or lacks %s (%v): run make pjrt", kernel, client.KernelsError())
 	}
 	for _, kernels := range []bool{true, false} {
 		r := conformance.NewRunner(client)
@@ -38,7 +58,7 @@ func TestConvKernelMatchesORT(t *testing.T) {
 			name = "xla"
 		}
 		t.Run(name, func(t *testing.T) {
-			for _, c := range convKernelCases {
+			for _, c := range cases {
 				t.Run(c, func(t *testing.T) {
 					res := r.Run(context.Background(), conformance.Case{Suite: "ort", Name: c, Dir: filepath.Join("testdata", "ort", c)})
 					if res.Status != conformance.Passed {

@@ -1,0 +1,361 @@
+/*
+ * common.c: see common.h.
+ */
+#include "common.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* libgomp, which oneDNN's OpenMP build runs on. */
+void omp_set_num_threads(int n);
+int omp_get_num_procs(void);
+
+/* Primitives below this many multiply-adds run on the calling thread. */
+#define PARALLEL_MIN_MACS (4.0 * (1 << 20))
+
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t engine;
+static dnnl_status_t engine_status;
+
+static __thread dnnl_stream_t stream;
+static __thread void *scratch;
+static __thread size_t scratch_bytes;
+
+static void init_engine(void) { engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0); }
+
+dnnl_status_t kernel_engine(dnnl_engine_t *e) {
+	pthread_once(&engine_once, init_engine);
+	*e = engine;
+	return engine_status;
+}
+
+dnnl_status_t thread_stream(dnnl_stream_t *s) {
+	if (stream == NULL) {
+		dnnl_engine_t e;
+		dnnl_status_t st = kernel_engine(&e);
+		if (st == dnnl_success) st = dnnl_stream_create(&stream, e, dnnl_stream_default_flags);
+		if (st != dnnl_success) return st;
+	}
+	*s = stream;
+	return dnnl_success;
+}
+
+void *thread_scratch(size_t n) {
+	if (n > scratch_bytes || scratch == NULL) {
+		free(scratch);
+		n = (n + 4095) & ~(size_t)4095;
+		if (n == 0) n = 4096;
+		scratch = aligned_alloc(64, n);
+		scratch_bytes = scratch ? n : 0;
+	}
+	return scratch;
+}
+
+int kernel_threads(double macs) {
+	int n = omp_get_num_procs();
+	return macs < PARALLEL_MIN_MACS || n < 1 ? 1 : n;
+}
+
+void use_threads(int n) { omp_set_num_threads(n); }
+
+int kernel_verbose(void) {
+	static int verbose = -1;
+	if (verbose < 0) {
+		const char *v = getenv("XSERVE_CPU_KERNELS_VERBOSE");
+		verbose = v != NULL && *v != 0 && strcmp(v, "0") != 0;
+	}
+	return verbose;
+}
+
+XLA_FFI_Error *fail(XLA_FFI_CallFrame *f, const char *kernel, int code, const char *fmt, ...) {
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = snprintf(msg, sizeof msg, "%s: ", kernel);
+	vsnprintf(msg + n, sizeof msg - n, fmt, ap);
+	va_end(ap);
+	XLA_FFI_Error_Create_Args a;
+	memset(&a, 0, sizeof a);
+	a.struct_size = sizeof a;
+	a.message = msg;
+	a.errc = code;
+	return f->api->XLA_FFI_Error_Create(&a);
+}
+
+/* find_attr returns the attribute named name of the given type, or NULL. */
+static void *find_attr(XLA_FFI_CallFrame *f, const char *name, int type) {
+	size_t len = strlen(name);
+	for (int64_t i = 0; i < f->attrs.size; i++) {
+		XLA_FFI_ByteSpan *s = f->attrs.names[i];
+		if (s->len == len && memcmp(s->ptr, name, len) == 0 && f->attrs.types[i] == type) {
+			return f->attrs.attrs[i];
+		}
+	}
+	return NULL;
+}
+
+int attr_ints(XLA_FFI_CallFrame *f, const char *name, int64_t *out, int64_t n) {
+	XLA_FFI_Array *a = find_attr(f, name, XLA_FFI_AttrType_ARRAY);
+	if (a == NULL || (int64_t)a->size != n) {
+		return -1;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		if (a->dtype == XLA_FFI_DataType_S64) {
+			out[i] = ((int64_t *)a->data)[i];
+		} else if (a->dtype == XLA_FFI_DataType_S32) {
+			out[i] = ((int32_t *)a->data)[i];
+		} else {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int attr_float(XLA_FFI_CallFrame *f, const char *name, float *out) {
+	XLA_FFI_Scalar *s = find_attr(f, name, XLA_FFI_AttrType_SCALAR);
+	if (s == NULL || s->dtype != XLA_FFI_DataType_F32) {
+		return -1;
+	}
+	*out = *(float *)s->value;
+	return 0;
+}
+
+int attr_int(XLA_FFI_CallFrame *f, const char *name, int64_t *out) {
+	XLA_FFI_Scalar *s = find_attr(f, name, XLA_FFI_AttrType_SCALAR);
+	if (s == NULL) {
+		return -1;
+	}
+	if (s->dtype == XLA_FFI_DataType_S64) {
+		*out = *(int64_t *)s->value;
+	} else if (s->dtype == XLA_FFI_DataType_S32) {
+		*out = *(int32_t *)s->value;
+	} else {
+		return -1;
+	}
+	return 0;
+}
+
+dnnl_status_t activation_post_ops(int64_t act, float alpha_attr, dnnl_post_ops_t *po) {
+	*po = NULL;
+	if (act == ACT_NONE) return dnnl_success;
+	dnnl_alg_kind_t alg;
+	float alpha = 0.f, beta = 0.f;
+	switch (act) {
+	case ACT_RELU: alg = dnnl_eltwise_relu; break;
+	case ACT_RELU6: alg = dnnl_eltwise_clip; beta = 6.f; break;
+	case ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
+	case ACT_SILU: alg = dnnl_eltwise_swish; alpha = 1.f; break;
+	case ACT_HARDSWISH: alg = dnnl_eltwise_hardswish; alpha = 1.f / 6.f; beta = 0.5f; break;
+	case ACT_TANH: alg = dnnl_eltwise_tanh; break;
+	case ACT_GELU: alg = dnnl_eltwise_gelu_erf; break;
+	case ACT_GELU_TANH: alg = dnnl_eltwise_gelu_tanh; break;
+	case ACT_LEAKY_RELU: alg = dnnl_eltwise_relu; alpha = alpha_attr; break;
+	default: return dnnl_invalid_arguments;
+	}
+	dnnl_status_t st = dnnl_post_ops_create(po);
+	if (st == dnnl_success) st = dnnl_post_ops_append_eltwise(*po, alg, alpha, beta);
+	if (st != dnnl_success && *po) {
+		dnnl_post_ops_destroy(*po);
+		*po = NULL;
+	}
+	return st;
+}
+
+int metadata_call(XLA_FFI_CallFrame *f) {
+	for (XLA_FFI_Extension_Base *ext = f->extension_start; ext != NULL; ext = ext->next) {
+		if (ext->type == XLA_FFI_Extension_Metadata) {
+			XLA_FFI_Metadata *m = ((XLA_FFI_Metadata_Extension *)ext)->metadata;
+			m->api_version.major_version = 0;
+			m->api_version.minor_version = 1;
+			m->traits = 0;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+const char *impl_name(const_dnnl_primitive_desc_t pd) {
+	const char *impl = NULL;
+	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || impl == NULL) {
+		return "?";
+	}
+	return impl;
+}
+
+int is_reference(const_dnnl_primitive_desc_t pd) { return strncmp(impl_name(pd), "ref", 3) == 0; }
+
+uint64_t hash_bytes(const void *p, size_t n) {
+	const unsigned char *b = p;
+	uint64_t h = 1469598103934665603ULL;
+	for (size_t i = 0; i < n; i++) {
+		h = (h ^ b[i]) * 1099511628211ULL;
+	}
+	return h;
+}
+
+dnnl_status_t scratchpad_attr(dnnl_primitive_attr_t *attr, const_dnnl_post_ops_t po) {
+	dnnl_status_t st = dnnl_primitive_attr_create(attr);
+	if (st != dnnl_success) return st;
+	st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+	if (st == dnnl_success && po != NULL) st = dnnl_primitive_attr_set_post_ops(*attr, po);
+	if (st != dnnl_success) {
+		dnnl_primitive_attr_destroy(*attr);
+		*attr = NULL;
+	}
+	return st;
+}
+
+static void entry_destroy(kernel_entry *e) {
+	if (e->prim) dnnl_primitive_destroy(e->prim);
+	if (e->reorder) dnnl_primitive_destroy(e->reorder);
+	for (int i = 0; i < MEM_COUNT; i++) {
+		if (e->md[i]) dnnl_memory_desc_destroy(e->md[i]);
+	}
+	memset(e, 0, sizeof *e);
+}
+
+dnnl_status_t finish_entry(kernel_entry *e, dnnl_primitive_desc_t pd) {
+	dnnl_engine_t eng;
+	dnnl_status_t st = kernel_engine(&eng);
+	const_dnnl_memory_desc_t wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+	if (st == dnnl_success && wq != NULL && !dnnl_memory_desc_equal(wq, e->md[MEM_WEI])) {
+		dnnl_primitive_desc_t rpd = NULL;
+		st = dnnl_memory_desc_clone(&e->md[MEM_WEI_K], wq);
+		if (st == dnnl_success) st = dnnl_reorder_primitive_desc_create(&rpd, e->md[MEM_WEI], eng, wq, eng, NULL);
+		if (st == dnnl_success) st = dnnl_primitive_create(&e->reorder, rpd);
+		if (rpd) dnnl_primitive_desc_destroy(rpd);
+		e->wei_k_bytes = dnnl_memory_desc_get_size(wq);
+	}
+	const_dnnl_memory_desc_t sq = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	e->scratch_bytes = sq ? dnnl_memory_desc_get_size(sq) : 0;
+	if (st == dnnl_success && e->scratch_bytes) st = dnnl_memory_desc_clone(&e->md[MEM_SCRATCH], sq);
+	if (st == dnnl_success) st = dnnl_primitive_create(&e->prim, pd);
+	dnnl_primitive_desc_destroy(pd);
+	return st;
+}
+
+/* lookup returns c's entry for key, building it on a miss; a full cache
+ * builds into *spare, which the caller destroys after the call. */
+static kernel_entry *lookup(kernel_cache *c, const void *key, int threads, entry_builder build, const void *ctx,
+    kernel_entry *spare, dnnl_status_t *st) {
+	uint64_t h = hash_bytes(key, KEY_BYTES);
+	pthread_mutex_lock(&c->mu);
+	for (int i = 0; i < CACHE_SLOTS; i++) {
+		kernel_entry *e = &c->slots[(h + i) % CACHE_SLOTS];
+		if (e->used && memcmp(e->key, key, KEY_BYTES) == 0) {
+			pthread_mutex_unlock(&c->mu);
+			return e;
+		}
+		if (!e->used) {
+			memcpy(e->key, key, KEY_BYTES);
+			e->threads = threads;
+			use_threads(threads);
+			*st = build(e, ctx);
+			if (*st != dnnl_success) {
+				entry_destroy(e);
+				pthread_mutex_unlock(&c->mu);
+				return NULL;
+			}
+			e->used = 1;
+			pthread_mutex_unlock(&c->mu);
+			return e;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	memset(spare, 0, sizeof *spare);
+	memcpy(spare->key, key, KEY_BYTES);
+	spare->threads = threads;
+	use_threads(threads);
+	*st = build(spare, ctx);
+	if (*st != dnnl_success) {
+		entry_destroy(spare);
+		return NULL;
+	}
+	spare->used = 1;
+	return spare;
+}
+
+/* A thread's memory objects for one cached entry: execution only points
+ * them at the call's buffers, saving their construction on every call. */
+typedef struct mem_set {
+	const kernel_entry *e;
+	dnnl_memory_t m[MEM_COUNT];
+} mem_set;
+#define MEM_SLOTS 128
+static __thread mem_set thread_mems[MEM_SLOTS];
+
+static void mem_set_clear(mem_set *ms) {
+	for (int i = 0; i < MEM_COUNT; i++) {
+		if (ms->m[i]) dnnl_memory_destroy(ms->m[i]);
+	}
+	memset(ms, 0, sizeof *ms);
+}
+
+static dnnl_status_t mem_set_init(mem_set *ms, const kernel_entry *e) {
+	dnnl_engine_t eng;
+	dnnl_status_t st = kernel_engine(&eng);
+	ms->e = e;
+	for (int i = 0; i < MEM_COUNT && st == dnnl_success; i++) {
+		if (e->md[i]) st = dnnl_memory_create(&ms->m[i], e->md[i], eng, DNNL_MEMORY_NONE);
+	}
+	if (st != dnnl_success) mem_set_clear(ms);
+	return st;
+}
+
+XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key, int threads, entry_builder build,
+    const void *ctx, void *src, void *wei, void *dst, void *bias) {
+	dnnl_stream_t stream;
+	dnnl_status_t st = thread_stream(&stream);
+	if (st != dnnl_success) {
+		return fail(f, c->kernel, 13, "oneDNN CPU engine or stream: status %d", (int)st);
+	}
+	kernel_entry spare;
+	kernel_entry *e = lookup(c, key, threads, build, ctx, &spare, &st);
+	if (e == NULL) {
+		return fail(f, c->kernel, 13, "no oneDNN primitive for this call (status %d)", (int)st);
+	}
+	XLA_FFI_Error *err = NULL;
+	mem_set local;
+	memset(&local, 0, sizeof local);
+	mem_set *ms = e == &spare ? &local : &thread_mems[((uintptr_t)e / sizeof *e) % MEM_SLOTS];
+	size_t scratch_off = (e->wei_k_bytes + 63) & ~(size_t)63;
+	char *scratch = thread_scratch(scratch_off + e->scratch_bytes);
+	if (scratch == NULL) {
+		err = fail(f, c->kernel, 8, "cannot allocate %zu bytes of scratch memory", scratch_off + e->scratch_bytes);
+		goto out;
+	}
+	if (ms->e != e) {
+		mem_set_clear(ms);
+		st = mem_set_init(ms, e);
+	}
+	void *data[MEM_COUNT] = {src, wei, dst, bias, scratch, scratch + scratch_off};
+	for (int i = 0; i < MEM_COUNT && st == dnnl_success; i++) {
+		if (ms->m[i]) st = dnnl_memory_set_data_handle(ms->m[i], data[i]);
+	}
+	use_threads(e->threads);
+	if (st == dnnl_success && e->reorder) {
+		dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, ms->m[MEM_WEI]}, {DNNL_ARG_TO, ms->m[MEM_WEI_K]}};
+		st = dnnl_primitive_execute(e->reorder, stream, 2, ra);
+	}
+	if (st == dnnl_success) {
+		dnnl_exec_arg_t args[5];
+		int n = 0;
+		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ms->m[MEM_SRC]};
+		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->reorder ? ms->m[MEM_WEI_K] : ms->m[MEM_WEI]};
+		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, ms->m[MEM_DST]};
+		if (ms->m[MEM_BIAS]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, ms->m[MEM_BIAS]};
+		if (ms->m[MEM_SCRATCH]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms->m[MEM_SCRATCH]};
+		st = dnnl_primitive_execute(e->prim, stream, n, args);
+	}
+	if (st == dnnl_success) st = dnnl_stream_wait(stream);
+	if (st != dnnl_success) {
+		err = fail(f, c->kernel, 13, "oneDNN execution failed: status %d", (int)st);
+	}
+out:
+	if (ms == &local) mem_set_clear(&local);
+	if (e == &spare) entry_destroy(&spare);
+	return err;
+}

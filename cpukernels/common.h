@@ -1,0 +1,125 @@
+/*
+ * common.h: what the xserve CPU kernels share: the oneDNN engine, each
+ * thread's stream and scratch memory, FFI attribute readers and errors,
+ * the threads a primitive runs on, and the activations they apply.
+ */
+#ifndef XSERVE_CPUKERNELS_COMMON_H_
+#define XSERVE_CPUKERNELS_COMMON_H_
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "oneapi/dnnl/dnnl.h"
+#include "xla_ffi.h"
+
+/* The activation attribute's values (lower/nn.go convAct*). */
+enum {
+	ACT_NONE = 0,
+	ACT_RELU = 1,
+	ACT_RELU6 = 2,
+	ACT_SIGMOID = 3,
+	ACT_SILU = 4,
+	ACT_HARDSWISH = 5,
+	ACT_TANH = 6,
+	ACT_GELU = 7,
+	ACT_GELU_TANH = 8,
+	ACT_LEAKY_RELU = 9,
+	ACT_LAST = ACT_LEAKY_RELU,
+};
+
+/* activation_post_ops makes *po the oneDNN post-op of activation act
+ * (alpha: leaky relu's slope), or NULL for ACT_NONE. */
+dnnl_status_t activation_post_ops(int64_t act, float alpha, dnnl_post_ops_t *po);
+
+/* kernel_engine returns the process's CPU engine, made on first use. */
+dnnl_status_t kernel_engine(dnnl_engine_t *engine);
+
+/* thread_stream returns the calling thread's stream on the engine. */
+dnnl_status_t thread_stream(dnnl_stream_t *stream);
+
+/* thread_scratch returns at least n bytes of the calling thread's scratch
+ * memory (64-byte aligned), or NULL. */
+void *thread_scratch(size_t n);
+
+/* kernel_threads is the number of OpenMP threads a primitive of macs
+ * multiply-adds is made for and runs on: one below a few million, where
+ * forking costs more than it saves, every processor otherwise. */
+int kernel_threads(double macs);
+
+/* use_threads sets the OpenMP threads of the calling thread's next parallel
+ * regions. */
+void use_threads(int n);
+
+/* kernel_verbose reports whether XSERVE_CPU_KERNELS_VERBOSE asks for a line
+ * on stderr per primitive made. */
+int kernel_verbose(void);
+
+/* fail makes the FFI error "<kernel>: <message>" with an absl status code
+ * (3: invalid argument, 8: resource exhausted, 13: internal). */
+XLA_FFI_Error *fail(XLA_FFI_CallFrame *f, const char *kernel, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Attribute readers: 0 when the attribute exists with the type asked for. */
+int attr_ints(XLA_FFI_CallFrame *f, const char *name, int64_t *out, int64_t n);
+int attr_int(XLA_FFI_CallFrame *f, const char *name, int64_t *out);
+int attr_float(XLA_FFI_CallFrame *f, const char *name, float *out);
+
+/* metadata_call reports whether f is XLA's metadata query, answering it:
+ * the handler then returns NULL at once. */
+int metadata_call(XLA_FFI_CallFrame *f);
+
+/* is_reference reports whether oneDNN chose a reference (slow) primitive. */
+int is_reference(const_dnnl_primitive_desc_t pd);
+
+/* impl_name is the implementation oneDNN chose for pd. */
+const char *impl_name(const_dnnl_primitive_desc_t pd);
+
+/* The memory objects a cached primitive executes with, in this order:
+ * input, weights in XLA's layout, result, bias (optional), weights in the
+ * primitive's layout (when it needs a reorder), scratchpad (optional). */
+enum { MEM_SRC, MEM_WEI, MEM_DST, MEM_BIAS, MEM_WEI_K, MEM_SCRATCH, MEM_COUNT };
+
+#define KEY_BYTES 256
+
+/* kernel_entry is a primitive made for one key (a kernel's shapes and
+ * attributes) and what executing it needs. */
+typedef struct kernel_entry {
+	int used;
+	unsigned char key[KEY_BYTES];
+	dnnl_primitive_t prim;
+	dnnl_primitive_t reorder;  /* weights, XLA's layout -> the primitive's; or NULL */
+	dnnl_memory_desc_t md[MEM_COUNT]; /* NULL for memory not used */
+	size_t wei_k_bytes, scratch_bytes;
+	int threads;               /* OpenMP threads it was made for and runs on */
+} kernel_entry;
+
+/* entry_builder fills e's primitive, reorder and memory descriptors for the
+ * key in e->key; ctx is the builder's. e->threads is set before the call. */
+typedef dnnl_status_t (*entry_builder)(kernel_entry *e, const void *ctx);
+
+#define CACHE_SLOTS 2048
+
+/* kernel_cache holds one kernel's entries for the life of the process. */
+typedef struct kernel_cache {
+	const char *kernel;
+	pthread_mutex_t mu;
+	kernel_entry slots[CACHE_SLOTS];
+} kernel_cache;
+
+/* kernel_run finds (or builds, with threads and build) the entry of key in
+ * c and executes it on the buffers (bias may be NULL); the FFI error or
+ * NULL. key must be KEY_BYTES long, zero-padded. */
+XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key, int threads, entry_builder build,
+    const void *ctx, void *src, void *wei, void *dst, void *bias);
+
+/* finish_entry completes e after its builder made pd (with weights in XLA's
+ * layout in e->md[MEM_WEI]): the weights reorder if pd wants another
+ * layout, the scratchpad, the primitive. It destroys pd. */
+dnnl_status_t finish_entry(kernel_entry *e, dnnl_primitive_desc_t pd);
+
+/* scratchpad_attr makes attributes with a user scratchpad and po (may be
+ * NULL) as post-ops. */
+dnnl_status_t scratchpad_attr(dnnl_primitive_attr_t *attr, const_dnnl_post_ops_t po);
+
+#endif
