@@ -161,7 +161,9 @@ class OpenVINO:
     def load(self, key, model, feeds):
         m = self.core.read_model(model)
         m.reshape({k: list(v.shape) for k, v in feeds.items()})
-        self.c = self.core.compile_model(m, "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+        # float32 like the others: on CPUs with AVX512_BF16 (this one)
+        # OpenVINO otherwise computes in bfloat16 by default.
+        self.c = self.core.compile_model(m, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"})
         self.req = self.c.create_infer_request()
         self.feeds = feeds
         self.req.infer(feeds)
@@ -175,9 +177,9 @@ class OpenVINO:
         return t
 
 
-def models(root):
+def models(root, zoo="testdata/zoo"):
     out = []
-    for d in sorted(glob.glob(os.path.join(root, "testdata/zoo/*/"))):
+    for d in sorted(glob.glob(os.path.join(root, zoo, "*/"))):
         ins = {os.path.basename(f)[len("b1.in."):-len(".npy")]: np.load(f) for f in sorted(glob.glob(d + "b1.in.*.npy"))}
         out.append((os.path.basename(d.rstrip("/")), os.path.join(d, "model.onnx"), ins))
     for mf in sorted(glob.glob(os.path.join(root, "examples/models/*/1/model.onnx"))):
@@ -196,6 +198,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--chunk-s", type=float, default=0.2)
     ap.add_argument("--models", default="", help="comma-separated subset")
+    ap.add_argument("--zoo", default="testdata/zoo",
+                    help="directory of <model>/model.onnx and b1.in.*.npy (e.g. the full-size zoo: .cache/zoo-full)")
     ap.add_argument("--work", default=".cache/bench-peers")
     ap.add_argument("--no-xla-baseline", action="store_true",
                     help="leave out xserve-xla (xserve with XSERVE_CPU_KERNELS=off)")
@@ -211,7 +215,7 @@ def main():
     print(f"onnxruntime {ort.__version__}, openvino {ov.__version__}, python {platform.python_version()}", file=sys.stderr)
     rows = []
     wanted = set(filter(None, args.models.split(",")))
-    for name, path, ins in models("."):
+    for name, path, ins in models(".", args.zoo):
         if wanted and name not in wanted:
             continue
         for b in [int(x) for x in args.batches.split(",")]:

@@ -54,10 +54,20 @@ void *thread_scratch(size_t n) {
 	return scratch;
 }
 
-int kernel_threads(double macs) {
-	int n = omp_get_num_procs();
-	return macs < PARALLEL_MIN_MACS || n < 1 ? 1 : n;
+/* max_threads is the most threads a primitive runs on: the processors, or
+ * XSERVE_CPU_KERNELS_THREADS when set lower. */
+static int max_threads(void) {
+	static int n = 0;
+	if (n == 0) {
+		int procs = omp_get_num_procs();
+		const char *v = getenv("XSERVE_CPU_KERNELS_THREADS");
+		int want = v ? atoi(v) : 0;
+		n = want > 0 && want < procs ? want : (procs > 0 ? procs : 1);
+	}
+	return n;
 }
+
+int kernel_threads(double macs) { return macs < PARALLEL_MIN_MACS ? 1 : max_threads(); }
 
 void use_threads(int n) { omp_set_num_threads(n); }
 
@@ -138,12 +148,13 @@ int attr_int(XLA_FFI_CallFrame *f, const char *name, int64_t *out) {
 	return 0;
 }
 
-dnnl_status_t activation_post_ops(int64_t act, float alpha_attr, dnnl_post_ops_t *po) {
+dnnl_status_t epilogue_post_ops(const_dnnl_memory_desc_t res_md, int64_t act, float alpha_attr, dnnl_post_ops_t *po) {
 	*po = NULL;
-	if (act == ACT_NONE) return dnnl_success;
-	dnnl_alg_kind_t alg;
+	if (act == ACT_NONE && res_md == NULL) return dnnl_success;
+	dnnl_alg_kind_t alg = dnnl_eltwise_relu;
 	float alpha = 0.f, beta = 0.f;
 	switch (act) {
+	case ACT_NONE: break;
 	case ACT_RELU: alg = dnnl_eltwise_relu; break;
 	case ACT_RELU6: alg = dnnl_eltwise_clip; beta = 6.f; break;
 	case ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
@@ -156,7 +167,8 @@ dnnl_status_t activation_post_ops(int64_t act, float alpha_attr, dnnl_post_ops_t
 	default: return dnnl_invalid_arguments;
 	}
 	dnnl_status_t st = dnnl_post_ops_create(po);
-	if (st == dnnl_success) st = dnnl_post_ops_append_eltwise(*po, alg, alpha, beta);
+	if (st == dnnl_success && res_md != NULL) st = dnnl_post_ops_append_binary(*po, dnnl_binary_add, res_md);
+	if (st == dnnl_success && act != ACT_NONE) st = dnnl_post_ops_append_eltwise(*po, alg, alpha, beta);
 	if (st != dnnl_success && *po) {
 		dnnl_post_ops_destroy(*po);
 		*po = NULL;
@@ -306,7 +318,7 @@ static dnnl_status_t mem_set_init(mem_set *ms, const kernel_entry *e) {
 }
 
 XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key, int threads, entry_builder build,
-    const void *ctx, void *src, void *wei, void *dst, void *bias) {
+    const void *ctx, void *src, void *wei, void *dst, void *bias, void *res) {
 	dnnl_stream_t stream;
 	dnnl_status_t st = thread_stream(&stream);
 	if (st != dnnl_success) {
@@ -331,7 +343,7 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
 		mem_set_clear(ms);
 		st = mem_set_init(ms, e);
 	}
-	void *data[MEM_COUNT] = {src, wei, dst, bias, scratch, scratch + scratch_off};
+	void *data[MEM_COUNT] = {src, wei, dst, bias, res, scratch, scratch + scratch_off};
 	for (int i = 0; i < MEM_COUNT && st == dnnl_success; i++) {
 		if (ms->m[i]) st = dnnl_memory_set_data_handle(ms->m[i], data[i]);
 	}
@@ -341,13 +353,15 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
 		st = dnnl_primitive_execute(e->reorder, stream, 2, ra);
 	}
 	if (st == dnnl_success) {
-		dnnl_exec_arg_t args[5];
+		dnnl_exec_arg_t args[6];
 		int n = 0;
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ms->m[MEM_SRC]};
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->reorder ? ms->m[MEM_WEI_K] : ms->m[MEM_WEI]};
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, ms->m[MEM_DST]};
 		if (ms->m[MEM_BIAS]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, ms->m[MEM_BIAS]};
 		if (ms->m[MEM_SCRATCH]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms->m[MEM_SCRATCH]};
+		/* the residual is the first post-op (epilogue_post_ops) */
+		if (ms->m[MEM_RES]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, ms->m[MEM_RES]};
 		st = dnnl_primitive_execute(e->prim, stream, n, args);
 	}
 	if (st == dnnl_success) st = dnnl_stream_wait(stream);

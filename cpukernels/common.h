@@ -28,9 +28,11 @@ enum {
 	ACT_LAST = ACT_LEAKY_RELU,
 };
 
-/* activation_post_ops makes *po the oneDNN post-op of activation act
- * (alpha: leaky relu's slope), or NULL for ACT_NONE. */
-dnnl_status_t activation_post_ops(int64_t act, float alpha, dnnl_post_ops_t *po);
+/* epilogue_post_ops makes *po the oneDNN post-ops applied to a result:
+ * adding a tensor of the result's layout res_md (if not NULL: a residual),
+ * then activation act (alpha: leaky relu's slope); *po is NULL when there
+ * are none. */
+dnnl_status_t epilogue_post_ops(const_dnnl_memory_desc_t res_md, int64_t act, float alpha, dnnl_post_ops_t *po);
 
 /* kernel_engine returns the process's CPU engine, made on first use. */
 dnnl_status_t kernel_engine(dnnl_engine_t *engine);
@@ -76,11 +78,12 @@ int is_reference(const_dnnl_primitive_desc_t pd);
 const char *impl_name(const_dnnl_primitive_desc_t pd);
 
 /* The memory objects a cached primitive executes with, in this order:
- * input, weights in XLA's layout, result, bias (optional), weights in the
- * primitive's layout (when it needs a reorder), scratchpad (optional). */
-enum { MEM_SRC, MEM_WEI, MEM_DST, MEM_BIAS, MEM_WEI_K, MEM_SCRATCH, MEM_COUNT };
+ * input, weights in XLA's layout, result, bias (optional), the residual
+ * added to the result (optional), weights in the primitive's layout (when
+ * it needs a reorder), scratchpad (optional). */
+enum { MEM_SRC, MEM_WEI, MEM_DST, MEM_BIAS, MEM_RES, MEM_WEI_K, MEM_SCRATCH, MEM_COUNT };
 
-#define KEY_BYTES 256
+#define KEY_BYTES 320
 
 /* kernel_entry is a primitive made for one key (a kernel's shapes and
  * attributes) and what executing it needs. */
@@ -108,10 +111,10 @@ typedef struct kernel_cache {
 } kernel_cache;
 
 /* kernel_run finds (or builds, with threads and build) the entry of key in
- * c and executes it on the buffers (bias may be NULL); the FFI error or
- * NULL. key must be KEY_BYTES long, zero-padded. */
+ * c and executes it on the buffers (bias and res may be NULL); the FFI
+ * error or NULL. key must be KEY_BYTES long, zero-padded. */
 XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key, int threads, entry_builder build,
-    const void *ctx, void *src, void *wei, void *dst, void *bias);
+    const void *ctx, void *src, void *wei, void *dst, void *bias, void *res);
 
 /* finish_entry completes e after its builder made pd (with weights in XLA's
  * layout in e->md[MEM_WEI]): the weights reorder if pd wants another

@@ -12,11 +12,13 @@
  * call's operand_layouts ask XLA for:
  *   x [N, C, S1..Sk]        channels last: [N, S1..Sk, C] in memory
  *   w [O, C/G, K1..Kk]      [K1..Kk, C/G, O] in memory (XLA's HWIO)
- *   b [O]                   optional
+ *   b [O]                   optional (has_bias)
+ *   r [N, O, T1..Tk]        optional (residual), channels last: added to the
+ *                           result before the activation
  * Result:
  *   y [N, O, T1..Tk]        channels last
  * Attributes: stride, pad_lo, pad_hi, dilation (k each; dilation 1 = none),
- * groups, activation (applied to the result by the kernel: 0 none, 1 relu,
+ * groups, has_bias, residual, activation (applied to the result by the kernel: 0 none, 1 relu,
  * 2 relu6, 3 sigmoid, 4 SiLU, 5 hardswish, 6 tanh, 7 GELU, 8 GELU's tanh
  * approximation, 9 leaky relu with slope alpha), alpha (f32).
  *
@@ -36,7 +38,7 @@ typedef struct conv_key {
 	int64_t w[2 + MAX_SPATIAL];
 	int64_t y[2 + MAX_SPATIAL];
 	int64_t stride[MAX_SPATIAL], pad_lo[MAX_SPATIAL], pad_hi[MAX_SPATIAL], dilation[MAX_SPATIAL];
-	int64_t groups, activation, bias;
+	int64_t groups, activation, bias, residual;
 	float alpha; /* of the activation (leaky relu's slope) */
 } conv_key;
 
@@ -109,7 +111,7 @@ static dnnl_status_t create_pd(dnnl_primitive_desc_t *pd, const kernel_entry *e,
 	}
 	dnnl_post_ops_t po = NULL;
 	dnnl_primitive_attr_t attr = NULL;
-	if (st == dnnl_success) st = activation_post_ops(k->activation, k->alpha, &po);
+	if (st == dnnl_success) st = epilogue_post_ops(e->md[MEM_RES], k->activation, k->alpha, &po);
 	if (st == dnnl_success) st = scratchpad_attr(&attr, po);
 	if (st == dnnl_success) {
 		st = dnnl_convolution_forward_primitive_desc_create(pd, eng, dnnl_forward_inference, dnnl_convolution_direct,
@@ -126,6 +128,7 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	const conv_key *k = (const conv_key *)e->key;
 	dnnl_status_t st = channels_last_md(&e->md[MEM_SRC], k->rank, k->x);
 	if (st == dnnl_success) st = channels_last_md(&e->md[MEM_DST], k->rank, k->y);
+	if (st == dnnl_success && k->residual) st = channels_last_md(&e->md[MEM_RES], k->rank, k->y);
 	if (st == dnnl_success) st = weights_md(&e->md[MEM_WEI], k, 0);
 	if (st == dnnl_success && k->bias) {
 		dnnl_dims_t bd = {k->w[0]};
@@ -155,6 +158,11 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 		if (any) dnnl_memory_desc_destroy(any);
 	}
 	if (st != dnnl_success) return st;
+	if (is_reference(pd)) {
+		fprintf(stderr, "xserve_conv_f32: warning: oneDNN has only a reference (slow) kernel for x [%lld, %lld, %lld, ...] "
+		    "w [%lld, %lld, %lld, ...] groups %lld\n", (long long)k->x[0], (long long)k->x[1], (long long)k->x[2],
+		    (long long)k->w[0], (long long)k->w[1], (long long)k->w[2], (long long)k->groups);
+	}
 	if (kernel_verbose()) {
 		fprintf(stderr, "xserve_conv_f32: x [%lld, %lld, %lld, ...] w [%lld, %lld, %lld, ...] groups %lld: %s, %d thread(s)\n",
 		    (long long)k->x[0], (long long)k->x[1], (long long)k->x[2], (long long)k->w[0], (long long)k->w[1],
@@ -165,14 +173,20 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 
 static XLA_FFI_Error *conv_execute(XLA_FFI_CallFrame *f) {
 	const char *name = cache.kernel;
-	if (f->args.size < 2 || f->args.size > 3 || f->rets.size != 1) {
-		return fail(f, name, 3, "want 2 or 3 operands and 1 result, got %lld and %lld", (long long)f->args.size,
+	int64_t has_bias = 0, residual = 0;
+	if (attr_int(f, "has_bias", &has_bias) || attr_int(f, "residual", &residual)) {
+		return fail(f, name, 3, "missing or malformed attribute has_bias or residual (int)");
+	}
+	if (f->args.size != 2 + (has_bias != 0) + (residual != 0) || f->rets.size != 1) {
+		return fail(f, name, 3, "want %d operands (has_bias %lld, residual %lld) and 1 result, got %lld and %lld",
+		    2 + (has_bias != 0) + (residual != 0), (long long)has_bias, (long long)residual, (long long)f->args.size,
 		    (long long)f->rets.size);
 	}
-	XLA_FFI_Buffer *x = f->args.args[0], *w = f->args.args[1], *b = f->args.size == 3 ? f->args.args[2] : NULL;
+	XLA_FFI_Buffer *x = f->args.args[0], *w = f->args.args[1], *b = has_bias ? f->args.args[2] : NULL;
+	XLA_FFI_Buffer *r = residual ? f->args.args[f->args.size - 1] : NULL;
 	XLA_FFI_Buffer *y = f->rets.rets[0];
 	if (x->dtype != XLA_FFI_DataType_F32 || w->dtype != XLA_FFI_DataType_F32 || y->dtype != XLA_FFI_DataType_F32 ||
-	    (b && b->dtype != XLA_FFI_DataType_F32)) {
+	    (b && b->dtype != XLA_FFI_DataType_F32) || (r && r->dtype != XLA_FFI_DataType_F32)) {
 		return fail(f, name, 3, "operands and result must be float32");
 	}
 	int64_t rank = x->rank;
@@ -201,6 +215,13 @@ static XLA_FFI_Error *conv_execute(XLA_FFI_CallFrame *f) {
 		return fail(f, name, 3, "activation %lld: want 0 (none) to %d", (long long)k->activation, ACT_LAST);
 	}
 	k->bias = b != NULL;
+	k->residual = r != NULL;
+	if (r != NULL) {
+		if (r->rank != rank) return fail(f, name, 3, "residual rank %lld, result rank %lld", (long long)r->rank, (long long)rank);
+		for (int64_t i = 0; i < rank; i++) {
+			if (r->dims[i] != k->y[i]) return fail(f, name, 3, "residual dim %lld is %lld, the result's %lld", (long long)i, (long long)r->dims[i], (long long)k->y[i]);
+		}
+	}
 	if (k->groups < 1 || k->x[1] != k->w[1] * k->groups || k->w[0] % k->groups != 0 || k->y[1] != k->w[0] ||
 	    k->y[0] != k->x[0] || (b && b->dims[0] != k->w[0])) {
 		return fail(f, name, 3, "inconsistent shapes: x channels %lld, w [%lld, %lld, ...], groups %lld, y channels %lld",
@@ -226,7 +247,7 @@ static XLA_FFI_Error *conv_execute(XLA_FFI_CallFrame *f) {
 		}
 	}
 	return kernel_run(f, &cache, keybuf, kernel_threads(macs), build, NULL, x->data, w->data, y->data,
-	    b ? b->data : NULL);
+	    b ? b->data : NULL, r ? r->data : NULL);
 }
 
 /* xserve_conv_f32 is the FFI handler XLA calls. */

@@ -6,10 +6,12 @@
  * that are (batched) matrix products: it reshapes the operands to
  *   a [B, M, K], or [B, K, M] with trans_a = 1
  *   b [B, K, N], or [B, N, K] with trans_b = 1
- *   bias [N]     optional, added to every row
+ *   bias [N]     optional (has_bias), added to every row
+ *   r [B, M, N]  optional (residual), added to the result
  * (B may be left out: rank 2), all row-major, and the result is
  *   y [B, M, N]  with the activation applied (common.h: ACT_*).
- * Attributes: trans_a, trans_b, activation (int), alpha (f32).
+ * Attributes: trans_a, trans_b, has_bias, residual, activation (int),
+ * alpha (f32).
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,7 +21,7 @@
 typedef struct matmul_key {
 	int64_t rank; /* 2 or 3 */
 	int64_t batch, m, k, n;
-	int64_t trans_a, trans_b, activation, bias;
+	int64_t trans_a, trans_b, activation, bias, residual;
 	float alpha;
 } matmul_key;
 
@@ -50,6 +52,7 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	if (st == dnnl_success) st = matrix_md(&e->md[MEM_SRC], k->rank, k->batch, k->m, k->k, (int)k->trans_a);
 	if (st == dnnl_success) st = matrix_md(&e->md[MEM_WEI], k->rank, k->batch, k->k, k->n, (int)k->trans_b);
 	if (st == dnnl_success) st = matrix_md(&e->md[MEM_DST], k->rank, k->batch, k->m, k->n, 0);
+	if (st == dnnl_success && k->residual) st = matrix_md(&e->md[MEM_RES], k->rank, k->batch, k->m, k->n, 0);
 	if (st == dnnl_success && k->bias) {
 		/* [1, N] (or [1, 1, N]): broadcast over the rows and batches */
 		dnnl_dims_t b2 = {1, k->n}, b3 = {1, 1, k->n};
@@ -59,7 +62,7 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	dnnl_post_ops_t po = NULL;
 	dnnl_primitive_attr_t attr = NULL;
 	dnnl_primitive_desc_t pd = NULL;
-	if (st == dnnl_success) st = activation_post_ops(k->activation, k->alpha, &po);
+	if (st == dnnl_success) st = epilogue_post_ops(e->md[MEM_RES], k->activation, k->alpha, &po);
 	if (st == dnnl_success) st = scratchpad_attr(&attr, po);
 	if (st == dnnl_success) {
 		st = dnnl_matmul_primitive_desc_create(&pd, eng, e->md[MEM_SRC], e->md[MEM_WEI], e->md[MEM_BIAS],
@@ -78,14 +81,20 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 
 static XLA_FFI_Error *matmul_execute(XLA_FFI_CallFrame *f) {
 	const char *name = cache.kernel;
-	if (f->args.size < 2 || f->args.size > 3 || f->rets.size != 1) {
-		return fail(f, name, 3, "want 2 or 3 operands and 1 result, got %lld and %lld", (long long)f->args.size,
+	int64_t has_bias = 0, residual = 0;
+	if (attr_int(f, "has_bias", &has_bias) || attr_int(f, "residual", &residual)) {
+		return fail(f, name, 3, "missing or malformed attribute has_bias or residual (int)");
+	}
+	if (f->args.size != 2 + (has_bias != 0) + (residual != 0) || f->rets.size != 1) {
+		return fail(f, name, 3, "want %d operands (has_bias %lld, residual %lld) and 1 result, got %lld and %lld",
+		    2 + (has_bias != 0) + (residual != 0), (long long)has_bias, (long long)residual, (long long)f->args.size,
 		    (long long)f->rets.size);
 	}
-	XLA_FFI_Buffer *a = f->args.args[0], *b = f->args.args[1], *bias = f->args.size == 3 ? f->args.args[2] : NULL;
+	XLA_FFI_Buffer *a = f->args.args[0], *b = f->args.args[1], *bias = has_bias ? f->args.args[2] : NULL;
+	XLA_FFI_Buffer *r = residual ? f->args.args[f->args.size - 1] : NULL;
 	XLA_FFI_Buffer *y = f->rets.rets[0];
 	if (a->dtype != XLA_FFI_DataType_F32 || b->dtype != XLA_FFI_DataType_F32 || y->dtype != XLA_FFI_DataType_F32 ||
-	    (bias && bias->dtype != XLA_FFI_DataType_F32)) {
+	    (bias && bias->dtype != XLA_FFI_DataType_F32) || (r && r->dtype != XLA_FFI_DataType_F32)) {
 		return fail(f, name, 3, "operands and result must be float32");
 	}
 	int64_t rank = a->rank;
@@ -111,6 +120,11 @@ static XLA_FFI_Error *matmul_execute(XLA_FFI_CallFrame *f) {
 	k->n = k->trans_b ? b->dims[off] : b->dims[off + 1];
 	int64_t kb = k->trans_b ? b->dims[off + 1] : b->dims[off];
 	k->bias = bias != NULL;
+	k->residual = r != NULL;
+	if (r != NULL && (r->rank != rank || r->dims[0] != y->dims[0] || r->dims[rank - 1] != y->dims[rank - 1] ||
+	                     (rank == 3 && r->dims[1] != y->dims[1]))) {
+		return fail(f, name, 3, "the residual's shape is not the result's");
+	}
 	if (kb != k->k || (rank == 3 && (b->dims[0] != k->batch || y->dims[0] != k->batch)) || y->dims[off] != k->m ||
 	    y->dims[off + 1] != k->n || (bias && bias->dims[0] != k->n)) {
 		return fail(f, name, 3, "inconsistent shapes: a [%lld, %lld], b [%lld, %lld], y [%lld, %lld] (trans_a %lld, trans_b %lld)",
@@ -119,7 +133,7 @@ static XLA_FFI_Error *matmul_execute(XLA_FFI_CallFrame *f) {
 	}
 	double macs = (double)k->batch * (double)k->m * (double)k->n * (double)k->k;
 	return kernel_run(f, &cache, keybuf, kernel_threads(macs), build, NULL, a->data, b->data, y->data,
-	    bias ? bias->data : NULL);
+	    bias ? bias->data : NULL, r ? r->data : NULL);
 }
 
 /* xserve_matmul_f32 is the FFI handler XLA calls. */

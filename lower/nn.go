@@ -3,6 +3,7 @@ package lower
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/gomlx/go-xla/pkg/types"
@@ -179,6 +180,9 @@ func (b *nnB) dot(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb [
 			if epi != nil && epi.bias != nil && nnDimsOf(epi.bias)[0] != form.n {
 				epi = nil
 			}
+			if epi != nil && epi.residual != nil && !slices.Equal(nnDimsOf(epi.residual), form.out) {
+				epi = nil
+			}
 			b.epiUsed = epi != nil
 			return nnMatmulKernel(b, x, y, form, epi)
 		}
@@ -276,10 +280,10 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		if in[2] != nil {
 			bias = b.convert(in[2], cdt)
 		}
-		act := nnConvActivation(ctx, n)
-		y := b.convert(nnConvKernel(b, x, w, bias, outDims, p, act), dt)
+		epi := nnConvEpilogue(b, n, cdt)
+		y := b.convert(nnConvKernel(b, x, w, bias, outDims, p, epi), dt)
 		if b.err == nil {
-			for _, u := range act.nodes {
+			for _, u := range epi.fused {
 				ctx.Fuse(u, y) // a SiLU's sigmoid, used only by the product, gets a value never read
 			}
 		}
@@ -349,9 +353,9 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 
 // ConvKernel is the custom-call target of xserve's CPU convolution kernel
 // (cpukernels/conv.c): float32, 1 to 3 spatial dims, any groups, stride,
-// padding and dilation, optional bias, and optionally an activation applied
-// to the result (what the convolution's users compute, fused:
-// nnConvActivation).
+// padding and dilation, optional bias, and optionally a residual added to
+// the result and an activation applied to it (what the convolution's users
+// compute, fused: nnConvEpilogue).
 const ConvKernel = "xserve_conv_f32"
 
 // nnConvKernel computes a convolution with ConvKernel. The kernel reads the
@@ -360,7 +364,7 @@ const ConvKernel = "xserve_conv_f32"
 // Options.ConvWeightsHWIO uploads weights in); the operand and result
 // layouts ask XLA for exactly that, so the logical program stays NCHW and
 // XLA places any transposes itself.
-func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgraph.ConvParams, act convAct) *stablehlo.Value {
+func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgraph.ConvParams, epi nnEpilogue) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
@@ -383,8 +387,8 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 		Operands: []*stablehlo.Value{x, w},
 		Results:  []stablehlo.Type{stablehlo.TensorOf(x.Type().Elem, outDims...)},
 		Attrs: []stablehlo.FFIAttr{
-			{Name: "activation", Int: act.kind},
-			{Name: "alpha", Float: float32(act.alpha), IsFloat: true},
+			{Name: "activation", Int: epi.act.kind},
+			{Name: "alpha", Float: float32(epi.act.alpha), IsFloat: true},
 			{Name: "dilation", Ints: dilation, Array: true},
 			{Name: "groups", Int: groups},
 			{Name: "pad_hi", Ints: p.Padding[:spatial], Array: true},
@@ -394,10 +398,18 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 		OperandLayouts: [][]int64{channelsLast, weights},
 		ResultLayouts:  [][]int64{channelsLast},
 	}
+	hasBias, residual := int64(0), int64(0)
 	if bias != nil {
 		call.Operands = append(call.Operands, bias)
 		call.OperandLayouts = append(call.OperandLayouts, []int64{0})
+		hasBias = 1
 	}
+	if epi.residual != nil {
+		call.Operands = append(call.Operands, epi.residual)
+		call.OperandLayouts = append(call.OperandLayouts, channelsLast)
+		residual = 1
+	}
+	call.Attrs = append(call.Attrs, stablehlo.FFIAttr{Name: "has_bias", Int: hasBias}, stablehlo.FFIAttr{Name: "residual", Int: residual})
 	out, err := x.Block().FFICall(call)
 	if err != nil {
 		b.err = err
@@ -428,6 +440,22 @@ type convAct struct {
 	kind  int64
 	alpha float64
 	nodes []*fxgraph.Node
+}
+
+// nnConvEpilogue returns what the users of the convolution n compute that
+// the kernel can instead: a residual its only user adds (a tensor of its
+// shape), then an activation.
+func nnConvEpilogue(b *nnB, n *fxgraph.Node, cdt tensor.DType) nnEpilogue {
+	var e nnEpilogue
+	last := n
+	if add, res := nnResidualUser(b.ctx, n); add != nil {
+		e.residual = b.convert(res, cdt)
+		e.fused = append(e.fused, add)
+		last = add
+	}
+	e.act = nnConvActivation(b.ctx, last)
+	e.fused = append(e.fused, e.act.nodes...)
+	return e
 }
 
 // nnConvActivation returns the activation that the users of the
@@ -639,12 +667,23 @@ func nnMatmulKernel(b *nnB, x, y *stablehlo.Value, f nnMatmulShape, epi *nnEpilo
 		OperandLayouts: [][]int64{rowMajor, rowMajor},
 		ResultLayouts:  [][]int64{rowMajor},
 	}
+	hasBias, residual := int64(0), int64(0)
 	if epi != nil {
 		call.Attrs[0].Int, call.Attrs[1].Float = epi.act.kind, float32(epi.act.alpha)
 		if epi.bias != nil {
 			call.Operands = append(call.Operands, epi.bias)
 			call.OperandLayouts = append(call.OperandLayouts, []int64{0})
+			hasBias = 1
 		}
+		if epi.residual != nil {
+			call.Operands = append(call.Operands, b.reshape(epi.residual, shape(f.m, f.n, false)))
+			call.OperandLayouts = append(call.OperandLayouts, rowMajor)
+			residual = 1
+		}
+	}
+	call.Attrs = append(call.Attrs, stablehlo.FFIAttr{Name: "has_bias", Int: hasBias}, stablehlo.FFIAttr{Name: "residual", Int: residual})
+	if b.err != nil {
+		return nil
 	}
 	out, err := a.Block().FFICall(call)
 	if err != nil {
@@ -658,9 +697,10 @@ func nnMatmulKernel(b *nnB, x, y *stablehlo.Value, f nnMatmulShape, epi *nnEpilo
 // product: a bias added to every row and an activation; fused are the
 // graph nodes that computed them, which get the kernel's result.
 type nnEpilogue struct {
-	bias  *stablehlo.Value // [N] in the compute dtype, or nil
-	act   convAct
-	fused []*fxgraph.Node
+	bias     *stablehlo.Value // [N] in the compute dtype, or nil
+	residual *stablehlo.Value // of the product's result shape, compute dtype, or nil
+	act      convAct
+	fused    []*fxgraph.Node
 }
 
 // nnMatmulEpilogue returns the epilogue of the matrix product n, whose
@@ -680,6 +720,11 @@ func nnMatmulEpilogue(b *nnB, n *fxgraph.Node, own *stablehlo.Value, cdt tensor.
 			last = add
 		}
 	}
+	if add, res := nnResidualUser(b.ctx, last); add != nil {
+		e.residual = b.convert(res, cdt)
+		e.fused = append(e.fused, add)
+		last = add
+	}
 	if act := nnConvActivation(b.ctx, last); act.kind != convActNone {
 		e.act = act
 		e.fused = append(e.fused, act.nodes...)
@@ -693,6 +738,44 @@ func nnMatmulEpilogue(b *nnB, n *fxgraph.Node, own *stablehlo.Value, cdt tensor.
 // nnBiasUser returns n's only user when it adds (alpha 1) a vector over
 // n's last dim, already lowered, and that vector's value; else nil, nil.
 func nnBiasUser(ctx *Context, n *fxgraph.Node) (*fxgraph.Node, *stablehlo.Value) {
+	return nnAddUser(ctx, n, func(nd, od fxgraph.Shape) bool {
+		if len(od) == 0 || len(od) > len(nd) || !nd[len(nd)-1].IsStatic() {
+			return false
+		}
+		for i, d := range od {
+			want := int64(1)
+			if i == len(od)-1 {
+				want = nd[len(nd)-1].Size
+			}
+			if !d.IsStatic() || d.Size != want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// nnResidualUser returns n's only user when it adds (alpha 1) a tensor of
+// n's own static shape, already lowered (a residual connection), and that
+// tensor's value; else nil, nil.
+func nnResidualUser(ctx *Context, n *fxgraph.Node) (*fxgraph.Node, *stablehlo.Value) {
+	return nnAddUser(ctx, n, func(nd, od fxgraph.Shape) bool {
+		if len(od) != len(nd) {
+			return false
+		}
+		for i := range od {
+			if !od[i].IsStatic() || od[i] != nd[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// nnAddUser returns n's only user when it is aten.add.Tensor (alpha 1) of
+// n and another node of n's dtype whose shape fits (shapeOK(n's, its)) and
+// that is lowered already, and the other node's value.
+func nnAddUser(ctx *Context, n *fxgraph.Node, shapeOK func(nd, od fxgraph.Shape) bool) (*fxgraph.Node, *stablehlo.Value) {
 	users := n.Users()
 	if len(users) != 1 || users[0].Op != fxgraph.CallFunction || users[0].Target != "aten.add.Tensor" || len(users[0].Args) < 2 {
 		return nil, nil
@@ -708,21 +791,11 @@ func nnBiasUser(ctx *Context, n *fxgraph.Node) (*fxgraph.Node, *stablehlo.Value)
 			return nil, nil
 		}
 	}
-	if other == nil || len(n.Meta.Vals) != 1 || len(other.Meta.Vals) != 1 {
+	if other == nil || other == n || len(n.Meta.Vals) != 1 || len(other.Meta.Vals) != 1 {
 		return nil, nil
 	}
-	nd, od := n.Meta.Vals[0].Shape, other.Meta.Vals[0].Shape
-	if len(od) == 0 || len(od) > len(nd) || other.Meta.Vals[0].DType != n.Meta.Vals[0].DType {
+	if other.Meta.Vals[0].DType != n.Meta.Vals[0].DType || !shapeOK(n.Meta.Vals[0].Shape, other.Meta.Vals[0].Shape) {
 		return nil, nil
-	}
-	for i, d := range od {
-		want := int64(1)
-		if i == len(od)-1 {
-			want = nd[len(nd)-1].Size
-		}
-		if !d.IsStatic() || d.Size != want || !nd[len(nd)-1].IsStatic() {
-			return nil, nil
-		}
 	}
 	v := ctx.values[other]
 	if len(v) == 0 {

@@ -1041,7 +1041,7 @@ func TestConvKernelLowering(t *testing.T) {
 		{"1d", lower.Options{Kernels: k}, tensor.Float32, []int64{2, 4, 9}, []int64{8, 4, 3}, false, 1,
 			`operand_layouts = [dense<[1, 2, 0]> : tensor<3xindex>, dense<[0, 1, 2]> : tensor<3xindex>]`},
 		{"3d groups", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 5, 5, 5}, []int64{8, 2, 3, 3, 3}, false, 2,
-			`backend_config = {activation = 0 : i64, alpha = 0.0 : f32, dilation = array<i64: 1, 1, 1>, groups = 2 : i64, pad_hi = array<i64: 1, 1, 1>, pad_lo = array<i64: 1, 1, 1>, stride = array<i64: 1, 1, 1>}`},
+			`backend_config = {activation = 0 : i64, alpha = 0.0 : f32, dilation = array<i64: 1, 1, 1>, groups = 2 : i64, has_bias = 0 : i64, pad_hi = array<i64: 1, 1, 1>, pad_lo = array<i64: 1, 1, 1>, residual = 0 : i64, stride = array<i64: 1, 1, 1>}`},
 		{"depthwise", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 6, 6}, []int64{4, 1, 3, 3}, false, 4, `groups = 4 : i64`},
 		{"float16 in float32", lower.Options{Kernels: k}, tensor.Float16, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, `xserve_conv_f32`},
 		{"float64: XLA's", lower.Options{Kernels: k}, tensor.Float64, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, ""},
@@ -1074,8 +1074,8 @@ func TestConvKernelLowering(t *testing.T) {
 	}
 }
 
-// TestConvKernelFusesActivation: an activation that is all a kernel
-// convolution's users compute (relu, clamp to [0, 6] or hardtanh(0, 6),
+// TestConvKernelFusesActivation: a residual added to a kernel convolution,
+// and an activation that is all its users compute (relu, clamp to [0, 6] or hardtanh(0, 6),
 // sigmoid, SiLU as an op or as x * sigmoid(x), hardswish, tanh, GELU exact
 // or tanh, leaky relu) is applied by the kernel (its activation attribute)
 // and lowers to nothing of its own; a convolution with other users, or
@@ -1116,6 +1116,10 @@ func TestConvKernelFusesActivation(t *testing.T) {
 		{"gelu", call("aten.gelu.default"), false, "activation = 7 : i64"},
 		{"gelu tanh", call("aten.gelu.default", "tanh"), false, "activation = 8 : i64"},
 		{"leaky relu", call("aten.leaky_relu.default", 0.25), false, "activation = 9 : i64, alpha = 0.25 : f32"},
+		{"residual add, relu", func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
+			r := g.AddPlaceholder("r", fxgraph.Static(tensor.Float32, 1, 8, 6, 6))
+			return g.AddCall("aten.relu.default", []any{g.AddCall("aten.add.Tensor", []any{r, x}, nil)}, nil)
+		}, false, "activation = 1 : i64"},
 		{"clamp 0 1: not fused", call("aten.clamp.default", 0.0, 1.0), false, "activation = 0 : i64"},
 		{"relu, convolution also an output: not fused", call("aten.relu.default"), true, "activation = 0 : i64"},
 		{"x * sigmoid(x), convolution also an output: not fused", silu(false), true, "activation = 0 : i64"},

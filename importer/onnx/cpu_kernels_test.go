@@ -18,6 +18,7 @@ var convKernelCases = []string{
 	"conv_2d_1x1_stride2_batch3", "conv_2d_weights_input", "conv_2d_kernel_larger_than_input",
 	"conv_2d_two_threads_relu", "conv_2d_relu6", "conv_2d_relu_output_used_twice",
 	"conv_2d_sigmoid", "conv_2d_silu", "conv_2d_hardswish", "conv_2d_tanh", "conv_2d_leaky_relu", "conv_2d_gelu", "conv_2d_gelu_tanh",
+	"conv_2d_residual_relu", "conv_2d_residual_first_operand",
 	"conv_1d_stride2_pad1", "conv_3d_pad1",
 }
 
@@ -26,7 +27,7 @@ var convKernelCases = []string{
 var matmulKernelCases = []string{
 	"matmul_2d", "matmul_batched_3d", "matmul_attention_4d_transposed", "matmul_broadcast_weights_4d", "matmul_vector",
 	"matmul_gemm_transb_bias", "matmul_gemm_transa", "matmul_inputs_only", "matmul_tiny_stays_xla",
-	"matmul_bias", "matmul_bias_first_relu", "matmul_bias_gelu",
+	"matmul_bias", "matmul_bias_first_relu", "matmul_bias_gelu", "matmul_bias_residual",
 }
 
 // TestConvKernelMatchesORT runs Conv models through the CPU convolution

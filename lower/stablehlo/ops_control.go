@@ -2,6 +2,7 @@ package stablehlo
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -165,8 +166,10 @@ func (b *Block) FFICall(c FFICall) ([]*Value, error) {
 			return nil, shapeErr("custom_call", "result type: %v", err)
 		}
 	}
-	cfg := make([]string, len(c.Attrs))
-	for i, a := range c.Attrs {
+	// In name order, as MLIR keeps a dictionary and XLA hands them over.
+	attrsByName := slices.SortedFunc(slices.Values(c.Attrs), func(a, b FFIAttr) int { return strings.Compare(a.Name, b.Name) })
+	cfg := make([]string, len(attrsByName))
+	for i, a := range attrsByName {
 		switch {
 		case a.Array:
 			cfg[i] = fmt.Sprintf("%s = array<i64%s>", a.Name, joinInts(": ", a.Ints))

@@ -337,7 +337,7 @@ func TestFFICallRun(t *testing.T) {
 		all := []stablehlo.FFIAttr{
 			{Name: "activation", Int: act}, {Name: "alpha", IsFloat: true}, {Name: "dilation", Ints: []int64{1, 1}, Array: true}, {Name: "groups", Int: 1},
 			{Name: "pad_hi", Ints: []int64{0, 0}, Array: true}, {Name: "pad_lo", Ints: []int64{0, 0}, Array: true},
-			{Name: "stride", Ints: []int64{1, 1}, Array: true},
+			{Name: "stride", Ints: []int64{1, 1}, Array: true}, {Name: "has_bias", Int: 1}, {Name: "residual", Int: 0},
 		}
 		var keep []stablehlo.FFIAttr
 		for _, a := range all {
@@ -365,7 +365,7 @@ func TestFFICallRun(t *testing.T) {
 
 	m := stablehlo.NewModule("m")
 	f, _ := m.Func("main", stablehlo.Param{Name: "x", Type: params[0]}, stablehlo.Param{Name: "w", Type: params[1]}, stablehlo.Param{Name: "b", Type: params[2]})
-	r, err := f.Body().FFICall(call(f.Params(), 0, "groups", "stride"))
+	r, err := f.Body().FFICall(call(f.Params(), 0, "groups", "stride", "has_bias", "residual"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestFFICallRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	text, _ := m.Text()
-	want := `%0 = "stablehlo.custom_call"(%x, %w, %b) {call_target_name = "xserve_conv_f32", api_version = 4 : i32, backend_config = {groups = 1 : i64, stride = array<i64: 1, 1>}, operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[0, 1, 3, 2]> : tensor<4xindex>, dense<[0]> : tensor<1xindex>], result_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>]} : (tensor<1x2x2x3xf32>, tensor<1x2x1x1xf32>, tensor<1xf32>) -> tensor<1x1x2x3xf32>`
+	want := `%0 = "stablehlo.custom_call"(%x, %w, %b) {call_target_name = "xserve_conv_f32", api_version = 4 : i32, backend_config = {groups = 1 : i64, has_bias = 1 : i64, residual = 0 : i64, stride = array<i64: 1, 1>}, operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[0, 1, 3, 2]> : tensor<4xindex>, dense<[0]> : tensor<1xindex>], result_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>]} : (tensor<1x2x2x3xf32>, tensor<1x2x1x1xf32>, tensor<1xf32>) -> tensor<1x1x2x3xf32>`
 	if !strings.Contains(string(text), want) {
 		t.Errorf("text =\n%s\nwant it to contain\n%s", text, want)
 	}
@@ -403,9 +403,9 @@ func TestFFICallRun(t *testing.T) {
 }
 
 // TestMatmulKernelRun calls xserve's CPU matrix-product kernel through
-// FFICall with each operand plain or transposed, batched or not, with a bias
-// and an activation, and checks it against XLA's own dot_general (and
-// maximum, add) of the same operands on the same plugin.
+// FFICall with each operand plain or transposed, batched or not, with a
+// bias, a residual and an activation, and checks it against XLA's own
+// dot_general (and add, maximum) of the same operands on the same plugin.
 func TestMatmulKernelRun(t *testing.T) {
 	c := testClient(t)
 	if !slices.Contains(c.Kernels(), "xserve_matmul_f32") {
@@ -424,12 +424,15 @@ func TestMatmulKernelRun(t *testing.T) {
 		batch          int64 // 0: rank 2
 		transA, transB bool
 		bias, relu     bool
+		residual       bool
 	}{
-		{"2d", 0, false, false, false, false},
-		{"2d trans_b bias", 0, false, true, true, false},
-		{"2d trans_a relu", 0, true, false, false, true},
-		{"batched trans both", 3, true, true, false, false},
-		{"batched bias relu", 2, false, false, true, true},
+		{"2d", 0, false, false, false, false, false},
+		{"2d trans_b bias", 0, false, true, true, false, false},
+		{"2d trans_a relu", 0, true, false, false, true, false},
+		{"batched trans both", 3, true, true, false, false, false},
+		{"batched bias relu", 2, false, false, true, true, false},
+		{"2d residual", 0, false, false, false, false, true},
+		{"batched bias residual relu", 2, false, true, true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const m, k, n = 5, 7, 6
@@ -443,8 +446,9 @@ func TestMatmulKernelRun(t *testing.T) {
 				return []int64{tc.batch, r, c}
 			}
 			a, b, bias := rnd(1, dims(m, k, tc.transA)...), rnd(2, dims(k, n, tc.transB)...), rnd(3, n)
+			res := rnd(4, dims(m, n, false)...)
 			off := int64(len(a.Shape) - 2)
-			types := []stablehlo.Type{f32(a.Shape...), f32(b.Shape...), f32(n)}
+			types := []stablehlo.Type{f32(a.Shape...), f32(b.Shape...), f32(n), f32(res.Shape...)}
 			flag := func(v bool) int64 {
 				if v {
 					return 1
@@ -455,15 +459,19 @@ func TestMatmulKernelRun(t *testing.T) {
 			if tc.relu {
 				act = 1
 			}
-			outs := oneOp(t, types, []*tensor.Tensor{a, b, bias}, func(blk *stablehlo.Block, p vals) (vals, error) {
+			outs := oneOp(t, types, []*tensor.Tensor{a, b, bias, res}, func(blk *stablehlo.Block, p vals) (vals, error) {
 				ops := vals{p[0], p[1]}
 				if tc.bias {
 					ops = append(ops, p[2])
 				}
+				if tc.residual {
+					ops = append(ops, p[3])
+				}
 				kernel, err := blk.FFICall(stablehlo.FFICall{
 					Target: "xserve_matmul_f32", Operands: ops, Results: []stablehlo.Type{f32(dims(m, n, false)...)},
 					Attrs: []stablehlo.FFIAttr{{Name: "activation", Int: act}, {Name: "alpha", IsFloat: true},
-						{Name: "trans_a", Int: flag(tc.transA)}, {Name: "trans_b", Int: flag(tc.transB)}},
+						{Name: "trans_a", Int: flag(tc.transA)}, {Name: "trans_b", Int: flag(tc.transB)},
+						{Name: "has_bias", Int: flag(tc.bias)}, {Name: "residual", Int: flag(tc.residual)}},
 				})
 				if err != nil {
 					return nil, err
@@ -490,6 +498,11 @@ func TestMatmulKernelRun(t *testing.T) {
 						return nil, err
 					}
 					if ref, err = blk.Add(ref, bb); err != nil {
+						return nil, err
+					}
+				}
+				if tc.residual {
+					if ref, err = blk.Add(ref, p[3]); err != nil {
 						return nil, err
 					}
 				}

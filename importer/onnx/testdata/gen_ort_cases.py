@@ -249,6 +249,17 @@ def conv_cases():
     for act, opset in (("sigmoid", 13), ("silu", 13), ("hardswish", 14), ("tanh", 13), ("leaky_relu", 13),
                        ("gelu", 20), ("gelu_tanh", 20)):
         conv("2d_" + act, (1, 6, 9, 9), (8, 6, 3, 3), after=act, opset=opset, pads=[1, 1, 1, 1])
+    # A residual connection: Add(conv, x) (either order), then Relu or not.
+    for name, first, relu in (("residual_relu", False, True), ("residual_first_operand", True, False)):
+        x = r.standard_normal((2, 8, 10, 10)).astype(np.float32)
+        w = numpy_helper.from_array((r.standard_normal((8, 8, 3, 3)) / 8).astype(np.float32), "w")
+        b = numpy_helper.from_array(r.standard_normal(8).astype(np.float32), "b")
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Add", ["x", "c"] if first else ["c", "x"], ["s" if relu else "y"])]
+        if relu:
+            nodes.append(helper.make_node("Relu", ["s"], ["y"]))
+        case("conv_2d_" + name, nodes, [tensor_vi("x", F, [2, 8, 10, 10])],
+             [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2", "d3"])], [x], opset=13, inits=[w, b])
     conv("1d_stride2_pad1", (2, 3, 20), (5, 3, 4), strides=[2], pads=[1, 1])
     conv("3d_pad1", (1, 2, 5, 6, 7), (3, 2, 3, 2, 3), pads=[1, 0, 1, 1, 0, 1])
 
@@ -294,6 +305,13 @@ def matmul_cases():
             nodes.append(helper.make_node(act, ["z"], ["y"]))
         case("matmul_" + name, nodes, [tensor_vi("a", F, [2, 9, 32])], [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2"])],
              [x], opset=opset, inits=[w, b])
+    # A transformer's residual: (a @ w + b) + a.
+    x = r.standard_normal((2, 9, 32)).astype(np.float32)
+    w = numpy_helper.from_array(r.standard_normal((32, 32)).astype(np.float32), "w")
+    b = numpy_helper.from_array(r.standard_normal(32).astype(np.float32), "b")
+    case("matmul_bias_residual", [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["z"]),
+                                  helper.make_node("Add", ["a", "z"], ["y"])],
+         [tensor_vi("a", F, [2, 9, 32])], [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2"])], [x], opset=13, inits=[w, b])
 
 
 if __name__ == "__main__":
