@@ -459,10 +459,10 @@ func nnConvEpilogue(b *nnB, n *fxgraph.Node, cdt tensor.DType) nnEpilogue {
 }
 
 // nnConvActivation returns the activation that the users of the
-// convolution n apply to it, if they do nothing else with it and the kernel
-// can apply it instead: relu, relu6 (clamp or hardtanh to [0, 6]), sigmoid,
-// SiLU (aten.silu, or x * sigmoid(x)), hardswish, tanh, GELU (exact or
-// tanh) and leaky relu.
+// convolution (or product) n apply to it, if they do nothing else with it
+// and the kernel can apply it instead: relu, relu6 (clamp or hardtanh to
+// [0, 6]), sigmoid, SiLU (aten.silu, or x * sigmoid(x)), hardswish, tanh,
+// GELU (exact or tanh) and leaky relu.
 func nnConvActivation(ctx *Context, n *fxgraph.Node) convAct {
 	users := n.Users()
 	for _, u := range users {
@@ -477,60 +477,76 @@ func nnConvActivation(ctx *Context, n *fxgraph.Node) convAct {
 		return convAct{}
 	}
 	u := users[0]
-	one := func(kind int64) convAct { return convAct{kind: kind, nodes: []*fxgraph.Node{u}} }
-	bound := func(i int) (float64, bool) {
-		if i >= len(u.Args) {
-			return 0, false
-		}
-		switch a := u.Args[i].(type) {
-		case *fxgraph.Node:
-			if t := ctx.Graph.ConstValue(a); t != nil && t.NumElements() == 1 {
-				return t.Float64s()[0], true
-			}
-			return 0, false
-		default:
-			return fxgraph.AsFloat(a)
-		}
+	if kind, ok := nnPlainActivations[u.Target]; ok {
+		return convAct{kind: kind, nodes: []*fxgraph.Node{u}}
 	}
+	act := nnParamActivation(ctx, u)
+	if act.kind != convActNone {
+		act.nodes = []*fxgraph.Node{u}
+	}
+	return act
+}
+
+// nnPlainActivations are the activations without parameters the kernels
+// apply, by op.
+var nnPlainActivations = map[string]int64{
+	"aten.relu.default":      convActReLU,
+	"aten.sigmoid.default":   convActSigmoid,
+	"aten.silu.default":      convActSiLU,
+	"aten.hardswish.default": convActHardSwish,
+	"aten.tanh.default":      convActTanh,
+}
+
+// nnParamActivation returns the activation u applies, for the ops whose
+// parameters decide whether the kernels can: clamp and hardtanh to [0, 6]
+// (relu6) or clamp from 0 (relu), GELU and leaky relu.
+func nnParamActivation(ctx *Context, u *fxgraph.Node) convAct {
 	switch u.Target {
-	case "aten.relu.default":
-		return one(convActReLU)
 	case "aten.clamp.default", "aten.clamp.Tensor":
-		lo, okLo := bound(1)
-		hi, okHi := bound(2)
+		lo, okLo := nnScalarArg(ctx, u, 1)
+		hi, okHi := nnScalarArg(ctx, u, 2)
 		switch {
 		case okLo && okHi && lo == 0 && hi == 6:
-			return one(convActReLU6)
+			return convAct{kind: convActReLU6}
 		case okLo && lo == 0 && (len(u.Args) < 3 || u.Args[2] == nil):
-			return one(convActReLU)
+			return convAct{kind: convActReLU}
 		}
 	case "aten.hardtanh.default":
 		lo, err1 := u.ParamFloat("min_val")
 		hi, err2 := u.ParamFloat("max_val")
 		if err1 == nil && err2 == nil && lo == 0 && hi == 6 {
-			return one(convActReLU6)
+			return convAct{kind: convActReLU6}
 		}
-	case "aten.sigmoid.default":
-		return one(convActSigmoid)
-	case "aten.silu.default":
-		return one(convActSiLU)
-	case "aten.hardswish.default":
-		return one(convActHardSwish)
-	case "aten.tanh.default":
-		return one(convActTanh)
 	case "aten.gelu.default":
 		switch a, _ := u.Param("approximate"); a {
 		case "none", nil:
-			return one(convActGELU)
+			return convAct{kind: convActGELU}
 		case "tanh":
-			return one(convActGELUTanh)
+			return convAct{kind: convActGELUTanh}
 		}
 	case "aten.leaky_relu.default":
 		if slope, err := u.ParamFloat("negative_slope"); err == nil {
-			return convAct{kind: convActLeakyReLU, alpha: slope, nodes: []*fxgraph.Node{u}}
+			return convAct{kind: convActLeakyReLU, alpha: slope}
 		}
 	}
 	return convAct{}
+}
+
+// nnScalarArg returns argument i of u as a number: a literal, or a
+// one-element constant.
+func nnScalarArg(ctx *Context, u *fxgraph.Node, i int) (float64, bool) {
+	if i >= len(u.Args) {
+		return 0, false
+	}
+	switch a := u.Args[i].(type) {
+	case *fxgraph.Node:
+		if t := ctx.Graph.ConstValue(a); t != nil && t.NumElements() == 1 {
+			return t.Float64s()[0], true
+		}
+		return 0, false
+	default:
+		return fxgraph.AsFloat(a)
+	}
 }
 
 // nnConvSiLU matches x * sigmoid(x) over the convolution n (users: the

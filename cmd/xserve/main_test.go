@@ -91,14 +91,41 @@ func TestInspectPrintsFXTableAndStableHLO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"func.func @main(%image: tensor<4x3x32x32xf32>", "stablehlo.convolution", "tensor<4x10xf32>"} {
+	for _, want := range []string{"func.func @main(%image: tensor<4x3x32x32xf32>", `call_target_name = "xserve_conv_f32"`, "tensor<4x10xf32>"} {
 		if !strings.Contains(hlo, want) {
 			t.Errorf("StableHLO lacks %q:\n%s", want, hlo)
 		}
 	}
+	plain, _, err := xserve(t, "inspect", example+"/1/model.onnx", "--stablehlo", "--shape", "image=4x3x32x32", "--cpu-kernels=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plain, "stablehlo.convolution") || strings.Contains(plain, "custom_call") {
+		t.Errorf("with --cpu-kernels=false the StableHLO should have XLA's convolution and no custom call:\n%s", plain)
+	}
 	again, _, _ := xserve(t, "inspect", example+"/1/model.onnx", "--stablehlo", "--dim", "batch=4")
 	if again != hlo {
 		t.Error("lowering the same graph and bucket twice gave different StableHLO")
+	}
+}
+
+// TestVersionNamesCPUKernels: `xserve version` names the CPU kernels the
+// plugin's client loaded (make pjrt installs them), or says there are none.
+func TestVersionNamesCPUKernels(t *testing.T) {
+	out, _, err := xserve(t, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "cpu kernels: xserve_conv_f32, xserve_matmul_f32 (") {
+		t.Errorf("version output does not name the CPU kernels:\n%s", out)
+	}
+	t.Setenv("XSERVE_CPU_KERNELS", "off")
+	out, _, err = xserve(t, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "cpu kernels: none") {
+		t.Errorf("with XSERVE_CPU_KERNELS=off, version output does not say so:\n%s", out)
 	}
 }
 

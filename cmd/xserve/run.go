@@ -142,6 +142,14 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	}
 	defer client.Close()
 	fmt.Fprintf(stdout, "pjrt plugin: %s\n", client)
+	switch ks := client.Kernels(); {
+	case len(ks) > 0:
+		fmt.Fprintf(stdout, "cpu kernels: %s (%s)\n", strings.Join(ks, ", "), client.KernelsFile())
+	case client.KernelsError() != nil:
+		fmt.Fprintf(stdout, "cpu kernels: not loaded: %v\n", client.KernelsError())
+	case client.Platform() == "cpu":
+		fmt.Fprintln(stdout, "cpu kernels: none (XLA's own convolutions and dots)")
+	}
 	return nil
 }
 
