@@ -176,6 +176,39 @@ dnnl_status_t epilogue_post_ops(const_dnnl_memory_desc_t res_md, int64_t act, fl
 	return st;
 }
 
+XLA_FFI_Error *read_operands(XLA_FFI_CallFrame *f, const char *kernel, kernel_operands *o) {
+	int64_t has_bias = 0, residual = 0;
+	memset(o, 0, sizeof *o);
+	if (attr_int(f, "has_bias", &has_bias) || attr_int(f, "residual", &residual)) {
+		return fail(f, kernel, 3, "missing or malformed attribute has_bias or residual (int)");
+	}
+	int64_t want = 2 + (has_bias != 0) + (residual != 0);
+	if (f->args.size != want || f->rets.size != 1) {
+		return fail(f, kernel, 3, "want %lld operands (has_bias %lld, residual %lld) and 1 result, got %lld and %lld",
+		    (long long)want, (long long)has_bias, (long long)residual, (long long)f->args.size, (long long)f->rets.size);
+	}
+	for (int64_t i = 0; i < f->args.size; i++) {
+		if (f->args.types[i] != XLA_FFI_ArgType_BUFFER) {
+			return fail(f, kernel, 3, "operand %lld is not a buffer", (long long)i);
+		}
+	}
+	if (f->rets.types[0] != XLA_FFI_RetType_BUFFER) {
+		return fail(f, kernel, 3, "the result is not a buffer");
+	}
+	o->src = f->args.args[0];
+	o->wei = f->args.args[1];
+	o->bias = has_bias ? f->args.args[2] : NULL;
+	o->res = residual ? f->args.args[want - 1] : NULL;
+	o->dst = f->rets.rets[0];
+	XLA_FFI_Buffer *all[] = {o->src, o->wei, o->bias, o->res, o->dst};
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+		if (all[i] && all[i]->dtype != XLA_FFI_DataType_F32) {
+			return fail(f, kernel, 3, "operands and result must be float32");
+		}
+	}
+	return NULL;
+}
+
 int metadata_call(XLA_FFI_CallFrame *f) {
 	for (XLA_FFI_Extension_Base *ext = f->extension_start; ext != NULL; ext = ext->next) {
 		if (ext->type == XLA_FFI_Extension_Metadata) {

@@ -67,6 +67,17 @@ int attr_ints(XLA_FFI_CallFrame *f, const char *name, int64_t *out, int64_t n);
 int attr_int(XLA_FFI_CallFrame *f, const char *name, int64_t *out);
 int attr_float(XLA_FFI_CallFrame *f, const char *name, float *out);
 
+/* kernel_operands are a kernel call's buffers: input, weights, optional
+ * bias and residual (the attributes has_bias and residual say which are
+ * there; the residual is last), and the result. */
+typedef struct kernel_operands {
+	XLA_FFI_Buffer *src, *wei, *bias, *res, *dst;
+} kernel_operands;
+
+/* read_operands fills o from f, checking their count against has_bias and
+ * residual and that all are float32; the FFI error or NULL. */
+XLA_FFI_Error *read_operands(XLA_FFI_CallFrame *f, const char *kernel, kernel_operands *o);
+
 /* metadata_call reports whether f is XLA's metadata query, answering it:
  * the handler then returns NULL at once. */
 int metadata_call(XLA_FFI_CallFrame *f);

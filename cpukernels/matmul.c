@@ -81,22 +81,12 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 
 static XLA_FFI_Error *matmul_execute(XLA_FFI_CallFrame *f) {
 	const char *name = cache.kernel;
-	int64_t has_bias = 0, residual = 0;
-	if (attr_int(f, "has_bias", &has_bias) || attr_int(f, "residual", &residual)) {
-		return fail(f, name, 3, "missing or malformed attribute has_bias or residual (int)");
+	kernel_operands o;
+	XLA_FFI_Error *err = read_operands(f, name, &o);
+	if (err != NULL) {
+		return err;
 	}
-	if (f->args.size != 2 + (has_bias != 0) + (residual != 0) || f->rets.size != 1) {
-		return fail(f, name, 3, "want %d operands (has_bias %lld, residual %lld) and 1 result, got %lld and %lld",
-		    2 + (has_bias != 0) + (residual != 0), (long long)has_bias, (long long)residual, (long long)f->args.size,
-		    (long long)f->rets.size);
-	}
-	XLA_FFI_Buffer *a = f->args.args[0], *b = f->args.args[1], *bias = has_bias ? f->args.args[2] : NULL;
-	XLA_FFI_Buffer *r = residual ? f->args.args[f->args.size - 1] : NULL;
-	XLA_FFI_Buffer *y = f->rets.rets[0];
-	if (a->dtype != XLA_FFI_DataType_F32 || b->dtype != XLA_FFI_DataType_F32 || y->dtype != XLA_FFI_DataType_F32 ||
-	    (bias && bias->dtype != XLA_FFI_DataType_F32) || (r && r->dtype != XLA_FFI_DataType_F32)) {
-		return fail(f, name, 3, "operands and result must be float32");
-	}
+	XLA_FFI_Buffer *a = o.src, *b = o.wei, *bias = o.bias, *r = o.res, *y = o.dst;
 	int64_t rank = a->rank;
 	if ((rank != 2 && rank != 3) || b->rank != rank || y->rank != rank || (bias && bias->rank != 1)) {
 		return fail(f, name, 3, "ranks a %lld, b %lld, y %lld: want 2 or 3, equal", (long long)rank,
