@@ -49,15 +49,21 @@ func (e *Executable) runUploadThenRun(ctx context.Context, inputs []*tensor.Tens
 // (examples/models/tinycnn) and on y = x + 1 over float32[1,16]
 // (testdata/tiny/addone.onnx), where it is nearly all fixed per-call cost.
 // path=upload-run is the code before RunHost, path=runhost today's Run;
-// the two alternate within each -count round:
+// kernels=off lowers tinycnn without the CPU kernels (XLA's own
+// convolutions), kernels=on with them (docs/CPU-KERNELS.md). They alternate
+// within each -count round:
 //
 //	go test -run '^$' -bench ExecutableRun -count 6 ./serving
 func BenchmarkExecutableRun(b *testing.B) {
 	c := testClient(b)
 	ctx := context.Background()
-	for _, m := range []struct{ name, file string }{
-		{"tinycnn", tinyCNN},
-		{"addone16", "../testdata/tiny/addone.onnx"},
+	for _, m := range []struct {
+		name, file string
+		kernels    []string
+	}{
+		{"tinycnn/kernels=off", tinyCNN, []string{}},
+		{"tinycnn/kernels=on", tinyCNN, c.Kernels()},
+		{"addone16", "../testdata/tiny/addone.onnx", []string{}},
 	} {
 		g, err := importer.Load(m.file)
 		if err != nil {
@@ -83,7 +89,7 @@ func BenchmarkExecutableRun(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		prog, err := lower.New(lower.Options{Platform: c.Platform()}).Lower(g, bound)
+		prog, err := lower.New(lower.Options{Platform: c.Platform(), Kernels: m.kernels}).Lower(g, bound)
 		if err != nil {
 			b.Fatal(err)
 		}
