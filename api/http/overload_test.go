@@ -30,9 +30,14 @@ const tinyCNN = "../../examples/models/tinycnn/1/model.onnx" // image float32[ba
 // company (max_queue_delay 10s), and a third finds the queue full and gets
 // 429 with a Retry-After in whole seconds at once. The queued requests still
 // succeed. Should the compile finish before the third request arrives, the
-// test tries again with the next bucket, which compiles afresh.
+// test tries again with the next of twelve buckets, which compiles afresh.
+//
+// The CPU kernels are off here: with them tinycnn's convolutions are custom
+// calls and a bucket compiles in about 0.1 s, a window a loaded CI machine
+// can miss on every bucket; XLA's own convolutions take seconds to compile.
 func TestOverloadThroughRealManager(t *testing.T) {
-	cfg := "buckets:\n  batch: [1, 2, 4, 8]\nwarmup: lazy\nbatching:\n  max_queue_size: 1\n  max_queue_delay: 10s\n"
+	t.Setenv(pjrt.EnvCPUKernels, "off")
+	cfg := "buckets:\n  batch: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]\nwarmup: lazy\nbatching:\n  max_queue_size: 1\n  max_queue_delay: 10s\n"
 	base, m := serveTinyCNN(t, cfg, httpapi.Options{})
 	url := base + "/v1/infer"
 
@@ -87,9 +92,9 @@ func TestOverloadThroughRealManager(t *testing.T) {
 		return true
 	}
 
-	// Rows 1, 2, 3 and 5 need buckets 1, 2, 4 and 8: each attempt's first
-	// request compiles a bucket nobody has used yet.
-	for attempt, rows := range []int{1, 2, 3, 5} {
+	// Rows 1 to 12 each need their own bucket: each attempt's first request
+	// compiles a bucket nobody has used yet, up to twelve chances.
+	for attempt, rows := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12} {
 		before, _ := stats()
 		first := postAsync(rows)
 		if !waitUntil(func() bool { b, _ := stats(); return b > before }, first) {
