@@ -228,7 +228,11 @@ check_cpu() {
 	measure_start xserve-test-cold "$cache" "cold start (empty cache)"
 	local cold=$READY_S
 	[[ "$COMPILED" -gt 0 ]] || die "cold start compiled nothing"
-	docker logs xserve-test-cold 2>&1 | grep -q 'msg="loaded CPU kernels"' ||
+	# Logs first, then grep: `docker logs | grep -q` fails under pipefail
+	# when grep exits at the first match and docker logs gets SIGPIPE.
+	local logs
+	logs=$(docker logs xserve-test-cold 2>&1)
+	grep -q 'msg="loaded CPU kernels"' <<<"$logs" ||
 		die "the CPU image did not load its CPU kernel library (docker logs xserve-test-cold)"
 	log "the CPU image loaded its CPU kernels (oneDNN convolutions)"
 
@@ -303,7 +307,7 @@ stop_server() {
 	local code
 	code=$(docker inspect --format '{{.State.ExitCode}}' "$1")
 	[[ "$code" == 0 ]] || die "$1 exited $code after SIGTERM, want 0"
-	docker logs "$1" 2>&1 | grep -q 'msg=stopped' || die "$1 did not log a clean stop"
+	grep -q 'msg=stopped' <<<"$(docker logs "$1" 2>&1)" || die "$1 did not log a clean stop"
 	log "$1: SIGTERM -> exit 0 in $(since "$t")s"
 }
 
@@ -315,8 +319,8 @@ check_no_device() { # variant
 		--entrypoint xserve "$IMAGE:$1" version 2>&1) || rc=$?
 	echo "$out" | sed "s/^/docker-test: [$1] /" | grep -v '^docker-test: \[.*\] [WIE][0-9]' | tail -5
 	[[ $rc != 0 ]] || die "$1: xserve version succeeded without a device"
-	echo "$out" | grep -q "loads (PJRT C API" || die "$1: the plugin did not load"
-	echo "$out" | grep -q "no device is usable" || die "$1: no clear no-device message"
+	grep -q "loads (PJRT C API" <<<"$out" || die "$1: the plugin did not load"
+	grep -q "no device is usable" <<<"$out" || die "$1: no clear no-device message"
 	log "$1: plugin loads and reports that no device is present"
 }
 
