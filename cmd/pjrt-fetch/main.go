@@ -122,19 +122,8 @@ func run(platform, dest, wheelPath string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if wheelPath == "" {
-		wheelPath = filepath.Join(tmp, w.file())
-		fmt.Printf("pjrt-fetch: downloading %s==%s (%s)\n", w.Package, w.Version, w.file())
-		if err := download(w.URL, wheelPath); err != nil {
-			return fmt.Errorf("download %s: %w", w.URL, err)
-		}
-	}
-	got, err := fileSHA256(wheelPath)
-	if err != nil {
+	if wheelPath, err = fetchWheel(w, wheelPath, tmp); err != nil {
 		return err
-	}
-	if got != w.SHA256 {
-		return fmt.Errorf("sha256 mismatch for %s: got %s, want %s", wheelPath, got, w.SHA256)
 	}
 	lib := filepath.Base(w.Member)
 	if err := extract(wheelPath, w.Member, filepath.Join(dest, lib)); err != nil {
@@ -162,17 +151,9 @@ func fetchOneDNN(dest string) error {
 	}
 	defer os.RemoveAll(tmp)
 	for _, w := range onednnWheels {
-		path := filepath.Join(tmp, w.file())
-		fmt.Printf("pjrt-fetch: downloading %s==%s (%s)\n", w.Package, w.Version, w.file())
-		if err := download(w.URL, path); err != nil {
-			return fmt.Errorf("download %s: %w", w.URL, err)
-		}
-		got, err := fileSHA256(path)
+		path, err := fetchWheel(w, "", tmp)
 		if err != nil {
 			return err
-		}
-		if got != w.SHA256 {
-			return fmt.Errorf("sha256 mismatch for %s: got %s, want %s", w.file(), got, w.SHA256)
 		}
 		if strings.HasSuffix(w.Member, "/") {
 			err = extractTree(path, w.Member, filepath.Join(dest, "include"))
@@ -185,6 +166,27 @@ func fetchOneDNN(dest string) error {
 	}
 	fmt.Printf("pjrt-fetch: oneDNN %s at %s\n", onednnWheels[0].Version, dest)
 	return nil
+}
+
+// fetchWheel returns the path of wheel w, checked against its pinned
+// sha256: path when it is set (a wheel downloaded already), else a download
+// into dir.
+func fetchWheel(w wheel, path, dir string) (string, error) {
+	if path == "" {
+		path = filepath.Join(dir, w.file())
+		fmt.Printf("pjrt-fetch: downloading %s==%s (%s)\n", w.Package, w.Version, w.file())
+		if err := download(w.URL, path); err != nil {
+			return "", fmt.Errorf("download %s: %w", w.URL, err)
+		}
+	}
+	got, err := fileSHA256(path)
+	if err != nil {
+		return "", err
+	}
+	if got != w.SHA256 {
+		return "", fmt.Errorf("sha256 mismatch for %s: got %s, want %s", path, got, w.SHA256)
+	}
+	return path, nil
 }
 
 // extractTree copies every file of the zip file at wheelPath under the
