@@ -46,7 +46,7 @@ help:
 build:
 	$(GO) build -o bin/xserve ./cmd/xserve
 
-# The XLA CPU PJRT plugin from PyPI (xla-cpu-pjrt==0.0.1, sha256 pinned),
+# The XLA CPU PJRT plugin from PyPI (lammps-jax-pjrt-cpu==0.11.2, sha256 pinned),
 # and beside it xserve's CPU kernel library (cpukernels/, built against
 # oneDNN 3.2 from the pinned onednn-cpu-gomp wheels): XLA FFI custom calls
 # the lowering uses for convolutions (docs/CPU-KERNELS.md).

@@ -99,9 +99,16 @@ def count_flops(m):
     return flops
 
 
+# BASELINES are the xserve variants --baselines can add: name -> (environment, what it is).
+BASELINES = {
+    "xla": ({"XSERVE_CPU_KERNELS": "off"}, "the CPU kernel library off, XLA's own convolutions and dots"),
+    "async": ({"XSERVE_CPU_EXECUTION": "async"}, "PJRT's asynchronous CPU execution on its thread pool"),
+}
+
+
 class XServe:
-    """xserve's bench-runner; name "xserve-xla" runs it with the CPU kernel
-    library off (XSERVE_CPU_KERNELS=off: XLA's own convolutions)."""
+    """xserve's bench-runner, as served; the baselines (BASELINES) run the
+    same binary with one setting changed by its environment."""
 
     def __init__(self, runner, name="xserve", env=None):
         self.name = name
@@ -201,14 +208,19 @@ def main():
     ap.add_argument("--zoo", default="testdata/zoo",
                     help="directory of <model>/model.onnx and b1.in.*.npy (e.g. the full-size zoo: .cache/zoo-full)")
     ap.add_argument("--work", default=".cache/bench-peers")
-    ap.add_argument("--no-xla-baseline", action="store_true",
-                    help="leave out xserve-xla (xserve with XSERVE_CPU_KERNELS=off)")
+    ap.add_argument("--baselines", default="xla,async",
+                    help="xserve baselines to run beside xserve, comma-separated (empty for none): " +
+                    "; ".join(f"{k}: {v[1]}" for k, v in BASELINES.items()))
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     per_core, ncpu, how = cpu_peak()
     peak = per_core * ncpu
     xs = XServe(args.runner)
-    xservers = [xs] if args.no_xla_baseline else [xs, XServe(args.runner, "xserve-xla", {"XSERVE_CPU_KERNELS": "off"})]
+    xservers = [xs]
+    for b in filter(None, args.baselines.split(",")):
+        if b not in BASELINES:
+            sys.exit(f"--baselines: unknown baseline {b!r}, want some of {', '.join(BASELINES)}")
+        xservers.append(XServe(args.runner, "xserve-" + b, BASELINES[b][0]))
     runners = xservers + [ORT(1), ORT(2), OpenVINO()]
     names = [r.name for r in runners]
     print(f"peak: {how}; machine peak {peak:.0f} GFLOP/s ({ncpu} cores)", file=sys.stderr)

@@ -108,12 +108,13 @@ func openPlugin(abs string) (*gopjrt.Plugin, pluginTable, error) {
 }
 
 // newClient creates a go-xla client of plugin (opened by openPlugin, whose
-// table t is) and returns it with t completed by its PJRT_Client handle.
-func (t pluginTable) newClient(plugin *gopjrt.Plugin) (*gopjrt.Client, pluginTable, error) {
+// table t is) with the PJRT_Client_Create options opts (nil for none) and
+// returns it with t completed by its PJRT_Client handle.
+func (t pluginTable) newClient(plugin *gopjrt.Plugin, opts gopjrt.NamedValuesMap) (*gopjrt.Client, pluginTable, error) {
 	registerMu.Lock()
 	defer registerMu.Unlock()
 	C.xs_take_created_client(t.slot)
-	xc, err := plugin.NewClient(nil)
+	xc, err := plugin.NewClient(opts)
 	if err != nil {
 		return nil, t, err
 	}

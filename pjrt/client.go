@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 )
@@ -30,6 +31,11 @@ type Client struct {
 	kernels     []string
 	kernelsFile string
 	kernelsErr  error
+
+	// cpuExecution is how a CPU client runs programs (cpuexec.go); runs
+	// and inlineRuns count RunHost executions (RunCounts).
+	cpuExecution     string
+	runs, inlineRuns atomic.Uint64
 
 	// mu is held for reading by every operation that uses the plugin client
 	// (including those on Buffers and Executables), and for writing by Close.
@@ -67,9 +73,27 @@ func Open(path string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: %w", err)
 	}
-	xc, api, err := api.newClient(plugin)
+	xc, api, err := api.newClient(plugin, nil)
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: create client of plugin %s: %w", abs, err)
+	}
+	// Only the platform name says whether the plugin takes CPU create
+	// options (other plugins refuse unknown ones), so a CPU client is made
+	// again with them: that takes milliseconds.
+	var cpuExec string
+	if strings.EqualFold(xc.Platform(), "cpu") {
+		if cpuExec, err = cpuExecution(); err != nil {
+			_ = xc.Destroy()
+			return nil, fmt.Errorf("pjrt: %w", err)
+		}
+		if opts := cpuCreateOptions(cpuExec); opts != nil {
+			if err := xc.Destroy(); err != nil {
+				return nil, fmt.Errorf("pjrt: recreate client of plugin %s: %w", abs, err)
+			}
+			if xc, api, err = api.newClient(plugin, opts); err != nil {
+				return nil, fmt.Errorf("pjrt: create client of plugin %s with %v: %w", abs, opts, err)
+			}
+		}
 	}
 	if xc.NumDevices() == 0 {
 		_ = xc.Destroy()
@@ -77,13 +101,14 @@ func Open(path string) (*Client, error) {
 	}
 	major, minor := plugin.Version()
 	c := &Client{
-		path:       abs,
-		plugin:     plugin,
-		api:        api,
-		platform:   strings.ToLower(xc.Platform()),
-		apiVersion: fmt.Sprintf("%d.%d", major, minor),
-		c:          xc,
-		execs:      map[*Executable]struct{}{},
+		path:         abs,
+		plugin:       plugin,
+		api:          api,
+		platform:     strings.ToLower(xc.Platform()),
+		apiVersion:   fmt.Sprintf("%d.%d", major, minor),
+		cpuExecution: cpuExec,
+		c:            xc,
+		execs:        map[*Executable]struct{}{},
 	}
 	c.version = c.apiVersion + formatAttributes(plugin.Attributes())
 	if c.platform == "cpu" {

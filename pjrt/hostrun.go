@@ -49,6 +49,11 @@ typedef struct {
 	const char* fail;
 	int64_t fail_index;
 	int fail_stage;  // 0 upload of argument fail_index, 1 execute, 2 download of output fail_index
+	// Set to 1 when the execution had completed by the time
+	// PJRT_LoadedExecutable_Execute returned: the plugin ran it on the
+	// calling thread (CPU client with asynchronous=false, or a program XLA
+	// deems too cheap to hand off).
+	int ran_inline;
 } xs_run_args;
 
 static PJRT_Error* xs_await_destroy(const PJRT_Api* api, PJRT_Event* ev) {
@@ -230,6 +235,14 @@ static PJRT_Error* xs_run(xs_run_args* a) {
 		if ((err = api->PJRT_LoadedExecutable_Execute(&ex)) != NULL) {
 			a->fail_stage = 1;
 			goto cleanup;
+		}
+		if (complete[0] != NULL) {
+			PJRT_Event_IsReady_Args r = {0};
+			r.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE;
+			r.event = complete[0];
+			PJRT_Error* rerr = api->PJRT_Event_IsReady(&r);
+			if (rerr == NULL) a->ran_inline = r.is_ready ? 1 : 0;
+			xs_error_destroy(api, rerr);
 		}
 		if ((err = xs_await_destroy(api, complete[0])) != NULL) {
 			a->fail_stage = 1;
@@ -513,6 +526,7 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 		a.out_rank = (*C.int64_t)(unsafe.Pointer(&s.outRank[0]))
 	}
 	perr := C.xs_run(a)
+	e.client.countRun(a.ran_inline != 0)
 	clear(s.hostData)
 	clear(s.outData)
 	clear(s.in)

@@ -30,7 +30,9 @@ readonly KERNELS="libxserve_cpukernels.so"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${XSERVE_CACHE:-$REPO/.cache}"
-PJRT_DIR="${XSERVE_PJRT_DIR:-$CACHE/pjrt/xla-cpu-pjrt-0.0.1}"
+# The plugin directory scripts/pjrt-install.sh installs (its pins, read from it).
+pjrt_pin() { sed -n "s/^readonly $1=\"\(.*\)\"\$/\1/p" "$REPO/scripts/pjrt-install.sh"; }
+PJRT_DIR="${XSERVE_PJRT_DIR:-$CACHE/pjrt/$(pjrt_pin PKG_NAME)-$(pjrt_pin PKG_VERSION)}"
 ONEDNN="$CACHE/onednn/${ONEDNN_VERSION}"
 PY="${PYTHON:-python3}"
 CC="${CC:-gcc}"

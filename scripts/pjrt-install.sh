@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # pjrt-install.sh installs the XLA CPU PJRT plugin used by xserve (run by `make pjrt`).
 #
-# The plugin is the shared library xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so from the
-# PyPI wheel xla-cpu-pjrt==0.0.1 (PJRT C API 0.81). It is installed as
+# The plugin is the shared library lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so from
+# the PyPI wheel lammps-jax-pjrt-cpu==0.11.2: XLA's CPU PJRT plugin built from the
+# XLA of jaxlib 0.11.2 (PJRT C API 0.115, StableHLO 1.20). It is installed as
 #
-#   ${XSERVE_CACHE:-<repo>/.cache}/pjrt/xla-cpu-pjrt-0.0.1/pjrt_c_api_cpu_plugin.so
+#   ${XSERVE_CACHE:-<repo>/.cache}/pjrt/lammps-jax-pjrt-cpu-0.11.2/pjrt_c_api_cpu_plugin.so
 #
 # next to a VERSION file, where the pjrt package (pjrt.FindPlugin) looks for it.
 # Running it again is a no-op once the plugin is there.
@@ -16,11 +17,11 @@
 #   PYTHON              python interpreter (default python3)
 set -euo pipefail
 
-readonly PKG_NAME="xla-cpu-pjrt"
-readonly PKG_VERSION="0.0.1"
-readonly WHEEL="xla_cpu_pjrt-${PKG_VERSION}-py3-none-manylinux_2_27_x86_64.whl"
-readonly WHEEL_SHA256="55837b6b7b47daa717f2d9a5a03563ea0ceaa338d06a81a1e2d3f060d960decc"
-readonly MEMBER="xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"
+readonly PKG_NAME="lammps-jax-pjrt-cpu"
+readonly PKG_VERSION="0.11.2"
+readonly WHEEL="lammps_jax_pjrt_cpu-${PKG_VERSION}-py3-none-manylinux_2_27_x86_64.whl"
+readonly WHEEL_SHA256="1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1"
+readonly MEMBER="lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
 readonly PLUGIN_NAME="pjrt_c_api_cpu_plugin.so"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +31,17 @@ PY="${PYTHON:-python3}"
 
 log() { echo "pjrt: $*"; }
 die() { echo "pjrt: error: $*" >&2; exit 1; }
+
+# The plugin pinned before (xla-cpu-pjrt 0.0.1, PJRT C API 0.81) ignores the
+# asynchronous=false create option pjrt.Open passes; pjrt.FindPlugin takes the
+# first of $CACHE/pjrt/*/ in name order, so remove it rather than leave the
+# choice to the names.
+for old in "$CACHE"/pjrt/xla-cpu-pjrt-*; do
+	if [[ -d "$old" ]]; then
+		log "removing the plugin pinned before, $old"
+		rm -rf "$old"
+	fi
+done
 
 if [[ -s "$DEST/$PLUGIN_NAME" && -f "$DEST/VERSION" ]]; then
 	log "${PKG_NAME} ${PKG_VERSION} already installed at $DEST/$PLUGIN_NAME"

@@ -50,12 +50,20 @@ func (e *Executable) runUploadThenRun(ctx context.Context, inputs []*tensor.Tens
 // (testdata/tiny/addone.onnx), where it is nearly all fixed per-call cost.
 // path=upload-run is the code before RunHost, path=runhost today's Run;
 // kernels=off lowers tinycnn without the CPU kernels (XLA's own
-// convolutions), kernels=on with them (docs/CPU-KERNELS.md). They alternate
-// within each -count round:
+// convolutions), kernels=on with them (docs/CPU-KERNELS.md); exec=inline
+// runs on the default client, exec=async on one opened with
+// XSERVE_CPU_EXECUTION=async (pjrt.EnvCPUExecution). They alternate within
+// each -count round:
 //
 //	go test -run '^$' -bench ExecutableRun -count 6 ./serving
 func BenchmarkExecutableRun(b *testing.B) {
 	c := testClient(b)
+	b.Setenv(pjrt.EnvCPUExecution, pjrt.CPUExecutionAsync)
+	async, err := pjrt.Open(c.PluginPath())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer async.Close()
 	ctx := context.Background()
 	for _, m := range []struct {
 		name, file string
@@ -65,64 +73,71 @@ func BenchmarkExecutableRun(b *testing.B) {
 		{"tinycnn/kernels=on", tinyCNN, c.Kernels()},
 		{"addone16", "../testdata/tiny/addone.onnx", []string{}},
 	} {
-		g, err := importer.Load(m.file)
+		for _, c := range []*pjrt.Client{c, async} {
+			benchmarkExecutableRun(ctx, b, c, m.name+"/exec="+c.CPUExecution(), m.file, m.kernels)
+		}
+	}
+}
+
+// benchmarkExecutableRun is one model of BenchmarkExecutableRun, on client c.
+func benchmarkExecutableRun(ctx context.Context, b *testing.B, c *pjrt.Client, name, file string, kernels []string) {
+	g, err := importer.Load(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var inputs []*tensor.Tensor
+	for _, p := range g.Placeholders() {
+		shape := p.Val().Shape
+		dims := make([]int64, len(shape))
+		for i, d := range shape {
+			dims[i] = 1
+			if d.IsStatic() {
+				dims[i] = d.Size
+			}
+		}
+		x := tensor.New(tensor.Float32, dims...)
+		for i := range x.NumElements() {
+			x.SetFloat64(i, float64(i%17)/17) // finite, no denormals
+		}
+		inputs = append(inputs, x)
+	}
+	bound, err := g.BindDims(inputs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{Platform: c.Platform(), Kernels: kernels}).Lower(g, bound)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := NewWeights(c)
+	defer w.Close()
+	exe, err := Compile(ctx, c, prog, w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer exe.Close()
+	want, err := exe.runUploadThenRun(ctx, inputs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, path := range []struct {
+		name string
+		run  func(context.Context, []*tensor.Tensor) ([]*tensor.Tensor, error)
+	}{{"upload-run", exe.runUploadThenRun}, {"runhost", exe.Run}} {
+		got, err := path.run(ctx, inputs)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var inputs []*tensor.Tensor
-		for _, p := range g.Placeholders() {
-			shape := p.Val().Shape
-			dims := make([]int64, len(shape))
-			for i, d := range shape {
-				dims[i] = 1
-				if d.IsStatic() {
-					dims[i] = d.Size
+		if string(got[0].Data) != string(want[0].Data) {
+			b.Fatalf("%s %s: outputs differ from the baseline's", name, path.name)
+		}
+		b.Run(name+"/path="+path.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := path.run(ctx, inputs); err != nil {
+					b.Fatal(err)
 				}
 			}
-			x := tensor.New(tensor.Float32, dims...)
-			for i := range x.NumElements() {
-				x.SetFloat64(i, float64(i%17)/17) // finite, no denormals
-			}
-			inputs = append(inputs, x)
-		}
-		bound, err := g.BindDims(inputs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		prog, err := lower.New(lower.Options{Platform: c.Platform(), Kernels: m.kernels}).Lower(g, bound)
-		if err != nil {
-			b.Fatal(err)
-		}
-		w := NewWeights(c)
-		defer w.Close()
-		exe, err := Compile(ctx, c, prog, w)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer exe.Close()
-		want, err := exe.runUploadThenRun(ctx, inputs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, path := range []struct {
-			name string
-			run  func(context.Context, []*tensor.Tensor) ([]*tensor.Tensor, error)
-		}{{"upload-run", exe.runUploadThenRun}, {"runhost", exe.Run}} {
-			got, err := path.run(ctx, inputs)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if string(got[0].Data) != string(want[0].Data) {
-				b.Fatalf("%s %s: outputs differ from the baseline's", m.name, path.name)
-			}
-			b.Run(m.name+"/path="+path.name, func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					if _, err := path.run(ctx, inputs); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+		})
 	}
 }

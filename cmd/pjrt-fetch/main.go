@@ -41,10 +41,10 @@ func (w wheel) file() string { return w.URL[strings.LastIndex(w.URL, "/")+1:] }
 // the TPU and CUDA ones are of the same XLA generation (November 2025).
 var pins = map[string]wheel{
 	"cpu": {
-		Package: "xla-cpu-pjrt", Version: "0.0.1",
-		URL:    "https://files.pythonhosted.org/packages/5d/ca/5487881b30d07396c168749ead36f57dbc4538cafdc535943afc81b3e5a2/xla_cpu_pjrt-0.0.1-py3-none-manylinux_2_27_x86_64.whl",
-		SHA256: "55837b6b7b47daa717f2d9a5a03563ea0ceaa338d06a81a1e2d3f060d960decc",
-		Member: "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so",
+		Package: "lammps-jax-pjrt-cpu", Version: "0.11.2",
+		URL:    "https://files.pythonhosted.org/packages/e5/90/f04e5ea9e56f01965b4cd56bc3cf4801a563cd47b74d4ded5780f19c3a7c/lammps_jax_pjrt_cpu-0.11.2-py3-none-manylinux_2_27_x86_64.whl",
+		SHA256: "1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1",
+		Member: "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
 	},
 	"tpu": {
 		Package: "libtpu", Version: "0.0.30",

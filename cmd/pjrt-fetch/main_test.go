@@ -86,7 +86,7 @@ func TestRunWithWheel(t *testing.T) {
 		t.Fatalf("plugin.so: %q, %v", got, err)
 	}
 	version, _ := os.ReadFile(filepath.Join(dest, "VERSION"))
-	if !strings.Contains(string(version), "xla-cpu-pjrt 0.0.1") || !strings.Contains(string(version), sum) {
+	if !strings.Contains(string(version), "lammps-jax-pjrt-cpu 0.11.2") || !strings.Contains(string(version), sum) {
 		t.Errorf("VERSION:\n%s", version)
 	}
 

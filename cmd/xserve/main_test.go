@@ -129,6 +129,31 @@ func TestVersionNamesCPUKernels(t *testing.T) {
 	}
 }
 
+// TestVersionNamesCPUExecution: `xserve version` says how the CPU client runs
+// programs (inline by default, async on request), and a mode it does not
+// know is refused with the variable named.
+func TestVersionNamesCPUExecution(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"", "cpu execution: inline (XSERVE_CPU_EXECUTION)"},
+		{"async", "cpu execution: async (XSERVE_CPU_EXECUTION)"},
+		{"INLINE", "cpu execution: inline (XSERVE_CPU_EXECUTION)"},
+	} {
+		t.Setenv("XSERVE_CPU_EXECUTION", tc.env)
+		out, _, err := xserve(t, "version")
+		if err != nil {
+			t.Fatalf("XSERVE_CPU_EXECUTION=%q: %v", tc.env, err)
+		}
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("XSERVE_CPU_EXECUTION=%q: version output lacks %q:\n%s", tc.env, tc.want, out)
+		}
+	}
+	t.Setenv("XSERVE_CPU_EXECUTION", "eager")
+	_, _, err := xserve(t, "version")
+	if err == nil || !strings.Contains(err.Error(), `XSERVE_CPU_EXECUTION="eager"`) {
+		t.Errorf("XSERVE_CPU_EXECUTION=eager: err = %v, want one naming the variable and value", err)
+	}
+}
+
 func TestBadInvocationsGiveClearErrors(t *testing.T) {
 	dir := t.TempDir()
 	wrongDType := filepath.Join(dir, "int.npy")

@@ -150,6 +150,9 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	case client.Platform() == "cpu":
 		fmt.Fprintln(stdout, "cpu kernels: none (XLA's own convolutions and dots)")
 	}
+	if m := client.CPUExecution(); m != "" {
+		fmt.Fprintf(stdout, "cpu execution: %s (%s)\n", m, pjrt.EnvCPUExecution)
+	}
 	return nil
 }
 

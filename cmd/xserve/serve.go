@@ -116,6 +116,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer client.Close()
 	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	if m := client.CPUExecution(); m != "" {
+		log.Info("CPU execution", "mode", m)
+	}
 	if ks := client.Kernels(); len(ks) > 0 {
 		log.Info("loaded CPU kernels", "kernels", strings.Join(ks, ","), "path", client.KernelsFile())
 	} else if err := client.KernelsError(); err != nil {

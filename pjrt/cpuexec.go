@@ -1,0 +1,83 @@
+package pjrt
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
+)
+
+// EnvCPUExecution says how a CPU client runs a program: "inline" (the
+// default) or "async".
+//
+// With "inline" the client is created with the create option
+// asynchronous=false, and XLA CPU runs each program on the thread that
+// executes it. With "async" it is created without options, as PJRT's own
+// default: every execution is handed to the client's thread pool and the
+// caller is woken when it is done, two thread hand-offs that cost tinycnn
+// (examples/models/tinycnn) about half its 100 µs per call on a 2-core host
+// (docs/BENCHMARKS.md, "Inline CPU execution"). Programs with their own
+// parallelism (XLA's Eigen pool, the CPU kernels' OpenMP team) keep it
+// either way; concurrent executions run concurrently either way, each on its
+// caller's thread.
+//
+// The option is read by the XLA CPU plugin's PJRT_Client_Create since 2025
+// (lammps-jax-pjrt-cpu 0.11.2, PJRT C API 0.115, the plugin `make pjrt`
+// installs); older plugins, such as xla-cpu-pjrt 0.0.1 (API 0.81), ignore it
+// and stay asynchronous.
+const EnvCPUExecution = "XSERVE_CPU_EXECUTION"
+
+// CPU execution modes (Client.CPUExecution).
+const (
+	CPUExecutionInline = "inline"
+	CPUExecutionAsync  = "async"
+)
+
+// cpuExecution returns the CPU execution mode $XSERVE_CPU_EXECUTION asks for.
+func cpuExecution() (string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvCPUExecution))); v {
+	case "", CPUExecutionInline, "sync", "synchronous":
+		return CPUExecutionInline, nil
+	case CPUExecutionAsync, "asynchronous":
+		return CPUExecutionAsync, nil
+	default:
+		return "", fmt.Errorf("%s=%q: want %q or %q", EnvCPUExecution, v, CPUExecutionInline, CPUExecutionAsync)
+	}
+}
+
+// cpuCreateOptions are the PJRT_Client_Create options of a CPU client run in
+// mode (nil for PJRT's defaults).
+func cpuCreateOptions(mode string) gopjrt.NamedValuesMap {
+	if mode != CPUExecutionInline {
+		return nil
+	}
+	return gopjrt.NamedValuesMap{"asynchronous": false}
+}
+
+// CPUExecution returns how this CPU client runs programs, CPUExecutionInline
+// or CPUExecutionAsync (see EnvCPUExecution), or "" when the client is not a
+// CPU client. "inline" names what was asked of the plugin: a plugin that
+// predates the option ignores it.
+func (c *Client) CPUExecution() string { return c.cpuExecution }
+
+// RunCounts are the executions of a client's programs through
+// Executable.RunHost: all of them, and those the plugin had completed by the
+// time its execute call returned, that is, ran on the calling thread.
+type RunCounts struct {
+	Runs, Inline uint64
+}
+
+// RunCounts returns how many of this client's RunHost executions ran inline.
+// With CPUExecution "inline" on a plugin that honours it, all do; with
+// "async", only programs XLA deems too cheap to hand off (under 1000 flops).
+func (c *Client) RunCounts() RunCounts {
+	return RunCounts{Runs: c.runs.Load(), Inline: c.inlineRuns.Load()}
+}
+
+func (c *Client) countRun(inline bool) {
+	c.runs.Add(1)
+	if inline {
+		c.inlineRuns.Add(1)
+	}
+}
