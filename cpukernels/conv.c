@@ -8,10 +8,16 @@
  * this custom call for float32 convolutions when the PJRT client has loaded
  * this library (pjrt.Client.Kernels).
  *
- * Operands, in logical (PyTorch) order, with the physical layouts the custom
- * call's operand_layouts ask XLA for:
+ * Operands, with the physical layouts the custom call's operand_layouts ask
+ * XLA for:
  *   x [N, C, S1..Sk]        channels last: [N, S1..Sk, C] in memory
- *   w [O, C/G, K1..Kk]      [K1..Kk, C/G, O] in memory (XLA's HWIO)
+ *   w [K1..Kk, C/G, O]      row-major (XLA's HWIO). The weights are logically
+ *                           in this order, not [O, C/G, K...] with an HWIO
+ *                           layout: XLA (jaxlib 0.11) copies a transposed
+ *                           parameter into such a layout on every call even
+ *                           where the copy is a bitcast, while a weight
+ *                           uploaded HWIO (lower.Options.ConvWeightsHWIO)
+ *                           now reaches the kernel with no op in between.
  *   b [O]                   optional (has_bias)
  *   r [N, O, T1..Tk]        optional (residual), channels last: added to the
  *                           result before the activation
@@ -189,10 +195,13 @@ static XLA_FFI_Error *conv_execute(XLA_FFI_CallFrame *f) {
 	conv_key *k = (conv_key *)keybuf;
 	k->rank = rank;
 	int64_t sp = rank - 2;
+	/* The weight operand is [K..., C/G, O], row-major; k->w is [O, C/G, K...]. */
+	k->w[0] = w->dims[rank - 1];
+	k->w[1] = w->dims[rank - 2];
 	for (int64_t i = 0; i < rank; i++) {
 		k->x[i] = x->dims[i];
-		k->w[i] = w->dims[i];
 		k->y[i] = y->dims[i];
+		if (i < sp) k->w[2 + i] = w->dims[i];
 	}
 	if (attr_ints(f, "stride", k->stride, sp) || attr_ints(f, "pad_lo", k->pad_lo, sp) ||
 	    attr_ints(f, "pad_hi", k->pad_hi, sp) || attr_ints(f, "dilation", k->dilation, sp) ||

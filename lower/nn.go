@@ -359,11 +359,15 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 const ConvKernel = "xserve_conv_f32"
 
 // nnConvKernel computes a convolution with ConvKernel. The kernel reads the
-// input and writes the result channels-last and reads the weight as
-// [kernel..., in/groups, out] (XLA's own convolution layout, which
-// Options.ConvWeightsHWIO uploads weights in); the operand and result
-// layouts ask XLA for exactly that, so the logical program stays NCHW and
-// XLA places any transposes itself.
+// input and writes the result channels-last, which the operand and result
+// layouts ask XLA for, so the logical program stays NCHW and XLA places any
+// transposes itself. The weight operand is logically [kernel..., in/groups,
+// out], row-major (XLA's own convolution layout, which
+// Options.ConvWeightsHWIO uploads weights in): its transpose of w composes
+// with the one that reads an HWIO-uploaded weight back as OIHW into no op
+// at all, where the same weight passed as OIHW with an HWIO operand layout
+// cost a copy per weight per call (XLA did not see that copy was a
+// bitcast).
 func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgraph.ConvParams, epi nnEpilogue) *stablehlo.Value {
 	if b.err != nil {
 		return nil
@@ -371,12 +375,23 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 	rank := len(outDims)
 	spatial := rank - 2
 	channelsLast := []int64{1}
-	weights := []int64{0, 1}
 	for j := rank - 1; j >= 2; j-- {
 		channelsLast = append(channelsLast, int64(j))
-		weights = append(weights, int64(j))
 	}
 	channelsLast = append(channelsLast, 0)
+	toHWIO := make([]int, 0, rank) // [kernel..., in/groups, out] from [out, in/groups, kernel...]
+	weights := make([]int64, rank) // row-major
+	for j := range rank {
+		weights[j] = int64(rank - 1 - j)
+		if j >= 2 {
+			toHWIO = append(toHWIO, j)
+		}
+	}
+	toHWIO = append(toHWIO, 1, 0)
+	wHWIO := b.transpose(w, toHWIO)
+	if b.err != nil {
+		return nil
+	}
 	dilation := make([]int64, spatial)
 	for j := range dilation {
 		dilation[j] = max(p.Dilation[j], 1)
@@ -384,7 +399,7 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 	groups := max(p.Groups, 1)
 	call := stablehlo.FFICall{
 		Target:   ConvKernel,
-		Operands: []*stablehlo.Value{x, w},
+		Operands: []*stablehlo.Value{x, wHWIO},
 		Results:  []stablehlo.Type{stablehlo.TensorOf(x.Type().Elem, outDims...)},
 		Attrs: []stablehlo.FFIAttr{
 			{Name: "activation", Int: epi.act.kind},

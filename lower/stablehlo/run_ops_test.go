@@ -330,9 +330,9 @@ func TestFFICallRun(t *testing.T) {
 		t.Fatalf("the CPU kernel library is not loaded (%v): run make pjrt", c.KernelsError())
 	}
 	x := tensor.FromFloat32s([]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 1, 2, 2, 3)
-	w := tensor.FromFloat32s([]float32{-1, 0}, 1, 2, 1, 1)
+	w := tensor.FromFloat32s([]float32{-1, 0}, 1, 1, 2, 1) // [kH, kW, in, out]
 	b := tensor.FromFloat32s([]float32{2.5}, 1)
-	nchw, weights := []int64{1, 3, 2, 0}, []int64{0, 1, 3, 2}
+	nchw, weights := []int64{1, 3, 2, 0}, []int64{3, 2, 1, 0}
 	call := func(p vals, act int64, attrs ...string) stablehlo.FFICall {
 		all := []stablehlo.FFIAttr{
 			{Name: "activation", Int: act}, {Name: "alpha", IsFloat: true}, {Name: "dilation", Ints: []int64{1, 1}, Array: true}, {Name: "groups", Int: 1},
@@ -348,7 +348,7 @@ func TestFFICallRun(t *testing.T) {
 		return stablehlo.FFICall{Target: "xserve_conv_f32", Operands: p, Results: []stablehlo.Type{f32(1, 1, 2, 3)}, Attrs: keep,
 			OperandLayouts: [][]int64{nchw, weights, {0}}, ResultLayouts: [][]int64{nchw}}
 	}
-	params := []stablehlo.Type{f32(1, 2, 2, 3), f32(1, 2, 1, 1), f32(1)}
+	params := []stablehlo.Type{f32(1, 2, 2, 3), f32(1, 1, 2, 1), f32(1)}
 	out := oneOp(t, params, []*tensor.Tensor{x, w, b}, func(blk *stablehlo.Block, p vals) (vals, error) {
 		plain, err := blk.FFICall(call(p, 0))
 		if err != nil {
@@ -373,7 +373,7 @@ func TestFFICallRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	text, _ := m.Text()
-	want := `%0 = "stablehlo.custom_call"(%x, %w, %b) {call_target_name = "xserve_conv_f32", api_version = 4 : i32, backend_config = {groups = 1 : i64, has_bias = 1 : i64, residual = 0 : i64, stride = array<i64: 1, 1>}, operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[0, 1, 3, 2]> : tensor<4xindex>, dense<[0]> : tensor<1xindex>], result_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>]} : (tensor<1x2x2x3xf32>, tensor<1x2x1x1xf32>, tensor<1xf32>) -> tensor<1x1x2x3xf32>`
+	want := `%0 = "stablehlo.custom_call"(%x, %w, %b) {call_target_name = "xserve_conv_f32", api_version = 4 : i32, backend_config = {groups = 1 : i64, has_bias = 1 : i64, residual = 0 : i64, stride = array<i64: 1, 1>}, operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[0]> : tensor<1xindex>], result_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>]} : (tensor<1x2x2x3xf32>, tensor<1x1x2x1xf32>, tensor<1xf32>) -> tensor<1x1x2x3xf32>`
 	if !strings.Contains(string(text), want) {
 		t.Errorf("text =\n%s\nwant it to contain\n%s", text, want)
 	}
