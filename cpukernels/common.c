@@ -67,7 +67,19 @@ static int max_threads(void) {
 	return n;
 }
 
-int kernel_threads(double macs) { return macs < PARALLEL_MIN_MACS ? 1 : max_threads(); }
+/* parallel_min_macs is the size from which a primitive runs on max_threads:
+ * PARALLEL_MIN_MACS, or XSERVE_CPU_KERNELS_PARALLEL_MACS when set. */
+static double parallel_min_macs(void) {
+	static double m = -1;
+	if (m < 0) {
+		const char *v = getenv("XSERVE_CPU_KERNELS_PARALLEL_MACS");
+		double want = v ? atof(v) : -1;
+		m = want >= 0 ? want : PARALLEL_MIN_MACS;
+	}
+	return m;
+}
+
+int kernel_threads(double macs) { return macs < parallel_min_macs() ? 1 : max_threads(); }
 
 void use_threads(int n) { omp_set_num_threads(n); }
 
@@ -233,9 +245,18 @@ const char *impl_name(const_dnnl_primitive_desc_t pd) {
 int is_reference(const_dnnl_primitive_desc_t pd) { return strncmp(impl_name(pd), "ref", 3) == 0; }
 
 uint64_t hash_bytes(const void *p, size_t n) {
+	/* Eight bytes a step: the keys are KEY_BYTES long, looked up on every
+	 * call. */
 	const unsigned char *b = p;
 	uint64_t h = 1469598103934665603ULL;
-	for (size_t i = 0; i < n; i++) {
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t w;
+		memcpy(&w, b + i, 8);
+		h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+		h ^= h >> 29;
+	}
+	for (; i < n; i++) {
 		h = (h ^ b[i]) * 1099511628211ULL;
 	}
 	return h;
@@ -324,13 +345,32 @@ static kernel_entry *lookup(kernel_cache *c, const void *key, int threads, entry
 }
 
 /* A thread's memory objects for one cached entry: execution only points
- * them at the call's buffers, saving their construction on every call. */
+ * them at the call's buffers, saving their construction on every call.
+ * Each thread keeps them in an open-addressed table keyed by the entry: a
+ * program's kernels each keep theirs (a table indexed by the entry alone
+ * had two of resnet18's twenty convolutions evict each other on every
+ * call). */
 typedef struct mem_set {
 	const kernel_entry *e;
 	dnnl_memory_t m[MEM_COUNT];
 } mem_set;
-#define MEM_SLOTS 128
+#define MEM_SLOTS 512
+#define MEM_PROBES 8
 static __thread mem_set thread_mems[MEM_SLOTS];
+
+/* thread_mem_set returns the calling thread's slot for e: the one holding
+ * it, else a free one, else (all MEM_PROBES taken) its first, to be
+ * reused. */
+static mem_set *thread_mem_set(const kernel_entry *e) {
+	size_t home = (size_t)(((uintptr_t)e / sizeof *e) * 0x9E3779B97F4A7C15ULL >> 40) % MEM_SLOTS;
+	mem_set *free_slot = NULL;
+	for (int i = 0; i < MEM_PROBES; i++) {
+		mem_set *ms = &thread_mems[(home + i) % MEM_SLOTS];
+		if (ms->e == e) return ms;
+		if (ms->e == NULL && free_slot == NULL) free_slot = ms;
+	}
+	return free_slot ? free_slot : &thread_mems[home];
+}
 
 static void mem_set_clear(mem_set *ms) {
 	for (int i = 0; i < MEM_COUNT; i++) {
@@ -365,7 +405,7 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
 	XLA_FFI_Error *err = NULL;
 	mem_set local;
 	memset(&local, 0, sizeof local);
-	mem_set *ms = e == &spare ? &local : &thread_mems[((uintptr_t)e / sizeof *e) % MEM_SLOTS];
+	mem_set *ms = e == &spare ? &local : thread_mem_set(e);
 	size_t scratch_off = (e->wei_k_bytes + 63) & ~(size_t)63;
 	char *scratch = thread_scratch(scratch_off + e->scratch_bytes);
 	if (scratch == NULL) {
