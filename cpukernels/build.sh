@@ -12,7 +12,7 @@ SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CC="${CC:-gcc}"
 mkdir -p "$OUT"
 "$CC" -O2 -Wall -Wextra -Werror -fPIC -shared -I"$ONEDNN/include" \
-	"$SRC"/*.c -L"$ONEDNN/lib" -l:libdnnl.so.3 -lgomp -lpthread \
+	"$SRC"/*.c -L"$ONEDNN/lib" -l:libdnnl.so.3 -lgomp -lpthread -lm \
 	-Wl,-rpath,'$ORIGIN' -Wl,--no-undefined -o "$OUT/libxserve_cpukernels.so.tmp"
 cp "$ONEDNN/lib/libdnnl.so.3" "$OUT/libdnnl.so.3.tmp"
 mv "$OUT/libdnnl.so.3.tmp" "$OUT/libdnnl.so.3"

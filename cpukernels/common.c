@@ -287,7 +287,7 @@ dnnl_status_t finish_entry(kernel_entry *e, dnnl_primitive_desc_t pd) {
 	dnnl_engine_t eng;
 	dnnl_status_t st = kernel_engine(&eng);
 	const_dnnl_memory_desc_t wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-	if (st == dnnl_success && wq != NULL && !dnnl_memory_desc_equal(wq, e->md[MEM_WEI])) {
+	if (st == dnnl_success && wq != NULL && e->md[MEM_WEI] != NULL && !dnnl_memory_desc_equal(wq, e->md[MEM_WEI])) {
 		dnnl_primitive_desc_t rpd = NULL;
 		st = dnnl_memory_desc_clone(&e->md[MEM_WEI_K], wq);
 		if (st == dnnl_success) st = dnnl_reorder_primitive_desc_create(&rpd, e->md[MEM_WEI], eng, wq, eng, NULL);
@@ -429,7 +429,7 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
 		dnnl_exec_arg_t args[6];
 		int n = 0;
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ms->m[MEM_SRC]};
-		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->reorder ? ms->m[MEM_WEI_K] : ms->m[MEM_WEI]};
+		if (ms->m[MEM_WEI]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->reorder ? ms->m[MEM_WEI_K] : ms->m[MEM_WEI]};
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, ms->m[MEM_DST]};
 		if (ms->m[MEM_BIAS]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, ms->m[MEM_BIAS]};
 		if (ms->m[MEM_SCRATCH]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms->m[MEM_SCRATCH]};
@@ -445,4 +445,21 @@ out:
 	if (ms == &local) mem_set_clear(&local);
 	if (e == &spare) entry_destroy(&spare);
 	return err;
+}
+
+/* channels_last_md describes a logical [N, C, S...] tensor stored as
+ * [N, S..., C]. */
+dnnl_status_t channels_last_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims) {
+	dnnl_dims_t d, s;
+	int64_t stride = dims[1];
+	s[1] = 1;
+	for (int64_t i = rank - 1; i >= 2; i--) {
+		s[i] = stride;
+		stride *= dims[i];
+	}
+	s[0] = stride;
+	for (int64_t i = 0; i < rank; i++) {
+		d[i] = dims[i];
+	}
+	return dnnl_memory_desc_create_with_strides(md, (int)rank, d, dnnl_f32, s);
 }

@@ -132,6 +132,10 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
  * layout, the scratchpad, the primitive. It destroys pd. */
 dnnl_status_t finish_entry(kernel_entry *e, dnnl_primitive_desc_t pd);
 
+/* channels_last_md describes a logical [N, C, S...] float32 tensor of rank
+ * dims stored as [N, S..., C]. */
+dnnl_status_t channels_last_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims);
+
 /* scratchpad_attr makes attributes with a user scratchpad and po (may be
  * NULL) as post-ops. */
 dnnl_status_t scratchpad_attr(dnnl_primitive_attr_t *attr, const_dnnl_post_ops_t po);

@@ -52,23 +52,6 @@ _Static_assert(sizeof(conv_key) <= KEY_BYTES, "conv_key exceeds KEY_BYTES");
 
 static kernel_cache cache = {.kernel = "xserve_conv_f32", .mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* channels_last_md describes a logical [N, C, S...] tensor stored as
- * [N, S..., C]. */
-static dnnl_status_t channels_last_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims) {
-	dnnl_dims_t d, s;
-	int64_t stride = dims[1];
-	s[1] = 1;
-	for (int64_t i = rank - 1; i >= 2; i--) {
-		s[i] = stride;
-		stride *= dims[i];
-	}
-	s[0] = stride;
-	for (int64_t i = 0; i < rank; i++) {
-		d[i] = dims[i];
-	}
-	return dnnl_memory_desc_create_with_strides(md, (int)rank, d, dnnl_f32, s);
-}
-
 /* weights_md describes the weights, logical [O, C/G, K...] stored as
  * [K..., C/G, O], in oneDNN's order: [O, C/G, K...] for one group,
  * [G, O/G, C/G, K...] for several; or, with any, in the layout oneDNN

@@ -8,6 +8,7 @@
 
 XLA_FFI_Error *xserve_conv_f32(XLA_FFI_CallFrame *f);
 XLA_FFI_Error *xserve_matmul_f32(XLA_FFI_CallFrame *f);
+XLA_FFI_Error *xserve_maxpool_f32(XLA_FFI_CallFrame *f);
 
 /* xserve_cpu_kernel is one custom-call target and its handler. */
 typedef struct xserve_cpu_kernel {
@@ -18,6 +19,7 @@ typedef struct xserve_cpu_kernel {
 static const xserve_cpu_kernel kernels[] = {
     {"xserve_conv_f32", xserve_conv_f32},
     {"xserve_matmul_f32", xserve_matmul_f32},
+    {"xserve_maxpool_f32", xserve_maxpool_f32},
 };
 
 /* XSERVE_CPU_KERNELS_ABI numbers the kernels' calling convention (targets,
@@ -25,7 +27,7 @@ static const xserve_cpu_kernel kernels[] = {
  * cpuKernelsABI in pjrt/kernels.go: a library of another ABI is not loaded,
  * so that a binary and a kernel library built from different sources never
  * meet at run time. */
-#define XSERVE_CPU_KERNELS_ABI 5
+#define XSERVE_CPU_KERNELS_ABI 6
 
 int xserve_cpu_kernels_abi(void) { return XSERVE_CPU_KERNELS_ABI; }
 

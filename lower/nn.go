@@ -1314,17 +1314,21 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 		axes, lo, hi, outs := nnPoolGeometry(xd, outDims, p)
 		b := &nnB{ctx: ctx}
 		x := in[0]
-		init := nnLowest(b, x)
 		if !indices || !n.OutputUsed(1) {
 			// Without a user of the indices (the common case: ONNX MaxPool
 			// with one output), the variadic reduce_window would still
 			// compute them on every call: XLA cannot drop one of its
 			// results. The unused index output is a broadcast XLA removes.
-			fn, err := ctx.ReduceFn(ReduceMax, hlo.ShapeOf(x).DType)
-			if err != nil {
-				return nil, err
+			var rs []*stablehlo.Value
+			if nnMaxPoolKernelFits(ctx, hlo.ShapeOf(x).DType, p, lo, hi) {
+				rs = []*stablehlo.Value{nnMaxPoolKernel(b, x, outDims, p, lo, hi)}
+			} else {
+				fn, err := ctx.ReduceFn(ReduceMax, hlo.ShapeOf(x).DType)
+				if err != nil {
+					return nil, err
+				}
+				rs = nnWindowReduce(b, []*stablehlo.Value{x}, []*stablehlo.Value{nnLowest(b, x)}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
 			}
-			rs := nnWindowReduce(b, []*stablehlo.Value{x}, []*stablehlo.Value{init}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
 			if indices {
 				_, idims := Out(n, 1)
 				rs = append(rs, b.bcast(b.set(ctx.Constant(tensor.New(tensor.Int64))), idims))
@@ -1334,6 +1338,7 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 			}
 			return rs, nil
 		}
+		init := nnLowest(b, x)
 		idt, err := ctx.XLADType(tensor.Int64)
 		if err != nil {
 			return nil, err
@@ -1363,6 +1368,67 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 		}
 		return rs, nil
 	}
+}
+
+// PoolKernel is the custom-call target of xserve's CPU max-pooling kernel
+// (cpukernels/pool.c): float32, 1 to 3 spatial dims, channels-last, any
+// window, stride, dilation and padding under the window.
+const PoolKernel = "xserve_maxpool_f32"
+
+// nnMaxPoolKernelFits reports whether a max pooling of dt with parameters
+// p and padding lo/hi (nnPoolGeometry) runs in PoolKernel: the kernel is
+// loaded, dt is float32, and every window overlaps the input (XLA's own
+// reduce_window gives the lowest value for a window of padding only).
+func nnMaxPoolKernelFits(ctx *Context, dt dtypes.DType, p fxgraph.PoolParams, lo, hi []int64) bool {
+	if !ctx.Options.hasKernel(PoolKernel) || dt != dtypes.Float32 || len(p.Kernel) < 1 || len(p.Kernel) > 3 {
+		return false
+	}
+	for j, k := range p.Kernel {
+		ek := max(p.Dilation[j], 1)*(k-1) + 1
+		if lo[j] >= ek || hi[j] >= ek {
+			return false
+		}
+	}
+	return true
+}
+
+// nnMaxPoolKernel computes a max pooling with PoolKernel, channels-last in
+// and out like ConvKernel, so that XLA keeps a CNN channels-last through
+// it.
+func nnMaxPoolKernel(b *nnB, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) *stablehlo.Value {
+	if b.err != nil {
+		return nil
+	}
+	rank := len(outDims)
+	channelsLast := []int64{1}
+	for j := rank - 1; j >= 2; j-- {
+		channelsLast = append(channelsLast, int64(j))
+	}
+	channelsLast = append(channelsLast, 0)
+	dilation := make([]int64, len(p.Kernel))
+	for j := range dilation {
+		dilation[j] = max(p.Dilation[j], 1)
+	}
+	call := stablehlo.FFICall{
+		Target:   PoolKernel,
+		Operands: []*stablehlo.Value{x},
+		Results:  []stablehlo.Type{stablehlo.TensorOf(x.Type().Elem, outDims...)},
+		Attrs: []stablehlo.FFIAttr{
+			{Name: "dilation", Ints: dilation, Array: true},
+			{Name: "pad_hi", Ints: hi, Array: true},
+			{Name: "pad_lo", Ints: lo, Array: true},
+			{Name: "stride", Ints: p.Stride, Array: true},
+			{Name: "window", Ints: p.Kernel, Array: true},
+		},
+		OperandLayouts: [][]int64{channelsLast},
+		ResultLayouts:  [][]int64{channelsLast},
+	}
+	out, err := x.Block().FFICall(call)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	return out[0]
 }
 
 // nnAvgPoolRule lowers avg_pool{1,2,3}d: a sum reduce_window divided by

@@ -2,6 +2,7 @@ package lower_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand"
 	"slices"
@@ -1161,3 +1162,124 @@ func TestConvKernelFusesActivation(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxPoolKernelMatchesXLA runs max pooling through the CPU max-pooling
+// kernel (lower.PoolKernel) and through XLA's own reduce_window on the same
+// plugin, on inputs with NaN (alone in a window, and filling one), -Inf
+// and +Inf: the two agree exactly, NaN included (a window with NaN gives
+// NaN, as in PyTorch). TestPoolKernelMatchesORT (importer/onnx) checks
+// the kernel against ONNX Runtime on ordinary inputs; ONNX Runtime drops
+// NaN from most windows.
+func TestMaxPoolKernelMatchesXLA(t *testing.T) {
+	client := nnOpenPlugin(t)
+	if !slices.Contains(client.Kernels(), lower.PoolKernel) {
+		t.Fatalf("the CPU kernel library is not loaded, or lacks %s (%v): run make pjrt", lower.PoolKernel, client.KernelsError())
+	}
+	for _, c := range []struct {
+		name                     string
+		dims                     []int64
+		window, stride, pad, dil []int64
+		ceil                     bool
+	}{
+		{"2d 3x3 stride 2 pad 1", []int64{2, 5, 9, 9}, nnI(3, 3), nnI(2, 2), nnI(1, 1), nnI(1, 1), false},
+		{"2d ceil", []int64{1, 3, 8, 7}, nnI(3, 2), nnI(2, 2), nnI(1, 0), nnI(1, 1), true},
+		{"2d dilated", []int64{1, 4, 10, 10}, nnI(2, 3), nnI(1, 2), nnI(1, 2), nnI(2, 2), false},
+		{"1d", []int64{2, 3, 17}, nnI(3), nnI(2), nnI(1), nnI(1), false},
+		{"3d", []int64{1, 2, 5, 6, 7}, nnI(2, 2, 3), nnI(2, 2, 2), nnI(0, 1, 1), nnI(1, 1, 1), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := tensor.NumElements(c.dims)
+			vals := nnRand(int64(len(c.name)), n)
+			vals[3], vals[n/2] = math.NaN(), math.Inf(-1)
+			vals[n-1] = math.Inf(1)
+			for i := n / 3; i < n/3+c.dims[len(c.dims)-1]*2; i++ { // two rows of NaN: whole windows
+				vals[i] = math.NaN()
+			}
+			x := nnTensor(tensor.Float32, c.dims, vals)
+			target := fmt.Sprintf("aten.max_pool%dd_with_indices.default", len(c.window))
+			if len(c.window) == 1 {
+				target = "aten.max_pool1d.default"
+			}
+			tuple := 1 // the values only: the kernel does not compute indices
+			if len(c.window) == 1 {
+				tuple = 0
+			}
+			g := nnCall(target, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, c.dims...)},
+				func(in []*fxgraph.Node) []any {
+					return []any{in[0], nnL(c.window...), nnL(c.stride...), nnL(c.pad...), nnL(c.dil...), c.ceil}
+				}, nil, tuple)
+			run := func(kernels []string) (*tensor.Tensor, string) {
+				prog, err := lower.New(lower.Options{Platform: client.Platform(), Kernels: kernels}).Lower(g, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := conformance.Execute(context.Background(), client, prog, []*tensor.Tensor{x})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got[0], string(prog.Module)
+			}
+			got, module := run(client.Kernels())
+			if !strings.Contains(module, lower.PoolKernel) {
+				t.Fatalf("the module does not call %s:\n%s", lower.PoolKernel, module)
+			}
+			want, module := run([]string{})
+			if strings.Contains(module, lower.PoolKernel) {
+				t.Fatalf("without kernels the module calls %s", lower.PoolKernel)
+			}
+			if tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
+				t.Fatalf("shape %v, XLA's %v", got.Shape, want.Shape)
+			}
+			nans := 0
+			for i := range want.NumElements() {
+				g, w := got.Float64At(i), want.Float64At(i)
+				if math.IsNaN(w) {
+					nans++
+				}
+				if math.IsNaN(g) != math.IsNaN(w) || (!math.IsNaN(w) && g != w) {
+					t.Fatalf("element %d = %v, XLA's reduce_window gives %v", i, g, w)
+				}
+			}
+			if nans == 0 {
+				t.Fatal("no NaN in the result: the case does not test NaN")
+			}
+		})
+	}
+}
+
+// TestMaxPoolKernelLowering: float32 max pooling whose indices are unused
+// lowers to PoolKernel when the kernels are loaded; used indices, float64,
+// and no kernels keep XLA's reduce_window.
+func TestMaxPoolKernelLowering(t *testing.T) {
+	k := []string{lower.PoolKernel}
+	for _, c := range []struct {
+		name   string
+		opts   lower.Options
+		dt     tensor.DType
+		tuple  int // outputs used: 1 values, 2 values and indices
+		kernel bool
+	}{
+		{"float32", lower.Options{Kernels: k}, tensor.Float32, 1, true},
+		{"indices used: XLA's", lower.Options{Kernels: k}, tensor.Float32, 2, false},
+		{"float64: XLA's", lower.Options{Kernels: k}, tensor.Float64, 1, false},
+		{"no kernels", lower.Options{}, tensor.Float32, 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := nnCall("aten.max_pool2d_with_indices.default", []fxgraph.TensorMeta{fxgraph.Static(c.dt, 1, 2, 6, 6)},
+				func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 3), nnL(2, 2), nnL(1, 1)} }, nil, c.tuple)
+			p, err := lower.New(c.opts).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(p.Module)
+			if got := strings.Contains(text, lower.PoolKernel); got != c.kernel {
+				t.Errorf("kernel call %v, want %v:\n%s", got, c.kernel, text)
+			}
+			if c.kernel && !strings.Contains(text, "window = array<i64: 3, 3>") {
+				t.Errorf("the kernel call lacks its window:\n%s", text)
+			}
+		})
+	}
+}
+
+func nnI(v ...int64) []int64 { return v }

@@ -112,7 +112,7 @@ const CPUKernelsFile = "libxserve_cpukernels.so"
 // cpuKernelsABI is the kernel calling convention (targets, operands,
 // attributes) this build's lowering emits: XSERVE_CPU_KERNELS_ABI in
 // cpukernels/kernels.c. A library of another one is refused.
-const cpuKernelsABI = 5
+const cpuKernelsABI = 6
 
 // registeredKernels maps a plugin table and kernel library to the targets
 // registered for them: a handler is registered once per process. Guarded

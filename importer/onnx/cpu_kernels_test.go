@@ -30,6 +30,21 @@ var matmulKernelCases = []string{
 	"matmul_bias", "matmul_bias_first_relu", "matmul_bias_gelu", "matmul_bias_residual",
 }
 
+// poolKernelCases are the MaxPool models of testdata/ort (gen_ort_cases.py
+// pool_cases) with ONNX Runtime's outputs.
+var poolKernelCases = []string{
+	"maxpool_2d_3x3_stride2_pad1", "maxpool_2d_2x2_batch3", "maxpool_2d_ceil_mode", "maxpool_2d_asymmetric_pads",
+	"maxpool_2d_same_upper", "maxpool_2d_dilation", "maxpool_2d_resnet_stem_batch2", "maxpool_2d_after_conv",
+	"maxpool_2d_1x1_stride2", "maxpool_1d_stride2_pad1", "maxpool_3d_2x2x2",
+}
+
+// TestPoolKernelMatchesORT runs MaxPool models through the CPU max-pooling
+// kernel (lower.PoolKernel) and through XLA's reduce_window, both against
+// ONNX Runtime.
+func TestPoolKernelMatchesORT(t *testing.T) {
+	runKernelCases(t, lower.PoolKernel, poolKernelCases)
+}
+
 // TestConvKernelMatchesORT runs Conv models through the CPU convolution
 // kernel (lower.ConvKernel, oneDNN, loaded next to the plugin by `make
 // pjrt`) and through XLA's own convolution (the kernels turned off), both

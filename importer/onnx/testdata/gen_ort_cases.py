@@ -314,6 +314,41 @@ def matmul_cases():
          [tensor_vi("a", F, [2, 9, 32])], [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2"])], [x], opset=13, inits=[w, b])
 
 
+def pool_cases():
+    """MaxPool as xserve's CPU max-pooling kernel computes it
+    (lower.PoolKernel): 1-3 spatial dims, strides, symmetric, asymmetric and
+    SAME_UPPER padding, ceil_mode, dilation, batches, a pooling large enough
+    to run on several threads, one after a convolution (channels-last from
+    the convolution kernel) and a 1x1 window. (ONNX Runtime's MaxPool drops
+    NaN from most windows; lower/stablehlo TestMaxPoolKernelRun checks NaN
+    against XLA's own reduce_window, which keeps it, as PyTorch does.)"""
+    r = np.random.default_rng(17)
+
+    def pool(name, xs, conv=False, opset=13, **attrs):
+        x = r.standard_normal(xs).astype(np.float32)
+        nodes, inits, src = [], [], "x"
+        if conv:
+            w = (r.standard_normal((8, xs[1], 3, 3)) / 5).astype(np.float32)
+            inits.append(numpy_helper.from_array(w, "w"))
+            nodes += [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"])]
+            src = "r"
+        nodes.append(helper.make_node("MaxPool", [src], ["y"], **attrs))
+        outs = [helper.make_tensor_value_info("y", F, [f"d{i}" for i in range(len(xs))])]
+        case("maxpool_" + name, nodes, [tensor_vi("x", F, list(xs))], outs, [x], opset=opset, inits=inits)
+
+    pool("2d_3x3_stride2_pad1", (1, 8, 32, 32), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    pool("2d_2x2_batch3", (3, 5, 8, 6), kernel_shape=[2, 2], strides=[2, 2])
+    pool("2d_ceil_mode", (2, 4, 15, 15), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+    pool("2d_asymmetric_pads", (1, 3, 9, 7), kernel_shape=[3, 2], strides=[1, 2], pads=[0, 1, 2, 1])
+    pool("2d_same_upper", (1, 4, 10, 9), kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")
+    pool("2d_dilation", (1, 4, 12, 12), kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 2, 1, 2])
+    pool("2d_resnet_stem_batch2", (2, 16, 56, 56), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    pool("2d_after_conv", (2, 3, 16, 16), conv=True, kernel_shape=[2, 2], strides=[2, 2])
+    pool("2d_1x1_stride2", (1, 2, 5, 5), kernel_shape=[1, 1], strides=[2, 2])
+    pool("1d_stride2_pad1", (2, 6, 17), kernel_shape=[3], strides=[2], pads=[1, 1])
+    pool("3d_2x2x2", (1, 3, 6, 7, 8), kernel_shape=[2, 2, 2], strides=[2, 2, 2])
+
+
 if __name__ == "__main__":
     for d in os.listdir(ROOT) if os.path.isdir(ROOT) else []:
         if not d.startswith("optim_"):  # those are gen_torch_optim_cases.py's
@@ -324,3 +359,4 @@ if __name__ == "__main__":
     tfidf_cases()
     conv_cases()
     matmul_cases()
+    pool_cases()
