@@ -956,14 +956,28 @@ func nnAddmm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo
 	}
 	b := &nnB{ctx: ctx}
 	cdt := ctx.ComputeDType(dt)
+	// addmm(bias, x, w) with unit alpha and beta and a bias over the output
+	// columns is a linear layer (torch.export's and the ONNX importer's
+	// Gemm): the matrix kernel adds the bias, and the activation after it,
+	// as for aten.linear.
+	var own *stablehlo.Value
+	if alpha == 1 && beta == 1 && len(outDims) == 2 {
+		if _, bd, err := InMeta(n, 0); err == nil && tensor.NumElements(bd) == outDims[1] && (len(bd) == 1 || (len(bd) == 2 && bd[0] == 1)) {
+			own = b.reshape(b.convert(in[0], cdt), []int64{outDims[1]})
+		}
+	}
+	epi := nnMatmulEpilogue(b, n, own, cdt)
+	b.epi = epi
 	y := b.dot(b.convert(in[1], cdt), []int{1}, nil, b.convert(in[2], cdt), []int{0}, nil)
 	y = nnScaleBy(b, y, alpha)
-	if beta != 0 {
+	if beta != 0 && !(b.epiUsed && own != nil) {
 		c := b.bcast(b.convert(in[0], cdt), outDims)
 		c = nnScaleBy(b, c, beta)
 		y = b.bin(hlo.Add, y, c)
 	}
-	return b.out(b.convert(y, dt))
+	y = b.convert(y, dt)
+	b.fuseEpilogue(epi, y)
+	return b.out(y)
 }
 
 // nnMatmul lowers NumPy matmul: 1-D operands get a unit dim (removed from

@@ -1283,3 +1283,38 @@ func TestMaxPoolKernelLowering(t *testing.T) {
 }
 
 func nnI(v ...int64) []int64 { return v }
+
+// TestAddmmKernelFusesBias: aten.addmm(bias, x, w) with unit alpha and beta
+// and a bias over the output columns (an ONNX Gemm, a classifier layer)
+// lowers to one MatmulKernel call that adds the bias and applies the relu
+// after it; with another alpha the bias stays an add. TestMatmulKernelMatchesORT
+// (importer/onnx, matmul_gemm_bias_relu) checks the numbers.
+func TestAddmmKernelFusesBias(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		alpha float64
+		fused bool
+	}{{"unit alpha", 1, true}, {"alpha 0.5", 0.5, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			g := fxgraph.New()
+			bias := g.AddPlaceholder("bias", fxgraph.Static(tensor.Float32, 64))
+			x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, 6, 128))
+			w := g.AddPlaceholder("w", fxgraph.Static(tensor.Float32, 128, 64))
+			mm := g.AddCall("aten.addmm.default", []any{bias, x, w}, map[string]any{"alpha": c.alpha})
+			g.SetOutput(g.AddCall("aten.relu.default", []any{mm}, nil))
+			p, err := lower.New(lower.Options{Kernels: []string{lower.MatmulKernel}}).Lower(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			module := string(p.Module)
+			if !strings.Contains(module, lower.MatmulKernel) {
+				t.Fatalf("no %s call:\n%s", lower.MatmulKernel, module)
+			}
+			fused := strings.Contains(module, "has_bias = 1") && strings.Contains(module, "activation = 1 :") &&
+				!strings.Contains(module, "stablehlo.add") && !strings.Contains(module, "stablehlo.maximum")
+			if fused != c.fused {
+				t.Errorf("bias and relu fused %v, want %v:\n%s", fused, c.fused, module)
+			}
+		})
+	}
+}

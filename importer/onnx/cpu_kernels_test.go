@@ -27,7 +27,7 @@ var convKernelCases = []string{
 var matmulKernelCases = []string{
 	"matmul_2d", "matmul_batched_3d", "matmul_attention_4d_transposed", "matmul_broadcast_weights_4d", "matmul_vector",
 	"matmul_gemm_transb_bias", "matmul_gemm_transa", "matmul_inputs_only", "matmul_tiny_stays_xla",
-	"matmul_bias", "matmul_bias_first_relu", "matmul_bias_gelu", "matmul_bias_residual",
+	"matmul_bias", "matmul_bias_first_relu", "matmul_bias_gelu", "matmul_bias_residual", "matmul_gemm_bias_relu",
 }
 
 // poolKernelCases are the MaxPool models of testdata/ort (gen_ort_cases.py

@@ -312,6 +312,13 @@ def matmul_cases():
     case("matmul_bias_residual", [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["z"]),
                                   helper.make_node("Add", ["a", "z"], ["y"])],
          [tensor_vi("a", F, [2, 9, 32])], [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2"])], [x], opset=13, inits=[w, b])
+    # Gemm with a bias and unit alpha/beta, then Relu (a classifier layer,
+    # aten.addmm): the kernel adds the bias and applies the relu.
+    x = r.standard_normal((6, 128)).astype(np.float32)
+    w = numpy_helper.from_array(r.standard_normal((64, 128)).astype(np.float32), "w")
+    b = numpy_helper.from_array(r.standard_normal(64).astype(np.float32), "b")
+    case("matmul_gemm_bias_relu", [helper.make_node("Gemm", ["a", "w", "b"], ["z"], transB=1), helper.make_node("Relu", ["z"], ["y"])],
+         [tensor_vi("a", F, [6, 128])], [helper.make_tensor_value_info("y", F, ["d0", "d1"])], [x], opset=13, inits=[w, b])
 
 
 def pool_cases():
