@@ -275,7 +275,9 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	prec := ctx.Precision()
 	var y *stablehlo.Value
 	_, xd, xerr := InMeta(n, 0)
-	if xerr == nil && !p.Transposed && cdt == tensor.Float32 && spatial >= 1 && spatial <= 3 && ctx.Options.hasKernel(ConvKernel) {
+	// oneDNN has no convolution of zero channels (XLA's own gives zeros).
+	if xerr == nil && !p.Transposed && cdt == tensor.Float32 && spatial >= 1 && spatial <= 3 && ctx.Options.hasKernel(ConvKernel) &&
+		tensor.NumElements(wd) > 0 {
 		var bias *stablehlo.Value
 		if in[2] != nil {
 			bias = b.convert(in[2], cdt)

@@ -1048,6 +1048,7 @@ func TestConvKernelLowering(t *testing.T) {
 		{"float64: XLA's", lower.Options{Kernels: k}, tensor.Float64, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, ""},
 		{"transposed: XLA's", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 6, 6}, []int64{4, 8, 3, 3}, true, 1, ""},
 		{"no kernels", lower.Options{}, tensor.Float32, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, ""},
+		{"zero input channels: XLA's", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 0, 6, 6}, []int64{8, 0, 3, 3}, false, 1, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spatial := len(c.xd) - 2
