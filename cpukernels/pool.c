@@ -19,6 +19,7 @@
  * = none). Padding never wins: the window's maximum is over its elements
  * inside x. A window with NaN gives NaN (as PyTorch and XLA's own max do).
  */
+#include <emmintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,13 +75,21 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	return finish_entry(e, pd);
 }
 
-/* has_nan reports whether any of the n floats at p is NaN. */
+/* has_nan reports whether any of the n floats at p is NaN: 16 a step with
+ * SSE2 (every x86-64 has it), about a quarter of a pooling's own read. */
 static int has_nan(const float *p, int64_t n) {
-	int any = 0;
-	for (int64_t i = 0; i < n; i++) {
-		any |= isnan(p[i]);
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m128 a = _mm_loadu_ps(p + i), b = _mm_loadu_ps(p + i + 4);
+		__m128 c = _mm_loadu_ps(p + i + 8), d = _mm_loadu_ps(p + i + 12);
+		__m128 u = _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)),
+		    _mm_or_ps(_mm_cmpunord_ps(c, c), _mm_cmpunord_ps(d, d)));
+		if (_mm_movemask_ps(u)) return 1;
 	}
-	return any;
+	for (; i < n; i++) {
+		if (isnan(p[i])) return 1;
+	}
+	return 0;
 }
 
 /* nan_windows sets to NaN each result whose window holds a NaN of x (oneDNN's
