@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -116,8 +117,16 @@ func TestVersionNamesCPUKernels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "cpu kernels: xserve_conv_f32, xserve_matmul_f32 (") {
-		t.Errorf("version output does not name the CPU kernels:\n%s", out)
+	line := ""
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "cpu kernels: ") {
+			line = l
+		}
+	}
+	for _, k := range []string{lower.ConvKernel, lower.MatmulKernel, lower.PoolKernel} {
+		if !strings.Contains(line, k) {
+			t.Errorf("version output does not name the CPU kernel %s:\n%s", k, out)
+		}
 	}
 	t.Setenv("XSERVE_CPU_KERNELS", "off")
 	out, _, err = xserve(t, "version")
