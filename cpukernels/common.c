@@ -463,3 +463,13 @@ dnnl_status_t channels_last_md(dnnl_memory_desc_t *md, int64_t rank, const int64
 	}
 	return dnnl_memory_desc_create_with_strides(md, (int)rank, d, dnnl_f32, s);
 }
+
+void make_window_dims(window_dims *w, int64_t sp, const int64_t *stride, const int64_t *dilation, const int64_t *pad_lo,
+    const int64_t *pad_hi) {
+	for (int64_t j = 0; j < sp; j++) {
+		w->stride[j] = stride[j];
+		w->dil[j] = dilation[j] - 1;
+		w->lo[j] = pad_lo[j];
+		w->hi[j] = pad_hi[j];
+	}
+}

@@ -136,6 +136,17 @@ dnnl_status_t finish_entry(kernel_entry *e, dnnl_primitive_desc_t pd);
  * dims stored as [N, S..., C]. */
 dnnl_status_t channels_last_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims);
 
+/* window_dims are a convolution's or pooling's stride, dilation and padding
+ * in oneDNN's terms (dilation 0 = none). */
+typedef struct window_dims {
+	dnnl_dims_t stride, dil, lo, hi;
+} window_dims;
+
+/* make_window_dims fills w from sp spatial dims of the kernels' attributes
+ * (dilation 1 = none). */
+void make_window_dims(window_dims *w, int64_t sp, const int64_t *stride, const int64_t *dilation, const int64_t *pad_lo,
+    const int64_t *pad_hi);
+
 /* scratchpad_attr makes attributes with a user scratchpad and po (may be
  * NULL) as post-ops. */
 dnnl_status_t scratchpad_attr(dnnl_primitive_attr_t *attr, const_dnnl_post_ops_t po);

@@ -90,21 +90,15 @@ static dnnl_status_t create_pd(dnnl_primitive_desc_t *pd, const kernel_entry *e,
     const_dnnl_memory_desc_t w_md) {
 	dnnl_engine_t eng;
 	dnnl_status_t st = kernel_engine(&eng);
-	int64_t sp = k->rank - 2;
-	dnnl_dims_t stride, dil, lo, hi;
-	for (int64_t j = 0; j < sp; j++) {
-		stride[j] = k->stride[j];
-		dil[j] = k->dilation[j] - 1;
-		lo[j] = k->pad_lo[j];
-		hi[j] = k->pad_hi[j];
-	}
+	window_dims wd;
+	make_window_dims(&wd, k->rank - 2, k->stride, k->dilation, k->pad_lo, k->pad_hi);
 	dnnl_post_ops_t po = NULL;
 	dnnl_primitive_attr_t attr = NULL;
 	if (st == dnnl_success) st = epilogue_post_ops(e->md[MEM_RES], k->activation, k->alpha, &po);
 	if (st == dnnl_success) st = scratchpad_attr(&attr, po);
 	if (st == dnnl_success) {
 		st = dnnl_convolution_forward_primitive_desc_create(pd, eng, dnnl_forward_inference, dnnl_convolution_direct,
-		    e->md[MEM_SRC], w_md, e->md[MEM_BIAS], e->md[MEM_DST], stride, dil, lo, hi, attr);
+		    e->md[MEM_SRC], w_md, e->md[MEM_BIAS], e->md[MEM_DST], wd.stride, wd.dil, wd.lo, wd.hi, attr);
 	}
 	if (po) dnnl_post_ops_destroy(po);
 	if (attr) dnnl_primitive_attr_destroy(attr);

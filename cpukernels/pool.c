@@ -50,20 +50,18 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	dnnl_engine_t eng;
 	st = kernel_engine(&eng);
 	int64_t sp = k->rank - 2;
-	dnnl_dims_t window, stride, dil, lo, hi;
+	window_dims wd;
+	make_window_dims(&wd, sp, k->stride, k->dilation, k->pad_lo, k->pad_hi);
+	dnnl_dims_t window;
 	for (int64_t j = 0; j < sp; j++) {
 		window[j] = k->window[j];
-		stride[j] = k->stride[j];
-		dil[j] = k->dilation[j] - 1;
-		lo[j] = k->pad_lo[j];
-		hi[j] = k->pad_hi[j];
 	}
 	dnnl_primitive_attr_t attr = NULL;
 	dnnl_primitive_desc_t pd = NULL;
 	if (st == dnnl_success) st = scratchpad_attr(&attr, NULL);
 	if (st == dnnl_success) {
 		st = dnnl_pooling_forward_primitive_desc_create(&pd, eng, dnnl_forward_inference, dnnl_pooling_max,
-		    e->md[MEM_SRC], e->md[MEM_DST], stride, window, dil, lo, hi, attr);
+		    e->md[MEM_SRC], e->md[MEM_DST], wd.stride, window, wd.dil, wd.lo, wd.hi, attr);
 	}
 	if (attr) dnnl_primitive_attr_destroy(attr);
 	if (st != dnnl_success) return st;
