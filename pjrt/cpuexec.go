@@ -17,15 +17,15 @@ import (
 // default: every execution is handed to the client's thread pool and the
 // caller is woken when it is done, two thread hand-offs that cost tinycnn
 // (examples/models/tinycnn) about half its 100 µs per call on a 2-core host
-// (docs/BENCHMARKS.md, "Inline CPU execution"). Programs with their own
+// (docs/BENCHMARKS.md, "CPU: inline execution, …"). Programs with their own
 // parallelism (XLA's Eigen pool, the CPU kernels' OpenMP team) keep it
 // either way; concurrent executions run concurrently either way, each on its
 // caller's thread.
 //
-// The option is read by the XLA CPU plugin's PJRT_Client_Create since 2025
-// (lammps-jax-pjrt-cpu 0.11.2, PJRT C API 0.115, the plugin `make pjrt`
-// installs); older plugins, such as xla-cpu-pjrt 0.0.1 (API 0.81), ignore it
-// and stay asynchronous.
+// Newer XLA CPU plugins read the option in PJRT_Client_Create (the one
+// `make pjrt` installs, from lammps-jax-pjrt-cpu 0.11.2, PJRT C API 0.115,
+// does); older ones, such as xla-cpu-pjrt 0.0.1 (API 0.81), ignore it and
+// stay asynchronous.
 const EnvCPUExecution = "XSERVE_CPU_EXECUTION"
 
 // CPU execution modes (Client.CPUExecution).
