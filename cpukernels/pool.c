@@ -74,7 +74,7 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 }
 
 /* has_nan reports whether any of the n floats at p is NaN: 16 a step with
- * SSE2 (every x86-64 has it), about a quarter of a pooling's own read. */
+ * SSE2 (every x86-64 has it), stopping at the first. */
 static int has_nan(const float *p, int64_t n) {
 	int64_t i = 0;
 	for (; i + 16 <= n; i += 16) {
