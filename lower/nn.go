@@ -360,6 +360,27 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 // compute, fused: nnConvEpilogue).
 const ConvKernel = "xserve_conv_f32"
 
+// nnChannelsLast is the minor-to-major layout that stores a logical
+// [N, C, S...] tensor of rank dims as [N, S..., C], as the CPU kernels read
+// and write activations.
+func nnChannelsLast(rank int) []int64 {
+	layout := []int64{1}
+	for j := rank - 1; j >= 2; j-- {
+		layout = append(layout, int64(j))
+	}
+	return append(layout, 0)
+}
+
+// nnDilations is the first n of d with 0 (none given) read as 1, as the
+// CPU kernels' dilation attribute wants them.
+func nnDilations(d []int64, n int) []int64 {
+	out := make([]int64, n)
+	for j := range out {
+		out[j] = max(d[j], 1)
+	}
+	return out
+}
+
 // nnConvKernel computes a convolution with ConvKernel. The kernel reads the
 // input and writes the result channels-last, which the operand and result
 // layouts ask XLA for, so the logical program stays NCHW and XLA places any
@@ -376,11 +397,7 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 	}
 	rank := len(outDims)
 	spatial := rank - 2
-	channelsLast := []int64{1}
-	for j := rank - 1; j >= 2; j-- {
-		channelsLast = append(channelsLast, int64(j))
-	}
-	channelsLast = append(channelsLast, 0)
+	channelsLast := nnChannelsLast(rank)
 	toHWIO := make([]int, 0, rank) // [kernel..., in/groups, out] from [out, in/groups, kernel...]
 	weights := make([]int64, rank) // row-major
 	for j := range rank {
@@ -394,10 +411,7 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 	if b.err != nil {
 		return nil
 	}
-	dilation := make([]int64, spatial)
-	for j := range dilation {
-		dilation[j] = max(p.Dilation[j], 1)
-	}
+	dilation := nnDilations(p.Dilation, spatial)
 	groups := max(p.Groups, 1)
 	call := stablehlo.FFICall{
 		Target:   ConvKernel,
@@ -1415,16 +1429,8 @@ func nnMaxPoolKernel(b *nnB, x *stablehlo.Value, outDims []int64, p fxgraph.Pool
 	if b.err != nil {
 		return nil
 	}
-	rank := len(outDims)
-	channelsLast := []int64{1}
-	for j := rank - 1; j >= 2; j-- {
-		channelsLast = append(channelsLast, int64(j))
-	}
-	channelsLast = append(channelsLast, 0)
-	dilation := make([]int64, len(p.Kernel))
-	for j := range dilation {
-		dilation[j] = max(p.Dilation[j], 1)
-	}
+	channelsLast := nnChannelsLast(len(outDims))
+	dilation := nnDilations(p.Dilation, len(p.Kernel))
 	call := stablehlo.FFICall{
 		Target:   PoolKernel,
 		Operands: []*stablehlo.Value{x},
