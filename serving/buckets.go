@@ -23,6 +23,10 @@ type bucket struct {
 	lastUse int64 // version.useTick at the last acquire
 	evicted bool  // dropped from the cache; closed when refs reaches 0
 
+	// split learns whether executions of this bucket run faster split
+	// across idle cores (rowsplit.go).
+	split splitChooser
+
 	mu      sync.Mutex   // guards exe, pending
 	exe     *Executable  // nil until compiled
 	pending *compileCall // the compile in flight, nil when none

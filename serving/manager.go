@@ -56,6 +56,10 @@ type Options struct {
 	// (compiled, or loaded from the compile cache) or fails to build, from
 	// the goroutine that built it.
 	OnBucket func(BucketEvent)
+	// SplitBatches says when an execution's rows run as shards on idle CPU
+	// cores at once (see SplitBatches); "" means SplitAuto. Other platforms
+	// always run an execution whole.
+	SplitBatches SplitBatches
 }
 
 // BucketEvent reports one bucket's executable being built (Options.OnBucket).
@@ -85,6 +89,9 @@ func (o *Options) setDefaults() {
 	if o.CompileParallelism == 0 {
 		o.CompileParallelism = runtime.GOMAXPROCS(0)
 	}
+	if o.SplitBatches == "" {
+		o.SplitBatches = SplitAuto
+	}
 }
 
 func (o *Options) validate() error {
@@ -97,6 +104,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("serving: Options.CompileParallelism must be >= 0, got %d", o.CompileParallelism)
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
+	}
+	if _, err := ParseSplitBatches(string(o.SplitBatches)); err != nil {
+		return fmt.Errorf("serving: Options.SplitBatches: %w", err)
 	}
 	return o.validateControl()
 }
@@ -128,6 +138,12 @@ type Manager struct {
 
 	// compileSlots holds a token per build in progress (CompileParallelism).
 	compileSlots chan struct{}
+
+	// executing counts the executions running (atomic), across versions;
+	// cores is how many run at once without sharing a core (GOMAXPROCS).
+	// A split execution asks both (rowsplit.go).
+	executing atomic.Int64
+	cores     int
 
 	// ctx is cancelled by Shutdown: it stops polling and aborts loads.
 	ctx    context.Context
@@ -177,6 +193,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		metrics:      newServerMetrics(),
 		buildID:      buildID(),
 		compileSlots: make(chan struct{}, opts.CompileParallelism),
+		cores:        runtime.GOMAXPROCS(0),
 		models:       map[string]*model{},
 	}
 	if opts.CompileCacheDir != "" {

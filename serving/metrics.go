@@ -44,6 +44,7 @@ type serverMetrics struct {
 	batchLimit     *metrics.GaugeVec     // model, version, queue
 	exactExes      *metrics.GaugeVec     // model, version
 	exactEvicted   *metrics.CounterVec   // model, version
+	splitRuns      *metrics.CounterVec   // model, version
 	queueDepth     *metrics.GaugeVec     // model, version; set at each scrape
 }
 
@@ -79,6 +80,8 @@ func newServerMetrics() *serverMetrics {
 			"Executables a version keeps for sizes it serves exactly (a symbol whose padding would change the outputs), at most exact_executables.", "model", "version"),
 		exactEvicted: r.NewCounterVec("xserve_exact_evictions_total",
 			"Exact-size executables dropped from the bounded cache (least recently used first).", "model", "version"),
+		splitRuns: r.NewCounterVec("xserve_split_executions_total",
+			"Executions whose rows ran as shards on idle CPU cores at once, each shard in a smaller batch bucket (Options.SplitBatches, --split-batches).", "model", "version"),
 		loaded: r.NewGaugeVec("xserve_models_loaded", "Model versions in state READY."),
 		reloadFailures: r.NewCounterVec("xserve_model_reload_failures_total",
 			"Reloads of a changed model file or config.yaml that failed (the loaded instance kept serving).", "model", "version"),

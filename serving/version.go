@@ -530,7 +530,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		inputs[i] = p.assemble(i, exec, srcs, offsets)
 	}
 	start = time.Now()
-	outs, err := exe.Run(ctx, inputs)
+	outs, err := v.execute(ctx, b, exe, exec, inputs, realRows(p, dims, offsets))
 	t.compute = time.Since(start)
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
@@ -555,6 +555,19 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		}
 	}
 	return t, nil
+}
+
+// realRows returns where the requests' rows end along the batch dim (the
+// rows after are padding), or 0 without a batch symbol.
+func realRows(p *BucketPlan, dims []map[string]int64, offsets []int64) int64 {
+	var end int64
+	if p.batchName == "" {
+		return 0
+	}
+	for i, d := range dims {
+		end = max(end, offsets[i]+d[p.batchName])
+	}
+	return end
 }
 
 // slice cuts call c's outputs out of the executed ones.

@@ -42,6 +42,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
 	compileJobs := fs.Int("compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
+	split := fs.String("split-batches", "auto", "on a CPU, run an execution's rows as shards on idle cores at once: auto (when no other execution runs and each bucket's own timings say it is faster), off, always")
 	poll := fs.Duration("poll-interval", 5*time.Second, "with --model-control-mode poll: how often to rescan the model repository for changes")
 	control := fs.String("model-control-mode", "poll", "who changes the loaded models: poll (follow the repository; the load/unload API is refused), explicit (load every model at start, then only the load/unload API), none (load once)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -84,6 +85,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *shutdownDelay < 0 {
 		return fmt.Errorf("serve: --shutdown-delay must be 0 or more, got %v", *shutdownDelay)
+	}
+	splitPolicy, err := serving.ParseSplitBatches(*split)
+	if err != nil {
+		return fmt.Errorf("serve: --split-batches: %w", err)
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -142,6 +147,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Logger:             log,
 		PollInterval:       interval,
 		ControlMode:        mode,
+		SplitBatches:       splitPolicy,
 	})
 	if err != nil {
 		return err

@@ -795,6 +795,7 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"serve", "--model-repo", t.TempDir(), "--auth-tokens-file", "/nonexistent/tokens"}, "auth: tokens file"},
 		{[]string{"serve", "--model-repo", t.TempDir(), "--shutdown-timeout", "0s"}, "--shutdown-timeout must be positive, got 0s"},
 		{[]string{"serve", "--model-repo", t.TempDir(), "--shutdown-delay", "-1s"}, "--shutdown-delay must be 0 or more, got -1s"},
+		{[]string{"serve", "--model-repo", t.TempDir(), "--split-batches", "sometimes"}, `--split-batches: split batches "sometimes": want auto, off or always`},
 		{[]string{"serve", "--model-repo", t.TempDir(), "--strict-readiness=maybe"}, `invalid boolean value "maybe" for -strict-readiness`},
 	}
 	for _, tc := range tests {

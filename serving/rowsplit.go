@@ -1,0 +1,324 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/xserve/xserve/tensor"
+)
+
+// Row-parallel execution on a CPU. XLA CPU programs, and the kernels they
+// call, use a second core poorly at the sizes a server runs (a batch of 8
+// images runs about as fast on one core as on two; docs/BENCHMARKS.md).
+// The rows of a model that batches are independent (that is what lets the
+// batcher stack requests), so an execution of several rows can instead run
+// as shards of its rows, each in the bucket that holds it, one per idle core,
+// at the same time: a batch of 8 as two executions of 4. Which of the two
+// ways is faster depends on the model (a program whose large matrix products
+// already use every core gains nothing), so in SplitAuto each bucket times
+// both while no other execution runs and keeps the faster, trying the other
+// again now and then.
+
+// SplitBatches says when an execution's rows run as shards on idle CPU cores
+// (Options.SplitBatches).
+type SplitBatches string
+
+// Split policies.
+const (
+	// SplitAuto splits an execution of several rows when no other
+	// execution is running and the bucket's measurements say splitting is
+	// faster (the default).
+	SplitAuto SplitBatches = "auto"
+	// SplitOff runs every execution whole.
+	SplitOff SplitBatches = "off"
+	// SplitAlways splits every execution of several rows across the cores,
+	// measurements and load aside (for tests and A/B benchmarks).
+	SplitAlways SplitBatches = "always"
+)
+
+// ParseSplitBatches reads a split policy ("" is SplitAuto).
+func ParseSplitBatches(s string) (SplitBatches, error) {
+	switch p := SplitBatches(s); p {
+	case "":
+		return SplitAuto, nil
+	case SplitAuto, SplitOff, SplitAlways:
+		return p, nil
+	}
+	return "", fmt.Errorf("split batches %q: want auto, off or always", s)
+}
+
+// shard is one part of a split execution: rows [lo, lo+n) of the bucket's
+// batch, run in the bucket of sizes exec.
+type shard struct {
+	lo, n int64
+	exec  map[string]int64
+}
+
+// Split choosing: the first splitSkip runs of each way are not counted
+// (a first run on a thread sets up the kernels' per-thread state), each way
+// is run splitLearn times more, alternately, and then the way whose latest
+// splitWindow runs have the lower median is taken, the other one every
+// splitExplore-th eligible run, so that a change in the machine's load or a
+// bad first measurement does not fix the choice for good. Medians, because
+// a run that shares its cores with another process takes several times as
+// long now and then.
+const (
+	splitSkip    = 2
+	splitLearn   = 5
+	splitWindow  = 8
+	splitExplore = 32
+)
+
+// splitChooser learns, for one bucket, whether its executions run faster
+// whole or split. Safe for concurrent use.
+type splitChooser struct {
+	mu     sync.Mutex
+	n      [2]int                        // runs whole (0) and split (1) observed
+	recent [2][splitWindow]time.Duration // the latest counted ones, a ring each
+	since  int                           // eligible runs since the last exploring one
+}
+
+// learnedLocked reports whether both ways have been measured enough.
+func (c *splitChooser) learnedLocked() bool {
+	return c.n[0] >= splitSkip+splitLearn && c.n[1] >= splitSkip+splitLearn
+}
+
+// medianLocked returns the median of way i's latest counted runs.
+func (c *splitChooser) medianLocked(i int) time.Duration {
+	k := min(c.n[i]-splitSkip, splitWindow)
+	d := append([]time.Duration(nil), c.recent[i][:k]...)
+	slices.Sort(d)
+	return d[k/2]
+}
+
+// choose reports whether the next eligible run should be split.
+func (c *splitChooser) choose() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.learnedLocked() {
+		return c.n[1] < c.n[0] // alternate while learning, whole first
+	}
+	best := c.medianLocked(1) < c.medianLocked(0)
+	if c.since++; c.since >= splitExplore {
+		c.since = 0
+		return !best
+	}
+	return best
+}
+
+// observe records how long an eligible run took, split or whole.
+func (c *splitChooser) observe(split bool, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := 0
+	if split {
+		i = 1
+	}
+	c.n[i]++
+	if k := c.n[i] - splitSkip; k > 0 {
+		c.recent[i][(k-1)%splitWindow] = d
+	}
+}
+
+// splitting reports whether the bucket currently runs split: once both
+// ways are measured and splitting has the lower median.
+func (c *splitChooser) splitting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.learnedLocked() && c.medianLocked(1) < c.medianLocked(0)
+}
+
+// execute runs exe, the executable of bucket b at exec sizes, on inputs
+// whose first rows (of the batch dim) are the requests'. With idle cores
+// and a model whose rows are independent, it runs the rows as shards at
+// once instead, when the split policy says so.
+func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) ([]*tensor.Tensor, error) {
+	others := v.m.executing.Add(1) - 1
+	defer v.m.executing.Add(-1)
+	shards := v.shards(exec, rows, others)
+	if shards == nil {
+		return exe.Run(ctx, inputs)
+	}
+	auto := v.m.opts.SplitBatches == SplitAuto
+	if auto && !b.split.choose() {
+		start := time.Now()
+		outs, err := exe.Run(ctx, inputs)
+		if err == nil {
+			b.split.observe(false, time.Since(start))
+		}
+		return outs, err
+	}
+	start := time.Now()
+	outs, err := v.runShards(ctx, exec, inputs, shards)
+	if err != nil {
+		return nil, err
+	}
+	if auto {
+		b.split.observe(true, time.Since(start))
+	}
+	v.m.metrics.splitRuns.With(v.name, v.label).Inc()
+	return outs, nil
+}
+
+// shards returns how to split an execution at exec sizes whose first rows
+// rows are real, with others other executions running, or nil to run it
+// whole: on a CPU, for a model whose requests stack (each input has one
+// batch dim and each output one batch axis), one shard per idle core (a
+// power of two, at most one a row), each in the smallest batch bucket that
+// holds its rows, every one of them compiled already.
+func (v *version) shards(exec map[string]int64, rows, others int64) []shard {
+	p := v.plan
+	policy := v.m.opts.SplitBatches
+	if policy == SplitOff || v.m.client.Platform() != "cpu" || p.batchErr != nil || p.outBatchAxis == nil {
+		return nil
+	}
+	if policy == SplitAuto && others > 0 {
+		return nil // the other cores are busy: shards would only queue
+	}
+	k := int64(1)
+	for k*2 <= rows && k*2 <= int64(v.m.cores)-others {
+		k *= 2
+	}
+	if k < 2 {
+		return nil
+	}
+	sizes := p.batch().Buckets
+	span := (rows + k - 1) / k
+	var out []shard
+	for lo := int64(0); lo < rows; lo += span {
+		n := min(span, rows-lo)
+		i := sort.Search(len(sizes), func(i int) bool { return sizes[i] >= n })
+		if i == len(sizes) || sizes[i] >= exec[p.batchName] {
+			return nil // no smaller bucket holds the shard
+		}
+		se := maps.Clone(exec)
+		se[p.batchName] = sizes[i]
+		if !v.compiled(se) {
+			return nil // never compile on a request's path to split it
+		}
+		out = append(out, shard{lo: lo, n: n, exec: se})
+	}
+	return out
+}
+
+// compiled reports whether the bucket of exec sizes has its executable.
+func (v *version) compiled(exec map[string]int64) bool {
+	v.bmu.Lock()
+	b := v.buckets[v.plan.keyName(exec)]
+	v.bmu.Unlock()
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.exe != nil
+}
+
+// runShards runs the shards of an execution at exec sizes at once, each on
+// its rows of inputs, and returns the outputs at exec's sizes with each
+// shard's rows in place (rows after the last shard's are zero).
+func (v *version) runShards(ctx context.Context, exec map[string]int64, inputs []*tensor.Tensor, shards []shard) ([]*tensor.Tensor, error) {
+	results := make([][]*tensor.Tensor, len(shards))
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i := 1; i < len(shards); i++ {
+		wg.Go(func() { results[i], errs[i] = v.runShard(ctx, inputs, shards[i]) })
+	}
+	results[0], errs[0] = v.runShard(ctx, inputs, shards[0])
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("rows %d to %d: %w", shards[i].lo, shards[i].lo+shards[i].n-1, err)
+		}
+	}
+	return v.joinShards(exec, results, shards)
+}
+
+// runShard runs one shard's rows in its bucket.
+func (v *version) runShard(ctx context.Context, inputs []*tensor.Tensor, s shard) ([]*tensor.Tensor, error) {
+	b := v.acquireBucket(s.exec)
+	defer v.releaseBucket(b)
+	exe, err := v.executable(ctx, b, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := v.plan
+	part := make([]*tensor.Tensor, len(inputs))
+	for i, in := range inputs {
+		part[i] = p.inputRows(i, in, s.lo, s.n, s.exec[p.batchName])
+	}
+	outs, err := exe.RunAlongside(ctx, part)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", b.name, err)
+	}
+	return outs, nil
+}
+
+// joinShards stacks the shards' outputs into outputs at exec's batch size,
+// each output along its batch axis.
+func (v *version) joinShards(exec map[string]int64, results [][]*tensor.Tensor, shards []shard) ([]*tensor.Tensor, error) {
+	p := v.plan
+	first := results[0]
+	if len(first) != len(p.outBatchAxis) {
+		return nil, fmt.Errorf("a shard returned %d outputs, the model has %d", len(first), len(p.outBatchAxis))
+	}
+	outs := make([]*tensor.Tensor, len(first))
+	for k, o := range first {
+		axis := p.outBatchAxis[k]
+		shape := append([]int64(nil), o.Shape...)
+		if axis >= len(shape) {
+			return nil, fmt.Errorf("output %d has shape %s, no batch axis %d", k, tensor.ShapeString(shape), axis)
+		}
+		shape[axis] = exec[p.batchName]
+		dst := tensor.New(o.DType, shape...)
+		for si, s := range shards {
+			src := results[si][k]
+			if src.DType != o.DType || len(src.Shape) != len(shape) {
+				return nil, fmt.Errorf("output %d: shard %d returned %s, shard 0 %s", k, si, src, o)
+			}
+			box := append([]int64(nil), src.Shape...)
+			box[axis] = s.n
+			at := make([]int64, len(shape))
+			at[axis] = s.lo
+			copyBlock(dst.Data, shape, at, src.Data, src.Shape, make([]int64, len(shape)), box, int64(o.DType.Size()))
+		}
+		outs[k] = dst
+	}
+	return outs, nil
+}
+
+// inputRows returns rows [lo, lo+n) of input i's tensor t along its batch
+// dim, padded with the input's pad value to size rows: a view of t's bytes
+// where the batch dim leads and no padding is needed, else a copy.
+func (p *BucketPlan) inputRows(i int, t *tensor.Tensor, lo, n, size int64) *tensor.Tensor {
+	in := &p.Inputs[i]
+	axis := -1
+	for d, spec := range in.Dims {
+		if spec.Sym == p.batchName {
+			axis = d
+		}
+	}
+	if axis < 0 {
+		return t // not batched: every shard reads all of it
+	}
+	shape := append([]int64(nil), t.Shape...)
+	shape[axis] = size
+	elem := int64(t.DType.Size())
+	if axis == 0 && n == size {
+		row := tensor.NumElements(t.Shape[1:]) * elem
+		return &tensor.Tensor{DType: t.DType, Shape: shape, Data: t.Data[lo*row : (lo+n)*row]}
+	}
+	dst := tensor.New(t.DType, shape...)
+	fill(dst.Data, in.pad)
+	box := append([]int64(nil), t.Shape...)
+	box[axis] = n
+	from := make([]int64, len(shape))
+	from[axis] = lo
+	copyBlock(dst.Data, shape, make([]int64, len(shape)), t.Data, t.Shape, from, box, elem)
+	return dst
+}

@@ -1,0 +1,148 @@
+package serving
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xserve/xserve/tensor"
+)
+
+// TestSplitBatchesMatchesORT serves tinycnn with every execution of
+// several rows split across (pretend) four idle cores, and checks each
+// row against ONNX Runtime's output for that image: shards of unequal
+// size, shards padded up to their bucket, a request of a bucket's exact
+// size, and the metric counting split executions.
+func TestSplitBatchesMatchesORT(t *testing.T) {
+	r := newRepo(t)
+	r.add("tinycnn", 1, tinyCNN)
+	r.config("tinycnn", "buckets:\n  batch: [1, 2, 4, 8]\nwarmup: eager\n")
+	for _, policy := range []SplitBatches{SplitAlways, SplitOff} {
+		t.Run(string(policy), func(t *testing.T) {
+			m, _ := start(t, r, func(o *Options) { o.SplitBatches = policy })
+			m.cores = 4 // shards of one, two and four rows whatever this machine has
+			images := readNpy(t, tinyCNNImage)
+			probs := readNpy(t, tinyCNNProbs)
+			var want float64
+			for _, pick := range [][]int{
+				{0, 0, 1, 0, 1, 1, 1, 0}, // four shards of two rows
+				{1, 0, 0, 1, 1},          // shards of 2, 2 and 1 rows, buckets 2, 2, 1
+				{0, 1, 1},                // shards of 2 and 1 rows in bucket 4
+				{1},                      // one row: never split
+			} {
+				resp := infer(t, m, "tinycnn", 1, map[string]*tensor.Tensor{"image": rows(images, pick...)})
+				if len(pick) > 1 && policy == SplitAlways {
+					want++
+				}
+				assertClose(t, fmt.Sprintf("probs of rows %v", pick), resp.Outputs[0].Tensor, rows(probs, pick...), 1e-5)
+			}
+			got := metric(t, m, `xserve_split_executions_total{model="tinycnn",version="1"}`)
+			if got != want {
+				t.Errorf("xserve_split_executions_total = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestSplitBatchesNeedsCompiledShards checks that a lazily compiled model
+// runs an execution whole rather than compile a smaller bucket on a
+// request's path to split it, and splits once the bucket is there.
+func TestSplitBatchesNeedsCompiledShards(t *testing.T) {
+	r := newRepo(t)
+	r.add("tinycnn", 1, tinyCNN)
+	r.config("tinycnn", "buckets:\n  batch: [1, 2, 4, 8]\n")
+	m, _ := start(t, r, func(o *Options) { o.SplitBatches = SplitAlways })
+	m.cores = 2
+	images := readNpy(t, tinyCNNImage)
+	probs := readNpy(t, tinyCNNProbs)
+	split := func() float64 {
+		return metric(t, m, `xserve_split_executions_total{model="tinycnn",version="1"}`)
+	}
+	eight := []int{0, 1, 1, 0, 0, 0, 1, 1}
+	for i, tc := range []struct {
+		pick  []int
+		split float64 // split executions so far
+	}{
+		{eight, 0},     // batch=4 is not compiled: runs whole in batch=8
+		{eight[:4], 1}, // two shards of two (the load-time probe compiled 1 and 2); compiles batch=4
+		{eight, 2},     // now two shards of four
+		{eight[:3], 3}, // shards of two rows and one row
+	} {
+		resp := infer(t, m, "tinycnn", 1, map[string]*tensor.Tensor{"image": rows(images, tc.pick...)})
+		assertClose(t, fmt.Sprintf("request %d: probs of rows %v", i, tc.pick), resp.Outputs[0].Tensor, rows(probs, tc.pick...), 1e-5)
+		if got := split(); got != tc.split {
+			t.Errorf("after request %d (%d rows): xserve_split_executions_total = %v, want %v", i, len(tc.pick), got, tc.split)
+		}
+	}
+}
+
+// TestSplitChooser feeds a bucket's chooser run times and checks what it
+// runs next: whole and split alternately while learning, then the faster
+// way, the other one every splitExplore-th run.
+func TestSplitChooser(t *testing.T) {
+	const learned = splitSkip + splitLearn
+	for _, tc := range []struct {
+		name         string
+		whole, split time.Duration
+		wantSplit    bool
+	}{
+		{"split faster", 1000 * time.Microsecond, 600 * time.Microsecond, true},
+		{"whole faster", 800 * time.Microsecond, 850 * time.Microsecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c splitChooser
+			for i := range 2 * learned {
+				split := c.choose()
+				if want := i%2 == 1; split != want {
+					t.Fatalf("learning run %d: split=%v, want %v", i, split, want)
+				}
+				d := tc.whole
+				if split {
+					d = tc.split
+				}
+				if i < 2*splitSkip {
+					d *= 50 // the first runs are slow and must not count
+				}
+				c.observe(split, d)
+			}
+			if c.splitting() != tc.wantSplit {
+				t.Fatalf("after learning: splitting=%v, want %v", c.splitting(), tc.wantSplit)
+			}
+			var others int
+			for range 4 * splitExplore {
+				if c.choose() != tc.wantSplit {
+					others++
+				}
+			}
+			if others != 4 {
+				t.Errorf("%d of %d runs took the slower way, want 4", others, 4*splitExplore)
+			}
+		})
+	}
+	// The machine changes: splitting becomes slow; the exploring runs see it.
+	var c splitChooser
+	for i := range 2 * learned {
+		c.observe(i%2 == 1, time.Duration(1000-400*(i%2))*time.Microsecond)
+	}
+	if !c.splitting() {
+		t.Fatal("split measured faster but not chosen")
+	}
+	for range 10 {
+		c.observe(true, 3*time.Millisecond)
+	}
+	if c.splitting() {
+		t.Error("split measured 3x slower ten times but still chosen")
+	}
+}
+
+func TestParseSplitBatches(t *testing.T) {
+	for in, want := range map[string]SplitBatches{"": SplitAuto, "auto": SplitAuto, "off": SplitOff, "always": SplitAlways} {
+		if got, err := ParseSplitBatches(in); err != nil || got != want {
+			t.Errorf("ParseSplitBatches(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseSplitBatches("yes"); err == nil || !strings.Contains(err.Error(), `"yes"`) {
+		t.Errorf("ParseSplitBatches(yes) = %v, want an error naming the value", err)
+	}
+}
