@@ -4,9 +4,10 @@ and 32, interleaved, on the same inputs. Prints a Markdown table.
 
     .venv-bench/bin/python bench/peers.py --runner bin/bench-runner [--batches 1,8,32] [--rounds 5]
 
-Each model and batch size: every runner loads the model (xserve: import,
-lower, compile, in the bench-runner process, timing Executable.Run, host
-tensors in and out), then `rounds` rounds run each runner in turn (order
+Each model and batch size: every runner loads the model (xserve: the
+bench-runner process serves it with a serving.Manager, buckets at the batch
+size and its half, and times Manager.Infer, host tensors in and out, as
+`xserve serve` runs a request minus the wire), then `rounds` rounds run each runner in turn (order
 rotated each round) for a chunk of about --chunk-s seconds; the p50 is over
 all timed calls. Inputs: the fixture's batch-1 input repeated to the batch
 size, written to .npy and read by every runner.
@@ -103,6 +104,8 @@ def count_flops(m):
 BASELINES = {
     "xla": ({"XSERVE_CPU_KERNELS": "off"}, "the CPU kernel library off, XLA's own convolutions and dots"),
     "async": ({"XSERVE_CPU_EXECUTION": "async"}, "PJRT's asynchronous CPU execution on its thread pool"),
+    "nosplit": ({"XSERVE_SPLIT_BATCHES": "off"}, "every execution whole, never split into shards on idle cores"),
+    "split": ({"XSERVE_SPLIT_BATCHES": "always"}, "every execution of several rows split into shards, one per core, unmeasured"),
 }
 
 
@@ -208,7 +211,7 @@ def main():
     ap.add_argument("--zoo", default="testdata/zoo",
                     help="directory of <model>/model.onnx and b1.in.*.npy (e.g. the full-size zoo: .cache/zoo-full)")
     ap.add_argument("--work", default=".cache/bench-peers")
-    ap.add_argument("--baselines", default="xla,async",
+    ap.add_argument("--baselines", default="nosplit,xla",
                     help="xserve baselines to run beside xserve, comma-separated (empty for none): " +
                     "; ".join(f"{k}: {v[1]}" for k, v in BASELINES.items()))
     args = ap.parse_args()

@@ -1,54 +1,87 @@
-// Command bench-runner times xserve's Executable.Run in process for
-// bench/peers.py, which drives it over stdin/stdout so that xserve, ONNX
-// Runtime and OpenVINO run interleaved on the same inputs. Commands, one a
-// line:
+// Command bench-runner times xserve in process for bench/peers.py, which
+// drives it over stdin/stdout so that xserve, ONNX Runtime and OpenVINO run
+// interleaved on the same inputs. Each model is served by a serving.Manager,
+// as `xserve serve` serves it (buckets, split executions, output slicing),
+// with batching off and without the wire: each timed call is one
+// Manager.Infer. Commands, one a line:
 //
-//	load KEY MODEL NAME=FILE.npy ...   import, lower and compile MODEL for those inputs; prints "ok"
+//	load KEY MODEL NAME=FILE.npy ...   serve MODEL for inputs of those shapes; prints "ok"
 //	time KEY N                         runs KEY N times; prints the N latencies in ns
 //	quit
 //
-// Any error is printed as "error: ..." and ends the command, not the process.
+// The model is served from a repository of its own whose config.yaml has
+// the inputs' sizes as buckets, and their half for the leading (batch)
+// symbol, so that a split execution (serving.SplitBatches) has its shard
+// bucket; every bucket is compiled at load. XSERVE_SPLIT_BATCHES (auto, off,
+// always) sets the split policy. Any error is printed as "error: ..." and
+// ends the command, not the process.
 package main
 
 import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/xserve/xserve/importer"
-	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
 
+// warmupCalls are the calls load makes before the first timed one: enough
+// for each bucket's split chooser to have measured both ways.
+const warmupCalls = 20
+
 type loaded struct {
-	exe    *serving.Executable
-	inputs []*tensor.Tensor
+	mgr *serving.Manager
+	dir string
+	req *serving.InferRequest
+}
+
+func (m *loaded) close() {
+	m.mgr.Shutdown(context.Background())
+	os.RemoveAll(m.dir)
 }
 
 func main() {
+	if err := run(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-runner:", err)
+		os.Exit(1)
+	}
+}
+
+func run(stdin io.Reader, stdout io.Writer) error {
+	split, err := serving.ParseSplitBatches(os.Getenv("XSERVE_SPLIT_BATCHES"))
+	if err != nil {
+		return fmt.Errorf("XSERVE_SPLIT_BATCHES: %w", err)
+	}
 	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "."})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return err
 	}
 	client, err := pjrt.Open(path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return err
 	}
 	defer client.Close()
-	w := serving.NewWeights(client)
-	defer w.Close()
 	models := map[string]*loaded{}
-	in := bufio.NewScanner(os.Stdin)
+	defer func() {
+		for _, m := range models {
+			m.close()
+		}
+	}()
+	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
-	out := bufio.NewWriter(os.Stdout)
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
 	for in.Scan() {
 		f := strings.Fields(in.Text())
 		if len(f) == 0 {
@@ -57,11 +90,13 @@ func main() {
 		var err error
 		switch {
 		case f[0] == "quit":
-			out.Flush()
-			return
+			return nil
 		case f[0] == "load" && len(f) >= 3:
 			var m *loaded
-			if m, err = load(client, w, f[2], f[3:]); err == nil {
+			if m, err = load(client, split, f[2], f[3:]); err == nil {
+				if old := models[f[1]]; old != nil {
+					old.close()
+				}
 				models[f[1]] = m
 				fmt.Fprintln(out, "ok")
 			}
@@ -75,10 +110,11 @@ func main() {
 		}
 		out.Flush()
 	}
+	return in.Err()
 }
 
-// load compiles model for the inputs in the NAME=FILE.npy specs.
-func load(c *pjrt.Client, w *serving.Weights, model string, specs []string) (*loaded, error) {
+// load serves model for the inputs in the NAME=FILE.npy specs.
+func load(c *pjrt.Client, split serving.SplitBatches, model string, specs []string) (*loaded, error) {
 	g, err := importer.Load(model)
 	if err != nil {
 		return nil, err
@@ -91,8 +127,10 @@ func load(c *pjrt.Client, w *serving.Weights, model string, specs []string) (*lo
 		}
 		files[name] = file
 	}
+	req := &serving.InferRequest{Inputs: map[string]*tensor.Tensor{}}
 	var inputs []*tensor.Tensor
-	for _, p := range g.Placeholders() {
+	lead := ""
+	for i, p := range g.Placeholders() {
 		file, ok := files[p.Target]
 		if !ok {
 			return nil, fmt.Errorf("no input file for %s", p.Target)
@@ -102,23 +140,94 @@ func load(c *pjrt.Client, w *serving.Weights, model string, specs []string) (*lo
 			return nil, err
 		}
 		inputs = append(inputs, t)
+		req.Inputs[p.Target] = t
+		if shape := p.Val().Shape; i == 0 && len(shape) > 0 && !shape[0].IsStatic() {
+			lead = shape[0].Sym
+		}
 	}
 	dims, err := g.BindDims(inputs)
 	if err != nil {
 		return nil, err
 	}
-	prog, err := lower.New(lower.Options{Platform: c.Platform(), Kernels: c.Kernels()}).Lower(g, dims)
+	dir, err := writeRepo(model, dims, lead)
 	if err != nil {
 		return nil, err
 	}
-	exe, err := serving.Compile(context.Background(), c, prog, w)
+	m, err := serve(c, split, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	l := &loaded{mgr: m, dir: dir, req: req}
+	for range warmupCalls {
+		if _, err := m.Infer(context.Background(), "m", 0, req); err != nil {
+			l.close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// writeRepo writes a model repository holding model as model "m", version
+// 1, with a config.yaml whose buckets are the symbols' sizes in dims, and
+// half of it too for lead (the batch symbol) where it is even.
+func writeRepo(model string, dims map[string]int64, lead string) (string, error) {
+	dir, err := os.MkdirTemp("", "bench-runner-")
+	if err != nil {
+		return "", err
+	}
+	file := modelrepo.ModelFileONNX
+	if strings.HasSuffix(model, ".pt2") {
+		file = modelrepo.ModelFilePT2
+	}
+	data, err := os.ReadFile(model)
+	if err == nil {
+		err = os.MkdirAll(filepath.Join(dir, "m", "1"), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "m", "1", file), data, 0o644)
+	}
+	cfg := "warmup: eager\nbatching:\n  enabled: false\nbuckets:\n"
+	for sym, n := range dims {
+		sizes := strconv.FormatInt(n, 10)
+		if sym == lead && n >= 2 && n%2 == 0 {
+			sizes = strconv.FormatInt(n/2, 10) + ", " + sizes
+		}
+		cfg += fmt.Sprintf("  %s: [%s]\n", strconv.Quote(sym), sizes)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "m", modelrepo.ConfigFile), []byte(cfg), 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// serve starts a Manager on the repository in dir and checks that its
+// model loaded.
+func serve(c *pjrt.Client, split serving.SplitBatches, dir string) (*serving.Manager, error) {
+	repo, err := modelrepo.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := exe.Run(context.Background(), inputs); err != nil { // warm-up
+	m, err := serving.NewManager(context.Background(), serving.Options{
+		Client:       c,
+		Repository:   repo,
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		SplitBatches: split,
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &loaded{exe: exe, inputs: inputs}, nil
+	for _, st := range m.Status() {
+		if st.State != serving.StateReady {
+			m.Shutdown(context.Background())
+			return nil, fmt.Errorf("model %s: %s: %s", filepath.Base(dir), st.State, st.Reason)
+		}
+	}
+	return m, nil
 }
 
 // timeRuns runs m n times and prints each latency in ns.
@@ -134,7 +243,7 @@ func timeRuns(out *bufio.Writer, m *loaded, n string) error {
 	lat := make([]string, count)
 	for i := range count {
 		start := time.Now()
-		if _, err := m.exe.Run(ctx, m.inputs); err != nil {
+		if _, err := m.mgr.Infer(ctx, "m", 0, m.req); err != nil {
 			return err
 		}
 		lat[i] = strconv.FormatInt(time.Since(start).Nanoseconds(), 10)
