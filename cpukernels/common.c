@@ -79,21 +79,7 @@ static double parallel_min_macs(void) {
 	return m;
 }
 
-/* thread_limit caps the threads of the primitives the calling thread runs
- * (0: no cap). */
-static __thread int thread_limit;
-
-/* xserve_cpu_kernels_thread_limit caps the threads of the kernels the
- * calling thread runs from now on at n (n <= 0: no cap). The pjrt package
- * sets 1 around an execution that runs beside others, one per core, so that
- * their primitives do not fork OpenMP teams that compete for the same cores
- * (pjrt.Executable.RunHostAlongside). Exported, not in the table. */
-void xserve_cpu_kernels_thread_limit(int n) { thread_limit = n > 0 ? n : 0; }
-
-int kernel_threads(double macs) {
-	int n = macs < parallel_min_macs() ? 1 : max_threads();
-	return thread_limit > 0 && thread_limit < n ? thread_limit : n;
-}
+int kernel_threads(double macs) { return macs < parallel_min_macs() ? 1 : max_threads(); }
 
 void use_threads(int n) { omp_set_num_threads(n); }
 
@@ -321,13 +307,11 @@ dnnl_status_t finish_entry(kernel_entry *e, dnnl_primitive_desc_t pd) {
  * builds into *spare, which the caller destroys after the call. */
 static kernel_entry *lookup(kernel_cache *c, const void *key, int threads, entry_builder build, const void *ctx,
     kernel_entry *spare, dnnl_status_t *st) {
-	/* A primitive is made for its thread count: the same op run under a
-	 * thread limit is an entry of its own. */
-	uint64_t h = hash_bytes(key, KEY_BYTES) ^ ((uint64_t)threads * 0x9e3779b97f4a7c15ull);
+	uint64_t h = hash_bytes(key, KEY_BYTES);
 	pthread_mutex_lock(&c->mu);
 	for (int i = 0; i < CACHE_SLOTS; i++) {
 		kernel_entry *e = &c->slots[(h + i) % CACHE_SLOTS];
-		if (e->used && e->threads == threads && memcmp(e->key, key, KEY_BYTES) == 0) {
+		if (e->used && memcmp(e->key, key, KEY_BYTES) == 0) {
 			pthread_mutex_unlock(&c->mu);
 			return e;
 		}

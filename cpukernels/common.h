@@ -46,8 +46,7 @@ void *thread_scratch(size_t n);
 
 /* kernel_threads is the number of OpenMP threads a primitive of macs
  * multiply-adds is made for and runs on: one below a few million, where
- * forking costs more than it saves, every processor otherwise; at most the
- * calling thread's limit (xserve_cpu_kernels_thread_limit). */
+ * forking costs more than it saves, every processor otherwise. */
 int kernel_threads(double macs);
 
 /* use_threads sets the OpenMP threads of the calling thread's next parallel

@@ -27,7 +27,7 @@ static const xserve_cpu_kernel kernels[] = {
  * cpuKernelsABI in pjrt/kernels.go: a library of another ABI is not loaded,
  * so that a binary and a kernel library built from different sources never
  * meet at run time. */
-#define XSERVE_CPU_KERNELS_ABI 7
+#define XSERVE_CPU_KERNELS_ABI 6
 
 int xserve_cpu_kernels_abi(void) { return XSERVE_CPU_KERNELS_ABI; }
 

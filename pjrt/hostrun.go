@@ -350,24 +350,6 @@ func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tenso
 	return e.runPortable(ctx, bufs, hosts)
 }
 
-// RunHostAlongside is RunHost for an execution that runs beside others of
-// the process, one per core (a batch split into shards): xserve's CPU
-// kernels run on the calling thread only instead of forking OpenMP threads
-// that would compete with the other executions for the cores. The cap holds
-// for the kernels that run on the calling thread, which is all of them with
-// inline CPU execution (CPUExecution "inline"); elsewhere it is RunHost.
-func (e *Executable) RunHostAlongside(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	c := e.client
-	if c.kernelsLimit == nil {
-		return e.RunHost(ctx, bufs, hosts)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	c.setKernelThreadLimit(1)
-	defer c.setKernelThreadLimit(0)
-	return e.RunHost(ctx, bufs, hosts)
-}
-
 // runPortable uploads the host inputs, executes, downloads the outputs and
 // records what the fast path needs.
 func (e *Executable) runPortable(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {

@@ -43,16 +43,11 @@ typedef struct xs_cpu_kernel {
 
 typedef const xs_cpu_kernel* (*xs_cpu_kernels_fn)(int* n);
 typedef int (*xs_cpu_kernels_abi_fn)(void);
-typedef void (*xs_thread_limit_fn)(int n);
-
-// xs_set_thread_limit calls the library's xserve_cpu_kernels_thread_limit.
-static void xs_set_thread_limit(void* fn, int n) { ((xs_thread_limit_fn)fn)(n); }
 
 // xs_load_kernels opens the kernel library at path (once per process: dlopen
 // reference-counts it) and returns its ABI version in *abi and its table in
-// *table, *n, and its thread-limit function in *limit; NULL or an error
-// message (static or dlerror's).
-static const char* xs_load_kernels(const char* path, int* abi, const xs_cpu_kernel** table, int* n, void** limit) {
+// *table, *n; NULL or an error message (static or dlerror's).
+static const char* xs_load_kernels(const char* path, int* abi, const xs_cpu_kernel** table, int* n) {
 	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		const char* e = dlerror();
@@ -65,7 +60,6 @@ static const char* xs_load_kernels(const char* path, int* abi, const xs_cpu_kern
 	}
 	*abi = abi_fn();
 	*table = fn(n);
-	*limit = dlsym(h, "xserve_cpu_kernels_thread_limit");
 	return NULL;
 }
 
@@ -118,19 +112,12 @@ const CPUKernelsFile = "libxserve_cpukernels.so"
 // cpuKernelsABI is the kernel calling convention (targets, operands,
 // attributes) this build's lowering emits: XSERVE_CPU_KERNELS_ABI in
 // cpukernels/kernels.c. A library of another one is refused.
-const cpuKernelsABI = 7
+const cpuKernelsABI = 6
 
 // registeredKernels maps a plugin table and kernel library to the targets
 // registered for them: a handler is registered once per process. Guarded
 // by registerMu.
-var registeredKernels = map[kernelsKey]loadedKernels{}
-
-// loadedKernels is a kernel library registered with a plugin: its targets
-// and its xserve_cpu_kernels_thread_limit.
-type loadedKernels struct {
-	names []string
-	limit unsafe.Pointer
-}
+var registeredKernels = map[kernelsKey][]string{}
 
 type kernelsKey struct {
 	api  *C.PJRT_Api
@@ -155,13 +142,11 @@ func findCPUKernels(pluginPath string) (string, bool) {
 }
 
 // loadKernels registers the handlers of the kernel library file with the
-// plugin whose table is api and returns their target names and its
-// thread-limit function.
-func loadKernels(api *C.PJRT_Api, file string) (loadedKernels, error) {
-	var none loadedKernels
+// plugin whose table is api and returns their target names.
+func loadKernels(api *C.PJRT_Api, file string) ([]string, error) {
 	abs, err := filepath.Abs(file)
 	if err != nil {
-		return none, err
+		return nil, err
 	}
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
@@ -169,49 +154,36 @@ func loadKernels(api *C.PJRT_Api, file string) (loadedKernels, error) {
 	registerMu.Lock()
 	defer registerMu.Unlock()
 	key := kernelsKey{api, abs}
-	if k, ok := registeredKernels[key]; ok {
-		return k, nil
+	if names, ok := registeredKernels[key]; ok {
+		return names, nil
 	}
 	cpath := C.CString(abs)
 	defer C.free(unsafe.Pointer(cpath))
 	var table *C.xs_cpu_kernel
 	var n, abi C.int
-	var limit unsafe.Pointer
-	if msg := C.xs_load_kernels(cpath, &abi, &table, &n, &limit); msg != nil {
-		return none, fmt.Errorf("load CPU kernels %s: %s", abs, C.GoString(msg))
+	if msg := C.xs_load_kernels(cpath, &abi, &table, &n); msg != nil {
+		return nil, fmt.Errorf("load CPU kernels %s: %s", abs, C.GoString(msg))
 	}
 	if abi != cpuKernelsABI {
-		return none, fmt.Errorf("load CPU kernels %s: kernel ABI %d, this build needs %d (rebuild it: make pjrt)", abs, abi, cpuKernelsABI)
+		return nil, fmt.Errorf("load CPU kernels %s: kernel ABI %d, this build needs %d (rebuild it: make pjrt)", abs, abi, cpuKernelsABI)
 	}
 	if n < 0 || n > 1024 {
-		return none, fmt.Errorf("load CPU kernels %s: implausible table length %d", abs, n)
-	}
-	if limit == nil {
-		return none, fmt.Errorf("load CPU kernels %s: no symbol xserve_cpu_kernels_thread_limit", abs)
+		return nil, fmt.Errorf("load CPU kernels %s: implausible table length %d", abs, n)
 	}
 	var names []string
 	for _, k := range unsafe.Slice(table, int(n)) {
 		name := C.GoString(k.name)
 		var perr *C.PJRT_Error
 		if C.xs_register_ffi(api, k.name, k.handler, &perr) != 0 {
-			return none, errors.New("the PJRT plugin has no FFI extension to register custom-call handlers with")
+			return nil, errors.New("the PJRT plugin has no FFI extension to register custom-call handlers with")
 		}
 		if perr != nil {
-			return none, fmt.Errorf("register CPU kernel %s: %w", name, pluginError(api, perr))
+			return nil, fmt.Errorf("register CPU kernel %s: %w", name, pluginError(api, perr))
 		}
 		names = append(names, name)
 	}
-	loaded := loadedKernels{names: names, limit: limit}
-	registeredKernels[key] = loaded
-	return loaded, nil
-}
-
-// setKernelThreadLimit caps the CPU kernels' threads on the calling OS
-// thread (n <= 0: no cap); a no-op without a kernel library.
-func (c *Client) setKernelThreadLimit(n int) {
-	if c.kernelsLimit != nil {
-		C.xs_set_thread_limit(c.kernelsLimit, C.int(n))
-	}
+	registeredKernels[key] = names
+	return names, nil
 }
 
 // Kernels returns the custom-call targets this client's plugin has from

@@ -133,19 +133,6 @@ func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower
 // to the device for this call only (pjrt.Executable.RunHost), read in place
 // where the plugin can.
 func (e *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	return e.run(ctx, inputs, e.exe.RunHost)
-}
-
-// RunAlongside is Run for an execution that runs beside others, one per
-// core (a split execution's shard): the CPU kernels use the calling thread
-// only (pjrt.Executable.RunHostAlongside).
-func (e *Executable) RunAlongside(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	return e.run(ctx, inputs, e.exe.RunHostAlongside)
-}
-
-// run binds inputs to the program's input parameters and runs it with
-// runHost.
-func (e *Executable) run(ctx context.Context, inputs []*tensor.Tensor, runHost func(context.Context, []*pjrt.Buffer, []*tensor.Tensor) ([]*tensor.Tensor, error)) ([]*tensor.Tensor, error) {
 	hosts := make([]*tensor.Tensor, len(e.args))
 	in := 0
 	for i, p := range e.Program.Params {
@@ -165,7 +152,7 @@ func (e *Executable) run(ctx context.Context, inputs []*tensor.Tensor, runHost f
 	if in != len(inputs) {
 		return nil, fmt.Errorf("serving: got %d inputs, the program takes %d", len(inputs), in)
 	}
-	outs, err := runHost(ctx, e.args, hosts)
+	outs, err := e.exe.RunHost(ctx, e.args, hosts)
 	if err != nil {
 		return nil, err
 	}

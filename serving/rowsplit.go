@@ -68,8 +68,8 @@ type shard struct {
 // a run that shares its cores with another process takes several times as
 // long now and then.
 const (
-	splitSkip    = 2
-	splitLearn   = 5
+	splitSkip    = 4
+	splitLearn   = 6
 	splitWindow  = 8
 	splitExplore = 32
 )
@@ -252,7 +252,7 @@ func (v *version) runShard(ctx context.Context, inputs []*tensor.Tensor, s shard
 	for i, in := range inputs {
 		part[i] = p.inputRows(i, in, s.lo, s.n, s.exec[p.batchName])
 	}
-	outs, err := exe.RunAlongside(ctx, part)
+	outs, err := exe.Run(ctx, part)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", b.name, err)
 	}

@@ -38,7 +38,7 @@ import (
 
 // warmupCalls are the calls load makes before the first timed one: enough
 // for each bucket's split chooser to have measured both ways.
-const warmupCalls = 20
+const warmupCalls = 30
 
 type loaded struct {
 	mgr *serving.Manager
