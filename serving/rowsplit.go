@@ -59,38 +59,45 @@ type shard struct {
 	exec  map[string]int64
 }
 
-// Split choosing: the first splitSkip runs of each way are not counted
-// (a first run on a thread sets up the kernels' per-thread state), each way
-// is run splitLearn times more, alternately, and then the way whose latest
-// splitWindow runs have the lower median is taken, the other one every
-// splitExplore-th eligible run, so that a change in the machine's load or a
-// bad first measurement does not fix the choice for good. Medians, because
-// a run that shares its cores with another process takes several times as
-// long now and then.
+// Split choosing. A run right after a run of the other way is not counted:
+// a whole execution's large kernels leave OpenMP threads spinning for a
+// while after them, which slows the next split one. Nor are the first
+// splitSkip runs of each way (a shard's first runs on a new thread set up
+// the kernels' per-thread state). A bucket first runs whole until
+// splitLearn runs are counted, then split as long, then takes the way
+// whose latest splitWindow counted runs have the lower median, and every
+// splitExplore-th eligible run tries the other way for splitProbe runs in a
+// row, so that a change in the machine's load or a bad first measurement
+// does not fix the choice for good. Medians, because a run that shares its
+// cores with another process takes several times as long now and then.
 const (
 	splitSkip    = 4
 	splitLearn   = 6
 	splitWindow  = 8
-	splitExplore = 32
+	splitExplore = 64
+	splitProbe   = 3
 )
 
 // splitChooser learns, for one bucket, whether its executions run faster
 // whole or split. Safe for concurrent use.
 type splitChooser struct {
 	mu     sync.Mutex
-	n      [2]int                        // runs whole (0) and split (1) observed
+	seen   [2]int                        // runs whole (0) and split (1) observed
+	n      [2]int                        // of those, counted
 	recent [2][splitWindow]time.Duration // the latest counted ones, a ring each
-	since  int                           // eligible runs since the last exploring one
+	last   int                           // the way of the last run observed
+	since  int                           // eligible runs since the last exploration began
+	probe  int                           // runs of the exploration left
 }
 
 // learnedLocked reports whether both ways have been measured enough.
 func (c *splitChooser) learnedLocked() bool {
-	return c.n[0] >= splitSkip+splitLearn && c.n[1] >= splitSkip+splitLearn
+	return c.n[0] >= splitLearn && c.n[1] >= splitLearn
 }
 
 // medianLocked returns the median of way i's latest counted runs.
 func (c *splitChooser) medianLocked(i int) time.Duration {
-	k := min(c.n[i]-splitSkip, splitWindow)
+	k := min(c.n[i], splitWindow)
 	d := append([]time.Duration(nil), c.recent[i][:k]...)
 	slices.Sort(d)
 	return d[k/2]
@@ -101,11 +108,15 @@ func (c *splitChooser) choose() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.learnedLocked() {
-		return c.n[1] < c.n[0] // alternate while learning, whole first
+		return c.n[0] >= splitLearn // whole first, then split
 	}
 	best := c.medianLocked(1) < c.medianLocked(0)
+	if c.probe > 0 {
+		c.probe--
+		return !best
+	}
 	if c.since++; c.since >= splitExplore {
-		c.since = 0
+		c.since, c.probe = 0, splitProbe-1
 		return !best
 	}
 	return best
@@ -119,10 +130,14 @@ func (c *splitChooser) observe(split bool, d time.Duration) {
 	if split {
 		i = 1
 	}
-	c.n[i]++
-	if k := c.n[i] - splitSkip; k > 0 {
-		c.recent[i][(k-1)%splitWindow] = d
+	c.seen[i]++
+	switched := c.seen[0]+c.seen[1] > 1 && c.last != i
+	c.last = i
+	if c.seen[i] <= splitSkip || switched {
+		return
 	}
+	c.recent[i][c.n[i]%splitWindow] = d
+	c.n[i]++
 }
 
 // splitting reports whether the bucket currently runs split: once both

@@ -78,10 +78,11 @@ func TestSplitBatchesNeedsCompiledShards(t *testing.T) {
 }
 
 // TestSplitChooser feeds a bucket's chooser run times and checks what it
-// runs next: whole and split alternately while learning, then the faster
-// way, the other one every splitExplore-th run.
+// runs next: whole, then split, while learning (the first runs of each way
+// and the first after a switch not counted), then the faster way, the other
+// one for splitProbe runs every splitExplore runs.
 func TestSplitChooser(t *testing.T) {
-	const learned = splitSkip + splitLearn
+	const learn = splitSkip + splitLearn // runs of each way while learning
 	for _, tc := range []struct {
 		name         string
 		whole, split time.Duration
@@ -92,47 +93,60 @@ func TestSplitChooser(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c splitChooser
-			for i := range 2 * learned {
-				split := c.choose()
-				if want := i%2 == 1; split != want {
-					t.Fatalf("learning run %d: split=%v, want %v", i, split, want)
-				}
+			run := func(split bool, slow bool) {
 				d := tc.whole
 				if split {
 					d = tc.split
 				}
-				if i < 2*splitSkip {
-					d *= 50 // the first runs are slow and must not count
+				if slow {
+					d *= 50 // must not count
 				}
 				c.observe(split, d)
+			}
+			for i := range 2 * learn {
+				split := c.choose()
+				if want := i >= learn; split != want {
+					t.Fatalf("learning run %d: split=%v, want %v", i, split, want)
+				}
+				run(split, i%learn < splitSkip)
 			}
 			if c.splitting() != tc.wantSplit {
 				t.Fatalf("after learning: splitting=%v, want %v", c.splitting(), tc.wantSplit)
 			}
-			var others int
-			for range 4 * splitExplore {
-				if c.choose() != tc.wantSplit {
-					others++
+			var other int
+			for range 3 * (splitExplore + splitProbe - 1) {
+				split := c.choose()
+				if split != tc.wantSplit {
+					other++
 				}
+				run(split, split != tc.wantSplit && other%splitProbe == 1) // the first run after a switch is slow and must not count
 			}
-			if others != 4 {
-				t.Errorf("%d of %d runs took the slower way, want 4", others, 4*splitExplore)
+			if other != 3*splitProbe {
+				t.Errorf("%d runs took the slower way, want %d", other, 3*splitProbe)
+			}
+			if c.splitting() != tc.wantSplit {
+				t.Errorf("after exploring: splitting=%v, want %v", c.splitting(), tc.wantSplit)
 			}
 		})
 	}
-	// The machine changes: splitting becomes slow; the exploring runs see it.
+	// The machine changes: splitting becomes slow; the split runs see it.
 	var c splitChooser
-	for i := range 2 * learned {
-		c.observe(i%2 == 1, time.Duration(1000-400*(i%2))*time.Microsecond)
+	for i := range 2 * learn {
+		split := i >= learn
+		d := 1000 * time.Microsecond
+		if split {
+			d = 600 * time.Microsecond
+		}
+		c.observe(split, d)
 	}
 	if !c.splitting() {
 		t.Fatal("split measured faster but not chosen")
 	}
-	for range 10 {
+	for range splitWindow {
 		c.observe(true, 3*time.Millisecond)
 	}
 	if c.splitting() {
-		t.Error("split measured 3x slower ten times but still chosen")
+		t.Error("split measured 3x slower for a window of runs but still chosen")
 	}
 }
 
