@@ -36,8 +36,9 @@ const (
 	SplitAuto SplitBatches = "auto"
 	// SplitOff runs every execution whole.
 	SplitOff SplitBatches = "off"
-	// SplitAlways splits every execution of several rows across the cores,
-	// measurements and load aside (for tests and A/B benchmarks).
+	// SplitAlways splits every execution of several rows across the cores
+	// no other execution holds, whatever the measurements say (for tests
+	// and A/B benchmarks).
 	SplitAlways SplitBatches = "always"
 )
 

@@ -45,6 +45,29 @@ func TestSplitBatchesMatchesORT(t *testing.T) {
 	}
 }
 
+// TestSplitBatchesPairMatchesORT splits executions of the two-input,
+// two-output pair model whose seq symbol is padded too (5 to 8), and checks
+// both outputs row by row against ONNX Runtime's.
+func TestSplitBatchesPairMatchesORT(t *testing.T) {
+	r := newRepo(t)
+	r.add("pair", 1, pairModel)
+	r.config("pair", "buckets:\n  batch: [1, 2, 4]\n  seq: [8]\nwarmup: eager\nbatching:\n  enabled: false\n")
+	m, _ := start(t, r, func(o *Options) { o.SplitBatches = SplitAlways })
+	m.cores = 4
+	x, y := readNpy(t, "testdata/pair_x.npy"), readNpy(t, "testdata/pair_y.npy")
+	sum, total := readNpy(t, "testdata/pair_sum.onnxruntime.npy"), readNpy(t, "testdata/pair_total.onnxruntime.npy")
+	for _, pick := range [][]int{{0, 1, 2}, {2, 0, 1, 1}} {
+		resp := infer(t, m, "pair", 1, map[string]*tensor.Tensor{"x": rows(x, pick...), "y": rows(y, pick...)})
+		for _, o := range resp.Outputs {
+			want := map[string]*tensor.Tensor{"sum": sum, "total": total}[o.Name]
+			assertClose(t, fmt.Sprintf("%s of rows %v", o.Name, pick), o.Tensor, rows(want, pick...), 1e-5)
+		}
+	}
+	if got := metric(t, m, `xserve_split_executions_total{model="pair",version="1"}`); got != 2 {
+		t.Errorf("xserve_split_executions_total = %v, want 2", got)
+	}
+}
+
 // TestSplitBatchesNeedsCompiledShards checks that a lazily compiled model
 // runs an execution whole rather than compile a smaller bucket on a
 // request's path to split it, and splits once the bucket is there.
@@ -158,5 +181,51 @@ func TestParseSplitBatches(t *testing.T) {
 	}
 	if _, err := ParseSplitBatches("yes"); err == nil || !strings.Contains(err.Error(), `"yes"`) {
 		t.Errorf("ParseSplitBatches(yes) = %v, want an error naming the value", err)
+	}
+}
+
+// TestShardRowsAlongAnAxis cuts shards' rows out of an input whose batch
+// dim is not the leading one, padding a shard up to its bucket, and stacks
+// shard outputs along a batch axis 1, element by element.
+func TestShardRowsAlongAnAxis(t *testing.T) {
+	pad := tensor.FromFloat32s([]float32{-1}, 1)
+	p := &BucketPlan{
+		batchName:    "batch",
+		Inputs:       []tensorSig{{Name: "in", DType: tensor.Float32, Dims: []dimSpec{{Sym: "seq"}, {Sym: "batch"}}, pad: pad.Data}},
+		outBatchAxis: []int{1},
+	}
+	// in[s, b] = 10*s + b, seq 2, batch 5.
+	in := tensor.New(tensor.Float32, 2, 5)
+	for i := range int64(10) {
+		in.SetFloat64(i, float64(10*(i/5)+i%5))
+	}
+	got := p.inputRows(0, in, 3, 2, 4).Float64s()
+	want := []float64{3, 4, -1, -1, 13, 14, -1, -1}
+	if tensor.ShapeString(p.inputRows(0, in, 3, 2, 4).Shape) != "[2,4]" || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("rows 3-4 of batch axis 1 padded to 4: %v, want %v", got, want)
+	}
+	if lead := (&BucketPlan{batchName: "batch", Inputs: []tensorSig{{Dims: []dimSpec{{Sym: "batch"}, {Sym: "seq"}}}}}).inputRows(0, in, 1, 1, 1); fmt.Sprint(lead.Float64s()) != "[10 11 12 13 14]" || &lead.Data[0] != &in.Data[20] {
+		t.Errorf("row 1 of a leading batch dim: %v, want [10 11 12 13 14], a view of the input's bytes", lead.Float64s())
+	}
+
+	v := &version{plan: p}
+	// Shard 0 ran rows 0-2 in bucket 4, shard 1 rows 3-4 in bucket 2; each
+	// output is [seq=2, its bucket], out[s, b] = 100*s + the row's number.
+	shardOut := func(lo int64, bucket int64) *tensor.Tensor {
+		o := tensor.New(tensor.Float32, 2, bucket)
+		for i := range 2 * bucket {
+			o.SetFloat64(i, float64(100*(i/bucket)+lo+i%bucket))
+		}
+		return o
+	}
+	outs, err := v.joinShards(map[string]int64{"batch": 8},
+		[][]*tensor.Tensor{{shardOut(0, 4)}, {shardOut(3, 2)}},
+		[]shard{{lo: 0, n: 3}, {lo: 3, n: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []float64{0, 1, 2, 3, 4, 0, 0, 0, 100, 101, 102, 103, 104, 0, 0, 0}
+	if tensor.ShapeString(outs[0].Shape) != "[2,8]" || fmt.Sprint(outs[0].Float64s()) != fmt.Sprint(want) {
+		t.Errorf("joined %s %v, want [2,8] %v", tensor.ShapeString(outs[0].Shape), outs[0].Float64s(), want)
 	}
 }
