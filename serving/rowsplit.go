@@ -169,6 +169,11 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec 
 		}
 		return outs, err
 	}
+	// The shards hold as many cores: an execution starting meanwhile sees
+	// them busy.
+	extra := int64(len(shards) - 1)
+	v.m.executing.Add(extra)
+	defer v.m.executing.Add(-extra)
 	start := time.Now()
 	outs, err := v.runShards(ctx, exec, inputs, shards)
 	if err != nil {
