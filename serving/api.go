@@ -120,7 +120,9 @@ type InferResponse struct {
 	ModelVersion int64
 	// Outputs in the model's output order (filtered by InferRequest.Outputs).
 	Outputs []NamedTensor
-	// Bucket names the shape bucket that ran, e.g. "batch=4,sequence=128".
+	// Bucket names the shape bucket that ran, e.g. "batch=4,sequence=128";
+	// an execution split across cores adds its shards' buckets:
+	// "batch=4 split batch=2+batch=2" (serving/rowsplit.go).
 	Bucket string
 	// QueueTime is the time spent waiting for a batch; ComputeTime the
 	// execution (upload, execute, download).

@@ -191,7 +191,7 @@ func (v *version) runBatch(ctx context.Context, bt *batching.Batch) error {
 	}
 	for _, it := range bt.Items {
 		it.SetResult(batchResult{
-			times: runTimes{wait: bt.Dispatched.Sub(it.Enqueued) + t.wait, compute: t.compute},
+			times: runTimes{wait: bt.Dispatched.Sub(it.Enqueued) + t.wait, compute: t.compute, split: t.split},
 			exec:  exec,
 		})
 	}

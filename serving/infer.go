@@ -98,6 +98,9 @@ func (v *version) inferOnce(ctx context.Context, req *InferRequest) (*InferRespo
 		QueueTime:    t.wait,
 		ComputeTime:  t.compute,
 	}
+	if t.split != "" {
+		resp.Bucket += " split " + t.split
+	}
 	for i, k := range c.outputs {
 		resp.Outputs = append(resp.Outputs, NamedTensor{Name: v.plan.Outputs[k].Name, Tensor: c.outs[i]})
 	}

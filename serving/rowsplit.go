@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -152,22 +153,24 @@ func (c *splitChooser) splitting() bool {
 // execute runs exe, the executable of bucket b at exec sizes, on inputs
 // whose first rows (of the batch dim) are the requests'. With idle cores
 // and a model whose rows are independent, it runs the rows as shards at
-// once instead, when the split policy says so.
-func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) ([]*tensor.Tensor, error) {
+// once instead, when the split policy says so; split then names the
+// shards' buckets ("batch=2+batch=2"), else it is "".
+func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) (outs []*tensor.Tensor, split string, err error) {
 	others := v.m.executing.Add(1) - 1
 	defer v.m.executing.Add(-1)
 	shards := v.shards(exec, rows, others)
 	if shards == nil {
-		return exe.Run(ctx, inputs)
+		outs, err = exe.Run(ctx, inputs)
+		return outs, "", err
 	}
 	auto := v.m.opts.SplitBatches == SplitAuto
 	if auto && !b.split.choose() {
 		start := time.Now()
-		outs, err := exe.Run(ctx, inputs)
+		outs, err = exe.Run(ctx, inputs)
 		if err == nil {
 			b.split.observe(false, time.Since(start))
 		}
-		return outs, err
+		return outs, "", err
 	}
 	// The shards hold as many cores: an execution starting meanwhile sees
 	// them busy.
@@ -175,15 +178,19 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec 
 	v.m.executing.Add(extra)
 	defer v.m.executing.Add(-extra)
 	start := time.Now()
-	outs, err := v.runShards(ctx, exec, inputs, shards)
+	outs, err = v.runShards(ctx, exec, inputs, shards)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if auto {
 		b.split.observe(true, time.Since(start))
 	}
 	v.m.metrics.splitRuns.With(v.name, v.label).Inc()
-	return outs, nil
+	names := make([]string, len(shards))
+	for i, s := range shards {
+		names[i] = v.plan.keyName(s.exec)
+	}
+	return outs, strings.Join(names, "+"), nil
 }
 
 // shards returns how to split an execution at exec sizes whose first rows

@@ -25,17 +25,26 @@ func TestSplitBatchesMatchesORT(t *testing.T) {
 			images := readNpy(t, tinyCNNImage)
 			probs := readNpy(t, tinyCNNProbs)
 			var want float64
-			for _, pick := range [][]int{
-				{0, 0, 1, 0, 1, 1, 1, 0}, // four shards of two rows
-				{1, 0, 0, 1, 1},          // shards of 2, 2 and 1 rows, buckets 2, 2, 1
-				{0, 1, 1},                // shards of 2 and 1 rows in bucket 4
-				{1},                      // one row: never split
+			for _, tc := range []struct {
+				pick   []int
+				bucket string // what the response says ran, split
+			}{
+				{[]int{0, 0, 1, 0, 1, 1, 1, 0}, "batch=8 split batch=2+batch=2+batch=2+batch=2"},
+				{[]int{1, 0, 0, 1, 1}, "batch=8 split batch=2+batch=2+batch=1"},
+				{[]int{0, 1, 1}, "batch=4 split batch=2+batch=1"},
+				{[]int{1}, "batch=1"}, // one row: never split
 			} {
-				resp := infer(t, m, "tinycnn", 1, map[string]*tensor.Tensor{"image": rows(images, pick...)})
-				if len(pick) > 1 && policy == SplitAlways {
+				resp := infer(t, m, "tinycnn", 1, map[string]*tensor.Tensor{"image": rows(images, tc.pick...)})
+				wantBucket := tc.bucket
+				if len(tc.pick) > 1 && policy == SplitAlways {
 					want++
+				} else {
+					wantBucket, _, _ = strings.Cut(wantBucket, " ")
 				}
-				assertClose(t, fmt.Sprintf("probs of rows %v", pick), resp.Outputs[0].Tensor, rows(probs, pick...), 1e-5)
+				if resp.Bucket != wantBucket {
+					t.Errorf("rows %v ran in %q, want %q", tc.pick, resp.Bucket, wantBucket)
+				}
+				assertClose(t, fmt.Sprintf("probs of rows %v", tc.pick), resp.Outputs[0].Tensor, rows(probs, tc.pick...), 1e-5)
 			}
 			got := metric(t, m, `xserve_split_executions_total{model="tinycnn",version="1"}`)
 			if got != want {

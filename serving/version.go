@@ -484,10 +484,13 @@ type call struct {
 	probe   bool // the load-time pad probe's: not counted in the statistics
 }
 
-// runTimes are the phases of one runBucket.
+// runTimes are the phases of one runBucket, and how it ran.
 type runTimes struct {
 	wait    time.Duration // until the executable was there
 	compute time.Duration // upload, execute, download
+	// split names the shards' buckets of a split execution
+	// ("batch=2+batch=2"), "" for a whole one.
+	split string
 }
 
 // runBucket executes calls together at exec sizes: each input is built at
@@ -530,7 +533,8 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		inputs[i] = p.assemble(i, exec, srcs, offsets)
 	}
 	start = time.Now()
-	outs, err := v.execute(ctx, b, exe, exec, inputs, realRows(p, dims, offsets))
+	outs, split, err := v.execute(ctx, b, exe, exec, inputs, realRows(p, dims, offsets))
+	t.split = split
 	t.compute = time.Since(start)
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
