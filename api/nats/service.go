@@ -61,6 +61,12 @@ func (s *Server) Sync() error {
 		if err := old.Stop(); err != nil {
 			s.log.Warn("natsapi: stopping the previous service instance", "err", err)
 		}
+		// Stop drains: its unsubscriptions are only queued on the
+		// connection. Once Sync returns, an unloaded model's subject must
+		// have no responders, so the server has to have them.
+		if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
+			s.log.Warn("natsapi: flushing the previous instance's unsubscriptions", "err", err)
+		}
 	}
 	models := make([]string, 0, len(specs))
 	for _, sp := range specs {
