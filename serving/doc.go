@@ -36,6 +36,12 @@
 // executable of its own, compiled on first use and kept in a bounded LRU
 // (exact_executables). docs/BUCKETS.md has the details.
 //
+// On a CPU, an execution of several rows of a model whose requests stack
+// may run as shards instead, one per idle core, each in the smallest
+// compiled batch bucket that holds its rows, their outputs stacked back
+// before anything reads them (rowsplit.go): when no other execution runs and
+// the bucket's own timings say splitting is faster (Options.SplitBatches).
+//
 // # Compilation
 //
 // Each (version, bucket) is compiled once: at load with warmup eager (one
