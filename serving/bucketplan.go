@@ -490,12 +490,7 @@ func (p *BucketPlan) assemble(i int, exec map[string]int64, srcs []*tensor.Tenso
 	dst := tensor.New(in.DType, shape...)
 	fill(dst.Data, in.pad)
 	elem := int64(in.DType.Size())
-	axis := -1
-	for d, spec := range in.Dims {
-		if spec.Sym == p.batchName && p.batchName != "" {
-			axis = d
-		}
-	}
+	axis := p.inputBatchAxis(i)
 	for ci, src := range srcs {
 		dstOff := make([]int64, len(shape))
 		if offsets[ci] != 0 && axis >= 0 {
@@ -504,6 +499,18 @@ func (p *BucketPlan) assemble(i int, exec map[string]int64, srcs []*tensor.Tenso
 		copyBlock(dst.Data, shape, dstOff, src.Data, src.Shape, make([]int64, len(shape)), src.Shape, elem)
 	}
 	return dst
+}
+
+// inputBatchAxis returns the dim of input i that is the batch symbol, or
+// -1 (no batch symbol, or an input without it).
+func (p *BucketPlan) inputBatchAxis(i int) int {
+	axis := -1
+	for d, spec := range p.Inputs[i].Dims {
+		if spec.Sym == p.batchName && p.batchName != "" {
+			axis = d
+		}
+	}
+	return axis
 }
 
 // trim cuts the outputs of data-dependent size to their counts and drops

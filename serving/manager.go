@@ -144,6 +144,7 @@ type Manager struct {
 	// A split execution asks both (rowsplit.go).
 	executing atomic.Int64
 	cores     int
+	cpu       bool // the client's platform is the CPU: only there do executions split
 
 	// ctx is cancelled by Shutdown: it stops polling and aborts loads.
 	ctx    context.Context
@@ -194,6 +195,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		buildID:      buildID(),
 		compileSlots: make(chan struct{}, opts.CompileParallelism),
 		cores:        runtime.GOMAXPROCS(0),
+		cpu:          opts.Client.Platform() == "cpu",
 		models:       map[string]*model{},
 	}
 	if opts.CompileCacheDir != "" {

@@ -202,7 +202,7 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec 
 func (v *version) shards(exec map[string]int64, rows, others int64) []shard {
 	p := v.plan
 	policy := v.m.opts.SplitBatches
-	if policy == SplitOff || v.m.client.Platform() != "cpu" || p.batchErr != nil || p.outBatchAxis == nil {
+	if policy == SplitOff || !v.m.cpu || p.batchErr != nil || p.outBatchAxis == nil {
 		return nil
 	}
 	if policy == SplitAuto && others > 0 {
@@ -325,12 +325,7 @@ func (v *version) joinShards(exec map[string]int64, results [][]*tensor.Tensor, 
 // where the batch dim leads and no padding is needed, else a copy.
 func (p *BucketPlan) inputRows(i int, t *tensor.Tensor, lo, n, size int64) *tensor.Tensor {
 	in := &p.Inputs[i]
-	axis := -1
-	for d, spec := range in.Dims {
-		if spec.Sym == p.batchName {
-			axis = d
-		}
-	}
+	axis := p.inputBatchAxis(i)
 	if axis < 0 {
 		return t // not batched: every shard reads all of it
 	}
