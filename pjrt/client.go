@@ -46,6 +46,9 @@ type Client struct {
 	// before destroying the plugin client.
 	execMu sync.Mutex
 	execs  map[*Executable]struct{}
+
+	// pool is the worker threads of RunHostAll (runall.go), freed by Close.
+	pool workerPool
 }
 
 // Open loads the PJRT plugin at path and creates a client of it. go-xla keeps
@@ -195,6 +198,7 @@ func (c *Client) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	c.pool.free() // no RunHostAll runs: each holds c.mu
 	if err := c.c.Destroy(); err != nil {
 		errs = append(errs, fmt.Errorf("pjrt: close client: %w", err))
 	}

@@ -37,6 +37,14 @@
 // they stay valid after each call. Close waits for in-flight calls on the same
 // object to finish.
 //
+// Client.RunHostAll runs several executions at once in one call into the
+// plugin: the first on the calling thread, the others on worker threads the
+// client keeps (native threads, one fewer than the CPUs, started on first
+// use and stopped by Close), which spin briefly for the next execution
+// before they sleep. serving splits a batch's rows across idle cores with it
+// (serving/rowsplit.go); goroutines there cost a shard 20-40 µs to start and
+// let the Go scheduler put both shards on one core now and then.
+//
 // go-xla recycles its C argument arenas in per-P free lists guarded by
 // procPin, which the race detector cannot see through: run race tests with
 // `go test -race -tags race_mu`, which makes go-xla add mutexes it can see.

@@ -14,279 +14,7 @@ package pjrt
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/internal/capi
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include "pjrt_c_api.h"
-
-// xs_run_args is one execution: in[i] is a device buffer, or NULL where
-// host input i (host_data, host_type, host_rank and its dims at
-// host_dims[host_dim_off[i]]) is to be uploaded. out_data[i] receives output
-// i, which must have type out_type[i] and out_size[i] bytes.
-typedef struct {
-	const PJRT_Api* api;
-	PJRT_Client* client;
-	PJRT_Device* device;
-	PJRT_LoadedExecutable* le;
-	int portable;  // run on device (a portable executable has no device assignment)
-	size_t num_args;
-	PJRT_Buffer** in;
-	void** host_data;
-	const int32_t* host_type;
-	const int64_t* host_dims;
-	const int64_t* host_dim_off;
-	const int64_t* host_rank;
-	size_t num_outputs;
-	void** out_data;
-	const int64_t* out_size;
-	const int32_t* out_type;
-	const int64_t* out_rank;
-	int zero_copy;
-	int direct;  // copy ready CPU outputs with memcpy (xs_copy_direct)
-	// Set on failure that is not a PJRT_Error: a static message and the
-	// index of the argument or output concerned.
-	const char* fail;
-	int64_t fail_index;
-	int fail_stage;  // 0 upload of argument fail_index, 1 execute, 2 download of output fail_index
-	// Set to 1 when the execution had completed by the time
-	// PJRT_LoadedExecutable_Execute returned: the plugin ran it on the
-	// calling thread (CPU client with asynchronous=false, or a program XLA
-	// deems too cheap to hand off).
-	int ran_inline;
-} xs_run_args;
-
-static PJRT_Error* xs_await_destroy(const PJRT_Api* api, PJRT_Event* ev) {
-	if (ev == NULL) return NULL;
-	PJRT_Event_Await_Args aw = {0};
-	aw.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
-	aw.event = ev;
-	PJRT_Error* err = api->PJRT_Event_Await(&aw);
-	PJRT_Event_Destroy_Args d = {0};
-	d.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
-	d.event = ev;
-	api->PJRT_Event_Destroy(&d);
-	return err;
-}
-
-static void xs_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* b) {
-	if (b == NULL) return;
-	PJRT_Buffer_Destroy_Args d = {0};
-	d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-	d.buffer = b;
-	PJRT_Error* err = api->PJRT_Buffer_Destroy(&d);
-	if (err != NULL) {
-		PJRT_Error_Destroy_Args ed = {0};
-		ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-		ed.error = err;
-		api->PJRT_Error_Destroy(&ed);
-	}
-}
-
-#define XS_HAS(api, fn) \
-	((api)->struct_size >= offsetof(PJRT_Api, fn) + sizeof((api)->fn) && (api)->fn != NULL)
-
-static void xs_error_destroy(const PJRT_Api* api, PJRT_Error* err) {
-	if (err == NULL) return;
-	PJRT_Error_Destroy_Args ed = {0};
-	ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-	ed.error = err;
-	api->PJRT_Error_Destroy(&ed);
-}
-
-// xs_copy_direct copies b into dst with memcpy when b lives in host memory
-// in row-major order with no tiling and exactly size bytes (the XLA CPU
-// plugin's outputs), and returns 1; otherwise it returns 0 and the caller
-// uses PJRT_Buffer_ToHostBuffer, which on the CPU plugin costs tens of
-// microseconds of dispatch even for a few bytes. b must be ready.
-static int xs_copy_direct(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t size, size_t rank) {
-	if (!XS_HAS(api, PJRT_Buffer_IsOnCpu) || !XS_HAS(api, PJRT_Buffer_GetMemoryLayout) ||
-	    !XS_HAS(api, PJRT_Buffer_OnDeviceSizeInBytes) || !XS_HAS(api, PJRT_Buffer_OpaqueDeviceMemoryDataPointer)) {
-		return 0;
-	}
-	PJRT_Buffer_IsOnCpu_Args oc = {0};
-	oc.struct_size = PJRT_Buffer_IsOnCpu_Args_STRUCT_SIZE;
-	oc.buffer = b;
-	PJRT_Error* err = api->PJRT_Buffer_IsOnCpu(&oc);
-	if (err != NULL || !oc.is_on_cpu) { xs_error_destroy(api, err); return 0; }
-	PJRT_Buffer_GetMemoryLayout_Args ml = {0};
-	ml.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
-	ml.buffer = b;
-	if ((err = api->PJRT_Buffer_GetMemoryLayout(&ml)) != NULL) { xs_error_destroy(api, err); return 0; }
-	if (ml.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || ml.layout.tiled.num_tiles != 0 ||
-	    ml.layout.tiled.minor_to_major_size != rank) {
-		return 0;
-	}
-	for (size_t k = 0; k < rank; k++) {
-		if (ml.layout.tiled.minor_to_major[k] != (int64_t)(rank - 1 - k)) return 0;
-	}
-	PJRT_Buffer_OnDeviceSizeInBytes_Args sz = {0};
-	sz.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
-	sz.buffer = b;
-	if ((err = api->PJRT_Buffer_OnDeviceSizeInBytes(&sz)) != NULL) { xs_error_destroy(api, err); return 0; }
-	if (sz.on_device_size_in_bytes != size) return 0;
-	PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args dp = {0};
-	dp.struct_size = PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args_STRUCT_SIZE;
-	dp.buffer = b;
-	if ((err = api->PJRT_Buffer_OpaqueDeviceMemoryDataPointer(&dp)) != NULL) { xs_error_destroy(api, err); return 0; }
-	if (dp.device_memory_ptr == NULL) return 0;
-	memcpy(dst, dp.device_memory_ptr, size);
-	return 1;
-}
-
-// xs_download checks output b against what the caller expects and copies it
-// into dst; it does not destroy b.
-static PJRT_Error* xs_download(xs_run_args* a, size_t i, PJRT_Buffer* b) {
-	const PJRT_Api* api = a->api;
-	PJRT_Buffer_ElementType_Args et = {0};
-	et.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
-	et.buffer = b;
-	PJRT_Error* err = api->PJRT_Buffer_ElementType(&et);
-	if (err != NULL) return err;
-	PJRT_Buffer_Dimensions_Args dm = {0};
-	dm.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
-	dm.buffer = b;
-	if ((err = api->PJRT_Buffer_Dimensions(&dm)) != NULL) return err;
-	if ((int32_t)et.type != a->out_type[i] || (int64_t)dm.num_dims != a->out_rank[i]) {
-		a->fail = "output type differs from the one recorded at the first run";
-		a->fail_index = (int64_t)i;
-		return NULL;
-	}
-	int64_t n = 1;
-	for (size_t k = 0; k < dm.num_dims; k++) n *= dm.dims[k];
-	if (n == 0) return NULL;
-	if (a->direct && xs_copy_direct(api, b, a->out_data[i], (size_t)a->out_size[i], dm.num_dims)) return NULL;
-	PJRT_Buffer_ToHostBuffer_Args th = {0};
-	th.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
-	th.src = b;
-	th.dst = a->out_data[i];
-	th.dst_size = (size_t)a->out_size[i];
-	// Row-major (major-to-minor) on the host, whatever the device layout.
-	int64_t m2m[dm.num_dims > 0 ? dm.num_dims : 1];
-	PJRT_Buffer_MemoryLayout layout = {0};
-	layout.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
-	layout.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
-	layout.tiled.minor_to_major_size = dm.num_dims;
-	for (size_t k = 0; k < dm.num_dims; k++) m2m[k] = (int64_t)(dm.num_dims - 1 - k);
-	layout.tiled.minor_to_major = m2m;
-	th.host_layout = &layout;
-	if ((err = api->PJRT_Buffer_ToHostBuffer(&th)) != NULL) return err;
-	return xs_await_destroy(api, th.event);
-}
-
-// xs_run does the whole execution of a; see xs_run_args.
-static PJRT_Error* xs_run(xs_run_args* a) {
-	const PJRT_Api* api = a->api;
-	size_t n = a->num_args, nout = a->num_outputs;
-	PJRT_Buffer* made[n > 0 ? n : 1];
-	PJRT_Event* done[n > 0 ? n : 1];
-	PJRT_Buffer* argv[n > 0 ? n : 1];
-	int64_t keep[n > 0 ? n : 1];
-	PJRT_Buffer* outv[nout > 0 ? nout : 1];
-	PJRT_Error* err = NULL;
-	memset(made, 0, sizeof(made));
-	memset(done, 0, sizeof(done));
-	memset(outv, 0, sizeof(outv));
-
-	for (size_t i = 0; i < n; i++) {
-		keep[i] = (int64_t)i;
-		if (a->in[i] != NULL) {
-			argv[i] = a->in[i];
-			continue;
-		}
-		PJRT_Client_BufferFromHostBuffer_Args h = {0};
-		h.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
-		h.client = a->client;
-		h.data = a->host_data[i];
-		h.type = (PJRT_Buffer_Type)a->host_type[i];
-		h.dims = a->host_dims + a->host_dim_off[i];
-		h.num_dims = (size_t)a->host_rank[i];
-		h.host_buffer_semantics = a->zero_copy ? PJRT_HostBufferSemantics_kImmutableZeroCopy
-			: PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
-		h.device = a->device;
-		if ((err = api->PJRT_Client_BufferFromHostBuffer(&h)) != NULL) {
-			a->fail_index = (int64_t)i;
-			a->fail_stage = 0;
-			goto cleanup;
-		}
-		made[i] = h.buffer;
-		done[i] = h.done_with_host_buffer;
-		argv[i] = h.buffer;
-	}
-
-	{
-		PJRT_ExecuteOptions opts = {0};
-		opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
-		opts.non_donatable_input_indices = keep;
-		opts.num_non_donatable_input_indices = n;
-		PJRT_Buffer* const* arg_lists[1] = {argv};
-		PJRT_Buffer** out_lists[1] = {outv};
-		PJRT_Event* complete[1] = {NULL};
-		PJRT_LoadedExecutable_Execute_Args ex = {0};
-		ex.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
-		ex.executable = a->le;
-		ex.options = &opts;
-		ex.argument_lists = arg_lists;
-		ex.num_devices = 1;
-		ex.num_args = n;
-		ex.output_lists = out_lists;
-		ex.device_complete_events = complete;
-		if (a->portable) ex.execute_device = a->device;
-		if ((err = api->PJRT_LoadedExecutable_Execute(&ex)) != NULL) {
-			a->fail_stage = 1;
-			goto cleanup;
-		}
-		if (complete[0] != NULL) {
-			PJRT_Event_IsReady_Args r = {0};
-			r.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE;
-			r.event = complete[0];
-			PJRT_Error* rerr = api->PJRT_Event_IsReady(&r);
-			if (rerr == NULL) a->ran_inline = r.is_ready ? 1 : 0;
-			xs_error_destroy(api, rerr);
-		}
-		if ((err = xs_await_destroy(api, complete[0])) != NULL) {
-			a->fail_stage = 1;
-			goto cleanup;
-		}
-	}
-	for (size_t i = 0; i < nout; i++) {
-		if ((err = xs_download(a, i, outv[i])) != NULL || a->fail != NULL) {
-			a->fail_index = (int64_t)i;
-			a->fail_stage = 2;
-			goto cleanup;
-		}
-	}
-
-cleanup:
-	for (size_t i = 0; i < nout; i++) xs_buffer_destroy(api, outv[i]);
-	for (size_t i = 0; i < n; i++) xs_buffer_destroy(api, made[i]);
-	// With zero-copy semantics the plugin is done with the host memory
-	// once the buffer is gone; wait for it before Go may reuse that memory.
-	for (size_t i = 0; i < n; i++) {
-		PJRT_Error* e2 = xs_await_destroy(api, done[i]);
-		if (e2 != NULL) {
-			if (err == NULL) err = e2;
-			else {
-				PJRT_Error_Destroy_Args ed = {0};
-				ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-				ed.error = e2;
-				api->PJRT_Error_Destroy(&ed);
-			}
-		}
-	}
-	return err;
-}
-
-// xs_first_device returns the client's first addressable device.
-static PJRT_Error* xs_first_device(const PJRT_Api* api, PJRT_Client* client, PJRT_Device** dev) {
-	PJRT_Client_AddressableDevices_Args a = {0};
-	a.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
-	a.client = client;
-	PJRT_Error* err = api->PJRT_Client_AddressableDevices(&a);
-	if (err != NULL) return err;
-	*dev = a.num_addressable_devices > 0 ? a.addressable_devices[0] : NULL;
-	return NULL;
-}
+#include "hostrun.h"
 */
 import "C"
 
@@ -471,6 +199,10 @@ type runScratch struct {
 	// them once there are many.
 	locked []*Buffer
 	seen   map[*Buffer]struct{}
+	// locks, when set, is the scratch of another execution of the same
+	// RunHostAll, whose lock set this one shares: executions that share a
+	// buffer (weights) read-lock it once.
+	locks *runScratch
 }
 
 var scratchPool = sync.Pool{New: func() any { return &runScratch{args: new(C.xs_run_args)} }}
@@ -491,18 +223,34 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 	if e.le == nil {
 		return nil, errClosed("execute "+e.name, "executable")
 	}
-	if e.paramsKnown && len(bufs) != len(e.params) {
-		return nil, fmt.Errorf("pjrt: execute %s: got %d arguments, program wants %d", e.name, len(bufs), len(e.params))
-	}
 	s := scratchPool.Get().(*runScratch)
 	defer scratchPool.Put(s)
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	defer s.unlock()
-	if err := s.setArgs(e, fp, bufs, hosts, &pin); err != nil {
+	outs, err := s.prepare(e, fp, bufs, hosts, &pin)
+	if err != nil {
+		s.drop()
 		return nil, err
 	}
-	outs := s.setOutputs(fp, &pin)
+	if err := s.finish(e, fp, C.xs_run(s.args)); err != nil {
+		return nil, err
+	}
+	return outs, nil
+}
+
+// prepare checks the arguments of one execution of e and fills s.args: the
+// handles and pinned data of the arguments, and the output tensors it
+// returns. The caller holds e.client.mu and e.mu for reading and the live
+// executable.
+func (s *runScratch) prepare(e *Executable, fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, pin *runtime.Pinner) ([]*tensor.Tensor, error) {
+	if e.paramsKnown && len(bufs) != len(e.params) {
+		return nil, fmt.Errorf("pjrt: execute %s: got %d arguments, program wants %d", e.name, len(bufs), len(e.params))
+	}
+	if err := s.setArgs(e, fp, bufs, hosts, pin); err != nil {
+		return nil, err
+	}
+	outs := s.setOutputs(fp, pin)
 	a := s.args
 	*a = C.xs_run_args{
 		api: fp.api, client: fp.client, device: fp.device, le: fp.le, portable: C.int(boolInt(fp.portable)),
@@ -525,26 +273,38 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 		a.out_type = (*C.int32_t)(unsafe.Pointer(&s.outType[0]))
 		a.out_rank = (*C.int64_t)(unsafe.Pointer(&s.outRank[0]))
 	}
-	perr := C.xs_run(a)
+	return outs, nil
+}
+
+// finish counts the execution s.args described, drops its pointers into
+// Go memory, and returns its error: perr, the plugin's, or a check of
+// xs_run's.
+func (s *runScratch) finish(e *Executable, fp *fastPath, perr *C.PJRT_Error) error {
+	a := s.args
 	e.client.countRun(a.ran_inline != 0)
-	clear(s.hostData)
-	clear(s.outData)
-	clear(s.in)
+	s.drop()
 	if perr != nil {
 		err := pluginError(fp.api, perr)
 		switch a.fail_stage {
 		case 0:
-			return nil, fmt.Errorf("pjrt: execute %s: upload argument %d: %w", e.name, int(a.fail_index), err)
+			return fmt.Errorf("pjrt: execute %s: upload argument %d: %w", e.name, int(a.fail_index), err)
 		case 2:
-			return nil, fmt.Errorf("pjrt: run %s: output %d: %w", e.name, int(a.fail_index), err)
+			return fmt.Errorf("pjrt: run %s: output %d: %w", e.name, int(a.fail_index), err)
 		default:
-			return nil, fmt.Errorf("pjrt: execute %s: %w", e.name, err)
+			return fmt.Errorf("pjrt: execute %s: %w", e.name, err)
 		}
 	}
 	if a.fail != nil {
-		return nil, fmt.Errorf("pjrt: execute %s: output %d: %s", e.name, int(a.fail_index), C.GoString(a.fail))
+		return fmt.Errorf("pjrt: execute %s: output %d: %s", e.name, int(a.fail_index), C.GoString(a.fail))
 	}
-	return outs, nil
+	return nil
+}
+
+// drop forgets the Go memory the last prepare pointed s at.
+func (s *runScratch) drop() {
+	clear(s.hostData)
+	clear(s.outData)
+	clear(s.in)
 }
 
 // setArgs checks the arguments and fills the argument arrays: the handles
@@ -638,6 +398,10 @@ func (s *runScratch) setOutputs(fp *fastPath, pin *runtime.Pinner) []*tensor.Ten
 // lock read-locks b unless this call already holds it: a second RLock of
 // the same mutex could deadlock against a waiting Close.
 func (s *runScratch) lock(b *Buffer) {
+	if s.locks != nil {
+		s.locks.lock(b)
+		return
+	}
 	if len(s.locked) < 16 {
 		if slices.Contains(s.locked, b) {
 			return

@@ -1,0 +1,406 @@
+// hostrun.c: see hostrun.h.
+#define _GNU_SOURCE
+#include "hostrun.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static PJRT_Error* xs_await_destroy(const PJRT_Api* api, PJRT_Event* ev) {
+	if (ev == NULL) return NULL;
+	PJRT_Event_Await_Args aw = {0};
+	aw.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+	aw.event = ev;
+	PJRT_Error* err = api->PJRT_Event_Await(&aw);
+	PJRT_Event_Destroy_Args d = {0};
+	d.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
+	d.event = ev;
+	api->PJRT_Event_Destroy(&d);
+	return err;
+}
+
+static void xs_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* b) {
+	if (b == NULL) return;
+	PJRT_Buffer_Destroy_Args d = {0};
+	d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+	d.buffer = b;
+	PJRT_Error* err = api->PJRT_Buffer_Destroy(&d);
+	if (err != NULL) {
+		PJRT_Error_Destroy_Args ed = {0};
+		ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+		ed.error = err;
+		api->PJRT_Error_Destroy(&ed);
+	}
+}
+
+#define XS_HAS(api, fn) \
+	((api)->struct_size >= offsetof(PJRT_Api, fn) + sizeof((api)->fn) && (api)->fn != NULL)
+
+static void xs_error_destroy(const PJRT_Api* api, PJRT_Error* err) {
+	if (err == NULL) return;
+	PJRT_Error_Destroy_Args ed = {0};
+	ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+	ed.error = err;
+	api->PJRT_Error_Destroy(&ed);
+}
+
+// xs_copy_direct copies b into dst with memcpy when b lives in host memory
+// in row-major order with no tiling and exactly size bytes (the XLA CPU
+// plugin's outputs), and returns 1; otherwise it returns 0 and the caller
+// uses PJRT_Buffer_ToHostBuffer, which on the CPU plugin costs tens of
+// microseconds of dispatch even for a few bytes. b must be ready.
+static int xs_copy_direct(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t size, size_t rank) {
+	if (!XS_HAS(api, PJRT_Buffer_IsOnCpu) || !XS_HAS(api, PJRT_Buffer_GetMemoryLayout) ||
+	    !XS_HAS(api, PJRT_Buffer_OnDeviceSizeInBytes) || !XS_HAS(api, PJRT_Buffer_OpaqueDeviceMemoryDataPointer)) {
+		return 0;
+	}
+	PJRT_Buffer_IsOnCpu_Args oc = {0};
+	oc.struct_size = PJRT_Buffer_IsOnCpu_Args_STRUCT_SIZE;
+	oc.buffer = b;
+	PJRT_Error* err = api->PJRT_Buffer_IsOnCpu(&oc);
+	if (err != NULL || !oc.is_on_cpu) { xs_error_destroy(api, err); return 0; }
+	PJRT_Buffer_GetMemoryLayout_Args ml = {0};
+	ml.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
+	ml.buffer = b;
+	if ((err = api->PJRT_Buffer_GetMemoryLayout(&ml)) != NULL) { xs_error_destroy(api, err); return 0; }
+	if (ml.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || ml.layout.tiled.num_tiles != 0 ||
+	    ml.layout.tiled.minor_to_major_size != rank) {
+		return 0;
+	}
+	for (size_t k = 0; k < rank; k++) {
+		if (ml.layout.tiled.minor_to_major[k] != (int64_t)(rank - 1 - k)) return 0;
+	}
+	PJRT_Buffer_OnDeviceSizeInBytes_Args sz = {0};
+	sz.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
+	sz.buffer = b;
+	if ((err = api->PJRT_Buffer_OnDeviceSizeInBytes(&sz)) != NULL) { xs_error_destroy(api, err); return 0; }
+	if (sz.on_device_size_in_bytes != size) return 0;
+	PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args dp = {0};
+	dp.struct_size = PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args_STRUCT_SIZE;
+	dp.buffer = b;
+	if ((err = api->PJRT_Buffer_OpaqueDeviceMemoryDataPointer(&dp)) != NULL) { xs_error_destroy(api, err); return 0; }
+	if (dp.device_memory_ptr == NULL) return 0;
+	memcpy(dst, dp.device_memory_ptr, size);
+	return 1;
+}
+
+// xs_download checks output b against what the caller expects and copies it
+// into dst; it does not destroy b.
+static PJRT_Error* xs_download(xs_run_args* a, size_t i, PJRT_Buffer* b) {
+	const PJRT_Api* api = a->api;
+	PJRT_Buffer_ElementType_Args et = {0};
+	et.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
+	et.buffer = b;
+	PJRT_Error* err = api->PJRT_Buffer_ElementType(&et);
+	if (err != NULL) return err;
+	PJRT_Buffer_Dimensions_Args dm = {0};
+	dm.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+	dm.buffer = b;
+	if ((err = api->PJRT_Buffer_Dimensions(&dm)) != NULL) return err;
+	if ((int32_t)et.type != a->out_type[i] || (int64_t)dm.num_dims != a->out_rank[i]) {
+		a->fail = "output type differs from the one recorded at the first run";
+		a->fail_index = (int64_t)i;
+		return NULL;
+	}
+	int64_t n = 1;
+	for (size_t k = 0; k < dm.num_dims; k++) n *= dm.dims[k];
+	if (n == 0) return NULL;
+	if (a->direct && xs_copy_direct(api, b, a->out_data[i], (size_t)a->out_size[i], dm.num_dims)) return NULL;
+	PJRT_Buffer_ToHostBuffer_Args th = {0};
+	th.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
+	th.src = b;
+	th.dst = a->out_data[i];
+	th.dst_size = (size_t)a->out_size[i];
+	// Row-major (major-to-minor) on the host, whatever the device layout.
+	int64_t m2m[dm.num_dims > 0 ? dm.num_dims : 1];
+	PJRT_Buffer_MemoryLayout layout = {0};
+	layout.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
+	layout.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
+	layout.tiled.minor_to_major_size = dm.num_dims;
+	for (size_t k = 0; k < dm.num_dims; k++) m2m[k] = (int64_t)(dm.num_dims - 1 - k);
+	layout.tiled.minor_to_major = m2m;
+	th.host_layout = &layout;
+	if ((err = api->PJRT_Buffer_ToHostBuffer(&th)) != NULL) return err;
+	return xs_await_destroy(api, th.event);
+}
+
+// xs_run does the whole execution of a; see xs_run_args.
+PJRT_Error* xs_run(xs_run_args* a) {
+	const PJRT_Api* api = a->api;
+	size_t n = a->num_args, nout = a->num_outputs;
+	PJRT_Buffer* made[n > 0 ? n : 1];
+	PJRT_Event* done[n > 0 ? n : 1];
+	PJRT_Buffer* argv[n > 0 ? n : 1];
+	int64_t keep[n > 0 ? n : 1];
+	PJRT_Buffer* outv[nout > 0 ? nout : 1];
+	PJRT_Error* err = NULL;
+	memset(made, 0, sizeof(made));
+	memset(done, 0, sizeof(done));
+	memset(outv, 0, sizeof(outv));
+
+	for (size_t i = 0; i < n; i++) {
+		keep[i] = (int64_t)i;
+		if (a->in[i] != NULL) {
+			argv[i] = a->in[i];
+			continue;
+		}
+		PJRT_Client_BufferFromHostBuffer_Args h = {0};
+		h.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+		h.client = a->client;
+		h.data = a->host_data[i];
+		h.type = (PJRT_Buffer_Type)a->host_type[i];
+		h.dims = a->host_dims + a->host_dim_off[i];
+		h.num_dims = (size_t)a->host_rank[i];
+		h.host_buffer_semantics = a->zero_copy ? PJRT_HostBufferSemantics_kImmutableZeroCopy
+			: PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+		h.device = a->device;
+		if ((err = api->PJRT_Client_BufferFromHostBuffer(&h)) != NULL) {
+			a->fail_index = (int64_t)i;
+			a->fail_stage = 0;
+			goto cleanup;
+		}
+		made[i] = h.buffer;
+		done[i] = h.done_with_host_buffer;
+		argv[i] = h.buffer;
+	}
+
+	{
+		PJRT_ExecuteOptions opts = {0};
+		opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+		opts.non_donatable_input_indices = keep;
+		opts.num_non_donatable_input_indices = n;
+		PJRT_Buffer* const* arg_lists[1] = {argv};
+		PJRT_Buffer** out_lists[1] = {outv};
+		PJRT_Event* complete[1] = {NULL};
+		PJRT_LoadedExecutable_Execute_Args ex = {0};
+		ex.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+		ex.executable = a->le;
+		ex.options = &opts;
+		ex.argument_lists = arg_lists;
+		ex.num_devices = 1;
+		ex.num_args = n;
+		ex.output_lists = out_lists;
+		ex.device_complete_events = complete;
+		if (a->portable) ex.execute_device = a->device;
+		if ((err = api->PJRT_LoadedExecutable_Execute(&ex)) != NULL) {
+			a->fail_stage = 1;
+			goto cleanup;
+		}
+		if (complete[0] != NULL) {
+			PJRT_Event_IsReady_Args r = {0};
+			r.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE;
+			r.event = complete[0];
+			PJRT_Error* rerr = api->PJRT_Event_IsReady(&r);
+			if (rerr == NULL) a->ran_inline = r.is_ready ? 1 : 0;
+			xs_error_destroy(api, rerr);
+		}
+		if ((err = xs_await_destroy(api, complete[0])) != NULL) {
+			a->fail_stage = 1;
+			goto cleanup;
+		}
+	}
+	for (size_t i = 0; i < nout; i++) {
+		if ((err = xs_download(a, i, outv[i])) != NULL || a->fail != NULL) {
+			a->fail_index = (int64_t)i;
+			a->fail_stage = 2;
+			goto cleanup;
+		}
+	}
+
+cleanup:
+	for (size_t i = 0; i < nout; i++) xs_buffer_destroy(api, outv[i]);
+	for (size_t i = 0; i < n; i++) xs_buffer_destroy(api, made[i]);
+	// With zero-copy semantics the plugin is done with the host memory
+	// once the buffer is gone; wait for it before Go may reuse that memory.
+	for (size_t i = 0; i < n; i++) {
+		PJRT_Error* e2 = xs_await_destroy(api, done[i]);
+		if (e2 != NULL) {
+			if (err == NULL) err = e2;
+			else {
+				PJRT_Error_Destroy_Args ed = {0};
+				ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+				ed.error = e2;
+				api->PJRT_Error_Destroy(&ed);
+			}
+		}
+	}
+	return err;
+}
+
+// xs_first_device returns the client's first addressable device.
+PJRT_Error* xs_first_device(const PJRT_Api* api, PJRT_Client* client, PJRT_Device** dev) {
+	PJRT_Client_AddressableDevices_Args a = {0};
+	a.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
+	a.client = client;
+	PJRT_Error* err = api->PJRT_Client_AddressableDevices(&a);
+	if (err != NULL) return err;
+	*dev = a.num_addressable_devices > 0 ? a.addressable_devices[0] : NULL;
+	return NULL;
+}
+
+// The worker pool of xs_run_all.
+
+#include <stdatomic.h>
+
+// How long a worker spins for its next execution after one, and a caller
+// for its workers' executions after its own, before each sleeps on its
+// condition variable: executions handed over back to back (the shards of
+// one batch, batches one after the other) then cost no futex wake.
+#define XS_WORKER_SPIN_NS 100000L
+#define XS_CALLER_SPIN_NS 500000L
+
+typedef struct {
+	pthread_t th;
+	int started;
+	_Atomic int claimed;  // by the xs_run_all that hands it an execution
+	_Atomic int ready;    // task is set and not yet taken
+	_Atomic int done;     // task has run; err is its result
+	xs_run_args* task;
+	PJRT_Error* err;
+	int quit;             // under mu
+	pthread_mutex_t mu;
+	pthread_cond_t ready_cv, done_cv;
+} xs_worker;
+
+struct xs_pool {
+	int n;
+	pthread_mutex_t start_mu;
+	xs_worker* w;
+};
+
+static void xs_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+static long xs_since_ns(const struct timespec* t0) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
+// xs_spin waits up to ns for *flag to be set and reports whether it was.
+static int xs_spin(_Atomic int* flag, long ns) {
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (unsigned i = 1;; i++) {
+		if (atomic_load_explicit(flag, memory_order_acquire)) return 1;
+		xs_cpu_relax();
+		if ((i & 63) == 0 && xs_since_ns(&t0) >= ns) return 0;
+	}
+}
+
+static void* xs_worker_main(void* arg) {
+	xs_worker* w = arg;
+	for (;;) {
+		if (!xs_spin(&w->ready, XS_WORKER_SPIN_NS)) {
+			pthread_mutex_lock(&w->mu);
+			while (!atomic_load(&w->ready) && !w->quit) pthread_cond_wait(&w->ready_cv, &w->mu);
+			int quit = !atomic_load(&w->ready);
+			pthread_mutex_unlock(&w->mu);
+			if (quit) return NULL;
+		}
+		atomic_store(&w->ready, 0);
+		w->err = xs_run(w->task);
+		pthread_mutex_lock(&w->mu);
+		atomic_store_explicit(&w->done, 1, memory_order_release);
+		pthread_cond_signal(&w->done_cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+}
+
+xs_pool* xs_pool_new(int workers) {
+	if (workers < 0) workers = 0;
+	xs_pool* p = calloc(1, sizeof *p);
+	if (p == NULL) return NULL;
+	p->w = calloc(workers > 0 ? workers : 1, sizeof *p->w);
+	if (p->w == NULL) {
+		free(p);
+		return NULL;
+	}
+	p->n = workers;
+	pthread_mutex_init(&p->start_mu, NULL);
+	for (int i = 0; i < workers; i++) {
+		pthread_mutex_init(&p->w[i].mu, NULL);
+		pthread_cond_init(&p->w[i].ready_cv, NULL);
+		pthread_cond_init(&p->w[i].done_cv, NULL);
+	}
+	return p;
+}
+
+void xs_pool_free(xs_pool* p) {
+	if (p == NULL) return;
+	for (int i = 0; i < p->n; i++) {
+		xs_worker* w = &p->w[i];
+		if (!w->started) continue;
+		pthread_mutex_lock(&w->mu);
+		w->quit = 1;
+		pthread_cond_signal(&w->ready_cv);
+		pthread_mutex_unlock(&w->mu);
+		pthread_join(w->th, NULL);
+	}
+	for (int i = 0; i < p->n; i++) {
+		pthread_mutex_destroy(&p->w[i].mu);
+		pthread_cond_destroy(&p->w[i].ready_cv);
+		pthread_cond_destroy(&p->w[i].done_cv);
+	}
+	pthread_mutex_destroy(&p->start_mu);
+	free(p->w);
+	free(p);
+}
+
+// xs_claim returns an idle worker of p, started, now claimed by the caller;
+// NULL when every one is busy or cannot be started.
+static xs_worker* xs_claim(xs_pool* p) {
+	for (int i = 0; i < p->n; i++) {
+		xs_worker* w = &p->w[i];
+		int idle = 0;
+		if (!atomic_compare_exchange_strong(&w->claimed, &idle, 1)) continue;
+		if (!w->started) {
+			pthread_mutex_lock(&p->start_mu);
+			if (!w->started) w->started = pthread_create(&w->th, NULL, xs_worker_main, w) == 0;
+			pthread_mutex_unlock(&p->start_mu);
+			if (!w->started) {
+				atomic_store(&w->claimed, 0);
+				return NULL;
+			}
+		}
+		return w;
+	}
+	return NULL;
+}
+
+void xs_run_all(xs_pool* p, xs_run_args** a, PJRT_Error** errs, int n) {
+	xs_worker* used[n > 0 ? n : 1];
+	for (int i = 1; i < n; i++) {
+		xs_worker* w = p != NULL ? xs_claim(p) : NULL;
+		used[i] = w;
+		if (w == NULL) continue;
+		w->task = a[i];
+		w->err = NULL;
+		atomic_store(&w->done, 0);
+		pthread_mutex_lock(&w->mu);
+		atomic_store_explicit(&w->ready, 1, memory_order_release);
+		pthread_cond_signal(&w->ready_cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+	if (n > 0) errs[0] = xs_run(a[0]);
+	for (int i = 1; i < n; i++) {
+		if (used[i] == NULL) errs[i] = xs_run(a[i]);
+	}
+	for (int i = 1; i < n; i++) {
+		xs_worker* w = used[i];
+		if (w == NULL) continue;
+		if (!xs_spin(&w->done, XS_CALLER_SPIN_NS)) {
+			pthread_mutex_lock(&w->mu);
+			while (!atomic_load(&w->done)) pthread_cond_wait(&w->done_cv, &w->mu);
+			pthread_mutex_unlock(&w->mu);
+		}
+		errs[i] = w->err;
+		atomic_store(&w->claimed, 0);
+	}
+}
