@@ -133,6 +133,32 @@ func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower
 // to the device for this call only (pjrt.Executable.RunHost), read in place
 // where the plugin can.
 func (e *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	hosts, err := e.hostArgs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := e.exe.RunHost(ctx, e.args, hosts)
+	if err != nil {
+		return nil, err
+	}
+	// A guard result says the run reached a part of the model that could
+	// not be built: an error, never the stand-in's result.
+	return e.Program.CheckGuards(outs)
+}
+
+// hostRun is the execution Run makes, for pjrt.Client.RunHostAll; its
+// outputs still need Program.CheckGuards.
+func (e *Executable) hostRun(inputs []*tensor.Tensor) (pjrt.HostRun, error) {
+	hosts, err := e.hostArgs(inputs)
+	if err != nil {
+		return pjrt.HostRun{}, err
+	}
+	return pjrt.HostRun{Exe: e.exe, Bufs: e.args, Hosts: hosts}, nil
+}
+
+// hostArgs places inputs at the program's input parameters (nil at its
+// weights, which e.args holds), converting int64 narrowing as Run says.
+func (e *Executable) hostArgs(inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	hosts := make([]*tensor.Tensor, len(e.args))
 	in := 0
 	for i, p := range e.Program.Params {
@@ -152,13 +178,7 @@ func (e *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tenso
 	if in != len(inputs) {
 		return nil, fmt.Errorf("serving: got %d inputs, the program takes %d", len(inputs), in)
 	}
-	outs, err := e.exe.RunHost(ctx, e.args, hosts)
-	if err != nil {
-		return nil, err
-	}
-	// A guard result says the run reached a part of the model that could
-	// not be built: an error, never the stand-in's result.
-	return e.Program.CheckGuards(outs)
+	return hosts, nil
 }
 
 // Serialize returns the compiled executable in the plugin's format (see

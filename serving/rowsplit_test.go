@@ -121,7 +121,8 @@ func TestSplitChooser(t *testing.T) {
 		wantSplit    bool
 	}{
 		{"split faster", 1000 * time.Microsecond, 600 * time.Microsecond, true},
-		{"whole faster", 800 * time.Microsecond, 850 * time.Microsecond, false},
+		{"whole faster", 800 * time.Microsecond, 950 * time.Microsecond, false},
+		{"whole a little faster: split, within the margin", 800 * time.Microsecond, 850 * time.Microsecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c splitChooser
@@ -179,6 +180,34 @@ func TestSplitChooser(t *testing.T) {
 	}
 	if c.splitting() {
 		t.Error("split measured 3x slower for a window of runs but still chosen")
+	}
+
+	// A burst of load while learning makes splitting look slow; the machine
+	// then goes quiet, and one exploration of split runs must win it back.
+	var b splitChooser
+	for i := range 2 * learn {
+		split := i >= learn
+		d := 1000 * time.Microsecond
+		if split {
+			d = 3000 * time.Microsecond
+		}
+		b.observe(split, d)
+	}
+	if b.splitting() {
+		t.Fatal("split measured slower while learning but chosen")
+	}
+	var probes int
+	for range splitExplore + splitProbe - 1 {
+		split := b.choose()
+		d := 1000 * time.Microsecond
+		if split {
+			probes++
+			d = 600 * time.Microsecond
+		}
+		b.observe(split, d)
+	}
+	if probes != splitProbe || !b.splitting() {
+		t.Errorf("after one exploration of %d split runs (want %d): splitting=%v, want true", probes, splitProbe, b.splitting())
 	}
 }
 
