@@ -79,7 +79,16 @@ static double parallel_min_macs(void) {
 	return m;
 }
 
-int kernel_threads(double macs) { return macs < parallel_min_macs() ? 1 : max_threads(); }
+/* thread_limit caps the threads of the primitives the calling thread runs
+ * (0: no cap). */
+static __thread int thread_limit;
+
+void xserve_cpu_kernels_thread_limit(int n) { thread_limit = n > 0 ? n : 0; }
+
+int kernel_threads(double macs) {
+	int n = macs < parallel_min_macs() ? 1 : max_threads();
+	return thread_limit > 0 && thread_limit < n ? thread_limit : n;
+}
 
 void use_threads(int n) { omp_set_num_threads(n); }
 
@@ -307,18 +316,20 @@ dnnl_status_t finish_entry(kernel_entry *e, dnnl_primitive_desc_t pd) {
  * builds into *spare, which the caller destroys after the call. */
 static kernel_entry *lookup(kernel_cache *c, const void *key, int threads, entry_builder build, const void *ctx,
     kernel_entry *spare, dnnl_status_t *st) {
-	uint64_t h = hash_bytes(key, KEY_BYTES);
+	/* A primitive is made for its thread count: the same call run under a
+	 * thread limit is an entry of its own. */
+	uint64_t h = hash_bytes(key, KEY_BYTES) ^ ((uint64_t)threads * 0x9E3779B97F4A7C15ULL);
 	/* Hits read without the lock: an entry is published once, complete
 	 * (the release store below), and never changes or goes away. */
 	for (int i = 0; i < CACHE_SLOTS; i++) {
 		kernel_entry *e = &c->slots[(h + i) % CACHE_SLOTS];
 		if (!__atomic_load_n(&e->used, __ATOMIC_ACQUIRE)) break;
-		if (memcmp(e->key, key, KEY_BYTES) == 0) return e;
+		if (e->threads == threads && memcmp(e->key, key, KEY_BYTES) == 0) return e;
 	}
 	pthread_mutex_lock(&c->mu);
 	for (int i = 0; i < CACHE_SLOTS; i++) {
 		kernel_entry *e = &c->slots[(h + i) % CACHE_SLOTS];
-		if (e->used && memcmp(e->key, key, KEY_BYTES) == 0) {
+		if (e->used && e->threads == threads && memcmp(e->key, key, KEY_BYTES) == 0) {
 			pthread_mutex_unlock(&c->mu);
 			return e;
 		}

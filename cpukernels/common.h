@@ -46,8 +46,17 @@ void *thread_scratch(size_t n);
 
 /* kernel_threads is the number of OpenMP threads a primitive of macs
  * multiply-adds is made for and runs on: one below a few million, where
- * forking costs more than it saves, every processor otherwise. */
+ * forking costs more than it saves, every processor otherwise; at most the
+ * calling thread's limit (xserve_cpu_kernels_thread_limit). */
 int kernel_threads(double macs);
+
+/* xserve_cpu_kernels_thread_limit caps the threads of the kernels the
+ * calling thread runs from now on at n (n <= 0: no cap). Exported beside
+ * the kernel table: pjrt sets 1 around each shard of a split execution
+ * (pjrt.Client.RunHostAll), which already has a core of its own, so that
+ * its large convolutions do not fork OpenMP teams that compete with the
+ * other shards for the cores. */
+void xserve_cpu_kernels_thread_limit(int n);
 
 /* use_threads sets the OpenMP threads of the calling thread's next parallel
  * regions. */

@@ -23,11 +23,12 @@ static const xserve_cpu_kernel kernels[] = {
 };
 
 /* XSERVE_CPU_KERNELS_ABI numbers the kernels' calling convention (targets,
- * operands, attributes). Bump it with every change to one, together with
+ * operands, attributes, and the library's other exports: ABI 7 added
+ * xserve_cpu_kernels_thread_limit, common.h). Bump it with every change to one, together with
  * cpuKernelsABI in pjrt/kernels.go: a library of another ABI is not loaded,
  * so that a binary and a kernel library built from different sources never
  * meet at run time. */
-#define XSERVE_CPU_KERNELS_ABI 6
+#define XSERVE_CPU_KERNELS_ABI 7
 
 int xserve_cpu_kernels_abi(void) { return XSERVE_CPU_KERNELS_ABI; }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 )
@@ -31,6 +32,10 @@ type Client struct {
 	kernels     []string
 	kernelsFile string
 	kernelsErr  error
+	// kernelsLimit is the library's xserve_cpu_kernels_thread_limit (C),
+	// which RunHostAll's worker pool calls around each shard; nil without
+	// the library.
+	kernelsLimit unsafe.Pointer
 
 	// cpuExecution is how a CPU client runs programs (cpuexec.go); runs
 	// and inlineRuns count RunHost executions (RunCounts).
@@ -116,7 +121,7 @@ func Open(path string) (*Client, error) {
 	c.version = c.apiVersion + formatAttributes(plugin.Attributes())
 	if c.platform == "cpu" {
 		if file, explicit := findCPUKernels(abs); file != "" {
-			names, err := loadKernels(api.api, file)
+			k, err := loadKernels(api.api, file)
 			switch {
 			case err != nil && explicit:
 				_ = c.Close()
@@ -124,7 +129,7 @@ func Open(path string) (*Client, error) {
 			case err != nil:
 				c.kernelsErr = err
 			default:
-				c.kernels, c.kernelsFile = names, file
+				c.kernels, c.kernelsFile, c.kernelsLimit = k.names, file, k.limit
 			}
 		}
 	}

@@ -259,12 +259,14 @@ typedef struct {
 	xs_run_args* task;
 	PJRT_Error* err;
 	int quit;             // under mu
+	void (*limit)(int);   // the pool's
 	pthread_mutex_t mu;
 	pthread_cond_t ready_cv, done_cv;
 } xs_worker;
 
 struct xs_pool {
 	int n;
+	void (*limit)(int);  // the kernel library's thread limit, or NULL
 	pthread_mutex_t start_mu;
 	xs_worker* w;
 };
@@ -305,7 +307,11 @@ static void* xs_worker_main(void* arg) {
 			if (quit) return NULL;
 		}
 		atomic_store(&w->ready, 0);
+		// A worker runs an execution only beside another (xs_run_all with
+		// several): the kernels stay on its thread.
+		if (w->limit) w->limit(1);
 		w->err = xs_run(w->task);
+		if (w->limit) w->limit(0);
 		pthread_mutex_lock(&w->mu);
 		atomic_store_explicit(&w->done, 1, memory_order_release);
 		pthread_cond_signal(&w->done_cv);
@@ -313,7 +319,7 @@ static void* xs_worker_main(void* arg) {
 	}
 }
 
-xs_pool* xs_pool_new(int workers) {
+xs_pool* xs_pool_new(int workers, void* limit) {
 	if (workers < 0) workers = 0;
 	xs_pool* p = calloc(1, sizeof *p);
 	if (p == NULL) return NULL;
@@ -323,8 +329,10 @@ xs_pool* xs_pool_new(int workers) {
 		return NULL;
 	}
 	p->n = workers;
+	p->limit = (void (*)(int))limit;
 	pthread_mutex_init(&p->start_mu, NULL);
 	for (int i = 0; i < workers; i++) {
+		p->w[i].limit = p->limit;
 		pthread_mutex_init(&p->w[i].mu, NULL);
 		pthread_cond_init(&p->w[i].ready_cv, NULL);
 		pthread_cond_init(&p->w[i].done_cv, NULL);
@@ -388,10 +396,16 @@ void xs_run_all(xs_pool* p, xs_run_args** a, PJRT_Error** errs, int n) {
 		pthread_cond_signal(&w->ready_cv);
 		pthread_mutex_unlock(&w->mu);
 	}
+	// Several executions at once each have a core: their kernels stay on
+	// their threads rather than fork OpenMP teams that compete for the
+	// cores.
+	void (*limit)(int) = p != NULL && n > 1 ? p->limit : NULL;
+	if (limit) limit(1);
 	if (n > 0) errs[0] = xs_run(a[0]);
 	for (int i = 1; i < n; i++) {
 		if (used[i] == NULL) errs[i] = xs_run(a[i]);
 	}
+	if (limit) limit(0);
 	for (int i = 1; i < n; i++) {
 		xs_worker* w = used[i];
 		if (w == NULL) continue;

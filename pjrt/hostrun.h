@@ -56,8 +56,10 @@ PJRT_Error* xs_first_device(const PJRT_Api* api, PJRT_Client* client, PJRT_Devic
 typedef struct xs_pool xs_pool;
 
 // xs_pool_new makes a pool of up to workers threads, started on first use;
-// NULL if out of memory.
-xs_pool* xs_pool_new(int workers);
+// NULL if out of memory. limit, when not NULL, is the CPU kernel library's
+// xserve_cpu_kernels_thread_limit: xs_run_all sets each thread's limit to
+// one around the executions it runs when it runs several.
+xs_pool* xs_pool_new(int workers, void* limit);
 
 // xs_pool_free stops the pool's threads and frees it. No xs_run_all may be
 // running on it.

@@ -45,9 +45,10 @@ typedef const xs_cpu_kernel* (*xs_cpu_kernels_fn)(int* n);
 typedef int (*xs_cpu_kernels_abi_fn)(void);
 
 // xs_load_kernels opens the kernel library at path (once per process: dlopen
-// reference-counts it) and returns its ABI version in *abi and its table in
-// *table, *n; NULL or an error message (static or dlerror's).
-static const char* xs_load_kernels(const char* path, int* abi, const xs_cpu_kernel** table, int* n) {
+// reference-counts it) and returns its ABI version in *abi, its table in
+// *table, *n, and its xserve_cpu_kernels_thread_limit in *limit (NULL if
+// it has none); NULL or an error message (static or dlerror's).
+static const char* xs_load_kernels(const char* path, int* abi, const xs_cpu_kernel** table, int* n, void** limit) {
 	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		const char* e = dlerror();
@@ -60,6 +61,7 @@ static const char* xs_load_kernels(const char* path, int* abi, const xs_cpu_kern
 	}
 	*abi = abi_fn();
 	*table = fn(n);
+	*limit = dlsym(h, "xserve_cpu_kernels_thread_limit");
 	return NULL;
 }
 
@@ -112,12 +114,19 @@ const CPUKernelsFile = "libxserve_cpukernels.so"
 // cpuKernelsABI is the kernel calling convention (targets, operands,
 // attributes) this build's lowering emits: XSERVE_CPU_KERNELS_ABI in
 // cpukernels/kernels.c. A library of another one is refused.
-const cpuKernelsABI = 6
+const cpuKernelsABI = 7
 
-// registeredKernels maps a plugin table and kernel library to the targets
+// registeredKernels maps a plugin table and kernel library to what was
 // registered for them: a handler is registered once per process. Guarded
 // by registerMu.
-var registeredKernels = map[kernelsKey][]string{}
+var registeredKernels = map[kernelsKey]loadedKernels{}
+
+// loadedKernels is a kernel library registered with a plugin: its targets,
+// and its xserve_cpu_kernels_thread_limit (a C function pointer).
+type loadedKernels struct {
+	names []string
+	limit unsafe.Pointer
+}
 
 type kernelsKey struct {
 	api  *C.PJRT_Api
@@ -142,11 +151,13 @@ func findCPUKernels(pluginPath string) (string, bool) {
 }
 
 // loadKernels registers the handlers of the kernel library file with the
-// plugin whose table is api and returns their target names.
-func loadKernels(api *C.PJRT_Api, file string) ([]string, error) {
+// plugin whose table is api and returns their target names and the
+// library's thread-limit function.
+func loadKernels(api *C.PJRT_Api, file string) (loadedKernels, error) {
+	var none loadedKernels
 	abs, err := filepath.Abs(file)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
@@ -154,36 +165,41 @@ func loadKernels(api *C.PJRT_Api, file string) ([]string, error) {
 	registerMu.Lock()
 	defer registerMu.Unlock()
 	key := kernelsKey{api, abs}
-	if names, ok := registeredKernels[key]; ok {
-		return names, nil
+	if k, ok := registeredKernels[key]; ok {
+		return k, nil
 	}
 	cpath := C.CString(abs)
 	defer C.free(unsafe.Pointer(cpath))
 	var table *C.xs_cpu_kernel
 	var n, abi C.int
-	if msg := C.xs_load_kernels(cpath, &abi, &table, &n); msg != nil {
-		return nil, fmt.Errorf("load CPU kernels %s: %s", abs, C.GoString(msg))
+	var limit unsafe.Pointer
+	if msg := C.xs_load_kernels(cpath, &abi, &table, &n, &limit); msg != nil {
+		return none, fmt.Errorf("load CPU kernels %s: %s", abs, C.GoString(msg))
 	}
 	if abi != cpuKernelsABI {
-		return nil, fmt.Errorf("load CPU kernels %s: kernel ABI %d, this build needs %d (rebuild it: make pjrt)", abs, abi, cpuKernelsABI)
+		return none, fmt.Errorf("load CPU kernels %s: kernel ABI %d, this build needs %d (rebuild it: make pjrt)", abs, abi, cpuKernelsABI)
 	}
 	if n < 0 || n > 1024 {
-		return nil, fmt.Errorf("load CPU kernels %s: implausible table length %d", abs, n)
+		return none, fmt.Errorf("load CPU kernels %s: implausible table length %d", abs, n)
+	}
+	if limit == nil {
+		return none, fmt.Errorf("load CPU kernels %s: no symbol xserve_cpu_kernels_thread_limit (rebuild it: make pjrt)", abs)
 	}
 	var names []string
 	for _, k := range unsafe.Slice(table, int(n)) {
 		name := C.GoString(k.name)
 		var perr *C.PJRT_Error
 		if C.xs_register_ffi(api, k.name, k.handler, &perr) != 0 {
-			return nil, errors.New("the PJRT plugin has no FFI extension to register custom-call handlers with")
+			return none, errors.New("the PJRT plugin has no FFI extension to register custom-call handlers with")
 		}
 		if perr != nil {
-			return nil, fmt.Errorf("register CPU kernel %s: %w", name, pluginError(api, perr))
+			return none, fmt.Errorf("register CPU kernel %s: %w", name, pluginError(api, perr))
 		}
 		names = append(names, name)
 	}
-	registeredKernels[key] = names
-	return names, nil
+	k := loadedKernels{names: names, limit: limit}
+	registeredKernels[key] = k
+	return k, nil
 }
 
 // Kernels returns the custom-call targets this client's plugin has from

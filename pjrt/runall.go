@@ -113,7 +113,7 @@ func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 		return
 	}
 	errs := make([]*C.PJRT_Error, len(ok))
-	C.xs_run_all(c.pool.get(), (**C.xs_run_args)(unsafe.Pointer(&argv[0])), (**C.PJRT_Error)(unsafe.Pointer(&errs[0])), C.int(len(ok)))
+	C.xs_run_all(c.pool.get(c.kernelsLimit), (**C.xs_run_args)(unsafe.Pointer(&argv[0])), (**C.PJRT_Error)(unsafe.Pointer(&errs[0])), C.int(len(ok)))
 	for k, i := range ok {
 		if err := scratch[i].finish(runs[i].Exe, fps[i], errs[k]); err != nil {
 			runs[i].Outs, runs[i].Err = nil, err
@@ -171,11 +171,11 @@ type workerPool struct {
 	p    *C.xs_pool
 }
 
-// get returns the pool, made on first use; nil (every execution on the
-// calling thread) when it cannot be made. The caller holds the client's mu
-// for reading.
-func (w *workerPool) get() *C.xs_pool {
-	w.once.Do(func() { w.p = C.xs_pool_new(C.int(max(runtime.NumCPU()-1, 1))) })
+// get returns the pool, made on first use with the CPU kernels' thread
+// limit (nil for none); nil (every execution on the calling thread) when it
+// cannot be made. The caller holds the client's mu for reading.
+func (w *workerPool) get(limit unsafe.Pointer) *C.xs_pool {
+	w.once.Do(func() { w.p = C.xs_pool_new(C.int(max(runtime.NumCPU()-1, 1)), limit) })
 	return w.p
 }
 

@@ -1,0 +1,138 @@
+package pjrt
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/xserve/xserve/tensor"
+)
+
+// kernelMatmulProgram multiplies two 256x256 matrices with xserve's CPU
+// kernel: 16.7M multiply-adds, above the 4M from which a kernel runs on
+// every core.
+const kernelMatmulProgram = `module @kmm {
+  func.func @main(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {
+    %0 = "stablehlo.custom_call"(%a, %b) {call_target_name = "xserve_matmul_f32", api_version = 4 : i32, backend_config = {activation = 0 : i64, alpha = 0.0 : f32, has_bias = 0 : i64, residual = 0 : i64, trans_a = 0 : i64, trans_b = 0 : i64}} : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+    return %0 : tensor<256x256xf32>
+  }
+}`
+
+// envThreadLimitHelper makes the test binary run threadLimitHelper instead
+// of the tests: the kernels report the threads of each primitive they make
+// (XSERVE_CPU_KERNELS_VERBOSE) on the process's stderr, which only a parent
+// process can read.
+const envThreadLimitHelper = "XSERVE_TEST_THREAD_LIMIT_HELPER"
+
+// TestRunHostAllThreadLimit: RunHost runs a large kernel on every core;
+// RunHostAll, running two executions of the same program at once, runs each
+// on its own thread alone (a primitive made for one thread); RunHost after
+// it is back on every core; all compute the product right.
+func TestRunHostAllThreadLimit(t *testing.T) {
+	if os.Getenv(envThreadLimitHelper) == "1" {
+		if err := threadLimitHelper(); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestRunHostAllThreadLimit$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), envThreadLimitHelper+"=1", "XSERVE_CPU_KERNELS_VERBOSE=1", "XSERVE_CPU_KERNELS_THREADS=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper process: %v\n%s", err, out)
+	}
+	// The primitive lines each part made, after its marker.
+	made := map[string][]string{}
+	part := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.HasPrefix(line, "== "):
+			part = strings.TrimPrefix(line, "== ")
+		case strings.HasPrefix(line, "xserve_matmul_f32: "):
+			made[part] = append(made[part], line)
+		}
+	}
+	procs := runtime.NumCPU()
+	whole := fmt.Sprintf("%d thread(s)", procs)
+	if len(made["RunHost"]) != 1 || !strings.HasSuffix(made["RunHost"][0], whole) {
+		t.Errorf("RunHost made primitives %q, want one on %s\n%s", made["RunHost"], whole, out)
+	}
+	switch all := made["RunHostAll"]; {
+	case procs == 1 && len(all) != 0:
+		t.Errorf("RunHostAll on one processor made primitives %q, want RunHost's reused\n%s", all, out)
+	case procs > 1 && (len(all) != 1 || !strings.HasSuffix(all[0], " 1 thread(s)")):
+		t.Errorf("RunHostAll made primitives %q, want one on 1 thread(s), shared by both executions\n%s", all, out)
+	}
+	if len(made["RunHost again"]) != 0 {
+		t.Errorf("RunHost after RunHostAll made primitives %q, want the first one reused (the thread limit ends with the call)\n%s", made["RunHost again"], out)
+	}
+}
+
+// threadLimitHelper runs kernelMatmulProgram with RunHost, RunHostAll (two
+// executions) and RunHost again, each after a marker line on stderr,
+// checking the results.
+func threadLimitHelper() error {
+	path, err := FindPlugin(FindOptions{RepoRoot: ".."})
+	if err != nil {
+		return err
+	}
+	c, err := Open(path)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if c.kernelsLimit == nil {
+		return fmt.Errorf("no CPU kernel library with a thread limit loaded (%v): run make pjrt", c.KernelsError())
+	}
+	e, err := c.Compile(context.Background(), []byte(kernelMatmulProgram))
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	const n = 256
+	vals := make([]float32, n*n)
+	for i := range vals {
+		vals[i] = float32(i%5)/5 - 0.4
+	}
+	x := tensor.FromFloat32s(vals, n, n)
+	check := func(outs []*tensor.Tensor) error {
+		got := outs[0].Float64s()
+		for _, r := range []int{0, 7, n - 1} {
+			var want float64
+			for k := range n {
+				want += float64(vals[r*n+k]) * float64(vals[k*n+3])
+			}
+			if d := math.Abs(got[r*n+3] - want); d > 1e-3 {
+				return fmt.Errorf("out[%d,3] = %v, want %v", r, got[r*n+3], want)
+			}
+		}
+		return nil
+	}
+	for _, part := range []string{"RunHost", "RunHostAll", "RunHost again"} {
+		fmt.Fprintln(os.Stderr, "== "+part)
+		for range 2 {
+			runs := []HostRun{{Exe: e, Bufs: []*Buffer{nil, nil}, Hosts: []*tensor.Tensor{x, x}}}
+			if part == "RunHostAll" {
+				runs = append(runs, runs[0])
+				c.RunHostAll(context.Background(), runs)
+			} else {
+				runs[0].Outs, runs[0].Err = e.RunHost(context.Background(), runs[0].Bufs, runs[0].Hosts)
+			}
+			for i, r := range runs {
+				if r.Err != nil {
+					return fmt.Errorf("%s: execution %d: %w", part, i, r.Err)
+				}
+				if err := check(r.Outs); err != nil {
+					return fmt.Errorf("%s: execution %d: %w", part, i, err)
+				}
+			}
+		}
+	}
+	return nil
+}
