@@ -68,21 +68,25 @@ type shard struct {
 // splitSkip runs of each way (a shard's first runs on a new thread set up
 // the kernels' per-thread state). A bucket first runs whole until
 // splitLearn runs are counted, then split as long, then takes the way
-// whose latest splitWindow counted runs have the lower median, and every
+// whose latest splitWindow counted runs have the lower first quartile
+// (split unless whole's is splitWholeMargin below split's), and every
 // splitExplore-th eligible run tries the other way for splitProbe runs in a
-// row: the first is not counted (a switch), the others refill that way's
-// whole window, so that one exploration can undo a bad measurement (such as
+// row: the first is not counted (a switch), the others replace half that
+// way's window, so that one exploration can undo a bad measurement (such as
 // a learning phase that met another process's burst) or follow a change in
-// the machine's load. Medians, because a run that shares its cores with
-// another process takes several times as long now and then.
+// the machine's load. The first quartile, not the median or the mean: a
+// run that shares its cores with another process or thread takes up to
+// several times as long, and on a shared 2-core VM such runs came in
+// bursts that made up half a window of four, so a median chose whole for
+// buckets that ran 1.4x faster split.
 const (
 	splitSkip    = 4
 	splitLearn   = 6
-	splitWindow  = 4
+	splitWindow  = 8
 	splitExplore = 128
-	splitProbe   = splitWindow + 1
-	// splitWholeMargin: whole is chosen only when its median is under this
-	// fraction of split's.
+	splitProbe   = splitWindow/2 + 1
+	// splitWholeMargin: whole is chosen only when its first quartile is
+	// under this fraction of split's.
 	splitWholeMargin = 0.9
 )
 
@@ -109,19 +113,19 @@ func (c *splitChooser) learnedLocked() bool {
 // splitBestLocked reports whether splitting is the way to take: unless
 // whole runs are splitWholeMargin faster. Load from outside the server
 // slows split runs more than whole ones (they need every core at once), so
-// on a shared machine the medians lean towards whole; on this project's
-// zoo, split was the faster way in all but a few model and batch pairs, and
-// there by under 15%.
+// on a shared machine the measurements lean towards whole; on this
+// project's zoo, split was the faster way in all but a few model and batch
+// pairs, and there by under 15%.
 func (c *splitChooser) splitBestLocked() bool {
-	return float64(c.medianLocked(0)) >= splitWholeMargin*float64(c.medianLocked(1))
+	return float64(c.quartileLocked(0)) >= splitWholeMargin*float64(c.quartileLocked(1))
 }
 
-// medianLocked returns the median of way i's latest counted runs.
-func (c *splitChooser) medianLocked(i int) time.Duration {
+// quartileLocked returns the first quartile of way i's latest counted runs.
+func (c *splitChooser) quartileLocked(i int) time.Duration {
 	k := min(c.n[i], splitWindow)
 	d := append([]time.Duration(nil), c.recent[i][:k]...)
 	slices.Sort(d)
-	return d[k/2]
+	return d[k/4]
 }
 
 // choose reports whether the next eligible run should be split.
@@ -162,7 +166,7 @@ func (c *splitChooser) observe(split bool, d time.Duration) {
 }
 
 // splitting reports whether the bucket currently runs split: once both
-// ways are measured and splitting has the lower median.
+// ways are measured and splitting is the way to take (splitBestLocked).
 func (c *splitChooser) splitting() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
