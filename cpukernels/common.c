@@ -197,6 +197,23 @@ dnnl_status_t epilogue_post_ops(const_dnnl_memory_desc_t res_md, int64_t act, fl
 	return st;
 }
 
+int operands_as(XLA_FFI_CallFrame *f, int64_t has_bias, int64_t residual, kernel_operands *o) {
+	int64_t want = 2 + (has_bias != 0) + (residual != 0);
+	if (f->args.size != want || f->rets.size != 1 || f->rets.types[0] != XLA_FFI_RetType_BUFFER) return 0;
+	for (int64_t i = 0; i < want; i++) {
+		if (f->args.types[i] != XLA_FFI_ArgType_BUFFER ||
+		    ((XLA_FFI_Buffer *)f->args.args[i])->dtype != XLA_FFI_DataType_F32) {
+			return 0;
+		}
+	}
+	o->src = f->args.args[0];
+	o->wei = f->args.args[1];
+	o->bias = has_bias ? f->args.args[2] : NULL;
+	o->res = residual ? f->args.args[want - 1] : NULL;
+	o->dst = f->rets.rets[0];
+	return o->dst->dtype == XLA_FFI_DataType_F32;
+}
+
 XLA_FFI_Error *read_operands(XLA_FFI_CallFrame *f, const char *kernel, kernel_operands *o) {
 	int64_t has_bias = 0, residual = 0;
 	memset(o, 0, sizeof *o);
@@ -408,8 +425,52 @@ static dnnl_status_t mem_set_init(mem_set *ms, const kernel_entry *e) {
 	return st;
 }
 
+static XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, int transient, void *src,
+    void *wei, void *dst, void *bias, void *res);
+
+/* site_tag is the tag of site under the calling thread's thread limit;
+ * never 0. */
+static uint64_t site_tag(int64_t site) {
+	uint64_t t = (uint64_t)site ^ (thread_limit ? 0x9E3779B97F4A7C15ULL * (uint64_t)thread_limit : 0);
+	return t ? t : 1;
+}
+
+int64_t call_site(XLA_FFI_CallFrame *f) {
+	int64_t site = 0;
+	return attr_int(f, "site", &site) == 0 ? site : 0;
+}
+
+kernel_entry *site_entry(kernel_cache *c, int64_t site) {
+	if (site == 0) return NULL;
+	uint64_t t = site_tag(site);
+	for (int i = 0; i < CACHE_SLOTS; i++) {
+		site_slot *s = &c->sites[(t + (uint64_t)i) % CACHE_SLOTS];
+		uint64_t got = __atomic_load_n(&s->tag, __ATOMIC_ACQUIRE);
+		if (got == 0) return NULL;
+		if (got == t) return s->e;
+	}
+	return NULL;
+}
+
+/* note_site records e as site's entry (under the calling thread's thread
+ * limit) unless the table is full. */
+static void note_site(kernel_cache *c, int64_t site, kernel_entry *e) {
+	uint64_t t = site_tag(site);
+	pthread_mutex_lock(&c->mu);
+	for (int i = 0; i < CACHE_SLOTS; i++) {
+		site_slot *s = &c->sites[(t + (uint64_t)i) % CACHE_SLOTS];
+		if (s->tag == t) break;
+		if (s->tag == 0) {
+			s->e = e;
+			__atomic_store_n(&s->tag, t, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
 XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key, int threads, entry_builder build,
-    const void *ctx, void *src, void *wei, void *dst, void *bias, void *res) {
+    const void *ctx, int64_t site, void *src, void *wei, void *dst, void *bias, void *res) {
 	dnnl_stream_t stream;
 	dnnl_status_t st = thread_stream(&stream);
 	if (st != dnnl_success) {
@@ -420,10 +481,30 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
 	if (e == NULL) {
 		return fail(f, c->kernel, 13, "no oneDNN primitive for this call (status %d)", (int)st);
 	}
+	if (site != 0 && e != &spare) note_site(c, site, e);
+	XLA_FFI_Error *err = exec_entry(f, c, e, e == &spare, src, wei, dst, bias, res);
+	if (e == &spare) entry_destroy(&spare);
+	return err;
+}
+
+XLA_FFI_Error *run_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, void *src, void *wei, void *dst,
+    void *bias, void *res) {
+	return exec_entry(f, c, e, 0, src, wei, dst, bias, res);
+}
+
+/* exec_entry executes e on the buffers; transient: e is a spare entry (the
+ * cache was full), whose memory objects are made for this call only. */
+static XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, int transient, void *src,
+    void *wei, void *dst, void *bias, void *res) {
+	dnnl_stream_t stream;
+	dnnl_status_t st = thread_stream(&stream);
+	if (st != dnnl_success) {
+		return fail(f, c->kernel, 13, "oneDNN CPU engine or stream: status %d", (int)st);
+	}
 	XLA_FFI_Error *err = NULL;
 	mem_set local;
 	memset(&local, 0, sizeof local);
-	mem_set *ms = e == &spare ? &local : thread_mem_set(e);
+	mem_set *ms = transient ? &local : thread_mem_set(e);
 	size_t scratch_off = (e->wei_k_bytes + 63) & ~(size_t)63;
 	char *scratch = thread_scratch(scratch_off + e->scratch_bytes);
 	if (scratch == NULL) {
@@ -461,7 +542,6 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
 	}
 out:
 	if (ms == &local) mem_set_clear(&local);
-	if (e == &spare) entry_destroy(&spare);
 	return err;
 }
 

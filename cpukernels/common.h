@@ -87,6 +87,10 @@ typedef struct kernel_operands {
  * residual and that all are float32; the FFI error or NULL. */
 XLA_FFI_Error *read_operands(XLA_FFI_CallFrame *f, const char *kernel, kernel_operands *o);
 
+/* operands_as fills o from f for a call with the given has_bias and
+ * residual; 0 if f's operands are not that (count, kinds, float32). */
+int operands_as(XLA_FFI_CallFrame *f, int64_t has_bias, int64_t residual, kernel_operands *o);
+
 /* metadata_call reports whether f is XLA's metadata query, answering it:
  * the handler then returns NULL at once. */
 int metadata_call(XLA_FFI_CallFrame *f);
@@ -123,18 +127,49 @@ typedef dnnl_status_t (*entry_builder)(kernel_entry *e, const void *ctx);
 
 #define CACHE_SLOTS 2048
 
-/* kernel_cache holds one kernel's entries for the life of the process. */
+/* site_slot maps a call site (the lowering's "site" attribute, with the
+ * calling thread's thread limit) to its entry. */
+typedef struct site_slot {
+	uint64_t tag; /* 0: free; written once, last (release) */
+	kernel_entry *e;
+} site_slot;
+
+/* kernel_cache holds one kernel's entries for the life of the process, and
+ * the call sites seen, each with its entry. */
 typedef struct kernel_cache {
 	const char *kernel;
 	pthread_mutex_t mu;
 	kernel_entry slots[CACHE_SLOTS];
+	site_slot sites[CACHE_SLOTS];
 } kernel_cache;
 
 /* kernel_run finds (or builds, with threads and build) the entry of key in
  * c and executes it on the buffers (bias and res may be NULL); the FFI
- * error or NULL. key must be KEY_BYTES long, zero-padded. */
+ * error or NULL. key must be KEY_BYTES long, zero-padded. A site other
+ * than 0 (call_site) is noted with the entry, for site_entry. */
 XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key, int threads, entry_builder build,
-    const void *ctx, void *src, void *wei, void *dst, void *bias, void *res);
+    const void *ctx, int64_t site, void *src, void *wei, void *dst, void *bias, void *res);
+
+/* Call sites. The lowering gives each kernel call an attribute "site": a
+ * 64-bit hash (SHA-256) of the call's target, operand and result types and
+ * other attributes (lower/nn.go kernelSite). A call whose site was seen
+ * before, under the same thread limit, runs the entry made then, after
+ * checking only that its operands have the entry's shapes: no attribute is
+ * read, no key built, hashed or compared. The shapes check keeps every
+ * access inside the buffers whatever the site says; the hash makes two
+ * calls with different attributes under one site as unlikely as a SHA-256
+ * collision. */
+
+/* call_site returns f's "site" attribute, or 0 when it has none. */
+int64_t call_site(XLA_FFI_CallFrame *f);
+
+/* site_entry returns the entry noted for site under the calling thread's
+ * thread limit, or NULL. */
+kernel_entry *site_entry(kernel_cache *c, int64_t site);
+
+/* run_entry executes e (found by site_entry) on the buffers. */
+XLA_FFI_Error *run_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, void *src, void *wei, void *dst,
+    void *bias, void *res);
 
 /* finish_entry completes e after its builder made pd (with weights in XLA's
  * layout in e->md[MEM_WEI]): the weights reorder if pd wants another

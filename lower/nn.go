@@ -1,6 +1,8 @@
 package lower
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -441,7 +443,7 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 		residual = 1
 	}
 	call.Attrs = append(call.Attrs, stablehlo.FFIAttr{Name: "has_bias", Int: hasBias}, stablehlo.FFIAttr{Name: "residual", Int: residual})
-	out, err := x.Block().FFICall(call)
+	out, err := x.Block().FFICall(kernelSite(call))
 	if err != nil {
 		b.err = err
 		return nil
@@ -732,7 +734,7 @@ func nnMatmulKernel(b *nnB, x, y *stablehlo.Value, f nnMatmulShape, epi *nnEpilo
 	if b.err != nil {
 		return nil
 	}
-	out, err := a.Block().FFICall(call)
+	out, err := a.Block().FFICall(kernelSite(call))
 	if err != nil {
 		b.err = err
 		return nil
@@ -1445,7 +1447,7 @@ func nnMaxPoolKernel(b *nnB, x *stablehlo.Value, outDims []int64, p fxgraph.Pool
 		OperandLayouts: [][]int64{channelsLast},
 		ResultLayouts:  [][]int64{channelsLast},
 	}
-	out, err := x.Block().FFICall(call)
+	out, err := x.Block().FFICall(kernelSite(call))
 	if err != nil {
 		b.err = err
 		return nil
@@ -2451,4 +2453,36 @@ func nnConvAsDot(b *nnB, x, w *stablehlo.Value, wd, outDims []int64, p fxgraph.C
 	kernel = b.reshape(kernel, []int64{nnProd(wd[1:]), wd[0]})
 	y := b.dot(patches, []int{rank - 1}, nil, kernel, []int{0}, nil)
 	return b.transpose(y, append([]int{0, rank - 1}, nnRange(1, rank-1)...))
+}
+
+// kernelSite returns call with the attribute "site" added: the first 8
+// bytes of a SHA-256 of its target, operand and result types, layouts and
+// other attributes, never 0. The CPU kernels key the primitive they made
+// for a call by it, so that a call seen before skips reading its
+// attributes and building, hashing and comparing its key (about 0.2 µs of
+// its 1.5; cpukernels/common.h, "Call sites"). They still check the
+// operands' shapes against the primitive's; the cryptographic hash keeps
+// calls with different attributes, even from another model loaded in the
+// same process, from sharing a site.
+func kernelSite(call stablehlo.FFICall) stablehlo.FFICall {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s|%v|%v|%v|%v|", call.Target, typesOf(call.Operands), call.Results, call.OperandLayouts, call.ResultLayouts)
+	for _, a := range call.Attrs {
+		fmt.Fprintf(h, "%s=%d,%v,%t,%v,%t;", a.Name, a.Int, a.Ints, a.Array, math.Float32bits(a.Float), a.IsFloat)
+	}
+	site := int64(binary.LittleEndian.Uint64(h.Sum(nil)))
+	if site == 0 {
+		site = 1
+	}
+	call.Attrs = append(slices.Clone(call.Attrs), stablehlo.FFIAttr{Name: "site", Int: site})
+	return call
+}
+
+// typesOf returns the types of vs.
+func typesOf(vs []*stablehlo.Value) []stablehlo.Type {
+	ts := make([]stablehlo.Type, len(vs))
+	for i, v := range vs {
+		ts[i] = v.Type()
+	}
+	return ts
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -1020,6 +1021,35 @@ func TestConvAsDot(t *testing.T) {
 	}
 }
 
+// TestKernelSite: each kernel call carries a "site" attribute that is the
+// same for the same call lowered again and differs when an attribute does
+// (cpukernels/common.h, "Call sites").
+func TestKernelSite(t *testing.T) {
+	site := regexp.MustCompile(`site = (-?[0-9]+) : i64`)
+	lowerConv := func(stride int64) string {
+		t.Helper()
+		g := nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 4, 8, 8), fxgraph.Static(tensor.Float32, 8, 4, 3, 3)},
+			func(in []*fxgraph.Node) []any {
+				return []any{in[0], in[1], nil, []int64{stride, stride}, []int64{1, 1}, []int64{1, 1}, false, []int64{0, 0}, int64(1)}
+			}, nil, 0)
+		p, err := lower.New(lower.Options{Kernels: []string{lower.ConvKernel}}).Lower(g, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := site.FindAllStringSubmatch(string(p.Module), -1)
+		if len(m) != 1 || m[0][1] == "0" {
+			t.Fatalf("want one nonzero site attribute, got %q in:\n%s", m, p.Module)
+		}
+		return m[0][1]
+	}
+	if a, b := lowerConv(1), lowerConv(1); a != b {
+		t.Errorf("the same convolution lowered twice: sites %s and %s", a, b)
+	}
+	if a, b := lowerConv(1), lowerConv(2); a == b {
+		t.Errorf("strides 1 and 2: the same site %s", a)
+	}
+}
+
 // TestConvKernelLowering: with lower.ConvKernel among Options.Kernels, a
 // float32 (or half, computed in float32) convolution that is not
 // transposed and has 1 to 3 spatial dims lowers to that custom call, with
@@ -1042,7 +1072,7 @@ func TestConvKernelLowering(t *testing.T) {
 		{"1d", lower.Options{Kernels: k}, tensor.Float32, []int64{2, 4, 9}, []int64{8, 4, 3}, false, 1,
 			`operand_layouts = [dense<[1, 2, 0]> : tensor<3xindex>, dense<[2, 1, 0]> : tensor<3xindex>]`},
 		{"3d groups", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 5, 5, 5}, []int64{8, 2, 3, 3, 3}, false, 2,
-			`backend_config = {activation = 0 : i64, alpha = 0.0 : f32, dilation = array<i64: 1, 1, 1>, groups = 2 : i64, has_bias = 0 : i64, pad_hi = array<i64: 1, 1, 1>, pad_lo = array<i64: 1, 1, 1>, residual = 0 : i64, stride = array<i64: 1, 1, 1>}`},
+			`backend_config = {activation = 0 : i64, alpha = 0.0 : f32, dilation = array<i64: 1, 1, 1>, groups = 2 : i64, has_bias = 0 : i64, pad_hi = array<i64: 1, 1, 1>, pad_lo = array<i64: 1, 1, 1>, residual = 0 : i64, site = `},
 		{"depthwise", lower.Options{Kernels: k}, tensor.Float32, []int64{1, 4, 6, 6}, []int64{4, 1, 3, 3}, false, 4, `groups = 4 : i64`},
 		{"float16 in float32", lower.Options{Kernels: k}, tensor.Float16, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, `xserve_conv_f32`},
 		{"float64: XLA's", lower.Options{Kernels: k}, tensor.Float64, []int64{1, 4, 6, 6}, []int64{8, 4, 3, 3}, false, 1, ""},
