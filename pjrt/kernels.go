@@ -150,6 +150,28 @@ func findCPUKernels(pluginPath string) (string, bool) {
 	}
 }
 
+// openMPSpin is the GOMP_SPINCOUNT the kernels' OpenMP runtime gets unless
+// the environment sets it or OMP_WAIT_POLICY: how many times a thread of a
+// team polls for the next parallel region before it sleeps, about 0.25 ms
+// here instead of libgomp's default 300000 (several milliseconds). After
+// an execution whose large kernels ran on a team, its idle threads spun that
+// long on the other cores, where a split execution's shards (and the
+// server's other threads) needed them: the split chooser, probing split
+// runs right after whole ones, measured them slowed and kept buckets whole
+// that ran 1.7x faster split (docs/BENCHMARKS.md). Executions themselves
+// measured the same either way.
+const openMPSpin = "10000"
+
+// setOpenMPSpin sets GOMP_SPINCOUNT to openMPSpin unless the environment
+// chose a spin count or wait policy. libgomp reads it when it is loaded,
+// which is with the kernel library.
+func setOpenMPSpin() {
+	if os.Getenv("GOMP_SPINCOUNT") != "" || os.Getenv("OMP_WAIT_POLICY") != "" {
+		return
+	}
+	_ = os.Setenv("GOMP_SPINCOUNT", openMPSpin) // in a cgo binary this sets the C environment too
+}
+
 // loadKernels registers the handlers of the kernel library file with the
 // plugin whose table is api and returns their target names and the
 // library's thread-limit function.
@@ -168,6 +190,7 @@ func loadKernels(api *C.PJRT_Api, file string) (loadedKernels, error) {
 	if k, ok := registeredKernels[key]; ok {
 		return k, nil
 	}
+	setOpenMPSpin()
 	cpath := C.CString(abs)
 	defer C.free(unsafe.Pointer(cpath))
 	var table *C.xs_cpu_kernel

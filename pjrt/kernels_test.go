@@ -1,6 +1,7 @@
 package pjrt
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,5 +66,25 @@ func TestCPUKernels(t *testing.T) {
 	})
 	if _, err := os.Stat(lib); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenMPSpin: loading the kernels sets GOMP_SPINCOUNT for libgomp,
+// which reads it as it loads with them, unless the environment chose a
+// spin count or a wait policy itself.
+func TestOpenMPSpin(t *testing.T) {
+	for _, c := range []struct{ spin, policy, want string }{
+		{"", "", openMPSpin},
+		{"5", "", "5"},
+		{"", "passive", ""},
+	} {
+		t.Run(fmt.Sprintf("GOMP_SPINCOUNT=%q OMP_WAIT_POLICY=%q", c.spin, c.policy), func(t *testing.T) {
+			t.Setenv("GOMP_SPINCOUNT", c.spin)
+			t.Setenv("OMP_WAIT_POLICY", c.policy)
+			setOpenMPSpin()
+			if got := os.Getenv("GOMP_SPINCOUNT"); got != c.want {
+				t.Errorf("GOMP_SPINCOUNT = %q, want %q", got, c.want)
+			}
+		})
 	}
 }
