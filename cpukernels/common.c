@@ -214,12 +214,25 @@ int operands_as(XLA_FFI_CallFrame *f, int64_t has_bias, int64_t residual, kernel
 	return o->dst->dtype == XLA_FFI_DataType_F32;
 }
 
+XLA_FFI_Error *run_site(XLA_FFI_CallFrame *f, kernel_cache *c, int64_t site, site_operands take, int *ran) {
+	kernel_operands o;
+	kernel_entry *e = site_entry(c, site);
+	*ran = e != NULL && take(f, e, &o);
+	if (!*ran) return NULL;
+	return run_entry(f, c, e, o.src->data, o.wei->data, o.dst->data, o.bias ? o.bias->data : NULL,
+	    o.res ? o.res->data : NULL);
+}
+
 XLA_FFI_Error *read_operands(XLA_FFI_CallFrame *f, const char *kernel, kernel_operands *o) {
 	int64_t has_bias = 0, residual = 0;
 	memset(o, 0, sizeof *o);
 	if (attr_int(f, "has_bias", &has_bias) || attr_int(f, "residual", &residual)) {
 		return fail(f, kernel, 3, "missing or malformed attribute has_bias or residual (int)");
 	}
+	if (operands_as(f, has_bias, residual, o)) {
+		return NULL;
+	}
+	/* Say what is wrong. */
 	int64_t want = 2 + (has_bias != 0) + (residual != 0);
 	if (f->args.size != want || f->rets.size != 1) {
 		return fail(f, kernel, 3, "want %lld operands (has_bias %lld, residual %lld) and 1 result, got %lld and %lld",
@@ -233,18 +246,7 @@ XLA_FFI_Error *read_operands(XLA_FFI_CallFrame *f, const char *kernel, kernel_op
 	if (f->rets.types[0] != XLA_FFI_RetType_BUFFER) {
 		return fail(f, kernel, 3, "the result is not a buffer");
 	}
-	o->src = f->args.args[0];
-	o->wei = f->args.args[1];
-	o->bias = has_bias ? f->args.args[2] : NULL;
-	o->res = residual ? f->args.args[want - 1] : NULL;
-	o->dst = f->rets.rets[0];
-	XLA_FFI_Buffer *all[] = {o->src, o->wei, o->bias, o->res, o->dst};
-	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-		if (all[i] && all[i]->dtype != XLA_FFI_DataType_F32) {
-			return fail(f, kernel, 3, "operands and result must be float32");
-		}
-	}
-	return NULL;
+	return fail(f, kernel, 3, "operands and result must be float32");
 }
 
 int metadata_call(XLA_FFI_CallFrame *f) {

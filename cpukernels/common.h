@@ -171,6 +171,14 @@ kernel_entry *site_entry(kernel_cache *c, int64_t site);
 XLA_FFI_Error *run_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, void *src, void *wei, void *dst,
     void *bias, void *res);
 
+/* site_operands fills o with f's operands as the call e was made for takes
+ * them, and reports whether they are those (count, float32, shapes). */
+typedef int (*site_operands)(XLA_FFI_CallFrame *f, const kernel_entry *e, kernel_operands *o);
+
+/* run_site runs f with the entry noted for site when take accepts f's
+ * operands for it, and sets *ran; the FFI error or NULL. */
+XLA_FFI_Error *run_site(XLA_FFI_CallFrame *f, kernel_cache *c, int64_t site, site_operands take, int *ran);
+
 /* finish_entry completes e after its builder made pd (with weights in XLA's
  * layout in e->md[MEM_WEI]): the weights reorder if pd wants another
  * layout, the scratchpad, the primitive. It destroys pd. */

@@ -154,8 +154,10 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	return finish_entry(e, pd);
 }
 
-/* conv_matches reports whether the operands o have the shapes of key k. */
-static int conv_matches(const conv_key *k, const kernel_operands *o) {
+/* conv_site_operands is conv's site_operands. */
+static int conv_site_operands(XLA_FFI_CallFrame *f, const kernel_entry *e, kernel_operands *o) {
+	const conv_key *k = (const conv_key *)e->key;
+	if (!operands_as(f, k->bias, k->residual, o)) return 0;
 	int64_t rank = k->rank, sp = rank - 2;
 	const XLA_FFI_Buffer *x = o->src, *w = o->wei, *y = o->dst;
 	if (x->rank != rank || w->rank != rank || y->rank != rank || w->dims[rank - 1] != k->w[0] ||
@@ -177,17 +179,14 @@ static int conv_matches(const conv_key *k, const kernel_operands *o) {
 
 static XLA_FFI_Error *conv_execute(XLA_FFI_CallFrame *f) {
 	const char *name = cache.kernel;
-	kernel_operands o;
 	int64_t site = call_site(f);
-	kernel_entry *e = site_entry(&cache, site);
-	if (e != NULL) {
-		const conv_key *k = (const conv_key *)e->key;
-		if (operands_as(f, k->bias, k->residual, &o) && conv_matches(k, &o)) {
-			return run_entry(f, &cache, e, o.src->data, o.wei->data, o.dst->data, o.bias ? o.bias->data : NULL,
-			    o.res ? o.res->data : NULL);
-		}
+	int ran;
+	XLA_FFI_Error *err = run_site(f, &cache, site, conv_site_operands, &ran);
+	if (ran) {
+		return err;
 	}
-	XLA_FFI_Error *err = read_operands(f, name, &o);
+	kernel_operands o;
+	err = read_operands(f, name, &o);
 	if (err != NULL) {
 		return err;
 	}

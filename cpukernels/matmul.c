@@ -79,8 +79,10 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	return finish_entry(e, pd);
 }
 
-/* matmul_matches reports whether the operands o have the shapes of key k. */
-static int matmul_matches(const matmul_key *k, const kernel_operands *o) {
+/* matmul_site_operands is the matrix product's site_operands. */
+static int matmul_site_operands(XLA_FFI_CallFrame *f, const kernel_entry *e, kernel_operands *o) {
+	const matmul_key *k = (const matmul_key *)e->key;
+	if (!operands_as(f, k->bias, k->residual, o)) return 0;
 	int64_t rank = k->rank, off = rank - 2;
 	const XLA_FFI_Buffer *a = o->src, *b = o->wei, *y = o->dst;
 	if (a->rank != rank || b->rank != rank || y->rank != rank) return 0;
@@ -102,17 +104,14 @@ static int matmul_matches(const matmul_key *k, const kernel_operands *o) {
 
 static XLA_FFI_Error *matmul_execute(XLA_FFI_CallFrame *f) {
 	const char *name = cache.kernel;
-	kernel_operands o;
 	int64_t site = call_site(f);
-	kernel_entry *e = site_entry(&cache, site);
-	if (e != NULL) {
-		const matmul_key *k = (const matmul_key *)e->key;
-		if (operands_as(f, k->bias, k->residual, &o) && matmul_matches(k, &o)) {
-			return run_entry(f, &cache, e, o.src->data, o.wei->data, o.dst->data, o.bias ? o.bias->data : NULL,
-			    o.res ? o.res->data : NULL);
-		}
+	int ran;
+	XLA_FFI_Error *err = run_site(f, &cache, site, matmul_site_operands, &ran);
+	if (ran) {
+		return err;
 	}
-	XLA_FFI_Error *err = read_operands(f, name, &o);
+	kernel_operands o;
+	err = read_operands(f, name, &o);
 	if (err != NULL) {
 		return err;
 	}

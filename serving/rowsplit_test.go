@@ -162,16 +162,21 @@ func TestSplitChooser(t *testing.T) {
 			}
 		})
 	}
-	// The machine changes: splitting becomes slow; the split runs see it.
-	var c splitChooser
-	for i := range 2 * learn {
-		split := i >= learn
-		d := 1000 * time.Microsecond
-		if split {
-			d = 600 * time.Microsecond
+	// learned returns a chooser that measured whole runs of 1 ms, then
+	// split runs of split, every one counted.
+	learned := func(split time.Duration) *splitChooser {
+		c := new(splitChooser)
+		for i := range 2 * learn {
+			d := time.Millisecond
+			if i >= learn {
+				d = split
+			}
+			c.observe(i >= learn, d)
 		}
-		c.observe(split, d)
+		return c
 	}
+	// The machine changes: splitting becomes slow; the split runs see it.
+	c := learned(600 * time.Microsecond)
 	if !c.splitting() {
 		t.Fatal("split measured faster but not chosen")
 	}
@@ -184,15 +189,7 @@ func TestSplitChooser(t *testing.T) {
 
 	// A burst of load while learning makes splitting look slow; the machine
 	// then goes quiet, and one exploration of split runs must win it back.
-	var b splitChooser
-	for i := range 2 * learn {
-		split := i >= learn
-		d := 1000 * time.Microsecond
-		if split {
-			d = 3000 * time.Microsecond
-		}
-		b.observe(split, d)
-	}
+	b := learned(3 * time.Millisecond)
 	if b.splitting() {
 		t.Fatal("split measured slower while learning but chosen")
 	}
