@@ -176,7 +176,28 @@ build_variant() { # variant
 	echo "$1 $size" >>"$WORK/sizes"
 }
 
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_port prints a loopback port that is free now, drawn below the kernel's
+# ephemeral range: a port the kernel hands out (bind to 0) can be taken again
+# by any outgoing connection, curl's included, before the container binds it.
+free_port() {
+	"$PY" - <<'PY'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(10000, max(low, 10001))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit("no free port below %d" % low)
+PY
+}
 
 # start_server NAME CACHE_DIR: runs the CPU image, sets HTTP and NATS.
 start_server() {
@@ -188,7 +209,7 @@ start_server() {
 	docker run -d --name "$name" --network host \
 		--health-cmd "xserve health --url $HTTP/v2/health/ready" --health-interval 1s --health-start-period 60s \
 		-v "$REPO/examples/models:/models:ro" -v "$cache:/var/cache/xserve" \
-		"$IMAGE:cpu" --http-addr "127.0.0.1:$HTTP_PORT" --nats-listen "127.0.0.1:$NATS_PORT" --grpc-addr "127.0.0.1:$(free_port)" --poll-interval 0 >/dev/null
+		"$IMAGE:cpu" --http-addr "127.0.0.1:$HTTP_PORT" --nats-listen "127.0.0.1:$NATS_PORT" --grpc-addr 127.0.0.1:0 --poll-interval 0 >/dev/null
 }
 
 # wait_ready NAME START: sets READY_S, the seconds from START (now's format)
@@ -200,7 +221,14 @@ wait_ready() {
 			READY_S=$(since "$t")
 			return
 		fi
-		[[ "$(docker inspect --format '{{.State.Running}}' "$1")" == true ]] || die "container $1 exited before it was ready"
+		if [[ "$(docker inspect --format '{{.State.Running}}' "$1")" != true ]]; then
+			# Another process took a port between free_port and the bind.
+			local logs
+			logs=$(docker logs "$1" 2>&1 || true)
+			[[ "$logs" != *"address already in use"* ]] || return 2
+			tail -20 <<<"$logs" >&2
+			die "container $1 exited before it was ready"
+		fi
 		sleep 0.1
 	done
 	die "$1 not ready after 180s"
@@ -209,10 +237,15 @@ wait_ready() {
 # measure_start NAME CACHE_DIR LABEL: starts the server, sets READY_S (seconds
 # to ready) and COMPILED (the sum of xserve_compilations_total once ready).
 measure_start() {
-	local t
-	t=$(now)
-	start_server "$1" "$2"
-	wait_ready "$1" "$t"
+	local t try
+	for try in 1 2 3; do
+		t=$(now)
+		start_server "$1" "$2"
+		wait_ready "$1" "$t" && break
+		[[ $try -lt 3 ]] || die "container $1: its ports were taken on three tries"
+		log "$1: a port was taken before the container bound it; retrying on new ports"
+		docker rm -f "$1" >/dev/null
+	done
 	COMPILED=$(curl -sf "$HTTP/metrics" | awk '/^xserve_compilations_total/ { s += $NF } END { print s + 0 }')
 	log "$3: ready in ${READY_S}s, xserve_compilations_total=$COMPILED"
 }

@@ -5,13 +5,13 @@ references (torch eager / ONNX Runtime) and writes docs/real-models.md.
     python3 python/realmodels/check.py [--cases .cache/realmodels/cases] [--only SUBSTR,...] [--doc docs/real-models.md]
 
 Needs only numpy (the project's .venv). Every case is one model file in one
-format. `run` is one `xserve run` process per case; `serve` is one
-`xserve serve` over a model repository of all cases (symlinks), on a free
-loopback port, with one KServe v2 HTTP request per case: binary tensor data
-for even-numbered cases, JSON for odd ones. A result is `match` when every
-output is within atol + rtol * max|ref| (looser for quantized models, whose
-rounding ORT and XLA may place differently), else `mismatch` with the max
-abs error, or the error the stage failed with.
+format. `run` is one `xserve run` process per case; `serve` is one `xserve
+serve` over a model repository of all cases (symlinks), on the loopback port
+it picks itself (port 0, read from its log), with one KServe v2 HTTP request
+per case: binary tensor data for even-numbered cases, JSON for odd ones. A
+result is `match` when every output is within atol + rtol * max|ref| (looser
+for quantized models, whose rounding ORT and XLA may place differently),
+else `mismatch` with the max abs error, or the error the stage failed with.
 """
 
 import argparse
@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -127,10 +126,11 @@ def run_case(xserve, case, timeout):
     return r
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def bound_http_addr(log_path):
+    """The HTTP address xserve serve logged once it listened, or None yet."""
+    with open(log_path) as f:
+        m = re.search(r'msg="listening on [^"]*" addr=(\S+)', f.read())
+    return m.group(1) if m else None
 
 
 def http(method, url, body=None, headers=None, timeout=600):
@@ -202,17 +202,24 @@ def serve_cases(xserve, cases, timeout, log):
         except OSError:
             shutil.copy(c["model_file"], dst)
         names[c["id"]] = name
-    port = free_port()
-    logf = open(os.path.join(repo, "serve.log"), "w")
-    proc = subprocess.Popen([xserve, "serve", "--model-repo", repo, "--http-addr", f"127.0.0.1:{port}", "--grpc-addr", "",
+    # Port 0: the server picks its port and logs it, so no other process can
+    # take it between choosing and binding.
+    log_path = os.path.join(repo, "serve.log")
+    logf = open(log_path, "w")
+    proc = subprocess.Popen([xserve, "serve", "--model-repo", repo, "--http-addr", "127.0.0.1:0", "--grpc-addr", "",
                              "--nats=false", "--model-control-mode", "none", "--compile-cache", ""],
                             stdout=logf, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    base = None
     results = {}
     try:
         deadline = time.time() + 600
         while time.time() < deadline:
+            addr = bound_http_addr(log_path)
+            if addr:
+                base = f"http://{addr}"
             try:
+                if base is None:
+                    raise OSError("not listening yet")
                 if http("GET", base + "/v2/health/live", timeout=5)[0] == 200:
                     break
             except OSError:
@@ -220,6 +227,8 @@ def serve_cases(xserve, cases, timeout, log):
             if proc.poll() is not None:
                 raise RuntimeError(f"xserve serve exited with {proc.returncode}")
             time.sleep(0.5)
+        else:
+            raise RuntimeError(f"xserve serve not live after 600s (log: {log_path})")
         for k, c in enumerate(cases):
             name = names[c["id"]]
             binary = k % 2 == 0
