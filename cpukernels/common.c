@@ -69,13 +69,17 @@ static int max_threads(void) {
 
 /* parallel_min_macs is the size from which a primitive runs on max_threads:
  * PARALLEL_MIN_MACS, or XSERVE_CPU_KERNELS_PARALLEL_MACS when set. */
+/* env_macs is environment variable name's value when it is a count of
+ * multiply-adds (>= 0), else def. */
+static double env_macs(const char *name, double def) {
+	const char *v = getenv(name);
+	double want = v ? atof(v) : -1;
+	return want >= 0 ? want : def;
+}
+
 static double parallel_min_macs(void) {
 	static double m = -1;
-	if (m < 0) {
-		const char *v = getenv("XSERVE_CPU_KERNELS_PARALLEL_MACS");
-		double want = v ? atof(v) : -1;
-		m = want >= 0 ? want : PARALLEL_MIN_MACS;
-	}
+	if (m < 0) m = env_macs("XSERVE_CPU_KERNELS_PARALLEL_MACS", PARALLEL_MIN_MACS);
 	return m;
 }
 
@@ -88,6 +92,33 @@ void xserve_cpu_kernels_thread_limit(int n) { thread_limit = n > 0 ? n : 0; }
 int kernel_threads(double macs) {
 	int n = macs < parallel_min_macs() ? 1 : max_threads();
 	return thread_limit > 0 && thread_limit < n ? thread_limit : n;
+}
+
+/* BAND_MIN_MACS is the size from which a call runs as bands: a band
+ * handed to a spinning worker costs about a microsecond. */
+#define BAND_MIN_MACS (64.0 * 1024)
+
+static double band_min_macs(void) {
+	static double m = -1;
+	if (m < 0) m = env_macs("XSERVE_CPU_KERNELS_BAND_MACS", BAND_MIN_MACS);
+	return m;
+}
+
+int kernel_max_bands(void) {
+	static int n = 0;
+	if (n == 0) {
+		const char *v = getenv("XSERVE_CPU_KERNELS_BANDS");
+		int want = v ? atoi(v) : 0;
+		n = want > 0 ? want : max_threads();
+		if (n > MAX_BANDS) n = MAX_BANDS;
+	}
+	return n;
+}
+
+int kernel_bands(double macs) {
+	if (thread_limit == 1 || macs < band_min_macs()) return 1;
+	int n = kernel_max_bands();
+	return thread_limit > 1 && thread_limit < n ? thread_limit : n;
 }
 
 void use_threads(int n) { omp_set_num_threads(n); }
@@ -302,7 +333,19 @@ dnnl_status_t scratchpad_attr(dnnl_primitive_attr_t *attr, const_dnnl_post_ops_t
 	return st;
 }
 
+static void entry_destroy(kernel_entry *e);
+
+void bands_destroy(kernel_entry *e) {
+	for (int i = 0; i < e->nbands; i++) {
+		entry_destroy(&e->bands[i].e);
+	}
+	free(e->bands);
+	e->bands = NULL;
+	e->nbands = 0;
+}
+
 static void entry_destroy(kernel_entry *e) {
+	bands_destroy(e);
 	if (e->prim) dnnl_primitive_destroy(e->prim);
 	if (e->reorder) dnnl_primitive_destroy(e->reorder);
 	for (int i = 0; i < MEM_COUNT; i++) {
@@ -427,8 +470,8 @@ static dnnl_status_t mem_set_init(mem_set *ms, const kernel_entry *e) {
 	return st;
 }
 
-static XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, int transient, void *src,
-    void *wei, void *dst, void *bias, void *res);
+static XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, const char *kernel, const kernel_entry *e, int transient,
+    void *src, void *wei, void *dst, void *bias, void *res);
 
 /* site_tag is the tag of site under the calling thread's thread limit;
  * never 0. */
@@ -484,24 +527,32 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
 		return fail(f, c->kernel, 13, "no oneDNN primitive for this call (status %d)", (int)st);
 	}
 	if (site != 0 && e != &spare) note_site(c, site, e);
-	XLA_FFI_Error *err = exec_entry(f, c, e, e == &spare, src, wei, dst, bias, res);
+	/* A spare runs whole: its bands' memory objects would outlive it. */
+	XLA_FFI_Error *err = e->nbands > 1 && e != &spare ? run_bands(f, c->kernel, e, src, wei, dst, bias, res)
+	                                                  : exec_entry(f, c->kernel, e, e == &spare, src, wei, dst, bias, res);
 	if (e == &spare) entry_destroy(&spare);
 	return err;
 }
 
 XLA_FFI_Error *run_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, void *src, void *wei, void *dst,
     void *bias, void *res) {
-	return exec_entry(f, c, e, 0, src, wei, dst, bias, res);
+	if (e->nbands > 1) return run_bands(f, c->kernel, e, src, wei, dst, bias, res);
+	return exec_entry(f, c->kernel, e, 0, src, wei, dst, bias, res);
+}
+
+XLA_FFI_Error *exec_one(XLA_FFI_CallFrame *f, const char *kernel, const kernel_entry *e, void *src, void *wei,
+    void *dst, void *bias, void *res) {
+	return exec_entry(f, kernel, e, 0, src, wei, dst, bias, res);
 }
 
 /* exec_entry executes e on the buffers; transient: e is a spare entry (the
  * cache was full), whose memory objects are made for this call only. */
-static XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, int transient, void *src,
-    void *wei, void *dst, void *bias, void *res) {
+static XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, const char *kernel, const kernel_entry *e, int transient,
+    void *src, void *wei, void *dst, void *bias, void *res) {
 	dnnl_stream_t stream;
 	dnnl_status_t st = thread_stream(&stream);
 	if (st != dnnl_success) {
-		return fail(f, c->kernel, 13, "oneDNN CPU engine or stream: status %d", (int)st);
+		return fail(f, kernel, 13, "oneDNN CPU engine or stream: status %d", (int)st);
 	}
 	XLA_FFI_Error *err = NULL;
 	mem_set local;
@@ -510,7 +561,7 @@ static XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_e
 	size_t scratch_off = (e->wei_k_bytes + 63) & ~(size_t)63;
 	char *scratch = thread_scratch(scratch_off + e->scratch_bytes);
 	if (scratch == NULL) {
-		err = fail(f, c->kernel, 8, "cannot allocate %zu bytes of scratch memory", scratch_off + e->scratch_bytes);
+		err = fail(f, kernel, 8, "cannot allocate %zu bytes of scratch memory", scratch_off + e->scratch_bytes);
 		goto out;
 	}
 	if (ms->e != e) {
@@ -540,7 +591,7 @@ static XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_e
 	}
 	if (st == dnnl_success) st = dnnl_stream_wait(stream);
 	if (st != dnnl_success) {
-		err = fail(f, c->kernel, 13, "oneDNN execution failed: status %d", (int)st);
+		err = fail(f, kernel, 13, "oneDNN execution failed: status %d", (int)st);
 	}
 out:
 	if (ms == &local) mem_set_clear(&local);

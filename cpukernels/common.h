@@ -109,6 +109,8 @@ enum { MEM_SRC, MEM_WEI, MEM_DST, MEM_BIAS, MEM_RES, MEM_WEI_K, MEM_SCRATCH, MEM
 
 #define KEY_BYTES 320
 
+struct kernel_band;
+
 /* kernel_entry is a primitive made for one key (a kernel's shapes and
  * attributes) and what executing it needs. */
 typedef struct kernel_entry {
@@ -119,7 +121,33 @@ typedef struct kernel_entry {
 	dnnl_memory_desc_t md[MEM_COUNT]; /* NULL for memory not used */
 	size_t wei_k_bytes, scratch_bytes;
 	int threads;               /* OpenMP threads it was made for and runs on */
+	/* nbands > 1: the call runs as these bands instead of prim, one per
+	 * thread (band.c); the entry owns them. */
+	int nbands;
+	struct kernel_band *bands;
 } kernel_entry;
+
+/* Bands. A call on one image (batch 1) has no rows for pjrt's split to
+ * share out, and oneDNN's OpenMP threads pay off only for convolutions of
+ * millions of multiply-adds (below that, a parallel region forked from
+ * whichever thread runs the call costs more than it saves: libgomp keeps a
+ * team per calling thread, and serving calls come from many). A band is
+ * the same kernel on a contiguous slice of the result (a range of output
+ * rows), made as a primitive of its own on one thread; a call's bands run
+ * at once, the first on the calling thread and the others on the kernel
+ * library's band workers, which spin briefly for the next band and
+ * otherwise sleep. A band no worker has started when the calling thread is
+ * done with its own runs on the calling thread: a call never waits for a
+ * worker that has no core. Bands pay only where the worker has a core of
+ * its own; where it has not (a machine whose other cores are busy, or
+ * shared with other guests) its spinning slows the calling thread: serving
+ * times whole executions with and without (pjrt.HostRun.Serial, the thread
+ * limit of 1) and keeps the faster (serving/rowsplit.go). */
+typedef struct kernel_band {
+	kernel_entry e;         /* the band's primitive, one thread */
+	size_t src_off, dst_off; /* bytes into the input and into the result (and residual) */
+} kernel_band;
+
 
 /* entry_builder fills e's primitive, reorder and memory descriptors for the
  * key in e->key; ctx is the builder's. e->threads is set before the call. */
@@ -142,6 +170,34 @@ typedef struct kernel_cache {
 	kernel_entry slots[CACHE_SLOTS];
 	site_slot sites[CACHE_SLOTS];
 } kernel_cache;
+
+/* MAX_BANDS bounds the bands of a call. */
+#define MAX_BANDS 64
+
+/* kernel_max_bands is the bands a large call on one image runs as:
+ * XSERVE_CPU_KERNELS_BANDS (1 turns bands off), by default the processors
+ * (at most XSERVE_CPU_KERNELS_THREADS); at most MAX_BANDS. */
+int kernel_max_bands(void);
+
+/* kernel_bands is how many bands a call of macs multiply-adds runs as on
+ * the calling thread (1: none): kernel_max_bands, when the call is at least
+ * XSERVE_CPU_KERNELS_BAND_MACS (default BAND_MIN_MACS) multiply-adds and
+ * the calling thread's limit (xserve_cpu_kernels_thread_limit) is not 1,
+ * at most that limit. */
+int kernel_bands(double macs);
+
+/* exec_one executes e, an entry of kernel's, on the buffers on the calling
+ * thread; the FFI error or NULL. */
+XLA_FFI_Error *exec_one(XLA_FFI_CallFrame *f, const char *kernel, const kernel_entry *e, void *src, void *wei,
+    void *dst, void *bias, void *res);
+
+/* run_bands executes e's bands on the buffers, at once; the FFI error of
+ * one that failed, or NULL. */
+XLA_FFI_Error *run_bands(XLA_FFI_CallFrame *f, const char *kernel, const kernel_entry *e, char *src, void *wei,
+    char *dst, void *bias, char *res);
+
+/* bands_destroy frees e's bands. */
+void bands_destroy(kernel_entry *e);
 
 /* kernel_run finds (or builds, with threads and build) the entry of key in
  * c and executes it on the buffers (bias and res may be NULL); the FFI

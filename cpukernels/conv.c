@@ -32,6 +32,7 @@
  * and kept in a bounded table (common.c, kernel_run).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -46,6 +47,7 @@ typedef struct conv_key {
 	int64_t stride[MAX_SPATIAL], pad_lo[MAX_SPATIAL], pad_hi[MAX_SPATIAL], dilation[MAX_SPATIAL];
 	int64_t groups, activation, bias, residual;
 	float alpha; /* of the activation (leaky relu's slope) */
+	int32_t bands; /* > 1: run as this many bands of output rows (common.h) */
 } conv_key;
 
 _Static_assert(sizeof(conv_key) <= KEY_BYTES, "conv_key exceeds KEY_BYTES");
@@ -105,6 +107,63 @@ static dnnl_status_t create_pd(dnnl_primitive_desc_t *pd, const kernel_entry *e,
 	return st;
 }
 
+/* band_key makes b the convolution computing k's output rows [o0, o1)
+ * (first spatial dim) of image 0 on the input rows they read, with the
+ * padding they need, and sets the bands' offsets into x and y; 0 when those
+ * rows read no input row. b must be KEY_BYTES, zeroed. */
+static int band_key(conv_key *b, kernel_band *band, const conv_key *k, int64_t o0, int64_t o1) {
+	*b = *k;
+	b->bands = 1;
+	int64_t lo = o0 * k->stride[0] - k->pad_lo[0];
+	int64_t hi = (o1 - 1) * k->stride[0] - k->pad_lo[0] + (k->w[2] - 1) * k->dilation[0] + 1;
+	int64_t in_lo = lo < 0 ? 0 : lo, in_hi = hi > k->x[2] ? k->x[2] : hi;
+	if (in_hi <= in_lo) return 0;
+	b->x[2] = in_hi - in_lo;
+	b->y[2] = o1 - o0;
+	b->pad_lo[0] = in_lo - lo;
+	b->pad_hi[0] = hi - in_hi;
+	size_t x_row = (size_t)k->x[1], y_row = (size_t)k->y[1];
+	for (int64_t i = 3; i < k->rank; i++) {
+		x_row *= (size_t)k->x[i];
+		y_row *= (size_t)k->y[i];
+	}
+	band->src_off = (size_t)in_lo * x_row * sizeof(float);
+	band->dst_off = (size_t)o0 * y_row * sizeof(float);
+	return 1;
+}
+
+static dnnl_status_t build(kernel_entry *e, const void *ctx);
+
+/* build_bands gives e (a convolution of k->bands bands) its bands, output
+ * rows shared out evenly; e runs whole when one cannot be made. */
+static void build_bands(kernel_entry *e, const conv_key *k) {
+	int n = k->bands;
+	e->bands = calloc((size_t)n, sizeof *e->bands);
+	if (e->bands == NULL) return;
+	e->nbands = n;
+	int64_t rows = k->y[2];
+	for (int i = 0; i < n; i++) {
+		kernel_band *band = &e->bands[i];
+		conv_key *b = (conv_key *)band->e.key;
+		if (!band_key(b, band, k, rows * i / n, rows * (i + 1) / n)) {
+			bands_destroy(e);
+			return;
+		}
+		band->e.threads = 1;
+		use_threads(1);
+		if (build(&band->e, NULL) != dnnl_success) {
+			bands_destroy(e);
+			return;
+		}
+		band->e.used = 1;
+	}
+	if (kernel_verbose()) {
+		fprintf(stderr, "xserve_conv_f32: x [%lld, %lld, %lld, ...] w [%lld, %lld, %lld, ...] groups %lld: %d bands of output rows\n",
+		    (long long)k->x[0], (long long)k->x[1], (long long)k->x[2], (long long)k->w[0], (long long)k->w[1],
+		    (long long)k->w[2], (long long)k->groups, n);
+	}
+}
+
 /* build makes the convolution of e->key. */
 static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	(void)ctx;
@@ -151,7 +210,9 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 		    (long long)k->x[0], (long long)k->x[1], (long long)k->x[2], (long long)k->w[0], (long long)k->w[1],
 		    (long long)k->w[2], (long long)k->groups, impl_name(pd), e->threads);
 	}
-	return finish_entry(e, pd);
+	st = finish_entry(e, pd);
+	if (st == dnnl_success && k->bands > 1) build_bands(e, k);
+	return st;
 }
 
 /* conv_site_operands is conv's site_operands. */
@@ -251,8 +312,13 @@ static XLA_FFI_Error *conv_execute(XLA_FFI_CallFrame *f) {
 			    (long long)k->y[2 + j], (long long)want);
 		}
 	}
-	return kernel_run(f, &cache, keybuf, kernel_threads(macs), build, NULL, site, x->data, w->data, y->data,
-	    b ? b->data : NULL, r ? r->data : NULL);
+	/* One image: bands of output rows on the calling thread and the band
+	 * workers (common.h); else oneDNN's OpenMP threads for large calls. */
+	int bands = k->x[0] == 1 ? kernel_bands(macs) : 1;
+	if (bands > k->y[2]) bands = (int)k->y[2];
+	k->bands = bands > 1 ? bands : 1;
+	return kernel_run(f, &cache, keybuf, k->bands > 1 ? 1 : kernel_threads(macs), build, NULL, site, x->data, w->data,
+	    y->data, b ? b->data : NULL, r ? r->data : NULL);
 }
 
 /* xserve_conv_f32 is the FFI handler XLA calls. */

@@ -24,6 +24,12 @@ type HostRun struct {
 	Exe   *Executable
 	Bufs  []*Buffer
 	Hosts []*tensor.Tensor
+	// Serial runs the execution's CPU kernels on its own thread only (the
+	// kernel library's thread limit of one, which the executions of a
+	// RunHostAll of several always have): no OpenMP team, no bands on the
+	// library's band workers. For an execution alone, where the caller
+	// finds that those threads cost more than they save.
+	Serial bool
 
 	Outs []*tensor.Tensor
 	Err  error
@@ -49,7 +55,8 @@ func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 		failAll(runs, func(name string) error { return fmt.Errorf("pjrt: execute %s: %w", name, err) })
 		return
 	}
-	if len(runs) == 1 || !c.allFast(runs) {
+	serial := len(runs) == 1 && runs[0].Serial
+	if len(runs) == 1 && !serial || !c.allFast(runs) {
 		runEach(ctx, runs)
 		return
 	}
@@ -113,7 +120,7 @@ func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 		return
 	}
 	errs := make([]*C.PJRT_Error, len(ok))
-	C.xs_run_all(c.pool.get(c.kernelsLimit), (**C.xs_run_args)(unsafe.Pointer(&argv[0])), (**C.PJRT_Error)(unsafe.Pointer(&errs[0])), C.int(len(ok)))
+	C.xs_run_all(c.pool.get(c.kernelsLimit), (**C.xs_run_args)(unsafe.Pointer(&argv[0])), (**C.PJRT_Error)(unsafe.Pointer(&errs[0])), C.int(len(ok)), C.int(boolInt(serial)))
 	for k, i := range ok {
 		if err := scratch[i].finish(runs[i].Exe, fps[i], errs[k]); err != nil {
 			runs[i].Outs, runs[i].Err = nil, err

@@ -30,9 +30,10 @@ const kernelMatmulProgram = `module @kmm {
 const envThreadLimitHelper = "XSERVE_TEST_THREAD_LIMIT_HELPER"
 
 // TestRunHostAllThreadLimit: RunHost runs a large kernel on every core;
-// RunHostAll, running two executions of the same program at once, runs each
-// on its own thread alone (a primitive made for one thread); RunHost after
-// it is back on every core; all compute the product right.
+// RunHostAll of one Serial execution runs it on its thread alone (a
+// primitive made for one thread), and RunHostAll of two executions of the
+// same program at once runs each so (that primitive again); RunHost after
+// them is back on every core; all compute the product right.
 func TestRunHostAllThreadLimit(t *testing.T) {
 	if os.Getenv(envThreadLimitHelper) == "1" {
 		if err := threadLimitHelper(); err != nil {
@@ -63,20 +64,23 @@ func TestRunHostAllThreadLimit(t *testing.T) {
 	if len(made["RunHost"]) != 1 || !strings.HasSuffix(made["RunHost"][0], whole) {
 		t.Errorf("RunHost made primitives %q, want one on %s\n%s", made["RunHost"], whole, out)
 	}
-	switch all := made["RunHostAll"]; {
-	case procs == 1 && len(all) != 0:
-		t.Errorf("RunHostAll on one processor made primitives %q, want RunHost's reused\n%s", all, out)
-	case procs > 1 && (len(all) != 1 || !strings.HasSuffix(all[0], " 1 thread(s)")):
-		t.Errorf("RunHostAll made primitives %q, want one on 1 thread(s), shared by both executions\n%s", all, out)
+	switch serial := made["RunHostAll serial"]; {
+	case procs == 1 && len(serial) != 0:
+		t.Errorf("RunHostAll serial on one processor made primitives %q, want RunHost's reused\n%s", serial, out)
+	case procs > 1 && (len(serial) != 1 || !strings.HasSuffix(serial[0], " 1 thread(s)")):
+		t.Errorf("RunHostAll serial made primitives %q, want one on 1 thread(s)\n%s", serial, out)
+	}
+	if all := made["RunHostAll"]; len(all) != 0 {
+		t.Errorf("RunHostAll made primitives %q, want the serial one reused by both executions\n%s", all, out)
 	}
 	if len(made["RunHost again"]) != 0 {
 		t.Errorf("RunHost after RunHostAll made primitives %q, want the first one reused (the thread limit ends with the call)\n%s", made["RunHost again"], out)
 	}
 }
 
-// threadLimitHelper runs kernelMatmulProgram with RunHost, RunHostAll (two
-// executions) and RunHost again, each after a marker line on stderr,
-// checking the results.
+// threadLimitHelper runs kernelMatmulProgram with RunHost, RunHostAll of
+// one Serial execution, RunHostAll of two and RunHost again, each after a
+// marker line on stderr, checking the results.
 func threadLimitHelper() error {
 	path, err := FindPlugin(FindOptions{RepoRoot: ".."})
 	if err != nil {
@@ -114,14 +118,18 @@ func threadLimitHelper() error {
 		}
 		return nil
 	}
-	for _, part := range []string{"RunHost", "RunHostAll", "RunHost again"} {
+	for _, part := range []string{"RunHost", "RunHostAll serial", "RunHostAll", "RunHost again"} {
 		fmt.Fprintln(os.Stderr, "== "+part)
 		for range 2 {
 			runs := []HostRun{{Exe: e, Bufs: []*Buffer{nil, nil}, Hosts: []*tensor.Tensor{x, x}}}
-			if part == "RunHostAll" {
+			switch part {
+			case "RunHostAll serial":
+				runs[0].Serial = true
+				c.RunHostAll(context.Background(), runs)
+			case "RunHostAll":
 				runs = append(runs, runs[0])
 				c.RunHostAll(context.Background(), runs)
-			} else {
+			default:
 				runs[0].Outs, runs[0].Err = e.RunHost(context.Background(), runs[0].Bufs, runs[0].Hosts)
 			}
 			for i, r := range runs {

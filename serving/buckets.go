@@ -26,6 +26,10 @@ type bucket struct {
 	// split learns whether executions of this bucket run faster split
 	// across idle cores (rowsplit.go).
 	split splitChooser
+	// threads learns whether this bucket's whole executions, run alone,
+	// are faster with the CPU kernels' threads (the chooser's split way)
+	// or serial (its whole way) (rowsplit.go, executeWhole).
+	threads splitChooser
 
 	mu      sync.Mutex   // guards exe, pending
 	exe     *Executable  // nil until compiled

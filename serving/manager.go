@@ -145,6 +145,7 @@ type Manager struct {
 	executing atomic.Int64
 	cores     int
 	cpu       bool // the client's platform is the CPU: only there do executions split
+	kernels   bool // the client has loaded the CPU kernel library, whose threads an execution can go without
 
 	// ctx is cancelled by Shutdown: it stops polling and aborts loads.
 	ctx    context.Context
@@ -196,6 +197,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		compileSlots: make(chan struct{}, opts.CompileParallelism),
 		cores:        runtime.GOMAXPROCS(0),
 		cpu:          opts.Client.Platform() == "cpu",
+		kernels:      opts.Client.KernelsFile() != "",
 		models:       map[string]*model{},
 	}
 	if opts.CompileCacheDir != "" {

@@ -183,7 +183,7 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec 
 	defer v.m.executing.Add(-1)
 	shards := v.shards(exec, rows, others)
 	if shards == nil {
-		outs, err = exe.Run(ctx, inputs)
+		outs, err = v.executeWhole(ctx, b, exe, inputs, others)
 		return outs, "", err
 	}
 	auto := v.m.opts.SplitBatches == SplitAuto
@@ -214,6 +214,49 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec 
 		names[i] = v.plan.keyName(s.exec)
 	}
 	return outs, strings.Join(names, "+"), nil
+}
+
+// executeWhole runs exe on inputs in one execution. With the CPU kernel
+// library loaded and the split policy auto, the execution's kernels run
+// serial (pjrt.HostRun.Serial: no OpenMP team, no bands on the library's
+// band workers) when other executions are running, whose threads hold the
+// other cores, and else the way b.threads has found faster: the kernels'
+// threads pay on a machine whose cores are the server's, and cost more
+// than they save where a core is shared (another process, another guest on
+// the host). Timing whole executions, not kernels, counts what a spinning
+// helper thread takes from the rest of the model.
+func (v *version) executeWhole(ctx context.Context, b *bucket, exe *Executable, inputs []*tensor.Tensor, others int64) ([]*tensor.Tensor, error) {
+	if !v.m.kernels || v.m.opts.SplitBatches != SplitAuto {
+		return exe.Run(ctx, inputs)
+	}
+	threaded := others == 0 && b.threads.choose()
+	start := time.Now()
+	var outs []*tensor.Tensor
+	var err error
+	if threaded {
+		outs, err = exe.Run(ctx, inputs)
+	} else {
+		outs, err = v.runSerial(ctx, exe, inputs)
+	}
+	if err == nil && others == 0 {
+		b.threads.observe(threaded, time.Since(start))
+	}
+	return outs, err
+}
+
+// runSerial runs exe on inputs with its kernels on this thread only.
+func (v *version) runSerial(ctx context.Context, exe *Executable, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	r, err := exe.hostRun(inputs)
+	if err != nil {
+		return nil, err
+	}
+	r.Serial = true
+	runs := []pjrt.HostRun{r}
+	v.m.client.RunHostAll(ctx, runs)
+	if runs[0].Err != nil {
+		return nil, runs[0].Err
+	}
+	return exe.Program.CheckGuards(runs[0].Outs)
 }
 
 // shards returns how to split an execution at exec sizes whose first rows

@@ -109,6 +109,43 @@ func TestSplitBatchesNeedsCompiledShards(t *testing.T) {
 	}
 }
 
+// TestWholeThreadedAndSerialMatchORT serves tinycnn one image at a time
+// with the CPU kernels: the bucket's threads chooser runs executions serial
+// and threaded (learning both ways), an execution while another is running
+// runs serial and is not counted, and every output matches ONNX Runtime's.
+func TestWholeThreadedAndSerialMatchORT(t *testing.T) {
+	r := newRepo(t)
+	r.add("tinycnn", 1, tinyCNN)
+	r.config("tinycnn", "buckets:\n  batch: [1, 2]\nwarmup: eager\nbatching:\n  enabled: false\n")
+	m, _ := start(t, r, nil)
+	if !m.kernels {
+		t.Fatalf("the CPU kernel library is not loaded (%v): run make pjrt", m.opts.Client.KernelsError())
+	}
+	images := readNpy(t, tinyCNNImage)
+	probs := readNpy(t, tinyCNNProbs)
+	const runs = 2 * (splitSkip + splitLearn)
+	for i := range runs + 1 {
+		if i == runs {
+			m.executing.Add(1) // another execution holds the other core
+		}
+		pick := []int{i % 2}
+		resp := infer(t, m, "tinycnn", 1, map[string]*tensor.Tensor{"image": rows(images, pick...)})
+		assertClose(t, fmt.Sprintf("request %d: probs of row %v", i, pick), resp.Outputs[0].Tensor, rows(probs, pick...), 1e-5)
+	}
+	m.executing.Add(-1)
+	v := versionOf(m, "tinycnn", 1)
+	v.bmu.Lock()
+	b := v.buckets["batch=1"]
+	v.bmu.Unlock()
+	b.threads.mu.Lock()
+	defer b.threads.mu.Unlock()
+	// Serial first (with the load's warm-up run, also one image), then
+	// threaded; the last request, with another execution running, unseen.
+	if b.threads.seen[0] < runs/2 || b.threads.seen[1] != runs/2 || !b.threads.learnedLocked() {
+		t.Errorf("threads chooser saw %v serial and threaded runs (learned: %v), want at least %d serial and %d threaded", b.threads.seen, b.threads.learnedLocked(), runs/2, runs/2)
+	}
+}
+
 // TestSplitChooser feeds a bucket's chooser run times and checks what it
 // runs next: whole, then split, while learning (the first runs of each way
 // and the first after a switch not counted), then the faster way, the other

@@ -2,8 +2,11 @@ package onnx_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/xserve/xserve/internal/conformance"
@@ -19,7 +22,14 @@ var convKernelCases = []string{
 	"conv_2d_two_threads_relu", "conv_2d_relu6", "conv_2d_relu_output_used_twice",
 	"conv_2d_sigmoid", "conv_2d_silu", "conv_2d_hardswish", "conv_2d_tanh", "conv_2d_leaky_relu", "conv_2d_gelu", "conv_2d_gelu_tanh",
 	"conv_2d_residual_relu", "conv_2d_residual_first_operand",
-	"conv_1d_stride2_pad1", "conv_3d_pad1",
+	"conv_1d_stride2_pad1", "conv_3d_pad1", "conv_2d_residual_batch1", "conv_1d_batch1_dilation2",
+}
+
+// convBatchedCases are the convKernelCases of more than one image, which
+// never run as bands.
+var convBatchedCases = []string{
+	"conv_2d_bias_pad1_batch2", "conv_2d_depthwise_stride2", "conv_2d_1x1_stride2_batch3", "conv_2d_residual_relu",
+	"conv_2d_residual_first_operand", "conv_1d_stride2_pad1",
 }
 
 // matmulKernelCases are the MatMul and Gemm models of testdata/ort
@@ -51,6 +61,42 @@ func TestPoolKernelMatchesORT(t *testing.T) {
 // against ONNX Runtime.
 func TestConvKernelMatchesORT(t *testing.T) {
 	runKernelCases(t, lower.ConvKernel, convKernelCases)
+}
+
+// TestConvKernelBandsMatchORT runs TestConvKernelMatchesORT again in a
+// process whose convolutions on one image all run as bands of output rows,
+// three (two for a result of two rows) (XSERVE_CPU_KERNELS_BAND_MACS=0,
+// XSERVE_CPU_KERNELS_BANDS=3: rows shared out unevenly, bands at the padded
+// edges and inside, whatever the machine's processors), and checks that
+// they did and matched ONNX Runtime.
+func TestConvKernelBandsMatchORT(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestConvKernelMatchesORT$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), "XSERVE_CPU_KERNELS_BAND_MACS=0", "XSERVE_CPU_KERNELS_BANDS=3", "XSERVE_CPU_KERNELS_VERBOSE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("TestConvKernelMatchesORT with bands: %v\n%s", err, out)
+	}
+	// The verbose lines of each case's first run ("kernel"), by case.
+	banded := map[string]bool{}
+	c := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "=== RUN   TestConvKernelMatchesORT/kernel/"); ok {
+			c = name
+		} else if strings.HasPrefix(strings.TrimSpace(line), "=== RUN") {
+			c = ""
+		}
+		if c != "" && strings.HasSuffix(line, " bands of output rows") {
+			banded[c] = true
+		}
+	}
+	for _, name := range convKernelCases {
+		if want := !slices.Contains(convBatchedCases, name); banded[name] != want {
+			t.Errorf("%s: ran as bands %v, want %v", name, banded[name], want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("%s", out)
+	}
 }
 
 // TestMatmulKernelMatchesORT runs MatMul and Gemm models through the CPU

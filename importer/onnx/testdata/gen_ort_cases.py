@@ -250,18 +250,26 @@ def conv_cases():
                        ("gelu", 20), ("gelu_tanh", 20)):
         conv("2d_" + act, (1, 6, 9, 9), (8, 6, 3, 3), after=act, opset=opset, pads=[1, 1, 1, 1])
     # A residual connection: Add(conv, x) (either order), then Relu or not.
-    for name, first, relu in (("residual_relu", False, True), ("residual_first_operand", True, False)):
-        x = r.standard_normal((2, 8, 10, 10)).astype(np.float32)
+    def residual(name, n, first, relu):
+        x = r.standard_normal((n, 8, 10, 10)).astype(np.float32)
         w = numpy_helper.from_array((r.standard_normal((8, 8, 3, 3)) / 8).astype(np.float32), "w")
         b = numpy_helper.from_array(r.standard_normal(8).astype(np.float32), "b")
         nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
                  helper.make_node("Add", ["x", "c"] if first else ["c", "x"], ["s" if relu else "y"])]
         if relu:
             nodes.append(helper.make_node("Relu", ["s"], ["y"]))
-        case("conv_2d_" + name, nodes, [tensor_vi("x", F, [2, 8, 10, 10])],
+        case("conv_2d_" + name, nodes, [tensor_vi("x", F, [n, 8, 10, 10])],
              [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2", "d3"])], [x], opset=13, inits=[w, b])
+
+    residual("residual_relu", 2, False, True)
+    residual("residual_first_operand", 2, True, False)
     conv("1d_stride2_pad1", (2, 3, 20), (5, 3, 4), strides=[2], pads=[1, 1])
     conv("3d_pad1", (1, 2, 5, 6, 7), (3, 2, 3, 2, 3), pads=[1, 0, 1, 1, 0, 1])
+    # One image, which the kernel may run as bands of output rows
+    # (cpukernels/common.h): a residual added in each band's rows, and one
+    # spatial dim with dilation and uneven padding.
+    residual("residual_batch1", 1, False, True)
+    conv("1d_batch1_dilation2", (1, 3, 21), (4, 3, 3), dilations=[2], pads=[2, 1])
 
 
 def matmul_cases():
