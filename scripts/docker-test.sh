@@ -19,9 +19,11 @@
 #     `xserve compile` made.
 #  4. The TPU and CUDA images are built; their plugin must load and report
 #     that no device is present.
-#  5. Everything it made but the stand-in base images is removed.
+#  5. Everything it made but the stand-in base images is removed, and the
+#     dockerd it started (if it started one) is stopped.
 #
-# Environment: XSERVE_DOCKER_KEEP=1 keeps the test images (faster reruns);
+# Environment: XSERVE_DOCKER_KEEP=1 keeps the test images and the dockerd it
+# started (faster reruns);
 # XSERVE_DOCKER_VARIANTS (default "cpu tpu cuda") picks the variants to build;
 # XSERVE_DOCKER_WORK (default /var/tmp/xserve-docker) holds the stand-ins' rootfs.
 set -euo pipefail
@@ -59,11 +61,29 @@ cleanup() {
 		# The build stages' images (labelled so by the Dockerfile), now dangling.
 		docker image prune -f --filter "label=org.xserve.build-stage" >/dev/null 2>&1 || true
 	fi
+	stop_docker
 	exit $rc
 }
 trap cleanup EXIT
 
 # ---- 1. the daemon
+STARTED_DOCKERD=0
+
+# stop_docker stops the dockerd this script started, unless
+# XSERVE_DOCKER_KEEP=1: left running, it and its containerd wake every few
+# milliseconds, which benchmarks run afterwards on a small machine feel.
+stop_docker() {
+	[[ $STARTED_DOCKERD == 1 && "${XSERVE_DOCKER_KEEP:-0}" != 1 ]] || return 0
+	local pid
+	pid=$(cat /run/xserve-dockerd.pid 2>/dev/null) || return 0
+	$SUDO kill "$pid" 2>/dev/null || return 0
+	for _ in $(seq 100); do
+		$SUDO kill -0 "$pid" 2>/dev/null || { log "stopped the dockerd it started"; return 0; }
+		sleep 0.2
+	done
+	log "dockerd (pid $pid) still running 20s after SIGTERM"
+}
+
 ensure_docker() {
 	if docker info >/dev/null 2>&1; then
 		log "docker daemon: $(docker version --format '{{.Server.Version}}')"
@@ -79,7 +99,8 @@ ensure_docker() {
 		echo '{"bridge": "none", "iptables": false, "ip6tables": false}' | $SUDO tee /etc/docker/daemon.json >/dev/null
 	fi
 	log "starting dockerd (log: /var/log/xserve-dockerd.log)"
-	$SUDO bash -c 'nohup dockerd >/var/log/xserve-dockerd.log 2>&1 &'
+	$SUDO bash -c 'nohup dockerd >/var/log/xserve-dockerd.log 2>&1 & echo $! >/run/xserve-dockerd.pid'
+	STARTED_DOCKERD=1
 	for _ in $(seq 120); do
 		docker info >/dev/null 2>&1 && { log "docker daemon: $(docker version --format '{{.Server.Version}}')"; return; }
 		sleep 0.5
