@@ -10,6 +10,7 @@
  * several threads at once share the workers without waiting for each other.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -150,7 +151,12 @@ static XLA_FFI_Error *collect(band_worker *w) {
 	if (take(w)) {
 		run_posted(w);
 	} else {
-		while (atomic_load_explicit(&w->state, memory_order_acquire) != BAND_DONE) cpu_relax();
+		/* The worker is running it. Should it share this thread's core
+		 * (a loaded machine), yielding now and then lets it finish. */
+		for (unsigned i = 1; atomic_load_explicit(&w->state, memory_order_acquire) != BAND_DONE; i++) {
+			cpu_relax();
+			if ((i & 1023) == 0) sched_yield();
+		}
 	}
 	XLA_FFI_Error *err = w->err;
 	atomic_store_explicit(&w->state, BAND_IDLE, memory_order_relaxed);

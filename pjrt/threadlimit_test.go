@@ -144,3 +144,113 @@ func threadLimitHelper() error {
 	}
 	return nil
 }
+
+// kernelConvProgram is a 3x3 convolution of one 8-channel 32x32 image with
+// xserve's CPU kernel (channels-last, padding 1, bias): 590K multiply-adds,
+// which the kernel runs as bands of output rows unless the calling thread's
+// thread limit is 1.
+const kernelConvProgram = `module @kconv {
+  func.func @main(%x: tensor<1x8x32x32xf32>, %w: tensor<3x3x8x8xf32>, %b: tensor<8xf32>) -> tensor<1x8x32x32xf32> {
+    %0 = "stablehlo.custom_call"(%x, %w, %b) {call_target_name = "xserve_conv_f32", api_version = 4 : i32, backend_config = {activation = 0 : i64, alpha = 0.0 : f32, dilation = array<i64: 1, 1>, groups = 1 : i64, has_bias = 1 : i64, pad_hi = array<i64: 1, 1>, pad_lo = array<i64: 1, 1>, residual = 0 : i64, stride = array<i64: 1, 1>}, operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[0]> : tensor<1xindex>], result_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>]} : (tensor<1x8x32x32xf32>, tensor<3x3x8x8xf32>, tensor<8xf32>) -> tensor<1x8x32x32xf32>
+    return %0 : tensor<1x8x32x32xf32>
+  }
+}`
+
+const envBandsHelper = "XSERVE_TEST_BANDS_HELPER"
+
+// TestBandsConcurrent runs kernelConvProgram from several goroutines at
+// once in a process whose kernels run it as three bands (two band workers,
+// so calls contend for them and run bands themselves), and checks every
+// result against the same convolution run serial (HostRun.Serial: one
+// primitive, no bands), which TestConvKernelMatchesORT checks against ONNX
+// Runtime.
+func TestBandsConcurrent(t *testing.T) {
+	if os.Getenv(envBandsHelper) == "1" {
+		if err := bandsHelper(); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestBandsConcurrent$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), envBandsHelper+"=1", "XSERVE_CPU_KERNELS_VERBOSE=1", "XSERVE_CPU_KERNELS_BANDS=3")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper process: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "x [1, 8, 32, ...] w [8, 8, 3, ...] groups 1: 3 bands of output rows") {
+		t.Errorf("the convolution did not run as 3 bands\n%s", out)
+	}
+}
+
+func bandsHelper() error {
+	path, err := FindPlugin(FindOptions{RepoRoot: ".."})
+	if err != nil {
+		return err
+	}
+	c, err := Open(path)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if c.kernelsLimit == nil {
+		return fmt.Errorf("no CPU kernel library with a thread limit loaded (%v): run make pjrt", c.KernelsError())
+	}
+	e, err := c.Compile(context.Background(), []byte(kernelConvProgram))
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	vals := func(n, mod int, scale float32) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = (float32(i*7%mod) - float32(mod)/2) * scale
+		}
+		return v
+	}
+	x := tensor.FromFloat32s(vals(8*32*32, 13, 0.1), 1, 8, 32, 32)
+	w := tensor.FromFloat32s(vals(3*3*8*8, 11, 0.05), 3, 3, 8, 8)
+	b := tensor.FromFloat32s(vals(8, 5, 0.3), 8)
+	run := func(serial bool) ([]float64, error) {
+		runs := []HostRun{{Exe: e, Bufs: []*Buffer{nil, nil, nil}, Hosts: []*tensor.Tensor{x, w, b}, Serial: serial}}
+		c.RunHostAll(context.Background(), runs)
+		if runs[0].Err != nil {
+			return nil, runs[0].Err
+		}
+		return runs[0].Outs[0].Float64s(), nil
+	}
+	if _, err := run(true); err != nil { // the first run takes the portable path
+		return err
+	}
+	want, err := run(true)
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 50 {
+				got, err := run(false)
+				if err == nil {
+					for i := range want {
+						if d := math.Abs(got[i] - want[i]); d > 1e-4 {
+							err = fmt.Errorf("banded result [%d] = %v, serial %v", i, got[i], want[i])
+							break
+						}
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
