@@ -141,8 +141,8 @@ typedef struct kernel_entry {
  * worker that has no core. Bands pay only where the worker has a core of
  * its own; where it has not (a machine whose other cores are busy, or
  * shared with other guests) its spinning slows the calling thread: serving
- * times whole executions with and without (pjrt.HostRun.Serial, the thread
- * limit of 1) and keeps the faster (serving/rowsplit.go). */
+ * times whole executions with and without (pjrt.HostRun.Threads 1, the
+ * thread limit of 1) and keeps the faster (serving/rowsplit.go). */
 typedef struct kernel_band {
 	kernel_entry e;         /* the band's primitive, one thread */
 	size_t src_off, dst_off; /* bytes into the input and into the result (and residual) */

@@ -382,7 +382,7 @@ static xs_worker* xs_claim(xs_pool* p) {
 	return NULL;
 }
 
-void xs_run_all(xs_pool* p, xs_run_args** a, PJRT_Error** errs, int n, int serial) {
+void xs_run_all(xs_pool* p, xs_run_args** a, PJRT_Error** errs, int n, int threads) {
 	xs_worker* used[n > 0 ? n : 1];
 	for (int i = 1; i < n; i++) {
 		xs_worker* w = p != NULL ? xs_claim(p) : NULL;
@@ -399,8 +399,9 @@ void xs_run_all(xs_pool* p, xs_run_args** a, PJRT_Error** errs, int n, int seria
 	// Several executions at once each have a core: their kernels stay on
 	// their threads rather than fork OpenMP teams that compete for the
 	// cores.
-	void (*limit)(int) = p != NULL && (n > 1 || serial) ? p->limit : NULL;
-	if (limit) limit(1);
+	int cap = n > 1 ? 1 : threads;
+	void (*limit)(int) = p != NULL && cap > 0 ? p->limit : NULL;
+	if (limit) limit(cap);
 	if (n > 0) errs[0] = xs_run(a[0]);
 	for (int i = 1; i < n; i++) {
 		if (used[i] == NULL) errs[i] = xs_run(a[i]);

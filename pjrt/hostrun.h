@@ -58,7 +58,7 @@ typedef struct xs_pool xs_pool;
 // xs_pool_new makes a pool of up to workers threads, started on first use;
 // NULL if out of memory. limit, when not NULL, is the CPU kernel library's
 // xserve_cpu_kernels_thread_limit: xs_run_all sets each thread's limit to
-// one around the executions it runs when it runs several, or when serial.
+// one around the executions it runs when it runs several, or to threads.
 xs_pool* xs_pool_new(int workers, void* limit);
 
 // xs_pool_free stops the pool's threads and frees it. No xs_run_all may be
@@ -68,8 +68,8 @@ void xs_pool_free(xs_pool* p);
 // xs_run_all runs the n executions a[i], a[0] on the calling thread and
 // each other on an idle worker of p (on the calling thread after a[0] when
 // none is idle), and returns when all are done; errs[i] receives
-// xs_run(a[i])'s result. serial: the kernels run on one thread each even
-// when n is 1.
-void xs_run_all(xs_pool* p, xs_run_args** a, PJRT_Error** errs, int n, int serial);
+// xs_run(a[i])'s result. threads > 0, when n is 1: the execution's kernels
+// run on at most that many threads (with several, on one each).
+void xs_run_all(xs_pool* p, xs_run_args** a, PJRT_Error** errs, int n, int threads);
 
 #endif

@@ -24,12 +24,14 @@ type HostRun struct {
 	Exe   *Executable
 	Bufs  []*Buffer
 	Hosts []*tensor.Tensor
-	// Serial runs the execution's CPU kernels on its own thread only (the
-	// kernel library's thread limit of one, which the executions of a
-	// RunHostAll of several always have): no OpenMP team, no bands on the
-	// library's band workers. For an execution alone, where the caller
-	// finds that those threads cost more than they save.
-	Serial bool
+	// Threads, when above 0, is the most threads the execution's CPU
+	// kernels run on (the kernel library's thread limit): 1 keeps them on
+	// the calling thread (no OpenMP team, no bands on the library's band
+	// workers), as for every execution of a RunHostAll of several. 0: as
+	// many as the library uses. For an execution run alone: where its
+	// caller finds that those threads cost more than they save, or knows
+	// that other executions hold some of the cores.
+	Threads int
 
 	Outs []*tensor.Tensor
 	Err  error
@@ -55,8 +57,8 @@ func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 		failAll(runs, func(name string) error { return fmt.Errorf("pjrt: execute %s: %w", name, err) })
 		return
 	}
-	serial := len(runs) == 1 && runs[0].Serial
-	if len(runs) == 1 && !serial || !c.allFast(runs) {
+	limited := len(runs) == 1 && runs[0].Threads > 0
+	if len(runs) == 1 && !limited || !c.allFast(runs) {
 		runEach(ctx, runs)
 		return
 	}
@@ -120,7 +122,11 @@ func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 		return
 	}
 	errs := make([]*C.PJRT_Error, len(ok))
-	C.xs_run_all(c.pool.get(c.kernelsLimit), (**C.xs_run_args)(unsafe.Pointer(&argv[0])), (**C.PJRT_Error)(unsafe.Pointer(&errs[0])), C.int(len(ok)), C.int(boolInt(serial)))
+	threads := 0 // a RunHostAll of several runs each on one thread (xs_run_all)
+	if limited {
+		threads = runs[0].Threads
+	}
+	C.xs_run_all(c.pool.get(c.kernelsLimit), (**C.xs_run_args)(unsafe.Pointer(&argv[0])), (**C.PJRT_Error)(unsafe.Pointer(&errs[0])), C.int(len(ok)), C.int(threads))
 	for k, i := range ok {
 		if err := scratch[i].finish(runs[i].Exe, fps[i], errs[k]); err != nil {
 			runs[i].Outs, runs[i].Err = nil, err

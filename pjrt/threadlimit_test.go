@@ -30,7 +30,7 @@ const kernelMatmulProgram = `module @kmm {
 const envThreadLimitHelper = "XSERVE_TEST_THREAD_LIMIT_HELPER"
 
 // TestRunHostAllThreadLimit: RunHost runs a large kernel on every core;
-// RunHostAll of one Serial execution runs it on its thread alone (a
+// RunHostAll of one execution with Threads 1 runs it on its thread alone (a
 // primitive made for one thread), and RunHostAll of two executions of the
 // same program at once runs each so (that primitive again); RunHost after
 // them is back on every core; all compute the product right.
@@ -79,7 +79,7 @@ func TestRunHostAllThreadLimit(t *testing.T) {
 }
 
 // threadLimitHelper runs kernelMatmulProgram with RunHost, RunHostAll of
-// one Serial execution, RunHostAll of two and RunHost again, each after a
+// one execution with Threads 1, RunHostAll of two and RunHost again, each after a
 // marker line on stderr, checking the results.
 func threadLimitHelper() error {
 	path, err := FindPlugin(FindOptions{RepoRoot: ".."})
@@ -124,7 +124,7 @@ func threadLimitHelper() error {
 			runs := []HostRun{{Exe: e, Bufs: []*Buffer{nil, nil}, Hosts: []*tensor.Tensor{x, x}}}
 			switch part {
 			case "RunHostAll serial":
-				runs[0].Serial = true
+				runs[0].Threads = 1
 				c.RunHostAll(context.Background(), runs)
 			case "RunHostAll":
 				runs = append(runs, runs[0])
@@ -161,7 +161,7 @@ const envBandsHelper = "XSERVE_TEST_BANDS_HELPER"
 // TestBandsConcurrent runs kernelConvProgram from several goroutines at
 // once in a process whose kernels run it as three bands (two band workers,
 // so calls contend for them and run bands themselves), and checks every
-// result against the same convolution run serial (HostRun.Serial: one
+// result against the same convolution run serial (HostRun.Threads 1: one
 // primitive, no bands), which TestConvKernelMatchesORT checks against ONNX
 // Runtime.
 func TestBandsConcurrent(t *testing.T) {
@@ -212,7 +212,7 @@ func bandsHelper() error {
 	w := tensor.FromFloat32s(vals(3*3*8*8, 11, 0.05), 3, 3, 8, 8)
 	b := tensor.FromFloat32s(vals(8, 5, 0.3), 8)
 	run := func(serial bool) ([]float64, error) {
-		runs := []HostRun{{Exe: e, Bufs: []*Buffer{nil, nil, nil}, Hosts: []*tensor.Tensor{x, w, b}, Serial: serial}}
+		runs := []HostRun{{Exe: e, Bufs: []*Buffer{nil, nil, nil}, Hosts: []*tensor.Tensor{x, w, b}, Threads: boolInt(serial)}}
 		c.RunHostAll(context.Background(), runs)
 		if runs[0].Err != nil {
 			return nil, runs[0].Err

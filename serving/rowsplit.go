@@ -217,40 +217,60 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *Executable, exec 
 }
 
 // executeWhole runs exe on inputs in one execution. With the CPU kernel
-// library loaded and the split policy auto, the execution's kernels run
-// serial (pjrt.HostRun.Serial: no OpenMP team, no bands on the library's
-// band workers) when other executions are running, whose threads hold the
-// other cores, and else the way b.threads has found faster: the kernels'
-// threads pay on a machine whose cores are the server's, and cost more
-// than they save where a core is shared (another process, another guest on
-// the host). Timing whole executions, not kernels, counts what a spinning
-// helper thread takes from the rest of the model.
+// library loaded and the split policy auto, an execution that starts while
+// others run has its kernels use its share of the cores (cores divided by
+// the executions running; on two cores with one other, serial: no OpenMP
+// team, no bands on the library's band workers), the other executions'
+// threads holding the rest; an execution alone runs the way b.threads has
+// found faster, with the kernels' threads or serial: those threads pay on
+// a machine whose cores are the server's, and cost more than they save
+// where a core is shared (another process, another guest on the host).
+// Timing whole executions, not kernels, counts what a spinning helper
+// thread takes from the rest of the model.
 func (v *version) executeWhole(ctx context.Context, b *bucket, exe *Executable, inputs []*tensor.Tensor, others int64) ([]*tensor.Tensor, error) {
 	if !v.m.kernels || v.m.opts.SplitBatches != SplitAuto {
 		return exe.Run(ctx, inputs)
 	}
-	threaded := others == 0 && b.threads.choose()
+	if others > 0 {
+		if share := coreShare(v.m.cores, others); share > 0 {
+			return v.runLimited(ctx, exe, inputs, share)
+		}
+		return exe.Run(ctx, inputs)
+	}
+	threaded := b.threads.choose()
 	start := time.Now()
 	var outs []*tensor.Tensor
 	var err error
 	if threaded {
 		outs, err = exe.Run(ctx, inputs)
 	} else {
-		outs, err = v.runSerial(ctx, exe, inputs)
+		outs, err = v.runLimited(ctx, exe, inputs, 1)
 	}
-	if err == nil && others == 0 {
+	if err == nil {
 		b.threads.observe(threaded, time.Since(start))
 	}
 	return outs, err
 }
 
-// runSerial runs exe on inputs with its kernels on this thread only.
-func (v *version) runSerial(ctx context.Context, exe *Executable, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+// coreShare is how many threads an execution's kernels may use on cores
+// cores while others other executions run: its share, at least one; 0
+// when that is every core (no limit).
+func coreShare(cores int, others int64) int {
+	share := max(int64(cores)/(others+1), 1)
+	if share >= int64(cores) {
+		return 0
+	}
+	return int(share)
+}
+
+// runLimited runs exe on inputs with its kernels on at most threads
+// threads (pjrt.HostRun.Threads; 1: this thread only).
+func (v *version) runLimited(ctx context.Context, exe *Executable, inputs []*tensor.Tensor, threads int) ([]*tensor.Tensor, error) {
 	r, err := exe.hostRun(inputs)
 	if err != nil {
 		return nil, err
 	}
-	r.Serial = true
+	r.Threads = threads
 	runs := []pjrt.HostRun{r}
 	v.m.client.RunHostAll(ctx, runs)
 	if runs[0].Err != nil {
