@@ -2,6 +2,7 @@ package pjrt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -35,19 +36,10 @@ const envThreadLimitHelper = "XSERVE_TEST_THREAD_LIMIT_HELPER"
 // same program at once runs each so (that primitive again); RunHost after
 // them is back on every core; all compute the product right.
 func TestRunHostAllThreadLimit(t *testing.T) {
-	if os.Getenv(envThreadLimitHelper) == "1" {
-		if err := threadLimitHelper(); err != nil {
-			fmt.Fprintln(os.Stderr, "helper:", err)
-			os.Exit(1)
-		}
+	if inHelper(envThreadLimitHelper, threadLimitHelper) {
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestRunHostAllThreadLimit$", "-test.count", "1")
-	cmd.Env = append(os.Environ(), envThreadLimitHelper+"=1", "XSERVE_CPU_KERNELS_VERBOSE=1", "XSERVE_CPU_KERNELS_THREADS=")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helper process: %v\n%s", err, out)
-	}
+	out := runHelper(t, "TestRunHostAllThreadLimit", envThreadLimitHelper, "XSERVE_CPU_KERNELS_THREADS=")
 	// The primitive lines each part made, after its marker.
 	made := map[string][]string{}
 	part := ""
@@ -82,22 +74,11 @@ func TestRunHostAllThreadLimit(t *testing.T) {
 // one execution with Threads 1, RunHostAll of two and RunHost again, each after a
 // marker line on stderr, checking the results.
 func threadLimitHelper() error {
-	path, err := FindPlugin(FindOptions{RepoRoot: ".."})
-	if err != nil {
-		return err
-	}
-	c, err := Open(path)
+	c, e, err := compileWithKernels(kernelMatmulProgram)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if c.kernelsLimit == nil {
-		return fmt.Errorf("no CPU kernel library with a thread limit loaded (%v): run make pjrt", c.KernelsError())
-	}
-	e, err := c.Compile(context.Background(), []byte(kernelMatmulProgram))
-	if err != nil {
-		return err
-	}
 	defer e.Close()
 	const n = 256
 	vals := make([]float32, n*n)
@@ -165,41 +146,21 @@ const envBandsHelper = "XSERVE_TEST_BANDS_HELPER"
 // primitive, no bands), which TestConvKernelMatchesORT checks against ONNX
 // Runtime.
 func TestBandsConcurrent(t *testing.T) {
-	if os.Getenv(envBandsHelper) == "1" {
-		if err := bandsHelper(); err != nil {
-			fmt.Fprintln(os.Stderr, "helper:", err)
-			os.Exit(1)
-		}
+	if inHelper(envBandsHelper, bandsHelper) {
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestBandsConcurrent$", "-test.count", "1")
-	cmd.Env = append(os.Environ(), envBandsHelper+"=1", "XSERVE_CPU_KERNELS_VERBOSE=1", "XSERVE_CPU_KERNELS_BANDS=3")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helper process: %v\n%s", err, out)
-	}
+	out := runHelper(t, "TestBandsConcurrent", envBandsHelper, "XSERVE_CPU_KERNELS_BANDS=3")
 	if !strings.Contains(string(out), "x [1, 8, 32, ...] w [8, 8, 3, ...] groups 1: 3 bands of output rows") {
 		t.Errorf("the convolution did not run as 3 bands\n%s", out)
 	}
 }
 
 func bandsHelper() error {
-	path, err := FindPlugin(FindOptions{RepoRoot: ".."})
-	if err != nil {
-		return err
-	}
-	c, err := Open(path)
+	c, e, err := compileWithKernels(kernelConvProgram)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if c.kernelsLimit == nil {
-		return fmt.Errorf("no CPU kernel library with a thread limit loaded (%v): run make pjrt", c.KernelsError())
-	}
-	e, err := c.Compile(context.Background(), []byte(kernelConvProgram))
-	if err != nil {
-		return err
-	}
 	defer e.Close()
 	vals := func(n, mod int, scale float32) []float32 {
 		v := make([]float32, n)
@@ -253,4 +214,54 @@ func bandsHelper() error {
 		}
 	}
 	return nil
+}
+
+// inHelper reports whether this process is a helper that env names (set
+// by runHelper), after running body and exiting with 1 if it failed.
+func inHelper(env string, body func() error) bool {
+	if os.Getenv(env) != "1" {
+		return false
+	}
+	if err := body(); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	return true
+}
+
+// runHelper runs test in a child process of the test binary with env=1,
+// the kernels' verbose log on and the variables of vars, and returns its
+// output: the kernels log on the process's stderr, which only a parent
+// process can read, and read their settings once per process.
+func runHelper(t *testing.T, test, env string, vars ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$", "-test.count", "1")
+	cmd.Env = append(append(os.Environ(), env+"=1", "XSERVE_CPU_KERNELS_VERBOSE=1"), vars...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper process: %v\n%s", err, out)
+	}
+	return out
+}
+
+// compileWithKernels opens the plugin with the CPU kernel library, which
+// must export its thread limit, and compiles program.
+func compileWithKernels(program string) (*Client, *Executable, error) {
+	path, err := FindPlugin(FindOptions{RepoRoot: ".."})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.kernelsLimit == nil {
+		err := fmt.Errorf("no CPU kernel library with a thread limit loaded (%v): run make pjrt", c.KernelsError())
+		return nil, nil, errors.Join(err, c.Close())
+	}
+	e, err := c.Compile(context.Background(), []byte(program))
+	if err != nil {
+		return nil, nil, errors.Join(err, c.Close())
+	}
+	return c, e, nil
 }
