@@ -67,8 +67,6 @@ static int max_threads(void) {
 	return n;
 }
 
-/* parallel_min_macs is the size from which a primitive runs on max_threads:
- * PARALLEL_MIN_MACS, or XSERVE_CPU_KERNELS_PARALLEL_MACS when set. */
 /* env_macs is environment variable name's value when it is a count of
  * multiply-adds (>= 0), else def. */
 static double env_macs(const char *name, double def) {
@@ -77,6 +75,8 @@ static double env_macs(const char *name, double def) {
 	return want >= 0 ? want : def;
 }
 
+/* parallel_min_macs is the size from which a primitive runs on max_threads:
+ * PARALLEL_MIN_MACS, or XSERVE_CPU_KERNELS_PARALLEL_MACS when set. */
 static double parallel_min_macs(void) {
 	static double m = -1;
 	if (m < 0) m = env_macs("XSERVE_CPU_KERNELS_PARALLEL_MACS", PARALLEL_MIN_MACS);
@@ -527,10 +527,10 @@ XLA_FFI_Error *kernel_run(XLA_FFI_CallFrame *f, kernel_cache *c, const void *key
 		return fail(f, c->kernel, 13, "no oneDNN primitive for this call (status %d)", (int)st);
 	}
 	if (site != 0 && e != &spare) note_site(c, site, e);
+	if (e != &spare) return run_entry(f, c, e, src, wei, dst, bias, res);
 	/* A spare runs whole: its bands' memory objects would outlive it. */
-	XLA_FFI_Error *err = e->nbands > 1 && e != &spare ? run_bands(f, c->kernel, e, src, wei, dst, bias, res)
-	                                                  : exec_entry(f, c->kernel, e, e == &spare, src, wei, dst, bias, res);
-	if (e == &spare) entry_destroy(&spare);
+	XLA_FFI_Error *err = exec_entry(f, c->kernel, e, 1, src, wei, dst, bias, res);
+	entry_destroy(&spare);
 	return err;
 }
 
