@@ -24,12 +24,13 @@ type bucket struct {
 	evicted bool  // dropped from the cache; closed when refs reaches 0
 
 	// split learns whether executions of this bucket run faster split
-	// across idle cores (rowsplit.go).
-	split splitChooser
+	// across idle cores (the alternative way) or whole (rowsplit.go,
+	// chooser.go).
+	split wayChooser
 	// threads learns whether this bucket's whole executions, run alone,
-	// are faster with the CPU kernels' threads (the chooser's split way)
-	// or serial (its whole way) (rowsplit.go, executeWhole).
-	threads splitChooser
+	// are faster with the CPU kernels' threads (the alternative way) or
+	// serial (rowsplit.go, executeWhole).
+	threads wayChooser
 
 	mu      sync.Mutex   // guards exe, pending
 	exe     *Executable  // nil until compiled

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/xserve/xserve/pjrt"
@@ -60,117 +58,6 @@ func ParseSplitBatches(s string) (SplitBatches, error) {
 type shard struct {
 	lo, n int64
 	exec  map[string]int64
-}
-
-// Split choosing. A run right after a run of the other way is not counted:
-// a whole execution's large kernels leave OpenMP threads spinning for a
-// while after them, which slows the next split one. Nor are the first
-// splitSkip runs of each way (a shard's first runs on a new thread set up
-// the kernels' per-thread state). A bucket first runs whole until
-// splitLearn runs are counted, then split as long, then takes the way
-// whose latest splitWindow counted runs have the lower first quartile
-// (split unless whole's is splitWholeMargin below split's), and every
-// splitExplore-th eligible run tries the other way for splitProbe runs in a
-// row: the first is not counted (a switch), the others replace half that
-// way's window, so that one exploration can undo a bad measurement (such as
-// a learning phase that met another process's burst) or follow a change in
-// the machine's load. The first quartile, not the median or the mean: a
-// run that shares its cores with another process or thread takes up to
-// several times as long, and on a shared 2-core VM such runs came in
-// bursts that made up half a window of four, so a median chose whole for
-// buckets that ran 1.4x faster split.
-const (
-	splitSkip    = 4
-	splitLearn   = 6
-	splitWindow  = 8
-	splitExplore = 128
-	splitProbe   = splitWindow/2 + 1
-	// splitWholeMargin: whole is chosen only when its first quartile is
-	// under this fraction of split's.
-	splitWholeMargin = 0.9
-)
-
-// splitChooser learns, for one bucket, whether its executions run faster
-// whole or split. Safe for concurrent use.
-type splitChooser struct {
-	mu     sync.Mutex
-	seen   [2]int                        // runs whole (0) and split (1) observed
-	n      [2]int                        // of those, counted
-	recent [2][splitWindow]time.Duration // the latest counted ones, a ring each
-	last   int                           // the way of the last run observed
-	since  int                           // eligible runs since the last exploration began
-	probe  int                           // runs of the exploration left
-	// probeSplit is the way the exploration runs: the one not chosen when
-	// it began.
-	probeSplit bool
-}
-
-// learnedLocked reports whether both ways have been measured enough.
-func (c *splitChooser) learnedLocked() bool {
-	return c.n[0] >= splitLearn && c.n[1] >= splitLearn
-}
-
-// splitBestLocked reports whether splitting is the way to take: unless
-// whole runs are splitWholeMargin faster. Load from outside the server
-// slows split runs more than whole ones (they need every core at once), so
-// on a shared machine the measurements lean towards whole; on this
-// project's zoo, split was the faster way in all but a few model and batch
-// pairs, and there by under 15%.
-func (c *splitChooser) splitBestLocked() bool {
-	return float64(c.quartileLocked(0)) >= splitWholeMargin*float64(c.quartileLocked(1))
-}
-
-// quartileLocked returns the first quartile of way i's latest counted runs.
-func (c *splitChooser) quartileLocked(i int) time.Duration {
-	k := min(c.n[i], splitWindow)
-	d := append([]time.Duration(nil), c.recent[i][:k]...)
-	slices.Sort(d)
-	return d[k/4]
-}
-
-// choose reports whether the next eligible run should be split.
-func (c *splitChooser) choose() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.learnedLocked() {
-		return c.n[0] >= splitLearn // whole first, then split
-	}
-	if c.probe > 0 {
-		c.probe--
-		return c.probeSplit
-	}
-	best := c.splitBestLocked()
-	if c.since++; c.since >= splitExplore {
-		c.since, c.probe, c.probeSplit = 0, splitProbe-1, !best
-		return !best
-	}
-	return best
-}
-
-// observe records how long an eligible run took, split or whole.
-func (c *splitChooser) observe(split bool, d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i := 0
-	if split {
-		i = 1
-	}
-	c.seen[i]++
-	switched := c.seen[0]+c.seen[1] > 1 && c.last != i
-	c.last = i
-	if c.seen[i] <= splitSkip || switched {
-		return
-	}
-	c.recent[i][c.n[i]%splitWindow] = d
-	c.n[i]++
-}
-
-// splitting reports whether the bucket currently runs split: once both
-// ways are measured and splitting is the way to take (splitBestLocked).
-func (c *splitChooser) splitting() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.learnedLocked() && c.splitBestLocked()
 }
 
 // execute runs exe, the executable of bucket b at exec sizes, on inputs

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/xserve/xserve/tensor"
 )
@@ -132,7 +131,7 @@ func TestWholeThreadedAndSerialMatchORT(t *testing.T) {
 		defer b.threads.mu.Unlock()
 		return b.threads.seen
 	}
-	const runs = 2 * (splitSkip + splitLearn)
+	const runs = 2*waySkip + wayEpisode
 	for i := range runs + 1 {
 		if i == runs {
 			m.executing.Add(1) // another execution holds the other core
@@ -149,10 +148,8 @@ func TestWholeThreadedAndSerialMatchORT(t *testing.T) {
 	// Serial first, then threaded, both learned (the load's warm-up and
 	// padding probe ran one-image executions too, counted or not as other
 	// executions ran beside them).
-	b.threads.mu.Lock()
-	defer b.threads.mu.Unlock()
-	if got := b.threads.seen; got[0] < runs/2 || got[1] < runs/2-1 || !b.threads.learnedLocked() {
-		t.Errorf("threads chooser saw %v serial and threaded runs (learned: %v), want about %d of each, both learned", got, b.threads.learnedLocked(), runs/2)
+	if got := seen(); got[0] < runs/2 || got[1] < runs/2-1 || !b.threads.learned() {
+		t.Errorf("threads chooser saw %v serial and threaded runs (learned: %v), want about %d of each, decided", got, b.threads.learned(), runs/2)
 	}
 }
 
@@ -169,105 +166,6 @@ func TestCoreShare(t *testing.T) {
 		if got := coreShare(tc.cores, tc.others); got != tc.want {
 			t.Errorf("coreShare(%d cores, %d others) = %d, want %d", tc.cores, tc.others, got, tc.want)
 		}
-	}
-}
-
-// TestSplitChooser feeds a bucket's chooser run times and checks what it
-// runs next: whole, then split, while learning (the first runs of each way
-// and the first after a switch not counted), then the faster way, the other
-// one for splitProbe runs every splitExplore runs.
-func TestSplitChooser(t *testing.T) {
-	const learn = splitSkip + splitLearn // runs of each way while learning
-	for _, tc := range []struct {
-		name         string
-		whole, split time.Duration
-		wantSplit    bool
-	}{
-		{"split faster", 1000 * time.Microsecond, 600 * time.Microsecond, true},
-		{"whole faster", 800 * time.Microsecond, 950 * time.Microsecond, false},
-		{"whole a little faster: split, within the margin", 800 * time.Microsecond, 850 * time.Microsecond, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var c splitChooser
-			run := func(split bool, slow bool) {
-				d := tc.whole
-				if split {
-					d = tc.split
-				}
-				if slow {
-					d *= 50 // must not count
-				}
-				c.observe(split, d)
-			}
-			for i := range 2 * learn {
-				split := c.choose()
-				if want := i >= learn; split != want {
-					t.Fatalf("learning run %d: split=%v, want %v", i, split, want)
-				}
-				run(split, i%learn < splitSkip)
-			}
-			if c.splitting() != tc.wantSplit {
-				t.Fatalf("after learning: splitting=%v, want %v", c.splitting(), tc.wantSplit)
-			}
-			var other int
-			for range 3 * (splitExplore + splitProbe - 1) {
-				split := c.choose()
-				if split != tc.wantSplit {
-					other++
-				}
-				run(split, split != tc.wantSplit && other%splitProbe == 1) // the first run after a switch is slow and must not count
-			}
-			if other != 3*splitProbe {
-				t.Errorf("%d runs took the slower way, want %d", other, 3*splitProbe)
-			}
-			if c.splitting() != tc.wantSplit {
-				t.Errorf("after exploring: splitting=%v, want %v", c.splitting(), tc.wantSplit)
-			}
-		})
-	}
-	// learned returns a chooser that measured whole runs of 1 ms, then
-	// split runs of split, every one counted.
-	learned := func(split time.Duration) *splitChooser {
-		c := new(splitChooser)
-		for i := range 2 * learn {
-			d := time.Millisecond
-			if i >= learn {
-				d = split
-			}
-			c.observe(i >= learn, d)
-		}
-		return c
-	}
-	// The machine changes: splitting becomes slow; the split runs see it.
-	c := learned(600 * time.Microsecond)
-	if !c.splitting() {
-		t.Fatal("split measured faster but not chosen")
-	}
-	for range splitWindow {
-		c.observe(true, 3*time.Millisecond)
-	}
-	if c.splitting() {
-		t.Error("split measured 3x slower for a window of runs but still chosen")
-	}
-
-	// A burst of load while learning makes splitting look slow; the machine
-	// then goes quiet, and one exploration of split runs must win it back.
-	b := learned(3 * time.Millisecond)
-	if b.splitting() {
-		t.Fatal("split measured slower while learning but chosen")
-	}
-	var probes int
-	for range splitExplore + splitProbe - 1 {
-		split := b.choose()
-		d := 1000 * time.Microsecond
-		if split {
-			probes++
-			d = 600 * time.Microsecond
-		}
-		b.observe(split, d)
-	}
-	if probes != splitProbe || !b.splitting() {
-		t.Errorf("after one exploration of %d split runs (want %d): splitting=%v, want true", probes, splitProbe, b.splitting())
 	}
 }
 
