@@ -52,12 +52,6 @@ static void cpu_relax(void) {
 #endif
 }
 
-static long since_ns(const struct timespec *t0) {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
-}
-
 /* take moves w's posted band to BAND_RUNNING; 0 if another took it. */
 static int take(band_worker *w) {
 	int want = BAND_POSTED;

@@ -132,6 +132,133 @@ int kernel_verbose(void) {
 	return verbose;
 }
 
+long since_ns(const struct timespec *t0) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
+int weights_policy(void) {
+	static int policy = -1;
+	if (policy < 0) {
+		const char *v = getenv("XSERVE_CPU_KERNELS_WEIGHTS");
+		policy = v != NULL && strcmp(v, "xla") == 0      ? WEIGHTS_XLA
+		         : v != NULL && strcmp(v, "onednn") == 0 ? WEIGHTS_ONEDNN
+		                                                  : WEIGHTS_TIMED;
+	}
+	return policy;
+}
+
+/* trial is a primitive made to be timed, with zeroed buffers for every
+ * memory it reads and writes. */
+typedef struct trial {
+	dnnl_primitive_t prim, reorder;
+	dnnl_memory_t m[MEM_COUNT];
+} trial;
+
+static void trial_destroy(trial *t) {
+	if (t->prim) dnnl_primitive_destroy(t->prim);
+	if (t->reorder) dnnl_primitive_destroy(t->reorder);
+	for (int i = 0; i < MEM_COUNT; i++) {
+		if (t->m[i]) dnnl_memory_destroy(t->m[i]);
+	}
+}
+
+/* trial_memory makes *m for md, allocated and zeroed (no NaNs or
+ * denormals to slow the kernel down). */
+static dnnl_status_t trial_memory(dnnl_memory_t *m, const_dnnl_memory_desc_t md, dnnl_engine_t eng) {
+	dnnl_status_t st = dnnl_memory_create(m, md, eng, DNNL_MEMORY_ALLOCATE);
+	void *p = NULL;
+	if (st == dnnl_success) st = dnnl_memory_get_data_handle(*m, &p);
+	if (st == dnnl_success && p) memset(p, 0, dnnl_memory_desc_get_size(md));
+	return st;
+}
+
+/* trial_make makes t for pd, a primitive descriptor for e's key whose
+ * weights come in e->md[MEM_WEI] (XLA's layout). */
+static dnnl_status_t trial_make(trial *t, const kernel_entry *e, const_dnnl_primitive_desc_t pd) {
+	dnnl_engine_t eng;
+	dnnl_status_t st = kernel_engine(&eng);
+	const_dnnl_memory_desc_t wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+	const_dnnl_memory_desc_t sq = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	const_dnnl_memory_desc_t md[MEM_COUNT];
+	for (int i = 0; i < MEM_COUNT; i++) {
+		md[i] = e->md[i];
+	}
+	md[MEM_WEI_K] = wq != NULL && e->md[MEM_WEI] != NULL && !dnnl_memory_desc_equal(wq, e->md[MEM_WEI]) ? wq : NULL;
+	md[MEM_SCRATCH] = sq != NULL && dnnl_memory_desc_get_size(sq) > 0 ? sq : NULL;
+	for (int i = 0; i < MEM_COUNT && st == dnnl_success; i++) {
+		if (md[i]) st = trial_memory(&t->m[i], md[i], eng);
+	}
+	if (st == dnnl_success && md[MEM_WEI_K]) {
+		dnnl_primitive_desc_t rpd = NULL;
+		st = dnnl_reorder_primitive_desc_create(&rpd, e->md[MEM_WEI], eng, wq, eng, NULL);
+		if (st == dnnl_success) st = dnnl_primitive_create(&t->reorder, rpd);
+		if (rpd) dnnl_primitive_desc_destroy(rpd);
+	}
+	if (st == dnnl_success) st = dnnl_primitive_create(&t->prim, pd);
+	return st;
+}
+
+/* trial_run runs t once, its weights reorder first. */
+static dnnl_status_t trial_run(const trial *t, dnnl_stream_t stream) {
+	dnnl_status_t st = dnnl_success;
+	if (t->reorder) {
+		dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, t->m[MEM_WEI]}, {DNNL_ARG_TO, t->m[MEM_WEI_K]}};
+		st = dnnl_primitive_execute(t->reorder, stream, 2, ra);
+	}
+	dnnl_exec_arg_t args[6];
+	int n = 0;
+	args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, t->m[MEM_SRC]};
+	args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, t->reorder ? t->m[MEM_WEI_K] : t->m[MEM_WEI]};
+	args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, t->m[MEM_DST]};
+	if (t->m[MEM_BIAS]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, t->m[MEM_BIAS]};
+	if (t->m[MEM_SCRATCH]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, t->m[MEM_SCRATCH]};
+	if (t->m[MEM_RES]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, t->m[MEM_RES]};
+	if (st == dnnl_success) st = dnnl_primitive_execute(t->prim, stream, n, args);
+	if (st == dnnl_success) st = dnnl_stream_wait(stream);
+	return st;
+}
+
+/* TRIAL_ROUNDS rounds of TRIAL_RUNS runs each are timed per candidate,
+ * the candidates' rounds alternating, after TRIAL_WARMUP runs each; the
+ * fastest round counts (load from elsewhere only ever adds time). */
+enum { TRIAL_WARMUP = 2, TRIAL_ROUNDS = 5, TRIAL_RUNS = 2 };
+
+dnnl_primitive_desc_t faster_pd(const kernel_entry *e, dnnl_primitive_desc_t a, dnnl_primitive_desc_t b,
+    double *ns_a, double *ns_b) {
+	trial t[2];
+	memset(t, 0, sizeof t);
+	dnnl_stream_t stream;
+	dnnl_status_t st = thread_stream(&stream);
+	if (st == dnnl_success) st = trial_make(&t[0], e, a);
+	if (st == dnnl_success) st = trial_make(&t[1], e, b);
+	double best[2] = {1e30, 1e30};
+	for (int w = 0; w < TRIAL_WARMUP && st == dnnl_success; w++) {
+		st = trial_run(&t[0], stream);
+		if (st == dnnl_success) st = trial_run(&t[1], stream);
+	}
+	for (int r = 0; r < TRIAL_ROUNDS && st == dnnl_success; r++) {
+		for (int i = 0; i < 2 && st == dnnl_success; i++) {
+			struct timespec t0;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			for (int k = 0; k < TRIAL_RUNS && st == dnnl_success; k++) {
+				st = trial_run(&t[i], stream);
+			}
+			double ns = (double)since_ns(&t0) / TRIAL_RUNS;
+			if (ns < best[i]) best[i] = ns;
+		}
+	}
+	trial_destroy(&t[0]);
+	trial_destroy(&t[1]);
+	*ns_a = st == dnnl_success ? best[0] : 0;
+	*ns_b = st == dnnl_success ? best[1] : 0;
+	/* b only when it measured faster; a when the trial failed */
+	int take_b = st == dnnl_success && best[1] < best[0];
+	dnnl_primitive_desc_destroy(take_b ? a : b);
+	return take_b ? b : a;
+}
+
 XLA_FFI_Error *fail(XLA_FFI_CallFrame *f, const char *kernel, int code, const char *fmt, ...) {
 	char msg[512];
 	va_list ap;

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "oneapi/dnnl/dnnl.h"
 #include "xla_ffi.h"
@@ -61,6 +62,23 @@ void xserve_cpu_kernels_thread_limit(int n);
 /* use_threads sets the OpenMP threads of the calling thread's next parallel
  * regions. */
 void use_threads(int n);
+
+/* since_ns is the time since *t0 (CLOCK_MONOTONIC), in nanoseconds. */
+long since_ns(const struct timespec *t0);
+
+/* Where a convolution's weights come from (XSERVE_CPU_KERNELS_WEIGHTS):
+ * WEIGHTS_TIMED ("auto", the default): where oneDNN has one kernel that
+ * reads XLA's layout (HWIO) and another for a layout of its own, the
+ * entry times both, the reorder of the weights into oneDNN's layout (on
+ * every call) included, and keeps the faster; WEIGHTS_XLA ("xla"): XLA's
+ * layout whenever a kernel other than a reference one reads it;
+ * WEIGHTS_ONEDNN ("onednn"): oneDNN's layout whenever its kernel differs
+ * (for tests and A/B). With a small number of input channels (a network's
+ * first convolutions, ic 3 or 4) oneDNN's jit kernel for its own layout
+ * ran 0.65-0.93x the time of the brgconv kernel that reads XLA's, and
+ * 1.07-1.19x at others of the same kind: hence timed. */
+enum { WEIGHTS_TIMED, WEIGHTS_XLA, WEIGHTS_ONEDNN };
+int weights_policy(void);
 
 /* kernel_verbose reports whether XSERVE_CPU_KERNELS_VERBOSE asks for a line
  * on stderr per primitive made. */
@@ -234,6 +252,15 @@ typedef int (*site_operands)(XLA_FFI_CallFrame *f, const kernel_entry *e, kernel
 /* run_site runs f with the entry noted for site when take accepts f's
  * operands for it, and sets *ran; the FFI error or NULL. */
 XLA_FFI_Error *run_site(XLA_FFI_CallFrame *f, kernel_cache *c, int64_t site, site_operands take, int *ran);
+
+/* faster_pd returns whichever of a and b, primitive descriptors for e's
+ * key (its memory descriptors set, the weights in XLA's layout in
+ * e->md[MEM_WEI]), runs faster on the calling thread's OpenMP threads, on
+ * zeroed buffers, a reorder of the weights included where one needs it,
+ * and destroys the other; a when timing fails. *ns_a and *ns_b: the time
+ * of a run of each (0 when timing failed). */
+dnnl_primitive_desc_t faster_pd(const kernel_entry *e, dnnl_primitive_desc_t a, dnnl_primitive_desc_t b,
+    double *ns_a, double *ns_b);
 
 /* finish_entry completes e after its builder made pd (with weights in XLA's
  * layout in e->md[MEM_WEI]): the weights reorder if pd wants another

@@ -164,6 +164,39 @@ static void build_bands(kernel_entry *e, const conv_key *k) {
 	}
 }
 
+/* onednn_weights_if_faster returns pd (a non-reference convolution that
+ * reads the weights in XLA's layout), or, where oneDNN has a different
+ * kernel for weights in a layout of its own, that one instead if it runs
+ * faster, its reorder of the weights included (weights_policy); *chose
+ * then says what was timed, for the verbose line. */
+static dnnl_primitive_desc_t onednn_weights_if_faster(kernel_entry *e, const conv_key *k, dnnl_primitive_desc_t pd,
+    const char **chose) {
+	static __thread char msg[320];
+	dnnl_memory_desc_t any = NULL;
+	dnnl_primitive_desc_t pd2 = NULL;
+	dnnl_status_t st = weights_md(&any, k, 1);
+	if (st == dnnl_success) st = create_pd(&pd2, e, k, any);
+	if (any) dnnl_memory_desc_destroy(any);
+	if (st != dnnl_success || is_reference(pd2) || strcmp(impl_name(pd), impl_name(pd2)) == 0) {
+		if (pd2) dnnl_primitive_desc_destroy(pd2);
+		return pd;
+	}
+	if (weights_policy() == WEIGHTS_ONEDNN) {
+		dnnl_primitive_desc_destroy(pd);
+		*chose = ", weights in oneDNN's layout";
+		return pd2;
+	}
+	char a[64], b[64];
+	snprintf(a, sizeof a, "%s", impl_name(pd));
+	snprintf(b, sizeof b, "%s", impl_name(pd2));
+	double ns_a, ns_b;
+	dnnl_primitive_desc_t best = faster_pd(e, pd, pd2, &ns_a, &ns_b);
+	snprintf(msg, sizeof msg, ", weights in %s layout (timed: %s %.1f us, %s on oneDNN's layout %.1f us)",
+	    best == pd2 ? "oneDNN's" : "XLA's", a, ns_a / 1e3, b, ns_b / 1e3);
+	*chose = msg;
+	return best;
+}
+
 /* build makes the convolution of e->key. */
 static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	(void)ctx;
@@ -200,15 +233,19 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 		if (any) dnnl_memory_desc_destroy(any);
 	}
 	if (st != dnnl_success) return st;
+	const char *chose = "";
+	if (!depthwise && !is_reference(pd) && weights_policy() != WEIGHTS_XLA) {
+		pd = onednn_weights_if_faster(e, k, pd, &chose);
+	}
 	if (is_reference(pd)) {
 		fprintf(stderr, "xserve_conv_f32: warning: oneDNN has only a reference (slow) kernel for x [%lld, %lld, %lld, ...] "
 		    "w [%lld, %lld, %lld, ...] groups %lld\n", (long long)k->x[0], (long long)k->x[1], (long long)k->x[2],
 		    (long long)k->w[0], (long long)k->w[1], (long long)k->w[2], (long long)k->groups);
 	}
 	if (kernel_verbose()) {
-		fprintf(stderr, "xserve_conv_f32: x [%lld, %lld, %lld, ...] w [%lld, %lld, %lld, ...] groups %lld: %s, %d thread(s)\n",
+		fprintf(stderr, "xserve_conv_f32: x [%lld, %lld, %lld, ...] w [%lld, %lld, %lld, ...] groups %lld: %s, %d thread(s)%s\n",
 		    (long long)k->x[0], (long long)k->x[1], (long long)k->x[2], (long long)k->w[0], (long long)k->w[1],
-		    (long long)k->w[2], (long long)k->groups, impl_name(pd), e->threads);
+		    (long long)k->w[2], (long long)k->groups, impl_name(pd), e->threads, chose);
 	}
 	st = finish_entry(e, pd);
 	if (st == dnnl_success && k->bands > 1) build_bands(e, k);

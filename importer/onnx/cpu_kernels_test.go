@@ -99,6 +99,24 @@ func TestConvKernelBandsMatchORT(t *testing.T) {
 	}
 }
 
+// TestConvKernelOneDNNWeightsMatchORT reruns TestConvKernelMatchesORT in a
+// child process with every convolution that oneDNN runs with a different
+// kernel on weights in its own layout made that way
+// (XSERVE_CPU_KERNELS_WEIGHTS=onednn: the weights reordered from XLA's
+// layout on each call), which the timed choice (the default) takes where
+// it is faster, and checks that some cases ran so.
+func TestConvKernelOneDNNWeightsMatchORT(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestConvKernelMatchesORT$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), "XSERVE_CPU_KERNELS_WEIGHTS=onednn", "XSERVE_CPU_KERNELS_VERBOSE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("TestConvKernelMatchesORT with weights in oneDNN's layout: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "weights in oneDNN's layout"); n == 0 {
+		t.Errorf("no convolution ran on weights in oneDNN's layout\n%s", out)
+	}
+}
+
 // TestMatmulKernelMatchesORT runs MatMul and Gemm models through the CPU
 // matrix-product kernel (lower.MatmulKernel) and through XLA's dot_general,
 // both against ONNX Runtime.
