@@ -29,7 +29,12 @@ import (
 // wayExplore runs, or sooner, once wayDriftMin runs have passed, when the
 // chosen way's recent runs have moved by more than wayDrift from what the
 // episode measured: the machine has changed, and the other way may now be
-// the faster. Before the first episode each way runs waySkip times
+// the faster; after wayBaseExplore runs instead of wayExplore while the
+// base way is chosen (see there). Each episode that keeps the way chosen doubles both
+// intervals, up to 2^wayMaxStreak times; one that changes it resets them.
+// An episode costs half its runs on the slower way, and on a VM whose runs
+// jump between two speeds the drift alone began one every 40 runs or so:
+// 14% of the runs, enough to move a median. Before the first episode each way runs waySkip times
 // uncounted (a shard's first runs on a new thread set up the kernels'
 // per-thread state).
 type wayChooser struct {
@@ -39,6 +44,7 @@ type wayChooser struct {
 	decided bool   // an episode has ended
 	alt     bool   // the way chosen by the last episode
 	ref     time.Duration
+	streak  int // episodes in a row that kept the way chosen, at most wayMaxStreak
 
 	// The episode in progress, if episode: step counts the runs chosen in
 	// it; n and runs hold each way's counted runs.
@@ -56,12 +62,19 @@ type wayChooser struct {
 }
 
 const (
-	waySkip     = 4
-	wayBlock    = 3
-	wayEpisode  = 4 * wayBlock
-	wayExplore  = 128
-	wayWindow   = 8
-	wayDriftMin = 32
+	waySkip    = 4
+	wayBlock   = 3
+	wayEpisode = 4 * wayBlock
+	wayExplore = 128
+	// wayBaseExplore is wayExplore while the base way is chosen. The base
+	// way runs on one core and does not see the load that slows the
+	// alternative, so its times do not move when that load goes away:
+	// drift cannot tell, and the episode has to come by itself.
+	wayBaseExplore = 32
+	wayWindow      = 8
+	wayDriftMin    = 32
+	// wayMaxStreak caps the doubling of the intervals between episodes.
+	wayMaxStreak = 3
 	// wayDrift: the chosen way's recent first quartile, as a multiple of
 	// the episode's, beyond which (either way) a new episode begins.
 	wayDrift = 1.2
@@ -105,7 +118,11 @@ func (c *wayChooser) choose() bool {
 		return way == 1
 	}
 	c.since++
-	if c.since >= wayExplore || (c.since >= wayDriftMin && c.driftLocked()) {
+	explore := wayExplore
+	if !c.alt {
+		explore = wayBaseExplore
+	}
+	if c.since >= explore<<c.streak || (c.since >= wayDriftMin<<c.streak && c.driftLocked()) {
 		c.beginLocked(wayOf(!c.alt))
 		c.step++
 		return !c.alt
@@ -159,7 +176,13 @@ func (c *wayChooser) observe(alt bool, d time.Duration) {
 // way.
 func (c *wayChooser) endLocked() {
 	base, alt := lowQuartile(c.runs[0][:c.n[0]]), lowQuartile(c.runs[1][:c.n[1]])
-	c.alt = float64(base) >= wayBaseMargin*float64(alt)
+	chosen := float64(base) >= wayBaseMargin*float64(alt)
+	if c.decided && chosen == c.alt {
+		c.streak = min(c.streak+1, wayMaxStreak)
+	} else {
+		c.streak = 0
+	}
+	c.alt = chosen
 	c.ref = base
 	if c.alt {
 		c.ref = alt

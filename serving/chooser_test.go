@@ -41,7 +41,7 @@ const us = time.Microsecond
 // TestWayChooserLearns: the first runs go base, then alternative, then
 // one episode decides: the alternative unless the base way is
 // wayBaseMargin faster; then only the chosen way runs, but for one
-// episode every wayExplore runs.
+// episode after wayExplore runs, then twice as many, and so on.
 func TestWayChooserLearns(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -73,7 +73,14 @@ func TestWayChooserLearns(t *testing.T) {
 			if !c.learned() || c.altChosen() != tc.wantAlt {
 				t.Fatalf("after one episode: learned=%v alternative=%v, want true, %v", c.learned(), c.altChosen(), tc.wantAlt)
 			}
-			runs := 3 * (wayExplore + wayEpisode)
+			// Episodes after 128, then 256, then 512 runs (32, 64, 128
+			// where the base way is chosen): each one that keeps the way
+			// doubles the interval.
+			explore := wayExplore
+			if !tc.wantAlt {
+				explore = wayBaseExplore
+			}
+			runs := 7*explore + 3*wayEpisode
 			alts := chooserRun(&c, runs, fixed(tc.base, tc.alt))
 			other := alts
 			if tc.wantAlt {
@@ -81,6 +88,9 @@ func TestWayChooserLearns(t *testing.T) {
 			}
 			if want := 3 * wayEpisode / 2; other != want {
 				t.Errorf("%d of %d runs took the slower way, want %d (three episodes)", other, runs, want)
+			}
+			if c.streak != 3 {
+				t.Errorf("after three episodes that kept the way: streak %d, want 3", c.streak)
 			}
 			if c.altChosen() != tc.wantAlt {
 				t.Errorf("after exploring: alternative=%v, want %v", c.altChosen(), tc.wantAlt)
@@ -112,15 +122,15 @@ func TestWayChooserFollowsTheMachine(t *testing.T) {
 	}
 
 	// A burst that slows the alternative only while the first episode runs:
-	// the next scheduled one wins it back.
+	// the next scheduled one, wayBaseExplore runs later, wins it back.
 	var b wayChooser
 	chooserRun(&b, 2*waySkip+wayEpisode, fixed(1000*us, 3000*us))
 	if b.altChosen() {
 		t.Fatal("alternative measured slower in the episode but chosen")
 	}
-	chooserRun(&b, wayExplore+wayEpisode, fixed(1000*us, 600*us))
+	chooserRun(&b, wayBaseExplore+wayEpisode, fixed(1000*us, 600*us))
 	if !b.altChosen() {
-		t.Error("after one exploration the faster alternative was not chosen")
+		t.Errorf("after %d runs the faster alternative was not chosen back", wayBaseExplore+wayEpisode)
 	}
 }
 
