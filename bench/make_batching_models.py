@@ -13,6 +13,11 @@ OUT/inputs/<name>.<input>.npy for
     cnn112          resnet_cnn on float32[batch, 3, 112, 112]
     transformer128  transformer_block on float32[batch, 128, 256]
 
+and, whatever --models says, floor_unbatched: y = x + 1 on float32[batch,
+16], batching off, whose requests cost the HTTP path and the client but
+almost no compute; bench/batching_ceiling.py bounds what batching can
+gain with its throughput.
+
 The two copies of a model are the same file; only batching.enabled differs,
 so one server run measures both. Batch buckets are [1 2 4 8 16 32 64] (and
 max_batch_size is left at its default, the largest bucket); warmup is eager
@@ -25,6 +30,7 @@ import sys
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import onnx_models  # noqa: E402
@@ -71,6 +77,25 @@ def main():
         for k, v in inputs.items():
             np.save(os.path.join(args.out, "inputs", f"{name}.{k}.npy"), v)
         print(f"wrote {name}_batched and {name}_unbatched under {args.out}/models")
+    write_floor(args.out)
+
+
+def write_floor(out):
+    """Writes floor_unbatched (y = x + 1 on float32[batch, 16]) and its input."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "floor", [x], [y], [one])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    d = os.path.join(out, "models", "floor_unbatched")
+    os.makedirs(os.path.join(d, "1"), exist_ok=True)
+    onnx.save(model, os.path.join(d, "1", "model.onnx"))
+    with open(os.path.join(d, "config.yaml"), "w") as f:
+        f.write(CONFIG.format(batch=BATCH_BUCKETS, extra="", enabled="false", delay="2ms"))
+    np.save(os.path.join(out, "inputs", "floor.x.npy"), np.ones((1, 16), np.float32))
+    print(f"wrote floor_unbatched under {out}/models")
 
 
 if __name__ == "__main__":
