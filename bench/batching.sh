@@ -3,9 +3,9 @@
 # model twice, with batching on (<model>_batched) and off (<model>_unbatched),
 # and cmd/loadtest drives both at each concurrency, alternating, in the same
 # run; it prints one markdown table for docs/BENCHMARKS.md. It then drives
-# floor_unbatched (y = x + 1: a request's cost without compute) at each
-# concurrency and prints, per model, the most batching could gain on this
-# machine (bench/batching_ceiling.py).
+# each model's floor (floor_<model>_unbatched: its input, no compute) at
+# each concurrency and prints, per model, the most batching could gain on
+# this machine (bench/batching_ceiling.py).
 #
 #   bench/batching.sh
 #
@@ -90,7 +90,7 @@ log "starting $XSERVE_BIN serve --model-repo $OUT/models on 127.0.0.1:$PORT (log
 SERVER_PID=$!
 
 deadline=$((SECONDS + READY_TIMEOUT))
-for name in $(for m in $MODELS; do echo "${m}_batched ${m}_unbatched"; done) floor_unbatched; do
+for name in $(for m in $MODELS; do echo "${m}_batched ${m}_unbatched floor_${m}_unbatched"; done); do
 	until curl -sf -o /dev/null "$URL/v2/models/$name/ready"; do
 		kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 30 "$OUT/xserve.log" >&2; die "xserve exited (log above)"; }
 		((SECONDS < deadline)) || die "model $name not ready after ${READY_TIMEOUT}s (log: $OUT/xserve.log)"
@@ -149,18 +149,18 @@ for m in $MODELS; do
 		pairs+=("$m c=$c=$(median "$OUT/runs/${m}_unbatched-c$c-r"*.json),$(median "$OUT/runs/${m}_batched-c$c-r"*.json)")
 	done
 done
-# The floor: a request with (almost) no compute, for the ceiling below.
-bin/loadtest -url "$URL" -model floor_unbatched -protocol v2binary -input "x=$OUT/inputs/floor.x.npy" \
-	-c 1 -n 4 -d 0 -warmup 0 -validate >"$OUT/runs/check-floor.txt" ||
-	{ cat "$OUT/runs/check-floor.txt" >&2; die "the validation run of floor_unbatched failed"; }
-for c in $CONCURRENCY; do
-	for ((r = 1; r <= REPEAT; r++)); do
-		run="floor_unbatched-c$c-r$r"
-		log "floor (y = x + 1), concurrency $c, run $r/$REPEAT: ${WARMUP} warmup, ${DURATION} measured"
-		bin/loadtest -url "$URL" -model floor_unbatched -protocol v2binary -input "x=$OUT/inputs/floor.x.npy" \
-			-c "$c" -d "$DURATION" -warmup "$WARMUP" -json "$OUT/runs/$run.json" >"$OUT/runs/$run.txt" ||
-			{ cat "$OUT/runs/$run.txt" >&2; die "floor_unbatched at concurrency $c failed"; }
-		grep -E 'throughput|latency' "$OUT/runs/$run.txt" | sed 's/^/    /' >&2
+# The floors: each model's requests with (almost) no compute, for the
+# ceiling below.
+for m in $MODELS; do
+	for c in $CONCURRENCY; do
+		for ((r = 1; r <= REPEAT; r++)); do
+			run="floor_${m}_unbatched-c$c-r$r"
+			log "floor of $m (its input, no compute), concurrency $c, run $r/$REPEAT: ${WARMUP} warmup, ${DURATION} measured"
+			bin/loadtest -url "$URL" -model "floor_${m}_unbatched" -protocol v2binary $(input "$m") \
+				-c "$c" -d "$DURATION" -warmup "$WARMUP" -json "$OUT/runs/$run.json" >"$OUT/runs/$run.txt" ||
+				{ cat "$OUT/runs/$run.txt" >&2; die "floor_${m}_unbatched at concurrency $c failed"; }
+			grep -E 'throughput|latency' "$OUT/runs/$run.txt" | sed 's/^/    /' >&2
+		done
 	done
 done
 curl -sf "$URL/metrics" >"$OUT/metrics.txt" || true
@@ -188,7 +188,9 @@ for m in $MODELS; do
 	fi
 done
 echo
-echo "The most batching could gain here (bench/batching_ceiling.py): a request costs at least the"
-echo "floor's (y = x + 1 through the same HTTP path and client) plus its row's FLOPs at the CPU's peak."
+echo "The most batching could gain here (bench/batching_ceiling.py): a request costs at least its"
+echo "floor's (the same input through the same HTTP path and client, no compute) plus its row's FLOPs"
+echo "at the CPU's peak, or its cheapest row measured."
 echo
-"$PYTHON" bench/batching_ceiling.py --out "$OUT" --models "$MODELS" --concurrency "$CONCURRENCY"
+"$GO" build -o bin/bench-runner ./cmd/bench-runner
+"$PYTHON" bench/batching_ceiling.py --out "$OUT" --models "$MODELS" --concurrency "$CONCURRENCY" --runner bin/bench-runner

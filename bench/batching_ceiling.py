@@ -10,8 +10,9 @@ CPU-bound on the same cores, a request then takes at least
 
     1 / floor_rps + FLOPs per row / (peak per core x cores)
 
-of the machine: the throughput of floor_unbatched at the same concurrency
-(y = x + 1: the cost of a request with no compute) plus the row's compute
+of the machine: the throughput of the model's floor at the same
+concurrency (floor_<model>_unbatched, bench/make_batching_models.py: the
+same input, through the same HTTP path, no compute) plus the row's compute
 at 100% of the peak (bench/flops.py). Its inverse is the ceiling: the
 requests per second of a server whose batched kernels reached the peak.
 ceiling / off bounds on / off. It holds only where the floor run keeps the
@@ -19,14 +20,24 @@ cores busy (closed loop at concurrency >= cores); at concurrency 1 the
 client's round trips, not the cores, limit every run.
 
 Each (model, concurrency) reads the median-throughput run of
-OUT/runs/<model>_<copy>-c<C>-r*.json (loadtest -json), and floor's.
+OUT/runs/<model>_<copy>-c<C>-r*.json (loadtest -json), and the floor's.
+
+With --runner (cmd/bench-runner) it also times each model serially (one
+thread: XSERVE_CPU_KERNELS_THREADS=1, no bands, no split) at every batch
+bucket, and prints the cost of a row at each: what batching can save in
+compute is the difference between the batch-1 row and the cheapest one,
+whatever the batching policy. "ceiling, rows" is the ceiling with the
+cheapest row measured instead of the peak.
 """
 
 import argparse
 import glob
 import json
 import os
+import statistics
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -50,28 +61,84 @@ def flops_per_row(out, model):
     return count_flops(with_batch(path, feeds))
 
 
+BUCKETS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def serial_rows(runner, out, model):
+    """Seconds per row of model at each of BUCKETS, run serially by one
+    bench-runner process: bucket -> seconds."""
+    env = dict(os.environ, XSERVE_CPU_KERNELS_THREADS="1", XSERVE_CPU_KERNELS_BANDS="1", XSERVE_SPLIT_BATCHES="off")
+    p = subprocess.Popen([runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True, env=env)
+
+    def ask(line):
+        p.stdin.write(line + "\n")
+        p.stdin.flush()
+        reply = p.stdout.readline().strip()
+        if not reply or reply.startswith("error"):
+            sys.exit(f"batching_ceiling: bench-runner: {line}: {reply or 'no reply'}")
+        return reply
+
+    path = os.path.join(out, "models", model + "_batched", "1", "model.onnx")
+    rows = {}
+    with tempfile.TemporaryDirectory() as d:
+        for b in BUCKETS:
+            specs = []
+            for f in glob.glob(os.path.join(out, "inputs", model + ".*.npy")):
+                name = os.path.basename(f)[len(model) + 1:-len(".npy")]
+                batch = os.path.join(d, f"{name}.b{b}.npy")
+                np.save(batch, np.repeat(np.load(f), b, axis=0))
+                specs.append(f"{name}={batch}")
+            ask(f"load b{b} {path} " + " ".join(specs))
+            first = statistics.median(int(x) for x in ask(f"time b{b} 10").split())
+            n = max(20, int(0.3e9 / max(first, 1)))
+            rows[b] = statistics.median(int(x) for x in ask(f"time b{b} {n}").split()) / 1e9 / b
+            ask(f"load b{b} {path} " + " ".join(specs))  # frees the old one's repository; keeps one loaded
+    p.stdin.write("quit\n")
+    p.stdin.flush()
+    p.wait()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".cache/bench-batching")
     ap.add_argument("--models", default="cnn transformer")
     ap.add_argument("--concurrency", default="1 8 32 64")
+    ap.add_argument("--runner", help="cmd/bench-runner, to time each model's rows serially at every bucket")
     args = ap.parse_args()
     per_core, cores, how = cpu_peak()
     peak = per_core * cores * 1e9
     print(f"Peak: {how}, {per_core * cores:.1f} GFLOP/s for {cores} cores.")
     print()
-    print("| run | MFLOP per row | floor req/s | off req/s | on req/s | ceiling req/s | on / off | ceiling / off |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for m in args.models.split():
-        flops = flops_per_row(args.out, m)
+    flops = {m: flops_per_row(args.out, m) for m in args.models.split()}
+    best = {}
+    if args.runner:
+        print("A row's cost, serial (one thread), at each batch bucket (cmd/bench-runner):")
+        print()
+        print("| model | " + " | ".join(f"batch {b}" for b in BUCKETS) + " | batch 1 / cheapest |")
+        print("|---|" + "---:|" * (len(BUCKETS) + 1))
+        for m in flops:
+            rows = serial_rows(args.runner, args.out, m)
+            best[m] = min(rows.values())
+            cells = [f"{rows[b] * 1e6:.0f} µs, {flops[m] / rows[b] / 1e9:.0f} GFLOP/s" for b in BUCKETS]
+            print(f"| {m} | " + " | ".join(cells) + f" | {rows[1] / best[m]:.2f}x |")
+        print()
+    print("| run | MFLOP per row | floor req/s | off req/s | on req/s | ceiling req/s | on / off | ceiling / off |"
+          + (" ceiling, rows / off |" if best else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if best else ""))
+    for m in flops:
         for c in args.concurrency.split():
             runs = os.path.join(args.out, "runs")
-            floor = median_rps(os.path.join(runs, f"floor_unbatched-c{c}-r*.json"))
+            floor = median_rps(os.path.join(runs, f"floor_{m}_unbatched-c{c}-r*.json"))
             off = median_rps(os.path.join(runs, f"{m}_unbatched-c{c}-r*.json"))
             on = median_rps(os.path.join(runs, f"{m}_batched-c{c}-r*.json"))
-            ceiling = 1 / (1 / floor + flops / peak)
-            print(f"| {m} c={c} | {flops / 1e6:.1f} | {floor:.0f} | {off:.0f} | {on:.0f} | {ceiling:.0f} | "
-                  f"{on / off:.2f}x | {ceiling / off:.2f}x |")
+            ceiling = 1 / (1 / floor + flops[m] / peak)
+            line = (f"| {m} c={c} | {flops[m] / 1e6:.1f} | {floor:.0f} | {off:.0f} | {on:.0f} | {ceiling:.0f} | "
+                    f"{on / off:.2f}x | {ceiling / off:.2f}x |")
+            if best:
+                line += f" {1 / (1 / floor + best[m] / cores) / off:.2f}x |"
+            print(line)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@ OUT/inputs/<name>.<input>.npy for
     cnn112          resnet_cnn on float32[batch, 3, 112, 112]
     transformer128  transformer_block on float32[batch, 128, 256]
 
-and, whatever --models says, floor_unbatched: y = x + 1 on float32[batch,
-16], batching off, whose requests cost the HTTP path and the client but
-almost no compute; bench/batching_ceiling.py bounds what batching can
-gain with its throughput.
+and for each of them floor_<name>_unbatched, batching off, whose requests
+cost the HTTP path and the client but almost no compute: on the same input
+shape, x + 1 where the model's output has the input's shape (the
+transformer: the same bytes in and out), else the sum of each row (one
+float out per row, no more than the model's: its cost is not
+overstated). bench/batching_ceiling.py bounds what batching can gain with
+their throughput.
 
 The two copies of a model are the same file; only batching.enabled differs,
 so one server run measures both. Batch buckets are [1 2 4 8 16 32 64] (and
@@ -76,26 +79,34 @@ def main():
                 f.write(CONFIG.format(batch=BATCH_BUCKETS, extra=extra, enabled=enabled, delay=args.max_queue_delay))
         for k, v in inputs.items():
             np.save(os.path.join(args.out, "inputs", f"{name}.{k}.npy"), v)
-        print(f"wrote {name}_batched and {name}_unbatched under {args.out}/models")
-    write_floor(args.out)
+        write_floor(args.out, name, model, extra)
+        print(f"wrote {name}_batched, {name}_unbatched and floor_{name}_unbatched under {args.out}/models")
 
 
-def write_floor(out):
-    """Writes floor_unbatched (y = x + 1 on float32[batch, 16]) and its input."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])
-    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
-    graph = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "floor", [x], [y], [one])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    d = os.path.join(out, "models", "floor_unbatched")
+def write_floor(out, name, model, extra):
+    """Writes floor_<name>_unbatched: model's input, and x + 1 or each
+    row's sum as output."""
+    inp, res = model.graph.input[0], model.graph.output[0]
+    dims = [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim]
+    same = dims == [d.dim_param or d.dim_value for d in res.type.tensor_type.shape.dim]
+    x = helper.make_tensor_value_info(inp.name, TensorProto.FLOAT, dims)
+    if same:
+        one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+        node = helper.make_node("Add", [inp.name, "one"], ["y"])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)
+    else:
+        one = helper.make_tensor("axes", TensorProto.INT64, [len(dims) - 1], list(range(1, len(dims))))
+        node = helper.make_node("ReduceSum", [inp.name, "axes"], ["y"], keepdims=0)
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, dims[:1])
+    graph = helper.make_graph([node], "floor_" + name, [x], [y], [one])
+    floor = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    floor.ir_version = 8
+    onnx.checker.check_model(floor)
+    d = os.path.join(out, "models", f"floor_{name}_unbatched")
     os.makedirs(os.path.join(d, "1"), exist_ok=True)
-    onnx.save(model, os.path.join(d, "1", "model.onnx"))
+    onnx.save(floor, os.path.join(d, "1", "model.onnx"))
     with open(os.path.join(d, "config.yaml"), "w") as f:
-        f.write(CONFIG.format(batch=BATCH_BUCKETS, extra="", enabled="false", delay="2ms"))
-    np.save(os.path.join(out, "inputs", "floor.x.npy"), np.ones((1, 16), np.float32))
-    print(f"wrote floor_unbatched under {out}/models")
+        f.write(CONFIG.format(batch=BATCH_BUCKETS, extra=extra, enabled="false", delay="2ms"))
 
 
 if __name__ == "__main__":
