@@ -25,26 +25,27 @@ import (
 // at a time, and a decision that compared one way's runs from such a phase
 // with the other's from a quiet one kept the wrong way until the next
 // exploration (a batch of 8 run whole at 0.47 ms where split took 0.26).
-// Between episodes the chosen way runs; a new episode begins after
-// wayExplore runs, or sooner, once wayDriftMin runs have passed, when the
-// chosen way's recent runs have moved by more than wayDrift from what the
-// episode measured: the machine has changed, and the other way may now be
-// the faster; after wayBaseExplore runs instead of wayExplore while the
-// base way is chosen (see there). Each episode that keeps the way chosen doubles both
-// intervals, up to 2^wayMaxStreak times; one that changes it resets them.
-// An episode costs half its runs on the slower way, and on a VM whose runs
-// jump between two speeds the drift alone began one every 40 runs or so:
-// 14% of the runs, enough to move a median. Before the first episode each way runs waySkip times
-// uncounted (a shard's first runs on a new thread set up the kernels'
-// per-thread state).
+//
+// Between episodes the chosen way runs. A new episode begins after
+// wayExplore runs (wayBaseExplore while the base way is chosen, see
+// there), or sooner, once wayDriftMin runs have passed, when the chosen
+// way's recent runs have moved by more than wayDrift from what the episode
+// measured: the machine has changed, and the other way may now be the
+// faster. Each episode that keeps the way chosen doubles both intervals,
+// up to 2^wayMaxStreak times; one that changes it resets them. An episode
+// costs half its runs on the slower way, and on a VM whose runs jump
+// between two speeds the drift alone began one every 40 runs or so: 14% of
+// the runs, enough to move a median. Before the first episode each way
+// runs waySkip times uncounted (a shard's first runs on a new thread set
+// up the kernels' per-thread state).
 type wayChooser struct {
 	mu      sync.Mutex
-	seen    [2]int // runs of the base (0) and alternative (1) way observed
-	last    int    // the way of the last run observed
-	decided bool   // an episode has ended
-	alt     bool   // the way chosen by the last episode
-	ref     time.Duration
-	streak  int // episodes in a row that kept the way chosen, at most wayMaxStreak
+	seen    [2]int        // runs of the base (0) and alternative (1) way observed
+	last    int           // the way of the last run observed
+	decided bool          // an episode has ended
+	alt     bool          // the way chosen by the last episode
+	ref     time.Duration // what the last episode measured of that way
+	streak  int           // episodes in a row that kept the way chosen, at most wayMaxStreak
 
 	// The episode in progress, if episode: step counts the runs chosen in
 	// it; n and runs hold each way's counted runs.
