@@ -93,6 +93,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	closing atomic.Bool // set by Shutdown; read atomically
+	fresh   freshConns  // connections no request has reached a handler on yet
 
 	mu sync.Mutex   // guards ln
 	ln net.Listener // set by Serve
@@ -140,6 +141,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 		CaseSensitive:                true,
 		ErrorHandler:                 s.fiberError,
 	})
+	s.app.Server().ConnState = s.fresh.track
 	s.routes()
 	return s, nil
 }
@@ -231,7 +233,8 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-// Shutdown stops accepting connections, closes idle ones, and waits for the
+// Shutdown stops accepting connections, closes idle ones (and, after
+// shutdownConnGrace, those no request has started on), and waits for the
 // requests in flight to be answered. When ctx ends first it returns ctx's
 // error and cancels the backend calls still running. /v2/health/ready
 // answers 503 from the moment Shutdown starts.
@@ -242,7 +245,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	var err error
 	if ln != nil {
+		done := make(chan struct{})
+		go s.fresh.closeWhileShutdown(ctx, done)
 		err = s.app.ShutdownWithContext(ctx)
+		close(done)
 		ln.Close() // in case Serve had not handed it to the server yet
 	}
 	s.cancel()
@@ -258,6 +264,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
+		s.fresh.started(c.Context().Conn())
 		s.metrics.inflight.Inc()
 		lease := s.budget.Lease()
 		c.Locals(leaseKey{}, lease)

@@ -649,3 +649,64 @@ func TestShutdownDeadline(t *testing.T) {
 		t.Error("backend context not cancelled after the deadline")
 	}
 }
+
+// TestShutdownClosesConnectionsWithoutRequest: a connection a client
+// opened ahead of need, on which no request has started, does not hold
+// Shutdown until its ReadTimeout (fasthttp counts it active); Shutdown
+// closes it after shutdownConnGrace, while a request in flight on another
+// connection is still answered.
+func TestShutdownClosesConnectionsWithoutRequest(t *testing.T) {
+	b := &echoBackend{block: make(chan struct{}), started: make(chan struct{})}
+	ts := startServerWith(t, b, Options{ReadTimeout: 30 * time.Second})
+	addr := strings.TrimPrefix(ts.url, "http://")
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	got := make(chan int, 1)
+	go func() {
+		res, err := http.Post(ts.url+"/v1/infer", "application/json",
+			strings.NewReader(`{"model": "echo", "inputs": {"x": {"dtype": "int32", "shape": [1], "data": [5]}}}`))
+		if err != nil {
+			got <- 0
+			return
+		}
+		res.Body.Close()
+		got <- res.StatusCode
+	}()
+	<-b.started
+	start := time.Now()
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shut <- ts.Shutdown(ctx)
+	}()
+	// The server closes the connection without a request: the read ends
+	// with EOF (or a reset), not with the client's own deadline.
+	idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = idle.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection without a request was not closed by Shutdown within 5s: read: %v", err)
+	}
+	if d := time.Since(start); d < shutdownConnGrace {
+		t.Errorf("closed %v after Shutdown began, before the grace of %v", d, shutdownConnGrace)
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v with a request in flight", err)
+	default:
+	}
+	close(b.block)
+	if code := <-got; code != 200 {
+		t.Fatalf("the request in flight: status %d, want 200", code)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Shutdown took %v (ReadTimeout 30s)", d)
+	}
+}
