@@ -117,6 +117,16 @@ runs = sorted(sys.argv[1:], key=lambda f: json.load(open(f))["success_throughput
 print(runs[(len(runs) - 1) // 2])' "$@"
 }
 
+# drive NAME MODEL C RUN: loadtest on served model NAME with MODEL's input
+# at concurrency C, its summary in $OUT/runs/RUN.json.
+drive() {
+	# shellcheck disable=SC2046
+	bin/loadtest -url "$URL" -model "$1" -protocol v2binary $(input "$2") \
+		-c "$3" -d "$DURATION" -warmup "$WARMUP" -json "$OUT/runs/$4.json" >"$OUT/runs/$4.txt" ||
+		{ cat "$OUT/runs/$4.txt" >&2; die "$1 at concurrency $3 failed"; }
+	grep -E 'throughput|latency' "$OUT/runs/$4.txt" | sed 's/^/    /' >&2
+}
+
 rm -f "$OUT"/runs/*.json "$OUT"/runs/*.txt
 pairs=()
 flip=0
@@ -139,11 +149,7 @@ for m in $MODELS; do
 				onoff=off
 				[[ "$copy" == batched ]] && onoff=on
 				log "$m, batching $onoff, concurrency $c, run $r/$REPEAT: ${WARMUP} warmup, ${DURATION} measured"
-				# shellcheck disable=SC2046
-				bin/loadtest -url "$URL" -model "${m}_$copy" -protocol v2binary $(input "$m") \
-					-c "$c" -d "$DURATION" -warmup "$WARMUP" -json "$OUT/runs/$run.json" >"$OUT/runs/$run.txt" ||
-					{ cat "$OUT/runs/$run.txt" >&2; die "${m}_$copy at concurrency $c failed"; }
-				grep -E 'throughput|latency' "$OUT/runs/$run.txt" | sed 's/^/    /' >&2
+				drive "${m}_$copy" "$m" "$c" "$run"
 			done
 		done
 		pairs+=("$m c=$c=$(median "$OUT/runs/${m}_unbatched-c$c-r"*.json),$(median "$OUT/runs/${m}_batched-c$c-r"*.json)")
@@ -156,10 +162,7 @@ for m in $MODELS; do
 		for ((r = 1; r <= REPEAT; r++)); do
 			run="floor_${m}_unbatched-c$c-r$r"
 			log "floor of $m (its input, no compute), concurrency $c, run $r/$REPEAT: ${WARMUP} warmup, ${DURATION} measured"
-			bin/loadtest -url "$URL" -model "floor_${m}_unbatched" -protocol v2binary $(input "$m") \
-				-c "$c" -d "$DURATION" -warmup "$WARMUP" -json "$OUT/runs/$run.json" >"$OUT/runs/$run.txt" ||
-				{ cat "$OUT/runs/$run.txt" >&2; die "floor_${m}_unbatched at concurrency $c failed"; }
-			grep -E 'throughput|latency' "$OUT/runs/$run.txt" | sed 's/^/    /' >&2
+			drive "floor_${m}_unbatched" "$m" "$c" "$run"
 		done
 	done
 done

@@ -60,25 +60,17 @@ func (f *freshConns) closeAll() {
 // closeWhileShutdown closes the fresh connections, from shutdownConnGrace
 // after it starts, every 50 ms until done or ctx ends.
 func (f *freshConns) closeWhileShutdown(ctx context.Context, done <-chan struct{}) {
-	wait := time.NewTimer(shutdownConnGrace)
-	defer wait.Stop()
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-		return
-	case <-wait.C:
-	}
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
+	next := time.NewTimer(shutdownConnGrace)
+	defer next.Stop()
 	for {
-		f.closeAll()
 		select {
 		case <-done:
 			return
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-next.C:
 		}
+		f.closeAll()
+		next.Reset(50 * time.Millisecond)
 	}
 }
