@@ -89,11 +89,10 @@ def serial_rows(runner, out, model):
                 batch = os.path.join(d, f"{name}.b{b}.npy")
                 np.save(batch, np.repeat(np.load(f), b, axis=0))
                 specs.append(f"{name}={batch}")
-            ask(f"load b{b} {path} " + " ".join(specs))
-            first = statistics.median(int(x) for x in ask(f"time b{b} 10").split())
+            ask(f"load m {path} " + " ".join(specs))  # replaces (and frees) the previous bucket's
+            first = statistics.median(int(x) for x in ask("time m 10").split())
             n = max(20, int(0.3e9 / max(first, 1)))
-            rows[b] = statistics.median(int(x) for x in ask(f"time b{b} {n}").split()) / 1e9 / b
-            ask(f"load b{b} {path} " + " ".join(specs))  # frees the old one's repository; keeps one loaded
+            rows[b] = statistics.median(int(x) for x in ask(f"time m {n}").split()) / 1e9 / b
     p.stdin.write("quit\n")
     p.stdin.flush()
     p.wait()

@@ -218,7 +218,9 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	int depthwise = k->groups > 1 && k->w[0] == k->groups && k->w[1] == 1;
 	dnnl_primitive_desc_t pd = NULL;
 	st = depthwise ? dnnl_unimplemented : create_pd(&pd, e, k, e->md[MEM_WEI]);
-	if (st != dnnl_success || is_reference(pd)) {
+	/* a kernel reads XLA's layout: the other layout is worth timing */
+	int xla_layout = st == dnnl_success && !is_reference(pd);
+	if (!xla_layout) {
 		dnnl_memory_desc_t any = NULL;
 		dnnl_primitive_desc_t pd2 = NULL;
 		dnnl_status_t st2 = weights_md(&any, k, 1);
@@ -234,7 +236,7 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	}
 	if (st != dnnl_success) return st;
 	const char *chose = "";
-	if (!depthwise && !is_reference(pd) && weights_policy() != WEIGHTS_XLA) {
+	if (xla_layout && weights_policy() != WEIGHTS_XLA) {
 		pd = onednn_weights_if_faster(e, k, pd, &chose);
 	}
 	if (is_reference(pd)) {
