@@ -16,7 +16,7 @@ EXAMPLE := examples/models/tinycnn
 FUZZ_TARGETS := importer/onnx:FuzzDecode importer/onnx:FuzzDecodeTensor \
   importer/fx:FuzzImportMeta importer/fx:FuzzImportProgram \
   api/payload:FuzzDecodeV1 api/payload:FuzzDecodeOIP api/payload:FuzzDecodeJSONData \
-  api/payload:FuzzDecompress api/nats:FuzzRequest
+  api/payload:FuzzDecompress api/payload:FuzzDeepAndWide api/nats:FuzzRequest
 FUZZ_TARGETS += importer/onnx:FuzzDecodeValue
 FUZZTIME ?= 1m
 # A count, not a duration: with -fuzztime as a duration Go 1.26's fuzz

@@ -62,6 +62,10 @@ const (
 	DefaultExactExecutables = 32
 	// MaxConfigSize is the largest config file ParseConfig accepts, in bytes.
 	MaxConfigSize = 1 << 20
+	// MaxConfigDepth is the deepest nesting of mappings and sequences a
+	// config file may have (the schema needs four): the key paths of a
+	// deeper file would cost memory quadratic in its depth.
+	MaxConfigDepth = 16
 )
 
 // Warmup says when a model's per-bucket executables are compiled.
@@ -322,6 +326,9 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		return nil, &ConfigError{File: path, Line: extra.Line, Reason: "holds more than one YAML document"}
 	} else if !errors.Is(err, io.EOF) {
 		return nil, syntaxError(path, err)
+	}
+	if depth := yamlDepth(&doc); depth > MaxConfigDepth {
+		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("nested %d levels deep, more than the limit of %d (MaxConfigDepth)", depth, MaxConfigDepth)}
 	}
 	idx := indexNodes(&doc)
 	p := newProblems(path, idx)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -350,6 +351,28 @@ func TestParseConfigTooLarge(t *testing.T) {
 	data := []byte("# " + strings.Repeat("x", MaxConfigSize) + "\n")
 	if _, err := ParseConfig(testConfigPath, data); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("got %v, want a size error", err)
+	}
+}
+
+// TestParseConfigTooDeep: a config nested deeper than MaxConfigDepth (here
+// 9990 levels in 50 KB, which took 116 MB and a second to refuse before
+// the limit) is refused at once, with bounded allocations.
+func TestParseConfigTooDeep(t *testing.T) {
+	for _, data := range []string{
+		"batching: " + strings.Repeat("{a: ", 9990) + "1" + strings.Repeat("}", 9990),
+		"inputs: " + strings.Repeat("[", 9990) + strings.Repeat("]", 9990),
+		"batching: " + strings.Repeat("{a: ", MaxConfigDepth) + "1" + strings.Repeat("}", MaxConfigDepth),
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := ParseConfig(testConfigPath, []byte(data))
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "(MaxConfigDepth)") {
+			t.Errorf("%.40s...: got %v, want a depth error", data, err)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+			t.Errorf("%.40s...: %d bytes allocated", data, alloc)
+		}
 	}
 }
 

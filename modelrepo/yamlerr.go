@@ -25,6 +25,26 @@ type indexed struct {
 	node *yaml.Node
 }
 
+// yamlDepth is the nesting depth of the node tree under doc (1 for a
+// scalar document), walked without recursion.
+func yamlDepth(doc *yaml.Node) int {
+	type item struct {
+		n     *yaml.Node
+		depth int
+	}
+	deepest := 0
+	stack := []item{{doc, 0}}
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		deepest = max(deepest, it.depth)
+		for _, c := range it.n.Content {
+			stack = append(stack, item{c, it.depth + 1})
+		}
+	}
+	return deepest
+}
+
 func indexNodes(doc *yaml.Node) *nodeIndex {
 	idx := &nodeIndex{lines: map[string]int{}}
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {

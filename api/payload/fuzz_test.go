@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -140,6 +141,80 @@ func FuzzDecompress(f *testing.F) {
 		}
 		if len(out) > limit {
 			t.Fatalf("decoded %d bytes, over the limit of %d", len(out), limit)
+		}
+	})
+}
+
+// FuzzDeepAndWide builds requests of up to megabytes from a few numbers:
+// a value nested depth levels deep (arrays or objects, up to four
+// million), each level width elements wide, at one of the places the
+// reader walks (parameters, id, a tensor's data or shape, an unknown
+// field...), in either format. The byte-level targets above cannot reach
+// such sizes; these bodies check that depth and width are bounded by
+// limits (a 400 naming MaxJSONDepth or MaxRank), never by the stack.
+func FuzzDeepAndWide(f *testing.F) {
+	f.Add(uint8(0), uint8(0), uint32(2_000_000), uint16(1), []byte("1"))
+	f.Add(uint8(1), uint8(3), uint32(70), uint16(1000), []byte("0.5"))
+	f.Add(uint8(0), uint8(4), uint32(127), uint16(3), []byte(`"s"`))
+	f.Add(uint8(1), uint8(5), uint32(100_000), uint16(2), []byte("true"))
+	places := []string{
+		`{"parameters": {"p": @}, "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}`,
+		`{"id": @, "inputs": []}`,
+		`{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": @}]}`,
+		`{"inputs": [{"name": "x", "shape": [@], "datatype": "FP32", "data": [1]}]}`,
+		`{"zz": @, "inputs": []}`,
+		`{"inputs": [], "outputs": [{"name": "y", "parameters": {"a": @}}]}`,
+	}
+	f.Fuzz(func(t *testing.T, format, place uint8, depth uint32, width uint16, fill []byte) {
+		depth %= 4_000_001
+		if len(fill) == 0 || len(fill) > 64 {
+			fill = []byte("1")
+		}
+		tmpl := places[int(place)%len(places)]
+		if format%2 == 1 { // the same places in the /v1/infer form
+			tmpl = strings.NewReplacer(`"inputs": []`, `"model": "m", "inputs": {}`,
+				`"inputs": [{"name": "x", `, `"model": "m", "inputs": {"x": {`, `"datatype": "FP32"`, `"dtype": "float32"`,
+				`"data": [1]}]`, `"data": [1]}}`, `@}]}`, `@}}}`, `"outputs": [{"name": "y", "parameters": {"a": @}}]`, `"parameters": {"a": @}`).Replace(tmpl)
+		}
+		open, sep, close := "[", ",", "]"
+		if depth%2 == 1 && place%3 == 0 {
+			open, close = `{"k":`, "}"
+			width = 1
+		}
+		// Each level holds one nested value and width-1 copies of fill.
+		w := max(int(width), 1)
+		perLevel := len(open) + len(close) + (w-1)*(len(fill)+len(sep))
+		if int(depth)*perLevel > 4<<20 {
+			depth = uint32((4 << 20) / perLevel)
+		}
+		i := strings.IndexByte(tmpl, '@')
+		var b bytes.Buffer
+		b.WriteString(tmpl[:i])
+		for range depth {
+			b.WriteString(open)
+			for range w - 1 {
+				b.Write(fill)
+				b.WriteString(sep)
+			}
+		}
+		b.Write(fill)
+		for range depth {
+			b.WriteString(close)
+		}
+		b.WriteString(tmpl[i+1:])
+		var d *Request
+		var err error
+		if format%2 == 1 {
+			d, err = DecodeV1(b.Bytes(), "", "", fuzzMaxElems)
+		} else {
+			d, err = DecodeOIP("m", 0, b.Bytes(), "", fuzzMaxElems)
+		}
+		checkDecoded(t, d, err)
+		if err != nil && len(err.Error()) > 4096 {
+			t.Fatalf("a %d-byte error for a %d-byte body: %.300s", len(err.Error()), b.Len(), err)
+		}
+		if err == nil && depth > MaxJSONDepth && int(place)%len(places) != 3 {
+			t.Fatalf("a value %d levels deep was accepted", depth)
 		}
 	})
 }

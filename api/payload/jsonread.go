@@ -20,10 +20,30 @@ import (
 // ..." for syntax, "invalid JSON in <what>: <field> is a JSON <kind>, want
 // <type>" for a value of the wrong type, and "unknown field" where strict.
 type jsonReader struct {
-	buf  []byte
-	pos  int
-	what string // "the request"
+	buf   []byte
+	pos   int
+	what  string // "the request"
+	depth int    // objects and arrays open at pos
 }
+
+// MaxJSONDepth is the deepest nesting of objects and arrays a JSON request
+// may have (a tensor's nested "data" counts one level per dimension, and a
+// tensor has at most MaxRank). The reader walks nested values recursively,
+// one call per level: the limit bounds its stack, so that a body of
+// millions of '[' is a 400, not a stack overflow.
+const MaxJSONDepth = 128
+
+// enter records that an object or array opens at pos, failing past
+// MaxJSONDepth; leave closes it.
+func (r *jsonReader) enter() error {
+	if r.depth >= MaxJSONDepth {
+		return badRequest("invalid JSON in %s at byte %d: nested deeper than the limit of %d levels (MaxJSONDepth)", r.what, r.pos+1, MaxJSONDepth)
+	}
+	r.depth++
+	return nil
+}
+
+func (r *jsonReader) leave() { r.depth-- }
 
 // syntaxErr reports a syntax error at the current position.
 func (r *jsonReader) syntaxErr(format string, args ...any) error {
@@ -122,6 +142,10 @@ func (r *jsonReader) object(name string, field func(key string) error) error {
 		}
 		return r.typeErr(name, "an object")
 	}
+	if err := r.enter(); err != nil {
+		return err
+	}
+	defer r.leave()
 	r.pos++
 	if r.peek() == '}' {
 		r.pos++
@@ -166,6 +190,10 @@ func (r *jsonReader) array(name string, elem func(i int) error) error {
 		}
 		return r.typeErr(name, "an array")
 	}
+	if err := r.enter(); err != nil {
+		return err
+	}
+	defer r.leave()
 	r.pos++
 	if r.peek() == ']' {
 		r.pos++
@@ -245,7 +273,8 @@ func (r *jsonReader) checkValue() error {
 	return err
 }
 
-// int64s reads an array of integers (a shape) for field; null gives nil.
+// int64s reads an array of integers (a shape) for field, of at most
+// MaxRank; null gives nil.
 func (r *jsonReader) int64s(field string) ([]int64, error) {
 	if r.null() {
 		return nil, nil
@@ -254,7 +283,10 @@ func (r *jsonReader) int64s(field string) ([]int64, error) {
 		return nil, err
 	}
 	out := []int64{}
-	err := r.array(field, func(int) error {
+	err := r.array(field, func(i int) error {
+		if i == MaxRank {
+			return badRequest("invalid JSON in %s: %s has more than %d dims, the limit (MaxRank)", r.what, field, MaxRank)
+		}
 		r.ws()
 		start := r.pos
 		end, err := r.skip()

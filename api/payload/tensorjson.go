@@ -12,11 +12,20 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// checkShape validates a declared shape: non-negative dims, an element count
-// that fits int64 and the limit maxElems. It returns the count.
+// MaxRank is the most dimensions a request tensor may have (NumPy's
+// NPY_MAXDIMS): a shape is checked, and nested data walked, one level per
+// dimension.
+const MaxRank = 64
+
+// checkShape validates a declared shape: at most MaxRank dims, non-negative
+// dims, an element count that fits int64 and the limit maxElems. It
+// returns the count.
 func checkShape(name string, shape []int64, maxElems int64) (int64, error) {
 	if shape == nil {
 		return 0, badRequest("input %q: no shape (give \"shape\": [...], [] for a scalar)", name)
+	}
+	if len(shape) > MaxRank {
+		return 0, badRequest("input %q: the shape has %d dims, more than the limit of %d (MaxRank)", name, len(shape), MaxRank)
 	}
 	for i, d := range shape {
 		if d < 0 {

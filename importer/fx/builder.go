@@ -22,6 +22,7 @@ type builder struct {
 	gr    *graph
 	ir    *fxgraph.Registry
 	g     *fxgraph.Graph
+	depth int // of gr: 0 for the program's graph, 1 for its subgraphs...
 
 	weights, constants payloadConfig
 

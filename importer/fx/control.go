@@ -109,15 +109,32 @@ func (b *builder) tensorList(n *node, name string, i int) ([]any, error) {
 // subgraph converts gr, a subgraph of a higher-order operator, into a
 // graph of its own: a placeholder per input, gr's outputs as its outputs.
 func (b *builder) subgraph(gr *graph) (*fxgraph.Graph, error) {
+	if err := b.nestErr(); err != nil {
+		return nil, err
+	}
 	sb := b.newSub(gr, fxgraph.New())
 	return sb.convertSub(gr, func(i int, ref string, meta fxgraph.TensorMeta) (*fxgraph.Node, error) {
 		return sb.g.AddPlaceholder(sanitize(ref), meta), nil
 	})
 }
 
-// newSub returns a builder that converts gr into g.
+// maxSubgraphDepth bounds the nesting of subgraphs (cond branches, loop
+// bodies, wrapped regions): each level is converted by a recursive call.
+const maxSubgraphDepth = 64
+
+// nestErr fails when a subgraph of b's graph would nest deeper than
+// maxSubgraphDepth.
+func (b *builder) nestErr() error {
+	if b.depth+1 > maxSubgraphDepth {
+		return fmt.Errorf("%w: %s: subgraphs nested more than %d deep (the limit)", ErrFormat, b.entry, maxSubgraphDepth)
+	}
+	return nil
+}
+
+// newSub returns a builder that converts gr into g, one level deeper
+// (checked by the caller with nestErr).
 func (b *builder) newSub(gr *graph, g *fxgraph.Graph) *builder {
-	sb := &builder{a: b.a, model: b.model, entry: b.entry, ep: b.ep, gr: gr, ir: b.ir, g: g, env: map[string]any{}, uses: map[string]int{},
+	sb := &builder{a: b.a, model: b.model, entry: b.entry, ep: b.ep, gr: gr, ir: b.ir, g: g, depth: b.depth + 1, env: map[string]any{}, uses: map[string]int{},
 		aliasClass: map[string]string{}, aliases: map[string][]string{}, lastUse: map[string]int{},
 		symSize: map[symKey]*fxgraph.Node{}, views: map[string]viewStep{}}
 	for i := range gr.Nodes {

@@ -54,6 +54,9 @@ func (b *builder) convertWrap(n *node, name string, outs []string) error {
 	if len(operands) != len(ga.Graph.Inputs) {
 		return b.nodeErr(name, target, ErrFormat, "%d operands for a subgraph of %d inputs", len(operands), len(ga.Graph.Inputs))
 	}
+	if err := b.nestErr(); err != nil {
+		return err
+	}
 	sb := b.newSub(&ga.Graph, b.g)
 	res, err := sb.convertBody(&ga.Graph, func(i int, _ string, meta fxgraph.TensorMeta) (*fxgraph.Node, error) {
 		v := operands[i].(*fxgraph.Node)

@@ -1034,6 +1034,21 @@ func TestNestingLimits(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "types nested more than 64 deep") {
 		t.Errorf("nested sequence types: error %v", err)
 	}
+	// Two million nested groups of an unknown field (12 MB), in the model
+	// and inside its graph: protowire skips groups recursively, up to its
+	// limit of 10000 levels, then fails.
+	var groups []byte
+	for range 2_000_000 {
+		groups = protowire.AppendTag(groups, 99, protowire.StartGroupType)
+	}
+	for range 2_000_000 {
+		groups = protowire.AppendTag(groups, 99, protowire.EndGroupType)
+	}
+	for what, data := range map[string][]byte{"model": groups, "graph": wmsg{}.bytes(7, groups)} {
+		if _, err := Decode(data, DecodeOptions{}); err == nil || !strings.Contains(err.Error(), "bad group") {
+			t.Errorf("2M nested groups in the %s: error %v", what, err)
+		}
+	}
 }
 
 func TestDecodeDoesNotAlias(t *testing.T) {
