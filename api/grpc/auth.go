@@ -32,14 +32,7 @@ func (s *Server) authorize(ctx context.Context, method string) error {
 			header = v[0]
 		}
 	}
-	return toStatus(s.opts.Auth.Require(header, need))
-}
-
-func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := s.authorize(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
+	return s.toStatus(s.opts.Auth.Require(header, need))
 }
 
 func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 
 	pb "github.com/xserve/xserve/api/grpc/inferencepb"
@@ -12,8 +13,9 @@ import (
 // contentsBytes turns the typed contents of input in into the raw
 // little-endian bytes payload.RawTensor reads, checking that the contents
 // field matches the datatype, that the element count matches the shape and
-// that integers fit the datatype.
-func contentsBytes(in *pb.ModelInferRequest_InferInputTensor, maxElems int64) ([]byte, error) {
+// that integers fit the datatype. The bytes are reserved on lease before
+// they are allocated.
+func contentsBytes(in *pb.ModelInferRequest_InferInputTensor, maxElems int64, lease *payload.Lease) ([]byte, error) {
 	n, err := payload.CheckShape(in.Name, in.Shape, maxElems)
 	if err != nil {
 		return nil, err
@@ -29,7 +31,16 @@ func contentsBytes(in *pb.ModelInferRequest_InferInputTensor, maxElems int64) ([
 		}
 		return nil
 	}
-	b := make([]byte, 0, n*int64(max(dt.Size(), 1)))
+	size := n * int64(max(dt.Size(), 1))
+	if dt == tensor.String {
+		for _, v := range c.BytesContents {
+			size += 4 + int64(len(v))
+		}
+	}
+	if err := lease.Reserve(size, fmt.Sprintf("input %q", in.Name)); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, size)
 	switch dt {
 	case tensor.Bool:
 		if err := count("bool_contents", len(c.BoolContents)); err != nil {

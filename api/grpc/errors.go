@@ -46,14 +46,37 @@ func codeOf(err error) codes.Code {
 	return codes.Internal
 }
 
-// toStatus turns a handler's error into a gRPC status error carrying the
-// message.
-func toStatus(err error) error {
+// toStatus turns a handler's error into the status a client gets: its code
+// and its public message (payload.Public: no absolute paths, no package
+// prefixes, no cause of an INTERNAL), with the names the client sent
+// (keep) as sent. A status the server made itself is kept, but for the
+// message of an INTERNAL one.
+func (s *Server) toStatus(err error, keep ...string) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
+	if st, ok := status.FromError(err); ok {
+		if st.Code() == codes.Internal {
+			return status.Error(codes.Internal, payload.InternalMessage)
+		}
 		return err
 	}
-	return status.Error(codeOf(err), err.Error())
+	code := codeOf(err)
+	httpCode := http.StatusBadRequest // any client-facing code: Public scrubs it
+	if code == codes.Internal {
+		httpCode = http.StatusInternalServerError
+	}
+	return status.Error(code, payload.Public(err, httpCode, s.root, keep...))
+}
+
+// clientNames are the model names a request message carries, which an
+// error may quote: returned as the client sent them.
+func clientNames(req any) []string {
+	switch r := req.(type) {
+	case interface{ GetModelName() string }:
+		return []string{r.GetModelName()}
+	case interface{ GetName() string }:
+		return []string{r.GetName()}
+	}
+	return nil
 }

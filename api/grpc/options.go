@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/xserve/xserve/api/auth"
+	"github.com/xserve/xserve/api/payload"
 )
 
 // Defaults of Options, the same as the HTTP API's.
@@ -26,9 +27,18 @@ const (
 // default; New fills them in and validates the result.
 type Options struct {
 	// MaxMessageBytes is the largest request message accepted, measured
-	// after gzip decompression; a larger one is refused with
-	// codes.ResourceExhausted. Default 64 MiB.
+	// after gzip decompression, and at most half the memory budget; a
+	// larger one is refused with codes.ResourceExhausted before it is
+	// read. Default 64 MiB.
 	MaxMessageBytes int64
+	// MemoryBudget bounds the bytes that requests in flight hold at once
+	// (request messages from their declared size on, decoded tensors):
+	// each is reserved before it is read or allocated, and a request that
+	// does not fit now is refused with codes.Unavailable (RESOURCE_EXHAUSTED
+	// if it could never fit). Default 200 MiB. Budget, when set, is used
+	// instead, so that gRPC, HTTP and NATS share one.
+	MemoryBudget int64
+	Budget       *payload.Budget
 	// MaxTensorElements is the most elements one request tensor may declare
 	// in its shape. Default 1<<28.
 	MaxTensorElements int64
@@ -53,7 +63,7 @@ type Options struct {
 	// execute) and encode spans of ModelInfer; nil records nothing.
 	Tracer trace.Tracer
 	// Interceptors run around every unary call, outermost first, inside
-	// the server's request id and access log and outside its auth check.
+	// the server's request id, access log and auth check.
 	Interceptors []grpc.UnaryServerInterceptor
 	// StreamInterceptors run around every streaming call.
 	StreamInterceptors []grpc.StreamServerInterceptor
@@ -68,6 +78,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxTensorElements == 0 {
 		o.MaxTensorElements = DefaultMaxTensorElements
+	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = payload.DefaultMemoryBudget
 	}
 	if o.Version == "" {
 		o.Version = "dev"
@@ -92,6 +105,9 @@ func (o *Options) validate() error {
 	}
 	if o.MaxTensorElements < 0 {
 		bad("MaxTensorElements", o.MaxTensorElements, "a positive element count")
+	}
+	if o.MemoryBudget < 0 {
+		bad("MemoryBudget", o.MemoryBudget, "a positive size in bytes")
 	}
 	return errors.Join(errs...)
 }

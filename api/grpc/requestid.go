@@ -82,16 +82,6 @@ func (s *Server) startSpan(ctx context.Context, method, id string) (context.Cont
 		trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("xserve.request_id", id)))
 }
 
-func (s *Server) observeUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	ctx, id := withRequestID(ctx)
-	ctx, span := s.startSpan(ctx, info.FullMethod, id)
-	resp, err := h(ctx, req)
-	tracing.End(span, err)
-	s.logCall(ctx, info.FullMethod, id, start, err)
-	return resp, err
-}
-
 // idStream is a ServerStream whose context carries the request id.
 type idStream struct {
 	grpc.ServerStream

@@ -54,6 +54,14 @@ type Server struct {
 	log     *slog.Logger
 	grpc    *grpc.Server
 	closing atomic.Bool
+	root    string // the backend's repository root, for payload.Public
+	budget  *payload.Budget
+	// maxMsg is the largest request message: MaxMessageBytes, or half the
+	// budget (a message is held twice while it is decoded).
+	maxMsg int64
+	// unaryChain runs Options.Interceptors around a unary method; nil
+	// without any.
+	unaryChain grpc.UnaryServerInterceptor
 
 	mu sync.Mutex   // guards ln
 	ln net.Listener // set by Serve
@@ -69,18 +77,28 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{backend: backend, opts: opts, log: opts.Logger}
+	s := &Server{backend: backend, opts: opts, log: opts.Logger, root: payload.RootOf(backend), budget: opts.Budget}
+	if s.budget == nil {
+		var err error
+		if s.budget, err = payload.NewBudget(opts.MemoryBudget); err != nil {
+			return nil, err
+		}
+	}
+	s.maxMsg = min(opts.MaxMessageBytes, s.budget.Limit()/2)
+	s.unaryChain = chainUnary(opts.Interceptors)
 	so := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(opts.MaxMessageBytes)),
+		grpc.MaxRecvMsgSize(int(s.maxMsg)),
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{s.observeUnary}, opts.Interceptors...), s.authUnary, s.recoverUnary)...),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		// Every method is served as a stream (see receive.go).
 		grpc.ChainStreamInterceptor(append(append([]grpc.StreamServerInterceptor{s.observeStream}, opts.StreamInterceptors...), s.authStream, s.recoverStream)...),
 	}
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
 	s.grpc = grpc.NewServer(so...)
-	pb.RegisterGRPCInferenceServiceServer(s.grpc, s)
+	s.grpc.RegisterService(s.service(), s)
 	return s, nil
 }
 
@@ -138,35 +156,38 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// recoverUnary turns a handler's panic into codes.Internal and every other
-// error into its status.
-func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error("grpcapi: handler panicked", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
-			err = status.Errorf(codes.Internal, "grpcapi: internal error: %v", p)
-		}
-	}()
-	resp, err = h(ctx, req)
-	if err != nil {
-		err = toStatus(err)
-		if status.Code(err) == codes.Internal {
-			s.log.Error("request failed", "method", info.FullMethod, "err", err, "request_id", RequestID(ctx))
-		} else {
-			s.log.Debug("request rejected", "method", info.FullMethod, "err", err, "request_id", RequestID(ctx))
-		}
-	}
-	return resp, err
-}
-
+// recoverStream turns a handler's panic into codes.Internal and every
+// other error into its status (toStatus), logging the error as it was.
 func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("grpcapi: handler panicked", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
-			err = status.Errorf(codes.Internal, "grpcapi: internal error: %v", p)
+			err = status.Error(codes.Internal, payload.InternalMessage)
 		}
 	}()
-	return toStatus(h(srv, ss))
+	err = h(srv, ss)
+	if err != nil {
+		if code := status.Code(err); code == codes.Internal || code == codes.Unknown {
+			s.log.Error("request failed", "method", info.FullMethod, "err", err, "request_id", RequestID(ss.Context()))
+		} else {
+			s.log.Debug("request rejected", "method", info.FullMethod, "err", err, "request_id", RequestID(ss.Context()))
+		}
+	}
+	return s.toStatus(err)
+}
+
+// chainUnary returns one interceptor running ics in order, nil for none.
+func chainUnary(ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	if len(ics) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		for i := len(ics) - 1; i > 0; i-- {
+			ic, next := ics[i], h
+			h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+		}
+		return ics[0](ctx, req, info, h)
+	}
 }
 
 // ServerLive implements the protocol's liveness check.
@@ -260,7 +281,7 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 	var req *serving.InferRequest
 	err = tracing.Phase(ctx, s.opts.Tracer, "decode", func(context.Context) error {
 		var err error
-		req, err = s.decode(r)
+		req, err = s.decode(r, leaseOf(ctx))
 		return err
 	})
 	if err != nil {
@@ -304,7 +325,8 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		resp, err := s.ModelInfer(stream.Context(), r)
 		out := &pb.ModelStreamInferResponse{InferResponse: resp}
 		if err != nil {
-			out.ErrorMessage = err.Error()
+			s.log.Debug("request rejected", "method", "ModelStreamInfer", "err", err, "request_id", RequestID(stream.Context()))
+			out.ErrorMessage = status.Convert(s.toStatus(err, r.ModelName)).Message()
 		}
 		if err := stream.Send(out); err != nil {
 			return err
@@ -314,7 +336,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 
 // decode builds the serving request from r: each input from its slot of
 // raw_input_contents or from its typed contents (not both).
-func (s *Server) decode(r *pb.ModelInferRequest) (*serving.InferRequest, error) {
+func (s *Server) decode(r *pb.ModelInferRequest, lease *payload.Lease) (*serving.InferRequest, error) {
 	if r.ModelName == "" {
 		return nil, payload.BadRequest("model_name is empty")
 	}
@@ -351,7 +373,7 @@ func (s *Server) decode(r *pb.ModelInferRequest) (*serving.InferRequest, error) 
 			return nil, payload.BadRequest("input %q has no data (give contents or raw_input_contents)", in.Name)
 		default:
 			var err error
-			if data, err = contentsBytes(in, s.opts.MaxTensorElements); err != nil {
+			if data, err = contentsBytes(in, s.opts.MaxTensorElements, lease); err != nil {
 				return nil, err
 			}
 		}
@@ -394,7 +416,7 @@ func (s *Server) RepositoryIndex(ctx context.Context, r *pb.RepositoryIndexReque
 		if r.Ready && st.State != serving.StateReady {
 			continue
 		}
-		out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: st.Reason})
+		out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: payload.PublicMessage(st.Reason, s.root, st.Name)})
 	}
 	return out, nil
 }

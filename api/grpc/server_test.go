@@ -73,8 +73,14 @@ func (doubler) Unload(ctx context.Context, model string) error { return nil }
 // startServer serves doubler on a loopback port and returns a client.
 func startServer(t *testing.T, opts Options) pb.GRPCInferenceServiceClient {
 	t.Helper()
+	return startServerWith(t, doubler{}, opts)
+}
+
+// startServerWith serves backend on a loopback port and returns a client.
+func startServerWith(t *testing.T, backend Backend, opts Options) pb.GRPCInferenceServiceClient {
+	t.Helper()
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := New(doubler{}, opts)
+	s, err := New(backend, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +155,7 @@ func TestErrorsAndLimits(t *testing.T) {
 		{"raw size", &pb.ModelInferRequest{ModelName: "double", Inputs: x("FP32", 2), RawInputContents: [][]byte{f32(1)}}, codes.InvalidArgument, "needs 8"},
 		{"bad dtype", &pb.ModelInferRequest{ModelName: "double", Inputs: x("FP33", 1), RawInputContents: [][]byte{f32(1)}}, codes.InvalidArgument, `unknown dtype "FP33"`},
 		{"too many elements", &pb.ModelInferRequest{ModelName: "double", Inputs: x("FP32", 1000), RawInputContents: [][]byte{f32(1)}}, codes.ResourceExhausted, "limit of 100"},
-		{"message too large", &pb.ModelInferRequest{ModelName: "double", Inputs: x("FP32", 512), RawInputContents: [][]byte{make([]byte, 2048)}}, codes.ResourceExhausted, "larger than max"},
+		{"message too large", &pb.ModelInferRequest{ModelName: "double", Inputs: x("FP32", 512), RawInputContents: [][]byte{make([]byte, 2048)}}, codes.ResourceExhausted, "more than the limit of 1024 (MaxMessageBytes"},
 		{"typed count", &pb.ModelInferRequest{ModelName: "double", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{3}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{1}}}}}, codes.InvalidArgument, "fp32_contents holds 1 elements, shape [3] wants 3"},
 		{"typed range", &pb.ModelInferRequest{ModelName: "double", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "INT8", Shape: []int64{1}, Contents: &pb.InferTensorContents{IntContents: []int32{300}}}}}, codes.InvalidArgument, "outside INT8's range"},
 		{"bad timeout", &pb.ModelInferRequest{ModelName: "double", Parameters: map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: -5}}}, Inputs: x("FP32", 1), RawInputContents: [][]byte{f32(1)}}, codes.InvalidArgument, "parameters.timeout"},

@@ -342,8 +342,9 @@ func (s *Server) call(h fiber.Handler, c *fiber.Ctx) (err error) {
 }
 
 // writeError answers with err's status code and {"error": message}, the
-// message without absolute paths or package prefixes
-// (payload.PublicMessage; the log has them).
+// public message of err (payload.Public: no absolute paths, no package
+// prefixes, no cause of a 500; the log has them), with what the client
+// sent (the model name) as it sent it.
 func (s *Server) writeError(c *fiber.Ctx, err error) {
 	code := statusOf(err)
 	// Client errors, overload and not-ready answers are routine: debug only.
@@ -362,7 +363,23 @@ func (s *Server) writeError(c *fiber.Ctx, err error) {
 	c.Response().Header.Del(fiber.HeaderContentEncoding)
 	c.Status(code)
 	c.Set(fiber.HeaderContentType, contentJSON)
-	c.Send(payload.ErrorBody(payload.PublicMessage(err.Error(), s.root)))
+	c.Send(payload.ErrorBody(payload.Public(err, code, s.root, clientNames(c)...)))
+}
+
+// modelKey holds (in fiber's Locals) the model name a /v1/infer body gave.
+type modelKey struct{}
+
+// clientNames are the names the client sent that an error may quote: the
+// URL's model and the model a /v1/infer body named.
+func clientNames(c *fiber.Ctx) []string {
+	names := []string{}
+	if m, err := url.PathUnescape(c.Params("model")); err == nil && m != "" {
+		names = append(names, m)
+	}
+	if m, ok := c.Locals(modelKey{}).(string); ok && m != "" {
+		names = append(names, m)
+	}
+	return names
 }
 
 // fiberError answers the errors that fiber and fasthttp raise outside the
@@ -377,13 +394,13 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 	var msg string
 	switch code {
 	case http.StatusNotFound:
-		msg = fmt.Sprintf("httpapi: no route %s %s (see docs/HTTP.md for the API)", c.Method(), quotePath(c.Path()))
+		msg = fmt.Sprintf("no route %s %s (see docs/HTTP.md for the API)", c.Method(), quotePath(c.Path()))
 	case http.StatusMethodNotAllowed:
-		msg = fmt.Sprintf("httpapi: method %s is not allowed on %s", c.Method(), quotePath(c.Path()))
+		msg = fmt.Sprintf("method %s is not allowed on %s", c.Method(), quotePath(c.Path()))
 	case http.StatusRequestEntityTooLarge:
-		msg = fmt.Sprintf("%v: the request body is larger than the limit of %d bytes (MaxBodyBytes)", ErrTooLarge, s.opts.MaxBodyBytes)
+		msg = payload.Public(s.bodyTooLarge(), code, "")
 	default:
-		msg = "httpapi: " + err.Error()
+		msg = payload.Public(err, code, s.root)
 	}
 	if code >= 500 {
 		s.log.Error("request failed", "status", code, "err", err)
@@ -579,6 +596,9 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 		} else {
 			d, err = payload.DecodeV1Within(body, hdr, "", lim)
 		}
+		if d != nil {
+			c.Locals(modelKey{}, d.Model)
+		}
 		return err
 	})
 	if err != nil {
@@ -689,7 +709,7 @@ func (s *Server) repositoryIndex(c *fiber.Ctx) error {
 		if req.Ready && st.State != serving.StateReady {
 			continue
 		}
-		out = append(out, oipIndexEntry{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: payload.PublicMessage(st.Reason, s.root)})
+		out = append(out, oipIndexEntry{Name: st.Name, Version: strconv.FormatInt(st.Version, 10), State: string(st.State), Reason: payload.PublicMessage(st.Reason, s.root, st.Name)})
 	}
 	return s.sendJSON(c, out)
 }

@@ -275,7 +275,7 @@ func TestErrorMapping(t *testing.T) {
 		{"nobucket", 400, "largest bucket is 8"},
 		{"badinput", 400, "model expects float32"},
 		{"slow", 504, "deadline exceeded"},
-		{"broken", 500, "device exploded"},
+		{"broken", 500, "internal error; the server's log has the cause"}, // "device exploded" is for the log only
 	}
 	body := `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}`
 	for _, tc := range tests {

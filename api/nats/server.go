@@ -140,6 +140,9 @@ type job struct {
 	sent time.Time
 	msg  jetstream.Msg // a durable request; nil for plain ones
 	done func()        // called when the job is finished; may be nil
+	// named is the model the body named, once decoded: an error quotes it
+	// as sent.
+	named string
 }
 
 // modelStats counts one model's requests on this replica; the fields are
@@ -481,6 +484,9 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 	default:
 		return nil, fmt.Errorf("%w: %s %q: want v1 (xserve's /v1/infer form) or v2 (the Open Inference Protocol)", ErrBadHeader, HeaderProtocol, proto)
 	}
+	if d != nil {
+		j.named = d.Model
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -566,7 +572,7 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 		} else {
 			s.log.Debug("natsapi: request rejected", "model", j.model, "status", code, "err", err)
 		}
-		reply = errorReply(err, code, s.root)
+		reply = errorReply(err, code, s.root, j.model, j.named)
 		st.errors.Add(1)
 	}
 	reply.Subject = j.reply
@@ -616,10 +622,11 @@ func checkerOf(backend Backend) func(model string, version int64, name string, d
 }
 
 // errorReply is the error reply for err: the Xserve-Error headers, micro's
-// error headers, and {"error": message}, the message without absolute
-// paths or package prefixes (payload.PublicMessage; the log has them).
-func errorReply(err error, code int, root string) *nats.Msg {
-	msg := payload.PublicMessage(err.Error(), root)
+// error headers, and {"error": message}, err's public message
+// (payload.Public: no absolute paths, no package prefixes, no cause of a
+// 500; the log has them), with the names the client sent (keep) as sent.
+func errorReply(err error, code int, root string, keep ...string) *nats.Msg {
+	msg := payload.Public(err, code, root, keep...)
 	h := nats.Header{}
 	c := strconv.Itoa(code)
 	hv := headerSafe(msg)

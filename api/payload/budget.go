@@ -85,8 +85,8 @@ func (l *Lease) Reserve(n int64, what string) error {
 	return nil
 }
 
-// unreserve gives back n bytes of the lease.
-func (l *Lease) unreserve(n int64) {
+// Unreserve gives back n bytes of the lease (at most what it holds).
+func (l *Lease) Unreserve(n int64) {
 	if l == nil || l.b == nil || n <= 0 {
 		return
 	}
@@ -96,7 +96,7 @@ func (l *Lease) unreserve(n int64) {
 }
 
 // Release gives back everything the lease holds.
-func (l *Lease) Release() { l.unreserve(l.Held()) }
+func (l *Lease) Release() { l.Unreserve(l.Held()) }
 
 // Held is the bytes the lease holds.
 func (l *Lease) Held() int64 {
@@ -164,7 +164,7 @@ func ReadAll(r io.Reader, limit int64, lease *Lease, what string) ([]byte, error
 		}
 	}()
 	reserved := int64(0)
-	defer func() { lease.unreserve(reserved) }()
+	defer func() { lease.Unreserve(reserved) }()
 	for {
 		size, pool := int64(largeChunk), &largeChunks
 		if len(chunks) == 0 {

@@ -24,6 +24,7 @@ func startGRPC(addr string, backend grpcapi.Backend, limits httpapi.Options, opt
 	}
 	opts.MaxMessageBytes = limits.MaxBodyBytes
 	opts.MaxTensorElements = limits.MaxTensorElements
+	opts.Budget = limits.Budget
 	opts.Version = limits.Version
 	opts.Logger = log
 	srv, err := grpcapi.New(backend, opts)

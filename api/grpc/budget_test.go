@@ -1,0 +1,119 @@
+package grpcapi
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	pb "github.com/xserve/xserve/api/grpc/inferencepb"
+	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/serving"
+)
+
+// gated is doubler whose Infer waits for release (closed) while entered
+// is signalled.
+type gated struct {
+	doubler
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g gated) Infer(ctx context.Context, model string, version int64, req *serving.InferRequest) (*serving.InferResponse, error) {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.doubler.Infer(ctx, model, version, req)
+}
+
+// inferOf is a request for double with n float32s.
+func inferOf(n int) *pb.ModelInferRequest {
+	return &pb.ModelInferRequest{ModelName: "double",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{int64(n)}}},
+		RawInputContents: [][]byte{make([]byte, 4*n)}}
+}
+
+// TestReceiveReservesBeforeReading: a request message is reserved (twice
+// its size: wire bytes and decoded message) from the memory budget shared
+// with HTTP and NATS as soon as its size is declared, before its bytes are
+// read: while one 3 MiB request holds its reservation, another is refused
+// UNAVAILABLE (retry), one that could never fit RESOURCE_EXHAUSTED, and
+// everything is given back once the requests are answered.
+func TestReceiveReservesBeforeReading(t *testing.T) {
+	budget, err := payload.NewBudget(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gated{entered: make(chan struct{}, 4), release: make(chan struct{})}
+	c := startServerWith(t, g, Options{Budget: budget})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := c.ModelInfer(ctx, inferOf(3<<18)); err != nil {
+			t.Errorf("the first request: %v", err)
+		}
+	})
+	<-g.entered
+	if used := budget.Used(); used < 3<<20 || used > 7<<20 {
+		t.Errorf("one 3 MiB request in flight holds %d bytes of the budget", used)
+	}
+	_, err = c.ModelInfer(ctx, inferOf(3<<18))
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "the request message needs 6291") || !strings.Contains(err.Error(), "retry later") {
+		t.Errorf("a second request while the budget is full: %v", err)
+	}
+	_, err = c.ModelInfer(ctx, inferOf(5<<18))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than the limit of 4194304 (MaxMessageBytes, or half the memory budget)") {
+		t.Errorf("a request larger than half the budget: %v", err)
+	}
+	close(g.release)
+	wg.Wait()
+	if _, err := c.ModelInfer(ctx, inferOf(3<<18)); err != nil {
+		t.Errorf("after the first request: %v", err)
+	}
+	if used := budget.Used(); used != 0 {
+		t.Errorf("%d bytes still reserved after every request was answered", used)
+	}
+}
+
+// TestNestedGroupsAreInvalidArgument: two million nested groups of an
+// unknown field in a request message (8 MB) are INVALID_ARGUMENT, on the
+// unary and the streaming call, and the server keeps serving.
+func TestNestedGroupsAreInvalidArgument(t *testing.T) {
+	c := startServer(t, Options{})
+	ctx := context.Background()
+	var groups []byte
+	for range 2_000_000 {
+		groups = protowire.AppendTag(groups, 99, protowire.StartGroupType)
+	}
+	for range 2_000_000 {
+		groups = protowire.AppendTag(groups, 99, protowire.EndGroupType)
+	}
+	req := inferOf(1)
+	req.ProtoReflect().SetUnknown(protoreflect.RawFields(groups))
+	_, err := c.ModelInfer(ctx, req)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "the request message is not a valid ModelInferRequest") {
+		t.Errorf("unary: %v", err)
+	}
+	stream, err := c.ModelStreamInfer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("stream: %v", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if r, err := c.ModelInfer(sctx, inferOf(2)); err != nil || len(r.RawOutputContents) != 1 {
+		t.Errorf("after the nested groups: %v %v", r, err)
+	}
+}
