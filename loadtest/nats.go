@@ -2,10 +2,12 @@ package loadtest
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
 )
 
@@ -172,7 +175,13 @@ func NewNATSTarget(ctx context.Context, opts NATSOptions) (*NATSTarget, error) {
 		if err != nil {
 			return nil, fmt.Errorf("loadtest: NKey seed file: %w", err)
 		}
-		nopts = append(nopts, o)
+		// The embedded server lets each user read only its own inboxes,
+		// _INBOX.<public key>.
+		pub, err := seedPublicKey(opts.NkeyFile)
+		if err != nil {
+			return nil, err
+		}
+		nopts = append(nopts, o, nats.CustomInboxPrefix("_INBOX."+pub))
 	}
 	t := &NATSTarget{
 		opts:    opts,
@@ -366,6 +375,19 @@ func (t *NATSTarget) Do(ctx context.Context, req *Request) (*Result, error) {
 	return res, validateResponse(body, headerLen, t.opts.ExpectOutputs)
 }
 
+// seedPublicKey is the public key of the NKey seed in file.
+func seedPublicKey(file string) (string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("loadtest: NKey seed file: %w", err)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(data)
+	if err != nil {
+		return "", fmt.Errorf("loadtest: NKey seed file %s: %w", file, err)
+	}
+	return kp.PublicKey()
+}
+
 // doDurable publishes msg to the stream and waits for its reply.
 func (t *NATSTarget) doDurable(ctx context.Context, i int, id string, msg *nats.Msg) (*nats.Msg, error) {
 	ch := make(chan *nats.Msg, 1)
@@ -377,7 +399,9 @@ func (t *NATSTarget) doDurable(ctx context.Context, i int, id string, msg *nats.
 		delete(t.waiting, id)
 		t.mu.Unlock()
 	}()
-	msg.Header.Set(nats.MsgIdHdr, id)
+	// A random Nats-Msg-Id (the request id may be predictable): nobody can
+	// publish one first and have this request dropped as a duplicate.
+	msg.Header.Set(nats.MsgIdHdr, rand.Text())
 	msg.Header.Set(natsHeaderReplyTo, t.inboxes[i])
 	if _, err := t.js[i].PublishMsg(ctx, msg); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {

@@ -60,6 +60,10 @@ type Options struct {
 	// cores at once (see SplitBatches); "" means SplitAuto. Other platforms
 	// always run an execution whole.
 	SplitBatches SplitBatches
+	// RelaxedReadiness makes the server ready once loading is done,
+	// whatever failed to load; by default every model version that should
+	// load must be READY (see Readiness).
+	RelaxedReadiness bool
 }
 
 // BucketEvent reports one bucket's executable being built (Options.OnBucket).
@@ -158,10 +162,11 @@ type Manager struct {
 	// by each batch's runner before it executes the batch.
 	batchHook func(ctx context.Context, bt *batching.Batch)
 
-	mu      sync.Mutex // guards models, closed, scanned and the fields of model and version marked so
+	mu      sync.Mutex // guards models, closed, scanned, ready and the fields of model and version marked so
 	models  map[string]*model
 	closed  bool
 	scanned bool
+	ready   readiness
 }
 
 // model is one model of the repository and its versions.
@@ -822,24 +827,6 @@ func (m *Manager) Status() []ModelStatus {
 		return out[i].Version < out[j].Version
 	})
 	return out
-}
-
-// Ready reports whether the initial repository scan and load finished and no
-// model version is LOADING.
-func (m *Manager) Ready() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.scanned || m.closed {
-		return false
-	}
-	for _, md := range m.models {
-		for _, v := range md.versions {
-			if v.state == StateLoading {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // Compilations returns how many executables the Manager has compiled (not

@@ -490,8 +490,9 @@ func TestBrokenModelsAreUnavailable(t *testing.T) {
 	}
 	m, _ := start(t, r, nil)
 
-	if !m.Ready() {
-		t.Error("Ready() = false")
+	// Strict readiness names the first model that failed, by name.
+	if rd := m.Readiness(); rd.Ready || !strings.Contains(rd.Reason, `model "badyaml" is UNAVAILABLE: `) {
+		t.Errorf("Readiness() = %+v, want not ready because of badyaml", rd)
 	}
 	st, reason := state(m, "garbage", 1)
 	if st != StateUnavailable || !strings.Contains(reason, "model garbage version 1") {
@@ -533,6 +534,21 @@ func TestBrokenModelsAreUnavailable(t *testing.T) {
 	}
 	if err := m.Load(context.Background(), "garbage"); !errors.Is(err, ErrNotReady) {
 		t.Errorf("Load(garbage) = %v, want ErrNotReady", err)
+	}
+
+	// Relaxed, the loads being done is enough; a readiness check and a
+	// drain then come first.
+	m.opts.RelaxedReadiness = true
+	if rd := m.Readiness(); !rd.Ready || rd.Reason != "" {
+		t.Errorf("relaxed: Readiness() = %+v", rd)
+	}
+	m.AddReadinessCheck(func() error { return errors.New("the durable consumer is gone") })
+	if rd := m.Readiness(); rd.Ready || rd.Reason != "the durable consumer is gone" {
+		t.Errorf("with a failing check: Readiness() = %+v", rd)
+	}
+	m.Drain()
+	if rd := m.Readiness(); rd.Ready || rd.Reason != "the server is shutting down" {
+		t.Errorf("draining: Readiness() = %+v", rd)
 	}
 }
 

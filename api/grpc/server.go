@@ -37,7 +37,7 @@ type Backend interface {
 	Config(model string, version int64) (*serving.ModelConfig, error)
 	Statistics(model string, version int64) ([]serving.Statistics, error)
 	Status() []serving.ModelStatus
-	Ready() bool
+	Readiness() serving.Readiness
 	ModelReady(model string, version int64) bool
 	Load(ctx context.Context, model string) error
 	Unload(ctx context.Context, model string) error
@@ -195,9 +195,10 @@ func (s *Server) ServerLive(ctx context.Context, _ *pb.ServerLiveRequest) (*pb.S
 	return &pb.ServerLiveResponse{Live: true}, nil
 }
 
-// ServerReady is true once the models have loaded and until Shutdown.
+// ServerReady is the backend's readiness (the same as HTTP's and NATS'),
+// false from the moment Shutdown starts.
 func (s *Server) ServerReady(ctx context.Context, _ *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
-	return &pb.ServerReadyResponse{Ready: !s.closing.Load() && s.backend.Ready()}, nil
+	return &pb.ServerReadyResponse{Ready: !s.closing.Load() && s.backend.Readiness().Ready}, nil
 }
 
 // ModelReady reports whether a model version can take requests.

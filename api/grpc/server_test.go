@@ -65,7 +65,7 @@ func (doubler) Statistics(model string, version int64) ([]serving.Statistics, er
 func (doubler) Status() []serving.ModelStatus {
 	return []serving.ModelStatus{{Name: "double", Version: 1, State: serving.StateReady}}
 }
-func (doubler) Ready() bool                                    { return true }
+func (doubler) Readiness() serving.Readiness                   { return serving.Readiness{Ready: true} }
 func (doubler) ModelReady(model string, version int64) bool    { return model == "double" }
 func (doubler) Load(ctx context.Context, model string) error   { return nil }
 func (doubler) Unload(ctx context.Context, model string) error { return nil }

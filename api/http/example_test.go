@@ -37,7 +37,7 @@ func (doubler) Metadata(model string, version int64) (*serving.Metadata, error) 
 	return nil, serving.ErrModelNotFound
 }
 func (doubler) Status() []serving.ModelStatus                  { return nil }
-func (doubler) Ready() bool                                    { return true }
+func (doubler) Readiness() serving.Readiness                   { return serving.Readiness{Ready: true} }
 func (doubler) ModelReady(model string, version int64) bool    { return model == "double" }
 func (doubler) Load(ctx context.Context, model string) error   { return nil }
 func (doubler) Unload(ctx context.Context, model string) error { return nil }

@@ -116,7 +116,7 @@ func (b *echoBackend) Status() []serving.ModelStatus {
 	}
 }
 
-func (b *echoBackend) Ready() bool { return true }
+func (b *echoBackend) Readiness() serving.Readiness { return serving.Readiness{Ready: true} }
 
 func (b *echoBackend) ModelReady(model string, version int64) bool { return errFor(model) == nil }
 

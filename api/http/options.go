@@ -84,8 +84,10 @@ type Options struct {
 	// Auth, when set, requires a bearer token on every route (401 without a
 	// known one) and the admin scope on repository load and unload (403).
 	Auth *auth.Tokens
-	// OpenHealth leaves /v2/health/* and /metrics open without a token
-	// when Auth is set.
+	// OpenHealth leaves /v2/health/*, the models' readiness
+	// (/v2/models/{m}[/versions/{v}]/ready) and /metrics open without a
+	// token when Auth is set, as gRPC's ServerLive, ServerReady and
+	// ModelReady are.
 	OpenHealth bool
 	// AccessLog logs every request at level info (method, path, route,
 	// status, duration, sizes, remote address, request id); otherwise that

@@ -39,6 +39,8 @@ func TestAuth(t *testing.T) {
 		{"POST", "/v2/repository/models/m/load", "admin-token", 200},
 		{"POST", "/v2/repository/index", "user-token", 200},
 		{"GET", "/v2/health/ready", "", 200},
+		{"GET", "/v2/models/m/ready", "", 200},
+		{"GET", "/v2/models/m/versions/1/ready", "", 200},
 		{"GET", "/metrics", "", 200},
 		{"GET", "/v2/models/m/stats", "", 401},
 	} {
@@ -55,8 +57,10 @@ func TestAuth(t *testing.T) {
 		}
 	}
 	closed := startServer(t, Options{Auth: testTokens(t)})
-	if r := closed.do(t, "GET", "/v2/health/live", nil); r.code != 401 {
-		t.Errorf("health without OpenHealth: %v, want 401", r)
+	for _, path := range []string{"/v2/health/live", "/v2/models/m/ready"} {
+		if r := closed.do(t, "GET", path, nil); r.code != 401 {
+			t.Errorf("%s without OpenHealth: %v, want 401", path, r)
+		}
 	}
 }
 

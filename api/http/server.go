@@ -45,8 +45,9 @@ type Backend interface {
 	Metadata(model string, version int64) (*serving.Metadata, error)
 	// Status lists every known model version.
 	Status() []serving.ModelStatus
-	// Ready reports whether the server can take requests.
-	Ready() bool
+	// Readiness says whether the server takes requests, and why not
+	// (serving.Manager computes it for every protocol).
+	Readiness() serving.Readiness
 	// ModelReady reports whether model version (0 = any) can take requests.
 	ModelReady(model string, version int64) bool
 	// Load (re)loads a model from the repository.
@@ -94,6 +95,9 @@ type Server struct {
 
 	closing atomic.Bool // set by Shutdown; read atomically
 	fresh   freshConns  // connections no request has reached a handler on yet
+	// lastStart is when the last request started (unix nanoseconds;
+	// atomic): Shutdown's drain waits for it to be drainQuiet ago.
+	lastStart atomic.Int64
 
 	mu sync.Mutex   // guards ln
 	ln net.Listener // set by Serve
@@ -233,11 +237,16 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-// Shutdown stops accepting connections, closes idle ones (and, after
-// shutdownConnGrace, those no request has started on), and waits for the
-// requests in flight to be answered. When ctx ends first it returns ctx's
-// error and cancels the backend calls still running. /v2/health/ready
-// answers 503 from the moment Shutdown starts.
+// Shutdown drains the server, then stops it. Draining, the listener stays
+// open and every request is still served, each answer closing its
+// connection, and /v2/health/ready answers 503 (not a refused
+// connection): a request a client sent before Shutdown, still on its way
+// or on a kept-alive connection, is answered, not reset. Once no request
+// has started for drainQuiet (at most drainMax), Shutdown stops
+// accepting connections, closes idle ones (and, after shutdownConnGrace,
+// those no request has started on), and waits for the requests in flight
+// to be answered. When ctx ends first it returns ctx's error and cancels
+// the backend calls still running.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing.Store(true)
@@ -245,6 +254,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	var err error
 	if ln != nil {
+		s.drain(ctx)
 		done := make(chan struct{})
 		go s.fresh.closeWhileShutdown(ctx, done)
 		err = s.app.ShutdownWithContext(ctx)
@@ -258,12 +268,43 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Drain bounds: Shutdown drains until no request has been in the server
+// for drainQuiet, or for drainMax at most.
+const (
+	drainQuiet = 300 * time.Millisecond
+	drainMax   = 5 * time.Second
+)
+
+// drain waits, the server still serving, until no request has started
+// for drainQuiet (those in flight are waited for after), drainMax has
+// passed or ctx ends.
+func (s *Server) drain(ctx context.Context) {
+	deadline := time.Now().Add(drainMax)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for time.Since(time.Unix(0, s.lastStart.Load())) < drainQuiet {
+		if time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // handle wraps a handler: it gives the request its id (X-Request-ID in and
 // out), recovers panics, turns errors into JSON error responses, counts the
 // request under its route pattern and logs it.
 func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
+		s.lastStart.Store(start.UnixNano())
+		if s.closing.Load() {
+			// Draining: the client is to go elsewhere for its next request.
+			c.Context().SetConnectionClose()
+		}
 		s.fresh.started(c.Context().Conn())
 		s.metrics.inflight.Inc()
 		lease := s.budget.Lease()
@@ -320,7 +361,7 @@ func (s *Server) authorize(c *fiber.Ctx, route string) error {
 	}
 	need := auth.ScopeInfer
 	switch {
-	case strings.HasPrefix(route, "/v2/health/") || route == "/metrics":
+	case strings.HasPrefix(route, "/v2/health/") || strings.HasSuffix(route, "/ready") || route == "/metrics":
 		if s.opts.OpenHealth {
 			return nil
 		}
@@ -639,12 +680,15 @@ func (s *Server) live(c *fiber.Ctx) error {
 	return okEmpty(c)
 }
 
+// ready answers GET /v2/health/ready: 200 when the backend's readiness
+// says so, else 503 with its reason; 503 too from the moment Shutdown
+// starts.
 func (s *Server) ready(c *fiber.Ctx) error {
 	if s.closing.Load() {
 		return fmt.Errorf("%w: the server is shutting down", serving.ErrClosed)
 	}
-	if !s.backend.Ready() {
-		return fmt.Errorf("%w: models are still loading", serving.ErrNotReady)
+	if r := s.backend.Readiness(); !r.Ready {
+		return fmt.Errorf("%w: %s", serving.ErrNotReady, r.Reason)
 	}
 	return okEmpty(c)
 }

@@ -710,3 +710,39 @@ func TestShutdownClosesConnectionsWithoutRequest(t *testing.T) {
 		t.Errorf("Shutdown took %v (ReadTimeout 30s)", d)
 	}
 }
+
+// TestShutdownDrains: from the moment Shutdown starts, /v2/health/ready
+// answers 503 on a connection the listener still accepts, and a request
+// that arrives then (one a client sent just before) is answered, with
+// "Connection: close"; once no request has started for drainQuiet the
+// listener closes.
+func TestShutdownDrains(t *testing.T) {
+	ts := startServer(t, Options{})
+	v1 := []byte(`{"model": "echo", "inputs": {"x": {"dtype": "int32", "shape": [1], "data": [5]}}}`)
+	if r := ts.do(t, "POST", "/v1/infer", v1); r.code != 200 {
+		t.Fatalf("before Shutdown: %v", r)
+	}
+	shut := make(chan error, 1)
+	start := time.Now()
+	go func() { shut <- ts.Shutdown(context.Background()) }()
+	for time.Since(start) < drainQuiet/2 {
+		if r := ts.do(t, "GET", "/v2/health/ready", nil); r.code != 503 || !strings.Contains(string(r.body), "shutting down") {
+			t.Fatalf("draining: /v2/health/ready %v, want 503", r)
+		}
+		res, err := http.Post(ts.url+"/v1/infer", "application/json", bytes.NewReader(v1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 || !res.Close {
+			t.Fatalf("draining: a request got %s (close %v), want 200 and Connection: close", res.Status, res.Close)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://")); err == nil {
+		t.Error("the listener still accepts after Shutdown")
+	}
+}

@@ -8,31 +8,51 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 )
 
-// The embedded server's authorization. Two NKey users, nothing anonymous:
+// The embedded server's authorization: NKey users only, nothing anonymous,
+// each confined to its own inbox prefix, _INBOX.<its public key>
+// (InboxPrefix), so that no user can read what is sent to another.
 //
 //   - the serving user, whose seed never leaves the process: Embedded.Connect
-//     signs in with it. It may subscribe only to xserve's subjects
-//     (PREFIX.>), service discovery ($SRV.>) and inboxes (_INBOX.>), and
-//     publish replies (to inboxes and to the reply subject of a request it
-//     received), to the JetStream API ($JS.API.>, $JS.ACK.>: the durable
-//     stream and consumer) and to $SRV.>.
-//   - the client user, whose seed is in a 0600 file
+//     signs in with it and uses its inbox prefix. It may subscribe only to
+//     xserve's subjects (PREFIX.>), service discovery ($SRV.>) and its own
+//     inbox (where the JetStream API answers it and the durable requests it
+//     pulls arrive); it may publish only replies (_INBOX.>: the server
+//     checks each reply subject, see Server.validReply; not its own inbox)
+//     and to the JetStream API ($JS.API.>, $JS.ACK.>) but none of its
+//     destructive calls (deleting or purging the stream, its messages or
+//     the consumer). It has no permission to answer whatever reply subject a
+//     request names (no allow_responses), so that a request cannot make it
+//     publish to a $JS subject, even through the service discovery
+//     handlers the server does not check.
+//   - client users, each with its seed in a 0600 file: "client"
 //     (EmbeddedOptions.ClientNkeyFile; `xserve nats-infer --nats-nkey`,
-//     loadtest -nats-nkey, nats --nkey). It may publish only requests
-//     (PREFIX.>) and discovery requests ($SRV.>), and subscribe only to
-//     inboxes (_INBOX.>) for the replies: it cannot join the replicas' queue
-//     group, read other subjects, or reach the JetStream API (no purging
-//     the stream or deleting its consumer).
+//     loadtest -nats-nkey, nats --nkey) and one per name of
+//     EmbeddedOptions.Clients. A client may publish only requests
+//     (PREFIX.infer, PREFIX.infer.>, PREFIX.durable.>), readiness checks
+//     (PREFIX.health) and discovery requests ($SRV.>), and subscribe only
+//     to its own inbox prefix: it cannot join the replicas' queue group,
+//     read requests or other clients' replies, or reach the JetStream API
+//     (no purging the stream or deleting its consumer). Its client must use
+//     that inbox prefix (natsapi.Connect does, from the seed; nats
+//     --inbox-prefix _INBOX.<public key>).
 //
-// A client with the client seed can still subscribe to every inbox and so
-// read replies meant for other clients: give each application its own NATS
-// server (--nats-url) with accounts where that matters.
+// docs/NATS.md has the table of what each credential can and cannot do.
+
+// InboxPrefix is the inbox prefix of the embedded server's user with
+// public key pub: its replies go to subjects under InboxPrefix(pub)+".".
+func InboxPrefix(pub string) string { return "_INBOX." + pub }
+
+// destructiveJS are the JetStream API calls the serving user may not make.
+var destructiveJS = []string{
+	"$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>",
+	"$JS.API.STREAM.SNAPSHOT.>", "$JS.API.STREAM.RESTORE.>", "$JS.API.CONSUMER.DELETE.>",
+	"$JS.API.ACCOUNT.PURGE.>", "$JS.API.META.>", "$JS.API.SERVER.>",
+}
 
 // nkeyUser is one user of the embedded server.
 type nkeyUser struct {
@@ -103,27 +123,28 @@ func loadOrCreateSeed(path string) (*nkeyUser, error) {
 	return newNkeyUser(kp)
 }
 
-// servingPermissions are the serving user's.
-func servingPermissions(prefix string) *server.Permissions {
+// servingPermissions are the serving user's, whose public key is pub.
+func servingPermissions(prefix, pub string) *server.Permissions {
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$SRV.>", prefix + ".>"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{prefix + ".>", "$SRV.>", "_INBOX.>"}},
-		// Replies to the reply subject of a request received, whatever its
-		// name.
-		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: 10 * time.Minute},
+		Publish: &server.SubjectPermission{
+			Allow: []string{"_INBOX.>", "$JS.API.>", "$JS.ACK.>"},
+			// Nor to its own inbox, where only the server and JetStream
+			// publish: the discovery handlers answer any reply subject.
+			Deny: append([]string{InboxPrefix(pub) + ".>"}, destructiveJS...),
+		},
+		Subscribe: &server.SubjectPermission{Allow: []string{prefix + ".>", "$SRV.>", InboxPrefix(pub) + ".>"}},
 	}
 }
 
-// clientPermissions are the client user's.
-func clientPermissions(prefix string) *server.Permissions {
+// clientPermissions are a client user's, whose public key is pub.
+func clientPermissions(prefix, pub string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: []string{prefix + ".infer", prefix + ".infer.>", prefix + ".durable.>", "$SRV.>"},
+			Allow: []string{prefix + ".infer", prefix + ".infer.>", prefix + ".durable.>", prefix + ".health", "$SRV.>"},
 			Deny:  []string{"$JS.>", "$SYS.>"},
 		},
 		Subscribe: &server.SubjectPermission{
-			Allow: []string{"_INBOX.>"},
-			Deny:  []string{prefix + ".>", "$JS.>", "$SRV.>", "$SYS.>"},
+			Allow: []string{InboxPrefix(pub) + ".>"},
 		},
 	}
 }

@@ -196,11 +196,11 @@ func TestDurableConsumerRecreated(t *testing.T) {
 	}
 }
 
-// adminJetStream connects to e as the serving user (which may use the
-// JetStream API), closed when the test ends.
+// adminJetStream connects to e as an operator (testAdmin, every
+// permission), closed when the test ends.
 func adminJetStream(t testing.TB, e *Embedded) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := e.Connect(context.Background(), ConnOptions{Logger: testLogger(t)})
+	nc, err := Connect(context.Background(), e.ClientURL(), ConnOptions{Logger: testLogger(t), nkey: testAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

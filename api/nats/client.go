@@ -2,6 +2,10 @@ package natsapi
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,6 +85,10 @@ type Client struct {
 	inbox string
 	sub   *nats.Subscription
 
+	// idKey keys the HMAC that makes a durable request's Nats-Msg-Id from
+	// its request id (msgID).
+	idKey [32]byte
+
 	mu        sync.Mutex // guards waiting, answered, lastPrune
 	waiting   map[string]chan *nats.Msg
 	answered  map[string]time.Time
@@ -112,6 +120,7 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{nc: nc, opts: opts, codecs: cs}
+	rand.Read(c.idKey[:])
 	if opts.Durable {
 		if c.js, err = jetstream.New(nc); err != nil {
 			cs.Close()
@@ -214,7 +223,7 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 		c.mu.Unlock()
 	}()
 	msg.Subject = durableSubject(c.opts.Prefix, model)
-	msg.Header.Set(HeaderMsgID, id)
+	msg.Header.Set(HeaderMsgID, c.msgID(id))
 	msg.Header.Set(HeaderReplyTo, c.inbox)
 	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -231,6 +240,18 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; the answer to a retry with the same id is not duplicated): %w", ErrTimeout, id, msg.Subject, ctx.Err())
 	}
+}
+
+// msgID is the Nats-Msg-Id of the durable request with id: an HMAC of the
+// id under the client's own random key. A retry with the same id gets the
+// same one, which JetStream deduplicates; nobody else can know it before
+// the request is sent (a request id may be predictable: a client's
+// sequence, an order number), so that nobody can publish a request with it
+// first and have the client's request dropped as a duplicate.
+func (c *Client) msgID(id string) string {
+	m := hmac.New(sha256.New, c.idKey[:])
+	m.Write([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:18])
 }
 
 // onReply routes a durable reply to its waiting call, counting the ones

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -31,6 +32,11 @@ type ConnOptions struct {
 	// for servers that require one; TLSCA is the CA bundle that signs the
 	// server's certificate. Any of them turns TLS on.
 	TLSCert, TLSKey, TLSCA string
+	// InboxPrefix is the prefix of the connection's reply inboxes
+	// (nats.CustomInboxPrefix); default: the embedded server's inbox prefix
+	// of the NkeyFile's user (InboxPrefix of its public key), else
+	// nats.go's "_INBOX".
+	InboxPrefix string
 	// ConnectTimeout bounds one connection attempt; default 5s.
 	ConnectTimeout time.Duration
 	// ReconnectWait is the first pause between attempts (initial connect
@@ -115,6 +121,16 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 			return nil, fmt.Errorf("natsapi: NKey seed file: %w", err)
 		}
 		nopts = append(nopts, o)
+		if opts.InboxPrefix == "" {
+			pub, err := seedPublicKey(opts.NkeyFile)
+			if err != nil {
+				return nil, err
+			}
+			opts.InboxPrefix = InboxPrefix(pub)
+		}
+	}
+	if opts.InboxPrefix != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(opts.InboxPrefix))
 	}
 	if kp := opts.nkey; kp != nil {
 		pub, err := kp.PublicKey()
@@ -148,6 +164,19 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 		case <-time.After(wait):
 		}
 	}
+}
+
+// seedPublicKey is the public key of the NKey seed in file.
+func seedPublicKey(file string) (string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("natsapi: NKey seed file: %w", err)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(data)
+	if err != nil {
+		return "", fmt.Errorf("natsapi: NKey seed file %s: %w", file, err)
+	}
+	return kp.PublicKey()
 }
 
 func btoi(b bool) int {

@@ -204,39 +204,27 @@ func (s *Server) consume() {
 			received: time.Now(),
 			msg:      msg,
 			done:     func() { <-d.slots },
+			lease:    s.budget.Lease(),
 		}
 		j.stats = s.statsFor(j.model)
 		if md, err := msg.Metadata(); err == nil {
 			j.sent = md.Timestamp
 		}
 		j.reply = headerValue(j.header, HeaderReplyTo)
-		if !s.validReplySubject(j.reply) {
+		if !s.validReply(j.reply) {
 			s.log.Warn("natsapi: durable request without a valid reply subject dropped", "subject", msg.Subject(), HeaderReplyTo, j.reply, "id", requestID(j.header))
 			msg.TermWithReason("no valid " + HeaderReplyTo + " header")
 			j.done()
+			continue
+		}
+		if err := j.lease.Reserve(int64(len(j.data)), "the request body"); err != nil {
+			s.finish(j, nil, err) // handed back for redelivery
 			continue
 		}
 		if err := s.enqueue(j, true); err != nil {
 			s.finish(j, nil, err)
 		}
 	}
-}
-
-// validReplySubject reports whether a durable request's reply may go to
-// subj: a subject of non-empty tokens without wildcards, outside the
-// server's own subjects (a reply there would be a request again) and the
-// system's ("$JS", "$SRV", ...).
-func (s *Server) validReplySubject(subj string) bool {
-	if subj == "" || strings.ContainsAny(subj, " \t\r\n*>") || strings.HasPrefix(subj, "$") ||
-		subj == s.opts.Prefix || strings.HasPrefix(subj, s.opts.Prefix+".") {
-		return false
-	}
-	for _, t := range strings.Split(subj, ".") {
-		if t == "" {
-			return false
-		}
-	}
-	return true
 }
 
 // reportProgress tells JetStream, every half AckWait, that msg is still

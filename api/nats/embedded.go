@@ -49,10 +49,19 @@ type EmbeddedOptions struct {
 	// (mode 0600), made when missing and reused when present; default
 	// StoreDir/client.nk.
 	ClientNkeyFile string
+	// Clients names more client users, one per application that must not
+	// read another's replies: each has its own seed file,
+	// StoreDir/clients/NAME.nk (made when missing), and its own inbox
+	// prefix (see auth.go).
+	Clients []string
 	// NoAuth lets anyone connect without credentials, with every
 	// permission: a rogue local process could answer requests, read all
 	// traffic and delete the durable stream. For trusted setups only.
 	NoAuth bool
+
+	// admin, set by tests, is a user with every permission: an operator
+	// deleting the durable consumer.
+	admin nkeys.KeyPair
 }
 
 // Embedded is a NATS server (github.com/nats-io/nats-server) running in
@@ -62,6 +71,19 @@ type Embedded struct {
 	log        *slog.Logger
 	serving    *nkeyUser // nil with NoAuth
 	clientFile string    // "" with NoAuth
+	// clients are the client users by name ("client" and
+	// EmbeddedOptions.Clients); nil with NoAuth.
+	clients map[string]ClientUser
+}
+
+// ClientUser is a client user of the embedded server.
+type ClientUser struct {
+	// NkeyFile holds its seed (ConnOptions.NkeyFile).
+	NkeyFile string
+	// InboxPrefix is the prefix of the only subjects it may subscribe to:
+	// its replies must go there (nats.CustomInboxPrefix; Connect sets it
+	// from the seed).
+	InboxPrefix string
 }
 
 // StartEmbedded starts a NATS server in the process and waits until it
@@ -156,9 +178,12 @@ func (e *Embedded) authorize(sopts *server.Options, opts *EmbeddedOptions) error
 	if opts.ClientNkeyFile == "" {
 		opts.ClientNkeyFile = filepath.Join(opts.StoreDir, "client.nk")
 	}
-	client, err := loadOrCreateSeed(opts.ClientNkeyFile)
-	if err != nil {
-		return err
+	files := map[string]string{"client": opts.ClientNkeyFile}
+	for _, name := range opts.Clients {
+		if !validClientName(name) || files[name] != "" {
+			return fmt.Errorf("natsapi: EmbeddedOptions.Clients: %q is not a new name of letters, digits, '-' and '_'", name)
+		}
+		files[name] = filepath.Join(opts.StoreDir, "clients", name+".nk")
 	}
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -167,13 +192,44 @@ func (e *Embedded) authorize(sopts *server.Options, opts *EmbeddedOptions) error
 	if e.serving, err = newNkeyUser(kp); err != nil {
 		return err
 	}
-	e.clientFile = opts.ClientNkeyFile
-	sopts.Nkeys = []*server.NkeyUser{
-		{Nkey: e.serving.pub, Permissions: servingPermissions(opts.Prefix)},
-		{Nkey: client.pub, Permissions: clientPermissions(opts.Prefix)},
+	sopts.Nkeys = []*server.NkeyUser{{Nkey: e.serving.pub, Permissions: servingPermissions(opts.Prefix, e.serving.pub)}}
+	e.clients = map[string]ClientUser{}
+	for name, file := range files {
+		u, err := loadOrCreateSeed(file)
+		if err != nil {
+			return err
+		}
+		sopts.Nkeys = append(sopts.Nkeys, &server.NkeyUser{Nkey: u.pub, Permissions: clientPermissions(opts.Prefix, u.pub)})
+		e.clients[name] = ClientUser{NkeyFile: file, InboxPrefix: InboxPrefix(u.pub)}
 	}
+	if opts.admin != nil {
+		pub, err := opts.admin.PublicKey()
+		if err != nil {
+			return fmt.Errorf("natsapi: nkey: %w", err)
+		}
+		sopts.Nkeys = append(sopts.Nkeys, &server.NkeyUser{Nkey: pub})
+	}
+	e.clientFile = opts.ClientNkeyFile
 	return nil
 }
+
+// validClientName reports whether name can name a client user (and its
+// seed file).
+func validClientName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Clients are the client users by name: "client" (ClientNkeyFile) and
+// EmbeddedOptions.Clients; nil when the server takes anyone.
+func (e *Embedded) Clients() map[string]ClientUser { return e.clients }
 
 // ClientNkeyFile is the file with the client user's NKey seed, for
 // ConnOptions.NkeyFile (nats --nkey); "" when the server takes anyone.
@@ -194,6 +250,7 @@ func (e *Embedded) Connect(ctx context.Context, opts ConnOptions) (*nats.Conn, e
 	opts.inProcess = e.srv
 	if e.serving != nil {
 		opts.nkey = e.serving.kp
+		opts.InboxPrefix = InboxPrefix(e.serving.pub)
 	}
 	return Connect(ctx, e.ClientURL(), opts)
 }

@@ -33,6 +33,8 @@ func (echoBackend) Metadata(model string, version int64) (*serving.Metadata, err
 	return &serving.Metadata{Name: model, Version: 1, Versions: []int64{1}}, nil
 }
 
+func (echoBackend) Readiness() serving.Readiness { return serving.Readiness{Ready: true} }
+
 func (echoBackend) Status() []serving.ModelStatus {
 	return []serving.ModelStatus{{Name: "echo", Version: 1, State: serving.StateReady}}
 }

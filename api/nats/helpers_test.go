@@ -21,6 +21,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	httpapi "github.com/xserve/xserve/api/http"
 	"github.com/xserve/xserve/modelrepo"
@@ -82,9 +83,18 @@ func testLogger(t testing.TB) *slog.Logger {
 
 // startNATS starts a NATS server with JetStream in the process, on a free
 // loopback port.
+// testAdmin is the embedded servers' operator in tests (adminJetStream).
+var testAdmin = func() nkeys.KeyPair {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		panic(err)
+	}
+	return kp
+}()
+
 func startNATS(t testing.TB) *Embedded {
 	t.Helper()
-	e, err := StartEmbedded(EmbeddedOptions{Listen: "127.0.0.1:0", StoreDir: t.TempDir(), Logger: testLogger(t)})
+	e, err := StartEmbedded(EmbeddedOptions{Listen: "127.0.0.1:0", StoreDir: t.TempDir(), Logger: testLogger(t), admin: testAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

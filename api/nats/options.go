@@ -71,7 +71,6 @@ const (
 	DefaultMaxDeliver           = 5
 	DefaultStreamMaxAge         = 10 * time.Minute
 	DefaultPendingMsgs          = 1 << 16
-	DefaultPendingBytes         = 1 << 30
 )
 
 // Options configure a Server. The zero value of every optional field means
@@ -83,6 +82,10 @@ type Options struct {
 	Conn *nats.Conn
 	// Prefix starts every subject; default "xserve.v1".
 	Prefix string
+	// ReplyPrefix, when set, is the prefix every reply subject must have:
+	// requests naming any other are dropped (the embedded server's clients
+	// get replies under "_INBOX."; see Server.validReply).
+	ReplyPrefix string
 	// QueueGroup is the queue group of the request subscriptions; replicas
 	// in one group share the requests. Default "xserve".
 	QueueGroup string
@@ -118,7 +121,9 @@ type Options struct {
 	// PendingMsgs and PendingBytes bound each subscription's queue of
 	// delivered requests not yet handed to the worker pool (nats.go's
 	// pending limits; past them the client library drops and reports a slow
-	// consumer). Defaults 65536 and 1 GiB.
+	// consumer). Defaults 65536 and the memory budget's size: a request's
+	// body is reserved from the budget as soon as it leaves that queue
+	// (before it is decoded), and refused with 429 when it does not fit.
 	PendingMsgs, PendingBytes int
 	// SyncInterval is how often the endpoints follow the models the backend
 	// serves (a model loaded or unloaded); default 2s; -1 never (call
@@ -190,7 +195,7 @@ func (o *Options) setDefaults() {
 		o.PendingMsgs = DefaultPendingMsgs
 	}
 	if o.PendingBytes == 0 {
-		o.PendingBytes = DefaultPendingBytes
+		o.PendingBytes = int(min(o.Budget.Limit(), 1<<30))
 	}
 	if o.SyncInterval == 0 {
 		o.SyncInterval = DefaultSyncInterval

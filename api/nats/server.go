@@ -37,6 +37,9 @@ type Backend interface {
 	Metadata(model string, version int64) (*serving.Metadata, error)
 	// Status lists every known model version.
 	Status() []serving.ModelStatus
+	// Readiness says whether the server takes requests, and why not: the
+	// health subject answers it (as HTTP's /v2/health/ready does).
+	Readiness() serving.Readiness
 }
 
 // *serving.Manager is the production Backend.
@@ -143,6 +146,9 @@ type job struct {
 	// named is the model the body named, once decoded: an error quotes it
 	// as sent.
 	named string
+	// lease holds the request's share of the memory budget, from its body
+	// on; released when it is answered.
+	lease *payload.Lease
 }
 
 // modelStats counts one model's requests on this replica; the fields are
@@ -192,6 +198,12 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 	if backend == nil {
 		return nil, errors.New("natsapi: New: backend is nil")
 	}
+	if opts.Budget == nil {
+		var err error
+		if opts.Budget, err = payload.NewBudget(payload.DefaultMemoryBudget); err != nil {
+			return nil, err
+		}
+	}
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -202,11 +214,6 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 	cs, err := payload.NewCodecs(opts.MaxDecompressedBytes)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Budget == nil {
-		if opts.Budget, err = payload.NewBudget(payload.DefaultMemoryBudget); err != nil {
-			return nil, err
-		}
 	}
 	s := &Server{
 		backend:  backend,
@@ -278,6 +285,9 @@ func inferSubject(prefix, model string) string {
 	return prefix + ".infer." + model
 }
 
+// healthSubject is the subject of the readiness check, PREFIX.health.
+func healthSubject(prefix string) string { return prefix + ".health" }
+
 func durableSubject(prefix, model string) string {
 	if model == "" {
 		return prefix + ".durable"
@@ -343,9 +353,16 @@ func (s *Server) handler(model string, st *modelStats) micro.HandlerFunc {
 			data:     r.Data(),
 			received: time.Now(),
 			stats:    st,
+			lease:    s.budget.Lease(),
 		}
-		if j.reply == "" {
-			s.log.Debug("natsapi: request without a reply subject dropped", "subject", r.Subject())
+		if !s.validReply(j.reply) {
+			s.log.Warn("natsapi: request without a valid reply subject dropped", "subject", r.Subject(), "reply", j.reply, "id", requestID(j.header))
+			return
+		}
+		// The body is in memory already: it counts from here, so that
+		// requests queued for the workers cannot exceed the budget.
+		if err := j.lease.Reserve(int64(len(j.data)), "the request body"); err != nil {
+			s.finish(j, nil, err)
 			return
 		}
 		if err := s.enqueue(j, false); err != nil {
@@ -412,6 +429,32 @@ func (s *Server) answerSafely(j *job) (reply *nats.Msg, err error) {
 	return s.answer(j)
 }
 
+// validReply reports whether a reply may go to subj, the reply subject of
+// a plain request or the Xserve-Reply-To of a durable one (checked alike on
+// every path, the health subject's too): a subject of non-empty literal
+// tokens; not a system subject ("$JS.API...", "$SRV", "$SYS": a reply there
+// would be an API call made with the server's permissions), not one of the
+// server's own (PREFIX...: a reply there would be a request again) nor under
+// the server connection's own inbox prefix (where the JetStream API answers
+// it and its durable requests arrive); and, with Options.ReplyPrefix (the
+// embedded server's "_INBOX."), under that prefix.
+func (s *Server) validReply(subj string) bool {
+	if subj == "" || strings.ContainsAny(subj, " \t\r\n*>") || strings.HasPrefix(subj, "$") ||
+		subj == s.opts.Prefix || strings.HasPrefix(subj, s.opts.Prefix+".") ||
+		!strings.HasPrefix(subj, s.opts.ReplyPrefix) {
+		return false
+	}
+	if own := s.nc.Opts.InboxPrefix; own != "" && (subj == own || strings.HasPrefix(subj, own+".")) {
+		return false
+	}
+	for _, t := range strings.Split(subj, ".") {
+		if t == "" {
+			return false
+		}
+	}
+	return true
+}
+
 // requestID is the request's id from its headers: X-Request-Id, else
 // Nats-Msg-Id.
 func requestID(h nats.Header) string {
@@ -459,8 +502,7 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 		ctx, cancel = context.WithDeadline(ctx, start.Add(d))
 		defer cancel()
 	}
-	lease := s.budget.Lease()
-	defer lease.Release()
+	lease := j.lease
 	body, err := s.codecs.DecodeWithin(headerValue(h, HeaderContentEncoding), j.data, lease)
 	if err != nil {
 		return nil, err
@@ -551,6 +593,7 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 	if j.done != nil {
 		defer j.done()
 	}
+	defer j.lease.Release()
 	st := j.stats
 	var delivered uint64
 	if j.msg != nil {

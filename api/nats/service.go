@@ -2,12 +2,14 @@ package natsapi
 
 import (
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/xserve/xserve/serving"
@@ -261,12 +263,46 @@ func (s *Server) newService(specs []endpointSpec) (micro.Service, error) {
 			return nil, fmt.Errorf("natsapi: endpoint %s on %s: %w", sp.name, sp.subject, err)
 		}
 	}
+	err = svc.AddEndpoint("health", micro.HandlerFunc(s.health),
+		micro.WithEndpointSubject(healthSubject(s.opts.Prefix)),
+		micro.WithEndpointMetadata(map[string]string{"about": "readiness, as HTTP's /v2/health/ready and gRPC's ServerReady answer it"}))
+	if err != nil {
+		svc.Stop()
+		return nil, fmt.Errorf("natsapi: endpoint health on %s: %w", healthSubject(s.opts.Prefix), err)
+	}
 	return svc, nil
+}
+
+// health answers PREFIX.health with the backend's readiness: {"ready":
+// true}, or the 503 error reply HTTP's /v2/health/ready answers with (its
+// public message) while the server is not ready or shutting down.
+func (s *Server) health(r micro.Request) {
+	if !s.validReply(r.Reply()) {
+		s.log.Debug("natsapi: health request with an invalid reply subject dropped", "reply", r.Reply())
+		return
+	}
+	msg := &nats.Msg{Subject: r.Reply(), Header: nats.Header{}, Data: []byte(`{"ready":true}`)}
+	msg.Header.Set(HeaderContentType, "application/json")
+	rd := s.backend.Readiness()
+	if s.closing.Load() {
+		rd = serving.Readiness{Reason: "the server is shutting down"}
+	}
+	if !rd.Ready {
+		msg = errorReply(fmt.Errorf("%w: %s", serving.ErrNotReady, rd.Reason), http.StatusServiceUnavailable, s.root)
+		msg.Subject = r.Reply()
+	}
+	msg.Header.Set(HeaderReplica, s.ID())
+	if err := s.nc.PublishMsg(msg); err != nil {
+		s.log.Warn("natsapi: cannot publish the health reply", "reply_to", r.Reply(), "err", err)
+	}
 }
 
 // endpointData is micro's StatsHandler: the replica's own counts of the
 // endpoint's model.
 func (s *Server) endpointData(e *micro.Endpoint) any {
+	if e.Subject == healthSubject(s.opts.Prefix) {
+		return nil
+	}
 	model := strings.TrimPrefix(strings.TrimPrefix(e.Subject, inferSubject(s.opts.Prefix, "")), ".")
 	return s.data(s.statsFor(model))
 }

@@ -350,7 +350,7 @@ func TestDurable(t *testing.T) {
 	for m := range batch.Messages() {
 		taken = m // and never acknowledged
 	}
-	if taken == nil || taken.Headers().Get(HeaderMsgID) != "crash-1" || taken.Headers().Get(HeaderReplyTo) == "" {
+	if taken == nil || taken.Headers().Get(HeaderRequestID) != "crash-1" || taken.Headers().Get(HeaderReplyTo) == "" {
 		t.Fatalf("took %v", taken)
 	}
 	s.durable.done = make(chan struct{})
@@ -480,7 +480,7 @@ func TestDeadInboxAndSlowClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow, err := nats.Connect(e.ClientURL(), seed, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	slow, err := nats.Connect(e.ClientURL(), seed, nats.CustomInboxPrefix(e.Clients()["client"].InboxPrefix), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatal(err)
 	}

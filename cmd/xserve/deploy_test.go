@@ -172,12 +172,11 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(repo, "resnet50", "config.yaml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// --shutdown-delay, as a deployment behind a load balancer uses: the
-	// requests the clients sent before SIGTERM reach the server while it
-	// still takes requests (without it, a request still in a keep-alive
-	// connection's socket when the server closes its idle connections is
-	// reset, never having been in the server).
-	p := startXserve(t, repo, t.TempDir(), "--nats-listen", "127.0.0.1:0", "--shutdown-timeout", "60s", "--shutdown-delay", "300ms")
+	// No --shutdown-delay: the HTTP server itself drains (it keeps its
+	// listener and answers what arrives until no request has started for
+	// a moment), so a request still in a keep-alive connection's socket at
+	// SIGTERM is answered, not reset.
+	p := startXserve(t, repo, t.TempDir(), "--nats-listen", "127.0.0.1:0", "--shutdown-timeout", "60s")
 	var natsURL string
 	deadline := time.Now().Add(time.Minute)
 	for natsURL == "" {
@@ -198,7 +197,11 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(natsURL, nkey)
+	inbox := inboxPrefixRE.FindStringSubmatch(p.log.String())
+	if inbox == nil {
+		t.Fatalf("no client_inbox_prefix in the log:\n%s", p.log)
+	}
+	nc, err := nats.Connect(natsURL, nkey, nats.CustomInboxPrefix(inbox[1]))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,9 @@ var (
 	natsIDRE     = regexp.MustCompile(`msg="NATS endpoints registered" service=xserve id=(\S+)`)
 	embeddedURLE = regexp.MustCompile(`nats_url=(nats://\S+)`)
 	clientNkeyRE = regexp.MustCompile(`client_nkey=(\S+)`)
+	// inboxPrefixRE finds the inbox prefix of the embedded server's
+	// client user.
+	inboxPrefixRE = regexp.MustCompile(`client_inbox_prefix=(\S+)`)
 )
 
 // natsID waits for the replica's service instance id in its log.

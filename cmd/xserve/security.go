@@ -28,7 +28,7 @@ func newSecurityFlags(fs *flag.FlagSet) *securityFlags {
 	fs.StringVar(&f.tls.KeyFile, "tls-key", "", "TLS private key (PEM) for HTTP and gRPC")
 	fs.StringVar(&f.tls.ClientCAFile, "tls-client-ca", "", "CA certificates (PEM) that client certificates must chain to (mutual TLS)")
 	fs.StringVar(&f.tokensFile, "auth-tokens-file", "", "bearer tokens, one a line, \"TOKEN admin\" for the admin scope (repository load/unload); also read from $"+envAuthTokens)
-	fs.BoolVar(&f.openHealth, "auth-open-health", false, "with tokens: leave health checks and /metrics open without a token")
+	fs.BoolVar(&f.openHealth, "auth-open-health", false, "with tokens: leave health checks (/v2/health/*, /v2/models/{m}/ready, gRPC ServerLive/ServerReady/ModelReady) and /metrics open without a token")
 	fs.StringVar(&f.cors, "cors-origins", "", "comma-separated origins browsers may call the HTTP API from (\"*\" for any)")
 	return f
 }

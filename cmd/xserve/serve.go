@@ -148,6 +148,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		PollInterval:       interval,
 		ControlMode:        mode,
 		SplitBatches:       splitPolicy,
+		RelaxedReadiness:   !*strict,
 	})
 	if err != nil {
 		return err
@@ -170,7 +171,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if limits.Budget, err = payload.NewBudget(limits.MemoryBudget); err != nil {
 		return errors.Join(fmt.Errorf("serve: --memory-budget: %w", err), mgr.Shutdown(context.Background()))
 	}
-	backend := &metricsBackend{Manager: mgr, strict: *strict}
+	backend := &metricsBackend{Manager: mgr}
 	srv, err := httpapi.New(backend, limits)
 	if err != nil {
 		return errors.Join(err, mgr.Shutdown(context.Background()))
@@ -195,6 +196,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ns, err := startNATS(ctx, nf, mgr, limits, log)
 	if err == nil && ns != nil {
 		backend.nats.Store(ns.srv)
+		mgr.AddReadinessCheck(ns.srv.DurableHealth)
 	}
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
@@ -211,8 +213,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx))
 	case <-ctx.Done():
 	}
+	// Not ready from now on, on every protocol.
+	mgr.Drain()
 	if *shutdownDelay > 0 {
-		backend.draining.Store(true)
 		log.Info("shutting down: not ready any more, still serving", "delay", *shutdownDelay)
 		time.Sleep(*shutdownDelay)
 	}
@@ -301,38 +304,10 @@ func (b byteSize) Set(s string) error {
 }
 
 // metricsBackend is the Manager as the HTTP API's backend, with /metrics
-// extended by the NATS replica's counts once NATS serves, and the server's
-// readiness made strict (--strict-readiness) and dropped while draining.
+// extended by the NATS replica's counts once NATS serves.
 type metricsBackend struct {
 	*serving.Manager
-	nats     atomic.Pointer[natsapi.Server]
-	strict   bool
-	draining atomic.Bool
-}
-
-// Ready reports whether the server takes requests: not draining, the
-// Manager is done loading, the durable NATS consumer (if any) is there (not
-// gone and being re-created, natsapi.Server.DurableHealth) and, when
-// strict, every model version that should load is READY (a model that
-// failed to load keeps the server unready until it is fixed or removed). A
-// version being unloaded after an upgrade, or unloaded on purpose through
-// the repository API, does not count.
-func (b *metricsBackend) Ready() bool {
-	if b.draining.Load() || !b.Manager.Ready() {
-		return false
-	}
-	if ns := b.nats.Load(); ns != nil && ns.DurableHealth() != nil {
-		return false
-	}
-	if !b.strict {
-		return true
-	}
-	for _, st := range b.Manager.Status() {
-		if st.State != serving.StateReady && st.State != serving.StateUnloading && !st.Unloaded {
-			return false
-		}
-	}
-	return true
+	nats atomic.Pointer[natsapi.Server]
 }
 
 // WriteMetrics writes the Manager's metrics, then the NATS ones.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +41,7 @@ type natsOptions struct {
 	durable    *bool
 	ackWait    *time.Duration
 	maxDeliver *int
+	clients    *string
 
 	listenSet bool // --nats-listen was given
 }
@@ -63,6 +65,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 		durable:    fs.Bool("nats-durable", false, "also take durable requests from the JetStream work queue (PREFIX.durable.<model>)"),
 		ackWait:    fs.Duration("nats-ack-wait", natsapi.DefaultAckWait, "durable requests: redelivery delay after a replica fails to acknowledge"),
 		maxDeliver: fs.Int("nats-max-deliver", natsapi.DefaultMaxDeliver, "durable requests: most deliveries of one request"),
+		clients:    fs.String("nats-clients", "", "embedded NATS server: comma-separated names of more client users besides \"client\", one per application, each with its own seed file (<nats-store>/clients/NAME.nk) and its own inbox prefix, which no other user can read"),
 	}
 	o.maxPayload = natsapi.DefaultMaxPayload
 	fs.Var(byteSize{&o.maxPayload}, "nats-max-payload", "embedded NATS server's largest message, up to 64MiB (default 8MiB)")
@@ -103,7 +106,10 @@ func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits
 		Logger: log,
 	}
 	var nc *nats.Conn
+	replyPrefix := ""
 	if *o.url == "" {
+		// The embedded server's clients get their replies in inboxes.
+		replyPrefix = "_INBOX."
 		copts.Token = "" // $XSERVE_NATS_TOKEN is for --nats-url
 		if ns.embedded, err = ns.startEmbedded(o); err != nil {
 			return nil, err
@@ -124,6 +130,7 @@ func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits
 	ns.srv, err = natsapi.New(ctx, mgr, natsapi.Options{
 		Conn:                 nc,
 		Prefix:               *o.prefix,
+		ReplyPrefix:          replyPrefix,
 		QueueGroup:           *o.queueGroup,
 		Version:              buildVersion(),
 		Workers:              *o.workers,
@@ -180,7 +187,13 @@ func (ns *natsServing) startEmbeddedOn(o *natsOptions, listen string) (*natsapi.
 	if err := os.MkdirAll(store, 0o755); err != nil {
 		return nil, fmt.Errorf("--nats-store: %w", err)
 	}
-	e, err := natsapi.StartEmbedded(natsapi.EmbeddedOptions{Listen: listen, StoreDir: store, MaxPayload: int32(o.maxPayload), Prefix: *o.prefix, Logger: ns.log})
+	var clients []string
+	for _, c := range strings.Split(*o.clients, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			clients = append(clients, c)
+		}
+	}
+	e, err := natsapi.StartEmbedded(natsapi.EmbeddedOptions{Listen: listen, StoreDir: store, MaxPayload: int32(o.maxPayload), Prefix: *o.prefix, Clients: clients, Logger: ns.log})
 	if err != nil {
 		if tmp != "" {
 			os.RemoveAll(tmp)
@@ -188,8 +201,13 @@ func (ns *natsServing) startEmbeddedOn(o *natsOptions, listen string) (*natsapi.
 		return nil, err
 	}
 	ns.tmpStore = tmp
-	ns.log.Info("NATS server (embedded) listening on "+e.ClientURL()+"; clients sign in with the NKey seed in "+e.ClientNkeyFile(),
-		"nats_url", e.ClientURL(), "jetstream", store, "client_nkey", e.ClientNkeyFile())
+	client := e.Clients()["client"]
+	ns.log.Info("NATS server (embedded) listening on "+e.ClientURL()+"; clients sign in with the NKey seed in "+e.ClientNkeyFile()+" and read their replies under "+client.InboxPrefix,
+		"nats_url", e.ClientURL(), "jetstream", store, "client_nkey", e.ClientNkeyFile(), "client_inbox_prefix", client.InboxPrefix)
+	for _, name := range clients {
+		u := e.Clients()[name]
+		ns.log.Info("NATS client user "+name, "nkey", u.NkeyFile, "inbox_prefix", u.InboxPrefix)
+	}
 	return e, nil
 }
 

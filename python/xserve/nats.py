@@ -30,6 +30,16 @@ def _import_nats() -> Any:
     return nats
 
 
+def inbox_prefix(seed_file: str) -> str:
+    """The inbox prefix of the embedded server's user whose NKey seed is in
+    seed_file: _INBOX.<its public key>, the only inboxes it may read."""
+    import nkeys  # type: ignore[import-not-found]
+
+    with open(seed_file, "rb") as f:
+        kp = nkeys.from_seed(bytearray(f.read().strip()))
+    return "_INBOX." + kp.public_key.decode()
+
+
 class AsyncNatsClient:
     """Inference over NATS request-reply, for asyncio.
 
@@ -65,7 +75,9 @@ class AsyncNatsClient:
         if nkey:
             # The embedded NATS server of `xserve serve` takes only its own
             # users: its client seed file is in the log (client_nkey=...).
+            # Each user may read only its own inbox, _INBOX.<public key>.
             opts["nkeys_seed"] = nkey
+            opts["inbox_prefix"] = inbox_prefix(nkey)
         if creds:
             opts["user_credentials"] = creds
         if token:
