@@ -84,7 +84,7 @@ func TestErrorsHidePathsAndPackages(t *testing.T) {
 // closed; an idle connection is closed after IdleTimeout, which frees its
 // place.
 func TestConnectionCap(t *testing.T) {
-	ts := startServer(t, Options{MaxConns: 2, IdleTimeout: 300 * time.Millisecond})
+	ts := startServer(t, Options{MaxConns: 2, MaxConnsPerIP: -1, IdleTimeout: 300 * time.Millisecond})
 	addr := strings.TrimPrefix(ts.url, "http://")
 	get := func(conn net.Conn) string {
 		t.Helper()

@@ -58,6 +58,8 @@ func statusOf(err error) int {
 		return http.StatusUnsupportedMediaType
 	case errors.Is(err, ErrServerClosed):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrSlowBody):
+		return http.StatusRequestTimeout
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return http.StatusUnauthorized
 	case errors.Is(err, auth.ErrForbidden):

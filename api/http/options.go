@@ -26,6 +26,10 @@ const (
 	DefaultMaxTensorElements = 1 << 28
 	// DefaultReadTimeout is Options.ReadTimeout when it is zero.
 	DefaultReadTimeout = 60 * time.Second
+	// DefaultReadHeaderTimeout is Options.ReadHeaderTimeout when it is zero.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultMinReadRate is Options.MinReadRate when it is zero.
+	DefaultMinReadRate = 4 << 10
 	// DefaultWriteTimeout is Options.WriteTimeout when it is zero.
 	DefaultWriteTimeout = 60 * time.Second
 	// DefaultIdleTimeout is Options.IdleTimeout when it is zero.
@@ -51,8 +55,18 @@ type Options struct {
 	// in its shape; checked before anything is allocated for it. Default
 	// 1<<28.
 	MaxTensorElements int64
-	// ReadTimeout bounds reading one request, headers and body. Default 60s.
+	// ReadTimeout bounds reading one request's body, from the end of its
+	// headers. Default 60s.
 	ReadTimeout time.Duration
+	// ReadHeaderTimeout bounds reading one request's headers, from their
+	// first byte (or, for a connection's first request, from its accept),
+	// whatever IdleTimeout is: a client sending a header byte now and then
+	// holds its connection no longer. Default 10s.
+	ReadHeaderTimeout time.Duration
+	// MinReadRate is the slowest a request body may arrive, in bytes per
+	// second on average after a grace of ReadHeaderTimeout; a slower one is
+	// answered 408 and its connection closed. Default 4 KiB/s; -1 none.
+	MinReadRate int64
 	// WriteTimeout bounds writing one response. Default 60s.
 	WriteTimeout time.Duration
 	// IdleTimeout is how long a keep-alive connection waits for its next
@@ -62,6 +76,11 @@ type Options struct {
 	// connection is answered 503 and closed. Default 4096 (keep it well
 	// under the process's file descriptor limit).
 	MaxConns int
+	// MaxConnsPerIP bounds the connections from one IPv4 address; past it
+	// a new one is answered 429 and closed, so that one client cannot take
+	// every connection. Default MaxConns/2; -1 no limit (behind a proxy,
+	// every connection comes from its address).
+	MaxConnsPerIP int
 	// MemoryBudget bounds the bytes that requests in flight hold at once
 	// (bodies, their decompressed form, tensors decoded from JSON): each is
 	// reserved before it is allocated, and a request that does not fit now
@@ -116,6 +135,12 @@ func (o *Options) setDefaults() {
 	if o.ReadTimeout == 0 {
 		o.ReadTimeout = DefaultReadTimeout
 	}
+	if o.ReadHeaderTimeout == 0 {
+		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if o.MinReadRate == 0 {
+		o.MinReadRate = DefaultMinReadRate
+	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
@@ -124,6 +149,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxConns == 0 {
 		o.MaxConns = DefaultMaxConns
+	}
+	if o.MaxConnsPerIP == 0 {
+		o.MaxConnsPerIP = max(o.MaxConns/2, 1)
 	}
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = payload.DefaultMemoryBudget
@@ -160,6 +188,15 @@ func (o *Options) validate() error {
 	}
 	if o.ReadTimeout < 0 {
 		bad("ReadTimeout", o.ReadTimeout, "a positive duration")
+	}
+	if o.ReadHeaderTimeout < 0 {
+		bad("ReadHeaderTimeout", o.ReadHeaderTimeout, "a positive duration")
+	}
+	if o.MinReadRate < -1 {
+		bad("MinReadRate", o.MinReadRate, "a rate in bytes per second, or -1 for none")
+	}
+	if o.MaxConnsPerIP < -1 {
+		bad("MaxConnsPerIP", o.MaxConnsPerIP, "a positive number of connections, or -1 for no limit")
 	}
 	if o.WriteTimeout < 0 {
 		bad("WriteTimeout", o.WriteTimeout, "a positive duration")

@@ -128,10 +128,12 @@ func New(backend Backend, opts Options) (*Server, error) {
 		s.check = c.CheckInput
 	}
 	s.app = fiber.New(fiber.Config{
-		Concurrency:    opts.MaxConns,
-		AppName:        "xserve",
-		BodyLimit:      int(opts.MaxBodyBytes),
-		ReadTimeout:    opts.ReadTimeout,
+		Concurrency: opts.MaxConns,
+		AppName:     "xserve",
+		BodyLimit:   int(opts.MaxBodyBytes),
+		// The headers' deadline; the body's is set once they are in
+		// (HeaderReceived below).
+		ReadTimeout:    opts.ReadHeaderTimeout,
 		WriteTimeout:   opts.WriteTimeout,
 		IdleTimeout:    opts.IdleTimeout,
 		ReadBufferSize: 16 << 10, // the largest request header block
@@ -145,7 +147,12 @@ func New(backend Backend, opts Options) (*Server, error) {
 		CaseSensitive:                true,
 		ErrorHandler:                 s.fiberError,
 	})
-	s.app.Server().ConnState = s.fresh.track
+	srv := s.app.Server()
+	srv.ConnState = s.fresh.track
+	srv.HeaderReceived = s.bodyDeadline
+	if opts.MaxConnsPerIP > 0 {
+		srv.MaxConnsPerIP = opts.MaxConnsPerIP
+	}
 	s.routes()
 	return s, nil
 }
@@ -306,6 +313,7 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 			c.Context().SetConnectionClose()
 		}
 		s.fresh.started(c.Context().Conn())
+		c.Locals(startKey{}, start)
 		s.metrics.inflight.Inc()
 		lease := s.budget.Lease()
 		c.Locals(leaseKey{}, lease)
@@ -346,6 +354,19 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 
 // requestIDKey holds (in fiber's Locals) the request's id.
 type requestIDKey struct{}
+
+// startKey holds (in fiber's Locals) when the handler began: the body's
+// pace is measured from then.
+type startKey struct{}
+
+// startOf returns when c's handler began.
+func startOf(c *fiber.Ctx) time.Time {
+	t, ok := c.Locals(startKey{}).(time.Time)
+	if !ok {
+		return time.Now()
+	}
+	return t
+}
 
 // requestID returns the id handle gave the request.
 func requestID(c *fiber.Ctx) string {
@@ -440,6 +461,9 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 		msg = fmt.Sprintf("method %s is not allowed on %s", c.Method(), quotePath(c.Path()))
 	case http.StatusRequestEntityTooLarge:
 		msg = payload.Public(s.bodyTooLarge(), code, "")
+	case http.StatusRequestTimeout:
+		msg = fmt.Sprintf("the request came too slowly: its headers must arrive within %v (ReadHeaderTimeout), its body at %d bytes/s or faster after that long (MinReadRate), within %v (ReadTimeout)",
+			s.opts.ReadHeaderTimeout, s.opts.MinReadRate, s.opts.ReadTimeout)
 	default:
 		msg = payload.Public(err, code, s.root)
 	}
@@ -517,7 +541,7 @@ func modelVersionParams(c *fiber.Ctx) (string, int64, error) {
 func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 	req := &c.Context().Request
 	lease := leaseOf(c)
-	r := req.BodyStream()
+	r := s.bodyStream(c, startOf(c))
 	if r == nil { // not streamed: fasthttp read it, within BodyLimit
 		if err := lease.Reserve(int64(len(req.Body())), "the request body"); err != nil {
 			return nil, err
@@ -535,7 +559,7 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		}
 		buf := make([]byte, n)
 		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, badRequest("reading the request body (Content-Length %d): %v", n, err)
+			return nil, s.bodyReadError(c, fmt.Sprintf("reading the request body (Content-Length %d)", n), err)
 		}
 		c.Locals(bodyDoneKey{}, true)
 		return buf, nil
@@ -547,10 +571,22 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 	case errors.Is(err, payload.ErrBudget) || errors.Is(err, ErrTooLarge):
 		return nil, err
 	case err != nil:
-		return nil, badRequest("reading the request body: %v", err)
+		return nil, s.bodyReadError(c, "reading the request body", err)
 	}
 	c.Locals(bodyDoneKey{}, true)
 	return buf, nil
+}
+
+// bodyReadError is the error of a body that could not be read: a body
+// slower than MinReadRate (or ReadTimeout) closes the connection, unread
+// (ErrSlowBody, 408); anything else is a bad request.
+func (s *Server) bodyReadError(c *fiber.Ctx, what string, err error) error {
+	if errors.Is(err, ErrSlowBody) {
+		c.Locals(bodyDoneKey{}, true)
+		c.Context().SetConnectionClose()
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return badRequest("%s: %v", what, err)
 }
 
 // leaseKey holds (in fiber's Locals) the request's lease on the memory
@@ -589,7 +625,7 @@ func (s *Server) bodyTooLarge() error {
 // the answer (a 413, typically) instead of a connection reset; past that the
 // connection is closed after the response.
 func (s *Server) drainBody(c *fiber.Ctx) {
-	r := c.Context().Request.BodyStream()
+	r := s.bodyStream(c, startOf(c))
 	if r == nil || c.Locals(bodyDoneKey{}) != nil {
 		return
 	}

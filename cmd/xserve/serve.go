@@ -59,7 +59,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 64MiB)")
 	fs.Var(byteSize{&limits.MemoryBudget}, "memory-budget", "most bytes the requests in flight hold at once, HTTP and NATS together (bodies, decompressed bodies, tensors decoded from JSON); past it 429 (default 200MiB)")
 	fs.IntVar(&limits.MaxConns, "max-conns", 0, "most HTTP connections at once (default 4096)")
+	fs.IntVar(&limits.MaxConnsPerIP, "max-conns-per-ip", 0, "most HTTP connections from one IPv4 address; past it 429 (default half of --max-conns; -1 no limit, e.g. behind a proxy)")
 	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", 0, "how long an idle HTTP keep-alive connection is kept (default 30s)")
+	fs.DurationVar(&limits.ReadHeaderTimeout, "read-header-timeout", 0, "how long a request's headers may take to arrive, whatever --idle-timeout is (default 10s)")
+	fs.DurationVar(&limits.ReadTimeout, "read-timeout", 0, "how long a request's body may take to arrive, after its headers (default 60s)")
+	fs.Int64Var(&limits.MinReadRate, "min-read-rate", 0, "slowest a request body may arrive, in bytes/s on average after --read-header-timeout; slower is 408 (default 4096; -1 none)")
 	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
 	fs.IntVar(&limits.CompressMinBytes, "compress-min-bytes", 0, "smallest response body compressed when the client accepts gzip/zstd (default 1024; -1 never)")
 	fs.Usage = func() {
