@@ -155,7 +155,9 @@ func readV1Output(r *jsonReader) (v1Output, error) {
 // the inputs' raw bytes. model is the model the transport names (a NATS
 // subject); "" means the body must name it, and a body that names another
 // one is refused. Tensors may point into body, which the caller must not
-// reuse. No tensor declares more than maxElems elements.
+// reuse. No tensor declares more than maxElems elements. With an error, the
+// Request returned (when not nil) only names the model the body named,
+// which the error's public message quotes as sent (payload.Public).
 func DecodeV1(body []byte, headerLen, model string, maxElems int64) (*Request, error) {
 	return DecodeV1Within(body, headerLen, model, Limits{MaxElems: maxElems})
 }
@@ -188,10 +190,10 @@ func decodeV1(header []byte, br *binaryReader, model string, lim *Limits) (*Requ
 	}
 	d := &Request{Model: r.Model, Infer: &serving.InferRequest{ID: r.ID, Inputs: map[string]*tensor.Tensor{}}, binaryOut: map[string]bool{}}
 	if d.Version, err = versionFromJSON(r.Version); err != nil {
-		return nil, err
+		return d, err
 	}
 	if err := requestParams(d, r.Parameters, false); err != nil {
-		return nil, err
+		return d, err
 	}
 	for _, o := range r.Outputs {
 		params := o.Parameters
@@ -202,24 +204,24 @@ func decodeV1(header []byte, br *binaryReader, model string, lim *Limits) (*Requ
 			params["binary_data"] = json.RawMessage(strconv.FormatBool(*o.BinaryData))
 		}
 		if err := outputParams(d, o.Name, params); err != nil {
-			return nil, err
+			return d, err
 		}
 	}
 	if !r.HasInputs {
-		return nil, badRequest(`the request has no "inputs" (want {"name": {"dtype": ..., "shape": [...], "data": [...]}, ...})`)
+		return d, badRequest(`the request has no "inputs" (want {"name": {"dtype": ..., "shape": [...], "data": [...]}, ...})`)
 	}
 	for _, in := range r.Inputs {
 		if _, dup := d.Infer.Inputs[in.name]; dup {
-			return nil, badRequest("input %q is given twice", in.name)
+			return d, badRequest("input %q is given twice", in.name)
 		}
 		t, err := decodeInput(in, br, lim, d.Model, d.Version)
 		if err != nil {
-			return nil, err
+			return d, err
 		}
 		d.Infer.Inputs[in.name] = t
 	}
 	if err := br.finish(); err != nil {
-		return nil, err
+		return d, err
 	}
 	return d, nil
 }
