@@ -159,8 +159,12 @@ func (s *Server) recv(ss grpc.ServerStream, m proto.Message, lease *payload.Leas
 		if err != nil {
 			return readStatus(ss.Context(), err)
 		}
-		wire = data.Materialize()
+		// In one pooled buffer (the frames' go back at once), which the
+		// next large message reuses instead of growing the heap.
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		data.Free()
+		defer buf.Free()
+		wire = buf.ReadOnlyData()
 	}
 	if hdr[0]&1 == 1 {
 		var err error

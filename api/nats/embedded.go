@@ -20,6 +20,7 @@ import (
 const (
 	DefaultListen     = "127.0.0.1:4222"
 	DefaultMaxPayload = 8 << 20
+	DefaultMaxPending = 1 << 30
 )
 
 // EmbeddedOptions configure an embedded NATS server. The zero value of
@@ -35,6 +36,13 @@ type EmbeddedOptions struct {
 	// MaxPayload is the largest message, request or reply; default 8 MiB,
 	// at most 64 MiB.
 	MaxPayload int32
+	// MaxPending is the most bytes the server holds for one connection
+	// that has not read them yet; past it the connection is closed as a
+	// slow consumer. Default 1 GiB: xserve's own connection receives every
+	// request, and a burst of large ones arrives faster than it reads them
+	// on a busy machine (at nats-server's 64 MiB, a hundred 7.7 MB requests
+	// from ten clients had it dropped, and 85 requests lost).
+	MaxPending int64
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// default 10s.
 	ReadyTimeout time.Duration
@@ -98,6 +106,9 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 10 * time.Second
 	}
+	if opts.MaxPending == 0 {
+		opts.MaxPending = DefaultMaxPending
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -130,6 +141,7 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		Host:       host,
 		Port:       port,
 		MaxPayload: opts.MaxPayload,
+		MaxPending: opts.MaxPending,
 		JetStream:  true,
 		StoreDir:   opts.StoreDir,
 		NoSigs:     true,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -97,7 +98,13 @@ type Server struct {
 
 	jobs    chan *job
 	workers sync.WaitGroup
-	queued  atomic.Int64 // requests in jobs (atomic)
+	// decoding holds a token per request being decoded: at most
+	// GOMAXPROCS at once. Decoding is CPU-bound; past that many it only
+	// slows the connection's reader, which must keep up with what its
+	// server sends (a burst of large requests had the embedded server drop
+	// xserve's connection as a slow consumer).
+	decoding chan struct{}
+	queued   atomic.Int64 // requests in jobs (atomic)
 
 	mu      sync.RWMutex // guards stopped; held (read) while sending on jobs
 	stopped bool         // jobs is closed
@@ -225,6 +232,7 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 		nc:       opts.Conn,
 		codecs:   cs,
 		jobs:     make(chan *job, opts.QueueSize),
+		decoding: make(chan struct{}, runtime.GOMAXPROCS(0)),
 		stats:    map[string]*modelStats{},
 		served:   map[string]bool{},
 		syncStop: make(chan struct{}),
@@ -502,33 +510,12 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 		ctx, cancel = context.WithDeadline(ctx, start.Add(d))
 		defer cancel()
 	}
-	lease := j.lease
-	body, err := s.codecs.DecodeWithin(headerValue(h, HeaderContentEncoding), j.data, lease)
-	if err != nil {
-		return nil, err
-	}
+	proto := strings.ToLower(headerValue(h, HeaderProtocol))
 	version, err := payload.ParseVersion(headerValue(h, HeaderModelVersion))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderModelVersion, err)
 	}
-	hl := headerValue(h, HeaderInferenceLength)
-	lim := payload.Limits{MaxElems: s.opts.MaxTensorElements, Check: s.check, Lease: lease}
-	var d *payload.Request
-	proto := strings.ToLower(headerValue(h, HeaderProtocol))
-	switch proto {
-	case "", "v1":
-		d, err = payload.DecodeV1Within(body, hl, j.model, lim)
-	case "v2", "oip":
-		if j.model == "" {
-			return nil, fmt.Errorf("%w: %s %s needs the model in the subject (%s)", ErrBadHeader, HeaderProtocol, proto, inferSubject(s.opts.Prefix, "<model>"))
-		}
-		d, err = payload.DecodeOIPWithin(j.model, version, body, hl, lim)
-	default:
-		return nil, fmt.Errorf("%w: %s %q: want v1 (xserve's /v1/infer form) or v2 (the Open Inference Protocol)", ErrBadHeader, HeaderProtocol, proto)
-	}
-	if d != nil {
-		j.named = d.Model
-	}
+	d, err := s.decode(j, proto, version)
 	if err != nil {
 		return nil, err
 	}
@@ -567,7 +554,7 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 	}
 	out.Set(HeaderModel, resp.ModelName)
 	out.Set(HeaderModelVersion, strconv.FormatInt(resp.ModelVersion, 10))
-	body = enc.Body
+	body := enc.Body
 	if s.opts.CompressMinBytes >= 0 && len(body) >= s.opts.CompressMinBytes {
 		if ce := payload.AcceptEncoding(headerValue(h, HeaderAcceptEncoding)); ce != "" {
 			z, err := s.codecs.Encode(ce, body)
@@ -582,6 +569,37 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 		return nil, fmt.Errorf("%w: the reply is %d bytes, more than the NATS server's max_payload of %d allows; ask for binary outputs or a compressed reply (Accept-Encoding), or raise max_payload", ErrReplyTooLarge, len(body), max)
 	}
 	return &nats.Msg{Header: out, Data: body}, nil
+}
+
+// decode undoes the request's Content-Encoding and decodes its body in
+// protocol proto, within its lease, one of at most GOMAXPROCS requests
+// decoded at once (s.decoding).
+func (s *Server) decode(j *job, proto string, version int64) (*payload.Request, error) {
+	s.decoding <- struct{}{}
+	defer func() { <-s.decoding }()
+	h := j.header
+	body, err := s.codecs.DecodeWithin(headerValue(h, HeaderContentEncoding), j.data, j.lease)
+	if err != nil {
+		return nil, err
+	}
+	hl := headerValue(h, HeaderInferenceLength)
+	lim := payload.Limits{MaxElems: s.opts.MaxTensorElements, Check: s.check, Lease: j.lease}
+	var d *payload.Request
+	switch proto {
+	case "", "v1":
+		d, err = payload.DecodeV1Within(body, hl, j.model, lim)
+	case "v2", "oip":
+		if j.model == "" {
+			return nil, fmt.Errorf("%w: %s %s needs the model in the subject (%s)", ErrBadHeader, HeaderProtocol, proto, inferSubject(s.opts.Prefix, "<model>"))
+		}
+		d, err = payload.DecodeOIPWithin(j.model, version, body, hl, lim)
+	default:
+		return nil, fmt.Errorf("%w: %s %q: want v1 (xserve's /v1/infer form) or v2 (the Open Inference Protocol)", ErrBadHeader, HeaderProtocol, proto)
+	}
+	if d != nil {
+		j.named = d.Model
+	}
+	return d, err
 }
 
 // finish sends the answer to j (reply, or an error reply for err) and, for

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -27,10 +29,18 @@ type Budget struct {
 	limit int64
 	used  atomic.Int64 // bytes reserved now
 
-	mu       sync.Mutex // guards freed and lastFree
+	mu       sync.Mutex // guards freed, lastFree and pending
 	freed    int64      // bytes released since memory was last returned
 	lastFree time.Time
+	pending  bool // returnMemory is scheduled
 }
+
+// After a burst (burstBytes released since, with nothing in flight), the
+// heap's free memory goes back to the OS, at most every freeEvery.
+const (
+	burstBytes = 64 << 20
+	freeEvery  = 2 * time.Second
+)
 
 // NewBudget returns a budget of limit bytes (> 0).
 func NewBudget(limit int64) (*Budget, error) {
@@ -106,27 +116,37 @@ func (l *Lease) Held() int64 {
 	return l.n
 }
 
-// release returns n bytes to the budget; after a burst (64 MiB released
-// since, with nothing in flight), the heap's free memory goes back to the
-// OS, at most every 5s, so that a burst of large requests does not leave
-// the process holding its peak.
+// release returns n bytes to the budget. After a burst (burstBytes
+// released since, with nothing in flight) it schedules returnMemory: at
+// once, or freeEvery after the last time, so that a burst of large requests
+// does not leave the process holding its peak, however its requests ended.
 func (b *Budget) release(n int64) {
 	used := b.used.Add(-n)
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.freed += n
-	burst := used == 0 && b.freed >= 64<<20 && time.Since(b.lastFree) >= 5*time.Second
-	if burst {
-		b.freed, b.lastFree = 0, time.Now()
+	if used != 0 || b.freed < burstBytes || b.pending {
+		return
 	}
+	b.pending = true
+	time.AfterFunc(max(freeEvery-time.Since(b.lastFree), 0), b.returnMemory)
+}
+
+// returnMemory gives the heap's free memory back to the OS, unless a new
+// burst began (its end schedules it again).
+func (b *Budget) returnMemory() {
+	b.mu.Lock()
+	b.pending = false
+	if b.used.Load() != 0 {
+		b.mu.Unlock()
+		return
+	}
+	b.freed, b.lastFree = 0, time.Now()
 	b.mu.Unlock()
-	if burst {
-		// Twice: pooled buffers survive one collection (sync.Pool's victim
-		// cache).
-		go func() {
-			debug.FreeOSMemory()
-			debug.FreeOSMemory()
-		}()
-	}
+	// Twice: pooled buffers survive one collection (sync.Pool's victim
+	// cache).
+	debug.FreeOSMemory()
+	debug.FreeOSMemory()
 }
 
 // Chunks of ReadAll: a small first one for the usual small bodies, then
@@ -211,4 +231,26 @@ func fill(r io.Reader, b []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// runtimeSlack is what LimitRuntime allows the Go runtime beyond the
+// budget: pools, stacks, the copies of a request the budget does not count.
+const runtimeSlack = 64 << 20
+
+// LimitRuntime tells the Go runtime about the budget: a soft memory limit
+// (debug.SetMemoryLimit) of the memory the runtime holds now plus the
+// budget plus 64 MiB, so that the garbage left by a burst of large
+// requests is collected before the heap doubles over it (the collector's
+// default pace). Call it once the process holds its steady state (the
+// models loaded). A GOMEMLIMIT set in the environment wins: LimitRuntime
+// then changes nothing and returns 0.
+func (b *Budget) LimitRuntime() int64 {
+	if b == nil || os.Getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	limit := int64(ms.Sys-ms.HeapReleased) + b.limit + runtimeSlack
+	debug.SetMemoryLimit(limit)
+	return limit
 }
