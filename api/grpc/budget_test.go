@@ -2,12 +2,17 @@ package grpcapi
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -115,5 +120,70 @@ func TestNestedGroupsAreInvalidArgument(t *testing.T) {
 	defer cancel()
 	if r, err := c.ModelInfer(sctx, inferOf(2)); err != nil || len(r.RawOutputContents) != 1 {
 		t.Errorf("after the nested groups: %v %v", r, err)
+	}
+}
+
+// slowConn writes at about 100 KB/s.
+type slowConn struct{ net.Conn }
+
+func (c slowConn) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), 8<<10)
+		m, err := c.Conn.Write(p[:k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+		time.Sleep(80 * time.Millisecond)
+	}
+	return n, nil
+}
+
+// TestSlowMessageEnds: a message larger than the stream's window that
+// comes slower than MinReadRate (after ReadGrace) ends its call with
+// DEADLINE_EXCEEDED, and gives its reservation back.
+func TestSlowMessageEnds(t *testing.T) {
+	budget, err := payload.NewBudget(64 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(doubler{}, Options{Budget: budget, MinReadRate: 10 << 20, ReadGrace: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Shutdown(context.Background())
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			return slowConn{c}, err
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = pb.NewGRPCInferenceServiceClient(conn).ModelInfer(ctx, inferOf(1<<18)) // 1 MiB at 100 KB/s
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "(MinReadRate)") {
+		t.Errorf("a slow 1 MiB message: %v after %v", err, time.Since(start))
+	}
+	waitUntil(t, func() bool { return budget.Used() == 0 })
+}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -42,6 +43,14 @@ type Options struct {
 	// MaxTensorElements is the most elements one request tensor may declare
 	// in its shape. Default 1<<28.
 	MaxTensorElements int64
+	// MinReadRate is the slowest a request message larger than the
+	// stream's window may arrive, in bytes per second on average after
+	// ReadGrace (it holds its size of the budget meanwhile); a slower one
+	// ends the call with DEADLINE_EXCEEDED. Default 4 KiB/s; -1 none.
+	MinReadRate int64
+	// ReadGrace is the time a message has before MinReadRate counts.
+	// Default 10s.
+	ReadGrace time.Duration
 	// Version is the server version reported by ServerMetadata. Default
 	// "dev".
 	Version string
@@ -82,6 +91,12 @@ func (o *Options) setDefaults() {
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = payload.DefaultMemoryBudget
 	}
+	if o.MinReadRate == 0 {
+		o.MinReadRate = 4 << 10
+	}
+	if o.ReadGrace == 0 {
+		o.ReadGrace = 10 * time.Second
+	}
 	if o.Version == "" {
 		o.Version = "dev"
 	}
@@ -108,6 +123,12 @@ func (o *Options) validate() error {
 	}
 	if o.MemoryBudget < 0 {
 		bad("MemoryBudget", o.MemoryBudget, "a positive size in bytes")
+	}
+	if o.MinReadRate < -1 {
+		bad("MinReadRate", o.MinReadRate, "a rate in bytes per second, or -1 for none")
+	}
+	if o.ReadGrace < 0 {
+		bad("ReadGrace", o.ReadGrace, "a positive duration")
 	}
 	return errors.Join(errs...)
 }

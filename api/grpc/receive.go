@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -155,9 +156,9 @@ func (s *Server) recv(ss grpc.ServerStream, m proto.Message, lease *payload.Leas
 	}
 	var wire []byte
 	if n > 0 {
-		data, err := rs.Read(int(n))
+		data, err := s.readPaced(ss.Context(), rs, n)
 		if err != nil {
-			return readStatus(ss.Context(), err)
+			return err
 		}
 		// In one pooled buffer (the frames' go back at once), which the
 		// next large message reuses instead of growing the heap.
@@ -178,6 +179,42 @@ func (s *Server) recv(ss grpc.ServerStream, m proto.Message, lease *payload.Leas
 	}
 	lease.Unreserve(n)
 	return nil
+}
+
+// readPaced reads the n bytes of a message whose size is reserved: at
+// MinReadRate or faster, after a grace of ReadGrace, so that a client
+// declaring a large message and sending it slowly does not hold its share
+// of the budget for long (DEADLINE_EXCEEDED; the call ends, and so does the
+// read). A message that fits the stream's window is read at once.
+func (s *Server) readPaced(ctx context.Context, rs rawStream, n int64) (mem.BufferSlice, error) {
+	if n <= streamWindow || s.opts.MinReadRate < 0 {
+		data, err := rs.Read(int(n))
+		if err != nil {
+			return nil, readStatus(ctx, err)
+		}
+		return data, nil
+	}
+	type result struct {
+		data mem.BufferSlice
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		data, err := rs.Read(int(n))
+		done <- result{data, err}
+	}()
+	due := s.opts.ReadGrace + time.Duration(float64(n)/float64(s.opts.MinReadRate)*float64(time.Second))
+	timer := time.NewTimer(due)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, readStatus(ctx, r.err)
+		}
+		return r.data, nil
+	case <-timer.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "the request message of %d bytes did not arrive within %v: slower than the limit of %d bytes/s (MinReadRate) after %v", n, due.Round(time.Millisecond), s.opts.MinReadRate, s.opts.ReadGrace)
+	}
 }
 
 // decompress undoes the message's grpc-encoding, within MaxMessageBytes

@@ -25,6 +25,8 @@ func startGRPC(addr string, backend grpcapi.Backend, limits httpapi.Options, opt
 	opts.MaxMessageBytes = limits.MaxBodyBytes
 	opts.MaxTensorElements = limits.MaxTensorElements
 	opts.Budget = limits.Budget
+	opts.MinReadRate = limits.MinReadRate
+	opts.ReadGrace = limits.ReadHeaderTimeout
 	opts.Version = limits.Version
 	opts.Logger = log
 	srv, err := grpcapi.New(backend, opts)
