@@ -17,7 +17,7 @@ type decomposer func(c *call) error
 // IR does not register, so that archives saved without
 // ep.run_decompositions() load too. The IR's operator of the same name
 // always wins: a target here is used only while the IR lacks it.
-var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, map[string]decomposer{
+var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, rnnDecompositions, map[string]decomposer{
 	"aten.conv1d.default":                       decConv(1),
 	"aten.conv2d.default":                       decConv(2),
 	"aten.conv3d.default":                       decConv(3),
