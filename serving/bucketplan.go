@@ -52,6 +52,13 @@ type SymbolPlan struct {
 	// Pad is the symbol's pad policy and PadReason why.
 	Pad       PadPolicy
 	PadReason string
+	// Stride, when above 1, is a step the model's shapes need: the default
+	// buckets at sizes the IR's shape propagation refused were dropped and
+	// the rest are its multiples (learnSizes); a size above the largest
+	// bucket runs at the next multiple when padding is invisible. Learned
+	// says what was dropped and why.
+	Stride  int64
+	Learned string
 }
 
 // Role reads "batch" or "dynamic".
@@ -208,16 +215,24 @@ func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 
 // choose returns the sizes a request of the given sizes executes at: per
 // symbol the smallest bucket that holds it (PadBuckets) or its own size
-// (PadExact). A size above the largest bucket, or outside the model's range
-// where it cannot be padded into it, is ErrNoBucket.
+// (PadExact, or a size above the largest bucket: an executable of its own,
+// compiled on first use within the compile budget). A size outside the
+// model's range where it cannot be padded into it, or above the largest
+// bucket of a symbol whose buckets config.yaml gives, is ErrNoBucket.
 func (p *BucketPlan) choose(dims map[string]int64) (map[string]int64, error) {
 	exec := make(map[string]int64, len(p.Symbols))
 	for _, s := range p.Symbols {
 		n := dims[s.Name]
 		top := s.Buckets[len(s.Buckets)-1]
 		switch {
+		case n > top && (!s.Defaulted || !s.Range.Contains(n)):
+			return nil, fmt.Errorf("%w: %s (%s) is %d, the largest bucket is %d (buckets: %v%s)", ErrNoBucket, p.origin(s.Name), s.Name, n, top, s.Buckets, p.rangeNote(s, n))
+		case n > top && s.Stride > 1 && n%s.Stride != 0 && s.Pad == PadBuckets:
+			exec[s.Name] = (n + s.Stride - 1) / s.Stride * s.Stride
+		case n > top && s.Stride > 1 && n%s.Stride != 0:
+			return nil, fmt.Errorf("%w: %s (%s) is %d; the model's shapes need a multiple of %d there (%s), and padding changes its outputs", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Stride, s.Learned)
 		case n > top:
-			return nil, fmt.Errorf("%w: %s (%s) is %d, the largest bucket is %d (buckets: %v)", ErrNoBucket, p.origin(s.Name), s.Name, n, top, s.Buckets)
+			exec[s.Name] = n
 		case s.Pad == PadExact && !s.Range.Contains(n):
 			return nil, fmt.Errorf("%w: %s (%s) is %d, outside the range %s the model allows for it (served at exact sizes: padding would change the outputs)", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Range)
 		case s.Pad == PadExact:
@@ -228,6 +243,14 @@ func (p *BucketPlan) choose(dims map[string]int64) (map[string]int64, error) {
 		}
 	}
 	return exec, nil
+}
+
+// rangeNote says why a size above the largest bucket is refused.
+func (p *BucketPlan) rangeNote(s *SymbolPlan, n int64) string {
+	if !s.Range.Contains(n) {
+		return fmt.Sprintf("; the model allows %s for it", s.Range)
+	}
+	return "; config.yaml's buckets bound it"
 }
 
 // origin names the first input dim that has the served symbol sym.

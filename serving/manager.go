@@ -60,6 +60,11 @@ type Options struct {
 	// cores at once (see SplitBatches); "" means SplitAuto. Other platforms
 	// always run an execution whole.
 	SplitBatches SplitBatches
+	// ExactCompilesPerMinute bounds the compiles of exact-size executables
+	// (a size no bucket holds) across all models; a compile beyond it waits
+	// for the budget, and so do the requests that need it, each within its
+	// deadline. 0 means DefaultExactCompilesPerMinute.
+	ExactCompilesPerMinute int
 }
 
 // BucketEvent reports one bucket's executable being built (Options.OnBucket).
@@ -92,6 +97,9 @@ func (o *Options) setDefaults() {
 	if o.SplitBatches == "" {
 		o.SplitBatches = SplitAuto
 	}
+	if o.ExactCompilesPerMinute == 0 {
+		o.ExactCompilesPerMinute = DefaultExactCompilesPerMinute
+	}
 }
 
 func (o *Options) validate() error {
@@ -104,6 +112,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("serving: Options.CompileParallelism must be >= 0, got %d", o.CompileParallelism)
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
+	case o.ExactCompilesPerMinute < 0:
+		return fmt.Errorf("serving: Options.ExactCompilesPerMinute must be >= 0, got %d", o.ExactCompilesPerMinute)
 	}
 	if _, err := ParseSplitBatches(string(o.SplitBatches)); err != nil {
 		return fmt.Errorf("serving: Options.SplitBatches: %w", err)
@@ -138,6 +148,8 @@ type Manager struct {
 
 	// compileSlots holds a token per build in progress (CompileParallelism).
 	compileSlots chan struct{}
+	// exactBudget bounds the compiles of exact-size executables.
+	exactBudget *compileBudget
 
 	// executing counts the executions running (atomic), across versions;
 	// cores is how many run at once without sharing a core (GOMAXPROCS).
@@ -195,6 +207,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		metrics:      newServerMetrics(),
 		buildID:      buildID(),
 		compileSlots: make(chan struct{}, opts.CompileParallelism),
+		exactBudget:  newCompileBudget(opts.ExactCompilesPerMinute),
 		cores:        runtime.GOMAXPROCS(0),
 		cpu:          opts.Client.Platform() == "cpu",
 		kernels:      opts.Client.KernelsFile() != "",

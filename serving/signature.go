@@ -12,9 +12,36 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// defaultBuckets returns the bucket sizes of a symbol that config.yaml gives
-// no buckets for (clamped to the model's range for the symbol).
+// defaultBuckets returns the batch bucket sizes of a model whose config.yaml
+// gives none (clamped to the model's range for the batch symbol).
 func defaultBuckets() []int64 { return []int64{1, 2, 4, 8, 16, 32, 64} }
+
+// defaultTopBucket is the largest default bucket of a non-batch symbol
+// whose range has no upper bound: larger sizes run at their exact size.
+const defaultTopBucket = 4096
+
+// defaultSymbolBuckets returns the bucket sizes of a non-batch symbol that
+// config.yaml gives none for: the smallest size the model's range allows,
+// then every power of two above it, up to the range's maximum (itself the
+// last bucket) or defaultTopBucket. Sizes above the largest bucket run at
+// their exact size (BucketPlan.choose).
+func defaultSymbolBuckets(r fxgraph.SymbolRange) []int64 {
+	lo := max(r.Min, 1)
+	hi := int64(defaultTopBucket)
+	if r.Max >= 0 {
+		hi = r.Max
+	}
+	out := []int64{lo}
+	for p := int64(1); p <= hi && p <= 1<<40; p *= 2 {
+		if p > lo {
+			out = append(out, p)
+		}
+	}
+	if r.Max >= 0 && out[len(out)-1] < r.Max && lo < r.Max {
+		out = append(out, r.Max)
+	}
+	return out
+}
 
 // maxBucketCombinations bounds the number of bucket combinations a model may
 // have (the product of its symbols' bucket counts).
@@ -432,6 +459,9 @@ func (b *planBuilder) symbolBuckets(s *SymbolPlan, used map[string]bool) error {
 	}
 	s.Defaulted = true
 	s.Buckets = clampBuckets(defaultBuckets(), s.Range)
+	if !s.Batch {
+		s.Buckets = defaultSymbolBuckets(s.Range)
+	}
 	return nil
 }
 
