@@ -89,6 +89,9 @@ type BucketPlan struct {
 	// modelSyms maps each symbol of the model's inputs to what it is served
 	// as: a served symbol, or a static size config.yaml pins it to.
 	modelSyms map[string]dimSpec
+	// derived are the model's derived symbols (Graph.SymbolExprs): input
+	// dims that are expressions of its symbols, evaluated, not served.
+	derived map[string]*fxgraph.SymExpr
 	batchName string // the batch symbol's served name, "" without one
 	// bounded lists the outputs of data-dependent size and their count
 	// outputs (the graph's last outputs, not served): executions return them
@@ -195,6 +198,9 @@ func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 		}
 		for d, spec := range in.Dims {
 			got := t.Shape[d]
+			if spec.Expr != nil {
+				continue // checked below, once the plain symbols are bound
+			}
 			if spec.Sym == "" {
 				if got != spec.Size {
 					return nil, fmt.Errorf("%w: input %q dim %d is %d, model expects %d (shape %s)", ErrInvalidInput, in.Name, d, got, spec.Size, formatDims(in.Dims))
@@ -210,7 +216,47 @@ func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 			}
 		}
 	}
+	if err := p.bindDerived(inputs, dims, from); err != nil {
+		return nil, err
+	}
 	return dims, nil
+}
+
+// bindDerived checks every input dim that is an expression of symbols
+// against the sizes bound from the other inputs, solving a symbol that only
+// such a dim carries where the expression allows (s + c, c * s).
+func (p *BucketPlan) bindDerived(inputs []*tensor.Tensor, dims map[string]int64, from map[string]string) error {
+	for i := range p.Inputs {
+		in := &p.Inputs[i]
+		for d, spec := range in.Dims {
+			if spec.Expr == nil {
+				continue
+			}
+			got := inputs[i].Shape[d]
+			for _, s := range spec.Expr.Symbols() {
+				if _, ok := dims[s]; ok {
+					continue
+				}
+				sym, v, ok := spec.Expr.Solve(got)
+				if !ok || sym != s {
+					return fmt.Errorf("%w: input %q dim %d is %s, whose symbol %s no input gives on its own", ErrInvalidInput, in.Name, d, spec.Sym, s)
+				}
+				dims[s], from[s] = v, fmt.Sprintf("input %q dim %d (%s = %d)", in.Name, d, spec.Sym, got)
+			}
+			want, err := spec.Expr.Eval(dims)
+			if err != nil {
+				return fmt.Errorf("%w: input %q dim %d: %v", ErrInvalidInput, in.Name, d, err)
+			}
+			if got != want {
+				var parts []string
+				for _, s := range spec.Expr.Symbols() {
+					parts = append(parts, fmt.Sprintf("%s is %d from %s", s, dims[s], from[s]))
+				}
+				return fmt.Errorf("%w: input %q dim %d (%s) is %d, but %s is %d (%s)", ErrInvalidInput, in.Name, d, spec.Sym, got, spec.Sym, want, strings.Join(parts, ", "))
+			}
+		}
+	}
+	return nil
 }
 
 // choose returns the sizes a request of the given sizes executes at: per
@@ -304,6 +350,9 @@ func (p *BucketPlan) modelDims(dims map[string]int64) map[string]int64 {
 			md[ms] = spec.Size
 		}
 	}
+	for name, e := range p.derived {
+		md[name], _ = e.Eval(md) // the model's symbols, all set above
+	}
 	return md
 }
 
@@ -312,9 +361,12 @@ func (p *BucketPlan) inputShape(i int, dims map[string]int64) []int64 {
 	in := &p.Inputs[i]
 	shape := make([]int64, len(in.Dims))
 	for d, spec := range in.Dims {
-		if spec.Sym != "" {
+		switch {
+		case spec.Expr != nil:
+			shape[d], _ = spec.Expr.Eval(dims) // every symbol is served: bound
+		case spec.Sym != "":
 			shape[d] = dims[spec.Sym]
-		} else {
+		default:
 			shape[d] = spec.Size
 		}
 	}

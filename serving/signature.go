@@ -51,10 +51,13 @@ const maxBucketCombinations = 4096
 const unknownSym = "?"
 
 // dimSpec is one dim of a served tensor: a static size (Sym empty), a
-// served symbol, or unknownSym (declared outputs only).
+// served symbol, an expression of served symbols (Expr set, Sym its text:
+// a .pt2 input dim such as past + 1), or unknownSym (declared outputs
+// only).
 type dimSpec struct {
 	Size int64
 	Sym  string
+	Expr *fxgraph.SymExpr
 }
 
 func (d dimSpec) String() string {
@@ -64,7 +67,7 @@ func (d dimSpec) String() string {
 	return strconv.FormatInt(d.Size, 10)
 }
 
-func (d dimSpec) isSymbol() bool { return d.Sym != "" && d.Sym != unknownSym }
+func (d dimSpec) isSymbol() bool { return d.Sym != "" && d.Sym != unknownSym && d.Expr == nil }
 
 func formatDims(dims []dimSpec) string {
 	parts := make([]string, len(dims))
@@ -132,7 +135,7 @@ type planBuilder struct {
 func NewBucketPlan(g *fxgraph.Graph, cfg *modelrepo.Config, cfgFile string, shapes ShapeFunc) (*BucketPlan, error) {
 	b := &planBuilder{
 		g: g, cfg: cfg, cfgFile: cfgFile, ph: g.Placeholders(),
-		p:       &BucketPlan{modelSyms: map[string]dimSpec{}, shapes: shapes, shapeCache: map[string][][]int64{}},
+		p:       &BucketPlan{modelSyms: map[string]dimSpec{}, derived: g.SymbolExprs, shapes: shapes, shapeCache: map[string][][]int64{}},
 		boundBy: map[string]string{}, renamed: map[string]bool{}, cfgIn: map[string]modelrepo.InputConfig{},
 	}
 	if len(b.ph) == 0 {
@@ -225,8 +228,14 @@ func (b *planBuilder) bindModelSymbols() error {
 			if md.Sym == unknownSym || md.Sym == "" {
 				return fmt.Errorf("serving: dim %d of input %q has no size or symbol; give it a symbol in %s (inputs: dims)", d, p.Target, b.cfgFile)
 			}
-			if _, ok := b.p.modelSyms[md.Sym]; !ok {
-				b.p.modelSyms[md.Sym] = dimSpec{Sym: md.Sym}
+			syms := []string{md.Sym}
+			if e, ok := b.g.SymbolExprs[md.Sym]; ok {
+				syms = e.Symbols() // a derived dim: its symbols are served
+			}
+			for _, s := range syms {
+				if _, ok := b.p.modelSyms[s]; !ok {
+					b.p.modelSyms[s] = dimSpec{Sym: s}
+				}
 			}
 		}
 	}
@@ -304,14 +313,30 @@ func (b *planBuilder) servedName(name string) string {
 	return name
 }
 
+// servedExpr returns the dim of a derived input dim: e over the served
+// symbols (config.yaml's pinned sizes substituted), printed as its text.
+func (b *planBuilder) servedExpr(e *fxgraph.SymExpr) dimSpec {
+	se := e.Substitute(func(sym string) *fxgraph.SymExpr {
+		d := b.p.modelSyms[sym]
+		if d.Sym == "" {
+			return &fxgraph.SymExpr{Op: "int", Value: d.Size}
+		}
+		return &fxgraph.SymExpr{Op: "sym", Sym: d.Sym}
+	})
+	return dimSpec{Sym: se.String(), Expr: se}
+}
+
 func (b *planBuilder) buildInputs() error {
 	for _, p := range b.ph {
 		m := p.Val()
 		in := tensorSig{Name: p.Target, DType: m.DType, Dims: make([]dimSpec, len(m.Shape))}
 		for d, md := range m.Shape {
-			if md.IsStatic() {
+			switch e, derived := b.g.SymbolExprs[md.Sym]; {
+			case md.IsStatic():
 				in.Dims[d] = dimSpec{Size: md.Size}
-			} else {
+			case derived:
+				in.Dims[d] = b.servedExpr(e)
+			default:
 				in.Dims[d] = b.p.modelSyms[md.Sym]
 			}
 		}
