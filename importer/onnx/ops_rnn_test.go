@@ -92,3 +92,10 @@ func TestRNNSequenceLensMatchORT(t *testing.T) {
 		"gru_seqlens_reverse", "gru_seqlens_bidirectional_lbr", "rnn_seqlens_bidirectional_relu", "rnn_seqlens_forward",
 	})
 }
+
+// TestTopKRunTimeKMatchesORT runs TopK whose K is a graph input (outputs
+// of data-dependent size, trimmed to K) against ONNX Runtime
+// (testdata/ort, gen_ort_cases.py).
+func TestTopKRunTimeKMatchesORT(t *testing.T) {
+	runORTCases(t, []string{"topk_runtime_k", "topk_runtime_k_smallest_axis0"})
+}

@@ -412,6 +412,18 @@ def rnn_cases():
     rnn("rnn_seqlens_forward", "RNN", 1, lens=(5, 5, 5))
 
 
+def topk_cases():
+    """TopK whose K is a graph input (a run-time value): the outputs have
+    a data-dependent size."""
+    x = rng.standard_normal((3, 10)).astype(np.float32)
+    for name, k, axis, largest in (("topk_runtime_k", 4, -1, 1), ("topk_runtime_k_smallest_axis0", 2, 0, 0)):
+        dims = [3, 10]
+        dims[axis] = "k"
+        case(name, [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=axis, largest=largest)],
+             [tensor_vi("x", F, [3, 10]), tensor_vi("k", I64, [1])],
+             [tensor_vi("values", F, dims), tensor_vi("indices", I64, dims)], [x, np.array([k], np.int64)])
+
+
 if __name__ == "__main__":
     for d in os.listdir(ROOT) if os.path.isdir(ROOT) else []:
         if not d.startswith("optim_"):  # those are gen_torch_optim_cases.py's
@@ -424,3 +436,4 @@ if __name__ == "__main__":
     matmul_cases()
     pool_cases()
     rnn_cases()
+    topk_cases()
