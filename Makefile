@@ -259,7 +259,7 @@ realmodels: pjrt build venv $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/realmodels/generate.py --out .cache/realmodels $(if $(REALMODELS),--only $(REALMODELS))
 	$(VENV)/bin/python python/realmodels/check.py --cases .cache/realmodels/cases --doc docs/real-models.md $(if $(REALMODELS_ONLY),--only $(REALMODELS_ONLY))
 
-REALMODELS_SMALL := rapidocr_cls_v2,silero_vad_16k_sequence,silero_vad_16k_op15,silero_vad
+REALMODELS_SMALL := rapidocr_cls_v2,silero_vad_16k_sequence,silero_vad_16k_op15,silero_vad,text2tashkeel_bilstm_int8,text2tashkeel_rawi_v3_int8,g2p_id_lstm_decoder
 realmodels-small: venv
 	$(VENV)/bin/python python/realmodels/packaged.py --out .cache/realmodels-small --only $(REALMODELS_SMALL)
 
