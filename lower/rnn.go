@@ -233,6 +233,19 @@ func (l *rnnLayer) loop(xw, h, c *stablehlo.Value) (y, yh, yc *stablehlo.Value) 
 	return res[3], res[4], res[5]
 }
 
+// stepVals are the values one step's gate arithmetic reads.
+type stepVals struct {
+	b                 *rnnB
+	xt, hr, h, c, r   *stablehlo.Value
+	wBias, rBias      *stablehlo.Value
+	pi, po, pf        *stablehlo.Value
+	sigmoid, tanh     func(*stablehlo.Value) (*stablehlo.Value, error)
+	batch, hid        int64
+	clip              float64
+	linearBeforeReset bool
+	relu              bool
+}
+
 // step is the loop body: it returns the next carried values.
 func (l *rnnLayer) step(b *rnnB, cv, inv []*stablehlo.Value) []*stablehlo.Value {
 	step, h, c, ys, hLast, cLast := cv[0], cv[1], cv[2], cv[3], cv[4], cv[5]
@@ -244,101 +257,32 @@ func (l *rnnLayer) step(b *rnnB, cv, inv []*stablehlo.Value) []*stablehlo.Value 
 		k++
 		return inv[k-1]
 	}
-	xw := next(true)
-	rScale := next(l.quant)
-	r := next(true)
-	wBias, rBias := next(l.wBias != nil), next(l.rBias != nil)
-	pi, po, pf := next(l.peepI != nil), next(l.peepO != nil), next(l.peepF != nil)
+	xw, rScale := next(true), next(l.quant)
+	sv := &stepVals{b: b, h: h, c: c, r: next(true), batch: l.batch, hid: l.hid, clip: l.a.Clip,
+		linearBeforeReset: l.a.LinearBeforeReset, relu: l.a.Activation == "relu", sigmoid: b.blk.Logistic, tanh: b.blk.Tanh}
+	sv.wBias, sv.rBias = next(l.wBias != nil), next(l.rBias != nil)
+	sv.pi, sv.po, sv.pf = next(l.peepI != nil), next(l.peepO != nil), next(l.peepF != nil)
 	lens := next(l.lens != nil)
-	batch, hid, gh := l.batch, l.hid, l.gh
+	batch, hid := l.batch, l.hid
 	zero := b.scalar(stablehlo.I32, 0)
-	xt := b.reshape(b.v(b.blk.DynamicSlice(xw, []*stablehlo.Value{step, zero, zero}, []int64{1, batch, gh})), batch, gh)
-	var hr *stablehlo.Value
+	sv.xt = b.reshape(b.v(b.blk.DynamicSlice(xw, []*stablehlo.Value{step, zero, zero}, []int64{1, batch, l.gh})), batch, l.gh)
 	if l.quant {
 		sub := &rnnLayer{b: b, ce: l.ce}
-		hr = sub.qdot(h, nil, r, rScale)
-	} else {
-		hr = b.dot(h, r)
-	}
-	gate := func(v *stablehlo.Value, g int64) *stablehlo.Value {
-		if v == nil {
-			return nil
-		}
-		if v.Type().Rank() == 1 {
-			return b.bcast(b.slice1(v, g*hid, (g+1)*hid), []int64{1}, batch, hid)
-		}
-		return b.v(b.blk.Slice(v, []int64{0, g * hid}, []int64{batch, (g + 1) * hid}, []int64{1, 1}))
-	}
-	row := func(v *stablehlo.Value) *stablehlo.Value { return b.bcast(v, []int64{1}, batch, hid) }
-	sigmoid, tanh := b.blk.Logistic, b.blk.Tanh
-	if l.quant {
+		sv.hr = sub.qdot(h, nil, sv.r, rScale)
 		// ONNX Runtime's own approximations: the quantization of the next
 		// step's state amplifies the last bit of every activation.
-		sigmoid, tanh = b.mlasLogistic, b.mlasTanh
-	}
-	act := func(f func(*stablehlo.Value) (*stablehlo.Value, error), v *stablehlo.Value) *stablehlo.Value {
-		if l.a.Clip > 0 {
-			v = b.clamp(v, -l.a.Clip, l.a.Clip)
-		}
-		return b.v(f(v))
-	}
-	// pre is gate g's input, in ONNX Runtime's order: (x W + h R) [+ the
-	// peephole term] + (Wb + Rb).
-	pre := func(g int64, peep *stablehlo.Value) *stablehlo.Value {
-		v := b.add(gate(xt, g), gate(hr, g))
-		if peep != nil {
-			v = b.add(v, peep)
-		}
-		if wBias != nil {
-			v = b.add(v, b.add(gate(wBias, g), gate(rBias, g)))
-		}
-		return v
+		sv.sigmoid, sv.tanh = b.mlasLogistic, b.mlasTanh
+	} else {
+		sv.hr = b.dot(h, sv.r)
 	}
 	var hn, cn *stablehlo.Value
 	switch l.a.Mode {
 	case "rnn":
-		f := tanh
-		if l.a.Activation == "relu" {
-			zeros := b.full(l.ce, 0, batch, hid)
-			f = func(v *stablehlo.Value) (*stablehlo.Value, error) { return b.blk.Maximum(v, zeros) }
-		}
-		hn, cn = act(f, pre(0, nil)), c
+		hn, cn = sv.rnnCell(), c
 	case "gru":
-		z, rr := act(sigmoid, pre(0, nil)), act(sigmoid, pre(1, nil))
-		hg := gate(xt, 2)
-		if wBias != nil {
-			hg = b.add(hg, gate(wBias, 2))
-		}
-		var rh *stablehlo.Value
-		if l.a.LinearBeforeReset {
-			rh = gate(hr, 2) // r ⊙ (h Rh + Rbh)
-		} else {
-			// (r ⊙ h) Rh, plus Rbh.
-			rw := b.v(b.blk.Slice(r, []int64{2 * hid, 0}, []int64{3 * hid, hid}, []int64{1, 1}))
-			rh, rr = b.dot(b.mul(rr, h), rw), nil
-		}
-		if rBias != nil {
-			rh = b.add(rh, gate(rBias, 2))
-		}
-		if rr != nil {
-			rh = b.mul(rr, rh)
-		}
-		hh := act(tanh, b.add(hg, rh))
-		one := b.full(l.ce, 1, batch, hid)
-		hn, cn = b.add(b.mul(b.sub(one, z), hh), b.mul(z, h)), c
-	default: // lstm, gates i, o, f, c
-		var ip, fp *stablehlo.Value
-		if pi != nil {
-			ip, fp = b.product(c, row(pi)), b.product(c, row(pf))
-		}
-		i, f := act(sigmoid, pre(0, ip)), act(sigmoid, pre(2, fp))
-		cc := act(tanh, pre(3, nil))
-		cn = b.add(b.product(c, f), b.product(i, cc))
-		var op *stablehlo.Value
-		if po != nil {
-			op = b.product(cn, row(po))
-		}
-		hn = b.product(b.v(tanh(cn)), act(sigmoid, pre(1, op)))
+		hn, cn = sv.gruCell(), c
+	default:
+		hn, cn = sv.lstmCell()
 	}
 	if lens != nil {
 		// Past its length an entry's output is zero (which is what ONNX
@@ -352,6 +296,94 @@ func (l *rnnLayer) step(b *rnnB, cv, inv []*stablehlo.Value) []*stablehlo.Value 
 	ys = b.v(b.blk.DynamicUpdateSlice(ys, b.reshape(hn, 1, batch, hid), []*stablehlo.Value{step, zero, zero}))
 	next1 := b.add(step, b.scalar(stablehlo.I32, 1))
 	return []*stablehlo.Value{next1, hn, cn, ys, hLast, cLast}
+}
+
+// gate returns gate g's columns of v ([batch, gates*hid], or a bias
+// [gates*hid] broadcast over the batch).
+func (sv *stepVals) gate(v *stablehlo.Value, g int64) *stablehlo.Value {
+	b, hid := sv.b, sv.hid
+	if v == nil {
+		return nil
+	}
+	if v.Type().Rank() == 1 {
+		return b.bcast(b.slice1(v, g*hid, (g+1)*hid), []int64{1}, sv.batch, hid)
+	}
+	return b.v(b.blk.Slice(v, []int64{0, g * hid}, []int64{sv.batch, (g + 1) * hid}, []int64{1, 1}))
+}
+
+// act applies f after the clip.
+func (sv *stepVals) act(f func(*stablehlo.Value) (*stablehlo.Value, error), v *stablehlo.Value) *stablehlo.Value {
+	if sv.clip > 0 {
+		v = sv.b.clamp(v, -sv.clip, sv.clip)
+	}
+	return sv.b.v(f(v))
+}
+
+// pre is gate g's input, in ONNX Runtime's order: (x W + h R) [+ the
+// peephole term] + (Wb + Rb).
+func (sv *stepVals) pre(g int64, peep *stablehlo.Value) *stablehlo.Value {
+	b := sv.b
+	v := b.add(sv.gate(sv.xt, g), sv.gate(sv.hr, g))
+	if peep != nil {
+		v = b.add(v, peep)
+	}
+	if sv.wBias != nil {
+		v = b.add(v, b.add(sv.gate(sv.wBias, g), sv.gate(sv.rBias, g)))
+	}
+	return v
+}
+
+func (sv *stepVals) rnnCell() *stablehlo.Value {
+	f := sv.tanh
+	if sv.relu {
+		zeros := sv.b.full(sv.xt.Type().Elem, 0, sv.batch, sv.hid)
+		f = func(v *stablehlo.Value) (*stablehlo.Value, error) { return sv.b.blk.Maximum(v, zeros) }
+	}
+	return sv.act(f, sv.pre(0, nil))
+}
+
+func (sv *stepVals) gruCell() *stablehlo.Value {
+	b, hid := sv.b, sv.hid
+	z, rr := sv.act(sv.sigmoid, sv.pre(0, nil)), sv.act(sv.sigmoid, sv.pre(1, nil))
+	hg := sv.gate(sv.xt, 2)
+	if sv.wBias != nil {
+		hg = b.add(hg, sv.gate(sv.wBias, 2))
+	}
+	var rh *stablehlo.Value
+	if sv.linearBeforeReset {
+		rh = sv.gate(sv.hr, 2) // r ⊙ (h Rh + Rbh)
+	} else {
+		// (r ⊙ h) Rh, plus Rbh.
+		rw := b.v(b.blk.Slice(sv.r, []int64{2 * hid, 0}, []int64{3 * hid, hid}, []int64{1, 1}))
+		rh, rr = b.dot(b.mul(rr, sv.h), rw), nil
+	}
+	if sv.rBias != nil {
+		rh = b.add(rh, sv.gate(sv.rBias, 2))
+	}
+	if rr != nil {
+		rh = b.mul(rr, rh)
+	}
+	hh := sv.act(sv.tanh, b.add(hg, rh))
+	one := b.full(sv.xt.Type().Elem, 1, sv.batch, hid)
+	return b.add(b.mul(b.sub(one, z), hh), b.mul(z, sv.h))
+}
+
+// lstmCell returns the new h and c (gates i, o, f, c).
+func (sv *stepVals) lstmCell() (h, c *stablehlo.Value) {
+	b := sv.b
+	row := func(v *stablehlo.Value) *stablehlo.Value { return b.bcast(v, []int64{1}, sv.batch, sv.hid) }
+	var ip, fp *stablehlo.Value
+	if sv.pi != nil {
+		ip, fp = b.product(sv.c, row(sv.pi)), b.product(sv.c, row(sv.pf))
+	}
+	i, f := sv.act(sv.sigmoid, sv.pre(0, ip)), sv.act(sv.sigmoid, sv.pre(2, fp))
+	cc := sv.act(sv.tanh, sv.pre(3, nil))
+	c = b.add(b.product(sv.c, f), b.product(i, cc))
+	var op *stablehlo.Value
+	if sv.po != nil {
+		op = b.product(c, row(sv.po))
+	}
+	return b.product(b.v(sv.tanh(c)), sv.act(sv.sigmoid, sv.pre(1, op))), c
 }
 
 // reverseSeq reverses v [seq, batch, f] along the sequence: each entry

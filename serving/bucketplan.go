@@ -91,7 +91,7 @@ type BucketPlan struct {
 	modelSyms map[string]dimSpec
 	// derived are the model's derived symbols (Graph.SymbolExprs): input
 	// dims that are expressions of its symbols, evaluated, not served.
-	derived map[string]*fxgraph.SymExpr
+	derived   map[string]*fxgraph.SymExpr
 	batchName string // the batch symbol's served name, "" without one
 	// bounded lists the outputs of data-dependent size and their count
 	// outputs (the graph's last outputs, not served): executions return them
@@ -269,26 +269,45 @@ func (p *BucketPlan) choose(dims map[string]int64) (map[string]int64, error) {
 	exec := make(map[string]int64, len(p.Symbols))
 	for _, s := range p.Symbols {
 		n := dims[s.Name]
-		top := s.Buckets[len(s.Buckets)-1]
-		switch {
-		case n > top && (!s.Defaulted || !s.Range.Contains(n)):
-			return nil, fmt.Errorf("%w: %s (%s) is %d, the largest bucket is %d (buckets: %v%s)", ErrNoBucket, p.origin(s.Name), s.Name, n, top, s.Buckets, p.rangeNote(s, n))
-		case n > top && s.Stride > 1 && n%s.Stride != 0 && s.Pad == PadBuckets:
-			exec[s.Name] = (n + s.Stride - 1) / s.Stride * s.Stride
-		case n > top && s.Stride > 1 && n%s.Stride != 0:
-			return nil, fmt.Errorf("%w: %s (%s) is %d; the model's shapes need a multiple of %d there (%s), and padding changes its outputs", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Stride, s.Learned)
-		case n > top:
-			exec[s.Name] = n
-		case s.Pad == PadExact && !s.Range.Contains(n):
-			return nil, fmt.Errorf("%w: %s (%s) is %d, outside the range %s the model allows for it (served at exact sizes: padding would change the outputs)", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Range)
-		case s.Pad == PadExact:
-			exec[s.Name] = n
-		default:
-			i := sort.Search(len(s.Buckets), func(i int) bool { return s.Buckets[i] >= n })
-			exec[s.Name] = s.Buckets[i]
+		var err error
+		if n > s.Buckets[len(s.Buckets)-1] {
+			exec[s.Name], err = p.aboveBuckets(s, n)
+		} else {
+			exec[s.Name], err = p.withinBuckets(s, n)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return exec, nil
+}
+
+// aboveBuckets is choose for a size above s's largest bucket: its own size
+// (the next multiple of a learned stride where padding is invisible) when
+// the buckets are the defaults and the model's range holds it.
+func (p *BucketPlan) aboveBuckets(s *SymbolPlan, n int64) (int64, error) {
+	top := s.Buckets[len(s.Buckets)-1]
+	switch {
+	case !s.Defaulted || !s.Range.Contains(n):
+		return 0, fmt.Errorf("%w: %s (%s) is %d, the largest bucket is %d (buckets: %v%s)", ErrNoBucket, p.origin(s.Name), s.Name, n, top, s.Buckets, p.rangeNote(s, n))
+	case s.Stride <= 1 || n%s.Stride == 0:
+		return n, nil
+	case s.Pad == PadBuckets:
+		return (n + s.Stride - 1) / s.Stride * s.Stride, nil
+	}
+	return 0, fmt.Errorf("%w: %s (%s) is %d; the model's shapes need a multiple of %d there (%s), and padding changes its outputs", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Stride, s.Learned)
+}
+
+// withinBuckets is choose for a size up to s's largest bucket.
+func (p *BucketPlan) withinBuckets(s *SymbolPlan, n int64) (int64, error) {
+	switch {
+	case s.Pad == PadExact && !s.Range.Contains(n):
+		return 0, fmt.Errorf("%w: %s (%s) is %d, outside the range %s the model allows for it (served at exact sizes: padding would change the outputs)", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Range)
+	case s.Pad == PadExact:
+		return n, nil
+	}
+	i := sort.Search(len(s.Buckets), func(i int) bool { return s.Buckets[i] >= n })
+	return s.Buckets[i], nil
 }
 
 // rangeNote says why a size above the largest bucket is refused.

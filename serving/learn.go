@@ -25,52 +25,61 @@ func (p *BucketPlan) learnSizes() {
 	if len(syms) == 0 {
 		return
 	}
-	base := p.baseDims()
+	safe := p.commonSize(syms)
+	if safe == nil {
+		return // no common size works: the probe and requests will say why
+	}
+	for _, s := range syms {
+		p.learnSymbol(s, safe)
+	}
+}
+
+// commonSize returns the base sizes with syms at the smallest of their
+// buckets at which the model's shapes work for all of them, or nil.
+func (p *BucketPlan) commonSize(syms []*SymbolPlan) map[string]int64 {
 	var candidates []int64
 	for _, s := range syms {
 		candidates = append(candidates, s.Buckets...)
 	}
 	slices.Sort(candidates)
-	candidates = slices.Compact(candidates)
-	safe := map[string]int64{}
-	for _, c := range candidates {
-		dims := cloneDims(base)
+	for _, c := range slices.Compact(candidates) {
+		dims := cloneDims(p.baseDims())
 		for _, s := range syms {
 			dims[s.Name] = min(max(c, s.Buckets[0]), s.Buckets[len(s.Buckets)-1])
 		}
 		if _, err := p.shapes(p.modelDims(dims)); err == nil {
-			safe = dims
-			break
+			return dims
 		}
 	}
-	if len(safe) == 0 {
-		return // no common size works: the probe and requests will say why
-	}
-	for _, s := range syms {
-		var keep, dropped []int64
-		var firstErr error
-		for _, n := range s.Buckets {
-			dims := cloneDims(safe)
-			dims[s.Name] = n
-			if _, err := p.shapes(p.modelDims(dims)); err != nil {
-				dropped = append(dropped, n)
-				if firstErr == nil {
-					firstErr = err
-				}
-				continue
+	return nil
+}
+
+// learnSymbol drops s's buckets at which the shapes fail, the others held
+// at safe, and sets its Stride and Learned.
+func (p *BucketPlan) learnSymbol(s *SymbolPlan, safe map[string]int64) {
+	var keep, dropped []int64
+	var firstErr error
+	for _, n := range s.Buckets {
+		dims := cloneDims(safe)
+		dims[s.Name] = n
+		if _, err := p.shapes(p.modelDims(dims)); err != nil {
+			dropped = append(dropped, n)
+			if firstErr == nil {
+				firstErr = err
 			}
-			keep = append(keep, n)
-		}
-		if len(dropped) == 0 || len(keep) == 0 {
 			continue
 		}
-		s.Buckets = keep
-		s.Stride = keep[0]
-		for _, n := range keep[1:] {
-			s.Stride = gcd(s.Stride, n)
-		}
-		s.Learned = fmt.Sprintf("the model's shapes fail at %s %s (%v)", s.Name, joinInts(dropped), firstErr)
+		keep = append(keep, n)
 	}
+	if len(dropped) == 0 || len(keep) == 0 {
+		return
+	}
+	s.Buckets = keep
+	s.Stride = keep[0]
+	for _, n := range keep[1:] {
+		s.Stride = gcd(s.Stride, n)
+	}
+	s.Learned = fmt.Sprintf("the model's shapes fail at %s %s (%v)", s.Name, joinInts(dropped), firstErr)
 }
 
 func cloneDims(m map[string]int64) map[string]int64 {

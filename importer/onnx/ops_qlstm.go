@@ -56,6 +56,34 @@ func qDynamicQuantizeLSTM(c *Ctx, n *Node) error {
 			return err
 		}
 	}
+	if err := qLSTMQuantArgs(c, args); err != nil {
+		return err
+	}
+	hidden := c.AttrInt("hidden_size", 0)
+	rnn, err := c.EmitKw("xserve.rnn", args, map[string]any{
+		"mode": "lstm", "hidden_size": hidden, "direction": c.AttrString("direction", "forward"),
+		"clip": float64(c.AttrFloat("clip", 0)),
+	})
+	if err != nil {
+		return err
+	}
+	for i := range 3 {
+		if !c.HasOutput(i) {
+			continue
+		}
+		out, err := c.Emit(fxgraph.GetItem, rnn, int64(i))
+		if err != nil {
+			return err
+		}
+		c.SetOutput(i, out)
+	}
+	return nil
+}
+
+// qLSTMQuantArgs sets the scales and zero points of W and R (inputs 8 to
+// 11) as xserve.rnn's arguments 8 to 11: scales float32, a missing zero
+// point zeros of the weights' dtype, one per direction.
+func qLSTMQuantArgs(c *Ctx, args []any) error {
 	for i, in := range []int{8, 9, 10, 11} {
 		if !c.HasInput(in) {
 			if in == 9 || in == 11 { // no zero point: 0 of the weights' dtype
@@ -82,24 +110,6 @@ func qDynamicQuantizeLSTM(c *Ctx, n *Node) error {
 			}
 		}
 		args[fxgraph.RNNWScale+i] = v
-	}
-	hidden := c.AttrInt("hidden_size", 0)
-	rnn, err := c.EmitKw("xserve.rnn", args, map[string]any{
-		"mode": "lstm", "hidden_size": hidden, "direction": c.AttrString("direction", "forward"),
-		"clip": float64(c.AttrFloat("clip", 0)),
-	})
-	if err != nil {
-		return err
-	}
-	for i := range 3 {
-		if !c.HasOutput(i) {
-			continue
-		}
-		out, err := c.Emit(fxgraph.GetItem, rnn, int64(i))
-		if err != nil {
-			return err
-		}
-		c.SetOutput(i, out)
 	}
 	return nil
 }
