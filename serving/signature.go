@@ -443,7 +443,9 @@ func (b *planBuilder) buildSymbols() error {
 			return err
 		}
 		b.symbolPad(s, used)
-		combos *= len(s.Buckets)
+		if !s.Defaulted || b.cfg.Warmup == modelrepo.WarmupEager {
+			combos *= len(s.Buckets) // what an eager warmup compiles
+		}
 		if combos > maxBucketCombinations {
 			return configError(b.cfgFile, "buckets", "the symbols %s give more than %d bucket combinations; give fewer sizes", p.symbolNames(), maxBucketCombinations)
 		}
@@ -484,7 +486,9 @@ func (b *planBuilder) symbolBuckets(s *SymbolPlan, used map[string]bool) error {
 	}
 	s.Defaulted = true
 	s.Buckets = clampBuckets(defaultBuckets(), s.Range)
-	if !s.Batch {
+	if !s.Batch && b.cfg.Warmup != modelrepo.WarmupEager {
+		// Compiled on first use: as many as the range allows. An eager
+		// warmup keeps the batch's defaults (it compiles every combination).
 		s.Buckets = defaultSymbolBuckets(s.Range)
 	}
 	return nil

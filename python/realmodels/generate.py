@@ -195,8 +195,9 @@ class DecodeStep(torch.nn.Module):
         super().__init__()
         self.model, self.config = model, config
 
-    def forward(self, input_ids, attention_mask, *cache):
+    def forward(self, *args):
         from transformers.cache_utils import DynamicCache
+        input_ids, attention_mask, cache = args[0], args[1], args[2:]
         c = DynamicCache(config=self.config)
         for i in range(0, len(cache), 2):
             c.update(cache[i], cache[i + 1], i // 2)
@@ -357,7 +358,7 @@ def export_formats(name, source, build, out, only_formats, log):
         dyn_static = {n: {a: dims[s] for a, s in ax.items() if s == "batch"} for n, _, ax in ins}
     # Positional dynamic_shapes: HFWrap.forward takes *args.
     dyn_pos = tuple(dyn[n] for n in names)
-    if isinstance(module, (HFWrap, FloatOut)):
+    if isinstance(module, (HFWrap, FloatOut, DecodeStep)):
         dyn_pos = {"args": dyn_pos}
     base = {"model": name, "source": source, "example": {n: list(t.shape) for n, t in zip(names, example)},
             "reference_by": "", "torch": torch.__version__}
@@ -376,7 +377,7 @@ def export_formats(name, source, build, out, only_formats, log):
             if fmt.startswith("pt2"):
                 if ep is None and opts.get("pt2_static_seq"):
                     pos = tuple(dyn_static[n] for n in names)
-                    ep = torch.export.export(module, example, dynamic_shapes={"args": pos} if isinstance(module, (HFWrap, FloatOut)) else pos)
+                    ep = torch.export.export(module, example, dynamic_shapes={"args": pos} if isinstance(module, (HFWrap, FloatOut, DecodeStep)) else pos)
                     torch.manual_seed(SEED + 3)
                     pt2_in = tuple(mk(REF_BATCH, EX_SEQ) for _, mk, _ in ins)
                     with torch.no_grad():
