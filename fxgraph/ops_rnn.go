@@ -6,6 +6,9 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
+// XserveRNN is the recurrent layers as one op (RNNArgs says more).
+var XserveRNN = &Op{Name: "xserve.rnn"}
+
 // RNNArgs are the settings of "xserve.rnn": ONNX's RNN, GRU and LSTM,
 // ONNX Runtime's DynamicQuantizeLSTM and torch's lstm, gru, rnn_tanh and
 // rnn_relu (one layer, sequence-first layout) as one IR op. Its args are
@@ -219,5 +222,5 @@ func rnnCompatible(s Shape, want []Dim) bool {
 }
 
 func registerRNN(r *Registry) {
-	r.Register(&Op{Name: "xserve.rnn", Shape: rnnShape})
+	r.define(XserveRNN, rnnShape, nil)
 }

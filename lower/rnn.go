@@ -10,7 +10,7 @@ import (
 // registerRNN registers the rule of "xserve.rnn" (ONNX RNN, GRU and LSTM,
 // DynamicQuantizeLSTM, torch's recurrent layers).
 func registerRNN(r *Registry) {
-	r.Register(fxgraph.MustOp("xserve.rnn"), rnnRule)
+	r.Register(fxgraph.XserveRNN, rnnRule)
 }
 
 // rnnRule lowers "xserve.rnn" (see fxgraph.RNNArgs): per direction, one

@@ -5,20 +5,20 @@ import (
 )
 
 // rnnDecompositions convert torch's recurrent layers (nn.LSTM, nn.GRU,
-// nn.RNN as torch.export keeps them) into one "xserve.rnn" per layer (see
+// nn.RNN as torch.export keeps them) into one fxgraph.XserveRNN per layer (see
 // fxgraph.RNNArgs). The packed-sequence overloads (.data) take their
 // batch sizes as a tensor whose values decide the shapes; torch.export
 // 2.14 cannot export them (pack_padded_sequence fails on its data-dependent
 // size), and they are refused with that said.
-var rnnDecompositions = map[string]decomposer{
-	"aten.lstm.input":     decRNN("lstm", ""),
-	"aten.gru.input":      decRNN("gru", ""),
-	"aten.rnn_tanh.input": decRNN("rnn", "tanh"),
-	"aten.rnn_relu.input": decRNN("rnn", "relu"),
-	"aten.lstm.data":      decPackedRNN,
-	"aten.gru.data":       decPackedRNN,
-	"aten.rnn_tanh.data":  decPackedRNN,
-	"aten.rnn_relu.data":  decPackedRNN,
+var rnnDecompositions = map[*fxgraph.Op]decomposer{
+	fxgraph.AtenLstmInput:    decRNN("lstm", ""),
+	fxgraph.AtenGruInput:     decRNN("gru", ""),
+	fxgraph.AtenRnnTanhInput: decRNN("rnn", "tanh"),
+	fxgraph.AtenRnnReluInput: decRNN("rnn", "relu"),
+	fxgraph.AtenLstmData:     decPackedRNN,
+	fxgraph.AtenGruData:      decPackedRNN,
+	fxgraph.AtenRnnTanhData:  decPackedRNN,
+	fxgraph.AtenRnnReluData:  decPackedRNN,
 }
 
 // rnnGateOrder maps torch's gate blocks to ONNX's (the IR op's): LSTM
@@ -57,7 +57,7 @@ func decRNN(mode, act string) decomposer {
 			return err
 		}
 		if s.batchFirst {
-			if x, err = c.emit("", "aten.permute.default", []any{x, ints64([]int64{1, 0, 2})}, nil); err != nil {
+			if x, err = c.emit("", fxgraph.AtenPermute, []any{x, ints64([]int64{1, 0, 2})}, nil); err != nil {
 				return err
 			}
 		}
@@ -70,13 +70,13 @@ func decRNN(mode, act string) decomposer {
 			x, hs, cs = y, append(hs, h), append(cs, cell)
 		}
 		if s.batchFirst {
-			if x, err = c.emit("", "aten.permute.default", []any{x, ints64([]int64{1, 0, 2})}, nil); err != nil {
+			if x, err = c.emit("", fxgraph.AtenPermute, []any{x, ints64([]int64{1, 0, 2})}, nil); err != nil {
 				return err
 			}
 		}
 		outs := []*fxgraph.Node{x}
 		for _, states := range [][]any{hs, cs} {
-			st, err := c.emit("", "aten.cat.default", []any{states, int64(0)}, nil)
+			st, err := c.emit("", fxgraph.AtenCat, []any{states, int64(0)}, nil)
 			if err != nil {
 				return err
 			}
@@ -165,7 +165,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 					return nil, err
 				}
 			}
-			u, err := c.emit("", "aten.unsqueeze.default", []any{p, int64(0)}, nil)
+			u, err := c.emit("", fxgraph.AtenUnsqueeze, []any{p, int64(0)}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -174,7 +174,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 		if len(parts) == 1 {
 			return parts[0].(*fxgraph.Node), nil
 		}
-		return c.emit("", "aten.cat.default", []any{parts, int64(0)}, nil)
+		return c.emit("", fxgraph.AtenCat, []any{parts, int64(0)}, nil)
 	}
 	w, err := stack(0, true)
 	if err != nil {
@@ -194,7 +194,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if b, err = c.emit("", "aten.cat.default", []any{[]any{bi, bh}, int64(1)}, nil); err != nil {
+		if b, err = c.emit("", fxgraph.AtenCat, []any{[]any{bi, bh}, int64(1)}, nil); err != nil {
 			return nil, nil, nil, err
 		}
 	}
@@ -202,7 +202,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 		if v == nil {
 			return nil, nil
 		}
-		return c.emit("", "aten.slice.Tensor", []any{v, int64(0), l * s.dirs, (l + 1) * s.dirs, int64(1)}, nil)
+		return c.emit("", fxgraph.AtenSliceTensor, []any{v, int64(0), l * s.dirs, (l + 1) * s.dirs, int64(1)}, nil)
 	}
 	h0, err := state(s.h0)
 	if err != nil {
@@ -216,7 +216,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 	if s.act != "" {
 		kw["activation"] = s.act
 	}
-	rnn, err := c.emit("", "xserve.rnn", []any{x, w, r, b, h0, c0, nil}, kw)
+	rnn, err := c.emit("", fxgraph.XserveRNN, []any{x, w, r, b, h0, c0, nil}, kw)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -233,7 +233,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 	}
 	var dirs []any
 	for d := range s.dirs {
-		sel, err := c.emit("", "aten.select.int", []any{yd, int64(1), d}, nil)
+		sel, err := c.emit("", fxgraph.AtenSelectInt, []any{yd, int64(1), d}, nil)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -242,7 +242,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 	if len(dirs) == 1 {
 		return dirs[0].(*fxgraph.Node), h, cell, nil
 	}
-	y, err = c.emit("", "aten.cat.default", []any{dirs, int64(2)}, nil)
+	y, err = c.emit("", fxgraph.AtenCat, []any{dirs, int64(2)}, nil)
 	return y, h, cell, err
 }
 
@@ -255,11 +255,11 @@ func (c *call) reorderGates(p *fxgraph.Node, s *rnnSpec) (*fxgraph.Node, error) 
 	}
 	var blocks []any
 	for _, g := range order {
-		blk, err := c.emit("", "aten.slice.Tensor", []any{p, int64(0), g * s.hid, (g + 1) * s.hid, int64(1)}, nil)
+		blk, err := c.emit("", fxgraph.AtenSliceTensor, []any{p, int64(0), g * s.hid, (g + 1) * s.hid, int64(1)}, nil)
 		if err != nil {
 			return nil, err
 		}
 		blocks = append(blocks, blk)
 	}
-	return c.emit("", "aten.cat.default", []any{blocks, int64(0)}, nil)
+	return c.emit("", fxgraph.AtenCat, []any{blocks, int64(0)}, nil)
 }

@@ -9,7 +9,7 @@ import (
 
 // qDynamicQuantizeLSTM converts com.microsoft DynamicQuantizeLSTM (X, W,
 // R, B, sequence_lens, initial_h, initial_c, P, W_scale, W_zero_point,
-// R_scale, R_zero_point) to one quantized "xserve.rnn" (see
+// R_scale, R_zero_point) to one quantized fxgraph.XserveRNN (see
 // fxgraph.RNNArgs): an LSTM (default activations, gates i, o, f, c) whose
 // input and recurrent products are ONNX Runtime's dynamically quantized
 // GEMMs. W [dirs, input, 4*hidden] and R [dirs, hidden, 4*hidden] are
@@ -45,7 +45,7 @@ func qDynamicQuantizeLSTM(c *Ctx, n *Node) error {
 			return err
 		}
 		if in == 1 || in == 2 { // [dirs, k, 4*hidden] -> [dirs, 4*hidden, k]
-			if v, err = c.Emit("aten.permute.default", v, ints([]int64{0, 2, 1})); err != nil {
+			if v, err = c.Emit(fxgraph.AtenPermute, v, ints([]int64{0, 2, 1})); err != nil {
 				return err
 			}
 		}
@@ -60,7 +60,7 @@ func qDynamicQuantizeLSTM(c *Ctx, n *Node) error {
 		return err
 	}
 	hidden := c.AttrInt("hidden_size", 0)
-	rnn, err := c.EmitKw("xserve.rnn", args, map[string]any{
+	rnn, err := c.EmitKw(fxgraph.XserveRNN, args, map[string]any{
 		"mode": "lstm", "hidden_size": hidden, "direction": c.AttrString("direction", "forward"),
 		"clip": float64(c.AttrFloat("clip", 0)),
 	})

@@ -313,7 +313,7 @@ MODELS = {
                       half_model(hf_text("LlamaConfig", "LlamaModel", num_key_value_heads=2, **SMALL_LM), torch.bfloat16)),
 }
 
-# The committed fixtures of `go test ./internal/realmodels` (--tiny): the
+# The committed fixtures of `go test ./harness/realmodels` (--tiny): the
 # same architectures at toy sizes, so each case stays well under 300 KB.
 TINY_LM = dict(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
 TINY_MODELS = {
