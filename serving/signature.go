@@ -503,6 +503,12 @@ func (b *planBuilder) symbolPad(s *SymbolPlan, used map[string]bool) {
 		s.Pad, s.PadReason = PadExact, "the model has outputs of data-dependent size"
 		return
 	}
+	if why := wholeTensorQuantization(b.g); why != "" {
+		// Padding (and other requests' rows) would move the quantization
+		// range of every row: visible, though a probe may not see it.
+		s.Pad, s.PadReason = PadExact, why
+		return
+	}
 	for _, name := range s.configNames() {
 		pad, ok := b.cfg.Pad[name]
 		if !ok {
@@ -548,4 +554,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// wholeTensorQuantization says why the model's rows are not independent
+// when it quantizes activations over a whole tensor at run time (ONNX
+// DynamicQuantizeLinear's min/max over every element, DynamicQuantizeLSTM's
+// over the whole batch), or "".
+func wholeTensorQuantization(g *fxgraph.Graph) string {
+	for _, n := range g.Nodes() {
+		switch {
+		case n.Op == fxgraph.XserveRNN && fxgraph.RNNQuantized(n):
+			return "the model quantizes its recurrent state over the whole batch (DynamicQuantizeLSTM): padding and other requests' rows change every row's quantization"
+		case n.Op == fxgraph.AtenMin || n.Op == fxgraph.AtenMax:
+			return "the model takes the minimum or maximum of a whole tensor (DynamicQuantizeLinear's range): padding and other requests' rows change it"
+		}
+	}
+	return ""
 }
