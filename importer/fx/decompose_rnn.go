@@ -152,18 +152,16 @@ func (c *call) rnnSpec(mode, act string) (*rnnSpec, error) {
 // rnnLayer emits layer l: it returns the layer's output [seq, batch,
 // dirs*hidden] and its final h and c [dirs, batch, hidden].
 func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgraph.Node, err error) {
-	stack := func(k int, gateRows bool) (*fxgraph.Node, error) {
+	stack := func(k int) (*fxgraph.Node, error) {
 		var parts []any
 		for d := range s.dirs {
 			p, ok := s.params[int((l*s.dirs+d)*int64(s.perLayerDirParams))+k].(*fxgraph.Node)
 			if !ok {
 				return nil, c.errorf(ErrFormat, "%s: weight %d of layer %d is not a tensor", c.target, k, l)
 			}
-			if gateRows {
-				var err error
-				if p, err = c.reorderGates(p, s); err != nil {
-					return nil, err
-				}
+			var err error
+			if p, err = c.reorderGates(p, s); err != nil {
+				return nil, err
 			}
 			u, err := c.emit("", fxgraph.AtenUnsqueeze, []any{p, int64(0)}, nil)
 			if err != nil {
@@ -176,25 +174,16 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 		}
 		return c.emit("", fxgraph.AtenCat, []any{parts, int64(0)}, nil)
 	}
-	w, err := stack(0, true)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	r, err := stack(1, true)
-	if err != nil {
-		return nil, nil, nil, err
+	// w_ih, w_hh (and b_ih, b_hh) of every direction, stacked.
+	var ws [4]*fxgraph.Node
+	for k := range s.perLayerDirParams {
+		if ws[k], err = stack(k); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	var b any
 	if s.bias {
-		bi, err := stack(2, true)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		bh, err := stack(3, true)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if b, err = c.emit("", fxgraph.AtenCat, []any{[]any{bi, bh}, int64(1)}, nil); err != nil {
+		if b, err = c.emit("", fxgraph.AtenCat, []any{[]any{ws[2], ws[3]}, int64(1)}, nil); err != nil {
 			return nil, nil, nil, err
 		}
 	}
@@ -216,7 +205,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 	if s.act != "" {
 		kw["activation"] = s.act
 	}
-	rnn, err := c.emit("", fxgraph.XserveRNN, []any{x, w, r, b, h0, c0, nil}, kw)
+	rnn, err := c.emit("", fxgraph.XserveRNN, []any{x, ws[0], ws[1], b, h0, c0, nil}, kw)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -67,17 +67,8 @@ func qDynamicQuantizeLSTM(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	for i := range 3 {
-		if !c.HasOutput(i) {
-			continue
-		}
-		out, err := c.Emit(fxgraph.GetItem, rnn, int64(i))
-		if err != nil {
-			return err
-		}
-		c.SetOutput(i, out)
-	}
-	return nil
+	_, err = setItems(c, rnn, 3)
+	return err
 }
 
 // qLSTMQuantArgs sets the scales and zero points of W and R (inputs 8 to

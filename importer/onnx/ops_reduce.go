@@ -552,18 +552,27 @@ func convertTopK(kInput bool) Converter {
 		if err != nil {
 			return err
 		}
-		for i := range 2 {
-			if !c.HasOutput(i) {
-				continue
-			}
-			out, err := c.Emit(fxgraph.GetItem, top, int64(i))
-			if err != nil {
-				return err
-			}
-			c.SetOutput(i, out)
-		}
-		return nil
+		_, err = setItems(c, top, 2)
+		return err
 	}
+}
+
+// setItems sets output i of the node to element i of tuple, for the first
+// n outputs the model uses, and returns them (nil where unused).
+func setItems(c *Ctx, tuple *fxgraph.Node, n int) ([]*fxgraph.Node, error) {
+	outs := make([]*fxgraph.Node, n)
+	for i := range n {
+		if !c.HasOutput(i) {
+			continue
+		}
+		out, err := c.Emit(fxgraph.GetItem, tuple, int64(i))
+		if err != nil {
+			return nil, err
+		}
+		c.SetOutput(i, out)
+		outs[i] = out
+	}
+	return outs, nil
 }
 
 // topKRunTime converts TopK whose K is a run-time value: the whole axis
@@ -598,16 +607,11 @@ func topKRunTime(c *Ctx, x *fxgraph.Node) error {
 	if err != nil {
 		return err
 	}
-	for i := range 2 {
-		if !c.HasOutput(i) {
-			continue
+	outs, err := setItems(c, top, 2)
+	for _, out := range outs {
+		if out != nil {
+			*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: int(axis), op: "TopK"})
 		}
-		out, err := c.Emit(fxgraph.GetItem, top, int64(i))
-		if err != nil {
-			return err
-		}
-		c.SetOutput(i, out)
-		*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: int(axis), op: "TopK"})
 	}
-	return nil
+	return err
 }
