@@ -443,9 +443,7 @@ func (b *planBuilder) buildSymbols() error {
 			return err
 		}
 		b.symbolPad(s, used)
-		if !s.Defaulted || b.cfg.Warmup == modelrepo.WarmupEager {
-			combos *= len(s.Buckets) // what an eager warmup compiles
-		}
+		combos *= b.warmupBuckets(s)
 		if combos > maxBucketCombinations {
 			return configError(b.cfgFile, "buckets", "the symbols %s give more than %d bucket combinations; give fewer sizes", p.symbolNames(), maxBucketCombinations)
 		}
@@ -461,6 +459,16 @@ func (b *planBuilder) buildSymbols() error {
 		}
 	}
 	return nil
+}
+
+// warmupBuckets is how many of s's buckets an eager warmup compiles (the
+// combination limit counts them): config.yaml's, or the defaults under
+// warmup: eager; lazily compiled defaults count as one.
+func (b *planBuilder) warmupBuckets(s *SymbolPlan) int {
+	if !s.Defaulted || b.cfg.Warmup == modelrepo.WarmupEager {
+		return len(s.Buckets)
+	}
+	return 1
 }
 
 // configNames are the names config.yaml may use for s: its served name,
