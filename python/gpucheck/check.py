@@ -33,7 +33,7 @@ from . import export, inproc, models, procs, report
 # minutes on a small CPU). batching_buckets: the batch buckets of the copy
 # served with dynamic batching on.
 PROFILES = {
-    "gpu": dict(size="gpu", check_batch=8, batches=(1, 8, 64), rounds=2, cell_s=0.75, warmup_s=0.25,
+    "gpu": dict(size="gpu", check_batch=8, batches=(1, 8, 64), rounds=2, cell_s=0.5, warmup_s=0.2,
                 concurrency=(1, 32), batching_s=2.0, batching_rounds=2, batching_buckets=(1, 2, 4, 8, 16, 32, 64),
                 compile_backend="inductor", budget_s=450, reserve_s=25, ready_timeout_s=300, run_timeout_s=240),
     "cpu": dict(size="cpu", check_batch=8, batches=(1, 8), rounds=1, cell_s=0.2, warmup_s=0.1,
@@ -362,18 +362,27 @@ class Check:
                 "runs": len(ss)})
 
     def latency(self, srv):
+        """Batch by batch (1 first: the targets need it), model by model, so
+        that what the budget cuts is the largest batches."""
         inproc._set_tf32(True)  # timed torch runs use TF32, as XLA's default precision does
-        for name in list(self.specs):
-            try:
-                self.latency_model(srv, name)
-            except Exception as e:  # noqa: BLE001
-                self.error(f"latency {name}", e)
+        competitors = {}
+        for name, spec in self.specs.items():
+            if "pt2" not in self.files[name]:
+                self.error(f"latency {name}", procs.CheckError(f"no {name} .pt2 to serve"))
+                continue
+            competitors[name] = self.make_runners(name, spec)
+        for batch in self.prof["batches"]:
+            for name, (runners, errors) in competitors.items():
+                try:
+                    self.latency_cell(srv, name, batch, runners, errors)
+                except Exception as e:  # noqa: BLE001
+                    self.error(f"latency {name} batch {batch}", e)
             self.write(final=False)
+        competitors.clear()
+        _free_device(self.device)
 
-    def latency_model(self, srv, name):
-        spec = self.specs[name]
-        if "pt2" not in self.files[name]:
-            raise procs.CheckError(f"no {name} .pt2 to serve")
+    def make_runners(self, name, spec):
+        """The in-process competitors of one model, and why any is missing."""
         runners, errors = {}, {}
         for sys_name, make in (("torch_eager", lambda: inproc.TorchRunner(spec, self.device)),
                                ("torch_compile", lambda: inproc.TorchRunner(spec, self.device, self.prof["compile_backend"])),
@@ -383,49 +392,55 @@ class Check:
             except Exception as e:  # noqa: BLE001
                 errors[sys_name] = f"{type(e).__name__}: {e}"[:1000]
                 self.error(f"{sys_name} {name}", e)
-        for batch in self.prof["batches"]:
-            need = self.prof["rounds"] * len(SYSTEMS) * (self.prof["cell_s"] + 0.3) + self.prof["reserve_s"]
-            if self.remaining() < need:
-                self.skip(f"latency {name} batch {batch}", f"time budget ({self.remaining():.0f}s left, {need:.0f}s needed)")
-                continue
-            x = spec.input(batch, seed=4)
-            npy = self.save_input(name, x)
-            for sys_name, run in list(runners.items()):
-                guess = max(run.compile_s.values(), default=WARM_GUESS_S.get(sys_name, 5))
-                if self.remaining() < need + guess:
-                    self.skip(f"{sys_name} {name} batch {batch}", f"time budget (its first calls may take {guess:.0f}s)")
-                    continue
+        return runners, errors
+
+    def latency_cell(self, srv, name, batch, runners, errors):
+        """Every competitor on one model at one batch size, in rotating order
+        for the profile's rounds; one latency row per competitor."""
+        spec = self.specs[name]
+        need = self.prof["rounds"] * len(SYSTEMS) * (self.prof["cell_s"] + 0.3) + self.prof["reserve_s"]
+        if self.remaining() < need:
+            self.skip(f"latency {name} batch {batch}", f"time budget ({self.remaining():.0f}s left, {need:.0f}s needed)")
+            return
+        x = spec.input(batch, seed=4)
+        npy = self.save_input(name, x)
+        self.warm(name, batch, x, runners, errors, need)
+        cells = {s: [] for s in SYSTEMS}
+        for r in range(self.prof["rounds"]):
+            for s in SYSTEMS[r % len(SYSTEMS):] + SYSTEMS[:r % len(SYSTEMS)]:
                 try:
-                    run.warm(x)
+                    if s in SERVED:
+                        cells[s].append(self.served_cell(srv, s, name, spec, npy, batch))
+                    elif s in runners and batch in runners[s].compile_s:
+                        cells[s].append(_inproc_cell(runners[s], x, self.prof["cell_s"]))
                 except Exception as e:  # noqa: BLE001
-                    errors[sys_name] = f"{type(e).__name__}: {e}"[:1000]
-                    self.error(f"{sys_name} {name} batch {batch}", e)
-                    del runners[sys_name]
-            cells = {s: [] for s in SYSTEMS}
-            for r in range(self.prof["rounds"]):
-                order = SYSTEMS[r % len(SYSTEMS):] + SYSTEMS[:r % len(SYSTEMS)]
-                for s in order:
-                    try:
-                        if s in SERVED:
-                            cells[s].append(self.served_cell(srv, s, name, spec, npy, batch))
-                        elif s in runners and batch in runners[s].compile_s:
-                            cells[s].append(_inproc_cell(runners[s], x, self.prof["cell_s"]))
-                    except Exception as e:  # noqa: BLE001
-                        errors[s] = f"{type(e).__name__}: {e}"[:1000]
-                        self.error(f"{s} {name} batch {batch}", e)
-            for s in SYSTEMS:
-                row = {"model": name, "batch": batch, "system": s}
-                if cells[s]:
-                    row.update({k: _median([c[k] for c in cells[s]]) for k in ("p50_ms", "p90_ms", "p99_ms", "rows_per_s")})
-                    row["rounds"] = len(cells[s])
-                    run = runners.get(s)
-                    if run is not None and batch in run.compile_s:
-                        row["first_calls_s"] = round(run.compile_s[batch], 2)
-                else:
-                    row["error"] = errors.get(s, "not measured (see skipped)")
-                self.r["latency"].append(row)
-        del runners
-        _free_device(self.device)
+                    errors[s] = f"{type(e).__name__}: {e}"[:1000]
+                    self.error(f"{s} {name} batch {batch}", e)
+        for s in SYSTEMS:
+            row = {"model": name, "batch": batch, "system": s}
+            if cells[s]:
+                row.update({k: _median([c[k] for c in cells[s]]) for k in ("p50_ms", "p90_ms", "p99_ms", "rows_per_s")})
+                row["rounds"] = len(cells[s])
+                if s in runners and batch in runners[s].compile_s:
+                    row["first_calls_s"] = round(runners[s].compile_s[batch], 2)
+            else:
+                row["error"] = errors.get(s, "not measured (see skipped)")
+            self.r["latency"].append(row)
+
+    def warm(self, name, batch, x, runners, errors, need):
+        """The first calls of each in-process competitor at this batch size
+        (torch.compile and JAX compile here), unless they would not fit."""
+        for sys_name, run in list(runners.items()):
+            guess = max(run.compile_s.values(), default=WARM_GUESS_S.get(sys_name, 5))
+            if self.remaining() < need + guess:
+                self.skip(f"{sys_name} {name} batch {batch}", f"time budget (its first calls may take {guess:.0f}s)")
+                continue
+            try:
+                run.warm(x)
+            except Exception as e:  # noqa: BLE001
+                errors[sys_name] = f"{type(e).__name__}: {e}"[:1000]
+                self.error(f"{sys_name} {name} batch {batch}", e)
+                del runners[sys_name]
 
     def served_cell(self, srv, s, name, spec, npy, batch):
         proto = "grpc" if s == "xserve_grpc" else "http"
