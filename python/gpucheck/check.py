@@ -38,7 +38,8 @@ PROFILES = {
                 compile_backend="inductor", budget_s=450, reserve_s=25, ready_timeout_s=300, run_timeout_s=240),
     "cpu": dict(size="cpu", check_batch=8, batches=(1, 8), rounds=1, cell_s=0.2, warmup_s=0.1,
                 concurrency=(1, 32), batching_s=0.5, batching_rounds=1, batching_buckets=(1, 8, 32),
-                compile_backend="eager", budget_s=600, reserve_s=25, ready_timeout_s=300, run_timeout_s=240),
+                compile_backend="eager", budget_s=600, reserve_s=25, ready_timeout_s=300, run_timeout_s=240,
+                torch_threads=1),
 }
 
 SERVED = ("xserve_http", "xserve_grpc")
@@ -487,6 +488,12 @@ class Check:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX beside torch and xserve on one GPU
         os.environ.setdefault("JAX_PLATFORMS", "cuda" if self.args.mode == "gpu" else "cpu")
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(self.work, "inductor"))
+        if self.prof.get("torch_threads"):
+            # On a small CPU, torch's OpenMP team beside the server's and
+            # JAX's threads turns milliseconds into hundreds of them.
+            import torch
+
+            torch.set_num_threads(self.prof["torch_threads"])
         ok = self.step("environment", self.environment)
         ok = ok and self.step("plugin", self.find_plugin)
         if ok:
