@@ -55,6 +55,10 @@ type Op struct {
 	// inputs (aten.sym_size, aten._shape_as_tensor): they fold as soon as those
 	// shapes are static, even when the inputs are not constant.
 	ShapeOnly bool
+	// Host marks an op that only the host computes (string operators): it
+	// has an Eval and no lowering rule, and SplitHost runs it before or
+	// after the program.
+	Host bool
 	// Twin, for a .Scalar overload whose other operand is a Python number
 	// (aten.mul.Scalar), is the .Tensor overload that computes the same
 	// thing (aten.mul.Tensor): rules written for the twin apply unchanged.
@@ -95,6 +99,8 @@ func init() {
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
+	registerTrees(r)
+	registerStrings(r)
 	attachArgSchemas(r.ops)
 	attachScalarTwins(r.ops)
 	opTable = r.ops

@@ -74,10 +74,18 @@ func (r *Runner) Lowerer() *lower.Lowerer { return r.lowerer }
 
 // Model is an imported graph and the device copies of its weights, shared
 // by the programs compiled for it. Close it when done.
+//
+// A graph with string values runs in host stages around its device graph
+// (fxgraph.SplitHost): Bind, Lower and Compile are the device graph's, Run
+// runs the whole model.
 type Model struct {
 	Graph   *fxgraph.Graph
 	r       *Runner
 	weights *serving.Weights
+	// host is the graph's host split, nil when it all runs on the device.
+	host *fxgraph.HostSplit
+	// dev is the graph lowered to programs (Graph, or host's Device).
+	dev *fxgraph.Graph
 }
 
 // Import imports the model file at path (any format importer.Load
@@ -90,13 +98,25 @@ func (r *Runner) Load(path string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.Model(g), nil
+	return r.Model(g)
 }
 
-// Model wraps an imported graph.
-func (r *Runner) Model(g *fxgraph.Graph) *Model {
-	return &Model{Graph: g, r: r, weights: serving.NewWeights(r.client)}
+// Model wraps an imported graph, cutting off its host stages.
+func (r *Runner) Model(g *fxgraph.Graph) (*Model, error) {
+	host, err := fxgraph.SplitHost(g)
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	m := &Model{Graph: g, r: r, weights: serving.NewWeights(r.client), host: host, dev: g}
+	if host != nil {
+		m.dev = host.Device
+	}
+	return m, nil
 }
+
+// Host returns the model's host split, or nil when it runs whole on the
+// device.
+func (m *Model) Host() *fxgraph.HostSplit { return m.host }
 
 // Close frees the model's device weights.
 func (m *Model) Close() error { return m.weights.Close() }
@@ -132,19 +152,22 @@ func (m *Model) OrderInputs(named map[string]*tensor.Tensor) ([]*tensor.Tensor, 
 	return out, nil
 }
 
-// Bind returns the sizes of the model's symbolic dims for inputs (in the
-// order of the model's inputs).
+// Bind returns the sizes of the device graph's symbolic dims for inputs
+// (in the order of its inputs: the model's, without host stages).
 func (m *Model) Bind(inputs []*tensor.Tensor) (map[string]int64, error) {
-	dims, err := m.Graph.BindDims(inputs)
+	if m.dev == nil {
+		return nil, fmt.Errorf("runner: the model has no device graph (it runs on the host)")
+	}
+	dims, err := m.dev.BindDims(inputs)
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	return dims, nil
 }
 
-// Lower lowers the model for the bound dims.
+// Lower lowers the device graph for the bound dims.
 func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) {
-	return m.r.lowerer.Lower(m.Graph, dims)
+	return m.r.lowerer.Lower(m.dev, dims)
 }
 
 // Compiled is a program compiled for one shape bucket of a model. Close it
@@ -219,8 +242,38 @@ type Timings struct {
 
 // Run binds, lowers, compiles and runs the model once on inputs (in the
 // order of its inputs) and returns its outputs, trimmed, and the program it
-// ran.
+// ran (nil for a model that runs on the host only). Host stages run before
+// and after the program.
 func (m *Model) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, *lower.Program, Timings, error) {
+	if m.host == nil {
+		return m.runDevice(ctx, inputs)
+	}
+	var prog *lower.Program
+	var tm Timings
+	outs, err := m.host.Run(ctx, inputs, func(ctx context.Context, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		var outs []*tensor.Tensor
+		var err error
+		outs, prog, tm, err = m.runDevice(ctx, in)
+		return outs, err
+	})
+	return outs, prog, tm, err
+}
+
+// OutputNames returns the names of the outputs Run returns (prog is what
+// Run returned).
+func (m *Model) OutputNames(prog *lower.Program) []string {
+	if m.host == nil {
+		return OutputNames(prog)
+	}
+	var names []string
+	for i := range m.Graph.Outputs() {
+		names = append(names, m.Graph.OutputName(i))
+	}
+	return names
+}
+
+// runDevice is Run of the device graph.
+func (m *Model) runDevice(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, *lower.Program, Timings, error) {
 	var tm Timings
 	dims, err := m.Bind(inputs)
 	if err != nil {

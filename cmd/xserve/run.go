@@ -101,12 +101,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if tm.Cached {
 		compiled = "loaded from the compile cache"
 	}
-	fmt.Fprintf(stderr, "lowered in %s, %s in %s, executed in %s (dims %v)\n",
-		tm.Lower.Round(time.Microsecond), compiled, tm.Compile.Round(time.Microsecond), tm.Run.Round(time.Microsecond), prog.Dims)
+	if prog != nil {
+		fmt.Fprintf(stderr, "lowered in %s, %s in %s, executed in %s (dims %v)\n",
+			tm.Lower.Round(time.Microsecond), compiled, tm.Compile.Round(time.Microsecond), tm.Run.Round(time.Microsecond), prog.Dims)
+	} else {
+		fmt.Fprintln(stderr, "ran on the host only (string operators): no XLA program")
+	}
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
-	names := runner.OutputNames(prog)
+	names := m.OutputNames(prog)
 	for i, t := range outs {
 		name := names[i]
 		file := filepath.Join(*outDir, outputFileName(name))

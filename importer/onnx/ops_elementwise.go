@@ -321,15 +321,21 @@ func ewWhere(c *Ctx, _ *Node) error {
 	return nil
 }
 
+// ewEqual converts Equal: aten.eq, or for strings (opset 19 on) a host
+// comparison.
+func ewEqual(c *Ctx, n *Node) error {
+	if a, err := c.Input(0); err == nil && Meta(a).DType == tensor.String {
+		return stringBinaryConvert("xserve.string_equal")(c, n)
+	}
+	return ewBinary("aten.eq.Tensor")(c, n)
+}
+
 // ewCastDType maps Cast's "to" code to a dtype; string and the types
 // without an IR dtype are Unsupported.
 func ewCastDType(code int64) (tensor.DType, error) {
 	dt, err := DType(int32(code))
 	if err != nil {
 		return tensor.Invalid, Unsupported("cast to %s", onnxTypeName(int32(code)))
-	}
-	if dt == tensor.String {
-		return tensor.Invalid, Unsupported("cast to STRING")
 	}
 	return dt, nil
 }
@@ -340,8 +346,8 @@ func ewCastDType(code int64) (tensor.DType, error) {
 // truncation toward zero for float to integer, x != 0 for bool).
 func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	src := Meta(x).DType
-	if src == tensor.String {
-		return nil, Unsupported("cast from STRING")
+	if src == tensor.String || dt == tensor.String {
+		return stringCast(c, x, dt)
 	}
 	if src == dt {
 		return x, nil
@@ -397,11 +403,7 @@ func ewCastLike(c *Ctx, _ *Node) error {
 	if err != nil {
 		return err
 	}
-	dt := Meta(like).DType
-	if dt == tensor.String {
-		return Unsupported("cast to STRING")
-	}
-	y, err := ewCast(c, x, dt)
+	y, err := ewCast(c, x, Meta(like).DType)
 	if err != nil {
 		return err
 	}
@@ -772,13 +774,14 @@ func registerElementwise(cs converters) {
 	cs.add("Sign", ewSign)
 	for op, target := range map[string]string{
 		"Add": "aten.add.Tensor", "Sub": "aten.sub.Tensor", "Mul": "aten.mul.Tensor",
-		"Equal": "aten.eq.Tensor", "Less": "aten.lt.Tensor", "LessOrEqual": "aten.le.Tensor",
+		"Less": "aten.lt.Tensor", "LessOrEqual": "aten.le.Tensor",
 		"Greater": "aten.gt.Tensor", "GreaterOrEqual": "aten.ge.Tensor",
 		"BitwiseAnd": "aten.bitwise_and.Tensor", "BitwiseOr": "aten.bitwise_or.Tensor",
 		"BitwiseXor": "aten.bitwise_xor.Tensor",
 	} {
 		cs.add(op, ewBinary(target))
 	}
+	cs.add("Equal", ewEqual)
 	cs.add("And", ewBinary("aten.logical_and.default"))
 	cs.add("Or", ewBinary("aten.logical_or.default"))
 	cs.add("Xor", ewBinary("aten.logical_xor.default"))
