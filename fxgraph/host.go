@@ -2,6 +2,7 @@ package fxgraph
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -20,6 +21,10 @@ import (
 // nodes would need device results that themselves need host results again
 // (host, device, host, device) is refused. docs/ONNX-ML.md describes the
 // cut.
+
+// ErrHostNode is wrapped by the errors of host nodes at run time (text
+// that is no number, ...): errors of the data, not of the graph.
+var ErrHostNode = errors.New("fxgraph: host node")
 
 // isHostNode reports whether call_function node n runs on the host.
 func isHostNode(n *Node) bool {
@@ -298,7 +303,7 @@ func (s *HostSplit) runHost(ctx context.Context, ns []*Node, env map[*Node][]*te
 		}
 		outs, err := EvalOnHost(n, ins)
 		if err != nil {
-			return fmt.Errorf("fxgraph: host node %s (%s): %w", n.Name, n.Target, err)
+			return fmt.Errorf("%w %s (%s): %w", ErrHostNode, n.Name, n.Target, err)
 		}
 		env[n] = outs
 	}

@@ -275,6 +275,9 @@ func strSplitShape(n *Node) (Meta, error) {
 // of whitespace (none at the ends) when sep is empty.
 func splitString(s, sep string, maxsplit int) []string {
 	if sep != "" {
+		if maxsplit < 0 {
+			return strings.Split(s, sep)
+		}
 		return strings.SplitN(s, sep, maxsplit+1)
 	}
 	var out []string
@@ -306,9 +309,6 @@ func strSplitEval(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, 
 	parts := make([][]string, len(x.Strings))
 	width := 0
 	for i, s := range x.Strings {
-		if maxsplit < 0 {
-			maxsplit = -1
-		}
 		parts[i] = splitString(string(s), sep, int(maxsplit))
 		width = max(width, len(parts[i]))
 	}

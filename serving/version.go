@@ -30,8 +30,11 @@ type version struct {
 	cfg   *modelrepo.Config
 
 	// Set by load and read-only afterwards.
-	graph   *fxgraph.Graph
-	plan    *BucketPlan
+	graph *fxgraph.Graph
+	plan  *BucketPlan // nil for a model that runs on the host only
+	// host is the model's host stages (string operators), nil when it runs
+	// whole on the device.
+	host    *hostStages
 	hash    string // content hash of the version directory
 	weights *Weights
 	// batcher groups requests into batches; nil when the version runs each
@@ -115,6 +118,17 @@ func (v *version) load(ctx context.Context) error {
 	g, err := importer.Load(v.entry.Path)
 	if err != nil {
 		return err
+	}
+	split, err := fxgraph.SplitHost(g)
+	if err != nil {
+		return err
+	}
+	if split != nil {
+		v.host = newHostStages(split)
+		if g = split.Device; g == nil {
+			v.log().Info("model version loaded", "file", v.entry.Path, "inputs", specNames(v.host.inputs), "device", "none: it runs on the host only")
+			return nil
+		}
 	}
 	// Shape-independent passes once per version, so the weights they make
 	// are shared by every bucket (and found by the StableHLO cache).

@@ -202,7 +202,7 @@ def lightgbm_classifier(small):
     import onnxmltools
     x, y = classification()
     m = lightgbm.LGBMClassifier(n_estimators=5 if small else 100, num_leaves=7 if small else 31, random_state=SEED,
-                                verbose=-1).fit(x, y)
+                                verbose=-1, n_jobs=1).fit(x, y)
     return onnxmltools.convert_lightgbm(m, initial_types=lgbm_input(), zipmap=False, target_opset=15), {"input": ref_rows()}
 
 
@@ -211,7 +211,7 @@ def lightgbm_binary(small):
     import onnxmltools
     x, y = classification(classes=2)
     m = lightgbm.LGBMClassifier(n_estimators=5 if small else 100, num_leaves=7 if small else 31, random_state=SEED,
-                                verbose=-1).fit(x, y)
+                                verbose=-1, n_jobs=1).fit(x, y)
     return onnxmltools.convert_lightgbm(m, initial_types=lgbm_input(), zipmap=False, target_opset=15), {"input": ref_rows()}
 
 
@@ -220,7 +220,7 @@ def lightgbm_regressor(small):
     import onnxmltools
     x, y = regression()
     m = lightgbm.LGBMRegressor(n_estimators=5 if small else 100, num_leaves=7 if small else 31, random_state=SEED,
-                               verbose=-1).fit(x, y)
+                               verbose=-1, n_jobs=1).fit(x, y)
     return onnxmltools.convert_lightgbm(m, initial_types=lgbm_input(), target_opset=15), {"input": ref_rows()}
 
 
@@ -230,7 +230,7 @@ def lightgbm_500(small):
     import lightgbm
     import onnxmltools
     x, y = classification(n=5000, classes=2, features=20)
-    m = lightgbm.LGBMClassifier(n_estimators=500, num_leaves=31, random_state=SEED, verbose=-1).fit(x, y)
+    m = lightgbm.LGBMClassifier(n_estimators=500, num_leaves=31, random_state=SEED, verbose=-1, n_jobs=1).fit(x, y)
     return (onnxmltools.convert_lightgbm(m, initial_types=lgbm_input(20), zipmap=False, target_opset=15),
             {"input": ref_rows(features=20)})
 
@@ -239,7 +239,7 @@ def xgboost_classifier(small):
     import onnxmltools
     import xgboost
     x, y = classification()
-    m = xgboost.XGBClassifier(n_estimators=5 if small else 100, max_depth=3 if small else 6, random_state=SEED).fit(x, y)
+    m = xgboost.XGBClassifier(n_estimators=5 if small else 100, max_depth=3 if small else 6, random_state=SEED, n_jobs=1).fit(x, y)
     return onnxmltools.convert_xgboost(m, initial_types=lgbm_input(), target_opset=15), {"input": ref_rows()}
 
 
@@ -328,6 +328,17 @@ MODELS = {
     "lightgbm_500": ("onnx-onnxmltools", LGB + ": LGBMClassifier, 500 trees (the benchmark's)", lightgbm_500),
     "xgboost_classifier": ("onnx-onnxmltools", XGB + ": XGBClassifier, 3 classes", xgboost_classifier),
 }
+# Outputs that must equal ONNX Runtime's bit for bit: tree sums without a
+# post transform (added in ONNX Runtime's order). Labels (integers and
+# strings) are always compared exactly; other floats within 1e-5.
+EXACT = {
+    "sklearn_random_forest": ["probabilities"],
+    "sklearn_gradient_boosting_regressor": ["variable"],
+    "sklearn_zipmap_classifier": ["output_probability"],
+    "sklearn_tree_ensemble_v5": ["variable"],
+    "lightgbm_regressor": ["variable"],
+}
+TOLERANCE = 1e-5
 # The set `go test` runs (testdata/mlmodels, made by make ml-fixtures).
 SMALL = ["sklearn_scaler_logreg", "sklearn_random_forest", "sklearn_onehot_columns", "sklearn_zipmap_classifier",
          "sklearn_svc_probability", "lightgbm_classifier", "lightgbm_binary", "xgboost_classifier", "sklearn_tree_ensemble_v5"]
@@ -372,7 +383,8 @@ def make_case(cases, name, fmt, source, build, small):
         return
     os.makedirs(d, exist_ok=True)
     t0 = time.time()
-    info = {"model": name, "source": source, "format": fmt, "reference_by": "onnxruntime 1.23.2 (1 thread)"}
+    info = {"model": name, "source": source, "format": fmt, "reference_by": "onnxruntime 1.23.2 (1 thread)",
+            "exact": EXACT.get(name, []), "atol": TOLERANCE, "rtol": TOLERANCE}
     try:
         model, feeds = build(small)
         info["train_seconds"] = round(time.time() - t0, 2)
