@@ -153,6 +153,13 @@ bench: pjrt venv bench-models
 	XSERVE_BENCH_MODELS=$(CURDIR)/.cache/bench XSERVE_PYTHON=$(CURDIR)/$(VENV)/bin/python \
 	  $(GO) test -run '^$$' -bench 'TraceOnce' -benchtime 20x -timeout 60m ./lower
 
+# The tree ensemble's two layouts and ONNX Runtime on a 500-tree LightGBM
+# model at batch 1 and 1024 (internal/realmodels, docs/BENCHMARKS.md).
+.PHONY: bench-trees
+bench-trees: pjrt venv $(VENV_ML)/.installed
+	$(VENV_ML)/bin/python python/realmodels/ml.py --out .cache/realmodels --only lightgbm_500
+	XSERVE_PYTHON=$(CURDIR)/$(VENV)/bin/python $(GO) test -run '^$$' -bench TreeLayouts -benchtime 20x -timeout 30m ./internal/realmodels
+
 clean:
 	rm -rf bin .cache/run-output
 
