@@ -28,10 +28,10 @@ var ErrHostNode = errors.New("fxgraph: host node")
 
 // isHostNode reports whether call_function node n runs on the host.
 func isHostNode(n *Node) bool {
-	if n.Op != CallFunction {
+	if n.Opcode != CallFunction {
 		return false
 	}
-	if op, ok := opTable[n.Target]; ok && op.Host {
+	if n.Op.Host {
 		return true
 	}
 	for _, v := range n.Meta.Vals {
@@ -86,7 +86,7 @@ func SplitHost(g *Graph) (*HostSplit, error) {
 	// after[n]: n is a device node, or depends on one.
 	after := map[*Node]bool{}
 	for _, n := range g.Nodes() {
-		if n.Op != CallFunction {
+		if n.Opcode != CallFunction {
 			continue
 		}
 		dev := !host[n]
@@ -120,7 +120,7 @@ func (s *HostSplit) buildDevice(host map[*Node]bool) error {
 	g := s.Model
 	var devNodes []*Node
 	for _, n := range g.Nodes() {
-		if n.Op == CallFunction && !host[n] {
+		if n.Opcode == CallFunction && !host[n] {
 			devNodes = append(devNodes, n)
 		}
 	}
@@ -137,20 +137,20 @@ func (s *HostSplit) buildDevice(host map[*Node]bool) error {
 			return d
 		}
 		switch {
-		case in.Op == GetAttr:
+		case in.Opcode == GetAttr:
 			if t, ok := g.Attrs[in.Target]; ok {
 				m[in] = dg.AddConstant(in.Name, t)
 			} else if sub, ok := g.Subgraphs[in.Target]; ok {
 				m[in] = dg.AddSubgraph(in.Target, sub)
 			}
-		case in.Op == Placeholder || host[in]:
+		case in.Opcode == Placeholder || host[in]:
 			if in.Meta.Tuple || in.Val().DType == tensor.String {
 				fail = fmt.Errorf("fxgraph: node %s takes %s, a string value, on the device", in.Name, in.Meta)
 				return in
 			}
 			p := dg.AddPlaceholder(in.Name, freshDims(in.Val(), in.Name))
 			p.Target = in.Target
-			if in.Op != Placeholder {
+			if in.Opcode != Placeholder {
 				p.Target = in.Name
 			}
 			s.DeviceIn = append(s.DeviceIn, in)
@@ -159,7 +159,7 @@ func (s *HostSplit) buildDevice(host map[*Node]bool) error {
 		return m[in]
 	}
 	for _, n := range devNodes {
-		cn := &Node{Op: n.Op, Name: n.Name, Target: n.Target, Meta: cloneMeta(n.Meta)}
+		cn := &Node{Opcode: n.Opcode, Op: n.Op, Name: n.Name, Target: n.Target, Meta: cloneMeta(n.Meta)}
 		for _, a := range n.Args {
 			cn.Args = append(cn.Args, mapNodes(a, func(x *Node) any { return lookup(x) }))
 		}
@@ -177,7 +177,7 @@ func (s *HostSplit) buildDevice(host map[*Node]bool) error {
 	var outs []*Node
 	needed := map[*Node]bool{}
 	add := func(n *Node) {
-		if d, ok := m[n]; ok && n.Op == CallFunction && !host[n] && !needed[n] {
+		if d, ok := m[n]; ok && n.Opcode == CallFunction && !host[n] && !needed[n] {
 			needed[n] = true
 			outs = append(outs, d)
 			s.DeviceOut = append(s.DeviceOut, n)
@@ -280,7 +280,7 @@ func (s *HostSplit) runHost(ctx context.Context, ns []*Node, env map[*Node][]*te
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if n.Target == GetItem {
+		if n.Op == GetItem {
 			src, err := n.InputNode(0)
 			if err != nil {
 				return err
@@ -316,8 +316,8 @@ func (s *HostSplit) runHost(ctx context.Context, ns []*Node, env map[*Node][]*te
 // (each element's number in a pool of all string inputs' elements) and
 // turn their int64 results back into strings where n produces strings.
 func EvalOnHost(n *Node, ins []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	op, ok := opTable[n.Target]
-	if !ok || op.Eval == nil {
+	op := n.Op
+	if op == nil || op.Eval == nil {
 		return nil, fmt.Errorf("%w: %s cannot be evaluated on the host", ErrUnsupported, n.Target)
 	}
 	scratch := New()
@@ -342,7 +342,7 @@ func EvalOnHost(n *Node, ins []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			kw[k] = mapNodes(v, swap)
 		}
 	}
-	cn := scratch.AddNamedCall(n.Name, n.Target, args, kw)
+	cn := scratch.AddNamedCall(n.Name, op, args, kw)
 	meta, err := op.Shape(cn)
 	if err != nil {
 		return nil, err

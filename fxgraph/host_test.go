@@ -28,7 +28,7 @@ func strs(t *tensor.Tensor) []string {
 
 // emit adds a node through an Emitter (shape rule run), failing the test
 // on error.
-func emit(t *testing.T, g *Graph, target string, args []any, kw map[string]any) *Node {
+func emit(t *testing.T, g *Graph, target *Op, args []any, kw map[string]any) *Node {
 	t.Helper()
 	n, err := (&Emitter{Graph: g, IR: NewRegistry(), MaxFoldElements: -1}).Emit("", target, args, kw)
 	if err != nil {
@@ -45,11 +45,11 @@ func TestSplitHostRunsStringsAroundTheDevice(t *testing.T) {
 	g := New()
 	x := g.AddPlaceholder("x", TensorMeta{DType: tensor.String, Shape: Shape{S("n")}})
 	keys := g.AddConstant("keys", strTensor([]int64{3}, "a", "b", "c"))
-	idx := emit(t, g, "xserve.string_lookup", []any{x, keys}, nil)
-	dev := emit(t, g, "aten.add.Tensor", []any{emit(t, g, "aten.mul.Tensor", []any{idx, int64(2)}, nil), int64(1)}, nil)
+	idx := emit(t, g, XserveStringLookup, []any{x, keys}, nil)
+	dev := emit(t, g, AtenAddTensor, []any{emit(t, g, AtenMulTensor, []any{idx, int64(2)}, nil), int64(1)}, nil)
 	labels := g.AddConstant("labels", strTensor([]int64{8}, "l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7"))
-	out := emit(t, g, "xserve.string_take", []any{labels, dev}, map[string]any{"default": "?"})
-	col := emit(t, g, "aten.unsqueeze.default", []any{x, int64(1)}, nil)
+	out := emit(t, g, XserveStringTake, []any{labels, dev}, map[string]any{"default": "?"})
+	col := emit(t, g, AtenUnsqueeze, []any{x, int64(1)}, nil)
 	g.SetOutput(out, dev, col)
 	s, err := SplitHost(g)
 	if err != nil {
@@ -102,11 +102,11 @@ func TestSplitHostRunsStringsAroundTheDevice(t *testing.T) {
 func TestSplitHostRefusesHostBetweenDeviceStages(t *testing.T) {
 	g := New()
 	x := g.AddPlaceholder("x", Static(tensor.Int64, 2))
-	d := emit(t, g, "aten.add.Tensor", []any{x, int64(1)}, nil)
-	s := emit(t, g, "xserve.string_format", []any{d}, nil)
+	d := emit(t, g, AtenAddTensor, []any{x, int64(1)}, nil)
+	s := emit(t, g, XserveStringFormat, []any{d}, nil)
 	keys := g.AddConstant("keys", strTensor([]int64{1}, "3"))
-	back := emit(t, g, "xserve.string_lookup", []any{s, keys}, nil)
-	g.SetOutput(emit(t, g, "aten.mul.Tensor", []any{back, int64(2)}, nil))
+	back := emit(t, g, XserveStringLookup, []any{s, keys}, nil)
+	g.SetOutput(emit(t, g, AtenMulTensor, []any{back, int64(2)}, nil))
 	_, err := SplitHost(g)
 	if err == nil || !strings.Contains(err.Error(), "only before and after the XLA program") {
 		t.Fatalf("err %v", err)
@@ -121,7 +121,7 @@ func TestSplitHostRefusesHostBetweenDeviceStages(t *testing.T) {
 
 // TestStringOps evaluates each string op on the host.
 func TestStringOps(t *testing.T) {
-	run := func(target string, kw map[string]any, ins ...*tensor.Tensor) []*tensor.Tensor {
+	run := func(target *Op, kw map[string]any, ins ...*tensor.Tensor) []*tensor.Tensor {
 		t.Helper()
 		g := New()
 		var args []any
@@ -136,28 +136,29 @@ func TestStringOps(t *testing.T) {
 		return outs
 	}
 	for _, tc := range []struct {
-		name, target string
-		kw           map[string]any
-		ins          []*tensor.Tensor
-		want         string
+		name   string
+		target *Op
+		kw     map[string]any
+		ins    []*tensor.Tensor
+		want   string
 	}{
-		{"normalize", "xserve.string_normalize", map[string]any{"case": "UPPER", "stopwords": []any{"monday"}},
+		{"normalize", XserveStringNormalize, map[string]any{"case": "UPPER", "stopwords": []any{"monday"}},
 			[]*tensor.Tensor{strTensor([]int64{3}, "Monday", "tuesday", "wed")}, "[2] TUESDAY WED"},
-		{"normalize all stopwords", "xserve.string_normalize", map[string]any{"case_sensitive": true, "stopwords": []any{"a"}},
+		{"normalize all stopwords", XserveStringNormalize, map[string]any{"case_sensitive": true, "stopwords": []any{"a"}},
 			[]*tensor.Tensor{strTensor([]int64{1, 1}, "a")}, "[1 1] "},
-		{"split", "xserve.string_split", map[string]any{"delimiter": "-", "maxsplit": int64(1)},
+		{"split", XserveStringSplit, map[string]any{"delimiter": "-", "maxsplit": int64(1)},
 			[]*tensor.Tensor{strTensor([]int64{2}, "a-b-c", "d")}, "[2 2] a b-c d  | [2] 2 1"},
-		{"split whitespace", "xserve.string_split", nil,
+		{"split whitespace", XserveStringSplit, nil,
 			[]*tensor.Tensor{strTensor([]int64{1}, "  x  y ")}, "[1 2] x y | [1] 2"},
-		{"concat", "xserve.string_concat", nil,
+		{"concat", XserveStringConcat, nil,
 			[]*tensor.Tensor{strTensor([]int64{2}, "a", "b"), strTensor(nil, "!")}, "[2] a! b!"},
-		{"equal", "xserve.string_equal", nil,
+		{"equal", XserveStringEqual, nil,
 			[]*tensor.Tensor{strTensor([]int64{2}, "a", "b"), strTensor([]int64{1}, "b")}, "[2] 0 1"},
-		{"regex", "xserve.regex_full_match", map[string]any{"pattern": `[a-z]+@\w+\.com`},
+		{"regex", XserveRegexFullMatch, map[string]any{"pattern": `[a-z]+@\w+\.com`},
 			[]*tensor.Tensor{strTensor([]int64{2}, "me@x.com", "me@x.com.au")}, "[2] 1 0"},
-		{"format", "xserve.string_format", nil,
+		{"format", XserveStringFormat, nil,
 			[]*tensor.Tensor{tensor.FromFloat32s([]float32{0.1, -2, float32(1e30)})}, "[3] 0.1 -2 1e+30"},
-		{"parse", "xserve.string_parse", map[string]any{"dtype": tensor.Float32},
+		{"parse", XserveStringParse, map[string]any{"dtype": tensor.Float32},
 			[]*tensor.Tensor{strTensor([]int64{3}, "0.5", "-INF", " 7 ")}, "[3] 0.5 -Inf 7"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -179,7 +180,7 @@ func TestStringOps(t *testing.T) {
 		})
 	}
 	g := New()
-	parse := emit(t, g, "xserve.string_parse", []any{g.AddPlaceholder("s", Static(tensor.String, 1))}, map[string]any{"dtype": tensor.Int64})
+	parse := emit(t, g, XserveStringParse, []any{g.AddPlaceholder("s", Static(tensor.String, 1))}, map[string]any{"dtype": tensor.Int64})
 	if _, err := EvalOnHost(parse, []*tensor.Tensor{strTensor([]int64{1}, "x1")}); err == nil || !strings.Contains(err.Error(), `"x1" is not an integer`) {
 		t.Errorf("parse of text that is no number: %v", err)
 	}

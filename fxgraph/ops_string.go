@@ -34,19 +34,33 @@ import (
 //	xserve.string_format(x): numbers (and bools) as decimal text.
 //	xserve.string_parse(x, dtype): text parsed as numbers of dtype.
 
+// The string operators, run on the host only.
+var (
+	XserveStringLookup    = &Op{Name: "xserve.string_lookup", Host: true}
+	XserveStringTake      = &Op{Name: "xserve.string_take", Host: true}
+	XserveStringNormalize = &Op{Name: "xserve.string_normalize", Host: true}
+	XserveStringSplit     = &Op{Name: "xserve.string_split", Host: true}
+	XserveStringConcat    = &Op{Name: "xserve.string_concat", Host: true}
+	XserveStringEqual     = &Op{Name: "xserve.string_equal", Host: true}
+	XserveRegexFullMatch  = &Op{Name: "xserve.regex_full_match", Host: true}
+	XserveStringFormat    = &Op{Name: "xserve.string_format", Host: true}
+	XserveStringParse     = &Op{Name: "xserve.string_parse", Host: true}
+)
+
+// stringOps lists them for the op table.
+var stringOps = []*Op{XserveStringLookup, XserveStringTake, XserveStringNormalize, XserveStringSplit, XserveStringConcat,
+	XserveStringEqual, XserveRegexFullMatch, XserveStringFormat, XserveStringParse}
+
 func registerStrings(r *Registry) {
-	host := func(name string, shape ShapeFunc, eval EvalFunc) {
-		r.Register(&Op{Name: name, Shape: shape, Eval: eval, Host: true})
-	}
-	host("xserve.string_lookup", strLookupShape, strLookupEval)
-	host("xserve.string_take", strTakeShape, strTakeEval)
-	host("xserve.string_normalize", strNormalizeShape, strNormalizeEval)
-	host("xserve.string_split", strSplitShape, strSplitEval)
-	host("xserve.string_concat", strBinaryShape(tensor.String), strConcatEval)
-	host("xserve.string_equal", strBinaryShape(tensor.Bool), strEqualEval)
-	host("xserve.regex_full_match", strMapShape(tensor.Bool), strRegexEval)
-	host("xserve.string_format", strMapShape(tensor.String), strFormatEval)
-	host("xserve.string_parse", strParseShape, strParseEval)
+	r.define(XserveStringLookup, strLookupShape, strLookupEval)
+	r.define(XserveStringTake, strTakeShape, strTakeEval)
+	r.define(XserveStringNormalize, strNormalizeShape, strNormalizeEval)
+	r.define(XserveStringSplit, strSplitShape, strSplitEval)
+	r.define(XserveStringConcat, strBinaryShape(tensor.String), strConcatEval)
+	r.define(XserveStringEqual, strBinaryShape(tensor.Bool), strEqualEval)
+	r.define(XserveRegexFullMatch, strMapShape(tensor.Bool), strRegexEval)
+	r.define(XserveStringFormat, strMapShape(tensor.String), strFormatEval)
+	r.define(XserveStringParse, strParseShape, strParseEval)
 }
 
 func strErr(n *Node, format string, args ...any) error {

@@ -6,7 +6,7 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// TreeEnsembleTarget is the op of a tree ensemble: ONNX-ML's
+// XserveTreeEnsemble is the op of a tree ensemble: ONNX-ML's
 // TreeEnsembleClassifier, TreeEnsembleRegressor and TreeEnsemble (ai.onnx.ml
 // 5) share it; importers add base values, averaging, post transforms and
 // labels with other ops.
@@ -34,7 +34,7 @@ import (
 // scores [N, C] in the threshold's dtype, the trees added in the order of
 // roots, and has_score [N, C]: whether any reached leaf gave target c a
 // weight.
-const TreeEnsembleTarget = "xserve.tree_ensemble"
+var XserveTreeEnsemble = &Op{Name: "xserve.tree_ensemble"}
 
 // TreeMode is how a tree node compares its input with its threshold.
 type TreeMode int8
@@ -152,5 +152,5 @@ func treeEnsembleShape(n *Node) (Meta, error) {
 }
 
 func registerTrees(r *Registry) {
-	r.Register(&Op{Name: TreeEnsembleTarget, Shape: treeEnsembleShape})
+	r.define(XserveTreeEnsemble, treeEnsembleShape, nil)
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// Tree ensembles (fxgraph.TreeEnsembleTarget). Every tree is walked at once,
+// Tree ensembles (fxgraph.XserveTreeEnsemble). Every tree is walked at once,
 // one depth per step, for the static number of steps the deepest tree
 // needs (leaves point at themselves, so a walk that reached one stays).
 // Two layouts (kwarg layout; docs/BENCHMARKS.md measures both):
@@ -24,7 +24,7 @@ import (
 // order ONNX Runtime adds them in, so the float sums are the same bits.
 
 func registerTrees(r *Registry) {
-	r.Register(fxgraph.MustOp(fxgraph.TreeEnsembleTarget), treeEnsembleRule)
+	r.Register(fxgraph.XserveTreeEnsemble, treeEnsembleRule)
 }
 
 // treeElem is the StableHLO element type of an IR dtype.

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
@@ -158,7 +158,7 @@ func (tc *treeCase) graph(rows, features int, layout string) *fxgraph.Graph {
 		}
 	}
 	x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, int64(rows), int64(features)))
-	n := g.AddCall(fxgraph.TreeEnsembleTarget, []any{x, ints(tc.feature), g.AddConstant("thr", thr), ints(tc.trueChild),
+	n := g.AddCall(fxgraph.XserveTreeEnsemble, []any{x, ints(tc.feature), g.AddConstant("thr", thr), ints(tc.trueChild),
 		ints(tc.falseChild), ints(tc.roots), g.AddConstant("w", w), g.AddConstant("h", h), g.AddConstant("miss", miss),
 		g.AddConstant("modes", modes), g.AddConstant("mem", mem)},
 		map[string]any{"depth": tc.depth(), "aggregate": "SUM", "layout": layout})

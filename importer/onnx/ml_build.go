@@ -23,11 +23,11 @@ func (b *mlBuild) in(g *fxgraph.Graph) *mlBuild {
 	return &mlBuild{c: b.c, subg: &fxgraph.Emitter{Graph: g, IR: b.c.s.im.ir}}
 }
 
-func (b *mlBuild) emit(target string, args ...any) *fxgraph.Node {
+func (b *mlBuild) emit(target *fxgraph.Op, args ...any) *fxgraph.Node {
 	return b.emitKw(target, args, nil)
 }
 
-func (b *mlBuild) emitKw(target string, args []any, kw map[string]any) *fxgraph.Node {
+func (b *mlBuild) emitKw(target *fxgraph.Op, args []any, kw map[string]any) *fxgraph.Node {
 	if b.err != nil {
 		return nil
 	}
@@ -50,37 +50,37 @@ func (b *mlBuild) emitKw(target string, args []any, kw map[string]any) *fxgraph.
 	return n
 }
 
-func (b *mlBuild) add(x, y *fxgraph.Node) *fxgraph.Node { return b.emit("aten.add.Tensor", x, y) }
-func (b *mlBuild) sub(x, y *fxgraph.Node) *fxgraph.Node { return b.emit("aten.sub.Tensor", x, y) }
-func (b *mlBuild) mul(x, y *fxgraph.Node) *fxgraph.Node { return b.emit("aten.mul.Tensor", x, y) }
-func (b *mlBuild) div(x, y *fxgraph.Node) *fxgraph.Node { return b.emit("aten.div.Tensor", x, y) }
-func (b *mlBuild) neg(x *fxgraph.Node) *fxgraph.Node    { return b.emit("aten.neg.default", x) }
-func (b *mlBuild) exp(x *fxgraph.Node) *fxgraph.Node    { return b.emit("aten.exp.default", x) }
-func (b *mlBuild) log(x *fxgraph.Node) *fxgraph.Node    { return b.emit("aten.log.default", x) }
-func (b *mlBuild) sqrt(x *fxgraph.Node) *fxgraph.Node   { return b.emit("aten.sqrt.default", x) }
-func (b *mlBuild) abs(x *fxgraph.Node) *fxgraph.Node    { return b.emit("aten.abs.default", x) }
+func (b *mlBuild) add(x, y *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenAddTensor, x, y) }
+func (b *mlBuild) sub(x, y *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenSubTensor, x, y) }
+func (b *mlBuild) mul(x, y *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenMulTensor, x, y) }
+func (b *mlBuild) div(x, y *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenDivTensor, x, y) }
+func (b *mlBuild) neg(x *fxgraph.Node) *fxgraph.Node    { return b.emit(fxgraph.AtenNeg, x) }
+func (b *mlBuild) exp(x *fxgraph.Node) *fxgraph.Node    { return b.emit(fxgraph.AtenExp, x) }
+func (b *mlBuild) log(x *fxgraph.Node) *fxgraph.Node    { return b.emit(fxgraph.AtenLog, x) }
+func (b *mlBuild) sqrt(x *fxgraph.Node) *fxgraph.Node   { return b.emit(fxgraph.AtenSqrt, x) }
+func (b *mlBuild) abs(x *fxgraph.Node) *fxgraph.Node    { return b.emit(fxgraph.AtenAbs, x) }
 func (b *mlBuild) where(c, x, y *fxgraph.Node) *fxgraph.Node {
-	return b.emit("aten.where.self", c, x, y)
+	return b.emit(fxgraph.AtenWhereSelf, c, x, y)
 }
-func (b *mlBuild) lt(x, y *fxgraph.Node) *fxgraph.Node { return b.emit("aten.lt.Tensor", x, y) }
-func (b *mlBuild) gt(x, y *fxgraph.Node) *fxgraph.Node { return b.emit("aten.gt.Tensor", x, y) }
-func (b *mlBuild) eq(x, y *fxgraph.Node) *fxgraph.Node { return b.emit("aten.eq.Tensor", x, y) }
+func (b *mlBuild) lt(x, y *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenLtTensor, x, y) }
+func (b *mlBuild) gt(x, y *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenGtTensor, x, y) }
+func (b *mlBuild) eq(x, y *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenEqTensor, x, y) }
 func (b *mlBuild) and(x, y *fxgraph.Node) *fxgraph.Node {
-	return b.emit("aten.logical_and.default", x, y)
+	return b.emit(fxgraph.AtenLogicalAnd, x, y)
 }
 func (b *mlBuild) or(x, y *fxgraph.Node) *fxgraph.Node {
-	return b.emit("aten.logical_or.default", x, y)
+	return b.emit(fxgraph.AtenLogicalOr, x, y)
 }
-func (b *mlBuild) not(x *fxgraph.Node) *fxgraph.Node   { return b.emit("aten.logical_not.default", x) }
-func (b *mlBuild) isnan(x *fxgraph.Node) *fxgraph.Node { return b.emit("aten.isnan.default", x) }
-func (b *mlBuild) mm(x, y *fxgraph.Node) *fxgraph.Node { return b.emit("aten.mm.default", x, y) }
+func (b *mlBuild) not(x *fxgraph.Node) *fxgraph.Node   { return b.emit(fxgraph.AtenLogicalNot, x) }
+func (b *mlBuild) isnan(x *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenIsnan, x) }
+func (b *mlBuild) mm(x, y *fxgraph.Node) *fxgraph.Node { return b.emit(fxgraph.AtenMm, x, y) }
 
 // to converts x to dtype dt (nothing when it is dt already).
 func (b *mlBuild) to(x *fxgraph.Node, dt tensor.DType) *fxgraph.Node {
 	if x == nil || Meta(x).DType == dt {
 		return x
 	}
-	return b.emitKw("aten._to_copy.default", []any{x}, map[string]any{"dtype": dt})
+	return b.emitKw(fxgraph.Aten_ToCopy, []any{x}, map[string]any{"dtype": dt})
 }
 
 // scalar is a rank-0 constant of dtype dt.
@@ -101,7 +101,7 @@ func (b *mlBuild) constant(name string, t *tensor.Tensor) *fxgraph.Node {
 
 // column returns x[:, j:j+1] of a 2-D x.
 func (b *mlBuild) column(x *fxgraph.Node, j int64) *fxgraph.Node {
-	return b.emit("aten.slice.Tensor", x, int64(1), j, j+1)
+	return b.emit(fxgraph.AtenSliceTensor, x, int64(1), j, j+1)
 }
 
 // cat concatenates along dim.
@@ -111,12 +111,12 @@ func (b *mlBuild) cat(dim int64, xs ...*fxgraph.Node) *fxgraph.Node {
 			return nil
 		}
 	}
-	return b.emit("aten.cat.default", nodes(xs), dim)
+	return b.emit(fxgraph.AtenCat, nodes(xs), dim)
 }
 
 // squeeze1 drops dim 1 of a [N, 1] value.
 func (b *mlBuild) squeeze1(x *fxgraph.Node) *fxgraph.Node {
-	return b.emit("aten.squeeze.dim", x, int64(1))
+	return b.emit(fxgraph.AtenSqueezeDim, x, int64(1))
 }
 
 // rows reshapes x to 2-D [N, F]: a 1-D x is one row ([1, F]), higher ranks
@@ -130,9 +130,9 @@ func (b *mlBuild) rows(x *fxgraph.Node) *fxgraph.Node {
 	case 2:
 		return x
 	case 0:
-		return b.emit("aten.reshape.default", x, []any{int64(1), int64(1)})
+		return b.emit(fxgraph.AtenReshape, x, []any{int64(1), int64(1)})
 	case 1:
-		return b.emit("aten.unsqueeze.default", x, int64(0))
+		return b.emit(fxgraph.AtenUnsqueeze, x, int64(0))
 	}
 	inner := int64(1)
 	for _, d := range m.Shape[1:] {
@@ -142,5 +142,5 @@ func (b *mlBuild) rows(x *fxgraph.Node) *fxgraph.Node {
 		}
 		inner *= d.Size
 	}
-	return b.emit("aten.reshape.default", x, []any{int64(-1), inner})
+	return b.emit(fxgraph.AtenReshape, x, []any{int64(-1), inner})
 }

@@ -69,13 +69,13 @@ func (b *mlBuild) probit(x *fxgraph.Node) *fxgraph.Node {
 }
 
 func (b *mlBuild) rowMax(x *fxgraph.Node) *fxgraph.Node {
-	m := b.emit("aten.amax.default", x, []any{int64(1)}, true)
+	m := b.emit(fxgraph.AtenAmax, x, []any{int64(1)}, true)
 	// ONNX Runtime starts its maximum at -FLT_MAX.
-	return b.emit("aten.maximum.default", m, b.f32(-math.MaxFloat32))
+	return b.emit(fxgraph.AtenMaximum, m, b.f32(-math.MaxFloat32))
 }
 
 func (b *mlBuild) rowSum(x *fxgraph.Node) *fxgraph.Node {
-	return b.emit("aten.sum.dim_IntList", x, []any{int64(1)}, true)
+	return b.emit(fxgraph.AtenSumDimIntList, x, []any{int64(1)}, true)
 }
 
 // softmax is ONNX Runtime's ComputeSoftmax of each row.

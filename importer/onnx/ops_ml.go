@@ -86,7 +86,7 @@ func normalizerConvert(c *Ctx, n *Node) error {
 		return err
 	}
 	if Meta(x).Rank() == 1 {
-		x = b.emit("aten.unsqueeze.default", x, int64(0))
+		x = b.emit(fxgraph.AtenUnsqueeze, x, int64(0))
 	}
 	norm := c.AttrString("norm", "MAX")
 	f := b.to(x, tensor.Float32)
@@ -94,13 +94,13 @@ func normalizerConvert(c *Ctx, n *Node) error {
 	var div *fxgraph.Node
 	switch norm {
 	case "MAX":
-		m := b.emit("aten.amax.default", f, []any{int64(1)}, true)
-		div = b.emit("aten.maximum.default", m, b.f32(-math.MaxFloat32))
+		m := b.emit(fxgraph.AtenAmax, f, []any{int64(1)}, true)
+		div = b.emit(fxgraph.AtenMaximum, m, b.f32(-math.MaxFloat32))
 	case "L1":
-		div = b.emit("aten.sum.dim_IntList", b.abs(f), []any{int64(1)}, true)
+		div = b.emit(fxgraph.AtenSumDimIntList, b.abs(f), []any{int64(1)}, true)
 	case "L2":
 		sq := b.to(b.mul(x, x), tensor.Float32)
-		sum := b.emit("aten.sum.dim_IntList", sq, []any{int64(1)}, true)
+		sum := b.emit(fxgraph.AtenSumDimIntList, sq, []any{int64(1)}, true)
 		r := b.sqrt(b.div(sq, sum))
 		r = b.where(b.lt(f, zero), b.neg(r), r)
 		c.SetOutput(0, b.reshapeLike(b.where(b.eq(sum, zero), f, r), Meta(x)))
@@ -119,7 +119,7 @@ func (b *mlBuild) reshapeLike(y *fxgraph.Node, _ fxgraph.TensorMeta) *fxgraph.No
 	if err != nil || y == nil || Meta(in).Rank() != 1 {
 		return y
 	}
-	return b.emit("aten.squeeze.dim", y, int64(0))
+	return b.emit(fxgraph.AtenSqueezeDim, y, int64(0))
 }
 
 func binarizerConvert(c *Ctx, n *Node) error {
@@ -253,7 +253,7 @@ func linearClassifierConvert(c *Ctx, n *Node) error {
 	if labels != targets {
 		return fmt.Errorf("%d class labels for %d intercepts", labels, targets)
 	}
-	c.SetOutput(0, b.labels(b.emit("aten.argmax.default", s, int64(1)), ints, strs))
+	c.SetOutput(0, b.labels(b.emit(fxgraph.AtenArgmax, s, int64(1)), ints, strs))
 	c.SetOutput(1, b.transform(pt, s))
 	return b.err
 }
@@ -278,10 +278,10 @@ func arrayFeatureExtractorConvert(c *Ctx, n *Node) error {
 		return err
 	}
 	if Meta(x).Rank() == 1 {
-		x = b.emit("aten.unsqueeze.default", x, int64(0))
+		x = b.emit(fxgraph.AtenUnsqueeze, x, int64(0))
 	}
-	idx = b.emit("aten.reshape.default", b.to(idx, tensor.Int64), []any{int64(-1)})
-	c.SetOutput(0, b.emit("aten.index_select.default", x, int64(Meta(x).Rank()-1), idx))
+	idx = b.emit(fxgraph.AtenReshape, b.to(idx, tensor.Int64), []any{int64(-1)})
+	c.SetOutput(0, b.emit(fxgraph.AtenIndexSelect, x, int64(Meta(x).Rank()-1), idx))
 	return b.err
 }
 
@@ -306,9 +306,9 @@ func featureVectorizerConvert(c *Ctx, n *Node) error {
 		case !have.IsStatic():
 			return Unsupported("FeatureVectorizer input %d with a symbolic width", i)
 		case have.Size > dims[i]:
-			x = b.emit("aten.slice.Tensor", x, int64(1), int64(0), dims[i])
+			x = b.emit(fxgraph.AtenSliceTensor, x, int64(1), int64(0), dims[i])
 		case have.Size < dims[i]:
-			x = b.emit("aten.constant_pad_nd.default", x, []any{int64(0), dims[i] - have.Size}, 0.0)
+			x = b.emit(fxgraph.AtenConstantPadNd, x, []any{int64(0), dims[i] - have.Size}, 0.0)
 		}
 		parts = append(parts, x)
 	}

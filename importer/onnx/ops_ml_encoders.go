@@ -119,7 +119,7 @@ func (b *mlBuild) lookup(x *fxgraph.Node, keys mlTable) *fxgraph.Node {
 			b.err = fmt.Errorf("%s input for string keys", Meta(x))
 			return nil
 		}
-		return b.emit("xserve.string_lookup", x, stringConst(b.c, "keys", keys.strs))
+		return b.emit(fxgraph.XserveStringLookup, x, stringConst(b.c, "keys", keys.strs))
 	}
 	if Meta(x).DType == tensor.String {
 		b.err = fmt.Errorf("string input for %s keys", keys.dt)
@@ -130,13 +130,13 @@ func (b *mlBuild) lookup(x *fxgraph.Node, keys mlTable) *fxgraph.Node {
 		kt.SetFloat64(int64(i), v)
 	}
 	k := b.constant("keys", kt)
-	xe := b.emit("aten.unsqueeze.default", b.to(x, keys.dt), int64(-1))
+	xe := b.emit(fxgraph.AtenUnsqueeze, b.to(x, keys.dt), int64(-1))
 	hit := b.eq(xe, k)
 	if keys.dt.IsFloat() {
 		hit = b.or(hit, b.and(b.isnan(xe), b.isnan(k)))
 	}
-	found := b.emit("aten.any.dim", hit, int64(-1), false)
-	first := b.emit("aten.argmax.default", b.to(hit, tensor.Int32), int64(-1))
+	found := b.emit(fxgraph.AtenAnyDim, hit, int64(-1), false)
+	first := b.emit(fxgraph.AtenArgmax, b.to(hit, tensor.Int32), int64(-1))
 	return b.where(found, first, b.scalar(tensor.Int64, -1))
 }
 
@@ -147,7 +147,7 @@ func (b *mlBuild) take(idx *fxgraph.Node, values, def mlTable) *fxgraph.Node {
 		if len(def.strs) > 0 {
 			d = string(def.strs[0])
 		}
-		return b.emitKw("xserve.string_take", []any{stringConst(b.c, "values", values.strs), idx}, map[string]any{"default": d})
+		return b.emitKw(fxgraph.XserveStringTake, []any{stringConst(b.c, "values", values.strs), idx}, map[string]any{"default": d})
 	}
 	if len(def.nums) != 1 {
 		b.err = fmt.Errorf("default has %d values, want 1", len(def.nums))
@@ -161,10 +161,10 @@ func (b *mlBuild) take(idx *fxgraph.Node, values, def mlTable) *fxgraph.Node {
 		return b.where(b.lt(idx, b.scalar(tensor.Int64, 0)), b.scalar(values.dt, def.nums[0]), b.scalar(values.dt, def.nums[0]))
 	}
 	shape := Meta(idx).Shape
-	flat := b.emit("aten.reshape.default", idx, []any{int64(-1)})
-	safe := b.emit("aten.clamp.default", flat, int64(0), nil)
-	got := b.emit("aten.index_select.default", b.constant("values", vt), int64(0), safe)
-	got = b.emit("aten.reshape.default", got, shapeArgs(shape))
+	flat := b.emit(fxgraph.AtenReshape, idx, []any{int64(-1)})
+	safe := b.emit(fxgraph.AtenClamp, flat, int64(0), nil)
+	got := b.emit(fxgraph.AtenIndexSelect, b.constant("values", vt), int64(0), safe)
+	got = b.emit(fxgraph.AtenReshape, got, shapeArgs(shape))
 	return b.where(b.lt(idx, b.scalar(tensor.Int64, 0)), b.scalar(values.dt, def.nums[0]), got)
 }
 
@@ -246,7 +246,7 @@ func oneHotEncoderConvert(c *Ctx, n *Node) error {
 	for i := range iota {
 		iota[i] = int64(i)
 	}
-	hot := b.eq(b.emit("aten.unsqueeze.default", idx, int64(-1)), b.constant("categories", tensor.FromInt64s(iota)))
+	hot := b.eq(b.emit(fxgraph.AtenUnsqueeze, idx, int64(-1)), b.constant("categories", tensor.FromInt64s(iota)))
 	c.SetOutput(0, b.to(hot, tensor.Float32))
 	return b.err
 }

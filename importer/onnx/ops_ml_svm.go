@@ -50,11 +50,11 @@ func (b *mlBuild) matrix(name string, v []float64, rows, cols int64) *fxgraph.No
 func (b *mlBuild) kernel(k svmKernel, x, vs *fxgraph.Node, c float64) *fxgraph.Node {
 	f32 := b.f32
 	if k.kind == "RBF" {
-		d := b.sub(b.emit("aten.unsqueeze.default", x, int64(1)), b.emit("aten.unsqueeze.default", vs, int64(0)))
-		sum := b.emit("aten.sum.dim_IntList", b.mul(d, d), []any{int64(2)}, false)
+		d := b.sub(b.emit(fxgraph.AtenUnsqueeze, x, int64(1)), b.emit(fxgraph.AtenUnsqueeze, vs, int64(0)))
+		sum := b.emit(fxgraph.AtenSumDimIntList, b.mul(d, d), []any{int64(2)}, false)
 		return b.exp(b.mul(f32(float64(-float32(k.gamma))), sum))
 	}
-	dot := b.mm(x, b.emit("aten.t.default", vs))
+	dot := b.mm(x, b.emit(fxgraph.AtenT, vs))
 	if k.kind == "LINEAR" {
 		if c != 0 {
 			dot = b.add(dot, f32(c))
@@ -63,7 +63,7 @@ func (b *mlBuild) kernel(k svmKernel, x, vs *fxgraph.Node, c float64) *fxgraph.N
 	}
 	dot = b.add(b.mul(f32(k.gamma), dot), f32(k.coef0))
 	if k.kind == "SIGMOID" {
-		return b.emit("aten.tanh.default", dot)
+		return b.emit(fxgraph.AtenTanh, dot)
 	}
 	switch k.degree {
 	case 2:
@@ -71,7 +71,7 @@ func (b *mlBuild) kernel(k svmKernel, x, vs *fxgraph.Node, c float64) *fxgraph.N
 	case 3:
 		return b.mul(b.mul(dot, dot), dot)
 	}
-	return b.emit("aten.pow.Tensor_Scalar", dot, k.degree)
+	return b.emit(fxgraph.AtenPowTensorScalar, dot, k.degree)
 }
 
 func svmRegressorConvert(c *Ctx, n *Node) error {
@@ -192,12 +192,12 @@ func (b *mlBuild) svmLinear(s *svmClass, x *fxgraph.Node, pt string) (label, sco
 	feats := int64(len(s.coef)) / s.classes
 	w := b.matrix("coefficients", s.coef, s.classes, feats)
 	scores = b.kernel(svmKernel{kind: "LINEAR"}, x, w, s.rho[0])
-	idx := b.emit("aten.argmax.default", scores, int64(1))
+	idx := b.emit(fxgraph.AtenArgmax, scores, int64(1))
 	if s.classes == 2 && len(s.probA) == 0 {
-		mw := b.emit("aten.amax.default", scores, []any{int64(1)}, false)
+		mw := b.emit(fxgraph.AtenAmax, scores, []any{int64(1)}, false)
 		one := b.scalar(tensor.Int64, 1)
 		if s.allPositive {
-			idx = b.where(b.emit("aten.ge.Tensor", mw, b.f32(0.5)), one, idx)
+			idx = b.where(b.emit(fxgraph.AtenGeTensor, mw, b.f32(0.5)), one, idx)
 		} else {
 			idx = b.where(b.gt(mw, b.f32(0)), one, idx)
 		}
@@ -245,7 +245,7 @@ func (b *mlBuild) svmSVC(s *svmClass, x *fxgraph.Node, pt string) (label, scores
 	pos := b.to(b.gt(sum, b.scalar(tensor.Float64, 0)), tensor.Float32)
 	neg := b.sub(b.f32(1), pos)
 	votes := b.add(b.mm(pos, b.matrix("votes_i", vi, pairs, s.classes)), b.mm(neg, b.matrix("votes_j", vj, pairs, s.classes)))
-	label = b.labels(b.emit("aten.argmax.default", votes, int64(1)), s.ints, s.strs)
+	label = b.labels(b.emit(fxgraph.AtenArgmax, votes, int64(1)), s.ints, s.strs)
 	dec := b.to(sum, tensor.Float32)
 	if len(s.probA) > 0 {
 		return label, b.transform(pt, b.svmProbabilities(s, dec, pairs))
@@ -278,7 +278,7 @@ func (b *mlBuild) svmProbabilities(s *svmClass, dec *fxgraph.Node, pairs int64) 
 		for j := i + 1; j < k; j++ {
 			d := b.squeeze1(b.column(dec, p))
 			v := b.sub(b.f32(1), b.logistic(b.add(b.mul(d, b.f32(s.probA[p])), b.f32(s.probB[p]))))
-			v = b.emit("aten.minimum.default", b.emit("aten.maximum.default", v, lo), hi)
+			v = b.emit(fxgraph.AtenMinimum, b.emit(fxgraph.AtenMaximum, v, lo), hi)
 			r[i][j], r[j][i] = v, b.sub(b.f32(1), v)
 			p++
 		}
@@ -330,8 +330,8 @@ func (b *mlBuild) coupleLoop(q []*fxgraph.Node, k int64) *fxgraph.Node {
 	condG := fxgraph.New()
 	cb := b.in(condG)
 	it, _, done, _ := places(condG)
-	more := cb.emit("aten.lt.Tensor", it, cb.scalar(tensor.Int64, svmCoupleIterations))
-	condG.SetOutput(cb.and(more, cb.emit("aten.any.default", cb.not(done))))
+	more := cb.emit(fxgraph.AtenLtTensor, it, cb.scalar(tensor.Int64, svmCoupleIterations))
+	condG.SetOutput(cb.and(more, cb.emit(fxgraph.AtenAny, cb.not(done))))
 
 	bodyG := fxgraph.New()
 	bb := b.in(bodyG)
@@ -344,8 +344,8 @@ func (b *mlBuild) coupleLoop(q []*fxgraph.Node, k int64) *fxgraph.Node {
 	bodyG.SetOutput(bb.add(it, bb.scalar(tensor.Int64, 1)), np, nd)
 	bodyG.EliminateDeadCode()
 	p0 := b.add(b.mul(b.column(qm, 0), b.f32(0)), b.f32(float64(float32(1)/float32(k))))
-	p0 = b.emit("aten.expand.default", p0, []any{int64(-1), k})
-	done0 := b.emit("aten.lt.Tensor", b.squeeze1(b.column(qm, 0)), b.f32(0)) // false: Q's diagonal is positive
+	p0 = b.emit(fxgraph.AtenExpand, p0, []any{int64(-1), k})
+	done0 := b.emit(fxgraph.AtenLtTensor, b.squeeze1(b.column(qm, 0)), b.f32(0)) // false: Q's diagonal is positive
 	done0 = b.and(done0, b.scalar(tensor.Bool, 0))
 	w := b.emit(fxgraph.WhileLoop, b.c.Graph().AddSubgraph("couple_cond", condG), b.c.Graph().AddSubgraph("couple_body", bodyG),
 		[]any{b.scalar(tensor.Int64, 0), p0, done0}, []any{qm})
@@ -381,7 +381,7 @@ func (b *mlBuild) coupleStep(pm, done, qm *fxgraph.Node, k int64) (*fxgraph.Node
 	}
 	maxErr := b.abs(b.sub(qp[0], pqp))
 	for i := int64(1); i < k; i++ {
-		maxErr = b.emit("aten.maximum.default", maxErr, b.abs(b.sub(qp[i], pqp)))
+		maxErr = b.emit(fxgraph.AtenMaximum, maxErr, b.abs(b.sub(qp[i], pqp)))
 	}
 	newly := b.lt(maxErr, b.f32(float64(float32(0.005)/float32(k))))
 	update := b.not(b.or(done, newly))
@@ -407,7 +407,7 @@ func (b *mlBuild) coupleStep(pm, done, qm *fxgraph.Node, k int64) (*fxgraph.Node
 func (b *mlBuild) stack(vs []*fxgraph.Node) *fxgraph.Node {
 	cols := make([]*fxgraph.Node, len(vs))
 	for i, v := range vs {
-		cols[i] = b.emit("aten.unsqueeze.default", v, int64(1))
+		cols[i] = b.emit(fxgraph.AtenUnsqueeze, v, int64(1))
 	}
 	return b.cat(1, cols...)
 }

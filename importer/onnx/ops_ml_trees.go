@@ -10,7 +10,7 @@ import (
 
 // Tree ensembles of ai.onnx.ml: TreeEnsembleClassifier and
 // TreeEnsembleRegressor (opsets 1 and 3) and TreeEnsemble (opset 5) become
-// one fxgraph.TreeEnsembleTarget node over constant tables, followed by
+// one fxgraph.XserveTreeEnsemble node over constant tables, followed by
 // the finalization ONNX Runtime applies (base values, averaging, the
 // binary-classifier rules and the post transform; see ORT's
 // tree_ensemble_aggregator.h), written with pointwise IR ops.
@@ -187,7 +187,7 @@ func (t *treeSpec) emit(b *mlBuild, x *fxgraph.Node, features int64) (*fxgraph.N
 
 // treeNode emits the tree ensemble node and takes its two values.
 func (b *mlBuild) treeNode(args []any, kw map[string]any) (*fxgraph.Node, *fxgraph.Node) {
-	n := b.emitKw(fxgraph.TreeEnsembleTarget, args, kw)
+	n := b.emitKw(fxgraph.XserveTreeEnsemble, args, kw)
 	if n == nil {
 		return nil, nil
 	}

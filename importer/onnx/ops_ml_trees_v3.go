@@ -257,7 +257,7 @@ func (b *mlBuild) finishMulticlass(spec *treeSpec, s, has *fxgraph.Node, base []
 		has = b.or(has, b.c.Constant("base_given", given))
 	}
 	masked := b.where(has, s, b.scalar(spec.acc, math.Inf(-1)))
-	label = b.emit("aten.argmax.default", masked, int64(1))
+	label = b.emit(fxgraph.AtenArgmax, masked, int64(1))
 	return label, b.transform(pt, b.to(s, tensor.Float32))
 }
 
@@ -295,7 +295,7 @@ func (b *mlBuild) finishBinary(spec *treeSpec, c *Ctx, s, has *fxgraph.Node, bas
 	}
 	f0, f1 := b.to(p0, tensor.Float32), b.to(p1, tensor.Float32)
 	pair := func(a, c *fxgraph.Node) *fxgraph.Node {
-		return b.cat(1, b.emit("aten.unsqueeze.default", a, int64(1)), b.emit("aten.unsqueeze.default", c, int64(1)))
+		return b.cat(1, b.emit(fxgraph.AtenUnsqueeze, a, int64(1)), b.emit(fxgraph.AtenUnsqueeze, c, int64(1)))
 	}
 	both := b.transform(pt, pair(f0, f1))
 	var single *fxgraph.Node
@@ -315,7 +315,7 @@ func (b *mlBuild) finishBinary(spec *treeSpec, c *Ctx, s, has *fxgraph.Node, bas
 	default:
 		single = pair(f0, zeros)
 	}
-	twoCol := b.emit("aten.unsqueeze.default", two, int64(1))
+	twoCol := b.emit(fxgraph.AtenUnsqueeze, two, int64(1))
 	return label, b.where(twoCol, both, single)
 }
 
@@ -346,5 +346,5 @@ func (b *mlBuild) labels(idx *fxgraph.Node, ints []int64, strs [][]byte) *fxgrap
 		return b.stringLabels(idx, strs)
 	}
 	table := b.c.Constant("classlabels", tensor.FromInt64s(ints))
-	return b.emit("aten.index_select.default", table, int64(0), idx)
+	return b.emit(fxgraph.AtenIndexSelect, table, int64(0), idx)
 }

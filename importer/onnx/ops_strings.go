@@ -17,7 +17,7 @@ import (
 func registerStrings(cs converters) {
 	cs.register("", "StringNormalizer", 10, stringNormalizerConvert)
 	cs.register("", "StringSplit", 20, stringSplitConvert)
-	cs.register("", "StringConcat", 20, stringBinaryConvert("xserve.string_concat"))
+	cs.register("", "StringConcat", 20, stringBinaryConvert(fxgraph.XserveStringConcat))
 	cs.register("", "RegexFullMatch", 20, regexFullMatchConvert)
 }
 
@@ -50,7 +50,7 @@ func stringNormalizerConvert(c *Ctx, n *Node) error {
 	if a := c.Attr("stopwords"); a != nil {
 		stop = a.Strings
 	}
-	c.SetOutput(0, b.emitKw("xserve.string_normalize", []any{x}, map[string]any{
+	c.SetOutput(0, b.emitKw(fxgraph.XserveStringNormalize, []any{x}, map[string]any{
 		"case": action, "case_sensitive": c.AttrInt("is_case_sensitive", 0) != 0, "stopwords": stringsAny(stop)}))
 	return b.err
 }
@@ -61,14 +61,14 @@ func stringSplitConvert(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	split := b.emitKw("xserve.string_split", []any{x}, map[string]any{
+	split := b.emitKw(fxgraph.XserveStringSplit, []any{x}, map[string]any{
 		"delimiter": c.AttrString("delimiter", ""), "maxsplit": c.AttrInt("maxsplit", -1)})
 	c.SetOutput(0, b.emit(fxgraph.GetItem, split, int64(0)))
 	c.SetOutput(1, b.emit(fxgraph.GetItem, split, int64(1)))
 	return b.err
 }
 
-func stringBinaryConvert(target string) Converter {
+func stringBinaryConvert(target *fxgraph.Op) Converter {
 	return func(c *Ctx, n *Node) error {
 		b := &mlBuild{c: c}
 		x, err := c.Input(0)
@@ -90,7 +90,7 @@ func regexFullMatchConvert(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	c.SetOutput(0, b.emitKw("xserve.regex_full_match", []any{x}, map[string]any{"pattern": c.AttrString("pattern", "")}))
+	c.SetOutput(0, b.emitKw(fxgraph.XserveRegexFullMatch, []any{x}, map[string]any{"pattern": c.AttrString("pattern", "")}))
 	return b.err
 }
 
@@ -104,14 +104,14 @@ func stringCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error)
 	case src == dt:
 		return x, nil
 	case dt == tensor.String:
-		y = b.emit("xserve.string_format", x)
+		y = b.emit(fxgraph.XserveStringFormat, x)
 	default:
-		y = b.emitKw("xserve.string_parse", []any{x}, map[string]any{"dtype": dt})
+		y = b.emitKw(fxgraph.XserveStringParse, []any{x}, map[string]any{"dtype": dt})
 	}
 	return y, b.err
 }
 
 // stringLabels maps class indexes to string labels on the host.
 func (b *mlBuild) stringLabels(idx *fxgraph.Node, labels [][]byte) *fxgraph.Node {
-	return b.emitKw("xserve.string_take", []any{stringConst(b.c, "classlabels_strings", labels), idx}, map[string]any{"default": ""})
+	return b.emitKw(fxgraph.XserveStringTake, []any{stringConst(b.c, "classlabels_strings", labels), idx}, map[string]any{"default": ""})
 }

@@ -438,7 +438,7 @@ func (r *Runner) runDevice(ctx context.Context, g *fxgraph.Graph, inputs []*tens
 		return nil, nil, err
 	}
 	for _, n := range sg.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			targets[n.Target] = true
 		}
 	}

@@ -60,7 +60,7 @@ func benchTreeBatch(b *testing.B, r *runner.Runner, model string, batch int64) {
 			b.Fatal(err)
 		}
 		for _, n := range g.Nodes() {
-			if n.Target == fxgraph.TreeEnsembleTarget {
+			if n.Op == fxgraph.XserveTreeEnsemble {
 				n.Kwargs["layout"] = layout
 			}
 		}
