@@ -83,21 +83,35 @@ func SplitHost(g *Graph) (*HostSplit, error) {
 		return nil, fmt.Errorf("fxgraph: a graph with string values cannot also have data-dependent sizes or guarded branches")
 	}
 	s := &HostSplit{Model: g}
-	// after[n]: n is a device node, or depends on one.
-	after := map[*Node]bool{}
-	for _, n := range g.Nodes() {
+	if err := s.stages(host); err != nil {
+		return nil, err
+	}
+	b := &deviceBuilder{s: s, host: host, m: map[*Node]*Node{}}
+	if err := b.build(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// stages sorts the host nodes into Pre (computed from the model's inputs
+// only) and Post (reading device results), refusing a device node that
+// reads a Post node.
+func (s *HostSplit) stages(host map[*Node]bool) error {
+	after := map[*Node]bool{} // n is a device node, or depends on one
+	for _, n := range s.Model.Nodes() {
 		if n.Opcode != CallFunction {
 			continue
 		}
 		dev := !host[n]
 		for _, in := range n.InputNodes() {
-			if after[in] {
-				if host[in] && dev {
-					return nil, fmt.Errorf("fxgraph: node %s (%s) computes on the device from %s, a string value computed from device results: "+
-						"xserve runs string operators only before and after the XLA program", n.Name, n.Target, in.Name)
-				}
-				dev = true
+			if !after[in] {
+				continue
 			}
+			if host[in] && dev {
+				return fmt.Errorf("fxgraph: node %s (%s) computes on the device from %s, a string value computed from device results: "+
+					"xserve runs string operators only before and after the XLA program", n.Name, n.Target, in.Name)
+			}
+			dev = true
 		}
 		after[n] = dev
 		switch {
@@ -107,95 +121,108 @@ func SplitHost(g *Graph) (*HostSplit, error) {
 			s.Pre = append(s.Pre, n)
 		}
 	}
-	if err := s.buildDevice(host); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil
 }
 
-// buildDevice makes the device graph: a clone of the model graph whose
-// host nodes are cut off, values crossing from the host becoming
+// deviceBuilder makes the device graph: a copy of the model graph's device
+// nodes, values crossing from the host (and model inputs) becoming
 // placeholders.
-func (s *HostSplit) buildDevice(host map[*Node]bool) error {
-	g := s.Model
+type deviceBuilder struct {
+	s    *HostSplit
+	host map[*Node]bool
+	dg   *Graph
+	m    map[*Node]*Node // model node -> device graph node
+	err  error
+}
+
+func (b *deviceBuilder) build() error {
+	g := b.s.Model
 	var devNodes []*Node
 	for _, n := range g.Nodes() {
-		if n.Opcode == CallFunction && !host[n] {
+		if n.Opcode == CallFunction && !b.host[n] {
 			devNodes = append(devNodes, n)
 		}
 	}
 	if len(devNodes) == 0 {
 		return nil
 	}
-	dg := New()
-	dg.SymbolRanges = g.SymbolRanges
-	m := map[*Node]*Node{}
-	var fail error
-	var lookup func(in *Node) *Node
-	lookup = func(in *Node) *Node {
-		if d, ok := m[in]; ok {
-			return d
-		}
-		switch {
-		case in.Opcode == GetAttr:
-			if t, ok := g.Attrs[in.Target]; ok {
-				m[in] = dg.AddConstant(in.Name, t)
-			} else if sub, ok := g.Subgraphs[in.Target]; ok {
-				m[in] = dg.AddSubgraph(in.Target, sub)
-			}
-		case in.Opcode == Placeholder || host[in]:
-			if in.Meta.Tuple || in.Val().DType == tensor.String {
-				fail = fmt.Errorf("fxgraph: node %s takes %s, a string value, on the device", in.Name, in.Meta)
-				return in
-			}
-			p := dg.AddPlaceholder(in.Name, freshDims(in.Val(), in.Name))
-			p.Target = in.Target
-			if in.Opcode != Placeholder {
-				p.Target = in.Name
-			}
-			s.DeviceIn = append(s.DeviceIn, in)
-			m[in] = p
-		}
-		return m[in]
-	}
+	b.dg = New()
+	b.dg.SymbolRanges = g.SymbolRanges
+	swap := func(x *Node) any { return b.lookup(x) }
 	for _, n := range devNodes {
 		cn := &Node{Opcode: n.Opcode, Op: n.Op, Name: n.Name, Target: n.Target, Meta: cloneMeta(n.Meta)}
 		for _, a := range n.Args {
-			cn.Args = append(cn.Args, mapNodes(a, func(x *Node) any { return lookup(x) }))
+			cn.Args = append(cn.Args, mapNodes(a, swap))
 		}
 		if n.Kwargs != nil {
 			cn.Kwargs = map[string]any{}
 			for k, v := range n.Kwargs {
-				cn.Kwargs[k] = mapNodes(v, func(x *Node) any { return lookup(x) })
+				cn.Kwargs[k] = mapNodes(v, swap)
 			}
 		}
-		if fail != nil {
-			return fail
+		if b.err != nil {
+			return b.err
 		}
-		m[n] = dg.insert(cn)
+		b.m[n] = b.dg.insert(cn)
 	}
+	b.outputs()
+	b.dg.EliminateDeadCode()
+	b.s.Device = b.dg
+	return b.dg.Validate()
+}
+
+// lookup returns the device graph's node for model node in, adding a
+// constant, a subgraph or a placeholder on first use.
+func (b *deviceBuilder) lookup(in *Node) *Node {
+	if d, ok := b.m[in]; ok {
+		return d
+	}
+	g, dg := b.s.Model, b.dg
+	switch {
+	case in.Opcode == GetAttr:
+		if t, ok := g.Attrs[in.Target]; ok {
+			b.m[in] = dg.AddConstant(in.Name, t)
+		} else if sub, ok := g.Subgraphs[in.Target]; ok {
+			b.m[in] = dg.AddSubgraph(in.Target, sub)
+		}
+	case in.Opcode == Placeholder || b.host[in]:
+		if in.Meta.Tuple || in.Val().DType == tensor.String {
+			b.err = fmt.Errorf("fxgraph: node %s takes %s, a string value, on the device", in.Name, in.Meta)
+			return in
+		}
+		p := dg.AddPlaceholder(in.Name, freshDims(in.Val(), in.Name))
+		p.Target = in.Target
+		if in.Opcode != Placeholder {
+			p.Target = in.Name
+		}
+		b.s.DeviceIn = append(b.s.DeviceIn, in)
+		b.m[in] = p
+	}
+	return b.m[in]
+}
+
+// outputs sets the device graph's outputs: the model's outputs computed on
+// the device, then the device values the post stage reads.
+func (b *deviceBuilder) outputs() {
 	var outs []*Node
 	needed := map[*Node]bool{}
 	add := func(n *Node) {
-		if d, ok := m[n]; ok && n.Opcode == CallFunction && !host[n] && !needed[n] {
+		if d, ok := b.m[n]; ok && n.Opcode == CallFunction && !b.host[n] && !needed[n] {
 			needed[n] = true
 			outs = append(outs, d)
-			s.DeviceOut = append(s.DeviceOut, n)
-			dg.OutputNames = append(dg.OutputNames, n.Name)
+			b.s.DeviceOut = append(b.s.DeviceOut, n)
+			b.dg.OutputNames = append(b.dg.OutputNames, n.Name)
 		}
 	}
-	for _, o := range g.Outputs() {
+	for _, o := range b.s.Model.Outputs() {
 		add(o)
 	}
-	for _, n := range s.Post {
+	for _, n := range b.s.Post {
 		for _, in := range n.InputNodes() {
 			add(in)
 		}
 	}
-	dg.SetOutput(outs...)
-	dg.EliminateDeadCode()
-	s.Device = dg
-	return dg.Validate()
+	b.dg.SetOutput(outs...)
 }
 
 // freshDims replaces the unknown dims of m (sizes host operators compute
@@ -330,18 +357,7 @@ func EvalOnHost(n *Node, ins []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		}
 		m[in] = scratch.AddConstant(in.Name, t)
 	}
-	swap := func(x *Node) any { return m[x] }
-	args := make([]any, len(n.Args))
-	for i, a := range n.Args {
-		args[i] = mapNodes(a, swap)
-	}
-	var kw map[string]any
-	if n.Kwargs != nil {
-		kw = map[string]any{}
-		for k, v := range n.Kwargs {
-			kw[k] = mapNodes(v, swap)
-		}
-	}
+	args, kw := remapArgs(n, m)
 	cn := scratch.AddNamedCall(n.Name, op, args, kw)
 	meta, err := op.Shape(cn)
 	if err != nil {
@@ -360,6 +376,23 @@ func EvalOnHost(n *Node, ins []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		}
 	}
 	return outs, nil
+}
+
+// remapArgs returns n's args and kwargs with their nodes replaced by m's.
+func remapArgs(n *Node, m map[*Node]*Node) ([]any, map[string]any) {
+	swap := func(x *Node) any { return m[x] }
+	args := make([]any, len(n.Args))
+	for i, a := range n.Args {
+		args[i] = mapNodes(a, swap)
+	}
+	if n.Kwargs == nil {
+		return args, nil
+	}
+	kw := map[string]any{}
+	for k, v := range n.Kwargs {
+		kw[k] = mapNodes(v, swap)
+	}
+	return args, kw
 }
 
 // standIn returns an int64 tensor numbering t's elements after those

@@ -92,45 +92,30 @@ func newTrees(n *fxgraph.Node, a fxgraph.TreeEnsembleArgs, in []*stablehlo.Value
 			return nil, fmt.Errorf("argument %d is not a tensor", i)
 		}
 	}
-	b := in[0].Block()
-	thr := in[2].Type()
-	w := in[6].Type()
-	t := &trees{b: b, args: a, rows: in[0].Type().Dims[0], feats: in[0].Type().Dims[1], nodes: thr.Dims[0],
-		ntrees: in[5].Type().Dims[0], targets: w.Dims[1], acc: thr.Elem}
-	var err error
-	if t.x, err = t.flat(in[0], t.acc); err != nil {
-		return nil, err
-	}
-	ints := []**stablehlo.Value{&t.feature, nil, &t.trueChild, &t.falseChild, &t.roots}
-	for i, p := range ints {
-		if p != nil {
-			if *p, err = t.flat(in[i+1], stablehlo.I32); err != nil {
-				return nil, err
-			}
-		}
-	}
-	t.threshold = in[2]
-	if t.weights, err = t.flat(in[6], t.acc); err != nil {
-		return nil, err
-	}
-	if t.has, err = t.flat(in[7], stablehlo.Bool); err != nil {
-		return nil, err
-	}
-	if len(in) > 8 && in[8] != nil {
-		if t.missing, err = t.flat(in[8], stablehlo.Bool); err != nil {
-			return nil, err
-		}
-	}
-	if len(in) > 9 && in[9] != nil {
-		if t.modes, err = t.flat(in[9], stablehlo.I32); err != nil {
-			return nil, err
-		}
-	}
+	thr, w := in[2].Type(), in[6].Type()
+	t := &trees{b: in[0].Block(), args: a, rows: in[0].Type().Dims[0], feats: in[0].Type().Dims[1], nodes: thr.Dims[0],
+		ntrees: in[5].Type().Dims[0], targets: w.Dims[1], acc: thr.Elem, threshold: in[2]}
 	if len(in) > 10 && in[10] != nil {
 		t.memberWidth = in[10].Type().Dims[1]
-		if t.members, err = t.flat(in[10], t.acc); err != nil {
+	}
+	tables := []struct {
+		dst  **stablehlo.Value
+		arg  int
+		elem stablehlo.ElementType
+	}{
+		{&t.x, 0, t.acc}, {&t.feature, 1, stablehlo.I32}, {&t.trueChild, 3, stablehlo.I32}, {&t.falseChild, 4, stablehlo.I32},
+		{&t.roots, 5, stablehlo.I32}, {&t.weights, 6, t.acc}, {&t.has, 7, stablehlo.Bool},
+		{&t.missing, 8, stablehlo.Bool}, {&t.modes, 9, stablehlo.I32}, {&t.members, 10, t.acc},
+	}
+	for _, tb := range tables {
+		if tb.arg >= len(in) || in[tb.arg] == nil {
+			continue // an optional table not given
+		}
+		v, err := t.flat(in[tb.arg], tb.elem)
+		if err != nil {
 			return nil, err
 		}
+		*tb.dst = v
 	}
 	return t, nil
 }

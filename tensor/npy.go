@@ -95,9 +95,6 @@ func readNpy(r io.Reader, size int64) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fortran && len(shape) > 1 {
-		return nil, fmt.Errorf("fortran_order arrays are not supported (shape %v): save a C-contiguous array (numpy.ascontiguousarray)", shape)
-	}
 	n := NumElements(shape)
 	if n < 0 || n > math.MaxInt64/int64(dt.Size()) {
 		return nil, fmt.Errorf("%w: %v has too many elements", ErrShape, shape)
