@@ -227,11 +227,7 @@ func (t *trees) decideAt(idx, rowOff *stablehlo.Value) (*stablehlo.Value, error)
 	if err != nil {
 		return nil, err
 	}
-	at, err := t.b.Add(rowOff, f)
-	if err != nil {
-		return nil, err
-	}
-	v, err := t.take(t.x, at)
+	v, err := t.inputs(rowOff, f)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +236,16 @@ func (t *trees) decideAt(idx, rowOff *stablehlo.Value) (*stablehlo.Value, error)
 		return nil, err
 	}
 	return t.decide(v, thr, idx, func(table *stablehlo.Value) (*stablehlo.Value, error) { return t.take(table, idx) })
+}
+
+// inputs gathers each row's input at feature f (rowOff: row * feats, of
+// f's shape).
+func (t *trees) inputs(rowOff, f *stablehlo.Value) (*stablehlo.Value, error) {
+	at, err := t.b.Add(rowOff, f)
+	if err != nil {
+		return nil, err
+	}
+	return t.take(t.x, at)
 }
 
 // compareAll compares every node with its input column for every row:
@@ -254,11 +260,7 @@ func (t *trees) compareAll() (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	at, err := t.b.Add(rowOff, f)
-	if err != nil {
-		return nil, err
-	}
-	v, err := t.take(t.x, at)
+	v, err := t.inputs(rowOff, f)
 	if err != nil {
 		return nil, err
 	}

@@ -118,13 +118,20 @@ func (t *treeSpec) weightsV3(c *Ctx, prefix string, pos map[[2]int64]int) error 
 	return nil
 }
 
-func treeRegressorConvert(c *Ctx, n *Node) error {
-	b := &mlBuild{c: c}
-	x, features := treeInput(b)
+// treeStart reads what both tree converters start from: the input [N, F],
+// F, and the post transform.
+func treeStart(c *Ctx) (b *mlBuild, x *fxgraph.Node, features int64, pt string, err error) {
+	b = &mlBuild{c: c}
+	x, features = treeInput(b)
 	if b.err != nil {
-		return b.err
+		return nil, nil, 0, "", b.err
 	}
-	pt, err := postTransformAttr(c)
+	pt, err = postTransformAttr(c)
+	return b, x, features, pt, err
+}
+
+func treeRegressorConvert(c *Ctx, n *Node) error {
+	b, x, features, pt, err := treeStart(c)
 	if err != nil {
 		return err
 	}
@@ -198,12 +205,7 @@ func classLabels(c *Ctx) (ints []int64, strs [][]byte) {
 }
 
 func treeClassifierConvert(c *Ctx, n *Node) error {
-	b := &mlBuild{c: c}
-	x, features := treeInput(b)
-	if b.err != nil {
-		return b.err
-	}
-	pt, err := postTransformAttr(c)
+	b, x, features, pt, err := treeStart(c)
 	if err != nil {
 		return err
 	}
