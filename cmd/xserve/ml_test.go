@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/xserve/xserve/api/grpc/inferencepb"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/tensor"
 )
@@ -99,7 +104,82 @@ func TestServeMLModels(t *testing.T) {
 		t.Fatalf("pytest: %v", err)
 	}
 	t.Run("nats", func(t *testing.T) { mlOverNATS(t, p) })
+	t.Run("grpc bytes_contents", func(t *testing.T) { mlBytesContents(t, p) })
 	p.stop(t)
+}
+
+// onehotCase is the case directory of the one-hot pipeline (string inputs
+// and labels).
+func onehotCase(t *testing.T) string {
+	t.Helper()
+	for _, d := range mlCases(t) {
+		if strings.HasPrefix(filepath.Base(d), "sklearn_onehot_columns") {
+			return d
+		}
+	}
+	t.Fatal("no sklearn_onehot_columns case in testdata/mlmodels")
+	return ""
+}
+
+// mlBytesContents calls the one-hot pipeline over gRPC with its string
+// inputs in the typed bytes_contents field (tritonclient sends raw
+// contents) and reads the string labels from the length-prefixed raw
+// output.
+func mlBytesContents(t *testing.T, p *xserveProc) {
+	dir := onehotCase(t)
+	req := &pb.ModelInferRequest{ModelName: mlModelName(dir)}
+	ins, _ := filepath.Glob(filepath.Join(dir, "in.*.npy"))
+	for _, f := range ins {
+		x, err := tensor.ReadNpyFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := &pb.ModelInferRequest_InferInputTensor{Name: strings.TrimSuffix(strings.SplitN(filepath.Base(f), ".", 3)[2], ".npy"),
+			Shape: x.Shape, Contents: &pb.InferTensorContents{}}
+		if x.DType == tensor.String {
+			in.Datatype, in.Contents.BytesContents = "BYTES", x.Strings
+		} else {
+			in.Datatype = "FP32"
+			for _, v := range x.Float64s() {
+				in.Contents.Fp32Contents = append(in.Contents.Fp32Contents, float32(v))
+			}
+		}
+		req.Inputs = append(req.Inputs, in)
+	}
+	conn, err := grpc.NewClient(p.grpcAddr(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	res, err := pb.NewGRPCInferenceServiceClient(conn).ModelInfer(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := tensor.ReadNpyFile(filepath.Join(dir, "ref.0.output_label.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range res.Outputs {
+		if o.Name != "output_label" {
+			continue
+		}
+		if o.Datatype != "BYTES" {
+			t.Fatalf("output_label is %s, want BYTES", o.Datatype)
+		}
+		raw := res.RawOutputContents[i]
+		for k, w := range want.Strings {
+			if len(raw) < 4 {
+				t.Fatalf("raw output ends before label %d", k)
+			}
+			n := int(raw[0]) | int(raw[1])<<8 | int(raw[2])<<16 | int(raw[3])<<24
+			if got := raw[4 : 4+n]; !bytes.Equal(got, w) {
+				t.Errorf("label %d: %q, ONNX Runtime %q", k, got, w)
+			}
+			raw = raw[4+n:]
+		}
+		return
+	}
+	t.Fatalf("no output_label in %v", res.Outputs)
 }
 
 // mlOverNATS runs the one-hot pipeline (string inputs, a string label)
@@ -111,12 +191,7 @@ func mlOverNATS(t *testing.T, p *xserveProc) {
 		t.Fatalf("no embedded NATS URL or client seed in the log:\n%s", p.log)
 	}
 	p.natsID(t)
-	var dir string
-	for _, d := range mlCases(t) {
-		if strings.HasPrefix(filepath.Base(d), "sklearn_onehot_columns") {
-			dir = d
-		}
-	}
+	dir := onehotCase(t)
 	out := t.TempDir()
 	args := []string{"nats-infer", "--nats-url", m[1], "--nkey", seed[1], "--model", mlModelName(dir), "--output", out, "--timeout", "60s"}
 	ins, _ := filepath.Glob(filepath.Join(dir, "in.*.npy"))
