@@ -2,6 +2,7 @@ package fxgraph
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -183,5 +184,23 @@ func TestStringOps(t *testing.T) {
 	parse := emit(t, g, XserveStringParse, []any{g.AddPlaceholder("s", Static(tensor.String, 1))}, map[string]any{"dtype": tensor.Int64})
 	if _, err := EvalOnHost(parse, []*tensor.Tensor{strTensor([]int64{1}, "x1")}); err == nil || !strings.Contains(err.Error(), `"x1" is not an integer`) {
 		t.Errorf("parse of text that is no number: %v", err)
+	}
+}
+
+// TestHostNodeErrorsAreMarked: text that is no number fails the run with
+// an error wrapping ErrHostNode (serving answers it as a bad request).
+func TestHostNodeErrorsAreMarked(t *testing.T) {
+	g := New()
+	x := g.AddPlaceholder("x", TensorMeta{DType: tensor.String, Shape: Shape{S("n")}})
+	f := emit(t, g, XserveStringParse, []any{x}, map[string]any{"dtype": tensor.Float32})
+	g.SetOutput(emit(t, g, AtenMulTensor, []any{f, 2.0}, nil))
+	s, err := SplitHost(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Run(context.Background(), []*tensor.Tensor{strTensor([]int64{2}, "1.5", "abc")},
+		func(context.Context, []*tensor.Tensor) ([]*tensor.Tensor, error) { return nil, fmt.Errorf("not reached") })
+	if !errors.Is(err, ErrHostNode) || !strings.Contains(err.Error(), `"abc" is not a number`) {
+		t.Fatalf("err %v, want an ErrHostNode naming the text", err)
 	}
 }
