@@ -199,7 +199,9 @@ func TestHostNodeErrorsAreMarked(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Run(context.Background(), []*tensor.Tensor{strTensor([]int64{2}, "1.5", "abc")},
-		func(context.Context, []*tensor.Tensor) ([]*tensor.Tensor, error) { return nil, fmt.Errorf("not reached") })
+		func(context.Context, []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			return nil, fmt.Errorf("not reached")
+		})
 	if !errors.Is(err, ErrHostNode) || !strings.Contains(err.Error(), `"abc" is not a number`) {
 		t.Fatalf("err %v, want an ErrHostNode naming the text", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -95,14 +94,7 @@ func mlRepo(t *testing.T) string {
 func TestServeMLModels(t *testing.T) {
 	python := tritonVenv(t)
 	p := startXserve(t, mlRepo(t), t.TempDir(), "--nats-listen", "127.0.0.1:0")
-	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests/test_ml_models.py")
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t), "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("pytest:\n%s", out)
-	if err != nil {
-		t.Fatalf("pytest: %v", err)
-	}
+	runPytest(t, python, p, "python/tests/test_ml_models.py")
 	t.Run("nats", func(t *testing.T) { mlOverNATS(t, p) })
 	t.Run("grpc bytes_contents", func(t *testing.T) { mlBytesContents(t, p) })
 	p.stop(t)
