@@ -168,6 +168,13 @@ bench: pjrt venv bench-models
 	XSERVE_BENCH_MODELS=$(CURDIR)/.cache/bench XSERVE_PYTHON=$(CURDIR)/$(VENV)/bin/python \
 	  $(GO) test -run '^$$' -bench 'TraceOnce' -benchtime 20x -timeout 60m ./lower
 
+# The tree ensemble's two layouts and ONNX Runtime on a 500-tree LightGBM
+# model at batch 1 and 1024 (internal/realmodels, docs/BENCHMARKS.md).
+.PHONY: bench-trees
+bench-trees: pjrt venv $(VENV_ML)/.installed
+	$(VENV_ML)/bin/python python/realmodels/ml.py --out .cache/realmodels --only lightgbm_500
+	XSERVE_PYTHON=$(CURDIR)/$(VENV)/bin/python $(GO) test -run '^$$' -bench TreeLayouts -benchtime 20x -timeout 30m ./internal/realmodels
+
 clean:
 	rm -rf bin .cache/run-output
 
@@ -179,6 +186,7 @@ clean:
 # ZOO_MODELS=resnet18,bert restricts zoo and zoo-check to some models.
 .PHONY: zoo zoo-check zoo-fixtures padprobe-fixtures bench-conv
 VENV_ZOO := .venv-zoo
+VENV_ML := .venv-ml
 ZOO_DIR := zoo
 ZOO_FIXTURES := testdata/zoo
 ZOO_MODELS ?=
@@ -266,17 +274,33 @@ quant-fixtures: $(VENV_ZOO)/.installed
 #                             through `xserve run` and a real `xserve serve`, rewrite docs/real-models.md
 #   make realmodels-small     the trained PyPI-packaged models `go test ./harness/realmodels` runs
 #   make realmodels-fixtures  regenerate testdata/realmodels and testdata/unsupported (toy-size exports)
+#   make ml-fixtures          regenerate testdata/mlmodels: the small scikit-learn, LightGBM and XGBoost
+#                             models `go test` runs (python/realmodels/ml.py --small, .venv-ml)
 # REALMODELS=hf_bert,tv_resnet18 restricts the export; REALMODELS_ONLY=onnx-dynamo the check.
-.PHONY: realmodels realmodels-small realmodels-fixtures
+.PHONY: realmodels realmodels-small realmodels-fixtures ml-fixtures venv-ml
 REALMODELS ?=
 REALMODELS_ONLY ?=
-realmodels: pjrt build venv $(VENV_ZOO)/.installed
+realmodels: pjrt build venv $(VENV_ZOO)/.installed $(VENV_ML)/.installed
 	$(VENV_ZOO)/bin/python python/realmodels/generate.py --out .cache/realmodels $(if $(REALMODELS),--only $(REALMODELS))
+	$(VENV_ML)/bin/python python/realmodels/ml.py --out .cache/realmodels $(if $(REALMODELS),--only $(REALMODELS))
 	$(VENV)/bin/python python/realmodels/check.py --cases .cache/realmodels/cases --doc docs/real-models.md $(if $(REALMODELS_ONLY),--only $(REALMODELS_ONLY))
 
 REALMODELS_SMALL := rapidocr_cls_v2,silero_vad_16k_sequence,silero_vad_16k_op15,silero_vad,text2tashkeel_bilstm_int8,text2tashkeel_rawi_v3_int8,g2p_id_lstm_decoder
 realmodels-small: venv
 	$(VENV)/bin/python python/realmodels/packaged.py --out .cache/realmodels-small --only $(REALMODELS_SMALL)
+
+# Classical ML (python/requirements-ml.txt): scikit-learn, skl2onnx,
+# LightGBM, XGBoost and onnxmltools in their own venv; make test needs none
+# of it (testdata/mlmodels is committed).
+venv-ml: $(VENV_ML)/.installed
+$(VENV_ML)/.installed: python/requirements-ml.txt
+	@[ -x $(VENV_ML)/bin/python ] || $(PYTHON) -m venv $(VENV_ML)
+	$(VENV_ML)/bin/pip install -q -r python/requirements-ml.txt
+	touch $@
+
+ml-fixtures: $(VENV_ML)/.installed
+	rm -rf testdata/mlmodels
+	$(VENV_ML)/bin/python python/realmodels/ml.py --small --out testdata/mlmodels
 
 realmodels-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/realmodels/generate.py --tiny --out testdata/realmodels

@@ -780,6 +780,13 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Buckets:  map[string][]int64{},
 	}
 	p := v.plan
+	if v.host != nil {
+		md.Inputs, md.Outputs = slices.Clone(v.host.inputs), slices.Clone(v.host.outputs)
+		if p == nil {
+			return md, nil
+		}
+		p = &BucketPlan{Symbols: p.Symbols} // the device graph's buckets
+	}
 	for i := range p.Inputs {
 		md.Inputs = append(md.Inputs, p.Inputs[i].spec())
 	}

@@ -98,7 +98,7 @@ func TestRealModelsMatchONNXRuntime(t *testing.T) {
 }
 
 // newRunner returns a runner on the PJRT plugin make pjrt installs.
-func newRunner(t *testing.T) *runner.Runner {
+func newRunner(t testing.TB) *runner.Runner {
 	t.Helper()
 	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "../.."})
 	if err != nil {

@@ -66,20 +66,34 @@ def half_dtype(case):
 
 
 def compare(case, got, ref_files=None):
-    """got: list of arrays in output order. Returns (result, max_err)."""
-    refs = [np.load(os.path.join(case["dir"], f)) for f in (ref_files or case["ref_files"])]
+    """got: list of arrays in output order. Returns (result, max_err).
+    Strings and integers must be equal; floats within atol + rtol * max|ref|
+    (case.json may set atol and rtol, and list outputs that must be the
+    same bits in "exact"; a half-precision model's tolerance follows its
+    dtype's epsilon)."""
+    ref_files = ref_files or case["ref_files"]
+    refs = [np.load(os.path.join(case["dir"], f)) for f in ref_files]
     if len(got) != len(refs):
         return f"mismatch: {len(got)} outputs, the reference has {len(refs)}", None
-    rtol = QUANT_RTOL if "quant" in case["format"] else RTOL
-    atol = ATOL
+    rtol = case.get("rtol", QUANT_RTOL if "quant" in case["format"] else RTOL)
+    atol = case.get("atol", ATOL)
     if half_dtype(case):
         rtol = atol = EPS_FACTOR * HALF_EPS[half_dtype(case)]
+    exact = set(case.get("exact", []))
+    names = [f.split(".", 2)[2][:-4] for f in ref_files]
     worst, ok = 0.0, True
-    for g, r in zip(got, refs):
+    for name, g, r in zip(names, got, refs):
         if tuple(g.shape) != tuple(r.shape):
             return f"mismatch: output shape {list(g.shape)}, reference {list(r.shape)}", None
         if r.size == 0:
             continue
+        if r.dtype.kind in "USO" or g.dtype.kind in "USO":
+            if not np.array_equal(g.astype(str), r.astype(str)):
+                return f"mismatch: output {name}: strings differ", None
+            continue
+        if r.dtype.kind in "iub" or name in exact:
+            if not np.array_equal(g, r, equal_nan=r.dtype.kind == "f"):
+                ok = False
         gd, rd = g.astype(np.float64), r.astype(np.float64)
         err = float(np.max(np.abs(gd - rd)))
         worst = max(worst, err)
@@ -169,13 +183,14 @@ def infer_request(case, binary, files=None):
     arrays = [(n, np.load(os.path.join(case["dir"], f))) for n, f in zip(names, files)]
     inputs, blobs = [], []
     for name, a in arrays:
-        t = {"name": name, "datatype": NP_TO_V2[str(a.dtype)], "shape": list(a.shape)}
+        strings = a.dtype.kind in "US"
+        t = {"name": name, "datatype": "BYTES" if strings else NP_TO_V2[str(a.dtype)], "shape": list(a.shape)}
         if binary:
-            b = np.ascontiguousarray(a).tobytes()
+            b = bytes_data(a) if strings else np.ascontiguousarray(a).tobytes()
             t["parameters"] = {"binary_data_size": len(b)}
             blobs.append(b)
         else:
-            t["data"] = a.reshape(-1).tolist()
+            t["data"] = [str(x) for x in a.reshape(-1)] if strings else a.reshape(-1).tolist()
         inputs.append(t)
     req = {"inputs": inputs}
     if binary:
@@ -187,6 +202,25 @@ def infer_request(case, binary, files=None):
                                     "Inference-Header-Content-Length": str(len(head))}
 
 
+def bytes_data(a):
+    """The binary BYTES encoding: each element's 4-byte little-endian
+    length, then its UTF-8 bytes."""
+    out = b""
+    for x in a.reshape(-1):
+        e = str(x).encode()
+        out += len(e).to_bytes(4, "little") + e
+    return out
+
+
+def parse_bytes(raw, count):
+    out, off = [], 0
+    for _ in range(count):
+        n = int.from_bytes(raw[off:off + 4], "little")
+        out.append(raw[off + 4:off + 4 + n].decode())
+        off += 4 + n
+    return np.array(out, dtype=str)
+
+
 def parse_response(headers, body):
     hl = {k.lower(): v for k, v in headers.items()}.get("inference-header-content-length")
     if hl is None:
@@ -195,8 +229,17 @@ def parse_response(headers, body):
         doc, rest = json.loads(body[:int(hl)]), body[int(hl):]
     outs, off = [], 0
     for o in doc["outputs"]:
-        dt = np.dtype(V2_TO_NP[o["datatype"]])
         size = (o.get("parameters") or {}).get("binary_data_size")
+        if o["datatype"] == "BYTES":
+            count = int(np.prod(o["shape"]))
+            if size is not None:
+                a = parse_bytes(rest[off:off + size], count).reshape(o["shape"])
+                off += size
+            else:
+                a = np.array(o["data"], dtype=str).reshape(o["shape"])
+            outs.append(a)
+            continue
+        dt = np.dtype(V2_TO_NP[o["datatype"]])
         if size is not None:
             a = np.frombuffer(rest[off:off + size], dtype=dt).reshape(o["shape"])
             off += size

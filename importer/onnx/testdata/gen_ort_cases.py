@@ -181,6 +181,19 @@ def tfidf_cases():
     x1 = rng.integers(0, 5, (14,)).astype(np.int32)
     case("tfidf_1d_int32_trigrams_skip3", [helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=3, max_gram_length=3, max_skip_count=3, **common)],
          [tensor_vi("x", TensorProto.INT32, [14])], [tensor_vi("y", F, [8])], [x1], opset=9)
+    tfidf_string_cases()
+
+
+def tfidf_string_cases():
+    """TfIdfVectorizer of strings (pool_strings): the words looked up on
+    the host, then the integer path; words outside the pool match nothing."""
+    words = np.array(["the", "cat", "sat", "on", "mat", "a", "dog"])
+    x = words[np.random.default_rng(3).integers(0, 7, (2, 9))].astype(object)
+    pool = ["cat", "mat", "dog", "the", "cat", "sat", "on", "the", "cat", "sat"]  # unigrams cat mat dog; bigrams (the cat) (sat on); trigram (the cat sat)
+    attrs = dict(ngram_counts=[0, 3, 7], ngram_indexes=[0, 1, 2, 3, 4, 5], pool_strings=pool, mode="TF",
+                 min_gram_length=1, max_gram_length=3, max_skip_count=1)
+    case("tfidf_strings_uni_to_tri_skip1", [helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs)],
+         [tensor_vi("x", TensorProto.STRING, [2, 9])], [tensor_vi("y", F, [2, 6])], [x], opset=9)
 
 
 def conv_cases():
