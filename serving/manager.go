@@ -10,12 +10,12 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/xserve/xserve/batching"
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
@@ -60,6 +60,14 @@ type Options struct {
 	// cores at once (see SplitBatches); "" means SplitAuto. Other platforms
 	// always run an execution whole.
 	SplitBatches SplitBatches
+	// ExactCompilesPerMinute bounds the compiles of exact-size executables
+	// (a size no bucket holds) across all models; a compile beyond it waits
+	// for the budget, and so do the requests that need it, each within its
+	// deadline. 0 means DefaultExactCompilesPerMinute.
+	ExactCompilesPerMinute int
+	// Cores is how many executions run at once without sharing a CPU core
+	// (engine.Options.Cores); 0 means runtime.GOMAXPROCS.
+	Cores int
 	// RelaxedReadiness makes the server ready once loading is done,
 	// whatever failed to load; by default every model version that should
 	// load must be READY (see Readiness).
@@ -84,17 +92,14 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Lowering.Platform == "" && o.Client != nil {
-		o.Lowering.Platform = o.Client.Platform()
-	}
-	if o.Lowering.Kernels == nil && o.Client != nil {
-		o.Lowering.Kernels = o.Client.Kernels()
-	}
 	if o.CompileParallelism == 0 {
 		o.CompileParallelism = runtime.GOMAXPROCS(0)
 	}
 	if o.SplitBatches == "" {
 		o.SplitBatches = SplitAuto
+	}
+	if o.ExactCompilesPerMinute == 0 {
+		o.ExactCompilesPerMinute = DefaultExactCompilesPerMinute
 	}
 }
 
@@ -106,8 +111,12 @@ func (o *Options) validate() error {
 		return errors.New("serving: Options.Repository is required")
 	case o.CompileParallelism < 0:
 		return fmt.Errorf("serving: Options.CompileParallelism must be >= 0, got %d", o.CompileParallelism)
+	case o.Cores < 0:
+		return fmt.Errorf("serving: Options.Cores must be >= 0, got %d", o.Cores)
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
+	case o.ExactCompilesPerMinute < 0:
+		return fmt.Errorf("serving: Options.ExactCompilesPerMinute must be >= 0, got %d", o.ExactCompilesPerMinute)
 	}
 	if _, err := ParseSplitBatches(string(o.SplitBatches)); err != nil {
 		return fmt.Errorf("serving: Options.SplitBatches: %w", err)
@@ -127,29 +136,19 @@ type Manager struct {
 	opts    Options
 	log     *slog.Logger
 	client  *pjrt.Client
+	engine  *engine.Engine // compiles and runs every version's programs
 	repo    *modelrepo.Repository
-	lowerer *lower.Lowerer
-	cache   blobCache // nil without CompileCacheDir
 	metrics *serverMetrics
-	buildID string
 
-	// lowerings and compiles count Lower and Compile calls (atomic; tests
-	// read them to see what the caches saved).
+	// lowerings and compiles count the Lower and Compile calls of builds
+	// (atomic; tests read them to see what the caches saved).
 	lowerings atomic.Int64
 	compiles  atomic.Int64
 
-	unsupportedOnce sync.Once // logs that executables cannot be cached
-
 	// compileSlots holds a token per build in progress (CompileParallelism).
 	compileSlots chan struct{}
-
-	// executing counts the executions running (atomic), across versions;
-	// cores is how many run at once without sharing a core (GOMAXPROCS).
-	// A split execution asks both (rowsplit.go).
-	executing atomic.Int64
-	cores     int
-	cpu       bool // the client's platform is the CPU: only there do executions split
-	kernels   bool // the client has loaded the CPU kernel library, whose threads an execution can go without
+	// exactBudget bounds the compiles of exact-size executables.
+	exactBudget *compileBudget
 
 	// ctx is cancelled by Shutdown: it stops polling and aborts loads.
 	ctx    context.Context
@@ -191,26 +190,26 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	eng, err := engine.New(engine.Options{
+		Client:   opts.Client,
+		Lowering: opts.Lowering,
+		CacheDir: opts.CompileCacheDir,
+		Logger:   opts.Logger,
+		Cores:    opts.Cores,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving: %w", err)
+	}
 	m := &Manager{
 		opts:         opts,
 		log:          opts.Logger,
 		client:       opts.Client,
+		engine:       eng,
 		repo:         opts.Repository,
-		lowerer:      lower.New(opts.Lowering),
 		metrics:      newServerMetrics(),
-		buildID:      buildID(),
 		compileSlots: make(chan struct{}, opts.CompileParallelism),
-		cores:        runtime.GOMAXPROCS(0),
-		cpu:          opts.Client.Platform() == "cpu",
-		kernels:      opts.Client.KernelsFile() != "",
+		exactBudget:  newCompileBudget(opts.ExactCompilesPerMinute),
 		models:       map[string]*model{},
-	}
-	if opts.CompileCacheDir != "" {
-		c, err := newDirCache(opts.CompileCacheDir)
-		if err != nil {
-			return nil, err
-		}
-		m.cache = c
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 
@@ -786,6 +785,13 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Buckets:  map[string][]int64{},
 	}
 	p := v.plan
+	if v.host != nil {
+		md.Inputs, md.Outputs = slices.Clone(v.host.inputs), slices.Clone(v.host.outputs)
+		if p == nil {
+			return md, nil
+		}
+		p = &BucketPlan{Symbols: p.Symbols} // the device graph's buckets
+	}
 	for i := range p.Inputs {
 		md.Inputs = append(md.Inputs, p.Inputs[i].spec())
 	}
@@ -994,14 +1000,4 @@ func waitFor(ctx context.Context, wait func()) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// unsupported logs, once per Manager at debug level, that the plugin binding
-// cannot (de)serialize executables; other errors are logged as warnings.
-func (m *Manager) unsupported(err error, msg string) {
-	if errUnsupported(err) {
-		m.unsupportedOnce.Do(func() { m.log.Debug(msg, "error", err) })
-		return
-	}
-	m.log.Warn(strings.Replace(msg, "cannot", "failed to", 1), "error", err)
 }

@@ -8,8 +8,11 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// TfIdfVectorizer of integer input (string input is unsupported). The input
-// length is static, so every n-gram the op looks at (each start position
+// TfIdfVectorizer. Strings (pool_strings) become integers first: each
+// distinct word of the pool is numbered, the input's words are looked up
+// among them on the host (xserve.string_lookup; a word outside the pool is
+// -1, which no pool n-gram holds), and the integer path runs in the
+// program. The input length is static, so every n-gram the op looks at (each start position
 // and skip count, for each n) is known at import: they are gathered with a
 // constant index table, compared with the pool's n-grams, counted per pool
 // entry, and scattered to the output columns by a constant one-hot matrix.
@@ -26,12 +29,9 @@ type tfidfPool struct {
 	column []int64
 }
 
-// tfidfPools splits pool_int64s into its sections by ngram_counts.
-func tfidfPools(c *Ctx) ([]tfidfPool, int64, error) {
-	pool := c.AttrInts("pool_int64s", nil)
-	if c.Attr("pool_strings") != nil {
-		return nil, 0, Unsupported("TfIdfVectorizer with a pool of strings")
-	}
+// tfidfPools splits the pool (pool_int64s, or the numbers of
+// pool_strings' words) into its sections by ngram_counts.
+func tfidfPools(c *Ctx, pool []int64) ([]tfidfPool, int64, error) {
 	counts := c.AttrInts("ngram_counts", nil)
 	indexes := c.AttrInts("ngram_indexes", nil)
 	var pools []tfidfPool
@@ -64,6 +64,34 @@ func tfidfPools(c *Ctx) ([]tfidfPool, int64, error) {
 	return pools, width, nil
 }
 
+// tfidfWords returns the input and pool as integers: pool_int64s as they
+// are, or pool_strings' words numbered in order of first appearance and
+// the input's words looked up among them (-1 for none).
+func tfidfWords(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, []int64, error) {
+	a := c.Attr("pool_strings")
+	if a == nil {
+		return x, c.AttrInts("pool_int64s", nil), nil
+	}
+	if Meta(x).DType != tensor.String {
+		return nil, nil, fmt.Errorf("TfIdfVectorizer: pool_strings for %s input", Meta(x))
+	}
+	number := map[string]int64{}
+	var vocab [][]byte
+	pool := make([]int64, len(a.Strings))
+	for i, w := range a.Strings {
+		k, ok := number[string(w)]
+		if !ok {
+			k = int64(len(vocab))
+			number[string(w)] = k
+			vocab = append(vocab, w)
+		}
+		pool[i] = k
+	}
+	b := &mlBuild{c: c}
+	ids := b.emit(fxgraph.XserveStringLookup, x, stringConst(c, "tfidf_vocabulary", vocab))
+	return ids, pool, b.err
+}
+
 // tfidfPositions returns, for n-grams of length n with at most maxSkip
 // skipped items between consecutive items, the input positions of every
 // n-gram of a row of length size (unigrams once).
@@ -89,12 +117,16 @@ func tfidfConvert(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
+	x, pool, err := tfidfWords(c, x)
+	if err != nil {
+		return err
+	}
 	m := Meta(x)
 	dims, ok := m.Shape.Static()
 	if !m.DType.IsInt() || !ok || len(dims) < 1 || len(dims) > 2 {
-		return Unsupported("TfIdfVectorizer of %s (want a static 1-D or 2-D integer tensor)", m)
+		return Unsupported("TfIdfVectorizer of %s (want a static 1-D or 2-D integer or string tensor)", m)
 	}
-	pools, width, err := tfidfPools(c)
+	pools, width, err := tfidfPools(c, pool)
 	if err != nil {
 		return err
 	}
@@ -109,7 +141,7 @@ func tfidfConvert(c *Ctx, n *Node) error {
 	}
 	x2 := x
 	if len(dims) == 1 {
-		if x2, err = c.Emit("aten.unsqueeze.default", x, int64(0)); err != nil {
+		if x2, err = c.Emit(fxgraph.AtenUnsqueeze, x, int64(0)); err != nil {
 			return err
 		}
 	}
@@ -133,11 +165,11 @@ func tfidfConvert(c *Ctx, n *Node) error {
 		for k, col := range p.column {
 			scatter.SetFloat64(int64(k)*width+col, 1)
 		}
-		part, err := c.Emit("aten.matmul.default", counts, c.Constant("tfidf_columns", scatter))
+		part, err := c.Emit(fxgraph.AtenMatmul, counts, c.Constant("tfidf_columns", scatter))
 		if err != nil {
 			return err
 		}
-		if total, err = c.Emit("aten.add.Tensor", total, part); err != nil {
+		if total, err = c.Emit(fxgraph.AtenAddTensor, total, part); err != nil {
 			return err
 		}
 	}
@@ -155,7 +187,7 @@ func tfidfConvert(c *Ctx, n *Node) error {
 		return err
 	}
 	if len(dims) == 1 {
-		if out, err = c.Emit("aten.squeeze.dims", out, []any{int64(0)}); err != nil {
+		if out, err = c.Emit(fxgraph.AtenSqueezeDims, out, []any{int64(0)}); err != nil {
 			return err
 		}
 	}
@@ -172,10 +204,10 @@ func tfidfCounts(c *Ctx, x *fxgraph.Node, p tfidfPool, positions [][]int64, batc
 	}
 	flat := slices.Concat(positions...)
 	e := &sigEmitter{c: c}
-	g := e.op("aten.index_select.default", x, int64(1), c.IntsConst(flat))
-	g = e.op("aten.view.default", g, []any{batch, int64(len(positions)), int64(1), p.n}) // [B, P, 1, n]
+	g := e.op(fxgraph.AtenIndexSelect, x, int64(1), c.IntsConst(flat))
+	g = e.op(fxgraph.AtenView, g, []any{batch, int64(len(positions)), int64(1), p.n}) // [B, P, 1, n]
 	gramT := tensor.FromInt64s(slices.Concat(p.grams...), int64(len(p.grams)), p.n).Convert(Meta(x).DType)
-	eq := e.op("aten.eq.Tensor", g, c.Constant("tfidf_pool", gramT)) // [B, P, K, n]
+	eq := e.op(fxgraph.AtenEqTensor, g, c.Constant("tfidf_pool", gramT)) // [B, P, K, n]
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -183,15 +215,15 @@ func tfidfCounts(c *Ctx, x *fxgraph.Node, p tfidfPool, positions [][]int64, batc
 	if err != nil {
 		return nil, err
 	}
-	hits := e.op("aten.sum.dim_IntList", f, []any{int64(-1)}, false) // [B, P, K]
-	whole := e.op("aten.eq.Scalar", hits, float64(p.n))              // every item matches
+	hits := e.op(fxgraph.AtenSumDimIntList, f, []any{int64(-1)}, false) // [B, P, K]
+	whole := e.op(fxgraph.AtenEqScalar, hits, float64(p.n))             // every item matches
 	if e.err != nil {
 		return nil, e.err
 	}
 	if f, err = ewCastTo(c, whole, tensor.Float32); err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.sum.dim_IntList", f, []any{int64(1)}, false)
+	return c.Emit(fxgraph.AtenSumDimIntList, f, []any{int64(1)}, false)
 }
 
 // tfidfWeigh applies the mode to counts [B, width]: TF the counts, IDF 1
@@ -201,7 +233,7 @@ func tfidfWeigh(c *Ctx, counts *fxgraph.Node, mode string, w []float32) (*fxgrap
 	out := counts
 	var err error
 	if mode == "IDF" {
-		pos, err := c.Emit("aten.gt.Scalar", counts, 0.0)
+		pos, err := c.Emit(fxgraph.AtenGtScalar, counts, 0.0)
 		if err != nil {
 			return nil, err
 		}
@@ -210,7 +242,7 @@ func tfidfWeigh(c *Ctx, counts *fxgraph.Node, mode string, w []float32) (*fxgrap
 		}
 	}
 	if w != nil && mode != "TF" {
-		if out, err = c.Emit("aten.mul.Tensor", out, c.Constant("tfidf_weights", tensor.FromFloat32s(w, int64(len(w))))); err != nil {
+		if out, err = c.Emit(fxgraph.AtenMulTensor, out, c.Constant("tfidf_weights", tensor.FromFloat32s(w, int64(len(w))))); err != nil {
 			return nil, err
 		}
 	}
