@@ -163,17 +163,11 @@ func NewNATSTarget(ctx context.Context, opts NATSOptions) (*NATSTarget, error) {
 		nopts = append(nopts, nats.Token(opts.Token))
 	}
 	if opts.NkeyFile != "" {
-		o, err := nats.NkeyOptionFromSeed(opts.NkeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("loadtest: NKey seed file: %w", err)
-		}
-		// The embedded server lets each user read only its own inboxes,
-		// _INBOX.<public key>.
-		pub, err := seedPublicKey(opts.NkeyFile)
+		o, err := nkeyOptions(opts.NkeyFile)
 		if err != nil {
 			return nil, err
 		}
-		nopts = append(nopts, o, nats.CustomInboxPrefix("_INBOX."+pub))
+		nopts = append(nopts, o...)
 	}
 	t := &NATSTarget{
 		opts:    opts,
@@ -367,17 +361,27 @@ func (t *NATSTarget) Do(ctx context.Context, req *Request) (*Result, error) {
 	return res, validateResponse(body, headerLen, t.opts.ExpectOutputs)
 }
 
-// seedPublicKey is the public key of the NKey seed in file.
-func seedPublicKey(file string) (string, error) {
+// nkeyOptions sign in with the NKey seed in file and take replies under
+// its user's inbox prefix, _INBOX.<public key>: the embedded server lets
+// each user read only its own inboxes.
+func nkeyOptions(file string) ([]nats.Option, error) {
+	o, err := nats.NkeyOptionFromSeed(file)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: NKey seed file: %w", err)
+	}
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("loadtest: NKey seed file: %w", err)
+		return nil, fmt.Errorf("loadtest: NKey seed file: %w", err)
 	}
 	kp, err := nkeys.ParseDecoratedNKey(data)
 	if err != nil {
-		return "", fmt.Errorf("loadtest: NKey seed file %s: %w", file, err)
+		return nil, fmt.Errorf("loadtest: NKey seed file %s: %w", file, err)
 	}
-	return kp.PublicKey()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: NKey seed file %s: %w", file, err)
+	}
+	return []nats.Option{o, nats.CustomInboxPrefix("_INBOX." + pub)}, nil
 }
 
 // doDurable publishes msg to the stream and waits for its reply.

@@ -311,26 +311,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			dirName = base
 		}
 	}
-	if len(data) > MaxConfigSize {
-		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("file is larger than %d bytes", MaxConfigSize)}
-	}
-
 	// Pass 1: the node tree, for syntax errors, key paths and lines.
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, syntaxError(path, err)
+	doc, err := parseDocument(path, data)
+	if err != nil {
+		return nil, err
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, &ConfigError{File: path, Line: extra.Line, Reason: "holds more than one YAML document"}
-	} else if !errors.Is(err, io.EOF) {
-		return nil, syntaxError(path, err)
-	}
-	if depth := yamlDepth(&doc); depth > MaxConfigDepth {
-		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("nested %d levels deep, more than the limit of %d (MaxConfigDepth)", depth, MaxConfigDepth)}
-	}
-	idx := indexNodes(&doc)
+	idx := indexNodes(doc)
 	p := newProblems(path, idx)
 
 	// Pass 2: the typed decode, strict about unknown keys.
@@ -356,6 +342,29 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// parseDocument parses data, the config file path, into its one YAML
+// document, within MaxConfigSize and MaxConfigDepth.
+func parseDocument(path string, data []byte) (*yaml.Node, error) {
+	if len(data) > MaxConfigSize {
+		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("file is larger than %d bytes", MaxConfigSize)}
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, syntaxError(path, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, &ConfigError{File: path, Line: extra.Line, Reason: "holds more than one YAML document"}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, syntaxError(path, err)
+	}
+	if depth := yamlDepth(&doc); depth > MaxConfigDepth {
+		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("nested %d levels deep, more than the limit of %d (MaxConfigDepth)", depth, MaxConfigDepth)}
+	}
+	return &doc, nil
 }
 
 // syntaxError turns a YAML parser error ("yaml: line 3: did not find ...")

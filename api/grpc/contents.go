@@ -31,12 +31,7 @@ func contentsBytes(in *pb.ModelInferRequest_InferInputTensor, maxElems int64, le
 		}
 		return nil
 	}
-	size := n * int64(max(dt.Size(), 1))
-	if dt == tensor.String {
-		for _, v := range c.BytesContents {
-			size += 4 + int64(len(v))
-		}
-	}
+	size := contentsSize(dt, n, c)
 	if err := lease.Reserve(size, fmt.Sprintf("input %q", in.Name)); err != nil {
 		return nil, err
 	}
@@ -117,6 +112,18 @@ func contentsBytes(in *pb.ModelInferRequest_InferInputTensor, maxElems int64, le
 		return nil, payload.BadRequest("input %q: datatype %s has no typed contents field in the protocol; send it in raw_input_contents", in.Name, in.Datatype)
 	}
 	return b, nil
+}
+
+// contentsSize is the size of the raw bytes of n elements of dt in c.
+func contentsSize(dt tensor.DType, n int64, c *pb.InferTensorContents) int64 {
+	if dt != tensor.String {
+		return n * int64(dt.Size())
+	}
+	size := 4 * n
+	for _, v := range c.BytesContents {
+		size += int64(len(v))
+	}
+	return size
 }
 
 // appendUint appends the low bits (8, 16 or 32) of v, little-endian.

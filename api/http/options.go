@@ -123,50 +123,32 @@ type Options struct {
 
 // setDefaults fills the fields left at their zero value.
 func (o *Options) setDefaults() {
-	if o.MaxBodyBytes == 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if o.MaxDecompressedBytes == 0 {
-		o.MaxDecompressedBytes = DefaultMaxDecompressedBytes
-	}
-	if o.MaxTensorElements == 0 {
-		o.MaxTensorElements = DefaultMaxTensorElements
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = DefaultReadTimeout
-	}
-	if o.ReadHeaderTimeout == 0 {
-		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if o.MinReadRate == 0 {
-		o.MinReadRate = DefaultMinReadRate
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = DefaultWriteTimeout
-	}
-	if o.IdleTimeout == 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.MaxConns == 0 {
-		o.MaxConns = DefaultMaxConns
-	}
-	if o.MaxConnsPerIP == 0 {
-		o.MaxConnsPerIP = max(o.MaxConns/2, 1)
-	}
-	if o.MemoryBudget == 0 {
-		o.MemoryBudget = payload.DefaultMemoryBudget
-	}
-	if o.CompressMinBytes == 0 {
-		o.CompressMinBytes = DefaultCompressMinBytes
-	}
-	if o.Version == "" {
-		o.Version = "dev"
-	}
+	orDefault(&o.MaxBodyBytes, DefaultMaxBodyBytes)
+	orDefault(&o.MaxDecompressedBytes, DefaultMaxDecompressedBytes)
+	orDefault(&o.MaxTensorElements, DefaultMaxTensorElements)
+	orDefault(&o.ReadTimeout, DefaultReadTimeout)
+	orDefault(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	orDefault(&o.MinReadRate, DefaultMinReadRate)
+	orDefault(&o.WriteTimeout, DefaultWriteTimeout)
+	orDefault(&o.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&o.MaxConns, DefaultMaxConns)
+	orDefault(&o.MaxConnsPerIP, max(o.MaxConns/2, 1))
+	orDefault(&o.MemoryBudget, payload.DefaultMemoryBudget)
+	orDefault(&o.CompressMinBytes, DefaultCompressMinBytes)
+	orDefault(&o.Version, "dev")
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+}
+
+// orDefault sets *p to v when it is the zero value.
+func orDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
 	}
 }
 

@@ -116,18 +116,11 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 		nopts = append(nopts, nats.Token(opts.Token))
 	}
 	if opts.NkeyFile != "" {
-		o, err := nats.NkeyOptionFromSeed(opts.NkeyFile)
+		o, err := nkeyFileOptions(opts.NkeyFile, opts.InboxPrefix == "")
 		if err != nil {
-			return nil, fmt.Errorf("natsapi: NKey seed file: %w", err)
+			return nil, err
 		}
-		nopts = append(nopts, o)
-		if opts.InboxPrefix == "" {
-			pub, err := seedPublicKey(opts.NkeyFile)
-			if err != nil {
-				return nil, err
-			}
-			opts.InboxPrefix = InboxPrefix(pub)
-		}
+		nopts = append(nopts, o...)
 	}
 	if opts.InboxPrefix != "" {
 		nopts = append(nopts, nats.CustomInboxPrefix(opts.InboxPrefix))
@@ -164,6 +157,23 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 		case <-time.After(wait):
 		}
 	}
+}
+
+// nkeyFileOptions signs in with the NKey seed in file and, with inbox, uses
+// its user's inbox prefix on the embedded server (InboxPrefix).
+func nkeyFileOptions(file string, inbox bool) ([]nats.Option, error) {
+	o, err := nats.NkeyOptionFromSeed(file)
+	if err != nil {
+		return nil, fmt.Errorf("natsapi: NKey seed file: %w", err)
+	}
+	if !inbox {
+		return []nats.Option{o}, nil
+	}
+	pub, err := seedPublicKey(file)
+	if err != nil {
+		return nil, err
+	}
+	return []nats.Option{o, nats.CustomInboxPrefix(InboxPrefix(pub))}, nil
 }
 
 // seedPublicKey is the public key of the NKey seed in file.

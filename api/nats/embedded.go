@@ -72,6 +72,25 @@ type EmbeddedOptions struct {
 	admin nkeys.KeyPair
 }
 
+// setDefaults fills the fields left at their zero value.
+func (o *EmbeddedOptions) setDefaults() {
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.MaxPayload == 0 {
+		o.MaxPayload = DefaultMaxPayload
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 10 * time.Second
+	}
+	if o.MaxPending == 0 {
+		o.MaxPending = DefaultMaxPending
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
 // Embedded is a NATS server (github.com/nats-io/nats-server) running in
 // this process, with JetStream enabled.
 type Embedded struct {
@@ -97,21 +116,7 @@ type ClientUser struct {
 // StartEmbedded starts a NATS server in the process and waits until it
 // accepts connections.
 func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
-	if opts.Listen == "" {
-		opts.Listen = DefaultListen
-	}
-	if opts.MaxPayload == 0 {
-		opts.MaxPayload = DefaultMaxPayload
-	}
-	if opts.ReadyTimeout == 0 {
-		opts.ReadyTimeout = 10 * time.Second
-	}
-	if opts.MaxPending == 0 {
-		opts.MaxPending = DefaultMaxPending
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.setDefaults()
 	if opts.StoreDir == "" {
 		return nil, errors.New("natsapi: EmbeddedOptions.StoreDir is required (JetStream keeps the durable requests there)")
 	}

@@ -242,8 +242,8 @@ const runtimeSlack = 64 << 20
 // budget plus 64 MiB, so that the garbage left by a burst of large
 // requests is collected before the heap doubles over it (the collector's
 // default pace). Call it once the process holds its steady state (the
-// models loaded). A GOMEMLIMIT set in the environment wins: LimitRuntime
-// then changes nothing and returns 0.
+// models loaded). It returns the limit; a GOMEMLIMIT set in the
+// environment wins: LimitRuntime then changes nothing and returns 0.
 func (b *Budget) LimitRuntime() int64 {
 	if b == nil || os.Getenv("GOMEMLIMIT") != "" {
 		return 0

@@ -177,9 +177,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if limits.Budget, err = payload.NewBudget(limits.MemoryBudget); err != nil {
 		return errors.Join(fmt.Errorf("serve: --memory-budget: %w", err), mgr.Shutdown(context.Background()))
 	}
-	if limit := limits.Budget.LimitRuntime(); limit > 0 {
-		log.Info("Go memory limit set from the memory budget (GOMEMLIMIT overrides it)", "limit_mb", limit>>20, "memory_budget_mb", limits.MemoryBudget>>20)
-	}
+	log.Info("memory budget", "memory_budget_mb", limits.MemoryBudget>>20, "go_memory_limit_mb", limits.Budget.LimitRuntime()>>20)
 	backend := &metricsBackend{Manager: mgr}
 	srv, err := httpapi.New(backend, limits)
 	if err != nil {
