@@ -55,6 +55,18 @@
 // Engine.NewStrategy returns one for a SplitPolicy; SplitAuto's (Auto)
 // learns from the times of the executions it chose which way is faster.
 //
+// # Device-resident values
+//
+// Executable.Execute runs on pjrt.Buffers (Engine.Upload makes them) and
+// returns its outputs on the device, so a value stays there between
+// executions (a generation loop's KV cache between decode steps, a
+// sequence's state between requests) with no host copy per step
+// (pjrt.Client.Transfers counts them). ExecuteOptions.Donate gives input
+// buffers to the execution: a donated buffer is invalid afterwards, and
+// where the program aliases it to an output (its parameter's
+// tf.aliasing_output attribute), the output reuses its memory instead of a
+// new allocation: the value is updated in place.
+//
 // # Concurrency
 //
 // Every method of Engine, Model and Executable is safe for concurrent use;

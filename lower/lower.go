@@ -11,7 +11,6 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
-	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -243,14 +242,34 @@ func intsOf(dims []int64) []int {
 	return out
 }
 
-// XLADType maps an IR dtype to go-xla's dtype (the one mapping, owned by
-// package pjrt).
+// XLADType maps an IR dtype to go-xla's dtype, which the bridge
+// lower/internal/hlo builds with.
 func XLADType(dt tensor.DType) (dtypes.DType, error) {
-	x, err := pjrt.DTypeToXLA(dt)
-	if err != nil {
-		return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
+	if int(dt) < len(xlaDTypes) && xlaDTypes[dt] != dtypes.InvalidDType {
+		return xlaDTypes[dt], nil
 	}
-	return x, nil
+	return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
+}
+
+// xlaDTypes maps IR dtypes to go-xla's; tensor.Invalid and tensor.String
+// have none. It goes with the bridge to go-xla's types.
+var xlaDTypes = [...]dtypes.DType{
+	tensor.Bool:       dtypes.Bool,
+	tensor.Int8:       dtypes.Int8,
+	tensor.Int16:      dtypes.Int16,
+	tensor.Int32:      dtypes.Int32,
+	tensor.Int64:      dtypes.Int64,
+	tensor.Uint8:      dtypes.Uint8,
+	tensor.Uint16:     dtypes.Uint16,
+	tensor.Uint32:     dtypes.Uint32,
+	tensor.Uint64:     dtypes.Uint64,
+	tensor.Float16:    dtypes.Float16,
+	tensor.BFloat16:   dtypes.BFloat16,
+	tensor.Float32:    dtypes.Float32,
+	tensor.Float64:    dtypes.Float64,
+	tensor.Complex64:  dtypes.Complex64,
+	tensor.Complex128: dtypes.Complex128,
+	tensor.String:     dtypes.InvalidDType,
 }
 
 // Lower specializes g to the symbol sizes in dims and lowers it to a Program.

@@ -48,7 +48,7 @@ type HostRun struct {
 // core).
 //
 // Executions that cannot take the one-call path (an executable's first
-// run, buffers made by Execute) run as RunHost, each on a goroutine.
+// run) run as RunHost, each on a goroutine.
 func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 	if len(runs) == 0 {
 		return
@@ -147,11 +147,10 @@ func failAll(runs []HostRun, fail func(name string) error) {
 }
 
 // allFast reports whether every run can take the one-call path: an
-// executable of c that has run once, exactly one argument per position, and
-// device buffers with their handles.
+// executable of c that has run once, exactly one argument per position.
 func (c *Client) allFast(runs []HostRun) bool {
 	for _, r := range runs {
-		if r.Exe == nil || r.Exe.client != c || r.Exe.fast.Load() == nil || len(r.Bufs) != len(r.Hosts) || !haveHandles(r.Bufs) {
+		if r.Exe == nil || r.Exe.client != c || r.Exe.fast.Load() == nil || len(r.Bufs) != len(r.Hosts) {
 			return false
 		}
 	}
