@@ -1,28 +1,21 @@
 package fxgraph
 
-import "fmt"
-
-// DeferredTarget is the op of a deferred graph's outputs (see
-// Graph.Rebuild): it stands for a value the importer can only build once
-// the input sizes are known. No registry knows it and nothing lowers it:
-// Rebuilt replaces the graph before any shape pass or lowering sees it.
+// DeferredTarget is the op of a deferred graph's outputs: it stands for a
+// value the importer can only build once the input sizes are known (an If
+// on a condition computed from shapes, whose branches differ in shape,
+// say). A deferred graph carries only the model's signature; the importer
+// that made it imports the model again for concrete sizes, where every
+// shape computation folds (importer.Model.At). No registry knows the op and
+// nothing lowers it.
 const DeferredTarget = "xserve.deferred.default"
 
-// Rebuilt returns the graph to specialize for dims (symbol -> size): g
-// itself, or, for a deferred graph (Rebuild set), the graph Rebuild makes
-// for those sizes, every shape computation in it static.
-func (g *Graph) Rebuilt(dims map[string]int64) (*Graph, error) {
-	if g.Rebuild == nil {
-		return g, nil
+// Deferred reports whether g is a deferred graph: one of its outputs is a
+// DeferredTarget node.
+func (g *Graph) Deferred() bool {
+	for _, o := range g.Outputs() {
+		if o.Target == DeferredTarget {
+			return true
+		}
 	}
-	rg, err := g.Rebuild(dims)
-	if err != nil {
-		return nil, fmt.Errorf("rebuild for %v: %w", dims, err)
-	}
-	// The rebuilt graph may add guard outputs (GuardOutput), last.
-	if rg.ModelOutputs() != g.ModelOutputs() || len(rg.Placeholders()) != len(g.Placeholders()) {
-		return nil, fmt.Errorf("rebuild for %v: %d inputs and %d outputs, the model declares %d and %d",
-			dims, len(rg.Placeholders()), rg.ModelOutputs(), len(g.Placeholders()), g.ModelOutputs())
-	}
-	return rg, nil
+	return false
 }

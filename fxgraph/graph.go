@@ -48,14 +48,6 @@ type Graph struct {
 	// torch.export's range constraints); a symbol without an entry is
 	// unbounded. Shape buckets outside a symbol's range are config errors.
 	SymbolRanges map[string]SymbolRange
-	// Rebuild, when set, marks a deferred graph: one whose shape
-	// computations the importer could not express over symbolic sizes (an
-	// If on a condition computed from shapes, whose branches differ in
-	// shape, say). Its nodes then only carry the signature (outputs are
-	// DeferredTarget nodes); Rebuild imports the model again for concrete
-	// input sizes (symbol -> size), where every shape computation folds.
-	// Rebuilt calls it; lowering does so per shape bucket.
-	Rebuild func(dims map[string]int64) (*Graph, error)
 
 	insertBefore *Node // AddCall inserts before this node; nil = before output
 }
@@ -582,7 +574,6 @@ func (g *Graph) Clone() *Graph {
 	c.OutputNames = append([]string(nil), g.OutputNames...)
 	c.Bounded = append([]BoundedOutput(nil), g.Bounded...)
 	c.Guards = append([]GuardOutput(nil), g.Guards...)
-	c.Rebuild = g.Rebuild
 	for k, v := range g.SymbolRanges {
 		if c.SymbolRanges == nil {
 			c.SymbolRanges = map[string]SymbolRange{}
