@@ -273,7 +273,7 @@ realmodels-fixtures: $(VENV_ZOO)/.installed
 # against torch eager. Exports are cached in .cache/aten-survey/; the check
 # prints one line per model, the unsupported operators and a summary.
 #   make aten-fixtures   regenerate importer/fx/testdata/aten (TestATenSurface)
-.PHONY: aten-survey aten-fixtures
+.PHONY: aten-survey aten-fixtures aten-ops
 aten-survey: pjrt $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/survey_aten.py
 	$(GO) build -o .cache/aten-survey/xserve ./cmd/xserve
@@ -282,3 +282,9 @@ aten-survey: pjrt $(VENV_ZOO)/.installed
 
 aten-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python importer/fx/testdata/make_aten_fixtures.py
+
+# fxgraph's ATen operator values (fxgraph/aten_gen.go), generated from the
+# operator schemas of the pinned torch in .venv-zoo.
+aten-ops: $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python fxgraph/gen_aten.py > fxgraph/aten_gen.go
+	gofmt -w fxgraph/aten_gen.go

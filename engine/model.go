@@ -57,7 +57,7 @@ func (e *Engine) Load(path string, o LoadOptions) (*Model, error) {
 	}
 	m := e.NewModel(src.Graph, o)
 	m.hash = hash
-	if src.Graph.Deferred() {
+	if src.Graph.IsDeferred() {
 		m.src = src
 	}
 	return m, nil
@@ -77,7 +77,7 @@ func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) *Model {
 
 // Graph returns the model's optimized graph, nil once closed: for a model
 // whose import waits for its input sizes, a deferred graph that carries
-// only the model's signature (fxgraph.Graph.Deferred).
+// only the model's signature (fxgraph.Graph.IsDeferred).
 func (m *Model) Graph() *fxgraph.Graph { return m.graph.Load() }
 
 func (m *Model) liveGraph() (*fxgraph.Graph, error) {

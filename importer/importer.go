@@ -27,7 +27,7 @@ func Load(path string) (*fxgraph.Graph, error) {
 // Model is an imported model file: its graph and what its importer needs
 // to import it again at concrete input sizes, for a model whose graph waits
 // for them (an ONNX model whose shape computations decide its control
-// flow: fxgraph.Graph.Deferred). The importer hands it over whole: nothing
+// flow: fxgraph.Graph.IsDeferred). The importer hands it over whole: nothing
 // below calls back into the importer.
 type Model struct {
 	// Graph is the model's graph: deferred, or the one for every size.
@@ -51,7 +51,7 @@ func Open(path string) (*Model, error) {
 			return nil, err
 		}
 		out := &Model{Graph: g}
-		if g.Deferred() {
+		if g.IsDeferred() {
 			out.onnx, out.im = m, im
 		}
 		return out, nil

@@ -386,7 +386,7 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, op
 	if err != nil {
 		return err
 	}
-	if g.Deferred() { // its import waits for the input sizes
+	if g.IsDeferred() { // its import waits for the input sizes
 		if g, err = r.Importer.ImportAt(m, opts, dims); err != nil {
 			return err
 		}
@@ -396,7 +396,7 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, op
 		return err
 	}
 	for _, n := range sg.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			targets[n.Target] = true
 		}
 	}

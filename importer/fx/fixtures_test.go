@@ -186,7 +186,7 @@ func TestResnet18Targets(t *testing.T) {
 	}
 	var got []string
 	for _, n := range g.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			got = append(got, n.Target)
 		}
 	}

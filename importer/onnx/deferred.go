@@ -41,7 +41,7 @@ func (c *Ctx) markShapeDependent(err error) error {
 		if ierr != nil || c.s.g.ConstValue(n) != nil {
 			continue
 		}
-		if n.Op != fxgraph.Placeholder && len(c.valueInputsBehind(n)) == 0 {
+		if n.Opcode != fxgraph.Placeholder && len(c.valueInputsBehind(n)) == 0 {
 			return &shapeDependentError{err}
 		}
 	}
@@ -53,7 +53,7 @@ func (c *Ctx) markShapeDependent(err error) error {
 
 // deferredGraph returns the graph of a model whose import needs concrete
 // input sizes: its placeholders are the model's inputs, its outputs
-// fxgraph.DeferredTarget nodes typed from the model's declared outputs;
+// fxgraph.Deferred nodes typed from the model's declared outputs;
 // ImportAt imports the model again with the inputs' symbolic dims set to
 // given sizes. cause is the symbolic import's error, returned instead when
 // the outputs' types are not declared.
@@ -98,7 +98,7 @@ func (im *Importer) deferredGraph(m *Model, o ImportOptions, cause error) (*fxgr
 				shape[i] = fxgraph.Unknown
 			}
 		}
-		n := g.AddNamedCall(sanitize(vi.Name), fxgraph.DeferredTarget, nil, nil)
+		n := g.AddNamedCall(sanitize(vi.Name), fxgraph.Deferred, nil, nil)
 		n.Meta = fxgraph.One(t.Elem, shape)
 		outs = append(outs, n)
 		g.OutputNames = append(g.OutputNames, vi.Name)
@@ -112,7 +112,7 @@ func (im *Importer) deferredGraph(m *Model, o ImportOptions, cause error) (*fxgr
 
 // ImportAt imports m, with what o says of its inputs, for the sizes dims
 // gives its inputs' symbolic dims: the graph of a deferred model
-// (fxgraph.Graph.Deferred) at those sizes, every shape computation in it
+// (fxgraph.Graph.IsDeferred) at those sizes, every shape computation in it
 // static.
 func (im *Importer) ImportAt(m *Model, o ImportOptions, dims map[string]int64) (*fxgraph.Graph, error) {
 	g, err := im.importModel(m, o, dims)

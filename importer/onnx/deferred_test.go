@@ -46,7 +46,7 @@ func TestShapeDependentImportIsDeferred(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !g.Deferred() {
+	if !g.IsDeferred() {
 		t.Fatal("the import is not deferred")
 	}
 	if got := g.Outputs()[0].Val().String(); got != "float32[N,T,4]" {
@@ -64,7 +64,7 @@ func TestShapeDependentImportIsDeferred(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", c.dims, err)
 		}
-		if rg.Deferred() {
+		if rg.IsDeferred() {
 			t.Errorf("%v: the graph at these sizes is deferred again", c.dims)
 		}
 		if got := rg.Outputs()[0].Val().String(); got != c.want {

@@ -117,7 +117,7 @@ func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
 //
 // A model whose conversion needs values computed from symbolic input sizes
 // (see shapeDependentError) imports as a deferred graph
-// (fxgraph.Graph.Deferred): ImportAt imports it again once the sizes are
+// (fxgraph.Graph.IsDeferred): ImportAt imports it again once the sizes are
 // known, per shape bucket.
 func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor) (*fxgraph.Graph, error) {
 	return im.ImportWithOptions(m, ImportOptions{Values: values})

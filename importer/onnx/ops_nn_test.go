@@ -75,7 +75,7 @@ func nnOutputMetas(g *fxgraph.Graph) string {
 func nnTargets(g *fxgraph.Graph) string {
 	var out []string
 	for _, n := range g.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			out = append(out, strings.TrimPrefix(n.Target, "aten."))
 		}
 	}
