@@ -186,7 +186,7 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 		s.drop()
 		return nil, err
 	}
-	if err := s.finish(e, fp, C.xs_run(s.args)); err != nil {
+	if err := s.finish(e, C.xs_run(s.args)); err != nil {
 		return nil, err
 	}
 	return outs, nil
@@ -200,7 +200,7 @@ func (s *runScratch) prepare(e *Executable, fp *fastPath, bufs []*Buffer, hosts 
 	if e.params != nil && len(bufs) != len(e.params) {
 		return nil, fmt.Errorf("pjrt: execute %s: got %d arguments, program wants %d", e.name, len(bufs), len(e.params))
 	}
-	if err := s.setArgs(e, fp, bufs, hosts, pin); err != nil {
+	if err := s.setArgs(e, bufs, hosts, pin); err != nil {
 		return nil, err
 	}
 	outs := s.setOutputs(fp, pin)
@@ -233,7 +233,7 @@ func (s *runScratch) prepare(e *Executable, fp *fastPath, bufs []*Buffer, hosts 
 // finish counts the execution s.args described, drops its pointers into
 // Go memory, and returns its error: perr, the plugin's, or a check of
 // xs_run's.
-func (s *runScratch) finish(e *Executable, fp *fastPath, perr *C.PJRT_Error) error {
+func (s *runScratch) finish(e *Executable, perr *C.PJRT_Error) error {
 	a := s.args
 	c := e.client
 	c.countRun(a.ran_inline != 0)
@@ -269,7 +269,7 @@ func (s *runScratch) drop() {
 // setArgs checks the arguments and fills the argument arrays: the handles
 // of the device buffers (each read-locked once, until unlock) and the
 // pinned data, type and dims of the host tensors.
-func (s *runScratch) setArgs(e *Executable, fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, pin *runtime.Pinner) error {
+func (s *runScratch) setArgs(e *Executable, bufs []*Buffer, hosts []*tensor.Tensor, pin *runtime.Pinner) error {
 	n := len(bufs)
 	s.in = resize(s.in, n)
 	s.hostData = resize(s.hostData, n)
