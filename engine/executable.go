@@ -69,11 +69,11 @@ func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower
 // differs from the parameter's (int64 narrowed to int32) are converted. It
 // is Engine.Run of one Job on every thread the kernels want.
 func (x *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	outs, err := run(ctx, x.client, []Job{{Exe: x, Inputs: inputs}})
-	if err != nil {
+	jobs := [1]Job{{Exe: x, Inputs: inputs}}
+	if err := run(ctx, x.client, jobs[:]); err != nil {
 		return nil, err
 	}
-	return outs[0], nil
+	return jobs[0].Outs, nil
 }
 
 // Trim turns a run's results into the model's outputs: bounded outputs
