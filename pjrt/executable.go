@@ -223,7 +223,7 @@ func (e *Executable) lockArgs(args []*Buffer, give []bool) (release func(), err 
 			b.mu.RLock()
 		}
 		locked = append(locked, lock{b, give[i]})
-		if err := b.liveLocked("execute " + e.name); err != nil {
+		if err := b.liveLocked("execute"); err != nil {
 			return release, fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, err)
 		}
 	}

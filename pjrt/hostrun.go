@@ -290,7 +290,7 @@ func (s *runScratch) setArgs(e *Executable, bufs []*Buffer, hosts []*tensor.Tens
 					e.name, i, b.dtype, tensor.ShapeString(b.shape), e.params[i])
 			}
 			s.lock(b)
-			if err := b.liveLocked("execute " + e.name); err != nil {
+			if err := b.liveLocked("execute"); err != nil {
 				return fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, err)
 			}
 			s.in[i] = b.buf
