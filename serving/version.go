@@ -118,6 +118,7 @@ func (v *version) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	plan.learnSizes()
 	v.plan = plan
 	if len(plan.UnusedBuckets) > 0 {
 		v.log().Warn("config.yaml has buckets for symbols no input has", "symbols", plan.UnusedBuckets, "config", cfgFile)
@@ -265,9 +266,15 @@ func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 	}
 }
 
-// buildInSlot waits for a compile slot (the Manager runs at most
-// Options.CompileParallelism builds at once), then builds b.
+// buildInSlot waits for the compile budget (exact-size buckets) and a
+// compile slot (the Manager runs at most Options.CompileParallelism builds
+// at once), then builds b.
 func (v *version) buildInSlot(b *bucket) (*engine.Executable, bool, error) {
+	if b.exact {
+		if err := v.m.exactBudget.wait(v.ctx); err != nil {
+			return nil, false, fmt.Errorf("waiting for the exact-size compile budget: %w", err)
+		}
+	}
 	select {
 	case v.m.compileSlots <- struct{}{}:
 	case <-v.ctx.Done():

@@ -131,6 +131,9 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "pjrt plugin file: %s\n", path)
+	if pkg := pjrt.PluginPackage(path); pkg != "" {
+		fmt.Fprintf(stdout, "plugin package: %s\n", pkg)
+	}
 	apiVersion, err := pjrt.PluginAPIVersion(path)
 	if err != nil {
 		return fmt.Errorf("version: the PJRT plugin cannot be loaded: %w", err)
