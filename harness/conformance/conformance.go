@@ -150,17 +150,17 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 	sort.Strings(sets)
 	targets := map[string]bool{}
 	for _, set := range sets {
-		sg := g
+		sg, opts := g, onnx.ImportOptions{}
 		if perSet {
 			// Some operands (shapes, axes, pads) are graph inputs, or
 			// sequence inputs need their lengths: compile this data set's
 			// program with their values, as a server would for
 			// compile-time-constant inputs.
-			if sg, err = r.importWithValues(m, set); err != nil {
+			if sg, opts, err = r.importWithValues(m, set); err != nil {
 				return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
 			}
 		}
-		if err := r.runSet(ctx, m, sg, set, targets, randomCheck(c.ID())); err != nil {
+		if err := r.runSet(ctx, m, sg, opts, set, targets, randomCheck(c.ID())); err != nil {
 			return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
 		}
 	}
@@ -235,11 +235,12 @@ func contradicts(dims []onnx.Dim, shape []int64) bool {
 }
 
 // importWithValues imports m with the values of the data set's inputs that
-// operators need at compile time, adding inputs until the import succeeds.
-func (r *Runner) importWithValues(m *onnx.Model, set string) (*fxgraph.Graph, error) {
+// operators need at compile time, adding inputs until the import succeeds;
+// it returns the options it imported with.
+func (r *Runner) importWithValues(m *onnx.Model, set string) (*fxgraph.Graph, onnx.ImportOptions, error) {
 	inputs, err := readValues(set, "input", graphInputs(m))
 	if err != nil {
-		return nil, err
+		return nil, onnx.ImportOptions{}, err
 	}
 	byName := map[string]*tensor.Tensor{}
 	structured := map[string]*onnx.Value{}
@@ -255,10 +256,11 @@ func (r *Runner) importWithValues(m *onnx.Model, set string) (*fxgraph.Graph, er
 	}
 	values := map[string]*tensor.Tensor{}
 	for {
-		g, err := r.Importer.ImportWithOptions(m, onnx.ImportOptions{Values: values, Structured: structured})
+		opts := onnx.ImportOptions{Values: values, Structured: structured}
+		g, err := r.Importer.ImportWithOptions(m, opts)
 		var needs *onnx.NeedsValueError
 		if !errors.As(err, &needs) {
-			return g, err
+			return g, opts, err
 		}
 		added := false
 		for _, name := range needs.Inputs {
@@ -268,7 +270,7 @@ func (r *Runner) importWithValues(m *onnx.Model, set string) (*fxgraph.Graph, er
 			}
 		}
 		if !added {
-			return nil, err
+			return nil, onnx.ImportOptions{}, err
 		}
 	}
 }
@@ -369,7 +371,7 @@ func readTensors(dir, prefix string) ([]*tensor.Tensor, error) {
 	}
 }
 
-func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, dir string, targets map[string]bool, check propertyCheck) error {
+func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, opts onnx.ImportOptions, dir string, targets map[string]bool, check propertyCheck) error {
 	inVals, err := readValues(dir, "input", graphInputs(m))
 	if err != nil {
 		return err
@@ -381,6 +383,15 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, di
 	inputs, want := flatten(inVals), flatten(outVals)
 	bfloat16FromUint16(inputs, g.Placeholders())
 	bfloat16FromUint16(want, g.Outputs())
+	if g.IsDeferred() { // its import waits for the input sizes
+		dims, err := g.BindDims(inputs)
+		if err != nil {
+			return err
+		}
+		if g, err = r.Importer.ImportAt(m, opts, dims); err != nil {
+			return err
+		}
+	}
 	host, err := fxgraph.SplitHost(g)
 	if err != nil {
 		return err

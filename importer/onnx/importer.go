@@ -118,8 +118,9 @@ func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
 // The inputs stay in the graph's signature, so callers pass them as usual.
 //
 // A model whose conversion needs values computed from symbolic input sizes
-// (see shapeDependentError) imports as a deferred graph: fxgraph.Graph's
-// Rebuild imports it again once the sizes are known, per shape bucket.
+// (see shapeDependentError) imports as a deferred graph
+// (fxgraph.Graph.IsDeferred): ImportAt imports it again once the sizes are
+// known, per shape bucket.
 func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor) (*fxgraph.Graph, error) {
 	return im.ImportWithOptions(m, ImportOptions{Values: values})
 }
@@ -190,7 +191,7 @@ type scope struct {
 	// graph; nil in scopes building a subgraph.
 	guards *[]guardValue
 	// dims, when not nil, gives the main graph's symbolic input dims
-	// concrete sizes (a deferred graph's Rebuild).
+	// concrete sizes (ImportAt).
 	dims map[string]int64
 }
 
