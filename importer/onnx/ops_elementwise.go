@@ -334,10 +334,9 @@ func ewCastDType(code int64) (tensor.DType, error) {
 	return dt, nil
 }
 
-// ewCast emits the conversion of x to dt. Float to bfloat16 truncates the
-// float32 mantissa as the ONNX reference implementation of Cast does; every
-// other conversion is aten._to_copy (round to nearest even for floats,
-// truncation toward zero for float to integer, x != 0 for bool).
+// ewCast emits the conversion of x to dt: aten._to_copy (round to nearest
+// even for floats, truncation toward zero for float to integer, x != 0 for
+// bool).
 func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	src := Meta(x).DType
 	if src == tensor.String {
@@ -346,24 +345,7 @@ func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	if src == dt {
 		return x, nil
 	}
-	if dt != tensor.BFloat16 || !(src == tensor.Float32 || src == tensor.Float64) {
-		return ewCastTo(c, x, dt)
-	}
-	f, err := ewCastTo(c, x, tensor.Float32)
-	if err != nil {
-		return nil, err
-	}
-	bits, err := c.Emit("aten.view.dtype", f, tensor.Int32)
-	if err != nil {
-		return nil, err
-	}
-	if bits, err = c.Emit("aten.bitwise_and.Scalar", bits, int64(-65536)); err != nil { // 0xFFFF0000
-		return nil, err
-	}
-	if f, err = c.Emit("aten.view.dtype", bits, tensor.Float32); err != nil {
-		return nil, err
-	}
-	return ewCastTo(c, f, tensor.BFloat16) // exact: the low mantissa bits are zero
+	return ewCastTo(c, x, dt)
 }
 
 // ewCastConv converts Cast(to).

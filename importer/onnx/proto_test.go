@@ -14,32 +14,33 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/xserve/xserve/internal/onnxtestdata"
 	"github.com/xserve/xserve/tensor"
 )
 
-// backendDataRoot holds the ONNX backend test data of Debian's libonnx-testdata.
-const backendDataRoot = "/usr/include/onnx/backend/test/data"
-
-// backendDirs are the suites of backendDataRoot whose cases have a model.onnx.
+// backendDirs are the suites of the ONNX backend test data whose cases have
+// a model.onnx.
 var backendDirs = []string{"node", "pytorch-converted", "pytorch-operator", "simple"}
 
 // unsupportedModels lists backend cases whose model.onnx must fail to decode,
-// with the reason. libonnx-testdata 1.12 has none: it predates float8, int4
-// and sparse initializers in the test suite.
+// with the reason.
 var unsupportedModels = map[string]string{}
 
-func requireBackendData(t testing.TB) {
+// backendDataRoot returns the onnx wheel's backend test data directory
+// (make venv installs it), failing the test when it is missing.
+func backendDataRoot(t testing.TB) string {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(backendDataRoot, "node")); err != nil {
-		t.Fatalf("ONNX backend test data missing (%v): run `apt-get install libonnx-testdata`", err)
+	dir, err := onnxtestdata.Dir()
+	if err != nil {
+		t.Fatal(err)
 	}
+	return dir
 }
 
 // backendCase reads the model of a backend case such as "node/test_if".
 func backendCase(t *testing.T, name string) *Model {
 	t.Helper()
-	requireBackendData(t)
-	m, err := ReadModelFile(filepath.Join(backendDataRoot, name, "model.onnx"))
+	m, err := ReadModelFile(filepath.Join(backendDataRoot(t), name, "model.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func backendCase(t *testing.T, name string) *Model {
 // backendTensor reads test_data_set_0/<file> of a backend case.
 func backendTensor(t *testing.T, name, file string) *tensor.Tensor {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(backendDataRoot, name, "test_data_set_0", file))
+	b, err := os.ReadFile(filepath.Join(backendDataRoot(t), name, "test_data_set_0", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,10 +62,10 @@ func backendTensor(t *testing.T, name, file string) *tensor.Tensor {
 }
 
 func TestDecodeBackendModels(t *testing.T) {
-	requireBackendData(t)
+	root := backendDataRoot(t)
 	total := 0
 	for _, dir := range backendDirs {
-		paths, err := filepath.Glob(filepath.Join(backendDataRoot, dir, "*", "model.onnx"))
+		paths, err := filepath.Glob(filepath.Join(root, dir, "*", "model.onnx"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,10 +114,10 @@ func checkDecodeMatchesRead(t *testing.T, caseName, p string, m *Model) {
 // TestDecodeBackendTensors decodes every input_N.pb and output_N.pb whose
 // graph input or output is a tensor and checks it against the declared type.
 func TestDecodeBackendTensors(t *testing.T) {
-	requireBackendData(t)
+	root := backendDataRoot(t)
 	var decoded, skipped int
 	for _, dir := range backendDirs {
-		cases, _ := filepath.Glob(filepath.Join(backendDataRoot, dir, "*", "model.onnx"))
+		cases, _ := filepath.Glob(filepath.Join(root, dir, "*", "model.onnx"))
 		for _, p := range cases {
 			m, err := ReadModelFile(p)
 			if err != nil {
@@ -211,10 +212,10 @@ func checkAgainstType(tt *tensor.Tensor, ti *TypeInfo, skipShape bool) string {
 func TestConvWithStridesPadding(t *testing.T) {
 	const name = "node/test_conv_with_strides_padding"
 	m := backendCase(t, name)
-	if len(m.OpsetImports) != 1 || m.OpsetImports[0] != (OpsetID{Version: 11}) {
-		t.Errorf("opset imports = %+v, want [{\"\" 11}]", m.OpsetImports)
+	if len(m.OpsetImports) != 1 || m.OpsetImports[0] != (OpsetID{Version: 22}) {
+		t.Errorf("opset imports = %+v, want [{\"\" 22}]", m.OpsetImports)
 	}
-	if m.IRVersion != 6 || m.ProducerName != "backend-test" {
+	if m.IRVersion != 10 || m.ProducerName != "backend-test" {
 		t.Errorf("ir_version %d producer %q", m.IRVersion, m.ProducerName)
 	}
 	g := m.Graph
@@ -283,13 +284,11 @@ func TestCastBFloat16(t *testing.T) {
 		t.Errorf("output type = %+v, want bfloat16 (16)", e)
 	}
 	in, out := backendTensor(t, name, "input_0.pb"), backendTensor(t, name, "output_0.pb")
-	// ONNX 1.12 wrote the expected bfloat16 output as UINT16 bit patterns.
-	if out.DType != tensor.Uint16 {
-		t.Fatalf("output_0.pb = %v, want uint16 bit patterns", out)
+	if out.DType != tensor.BFloat16 {
+		t.Fatalf("output_0.pb = %v, want bfloat16", out)
 	}
-	bf := &tensor.Tensor{DType: tensor.BFloat16, Shape: out.Shape, Data: out.Data}
 	for i := range in.NumElements() {
-		x, y := in.Float64At(i), bf.Float64At(i)
+		x, y := in.Float64At(i), out.Float64At(i)
 		if !math.IsNaN(x) && !math.IsInf(x, 0) && math.Abs(x-y) > 1e-2*math.Max(1, math.Abs(x)) {
 			t.Errorf("element %d: float32 %v cast to bfloat16 %v", i, x, y)
 		}
@@ -455,7 +454,7 @@ func TestSymbolicDimsAndSequences(t *testing.T) {
 		t.Errorf("test_sequence_model1 output dims = %+v, want [?,3,4]", out.Dims)
 	}
 
-	opt := backendCase(t, "node/test_optional_get_element_sequence").Graph.Inputs[0].Type
+	opt := backendCase(t, "node/test_optional_get_element_optional_sequence").Graph.Inputs[0].Type
 	if opt.Kind != TypeOptional || opt.ElemType == nil || opt.ElemType.Kind != TypeSequence || opt.ElemType.ElemType.Elem != tensor.Int32 {
 		t.Errorf("optional(sequence(int32)) = %+v", opt)
 	}
