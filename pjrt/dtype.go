@@ -27,6 +27,15 @@ var toXLA = [...]dtypes.DType{
 	tensor.Complex64:  dtypes.Complex64,
 	tensor.Complex128: dtypes.Complex128,
 	tensor.String:     dtypes.InvalidDType,
+	// One element a byte on the host, as XLA's host buffers hold them.
+	tensor.Float8E4M3FN:   dtypes.F8E4M3FN,
+	tensor.Float8E4M3FNUZ: dtypes.F8E4M3FNUZ,
+	tensor.Float8E5M2:     dtypes.F8E5M2,
+	tensor.Float8E5M2FNUZ: dtypes.F8E5M2FNUZ,
+	tensor.Float8E8M0FNU:  dtypes.F8E8M0FNU,
+	tensor.Float4E2M1FN:   dtypes.F4E2M1FN,
+	tensor.Int4:           dtypes.S4,
+	tensor.Uint4:          dtypes.U4,
 }
 
 // DTypeToXLA returns the XLA element type of dt. It fails for tensor.Invalid,
@@ -39,7 +48,8 @@ func DTypeToXLA(dt tensor.DType) (dtypes.DType, error) {
 }
 
 // DTypeFromXLA returns the xserve dtype of the XLA element type d. It fails for
-// XLA types xserve does not have (fp8 variants, 4-bit ints, tokens, tuples).
+// XLA types xserve does not have (F8E4M3B11FNUZ, F8E4M3, F8E3M4, 2-bit ints,
+// tokens, tuples).
 func DTypeFromXLA(d dtypes.DType) (tensor.DType, error) {
 	if d != dtypes.InvalidDType {
 		for dt, x := range toXLA {

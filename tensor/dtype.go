@@ -27,6 +27,18 @@ const (
 	Complex64
 	Complex128
 	String // only in constants of importers; never lowered
+	// The 8- and 4-bit floating-point types (OCP FP8 and FP4, and the FNUZ
+	// variants: finite, unsigned zero, NaN at 0x80) and the 4-bit integers.
+	// Each element takes one byte, its code in the low bits, as in ml_dtypes
+	// and XLA's host buffers; 4-bit integers keep the high nibble zero.
+	Float8E4M3FN
+	Float8E4M3FNUZ
+	Float8E5M2
+	Float8E5M2FNUZ
+	Float8E8M0FNU // unsigned powers of two 2^-127..2^127, NaN at 0xff
+	Float4E2M1FN
+	Int4
+	Uint4
 )
 
 var dtypeInfo = [...]struct {
@@ -50,6 +62,15 @@ var dtypeInfo = [...]struct {
 	Complex64:  {"complex64", 8},
 	Complex128: {"complex128", 16},
 	String:     {"string", 0},
+	// ml_dtypes' names (PyTorch's for the float8 types).
+	Float8E4M3FN:   {"float8_e4m3fn", 1},
+	Float8E4M3FNUZ: {"float8_e4m3fnuz", 1},
+	Float8E5M2:     {"float8_e5m2", 1},
+	Float8E5M2FNUZ: {"float8_e5m2fnuz", 1},
+	Float8E8M0FNU:  {"float8_e8m0fnu", 1},
+	Float4E2M1FN:   {"float4_e2m1fn", 1},
+	Int4:           {"int4", 1},
+	Uint4:          {"uint4", 1},
 }
 
 // String returns the PyTorch-style name of the dtype ("float32", "int64", ...).
@@ -68,10 +89,20 @@ func (d DType) Size() int {
 	return 0
 }
 
-// IsFloat reports whether d is a real floating-point type.
+// IsFloat reports whether d is a real floating-point type (the 8- and
+// 4-bit ones included).
 func (d DType) IsFloat() bool {
-	return d == Float16 || d == BFloat16 || d == Float32 || d == Float64
+	return d == Float16 || d == BFloat16 || d == Float32 || d == Float64 || minifloatOf(d) != nil
 }
+
+// IsMinifloat reports whether d is one of the 8- or 4-bit floating-point
+// types, which XLA stores and converts but does not compute in: programs
+// compute in float32 and convert at the ends.
+func (d DType) IsMinifloat() bool { return minifloatOf(d) != nil }
+
+// IsSubByte reports whether d holds 4-bit values (one a byte in memory,
+// two a byte in ONNX TensorProtos).
+func (d DType) IsSubByte() bool { return d == Int4 || d == Uint4 || d == Float4E2M1FN }
 
 // IsComplex reports whether d is a complex type.
 func (d DType) IsComplex() bool { return d == Complex64 || d == Complex128 }
@@ -79,7 +110,7 @@ func (d DType) IsComplex() bool { return d == Complex64 || d == Complex128 }
 // IsInt reports whether d is a signed or unsigned integer type (not Bool).
 func (d DType) IsInt() bool {
 	switch d {
-	case Int8, Int16, Int32, Int64, Uint8, Uint16, Uint32, Uint64:
+	case Int8, Int16, Int32, Int64, Uint8, Uint16, Uint32, Uint64, Int4, Uint4:
 		return true
 	}
 	return false
@@ -87,12 +118,19 @@ func (d DType) IsInt() bool {
 
 // IsUnsigned reports whether d is an unsigned integer type.
 func (d DType) IsUnsigned() bool {
-	return d == Uint8 || d == Uint16 || d == Uint32 || d == Uint64
+	return d == Uint8 || d == Uint16 || d == Uint32 || d == Uint64 || d == Uint4
 }
 
-// ParseDType parses a dtype name. It accepts the PyTorch names used by String
-// ("float32"), their short aliases ("f32", "float", "half", "long", "int") and
-// the Open Inference Protocol names ("FP32", "INT64", "BOOL", "BF16").
+// xlaName are XLA's (lower-cased) names of the minifloat types.
+var xlaName = map[DType]string{
+	Float8E4M3FN: "f8e4m3fn", Float8E4M3FNUZ: "f8e4m3fnuz", Float8E5M2: "f8e5m2",
+	Float8E5M2FNUZ: "f8e5m2fnuz", Float8E8M0FNU: "f8e8m0fnu", Float4E2M1FN: "f4e2m1fn",
+}
+
+// ParseDType parses a dtype name. It accepts the PyTorch and ml_dtypes names
+// used by String ("float32", "float8_e4m3fn"), their short aliases ("f32",
+// "float", "half", "long", "int", XLA's "f8e4m3fn", "s4") and the Open
+// Inference Protocol names ("FP32", "INT64", "BOOL", "BF16").
 func ParseDType(s string) (DType, error) {
 	k := strings.ToLower(strings.TrimSpace(s))
 	k = strings.TrimPrefix(k, "torch.")
@@ -129,6 +167,15 @@ func ParseDType(s string) (DType, error) {
 		return Complex128, nil
 	case "string", "bytes":
 		return String, nil
+	case "int4", "i4", "s4":
+		return Int4, nil
+	case "uint4", "u4":
+		return Uint4, nil
 	}
-	return Invalid, fmt.Errorf("tensor: unknown dtype %q (want one of bool, int8..int64, uint8..uint64, float16, bfloat16, float32, float64, complex64, complex128)", s)
+	for dt := Float8E4M3FN; dt <= Float4E2M1FN; dt++ {
+		if k == dt.String() || k == xlaName[dt] {
+			return dt, nil
+		}
+	}
+	return Invalid, fmt.Errorf("tensor: unknown dtype %q (want one of bool, int8..int64, uint8..uint64, int4, uint4, float16, bfloat16, float32, float64, complex64, complex128, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, float4_e2m1fn)", s)
 }

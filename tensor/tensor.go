@@ -127,6 +127,13 @@ func (t *Tensor) Float64At(i int64) float64 {
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[:4])))
 	case Float64, Complex128:
 		return math.Float64frombits(binary.LittleEndian.Uint64(b[:8]))
+	case Int4:
+		return float64(int8(b[0]<<4) >> 4)
+	case Uint4:
+		return float64(b[0] & 0xf)
+	}
+	if f := minifloatOf(t.DType); f != nil {
+		return f.decode(b[0])
 	}
 	return math.NaN()
 }
@@ -146,7 +153,10 @@ func (t *Tensor) Int64At(i int64) int64 {
 	return int64(t.Float64At(i))
 }
 
-// SetFloat64 stores v at element i, converting to t's dtype.
+// SetFloat64 stores v at element i, converting to t's dtype: floats round
+// to nearest even (the 8- and 4-bit ones as ml_dtypes and XLA's convert do:
+// out of range is infinity or NaN, except float4_e2m1fn, which saturates),
+// integers truncate toward zero (4-bit ones then wrap).
 func (t *Tensor) SetFloat64(i int64, v float64) {
 	sz := int64(t.DType.Size())
 	b := t.Data[i*sz : (i+1)*sz]
@@ -181,6 +191,12 @@ func (t *Tensor) SetFloat64(i int64, v float64) {
 		binary.LittleEndian.PutUint32(b[:4], math.Float32bits(float32(v)))
 	case Float64, Complex128:
 		binary.LittleEndian.PutUint64(b[:8], math.Float64bits(v))
+	case Int4, Uint4:
+		b[0] = uint8(int64(v)) & 0xf // truncated toward zero, wrapped
+	default:
+		if f := minifloatOf(t.DType); f != nil {
+			b[0] = f.encode(v)
+		}
 	}
 }
 

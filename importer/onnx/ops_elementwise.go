@@ -336,7 +336,7 @@ func ewCastDType(code int64) (tensor.DType, error) {
 
 // ewCast emits the conversion of x to dt: aten._to_copy (round to nearest
 // even for floats, truncation toward zero for float to integer, x != 0 for
-// bool).
+// bool), with ONNX's rules for the 8- and 4-bit types (castNarrow).
 func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	src := Meta(x).DType
 	if src == tensor.String {
@@ -344,6 +344,9 @@ func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	}
 	if src == dt {
 		return x, nil
+	}
+	if y, ok, err := castNarrow(c, x, dt); ok || err != nil {
+		return y, err
 	}
 	return ewCastTo(c, x, dt)
 }

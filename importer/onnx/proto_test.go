@@ -725,7 +725,7 @@ func TestDecodeTensorErrors(t *testing.T) {
 		{"too large", tensorPB("a", 7, 1<<62).bytes(9, u64LE(1)), "too large"},
 		{"too many dims", tensorPB("a", 1, make([]int64, 65)...), "more than 64 dims"},
 		{"segment", tensorPB("a", 1, 1).bytes(3, wmsg{}.int(1, 0).int(2, 1)), "segmented tensors not supported"},
-		{"float8", tensorPB("a", 17, 1).bytes(9, []byte{1}), "data type FLOAT8E4M3FN (17) not supported"},
+		{"2-bit", tensorPB("a", 25, 1).bytes(9, []byte{1}), "data type UINT2 (25) not supported"},
 		{"int4 raw length", tensorPB("a", 22, 3).bytes(9, []byte{1}), "INT4[3]: data has 1 bytes, want 2"},
 		{"uint4 int32 count", tensorPB("a", 21, 3).bytes(5, packedVarints(1, 2, 3)), "int32_data has 3 values, want 2 packed bytes"},
 		{"int4 float data", tensorPB("a", 22, 2).bytes(4, packedFloats(1)), "float_data in a 4-bit tensor"},
@@ -785,14 +785,16 @@ func TestDType(t *testing.T) {
 		1: tensor.Float32, 2: tensor.Uint8, 3: tensor.Int8, 4: tensor.Uint16, 5: tensor.Int16,
 		6: tensor.Int32, 7: tensor.Int64, 8: tensor.String, 9: tensor.Bool, 10: tensor.Float16,
 		11: tensor.Float64, 12: tensor.Uint32, 13: tensor.Uint64, 14: tensor.Complex64,
-		15: tensor.Complex128, 16: tensor.BFloat16,
+		15: tensor.Complex128, 16: tensor.BFloat16, 17: tensor.Float8E4M3FN, 18: tensor.Float8E4M3FNUZ,
+		19: tensor.Float8E5M2, 20: tensor.Float8E5M2FNUZ, 21: tensor.Uint4, 22: tensor.Int4,
+		23: tensor.Float4E2M1FN, 24: tensor.Float8E8M0FNU,
 	}
 	for code, dt := range want {
 		if got, err := DType(code); err != nil || got != dt {
 			t.Errorf("DType(%d) = %v, %v; want %v", code, got, err, dt)
 		}
 	}
-	for code, name := range map[int32]string{0: "UNDEFINED", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1", -1: "unknown", 1000: "unknown"} {
+	for code, name := range map[int32]string{0: "UNDEFINED", 25: "UINT2", 26: "INT2", -1: "unknown", 1000: "unknown"} {
 		_, err := DType(code)
 		if err == nil || !strings.HasPrefix(err.Error(), "onnx: ") || !strings.Contains(err.Error(), name) {
 			t.Errorf("DType(%d) error = %v, want one naming %s", code, err, name)
@@ -926,7 +928,7 @@ func TestTypeInfoKinds(t *testing.T) {
 	opt := wmsg{}.bytes(9, wmsg{}.bytes(1, seq))
 	sparse := wmsg{}.bytes(8, wmsg{}.int(1, 1).bytes(2, wmsg{}.bytes(1, wmsg{}.int(1, 4))))
 	opaque := wmsg{}.bytes(7, wmsg{}.str(1, "d").str(2, "n"))
-	f8 := tensorTypePB(17, 1)
+	f8 := tensorTypePB(25, 1) // UINT2, which has no dtype
 	noShape := wmsg{}.bytes(1, wmsg{}.int(1, 1))
 	negDim := wmsg{}.bytes(1, wmsg{}.int(1, 1).bytes(2, wmsg{}.bytes(1, wmsg{}.int(1, -1))))
 	g := wmsg{}.str(2, "main")
@@ -954,8 +956,8 @@ func TestTypeInfoKinds(t *testing.T) {
 	if ti := in[4].Type; ti.Kind != TypeUnknown {
 		t.Errorf("opaque = %+v", ti)
 	}
-	if ti := in[5].Type; ti.Kind != TypeTensor || ti.Elem != tensor.Invalid || ti.ElemCode != 17 {
-		t.Errorf("float8 = %+v, want Invalid with code 17", ti)
+	if ti := in[5].Type; ti.Kind != TypeTensor || ti.Elem != tensor.Invalid || ti.ElemCode != 25 {
+		t.Errorf("uint2 = %+v, want Invalid with code 25", ti)
 	}
 	if ti := in[6].Type; ti.HasShape || ti.Dims != nil {
 		t.Errorf("no shape = %+v", ti)
@@ -1159,9 +1161,9 @@ func TestReadModelFileErrors(t *testing.T) {
 	}
 }
 
-// TestDecodeTensor4Bit: INT4 and UINT4 tensors (raw_data or one packed byte
-// per int32_data value, the first element in the low nibble) decode
-// unpacked to Int8 (sign-extended) and Uint8.
+// TestDecodeTensor4Bit: INT4, UINT4 and FLOAT4E2M1 tensors (raw_data or
+// one packed byte per int32_data value, the first element in the low
+// nibble) decode unpacked to one element a byte.
 func TestDecodeTensor4Bit(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -1169,9 +1171,10 @@ func TestDecodeTensor4Bit(t *testing.T) {
 		dt   tensor.DType
 		want []int64
 	}{
-		{"int4 raw", tensorPB("a", 22, 3).bytes(9, []byte{0x71, 0x0F}), tensor.Int8, []int64{1, 7, -1}},
-		{"int4 int32_data", tensorPB("a", 22, 4).bytes(5, packedVarints(0x98, 0x80)), tensor.Int8, []int64{-8, -7, 0, -8}},
-		{"uint4 raw", tensorPB("a", 21, 2, 1).bytes(9, []byte{0xF0}), tensor.Uint8, []int64{0, 15}},
+		{"int4 raw", tensorPB("a", 22, 3).bytes(9, []byte{0x71, 0x0F}), tensor.Int4, []int64{1, 7, -1}},
+		{"int4 int32_data", tensorPB("a", 22, 4).bytes(5, packedVarints(0x98, 0x80)), tensor.Int4, []int64{-8, -7, 0, -8}},
+		{"uint4 raw", tensorPB("a", 21, 2, 1).bytes(9, []byte{0xF0}), tensor.Uint4, []int64{0, 15}},
+		{"float4 raw", tensorPB("a", 23, 3).bytes(9, []byte{0xF2, 0x07}), tensor.Float4E2M1FN, []int64{1, -6, 6}},
 	} {
 		got, _, err := DecodeTensor(tc.pb)
 		if err != nil {
