@@ -84,4 +84,3 @@ func TestMinifloatsMatchMLDTypes(t *testing.T) {
 		})
 	}
 }
-
