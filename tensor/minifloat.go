@@ -227,3 +227,23 @@ func (d DType) MaxFinite() float64 {
 	}
 	return 0
 }
+
+// Overflows reports whether storing the number v in a floating-point dtype
+// leaves its range: v is finite, but rounds to an infinity or NaN (float16,
+// bfloat16, float8), beyond the largest finite value (float4_e2m1fn, which
+// would saturate), or is not positive for float8_e8m0fnu. NaN and
+// infinities never overflow; other dtypes report false.
+func (d DType) Overflows(v float64) bool {
+	if math.IsNaN(v) || math.IsInf(v, 0) || !d.IsFloat() {
+		return false
+	}
+	if f := minifloatOf(d); f != nil {
+		if !f.signed && v <= 0 {
+			return true
+		}
+		return f.round(math.Abs(v)) > f.maxFinite()
+	}
+	t := New(d, 1)
+	t.SetFloat64(0, v)
+	return math.IsInf(t.Float64At(0), 0)
+}
