@@ -54,7 +54,7 @@ func castSaturated(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, err
 		}
 	}
 	m := dt.MaxFinite()
-	y, err := c.Emit("aten.clamp.default", x, -m, m)
+	y, err := c.Emit(fxgraph.AtenClamp, x, -m, m)
 	if err != nil {
 		return nil, err
 	}
@@ -72,15 +72,15 @@ func castE8M0(c *Ctx, x *fxgraph.Node, saturate bool, mode string) (*fxgraph.Nod
 	if err != nil {
 		return nil, err
 	}
-	bits, err := c.Emit("aten.view.dtype", f, tensor.Int32)
+	bits, err := c.Emit(fxgraph.AtenViewDtype, f, tensor.Int32)
 	if err != nil {
 		return nil, err
 	}
-	exp, err := c.Emit("aten.bitwise_right_shift.Tensor_Scalar", bits, int64(23))
+	exp, err := c.Emit(fxgraph.AtenBitwiseRightShiftTensorScalar, bits, int64(23))
 	if err != nil {
 		return nil, err
 	}
-	if exp, err = c.Emit("aten.bitwise_and.Scalar", exp, int64(0xff)); err != nil {
+	if exp, err = c.Emit(fxgraph.AtenBitwiseAndScalar, exp, int64(0xff)); err != nil {
 		return nil, err
 	}
 	var up *fxgraph.Node
@@ -98,27 +98,27 @@ func castE8M0(c *Ctx, x *fxgraph.Node, saturate bool, mode string) (*fxgraph.Nod
 	}
 	e := exp
 	if up != nil {
-		ok, err := c.Emit("aten.ne.Scalar", exp, int64(0xff))
+		ok, err := c.Emit(fxgraph.AtenNeScalar, exp, int64(0xff))
 		if err != nil {
 			return nil, err
 		}
 		if saturate {
-			below, err := c.Emit("aten.ne.Scalar", exp, int64(0xfe))
+			below, err := c.Emit(fxgraph.AtenNeScalar, exp, int64(0xfe))
 			if err != nil {
 				return nil, err
 			}
-			if ok, err = c.Emit("aten.logical_and.default", ok, below); err != nil {
+			if ok, err = c.Emit(fxgraph.AtenLogicalAnd, ok, below); err != nil {
 				return nil, err
 			}
 		}
-		if up, err = c.Emit("aten.logical_and.default", up, ok); err != nil {
+		if up, err = c.Emit(fxgraph.AtenLogicalAnd, up, ok); err != nil {
 			return nil, err
 		}
 		inc, err := ewCastTo(c, up, tensor.Int32)
 		if err != nil {
 			return nil, err
 		}
-		if e, err = c.Emit("aten.add.Tensor", exp, inc); err != nil {
+		if e, err = c.Emit(fxgraph.AtenAddTensor, exp, inc); err != nil {
 			return nil, err
 		}
 	}
@@ -126,16 +126,16 @@ func castE8M0(c *Ctx, x *fxgraph.Node, saturate bool, mode string) (*fxgraph.Nod
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.view.dtype", u8, tensor.Float8E8M0FNU)
+	return c.Emit(fxgraph.AtenViewDtype, u8, tensor.Float8E8M0FNU)
 }
 
 // bitsSet is (bits & mask) != 0.
 func bitsSet(c *Ctx, bits *fxgraph.Node, mask int64) (*fxgraph.Node, error) {
-	m, err := c.Emit("aten.bitwise_and.Scalar", bits, mask)
+	m, err := c.Emit(fxgraph.AtenBitwiseAndScalar, bits, mask)
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.ne.Scalar", m, int64(0))
+	return c.Emit(fxgraph.AtenNeScalar, m, int64(0))
 }
 
 // e8m0RoundsUp is round_mode "nearest"'s increment: the guard bit (0x400000)
@@ -150,12 +150,12 @@ func e8m0RoundsUp(c *Ctx, bits, exp *fxgraph.Node) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	lsb, err := c.Emit("aten.ne.Scalar", exp, int64(0))
+	lsb, err := c.Emit(fxgraph.AtenNeScalar, exp, int64(0))
 	if err != nil {
 		return nil, err
 	}
-	if rs, err = c.Emit("aten.logical_or.default", rs, lsb); err != nil {
+	if rs, err = c.Emit(fxgraph.AtenLogicalOr, rs, lsb); err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.logical_and.default", g, rs)
+	return c.Emit(fxgraph.AtenLogicalAnd, g, rs)
 }
