@@ -71,6 +71,8 @@ func newConverters() converters {
 	registerQuant(cs)
 	registerQuantContrib(cs)
 	registerMicrosoft(cs)
+	registerTransformer(cs)
+	registerNorm(cs)
 	return cs
 }
 
