@@ -73,6 +73,7 @@ func newConverters() converters {
 	registerMicrosoft(cs)
 	registerTransformer(cs)
 	registerNorm(cs)
+	registerImage(cs)
 	return cs
 }
 

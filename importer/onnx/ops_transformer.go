@@ -17,6 +17,7 @@ func registerTransformer(cs converters) {
 	cs.register("", "Attention", 23, onnxAttention)
 	cs.register("", "RMSNormalization", 23, onnxRMSNormalization)
 	cs.register("", "RotaryEmbedding", 23, onnxRotaryEmbedding)
+	cs.register("", "TensorScatter", 24, onnxTensorScatter)
 }
 
 // onnxRMSNormalization converts RMSNormalization(X, scale): X over
@@ -471,4 +472,80 @@ func (a *attention) attend() (y, qk *fxgraph.Node, err error) {
 		y, err = msMergeHeads(c, y)
 	}
 	return y, qk, err
+}
+
+// onnxTensorScatter converts TensorScatter(past_cache, update,
+// write_indices) (opset 24), a key/value cache update: along axis (default
+// -2), batch entry b of update lands at positions write_indices[b] (0
+// without them) onward, wrapping around the cache in mode "circular".
+func onnxTensorScatter(c *Ctx, n *Node) error {
+	past, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	upd, err := c.Input(1)
+	if err != nil {
+		return err
+	}
+	wi, err := c.OptInput(2)
+	if err != nil {
+		return err
+	}
+	pm, um := Meta(past), Meta(upd)
+	pd, pok := pm.Shape.Static()
+	ud, uok := um.Shape.Static()
+	if !pok || !uok || len(pd) != len(ud) {
+		return Unsupported("TensorScatter of %s and %s (static shapes of one rank)", pm.Shape, um.Shape)
+	}
+	r := len(pd)
+	axis, err := fxgraph.NormDim(c.AttrInt("axis", -2), r)
+	if err != nil || axis == 0 {
+		return fmt.Errorf("TensorScatter axis %d of rank %d: want a dim after the batch", c.AttrInt("axis", -2), r)
+	}
+	mode := c.AttrString("mode", "linear")
+	if mode != "linear" && mode != "circular" {
+		return fmt.Errorf("TensorScatter mode %q, want linear or circular", mode)
+	}
+	// idx[b, s] = write_indices[b] + s, shaped [B, 1.., S, 1..] along axis.
+	steps := make([]int64, r)
+	for i := range steps {
+		steps[i] = 1
+	}
+	steps[axis] = ud[axis]
+	ar := tensor.New(tensor.Int64, steps...)
+	for i := range ud[axis] {
+		ar.SetInt64(i, i)
+	}
+	idx := c.Constant("update_positions", ar)
+	if wi != nil {
+		w, err := nnCast(c, wi, tensor.Int64)
+		if err != nil {
+			return err
+		}
+		wd := make([]any, r)
+		for i := range wd {
+			wd[i] = int64(1)
+		}
+		wd[0] = int64(-1)
+		if w, err = c.Emit(fxgraph.AtenView, w, wd); err != nil {
+			return err
+		}
+		if idx, err = c.Emit(fxgraph.AtenAddTensor, idx, w); err != nil {
+			return err
+		}
+	}
+	if mode == "circular" {
+		if idx, err = c.Emit(fxgraph.AtenRemainderScalar, idx, pd[axis]); err != nil {
+			return err
+		}
+	}
+	if idx, err = c.Emit(fxgraph.AtenExpand, idx, ints(ud)); err != nil {
+		return err
+	}
+	y, err := c.Emit(fxgraph.AtenScatterSrc, past, int64(axis), idx, upd)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
 }
