@@ -74,6 +74,7 @@ func newConverters() converters {
 	registerTransformer(cs)
 	registerNorm(cs)
 	registerImage(cs)
+	registerPool(cs)
 	return cs
 }
 

@@ -793,7 +793,7 @@ type nnPoolAttrs struct {
 	ceil            bool
 }
 
-func nnReadPool(c *Ctx, x fxgraph.TensorMeta, withDilations bool) (nnPoolAttrs, error) {
+func nnReadPool(c *Ctx, x fxgraph.TensorMeta) (nnPoolAttrs, error) {
 	var p nnPoolAttrs
 	spatial := x.Rank() - 2
 	if spatial < 1 || spatial > 3 {
@@ -809,22 +809,29 @@ func nnReadPool(c *Ctx, x fxgraph.TensorMeta, withDilations bool) (nnPoolAttrs, 
 	if p.d, err = nnSpatialAttr(c, "dilations", spatial, 1); err != nil {
 		return p, err
 	}
-	if !withDilations {
-		for _, v := range p.d {
-			if v != 1 {
-				return p, Unsupported("%s with dilations %v", "AveragePool", p.d)
-			}
-		}
-	}
 	p.ceil = c.AttrInt("ceil_mode", 0) != 0
 	p.lo, p.hi, err = nnPads(c, x, nnEffective(p.k, p.d), p.s)
 	return p, err
 }
 
+// nnPoolSize is ONNX's pooling output size along one dim: floor or ceil of
+// (in + pads - effective kernel) / stride + 1, where ceil_mode drops a last
+// window that would start in the right padding (as PyTorch does; the
+// onnx 1.19 reference agrees).
+func nnPoolSize(in, lo, hi, ek, s int64, ceil bool) int64 {
+	span := in + lo + hi - ek
+	if !ceil {
+		return span/s + 1
+	}
+	out := (span+s-1)/s + 1
+	if (out-1)*s >= in+lo {
+		out--
+	}
+	return out
+}
+
 // nnCheckPoolShape verifies that the emitted pooling node has ONNX's output
-// size (floor or ceil of (in + pads - kernel) / stride + 1): PyTorch's
-// ceil_mode drops a last window starting in the right padding, ONNX's
-// does not.
+// size (nnPoolSize).
 func nnCheckPoolShape(y *fxgraph.Node, x fxgraph.TensorMeta, p nnPoolAttrs) error {
 	spatial := len(p.k)
 	ys := y.Meta.Vals[0].Shape
@@ -835,11 +842,7 @@ func nnCheckPoolShape(y *fxgraph.Node, x fxgraph.TensorMeta, p nnPoolAttrs) erro
 		if !in.IsStatic() {
 			continue
 		}
-		span := in.Size + p.lo[j] + p.hi[j] - ek[j]
-		want := span/p.s[j] + 1
-		if p.ceil {
-			want = (span+p.s[j]-1)/p.s[j] + 1
-		}
+		want := nnPoolSize(in.Size, p.lo[j], p.hi[j], ek[j], p.s[j], p.ceil)
 		if got := ys[a]; !got.IsStatic() || got.Size != want {
 			return Unsupported("pooling with ceil_mode whose last window starts in the padding (ONNX size %d, PyTorch's %s)", want, got)
 		}
@@ -868,7 +871,7 @@ func nnMaxPool(c *Ctx, n *Node) error {
 		return err
 	}
 	xm := Meta(x)
-	p, err := nnReadPool(c, xm, true)
+	p, err := nnReadPool(c, xm)
 	if err != nil {
 		return err
 	}
@@ -998,12 +1001,22 @@ func nnAveragePool(c *Ctx, n *Node) error {
 	if !xm.DType.IsFloat() {
 		return Unsupported("AveragePool of %s", xm.DType)
 	}
-	p, err := nnReadPool(c, xm, false)
+	p, err := nnReadPool(c, xm)
 	if err != nil {
 		return err
 	}
 	spatial := len(p.k)
 	cip := c.Opset >= 7 && c.AttrInt("count_include_pad", 0) != 0
+	for _, d := range p.d {
+		if d != 1 {
+			y, err := nnDilatedAveragePool(c, x, p, cip)
+			if err != nil {
+				return err
+			}
+			c.SetOutput(0, y)
+			return nil
+		}
+	}
 	target := nnPoolTarget("avg", spatial, false)
 	if nnSymmetric(p.lo, p.hi) {
 		y, err := c.Emit(target, x, ints(p.k), ints(p.s), ints(p.lo), p.ceil, cip)
