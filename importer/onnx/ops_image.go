@@ -13,6 +13,52 @@ import (
 func registerImage(cs converters) {
 	cs.register("", "CenterCropPad", 18, imCenterCropPad)
 	cs.register("", "AffineGrid", 20, imAffineGrid)
+	cs.register("", "Col2Im", 18, imCol2Im)
+}
+
+// imCol2Im converts Col2Im(input, image_shape, block_shape) to aten.col2im
+// (N-D): image_shape and block_shape must be known at import time, pads
+// symmetric per dim.
+func imCol2Im(c *Ctx, n *Node) error {
+	x, err := c.Input(0)
+	if err != nil {
+		return err
+	}
+	img, err := c.ConstInts(1)
+	if err != nil {
+		return err
+	}
+	block, err := c.ConstInts(2)
+	if err != nil {
+		return err
+	}
+	k := len(img)
+	if len(block) != k {
+		return fmt.Errorf("Col2Im image_shape %v and block_shape %v differ in length", img, block)
+	}
+	dil, err := nnSpatialAttr(c, "dilations", k, 1)
+	if err != nil {
+		return err
+	}
+	str, err := nnSpatialAttr(c, "strides", k, 1)
+	if err != nil {
+		return err
+	}
+	pads := c.AttrInts("pads", make([]int64, 2*k))
+	if len(pads) != 2*k {
+		return fmt.Errorf("Col2Im pads %v for %d dims", pads, k)
+	}
+	for j := range k {
+		if pads[j] != pads[k+j] {
+			return Unsupported("Col2Im with asymmetric pads %v", pads)
+		}
+	}
+	y, err := c.Emit(fxgraph.AtenCol2im, x, ints(img), ints(block), ints(dil), ints(pads[:k]), ints(str))
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
 }
 
 // imCenterCropPad converts CenterCropPad(input, shape): along each of axes
