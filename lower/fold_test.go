@@ -18,7 +18,9 @@ import (
 // the padded image, then a slice dropping the padding.
 func TestCol2imStableHLOText(t *testing.T) {
 	g := nnCall(fxgraph.AtenCol2im, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 5, 15)},
-		func(in []*fxgraph.Node) []any { return []any{in[0], nnL(5, 5), nnL(1, 5), nnL(1, 1), nnL(0, 1), nnL(1, 1)} }, nil, 0)
+		func(in []*fxgraph.Node) []any {
+			return []any{in[0], nnL(5, 5), nnL(1, 5), nnL(1, 1), nnL(0, 1), nnL(1, 1)}
+		}, nil, 0)
 	p, err := lower.New(lower.Options{}).Lower(g, nil)
 	if err != nil {
 		t.Fatal(err)
