@@ -75,6 +75,7 @@ func newConverters() converters {
 	registerNorm(cs)
 	registerImage(cs)
 	registerPool(cs)
+	registerSample(cs)
 	return cs
 }
 

@@ -2128,8 +2128,8 @@ func nnGridSample(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if Meta(x).Rank() != 4 {
-		return Unsupported("GridSample of rank %d (only 4-D)", Meta(x).Rank())
+	if r := Meta(x).Rank(); r != 4 && r != 5 {
+		return Unsupported("GridSample of rank %d (4-D or 5-D)", r)
 	}
 	// Opset 20 renamed bilinear/bicubic to linear/cubic.
 	modes := map[string]int64{"bilinear": 0, "nearest": 1, "bicubic": 2}
@@ -2152,7 +2152,12 @@ func nnGridSample(c *Ctx, n *Node) error {
 			return err
 		}
 	}
-	y, err := c.Emit(fxgraph.AtenGridSampler2d, x, grid, mode, pad, c.AttrInt("align_corners", 0) != 0)
+	var y *fxgraph.Node
+	if Meta(x).Rank() == 5 {
+		y, err = gridSample3D(c, x, grid, mode, pad, c.AttrInt("align_corners", 0) != 0)
+	} else {
+		y, err = c.Emit(fxgraph.AtenGridSampler2d, x, grid, mode, pad, c.AttrInt("align_corners", 0) != 0)
+	}
 	if err != nil {
 		return err
 	}
