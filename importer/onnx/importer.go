@@ -76,6 +76,7 @@ func newConverters() converters {
 	registerImage(cs)
 	registerPool(cs)
 	registerSample(cs)
+	registerImageDecoder(cs)
 	return cs
 }
 
