@@ -1185,19 +1185,68 @@ func nnResize(c *Ctx, n *Node) error {
 		if sizes, err = nnResizeInput(c, 3, true); err != nil {
 			return err
 		}
-		if c.AttrInt("antialias", 0) != 0 {
-			return Unsupported("Resize antialias=1")
-		}
-		if pol := c.AttrString("keep_aspect_ratio_policy", "stretch"); pol != "stretch" {
-			return Unsupported("Resize keep_aspect_ratio_policy %q", pol)
+		if pol := c.AttrString("keep_aspect_ratio_policy", "stretch"); pol != "stretch" && sizes != nil {
+			if sizes, scales, err = nnKeepAspect(x, pol, nnListFloats(sizes), c.AttrInts("axes", nil)); err != nil {
+				return err
+			}
+			return nnEmitResize(c, x, sizes, scales, nil, mode, coord, nearest)
 		}
 		if axes := c.AttrInts("axes", nil); axes != nil {
 			if scales, sizes, roi, err = nnResizeAxes(axes, rank, scales, sizes, roi); err != nil {
 				return err
 			}
 		}
+		if sizes != nil {
+			scales = nil
+		}
 	}
 	return nnEmitResize(c, x, sizes, scales, roi, mode, coord, nearest)
+}
+
+// nnKeepAspect applies Resize's keep_aspect_ratio_policy (not_larger,
+// not_smaller) to constant sizes: one scale for all the axes (default all
+// dims), the smallest (not_larger) or largest (not_smaller) of
+// sizes/input, the output round_half_up(scale * input) along them. It
+// returns the sizes and scales for xserve.resize, which transforms
+// coordinates by that scale.
+func nnKeepAspect(x *fxgraph.Node, policy string, sizes []float64, axes []int64) (any, any, error) {
+	d, ok := Meta(x).Shape.Static()
+	if !ok || sizes == nil {
+		return nil, nil, Unsupported("Resize keep_aspect_ratio_policy with a symbolic input %s or sizes computed at run time", Meta(x).Shape)
+	}
+	if policy != "not_larger" && policy != "not_smaller" {
+		return nil, nil, fmt.Errorf("Resize keep_aspect_ratio_policy %q, want stretch, not_larger or not_smaller", policy)
+	}
+	if axes == nil {
+		for i := range d {
+			axes = append(axes, int64(i))
+		}
+	}
+	if len(axes) != len(sizes) {
+		return nil, nil, fmt.Errorf("Resize sizes %v for axes %v", sizes, axes)
+	}
+	scale := math.NaN()
+	norm := make([]int, len(axes))
+	for j, a := range axes {
+		ax, err := fxgraph.NormDim(a, len(d))
+		if err != nil {
+			return nil, nil, err
+		}
+		norm[j] = ax
+		r := sizes[j] / float64(d[ax])
+		if math.IsNaN(scale) || policy == "not_larger" && r < scale || policy == "not_smaller" && r > scale {
+			scale = r
+		}
+	}
+	outSizes, outScales := make([]any, len(d)), make([]any, len(d))
+	for i, v := range d {
+		outSizes[i], outScales[i] = v, 1.0
+	}
+	for _, ax := range norm {
+		outSizes[ax] = int64(scale*float64(d[ax]) + 0.5)
+		outScales[ax] = scale
+	}
+	return outSizes, outScales, nil
 }
 
 // nnResizeAxes expands Resize-18's per-axis scales/sizes/roi (constants)
@@ -1282,14 +1331,12 @@ func nnEmitResize(c *Ctx, x *fxgraph.Node, sizes, scales, roi any, mode, coord, 
 	if sizes == nil && scales == nil {
 		return fmt.Errorf("Resize needs scales or sizes")
 	}
-	if sizes != nil {
-		scales = nil
-	}
 	if coord != "tf_crop_and_resize" {
 		roi = nil
 	}
+	antialias := c.AttrInt("antialias", 0) != 0 && mode != "nearest" // the spec's filter is for linear and cubic
 	y, err := c.Emit(fxgraph.XserveResize, x, sizes, scales, roi, mode, coord, nearest,
-		c.AttrFloat("cubic_coeff_a", -0.75), c.AttrInt("exclude_outside", 0) != 0, c.AttrFloat("extrapolation_value", 0))
+		c.AttrFloat("cubic_coeff_a", -0.75), c.AttrInt("exclude_outside", 0) != 0, c.AttrFloat("extrapolation_value", 0), antialias)
 	if err != nil {
 		return err
 	}
