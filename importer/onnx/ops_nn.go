@@ -1846,12 +1846,7 @@ func nnZeroShift(c *Ctx, v, zp *fxgraph.Node, axis, rank int) (*fxgraph.Node, er
 		return nil, err
 	}
 	if zm := Meta(zp); zm.Rank() == 1 && (!zm.Shape[0].IsStatic() || zm.Shape[0].Size != 1) {
-		dims := make([]any, rank)
-		for i := range dims {
-			dims[i] = int64(1)
-		}
-		dims[axis] = int64(-1)
-		if z32, err = c.Emit(fxgraph.AtenView, z32, dims); err != nil {
+		if z32, err = viewAlong(c, z32, rank, axis); err != nil {
 			return nil, err
 		}
 	} else if zm.Rank() > 1 {
@@ -1982,12 +1977,7 @@ func nnQLinear(conv bool) Converter {
 			if err != nil {
 				return err
 			}
-			dims := make([]any, rank)
-			for i := range dims {
-				dims[i] = int64(1)
-			}
-			dims[1] = int64(-1)
-			if b, err = c.Emit(fxgraph.AtenView, b, dims); err != nil {
+			if b, err = viewAlong(c, b, rank, 1); err != nil {
 				return err
 			}
 			if acc, err = c.Emit(fxgraph.AtenAddTensor, acc, b); err != nil {
@@ -2009,16 +1999,11 @@ func nnQLinear(conv bool) Converter {
 		// The second operand's scale may be per output channel (conv) or per
 		// column (matmul).
 		if m := Meta(sc[1]); m.Rank() == 1 && (!m.Shape[0].IsStatic() || m.Shape[0].Size != 1) {
-			dims := make([]any, rank)
-			for i := range dims {
-				dims[i] = int64(1)
-			}
+			axis := rank - 1
 			if conv {
-				dims[1] = int64(-1)
-			} else {
-				dims[rank-1] = int64(-1)
+				axis = 1
 			}
-			if sc[1], err = c.Emit(fxgraph.AtenView, sc[1], dims); err != nil {
+			if sc[1], err = viewAlong(c, sc[1], rank, axis); err != nil {
 				return err
 			}
 		}

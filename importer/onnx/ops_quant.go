@@ -65,12 +65,7 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 		if pm.Shape[0].IsStatic() && pm.Shape[0].Size == 1 {
 			return c.Emit(fxgraph.AtenView, p, []any{})
 		}
-		dims := make([]any, r)
-		for i := range dims {
-			dims[i] = int64(1)
-		}
-		dims[ax] = int64(-1)
-		return c.Emit(fxgraph.AtenView, p, dims)
+		return viewAlong(c, p, r, ax)
 	}
 	pd, pok := pm.Shape.Static()
 	xd, xok := xm.Shape.Static()
@@ -111,11 +106,8 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 // scale + zp converted as Cast converts (saturating unless the node's
 // saturate attribute is 0). scale and zp (nil for zero) already broadcast.
 func quantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
-	if dt.IsMinifloat() {
-		return quantizeFloat(c, x, scale, zp, dt)
-	}
 	lo, hi, ok := qRange(dt)
-	if !ok {
+	if !ok && !dt.IsMinifloat() {
 		return nil, Unsupported("quantization to %s", dt)
 	}
 	xf, err := nnCast(c, x, tensor.Float32)
@@ -130,8 +122,10 @@ func quantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.Nod
 	if err != nil {
 		return nil, err
 	}
-	if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
-		return nil, err
+	if ok {
+		if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
+			return nil, err
+		}
 	}
 	if zp != nil {
 		zf, err := nnCast(c, zp, tensor.Float32)
@@ -141,38 +135,14 @@ func quantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.Nod
 		if y, err = c.Emit(fxgraph.AtenAddTensor, y, zf); err != nil {
 			return nil, err
 		}
+	}
+	if !ok {
+		return ewCast(c, y, dt)
 	}
 	if y, err = c.Emit(fxgraph.AtenClamp, y, lo, hi); err != nil {
 		return nil, err
 	}
 	return nnCast(c, y, dt)
-}
-
-// quantizeFloat is quantize to a float type: x / scale + zp in float32,
-// converted to dt by ewCast's rules.
-func quantizeFloat(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
-	xf, err := nnCast(c, x, tensor.Float32)
-	if err != nil {
-		return nil, err
-	}
-	sf, err := nnCast(c, scale, tensor.Float32)
-	if err != nil {
-		return nil, err
-	}
-	y, err := c.Emit(fxgraph.AtenDivTensor, xf, sf)
-	if err != nil {
-		return nil, err
-	}
-	if zp != nil {
-		zf, err := nnCast(c, zp, tensor.Float32)
-		if err != nil {
-			return nil, err
-		}
-		if y, err = c.Emit(fxgraph.AtenAddTensor, y, zf); err != nil {
-			return nil, err
-		}
-	}
-	return ewCast(c, y, dt)
 }
 
 // dequantize computes (x - zp) * scale: the difference in int32 (in
@@ -825,12 +795,7 @@ func qScaleAlong(c *Ctx, s *fxgraph.Node, r int) (*fxgraph.Node, error) {
 	if Meta(s).Rank() != 1 {
 		return nil, Unsupported("scale of shape %s", Meta(s).Shape)
 	}
-	dims := make([]any, r)
-	for i := range dims {
-		dims[i] = int64(1)
-	}
-	dims[r-1] = int64(-1)
-	return c.Emit(fxgraph.AtenView, s, dims)
+	return viewAlong(c, s, r, r-1)
 }
 
 // qScaledAcc returns float32(acc) * (as * bs), bs per column or single,

@@ -328,17 +328,9 @@ func reflectCoord(c *Ctx, v *fxgraph.Node, lo, hi float64) (*fxgraph.Node, error
 // the taps of all channels then meet the weights in one batched matmul
 // per group, plus the bias.
 func nnDeformConv(c *Ctx, n *Node) error {
-	var in [5]*fxgraph.Node
-	for i := range in {
-		var err error
-		if i < 3 {
-			in[i], err = c.Input(i)
-		} else {
-			in[i], err = c.OptInput(i)
-		}
-		if err != nil {
-			return err
-		}
+	in, err := c.someInputs(5, 3)
+	if err != nil {
+		return err
 	}
 	x, w, off := in[0], in[1], in[2]
 	xd, xok := Meta(x).Shape.Static()
@@ -524,7 +516,7 @@ func (dc *deformConv) multiply(c *Ctx, cols, w, bias *fxgraph.Node) (*fxgraph.No
 	if bias == nil {
 		return y, nil
 	}
-	b, err := c.Emit(fxgraph.AtenView, bias, []any{int64(1), dc.oc, int64(1), int64(1)})
+	b, err := viewAlong(c, bias, 4, 1)
 	if err != nil {
 		return nil, err
 	}

@@ -20,9 +20,10 @@ func registerTransformer(cs converters) {
 	cs.register("", "TensorScatter", 24, onnxTensorScatter)
 }
 
-// onnxRMSNormalization converts RMSNormalization(X, scale): X over
-// sqrt(mean(X^2) + epsilon) across the dims from axis on, computed in
-// float32 (stash_type 1, the only one defined), times scale, in X's dtype.
+// onnxRMSNormalization converts RMSNormalization(X, scale) as its ONNX
+// function body computes it (msRMSNorm): X over sqrt(mean(X^2) + epsilon)
+// across the dims from axis on, in float32 (stash_type 1, the only one
+// defined), cast back to X's dtype, times scale.
 func onnxRMSNormalization(c *Ctx, n *Node) error {
 	x, err := c.Input(0)
 	if err != nil {
@@ -35,46 +36,8 @@ func onnxRMSNormalization(c *Ctx, n *Node) error {
 	if st := c.AttrInt("stash_type", 1); st != 1 {
 		return Unsupported("RMSNormalization stash_type %d (only 1, float32)", st)
 	}
-	r := Meta(x).Rank()
-	axis, err := fxgraph.NormDim(c.AttrInt("axis", -1), max(r, 1))
+	y, _, err := msRMSNorm(c, x, scale, c.AttrInt("axis", -1), float64(c.AttrFloat("epsilon", 1e-5)))
 	if err != nil {
-		return fmt.Errorf("axis: %w", err)
-	}
-	var dims []any
-	for d := axis; d < r; d++ {
-		dims = append(dims, int64(d))
-	}
-	xf, err := nnCast(c, x, tensor.Float32)
-	if err != nil {
-		return err
-	}
-	sq, err := c.Emit(fxgraph.AtenMulTensor, xf, xf)
-	if err != nil {
-		return err
-	}
-	ms, err := c.Emit(fxgraph.AtenMeanDim, sq, dims, true)
-	if err != nil {
-		return err
-	}
-	if ms, err = c.Emit(fxgraph.AtenAddScalar, ms, float64(c.AttrFloat("epsilon", 1e-5))); err != nil {
-		return err
-	}
-	inv, err := c.Emit(fxgraph.AtenRsqrt, ms)
-	if err != nil {
-		return err
-	}
-	y, err := c.Emit(fxgraph.AtenMulTensor, xf, inv)
-	if err != nil {
-		return err
-	}
-	sf, err := nnCast(c, scale, tensor.Float32)
-	if err != nil {
-		return err
-	}
-	if y, err = c.Emit(fxgraph.AtenMulTensor, y, sf); err != nil {
-		return err
-	}
-	if y, err = nnCast(c, y, Meta(x).DType); err != nil {
 		return err
 	}
 	c.SetOutput(0, y)
@@ -217,22 +180,13 @@ func onnxAttention(c *Ctx, n *Node) error {
 }
 
 func newAttention(c *Ctx) (*attention, error) {
-	var in [6]*fxgraph.Node
-	for i := range in {
-		var err error
-		if i < 3 {
-			in[i], err = c.Input(i)
-		} else {
-			in[i], err = c.OptInput(i)
-		}
-		if err != nil {
-			return nil, err
-		}
+	in, err := c.someInputs(6, 3)
+	if err != nil {
+		return nil, err
 	}
 	a := &attention{c: c, dt: Meta(in[0]).DType, softcap: float64(c.AttrFloat("softcap", 0)), outputMode: c.AttrInt("qk_matmul_output_mode", 0)}
 	a.rank3 = Meta(in[0]).Rank() == 3
 	a.qHeads, a.kvHeads = c.AttrInt("q_num_heads", 0), c.AttrInt("kv_num_heads", 0)
-	var err error
 	if a.q, err = a.heads(in[0], a.qHeads); err != nil {
 		return nil, err
 	}
@@ -360,7 +314,7 @@ func (a *attention) buildBias() error {
 	if err != nil {
 		return err
 	}
-	if l, err = c.Emit(fxgraph.AtenView, l, []any{int64(-1), int64(1), int64(1), int64(1)}); err != nil {
+	if l, err = viewAlong(c, l, 4, 0); err != nil {
 		return err
 	}
 	keep, err := c.Emit(fxgraph.AtenLtTensor, ar, l)
@@ -522,12 +476,7 @@ func onnxTensorScatter(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		wd := make([]any, r)
-		for i := range wd {
-			wd[i] = int64(1)
-		}
-		wd[0] = int64(-1)
-		if w, err = c.Emit(fxgraph.AtenView, w, wd); err != nil {
+		if w, err = viewAlong(c, w, r, 0); err != nil {
 			return err
 		}
 		if idx, err = c.Emit(fxgraph.AtenAddTensor, idx, w); err != nil {
