@@ -1788,13 +1788,7 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 	if p.ROI != nil {
 		roi0, roi1 = p.ROI[axis], p.ROI[rank+axis]
 	}
-	taps := 2
-	if p.Mode == "cubic" {
-		taps = 4
-	}
-	if p.Antialias && p.Mode != "nearest" {
-		taps = len(nnAntialiasCoeffs(p.Mode, 0.5, scale, p.CubicA))
-	}
+	taps := len(nnResizeCoeffs(p, 0.5, scale))
 	pad := int64((taps + 1) / 2)
 	idx = make([][]int, out)
 	w = make([][]float64, out)
@@ -1846,17 +1840,7 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 		if xo != math.Floor(xo) {
 			ratio = xo - math.Floor(xo)
 		}
-		var coeffs []float64
-		switch {
-		case p.Antialias && p.Mode != "nearest":
-			coeffs = nnAntialiasCoeffs(p.Mode, ratio, scale, p.CubicA)
-		case p.Mode == "nearest":
-			coeffs = nnNearestCoeffs(ratio, p.Nearest)
-		case p.Mode == "linear":
-			coeffs = []float64{1 - ratio, ratio}
-		case p.Mode == "cubic":
-			coeffs = nnCubicCoeffs(ratio, p.CubicA)
-		}
+		coeffs := nnResizeCoeffs(p, ratio, scale)
 		// The taps nearest to xo among the edge-padded positions [0, in+2*pad).
 		xp := xo + float64(pad)
 		limit := in + 2*pad
@@ -1899,6 +1883,21 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 		idx[o], w[o] = ii, ww
 	}
 	return idx, w, inb, nil
+}
+
+// nnResizeCoeffs are the weights of the taps around fractional position
+// ratio (in (0, 1]): nearest, linear or cubic, antialiased when asked
+// (linear and cubic only).
+func nnResizeCoeffs(p fxgraph.ResizeParams, ratio, scale float64) []float64 {
+	switch {
+	case p.Antialias && p.Mode != "nearest":
+		return nnAntialiasCoeffs(p.Mode, ratio, scale, p.CubicA)
+	case p.Mode == "nearest":
+		return nnNearestCoeffs(ratio, p.Nearest)
+	case p.Mode == "cubic":
+		return nnCubicCoeffs(ratio, p.CubicA)
+	}
+	return []float64{1 - ratio, ratio}
 }
 
 // nnAntialiasCoeffs are ONNX's antialiased linear or cubic weights at

@@ -121,10 +121,18 @@ func (d DType) IsUnsigned() bool {
 	return d == Uint8 || d == Uint16 || d == Uint32 || d == Uint64 || d == Uint4
 }
 
-// xlaName are XLA's (lower-cased) names of the minifloat types.
-var xlaName = map[DType]string{
-	Float8E4M3FN: "f8e4m3fn", Float8E4M3FNUZ: "f8e4m3fnuz", Float8E5M2: "f8e5m2",
-	Float8E5M2FNUZ: "f8e5m2fnuz", Float8E8M0FNU: "f8e8m0fnu", Float4E2M1FN: "f4e2m1fn",
+// dtypeAliases are the names ParseDType accepts besides String's: short
+// and PyTorch aliases, the Open Inference Protocol's (lower-cased) and
+// XLA's.
+var dtypeAliases = map[string]DType{
+	"b1": Bool, "i8": Int8, "s8": Int8, "i16": Int16, "short": Int16, "s16": Int16,
+	"i32": Int32, "int": Int32, "s32": Int32, "i64": Int64, "long": Int64, "s64": Int64,
+	"u8": Uint8, "u16": Uint16, "u32": Uint32, "u64": Uint64,
+	"f16": Float16, "half": Float16, "fp16": Float16, "bf16": BFloat16,
+	"f32": Float32, "float": Float32, "fp32": Float32, "f64": Float64, "double": Float64, "fp64": Float64,
+	"c64": Complex64, "c128": Complex128, "bytes": String, "i4": Int4, "s4": Int4, "u4": Uint4,
+	"f8e4m3fn": Float8E4M3FN, "f8e4m3fnuz": Float8E4M3FNUZ, "f8e5m2": Float8E5M2,
+	"f8e5m2fnuz": Float8E5M2FNUZ, "f8e8m0fnu": Float8E8M0FNU, "f4e2m1fn": Float4E2M1FN,
 }
 
 // ParseDType parses a dtype name. It accepts the PyTorch and ml_dtypes names
@@ -134,46 +142,11 @@ var xlaName = map[DType]string{
 func ParseDType(s string) (DType, error) {
 	k := strings.ToLower(strings.TrimSpace(s))
 	k = strings.TrimPrefix(k, "torch.")
-	switch k {
-	case "bool", "b1":
-		return Bool, nil
-	case "int8", "i8", "s8":
-		return Int8, nil
-	case "int16", "i16", "short", "s16":
-		return Int16, nil
-	case "int32", "i32", "int", "s32":
-		return Int32, nil
-	case "int64", "i64", "long", "s64":
-		return Int64, nil
-	case "uint8", "u8":
-		return Uint8, nil
-	case "uint16", "u16":
-		return Uint16, nil
-	case "uint32", "u32":
-		return Uint32, nil
-	case "uint64", "u64":
-		return Uint64, nil
-	case "float16", "f16", "half", "fp16":
-		return Float16, nil
-	case "bfloat16", "bf16":
-		return BFloat16, nil
-	case "float32", "f32", "float", "fp32":
-		return Float32, nil
-	case "float64", "f64", "double", "fp64":
-		return Float64, nil
-	case "complex64", "c64":
-		return Complex64, nil
-	case "complex128", "c128":
-		return Complex128, nil
-	case "string", "bytes":
-		return String, nil
-	case "int4", "i4", "s4":
-		return Int4, nil
-	case "uint4", "u4":
-		return Uint4, nil
+	if dt, ok := dtypeAliases[k]; ok {
+		return dt, nil
 	}
-	for dt := Float8E4M3FN; dt <= Float4E2M1FN; dt++ {
-		if k == dt.String() || k == xlaName[dt] {
+	for dt := Bool; int(dt) < len(dtypeInfo); dt++ {
+		if k == dtypeInfo[dt].name {
 			return dt, nil
 		}
 	}

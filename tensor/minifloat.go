@@ -55,6 +55,34 @@ func minifloatOf(dt DType) *minifloat {
 	return nil
 }
 
+// decodeByte is the value of a one-byte element of the 4-bit integer and
+// the 8- and 4-bit float types (NaN for other dtypes).
+func decodeByte(dt DType, b uint8) float64 {
+	switch dt {
+	case Int4:
+		return float64(int8(b<<4) >> 4)
+	case Uint4:
+		return float64(b & 0xf)
+	}
+	if f := minifloatOf(dt); f != nil {
+		return f.decode(b)
+	}
+	return math.NaN()
+}
+
+// encodeByte is decodeByte's inverse: it stores v, rounded as XLA's
+// convert does (integers truncated toward zero and wrapped), in the
+// one-byte element b (nothing for other dtypes).
+func encodeByte(dt DType, b []byte, v float64) {
+	switch f := minifloatOf(dt); {
+	case len(b) != 1:
+	case f != nil:
+		b[0] = f.encode(v)
+	case dt == Int4 || dt == Uint4:
+		b[0] = uint8(int64(v)) & 0xf
+	}
+}
+
 func (f *minifloat) signBit() uint8 {
 	if !f.signed {
 		return 0

@@ -127,15 +127,11 @@ func (t *Tensor) Float64At(i int64) float64 {
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[:4])))
 	case Float64, Complex128:
 		return math.Float64frombits(binary.LittleEndian.Uint64(b[:8]))
-	case Int4:
-		return float64(int8(b[0]<<4) >> 4)
-	case Uint4:
-		return float64(b[0] & 0xf)
 	}
-	if f := minifloatOf(t.DType); f != nil {
-		return f.decode(b[0])
+	if len(b) != 1 {
+		return math.NaN()
 	}
-	return math.NaN()
+	return decodeByte(t.DType, b[0])
 }
 
 // Int64At returns element i converted to int64 (floats are truncated).
@@ -191,12 +187,8 @@ func (t *Tensor) SetFloat64(i int64, v float64) {
 		binary.LittleEndian.PutUint32(b[:4], math.Float32bits(float32(v)))
 	case Float64, Complex128:
 		binary.LittleEndian.PutUint64(b[:8], math.Float64bits(v))
-	case Int4, Uint4:
-		b[0] = uint8(int64(v)) & 0xf // truncated toward zero, wrapped
 	default:
-		if f := minifloatOf(t.DType); f != nil {
-			b[0] = f.encode(v)
-		}
+		encodeByte(t.DType, b, v)
 	}
 }
 

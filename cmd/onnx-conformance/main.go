@@ -44,29 +44,9 @@ func main() {
 }
 
 func mainErr(data, run string, verbose bool, write, check, plugin string, workers int) error {
-	if data == "" {
-		dir, err := onnxtestdata.Dir()
-		if err != nil {
-			return err
-		}
-		data = dir
-	}
-	cases, err := conformance.ListCases(data)
+	data, cases, err := selectCases(data, run)
 	if err != nil {
 		return err
-	}
-	if run != "" {
-		re, err := regexp.Compile(run)
-		if err != nil {
-			return fmt.Errorf("-run: %w", err)
-		}
-		var sel []conformance.Case
-		for _, c := range cases {
-			if re.MatchString(c.ID()) {
-				sel = append(sel, c)
-			}
-		}
-		cases = sel
 	}
 	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: plugin})
 	if err != nil {
@@ -125,6 +105,33 @@ func mainErr(data, run string, verbose bool, write, check, plugin string, worker
 		}
 	}
 	return nil
+}
+
+// selectCases lists the cases of data (default: the onnx wheel's, in
+// .venv) whose suite/name matches run (all when empty).
+func selectCases(data, run string) (string, []conformance.Case, error) {
+	if data == "" {
+		dir, err := onnxtestdata.Dir()
+		if err != nil {
+			return "", nil, err
+		}
+		data = dir
+	}
+	cases, err := conformance.ListCases(data)
+	if err != nil || run == "" {
+		return data, cases, err
+	}
+	re, err := regexp.Compile(run)
+	if err != nil {
+		return "", nil, fmt.Errorf("-run: %w", err)
+	}
+	var sel []conformance.Case
+	for _, c := range cases {
+		if re.MatchString(c.ID()) {
+			sel = append(sel, c)
+		}
+	}
+	return data, sel, nil
 }
 
 // dataSource describes the test data directory for the table's header: the
