@@ -123,7 +123,7 @@ func TestElementwiseConverters(t *testing.T) {
 		{name: "Cast to f16", opset: 13, node: ewOneNode("Cast", []string{"x"}, []string{"z"}, ewAttrI("to", 10)), inputs: []*ValueInfo{xf},
 			targets: "_to_copy.default", metas: "float16[N,3]"},
 		{name: "Cast to string", opset: 13, node: ewOneNode("Cast", []string{"x"}, []string{"z"}, ewAttrI("to", 8)), inputs: []*ValueInfo{xf},
-			err: "unsupported: cast to STRING"},
+			targets: "xserve.string_format", metas: "string[N,3]"},
 		{name: "Cast to float8 saturates", opset: 19, node: ewOneNode("Cast", []string{"x"}, []string{"z"}, ewAttrI("to", 17)), inputs: []*ValueInfo{xf},
 			targets: "clamp.default _to_copy.default", metas: "float8_e4m3fn[N,3]"},
 		{name: "Cast to float8 without saturation", opset: 19, node: ewOneNode("Cast", []string{"x"}, []string{"z"}, ewAttrI("to", 19), ewAttrI("saturate", 0)), inputs: []*ValueInfo{xf},
