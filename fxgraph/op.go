@@ -179,6 +179,7 @@ func init() {
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)
+	registerFold(r)
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)

@@ -31,6 +31,15 @@ var bufferTypes = [...]C.PJRT_Buffer_Type{
 	tensor.Complex64:  C.PJRT_Buffer_Type_C64,
 	tensor.Complex128: C.PJRT_Buffer_Type_C128,
 	tensor.String:     C.PJRT_Buffer_Type_INVALID,
+	// One element a byte on the host, as XLA's host buffers hold them.
+	tensor.Float8E4M3FN:   C.PJRT_Buffer_Type_F8E4M3FN,
+	tensor.Float8E4M3FNUZ: C.PJRT_Buffer_Type_F8E4M3FNUZ,
+	tensor.Float8E5M2:     C.PJRT_Buffer_Type_F8E5M2,
+	tensor.Float8E5M2FNUZ: C.PJRT_Buffer_Type_F8E5M2FNUZ,
+	tensor.Float8E8M0FNU:  C.PJRT_Buffer_Type_F8E8M0FNU,
+	tensor.Float4E2M1FN:   C.PJRT_Buffer_Type_F4E2M1FN,
+	tensor.Int4:           C.PJRT_Buffer_Type_S4,
+	tensor.Uint4:          C.PJRT_Buffer_Type_U4,
 }
 
 // bufferType returns the PJRT buffer type of dt. It fails for
@@ -44,7 +53,8 @@ func bufferType(dt tensor.DType) (C.PJRT_Buffer_Type, error) {
 }
 
 // dtypeOf returns the xserve dtype of a PJRT buffer type. It fails for
-// types xserve does not have (fp8 variants, 4-bit ints, tokens).
+// types xserve does not have (F8E4M3B11FNUZ, F8E4M3, F8E3M4, 2-bit
+// ints, tokens).
 func dtypeOf(t C.PJRT_Buffer_Type) (tensor.DType, error) {
 	if t != C.PJRT_Buffer_Type_INVALID {
 		for dt, b := range bufferTypes {
