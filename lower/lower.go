@@ -271,6 +271,15 @@ var xlaDTypes = [...]dtypes.DType{
 	tensor.Complex64:  dtypes.Complex64,
 	tensor.Complex128: dtypes.Complex128,
 	tensor.String:     dtypes.InvalidDType,
+	// One element a byte on the host, as XLA's host buffers hold them.
+	tensor.Float8E4M3FN:   dtypes.F8E4M3FN,
+	tensor.Float8E4M3FNUZ: dtypes.F8E4M3FNUZ,
+	tensor.Float8E5M2:     dtypes.F8E5M2,
+	tensor.Float8E5M2FNUZ: dtypes.F8E5M2FNUZ,
+	tensor.Float8E8M0FNU:  dtypes.F8E8M0FNU,
+	tensor.Float4E2M1FN:   dtypes.F4E2M1FN,
+	tensor.Int4:           dtypes.S4,
+	tensor.Uint4:          dtypes.U4,
 }
 
 // Lower specializes g to the symbol sizes in dims and lowers it to a Program,
