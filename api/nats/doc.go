@@ -81,7 +81,9 @@
 //
 // # Shutdown
 //
-// Shutdown stops the durable consumer and drains the subscriptions (the
+// Shutdown keeps taking requests until none has arrived for a moment (a
+// request published just before it still finds a responder), then stops
+// the durable consumer and drains the subscriptions (the
 // server stops routing requests to the replica, and those already delivered
 // are still queued), answers every queued and running request, flushes the
 // replies and closes the connection: no accepted request is dropped.

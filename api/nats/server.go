@@ -130,11 +130,15 @@ type Server struct {
 
 	durable *durable // nil without Options.Durable
 
-	closing  atomic.Bool // Shutdown began (atomic)
-	syncStop chan struct{}
-	syncDone chan struct{}
-	shutdown sync.Once
-	stopErr  error
+	closing atomic.Bool // Shutdown began (atomic)
+	// lastArrival is when the last request reached a handler (unix
+	// nanoseconds; atomic): Shutdown keeps the subscriptions until it is
+	// drainQuiet ago.
+	lastArrival atomic.Int64
+	syncStop    chan struct{}
+	syncDone    chan struct{}
+	shutdown    sync.Once
+	stopErr     error
 }
 
 // job is one request waiting for, or run by, a worker.
@@ -354,6 +358,7 @@ func (s *Server) data(st *modelStats) EndpointData {
 // never blocks.
 func (s *Server) handler(model string, st *modelStats) micro.HandlerFunc {
 	return func(r micro.Request) {
+		s.lastArrival.Store(time.Now().UnixNano())
 		j := &job{
 			model:    model,
 			reply:    r.Reply(),
@@ -721,10 +726,21 @@ func headerSafe(s string) string {
 	return s
 }
 
-// Shutdown stops taking requests and answers the ones taken: it stops the
-// durable consumer (the requests it buffered are still answered), drains the
-// request subscriptions, waits for the queued and running requests to be
-// answered, flushes the replies and closes the connection. If ctx ends first
+// Drain bounds: Shutdown keeps its subscriptions until no request has
+// arrived for drainQuiet, or for drainMax at most.
+const (
+	drainQuiet = 300 * time.Millisecond
+	drainMax   = 5 * time.Second
+)
+
+// Shutdown stops taking requests and answers the ones taken: it answers
+// health requests 503 and keeps taking requests until none has arrived for
+// drainQuiet (a request a client published just before SIGTERM may reach the
+// server after it: unsubscribed at once, the server would leave it without a
+// responder), then stops the durable consumer (the requests it buffered are
+// still answered), drains the request subscriptions, waits for the queued and
+// running requests to be answered, flushes the replies and closes the
+// connection. If ctx ends first
 // it cancels the backend calls still running, closes the connection and
 // returns ctx's error. Calling it again returns the first call's result.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -736,6 +752,9 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	s.closing.Store(true)
 	close(s.syncStop)
 	<-s.syncDone
+	quiet, cancel := context.WithTimeout(ctx, drainMax)
+	_ = waitUntil(quiet, func() bool { return time.Since(time.Unix(0, s.lastArrival.Load())) >= drainQuiet })
+	cancel()
 	var errs []error
 	if s.durable != nil {
 		if err := s.stopDurable(ctx); err != nil {
