@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -82,24 +83,12 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	if o.MaxMessageBytes == 0 {
-		o.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if o.MaxTensorElements == 0 {
-		o.MaxTensorElements = DefaultMaxTensorElements
-	}
-	if o.MemoryBudget == 0 {
-		o.MemoryBudget = payload.DefaultMemoryBudget
-	}
-	if o.MinReadRate == 0 {
-		o.MinReadRate = 4 << 10
-	}
-	if o.ReadGrace == 0 {
-		o.ReadGrace = 10 * time.Second
-	}
-	if o.Version == "" {
-		o.Version = "dev"
-	}
+	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, DefaultMaxMessageBytes)
+	o.MaxTensorElements = cmp.Or(o.MaxTensorElements, DefaultMaxTensorElements)
+	o.MemoryBudget = cmp.Or(o.MemoryBudget, payload.DefaultMemoryBudget)
+	o.MinReadRate = cmp.Or(o.MinReadRate, 4<<10)
+	o.ReadGrace = cmp.Or(o.ReadGrace, 10*time.Second)
+	o.Version = cmp.Or(o.Version, "dev")
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

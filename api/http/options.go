@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -123,32 +124,24 @@ type Options struct {
 
 // setDefaults fills the fields left at their zero value.
 func (o *Options) setDefaults() {
-	orDefault(&o.MaxBodyBytes, DefaultMaxBodyBytes)
-	orDefault(&o.MaxDecompressedBytes, DefaultMaxDecompressedBytes)
-	orDefault(&o.MaxTensorElements, DefaultMaxTensorElements)
-	orDefault(&o.ReadTimeout, DefaultReadTimeout)
-	orDefault(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	orDefault(&o.MinReadRate, DefaultMinReadRate)
-	orDefault(&o.WriteTimeout, DefaultWriteTimeout)
-	orDefault(&o.IdleTimeout, DefaultIdleTimeout)
-	orDefault(&o.MaxConns, DefaultMaxConns)
-	orDefault(&o.MaxConnsPerIP, max(o.MaxConns/2, 1))
-	orDefault(&o.MemoryBudget, payload.DefaultMemoryBudget)
-	orDefault(&o.CompressMinBytes, DefaultCompressMinBytes)
-	orDefault(&o.Version, "dev")
+	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBodyBytes)
+	o.MaxDecompressedBytes = cmp.Or(o.MaxDecompressedBytes, DefaultMaxDecompressedBytes)
+	o.MaxTensorElements = cmp.Or(o.MaxTensorElements, DefaultMaxTensorElements)
+	o.ReadTimeout = cmp.Or(o.ReadTimeout, DefaultReadTimeout)
+	o.ReadHeaderTimeout = cmp.Or(o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	o.MinReadRate = cmp.Or(o.MinReadRate, DefaultMinReadRate)
+	o.WriteTimeout = cmp.Or(o.WriteTimeout, DefaultWriteTimeout)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, DefaultIdleTimeout)
+	o.MaxConns = cmp.Or(o.MaxConns, DefaultMaxConns)
+	o.MaxConnsPerIP = cmp.Or(o.MaxConnsPerIP, max(o.MaxConns/2, 1))
+	o.MemoryBudget = cmp.Or(o.MemoryBudget, payload.DefaultMemoryBudget)
+	o.CompressMinBytes = cmp.Or(o.CompressMinBytes, DefaultCompressMinBytes)
+	o.Version = cmp.Or(o.Version, "dev")
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("")
-	}
-}
-
-// orDefault sets *p to v when it is the zero value.
-func orDefault[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
 	}
 }
 

@@ -1,6 +1,7 @@
 package natsapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,21 +75,11 @@ type EmbeddedOptions struct {
 
 // setDefaults fills the fields left at their zero value.
 func (o *EmbeddedOptions) setDefaults() {
-	if o.Listen == "" {
-		o.Listen = DefaultListen
-	}
-	if o.MaxPayload == 0 {
-		o.MaxPayload = DefaultMaxPayload
-	}
-	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 10 * time.Second
-	}
-	if o.MaxPending == 0 {
-		o.MaxPending = DefaultMaxPending
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	o.Listen = cmp.Or(o.Listen, DefaultListen)
+	o.MaxPayload = cmp.Or(o.MaxPayload, DefaultMaxPayload)
+	o.ReadyTimeout = cmp.Or(o.ReadyTimeout, 10*time.Second)
+	o.MaxPending = cmp.Or(o.MaxPending, DefaultMaxPending)
+	o.Logger = cmp.Or(o.Logger, slog.Default())
 }
 
 // Embedded is a NATS server (github.com/nats-io/nats-server) running in

@@ -1,6 +1,7 @@
 package natsapi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -164,66 +165,28 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
-	}
-	if o.QueueGroup == "" {
-		o.QueueGroup = DefaultQueueGroup
-	}
-	if o.ServiceName == "" {
-		o.ServiceName = DefaultServiceName
-	}
-	if o.Version == "" {
-		o.Version = "0.0.0"
-	}
-	if o.Workers == 0 {
-		o.Workers = max(16, 8*runtime.GOMAXPROCS(0))
-	}
-	if o.QueueSize == 0 {
-		o.QueueSize = DefaultQueueSize
-	}
-	if o.MaxDecompressedBytes == 0 {
-		o.MaxDecompressedBytes = DefaultMaxDecompressedBytes
-	}
-	if o.MaxTensorElements == 0 {
-		o.MaxTensorElements = DefaultMaxTensorElements
-	}
-	if o.CompressMinBytes == 0 {
-		o.CompressMinBytes = DefaultCompressMinBytes
-	}
-	if o.PendingMsgs == 0 {
-		o.PendingMsgs = DefaultPendingMsgs
-	}
+	o.Prefix = cmp.Or(o.Prefix, DefaultPrefix)
+	o.QueueGroup = cmp.Or(o.QueueGroup, DefaultQueueGroup)
+	o.ServiceName = cmp.Or(o.ServiceName, DefaultServiceName)
+	o.Version = cmp.Or(o.Version, "0.0.0")
+	o.Workers = cmp.Or(o.Workers, max(16, 8*runtime.GOMAXPROCS(0)))
+	o.QueueSize = cmp.Or(o.QueueSize, DefaultQueueSize)
+	o.MaxDecompressedBytes = cmp.Or(o.MaxDecompressedBytes, DefaultMaxDecompressedBytes)
+	o.MaxTensorElements = cmp.Or(o.MaxTensorElements, DefaultMaxTensorElements)
+	o.CompressMinBytes = cmp.Or(o.CompressMinBytes, DefaultCompressMinBytes)
+	o.PendingMsgs = cmp.Or(o.PendingMsgs, DefaultPendingMsgs)
 	if o.PendingBytes == 0 {
 		o.PendingBytes = int(min(o.Budget.Limit(), 1<<30))
 	}
-	if o.SyncInterval == 0 {
-		o.SyncInterval = DefaultSyncInterval
-	}
-	if o.Stream == "" {
-		o.Stream = DefaultStream
-	}
-	if o.Consumer == "" {
-		o.Consumer = DefaultConsumer
-	}
-	if o.AckWait == 0 {
-		o.AckWait = DefaultAckWait
-	}
-	if o.DurableHeartbeat == 0 {
-		o.DurableHeartbeat = 5 * time.Second
-	}
-	if o.MaxDeliver == 0 {
-		o.MaxDeliver = DefaultMaxDeliver
-	}
-	if o.StreamReplicas == 0 {
-		o.StreamReplicas = 1
-	}
-	if o.StreamMaxAge == 0 {
-		o.StreamMaxAge = DefaultStreamMaxAge
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	o.SyncInterval = cmp.Or(o.SyncInterval, DefaultSyncInterval)
+	o.Stream = cmp.Or(o.Stream, DefaultStream)
+	o.Consumer = cmp.Or(o.Consumer, DefaultConsumer)
+	o.AckWait = cmp.Or(o.AckWait, DefaultAckWait)
+	o.DurableHeartbeat = cmp.Or(o.DurableHeartbeat, 5*time.Second)
+	o.MaxDeliver = cmp.Or(o.MaxDeliver, DefaultMaxDeliver)
+	o.StreamReplicas = cmp.Or(o.StreamReplicas, 1)
+	o.StreamMaxAge = cmp.Or(o.StreamMaxAge, DefaultStreamMaxAge)
+	o.Logger = cmp.Or(o.Logger, slog.Default())
 }
 
 // validate checks the values after setDefaults; each problem names the field
