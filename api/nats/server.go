@@ -659,6 +659,7 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 			st.redelivered.Add(1)
 		}
 	}
+	connected := s.nc.IsConnected()
 	if perr := s.nc.PublishMsg(reply); perr != nil {
 		// The connection is closed or the reply cannot be sent: a durable
 		// request goes to another delivery; a plain client times out.
@@ -669,9 +670,28 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 		return
 	}
 	if j.msg != nil {
-		if aerr := j.msg.Ack(); aerr != nil {
-			s.log.Warn("natsapi: ack failed; the request may be answered again after AckWait", "err", aerr)
+		s.settle(j.msg, connected, delivered)
+	}
+}
+
+// settle acknowledges a durable request whose reply was published. A reply
+// published while the connection was down waits in nats.go's reconnect
+// buffer and leaves, with the acknowledgement, once the connection is back,
+// possibly before the client has subscribed to its inbox again on the
+// restarted server: that reply may be lost, and acknowledged the request
+// would be too (its retry, the same Nats-Msg-Id, is dropped as a
+// duplicate). Such a request is handed back for another delivery instead,
+// while deliveries are left; the client drops the answer that comes twice.
+func (s *Server) settle(msg jetstream.Msg, connectedAtReply bool, delivered uint64) {
+	if !connectedAtReply && delivered < uint64(s.opts.MaxDeliver) {
+		s.log.Debug("natsapi: durable reply sent while reconnecting; handed back for redelivery", "delivered", delivered)
+		if err := msg.NakWithDelay(time.Second); err != nil {
+			s.log.Warn("natsapi: nak failed; JetStream redelivers after AckWait", "err", err)
 		}
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		s.log.Warn("natsapi: ack failed; the request may be answered again after AckWait", "err", err)
 	}
 }
 
