@@ -1,6 +1,7 @@
 package natsapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,21 +58,11 @@ type ConnOptions struct {
 // reconnects forever (exponential backoff with jitter, the subscriptions
 // restored), and buffers what is published meanwhile.
 func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, error) {
-	if opts.Name == "" {
-		opts.Name = "xserve"
-	}
-	if opts.ConnectTimeout == 0 {
-		opts.ConnectTimeout = 5 * time.Second
-	}
-	if opts.ReconnectWait == 0 {
-		opts.ReconnectWait = 250 * time.Millisecond
-	}
-	if opts.MaxReconnectWait == 0 {
-		opts.MaxReconnectWait = 5 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Name = cmp.Or(opts.Name, "xserve")
+	opts.ConnectTimeout = cmp.Or(opts.ConnectTimeout, 5*time.Second)
+	opts.ReconnectWait = cmp.Or(opts.ReconnectWait, 250*time.Millisecond)
+	opts.MaxReconnectWait = cmp.Or(opts.MaxReconnectWait, 5*time.Second)
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	log := opts.Logger
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("natsapi: a TLS client certificate needs both its certificate and its key file")
@@ -109,38 +100,11 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 			log.Warn("NATS error", "subject", subject, "err", err)
 		}),
 	}
-	if opts.CredsFile != "" {
-		nopts = append(nopts, nats.UserCredentials(opts.CredsFile))
+	creds, err := credentialOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Token != "" {
-		nopts = append(nopts, nats.Token(opts.Token))
-	}
-	if opts.NkeyFile != "" {
-		o, err := nkeyFileOptions(opts.NkeyFile, opts.InboxPrefix == "")
-		if err != nil {
-			return nil, err
-		}
-		nopts = append(nopts, o...)
-	}
-	if opts.InboxPrefix != "" {
-		nopts = append(nopts, nats.CustomInboxPrefix(opts.InboxPrefix))
-	}
-	if kp := opts.nkey; kp != nil {
-		pub, err := kp.PublicKey()
-		if err != nil {
-			return nil, fmt.Errorf("natsapi: nkey: %w", err)
-		}
-		nopts = append(nopts, nats.Nkey(pub, kp.Sign))
-	}
-	if opts.TLSCert != "" {
-		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
-	}
-	if opts.TLSCA != "" {
-		nopts = append(nopts, nats.RootCAs(opts.TLSCA))
-	}
-	if opts.inProcess != nil {
-		nopts = append(nopts, nats.InProcessServer(opts.inProcess))
-	}
+	nopts = append(nopts, creds...)
 	for attempt := 0; ; attempt++ {
 		nc, err := nats.Connect(urls, nopts...)
 		if err == nil {
@@ -157,6 +121,45 @@ func Connect(ctx context.Context, urls string, opts ConnOptions) (*nats.Conn, er
 		case <-time.After(wait):
 		}
 	}
+}
+
+// credentialOptions are the nats.go options of opts' credentials, inbox
+// prefix, TLS files and in-process server.
+func credentialOptions(opts ConnOptions) ([]nats.Option, error) {
+	var out []nats.Option
+	if opts.CredsFile != "" {
+		out = append(out, nats.UserCredentials(opts.CredsFile))
+	}
+	if opts.Token != "" {
+		out = append(out, nats.Token(opts.Token))
+	}
+	if opts.NkeyFile != "" {
+		o, err := nkeyFileOptions(opts.NkeyFile, opts.InboxPrefix == "")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o...)
+	}
+	if opts.InboxPrefix != "" {
+		out = append(out, nats.CustomInboxPrefix(opts.InboxPrefix))
+	}
+	if kp := opts.nkey; kp != nil {
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("natsapi: nkey: %w", err)
+		}
+		out = append(out, nats.Nkey(pub, kp.Sign))
+	}
+	if opts.TLSCert != "" {
+		out = append(out, nats.ClientCert(opts.TLSCert, opts.TLSKey))
+	}
+	if opts.TLSCA != "" {
+		out = append(out, nats.RootCAs(opts.TLSCA))
+	}
+	if opts.inProcess != nil {
+		out = append(out, nats.InProcessServer(opts.inProcess))
+	}
+	return out, nil
 }
 
 // nkeyFileOptions signs in with the NKey seed in file and, with inbox, uses
