@@ -2,6 +2,7 @@ package natsapi
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -233,5 +234,64 @@ func TestIDSquatting(t *testing.T) {
 	}
 	if got := res.Outputs[0].Tensor.Float64At(0); res.ID != "order-42" || got != 7 {
 		t.Errorf("the victim got id %q, output %v; want its own request's 7", res.ID, got)
+	}
+}
+
+// TestRetryAfterLostReply: a durable request is stored and acknowledged but
+// its reply never reaches the client (as across a NATS server restart,
+// when the reply leaves the replica before the client's inbox is
+// subscribed again). The client's retry with the same request id runs it
+// again and is answered; before, the retry had the same Nats-Msg-Id and
+// JetStream dropped it as a duplicate of the acknowledged request.
+func TestRetryAfterLostReply(t *testing.T) {
+	e := startNATS(t)
+	first := startServer(t, e, echoBackend{}, Options{Durable: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := first.Shutdown(ctx); err != nil { // the stream and consumer stay
+		t.Fatal(err)
+	}
+	c, err := NewClient(connect(t, e), ClientOptions{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	defer cancelShort()
+	if _, err := c.Infer(short, "echo", echoInput, InferOptions{ID: "order-7"}); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("with no replica: %v, want a timeout", err)
+	}
+	// The request is taken and acknowledged, its reply lost.
+	_, js := adminJetStream(t, e)
+	cons, err := js.Consumer(ctx, DefaultStream, DefaultConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := 0
+	for m := range batch.Messages() {
+		if id := m.Headers().Get(HeaderRequestID); id != "order-7" {
+			t.Fatalf("fetched request %q, want order-7", id)
+		}
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+		taken++
+	}
+	if taken != 1 {
+		t.Fatalf("fetched %d requests, want 1", taken)
+	}
+	startServer(t, e, echoBackend{}, Options{Durable: true})
+	retry, cancelRetry := context.WithTimeout(ctx, 15*time.Second)
+	defer cancelRetry()
+	res, err := c.Infer(retry, "echo", echoInput, InferOptions{ID: "order-7"})
+	if err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if got := res.Outputs[0].Tensor.Float64At(0); res.ID != "order-7" || got != 7 {
+		t.Errorf("the retry got id %q, output %v; want order-7, 7", res.ID, got)
 	}
 }

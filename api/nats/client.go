@@ -89,10 +89,14 @@ type Client struct {
 	// its request id (msgID).
 	idKey [32]byte
 
-	mu        sync.Mutex // guards waiting, answered, lastPrune
+	mu        sync.Mutex // guards waiting, answered, lastPrune, unanswered
 	waiting   map[string]chan *nats.Msg
 	answered  map[string]time.Time
 	lastPrune time.Time
+	// unanswered counts, by request id, the durable requests the stream
+	// stored whose reply never came in time: a retry of one gets a new
+	// Nats-Msg-Id (msgID), so that it runs again.
+	unanswered map[string]int
 
 	duplicates atomic.Int64
 	late       atomic.Int64
@@ -128,6 +132,7 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 		}
 		c.waiting = map[string]chan *nats.Msg{}
 		c.answered = map[string]time.Time{}
+		c.unanswered = map[string]int{}
 		c.inbox = nc.NewInbox()
 		if c.sub, err = nc.Subscribe(c.inbox, c.onReply); err != nil {
 			cs.Close()
@@ -214,6 +219,7 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 		return nil, fmt.Errorf("natsapi: request id %q is already in flight on this client", id)
 	}
 	c.waiting[id] = ch
+	attempt := c.unanswered[id]
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -223,7 +229,7 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 		c.mu.Unlock()
 	}()
 	msg.Subject = durableSubject(c.opts.Prefix, model)
-	msg.Header.Set(HeaderMsgID, c.msgID(id))
+	msg.Header.Set(HeaderMsgID, c.msgID(id, attempt))
 	msg.Header.Set(HeaderReplyTo, c.inbox)
 	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -238,19 +244,45 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 	case r := <-ch:
 		return r, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; the answer to a retry with the same id is not duplicated): %w", ErrTimeout, id, msg.Subject, ctx.Err())
+		c.stored(id, attempt)
+		return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; a retry with the same id runs it again, and only one answer is returned): %w", ErrTimeout, id, msg.Subject, ctx.Err())
 	}
 }
 
-// msgID is the Nats-Msg-Id of the durable request with id: an HMAC of the
-// id under the client's own random key. A retry with the same id gets the
-// same one, which JetStream deduplicates; nobody else can know it before
+// stored notes that the stream stored attempt of the request with id but
+// its reply did not come: its reply may be lost (published while the
+// client's inbox was not subscribed, across a server restart) with the
+// request acknowledged, and a retry with the same Nats-Msg-Id would be
+// dropped as a duplicate of it. A retry with a new one runs the request
+// again; whichever answer comes first is returned, the other dropped as a
+// duplicate. A retry after a failed publish keeps its Nats-Msg-Id, so that
+// a request stored without its acknowledgement reaching the client does
+// not run twice.
+func (c *Client) stored(id string, attempt int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, done := c.answered[id]; done {
+		return
+	}
+	if len(c.unanswered) >= 1<<16 {
+		clear(c.unanswered)
+	}
+	c.unanswered[id] = attempt + 1
+}
+
+// msgID is the Nats-Msg-Id of attempt (counted by stored) of the durable
+// request with id: an HMAC of both under the client's own random key. A
+// retry of the same attempt gets the same one, which JetStream
+// deduplicates; nobody else can know it before
 // the request is sent (a request id may be predictable: a client's
 // sequence, an order number), so that nobody can publish a request with it
 // first and have the client's request dropped as a duplicate.
-func (c *Client) msgID(id string) string {
+func (c *Client) msgID(id string, attempt int) string {
 	m := hmac.New(sha256.New, c.idKey[:])
 	m.Write([]byte(id))
+	if attempt > 0 {
+		fmt.Fprintf(m, "\x00%d", attempt)
+	}
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:18])
 }
 
@@ -261,6 +293,7 @@ func (c *Client) onReply(m *nats.Msg) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.unanswered, id)
 	if ch, ok := c.waiting[id]; ok {
 		delete(c.waiting, id)
 		c.answered[id] = now
