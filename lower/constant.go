@@ -1,7 +1,6 @@
 package lower
 
 import (
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -11,11 +10,7 @@ func (ctx *Context) Constant(t *tensor.Tensor) (*stablehlo.Value, error) {
 	if ctx.Options.NarrowInt64 && narrow(t.DType) != t.DType {
 		t = t.Convert(narrow(t.DType))
 	}
-	dt, err := XLADType(t.DType)
-	if err != nil {
-		return nil, err
-	}
-	e, err := hlo.Elem(dt)
+	e, err := ElemOf(t.DType)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,7 @@
 // own emitter, package lower/stablehlo, calling one Rule per operator
 // target. The rules still build ops in go-xla's operand-directed style
 // through the small bridge lower/internal/hlo (shapes as go-xla's
-// shapes.Shape); moving them to lower/stablehlo's Block methods is the next
+// stablehlo.Type); moving them to lower/stablehlo's Block methods is the next
 // step.
 //
 // Rules live in a Registry keyed by the IR's operator values (*fxgraph.Op),

@@ -5,13 +5,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/gomlx/go-xla/pkg/types/dtypes"
-	"github.com/gomlx/go-xla/pkg/types/shapes"
-
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
-	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -140,8 +135,9 @@ type Context struct {
 	// Graph is the specialized graph being lowered (all shapes static).
 	Graph *fxgraph.Graph
 	// Fn is the StableHLO function being built (the main function, or a
-	// control-flow body while lowering a subgraph).
-	Fn *hlo.Function
+	// control-flow body while lowering a subgraph): rules add ops to
+	// Fn.Block().
+	Fn *Func
 	// Options are the lowering options, defaults filled in.
 	Options Options
 	// Rules lets composite rules call other rules.
@@ -168,7 +164,7 @@ func (ctx *Context) Fuse(n *fxgraph.Node, v *stablehlo.Value) {
 // main function and the program, to which the weights of subgraphs are
 // added as parameters too.
 type rootState struct {
-	main    *hlo.Function
+	main    *Func
 	prog    *Program
 	weights map[*tensor.Tensor]*stablehlo.Value // the weight parameters by value
 }
@@ -203,26 +199,26 @@ func (ctx *Context) Values(list any) ([]*stablehlo.Value, error) {
 	return out, nil
 }
 
-// XLADType maps an IR dtype to the dtype its values have in the program,
-// honouring NarrowInt64.
-func (ctx *Context) XLADType(dt tensor.DType) (dtypes.DType, error) {
+// Elem maps an IR dtype to the element type its values have in the
+// program, honouring NarrowInt64.
+func (ctx *Context) Elem(dt tensor.DType) (stablehlo.ElementType, error) {
 	if ctx.Options.NarrowInt64 {
 		dt = narrow(dt)
 	}
-	return XLADType(dt)
+	return ElemOf(dt)
 }
 
-// XLAShape maps a static TensorMeta to the shape its value has in the program.
-func (ctx *Context) XLAShape(m fxgraph.TensorMeta) (shapes.Shape, error) {
-	dt, err := ctx.XLADType(m.DType)
+// TypeOf maps a static TensorMeta to the type its value has in the program.
+func (ctx *Context) TypeOf(m fxgraph.TensorMeta) (stablehlo.Type, error) {
+	e, err := ctx.Elem(m.DType)
 	if err != nil {
-		return shapes.Shape{}, err
+		return stablehlo.Type{}, err
 	}
 	dims, ok := m.Shape.Static()
 	if !ok {
-		return shapes.Shape{}, fmt.Errorf("lower: shape %s is not static", m.Shape)
+		return stablehlo.Type{}, fmt.Errorf("lower: shape %s is not static", m.Shape)
 	}
-	return shapes.Make(dt, intsOf(dims)...), nil
+	return stablehlo.TensorOf(e, dims...), nil
 }
 
 func narrow(dt tensor.DType) tensor.DType {
@@ -241,16 +237,6 @@ func intsOf(dims []int64) []int {
 		out[i] = int(d)
 	}
 	return out
-}
-
-// XLADType maps an IR dtype to go-xla's dtype (the one mapping, owned by
-// package pjrt).
-func XLADType(dt tensor.DType) (dtypes.DType, error) {
-	x, err := pjrt.DTypeToXLA(dt)
-	if err != nil {
-		return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
-	}
-	return x, nil
 }
 
 // Lower specializes g to the symbol sizes in dims and lowers it to a Program.
@@ -327,8 +313,11 @@ func hasConvBatchNorm(g *fxgraph.Graph) bool {
 // LowerSpecialized lowers a graph whose shapes are already static (the
 // output of fxgraph.Registry.Specialize).
 func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
-	b := hlo.New(l.opts.ModuleName)
-	fn := b.Main()
+	mod := stablehlo.NewModule(l.opts.ModuleName)
+	fn, err := newMain(mod)
+	if err != nil {
+		return nil, fmt.Errorf("lower: %w", err)
+	}
 	ctx := &Context{Graph: g, Fn: fn, Options: l.opts, Rules: l.rules, values: map[*fxgraph.Node][]*stablehlo.Value{}}
 	prog := &Program{Dims: copyDims(dims), Bounded: append([]fxgraph.BoundedOutput(nil), g.Bounded...),
 		Guards: append([]fxgraph.GuardOutput(nil), g.Guards...)}
@@ -391,7 +380,7 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 	if err := fn.Return(results...); err != nil {
 		return nil, fmt.Errorf("lower: return: %w", err)
 	}
-	code, err := b.Build()
+	code, err := mod.Text()
 	if err != nil {
 		return nil, fmt.Errorf("lower: build module: %w", err)
 	}
@@ -425,11 +414,11 @@ func (ctx *Context) addParam(prog *Program, n *fxgraph.Node, kind ParamKind, val
 // addParamAs adds the next parameter for node n with meta m (static) and
 // returns it.
 func (ctx *Context) addParamAs(prog *Program, n *fxgraph.Node, m fxgraph.TensorMeta, kind ParamKind, value *tensor.Tensor) (*stablehlo.Value, error) {
-	shape, err := ctx.XLAShape(m)
+	typ, err := ctx.TypeOf(m)
 	if err != nil {
 		return nil, fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
-	v, err := ctx.Fn.NamedInput(n.Name, shape)
+	v, err := ctx.Fn.NamedInput(n.Name, typ)
 	if err != nil {
 		return nil, fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
@@ -481,11 +470,11 @@ func (ctx *Context) addPermutedWeight(prog *Program, n *fxgraph.Node, t *tensor.
 	if err != nil {
 		return err
 	}
-	inv := make([]int, len(perm))
+	inv := make([]int64, len(perm))
 	for i, p := range perm {
-		inv[p] = i
+		inv[p] = int64(i)
 	}
-	back, err := hlo.Transpose(v, inv...)
+	back, err := ctx.Fn.Block().Transpose(v, inv...)
 	if err != nil {
 		return fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
@@ -545,14 +534,14 @@ func (ctx *Context) checkResults(n *fxgraph.Node, out []*stablehlo.Value) error 
 		return fmt.Errorf("lower %s (%s): rule returned %d values, node has %d", n.Name, n.Target, len(out), len(n.Meta.Vals))
 	}
 	for i, v := range out {
-		want, err := ctx.XLAShape(n.Meta.Vals[i])
+		want, err := ctx.TypeOf(n.Meta.Vals[i])
 		if err != nil {
 			return fmt.Errorf("lower %s (%s): %w", n.Name, n.Target, err)
 		}
-		if v == nil || !hlo.ShapeOf(v).Equal(want) {
+		if v == nil || !v.Type().Equal(want) {
 			got := "nil"
 			if v != nil {
-				got = hlo.ShapeOf(v).String()
+				got = v.Type().String()
 			}
 			return fmt.Errorf("lower %s (%s): value %d is %s, the IR says %s", n.Name, n.Target, i, got, want)
 		}

@@ -8,12 +8,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/gomlx/go-xla/pkg/types"
-	"github.com/gomlx/go-xla/pkg/types/dtypes"
-	"github.com/gomlx/go-xla/pkg/types/shapes"
-
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -44,134 +39,18 @@ func registerNN(r *Registry) {
 	r.Register(fxgraph.XserveRoIAlign, nnRoiAlign)
 }
 
-// nnB chains StableHLO builder calls, keeping the first error: once an
-// error is set every method returns nil without building anything.
+// nnB is the chain the nn rules build with, plus the epilogue a matrix
+// product may apply.
 type nnB struct {
-	ctx *Context
-	err error
+	chain
 	// epi, when set, is what the next matrix product may compute besides
 	// the product (nnMatmulEpilogue); the kernel sets epiUsed if it did.
 	epi     *nnEpilogue
 	epiUsed bool
 }
 
-func (b *nnB) set(v *stablehlo.Value, err error) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	if err != nil {
-		b.err = err
-		return nil
-	}
-	return v
-}
-
-func (b *nnB) bin(op func(x, y *stablehlo.Value) (*stablehlo.Value, error), x, y *stablehlo.Value) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	return b.set(op(x, y))
-}
-
-func (b *nnB) un(op func(x *stablehlo.Value) (*stablehlo.Value, error), x *stablehlo.Value) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	return b.set(op(x))
-}
-
-// convert converts x to the program dtype of IR dtype dt.
-func (b *nnB) convert(x *stablehlo.Value, dt tensor.DType) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	return b.set(b.ctx.ConvertTo(x, dt))
-}
-
-func (b *nnB) reshape(x *stablehlo.Value, dims []int64) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	if equalDims(hlo.ShapeOf(x).Dimensions, dims) {
-		return x
-	}
-	return b.set(hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, intsOf(dims)...)))
-}
-
-// bcastIn broadcasts x to dims, x's axis i going to axes[i].
-func (b *nnB) bcastIn(x *stablehlo.Value, dims []int64, axes []int) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	return b.set(hlo.BroadcastInDim(x, shapes.Make(hlo.ShapeOf(x).DType, intsOf(dims)...), axes))
-}
-
-// bcast broadcasts x to dims with NumPy rules.
-func (b *nnB) bcast(x *stablehlo.Value, dims []int64) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	return b.set(b.ctx.BroadcastTo(x, dims))
-}
-
-func (b *nnB) transpose(x *stablehlo.Value, perm []int) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	return b.set(hlo.Transpose(x, perm...))
-}
-
-func (b *nnB) slice(x *stablehlo.Value, starts, limits, strides []int) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	return b.set(hlo.Slice(x, starts, limits, strides))
-}
-
-// scalar is a rank-0 constant of x's dtype.
-func (b *nnB) scalar(like *stablehlo.Value, v float64) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	return b.set(b.ctx.ScalarLike(like, v))
-}
-
-// full is a constant of x's dtype broadcast to dims.
-func (b *nnB) full(like *stablehlo.Value, v float64, dims []int64) *stablehlo.Value {
-	return b.bcastIn(b.scalar(like, v), dims, nil)
-}
-
-// consts is a constant of like's dtype holding vals with the given dims.
-func (b *nnB) consts(like *stablehlo.Value, vals []float64, dims []int64) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	dt, err := tensorDType(hlo.ShapeOf(like).DType)
-	if err != nil {
-		b.err = err
-		return nil
-	}
-	t := tensor.New(dt, dims...)
-	for i, v := range vals {
-		t.SetFloat64(int64(i), v)
-	}
-	return b.set(b.ctx.Constant(t))
-}
-
-func (b *nnB) reduce(x *stablehlo.Value, kind string, init float64, axes []int) *stablehlo.Value {
-	if b.err != nil {
-		return nil
-	}
-	fn, err := b.ctx.ReduceFn(kind, hlo.ShapeOf(x).DType)
-	if err != nil {
-		b.err = err
-		return nil
-	}
-	return b.set(hlo.Reduce(x, b.scalar(x, init), fn, axes...))
-}
-
 // dot is a dot_general with the context's precision for float operands.
-func (b *nnB) dot(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb []int) *stablehlo.Value {
+func (b *nnB) dot(x *stablehlo.Value, xc, xb []int64, y *stablehlo.Value, yc, yb []int64) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
@@ -190,18 +69,27 @@ func (b *nnB) dot(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb [
 		}
 	}
 	b.epi = nil
-	d := hlo.DotGeneral(x, xc, xb, y, yc, yb)
-	if hlo.ShapeOf(x).DType.IsFloat() {
-		d = d.Precision(b.ctx.Precision(), b.ctx.Precision())
+	prec := stablehlo.PrecisionDefault
+	if x.Type().Elem.IsFloat() {
+		prec = b.ctx.Precision()
 	}
-	return b.set(d.Done())
+	dims := stablehlo.DotDims{LhsBatch: xb, RhsBatch: yb, LhsContract: xc, RhsContract: yc}
+	return b.set(x.Block().DotGeneral(x, y, dims, prec, stablehlo.Invalid))
 }
 
-func (b *nnB) out(vals ...*stablehlo.Value) ([]*stablehlo.Value, error) {
+// conv is a convolution of PyTorch's layouts: input and output [batch,
+// feature, spatial...], the kernel's dims given by d.KernelInput and
+// d.KernelOutput then spatial; d's other fields say the window.
+func (b *nnB) conv(x, w *stablehlo.Value, d stablehlo.ConvDims, prec stablehlo.Precision) *stablehlo.Value {
 	if b.err != nil {
-		return nil, b.err
+		return nil
 	}
-	return vals, nil
+	sp := nnRange(2, x.Type().Rank())
+	d.InputBatch, d.InputFeature, d.InputSpatial = 0, 1, sp
+	d.KernelSpatial = sp
+	d.OutputBatch, d.OutputFeature, d.OutputSpatial = 0, 1, sp
+	d.BatchGroups = 1
+	return b.set(x.Block().Convolution(x, w, d, prec, stablehlo.Invalid))
 }
 
 // nnFloatCompute is the dtype floating-point normalization, pooling and
@@ -213,18 +101,11 @@ func nnFloatCompute(dt tensor.DType) tensor.DType {
 	return dt
 }
 
-func nnRange(from, to int) []int {
-	out := make([]int, 0, to-from)
+// nnRange returns from, from+1, ..., to-1.
+func nnRange(from, to int) []int64 {
+	out := make([]int64, 0, to-from)
 	for i := from; i < to; i++ {
-		out = append(out, i)
-	}
-	return out
-}
-
-func nnInts(v []int64) []int {
-	out := make([]int, len(v))
-	for i, x := range v {
-		out[i] = int(x)
+		out = append(out, int64(i))
 	}
 	return out
 }
@@ -238,16 +119,10 @@ func nnProd(v []int64) int64 {
 }
 
 // nnAllBut returns the axes of [0, rank) other than skip.
-func nnAllBut(rank int, skip ...int) []int {
-	var out []int
-	for i := 0; i < rank; i++ {
-		keep := true
-		for _, s := range skip {
-			if s == i {
-				keep = false
-			}
-		}
-		if keep {
+func nnAllBut(rank int, skip ...int64) []int64 {
+	var out []int64
+	for i := range int64(rank) {
+		if !slices.Contains(skip, i) {
 			out = append(out, i)
 		}
 	}
@@ -271,9 +146,8 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		return nil, err
 	}
 	cdt := ctx.ComputeDType(dt)
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	x, w := b.convert(in[0], cdt), b.convert(in[1], cdt)
-	sp := nnRange(2, 2+spatial)
 	prec := ctx.Precision()
 	var y *stablehlo.Value
 	_, xd, xerr := InMeta(n, 0)
@@ -298,59 +172,55 @@ func nnConvolution(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	} else if xerr == nil && !p.Transposed && *ctx.Options.ConvAsDot && nnConvAsDotFits(xd, wd, outDims, p.Groups) {
 		y = nnConvAsDot(b, x, w, wd, outDims, p)
 	} else if !p.Transposed {
-		pads := make([][2]int, spatial)
+		pads := make([][2]int64, spatial)
 		for j := range pads {
-			pads[j] = [2]int{int(p.Padding[j]), int(p.Padding[j])}
+			pads[j] = [2]int64{p.Padding[j], p.Padding[j]}
 		}
-		if b.err == nil {
-			y = b.set(hlo.Convolution(x, w, nnInts(p.Stride), pads, nil, nnInts(p.Dilation),
-				0, 1, sp, 1, 0, sp, 0, 1, sp, int(p.Groups), 1, prec, prec))
-		}
+		y = b.conv(x, w, stablehlo.ConvDims{KernelInput: 1, KernelOutput: 0, Strides: p.Stride, RhsDilation: p.Dilation,
+			Padding: pads, FeatureGroups: p.Groups}, prec)
 	} else {
 		g := p.Groups
 		if b.err == nil {
-			w = b.set(hlo.Reverse(w, nnRange(2, 2+spatial)...))
+			w = b.set(w.Block().Reverse(w, nnRange(2, 2+spatial)...))
 		}
-		kin, kout := 0, 1
+		kin, kout := int64(0), int64(1)
 		if g > 1 {
 			cin, coutg := wd[0], wd[1]
 			w = b.reshape(w, append([]int64{g, cin / g, coutg}, wd[2:]...))
-			perm := append([]int{0, 2, 1}, nnRange(3, 3+spatial)...)
+			perm := append([]int64{0, 2, 1}, nnRange(3, 3+spatial)...)
 			w = b.transpose(w, perm)
 			w = b.reshape(w, append([]int64{g * coutg, cin / g}, wd[2:]...))
 			kin, kout = 1, 0
 		}
-		pads := make([][2]int, spatial)
+		pads := make([][2]int64, spatial)
 		crop := false
-		starts, limits := make([]int, len(outDims)), make([]int, len(outDims))
+		starts, limits := make([]int64, len(outDims)), make([]int64, len(outDims))
 		for i, d := range outDims {
-			limits[i] = int(d)
+			limits[i] = d
 		}
 		for j := 0; j < spatial; j++ {
 			ek := p.Dilation[j] * (wd[2+j] - 1)
 			lo := ek - p.Padding[j]
 			hi := ek - p.Padding[j] + p.OutputPadding[j]
-			pads[j] = [2]int{int(max(lo, 0)), int(max(hi, 0))}
+			pads[j] = [2]int64{max(lo, 0), max(hi, 0)}
 			if lo < 0 {
 				crop = true
-				starts[2+j] = int(-lo)
-				limits[2+j] += int(-lo)
+				starts[2+j] = -lo
+				limits[2+j] += -lo
 			}
 			if hi < 0 {
 				crop = true
 			}
 		}
-		if b.err == nil {
-			y = b.set(hlo.Convolution(x, w, nil, pads, nnInts(p.Stride), nnInts(p.Dilation),
-				0, 1, sp, kin, kout, sp, 0, 1, sp, int(g), 1, prec, prec))
-		}
+		y = b.conv(x, w, stablehlo.ConvDims{KernelInput: kin, KernelOutput: kout, LhsDilation: p.Stride, RhsDilation: p.Dilation,
+			Padding: pads, FeatureGroups: g}, prec)
 		if crop {
 			y = b.slice(y, starts, limits, nil)
 		}
 	}
 	if in[2] != nil {
 		bias := b.convert(in[2], cdt)
-		y = b.bin(hlo.Add, y, b.bcastIn(bias, outDims, []int{1}))
+		y = b.add(y, b.bcastIn(bias, outDims, []int64{1}))
 	}
 	return b.out(b.convert(y, dt))
 }
@@ -400,12 +270,12 @@ func nnConvKernel(b *nnB, x, w, bias *stablehlo.Value, outDims []int64, p fxgrap
 	rank := len(outDims)
 	spatial := rank - 2
 	channelsLast := nnChannelsLast(rank)
-	toHWIO := make([]int, 0, rank) // [kernel..., in/groups, out] from [out, in/groups, kernel...]
-	weights := make([]int64, rank) // row-major
+	toHWIO := make([]int64, 0, rank) // [kernel..., in/groups, out] from [out, in/groups, kernel...]
+	weights := make([]int64, rank)   // row-major
 	for j := range rank {
 		weights[j] = int64(rank - 1 - j)
 		if j >= 2 {
-			toHWIO = append(toHWIO, j)
+			toHWIO = append(toHWIO, int64(j))
 		}
 	}
 	toHWIO = append(toHWIO, 1, 0)
@@ -625,7 +495,7 @@ type nnMatmulShape struct {
 // free..., K] or [batch..., K, M], y is [batch..., K, N], [batch..., N, K] or
 // [batch..., K], so that reshapes (free in XLA) make [B, M, K] and [B, K,
 // N].
-func nnMatmulForm(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb []int) (nnMatmulShape, bool) {
+func nnMatmulForm(x *stablehlo.Value, xc, xb []int64, y *stablehlo.Value, yc, yb []int64) (nnMatmulShape, bool) {
 	xt, yt := x.Type(), y.Type()
 	if xt.Elem != stablehlo.F32 || yt.Elem != stablehlo.F32 || len(xc) != 1 || len(yc) != 1 || len(xb) != len(yb) {
 		return nnMatmulShape{}, false
@@ -634,7 +504,7 @@ func nnMatmulForm(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb [
 	nb := len(xb)
 	f := nnMatmulShape{batch: 1, rank: 2}
 	for i := range xb {
-		if xb[i] != i || yb[i] != i || xd[i] != yd[i] {
+		if xb[i] != int64(i) || yb[i] != int64(i) || xd[i] != yd[i] {
 			return nnMatmulShape{}, false
 		}
 		f.batch *= xd[i]
@@ -643,7 +513,7 @@ func nnMatmulForm(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb [
 	if nb > 0 {
 		f.rank = 3
 	}
-	rx, cx := len(xd)-nb, xc[0]-nb
+	rx, cx := int64(len(xd)-nb), xc[0]-int64(nb)
 	switch {
 	case rx >= 2 && cx == rx-1:
 		f.m = 1
@@ -658,7 +528,7 @@ func nnMatmulForm(x *stablehlo.Value, xc, xb []int, y *stablehlo.Value, yc, yb [
 		return nnMatmulShape{}, false
 	}
 	f.k = xd[xc[0]]
-	ry, cy := len(yd)-nb, yc[0]-nb
+	ry, cy := int64(len(yd)-nb), yc[0]-int64(nb)
 	switch {
 	case ry == 1 && cy == 0:
 		f.n = 1
@@ -878,36 +748,36 @@ func nnIsDepthwise(xd, wd []int64, groups int64) bool {
 func nnDepthwise(b *nnB, x, w *stablehlo.Value, xd, wd, outDims []int64, p fxgraph.ConvParams) *stablehlo.Value {
 	rank := len(xd)
 	spatial := rank - 2
-	lo, zero := make([]int, rank), make([]int, rank)
+	lo, zero := make([]int64, rank), make([]int64, rank)
 	for j := range spatial {
-		lo[2+j] = int(p.Padding[j])
+		lo[2+j] = p.Padding[j]
 	}
 	if b.err == nil {
-		x = b.set(hlo.Pad(x, b.scalar(x, 0), lo, lo, zero))
+		x = b.set(x.Block().Pad(x, b.scalar(x, 0), lo, lo, zero))
 	}
-	strides := make([]int, rank)
+	strides := make([]int64, rank)
 	strides[0], strides[1] = 1, 1
 	for j := range spatial {
-		strides[2+j] = int(p.Stride[j])
+		strides[2+j] = p.Stride[j]
 	}
 	var acc *stablehlo.Value
 	tap := make([]int64, spatial) // the kernel position, odometer order
 	for {
-		xs, xl := make([]int, rank), make([]int, rank)
-		ws, wl := make([]int, rank), make([]int, rank)
-		xl[0], xl[1] = int(xd[0]), int(xd[1])
-		wl[0], wl[1] = int(wd[0]), 1
+		xs, xl := make([]int64, rank), make([]int64, rank)
+		ws, wl := make([]int64, rank), make([]int64, rank)
+		xl[0], xl[1] = xd[0], xd[1]
+		wl[0], wl[1] = wd[0], 1
 		for j := range spatial {
-			xs[2+j] = int(tap[j] * p.Dilation[j])
-			xl[2+j] = xs[2+j] + int((outDims[2+j]-1)*p.Stride[j]) + 1
-			ws[2+j], wl[2+j] = int(tap[j]), int(tap[j])+1
+			xs[2+j] = tap[j] * p.Dilation[j]
+			xl[2+j] = xs[2+j] + (outDims[2+j]-1)*p.Stride[j] + 1
+			ws[2+j], wl[2+j] = tap[j], tap[j]+1
 		}
 		wt := b.reshape(b.slice(w, ws, wl, nil), []int64{wd[0]})
-		term := b.bin(hlo.Multiply, b.slice(x, xs, xl, strides), b.bcastIn(wt, outDims, []int{1}))
+		term := b.mul(b.slice(x, xs, xl, strides), b.bcastIn(wt, outDims, []int64{1}))
 		if acc == nil {
 			acc = term
 		} else {
-			acc = b.bin(hlo.Add, acc, term)
+			acc = b.add(acc, term)
 		}
 		j := spatial - 1
 		for ; j >= 0; j-- {
@@ -924,17 +794,17 @@ func nnDepthwise(b *nnB, x, w *stablehlo.Value, xd, wd, outDims []int64, p fxgra
 
 func nnMM(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, _ := Out(n, 0)
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := ctx.ComputeDType(dt)
-	y := b.dot(b.convert(in[0], cdt), []int{1}, nil, b.convert(in[1], cdt), []int{0}, nil)
+	y := b.dot(b.convert(in[0], cdt), []int64{1}, nil, b.convert(in[1], cdt), []int64{0}, nil)
 	return b.out(b.convert(y, dt))
 }
 
 func nnBMM(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	dt, _ := Out(n, 0)
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := ctx.ComputeDType(dt)
-	y := b.dot(b.convert(in[0], cdt), []int{2}, []int{0}, b.convert(in[1], cdt), []int{1}, []int{0})
+	y := b.dot(b.convert(in[0], cdt), []int64{2}, []int64{0}, b.convert(in[1], cdt), []int64{1}, []int64{0})
 	return b.out(b.convert(y, dt))
 }
 
@@ -944,15 +814,15 @@ func nnScaleBy(b *nnB, y *stablehlo.Value, f float64) *stablehlo.Value {
 	if f == 1 || b.err != nil {
 		return y
 	}
-	if !hlo.ShapeOf(y).DType.IsFloat() && f != math.Trunc(f) {
+	if !y.Type().Elem.IsFloat() && f != math.Trunc(f) {
 		b.err = fmt.Errorf("non-integral factor %v for an integer result", f)
 		return nil
 	}
-	return b.bin(hlo.Multiply, y, b.full(y, f, nnDimsOf(y)))
+	return b.mul(y, b.full(y, f, nnDimsOf(y)))
 }
 
 func nnDimsOf(v *stablehlo.Value) []int64 {
-	d := hlo.ShapeOf(v).Dimensions
+	d := v.Type().Dims
 	out := make([]int64, len(d))
 	for i, x := range d {
 		out[i] = int64(x)
@@ -972,7 +842,7 @@ func nnAddmm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo
 	if err != nil {
 		return nil, err
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := ctx.ComputeDType(dt)
 	// addmm(bias, x, w) with unit alpha and beta and a bias over the output
 	// columns is a linear layer (torch.export's and the ONNX importer's
@@ -986,12 +856,12 @@ func nnAddmm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo
 	}
 	epi := nnMatmulEpilogue(b, n, own, cdt)
 	b.epi = epi
-	y := b.dot(b.convert(in[1], cdt), []int{1}, nil, b.convert(in[2], cdt), []int{0}, nil)
+	y := b.dot(b.convert(in[1], cdt), []int64{1}, nil, b.convert(in[2], cdt), []int64{0}, nil)
 	y = nnScaleBy(b, y, alpha)
 	if beta != 0 && !(b.epiUsed && own != nil) {
 		c := b.bcast(b.convert(in[0], cdt), outDims)
 		c = nnScaleBy(b, c, beta)
-		y = b.bin(hlo.Add, y, c)
+		y = b.add(y, c)
 	}
 	y = b.convert(y, dt)
 	b.fuseEpilogue(epi, y)
@@ -1011,7 +881,7 @@ func nnMatmul(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	if err != nil {
 		return nil, err
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := ctx.ComputeDType(dt)
 	var epi *nnEpilogue
 	if len(ad) >= 2 && len(bd) >= 2 {
@@ -1029,7 +899,7 @@ func nnMatmul(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	}
 	var r *stablehlo.Value
 	if len(bd) == 2 {
-		r = b.dot(x, []int{len(ad) - 1}, nil, y, []int{0}, nil)
+		r = b.dot(x, []int64{int64(len(ad) - 1)}, nil, y, []int64{0}, nil)
 	} else {
 		nb := max(len(ad), len(bd)) - 2
 		batch := make([]int64, nb)
@@ -1047,7 +917,7 @@ func nnMatmul(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 		x = b.bcast(x, append(append([]int64(nil), batch...), ad[len(ad)-2:]...))
 		y = b.bcast(y, append(append([]int64(nil), batch...), bd[len(bd)-2:]...))
 		ba := nnRange(0, nb)
-		r = b.dot(x, []int{nb + 1}, ba, y, []int{nb}, ba)
+		r = b.dot(x, []int64{int64(nb + 1)}, ba, y, []int64{int64(nb)}, ba)
 	}
 	r = b.convert(b.reshape(r, outDims), dt)
 	b.fuseEpilogue(epi, r)
@@ -1065,7 +935,7 @@ func nnLinear(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	if err != nil {
 		return nil, err
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := ctx.ComputeDType(dt)
 	var own *stablehlo.Value
 	if len(in) > 2 && in[2] != nil && len(wd) == 2 {
@@ -1075,10 +945,10 @@ func nnLinear(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	}
 	epi := nnMatmulEpilogue(b, n, own, cdt)
 	b.epi = epi
-	y := b.dot(b.convert(in[0], cdt), []int{len(xd) - 1}, nil, b.convert(in[1], cdt), []int{len(wd) - 1}, nil)
+	y := b.dot(b.convert(in[0], cdt), []int64{int64(len(xd) - 1)}, nil, b.convert(in[1], cdt), []int64{int64(len(wd) - 1)}, nil)
 	y = b.reshape(y, outDims)
 	if len(in) > 2 && in[2] != nil && !(b.epiUsed && own != nil) {
-		y = b.bin(hlo.Add, y, b.bcast(b.convert(in[2], cdt), outDims))
+		y = b.add(y, b.bcast(b.convert(in[2], cdt), outDims))
 	}
 	y = b.convert(y, dt)
 	b.fuseEpilogue(epi, y)
@@ -1090,7 +960,7 @@ func nnLowest(b *nnB, like *stablehlo.Value) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	dt, err := tensorDType(hlo.ShapeOf(like).DType)
+	dt, err := DTypeOf(like.Type().Elem)
 	if err != nil {
 		b.err = err
 		return nil
@@ -1130,11 +1000,11 @@ func nnExtreme(dt tensor.DType, highest bool) *tensor.Tensor {
 // nnWindowReduce reduces windows of the inputs (all of the same shape dims)
 // over the given axes with kernel k, stride s, dilation d and padding lo/hi
 // (the pad value is each input's init), producing outs windows per axis.
-// Window dilation is done by folding each axis into [m, d] (the go-xla
-// builder cannot emit window dilations without base dilations): a window of
-// k taps at dilation d is then a contiguous window over m, and the strided
-// windows are picked by a strided slice of the unfolded result.
-func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *hlo.Function, dims []int64, axes []int, k, s, d, lo, hi, outs []int64) []*stablehlo.Value {
+// Window dilation is done by folding each axis into [m, d] rather than by
+// reduce_window's window dilations: a window of k taps at dilation d is then
+// a contiguous window over m, and the strided windows are picked by a
+// strided slice of the unfolded result.
+func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *Func, dims []int64, axes []int64, k, s, d, lo, hi, outs []int64) []*stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
@@ -1146,28 +1016,27 @@ func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *hlo.Function, 
 		}
 	}
 	if !dilated {
-		window, strides := make([]int, rank), make([]int, rank)
-		pads := make([][2]int, rank)
+		window, strides := make([]int64, rank), make([]int64, rank)
+		pads := make([][2]int64, rank)
 		for i := range window {
 			window[i], strides[i] = 1, 1
 		}
 		for j, a := range axes {
-			window[a], strides[a] = int(k[j]), int(s[j])
-			pads[a] = [2]int{int(lo[j]), int(hi[j])}
+			window[a], strides[a] = k[j], s[j]
+			pads[a] = [2]int64{lo[j], hi[j]}
 		}
-		rs, err := hlo.MultiReduceWindow(inputs, inits, fn, window, strides, nil, nil, pads)
-		if err != nil {
-			b.err = err
+		rs := b.reduceWindow(inputs, inits, fn, stablehlo.Window{Dims: window, Strides: strides, Padding: pads})
+		if b.err != nil {
 			return nil
 		}
 		return append([]*stablehlo.Value(nil), rs...)
 	}
-	padLo, padHi := make([]int, rank), make([]int, rank)
+	padLo, padHi := make([]int64, rank), make([]int64, rank)
 	m := make([]int64, len(axes))
 	for j, a := range axes {
 		L := lo[j] + dims[a] + hi[j]
 		m[j] = (L + d[j] - 1) / d[j]
-		padLo[a], padHi[a] = int(lo[j]), int(hi[j]+m[j]*d[j]-L)
+		padLo[a], padHi[a] = lo[j], hi[j]+m[j]*d[j]-L
 	}
 	// An axis whose stride is a multiple of its dilation only needs the
 	// first of each group of d positions, reduced at stride s/d.
@@ -1175,7 +1044,7 @@ func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *hlo.Function, 
 	var folded, window, wstrides, sliceD, unfolded []int64
 	spatialAt := map[int]int{}
 	for j, a := range axes {
-		spatialAt[a] = j
+		spatialAt[int(a)] = j
 		aligned[j] = s[j]%d[j] == 0
 	}
 	for a := 0; a < rank; a++ {
@@ -1203,34 +1072,33 @@ func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *hlo.Function, 
 			unfolded = append(unfolded, (m[j]-k[j]+1)*d[j])
 		}
 	}
-	zeros := make([]int, len(folded))
+	zeros := make([]int64, len(folded))
 	xs := make([]*stablehlo.Value, len(inputs))
 	for i, x := range inputs {
 		if b.err == nil {
-			xs[i] = b.set(hlo.Pad(x, inits[i], padLo, padHi, nil))
+			xs[i] = b.set(x.Block().Pad(x, inits[i], padLo, padHi, nil))
 		}
 		xs[i] = b.reshape(xs[i], folded)
 		if !nnEqualInt64s(folded, sliceD) {
-			xs[i] = b.slice(xs[i], zeros, nnInts(sliceD), nil)
+			xs[i] = b.slice(xs[i], zeros, slices.Clone(sliceD), nil)
 		}
 	}
 	if b.err != nil {
 		return nil
 	}
-	red, err := hlo.MultiReduceWindow(xs, inits, fn, nnInts(window), nnInts(wstrides), nil, nil, nil)
-	if err != nil {
-		b.err = err
+	red := b.reduceWindow(xs, inits, fn, stablehlo.Window{Dims: window, Strides: wstrides})
+	if b.err != nil {
 		return nil
 	}
 	rs := append([]*stablehlo.Value(nil), red...) // not the statement's own slice
-	starts, limits, strides := make([]int, rank), make([]int, rank), make([]int, rank)
+	starts, limits, strides := make([]int64, rank), make([]int64, rank), make([]int64, rank)
 	for a := 0; a < rank; a++ {
-		limits[a], strides[a] = int(unfolded[a]), 1
+		limits[a], strides[a] = unfolded[a], 1
 		if j, ok := spatialAt[a]; ok {
 			if aligned[j] {
-				limits[a] = int(outs[j])
+				limits[a] = outs[j]
 			} else {
-				limits[a], strides[a] = int((outs[j]-1)*s[j]+1), int(s[j])
+				limits[a], strides[a] = (outs[j]-1)*s[j]+1, s[j]
 			}
 		}
 	}
@@ -1255,12 +1123,12 @@ func nnEqualInt64s(a, b []int64) bool {
 // nnPoolGeometry returns the spatial axes and the low/high padding that
 // make reduce_window produce outDims windows (the high side is extended for
 // ceil_mode).
-func nnPoolGeometry(xd, outDims []int64, p fxgraph.PoolParams) (axes []int, lo, hi, outs []int64) {
+func nnPoolGeometry(xd, outDims []int64, p fxgraph.PoolParams) (axes []int64, lo, hi, outs []int64) {
 	spatial := len(p.Kernel)
 	a0 := len(xd) - spatial
 	for j := 0; j < spatial; j++ {
 		a := a0 + j
-		axes = append(axes, a)
+		axes = append(axes, int64(a))
 		ek := p.Dilation[j]*(p.Kernel[j]-1) + 1
 		need := (outDims[a]-1)*p.Stride[j] + ek
 		lo = append(lo, p.Padding[j])
@@ -1272,52 +1140,52 @@ func nnPoolGeometry(xd, outDims []int64, p fxgraph.PoolParams) (axes []int, lo, 
 
 // nnArgMaxReducer is the closure (v1, i1, v2, i2) -> the pair with the
 // larger value (NaN largest), ties going to the lower index.
-func nnArgMaxReducer(b *nnB, vd, id dtypes.DType) *hlo.Function {
+func nnArgMaxReducer(b *nnB, vd, id stablehlo.ElementType) *Func {
 	if b.err != nil {
 		return nil
 	}
 	fn := b.ctx.Fn.Closure()
 	var ins [4]*stablehlo.Value
-	for i, d := range []dtypes.DType{vd, id, vd, id} {
-		ins[i] = b.set(fn.Input(shapes.Make(d)))
+	for i, d := range []stablehlo.ElementType{vd, id, vd, id} {
+		ins[i] = b.set(fn.Input(stablehlo.TensorOf(d)))
 	}
 	if b.err != nil {
 		return nil
 	}
 	v1, i1, v2, i2 := ins[0], ins[1], ins[2], ins[3]
-	ct := types.CompareFloat
+	ct := stablehlo.CompareFloat
 	switch {
-	case vd == dtypes.Bool || vd.IsUnsigned():
-		ct = types.CompareUnsigned
+	case vd == stablehlo.Bool || vd.IsUnsigned():
+		ct = stablehlo.CompareUnsign
 	case vd.IsInt():
-		ct = types.CompareSigned
+		ct = stablehlo.CompareSigned
 	}
-	idt := types.CompareSigned
+	idt := stablehlo.CompareSigned
 	if id.IsUnsigned() {
-		idt = types.CompareUnsigned
+		idt = stablehlo.CompareUnsign
 	}
-	cmp := func(x, y *stablehlo.Value, dir types.ComparisonDirection, t types.ComparisonType) *stablehlo.Value {
+	cmp := func(x, y *stablehlo.Value, dir stablehlo.Direction, t stablehlo.CompareType) *stablehlo.Value {
 		if b.err != nil {
 			return nil
 		}
-		return b.set(hlo.Compare(x, y, dir, t))
+		return b.set(x.Block().Compare(x, y, dir, t))
 	}
-	gt := cmp(v1, v2, types.CompareGT, ct)
-	eq := cmp(v1, v2, types.CompareEQ, ct)
-	first := cmp(i1, i2, types.CompareLT, idt)
-	pick := b.bin(hlo.Or, gt, b.bin(hlo.And, eq, first))
+	gt := cmp(v1, v2, stablehlo.GT, ct)
+	eq := cmp(v1, v2, stablehlo.EQ, ct)
+	first := cmp(i1, i2, stablehlo.LT, idt)
+	pick := b.or(gt, b.and(eq, first))
 	if vd.IsFloat() {
-		nan1 := cmp(v1, v1, types.CompareNE, ct)
-		nan2 := cmp(v2, v2, types.CompareNE, ct)
+		nan1 := cmp(v1, v1, stablehlo.NE, ct)
+		nan2 := cmp(v2, v2, stablehlo.NE, ct)
 		// v1 NaN wins unless v2 is a NaN with a lower index.
-		nanPick := b.bin(hlo.And, nan1, b.bin(hlo.Or, b.un(hlo.Not, nan2), first))
-		pick = b.bin(hlo.Or, b.bin(hlo.And, pick, b.un(hlo.Not, nan2)), nanPick)
+		nanPick := b.and(nan1, b.or(b.un((*stablehlo.Block).Not, nan2), first))
+		pick = b.or(b.and(pick, b.un((*stablehlo.Block).Not, nan2)), nanPick)
 	}
 	if b.err != nil {
 		return nil
 	}
-	v := b.set(hlo.Select(pick, v1, v2))
-	i := b.set(hlo.Select(pick, i1, i2))
+	v := b.set(pick.Block().Select(pick, v1, v2))
+	i := b.set(pick.Block().Select(pick, i1, i2))
 	if b.err != nil {
 		return nil
 	}
@@ -1344,7 +1212,7 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 			return nil, err
 		}
 		axes, lo, hi, outs := nnPoolGeometry(xd, outDims, p)
-		b := &nnB{ctx: ctx}
+		b := &nnB{chain: chain{ctx: ctx}}
 		x := in[0]
 		if !indices || !n.OutputUsed(1) {
 			// Without a user of the indices (the common case: ONNX MaxPool
@@ -1352,10 +1220,10 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 			// compute them on every call: XLA cannot drop one of its
 			// results. The unused index output is a broadcast XLA removes.
 			var rs []*stablehlo.Value
-			if nnMaxPoolKernelFits(ctx, hlo.ShapeOf(x).DType, p, lo, hi) {
+			if nnMaxPoolKernelFits(ctx, x.Type().Elem, p, lo, hi) {
 				rs = []*stablehlo.Value{nnMaxPoolKernel(b, x, outDims, p, lo, hi)}
 			} else {
-				fn, err := ctx.ReduceFn(ReduceMax, hlo.ShapeOf(x).DType)
+				fn, err := ctx.ReduceFn(ReduceMax, x.Type().Elem)
 				if err != nil {
 					return nil, err
 				}
@@ -1371,29 +1239,29 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 			return rs, nil
 		}
 		init := nnLowest(b, x)
-		idt, err := ctx.XLADType(tensor.Int64)
+		idt, err := ctx.Elem(tensor.Int64)
 		if err != nil {
 			return nil, err
 		}
-		ishape := shapes.Make(idt, intsOf(xd)...)
+		ishape := stablehlo.TensorOf(idt, xd...)
 		var idx *stablehlo.Value
 		stride := int64(1)
 		for j := len(axes) - 1; j >= 0; j-- {
-			io := b.set(ctx.Fn.Iota(ishape, axes[j]))
+			io := b.iota(ishape, axes[j])
 			io = nnScaleBy(b, io, float64(stride))
 			if idx == nil {
 				idx = io
 			} else {
-				idx = b.bin(hlo.Add, idx, io)
+				idx = b.add(idx, io)
 			}
 			stride *= xd[axes[j]]
 		}
-		pdt, err := tensorDType(idt)
+		pdt, err := DTypeOf(idt)
 		if err != nil {
 			return nil, err
 		}
 		iinit := b.set(ctx.Constant(nnExtreme(pdt, true)))
-		fn := nnArgMaxReducer(b, hlo.ShapeOf(x).DType, idt)
+		fn := nnArgMaxReducer(b, x.Type().Elem, idt)
 		rs := nnWindowReduce(b, []*stablehlo.Value{x, idx}, []*stablehlo.Value{init, iinit}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
 		if b.err != nil {
 			return nil, b.err
@@ -1411,8 +1279,8 @@ const PoolKernel = "xserve_maxpool_f32"
 // p and padding lo/hi (nnPoolGeometry) runs in PoolKernel: the kernel is
 // loaded, dt is float32, and every window overlaps the input (XLA's own
 // reduce_window gives the lowest value for a window of padding only).
-func nnMaxPoolKernelFits(ctx *Context, dt dtypes.DType, p fxgraph.PoolParams, lo, hi []int64) bool {
-	if !ctx.Options.hasKernel(PoolKernel) || dt != dtypes.Float32 || len(p.Kernel) < 1 || len(p.Kernel) > 3 {
+func nnMaxPoolKernelFits(ctx *Context, dt stablehlo.ElementType, p fxgraph.PoolParams, lo, hi []int64) bool {
+	if !ctx.Options.hasKernel(PoolKernel) || dt != stablehlo.F32 || len(p.Kernel) < 1 || len(p.Kernel) > 3 {
 		return false
 	}
 	for j, k := range p.Kernel {
@@ -1473,12 +1341,12 @@ func nnAvgPoolRule(spatial int) Rule {
 			return nil, err
 		}
 		axes, lo, hi, outs := nnPoolGeometry(xd, outDims, p)
-		b := &nnB{ctx: ctx}
+		b := &nnB{chain: chain{ctx: ctx}}
 		x := b.convert(in[0], nnFloatCompute(dt))
 		if b.err != nil {
 			return nil, b.err
 		}
-		fn, err := ctx.ReduceFn(ReduceSum, hlo.ShapeOf(x).DType)
+		fn, err := ctx.ReduceFn(ReduceSum, x.Type().Elem)
 		if err != nil {
 			return nil, err
 		}
@@ -1488,7 +1356,7 @@ func nnAvgPoolRule(spatial int) Rule {
 		}
 		y := sum[0]
 		if p.DivisorOverride != 0 {
-			y = b.bin(hlo.Divide, y, b.full(y, float64(p.DivisorOverride), outDims))
+			y = b.div(y, b.full(y, float64(p.DivisorOverride), outDims))
 			return b.out(b.convert(y, dt))
 		}
 		var div *stablehlo.Value
@@ -1512,11 +1380,11 @@ func nnAvgPoolRule(spatial int) Rule {
 				uniform *= f[0]
 				continue
 			}
-			fv := b.bcastIn(b.consts(y, f, []int64{outs[j]}), outDims, []int{a})
+			fv := b.bcastIn(b.consts(y, f, []int64{outs[j]}), outDims, []int64{a})
 			if div == nil {
 				div = fv
 			} else {
-				div = b.bin(hlo.Multiply, div, fv)
+				div = b.mul(div, fv)
 			}
 		}
 		if div == nil {
@@ -1524,7 +1392,7 @@ func nnAvgPoolRule(spatial int) Rule {
 		} else if uniform != 1 {
 			div = nnScaleBy(b, div, uniform)
 		}
-		y = b.bin(hlo.Divide, y, div)
+		y = b.div(y, div)
 		return b.out(b.convert(y, dt))
 	}
 }
@@ -1543,7 +1411,7 @@ func nnAdaptiveAvgPoolRule(spatial int) Rule {
 		if err != nil {
 			return nil, err
 		}
-		b := &nnB{ctx: ctx}
+		b := &nnB{chain: chain{ctx: ctx}}
 		y := b.convert(in[0], nnFloatCompute(dt))
 		cur := append([]int64(nil), xd...)
 		var div *stablehlo.Value
@@ -1556,17 +1424,17 @@ func nnAdaptiveAvgPoolRule(spatial int) Rule {
 			counts := make([]float64, osz)
 			if osz > 0 && isz%osz == 0 {
 				k := isz / osz
-				window, strides := make([]int, rank), make([]int, rank)
+				window, strides := make([]int64, rank), make([]int64, rank)
 				for i := range window {
 					window[i], strides[i] = 1, 1
 				}
-				window[a], strides[a] = int(k), int(k)
+				window[a], strides[a] = k, k
 				if b.err == nil {
-					fn, err := ctx.ReduceFn(ReduceSum, hlo.ShapeOf(y).DType)
+					fn, err := ctx.ReduceFn(ReduceSum, y.Type().Elem)
 					if err != nil {
 						return nil, err
 					}
-					y = b.set(hlo.ReduceWindow(y, b.scalar(y, 0), fn, window, strides, nil, nil, nil))
+					y = b.reduceWindow([]*stablehlo.Value{y}, []*stablehlo.Value{b.scalar(y, 0)}, fn, stablehlo.Window{Dims: window, Strides: strides})[0]
 				}
 				for i := range counts {
 					counts[i] = float64(k)
@@ -1582,20 +1450,20 @@ func nnAdaptiveAvgPoolRule(spatial int) Rule {
 					counts[o] = float64(end - start)
 				}
 				m := b.consts(y, mat, []int64{osz, isz})
-				y = b.dot(y, []int{a}, nil, m, []int{1}, nil)
-				perm := append(append(nnRange(0, a), rank-1), nnRange(a, rank-1)...)
+				y = b.dot(y, []int64{int64(a)}, nil, m, []int64{1}, nil)
+				perm := append(append(nnRange(0, a), int64(rank-1)), nnRange(a, rank-1)...)
 				y = b.transpose(y, perm)
 			}
 			cur[a] = osz
-			cv := b.bcastIn(b.consts(y, counts, []int64{osz}), outDims, []int{a})
+			cv := b.bcastIn(b.consts(y, counts, []int64{osz}), outDims, []int64{int64(a)})
 			if div == nil {
 				div = cv
 			} else {
-				div = b.bin(hlo.Multiply, div, cv)
+				div = b.mul(div, cv)
 			}
 		}
 		if div != nil {
-			y = b.bin(hlo.Divide, y, div)
+			y = b.div(y, div)
 		}
 		return b.out(b.convert(y, dt))
 	}
@@ -1605,7 +1473,7 @@ func nnAdaptiveAvgPoolRule(spatial int) Rule {
 // or a constant def when it is None.
 func nnChannelVec(b *nnB, in []*stablehlo.Value, i int, like *stablehlo.Value, c int64, def float64) *stablehlo.Value {
 	if i < len(in) && in[i] != nil {
-		dt, err := tensorDType(hlo.ShapeOf(like).DType)
+		dt, err := DTypeOf(like.Type().Elem)
 		if err != nil {
 			b.err = err
 			return nil
@@ -1623,7 +1491,7 @@ func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	x := b.convert(in[0], nnFloatCompute(dt))
 	if b.err != nil {
 		return nil, b.err
@@ -1633,12 +1501,12 @@ func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	bias := nnChannelVec(b, in, 2, x, c, 0)
 	mean := nnChannelVec(b, in, 3, x, c, 0)
 	variance := nnChannelVec(b, in, 4, x, c, 1)
-	inv := b.un(hlo.Sqrt, b.bin(hlo.Add, variance, b.full(x, eps, []int64{c})))
-	scale := b.bin(hlo.Divide, w, inv)
-	bc := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, xd, []int{1}) }
-	y := b.bin(hlo.Subtract, x, bc(mean))
-	y = b.bin(hlo.Multiply, y, bc(scale))
-	y = b.bin(hlo.Add, y, bc(bias))
+	inv := b.un((*stablehlo.Block).Sqrt, b.add(variance, b.full(x, eps, []int64{c})))
+	scale := b.div(w, inv)
+	bc := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, xd, []int64{1}) }
+	y := b.sub(x, bc(mean))
+	y = b.mul(y, bc(scale))
+	y = b.add(y, bc(bias))
 	y = b.convert(y, dt)
 	empty := b.full(y, 0, []int64{0})
 	return b.out(y, empty, empty)
@@ -1646,7 +1514,7 @@ func nnBatchNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 
 // nnNormalize returns (x - mean) * rstd over the given axes of x, with mean
 // and rstd (reduced over axes).
-func nnNormalize(b *nnB, x *stablehlo.Value, dims []int64, axes []int, eps float64) (y, mean, rstd *stablehlo.Value) {
+func nnNormalize(b *nnB, x *stablehlo.Value, dims []int64, axes []int64, eps float64) (y, mean, rstd *stablehlo.Value) {
 	count := int64(1)
 	for _, a := range axes {
 		count *= dims[a]
@@ -1657,13 +1525,13 @@ func nnNormalize(b *nnB, x *stablehlo.Value, dims []int64, axes []int, eps float
 		kdims = append(kdims, dims[a])
 	}
 	mean = b.reduce(x, ReduceSum, 0, axes)
-	mean = b.bin(hlo.Divide, mean, b.full(x, float64(count), kdims))
-	xc := b.bin(hlo.Subtract, x, b.bcastIn(mean, dims, keep))
-	v := b.reduce(b.bin(hlo.Multiply, xc, xc), ReduceSum, 0, axes)
-	v = b.bin(hlo.Divide, v, b.full(x, float64(count), kdims))
-	v = b.bin(hlo.Add, v, b.full(x, eps, kdims))
-	rstd = b.bin(hlo.Divide, b.full(x, 1, kdims), b.un(hlo.Sqrt, v))
-	y = b.bin(hlo.Multiply, xc, b.bcastIn(rstd, dims, keep))
+	mean = b.div(mean, b.full(x, float64(count), kdims))
+	xc := b.sub(x, b.bcastIn(mean, dims, keep))
+	v := b.reduce(b.mul(xc, xc), ReduceSum, 0, axes)
+	v = b.div(v, b.full(x, float64(count), kdims))
+	v = b.add(v, b.full(x, eps, kdims))
+	rstd = b.div(b.full(x, 1, kdims), b.un((*stablehlo.Block).Sqrt, v))
+	y = b.mul(xc, b.bcastIn(rstd, dims, keep))
 	return y, mean, rstd
 }
 
@@ -1680,15 +1548,15 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := nnFloatCompute(dt)
 	x := b.convert(in[0], cdt)
 	y, mean, rstd := nnNormalize(b, x, xd, nnRange(len(xd)-len(ns), len(xd)), eps)
 	if len(in) > 2 && in[2] != nil {
-		y = b.bin(hlo.Multiply, y, b.bcast(b.convert(in[2], cdt), xd))
+		y = b.mul(y, b.bcast(b.convert(in[2], cdt), xd))
 	}
 	if len(in) > 3 && in[3] != nil {
-		y = b.bin(hlo.Add, y, b.bcast(b.convert(in[3], cdt), xd))
+		y = b.add(y, b.bcast(b.convert(in[3], cdt), xd))
 	}
 	mean = b.convert(b.reshape(mean, statDims), dt)
 	rstd = b.convert(b.reshape(rstd, statDims), dt)
@@ -1708,17 +1576,17 @@ func nnGroupNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := nnFloatCompute(dt)
 	x := b.convert(in[0], cdt)
 	gd := []int64{xd[0], g, nnProd(xd[1:]) / g}
-	y, mean, rstd := nnNormalize(b, b.reshape(x, gd), gd, []int{2}, eps)
+	y, mean, rstd := nnNormalize(b, b.reshape(x, gd), gd, []int64{2}, eps)
 	y = b.reshape(y, xd)
 	if in[1] != nil {
-		y = b.bin(hlo.Multiply, y, b.bcastIn(b.convert(in[1], cdt), xd, []int{1}))
+		y = b.mul(y, b.bcastIn(b.convert(in[1], cdt), xd, []int64{1}))
 	}
 	if in[2] != nil {
-		y = b.bin(hlo.Add, y, b.bcastIn(b.convert(in[2], cdt), xd, []int{1}))
+		y = b.add(y, b.bcastIn(b.convert(in[2], cdt), xd, []int64{1}))
 	}
 	mean = b.convert(b.reshape(mean, statDims), dt)
 	rstd = b.convert(b.reshape(rstd, statDims), dt)
@@ -1734,7 +1602,7 @@ func nnSoftmaxRule(logSoftmax bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		b := &nnB{ctx: ctx}
+		b := &nnB{chain: chain{ctx: ctx}}
 		x := b.convert(in[0], nnFloatCompute(dt))
 		dims := outDims
 		if len(dims) == 0 {
@@ -1746,16 +1614,16 @@ func nnSoftmaxRule(logSoftmax bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		keep := nnAllBut(len(dims), axis)
-		m := b.bcastIn(b.reduce(x, ReduceMax, math.Inf(-1), []int{axis}), dims, keep)
-		z := b.bin(hlo.Subtract, x, m)
-		e := b.un(hlo.Exponential, z)
-		s := b.bcastIn(b.reduce(e, ReduceSum, 0, []int{axis}), dims, keep)
+		keep := nnAllBut(len(dims), int64(axis))
+		m := b.bcastIn(b.reduce(x, ReduceMax, math.Inf(-1), []int64{int64(axis)}), dims, keep)
+		z := b.sub(x, m)
+		e := b.un((*stablehlo.Block).Exponential, z)
+		s := b.bcastIn(b.reduce(e, ReduceSum, 0, []int64{int64(axis)}), dims, keep)
 		var y *stablehlo.Value
 		if logSoftmax {
-			y = b.bin(hlo.Subtract, z, b.un(hlo.Log, s))
+			y = b.sub(z, b.un((*stablehlo.Block).Log, s))
 		} else {
-			y = b.bin(hlo.Divide, e, s)
+			y = b.div(e, s)
 		}
 		y = b.reshape(y, outDims)
 		return b.out(b.convert(y, dt))
@@ -1768,7 +1636,7 @@ func nnSoftmaxRule(logSoftmax bool) Rule {
 // input, ties to the lower index, taps outside the input clamped to the
 // edge or, with exclude_outside, dropped and the weights renormalized).
 // inb[o] is false where tf_crop_and_resize extrapolates.
-func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx [][]int, w [][]float64, inb []bool, err error) {
+func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx [][]int64, w [][]float64, inb []bool, err error) {
 	var scale, owf float64
 	if p.Sizes != nil && p.Sizes[axis] >= 0 || p.Scales == nil {
 		if in == 0 {
@@ -1793,7 +1661,7 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 		taps = 4
 	}
 	pad := int64((taps + 1) / 2)
-	idx = make([][]int, out)
+	idx = make([][]int64, out)
 	w = make([][]float64, out)
 	inb = make([]bool, out)
 	fin := float64(in)
@@ -1819,7 +1687,7 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 			}
 			xo += roi0 * (fin - 1)
 			if xo < 0 || xo > fin-1 {
-				idx[o] = make([]int, taps)
+				idx[o] = make([]int64, taps)
 				w[o] = make([]float64, taps)
 				continue
 			}
@@ -1874,7 +1742,7 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 		}
 		sel := append([]int64(nil), cands[:taps]...)
 		sort.Slice(sel, func(i, j int) bool { return sel[i] < sel[j] })
-		ii := make([]int, taps)
+		ii := make([]int64, taps)
 		ww := make([]float64, taps)
 		sum := 0.0
 		for t, c := range sel {
@@ -1884,7 +1752,7 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 				ww[t] = 0
 			}
 			sum += ww[t]
-			ii[t] = int(min(max(orig, 0), in-1))
+			ii[t] = min(max(orig, 0), in-1)
 		}
 		if p.ExcludeOutside {
 			for t := range ww {
@@ -1928,26 +1796,17 @@ func nnCubicCoeffs(r, a float64) []float64 {
 }
 
 // nnGatherAxis takes x's elements at positions idx along axis.
-func nnGatherAxis(b *nnB, x *stablehlo.Value, axis int, idx []int) *stablehlo.Value {
+func nnGatherAxis(b *nnB, x *stablehlo.Value, axis int, idx []int64) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	vals := make([]int32, len(idx))
-	sorted := true
-	for i, v := range idx {
-		vals[i] = int32(v)
-		if i > 0 && idx[i] < idx[i-1] {
-			sorted = false
-		}
-	}
-	ind := b.set(b.ctx.Fn.ConstantFromFlatAndDimensions(vals, len(idx), 1))
-	if b.err != nil {
-		return nil
-	}
-	rank := hlo.ShapeOf(x).Rank()
-	sizes := append([]int(nil), hlo.ShapeOf(x).Dimensions...)
+	ind := b.constOf(tensor.Int32, idx, int64(len(idx)), 1)
+	sorted := slices.IsSorted(idx)
+	rank := x.Type().Rank()
+	sizes := append([]int64(nil), x.Type().Dims...)
 	sizes[axis] = 1
-	return b.set(hlo.Gather(x, ind, 1, nnAllBut(rank, axis), []int{axis}, nil, nil, []int{axis}, sizes, sorted))
+	return b.gather(x, ind, stablehlo.GatherDims{OffsetDims: nnAllBut(rank, int64(axis)), CollapsedSliceDims: []int64{int64(axis)},
+		StartIndexMap: []int64{int64(axis)}, IndexVectorDim: 1}, sizes, sorted)
 }
 
 // nnResize lowers xserve.resize axis by axis: nearest is one gather of the
@@ -1968,7 +1827,7 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	if !known {
 		return nil, fmt.Errorf("resize: sizes/scales/roi are not constants after specialization")
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	x := in[0]
 	if p.Mode != "nearest" {
 		x = b.convert(x, nnFloatCompute(dt))
@@ -1988,7 +1847,7 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 				continue
 			}
 			for t := range idx[o] {
-				if w[o][t] != 0 && (idx[o][t] != o || w[o][t] != 1) {
+				if w[o][t] != 0 && (idx[o][t] != int64(o) || w[o][t] != 1) {
 					identity = false
 				}
 			}
@@ -1996,7 +1855,7 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 		cur[a] = outDims[a]
 		if !identity {
 			if p.Mode == "nearest" {
-				pick := make([]int, len(idx))
+				pick := make([]int64, len(idx))
 				for o := range idx {
 					for t := range idx[o] {
 						if w[o][t] != 0 {
@@ -2012,7 +1871,7 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 					taps = len(idx[0])
 				}
 				for t := 0; t < taps; t++ {
-					ti := make([]int, len(idx))
+					ti := make([]int64, len(idx))
 					tw := make([]float64, len(idx))
 					zero := true
 					for o := range idx {
@@ -2025,11 +1884,11 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 						continue
 					}
 					g := nnGatherAxis(b, x, a, ti)
-					g = b.bin(hlo.Multiply, g, b.bcastIn(b.consts(g, tw, []int64{int64(len(tw))}), cur, []int{a}))
+					g = b.mul(g, b.bcastIn(b.consts(g, tw, []int64{int64(len(tw))}), cur, []int64{int64(a)}))
 					if acc == nil {
 						acc = g
 					} else {
-						acc = b.bin(hlo.Add, acc, g)
+						acc = b.add(acc, g)
 					}
 				}
 				if acc == nil {
@@ -2039,21 +1898,25 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 			}
 		}
 		if !allIn {
-			vals := make([]bool, len(inb))
-			copy(vals, inb)
-			mv := b.set(ctx.Fn.ConstantFromFlatAndDimensions(vals, len(vals)))
-			mv = b.bcastIn(mv, outDims, []int{a})
+			vals := make([]int64, len(inb))
+			for i, in := range inb {
+				if in {
+					vals[i] = 1
+				}
+			}
+			mv := b.constOf(tensor.Bool, vals, int64(len(vals)))
+			mv = b.bcastIn(mv, outDims, []int64{int64(a)})
 			if mask == nil {
 				mask = mv
 			} else {
-				mask = b.bin(hlo.And, mask, mv)
+				mask = b.and(mask, mv)
 			}
 		}
 	}
 	if mask != nil {
 		x = b.bcast(x, outDims)
 		if b.err == nil {
-			x = b.set(hlo.Select(mask, x, b.full(x, p.Extrapolation, outDims)))
+			x = b.set(mask.Block().Select(mask, x, b.full(x, p.Extrapolation, outDims)))
 		}
 	}
 	x = b.reshape(x, outDims)
@@ -2061,18 +1924,18 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 }
 
 // cmp compares x and y elementwise (float operands).
-func (b *nnB) cmp(x, y *stablehlo.Value, dir types.ComparisonDirection) *stablehlo.Value {
+func (b *nnB) cmp(x, y *stablehlo.Value, dir stablehlo.Direction) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	return b.set(hlo.Compare(x, y, dir, types.CompareFloat))
+	return b.set(x.Block().Compare(x, y, dir, stablehlo.CompareFloat))
 }
 
 func (b *nnB) sel(p, x, y *stablehlo.Value) *stablehlo.Value {
 	if b.err != nil {
 		return nil
 	}
-	return b.set(hlo.Select(p, x, y))
+	return b.set(p.Block().Select(p, x, y))
 }
 
 // nnGridSampler lowers grid_sampler_2d as PyTorch computes it: the grid's
@@ -2098,7 +1961,7 @@ func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if err != nil {
 		return nil, err
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := nnFloatCompute(dt)
 	x := b.convert(in[0], cdt)
 	grid := b.convert(in[1], cdt)
@@ -2110,34 +1973,34 @@ func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		if b.err != nil {
 			return nil
 		}
-		c := b.slice(grid, []int{0, 0, 0, i}, []int{int(N), int(Ho), int(Wo), i + 1}, nil)
+		c := b.slice(grid, []int64{0, 0, 0, int64(i)}, []int64{N, Ho, Wo, int64(i + 1)}, nil)
 		return b.reshape(c, pd)
 	}
 	unnorm := func(c *stablehlo.Value, size int64) *stablehlo.Value {
 		fs := float64(size)
 		if align {
 			// ((c + 1) / 2) * (size - 1)
-			return b.bin(hlo.Multiply, b.bin(hlo.Divide, b.bin(hlo.Add, c, k(1)), k(2)), k(fs-1))
+			return b.mul(b.div(b.add(c, k(1)), k(2)), k(fs-1))
 		}
 		// ((c + 1) * size - 1) / 2
-		return b.bin(hlo.Divide, b.bin(hlo.Subtract, b.bin(hlo.Multiply, b.bin(hlo.Add, c, k(1)), k(fs)), k(1)), k(2))
+		return b.div(b.sub(b.mul(b.add(c, k(1)), k(fs)), k(1)), k(2))
 	}
 	clip := func(c *stablehlo.Value, size int64) *stablehlo.Value {
 		if b.err != nil {
 			return nil
 		}
-		return b.set(hlo.Clamp(b.scalar(c, 0), c, b.scalar(c, float64(size-1))))
+		return b.set(c.Block().Clamp(b.scalar(c, 0), c, b.scalar(c, float64(size-1))))
 	}
 	reflect := func(c *stablehlo.Value, twiceLow, twiceHigh float64) *stablehlo.Value {
 		if twiceLow == twiceHigh {
 			return k(0)
 		}
 		lo, span := twiceLow/2, (twiceHigh-twiceLow)/2
-		v := b.un(hlo.Abs, b.bin(hlo.Subtract, c, k(lo)))
-		extra := b.bin(hlo.Remainder, v, k(span))
-		flips := b.un(hlo.Floor, b.bin(hlo.Divide, v, k(span)))
-		even := b.cmp(b.bin(hlo.Remainder, flips, k(2)), k(0), types.CompareEQ)
-		return b.sel(even, b.bin(hlo.Add, extra, k(lo)), b.bin(hlo.Add, b.bin(hlo.Subtract, k(span), extra), k(lo)))
+		v := b.un((*stablehlo.Block).Abs, b.sub(c, k(lo)))
+		extra := b.bin((*stablehlo.Block).Remainder, v, k(span))
+		flips := b.un((*stablehlo.Block).Floor, b.div(v, k(span)))
+		even := b.cmp(b.bin((*stablehlo.Block).Remainder, flips, k(2)), k(0), stablehlo.EQ)
+		return b.sel(even, b.add(extra, k(lo)), b.add(b.sub(k(span), extra), k(lo)))
 	}
 	// pad applies padding_mode to a coordinate along an axis of the given size.
 	pad := func(c *stablehlo.Value, size int64) *stablehlo.Value {
@@ -2159,81 +2022,81 @@ func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 		ix, iy = pad(ix, W), pad(iy, H)
 	}
 	// Batch index of every output position, for the gather.
-	nIdx := b.set(ctx.Fn.Iota(shapes.Make(dtypes.Int32, int(N), int(Ho), int(Wo), 1), 0))
+	nIdx := b.iota(stablehlo.TensorOf(stablehlo.I32, N, Ho, Wo, 1), 0)
 	full := []int64{N, C, Ho, Wo}
 	// tap gathers input[n, :, ty, tx] (zero outside) times weight w.
 	tap := func(tx, ty, w *stablehlo.Value) *stablehlo.Value {
 		if b.err != nil {
 			return nil
 		}
-		valid := b.bin(hlo.And,
-			b.bin(hlo.And, b.cmp(tx, k(0), types.CompareGE), b.cmp(tx, k(float64(W-1)), types.CompareLE)),
-			b.bin(hlo.And, b.cmp(ty, k(0), types.CompareGE), b.cmp(ty, k(float64(H-1)), types.CompareLE)))
+		valid := b.bin((*stablehlo.Block).And,
+			b.and(b.cmp(tx, k(0), stablehlo.GE), b.cmp(tx, k(float64(W-1)), stablehlo.LE)),
+			b.and(b.cmp(ty, k(0), stablehlo.GE), b.cmp(ty, k(float64(H-1)), stablehlo.LE)))
 		toIdx := func(c *stablehlo.Value, size int64) *stablehlo.Value {
 			c = clip(c, size)
 			if b.err != nil {
 				return nil
 			}
-			return b.reshape(b.set(hlo.Convert(c, dtypes.Int32)), []int64{N, Ho, Wo, 1})
+			return b.reshape(b.set(c.Block().Convert(c, stablehlo.I32)), []int64{N, Ho, Wo, 1})
 		}
 		jy, jx := toIdx(ty, H), toIdx(tx, W)
 		if b.err != nil {
 			return nil
 		}
-		idx := b.set(hlo.Concatenate(3, nIdx, jy, jx))
+		idx := b.concat(3, nIdx, jy, jx)
 		if b.err != nil {
 			return nil
 		}
-		g := b.set(hlo.Gather(x, idx, 3, []int{3}, []int{0, 2, 3}, nil, nil, []int{0, 2, 3}, []int{1, int(C), 1, 1}, false))
-		g = b.transpose(g, []int{0, 3, 1, 2})
-		g = b.sel(b.bcastIn(valid, full, []int{0, 2, 3}), g, b.full(g, 0, full))
-		return b.bin(hlo.Multiply, g, b.bcastIn(w, full, []int{0, 2, 3}))
+		g := b.gather(x, idx, nnNCHWGather(), []int64{1, C, 1, 1}, false)
+		g = b.transpose(g, []int64{0, 3, 1, 2})
+		g = b.sel(b.bcastIn(valid, full, []int64{0, 2, 3}), g, b.full(g, 0, full))
+		return b.mul(g, b.bcastIn(w, full, []int64{0, 2, 3}))
 	}
 	var y *stablehlo.Value
 	add := func(v *stablehlo.Value) {
 		if y == nil {
 			y = v
 		} else {
-			y = b.bin(hlo.Add, y, v)
+			y = b.add(y, v)
 		}
 	}
 	switch mode {
 	case 0: // bilinear
-		x0, y0 := b.un(hlo.Floor, ix), b.un(hlo.Floor, iy)
-		x1, y1 := b.bin(hlo.Add, x0, k(1)), b.bin(hlo.Add, y0, k(1))
-		dx1, dx0 := b.bin(hlo.Subtract, x1, ix), b.bin(hlo.Subtract, ix, x0)
-		dy1, dy0 := b.bin(hlo.Subtract, y1, iy), b.bin(hlo.Subtract, iy, y0)
-		add(tap(x0, y0, b.bin(hlo.Multiply, dx1, dy1)))
-		add(tap(x1, y0, b.bin(hlo.Multiply, dx0, dy1)))
-		add(tap(x0, y1, b.bin(hlo.Multiply, dx1, dy0)))
-		add(tap(x1, y1, b.bin(hlo.Multiply, dx0, dy0)))
+		x0, y0 := b.un((*stablehlo.Block).Floor, ix), b.un((*stablehlo.Block).Floor, iy)
+		x1, y1 := b.add(x0, k(1)), b.add(y0, k(1))
+		dx1, dx0 := b.sub(x1, ix), b.sub(ix, x0)
+		dy1, dy0 := b.sub(y1, iy), b.sub(iy, y0)
+		add(tap(x0, y0, b.mul(dx1, dy1)))
+		add(tap(x1, y0, b.mul(dx0, dy1)))
+		add(tap(x0, y1, b.mul(dx1, dy0)))
+		add(tap(x1, y1, b.mul(dx0, dy0)))
 	case 1: // nearest, rounding half to even
-		add(tap(b.un(hlo.RoundNearestEven, ix), b.un(hlo.RoundNearestEven, iy), k(1)))
+		add(tap(b.un((*stablehlo.Block).RoundNearestEven, ix), b.un((*stablehlo.Block).RoundNearestEven, iy), k(1)))
 	case 2: // bicubic, A = -0.75, padding applied per tap
 		const a = -0.75
-		x0, y0 := b.un(hlo.Floor, ix), b.un(hlo.Floor, iy)
-		tx, ty := b.bin(hlo.Subtract, ix, x0), b.bin(hlo.Subtract, iy, y0)
+		x0, y0 := b.un((*stablehlo.Block).Floor, ix), b.un((*stablehlo.Block).Floor, iy)
+		tx, ty := b.sub(ix, x0), b.sub(iy, y0)
 		conv1 := func(t *stablehlo.Value) *stablehlo.Value { // ((a+2)t - (a+3)) t t + 1
-			v := b.bin(hlo.Subtract, b.bin(hlo.Multiply, k(a+2), t), k(a+3))
-			return b.bin(hlo.Add, b.bin(hlo.Multiply, b.bin(hlo.Multiply, v, t), t), k(1))
+			v := b.sub(b.mul(k(a+2), t), k(a+3))
+			return b.add(b.mul(b.mul(v, t), t), k(1))
 		}
 		conv2 := func(t *stablehlo.Value) *stablehlo.Value { // ((a t - 5a) t + 8a) t - 4a
-			v := b.bin(hlo.Subtract, b.bin(hlo.Multiply, k(a), t), k(5*a))
-			v = b.bin(hlo.Add, b.bin(hlo.Multiply, v, t), k(8*a))
-			return b.bin(hlo.Subtract, b.bin(hlo.Multiply, v, t), k(4*a))
+			v := b.sub(b.mul(k(a), t), k(5*a))
+			v = b.add(b.mul(v, t), k(8*a))
+			return b.sub(b.mul(v, t), k(4*a))
 		}
 		coeffs := func(t *stablehlo.Value) [4]*stablehlo.Value {
-			u := b.bin(hlo.Subtract, k(1), t)
-			return [4]*stablehlo.Value{conv2(b.bin(hlo.Add, t, k(1))), conv1(t), conv1(u), conv2(b.bin(hlo.Add, u, k(1)))}
+			u := b.sub(k(1), t)
+			return [4]*stablehlo.Value{conv2(b.add(t, k(1))), conv1(t), conv1(u), conv2(b.add(u, k(1)))}
 		}
 		wx, wy := coeffs(tx), coeffs(ty)
 		for i := 0; i < 4; i++ {
-			cy := pad(b.bin(hlo.Add, y0, k(float64(i-1))), H)
+			cy := pad(b.add(y0, k(float64(i-1))), H)
 			for j := 0; j < 4; j++ {
-				cx := pad(b.bin(hlo.Add, x0, k(float64(j-1))), W)
+				cx := pad(b.add(x0, k(float64(j-1))), W)
 				// PyTorch truncates the padded coordinate; it is integral or,
 				// after clipping, non-negative, so floor is the same.
-				add(tap(b.un(hlo.Floor, cx), b.un(hlo.Floor, cy), b.bin(hlo.Multiply, wx[j], wy[i])))
+				add(tap(b.un((*stablehlo.Block).Floor, cx), b.un((*stablehlo.Block).Floor, cy), b.mul(wx[j], wy[i])))
 			}
 		}
 	}
@@ -2266,7 +2129,7 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	if err != nil {
 		return nil, err
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := nnFloatCompute(dt)
 	x := b.convert(in[0], cdt)
 	rois := b.convert(in[1], cdt)
@@ -2280,20 +2143,20 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		if b.err != nil {
 			return nil
 		}
-		c := b.slice(rois, []int{0, i}, []int{int(R), i + 1}, nil)
+		c := b.slice(rois, []int64{0, int64(i)}, []int64{R, int64(i + 1)}, nil)
 		c = b.reshape(c, []int64{R})
-		return b.bin(hlo.Subtract, b.bin(hlo.Multiply, c, b.full(c, scale, []int64{R})), b.full(c, offset, []int64{R}))
+		return b.sub(b.mul(c, b.full(c, scale, []int64{R})), b.full(c, offset, []int64{R}))
 	}
 	// axis computes, along one axis (roi columns lo/hi, pooled size p,
 	// input size size), the low and high corner indices, their weights and
 	// the validity of each of the p*sr samples: [R, p*sr] each.
 	axis := func(lo, hi int, p, size int64) (low, high, wl, wh, valid *stablehlo.Value) {
 		start, end := col(lo), col(hi)
-		length := b.bin(hlo.Subtract, end, start)
+		length := b.sub(end, start)
 		if !halfPixel {
-			length = b.bin(hlo.Maximum, length, b.full(length, 1, []int64{R}))
+			length = b.max(length, b.full(length, 1, []int64{R}))
 		}
-		bin := b.bin(hlo.Divide, length, b.full(length, float64(p), []int64{R}))
+		bin := b.div(length, b.full(length, float64(p), []int64{R}))
 		// Sample offsets in bins: ph + (i + 0.5) / sr.
 		q := p * sr
 		offs := make([]float64, q)
@@ -2303,37 +2166,37 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 			}
 		}
 		sd := []int64{R, q}
-		pos := b.bin(hlo.Multiply, b.bcastIn(b.consts(length, offs, []int64{q}), sd, []int{1}), b.bcastIn(bin, sd, []int{0}))
-		pos = b.bin(hlo.Add, pos, b.bcastIn(start, sd, []int{0}))
+		pos := b.mul(b.bcastIn(b.consts(length, offs, []int64{q}), sd, []int64{1}), b.bcastIn(bin, sd, []int64{0}))
+		pos = b.add(pos, b.bcastIn(start, sd, []int64{0}))
 		k := func(v float64) *stablehlo.Value { return b.full(pos, v, sd) }
-		valid = b.bin(hlo.And, b.cmp(pos, k(-1), types.CompareGE), b.cmp(pos, k(float64(size)), types.CompareLE))
-		pos = b.bin(hlo.Maximum, pos, k(0))
-		low = b.un(hlo.Floor, pos)
-		edge := b.cmp(low, k(float64(size-1)), types.CompareGE)
+		valid = b.and(b.cmp(pos, k(-1), stablehlo.GE), b.cmp(pos, k(float64(size)), stablehlo.LE))
+		pos = b.max(pos, k(0))
+		low = b.un((*stablehlo.Block).Floor, pos)
+		edge := b.cmp(low, k(float64(size-1)), stablehlo.GE)
 		low = b.sel(edge, k(float64(size-1)), low)
 		pos = b.sel(edge, low, pos)
-		high = b.sel(edge, low, b.bin(hlo.Add, low, k(1)))
-		wh = b.bin(hlo.Subtract, pos, low)
-		wl = b.bin(hlo.Subtract, k(1), wh)
+		high = b.sel(edge, low, b.add(low, k(1)))
+		wh = b.sub(pos, low)
+		wl = b.sub(k(1), wh)
 		return low, high, wl, wh, valid
 	}
 	yl, yh, wyl, wyh, vy := axis(1, 3, oh, H)
 	xl, xh, wxl, wxh, vx := axis(0, 2, ow, W)
 	P, Q := oh*sr, ow*sr
 	grid := []int64{R, P, Q}
-	bY := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, grid, []int{0, 1}) }
-	bX := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, grid, []int{0, 2}) }
-	valid := b.bin(hlo.And, bY(vy), bX(vx))
+	bY := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, grid, []int64{0, 1}) }
+	bX := func(v *stablehlo.Value) *stablehlo.Value { return b.bcastIn(v, grid, []int64{0, 2}) }
+	valid := b.and(bY(vy), bX(vx))
 	var batch *stablehlo.Value
 	if b.err == nil {
-		bi := b.set(hlo.Convert(in[2], dtypes.Int32))
-		batch = b.reshape(b.bcastIn(bi, grid, []int{0}), []int64{R, P, Q, 1})
+		bi := b.set(in[2].Block().Convert(in[2], stablehlo.I32))
+		batch = b.reshape(b.bcastIn(bi, grid, []int64{0}), []int64{R, P, Q, 1})
 	}
 	idx := func(v *stablehlo.Value, bc func(*stablehlo.Value) *stablehlo.Value) *stablehlo.Value {
 		if b.err != nil {
 			return nil
 		}
-		return b.reshape(bc(b.set(hlo.Convert(v, dtypes.Int32))), []int64{R, P, Q, 1})
+		return b.reshape(bc(b.set(v.Block().Convert(v, stablehlo.I32))), []int64{R, P, Q, 1})
 	}
 	full := []int64{R, P, Q, C}
 	var acc *stablehlo.Value
@@ -2341,25 +2204,25 @@ func nnRoiAlign(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		if b.err != nil {
 			break
 		}
-		ind := b.set(hlo.Concatenate(3, batch, idx(corner.y, bY), idx(corner.x, bX)))
+		ind := b.concat(3, batch, idx(corner.y, bY), idx(corner.x, bX))
 		if b.err != nil {
 			break
 		}
-		g := b.set(hlo.Gather(x, ind, 3, []int{3}, []int{0, 2, 3}, nil, nil, []int{0, 2, 3}, []int{1, int(C), 1, 1}, false))
-		w := b.bin(hlo.Multiply, bY(corner.wy), bX(corner.wx))
-		g = b.bin(hlo.Multiply, g, b.bcastIn(w, full, []int{0, 1, 2}))
+		g := b.gather(x, ind, nnNCHWGather(), []int64{1, C, 1, 1}, false)
+		w := b.mul(bY(corner.wy), bX(corner.wx))
+		g = b.mul(g, b.bcastIn(w, full, []int64{0, 1, 2}))
 		if acc == nil {
 			acc = g
 		} else {
-			acc = b.bin(hlo.Add, acc, g)
+			acc = b.add(acc, g)
 		}
 	}
-	acc = b.sel(b.bcastIn(valid, full, []int{0, 1, 2}), acc, b.full(acc, 0, full))
+	acc = b.sel(b.bcastIn(valid, full, []int64{0, 1, 2}), acc, b.full(acc, 0, full))
 	// [R, oh, sr, ow, sr, C] -> sum the samples of each bin.
 	acc = b.reshape(acc, []int64{R, oh, sr, ow, sr, C})
-	acc = b.reduce(acc, ReduceSum, 0, []int{2, 4})
-	acc = b.bin(hlo.Divide, acc, b.full(acc, float64(sr*sr), []int64{R, oh, ow, C}))
-	acc = b.transpose(acc, []int{0, 3, 1, 2})
+	acc = b.reduce(acc, ReduceSum, 0, []int64{2, 4})
+	acc = b.div(acc, b.full(acc, float64(sr*sr), []int64{R, oh, ow, C}))
+	acc = b.transpose(acc, []int64{0, 3, 1, 2})
 	return b.out(b.convert(acc, dt))
 }
 
@@ -2410,33 +2273,33 @@ func nnConvAsDotFits(xd, wd, outDims []int64, groups int64) bool {
 func nnConvAsDot(b *nnB, x, w *stablehlo.Value, wd, outDims []int64, p fxgraph.ConvParams) *stablehlo.Value {
 	spatial := len(wd) - 2
 	rank := spatial + 2
-	toLast := append(append([]int{0}, nnRange(2, rank)...), 1) // NC... -> N...C
+	toLast := append(append([]int64{0}, nnRange(2, rank)...), 1) // NC... -> N...C
 	xl := b.transpose(x, toLast)
-	lo, hi := make([]int, rank), make([]int, rank)
+	lo, hi := make([]int64, rank), make([]int64, rank)
 	padded := false
 	for j := 0; j < spatial; j++ {
-		lo[1+j], hi[1+j] = int(p.Padding[j]), int(p.Padding[j])
+		lo[1+j], hi[1+j] = p.Padding[j], p.Padding[j]
 		padded = padded || p.Padding[j] != 0
 	}
 	if padded && b.err == nil {
-		xl = b.set(hlo.Pad(xl, b.scalar(xl, 0), lo, hi, nil))
+		xl = b.set(xl.Block().Pad(xl, b.scalar(xl, 0), lo, hi, nil))
 	}
-	c := int(wd[1])
+	c := wd[1]
 	taps := []*stablehlo.Value{}
-	tap := make([]int, spatial)
+	tap := make([]int64, spatial)
 	for {
-		starts, limits, strides := make([]int, rank), make([]int, rank), make([]int, rank)
-		limits[0], strides[0] = int(outDims[0]), 1
+		starts, limits, strides := make([]int64, rank), make([]int64, rank), make([]int64, rank)
+		limits[0], strides[0] = outDims[0], 1
 		limits[rank-1], strides[rank-1] = c, 1
 		for j := 0; j < spatial; j++ {
-			starts[1+j] = tap[j] * int(p.Dilation[j])
-			limits[1+j] = starts[1+j] + (int(outDims[2+j])-1)*int(p.Stride[j]) + 1
-			strides[1+j] = int(p.Stride[j])
+			starts[1+j] = tap[j] * p.Dilation[j]
+			limits[1+j] = starts[1+j] + (outDims[2+j]-1)*p.Stride[j] + 1
+			strides[1+j] = p.Stride[j]
 		}
 		taps = append(taps, b.slice(xl, starts, limits, strides))
 		j := spatial - 1
 		for ; j >= 0; j-- {
-			if tap[j]++; tap[j] < int(wd[2+j]) {
+			if tap[j]++; tap[j] < wd[2+j] {
 				break
 			}
 			tap[j] = 0
@@ -2447,12 +2310,12 @@ func nnConvAsDot(b *nnB, x, w *stablehlo.Value, wd, outDims []int64, p fxgraph.C
 	}
 	patches := taps[0]
 	if len(taps) > 1 && b.err == nil {
-		patches = b.set(hlo.Concatenate(rank-1, taps...))
+		patches = b.concat(rank-1, taps...)
 	}
 	kernel := b.transpose(w, append(nnRange(2, rank), 1, 0)) // [kernel..., in, out]
 	kernel = b.reshape(kernel, []int64{nnProd(wd[1:]), wd[0]})
-	y := b.dot(patches, []int{rank - 1}, nil, kernel, []int{0}, nil)
-	return b.transpose(y, append([]int{0, rank - 1}, nnRange(1, rank-1)...))
+	y := b.dot(patches, []int64{int64(rank - 1)}, nil, kernel, []int64{0}, nil)
+	return b.transpose(y, append([]int64{0, int64(rank - 1)}, nnRange(1, rank-1)...))
 }
 
 // kernelSite returns call with the attribute "site" added: the first 8
@@ -2485,4 +2348,10 @@ func typesOf(vs []*stablehlo.Value) []stablehlo.Type {
 		ts[i] = v.Type()
 	}
 	return ts
+}
+
+// nnNCHWGather gathers the [C] pixels input[n, :, y, x] of an NCHW input
+// at [..., 3] indices (n, y, x).
+func nnNCHWGather() stablehlo.GatherDims {
+	return stablehlo.GatherDims{OffsetDims: []int64{3}, CollapsedSliceDims: []int64{0, 2, 3}, StartIndexMap: []int64{0, 2, 3}, IndexVectorDim: 3}
 }

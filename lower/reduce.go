@@ -3,13 +3,9 @@ package lower
 import (
 	"fmt"
 	"math"
-
-	"github.com/gomlx/go-xla/pkg/types"
-	"github.com/gomlx/go-xla/pkg/types/dtypes"
-	"github.com/gomlx/go-xla/pkg/types/shapes"
+	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -58,7 +54,7 @@ const rdKwOnly = 1 << 20
 // rdAxes returns the dims a reduce node reduces, increasing: argument
 // dimArg (an int, a list, a constant tensor node), or every dim when dimArg
 // is negative or the argument is None or [].
-func rdAxes(n *fxgraph.Node, dimArg, rank int) ([]int, error) {
+func rdAxes(n *fxgraph.Node, dimArg, rank int) ([]int64, error) {
 	var dims []int64
 	if dimArg >= 0 {
 		vals, known, err := n.ConstInts(dimArg, "dim")
@@ -86,25 +82,25 @@ func rdAxes(n *fxgraph.Node, dimArg, rank int) ([]int, error) {
 		}
 		reduced[k] = true
 	}
-	var out []int
+	var out []int64
 	for i, r := range reduced {
 		if r {
-			out = append(out, i)
+			out = append(out, int64(i))
 		}
 	}
 	return out, nil
 }
 
 // rdKept returns the dims of a rank-rank tensor that axes does not reduce.
-func rdKept(axes []int, rank int) []int {
+func rdKept(axes []int64, rank int) []int64 {
 	red := make([]bool, rank)
 	for _, a := range axes {
 		red[a] = true
 	}
-	var out []int
+	var out []int64
 	for i := 0; i < rank; i++ {
 		if !red[i] {
-			out = append(out, i)
+			out = append(out, int64(i))
 		}
 	}
 	return out
@@ -121,12 +117,12 @@ func rdAccDType(dt tensor.DType) tensor.DType {
 
 // rdProgramDType is the dtype values of IR dtype dt have in the program
 // (int64 narrowed to int32 under Options.NarrowInt64).
-func (ctx *Context) rdProgramDType(dt tensor.DType) (tensor.DType, dtypes.DType, error) {
-	x, err := ctx.XLADType(dt)
+func (ctx *Context) rdProgramDType(dt tensor.DType) (tensor.DType, stablehlo.ElementType, error) {
+	x, err := ctx.Elem(dt)
 	if err != nil {
-		return tensor.Invalid, dtypes.InvalidDType, err
+		return tensor.Invalid, stablehlo.Invalid, err
 	}
-	pdt, err := tensorDType(x)
+	pdt, err := DTypeOf(x)
 	return pdt, x, err
 }
 
@@ -189,7 +185,7 @@ func (ctx *Context) rdInit(dt tensor.DType, kind string) (*stablehlo.Value, erro
 }
 
 // rdReduce reduces x (of IR dtype dt) over axes with reducer kind.
-func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, axes []int) (*stablehlo.Value, error) {
+func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, axes []int64) (*stablehlo.Value, error) {
 	if dt == tensor.Bool {
 		switch kind {
 		case ReduceMax, ReduceSum:
@@ -202,26 +198,30 @@ func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, a
 	if err != nil {
 		return nil, err
 	}
-	fn, err := ctx.ReduceFn(kind, hlo.ShapeOf(x).DType)
+	fn, err := ctx.ReduceFn(kind, x.Type().Elem)
 	if err != nil {
 		return nil, err
 	}
-	return hlo.Reduce(x, init, fn, axes...)
+	out, err := x.Block().Reduce([]*stablehlo.Value{x}, []*stablehlo.Value{init}, axes, fn.Block())
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
 }
 
 // rdReshapeOut reshapes v to the node's output dims when they differ (the
 // size-1 dims of keepdim).
 func rdReshapeOut(v *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
-	if equalDims(hlo.ShapeOf(v).Dimensions, dims) {
+	if slices.Equal(v.Type().Dims, dims) {
 		return v, nil
 	}
-	return hlo.Reshape(v, shapes.Make(hlo.ShapeOf(v).DType, intsOf(dims)...))
+	return v.Block().Reshape(v, dims...)
 }
 
 // rdBroadcastBack broadcasts a reduced value r (the kept dims of a tensor of
 // dims full) back to full.
-func rdBroadcastBack(r *stablehlo.Value, full []int64, axes []int) (*stablehlo.Value, error) {
-	return hlo.BroadcastInDim(r, shapes.Make(hlo.ShapeOf(r).DType, intsOf(full)...), rdKept(axes, len(full)))
+func rdBroadcastBack(r *stablehlo.Value, full []int64, axes []int64) (*stablehlo.Value, error) {
+	return r.Block().BroadcastInDim(r, full, rdKept(axes, len(full)))
 }
 
 // rdReduceRule lowers sum/prod/amax/amin/any/all: the input is converted to
@@ -263,30 +263,30 @@ func rdReduceRule(kind string, dimArg int) Rule {
 }
 
 // rdCompareType is the comparison type for values of XLA dtype d.
-func rdCompareType(d dtypes.DType) types.ComparisonType {
+func rdCompareType(d stablehlo.ElementType) stablehlo.CompareType {
 	switch {
-	case d == dtypes.Bool || d.IsUnsigned():
-		return types.CompareUnsigned
+	case d == stablehlo.Bool || d.IsUnsigned():
+		return stablehlo.CompareUnsign
 	case d.IsFloat():
-		return types.CompareFloat
+		return stablehlo.CompareFloat
 	}
-	return types.CompareSigned
+	return stablehlo.CompareSigned
 }
 
 // rdToBool returns x != 0 (x itself when already bool).
 func (ctx *Context) rdToBool(x *stablehlo.Value) (*stablehlo.Value, error) {
-	d := hlo.ShapeOf(x).DType
-	if d == dtypes.Bool {
+	d := x.Type().Elem
+	if d == stablehlo.Bool {
 		return x, nil
 	}
 	z, err := ctx.ScalarLike(x, 0)
 	if err != nil {
 		return nil, err
 	}
-	if z, err = hlo.BroadcastInDim(z, hlo.ShapeOf(x), nil); err != nil {
+	if z, err = z.Block().BroadcastInDim(z, x.Type().Dims, nil); err != nil {
 		return nil, err
 	}
-	return hlo.Compare(x, z, types.CompareNE, rdCompareType(d))
+	return x.Block().Compare(x, z, stablehlo.NE, rdCompareType(d))
 }
 
 // rdMeanRule lowers aten.mean: a sum in the accumulation dtype divided by
@@ -316,7 +316,7 @@ func rdMeanRule(dimArg int) Rule {
 }
 
 // rdMean returns the mean of x over axes (kept dims only), computed in dt.
-func (ctx *Context) rdMean(x *stablehlo.Value, dims []int64, dt tensor.DType, axes []int) (*stablehlo.Value, error) {
+func (ctx *Context) rdMean(x *stablehlo.Value, dims []int64, dt tensor.DType, axes []int64) (*stablehlo.Value, error) {
 	x, err := ctx.ConvertTo(x, dt)
 	if err != nil {
 		return nil, err
@@ -329,7 +329,7 @@ func (ctx *Context) rdMean(x *stablehlo.Value, dims []int64, dt tensor.DType, ax
 }
 
 // rdCount is the number of elements axes of dims hold.
-func rdCount(dims []int64, axes []int) int64 {
+func rdCount(dims []int64, axes []int64) int64 {
 	c := int64(1)
 	for _, a := range axes {
 		c *= dims[a]
@@ -343,10 +343,10 @@ func (ctx *Context) rdDivScalar(v *stablehlo.Value, c float64) (*stablehlo.Value
 	if err != nil {
 		return nil, err
 	}
-	if k, err = hlo.BroadcastInDim(k, hlo.ShapeOf(v), nil); err != nil {
+	if k, err = k.Block().BroadcastInDim(k, v.Type().Dims, nil); err != nil {
 		return nil, err
 	}
-	return hlo.Divide(v, k)
+	return v.Block().Divide(v, k)
 }
 
 // rdFull returns a constant of v's dtype and shape holding c.
@@ -355,7 +355,7 @@ func (ctx *Context) rdFull(v *stablehlo.Value, c float64) (*stablehlo.Value, err
 	if err != nil {
 		return nil, err
 	}
-	return hlo.BroadcastInDim(k, hlo.ShapeOf(v), nil)
+	return k.Block().BroadcastInDim(k, v.Type().Dims, nil)
 }
 
 // rdArgRule lowers aten.max.dim / aten.min.dim (withValues: values and
@@ -374,7 +374,7 @@ func rdArgRule(kind string, withValues bool) Rule {
 		if n.ArgOr(1, "dim", nil) == nil {
 			// argmax over the flattened input.
 			total := tensor.NumElements(inDims)
-			if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, int(total))); err != nil {
+			if x, err = x.Block().Reshape(x, total); err != nil {
 				return nil, err
 			}
 			inDims = []int64{total}
@@ -384,22 +384,22 @@ func rdArgRule(kind string, withValues bool) Rule {
 				return nil, err
 			}
 			if len(inDims) == 0 {
-				if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, 1)); err != nil {
+				if x, err = x.Block().Reshape(x, 1); err != nil {
 					return nil, err
 				}
 				inDims = []int64{1}
-				axes = []int{0}
+				axes = []int64{0}
 			}
 			if len(axes) != 1 {
 				return nil, fmt.Errorf("want one dim, got %v", axes)
 			}
-			axis = axes[0]
+			axis = int(axes[0])
 		}
 		_, ixla, err := ctx.rdProgramDType(idxDT)
 		if err != nil {
 			return nil, err
 		}
-		iota, err := ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), axis)
+		iota, err := ctx.Fn.Block().Iota(stablehlo.TensorOf(ixla, inDims...), axis)
 		if err != nil {
 			return nil, err
 		}
@@ -411,11 +411,11 @@ func rdArgRule(kind string, withValues bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		fn, err := ctx.rdArgReducer(kind, hlo.ShapeOf(x).DType, ixla)
+		fn, err := ctx.rdArgReducer(kind, x.Type().Elem, ixla)
 		if err != nil {
 			return nil, err
 		}
-		res, err := hlo.MultiReduce([]*stablehlo.Value{x, iota}, []*stablehlo.Value{vInit, iInit}, fn, axis)
+		res, err := x.Block().Reduce([]*stablehlo.Value{x, iota}, []*stablehlo.Value{vInit, iInit}, []int64{int64(axis)}, fn.Block())
 		if err != nil {
 			return nil, err
 		}
@@ -449,11 +449,11 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	x := in[0]
 	if len(inDims) == 0 {
 		inDims = []int64{1}
-		if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, 1)); err != nil {
+		if x, err = x.Block().Reshape(x, 1); err != nil {
 			return nil, err
 		}
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	if a.K == 0 {
 		vz, err := ctx.rdInit(valDT, ReduceSum)
 		if err != nil {
@@ -469,11 +469,11 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	if err != nil {
 		return nil, err
 	}
-	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), a.Dim))
+	idx := b.iota(stablehlo.TensorOf(ixla, inDims...), int64(a.Dim))
 	if b.err != nil {
 		return nil, b.err
 	}
-	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, a.Largest, true, rdCompareType(hlo.ShapeOf(x).DType))
+	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, a.Largest, true, rdCompareType(x.Type().Elem))
 	if err != nil {
 		return nil, err
 	}
@@ -481,34 +481,34 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	if err != nil {
 		return nil, err
 	}
-	start := make([]int, len(inDims))
-	limit := intsOf(inDims)
-	limit[a.Dim] = int(a.K)
-	v := b.set(hlo.Slice(sorted[0], start, limit, nil))
-	i := b.set(hlo.Slice(sorted[1], start, limit, nil))
+	start := make([]int64, len(inDims))
+	limit := inDims
+	limit[a.Dim] = a.K
+	v := b.set(sorted[0].Block().Slice(sorted[0], start, limit, nil))
+	i := b.set(sorted[1].Block().Slice(sorted[1], start, limit, nil))
 	return b.out(b.reshape(v, outDims), b.reshape(i, outDims))
 }
 
 // sortComparator builds sort's comparator over (value, index) pairs: whether
 // lhs's value goes first: the larger (smaller when !largest); a NaN goes
 // before any number when nanFirst, after every number otherwise.
-func sortComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest, nanFirst bool, ct types.ComparisonType) (*stablehlo.Block, error) {
+func sortComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest, nanFirst bool, ct stablehlo.CompareType) (*stablehlo.Block, error) {
 	r := b.Region(stablehlo.TensorOf(val), stablehlo.TensorOf(val), stablehlo.TensorOf(idx), stablehlo.TensorOf(idx))
 	lhs, rhs := r.Arg(0), r.Arg(1)
-	dir := types.CompareGT
+	dir := stablehlo.GT
 	if !largest {
-		dir = types.CompareLT
+		dir = stablehlo.LT
 	}
-	better, err := hlo.Compare(lhs, rhs, dir, ct)
+	better, err := lhs.Block().Compare(lhs, rhs, dir, ct)
 	if err != nil {
 		return nil, err
 	}
-	if ct == types.CompareFloat {
-		lnan, err := hlo.Compare(lhs, lhs, types.CompareNE, ct)
+	if ct == stablehlo.CompareFloat {
+		lnan, err := lhs.Block().Compare(lhs, lhs, stablehlo.NE, ct)
 		if err != nil {
 			return nil, err
 		}
-		rnan, err := hlo.Compare(rhs, rhs, types.CompareNE, ct)
+		rnan, err := rhs.Block().Compare(rhs, rhs, stablehlo.NE, ct)
 		if err != nil {
 			return nil, err
 		}
@@ -517,14 +517,14 @@ func sortComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest,
 		if !nanFirst {
 			nan, num = rnan, lnan
 		}
-		if num, err = hlo.Not(num); err != nil {
+		if num, err = num.Block().Not(num); err != nil {
 			return nil, err
 		}
-		nanOrder, err := hlo.And(nan, num)
+		nanOrder, err := nan.Block().And(nan, num)
 		if err != nil {
 			return nil, err
 		}
-		if better, err = hlo.Or(nanOrder, better); err != nil {
+		if better, err = nanOrder.Block().Or(nanOrder, better); err != nil {
 			return nil, err
 		}
 	}
@@ -546,7 +546,7 @@ func rdSort(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	_, outDims := Out(n, 0)
 	idxDT, _ := Out(n, 1)
 	x := in[0]
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	if len(inDims) == 0 {
 		inDims = []int64{1}
 		x = b.reshape(x, inDims)
@@ -555,11 +555,11 @@ func rdSort(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	if err != nil {
 		return nil, err
 	}
-	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), dim))
+	idx := b.iota(stablehlo.TensorOf(ixla, inDims...), int64(dim))
 	if b.err != nil {
 		return nil, b.err
 	}
-	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, descending, descending, rdCompareType(hlo.ShapeOf(x).DType))
+	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, descending, descending, rdCompareType(x.Type().Elem))
 	if err != nil {
 		return nil, err
 	}
@@ -572,11 +572,11 @@ func rdSort(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 
 // rdArgReducer builds the closure (v1, i1, v2, i2) -> the better pair:
 // larger (max) or smaller (min) value, NaN winning, ties to the lower index.
-func (ctx *Context) rdArgReducer(kind string, vd, id dtypes.DType) (*hlo.Function, error) {
+func (ctx *Context) rdArgReducer(kind string, vd, id stablehlo.ElementType) (*Func, error) {
 	fn := ctx.Fn.Closure()
 	var ins [4]*stablehlo.Value
-	for i, d := range []dtypes.DType{vd, id, vd, id} {
-		v, err := fn.Input(shapes.Make(d))
+	for i, d := range []stablehlo.ElementType{vd, id, vd, id} {
+		v, err := fn.Input(stablehlo.TensorOf(d))
 		if err != nil {
 			return nil, err
 		}
@@ -584,63 +584,63 @@ func (ctx *Context) rdArgReducer(kind string, vd, id dtypes.DType) (*hlo.Functio
 	}
 	v1, i1, v2, i2 := ins[0], ins[1], ins[2], ins[3]
 	ct := rdCompareType(vd)
-	dir := types.CompareGT
+	dir := stablehlo.GT
 	if kind == ReduceMin {
-		dir = types.CompareLT
+		dir = stablehlo.LT
 	}
-	better, err := hlo.Compare(v1, v2, dir, ct)
+	better, err := v1.Block().Compare(v1, v2, dir, ct)
 	if err != nil {
 		return nil, err
 	}
-	eq, err := hlo.Compare(v1, v2, types.CompareEQ, ct)
+	eq, err := v1.Block().Compare(v1, v2, stablehlo.EQ, ct)
 	if err != nil {
 		return nil, err
 	}
 	if vd.IsFloat() {
-		nan1, err := hlo.Compare(v1, v1, types.CompareNE, ct)
+		nan1, err := v1.Block().Compare(v1, v1, stablehlo.NE, ct)
 		if err != nil {
 			return nil, err
 		}
-		nan2, err := hlo.Compare(v2, v2, types.CompareNE, ct)
+		nan2, err := v2.Block().Compare(v2, v2, stablehlo.NE, ct)
 		if err != nil {
 			return nil, err
 		}
-		not2, err := hlo.Not(nan2)
+		not2, err := nan2.Block().Not(nan2)
 		if err != nil {
 			return nil, err
 		}
-		only1, err := hlo.And(nan1, not2)
+		only1, err := nan1.Block().And(nan1, not2)
 		if err != nil {
 			return nil, err
 		}
-		if better, err = hlo.Or(better, only1); err != nil {
+		if better, err = better.Block().Or(better, only1); err != nil {
 			return nil, err
 		}
-		both, err := hlo.And(nan1, nan2)
+		both, err := nan1.Block().And(nan1, nan2)
 		if err != nil {
 			return nil, err
 		}
-		if eq, err = hlo.Or(eq, both); err != nil {
+		if eq, err = eq.Block().Or(eq, both); err != nil {
 			return nil, err
 		}
 	}
-	first, err := hlo.Compare(i1, i2, types.CompareLT, rdCompareType(id))
+	first, err := i1.Block().Compare(i1, i2, stablehlo.LT, rdCompareType(id))
 	if err != nil {
 		return nil, err
 	}
-	tie, err := hlo.And(eq, first)
+	tie, err := eq.Block().And(eq, first)
 	if err != nil {
 		return nil, err
 	}
-	pick, err := hlo.Or(better, tie)
+	pick, err := better.Block().Or(better, tie)
 	if err != nil {
 		return nil, err
 	}
-	v, err := hlo.Select(pick, v1, v2)
+	v, err := pick.Block().Select(pick, v1, v2)
 	if err != nil {
 		return nil, err
 	}
-	i, err := hlo.Select(pick, i1, i2)
+	i, err := pick.Block().Select(pick, i1, i2)
 	if err != nil {
 		return nil, err
 	}
@@ -687,7 +687,7 @@ func rdCumRule(kind string) Rule {
 
 // rdScan computes the inclusive scan of x (IR dtype dt) along axis.
 func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axis int) (*stablehlo.Value, error) {
-	dims := hlo.ShapeOf(x).Dimensions
+	dims := x.Type().Dims
 	size := dims[axis]
 	if size <= 1 {
 		return x, nil
@@ -698,48 +698,52 @@ func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axi
 		if err != nil {
 			return nil, err
 		}
-		fn, err := ctx.ReduceFn(kind, hlo.ShapeOf(x).DType)
+		fn, err := ctx.ReduceFn(kind, x.Type().Elem)
 		if err != nil {
 			return nil, err
 		}
-		window := make([]int, rank)
-		strides := make([]int, rank)
-		pad := make([][2]int, rank)
+		window := make([]int64, rank)
+		strides := make([]int64, rank)
+		pad := make([][2]int64, rank)
 		for i := range window {
 			window[i], strides[i] = 1, 1
 		}
 		window[axis] = size
-		pad[axis] = [2]int{size - 1, 0}
-		return hlo.ReduceWindow(x, init, fn, window, strides, nil, nil, pad)
+		pad[axis] = [2]int64{size - 1, 0}
+		out, err := x.Block().ReduceWindow([]*stablehlo.Value{x}, []*stablehlo.Value{init}, stablehlo.Window{Dims: window, Strides: strides, Padding: pad}, fn.Block())
+		if err != nil {
+			return nil, err
+		}
+		return out[0], nil
 	}
 	// Hillis-Steele: y += shift(y, s) for s = 1, 2, 4, ...
 	identity, err := ctx.rdInit(dt, kind)
 	if err != nil {
 		return nil, err
 	}
-	starts := make([]int, rank)
-	strides := make([]int, rank)
+	starts := make([]int64, rank)
+	strides := make([]int64, rank)
 	for i := range strides {
 		strides[i] = 1
 	}
-	zeros := make([]int, rank)
-	for s := 1; s < size; s *= 2 {
-		limits := append([]int(nil), dims...)
+	zeros := make([]int64, rank)
+	for s := int64(1); s < size; s *= 2 {
+		limits := append([]int64(nil), dims...)
 		limits[axis] = size - s
-		head, err := hlo.Slice(x, starts, limits, strides)
+		head, err := x.Block().Slice(x, starts, limits, strides)
 		if err != nil {
 			return nil, err
 		}
-		lo := make([]int, rank)
+		lo := make([]int64, rank)
 		lo[axis] = s
-		shifted, err := hlo.Pad(head, identity, lo, zeros, zeros)
+		shifted, err := head.Block().Pad(head, identity, lo, zeros, zeros)
 		if err != nil {
 			return nil, err
 		}
 		if kind == ReduceMul {
-			x, err = hlo.Multiply(x, shifted)
+			x, err = x.Block().Multiply(x, shifted)
 		} else {
-			x, err = hlo.Add(x, shifted)
+			x, err = x.Block().Add(x, shifted)
 		}
 		if err != nil {
 			return nil, err
@@ -769,7 +773,7 @@ func lowerLogSumExp(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	fin, err := hlo.IsFinite(m)
+	fin, err := m.Block().IsFinite(m)
 	if err != nil {
 		return nil, err
 	}
@@ -777,28 +781,28 @@ func lowerLogSumExp(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	if m, err = hlo.Select(fin, m, zero); err != nil {
+	if m, err = fin.Block().Select(fin, m, zero); err != nil {
 		return nil, err
 	}
 	mb, err := rdBroadcastBack(m, inDims, axes)
 	if err != nil {
 		return nil, err
 	}
-	d, err := hlo.Subtract(x, mb)
+	d, err := x.Block().Subtract(x, mb)
 	if err != nil {
 		return nil, err
 	}
-	if d, err = hlo.Exponential(d); err != nil {
+	if d, err = d.Block().Exponential(d); err != nil {
 		return nil, err
 	}
 	s, err := ctx.rdReduce(d, accDT, ReduceSum, axes)
 	if err != nil {
 		return nil, err
 	}
-	if s, err = hlo.Log(s); err != nil {
+	if s, err = s.Block().Log(s); err != nil {
 		return nil, err
 	}
-	if s, err = hlo.Add(s, m); err != nil {
+	if s, err = s.Block().Add(s, m); err != nil {
 		return nil, err
 	}
 	if s, err = ctx.ConvertTo(s, outDT); err != nil {
@@ -841,11 +845,11 @@ func rdVarRule(sqrt bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		d, err := hlo.Subtract(x, mb)
+		d, err := x.Block().Subtract(x, mb)
 		if err != nil {
 			return nil, err
 		}
-		if d, err = hlo.Multiply(d, d); err != nil {
+		if d, err = d.Block().Multiply(d, d); err != nil {
 			return nil, err
 		}
 		s, err := ctx.rdReduce(d, accDT, ReduceSum, axes)
@@ -856,7 +860,7 @@ func rdVarRule(sqrt bool) Rule {
 			return nil, err
 		}
 		if sqrt {
-			if s, err = hlo.Sqrt(s); err != nil {
+			if s, err = s.Block().Sqrt(s); err != nil {
 				return nil, err
 			}
 		}
@@ -893,7 +897,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if err != nil {
 		return nil, err
 	}
-	a, err := hlo.Abs(x)
+	a, err := x.Block().Abs(x)
 	if err != nil {
 		return nil, err
 	}
@@ -906,7 +910,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	case ord == 0:
 		var nz *stablehlo.Value
 		if nz, err = ctx.rdToBool(a); err == nil {
-			if nz, err = hlo.Convert(nz, hlo.ShapeOf(a).DType); err == nil {
+			if nz, err = nz.Block().Convert(nz, a.Type().Elem); err == nil {
 				r, err = ctx.rdReduce(nz, accDT, ReduceSum, axes)
 			}
 		}
@@ -914,9 +918,9 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		r, err = ctx.rdReduce(a, accDT, ReduceSum, axes)
 	case ord == 2:
 		var sq *stablehlo.Value
-		if sq, err = hlo.Multiply(x, x); err == nil {
+		if sq, err = x.Block().Multiply(x, x); err == nil {
 			if r, err = ctx.rdReduce(sq, accDT, ReduceSum, axes); err == nil {
-				r, err = hlo.Sqrt(r)
+				r, err = r.Block().Sqrt(r)
 			}
 		}
 	default:
@@ -924,7 +928,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		if p, err = ctx.rdFull(a, ord); err != nil {
 			return nil, err
 		}
-		if pw, err = hlo.Power(a, p); err != nil {
+		if pw, err = a.Block().Power(a, p); err != nil {
 			return nil, err
 		}
 		if r, err = ctx.rdReduce(pw, accDT, ReduceSum, axes); err != nil {
@@ -933,7 +937,7 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		if ip, err = ctx.rdFull(r, 1/ord); err != nil {
 			return nil, err
 		}
-		r, err = hlo.Power(r, ip)
+		r, err = r.Block().Power(r, ip)
 	}
 	if err != nil {
 		return nil, err
@@ -974,19 +978,19 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if rank > 1 {
 		classAxis = 1
 	}
-	others := rdKept([]int{classAxis}, rank)
+	others := rdKept([]int64{int64(classAxis)}, rank)
 	t := in[1]
-	td := hlo.ShapeOf(t).DType
-	full := shapes.Make(td, intsOf(inDims)...)
-	iota, err := ctx.Fn.Iota(full, classAxis)
+	td := t.Type().Elem
+	full := stablehlo.TensorOf(td, inDims...)
+	iota, err := ctx.Fn.Block().Iota(full, classAxis)
 	if err != nil {
 		return nil, err
 	}
-	tb, err := hlo.BroadcastInDim(t, full, others)
+	tb, err := t.Block().BroadcastInDim(t, full.Dims, others)
 	if err != nil {
 		return nil, err
 	}
-	hot, err := hlo.Compare(iota, tb, types.CompareEQ, rdCompareType(td))
+	hot, err := iota.Block().Compare(iota, tb, stablehlo.EQ, rdCompareType(td))
 	if err != nil {
 		return nil, err
 	}
@@ -994,11 +998,11 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	pickedX, err := hlo.Select(hot, x, zeroX)
+	pickedX, err := hot.Block().Select(hot, x, zeroX)
 	if err != nil {
 		return nil, err
 	}
-	picked, err := ctx.rdReduce(pickedX, accDT, ReduceSum, []int{classAxis})
+	picked, err := ctx.rdReduce(pickedX, accDT, ReduceSum, []int64{int64(classAxis)})
 	if err != nil {
 		return nil, err
 	}
@@ -1009,14 +1013,14 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		if wv, err = ctx.ConvertTo(wv, accDT); err != nil {
 			return nil, err
 		}
-		wb, err := hlo.BroadcastInDim(wv, hlo.ShapeOf(x), []int{classAxis})
+		wb, err := wv.Block().BroadcastInDim(wv, x.Type().Dims, []int64{int64(classAxis)})
 		if err != nil {
 			return nil, err
 		}
-		if wb, err = hlo.Select(hot, wb, zeroX); err != nil {
+		if wb, err = hot.Block().Select(hot, wb, zeroX); err != nil {
 			return nil, err
 		}
-		if w, err = ctx.rdReduce(wb, accDT, ReduceSum, []int{classAxis}); err != nil {
+		if w, err = ctx.rdReduce(wb, accDT, ReduceSum, []int64{int64(classAxis)}); err != nil {
 			return nil, err
 		}
 	} else if w, err = ctx.rdFull(picked, 1); err != nil {
@@ -1026,10 +1030,10 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	if ig, err = hlo.BroadcastInDim(ig, hlo.ShapeOf(t), nil); err != nil {
+	if ig, err = ig.Block().BroadcastInDim(ig, t.Type().Dims, nil); err != nil {
 		return nil, err
 	}
-	valid, err := hlo.Compare(t, ig, types.CompareNE, rdCompareType(td))
+	valid, err := t.Block().Compare(t, ig, stablehlo.NE, rdCompareType(td))
 	if err != nil {
 		return nil, err
 	}
@@ -1037,23 +1041,23 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	if w, err = hlo.Select(valid, w, zeroT); err != nil {
+	if w, err = valid.Block().Select(valid, w, zeroT); err != nil {
 		return nil, err
 	}
-	loss, err := hlo.Multiply(picked, w)
+	loss, err := picked.Block().Multiply(picked, w)
 	if err != nil {
 		return nil, err
 	}
-	if loss, err = hlo.Negate(loss); err != nil {
+	if loss, err = loss.Block().Negate(loss); err != nil {
 		return nil, err
 	}
 	// Ignored targets give exactly 0 even when their input is inf or NaN.
-	if loss, err = hlo.Select(valid, loss, zeroT); err != nil {
+	if loss, err = valid.Block().Select(valid, loss, zeroT); err != nil {
 		return nil, err
 	}
-	all := make([]int, hlo.ShapeOf(picked).Rank())
+	all := make([]int64, picked.Type().Rank())
 	for i := range all {
-		all[i] = i
+		all[i] = int64(i)
 	}
 	total, err := ctx.rdReduce(w, accDT, ReduceSum, all)
 	if err != nil {
@@ -1069,7 +1073,7 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 			return nil, err
 		}
 		if red == 1 {
-			if loss, err = hlo.Divide(loss, total); err != nil {
+			if loss, err = loss.Block().Divide(loss, total); err != nil {
 				return nil, err
 			}
 		}
@@ -1089,8 +1093,8 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 }
 
 // rdScalarOf returns a rank-0 constant of XLA dtype d holding the integer v.
-func (ctx *Context) rdScalarOf(d dtypes.DType, v int64) (*stablehlo.Value, error) {
-	dt, err := tensorDType(d)
+func (ctx *Context) rdScalarOf(d stablehlo.ElementType, v int64) (*stablehlo.Value, error) {
+	dt, err := DTypeOf(d)
 	if err != nil {
 		return nil, err
 	}

@@ -250,12 +250,15 @@ func (b *Block) Transpose(x *Value, perm ...int64) (*Value, error) {
 	return b.emit1("transpose", []*Value{x}, nil, []string{"permutation = " + i64Array(perm)}, TensorOf(x.typ.Elem, dims...))
 }
 
-// Slice takes x[start:limit:stride] in every dim.
+// Slice takes x[start:limit:stride] in every dim; nil strides are all 1.
 func (b *Block) Slice(x *Value, start, limit, strides []int64) (*Value, error) {
 	if err := b.check("slice", []*Value{x}); err != nil {
 		return nil, err
 	}
 	r := x.typ.Rank()
+	if strides == nil {
+		strides = ones(r)
+	}
 	if len(start) != r || len(limit) != r || len(strides) != r {
 		return nil, shapeErr("slice", "start %v, limit %v, strides %v for rank-%d %s", start, limit, strides, r, x.typ)
 	}
@@ -350,12 +353,15 @@ func (b *Block) Concatenate(dim int, xs ...*Value) (*Value, error) {
 }
 
 // Pad pads x with the scalar pad: low and high edges (negative values cut)
-// and interior padding between elements.
+// and interior padding between elements (nil: none).
 func (b *Block) Pad(x, pad *Value, low, high, interior []int64) (*Value, error) {
 	if err := b.check("pad", []*Value{x, pad}); err != nil {
 		return nil, err
 	}
 	r := x.typ.Rank()
+	if interior == nil {
+		interior = make([]int64, r)
+	}
 	if pad.typ.Rank() != 0 || pad.typ.Elem != x.typ.Elem || len(low) != r || len(high) != r || len(interior) != r {
 		return nil, shapeErr("pad", "operand %s, padding value %s, low %v, high %v, interior %v", x.typ, pad.typ, low, high, interior)
 	}
