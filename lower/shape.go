@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
