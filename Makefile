@@ -157,7 +157,7 @@ clean:
 	rm -rf bin .cache/run-output
 
 # ---- Model zoo: PyTorch models exported to .onnx and .pt2, checked end to end
-# against PyTorch eager (python/zoo, internal/zoo, cmd/zoo-check).
+# against PyTorch eager (python/zoo, harness/zoo, cmd/zoo-check).
 #   make zoo            export the full-size zoo into zoo/ (git-ignored; slow, GBs of RAM)
 #   make zoo-check      check zoo/ and print the table (non-zero exit on any failure)
 #   make zoo-fixtures   regenerate the small committed fixtures in testdata/zoo
@@ -249,7 +249,7 @@ quant-fixtures: $(VENV_ZOO)/.installed
 # ---- Real third-party models (python/realmodels, docs/real-models.md).
 #   make realmodels           export/download ~100 cases into .cache/realmodels (cached), run each
 #                             through `xserve run` and a real `xserve serve`, rewrite docs/real-models.md
-#   make realmodels-small     the trained PyPI-packaged models `go test ./internal/realmodels` runs
+#   make realmodels-small     the trained PyPI-packaged models `go test ./harness/realmodels` runs
 #   make realmodels-fixtures  regenerate testdata/realmodels and testdata/unsupported (toy-size exports)
 # REALMODELS=hf_bert,tv_resnet18 restricts the export; REALMODELS_ONLY=onnx-dynamo the check.
 .PHONY: realmodels realmodels-small realmodels-fixtures
