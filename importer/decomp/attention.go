@@ -167,6 +167,7 @@ func (c *Call) causalMask(q, k *fxgraph.Node) (*fxgraph.Node, error) {
 	tril := e.op(fxgraph.AtenTril, ones)
 	return tril, e.err
 }
+
 // repeatHeads repeats each head of kv (dim -3) so that it has as many heads
 // as q (grouped-query attention).
 func (c *Call) repeatHeads(kv, q *fxgraph.Node) (*fxgraph.Node, error) {

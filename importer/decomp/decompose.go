@@ -420,7 +420,6 @@ func isInt(v any) bool {
 	return ok
 }
 
-
 // decDropout is the identity of inference; dropout in training mode is an
 // error.
 func decDropout(c *Call) error {
