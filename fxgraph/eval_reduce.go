@@ -180,7 +180,7 @@ func rdFloatIdentity(kind rdKind) float64 {
 // rdIntIdentity is the identity element of an integer reduction in dtype dt
 // (the result of reducing an empty set).
 func rdIntIdentity(kind rdKind, dt tensor.DType) int64 {
-	lo, hi := rdIntRange(dt)
+	lo, hi, _ := dt.IntRange()
 	switch kind {
 	case rdProd:
 		return 1
@@ -190,30 +190,6 @@ func rdIntIdentity(kind rdKind, dt tensor.DType) int64 {
 		return hi
 	}
 	return 0
-}
-
-// rdIntRange returns the smallest and largest values of an integer dtype
-// (0 and 1 for bool).
-func rdIntRange(dt tensor.DType) (lo, hi int64) {
-	switch dt {
-	case tensor.Bool:
-		return 0, 1
-	case tensor.Int8:
-		return math.MinInt8, math.MaxInt8
-	case tensor.Int16:
-		return math.MinInt16, math.MaxInt16
-	case tensor.Int32:
-		return math.MinInt32, math.MaxInt32
-	case tensor.Uint8:
-		return 0, math.MaxUint8
-	case tensor.Uint16:
-		return 0, math.MaxUint16
-	case tensor.Uint32:
-		return 0, math.MaxUint32
-	case tensor.Uint64:
-		return 0, -1 // all bits set
-	}
-	return math.MinInt64, math.MaxInt64
 }
 
 // rdBetter reports whether a candidate value v at index i beats the current

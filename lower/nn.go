@@ -965,37 +965,9 @@ func nnLowest(b *nnB, like *stablehlo.Value) *stablehlo.Value {
 		b.err = err
 		return nil
 	}
-	return b.set(b.ctx.Constant(nnExtreme(dt, false)))
+	return b.set(b.ctx.Constant(tensor.Lowest(dt)))
 }
 
-// nnExtreme is the scalar holding the lowest (or highest) value of dt.
-func nnExtreme(dt tensor.DType, highest bool) *tensor.Tensor {
-	t := tensor.New(dt)
-	switch {
-	case dt.IsFloat():
-		if highest {
-			t.SetFloat64(0, math.Inf(1))
-		} else {
-			t.SetFloat64(0, math.Inf(-1))
-		}
-	case dt == tensor.Bool:
-		if highest {
-			t.Data[0] = 1
-		}
-	default:
-		bits := uint(dt.Size() * 8)
-		if dt.IsUnsigned() {
-			if highest {
-				t.SetInt64(0, int64(uint64(1)<<bits-1))
-			}
-		} else if highest {
-			t.SetInt64(0, int64(uint64(1)<<(bits-1)-1))
-		} else {
-			t.SetInt64(0, -int64(uint64(1)<<(bits-1)))
-		}
-	}
-	return t
-}
 
 // nnWindowReduce reduces windows of the inputs (all of the same shape dims)
 // over the given axes with kernel k, stride s, dilation d and padding lo/hi
@@ -1260,7 +1232,7 @@ func nnMaxPoolRule(spatial int, indices bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		iinit := b.set(ctx.Constant(nnExtreme(pdt, true)))
+		iinit := b.set(ctx.Constant(tensor.Highest(pdt)))
 		fn := nnArgMaxReducer(b, x.Type().Elem, idt)
 		rs := nnWindowReduce(b, []*stablehlo.Value{x, idx}, []*stablehlo.Value{init, iinit}, fn, xd, axes, p.Kernel, p.Stride, p.Dilation, lo, hi, outs)
 		if b.err != nil {

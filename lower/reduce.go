@@ -126,30 +126,6 @@ func (ctx *Context) rdProgramDType(dt tensor.DType) (tensor.DType, stablehlo.Ele
 	return pdt, x, err
 }
 
-// rdLimits returns the smallest and largest value of an integer dtype
-// (false and true for bool) as int64 bit patterns.
-func rdLimits(dt tensor.DType) (lo, hi int64) {
-	switch dt {
-	case tensor.Bool:
-		return 0, 1
-	case tensor.Int8:
-		return math.MinInt8, math.MaxInt8
-	case tensor.Int16:
-		return math.MinInt16, math.MaxInt16
-	case tensor.Int32:
-		return math.MinInt32, math.MaxInt32
-	case tensor.Uint8:
-		return 0, math.MaxUint8
-	case tensor.Uint16:
-		return 0, math.MaxUint16
-	case tensor.Uint32:
-		return 0, math.MaxUint32
-	case tensor.Uint64:
-		return 0, -1
-	}
-	return math.MinInt64, math.MaxInt64
-}
-
 // rdInit returns the identity of reducer kind for values of IR dtype dt: the
 // result of reducing an empty set (0 for sum, 1 for prod, -inf or the
 // smallest integer for max, ...).
@@ -159,25 +135,15 @@ func (ctx *Context) rdInit(dt tensor.DType, kind string) (*stablehlo.Value, erro
 		return nil, err
 	}
 	t := tensor.New(pdt)
-	isInt := pdt.IsInt() || pdt == tensor.Bool
-	lo, hi := rdLimits(pdt)
 	switch kind {
 	case ReduceSum, ReduceOr:
 		// zero
 	case ReduceMul, ReduceAnd:
 		t.SetInt64(0, 1)
 	case ReduceMax:
-		if isInt {
-			t.SetInt64(0, lo)
-		} else {
-			t.SetFloat64(0, math.Inf(-1))
-		}
+		t = tensor.Lowest(pdt)
 	case ReduceMin:
-		if isInt {
-			t.SetInt64(0, hi)
-		} else {
-			t.SetFloat64(0, math.Inf(1))
-		}
+		t = tensor.Highest(pdt)
 	default:
 		return nil, fmt.Errorf("unknown reducer %q", kind)
 	}
