@@ -164,7 +164,7 @@ var opTable, allOps map[string]*Op
 
 func init() {
 	allOps = map[string]*Op{}
-	for _, op := range append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveRoIAlign) {
+	for _, op := range append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveRoIAlign, XserveConvFused, XserveMatmulFused) {
 		if _, dup := allOps[op.Name]; dup {
 			panic("fxgraph: operator defined twice: " + op.Name)
 		}

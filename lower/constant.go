@@ -5,10 +5,11 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// Constant emits t as a StableHLO constant (narrowed when NarrowInt64).
+// Constant emits t as a StableHLO constant (narrowed when NarrowInt64 or
+// NarrowFloat64).
 func (ctx *Context) Constant(t *tensor.Tensor) (*stablehlo.Value, error) {
-	if ctx.Options.NarrowInt64 && narrow(t.DType) != t.DType {
-		t = t.Convert(narrow(t.DType))
+	if dt := ctx.Options.ProgramDType(t.DType); dt != t.DType {
+		t = t.Convert(dt)
 	}
 	e, err := ElemOf(t.DType)
 	if err != nil {

@@ -317,18 +317,11 @@ var ewFloatUnary = map[*fxgraph.Op]func(c *chain, n *fxgraph.Node, x *stablehlo.
 	},
 	fxgraph.AtenGelu: func(c *chain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		a, _ := n.Param("approximate") // checked by the shape rule
-		half := c.mul(x, c.k(x, 0.5))
-		switch a {
-		case "none":
-			e := c.un((*stablehlo.Block).Erf, c.mul(x, c.k(x, 1/math.Sqrt2)))
-			return c.mul(half, c.add(c.k(x, 1), e))
-		case "tanh":
-			x3 := c.mul(c.mul(x, x), x)
-			inner := c.mul(c.k(x, math.Sqrt(2/math.Pi)), c.add(x, c.mul(x3, c.k(x, 0.044715))))
-			return c.mul(half, c.add(c.k(x, 1), c.un((*stablehlo.Block).Tanh, inner)))
+		if a != "none" && a != "tanh" {
+			c.set(nil, fmt.Errorf("gelu: approximate %s not supported", fxgraph.FormatArg(a)))
+			return nil
 		}
-		c.set(nil, fmt.Errorf("gelu: approximate %s not supported", fxgraph.FormatArg(a)))
-		return nil
+		return ewGelu(c, x, a == "tanh")
 	},
 	fxgraph.AtenSoftplus: func(c *chain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		beta, err := n.ParamFloat("beta")
@@ -337,6 +330,18 @@ var ewFloatUnary = map[*fxgraph.Op]func(c *chain, n *fxgraph.Node, x *stablehlo.
 		c.set(nil, err)
 		return ewSoftplus(c, x, beta, th)
 	},
+}
+
+// ewGelu is x * (1 + erf(x / sqrt 2)) / 2, or its tanh approximation.
+func ewGelu(c *chain, x *stablehlo.Value, tanh bool) *stablehlo.Value {
+	half := c.mul(x, c.k(x, 0.5))
+	if !tanh {
+		e := c.un((*stablehlo.Block).Erf, c.mul(x, c.k(x, 1/math.Sqrt2)))
+		return c.mul(half, c.add(c.k(x, 1), e))
+	}
+	x3 := c.mul(c.mul(x, x), x)
+	inner := c.mul(c.k(x, math.Sqrt(2/math.Pi)), c.add(x, c.mul(x3, c.k(x, 0.044715))))
+	return c.mul(half, c.add(c.k(x, 1), c.un((*stablehlo.Block).Tanh, inner)))
 }
 
 func ewRelu6(c *chain, x *stablehlo.Value) *stablehlo.Value {

@@ -9,6 +9,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -138,7 +139,7 @@ func TestRNNExecute(t *testing.T) {
 				outs = append(outs, g.AddCall(fxgraph.GetItem, []any{n, int64(i)}, nil))
 			}
 			g.SetOutput(outs...)
-			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

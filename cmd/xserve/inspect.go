@@ -14,6 +14,8 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
+	"github.com/xserve/xserve/lower/platforms"
 )
 
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -24,7 +26,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&shapeFlags, "shape", "input shape NAME=1x3x224x224 (repeatable); binds the input's symbolic dims")
 	fs.Var(&dimFlags, "dim", "symbol size SYM=N (repeatable), e.g. batch=8")
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
-	cpuKernels := fs.Bool("cpu-kernels", true, "on cpu, lower as `xserve serve` does with its CPU kernel library loaded (convolutions and matrix products as custom calls to "+lower.ConvKernel+" and "+lower.MatmulKernel+")")
+	cpuKernels := fs.Bool("cpu-kernels", true, "on cpu, lower as `xserve serve` does with its CPU kernel library loaded (convolutions and matrix products as custom calls to "+cpu.ConvKernel+" and "+cpu.MatmulKernel+")")
 	platform := fs.String("platform", "cpu", "platform to lower for (cpu, cuda, tpu)")
 	unsupported := fs.Bool("unsupported", false, "list every operator xserve cannot import (op, domain, opset, count, nodes); exit non-zero when there is any")
 	fs.Usage = func() {
@@ -59,9 +61,9 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	opts := lower.Options{Platform: *platform, NarrowInt64: *narrow, Kernels: []string{}}
 	if *platform == "cpu" && *cpuKernels {
-		opts.Kernels = []string{lower.ConvKernel, lower.MatmulKernel}
+		opts.Kernels = []string{cpu.ConvKernel, cpu.MatmulKernel}
 	}
-	l := lower.New(opts)
+	l := platforms.New(opts)
 	prog, err := l.Lower(g, dims)
 	if err != nil {
 		return err

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -123,7 +123,7 @@ func TestVersionNamesCPUKernels(t *testing.T) {
 			line = l
 		}
 	}
-	for _, k := range []string{lower.ConvKernel, lower.MatmulKernel, lower.PoolKernel} {
+	for _, k := range []string{cpu.ConvKernel, cpu.MatmulKernel, cpu.PoolKernel} {
 		if !strings.Contains(line, k) {
 			t.Errorf("version output does not name the CPU kernel %s:\n%s", k, out)
 		}

@@ -916,7 +916,6 @@ func nnMaxPool(c *Ctx, n *Node) error {
 	return nil
 }
 
-
 // nnOnnxIndices turns PyTorch's max-pool indices (row-major within each
 // spatial plane) into ONNX's: column-major within the plane when
 // colMajor, plus the offset of the plane in the whole tensor.
