@@ -668,6 +668,10 @@ var (
 	AtenGridSampler2d = &Op{Name: "aten.grid_sampler_2d.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"grid", 1, ArgTensor, nil, false}, {"interpolation_mode", 2, ArgInt, nil, false}, {"padding_mode", 3, ArgInt, nil, false}, {"align_corners", 4, ArgBool, nil, false}}}
 	// AtenGroupNorm is aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1.0000000000000001e-05, bool cudnn_enabled=True) -> Tensor.
 	AtenGroupNorm = &Op{Name: "aten.group_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"num_groups", 1, ArgInt, nil, false}, {"weight", 2, ArgTensor, nil, true}, {"bias", 3, ArgTensor, nil, true}, {"eps", 4, ArgFloat, float64(1e-05), true}, {"cudnn_enabled", 5, ArgBool, true, true}}}
+	// AtenGruData is aten::gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor).
+	AtenGruData = &Op{Name: "aten.gru.data", Args: []ArgSpec{{"data", 0, ArgTensor, nil, false}, {"batch_sizes", 1, ArgTensor, nil, false}, {"hx", 2, ArgTensor, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgBool, nil, false}, {"num_layers", 5, ArgInt, nil, false}, {"dropout", 6, ArgFloat, nil, false}, {"train", 7, ArgBool, nil, false}, {"bidirectional", 8, ArgBool, nil, false}}}
+	// AtenGruInput is aten::gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor).
+	AtenGruInput = &Op{Name: "aten.gru.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"hx", 1, ArgTensor, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgBool, nil, false}, {"num_layers", 4, ArgInt, nil, false}, {"dropout", 5, ArgFloat, nil, false}, {"train", 6, ArgBool, nil, false}, {"bidirectional", 7, ArgBool, nil, false}, {"batch_first", 8, ArgBool, nil, false}}}
 	// AtenGtScalar is aten::gt.Scalar(Tensor self, Scalar other) -> Tensor.
 	AtenGtScalar = &Op{Name: "aten.gt.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
 	// AtenGtTensor is aten::gt.Tensor(Tensor self, Tensor other) -> Tensor.
@@ -846,6 +850,10 @@ var (
 	AtenLogit = &Op{Name: "aten.logit.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"eps", 1, ArgFloat, nil, true}}}
 	// AtenLogsumexp is aten::logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor.
 	AtenLogsumexp = &Op{Name: "aten.logsumexp.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenLstmData is aten::lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor).
+	AtenLstmData = &Op{Name: "aten.lstm.data", Args: []ArgSpec{{"data", 0, ArgTensor, nil, false}, {"batch_sizes", 1, ArgTensor, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgBool, nil, false}, {"num_layers", 5, ArgInt, nil, false}, {"dropout", 6, ArgFloat, nil, false}, {"train", 7, ArgBool, nil, false}, {"bidirectional", 8, ArgBool, nil, false}}}
+	// AtenLstmInput is aten::lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor).
+	AtenLstmInput = &Op{Name: "aten.lstm.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgBool, nil, false}, {"num_layers", 4, ArgInt, nil, false}, {"dropout", 5, ArgFloat, nil, false}, {"train", 6, ArgBool, nil, false}, {"bidirectional", 7, ArgBool, nil, false}, {"batch_first", 8, ArgBool, nil, false}}}
 	// AtenLtScalar is aten::lt.Scalar(Tensor self, Scalar other) -> Tensor.
 	AtenLtScalar = &Op{Name: "aten.lt.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
 	// AtenLtTensor is aten::lt.Tensor(Tensor self, Tensor other) -> Tensor.
@@ -1148,6 +1156,14 @@ var (
 	AtenResize = &Op{Name: "aten.resize_.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}, {"memory_format", KwOnly, ArgInt, nil, true}}}
 	// AtenRmsNorm is aten::rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor.
 	AtenRmsNorm = &Op{Name: "aten.rms_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"normalized_shape", 1, ArgInts, nil, false}, {"weight", 2, ArgTensor, nil, true}, {"eps", 3, ArgFloat, nil, true}}}
+	// AtenRnnReluData is aten::rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor).
+	AtenRnnReluData = &Op{Name: "aten.rnn_relu.data", Args: []ArgSpec{{"data", 0, ArgTensor, nil, false}, {"batch_sizes", 1, ArgTensor, nil, false}, {"hx", 2, ArgTensor, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgBool, nil, false}, {"num_layers", 5, ArgInt, nil, false}, {"dropout", 6, ArgFloat, nil, false}, {"train", 7, ArgBool, nil, false}, {"bidirectional", 8, ArgBool, nil, false}}}
+	// AtenRnnReluInput is aten::rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor).
+	AtenRnnReluInput = &Op{Name: "aten.rnn_relu.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"hx", 1, ArgTensor, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgBool, nil, false}, {"num_layers", 4, ArgInt, nil, false}, {"dropout", 5, ArgFloat, nil, false}, {"train", 6, ArgBool, nil, false}, {"bidirectional", 7, ArgBool, nil, false}, {"batch_first", 8, ArgBool, nil, false}}}
+	// AtenRnnTanhData is aten::rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor).
+	AtenRnnTanhData = &Op{Name: "aten.rnn_tanh.data", Args: []ArgSpec{{"data", 0, ArgTensor, nil, false}, {"batch_sizes", 1, ArgTensor, nil, false}, {"hx", 2, ArgTensor, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgBool, nil, false}, {"num_layers", 5, ArgInt, nil, false}, {"dropout", 6, ArgFloat, nil, false}, {"train", 7, ArgBool, nil, false}, {"bidirectional", 8, ArgBool, nil, false}}}
+	// AtenRnnTanhInput is aten::rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor).
+	AtenRnnTanhInput = &Op{Name: "aten.rnn_tanh.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"hx", 1, ArgTensor, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgBool, nil, false}, {"num_layers", 4, ArgInt, nil, false}, {"dropout", 5, ArgFloat, nil, false}, {"train", 6, ArgBool, nil, false}, {"bidirectional", 7, ArgBool, nil, false}, {"batch_first", 8, ArgBool, nil, false}}}
 	// AtenRoll is aten::roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor.
 	AtenRoll = &Op{Name: "aten.roll.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"shifts", 1, ArgInts, nil, false}, {"dims", 2, ArgInts, []any{}, true}}}
 	// AtenRot90 is aten::rot90(Tensor self, int k=1, int[] dims=[0, 1]) -> Tensor.
@@ -1836,6 +1852,8 @@ var atenOps = []*Op{
 	AtenGlu,
 	AtenGridSampler2d,
 	AtenGroupNorm,
+	AtenGruData,
+	AtenGruInput,
 	AtenGtScalar,
 	AtenGtTensor,
 	AtenGt,
@@ -1925,6 +1943,8 @@ var atenOps = []*Op{
 	AtenLogicalXor,
 	AtenLogit,
 	AtenLogsumexp,
+	AtenLstmData,
+	AtenLstmInput,
 	AtenLtScalar,
 	AtenLtTensor,
 	AtenLt,
@@ -2076,6 +2096,10 @@ var atenOps = []*Op{
 	AtenReshapeAs,
 	AtenResize,
 	AtenRmsNorm,
+	AtenRnnReluData,
+	AtenRnnReluInput,
+	AtenRnnTanhData,
+	AtenRnnTanhInput,
 	AtenRoll,
 	AtenRot90,
 	AtenRoundScalar,

@@ -35,6 +35,7 @@ func NewRegistry() *Registry {
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
+	registerTrees(r)
 	return r
 }
 
