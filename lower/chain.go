@@ -284,3 +284,20 @@ func (c *chain) constOf(dt tensor.DType, vals []int64, dims ...int64) *stablehlo
 	}
 	return c.set(c.ctx.Constant(t))
 }
+
+// reduceAs reduces x (values of IR dtype dt) over axes with reducer kind
+// (Context.rdReduce: bool reductions as or/and).
+func (c *chain) reduceAs(x *stablehlo.Value, dt tensor.DType, kind string, axes []int64) *stablehlo.Value {
+	if c.err != nil {
+		return nil
+	}
+	return c.set(c.ctx.rdReduce(x, dt, kind, axes))
+}
+
+// cmpAs compares with comparison type ct.
+func (c *chain) cmpAs(x, y *stablehlo.Value, dir stablehlo.Direction, ct stablehlo.CompareType) *stablehlo.Value {
+	if c.err != nil || x == nil || y == nil {
+		return c.set(nil, c.nilOperand())
+	}
+	return c.set(x.Block().Compare(x, y, dir, ct))
+}

@@ -252,131 +252,169 @@ func nnSoftmaxRule(logSoftmax bool) Rule {
 // edge or, with exclude_outside, dropped and the weights renormalized).
 // inb[o] is false where tf_crop_and_resize extrapolates.
 func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx [][]int64, w [][]float64, inb []bool, err error) {
-	var scale, owf float64
-	if p.Sizes != nil && p.Sizes[axis] >= 0 || p.Scales == nil {
-		if in == 0 {
-			return nil, nil, nil, fmt.Errorf("resize: empty input axis %d", axis)
-		}
-		scale = float64(out) / float64(in)
-		owf = scale * float64(in)
-	} else {
-		scale = p.Scales[axis]
-		// The reference multiplies a float32 scale by the int input size in float32.
-		owf = float64(float32(scale) * float32(in))
+	r, err := newResizeAxis(p, axis, rank, in, out)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	if scale <= 0 {
-		return nil, nil, nil, fmt.Errorf("resize: scale %v on axis %d", scale, axis)
-	}
-	roi0, roi1 := 0.0, 1.0
-	if p.ROI != nil {
-		roi0, roi1 = p.ROI[axis], p.ROI[rank+axis]
-	}
-	taps := 2
-	if p.Mode == "cubic" {
-		taps = 4
-	}
-	pad := int64((taps + 1) / 2)
 	idx = make([][]int64, out)
 	w = make([][]float64, out)
 	inb = make([]bool, out)
-	fin := float64(in)
 	for o := int64(0); o < out; o++ {
-		x := float64(o)
-		var xo float64
-		switch p.Coord {
-		case "align_corners":
-			if owf == 1 {
-				xo = 0
-			} else {
-				xo = x * (fin - 1) / (owf - 1)
-			}
-		case "asymmetric":
-			xo = x / scale
-		case "tf_half_pixel_for_nn":
-			xo = (x + 0.5) / scale
-		case "tf_crop_and_resize":
-			if owf == 1 {
-				xo = (roi1 - roi0) * (fin - 1) / 2
-			} else {
-				xo = x * (roi1 - roi0) * (fin - 1) / (owf - 1)
-			}
-			xo += roi0 * (fin - 1)
-			if xo < 0 || xo > fin-1 {
-				idx[o] = make([]int64, taps)
-				w[o] = make([]float64, taps)
-				continue
-			}
-		case "pytorch_half_pixel":
-			if owf == 1 {
-				xo = -0.5
-			} else {
-				xo = (x+0.5)/scale - 0.5
-			}
-		case "half_pixel":
-			xo = (x+0.5)/scale - 0.5
-		case "half_pixel_symmetric":
-			adj := float64(out) / owf
-			center := fin / 2
-			xo = center*(1-adj) + (x+0.5)/scale - 0.5
-		default:
-			return nil, nil, nil, fmt.Errorf("%w: resize coordinate_transformation_mode %q", fxgraph.ErrUnsupported, p.Coord)
+		xo, inside, err := r.source(float64(o))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if !inside {
+			idx[o], w[o] = make([]int64, r.taps), make([]float64, r.taps)
+			continue
 		}
 		inb[o] = true
-		ratio := 1.0
-		if xo != math.Floor(xo) {
-			ratio = xo - math.Floor(xo)
+		if idx[o], w[o], err = r.tapsAt(xo); err != nil {
+			return nil, nil, nil, err
 		}
-		var coeffs []float64
-		switch p.Mode {
-		case "nearest":
-			coeffs = nnNearestCoeffs(ratio, p.Nearest)
-		case "linear":
-			coeffs = []float64{1 - ratio, ratio}
-		case "cubic":
-			coeffs = nnCubicCoeffs(ratio, p.CubicA)
-		}
-		// The taps nearest to xo among the edge-padded positions [0, in+2*pad).
-		xp := xo + float64(pad)
-		limit := in + 2*pad
-		cands := []int64{}
-		base := int64(math.Floor(xp))
-		for c := base - int64(taps) - 1; c <= base+int64(taps)+1; c++ {
-			if c >= 0 && c < limit {
-				cands = append(cands, c)
-			}
-		}
-		sort.SliceStable(cands, func(i, j int) bool {
-			di, dj := math.Abs(xp-float64(cands[i])), math.Abs(xp-float64(cands[j]))
-			if di != dj {
-				return di < dj
-			}
-			return cands[i] < cands[j]
-		})
-		if len(cands) < taps {
-			return nil, nil, nil, fmt.Errorf("resize: axis %d: too few input positions", axis)
-		}
-		sel := append([]int64(nil), cands[:taps]...)
-		sort.Slice(sel, func(i, j int) bool { return sel[i] < sel[j] })
-		ii := make([]int64, taps)
-		ww := make([]float64, taps)
-		sum := 0.0
-		for t, c := range sel {
-			orig := c - pad
-			ww[t] = coeffs[t]
-			if p.ExcludeOutside && (orig < 0 || orig >= in) {
-				ww[t] = 0
-			}
-			sum += ww[t]
-			ii[t] = min(max(orig, 0), in-1)
-		}
-		if p.ExcludeOutside {
-			for t := range ww {
-				ww[t] /= sum
-			}
-		}
-		idx[o], w[o] = ii, ww
 	}
 	return idx, w, inb, nil
+}
+
+// resizeAxis is one axis of a resize: the output positions' sources in the
+// input and the taps around them.
+type resizeAxis struct {
+	p          fxgraph.ResizeParams
+	axis       int
+	in, out    int64
+	scale, owf float64 // the scale, and the output size it gives (as a float)
+	roi0, roi1 float64 // tf_crop_and_resize's region
+	taps, pad  int64
+}
+
+func newResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (*resizeAxis, error) {
+	r := &resizeAxis{p: p, axis: axis, in: in, out: out, roi0: 0, roi1: 1, taps: 2}
+	if p.Sizes != nil && p.Sizes[axis] >= 0 || p.Scales == nil {
+		if in == 0 {
+			return nil, fmt.Errorf("resize: empty input axis %d", axis)
+		}
+		r.scale = float64(out) / float64(in)
+		r.owf = r.scale * float64(in)
+	} else {
+		r.scale = p.Scales[axis]
+		// The reference multiplies a float32 scale by the int input size in float32.
+		r.owf = float64(float32(r.scale) * float32(in))
+	}
+	if r.scale <= 0 {
+		return nil, fmt.Errorf("resize: scale %v on axis %d", r.scale, axis)
+	}
+	if p.ROI != nil {
+		r.roi0, r.roi1 = p.ROI[axis], p.ROI[rank+axis]
+	}
+	if p.Mode == "cubic" {
+		r.taps = 4
+	}
+	r.pad = (r.taps + 1) / 2
+	return r, nil
+}
+
+// source returns the input position output position x samples, by the
+// coordinate transformation mode; inside is false where
+// tf_crop_and_resize samples outside the input (the extrapolation value).
+func (r *resizeAxis) source(x float64) (xo float64, inside bool, err error) {
+	fin := float64(r.in)
+	switch r.p.Coord {
+	case "align_corners":
+		if r.owf == 1 {
+			return 0, true, nil
+		}
+		return x * (fin - 1) / (r.owf - 1), true, nil
+	case "asymmetric":
+		return x / r.scale, true, nil
+	case "tf_half_pixel_for_nn":
+		return (x + 0.5) / r.scale, true, nil
+	case "tf_crop_and_resize":
+		xo = x * (r.roi1 - r.roi0) * (fin - 1) / (r.owf - 1)
+		if r.owf == 1 {
+			xo = (r.roi1 - r.roi0) * (fin - 1) / 2
+		}
+		xo += r.roi0 * (fin - 1)
+		return xo, xo >= 0 && xo <= fin-1, nil
+	case "pytorch_half_pixel":
+		if r.owf == 1 {
+			return -0.5, true, nil
+		}
+		return (x+0.5)/r.scale - 0.5, true, nil
+	case "half_pixel":
+		return (x+0.5)/r.scale - 0.5, true, nil
+	case "half_pixel_symmetric":
+		adj := float64(r.out) / r.owf
+		return fin/2*(1-adj) + (x+0.5)/r.scale - 0.5, true, nil
+	}
+	return 0, false, fmt.Errorf("%w: resize coordinate_transformation_mode %q", fxgraph.ErrUnsupported, r.p.Coord)
+}
+
+// tapsAt returns the input indices and weights of the taps around source
+// position xo: the nearest taps among the edge-padded positions [0,
+// in+2*pad), weighted by the mode's coefficients (renormalized without the
+// ones outside the input when exclude_outside).
+func (r *resizeAxis) tapsAt(xo float64) ([]int64, []float64, error) {
+	ratio := 1.0
+	if xo != math.Floor(xo) {
+		ratio = xo - math.Floor(xo)
+	}
+	var coeffs []float64
+	switch r.p.Mode {
+	case "nearest":
+		coeffs = nnNearestCoeffs(ratio, r.p.Nearest)
+	case "linear":
+		coeffs = []float64{1 - ratio, ratio}
+	case "cubic":
+		coeffs = nnCubicCoeffs(ratio, r.p.CubicA)
+	}
+	sel, err := r.nearestTaps(xo + float64(r.pad))
+	if err != nil {
+		return nil, nil, err
+	}
+	ii := make([]int64, r.taps)
+	ww := make([]float64, r.taps)
+	sum := 0.0
+	for t, c := range sel {
+		orig := c - r.pad
+		ww[t] = coeffs[t]
+		if r.p.ExcludeOutside && (orig < 0 || orig >= r.in) {
+			ww[t] = 0
+		}
+		sum += ww[t]
+		ii[t] = min(max(orig, 0), r.in-1)
+	}
+	if r.p.ExcludeOutside {
+		for t := range ww {
+			ww[t] /= sum
+		}
+	}
+	return ii, ww, nil
+}
+
+// nearestTaps returns the taps padded positions nearest to xp (ties to the
+// lower one), in order.
+func (r *resizeAxis) nearestTaps(xp float64) ([]int64, error) {
+	limit := r.in + 2*r.pad
+	var cands []int64
+	base := int64(math.Floor(xp))
+	for c := base - r.taps - 1; c <= base+r.taps+1; c++ {
+		if c >= 0 && c < limit {
+			cands = append(cands, c)
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		di, dj := math.Abs(xp-float64(cands[i])), math.Abs(xp-float64(cands[j]))
+		if di != dj {
+			return di < dj
+		}
+		return cands[i] < cands[j]
+	})
+	if int64(len(cands)) < r.taps {
+		return nil, fmt.Errorf("resize: axis %d: too few input positions", r.axis)
+	}
+	sel := append([]int64(nil), cands[:r.taps]...)
+	slices.Sort(sel)
+	return sel, nil
 }
 
 func nnNearestCoeffs(ratio float64, mode string) []float64 {
@@ -454,73 +492,17 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 		if err != nil {
 			return nil, err
 		}
-		identity := xd[a] == outDims[a]
-		allIn := true
-		for o := range idx {
-			if !inb[o] {
-				allIn, identity = false, false
-				continue
-			}
-			for t := range idx[o] {
-				if w[o][t] != 0 && (idx[o][t] != int64(o) || w[o][t] != 1) {
-					identity = false
-				}
-			}
-		}
+		identity, allIn := nnResizeIdentity(idx, w, inb, xd[a] == outDims[a])
 		cur[a] = outDims[a]
-		if !identity {
-			if p.Mode == "nearest" {
-				pick := make([]int64, len(idx))
-				for o := range idx {
-					for t := range idx[o] {
-						if w[o][t] != 0 {
-							pick[o] = idx[o][t]
-						}
-					}
-				}
-				x = nnGatherAxis(b, x, a, pick)
-			} else {
-				var acc *stablehlo.Value
-				taps := 0
-				if len(idx) > 0 {
-					taps = len(idx[0])
-				}
-				for t := 0; t < taps; t++ {
-					ti := make([]int64, len(idx))
-					tw := make([]float64, len(idx))
-					zero := true
-					for o := range idx {
-						ti[o], tw[o] = idx[o][t], w[o][t]
-						if tw[o] != 0 {
-							zero = false
-						}
-					}
-					if zero {
-						continue
-					}
-					g := nnGatherAxis(b, x, a, ti)
-					g = b.mul(g, b.bcastIn(b.consts(g, tw, []int64{int64(len(tw))}), cur, []int64{int64(a)}))
-					if acc == nil {
-						acc = g
-					} else {
-						acc = b.add(acc, g)
-					}
-				}
-				if acc == nil {
-					acc = b.full(x, 0, cur)
-				}
-				x = acc
-			}
+		switch {
+		case identity:
+		case p.Mode == "nearest":
+			x = nnGatherAxis(b, x, a, nnResizePick(idx, w))
+		default:
+			x = nnResizeTaps(b, x, a, idx, w, cur)
 		}
 		if !allIn {
-			vals := make([]int64, len(inb))
-			for i, in := range inb {
-				if in {
-					vals[i] = 1
-				}
-			}
-			mv := b.constOf(tensor.Bool, vals, int64(len(vals)))
-			mv = b.bcastIn(mv, outDims, []int64{int64(a)})
+			mv := b.bcastIn(nnBoolConst(b, inb), outDims, []int64{int64(a)})
 			if mask == nil {
 				mask = mv
 			} else {
@@ -530,12 +512,88 @@ func nnResize(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehl
 	}
 	if mask != nil {
 		x = b.bcast(x, outDims)
-		if b.err == nil {
-			x = b.set(mask.Block().Select(mask, x, b.full(x, p.Extrapolation, outDims)))
-		}
+		x = b.sel(mask, x, b.full(x, p.Extrapolation, outDims))
 	}
 	x = b.reshape(x, outDims)
 	return b.out(b.convert(x, dt))
+}
+
+// nnResizeIdentity reports whether an axis's taps leave it as it is
+// (sameSize, every output taking its own position at weight 1), and
+// whether every output position samples inside the input.
+func nnResizeIdentity(idx [][]int64, w [][]float64, inb []bool, sameSize bool) (identity, allIn bool) {
+	identity, allIn = sameSize, true
+	for o := range idx {
+		if !inb[o] {
+			allIn, identity = false, false
+			continue
+		}
+		for t := range idx[o] {
+			if w[o][t] != 0 && (idx[o][t] != int64(o) || w[o][t] != 1) {
+				identity = false
+			}
+		}
+	}
+	return identity, allIn
+}
+
+// nnResizePick returns, per output position, the input position its
+// nearest tap (the one of non-zero weight) takes.
+func nnResizePick(idx [][]int64, w [][]float64) []int64 {
+	pick := make([]int64, len(idx))
+	for o := range idx {
+		for t := range idx[o] {
+			if w[o][t] != 0 {
+				pick[o] = idx[o][t]
+			}
+		}
+	}
+	return pick
+}
+
+// nnResizeTaps is the interpolation along axis a: the sum over taps of the
+// gathered inputs times the taps' weights (dims cur after the axis is
+// resized).
+func nnResizeTaps(b *nnB, x *stablehlo.Value, a int, idx [][]int64, w [][]float64, cur []int64) *stablehlo.Value {
+	var acc *stablehlo.Value
+	taps := 0
+	if len(idx) > 0 {
+		taps = len(idx[0])
+	}
+	for t := 0; t < taps; t++ {
+		ti := make([]int64, len(idx))
+		tw := make([]float64, len(idx))
+		zero := true
+		for o := range idx {
+			ti[o], tw[o] = idx[o][t], w[o][t]
+			zero = zero && tw[o] == 0
+		}
+		if zero {
+			continue
+		}
+		g := nnGatherAxis(b, x, a, ti)
+		g = b.mul(g, b.bcastIn(b.consts(g, tw, []int64{int64(len(tw))}), cur, []int64{int64(a)}))
+		if acc == nil {
+			acc = g
+		} else {
+			acc = b.add(acc, g)
+		}
+	}
+	if acc == nil {
+		return b.full(x, 0, cur)
+	}
+	return acc
+}
+
+// nnBoolConst is a 1-D bool constant holding vals.
+func nnBoolConst(b *nnB, vals []bool) *stablehlo.Value {
+	ints := make([]int64, len(vals))
+	for i, v := range vals {
+		if v {
+			ints[i] = 1
+		}
+	}
+	return b.constOf(tensor.Bool, ints, int64(len(ints)))
 }
 
 // cmp compares x and y elementwise (float operands).
@@ -578,144 +636,172 @@ func nnGridSampler(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	}
 	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := nnFloatCompute(dt)
-	x := b.convert(in[0], cdt)
-	grid := b.convert(in[1], cdt)
-	N, C, H, W := xd[0], xd[1], xd[2], xd[3]
-	Ho, Wo := outDims[2], outDims[3]
-	pd := []int64{N, Ho, Wo}
-	k := func(v float64) *stablehlo.Value { return b.full(grid, v, pd) }
-	coord := func(i int) *stablehlo.Value {
-		if b.err != nil {
-			return nil
-		}
-		c := b.slice(grid, []int64{0, 0, 0, int64(i)}, []int64{N, Ho, Wo, int64(i + 1)}, nil)
-		return b.reshape(c, pd)
-	}
-	unnorm := func(c *stablehlo.Value, size int64) *stablehlo.Value {
-		fs := float64(size)
-		if align {
-			// ((c + 1) / 2) * (size - 1)
-			return b.mul(b.div(b.add(c, k(1)), k(2)), k(fs-1))
-		}
-		// ((c + 1) * size - 1) / 2
-		return b.div(b.sub(b.mul(b.add(c, k(1)), k(fs)), k(1)), k(2))
-	}
-	clip := func(c *stablehlo.Value, size int64) *stablehlo.Value {
-		if b.err != nil {
-			return nil
-		}
-		return b.set(c.Block().Clamp(b.scalar(c, 0), c, b.scalar(c, float64(size-1))))
-	}
-	reflect := func(c *stablehlo.Value, twiceLow, twiceHigh float64) *stablehlo.Value {
-		if twiceLow == twiceHigh {
-			return k(0)
-		}
-		lo, span := twiceLow/2, (twiceHigh-twiceLow)/2
-		v := b.un((*stablehlo.Block).Abs, b.sub(c, k(lo)))
-		extra := b.bin((*stablehlo.Block).Remainder, v, k(span))
-		flips := b.un((*stablehlo.Block).Floor, b.div(v, k(span)))
-		even := b.cmp(b.bin((*stablehlo.Block).Remainder, flips, k(2)), k(0), stablehlo.EQ)
-		return b.sel(even, b.add(extra, k(lo)), b.add(b.sub(k(span), extra), k(lo)))
-	}
-	// pad applies padding_mode to a coordinate along an axis of the given size.
-	pad := func(c *stablehlo.Value, size int64) *stablehlo.Value {
-		switch padMode {
-		case 1:
-			return clip(c, size)
-		case 2:
-			if align {
-				c = reflect(c, 0, 2*float64(size-1))
-			} else {
-				c = reflect(c, -1, 2*float64(size)-1)
-			}
-			return clip(c, size)
-		}
-		return c
-	}
-	ix, iy := unnorm(coord(0), W), unnorm(coord(1), H)
+	g := &gridSampler{b: b, x: b.convert(in[0], cdt), grid: b.convert(in[1], cdt), padMode: padMode, align: align,
+		N: xd[0], C: xd[1], H: xd[2], W: xd[3], Ho: outDims[2], Wo: outDims[3]}
+	ix, iy := g.unnorm(g.coord(0), g.W), g.unnorm(g.coord(1), g.H)
 	if mode != 2 {
-		ix, iy = pad(ix, W), pad(iy, H)
+		ix, iy = g.pad(ix, g.W), g.pad(iy, g.H)
 	}
 	// Batch index of every output position, for the gather.
-	nIdx := b.iota(stablehlo.TensorOf(stablehlo.I32, N, Ho, Wo, 1), 0)
-	full := []int64{N, C, Ho, Wo}
-	// tap gathers input[n, :, ty, tx] (zero outside) times weight w.
-	tap := func(tx, ty, w *stablehlo.Value) *stablehlo.Value {
-		if b.err != nil {
-			return nil
-		}
-		valid := b.bin((*stablehlo.Block).And,
-			b.and(b.cmp(tx, k(0), stablehlo.GE), b.cmp(tx, k(float64(W-1)), stablehlo.LE)),
-			b.and(b.cmp(ty, k(0), stablehlo.GE), b.cmp(ty, k(float64(H-1)), stablehlo.LE)))
-		toIdx := func(c *stablehlo.Value, size int64) *stablehlo.Value {
-			c = clip(c, size)
-			if b.err != nil {
-				return nil
-			}
-			return b.reshape(b.set(c.Block().Convert(c, stablehlo.I32)), []int64{N, Ho, Wo, 1})
-		}
-		jy, jx := toIdx(ty, H), toIdx(tx, W)
-		if b.err != nil {
-			return nil
-		}
-		idx := b.concat(3, nIdx, jy, jx)
-		if b.err != nil {
-			return nil
-		}
-		g := b.gather(x, idx, nnNCHWGather(), []int64{1, C, 1, 1}, false)
-		g = b.transpose(g, []int64{0, 3, 1, 2})
-		g = b.sel(b.bcastIn(valid, full, []int64{0, 2, 3}), g, b.full(g, 0, full))
-		return b.mul(g, b.bcastIn(w, full, []int64{0, 2, 3}))
-	}
-	var y *stablehlo.Value
-	add := func(v *stablehlo.Value) {
-		if y == nil {
-			y = v
-		} else {
-			y = b.add(y, v)
-		}
-	}
+	g.nIdx = b.iota(stablehlo.TensorOf(stablehlo.I32, g.N, g.Ho, g.Wo, 1), 0)
 	switch mode {
-	case 0: // bilinear
-		x0, y0 := b.un((*stablehlo.Block).Floor, ix), b.un((*stablehlo.Block).Floor, iy)
-		x1, y1 := b.add(x0, k(1)), b.add(y0, k(1))
-		dx1, dx0 := b.sub(x1, ix), b.sub(ix, x0)
-		dy1, dy0 := b.sub(y1, iy), b.sub(iy, y0)
-		add(tap(x0, y0, b.mul(dx1, dy1)))
-		add(tap(x1, y0, b.mul(dx0, dy1)))
-		add(tap(x0, y1, b.mul(dx1, dy0)))
-		add(tap(x1, y1, b.mul(dx0, dy0)))
+	case 0:
+		g.bilinear(ix, iy)
 	case 1: // nearest, rounding half to even
-		add(tap(b.un((*stablehlo.Block).RoundNearestEven, ix), b.un((*stablehlo.Block).RoundNearestEven, iy), k(1)))
-	case 2: // bicubic, A = -0.75, padding applied per tap
-		const a = -0.75
-		x0, y0 := b.un((*stablehlo.Block).Floor, ix), b.un((*stablehlo.Block).Floor, iy)
-		tx, ty := b.sub(ix, x0), b.sub(iy, y0)
-		conv1 := func(t *stablehlo.Value) *stablehlo.Value { // ((a+2)t - (a+3)) t t + 1
-			v := b.sub(b.mul(k(a+2), t), k(a+3))
-			return b.add(b.mul(b.mul(v, t), t), k(1))
+		g.add(g.tap(b.un((*stablehlo.Block).RoundNearestEven, ix), b.un((*stablehlo.Block).RoundNearestEven, iy), g.k(1)))
+	case 2:
+		g.bicubic(ix, iy)
+	}
+	return b.out(b.convert(g.y, dt))
+}
+
+// gridSampler lowers one grid_sampler_2d: input x [N, C, H, W], grid [N,
+// Ho, Wo, 2]; y accumulates the weighted taps.
+type gridSampler struct {
+	b                  *nnB
+	x, grid, nIdx, y   *stablehlo.Value
+	padMode            int64
+	align              bool
+	N, C, H, W, Ho, Wo int64
+}
+
+// k is the constant v over the output positions [N, Ho, Wo].
+func (g *gridSampler) k(v float64) *stablehlo.Value {
+	return g.b.full(g.grid, v, []int64{g.N, g.Ho, g.Wo})
+}
+
+// coord is grid[..., i].
+func (g *gridSampler) coord(i int64) *stablehlo.Value {
+	c := g.b.slice(g.grid, []int64{0, 0, 0, i}, []int64{g.N, g.Ho, g.Wo, i + 1}, nil)
+	return g.b.reshape(c, []int64{g.N, g.Ho, g.Wo})
+}
+
+// unnorm maps a coordinate in [-1, 1] to an input position along an axis of
+// size.
+func (g *gridSampler) unnorm(c *stablehlo.Value, size int64) *stablehlo.Value {
+	b, fs := g.b, float64(size)
+	if g.align {
+		// ((c + 1) / 2) * (size - 1)
+		return b.mul(b.div(b.add(c, g.k(1)), g.k(2)), g.k(fs-1))
+	}
+	// ((c + 1) * size - 1) / 2
+	return b.div(b.sub(b.mul(b.add(c, g.k(1)), g.k(fs)), g.k(1)), g.k(2))
+}
+
+func (g *gridSampler) clip(c *stablehlo.Value, size int64) *stablehlo.Value {
+	if g.b.err != nil {
+		return nil
+	}
+	return g.b.set(c.Block().Clamp(g.b.scalar(c, 0), c, g.b.scalar(c, float64(size-1))))
+}
+
+func (g *gridSampler) reflect(c *stablehlo.Value, twiceLow, twiceHigh float64) *stablehlo.Value {
+	if twiceLow == twiceHigh {
+		return g.k(0)
+	}
+	b := g.b
+	lo, span := twiceLow/2, (twiceHigh-twiceLow)/2
+	v := b.un((*stablehlo.Block).Abs, b.sub(c, g.k(lo)))
+	extra := b.bin((*stablehlo.Block).Remainder, v, g.k(span))
+	flips := b.un((*stablehlo.Block).Floor, b.div(v, g.k(span)))
+	even := b.cmp(b.bin((*stablehlo.Block).Remainder, flips, g.k(2)), g.k(0), stablehlo.EQ)
+	return b.sel(even, b.add(extra, g.k(lo)), b.add(b.sub(g.k(span), extra), g.k(lo)))
+}
+
+// pad applies padding_mode to a coordinate along an axis of the given size.
+func (g *gridSampler) pad(c *stablehlo.Value, size int64) *stablehlo.Value {
+	switch g.padMode {
+	case 1:
+		return g.clip(c, size)
+	case 2:
+		if g.align {
+			c = g.reflect(c, 0, 2*float64(size-1))
+		} else {
+			c = g.reflect(c, -1, 2*float64(size)-1)
 		}
-		conv2 := func(t *stablehlo.Value) *stablehlo.Value { // ((a t - 5a) t + 8a) t - 4a
-			v := b.sub(b.mul(k(a), t), k(5*a))
-			v = b.add(b.mul(v, t), k(8*a))
-			return b.sub(b.mul(v, t), k(4*a))
-		}
-		coeffs := func(t *stablehlo.Value) [4]*stablehlo.Value {
-			u := b.sub(k(1), t)
-			return [4]*stablehlo.Value{conv2(b.add(t, k(1))), conv1(t), conv1(u), conv2(b.add(u, k(1)))}
-		}
-		wx, wy := coeffs(tx), coeffs(ty)
-		for i := 0; i < 4; i++ {
-			cy := pad(b.add(y0, k(float64(i-1))), H)
-			for j := 0; j < 4; j++ {
-				cx := pad(b.add(x0, k(float64(j-1))), W)
-				// PyTorch truncates the padded coordinate; it is integral or,
-				// after clipping, non-negative, so floor is the same.
-				add(tap(b.un((*stablehlo.Block).Floor, cx), b.un((*stablehlo.Block).Floor, cy), b.mul(wx[j], wy[i])))
-			}
+		return g.clip(c, size)
+	}
+	return c
+}
+
+// tap gathers input[n, :, ty, tx] (zero outside) times weight w.
+func (g *gridSampler) tap(tx, ty, w *stablehlo.Value) *stablehlo.Value {
+	b := g.b
+	valid := b.and(
+		b.and(b.cmp(tx, g.k(0), stablehlo.GE), b.cmp(tx, g.k(float64(g.W-1)), stablehlo.LE)),
+		b.and(b.cmp(ty, g.k(0), stablehlo.GE), b.cmp(ty, g.k(float64(g.H-1)), stablehlo.LE)))
+	jy, jx := g.index(ty, g.H), g.index(tx, g.W)
+	full := []int64{g.N, g.C, g.Ho, g.Wo}
+	gt := b.gather(g.x, b.concat(3, g.nIdx, jy, jx), nnNCHWGather(), []int64{1, g.C, 1, 1}, false)
+	gt = b.transpose(gt, []int64{0, 3, 1, 2})
+	if b.err != nil {
+		return nil
+	}
+	gt = b.sel(b.bcastIn(valid, full, []int64{0, 2, 3}), gt, b.full(gt, 0, full))
+	return b.mul(gt, b.bcastIn(w, full, []int64{0, 2, 3}))
+}
+
+// index is a coordinate clipped into an axis of size, as gather indices
+// [N, Ho, Wo, 1].
+func (g *gridSampler) index(c *stablehlo.Value, size int64) *stablehlo.Value {
+	c = g.clip(c, size)
+	if g.b.err != nil {
+		return nil
+	}
+	return g.b.reshape(g.b.set(c.Block().Convert(c, stablehlo.I32)), []int64{g.N, g.Ho, g.Wo, 1})
+}
+
+func (g *gridSampler) add(v *stablehlo.Value) {
+	if g.y == nil {
+		g.y = v
+	} else {
+		g.y = g.b.add(g.y, v)
+	}
+}
+
+func (g *gridSampler) bilinear(ix, iy *stablehlo.Value) {
+	b := g.b
+	x0, y0 := b.un((*stablehlo.Block).Floor, ix), b.un((*stablehlo.Block).Floor, iy)
+	x1, y1 := b.add(x0, g.k(1)), b.add(y0, g.k(1))
+	dx1, dx0 := b.sub(x1, ix), b.sub(ix, x0)
+	dy1, dy0 := b.sub(y1, iy), b.sub(iy, y0)
+	g.add(g.tap(x0, y0, b.mul(dx1, dy1)))
+	g.add(g.tap(x1, y0, b.mul(dx0, dy1)))
+	g.add(g.tap(x0, y1, b.mul(dx1, dy0)))
+	g.add(g.tap(x1, y1, b.mul(dx0, dy0)))
+}
+
+// bicubic interpolates with A = -0.75, padding applied per tap.
+func (g *gridSampler) bicubic(ix, iy *stablehlo.Value) {
+	b := g.b
+	x0, y0 := b.un((*stablehlo.Block).Floor, ix), b.un((*stablehlo.Block).Floor, iy)
+	wx, wy := g.cubicCoeffs(b.sub(ix, x0)), g.cubicCoeffs(b.sub(iy, y0))
+	for i := 0; i < 4; i++ {
+		cy := g.pad(b.add(y0, g.k(float64(i-1))), g.H)
+		for j := 0; j < 4; j++ {
+			cx := g.pad(b.add(x0, g.k(float64(j-1))), g.W)
+			// PyTorch truncates the padded coordinate; it is integral or,
+			// after clipping, non-negative, so floor is the same.
+			g.add(g.tap(b.un((*stablehlo.Block).Floor, cx), b.un((*stablehlo.Block).Floor, cy), b.mul(wx[j], wy[i])))
 		}
 	}
-	return b.out(b.convert(y, dt))
+}
+
+// cubicCoeffs are the four cubic convolution weights of fraction t.
+func (g *gridSampler) cubicCoeffs(t *stablehlo.Value) [4]*stablehlo.Value {
+	const a = -0.75
+	b := g.b
+	conv1 := func(t *stablehlo.Value) *stablehlo.Value { // ((a+2)t - (a+3)) t t + 1
+		v := b.sub(b.mul(g.k(a+2), t), g.k(a+3))
+		return b.add(b.mul(b.mul(v, t), t), g.k(1))
+	}
+	conv2 := func(t *stablehlo.Value) *stablehlo.Value { // ((a t - 5a) t + 8a) t - 4a
+		v := b.sub(b.mul(g.k(a), t), g.k(5*a))
+		v = b.add(b.mul(v, t), g.k(8*a))
+		return b.sub(b.mul(v, t), g.k(4*a))
+	}
+	u := b.sub(g.k(1), t)
+	return [4]*stablehlo.Value{conv2(b.add(t, g.k(1))), conv1(t), conv1(u), conv2(b.add(u, g.k(1)))}
 }
 
 // nnRoiAlign lowers xserve.roi_align as ONNX's reference computes it: per

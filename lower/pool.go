@@ -34,93 +34,56 @@ func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *Func, dims []i
 		return nil
 	}
 	rank := len(dims)
-	dilated := false
-	for _, x := range d {
-		if x != 1 {
-			dilated = true
-		}
+	if slices.ContainsFunc(d, func(x int64) bool { return x != 1 }) {
+		return nnDilatedWindowReduce(b, inputs, inits, fn, dims, axes, k, s, d, lo, hi, outs)
 	}
-	if !dilated {
-		window, strides := make([]int64, rank), make([]int64, rank)
-		pads := make([][2]int64, rank)
-		for i := range window {
-			window[i], strides[i] = 1, 1
-		}
-		for j, a := range axes {
-			window[a], strides[a] = k[j], s[j]
-			pads[a] = [2]int64{lo[j], hi[j]}
-		}
-		rs := b.reduceWindow(inputs, inits, fn, stablehlo.Window{Dims: window, Strides: strides, Padding: pads})
-		if b.err != nil {
-			return nil
-		}
-		return append([]*stablehlo.Value(nil), rs...)
+	window, strides := make([]int64, rank), make([]int64, rank)
+	pads := make([][2]int64, rank)
+	for i := range window {
+		window[i], strides[i] = 1, 1
 	}
-	padLo, padHi := make([]int64, rank), make([]int64, rank)
-	m := make([]int64, len(axes))
 	for j, a := range axes {
-		L := lo[j] + dims[a] + hi[j]
-		m[j] = (L + d[j] - 1) / d[j]
-		padLo[a], padHi[a] = lo[j], hi[j]+m[j]*d[j]-L
+		window[a], strides[a] = k[j], s[j]
+		pads[a] = [2]int64{lo[j], hi[j]}
 	}
-	// An axis whose stride is a multiple of its dilation only needs the
-	// first of each group of d positions, reduced at stride s/d.
-	aligned := make([]bool, len(axes))
-	var folded, window, wstrides, sliceD, unfolded []int64
-	spatialAt := map[int]int{}
-	for j, a := range axes {
-		spatialAt[int(a)] = j
-		aligned[j] = s[j]%d[j] == 0
+	rs := b.reduceWindow(inputs, inits, fn, stablehlo.Window{Dims: window, Strides: strides, Padding: pads})
+	if b.err != nil {
+		return nil
 	}
-	for a := 0; a < rank; a++ {
-		j, ok := spatialAt[a]
-		switch {
-		case !ok:
-			folded = append(folded, dims[a])
-			sliceD = append(sliceD, dims[a])
-			window = append(window, 1)
-			wstrides = append(wstrides, 1)
-			unfolded = append(unfolded, dims[a])
-		case aligned[j]:
-			st := s[j] / d[j]
-			folded = append(folded, m[j], d[j])
-			sliceD = append(sliceD, m[j], 1)
-			window = append(window, k[j], 1)
-			wstrides = append(wstrides, st, 1)
-			cnt := (m[j]-k[j])/st + 1
-			unfolded = append(unfolded, cnt)
-		default:
-			folded = append(folded, m[j], d[j])
-			sliceD = append(sliceD, m[j], d[j])
-			window = append(window, k[j], 1)
-			wstrides = append(wstrides, 1, 1)
-			unfolded = append(unfolded, (m[j]-k[j]+1)*d[j])
-		}
-	}
-	zeros := make([]int64, len(folded))
+	return append([]*stablehlo.Value(nil), rs...)
+}
+
+// nnDilatedWindowReduce is nnWindowReduce with window dilations d: each
+// reduced axis, padded to m*d positions, is folded into [m, d], a window
+// of k over m, and the strided windows picked by a strided slice of the
+// unfolded result.
+func nnDilatedWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *Func, dims []int64, axes []int64, k, s, d, lo, hi, outs []int64) []*stablehlo.Value {
+	rank := len(dims)
+	g := nnFoldWindows(dims, axes, k, s, d, lo, hi)
+	zeros := make([]int64, len(g.folded))
 	xs := make([]*stablehlo.Value, len(inputs))
 	for i, x := range inputs {
 		if b.err == nil {
-			xs[i] = b.set(x.Block().Pad(x, inits[i], padLo, padHi, nil))
+			xs[i] = b.set(x.Block().Pad(x, inits[i], g.padLo, g.padHi, nil))
 		}
-		xs[i] = b.reshape(xs[i], folded)
-		if !nnEqualInt64s(folded, sliceD) {
-			xs[i] = b.slice(xs[i], zeros, slices.Clone(sliceD), nil)
+		xs[i] = b.reshape(xs[i], g.folded)
+		if !nnEqualInt64s(g.folded, g.sliceD) {
+			xs[i] = b.slice(xs[i], zeros, slices.Clone(g.sliceD), nil)
 		}
 	}
 	if b.err != nil {
 		return nil
 	}
-	red := b.reduceWindow(xs, inits, fn, stablehlo.Window{Dims: window, Strides: wstrides})
+	red := b.reduceWindow(xs, inits, fn, stablehlo.Window{Dims: g.window, Strides: g.wstrides})
 	if b.err != nil {
 		return nil
 	}
 	rs := append([]*stablehlo.Value(nil), red...) // not the statement's own slice
 	starts, limits, strides := make([]int64, rank), make([]int64, rank), make([]int64, rank)
 	for a := 0; a < rank; a++ {
-		limits[a], strides[a] = unfolded[a], 1
-		if j, ok := spatialAt[a]; ok {
-			if aligned[j] {
+		limits[a], strides[a] = g.unfolded[a], 1
+		if j := slices.Index(axes, int64(a)); j >= 0 {
+			if g.aligned[j] {
 				limits[a] = outs[j]
 			} else {
 				limits[a], strides[a] = (outs[j]-1)*s[j]+1, s[j]
@@ -128,9 +91,56 @@ func nnWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *Func, dims []i
 		}
 	}
 	for i := range rs {
-		rs[i] = b.slice(b.reshape(rs[i], unfolded), starts, limits, strides)
+		rs[i] = b.slice(b.reshape(rs[i], g.unfolded), starts, limits, strides)
 	}
 	return rs
+}
+
+// nnFolded is the geometry of a dilated window reduction's folded form.
+type nnFolded struct {
+	padLo, padHi                               []int64
+	folded, window, wstrides, sliceD, unfolded []int64
+	aligned                                    []bool // per reduced axis: stride a multiple of the dilation
+}
+
+// nnFoldWindows computes the folded geometry (nnDilatedWindowReduce).
+func nnFoldWindows(dims, axes, k, s, d, lo, hi []int64) nnFolded {
+	rank := len(dims)
+	g := nnFolded{padLo: make([]int64, rank), padHi: make([]int64, rank), aligned: make([]bool, len(axes))}
+	m := make([]int64, len(axes))
+	for j, a := range axes {
+		L := lo[j] + dims[a] + hi[j]
+		m[j] = (L + d[j] - 1) / d[j]
+		g.padLo[a], g.padHi[a] = lo[j], hi[j]+m[j]*d[j]-L
+		// An axis whose stride is a multiple of its dilation only needs the
+		// first of each group of d positions, reduced at stride s/d.
+		g.aligned[j] = s[j]%d[j] == 0
+	}
+	for a := 0; a < rank; a++ {
+		j := slices.Index(axes, int64(a))
+		switch {
+		case j < 0:
+			g.folded = append(g.folded, dims[a])
+			g.sliceD = append(g.sliceD, dims[a])
+			g.window = append(g.window, 1)
+			g.wstrides = append(g.wstrides, 1)
+			g.unfolded = append(g.unfolded, dims[a])
+		case g.aligned[j]:
+			st := s[j] / d[j]
+			g.folded = append(g.folded, m[j], d[j])
+			g.sliceD = append(g.sliceD, m[j], 1)
+			g.window = append(g.window, k[j], 1)
+			g.wstrides = append(g.wstrides, st, 1)
+			g.unfolded = append(g.unfolded, (m[j]-k[j])/st+1)
+		default:
+			g.folded = append(g.folded, m[j], d[j])
+			g.sliceD = append(g.sliceD, m[j], d[j])
+			g.window = append(g.window, k[j], 1)
+			g.wstrides = append(g.wstrides, 1, 1)
+			g.unfolded = append(g.unfolded, (m[j]-k[j]+1)*d[j])
+		}
+	}
+	return g
 }
 
 func nnEqualInt64s(a, b []int64) bool {

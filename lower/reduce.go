@@ -859,60 +859,41 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		return nil, err
 	}
 	accDT := rdAccDType(outDT)
-	x, err := ctx.ConvertTo(in[0], accDT)
-	if err != nil {
-		return nil, err
+	c := &chain{ctx: ctx}
+	x := c.convert(in[0], accDT)
+	r := rdNorm(c, x, ord, accDT, axes)
+	return c.out(c.reshape(c.convert(r, outDT), outDims))
+}
+
+// rdNorm is the ord-norm of x (of IR dtype dt) over axes: max or min of
+// |x| for +-inf, the count of non-zeros for 0, else (sum |x|^ord)^(1/ord).
+func rdNorm(c *chain, x *stablehlo.Value, ord float64, dt tensor.DType, axes []int64) *stablehlo.Value {
+	if c.err != nil {
+		return nil
 	}
-	a, err := x.Block().Abs(x)
-	if err != nil {
-		return nil, err
+	a := c.un((*stablehlo.Block).Abs, x)
+	if c.err != nil {
+		return nil
 	}
-	var r *stablehlo.Value
 	switch {
 	case math.IsInf(ord, 1):
-		r, err = ctx.rdReduce(a, accDT, ReduceMax, axes)
+		return c.reduceAs(a, dt, ReduceMax, axes)
 	case math.IsInf(ord, -1):
-		r, err = ctx.rdReduce(a, accDT, ReduceMin, axes)
+		return c.reduceAs(a, dt, ReduceMin, axes)
 	case ord == 0:
-		var nz *stablehlo.Value
-		if nz, err = ctx.rdToBool(a); err == nil {
-			if nz, err = nz.Block().Convert(nz, a.Type().Elem); err == nil {
-				r, err = ctx.rdReduce(nz, accDT, ReduceSum, axes)
-			}
-		}
+		nz := c.set(c.ctx.rdToBool(a))
+		return c.reduceAs(c.set(nz.Block().Convert(nz, a.Type().Elem)), dt, ReduceSum, axes)
 	case ord == 1:
-		r, err = ctx.rdReduce(a, accDT, ReduceSum, axes)
+		return c.reduceAs(a, dt, ReduceSum, axes)
 	case ord == 2:
-		var sq *stablehlo.Value
-		if sq, err = x.Block().Multiply(x, x); err == nil {
-			if r, err = ctx.rdReduce(sq, accDT, ReduceSum, axes); err == nil {
-				r, err = r.Block().Sqrt(r)
-			}
-		}
-	default:
-		var p, ip, pw *stablehlo.Value
-		if p, err = ctx.rdFull(a, ord); err != nil {
-			return nil, err
-		}
-		if pw, err = a.Block().Power(a, p); err != nil {
-			return nil, err
-		}
-		if r, err = ctx.rdReduce(pw, accDT, ReduceSum, axes); err != nil {
-			return nil, err
-		}
-		if ip, err = ctx.rdFull(r, 1/ord); err != nil {
-			return nil, err
-		}
-		r, err = r.Block().Power(r, ip)
+		return c.un((*stablehlo.Block).Sqrt, c.reduceAs(c.mul(x, x), dt, ReduceSum, axes))
 	}
-	if err != nil {
-		return nil, err
+	pw := c.bin((*stablehlo.Block).Power, a, c.full(a, ord, a.Type().Dims))
+	r := c.reduceAs(pw, dt, ReduceSum, axes)
+	if c.err != nil {
+		return nil
 	}
-	if r, err = ctx.ConvertTo(r, outDT); err != nil {
-		return nil, err
-	}
-	r, err = rdReshapeOut(r, outDims)
-	return []*stablehlo.Value{r}, err
+	return c.bin((*stablehlo.Block).Power, r, c.full(r, 1/ord, r.Type().Dims))
 }
 
 // lowerNLLLoss lowers aten.nll_loss_forward(self, target, weight, reduction,
@@ -930,132 +911,54 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
+	if red < 0 || red > 2 {
+		return nil, fmt.Errorf("reduction %d is not 0, 1 or 2", red)
+	}
 	ignore, err := n.ParamInt("ignore_index")
 	if err != nil {
 		return nil, err
 	}
 	accDT := rdAccDType(outDT)
-	x, err := ctx.ConvertTo(in[0], accDT)
-	if err != nil {
-		return nil, err
-	}
-	rank := len(inDims)
-	classAxis := 0
-	if rank > 1 {
+	c := &chain{ctx: ctx}
+	x := c.convert(in[0], accDT)
+	classAxis := int64(0)
+	if len(inDims) > 1 {
 		classAxis = 1
 	}
-	others := rdKept([]int64{int64(classAxis)}, rank)
-	t := in[1]
-	td := t.Type().Elem
-	full := stablehlo.TensorOf(td, inDims...)
-	iota, err := ctx.Fn.Block().Iota(full, classAxis)
-	if err != nil {
-		return nil, err
-	}
-	tb, err := t.Block().BroadcastInDim(t, full.Dims, others)
-	if err != nil {
-		return nil, err
-	}
-	hot, err := iota.Block().Compare(iota, tb, stablehlo.EQ, rdCompareType(td))
-	if err != nil {
-		return nil, err
-	}
-	zeroX, err := ctx.rdFull(x, 0)
-	if err != nil {
-		return nil, err
-	}
-	pickedX, err := hot.Block().Select(hot, x, zeroX)
-	if err != nil {
-		return nil, err
-	}
-	picked, err := ctx.rdReduce(pickedX, accDT, ReduceSum, []int64{int64(classAxis)})
-	if err != nil {
-		return nil, err
-	}
+	t, td := in[1], in[1].Type().Elem
+	iota := c.iota(stablehlo.TensorOf(td, inDims...), classAxis)
+	hot := c.cmpAs(iota, c.bcastIn(t, inDims, rdKept([]int64{classAxis}, len(inDims))), stablehlo.EQ, rdCompareType(td))
+	zeroX := c.full(x, 0, inDims)
+	picked := c.reduceAs(c.sel(hot, x, zeroX), accDT, ReduceSum, []int64{classAxis})
 	// Weight of each target: weight[target], or 1.
 	var w *stablehlo.Value
 	if n.Arg(2) != nil {
-		wv := in[2]
-		if wv, err = ctx.ConvertTo(wv, accDT); err != nil {
-			return nil, err
-		}
-		wb, err := wv.Block().BroadcastInDim(wv, x.Type().Dims, []int64{int64(classAxis)})
-		if err != nil {
-			return nil, err
-		}
-		if wb, err = hot.Block().Select(hot, wb, zeroX); err != nil {
-			return nil, err
-		}
-		if w, err = ctx.rdReduce(wb, accDT, ReduceSum, []int64{int64(classAxis)}); err != nil {
-			return nil, err
-		}
-	} else if w, err = ctx.rdFull(picked, 1); err != nil {
-		return nil, err
+		wb := c.bcastIn(c.convert(in[2], accDT), inDims, []int64{classAxis})
+		w = c.reduceAs(c.sel(hot, wb, zeroX), accDT, ReduceSum, []int64{classAxis})
+	} else {
+		w = c.full(picked, 1, t.Type().Dims)
 	}
-	ig, err := ctx.rdScalarOf(td, ignore)
-	if err != nil {
-		return nil, err
+	if c.err != nil {
+		return nil, c.err
 	}
-	if ig, err = ig.Block().BroadcastInDim(ig, t.Type().Dims, nil); err != nil {
-		return nil, err
-	}
-	valid, err := t.Block().Compare(t, ig, stablehlo.NE, rdCompareType(td))
-	if err != nil {
-		return nil, err
-	}
-	zeroT, err := ctx.rdFull(picked, 0)
-	if err != nil {
-		return nil, err
-	}
-	if w, err = valid.Block().Select(valid, w, zeroT); err != nil {
-		return nil, err
-	}
-	loss, err := picked.Block().Multiply(picked, w)
-	if err != nil {
-		return nil, err
-	}
-	if loss, err = loss.Block().Negate(loss); err != nil {
-		return nil, err
-	}
+	ig := c.bcastIn(c.set(ctx.rdScalarOf(td, ignore)), t.Type().Dims, nil)
+	valid := c.cmpAs(t, ig, stablehlo.NE, rdCompareType(td))
+	zeroT := c.full(picked, 0, t.Type().Dims)
+	w = c.sel(valid, w, zeroT)
 	// Ignored targets give exactly 0 even when their input is inf or NaN.
-	if loss, err = valid.Block().Select(valid, loss, zeroT); err != nil {
-		return nil, err
+	loss := c.sel(valid, c.un((*stablehlo.Block).Negate, c.mul(picked, w)), zeroT)
+	all := nnRange(0, len(t.Type().Dims))
+	total := c.reduceAs(w, accDT, ReduceSum, all)
+	if red == 0 {
+		total = c.full(total, 0, nil)
+	} else {
+		loss = c.reduceAs(loss, accDT, ReduceSum, all)
 	}
-	all := make([]int64, picked.Type().Rank())
-	for i := range all {
-		all[i] = int64(i)
+	if red == 1 {
+		loss = c.div(loss, total)
 	}
-	total, err := ctx.rdReduce(w, accDT, ReduceSum, all)
-	if err != nil {
-		return nil, err
-	}
-	switch red {
-	case 0:
-		if total, err = ctx.rdFull(total, 0); err != nil {
-			return nil, err
-		}
-	case 1, 2:
-		if loss, err = ctx.rdReduce(loss, accDT, ReduceSum, all); err != nil {
-			return nil, err
-		}
-		if red == 1 {
-			if loss, err = loss.Block().Divide(loss, total); err != nil {
-				return nil, err
-			}
-		}
-	default:
-		return nil, fmt.Errorf("reduction %d is not 0, 1 or 2", red)
-	}
-	if loss, err = ctx.ConvertTo(loss, outDT); err != nil {
-		return nil, err
-	}
-	if loss, err = rdReshapeOut(loss, outDims); err != nil {
-		return nil, err
-	}
-	if total, err = ctx.ConvertTo(total, outDT); err != nil {
-		return nil, err
-	}
-	return []*stablehlo.Value{loss, total}, nil
+	loss = c.reshape(c.convert(loss, outDT), outDims)
+	return c.out(loss, c.convert(total, outDT))
 }
 
 // rdScalarOf returns a rank-0 constant of XLA dtype d holding the integer v.
