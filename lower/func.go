@@ -64,6 +64,11 @@ var elemTypes = map[tensor.DType]stablehlo.ElementType{
 	tensor.Int64: stablehlo.I64, tensor.Uint8: stablehlo.U8, tensor.Uint16: stablehlo.U16, tensor.Uint32: stablehlo.U32,
 	tensor.Uint64: stablehlo.U64, tensor.Float16: stablehlo.F16, tensor.BFloat16: stablehlo.BF16,
 	tensor.Float32: stablehlo.F32, tensor.Float64: stablehlo.F64,
+	// The 8- and 4-bit types, one element a byte on the host.
+	tensor.Float8E4M3FN: stablehlo.F8E4M3FN, tensor.Float8E4M3FNUZ: stablehlo.F8E4M3FNUZ,
+	tensor.Float8E5M2: stablehlo.F8E5M2, tensor.Float8E5M2FNUZ: stablehlo.F8E5M2FNUZ,
+	tensor.Float8E8M0FNU: stablehlo.F8E8M0FNU, tensor.Float4E2M1FN: stablehlo.F4E2M1FN,
+	tensor.Int4: stablehlo.I4, tensor.Uint4: stablehlo.U4,
 }
 
 // ElemOf returns the StableHLO element type of IR dtype dt.

@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -239,12 +240,23 @@ func (o Options) ProgramDType(dt tensor.DType) tensor.DType {
 	return dt
 }
 
-// Lower specializes g to the symbol sizes in dims and lowers it to a Program.
+// Lower specializes g to the symbol sizes in dims and lowers it to a Program,
+// after the shape-independent optimization passes (Optimize).
 func (l *Lowerer) Lower(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
+	return l.lower(l.Optimize(g), dims)
+}
+
+// LowerOptimized is Lower for a graph Optimize made: a server optimizes a
+// model once and lowers it per shape bucket.
+func (l *Lowerer) LowerOptimized(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
+	return l.lower(g, dims)
+}
+
+func (l *Lowerer) lower(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
-	sg, err := l.Specialize(g, dims)
+	sg, err := l.specialize(g, dims)
 	if err != nil {
 		return nil, err
 	}
@@ -255,11 +267,14 @@ func (l *Lowerer) Lower(g *fxgraph.Graph, dims map[string]int64) (*Program, erro
 // with the optimization passes the options enable applied: the graph
 // LowerSpecialized takes.
 func (l *Lowerer) Specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.Graph, error) {
-	g, err := g.Rebuilt(dims) // a deferred import is made for these sizes first
-	if err != nil {
-		return nil, fmt.Errorf("lower: %w", err)
+	return l.specialize(l.Optimize(g), dims)
+}
+
+func (l *Lowerer) specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.Graph, error) {
+	if err := notDeferred(g); err != nil {
+		return nil, err
 	}
-	sg, err := l.ir.Specialize(l.Optimize(g), dims, l.opts.MaxFoldElements)
+	sg, err := l.ir.Specialize(g, dims, l.opts.MaxFoldElements)
 	if err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
@@ -267,6 +282,15 @@ func (l *Lowerer) Specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.
 		l.platform.Specialized(sg, l.opts)
 	}
 	return sg, nil
+}
+
+// notDeferred refuses a deferred graph, whose importer makes the graph to
+// lower once the sizes are known (importer.Model.At).
+func notDeferred(g *fxgraph.Graph) error {
+	if g.IsDeferred() {
+		return errors.New("lower: the graph is deferred: its import waits for the input sizes (importer.Model.At imports it at them)")
+	}
+	return nil
 }
 
 // Optimize applies the shape-independent optimization passes and returns
@@ -552,9 +576,8 @@ const shapeFoldElements = 1 << 14
 // folding of shape sub-computations) at those sizes, with no lowering or
 // compiling. A server slices padded outputs back to these shapes.
 func (l *Lowerer) OutputShapes(g *fxgraph.Graph, dims map[string]int64) ([][]int64, error) {
-	g, err := g.Rebuilt(dims)
-	if err != nil {
-		return nil, fmt.Errorf("lower: output shapes at %v: %w", dims, err)
+	if err := notDeferred(g); err != nil {
+		return nil, err
 	}
 	sg, err := l.ir.Specialize(g, dims, shapeFoldElements)
 	if err != nil {

@@ -289,7 +289,7 @@ type resizeAxis struct {
 
 func newResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (*resizeAxis, error) {
 	r := &resizeAxis{p: p, axis: axis, in: in, out: out, roi0: 0, roi1: 1, taps: 2}
-	if p.Sizes != nil && p.Sizes[axis] >= 0 || p.Scales == nil {
+	if p.Scales == nil || p.Sizes != nil && p.Sizes[axis] >= 0 && p.Scales[axis] <= 0 {
 		if in == 0 {
 			return nil, fmt.Errorf("resize: empty input axis %d", axis)
 		}
@@ -306,9 +306,7 @@ func newResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (*resi
 	if p.ROI != nil {
 		r.roi0, r.roi1 = p.ROI[axis], p.ROI[rank+axis]
 	}
-	if p.Mode == "cubic" {
-		r.taps = 4
-	}
+	r.taps = int64(len(nnResizeCoeffs(p, 0.5, r.scale)))
 	r.pad = (r.taps + 1) / 2
 	return r, nil
 }
@@ -358,15 +356,7 @@ func (r *resizeAxis) tapsAt(xo float64) ([]int64, []float64, error) {
 	if xo != math.Floor(xo) {
 		ratio = xo - math.Floor(xo)
 	}
-	var coeffs []float64
-	switch r.p.Mode {
-	case "nearest":
-		coeffs = nnNearestCoeffs(ratio, r.p.Nearest)
-	case "linear":
-		coeffs = []float64{1 - ratio, ratio}
-	case "cubic":
-		coeffs = nnCubicCoeffs(ratio, r.p.CubicA)
-	}
+	coeffs := nnResizeCoeffs(r.p, ratio, r.scale)
 	sel, err := r.nearestTaps(xo + float64(r.pad))
 	if err != nil {
 		return nil, nil, err
@@ -415,6 +405,59 @@ func (r *resizeAxis) nearestTaps(xp float64) ([]int64, error) {
 	sel := append([]int64(nil), cands[:r.taps]...)
 	slices.Sort(sel)
 	return sel, nil
+}
+
+// nnResizeCoeffs are the weights of the taps around fractional position
+// ratio (in (0, 1]): nearest, linear or cubic, antialiased when asked
+// (linear and cubic only).
+func nnResizeCoeffs(p fxgraph.ResizeParams, ratio, scale float64) []float64 {
+	switch {
+	case p.Antialias && p.Mode != "nearest":
+		return nnAntialiasCoeffs(p.Mode, ratio, scale, p.CubicA)
+	case p.Mode == "nearest":
+		return nnNearestCoeffs(ratio, p.Nearest)
+	case p.Mode == "cubic":
+		return nnCubicCoeffs(ratio, p.CubicA)
+	}
+	return []float64{1 - ratio, ratio}
+}
+
+// nnAntialiasCoeffs are ONNX's antialiased linear or cubic weights at
+// fractional position ratio for scale: the filter stretched by 1/scale
+// when downsampling (scale < 1), as many taps as it then covers,
+// normalized to sum to 1.
+func nnAntialiasCoeffs(mode string, ratio, scale, a float64) []float64 {
+	scale = min(scale, 1)
+	var start, end int
+	kernel := func(x float64) float64 { return math.Max(0, 1-math.Abs(x)) }
+	if mode == "cubic" {
+		start = int(math.Floor(-2/scale)) + 1
+		end = 2 - start
+		kernel = func(x float64) float64 {
+			x = math.Abs(x)
+			switch {
+			case x <= 1:
+				return ((a+2)*x-(a+3))*x*x + 1
+			case x < 2:
+				return ((a*x-5*a)*x+8*a)*x - 4*a
+			}
+			return 0
+		}
+	} else {
+		start = int(math.Floor(-1/scale)) + 1
+		end = start + 2 - 2*start
+	}
+	out := make([]float64, 0, end-start)
+	sum := 0.0
+	for i := start; i < end; i++ {
+		v := kernel(scale * (float64(i) - ratio))
+		out = append(out, v)
+		sum += v
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
 }
 
 func nnNearestCoeffs(ratio float64, mode string) []float64 {

@@ -25,6 +25,10 @@ func (d DType) IntRange() (lo, hi int64, ok bool) {
 		return 0, math.MaxUint32, true
 	case Uint64:
 		return 0, -1, true
+	case Int4:
+		return -8, 7, true
+	case Uint4:
+		return 0, 15, true
 	}
 	return 0, 0, false
 }
