@@ -410,6 +410,7 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 		return nil, fmt.Errorf("lower: build module: %w", err)
 	}
 	prog.Module = code
+	prog.Usage = mod.Usage()
 	return prog, nil
 }
 

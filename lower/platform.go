@@ -22,6 +22,14 @@ type Platform struct {
 	// Register replaces rules of r (Override) and sets r's primitives for
 	// the platform.
 	Register func(r *Registry, o Options)
+	// CustomCalls are the custom call targets the platform's backend
+	// provides (the CPU's kernel library); any other is one it lacks.
+	CustomCalls []string
+	// Lacks are the element types the platform cannot hold (a TPU's f64).
+	Lacks []stablehlo.ElementType
+	// Slow are the element types it computes on slowly, emulated or on
+	// few units (64-bit integers on GPUs and TPUs, f64 on GPUs).
+	Slow []stablehlo.ElementType
 }
 
 // Epilogue is what a fused operator (fxgraph.XserveConvFused,

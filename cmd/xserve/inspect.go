@@ -18,19 +18,27 @@ import (
 	"github.com/xserve/xserve/lower/platforms"
 )
 
+// inspectFlags are xserve inspect's flags.
+type inspectFlags struct {
+	showHLO, check, narrow, cpuKernels, unsupported *bool
+	platform                                        *string
+	shapes, dims                                    multiFlag
+}
+
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	showHLO := fs.Bool("stablehlo", false, "print the StableHLO program for the given input shapes")
-	var shapeFlags, dimFlags multiFlag
-	fs.Var(&shapeFlags, "shape", "input shape NAME=1x3x224x224 (repeatable); binds the input's symbolic dims")
-	fs.Var(&dimFlags, "dim", "symbol size SYM=N (repeatable), e.g. batch=8")
-	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
-	cpuKernels := fs.Bool("cpu-kernels", true, "on cpu, lower as `xserve serve` does with its CPU kernel library loaded (convolutions and matrix products as custom calls to "+cpu.ConvKernel+" and "+cpu.MatmulKernel+")")
-	platform := fs.String("platform", "cpu", "platform to lower for (cpu, cuda, tpu)")
-	unsupported := fs.Bool("unsupported", false, "list every operator xserve cannot import (op, domain, opset, count, nodes); exit non-zero when there is any")
+	var f inspectFlags
+	f.showHLO = fs.Bool("stablehlo", false, "print the StableHLO program for the given input shapes")
+	f.check = fs.Bool("check", false, "lower for --platform and list what the program uses that the platform lacks or runs slowly (custom calls, host callbacks, f64, 64-bit integer arithmetic); exit non-zero when it lacks something (symbols without --shape or --dim are 1)")
+	fs.Var(&f.shapes, "shape", "input shape NAME=1x3x224x224 (repeatable); binds the input's symbolic dims")
+	fs.Var(&f.dims, "dim", "symbol size SYM=N (repeatable), e.g. batch=8")
+	f.narrow = fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
+	f.cpuKernels = fs.Bool("cpu-kernels", true, "on cpu, lower as `xserve serve` does with its CPU kernel library loaded (convolutions and matrix products as custom calls to "+cpu.ConvKernel+" and "+cpu.MatmulKernel+")")
+	f.platform = fs.String("platform", "cpu", "platform to lower for (cpu, cuda, tpu)")
+	f.unsupported = fs.Bool("unsupported", false, "list every operator xserve cannot import (op, domain, opset, count, nodes); exit non-zero when there is any")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: xserve inspect MODEL [--unsupported | --stablehlo --shape NAME=DIMS ... | --dim SYM=N ...]")
+		fmt.Fprintln(stderr, "Usage: xserve inspect MODEL [--unsupported | --stablehlo --shape NAME=DIMS ... | --dim SYM=N ... | --platform cuda|tpu --check]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -41,7 +49,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errors.New("inspect: want exactly one MODEL path")
 	}
-	if *unsupported {
+	if *f.unsupported {
 		return listUnsupported(pos[0], stdout)
 	}
 	model, err := importer.Open(pos[0])
@@ -53,7 +61,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if !*showHLO {
+	if !*f.showHLO && !*f.check {
 		fmt.Fprintf(stdout, "model %s\n", pos[0])
 		fmt.Fprint(stdout, signature(g))
 		if host != nil {
@@ -67,24 +75,61 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		if g = host.Device; g == nil {
 			return errors.New("inspect: the model runs on the host only (string operators): it has no StableHLO program")
 		}
+		model = &importer.Model{Graph: g}
 	}
-	dims, err := dimsFromFlags(g, shapeFlags, dimFlags)
+	prog, err := f.lower(model)
 	if err != nil {
 		return err
 	}
-	opts := lower.Options{Platform: *platform, NarrowInt64: *narrow, Kernels: []string{}}
-	if *platform == "cpu" && *cpuKernels {
-		opts.Kernels = []string{cpu.ConvKernel, cpu.MatmulKernel}
-	}
-	if g, err = model.At(dims); err != nil {
-		return err
-	}
-	l := platforms.New(opts)
-	prog, err := l.Lower(g, dims)
-	if err != nil {
-		return err
+	if *f.check {
+		return checkProgram(stdout, pos[0], *f.platform, prog)
 	}
 	fmt.Fprintf(stdout, "%s", prog.Module)
+	return nil
+}
+
+// lower lowers the model for the flags' platform and shapes.
+func (f *inspectFlags) lower(model *importer.Model) (*lower.Program, error) {
+	dims, err := dimsFromFlags(model.Graph, f.shapes, f.dims, *f.check)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := platforms.Named(*f.platform); err != nil {
+		return nil, fmt.Errorf("inspect: --platform: %w", err)
+	}
+	opts := lower.Options{Platform: *f.platform, NarrowInt64: *f.narrow, Kernels: []string{}}
+	if *f.platform == "cpu" && *f.cpuKernels {
+		opts.Kernels = []string{cpu.ConvKernel, cpu.MatmulKernel}
+	}
+	g, err := model.At(dims)
+	if err != nil {
+		return nil, err
+	}
+	return platforms.New(opts).Lower(g, dims)
+}
+
+// checkProgram prints what prog uses that platform lacks or runs slowly,
+// and fails when it lacks something.
+func checkProgram(w io.Writer, path, platform string, prog *lower.Program) error {
+	p, err := platforms.Named(platform)
+	if err != nil {
+		return err
+	}
+	findings := p.Check(prog.Usage)
+	fmt.Fprintf(w, "%s on %s at %v: %d ops\n", path, platform, prog.Dims, prog.Usage.Count())
+	lacks := 0
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, f := range findings {
+		fmt.Fprintln(tw, f)
+		if f.Lacks {
+			lacks++
+		}
+	}
+	tw.Flush()
+	if lacks > 0 {
+		return fmt.Errorf("inspect: the program uses %d thing(s) platform %s lacks", lacks, platform)
+	}
+	fmt.Fprintf(w, "ok: nothing platform %s lacks\n", platform)
 	return nil
 }
 
@@ -107,7 +152,7 @@ func signature(g *fxgraph.Graph) string {
 }
 
 // dimsFromFlags binds the graph's symbols from --shape and --dim flags.
-func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string) (map[string]int64, error) {
+func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string, defaultOne bool) (map[string]int64, error) {
 	dims := map[string]int64{}
 	set := func(sym string, v int64, from string) error {
 		if prev, ok := dims[sym]; ok && prev != v {
@@ -162,7 +207,9 @@ func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string) (map[string]
 	var missing []string
 	for _, p := range g.Placeholders() {
 		for _, s := range p.Val().Shape.Symbols() {
-			if _, ok := dims[s]; !ok {
+			if _, ok := dims[s]; !ok && defaultOne {
+				dims[s] = 1
+			} else if !ok {
 				missing = append(missing, s+" (input "+p.Target+")")
 			}
 		}

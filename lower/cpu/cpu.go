@@ -20,7 +20,8 @@ import (
 
 // Platform returns the CPU platform, for lower.New.
 func Platform() *lower.Platform {
-	return &lower.Platform{Name: "cpu", Defaults: defaults, Specialized: specialized, Register: register}
+	return &lower.Platform{Name: "cpu", Defaults: defaults, Specialized: specialized, Register: register,
+		CustomCalls: []string{ConvKernel, MatmulKernel, PoolKernel}}
 }
 
 func defaults(o *lower.Options) {
