@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -151,57 +152,35 @@ func signature(g *fxgraph.Graph) string {
 	return b.String()
 }
 
-// dimsFromFlags binds the graph's symbols from --shape and --dim flags.
-func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string, defaultOne bool) (map[string]int64, error) {
-	dims := map[string]int64{}
-	set := func(sym string, v int64, from string) error {
-		if prev, ok := dims[sym]; ok && prev != v {
-			return fmt.Errorf("%s: symbol %s is %d, but %d elsewhere", from, sym, v, prev)
-		}
-		dims[sym] = v
-		return nil
+// symbolSizes are symbol sizes bound from flags.
+type symbolSizes map[string]int64
+
+// set binds sym to v, refusing a different size bound before.
+func (dims symbolSizes) set(sym string, v int64, from string) error {
+	if prev, ok := dims[sym]; ok && prev != v {
+		return fmt.Errorf("%s: symbol %s is %d, but %d elsewhere", from, sym, v, prev)
 	}
+	dims[sym] = v
+	return nil
+}
+
+// dimsFromFlags binds the graph's symbols from --shape and --dim flags;
+// the symbols left are 1 when defaultOne, else an error.
+func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string, defaultOne bool) (map[string]int64, error) {
+	dims := symbolSizes{}
 	for _, f := range dimFlags {
 		k, v, ok := strings.Cut(f, "=")
 		n, err := strconv.ParseInt(v, 10, 64)
 		if !ok || err != nil || n < 0 {
 			return nil, fmt.Errorf("--dim %q: want SYM=N with N >= 0", f)
 		}
-		if err := set(k, n, "--dim "+f); err != nil {
+		if err := dims.set(k, n, "--dim "+f); err != nil {
 			return nil, err
 		}
 	}
-	inputs := map[string]*fxgraph.Node{}
-	for _, p := range g.Placeholders() {
-		inputs[p.Target] = p
-	}
 	for _, f := range shapeFlags {
-		name, spec, ok := strings.Cut(f, "=")
-		if !ok {
-			return nil, fmt.Errorf("--shape %q: want NAME=D1xD2x...", f)
-		}
-		p, ok := inputs[name]
-		if !ok {
-			return nil, fmt.Errorf("--shape %q: the model has no input %q (inputs: %s)", f, name, strings.Join(inputNames(g), ", "))
-		}
-		shape, err := parseDims(spec)
-		if err != nil {
-			return nil, fmt.Errorf("--shape %q: %w", f, err)
-		}
-		want := p.Val().Shape
-		if len(shape) != len(want) {
-			return nil, fmt.Errorf("--shape %q: input %s has rank %d %s", f, name, len(want), want)
-		}
-		for i, d := range want {
-			if d.IsStatic() {
-				if d.Size != shape[i] {
-					return nil, fmt.Errorf("--shape %q: dim %d of %s is fixed at %d", f, i, name, d.Size)
-				}
-				continue
-			}
-			if err := set(d.Sym, shape[i], "--shape "+f); err != nil {
-				return nil, err
-			}
+		if err := dims.bindShape(g, f); err != nil {
+			return nil, err
 		}
 	}
 	var missing []string
@@ -219,6 +198,38 @@ func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string, defaultOne b
 		return nil, fmt.Errorf("no size for symbols %s: pass --shape NAME=DIMS or --dim SYM=N", strings.Join(missing, ", "))
 	}
 	return dims, nil
+}
+
+// bindShape binds the symbols of the input a --shape flag f names.
+func (dims symbolSizes) bindShape(g *fxgraph.Graph, f string) error {
+	name, spec, ok := strings.Cut(f, "=")
+	if !ok {
+		return fmt.Errorf("--shape %q: want NAME=D1xD2x...", f)
+	}
+	i := slices.IndexFunc(g.Placeholders(), func(p *fxgraph.Node) bool { return p.Target == name })
+	if i < 0 {
+		return fmt.Errorf("--shape %q: the model has no input %q (inputs: %s)", f, name, strings.Join(inputNames(g), ", "))
+	}
+	shape, err := parseDims(spec)
+	if err != nil {
+		return fmt.Errorf("--shape %q: %w", f, err)
+	}
+	want := g.Placeholders()[i].Val().Shape
+	if len(shape) != len(want) {
+		return fmt.Errorf("--shape %q: input %s has rank %d %s", f, name, len(want), want)
+	}
+	for i, d := range want {
+		if d.IsStatic() {
+			if d.Size != shape[i] {
+				return fmt.Errorf("--shape %q: dim %d of %s is fixed at %d", f, i, name, d.Size)
+			}
+			continue
+		}
+		if err := dims.set(d.Sym, shape[i], "--shape "+f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func inputNames(g *fxgraph.Graph) []string {
