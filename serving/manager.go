@@ -33,6 +33,11 @@ type Options struct {
 	// can serialize them, compiled executables across restarts; "" means no
 	// on-disk compile cache.
 	CompileCacheDir string
+	// CompileCache, if set, is the compile cache instead of
+	// CompileCacheDir: one that replicas share, such as a
+	// clustercache.Tiered (a local directory in front of a JetStream
+	// object store). The Manager does not close it.
+	CompileCache engine.Cache
 	// Lowering configures lowering; Platform defaults to Client.Platform().
 	Lowering lower.Options
 	// Logger receives load, compile and unload events; nil means
@@ -177,6 +182,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		Client:   opts.Client,
 		Lowering: opts.Lowering,
 		CacheDir: opts.CompileCacheDir,
+		Cache:    opts.CompileCache,
 		Logger:   opts.Logger,
 		Cores:    opts.Cores,
 	})

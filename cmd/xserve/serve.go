@@ -53,6 +53,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
 	strict := fs.Bool("strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
 	nf := natsFlags(fs)
+	clusterCacheOn := fs.Bool("cluster-cache", false, "share the compile cache with the other replicas through a JetStream object store on the NATS connection (the embedded server, or the cluster --nats-url names): local cache, then the cluster's, then compile; what this replica compiles is published within seconds")
+	ccf := addClusterCacheFlags(fs)
 	sf := newSecurityFlags(fs)
 	tf := tracingFlags(fs)
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
@@ -71,6 +73,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := nf.noteSet(fs); err != nil {
 		return err
+	}
+	if *clusterCacheOn && !*nf.enabled {
+		return errClusterCacheNeedsNATS
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -135,13 +140,38 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 
+	// NATS first: the embedded server, and the cluster compile cache's
+	// connection, are there before the models load.
+	ns, err := openNATS(nf, log)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	var cc *clusterCache
+	if *clusterCacheOn {
+		nc, err := ns.connect(ctx, "compile cache")
+		if err == nil {
+			cc, err = ccf.open(ctx, nc, *cacheDir, log)
+		}
+		if err != nil {
+			ns.stopEmbedded()
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	// stop closes what the models do not need any more, in order.
+	stop := func(ctx context.Context, parts ...error) error {
+		errCache := cc.close(ctx)
+		ns.stopEmbedded()
+		return errors.Join(append(parts, errCache)...)
+	}
+
 	mode, interval := controlMode(*control, *poll)
 	start := time.Now()
-	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "model_control_mode", mode)
+	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "cluster_cache", *clusterCacheOn, "model_control_mode", mode)
 	mgr, err := serving.NewManager(ctx, serving.Options{
 		Client:             client,
 		Repository:         repo,
 		CompileCacheDir:    *cacheDir,
+		CompileCache:       cc.cache(),
 		CompileParallelism: *compileJobs,
 		Lowering:           lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
 		Logger:             log,
@@ -150,7 +180,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		SplitBatches:       splitPolicy,
 	})
 	if err != nil {
-		return err
+		return stop(context.Background(), err)
 	}
 	ready := 0
 	for _, st := range mgr.Status() {
@@ -160,7 +190,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		log.Warn("model not ready", "model", st.Name, "version", st.Version, "state", st.State, "reason", st.Reason)
 	}
-	log.Info("models loaded", "ready", ready, "duration", time.Since(start).Round(time.Millisecond))
+	log.Info("models loaded", "ready", ready, "duration", time.Since(start).Round(time.Millisecond), "compilations", mgr.Compilations())
 
 	limits.Logger = log
 	limits.Version = buildVersion()
@@ -168,16 +198,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		limits.MemoryBudget = payload.DefaultMemoryBudget
 	}
 	if limits.Budget, err = payload.NewBudget(limits.MemoryBudget); err != nil {
-		return errors.Join(fmt.Errorf("serve: --memory-budget: %w", err), mgr.Shutdown(context.Background()))
+		return stop(context.Background(), fmt.Errorf("serve: --memory-budget: %w", err), mgr.Shutdown(context.Background()))
 	}
-	backend := &metricsBackend{Manager: mgr, strict: *strict}
+	backend := &metricsBackend{Manager: mgr, strict: *strict, cache: cc}
 	srv, err := httpapi.New(backend, limits)
 	if err != nil {
-		return errors.Join(err, mgr.Shutdown(context.Background()))
+		return stop(context.Background(), err, mgr.Shutdown(context.Background()))
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return errors.Join(fmt.Errorf("serve: %w", err), mgr.Shutdown(context.Background()))
+		return stop(context.Background(), fmt.Errorf("serve: %w", err), mgr.Shutdown(context.Background()))
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -187,28 +217,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cancel()
 		errHTTP := srv.Shutdown(sctx)
 		<-served
-		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
+		return stop(sctx, fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
 	}
 
-	// NATS: an embedded server, or a connection to the server or cluster
-	// --nats-url names; then the replica's subscriptions.
-	ns, err := startNATS(ctx, nf, mgr, limits, log)
-	if err == nil && ns != nil {
-		backend.nats.Store(ns.srv)
+	// The replica's NATS subscriptions, on a connection of their own.
+	err = ns.serve(ctx, mgr, limits)
+	if srv := ns.server(); srv != nil {
+		backend.nats.Store(srv)
 	}
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 		defer cancel()
 		errHTTP := srv.Shutdown(sctx)
 		<-served
-		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, gs.shutdown(sctx), mgr.Shutdown(sctx))
+		return stop(sctx, fmt.Errorf("serve: %w", err), errHTTP, gs.shutdown(sctx), mgr.Shutdown(sctx))
 	}
 
 	select {
 	case err := <-served: // the listener failed
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 		defer cancel()
-		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx))
+		errs := []error{fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx)}
+		return stop(sctx, errs...)
 	case <-ctx.Done():
 	}
 	if *shutdownDelay > 0 {
@@ -229,8 +259,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	<-served
 	errNATS, errGRPC := <-natsDone, <-grpcDone
 	errMgr := mgr.Shutdown(sctx)
-	ns.stopEmbedded()
-	if err := errors.Join(errHTTP, errNATS, errGRPC, errMgr); err != nil {
+	if err := stop(sctx, errHTTP, errNATS, errGRPC, errMgr); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}
 	log.Info("stopped")
@@ -305,6 +334,7 @@ func (b byteSize) Set(s string) error {
 // readiness made strict (--strict-readiness) and dropped while draining.
 type metricsBackend struct {
 	*serving.Manager
+	cache    *clusterCache // nil without --cluster-cache
 	nats     atomic.Pointer[natsapi.Server]
 	strict   bool
 	draining atomic.Bool
@@ -335,9 +365,13 @@ func (b *metricsBackend) Ready() bool {
 	return true
 }
 
-// WriteMetrics writes the Manager's metrics, then the NATS ones.
+// WriteMetrics writes the Manager's metrics, the cluster compile cache's,
+// then the NATS ones.
 func (b *metricsBackend) WriteMetrics(w io.Writer) error {
 	if err := b.Manager.WriteMetrics(w); err != nil {
+		return err
+	}
+	if err := b.cache.writeMetrics(w); err != nil {
 		return err
 	}
 	if ns := b.nats.Load(); ns != nil {
