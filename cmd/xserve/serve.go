@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -52,6 +54,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "grace period: how long SIGTERM waits for in-flight and queued requests (HTTP and NATS) before exiting")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
 	strict := fs.Bool("strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
+	loadPolicy := fs.String("model-load-policy", "eager", "when models load: eager (every model at start) or lazy (a model loads on its first request; past --model-memory-budget the least recently used are unloaded; over NATS a request goes to a replica holding its model)")
+	var budget serving.MemoryBudget
+	fs.Var(memoryBudgetFlag{&budget}, "model-memory-budget", "with --model-load-policy lazy: device memory the loaded models may take (their weights), e.g. 8GiB for each device, or 0=40GiB,1=16GiB per device index (default unbounded)")
 	nf := natsFlags(fs)
 	clusterCacheOn := fs.Bool("cluster-cache", false, "share the compile cache with the other replicas through a JetStream object store on the NATS connection (the embedded server, or the cluster --nats-url names): local cache, then the cluster's, then compile; what this replica compiles is published within seconds")
 	ccf := addClusterCacheFlags(fs)
@@ -94,6 +99,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	splitPolicy, err := serving.ParseSplitBatches(*split)
 	if err != nil {
 		return fmt.Errorf("serve: --split-batches: %w", err)
+	}
+	policy, err := serving.ParseLoadPolicy(*loadPolicy)
+	if err != nil {
+		return fmt.Errorf("serve: --model-load-policy: %w", err)
+	}
+	if policy != serving.LoadLazy && (budget.Bytes > 0 || len(budget.Devices) > 0) {
+		return errors.New("serve: --model-memory-budget bounds the models loaded on demand: it needs --model-load-policy lazy")
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -164,6 +176,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.Join(append(parts, errCache)...)
 	}
 
+	// announce re-registers the NATS endpoints when a load on demand or an
+	// eviction changed the models held.
+	var announce atomic.Pointer[natsapi.Server]
 	mode, interval := controlMode(*control, *poll)
 	start := time.Now()
 	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "cluster_cache", *clusterCacheOn, "model_control_mode", mode)
@@ -178,6 +193,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		PollInterval:       interval,
 		ControlMode:        mode,
 		SplitBatches:       splitPolicy,
+		LoadPolicy:         policy,
+		MemoryBudget:       budget,
+		OnHeldChange: func() {
+			if srv := announce.Load(); srv != nil {
+				if err := srv.Sync(); err != nil {
+					log.Warn("cannot announce the models held over NATS", "err", err)
+				}
+			}
+		},
 	})
 	if err != nil {
 		return stop(context.Background(), err)
@@ -221,9 +245,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	// The replica's NATS subscriptions, on a connection of their own.
-	err = ns.serve(ctx, mgr, limits)
+	err = ns.serve(ctx, mgr, limits, policy == serving.LoadLazy)
 	if srv := ns.server(); srv != nil {
 		backend.nats.Store(srv)
+		announce.Store(srv)
 	}
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
@@ -326,6 +351,51 @@ func (b byteSize) Set(s string) error {
 		return fmt.Errorf("want a positive size such as 1048576, 64MiB or 1GiB")
 	}
 	*b.v = n * mult
+	return nil
+}
+
+// memoryBudgetFlag is --model-memory-budget: a size for every device
+// ("8GiB"), sizes per device index ("0=40GiB,1=16GiB"), or both
+// ("8GiB,1=16GiB").
+type memoryBudgetFlag struct{ b *serving.MemoryBudget }
+
+func (f memoryBudgetFlag) String() string {
+	if f.b == nil || f.b.Bytes == 0 && len(f.b.Devices) == 0 {
+		return ""
+	}
+	parts := []string{}
+	if f.b.Bytes > 0 {
+		parts = append(parts, strconv.FormatInt(f.b.Bytes, 10))
+	}
+	for _, d := range slices.Sorted(maps.Keys(f.b.Devices)) {
+		parts = append(parts, fmt.Sprintf("%d=%d", d, f.b.Devices[d]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f memoryBudgetFlag) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		dev, size, perDevice := strings.Cut(part, "=")
+		if !perDevice {
+			size = dev
+		}
+		var n int64
+		if err := (byteSize{&n}).Set(size); err != nil {
+			return fmt.Errorf("%q: %w", part, err)
+		}
+		if !perDevice {
+			f.b.Bytes = n
+			continue
+		}
+		d, err := strconv.Atoi(strings.TrimSpace(dev))
+		if err != nil || d < 0 {
+			return fmt.Errorf("%q: want DEVICE=SIZE with a device index, e.g. 0=40GiB", part)
+		}
+		if f.b.Devices == nil {
+			f.b.Devices = map[int]int64{}
+		}
+		f.b.Devices[d] = n
+	}
 	return nil
 }
 

@@ -158,8 +158,9 @@ func (ns *natsServing) connect(ctx context.Context, what string) (*nats.Conn, er
 	return ns.o.natsConnFlags.connect(ctx, what, ns.log)
 }
 
-// serve serves the models on a connection of their own.
-func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits httpapi.Options) error {
+// serve serves the models on a connection of their own; onDemand says the
+// Manager loads models on their first request (natsapi.Options.OnDemand).
+func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits httpapi.Options, onDemand bool) error {
 	if ns == nil {
 		return nil
 	}
@@ -182,6 +183,7 @@ func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits h
 		Durable:              *o.durable,
 		AckWait:              *o.ackWait,
 		MaxDeliver:           *o.maxDeliver,
+		OnDemand:             onDemand,
 		Logger:               ns.log,
 	})
 	if err != nil {
