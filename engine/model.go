@@ -19,8 +19,15 @@ var ErrClosed = errors.New("engine: model closed")
 // (the shape-independent passes, whose weights every executable then
 // shares) and its weights uploaded to the device on first use, shared by
 // every executable built for it. Its methods are safe for concurrent use.
+//
+// A graph with string values is cut into host stages around a device graph
+// (fxgraph.SplitHost): Host returns the cut, Graph and everything built are
+// the device graph's. A graph of string operators only has an empty device
+// graph (Host().Device is nil): it runs on the host.
 type Model struct {
 	e *Engine
+	// host is the graph's host stages, nil when it runs whole on the device.
+	host *fxgraph.HostSplit
 	// graph is nil once closed, so that a closed model does not keep its
 	// host weights alive.
 	graph   atomic.Pointer[fxgraph.Graph]
@@ -53,22 +60,41 @@ func (e *Engine) Load(path string, o LoadOptions) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := e.NewModel(g, o)
+	m, err := e.NewModel(g, o)
+	if err != nil {
+		return nil, err
+	}
 	m.hash = hash
 	return m, nil
 }
 
 // NewModel returns a model of the imported graph g (which it may optimize
-// in place of a copy, never changing g). Its programs are lowered anew in
-// every process: without a file, nothing keys them in the cache.
-func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) *Model {
-	m := &Model{e: e, weights: NewWeights(e.client), log: o.Logger}
+// in place of a copy, never changing g), its host stages cut off. Its
+// programs are lowered anew in every process: without a file, nothing keys
+// them in the cache.
+func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) (*Model, error) {
+	host, err := fxgraph.SplitHost(g)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{e: e, host: host, weights: NewWeights(e.client), log: o.Logger}
 	if m.log == nil {
 		m.log = e.log
 	}
+	switch {
+	case host == nil:
+	case host.Device == nil:
+		g = fxgraph.New()
+	default:
+		g = host.Device
+	}
 	m.graph.Store(e.lowerer.Optimize(g))
-	return m
+	return m, nil
 }
+
+// Host returns the model's host stages, nil when it runs whole on the
+// device.
+func (m *Model) Host() *fxgraph.HostSplit { return m.host }
 
 // Graph returns the model's optimized graph, nil once closed.
 func (m *Model) Graph() *fxgraph.Graph { return m.graph.Load() }

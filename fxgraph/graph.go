@@ -48,6 +48,11 @@ type Graph struct {
 	// torch.export's range constraints); a symbol without an entry is
 	// unbounded. Shape buckets outside a symbol's range are config errors.
 	SymbolRanges map[string]SymbolRange
+	// SymbolExprs maps a derived symbol, one an input dim carries that is
+	// an expression of other symbols (torch.export's "s49 + 1"), to that
+	// expression. A caller binds the plain symbols and evaluates the derived
+	// ones (BindDerived); they are never free.
+	SymbolExprs map[string]*SymExpr
 	// Rebuild, when set, marks a deferred graph: one whose shape
 	// computations the importer could not express over symbolic sizes (an
 	// If on a condition computed from shapes, whose branches differ in
@@ -592,6 +597,12 @@ func (g *Graph) Clone() *Graph {
 			c.SymbolRanges = map[string]SymbolRange{}
 		}
 		c.SymbolRanges[k] = v
+	}
+	for k, v := range g.SymbolExprs {
+		if c.SymbolExprs == nil {
+			c.SymbolExprs = map[string]*SymExpr{}
+		}
+		c.SymbolExprs[k] = v
 	}
 	for k, v := range g.Attrs {
 		c.Attrs[k] = v

@@ -62,6 +62,10 @@ type Op struct {
 	// inputs (aten.sym_size, aten._shape_as_tensor): they fold as soon as those
 	// shapes are static, even when the inputs are not constant.
 	ShapeOnly bool
+	// Host marks an op that only the host computes (string operators): it
+	// has an Eval and no lowering rule, and SplitHost runs it before or
+	// after the program.
+	Host bool
 	// Twin, for a .Scalar overload whose other operand is a Python number
 	// (aten.mul.Scalar), is the .Tensor overload that computes the same
 	// thing (aten.mul.Tensor): rules written for the twin apply unchanged.
@@ -164,7 +168,7 @@ var opTable, allOps map[string]*Op
 
 func init() {
 	allOps = map[string]*Op{}
-	for _, op := range append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveRoIAlign) {
+	for _, op := range append(append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveRoIAlign, XserveTreeEnsemble), stringOps...) {
 		if _, dup := allOps[op.Name]; dup {
 			panic("fxgraph: operator defined twice: " + op.Name)
 		}
@@ -178,6 +182,8 @@ func init() {
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
+	registerTrees(r)
+	registerStrings(r)
 	attachIRDefaults()
 	attachScalarTwins()
 	opTable = r.ops

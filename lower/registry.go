@@ -34,6 +34,7 @@ func NewRegistry() *Registry {
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
+	registerTrees(r)
 	return r
 }
 

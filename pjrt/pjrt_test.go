@@ -199,6 +199,14 @@ func TestFindPluginOrder(t *testing.T) {
 	t.Setenv(EnvPlugin, "tpu")
 	check("env platform", find(FindOptions{}), libtpu)
 
+	// A conda environment's JAX, CUDA 13 before 12, after $VIRTUAL_ENV's.
+	cuda13 := mk("conda/lib/python3.12/site-packages/jax_plugins/xla_cuda13/xla_cuda_plugin.so")
+	t.Setenv("CONDA_PREFIX", filepath.Join(dir, "conda"))
+	check("cuda: the virtualenv first", find(FindOptions{Path: "cuda"}), cuda12)
+	t.Setenv("VIRTUAL_ENV", "")
+	check("cuda: conda", find(FindOptions{Path: "cuda"}), cuda13)
+	t.Setenv("CONDA_PREFIX", "")
+
 	// A relative explicit path comes back absolute.
 	t.Chdir(filepath.Join(dir, "flag"))
 	check("relative path", find(FindOptions{Path: "plugin.so"}), explicit)
@@ -223,6 +231,7 @@ func isolate(t *testing.T, dir string) {
 	t.Setenv(EnvPlugin, "")
 	t.Setenv(EnvCache, "")
 	t.Setenv("VIRTUAL_ENV", "")
+	t.Setenv("CONDA_PREFIX", "")
 	t.Chdir(home)
 	oldSys, oldExe := systemSitePackages, executableDir
 	systemSitePackages = []string{filepath.Join(dir, "usr/lib/python3*/site-packages")}

@@ -86,6 +86,9 @@ def save(out, name, model, feeds, ref=None):
     when given: an equivalent graph of standard operators)."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # One intra-op thread: DynamicQuantizeLSTM quantizes its hidden state in
+    # one group per thread, so its references depend on the thread count.
+    so.intra_op_num_threads = 1
     sess = ort.InferenceSession((ref or model).SerializeToString(), so, providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     d = os.path.join(out, name)
@@ -219,6 +222,13 @@ def op_cases():
         direction = {"forward": "forward", "bidirectional_perchannel": "bidirectional", "reverse_peephole": "reverse"}[name]
         cs.append(Case(f"dynamicquantizelstm_{name}", "DynamicQuantizeLSTM", ins, order=[n for n, _ in ins], outputs=["y", "yh", "yc"], domain=MS,
                        hidden_size=3, direction=direction))
+    # Batch 3 (ONNX Runtime quantizes the whole [batch, hidden] state at each
+    # step) with sequence_lens.
+    ins = [("x", f32(6, 3, 5)), ("w", ints(np.int8, 2, 5, 12)), ("r", ints(np.int8, 2, 3, 12)), ("b", f32(2, 24, lo=-0.5, hi=0.5)),
+           ("lens", np.array([6, 2, 4], np.int32)), ("h0", f32(2, 3, 3, lo=-0.5, hi=0.5)), ("c0", f32(2, 3, 3, lo=-0.5, hi=0.5)), ("", None),
+           ("ws", f32(2, lo=0.01, hi=0.05)), ("wz", np.zeros(2, np.int8)), ("rs", f32(2, lo=0.01, hi=0.05)), ("rz", np.zeros(2, np.int8))]
+    cs.append(Case("dynamicquantizelstm_batch3_seqlens", "DynamicQuantizeLSTM", ins, order=[n for n, _ in ins], outputs=["y", "yh", "yc"], domain=MS,
+                   hidden_size=3, direction="bidirectional"))
 
     # MatMulNBits: K 40 (3 blocks of 16, the last partly padding), N 6.
     An = f32(2, 3, 40)

@@ -43,8 +43,10 @@ var npyDescrs = map[string]DType{
 
 // ReadNpy reads one array in NumPy .npy format (versions 1.0, 2.0 and 3.0)
 // from r. Big-endian arrays are byte-swapped to little-endian. Fortran-order
-// arrays of rank 2 or more, and dtypes without a DType (strings, objects,
-// structured types, datetimes), are errors. ReadNpy reads no further than
+// arrays of rank 2 or more, and dtypes without a DType (objects,
+// structured types, datetimes), are errors. Unicode ('<U') and bytes ('|S')
+// arrays are read as String tensors, each element without its trailing NUL
+// padding. ReadNpy reads no further than
 // the end of the array.
 func ReadNpy(r io.Reader) (*Tensor, error) {
 	t, err := readNpy(r, -1)
@@ -83,12 +85,15 @@ func readNpy(r io.Reader, size int64) (*Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("header %q: %w", header.text, err)
 	}
+	if fortran && len(shape) > 1 {
+		return nil, fmt.Errorf("fortran_order arrays are not supported (shape %v): save a C-contiguous array (numpy.ascontiguousarray)", shape)
+	}
+	if sd, ok := parseStringDescr(descr); ok {
+		return readNpyStrings(r, sd, shape, size-header.len)
+	}
 	dt, swap, err := parseDescr(descr)
 	if err != nil {
 		return nil, err
-	}
-	if fortran && len(shape) > 1 {
-		return nil, fmt.Errorf("fortran_order arrays are not supported (shape %v): save a C-contiguous array (numpy.ascontiguousarray)", shape)
 	}
 	n := NumElements(shape)
 	if n < 0 || n > math.MaxInt64/int64(dt.Size()) {
@@ -374,10 +379,14 @@ func (p *pyParser) dim() (int64, error) {
 }
 
 // WriteNpy writes t to w in NumPy .npy format, version 1.0 (2.0 when the
-// header does not fit in 64 KiB), little-endian and C order. String and
-// bfloat16 tensors have no NumPy equivalent and are errors; convert bfloat16
-// tensors to float32 first.
+// header does not fit in 64 KiB), little-endian and C order. String
+// tensors are written as NumPy unicode arrays ('<U'), or as bytes ('|S')
+// when an element is not UTF-8. bfloat16 tensors have no NumPy equivalent
+// and are errors; convert them to float32 first.
 func WriteNpy(w io.Writer, t *Tensor) error {
+	if t.DType == String {
+		return writeNpyStrings(w, t)
+	}
 	header, err := npyHeaderFor(t)
 	if err != nil {
 		return fmt.Errorf("tensor: npy: %w", err)
@@ -436,15 +445,21 @@ func npyHeaderFor(t *Tensor) ([]byte, error) {
 	if n < 0 || int64(len(t.Data)) != n*int64(t.DType.Size()) {
 		return nil, fmt.Errorf("%w: %s has %d data bytes", ErrShape, t, len(t.Data))
 	}
-	dims := make([]string, len(t.Shape))
-	for i, d := range t.Shape {
+	return npyHeaderBytes(descr, t.Shape)
+}
+
+// npyHeaderBytes builds the magic, version, length and padded header of an
+// array of descr and shape.
+func npyHeaderBytes(descr string, shape []int64) ([]byte, error) {
+	dims := make([]string, len(shape))
+	for i, d := range shape {
 		dims[i] = strconv.FormatInt(d, 10)
 	}
-	shape := "(" + strings.Join(dims, ", ") + ")"
+	tuple := "(" + strings.Join(dims, ", ") + ")"
 	if len(dims) == 1 {
-		shape = "(" + dims[0] + ",)"
+		tuple = "(" + dims[0] + ",)"
 	}
-	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape)
+	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, tuple)
 	for _, v := range []struct {
 		major   byte
 		lenSize int

@@ -81,7 +81,7 @@ func TestNpyWriteErrors(t *testing.T) {
 		want string
 	}{
 		{New(BFloat16, 2), "bfloat16 has no NumPy dtype: convert the tensor to float32 first"},
-		{&Tensor{DType: String, Shape: []int64{1}, Strings: [][]byte{[]byte("x")}}, "string tensors cannot be written"},
+		{&Tensor{DType: String, Shape: []int64{2}, Strings: [][]byte{[]byte("x")}}, "has 1 strings"},
 		{&Tensor{DType: Float32, Shape: []int64{2}, Data: make([]byte, 4)}, "has 4 data bytes"},
 		{&Tensor{DType: Float32, Shape: []int64{-1}}, "bad shape"},
 		{&Tensor{DType: Invalid}, "no NumPy equivalent"},
@@ -183,7 +183,8 @@ func TestNpyReadErrors(t *testing.T) {
 		{"extra key", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}"), `unexpected key "x"`},
 		{"duplicate key", hdr("{'descr': '<f4', 'descr': '<f4', 'shape': (1,)}"), `key "descr" twice`},
 		{"structured", hdr("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }"), "structured dtypes are not supported"},
-		{"unicode", hdr("{'descr': '<U3', 'fortran_order': False, 'shape': (1,), }"), `unsupported dtype "<U3"`},
+		{"unicode without data", hdr("{'descr': '<U3', 'fortran_order': False, 'shape': (1,), }"), "string[1]: data"},
+		{"unicode too wide", hdr("{'descr': '<U999999999', 'fortran_order': False, 'shape': (1,), }"), `unsupported dtype "<U999999999"`},
 		{"object", hdr("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"), `unsupported dtype "|O"`},
 		{"bad order", hdr("{'descr': '|f4', 'fortran_order': False, 'shape': (1,), }"), `byte order '|' for a 4-byte type`},
 		{"fortran", hdr("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }"), "fortran_order arrays are not supported"},
@@ -439,5 +440,57 @@ func checkNumPyFile(t *testing.T, path, name string, c npyCase) {
 		if e := npyElem(got, int64(i)); e != want {
 			t.Errorf("%s[%d] = %v, want %v", name, i, e, want)
 		}
+	}
+}
+
+// TestNpyStrings reads NumPy's unicode and bytes arrays (the layout of
+// np.save of np.array(["a", "héllo", ""]) and of a bytes array) and writes
+// string tensors that read back the same; the project's .npy files from
+// NumPy (testdata/mlmodels) are read by internal/realmodels.
+func TestNpyStrings(t *testing.T) {
+	npy := func(descr, shape, data string) string {
+		dict := "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }"
+		pad := 64 - (10+len(dict)+1)%64
+		h := dict + strings.Repeat(" ", pad%64) + "\n"
+		return "\x93NUMPY\x01\x00" + string([]byte{byte(len(h)), byte(len(h) >> 8)}) + h + data
+	}
+	unicode := npy("<U5", "(3,)", "a\x00\x00\x00"+strings.Repeat("\x00", 16)+
+		"h\x00\x00\x00\xe9\x00\x00\x00l\x00\x00\x00l\x00\x00\x00o\x00\x00\x00"+strings.Repeat("\x00", 20))
+	bytesArr := npy("|S2", "(2,)", "abc\x00")
+	for _, tc := range []struct {
+		name, data string
+		want       []string
+	}{
+		{"unicode", unicode, []string{"a", "héllo", ""}},
+		{"bytes", bytesArr, []string{"ab", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ReadNpy(strings.NewReader(tc.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.DType != String || len(got.Strings) != len(tc.want) {
+				t.Fatalf("got %s", got)
+			}
+			for i, w := range tc.want {
+				if string(got.Strings[i]) != w {
+					t.Errorf("element %d = %q, want %q", i, got.Strings[i], w)
+				}
+			}
+			var buf bytes.Buffer
+			if err := WriteNpy(&buf, got); err != nil {
+				t.Fatal(err)
+			}
+			back, err := ReadNpy(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(back.Strings) != len(tc.want) || string(back.Strings[1]) != tc.want[1] {
+				t.Errorf("round trip %v", back.Strings)
+			}
+		})
+	}
+	if _, err := ReadNpy(strings.NewReader(unicode[:len(unicode)-30])); err == nil {
+		t.Error("a truncated unicode array read without error")
 	}
 }

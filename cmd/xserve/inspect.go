@@ -46,12 +46,24 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	host, err := fxgraph.SplitHost(g)
+	if err != nil {
+		return err
+	}
 	if !*showHLO {
 		fmt.Fprintf(stdout, "model %s\n", pos[0])
 		fmt.Fprint(stdout, signature(g))
+		if host != nil {
+			fmt.Fprint(stdout, host.Describe())
+		}
 		fmt.Fprintln(stdout)
 		fmt.Fprint(stdout, g.Table())
 		return nil
+	}
+	if host != nil {
+		if g = host.Device; g == nil {
+			return errors.New("inspect: the model runs on the host only (string operators): it has no StableHLO program")
+		}
 	}
 	dims, err := dimsFromFlags(g, shapeFlags, dimFlags)
 	if err != nil {

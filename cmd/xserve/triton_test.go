@@ -58,7 +58,15 @@ func TestTritonClients(t *testing.T) {
 	python := tritonVenv(t)
 	// explicit model control: the clients also load uploaded models.
 	p := startXserve(t, tinycnnRepo(t), t.TempDir(), "--model-control-mode", "explicit")
-	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests/test_triton_clients.py")
+	runPytest(t, python, p, "python/tests/test_triton_clients.py")
+	p.stop(t)
+}
+
+// runPytest runs a python/tests file with pytest against the running
+// server p (XSERVE_URL, XSERVE_GRPC_URL), failing on any failed test.
+func runPytest(t *testing.T, python string, p *xserveProc, file string) {
+	t.Helper()
+	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", file)
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t), "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
@@ -66,7 +74,6 @@ func TestTritonClients(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pytest: %v", err)
 	}
-	p.stop(t)
 }
 
 // TestPerfAnalyzer runs Triton's perf_analyzer unchanged against xserve over

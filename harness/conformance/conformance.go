@@ -5,6 +5,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -380,26 +381,35 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, di
 	inputs, want := flatten(inVals), flatten(outVals)
 	bfloat16FromUint16(inputs, g.Placeholders())
 	bfloat16FromUint16(want, g.Outputs())
-	dims, err := g.BindDims(inputs)
+	host, err := fxgraph.SplitHost(g)
 	if err != nil {
 		return err
 	}
-	sg, err := r.Lowerer.Specialize(g, dims)
-	if err != nil {
-		return err
-	}
-	for _, n := range sg.Nodes() {
-		if n.Opcode == fxgraph.CallFunction {
+	var got []*tensor.Tensor
+	var names []string
+	if host == nil {
+		var prog *lower.Program
+		if got, prog, err = r.runDevice(ctx, g, inputs, targets); err != nil {
+			return err
+		}
+		names = outputNames(prog)
+	} else {
+		got, err = host.Run(ctx, inputs, func(ctx context.Context, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			outs, _, err := r.runDevice(ctx, host.Device, in, targets)
+			return outs, err
+		})
+		if err != nil {
+			return err
+		}
+		for _, n := range host.Pre {
 			targets[n.Target] = true
 		}
-	}
-	prog, err := r.Lowerer.LowerSpecialized(sg, dims)
-	if err != nil {
-		return err
-	}
-	got, err := Execute(ctx, r.Client, prog, inputs)
-	if err != nil {
-		return err
+		for _, n := range host.Post {
+			targets[n.Target] = true
+		}
+		for i := range g.Outputs() {
+			names = append(names, g.OutputName(i))
+		}
 	}
 	if check != nil {
 		return check(inputs, got, want, r.RTol, r.ATol)
@@ -409,10 +419,44 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, di
 	}
 	for i := range want {
 		if err := Compare(got[i], want[i], r.RTol, r.ATol); err != nil {
-			return fmt.Errorf("output %d (%s): %w", i, prog.Outputs[i].Name, err)
+			return fmt.Errorf("output %d (%s): %w", i, names[i], err)
 		}
 	}
 	return nil
+}
+
+// runDevice specializes, lowers and runs graph g (a whole model, or the
+// device graph of one with host stages) on inputs, recording the targets
+// it lowered.
+func (r *Runner) runDevice(ctx context.Context, g *fxgraph.Graph, inputs []*tensor.Tensor, targets map[string]bool) ([]*tensor.Tensor, *lower.Program, error) {
+	dims, err := g.BindDims(inputs)
+	if err != nil {
+		return nil, nil, err
+	}
+	sg, err := r.Lowerer.Specialize(g, dims)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range sg.Nodes() {
+		if n.Opcode == fxgraph.CallFunction {
+			targets[n.Target] = true
+		}
+	}
+	prog, err := r.Lowerer.LowerSpecialized(sg, dims)
+	if err != nil {
+		return nil, nil, err
+	}
+	got, err := Execute(ctx, r.Client, prog, inputs)
+	return got, prog, err
+}
+
+// outputNames are the names of prog's outputs.
+func outputNames(prog *lower.Program) []string {
+	var out []string
+	for _, o := range prog.Outputs {
+		out = append(out, o.Name)
+	}
+	return out
 }
 
 // bfloat16FromUint16 works around a quirk of the ONNX test data: bfloat16
@@ -448,7 +492,7 @@ func Compare(got, want *tensor.Tensor, rtol, atol float64) error {
 	}
 	n := want.NumElements()
 	if want.DType == tensor.String {
-		return errors.New("string outputs are not compared")
+		return compareStrings(got, want)
 	}
 	bad, worst, worstAt := 0, 0.0, int64(-1)
 	for i := int64(0); i < n; i++ {
@@ -482,6 +526,26 @@ func Compare(got, want *tensor.Tensor, rtol, atol float64) error {
 	if bad > 0 {
 		return fmt.Errorf("%d of %d elements differ; worst at flat index %d: got %v, want %v (|diff| %.3g)",
 			bad, n, worstAt, got.Float64At(worstAt), want.Float64At(worstAt), worst)
+	}
+	return nil
+}
+
+// compareStrings checks string tensors element by element.
+func compareStrings(got, want *tensor.Tensor) error {
+	if len(got.Strings) != len(want.Strings) {
+		return fmt.Errorf("%d strings, want %d", len(got.Strings), len(want.Strings))
+	}
+	bad, first := 0, -1
+	for i := range want.Strings {
+		if !bytes.Equal(got.Strings[i], want.Strings[i]) {
+			bad++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d strings differ; first at flat index %d: got %q, want %q", bad, len(want.Strings), first, got.Strings[first], want.Strings[first])
 	}
 	return nil
 }

@@ -71,6 +71,8 @@ func newConverters() converters {
 	registerQuant(cs)
 	registerQuantContrib(cs)
 	registerMicrosoft(cs)
+	registerML(cs)
+	registerStrings(cs)
 	return cs
 }
 

@@ -321,15 +321,21 @@ func ewWhere(c *Ctx, _ *Node) error {
 	return nil
 }
 
+// ewEqual converts Equal: aten.eq, or for strings (opset 19 on) a host
+// comparison.
+func ewEqual(c *Ctx, n *Node) error {
+	if a, err := c.Input(0); err == nil && Meta(a).DType == tensor.String {
+		return stringBinaryConvert(fxgraph.XserveStringEqual)(c, n)
+	}
+	return ewBinary(fxgraph.AtenEqTensor)(c, n)
+}
+
 // ewCastDType maps Cast's "to" code to a dtype; string and the types
 // without an IR dtype are Unsupported.
 func ewCastDType(code int64) (tensor.DType, error) {
 	dt, err := DType(int32(code))
 	if err != nil {
 		return tensor.Invalid, Unsupported("cast to %s", onnxTypeName(int32(code)))
-	}
-	if dt == tensor.String {
-		return tensor.Invalid, Unsupported("cast to STRING")
 	}
 	return dt, nil
 }
@@ -340,8 +346,8 @@ func ewCastDType(code int64) (tensor.DType, error) {
 // truncation toward zero for float to integer, x != 0 for bool).
 func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	src := Meta(x).DType
-	if src == tensor.String {
-		return nil, Unsupported("cast from STRING")
+	if src == tensor.String || dt == tensor.String {
+		return stringCast(c, x, dt)
 	}
 	if src == dt {
 		return x, nil
@@ -397,11 +403,7 @@ func ewCastLike(c *Ctx, _ *Node) error {
 	if err != nil {
 		return err
 	}
-	dt := Meta(like).DType
-	if dt == tensor.String {
-		return Unsupported("cast to STRING")
-	}
-	y, err := ewCast(c, x, dt)
+	y, err := ewCast(c, x, Meta(like).DType)
 	if err != nil {
 		return err
 	}
@@ -772,13 +774,14 @@ func registerElementwise(cs converters) {
 	cs.add("Sign", ewSign)
 	for op, target := range map[string]*fxgraph.Op{
 		"Add": fxgraph.AtenAddTensor, "Sub": fxgraph.AtenSubTensor, "Mul": fxgraph.AtenMulTensor,
-		"Equal": fxgraph.AtenEqTensor, "Less": fxgraph.AtenLtTensor, "LessOrEqual": fxgraph.AtenLeTensor,
+		"Less": fxgraph.AtenLtTensor, "LessOrEqual": fxgraph.AtenLeTensor,
 		"Greater": fxgraph.AtenGtTensor, "GreaterOrEqual": fxgraph.AtenGeTensor,
 		"BitwiseAnd": fxgraph.AtenBitwiseAndTensor, "BitwiseOr": fxgraph.AtenBitwiseOrTensor,
 		"BitwiseXor": fxgraph.AtenBitwiseXorTensor,
 	} {
 		cs.add(op, ewBinary(target))
 	}
+	cs.add("Equal", ewEqual)
 	cs.add("And", ewBinary(fxgraph.AtenLogicalAnd))
 	cs.add("Or", ewBinary(fxgraph.AtenLogicalOr))
 	cs.add("Xor", ewBinary(fxgraph.AtenLogicalXor))

@@ -123,7 +123,7 @@ func TestElementwiseConverters(t *testing.T) {
 		{name: "Cast to f16", opset: 13, node: ewOneNode("Cast", []string{"x"}, []string{"z"}, ewAttrI("to", 10)), inputs: []*ValueInfo{xf},
 			targets: "_to_copy.default", metas: "float16[N,3]"},
 		{name: "Cast to string", opset: 13, node: ewOneNode("Cast", []string{"x"}, []string{"z"}, ewAttrI("to", 8)), inputs: []*ValueInfo{xf},
-			err: "unsupported: cast to STRING"},
+			targets: "xserve.string_format", metas: "string[N,3]"},
 		{name: "Cast to float8", opset: 19, node: ewOneNode("Cast", []string{"x"}, []string{"z"}, ewAttrI("to", 17)), inputs: []*ValueInfo{xf},
 			err: "unsupported: cast to FLOAT8E4M3FN"},
 		{name: "CastLike", opset: 15, node: ewOneNode("CastLike", []string{"x", "y"}, []string{"z"}), inputs: []*ValueInfo{xf, ewVI("y", tensor.Int64, 1)},
