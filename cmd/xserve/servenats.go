@@ -93,6 +93,7 @@ type natsOptions struct {
 	durable    *bool
 	ackWait    *time.Duration
 	maxDeliver *int
+	replicas   *int
 
 	listenSet bool // --nats-listen was given
 }
@@ -110,6 +111,7 @@ func natsFlags(fs *flag.FlagSet) *natsOptions {
 		durable:       fs.Bool("nats-durable", false, "also take durable requests from the JetStream work queue (PREFIX.durable.<model>)"),
 		ackWait:       fs.Duration("nats-ack-wait", natsapi.DefaultAckWait, "durable requests: redelivery delay after a replica fails to acknowledge"),
 		maxDeliver:    fs.Int("nats-max-deliver", natsapi.DefaultMaxDeliver, "durable requests: most deliveries of one request"),
+		replicas:      fs.Int("nats-stream-replicas", 1, "durable requests: the stream's replication factor in a JetStream cluster (3 keeps the requests through the loss of a node)"),
 	}
 	o.maxPayload = natsapi.DefaultMaxPayload
 	fs.Var(byteSize{&o.maxPayload}, "nats-max-payload", "embedded NATS server's largest message, up to 64MiB (default 8MiB)")
@@ -183,6 +185,7 @@ func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits h
 		Durable:              *o.durable,
 		AckWait:              *o.ackWait,
 		MaxDeliver:           *o.maxDeliver,
+		StreamReplicas:       *o.replicas,
 		OnDemand:             onDemand,
 		Logger:               ns.log,
 	})
@@ -297,6 +300,8 @@ func (o *natsOptions) noteSet(fs *flag.FlagSet) error {
 		return fmt.Errorf("serve: --nats-max-payload %d: at most 64MiB", o.maxPayload)
 	case *o.ackWait < 100*time.Millisecond || *o.maxDeliver < 1 || *o.queue < 1 || *o.workers < 0:
 		return errors.New("serve: --nats-ack-wait must be at least 100ms, --nats-max-deliver and --nats-queue at least 1, --nats-workers not negative")
+	case *o.replicas < 1 || *o.replicas > 5:
+		return fmt.Errorf("serve: --nats-stream-replicas %d: want 1 to 5", *o.replicas)
 	}
 	return nil
 }
