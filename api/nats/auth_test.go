@@ -211,3 +211,51 @@ func adminJetStream(t testing.TB, e *Embedded) (*nats.Conn, jetstream.JetStream)
 	}
 	return nc, js
 }
+
+// TestDurableWaitsForTheStream: a durable request published while no
+// stream takes it (a stream leader election in a cluster; here, before the
+// first replica created the stream) is published again until the stream
+// answers, within ClientOptions.StreamWait; without the wait it fails at
+// once with ErrNoResponders.
+func TestDurableWaitsForTheStream(t *testing.T) {
+	e := startNATS(t)
+	nc := connect(t, e)
+	x := []serving.NamedTensor{{Name: "x", Tensor: tensor.FromFloat32s([]float32{1}, 1)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	impatient, err := NewClient(nc, ClientOptions{Durable: true, StreamWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impatient.Close()
+	if _, err := impatient.Infer(ctx, "echo", x, InferOptions{}); !errors.Is(err, ErrNoResponders) {
+		t.Fatalf("durable request without a stream and no wait: %v, want ErrNoResponders", err)
+	}
+
+	c, err := NewClient(nc, ClientOptions{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	type answer struct {
+		res *Result
+		err error
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		res, err := c.Infer(ctx, "echo", x, InferOptions{ID: "waits"})
+		done <- answer{res, err}
+	}()
+	time.Sleep(time.Second)
+	startServer(t, e, echoBackend{}, Options{Durable: true})
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("durable request sent 1s before the stream existed: %v", a.err)
+	}
+	if a.res.ID != "waits" || a.res.Delivery != 1 {
+		t.Errorf("answered %+v", a.res)
+	}
+	t.Logf("answered %v after it was sent, the stream created after 1s", time.Since(start).Round(time.Millisecond))
+}

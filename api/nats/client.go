@@ -67,7 +67,16 @@ type ClientOptions struct {
 	// MaxDecompressedBytes bounds a compressed reply once decompressed;
 	// default 1 GiB.
 	MaxDecompressedBytes int64
+	// StreamWait is how long a durable publish that nothing answers (no
+	// responders) is tried again, within the call's deadline: in a NATS
+	// cluster the stream has no leader for the seconds of an election
+	// after a node is lost or cut off. Default 10s; negative: no wait.
+	StreamWait time.Duration
 }
+
+// streamRetryWait is the pause between two publishes of a durable request
+// while its stream does not answer.
+const streamRetryWait = 250 * time.Millisecond
 
 // Client sends inference requests to xserve replicas over NATS, plain or
 // durable. It is safe for concurrent use.
@@ -103,6 +112,9 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 	}
 	if opts.MaxDecompressedBytes == 0 {
 		opts.MaxDecompressedBytes = 1 << 30
+	}
+	if opts.StreamWait == 0 {
+		opts.StreamWait = 10 * time.Second
 	}
 	if !validSubject(opts.Prefix) {
 		return nil, fmt.Errorf("natsapi: ClientOptions.Prefix %q is not a subject of literal tokens", opts.Prefix)
@@ -216,9 +228,10 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 	msg.Subject = durableSubject(c.opts.Prefix, model)
 	msg.Header.Set(HeaderMsgID, id)
 	msg.Header.Set(HeaderReplyTo, c.inbox)
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	retries := int(max(c.opts.StreamWait, 0) / streamRetryWait)
+	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithRetryWait(streamRetryWait), jetstream.WithRetryAttempts(retries)); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return nil, fmt.Errorf("%w: no stream takes %s (is an xserve replica running with --nats-durable?)", ErrNoResponders, msg.Subject)
+			return nil, fmt.Errorf("%w: no stream takes %s after %v (is an xserve replica running with --nats-durable? has the stream a leader?)", ErrNoResponders, msg.Subject, max(c.opts.StreamWait, 0))
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%w: publishing request %s to %s: %w", ErrTimeout, id, msg.Subject, err)
