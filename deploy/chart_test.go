@@ -280,8 +280,14 @@ func orDefault(s string) string {
 // exportedSource returns the Go sources that name xserve's metrics.
 func exportedSource(t *testing.T) string {
 	t.Helper()
+	return goSources(t, "../serving", "../api/http", "../api/nats", "../clustercache")
+}
+
+// goSources returns the Go sources of dirs, tests aside.
+func goSources(t *testing.T, dirs ...string) string {
+	t.Helper()
 	var src strings.Builder
-	for _, dir := range []string{"../serving", "../api/http", "../api/nats", "../clustercache"} {
+	for _, dir := range dirs {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
@@ -386,8 +392,8 @@ func TestTemplateQueueAutoscaling(t *testing.T) {
 	var adapter struct {
 		Rules struct {
 			Custom []struct {
-				SeriesQuery  string `json:"seriesQuery"`
-				MetricsQuery string `json:"metricsQuery"`
+				SeriesQuery  string              `json:"seriesQuery"`
+				MetricsQuery string              `json:"metricsQuery"`
 				Name         struct{ As string } `json:"name"`
 			} `json:"custom"`
 		} `json:"rules"`
@@ -476,5 +482,46 @@ func TestTemplateKEDA(t *testing.T) {
 	vals["nats"] = map[string]any{"url": "", "durable": false}
 	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), "set nats.url and nats.durable") {
 		t.Errorf("KEDA without durable NATS: %v", err)
+	}
+}
+
+// TestTemplateClusterAndLazy: nats.streamReplicas, nats.clusterCache and
+// models.loadPolicy become the flags `xserve serve` has for them; a cluster
+// cache without a NATS cluster and an unknown load policy are refused.
+func TestTemplateClusterAndLazy(t *testing.T) {
+	vals := kedaValues(t)
+	n := vals["nats"].(map[string]any)
+	n["streamReplicas"] = 3
+	n["clusterCache"] = map[string]any{"enabled": true, "bucket": "shared_cache", "replicas": 3}
+	m := vals["models"].(map[string]any)
+	m["loadPolicy"], m["memoryBudget"] = "lazy", "8GiB"
+	manifest, err := render(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strs(container(t, objects(t, manifest)["Deployment/xserve"], "containers", "xserve")["args"])
+	for _, want := range []string{"--nats-durable", "--nats-stream-replicas=3", "--cluster-cache", "--cluster-cache-bucket=shared_cache",
+		"--cluster-cache-replicas=3", "--model-load-policy=lazy", "--model-memory-budget=8GiB"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("xserve args %v lack %s", args, want)
+		}
+	}
+	// Every flag the chart passes is one `xserve serve` defines.
+	src := goSources(t, "../cmd/xserve")
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.Contains(src, `"`+name+`"`) {
+			t.Errorf("the chart passes %s, which xserve does not define", a)
+		}
+	}
+
+	n["url"] = ""
+	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), "nats.clusterCache needs nats.url") {
+		t.Errorf("cluster cache without a NATS cluster: %v", err)
+	}
+	vals = values(t, "values.yaml")
+	vals["models"].(map[string]any)["loadPolicy"] = "sometimes"
+	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), `models.loadPolicy "sometimes"`) {
+		t.Errorf("unknown load policy: %v", err)
 	}
 }
