@@ -90,9 +90,10 @@ type Client struct {
 	inbox string
 	sub   *nats.Subscription
 
-	mu        sync.Mutex // guards waiting, answered, lastPrune
+	mu        sync.Mutex // guards waiting, answered, published, lastPrune
 	waiting   map[string]chan *nats.Msg
 	answered  map[string]time.Time
+	published map[string]publication // unanswered ids the stream took
 	lastPrune time.Time
 
 	duplicates atomic.Int64
@@ -131,6 +132,7 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 		}
 		c.waiting = map[string]chan *nats.Msg{}
 		c.answered = map[string]time.Time{}
+		c.published = map[string]publication{}
 		c.inbox = nc.NewInbox()
 		if c.sub, err = nc.Subscribe(c.inbox, c.onReply); err != nil {
 			cs.Close()
@@ -226,7 +228,7 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 		c.mu.Unlock()
 	}()
 	msg.Subject = durableSubject(c.opts.Prefix, model)
-	msg.Header.Set(HeaderMsgID, id)
+	msg.Header.Set(HeaderMsgID, c.msgID(id))
 	msg.Header.Set(HeaderReplyTo, c.inbox)
 	retries := int(max(c.opts.StreamWait, 0) / streamRetryWait)
 	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithRetryWait(streamRetryWait), jetstream.WithRetryAttempts(retries)); err != nil {
@@ -238,11 +240,52 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 		}
 		return nil, fmt.Errorf("natsapi: publish durable request %s to %s: %w", id, msg.Subject, err)
 	}
+	c.notePublished(id)
 	select {
 	case r := <-ch:
 		return r, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; the answer to a retry with the same id is not duplicated): %w", ErrTimeout, id, msg.Subject, ctx.Err())
+		return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; a retry with the same id publishes it again, and only one answer is returned): %w", ErrTimeout, id, msg.Subject, ctx.Err())
+	}
+}
+
+// publication counts the times the stream took one request id.
+type publication struct {
+	n    int
+	last time.Time
+}
+
+// msgID is the Nats-Msg-Id of a durable request: its id, so that JetStream
+// drops a second publish whose first it may have stored without its ack
+// reaching us; but a retry of a request the stream took and nobody answered
+// in time gets a new one (id.2, id.3, ...), so that it is stored and
+// delivered again: its reply may have been lost on the way (the answering
+// replica's NATS node cut off from ours after the stream recorded the
+// request's ack). The client drops the second reply if both come.
+func (c *Client) msgID(id string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.published[id]; ok {
+		return id + "." + strconv.Itoa(p.n+1)
+	}
+	return id
+}
+
+// notePublished records that the stream took a publish of id.
+func (c *Client) notePublished(id string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, done := c.answered[id]; done { // the reply came first
+		return
+	}
+	c.published[id] = publication{c.published[id].n + 1, now}
+	if len(c.published) > 1<<16 {
+		for k, p := range c.published {
+			if now.Sub(p.last) > c.opts.DedupWindow {
+				delete(c.published, k)
+			}
+		}
 	}
 }
 
@@ -253,6 +296,7 @@ func (c *Client) onReply(m *nats.Msg) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.published, id)
 	if ch, ok := c.waiting[id]; ok {
 		delete(c.waiting, id)
 		c.answered[id] = now

@@ -356,7 +356,7 @@ type clusterFault struct {
 // runClusterFault sends n durable requests from a client on a node the
 // fault does not hit; a quarter of the way through the fault starts, and
 // hold later it is undone. No durable request may be lost.
-func runClusterFault(t *testing.T, cl *natsCluster, smp sample, f clusterFault, n int, hold time.Duration) {
+func runClusterFault(t *testing.T, cl *natsCluster, js jetstream.JetStream, smp sample, f clusterFault, n int, hold time.Duration) {
 	node := f.pick()
 	c := durableClient(t, cl.nodes[(node+1)%len(cl.nodes)].url())
 	var faultOnce sync.Once
@@ -386,8 +386,33 @@ func runClusterFault(t *testing.T, cl *natsCluster, smp sample, f clusterFault, 
 		t.Logf("first errors: %q", res.samples)
 	}
 	if res.lost != 0 {
-		t.Errorf("%d durable requests lost", res.lost)
+		t.Errorf("%d durable requests lost; %s", res.lost, durableState(js))
 	}
+}
+
+// durableState describes the request stream and its consumer, for a
+// failure message.
+func durableState(js jetstream.JetStream) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, natsapi.DefaultStream)
+	if err != nil {
+		return err.Error()
+	}
+	si, err := s.Info(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	c, err := s.Consumer(ctx, natsapi.DefaultConsumer)
+	if err != nil {
+		return err.Error()
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("stream: %d messages left (first %d, last %d), leader %s; consumer: %d pending, %d waiting for an ack, %d redelivered, delivered up to %d, acked up to %d",
+		si.State.Msgs, si.State.FirstSeq, si.State.LastSeq, si.Cluster.Leader, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.Delivered.Stream, ci.AckFloor.Stream)
 }
 
 // TestChaosCluster: a three-node NATS cluster (JetStream R3) and three
@@ -443,7 +468,7 @@ func TestChaosCluster(t *testing.T) {
 			fresh = launchXserve(t, repo, t.TempDir(), clusterReplicaFlags(cl, 0)...)
 		}},
 	} {
-		t.Run(f.name, func(t *testing.T) { runClusterFault(t, cl, smp, f, 4000, 5*time.Second) })
+		t.Run(f.name, func(t *testing.T) { runClusterFault(t, cl, js, smp, f, 4000, 5*time.Second) })
 	}
 	if err := waitReady(fresh, 3*time.Minute); err != nil {
 		t.Fatalf("fresh replica: %v", err)
