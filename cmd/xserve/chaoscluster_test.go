@@ -482,6 +482,9 @@ func TestChaosCluster(t *testing.T) {
 	late := startXserve(t, repo, t.TempDir(), clusterReplicaFlags(cl, cacheLeader+1)...)
 	t.Logf("fresh replica ready in %v from the cluster compile cache, its stream's leader (%s) down", late.ready.Round(time.Millisecond), cl.nodes[cacheLeader].name)
 	checkFromClusterCache(t, late)
+	// It joins the service with the node still down (its readiness is the
+	// models'; NATS comes after).
+	waitForReplicas(t, admin, 4)
 	restart(cacheLeader)
 
 	// Every replica takes durable requests.
