@@ -516,6 +516,7 @@ func TestTemplateClusterAndLazy(t *testing.T) {
 	}
 
 	n["url"] = ""
+	vals["keda"].(map[string]any)["enabled"] = false
 	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), "nats.clusterCache needs nats.url") {
 		t.Errorf("cluster cache without a NATS cluster: %v", err)
 	}
