@@ -111,8 +111,11 @@ var errClusterCacheNeedsNATS = errors.New("serve: --cluster-cache needs NATS wit
 
 // report waits up to timeout for the publications and prints what they
 // did (`xserve compile --publish`); entries that could not be published
-// are an error.
+// are an error. Nil (no cluster cache) reports nothing.
 func (c *clusterCache) report(w io.Writer, timeout time.Duration) error {
+	if c == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := c.Flush(ctx)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,20 +80,16 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
 		return fmt.Errorf("compile: compile cache: %w", err)
 	}
-	var cc *clusterCache
-	if *publish {
-		nc, err := conn.connect(ctx, "compile cache", log)
-		if err != nil {
-			return fmt.Errorf("compile: %w", err)
-		}
-		if cc, err = ccf.open(ctx, nc, *cacheDir, log); err != nil {
-			return fmt.Errorf("compile: %w", err)
-		}
-		defer cc.close(context.Background())
-		fmt.Fprintf(stdout, "compiling %s with %s into %s and %s\n", repo.Root(), client, *cacheDir, cc.Store())
-	} else {
-		fmt.Fprintf(stdout, "compiling %s with %s into %s\n", repo.Root(), client, *cacheDir)
+	cc, err := openPublishCache(ctx, *publish, conn, ccf, *cacheDir, log)
+	if err != nil {
+		return err
 	}
+	defer cc.close(context.Background())
+	into := *cacheDir
+	if cc != nil {
+		into += " and " + cc.Store().String()
+	}
+	fmt.Fprintf(stdout, "compiling %s with %s into %s\n", repo.Root(), client, into)
 
 	p := &compileProgress{w: stdout, per: map[string]*versionCount{}}
 	start := time.Now()
@@ -132,9 +129,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tw.Flush()
 	fmt.Fprintf(stdout, "%d model versions, %d buckets: %d compiled, %d from the cache, %d failed, in %s; cache %s (%s)\n",
 		len(status), buckets, compiled, cached, len(failed), elapsed.Round(time.Millisecond), *cacheDir, dirSize(*cacheDir))
-	if cc != nil {
-		errShutdown = errors.Join(errShutdown, cc.report(stdout, *publishTimeout))
-	}
+	errShutdown = errors.Join(errShutdown, cc.report(stdout, *publishTimeout))
 	if len(status) == 0 {
 		return fmt.Errorf("compile: the repository %s has no model to compile", repo.Root())
 	}
@@ -142,6 +137,23 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("compile: %d of %d model versions failed:\n  %s", len(failed), len(status), strings.Join(failed, "\n  "))
 	}
 	return errShutdown
+}
+
+// openPublishCache opens the cluster compile cache `xserve compile
+// --publish` fills (nil without --publish).
+func openPublishCache(ctx context.Context, publish bool, conn *natsConnFlags, f *clusterCacheFlags, localDir string, log *slog.Logger) (*clusterCache, error) {
+	if !publish {
+		return nil, nil
+	}
+	nc, err := conn.connect(ctx, "compile cache", log)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	cc, err := f.open(ctx, nc, localDir, log)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	return cc, nil
 }
 
 // compileProgress prints one line per built bucket and counts them per

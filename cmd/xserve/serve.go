@@ -55,9 +55,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "grace period: how long SIGTERM waits for in-flight and queued requests (HTTP and NATS) before exiting")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
 	strict := fs.Bool("strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
-	loadPolicy := fs.String("model-load-policy", "eager", "when models load: eager (every model at start) or lazy (a model loads on its first request; past --model-memory-budget the least recently used are unloaded; over NATS a request goes to a replica holding its model)")
-	var budget serving.MemoryBudget
-	fs.Var(memoryBudgetFlag{&budget}, "model-memory-budget", "with --model-load-policy lazy: device memory the loaded models may take (their weights), e.g. 8GiB for each device, or 0=40GiB,1=16GiB per device index (default unbounded)")
+	lf := loadPolicyFlags(fs)
 	nf := natsFlags(fs)
 	clusterCacheOn := fs.Bool("cluster-cache", false, "share the compile cache with the other replicas through a JetStream object store on the NATS connection (the embedded server, or the cluster --nats-url names): local cache, then the cluster's, then compile; what this replica compiles is published within seconds")
 	ccf := addClusterCacheFlags(fs)
@@ -80,9 +78,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := nf.noteSet(fs); err != nil {
 		return err
 	}
-	if *clusterCacheOn && !*nf.enabled {
-		return errClusterCacheNeedsNATS
-	}
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
@@ -101,12 +96,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("serve: --split-batches: %w", err)
 	}
-	policy, err := serving.ParseLoadPolicy(*loadPolicy)
+	policy, budget, err := lf.parse()
 	if err != nil {
-		return fmt.Errorf("serve: --model-load-policy: %w", err)
-	}
-	if policy != serving.LoadLazy && (budget.Bytes > 0 || len(budget.Devices) > 0) {
-		return errors.New("serve: --model-memory-budget bounds the models loaded on demand: it needs --model-load-policy lazy")
+		return err
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -138,15 +130,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer client.Close()
-	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
-	if m := client.CPUExecution(); m != "" {
-		log.Info("CPU execution", "mode", m)
-	}
-	if ks := client.Kernels(); len(ks) > 0 {
-		log.Info("loaded CPU kernels", "kernels", strings.Join(ks, ","), "path", client.KernelsFile())
-	} else if err := client.KernelsError(); err != nil {
-		log.Warn("CPU kernels not loaded: convolutions run on XLA's own kernels", "err", err)
-	}
+	logPlugin(log, client)
 	if *cacheDir != "" {
 		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
 			return fmt.Errorf("serve: compile cache: %w", err)
@@ -159,16 +143,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	var cc *clusterCache
-	if *clusterCacheOn {
-		nc, err := ns.connect(ctx, "compile cache")
-		if err == nil {
-			cc, err = ccf.open(ctx, nc, *cacheDir, log)
-		}
-		if err != nil {
-			ns.stopEmbedded()
-			return fmt.Errorf("serve: %w", err)
-		}
+	cc, err := openServeClusterCache(ctx, *clusterCacheOn, ns, ccf, *cacheDir, log)
+	if err != nil {
+		return err
 	}
 	// stop closes what the models do not need any more, in order.
 	stop := func(ctx context.Context, parts ...error) error {
@@ -462,4 +439,65 @@ func controlMode(mode string, interval time.Duration) (serving.ControlMode, time
 		return serving.ControlNone, 0
 	}
 	return serving.ControlPoll, interval
+}
+
+// loadPolicyOptions are the flags of when models load.
+type loadPolicyOptions struct {
+	policy *string
+	budget serving.MemoryBudget
+}
+
+func loadPolicyFlags(fs *flag.FlagSet) *loadPolicyOptions {
+	o := &loadPolicyOptions{
+		policy: fs.String("model-load-policy", "eager", "when models load: eager (every model at start) or lazy (a model loads on its first request; past --model-memory-budget the least recently used are unloaded; over NATS a request goes to a replica holding its model)"),
+	}
+	fs.Var(memoryBudgetFlag{&o.budget}, "model-memory-budget", "with --model-load-policy lazy: device memory the loaded models may take (their weights), e.g. 8GiB for each device, or 0=40GiB,1=16GiB per device index (default unbounded)")
+	return o
+}
+
+// parse checks the load policy flags together.
+func (o *loadPolicyOptions) parse() (serving.LoadPolicy, serving.MemoryBudget, error) {
+	policy, err := serving.ParseLoadPolicy(*o.policy)
+	if err != nil {
+		return policy, o.budget, fmt.Errorf("serve: --model-load-policy: %w", err)
+	}
+	if policy != serving.LoadLazy && (o.budget.Bytes > 0 || len(o.budget.Devices) > 0) {
+		return policy, o.budget, errors.New("serve: --model-memory-budget bounds the models loaded on demand: it needs --model-load-policy lazy")
+	}
+	return policy, o.budget, nil
+}
+
+// openServeClusterCache opens the cluster compile cache of `xserve serve`
+// on a connection of its own when on (nil otherwise; NATS off is an
+// error); on failure it stops the embedded NATS server.
+func openServeClusterCache(ctx context.Context, on bool, ns *natsServing, f *clusterCacheFlags, localDir string, log *slog.Logger) (*clusterCache, error) {
+	if !on {
+		return nil, nil
+	}
+	if ns == nil {
+		return nil, errClusterCacheNeedsNATS
+	}
+	nc, err := ns.connect(ctx, "compile cache")
+	var cc *clusterCache
+	if err == nil {
+		cc, err = f.open(ctx, nc, localDir, log)
+	}
+	if err != nil {
+		ns.stopEmbedded()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return cc, nil
+}
+
+// logPlugin logs the PJRT plugin loaded, its CPU execution mode and kernels.
+func logPlugin(log *slog.Logger, client *pjrt.Client) {
+	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	if m := client.CPUExecution(); m != "" {
+		log.Info("CPU execution", "mode", m)
+	}
+	if ks := client.Kernels(); len(ks) > 0 {
+		log.Info("loaded CPU kernels", "kernels", strings.Join(ks, ","), "path", client.KernelsFile())
+	} else if err := client.KernelsError(); err != nil {
+		log.Warn("CPU kernels not loaded: convolutions run on XLA's own kernels", "err", err)
+	}
 }
