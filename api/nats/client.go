@@ -230,23 +230,45 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 	msg.Subject = durableSubject(c.opts.Prefix, model)
 	msg.Header.Set(HeaderMsgID, c.msgID(id))
 	msg.Header.Set(HeaderReplyTo, c.inbox)
-	retries := int(max(c.opts.StreamWait, 0) / streamRetryWait)
-	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithRetryWait(streamRetryWait), jetstream.WithRetryAttempts(retries)); err != nil {
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return nil, fmt.Errorf("%w: no stream takes %s after %v (is an xserve replica running with --nats-durable? has the stream a leader?)", ErrNoResponders, msg.Subject, max(c.opts.StreamWait, 0))
+	// The reply can come before the stream's ack, or without it (the ack
+	// lost with a NATS node after the request was stored): a reply ends
+	// the call whatever the publish says.
+	published := make(chan error, 1)
+	go func() {
+		retries := int(max(c.opts.StreamWait, 0) / streamRetryWait)
+		_, err := c.js.PublishMsg(ctx, msg, jetstream.WithRetryWait(streamRetryWait), jetstream.WithRetryAttempts(retries))
+		published <- err
+	}()
+	for {
+		select {
+		case r := <-ch:
+			return r, nil
+		case err := <-published:
+			published = nil
+			if err != nil {
+				select {
+				case r := <-ch:
+					return r, nil
+				default:
+				}
+				return nil, c.publishError(err, id, msg.Subject)
+			}
+			c.notePublished(id)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; a retry with the same id publishes it again, and only one answer is returned): %w", ErrTimeout, id, msg.Subject, ctx.Err())
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w: publishing request %s to %s: %w", ErrTimeout, id, msg.Subject, err)
-		}
-		return nil, fmt.Errorf("natsapi: publish durable request %s to %s: %w", id, msg.Subject, err)
 	}
-	c.notePublished(id)
-	select {
-	case r := <-ch:
-		return r, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; a retry with the same id publishes it again, and only one answer is returned): %w", ErrTimeout, id, msg.Subject, ctx.Err())
+}
+
+// publishError says why a durable request could not be published.
+func (c *Client) publishError(err error, id, subject string) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return fmt.Errorf("%w: no stream takes %s after %v (is an xserve replica running with --nats-durable? has the stream a leader?)", ErrNoResponders, subject, max(c.opts.StreamWait, 0))
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: publishing request %s to %s: %w", ErrTimeout, id, subject, err)
+	}
+	return fmt.Errorf("natsapi: publish durable request %s to %s: %w", id, subject, err)
 }
 
 // publication counts the times the stream took one request id.
