@@ -40,12 +40,36 @@ func (s *Server) holds(model string) bool {
 	return !ok || r.ModelReady(model, 0)
 }
 
+// forwards reports whether j, a request for model, is one to forward: with
+// Options.OnDemand, not already forwarded, for a model this replica does
+// not hold.
+func (s *Server) forwards(j *job, model string) bool {
+	return s.opts.OnDemand && !j.warm && model != "" && validToken(model) && !s.holds(model)
+}
+
+// forwardHeader is the header of j forwarded: j's without its reply
+// subject, with this replica as the forwarder and, when j had a timeout,
+// what is left of ctx's deadline (the forwarded request starts now).
+func (s *Server) forwardHeader(ctx context.Context, j *job) nats.Header {
+	h := nats.Header{}
+	for k, v := range j.header {
+		if k != HeaderReplyTo {
+			h[k] = v
+		}
+	}
+	h.Set(HeaderForwardedBy, s.ID())
+	if dl, ok := ctx.Deadline(); ok && headerValue(j.header, HeaderTimeout) != "" {
+		h.Set(HeaderTimeout, time.Until(dl).Round(time.Millisecond).String())
+	}
+	return h
+}
+
 // maybeForward forwards j, a request for model, to a replica holding the
 // model when this one does not (Options.OnDemand). forwarded false means
 // that no replica holds it warm, or the one that did failed to answer in
 // time: the caller answers itself.
 func (s *Server) maybeForward(ctx context.Context, j *job, model string) (reply *nats.Msg, forwarded bool) {
-	if !s.opts.OnDemand || j.warm || model == "" || !validToken(model) || s.holds(model) {
+	if !s.forwards(j, model) {
 		return nil, false
 	}
 	timeout := s.opts.ForwardTimeout
@@ -64,18 +88,7 @@ func (s *Server) maybeForward(ctx context.Context, j *job, model string) (reply 
 		return nil, false
 	}
 	defer sub.Unsubscribe()
-	h := nats.Header{}
-	for k, v := range j.header {
-		if k != HeaderReplyTo {
-			h[k] = v
-		}
-	}
-	h.Set(HeaderForwardedBy, s.ID())
-	if _, ok := ctx.Deadline(); ok && headerValue(j.header, HeaderTimeout) != "" {
-		// The forwarded request starts now: it gets what is left.
-		dl, _ := ctx.Deadline()
-		h.Set(HeaderTimeout, time.Until(dl).Round(time.Millisecond).String())
-	}
+	h := s.forwardHeader(ctx, j)
 	if err := s.nc.PublishMsg(&nats.Msg{Subject: warmSubject(s.opts.Prefix, model), Reply: inbox, Header: h, Data: j.data}); err != nil {
 		return nil, false
 	}
