@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -360,7 +359,6 @@ func runClusterFault(t *testing.T, cl *natsCluster, js jetstream.JetStream, smp 
 	node := f.pick()
 	c := durableClient(t, cl.nodes[(node+1)%len(cl.nodes)].url())
 	var faultOnce sync.Once
-	var restoredAt atomic.Int64
 	restored := make(chan struct{})
 	start := time.Now()
 	res := runLoad(t, c, smp, n, 16, 30*time.Second, func(done int64) {
@@ -372,7 +370,6 @@ func runClusterFault(t *testing.T, cl *natsCluster, js jetstream.JetStream, smp 
 			f.fault(node)
 			time.AfterFunc(hold, func() {
 				f.restore(node)
-				restoredAt.Store(done)
 				close(restored)
 			})
 		})
