@@ -47,11 +47,13 @@ func (m *Manager) AddReadinessCheck(check func() error) {
 // Options.RelaxedReadiness, every model version that should load is READY
 // (a model that failed to load keeps the server unready until it is fixed
 // or removed; a version unloaded on purpose, or being unloaded after an
-// upgrade, does not count).
+// upgrade, does not count). A model that loads on demand (LoadLazy) does not
+// count either: its loads and evictions follow requests.
 func (m *Manager) Readiness() Readiness {
 	m.mu.Lock()
 	closed, scanned, draining := m.closed, m.scanned, m.ready.draining
 	checks := m.ready.checks
+	lazy := m.lazyModelsLocked()
 	m.mu.Unlock()
 	switch {
 	case closed || draining:
@@ -60,6 +62,9 @@ func (m *Manager) Readiness() Readiness {
 		return Readiness{Reason: "models are still loading"}
 	}
 	for _, st := range m.Status() {
+		if lazy[st.Name] {
+			continue
+		}
 		what := "model " + strconv.Quote(st.Name)
 		if st.Version > 0 {
 			what += " version " + strconv.FormatInt(st.Version, 10)
@@ -82,3 +87,15 @@ func (m *Manager) Readiness() Readiness {
 
 // Ready reports Readiness().Ready.
 func (m *Manager) Ready() bool { return m.Readiness().Ready }
+
+// lazyModelsLocked is the set of the models that load on demand. m.mu is
+// held.
+func (m *Manager) lazyModelsLocked() map[string]bool {
+	lazy := map[string]bool{}
+	for name, md := range m.models {
+		if md.lazy != nil {
+			lazy[name] = true
+		}
+	}
+	return lazy
+}

@@ -23,9 +23,10 @@ import (
 //     inbox (where the JetStream API answers it and the durable requests it
 //     pulls arrive); it may publish only replies (_INBOX.>: the server
 //     checks each reply subject, see Server.validReply; not its own inbox)
-//     and to the JetStream API ($JS.API.>, $JS.ACK.>) but none of its
-//     destructive calls (deleting or purging the stream, its messages or
-//     the consumer). It has no permission to answer whatever reply subject a
+//     to the JetStream API ($JS.API.>, $JS.ACK.>) but none of its
+//     destructive calls on the request stream (deleting or purging it, its
+//     messages or its consumer), and to object stores ($O.>: the cluster
+//     compile cache, whose own streams it may purge). It has no permission to answer whatever reply subject a
 //     request names (no allow_responses), so that a request cannot make it
 //     publish to a $JS subject, even through the service discovery
 //     handlers the server does not check.
@@ -47,11 +48,16 @@ import (
 // public key pub: its replies go to subjects under InboxPrefix(pub)+".".
 func InboxPrefix(pub string) string { return "_INBOX." + pub }
 
-// destructiveJS are the JetStream API calls the serving user may not make.
-var destructiveJS = []string{
-	"$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>",
-	"$JS.API.STREAM.SNAPSHOT.>", "$JS.API.STREAM.RESTORE.>", "$JS.API.CONSUMER.DELETE.>",
-	"$JS.API.ACCOUNT.PURGE.>", "$JS.API.META.>", "$JS.API.SERVER.>",
+// destructiveJS are the JetStream API calls the serving user may not make:
+// those that delete or purge the request stream, its messages or its
+// consumers, and account-wide and server calls. (The cluster compile
+// cache's object store purges its own stream's chunks.)
+func destructiveJS(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.DELETE." + stream, "$JS.API.STREAM.PURGE." + stream, "$JS.API.STREAM.MSG.DELETE." + stream,
+		"$JS.API.CONSUMER.DELETE." + stream + ".>", "$JS.API.STREAM.SNAPSHOT.>", "$JS.API.STREAM.RESTORE.>",
+		"$JS.API.ACCOUNT.PURGE.>", "$JS.API.META.>", "$JS.API.SERVER.>",
+	}
 }
 
 // nkeyUser is one user of the embedded server.
@@ -127,10 +133,10 @@ func loadOrCreateSeed(path string) (*nkeyUser, error) {
 func servingPermissions(prefix, pub string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: []string{"_INBOX.>", "$JS.API.>", "$JS.ACK.>"},
+			Allow: []string{"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$O.>"},
 			// Nor to its own inbox, where only the server and JetStream
 			// publish: the discovery handlers answer any reply subject.
-			Deny: append([]string{InboxPrefix(pub) + ".>"}, destructiveJS...),
+			Deny: append([]string{InboxPrefix(pub) + ".>"}, destructiveJS(DefaultStream)...),
 		},
 		Subscribe: &server.SubjectPermission{Allow: []string{prefix + ".>", "$SRV.>", InboxPrefix(pub) + ".>"}},
 	}

@@ -71,7 +71,16 @@ type ClientOptions struct {
 	// MaxDecompressedBytes bounds a compressed reply once decompressed;
 	// default 1 GiB.
 	MaxDecompressedBytes int64
+	// StreamWait is how long a durable publish that nothing answers (no
+	// responders) is tried again, within the call's deadline: in a NATS
+	// cluster the stream has no leader for the seconds of an election
+	// after a node is lost or cut off. Default 10s; negative: no wait.
+	StreamWait time.Duration
 }
+
+// streamRetryWait is the pause between two publishes of a durable request
+// while its stream does not answer.
+const streamRetryWait = 250 * time.Millisecond
 
 // Client sends inference requests to xserve replicas over NATS, plain or
 // durable. It is safe for concurrent use.
@@ -89,14 +98,11 @@ type Client struct {
 	// its request id (msgID).
 	idKey [32]byte
 
-	mu        sync.Mutex // guards waiting, answered, lastPrune, unanswered
+	mu        sync.Mutex // guards waiting, answered, published, lastPrune
 	waiting   map[string]chan *nats.Msg
 	answered  map[string]time.Time
+	published map[string]publication // unanswered ids the stream took
 	lastPrune time.Time
-	// unanswered counts, by request id, the durable requests the stream
-	// stored whose reply never came in time: a retry of one gets a new
-	// Nats-Msg-Id (msgID), so that it runs again.
-	unanswered map[string]int
 
 	duplicates atomic.Int64
 	late       atomic.Int64
@@ -116,6 +122,9 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 	if opts.MaxDecompressedBytes == 0 {
 		opts.MaxDecompressedBytes = 1 << 30
 	}
+	if opts.StreamWait == 0 {
+		opts.StreamWait = 10 * time.Second
+	}
 	if !validSubject(opts.Prefix) {
 		return nil, fmt.Errorf("natsapi: ClientOptions.Prefix %q is not a subject of literal tokens", opts.Prefix)
 	}
@@ -132,7 +141,7 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 		}
 		c.waiting = map[string]chan *nats.Msg{}
 		c.answered = map[string]time.Time{}
-		c.unanswered = map[string]int{}
+		c.published = map[string]publication{}
 		c.inbox = nc.NewInbox()
 		if c.sub, err = nc.Subscribe(c.inbox, c.onReply); err != nil {
 			cs.Close()
@@ -219,7 +228,6 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 		return nil, fmt.Errorf("natsapi: request id %q is already in flight on this client", id)
 	}
 	c.waiting[id] = ch
-	attempt := c.unanswered[id]
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -229,61 +237,96 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 		c.mu.Unlock()
 	}()
 	msg.Subject = durableSubject(c.opts.Prefix, model)
-	msg.Header.Set(HeaderMsgID, c.msgID(id, attempt))
+	msg.Header.Set(HeaderMsgID, c.msgID(id))
 	msg.Header.Set(HeaderReplyTo, c.inbox)
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return nil, fmt.Errorf("%w: no stream takes %s (is an xserve replica running with --nats-durable?)", ErrNoResponders, msg.Subject)
+	// The reply can come before the stream's ack, or without it (the ack
+	// lost with a NATS node after the request was stored): a reply ends
+	// the call whatever the publish says.
+	published := make(chan error, 1)
+	go func() {
+		retries := int(max(c.opts.StreamWait, 0) / streamRetryWait)
+		_, err := c.js.PublishMsg(ctx, msg, jetstream.WithRetryWait(streamRetryWait), jetstream.WithRetryAttempts(retries))
+		published <- err
+	}()
+	for {
+		select {
+		case r := <-ch:
+			return r, nil
+		case err := <-published:
+			published = nil
+			if err != nil {
+				select {
+				case r := <-ch:
+					return r, nil
+				default:
+				}
+				return nil, c.publishError(err, id, msg.Subject)
+			}
+			c.notePublished(id)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; a retry with the same id publishes it again, and only one answer is returned): %w", ErrTimeout, id, msg.Subject, ctx.Err())
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w: publishing request %s to %s: %w", ErrTimeout, id, msg.Subject, err)
-		}
-		return nil, fmt.Errorf("natsapi: publish durable request %s to %s: %w", id, msg.Subject, err)
-	}
-	select {
-	case r := <-ch:
-		return r, nil
-	case <-ctx.Done():
-		c.stored(id, attempt)
-		return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; a retry with the same id runs it again, and only one answer is returned): %w", ErrTimeout, id, msg.Subject, ctx.Err())
 	}
 }
 
-// stored notes that the stream stored attempt of the request with id but
-// its reply did not come: its reply may be lost (published while the
-// client's inbox was not subscribed, across a server restart) with the
-// request acknowledged, and a retry with the same Nats-Msg-Id would be
-// dropped as a duplicate of it. A retry with a new one runs the request
-// again; whichever answer comes first is returned, the other dropped as a
-// duplicate. A retry after a failed publish keeps its Nats-Msg-Id, so that
-// a request stored without its acknowledgement reaching the client does
-// not run twice.
-func (c *Client) stored(id string, attempt int) {
+// publishError says why a durable request could not be published.
+func (c *Client) publishError(err error, id, subject string) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return fmt.Errorf("%w: no stream takes %s after %v (is an xserve replica running with --nats-durable? has the stream a leader?)", ErrNoResponders, subject, max(c.opts.StreamWait, 0))
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: publishing request %s to %s: %w", ErrTimeout, id, subject, err)
+	}
+	return fmt.Errorf("natsapi: publish durable request %s to %s: %w", id, subject, err)
+}
+
+// publication counts the times the stream took one request id.
+type publication struct {
+	n    int
+	last time.Time
+}
+
+// msgID is the Nats-Msg-Id of a durable request: an HMAC of its id under
+// the client's own random key, so that JetStream drops a second publish
+// whose first it may have stored without its ack reaching us, and nobody
+// else can know it before the request is sent (a request id may be
+// predictable: a client's sequence, an order number), publish a request
+// with it first and have the client's request dropped as a duplicate. A
+// retry of a request the stream took and nobody answered in time gets a new
+// one (the HMAC of the id and the count of its publications), so that it is
+// stored and delivered again: its reply may have been lost on the way (the
+// answering replica's NATS node cut off from ours after the stream recorded
+// the request's ack, or a reply sent across a NATS server restart before
+// the client's inbox was subscribed again). The client drops the second
+// reply if both come.
+func (c *Client) msgID(id string) string {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, done := c.answered[id]; done {
-		return
-	}
-	if len(c.unanswered) >= 1<<16 {
-		clear(c.unanswered)
-	}
-	c.unanswered[id] = attempt + 1
-}
-
-// msgID is the Nats-Msg-Id of attempt (counted by stored) of the durable
-// request with id: an HMAC of both under the client's own random key. A
-// retry of the same attempt gets the same one, which JetStream
-// deduplicates; nobody else can know it before
-// the request is sent (a request id may be predictable: a client's
-// sequence, an order number), so that nobody can publish a request with it
-// first and have the client's request dropped as a duplicate.
-func (c *Client) msgID(id string, attempt int) string {
+	n := c.published[id].n
+	c.mu.Unlock()
 	m := hmac.New(sha256.New, c.idKey[:])
 	m.Write([]byte(id))
-	if attempt > 0 {
-		fmt.Fprintf(m, "\x00%d", attempt)
+	if n > 0 {
+		fmt.Fprintf(m, "\x00%d", n+1)
 	}
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:18])
+}
+
+// notePublished records that the stream took a publish of id.
+func (c *Client) notePublished(id string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, done := c.answered[id]; done { // the reply came first
+		return
+	}
+	c.published[id] = publication{c.published[id].n + 1, now}
+	if len(c.published) > 1<<16 {
+		for k, p := range c.published {
+			if now.Sub(p.last) > c.opts.DedupWindow {
+				delete(c.published, k)
+			}
+		}
+	}
 }
 
 // onReply routes a durable reply to its waiting call, counting the ones
@@ -293,7 +336,7 @@ func (c *Client) onReply(m *nats.Msg) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.unanswered, id)
+	delete(c.published, id)
 	if ch, ok := c.waiting[id]; ok {
 		delete(c.waiting, id)
 		c.answered[id] = now
