@@ -23,7 +23,9 @@ import (
 //     inbox (where the JetStream API answers it and the durable requests it
 //     pulls arrive); it may publish only replies (_INBOX.>: the server
 //     checks each reply subject, see Server.validReply; not its own inbox)
-//     to the JetStream API ($JS.API.>, $JS.ACK.>) but none of its
+//     requests forwarded to the replica holding a model and their replies
+//     (PREFIX.warm.>, PREFIX.fwd.>), to the JetStream API ($JS.API.>,
+//     $JS.ACK.>) but none of its
 //     destructive calls on the request stream (deleting or purging it, its
 //     messages or its consumer), and to object stores ($O.>: the cluster
 //     compile cache, whose own streams it may purge). It has no permission to answer whatever reply subject a
@@ -133,7 +135,7 @@ func loadOrCreateSeed(path string) (*nkeyUser, error) {
 func servingPermissions(prefix, pub string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: []string{"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$O.>"},
+			Allow: []string{"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$O.>", prefix + ".warm.>", prefix + ".fwd.>"},
 			// Nor to its own inbox, where only the server and JetStream
 			// publish: the discovery handlers answer any reply subject.
 			Deny: append([]string{InboxPrefix(pub) + ".>"}, destructiveJS(DefaultStream)...),

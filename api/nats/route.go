@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 )
 
 // Routing with Options.OnDemand (the backend loads models on their first
@@ -33,6 +35,19 @@ const DefaultForwardTimeout = 30 * time.Second
 
 // warmSubject is the subject of the replicas holding model.
 func warmSubject(prefix, model string) string { return prefix + ".warm." + model }
+
+// forwardReplySubject is a new subject for the reply to a forwarded
+// request: PREFIX.fwd.<random token>.
+func forwardReplySubject(prefix string) string {
+	return prefix + ".fwd." + nuid.Next()
+}
+
+// isForwardReply reports whether subj is a forwarded request's reply
+// subject (forwardReplySubject).
+func isForwardReply(prefix, subj string) bool {
+	tok, ok := strings.CutPrefix(subj, prefix+".fwd.")
+	return ok && validToken(tok)
+}
 
 // holds reports whether the backend holds model loaded now.
 func (s *Server) holds(model string) bool {
@@ -81,7 +96,12 @@ func (s *Server) maybeForward(ctx context.Context, j *job, model string) (reply 
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	inbox := s.nc.NewInbox()
+	// The reply comes to a subject under PREFIX.fwd., not to this
+	// connection's inbox: on the embedded server the replicas share the
+	// serving user, which may not publish into its own inbox (discovery
+	// handlers answer any reply subject), and clients can neither read nor
+	// publish there.
+	inbox := forwardReplySubject(s.opts.Prefix)
 	sub, err := s.nc.SubscribeSync(inbox)
 	if err != nil {
 		s.log.Warn("natsapi: cannot forward a request; answering it here", "model", model, "err", err)

@@ -377,7 +377,9 @@ func (s *Server) handler(model string, warm bool, st *modelStats) micro.HandlerF
 			stats:    st,
 			lease:    s.budget.Lease(),
 		}
-		if !s.validReply(j.reply) {
+		// A request forwarded by a replica (warm) is answered under
+		// PREFIX.fwd.; only the serving user may publish on PREFIX.warm.
+		if !s.validReply(j.reply) && !(warm && isForwardReply(s.opts.Prefix, j.reply)) {
 			s.log.Warn("natsapi: request without a valid reply subject dropped", "subject", r.Subject(), "reply", j.reply, "id", requestID(j.header))
 			return
 		}
