@@ -96,7 +96,8 @@ func TestNonZeroFeedingAnOp(t *testing.T) {
 		node *onnx.Node
 		want string
 	}{
-		{"reshape", nnNode("Reshape", []string{"i", "w"}, []string{"y"}), "Reshape consumes the data-dependent result of NonZero"},
+		{"reshape to a run-time shape", nnNode("Reshape", []string{"i", "w"}, []string{"y"}), `operand "w" must be a constant`},
+		{"reshape that interleaves the padding", nnNode("Reshape", []string{"i", "s22"}, []string{"y"}), "reshaping [1 4] (padded along 1) to [2 2] would interleave the padding"},
 		{"reduce", nnNode("ReduceSum", []string{"i"}, []string{"y"}), "ReduceSum consumes the data-dependent result of NonZero"},
 		{"gather along the padded axis", nnNode("Gather", []string{"i", "i"}, []string{"y"}, &onnx.Attribute{Name: "axis", Type: onnx.AttrInt, I: 0}), "the data is padded along another axis"},
 		{"full-size operand", nnNode("Add", []string{"i", "w"}, []string{"y"}), "operand 1 has size 4 along the data-dependent axis"},
@@ -106,8 +107,9 @@ func TestNonZeroFeedingAnOp(t *testing.T) {
 				IRVersion:    8,
 				OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
 				Graph: &onnx.Graph{Name: "g", Inputs: []*onnx.ValueInfo{nnVI("x", tensor.Float32, 4), nnVI("w", tensor.Int64, 1, 4)},
-					Nodes:   []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), tc.node},
-					Outputs: []*onnx.ValueInfo{{Name: "y"}}},
+					Initializers: []*onnx.Initializer{{Name: "s22", Tensor: tensor.FromInt64s([]int64{2, 2}, 2)}},
+					Nodes:        []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), tc.node},
+					Outputs:      []*onnx.ValueInfo{{Name: "y"}}},
 			}
 			g, err := onnx.NewImporter().Import(m)
 			checkImport(t, g, err, "", tc.want)
