@@ -13,9 +13,10 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// detectDir holds torchvision's ssdlite320_mobilenet_v3_large (random
-// weights from a fixed seed) with its postprocess, exported to ONNX with
-// ONNX Runtime's outputs by `make detect-model` (python/detect).
+// detectDir holds torchvision's ssdlite320_mobilenet_v3_large and small
+// Faster R-CNN, Mask R-CNN, RetinaNet and FCOS detectors (random weights
+// from a fixed seed) with their postprocess, exported to ONNX with ONNX
+// Runtime's outputs by `make detect-model` (python/detect).
 const detectDir = "../../.cache/detect"
 
 // TestRunDetectionMatchesORT runs a real detection model end to end with
@@ -50,18 +51,70 @@ func TestRunDetectionMatchesORT(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.DType != want.DType || tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
-			t.Fatalf("%s: %s%s, ONNX Runtime %s%s", tc.name, got.DType, tensor.ShapeString(got.Shape), want.DType, tensor.ShapeString(want.Shape))
-		}
-		if want.NumElements() == 0 {
-			t.Fatalf("%s: ONNX Runtime detected nothing; the test would prove little", tc.name)
-		}
-		for i := range want.NumElements() {
-			if d := math.Abs(got.Float64At(i) - want.Float64At(i)); !(d <= tc.tol) {
-				t.Fatalf("%s[%d] = %v, ONNX Runtime %v", tc.name, i, got.Float64At(i), want.Float64At(i))
-			}
-		}
+		compareDetections(t, tc.name, got, want, tc.tol)
 	}
+}
+
+// TestRunDetectorsMatchORT runs torchvision's detectors (python/detect/
+// export_detectors.py: Faster R-CNN, RetinaNet and FCOS with their own
+// transforms, anchors and postprocess on a small FPN backbone, exported by
+// torch.onnx with a dynamic image height and width) with `xserve run` at
+// an image size other than the export example's. The import waits for the
+// size (the resize and padding follow it), then carries the proposals'
+// data-dependent counts through TopK, NonZero -> Gather -> NonZero chains,
+// reshapes to their run-time shapes, RoiAlign and NonMaxSuppression.
+// Boxes, scores and labels must equal ONNX Runtime's.
+func TestRunDetectorsMatchORT(t *testing.T) {
+	const size = "120x100"
+	for _, family := range []string{"fasterrcnn", "retinanet", "fcos"} {
+		t.Run(family, func(t *testing.T) {
+			model := filepath.Join(detectDir, family+".onnx")
+			if _, err := os.Stat(model); err != nil {
+				t.Fatalf("%v: run `make detect-model` (make test does) first", err)
+			}
+			out := t.TempDir()
+			_, stderr, err := xserve(t, "run", model, "--input", "image="+filepath.Join(detectDir, family+".image."+size+".npy"),
+				"--output", out, "--compile-cache", filepath.Join(detectDir, "compile-cache"))
+			if err != nil {
+				t.Fatalf("xserve run: %v\n%s", err, stderr)
+			}
+			for _, tc := range []struct {
+				name string
+				tol  float64
+			}{{"boxes", 1e-3}, {"scores", 1e-5}, {"labels", 0}} {
+				got, err := tensor.ReadNpyFile(filepath.Join(out, tc.name+".npy"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := tensor.ReadNpyFile(filepath.Join(detectDir, family+"."+tc.name+"."+size+".npy"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				compareDetections(t, tc.name, got, want, tc.tol)
+			}
+		})
+	}
+}
+
+// compareDetections fails t unless got has want's dtype and shape and its
+// values within tol; want must hold detections.
+func compareDetections(t *testing.T, name string, got, want *tensor.Tensor, tol float64) {
+	t.Helper()
+	if got.DType != want.DType || tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
+		t.Fatalf("%s: %s%s, ONNX Runtime %s%s", name, got.DType, tensor.ShapeString(got.Shape), want.DType, tensor.ShapeString(want.Shape))
+	}
+	if want.NumElements() == 0 {
+		t.Fatalf("%s: ONNX Runtime detected nothing; the test would prove little", name)
+	}
+	worst := 0.0
+	for i := range want.NumElements() {
+		d := math.Abs(got.Float64At(i) - want.Float64At(i))
+		if !(d <= tol) {
+			t.Fatalf("%s[%d] = %v, ONNX Runtime %v", name, i, got.Float64At(i), want.Float64At(i))
+		}
+		worst = max(worst, d)
+	}
+	t.Logf("%s%s: largest difference from ONNX Runtime %.3g", name, tensor.ShapeString(want.Shape), worst)
 }
 
 // detectReference returns ONNX Runtime's output name of the model.
