@@ -41,6 +41,7 @@ func init() {
 	boundRules["Squeeze"] = boundSqueeze
 	boundRules["Flatten"] = boundFlatten
 	boundRules["RoiAlign"] = boundRoiAlign
+	boundRules["Pad"] = boundPad
 	for _, op := range []string{"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
 		"BatchNormalization", "InstanceNormalization"} {
 		boundRules[op] = boundBatchOp
@@ -404,4 +405,48 @@ func boundAlongAxis(def int64) boundRule {
 		c.setBound(0, b.axis, b)
 		return nil
 	}
+}
+
+// boundPad: padding the value along other axes than its padded one keeps
+// the bound.
+func boundPad(c *Ctx, node *Node, in map[int]boundedValue) error {
+	b, ok := in[0]
+	if !ok || len(in) > 1 {
+		_, b := anyBound(in)
+		return unsupportedBound(node, b, "only its data may be padded")
+	}
+	rank := Meta(c.s.env[node.Inputs[0]]).Rank()
+	pads := c.AttrInts("pads", nil)
+	if c.Opset >= 11 {
+		var err error
+		if pads, err = c.ConstInts(1); err != nil {
+			return err
+		}
+	}
+	axes := make([]int, rank)
+	for i := range axes {
+		axes[i] = i
+	}
+	if c.Opset >= 18 && c.HasInput(3) {
+		given, err := c.ConstInts(3)
+		if err != nil {
+			return err
+		}
+		axes = axes[:len(given)]
+		for i, a := range given {
+			if axes[i], err = shNormAxis(a, rank); err != nil {
+				return err
+			}
+		}
+	}
+	for i, a := range axes {
+		if a != b.axis || i+len(axes) >= len(pads) {
+			continue
+		}
+		if pads[i] != 0 || pads[i+len(axes)] != 0 {
+			return unsupportedBound(node, b, fmt.Sprintf("it pads the padded axis %d by %d and %d", a, pads[i], pads[i+len(axes)]))
+		}
+	}
+	c.setBound(0, b.axis, b)
+	return nil
 }

@@ -231,7 +231,7 @@ func (s *scope) takesCountSizes(node *Node) bool {
 
 // boundSizeInputs are the operators (with their size operands) converted
 // at padded sizes when such an operand is computed from counts.
-var boundSizeInputs = map[string][]int{"Reshape": {1}, "Expand": {1}, "ConstantOfShape": {0}, "Slice": {1, 2}}
+var boundSizeInputs = map[string][]int{"Reshape": {1}, "Expand": {1}, "ConstantOfShape": {0}, "Slice": {1, 2}, "Range": {1}}
 
 // oneVarying returns the index of the single element of cs that follows a
 // count; ok is false for none or several.
@@ -757,4 +757,40 @@ func sliceEnd(c *Ctx, a sliceArgs, i int, size fxgraph.Dim) (*fxgraph.Node, erro
 		return nil, err
 	}
 	return c.Emit(fxgraph.AtenMinimum, end, c.ScalarConst(tensor.Int64, float64(size.Size)))
+}
+
+// boundRange: Range from 0 by 1 to a limit that follows a count
+// (torchvision's arange(num_masks)): the positions up to the padded limit,
+// bounded along 0 and counted by the limit.
+func boundRange(c *Ctx, node *Node, _ map[int]boundedValue, conv Converter) error {
+	cs, ok := c.countInput(1)
+	if !ok {
+		return conv(c, node)
+	}
+	start, err := c.ConstInts(0)
+	if err != nil {
+		return err
+	}
+	delta, err := c.ConstInts(2)
+	if err != nil {
+		return err
+	}
+	if len(start) != 1 || len(delta) != 1 || start[0] != 0 || delta[0] != 1 {
+		return Unsupported("Range to a limit computed from a data-dependent count: only from 0 by 1 (got %v by %v)", start, delta)
+	}
+	if err := withInput(c, 1, c.ScalarConst(Meta(c.s.env[node.Inputs[1]]).DType, float64(cs.padded[0])), func() error { return conv(c, node) }); err != nil {
+		return err
+	}
+	limit, _ := c.Input(1)
+	count, err := c.sizeCount(limit, 0)
+	if err != nil {
+		return err
+	}
+	if _, isCount := c.s.countBounds()[count]; !isCount {
+		if count, err = c.Emit(fxgraph.AtenMaximum, count, c.ScalarConst(tensor.Int64, 0)); err != nil {
+			return err
+		}
+	}
+	c.setBound(0, 0, boundedValue{count: count, op: c.s.countOrigin(count)})
+	return nil
 }

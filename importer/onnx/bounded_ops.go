@@ -28,6 +28,7 @@ var boundConverters = map[string]boundConverter{
 	"Expand":            boundExpand,
 	"ScatterElements":   boundScatterElements,
 	"Slice":             boundSlice,
+	"Range":             boundRange,
 }
 
 // boundedShapes are the values Shape gave for bounded values: the run-time
