@@ -371,6 +371,11 @@ func (b *planBuilder) buildOutputs() error {
 				out.Dims[d] = dimSpec{Size: md.Size}
 			} else if spec, ok := b.p.modelSyms[md.Sym]; ok {
 				out.Dims[d] = spec
+			} else if b.g.IsDeferred() {
+				if b.p.freeOutputs == nil {
+					b.p.freeOutputs = map[int]bool{}
+				}
+				b.p.freeOutputs[len(b.p.Outputs)] = true
 			}
 		}
 		index[out.Name] = i
@@ -505,7 +510,7 @@ func (b *planBuilder) symbolBuckets(s *SymbolPlan, used map[string]bool) error {
 // symbolPad sets s's pad policy from config.yaml's pad, else PadProbe.
 func (b *planBuilder) symbolPad(s *SymbolPlan, used map[string]bool) {
 	s.Pad, s.PadReason = PadProbe, "decided by the load-time probe"
-	if len(b.g.Bounded) > 0 {
+	if b.p.dataDependent() {
 		// An output whose size depends on the values (NonZero, Unique, ...)
 		// would count the padding: every size runs exactly.
 		s.Pad, s.PadReason = PadExact, "the model has outputs of data-dependent size"
