@@ -142,6 +142,7 @@ def export(family, out):
         diffs = [float(np.abs(r - e.numpy()).max()) if r.size else 0.0 for r, e in zip(refs, eager)]
         print(family, f"{h}x{w}", "detections:", refs[0].shape[0], "ORT vs torch:", diffs)
         assert refs[0].shape[0] > 0, "no detections: the test would prove little"
+        assert max(diffs) < 1e-3, f"{family}: ONNX Runtime differs from torch at {h}x{w}: {diffs}"
         np.save(os.path.join(out, f"{family}.image.{h}x{w}.npy"), image)
         for name, r in zip(outputs, refs):
             np.save(os.path.join(out, f"{family}.{name}.{h}x{w}.npy"), r)
