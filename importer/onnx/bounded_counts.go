@@ -685,40 +685,8 @@ func boundSlice(c *Ctx, node *Node, in map[int]boundedValue, conv Converter) err
 	if bok {
 		count, axis = b.count, b.axis
 	}
-	for i := range a.starts {
-		ax := int(a.axes[i])
-		varies := a.endVaries != nil && a.endVaries[i]
-		if a.startVaries != nil && a.startVaries[i] {
-			return Unsupported("Slice from a start computed from a data-dependent count")
-		}
-		if ax != axis && !varies {
-			continue
-		}
-		if a.starts[i] != 0 || a.step(i) != 1 || a.ends[i] < 0 {
-			why := fmt.Sprintf("it slices the padded axis %d:%d:%d (supported: from 0, step 1, to an end >= 0)", a.starts[i], a.ends[i], a.step(i))
-			if !bok {
-				return Unsupported("Slice to an end computed from a data-dependent count: %s", why)
-			}
-			return unsupportedBound(node, b, why)
-		}
-		if ax != axis && axis >= 0 {
-			return unsupportedBound(node, b, fmt.Sprintf("it slices axis %d to a data-dependent end, the value is padded along %d", ax, axis))
-		}
-		if d := xm.Shape[ax]; !varies && d.IsStatic() && a.ends[i] >= d.Size {
-			continue // the whole axis: the count stays the same node (sameCount)
-		}
-		end, err := sliceEnd(c, a, i, xm.Shape[ax])
-		if err != nil {
-			return err
-		}
-		switch {
-		case count == nil:
-			count, axis = end, ax
-		case count != end:
-			if count, err = c.Emit(fxgraph.AtenMinimum, count, end); err != nil {
-				return err
-			}
-		}
+	if count, axis, err = slicedCount(c, node, a, xm, sliceBound{count: count, axis: axis, b: b, bounded: bok}); err != nil {
+		return err
 	}
 	if axis < 0 {
 		return nil
@@ -731,6 +699,58 @@ func boundSlice(c *Ctx, node *Node, in map[int]boundedValue, conv Converter) err
 	}
 	c.setBound(0, axis, boundedValue{count: count, op: op})
 	return nil
+}
+
+// sliceBound is the bound a Slice's result has so far: count along axis
+// (-1: none), and the input's bound b when bounded.
+type sliceBound struct {
+	count   *fxgraph.Node
+	axis    int
+	b       boundedValue
+	bounded bool
+}
+
+// slicedCount applies each slice of a to the bound sb of the input (of
+// meta xm): the padded axis sliced to an end, or a static axis sliced to an
+// end that follows a count. It returns the result's count and axis.
+func slicedCount(c *Ctx, node *Node, a sliceArgs, xm fxgraph.TensorMeta, sb sliceBound) (*fxgraph.Node, int, error) {
+	count, axis := sb.count, sb.axis
+	for i := range a.starts {
+		ax := int(a.axes[i])
+		varies := a.endVaries != nil && a.endVaries[i]
+		if a.startVaries != nil && a.startVaries[i] {
+			return nil, 0, Unsupported("Slice from a start computed from a data-dependent count")
+		}
+		if ax != axis && !varies {
+			continue
+		}
+		if a.starts[i] != 0 || a.step(i) != 1 || a.ends[i] < 0 {
+			why := fmt.Sprintf("it slices the padded axis %d:%d:%d (supported: from 0, step 1, to an end >= 0)", a.starts[i], a.ends[i], a.step(i))
+			if !sb.bounded {
+				return nil, 0, Unsupported("Slice to an end computed from a data-dependent count: %s", why)
+			}
+			return nil, 0, unsupportedBound(node, sb.b, why)
+		}
+		if ax != axis && axis >= 0 {
+			return nil, 0, unsupportedBound(node, sb.b, fmt.Sprintf("it slices axis %d to a data-dependent end, the value is padded along %d", ax, axis))
+		}
+		if d := xm.Shape[ax]; !varies && d.IsStatic() && a.ends[i] >= d.Size {
+			continue // the whole axis: the count stays the same node (sameCount)
+		}
+		end, err := sliceEnd(c, a, i, xm.Shape[ax])
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case count == nil:
+			count, axis = end, ax
+		case count != end:
+			if count, err = c.Emit(fxgraph.AtenMinimum, count, end); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	return count, axis, nil
 }
 
 // sliceEnd returns the run-time end of slice i (along an axis of size
