@@ -416,28 +416,16 @@ func boundPad(c *Ctx, node *Node, in map[int]boundedValue) error {
 		return unsupportedBound(node, b, "only its data may be padded")
 	}
 	rank := Meta(c.s.env[node.Inputs[0]]).Rank()
-	pads := c.AttrInts("pads", nil)
+	pads := c.AttrInts("pads", c.AttrInts("paddings", nil))
 	if c.Opset >= 11 {
 		var err error
 		if pads, err = c.ConstInts(1); err != nil {
 			return err
 		}
 	}
-	axes := make([]int, rank)
-	for i := range axes {
-		axes[i] = i
-	}
-	if c.Opset >= 18 && c.HasInput(3) {
-		given, err := c.ConstInts(3)
-		if err != nil {
-			return err
-		}
-		axes = axes[:len(given)]
-		for i, a := range given {
-			if axes[i], err = shNormAxis(a, rank); err != nil {
-				return err
-			}
-		}
+	axes, err := padAxes(c, rank)
+	if err != nil {
+		return err
 	}
 	for i, a := range axes {
 		if a != b.axis || i+len(axes) >= len(pads) {
