@@ -98,8 +98,10 @@ type BucketPlan struct {
 	bounded []fxgraph.BoundedOutput
 	// freeOutputs marks the outputs of a deferred model (one imported per
 	// input size, fxgraph.Graph.IsDeferred) with a declared dim that no
-	// input gives: their size follows the data. Each size's import makes
-	// them bounded outputs, which its executable trims (engine.Executable.Trim).
+	// input gives, when an import at a probe size has outputs of
+	// data-dependent size: their size follows the data. Each size's import
+	// makes them bounded outputs, which its executable trims
+	// (engine.Executable.Trim).
 	freeOutputs map[int]bool
 	// outBatchAxis gives each output the axis its rows stack along (set by
 	// findBatchAxes); batchErr says why requests cannot be stacked.

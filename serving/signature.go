@@ -381,12 +381,37 @@ func (b *planBuilder) buildOutputs() error {
 		index[out.Name] = i
 		b.p.Outputs = append(b.p.Outputs, out)
 	}
+	if len(b.p.freeOutputs) > 0 && !b.countsAt(freeOutputProbeSize) {
+		b.p.freeOutputs = nil // sized by the inputs after all (silero-vad's stateN)
+	}
 	for i, oc := range b.cfg.Outputs {
 		if err := b.mergeOutput(fmt.Sprintf("outputs[%d]", i), oc, index); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// freeOutputProbeSize is the size every symbol takes when a deferred
+// model is imported to see whether it has outputs of data-dependent size.
+const freeOutputProbeSize = 64
+
+// countsAt reports whether the deferred model, imported with every symbol
+// at size, has outputs of data-dependent size (the import appends their
+// counts to the model's outputs). An import that fails says yes: serving
+// it exactly is safe either way.
+func (b *planBuilder) countsAt(size int64) bool {
+	if b.p.shapes == nil {
+		return true
+	}
+	dims := map[string]int64{}
+	for _, spec := range b.p.modelSyms {
+		if spec.Sym != "" {
+			dims[spec.Sym] = size
+		}
+	}
+	shapes, err := b.p.shapes(b.p.modelDims(dims))
+	return err != nil || len(shapes) > len(b.p.Outputs)
 }
 
 func (b *planBuilder) mergeOutput(key string, oc modelrepo.OutputConfig, index map[string]int) error {
