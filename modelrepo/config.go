@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -117,7 +116,15 @@ type Config struct {
 	// ExactExecutables bounds the executables a version keeps for sizes
 	// served exactly (least recently used first out); default 32.
 	ExactExecutables int
+	// Pipeline, when set, makes the model a pipeline of other models and
+	// built-in steps (config.yaml's pipeline:, or a Triton ensemble); its
+	// versions hold no model file.
+	Pipeline *PipelineConfig
 }
+
+// AnyDim, in InputConfig.Dims and OutputConfig.Dims, is a dim the config
+// leaves as the model has it (Triton's -1 in config.pbtxt).
+var AnyDim = fxgraph.D(-1)
 
 // InputConfig describes one model input.
 type InputConfig struct {
@@ -301,12 +308,7 @@ func LoadConfig(path string) (*Config, error) {
 // The error, when not nil, joins one *ConfigError per problem (all matching
 // ErrConfig), each naming the file, the key path and the line.
 func ParseConfig(path string, data []byte) (*Config, error) {
-	dirName := ""
-	if d := filepath.Dir(path); path != "" && d != "." && d != string(filepath.Separator) {
-		if base := filepath.Base(d); ValidateName(base) == nil {
-			dirName = base
-		}
-	}
+	dirName := dirName(path)
 	if len(data) > MaxConfigSize {
 		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("file is larger than %d bytes", MaxConfigSize)}
 	}
@@ -378,6 +380,7 @@ type rawConfig struct {
 	Pad           map[string]bool    `yaml:"pad"`
 	BatchSymbol   string             `yaml:"batch_symbol"`
 	ExactExecs    *int               `yaml:"exact_executables"`
+	Pipeline      *rawPipeline       `yaml:"pipeline"`
 }
 
 type rawInput struct {
@@ -438,11 +441,15 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 			c.Buckets[k] = slices.Clone(v)
 		}
 	}
+	strs := raw.Pipeline != nil // a pipeline's tensors may be strings (BYTES)
+	if raw.Pipeline != nil {
+		c.Pipeline = raw.Pipeline.convert()
+	}
 	for i, in := range raw.Inputs {
 		key := fmt.Sprintf("inputs[%d]", i)
 		c.Inputs = append(c.Inputs, InputConfig{
 			Name:     in.Name,
-			DType:    convertDType(p, key, in.DType),
+			DType:    convertDType(p, key, in.DType, strs),
 			Dims:     convertDims(p, key, in.Dims),
 			PadValue: in.PadValue,
 		})
@@ -451,7 +458,7 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 		key := fmt.Sprintf("outputs[%d]", i)
 		c.Outputs = append(c.Outputs, OutputConfig{
 			Name:  out.Name,
-			DType: convertDType(p, key, out.DType),
+			DType: convertDType(p, key, out.DType, strs),
 			Dims:  convertDims(p, key, out.Dims),
 		})
 	}
@@ -518,13 +525,19 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 	return c
 }
 
-func convertDType(p *problems, key, s string) tensor.DType {
+// convertDType parses a dtype; strings (string or bytes) only where strs
+// allows them (a pipeline's tensors).
+func convertDType(p *problems, key, s string, strs bool) tensor.DType {
 	if s == "" {
 		return tensor.Invalid
 	}
 	dt, err := tensor.ParseDType(s)
-	if err != nil || dt == tensor.String {
-		p.add(key+".dtype", "unknown dtype %q (want one of bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, complex64, complex128)", s)
+	if err != nil || (dt == tensor.String && !strs) {
+		want := "bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, complex64, complex128"
+		if strs {
+			want += ", string"
+		}
+		p.add(key+".dtype", "unknown dtype %q (want one of %s)", s, want)
 		return tensor.Invalid
 	}
 	return dt
@@ -575,8 +588,15 @@ func (c *Config) validate(p *problems) {
 	}
 	switch c.Platform {
 	case "", FormatONNX, FormatPT2:
+	case FormatEnsemble:
+		if c.Pipeline == nil {
+			p.add("platform", "%s needs a pipeline (config.yaml's pipeline:, config.pbtxt's ensemble_scheduling)", FormatEnsemble)
+		}
 	default:
 		p.add("platform", "want onnx or pt2, got %q", c.Platform)
+	}
+	if c.Pipeline != nil {
+		c.validatePipeline(p)
 	}
 	switch c.Warmup {
 	case "", WarmupLazy, WarmupEager:
@@ -702,7 +722,7 @@ func validateTensor(p *problems, list string, i int, name string, dims fxgraph.S
 		seen[name] = i
 	}
 	for j, d := range dims {
-		if (d.Sym != "" && !isIdent(d.Sym)) || (d.Sym == "" && d.Size < 0) {
+		if (d.Sym != "" && !isIdent(d.Sym)) || (d.Sym == "" && d.Size < 0 && d != AnyDim) {
 			p.add(fmt.Sprintf("%s.dims[%d]", key, j), "want a size >= 0 or a symbol name, got %s", d)
 		}
 	}
