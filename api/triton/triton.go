@@ -1,6 +1,7 @@
 package triton
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -70,6 +71,19 @@ func Config(c *serving.ModelConfig) *pb.ModelConfig {
 			}
 		}
 		out.SchedulingChoice = &pb.ModelConfig_DynamicBatching{DynamicBatching: db}
+	}
+	if pi := c.Pipeline; pi != nil {
+		out.Backend = ""
+		es := &pb.ModelEnsembling{}
+		for _, st := range pi.Steps {
+			step := &pb.ModelEnsembling_Step{ModelName: st.Name, ModelVersion: -1, InputMap: maps.Clone(st.InputMap), OutputMap: maps.Clone(st.OutputMap)}
+			if st.Kind == "model" && st.Version > 0 {
+				step.ModelVersion = st.Version
+			}
+			es.Step = append(es.Step, step)
+		}
+		out.SchedulingChoice = &pb.ModelConfig_EnsembleScheduling{EnsembleScheduling: es}
+		out.Parameters["xserve.pipeline.segments"] = &pb.ModelParameter{StringValue: strconv.Itoa(len(pi.Segments))}
 	}
 	syms := make([]string, 0, len(c.Buckets))
 	for s := range c.Buckets {

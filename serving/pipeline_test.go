@@ -1,0 +1,129 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xserve/xserve/modelrepo"
+	"github.com/xserve/xserve/tensor"
+)
+
+// pipelineFixtures is testdata/pipelines (python/pipelines/make_fixtures.py,
+// make pipeline-fixtures).
+const pipelineFixtures = "../testdata/pipelines"
+
+// copyTree copies the directory src into dst.
+func copyTree(t testing.TB, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		out := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(out, 0o755)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, data, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("copy %s (run make pipeline-fixtures): %v", src, err)
+	}
+}
+
+// ensembleRepo is a copy of the Triton repository of testdata/pipelines/
+// ensemble: preprocess and cnn with their config.pbtxt, and the ensemble
+// chaining them.
+func ensembleRepo(t testing.TB) *testRepo {
+	t.Helper()
+	r := newRepo(t)
+	copyTree(t, filepath.Join(pipelineFixtures, "ensemble"), r.root)
+	return r
+}
+
+// TestTritonEnsemble serves a Triton repository as it is (config.pbtxt
+// files, no config.yaml): the ensemble's two ONNX steps are stitched into
+// one executable per bucket and answer as ONNX Runtime running the two
+// models one after the other.
+func TestTritonEnsemble(t *testing.T) {
+	r := ensembleRepo(t)
+	m, _ := start(t, r, nil)
+	raw := readNpy(t, filepath.Join(r.root, "in.IMAGE.npy"))
+	want := readNpy(t, filepath.Join(r.root, "ref.PROBS.npy"))
+
+	for _, rowsIdx := range [][]int{{0, 1, 2, 3, 4}, {2}} {
+		resp := infer(t, m, "classify_ensemble", 0, map[string]*tensor.Tensor{"IMAGE": rows(raw, rowsIdx...)})
+		if len(resp.Outputs) != 1 || resp.Outputs[0].Name != "PROBS" {
+			t.Fatalf("outputs %v, want PROBS", resp.Outputs)
+		}
+		assertClose(t, "PROBS", resp.Outputs[0].Tensor, rows(want, rowsIdx...), 1e-5)
+	}
+
+	md, err := m.Metadata("classify_ensemble", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Platform != "ensemble" || md.Pipeline == nil || len(md.Pipeline.Segments) != 1 || !md.Pipeline.Segments[0].Fused {
+		t.Fatalf("metadata: platform %q, pipeline %+v: want one fused segment", md.Platform, md.Pipeline)
+	}
+	for _, s := range md.Pipeline.Steps {
+		if !s.Fused || s.Segment != 0 {
+			t.Errorf("step %s: fused %v segment %d, want fused in segment 0", s.Name, s.Fused, s.Segment)
+		}
+	}
+	if got := metric(t, m, `xserve_pipeline_executions{model="classify_ensemble",version="1"}`); got != 1 {
+		t.Errorf("xserve_pipeline_executions = %v, want 1", got)
+	}
+	for _, b := range []string{"batch=8", "batch=1"} {
+		series := `xserve_compilations_total{bucket="` + b + `",model="classify_ensemble",version="1"}`
+		if got := metric(t, m, series); got != 1 {
+			t.Errorf("%s = %v, want one executable for the bucket", series, got)
+		}
+	}
+	// The step models are served on their own too, as Triton serves them.
+	pixels := infer(t, m, "preprocess", 0, map[string]*tensor.Tensor{"raw": rows(raw, 0)})
+	probs := infer(t, m, "cnn", 0, map[string]*tensor.Tensor{"input": pixels.Outputs[0].Tensor})
+	assertClose(t, "cnn(preprocess)", probs.Outputs[0].Tensor, rows(want, 0), 1e-5)
+}
+
+// TestPipelineErrors: a pipeline that cannot be built is UNAVAILABLE with
+// a reason naming the file and the key, and the other models serve.
+func TestPipelineErrors(t *testing.T) {
+	cases := []struct {
+		name, edit, want string
+	}{
+		{"unknown step input", `key: "raw"`, `config.pbtxt: ensemble_scheduling.step[0].input_map`},
+		{"unknown model", `model_name: "cnn"`, `no model "cnx"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := ensembleRepo(t)
+			path := filepath.Join(r.root, "classify_ensemble", modelrepo.ConfigFileTriton)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			repl := map[string]string{`key: "raw"`: `key: "rawx"`, `model_name: "cnn"`: `model_name: "cnx"`}[c.edit]
+			if err := os.WriteFile(path, []byte(strings.Replace(string(data), c.edit, repl, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := start(t, r, nil)
+			_, err = m.Infer(context.Background(), "classify_ensemble", 0, &InferRequest{})
+			if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want ErrNotReady naming %q", err, c.want)
+			}
+			raw := readNpy(t, filepath.Join(r.root, "in.IMAGE.npy"))
+			infer(t, m, "preprocess", 0, map[string]*tensor.Tensor{"raw": rows(raw, 0)})
+		})
+	}
+}
+
