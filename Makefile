@@ -6,7 +6,6 @@ SHELL := /bin/bash
 GO ?= go
 PYTHON ?= python3
 VENV := .venv
-ONNX_TESTDATA := /usr/include/onnx/backend/test/data
 EXAMPLE := examples/models/tinycnn
 # Fuzz targets, package:Target: every request decoder and both model
 # importers. `make test` runs each for TEST_FUZZTIME, `make fuzz` for
@@ -27,19 +26,19 @@ FUZZ = for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} $${t\#\#*:} for $(1)"; \
 	  $(GO) test -count=1 -run '^$$' -fuzz "^$${t\#\#*:}$$" -fuzztime $(1) -fuzzminimizetime 10x ./$${t%%:*} || exit 1; done
 
-.PHONY: all build run test pjrt testdata venv venv-triton proto examples conformance conformance-check fuzz chaos bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
+.PHONY: all build run test pjrt venv venv-triton proto examples conformance conformance-check fuzz chaos bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
 
 all: build
 
 help:
 	@echo "make run          install the XLA CPU PJRT plugin and CPU kernels, build xserve, serve examples/models on $(HTTP_ADDR)"
-	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check, docker-test"
+	@echo "make test         install plugin + venvs (the onnx wheel holds the conformance data), vet, unit/integration tests, fuzz, conformance check, docker-test"
 	@echo "make detect-model export torchvision ssdlite320 (NMS postprocess) to .cache/detect (make test needs it)"
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
 	@echo "make gpu-check    the GPU check (docs/GPU.md): on a GPU host the CUDA plugin against torch/JAX; here its CPU dry run"
 	@echo "make gpu-check-bundle  xserve and loadtest for the GPU host (no Go there) into bin/gpu-check"
 	@echo "make fuzz         every fuzz target for FUZZTIME (1m) each"
-	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
+	@echo "make conformance  run the pinned onnx wheel's backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make python-torch-test  xserve.export and the torch.compile backend against a real xserve (.venv-zoo)"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 	@echo "make venv-triton  tritonclient[all]==2.41.1, perf_analyzer and protoc into .venv-triton (make test runs it)"
@@ -56,14 +55,8 @@ pjrt:
 	@scripts/pjrt-install.sh
 	@scripts/cpukernels-install.sh
 
-# The ONNX backend conformance data from Debian's libonnx-testdata.
-testdata:
-	@if [ -d $(ONNX_TESTDATA)/node ]; then echo "testdata: libonnx-testdata already installed"; else \
-	  echo "testdata: installing Debian's libonnx-testdata"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libonnx-testdata; fi
-
-# Reference frameworks (onnx, onnxruntime, numpy) for fixtures and benchmarks.
+# Reference frameworks (onnx, onnxruntime, numpy) for fixtures and benchmarks;
+# the onnx wheel also holds the ONNX backend conformance data.
 venv: $(VENV)/.installed
 $(VENV)/.installed: python/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -118,7 +111,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt testdata venv venv-triton realmodels-small detect-model vet conformance-check
+test: pjrt venv venv-triton realmodels-small detect-model vet conformance-check
 	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
@@ -142,11 +135,14 @@ gpu-check:
 	@if command -v $(GO) >/dev/null; then $(MAKE) pjrt $(VENV_ZOO)/.installed gpu-check-bundle; fi
 	$(if $(wildcard $(VENV_ZOO)/bin/python),GPU_CHECK_PYTHON=$(CURDIR)/$(VENV_ZOO)/bin/python) scripts/gpu-check.sh
 
-conformance: pjrt testdata
+# The ONNX backend test data (node, simple, pytorch-converted,
+# pytorch-operator) inside the onnx wheel python/requirements.txt pins, so the
+# suite moves with ONNX releases; cases run on every CPU at once.
+conformance: pjrt venv
 	$(GO) run ./cmd/onnx-conformance -write docs/onnx-conformance.md
 
 # Fails when a case that passes in the committed table stops passing.
-conformance-check: pjrt testdata
+conformance-check: pjrt venv
 	$(GO) run ./cmd/onnx-conformance -check docs/onnx-conformance.md
 
 fuzz:

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -55,9 +56,7 @@ var protocols = map[string]bool{
 
 // pending are imports the layers forbid that another change removes; each
 // names it. A pending import that is gone is reported, to be dropped here.
-var pending = map[[2]string]string{
-	{"lower", "pjrt"}: "#27 item 3: lower's two dtype converters move to tensor",
-}
+var pending = map[[2]string]string{}
 
 // goXLA is the one unit that may import go-xla, with the pending others.
 var goXLA = map[string]string{
@@ -73,24 +72,33 @@ type goPackage struct {
 
 func listPackages(t *testing.T) []goPackage {
 	t.Helper()
+	pkgs, err := goList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+// goList lists the module's packages once per test binary.
+var goList = sync.OnceValues(func() ([]goPackage, error) {
 	cmd := exec.Command("go", "list", "-json", "./...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
+		return nil, fmt.Errorf("go list: %v\n%s", err, stderr.String())
 	}
 	var pkgs []goPackage
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for dec.More() {
 		var p goPackage
 		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		pkgs = append(pkgs, p)
 	}
-	return pkgs
-}
+	return pkgs, nil
+})
 
 // unit returns the top-level directory of a package of the module, or "".
 func unit(path string) string {

@@ -30,7 +30,9 @@ type Model struct {
 	host *fxgraph.HostSplit
 	// graph is nil once closed, so that a closed model does not keep its
 	// host weights alive.
-	graph   atomic.Pointer[fxgraph.Graph]
+	graph atomic.Pointer[fxgraph.Graph]
+	// src imports a deferred graph at concrete sizes; nil for others.
+	src     *importer.Model
 	hash    string // content hash keying the StableHLO cache; "" for none
 	weights *Weights
 	log     *slog.Logger
@@ -56,15 +58,18 @@ func (e *Engine) Load(path string, o LoadOptions) (*Model, error) {
 		}
 		hash = h
 	}
-	g, err := importer.Load(path)
+	src, err := importer.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := e.NewModel(g, o)
+	m, err := e.NewModel(src.Graph, o)
 	if err != nil {
 		return nil, err
 	}
 	m.hash = hash
+	if src.Graph.IsDeferred() {
+		m.src = src
+	}
 	return m, nil
 }
 
@@ -101,7 +106,9 @@ func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) (*Model, error) {
 // device.
 func (m *Model) Host() *fxgraph.HostSplit { return m.host }
 
-// Graph returns the model's optimized graph, nil once closed.
+// Graph returns the model's optimized graph, nil once closed: for a model
+// whose import waits for its input sizes, a deferred graph that carries
+// only the model's signature (fxgraph.Graph.IsDeferred).
 func (m *Model) Graph() *fxgraph.Graph { return m.graph.Load() }
 
 func (m *Model) liveGraph() (*fxgraph.Graph, error) {
@@ -112,10 +119,23 @@ func (m *Model) liveGraph() (*fxgraph.Graph, error) {
 	return g, nil
 }
 
+// graphAt returns the optimized graph for the symbol sizes in dims: the
+// model's, or a deferred model's imported at those sizes and optimized.
+func (m *Model) graphAt(dims map[string]int64) (*fxgraph.Graph, error) {
+	g, err := m.liveGraph()
+	if err != nil || m.src == nil {
+		return g, err
+	}
+	if g, err = m.src.At(dims); err != nil {
+		return nil, err
+	}
+	return m.e.lowerer.Optimize(g), nil
+}
+
 // OutputShapes returns the shapes of the model's outputs when its input
 // symbols take the sizes in dims (lower.Lowerer.OutputShapes).
 func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
-	g, err := m.liveGraph()
+	g, err := m.graphAt(dims)
 	if err != nil {
 		return nil, err
 	}
@@ -124,12 +144,12 @@ func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
 
 // Lower lowers the model for the symbol sizes in dims.
 func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) {
-	g, err := m.liveGraph()
+	g, err := m.graphAt(dims)
 	if err != nil {
 		return nil, err
 	}
 	m.e.lowerings.Add(1)
-	return m.e.lowerer.Lower(g, dims)
+	return m.e.lowerer.LowerOptimized(g, dims)
 }
 
 // Weights returns the model's weight store.

@@ -53,14 +53,6 @@ type Graph struct {
 	// expression. A caller binds the plain symbols and evaluates the derived
 	// ones (BindDerived); they are never free.
 	SymbolExprs map[string]*SymExpr
-	// Rebuild, when set, marks a deferred graph: one whose shape
-	// computations the importer could not express over symbolic sizes (an
-	// If on a condition computed from shapes, whose branches differ in
-	// shape, say). Its nodes then only carry the signature (outputs are
-	// Deferred nodes); Rebuild imports the model again for concrete
-	// input sizes (symbol -> size), where every shape computation folds.
-	// Rebuilt calls it; lowering does so per shape bucket.
-	Rebuild func(dims map[string]int64) (*Graph, error)
 
 	insertBefore *Node // AddCall inserts before this node; nil = before output
 }
@@ -591,7 +583,6 @@ func (g *Graph) Clone() *Graph {
 	c.OutputNames = append([]string(nil), g.OutputNames...)
 	c.Bounded = append([]BoundedOutput(nil), g.Bounded...)
 	c.Guards = append([]GuardOutput(nil), g.Guards...)
-	c.Rebuild = g.Rebuild
 	for k, v := range g.SymbolRanges {
 		if c.SymbolRanges == nil {
 			c.SymbolRanges = map[string]SymbolRange{}

@@ -79,7 +79,7 @@ func SplitHost(g *Graph) (*HostSplit, error) {
 	if len(host) == 0 {
 		return nil, nil
 	}
-	if g.Rebuild != nil || len(g.Bounded) > 0 || len(g.Guards) > 0 {
+	if g.IsDeferred() || len(g.Bounded) > 0 || len(g.Guards) > 0 {
 		return nil, fmt.Errorf("fxgraph: a graph with string values cannot also have data-dependent sizes or guarded branches")
 	}
 	s := &HostSplit{Model: g}

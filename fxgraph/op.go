@@ -154,10 +154,10 @@ var (
 	// element, body_graph the next carried values (same dtypes and shapes).
 	// The node is the tuple of the carried values after the last iteration.
 	WhileLoop = &Op{Name: "while_loop"}
-	// Deferred is the op of a deferred graph's outputs (see Graph.Rebuild):
+	// Deferred is the op of a deferred graph's outputs (Graph.IsDeferred):
 	// it stands for a value the importer can only build once the input
-	// sizes are known. It is not in the IR and nothing lowers it: Rebuilt
-	// replaces the graph before any shape pass or lowering sees it.
+	// sizes are known. Nothing lowers it: the importer imports the model
+	// again at those sizes before any shape pass or lowering sees it.
 	Deferred = &Op{Name: "xserve.deferred.default"}
 )
 
@@ -179,6 +179,7 @@ func init() {
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)
+	registerFold(r)
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)

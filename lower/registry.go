@@ -31,6 +31,7 @@ func NewRegistry() *Registry {
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)
+	registerFold(r)
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)

@@ -210,7 +210,7 @@ func TestMLASActivations(t *testing.T) {
 	}
 	c := openPlugin(t)
 	ctx := context.Background()
-	exe, err := c.Compile(ctx, text)
+	exe, err := c.Compile(ctx, text, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

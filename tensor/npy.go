@@ -41,6 +41,19 @@ var npyDescrs = map[string]DType{
 	"f2": Float16, "f4": Float32, "f8": Float64, "c8": Complex64, "c16": Complex128,
 }
 
+// mlDTypeDescrs are the dtypes NumPy has only through ml_dtypes. An .npy
+// file holds them under their ml_dtypes name as descr ('float8_e4m3fn',
+// 'bfloat16', 'int4'), which numpy.load reads back once ml_dtypes is
+// imported; elements are ml_dtypes' bytes (one a byte for the 4-bit types).
+// numpy.save itself writes such arrays as '<V1' or '<V2', which name no
+// type and are errors here: write the header with
+// numpy.lib.format.write_array_header_1_0({'descr': a.dtype.name, ...}).
+var mlDTypeDescrs = map[string]DType{
+	"bfloat16": BFloat16, "float8_e4m3fn": Float8E4M3FN, "float8_e4m3fnuz": Float8E4M3FNUZ,
+	"float8_e5m2": Float8E5M2, "float8_e5m2fnuz": Float8E5M2FNUZ, "float8_e8m0fnu": Float8E8M0FNU,
+	"float4_e2m1fn": Float4E2M1FN, "int4": Int4, "uint4": Uint4,
+}
+
 // ReadNpy reads one array in NumPy .npy format (versions 1.0, 2.0 and 3.0)
 // from r. Big-endian arrays are byte-swapped to little-endian. Fortran-order
 // arrays of rank 2 or more, and dtypes without a DType (objects,
@@ -191,10 +204,16 @@ func parseDescr(descr string) (DType, bool, error) {
 	if descr == "" {
 		return Invalid, false, errors.New("empty descr")
 	}
+	if dt, ok := mlDTypeDescrs[descr]; ok {
+		return dt, false, nil
+	}
 	order, code := descr[0], descr[1:]
 	dt, ok := npyDescrs[code]
 	if !ok {
-		return Invalid, false, fmt.Errorf("unsupported dtype %q (want one of bool, int8..int64, uint8..uint64, float16/32/64, complex64/128)", descr)
+		if code == "V1" || code == "V2" {
+			return Invalid, false, fmt.Errorf("dtype %q names no type (numpy.save writes ml_dtypes arrays so): write the ml_dtypes name, such as 'float8_e4m3fn', as descr", descr)
+		}
+		return Invalid, false, fmt.Errorf("unsupported dtype %q (want one of bool, int8..int64, uint8..uint64, float16/32/64, complex64/128, or an ml_dtypes name: bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, float4_e2m1fn, int4, uint4)", descr)
 	}
 	switch order {
 	case '<':
@@ -381,8 +400,9 @@ func (p *pyParser) dim() (int64, error) {
 // WriteNpy writes t to w in NumPy .npy format, version 1.0 (2.0 when the
 // header does not fit in 64 KiB), little-endian and C order. String
 // tensors are written as NumPy unicode arrays ('<U'), or as bytes ('|S')
-// when an element is not UTF-8. bfloat16 tensors have no NumPy equivalent
-// and are errors; convert them to float32 first.
+// when an element is not UTF-8. The types NumPy has only through ml_dtypes
+// (bfloat16, the 8- and 4-bit floats, int4, uint4) are written under their
+// ml_dtypes name (see mlDTypeDescrs).
 func WriteNpy(w io.Writer, t *Tensor) error {
 	if t.DType == String {
 		return writeNpyStrings(w, t)
@@ -418,11 +438,13 @@ func WriteNpyFile(path string, t *Tensor) error {
 
 // npyDescr returns the little-endian NumPy type string of dt.
 func npyDescr(dt DType) (string, error) {
-	switch dt {
-	case BFloat16:
-		return "", errors.New("bfloat16 has no NumPy dtype: convert the tensor to float32 first")
-	case String:
+	if dt == String {
 		return "", errors.New("string tensors cannot be written as .npy")
+	}
+	for name, d := range mlDTypeDescrs {
+		if d == dt {
+			return name, nil
+		}
 	}
 	for code, d := range npyDescrs {
 		if d == dt {

@@ -340,10 +340,9 @@ func ewCastDType(code int64) (tensor.DType, error) {
 	return dt, nil
 }
 
-// ewCast emits the conversion of x to dt. Float to bfloat16 truncates the
-// float32 mantissa as the ONNX reference implementation of Cast does; every
-// other conversion is aten._to_copy (round to nearest even for floats,
-// truncation toward zero for float to integer, x != 0 for bool).
+// ewCast emits the conversion of x to dt: aten._to_copy (round to nearest
+// even for floats, truncation toward zero for float to integer, x != 0 for
+// bool), with ONNX's rules for the 8- and 4-bit types (castNarrow).
 func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	src := Meta(x).DType
 	if src == tensor.String || dt == tensor.String {
@@ -352,24 +351,10 @@ func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	if src == dt {
 		return x, nil
 	}
-	if dt != tensor.BFloat16 || !(src == tensor.Float32 || src == tensor.Float64) {
-		return ewCastTo(c, x, dt)
+	if y, ok, err := castNarrow(c, x, dt); ok || err != nil {
+		return y, err
 	}
-	f, err := ewCastTo(c, x, tensor.Float32)
-	if err != nil {
-		return nil, err
-	}
-	bits, err := c.Emit(fxgraph.AtenViewDtype, f, tensor.Int32)
-	if err != nil {
-		return nil, err
-	}
-	if bits, err = c.Emit(fxgraph.AtenBitwiseAndScalar, bits, int64(-65536)); err != nil { // 0xFFFF0000
-		return nil, err
-	}
-	if f, err = c.Emit(fxgraph.AtenViewDtype, bits, tensor.Float32); err != nil {
-		return nil, err
-	}
-	return ewCastTo(c, f, tensor.BFloat16) // exact: the low mantissa bits are zero
+	return ewCastTo(c, x, dt)
 }
 
 // ewCastConv converts Cast(to).

@@ -379,7 +379,7 @@ func TestFFICallRun(t *testing.T) {
 		t.Errorf("text =\n%s\nwant it to contain\n%s", text, want)
 	}
 	ctx := context.Background()
-	exe, err := c.Compile(ctx, text)
+	exe, err := c.Compile(ctx, text, nil)
 	if err != nil {
 		t.Fatalf("compile: %v", err)
 	}
