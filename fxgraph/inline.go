@@ -23,7 +23,7 @@ import (
 // static. sub itself is not changed. A graph whose sizes are decided at run
 // time (deferred, with bounded outputs or guards) cannot be inlined.
 func (g *Graph) Inline(sub *Graph, args []*Node, prefix string) ([]*Node, error) {
-	if sub.Rebuild != nil || len(sub.Bounded) > 0 || len(sub.Guards) > 0 {
+	if sub.IsDeferred() || len(sub.Bounded) > 0 || len(sub.Guards) > 0 {
 		return nil, fmt.Errorf("fxgraph: inline %s: its output sizes are decided at run time (data-dependent sizes or guarded branches)", prefix)
 	}
 	ph := sub.Placeholders()

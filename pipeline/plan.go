@@ -260,7 +260,7 @@ func (b *builder) consumerMeta(t string) *fxgraph.TensorMeta {
 func (b *builder) whole(i int) bool {
 	s := b.pc.Steps[i]
 	g := b.o.Graphs[i]
-	return g != nil && (s.Separate || g.Rebuild != nil || len(g.Bounded) > 0 || len(g.Guards) > 0)
+	return g != nil && (s.Separate || g.IsDeferred() || len(g.Bounded) > 0 || len(g.Guards) > 0)
 }
 
 // step places step i in a segment and adds its nodes.
