@@ -3,6 +3,7 @@ package serving
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -127,3 +128,73 @@ func TestPipelineErrors(t *testing.T) {
 	}
 }
 
+// fusionRepo is the ensemble fixture plus the same two steps as config.yaml
+// pipelines: "fused" (fuse: auto, one executable per bucket) and "steps"
+// (fuse: none: each step an execution of its own, the host between them,
+// as Triton runs an ensemble).
+func fusionRepo(t testing.TB) *testRepo {
+	t.Helper()
+	r := ensembleRepo(t)
+	for model, fuse := range map[string]string{"fused": "auto", "steps": "none"} {
+		r.config(model, `inputs:
+  - {name: IMAGE, dtype: uint8, dims: [batch, 32, 32, 3]}
+outputs:
+  - {name: PROBS, dtype: float32, dims: [batch, 10]}
+buckets:
+  batch: [1, 8]
+warmup: eager
+pipeline:
+  fuse: `+fuse+`
+  steps:
+    - {model: preprocess, input_map: {raw: IMAGE}, output_map: {pixels: pre}}
+    - {model: cnn, input_map: {input: pre}, output_map: {probs: PROBS}}
+`)
+	}
+	return r
+}
+
+// TestPipelineFuseNone: the steps run one by one (fuse: none) answer as
+// the stitched program and as ONNX Runtime, in two executions.
+func TestPipelineFuseNone(t *testing.T) {
+	r := fusionRepo(t)
+	m, _ := start(t, r, nil)
+	raw := readNpy(t, filepath.Join(r.root, "in.IMAGE.npy"))
+	want := readNpy(t, filepath.Join(r.root, "ref.PROBS.npy"))
+	for _, model := range []string{"fused", "steps"} {
+		resp := infer(t, m, model, 0, map[string]*tensor.Tensor{"IMAGE": raw})
+		assertClose(t, model, resp.Outputs[0].Tensor, want, 1e-5)
+	}
+	for model, n := range map[string]float64{"fused": 1, "steps": 2} {
+		if got := metric(t, m, `xserve_pipeline_executions{model="`+model+`",version="1"}`); got != n {
+			t.Errorf("%s: xserve_pipeline_executions = %v, want %v", model, got, n)
+		}
+	}
+}
+
+// BenchmarkPipelineFusion compares the two steps stitched into one
+// executable per bucket ("fused") with the same steps run one execution
+// each, the intermediate crossing the host ("steps"), at batch 1 and 8;
+// -count interleaves them (docs/BENCHMARKS.md):
+//
+//	go test -run '^$' -bench PipelineFusion -benchtime 2000x -count 5 ./serving
+func BenchmarkPipelineFusion(b *testing.B) {
+	r := fusionRepo(b)
+	m, _ := start(b, r, nil)
+	raw := readNpy(b, filepath.Join(r.root, "in.IMAGE.npy"))
+	for _, n := range []int{1, 8} {
+		idx := make([]int, n)
+		for i := range idx {
+			idx[i] = i % 5
+		}
+		in := map[string]*tensor.Tensor{"IMAGE": rows(raw, idx...)}
+		for _, model := range []string{"fused", "steps"} {
+			b.Run(fmt.Sprintf("%s/batch=%d", model, n), func(b *testing.B) {
+				for b.Loop() {
+					if _, err := m.Infer(context.Background(), model, 0, &InferRequest{Inputs: in}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
