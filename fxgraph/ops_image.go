@@ -376,6 +376,9 @@ func DecodeImage(data []byte, channels int, bgr bool) (*planar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s image: %w", format, err)
 	}
+	if y, ok := img.(*image.YCbCr); ok && format == "jpeg" {
+		img = LibjpegRGB(y) // libjpeg's chroma upsampling and color tables, as PIL and torchvision decode
+	}
 	b := img.Bounds()
 	out := &planar{c: channels, h: b.Dy(), w: b.Dx()}
 	out.v = make([]float32, channels*out.h*out.w)
