@@ -2,11 +2,14 @@ package serving
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -196,5 +199,68 @@ func BenchmarkPipelineFusion(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// classifierRef is testdata/pipelines/classifier/ref.json: what
+// torchvision's preprocessing + the model + softmax + top-5 give.
+type classifierRef struct {
+	File   string    `json:"file"`
+	Labels []string  `json:"labels"`
+	Scores []float64 `json:"scores"`
+}
+
+// TestClassifierPipeline: JPEG and PNG bytes in, top-5 labels out, the
+// whole pipeline (decode on the host, normalisation, the model, softmax,
+// top-k on the device, labels on the host) in one segment, equal to
+// torchvision's preprocessing + the model run by PyTorch.
+func TestClassifierPipeline(t *testing.T) {
+	r := newRepo(t)
+	copyTree(t, filepath.Join(pipelineFixtures, "classifier"), r.root)
+	m, _ := start(t, r, nil)
+	data, err := os.ReadFile(filepath.Join(r.root, "ref.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []classifierRef
+	if err := json.Unmarshal(data, &refs); err != nil {
+		t.Fatal(err)
+	}
+	images := tensor.New(tensor.String, int64(len(refs)))
+	for i, ref := range refs {
+		if images.Strings[i], err = os.ReadFile(filepath.Join(r.root, ref.File)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp := infer(t, m, "classify", 0, map[string]*tensor.Tensor{"IMAGE": images})
+	out := map[string]*tensor.Tensor{}
+	for _, o := range resp.Outputs {
+		out[o.Name] = o.Tensor
+	}
+	labels, scores := out["LABELS"], out["SCORES"]
+	if labels == nil || scores == nil || !slices.Equal(labels.Shape, []int64{int64(len(refs)), 5}) {
+		t.Fatalf("outputs %v", resp.Outputs)
+	}
+	got := scores.Float64s()
+	worst := 0.0
+	for i, ref := range refs {
+		for k := range 5 {
+			if l := string(labels.Strings[i*5+k]); l != ref.Labels[k] {
+				t.Errorf("%s: label %d is %q, torchvision's %q", ref.File, k, l, ref.Labels[k])
+			}
+			d := math.Abs(got[i*5+k] - ref.Scores[k])
+			worst = max(worst, d)
+			if d > 1e-3 {
+				t.Errorf("%s: score %d is %.5f, torchvision's %.5f", ref.File, k, got[i*5+k], ref.Scores[k])
+			}
+		}
+	}
+	t.Logf("largest score difference from torchvision: %.2e", worst)
+	md, err := m.Metadata("classify", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Pipeline.Segments) != 1 || !md.Pipeline.Segments[0].Fused {
+		t.Errorf("segments %+v, want one fused", md.Pipeline.Segments)
 	}
 }
