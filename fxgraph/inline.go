@@ -37,15 +37,7 @@ func (g *Graph) Inline(sub *Graph, args []*Node, prefix string) ([]*Node, error)
 		}
 		m[p] = args[i]
 	}
-	for k, r := range sub.SymbolRanges {
-		if g.SymbolRanges == nil {
-			g.SymbolRanges = map[string]SymbolRange{}
-		}
-		if _, ok := g.SymbolRanges[k]; !ok {
-			g.SymbolRanges[k] = r
-		}
-	}
-	swap := func(x *Node) any { return m[x] }
+	g.addSymbolRanges(sub.SymbolRanges)
 	for _, n := range sub.Nodes() {
 		switch n.Opcode {
 		case Placeholder, Output:
@@ -54,26 +46,10 @@ func (g *Graph) Inline(sub *Graph, args []*Node, prefix string) ([]*Node, error)
 			m[n] = g.inlineAttr(sub, n, prefix)
 			continue
 		}
-		args := make([]any, len(n.Args))
-		for i, a := range n.Args {
-			args[i] = mapNodes(a, swap)
-		}
-		var kw map[string]any
-		if n.Kwargs != nil {
-			kw = make(map[string]any, len(n.Kwargs))
-			for k, v := range n.Kwargs {
-				kw[k] = mapNodes(v, swap)
-			}
-		}
-		cn := g.AddNamedCall(prefix+"_"+n.Name, n.Op, args, kw)
-		if n.Op == nil || n.Op.Shape == nil {
-			return nil, fmt.Errorf("fxgraph: inline %s: node %s (%s) has no shape rule", prefix, n.Name, n.Target)
-		}
-		meta, err := n.Op.Shape(cn)
+		cn, err := g.inlineCall(n, prefix, m)
 		if err != nil {
 			return nil, fmt.Errorf("fxgraph: inline %s: node %s (%s): %w", prefix, n.Name, n.Target, err)
 		}
-		cn.Meta = meta
 		m[n] = cn
 	}
 	outs := sub.Outputs()
@@ -85,6 +61,45 @@ func (g *Graph) Inline(sub *Graph, args []*Node, prefix string) ([]*Node, error)
 		}
 	}
 	return res, nil
+}
+
+// addSymbolRanges adds the ranges of symbols g does not bound yet.
+func (g *Graph) addSymbolRanges(ranges map[string]SymbolRange) {
+	for k, r := range ranges {
+		if g.SymbolRanges == nil {
+			g.SymbolRanges = map[string]SymbolRange{}
+		}
+		if _, ok := g.SymbolRanges[k]; !ok {
+			g.SymbolRanges[k] = r
+		}
+	}
+}
+
+// inlineCall copies call node n into g, its inputs those m maps them to,
+// and derives its Meta again.
+func (g *Graph) inlineCall(n *Node, prefix string, m map[*Node]*Node) (*Node, error) {
+	swap := func(x *Node) any { return m[x] }
+	args := make([]any, len(n.Args))
+	for i, a := range n.Args {
+		args[i] = mapNodes(a, swap)
+	}
+	var kw map[string]any
+	if n.Kwargs != nil {
+		kw = make(map[string]any, len(n.Kwargs))
+		for k, v := range n.Kwargs {
+			kw[k] = mapNodes(v, swap)
+		}
+	}
+	if n.Op == nil || n.Op.Shape == nil {
+		return nil, fmt.Errorf("no shape rule")
+	}
+	cn := g.AddNamedCall(prefix+"_"+n.Name, n.Op, args, kw)
+	meta, err := n.Op.Shape(cn)
+	if err != nil {
+		return nil, err
+	}
+	cn.Meta = meta
+	return cn, nil
 }
 
 // inlineAttr copies get_attr node n of sub into g under a prefixed key.

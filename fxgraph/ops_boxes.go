@@ -181,11 +181,8 @@ func cropBoxesShape(n *Node) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	if img.Rank() != 4 || !(img.DType.IsFloat() || img.DType == tensor.Uint8) {
-		return Meta{}, fmt.Errorf("fxgraph: node %s (%s): image is %s, want uint8 or float [N, H, W, C] (layout nhwc) or [N, C, H, W] (nchw)", n.Name, n.Target, img)
-	}
-	if boxes.Rank() != 2 || !(boxes.Shape[1] == D(4) || boxes.Shape[1] == D(5)) || !boxes.DType.IsFloat() {
-		return Meta{}, fmt.Errorf("fxgraph: node %s (%s): boxes is %s, want float [K, 5] (image, x0, y0, x1, y1) or [K, 4]", n.Name, n.Target, boxes)
+	if err := checkCropInputs(n, img, boxes); err != nil {
+		return Meta{}, err
 	}
 	c := img.Shape[3]
 	if p.nchw {
@@ -195,6 +192,17 @@ func cropBoxesShape(n *Node) (Meta, error) {
 		return Meta{}, fmt.Errorf("fxgraph: node %s (%s): mean %v and std %v for %d channels", n.Name, n.Target, p.mean, p.std, c.Size)
 	}
 	return One(tensor.Float32, Shape{boxes.Shape[0], c, D(p.h), D(p.w)}), nil
+}
+
+// checkCropInputs checks crop_boxes' image and boxes.
+func checkCropInputs(n *Node, img, boxes TensorMeta) error {
+	if img.Rank() != 4 || !(img.DType.IsFloat() || img.DType == tensor.Uint8) {
+		return fmt.Errorf("fxgraph: node %s (%s): image is %s, want uint8 or float [N, H, W, C] (layout nhwc) or [N, C, H, W] (nchw)", n.Name, n.Target, img)
+	}
+	if boxes.Rank() != 2 || !(boxes.Shape[1] == D(4) || boxes.Shape[1] == D(5)) || !boxes.DType.IsFloat() {
+		return fmt.Errorf("fxgraph: node %s (%s): boxes is %s, want float [K, 5] (image, x0, y0, x1, y1) or [K, 4]", n.Name, n.Target, boxes)
+	}
+	return nil
 }
 
 type cropParams struct {
@@ -228,16 +236,8 @@ func readCropParams(n *Node) (cropParams, error) {
 	if p.scale, err = n.ParamFloat("scale"); err != nil {
 		return p, err
 	}
-	if p.mean, err = floatsParam(n, "mean"); err != nil {
+	if p.mean, p.std, err = meanStd(n); err != nil {
 		return p, err
-	}
-	if p.std, err = floatsParam(n, "std"); err != nil {
-		return p, err
-	}
-	for _, s := range p.std {
-		if s == 0 {
-			return p, fmt.Errorf("fxgraph: node %s (%s): std %v has a zero", n.Name, n.Target, p.std)
-		}
 	}
 	if p.flipClass, err = n.ParamInt("flip_class"); err != nil {
 		return p, err
@@ -247,6 +247,23 @@ func readCropParams(n *Node) (cropParams, error) {
 	}
 	_, p.haveClasses = n.ArgOr(2, "classes", nil).(*Node)
 	return p, nil
+}
+
+// meanStd reads the mean and std arguments (per channel, or one for all);
+// no std may be zero.
+func meanStd(n *Node) (mean, std []float64, err error) {
+	if mean, err = floatsParam(n, "mean"); err != nil {
+		return nil, nil, err
+	}
+	if std, err = floatsParam(n, "std"); err != nil {
+		return nil, nil, err
+	}
+	for _, s := range std {
+		if s == 0 {
+			return nil, nil, fmt.Errorf("fxgraph: node %s (%s): std %v has a zero", n.Name, n.Target, std)
+		}
+	}
+	return mean, std, nil
 }
 
 // channelValue returns v's per-channel entry c (one value for all when v

@@ -221,31 +221,37 @@ func ReadImageParams(n *Node) (ImageParams, error) {
 	if err := p.checkSizes(n); err != nil {
 		return p, err
 	}
+	return p, p.readOutput(n)
+}
+
+// readOutput reads the arguments of how images are resampled and laid
+// out.
+func (p *ImageParams) readOutput(n *Node) error {
 	interp, err := choice(n, "interpolation", "bilinear", "nearest")
 	if err != nil {
-		return p, err
+		return err
 	}
 	p.Nearest = interp == "nearest"
 	if p.Antialias, err = n.ParamBool("antialias"); err != nil {
-		return p, err
+		return err
 	}
 	layout, err := choice(n, "layout", "nhwc", "nchw")
 	if err != nil {
-		return p, err
+		return err
 	}
 	p.NCHW = layout == "nchw"
 	dt, err := choice(n, "dtype", "uint8", "float32")
 	if err != nil {
-		return p, err
+		return err
 	}
 	p.Float = dt == "float32"
 	if p.Scale, err = n.ParamFloat("scale"); err != nil {
-		return p, err
+		return err
 	}
 	if p.Scale != 1 && !p.Float {
-		return p, fmt.Errorf("fxgraph: node %s (%s): scale %g needs dtype float32", n.Name, n.Target, p.Scale)
+		return fmt.Errorf("fxgraph: node %s (%s): scale %g needs dtype float32", n.Name, n.Target, p.Scale)
 	}
-	return p, nil
+	return nil
 }
 
 func (p *ImageParams) checkSizes(n *Node) error {

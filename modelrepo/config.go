@@ -442,9 +442,7 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 		}
 	}
 	strs := raw.Pipeline != nil // a pipeline's tensors may be strings (BYTES)
-	if raw.Pipeline != nil {
-		c.Pipeline = raw.Pipeline.convert()
-	}
+	c.Pipeline = raw.Pipeline.convert()
 	for i, in := range raw.Inputs {
 		key := fmt.Sprintf("inputs[%d]", i)
 		c.Inputs = append(c.Inputs, InputConfig{
@@ -580,12 +578,8 @@ func convertDuration(p *problems, key, s string) time.Duration {
 
 // validate reports the impossible values of c. It runs on a Config whose
 // defaults may or may not be filled: zero values pass.
-func (c *Config) validate(p *problems) {
-	if c.Name != "" {
-		if err := ValidateName(c.Name); err != nil {
-			p.add("name", "%s", strings.TrimPrefix(err.Error(), "modelrepo: "))
-		}
-	}
+// validatePlatform checks the platform, and the pipeline of a pipeline.
+func (c *Config) validatePlatform(p *problems) {
 	switch c.Platform {
 	case "", FormatONNX, FormatPT2:
 	case FormatEnsemble:
@@ -598,6 +592,15 @@ func (c *Config) validate(p *problems) {
 	if c.Pipeline != nil {
 		c.validatePipeline(p)
 	}
+}
+
+func (c *Config) validate(p *problems) {
+	if c.Name != "" {
+		if err := ValidateName(c.Name); err != nil {
+			p.add("name", "%s", strings.TrimPrefix(err.Error(), "modelrepo: "))
+		}
+	}
+	c.validatePlatform(p)
 	switch c.Warmup {
 	case "", WarmupLazy, WarmupEager:
 	default:

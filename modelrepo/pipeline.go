@@ -86,7 +86,11 @@ type rawStep struct {
 	Separate  bool              `yaml:"separate"`
 }
 
+// convert converts config.yaml's pipeline: (nil when there is none).
 func (raw *rawPipeline) convert() *PipelineConfig {
+	if raw == nil {
+		return nil
+	}
 	pc := &PipelineConfig{Fuse: raw.Fuse}
 	for i, s := range raw.Steps {
 		pc.Steps = append(pc.Steps, PipelineStep{
@@ -123,26 +127,7 @@ func (c *Config) validatePipeline(p *problems) {
 	if len(c.Outputs) == 0 {
 		p.add("outputs", "a pipeline declares its outputs (name, dtype and dims of each)")
 	}
-	made := map[string]string{} // tensor -> what makes it
-	for _, in := range c.Inputs {
-		made[in.Name] = "the pipeline input"
-	}
-	for _, s := range pc.Steps {
-		validateStep(p, s)
-		for _, out := range slices.Sorted(maps.Keys(s.OutputMap)) {
-			t := s.OutputMap[out]
-			if prev, dup := made[t]; dup {
-				p.add(s.Key+".output_map."+out, "tensor %q is already made by %s", t, prev)
-				continue
-			}
-			made[t] = s.Key + " (" + s.Name() + ")"
-		}
-	}
-	for i, out := range c.Outputs {
-		if _, ok := made[out.Name]; !ok && out.Name != "" {
-			p.add(fmt.Sprintf("outputs[%d].name", i), "no step makes tensor %q (made: %s)", out.Name, strings.Join(slices.Sorted(maps.Keys(made)), ", "))
-		}
-	}
+	made := c.madeTensors(p)
 	missing := false
 	for _, s := range pc.Steps {
 		for _, in := range slices.Sorted(maps.Keys(s.InputMap)) {
@@ -160,6 +145,33 @@ func (c *Config) validatePipeline(p *problems) {
 	} else {
 		pc.Steps = ordered
 	}
+}
+
+// madeTensors checks every step and returns what makes each tensor (the
+// pipeline's inputs, the steps' outputs), reporting tensors made twice
+// and pipeline outputs nothing makes.
+func (c *Config) madeTensors(p *problems) map[string]string {
+	made := map[string]string{}
+	for _, in := range c.Inputs {
+		made[in.Name] = "the pipeline input"
+	}
+	for _, s := range c.Pipeline.Steps {
+		validateStep(p, s)
+		for _, out := range slices.Sorted(maps.Keys(s.OutputMap)) {
+			t := s.OutputMap[out]
+			if prev, dup := made[t]; dup {
+				p.add(s.Key+".output_map."+out, "tensor %q is already made by %s", t, prev)
+				continue
+			}
+			made[t] = s.Key + " (" + s.Name() + ")"
+		}
+	}
+	for i, out := range c.Outputs {
+		if _, ok := made[out.Name]; !ok && out.Name != "" {
+			p.add(fmt.Sprintf("outputs[%d].name", i), "no step makes tensor %q (made: %s)", out.Name, strings.Join(slices.Sorted(maps.Keys(made)), ", "))
+		}
+	}
+	return made
 }
 
 func validateStep(p *problems, s PipelineStep) {
@@ -183,20 +195,19 @@ func validateStep(p *problems, s PipelineStep) {
 	if s.Version < 0 {
 		p.add(s.Key+version, "must be >= 1 (or absent for the latest), got %d", s.Version)
 	}
-	if len(s.InputMap) == 0 {
-		p.add(s.Key+".input_map", "needs at least one input")
+	validateMap(p, s.Key+".input_map", "input", s.InputMap)
+	validateMap(p, s.Key+".output_map", "output", s.OutputMap)
+}
+
+// validateMap checks a step's input_map or output_map: not empty, no
+// empty names.
+func validateMap(p *problems, key, what string, m map[string]string) {
+	if len(m) == 0 {
+		p.add(key, "needs at least one %s", what)
 	}
-	if len(s.OutputMap) == 0 {
-		p.add(s.Key+".output_map", "needs at least one output")
-	}
-	for k, v := range s.InputMap {
-		if k == "" || v == "" {
-			p.add(s.Key+".input_map", "names must not be empty (%q: %q)", k, v)
-		}
-	}
-	for k, v := range s.OutputMap {
-		if k == "" || v == "" {
-			p.add(s.Key+".output_map", "names must not be empty (%q: %q)", k, v)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if k == "" || m[k] == "" {
+			p.add(key, "names must not be empty (%q: %q)", k, m[k])
 		}
 	}
 }

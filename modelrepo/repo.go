@@ -352,10 +352,7 @@ func (sc *scanner) scanModel(name, dir string) (m ModelEntry, ok bool) {
 			errs = append(errs, fmt.Errorf("%w: %s: directory %q is not a version number (want a positive integer such as 1)", ErrLayout, dir, n))
 			continue
 		}
-		ve, err := sc.scanVersion(m.Config, v, p)
-		if m.Config != nil && m.Config.Pipeline != nil {
-			ve, err = VersionEntry{Version: v, Path: p, Format: FormatEnsemble}, sc.inside(p)
-		}
+		ve, err := sc.versionEntry(m.Config, v, p)
 		if vanished(p, err) {
 			continue
 		}
@@ -369,11 +366,7 @@ func (sc *scanner) scanModel(name, dir string) (m ModelEntry, ok bool) {
 		m.Versions = append(m.Versions, ve)
 	}
 	slices.SortFunc(m.Versions, func(a, b VersionEntry) int { return cmp.Compare(a.Version, b.Version) })
-	if m.Config != nil && m.Config.Pipeline != nil && len(m.Versions) == 0 && len(m.VersionErrors) == 0 {
-		// A pipeline without version directories is version 1 (Triton's
-		// ensembles have an empty 1/).
-		m.Versions = []VersionEntry{{Version: 1, Path: dir, Format: FormatEnsemble}}
-	}
+	m.pipelineVersion(dir)
 
 	if m.Config != nil {
 		for _, v := range m.Config.VersionPolicy.Specific {
@@ -391,6 +384,14 @@ func (sc *scanner) scanModel(name, dir string) (m ModelEntry, ok bool) {
 	}
 	m.Err = errors.Join(errs...)
 	return m, true
+}
+
+// pipelineVersion makes a pipeline without version directories version 1
+// (Triton's ensembles have an empty 1/, or none).
+func (m *ModelEntry) pipelineVersion(dir string) {
+	if m.Config != nil && m.Config.Pipeline != nil && len(m.Versions) == 0 && len(m.VersionErrors) == 0 {
+		m.Versions = []VersionEntry{{Version: 1, Path: dir, Format: FormatEnsemble}}
+	}
 }
 
 // modelConfig reads the model's config.yaml, else its config.pbtxt
@@ -438,6 +439,15 @@ func vanished(path string, err error) bool {
 	}
 	_, lerr := os.Lstat(path)
 	return errors.Is(lerr, fs.ErrNotExist)
+}
+
+// versionEntry reads version directory dir: a pipeline's holds no model
+// file.
+func (sc *scanner) versionEntry(cfg *Config, v int64, dir string) (VersionEntry, error) {
+	if cfg != nil && cfg.Pipeline != nil {
+		return VersionEntry{Version: v, Path: dir, Format: FormatEnsemble}, sc.inside(dir)
+	}
+	return sc.scanVersion(cfg, v, dir)
 }
 
 // scanVersion reads one version directory; cfg may be nil.

@@ -104,7 +104,7 @@ ensemble_scheduling { ` + steps + ` }`
 		{"unmade tensor", ens(step("a", "NOPE", "OUT")), []string{"ensemble_scheduling.step[0].input_map.x", `no step or pipeline input makes tensor "NOPE"`}},
 		{"unmade output", ens(step("a", "IMAGE", "mid")), []string{"outputs[0].name", `no step makes tensor "OUT"`}},
 		{"made twice", ens(step("a", "IMAGE", "OUT") + step("b", "IMAGE", "OUT")), []string{"ensemble_scheduling.step[1].output_map.y", `"OUT" is already made by ensemble_scheduling.step[0] (a)`}},
-		{"cycle", ens(step("a", "IMAGE", "OUT")+step("b", "c", "d")+step("c", "d", "c")), []string{"the steps depend on each other in a cycle", "step[1] (b)", "step[2] (c)"}},
+		{"cycle", ens(step("a", "IMAGE", "OUT") + step("b", "c", "d") + step("c", "d", "c")), []string{"the steps depend on each other in a cycle", "step[1] (b)", "step[2] (c)"}},
 		{"bad model name", ens(step("../x", "IMAGE", "OUT")), []string{"ensemble_scheduling.step[0].model_name"}},
 	}
 	for _, c := range cases {

@@ -205,25 +205,8 @@ func buildNormalize(c *stepCtx) ([]*fxgraph.Node, error) {
 			return nil, err
 		}
 	}
-	for _, op := range []struct {
-		what string
-		vals []float64
-		op   *fxgraph.Op
-	}{{"mean", mean, fxgraph.AtenSubTensor}, {"std", std, fxgraph.AtenDivTensor}} {
-		if op.vals == nil {
-			continue
-		}
-		vals := make([]float32, len(op.vals))
-		for i, v := range op.vals {
-			vals[i] = float32(v)
-		}
-		shape := channelShape(len(vals), m.Rank(), nchw)
-		if len(vals) == 1 {
-			shape = nil
-		}
-		if x, err = c.emit(op.op, []any{x, c.constant(op.what, tensor.FromFloat32s(vals, shape...))}, nil); err != nil {
-			return nil, err
-		}
+	if x, err = c.subDiv(x, mean, std, channelShape(len(mean), m.Rank(), nchw), channelShape(len(std), m.Rank(), nchw)); err != nil {
+		return nil, err
 	}
 	if toNCHW {
 		if x, err = c.emit(fxgraph.AtenPermute, []any{x, []any{int64(0), int64(3), int64(1), int64(2)}}, nil); err != nil {
@@ -231,6 +214,34 @@ func buildNormalize(c *stepCtx) ([]*fxgraph.Node, error) {
 		}
 	}
 	return []*fxgraph.Node{x}, nil
+}
+
+// subDiv emits (x - mean) / std, each a per-channel constant of the given
+// shape (a scalar when it has one value), or nothing when not given.
+func (c *stepCtx) subDiv(x *fxgraph.Node, mean, std []float64, meanShape, stdShape []int64) (*fxgraph.Node, error) {
+	var err error
+	for _, op := range []struct {
+		what  string
+		vals  []float64
+		shape []int64
+		op    *fxgraph.Op
+	}{{"mean", mean, meanShape, fxgraph.AtenSubTensor}, {"std", std, stdShape, fxgraph.AtenDivTensor}} {
+		if op.vals == nil {
+			continue
+		}
+		vals := make([]float32, len(op.vals))
+		for i, v := range op.vals {
+			vals[i] = float32(v)
+		}
+		shape := op.shape
+		if len(vals) == 1 {
+			shape = nil
+		}
+		if x, err = c.emit(op.op, []any{x, c.constant(op.what, tensor.FromFloat32s(vals, shape...))}, nil); err != nil {
+			return nil, err
+		}
+	}
+	return x, nil
 }
 
 // imageDims returns the H and W axes of a rank-4 image value in layout.

@@ -1,10 +1,12 @@
 package serving
 
 import (
+	"archive/zip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -262,5 +264,124 @@ func TestClassifierPipeline(t *testing.T) {
 	}
 	if len(md.Pipeline.Segments) != 1 || !md.Pipeline.Segments[0].Fused {
 		t.Errorf("segments %+v, want one fused", md.Pipeline.Segments)
+	}
+}
+
+// rapidocrWheel is the pinned rapidocr-onnxruntime wheel make
+// realmodels-small downloads (python/realmodels/packaged.py), and the
+// models of the OCR chain inside it.
+const rapidocrWheel = "../.cache/realmodels-small/packages/rapidocr_onnxruntime-1.4.4-py3-none-any.whl"
+
+var rapidocrModels = map[string]string{
+	"det": "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+	"cls": "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+	"rec": "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+}
+
+// ocrRepo is testdata/pipelines/ocr with rapidocr's three models taken out
+// of the wheel as det, cls and rec.
+func ocrRepo(t testing.TB) *testRepo {
+	t.Helper()
+	r := newRepo(t)
+	copyTree(t, filepath.Join(pipelineFixtures, "ocr"), r.root)
+	z, err := zip.OpenReader(rapidocrWheel)
+	if err != nil {
+		t.Fatalf("%v (make realmodels-small downloads it)", err)
+	}
+	defer z.Close()
+	for model, name := range rapidocrModels {
+		f, err := z.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.write(model, 1, data)
+	}
+	return r
+}
+
+// ocrRef is testdata/pipelines/ocr/ref.json: the three models run one by
+// one in ONNX Runtime with the same glue written in numpy and scipy.
+type ocrRef struct {
+	Boxes      [][]float64 `json:"boxes"`
+	Text       []string    `json:"text"`
+	TextScores []float64   `json:"text_scores"`
+}
+
+// TestOCRPipeline: rapidocr's det -> cls -> rec chain as one pipeline
+// equals the three models run separately in ONNX Runtime with the same
+// glue (boxes, crops, the angle flip, CTC).
+func TestOCRPipeline(t *testing.T) {
+	r := ocrRepo(t)
+	m, _ := start(t, r, nil)
+	data, err := os.ReadFile(filepath.Join(r.root, "ref.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref ocrRef
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	png, err := os.ReadFile(filepath.Join(r.root, "text.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := tensor.New(tensor.String, 1)
+	img.Strings[0] = png
+	resp := infer(t, m, "ocr", 0, map[string]*tensor.Tensor{"IMAGE": img})
+	out := map[string]*tensor.Tensor{}
+	for _, o := range resp.Outputs {
+		out[o.Name] = o.Tensor
+	}
+	boxes, text, scores := out["BOXES"], out["TEXT"], out["TEXT_SCORES"]
+	if boxes == nil || text == nil || scores == nil {
+		t.Fatalf("outputs %v", resp.Outputs)
+	}
+	var want []float64
+	for _, b := range ref.Boxes {
+		want = append(want, b...)
+	}
+	// A box's edges are the bounding box of the detector's map above
+	// thresh, widened: a pixel of the map within XLA's and ONNX Runtime's
+	// float32 differences of thresh can move an edge by one pixel (seen
+	// once in several runs), so edges may differ by 1; the image index
+	// and the box count may not.
+	got := boxes.Float64s()
+	if len(got) != len(want) {
+		t.Fatalf("boxes %v, want %v", got, want)
+	}
+	for i := range got {
+		if d := math.Abs(got[i] - want[i]); d > 1 || (i%5 == 0 && d != 0) {
+			t.Errorf("boxes %v, want %v (edges within a pixel)", got, want)
+			break
+		}
+	}
+	for i, w := range ref.Text {
+		if i >= len(text.Strings) || string(text.Strings[i]) != w {
+			t.Fatalf("text %q, want %q", text.Strings, ref.Text)
+		}
+		// the mean of the recognizer's best probabilities along the path:
+		// our program's softmax against ONNX Runtime's, over ~40 steps
+		d := math.Abs(scores.Float64s()[i] - ref.TextScores[i])
+		t.Logf("text %d %q: score %.6f, ONNX Runtime's %.6f", i, w, scores.Float64s()[i], ref.TextScores[i])
+		if d > 1e-3 {
+			t.Errorf("text %d score %v, want %v", i, scores.Float64s()[i], ref.TextScores[i])
+		}
+	}
+	md, err := m.Metadata("ocr", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// det and its glue, cls and the flip, rec and CTC: three executions
+	// (the crops' count depends on the boxes found)
+	if n := len(md.Pipeline.Segments); n != 3 {
+		t.Errorf("%d segments, want 3: %+v", n, md.Pipeline.Segments)
+	}
+	for _, s := range md.Pipeline.Segments {
+		t.Logf("segment: steps %v fused %v", s.Steps, s.Fused)
 	}
 }

@@ -20,7 +20,7 @@ of the frameworks xserve's pipelines must equal:
                written here with numpy, scipy.ndimage and torch's
                interpolate. The models stay in .cache (make
                realmodels-small); the rec model's characters become
-               ocr/ppocr_keys.txt.
+               ocr/ocr/ppocr_keys.txt, beside the pipeline's config.yaml.
 
 Pinned: torch 2.14.1, torchvision 0.29.2, onnx 1.19.1, onnxruntime 1.23.2,
 numpy 2.2.6, scipy 1.17.1, pillow 13.0.0 (.venv-zoo,
@@ -302,7 +302,8 @@ def make_ocr(out, cache):
     import onnx
     keys = {p.key: p.value for p in onnx.load_from_string(models["rec"]).metadata_props}["character"].splitlines()
     labels = ["blank"] + keys + [" "]
-    with open(os.path.join(d, "ppocr_keys.txt"), "w", encoding="utf-8") as f:
+    os.makedirs(os.path.join(d, "ocr"), exist_ok=True)  # the pipeline's model directory (config.yaml is committed)
+    with open(os.path.join(d, "ocr", "ppocr_keys.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(labels) + "\n")
     buf = io.BytesIO()
     text_picture().save(buf, "PNG")
