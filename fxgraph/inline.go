@@ -63,6 +63,23 @@ func (g *Graph) Inline(sub *Graph, args []*Node, prefix string) ([]*Node, error)
 	return res, nil
 }
 
+// mapArgs returns n's args and kwargs with every node in them replaced by
+// what swap gives for it.
+func mapArgs(n *Node, swap func(*Node) any) ([]any, map[string]any) {
+	args := make([]any, len(n.Args))
+	for i, a := range n.Args {
+		args[i] = mapNodes(a, swap)
+	}
+	var kw map[string]any
+	if n.Kwargs != nil {
+		kw = make(map[string]any, len(n.Kwargs))
+		for k, v := range n.Kwargs {
+			kw[k] = mapNodes(v, swap)
+		}
+	}
+	return args, kw
+}
+
 // addSymbolRanges adds the ranges of symbols g does not bound yet.
 func (g *Graph) addSymbolRanges(ranges map[string]SymbolRange) {
 	for k, r := range ranges {
@@ -78,18 +95,7 @@ func (g *Graph) addSymbolRanges(ranges map[string]SymbolRange) {
 // inlineCall copies call node n into g, its inputs those m maps them to,
 // and derives its Meta again.
 func (g *Graph) inlineCall(n *Node, prefix string, m map[*Node]*Node) (*Node, error) {
-	swap := func(x *Node) any { return m[x] }
-	args := make([]any, len(n.Args))
-	for i, a := range n.Args {
-		args[i] = mapNodes(a, swap)
-	}
-	var kw map[string]any
-	if n.Kwargs != nil {
-		kw = make(map[string]any, len(n.Kwargs))
-		for k, v := range n.Kwargs {
-			kw[k] = mapNodes(v, swap)
-		}
-	}
+	args, kw := mapArgs(n, func(x *Node) any { return m[x] })
 	if n.Op == nil || n.Op.Shape == nil {
 		return nil, fmt.Errorf("no shape rule")
 	}

@@ -286,6 +286,16 @@ func (c *Config) Validate() error {
 
 // LoadConfig reads and parses the config file at path (see ParseConfig).
 func LoadConfig(path string) (*Config, error) {
+	data, err := readConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseConfig(path, data)
+}
+
+// readConfig reads a config file, at most MaxConfigSize+1 bytes of it (the
+// parser refuses more).
+func readConfig(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("modelrepo: read config: %w", err)
@@ -295,7 +305,7 @@ func LoadConfig(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("modelrepo: read config: %w", err)
 	}
-	return ParseConfig(path, data)
+	return data, nil
 }
 
 // ParseConfig parses the config.yaml data read from path, validates it and

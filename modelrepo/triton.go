@@ -2,7 +2,6 @@ package modelrepo
 
 import (
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -45,14 +44,9 @@ func fileExists(path string) bool {
 // LoadTritonConfig reads and parses the config.pbtxt at path (see
 // ParseTritonConfig).
 func LoadTritonConfig(path string) (*Config, error) {
-	f, err := os.Open(path)
+	data, err := readConfig(path)
 	if err != nil {
-		return nil, fmt.Errorf("modelrepo: read config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("modelrepo: read config: %w", err)
+		return nil, err
 	}
 	return ParseTritonConfig(path, data)
 }

@@ -16,37 +16,18 @@ this file:
 """
 
 import json
-import os
 import pathlib
 import urllib.request
 
 import numpy as np
 import onnxruntime as ort
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from triton_env import proto, served_url as _url  # noqa: F401 (proto is a fixture)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 REPO = ROOT / "testdata" / "pipelines" / "ensemble"
 MODEL = "classify_ensemble"
-
-
-def _url(var):
-    url = os.environ.get(var)
-    if not url:
-        pytest.fail(f"set {var} to the address of a running xserve (host:port)")
-    return url.removeprefix("http://")
-
-
-@pytest.fixture(scope="module", params=["http", "grpc"])
-def proto(request):
-    if request.param == "http":
-        with httpclient.InferenceServerClient(url=_url("XSERVE_URL")) as c:
-            yield request.param, httpclient, c
-    else:
-        with grpcclient.InferenceServerClient(url=_url("XSERVE_GRPC_URL")) as c:
-            yield request.param, grpcclient, c
 
 
 def _session(model):
