@@ -284,9 +284,14 @@ func buildResize(c *stepCtx) ([]*fxgraph.Node, error) {
 		sizes[i] = int64(-1)
 	}
 	sizes[hAxis], sizes[wAxis] = h, w
-	onnxMode := map[string]string{"bilinear": "linear", "nearest": "nearest"}[mode]
-	// torch's interpolate(align_corners=False): pytorch_half_pixel, floor.
-	y, err := c.emit(fxgraph.XserveResize, []any{x, sizes, nil, nil, onnxMode, "pytorch_half_pixel", "floor", -0.75, false, 0.0}, nil)
+	// torch's interpolate(align_corners=False): bilinear samples at
+	// half-pixel centers (ONNX's pytorch_half_pixel), nearest at
+	// floor(i * in/out) (asymmetric, floor).
+	onnxMode, coords := "linear", "pytorch_half_pixel"
+	if mode == "nearest" {
+		onnxMode, coords = "nearest", "asymmetric"
+	}
+	y, err := c.emit(fxgraph.XserveResize, []any{x, sizes, nil, nil, onnxMode, coords, "floor", -0.75, false, 0.0}, nil)
 	return []*fxgraph.Node{y}, err
 }
 

@@ -385,3 +385,45 @@ func TestOCRPipeline(t *testing.T) {
 		t.Logf("segment: steps %v fused %v", s.Steps, s.Fused)
 	}
 }
+
+// TestResizeCropBuiltins: the resize (bilinear, nearest) and center_crop
+// built-ins, lowered into one program, equal torch's interpolate
+// (align_corners=False) and torchvision's CenterCrop
+// (testdata/pipelines/builtins, make_fixtures.py).
+func TestResizeCropBuiltins(t *testing.T) {
+	r := newRepo(t)
+	dir := filepath.Join(pipelineFixtures, "builtins")
+	r.config("resize", `inputs:
+  - {name: X, dtype: float32, dims: [batch, 3, 30, 40]}
+outputs:
+  - {name: BILINEAR, dtype: float32, dims: [batch, 3, 21, 52]}
+  - {name: NEAREST, dtype: float32, dims: [batch, 3, 21, 52]}
+  - {name: CROP, dtype: float32, dims: [batch, 3, 15, 31]}
+buckets:
+  batch: [2]
+pipeline:
+  steps:
+    - {builtin: resize, params: {size: [21, 52]}, input_map: {x: X}, output_map: {y: BILINEAR}}
+    - {builtin: resize, params: {size: [21, 52], interpolation: nearest}, input_map: {x: X}, output_map: {y: NEAREST}}
+    - {builtin: center_crop, params: {size: [15, 31]}, input_map: {x: BILINEAR}, output_map: {y: CROP}}
+`)
+	m, _ := start(t, r, nil)
+	resp := infer(t, m, "resize", 0, map[string]*tensor.Tensor{"X": readNpy(t, filepath.Join(dir, "x.npy"))})
+	got := map[string]*tensor.Tensor{}
+	for _, o := range resp.Outputs {
+		got[o.Name] = o.Tensor
+	}
+	for name, file := range map[string]string{"BILINEAR": "bilinear.npy", "NEAREST": "nearest.npy", "CROP": "crop.npy"} {
+		if got[name] == nil {
+			t.Fatalf("no output %s in %v", name, resp.Outputs)
+		}
+		assertClose(t, name, got[name], readNpy(t, filepath.Join(dir, file)), 1e-5)
+	}
+	md, err := m.Metadata("resize", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Pipeline.Segments) != 1 || !md.Pipeline.Segments[0].Fused {
+		t.Errorf("segments %+v, want one fused", md.Pipeline.Segments)
+	}
+}

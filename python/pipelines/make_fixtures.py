@@ -7,6 +7,9 @@ of the frameworks xserve's pipelines must equal:
                onnx.helper) feeding a small CNN (torch.onnx.export), and the
                ensemble chaining them. ref: ONNX Runtime running the two
                models one after the other.
+  builtins/    a float image batch and torch's bilinear and nearest
+               interpolate and torchvision's CenterCrop of it, for the
+               resize and center_crop built-ins.
   classifier/  a small CNN trained here for a few seconds on drawn shapes
                (torch.export, model.pt2), its labels, JPEG and PNG pictures,
                and what torchvision's preprocessing (decode_image, ToDtype,
@@ -119,6 +122,25 @@ def make_ensemble(out):
     np.save(os.path.join(d, "in.IMAGE.npy"), raw)
     np.save(os.path.join(d, "ref.PROBS.npy"), probs)
     print(f"ensemble: preprocess + cnn, ONNX Runtime reference {probs.shape}")
+
+
+# ---- builtins: the device built-ins resize and center_crop ----
+
+def make_builtins(out):
+    """A float image batch and what torch's interpolate (bilinear and
+    nearest, align_corners=False) and torchvision's CenterCrop make of it."""
+    import torch
+    import torch.nn.functional as F
+    from torchvision.transforms import v2
+    d = os.path.join(out, "builtins")
+    os.makedirs(d, exist_ok=True)
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((2, 3, 30, 40), dtype=np.float32))
+    bilinear = F.interpolate(x, size=(21, 52), mode="bilinear", align_corners=False, antialias=False)
+    nearest = F.interpolate(x, size=(21, 52), mode="nearest")
+    crop = v2.CenterCrop((15, 31))(bilinear)
+    for name, t in {"x": x, "bilinear": bilinear, "nearest": nearest, "crop": crop}.items():
+        np.save(os.path.join(d, f"{name}.npy"), t.numpy())
+    print(f"builtins: {tuple(x.shape)} -> bilinear/nearest {tuple(bilinear.shape)}, crop {tuple(crop.shape)}")
 
 
 # ---- classifier: JPEG bytes in, top-5 labels out ----
@@ -348,11 +370,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="testdata/pipelines")
     ap.add_argument("--cache", default=".cache/realmodels-small", help="where make realmodels-small put the wheels")
-    ap.add_argument("--only", default="ensemble,classifier,ocr")
+    ap.add_argument("--only", default="ensemble,builtins,classifier,ocr")
     args = ap.parse_args()
     only = args.only.split(",")
     if "ensemble" in only:
         make_ensemble(args.out)
+    if "builtins" in only:
+        make_builtins(args.out)
     if "classifier" in only:
         make_classifier(args.out)
     if "ocr" in only:

@@ -8,8 +8,10 @@ ensemble_scheduling), with no config.yaml anywhere.
 The ensemble's answers are checked against ONNX Runtime running the two
 model files here, one after the other; its metadata and Triton's model
 configuration must say the two steps are stitched into one executable per
-bucket. cmd/xserve/triton_test.go starts xserve on that repository and runs
-this file:
+bucket. The same repository holds testdata/pipelines/classifier, a
+config.yaml pipeline that takes encoded pictures as a BYTES tensor and
+gives labels as one. cmd/xserve/triton_test.go starts xserve on that
+repository and runs this file:
 
     XSERVE_URL=127.0.0.1:8080 XSERVE_GRPC_URL=127.0.0.1:8001 \
       .venv-triton/bin/python -m pytest python/tests/test_triton_ensemble.py
@@ -104,3 +106,32 @@ def test_bad_input_names_what(proto):
     ok = client.InferInput("IMAGE", [1, 32, 32, 3], "UINT8")
     ok.set_data_from_numpy(np.zeros((1, 32, 32, 3), np.uint8))
     assert c.infer(MODEL, [ok]).as_numpy("PROBS").shape == (1, 10)
+
+
+CLASSIFIER = ROOT / "testdata" / "pipelines" / "classifier"
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_image_bytes_in_labels_out(proto, binary):
+    """The classifier pipeline (config.yaml: image_decode, normalize, the
+    model, softmax, top-5 with labels): encoded pictures go in as a BYTES
+    tensor and labels come out as one, in the wire form string tensors use
+    (OIP BYTES, binary or JSON; gRPC bytes_contents), equal to what
+    torchvision's preprocessing + the model gave (ref.json)."""
+    kind, client, c = proto
+    refs = json.loads((CLASSIFIER / "ref.json").read_text())
+    pics = np.array([(CLASSIFIER / r["file"]).read_bytes() for r in refs], dtype=np.object_)
+    inp = client.InferInput("IMAGE", [len(refs)], "BYTES")
+    if kind == "http":
+        inp.set_data_from_numpy(pics, binary_data=binary)
+        outs = [client.InferRequestedOutput(n, binary_data=binary) for n in ("LABELS", "SCORES")]
+    else:
+        inp.set_data_from_numpy(pics)
+        outs = [client.InferRequestedOutput(n) for n in ("LABELS", "SCORES")]
+    res = c.infer("classify", [inp], outputs=outs)
+    labels, scores = res.as_numpy("LABELS"), res.as_numpy("SCORES")
+    assert labels.shape == scores.shape == (len(refs), 5)
+    for i, r in enumerate(refs):
+        got = [x.decode() if isinstance(x, bytes) else x for x in labels[i]]
+        assert got == r["labels"], r["file"]
+        np.testing.assert_allclose(scores[i], r["scores"], atol=1e-3)
