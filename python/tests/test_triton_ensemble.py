@@ -116,14 +116,16 @@ def test_image_bytes_in_labels_out(proto, binary):
     """The classifier pipeline (config.yaml: image_decode, normalize, the
     model, softmax, top-5 with labels): encoded pictures go in as a BYTES
     tensor and labels come out as one, in the wire form string tensors use
-    (OIP BYTES, binary or JSON; gRPC bytes_contents), equal to what
+    (OIP BYTES, binary; labels binary or JSON; gRPC bytes_contents), equal to what
     torchvision's preprocessing + the model gave (ref.json)."""
     kind, client, c = proto
     refs = json.loads((CLASSIFIER / "ref.json").read_text())
     pics = np.array([(CLASSIFIER / r["file"]).read_bytes() for r in refs], dtype=np.object_)
     inp = client.InferInput("IMAGE", [len(refs)], "BYTES")
     if kind == "http":
-        inp.set_data_from_numpy(pics, binary_data=binary)
+        # encoded pictures are no UTF-8: tritonclient (as Triton's JSON)
+        # sends them only as binary data; the labels come back either way
+        inp.set_data_from_numpy(pics, binary_data=True)
         outs = [client.InferRequestedOutput(n, binary_data=binary) for n in ("LABELS", "SCORES")]
     else:
         inp.set_data_from_numpy(pics)
