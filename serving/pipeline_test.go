@@ -300,8 +300,19 @@ func ocrRepo(t testing.TB) *testRepo {
 			t.Fatal(err)
 		}
 		r.write(model, 1, data)
+		// The step models are served on their own too; this test sends
+		// them nothing, so their pad probes are skipped (the pipeline's
+		// segments keep theirs).
+		r.config(model, "pad: {"+ocrSymbols[model]+"}\n")
 	}
 	return r
+}
+
+// ocrSymbols are the served symbols of rapidocr's models, each padded.
+var ocrSymbols = map[string]string{
+	"det": "batch: true, p2o_DynamicDimension_1: true, p2o_DynamicDimension_2: true",
+	"cls": "batch: true, x_dim2: true, x_dim3: true",
+	"rec": "batch: true, p2o_DynamicDimension_1: true, x_dim2: true",
 }
 
 // ocrRef is testdata/pipelines/ocr/ref.json: the three models run one by
