@@ -104,7 +104,7 @@ func (v *version) load(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log()})
+	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log(), Device: v.device()})
 	if err != nil {
 		return err
 	}
@@ -149,6 +149,15 @@ func (v *version) load(ctx context.Context) error {
 	v.log().Info("model version loaded", "file", v.entry.Path, "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
 		"warmup", string(v.cfg.Warmup), "duration", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// device is the index of the client's device the version is placed on:
+// config.yaml's devices, else the first.
+func (v *version) device() int {
+	if len(v.cfg.Devices) > 0 {
+		return v.cfg.Devices[0]
+	}
+	return 0
 }
 
 // warmup compiles, with warmup eager (or Options.CompileAll), every

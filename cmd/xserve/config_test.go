@@ -17,6 +17,7 @@ func TestServeConfigFile(t *testing.T) {
 http-addr: "no-such-address"   # the command line wins
 max-body-bytes: 1MiB
 nats: false
+cpu-devices: 2
 log:
   level: debug
 `
@@ -31,9 +32,9 @@ log:
 		t.Errorf("a 5 KiB body with max-body-bytes: 1MiB in the file: %s", r)
 	}
 	log := p.log.String()
-	for _, want := range []string{"NATS off", "level=DEBUG"} {
+	for _, want := range []string{"NATS off", "level=DEBUG", "devices=2"} {
 		if !strings.Contains(log, want) {
-			t.Errorf("log lacks %q (the file's nats: false, log.level: debug)", want)
+			t.Errorf("log lacks %q (the file's nats: false, log.level: debug, cpu-devices: 2)", want)
 		}
 	}
 }
@@ -47,6 +48,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{"bad value", "model-repo: x\nshutdown-timeout: later\n", `config %s:2: key "shutdown-timeout": invalid value "later"`},
 		{"checked like the flag", "model-repo: x\nshutdown-timeout: 0s\n", "--shutdown-timeout must be positive, got 0s"},
 		{"no repository in file or flags", "http-addr: :0\n", "--model-repo DIR is required"},
+		{"negative CPU devices", "model-repo: x\ncpu-devices: -1\n", "--cpu-devices must be 0 or more, got -1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,8 @@ type serveOptions struct {
 	HTTPAddr string // --http-addr
 	GRPCAddr string // --grpc-addr ("" disables gRPC)
 	Plugin   string // --pjrt-plugin
+	// CPUDevices is the CPU plugin's number of host devices (--cpu-devices).
+	CPUDevices int
 	// Serving holds the Manager's options the flags set; the build adds
 	// the client, the repository and the logger.
 	Serving serving.Options
@@ -89,6 +91,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.StringVar(&o.HTTPAddr, "http-addr", ":8080", "HTTP listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":8001", `KServe v2 gRPC listen address (host:port; port 0 picks a free one; "" disables gRPC)`)
 	fs.StringVar(&o.Plugin, "pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
+	fs.IntVar(&o.CPUDevices, "cpu-devices", 0, "with the CPU plugin: the number of host devices its client has (its cpu_device_count; 0: the plugin's default); a model's config.yaml devices: [N] places it on device N")
 	fs.StringVar(&o.Serving.CompileCacheDir, "compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
 	fs.IntVar(&o.Serving.CompileParallelism, "compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
 	fs.IntVar(&o.Serving.ExactCompilesPerMinute, "exact-compiles-per-minute", 0, "compiles of exact-size executables (sizes no bucket holds) per minute across all models; requests needing one wait within their deadline (0: 30)")
@@ -121,6 +124,9 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 func (o *serveOptions) validate(stderr io.Writer) error {
 	if o.ShutdownTimeout <= 0 {
 		return fmt.Errorf("serve: --shutdown-timeout must be positive, got %v", o.ShutdownTimeout)
+	}
+	if o.CPUDevices < 0 {
+		return fmt.Errorf("serve: --cpu-devices must be 0 or more, got %d", o.CPUDevices)
 	}
 	if o.ShutdownDelay < 0 {
 		return fmt.Errorf("serve: --shutdown-delay must be 0 or more, got %v", o.ShutdownDelay)

@@ -61,12 +61,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // openServePlugin loads the PJRT plugin and logs what it runs with.
 func openServePlugin(o *serveOptions) (*pjrt.Client, error) {
-	client, err := openPlugin(o.Plugin)
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: o.Plugin})
 	if err != nil {
 		return nil, err
 	}
+	client, err := pjrt.OpenWith(path, pjrt.OpenOptions{CPUDevices: o.CPUDevices})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	log := o.Logger
-	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath(), "devices", client.Devices())
 	if m := client.CPUExecution(); m != "" {
 		log.Info("CPU execution", "mode", m)
 	}
