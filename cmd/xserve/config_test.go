@@ -70,3 +70,15 @@ func TestServeConfigErrors(t *testing.T) {
 		t.Errorf("missing file: err = %v, want it named", err)
 	}
 }
+
+// TestVersionListsDevices: `xserve version` counts the client's devices,
+// as many as --cpu-devices asks of the CPU plugin.
+func TestVersionListsDevices(t *testing.T) {
+	out, _, err := xserve(t, "version", "--cpu-devices", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "devices: 3 cpu\n") {
+		t.Errorf("version --cpu-devices 3 lacks \"devices: 3 cpu\":\n%s", out)
+	}
+}
