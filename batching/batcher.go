@@ -161,12 +161,7 @@ func (b *Batcher) Submit(ctx context.Context, key string, rows, priority int, pa
 		q.removeLocked(it)
 		waited := time.Since(it.Enqueued)
 		err := ctx.Err()
-		expired := errors.Is(err, context.DeadlineExceeded)
-		if expired {
-			q.stats.Expired++
-		} else {
-			q.stats.Cancelled++
-		}
+		expired := q.countEndedLocked(err)
 		q.mu.Unlock()
 		if expired {
 			b.observeRejected(key, ReasonExpired)
@@ -188,14 +183,9 @@ func (b *Batcher) Submit(ctx context.Context, key string, rows, priority int, pa
 // or whose rows or priority are invalid, counting it in q's statistics.
 func (b *Batcher) admit(ctx context.Context, q *queue, key string, rows, priority int) error {
 	if err := ctx.Err(); err != nil {
-		expired := errors.Is(err, context.DeadlineExceeded)
 		q.mu.Lock()
 		q.stats.Submitted++
-		if expired {
-			q.stats.Expired++
-		} else {
-			q.stats.Cancelled++
-		}
+		expired := q.countEndedLocked(err)
 		q.mu.Unlock()
 		if expired {
 			b.observeRejected(key, ReasonExpired)
@@ -217,6 +207,19 @@ func (b *Batcher) admit(ctx context.Context, q *queue, key string, rows, priorit
 		return err
 	}
 	return nil
+}
+
+// countEndedLocked counts a request whose context ended with err (the
+// deadline passed: expired; else cancelled) and reports whether it expired.
+// q.mu is held.
+func (q *queue) countEndedLocked(err error) bool {
+	expired := errors.Is(err, context.DeadlineExceeded)
+	if expired {
+		q.stats.Expired++
+	} else {
+		q.stats.Cancelled++
+	}
+	return expired
 }
 
 // checkRequest validates Submit's rows and priority.
