@@ -26,7 +26,8 @@ log:
 	}
 	p := startXserve(t, tinycnnRepo(t), t.TempDir(), "--config", config)
 	defer p.stop(t)
-	firstAnswers(t, p, loadSample(t))
+	img, want := loadSample(t).batch(1)
+	checkV1(t, call(t, "POST", p.url+"/v1/infer", v1Request("tinycnn", img, "float32", false)), want)
 	r := call(t, "POST", p.url+"/v1/infer", make([]byte, 2<<20))
 	if r.code != 413 || !strings.Contains(r.errorMessage(), "larger than the limit of 1048576 bytes") {
 		t.Errorf("a 5 KiB body with max-body-bytes: 1MiB in the file: %s", r)
