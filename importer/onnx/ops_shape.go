@@ -546,35 +546,8 @@ func shSlice(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		start, end, step := starts[i], ends[i], steps[i]
-		d := xs[axis]
-		switch {
-		case step == 0:
-			return fmt.Errorf("slice step cannot be 0")
-		case step > 0:
-			if d.IsStatic() {
-				s, e := shClamp(start, 0, d.Size, d.Size), shClamp(end, 0, d.Size, d.Size)
-				if s == 0 && e >= d.Size && step == 1 {
-					continue
-				}
-				start, end = s, max(e, s)
-			}
-			if out, err = c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), start, end, step); err != nil {
-				return err
-			}
-		default:
-			if !d.IsStatic() {
-				return Unsupported("Slice with negative step on symbolic dim %s", d)
-			}
-			// Walk backwards: flip, then slice forwards.
-			s, e := shClamp(start, 0, d.Size-1, d.Size), shClamp(end, -1, d.Size-1, d.Size)
-			fs, fe := d.Size-1-s, d.Size-1-e
-			if out, err = c.Emit(fxgraph.AtenFlip, out, []any{int64(axis)}); err != nil {
-				return err
-			}
-			if out, err = c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), fs, max(fe, fs), -step); err != nil {
-				return err
-			}
+		if out, err = shSliceAxis(c, out, axis, xs[axis], starts[i], ends[i], steps[i]); err != nil {
+			return err
 		}
 	}
 	if out == x {
@@ -584,6 +557,37 @@ func shSlice(c *Ctx, n *Node) error {
 	}
 	c.SetOutput(0, out)
 	return nil
+}
+
+// shSliceAxis slices out along axis (of size d) from start to end by step,
+// as ONNX Slice: negative indices count from the end, a negative step walks
+// backwards (a flip, then a forward slice); a slice that keeps the whole
+// axis emits nothing.
+func shSliceAxis(c *Ctx, out *fxgraph.Node, axis int, d fxgraph.Dim, start, end, step int64) (*fxgraph.Node, error) {
+	switch {
+	case step == 0:
+		return nil, fmt.Errorf("slice step cannot be 0")
+	case step > 0:
+		if d.IsStatic() {
+			s, e := shClamp(start, 0, d.Size, d.Size), shClamp(end, 0, d.Size, d.Size)
+			if s == 0 && e >= d.Size && step == 1 {
+				return out, nil
+			}
+			start, end = s, max(e, s)
+		}
+		return c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), start, end, step)
+	}
+	if !d.IsStatic() {
+		return nil, Unsupported("Slice with negative step on symbolic dim %s", d)
+	}
+	// Walk backwards: flip, then slice forwards.
+	s, e := shClamp(start, 0, d.Size-1, d.Size), shClamp(end, -1, d.Size-1, d.Size)
+	fs, fe := d.Size-1-s, d.Size-1-e
+	out, err := c.Emit(fxgraph.AtenFlip, out, []any{int64(axis)})
+	if err != nil {
+		return nil, err
+	}
+	return c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), fs, max(fe, fs), -step)
 }
 
 // shClamp adds size to a negative v and clamps it to [lo, hi] (ONNX Slice).
