@@ -30,11 +30,18 @@ type serveOptions struct {
 	// the client, the repository and the logger.
 	Serving serving.Options
 	// HTTP holds the HTTP API's limits, which gRPC and NATS share.
-	HTTP     httpapi.Options
-	GRPC     grpcapi.Options
-	NATS     *natsOptions
-	Security *securityFlags
-	Tracing  *tracing.Options
+	HTTP httpapi.Options
+	GRPC grpcapi.Options
+	NATS *natsOptions
+	// Load holds --model-load-policy and --model-memory-budget, which
+	// validate turns into Serving.LoadPolicy and Serving.MemoryBudget.
+	Load *loadPolicyOptions
+	// ClusterCache shares the compile cache through a JetStream object
+	// store (--cluster-cache), configured by ClusterCacheFlags.
+	ClusterCache      bool
+	ClusterCacheFlags *clusterCacheFlags
+	Security          *securityFlags
+	Tracing           *tracing.Options
 	// NarrowInt64 lowers int64 as int32 (--narrow-int64).
 	NarrowInt64     bool
 	ShutdownTimeout time.Duration
@@ -105,7 +112,10 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "grace period: how long SIGTERM waits for in-flight and queued requests (HTTP and NATS) before exiting")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
 	fs.BoolVar(&o.StrictReadiness, "strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
+	o.Load = loadPolicyFlags(fs)
 	o.NATS = natsFlags(fs)
+	fs.BoolVar(&o.ClusterCache, "cluster-cache", false, "share the compile cache with the other replicas through a JetStream object store on the NATS connection (the embedded server, or the cluster --nats-url names): local cache, then the cluster's, then compile; what this replica compiles is published within seconds")
+	o.ClusterCacheFlags = addClusterCacheFlags(fs)
 	o.Security = newSecurityFlags(fs)
 	o.Tracing = tracingFlags(fs)
 	limits := &o.HTTP
@@ -136,6 +146,9 @@ func (o *serveOptions) validate(stderr io.Writer) error {
 		return fmt.Errorf("serve: --split-batches: %w", err)
 	}
 	o.Serving.SplitBatches = split
+	if o.Serving.LoadPolicy, o.Serving.MemoryBudget, err = o.Load.parse(); err != nil {
+		return err
+	}
 	o.Serving.ControlMode, o.Serving.PollInterval = controlMode(o.control, o.poll)
 	if o.Logger, err = newLogger(stderr, o.logLevel, o.logFormat); err != nil {
 		return err

@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -69,16 +72,7 @@ func openServePlugin(o *serveOptions) (*pjrt.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	log := o.Logger
-	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath(), "devices", client.Devices())
-	if m := client.CPUExecution(); m != "" {
-		log.Info("CPU execution", "mode", m)
-	}
-	if ks := client.Kernels(); len(ks) > 0 {
-		log.Info("loaded CPU kernels", "kernels", strings.Join(ks, ","), "path", client.KernelsFile())
-	} else if err := client.KernelsError(); err != nil {
-		log.Warn("CPU kernels not loaded: convolutions run on XLA's own kernels", "err", err)
-	}
+	logPlugin(o.Logger, client)
 	return client, nil
 }
 
@@ -91,11 +85,16 @@ type serveProcess struct {
 	http    *httpapi.Server
 	served  chan error // the HTTP listener's end
 	grpc    *grpcServer
-	nats    *natsServing
+	nats    *natsServing  // nil with NATS off
+	cache   *clusterCache // nil without --cluster-cache
+	// announce re-registers the NATS endpoints when a load on demand or an
+	// eviction changed the models held.
+	announce atomic.Pointer[natsapi.Server]
 }
 
-// startServer loads the models and starts HTTP, gRPC and NATS. On an error
-// what it started is stopped again.
+// startServer opens NATS and the cluster compile cache (so that they are
+// there before the models load), loads the models and starts HTTP, gRPC and
+// the NATS subscriptions. On an error what it started is stopped again.
 func startServer(ctx context.Context, o *serveOptions, client *pjrt.Client) (*serveProcess, error) {
 	log := o.Logger
 	repo, err := modelrepo.Open(o.Repo)
@@ -107,23 +106,48 @@ func startServer(ctx context.Context, o *serveOptions, client *pjrt.Client) (*se
 			return nil, fmt.Errorf("serve: compile cache: %w", err)
 		}
 	}
-	mopts := o.Serving
-	mopts.Client, mopts.Repository, mopts.Logger = client, repo, log
-	mopts.Lowering = lower.Options{Platform: client.Platform(), NarrowInt64: o.NarrowInt64}
-	start := time.Now()
-	log.Info("loading models", "repository", repo.Root(), "compile_cache", mopts.CompileCacheDir, "model_control_mode", mopts.ControlMode)
-	mgr, err := serving.NewManager(ctx, mopts)
-	if err != nil {
+	s := &serveProcess{o: o, served: make(chan error, 1)}
+	if s.nats, err = openNATS(o.NATS, log); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if s.cache, err = openServeClusterCache(ctx, o.ClusterCache, s.nats, o.ClusterCacheFlags, o.Serving.CompileCacheDir, log); err != nil {
 		return nil, err
 	}
-	logLoaded(log, mgr, start)
-	s := &serveProcess{o: o, mgr: mgr, backend: &metricsBackend{Manager: mgr, strict: o.StrictReadiness}, served: make(chan error, 1)}
+	mopts := o.Serving
+	mopts.Client, mopts.Repository, mopts.Logger = client, repo, log
+	mopts.CompileCache = s.cache.cache()
+	mopts.Lowering = lower.Options{Platform: client.Platform(), NarrowInt64: o.NarrowInt64}
+	mopts.OnHeldChange = s.announceHeld
+	start := time.Now()
+	log.Info("loading models", "repository", repo.Root(), "compile_cache", mopts.CompileCacheDir, "cluster_cache", o.ClusterCache, "model_control_mode", mopts.ControlMode)
+	if s.mgr, err = serving.NewManager(ctx, mopts); err != nil {
+		return nil, s.stop(context.Background(), err)
+	}
+	logLoaded(log, s.mgr, start)
+	s.backend = &metricsBackend{Manager: s.mgr, strict: o.StrictReadiness, cache: s.cache}
 	if err := s.startProtocols(ctx); err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 		defer cancel()
 		return nil, errors.Join(fmt.Errorf("serve: %w", err), s.shutdown(sctx))
 	}
 	return s, nil
+}
+
+// announceHeld re-registers the NATS endpoints (the Manager's OnHeldChange).
+func (s *serveProcess) announceHeld() {
+	if srv := s.announce.Load(); srv != nil {
+		if err := srv.Sync(); err != nil {
+			s.o.Logger.Warn("cannot announce the models held over NATS", "err", err)
+		}
+	}
+}
+
+// stop closes what the models do not need any more, in order: the cluster
+// compile cache, then the embedded NATS server; parts are the errors so far.
+func (s *serveProcess) stop(ctx context.Context, parts ...error) error {
+	errCache := s.cache.close(ctx)
+	s.nats.stopEmbedded()
+	return errors.Join(append(parts, errCache)...)
 }
 
 // logLoaded logs the models that are not ready, then the count of those
@@ -137,7 +161,7 @@ func logLoaded(log *slog.Logger, mgr *serving.Manager, start time.Time) {
 		}
 		log.Warn("model not ready", "model", st.Name, "version", st.Version, "state", st.State, "reason", st.Reason)
 	}
-	log.Info("models loaded", "ready", ready, "duration", time.Since(start).Round(time.Millisecond))
+	log.Info("models loaded", "ready", ready, "duration", time.Since(start).Round(time.Millisecond), "compilations", mgr.Compilations())
 }
 
 // startProtocols starts HTTP, then gRPC, then NATS (an embedded server, or
@@ -167,13 +191,13 @@ func (s *serveProcess) startProtocols(ctx context.Context) error {
 	if s.grpc, err = startGRPC(o.GRPCAddr, s.mgr, *limits, o.GRPC, o.Logger); err != nil {
 		return err
 	}
-	if s.nats, err = startNATS(ctx, o.NATS, s.mgr, *limits, o.Logger); err != nil {
-		return err
+	// The replica's NATS subscriptions, on a connection of their own.
+	err = s.nats.serve(ctx, s.mgr, *limits, o.Serving.LoadPolicy == serving.LoadLazy)
+	if srv := s.nats.server(); srv != nil {
+		s.backend.nats.Store(srv)
+		s.announce.Store(srv)
 	}
-	if s.nats != nil {
-		s.backend.nats.Store(s.nats.srv)
-	}
-	return nil
+	return err
 }
 
 // run serves until ctx is done (SIGINT/SIGTERM) or the HTTP listener
@@ -222,9 +246,7 @@ func (s *serveProcess) shutdown(ctx context.Context) error {
 		<-s.served
 	}
 	errNATS, errGRPC := <-natsDone, <-grpcDone
-	errMgr := s.mgr.Shutdown(ctx)
-	s.nats.stopEmbedded()
-	return errors.Join(errHTTP, errNATS, errGRPC, errMgr)
+	return s.stop(ctx, errHTTP, errNATS, errGRPC, s.mgr.Shutdown(ctx))
 }
 
 // defaultCompileCache is $XSERVE_CACHE/compile, else .cache/compile.
@@ -290,11 +312,57 @@ func (b byteSize) Set(s string) error {
 	return nil
 }
 
+// memoryBudgetFlag is --model-memory-budget: a size for every device
+// ("8GiB"), sizes per device index ("0=40GiB,1=16GiB"), or both
+// ("8GiB,1=16GiB").
+type memoryBudgetFlag struct{ b *serving.MemoryBudget }
+
+func (f memoryBudgetFlag) String() string {
+	if f.b == nil || f.b.Bytes == 0 && len(f.b.Devices) == 0 {
+		return ""
+	}
+	parts := []string{}
+	if f.b.Bytes > 0 {
+		parts = append(parts, strconv.FormatInt(f.b.Bytes, 10))
+	}
+	for _, d := range slices.Sorted(maps.Keys(f.b.Devices)) {
+		parts = append(parts, fmt.Sprintf("%d=%d", d, f.b.Devices[d]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f memoryBudgetFlag) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		dev, size, perDevice := strings.Cut(part, "=")
+		if !perDevice {
+			size = dev
+		}
+		var n int64
+		if err := (byteSize{&n}).Set(size); err != nil {
+			return fmt.Errorf("%q: %w", part, err)
+		}
+		if !perDevice {
+			f.b.Bytes = n
+			continue
+		}
+		d, err := strconv.Atoi(strings.TrimSpace(dev))
+		if err != nil || d < 0 {
+			return fmt.Errorf("%q: want DEVICE=SIZE with a device index, e.g. 0=40GiB", part)
+		}
+		if f.b.Devices == nil {
+			f.b.Devices = map[int]int64{}
+		}
+		f.b.Devices[d] = n
+	}
+	return nil
+}
+
 // metricsBackend is the Manager as the HTTP API's backend, with /metrics
 // extended by the NATS replica's counts once NATS serves, and the server's
 // readiness made strict (--strict-readiness) and dropped while draining.
 type metricsBackend struct {
 	*serving.Manager
+	cache    *clusterCache // nil without --cluster-cache
 	nats     atomic.Pointer[natsapi.Server]
 	strict   bool
 	draining atomic.Bool
@@ -325,9 +393,13 @@ func (b *metricsBackend) Ready() bool {
 	return true
 }
 
-// WriteMetrics writes the Manager's metrics, then the NATS ones.
+// WriteMetrics writes the Manager's metrics, the cluster compile cache's,
+// then the NATS ones.
 func (b *metricsBackend) WriteMetrics(w io.Writer) error {
 	if err := b.Manager.WriteMetrics(w); err != nil {
+		return err
+	}
+	if err := b.cache.writeMetrics(w); err != nil {
 		return err
 	}
 	if ns := b.nats.Load(); ns != nil {
@@ -346,4 +418,65 @@ func controlMode(mode string, interval time.Duration) (serving.ControlMode, time
 		return serving.ControlNone, 0
 	}
 	return serving.ControlPoll, interval
+}
+
+// loadPolicyOptions are the flags of when models load.
+type loadPolicyOptions struct {
+	policy *string
+	budget serving.MemoryBudget
+}
+
+func loadPolicyFlags(fs *flag.FlagSet) *loadPolicyOptions {
+	o := &loadPolicyOptions{
+		policy: fs.String("model-load-policy", "eager", "when models load: eager (every model at start) or lazy (a model loads on its first request; past --model-memory-budget the least recently used are unloaded; over NATS a request goes to a replica holding its model)"),
+	}
+	fs.Var(memoryBudgetFlag{&o.budget}, "model-memory-budget", "with --model-load-policy lazy: device memory the loaded models may take (their weights), e.g. 8GiB for each device, or 0=40GiB,1=16GiB per device index (default unbounded)")
+	return o
+}
+
+// parse checks the load policy flags together.
+func (o *loadPolicyOptions) parse() (serving.LoadPolicy, serving.MemoryBudget, error) {
+	policy, err := serving.ParseLoadPolicy(*o.policy)
+	if err != nil {
+		return policy, o.budget, fmt.Errorf("serve: --model-load-policy: %w", err)
+	}
+	if policy != serving.LoadLazy && (o.budget.Bytes > 0 || len(o.budget.Devices) > 0) {
+		return policy, o.budget, errors.New("serve: --model-memory-budget bounds the models loaded on demand: it needs --model-load-policy lazy")
+	}
+	return policy, o.budget, nil
+}
+
+// openServeClusterCache opens the cluster compile cache of `xserve serve`
+// on a connection of its own when on (nil otherwise; NATS off is an
+// error); on failure it stops the embedded NATS server.
+func openServeClusterCache(ctx context.Context, on bool, ns *natsServing, f *clusterCacheFlags, localDir string, log *slog.Logger) (*clusterCache, error) {
+	if !on {
+		return nil, nil
+	}
+	if ns == nil {
+		return nil, errClusterCacheNeedsNATS
+	}
+	nc, err := ns.connect(ctx, "compile cache")
+	var cc *clusterCache
+	if err == nil {
+		cc, err = f.open(ctx, nc, localDir, log)
+	}
+	if err != nil {
+		ns.stopEmbedded()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return cc, nil
+}
+
+// logPlugin logs the PJRT plugin loaded, its CPU execution mode and kernels.
+func logPlugin(log *slog.Logger, client *pjrt.Client) {
+	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	if m := client.CPUExecution(); m != "" {
+		log.Info("CPU execution", "mode", m)
+	}
+	if ks := client.Kernels(); len(ks) > 0 {
+		log.Info("loaded CPU kernels", "kernels", strings.Join(ks, ","), "path", client.KernelsFile())
+	} else if err := client.KernelsError(); err != nil {
+		log.Warn("CPU kernels not loaded: convolutions run on XLA's own kernels", "err", err)
+	}
 }
