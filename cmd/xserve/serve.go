@@ -470,7 +470,7 @@ func openServeClusterCache(ctx context.Context, on bool, ns *natsServing, f *clu
 
 // logPlugin logs the PJRT plugin loaded, its CPU execution mode and kernels.
 func logPlugin(log *slog.Logger, client *pjrt.Client) {
-	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath(), "devices", client.Devices())
 	if m := client.CPUExecution(); m != "" {
 		log.Info("CPU execution", "mode", m)
 	}
