@@ -120,6 +120,11 @@ type Config struct {
 	// built-in steps (config.yaml's pipeline:, or a Triton ensemble); its
 	// versions hold no model file.
 	Pipeline *PipelineConfig
+	// Devices places the model on these devices of the server's PJRT
+	// client, by index (its weights uploaded there, its executables run
+	// there); nil means device 0. One device for now: instances of one
+	// model on several devices are not served yet.
+	Devices []int
 }
 
 // AnyDim, in InputConfig.Dims and OutputConfig.Dims, is a dim the config
@@ -391,6 +396,7 @@ type rawConfig struct {
 	BatchSymbol   string             `yaml:"batch_symbol"`
 	ExactExecs    *int               `yaml:"exact_executables"`
 	Pipeline      *rawPipeline       `yaml:"pipeline"`
+	Devices       []int              `yaml:"devices"`
 }
 
 type rawInput struct {
@@ -436,6 +442,7 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 	c.Warmup = Warmup(raw.Warmup)
 	c.PJRTPlugin = raw.PJRTPlugin
 	c.BatchSymbol = raw.BatchSymbol
+	c.Devices = slices.Clone(raw.Devices)
 	if raw.Pad != nil {
 		c.Pad = maps.Clone(raw.Pad)
 	}
@@ -617,6 +624,7 @@ func (c *Config) validate(p *problems) {
 		p.add("warmup", "want eager or lazy, got %q", string(c.Warmup))
 	}
 
+	validateDevices(p, c.Devices)
 	seen := map[string]int{}
 	for i, in := range c.Inputs {
 		validateTensor(p, "inputs", i, in.Name, in.Dims, seen)
@@ -723,6 +731,18 @@ func (p VersionPolicy) modes() string {
 		m = append(m, "all")
 	}
 	return strings.Join(m, " and ")
+}
+
+// validateDevices checks the devices: indexes, one for now.
+func validateDevices(p *problems, devices []int) {
+	for i, d := range devices {
+		if d < 0 {
+			p.add(fmt.Sprintf("devices[%d]", i), "want a device index >= 0, got %d", d)
+		}
+	}
+	if len(devices) > 1 {
+		p.add("devices", "one device for now (%v given): a model on several devices at once is not served yet", devices)
+	}
 }
 
 func validateTensor(p *problems, list string, i int, name string, dims fxgraph.Shape, seen map[string]int) {

@@ -49,6 +49,7 @@ pad:
   sequence: false
 batch_symbol: batch
 exact_executables: 8
+devices: [1]
 `
 
 func TestParseConfigFull(t *testing.T) {
@@ -84,6 +85,7 @@ func TestParseConfigFull(t *testing.T) {
 		Pad:              map[string]bool{"sequence": false},
 		BatchSymbol:      "batch",
 		ExactExecutables: 8,
+		Devices:          []int{1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseConfig:\n got %+v\nwant %+v", got, want)
@@ -210,6 +212,9 @@ func TestParseConfigErrors(t *testing.T) {
 		msg  string // substring of the message
 	}{
 		{"unknown top-level key", "name: tinycnn\ncolour: red\n", "colour", 2, "unknown key (want one of name, platform,"},
+		{"negative device", "name: tinycnn\ndevices: [-1]\n", "devices[0]", 2, "want a device index >= 0, got -1"},
+		{"several devices", "devices: [0, 1]\n", "devices", 1, "one device for now ([0 1] given)"},
+		{"device not a number", "devices: [gpu0]\n", "devices[0]", 1, `want an integer, got "gpu0"`},
 		{"unknown nested key", "batching:\n  enabled: true\n  max_delay: 1ms\n", "batching.max_delay", 3, "unknown key (want one of enabled, max_batch_size"},
 		{"unknown key in an input", "inputs:\n  - name: a\n  - name: b\n    shape: [1]\n", "inputs[1].shape", 4, "unknown key"},
 		{"unknown key in version_policy", "version_policy:\n  newest: 1\n", "version_policy.newest", 2, "unknown key (want one of latest, specific, all)"},

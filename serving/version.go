@@ -125,7 +125,7 @@ func (v *version) load(ctx context.Context) error {
 	if v.cfg.Pipeline != nil {
 		return v.loadPipeline(ctx, start)
 	}
-	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log()})
+	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log(), Device: v.device()})
 	if err != nil {
 		return err
 	}
@@ -176,6 +176,15 @@ func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string
 	v.log().Info("model version loaded", "file", v.source(), "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
 		"warmup", string(v.cfg.Warmup), "duration", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// device is the index of the client's device the version is placed on:
+// config.yaml's devices, else the first.
+func (v *version) device() int {
+	if len(v.cfg.Devices) > 0 {
+		return v.cfg.Devices[0]
+	}
+	return 0
 }
 
 // warmup compiles, with warmup eager (or Options.CompileAll), every

@@ -71,33 +71,11 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *retries < 0 || *timeout <= 0 {
 		return errors.New("nats-infer: --retries must be >= 0 and --timeout > 0")
 	}
-	var inputs []serving.NamedTensor
-	seen := map[string]bool{}
-	for _, f := range inputFlags {
-		name, path, ok := strings.Cut(f, "=")
-		if !ok || name == "" || path == "" {
-			return fmt.Errorf("nats-infer: --input %q: want NAME=FILE.npy", f)
-		}
-		if seen[name] {
-			return fmt.Errorf("nats-infer: --input %s given twice", name)
-		}
-		seen[name] = true
-		t, err := tensor.ReadNpyFile(path)
-		if err != nil {
-			return fmt.Errorf("nats-infer: input %s: %w", name, err)
-		}
-		inputs = append(inputs, serving.NamedTensor{Name: name, Tensor: t})
+	inputs, err := readNATSInputs(inputFlags)
+	if err != nil {
+		return err
 	}
-	sort.Slice(inputs, func(i, j int) bool { return inputs[i].Name < inputs[j].Name })
-	if *token == "" {
-		*token = os.Getenv("XSERVE_NATS_TOKEN")
-	}
-	if *nkey == "" {
-		*nkey = os.Getenv("XSERVE_NATS_NKEY")
-	}
-	if *nkey == "" && *creds == "" && *token == "" {
-		*nkey = embeddedClientSeed(*url)
-	}
+	*token, *nkey = natsCredentials(*url, *creds, *token, *nkey)
 
 	cctx, cancel := context.WithTimeout(ctx, *timeout)
 	nc, err := natsapi.Connect(cctx, *url, natsapi.ConnOptions{
@@ -119,24 +97,85 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		*id = nuid.Next()
 	}
 	opts := natsapi.InferOptions{Version: *version, ID: *id, JSON: *useJSON, Compression: *compress, AcceptEncoding: *acceptEnc}
-	var res *natsapi.Result
+	r := natsRequest{client: client, model: *model, inputs: inputs, opts: opts, durable: *durable, timeout: *timeout, retries: *retries}
+	res, err := r.send(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	return writeNATSOutputs(stdout, res, *outDir)
+}
+
+// readNATSInputs reads the --input NAME=FILE.npy files, sorted by name.
+func readNATSInputs(flags []string) ([]serving.NamedTensor, error) {
+	var inputs []serving.NamedTensor
+	seen := map[string]bool{}
+	for _, f := range flags {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok || name == "" || path == "" {
+			return nil, fmt.Errorf("nats-infer: --input %q: want NAME=FILE.npy", f)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("nats-infer: --input %s given twice", name)
+		}
+		seen[name] = true
+		t, err := tensor.ReadNpyFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("nats-infer: input %s: %w", name, err)
+		}
+		inputs = append(inputs, serving.NamedTensor{Name: name, Tensor: t})
+	}
+	sort.Slice(inputs, func(i, j int) bool { return inputs[i].Name < inputs[j].Name })
+	return inputs, nil
+}
+
+// natsCredentials fills the token and NKey seed the flags left empty from
+// the environment, then (with no credentials at all) the embedded server's
+// client seed for a loopback url.
+func natsCredentials(url, creds, token, nkey string) (string, string) {
+	if token == "" {
+		token = os.Getenv("XSERVE_NATS_TOKEN")
+	}
+	if nkey == "" {
+		nkey = os.Getenv("XSERVE_NATS_NKEY")
+	}
+	if nkey == "" && creds == "" && token == "" {
+		nkey = embeddedClientSeed(url)
+	}
+	return token, nkey
+}
+
+// natsRequest is one nats-infer request and how it is retried.
+type natsRequest struct {
+	client  *natsapi.Client
+	model   string
+	inputs  []serving.NamedTensor
+	opts    natsapi.InferOptions
+	durable bool
+	timeout time.Duration
+	retries int
+}
+
+// send sends the request, retrying a timeout or a temporary error (after
+// the reply's Retry-After, else 100ms) up to r.retries times with the same
+// request id, and reports the answering replica on stderr.
+func (r natsRequest) send(ctx context.Context, stderr io.Writer) (*natsapi.Result, error) {
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		actx, cancel := context.WithTimeout(ctx, *timeout)
-		res, err = client.Infer(actx, *model, inputs, opts)
+		actx, cancel := context.WithTimeout(ctx, r.timeout)
+		res, err := r.client.Infer(actx, r.model, r.inputs, r.opts)
 		cancel()
 		if err == nil {
-			fmt.Fprintf(stderr, "answered by replica %s in %s (request %s", res.Replica, time.Since(start).Round(time.Microsecond), *id)
-			if *durable {
+			fmt.Fprintf(stderr, "answered by replica %s in %s (request %s", res.Replica, time.Since(start).Round(time.Microsecond), r.opts.ID)
+			if r.durable {
 				fmt.Fprintf(stderr, ", delivery %d", res.Delivery)
 			}
 			fmt.Fprintln(stderr, ")")
-			break
+			return res, nil
 		}
 		var re *natsapi.ReplyError
 		retryable := errors.Is(err, natsapi.ErrTimeout) || errors.As(err, &re) && re.Temporary()
-		if !retryable || attempt >= *retries || ctx.Err() != nil {
-			return err
+		if !retryable || attempt >= r.retries || ctx.Err() != nil {
+			return nil, err
 		}
 		wait := 100 * time.Millisecond
 		if re != nil && re.RetryAfter > 0 {
@@ -145,22 +184,27 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "nats-infer: %v; retrying in %v\n", err, wait)
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(wait):
 		}
 	}
+}
+
+// writeNATSOutputs prints the outputs, or writes them as .npy files into
+// outDir.
+func writeNATSOutputs(stdout io.Writer, res *natsapi.Result, outDir string) error {
 	fmt.Fprintf(stdout, "model %s version %d\n", res.ModelName, res.ModelVersion)
-	if *outDir != "" {
-		if err := os.MkdirAll(*outDir, 0o755); err != nil {
+	if outDir != "" {
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
 			return err
 		}
 	}
 	for _, o := range res.Outputs {
-		if *outDir == "" {
+		if outDir == "" {
 			fmt.Fprintf(stdout, "output %s: %s %s\n", o.Name, o.Tensor, valuesString(o.Tensor))
 			continue
 		}
-		file := filepath.Join(*outDir, outputFileName(o.Name))
+		file := filepath.Join(outDir, outputFileName(o.Name))
 		if err := tensor.WriteNpyFile(file, o.Tensor); err != nil {
 			return fmt.Errorf("nats-infer: write output %s: %w", o.Name, err)
 		}
