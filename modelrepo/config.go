@@ -117,6 +117,9 @@ type Config struct {
 	// ExactExecutables bounds the executables a version keeps for sizes
 	// served exactly (least recently used first out); default 32.
 	ExactExecutables int
+	// Generate, when set, makes the model generative: the server runs its
+	// generation loop (config.yaml's generate: section; see GenerateConfig).
+	Generate *GenerateConfig
 }
 
 // InputConfig describes one model input.
@@ -266,6 +269,9 @@ func (c *Config) SetDefaults() {
 	if b.PriorityLevels == 0 {
 		b.PriorityLevels = 1
 	}
+	if c.Generate != nil {
+		c.Generate.setDefaults()
+	}
 }
 
 // Validate checks the values of c (a Config built in memory, or merged by the
@@ -378,6 +384,7 @@ type rawConfig struct {
 	Pad           map[string]bool    `yaml:"pad"`
 	BatchSymbol   string             `yaml:"batch_symbol"`
 	ExactExecs    *int               `yaml:"exact_executables"`
+	Generate      *rawGenerate       `yaml:"generate"`
 }
 
 type rawInput struct {
@@ -431,6 +438,9 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 			p.add("exact_executables", "must be >= 1, got %d", *raw.ExactExecs)
 		}
 		c.ExactExecutables = *raw.ExactExecs
+	}
+	if raw.Generate != nil {
+		c.Generate = raw.Generate.convert(p)
 	}
 	if raw.Buckets != nil {
 		c.Buckets = make(map[string][]int64, len(raw.Buckets))
@@ -657,6 +667,9 @@ func (c *Config) validate(p *problems) {
 		}
 	}
 
+	if c.Generate != nil {
+		c.Generate.validate(p)
+	}
 	b := c.Batching
 	if b.MaxBatchSize < 0 {
 		p.add("batching.max_batch_size", "must be >= 1, got %d", b.MaxBatchSize)

@@ -71,6 +71,45 @@ func plural(n int, what string) string {
 // Execution is synchronous and cannot be interrupted: ctx is checked before
 // it starts.
 func (e *Executable) Execute(ctx context.Context, args []*Buffer) ([]*Buffer, error) {
+	return e.execute(ctx, args, nil)
+}
+
+// ExecuteDonate is Execute with the arguments marked in donate given to
+// the execution: the plugin may write the outputs the program aliases to
+// them (see lower.Program.Aliases) into their memory, so that state kept on
+// the device (a decoder's key/value cache) is updated in place instead of
+// copied. A donated Buffer is closed by the call, whether it succeeds or
+// not, and must not be used again; it must not be passed twice, nor be in
+// use by another call.
+func (e *Executable) ExecuteDonate(ctx context.Context, args []*Buffer, donate []bool) ([]*Buffer, error) {
+	if len(donate) != len(args) {
+		return nil, fmt.Errorf("pjrt: execute %s: %d donate flags for %d arguments", e.name, len(donate), len(args))
+	}
+	for i, d := range donate {
+		if d && slices.Index(args, args[i]) != i {
+			return nil, fmt.Errorf("pjrt: execute %s: donated argument %d is passed twice", e.name, i)
+		}
+	}
+	outs, err := e.execute(ctx, args, donate)
+	for i, d := range donate {
+		if d && args[i] != nil {
+			args[i].dropDonated()
+		}
+	}
+	return outs, err
+}
+
+// dropDonated frees what is left of a buffer given to an execution.
+func (b *Buffer) dropDonated() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf != nil {
+		_ = b.buf.Destroy()
+		b.buf = nil
+	}
+}
+
+func (e *Executable) execute(ctx context.Context, args []*Buffer, donate []bool) ([]*Buffer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pjrt: execute %s: %w", e.name, err)
 	}
@@ -97,17 +136,8 @@ func (e *Executable) Execute(ctx context.Context, args []*Buffer) ([]*Buffer, er
 		}
 	}()
 	for i, b := range args {
-		if b == nil {
-			return nil, fmt.Errorf("pjrt: execute %s: argument %d is nil", e.name, i)
-		}
-		if b.client != c {
-			return nil, fmt.Errorf("pjrt: execute %s: argument %d belongs to another client", e.name, i)
-		}
-		if e.paramsKnown {
-			if p := e.params[i]; p.known && (p.dtype != b.dtype || !slices.Equal(p.shape, b.shape)) {
-				return nil, fmt.Errorf("pjrt: execute %s: argument %d is %s%s, program wants %s",
-					e.name, i, b.dtype, tensor.ShapeString(b.shape), p)
-			}
+		if err := e.checkExecuteArg(i, b); err != nil {
+			return nil, err
 		}
 		// Lock each distinct buffer once: a second RLock of the same mutex
 		// could deadlock against a waiting Close.
@@ -121,7 +151,13 @@ func (e *Executable) Execute(ctx context.Context, args []*Buffer) ([]*Buffer, er
 		raw[i] = b.buf
 	}
 
-	xouts, err := e.le.Execute(raw...).DonateNone().Done()
+	run := e.le.Execute(raw...)
+	if donate == nil {
+		run = run.DonateNone()
+	} else {
+		run = run.SetDonate(donate)
+	}
+	xouts, err := run.Done()
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: execute %s: %w", e.name, err)
 	}
@@ -135,6 +171,23 @@ func (e *Executable) Execute(ctx context.Context, args []*Buffer) ([]*Buffer, er
 		}
 	}
 	return outs, nil
+}
+
+// checkExecuteArg checks argument i of an execution against the program.
+func (e *Executable) checkExecuteArg(i int, b *Buffer) error {
+	if b == nil {
+		return fmt.Errorf("pjrt: execute %s: argument %d is nil", e.name, i)
+	}
+	if b.client != e.client {
+		return fmt.Errorf("pjrt: execute %s: argument %d belongs to another client", e.name, i)
+	}
+	if e.paramsKnown {
+		if p := e.params[i]; p.known && (p.dtype != b.dtype || !slices.Equal(p.shape, b.shape)) {
+			return fmt.Errorf("pjrt: execute %s: argument %d is %s%s, program wants %s",
+				e.name, i, b.dtype, tensor.ShapeString(b.shape), p)
+		}
+	}
+	return nil
 }
 
 // Run executes the program on args (see Execute), copies its outputs to host
