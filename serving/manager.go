@@ -60,6 +60,9 @@ type Options struct {
 	// cores at once (see SplitBatches); "" means SplitAuto. Other platforms
 	// always run an execution whole.
 	SplitBatches SplitBatches
+	// TokenizersLibrary is the path of the tokenizers library generative
+	// models' tokenizers load with; "" means tokenizer.FindLibrary's search.
+	TokenizersLibrary string
 }
 
 // BucketEvent reports one bucket's executable being built (Options.OnBucket).
@@ -954,6 +957,7 @@ func (m *Manager) RepositoryRoot() string { return m.repo.Root() }
 // xserve_queue_depth.
 func (m *Manager) WriteMetrics(w io.Writer) error {
 	m.updateQueueDepth()
+	m.updateGenerateMetrics()
 	return m.metrics.reg.Write(w)
 }
 

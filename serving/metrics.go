@@ -46,6 +46,11 @@ type serverMetrics struct {
 	exactEvicted   *metrics.CounterVec   // model, version
 	splitRuns      *metrics.CounterVec   // model, version
 	queueDepth     *metrics.GaugeVec     // model, version; set at each scrape
+	genSlots       *metrics.GaugeVec     // model, version; set at each scrape
+	genWaiting     *metrics.GaugeVec     // model, version; set at each scrape
+	genTokens      *metrics.GaugeVec     // model, version; set at each scrape
+	genSteps       *metrics.GaugeVec     // model, version, kind; set at each scrape
+	genEnded       *metrics.GaugeVec     // model, version, reason; set at each scrape
 }
 
 func newServerMetrics() *serverMetrics {
@@ -68,6 +73,16 @@ func newServerMetrics() *serverMetrics {
 			"model", "version", "queue"),
 		queueDepth: r.NewGaugeVec("xserve_queue_depth",
 			"Requests waiting in a READY version's batching queues now (read at each scrape).", "model", "version"),
+		genSlots: r.NewGaugeVec("xserve_generate_slots_in_use",
+			"Cache slots of a READY generative version holding a sequence now.", "model", "version"),
+		genWaiting: r.NewGaugeVec("xserve_generate_waiting",
+			"Generation requests of a READY generative version waiting for a slot now.", "model", "version"),
+		genTokens: r.NewGaugeVec("xserve_generate_tokens",
+			"Tokens a READY generative version generated since it loaded.", "model", "version"),
+		genSteps: r.NewGaugeVec("xserve_generate_steps",
+			"Steps a READY generative version ran since it loaded, by kind: prefill (one prompt) and decode (one token of every sequence in a slot).", "model", "version", "kind"),
+		genEnded: r.NewGaugeVec("xserve_generate_sequences",
+			"Sequences a READY generative version ended since it loaded, by reason: stop (eos, stop token or string), length (max_tokens or a full slot), cancelled (the client went away), deadline, error.", "model", "version", "reason"),
 		compilations: r.NewCounterVec("xserve_compilations_total",
 			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",

@@ -16,7 +16,9 @@ import (
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
+	"github.com/xserve/xserve/serving/generate"
 	"github.com/xserve/xserve/tensor"
+	"github.com/xserve/xserve/tokenizer"
 )
 
 // version is one version of a model as the Manager serves it: its graph and
@@ -39,6 +41,10 @@ type version struct {
 	batcher *batching.Batcher
 	// stats are the counters of Manager.Statistics.
 	stats versionStats
+	// gen runs the sequences of a generative version (config.yaml's
+	// generate: section) and tok is its tokenizer (nil without one).
+	gen *generate.Model
+	tok *tokenizer.Tokenizer
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -138,6 +144,9 @@ func (v *version) load(ctx context.Context) error {
 	v.buckets = map[string]*bucket{}
 	v.sizers = map[string]*sizer{}
 	v.weights = NewWeights(v.m.client)
+	if v.cfg.Generate != nil {
+		return v.loadGenerative(ctx, cfgFile)
+	}
 	// Warmup first, so that the probe runs on the compiled buckets.
 	if err := v.warmup(ctx); err != nil {
 		return err
@@ -441,6 +450,7 @@ func (v *version) lower(b *bucket, key string) (*lower.Program, error) {
 // executables and weights. It is called once no request uses the version
 // (a batch may still execute for requests whose clients went away).
 func (v *version) free() {
+	v.freeGenerative()
 	if v.batcher != nil {
 		if err := v.batcher.Shutdown(context.Background()); err != nil {
 			v.log().Warn("batcher shutdown", "error", err)

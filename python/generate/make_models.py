@@ -9,7 +9,8 @@ exported twice with xserve.export_causal_lm, as model.pt2 and model.onnx:
     OUT/repo/<family>-pt2/           config.yaml, 1/model.pt2, tokenizer files
     OUT/repo/<family>-onnx/          config.yaml, 1/model.onnx, tokenizer files
     OUT/refs.json                    transformers generate (greedy, 128 new
-                                     tokens) for 16 prompts of mixed lengths
+                                     tokens) for 16 prompts of mixed lengths,
+                                     and apply_chat_template of a conversation
     OUT/tokenizers/<kind>/tokenizer.json and OUT/tokenizers/cases.json:
                                      BPE (byte-level, and Llama's with byte
                                      fallback), WordPiece and Unigram
@@ -173,6 +174,19 @@ def reference(d: pathlib.Path) -> tuple[list[list[int]], float]:
     return outs, gap
 
 
+CHAT = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "Hello world, what is a cache slot?"}]
+
+
+def chat_reference(d: pathlib.Path) -> dict[str, object]:
+    """transformers' apply_chat_template of CHAT with the saved tokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(d)
+    text = tok.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    return {"messages": CHAT, "text": text, "ids": ids, "completion_ids": tok("Hello world")["input_ids"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".cache/gen")
@@ -188,6 +202,8 @@ def main() -> None:
     refs: dict[str, object] = {"new_tokens": NEW_TOKENS, "prompts": prompts(), "models": {}}
     for name, config in families().items():
         d = build(name, config, toks["bpe_bytelevel"], out)
+        if name == "llama":
+            refs["chat"] = chat_reference(d)
         tokens, gap = reference(d)
         refs["models"][name] = {"tokens": tokens, "min_top2_gap": gap}
         for fmt in ("pt2", "onnx"):

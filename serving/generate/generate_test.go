@@ -15,7 +15,7 @@ import (
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/serving"
+	"github.com/xserve/xserve/tensor"
 )
 
 // The models and references of these tests are made by `make gen-models`
@@ -108,9 +108,9 @@ func newModel(t testing.TB, name string, cfg *modelrepo.GenerateConfig) *Model {
 		t.Fatal(err)
 	}
 	c := testClient(t)
-	w := serving.NewWeights(c)
+	w := &weights{client: c, bufs: map[*tensor.Tensor]*pjrt.Buffer{}}
 	m, err := New(context.Background(), Options{Graph: g, Config: cfg, ConfigFile: filepath.Join(filepath.Dir(dir), "config.yaml"),
-		Lowerer: lower.New(lower.Options{}), Device: &PJRTDevice{Client: c, Weights: w.Get}})
+		Lowerer: lower.New(lower.Options{}), Device: &PJRTDevice{Client: c, Weights: w.get}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +124,33 @@ func newModel(t testing.TB, name string, cfg *modelrepo.GenerateConfig) *Model {
 		w.Close()
 	})
 	return m
+}
+
+// weights uploads each weight tensor once (serving.Weights, which imports
+// this package, does the same for the server).
+type weights struct {
+	client *pjrt.Client
+	mu     sync.Mutex
+	bufs   map[*tensor.Tensor]*pjrt.Buffer
+}
+
+func (w *weights) get(ctx context.Context, p lower.Param) (*pjrt.Buffer, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if b, ok := w.bufs[p.Value]; ok && p.Perm == nil {
+		return b, nil
+	}
+	b, err := w.client.Upload(ctx, p.HostValue())
+	if err == nil && p.Perm == nil {
+		w.bufs[p.Value] = b
+	}
+	return b, err
+}
+
+func (w *weights) Close() {
+	for _, b := range w.bufs {
+		b.Close()
+	}
 }
 
 // collect reads a stream to its end.

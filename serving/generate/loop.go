@@ -18,7 +18,8 @@ type sequence struct {
 	sampler *sampler
 	tokens  []int64 // prompt, then the generated tokens
 	slot    int
-	cached  int // tokens whose entries are in the cache slot
+	cached  int  // tokens whose entries are in the cache slot
+	ended   bool // its Done event was sent
 }
 
 func (s *sequence) generated() []int64 { return s.tokens[len(s.req.Prompt):] }
@@ -263,6 +264,10 @@ func (m *Model) end(s *sequence, reason FinishReason, err error) {
 	if s.slot >= 0 && s.slot < len(m.slots) && m.slots[s.slot] == s {
 		m.slots[s.slot] = nil
 		m.inUse.Add(-1)
+	}
+	if !s.ended {
+		s.ended = true
+		m.stats.countEnd(reason)
 	}
 	s.stream.push(Event{Done: true, Reason: reason, Err: err, PromptTokens: len(s.req.Prompt), Generated: len(s.generated())})
 	s.stream.cancel()

@@ -85,6 +85,28 @@ type Model struct {
 // Stats are a model's counters.
 type Stats struct {
 	Prefills, DecodeSteps, Tokens atomic.Int64
+	ended                         [len(Reasons)]atomic.Int64
+}
+
+// Reasons lists the finish reasons, in the order of Stats.Ended.
+var Reasons = [...]FinishReason{FinishStop, FinishLength, FinishCancelled, FinishDeadline, FinishError}
+
+// Ended returns the number of sequences that ended for reason.
+func (s *Stats) Ended(reason FinishReason) int64 {
+	for i, r := range Reasons {
+		if r == reason {
+			return s.ended[i].Load()
+		}
+	}
+	return 0
+}
+
+func (s *Stats) countEnd(reason FinishReason) {
+	for i, r := range Reasons {
+		if r == reason {
+			s.ended[i].Add(1)
+		}
+	}
 }
 
 // New prepares a generative model: it finds the graph's roles (NewLayout),
