@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/serving/generate"
 	"github.com/xserve/xserve/tokenizer"
@@ -118,6 +120,29 @@ func (v *version) loadGenerative(ctx context.Context, cfgFile string) error {
 	v.log().Info("generative model version loaded", "file", v.entry.Path, "slots", gc.Slots, "max_seq_len", gc.MaxSeqLen,
 		"prefill_buckets", fmt.Sprint(gc.PrefillBuckets), "slot_buckets", fmt.Sprint(gc.SlotBuckets), "tokenizer", tok != nil)
 	return nil
+}
+
+// generativePlanConfig is the config of a generative version's bucket
+// plan, which serves its tensor requests (the step graph as it is, at the
+// request's sizes) and its metadata: one bucket per symbol the config gives
+// none (the smallest size the model takes), as the generation loop has
+// buckets of its own.
+func generativePlanConfig(g *fxgraph.Graph, cfg *modelrepo.Config) *modelrepo.Config {
+	c := *cfg
+	c.Buckets = maps.Clone(cfg.Buckets)
+	if c.Buckets == nil {
+		c.Buckets = map[string][]int64{}
+	}
+	for _, p := range g.Placeholders() {
+		for _, d := range p.Val().Shape {
+			if d.IsStatic() || c.Buckets[d.Sym] != nil {
+				continue
+			}
+			size := max(g.SymbolRanges[d.Sym].Min, 1)
+			c.Buckets[d.Sym] = []int64{size}
+		}
+	}
+	return &c
 }
 
 // loadTokenizer loads the version's tokenizer, nil when it has none.

@@ -133,7 +133,11 @@ func (v *version) load(ctx context.Context) error {
 		}
 		return v.m.lowerer.OutputShapes(g, dims)
 	}
-	plan, err := NewBucketPlan(g, v.cfg, cfgFile, shapes)
+	planCfg := v.cfg
+	if v.cfg.Generate != nil {
+		planCfg = generativePlanConfig(g, v.cfg)
+	}
+	plan, err := NewBucketPlan(g, planCfg, cfgFile, shapes)
 	if err != nil {
 		return err
 	}

@@ -181,10 +181,22 @@ def chat_reference(d: pathlib.Path) -> dict[str, object]:
     """transformers' apply_chat_template of CHAT with the saved tokenizer."""
     from transformers import AutoTokenizer
 
+    from transformers import AutoModelForCausalLM
+
     tok = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForCausalLM.from_pretrained(d).eval()
     text = tok.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
     ids = tok(text, add_special_tokens=False)["input_ids"]
-    return {"messages": CHAT, "text": text, "ids": ids, "completion_ids": tok("Hello world")["input_ids"]}
+
+    def greedy(prompt: list[int], n: int) -> str:
+        # As served: stop at the model's eos ids (generation_config.json).
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
+        return tok.decode(out[0, len(prompt):], skip_special_tokens=True)
+
+    completion_ids = tok("Hello world")["input_ids"]
+    return {"messages": CHAT, "text": text, "ids": ids, "completion_ids": completion_ids,
+            "chat_greedy_12": greedy(ids, 12), "completion_prompt": "Hello world", "completion_greedy_12": greedy(completion_ids, 12)}
 
 
 def main() -> None:
