@@ -110,16 +110,24 @@ func (v *version) loadGenerative(ctx context.Context, cfgFile string) error {
 		}
 		return err
 	}
-	if tok != nil && gen.Vocab() > 0 && tok.MaxID() >= gen.Vocab() {
+	if hi := tokMaxID(tok); gen.Vocab() > 0 && hi >= gen.Vocab() {
 		gen.Close(ctx)
 		tok.Close()
 		return fmt.Errorf("%w: %s: %s: the tokenizer's ids reach %d, but the model's logits have %d entries (%s generate.tokenizer): the tokenizer is not this model's",
-			generate.ErrConfig, cfgFile, tok.File(), tok.MaxID(), gen.Vocab(), filepath.Base(cfgFile))
+			generate.ErrConfig, cfgFile, tok.File(), hi, gen.Vocab(), filepath.Base(cfgFile))
 	}
 	v.gen, v.tok = gen, tok
 	v.log().Info("generative model version loaded", "file", v.entry.Path, "slots", gc.Slots, "max_seq_len", gc.MaxSeqLen,
 		"prefill_buckets", fmt.Sprint(gc.PrefillBuckets), "slot_buckets", fmt.Sprint(gc.SlotBuckets), "tokenizer", tok != nil)
 	return nil
+}
+
+// tokMaxID is the tokenizer's largest id, -1 without a tokenizer.
+func tokMaxID(tok *tokenizer.Tokenizer) int64 {
+	if tok == nil {
+		return -1
+	}
+	return tok.MaxID()
 }
 
 // generativePlanConfig is the config of a generative version's bucket

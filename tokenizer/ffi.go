@@ -24,7 +24,9 @@ typedef struct {
 } xs_tok_lib;
 
 static int xs_tok_open(const char* path, xs_tok_lib* l, char* errbuf, size_t n) {
-	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	// Never unloaded: a Rust library registers thread-local destructors
+	// and keeps lazily built statics, which must outlive every thread.
+	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (h == NULL) {
 		const char* e = dlerror();
 		snprintf(errbuf, n, "dlopen: %s", e != NULL ? e : "failed");
@@ -73,7 +75,8 @@ import (
 const abiVersion = 1
 
 // library is the loaded tokenizers library. dlopen counts references, so
-// loading it again is cheap and each Tokenizer holds its own handle.
+// loading it again is cheap; it stays loaded for the life of the process
+// (RTLD_NODELETE).
 type library struct {
 	c C.xs_tok_lib
 }
@@ -87,13 +90,11 @@ func openLibrary(path string) (*library, error) {
 		return nil, fmt.Errorf("tokenizer: load %s: %s", path, C.GoString(&errbuf[0]))
 	}
 	if v := C.xs_tok_call_abi(&l.c); v != abiVersion {
-		C.dlclose(l.c.handle)
 		return nil, fmt.Errorf("tokenizer: %s speaks ABI %d, want %d: rebuild it (make tokenizers-lib)", path, v, abiVersion)
 	}
 	return l, nil
 }
 
-func (l *library) close() { C.dlclose(l.c.handle) }
 
 // takeErr returns the library's error string as an error and frees it.
 func (l *library) takeErr(cerr *C.char, what string) error {

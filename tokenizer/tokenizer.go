@@ -88,6 +88,7 @@ type Tokenizer struct {
 	chat     *jinja.Template // nil: no chat template
 
 	once sync.Once
+	mu   sync.RWMutex // held for reading while h is in use, for writing by Close
 }
 
 // Load reads the tokenizer of a model directory: dir/file (file ""
@@ -108,7 +109,6 @@ func Load(lib, dir, file string) (*Tokenizer, error) {
 	}
 	h, err := l.parse(data)
 	if err != nil {
-		l.close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	t := &Tokenizer{lib: l, h: h, file: path}
@@ -216,32 +216,76 @@ func (t *Tokenizer) readConfig(dir string) error {
 // File is the tokenizer file's path.
 func (t *Tokenizer) File() string { return t.file }
 
-// VocabSize is the number of tokens, added tokens included.
-func (t *Tokenizer) VocabSize() int { return t.lib.vocabSize(t.h, true) }
+// errClosed is the error of a method called after Close.
+var errClosed = errors.New("tokenizer: closed")
+
+// handle returns the tokenizer's handle with t.mu held for reading (nil
+// once closed); the caller calls done.
+func (t *Tokenizer) handle() (h unsafe.Pointer, done func()) {
+	t.mu.RLock()
+	return t.h, t.mu.RUnlock
+}
+
+// VocabSize is the number of tokens, added tokens included (0 once
+// closed).
+func (t *Tokenizer) VocabSize() int {
+	h, done := t.handle()
+	defer done()
+	if h == nil {
+		return 0
+	}
+	return t.lib.vocabSize(h, true)
+}
 
 // MaxID is the largest token id, added tokens included.
-func (t *Tokenizer) MaxID() int64 { return t.lib.maxID(t.h) }
+func (t *Tokenizer) MaxID() int64 {
+	h, done := t.handle()
+	defer done()
+	if h == nil {
+		return -1
+	}
+	return t.lib.maxID(h)
+}
 
 // Encode returns the ids of text; addSpecial adds the special tokens the
 // tokenizer's post-processor adds (a BOS, for one).
 func (t *Tokenizer) Encode(text string, addSpecial bool) ([]int64, error) {
-	return t.lib.encode(t.h, text, addSpecial)
+	h, done := t.handle()
+	defer done()
+	if h == nil {
+		return nil, errClosed
+	}
+	return t.lib.encode(h, text, addSpecial)
 }
 
 // Decode returns the text of ids, without the special tokens when
 // skipSpecial.
 func (t *Tokenizer) Decode(ids []int64, skipSpecial bool) (string, error) {
-	return t.lib.decode(t.h, ids, skipSpecial)
+	h, done := t.handle()
+	defer done()
+	if h == nil {
+		return "", errClosed
+	}
+	return t.lib.decode(h, ids, skipSpecial)
 }
 
 // TokenID returns the id of a token.
-func (t *Tokenizer) TokenID(token string) (int64, bool) { return t.lib.tokenID(t.h, token) }
+func (t *Tokenizer) TokenID(token string) (int64, bool) {
+	h, done := t.handle()
+	defer done()
+	if h == nil {
+		return -1, false
+	}
+	return t.lib.tokenID(h, token)
+}
 
 // Close frees the tokenizer; it is safe to call twice.
 func (t *Tokenizer) Close() error {
 	t.once.Do(func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
 		t.lib.free(t.h)
-		t.lib.close()
+		t.h = nil
 	})
 	return nil
 }

@@ -68,6 +68,9 @@ func TestMatchesTokenizers(t *testing.T) {
 			if len(cases[kind]) == 0 {
 				t.Fatal("no cases")
 			}
+			if n, hi := tok.VocabSize(), tok.MaxID(); hi != int64(n-1) {
+				t.Errorf("largest id %d, vocabulary of %d", hi, n)
+			}
 			for _, c := range cases[kind] {
 				ids, err := tok.Encode(c.Text, true)
 				if err != nil {
