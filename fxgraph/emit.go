@@ -24,21 +24,19 @@ type Emitter struct {
 	MaxFoldElements int64
 }
 
-// Emit adds a call_function node of target with the requested name (made
-// unique; "" derives it from the target) and returns the node standing for
-// its result: the node itself, or the constant it folded into. An unknown
-// target or a shape error leaves the graph unchanged.
-func (e *Emitter) Emit(name, target string, args []any, kwargs map[string]any) (*Node, error) {
-	info, ok := e.IR.Lookup(target)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrUnsupported, target)
+// Emit adds a call_function node of op with the requested name (made
+// unique; "" derives it from the op) and returns the node standing for its
+// result: the node itself, or the constant it folded into. An op outside
+// the IR or a shape error leaves the graph unchanged.
+func (e *Emitter) Emit(name string, op *Op, args []any, kwargs map[string]any) (*Node, error) {
+	if !e.IR.Has(op) {
+		return nil, fmt.Errorf("%w: %s", ErrUnsupported, op)
 	}
-	return e.EmitOp(name, info, args, kwargs)
-}
-
-// EmitOp is Emit for an operator given as its Op value.
-func (e *Emitter) EmitOp(name string, op *Op, args []any, kwargs map[string]any) (*Node, error) {
-	n := e.Graph.AddNamedCall(name, op.Name, args, kwargs)
+	n := e.Graph.AddNamedCall(name, op, args, kwargs)
+	if err := op.CheckArgs(n); err != nil {
+		_ = e.Graph.Erase(n) // unused: it was just added
+		return nil, err
+	}
 	m, err := op.Shape(n)
 	if err != nil {
 		_ = e.Graph.Erase(n) // unused: it was just added
@@ -84,7 +82,7 @@ func (e *Emitter) fold(n *Node, info *Op) (*Node, error) {
 func foldedName(n *Node) string {
 	var src *Node
 	for _, in := range n.InputNodes() {
-		if in.Op == GetAttr && len(in.Val().Shape) > 0 {
+		if in.Opcode == GetAttr && len(in.Val().Shape) > 0 {
 			if src != nil {
 				return n.Name + "_c"
 			}
@@ -94,7 +92,7 @@ func foldedName(n *Node) string {
 	if src == nil {
 		return n.Name + "_c"
 	}
-	op := n.Target
+	op := n.Op.Name
 	if parts := strings.Split(op, "."); len(parts) >= 2 {
 		op = parts[1]
 	}

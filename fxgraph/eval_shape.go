@@ -596,7 +596,7 @@ func shEvalScatter(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor,
 		return nil, err
 	}
 	var src *tensor.Tensor
-	if n.Target == "aten.scatter.value" {
+	if n.Op == AtenScatterValue {
 		v, ok := AsFloat(n.ArgOr(3, "value", nil))
 		if !ok {
 			return nil, shErr(n, "value is %s, want a number", FormatArg(n.Arg(3)))
@@ -611,7 +611,7 @@ func shEvalScatter(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor,
 		return nil, err
 	}
 	red := ""
-	if n.Target == "aten.scatter_reduce.two" {
+	if n.Op == AtenScatterReduceTwo {
 		v, _ := n.Param("reduce")
 		red, _ = v.(string)
 	}
@@ -633,7 +633,7 @@ func shEvalScatter(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor,
 		ss = []int64{1}
 	}
 	st, sst := shStrides(xs), shStrides(ss)
-	scalar := src.NumElements() == 1 && n.Target == "aten.scatter.value"
+	scalar := src.NumElements() == 1 && n.Op == AtenScatterValue
 	var bad error
 	shForEach(is, func(flat int64, idx []int64) {
 		if bad != nil {
@@ -754,7 +754,7 @@ func shEvalPad(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, err
 	}
 	mode := "constant"
 	switch {
-	case n.Target == "aten.constant_pad_nd.default":
+	case n.Op == AtenConstantPadNd:
 		fill, err := n.Param("value")
 		if err != nil {
 			return nil, err
@@ -880,7 +880,7 @@ func shEvalTri(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, err
 	if err != nil {
 		return nil, err
 	}
-	upper := n.Target == "aten.triu.default"
+	upper := n.Op == AtenTriu
 	r := x.Rank()
 	st := shStrides(x.Shape)
 	shMap(out, x, func(idx []int64) int64 {
@@ -902,10 +902,10 @@ func shEvalPixel(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, e
 	if err != nil {
 		return nil, err
 	}
-	f, _ := n.ParamInt("factor")
+	f, _ := PixelFactor(n)
 	k := x.Rank()
 	st := shStrides(x.Shape)
-	up := n.Target == "aten.pixel_shuffle.default"
+	up := n.Op == AtenPixelShuffle
 	shMap(out, x, func(idx []int64) int64 {
 		var p int64
 		for i := 0; i < k-3; i++ {
@@ -937,10 +937,10 @@ func shEvalShapeOf(n *Node, _ func(*Node) *tensor.Tensor) ([]*tensor.Tensor, err
 	if !ok {
 		return nil, nil
 	}
-	switch n.Target {
-	case "aten._shape_as_tensor.default":
+	switch n.Op {
+	case Aten_ShapeAsTensor:
 		return []*tensor.Tensor{tensor.FromInt64s(append([]int64{}, dims...))}, nil
-	case "aten.sym_size.int":
+	case AtenSymSizeInt:
 		d, _ := n.IntArg(1, "dim", 0)
 		k, err := NormDim(d, len(dims))
 		if err != nil {

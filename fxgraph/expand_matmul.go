@@ -10,7 +10,7 @@ package fxgraph
 func (g *Graph) UnexpandMatmul() int {
 	n := 0
 	for _, bmm := range g.Nodes() {
-		if bmm.graph != g || bmm.Op != CallFunction || bmm.Target != "aten.bmm.default" {
+		if bmm.graph != g || bmm.Opcode != CallFunction || bmm.Op != AtenBmm {
 			continue
 		}
 		if g.unexpandOne(bmm) {
@@ -26,7 +26,7 @@ func (g *Graph) UnexpandMatmul() int {
 // skipNoopViews follows view/reshape nodes whose output shape equals their
 // input's (torch.export writes view(expand(w), same shape) before bmm).
 func skipNoopViews(n *Node) *Node {
-	for n.Op == CallFunction && (n.Target == "aten.view.default" || n.Target == "aten._unsafe_view.default" || n.Target == "aten.reshape.default") {
+	for n.Opcode == CallFunction && (n.Op == AtenView || n.Op == Aten_UnsafeView || n.Op == AtenReshape) {
 		in, ok := n.Arg(0).(*Node)
 		if !ok || len(in.Meta.Vals) != 1 || len(n.Meta.Vals) != 1 || !in.Val().Shape.Equal(n.Val().Shape) {
 			return n
@@ -41,7 +41,7 @@ func skipNoopViews(n *Node) *Node {
 // last two dims it keeps.
 func expandedWeight(n *Node) *Node {
 	n = skipNoopViews(n)
-	if n.Op != CallFunction || n.Target != "aten.expand.default" {
+	if n.Opcode != CallFunction || n.Op != AtenExpand {
 		return nil
 	}
 	w, ok := n.Arg(0).(*Node)
@@ -76,7 +76,7 @@ func (g *Graph) unexpandOne(bmm *Node) bool {
 	}
 	prev := g.SetInsertPoint(bmm)
 	defer g.SetInsertPoint(prev)
-	mm := g.AddNamedCall(bmm.Name+"_matmul", "aten.matmul.default", []any{a, w}, nil)
+	mm := g.AddNamedCall(bmm.Name+"_matmul", AtenMatmul, []any{a, w}, nil)
 	mm.Meta = cloneMeta(bmm.Meta)
 	g.ReplaceAllUses(bmm, mm)
 	return true

@@ -20,7 +20,7 @@ import (
 func (g *Graph) FoldBatchNorm() int {
 	folded := 0
 	for _, bn := range g.Nodes() {
-		if bn.graph != g || bn.Op != CallFunction || bn.Target != "aten._native_batch_norm_legit_no_training.default" {
+		if bn.graph != g || bn.Opcode != CallFunction || bn.Op != Aten_NativeBatchNormLegitNoTraining {
 			continue
 		}
 		if g.foldOneBatchNorm(bn) {
@@ -35,11 +35,11 @@ func (g *Graph) FoldBatchNorm() int {
 
 func (g *Graph) foldOneBatchNorm(bn *Node) bool {
 	conv, ok := bn.Arg(0).(*Node)
-	if !ok || conv.Op != CallFunction || conv.Target != "aten.convolution.default" || len(conv.users) != 1 {
+	if !ok || conv.Opcode != CallFunction || conv.Op != AtenConvolution || len(conv.users) != 1 {
 		return false
 	}
 	users := bn.Users()
-	if len(users) != 1 || users[0].Target != GetItem {
+	if len(users) != 1 || users[0].Op != GetItem {
 		return false
 	}
 	if i, _ := AsInt(users[0].Arg(1)); i != 0 {
@@ -101,7 +101,7 @@ func (g *Graph) foldOneBatchNorm(bn *Node) bool {
 	bNode := g.AddConstant(conv.Name+"_bn_bias", nb)
 	args := append([]any(nil), conv.Args...)
 	args[1], args[2] = wNode, bNode
-	fused := g.AddNamedCall(conv.Name+"_bn", conv.Target, args, conv.Kwargs)
+	fused := g.AddNamedCall(conv.Name+"_bn", conv.Op, args, conv.Kwargs)
 	fused.Meta = cloneMeta(users[0].Meta)
 	g.ReplaceAllUses(users[0], fused)
 	return true

@@ -52,7 +52,7 @@ type Graph struct {
 	// computations the importer could not express over symbolic sizes (an
 	// If on a condition computed from shapes, whose branches differ in
 	// shape, say). Its nodes then only carry the signature (outputs are
-	// DeferredTarget nodes); Rebuild imports the model again for concrete
+	// Deferred nodes); Rebuild imports the model again for concrete
 	// input sizes (symbol -> size), where every shape computation folds.
 	// Rebuilt calls it; lowering does so per shape bucket.
 	Rebuild func(dims map[string]int64) (*Graph, error)
@@ -113,7 +113,7 @@ func (g *Graph) Placeholders() []*Node {
 
 // OutputNode returns the output node, or nil when none was set.
 func (g *Graph) OutputNode() *Node {
-	if g.tail != nil && g.tail.Op == Output {
+	if g.tail != nil && g.tail.Opcode == Output {
 		return g.tail
 	}
 	return nil
@@ -253,7 +253,7 @@ func (g *Graph) sectionFirst(s uint8) *Node {
 // when there is no room left.
 func (g *Graph) link(n, prev *Node) *Node {
 	n.graph = g
-	n.sect = section(n.Op)
+	n.sect = section(n.Opcode)
 	n.prev = prev
 	if prev == nil {
 		n.next = g.head
@@ -276,9 +276,9 @@ func (g *Graph) link(n, prev *Node) *Node {
 		lo = prev.key
 	}
 	switch next := n.next; {
-	case n.Op == Output:
+	case n.Opcode == Output:
 		n.key = math.MaxInt64
-	case next == nil || next.sect != n.sect || next.Op == Output:
+	case next == nil || next.sect != n.sect || next.Opcode == Output:
 		if lo > math.MaxInt64/2 {
 			g.relabel(n.sect)
 		} else {
@@ -290,7 +290,7 @@ func (g *Graph) link(n, prev *Node) *Node {
 		g.relabel(n.sect)
 	}
 	g.names[n.Name] = n
-	if n.Op == GetAttr {
+	if n.Opcode == GetAttr {
 		g.attrRefs[n.Target]++
 	}
 	for _, in := range n.InputNodes() {
@@ -303,7 +303,7 @@ func (g *Graph) link(n, prev *Node) *Node {
 func (g *Graph) relabel(s uint8) {
 	var k int64
 	for n := g.sectionFirst(s); n != nil && n.sect == s; n = n.next {
-		if n.Op == Output {
+		if n.Opcode == Output {
 			n.key = math.MaxInt64
 			continue
 		}
@@ -315,7 +315,7 @@ func (g *Graph) relabel(s uint8) {
 // insert adds n at the end of its section (call_functions: before the
 // output node, or before the insert point when one is set).
 func (g *Graph) insert(n *Node) *Node {
-	switch section(n.Op) {
+	switch section(n.Opcode) {
 	case 0:
 		return g.link(n, g.secLast[0])
 	case 1:
@@ -325,7 +325,7 @@ func (g *Graph) insert(n *Node) *Node {
 		}
 		return g.link(n, prev)
 	}
-	if n.Op != Output {
+	if n.Opcode != Output {
 		if at := g.insertBefore; at != nil && at.graph == g {
 			return g.link(n, at.prev)
 		}
@@ -338,7 +338,7 @@ func (g *Graph) insert(n *Node) *Node {
 
 // AddPlaceholder adds a graph input after the existing inputs.
 func (g *Graph) AddPlaceholder(name string, meta TensorMeta) *Node {
-	n := &Node{Op: Placeholder, Name: g.uniqueName(name), Target: name, Meta: Meta{Vals: []TensorMeta{meta}}}
+	n := &Node{Opcode: Placeholder, Name: g.uniqueName(name), Target: name, Meta: Meta{Vals: []TensorMeta{meta}}}
 	return g.insert(n)
 }
 
@@ -348,7 +348,7 @@ func (g *Graph) AddConstant(name string, t *tensor.Tensor) *Node {
 	key := g.attrKey(name)
 	g.Attrs[key] = t
 	meta := TensorMeta{DType: t.DType, Shape: StaticShape(t.Shape...)}
-	n := &Node{Op: GetAttr, Name: g.uniqueName(key), Target: key, Meta: Meta{Vals: []TensorMeta{meta}}}
+	n := &Node{Opcode: GetAttr, Name: g.uniqueName(key), Target: key, Meta: Meta{Vals: []TensorMeta{meta}}}
 	return g.insert(n)
 }
 
@@ -357,7 +357,7 @@ func (g *Graph) AddConstant(name string, t *tensor.Tensor) *Node {
 func (g *Graph) AddSubgraph(name string, sub *Graph) *Node {
 	key := g.attrKey(name)
 	g.Subgraphs[key] = sub
-	n := &Node{Op: GetAttr, Name: g.uniqueName(key), Target: key}
+	n := &Node{Opcode: GetAttr, Name: g.uniqueName(key), Target: key}
 	return g.insert(n)
 }
 
@@ -373,19 +373,19 @@ func (g *Graph) SetInsertPoint(ref *Node) *Node {
 	return prev
 }
 
-// AddCall adds a call_function node. Its name derives from the target as in
-// FX ("aten.add.Tensor" -> add, add_1, ...). Meta is left for the caller or
-// shape propagation to fill.
-func (g *Graph) AddCall(target string, args []any, kwargs map[string]any) *Node {
-	return g.AddNamedCall("", target, args, kwargs)
+// AddCall adds a call_function node of op. Its name derives from the op's
+// name as in FX ("aten.add.Tensor" -> add, add_1, ...). Meta is left for the
+// caller or shape propagation to fill.
+func (g *Graph) AddCall(op *Op, args []any, kwargs map[string]any) *Node {
+	return g.AddNamedCall("", op, args, kwargs)
 }
 
 // AddNamedCall is AddCall with a requested node name (made unique).
-func (g *Graph) AddNamedCall(name, target string, args []any, kwargs map[string]any) *Node {
+func (g *Graph) AddNamedCall(name string, op *Op, args []any, kwargs map[string]any) *Node {
 	if name == "" {
-		name = baseName(target)
+		name = baseName(op.Name)
 	}
-	n := &Node{Op: CallFunction, Name: g.uniqueName(name), Target: target, Args: args, Kwargs: kwargs}
+	n := &Node{Opcode: CallFunction, Op: op, Name: g.uniqueName(name), Target: op.Name, Args: args, Kwargs: kwargs}
 	return g.insert(n)
 }
 
@@ -398,7 +398,7 @@ func (g *Graph) SetOutput(values ...*Node) *Node {
 	for i, v := range values {
 		list[i] = v
 	}
-	n := &Node{Op: Output, Name: g.uniqueName("output"), Target: "output", Args: []any{list}}
+	n := &Node{Opcode: Output, Name: g.uniqueName("output"), Target: "output", Args: []any{list}}
 	return g.insert(n)
 }
 
@@ -424,7 +424,7 @@ func (g *Graph) remove(n *Node) {
 	if g.insertBefore == n {
 		g.insertBefore = n.next
 	}
-	if n.Op == GetAttr {
+	if n.Opcode == GetAttr {
 		g.attrRefs[n.Target]--
 	}
 	delete(g.names, n.Name)
@@ -498,7 +498,7 @@ func (g *Graph) Erase(n *Node) error {
 		return fmt.Errorf("fxgraph: erase %s: still used by %s", n.Name, strings.Join(names, ", "))
 	}
 	g.remove(n)
-	if n.Op == GetAttr && g.attrRefs[n.Target] <= 0 {
+	if n.Opcode == GetAttr && g.attrRefs[n.Target] <= 0 {
 		delete(g.attrRefs, n.Target)
 		delete(g.Attrs, n.Target)
 		delete(g.Subgraphs, n.Target)
@@ -518,15 +518,19 @@ func (g *Graph) Validate() error {
 		if n.graph != g {
 			return fmt.Errorf("%w: node %s belongs to another graph", ErrInvalid, n.Name)
 		}
-		if n.prev != prev || (prev != nil && !before(prev, n)) || n.sect != section(n.Op) {
+		if n.prev != prev || (prev != nil && !before(prev, n)) || n.sect != section(n.Opcode) {
 			return fmt.Errorf("%w: node %s is out of place in the node list (edit nodes through Graph methods)", ErrInvalid, n.Name)
 		}
 		if names[n.Name] {
 			return fmt.Errorf("%w: two nodes are named %q", ErrInvalid, n.Name)
 		}
 		names[n.Name] = true
-		switch n.Op {
-		case Placeholder, CallFunction:
+		switch n.Opcode {
+		case Placeholder:
+		case CallFunction:
+			if n.Op == nil || n.Target != n.Op.Name {
+				return fmt.Errorf("%w: call_function %s calls %q but holds no such operator (build call nodes with AddCall)", ErrInvalid, n.Name, n.Target)
+			}
 		case GetAttr:
 			_, isT := g.Attrs[n.Target]
 			_, isG := g.Subgraphs[n.Target]
@@ -538,7 +542,7 @@ func (g *Graph) Validate() error {
 				return fmt.Errorf("%w: output node %s is not the last node", ErrInvalid, n.Name)
 			}
 		default:
-			return fmt.Errorf("%w: node %s has unknown opcode %q", ErrInvalid, n.Name, n.Op)
+			return fmt.Errorf("%w: node %s has unknown opcode %q", ErrInvalid, n.Name, n.Opcode)
 		}
 		for _, in := range n.InputNodes() {
 			if in.graph != g {
@@ -598,7 +602,7 @@ func (g *Graph) Clone() *Graph {
 	m := map[*Node]*Node{}
 	swap := func(n *Node) any { return m[n] }
 	for n := g.head; n != nil; n = n.next {
-		cn := &Node{Op: n.Op, Name: n.Name, Target: n.Target, Meta: cloneMeta(n.Meta)}
+		cn := &Node{Opcode: n.Opcode, Op: n.Op, Name: n.Name, Target: n.Target, Meta: cloneMeta(n.Meta)}
 		cn.Args = make([]any, len(n.Args))
 		for i, a := range n.Args {
 			cn.Args[i] = mapNodes(a, swap)
@@ -630,7 +634,7 @@ func (g *Graph) EliminateDeadCode() int {
 	erased := 0
 	for n := g.tail; n != nil; {
 		prev := n.prev // erasing n may make earlier nodes dead, never later ones
-		if (n.Op == CallFunction || n.Op == GetAttr) && len(n.users) == 0 {
+		if (n.Opcode == CallFunction || n.Opcode == GetAttr) && len(n.users) == 0 {
 			if err := g.Erase(n); err == nil {
 				erased++
 			}

@@ -8,13 +8,11 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// testRegistry registers two toy ops so the pass machinery can be tested
-// without depending on the real operator families:
-// test.add(a, b) adds elementwise; test.shape(x) is x's shape as int64.
-func testRegistry() *Registry {
-	r := &Registry{ops: map[string]*Op{}}
-	registerGetItem(r)
-	r.Register(&Op{
+// testAdd and testShape are two toy ops, so that the pass machinery can be
+// tested without depending on the real operator families: xserve.add(a, b)
+// adds elementwise; xserve.shape(x) is x's shape as int64.
+var (
+	testAdd = &Op{
 		Name: "xserve.add",
 		Shape: func(n *Node) (Meta, error) {
 			a, err := n.InputMeta(0)
@@ -42,8 +40,8 @@ func testRegistry() *Registry {
 			}
 			return []*tensor.Tensor{out}, nil
 		},
-	})
-	r.Register(&Op{
+	}
+	testShape = &Op{
 		Name:      "xserve.shape",
 		ShapeOnly: true,
 		Shape: func(n *Node) (Meta, error) {
@@ -57,16 +55,20 @@ func testRegistry() *Registry {
 			dims, _ := n.Args[0].(*Node).Val().Shape.Static()
 			return []*tensor.Tensor{tensor.FromInt64s(dims)}, nil
 		},
-	})
-	return r
+	}
+)
+
+// testRegistry holds the toy ops and getitem.
+func testRegistry() *Registry {
+	return &Registry{ops: map[string]*Op{GetItem.Name: GetItem, testAdd.Name: testAdd, testShape.Name: testShape}}
 }
 
 func TestGraphEditsAndValidate(t *testing.T) {
 	g := New()
 	x := g.AddPlaceholder("x", TensorMeta{DType: tensor.Float32, Shape: Shape{S("batch"), D(3)}})
 	w := g.AddConstant("weight", tensor.FromFloat32s([]float32{1, 2, 3}))
-	add := g.AddCall("xserve.add", []any{x, w}, nil)
-	add2 := g.AddCall("xserve.add", []any{add, add}, nil)
+	add := g.AddCall(testAdd, []any{x, w}, nil)
+	add2 := g.AddCall(testAdd, []any{add, add}, nil)
 	g.SetOutput(add2)
 	if err := g.Validate(); err != nil {
 		t.Fatal(err)
@@ -116,8 +118,8 @@ func TestValidateCatchesBrokenGraphs(t *testing.T) {
 		{"use before def", func() *Graph {
 			g := New()
 			x := g.AddPlaceholder("x", Static(tensor.Float32, 2))
-			a := g.AddCall("xserve.add", []any{x, x}, nil)
-			b := g.AddCall("xserve.add", []any{x, x}, nil)
+			a := g.AddCall(testAdd, []any{x, x}, nil)
+			b := g.AddCall(testAdd, []any{x, x}, nil)
 			g.SetOutput(b)
 			g.SetArgs(a, []any{b, b}, nil)
 			return g
@@ -145,8 +147,8 @@ func TestSpecializeFoldsShapeComputations(t *testing.T) {
 	g := New()
 	x := g.AddPlaceholder("x", TensorMeta{DType: tensor.Float32, Shape: Shape{S("batch"), D(4)}})
 	one := g.AddConstant("one", tensor.FromInt64s([]int64{1, 1}))
-	shape := g.AddCall("xserve.shape", []any{x}, nil)
-	plus := g.AddCall("xserve.add", []any{shape, one}, nil)
+	shape := g.AddCall(testShape, []any{x}, nil)
+	plus := g.AddCall(testAdd, []any{shape, one}, nil)
 	g.SetOutput(plus)
 	if err := r.PropagateShapes(g); err != nil {
 		t.Fatal(err)
@@ -231,7 +233,7 @@ func TestBindDims(t *testing.T) {
 func TestTablePrintsEveryNode(t *testing.T) {
 	g := New()
 	x := g.AddPlaceholder("x", Static(tensor.Float32, 2))
-	a := g.AddCall("xserve.add", []any{x, x}, map[string]any{"alpha": int64(1)})
+	a := g.AddCall(testAdd, []any{x, x}, map[string]any{"alpha": int64(1)})
 	g.SetOutput(a)
 	if err := testRegistry().PropagateShapes(g); err != nil {
 		t.Fatal(err)
@@ -251,14 +253,14 @@ func TestTablePrintsEveryNode(t *testing.T) {
 func TestOrderUnderManyEdits(t *testing.T) {
 	g := New()
 	x := g.AddPlaceholder("x", Static(tensor.Int64, 2))
-	first := g.AddCall("xserve.add", []any{x, x}, nil)
-	last := g.AddCall("xserve.add", []any{first, first}, nil)
+	first := g.AddCall(testAdd, []any{x, x}, nil)
+	last := g.AddCall(testAdd, []any{first, first}, nil)
 	g.SetOutput(last)
 	g.SetInsertPoint(last)
 	prev, want := first, []*Node{first}
 	for i := range 100 { // > log2(keyGap) inserts at one point
 		c := g.AddConstant("c", tensor.FromInt64s([]int64{int64(i), 0}))
-		prev = g.AddCall("xserve.add", []any{prev, c}, nil)
+		prev = g.AddCall(testAdd, []any{prev, c}, nil)
 		want = append(want, prev)
 	}
 	g.SetInsertPoint(nil)
@@ -270,7 +272,7 @@ func TestOrderUnderManyEdits(t *testing.T) {
 	}
 	var calls []*Node
 	for _, n := range g.Nodes() {
-		if n.Op == CallFunction {
+		if n.Opcode == CallFunction {
 			calls = append(calls, n)
 		}
 	}
@@ -299,7 +301,7 @@ func TestOrderUnderManyEdits(t *testing.T) {
 	if g.Len() != 2+80+(len(want)-20)+1 { // inputs, constants, calls, output
 		t.Errorf("Len() = %d", g.Len())
 	}
-	if n := g.AddCall("xserve.add", []any{x, y}, nil); n.Name != "add_102" {
+	if n := g.AddCall(testAdd, []any{x, y}, nil); n.Name != "add_102" {
 		t.Errorf("new node named %s, want add_102", n.Name)
 	}
 	if err := g.Validate(); err != nil {

@@ -19,20 +19,25 @@ const (
 	Placeholder Opcode = "placeholder"
 	// GetAttr reads a constant tensor of the graph. Target is its key in Graph.Attrs.
 	GetAttr Opcode = "get_attr"
-	// CallFunction applies the operator Target to Args and Kwargs.
+	// CallFunction applies the operator Op (Target is its name) to Args and
+	// Kwargs.
 	CallFunction Opcode = "call_function"
 	// Output returns Args[0] (a []any of nodes) from the graph.
 	Output Opcode = "output"
 )
 
-// GetItem is the target of the nodes that take element Args[1] of a tuple
-// produced by node Args[0].
-const GetItem = "getitem"
-
 // Node is one operation of a Graph. Edit a node that belongs to a graph only
 // through Graph methods (SetArgs, ReplaceAllUses, Erase) so its users stay right.
+//
+// Opcode says what kind of node it is (placeholder, get_attr,
+// call_function, output, as in torch.fx). A call_function node holds its
+// operator in Op (torch.fx's node holds the OpOverload); Target is then
+// Op.Name, kept for printing. For the other opcodes Op is nil and Target is
+// the input name (placeholder), the key in Graph.Attrs or Graph.Subgraphs
+// (get_attr) or "output".
 type Node struct {
-	Op     Opcode
+	Opcode Opcode
+	Op     *Op
 	Name   string
 	Target string
 	Args   []any
@@ -57,7 +62,7 @@ func (n *Node) Users() []*Node {
 // taking value i, or by a user that takes the whole tuple.
 func (n *Node) OutputUsed(i int) bool {
 	for _, u := range n.users {
-		if u.Target != GetItem {
+		if u.Op != GetItem {
 			return true
 		}
 		if j, _ := AsInt(u.Arg(1)); int(j) == i {
@@ -75,7 +80,7 @@ func (n *Node) Graph() *Graph { return n.graph }
 func (n *Node) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%%%s : %s = %s[target=%s](args = %s, kwargs = %s)",
-		n.Name, n.Meta, n.Op, n.Target, FormatArgs(n.Args), FormatKwargs(n.Kwargs))
+		n.Name, n.Meta, n.Opcode, n.Target, FormatArgs(n.Args), FormatKwargs(n.Kwargs))
 	return b.String()
 }
 

@@ -22,7 +22,7 @@ func TestOpTable(t *testing.T) {
 			t.Errorf("op %s has no shape rule", op.Name)
 		}
 		for _, a := range op.Args {
-			ok := a.Default == nil // required
+			ok := !a.HasDefault || a.Default == nil // required, or None
 			switch a.Kind {
 			case ArgFloat:
 				_, isKind := a.Default.(float64)
@@ -52,21 +52,21 @@ func TestOpTable(t *testing.T) {
 func TestParamDefaults(t *testing.T) {
 	cases := []struct {
 		name   string
-		target string
+		target *Op
 		args   []any // after the input x
 		kwargs map[string]any
 		param  string
 		want   float64
 		err    string
 	}{
-		{"leaky_relu default slope", "aten.leaky_relu.default", nil, nil, "negative_slope", 0.01, ""},
-		{"leaky_relu positional", "aten.leaky_relu.default", []any{0.2}, nil, "negative_slope", 0.2, ""},
-		{"leaky_relu keyword", "aten.leaky_relu.default", nil, map[string]any{"negative_slope": 0.3}, "negative_slope", 0.3, ""},
-		{"elu default alpha", "aten.elu.default", nil, nil, "alpha", 1, ""},
-		{"softplus default threshold", "aten.softplus.default", nil, nil, "threshold", 20, ""},
-		{"hardtanh default min", "aten.hardtanh.default", nil, nil, "min_val", -1, ""},
-		{"param not in schema", "aten.leaky_relu.default", nil, nil, "alpha", 0, "no argument \"alpha\""},
-		{"op without schema", "aten.relu.default", nil, nil, "alpha", 0, "no argument \"alpha\""},
+		{"leaky_relu default slope", AtenLeakyRelu, nil, nil, "negative_slope", 0.01, ""},
+		{"leaky_relu positional", AtenLeakyRelu, []any{0.2}, nil, "negative_slope", 0.2, ""},
+		{"leaky_relu keyword", AtenLeakyRelu, nil, map[string]any{"negative_slope": 0.3}, "negative_slope", 0.3, ""},
+		{"elu default alpha", AtenElu, nil, nil, "alpha", 1, ""},
+		{"softplus default threshold", AtenSoftplus, nil, nil, "threshold", 20, ""},
+		{"hardtanh default min", AtenHardtanh, nil, nil, "min_val", -1, ""},
+		{"param not in schema", AtenLeakyRelu, nil, nil, "alpha", 0, "no argument \"alpha\""},
+		{"op without schema", AtenRelu, nil, nil, "alpha", 0, "no argument \"alpha\""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -87,20 +87,25 @@ func TestParamDefaults(t *testing.T) {
 	}
 	g := New()
 	x := g.AddPlaceholder("x", TensorMeta{DType: tensor.Float32, Shape: StaticShape(2, 3)})
-	norm := g.AddCall("aten.native_layer_norm.default", []any{x, []any{int64(3)}, nil, nil}, nil)
-	if eps, err := norm.ParamFloat("eps"); err != nil || eps != 1e-5 {
-		t.Errorf("layer_norm eps = %v, %v; want the schema default 1e-5", eps, err)
+	norm := g.AddCall(AtenNativeLayerNorm, []any{x, []any{int64(3)}, nil, nil, 1e-6}, nil)
+	if eps, err := norm.ParamFloat("eps"); err != nil || eps != 1e-6 {
+		t.Errorf("layer_norm eps = %v, %v; want the given 1e-6", eps, err)
+	}
+	v := g.AddCall(AtenVarCorrection, []any{x}, nil)
+	if c, err := v.ParamFloat("correction"); err != nil || c != 1 {
+		t.Errorf("var correction = %v, %v; want the IR default 1 (torch's None)", c, err)
 	}
 	if g2, err := norm.ParamInt("group"); err == nil {
 		t.Errorf("layer_norm group = %v, want an error (not in its schema)", g2)
 	}
-	// factor has no default: absent, it is an error naming it; given, its value.
-	ps := g.AddCall("aten.pixel_shuffle.default", []any{x}, nil)
-	if f, err := ps.ParamInt("factor"); err == nil || !strings.Contains(err.Error(), "factor, which is required") {
+	// upscale_factor has no default: absent, it is an error naming it;
+	// given, its value.
+	ps := g.AddCall(AtenPixelShuffle, []any{x}, nil)
+	if f, err := PixelFactor(ps); err == nil || !strings.Contains(err.Error(), "upscale_factor, which is required") {
 		t.Errorf("pixel_shuffle without factor = %v, %v; want a required-argument error", f, err)
 	}
-	ps2 := g.AddCall("aten.pixel_shuffle.default", []any{x, int64(2)}, nil)
-	if f, err := ps2.ParamInt("factor"); err != nil || f != 2 {
+	ps2 := g.AddCall(AtenPixelShuffle, []any{x, int64(2)}, nil)
+	if f, err := PixelFactor(ps2); err != nil || f != 2 {
 		t.Errorf("pixel_shuffle factor = %v, %v; want 2", f, err)
 	}
 }

@@ -6,30 +6,6 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// Cond is the target of the higher-order operator cond, as torch.cond:
-//
-//	cond(pred, true_graph, false_graph, operands) -> tuple
-//
-// pred is a bool tensor of one element known only at run time; true_graph
-// and false_graph are get_attr nodes of subgraphs (Graph.AddSubgraph) whose
-// placeholders take operands (a list of nodes) in order and whose outputs
-// agree in dtype and shape; the node is the tuple of the outputs of the
-// branch pred selects. A branch sees nothing of the enclosing graph but its
-// operands (importers pass every value a branch captures as an operand, and
-// copy constants into the branch).
-const Cond = "cond"
-
-// WhileLoop is the target of the higher-order operator while_loop, as
-// torch's while_loop:
-//
-//	while_loop(cond_graph, body_graph, carried_inputs, additional_inputs) -> tuple
-//
-// Both subgraphs take the carried values then the additional ones (lists
-// of nodes) as placeholders; cond_graph returns a bool tensor of one
-// element, body_graph the next carried values (same dtypes and shapes).
-// The node is the tuple of the carried values after the last iteration.
-const WhileLoop = "while_loop"
-
 // subgraphFoldElements bounds what shape propagation folds inside a
 // subgraph: enough for the shape computations that specializing a bucket
 // resolves there.
@@ -38,8 +14,8 @@ const subgraphFoldElements = 1 << 14
 // registerControlFlow registers the higher-order operators cond and
 // while_loop.
 func registerControlFlow(r *Registry) {
-	r.Register(&Op{Name: Cond, Shape: func(n *Node) (Meta, error) { return r.condShape(n) }})
-	r.Register(&Op{Name: WhileLoop, Shape: func(n *Node) (Meta, error) { return r.whileShape(n) }})
+	r.define(Cond, r.condShape, nil)
+	r.define(WhileLoop, r.whileShape, nil)
 }
 
 func (r *Registry) whileShape(n *Node) (Meta, error) {
@@ -94,7 +70,7 @@ func tensorElems(m TensorMeta) int64 {
 // reads.
 func (n *Node) Subgraph(i int) (*Graph, error) {
 	a, ok := n.Arg(i).(*Node)
-	if !ok || a.Op != GetAttr || a.graph == nil {
+	if !ok || a.Opcode != GetAttr || a.graph == nil {
 		return nil, fmt.Errorf("node %s (%s): argument %d is %s, want a subgraph", n.Name, n.Target, i, FormatArg(n.Arg(i)))
 	}
 	sub := a.graph.Subgraphs[a.Target]

@@ -49,20 +49,20 @@ func ewBf(b bool) float64 {
 func ewIdentInt(_ tensor.DType, v int64) (int64, bool) { return v, true }
 
 // ewUnaryOps are the unary operators without parameters.
-var ewUnaryOps = map[string]ewUnaryOp{
-	"aten.neg.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+var ewUnaryOps = map[*Op]ewUnaryOp{
+	AtenNeg: {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
 		if dt == tensor.Bool {
 			return 0, false
 		}
 		return -v, true
 	}, func(v float64) float64 { return -v }},
-	"aten.abs.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+	AtenAbs: {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
 		if v < 0 {
 			return -v, true
 		}
 		return v, true
 	}, math.Abs},
-	"aten.sign.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+	AtenSign: {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
 		switch {
 		case v > 0:
 			return 1, true
@@ -79,7 +79,7 @@ var ewUnaryOps = map[string]ewUnaryOp{
 		}
 		return 0 // zeros, and NaN as torch.sign gives it
 	}},
-	"aten.relu.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+	AtenRelu: {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
 		if dt == tensor.Bool {
 			return 0, false
 		}
@@ -90,57 +90,57 @@ var ewUnaryOps = map[string]ewUnaryOp{
 		}
 		return 0
 	}},
-	"aten.floor.default": {ewSame, ewIdentInt, math.Floor},
-	"aten.ceil.default":  {ewSame, ewIdentInt, math.Ceil},
-	"aten.round.default": {ewSame, ewIdentInt, math.RoundToEven},
-	"aten.trunc.default": {ewSame, ewIdentInt, math.Trunc},
-	"aten.clone.default": {ewSame, ewIdentInt, func(v float64) float64 { return v }},
-	"aten.bitwise_not.default": {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
+	AtenFloor: {ewSame, ewIdentInt, math.Floor},
+	AtenCeil:  {ewSame, ewIdentInt, math.Ceil},
+	AtenRound: {ewSame, ewIdentInt, math.RoundToEven},
+	AtenTrunc: {ewSame, ewIdentInt, math.Trunc},
+	AtenClone: {ewSame, ewIdentInt, func(v float64) float64 { return v }},
+	AtenBitwiseNot: {ewSame, func(dt tensor.DType, v int64) (int64, bool) {
 		if dt == tensor.Bool {
 			return 1 - v, true
 		}
 		return ^v, true
 	}, nil},
-	"aten.logical_not.default": {ewBool, func(_ tensor.DType, v int64) (int64, bool) { return ewB(v == 0), true },
+	AtenLogicalNot: {ewBool, func(_ tensor.DType, v int64) (int64, bool) { return ewB(v == 0), true },
 		func(v float64) float64 { return ewBf(v == 0) }},
-	"aten.isnan.default": {ewBool, func(tensor.DType, int64) (int64, bool) { return 0, true },
+	AtenIsnan: {ewBool, func(tensor.DType, int64) (int64, bool) { return 0, true },
 		func(v float64) float64 { return ewBf(math.IsNaN(v)) }},
-	"aten.isinf.default": {ewBool, func(tensor.DType, int64) (int64, bool) { return 0, true },
+	AtenIsinf: {ewBool, func(tensor.DType, int64) (int64, bool) { return 0, true },
 		func(v float64) float64 { return ewBf(math.IsInf(v, 0)) }},
-	"aten.isfinite.default": {ewBool, func(tensor.DType, int64) (int64, bool) { return 1, true },
+	AtenIsfinite: {ewBool, func(tensor.DType, int64) (int64, bool) { return 1, true },
 		func(v float64) float64 { return ewBf(!math.IsInf(v, 0) && !math.IsNaN(v)) }},
-	"aten.exp.default":        {ewFloat, nil, math.Exp},
-	"aten.exp2.default":       {ewFloat, nil, math.Exp2},
-	"aten.expm1.default":      {ewFloat, nil, math.Expm1},
-	"aten.log.default":        {ewFloat, nil, math.Log},
-	"aten.log2.default":       {ewFloat, nil, math.Log2},
-	"aten.log10.default":      {ewFloat, nil, math.Log10},
-	"aten.log1p.default":      {ewFloat, nil, math.Log1p},
-	"aten.sqrt.default":       {ewFloat, nil, math.Sqrt},
-	"aten.rsqrt.default":      {ewFloat, nil, func(v float64) float64 { return 1 / math.Sqrt(v) }},
-	"aten.reciprocal.default": {ewFloat, nil, func(v float64) float64 { return 1 / v }},
-	"aten.sin.default":        {ewFloat, nil, math.Sin},
-	"aten.cos.default":        {ewFloat, nil, math.Cos},
-	"aten.tan.default":        {ewFloat, nil, math.Tan},
-	"aten.asin.default":       {ewFloat, nil, math.Asin},
-	"aten.acos.default":       {ewFloat, nil, math.Acos},
-	"aten.atan.default":       {ewFloat, nil, math.Atan},
-	"aten.sinh.default":       {ewFloat, nil, math.Sinh},
-	"aten.cosh.default":       {ewFloat, nil, math.Cosh},
-	"aten.asinh.default":      {ewFloat, nil, math.Asinh},
-	"aten.acosh.default":      {ewFloat, nil, math.Acosh},
-	"aten.atanh.default":      {ewFloat, nil, math.Atanh},
-	"aten.tanh.default":       {ewFloat, nil, math.Tanh},
-	"aten.sigmoid.default":    {ewFloat, nil, ewSigmoid},
-	"aten.erf.default":        {ewFloat, nil, math.Erf},
-	"aten.hardsigmoid.default": {ewFloat, nil, func(v float64) float64 {
+	AtenExp:        {ewFloat, nil, math.Exp},
+	AtenExp2:       {ewFloat, nil, math.Exp2},
+	AtenExpm1:      {ewFloat, nil, math.Expm1},
+	AtenLog:        {ewFloat, nil, math.Log},
+	AtenLog2:       {ewFloat, nil, math.Log2},
+	AtenLog10:      {ewFloat, nil, math.Log10},
+	AtenLog1p:      {ewFloat, nil, math.Log1p},
+	AtenSqrt:       {ewFloat, nil, math.Sqrt},
+	AtenRsqrt:      {ewFloat, nil, func(v float64) float64 { return 1 / math.Sqrt(v) }},
+	AtenReciprocal: {ewFloat, nil, func(v float64) float64 { return 1 / v }},
+	AtenSin:        {ewFloat, nil, math.Sin},
+	AtenCos:        {ewFloat, nil, math.Cos},
+	AtenTan:        {ewFloat, nil, math.Tan},
+	AtenAsin:       {ewFloat, nil, math.Asin},
+	AtenAcos:       {ewFloat, nil, math.Acos},
+	AtenAtan:       {ewFloat, nil, math.Atan},
+	AtenSinh:       {ewFloat, nil, math.Sinh},
+	AtenCosh:       {ewFloat, nil, math.Cosh},
+	AtenAsinh:      {ewFloat, nil, math.Asinh},
+	AtenAcosh:      {ewFloat, nil, math.Acosh},
+	AtenAtanh:      {ewFloat, nil, math.Atanh},
+	AtenTanh:       {ewFloat, nil, math.Tanh},
+	AtenSigmoid:    {ewFloat, nil, ewSigmoid},
+	AtenErf:        {ewFloat, nil, math.Erf},
+	AtenHardsigmoid: {ewFloat, nil, func(v float64) float64 {
 		return math.Min(math.Max(v+3, 0), 6) / 6
 	}},
-	"aten.hardswish.default": {ewFloat, nil, func(v float64) float64 {
+	AtenHardswish: {ewFloat, nil, func(v float64) float64 {
 		return v * math.Min(math.Max(v+3, 0), 6) / 6
 	}},
-	"aten.silu.default": {ewFloat, nil, func(v float64) float64 { return v * ewSigmoid(v) }},
-	"aten.mish.default": {ewFloat, nil, func(v float64) float64 { return v * math.Tanh(ewSoftplus(v, 1, 20)) }},
+	AtenSilu: {ewFloat, nil, func(v float64) float64 { return v * ewSigmoid(v) }},
+	AtenMish: {ewFloat, nil, func(v float64) float64 { return v * math.Tanh(ewSoftplus(v, 1, 20)) }},
 }
 
 func ewSigmoid(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
@@ -163,8 +163,8 @@ type ewParamOp struct {
 	keepInt bool
 }
 
-var ewParamOps = map[string]ewParamOp{
-	"aten.leaky_relu.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
+var ewParamOps = map[*Op]ewParamOp{
+	AtenLeakyRelu: {ewFloat, func(n *Node) (func(float64) float64, error) {
 		s, err := n.ParamFloat("negative_slope")
 		if err != nil {
 			return nil, err
@@ -176,7 +176,7 @@ var ewParamOps = map[string]ewParamOp{
 			return v * s
 		}, nil
 	}, true},
-	"aten.elu.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
+	AtenElu: {ewFloat, func(n *Node) (func(float64) float64, error) {
 		alpha, scale, inScale, err := ewEluArgs(n)
 		if err != nil {
 			return nil, err
@@ -188,7 +188,7 @@ var ewParamOps = map[string]ewParamOp{
 			return math.Expm1(v*inScale) * alpha * scale
 		}, nil
 	}, false},
-	"aten.gelu.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
+	AtenGelu: {ewFloat, func(n *Node) (func(float64) float64, error) {
 		approx, err := ewGeluApprox(n)
 		if err != nil {
 			return nil, err
@@ -200,7 +200,7 @@ var ewParamOps = map[string]ewParamOp{
 		}
 		return func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) }, nil
 	}, false},
-	"aten.hardtanh.default": {ewSame, func(n *Node) (func(float64) float64, error) {
+	AtenHardtanh: {ewSame, func(n *Node) (func(float64) float64, error) {
 		lo, hi, err := ewHardtanhArgs(n)
 		if err != nil {
 			return nil, err
@@ -212,14 +212,14 @@ var ewParamOps = map[string]ewParamOp{
 			return math.Min(math.Max(v, lo), hi)
 		}, nil
 	}, true},
-	"aten.softplus.default": {ewFloat, func(n *Node) (func(float64) float64, error) {
+	AtenSoftplus: {ewFloat, func(n *Node) (func(float64) float64, error) {
 		beta, threshold, err := ewSoftplusArgs(n)
 		if err != nil {
 			return nil, err
 		}
 		return func(v float64) float64 { return ewSoftplus(v, beta, threshold) }, nil
 	}, false},
-	"aten.threshold.default": {ewSame, func(n *Node) (func(float64) float64, error) {
+	AtenThreshold: {ewSame, func(n *Node) (func(float64) float64, error) {
 		th, err := n.ParamFloat("threshold")
 		if err != nil {
 			return nil, err
@@ -355,36 +355,36 @@ func ewIntPow(dt tensor.DType, a, b int64) (int64, bool) {
 
 func ewBits(dt tensor.DType) int64 { return int64(dt.Size()) * 8 }
 
-var ewBinaryOps = map[string]ewBinaryOp{
-	"aten.mul.Tensor": {ewSame, false, func(dt tensor.DType, a, b int64) (int64, bool) {
+var ewBinaryOps = map[*Op]ewBinaryOp{
+	AtenMulTensor: {ewSame, false, func(dt tensor.DType, a, b int64) (int64, bool) {
 		if dt == tensor.Bool {
 			return a & b, true
 		}
 		return a * b, true
 	}, func(a, b float64) float64 { return a * b }},
-	"aten.div.Tensor":        {ewFloat, false, nil, func(a, b float64) float64 { return a / b }},
-	"aten.pow.Tensor_Tensor": {ewSame, false, ewIntPow, math.Pow},
-	"aten.maximum.default": {ewSame, false, func(_ tensor.DType, a, b int64) (int64, bool) { return max(a, b), true },
+	AtenDivTensor:       {ewFloat, false, nil, func(a, b float64) float64 { return a / b }},
+	AtenPowTensorTensor: {ewSame, false, ewIntPow, math.Pow},
+	AtenMaximum: {ewSame, false, func(_ tensor.DType, a, b int64) (int64, bool) { return max(a, b), true },
 		func(a, b float64) float64 {
 			if math.IsNaN(a) || math.IsNaN(b) {
 				return math.NaN()
 			}
 			return math.Max(a, b)
 		}},
-	"aten.minimum.default": {ewSame, false, func(_ tensor.DType, a, b int64) (int64, bool) { return min(a, b), true },
+	AtenMinimum: {ewSame, false, func(_ tensor.DType, a, b int64) (int64, bool) { return min(a, b), true },
 		func(a, b float64) float64 {
 			if math.IsNaN(a) || math.IsNaN(b) {
 				return math.NaN()
 			}
 			return math.Min(a, b)
 		}},
-	"aten.fmod.Tensor":        {ewSame, false, ewIntFmod, math.Mod},
-	"aten.remainder.Tensor":   {ewSame, false, ewIntRemainder, ewFloatRemainder},
-	"aten.atan2.default":      {ewFloat, false, nil, math.Atan2},
-	"aten.bitwise_and.Tensor": {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a & b, true }, nil},
-	"aten.bitwise_or.Tensor":  {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a | b, true }, nil},
-	"aten.bitwise_xor.Tensor": {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a ^ b, true }, nil},
-	"aten.bitwise_left_shift.Tensor": {ewSame, true, func(dt tensor.DType, a, b int64) (int64, bool) {
+	AtenFmodTensor:       {ewSame, false, ewIntFmod, math.Mod},
+	AtenRemainderTensor:  {ewSame, false, ewIntRemainder, ewFloatRemainder},
+	AtenAtan2:            {ewFloat, false, nil, math.Atan2},
+	AtenBitwiseAndTensor: {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a & b, true }, nil},
+	AtenBitwiseOrTensor:  {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a | b, true }, nil},
+	AtenBitwiseXorTensor: {ewSame, true, func(_ tensor.DType, a, b int64) (int64, bool) { return a ^ b, true }, nil},
+	AtenBitwiseLeftShiftTensor: {ewSame, true, func(dt tensor.DType, a, b int64) (int64, bool) {
 		if b < 0 || dt == tensor.Bool {
 			return 0, false
 		}
@@ -393,7 +393,7 @@ var ewBinaryOps = map[string]ewBinaryOp{
 		}
 		return a << uint(b), true
 	}, nil},
-	"aten.bitwise_right_shift.Tensor": {ewSame, true, func(dt tensor.DType, a, b int64) (int64, bool) {
+	AtenBitwiseRightShiftTensor: {ewSame, true, func(dt tensor.DType, a, b int64) (int64, bool) {
 		if b < 0 || dt == tensor.Bool {
 			return 0, false
 		}
@@ -402,53 +402,53 @@ var ewBinaryOps = map[string]ewBinaryOp{
 		}
 		return a >> uint(b), true
 	}, nil},
-	"aten.eq.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a == b), true },
+	AtenEqTensor: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a == b), true },
 		func(a, b float64) float64 { return ewBf(a == b) }},
-	"aten.ne.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != b), true },
+	AtenNeTensor: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != b), true },
 		func(a, b float64) float64 { return ewBf(a != b) }},
-	"aten.lt.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a < b), true },
+	AtenLtTensor: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a < b), true },
 		func(a, b float64) float64 { return ewBf(a < b) }},
-	"aten.le.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a <= b), true },
+	AtenLeTensor: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a <= b), true },
 		func(a, b float64) float64 { return ewBf(a <= b) }},
-	"aten.gt.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a > b), true },
+	AtenGtTensor: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a > b), true },
 		func(a, b float64) float64 { return ewBf(a > b) }},
-	"aten.ge.Tensor": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a >= b), true },
+	AtenGeTensor: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a >= b), true },
 		func(a, b float64) float64 { return ewBf(a >= b) }},
-	"aten.logical_and.default": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != 0 && b != 0), true },
+	AtenLogicalAnd: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != 0 && b != 0), true },
 		func(a, b float64) float64 { return ewBf(a != 0 && b != 0) }},
-	"aten.logical_or.default": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != 0 || b != 0), true },
+	AtenLogicalOr: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB(a != 0 || b != 0), true },
 		func(a, b float64) float64 { return ewBf(a != 0 || b != 0) }},
-	"aten.logical_xor.default": {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB((a != 0) != (b != 0)), true },
+	AtenLogicalXor: {ewBool, false, func(_ tensor.DType, a, b int64) (int64, bool) { return ewB((a != 0) != (b != 0)), true },
 		func(a, b float64) float64 { return ewBf((a != 0) != (b != 0)) }},
 }
 
 // ewScalarTwins maps .Scalar overloads (other is a Python number) to the
 // .Tensor overload that computes the same thing.
-var ewScalarTwins = map[string]string{
-	"aten.mul.Scalar":                        "aten.mul.Tensor",
-	"aten.div.Scalar":                        "aten.div.Tensor",
-	"aten.pow.Tensor_Scalar":                 "aten.pow.Tensor_Tensor",
-	"aten.pow.Scalar":                        "aten.pow.Tensor_Tensor",
-	"aten.fmod.Scalar":                       "aten.fmod.Tensor",
-	"aten.remainder.Scalar":                  "aten.remainder.Tensor",
-	"aten.bitwise_and.Scalar":                "aten.bitwise_and.Tensor",
-	"aten.bitwise_or.Scalar":                 "aten.bitwise_or.Tensor",
-	"aten.bitwise_xor.Scalar":                "aten.bitwise_xor.Tensor",
-	"aten.bitwise_left_shift.Tensor_Scalar":  "aten.bitwise_left_shift.Tensor",
-	"aten.bitwise_right_shift.Tensor_Scalar": "aten.bitwise_right_shift.Tensor",
-	"aten.eq.Scalar":                         "aten.eq.Tensor",
-	"aten.ne.Scalar":                         "aten.ne.Tensor",
-	"aten.lt.Scalar":                         "aten.lt.Tensor",
-	"aten.le.Scalar":                         "aten.le.Tensor",
-	"aten.gt.Scalar":                         "aten.gt.Tensor",
-	"aten.ge.Scalar":                         "aten.ge.Tensor",
+var ewScalarTwins = map[*Op]*Op{
+	AtenMulScalar:                     AtenMulTensor,
+	AtenDivScalar:                     AtenDivTensor,
+	AtenPowTensorScalar:               AtenPowTensorTensor,
+	AtenPowScalar:                     AtenPowTensorTensor,
+	AtenFmodScalar:                    AtenFmodTensor,
+	AtenRemainderScalar:               AtenRemainderTensor,
+	AtenBitwiseAndScalar:              AtenBitwiseAndTensor,
+	AtenBitwiseOrScalar:               AtenBitwiseOrTensor,
+	AtenBitwiseXorScalar:              AtenBitwiseXorTensor,
+	AtenBitwiseLeftShiftTensorScalar:  AtenBitwiseLeftShiftTensor,
+	AtenBitwiseRightShiftTensorScalar: AtenBitwiseRightShiftTensor,
+	AtenEqScalar:                      AtenEqTensor,
+	AtenNeScalar:                      AtenNeTensor,
+	AtenLtScalar:                      AtenLtTensor,
+	AtenLeScalar:                      AtenLeTensor,
+	AtenGtScalar:                      AtenGtTensor,
+	AtenGeScalar:                      AtenGeTensor,
 }
 
 // attachScalarTwins sets Op.Twin of each .Scalar overload from
 // ewScalarTwins.
-func attachScalarTwins(ops map[string]*Op) {
-	for name, twin := range ewScalarTwins {
-		ops[name].Twin = ops[twin]
+func attachScalarTwins() {
+	for op, twin := range ewScalarTwins {
+		op.Twin = twin
 	}
 }
 
@@ -615,8 +615,8 @@ func ewAlpha(n *Node) (any, error) {
 // order they are combined (tensor nodes or Python numbers; nil for absent
 // optional ones).
 func ewOperands(n *Node) ([]any, error) {
-	switch n.Target {
-	case "aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar":
+	switch n.Op {
+	case AtenWhereSelf, AtenWhereScalarSelf, AtenWhereScalarOther, AtenWhereScalar:
 		c, err := ewNodeArg(n, 0)
 		if err != nil {
 			return nil, err
@@ -630,7 +630,7 @@ func ewOperands(n *Node) ([]any, error) {
 			return nil, err
 		}
 		return []any{c, a, b}, nil
-	case "aten.clamp.default", "aten.clamp.Tensor":
+	case AtenClamp, AtenClampTensor:
 		x, err := ewNodeArg(n, 0)
 		if err != nil {
 			return nil, err
@@ -646,7 +646,7 @@ func ewOperands(n *Node) ([]any, error) {
 		return []any{x, lo, hi}, nil
 	}
 	first := 0
-	if n.Target == "aten.pow.Scalar" {
+	if n.Op == AtenPowScalar {
 		first = 1 // pow.Scalar(self: Scalar, exponent: Tensor)
 	}
 	var out []any
@@ -682,25 +682,23 @@ func ewTypeCheck(n *Node, noFloat bool, dt tensor.DType) error {
 func registerElementwise(r *Registry) {
 	for target, op := range ewUnaryOps {
 		op := op
-		r.Register(&Op{
-			Name: target,
-			Shape: func(n *Node) (Meta, error) {
+		r.define(target,
+			func(n *Node) (Meta, error) {
 				x, err := ewNodeArg(n, 0)
 				if err != nil {
 					return Meta{}, err
 				}
 				return ewShape(n, op.kind, x)
 			},
-			Eval: func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+			func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
 				return ewEvalUnary(n, value, op.fi, op.ff)
 			},
-		})
+		)
 	}
 	for target, op := range ewParamOps {
 		op := op
-		r.Register(&Op{
-			Name: target,
-			Shape: func(n *Node) (Meta, error) {
+		r.define(target,
+			func(n *Node) (Meta, error) {
 				x, err := ewNodeArg(n, 0)
 				if err != nil {
 					return Meta{}, err
@@ -714,19 +712,18 @@ func registerElementwise(r *Registry) {
 				}
 				return ewShape(n, k, x)
 			},
-			Eval: func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+			func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
 				f, err := op.fn(n)
 				if err != nil {
 					return nil, err
 				}
 				return ewEvalUnary(n, value, nil, f)
 			},
-		})
+		)
 	}
-	binary := func(target string, op ewBinaryOp) {
-		r.Register(&Op{
-			Name: target,
-			Shape: func(n *Node) (Meta, error) {
+	binary := func(target *Op, op ewBinaryOp) {
+		r.define(target,
+			func(n *Node) (Meta, error) {
 				ops, err := ewOperands(n)
 				if err != nil {
 					return Meta{}, err
@@ -740,7 +737,7 @@ func registerElementwise(r *Registry) {
 				}
 				return ewShape(n, op.kind, ops...)
 			},
-			Eval: func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+			func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
 				ops, err := ewOperands(n)
 				if err != nil {
 					return nil, err
@@ -762,7 +759,7 @@ func registerElementwise(r *Registry) {
 				}
 				return ewEval(n, value, ops, ct, fi, ff)
 			},
-		})
+		)
 	}
 	for target, op := range ewBinaryOps {
 		binary(target, op)
@@ -770,19 +767,19 @@ func registerElementwise(r *Registry) {
 	for target, twin := range ewScalarTwins {
 		binary(target, ewBinaryOps[twin])
 	}
-	for _, target := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
-		r.Register(&Op{Name: target, Shape: ewAddShape, Eval: ewAddEval})
+	for _, target := range []*Op{AtenAddTensor, AtenAddScalar, AtenSubTensor, AtenSubScalar, AtenRsubTensor, AtenRsubScalar} {
+		r.define(target, ewAddShape, ewAddEval)
 	}
-	for _, target := range []string{"aten.div.Tensor_mode", "aten.div.Scalar_mode"} {
-		r.Register(&Op{Name: target, Shape: ewDivModeShape, Eval: ewDivModeEval})
+	for _, target := range []*Op{AtenDivTensorMode, AtenDivScalarMode} {
+		r.define(target, ewDivModeShape, ewDivModeEval)
 	}
-	for _, target := range []string{"aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"} {
-		r.Register(&Op{Name: target, Shape: ewWhereShape, Eval: ewWhereEval})
+	for _, target := range []*Op{AtenWhereSelf, AtenWhereScalarSelf, AtenWhereScalarOther, AtenWhereScalar} {
+		r.define(target, ewWhereShape, ewWhereEval)
 	}
-	r.Register(&Op{Name: "aten.clamp.default", Shape: ewClampShape, Eval: ewClampEval})
-	r.Register(&Op{Name: "aten.clamp.Tensor", Shape: ewClampShape, Eval: ewClampEval})
-	r.Register(&Op{Name: "aten._to_copy.default", Shape: ewToCopyShape, Eval: ewToCopyEval})
-	r.Register(&Op{Name: "aten.view.dtype", Shape: ewViewDTypeShape, Eval: ewViewDTypeEval})
+	r.define(AtenClamp, ewClampShape, ewClampEval)
+	r.define(AtenClampTensor, ewClampShape, ewClampEval)
+	r.define(Aten_ToCopy, ewToCopyShape, ewToCopyEval)
+	r.define(AtenViewDtype, ewViewDTypeShape, ewViewDTypeEval)
 }
 
 // ewAddOperands returns (self, other, alpha) of add/sub/rsub.
@@ -819,7 +816,7 @@ func ewAddShape(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("%s: alpha %v must be an integer for %s operands", n.Target, a, dt)
 		}
 	}
-	if dt == tensor.Bool && n.Target != "aten.add.Tensor" && n.Target != "aten.add.Scalar" {
+	if dt == tensor.Bool && n.Op != AtenAddTensor && n.Op != AtenAddScalar {
 		return Meta{}, fmt.Errorf("%s: subtraction of bool tensors is not supported", n.Target)
 	}
 	return ewShape(n, ewSame, self, other)
@@ -836,10 +833,10 @@ func ewAddEval(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, err
 	}
 	sign := int64(1)
 	rev := false
-	switch n.Target {
-	case "aten.sub.Tensor", "aten.sub.Scalar":
+	switch n.Op {
+	case AtenSubTensor, AtenSubScalar:
 		sign = -1
-	case "aten.rsub.Tensor", "aten.rsub.Scalar":
+	case AtenRsubTensor, AtenRsubScalar:
 		sign, rev = -1, true
 	}
 	ai, aiOK := AsInt(alpha)
@@ -988,7 +985,7 @@ func ewClampShape(n *Node) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	if n.Target == "aten.clamp.Tensor" {
+	if n.Op == AtenClampTensor {
 		for _, o := range ops[1:] {
 			if _, ok := o.(*Node); !ok && o != nil {
 				return Meta{}, fmt.Errorf("clamp.Tensor: min/max must be tensors or None, got %s", FormatArg(o))

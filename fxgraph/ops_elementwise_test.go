@@ -26,58 +26,58 @@ func TestElementwiseShapes(t *testing.T) {
 	type in = TensorMeta
 	cases := []struct {
 		name   string
-		target string
+		target *Op
 		inputs []in
 		// args: *int refers to inputs[i]; other values are literals.
 		args   []any
 		kwargs map[string]any
 		want   string // Meta string, or "error: <substring>"
 	}{
-		{"add broadcast symbolic", "aten.add.Tensor", []in{ewMeta(tensor.Float32, "N", 3), ewMeta(tensor.Float32, 3)}, []any{0, 1}, nil, "float32[N,3]"},
-		{"add alpha", "aten.add.Tensor", []in{ewMeta(tensor.Float32, "N"), ewMeta(tensor.Float32, "N")}, []any{0, 1}, map[string]any{"alpha": 2.0}, "float32[N]"},
-		{"add dim beats zero-dim", "aten.add.Tensor", []in{ewMeta(tensor.Int32, "N"), ewMeta(tensor.Int64)}, []any{0, 1}, nil, "int32[N]"},
-		{"add float zero-dim promotes category", "aten.add.Tensor", []in{ewMeta(tensor.Int32, "N"), ewMeta(tensor.Float64)}, []any{0, 1}, nil, "float64[N]"},
-		{"add dims promote", "aten.add.Tensor", []in{ewMeta(tensor.Int32, 2), ewMeta(tensor.Int64, 2)}, []any{0, 1}, nil, "int64[2]"},
-		{"add.Scalar int tensor float scalar", "aten.add.Scalar", []in{ewMeta(tensor.Int32, "B", 4)}, []any{0, 1.5}, nil, "float32[B,4]"},
-		{"mul.Scalar keeps f16", "aten.mul.Scalar", []in{ewMeta(tensor.Float16, 4)}, []any{0, 0.2}, nil, "float16[4]"},
-		{"mul.Scalar bool with int", "aten.mul.Scalar", []in{ewMeta(tensor.Bool, 4)}, []any{0, int64(3)}, nil, "int64[4]"},
-		{"sub bool rejected", "aten.sub.Tensor", []in{ewMeta(tensor.Bool, 4), ewMeta(tensor.Bool, 4)}, []any{0, 1}, nil, "error: bool"},
-		{"two symbols", "aten.mul.Tensor", []in{ewMeta(tensor.Float32, "A", 1), ewMeta(tensor.Float32, 1, "B")}, []any{0, 1}, nil, "float32[A,B]"},
-		{"mismatch", "aten.mul.Tensor", []in{ewMeta(tensor.Float32, 2, 3), ewMeta(tensor.Float32, 4)}, []any{0, 1}, nil, "error: broadcast"},
-		{"true div of ints", "aten.div.Tensor", []in{ewMeta(tensor.Int64, "N"), ewMeta(tensor.Int64, "N")}, []any{0, 1}, nil, "float32[N]"},
-		{"div trunc keeps ints", "aten.div.Tensor_mode", []in{ewMeta(tensor.Uint8, 3), ewMeta(tensor.Uint8, 3)}, []any{0, 1}, map[string]any{"rounding_mode": "trunc"}, "uint8[3]"},
-		{"div bad mode", "aten.div.Tensor_mode", []in{ewMeta(tensor.Int8, 3), ewMeta(tensor.Int8, 3)}, []any{0, 1}, map[string]any{"rounding_mode": "ceil"}, "error: rounding_mode"},
-		{"pow mixed", "aten.pow.Tensor_Tensor", []in{ewMeta(tensor.Float32, "N"), ewMeta(tensor.Int64, "N")}, []any{0, 1}, nil, "float32[N]"},
-		{"pow.Scalar", "aten.pow.Scalar", []in{ewMeta(tensor.Int32, 5)}, []any{2.0, 0}, nil, "float32[5]"},
-		{"pow.Tensor_Scalar int", "aten.pow.Tensor_Scalar", []in{ewMeta(tensor.Int32, 5)}, []any{0, int64(2)}, nil, "int32[5]"},
-		{"eq broadcast", "aten.eq.Tensor", []in{ewMeta(tensor.Int64, "N", 1), ewMeta(tensor.Float32, 1, 4)}, []any{0, 1}, nil, "bool[N,4]"},
-		{"gt.Scalar", "aten.gt.Scalar", []in{ewMeta(tensor.Int8, "N")}, []any{0, 0.5}, nil, "bool[N]"},
-		{"logical_and mixed", "aten.logical_and.default", []in{ewMeta(tensor.Int8, 3), ewMeta(tensor.Float32, 3)}, []any{0, 1}, nil, "bool[3]"},
-		{"bitwise on float", "aten.bitwise_and.Tensor", []in{ewMeta(tensor.Float32, 3), ewMeta(tensor.Float32, 3)}, []any{0, 1}, nil, "error: integer"},
-		{"shift", "aten.bitwise_left_shift.Tensor", []in{ewMeta(tensor.Uint16, "N"), ewMeta(tensor.Uint16, "N")}, []any{0, 1}, nil, "uint16[N]"},
-		{"maximum", "aten.maximum.default", []in{ewMeta(tensor.Float16, "N", 2), ewMeta(tensor.Float16, 2)}, []any{0, 1}, nil, "float16[N,2]"},
-		{"where", "aten.where.self", []in{ewMeta(tensor.Bool, "N", 1), ewMeta(tensor.Float32, 1, 4), ewMeta(tensor.Float64)}, []any{0, 1, 2}, nil, "float32[N,4]"},
-		{"where.ScalarOther", "aten.where.ScalarOther", []in{ewMeta(tensor.Bool, "N"), ewMeta(tensor.Int64, "N")}, []any{0, 1, 0.5}, nil, "float32[N]"},
-		{"where float cond", "aten.where.self", []in{ewMeta(tensor.Float32, 2), ewMeta(tensor.Float32, 2), ewMeta(tensor.Float32, 2)}, []any{0, 1, 2}, nil, "error: condition"},
-		{"exp of int", "aten.exp.default", []in{ewMeta(tensor.Int32, "N")}, []any{0}, nil, "float32[N]"},
-		{"sigmoid f16", "aten.sigmoid.default", []in{ewMeta(tensor.Float16, "N")}, []any{0}, nil, "float16[N]"},
-		{"abs int", "aten.abs.default", []in{ewMeta(tensor.Int16, 2, "S")}, []any{0}, nil, "int16[2,S]"},
-		{"isnan", "aten.isnan.default", []in{ewMeta(tensor.Float64, "N")}, []any{0}, nil, "bool[N]"},
-		{"logical_not", "aten.logical_not.default", []in{ewMeta(tensor.Int32, "N")}, []any{0}, nil, "bool[N]"},
-		{"relu int", "aten.relu.default", []in{ewMeta(tensor.Int8, "N")}, []any{0}, nil, "int8[N]"},
-		{"gelu tanh", "aten.gelu.default", []in{ewMeta(tensor.Float32, "N")}, []any{0}, map[string]any{"approximate": "tanh"}, "float32[N]"},
-		{"gelu bad", "aten.gelu.default", []in{ewMeta(tensor.Float32, "N")}, []any{0}, map[string]any{"approximate": "erf"}, "error: approximate"},
-		{"leaky_relu", "aten.leaky_relu.default", []in{ewMeta(tensor.Float32, "N")}, []any{0, 0.1}, nil, "float32[N]"},
-		{"elu", "aten.elu.default", []in{ewMeta(tensor.BFloat16, "N")}, []any{0, 1.0, 1.0, 1.0}, nil, "bfloat16[N]"},
-		{"hardtanh int", "aten.hardtanh.default", []in{ewMeta(tensor.Int32, 3)}, []any{0, -1.0, 1.0}, nil, "int32[3]"},
-		{"clamp int keeps", "aten.clamp.default", []in{ewMeta(tensor.Int8, "N")}, []any{0, int64(0), nil}, nil, "int8[N]"},
-		{"clamp float bound promotes", "aten.clamp.default", []in{ewMeta(tensor.Int8, "N")}, []any{0, 0.5}, nil, "float32[N]"},
-		{"clamp no bounds", "aten.clamp.default", []in{ewMeta(tensor.Int8, "N")}, []any{0, nil, nil}, nil, "error: at least one"},
-		{"clamp.Tensor", "aten.clamp.Tensor", []in{ewMeta(tensor.Float32, "N", 3), ewMeta(tensor.Float32), ewMeta(tensor.Float32, 3)}, []any{0, 1, 2}, nil, "float32[N,3]"},
-		{"to_copy", "aten._to_copy.default", []in{ewMeta(tensor.Float32, "N", 3)}, []any{0}, map[string]any{"dtype": tensor.Float16}, "float16[N,3]"},
-		{"to_copy same", "aten._to_copy.default", []in{ewMeta(tensor.Int64, "N")}, []any{0}, nil, "int64[N]"},
-		{"view.dtype", "aten.view.dtype", []in{ewMeta(tensor.Float32, "N")}, []any{0, tensor.Int32}, nil, "int32[N]"},
-		{"view.dtype size change", "aten.view.dtype", []in{ewMeta(tensor.Float32, "N")}, []any{0, tensor.Int64}, nil, "error: element size"},
+		{"add broadcast symbolic", AtenAddTensor, []in{ewMeta(tensor.Float32, "N", 3), ewMeta(tensor.Float32, 3)}, []any{0, 1}, nil, "float32[N,3]"},
+		{"add alpha", AtenAddTensor, []in{ewMeta(tensor.Float32, "N"), ewMeta(tensor.Float32, "N")}, []any{0, 1}, map[string]any{"alpha": 2.0}, "float32[N]"},
+		{"add dim beats zero-dim", AtenAddTensor, []in{ewMeta(tensor.Int32, "N"), ewMeta(tensor.Int64)}, []any{0, 1}, nil, "int32[N]"},
+		{"add float zero-dim promotes category", AtenAddTensor, []in{ewMeta(tensor.Int32, "N"), ewMeta(tensor.Float64)}, []any{0, 1}, nil, "float64[N]"},
+		{"add dims promote", AtenAddTensor, []in{ewMeta(tensor.Int32, 2), ewMeta(tensor.Int64, 2)}, []any{0, 1}, nil, "int64[2]"},
+		{"add.Scalar int tensor float scalar", AtenAddScalar, []in{ewMeta(tensor.Int32, "B", 4)}, []any{0, 1.5}, nil, "float32[B,4]"},
+		{"mul.Scalar keeps f16", AtenMulScalar, []in{ewMeta(tensor.Float16, 4)}, []any{0, 0.2}, nil, "float16[4]"},
+		{"mul.Scalar bool with int", AtenMulScalar, []in{ewMeta(tensor.Bool, 4)}, []any{0, int64(3)}, nil, "int64[4]"},
+		{"sub bool rejected", AtenSubTensor, []in{ewMeta(tensor.Bool, 4), ewMeta(tensor.Bool, 4)}, []any{0, 1}, nil, "error: bool"},
+		{"two symbols", AtenMulTensor, []in{ewMeta(tensor.Float32, "A", 1), ewMeta(tensor.Float32, 1, "B")}, []any{0, 1}, nil, "float32[A,B]"},
+		{"mismatch", AtenMulTensor, []in{ewMeta(tensor.Float32, 2, 3), ewMeta(tensor.Float32, 4)}, []any{0, 1}, nil, "error: broadcast"},
+		{"true div of ints", AtenDivTensor, []in{ewMeta(tensor.Int64, "N"), ewMeta(tensor.Int64, "N")}, []any{0, 1}, nil, "float32[N]"},
+		{"div trunc keeps ints", AtenDivTensorMode, []in{ewMeta(tensor.Uint8, 3), ewMeta(tensor.Uint8, 3)}, []any{0, 1}, map[string]any{"rounding_mode": "trunc"}, "uint8[3]"},
+		{"div bad mode", AtenDivTensorMode, []in{ewMeta(tensor.Int8, 3), ewMeta(tensor.Int8, 3)}, []any{0, 1}, map[string]any{"rounding_mode": "ceil"}, "error: rounding_mode"},
+		{"pow mixed", AtenPowTensorTensor, []in{ewMeta(tensor.Float32, "N"), ewMeta(tensor.Int64, "N")}, []any{0, 1}, nil, "float32[N]"},
+		{"pow.Scalar", AtenPowScalar, []in{ewMeta(tensor.Int32, 5)}, []any{2.0, 0}, nil, "float32[5]"},
+		{"pow.Tensor_Scalar int", AtenPowTensorScalar, []in{ewMeta(tensor.Int32, 5)}, []any{0, int64(2)}, nil, "int32[5]"},
+		{"eq broadcast", AtenEqTensor, []in{ewMeta(tensor.Int64, "N", 1), ewMeta(tensor.Float32, 1, 4)}, []any{0, 1}, nil, "bool[N,4]"},
+		{"gt.Scalar", AtenGtScalar, []in{ewMeta(tensor.Int8, "N")}, []any{0, 0.5}, nil, "bool[N]"},
+		{"logical_and mixed", AtenLogicalAnd, []in{ewMeta(tensor.Int8, 3), ewMeta(tensor.Float32, 3)}, []any{0, 1}, nil, "bool[3]"},
+		{"bitwise on float", AtenBitwiseAndTensor, []in{ewMeta(tensor.Float32, 3), ewMeta(tensor.Float32, 3)}, []any{0, 1}, nil, "error: integer"},
+		{"shift", AtenBitwiseLeftShiftTensor, []in{ewMeta(tensor.Uint16, "N"), ewMeta(tensor.Uint16, "N")}, []any{0, 1}, nil, "uint16[N]"},
+		{"maximum", AtenMaximum, []in{ewMeta(tensor.Float16, "N", 2), ewMeta(tensor.Float16, 2)}, []any{0, 1}, nil, "float16[N,2]"},
+		{"where", AtenWhereSelf, []in{ewMeta(tensor.Bool, "N", 1), ewMeta(tensor.Float32, 1, 4), ewMeta(tensor.Float64)}, []any{0, 1, 2}, nil, "float32[N,4]"},
+		{"where.ScalarOther", AtenWhereScalarOther, []in{ewMeta(tensor.Bool, "N"), ewMeta(tensor.Int64, "N")}, []any{0, 1, 0.5}, nil, "float32[N]"},
+		{"where float cond", AtenWhereSelf, []in{ewMeta(tensor.Float32, 2), ewMeta(tensor.Float32, 2), ewMeta(tensor.Float32, 2)}, []any{0, 1, 2}, nil, "error: condition"},
+		{"exp of int", AtenExp, []in{ewMeta(tensor.Int32, "N")}, []any{0}, nil, "float32[N]"},
+		{"sigmoid f16", AtenSigmoid, []in{ewMeta(tensor.Float16, "N")}, []any{0}, nil, "float16[N]"},
+		{"abs int", AtenAbs, []in{ewMeta(tensor.Int16, 2, "S")}, []any{0}, nil, "int16[2,S]"},
+		{"isnan", AtenIsnan, []in{ewMeta(tensor.Float64, "N")}, []any{0}, nil, "bool[N]"},
+		{"logical_not", AtenLogicalNot, []in{ewMeta(tensor.Int32, "N")}, []any{0}, nil, "bool[N]"},
+		{"relu int", AtenRelu, []in{ewMeta(tensor.Int8, "N")}, []any{0}, nil, "int8[N]"},
+		{"gelu tanh", AtenGelu, []in{ewMeta(tensor.Float32, "N")}, []any{0}, map[string]any{"approximate": "tanh"}, "float32[N]"},
+		{"gelu bad", AtenGelu, []in{ewMeta(tensor.Float32, "N")}, []any{0}, map[string]any{"approximate": "erf"}, "error: approximate"},
+		{"leaky_relu", AtenLeakyRelu, []in{ewMeta(tensor.Float32, "N")}, []any{0, 0.1}, nil, "float32[N]"},
+		{"elu", AtenElu, []in{ewMeta(tensor.BFloat16, "N")}, []any{0, 1.0, 1.0, 1.0}, nil, "bfloat16[N]"},
+		{"hardtanh int", AtenHardtanh, []in{ewMeta(tensor.Int32, 3)}, []any{0, -1.0, 1.0}, nil, "int32[3]"},
+		{"clamp int keeps", AtenClamp, []in{ewMeta(tensor.Int8, "N")}, []any{0, int64(0), nil}, nil, "int8[N]"},
+		{"clamp float bound promotes", AtenClamp, []in{ewMeta(tensor.Int8, "N")}, []any{0, 0.5}, nil, "float32[N]"},
+		{"clamp no bounds", AtenClamp, []in{ewMeta(tensor.Int8, "N")}, []any{0, nil, nil}, nil, "error: at least one"},
+		{"clamp.Tensor", AtenClampTensor, []in{ewMeta(tensor.Float32, "N", 3), ewMeta(tensor.Float32), ewMeta(tensor.Float32, 3)}, []any{0, 1, 2}, nil, "float32[N,3]"},
+		{"to_copy", Aten_ToCopy, []in{ewMeta(tensor.Float32, "N", 3)}, []any{0}, map[string]any{"dtype": tensor.Float16}, "float16[N,3]"},
+		{"to_copy same", Aten_ToCopy, []in{ewMeta(tensor.Int64, "N")}, []any{0}, nil, "int64[N]"},
+		{"view.dtype", AtenViewDtype, []in{ewMeta(tensor.Float32, "N")}, []any{0, tensor.Int32}, nil, "int32[N]"},
+		{"view.dtype size change", AtenViewDtype, []in{ewMeta(tensor.Float32, "N")}, []any{0, tensor.Int64}, nil, "error: element size"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,7 +95,7 @@ func TestElementwiseShapes(t *testing.T) {
 				}
 			}
 			n := g.AddCall(tc.target, args, tc.kwargs)
-			info, ok := r.Lookup(tc.target)
+			info, ok := r.Lookup(tc.target.Name)
 			if !ok {
 				t.Fatalf("%s not registered", tc.target)
 			}
@@ -153,7 +153,7 @@ func TestResultType(t *testing.T) {
 }
 
 // ewFold builds target(args) over constant inputs and evaluates it.
-func ewFold(t *testing.T, target string, consts []*tensor.Tensor, args []any, kwargs map[string]any) *tensor.Tensor {
+func ewFold(t *testing.T, target *Op, consts []*tensor.Tensor, args []any, kwargs map[string]any) *tensor.Tensor {
 	t.Helper()
 	r := NewRegistry()
 	g := New()
@@ -170,7 +170,7 @@ func ewFold(t *testing.T, target string, consts []*tensor.Tensor, args []any, kw
 		}
 	}
 	n := g.AddCall(target, full, kwargs)
-	info, _ := r.Lookup(target)
+	info, _ := r.Lookup(target.Name)
 	m, err := info.Shape(n)
 	if err != nil {
 		t.Fatalf("%s: %v", target, err)
@@ -209,48 +209,48 @@ func TestElementwiseEval(t *testing.T) {
 	big := int64(1)<<62 + 3
 	cases := []struct {
 		name   string
-		target string
+		target *Op
 		consts []*tensor.Tensor
 		args   []any
 		kwargs map[string]any
 		want   []float64 // nil: the fold must be declined
 		wantDT tensor.DType
 	}{
-		{"int8 add wraps", "aten.add.Tensor", []*tensor.Tensor{ewInts(tensor.Int8, 100, -100), ewInts(tensor.Int8, 100, -100)}, []any{0, 1}, nil, []float64{-56, 56}, tensor.Int8},
-		{"sub alpha", "aten.sub.Tensor", []*tensor.Tensor{ewInts(tensor.Int64, 10, 20), ewInts(tensor.Int64, 1, 2)}, []any{0, 1}, map[string]any{"alpha": int64(3)}, []float64{7, 14}, tensor.Int64},
-		{"rsub.Scalar", "aten.rsub.Scalar", []*tensor.Tensor{ewInts(tensor.Int64, 1, 2)}, []any{0, int64(10)}, nil, []float64{9, 8}, tensor.Int64},
-		{"mul.Scalar broadcast float", "aten.mul.Scalar", []*tensor.Tensor{ewInts(tensor.Int32, 1, 2)}, []any{0, 0.5}, nil, []float64{0.5, 1}, tensor.Float32},
-		{"div true", "aten.div.Tensor", []*tensor.Tensor{ewInts(tensor.Int64, 7, -7), ewInts(tensor.Int64, 2, 2)}, []any{0, 1}, nil, []float64{3.5, -3.5}, tensor.Float32},
-		{"div trunc", "aten.div.Tensor_mode", []*tensor.Tensor{ewInts(tensor.Int64, 7, -7), ewInts(tensor.Int64, 2, 2)}, []any{0, 1}, map[string]any{"rounding_mode": "trunc"}, []float64{3, -3}, tensor.Int64},
-		{"div floor", "aten.div.Tensor_mode", []*tensor.Tensor{ewInts(tensor.Int64, 7, -7), ewInts(tensor.Int64, 2, 2)}, []any{0, 1}, map[string]any{"rounding_mode": "floor"}, []float64{3, -4}, tensor.Int64},
-		{"div by zero declined", "aten.div.Tensor_mode", []*tensor.Tensor{ewInts(tensor.Int64, 7), ewInts(tensor.Int64, 0)}, []any{0, 1}, map[string]any{"rounding_mode": "trunc"}, nil, tensor.Int64},
-		{"remainder", "aten.remainder.Tensor", []*tensor.Tensor{ewInts(tensor.Int32, -7, 7, -7), ewInts(tensor.Int32, 3, -3, -3)}, []any{0, 1}, nil, []float64{2, -2, -1}, tensor.Int32},
-		{"fmod", "aten.fmod.Tensor", []*tensor.Tensor{ewInts(tensor.Int32, -7, 7), ewInts(tensor.Int32, 3, -3)}, []any{0, 1}, nil, []float64{-1, 1}, tensor.Int32},
-		{"float remainder", "aten.remainder.Scalar", []*tensor.Tensor{ewFloats(tensor.Float64, -7.5, 7.5)}, []any{0, 2.0}, nil, []float64{0.5, 1.5}, tensor.Float64},
-		{"int pow", "aten.pow.Tensor_Scalar", []*tensor.Tensor{ewInts(tensor.Int64, 3, -2)}, []any{0, int64(3)}, nil, []float64{27, -8}, tensor.Int64},
-		{"negative int pow declined", "aten.pow.Tensor_Scalar", []*tensor.Tensor{ewInts(tensor.Int64, 3)}, []any{0, int64(-1)}, nil, nil, tensor.Int64},
-		{"shift left uint8", "aten.bitwise_left_shift.Tensor", []*tensor.Tensor{ewInts(tensor.Uint8, 1, 255, 1), ewInts(tensor.Uint8, 3, 1, 9)}, []any{0, 1}, nil, []float64{8, 254, 0}, tensor.Uint8},
-		{"shift right int8", "aten.bitwise_right_shift.Tensor", []*tensor.Tensor{ewInts(tensor.Int8, -128, 64), ewInts(tensor.Int8, 3, 9)}, []any{0, 1}, nil, []float64{-16, 0}, tensor.Int8},
-		{"int64 exact", "aten.add.Scalar", []*tensor.Tensor{ewInts(tensor.Int64, big)}, []any{0, int64(1)}, nil, []float64{float64(big + 1)}, tensor.Int64},
-		{"eq broadcast", "aten.eq.Tensor", []*tensor.Tensor{ewInts(tensor.Int64, 1, 2, 3), ewInts(tensor.Int64, 2)}, []any{0, 1}, nil, []float64{0, 1, 0}, tensor.Bool},
-		{"lt.Scalar float", "aten.lt.Scalar", []*tensor.Tensor{ewInts(tensor.Int64, 0, 1)}, []any{0, 0.5}, nil, []float64{1, 0}, tensor.Bool},
-		{"logical_xor", "aten.logical_xor.default", []*tensor.Tensor{ewInts(tensor.Int32, 0, 5, 0), ewFloats(tensor.Float32, 0, 1, 2)}, []any{0, 1}, nil, []float64{0, 0, 1}, tensor.Bool},
-		{"where", "aten.where.self", []*tensor.Tensor{ewInts(tensor.Bool, 1, 0), ewInts(tensor.Int64, 5, 6), ewInts(tensor.Int64, -1)}, []any{0, 1, 2}, nil, []float64{5, -1}, tensor.Int64},
-		{"clamp", "aten.clamp.default", []*tensor.Tensor{ewInts(tensor.Int8, -5, 0, 5)}, []any{0, int64(-1), int64(2)}, nil, []float64{-1, 0, 2}, tensor.Int8},
-		{"clamp min only", "aten.clamp.Tensor", []*tensor.Tensor{ewFloats(tensor.Float32, -5, math.NaN(), 5), ewFloats(tensor.Float32, 0)}, []any{0, 1, nil}, nil, []float64{0, math.NaN(), 5}, tensor.Float32},
-		{"maximum nan", "aten.maximum.default", []*tensor.Tensor{ewFloats(tensor.Float32, 1, math.NaN()), ewFloats(tensor.Float32, 2, 0)}, []any{0, 1}, nil, []float64{2, math.NaN()}, tensor.Float32},
-		{"exp of int", "aten.exp.default", []*tensor.Tensor{ewInts(tensor.Int32, 0, 1)}, []any{0}, nil, []float64{1, float64(float32(math.E))}, tensor.Float32},
-		{"neg", "aten.neg.default", []*tensor.Tensor{ewInts(tensor.Int16, 3, -4)}, []any{0}, nil, []float64{-3, 4}, tensor.Int16},
-		{"round half even", "aten.round.default", []*tensor.Tensor{ewFloats(tensor.Float32, 0.5, 1.5, 2.5, -0.5)}, []any{0}, nil, []float64{0, 2, 2, 0}, tensor.Float32},
-		{"sign nan", "aten.sign.default", []*tensor.Tensor{ewFloats(tensor.Float32, -3, 0, math.NaN())}, []any{0}, nil, []float64{-1, 0, 0}, tensor.Float32},
-		{"isinf", "aten.isinf.default", []*tensor.Tensor{ewFloats(tensor.Float32, math.Inf(-1), 0, math.NaN())}, []any{0}, nil, []float64{1, 0, 0}, tensor.Bool},
-		{"bitwise_not bool", "aten.bitwise_not.default", []*tensor.Tensor{ewInts(tensor.Bool, 1, 0)}, []any{0}, nil, []float64{0, 1}, tensor.Bool},
-		{"leaky_relu", "aten.leaky_relu.default", []*tensor.Tensor{ewFloats(tensor.Float64, -2, 3)}, []any{0, 0.25}, nil, []float64{-0.5, 3}, tensor.Float64},
-		{"threshold", "aten.threshold.default", []*tensor.Tensor{ewFloats(tensor.Float64, 1, 2, 3)}, []any{0, 2.0, -1.0}, nil, []float64{-1, -1, 3}, tensor.Float64},
-		{"to int truncates", "aten._to_copy.default", []*tensor.Tensor{ewFloats(tensor.Float32, 2.7, -2.7)}, []any{0}, map[string]any{"dtype": tensor.Int32}, []float64{2, -2}, tensor.Int32},
-		{"to bool", "aten._to_copy.default", []*tensor.Tensor{ewFloats(tensor.Float32, 0, -0.5, math.NaN())}, []any{0}, map[string]any{"dtype": tensor.Bool}, []float64{0, 1, 1}, tensor.Bool},
-		{"to uint8 wraps", "aten._to_copy.default", []*tensor.Tensor{ewInts(tensor.Int64, 257, -1)}, []any{0}, map[string]any{"dtype": tensor.Uint8}, []float64{1, 255}, tensor.Uint8},
-		{"view.dtype", "aten.view.dtype", []*tensor.Tensor{ewFloats(tensor.Float32, 1)}, []any{0, tensor.Int32}, nil, []float64{0x3f800000}, tensor.Int32},
+		{"int8 add wraps", AtenAddTensor, []*tensor.Tensor{ewInts(tensor.Int8, 100, -100), ewInts(tensor.Int8, 100, -100)}, []any{0, 1}, nil, []float64{-56, 56}, tensor.Int8},
+		{"sub alpha", AtenSubTensor, []*tensor.Tensor{ewInts(tensor.Int64, 10, 20), ewInts(tensor.Int64, 1, 2)}, []any{0, 1}, map[string]any{"alpha": int64(3)}, []float64{7, 14}, tensor.Int64},
+		{"rsub.Scalar", AtenRsubScalar, []*tensor.Tensor{ewInts(tensor.Int64, 1, 2)}, []any{0, int64(10)}, nil, []float64{9, 8}, tensor.Int64},
+		{"mul.Scalar broadcast float", AtenMulScalar, []*tensor.Tensor{ewInts(tensor.Int32, 1, 2)}, []any{0, 0.5}, nil, []float64{0.5, 1}, tensor.Float32},
+		{"div true", AtenDivTensor, []*tensor.Tensor{ewInts(tensor.Int64, 7, -7), ewInts(tensor.Int64, 2, 2)}, []any{0, 1}, nil, []float64{3.5, -3.5}, tensor.Float32},
+		{"div trunc", AtenDivTensorMode, []*tensor.Tensor{ewInts(tensor.Int64, 7, -7), ewInts(tensor.Int64, 2, 2)}, []any{0, 1}, map[string]any{"rounding_mode": "trunc"}, []float64{3, -3}, tensor.Int64},
+		{"div floor", AtenDivTensorMode, []*tensor.Tensor{ewInts(tensor.Int64, 7, -7), ewInts(tensor.Int64, 2, 2)}, []any{0, 1}, map[string]any{"rounding_mode": "floor"}, []float64{3, -4}, tensor.Int64},
+		{"div by zero declined", AtenDivTensorMode, []*tensor.Tensor{ewInts(tensor.Int64, 7), ewInts(tensor.Int64, 0)}, []any{0, 1}, map[string]any{"rounding_mode": "trunc"}, nil, tensor.Int64},
+		{"remainder", AtenRemainderTensor, []*tensor.Tensor{ewInts(tensor.Int32, -7, 7, -7), ewInts(tensor.Int32, 3, -3, -3)}, []any{0, 1}, nil, []float64{2, -2, -1}, tensor.Int32},
+		{"fmod", AtenFmodTensor, []*tensor.Tensor{ewInts(tensor.Int32, -7, 7), ewInts(tensor.Int32, 3, -3)}, []any{0, 1}, nil, []float64{-1, 1}, tensor.Int32},
+		{"float remainder", AtenRemainderScalar, []*tensor.Tensor{ewFloats(tensor.Float64, -7.5, 7.5)}, []any{0, 2.0}, nil, []float64{0.5, 1.5}, tensor.Float64},
+		{"int pow", AtenPowTensorScalar, []*tensor.Tensor{ewInts(tensor.Int64, 3, -2)}, []any{0, int64(3)}, nil, []float64{27, -8}, tensor.Int64},
+		{"negative int pow declined", AtenPowTensorScalar, []*tensor.Tensor{ewInts(tensor.Int64, 3)}, []any{0, int64(-1)}, nil, nil, tensor.Int64},
+		{"shift left uint8", AtenBitwiseLeftShiftTensor, []*tensor.Tensor{ewInts(tensor.Uint8, 1, 255, 1), ewInts(tensor.Uint8, 3, 1, 9)}, []any{0, 1}, nil, []float64{8, 254, 0}, tensor.Uint8},
+		{"shift right int8", AtenBitwiseRightShiftTensor, []*tensor.Tensor{ewInts(tensor.Int8, -128, 64), ewInts(tensor.Int8, 3, 9)}, []any{0, 1}, nil, []float64{-16, 0}, tensor.Int8},
+		{"int64 exact", AtenAddScalar, []*tensor.Tensor{ewInts(tensor.Int64, big)}, []any{0, int64(1)}, nil, []float64{float64(big + 1)}, tensor.Int64},
+		{"eq broadcast", AtenEqTensor, []*tensor.Tensor{ewInts(tensor.Int64, 1, 2, 3), ewInts(tensor.Int64, 2)}, []any{0, 1}, nil, []float64{0, 1, 0}, tensor.Bool},
+		{"lt.Scalar float", AtenLtScalar, []*tensor.Tensor{ewInts(tensor.Int64, 0, 1)}, []any{0, 0.5}, nil, []float64{1, 0}, tensor.Bool},
+		{"logical_xor", AtenLogicalXor, []*tensor.Tensor{ewInts(tensor.Int32, 0, 5, 0), ewFloats(tensor.Float32, 0, 1, 2)}, []any{0, 1}, nil, []float64{0, 0, 1}, tensor.Bool},
+		{"where", AtenWhereSelf, []*tensor.Tensor{ewInts(tensor.Bool, 1, 0), ewInts(tensor.Int64, 5, 6), ewInts(tensor.Int64, -1)}, []any{0, 1, 2}, nil, []float64{5, -1}, tensor.Int64},
+		{"clamp", AtenClamp, []*tensor.Tensor{ewInts(tensor.Int8, -5, 0, 5)}, []any{0, int64(-1), int64(2)}, nil, []float64{-1, 0, 2}, tensor.Int8},
+		{"clamp min only", AtenClampTensor, []*tensor.Tensor{ewFloats(tensor.Float32, -5, math.NaN(), 5), ewFloats(tensor.Float32, 0)}, []any{0, 1, nil}, nil, []float64{0, math.NaN(), 5}, tensor.Float32},
+		{"maximum nan", AtenMaximum, []*tensor.Tensor{ewFloats(tensor.Float32, 1, math.NaN()), ewFloats(tensor.Float32, 2, 0)}, []any{0, 1}, nil, []float64{2, math.NaN()}, tensor.Float32},
+		{"exp of int", AtenExp, []*tensor.Tensor{ewInts(tensor.Int32, 0, 1)}, []any{0}, nil, []float64{1, float64(float32(math.E))}, tensor.Float32},
+		{"neg", AtenNeg, []*tensor.Tensor{ewInts(tensor.Int16, 3, -4)}, []any{0}, nil, []float64{-3, 4}, tensor.Int16},
+		{"round half even", AtenRound, []*tensor.Tensor{ewFloats(tensor.Float32, 0.5, 1.5, 2.5, -0.5)}, []any{0}, nil, []float64{0, 2, 2, 0}, tensor.Float32},
+		{"sign nan", AtenSign, []*tensor.Tensor{ewFloats(tensor.Float32, -3, 0, math.NaN())}, []any{0}, nil, []float64{-1, 0, 0}, tensor.Float32},
+		{"isinf", AtenIsinf, []*tensor.Tensor{ewFloats(tensor.Float32, math.Inf(-1), 0, math.NaN())}, []any{0}, nil, []float64{1, 0, 0}, tensor.Bool},
+		{"bitwise_not bool", AtenBitwiseNot, []*tensor.Tensor{ewInts(tensor.Bool, 1, 0)}, []any{0}, nil, []float64{0, 1}, tensor.Bool},
+		{"leaky_relu", AtenLeakyRelu, []*tensor.Tensor{ewFloats(tensor.Float64, -2, 3)}, []any{0, 0.25}, nil, []float64{-0.5, 3}, tensor.Float64},
+		{"threshold", AtenThreshold, []*tensor.Tensor{ewFloats(tensor.Float64, 1, 2, 3)}, []any{0, 2.0, -1.0}, nil, []float64{-1, -1, 3}, tensor.Float64},
+		{"to int truncates", Aten_ToCopy, []*tensor.Tensor{ewFloats(tensor.Float32, 2.7, -2.7)}, []any{0}, map[string]any{"dtype": tensor.Int32}, []float64{2, -2}, tensor.Int32},
+		{"to bool", Aten_ToCopy, []*tensor.Tensor{ewFloats(tensor.Float32, 0, -0.5, math.NaN())}, []any{0}, map[string]any{"dtype": tensor.Bool}, []float64{0, 1, 1}, tensor.Bool},
+		{"to uint8 wraps", Aten_ToCopy, []*tensor.Tensor{ewInts(tensor.Int64, 257, -1)}, []any{0}, map[string]any{"dtype": tensor.Uint8}, []float64{1, 255}, tensor.Uint8},
+		{"view.dtype", AtenViewDtype, []*tensor.Tensor{ewFloats(tensor.Float32, 1)}, []any{0, tensor.Int32}, nil, []float64{0x3f800000}, tensor.Int32},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,29 +13,37 @@ import (
 // Besides Core ATen operators it registers "xserve.resize", the ONNX
 // Resize/Upsample operator, whose arguments are documented at nnResizeShape.
 func registerNN(r *Registry) {
-	r.Register(&Op{Name: "aten.convolution.default", Shape: nnConvolutionShape})
-	r.Register(&Op{Name: "aten.mm.default", Shape: nnMMShape})
-	r.Register(&Op{Name: "aten.bmm.default", Shape: nnBMMShape})
-	r.Register(&Op{Name: "aten.addmm.default", Shape: nnAddmmShape})
-	r.Register(&Op{Name: "aten.matmul.default", Shape: nnMatmulShape})
-	r.Register(&Op{Name: "aten.linear.default", Shape: nnLinearShape})
-	r.Register(&Op{Name: "aten.max_pool1d.default", Shape: nnMaxPoolShape(1, false)})
-	r.Register(&Op{Name: "aten.max_pool1d_with_indices.default", Shape: nnMaxPoolShape(1, true)})
-	r.Register(&Op{Name: "aten.max_pool2d_with_indices.default", Shape: nnMaxPoolShape(2, true)})
-	r.Register(&Op{Name: "aten.max_pool3d_with_indices.default", Shape: nnMaxPoolShape(3, true)})
-	r.Register(&Op{Name: "aten.avg_pool1d.default", Shape: nnAvgPoolShape(1)})
-	r.Register(&Op{Name: "aten.avg_pool2d.default", Shape: nnAvgPoolShape(2)})
-	r.Register(&Op{Name: "aten.avg_pool3d.default", Shape: nnAvgPoolShape(3)})
-	r.Register(&Op{Name: "aten._adaptive_avg_pool2d.default", Shape: nnAdaptiveAvgPoolShape(2)})
-	r.Register(&Op{Name: "aten._native_batch_norm_legit_no_training.default", Shape: nnBatchNormShape})
-	r.Register(&Op{Name: "aten.native_layer_norm.default", Shape: nnLayerNormShape})
-	r.Register(&Op{Name: "aten.native_group_norm.default", Shape: nnGroupNormShape})
-	r.Register(&Op{Name: "aten._softmax.default", Shape: nnSoftmaxShape})
-	r.Register(&Op{Name: "aten._log_softmax.default", Shape: nnSoftmaxShape})
-	r.Register(&Op{Name: "xserve.resize", Shape: nnResizeShape})
-	r.Register(&Op{Name: "aten.grid_sampler_2d.default", Shape: nnGridSamplerShape})
-	r.Register(&Op{Name: "xserve.roi_align", Shape: nnRoiAlignShape})
+	r.define(AtenConvolution, nnConvolutionShape, nil)
+	r.define(AtenMm, nnMMShape, nil)
+	r.define(AtenBmm, nnBMMShape, nil)
+	r.define(AtenAddmm, nnAddmmShape, nil)
+	r.define(AtenMatmul, nnMatmulShape, nil)
+	r.define(AtenLinear, nnLinearShape, nil)
+	r.define(AtenMaxPool1d, nnMaxPoolShape(1, false), nil)
+	r.define(AtenMaxPool1dWithIndices, nnMaxPoolShape(1, true), nil)
+	r.define(AtenMaxPool2dWithIndices, nnMaxPoolShape(2, true), nil)
+	r.define(AtenMaxPool3dWithIndices, nnMaxPoolShape(3, true), nil)
+	r.define(AtenAvgPool1d, nnAvgPoolShape(1), nil)
+	r.define(AtenAvgPool2d, nnAvgPoolShape(2), nil)
+	r.define(AtenAvgPool3d, nnAvgPoolShape(3), nil)
+	r.define(Aten_AdaptiveAvgPool2d, nnAdaptiveAvgPoolShape(2), nil)
+	r.define(Aten_NativeBatchNormLegitNoTraining, nnBatchNormShape, nil)
+	r.define(AtenNativeLayerNorm, nnLayerNormShape, nil)
+	r.define(AtenNativeGroupNorm, nnGroupNormShape, nil)
+	r.define(Aten_Softmax, nnSoftmaxShape, nil)
+	r.define(Aten_LogSoftmax, nnSoftmaxShape, nil)
+	r.define(XserveResize, nnResizeShape, nil)
+	r.define(AtenGridSampler2d, nnGridSamplerShape, nil)
+	r.define(XserveRoIAlign, nnRoiAlignShape, nil)
 }
+
+// XserveRoIAlign is ONNX's RoiAlign in average mode (nnRoiAlignShape says
+// more).
+var XserveRoIAlign = &Op{Name: "xserve.roi_align", Args: []ArgSpec{
+	{"input", 0, ArgTensor, nil, false}, {"rois", 1, ArgTensor, nil, false}, {"batch_indices", 2, ArgTensor, nil, false},
+	{"output_height", 3, ArgInt, nil, false}, {"output_width", 4, ArgInt, nil, false}, {"sampling_ratio", 5, ArgInt, nil, false},
+	{"spatial_scale", 6, ArgFloat, 1.0, true}, {"half_pixel", 7, ArgBool, true, true},
+}}
 
 // nnRoiAlignShape is the shape function of "xserve.roi_align", ONNX's
 // RoiAlign in average mode:
@@ -910,6 +918,9 @@ func (p ResizeParams) ResizeOutSize(i int, in int64) int64 {
 	return int64(math.Floor(float64(in) * ext * p.Scales[i]))
 }
 
+// XserveResize is ONNX's Resize (nnResizeShape says more).
+var XserveResize = &Op{Name: "xserve.resize"}
+
 // nnResizeShape is the shape function of "xserve.resize", ONNX's Resize:
 //
 //	xserve.resize(input, sizes, scales, roi, mode, coordinate_transformation_mode,
@@ -970,3 +981,24 @@ func nnResizeShape(n *Node) (Meta, error) {
 	}
 	return One(x.DType, out), nil
 }
+
+// The pooling and padding ops of 1 to 3 spatial dims, for code that picks
+// one by rank.
+var (
+	maxPoolWithIndicesOps = [...]*Op{AtenMaxPool1dWithIndices, AtenMaxPool2dWithIndices, AtenMaxPool3dWithIndices}
+	avgPoolOps            = [...]*Op{AtenAvgPool1d, AtenAvgPool2d, AtenAvgPool3d}
+	reflectionPadOps      = [...]*Op{AtenReflectionPad1d, AtenReflectionPad2d, AtenReflectionPad3d}
+	replicationPadOps     = [...]*Op{AtenReplicationPad1d, AtenReplicationPad2d, AtenReplicationPad3d}
+)
+
+// MaxPoolWithIndicesOp returns aten.max_pool<nd>d_with_indices (nd 1 to 3).
+func MaxPoolWithIndicesOp(nd int) *Op { return maxPoolWithIndicesOps[nd-1] }
+
+// AvgPoolOp returns aten.avg_pool<nd>d (nd 1 to 3).
+func AvgPoolOp(nd int) *Op { return avgPoolOps[nd-1] }
+
+// ReflectionPadOp returns aten.reflection_pad<nd>d (nd 1 to 3).
+func ReflectionPadOp(nd int) *Op { return reflectionPadOps[nd-1] }
+
+// ReplicationPadOp returns aten.replication_pad<nd>d (nd 1 to 3).
+func ReplicationPadOp(nd int) *Op { return replicationPadOps[nd-1] }

@@ -34,134 +34,134 @@ func TestNNShapes(t *testing.T) {
 	img := nnM(f32, "N", 4, 10, 9)
 	cases := []struct {
 		name   string
-		target string
+		target *Op
 		in     []TensorMeta
 		args   func(in []*Node) []any
 		kwargs map[string]any
 		want   string // Meta.String(), or "error: <substring>"
 	}{
-		{"conv2d", "aten.convolution.default", []TensorMeta{img, nnM(f32, 6, 2, 3, 3), nnM(f32, 6)},
+		{"conv2d", AtenConvolution, []TensorMeta{img, nnM(f32, 6, 2, 3, 3), nnM(f32, 6)},
 			func(in []*Node) []any {
 				return []any{in[0], in[1], in[2], nnL(2, 1), nnL(1, 0), nnL(1, 2), false, nnL(0, 0), int64(2)}
 			}, nil, "float32[N,6,5,5]"},
-		{"conv1d no bias", "aten.convolution.default", []TensorMeta{nnM(f32, 2, 3, "L"), nnM(f32, 5, 3, 1)},
+		{"conv1d no bias", AtenConvolution, []TensorMeta{nnM(f32, 2, 3, "L"), nnM(f32, 5, 3, 1)},
 			func(in []*Node) []any {
 				return []any{in[0], in[1], nil, nnL(1), nnL(0), nnL(1), false, nnL(0), int64(1)}
 			}, nil, "float32[2,5,L]"},
-		{"conv symbolic spatial", "aten.convolution.default", []TensorMeta{nnM(f32, 2, 3, "L"), nnM(f32, 5, 3, 3)},
+		{"conv symbolic spatial", AtenConvolution, []TensorMeta{nnM(f32, 2, 3, "L"), nnM(f32, 5, 3, 3)},
 			func(in []*Node) []any {
 				return []any{in[0], in[1], nil, nnL(1), nnL(0), nnL(1), false, nnL(0), int64(1)}
 			}, nil, "float32[2,5,?]"},
-		{"conv channels mismatch", "aten.convolution.default", []TensorMeta{img, nnM(f32, 6, 3, 3, 3)},
+		{"conv channels mismatch", AtenConvolution, []TensorMeta{img, nnM(f32, 6, 3, 3, 3)},
 			func(in []*Node) []any {
 				return []any{in[0], in[1], nil, nnL(1), nnL(0), nnL(1), false, nnL(0), int64(1)}
 			}, nil, "error: channels"},
-		{"conv transposed groups", "aten.convolution.default", []TensorMeta{nnM(f32, 1, 4, 3, 3), nnM(f32, 4, 3, 3, 3)},
+		{"conv transposed groups", AtenConvolution, []TensorMeta{nnM(f32, 1, 4, 3, 3), nnM(f32, 4, 3, 3, 3)},
 			func(in []*Node) []any {
 				return []any{in[0], in[1], nil, nnL(3, 2), nnL(1, 1), nnL(1, 1), true, nnL(1, 1), int64(2)}
 			}, nil, "float32[1,6,8,6]"},
-		{"conv3d f16", "aten.convolution.default", []TensorMeta{nnM(f16, 1, 2, 5, 5, 5), nnM(f16, 4, 2, 2, 2, 2)},
+		{"conv3d f16", AtenConvolution, []TensorMeta{nnM(f16, 1, 2, 5, 5, 5), nnM(f16, 4, 2, 2, 2, 2)},
 			func(in []*Node) []any {
 				return []any{in[0], in[1], nil, nnL(2), nnL(1), nnL(2), false, nnL(0), int64(1)}
 			}, nil, "float16[1,4,3,3,3]"},
-		{"mm", "aten.mm.default", []TensorMeta{nnM(f32, "M", 3), nnM(f32, 3, 5)},
+		{"mm", AtenMm, []TensorMeta{nnM(f32, "M", 3), nnM(f32, 3, 5)},
 			func(in []*Node) []any { return []any{in[0], in[1]} }, nil, "float32[M,5]"},
-		{"mm mismatch", "aten.mm.default", []TensorMeta{nnM(f32, 2, 3), nnM(f32, 4, 5)},
+		{"mm mismatch", AtenMm, []TensorMeta{nnM(f32, 2, 3), nnM(f32, 4, 5)},
 			func(in []*Node) []any { return []any{in[0], in[1]} }, nil, "error: contracting"},
-		{"bmm", "aten.bmm.default", []TensorMeta{nnM(f32, "B", 2, 3), nnM(f32, "B", 3, 4)},
+		{"bmm", AtenBmm, []TensorMeta{nnM(f32, "B", 2, 3), nnM(f32, "B", 3, 4)},
 			func(in []*Node) []any { return []any{in[0], in[1]} }, nil, "float32[B,2,4]"},
-		{"addmm vector bias", "aten.addmm.default", []TensorMeta{nnM(f32, 5), nnM(f32, "M", 3), nnM(f32, 3, 5)},
+		{"addmm vector bias", AtenAddmm, []TensorMeta{nnM(f32, 5), nnM(f32, "M", 3), nnM(f32, 3, 5)},
 			func(in []*Node) []any { return []any{in[0], in[1], in[2]} }, map[string]any{"beta": 0.5}, "float32[M,5]"},
-		{"addmm bad bias", "aten.addmm.default", []TensorMeta{nnM(f32, 4), nnM(f32, 2, 3), nnM(f32, 3, 5)},
+		{"addmm bad bias", AtenAddmm, []TensorMeta{nnM(f32, 4), nnM(f32, 2, 3), nnM(f32, 3, 5)},
 			func(in []*Node) []any { return []any{in[0], in[1], in[2]} }, nil, "error: broadcast"},
-		{"matmul vec-vec", "aten.matmul.default", []TensorMeta{nnM(f32, 3), nnM(f32, 3)},
+		{"matmul vec-vec", AtenMatmul, []TensorMeta{nnM(f32, 3), nnM(f32, 3)},
 			func(in []*Node) []any { return []any{in[0], in[1]} }, nil, "float32[]"},
-		{"matmul vec-batch", "aten.matmul.default", []TensorMeta{nnM(f32, 3), nnM(f32, 2, 3, 4)},
+		{"matmul vec-batch", AtenMatmul, []TensorMeta{nnM(f32, 3), nnM(f32, 2, 3, 4)},
 			func(in []*Node) []any { return []any{in[0], in[1]} }, nil, "float32[2,4]"},
-		{"matmul batch-vec", "aten.matmul.default", []TensorMeta{nnM(f32, "N", 2, 3), nnM(f32, 3)},
+		{"matmul batch-vec", AtenMatmul, []TensorMeta{nnM(f32, "N", 2, 3), nnM(f32, 3)},
 			func(in []*Node) []any { return []any{in[0], in[1]} }, nil, "float32[N,2]"},
-		{"matmul broadcast", "aten.matmul.default", []TensorMeta{nnM(f32, 2, 1, 4, 3), nnM(f32, 5, 3, 6)},
+		{"matmul broadcast", AtenMatmul, []TensorMeta{nnM(f32, 2, 1, 4, 3), nnM(f32, 5, 3, 6)},
 			func(in []*Node) []any { return []any{in[0], in[1]} }, nil, "float32[2,5,4,6]"},
-		{"linear", "aten.linear.default", []TensorMeta{nnM(f32, "N", "T", 8), nnM(f32, 4, 8), nnM(f32, 4)},
+		{"linear", AtenLinear, []TensorMeta{nnM(f32, "N", "T", 8), nnM(f32, 4, 8), nnM(f32, 4)},
 			func(in []*Node) []any { return []any{in[0], in[1], in[2]} }, nil, "float32[N,T,4]"},
-		{"max_pool2d", "aten.max_pool2d_with_indices.default", []TensorMeta{img},
+		{"max_pool2d", AtenMaxPool2dWithIndices, []TensorMeta{img},
 			func(in []*Node) []any { return []any{in[0], nnL(3, 3), nnL(2, 2), nnL(1, 1), nnL(1, 1), true} }, nil,
 			"(float32[N,4,6,5], int64[N,4,6,5])"},
-		{"max_pool2d default stride", "aten.max_pool2d_with_indices.default", []TensorMeta{nnM(f32, 4, 10, 9)},
+		{"max_pool2d default stride", AtenMaxPool2dWithIndices, []TensorMeta{nnM(f32, 4, 10, 9)},
 			func(in []*Node) []any { return []any{in[0], nnL(2)} }, nil, "(float32[4,5,4], int64[4,5,4])"},
-		{"max_pool1d dilated", "aten.max_pool1d.default", []TensorMeta{nnM(f32, 1, 1, 20)},
+		{"max_pool1d dilated", AtenMaxPool1d, []TensorMeta{nnM(f32, 1, 1, 20)},
 			func(in []*Node) []any { return []any{in[0], nnL(3), nnL(2), nnL(0), nnL(3)} }, nil, "float32[1,1,7]"},
-		{"max_pool3d symbolic", "aten.max_pool3d_with_indices.default", []TensorMeta{nnM(f32, 1, 2, "D", 4, 4)},
+		{"max_pool3d symbolic", AtenMaxPool3dWithIndices, []TensorMeta{nnM(f32, 1, 2, "D", 4, 4)},
 			func(in []*Node) []any { return []any{in[0], nnL(2), nnL(2)} }, nil, "(float32[1,2,?,2,2], int64[1,2,?,2,2])"},
-		{"max_pool ceil drops window in padding", "aten.max_pool2d_with_indices.default", []TensorMeta{nnM(f32, 1, 1, 5, 5)},
+		{"max_pool ceil drops window in padding", AtenMaxPool2dWithIndices, []TensorMeta{nnM(f32, 1, 1, 5, 5)},
 			func(in []*Node) []any { return []any{in[0], nnL(2), nnL(2), nnL(1), nnL(1), true} }, nil,
 			"(float32[1,1,3,3], int64[1,1,3,3])"},
-		{"avg_pool2d ceil", "aten.avg_pool2d.default", []TensorMeta{nnM(f32, 1, 1, 4, 4)},
+		{"avg_pool2d ceil", AtenAvgPool2d, []TensorMeta{nnM(f32, 1, 1, 4, 4)},
 			func(in []*Node) []any { return []any{in[0], nnL(3, 3), nnL(2, 2), nnL(0), true, false} }, nil, "float32[1,1,2,2]"},
-		{"avg_pool1d", "aten.avg_pool1d.default", []TensorMeta{nnM(f32, "N", 3, 32)},
+		{"avg_pool1d", AtenAvgPool1d, []TensorMeta{nnM(f32, "N", 3, 32)},
 			func(in []*Node) []any { return []any{in[0], nnL(2), nnL(1)} }, nil, "float32[N,3,31]"},
-		{"avg_pool too small", "aten.avg_pool2d.default", []TensorMeta{nnM(f32, 1, 1, 2, 2)},
+		{"avg_pool too small", AtenAvgPool2d, []TensorMeta{nnM(f32, 1, 1, 2, 2)},
 			func(in []*Node) []any { return []any{in[0], nnL(3, 3)} }, nil, "error: does not fit"},
-		{"adaptive", "aten._adaptive_avg_pool2d.default", []TensorMeta{img},
+		{"adaptive", Aten_AdaptiveAvgPool2d, []TensorMeta{img},
 			func(in []*Node) []any { return []any{in[0], nnL(3, 1)} }, nil, "float32[N,4,3,1]"},
-		{"batch norm", "aten._native_batch_norm_legit_no_training.default",
+		{"batch norm", Aten_NativeBatchNormLegitNoTraining,
 			[]TensorMeta{img, nnM(f32, 4), nnM(f32, 4), nnM(f32, 4), nnM(f32, 4)},
 			func(in []*Node) []any { return []any{in[0], in[1], in[2], in[3], in[4], 0.1, 1e-5} }, nil,
 			"(float32[N,4,10,9], float32[0], float32[0])"},
-		{"batch norm no affine", "aten._native_batch_norm_legit_no_training.default",
+		{"batch norm no affine", Aten_NativeBatchNormLegitNoTraining,
 			[]TensorMeta{img, nnM(f32, 4), nnM(f32, 4)},
 			func(in []*Node) []any { return []any{in[0], nil, nil, in[1], in[2], 0.1, 1e-5} }, nil,
 			"(float32[N,4,10,9], float32[0], float32[0])"},
-		{"batch norm bad channels", "aten._native_batch_norm_legit_no_training.default",
+		{"batch norm bad channels", Aten_NativeBatchNormLegitNoTraining,
 			[]TensorMeta{img, nnM(f32, 3), nnM(f32, 4)},
 			func(in []*Node) []any { return []any{in[0], nil, nil, in[1], in[2], 0.1, 1e-5} }, nil, "error: want [4]"},
-		{"layer norm", "aten.native_layer_norm.default", []TensorMeta{nnM(f32, "N", "T", 8), nnM(f32, 8), nnM(f32, 8)},
+		{"layer norm", AtenNativeLayerNorm, []TensorMeta{nnM(f32, "N", "T", 8), nnM(f32, 8), nnM(f32, 8)},
 			func(in []*Node) []any { return []any{in[0], nnL(8), in[1], in[2], 1e-5} }, nil,
 			"(float32[N,T,8], float32[N,T,1], float32[N,T,1])"},
-		{"layer norm 2 dims", "aten.native_layer_norm.default", []TensorMeta{nnM(f16, "N", 3, 4)},
+		{"layer norm 2 dims", AtenNativeLayerNorm, []TensorMeta{nnM(f16, "N", 3, 4)},
 			func(in []*Node) []any { return []any{in[0], nnL(3, 4), nil, nil, 1e-5} }, nil,
 			"(float16[N,3,4], float16[N,1,1], float16[N,1,1])"},
-		{"layer norm mismatch", "aten.native_layer_norm.default", []TensorMeta{nnM(f32, 2, 3)},
+		{"layer norm mismatch", AtenNativeLayerNorm, []TensorMeta{nnM(f32, 2, 3)},
 			func(in []*Node) []any { return []any{in[0], nnL(4), nil, nil, 1e-5} }, nil, "error: does not match"},
-		{"group norm", "aten.native_group_norm.default", []TensorMeta{img, nnM(f32, 4), nnM(f32, 4)},
+		{"group norm", AtenNativeGroupNorm, []TensorMeta{img, nnM(f32, 4), nnM(f32, 4)},
 			func(in []*Node) []any {
 				return []any{in[0], in[1], in[2], int64(1), int64(4), int64(90), int64(2), 1e-5}
 			}, nil,
 			"(float32[N,4,10,9], float32[N,2], float32[N,2])"},
-		{"group norm bad groups", "aten.native_group_norm.default", []TensorMeta{img},
+		{"group norm bad groups", AtenNativeGroupNorm, []TensorMeta{img},
 			func(in []*Node) []any { return []any{in[0], nil, nil, int64(1), int64(4), int64(90), int64(3), 1e-5} }, nil,
 			"error: groups"},
-		{"softmax", "aten._softmax.default", []TensorMeta{nnM(f32, "N", 5)},
+		{"softmax", Aten_Softmax, []TensorMeta{nnM(f32, "N", 5)},
 			func(in []*Node) []any { return []any{in[0], int64(-1), false} }, nil, "float32[N,5]"},
-		{"softmax half_to_float", "aten._softmax.default", []TensorMeta{nnM(f16, 2, 5)},
+		{"softmax half_to_float", Aten_Softmax, []TensorMeta{nnM(f16, 2, 5)},
 			func(in []*Node) []any { return []any{in[0], int64(1), true} }, nil, "float32[2,5]"},
-		{"log_softmax dim range", "aten._log_softmax.default", []TensorMeta{nnM(f32, 2, 5)},
+		{"log_softmax dim range", Aten_LogSoftmax, []TensorMeta{nnM(f32, 2, 5)},
 			func(in []*Node) []any { return []any{in[0], int64(2), false} }, nil, "error: out of range"},
-		{"softmax of ints", "aten._softmax.default", []TensorMeta{nnM(tensor.Int32, 2, 5)},
+		{"softmax of ints", Aten_Softmax, []TensorMeta{nnM(tensor.Int32, 2, 5)},
 			func(in []*Node) []any { return []any{in[0], int64(1), false} }, nil, "error: floating point"},
-		{"grid sampler", "aten.grid_sampler_2d.default", []TensorMeta{img, nnM(f32, "N", 3, 2, 2)},
+		{"grid sampler", AtenGridSampler2d, []TensorMeta{img, nnM(f32, "N", 3, 2, 2)},
 			func(in []*Node) []any { return []any{in[0], in[1], int64(0), int64(0), false} }, nil, "float32[N,4,3,2]"},
-		{"grid sampler bad grid", "aten.grid_sampler_2d.default", []TensorMeta{img, nnM(f32, "N", 3, 2, 3)},
+		{"grid sampler bad grid", AtenGridSampler2d, []TensorMeta{img, nnM(f32, "N", 3, 2, 3)},
 			func(in []*Node) []any { return []any{in[0], in[1], int64(0), int64(0), false} }, nil, "error: want [N,C,H,W]"},
-		{"roi align", "xserve.roi_align", []TensorMeta{img, nnM(f32, "R", 4), nnM(tensor.Int64, "R")},
+		{"roi align", XserveRoIAlign, []TensorMeta{img, nnM(f32, "R", 4), nnM(tensor.Int64, "R")},
 			func(in []*Node) []any { return []any{in[0], in[1], in[2], int64(5), int64(3), int64(2), 0.25, true} }, nil, "float32[R,4,5,3]"},
-		{"roi align adaptive", "xserve.roi_align", []TensorMeta{img, nnM(f32, "R", 4), nnM(tensor.Int64, "R")},
+		{"roi align adaptive", XserveRoIAlign, []TensorMeta{img, nnM(f32, "R", 4), nnM(tensor.Int64, "R")},
 			func(in []*Node) []any { return []any{in[0], in[1], in[2], int64(5), int64(3), int64(0), 0.25, true} }, nil, "error: unsupported"},
-		{"resize scales", "xserve.resize", []TensorMeta{nnM(f32, "N", 3, 4, 6)},
+		{"resize scales", XserveResize, []TensorMeta{nnM(f32, "N", 3, 4, 6)},
 			func(in []*Node) []any {
 				return []any{in[0], nil, []any{1.0, 1.0, 0.6, 2.0}, nil, "linear", "half_pixel", "round_prefer_floor", -0.75, false, 0.0}
 			}, nil, "float32[N,3,2,12]"},
-		{"resize sizes", "xserve.resize", []TensorMeta{nnM(tensor.Uint8, 1, 3, 4, 6)},
+		{"resize sizes", XserveResize, []TensorMeta{nnM(tensor.Uint8, 1, 3, 4, 6)},
 			func(in []*Node) []any {
 				return []any{in[0], nnL(1, 3, 8, -1), nil, nil, "nearest", "asymmetric", "floor"}
 			}, nil, "uint8[1,3,8,6]"},
-		{"resize crop", "xserve.resize", []TensorMeta{nnM(f32, 1, 1, 10, 10)},
+		{"resize crop", XserveResize, []TensorMeta{nnM(f32, 1, 1, 10, 10)},
 			func(in []*Node) []any {
 				return []any{in[0], nil, []any{1.0, 1.0, 0.8, 0.8}, []any{0.0, 0.0, 0.4, 0.6, 1.0, 1.0, 0.6, 0.8}, "linear", "tf_crop_and_resize"}
 			}, nil, "float32[1,1,1,1]"},
-		{"resize bad mode", "xserve.resize", []TensorMeta{nnM(f32, 1, 4)},
+		{"resize bad mode", XserveResize, []TensorMeta{nnM(f32, 1, 4)},
 			func(in []*Node) []any { return []any{in[0], nnL(1, 8), nil, nil, "area"} }, nil, "error: unsupported"},
-		{"resize linear of ints", "xserve.resize", []TensorMeta{nnM(tensor.Int32, 1, 4)},
+		{"resize linear of ints", XserveResize, []TensorMeta{nnM(tensor.Int32, 1, 4)},
 			func(in []*Node) []any { return []any{in[0], nnL(1, 8), nil, nil, "linear"} }, nil, "error: unsupported"},
 	}
 	for _, tc := range cases {
@@ -172,7 +172,7 @@ func TestNNShapes(t *testing.T) {
 				in = append(in, g.AddPlaceholder("x"+string(rune('0'+i)), m))
 			}
 			n := g.AddCall(tc.target, tc.args(in), tc.kwargs)
-			info, ok := nnReg().Lookup(tc.target)
+			info, ok := nnReg().Lookup(tc.target.Name)
 			if !ok {
 				t.Fatalf("%s not registered", tc.target)
 			}
@@ -208,8 +208,8 @@ func TestNNResizeFromFoldedSizes(t *testing.T) {
 	g := New()
 	x := g.AddPlaceholder("x", nnM(tensor.Float32, "N", 3, 4, 4))
 	sizes := g.AddPlaceholder("sizes", nnM(tensor.Int64, 4))
-	n := g.AddCall("xserve.resize", []any{x, sizes, nil, nil, "nearest"}, nil)
-	info, _ := NewRegistry().Lookup("xserve.resize")
+	n := g.AddCall(XserveResize, []any{x, sizes, nil, nil, "nearest"}, nil)
+	info, _ := NewRegistry().Lookup(XserveResize.Name)
 	m, err := info.Shape(n)
 	if err != nil {
 		t.Fatal(err)

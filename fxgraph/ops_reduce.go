@@ -40,86 +40,82 @@ import (
 func registerReductions(r *Registry) {
 	sumLike := func(n *Node) (Meta, error) { return rdReduceMeta(n, 1, 2, rdSumDType) }
 	sumAll := func(n *Node) (Meta, error) { return rdReduceMeta(n, -1, -1, rdSumDType) }
-	r.Register(&Op{Name: "aten.sum.default", Shape: sumAll, Eval: rdEvalReduce(rdSum, -1, -1)})
-	r.Register(&Op{Name: "aten.sum.dim_IntList", Shape: sumLike, Eval: rdEvalReduce(rdSum, 1, 2)})
-	r.Register(&Op{Name: "aten.prod.default", Shape: sumAll, Eval: rdEvalReduce(rdProd, -1, -1)})
-	r.Register(&Op{Name: "aten.prod.dim_int", Shape: sumLike, Eval: rdEvalReduce(rdProd, 1, 2)})
+	r.define(AtenSum, sumAll, rdEvalReduce(rdSum, -1, -1))
+	r.define(AtenSumDimIntList, sumLike, rdEvalReduce(rdSum, 1, 2))
+	r.define(AtenProd, sumAll, rdEvalReduce(rdProd, -1, -1))
+	r.define(AtenProdDimInt, sumLike, rdEvalReduce(rdProd, 1, 2))
 
-	r.Register(&Op{
-		Name:  "aten.mean.default",
-		Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, -1, -1, rdMeanDType) },
-		Eval:  rdEvalReduce(rdMean, -1, -1),
-	})
-	r.Register(&Op{
-		Name:  "aten.mean.dim",
-		Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, 1, 2, rdMeanDType) },
-		Eval:  rdEvalReduce(rdMean, 1, 2),
-	})
+	r.define(AtenMean,
+		func(n *Node) (Meta, error) { return rdReduceMeta(n, -1, -1, rdMeanDType) },
+		rdEvalReduce(rdMean, -1, -1),
+	)
+	r.define(AtenMeanDim,
+		func(n *Node) (Meta, error) { return rdReduceMeta(n, 1, 2, rdMeanDType) },
+		rdEvalReduce(rdMean, 1, 2),
+	)
 
 	sameDT := func(in TensorMeta, _ *Node) (tensor.DType, error) { return in.DType, nil }
 	for _, k := range []struct {
-		target string
+		target *Op
 		kind   rdKind
 		dimArg int
 	}{
-		{"aten.amax.default", rdMax, 1},
-		{"aten.amin.default", rdMin, 1},
-		{"aten.max.default", rdMax, -1},
-		{"aten.min.default", rdMin, -1},
+		{AtenAmax, rdMax, 1},
+		{AtenAmin, rdMin, 1},
+		{AtenMax, rdMax, -1},
+		{AtenMin, rdMin, -1},
 	} {
 		dimArg, keepArg := k.dimArg, k.dimArg+1
 		if dimArg < 0 {
 			keepArg = -1
 		}
-		r.Register(&Op{
-			Name:  k.target,
-			Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, dimArg, keepArg, sameDT) },
-			Eval:  rdEvalReduce(k.kind, dimArg, keepArg),
-		})
+		r.define(k.target,
+			func(n *Node) (Meta, error) { return rdReduceMeta(n, dimArg, keepArg, sameDT) },
+			rdEvalReduce(k.kind, dimArg, keepArg),
+		)
 	}
 
 	boolDT := func(TensorMeta, *Node) (tensor.DType, error) { return tensor.Bool, nil }
 	for _, k := range []struct {
-		target string
+		target *Op
 		kind   rdKind
 		dimArg int
 	}{
-		{"aten.any.default", rdAny, -1},
-		{"aten.any.dim", rdAny, 1},
-		{"aten.any.dims", rdAny, 1},
-		{"aten.all.default", rdAll, -1},
-		{"aten.all.dim", rdAll, 1},
-		{"aten.all.dims", rdAll, 1},
+		{AtenAny, rdAny, -1},
+		{AtenAnyDim, rdAny, 1},
+		{AtenAnyDims, rdAny, 1},
+		{AtenAll, rdAll, -1},
+		{AtenAllDim, rdAll, 1},
+		{AtenAllDims, rdAll, 1},
 	} {
 		dimArg, keepArg := k.dimArg, k.dimArg+1
 		if dimArg < 0 {
 			keepArg = -1
 		}
-		r.Register(&Op{
-			Name:  k.target,
-			Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, dimArg, keepArg, boolDT) },
-			Eval:  rdEvalReduce(k.kind, dimArg, keepArg),
-		})
+		r.define(k.target,
+			func(n *Node) (Meta, error) { return rdReduceMeta(n, dimArg, keepArg, boolDT) },
+			rdEvalReduce(k.kind, dimArg, keepArg),
+		)
 	}
 
 	for _, k := range []struct {
-		target string
+		target *Op
 		kind   rdKind
-	}{{"aten.max.dim", rdMax}, {"aten.min.dim", rdMin}} {
-		r.Register(&Op{Name: k.target, Shape: rdMaxDimMeta, Eval: rdEvalMaxDim(k.kind)})
+	}{{AtenMaxDim, rdMax}, {AtenMinDim, rdMin}} {
+		r.define(k.target, rdMaxDimMeta, rdEvalMaxDim(k.kind))
 	}
 	for _, k := range []struct {
-		target string
+		target *Op
 		kind   rdKind
-	}{{"aten.argmax.default", rdMax}, {"aten.argmin.default", rdMin}} {
-		r.Register(&Op{Name: k.target, Shape: rdArgMeta, Eval: rdEvalArg(k.kind)})
+	}{{AtenArgmax, rdMax}, {AtenArgmin, rdMin}} {
+		r.define(k.target, rdArgMeta, rdEvalArg(k.kind))
 	}
 
-	r.Register(&Op{Name: "aten.topk.default", Shape: rdTopKMeta})
-	r.Register(&Op{Name: "aten.sort.default", Shape: rdSortMeta})
-	r.Register(&Op{Name: "aten.sort.stable", Shape: rdSortMeta})
-	r.Register(&Op{Name: "aten.cumsum.default", Shape: rdCumMeta, Eval: rdEvalCum(rdSum)})
-	r.Register(&Op{Name: "aten.cumprod.default", Shape: rdCumMeta, Eval: rdEvalCum(rdProd)})
+	r.define(AtenTopk, rdTopKMeta, nil)
+	r.define(AtenSort, rdSortMeta, nil)
+	r.define(AtenSortStable, rdSortMeta, nil)
+	r.define(AtenCumsum, rdCumMeta, rdEvalCum(rdSum))
+	r.define(AtenCumprod, rdCumMeta, rdEvalCum(rdProd))
 
 	floatDT := func(in TensorMeta, n *Node) (tensor.DType, error) {
 		if dt, ok := n.Kwargs["dtype"].(tensor.DType); ok {
@@ -130,10 +126,10 @@ func registerReductions(r *Registry) {
 		}
 		return tensor.Float32, nil
 	}
-	r.Register(&Op{
-		Name:  "aten.logsumexp.default",
-		Shape: func(n *Node) (Meta, error) { return rdReduceMeta(n, 1, 2, floatDT) },
-	})
+	r.define(AtenLogsumexp,
+		func(n *Node) (Meta, error) { return rdReduceMeta(n, 1, 2, floatDT) },
+		nil,
+	)
 	varMeta := func(n *Node) (Meta, error) {
 		m, err := rdReduceMeta(n, 1, rdKwOnly, rdMeanDType)
 		if err != nil {
@@ -144,20 +140,20 @@ func registerReductions(r *Registry) {
 		}
 		return m, nil
 	}
-	r.Register(&Op{Name: "aten.var.correction", Shape: varMeta})
-	r.Register(&Op{Name: "aten.std.correction", Shape: varMeta})
-	r.Register(&Op{
-		Name: "aten.linalg_vector_norm.default",
-		Shape: func(n *Node) (Meta, error) {
+	r.define(AtenVarCorrection, varMeta, nil)
+	r.define(AtenStdCorrection, varMeta, nil)
+	r.define(AtenLinalgVectorNorm,
+		func(n *Node) (Meta, error) {
 			if _, err := n.ParamFloat("ord"); err != nil {
 				return Meta{}, err
 			}
 			return rdReduceMeta(n, 2, 3, floatDT)
 		},
-	})
+		nil,
+	)
 
-	r.Register(&Op{Name: "aten.nll_loss_forward.default", Shape: rdNLLMeta})
-	r.Register(&Op{Name: "aten.nll_loss2d_forward.default", Shape: rdNLLMeta})
+	r.define(AtenNllLossForward, rdNLLMeta, nil)
+	r.define(AtenNllLoss2dForward, rdNLLMeta, nil)
 }
 
 // rdKwOnly is an argument index past any positional argument: it makes

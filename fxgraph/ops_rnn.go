@@ -2,6 +2,9 @@ package fxgraph
 
 import "fmt"
 
+// XserveRNN is ONNX's RNN, GRU and LSTM as one op (RNNArgs says more).
+var XserveRNN = &Op{Name: "xserve.rnn"}
+
 // RNNArgs are the settings of "xserve.rnn", ONNX's RNN, GRU and LSTM
 // (default activations, sequence-first layout) as one IR op. Its args are
 // (x [seq, batch, input], w [dirs, gates*hidden, input], r [dirs,
@@ -136,5 +139,5 @@ func rnnCompatible(s Shape, want []Dim) bool {
 }
 
 func registerRNN(r *Registry) {
-	r.Register(&Op{Name: "xserve.rnn", Shape: rnnShape})
+	r.define(XserveRNN, rnnShape, nil)
 }

@@ -26,8 +26,8 @@ func TestRNNShape(t *testing.T) {
 			g := New()
 			x := g.AddPlaceholder("x", nnM(f32, "T", "N", 3))
 			w := g.AddPlaceholder("w", c.w)
-			n := g.AddCall("xserve.rnn", []any{x, w, nil, nil, nil, nil, nil}, c.kwargs)
-			info, _ := NewRegistry().Lookup("xserve.rnn")
+			n := g.AddCall(XserveRNN, []any{x, w, nil, nil, nil, nil, nil}, c.kwargs)
+			info, _ := NewRegistry().Lookup(XserveRNN.Name)
 			m, err := info.Shape(n)
 			got := ""
 			if err != nil {

@@ -18,50 +18,49 @@ import (
 // rejecting them, and size arguments (view, expand, full) may be a 1-D
 // integer tensor node instead of a list, which becomes a list once folded.
 func registerShapeOps(r *Registry) {
-	for _, name := range []string{"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"} {
-		r.Register(&Op{Name: name, Shape: shViewShape, Eval: shEvalView})
+	for _, name := range []*Op{AtenView, Aten_UnsafeView, AtenReshape} {
+		r.define(name, shViewShape, shEvalView)
 	}
-	r.Register(&Op{Name: "aten.permute.default", Shape: shPermuteShape, Eval: shEvalPermute})
-	r.Register(&Op{Name: "aten.t.default", Shape: shPermuteShape, Eval: shEvalPermute})
-	r.Register(&Op{Name: "aten.transpose.int", Shape: shPermuteShape, Eval: shEvalPermute})
-	r.Register(&Op{Name: "aten.expand.default", Shape: shExpandShape, Eval: shEvalExpand})
-	r.Register(&Op{Name: "aten.unsqueeze.default", Shape: shUnsqueezeShape, Eval: shEvalView})
-	for _, name := range []string{"aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default"} {
-		r.Register(&Op{Name: name, Shape: shSqueezeShape, Eval: shEvalView})
+	r.define(AtenPermute, shPermuteShape, shEvalPermute)
+	r.define(AtenT, shPermuteShape, shEvalPermute)
+	r.define(AtenTransposeInt, shPermuteShape, shEvalPermute)
+	r.define(AtenExpand, shExpandShape, shEvalExpand)
+	r.define(AtenUnsqueeze, shUnsqueezeShape, shEvalView)
+	for _, name := range []*Op{AtenSqueezeDims, AtenSqueezeDim, AtenSqueeze} {
+		r.define(name, shSqueezeShape, shEvalView)
 	}
-	r.Register(&Op{Name: "aten.cat.default", Shape: shCatShape, Eval: shEvalCat})
-	r.Register(&Op{Name: "aten.split_with_sizes.default", Shape: shSplitShape, Eval: shEvalSplit})
-	r.Register(&Op{Name: "aten.split.Tensor", Shape: shSplitShape, Eval: shEvalSplit})
-	r.Register(&Op{Name: "aten.slice.Tensor", Shape: shSliceShape, Eval: shEvalSlice})
-	r.Register(&Op{Name: "aten.select.int", Shape: shSelectShape, Eval: shEvalSelect})
-	r.Register(&Op{Name: "aten.flip.default", Shape: shSameShape, Eval: shEvalFlip})
-	r.Register(&Op{Name: "aten.index_select.default", Shape: shIndexSelectShape, Eval: shEvalIndexSelect})
-	r.Register(&Op{Name: "aten.gather.default", Shape: shGatherShape, Eval: shEvalGather})
-	r.Register(&Op{Name: "aten.index.Tensor", Shape: shIndexShape, Eval: shEvalIndex})
-	r.Register(&Op{Name: "aten.scatter.src", Shape: shScatterShape, Eval: shEvalScatter})
-	r.Register(&Op{Name: "aten.scatter.value", Shape: shScatterShape, Eval: shEvalScatter})
-	r.Register(&Op{Name: "aten.scatter_reduce.two", Shape: shScatterShape, Eval: shEvalScatter})
-	r.Register(&Op{Name: "aten.index_put.default", Shape: shIndexPutShape, Eval: shEvalIndexPut})
-	r.Register(&Op{Name: "aten.constant_pad_nd.default", Shape: shPadShape, Eval: shEvalPad})
-	for _, mode := range []string{"reflection", "replication"} {
-		for nd := 1; nd <= 3; nd++ {
-			r.Register(&Op{Name: fmt.Sprintf("aten.%s_pad%dd.default", mode, nd), Shape: shPadShape, Eval: shEvalPad})
-		}
+	r.define(AtenCat, shCatShape, shEvalCat)
+	r.define(AtenSplitWithSizes, shSplitShape, shEvalSplit)
+	r.define(AtenSplitTensor, shSplitShape, shEvalSplit)
+	r.define(AtenSliceTensor, shSliceShape, shEvalSlice)
+	r.define(AtenSelectInt, shSelectShape, shEvalSelect)
+	r.define(AtenFlip, shSameShape, shEvalFlip)
+	r.define(AtenIndexSelect, shIndexSelectShape, shEvalIndexSelect)
+	r.define(AtenGather, shGatherShape, shEvalGather)
+	r.define(AtenIndexTensor, shIndexShape, shEvalIndex)
+	r.define(AtenScatterSrc, shScatterShape, shEvalScatter)
+	r.define(AtenScatterValue, shScatterShape, shEvalScatter)
+	r.define(AtenScatterReduceTwo, shScatterShape, shEvalScatter)
+	r.define(AtenIndexPut, shIndexPutShape, shEvalIndexPut)
+	r.define(AtenConstantPadNd, shPadShape, shEvalPad)
+	for _, op := range []*Op{AtenReflectionPad1d, AtenReflectionPad2d, AtenReflectionPad3d,
+		AtenReplicationPad1d, AtenReplicationPad2d, AtenReplicationPad3d} {
+		r.define(op, shPadShape, shEvalPad)
 	}
-	r.Register(&Op{Name: "aten.full.default", Shape: shFullShape, Eval: shEvalFull})
-	r.Register(&Op{Name: "aten.arange.start_step", Shape: shArangeShape, Eval: shEvalArange})
-	r.Register(&Op{Name: "aten.arange.start", Shape: shArangeShape, Eval: shEvalArange})
-	r.Register(&Op{Name: "aten.arange.default", Shape: shArangeShape, Eval: shEvalArange})
-	r.Register(&Op{Name: "aten.repeat.default", Shape: shRepeatShape, Eval: shEvalRepeat})
-	r.Register(&Op{Name: "aten.triu.default", Shape: shTriShape, Eval: shEvalTri})
-	r.Register(&Op{Name: "aten.tril.default", Shape: shTriShape, Eval: shEvalTri})
-	r.Register(&Op{Name: "aten.pixel_shuffle.default", Shape: shPixelShape, Eval: shEvalPixel})
-	r.Register(&Op{Name: "aten.pixel_unshuffle.default", Shape: shPixelShape, Eval: shEvalPixel})
-	r.Register(&Op{Name: "aten._shape_as_tensor.default", Shape: shShapeAsTensorShape, Eval: shEvalShapeOf, ShapeOnly: true})
-	r.Register(&Op{Name: "aten.sym_size.int", Shape: shScalarInt64Shape, Eval: shEvalShapeOf, ShapeOnly: true})
-	r.Register(&Op{Name: "aten.numel.default", Shape: shScalarInt64Shape, Eval: shEvalShapeOf, ShapeOnly: true})
-	r.Register(&Op{Name: "aten.alias.default", Shape: shSameShape, Eval: shEvalView})
-	r.Register(&Op{Name: "aten.lift_fresh_copy.default", Shape: shSameShape, Eval: shEvalView})
+	r.define(AtenFull, shFullShape, shEvalFull)
+	r.define(AtenArangeStartStep, shArangeShape, shEvalArange)
+	r.define(AtenArangeStart, shArangeShape, shEvalArange)
+	r.define(AtenArange, shArangeShape, shEvalArange)
+	r.define(AtenRepeat, shRepeatShape, shEvalRepeat)
+	r.define(AtenTriu, shTriShape, shEvalTri)
+	r.define(AtenTril, shTriShape, shEvalTri)
+	r.define(AtenPixelShuffle, shPixelShape, shEvalPixel)
+	r.define(AtenPixelUnshuffle, shPixelShape, shEvalPixel)
+	r.define(Aten_ShapeAsTensor, shShapeAsTensorShape, shEvalShapeOf).ShapeOnly = true
+	r.define(AtenSymSizeInt, shScalarInt64Shape, shEvalShapeOf).ShapeOnly = true
+	r.define(AtenNumel, shScalarInt64Shape, shEvalShapeOf).ShapeOnly = true
+	r.define(AtenAlias, shSameShape, shEvalView)
+	r.define(AtenLiftFreshCopy, shSameShape, shEvalView)
 }
 
 // shErr formats an error naming the node.
@@ -144,7 +143,7 @@ func shScalarDim(n *Node, e any) (Dim, error) {
 			return D(t.Int64At(0)), nil
 		}
 	}
-	if m.Op == CallFunction && m.Target == "aten.sym_size.int" {
+	if m.Opcode == CallFunction && m.Op == AtenSymSizeInt {
 		if src, ok := m.Arg(0).(*Node); ok && len(src.Meta.Vals) == 1 {
 			s := src.Meta.Vals[0].Shape
 			if d, ok := AsInt(m.Arg(1)); ok {
@@ -257,15 +256,15 @@ func shPerm(n *Node, rank int) ([]int, error) {
 	for i := range perm {
 		perm[i] = i
 	}
-	switch n.Target {
-	case "aten.t.default":
+	switch n.Op {
+	case AtenT:
 		if rank > 2 {
 			return nil, shErr(n, "t() expects a tensor of rank <= 2, got rank %d", rank)
 		}
 		if rank == 2 {
 			perm[0], perm[1] = 1, 0
 		}
-	case "aten.transpose.int":
+	case AtenTransposeInt:
 		d0, err := n.IntArg(1, "dim0", 0)
 		if err != nil {
 			return nil, err
@@ -395,13 +394,13 @@ func shUnsqueezeShape(n *Node) (Meta, error) {
 func shSqueezeDims(n *Node, s Shape) ([]bool, error) {
 	drop := make([]bool, len(s))
 	var dims []int64
-	switch n.Target {
-	case "aten.squeeze.default":
+	switch n.Op {
+	case AtenSqueeze:
 		for i, d := range s {
 			drop[i] = d == D(1)
 		}
 		return drop, nil
-	case "aten.squeeze.dim":
+	case AtenSqueezeDim:
 		d, err := n.IntArg(1, "dim", 0)
 		if err != nil {
 			return nil, err
@@ -567,7 +566,7 @@ func shSplitSizes(n *Node, s Shape) (int, []int64, error) {
 		return 0, nil, shErr(n, "%v", err)
 	}
 	size := s[dim]
-	if n.Target == "aten.split.Tensor" {
+	if n.Op == AtenSplitTensor {
 		k, err := n.IntArg(1, "split_size", 0)
 		if err != nil {
 			return 0, nil, err
@@ -947,7 +946,7 @@ func shScatterShape(n *Node) (Meta, error) {
 	if _, err := NormDim(d, max(x.Rank(), 1)); err != nil {
 		return Meta{}, shErr(n, "%v", err)
 	}
-	if n.Target != "aten.scatter.value" {
+	if n.Op != AtenScatterValue {
 		src, err := n.InputMeta(3)
 		if err != nil {
 			return Meta{}, err
@@ -956,7 +955,7 @@ func shScatterShape(n *Node) (Meta, error) {
 			return Meta{}, shErr(n, "src %s and index %s must have the same rank", src.Shape, idx.Shape)
 		}
 	}
-	if n.Target == "aten.scatter_reduce.two" {
+	if n.Op == AtenScatterReduceTwo {
 		v, _ := n.Param("reduce")
 		red, _ := v.(string)
 		switch red {
@@ -994,7 +993,7 @@ func shIndexPutShape(n *Node) (Meta, error) {
 // dim order (PyTorch lists pads from the last dim backwards).
 func shPadAmounts(n *Node, rank int) ([][2]int64, error) {
 	name := "pad"
-	if n.Target != "aten.constant_pad_nd.default" {
+	if n.Op != AtenConstantPadNd {
 		name = "padding"
 	}
 	pad, err := n.IntsArg(1, name, nil)
@@ -1004,7 +1003,7 @@ func shPadAmounts(n *Node, rank int) ([][2]int64, error) {
 	if len(pad)%2 != 0 || len(pad)/2 > rank {
 		return nil, shErr(n, "padding %v must have an even length <= 2*rank (%d)", pad, 2*rank)
 	}
-	if n.Target != "aten.constant_pad_nd.default" {
+	if n.Op != AtenConstantPadNd {
 		nd := shPadND(n.Target)
 		if len(pad) != 2*nd || (rank != nd+1 && rank != nd+2) {
 			return nil, shErr(n, "wants %d padding values and an input of rank %d or %d, got %v and rank %d", 2*nd, nd+1, nd+2, pad, rank)
@@ -1036,7 +1035,7 @@ func shPadShape(n *Node) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	reflect := n.Target != "aten.constant_pad_nd.default"
+	reflect := n.Op != AtenConstantPadNd
 	out := x.Shape.Clone()
 	for i, p := range pads {
 		if p == [2]int64{} {
@@ -1120,10 +1119,10 @@ func shFullShape(n *Node) (Meta, error) {
 
 // shArangeArgs returns start, end and step of an arange node.
 func shArangeArgs(n *Node) (start, end, step any, err error) {
-	switch n.Target {
-	case "aten.arange.default":
+	switch n.Op {
+	case AtenArange:
 		start, end, step = int64(0), n.ArgOr(0, "end", nil), int64(1)
-	case "aten.arange.start":
+	case AtenArangeStart:
 		end, step = n.ArgOr(1, "end", nil), int64(1)
 		start, err = n.Param("start")
 	default:
@@ -1284,12 +1283,21 @@ func shTriShape(n *Node) (Meta, error) {
 	return One(x.DType, x.Shape.Clone()), nil
 }
 
+// PixelFactor returns the upscale factor of a pixel_shuffle node or the
+// downscale factor of a pixel_unshuffle node.
+func PixelFactor(n *Node) (int64, error) {
+	if n.Op == AtenPixelUnshuffle {
+		return n.ParamInt("downscale_factor")
+	}
+	return n.ParamInt("upscale_factor")
+}
+
 func shPixelShape(n *Node) (Meta, error) {
 	x, err := n.InputMeta(0)
 	if err != nil {
 		return Meta{}, err
 	}
-	r, err := n.ParamInt("factor")
+	r, err := PixelFactor(n)
 	if err != nil {
 		return Meta{}, err
 	}
@@ -1314,7 +1322,7 @@ func shPixelShape(n *Node) (Meta, error) {
 		}
 		return D(d.Size / r), nil
 	}
-	up := n.Target == "aten.pixel_shuffle.default"
+	up := n.Op == AtenPixelShuffle
 	if up {
 		if c.IsStatic() && c.Size%(r*r) != 0 {
 			return Meta{}, shErr(n, "channels %d not divisible by %d", c.Size, r*r)
@@ -1351,7 +1359,7 @@ func shScalarInt64Shape(n *Node) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	if n.Target == "aten.sym_size.int" {
+	if n.Op == AtenSymSizeInt {
 		d, err := n.IntArg(1, "dim", 0)
 		if err != nil {
 			return Meta{}, err

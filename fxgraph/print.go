@@ -18,9 +18,9 @@ func (g *Graph) String() string {
 	b.WriteString("graph():\n")
 	for n := g.head; n != nil; n = n.next {
 		b.WriteString("    ")
-		switch n.Op {
+		switch n.Opcode {
 		case Placeholder, GetAttr:
-			fmt.Fprintf(&b, "%%%s : %s [num_users=%d] = %s[target=%s]\n", n.Name, n.Meta, len(n.users), n.Op, n.Target)
+			fmt.Fprintf(&b, "%%%s : %s [num_users=%d] = %s[target=%s]\n", n.Name, n.Meta, len(n.users), n.Opcode, n.Target)
 		case Output:
 			names := make([]string, 0)
 			for _, o := range g.Outputs() {
@@ -29,7 +29,7 @@ func (g *Graph) String() string {
 			fmt.Fprintf(&b, "return (%s,)\n", strings.Join(names, ", "))
 		default:
 			fmt.Fprintf(&b, "%%%s : %s [num_users=%d] = %s[target=%s](args = %s, kwargs = %s)\n",
-				n.Name, n.Meta, len(n.users), n.Op, n.Target, FormatArgs(n.Args), FormatKwargs(n.Kwargs))
+				n.Name, n.Meta, len(n.users), n.Opcode, n.Target, FormatArgs(n.Args), FormatKwargs(n.Kwargs))
 		}
 	}
 	for _, name := range g.subgraphNames() {
@@ -59,14 +59,14 @@ func (g *Graph) Table() string {
 	fmt.Fprintln(w, "------\t----\t------\t----\t------\t----")
 	for n := g.head; n != nil; n = n.next {
 		args := FormatArgs(n.Args)
-		if n.Op == Placeholder || n.Op == GetAttr {
+		if n.Opcode == Placeholder || n.Opcode == GetAttr {
 			args = "()"
 		}
 		meta := n.Meta.String()
-		if n.Op == Output {
+		if n.Opcode == Output {
 			meta = ""
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Op, n.Name, n.Target, args, FormatKwargs(n.Kwargs), meta)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Opcode, n.Name, n.Target, args, FormatKwargs(n.Kwargs), meta)
 	}
 	w.Flush()
 	for _, name := range g.subgraphNames() {

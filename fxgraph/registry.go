@@ -26,41 +26,44 @@ type EvalFunc func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor,
 // before specialization (for example a reshape to a size computed at run time).
 var Unknown = Dim{Sym: "?"}
 
-// Registry indexes operators by target name for the passes (shape
-// propagation, folding, specialization). NewRegistry gives one over every Op
-// of the IR; it is read-only after that and safe for concurrent use.
+// Registry indexes the operators of the IR by target name for the passes
+// (shape propagation, folding, specialization). NewRegistry gives one over
+// every Op of the IR; it is read-only and safe for concurrent use.
 type Registry struct {
 	ops map[string]*Op
-	// frozen marks a registry over the shared op table: Register panics.
-	frozen bool
 }
 
 // NewRegistry returns a registry holding every operator of the IR (Ops).
 func NewRegistry() *Registry {
-	return &Registry{ops: opTable, frozen: true}
+	return &Registry{ops: opTable}
 }
 
-// Register adds op under its name. Registering a name twice, an op without
-// a shape rule, or into the shared registry (NewRegistry) is a programming
-// error and panics.
-func (r *Registry) Register(op *Op) {
-	if r.frozen {
-		panic("fxgraph: Register on the shared registry: define the op in this package's init instead (" + op.Name + ")")
-	}
+// define gives op its shape rule and folding and adds it to the IR.
+// Defining an op twice or without a shape rule is a programming error and
+// panics.
+func (r *Registry) define(op *Op, shape ShapeFunc, eval EvalFunc) *Op {
 	if _, dup := r.ops[op.Name]; dup {
-		panic("fxgraph: operator registered twice: " + op.Name)
+		panic("fxgraph: operator defined twice: " + op.Name)
 	}
-	if op.Shape == nil {
-		panic("fxgraph: operator registered without a shape function: " + op.Name)
+	if shape == nil {
+		panic("fxgraph: operator defined without a shape function: " + op.Name)
 	}
+	if allOps[op.Name] != op {
+		panic("fxgraph: operator " + op.Name + " is not the value OpByName returns")
+	}
+	op.Shape, op.Eval = shape, eval
 	r.ops[op.Name] = op
+	return op
 }
 
-// Lookup returns the operator called target.
+// Lookup returns the operator of the IR called target.
 func (r *Registry) Lookup(target string) (*Op, bool) {
 	op, ok := r.ops[target]
 	return op, ok
 }
+
+// Has reports whether op is an operator of this registry.
+func (r *Registry) Has(op *Op) bool { return op != nil && r.ops[op.Name] == op }
 
 // Targets returns every registered target, sorted.
 func (r *Registry) Targets() []string {
@@ -125,17 +128,19 @@ func (r *Registry) unsupported(n *Node) error {
 // from the placeholders' and constants' Meta. Errors name the node.
 func (r *Registry) PropagateShapes(g *Graph) error {
 	for n := g.head; n != nil; n = n.next {
-		switch n.Op {
+		switch n.Opcode {
 		case GetAttr:
 			if t, ok := g.Attrs[n.Target]; ok {
 				n.Meta = Meta{Vals: []TensorMeta{{DType: t.DType, Shape: StaticShape(t.Shape...)}}}
 			}
 		case CallFunction:
-			info, ok := r.ops[n.Target]
-			if !ok {
+			if !r.Has(n.Op) {
 				return r.unsupported(n)
 			}
-			m, err := info.Shape(n)
+			if err := n.Op.CheckArgs(n); err != nil {
+				return err
+			}
+			m, err := n.Op.Shape(n)
 			if err != nil {
 				return fmt.Errorf("shape of %s (%s): %w", n.Name, n.Target, err)
 			}
@@ -148,7 +153,7 @@ func (r *Registry) PropagateShapes(g *Graph) error {
 // ConstValue returns the constant tensor a node holds (a get_attr of a
 // tensor), or nil.
 func (g *Graph) ConstValue(n *Node) *tensor.Tensor {
-	if n == nil || n.Op != GetAttr || n.graph != g {
+	if n == nil || n.Opcode != GetAttr || n.graph != g {
 		return nil
 	}
 	return g.Attrs[n.Target]
@@ -162,11 +167,11 @@ func (g *Graph) ConstValue(n *Node) *tensor.Tensor {
 func (r *Registry) FoldConstants(g *Graph, maxElements int64) (int, error) {
 	folded := 0
 	for _, n := range g.Nodes() {
-		if n.Op != CallFunction || n.graph != g {
+		if n.Opcode != CallFunction || n.graph != g {
 			continue
 		}
-		info, ok := r.ops[n.Target]
-		if !ok || info.Eval == nil || !foldable(g, n, info, maxElements) {
+		info := n.Op
+		if !r.Has(info) || info.Eval == nil || !foldable(g, n, info, maxElements) {
 			continue
 		}
 		outs, err := info.Eval(n, g.ConstValue)
@@ -227,7 +232,7 @@ func (g *Graph) replaceWithConstants(n *Node, outs []*tensor.Tensor) error {
 		return nil
 	}
 	for _, u := range n.Users() {
-		if u.Target != GetItem {
+		if u.Op != GetItem {
 			return nil // used as a whole tuple: leave it
 		}
 	}
@@ -303,19 +308,14 @@ func (r *Registry) Specialize(g *Graph, dims map[string]int64, maxFold int64) (*
 	return s, nil
 }
 
-func registerGetItem(r *Registry) {
-	r.Register(&Op{
-		Name: GetItem,
-		Shape: func(n *Node) (Meta, error) {
-			src, err := n.InputNode(0)
-			if err != nil {
-				return Meta{}, err
-			}
-			i, ok := AsInt(n.Arg(1))
-			if !ok || i < 0 || int(i) >= len(src.Meta.Vals) {
-				return Meta{}, fmt.Errorf("getitem index %s out of range for %s", FormatArg(n.Arg(1)), src.Meta)
-			}
-			return Meta{Vals: []TensorMeta{src.Meta.Vals[i]}}, nil
-		},
-	})
+func getItemShape(n *Node) (Meta, error) {
+	src, err := n.InputNode(0)
+	if err != nil {
+		return Meta{}, err
+	}
+	i, ok := AsInt(n.Arg(1))
+	if !ok || i < 0 || int(i) >= len(src.Meta.Vals) {
+		return Meta{}, fmt.Errorf("getitem index %s out of range for %s", FormatArg(n.Arg(1)), src.Meta)
+	}
+	return Meta{Vals: []TensorMeta{src.Meta.Vals[i]}}, nil
 }

@@ -11,8 +11,8 @@ import (
 
 // registerControlFlow registers the rules of the higher-order operators.
 func registerControlFlow(r *Registry) {
-	r.Register(fxgraph.MustOp(fxgraph.Cond), lowerCond)
-	r.Register(fxgraph.MustOp(fxgraph.WhileLoop), lowerWhile)
+	r.Register(fxgraph.Cond, lowerCond)
+	r.Register(fxgraph.WhileLoop, lowerWhile)
 }
 
 // lowerWhile lowers while_loop to stablehlo.while, whose values are the
@@ -150,7 +150,7 @@ func (ctx *Context) lowerSubgraph(fn *hlo.Function, sub *fxgraph.Graph, operands
 		sc.values[p] = []*stablehlo.Value{v}
 	}
 	for _, n := range sub.Nodes() {
-		if n.Op != fxgraph.GetAttr {
+		if n.Opcode != fxgraph.GetAttr {
 			continue
 		}
 		t := sub.Attrs[n.Target]

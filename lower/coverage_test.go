@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
@@ -32,11 +32,13 @@ func TestOpsRun(t *testing.T) {
 	img := in("img", tensor.Float32, 1, 1, 3, 3) // 1..9
 	seq := in("seq", tensor.Float32, 1, 1, 4)    // 1..4
 	vol := in("vol", tensor.Float32, 1, 1, 2, 2, 2)
-	call := func(target string, args ...any) *fxgraph.Node { return g.AddCall(target, args, nil) }
-	callKw := func(target string, kw map[string]any, args ...any) *fxgraph.Node { return g.AddCall(target, args, kw) }
+	call := func(target *fxgraph.Op, args ...any) *fxgraph.Node { return g.AddCall(target, args, nil) }
+	callKw := func(target *fxgraph.Op, kw map[string]any, args ...any) *fxgraph.Node {
+		return g.AddCall(target, args, kw)
+	}
 	item := func(n *fxgraph.Node, idx int64) *fxgraph.Node { return call(fxgraph.GetItem, n, idx) }
-	neg := call("aten.lt.Scalar", x, 0.0)      // x < 0
-	pos := call("aten.gt.Scalar", i, int64(0)) // i > 0
+	neg := call(fxgraph.AtenLtScalar, x, 0.0)      // x < 0
+	pos := call(fxgraph.AtenGtScalar, i, int64(0)) // i > 0
 
 	type check struct {
 		node  *fxgraph.Node
@@ -69,157 +71,157 @@ func TestOpsRun(t *testing.T) {
 		checks = append(checks, check{n, shape, want})
 	}
 	s23 := []int64{2, 3}
-	abs1 := call("aten.add.Scalar", call("aten.abs.default", x), 1.0) // |x|+1
+	abs1 := call(fxgraph.AtenAddScalar, call(fxgraph.AtenAbs, x), 1.0) // |x|+1
 	a1 := each(xs, func(v float64) float64 { return math.Abs(v) + 1 })
 
 	// Float elementwise.
 	for _, c := range []struct {
-		target string
+		target *fxgraph.Op
 		arg    *fxgraph.Node
 		vals   []float64
 		f      func(float64) float64
 	}{
-		{"aten.ceil.default", x, xs, math.Ceil},
-		{"aten.floor.default", x, xs, math.Floor},
-		{"aten.cos.default", x, xs, math.Cos},
-		{"aten.sin.default", x, xs, math.Sin},
-		{"aten.tan.default", x, xs, math.Tan},
-		{"aten.tanh.default", x, xs, math.Tanh},
-		{"aten.erf.default", x, xs, math.Erf},
-		{"aten.exp.default", x, xs, math.Exp},
-		{"aten.exp2.default", x, xs, math.Exp2},
-		{"aten.sigmoid.default", x, xs, func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }},
-		{"aten.log.default", abs1, a1, math.Log},
-		{"aten.log10.default", abs1, a1, math.Log10},
-		{"aten.log1p.default", abs1, a1, math.Log1p},
-		{"aten.sqrt.default", abs1, a1, math.Sqrt},
+		{fxgraph.AtenCeil, x, xs, math.Ceil},
+		{fxgraph.AtenFloor, x, xs, math.Floor},
+		{fxgraph.AtenCos, x, xs, math.Cos},
+		{fxgraph.AtenSin, x, xs, math.Sin},
+		{fxgraph.AtenTan, x, xs, math.Tan},
+		{fxgraph.AtenTanh, x, xs, math.Tanh},
+		{fxgraph.AtenErf, x, xs, math.Erf},
+		{fxgraph.AtenExp, x, xs, math.Exp},
+		{fxgraph.AtenExp2, x, xs, math.Exp2},
+		{fxgraph.AtenSigmoid, x, xs, func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }},
+		{fxgraph.AtenLog, abs1, a1, math.Log},
+		{fxgraph.AtenLog10, abs1, a1, math.Log10},
+		{fxgraph.AtenLog1p, abs1, a1, math.Log1p},
+		{fxgraph.AtenSqrt, abs1, a1, math.Sqrt},
 	} {
 		add(call(c.target, c.arg), s23, each(c.vals, c.f))
 	}
-	add(call("aten.atan2.default", x, y), s23, each2(xs, ys, math.Atan2))
-	add(call("aten.mul.Tensor", x, y), s23, each2(xs, ys, func(a, b float64) float64 { return a * b }))
-	add(call("aten.sub.Tensor", x, y), s23, each2(xs, ys, func(a, b float64) float64 { return a - b }))
-	add(call("aten.sub.Scalar", x, 1.0), s23, each(xs, func(v float64) float64 { return v - 1 }))
-	add(call("aten.rsub.Scalar", x, 1.0), s23, each(xs, func(v float64) float64 { return 1 - v }))
-	add(call("aten.rsub.Tensor", x, y), s23, each2(xs, ys, func(a, b float64) float64 { return b - a }))
-	add(call("aten.div.Scalar", x, 2.0), s23, each(xs, func(v float64) float64 { return v / 2 }))
-	add(callKw("aten.div.Scalar_mode", map[string]any{"rounding_mode": "floor"}, x, 2.0), s23, each(xs, func(v float64) float64 { return math.Floor(v / 2) }))
-	add(call("aten.pow.Tensor_Scalar", x, 2.0), s23, each(xs, func(v float64) float64 { return v * v }))
-	add(call("aten.pow.Tensor_Tensor", abs1, y), s23, each2(a1, ys, math.Pow))
-	add(call("aten.fmod.Scalar", x, 0.75), s23, each(xs, func(v float64) float64 { return math.Mod(v, 0.75) }))
-	add(call("aten.clamp.Tensor", x, call("aten.neg.default", call("aten.abs.default", y)), call("aten.abs.default", y)), s23,
+	add(call(fxgraph.AtenAtan2, x, y), s23, each2(xs, ys, math.Atan2))
+	add(call(fxgraph.AtenMulTensor, x, y), s23, each2(xs, ys, func(a, b float64) float64 { return a * b }))
+	add(call(fxgraph.AtenSubTensor, x, y), s23, each2(xs, ys, func(a, b float64) float64 { return a - b }))
+	add(call(fxgraph.AtenSubScalar, x, 1.0), s23, each(xs, func(v float64) float64 { return v - 1 }))
+	add(call(fxgraph.AtenRsubScalar, x, 1.0), s23, each(xs, func(v float64) float64 { return 1 - v }))
+	add(call(fxgraph.AtenRsubTensor, x, y), s23, each2(xs, ys, func(a, b float64) float64 { return b - a }))
+	add(call(fxgraph.AtenDivScalar, x, 2.0), s23, each(xs, func(v float64) float64 { return v / 2 }))
+	add(callKw(fxgraph.AtenDivScalarMode, map[string]any{"rounding_mode": "floor"}, x, 2.0), s23, each(xs, func(v float64) float64 { return math.Floor(v / 2) }))
+	add(call(fxgraph.AtenPowTensorScalar, x, 2.0), s23, each(xs, func(v float64) float64 { return v * v }))
+	add(call(fxgraph.AtenPowTensorTensor, abs1, y), s23, each2(a1, ys, math.Pow))
+	add(call(fxgraph.AtenFmodScalar, x, 0.75), s23, each(xs, func(v float64) float64 { return math.Mod(v, 0.75) }))
+	add(call(fxgraph.AtenClampTensor, x, call(fxgraph.AtenNeg, call(fxgraph.AtenAbs, y)), call(fxgraph.AtenAbs, y)), s23,
 		each2(xs, ys, func(a, b float64) float64 { return math.Min(math.Max(a, -math.Abs(b)), math.Abs(b)) }))
-	add(call("aten.where.self", neg, x, y), s23, each2(xs, ys, func(a, b float64) float64 {
+	add(call(fxgraph.AtenWhereSelf, neg, x, y), s23, each2(xs, ys, func(a, b float64) float64 {
 		if a < 0 {
 			return a
 		}
 		return b
 	}))
-	add(call("aten.where.Scalar", neg, 1.0, 2.0), s23, each(xs, func(v float64) float64 { return 2 - b2f(v < 0) }))
-	add(call("aten.where.ScalarSelf", neg, 5.0, y), s23, each2(xs, ys, func(a, b float64) float64 {
+	add(call(fxgraph.AtenWhereScalar, neg, 1.0, 2.0), s23, each(xs, func(v float64) float64 { return 2 - b2f(v < 0) }))
+	add(call(fxgraph.AtenWhereScalarSelf, neg, 5.0, y), s23, each2(xs, ys, func(a, b float64) float64 {
 		if a < 0 {
 			return 5
 		}
 		return b
 	}))
-	inf := call("aten.div.Scalar", x, 0.0)
-	add(call("aten.isfinite.default", x), s23, each(xs, func(float64) float64 { return 1 }))
-	add(call("aten.isinf.default", inf), s23, each(xs, func(float64) float64 { return 1 }))
-	add(call("aten.isnan.default", call("aten.sub.Tensor", inf, inf)), s23, each(xs, func(float64) float64 { return 1 }))
+	inf := call(fxgraph.AtenDivScalar, x, 0.0)
+	add(call(fxgraph.AtenIsfinite, x), s23, each(xs, func(float64) float64 { return 1 }))
+	add(call(fxgraph.AtenIsinf, inf), s23, each(xs, func(float64) float64 { return 1 }))
+	add(call(fxgraph.AtenIsnan, call(fxgraph.AtenSubTensor, inf, inf)), s23, each(xs, func(float64) float64 { return 1 }))
 
 	// Comparisons.
-	cmp := func(target string, a *fxgraph.Node, av []float64, b any, bv []float64, f func(a, b float64) bool) {
+	cmp := func(target *fxgraph.Op, a *fxgraph.Node, av []float64, b any, bv []float64, f func(a, b float64) bool) {
 		add(call(target, a, b), s23, each2(av, bv, func(p, q float64) float64 { return b2f(f(p, q)) }))
 	}
 	ones := each(xs, func(float64) float64 { return 1 })
-	cmp("aten.eq.Scalar", x, xs, 1.0, ones, func(a, b float64) bool { return a == b })
-	cmp("aten.ne.Scalar", x, xs, 1.0, ones, func(a, b float64) bool { return a != b })
-	cmp("aten.ge.Scalar", x, xs, 1.0, ones, func(a, b float64) bool { return a >= b })
-	cmp("aten.gt.Scalar", x, xs, 1.0, ones, func(a, b float64) bool { return a > b })
-	cmp("aten.le.Scalar", x, xs, 1.0, ones, func(a, b float64) bool { return a <= b })
-	cmp("aten.eq.Tensor", i, is, j, js, func(a, b float64) bool { return a == b })
-	cmp("aten.ne.Tensor", i, is, j, js, func(a, b float64) bool { return a != b })
-	cmp("aten.gt.Tensor", i, is, j, js, func(a, b float64) bool { return a > b })
-	cmp("aten.le.Tensor", i, is, j, js, func(a, b float64) bool { return a <= b })
-	cmp("aten.lt.Tensor", i, is, j, js, func(a, b float64) bool { return a < b })
+	cmp(fxgraph.AtenEqScalar, x, xs, 1.0, ones, func(a, b float64) bool { return a == b })
+	cmp(fxgraph.AtenNeScalar, x, xs, 1.0, ones, func(a, b float64) bool { return a != b })
+	cmp(fxgraph.AtenGeScalar, x, xs, 1.0, ones, func(a, b float64) bool { return a >= b })
+	cmp(fxgraph.AtenGtScalar, x, xs, 1.0, ones, func(a, b float64) bool { return a > b })
+	cmp(fxgraph.AtenLeScalar, x, xs, 1.0, ones, func(a, b float64) bool { return a <= b })
+	cmp(fxgraph.AtenEqTensor, i, is, j, js, func(a, b float64) bool { return a == b })
+	cmp(fxgraph.AtenNeTensor, i, is, j, js, func(a, b float64) bool { return a != b })
+	cmp(fxgraph.AtenGtTensor, i, is, j, js, func(a, b float64) bool { return a > b })
+	cmp(fxgraph.AtenLeTensor, i, is, j, js, func(a, b float64) bool { return a <= b })
+	cmp(fxgraph.AtenLtTensor, i, is, j, js, func(a, b float64) bool { return a < b })
 
 	// Integer and logical ops.
 	ii := func(f func(a, b int32) int32) func(a, b float64) float64 {
 		return func(a, b float64) float64 { return float64(f(int32(a), int32(b))) }
 	}
-	add(call("aten.bitwise_and.Tensor", i, j), s23, each2(is, js, ii(func(a, b int32) int32 { return a & b })))
-	add(call("aten.bitwise_or.Tensor", i, j), s23, each2(is, js, ii(func(a, b int32) int32 { return a | b })))
-	add(call("aten.bitwise_or.Scalar", i, int64(3)), s23, each(is, func(v float64) float64 { return float64(int32(v) | 3) }))
-	add(call("aten.bitwise_xor.Scalar", i, int64(3)), s23, each(is, func(v float64) float64 { return float64(int32(v) ^ 3) }))
-	add(call("aten.bitwise_not.default", i), s23, each(is, func(v float64) float64 { return float64(^int32(v)) }))
-	add(call("aten.bitwise_left_shift.Tensor", i, k), s23, each2(is, ks, ii(func(a, b int32) int32 { return a << b })))
-	add(call("aten.bitwise_left_shift.Tensor_Scalar", i, int64(2)), s23, each(is, func(v float64) float64 { return float64(int32(v) << 2) }))
-	add(call("aten.bitwise_right_shift.Tensor", i, k), s23, each2(is, ks, ii(func(a, b int32) int32 { return a >> b })))
-	add(call("aten.bitwise_right_shift.Tensor_Scalar", i, int64(1)), s23, each(is, func(v float64) float64 { return float64(int32(v) >> 1) }))
+	add(call(fxgraph.AtenBitwiseAndTensor, i, j), s23, each2(is, js, ii(func(a, b int32) int32 { return a & b })))
+	add(call(fxgraph.AtenBitwiseOrTensor, i, j), s23, each2(is, js, ii(func(a, b int32) int32 { return a | b })))
+	add(call(fxgraph.AtenBitwiseOrScalar, i, int64(3)), s23, each(is, func(v float64) float64 { return float64(int32(v) | 3) }))
+	add(call(fxgraph.AtenBitwiseXorScalar, i, int64(3)), s23, each(is, func(v float64) float64 { return float64(int32(v) ^ 3) }))
+	add(call(fxgraph.AtenBitwiseNot, i), s23, each(is, func(v float64) float64 { return float64(^int32(v)) }))
+	add(call(fxgraph.AtenBitwiseLeftShiftTensor, i, k), s23, each2(is, ks, ii(func(a, b int32) int32 { return a << b })))
+	add(call(fxgraph.AtenBitwiseLeftShiftTensorScalar, i, int64(2)), s23, each(is, func(v float64) float64 { return float64(int32(v) << 2) }))
+	add(call(fxgraph.AtenBitwiseRightShiftTensor, i, k), s23, each2(is, ks, ii(func(a, b int32) int32 { return a >> b })))
+	add(call(fxgraph.AtenBitwiseRightShiftTensorScalar, i, int64(1)), s23, each(is, func(v float64) float64 { return float64(int32(v) >> 1) }))
 	lx := each(xs, func(v float64) float64 { return b2f(v < 0) })
 	li := each(is, func(v float64) float64 { return b2f(v > 0) })
-	add(call("aten.logical_and.default", neg, pos), s23, each2(lx, li, func(a, b float64) float64 { return a * b }))
-	add(call("aten.logical_xor.default", neg, pos), s23, each2(lx, li, func(a, b float64) float64 { return b2f(a != b) }))
-	add(call("aten.logical_not.default", neg), s23, each(lx, func(v float64) float64 { return 1 - v }))
+	add(call(fxgraph.AtenLogicalAnd, neg, pos), s23, each2(lx, li, func(a, b float64) float64 { return a * b }))
+	add(call(fxgraph.AtenLogicalXor, neg, pos), s23, each2(lx, li, func(a, b float64) float64 { return b2f(a != b) }))
+	add(call(fxgraph.AtenLogicalNot, neg), s23, each(lx, func(v float64) float64 { return 1 - v }))
 
 	// Reductions.
-	add(call("aten.all.dim", pos, int64(1)), []int64{2}, []float64{0, 0})
-	add(call("aten.all.dims", neg, []any{int64(0), int64(1)}), nil, []float64{0})
-	add(call("aten.any.default", pos), nil, []float64{1})
-	add(call("aten.any.dims", neg, []any{int64(1)}), []int64{2}, []float64{1, 0})
-	add(call("aten.max.default", x), nil, []float64{3})
-	add(call("aten.min.default", x), nil, []float64{-1.5})
-	mind := call("aten.min.dim", x, int64(1))
+	add(call(fxgraph.AtenAllDim, pos, int64(1)), []int64{2}, []float64{0, 0})
+	add(call(fxgraph.AtenAllDims, neg, []any{int64(0), int64(1)}), nil, []float64{0})
+	add(call(fxgraph.AtenAny, pos), nil, []float64{1})
+	add(call(fxgraph.AtenAnyDims, neg, []any{int64(1)}), []int64{2}, []float64{1, 0})
+	add(call(fxgraph.AtenMax, x), nil, []float64{3})
+	add(call(fxgraph.AtenMin, x), nil, []float64{-1.5})
+	mind := call(fxgraph.AtenMinDim, x, int64(1))
 	add(item(mind, 0), []int64{2}, []float64{-1.5, 1})
 	add(item(mind, 1), []int64{2}, []float64{0, 0})
-	add(call("aten.mean.default", x), nil, []float64{f32(4.25 / 6)})
-	add(call("aten.prod.default", x), nil, []float64{-1.5 * -0.5 * 0.25 * 1 * 2 * 3})
-	add(call("aten.cumprod.default", x, int64(1)), s23, []float64{-1.5, 0.75, 0.1875, 1, 2, 6})
+	add(call(fxgraph.AtenMean, x), nil, []float64{f32(4.25 / 6)})
+	add(call(fxgraph.AtenProd, x), nil, []float64{-1.5 * -0.5 * 0.25 * 1 * 2 * 3})
+	add(call(fxgraph.AtenCumprod, x, int64(1)), s23, []float64{-1.5, 0.75, 0.1875, 1, 2, 6})
 
 	// Shape ops.
-	add(call("aten._unsafe_view.default", x, []any{int64(3), int64(2)}), []int64{3, 2}, xs)
-	add(call("aten.reshape.default", x, []any{int64(6)}), []int64{6}, xs)
-	add(call("aten.alias.default", x), s23, xs)
-	add(call("aten.clone.default", x), s23, xs)
-	add(call("aten.lift_fresh_copy.default", x), s23, xs)
-	x213 := call("aten.view.default", x, []any{int64(2), int64(1), int64(3)})
-	add(call("aten.squeeze.default", x213), s23, xs)
-	add(call("aten.squeeze.dim", x213, int64(1)), s23, xs)
-	add(call("aten.squeeze.dims", x213, []any{int64(1)}), s23, xs)
-	add(call("aten.t.default", x), []int64{3, 2}, []float64{-1.5, 1, -0.5, 2, 0.25, 3})
-	add(call("aten.transpose.int", x, int64(0), int64(1)), []int64{3, 2}, []float64{-1.5, 1, -0.5, 2, 0.25, 3})
-	sp := call("aten.split.Tensor", x, int64(2), int64(1))
+	add(call(fxgraph.Aten_UnsafeView, x, []any{int64(3), int64(2)}), []int64{3, 2}, xs)
+	add(call(fxgraph.AtenReshape, x, []any{int64(6)}), []int64{6}, xs)
+	add(call(fxgraph.AtenAlias, x), s23, xs)
+	add(call(fxgraph.AtenClone, x), s23, xs)
+	add(call(fxgraph.AtenLiftFreshCopy, x), s23, xs)
+	x213 := call(fxgraph.AtenView, x, []any{int64(2), int64(1), int64(3)})
+	add(call(fxgraph.AtenSqueeze, x213), s23, xs)
+	add(call(fxgraph.AtenSqueezeDim, x213, int64(1)), s23, xs)
+	add(call(fxgraph.AtenSqueezeDims, x213, []any{int64(1)}), s23, xs)
+	add(call(fxgraph.AtenT, x), []int64{3, 2}, []float64{-1.5, 1, -0.5, 2, 0.25, 3})
+	add(call(fxgraph.AtenTransposeInt, x, int64(0), int64(1)), []int64{3, 2}, []float64{-1.5, 1, -0.5, 2, 0.25, 3})
+	sp := call(fxgraph.AtenSplitTensor, x, int64(2), int64(1))
 	add(item(sp, 1), []int64{2, 1}, []float64{0.25, 3})
-	add(callKw("aten.arange.default", map[string]any{"dtype": tensor.Int64}, int64(4)), []int64{4}, []float64{0, 1, 2, 3})
-	add(callKw("aten.arange.start", map[string]any{"dtype": tensor.Float32}, int64(2), int64(5)), []int64{3}, []float64{2, 3, 4})
-	add(call("aten.sym_size.int", x, int64(1)), nil, []float64{3})
-	add(call("aten.numel.default", x), nil, []float64{6})
-	idx := call("aten._to_copy.default", call("aten.remainder.Scalar", call("aten.abs.default", j), int64(3)))
+	add(callKw(fxgraph.AtenArange, map[string]any{"dtype": tensor.Int64}, int64(4)), []int64{4}, []float64{0, 1, 2, 3})
+	add(callKw(fxgraph.AtenArangeStart, map[string]any{"dtype": tensor.Float32}, int64(2), int64(5)), []int64{3}, []float64{2, 3, 4})
+	add(call(fxgraph.AtenSymSizeInt, x, int64(1)), nil, []float64{3})
+	add(call(fxgraph.AtenNumel, x), nil, []float64{6})
+	idx := call(fxgraph.Aten_ToCopy, call(fxgraph.AtenRemainderScalar, call(fxgraph.AtenAbs, j), int64(3)))
 	g.SetArgs(idx, idx.Args, map[string]any{"dtype": tensor.Int64})
 	// scatter along dim 1 at |j| % 3 = [[2 2 0] [1 1 2]]
-	add(call("aten.scatter.value", x, int64(1), idx, 9.0), s23, []float64{9, -0.5, 9, 1, 9, 9})
+	add(call(fxgraph.AtenScatterValue, x, int64(1), idx, 9.0), s23, []float64{9, -0.5, 9, 1, 9, 9})
 
 	// Pooling and padding.
-	add(call("aten.avg_pool1d.default", seq, []any{int64(2)}), []int64{1, 1, 2}, []float64{1.5, 3.5})
-	add(call("aten.max_pool1d.default", seq, []any{int64(2)}), []int64{1, 1, 2}, []float64{2, 4})
-	mp1 := call("aten.max_pool1d_with_indices.default", seq, []any{int64(2)})
+	add(call(fxgraph.AtenAvgPool1d, seq, []any{int64(2)}), []int64{1, 1, 2}, []float64{1.5, 3.5})
+	add(call(fxgraph.AtenMaxPool1d, seq, []any{int64(2)}), []int64{1, 1, 2}, []float64{2, 4})
+	mp1 := call(fxgraph.AtenMaxPool1dWithIndices, seq, []any{int64(2)})
 	add(item(mp1, 0), []int64{1, 1, 2}, []float64{2, 4})
 	add(item(mp1, 1), []int64{1, 1, 2}, []float64{1, 3})
-	add(call("aten.avg_pool3d.default", vol, []any{int64(2), int64(2), int64(2)}), []int64{1, 1, 1, 1, 1}, []float64{4.5})
-	mp3 := call("aten.max_pool3d_with_indices.default", vol, []any{int64(2), int64(2), int64(2)})
+	add(call(fxgraph.AtenAvgPool3d, vol, []any{int64(2), int64(2), int64(2)}), []int64{1, 1, 1, 1, 1}, []float64{4.5})
+	mp3 := call(fxgraph.AtenMaxPool3dWithIndices, vol, []any{int64(2), int64(2), int64(2)})
 	add(item(mp3, 0), []int64{1, 1, 1, 1, 1}, []float64{8})
 	add(item(mp3, 1), []int64{1, 1, 1, 1, 1}, []float64{7})
 	pad2 := []any{int64(1), int64(1), int64(1), int64(1)}
-	add(call("aten.reflection_pad2d.default", img, pad2), []int64{1, 1, 5, 5}, pad2d(3, func(r, c int) int { return reflect(r, 3)*3 + reflect(c, 3) + 1 }))
-	add(call("aten.replication_pad2d.default", img, pad2), []int64{1, 1, 5, 5}, pad2d(3, func(r, c int) int { return clampI(r, 3)*3 + clampI(c, 3) + 1 }))
+	add(call(fxgraph.AtenReflectionPad2d, img, pad2), []int64{1, 1, 5, 5}, pad2d(3, func(r, c int) int { return reflect(r, 3)*3 + reflect(c, 3) + 1 }))
+	add(call(fxgraph.AtenReplicationPad2d, img, pad2), []int64{1, 1, 5, 5}, pad2d(3, func(r, c int) int { return clampI(r, 3)*3 + clampI(c, 3) + 1 }))
 	pad3 := []any{int64(1), int64(1), int64(1), int64(1), int64(1), int64(1)}
-	add(call("aten.reflection_pad3d.default", vol, pad3), []int64{1, 1, 4, 4, 4}, pad3d(func(d, r, c int) int { return reflect(d, 2)*4 + reflect(r, 2)*2 + reflect(c, 2) + 1 }))
-	add(call("aten.replication_pad3d.default", vol, pad3), []int64{1, 1, 4, 4, 4}, pad3d(func(d, r, c int) int { return clampI(d, 2)*4 + clampI(r, 2)*2 + clampI(c, 2) + 1 }))
+	add(call(fxgraph.AtenReflectionPad3d, vol, pad3), []int64{1, 1, 4, 4, 4}, pad3d(func(d, r, c int) int { return reflect(d, 2)*4 + reflect(r, 2)*2 + reflect(c, 2) + 1 }))
+	add(call(fxgraph.AtenReplicationPad3d, vol, pad3), []int64{1, 1, 4, 4, 4}, pad3d(func(d, r, c int) int { return clampI(d, 2)*4 + clampI(r, 2)*2 + clampI(c, 2) + 1 }))
 	// nll_loss2d_forward on log-probs [1,2,1,3] with targets [1,0,1]: mean of -lp.
-	lp := call("aten.view.default", x, []any{int64(1), int64(2), int64(1), int64(3)})
-	tgt := call("aten.view.default", call("aten._to_copy.default", call("aten.gt.Scalar", i, int64(0))), []any{int64(2), int64(1), int64(3)})
+	lp := call(fxgraph.AtenView, x, []any{int64(1), int64(2), int64(1), int64(3)})
+	tgt := call(fxgraph.AtenView, call(fxgraph.Aten_ToCopy, call(fxgraph.AtenGtScalar, i, int64(0))), []any{int64(2), int64(1), int64(3)})
 	g.SetArgs(tgt.Args[0].(*fxgraph.Node), tgt.Args[0].(*fxgraph.Node).Args, map[string]any{"dtype": tensor.Int64})
-	nll := call("aten.nll_loss2d_forward.default", lp, call("aten.slice.Tensor", tgt, int64(0), int64(0), int64(1)), nil, int64(1), int64(-100))
+	nll := call(fxgraph.AtenNllLoss2dForward, lp, call(fxgraph.AtenSliceTensor, tgt, int64(0), int64(0), int64(1)), nil, int64(1), int64(-100))
 	// targets (i > 0) of the first row: [0 1 1]; lp[n=0, c, 0, w] = x[c][w].
 	add(item(nll, 0), nil, []float64{f32(-(xs[0] + xs[4] + xs[5]) / 3)})
 	add(item(nll, 1), nil, []float64{3})

@@ -9,8 +9,8 @@
 //
 // Rules live in a Registry keyed by the IR's operator values (*fxgraph.Op),
 // one per op, grouped by family in files (elementwise.go, shape.go, nn.go,
-// reduce.go, control.go); lowering a node looks its op up by the node's
-// target (fxgraph.OpByName) and runs the op's rule. All rules share one
+// reduce.go, control.go); lowering a node runs the rule of its op
+// (Node.Op). All rules share one
 // signature, as JAX's lowering registry does:
 //
 //	func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error)
@@ -23,7 +23,7 @@
 //
 //  1. the Op in package fxgraph (shape rule, argument schema; see its
 //     package doc);
-//  2. here, r.Register(fxgraph.MustOp("aten.foo.default"), lowerFoo) in the
+//  2. here, r.Register(fxgraph.AtenFoo, lowerFoo) in the
 //     family's register function;
 //  3. a test in this package that lowers a node of the op and runs it on the
 //     PJRT plugin, compared with PyTorch or ONNX Runtime.

@@ -233,70 +233,70 @@ func (c *ewChain) sel(p, a, b *stablehlo.Value) *stablehlo.Value {
 
 // ewFloatUnary are the float-valued unary functions, applied to float32 or
 // float64 values.
-var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value{
-	"aten.exp.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+var ewFloatUnary = map[*fxgraph.Op]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value{
+	fxgraph.AtenExp: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.un(hlo.Exponential, x)
 	},
-	"aten.expm1.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenExpm1: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.un(hlo.ExponentialMinusOne, x)
 	},
-	"aten.exp2.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenExp2: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.bin(hlo.Power, c.k(x, 2), x)
 	},
-	"aten.log.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Log, x) },
-	"aten.log1p.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenLog: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Log, x) },
+	fxgraph.AtenLog1p: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.un(hlo.LogPlusOne, x)
 	},
-	"aten.log2.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenLog2: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.bin(hlo.Divide, c.un(hlo.Log, x), c.k(x, math.Ln2))
 	},
-	"aten.log10.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenLog10: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.bin(hlo.Divide, c.un(hlo.Log, x), c.k(x, math.Ln10))
 	},
-	"aten.sqrt.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Sqrt, x) },
-	"aten.rsqrt.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenSqrt: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Sqrt, x) },
+	fxgraph.AtenRsqrt: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.un(hlo.Rsqrt, x)
 	},
-	"aten.reciprocal.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenReciprocal: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.bin(hlo.Divide, c.k(x, 1), x)
 	},
-	"aten.sin.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Sine, x) },
-	"aten.cos.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenSin: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Sine, x) },
+	fxgraph.AtenCos: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.un(hlo.Cosine, x)
 	},
-	"aten.tan.default":  func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Tan, x) },
-	"aten.tanh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Tanh, x) },
-	"aten.sigmoid.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenTan:  func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Tan, x) },
+	fxgraph.AtenTanh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Tanh, x) },
+	fxgraph.AtenSigmoid: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.un(hlo.Logistic, x)
 	},
-	"aten.erf.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Erf, x) },
-	"aten.atan.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenErf: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Erf, x) },
+	fxgraph.AtenAtan: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.bin(hlo.Atan2, x, c.k(x, 1))
 	},
 	// asin(x) = atan2(x, sqrt((1-x)(1+x))); NaN outside [-1, 1].
-	"aten.asin.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenAsin: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
 		r := c.un(hlo.Sqrt, c.bin(hlo.Multiply, c.bin(hlo.Subtract, one, x), c.bin(hlo.Add, one, x)))
 		return c.bin(hlo.Atan2, x, r)
 	},
 	// acos(x) = atan2(sqrt((1-x)(1+x)), x).
-	"aten.acos.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenAcos: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
 		r := c.un(hlo.Sqrt, c.bin(hlo.Multiply, c.bin(hlo.Subtract, one, x), c.bin(hlo.Add, one, x)))
 		return c.bin(hlo.Atan2, r, x)
 	},
 	// sinh(x) = (expm1(x) - expm1(-x)) / 2, accurate near 0.
-	"aten.sinh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenSinh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		d := c.bin(hlo.Subtract, c.un(hlo.ExponentialMinusOne, x), c.un(hlo.ExponentialMinusOne, c.un(hlo.Negate, x)))
 		return c.bin(hlo.Multiply, d, c.k(x, 0.5))
 	},
-	"aten.cosh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenCosh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		s := c.bin(hlo.Add, c.un(hlo.Exponential, x), c.un(hlo.Exponential, c.un(hlo.Negate, x)))
 		return c.bin(hlo.Multiply, s, c.k(x, 0.5))
 	},
 	// asinh(x) = sign(x) * log1p(|x| + x²/(1 + sqrt(1 + x²))), and
 	// sign(x) * (log(|x|) + ln 2) for huge |x| where x² overflows.
-	"aten.asinh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenAsinh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
 		a := c.un(hlo.Abs, x)
 		a2 := c.bin(hlo.Multiply, a, a)
@@ -306,37 +306,37 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		return c.bin(hlo.Multiply, c.un(hlo.Sign, x), r)
 	},
 	// acosh(x) = log1p(t + sqrt(t(t+2))) with t = x-1; log(x) + ln 2 for huge x.
-	"aten.acosh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenAcosh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		t := c.bin(hlo.Subtract, x, c.k(x, 1))
 		small := c.un(hlo.LogPlusOne, c.bin(hlo.Add, t, c.un(hlo.Sqrt, c.bin(hlo.Multiply, t, c.bin(hlo.Add, t, c.k(x, 2))))))
 		big := c.bin(hlo.Add, c.un(hlo.Log, x), c.k(x, math.Ln2))
 		return c.sel(c.cmp(x, c.k(x, 1e15), types.CompareGT), big, small)
 	},
 	// atanh(x) = log1p(2x/(1-x)) / 2.
-	"aten.atanh.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenAtanh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		q := c.bin(hlo.Divide, c.bin(hlo.Add, x, x), c.bin(hlo.Subtract, c.k(x, 1), x))
 		return c.bin(hlo.Multiply, c.un(hlo.LogPlusOne, q), c.k(x, 0.5))
 	},
-	"aten.hardsigmoid.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenHardsigmoid: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.bin(hlo.Divide, ewRelu6(c, c.bin(hlo.Add, x, c.k(x, 3))), c.k(x, 6))
 	},
-	"aten.hardswish.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenHardswish: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		r := c.bin(hlo.Divide, ewRelu6(c, c.bin(hlo.Add, x, c.k(x, 3))), c.k(x, 6))
 		return c.bin(hlo.Multiply, x, r)
 	},
-	"aten.silu.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenSilu: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.bin(hlo.Multiply, x, c.un(hlo.Logistic, x))
 	},
-	"aten.mish.default": func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenMish: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.bin(hlo.Multiply, x, c.un(hlo.Tanh, ewSoftplus(c, x, 1, 20)))
 	},
-	"aten.leaky_relu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenLeakyRelu: func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		s, err := n.ParamFloat("negative_slope")
 		c.do(nil, err)
 		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
 		return c.sel(pos, x, c.bin(hlo.Multiply, x, c.k(x, s)))
 	},
-	"aten.elu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenElu: func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		alpha, err := n.ParamFloat("alpha")
 		c.do(nil, err)
 		scale, err := n.ParamFloat("scale")
@@ -355,7 +355,7 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		}
 		return c.sel(pos, p, neg)
 	},
-	"aten.gelu.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenGelu: func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		a, _ := n.Param("approximate") // checked by the shape rule
 		half := c.bin(hlo.Multiply, x, c.k(x, 0.5))
 		switch a {
@@ -370,7 +370,7 @@ var ewFloatUnary = map[string]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Val
 		c.do(nil, fmt.Errorf("gelu: approximate %s not supported", fxgraph.FormatArg(a)))
 		return nil
 	},
-	"aten.softplus.default": func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenSoftplus: func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		beta, err := n.ParamFloat("beta")
 		c.do(nil, err)
 		th, err := n.ParamFloat("threshold")
@@ -425,8 +425,8 @@ func ewFloatUnaryRule(f func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *s
 }
 
 // ewSameUnary are unary ops that keep the dtype (and accept integers).
-var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error){
-	"aten.neg.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+var ewSameUnary = map[*fxgraph.Op]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error){
+	fxgraph.AtenNeg: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		switch {
 		case dt == tensor.Bool:
 			return nil, fmt.Errorf("neg of a bool tensor is not supported")
@@ -435,13 +435,13 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		}
 		return hlo.Negate(x)
 	},
-	"aten.abs.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenAbs: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool || dt.IsUnsigned() {
 			return x, nil
 		}
 		return hlo.Abs(x)
 	},
-	"aten.sign.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenSign: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
 			return x, nil
 		}
@@ -460,31 +460,31 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		}
 		return hlo.Select(nan, zero, s)
 	},
-	"aten.relu.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenRelu: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
 			return nil, fmt.Errorf("relu of a bool tensor is not supported")
 		}
 		return ewBinConst(ctx, hlo.Maximum, x, 0)
 	},
-	"aten.floor.default": ewRoundRule(hlo.Floor),
-	"aten.ceil.default":  ewRoundRule(hlo.Ceil),
-	"aten.round.default": ewRoundRule(hlo.RoundNearestEven),
-	"aten.trunc.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenFloor: ewRoundRule(hlo.Floor),
+	fxgraph.AtenCeil:  ewRoundRule(hlo.Ceil),
+	fxgraph.AtenRound: ewRoundRule(hlo.RoundNearestEven),
+	fxgraph.AtenTrunc: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return x, nil
 		}
 		return ewTrunc(ctx, x)
 	},
-	"aten.clone.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, _ tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenClone: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, _ tensor.DType) (*stablehlo.Value, error) {
 		return x, nil
 	},
-	"aten.bitwise_not.default": func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenBitwiseNot: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !ewIsIntLike(dt) {
 			return nil, fmt.Errorf("bitwise_not of %s is not supported", dt)
 		}
 		return hlo.Not(x)
 	},
-	"aten.hardtanh.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenHardtanh: func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		lo, err := n.ParamFloat("min_val")
 		if err != nil {
 			return nil, err
@@ -502,7 +502,7 @@ var ewSameUnary = map[string]func(ctx *Context, n *fxgraph.Node, x *stablehlo.Va
 		}
 		return ewBinConst(ctx, hlo.Minimum, y, hi)
 	},
-	"aten.threshold.default": func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenThreshold: func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		th, err := n.ParamFloat("threshold")
 		if err != nil {
 			return nil, err
@@ -536,20 +536,20 @@ func ewRoundRule(op func(*stablehlo.Value) (*stablehlo.Value, error)) func(ctx *
 }
 
 // ewBoolUnary are unary predicates; x keeps its input dtype.
-var ewBoolUnary = map[string]func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error){
-	"aten.logical_not.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+var ewBoolUnary = map[*fxgraph.Op]func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error){
+	fxgraph.AtenLogicalNot: func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
 			return hlo.Not(x)
 		}
 		return ewCmpConst(ctx, x, types.CompareEQ, 0)
 	},
-	"aten.isnan.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenIsnan: func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return ctx.Full(tensor.Bool, 0, ewDims(x))
 		}
 		return ewCompare(x, x, types.CompareNE)
 	},
-	"aten.isinf.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenIsinf: func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return ctx.Full(tensor.Bool, 0, ewDims(x))
 		}
@@ -559,7 +559,7 @@ var ewBoolUnary = map[string]func(ctx *Context, x *stablehlo.Value, dt tensor.DT
 		}
 		return ewCmpConst(ctx, a, types.CompareEQ, math.Inf(1))
 	},
-	"aten.isfinite.default": func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenIsfinite: func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return ctx.Full(tensor.Bool, 1, ewDims(x))
 		}
@@ -627,15 +627,15 @@ func ewFloorAdjust(ctx *Context, a, b *stablehlo.Value, wantRemainder bool) (*st
 	return out, c.err
 }
 
-var ewBinaryRules = map[string]ewBinary{
-	"aten.mul.Tensor":        {f: ewSimple(hlo.Multiply, hlo.And)},
-	"aten.maximum.default":   {f: ewSimple(MaxNaN, hlo.Or)},
-	"aten.minimum.default":   {f: ewSimple(MinNaN, hlo.And)},
-	"aten.div.Tensor":        {math: true, f: ewSimple(hlo.Divide, nil)},
-	"aten.pow.Tensor_Tensor": {math: true, f: ewSimple(hlo.Power, nil)},
-	"aten.atan2.default":     {math: true, f: ewSimple(hlo.Atan2, nil)},
-	"aten.fmod.Tensor":       {math: true, f: ewSimple(hlo.Remainder, nil)},
-	"aten.remainder.Tensor": {math: true, f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+var ewBinaryRules = map[*fxgraph.Op]ewBinary{
+	fxgraph.AtenMulTensor:       {f: ewSimple(hlo.Multiply, hlo.And)},
+	fxgraph.AtenMaximum:         {f: ewSimple(MaxNaN, hlo.Or)},
+	fxgraph.AtenMinimum:         {f: ewSimple(MinNaN, hlo.And)},
+	fxgraph.AtenDivTensor:       {math: true, f: ewSimple(hlo.Divide, nil)},
+	fxgraph.AtenPowTensorTensor: {math: true, f: ewSimple(hlo.Power, nil)},
+	fxgraph.AtenAtan2:           {math: true, f: ewSimple(hlo.Atan2, nil)},
+	fxgraph.AtenFmodTensor:      {math: true, f: ewSimple(hlo.Remainder, nil)},
+	fxgraph.AtenRemainderTensor: {math: true, f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if ct == tensor.Bool {
 			return nil, fmt.Errorf("remainder of bool tensors is not supported")
 		}
@@ -644,16 +644,16 @@ var ewBinaryRules = map[string]ewBinary{
 		}
 		return ewFloorAdjust(ctx, a, b, true)
 	}},
-	"aten.bitwise_and.Tensor": {f: ewIntOnly(hlo.And)},
-	"aten.bitwise_or.Tensor":  {f: ewIntOnly(hlo.Or)},
-	"aten.bitwise_xor.Tensor": {f: ewIntOnly(hlo.Xor)},
-	"aten.bitwise_left_shift.Tensor": {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenBitwiseAndTensor: {f: ewIntOnly(hlo.And)},
+	fxgraph.AtenBitwiseOrTensor:  {f: ewIntOnly(hlo.Or)},
+	fxgraph.AtenBitwiseXorTensor: {f: ewIntOnly(hlo.Xor)},
+	fxgraph.AtenBitwiseLeftShiftTensor: {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if !ct.IsInt() {
 			return nil, fmt.Errorf("shift needs integer operands, got %s", ct)
 		}
 		return hlo.ShiftLeft(a, b)
 	}},
-	"aten.bitwise_right_shift.Tensor": {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+	fxgraph.AtenBitwiseRightShiftTensor: {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if !ct.IsInt() {
 			return nil, fmt.Errorf("shift needs integer operands, got %s", ct)
 		}
@@ -662,15 +662,15 @@ var ewBinaryRules = map[string]ewBinary{
 		}
 		return hlo.ShiftRightArithmetic(a, b)
 	}},
-	"aten.eq.Tensor":           {cmp: true, f: ewCmp(types.CompareEQ)},
-	"aten.ne.Tensor":           {cmp: true, f: ewCmp(types.CompareNE)},
-	"aten.lt.Tensor":           {cmp: true, f: ewCmp(types.CompareLT)},
-	"aten.le.Tensor":           {cmp: true, f: ewCmp(types.CompareLE)},
-	"aten.gt.Tensor":           {cmp: true, f: ewCmp(types.CompareGT)},
-	"aten.ge.Tensor":           {cmp: true, f: ewCmp(types.CompareGE)},
-	"aten.logical_and.default": {cmp: true, logical: true, f: ewSimple(nil, hlo.And)},
-	"aten.logical_or.default":  {cmp: true, logical: true, f: ewSimple(nil, hlo.Or)},
-	"aten.logical_xor.default": {cmp: true, logical: true, f: ewSimple(nil, hlo.Xor)},
+	fxgraph.AtenEqTensor:   {cmp: true, f: ewCmp(types.CompareEQ)},
+	fxgraph.AtenNeTensor:   {cmp: true, f: ewCmp(types.CompareNE)},
+	fxgraph.AtenLtTensor:   {cmp: true, f: ewCmp(types.CompareLT)},
+	fxgraph.AtenLeTensor:   {cmp: true, f: ewCmp(types.CompareLE)},
+	fxgraph.AtenGtTensor:   {cmp: true, f: ewCmp(types.CompareGT)},
+	fxgraph.AtenGeTensor:   {cmp: true, f: ewCmp(types.CompareGE)},
+	fxgraph.AtenLogicalAnd: {cmp: true, logical: true, f: ewSimple(nil, hlo.And)},
+	fxgraph.AtenLogicalOr:  {cmp: true, logical: true, f: ewSimple(nil, hlo.Or)},
+	fxgraph.AtenLogicalXor: {cmp: true, logical: true, f: ewSimple(nil, hlo.Xor)},
 }
 
 func ewBinaryRule(b ewBinary) Rule {
@@ -700,7 +700,7 @@ func ewBinaryRule(b ewBinary) Rule {
 				mt = ewMathDType(ct)
 			}
 			second := "other"
-			if n.Target == "aten.pow.Tensor_Tensor" || n.Target == "aten.pow.Tensor_Scalar" || n.Target == "aten.pow.Scalar" {
+			if n.Op == fxgraph.AtenPowTensorTensor || n.Op == fxgraph.AtenPowTensorScalar || n.Op == fxgraph.AtenPowScalar {
 				second = "exponent"
 			}
 			if x, err = ewOperand(ctx, n, 0, "self", mt, dims); err != nil {
@@ -753,7 +753,7 @@ func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 	if err != nil {
 		return nil, err
 	}
-	rsub := n.Target == "aten.rsub.Tensor" || n.Target == "aten.rsub.Scalar"
+	rsub := n.Op == fxgraph.AtenRsubTensor || n.Op == fxgraph.AtenRsubScalar
 	if rsub {
 		a, b = b, a
 	}
@@ -784,7 +784,7 @@ func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 	}
 	var r *stablehlo.Value
 	switch {
-	case n.Target == "aten.add.Tensor" || n.Target == "aten.add.Scalar":
+	case n.Op == fxgraph.AtenAddTensor || n.Op == fxgraph.AtenAddScalar:
 		if dt == tensor.Bool {
 			r, err = hlo.Or(a, b)
 		} else {
@@ -952,11 +952,11 @@ func ewViewDTypeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 // registerElementwise registers the rules of pointwise operators.
 func registerElementwise(r *Registry) {
 	for target, f := range ewFloatUnary {
-		r.Register(fxgraph.MustOp(target), ewFloatUnaryRule(f))
+		r.Register(target, ewFloatUnaryRule(f))
 	}
 	for target, f := range ewSameUnary {
 		f := f
-		r.Register(fxgraph.MustOp(target), func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		r.Register(target, func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 			if in[0] == nil {
 				return nil, fmt.Errorf("argument 0 is not a tensor")
 			}
@@ -974,7 +974,7 @@ func registerElementwise(r *Registry) {
 	}
 	for target, f := range ewBoolUnary {
 		f := f
-		r.Register(fxgraph.MustOp(target), func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
+		r.Register(target, func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 			if in[0] == nil {
 				return nil, fmt.Errorf("argument 0 is not a tensor")
 			}
@@ -990,7 +990,7 @@ func registerElementwise(r *Registry) {
 		})
 	}
 	for target, b := range ewBinaryRules {
-		r.Register(fxgraph.MustOp(target), ewBinaryRule(b))
+		r.Register(target, ewBinaryRule(b))
 	}
 	for _, op := range fxgraph.Ops() { // .Scalar overloads lower like their .Tensor twin
 		if op.Twin == nil {
@@ -1002,16 +1002,16 @@ func registerElementwise(r *Registry) {
 		}
 		r.Register(op, rule)
 	}
-	for _, t := range []string{"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar"} {
-		r.Register(fxgraph.MustOp(t), ewAddRule)
+	for _, t := range []*fxgraph.Op{fxgraph.AtenAddTensor, fxgraph.AtenAddScalar, fxgraph.AtenSubTensor, fxgraph.AtenSubScalar, fxgraph.AtenRsubTensor, fxgraph.AtenRsubScalar} {
+		r.Register(t, ewAddRule)
 	}
-	r.Register(fxgraph.MustOp("aten.div.Tensor_mode"), ewDivModeRule)
-	r.Register(fxgraph.MustOp("aten.div.Scalar_mode"), ewDivModeRule)
-	for _, t := range []string{"aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"} {
-		r.Register(fxgraph.MustOp(t), ewWhereRule)
+	r.Register(fxgraph.AtenDivTensorMode, ewDivModeRule)
+	r.Register(fxgraph.AtenDivScalarMode, ewDivModeRule)
+	for _, t := range []*fxgraph.Op{fxgraph.AtenWhereSelf, fxgraph.AtenWhereScalarSelf, fxgraph.AtenWhereScalarOther, fxgraph.AtenWhereScalar} {
+		r.Register(t, ewWhereRule)
 	}
-	r.Register(fxgraph.MustOp("aten.clamp.default"), ewClampRule)
-	r.Register(fxgraph.MustOp("aten.clamp.Tensor"), ewClampRule)
-	r.Register(fxgraph.MustOp("aten._to_copy.default"), ewToCopyRule)
-	r.Register(fxgraph.MustOp("aten.view.dtype"), ewViewDTypeRule)
+	r.Register(fxgraph.AtenClamp, ewClampRule)
+	r.Register(fxgraph.AtenClampTensor, ewClampRule)
+	r.Register(fxgraph.Aten_ToCopy, ewToCopyRule)
+	r.Register(fxgraph.AtenViewDtype, ewViewDTypeRule)
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -44,8 +44,8 @@ func TestElementwiseStableHLO(t *testing.T) {
 			build: func(g *fxgraph.Graph) []*fxgraph.Node {
 				x := ewInput(g, "x", tensor.Float32, fxgraph.S("N"), fxgraph.D(3))
 				y := ewInput(g, "y", tensor.Float32, fxgraph.D(3))
-				a := g.AddCall("aten.add.Tensor", []any{x, y}, map[string]any{"alpha": 2.0})
-				return []*fxgraph.Node{a, g.AddCall("aten.lt.Scalar", []any{a, int64(0)}, nil)}
+				a := g.AddCall(fxgraph.AtenAddTensor, []any{x, y}, map[string]any{"alpha": 2.0})
+				return []*fxgraph.Node{a, g.AddCall(fxgraph.AtenLtScalar, []any{a, int64(0)}, nil)}
 			},
 			want: []string{
 				`%0 = "stablehlo.broadcast_in_dim"(%y) {broadcast_dimensions = array<i64: 1>} : (tensor<3xf32>) -> tensor<2x3xf32>`,
@@ -61,7 +61,7 @@ func TestElementwiseStableHLO(t *testing.T) {
 			build: func(g *fxgraph.Graph) []*fxgraph.Node {
 				x := ewInput(g, "x", tensor.Int64, fxgraph.S("N"))
 				y := ewInput(g, "y", tensor.Int64, fxgraph.S("N"))
-				return []*fxgraph.Node{g.AddCall("aten.div.Tensor", []any{x, y}, nil)}
+				return []*fxgraph.Node{g.AddCall(fxgraph.AtenDivTensor, []any{x, y}, nil)}
 			},
 			want: []string{
 				`%0 = "stablehlo.convert"(%x) : (tensor<2xi64>) -> tensor<2xf32>`,
@@ -75,7 +75,7 @@ func TestElementwiseStableHLO(t *testing.T) {
 			build: func(g *fxgraph.Graph) []*fxgraph.Node {
 				x := ewInput(g, "x", tensor.Int64, fxgraph.S("N"))
 				y := ewInput(g, "y", tensor.Int64, fxgraph.S("N"))
-				return []*fxgraph.Node{g.AddCall("aten.div.Tensor_mode", []any{x, y}, map[string]any{"rounding_mode": "floor"})}
+				return []*fxgraph.Node{g.AddCall(fxgraph.AtenDivTensorMode, []any{x, y}, map[string]any{"rounding_mode": "floor"})}
 			},
 			want: []string{
 				`%0 = "stablehlo.remainder"(%x, %y) : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>`,
@@ -88,7 +88,7 @@ func TestElementwiseStableHLO(t *testing.T) {
 			name: "to bool is a comparison with zero",
 			build: func(g *fxgraph.Graph) []*fxgraph.Node {
 				x := ewInput(g, "x", tensor.Float32, fxgraph.S("N"))
-				return []*fxgraph.Node{g.AddCall("aten._to_copy.default", []any{x}, map[string]any{"dtype": tensor.Bool})}
+				return []*fxgraph.Node{g.AddCall(fxgraph.Aten_ToCopy, []any{x}, map[string]any{"dtype": tensor.Bool})}
 			},
 			want: []string{
 				`"stablehlo.compare"(%x, %1)`,
@@ -100,7 +100,7 @@ func TestElementwiseStableHLO(t *testing.T) {
 			build: func(g *fxgraph.Graph) []*fxgraph.Node {
 				c := ewInput(g, "c", tensor.Bool, fxgraph.S("N"), fxgraph.D(1))
 				x := ewInput(g, "x", tensor.Float16, fxgraph.D(4))
-				return []*fxgraph.Node{g.AddCall("aten.where.ScalarOther", []any{c, x, 0.5}, nil)}
+				return []*fxgraph.Node{g.AddCall(fxgraph.AtenWhereScalarOther, []any{c, x, 0.5}, nil)}
 			},
 			want: []string{
 				`%0 = "stablehlo.reshape"(%c) : (tensor<2x1xi1>) -> tensor<2xi1>`,
@@ -139,9 +139,11 @@ func TestElementwiseRun(t *testing.T) {
 	x := ewInput(g, "x", tensor.Float32, fxgraph.S("N"))
 	i := ewInput(g, "i", tensor.Int32, fxgraph.S("M"))
 	j := ewInput(g, "j", tensor.Int32, fxgraph.S("M"))
-	call := func(target string, args []any, kw map[string]any) *fxgraph.Node { return g.AddCall(target, args, kw) }
-	x3 := call("aten.mul.Scalar", []any{x, 0.3}, nil)
-	ax1 := call("aten.add.Scalar", []any{call("aten.abs.default", []any{x}, nil), 1.0}, nil)
+	call := func(target *fxgraph.Op, args []any, kw map[string]any) *fxgraph.Node {
+		return g.AddCall(target, args, kw)
+	}
+	x3 := call(fxgraph.AtenMulScalar, []any{x, 0.3}, nil)
+	ax1 := call(fxgraph.AtenAddScalar, []any{call(fxgraph.AtenAbs, []any{x}, nil), 1.0}, nil)
 
 	type check struct {
 		node *fxgraph.Node
@@ -157,52 +159,52 @@ func TestElementwiseRun(t *testing.T) {
 		return math.Log1p(math.Exp(v*beta)) / beta
 	}
 	floats := []check{
-		{call("aten.asin.default", []any{x3}, nil), func(k int) float64 { return math.Asin(f3(k)) }},
-		{call("aten.acos.default", []any{x3}, nil), func(k int) float64 { return math.Acos(f3(k)) }},
-		{call("aten.atan.default", []any{x}, nil), func(k int) float64 { return math.Atan(fx(k)) }},
-		{call("aten.atanh.default", []any{x3}, nil), func(k int) float64 { return math.Atanh(f3(k)) }},
-		{call("aten.sinh.default", []any{x}, nil), func(k int) float64 { return math.Sinh(fx(k)) }},
-		{call("aten.cosh.default", []any{x}, nil), func(k int) float64 { return math.Cosh(fx(k)) }},
-		{call("aten.asinh.default", []any{x}, nil), func(k int) float64 { return math.Asinh(fx(k)) }},
-		{call("aten.acosh.default", []any{ax1}, nil), func(k int) float64 { return math.Acosh(a1(k)) }},
-		{call("aten.log2.default", []any{ax1}, nil), func(k int) float64 { return math.Log2(a1(k)) }},
-		{call("aten.rsqrt.default", []any{ax1}, nil), func(k int) float64 { return 1 / math.Sqrt(a1(k)) }},
-		{call("aten.reciprocal.default", []any{ax1}, nil), func(k int) float64 { return 1 / a1(k) }},
-		{call("aten.expm1.default", []any{x}, nil), func(k int) float64 { return math.Expm1(fx(k)) }},
-		{call("aten.gelu.default", []any{x}, nil), func(k int) float64 { v := fx(k); return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) }},
-		{call("aten.gelu.default", []any{x}, map[string]any{"approximate": "tanh"}), func(k int) float64 {
+		{call(fxgraph.AtenAsin, []any{x3}, nil), func(k int) float64 { return math.Asin(f3(k)) }},
+		{call(fxgraph.AtenAcos, []any{x3}, nil), func(k int) float64 { return math.Acos(f3(k)) }},
+		{call(fxgraph.AtenAtan, []any{x}, nil), func(k int) float64 { return math.Atan(fx(k)) }},
+		{call(fxgraph.AtenAtanh, []any{x3}, nil), func(k int) float64 { return math.Atanh(f3(k)) }},
+		{call(fxgraph.AtenSinh, []any{x}, nil), func(k int) float64 { return math.Sinh(fx(k)) }},
+		{call(fxgraph.AtenCosh, []any{x}, nil), func(k int) float64 { return math.Cosh(fx(k)) }},
+		{call(fxgraph.AtenAsinh, []any{x}, nil), func(k int) float64 { return math.Asinh(fx(k)) }},
+		{call(fxgraph.AtenAcosh, []any{ax1}, nil), func(k int) float64 { return math.Acosh(a1(k)) }},
+		{call(fxgraph.AtenLog2, []any{ax1}, nil), func(k int) float64 { return math.Log2(a1(k)) }},
+		{call(fxgraph.AtenRsqrt, []any{ax1}, nil), func(k int) float64 { return 1 / math.Sqrt(a1(k)) }},
+		{call(fxgraph.AtenReciprocal, []any{ax1}, nil), func(k int) float64 { return 1 / a1(k) }},
+		{call(fxgraph.AtenExpm1, []any{x}, nil), func(k int) float64 { return math.Expm1(fx(k)) }},
+		{call(fxgraph.AtenGelu, []any{x}, nil), func(k int) float64 { v := fx(k); return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) }},
+		{call(fxgraph.AtenGelu, []any{x}, map[string]any{"approximate": "tanh"}), func(k int) float64 {
 			v := fx(k)
 			return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
 		}},
-		{call("aten.elu.default", []any{x, 0.5, 2.0, 1.5}, nil), func(k int) float64 {
+		{call(fxgraph.AtenElu, []any{x, 0.5, 2.0, 1.5}, nil), func(k int) float64 {
 			if v := fx(k); v > 0 {
 				return 2 * v
 			}
 			return 0.5 * 2 * (math.Exp(1.5*fx(k)) - 1)
 		}},
-		{call("aten.softplus.default", []any{x, 2.0, 1.0}, nil), func(k int) float64 { return sp(fx(k), 2, 1) }},
-		{call("aten.mish.default", []any{x}, nil), func(k int) float64 { return fx(k) * math.Tanh(sp(fx(k), 1, 20)) }},
-		{call("aten.hardswish.default", []any{x}, nil), func(k int) float64 { return fx(k) * math.Min(math.Max(fx(k)+3, 0), 6) / 6 }},
-		{call("aten.hardsigmoid.default", []any{x}, nil), func(k int) float64 { return math.Min(math.Max(fx(k)+3, 0), 6) / 6 }},
-		{call("aten.silu.default", []any{x}, nil), func(k int) float64 { return fx(k) / (1 + math.Exp(-fx(k))) }},
-		{call("aten.leaky_relu.default", []any{x, 0.1}, nil), func(k int) float64 { return math.Max(fx(k), 0.1*fx(k)) }},
-		{call("aten.hardtanh.default", []any{x, -1.0, 2.0}, nil), func(k int) float64 { return math.Min(math.Max(fx(k), -1), 2) }},
-		{call("aten.threshold.default", []any{x, 0.25, -9.0}, nil), func(k int) float64 {
+		{call(fxgraph.AtenSoftplus, []any{x, 2.0, 1.0}, nil), func(k int) float64 { return sp(fx(k), 2, 1) }},
+		{call(fxgraph.AtenMish, []any{x}, nil), func(k int) float64 { return fx(k) * math.Tanh(sp(fx(k), 1, 20)) }},
+		{call(fxgraph.AtenHardswish, []any{x}, nil), func(k int) float64 { return fx(k) * math.Min(math.Max(fx(k)+3, 0), 6) / 6 }},
+		{call(fxgraph.AtenHardsigmoid, []any{x}, nil), func(k int) float64 { return math.Min(math.Max(fx(k)+3, 0), 6) / 6 }},
+		{call(fxgraph.AtenSilu, []any{x}, nil), func(k int) float64 { return fx(k) / (1 + math.Exp(-fx(k))) }},
+		{call(fxgraph.AtenLeakyRelu, []any{x, 0.1}, nil), func(k int) float64 { return math.Max(fx(k), 0.1*fx(k)) }},
+		{call(fxgraph.AtenHardtanh, []any{x, -1.0, 2.0}, nil), func(k int) float64 { return math.Min(math.Max(fx(k), -1), 2) }},
+		{call(fxgraph.AtenThreshold, []any{x, 0.25, -9.0}, nil), func(k int) float64 {
 			if fx(k) <= 0.25 {
 				return -9
 			}
 			return fx(k)
 		}},
-		{call("aten.where.ScalarOther", []any{call("aten.lt.Scalar", []any{x, int64(0)}, nil), x, 2.0}, nil), func(k int) float64 {
+		{call(fxgraph.AtenWhereScalarOther, []any{call(fxgraph.AtenLtScalar, []any{x, int64(0)}, nil), x, 2.0}, nil), func(k int) float64 {
 			if fx(k) < 0 {
 				return fx(k)
 			}
 			return 2
 		}},
-		{call("aten.clamp.default", []any{x, -1.0, 1.0}, nil), func(k int) float64 { return math.Min(math.Max(fx(k), -1), 1) }},
-		{call("aten.round.default", []any{call("aten.mul.Scalar", []any{x, 2.0}, nil)}, nil), func(k int) float64 { return math.RoundToEven(2 * fx(k)) }},
-		{call("aten.trunc.default", []any{x}, nil), func(k int) float64 { return math.Trunc(fx(k)) }},
-		{call("aten.sign.default", []any{x}, nil), func(k int) float64 {
+		{call(fxgraph.AtenClamp, []any{x, -1.0, 1.0}, nil), func(k int) float64 { return math.Min(math.Max(fx(k), -1), 1) }},
+		{call(fxgraph.AtenRound, []any{call(fxgraph.AtenMulScalar, []any{x, 2.0}, nil)}, nil), func(k int) float64 { return math.RoundToEven(2 * fx(k)) }},
+		{call(fxgraph.AtenTrunc, []any{x}, nil), func(k int) float64 { return math.Trunc(fx(k)) }},
+		{call(fxgraph.AtenSign, []any{x}, nil), func(k int) float64 {
 			switch v := fx(k); {
 			case v > 0:
 				return 1
@@ -211,17 +213,17 @@ func TestElementwiseRun(t *testing.T) {
 			}
 			return 0
 		}},
-		{call("aten.remainder.Scalar", []any{x, 0.75}, nil), func(k int) float64 {
+		{call(fxgraph.AtenRemainderScalar, []any{x, 0.75}, nil), func(k int) float64 {
 			r := math.Mod(fx(k), 0.75)
 			if r != 0 && (r < 0) != (0.75 < 0) {
 				r += 0.75
 			}
 			return r
 		}},
-		{call("aten.div.Tensor_mode", []any{x, ax1}, map[string]any{"rounding_mode": "floor"}), func(k int) float64 { return math.Floor(fx(k) / a1(k)) }},
-		{call("aten.pow.Scalar", []any{2.0, x}, nil), func(k int) float64 { return math.Pow(2, fx(k)) }},
+		{call(fxgraph.AtenDivTensorMode, []any{x, ax1}, map[string]any{"rounding_mode": "floor"}), func(k int) float64 { return math.Floor(fx(k) / a1(k)) }},
+		{call(fxgraph.AtenPowScalar, []any{2.0, x}, nil), func(k int) float64 { return math.Pow(2, fx(k)) }},
 		// Truncation to bfloat16 precision through the bits, as the ONNX importer does.
-		{call("aten.view.dtype", []any{call("aten.bitwise_and.Scalar", []any{call("aten.view.dtype", []any{x3, tensor.Int32}, nil), int64(-65536)}, nil), tensor.Float32}, nil),
+		{call(fxgraph.AtenViewDtype, []any{call(fxgraph.AtenBitwiseAndScalar, []any{call(fxgraph.AtenViewDtype, []any{x3, tensor.Int32}, nil), int64(-65536)}, nil), tensor.Float32}, nil),
 			func(k int) float64 {
 				return float64(math.Float32frombits(math.Float32bits(float32(f3(k))) & 0xffff0000))
 			}},
@@ -229,29 +231,29 @@ func TestElementwiseRun(t *testing.T) {
 	fi := func(k int) int64 { return int64(is[k]) }
 	fj := func(k int) int64 { return int64(js[k]) }
 	ints := []check{
-		{call("aten.div.Tensor_mode", []any{i, j}, map[string]any{"rounding_mode": "floor"}), func(k int) float64 {
+		{call(fxgraph.AtenDivTensorMode, []any{i, j}, map[string]any{"rounding_mode": "floor"}), func(k int) float64 {
 			return math.Floor(float64(fi(k)) / float64(fj(k)))
 		}},
-		{call("aten.div.Tensor_mode", []any{i, j}, map[string]any{"rounding_mode": "trunc"}), func(k int) float64 { return float64(fi(k) / fj(k)) }},
-		{call("aten.remainder.Tensor", []any{i, j}, nil), func(k int) float64 {
+		{call(fxgraph.AtenDivTensorMode, []any{i, j}, map[string]any{"rounding_mode": "trunc"}), func(k int) float64 { return float64(fi(k) / fj(k)) }},
+		{call(fxgraph.AtenRemainderTensor, []any{i, j}, nil), func(k int) float64 {
 			r := fi(k) % fj(k)
 			if r != 0 && (r < 0) != (fj(k) < 0) {
 				r += fj(k)
 			}
 			return float64(r)
 		}},
-		{call("aten.fmod.Tensor", []any{i, j}, nil), func(k int) float64 { return float64(fi(k) % fj(k)) }},
-		{call("aten.maximum.default", []any{i, j}, nil), func(k int) float64 { return float64(max(fi(k), fj(k))) }},
-		{call("aten.bitwise_xor.Tensor", []any{i, j}, nil), func(k int) float64 { return float64(fi(k) ^ fj(k)) }},
-		{call("aten.neg.default", []any{i}, nil), func(k int) float64 { return float64(-fi(k)) }},
-		{call("aten._to_copy.default", []any{x}, map[string]any{"dtype": tensor.Int32}), func(k int) float64 { return math.Trunc(fx(k)) }},
-		{call("aten.ge.Tensor", []any{i, j}, nil), func(k int) float64 {
+		{call(fxgraph.AtenFmodTensor, []any{i, j}, nil), func(k int) float64 { return float64(fi(k) % fj(k)) }},
+		{call(fxgraph.AtenMaximum, []any{i, j}, nil), func(k int) float64 { return float64(max(fi(k), fj(k))) }},
+		{call(fxgraph.AtenBitwiseXorTensor, []any{i, j}, nil), func(k int) float64 { return float64(fi(k) ^ fj(k)) }},
+		{call(fxgraph.AtenNeg, []any{i}, nil), func(k int) float64 { return float64(-fi(k)) }},
+		{call(fxgraph.Aten_ToCopy, []any{x}, map[string]any{"dtype": tensor.Int32}), func(k int) float64 { return math.Trunc(fx(k)) }},
+		{call(fxgraph.AtenGeTensor, []any{i, j}, nil), func(k int) float64 {
 			if fi(k) >= fj(k) {
 				return 1
 			}
 			return 0
 		}},
-		{call("aten.logical_or.default", []any{i, call("aten.lt.Scalar", []any{j, int64(0)}, nil)}, nil), func(k int) float64 {
+		{call(fxgraph.AtenLogicalOr, []any{i, call(fxgraph.AtenLtScalar, []any{j, int64(0)}, nil)}, nil), func(k int) float64 {
 			if fi(k) != 0 || fj(k) < 0 {
 				return 1
 			}

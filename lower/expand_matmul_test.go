@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
@@ -22,10 +22,10 @@ func TestUnexpandMatmul(t *testing.T) {
 	g := fxgraph.New()
 	x := g.AddPlaceholder("x", fxgraph.TensorMeta{DType: tensor.Float32, Shape: fxgraph.Shape{fxgraph.D(5), fxgraph.S("batch"), fxgraph.D(8)}})
 	w := g.AddConstant("w", randTensor(r, -1, 1, 12, 8))
-	wt := g.AddCall("aten.permute.default", []any{w, []any{int64(1), int64(0)}}, nil)
-	e := g.AddCall("aten.expand.default", []any{wt, []any{int64(5), int64(8), int64(12)}}, nil)
-	v := g.AddCall("aten.view.default", []any{e, []any{int64(5), int64(8), int64(12)}}, nil)
-	bmm := g.AddCall("aten.bmm.default", []any{x, v}, nil)
+	wt := g.AddCall(fxgraph.AtenPermute, []any{w, []any{int64(1), int64(0)}}, nil)
+	e := g.AddCall(fxgraph.AtenExpand, []any{wt, []any{int64(5), int64(8), int64(12)}}, nil)
+	v := g.AddCall(fxgraph.AtenView, []any{e, []any{int64(5), int64(8), int64(12)}}, nil)
+	bmm := g.AddCall(fxgraph.AtenBmm, []any{x, v}, nil)
 	g.SetOutput(bmm)
 	l := lower.New(lower.Options{})
 	if err := l.IR().PropagateShapes(g); err != nil {
@@ -35,13 +35,13 @@ func TestUnexpandMatmul(t *testing.T) {
 	if opt == g {
 		t.Fatal("Optimize found nothing to rewrite")
 	}
-	var targets []string
+	var targets []*fxgraph.Op
 	for _, n := range opt.Nodes() {
-		if n.Op == fxgraph.CallFunction {
-			targets = append(targets, n.Target)
+		if n.Opcode == fxgraph.CallFunction {
+			targets = append(targets, n.Op)
 		}
 	}
-	if len(targets) != 2 || targets[1] != "aten.matmul.default" {
+	if len(targets) != 2 || targets[1] != fxgraph.AtenMatmul {
 		t.Errorf("optimized targets = %v, want permute then matmul", targets)
 	}
 	dims := map[string]int64{"batch": 3}

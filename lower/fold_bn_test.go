@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
@@ -41,10 +41,10 @@ func TestFoldBatchNormKeepsResults(t *testing.T) {
 		}
 		return out
 	}
-	conv := g.AddCall("aten.convolution.default", []any{x, w, b, ints(1, 1), ints(1, 1), ints(1, 1), false, ints(0, 0), int64(1)}, nil)
-	bn := g.AddCall("aten._native_batch_norm_legit_no_training.default", []any{conv, gamma, beta, mean, variance, 0.1, 1e-5}, nil)
+	conv := g.AddCall(fxgraph.AtenConvolution, []any{x, w, b, ints(1, 1), ints(1, 1), ints(1, 1), false, ints(0, 0), int64(1)}, nil)
+	bn := g.AddCall(fxgraph.Aten_NativeBatchNormLegitNoTraining, []any{conv, gamma, beta, mean, variance, 0.1, 1e-5}, nil)
 	item := g.AddCall(fxgraph.GetItem, []any{bn, int64(0)}, nil)
-	relu := g.AddCall("aten.relu.default", []any{item}, nil)
+	relu := g.AddCall(fxgraph.AtenRelu, []any{item}, nil)
 	g.SetOutput(relu)
 	if err := fxgraph.NewRegistry().PropagateShapes(g); err != nil {
 		t.Fatal(err)

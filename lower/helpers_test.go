@@ -3,16 +3,16 @@ package lower_test
 import (
 	"context"
 
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
 
 // compileForTest compiles prog once with device-resident weights and returns
 // a function running it on one input.
 func compileForTest(ctx context.Context, c *pjrt.Client, prog *lower.Program) (func(context.Context, *tensor.Tensor) ([]*tensor.Tensor, error), error) {
-	exe, err := serving.Compile(ctx, c, prog, serving.NewWeights(c))
+	exe, err := engine.Compile(ctx, c, prog, engine.NewWeights(c))
 	if err != nil {
 		return nil, err
 	}

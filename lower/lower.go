@@ -302,10 +302,10 @@ func (l *Lowerer) Optimize(g *fxgraph.Graph) *fxgraph.Graph {
 
 func hasExpandedBmm(g *fxgraph.Graph) bool {
 	for _, n := range g.Nodes() {
-		if n.Target != "aten.bmm.default" {
+		if n.Op != fxgraph.AtenBmm {
 			continue
 		}
-		if in, ok := n.Arg(1).(*fxgraph.Node); ok && (in.Target == "aten.expand.default" || in.Target == "aten.view.default") {
+		if in, ok := n.Arg(1).(*fxgraph.Node); ok && (in.Op == fxgraph.AtenExpand || in.Op == fxgraph.AtenView) {
 			return true
 		}
 	}
@@ -314,10 +314,10 @@ func hasExpandedBmm(g *fxgraph.Graph) bool {
 
 func hasConvBatchNorm(g *fxgraph.Graph) bool {
 	for _, n := range g.Nodes() {
-		if n.Target != "aten._native_batch_norm_legit_no_training.default" {
+		if n.Op != fxgraph.Aten_NativeBatchNormLegitNoTraining {
 			continue
 		}
-		if in, ok := n.Arg(0).(*fxgraph.Node); ok && in.Target == "aten.convolution.default" {
+		if in, ok := n.Arg(0).(*fxgraph.Node); ok && in.Op == fxgraph.AtenConvolution {
 			return true
 		}
 	}
@@ -341,7 +341,7 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 		}
 	}
 	for _, n := range g.Nodes() {
-		if n.Op != fxgraph.GetAttr {
+		if n.Opcode != fxgraph.GetAttr {
 			continue
 		}
 		t := g.Attrs[n.Target]
@@ -458,7 +458,7 @@ func (l *Lowerer) convWeightPerm(n *fxgraph.Node, t *tensor.Tensor) []int {
 		return nil
 	}
 	for _, u := range users {
-		if u.Target != "aten.convolution.default" || u.Arg(0) == n || u.Arg(1) != n || u.Arg(2) == n {
+		if u.Op != fxgraph.AtenConvolution || u.Arg(0) == n || u.Arg(1) != n || u.Arg(2) == n {
 			return nil
 		}
 		if transposed, ok := u.Arg(6).(bool); !ok || transposed {
@@ -502,7 +502,7 @@ var onLowered func(op *fxgraph.Op)
 // result against the node's Meta.
 func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
 	for _, n := range g.Nodes() {
-		if n.Op != fxgraph.CallFunction {
+		if n.Opcode != fxgraph.CallFunction {
 			continue
 		}
 		if v, ok := ctx.fused[n]; ok {
@@ -512,7 +512,7 @@ func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
 			ctx.values[n] = []*stablehlo.Value{v}
 			continue
 		}
-		op, _ := fxgraph.OpByName(n.Target)
+		op := n.Op
 		rule, ok := ctx.Rules.Lookup(op)
 		if !ok {
 			return ctx.Rules.missing(n)

@@ -5,8 +5,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer/onnx"
-	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"

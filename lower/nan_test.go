@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
@@ -20,10 +20,10 @@ func TestMaxMinPropagateNaN(t *testing.T) {
 	g := fxgraph.New()
 	x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, 4))
 	y := g.AddPlaceholder("y", fxgraph.Static(tensor.Float32, 4))
-	maxN := g.AddCall("aten.maximum.default", []any{x, y}, nil)
-	minN := g.AddCall("aten.minimum.default", []any{x, y}, nil)
-	amax := g.AddCall("aten.amax.default", []any{x, []any{int64(0)}, false}, nil)
-	amin := g.AddCall("aten.amin.default", []any{y, []any{int64(0)}, false}, nil)
+	maxN := g.AddCall(fxgraph.AtenMaximum, []any{x, y}, nil)
+	minN := g.AddCall(fxgraph.AtenMinimum, []any{x, y}, nil)
+	amax := g.AddCall(fxgraph.AtenAmax, []any{x, []any{int64(0)}, false}, nil)
+	amin := g.AddCall(fxgraph.AtenAmin, []any{y, []any{int64(0)}, false}, nil)
 	g.SetOutput(maxN, minN, amax, amin)
 	if err := ir.PropagateShapes(g); err != nil {
 		t.Fatal(err)

@@ -20,28 +20,28 @@ import (
 
 // registerNN registers the rules of convolution, pooling, normalization, matmul and softmax.
 func registerNN(r *Registry) {
-	r.Register(fxgraph.MustOp("aten.convolution.default"), nnConvolution)
-	r.Register(fxgraph.MustOp("aten.mm.default"), nnMM)
-	r.Register(fxgraph.MustOp("aten.bmm.default"), nnBMM)
-	r.Register(fxgraph.MustOp("aten.addmm.default"), nnAddmm)
-	r.Register(fxgraph.MustOp("aten.matmul.default"), nnMatmul)
-	r.Register(fxgraph.MustOp("aten.linear.default"), nnLinear)
-	r.Register(fxgraph.MustOp("aten.max_pool1d.default"), nnMaxPoolRule(1, false))
-	r.Register(fxgraph.MustOp("aten.max_pool1d_with_indices.default"), nnMaxPoolRule(1, true))
-	r.Register(fxgraph.MustOp("aten.max_pool2d_with_indices.default"), nnMaxPoolRule(2, true))
-	r.Register(fxgraph.MustOp("aten.max_pool3d_with_indices.default"), nnMaxPoolRule(3, true))
-	r.Register(fxgraph.MustOp("aten.avg_pool1d.default"), nnAvgPoolRule(1))
-	r.Register(fxgraph.MustOp("aten.avg_pool2d.default"), nnAvgPoolRule(2))
-	r.Register(fxgraph.MustOp("aten.avg_pool3d.default"), nnAvgPoolRule(3))
-	r.Register(fxgraph.MustOp("aten._adaptive_avg_pool2d.default"), nnAdaptiveAvgPoolRule(2))
-	r.Register(fxgraph.MustOp("aten._native_batch_norm_legit_no_training.default"), nnBatchNorm)
-	r.Register(fxgraph.MustOp("aten.native_layer_norm.default"), nnLayerNorm)
-	r.Register(fxgraph.MustOp("aten.native_group_norm.default"), nnGroupNorm)
-	r.Register(fxgraph.MustOp("aten._softmax.default"), nnSoftmaxRule(false))
-	r.Register(fxgraph.MustOp("aten._log_softmax.default"), nnSoftmaxRule(true))
-	r.Register(fxgraph.MustOp("xserve.resize"), nnResize)
-	r.Register(fxgraph.MustOp("aten.grid_sampler_2d.default"), nnGridSampler)
-	r.Register(fxgraph.MustOp("xserve.roi_align"), nnRoiAlign)
+	r.Register(fxgraph.AtenConvolution, nnConvolution)
+	r.Register(fxgraph.AtenMm, nnMM)
+	r.Register(fxgraph.AtenBmm, nnBMM)
+	r.Register(fxgraph.AtenAddmm, nnAddmm)
+	r.Register(fxgraph.AtenMatmul, nnMatmul)
+	r.Register(fxgraph.AtenLinear, nnLinear)
+	r.Register(fxgraph.AtenMaxPool1d, nnMaxPoolRule(1, false))
+	r.Register(fxgraph.AtenMaxPool1dWithIndices, nnMaxPoolRule(1, true))
+	r.Register(fxgraph.AtenMaxPool2dWithIndices, nnMaxPoolRule(2, true))
+	r.Register(fxgraph.AtenMaxPool3dWithIndices, nnMaxPoolRule(3, true))
+	r.Register(fxgraph.AtenAvgPool1d, nnAvgPoolRule(1))
+	r.Register(fxgraph.AtenAvgPool2d, nnAvgPoolRule(2))
+	r.Register(fxgraph.AtenAvgPool3d, nnAvgPoolRule(3))
+	r.Register(fxgraph.Aten_AdaptiveAvgPool2d, nnAdaptiveAvgPoolRule(2))
+	r.Register(fxgraph.Aten_NativeBatchNormLegitNoTraining, nnBatchNorm)
+	r.Register(fxgraph.AtenNativeLayerNorm, nnLayerNorm)
+	r.Register(fxgraph.AtenNativeGroupNorm, nnGroupNorm)
+	r.Register(fxgraph.Aten_Softmax, nnSoftmaxRule(false))
+	r.Register(fxgraph.Aten_LogSoftmax, nnSoftmaxRule(true))
+	r.Register(fxgraph.XserveResize, nnResize)
+	r.Register(fxgraph.AtenGridSampler2d, nnGridSampler)
+	r.Register(fxgraph.XserveRoIAlign, nnRoiAlign)
 }
 
 // nnB chains StableHLO builder calls, keeping the first error: once an
@@ -499,7 +499,7 @@ func nnConvEpilogue(b *nnB, n *fxgraph.Node, cdt tensor.DType) nnEpilogue {
 func nnConvActivation(ctx *Context, n *fxgraph.Node) convAct {
 	users := n.Users()
 	for _, u := range users {
-		if u.Op != fxgraph.CallFunction || len(u.Args) == 0 {
+		if u.Opcode != fxgraph.CallFunction || len(u.Args) == 0 {
 			return convAct{}
 		}
 	}
@@ -510,7 +510,7 @@ func nnConvActivation(ctx *Context, n *fxgraph.Node) convAct {
 		return convAct{}
 	}
 	u := users[0]
-	if kind, ok := nnPlainActivations[u.Target]; ok {
+	if kind, ok := nnPlainActivations[u.Op]; ok {
 		return convAct{kind: kind, nodes: []*fxgraph.Node{u}}
 	}
 	act := nnParamActivation(ctx, u)
@@ -522,20 +522,20 @@ func nnConvActivation(ctx *Context, n *fxgraph.Node) convAct {
 
 // nnPlainActivations are the activations without parameters the kernels
 // apply, by op.
-var nnPlainActivations = map[string]int64{
-	"aten.relu.default":      convActReLU,
-	"aten.sigmoid.default":   convActSigmoid,
-	"aten.silu.default":      convActSiLU,
-	"aten.hardswish.default": convActHardSwish,
-	"aten.tanh.default":      convActTanh,
+var nnPlainActivations = map[*fxgraph.Op]int64{
+	fxgraph.AtenRelu:      convActReLU,
+	fxgraph.AtenSigmoid:   convActSigmoid,
+	fxgraph.AtenSilu:      convActSiLU,
+	fxgraph.AtenHardswish: convActHardSwish,
+	fxgraph.AtenTanh:      convActTanh,
 }
 
 // nnParamActivation returns the activation u applies, for the ops whose
 // parameters decide whether the kernels can: clamp and hardtanh to [0, 6]
 // (relu6) or clamp from 0 (relu), GELU and leaky relu.
 func nnParamActivation(ctx *Context, u *fxgraph.Node) convAct {
-	switch u.Target {
-	case "aten.clamp.default", "aten.clamp.Tensor":
+	switch u.Op {
+	case fxgraph.AtenClamp, fxgraph.AtenClampTensor:
 		lo, okLo := nnScalarArg(ctx, u, 1)
 		hi, okHi := nnScalarArg(ctx, u, 2)
 		switch {
@@ -544,20 +544,20 @@ func nnParamActivation(ctx *Context, u *fxgraph.Node) convAct {
 		case okLo && lo == 0 && (len(u.Args) < 3 || u.Args[2] == nil):
 			return convAct{kind: convActReLU}
 		}
-	case "aten.hardtanh.default":
+	case fxgraph.AtenHardtanh:
 		lo, err1 := u.ParamFloat("min_val")
 		hi, err2 := u.ParamFloat("max_val")
 		if err1 == nil && err2 == nil && lo == 0 && hi == 6 {
 			return convAct{kind: convActReLU6}
 		}
-	case "aten.gelu.default":
+	case fxgraph.AtenGelu:
 		switch a, _ := u.Param("approximate"); a {
 		case "none", nil:
 			return convAct{kind: convActGELU}
 		case "tanh":
 			return convAct{kind: convActGELUTanh}
 		}
-	case "aten.leaky_relu.default":
+	case fxgraph.AtenLeakyRelu:
 		if slope, err := u.ParamFloat("negative_slope"); err == nil {
 			return convAct{kind: convActLeakyReLU, alpha: slope}
 		}
@@ -586,10 +586,10 @@ func nnScalarArg(ctx *Context, u *fxgraph.Node, i int) (float64, bool) {
 // sigmoid and the product, the sigmoid used by the product only).
 func nnConvSiLU(n *fxgraph.Node, users []*fxgraph.Node) convAct {
 	sig, mul := users[0], users[1]
-	if sig.Target != "aten.sigmoid.default" {
+	if sig.Op != fxgraph.AtenSigmoid {
 		sig, mul = mul, sig
 	}
-	if sig.Target != "aten.sigmoid.default" || sig.Args[0] != n || mul.Target != "aten.mul.Tensor" || len(mul.Args) != 2 {
+	if sig.Op != fxgraph.AtenSigmoid || sig.Args[0] != n || mul.Op != fxgraph.AtenMulTensor || len(mul.Args) != 2 {
 		return convAct{}
 	}
 	if su := sig.Users(); len(su) != 1 || su[0] != mul {
@@ -826,7 +826,7 @@ func nnResidualUser(ctx *Context, n *fxgraph.Node) (*fxgraph.Node, *stablehlo.Va
 // that is lowered already, and the other node's value.
 func nnAddUser(ctx *Context, n *fxgraph.Node, shapeOK func(nd, od fxgraph.Shape) bool) (*fxgraph.Node, *stablehlo.Value) {
 	users := n.Users()
-	if len(users) != 1 || users[0].Op != fxgraph.CallFunction || users[0].Target != "aten.add.Tensor" || len(users[0].Args) < 2 {
+	if len(users) != 1 || users[0].Opcode != fxgraph.CallFunction || users[0].Op != fxgraph.AtenAddTensor || len(users[0].Args) < 2 {
 		return nil, nil
 	}
 	add := users[0]

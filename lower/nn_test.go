@@ -2,7 +2,6 @@ package lower_test
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/rand"
 	"regexp"
@@ -11,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -19,7 +18,7 @@ import (
 
 // nnCall builds a graph of placeholders with the given metas and one call
 // of target; with tupleLen > 0 the outputs are its tuple elements.
-func nnCall(target string, metas []fxgraph.TensorMeta, args func(in []*fxgraph.Node) []any, kwargs map[string]any, tupleLen int) *fxgraph.Graph {
+func nnCall(target *fxgraph.Op, metas []fxgraph.TensorMeta, args func(in []*fxgraph.Node) []any, kwargs map[string]any, tupleLen int) *fxgraph.Graph {
 	g := fxgraph.New()
 	var in []*fxgraph.Node
 	for i, m := range metas {
@@ -53,27 +52,27 @@ func TestNNStableHLOText(t *testing.T) {
 		g     *fxgraph.Graph
 		wants []string
 	}{
-		{"mm", nnCall("aten.mm.default", []fxgraph.TensorMeta{fxgraph.Static(f32, 2, 3), fxgraph.Static(f32, 3, 4)},
+		{"mm", nnCall(fxgraph.AtenMm, []fxgraph.TensorMeta{fxgraph.Static(f32, 2, 3), fxgraph.Static(f32, 3, 4)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1]} }, nil, 0),
 			[]string{`"stablehlo.dot_general"(%a, %b)`, "lhs_contracting_dimensions = [1]", "rhs_contracting_dimensions = [0]",
 				"precision HIGHEST", "-> tensor<2x4xf32>"}},
-		{"conv2d groups", nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(f32, 1, 4, 5, 5), fxgraph.Static(f32, 6, 2, 3, 3)},
+		{"conv2d groups", nnCall(fxgraph.AtenConvolution, []fxgraph.TensorMeta{fxgraph.Static(f32, 1, 4, 5, 5), fxgraph.Static(f32, 6, 2, 3, 3)},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(2, 2), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), int64(2)}
 			}, nil, 0),
 			[]string{`"stablehlo.convolution"(%a, %b)`, "#stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>",
 				"feature_group_count = 2", "window_strides = array<i64: 2, 2>", "padding = dense<[[1, 1], [1, 1]]> : tensor<2x2xi64>", "-> tensor<1x6x3x3xf32>"}},
-		{"conv transposed", nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(f32, 1, 2, 3, 3), fxgraph.Static(f32, 2, 3, 3, 3)},
+		{"conv transposed", nnCall(fxgraph.AtenConvolution, []fxgraph.TensorMeta{fxgraph.Static(f32, 1, 2, 3, 3), fxgraph.Static(f32, 2, 3, 3, 3)},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(2, 2), nnL(1, 1), nnL(1, 1), true, nnL(1, 1), int64(1)}
 			}, nil, 0),
 			[]string{`"stablehlo.reverse"(%b)`, "dimensions = array<i64: 2, 3>", "lhs_dilation = array<i64: 2, 2>",
 				"#stablehlo.conv<[b, f, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]>", "dense<[[1, 2], [1, 2]]> : tensor<2x2xi64>", "-> tensor<1x3x6x6xf32>"}},
-		{"max_pool2d", nnCall("aten.max_pool2d_with_indices.default", []fxgraph.TensorMeta{fxgraph.Static(f32, 1, 1, 4, 4)},
+		{"max_pool2d", nnCall(fxgraph.AtenMaxPool2dWithIndices, []fxgraph.TensorMeta{fxgraph.Static(f32, 1, 1, 4, 4)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(2, 2), nnL(2, 2)} }, nil, 2),
 			[]string{"stablehlo.reduce_window", "window_dimensions = array<i64: 1, 1, 2, 2>", "window_strides = array<i64: 1, 1, 2, 2>",
 				"stablehlo.iota", "-> (tensor<1x1x2x2xf32>, tensor<1x1x2x2xi64>)"}},
-		{"softmax", nnCall("aten._softmax.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float16, 2, 3)},
+		{"softmax", nnCall(fxgraph.Aten_Softmax, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float16, 2, 3)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(1), false} }, nil, 0),
 			[]string{`"stablehlo.convert"(%a) : (tensor<2x3xf16>) -> tensor<2x3xf32>`, "stablehlo.maximum", "stablehlo.exponential",
 				"stablehlo.divide", "-> tensor<2x3xf16>"}},
@@ -102,7 +101,7 @@ func TestMaxPoolUnusedIndices(t *testing.T) {
 		tuple       int
 		wantIndices bool
 	}{{1, false}, {2, true}} {
-		g := nnCall("aten.max_pool2d_with_indices.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 1, 4, 4)},
+		g := nnCall(fxgraph.AtenMaxPool2dWithIndices, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 1, 4, 4)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(2, 2), nnL(2, 2)} }, nil, c.tuple)
 		p, err := lower.New(lower.Options{}).Lower(g, nil)
 		if err != nil {
@@ -373,7 +372,7 @@ func TestNNExecute(t *testing.T) {
 
 	cases := []struct {
 		name    string
-		target  string
+		target  *fxgraph.Op
 		inputs  []input
 		args    func(in []*fxgraph.Node) []any
 		kwargs  map[string]any
@@ -382,90 +381,90 @@ func TestNNExecute(t *testing.T) {
 		wantDim [][]int64
 		tol     float64
 	}{
-		{"conv2d groups stride dilation bias", "aten.convolution.default", []input{x1, w1, b1},
+		{"conv2d groups stride dilation bias", fxgraph.AtenConvolution, []input{x1, w1, b1},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], in[2], nnL(2, 1), nnL(1, 0), nnL(1, 2), false, nnL(0, 0), int64(2)}
 			}, nil, 0, [][]float64{conv1}, [][]int64{conv1d}, 1e-5},
-		{"conv depthwise stride pad dilation bias", "aten.convolution.default", []input{xdw, wdw, bdw},
+		{"conv depthwise stride pad dilation bias", fxgraph.AtenConvolution, []input{xdw, wdw, bdw},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], in[2], nnL(2, 1), nnL(1, 1), nnL(1, 2), false, nnL(0, 0), int64(3)}
 			}, nil, 0, [][]float64{dw1}, [][]int64{dw1d}, 1e-5},
-		{"conv depthwise dilated", "aten.convolution.default", []input{xdw, wdw},
+		{"conv depthwise dilated", fxgraph.AtenConvolution, []input{xdw, wdw},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(1, 2), nnL(0, 2), nnL(2, 1), false, nnL(0, 0), int64(3)}
 			}, nil, 0, [][]float64{dw2}, [][]int64{dw2d}, 1e-5},
-		{"conv transposed groups", "aten.convolution.default", []input{x2, w2},
+		{"conv transposed groups", fxgraph.AtenConvolution, []input{x2, w2},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(3, 2), nnL(1, 1), nnL(1, 2), true, nnL(1, 1), int64(2)}
 			}, nil, 0, [][]float64{conv2}, [][]int64{conv2d}, 1e-5},
-		{"conv transposed cropping", "aten.convolution.default", []input{x2, w3},
+		{"conv transposed cropping", fxgraph.AtenConvolution, []input{x2, w3},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(2, 2), nnL(1, 0), nnL(1, 1), true, nnL(0, 1), int64(1)}
 			}, nil, 0, [][]float64{conv3}, [][]int64{conv3d}, 1e-5},
-		{"conv f16", "aten.convolution.default", []input{xh, wh},
+		{"conv f16", fxgraph.AtenConvolution, []input{xh, wh},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), int64(1)}
 			}, nil, 0, [][]float64{convh}, [][]int64{convhd}, 2e-2},
-		{"conv2d 3x3 on 2x3, stride pad dilation bias", "aten.convolution.default", []input{xq, wg, bg},
+		{"conv2d 3x3 on 2x3, stride pad dilation bias", fxgraph.AtenConvolution, []input{xq, wg, bg},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], in[2], nnL(2, 1), nnL(1, 2), nnL(1, 2), false, nnL(0, 0), int64(1)}
 			}, nil, 0, [][]float64{conv4}, [][]int64{conv4d}, 1e-5},
-		{"conv2d 1x1 stride 2", "aten.convolution.default", []input{x1, w1x1},
+		{"conv2d 1x1 stride 2", fxgraph.AtenConvolution, []input{x1, w1x1},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(2, 2), nnL(0, 0), nnL(1, 1), false, nnL(0, 0), int64(1)}
 			}, nil, 0, [][]float64{conv5}, [][]int64{conv5d}, 1e-5},
-		{"conv2d 3x3 kernel on a 2x2 input", "aten.convolution.default", []input{xs, ws},
+		{"conv2d 3x3 kernel on a 2x2 input", fxgraph.AtenConvolution, []input{xs, ws},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), int64(1)}
 			}, nil, 0, [][]float64{conv6}, [][]int64{conv6d}, 1e-5},
-		{"max_pool2d ceil with indices", "aten.max_pool2d_with_indices.default", []input{xp},
+		{"max_pool2d ceil with indices", fxgraph.AtenMaxPool2dWithIndices, []input{xp},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 2), nnL(2, 3), nnL(1, 1), nnL(1, 1), true} },
 			nil, 2, [][]float64{mp, mpIdx}, [][]int64{mpd, mpd}, 0},
-		{"max_pool2d ceil, indices unused", "aten.max_pool2d_with_indices.default", []input{xp},
+		{"max_pool2d ceil, indices unused", fxgraph.AtenMaxPool2dWithIndices, []input{xp},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 2), nnL(2, 3), nnL(1, 1), nnL(1, 1), true} },
 			nil, 1, [][]float64{mp}, [][]int64{mpd}, 0},
-		{"max_pool2d dilated with indices", "aten.max_pool2d_with_indices.default", []input{xp},
+		{"max_pool2d dilated with indices", fxgraph.AtenMaxPool2dWithIndices, []input{xp},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(2, 3), nnL(3, 2), nnL(1, 1), nnL(2, 2), true} },
 			nil, 2, [][]float64{mpd2v, mpd2i}, [][]int64{mpd2, mpd2}, 0},
-		{"avg_pool2d exclude pad ceil", "aten.avg_pool2d.default", []input{xp},
+		{"avg_pool2d exclude pad ceil", fxgraph.AtenAvgPool2d, []input{xp},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 3), nnL(2, 2), nnL(1, 1), true, false} },
 			nil, 0, [][]float64{ap}, [][]int64{apd}, 1e-6},
-		{"avg_pool2d include pad ceil", "aten.avg_pool2d.default", []input{xp},
+		{"avg_pool2d include pad ceil", fxgraph.AtenAvgPool2d, []input{xp},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 2), nnL(2, 2), nnL(1, 1), true, true} },
 			nil, 0, [][]float64{ap2}, [][]int64{ap2d}, 1e-6},
-		{"matmul broadcast", "aten.matmul.default", []input{in(f32, 11, 2, 1, 2, 3), in(f32, 12, 3, 3, 2)},
+		{"matmul broadcast", fxgraph.AtenMatmul, []input{in(f32, 11, 2, 1, 2, 3), in(f32, 12, 3, 3, 2)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1]} }, nil, 0, nil, [][]int64{{2, 3, 2, 2}}, 1e-6},
-		{"matmul int64", "aten.matmul.default", []input{{tensor.Int64, []int64{2, 2}, []float64{1, -2, 3, 4}}, {tensor.Int64, []int64{2, 2}, []float64{5, 6, -7, 8}}},
+		{"matmul int64", fxgraph.AtenMatmul, []input{{tensor.Int64, []int64{2, 2}, []float64{1, -2, 3, 4}}, {tensor.Int64, []int64{2, 2}, []float64{5, 6, -7, 8}}},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1]} }, nil, 0,
 			[][]float64{{19, -10, -13, 50}}, [][]int64{{2, 2}}, 0},
-		{"matmul vector", "aten.matmul.default", []input{in(f32, 13, 3), in(f32, 14, 2, 3, 4)},
+		{"matmul vector", fxgraph.AtenMatmul, []input{in(f32, 13, 3), in(f32, 14, 2, 3, 4)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1]} }, nil, 0, nil, [][]int64{{2, 4}}, 1e-6},
-		{"addmm", "aten.addmm.default", []input{in(f32, 15, 4), in(f32, 16, 2, 3), in(f32, 17, 3, 4)},
+		{"addmm", fxgraph.AtenAddmm, []input{in(f32, 15, 4), in(f32, 16, 2, 3), in(f32, 17, 3, 4)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1], in[2]} }, map[string]any{"beta": 0.5, "alpha": 2.0}, 0, nil, [][]int64{{2, 4}}, 1e-6},
-		{"linear", "aten.linear.default", []input{in(f32, 30, 2, 2, 3), in(f32, 31, 4, 3), in(f32, 32, 4)},
+		{"linear", fxgraph.AtenLinear, []input{in(f32, 30, 2, 2, 3), in(f32, 31, 4, 3), in(f32, 32, 4)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1], in[2]} }, nil, 0, nil, [][]int64{{2, 2, 4}}, 1e-6},
-		{"adaptive avg pool", "aten._adaptive_avg_pool2d.default", []input{in(f32, 33, 1, 2, 5, 6)},
+		{"adaptive avg pool", fxgraph.Aten_AdaptiveAvgPool2d, []input{in(f32, 33, 1, 2, 5, 6)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 3)} }, nil, 0, nil, [][]int64{{1, 2, 3, 3}}, 1e-6},
-		{"layer norm", "aten.native_layer_norm.default", []input{in(f32, 18, 2, 3, 4), in(f32, 19, 3, 4), in(f32, 20, 3, 4)},
+		{"layer norm", fxgraph.AtenNativeLayerNorm, []input{in(f32, 18, 2, 3, 4), in(f32, 19, 3, 4), in(f32, 20, 3, 4)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 4), in[1], in[2], 1e-5} }, nil, 3, nil,
 			[][]int64{{2, 3, 4}, {2, 1, 1}, {2, 1, 1}}, 1e-5},
-		{"group norm", "aten.native_group_norm.default", []input{in(f32, 21, 2, 4, 3), in(f32, 22, 4), in(f32, 23, 4)},
+		{"group norm", fxgraph.AtenNativeGroupNorm, []input{in(f32, 21, 2, 4, 3), in(f32, 22, 4), in(f32, 23, 4)},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], in[2], int64(2), int64(4), int64(3), int64(2), 1e-5}
 			}, nil, 3, nil, [][]int64{{2, 4, 3}, {2, 2}, {2, 2}}, 1e-5},
-		{"batch norm", "aten._native_batch_norm_legit_no_training.default",
+		{"batch norm", fxgraph.Aten_NativeBatchNormLegitNoTraining,
 			[]input{in(f32, 24, 2, 3, 2), in(f32, 25, 3), in(f32, 26, 3), in(f32, 27, 3), {f32, []int64{3}, []float64{0.5, 1, 2}}},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1], in[2], in[3], in[4], 0.1, 1e-3} }, nil, 1, nil,
 			[][]int64{{2, 3, 2}}, 1e-5},
-		{"log_softmax", "aten._log_softmax.default", []input{in(f32, 28, 2, 5, 3)},
+		{"log_softmax", fxgraph.Aten_LogSoftmax, []input{in(f32, 28, 2, 5, 3)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(1), false} }, nil, 0, nil, [][]int64{{2, 5, 3}}, 1e-6},
-		{"softmax half_to_float", "aten._softmax.default", []input{in(f16, 29, 4, 3)},
+		{"softmax half_to_float", fxgraph.Aten_Softmax, []input{in(f16, 29, 4, 3)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(0), true} }, nil, 0, nil, [][]int64{{4, 3}}, 1e-6},
-		{"resize linear", "xserve.resize", []input{xr},
+		{"resize linear", fxgraph.XserveResize, []input{xr},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], nnL(1, 2, 3, 9), nil, nil, "linear", "half_pixel"}
 			}, nil, 0, [][]float64{nnRefResize1D(xr.vals, 5, 9, false)}, [][]int64{{1, 2, 3, 9}}, 1e-6},
-		{"resize cubic", "xserve.resize", []input{xr},
+		{"resize cubic", fxgraph.XserveResize, []input{xr},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], nnL(1, 2, 3, 3), nil, nil, "cubic", "half_pixel"}
 			}, nil, 0, [][]float64{nnRefResize1D(xr.vals, 5, 3, true)}, [][]int64{{1, 2, 3, 3}}, 1e-6},
@@ -754,7 +753,7 @@ func TestNNGridSampler(t *testing.T) {
 		mode, pad int
 		align     bool
 	}{{0, 0, false}, {0, 2, true}, {1, 2, false}, {1, 0, true}, {2, 1, false}, {2, 2, true}, {2, 0, false}} {
-		g := nnCall("aten.grid_sampler_2d.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, xd...), fxgraph.Static(tensor.Float32, 2, 3, 4, 2)},
+		g := nnCall(fxgraph.AtenGridSampler2d, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, xd...), fxgraph.Static(tensor.Float32, 2, 3, 4, 2)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1], int64(c.mode), int64(c.pad), c.align} }, nil, 0)
 		prog, err := lower.New(lower.Options{}).Lower(g, nil)
 		if err != nil {
@@ -840,7 +839,7 @@ func TestNNRoiAlign(t *testing.T) {
 	rois := []float64{0, 0, 4, 3, 1.5, 2.25, 6.5, 5, -2, 4, 1, 9, 3, 1, 3.2, 1.1}
 	batch := []int64{1, 0, 1, 0}
 	for _, half := range []bool{true, false} {
-		g := nnCall("xserve.roi_align", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, xd...), fxgraph.Static(tensor.Float32, 4, 4), fxgraph.Static(tensor.Int64, 4)},
+		g := nnCall(fxgraph.XserveRoIAlign, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, xd...), fxgraph.Static(tensor.Float32, 4, 4), fxgraph.Static(tensor.Int64, 4)},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], in[2], int64(3), int64(2), int64(2), 0.5, half}
 			}, nil, 0)
@@ -881,13 +880,13 @@ func TestConvWeightsHWIO(t *testing.T) {
 		x := g.AddPlaceholder("x", fxgraph.Static(f32, xd...))
 		w := g.AddConstant("w", nnTensor(f32, wd, wv))
 		b := g.AddConstant("b", nnTensor(f32, []int64{6}, bv))
-		conv := g.AddCall("aten.convolution.default", []any{x, w, b, nnL(2, 1), nnL(1, 0), nnL(1, 2), false, nnL(0, 0), int64(2)}, nil)
+		conv := g.AddCall(fxgraph.AtenConvolution, []any{x, w, b, nnL(2, 1), nnL(1, 0), nnL(1, 2), false, nnL(0, 0), int64(2)}, nil)
 		if !alsoAdded {
 			g.SetOutput(conv)
 			return g
 		}
 		y := g.AddPlaceholder("y", fxgraph.Static(f32, wd...))
-		g.SetOutput(conv, g.AddCall("aten.add.Tensor", []any{w, y}, nil))
+		g.SetOutput(conv, g.AddCall(fxgraph.AtenAddTensor, []any{w, y}, nil))
 		return g
 	}
 	off := false
@@ -963,7 +962,7 @@ func TestDepthwiseMulAdd(t *testing.T) {
 		{"two channels per group", lower.Options{}, []int64{4, 2, 3, 3}, 2, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 4, 6, 6), fxgraph.Static(tensor.Float32, c.wd...)},
+			g := nnCall(fxgraph.AtenConvolution, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 4, 6, 6), fxgraph.Static(tensor.Float32, c.wd...)},
 				func(in []*fxgraph.Node) []any {
 					return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), c.groups}
 				}, nil, 0)
@@ -1002,7 +1001,7 @@ func TestConvAsDot(t *testing.T) {
 		{"patches too large", lower.Options{}, []int64{1 << 17, 64, 2, 2}, []int64{64, 64, 3, 3}, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, c.xd...), fxgraph.Static(tensor.Float32, c.wd...)},
+			g := nnCall(fxgraph.AtenConvolution, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, c.xd...), fxgraph.Static(tensor.Float32, c.wd...)},
 				func(in []*fxgraph.Node) []any {
 					return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), c.groups}
 				}, nil, 0)
@@ -1028,7 +1027,7 @@ func TestKernelSite(t *testing.T) {
 	site := regexp.MustCompile(`site = (-?[0-9]+) : i64`)
 	lowerConv := func(stride int64) string {
 		t.Helper()
-		g := nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 4, 8, 8), fxgraph.Static(tensor.Float32, 8, 4, 3, 3)},
+		g := nnCall(fxgraph.AtenConvolution, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 4, 8, 8), fxgraph.Static(tensor.Float32, 8, 4, 3, 3)},
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, []int64{stride, stride}, []int64{1, 1}, []int64{1, 1}, false, []int64{0, 0}, int64(1)}
 			}, nil, 0)
@@ -1086,7 +1085,7 @@ func TestConvKernelLowering(t *testing.T) {
 			for i := range ones {
 				ones[i] = 1
 			}
-			g := nnCall("aten.convolution.default", []fxgraph.TensorMeta{fxgraph.Static(c.dt, c.xd...), fxgraph.Static(c.dt, c.wd...)},
+			g := nnCall(fxgraph.AtenConvolution, []fxgraph.TensorMeta{fxgraph.Static(c.dt, c.xd...), fxgraph.Static(c.dt, c.wd...)},
 				func(in []*fxgraph.Node) []any {
 					return []any{in[0], in[1], nil, ones, ones, ones, c.transposed, zeros, c.groups}
 				}, nil, 0)
@@ -1115,18 +1114,18 @@ func TestConvKernelLowering(t *testing.T) {
 // checks the results.
 func TestConvKernelFusesActivation(t *testing.T) {
 	k := []string{lower.ConvKernel}
-	call := func(target string, args ...any) func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
+	call := func(target *fxgraph.Op, args ...any) func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
 		return func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
 			return g.AddCall(target, append([]any{x}, args...), nil)
 		}
 	}
 	silu := func(sigFirst bool) func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
 		return func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
-			s := g.AddCall("aten.sigmoid.default", []any{x}, nil)
+			s := g.AddCall(fxgraph.AtenSigmoid, []any{x}, nil)
 			if sigFirst {
-				return g.AddCall("aten.mul.Tensor", []any{s, x}, nil)
+				return g.AddCall(fxgraph.AtenMulTensor, []any{s, x}, nil)
 			}
-			return g.AddCall("aten.mul.Tensor", []any{x, s}, nil)
+			return g.AddCall(fxgraph.AtenMulTensor, []any{x, s}, nil)
 		}
 	}
 	for _, c := range []struct {
@@ -1135,32 +1134,34 @@ func TestConvKernelFusesActivation(t *testing.T) {
 		both    bool // the convolution is an output too
 		wantAct string
 	}{
-		{"relu", call("aten.relu.default"), false, "activation = 1 : i64, alpha = 0.0 : f32"},
-		{"clamp 0 6", call("aten.clamp.default", 0.0, 6.0), false, "activation = 2 : i64"},
-		{"hardtanh 0 6", call("aten.hardtanh.default", 0.0, 6.0), false, "activation = 2 : i64"},
-		{"clamp min 0", call("aten.clamp.default", 0.0), false, "activation = 1 : i64"},
-		{"sigmoid", call("aten.sigmoid.default"), false, "activation = 3 : i64"},
-		{"silu", call("aten.silu.default"), false, "activation = 4 : i64"},
+		{"relu", call(fxgraph.AtenRelu), false, "activation = 1 : i64, alpha = 0.0 : f32"},
+		{"clamp 0 6", call(fxgraph.AtenClamp, 0.0, 6.0), false, "activation = 2 : i64"},
+		{"hardtanh 0 6", call(fxgraph.AtenHardtanh, 0.0, 6.0), false, "activation = 2 : i64"},
+		{"clamp min 0", call(fxgraph.AtenClamp, 0.0), false, "activation = 1 : i64"},
+		{"sigmoid", call(fxgraph.AtenSigmoid), false, "activation = 3 : i64"},
+		{"silu", call(fxgraph.AtenSilu), false, "activation = 4 : i64"},
 		{"x * sigmoid(x)", silu(false), false, "activation = 4 : i64"},
 		{"sigmoid(x) * x", silu(true), false, "activation = 4 : i64"},
-		{"hardswish", call("aten.hardswish.default"), false, "activation = 5 : i64"},
-		{"tanh", call("aten.tanh.default"), false, "activation = 6 : i64"},
-		{"gelu", call("aten.gelu.default"), false, "activation = 7 : i64"},
-		{"gelu tanh", call("aten.gelu.default", "tanh"), false, "activation = 8 : i64"},
-		{"leaky relu", call("aten.leaky_relu.default", 0.25), false, "activation = 9 : i64, alpha = 0.25 : f32"},
+		{"hardswish", call(fxgraph.AtenHardswish), false, "activation = 5 : i64"},
+		{"tanh", call(fxgraph.AtenTanh), false, "activation = 6 : i64"},
+		{"gelu", call(fxgraph.AtenGelu), false, "activation = 7 : i64"},
+		{"gelu tanh", func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
+			return g.AddCall(fxgraph.AtenGelu, []any{x}, map[string]any{"approximate": "tanh"})
+		}, false, "activation = 8 : i64"},
+		{"leaky relu", call(fxgraph.AtenLeakyRelu, 0.25), false, "activation = 9 : i64, alpha = 0.25 : f32"},
 		{"residual add, relu", func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
 			r := g.AddPlaceholder("r", fxgraph.Static(tensor.Float32, 1, 8, 6, 6))
-			return g.AddCall("aten.relu.default", []any{g.AddCall("aten.add.Tensor", []any{r, x}, nil)}, nil)
+			return g.AddCall(fxgraph.AtenRelu, []any{g.AddCall(fxgraph.AtenAddTensor, []any{r, x}, nil)}, nil)
 		}, false, "activation = 1 : i64"},
-		{"clamp 0 1: not fused", call("aten.clamp.default", 0.0, 1.0), false, "activation = 0 : i64"},
-		{"relu, convolution also an output: not fused", call("aten.relu.default"), true, "activation = 0 : i64"},
+		{"clamp 0 1: not fused", call(fxgraph.AtenClamp, 0.0, 1.0), false, "activation = 0 : i64"},
+		{"relu, convolution also an output: not fused", call(fxgraph.AtenRelu), true, "activation = 0 : i64"},
 		{"x * sigmoid(x), convolution also an output: not fused", silu(false), true, "activation = 0 : i64"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := fxgraph.New()
 			x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, 1, 4, 6, 6))
 			w := g.AddPlaceholder("w", fxgraph.Static(tensor.Float32, 8, 4, 3, 3))
-			conv := g.AddCall("aten.convolution.default", []any{x, w, nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), int64(1)}, nil)
+			conv := g.AddCall(fxgraph.AtenConvolution, []any{x, w, nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), int64(1)}, nil)
 			y := c.act(g, conv)
 			if c.both {
 				g.SetOutput(y, conv)
@@ -1227,9 +1228,9 @@ func TestMaxPoolKernelMatchesXLA(t *testing.T) {
 				vals[i] = math.NaN()
 			}
 			x := nnTensor(tensor.Float32, c.dims, vals)
-			target := fmt.Sprintf("aten.max_pool%dd_with_indices.default", len(c.window))
+			target := fxgraph.MaxPoolWithIndicesOp(len(c.window))
 			if len(c.window) == 1 {
-				target = "aten.max_pool1d.default"
+				target = fxgraph.AtenMaxPool1d
 			}
 			tuple := 1 // the values only: the kernel does not compute indices
 			if len(c.window) == 1 {
@@ -1296,7 +1297,7 @@ func TestMaxPoolKernelLowering(t *testing.T) {
 		{"no kernels", lower.Options{}, tensor.Float32, 1, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := nnCall("aten.max_pool2d_with_indices.default", []fxgraph.TensorMeta{fxgraph.Static(c.dt, 1, 2, 6, 6)},
+			g := nnCall(fxgraph.AtenMaxPool2dWithIndices, []fxgraph.TensorMeta{fxgraph.Static(c.dt, 1, 2, 6, 6)},
 				func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 3), nnL(2, 2), nnL(1, 1)} }, nil, c.tuple)
 			p, err := lower.New(c.opts).Lower(g, nil)
 			if err != nil {
@@ -1331,8 +1332,8 @@ func TestAddmmKernelFusesBias(t *testing.T) {
 			bias := g.AddPlaceholder("bias", fxgraph.Static(tensor.Float32, 64))
 			x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, 6, 128))
 			w := g.AddPlaceholder("w", fxgraph.Static(tensor.Float32, 128, 64))
-			mm := g.AddCall("aten.addmm.default", []any{bias, x, w}, map[string]any{"alpha": c.alpha})
-			g.SetOutput(g.AddCall("aten.relu.default", []any{mm}, nil))
+			mm := g.AddCall(fxgraph.AtenAddmm, []any{bias, x, w}, map[string]any{"alpha": c.alpha})
+			g.SetOutput(g.AddCall(fxgraph.AtenRelu, []any{mm}, nil))
 			p, err := lower.New(lower.Options{Kernels: []string{lower.MatmulKernel}}).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -15,7 +15,7 @@ import (
 
 // rdGraph builds a graph with placeholders of the given metas and one call
 // of target; outputs are the call (or its tuple elements through getitem).
-func rdGraph(target string, metas []fxgraph.TensorMeta, args func(in []*fxgraph.Node) []any, kwargs map[string]any, tupleLen int) *fxgraph.Graph {
+func rdGraph(target *fxgraph.Op, metas []fxgraph.TensorMeta, args func(in []*fxgraph.Node) []any, kwargs map[string]any, tupleLen int) *fxgraph.Graph {
 	g := fxgraph.New()
 	var in []*fxgraph.Node
 	for i, m := range metas {
@@ -44,13 +44,13 @@ func TestReduceStableHLOText(t *testing.T) {
 		g     *fxgraph.Graph
 		wants []string
 	}{
-		{"sum keepdim", rdGraph("aten.sum.dim_IntList", []fxgraph.TensorMeta{rdMeta(tensor.Float32, 2, 3)},
+		{"sum keepdim", rdGraph(fxgraph.AtenSumDimIntList, []fxgraph.TensorMeta{rdMeta(tensor.Float32, 2, 3)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(1)}, true} }, nil, 0),
 			[]string{"stablehlo.reduce", "stablehlo.add", "dimensions = array<i64: 1>", "tensor<2x3xf32>", "stablehlo.reshape", "tensor<2x1xf32>"}},
-		{"argmax", rdGraph("aten.argmax.default", []fxgraph.TensorMeta{rdMeta(tensor.Float32, 2, 3)},
+		{"argmax", rdGraph(fxgraph.AtenArgmax, []fxgraph.TensorMeta{rdMeta(tensor.Float32, 2, 3)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(1)} }, nil, 0),
 			[]string{"stablehlo.iota", "iota_dimension = 1", "stablehlo.reduce", "stablehlo.compare", "stablehlo.select", "tensor<2xi64>"}},
-		{"cumsum", rdGraph("aten.cumsum.default", []fxgraph.TensorMeta{rdMeta(tensor.Float32, 2, 5)},
+		{"cumsum", rdGraph(fxgraph.AtenCumsum, []fxgraph.TensorMeta{rdMeta(tensor.Float32, 2, 5)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(1)} }, nil, 0),
 			[]string{"stablehlo.reduce_window", "window_dimensions = array<i64: 1, 5>", "[0, 0], [4, 0]"}},
 	}
@@ -240,128 +240,128 @@ func TestReduceExecute(t *testing.T) {
 
 	cases := []struct {
 		name     string
-		target   string
+		target   *fxgraph.Op
 		in       []*tensor.Tensor
 		args     func(in []*fxgraph.Node) []any
 		kwargs   map[string]any
 		tupleLen int
 		want     []*tensor.Tensor
 	}{
-		{"sum f32 dims 0,2 keepdim", "aten.sum.dim_IntList", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"sum f32 dims 0,2 keepdim", fxgraph.AtenSumDimIntList, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(0), int64(-1)}, true} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{1, 3, 1}, rdRef(x234, []int64{2, 3, 4}, red02, 0, add))}},
-		{"sum int32 promotes to int64", "aten.sum.default", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 3, 4}, ints)},
+		{"sum int32 promotes to int64", fxgraph.AtenSum, []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 3, 4}, ints)},
 			func(in []*fxgraph.Node) []any { return []any{in[0]} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Int64, nil, rdRef(ints, []int64{24}, map[int]bool{0: true}, 0, add))}},
-		{"mean f64 dim 1", "aten.mean.dim", []*tensor.Tensor{rdTensor(tensor.Float64, []int64{2, 3, 4}, x234)},
+		{"mean f64 dim 1", fxgraph.AtenMeanDim, []*tensor.Tensor{rdTensor(tensor.Float64, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(1)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float64, []int64{2, 4}, rdSeq(8, func(i int) float64 {
 				return rdRef(x234, []int64{2, 3, 4}, map[int]bool{1: true}, 0, add)[i] / 3
 			}))}},
-		{"prod int64 dim 2", "aten.prod.dim_int", []*tensor.Tensor{rdTensor(tensor.Int64, []int64{2, 3, 4}, ints)},
+		{"prod int64 dim 2", fxgraph.AtenProdDimInt, []*tensor.Tensor{rdTensor(tensor.Int64, []int64{2, 3, 4}, ints)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(2)} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Int64, []int64{2, 3}, rdRef(ints, []int64{2, 3, 4}, map[int]bool{2: true}, 1, mul))}},
-		{"amax int32", "aten.amax.default", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 3, 4}, ints)},
+		{"amax int32", fxgraph.AtenAmax, []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 3, 4}, ints)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(1)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 4}, maxRef)}},
-		{"amin all", "aten.amin.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"amin all", fxgraph.AtenAmin, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0]} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, nil, rdRef(x234, []int64{24}, map[int]bool{0: true}, math.Inf(1), math.Min))}},
-		{"max.dim ties", "aten.max.dim", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 3, 4}, ints)},
+		{"max.dim ties", fxgraph.AtenMaxDim, []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 3, 4}, ints)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(1)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 4}, maxRef), rdTensor(tensor.Int64, []int64{2, 4}, argRef(ints, true))}},
 		// topk, worked by hand: NaN is the largest, ties go to the lower
 		// index, and a real -Inf/+Inf is taken before an already-taken slot.
-		{"topk largest NaN ties", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{6}, []float64{3, 1, 3, math.NaN(), math.Inf(-1), 2})},
+		{"topk largest NaN ties", fxgraph.AtenTopk, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{6}, []float64{3, 1, 3, math.NaN(), math.Inf(-1), 2})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(4)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{4}, []float64{math.NaN(), 3, 3, 2}), rdTensor(tensor.Int64, []int64{4}, []float64{3, 0, 2, 5})}},
-		{"topk largest after -Inf", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, []float64{5, math.Inf(-1), math.Inf(-1)})},
+		{"topk largest after -Inf", fxgraph.AtenTopk, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, []float64{5, math.Inf(-1), math.Inf(-1)})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(3)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, []float64{5, math.Inf(-1), math.Inf(-1)}), rdTensor(tensor.Int64, []int64{3}, []float64{0, 1, 2})}},
-		{"topk smallest +Inf", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, []float64{math.Inf(1), 1, math.Inf(1)})},
+		{"topk smallest +Inf", fxgraph.AtenTopk, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, []float64{math.Inf(1), 1, math.Inf(1)})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(3), int64(0), false} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, []float64{1, math.Inf(1), math.Inf(1)}), rdTensor(tensor.Int64, []int64{3}, []float64{1, 0, 2})}},
-		{"topk int32 dim 0", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{3, 2}, []float64{2, -1, 7, -1, 7, 4})},
+		{"topk int32 dim 0", fxgraph.AtenTopk, []*tensor.Tensor{rdTensor(tensor.Int32, []int64{3, 2}, []float64{2, -1, 7, -1, 7, 4})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(2), int64(0)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 2}, []float64{7, 4, 7, -1}), rdTensor(tensor.Int64, []int64{2, 2}, []float64{1, 2, 2, 0})}},
 		// k above the old unrolled limit of 256: a sort of 1000 values
 		// (v[i] = (i*37) mod 1000, a permutation) whose top 300 are 999..700.
-		{"topk k=300 of 1000", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{1000}, perm1000())},
+		{"topk k=300 of 1000", fxgraph.AtenTopk, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{1000}, perm1000())},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(300)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{300}, top300()), rdTensor(tensor.Int64, []int64{300}, top300Idx())}},
 		// sort, as torch sorts: NaN larger than every number, ties in order.
-		{"sort ascending NaN ties", "aten.sort.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{6}, []float64{3, math.NaN(), 1, 3, math.Inf(-1), 2})},
+		{"sort ascending NaN ties", fxgraph.AtenSort, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{6}, []float64{3, math.NaN(), 1, 3, math.Inf(-1), 2})},
 			func(in []*fxgraph.Node) []any { return []any{in[0]} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{6}, []float64{math.Inf(-1), 1, 2, 3, 3, math.NaN()}), rdTensor(tensor.Int64, []int64{6}, []float64{4, 2, 5, 0, 3, 1})}},
-		{"sort descending dim 0", "aten.sort.default", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{3, 2}, []float64{2, -1, 7, -1, 7, 4})},
+		{"sort descending dim 0", fxgraph.AtenSort, []*tensor.Tensor{rdTensor(tensor.Int32, []int64{3, 2}, []float64{2, -1, 7, -1, 7, 4})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(0), true} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Int32, []int64{3, 2}, []float64{7, 4, 7, -1, 2, -1}), rdTensor(tensor.Int64, []int64{3, 2}, []float64{1, 2, 2, 0, 0, 1})}},
-		{"sort.stable descending NaN first", "aten.sort.stable", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{1, math.NaN(), 5, 4, 4, -2})},
+		{"sort.stable descending NaN first", fxgraph.AtenSortStable, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{1, math.NaN(), 5, 4, 4, -2})},
 			func(in []*fxgraph.Node) []any { return []any{in[0]} }, map[string]any{"stable": true, "dim": int64(1), "descending": true}, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{math.NaN(), 5, 1, 4, 4, -2}), rdTensor(tensor.Int64, []int64{2, 3}, []float64{1, 2, 0, 0, 1, 2})}},
-		{"topk k=0", "aten.topk.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, x234[:6])},
+		{"topk k=0", fxgraph.AtenTopk, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, x234[:6])},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(0)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 0}, nil), rdTensor(tensor.Int64, []int64{2, 0}, nil)}},
-		{"argmin f32 keepdim", "aten.argmin.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"argmin f32 keepdim", fxgraph.AtenArgmin, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(1), true} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Int64, []int64{2, 1, 4}, argRef(x234, false))}},
-		{"argmax flat", "aten.argmax.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{1, 7, 3, 7, 2, 0})},
+		{"argmax flat", fxgraph.AtenArgmax, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{1, 7, 3, 7, 2, 0})},
 			func(in []*fxgraph.Node) []any { return []any{in[0]} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Int64, nil, []float64{1})}},
-		{"argmax NaN wins", "aten.argmax.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{4}, []float64{1, 9, math.NaN(), 9})},
+		{"argmax NaN wins", fxgraph.AtenArgmax, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{4}, []float64{1, 9, math.NaN(), 9})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(0)} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Int64, nil, []float64{2})}},
-		{"amax NaN propagates", "aten.amax.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{1, math.NaN(), 3, 4, 5, 6})},
+		{"amax NaN propagates", fxgraph.AtenAmax, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, []float64{1, math.NaN(), 3, 4, 5, 6})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(1)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{2}, []float64{math.NaN(), 6})}},
-		{"amin f16 NaN", "aten.amin.default", []*tensor.Tensor{rdTensor(tensor.Float16, []int64{2, 3}, []float64{1, math.NaN(), 3, 4, 5, 6})},
+		{"amin f16 NaN", fxgraph.AtenAmin, []*tensor.Tensor{rdTensor(tensor.Float16, []int64{2, 3}, []float64{1, math.NaN(), 3, 4, 5, 6})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(1)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float16, []int64{2}, []float64{math.NaN(), 4})}},
-		{"mean f16", "aten.mean.dim", []*tensor.Tensor{rdTensor(tensor.Float16, []int64{2, 3}, []float64{1, 2, 3.5, 4, 5, 6})},
+		{"mean f16", fxgraph.AtenMeanDim, []*tensor.Tensor{rdTensor(tensor.Float16, []int64{2, 3}, []float64{1, 2, 3.5, 4, 5, 6})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(1)}, true} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float16, []int64{2, 1}, []float64{6.5 / 3, 5})}},
-		{"any/all", "aten.any.dim", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 3}, []float64{0, 0, 0, 0, 4, 0})},
+		{"any/all", fxgraph.AtenAnyDim, []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 3}, []float64{0, 0, 0, 0, 4, 0})},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(1)} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Bool, []int64{2}, []float64{0, 1})}},
-		{"all", "aten.all.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, []float64{1, -2, 0.5})},
+		{"all", fxgraph.AtenAll, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, []float64{1, -2, 0.5})},
 			func(in []*fxgraph.Node) []any { return []any{in[0]} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Bool, nil, []float64{1})}},
-		{"cumsum f32 short", "aten.cumsum.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{4, 6}, x234)},
+		{"cumsum f32 short", fxgraph.AtenCumsum, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{4, 6}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(-1)} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{4, 6}, cumRef(x234, 4, 6))}},
-		{"cumsum int32 long", "aten.cumsum.default", []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 300}, long)},
+		{"cumsum int32 long", fxgraph.AtenCumsum, []*tensor.Tensor{rdTensor(tensor.Int32, []int64{2, 300}, long)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], int64(1)} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Int64, []int64{2, 300}, cumRef(long, 2, 300))}},
-		{"logsumexp", "aten.logsumexp.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{3, 3}, lse)},
+		{"logsumexp", fxgraph.AtenLogsumexp, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{3, 3}, lse)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(1)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, lseRef)}},
-		{"var", "aten.var.correction", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"var", fxgraph.AtenVarCorrection, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(2)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3}, varRef)}},
-		{"std keepdim", "aten.std.correction", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"std keepdim", fxgraph.AtenStdCorrection, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], []any{int64(2)}} }, map[string]any{"keepdim": true, "correction": int64(1)}, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 1}, stdRef)}},
-		{"norm 1", "aten.linalg_vector_norm.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"norm 1", fxgraph.AtenLinalgVectorNorm, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], 1.0, []any{int64(0), int64(2)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, l1)}},
-		{"norm 2", "aten.linalg_vector_norm.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"norm 2", fxgraph.AtenLinalgVectorNorm, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], 2.0, []any{int64(0), int64(2)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, l2)}},
-		{"norm 3", "aten.linalg_vector_norm.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"norm 3", fxgraph.AtenLinalgVectorNorm, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], 3.0, []any{int64(0), int64(2)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, l3)}},
-		{"norm inf", "aten.linalg_vector_norm.default", []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
+		{"norm inf", fxgraph.AtenLinalgVectorNorm, []*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 3, 4}, x234)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], math.Inf(1), []any{int64(0), int64(2)}} }, nil, 0,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{3}, linf)}},
-		{"nll none", "aten.nll_loss_forward.default", []*tensor.Tensor{
+		{"nll none", fxgraph.AtenNllLossForward, []*tensor.Tensor{
 			rdTensor(tensor.Float32, []int64{2, 3, 2}, nllIn), rdTensor(tensor.Int64, []int64{2, 2}, nllTgt), rdTensor(tensor.Float32, []int64{3}, nllW)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1], in[2], int64(0), int64(1)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, []int64{2, 2}, nllNone), rdTensor(tensor.Float32, nil, []float64{0})}},
-		{"nll mean", "aten.nll_loss_forward.default", []*tensor.Tensor{
+		{"nll mean", fxgraph.AtenNllLossForward, []*tensor.Tensor{
 			rdTensor(tensor.Float32, []int64{2, 3, 2}, nllIn), rdTensor(tensor.Int64, []int64{2, 2}, nllTgt), rdTensor(tensor.Float32, []int64{3}, nllW)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1], in[2], int64(1), int64(1)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, nil, []float64{nllSum / nllTot}), rdTensor(tensor.Float32, nil, []float64{nllTot})}},
-		{"nll sum", "aten.nll_loss_forward.default", []*tensor.Tensor{
+		{"nll sum", fxgraph.AtenNllLossForward, []*tensor.Tensor{
 			rdTensor(tensor.Float32, []int64{2, 3, 2}, nllIn), rdTensor(tensor.Int64, []int64{2, 2}, nllTgt), rdTensor(tensor.Float32, []int64{3}, nllW)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1], in[2], int64(2), int64(1)} }, nil, 2,
 			[]*tensor.Tensor{rdTensor(tensor.Float32, nil, []float64{nllSum}), rdTensor(tensor.Float32, nil, []float64{nllTot})}},

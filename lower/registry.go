@@ -27,7 +27,7 @@ type Registry struct {
 // NewRegistry returns a registry holding every rule of the package.
 func NewRegistry() *Registry {
 	r := &Registry{rules: map[*fxgraph.Op]Rule{}}
-	r.Register(fxgraph.MustOp(fxgraph.GetItem), lowerGetItem)
+	r.Register(fxgraph.GetItem, lowerGetItem)
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)

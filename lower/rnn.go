@@ -8,7 +8,7 @@ import (
 
 // registerRNN registers the rule of "xserve.rnn" (ONNX RNN, GRU and LSTM).
 func registerRNN(r *Registry) {
-	r.Register(fxgraph.MustOp("xserve.rnn"), rnnRule)
+	r.Register(fxgraph.XserveRNN, rnnRule)
 }
 
 // rnnRule lowers "xserve.rnn" (see fxgraph.RNNArgs) by unrolling it over the

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
@@ -132,7 +132,7 @@ func TestRNNExecute(t *testing.T) {
 				args[i] = g.AddPlaceholder(fmt.Sprintf("in%d", i), fxgraph.Static(f32, d...))
 				ins = append(ins, nnTensor(f32, d, vals[i]))
 			}
-			n := g.AddCall("xserve.rnn", args, map[string]any{"mode": c.mode, "hidden_size": int64(hid), "direction": c.dir, "linear_before_reset": c.lbr, "clip": c.clip})
+			n := g.AddCall(fxgraph.XserveRNN, args, map[string]any{"mode": c.mode, "hidden_size": int64(hid), "direction": c.dir, "linear_before_reset": c.lbr, "clip": c.clip})
 			var outs []*fxgraph.Node
 			for i := range 3 {
 				outs = append(outs, g.AddCall(fxgraph.GetItem, []any{n, int64(i)}, nil))

@@ -16,48 +16,47 @@ import (
 
 // registerShapeOps registers the rules of shape and indexing operators.
 func registerShapeOps(r *Registry) {
-	for _, t := range []string{
-		"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-		"aten.unsqueeze.default", "aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default",
-		"aten.alias.default", "aten.lift_fresh_copy.default",
+	for _, t := range []*fxgraph.Op{
+		fxgraph.AtenView, fxgraph.Aten_UnsafeView, fxgraph.AtenReshape,
+		fxgraph.AtenUnsqueeze, fxgraph.AtenSqueezeDims, fxgraph.AtenSqueezeDim, fxgraph.AtenSqueeze,
+		fxgraph.AtenAlias, fxgraph.AtenLiftFreshCopy,
 	} {
-		r.Register(fxgraph.MustOp(t), shLowerReshape)
+		r.Register(t, shLowerReshape)
 	}
-	r.Register(fxgraph.MustOp("aten.permute.default"), shLowerPermute)
-	r.Register(fxgraph.MustOp("aten.t.default"), shLowerPermute)
-	r.Register(fxgraph.MustOp("aten.transpose.int"), shLowerPermute)
-	r.Register(fxgraph.MustOp("aten.expand.default"), shLowerExpand)
-	r.Register(fxgraph.MustOp("aten.cat.default"), shLowerCat)
-	r.Register(fxgraph.MustOp("aten.split_with_sizes.default"), shLowerSplit)
-	r.Register(fxgraph.MustOp("aten.split.Tensor"), shLowerSplit)
-	r.Register(fxgraph.MustOp("aten.slice.Tensor"), shLowerSlice)
-	r.Register(fxgraph.MustOp("aten.select.int"), shLowerSelect)
-	r.Register(fxgraph.MustOp("aten.flip.default"), shLowerFlip)
-	r.Register(fxgraph.MustOp("aten.index_select.default"), shLowerIndexSelect)
-	r.Register(fxgraph.MustOp("aten.index.Tensor"), shLowerIndex)
-	r.Register(fxgraph.MustOp("aten.gather.default"), shLowerGather)
-	r.Register(fxgraph.MustOp("aten.scatter.src"), shLowerScatter)
-	r.Register(fxgraph.MustOp("aten.scatter.value"), shLowerScatter)
-	r.Register(fxgraph.MustOp("aten.scatter_reduce.two"), shLowerScatter)
-	r.Register(fxgraph.MustOp("aten.index_put.default"), shLowerIndexPut)
-	r.Register(fxgraph.MustOp("aten.constant_pad_nd.default"), shLowerConstantPad)
-	for _, mode := range []string{"reflection", "replication"} {
-		for nd := 1; nd <= 3; nd++ {
-			r.Register(fxgraph.MustOp(fmt.Sprintf("aten.%s_pad%dd.default", mode, nd)), shLowerIndexPad)
-		}
+	r.Register(fxgraph.AtenPermute, shLowerPermute)
+	r.Register(fxgraph.AtenT, shLowerPermute)
+	r.Register(fxgraph.AtenTransposeInt, shLowerPermute)
+	r.Register(fxgraph.AtenExpand, shLowerExpand)
+	r.Register(fxgraph.AtenCat, shLowerCat)
+	r.Register(fxgraph.AtenSplitWithSizes, shLowerSplit)
+	r.Register(fxgraph.AtenSplitTensor, shLowerSplit)
+	r.Register(fxgraph.AtenSliceTensor, shLowerSlice)
+	r.Register(fxgraph.AtenSelectInt, shLowerSelect)
+	r.Register(fxgraph.AtenFlip, shLowerFlip)
+	r.Register(fxgraph.AtenIndexSelect, shLowerIndexSelect)
+	r.Register(fxgraph.AtenIndexTensor, shLowerIndex)
+	r.Register(fxgraph.AtenGather, shLowerGather)
+	r.Register(fxgraph.AtenScatterSrc, shLowerScatter)
+	r.Register(fxgraph.AtenScatterValue, shLowerScatter)
+	r.Register(fxgraph.AtenScatterReduceTwo, shLowerScatter)
+	r.Register(fxgraph.AtenIndexPut, shLowerIndexPut)
+	r.Register(fxgraph.AtenConstantPadNd, shLowerConstantPad)
+	for _, op := range []*fxgraph.Op{fxgraph.AtenReflectionPad1d, fxgraph.AtenReflectionPad2d, fxgraph.AtenReflectionPad3d,
+		fxgraph.AtenReplicationPad1d, fxgraph.AtenReplicationPad2d, fxgraph.AtenReplicationPad3d} {
+		r.Register(op, shLowerIndexPad)
 	}
-	r.Register(fxgraph.MustOp("aten.full.default"), shLowerFull)
-	r.Register(fxgraph.MustOp("aten.arange.start_step"), shLowerArange)
-	r.Register(fxgraph.MustOp("aten.arange.start"), shLowerArange)
-	r.Register(fxgraph.MustOp("aten.arange.default"), shLowerArange)
-	r.Register(fxgraph.MustOp("aten.repeat.default"), shLowerRepeat)
-	r.Register(fxgraph.MustOp("aten.triu.default"), shLowerTri)
-	r.Register(fxgraph.MustOp("aten.tril.default"), shLowerTri)
-	r.Register(fxgraph.MustOp("aten.pixel_shuffle.default"), shLowerPixel)
-	r.Register(fxgraph.MustOp("aten.pixel_unshuffle.default"), shLowerPixel)
-	r.Register(fxgraph.MustOp("aten._shape_as_tensor.default"), shLowerShapeOf)
-	r.Register(fxgraph.MustOp("aten.sym_size.int"), shLowerShapeOf)
-	r.Register(fxgraph.MustOp("aten.numel.default"), shLowerShapeOf)
+	r.Register(fxgraph.AtenFull, shLowerFull)
+	r.Register(fxgraph.AtenArangeStartStep, shLowerArange)
+	r.Register(fxgraph.AtenArangeStart, shLowerArange)
+	r.Register(fxgraph.AtenArange, shLowerArange)
+	r.Register(fxgraph.AtenRepeat, shLowerRepeat)
+	r.Register(fxgraph.AtenTriu, shLowerTri)
+	r.Register(fxgraph.AtenTril, shLowerTri)
+	r.Register(fxgraph.AtenPixelShuffle, shLowerPixel)
+	r.Register(fxgraph.AtenPixelUnshuffle, shLowerPixel)
+	r.Register(fxgraph.Aten_ShapeAsTensor, shLowerShapeOf)
+	r.Register(fxgraph.AtenSymSizeInt, shLowerShapeOf)
+	r.Register(fxgraph.AtenNumel, shLowerShapeOf)
 }
 
 // shOne wraps a single result.
@@ -106,12 +105,12 @@ func shPermOf(n *fxgraph.Node, rank int) ([]int, error) {
 	for i := range perm {
 		perm[i] = i
 	}
-	switch n.Target {
-	case "aten.t.default":
+	switch n.Op {
+	case fxgraph.AtenT:
 		if rank == 2 {
 			perm[0], perm[1] = 1, 0
 		}
-	case "aten.transpose.int":
+	case fxgraph.AtenTransposeInt:
 		if rank == 0 {
 			return perm, nil
 		}
@@ -706,7 +705,7 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	}
 	id := hlo.ShapeOf(idx).Dimensions
 	var upd *stablehlo.Value
-	if n.Target == "aten.scatter.value" {
+	if n.Op == fxgraph.AtenScatterValue {
 		v, ok := fxgraph.AsFloat(n.ArgOr(3, "value", nil))
 		if !ok {
 			return nil, fmt.Errorf("value is %s, want a number", fxgraph.FormatArg(n.Arg(3)))
@@ -737,7 +736,7 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 		upd = src
 	}
 	red := ""
-	if n.Target == "aten.scatter_reduce.two" {
+	if n.Op == fxgraph.AtenScatterReduceTwo {
 		v, _ := n.Param("reduce")
 		red, _ = v.(string)
 	}
@@ -839,7 +838,7 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 // shPads returns the per-dim (low, high) padding of a pad node.
 func shPads(n *fxgraph.Node, rank int) ([][2]int, error) {
 	name := "pad"
-	if n.Target != "aten.constant_pad_nd.default" {
+	if n.Op != fxgraph.AtenConstantPadNd {
 		name = "padding"
 	}
 	pad, err := n.IntsArg(1, name, nil)
@@ -959,10 +958,10 @@ func shLowerArange(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	dt, dims := Out(n, 0)
 	var start, step any = int64(0), int64(1)
 	var err error
-	switch n.Target {
-	case "aten.arange.start":
+	switch n.Op {
+	case fxgraph.AtenArangeStart:
 		start, err = n.Param("start")
-	case "aten.arange.start_step":
+	case fxgraph.AtenArangeStartStep:
 		if start, err = n.Param("start"); err == nil {
 			step, err = n.Param("step")
 		}
@@ -1077,7 +1076,7 @@ func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 		return nil, err
 	}
 	dir := types.CompareLE
-	if n.Target == "aten.triu.default" {
+	if n.Op == fxgraph.AtenTriu {
 		dir = types.CompareGE
 	}
 	mask, err := hlo.Compare(diff, kb, dir, types.CompareSigned)
@@ -1099,7 +1098,7 @@ func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	f64, err := n.ParamInt("factor")
+	f64, err := fxgraph.PixelFactor(n)
 	if err != nil {
 		return nil, err
 	}
@@ -1111,7 +1110,7 @@ func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	b := len(batch)
 	perm := shSeq(b + 5)
 	var mid []int
-	if n.Target == "aten.pixel_shuffle.default" {
+	if n.Op == fxgraph.AtenPixelShuffle {
 		mid = append(append([]int(nil), batch...), c/(f*f), f, f, h, w)
 		copy(perm[b:], []int{b, b + 3, b + 1, b + 4, b + 2})
 	} else {
@@ -1136,10 +1135,10 @@ func shLowerShapeOf(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 		return nil, err
 	}
 	var t *tensor.Tensor
-	switch n.Target {
-	case "aten._shape_as_tensor.default":
+	switch n.Op {
+	case fxgraph.Aten_ShapeAsTensor:
 		t = tensor.FromInt64s(append([]int64{}, dims...))
-	case "aten.sym_size.int":
+	case fxgraph.AtenSymSizeInt:
 		d, err := shNormDim(n, 1, "dim", 0, len(dims))
 		if err != nil {
 			return nil, err

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -32,10 +32,10 @@ func TestShapeStableHLO(t *testing.T) {
 	g := fxgraph.New()
 	x := g.AddPlaceholder("x", fxgraph.TensorMeta{DType: tensor.Float32, Shape: fxgraph.Shape{fxgraph.S("N"), fxgraph.D(3)}})
 	i := g.AddPlaceholder("i", fxgraph.Static(tensor.Int64, 2))
-	p := g.AddCall("aten.permute.default", []any{x, []any{int64(1), int64(0)}}, nil)
-	s := g.AddCall("aten.index_select.default", []any{x, int64(1), i}, nil)
-	c := g.AddCall("aten.constant_pad_nd.default", []any{x, []any{int64(1), int64(-1)}, 0.5}, nil)
-	sl := g.AddCall("aten.slice.Tensor", []any{x, int64(1), int64(1), nil, int64(2)}, nil)
+	p := g.AddCall(fxgraph.AtenPermute, []any{x, []any{int64(1), int64(0)}}, nil)
+	s := g.AddCall(fxgraph.AtenIndexSelect, []any{x, int64(1), i}, nil)
+	c := g.AddCall(fxgraph.AtenConstantPadNd, []any{x, []any{int64(1), int64(-1)}, 0.5}, nil)
+	sl := g.AddCall(fxgraph.AtenSliceTensor, []any{x, int64(1), int64(1), nil, int64(2)}, nil)
 	g.SetOutput(p, s, c, sl)
 	prog, err := lower.New(lower.Options{}).Lower(g, map[string]int64{"N": 2})
 	if err != nil {
@@ -88,7 +88,7 @@ func TestShapeRun(t *testing.T) {
 	x := g.AddPlaceholder("x", fxgraph.TensorMeta{DType: tensor.Float32, Shape: fxgraph.Shape{fxgraph.S("N"), fxgraph.D(3)}})
 	y := g.AddPlaceholder("y", fxgraph.Static(tensor.Float32, 1, 8, 1, 2))
 	idx := g.AddPlaceholder("idx", fxgraph.Static(tensor.Int64, 3))
-	call := func(target string, args ...any) *fxgraph.Node { return g.AddCall(target, args, nil) }
+	call := func(target *fxgraph.Op, args ...any) *fxgraph.Node { return g.AddCall(target, args, nil) }
 	L := func(v ...int64) []any {
 		out := make([]any, len(v))
 		for i, e := range v {
@@ -120,22 +120,22 @@ func TestShapeRun(t *testing.T) {
 	add := func(name string, n *fxgraph.Node, shape []int64, vals []float64) {
 		refs = append(refs, shRef{name, n, shape, vals})
 	}
-	add("view", call("aten.view.default", x, L(3, -1)), []int64{3, 2}, grid(2, 3, xv))
-	add("permute", call("aten.permute.default", x, L(1, 0)), []int64{3, 2}, grid(3, 2, func(r, c int) float64 { return xv(c, r) }))
-	add("expand", call("aten.expand.default", call("aten.unsqueeze.default", x, int64(0)), L(2, -1, -1)), []int64{2, 2, 3},
+	add("view", call(fxgraph.AtenView, x, L(3, -1)), []int64{3, 2}, grid(2, 3, xv))
+	add("permute", call(fxgraph.AtenPermute, x, L(1, 0)), []int64{3, 2}, grid(3, 2, func(r, c int) float64 { return xv(c, r) }))
+	add("expand", call(fxgraph.AtenExpand, call(fxgraph.AtenUnsqueeze, x, int64(0)), L(2, -1, -1)), []int64{2, 2, 3},
 		append(grid(2, 3, xv), grid(2, 3, xv)...))
-	add("cat", call("aten.cat.default", []any{x, x}, int64(1)), []int64{2, 6}, grid(2, 6, func(r, c int) float64 { return xv(r, c%3) }))
-	add("split", call(fxgraph.GetItem, call("aten.split_with_sizes.default", x, L(1, 2), int64(1)), int64(1)), []int64{2, 2},
+	add("cat", call(fxgraph.AtenCat, []any{x, x}, int64(1)), []int64{2, 6}, grid(2, 6, func(r, c int) float64 { return xv(r, c%3) }))
+	add("split", call(fxgraph.GetItem, call(fxgraph.AtenSplitWithSizes, x, L(1, 2), int64(1)), int64(1)), []int64{2, 2},
 		grid(2, 2, func(r, c int) float64 { return xv(r, c+1) }))
-	add("slice", call("aten.slice.Tensor", x, int64(1), int64(-2), int64(100)), []int64{2, 2},
+	add("slice", call(fxgraph.AtenSliceTensor, x, int64(1), int64(-2), int64(100)), []int64{2, 2},
 		grid(2, 2, func(r, c int) float64 { return xv(r, c+1) }))
-	add("slice step", call("aten.slice.Tensor", x, int64(1), nil, nil, int64(2)), []int64{2, 2},
+	add("slice step", call(fxgraph.AtenSliceTensor, x, int64(1), nil, nil, int64(2)), []int64{2, 2},
 		grid(2, 2, func(r, c int) float64 { return xv(r, 2*c) }))
-	add("select", call("aten.select.int", x, int64(0), int64(-1)), []int64{3}, grid(1, 3, func(_, c int) float64 { return xv(1, c) }))
-	add("flip", call("aten.flip.default", x, L(1)), []int64{2, 3}, grid(2, 3, func(r, c int) float64 { return xv(r, 2-c) }))
-	add("index_select", call("aten.index_select.default", x, int64(1), idx), []int64{2, 3},
+	add("select", call(fxgraph.AtenSelectInt, x, int64(0), int64(-1)), []int64{3}, grid(1, 3, func(_, c int) float64 { return xv(1, c) }))
+	add("flip", call(fxgraph.AtenFlip, x, L(1)), []int64{2, 3}, grid(2, 3, func(r, c int) float64 { return xv(r, 2-c) }))
+	add("index_select", call(fxgraph.AtenIndexSelect, x, int64(1), idx), []int64{2, 3},
 		grid(2, 3, func(r, c int) float64 { return xv(r, wrap(iv[c], 3)) }))
-	add("index", call("aten.index.Tensor", x, []any{nil, g2}), []int64{2, 2, 2}, func() []float64 {
+	add("index", call(fxgraph.AtenIndexTensor, x, []any{nil, g2}), []int64{2, 2, 2}, func() []float64 {
 		gi := []int64{2, 0, 1, -3}
 		var out []float64
 		for r := 0; r < 2; r++ {
@@ -145,16 +145,16 @@ func TestShapeRun(t *testing.T) {
 		}
 		return out
 	}())
-	add("gather", call("aten.gather.default", x, int64(1), g2), []int64{2, 2}, grid(2, 2, func(r, c int) float64 {
+	add("gather", call(fxgraph.AtenGather, x, int64(1), g2), []int64{2, 2}, grid(2, 2, func(r, c int) float64 {
 		return xv(r, wrap([]int64{2, 0, 1, -3}[2*r+c], 3))
 	}))
-	add("scatter", call("aten.scatter.src", x, int64(1), s2, call("aten.neg.default", x)), []int64{2, 3}, func() []float64 {
+	add("scatter", call(fxgraph.AtenScatterSrc, x, int64(1), s2, call(fxgraph.AtenNeg, x)), []int64{2, 3}, func() []float64 {
 		out := grid(2, 3, xv)
 		out[0*3+0], out[0*3+2] = -xv(0, 0), -xv(0, 1)
 		out[1*3+1], out[1*3+0] = -xv(1, 0), -xv(1, 1)
 		return out
 	}())
-	add("scatter_reduce prod", call("aten.scatter_reduce.two", x, int64(1), s2, x, "prod"), []int64{2, 3}, func() []float64 {
+	add("scatter_reduce prod", call(fxgraph.AtenScatterReduceTwo, x, int64(1), s2, x, "prod"), []int64{2, 3}, func() []float64 {
 		out := grid(2, 3, xv)
 		out[0] *= xv(0, 0)
 		out[2] *= xv(0, 1)
@@ -162,7 +162,7 @@ func TestShapeRun(t *testing.T) {
 		out[3] *= xv(1, 1)
 		return out
 	}())
-	add("index_put accumulate", call("aten.index_put.default", x, []any{nil, idx}, g.AddConstant("ten", tensor.Scalar(tensor.Float32, 10)), true),
+	add("index_put accumulate", call(fxgraph.AtenIndexPut, x, []any{nil, idx}, g.AddConstant("ten", tensor.Scalar(tensor.Float32, 10)), true),
 		[]int64{2, 3}, grid(2, 3, func(r, c int) float64 {
 			hits := 0
 			for _, i := range iv {
@@ -172,35 +172,35 @@ func TestShapeRun(t *testing.T) {
 			}
 			return xv(r, c) + 10*float64(hits)
 		}))
-	add("constant_pad_nd", call("aten.constant_pad_nd.default", x, L(1, 2), -1.0), []int64{2, 6}, grid(2, 6, func(r, c int) float64 {
+	add("constant_pad_nd", call(fxgraph.AtenConstantPadNd, x, L(1, 2), -1.0), []int64{2, 6}, grid(2, 6, func(r, c int) float64 {
 		if c == 0 || c > 3 {
 			return -1
 		}
 		return xv(r, c-1)
 	}))
-	add("reflection_pad1d", call("aten.reflection_pad1d.default", x, L(2, 1)), []int64{2, 6}, grid(2, 6, func(r, c int) float64 {
+	add("reflection_pad1d", call(fxgraph.AtenReflectionPad1d, x, L(2, 1)), []int64{2, 6}, grid(2, 6, func(r, c int) float64 {
 		return xv(r, []int{2, 1, 0, 1, 2, 1}[c])
 	}))
-	add("replication_pad1d", call("aten.replication_pad1d.default", x, L(1, 2)), []int64{2, 6}, grid(2, 6, func(r, c int) float64 {
+	add("replication_pad1d", call(fxgraph.AtenReplicationPad1d, x, L(1, 2)), []int64{2, 6}, grid(2, 6, func(r, c int) float64 {
 		return xv(r, []int{0, 0, 1, 2, 2, 2}[c])
 	}))
-	add("repeat", call("aten.repeat.default", x, L(2, 1, 2)), []int64{2, 2, 6}, func() []float64 {
+	add("repeat", call(fxgraph.AtenRepeat, x, L(2, 1, 2)), []int64{2, 2, 6}, func() []float64 {
 		v := grid(2, 6, func(r, c int) float64 { return xv(r, c%3) })
 		return append(v, v...)
 	}())
-	add("triu", call("aten.triu.default", x, int64(1)), []int64{2, 3}, grid(2, 3, func(r, c int) float64 {
+	add("triu", call(fxgraph.AtenTriu, x, int64(1)), []int64{2, 3}, grid(2, 3, func(r, c int) float64 {
 		if c-r >= 1 {
 			return xv(r, c)
 		}
 		return 0
 	}))
-	add("tril", call("aten.tril.default", x), []int64{2, 3}, grid(2, 3, func(r, c int) float64 {
+	add("tril", call(fxgraph.AtenTril, x), []int64{2, 3}, grid(2, 3, func(r, c int) float64 {
 		if c-r <= 0 {
 			return xv(r, c)
 		}
 		return 0
 	}))
-	ps := call("aten.pixel_shuffle.default", y, int64(2))
+	ps := call(fxgraph.AtenPixelShuffle, y, int64(2))
 	add("pixel_shuffle", ps, []int64{1, 2, 2, 4}, func() []float64 {
 		// out[c][h*2+i][w*2+j] = in[c*4+i*2+j][h][w]; in[k][0][w] = 2k+w.
 		var out []float64
@@ -214,7 +214,7 @@ func TestShapeRun(t *testing.T) {
 		}
 		return out
 	}())
-	add("pixel_unshuffle", call("aten.pixel_unshuffle.default", ps, int64(2)), []int64{1, 8, 1, 2}, func() []float64 {
+	add("pixel_unshuffle", call(fxgraph.AtenPixelUnshuffle, ps, int64(2)), []int64{1, 8, 1, 2}, func() []float64 {
 		out := make([]float64, 16)
 		for k := range out {
 			out[k] = float64(k)
@@ -268,10 +268,10 @@ func TestShapeRunUnfolded(t *testing.T) {
 		t.Run(fmt.Sprint("narrow=", narrow), func(t *testing.T) {
 			g := fxgraph.New()
 			x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, 2, 5))
-			f := g.AddCall("aten.full.default", []any{[]any{int64(2)}, int64(7)}, map[string]any{"dtype": tensor.Int64})
-			a := g.AddCall("aten.arange.start_step", []any{0.5, int64(3), 0.75}, map[string]any{"dtype": tensor.Float32})
-			ai := g.AddCall("aten.arange.start_step", []any{int64(10), int64(0), int64(-4)}, nil)
-			s := g.AddCall("aten._shape_as_tensor.default", []any{x}, nil)
+			f := g.AddCall(fxgraph.AtenFull, []any{[]any{int64(2)}, int64(7)}, map[string]any{"dtype": tensor.Int64})
+			a := g.AddCall(fxgraph.AtenArangeStartStep, []any{0.5, int64(3), 0.75}, map[string]any{"dtype": tensor.Float32})
+			ai := g.AddCall(fxgraph.AtenArangeStartStep, []any{int64(10), int64(0), int64(-4)}, nil)
+			s := g.AddCall(fxgraph.Aten_ShapeAsTensor, []any{x}, nil)
 			g.SetOutput(f, a, ai, s)
 			l := lower.New(lower.Options{NarrowInt64: narrow})
 			if err := l.IR().PropagateShapes(g); err != nil {

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -45,16 +45,16 @@ func benchTraceOnce(b *testing.B, client *pjrt.Client, model, inputName, inputFi
 	ctx := context.Background()
 	g, inputs, dims := loadBenchModel(b, model, inputFile)
 	l := lower.New(lower.Options{Platform: client.Platform()})
-	w := serving.NewWeights(client)
+	w := engine.NewWeights(client)
 	defer w.Close()
 
 	// (a) lower + compile, and (c) lower + compile + execute, median of 3.
-	lowerCompile := func() *serving.Executable {
+	lowerCompile := func() *engine.Executable {
 		prog, err := l.Lower(g, dims)
 		if err != nil {
 			b.Fatal(err)
 		}
-		exe, err := serving.Compile(ctx, client, prog, w)
+		exe, err := engine.Compile(ctx, client, prog, w)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -193,16 +193,16 @@ func BenchmarkCPUConvOptions(b *testing.B) {
 func benchCPUConvOption(b *testing.B, client *pjrt.Client, model, input string, off lower.Options) {
 	ctx := context.Background()
 	g, inputs, dims := loadBenchModel(b, model, input)
-	w := serving.NewWeights(client)
+	w := engine.NewWeights(client)
 	defer w.Close()
 	off.Platform = client.Platform()
-	var exes [2]*serving.Executable
+	var exes [2]*engine.Executable
 	for i, opts := range []lower.Options{{Platform: client.Platform()}, off} {
 		prog, err := lower.New(opts).Lower(g, dims)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if exes[i], err = serving.Compile(ctx, client, prog, w); err != nil {
+		if exes[i], err = engine.Compile(ctx, client, prog, w); err != nil {
 			b.Fatal(err)
 		}
 		defer exes[i].Close()

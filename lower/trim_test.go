@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )

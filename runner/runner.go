@@ -1,9 +1,10 @@
-// Package runner is xserve's compile-and-run path outside the server, in one
-// place: load a model file of any supported format (importer.Load), bind the
-// input shapes, lower the graph for them, compile the program with PJRT
-// (through the on-disk compile cache when one is given), run it on inputs
-// and trim bounded (data-dependent) outputs to their valid size. `xserve
-// run`, the zoo check and the ONNX conformance harness use it.
+// Package runner is xserve's compile-and-run path outside the server: load
+// a model file of any supported format, bind the input shapes, lower the
+// graph for them, compile the program (through the on-disk compile cache
+// when one is given), run it on inputs and trim bounded (data-dependent)
+// outputs to their valid size. It is a thin layer over package engine, which
+// the server uses too; `xserve run`, the zoo check and the ONNX conformance
+// harness use it.
 package runner
 
 import (
@@ -13,71 +14,58 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
 
 // Options configure a Runner.
 type Options struct {
-	// Lower are the lowering options; Platform defaults to the client's.
+	// Lower are the lowering options; Platform and Kernels default to the
+	// client's.
 	Lower lower.Options
 	// Lowerer, if set, is used as is instead of one made from Lower.
 	Lowerer *lower.Lowerer
 	// CacheDir, if set, is a compile-cache directory (the server's format):
-	// executables are deserialized from it instead of compiled when it holds
-	// them, and stored in it when compiled.
+	// programs and executables are read from it instead of lowered and
+	// compiled when it holds them, and stored in it when built.
 	CacheDir string
 }
 
 // Runner lowers, compiles and runs models on one PJRT client. It is safe
 // for concurrent use.
-type Runner struct {
-	client  *pjrt.Client
-	lowerer *lower.Lowerer
-	cache   *serving.ExecutableCache // nil: none
-}
+type Runner struct{ e *engine.Engine }
 
 // New returns a Runner on client c.
 func New(c *pjrt.Client, opts Options) (*Runner, error) {
 	if c == nil {
 		return nil, fmt.Errorf("runner: no PJRT client")
 	}
-	if opts.Lower.Platform == "" {
-		opts.Lower.Platform = c.Platform()
+	e, err := engine.New(engine.Options{Client: c, Lowering: opts.Lower, Lowerer: opts.Lowerer, CacheDir: opts.CacheDir})
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
 	}
-	if opts.Lower.Kernels == nil {
-		opts.Lower.Kernels = c.Kernels()
-	}
-	r := &Runner{client: c, lowerer: opts.Lowerer}
-	if r.lowerer == nil {
-		r.lowerer = lower.New(opts.Lower)
-	}
-	if opts.CacheDir != "" {
-		cache, err := serving.OpenExecutableCache(opts.CacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("runner: %w", err)
-		}
-		r.cache = cache
-	}
-	return r, nil
+	return &Runner{e: e}, nil
 }
 
+// Engine returns the engine the runner runs on.
+func (r *Runner) Engine() *engine.Engine { return r.e }
+
 // Client returns the runner's PJRT client.
-func (r *Runner) Client() *pjrt.Client { return r.client }
+func (r *Runner) Client() *pjrt.Client { return r.e.Client() }
 
 // Lowerer returns the runner's lowerer.
-func (r *Runner) Lowerer() *lower.Lowerer { return r.lowerer }
+func (r *Runner) Lowerer() *lower.Lowerer { return r.e.Lowerer() }
 
-// Model is an imported graph and the device copies of its weights, shared
+// Model is an imported model and the device copies of its weights, shared
 // by the programs compiled for it. Close it when done.
 type Model struct {
-	Graph   *fxgraph.Graph
-	r       *Runner
-	weights *serving.Weights
+	// Graph is the model's graph (optimized).
+	Graph *fxgraph.Graph
+	m     *engine.Model
 }
 
 // Import imports the model file at path (any format importer.Load
@@ -86,20 +74,21 @@ func Import(path string) (*fxgraph.Graph, error) { return importer.Load(path) }
 
 // Load imports the model file at path (see Import).
 func (r *Runner) Load(path string) (*Model, error) {
-	g, err := Import(path)
+	m, err := r.e.Load(path, engine.LoadOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return r.Model(g), nil
+	return &Model{Graph: m.Graph(), m: m}, nil
 }
 
 // Model wraps an imported graph.
 func (r *Runner) Model(g *fxgraph.Graph) *Model {
-	return &Model{Graph: g, r: r, weights: serving.NewWeights(r.client)}
+	m := r.e.NewModel(g, engine.LoadOptions{})
+	return &Model{Graph: m.Graph(), m: m}
 }
 
 // Close frees the model's device weights.
-func (m *Model) Close() error { return m.weights.Close() }
+func (m *Model) Close() error { return m.m.Close() }
 
 // InputNames returns the names of the model's inputs, in order.
 func (m *Model) InputNames() []string {
@@ -143,9 +132,7 @@ func (m *Model) Bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 }
 
 // Lower lowers the model for the bound dims.
-func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) {
-	return m.r.lowerer.Lower(m.Graph, dims)
-}
+func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) { return m.m.Lower(dims) }
 
 // Compiled is a program compiled for one shape bucket of a model. Close it
 // when done.
@@ -153,59 +140,36 @@ type Compiled struct {
 	Program *lower.Program
 	// Cached says the executable came from the compile cache.
 	Cached bool
-	exe    *serving.Executable
+	exe    *engine.Executable
 }
 
 // Compile compiles prog (lowered from m), uploading the weights it needs
 // that are not on the device yet.
 func (m *Model) Compile(ctx context.Context, prog *lower.Program) (*Compiled, error) {
-	return m.r.compile(ctx, prog, m.weights)
-}
-
-func (r *Runner) compile(ctx context.Context, prog *lower.Program, w *serving.Weights) (*Compiled, error) {
-	if r.cache != nil {
-		exe, cached, err := r.cache.Compile(ctx, r.client, prog, w)
-		if err != nil {
-			return nil, err
-		}
-		return &Compiled{Program: prog, Cached: cached, exe: exe}, nil
-	}
-	exe, err := serving.Compile(ctx, r.client, prog, w)
+	exe, cached, err := m.m.Compile(ctx, prog)
 	if err != nil {
 		return nil, err
 	}
-	return &Compiled{Program: prog, exe: exe}, nil
+	return &Compiled{Program: prog, Cached: cached, exe: exe}, nil
 }
 
 // Run runs the program on inputs (in the order of the model's inputs) and
 // returns the model's outputs: bounded outputs sliced to their valid size,
-// their counts dropped (lower.Program.Trim).
+// their counts dropped.
 func (c *Compiled) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	outs, err := c.exe.Run(ctx, inputs)
 	if err != nil {
 		return nil, err
 	}
-	return c.Program.Trim(outs)
+	return c.exe.Trim(outs)
 }
 
 // OutputNames returns the names of the outputs Run returns, in order.
-func (c *Compiled) OutputNames() []string { return OutputNames(c.Program) }
+func (c *Compiled) OutputNames() []string { return c.exe.OutputNames() }
 
 // OutputNames returns the names of the model outputs a run of prog returns
 // once trimmed (its results less the count outputs), in order.
-func OutputNames(prog *lower.Program) []string {
-	counts := map[int]bool{}
-	for _, b := range prog.Bounded {
-		counts[b.Count] = true
-	}
-	var names []string
-	for i, o := range prog.Outputs[:len(prog.Outputs)-len(prog.Guards)] {
-		if !counts[i] {
-			names = append(names, o.Name)
-		}
-	}
-	return names
-}
+func OutputNames(prog *lower.Program) []string { return engine.OutputNames(prog) }
 
 // Close frees the executable.
 func (c *Compiled) Close() error { return c.exe.Close() }
@@ -249,9 +213,9 @@ func (m *Model) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Ten
 // Execute compiles prog (uploading its weights for this call only), runs it
 // once on inputs and returns its outputs, trimmed.
 func (r *Runner) Execute(ctx context.Context, prog *lower.Program, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	w := serving.NewWeights(r.client)
-	defer w.Close()
-	c, err := r.compile(ctx, prog, w)
+	m := r.Model(fxgraph.New())
+	defer m.Close()
+	c, err := m.Compile(ctx, prog)
 	if err != nil {
 		return nil, err
 	}

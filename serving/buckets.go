@@ -3,6 +3,8 @@ package serving
 import (
 	"maps"
 	"sync"
+
+	"github.com/xserve/xserve/engine"
 )
 
 // bucket is one set of executable sizes (one per served symbol) and the
@@ -23,24 +25,20 @@ type bucket struct {
 	lastUse int64 // version.useTick at the last acquire
 	evicted bool  // dropped from the cache; closed when refs reaches 0
 
-	// split learns whether executions of this bucket run faster split
-	// across idle cores (the alternative way) or whole (rowsplit.go,
-	// chooser.go).
-	split wayChooser
-	// threads learns whether this bucket's whole executions, run alone,
-	// are faster with the CPU kernels' threads (the alternative way) or
-	// serial (rowsplit.go, executeWhole).
-	threads wayChooser
+	// strategy chooses how each execution of this bucket runs (whole, on
+	// fewer threads, or split across idle cores) and learns from their
+	// times (rowsplit.go).
+	strategy engine.Strategy
 
-	mu      sync.Mutex   // guards exe, pending
-	exe     *Executable  // nil until compiled
-	pending *compileCall // the compile in flight, nil when none
+	mu      sync.Mutex         // guards exe, pending
+	exe     *engine.Executable // nil until compiled
+	pending *compileCall       // the compile in flight, nil when none
 }
 
 // compileCall is one compile of a bucket that concurrent requests share.
 type compileCall struct {
 	done chan struct{} // closed when exe or err is set
-	exe  *Executable
+	exe  *engine.Executable
 	err  error
 }
 
@@ -62,7 +60,8 @@ func (v *version) acquireBucket(exec map[string]int64) *bucket {
 	if v.buckets == nil {
 		v.buckets = map[string]*bucket{} // a freed version: nothing keeps this bucket
 	}
-	b = &bucket{name: name, dims: maps.Clone(exec), modelDims: v.plan.modelDims(exec), exact: !v.plan.isBucket(exec), refs: 1, lastUse: v.useTick}
+	b = &bucket{name: name, dims: maps.Clone(exec), modelDims: v.plan.modelDims(exec), exact: !v.plan.isBucket(exec), refs: 1, lastUse: v.useTick,
+		strategy: v.m.engine.NewStrategy(v.m.opts.SplitBatches)}
 	v.buckets[name] = b
 	if b.exact {
 		v.exactCount++

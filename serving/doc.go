@@ -1,11 +1,12 @@
 // Package serving serves the models of a repository: it loads each model
 // version, keeps its weights resident on the device (uploaded once and
 // shared by every shape bucket's executable), compiles one executable per
-// shape bucket, and runs inference requests on them.
+// shape bucket, and runs inference requests on them: validate, bucket,
+// pad, execute, slice.
 //
-// The low-level pieces are Weights, Compile and Executable.Run: a lowered
-// program compiled on a PJRT client and run on host tensors. Manager builds
-// on them:
+// Compiling and running are package engine's (engine.Model.Build, one
+// execute path, the compile cache): serving says which sizes to build and
+// which rows to run. Manager is the entry point:
 //
 //	m, err := serving.NewManager(ctx, serving.Options{Client: client, Repository: repo})
 //	resp, err := m.Infer(ctx, "resnet18", 0, &serving.InferRequest{Inputs: inputs})
@@ -39,8 +40,9 @@
 // On a CPU, an execution of several rows of a model whose requests stack
 // may run as shards instead, one per idle core, each in the smallest
 // compiled batch bucket that holds its rows, their outputs stacked back
-// before anything reads them (rowsplit.go): when no other execution runs and
-// the bucket's own timings say splitting is faster (Options.SplitBatches).
+// before anything reads them (rowsplit.go): when the bucket's
+// engine.Strategy says so (Options.SplitBatches; in SplitAuto, when no other
+// execution runs and the bucket's own timings say splitting is faster).
 //
 // # Compilation
 //
@@ -49,16 +51,11 @@
 // else by the first request that needs it (the probe's buckets at load),
 // which concurrent requests for the same bucket wait for (a failed compile
 // fails every waiter and the next request tries again). With
-// Options.CompileCacheDir the lowered StableHLO is kept on disk keyed by the
-// model's content, the bucket, the lowering options and the server build, so
-// a restart skips lowering; compiled executables are kept too, keyed by the
-// plugin and the program, when the PJRT binding can serialize them (where it
-// cannot, that is logged once at debug level). Entries are written to a
-// temporary file and renamed into place, each with a SHA-256 of its payload
-// in a header line. An entry whose checksum fails, an executable that does
-// not deserialize and cached StableHLO that does not compile are deleted,
-// logged as warnings, counted as result="corrupt" and rebuilt (lowered and
-// compiled again), so a damaged cache never keeps a model from loading.
+// Options.CompileCacheDir, engine's compile cache keeps the lowered
+// StableHLO and the compiled executables across restarts (see package
+// engine); what it answered is counted in xserve_compile_cache_total, an
+// entry found damaged as result="corrupt" (it is deleted, logged and
+// rebuilt, so a damaged cache never keeps a model from loading).
 //
 // # Lifecycle
 //

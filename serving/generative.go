@@ -100,8 +100,8 @@ func (v *version) loadGenerative(ctx context.Context, cfgFile string) error {
 		gc.EOSTokenIDs = tok.EOSIDs
 	}
 	gen, err := generate.New(ctx, generate.Options{
-		Graph: v.graph, Config: &gc, ConfigFile: cfgFile, Lowerer: v.m.lowerer,
-		Device: &generate.PJRTDevice{Client: v.m.client, Weights: v.weights.Get},
+		Graph: v.model.Graph(), Config: &gc, ConfigFile: cfgFile, Lowerer: v.m.engine.Lowerer(),
+		Device: &generate.PJRTDevice{Client: v.m.engine.Client(), Weights: v.model.Weights().Get},
 		Warmup: v.cfg.Warmup == modelrepo.WarmupEager, Logger: v.log(),
 	})
 	if err != nil {

@@ -10,12 +10,12 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/xserve/xserve/batching"
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
@@ -60,6 +60,9 @@ type Options struct {
 	// cores at once (see SplitBatches); "" means SplitAuto. Other platforms
 	// always run an execution whole.
 	SplitBatches SplitBatches
+	// Cores is how many executions run at once without sharing a CPU core
+	// (engine.Options.Cores); 0 means runtime.GOMAXPROCS.
+	Cores int
 	// TokenizersLibrary is the path of the tokenizers library generative
 	// models' tokenizers load with; "" means tokenizer.FindLibrary's search.
 	TokenizersLibrary string
@@ -83,12 +86,6 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Lowering.Platform == "" && o.Client != nil {
-		o.Lowering.Platform = o.Client.Platform()
-	}
-	if o.Lowering.Kernels == nil && o.Client != nil {
-		o.Lowering.Kernels = o.Client.Kernels()
-	}
 	if o.CompileParallelism == 0 {
 		o.CompileParallelism = runtime.GOMAXPROCS(0)
 	}
@@ -105,6 +102,8 @@ func (o *Options) validate() error {
 		return errors.New("serving: Options.Repository is required")
 	case o.CompileParallelism < 0:
 		return fmt.Errorf("serving: Options.CompileParallelism must be >= 0, got %d", o.CompileParallelism)
+	case o.Cores < 0:
+		return fmt.Errorf("serving: Options.Cores must be >= 0, got %d", o.Cores)
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
 	}
@@ -126,29 +125,17 @@ type Manager struct {
 	opts    Options
 	log     *slog.Logger
 	client  *pjrt.Client
+	engine  *engine.Engine // compiles and runs every version's programs
 	repo    *modelrepo.Repository
-	lowerer *lower.Lowerer
-	cache   blobCache // nil without CompileCacheDir
 	metrics *serverMetrics
-	buildID string
 
-	// lowerings and compiles count Lower and Compile calls (atomic; tests
-	// read them to see what the caches saved).
+	// lowerings and compiles count the Lower and Compile calls of builds
+	// (atomic; tests read them to see what the caches saved).
 	lowerings atomic.Int64
 	compiles  atomic.Int64
 
-	unsupportedOnce sync.Once // logs that executables cannot be cached
-
 	// compileSlots holds a token per build in progress (CompileParallelism).
 	compileSlots chan struct{}
-
-	// executing counts the executions running (atomic), across versions;
-	// cores is how many run at once without sharing a core (GOMAXPROCS).
-	// A split execution asks both (rowsplit.go).
-	executing atomic.Int64
-	cores     int
-	cpu       bool // the client's platform is the CPU: only there do executions split
-	kernels   bool // the client has loaded the CPU kernel library, whose threads an execution can go without
 
 	// ctx is cancelled by Shutdown: it stops polling and aborts loads.
 	ctx    context.Context
@@ -189,26 +176,25 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	eng, err := engine.New(engine.Options{
+		Client:   opts.Client,
+		Lowering: opts.Lowering,
+		CacheDir: opts.CompileCacheDir,
+		Logger:   opts.Logger,
+		Cores:    opts.Cores,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving: %w", err)
+	}
 	m := &Manager{
 		opts:         opts,
 		log:          opts.Logger,
 		client:       opts.Client,
+		engine:       eng,
 		repo:         opts.Repository,
-		lowerer:      lower.New(opts.Lowering),
 		metrics:      newServerMetrics(),
-		buildID:      buildID(),
 		compileSlots: make(chan struct{}, opts.CompileParallelism),
-		cores:        runtime.GOMAXPROCS(0),
-		cpu:          opts.Client.Platform() == "cpu",
-		kernels:      opts.Client.KernelsFile() != "",
 		models:       map[string]*model{},
-	}
-	if opts.CompileCacheDir != "" {
-		c, err := newDirCache(opts.CompileCacheDir)
-		if err != nil {
-			return nil, err
-		}
-		m.cache = c
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 
@@ -1011,14 +997,4 @@ func waitFor(ctx context.Context, wait func()) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// unsupported logs, once per Manager at debug level, that the plugin binding
-// cannot (de)serialize executables; other errors are logged as warnings.
-func (m *Manager) unsupported(err error, msg string) {
-	if errUnsupported(err) {
-		m.unsupportedOnce.Do(func() { m.log.Debug(msg, "error", err) })
-		return
-	}
-	m.log.Warn(strings.Replace(msg, "cannot", "failed to", 1), "error", err)
 }

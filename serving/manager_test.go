@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -564,7 +565,7 @@ func TestPollingFollowsTheRepository(t *testing.T) {
 		t.Errorf("new request to an unloading version: %v", err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if v2.weights.Len() == 0 {
+	if v2.model.Weights().Len() == 0 {
 		t.Fatal("weights freed under an in-flight request")
 	}
 	resp, err := v2.infer(ctx, &InferRequest{Inputs: image}, time.Now())
@@ -574,8 +575,8 @@ func TestPollingFollowsTheRepository(t *testing.T) {
 	releaseV2()
 	eventually(t, "version 2 to be forgotten", func() bool { s, _ := state(m, "tinycnn", 2); return s == "" })
 	<-v2.freed
-	if v2.weights.Len() != 0 {
-		t.Errorf("%d weights still on the device", v2.weights.Len())
+	if v2.model.Weights().Len() != 0 {
+		t.Errorf("%d weights still on the device", v2.model.Weights().Len())
 	}
 	if resp := infer(t, m, "tinycnn", 0, image); resp.ModelVersion != 1 {
 		t.Errorf("ran version %d, want 1", resp.ModelVersion)
@@ -728,8 +729,8 @@ func TestUnloadAndLoad(t *testing.T) {
 			t.Errorf("after Unload: status %+v, want Unloaded (not a broken version)", st)
 		}
 	}
-	if v.weights.Len() != 0 {
-		t.Errorf("%d weights left on the device", v.weights.Len())
+	if v.model.Weights().Len() != 0 {
+		t.Errorf("%d weights left on the device", v.model.Weights().Len())
 	}
 	if n := metric(t, m, "xserve_models_loaded"); n != 0 {
 		t.Errorf("xserve_models_loaded = %v", n)
@@ -806,8 +807,8 @@ func TestShutdownWaitsForInFlightRequests(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if v.weights.Len() != 0 {
-		t.Errorf("%d weights left on the device", v.weights.Len())
+	if v.model.Weights().Len() != 0 {
+		t.Errorf("%d weights left on the device", v.model.Weights().Len())
 	}
 	if _, err := m.Infer(ctx, "tinycnn", 0, &InferRequest{Inputs: image}); !errors.Is(err, ErrClosed) || err.Error() != "serving: closed: the server is shutting down" {
 		t.Errorf("Infer after Shutdown: %v", err)
@@ -885,7 +886,7 @@ func TestStableHLOCacheSurvivesRestart(t *testing.T) {
 	}
 
 	// An entry that is intact but not a program is reported and lowered again.
-	cache, err := newDirCache(cacheDir)
+	cache, err := engine.OpenDirCache(cacheDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -944,7 +945,7 @@ func TestCorruptCacheEntriesAreRebuilt(t *testing.T) {
 			}
 		}
 	}
-	cache, err := newDirCache(cacheDir)
+	cache, err := engine.OpenDirCache(cacheDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -955,11 +956,11 @@ func TestCorruptCacheEntriesAreRebuilt(t *testing.T) {
 			if !ok || err != nil {
 				t.Fatalf("Get %s: %v %v", key, ok, err)
 			}
-			var c cachedProgram
+			var c map[string]any
 			if err := json.Unmarshal(data, &c); err != nil {
 				t.Fatal(err)
 			}
-			c.Module = strings.Replace(c.Module, "stablehlo.", "stablehlo.no_such_op_", 1)
+			c["module"] = strings.Replace(c["module"].(string), "stablehlo.", "stablehlo.no_such_op_", 1)
 			data, _ = json.Marshal(c)
 			if err := cache.Put(key, data); err != nil {
 				t.Fatal(err)
@@ -976,9 +977,9 @@ func TestCorruptCacheEntriesAreRebuilt(t *testing.T) {
 		damage          func()
 		lowerings       int
 	}{
-		{"stablehlo byte", cacheStableHLO, "corrupt entry deleted", flipByte(".stablehlo"), n},
-		{"executable byte", cacheExecutable, "corrupt entry deleted", flipByte(".pjrt"), 0},
-		{"stablehlo does not compile", cacheStableHLO, "cached StableHLO does not compile", badModule, n},
+		{"stablehlo byte", engine.CacheStableHLO, "corrupt entry deleted", flipByte(".stablehlo"), n},
+		{"executable byte", engine.CacheExecutable, "corrupt entry deleted", flipByte(".pjrt"), 0},
+		{"stablehlo does not compile", engine.CacheStableHLO, "cached StableHLO does not compile", badModule, n},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.damage()

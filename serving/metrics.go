@@ -2,6 +2,7 @@ package serving
 
 import (
 	"github.com/xserve/xserve/batching"
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/internal/metrics"
 )
 
@@ -105,7 +106,7 @@ func newServerMetrics() *serverMetrics {
 		state: r.NewGaugeVec("xserve_model_state",
 			"1 for the state each known model version is in, 0 for the others.", "model", "version", "state"),
 	}
-	for _, kind := range []string{cacheStableHLO, cacheExecutable} {
+	for _, kind := range []string{engine.CacheStableHLO, engine.CacheExecutable} {
 		m.cache.With(kind, "hit")
 		m.cache.With(kind, "miss")
 		m.cache.With(kind, "corrupt")

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -19,8 +20,8 @@ func TestSplitBatchesMatchesORT(t *testing.T) {
 	r.config("tinycnn", "buckets:\n  batch: [1, 2, 4, 8]\nwarmup: eager\n")
 	for _, policy := range []SplitBatches{SplitAlways, SplitOff} {
 		t.Run(string(policy), func(t *testing.T) {
-			m, _ := start(t, r, func(o *Options) { o.SplitBatches = policy })
-			m.cores = 4 // shards of one, two and four rows whatever this machine has
+			// Shards of one, two and four rows whatever this machine has.
+			m, _ := start(t, r, func(o *Options) { o.SplitBatches, o.Cores = policy, 4 })
 			images := readNpy(t, tinyCNNImage)
 			probs := readNpy(t, tinyCNNProbs)
 			var want float64
@@ -60,8 +61,7 @@ func TestSplitBatchesPairMatchesORT(t *testing.T) {
 	r := newRepo(t)
 	r.add("pair", 1, pairModel)
 	r.config("pair", "buckets:\n  batch: [1, 2, 4]\n  seq: [8]\nwarmup: eager\nbatching:\n  enabled: false\n")
-	m, _ := start(t, r, func(o *Options) { o.SplitBatches = SplitAlways })
-	m.cores = 4
+	m, _ := start(t, r, func(o *Options) { o.SplitBatches, o.Cores = SplitAlways, 4 })
 	x, y := readNpy(t, "testdata/pair_x.npy"), readNpy(t, "testdata/pair_y.npy")
 	sum, total := readNpy(t, "testdata/pair_sum.onnxruntime.npy"), readNpy(t, "testdata/pair_total.onnxruntime.npy")
 	for _, pick := range [][]int{{0, 1, 2}, {2, 0, 1, 1}} {
@@ -83,8 +83,7 @@ func TestSplitBatchesNeedsCompiledShards(t *testing.T) {
 	r := newRepo(t)
 	r.add("tinycnn", 1, tinyCNN)
 	r.config("tinycnn", "buckets:\n  batch: [1, 2, 4, 8]\n")
-	m, _ := start(t, r, func(o *Options) { o.SplitBatches = SplitAlways })
-	m.cores = 2
+	m, _ := start(t, r, func(o *Options) { o.SplitBatches, o.Cores = SplitAlways, 2 })
 	images := readNpy(t, tinyCNNImage)
 	probs := readNpy(t, tinyCNNProbs)
 	split := func() float64 {
@@ -117,7 +116,7 @@ func TestWholeThreadedAndSerialMatchORT(t *testing.T) {
 	r.add("tinycnn", 1, tinyCNN)
 	r.config("tinycnn", "buckets:\n  batch: [1, 2]\nwarmup: eager\nbatching:\n  enabled: false\n")
 	m, _ := start(t, r, nil)
-	if !m.kernels {
+	if m.client.KernelsFile() == "" {
 		t.Fatalf("the CPU kernel library is not loaded (%v): run make pjrt", m.opts.Client.KernelsError())
 	}
 	images := readNpy(t, tinyCNNImage)
@@ -126,16 +125,16 @@ func TestWholeThreadedAndSerialMatchORT(t *testing.T) {
 	v.bmu.Lock()
 	b := v.buckets["batch=1"]
 	v.bmu.Unlock()
+	auto := b.strategy.(*engine.Auto)
 	seen := func() [2]int {
-		b.threads.mu.Lock()
-		defer b.threads.mu.Unlock()
-		return b.threads.seen
+		_, threads := auto.Observed()
+		return threads
 	}
-	const runs = 2*waySkip + wayEpisode
+	const runs = 2*4 + 12 // the chooser's first uncounted runs and one episode
 	for i := range runs + 1 {
 		if i == runs {
-			m.executing.Add(1) // another execution holds the other core
-			defer m.executing.Add(-1)
+			x := m.engine.Begin() // another execution holds the other core
+			defer x.End()
 		}
 		before := seen()
 		pick := []int{i % 2}
@@ -148,24 +147,8 @@ func TestWholeThreadedAndSerialMatchORT(t *testing.T) {
 	// Serial first, then threaded, both learned (the load's warm-up and
 	// padding probe ran one-image executions too, counted or not as other
 	// executions ran beside them).
-	if got := seen(); got[0] < runs/2 || got[1] < runs/2-1 || !b.threads.learned() {
-		t.Errorf("threads chooser saw %v serial and threaded runs (learned: %v), want about %d of each, decided", got, b.threads.learned(), runs/2)
-	}
-}
-
-// TestCoreShare: an execution beside others gets its share of the cores
-// for its kernels' threads, at least one, and no limit when that is all.
-func TestCoreShare(t *testing.T) {
-	for _, tc := range []struct {
-		cores  int
-		others int64
-		want   int
-	}{
-		{2, 1, 1}, {2, 5, 1}, {1, 1, 0}, {16, 1, 8}, {16, 3, 4}, {16, 40, 1}, {3, 1, 1}, {4, 0, 0},
-	} {
-		if got := coreShare(tc.cores, tc.others); got != tc.want {
-			t.Errorf("coreShare(%d cores, %d others) = %d, want %d", tc.cores, tc.others, got, tc.want)
-		}
+	if _, learned := auto.Learned(); seen()[0] < runs/2 || seen()[1] < runs/2-1 || !learned {
+		t.Errorf("threads chooser saw %v serial and threaded runs (learned: %v), want about %d of each, decided", seen(), learned, runs/2)
 	}
 }
 

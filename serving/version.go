@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/xserve/xserve/batching"
-	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/importer"
-	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/serving/generate"
 	"github.com/xserve/xserve/tensor"
@@ -32,10 +30,8 @@ type version struct {
 	cfg   *modelrepo.Config
 
 	// Set by load and read-only afterwards.
-	graph   *fxgraph.Graph
-	plan    *BucketPlan
-	hash    string // content hash of the version directory
-	weights *Weights
+	model *engine.Model // its graph and weights
+	plan  *BucketPlan
 	// batcher groups requests into batches; nil when the version runs each
 	// request alone (batching off, or requests that cannot be stacked).
 	batcher *batching.Batcher
@@ -108,36 +104,27 @@ func (v *version) load(ctx context.Context) error {
 	if err := v.checkPlugin(); err != nil {
 		return err
 	}
-	if v.m.cache != nil {
-		hash, err := hashVersionDir(filepath.Dir(v.entry.Path))
-		if err != nil {
-			return err
-		}
-		v.hash = hash
-	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	g, err := importer.Load(v.entry.Path)
+	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log()})
 	if err != nil {
 		return err
 	}
-	// Shape-independent passes once per version, so the weights they make
-	// are shared by every bucket (and found by the StableHLO cache).
-	v.graph = v.m.lowerer.Optimize(g)
+	v.model = model
 	cfgFile := filepath.Join(filepath.Dir(filepath.Dir(v.entry.Path)), modelrepo.ConfigFile)
 	shapes := func(dims map[string]int64) ([][]int64, error) {
-		g := v.graph // nil once freed: the plan must not keep the weights alive
-		if g == nil {
+		shapes, err := model.OutputShapes(dims)
+		if errors.Is(err, engine.ErrClosed) {
 			return nil, fmt.Errorf("%w: %s is unloaded", ErrNotReady, v)
 		}
-		return v.m.lowerer.OutputShapes(g, dims)
+		return shapes, err
 	}
 	planCfg := v.cfg
 	if v.cfg.Generate != nil {
-		planCfg = generativePlanConfig(g, v.cfg)
+		planCfg = generativePlanConfig(model.Graph(), v.cfg)
 	}
-	plan, err := NewBucketPlan(g, planCfg, cfgFile, shapes)
+	plan, err := NewBucketPlan(model.Graph(), planCfg, cfgFile, shapes)
 	if err != nil {
 		return err
 	}
@@ -147,7 +134,6 @@ func (v *version) load(ctx context.Context) error {
 	}
 	v.buckets = map[string]*bucket{}
 	v.sizers = map[string]*sizer{}
-	v.weights = NewWeights(v.m.client)
 	if v.cfg.Generate != nil {
 		return v.loadGenerative(ctx, cfgFile)
 	}
@@ -232,7 +218,7 @@ func (v *version) checkPlugin() error {
 // compile is reported to every waiter and retried by the next caller.
 // w, the warmup's progress (nil outside one), marks a warmup compile in the
 // log line ("3/7").
-func (v *version) executable(ctx context.Context, b *bucket, w *warmupProgress) (*Executable, error) {
+func (v *version) executable(ctx context.Context, b *bucket, w *warmupProgress) (*engine.Executable, error) {
 	b.mu.Lock()
 	if b.exe != nil {
 		e := b.exe
@@ -294,7 +280,7 @@ func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 
 // buildInSlot waits for a compile slot (the Manager runs at most
 // Options.CompileParallelism builds at once), then builds b.
-func (v *version) buildInSlot(b *bucket) (*Executable, bool, error) {
+func (v *version) buildInSlot(b *bucket) (*engine.Executable, bool, error) {
 	select {
 	case v.m.compileSlots <- struct{}{}:
 	case <-v.ctx.Done():
@@ -304,150 +290,23 @@ func (v *version) buildInSlot(b *bucket) (*Executable, bool, error) {
 	return v.build(v.ctx, b)
 }
 
-// build lowers the graph for b (or reads the StableHLO from the cache) and
-// compiles it (or deserializes the executable from the cache); compiled
-// says which. StableHLO from the cache that fails to compile is deleted
-// and the graph lowered again, so that a bad entry never keeps a model
-// from loading.
-func (v *version) build(ctx context.Context, b *bucket) (exe *Executable, compiled bool, err error) {
-	prog, cachedKey, err := v.program(b)
-	if err != nil {
-		return nil, false, err
-	}
-	exe, compiled, err = v.compileProgram(ctx, b, prog)
-	if err == nil || cachedKey == "" || ctx.Err() != nil {
-		return exe, compiled, err
-	}
-	v.log().Warn("compile cache: cached StableHLO does not compile; deleted, lowering again", "bucket", b.name, "key", cachedKey, "error", err)
-	v.m.metrics.cacheCorrupt(cacheStableHLO)
-	if derr := v.m.cache.Delete(cachedKey); derr != nil {
-		v.log().Warn("compile cache: cannot delete entry", "key", cachedKey, "error", derr)
-	}
-	if prog, err = v.lower(b, cachedKey); err != nil {
-		return nil, false, err
-	}
-	return v.compileProgram(ctx, b, prog)
-}
-
-// compileProgram deserializes prog's executable from the cache or compiles
-// it (and stores it in the cache).
-func (v *version) compileProgram(ctx context.Context, b *bucket, prog *lower.Program) (exe *Executable, compiled bool, err error) {
+// build builds b's executable (engine.Model.Build, through the compile
+// cache) and counts what it did; compiled says it was compiled, not read
+// from the cache.
+func (v *version) build(ctx context.Context, b *bucket) (*engine.Executable, bool, error) {
 	m := v.m
-	if exe := v.cachedExecutable(ctx, prog); exe != nil {
-		return exe, false, nil
+	exe, info, err := v.model.Build(ctx, b.modelDims)
+	if info.Lowered {
+		m.lowerings.Add(1)
 	}
-	exe, err = Compile(ctx, m.client, prog, v.weights)
-	if err != nil {
-		return nil, false, err
+	for _, r := range info.Cache {
+		m.metrics.cache.With(r.Kind, r.Result).Inc()
 	}
-	m.compiles.Add(1)
-	m.metrics.compilations.With(v.name, v.label, b.name).Inc()
-	if m.cache != nil {
-		data, err := exe.Serialize()
-		switch {
-		case err != nil:
-			m.unsupported(err, "compile cache: cannot serialize executables; caching StableHLO only")
-		default:
-			if err := m.cache.Put(executableKey(m.client, prog), data); err != nil {
-				v.log().Warn("compile cache: cannot store executable", "error", err)
-			}
-		}
+	if info.Compiled {
+		m.compiles.Add(1)
+		m.metrics.compilations.With(v.name, v.label, b.name).Inc()
 	}
-	return exe, true, nil
-}
-
-// cachedExecutable returns prog's executable from the cache, or nil. An
-// entry that is corrupt or does not deserialize is deleted (and rebuilt by
-// the caller).
-func (v *version) cachedExecutable(ctx context.Context, prog *lower.Program) *Executable {
-	m := v.m
-	if m.cache == nil {
-		return nil
-	}
-	key := executableKey(m.client, prog)
-	data, ok, err := m.cache.Get(key)
-	v.cacheGetError(cacheExecutable, key, err)
-	if ok {
-		exe, err := v.deserialize(ctx, prog, data)
-		if err == nil {
-			m.metrics.cacheResult(cacheExecutable, true)
-			return exe
-		}
-		m.unsupported(err, "compile cache: cannot deserialize executables; compiling instead")
-		if !errUnsupported(err) && ctx.Err() == nil {
-			m.metrics.cacheCorrupt(cacheExecutable)
-			if derr := m.cache.Delete(key); derr != nil {
-				v.log().Warn("compile cache: cannot delete entry", "key", key, "error", derr)
-			}
-		}
-	}
-	m.metrics.cacheResult(cacheExecutable, false)
-	return nil
-}
-
-// cacheGetError logs (and counts) the error of a cache lookup.
-func (v *version) cacheGetError(kind, key string, err error) {
-	switch {
-	case err == nil:
-	case errors.Is(err, errCorruptEntry):
-		v.m.metrics.cacheCorrupt(kind)
-		v.log().Warn("compile cache: corrupt entry deleted; rebuilding it", "kind", kind, "key", key, "error", err)
-	default:
-		v.log().Warn("compile cache: unreadable entry", "kind", kind, "key", key, "error", err)
-	}
-}
-
-func (v *version) deserialize(ctx context.Context, prog *lower.Program, data []byte) (*Executable, error) {
-	pe, err := v.m.client.Deserialize(ctx, data)
-	if err != nil {
-		return nil, err
-	}
-	return bind(ctx, v.m.client, pe, prog, v.weights)
-}
-
-// program returns the bucket's lowered program, from the StableHLO cache
-// when it holds it; cachedKey is the entry's key when it came from there.
-func (v *version) program(b *bucket) (prog *lower.Program, cachedKey string, err error) {
-	m := v.m
-	if m.cache == nil {
-		prog, err = v.lower(b, "")
-		return prog, "", err
-	}
-	key := programKey(m.buildID, v.hash, b.modelDims, m.lowerer.Options())
-	data, ok, err := m.cache.Get(key)
-	v.cacheGetError(cacheStableHLO, key, err)
-	if ok {
-		prog, err := decodeProgram(data, v.graph)
-		if err == nil {
-			m.metrics.cacheResult(cacheStableHLO, true)
-			return prog, key, nil
-		}
-		v.log().Warn("compile cache: unusable StableHLO entry; lowering again", "key", key, "error", err)
-	}
-	m.metrics.cacheResult(cacheStableHLO, false)
-	prog, err = v.lower(b, key)
-	return prog, "", err
-}
-
-// lower lowers the graph for b and, with key, stores the program in the
-// StableHLO cache.
-func (v *version) lower(b *bucket, key string) (*lower.Program, error) {
-	m := v.m
-	prog, err := m.lowerer.Lower(v.graph, b.modelDims)
-	m.lowerings.Add(1)
-	if err != nil {
-		return nil, err
-	}
-	if key != "" {
-		data, err := encodeProgram(prog)
-		if err == nil {
-			err = m.cache.Put(key, data)
-		}
-		if err != nil {
-			v.log().Warn("compile cache: cannot store StableHLO", "error", err)
-		}
-	}
-	return prog, nil
+	return exe, info.Compiled, err
 }
 
 // free waits for the version's batches and compiles and frees its
@@ -476,14 +335,14 @@ func (v *version) free() {
 		}
 		b.mu.Unlock()
 	}
-	if v.weights != nil {
-		if err := v.weights.Close(); err != nil {
+	// Dropping the graph drops the host copies of the weights too: an
+	// unloaded or failed version stays known (UNAVAILABLE) but must not
+	// keep them in memory.
+	if v.model != nil {
+		if err := v.model.Close(); err != nil {
 			v.log().Warn("free weights", "error", err)
 		}
 	}
-	// Drop the host copies too: an unloaded or failed version stays known
-	// (UNAVAILABLE) but must not keep the model's weights in memory.
-	v.graph = nil
 }
 
 // call is one request prepared for execution: its inputs in signature
@@ -604,6 +463,3 @@ func (v *version) slice(c *call, outs []*tensor.Tensor, offset int64, batched bo
 	}
 	return nil
 }
-
-// errUnsupported reports whether err says an operation is not supported.
-func errUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }

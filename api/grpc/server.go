@@ -275,9 +275,9 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(us)*time.Microsecond)
 		defer cancel()
 	}
-	resp, err := tracing.Infer(ctx, s.opts.Tracer, r.ModelName, version, func(ctx context.Context) (*serving.InferResponse, error) {
-		return s.backend.Infer(ctx, r.ModelName, version, req)
-	})
+	ctx, span := tracing.StartInfer(ctx, s.opts.Tracer, r.ModelName, version)
+	resp, err := s.backend.Infer(ctx, r.ModelName, version, req)
+	span.End(payload.TraceTimes(resp), err)
 	if err != nil {
 		return nil, err
 	}

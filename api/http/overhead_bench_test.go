@@ -22,6 +22,7 @@ import (
 	pb "github.com/xserve/xserve/api/grpc/inferencepb"
 	httpapi "github.com/xserve/xserve/api/http"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
@@ -63,9 +64,9 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := serving.NewWeights(client)
+	w := engine.NewWeights(client)
 	defer w.Close()
-	exe, err := serving.Compile(ctx, client, prog, w)
+	exe, err := engine.Compile(ctx, client, prog, w)
 	if err != nil {
 		b.Fatal(err)
 	}

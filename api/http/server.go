@@ -590,9 +590,9 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	resp, err := tracing.Infer(ctx, s.opts.Tracer, d.Model, d.Version, func(ctx context.Context) (*serving.InferResponse, error) {
-		return s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
-	})
+	ctx, span := tracing.StartInfer(ctx, s.opts.Tracer, d.Model, d.Version)
+	resp, err := s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
+	span.End(payload.TraceTimes(resp), err)
 	if err != nil {
 		return err
 	}

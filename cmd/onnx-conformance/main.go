@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/pjrt"
 )
 
@@ -89,11 +89,11 @@ func mainErr(data, run string, verbose bool, write, check, plugin string) error 
 			"A case is skipped only when xserve rejects it with a clear unsupported-operator (or unsupported-type) error.\n" +
 			"Sequence and optional inputs and outputs are compared element by element (docs/DATA-DEPENDENT.md).\n" +
 			"Random operators: the expected outputs of the Bernoulli and training-mode Dropout cases are samples of the ONNX reference's generator, " +
-			"which no other generator reproduces; those cases (listed in internal/conformance/random.go, marked in the table) are checked by properties " +
+			"which no other generator reproduces; those cases (listed in harness/conformance/random.go, marked in the table) are checked by properties " +
 			"instead of values: dtype and shape, Bernoulli values in {0, 1} with both present, Dropout outputs x/(1-ratio) where the mask is true and 0 where false with both present. " +
 			"Dropout with ratio 0 is compared by value.\n" +
 			"Where a data set contradicts the input shape its model declares (CastLike to and from bfloat16 in onnx 1.12's data), the declared shape is replaced by the data's; the table says so. " +
-			"A case whose expected outputs contradict its own model (internal/conformance.BadData) stays failed, and its detail says why."
+			"A case whose expected outputs contradict its own model (harness/conformance.BadData) stays failed, and its detail says why."
 		err = conformance.WriteMarkdown(f, results, header, r.Lowerer.Rules().Targets())
 		if cerr := f.Close(); err == nil {
 			err = cerr

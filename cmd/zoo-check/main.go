@@ -1,7 +1,7 @@
 // Command zoo-check checks xserve against an exported model zoo: every model
 // under -dir in every format (.onnx, .pt2) is imported, lowered and compiled
 // per reference batch size, run on a PJRT plugin and compared with PyTorch's
-// reference outputs (see package internal/zoo).
+// reference outputs (see package harness/zoo).
 //
 //	zoo-check [-dir zoo] [-models resnet18,bert] [-formats onnx,pt2] [-o table.md] [-pjrt-plugin PATH]
 //
@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/xserve/xserve/internal/zoo"
+	"github.com/xserve/xserve/harness/zoo"
 	"github.com/xserve/xserve/pjrt"
 )
 

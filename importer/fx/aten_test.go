@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer/fx"
-	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/lower"
 )
 

@@ -40,7 +40,7 @@ func (b *builder) convertCond(n *node, name string, outs []string) error {
 	if err != nil {
 		return err
 	}
-	c := &call{b: b, n: n, name: name, target: fxgraph.Cond, outs: outs}
+	c := &call{b: b, n: n, name: name, target: fxgraph.Cond.Name, op: fxgraph.Cond, outs: outs}
 	res, err := c.emit(name, fxgraph.Cond, []any{pred, subs[0], subs[1], operands}, nil)
 	if err != nil {
 		return err
@@ -67,7 +67,7 @@ func (b *builder) convertWhileLoop(n *node, name string, outs []string) error {
 			return err
 		}
 	}
-	c := &call{b: b, n: n, name: name, target: fxgraph.WhileLoop, outs: outs}
+	c := &call{b: b, n: n, name: name, target: fxgraph.WhileLoop.Name, op: fxgraph.WhileLoop, outs: outs}
 	res, err := c.emit(name, fxgraph.WhileLoop, args, nil)
 	if err != nil {
 		return err
@@ -205,7 +205,7 @@ func (b *builder) convertMap(n *node, name string, outs []string) error {
 	condG := fxgraph.New()
 	ci, _, _ := m.places(condG)
 	ce := fxgraph.Emitter{Graph: condG, IR: b.ir}
-	lt, err := ce.Emit("", "aten.lt.Scalar", []any{ci, m.steps}, nil)
+	lt, err := ce.Emit("", fxgraph.AtenLtScalar, []any{ci, m.steps}, nil)
 	if err != nil {
 		return b.nodeErr(name, n.Target, ErrUnsupported, "%v", err)
 	}
@@ -217,13 +217,13 @@ func (b *builder) convertMap(n *node, name string, outs []string) error {
 	carried := []any{b.g.AddConstant("map_start", tensor.Scalar(tensor.Int64, 0))}
 	for k := range m.metas {
 		dims, _ := m.stacked(k).Shape.Static()
-		z, err := b.emit(fmt.Sprintf("%s_out%d", name, k), "aten.full.default", []any{intsAny(dims), 0.0}, map[string]any{"dtype": m.metas[k].DType})
+		z, err := b.emit(fmt.Sprintf("%s_out%d", name, k), fxgraph.AtenFull, []any{intsAny(dims), 0.0}, map[string]any{"dtype": m.metas[k].DType})
 		if err != nil {
 			return err
 		}
 		carried = append(carried, z)
 	}
-	c := &call{b: b, n: n, name: name, target: fxgraph.WhileLoop, outs: outs}
+	c := &call{b: b, n: n, name: name, target: fxgraph.WhileLoop.Name, op: fxgraph.WhileLoop, outs: outs}
 	w, err := c.emit(name, fxgraph.WhileLoop, []any{b.g.AddSubgraph(m.ga.Name+"_cond", condG), b.g.AddSubgraph(m.ga.Name, bodyG), carried, m.inputs()}, nil)
 	if err != nil {
 		return err
@@ -322,7 +322,7 @@ func (b *builder) mapBody(m *mapCall) (*fxgraph.Graph, error) {
 	bodyG := fxgraph.New()
 	bi, bufs, extra := m.places(bodyG)
 	sb := b.newSub(&m.ga.Graph, bodyG)
-	at, err := sb.emit("", "aten.view.default", []any{bi, []any{int64(1)}}, nil)
+	at, err := sb.emit("", fxgraph.AtenView, []any{bi, []any{int64(1)}}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -330,16 +330,16 @@ func (b *builder) mapBody(m *mapCall) (*fxgraph.Graph, error) {
 		if k >= len(m.xs) {
 			return extra[k], nil
 		}
-		sl, err := sb.emit("", "aten.index_select.default", []any{extra[k], int64(0), at}, nil)
+		sl, err := sb.emit("", fxgraph.AtenIndexSelect, []any{extra[k], int64(0), at}, nil)
 		if err != nil {
 			return nil, err
 		}
-		return sb.emit("", "aten.squeeze.dim", []any{sl, int64(0)}, nil)
+		return sb.emit("", fxgraph.AtenSqueezeDim, []any{sl, int64(0)}, nil)
 	})
 	if err != nil {
 		return nil, err
 	}
-	next, err := sb.emit("", "aten.add.Tensor", []any{bi, bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
+	next, err := sb.emit("", fxgraph.AtenAddTensor, []any{bi, bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -369,18 +369,18 @@ func writeStep(sb *builder, positions, i, o, buf *fxgraph.Node) (*fxgraph.Node, 
 	for d := 1; d < len(shape); d++ {
 		shape[d] = int64(1)
 	}
-	p, err := sb.emit("", "aten.view.default", []any{positions, shape}, nil)
+	p, err := sb.emit("", fxgraph.AtenView, []any{positions, shape}, nil)
 	if err != nil {
 		return nil, err
 	}
-	if p, err = sb.emit("", "aten.eq.Tensor", []any{p, i}, nil); err != nil {
+	if p, err = sb.emit("", fxgraph.AtenEqTensor, []any{p, i}, nil); err != nil {
 		return nil, err
 	}
-	row, err := sb.emit("", "aten.unsqueeze.default", []any{o, int64(0)}, nil)
+	row, err := sb.emit("", fxgraph.AtenUnsqueeze, []any{o, int64(0)}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return sb.emit("", "aten.where.self", []any{p, row, buf}, nil)
+	return sb.emit("", fxgraph.AtenWhereSelf, []any{p, row, buf}, nil)
 }
 
 func intsAny(v []int64) []any {

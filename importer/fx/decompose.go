@@ -17,108 +17,108 @@ type decomposer func(c *call) error
 // IR does not register, so that archives saved without
 // ep.run_decompositions() load too. The IR's operator of the same name
 // always wins: a target here is used only while the IR lacks it.
-var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, map[string]decomposer{
-	"aten.conv1d.default":                       decConv(1),
-	"aten.conv2d.default":                       decConv(2),
-	"aten.conv3d.default":                       decConv(3),
-	"aten.conv1d.padding":                       decConv(1),
-	"aten.conv2d.padding":                       decConv(2),
-	"aten.conv3d.padding":                       decConv(3),
-	"aten.conv_transpose1d.default":             decConvTranspose(1),
-	"aten.conv_transpose2d.input":               decConvTranspose(2),
-	"aten.conv_transpose3d.input":               decConvTranspose(3),
-	"aten.batch_norm.default":                   decBatchNorm,
-	"aten.layer_norm.default":                   decLayerNorm,
-	"aten.group_norm.default":                   decGroupNorm,
-	"aten.scaled_dot_product_attention.default": decSDPA,
-	"aten.dropout.default":                      decDropout,
-	"aten.feature_dropout.default":              decDropout,
-	"aten.alpha_dropout.default":                decDropout,
-	"aten.feature_alpha_dropout.default":        decDropout,
-	"aten.contiguous.default":                   decIdentity,
-	"aten.detach.default":                       decIdentity,
-	"aten.flatten.using_ints":                   decFlatten,
-	"aten.unflatten.int":                        decUnflatten,
-	"aten.softmax.int":                          decSoftmax("aten._softmax.default"),
-	"aten.log_softmax.int":                      decSoftmax("aten._log_softmax.default"),
-	"aten.max_pool2d.default":                   decRenameItem("aten.max_pool2d_with_indices.default"),
-	"aten.max_pool3d.default":                   decRenameItem("aten.max_pool3d_with_indices.default"),
-	"aten.adaptive_avg_pool2d.default":          decRename("aten._adaptive_avg_pool2d.default"),
-	"aten.adaptive_avg_pool1d.default":          decAdaptiveAvgPool1d,
-	"aten.chunk.default":                        decChunk,
-	"aten.unbind.int":                           decUnbind,
-	"aten.stack.default":                        decStack,
-	"aten.to.dtype":                             decTo,
-	"aten.to.dtype_layout":                      decTo,
-	"aten.to.device":                            decTo,
-	"aten.to.other":                             decTo,
-	"aten.type_as.default":                      decTo,
-	"aten.embedding.default":                    decEmbedding,
-	"aten.full_like.default":                    decFullLike(nil),
-	"aten.zeros_like.default":                   decFullLike(int64(0)),
-	"aten.ones_like.default":                    decFullLike(int64(1)),
-	"aten.empty_like.default":                   decFullLike(int64(0)),
-	"aten.zeros.default":                        decFull(int64(0), false),
-	"aten.ones.default":                         decFull(int64(1), false),
-	"aten.empty.memory_format":                  decFull(int64(0), false),
-	"aten.new_zeros.default":                    decFull(int64(0), true),
-	"aten.new_ones.default":                     decFull(int64(1), true),
-	"aten.new_empty.default":                    decFull(int64(0), true),
-	"aten.new_full.default":                     decFull(nil, true),
-	"aten.scalar_tensor.default":                decScalarTensor,
-	"aten.expand_as.default":                    decLikeOther("aten.expand.default"),
-	"aten.view_as.default":                      decLikeOther("aten.reshape.default"),
-	"aten.reshape_as.default":                   decLikeOther("aten.reshape.default"),
-	"aten.masked_fill.Scalar":                   decMaskedFill,
-	"aten.masked_fill.Tensor":                   decMaskedFill,
-	"aten.pad.default":                          decPad,
-	"aten.relu6.default":                        decRelu6,
-	"aten.sym_numel.default":                    decRename("aten.numel.default"),
-	"aten.as_strided.default":                   decAsStrided,
-	"aten.clamp_min.default":                    decClampOne("min"),
-	"aten.clamp_max.default":                    decClampOne("max"),
-	"aten.fill.Scalar":                          decFill,
-	"aten.fill.Tensor":                          decFill,
-	"aten.zero.default":                         decFill,
-	"aten.copy.default":                         decCopy,
-	"aten.roll.default":                         decRoll,
-	"aten.slice_scatter.default":                decSliceScatter,
-	"aten.baddbmm.default":                      decBaddbmm,
+var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, map[*fxgraph.Op]decomposer{
+	fxgraph.AtenConv1d:                    decConv(1),
+	fxgraph.AtenConv2d:                    decConv(2),
+	fxgraph.AtenConv3d:                    decConv(3),
+	fxgraph.AtenConv1dPadding:             decConv(1),
+	fxgraph.AtenConv2dPadding:             decConv(2),
+	fxgraph.AtenConv3dPadding:             decConv(3),
+	fxgraph.AtenConvTranspose1d:           decConvTranspose(1),
+	fxgraph.AtenConvTranspose2dInput:      decConvTranspose(2),
+	fxgraph.AtenConvTranspose3dInput:      decConvTranspose(3),
+	fxgraph.AtenBatchNorm:                 decBatchNorm,
+	fxgraph.AtenLayerNorm:                 decLayerNorm,
+	fxgraph.AtenGroupNorm:                 decGroupNorm,
+	fxgraph.AtenScaledDotProductAttention: decSDPA,
+	fxgraph.AtenDropout:                   decDropout,
+	fxgraph.AtenFeatureDropout:            decDropout,
+	fxgraph.AtenAlphaDropout:              decDropout,
+	fxgraph.AtenFeatureAlphaDropout:       decDropout,
+	fxgraph.AtenContiguous:                decIdentity,
+	fxgraph.AtenDetach:                    decIdentity,
+	fxgraph.AtenFlattenUsingInts:          decFlatten,
+	fxgraph.AtenUnflattenInt:              decUnflatten,
+	fxgraph.AtenSoftmaxInt:                decSoftmax(fxgraph.Aten_Softmax),
+	fxgraph.AtenLogSoftmaxInt:             decSoftmax(fxgraph.Aten_LogSoftmax),
+	fxgraph.AtenMaxPool2d:                 decRenameItem(fxgraph.AtenMaxPool2dWithIndices),
+	fxgraph.AtenMaxPool3d:                 decRenameItem(fxgraph.AtenMaxPool3dWithIndices),
+	fxgraph.AtenAdaptiveAvgPool2d:         decRename(fxgraph.Aten_AdaptiveAvgPool2d),
+	fxgraph.AtenAdaptiveAvgPool1d:         decAdaptiveAvgPool1d,
+	fxgraph.AtenChunk:                     decChunk,
+	fxgraph.AtenUnbindInt:                 decUnbind,
+	fxgraph.AtenStack:                     decStack,
+	fxgraph.AtenToDtype:                   decTo,
+	fxgraph.AtenToDtypeLayout:             decTo,
+	fxgraph.AtenToDevice:                  decTo,
+	fxgraph.AtenToOther:                   decTo,
+	fxgraph.AtenTypeAs:                    decTo,
+	fxgraph.AtenEmbedding:                 decEmbedding,
+	fxgraph.AtenFullLike:                  decFullLike(nil),
+	fxgraph.AtenZerosLike:                 decFullLike(int64(0)),
+	fxgraph.AtenOnesLike:                  decFullLike(int64(1)),
+	fxgraph.AtenEmptyLike:                 decFullLike(int64(0)),
+	fxgraph.AtenZeros:                     decFull(int64(0), false),
+	fxgraph.AtenOnes:                      decFull(int64(1), false),
+	fxgraph.AtenEmptyMemoryFormat:         decFull(int64(0), false),
+	fxgraph.AtenNewZeros:                  decFull(int64(0), true),
+	fxgraph.AtenNewOnes:                   decFull(int64(1), true),
+	fxgraph.AtenNewEmpty:                  decFull(int64(0), true),
+	fxgraph.AtenNewFull:                   decFull(nil, true),
+	fxgraph.AtenScalarTensor:              decScalarTensor,
+	fxgraph.AtenExpandAs:                  decLikeOther(fxgraph.AtenExpand),
+	fxgraph.AtenViewAs:                    decLikeOther(fxgraph.AtenReshape),
+	fxgraph.AtenReshapeAs:                 decLikeOther(fxgraph.AtenReshape),
+	fxgraph.AtenMaskedFillScalar:          decMaskedFill,
+	fxgraph.AtenMaskedFillTensor:          decMaskedFill,
+	fxgraph.AtenPad:                       decPad,
+	fxgraph.AtenRelu6:                     decRelu6,
+	fxgraph.AtenSymNumel:                  decRename(fxgraph.AtenNumel),
+	fxgraph.AtenAsStrided:                 decAsStrided,
+	fxgraph.AtenClampMin:                  decClampOne("min"),
+	fxgraph.AtenClampMax:                  decClampOne("max"),
+	fxgraph.AtenFillScalar:                decFill,
+	fxgraph.AtenFillTensor:                decFill,
+	fxgraph.AtenZero:                      decFill,
+	fxgraph.AtenCopy:                      decCopy,
+	fxgraph.AtenRoll:                      decRoll,
+	fxgraph.AtenSliceScatter:              decSliceScatter,
+	fxgraph.AtenBaddbmm:                   decBaddbmm,
 	// The full ATen surface of archives saved without run_decompositions
 	// (decompose_ops.go, decompose_resample.go).
-	"aten.__and__.Tensor":                 decRename("aten.bitwise_and.Tensor"),
-	"aten.__and__.Scalar":                 decRename("aten.bitwise_and.Scalar"),
-	"aten.__or__.Tensor":                  decRename("aten.bitwise_or.Tensor"),
-	"aten.__or__.Scalar":                  decRename("aten.bitwise_or.Scalar"),
-	"aten.__xor__.Tensor":                 decRename("aten.bitwise_xor.Tensor"),
-	"aten.__xor__.Scalar":                 decRename("aten.bitwise_xor.Scalar"),
-	"aten.__lshift__.Tensor":              decRename("aten.bitwise_left_shift.Tensor"),
-	"aten.__lshift__.Scalar":              decRename("aten.bitwise_left_shift.Tensor_Scalar"),
-	"aten.__rshift__.Tensor":              decRename("aten.bitwise_right_shift.Tensor"),
-	"aten.__rshift__.Scalar":              decRename("aten.bitwise_right_shift.Tensor_Scalar"),
-	"aten.swapaxes.default":               decSwap("axis0", "axis1"),
-	"aten.swapdims.default":               decSwap("dim0", "dim1"),
-	"aten.movedim.int":                    decMovedim,
-	"aten.movedim.intlist":                decMovedim,
-	"aten.moveaxis.int":                   decMovedim,
-	"aten.moveaxis.intlist":               decMovedim,
-	"aten.diff.default":                   decDiff,
-	"aten._weight_norm.default":           decWeightNorm,
-	"aten._weight_norm_interface.default": decWeightNorm,
-	"aten.tensor_split.indices":           decTensorSplit,
-	"aten.tensor_split.sections":          decTensorSplit,
-	"aten.einsum.default":                 decEinsum,
-	"aten.adaptive_avg_pool3d.default":    decAdaptivePool(3, true),
-	"aten._adaptive_avg_pool3d.default":   decAdaptivePool(3, true),
-	"aten.adaptive_max_pool1d.default":    decAdaptivePool(1, false),
-	"aten.adaptive_max_pool2d.default":    decAdaptivePool(2, false),
-	"aten.adaptive_max_pool3d.default":    decAdaptivePool(3, false),
+	fxgraph.AtenAndTensor:            decRename(fxgraph.AtenBitwiseAndTensor),
+	fxgraph.AtenAndScalar:            decRename(fxgraph.AtenBitwiseAndScalar),
+	fxgraph.AtenOrTensor:             decRename(fxgraph.AtenBitwiseOrTensor),
+	fxgraph.AtenOrScalar:             decRename(fxgraph.AtenBitwiseOrScalar),
+	fxgraph.AtenXorTensor:            decRename(fxgraph.AtenBitwiseXorTensor),
+	fxgraph.AtenXorScalar:            decRename(fxgraph.AtenBitwiseXorScalar),
+	fxgraph.AtenLshiftTensor:         decRename(fxgraph.AtenBitwiseLeftShiftTensor),
+	fxgraph.AtenLshiftScalar:         decRename(fxgraph.AtenBitwiseLeftShiftTensorScalar),
+	fxgraph.AtenRshiftTensor:         decRename(fxgraph.AtenBitwiseRightShiftTensor),
+	fxgraph.AtenRshiftScalar:         decRename(fxgraph.AtenBitwiseRightShiftTensorScalar),
+	fxgraph.AtenSwapaxes:             decSwap("axis0", "axis1"),
+	fxgraph.AtenSwapdims:             decSwap("dim0", "dim1"),
+	fxgraph.AtenMovedimInt:           decMovedim,
+	fxgraph.AtenMovedimIntlist:       decMovedim,
+	fxgraph.AtenMoveaxisInt:          decMovedim,
+	fxgraph.AtenMoveaxisIntlist:      decMovedim,
+	fxgraph.AtenDiff:                 decDiff,
+	fxgraph.Aten_WeightNorm:          decWeightNorm,
+	fxgraph.Aten_WeightNormInterface: decWeightNorm,
+	fxgraph.AtenTensorSplitIndices:   decTensorSplit,
+	fxgraph.AtenTensorSplitSections:  decTensorSplit,
+	fxgraph.AtenEinsum:               decEinsum,
+	fxgraph.AtenAdaptiveAvgPool3d:    decAdaptivePool(3, true),
+	fxgraph.Aten_AdaptiveAvgPool3d:   decAdaptivePool(3, true),
+	fxgraph.AtenAdaptiveMaxPool1d:    decAdaptivePool(1, false),
+	fxgraph.AtenAdaptiveMaxPool2d:    decAdaptivePool(2, false),
+	fxgraph.AtenAdaptiveMaxPool3d:    decAdaptivePool(3, false),
 })
 
 // joinDecompositions merges tables of decompositions (a target in two is a
 // programming error the tests catch: the later one wins).
-func joinDecompositions(tables ...map[string]decomposer) map[string]decomposer {
-	out := map[string]decomposer{}
+func joinDecompositions(tables ...map[*fxgraph.Op]decomposer) map[*fxgraph.Op]decomposer {
+	out := map[*fxgraph.Op]decomposer{}
 	for _, t := range tables {
 		for k, v := range t {
 			out[k] = v
@@ -131,7 +131,7 @@ func joinDecompositions(tables ...map[string]decomposer) map[string]decomposer {
 func ints64(v []int64) []any { return anyList(v) }
 
 // one emits target(args, kw) named after output 0 and binds it.
-func (c *call) one(target string, args []any, kw map[string]any) error {
+func (c *call) one(target *fxgraph.Op, args []any, kw map[string]any) error {
 	n, err := c.emit(c.outName(0), target, args, kw)
 	if err != nil {
 		return err
@@ -140,7 +140,7 @@ func (c *call) one(target string, args []any, kw map[string]any) error {
 }
 
 // item emits target, a tuple, and binds its element i as output 0.
-func (c *call) item(target string, args []any, kw map[string]any, i int64) error {
+func (c *call) item(target *fxgraph.Op, args []any, kw map[string]any, i int64) error {
 	t, err := c.emit("", target, args, kw)
 	if err != nil {
 		return err
@@ -156,13 +156,13 @@ func (c *call) item(target string, args []any, kw map[string]any, i int64) error
 func (c *call) alias(x *fxgraph.Node) error { return c.bind(0, x) }
 
 // decRename calls the IR operator with the same arguments.
-func decRename(target string) decomposer {
+func decRename(target *fxgraph.Op) decomposer {
 	return func(c *call) error { return c.one(target, c.pos, c.kw) }
 }
 
 // decRenameItem calls a tuple-returning IR operator with the same arguments
 // and takes element 0 (max_pool2d -> max_pool2d_with_indices).
-func decRenameItem(target string) decomposer {
+func decRenameItem(target *fxgraph.Op) decomposer {
 	return func(c *call) error { return c.item(target, c.pos, c.kw, 0) }
 }
 
@@ -205,7 +205,7 @@ func decConv(nd int) decomposer {
 		}
 		unbatched := x.Val().Rank() == nd+1
 		if unbatched {
-			if x, err = c.emit("", "aten.unsqueeze.default", []any{x, int64(0)}, nil); err != nil {
+			if x, err = c.emit("", fxgraph.AtenUnsqueeze, []any{x, int64(0)}, nil); err != nil {
 				return err
 			}
 		}
@@ -219,13 +219,13 @@ func decConv(nd int) decomposer {
 		}
 		args := []any{x, w, nilIfNone(bias), ints64(stride), ints64(pad), ints64(dil), false, ints64(make([]int64, nd)), groups}
 		if !unbatched {
-			return c.one("aten.convolution.default", args, nil)
+			return c.one(fxgraph.AtenConvolution, args, nil)
 		}
-		y, err := c.emit("", "aten.convolution.default", args, nil)
+		y, err := c.emit("", fxgraph.AtenConvolution, args, nil)
 		if err != nil {
 			return err
 		}
-		return c.one("aten.squeeze.dim", []any{y, int64(0)}, nil)
+		return c.one(fxgraph.AtenSqueezeDim, []any{y, int64(0)}, nil)
 	}
 }
 
@@ -271,7 +271,7 @@ func (c *call) stringPadding(mode string, x, w *fxgraph.Node, stride, dil []int6
 	}
 	if needExtra {
 		var err error
-		if x, err = c.emit("", "aten.constant_pad_nd.default", []any{x, ints64(extra), 0.0}, nil); err != nil {
+		if x, err = c.emit("", fxgraph.AtenConstantPadNd, []any{x, ints64(extra), 0.0}, nil); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -306,7 +306,7 @@ func decConvTranspose(nd int) decomposer {
 		if x.Val().Rank() == nd+1 {
 			return c.errorf(ErrUnsupported, "unbatched input %s", x.Val())
 		}
-		return c.one("aten.convolution.default", []any{x, w, nilIfNone(bias), ints64(lists[0]), ints64(lists[1]),
+		return c.one(fxgraph.AtenConvolution, []any{x, w, nilIfNone(bias), ints64(lists[0]), ints64(lists[1]),
 			ints64(lists[3]), true, ints64(lists[2]), groups}, nil)
 	}
 }
@@ -352,7 +352,7 @@ func decBatchNorm(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.item("aten._native_batch_norm_legit_no_training.default",
+	return c.item(fxgraph.Aten_NativeBatchNormLegitNoTraining,
 		[]any{x, nilIfNone(w), nilIfNone(b), rm, rv, mom, eps}, nil, 0)
 }
 
@@ -378,7 +378,7 @@ func decLayerNorm(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.item("aten.native_layer_norm.default", []any{x, ints64(ns), nilIfNone(w), nilIfNone(b), eps}, nil, 0)
+	return c.item(fxgraph.AtenNativeLayerNorm, []any{x, ints64(ns), nilIfNone(w), nilIfNone(b), eps}, nil, 0)
 }
 
 // decGroupNorm maps group_norm to native_group_norm(input, weight, bias, N,
@@ -415,7 +415,7 @@ func decGroupNorm(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.item("aten.native_group_norm.default", []any{x, nilIfNone(w), nilIfNone(b), dims[0], dims[1], hw, groups, eps}, nil, 0)
+	return c.item(fxgraph.AtenNativeGroupNorm, []any{x, nilIfNone(w), nilIfNone(b), dims[0], dims[1], hw, groups, eps}, nil, 0)
 }
 
 // product multiplies dims (ints and symbolic size nodes).
@@ -430,7 +430,7 @@ func (c *call) product(dims []any) (any, error) {
 			if isInt(a) {
 				a, b = b, a
 			}
-			n, err := c.emit("", "aten.mul.Tensor", []any{a, b}, nil)
+			n, err := c.emit("", fxgraph.AtenMulTensor, []any{a, b}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -511,31 +511,31 @@ func decSDPA(c *call) error {
 		}
 	}
 	sf := math.Sqrt(scale)
-	qs, err := c.emit("", "aten.mul.Scalar", []any{q, sf}, nil)
+	qs, err := c.emit("", fxgraph.AtenMulScalar, []any{q, sf}, nil)
 	if err != nil {
 		return err
 	}
-	kt, err := c.emit("", "aten.transpose.int", []any{k, int64(-2), int64(-1)}, nil)
+	kt, err := c.emit("", fxgraph.AtenTransposeInt, []any{k, int64(-2), int64(-1)}, nil)
 	if err != nil {
 		return err
 	}
-	ks, err := c.emit("", "aten.mul.Scalar", []any{kt, sf}, nil)
+	ks, err := c.emit("", fxgraph.AtenMulScalar, []any{kt, sf}, nil)
 	if err != nil {
 		return err
 	}
-	scores, err := c.emit("", "aten.matmul.default", []any{qs, ks}, nil)
+	scores, err := c.emit("", fxgraph.AtenMatmul, []any{qs, ks}, nil)
 	if err != nil {
 		return err
 	}
 	safe := false
 	switch {
 	case mask != nil && mask.Val().DType == tensor.Bool:
-		if scores, err = c.emit("", "aten.where.ScalarOther", []any{mask, scores, math.Inf(-1)}, nil); err != nil {
+		if scores, err = c.emit("", fxgraph.AtenWhereScalarOther, []any{mask, scores, math.Inf(-1)}, nil); err != nil {
 			return err
 		}
 		safe = true
 	case mask != nil:
-		if scores, err = c.emit("", "aten.add.Tensor", []any{scores, mask}, nil); err != nil {
+		if scores, err = c.emit("", fxgraph.AtenAddTensor, []any{scores, mask}, nil); err != nil {
 			return err
 		}
 		safe = true
@@ -548,41 +548,41 @@ func decSDPA(c *call) error {
 		if err != nil {
 			return c.errorf(errSentinel(err), "%s", trimSentinel(err))
 		}
-		ones, err := c.emit("", "aten.full.default", []any{[]any{l, s}, true}, map[string]any{"dtype": tensor.Bool})
+		ones, err := c.emit("", fxgraph.AtenFull, []any{[]any{l, s}, true}, map[string]any{"dtype": tensor.Bool})
 		if err != nil {
 			return err
 		}
-		tril, err := c.emit("", "aten.tril.default", []any{ones}, nil)
+		tril, err := c.emit("", fxgraph.AtenTril, []any{ones}, nil)
 		if err != nil {
 			return err
 		}
-		if scores, err = c.emit("", "aten.where.ScalarOther", []any{tril, scores, math.Inf(-1)}, nil); err != nil {
+		if scores, err = c.emit("", fxgraph.AtenWhereScalarOther, []any{tril, scores, math.Inf(-1)}, nil); err != nil {
 			return err
 		}
 	}
-	attn, err := c.emit("", "aten._softmax.default", []any{scores, int64(-1), false}, nil)
+	attn, err := c.emit("", fxgraph.Aten_Softmax, []any{scores, int64(-1), false}, nil)
 	if err != nil {
 		return err
 	}
 	if safe {
 		// _safe_softmax: a row whose scores are all -inf gives zeros, not NaN.
-		isInf, err := c.emit("", "aten.eq.Scalar", []any{scores, math.Inf(-1)}, nil)
+		isInf, err := c.emit("", fxgraph.AtenEqScalar, []any{scores, math.Inf(-1)}, nil)
 		if err != nil {
 			return err
 		}
-		finite, err := c.emit("", "aten.logical_not.default", []any{isInf}, nil)
+		finite, err := c.emit("", fxgraph.AtenLogicalNot, []any{isInf}, nil)
 		if err != nil {
 			return err
 		}
-		anyFinite, err := c.emit("", "aten.any.dim", []any{finite, int64(-1), true}, nil)
+		anyFinite, err := c.emit("", fxgraph.AtenAnyDim, []any{finite, int64(-1), true}, nil)
 		if err != nil {
 			return err
 		}
-		if attn, err = c.emit("", "aten.where.ScalarOther", []any{anyFinite, attn, 0.0}, nil); err != nil {
+		if attn, err = c.emit("", fxgraph.AtenWhereScalarOther, []any{anyFinite, attn, 0.0}, nil); err != nil {
 			return err
 		}
 	}
-	return c.one("aten.matmul.default", []any{attn, v}, nil)
+	return c.one(fxgraph.AtenMatmul, []any{attn, v}, nil)
 }
 
 // repeatHeads repeats each head of kv (dim -3) so that it has as many heads
@@ -605,18 +605,18 @@ func (c *call) repeatHeads(kv, q *fxgraph.Node) (*fxgraph.Node, error) {
 		return nil, err
 	}
 	at := int64(len(dims) - 2)
-	u, err := c.emit("", "aten.unsqueeze.default", []any{kv, at}, nil)
+	u, err := c.emit("", fxgraph.AtenUnsqueeze, []any{kv, at}, nil)
 	if err != nil {
 		return nil, err
 	}
 	exp := append(append(append([]any{}, dims[:at]...), r), dims[at:]...)
-	e, err := c.emit("", "aten.expand.default", []any{u, exp}, nil)
+	e, err := c.emit("", fxgraph.AtenExpand, []any{u, exp}, nil)
 	if err != nil {
 		return nil, err
 	}
 	shape := append([]any{}, dims...)
 	shape[at-1] = hq.Size
-	return c.emit("", "aten.reshape.default", []any{e, shape}, nil)
+	return c.emit("", fxgraph.AtenReshape, []any{e, shape}, nil)
 }
 
 // decDropout is the identity of inference; dropout in training mode is an
@@ -656,7 +656,7 @@ func decFlatten(c *call) error {
 	}
 	rank := x.Val().Rank()
 	if rank == 0 {
-		return c.one("aten.reshape.default", []any{x, []any{int64(1)}}, nil)
+		return c.one(fxgraph.AtenReshape, []any{x, []any{int64(1)}}, nil)
 	}
 	s, err1 := fxgraph.NormDim(start, rank)
 	e, err2 := fxgraph.NormDim(end, rank)
@@ -678,7 +678,7 @@ func decFlatten(c *call) error {
 		flat = int64(-1)
 	}
 	shape := append(append(append([]any{}, dims[:s]...), flat), dims[e+1:]...)
-	return c.one("aten.reshape.default", []any{x, shape}, nil)
+	return c.one(fxgraph.AtenReshape, []any{x, shape}, nil)
 }
 
 // decUnflatten reshapes dim into sizes.
@@ -704,12 +704,12 @@ func decUnflatten(c *call) error {
 		return err
 	}
 	shape := append(append(append([]any{}, dims[:k]...), sizes...), dims[k+1:]...)
-	return c.one("aten.reshape.default", []any{x, shape}, nil)
+	return c.one(fxgraph.AtenReshape, []any{x, shape}, nil)
 }
 
 // decSoftmax maps softmax.int / log_softmax.int (with an optional dtype) to
 // _softmax / _log_softmax.
-func decSoftmax(target string) decomposer {
+func decSoftmax(target *fxgraph.Op) decomposer {
 	return func(c *call) error {
 		x, err := c.tensor("self")
 		if err != nil {
@@ -720,7 +720,7 @@ func decSoftmax(target string) decomposer {
 			return err
 		}
 		if dt, ok := c.arg("dtype").(tensor.DType); ok && dt != x.Val().DType {
-			if x, err = c.emit("", "aten._to_copy.default", []any{x}, map[string]any{"dtype": dt}); err != nil {
+			if x, err = c.emit("", fxgraph.Aten_ToCopy, []any{x}, map[string]any{"dtype": dt}); err != nil {
 				return err
 			}
 		}
@@ -738,15 +738,15 @@ func decAdaptiveAvgPool1d(c *call) error {
 	if err != nil {
 		return err
 	}
-	u, err := c.emit("", "aten.unsqueeze.default", []any{x, int64(-2)}, nil)
+	u, err := c.emit("", fxgraph.AtenUnsqueeze, []any{x, int64(-2)}, nil)
 	if err != nil {
 		return err
 	}
-	p, err := c.emit("", "aten._adaptive_avg_pool2d.default", []any{u, []any{int64(1), out[0]}}, nil)
+	p, err := c.emit("", fxgraph.Aten_AdaptiveAvgPool2d, []any{u, []any{int64(1), out[0]}}, nil)
 	if err != nil {
 		return err
 	}
-	return c.one("aten.squeeze.dim", []any{p, int64(-2)}, nil)
+	return c.one(fxgraph.AtenSqueezeDim, []any{p, int64(-2)}, nil)
 }
 
 // decChunk maps chunk to split.Tensor with torch's chunk size
@@ -776,7 +776,7 @@ func decChunk(c *call) error {
 	if split == 0 {
 		split = 1
 	}
-	t, err := c.emit(c.name, "aten.split.Tensor", []any{x, split, int64(k)}, nil)
+	t, err := c.emit(c.name, fxgraph.AtenSplitTensor, []any{x, split, int64(k)}, nil)
 	if err != nil {
 		return err
 	}
@@ -797,7 +797,7 @@ func decUnbind(c *call) error {
 		if name == "" || c.b.uses[name] == 0 {
 			continue
 		}
-		n, err := c.emit(name, "aten.select.int", []any{x, d, int64(i)}, nil)
+		n, err := c.emit(name, fxgraph.AtenSelectInt, []any{x, d, int64(i)}, nil)
 		if err != nil {
 			return err
 		}
@@ -828,11 +828,11 @@ func decStack(c *call) error {
 	}
 	parts := make([]any, len(list))
 	for i, e := range list {
-		if parts[i], err = c.emit("", "aten.unsqueeze.default", []any{e, int64(k)}, nil); err != nil {
+		if parts[i], err = c.emit("", fxgraph.AtenUnsqueeze, []any{e, int64(k)}, nil); err != nil {
 			return err
 		}
 	}
-	return c.one("aten.cat.default", []any{parts, int64(k)}, nil)
+	return c.one(fxgraph.AtenCat, []any{parts, int64(k)}, nil)
 }
 
 // decTo maps to(dtype)/to(other)/type_as to _to_copy, or to the identity
@@ -851,7 +851,7 @@ func decTo(c *call) error {
 	if dt == x.Val().DType {
 		return c.alias(x)
 	}
-	return c.one("aten._to_copy.default", []any{x}, map[string]any{"dtype": dt})
+	return c.one(fxgraph.Aten_ToCopy, []any{x}, map[string]any{"dtype": dt})
 }
 
 // decEmbedding gathers rows of the weight: weight[indices].
@@ -864,7 +864,7 @@ func decEmbedding(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.one("aten.index.Tensor", []any{w, []any{idx}}, nil)
+	return c.one(fxgraph.AtenIndexTensor, []any{w, []any{idx}}, nil)
 }
 
 // decFullLike fills a tensor of self's shape with fill (or the fill_value
@@ -887,7 +887,7 @@ func decFullLike(fill any) decomposer {
 		if err != nil {
 			return err
 		}
-		return c.one("aten.full.default", []any{dims, v}, map[string]any{"dtype": dt})
+		return c.one(fxgraph.AtenFull, []any{dims, v}, map[string]any{"dtype": dt})
 	}
 }
 
@@ -910,7 +910,7 @@ func decFull(fill any, isNew bool) decomposer {
 		if d, ok := c.arg("dtype").(tensor.DType); ok {
 			dt = d
 		}
-		return c.one("aten.full.default", []any{c.arg("size"), v}, map[string]any{"dtype": dt})
+		return c.one(fxgraph.AtenFull, []any{c.arg("size"), v}, map[string]any{"dtype": dt})
 	}
 }
 
@@ -925,7 +925,7 @@ func decScalarTensor(c *call) error {
 		if s.Val().DType == dt {
 			return c.alias(s)
 		}
-		return c.one("aten._to_copy.default", []any{s}, map[string]any{"dtype": dt})
+		return c.one(fxgraph.Aten_ToCopy, []any{s}, map[string]any{"dtype": dt})
 	default:
 		v, ok := fxgraph.AsFloat(s)
 		if !ok {
@@ -936,7 +936,7 @@ func decScalarTensor(c *call) error {
 }
 
 // decLikeOther applies target (expand, reshape) with other's dims.
-func decLikeOther(target string) decomposer {
+func decLikeOther(target *fxgraph.Op) decomposer {
 	return func(c *call) error {
 		x, err := c.tensor("self")
 		if err != nil {
@@ -969,19 +969,19 @@ func decMaskedFill(c *call) error {
 	switch v := c.arg("value").(type) {
 	case *fxgraph.Node:
 		if v.Val().DType != dt {
-			if v, err = c.emit("", "aten._to_copy.default", []any{v}, map[string]any{"dtype": dt}); err != nil {
+			if v, err = c.emit("", fxgraph.Aten_ToCopy, []any{v}, map[string]any{"dtype": dt}); err != nil {
 				return err
 			}
 		}
-		res, err = c.emit("", "aten.where.self", []any{mask, v, x}, nil)
+		res, err = c.emit("", fxgraph.AtenWhereSelf, []any{mask, v, x}, nil)
 	default:
-		res, err = c.emit("", "aten.where.ScalarSelf", []any{mask, v, x}, nil)
+		res, err = c.emit("", fxgraph.AtenWhereScalarSelf, []any{mask, v, x}, nil)
 	}
 	if err != nil {
 		return err
 	}
 	if res.Val().DType != dt {
-		return c.one("aten._to_copy.default", []any{res}, map[string]any{"dtype": dt})
+		return c.one(fxgraph.Aten_ToCopy, []any{res}, map[string]any{"dtype": dt})
 	}
 	return c.alias(res)
 }
@@ -1006,22 +1006,20 @@ func decPad(c *call) error {
 		if v == nil {
 			v = 0.0
 		}
-		return c.one("aten.constant_pad_nd.default", []any{x, ints64(pad), v}, nil)
+		return c.one(fxgraph.AtenConstantPadNd, []any{x, ints64(pad), v}, nil)
 	}
 	nd := len(pad) / 2
-	var target string
-	switch mode {
-	case "reflect":
-		target = "reflection_pad"
-	case "replicate":
-		target = "replication_pad"
-	default:
+	if mode != "reflect" && mode != "replicate" {
 		return c.errorf(ErrUnsupported, "pad mode %q", mode)
 	}
 	if nd < 1 || nd > 3 || len(pad)%2 != 0 {
 		return c.errorf(ErrUnsupported, "pad %v in mode %s", pad, mode)
 	}
-	return c.one("aten."+target+string(rune('0'+nd))+"d.default", []any{x, ints64(pad)}, nil)
+	op := fxgraph.ReflectionPadOp(nd)
+	if mode == "replicate" {
+		op = fxgraph.ReplicationPadOp(nd)
+	}
+	return c.one(op, []any{x, ints64(pad)}, nil)
 }
 
 // decRelu6 is hardtanh(x, 0, 6).
@@ -1030,7 +1028,7 @@ func decRelu6(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.one("aten.hardtanh.default", []any{x, 0.0, 6.0}, nil)
+	return c.one(fxgraph.AtenHardtanh, []any{x, 0.0, 6.0}, nil)
 }
 
 // isArange reports whether target is an arange overload.
@@ -1051,10 +1049,10 @@ func (c *call) hasNodeArg() bool {
 // with n = (end - start + step - 1) // step for an integer step > 0.
 func decSymbolicArange(c *call) error {
 	var start, end, step any = int64(0), nil, int64(1)
-	switch c.target {
-	case "aten.arange.default":
+	switch c.op {
+	case fxgraph.AtenArange:
 		end = c.arg("end")
-	case "aten.arange.start":
+	case fxgraph.AtenArangeStart:
 		start, end = c.arg("start"), c.arg("end")
 	default:
 		start, end, step = c.arg("start"), c.arg("end"), c.arg("step")
@@ -1070,51 +1068,51 @@ func decSymbolicArange(c *call) error {
 			return c.errorf(ErrUnsupported, "arange with symbolic bounds and bound %s (want integers)", fxgraph.FormatArg(v))
 		}
 	}
-	length, err := c.symArith("aten.sub.Tensor", end, start)
+	length, err := c.symArith(fxgraph.AtenSubTensor, end, start)
 	if err != nil {
 		return err
 	}
 	if st != 1 {
-		if length, err = c.symArith("aten.add.Tensor", length, st-1); err != nil {
+		if length, err = c.symArith(fxgraph.AtenAddTensor, length, st-1); err != nil {
 			return err
 		}
-		n, err := c.emit("", "aten.div.Tensor_mode", []any{length, st}, map[string]any{"rounding_mode": "floor"})
+		n, err := c.emit("", fxgraph.AtenDivTensorMode, []any{length, st}, map[string]any{"rounding_mode": "floor"})
 		if err != nil {
 			return err
 		}
 		length = n
 	}
-	full, err := c.emit("", "aten.full.default", []any{[]any{length}, st}, map[string]any{"dtype": tensor.Int64})
+	full, err := c.emit("", fxgraph.AtenFull, []any{[]any{length}, st}, map[string]any{"dtype": tensor.Int64})
 	if err != nil {
 		return err
 	}
-	sum, err := c.emit("", "aten.cumsum.default", []any{full, int64(0)}, nil)
+	sum, err := c.emit("", fxgraph.AtenCumsum, []any{full, int64(0)}, nil)
 	if err != nil {
 		return err
 	}
-	res, err := c.symArith("aten.add.Tensor", sum, start)
+	res, err := c.symArith(fxgraph.AtenAddTensor, sum, start)
 	if err != nil {
 		return err
 	}
-	if res, err = c.symArith("aten.sub.Tensor", res, st); err != nil {
+	if res, err = c.symArith(fxgraph.AtenSubTensor, res, st); err != nil {
 		return err
 	}
 	out := res.(*fxgraph.Node)
 	if dt, ok := c.arg("dtype").(tensor.DType); ok && dt != tensor.Int64 {
-		return c.one("aten._to_copy.default", []any{out}, map[string]any{"dtype": dt})
+		return c.one(fxgraph.Aten_ToCopy, []any{out}, map[string]any{"dtype": dt})
 	}
 	return c.alias(out)
 }
 
 // symArith applies a binary IR operator to ints and rank-0 nodes, folding
 // int-only cases and additions of zero.
-func (c *call) symArith(target string, a, b any) (any, error) {
+func (c *call) symArith(target *fxgraph.Op, a, b any) (any, error) {
 	ai, aInt := a.(int64)
 	bi, bInt := b.(int64)
 	switch {
-	case aInt && bInt && target == "aten.add.Tensor":
+	case aInt && bInt && target == fxgraph.AtenAddTensor:
 		return ai + bi, nil
-	case aInt && bInt && target == "aten.sub.Tensor":
+	case aInt && bInt && target == fxgraph.AtenSubTensor:
 		return ai - bi, nil
 	case bInt && bi == 0:
 		return a, nil
@@ -1190,16 +1188,16 @@ func decAsStrided(c *call) error {
 			pos[k] = 0
 		}
 	}
-	flat, err := c.emit("", "aten.reshape.default", []any{x, []any{int64(-1)}}, nil)
+	flat, err := c.emit("", fxgraph.AtenReshape, []any{x, []any{int64(-1)}}, nil)
 	if err != nil {
 		return err
 	}
 	ix := c.b.g.AddConstant(c.b.freshName("as_strided_index"), tensor.FromInt64s(idx))
-	g, err := c.emit("", "aten.index_select.default", []any{flat, int64(0), ix}, nil)
+	g, err := c.emit("", fxgraph.AtenIndexSelect, []any{flat, int64(0), ix}, nil)
 	if err != nil {
 		return err
 	}
-	return c.one("aten.reshape.default", []any{g, ints64(sizes)}, nil)
+	return c.one(fxgraph.AtenReshape, []any{g, ints64(sizes)}, nil)
 }
 
 // sameDims reports whether the size list equals x's dims: equal static
@@ -1213,7 +1211,7 @@ func (c *call) sameDims(x *fxgraph.Node, size []any) bool {
 				return false
 			}
 		case *fxgraph.Node:
-			if xs[i].IsStatic() || v.Target != "aten.sym_size.int" {
+			if xs[i].IsStatic() || v.Op != fxgraph.AtenSymSizeInt {
 				return false
 			}
 			src, _ := v.Arg(0).(*fxgraph.Node)
@@ -1267,9 +1265,9 @@ func decClampOne(bound string) decomposer {
 			return c.errorf(ErrUnsupported, "clamp_%s with a tensor bound", bound)
 		}
 		if bound == "min" {
-			return c.one("aten.clamp.default", []any{x, v}, nil)
+			return c.one(fxgraph.AtenClamp, []any{x, v}, nil)
 		}
-		return c.one("aten.clamp.default", []any{x, nil, v}, nil)
+		return c.one(fxgraph.AtenClamp, []any{x, nil, v}, nil)
 	}
 }
 
@@ -1282,14 +1280,14 @@ func (c *call) broadcastTo(x *fxgraph.Node, v any) error {
 	}
 	n, ok := v.(*fxgraph.Node)
 	if !ok {
-		return c.one("aten.full.default", []any{dims, v}, map[string]any{"dtype": x.Val().DType})
+		return c.one(fxgraph.AtenFull, []any{dims, v}, map[string]any{"dtype": x.Val().DType})
 	}
 	if n.Val().DType != x.Val().DType {
-		if n, err = c.emit("", "aten._to_copy.default", []any{n}, map[string]any{"dtype": x.Val().DType}); err != nil {
+		if n, err = c.emit("", fxgraph.Aten_ToCopy, []any{n}, map[string]any{"dtype": x.Val().DType}); err != nil {
 			return err
 		}
 	}
-	return c.one("aten.expand.default", []any{n, dims}, nil)
+	return c.one(fxgraph.AtenExpand, []any{n, dims}, nil)
 }
 
 // decFill is fill(self, value) and zero(self): value in self's shape and
@@ -1300,7 +1298,7 @@ func decFill(c *call) error {
 		return err
 	}
 	var v any = int64(0)
-	if c.target != "aten.zero.default" {
+	if c.op != fxgraph.AtenZero {
 		v = c.arg("value")
 	}
 	return c.broadcastTo(x, v)
@@ -1342,7 +1340,7 @@ func decRoll(c *call) error {
 		if err != nil {
 			return err
 		}
-		flat, err := c.emit("", "aten.reshape.default", []any{x, []any{int64(-1)}}, nil)
+		flat, err := c.emit("", fxgraph.AtenReshape, []any{x, []any{int64(-1)}}, nil)
 		if err != nil {
 			return err
 		}
@@ -1350,7 +1348,7 @@ func decRoll(c *call) error {
 		if err != nil {
 			return err
 		}
-		return c.one("aten.reshape.default", []any{r, shape}, nil)
+		return c.one(fxgraph.AtenReshape, []any{r, shape}, nil)
 	}
 	if len(dims) != len(shifts) {
 		return c.errorf(ErrFormat, "roll shifts %v and dims %v differ in length", shifts, dims)
@@ -1381,15 +1379,15 @@ func (c *call) rollDim(x *fxgraph.Node, shift, d int64) (*fxgraph.Node, error) {
 	if s == 0 {
 		return x, nil
 	}
-	tail, err := c.emit("", "aten.slice.Tensor", []any{x, int64(k), size.Size - s, size.Size, int64(1)}, nil)
+	tail, err := c.emit("", fxgraph.AtenSliceTensor, []any{x, int64(k), size.Size - s, size.Size, int64(1)}, nil)
 	if err != nil {
 		return nil, err
 	}
-	head, err := c.emit("", "aten.slice.Tensor", []any{x, int64(k), int64(0), size.Size - s, int64(1)}, nil)
+	head, err := c.emit("", fxgraph.AtenSliceTensor, []any{x, int64(k), int64(0), size.Size - s, int64(1)}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return c.emit("", "aten.cat.default", []any{[]any{tail, head}, int64(k)}, nil)
+	return c.emit("", fxgraph.AtenCat, []any{[]any{tail, head}, int64(k)}, nil)
 }
 
 // decSliceScatter writes src over self[start:end] along a static dim with
@@ -1444,20 +1442,20 @@ func decSliceScatter(c *call) error {
 	end = max(end, start)
 	var parts []any
 	if start > 0 {
-		p, err := c.emit("", "aten.slice.Tensor", []any{x, int64(k), int64(0), start, int64(1)}, nil)
+		p, err := c.emit("", fxgraph.AtenSliceTensor, []any{x, int64(k), int64(0), start, int64(1)}, nil)
 		if err != nil {
 			return err
 		}
 		parts = append(parts, p)
 	}
 	if src.Val().DType != x.Val().DType {
-		if src, err = c.emit("", "aten._to_copy.default", []any{src}, map[string]any{"dtype": x.Val().DType}); err != nil {
+		if src, err = c.emit("", fxgraph.Aten_ToCopy, []any{src}, map[string]any{"dtype": x.Val().DType}); err != nil {
 			return err
 		}
 	}
 	parts = append(parts, src)
 	if end < size.Size {
-		p, err := c.emit("", "aten.slice.Tensor", []any{x, int64(k), end, size.Size, int64(1)}, nil)
+		p, err := c.emit("", fxgraph.AtenSliceTensor, []any{x, int64(k), end, size.Size, int64(1)}, nil)
 		if err != nil {
 			return err
 		}
@@ -1466,7 +1464,7 @@ func decSliceScatter(c *call) error {
 	if len(parts) == 1 {
 		return c.alias(src)
 	}
-	return c.one("aten.cat.default", []any{parts, int64(k)}, nil)
+	return c.one(fxgraph.AtenCat, []any{parts, int64(k)}, nil)
 }
 
 // decBaddbmm is beta*self + alpha*bmm(batch1, batch2).
@@ -1491,12 +1489,12 @@ func decBaddbmm(c *call) error {
 	if err != nil {
 		return err
 	}
-	prod, err := c.emit("", "aten.bmm.default", []any{b1, b2}, nil)
+	prod, err := c.emit("", fxgraph.AtenBmm, []any{b1, b2}, nil)
 	if err != nil {
 		return err
 	}
 	if alpha != 1 {
-		if prod, err = c.emit("", "aten.mul.Scalar", []any{prod, alpha}, nil); err != nil {
+		if prod, err = c.emit("", fxgraph.AtenMulScalar, []any{prod, alpha}, nil); err != nil {
 			return err
 		}
 	}
@@ -1504,9 +1502,19 @@ func decBaddbmm(c *call) error {
 		return c.alias(prod)
 	}
 	if beta != 1 {
-		if x, err = c.emit("", "aten.mul.Scalar", []any{x, beta}, nil); err != nil {
+		if x, err = c.emit("", fxgraph.AtenMulScalar, []any{x, beta}, nil); err != nil {
 			return err
 		}
 	}
-	return c.one("aten.add.Tensor", []any{x, prod}, nil)
+	return c.one(fxgraph.AtenAddTensor, []any{x, prod}, nil)
+}
+
+// atenOp returns the generated ATen operator called name, for tables built
+// from names at start-up; a wrong name is a programming error and panics.
+func atenOp(name string) *fxgraph.Op {
+	op, ok := fxgraph.OpByName(name)
+	if !ok {
+		panic("fx: no ATen operator " + name)
+	}
+	return op
 }

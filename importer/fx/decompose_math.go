@@ -17,12 +17,12 @@ type expr struct {
 }
 
 // op emits target(args...).
-func (e *expr) op(target string, args ...any) *fxgraph.Node {
+func (e *expr) op(target *fxgraph.Op, args ...any) *fxgraph.Node {
 	return e.opKw(target, nil, args...)
 }
 
 // opKw emits target(args..., **kw).
-func (e *expr) opKw(target string, kw map[string]any, args ...any) *fxgraph.Node {
+func (e *expr) opKw(target *fxgraph.Op, kw map[string]any, args ...any) *fxgraph.Node {
 	if e.err != nil {
 		return nil
 	}
@@ -99,118 +99,118 @@ func (c *call) number(name string, def float64) any {
 	return v
 }
 
-var mathDecompositions = map[string]decomposer{
-	"aten.square.default": unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node { return e.op("aten.mul.Tensor", x, x) }),
-	"aten.erfc.default": unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
-		return e.op("aten.rsub.Scalar", e.op("aten.erf.default", x), 1.0)
+var mathDecompositions = map[*fxgraph.Op]decomposer{
+	fxgraph.AtenSquare: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node { return e.op(fxgraph.AtenMulTensor, x, x) }),
+	fxgraph.AtenErfc: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+		return e.op(fxgraph.AtenRsubScalar, e.op(fxgraph.AtenErf, x), 1.0)
 	}),
-	"aten.sgn.default":           decRename("aten.sign.default"),
-	"aten.special_expm1.default": decRename("aten.expm1.default"),
-	"aten.clip.default":          decRename("aten.clamp.default"),
-	"aten.clip.Tensor":           decRename("aten.clamp.Tensor"),
-	"aten.max.other":             decRename("aten.maximum.default"),
-	"aten.min.other":             decRename("aten.minimum.default"),
-	"aten.numpy_T.default":       decNumpyT,
-	"aten.frac.default": unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
-		return e.op("aten.sub.Tensor", x, e.op("aten.trunc.default", x))
+	fxgraph.AtenSgn:          decRename(fxgraph.AtenSign),
+	fxgraph.AtenSpecialExpm1: decRename(fxgraph.AtenExpm1),
+	fxgraph.AtenClip:         decRename(fxgraph.AtenClamp),
+	fxgraph.AtenClipTensor:   decRename(fxgraph.AtenClampTensor),
+	fxgraph.AtenMaxOther:     decRename(fxgraph.AtenMaximum),
+	fxgraph.AtenMinOther:     decRename(fxgraph.AtenMinimum),
+	fxgraph.AtenNumpyT:       decNumpyT,
+	fxgraph.AtenFrac: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+		return e.op(fxgraph.AtenSubTensor, x, e.op(fxgraph.AtenTrunc, x))
 	}),
-	"aten.log_sigmoid.default": unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenLogSigmoid: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		// log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), stable for large |x|.
-		return e.op("aten.sub.Tensor", e.op("aten.clamp.default", x, nil, 0.0),
-			e.op("aten.log1p.default", e.op("aten.exp.default", e.op("aten.neg.default", e.op("aten.abs.default", x)))))
+		return e.op(fxgraph.AtenSubTensor, e.op(fxgraph.AtenClamp, x, nil, 0.0),
+			e.op(fxgraph.AtenLog1p, e.op(fxgraph.AtenExp, e.op(fxgraph.AtenNeg, e.op(fxgraph.AtenAbs, x)))))
 	}),
-	"aten.selu.default": unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
-		return e.op("aten.elu.default", x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0)
+	fxgraph.AtenSelu: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+		return e.op(fxgraph.AtenElu, x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0)
 	}),
-	"aten.celu.default": unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenCelu: unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		a, ok := fxgraph.AsFloat(c.number("alpha", 1))
 		if !ok || a == 0 {
 			e.err = c.errorf(ErrUnsupported, "celu alpha %s", fxgraph.FormatArg(c.arg("alpha")))
 			return nil
 		}
-		return e.op("aten.elu.default", x, a, 1.0, 1/a)
+		return e.op(fxgraph.AtenElu, x, a, 1.0, 1/a)
 	}),
-	"aten.hardshrink.default": unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
-		keep := e.op("aten.gt.Scalar", e.op("aten.abs.default", x), c.number("lambd", 0.5))
-		return e.op("aten.where.ScalarOther", keep, x, 0.0)
+	fxgraph.AtenHardshrink: unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+		keep := e.op(fxgraph.AtenGtScalar, e.op(fxgraph.AtenAbs, x), c.number("lambd", 0.5))
+		return e.op(fxgraph.AtenWhereScalarOther, keep, x, 0.0)
 	}),
-	"aten.logit.default": unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenLogit: unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		if eps, ok := fxgraph.AsFloat(c.arg("eps")); ok {
-			x = e.op("aten.clamp.default", x, eps, 1-eps)
+			x = e.op(fxgraph.AtenClamp, x, eps, 1-eps)
 		}
-		return e.op("aten.log.default", e.op("aten.div.Tensor", x, e.op("aten.rsub.Scalar", x, 1.0)))
+		return e.op(fxgraph.AtenLog, e.op(fxgraph.AtenDivTensor, x, e.op(fxgraph.AtenRsubScalar, x, 1.0)))
 	}),
-	"aten.addcmul.default": decAddc("aten.mul.Tensor"),
-	"aten.addcdiv.default": decAddc("aten.div.Tensor"),
-	"aten.lerp.Scalar":     decLerp,
-	"aten.lerp.Tensor":     decLerp,
-	"aten.outer.default": binary("vec2", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
-		return e.op("aten.mul.Tensor", e.op("aten.unsqueeze.default", x, int64(1)), y)
+	fxgraph.AtenAddcmul:    decAddc(fxgraph.AtenMulTensor),
+	fxgraph.AtenAddcdiv:    decAddc(fxgraph.AtenDivTensor),
+	fxgraph.AtenLerpScalar: decLerp,
+	fxgraph.AtenLerpTensor: decLerp,
+	fxgraph.AtenOuter: binary("vec2", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+		return e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenUnsqueeze, x, int64(1)), y)
 	}),
-	"aten.hypot.default": binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
-		return e.op("aten.sqrt.default", e.op("aten.add.Tensor", e.op("aten.mul.Tensor", x, x), e.op("aten.mul.Tensor", y, y)))
+	fxgraph.AtenHypot: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+		return e.op(fxgraph.AtenSqrt, e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulTensor, x, x), e.op(fxgraph.AtenMulTensor, y, y)))
 	}),
-	"aten.logaddexp.default": binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenLogaddexp: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		// max(x, y) + log1p(exp(-|x - y|))
-		m := e.op("aten.maximum.default", x, y)
-		d := e.op("aten.neg.default", e.op("aten.abs.default", e.op("aten.sub.Tensor", x, y)))
-		return e.op("aten.add.Tensor", m, e.op("aten.log1p.default", e.op("aten.exp.default", d)))
+		m := e.op(fxgraph.AtenMaximum, x, y)
+		d := e.op(fxgraph.AtenNeg, e.op(fxgraph.AtenAbs, e.op(fxgraph.AtenSubTensor, x, y)))
+		return e.op(fxgraph.AtenAddTensor, m, e.op(fxgraph.AtenLog1p, e.op(fxgraph.AtenExp, d)))
 	}),
-	"aten.xlogy.Tensor": binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenXlogyTensor: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		// 0 where x == 0 (unless y is NaN), else x * log(y).
-		p := e.op("aten.mul.Tensor", x, e.op("aten.log.default", y))
-		zero := e.op("aten.logical_and.default", e.op("aten.eq.Scalar", x, 0.0), e.op("aten.logical_not.default", e.op("aten.isnan.default", y)))
-		return e.op("aten.where.ScalarSelf", zero, 0.0, p)
+		p := e.op(fxgraph.AtenMulTensor, x, e.op(fxgraph.AtenLog, y))
+		zero := e.op(fxgraph.AtenLogicalAnd, e.op(fxgraph.AtenEqScalar, x, 0.0), e.op(fxgraph.AtenLogicalNot, e.op(fxgraph.AtenIsnan, y)))
+		return e.op(fxgraph.AtenWhereScalarSelf, zero, 0.0, p)
 	}),
-	"aten.floor_divide.default": binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
-		return e.opKw("aten.div.Tensor_mode", map[string]any{"rounding_mode": "floor"}, x, y)
+	fxgraph.AtenFloorDivide: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+		return e.opKw(fxgraph.AtenDivTensorMode, map[string]any{"rounding_mode": "floor"}, x, y)
 	}),
-	"aten.floor_divide.Scalar": decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenFloorDivideScalar: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
 		}
-		return []*fxgraph.Node{e.opKw("aten.div.Scalar_mode", map[string]any{"rounding_mode": "floor"}, x, c.arg("other"))}, nil
+		return []*fxgraph.Node{e.opKw(fxgraph.AtenDivScalarMode, map[string]any{"rounding_mode": "floor"}, x, c.arg("other"))}, nil
 	}),
-	"aten.isclose.default": binary("other", func(c *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenIsclose: binary("other", func(c *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		// |x - y| <= atol + rtol * |y|, or x == y (infinities).
 		rtol, _ := fxgraph.AsFloat(c.number("rtol", 1e-5))
 		atol, _ := fxgraph.AsFloat(c.number("atol", 1e-8))
-		diff := e.op("aten.abs.default", e.op("aten.sub.Tensor", x, y))
-		tol := e.op("aten.add.Tensor", e.op("aten.mul.Tensor", e.op("aten.abs.default", y), rtol), atol)
-		close := e.op("aten.logical_or.default", e.op("aten.eq.Tensor", x, y), e.op("aten.le.Tensor", diff, tol))
+		diff := e.op(fxgraph.AtenAbs, e.op(fxgraph.AtenSubTensor, x, y))
+		tol := e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenAbs, y), rtol), atol)
+		close := e.op(fxgraph.AtenLogicalOr, e.op(fxgraph.AtenEqTensor, x, y), e.op(fxgraph.AtenLeTensor, diff, tol))
 		if eqNaN, _ := fxgraph.AsInt(c.arg("equal_nan")); eqNaN != 0 {
-			close = e.op("aten.logical_or.default", close, e.op("aten.logical_and.default", e.op("aten.isnan.default", x), e.op("aten.isnan.default", y)))
+			close = e.op(fxgraph.AtenLogicalOr, close, e.op(fxgraph.AtenLogicalAnd, e.op(fxgraph.AtenIsnan, x), e.op(fxgraph.AtenIsnan, y)))
 		}
 		return close
 	}),
-	"aten.glu.default":                decGLU,
-	"aten.prelu.default":              decPReLU,
-	"aten.rms_norm.default":           decRMSNorm,
-	"aten.std.dim":                    decVarDim("aten.std.correction", false),
-	"aten.var.dim":                    decVarDim("aten.var.correction", false),
-	"aten.std.default":                decVarDim("aten.std.correction", false),
-	"aten.var.default":                decVarDim("aten.var.correction", false),
-	"aten.var_mean.dim":               decVarDim("aten.var.correction", true),
-	"aten.std_mean.dim":               decVarDim("aten.std.correction", true),
-	"aten.var_mean.correction":        decVarDim("aten.var.correction", true),
-	"aten.std_mean.correction":        decVarDim("aten.std.correction", true),
-	"aten.var_mean.default":           decVarDim("aten.var.correction", true),
-	"aten.std_mean.default":           decVarDim("aten.std.correction", true),
-	"aten.narrow.default":             decNarrow,
-	"aten.tile.default":               decTile,
-	"aten.repeat_interleave.self_int": decRepeatInterleave,
-	"aten.one_hot.default":            decOneHot,
-	"aten.instance_norm.default":      decInstanceNorm,
-	"aten.cosine_similarity.default":  decCosineSimilarity,
-	"aten.count_nonzero.default":      decCountNonzero,
-	"aten.count_nonzero.dim_IntList":  decCountNonzero,
-	"aten.aminmax.default":            decAminmax,
-	"aten.argsort.default":            decArgsort,
-	"aten.argsort.stable":             decArgsort,
-	"aten.scatter_add.default":        decScatterAdd,
-	"aten.mse_loss.default":           decMSELoss,
-	"aten.broadcast_tensors.default":  decBroadcastTensors,
+	fxgraph.AtenGlu:                     decGLU,
+	fxgraph.AtenPrelu:                   decPReLU,
+	fxgraph.AtenRmsNorm:                 decRMSNorm,
+	fxgraph.AtenStdDim:                  decVarDim(fxgraph.AtenStdCorrection, false),
+	fxgraph.AtenVarDim:                  decVarDim(fxgraph.AtenVarCorrection, false),
+	fxgraph.AtenStd:                     decVarDim(fxgraph.AtenStdCorrection, false),
+	fxgraph.AtenVar:                     decVarDim(fxgraph.AtenVarCorrection, false),
+	fxgraph.AtenVarMeanDim:              decVarDim(fxgraph.AtenVarCorrection, true),
+	fxgraph.AtenStdMeanDim:              decVarDim(fxgraph.AtenStdCorrection, true),
+	fxgraph.AtenVarMeanCorrection:       decVarDim(fxgraph.AtenVarCorrection, true),
+	fxgraph.AtenStdMeanCorrection:       decVarDim(fxgraph.AtenStdCorrection, true),
+	fxgraph.AtenVarMean:                 decVarDim(fxgraph.AtenVarCorrection, true),
+	fxgraph.AtenStdMean:                 decVarDim(fxgraph.AtenStdCorrection, true),
+	fxgraph.AtenNarrow:                  decNarrow,
+	fxgraph.AtenTile:                    decTile,
+	fxgraph.AtenRepeatInterleaveSelfInt: decRepeatInterleave,
+	fxgraph.AtenOneHot:                  decOneHot,
+	fxgraph.AtenInstanceNorm:            decInstanceNorm,
+	fxgraph.AtenCosineSimilarity:        decCosineSimilarity,
+	fxgraph.AtenCountNonzero:            decCountNonzero,
+	fxgraph.AtenCountNonzeroDimIntList:  decCountNonzero,
+	fxgraph.AtenAminmax:                 decAminmax,
+	fxgraph.AtenArgsort:                 decArgsort,
+	fxgraph.AtenArgsortStable:           decArgsort,
+	fxgraph.AtenScatterAdd:              decScatterAdd,
+	fxgraph.AtenMseLoss:                 decMSELoss,
+	fxgraph.AtenBroadcastTensors:        decBroadcastTensors,
 }
 
 // decNumpyT reverses the dims (x.T).
@@ -224,11 +224,11 @@ func decNumpyT(c *call) error {
 	for i := range perm {
 		perm[i] = int64(r - 1 - i)
 	}
-	return c.one("aten.permute.default", []any{x, ints64(perm)}, nil)
+	return c.one(fxgraph.AtenPermute, []any{x, ints64(perm)}, nil)
 }
 
 // decAddc is addcmul/addcdiv: self + value * (tensor1 op tensor2).
-func decAddc(op string) decomposer {
+func decAddc(op *fxgraph.Op) decomposer {
 	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
@@ -244,9 +244,9 @@ func decAddc(op string) decomposer {
 		}
 		p := e.op(op, t1, t2)
 		if v, ok := fxgraph.AsFloat(c.number("value", 1)); !ok || v != 1 {
-			p = e.op("aten.mul.Tensor", p, c.number("value", 1))
+			p = e.op(fxgraph.AtenMulTensor, p, c.number("value", 1))
 		}
-		return []*fxgraph.Node{e.op("aten.add.Tensor", x, p)}, nil
+		return []*fxgraph.Node{e.op(fxgraph.AtenAddTensor, x, p)}, nil
 	})
 }
 
@@ -261,7 +261,7 @@ func decLerp(c *call) error {
 		if err != nil {
 			return nil, err
 		}
-		return []*fxgraph.Node{e.op("aten.add.Tensor", x, e.op("aten.mul.Tensor", e.op("aten.sub.Tensor", end, x), c.arg("weight")))}, nil
+		return []*fxgraph.Node{e.op(fxgraph.AtenAddTensor, x, e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenSubTensor, end, x), c.arg("weight")))}, nil
 	})(c)
 }
 
@@ -285,9 +285,9 @@ func decGLU(c *call) error {
 			return nil, c.errorf(ErrUnsupported, "glu along dim %d of %s (want a static even size)", k, x.Val())
 		}
 		h := size.Size / 2
-		a := e.op("aten.slice.Tensor", x, int64(k), int64(0), h, int64(1))
-		b := e.op("aten.slice.Tensor", x, int64(k), h, size.Size, int64(1))
-		return []*fxgraph.Node{e.op("aten.mul.Tensor", a, e.op("aten.sigmoid.default", b))}, nil
+		a := e.op(fxgraph.AtenSliceTensor, x, int64(k), int64(0), h, int64(1))
+		b := e.op(fxgraph.AtenSliceTensor, x, int64(k), h, size.Size, int64(1))
+		return []*fxgraph.Node{e.op(fxgraph.AtenMulTensor, a, e.op(fxgraph.AtenSigmoid, b))}, nil
 	})(c)
 }
 
@@ -307,9 +307,9 @@ func decPReLU(c *call) error {
 			for i := 2; i < r; i++ {
 				shape = append(shape, int64(1))
 			}
-			w = e.op("aten.reshape.default", w, shape)
+			w = e.op(fxgraph.AtenReshape, w, shape)
 		}
-		return []*fxgraph.Node{e.op("aten.where.self", e.op("aten.gt.Scalar", x, 0.0), x, e.op("aten.mul.Tensor", x, w))}, nil
+		return []*fxgraph.Node{e.op(fxgraph.AtenWhereSelf, e.op(fxgraph.AtenGtScalar, x, 0.0), x, e.op(fxgraph.AtenMulTensor, x, w))}, nil
 	})(c)
 }
 
@@ -342,15 +342,15 @@ func decRMSNorm(c *call) error {
 		}
 		xf := x
 		if dt == tensor.Float16 || dt == tensor.BFloat16 {
-			xf = e.opKw("aten._to_copy.default", map[string]any{"dtype": tensor.Float32}, x)
+			xf = e.opKw(fxgraph.Aten_ToCopy, map[string]any{"dtype": tensor.Float32}, x)
 		}
-		ms := e.op("aten.mean.dim", e.op("aten.mul.Tensor", xf, xf), ints64(dims), true)
-		y := e.op("aten.mul.Tensor", xf, e.op("aten.rsqrt.default", e.op("aten.add.Tensor", ms, eps)))
+		ms := e.op(fxgraph.AtenMeanDim, e.op(fxgraph.AtenMulTensor, xf, xf), ints64(dims), true)
+		y := e.op(fxgraph.AtenMulTensor, xf, e.op(fxgraph.AtenRsqrt, e.op(fxgraph.AtenAddTensor, ms, eps)))
 		if xf != x {
-			y = e.opKw("aten._to_copy.default", map[string]any{"dtype": dt}, y)
+			y = e.opKw(fxgraph.Aten_ToCopy, map[string]any{"dtype": dt}, y)
 		}
 		if w != nil {
-			y = e.op("aten.mul.Tensor", y, w)
+			y = e.op(fxgraph.AtenMulTensor, y, w)
 		}
 		return []*fxgraph.Node{y}, nil
 	})(c)
@@ -372,7 +372,7 @@ func machineEps(dt tensor.DType) float64 {
 // decVarDim maps var/std with unbiased (the .dim and .default overloads)
 // or correction to the IR's .correction form; withMean adds the mean as a
 // second output (var_mean, std_mean).
-func decVarDim(target string, withMean bool) decomposer {
+func decVarDim(target *fxgraph.Op, withMean bool) decomposer {
 	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
@@ -402,7 +402,7 @@ func decVarDim(target string, withMean bool) decomposer {
 			}
 			mdims = ints64(all)
 		}
-		return []*fxgraph.Node{v, e.op("aten.mean.dim", x, mdims, keep)}, nil
+		return []*fxgraph.Node{v, e.op(fxgraph.AtenMeanDim, x, mdims, keep)}, nil
 	})
 }
 
@@ -428,7 +428,7 @@ func decNarrow(c *call) error {
 		}
 		start += x.Val().Shape[k].Size
 	}
-	return c.one("aten.slice.Tensor", []any{x, d, start, start + length, int64(1)}, nil)
+	return c.one(fxgraph.AtenSliceTensor, []any{x, d, start, start + length, int64(1)}, nil)
 }
 
 // decTile is repeat with the dims padded with leading ones to x's rank (or
@@ -446,7 +446,7 @@ func decTile(c *call) error {
 	for len(dims) < r {
 		dims = append([]int64{1}, dims...)
 	}
-	return c.one("aten.repeat.default", []any{x, ints64(dims)}, nil)
+	return c.one(fxgraph.AtenRepeat, []any{x, ints64(dims)}, nil)
 }
 
 // decRepeatInterleave repeats each element repeats times along dim (the
@@ -463,7 +463,7 @@ func decRepeatInterleave(c *call) error {
 		}
 		var k int
 		if c.arg("dim") == nil {
-			x = e.op("aten.reshape.default", x, []any{int64(-1)})
+			x = e.op(fxgraph.AtenReshape, x, []any{int64(-1)})
 			if e.err != nil {
 				return nil, e.err
 			}
@@ -477,15 +477,15 @@ func decRepeatInterleave(c *call) error {
 		if err != nil {
 			return nil, err
 		}
-		u := e.op("aten.unsqueeze.default", x, int64(k+1))
+		u := e.op(fxgraph.AtenUnsqueeze, x, int64(k+1))
 		exp := append(append(append([]any{}, dims[:k+1]...), n), dims[k+1:]...)
-		y := e.op("aten.expand.default", u, exp)
+		y := e.op(fxgraph.AtenExpand, u, exp)
 		m, err := c.product([]any{dims[k], n})
 		if err != nil {
 			return nil, err
 		}
 		shape := append(append(append([]any{}, dims[:k]...), m), dims[k+1:]...)
-		return []*fxgraph.Node{e.op("aten.reshape.default", y, shape)}, nil
+		return []*fxgraph.Node{e.op(fxgraph.AtenReshape, y, shape)}, nil
 	})(c)
 }
 
@@ -508,8 +508,8 @@ func decOneHot(c *call) error {
 			classes[i] = int64(i)
 		}
 		ar := c.b.g.AddConstant(c.b.freshName("one_hot_classes"), tensor.FromInt64s(classes))
-		eq := e.op("aten.eq.Tensor", e.op("aten.unsqueeze.default", x, int64(-1)), ar)
-		return []*fxgraph.Node{e.opKw("aten._to_copy.default", map[string]any{"dtype": tensor.Int64}, eq)}, nil
+		eq := e.op(fxgraph.AtenEqTensor, e.op(fxgraph.AtenUnsqueeze, x, int64(-1)), ar)
+		return []*fxgraph.Node{e.opKw(fxgraph.Aten_ToCopy, map[string]any{"dtype": tensor.Int64}, eq)}, nil
 	})(c)
 }
 
@@ -550,7 +550,7 @@ func decInstanceNorm(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.item("aten.native_group_norm.default", []any{x, nilIfNone(w), nilIfNone(b), dims[0], dims[1], hw, dims[1], eps}, nil, 0)
+	return c.item(fxgraph.AtenNativeGroupNorm, []any{x, nilIfNone(w), nilIfNone(b), dims[0], dims[1], hw, dims[1], eps}, nil, 0)
 }
 
 // decCosineSimilarity is sum(x1*x2) / sqrt(max(sum(x1^2) * sum(x2^2),
@@ -574,12 +574,12 @@ func decCosineSimilarity(c *call) error {
 			return nil, err
 		}
 		sum := func(x *fxgraph.Node) *fxgraph.Node {
-			return e.op("aten.sum.dim_IntList", x, []any{d}, false)
+			return e.op(fxgraph.AtenSumDimIntList, x, []any{d}, false)
 		}
-		num := sum(e.op("aten.mul.Tensor", a, b))
-		den := e.op("aten.mul.Tensor", sum(e.op("aten.mul.Tensor", a, a)), sum(e.op("aten.mul.Tensor", b, b)))
-		den = e.op("aten.sqrt.default", e.op("aten.clamp.default", den, eps*eps))
-		return []*fxgraph.Node{e.op("aten.div.Tensor", num, den)}, nil
+		num := sum(e.op(fxgraph.AtenMulTensor, a, b))
+		den := e.op(fxgraph.AtenMulTensor, sum(e.op(fxgraph.AtenMulTensor, a, a)), sum(e.op(fxgraph.AtenMulTensor, b, b)))
+		den = e.op(fxgraph.AtenSqrt, e.op(fxgraph.AtenClamp, den, eps*eps))
+		return []*fxgraph.Node{e.op(fxgraph.AtenDivTensor, num, den)}, nil
 	})(c)
 }
 
@@ -590,15 +590,15 @@ func decCountNonzero(c *call) error {
 		if err != nil {
 			return nil, err
 		}
-		nz := e.opKw("aten._to_copy.default", map[string]any{"dtype": tensor.Int64}, e.op("aten.ne.Scalar", x, 0.0))
+		nz := e.opKw(fxgraph.Aten_ToCopy, map[string]any{"dtype": tensor.Int64}, e.op(fxgraph.AtenNeScalar, x, 0.0))
 		dims := c.arg("dim")
 		if d, ok := fxgraph.AsInt(dims); ok {
 			dims = []any{d}
 		}
 		if dims == nil {
-			return []*fxgraph.Node{e.op("aten.sum.default", nz)}, nil
+			return []*fxgraph.Node{e.op(fxgraph.AtenSum, nz)}, nil
 		}
-		return []*fxgraph.Node{e.op("aten.sum.dim_IntList", nz, dims, false)}, nil
+		return []*fxgraph.Node{e.op(fxgraph.AtenSumDimIntList, nz, dims, false)}, nil
 	})(c)
 }
 
@@ -621,7 +621,7 @@ func decAminmax(c *call) error {
 				dims = append(dims, int64(i))
 			}
 		}
-		return []*fxgraph.Node{e.op("aten.amin.default", x, dims, keep), e.op("aten.amax.default", x, dims, keep)}, nil
+		return []*fxgraph.Node{e.op(fxgraph.AtenAmin, x, dims, keep), e.op(fxgraph.AtenAmax, x, dims, keep)}, nil
 	})(c)
 }
 
@@ -639,7 +639,7 @@ func decArgsort(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.item("aten.sort.stable", []any{x}, map[string]any{"stable": true, "dim": d, "descending": desc}, 1)
+	return c.item(fxgraph.AtenSortStable, []any{x}, map[string]any{"stable": true, "dim": d, "descending": desc}, 1)
 }
 
 // decScatterAdd is scatter_reduce(sum, include_self).
@@ -660,7 +660,7 @@ func decScatterAdd(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.one("aten.scatter_reduce.two", []any{x, d, idx, src, "sum"}, map[string]any{"include_self": true})
+	return c.one(fxgraph.AtenScatterReduceTwo, []any{x, d, idx, src, "sum"}, map[string]any{"include_self": true})
 }
 
 // decMSELoss is (self - target)^2, averaged (reduction 1), summed (2) or
@@ -679,15 +679,15 @@ func decMSELoss(c *call) error {
 		if err != nil {
 			return nil, err
 		}
-		d := e.op("aten.sub.Tensor", x, y)
-		sq := e.op("aten.mul.Tensor", d, d)
+		d := e.op(fxgraph.AtenSubTensor, x, y)
+		sq := e.op(fxgraph.AtenMulTensor, d, d)
 		switch red {
 		case 0:
 			return []*fxgraph.Node{sq}, nil
 		case 1:
-			return []*fxgraph.Node{e.op("aten.mean.default", sq)}, nil
+			return []*fxgraph.Node{e.op(fxgraph.AtenMean, sq)}, nil
 		case 2:
-			return []*fxgraph.Node{e.op("aten.sum.default", sq)}, nil
+			return []*fxgraph.Node{e.op(fxgraph.AtenSum, sq)}, nil
 		}
 		return nil, c.errorf(ErrFormat, "mse_loss reduction %d", red)
 	})(c)
@@ -730,7 +730,7 @@ func decBroadcastTensors(c *call) error {
 		if c.outName(i) == "" {
 			continue
 		}
-		y, err := c.emit(c.outName(i), "aten.expand.default", []any{n, shape}, nil)
+		y, err := c.emit(c.outName(i), fxgraph.AtenExpand, []any{n, shape}, nil)
 		if err != nil {
 			return err
 		}

@@ -28,7 +28,7 @@ func decSwap(a, b string) decomposer {
 		if err != nil {
 			return err
 		}
-		return c.one("aten.transpose.int", []any{x, d0, d1}, nil)
+		return c.one(fxgraph.AtenTransposeInt, []any{x, d0, d1}, nil)
 	}
 }
 
@@ -76,7 +76,7 @@ func decMovedim(c *call) error {
 		perm[i] = int64(next)
 		next++
 	}
-	return c.one("aten.permute.default", []any{x, ints64(perm)}, nil)
+	return c.one(fxgraph.AtenPermute, []any{x, ints64(perm)}, nil)
 }
 
 // decDiff is diff(self, n, dim, prepend, append): prepend and append are
@@ -114,20 +114,20 @@ func decDiff(c *call) error {
 		}
 	}
 	if len(parts) > 1 {
-		if x, err = c.emit("", "aten.cat.default", []any{parts, int64(dim)}, nil); err != nil {
+		if x, err = c.emit("", fxgraph.AtenCat, []any{parts, int64(dim)}, nil); err != nil {
 			return err
 		}
 	}
-	sub := "aten.sub.Tensor"
+	sub := fxgraph.AtenSubTensor
 	if x.Val().DType == tensor.Bool {
-		sub = "aten.ne.Tensor"
+		sub = fxgraph.AtenNeTensor
 	}
 	for i := int64(0); i < n; i++ {
-		hi, err := c.emit("", "aten.slice.Tensor", []any{x, int64(dim), int64(1), int64(math.MaxInt64), int64(1)}, nil)
+		hi, err := c.emit("", fxgraph.AtenSliceTensor, []any{x, int64(dim), int64(1), int64(math.MaxInt64), int64(1)}, nil)
 		if err != nil {
 			return err
 		}
-		lo, err := c.emit("", "aten.slice.Tensor", []any{x, int64(dim), int64(0), int64(-1), int64(1)}, nil)
+		lo, err := c.emit("", fxgraph.AtenSliceTensor, []any{x, int64(dim), int64(0), int64(-1), int64(1)}, nil)
 		if err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func (c *call) normExceptDim(v *fxgraph.Node, dim int64) (*fxgraph.Node, error) 
 			}
 		}
 	}
-	return c.emit("", "aten.linalg_vector_norm.default", []any{v, 2.0, ints64(dims), true}, nil)
+	return c.emit("", fxgraph.AtenLinalgVectorNorm, []any{v, 2.0, ints64(dims), true}, nil)
 }
 
 // decWeightNorm is _weight_norm(v, g, dim) = v * (g / norm_except_dim(v,
@@ -184,11 +184,11 @@ func decWeightNorm(c *call) error {
 	if err != nil {
 		return err
 	}
-	scale, err := c.emit("", "aten.div.Tensor", []any{g, norm}, nil)
+	scale, err := c.emit("", fxgraph.AtenDivTensor, []any{g, norm}, nil)
 	if err != nil {
 		return err
 	}
-	w, err := c.emit(c.outName(0), "aten.mul.Tensor", []any{v, scale}, nil)
+	w, err := c.emit(c.outName(0), fxgraph.AtenMulTensor, []any{v, scale}, nil)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func decWeightNorm(c *call) error {
 	}
 	if len(c.outs) > 1 && c.outs[1] != "" {
 		if dim == -1 {
-			if norm, err = c.emit("", "aten.reshape.default", []any{norm, []any{}}, nil); err != nil {
+			if norm, err = c.emit("", fxgraph.AtenReshape, []any{norm, []any{}}, nil); err != nil {
 				return err
 			}
 		}
@@ -369,7 +369,7 @@ func decEinsum(c *call) error {
 	if identity {
 		return c.alias(x.x)
 	}
-	return c.one("aten.permute.default", []any{x.x, ints64(perm)}, nil)
+	return c.one(fxgraph.AtenPermute, []any{x.x, ints64(perm)}, nil)
 }
 
 // sumLabels sums the dims of t whose labels are neither in keep nor in
@@ -387,7 +387,7 @@ func (c *call) sumLabels(t einsumTerm, keep, other []rune) (einsumTerm, error) {
 	if len(dims) == 0 {
 		return t, nil
 	}
-	x, err := c.emit("", "aten.sum.dim_IntList", []any{t.x, ints64(dims), false}, nil)
+	x, err := c.emit("", fxgraph.AtenSumDimIntList, []any{t.x, ints64(dims), false}, nil)
 	if err != nil {
 		return t, err
 	}
@@ -446,7 +446,7 @@ func (c *call) contract(a, b einsumTerm, keep []rune) (einsumTerm, error) {
 	if err != nil {
 		return a, err
 	}
-	p, err := c.emit("", "aten.bmm.default", []any{am, bm}, nil)
+	p, err := c.emit("", fxgraph.AtenBmm, []any{am, bm}, nil)
 	if err != nil {
 		return a, err
 	}
@@ -455,7 +455,7 @@ func (c *call) contract(a, b einsumTerm, keep []rune) (einsumTerm, error) {
 	for i, l := range labels {
 		shape[i] = size[l]
 	}
-	r, err := c.emit("", "aten.reshape.default", []any{p, shape}, nil)
+	r, err := c.emit("", fxgraph.AtenReshape, []any{p, shape}, nil)
 	if err != nil {
 		return a, err
 	}
@@ -489,13 +489,13 @@ func (c *call) toMatrix(t einsumTerm, groups [][]rune, size map[rune]any) (*fxgr
 	}
 	x := t.x
 	var err error
-	if x, err = c.emit("", "aten.permute.default", []any{x, ints64(perm)}, nil); err != nil {
+	if x, err = c.emit("", fxgraph.AtenPermute, []any{x, ints64(perm)}, nil); err != nil {
 		return nil, err
 	}
-	if x, err = c.emit("", "aten.expand.default", []any{x, full}, nil); err != nil {
+	if x, err = c.emit("", fxgraph.AtenExpand, []any{x, full}, nil); err != nil {
 		return nil, err
 	}
-	return c.emit("", "aten.reshape.default", []any{x, shape}, nil)
+	return c.emit("", fxgraph.AtenReshape, []any{x, shape}, nil)
 }
 
 // decTensorSplit is tensor_split by indices (the cut points) or by a
@@ -519,7 +519,7 @@ func decTensorSplit(c *call) error {
 		return c.errorf(ErrUnsupported, "tensor_split along symbolic dim %d of %s", k, x.Val())
 	}
 	var cuts []int64
-	if c.target == "aten.tensor_split.sections" {
+	if c.op == fxgraph.AtenTensorSplitSections {
 		n, err := c.intArg("sections")
 		if err != nil {
 			return err
@@ -551,7 +551,7 @@ func decTensorSplit(c *call) error {
 		if c.outName(i) == "" {
 			continue
 		}
-		p, err := c.emit(c.outName(i), "aten.slice.Tensor", []any{x, int64(k), lo, max(hi, lo), int64(1)}, nil)
+		p, err := c.emit(c.outName(i), fxgraph.AtenSliceTensor, []any{x, int64(k), lo, max(hi, lo), int64(1)}, nil)
 		if err != nil {
 			return err
 		}

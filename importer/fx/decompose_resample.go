@@ -109,13 +109,13 @@ func (c *call) applyTaps(x *fxgraph.Node, d int, t taps, reduce string) (*fxgrap
 				w.SetFloat64(int64(o), t.w[o][j])
 			}
 		}
-		g, err := c.emit("", "aten.index_select.default", []any{x, int64(d), c.b.g.AddConstant(c.b.freshName("resample_index"), tensor.FromInt64s(ix))}, nil)
+		g, err := c.emit("", fxgraph.AtenIndexSelect, []any{x, int64(d), c.b.g.AddConstant(c.b.freshName("resample_index"), tensor.FromInt64s(ix))}, nil)
 		if err != nil {
 			return nil, err
 		}
 		if w != nil {
 			wc := c.b.g.AddConstant(c.b.freshName("resample_weight"), w.Convert(x.Val().DType))
-			if g, err = c.emit("", "aten.mul.Tensor", []any{g, wc}, nil); err != nil {
+			if g, err = c.emit("", fxgraph.AtenMulTensor, []any{g, wc}, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -123,9 +123,9 @@ func (c *call) applyTaps(x *fxgraph.Node, d int, t taps, reduce string) (*fxgrap
 		case acc == nil:
 			acc = g
 		case reduce == "max":
-			acc, err = c.emit("", "aten.maximum.default", []any{acc, g}, nil)
+			acc, err = c.emit("", fxgraph.AtenMaximum, []any{acc, g}, nil)
 		default:
-			acc, err = c.emit("", "aten.add.Tensor", []any{acc, g}, nil)
+			acc, err = c.emit("", fxgraph.AtenAddTensor, []any{acc, g}, nil)
 		}
 		if err != nil {
 			return nil, err
@@ -367,7 +367,7 @@ func decAdaptivePool(nd int, avg bool) decomposer {
 			return err
 		}
 		if y == x {
-			y, err = c.emit("", "aten.alias.default", []any{x}, nil)
+			y, err = c.emit("", fxgraph.AtenAlias, []any{x}, nil)
 			if err != nil {
 				return err
 			}
@@ -391,7 +391,7 @@ func (c *call) evenAdaptivePool(x *fxgraph.Node, outs []int64, avg bool) (*fxgra
 	}
 	zero := ints64(make([]int64, nd))
 	if avg {
-		n, err := c.emit("", fmt.Sprintf("aten.avg_pool%dd.default", nd), []any{x, ints64(kernel), ints64(kernel), zero, false, true, nil}, nil)
+		n, err := c.emit("", fxgraph.AvgPoolOp(nd), []any{x, ints64(kernel), ints64(kernel), zero, false, true, nil}, nil)
 		return n, true, err
 	}
 	one := make([]int64, nd)
@@ -399,10 +399,10 @@ func (c *call) evenAdaptivePool(x *fxgraph.Node, outs []int64, avg bool) (*fxgra
 		one[i] = 1
 	}
 	if nd == 1 {
-		n, err := c.emit("", "aten.max_pool1d.default", []any{x, ints64(kernel), ints64(kernel), zero, ints64(one), false}, nil)
+		n, err := c.emit("", fxgraph.AtenMaxPool1d, []any{x, ints64(kernel), ints64(kernel), zero, ints64(one), false}, nil)
 		return n, true, err
 	}
-	t, err := c.emit("", fmt.Sprintf("aten.max_pool%dd_with_indices.default", nd), []any{x, ints64(kernel), ints64(kernel), zero, ints64(one), false}, nil)
+	t, err := c.emit("", fxgraph.MaxPoolWithIndicesOp(nd), []any{x, ints64(kernel), ints64(kernel), zero, ints64(one), false}, nil)
 	if err != nil {
 		return nil, true, err
 	}
@@ -411,21 +411,21 @@ func (c *call) evenAdaptivePool(x *fxgraph.Node, outs []int64, avg bool) (*fxgra
 }
 
 // upsampleDecompositions are the decompositions of every upsample overload.
-func upsampleDecompositions() map[string]decomposer {
+func upsampleDecompositions() map[*fxgraph.Op]decomposer {
 	nearest := func(bool) tapFunc { return nearestTaps(false) }
 	exact := func(bool) tapFunc { return nearestTaps(true) }
-	m := map[string]decomposer{}
+	m := map[*fxgraph.Op]decomposer{}
 	for nd := 1; nd <= 3; nd++ {
 		for _, ov := range []string{"vec", "default"} {
-			m[fmt.Sprintf("aten.upsample_nearest%dd.%s", nd, ov)] = decUpsample(upsample{nd, nearest, false})
-			m[fmt.Sprintf("aten._upsample_nearest_exact%dd.%s", nd, ov)] = decUpsample(upsample{nd, exact, false})
+			m[atenOp(fmt.Sprintf("aten.upsample_nearest%dd.%s", nd, ov))] = decUpsample(upsample{nd, nearest, false})
+			m[atenOp(fmt.Sprintf("aten._upsample_nearest_exact%dd.%s", nd, ov))] = decUpsample(upsample{nd, exact, false})
 		}
 	}
 	for _, ov := range []string{"vec", "default"} {
-		m["aten.upsample_linear1d."+ov] = decUpsample(upsample{1, linearTaps, true})
-		m["aten.upsample_bilinear2d."+ov] = decUpsample(upsample{2, linearTaps, true})
-		m["aten.upsample_trilinear3d."+ov] = decUpsample(upsample{3, linearTaps, true})
-		m["aten.upsample_bicubic2d."+ov] = decUpsample(upsample{2, cubicTaps, true})
+		m[atenOp("aten.upsample_linear1d."+ov)] = decUpsample(upsample{1, linearTaps, true})
+		m[atenOp("aten.upsample_bilinear2d."+ov)] = decUpsample(upsample{2, linearTaps, true})
+		m[atenOp("aten.upsample_trilinear3d."+ov)] = decUpsample(upsample{3, linearTaps, true})
+		m[atenOp("aten.upsample_bicubic2d."+ov)] = decUpsample(upsample{2, cubicTaps, true})
 	}
 	return m
 }

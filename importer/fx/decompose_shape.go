@@ -9,40 +9,40 @@ import (
 
 // Shape, indexing and distance operators of the full ATen surface.
 
-var shapeDecompositions = map[string]decomposer{
-	"aten.hsplit.int":             decDirSplit(1),
-	"aten.hsplit.array":           decDirSplit(1),
-	"aten.vsplit.int":             decDirSplit(0),
-	"aten.vsplit.array":           decDirSplit(0),
-	"aten.meshgrid.default":       decMeshgrid,
-	"aten.meshgrid.indexing":      decMeshgrid,
-	"aten.atleast_1d.default":     decAtLeast(1),
-	"aten.atleast_2d.default":     decAtLeast(2),
-	"aten.atleast_3d.default":     decAtLeast(3),
-	"aten.nan_to_num.default":     decNanToNum,
-	"aten.take_along_dim.default": decTakeAlongDim,
-	"aten.tensordot.default":      decTensordot,
-	"aten.inner.default":          decInner,
-	"aten.cdist.default":          decCdist,
-	"aten.pairwise_distance.default": decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+var shapeDecompositions = map[*fxgraph.Op]decomposer{
+	fxgraph.AtenHsplitInt:        decDirSplit(1),
+	fxgraph.AtenHsplitArray:      decDirSplit(1),
+	fxgraph.AtenVsplitInt:        decDirSplit(0),
+	fxgraph.AtenVsplitArray:      decDirSplit(0),
+	fxgraph.AtenMeshgrid:         decMeshgrid,
+	fxgraph.AtenMeshgridIndexing: decMeshgrid,
+	fxgraph.AtenAtleast1d:        decAtLeast(1),
+	fxgraph.AtenAtleast2d:        decAtLeast(2),
+	fxgraph.AtenAtleast3d:        decAtLeast(3),
+	fxgraph.AtenNanToNum:         decNanToNum,
+	fxgraph.AtenTakeAlongDim:     decTakeAlongDim,
+	fxgraph.AtenTensordot:        decTensordot,
+	fxgraph.AtenInner:            decInner,
+	fxgraph.AtenCdist:            decCdist,
+	fxgraph.AtenPairwiseDistance: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
 		a, b, err := c.twoTensors("x1", "x2")
 		if err != nil {
 			return nil, err
 		}
 		eps, _ := fxgraph.AsFloat(c.number("eps", 1e-6))
 		keep, _ := fxgraph.AsInt(c.arg("keepdim"))
-		d := e.op("aten.add.Tensor", e.op("aten.sub.Tensor", a, b), eps)
-		return []*fxgraph.Node{e.op("aten.linalg_vector_norm.default", d, c.number("p", 2), []any{int64(-1)}, keep != 0)}, nil
+		d := e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenSubTensor, a, b), eps)
+		return []*fxgraph.Node{e.op(fxgraph.AtenLinalgVectorNorm, d, c.number("p", 2), []any{int64(-1)}, keep != 0)}, nil
 	}),
-	"aten.dist.default": decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenDist: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
 		a, b, err := c.twoTensors("self", "other")
 		if err != nil {
 			return nil, err
 		}
-		return []*fxgraph.Node{e.op("aten.linalg_vector_norm.default", e.op("aten.sub.Tensor", a, b), c.number("p", 2), nil, false)}, nil
+		return []*fxgraph.Node{e.op(fxgraph.AtenLinalgVectorNorm, e.op(fxgraph.AtenSubTensor, a, b), c.number("p", 2), nil, false)}, nil
 	}),
-	"aten.diagonal.default": decDiagonal,
-	"aten.trace.default": decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenDiagonal: decDiagonal,
+	fxgraph.AtenTrace: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -51,11 +51,11 @@ var shapeDecompositions = map[string]decomposer{
 		if err != nil {
 			return nil, err
 		}
-		return []*fxgraph.Node{e.op("aten.sum.default", d)}, nil
+		return []*fxgraph.Node{e.op(fxgraph.AtenSum, d)}, nil
 	}),
-	"aten.unfold.default": decUnfold,
-	"aten.rot90.default":  decRot90,
-	"aten.addmv.default": decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenUnfold: decUnfold,
+	fxgraph.AtenRot90:  decRot90,
+	fxgraph.AtenAddmv: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -64,15 +64,15 @@ var shapeDecompositions = map[string]decomposer{
 		if err != nil {
 			return nil, err
 		}
-		p := e.op("aten.mul.Tensor", e.op("aten.matmul.default", m, v), c.number("alpha", 1))
-		return []*fxgraph.Node{e.op("aten.add.Tensor", e.op("aten.mul.Tensor", x, c.number("beta", 1)), p)}, nil
+		p := e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenMatmul, m, v), c.number("alpha", 1))
+		return []*fxgraph.Node{e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulTensor, x, c.number("beta", 1)), p)}, nil
 	}),
-	"aten.copysign.Tensor": binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenCopysignTensor: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		// The sign bit of y: y < 0, or y == -0.0 (1/y == -inf).
-		neg := e.op("aten.logical_or.default", e.op("aten.lt.Scalar", y, 0.0),
-			e.op("aten.logical_and.default", e.op("aten.eq.Scalar", y, 0.0), e.op("aten.lt.Scalar", e.op("aten.reciprocal.default", y), 0.0)))
-		a := e.op("aten.abs.default", x)
-		return e.op("aten.where.self", neg, e.op("aten.neg.default", a), a)
+		neg := e.op(fxgraph.AtenLogicalOr, e.op(fxgraph.AtenLtScalar, y, 0.0),
+			e.op(fxgraph.AtenLogicalAnd, e.op(fxgraph.AtenEqScalar, y, 0.0), e.op(fxgraph.AtenLtScalar, e.op(fxgraph.AtenReciprocal, y), 0.0)))
+		a := e.op(fxgraph.AtenAbs, x)
+		return e.op(fxgraph.AtenWhereSelf, neg, e.op(fxgraph.AtenNeg, a), a)
 	}),
 }
 
@@ -98,12 +98,12 @@ func decDirSplit(dim int64) decomposer {
 		if d == 1 && x.Val().Rank() == 1 {
 			d = 0
 		}
-		target := "aten.tensor_split.indices"
+		target := fxgraph.AtenTensorSplitIndices
 		if _, ok := fxgraph.AsInt(c.arg("sections")); ok {
-			target = "aten.tensor_split.sections"
+			target = fxgraph.AtenTensorSplitSections
 		}
 		c.byName["dim"] = d
-		c.target = target
+		c.op = target
 		return decTensorSplit(c)
 	}
 }
@@ -150,11 +150,11 @@ func decMeshgrid(c *call) error {
 			shape[k] = int64(1)
 		}
 		shape[pos(i)] = int64(-1)
-		r, err := c.emit("", "aten.reshape.default", []any{t, shape}, nil)
+		r, err := c.emit("", fxgraph.AtenReshape, []any{t, shape}, nil)
 		if err != nil {
 			return err
 		}
-		y, err := c.emit(c.outName(i), "aten.expand.default", []any{r, grid}, nil)
+		y, err := c.emit(c.outName(i), fxgraph.AtenExpand, []any{r, grid}, nil)
 		if err != nil {
 			return err
 		}
@@ -204,7 +204,7 @@ func decAtLeast(n int) decomposer {
 		case 2:
 			shape = []any{dims[0], dims[1], int64(1)}
 		}
-		return c.one("aten.reshape.default", []any{x, shape}, nil)
+		return c.one(fxgraph.AtenReshape, []any{x, shape}, nil)
 	}
 }
 
@@ -233,12 +233,12 @@ func decNanToNum(c *call) error {
 			return []*fxgraph.Node{x}, nil
 		}
 		big := maxFinite(x.Val().DType)
-		y := e.op("aten.where.ScalarSelf", e.op("aten.isnan.default", x), c.number("nan", 0), x)
-		inf := e.op("aten.isinf.default", x)
-		pos := e.op("aten.logical_and.default", inf, e.op("aten.gt.Scalar", x, 0.0))
-		neg := e.op("aten.logical_and.default", inf, e.op("aten.lt.Scalar", x, 0.0))
-		y = e.op("aten.where.ScalarSelf", pos, c.number("posinf", big), y)
-		return []*fxgraph.Node{e.op("aten.where.ScalarSelf", neg, c.number("neginf", -big), y)}, nil
+		y := e.op(fxgraph.AtenWhereScalarSelf, e.op(fxgraph.AtenIsnan, x), c.number("nan", 0), x)
+		inf := e.op(fxgraph.AtenIsinf, x)
+		pos := e.op(fxgraph.AtenLogicalAnd, inf, e.op(fxgraph.AtenGtScalar, x, 0.0))
+		neg := e.op(fxgraph.AtenLogicalAnd, inf, e.op(fxgraph.AtenLtScalar, x, 0.0))
+		y = e.op(fxgraph.AtenWhereScalarSelf, pos, c.number("posinf", big), y)
+		return []*fxgraph.Node{e.op(fxgraph.AtenWhereScalarSelf, neg, c.number("neginf", -big), y)}, nil
 	})(c)
 }
 
@@ -250,21 +250,21 @@ func decTakeAlongDim(c *call) error {
 		return err
 	}
 	if c.arg("dim") == nil {
-		fx, err := c.emit("", "aten.reshape.default", []any{x, []any{int64(-1)}}, nil)
+		fx, err := c.emit("", fxgraph.AtenReshape, []any{x, []any{int64(-1)}}, nil)
 		if err != nil {
 			return err
 		}
-		fi, err := c.emit("", "aten.reshape.default", []any{idx, []any{int64(-1)}}, nil)
+		fi, err := c.emit("", fxgraph.AtenReshape, []any{idx, []any{int64(-1)}}, nil)
 		if err != nil {
 			return err
 		}
-		return c.one("aten.gather.default", []any{fx, int64(0), fi}, nil)
+		return c.one(fxgraph.AtenGather, []any{fx, int64(0), fi}, nil)
 	}
 	d, err := c.intArg("dim")
 	if err != nil {
 		return err
 	}
-	return c.one("aten.gather.default", []any{x, d, idx}, nil)
+	return c.one(fxgraph.AtenGather, []any{x, d, idx}, nil)
 }
 
 // decTensordot contracts dims_self of self with dims_other of other (as
@@ -292,7 +292,7 @@ func decInner(c *call) error {
 		return err
 	}
 	if x.Val().Rank() == 0 || y.Val().Rank() == 0 {
-		return c.one("aten.mul.Tensor", []any{x, y}, nil)
+		return c.one(fxgraph.AtenMulTensor, []any{x, y}, nil)
 	}
 	return c.tensordot(x, y, []int64{-1}, []int64{-1})
 }
@@ -360,8 +360,8 @@ func decCdist(c *call) error {
 		if err != nil {
 			return nil, err
 		}
-		d := e.op("aten.sub.Tensor", e.op("aten.unsqueeze.default", a, int64(-2)), e.op("aten.unsqueeze.default", b, int64(-3)))
-		return []*fxgraph.Node{e.op("aten.linalg_vector_norm.default", d, c.number("p", 2), []any{int64(-1)}, false)}, nil
+		d := e.op(fxgraph.AtenSubTensor, e.op(fxgraph.AtenUnsqueeze, a, int64(-2)), e.op(fxgraph.AtenUnsqueeze, b, int64(-3)))
+		return []*fxgraph.Node{e.op(fxgraph.AtenLinalgVectorNorm, d, c.number("p", 2), []any{int64(-1)}, false)}, nil
 	})(c)
 }
 
@@ -385,7 +385,7 @@ func (c *call) diagonal(x *fxgraph.Node, o int64, d1, d2 int64) (*fxgraph.Node, 
 		}
 	}
 	perm = append(perm, int64(a), int64(b))
-	p, err := c.emit("", "aten.permute.default", []any{x, ints64(perm)}, nil)
+	p, err := c.emit("", fxgraph.AtenPermute, []any{x, ints64(perm)}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +393,7 @@ func (c *call) diagonal(x *fxgraph.Node, o int64, d1, d2 int64) (*fxgraph.Node, 
 	if err != nil {
 		return nil, err
 	}
-	flat, err := c.emit("", "aten.reshape.default", []any{p, append(append([]any{}, dims[:r-2]...), n1.Size*n2.Size)}, nil)
+	flat, err := c.emit("", fxgraph.AtenReshape, []any{p, append(append([]any{}, dims[:r-2]...), n1.Size*n2.Size)}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -405,7 +405,7 @@ func (c *call) diagonal(x *fxgraph.Node, o int64, d1, d2 int64) (*fxgraph.Node, 
 		}
 	}
 	ix := c.b.g.AddConstant(c.b.freshName("diagonal_index"), tensor.FromInt64s(idx, int64(len(idx))))
-	return c.emit("", "aten.index_select.default", []any{flat, int64(r - 2), ix}, nil)
+	return c.emit("", fxgraph.AtenIndexSelect, []any{flat, int64(r - 2), ix}, nil)
 }
 
 // decDiagonal is torch.diagonal(self, offset, dim1, dim2).
@@ -471,13 +471,13 @@ func decUnfold(c *call) error {
 	}
 	e := &expr{c: c}
 	ix := c.b.g.AddConstant(c.b.freshName("unfold_index"), tensor.FromInt64s(idx, int64(len(idx))))
-	g := e.op("aten.index_select.default", x, int64(k), ix)
+	g := e.op(fxgraph.AtenIndexSelect, x, int64(k), ix)
 	dims, err := c.dims(x)
 	if err != nil {
 		return err
 	}
 	shape := append(append(append([]any{}, dims[:k]...), n, size), dims[k+1:]...)
-	y := e.op("aten.reshape.default", g, shape)
+	y := e.op(fxgraph.AtenReshape, g, shape)
 	perm := make([]int64, 0, r+1)
 	for i := 0; i <= r; i++ {
 		if i != k+1 {
@@ -485,7 +485,7 @@ func decUnfold(c *call) error {
 		}
 	}
 	perm = append(perm, int64(k+1))
-	y = e.op("aten.permute.default", y, ints64(perm))
+	y = e.op(fxgraph.AtenPermute, y, ints64(perm))
 	if e.err != nil {
 		return e.err
 	}
@@ -513,11 +513,11 @@ func decRot90(c *call) error {
 	case 0:
 		return c.alias(x)
 	case 1:
-		y = e.op("aten.transpose.int", e.op("aten.flip.default", x, []any{dims[1]}), dims[0], dims[1])
+		y = e.op(fxgraph.AtenTransposeInt, e.op(fxgraph.AtenFlip, x, []any{dims[1]}), dims[0], dims[1])
 	case 2:
-		y = e.op("aten.flip.default", x, ints64(dims))
+		y = e.op(fxgraph.AtenFlip, x, ints64(dims))
 	case 3:
-		y = e.op("aten.transpose.int", e.op("aten.flip.default", x, []any{dims[0]}), dims[0], dims[1])
+		y = e.op(fxgraph.AtenTransposeInt, e.op(fxgraph.AtenFlip, x, []any{dims[0]}), dims[0], dims[1])
 	}
 	if e.err != nil {
 		return e.err
@@ -528,8 +528,8 @@ func decRot90(c *call) error {
 // fallbacks convert calls of IR operators whose IR form refuses the call's
 // arguments, typically sizes computed from the input shape where the IR
 // wants ints.
-var fallbacks = map[string]decomposer{
-	"aten.repeat.default": decRepeatSymbolic,
+var fallbacks = map[*fxgraph.Op]decomposer{
+	fxgraph.AtenRepeat: decRepeatSymbolic,
 }
 
 // decRepeatSymbolic is repeat with symbolic repeats: x reshaped to
@@ -563,9 +563,9 @@ func decRepeatSymbolic(c *call) error {
 		out = append(out, p)
 	}
 	e := &expr{c: c}
-	y := e.op("aten.reshape.default", x, inter)
-	y = e.op("aten.expand.default", y, exp)
-	y = e.op("aten.reshape.default", y, out)
+	y := e.op(fxgraph.AtenReshape, x, inter)
+	y = e.op(fxgraph.AtenExpand, y, exp)
+	y = e.op(fxgraph.AtenReshape, y, out)
 	if e.err != nil {
 		return e.err
 	}
@@ -574,8 +574,8 @@ func decRepeatSymbolic(c *call) error {
 
 // moreDecompositions are cumulative and index operators of the full ATen
 // surface.
-var moreDecompositions = map[string]decomposer{
-	"aten.logcumsumexp.default": decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+var moreDecompositions = map[*fxgraph.Op]decomposer{
+	fxgraph.AtenLogcumsumexp: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
 		// log(cumsum(exp(x - m))) + m with m the max along dim (finite).
 		x, err := c.tensor("self")
 		if err != nil {
@@ -585,13 +585,13 @@ var moreDecompositions = map[string]decomposer{
 		if err != nil {
 			return nil, err
 		}
-		m := e.op("aten.amax.default", x, []any{d}, true)
-		m = e.op("aten.where.self", e.op("aten.isinf.default", m), e.op("aten.mul.Tensor", m, 0.0), m)
-		s := e.op("aten.cumsum.default", e.op("aten.exp.default", e.op("aten.sub.Tensor", x, m)), d)
-		return []*fxgraph.Node{e.op("aten.add.Tensor", e.op("aten.log.default", s), m)}, nil
+		m := e.op(fxgraph.AtenAmax, x, []any{d}, true)
+		m = e.op(fxgraph.AtenWhereSelf, e.op(fxgraph.AtenIsinf, m), e.op(fxgraph.AtenMulTensor, m, 0.0), m)
+		s := e.op(fxgraph.AtenCumsum, e.op(fxgraph.AtenExp, e.op(fxgraph.AtenSubTensor, x, m)), d)
+		return []*fxgraph.Node{e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenLog, s), m)}, nil
 	}),
-	"aten.diag_embed.default": decDiagEmbed,
-	"aten.index_add.default":  decIndexAdd,
+	fxgraph.AtenDiagEmbed: decDiagEmbed,
+	fxgraph.AtenIndexAdd:  decIndexAdd,
 }
 
 // decDiagEmbed puts the last dim of self on the diagonal of the last two
@@ -614,7 +614,7 @@ func decDiagEmbed(c *call) error {
 		eye.SetFloat64(i*n+i, 1)
 	}
 	e := &expr{c: c}
-	y := e.op("aten.mul.Tensor", e.op("aten.unsqueeze.default", x, int64(-1)), c.b.g.AddConstant(c.b.freshName("diag_embed_eye"), eye))
+	y := e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenUnsqueeze, x, int64(-1)), c.b.g.AddConstant(c.b.freshName("diag_embed_eye"), eye))
 	if e.err != nil {
 		return e.err
 	}
@@ -642,15 +642,15 @@ func decIndexAdd(c *call) error {
 	}
 	e := &expr{c: c}
 	if a, ok := fxgraph.AsFloat(c.number("alpha", 1)); !ok || a != 1 {
-		src = e.op("aten.mul.Tensor", src, c.number("alpha", 1))
+		src = e.op(fxgraph.AtenMulTensor, src, c.number("alpha", 1))
 	}
 	if k != 0 {
-		x = e.op("aten.transpose.int", x, int64(0), int64(k))
-		src = e.op("aten.transpose.int", src, int64(0), int64(k))
+		x = e.op(fxgraph.AtenTransposeInt, x, int64(0), int64(k))
+		src = e.op(fxgraph.AtenTransposeInt, src, int64(0), int64(k))
 	}
-	y := e.op("aten.index_put.default", x, []any{idx}, src, true)
+	y := e.op(fxgraph.AtenIndexPut, x, []any{idx}, src, true)
 	if k != 0 {
-		y = e.op("aten.transpose.int", y, int64(0), int64(k))
+		y = e.op(fxgraph.AtenTransposeInt, y, int64(0), int64(k))
 	}
 	if e.err != nil {
 		return e.err

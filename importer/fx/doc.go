@@ -62,7 +62,7 @@
 //
 // A call_function node "torch.ops.aten.X.overload" becomes the IR node
 // "aten.X.overload". Its arguments are placed by the ATen schema of the
-// operator (schemas_gen.go, generated from torch 2.14.1 by gen_schemas.py):
+// operator (fxgraph.OpByName: the op values generated from torch 2.14.1):
 // keyword-only arguments go to Kwargs, the others to their position, and
 // memory formats, layouts and devices become nil. Operators with several
 // outputs become a tuple node and getitem nodes for the outputs that are

@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/importer/fx"
-	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -186,7 +186,7 @@ func TestResnet18Targets(t *testing.T) {
 	}
 	var got []string
 	for _, n := range g.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			got = append(got, n.Target)
 		}
 	}

@@ -10,14 +10,6 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// schemaArg is one argument of an ATen operator schema.
-type schemaArg struct {
-	name       string
-	kwargOnly  bool
-	hasDefault bool
-	def        any // the default as an IR literal (nil for None and dropped types)
-}
-
 // skipTargets are the runtime checks torch.export inserts; they compute
 // nothing and the importer drops them.
 var skipTargets = map[string]bool{
@@ -31,24 +23,24 @@ var skipTargets = map[string]bool{
 
 // viewTargets are the operators whose result shares memory with their first
 // input in eager PyTorch.
-var viewTargets = map[string]bool{
-	"aten.view.default": true, "aten._unsafe_view.default": true, "aten.reshape.default": true,
-	"aten.transpose.int": true, "aten.permute.default": true, "aten.t.default": true,
-	"aten.slice.Tensor": true, "aten.select.int": true, "aten.expand.default": true,
-	"aten.unsqueeze.default": true, "aten.squeeze.default": true, "aten.squeeze.dim": true,
-	"aten.squeeze.dims": true, "aten.alias.default": true, "aten.as_strided.default": true,
-	"aten.split.Tensor": true, "aten.split_with_sizes.default": true, "aten.chunk.default": true,
-	"aten.unbind.int": true, "aten.narrow.default": true, "aten.diagonal.default": true,
-	"aten.detach.default": true, "aten.flatten.using_ints": true, "aten.unflatten.int": true,
-	"aten.view_as.default": true, "aten.expand_as.default": true, "aten.reshape_as.default": true,
-	"aten.contiguous.default": true, "aten.to.dtype": true, "aten.to.dtype_layout": true,
-	"aten.to.device": true, "aten.to.other": true, "aten.type_as.default": true,
-	"aten.dropout.default": true, "aten.feature_dropout.default": true,
-	"aten.alpha_dropout.default": true, "aten.feature_alpha_dropout.default": true,
-	"aten.view.dtype": true, "aten.unfold.default": true, "aten.movedim.int": true,
-	"aten.movedim.intlist": true, "aten.moveaxis.int": true, "aten.moveaxis.intlist": true,
-	"aten.swapaxes.default": true, "aten.swapdims.default": true,
-	"aten.tensor_split.indices": true, "aten.tensor_split.sections": true,
+var viewTargets = map[*fxgraph.Op]bool{
+	fxgraph.AtenView: true, fxgraph.Aten_UnsafeView: true, fxgraph.AtenReshape: true,
+	fxgraph.AtenTransposeInt: true, fxgraph.AtenPermute: true, fxgraph.AtenT: true,
+	fxgraph.AtenSliceTensor: true, fxgraph.AtenSelectInt: true, fxgraph.AtenExpand: true,
+	fxgraph.AtenUnsqueeze: true, fxgraph.AtenSqueeze: true, fxgraph.AtenSqueezeDim: true,
+	fxgraph.AtenSqueezeDims: true, fxgraph.AtenAlias: true, fxgraph.AtenAsStrided: true,
+	fxgraph.AtenSplitTensor: true, fxgraph.AtenSplitWithSizes: true, fxgraph.AtenChunk: true,
+	fxgraph.AtenUnbindInt: true, fxgraph.AtenNarrow: true, fxgraph.AtenDiagonal: true,
+	fxgraph.AtenDetach: true, fxgraph.AtenFlattenUsingInts: true, fxgraph.AtenUnflattenInt: true,
+	fxgraph.AtenViewAs: true, fxgraph.AtenExpandAs: true, fxgraph.AtenReshapeAs: true,
+	fxgraph.AtenContiguous: true, fxgraph.AtenToDtype: true, fxgraph.AtenToDtypeLayout: true,
+	fxgraph.AtenToDevice: true, fxgraph.AtenToOther: true, fxgraph.AtenTypeAs: true,
+	fxgraph.AtenDropout: true, fxgraph.AtenFeatureDropout: true,
+	fxgraph.AtenAlphaDropout: true, fxgraph.AtenFeatureAlphaDropout: true,
+	fxgraph.AtenViewDtype: true, fxgraph.AtenUnfold: true, fxgraph.AtenMovedimInt: true,
+	fxgraph.AtenMovedimIntlist: true, fxgraph.AtenMoveaxisInt: true, fxgraph.AtenMoveaxisIntlist: true,
+	fxgraph.AtenSwapaxes: true, fxgraph.AtenSwapdims: true,
+	fxgraph.AtenTensorSplitIndices: true, fxgraph.AtenTensorSplitSections: true,
 }
 
 // call is one serialized node being converted.
@@ -57,7 +49,10 @@ type call struct {
 	n      *node
 	name   string // the node's name, for errors and the IR node
 	target string // the functional ATen target, "aten.conv2d.default"
-	schema []schemaArg
+	// op is the operator of that target (fxgraph.OpByName), nil when
+	// neither the IR nor torch's generated ATen table has it.
+	op     *fxgraph.Op
+	schema []fxgraph.ArgSpec
 	pos    []any
 	kw     map[string]any
 	byName map[string]any
@@ -72,7 +67,7 @@ type call struct {
 // selfArg returns the functional schema's name of the first argument.
 func (c *call) selfArg() string {
 	if len(c.schema) > 0 {
-		return c.schema[0].name
+		return c.schema[0].Name
 	}
 	return "self"
 }
@@ -107,7 +102,7 @@ func (b *builder) convertNode(n *node) error {
 			strings.TrimPrefix(target, "torch.ops.higher_order."))
 	case strings.HasPrefix(target, "torch.ops.aten."):
 		return b.convertATen(n, name, strings.TrimPrefix(target, "torch.ops."), outs)
-	case symOps[target] != "":
+	case symOps[target] != nil:
 		return b.convertSymOp(n, name, target, outs)
 	}
 	return b.nodeErr(name, target, ErrUnsupported, "operator %s is not an ATen operator the importer knows (custom operators are not supported)", target)
@@ -162,7 +157,8 @@ func outputNames(n *node) ([]string, error) {
 // input's name is rebound to the result.
 func (b *builder) convertATen(n *node, name, target string, outs []string) error {
 	functional, inplace := functionalTarget(target)
-	c := &call{b: b, n: n, name: name, target: functional, outs: outs, byName: map[string]any{}, refs: map[string]string{}}
+	op, _ := fxgraph.OpByName(functional)
+	c := &call{b: b, n: n, name: name, target: functional, op: op, outs: outs, byName: map[string]any{}, refs: map[string]string{}}
 	if inplace {
 		// The in-place schema names its first argument self; the
 		// functional one may call it input (dropout_ and dropout).
@@ -187,18 +183,18 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 		later = b.readAllAfter(selfName)
 	}
 	var err error
-	if _, ok := b.ir.Lookup(functional); ok {
+	if b.ir.Has(op) {
 		err = c.emitResult()
 		if err != nil && isArange(functional) && c.hasNodeArg() {
 			// The IR's arange wants number arguments; a size computed from
 			// the input shape (arange(x.size(1))) goes through cumsum.
 			err = decSymbolicArange(c)
-		} else if d, ok := fallbacks[functional]; ok && err != nil && c.hasNodeArg() {
+		} else if d, ok := fallbacks[op]; ok && err != nil && c.hasNodeArg() {
 			// Sizes computed from the input shape where the IR operator
 			// wants ints (x.repeat(batch, 1, 1)).
 			err = d(c)
 		}
-	} else if d, ok := decompositions[functional]; ok {
+	} else if d, ok := decompositions[op]; ok && op != nil {
 		err = d(c)
 	} else {
 		return c.unknownTarget(target)
@@ -206,10 +202,10 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 	if err != nil {
 		return err
 	}
-	if functional == "aten.slice.Tensor" || functional == "aten.select.int" {
+	if op == fxgraph.AtenSliceTensor || op == fxgraph.AtenSelectInt {
 		c.recordView()
 	}
-	if viewTargets[functional] {
+	if viewTargets[op] {
 		if src := c.firstTensorRef(); src != "" {
 			b.addAliases(append([]string{src}, outs...)...)
 		}
@@ -260,8 +256,8 @@ func (c *call) errorf(sentinel error, format string, args ...any) error {
 // unknownTarget is the error for an operator nobody handles.
 func (c *call) unknownTarget(target string) error {
 	known := c.b.ir.Targets()
-	for t := range decompositions {
-		known = append(known, t)
+	for op := range decompositions {
+		known = append(known, op.Name)
 	}
 	sort.Strings(known)
 	return fmt.Errorf("%w: %s: node %s calls %s, which neither the IR nor the importer's decompositions support (nearest known: %s)",
@@ -274,7 +270,11 @@ func (c *call) unknownTarget(target string) error {
 // Without a schema (an operator the generated table does not cover) the
 // serialized argument kinds decide.
 func (c *call) collectArgs() error {
-	sch, ok := atenSchemas[c.target]
+	var sch []fxgraph.ArgSpec
+	ok := c.op != nil && strings.HasPrefix(c.op.Name, "aten.")
+	if ok {
+		sch = c.op.Args
+	}
 	c.schema = sch
 	pos := map[int]any{}
 	maxPos := -1
@@ -284,7 +284,7 @@ func (c *call) collectArgs() error {
 			return c.errorf(errSentinel(err), "argument %s: %v", na.Name, trimSentinel(err))
 		}
 		if i == 0 && ok && na.Name == c.firstArg && len(sch) > 0 && schemaIndex(sch, na.Name) < 0 {
-			na.Name = sch[0].name
+			na.Name = sch[0].Name
 		}
 		if refs := argRefs(na.Arg); len(refs) == 1 && (na.Arg.Kind == "as_tensor" || na.Arg.Kind == "as_optional_tensor") {
 			c.refs[na.Name] = refs[0]
@@ -298,7 +298,7 @@ func (c *call) collectArgs() error {
 			if idx < 0 {
 				return c.errorf(ErrUnsupported, "argument %s is not in torch 2.14's schema of %s", na.Name, c.target)
 			}
-			if sch[idx].kwargOnly {
+			if sch[idx].Pos == fxgraph.KwOnly {
 				if v != nil {
 					c.kwarg(na.Name, v)
 				}
@@ -324,10 +324,10 @@ func (c *call) collectArgs() error {
 			if !ok {
 				return c.errorf(ErrFormat, "positional argument %d is missing", i)
 			}
-			if !sch[i].hasDefault {
-				return c.errorf(ErrFormat, "required argument %s is missing", sch[i].name)
+			if !sch[i].HasDefault {
+				return c.errorf(ErrFormat, "required argument %s is missing", sch[i].Name)
 			}
-			v = sch[i].def
+			v = sch[i].Default
 		}
 		c.pos[i] = v
 	}
@@ -343,9 +343,9 @@ func (c *call) kwarg(name string, v any) {
 }
 
 // schemaIndex returns the position of argument name in sch, or -1.
-func schemaIndex(sch []schemaArg, name string) int {
+func schemaIndex(sch []fxgraph.ArgSpec, name string) int {
 	for i, a := range sch {
-		if a.name == name {
+		if a.Name == name {
 			return i
 		}
 	}
@@ -569,12 +569,12 @@ func (b *builder) symArg(s union) (any, error) {
 // emit adds a call_function node through the importers' shared
 // fxgraph.Emitter: its Meta is computed at once, so that later conversions
 // can read it, and it folds into a constant when its inputs are constants.
-func (b *builder) emit(name, target string, args []any, kw map[string]any) (*fxgraph.Node, error) {
-	if _, ok := b.ir.Lookup(target); !ok {
+func (b *builder) emit(name string, target *fxgraph.Op, args []any, kw map[string]any) (*fxgraph.Node, error) {
+	if !b.ir.Has(target) {
 		return nil, fmt.Errorf("%w: the importer emits %s, which the IR does not know", ErrUnsupported, target)
 	}
 	if name == "" {
-		name = b.freshName(target)
+		name = b.freshName(target.Name)
 	} else {
 		name = sanitize(name)
 	}
@@ -587,7 +587,7 @@ func (b *builder) emit(name, target string, args []any, kw map[string]any) (*fxg
 }
 
 // emit adds an IR node on behalf of the call; errors name the call.
-func (c *call) emit(name, target string, args []any, kw map[string]any) (*fxgraph.Node, error) {
+func (c *call) emit(name string, target *fxgraph.Op, args []any, kw map[string]any) (*fxgraph.Node, error) {
 	n, err := c.b.emit(name, target, args, kw)
 	if err != nil {
 		return nil, c.errorf(errSentinel(err), "%s", trimSentinel(err))
@@ -602,7 +602,7 @@ func (c *call) emitResult() error {
 	if len(c.outs) == 1 && c.outs[0] != "" {
 		name = c.outs[0]
 	}
-	n, err := c.emit(name, c.target, c.pos, c.kw)
+	n, err := c.emit(name, c.op, c.pos, c.kw)
 	if err != nil {
 		return err
 	}
@@ -664,7 +664,7 @@ func (c *call) arg(name string) any {
 		return v
 	}
 	if i := schemaIndex(c.schema, name); i >= 0 {
-		return c.schema[i].def
+		return c.schema[i].Default
 	}
 	return nil
 }
@@ -745,7 +745,7 @@ func (b *builder) dim(x *fxgraph.Node, i int) (any, error) {
 	if n, ok := b.symSize[k]; ok && n.Graph() == b.g {
 		return n, nil
 	}
-	n, err := b.emit("", "aten.sym_size.int", []any{x, int64(i)}, nil)
+	n, err := b.emit("", fxgraph.AtenSymSizeInt, []any{x, int64(i)}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -773,28 +773,28 @@ func (b *builder) scalarConst(dt tensor.DType, v float64) *fxgraph.Node {
 
 // symOps maps the Python operators torch.export records on symbolic ints
 // (sizes computed from sym_size) to IR operators on rank-0 tensors.
-var symOps = map[string]string{
-	"_operator.add":      "aten.add.Tensor",
-	"_operator.sub":      "aten.sub.Tensor",
-	"_operator.mul":      "aten.mul.Tensor",
-	"_operator.floordiv": "aten.div.Tensor_mode",
-	"_operator.truediv":  "aten.div.Tensor",
-	"_operator.mod":      "aten.remainder.Tensor",
-	"_operator.pow":      "aten.pow.Tensor_Tensor",
-	"_operator.neg":      "aten.neg.default",
-	"_operator.eq":       "aten.eq.Tensor",
-	"_operator.ne":       "aten.ne.Tensor",
-	"_operator.lt":       "aten.lt.Tensor",
-	"_operator.le":       "aten.le.Tensor",
-	"_operator.gt":       "aten.gt.Tensor",
-	"_operator.ge":       "aten.ge.Tensor",
-	"_operator.and_":     "aten.logical_and.default",
-	"_operator.or_":      "aten.logical_or.default",
-	"torch.sym_max":      "aten.maximum.default",
-	"torch.sym_min":      "aten.minimum.default",
-	"torch.sym_not":      "aten.logical_not.default",
-	"torch.sym_float":    "aten._to_copy.default",
-	"torch.sym_int":      "aten.trunc.default",
+var symOps = map[string]*fxgraph.Op{
+	"_operator.add":      fxgraph.AtenAddTensor,
+	"_operator.sub":      fxgraph.AtenSubTensor,
+	"_operator.mul":      fxgraph.AtenMulTensor,
+	"_operator.floordiv": fxgraph.AtenDivTensorMode,
+	"_operator.truediv":  fxgraph.AtenDivTensor,
+	"_operator.mod":      fxgraph.AtenRemainderTensor,
+	"_operator.pow":      fxgraph.AtenPowTensorTensor,
+	"_operator.neg":      fxgraph.AtenNeg,
+	"_operator.eq":       fxgraph.AtenEqTensor,
+	"_operator.ne":       fxgraph.AtenNeTensor,
+	"_operator.lt":       fxgraph.AtenLtTensor,
+	"_operator.le":       fxgraph.AtenLeTensor,
+	"_operator.gt":       fxgraph.AtenGtTensor,
+	"_operator.ge":       fxgraph.AtenGeTensor,
+	"_operator.and_":     fxgraph.AtenLogicalAnd,
+	"_operator.or_":      fxgraph.AtenLogicalOr,
+	"torch.sym_max":      fxgraph.AtenMaximum,
+	"torch.sym_min":      fxgraph.AtenMinimum,
+	"torch.sym_not":      fxgraph.AtenLogicalNot,
+	"torch.sym_float":    fxgraph.Aten_ToCopy,
+	"torch.sym_int":      fxgraph.AtenTrunc,
 }
 
 // convertSymOp converts an operator on symbolic values. Literal operands
@@ -836,7 +836,7 @@ func (b *builder) convertSymOp(n *node, name, target string, outs []string) erro
 	}
 	want := 2
 	switch irTarget {
-	case "aten.neg.default", "aten.logical_not.default", "aten._to_copy.default", "aten.trunc.default":
+	case fxgraph.AtenNeg, fxgraph.AtenLogicalNot, fxgraph.Aten_ToCopy, fxgraph.AtenTrunc:
 		want = 1
 	}
 	if len(args) != want {
@@ -847,7 +847,7 @@ func (b *builder) convertSymOp(n *node, name, target string, outs []string) erro
 		return b.nodeErr(name, target, errSentinel(err), "%s", trimSentinel(err))
 	}
 	if target == "torch.sym_int" {
-		if res, err = b.emit(outs[0], "aten._to_copy.default", []any{res}, map[string]any{"dtype": tensor.Int64}); err != nil {
+		if res, err = b.emit(outs[0], fxgraph.Aten_ToCopy, []any{res}, map[string]any{"dtype": tensor.Int64}); err != nil {
 			return b.nodeErr(name, target, errSentinel(err), "%s", trimSentinel(err))
 		}
 	}

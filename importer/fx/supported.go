@@ -23,17 +23,18 @@ func supports(ir *fxgraph.Registry, target string) bool {
 		full = "torch.ops." + full
 	}
 	switch {
-	case skipTargets[full], symOps[target] != "", higherOrderSupported(full):
+	case skipTargets[full], symOps[target] != nil, higherOrderSupported(full):
 		return true
 	case !strings.HasPrefix(full, "torch.ops.aten."):
 		return false
 	}
 	functional, _ := functionalTarget(strings.TrimPrefix(full, "torch.ops."))
-	if _, ok := ir.Lookup(functional); ok {
-		return true
+	op, known := fxgraph.OpByName(functional)
+	if !known {
+		return false
 	}
-	_, ok := decompositions[functional]
-	return ok
+	_, ok := decompositions[op]
+	return ok || ir.Has(op)
 }
 
 // higherOrderSupported reports whether target is a higher-order operator

@@ -5,6 +5,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/xserve/xserve/fxgraph"
 )
 
 // UnsupportedOp is one operator of an exported program that the importer
@@ -76,15 +78,16 @@ func (b *builder) targetSupported(target string) bool {
 	switch {
 	case skipTargets[target], higherOrderSupported(target):
 		return true
-	case symOps[target] != "":
+	case symOps[target] != nil:
 		return true
 	case strings.HasPrefix(target, "torch.ops.aten."):
 		functional, _ := functionalTarget(strings.TrimPrefix(target, "torch.ops."))
-		if _, ok := b.ir.Lookup(functional); ok {
-			return true
+		op, known := fxgraph.OpByName(functional)
+		if !known {
+			return false
 		}
-		_, ok := decompositions[functional]
-		return ok
+		_, ok := decompositions[op]
+		return ok || b.ir.Has(op)
 	}
 	return false
 }

@@ -34,10 +34,10 @@ func (c *call) recordView() {
 	if !ok {
 		return
 	}
-	switch c.target {
-	case "aten.slice.Tensor":
+	switch c.op {
+	case fxgraph.AtenSliceTensor:
 		c.b.views[c.outs[0]] = viewStep{base: base, dim: d, start: c.arg("start"), end: c.arg("end"), step: c.arg("step")}
-	case "aten.select.int":
+	case fxgraph.AtenSelectInt:
 		c.b.views[c.outs[0]] = viewStep{base: base, isSelect: true, dim: d, start: c.arg("index")}
 	}
 }
@@ -119,7 +119,7 @@ func (c *call) scatterStep(base, src *fxgraph.Node, v viewStep) (*fxgraph.Node, 
 	}
 	if v.isSelect {
 		end = start + 1
-		if src, err = c.emit("", "aten.unsqueeze.default", []any{src, int64(k)}, nil); err != nil {
+		if src, err = c.emit("", fxgraph.AtenUnsqueeze, []any{src, int64(k)}, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -132,13 +132,13 @@ func (c *call) sliceScatter(base, src *fxgraph.Node, k int, start, end int64) (*
 	size := base.Val().Shape[k].Size
 	var err error
 	if src.Val().DType != base.Val().DType {
-		if src, err = c.emit("", "aten._to_copy.default", []any{src}, map[string]any{"dtype": base.Val().DType}); err != nil {
+		if src, err = c.emit("", fxgraph.Aten_ToCopy, []any{src}, map[string]any{"dtype": base.Val().DType}); err != nil {
 			return nil, err
 		}
 	}
 	var parts []any
 	if start > 0 {
-		p, err := c.emit("", "aten.slice.Tensor", []any{base, int64(k), int64(0), start, int64(1)}, nil)
+		p, err := c.emit("", fxgraph.AtenSliceTensor, []any{base, int64(k), int64(0), start, int64(1)}, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +146,7 @@ func (c *call) sliceScatter(base, src *fxgraph.Node, k int, start, end int64) (*
 	}
 	parts = append(parts, src)
 	if end < size {
-		p, err := c.emit("", "aten.slice.Tensor", []any{base, int64(k), end, size, int64(1)}, nil)
+		p, err := c.emit("", fxgraph.AtenSliceTensor, []any{base, int64(k), end, size, int64(1)}, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +155,7 @@ func (c *call) sliceScatter(base, src *fxgraph.Node, k int, start, end int64) (*
 	if len(parts) == 1 {
 		return src, nil
 	}
-	return c.emit("", "aten.cat.default", []any{parts, int64(k)}, nil)
+	return c.emit("", fxgraph.AtenCat, []any{parts, int64(k)}, nil)
 }
 
 // scatterSymbolic writes src into a view along a symbolic dim: a slice
@@ -179,15 +179,15 @@ func (c *call) scatterSymbolic(base, src *fxgraph.Node, k int, v viewStep) (*fxg
 	}
 	e := &expr{c: c}
 	if src.Val().DType != base.Val().DType {
-		src = e.opKw("aten._to_copy.default", map[string]any{"dtype": base.Val().DType}, src)
+		src = e.opKw(fxgraph.Aten_ToCopy, map[string]any{"dtype": base.Val().DType}, src)
 	}
 	var parts []any
 	if start > 0 {
-		parts = append(parts, e.op("aten.slice.Tensor", base, int64(k), int64(0), start, int64(1)))
+		parts = append(parts, e.op(fxgraph.AtenSliceTensor, base, int64(k), int64(0), start, int64(1)))
 	}
 	if v.isSelect {
-		parts = append(parts, e.op("aten.unsqueeze.default", src, int64(k)),
-			e.op("aten.slice.Tensor", base, int64(k), start+1, int64(math.MaxInt64), int64(1)))
+		parts = append(parts, e.op(fxgraph.AtenUnsqueeze, src, int64(k)),
+			e.op(fxgraph.AtenSliceTensor, base, int64(k), start+1, int64(math.MaxInt64), int64(1)))
 	} else {
 		parts = append(parts, src)
 	}
@@ -197,5 +197,5 @@ func (c *call) scatterSymbolic(base, src *fxgraph.Node, k int, v viewStep) (*fxg
 	if len(parts) == 1 {
 		return src, nil
 	}
-	return c.emit("", "aten.cat.default", []any{parts, int64(k)}, nil)
+	return c.emit("", fxgraph.AtenCat, []any{parts, int64(k)}, nil)
 }

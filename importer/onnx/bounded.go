@@ -112,7 +112,7 @@ func sameCount(a, b *fxgraph.Node, depth int) bool {
 	if a == b {
 		return true
 	}
-	if depth > 4096 || a == nil || b == nil || a.Op != b.Op || a.Target != b.Target || len(a.Args) != len(b.Args) || a.Op != fxgraph.CallFunction {
+	if depth > 4096 || a == nil || b == nil || a.Op != b.Op || a.Target != b.Target || len(a.Args) != len(b.Args) || a.Opcode != fxgraph.CallFunction {
 		return false
 	}
 	ca, cb := a.Graph().ConstValue(a), b.Graph().ConstValue(b)
@@ -309,7 +309,7 @@ func boundSlice(c *Ctx, node *Node, in map[int]boundedValue) error {
 			return unsupportedBound(node, b, fmt.Sprintf("it slices the padded axis %d:%d:%d (supported: from 0, step 1, to an end >= 0)", starts[i], ends[i], step))
 		}
 		if d := Meta(c.s.env[node.Inputs[0]]).Shape[ax]; d.IsStatic() && ends[i] < d.Size {
-			if count, err = c.Emit("aten.minimum.default", count, c.ScalarConst(tensor.Int64, float64(ends[i]))); err != nil {
+			if count, err = c.Emit(fxgraph.AtenMinimum, count, c.ScalarConst(tensor.Int64, float64(ends[i]))); err != nil {
 				return err
 			}
 		}

@@ -75,7 +75,7 @@ func validMask(c *Ctx, v *fxgraph.Node, b boundedValue) (*fxgraph.Node, error) {
 	if !size.IsStatic() {
 		return nil, fmt.Errorf("bounded value %s has a symbolic padded axis", m)
 	}
-	return c.Emit("aten.lt.Tensor", positions(c, size.Size, b.axis, m.Rank()), b.count)
+	return c.Emit(fxgraph.AtenLtTensor, positions(c, size.Size, b.axis, m.Rank()), b.count)
 }
 
 // fillPadding returns v with its padding replaced by fill (clamped to the
@@ -94,7 +94,7 @@ func fillPadding(c *Ctx, v *fxgraph.Node, b boundedValue, fill float64) (*fxgrap
 			fill = float64(math.MinInt32)
 		}
 	}
-	return c.Emit("aten.where.self", valid, v, c.ScalarConst(dt, fill))
+	return c.Emit(fxgraph.AtenWhereSelf, valid, v, c.ScalarConst(dt, fill))
 }
 
 // boundShape: the run-time shape of a bounded value, its count in place of
@@ -107,7 +107,7 @@ func boundShape(c *Ctx, node *Node, in map[int]boundedValue, _ Converter) error 
 	if !ok || c.Opset >= 15 && (shClamp(c.AttrInt("start", 0), 0, r, r) != 0 || shClamp(c.AttrInt("end", r), 0, r, r) != r) {
 		return unsupportedBound(node, b, "only the whole shape of a static padded value")
 	}
-	cnt, err := c.Emit("aten.view.default", b.count, ints([]int64{1}))
+	cnt, err := c.Emit(fxgraph.AtenView, b.count, ints([]int64{1}))
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func boundShape(c *Ctx, node *Node, in map[int]boundedValue, _ Converter) error 
 	}
 	out := cnt
 	if len(parts) > 1 {
-		if out, err = c.Emit("aten.cat.default", nodes(parts), int64(0)); err != nil {
+		if out, err = c.Emit(fxgraph.AtenCat, nodes(parts), int64(0)); err != nil {
 			return err
 		}
 	}
@@ -162,16 +162,16 @@ func (s *scope) upperBound(n *fxgraph.Node) (int64, bool) {
 		}
 	}
 	arg0, _ := argNode(n, 0)
-	switch n.Target {
-	case "aten.view.default", "aten.reshape.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
-		"aten.squeeze.default", "aten.select.int", "aten.index_select.default", "aten.clone.default", "aten._to_copy.default":
+	switch n.Op {
+	case fxgraph.AtenView, fxgraph.AtenReshape, fxgraph.AtenUnsqueeze, fxgraph.AtenSqueezeDim, fxgraph.AtenSqueezeDims,
+		fxgraph.AtenSqueeze, fxgraph.AtenSelectInt, fxgraph.AtenIndexSelect, fxgraph.AtenClone, fxgraph.Aten_ToCopy:
 		if arg0 != nil {
 			return s.upperBound(arg0)
 		}
-	case "aten.minimum.default":
+	case fxgraph.AtenMinimum:
 		return s.minBound(n.Args[:min(2, len(n.Args))])
-	case "aten.amin.default", "aten.min.default": // a reduction: any element bounds it
-		if arg0 != nil && arg0.Target == "aten.cat.default" {
+	case fxgraph.AtenAmin, fxgraph.AtenMin: // a reduction: any element bounds it
+		if arg0 != nil && arg0.Op == fxgraph.AtenCat {
 			if list, ok := arg0.Args[0].([]any); ok {
 				return s.minBound(list)
 			}
@@ -179,7 +179,7 @@ func (s *scope) upperBound(n *fxgraph.Node) (int64, bool) {
 		if arg0 != nil {
 			return s.upperBound(arg0)
 		}
-	case "aten.cat.default":
+	case fxgraph.AtenCat:
 		if list, ok := n.Args[0].([]any); ok {
 			return s.maxBound(list)
 		}
@@ -263,7 +263,7 @@ func boundTopK(c *Ctx, node *Node, in map[int]boundedValue, conv Converter) erro
 			return unsupportedBound(node, b, "its K is a run-time value without a static upper bound")
 		}
 		kmax = hi
-		if k, err = c.Emit("aten.view.default", kin, ints(nil)); err != nil {
+		if k, err = c.Emit(fxgraph.AtenView, kin, ints(nil)); err != nil {
 			return err
 		}
 	}
@@ -276,11 +276,11 @@ func boundTopK(c *Ctx, node *Node, in map[int]boundedValue, conv Converter) erro
 	if err != nil {
 		return err
 	}
-	top, err := c.Emit("aten.topk.default", xf, kmax, int64(axis), largest, c.AttrInt("sorted", 1) != 0)
+	top, err := c.Emit(fxgraph.AtenTopk, xf, kmax, int64(axis), largest, c.AttrInt("sorted", 1) != 0)
 	if err != nil {
 		return err
 	}
-	count, err := c.Emit("aten.minimum.default", k, b.count)
+	count, err := c.Emit(fxgraph.AtenMinimum, k, b.count)
 	if err != nil {
 		return err
 	}
@@ -334,18 +334,18 @@ func boundConcat(c *Ctx, node *Node, in map[int]boundedValue, conv Converter) er
 		if !ok {
 			b = boundedValue{count: c.ScalarConst(tensor.Int64, float64(d.Size))}
 		}
-		mask, err := c.Emit("aten.lt.Tensor", positions(c, d.Size, 0, 1), b.count)
+		mask, err := c.Emit(fxgraph.AtenLtTensor, positions(c, d.Size, 0, 1), b.count)
 		if err != nil {
 			return err
 		}
 		masks = append(masks, mask)
 		if count == nil {
 			count = b.count
-		} else if count, err = c.Emit("aten.add.Tensor", count, b.count); err != nil {
+		} else if count, err = c.Emit(fxgraph.AtenAddTensor, count, b.count); err != nil {
 			return err
 		}
 	}
-	mask, err := c.Emit("aten.cat.default", nodes(masks), int64(0))
+	mask, err := c.Emit(fxgraph.AtenCat, nodes(masks), int64(0))
 	if err != nil {
 		return err
 	}
@@ -353,7 +353,7 @@ func boundConcat(c *Ctx, node *Node, in map[int]boundedValue, conv Converter) er
 	if err != nil {
 		return err
 	}
-	packed, err := c.Emit("aten.index_select.default", out, int64(axis), idx)
+	packed, err := c.Emit(fxgraph.AtenIndexSelect, out, int64(axis), idx)
 	if err != nil {
 		return err
 	}
@@ -458,7 +458,7 @@ func ifBounded(c *Ctx, cond *fxgraph.Node, branches [2]*Graph) error {
 	if len(outs[0]) != len(outs[1]) {
 		return fmt.Errorf("If: then_branch has %d outputs, else_branch %d", len(outs[0]), len(outs[1]))
 	}
-	pred, err := c.Emit("aten.view.default", cond, ints(nil))
+	pred, err := c.Emit(fxgraph.AtenView, cond, ints(nil))
 	if err != nil {
 		return err
 	}
@@ -472,7 +472,7 @@ func ifBounded(c *Ctx, cond *fxgraph.Node, branches [2]*Graph) error {
 		}
 		if bound != nil {
 			// A new node, so that its count is its own.
-			if out, err = c.Emit("aten.clone.default", out); err != nil {
+			if out, err = c.Emit(fxgraph.AtenClone, out); err != nil {
 				return err
 			}
 		}
@@ -492,7 +492,7 @@ func mergeIfOutput(c *Ctx, pred *fxgraph.Node, j int, t, e *fxgraph.Node) (*fxgr
 	tm, em := Meta(t), Meta(e)
 	zero := c.ScalarConst(tensor.Int64, 0)
 	selected := func(v *fxgraph.Node, b boundedValue, tc, ec *fxgraph.Node) (*fxgraph.Node, *boundedValue, error) {
-		cnt, err := c.Emit("aten.where.self", pred, tc, ec)
+		cnt, err := c.Emit(fxgraph.AtenWhereSelf, pred, tc, ec)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -504,7 +504,7 @@ func mergeIfOutput(c *Ctx, pred *fxgraph.Node, j int, t, e *fxgraph.Node) (*fxgr
 	case tok && !eok && emptyAlong(em, tb.axis):
 		return selected(t, tb, tb.count, zero)
 	case tm.DType == em.DType && tm.Shape.Equal(em.Shape) && (!tok && !eok || tok && eok && tb.axis == eb.axis):
-		out, err := c.Emit("aten.where.self", pred, t, e)
+		out, err := c.Emit(fxgraph.AtenWhereSelf, pred, t, e)
 		if err != nil || !tok {
 			return out, nil, err
 		}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 )
 

@@ -118,7 +118,7 @@ func (c *Ctx) valueInputsBehind(n *fxgraph.Node) []string {
 			return
 		}
 		seen[m] = true
-		if m.Op == fxgraph.Placeholder {
+		if m.Opcode == fxgraph.Placeholder {
 			out = append(out, m.Target)
 			return
 		}
@@ -202,12 +202,12 @@ func (c *Ctx) AttrFloats(name string, def []float32) []float32 {
 // (so later converters can read dtypes and shapes), and folds it into a
 // constant when its inputs are constants. It returns the node standing for
 // the result.
-func (c *Ctx) Emit(target string, args ...any) (*fxgraph.Node, error) {
+func (c *Ctx) Emit(target *fxgraph.Op, args ...any) (*fxgraph.Node, error) {
 	return c.EmitKw(target, args, nil)
 }
 
 // EmitKw is Emit with kwargs.
-func (c *Ctx) EmitKw(target string, args []any, kwargs map[string]any) (*fxgraph.Node, error) {
+func (c *Ctx) EmitKw(target *fxgraph.Op, args []any, kwargs map[string]any) (*fxgraph.Node, error) {
 	name := ""
 	if len(c.node.Outputs) > 0 {
 		name = sanitize(c.node.Outputs[0])

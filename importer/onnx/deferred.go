@@ -41,7 +41,7 @@ func (c *Ctx) markShapeDependent(err error) error {
 		if ierr != nil || c.s.g.ConstValue(n) != nil {
 			continue
 		}
-		if n.Op != fxgraph.Placeholder && len(c.valueInputsBehind(n)) == 0 {
+		if n.Opcode != fxgraph.Placeholder && len(c.valueInputsBehind(n)) == 0 {
 			return &shapeDependentError{err}
 		}
 	}
@@ -53,7 +53,7 @@ func (c *Ctx) markShapeDependent(err error) error {
 
 // deferredGraph returns the graph of a model whose import needs concrete
 // input sizes: its placeholders are the model's inputs, its outputs
-// fxgraph.DeferredTarget nodes typed from the model's declared outputs, and
+// fxgraph.Deferred nodes typed from the model's declared outputs, and
 // its Rebuild imports the model again with the inputs' symbolic dims set to
 // the given sizes. cause is the symbolic import's error, returned instead
 // when the outputs' types are not declared.
@@ -98,7 +98,7 @@ func (im *Importer) deferredGraph(m *Model, o ImportOptions, cause error) (*fxgr
 				shape[i] = fxgraph.Unknown
 			}
 		}
-		n := g.AddNamedCall(sanitize(vi.Name), fxgraph.DeferredTarget, nil, nil)
+		n := g.AddNamedCall(sanitize(vi.Name), fxgraph.Deferred, nil, nil)
 		n.Meta = fxgraph.One(t.Elem, shape)
 		outs = append(outs, n)
 		g.OutputNames = append(g.OutputNames, vi.Name)

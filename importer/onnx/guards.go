@@ -73,12 +73,12 @@ func guardedIf(c *Ctx, cond *fxgraph.Node, branches [2]*Graph, errs [2]error) er
 	if gerr != nil {
 		return gerr
 	}
-	taken, gerr := c.Emit("aten.view.default", cond, []any{})
+	taken, gerr := c.Emit(fxgraph.AtenView, cond, []any{})
 	if gerr != nil {
 		return gerr
 	}
 	if bad == 1 { // the else branch runs when cond is false
-		if taken, gerr = c.Emit("aten.logical_not.default", taken); gerr != nil {
+		if taken, gerr = c.Emit(fxgraph.AtenLogicalNot, taken); gerr != nil {
 			return gerr
 		}
 	}

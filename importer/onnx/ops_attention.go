@@ -15,7 +15,7 @@ func msDim(c *Ctx, x *fxgraph.Node, i int) (any, error) {
 	if d.IsStatic() {
 		return d.Size, nil
 	}
-	return c.Emit("aten.sym_size.int", x, int64(i))
+	return c.Emit(fxgraph.AtenSymSizeInt, x, int64(i))
 }
 
 // msDims2 returns dims 0 and 1 of x as IR size arguments.
@@ -31,17 +31,17 @@ func msDims2(c *Ctx, x *fxgraph.Node) (b, s any, err error) {
 // n ones minus one.
 func msArange(c *Ctx, n any) (*fxgraph.Node, error) {
 	if _, ok := n.(int64); ok {
-		return c.EmitKw("aten.arange.default", []any{n}, map[string]any{"dtype": tensor.Int64})
+		return c.EmitKw(fxgraph.AtenArange, []any{n}, map[string]any{"dtype": tensor.Int64})
 	}
-	ones, err := c.EmitKw("aten.full.default", []any{[]any{n}, 1.0}, map[string]any{"dtype": tensor.Int64})
+	ones, err := c.EmitKw(fxgraph.AtenFull, []any{[]any{n}, 1.0}, map[string]any{"dtype": tensor.Int64})
 	if err != nil {
 		return nil, err
 	}
-	cs, err := c.EmitKw("aten.cumsum.default", []any{ones, int64(0)}, map[string]any{"dtype": tensor.Int64})
+	cs, err := c.EmitKw(fxgraph.AtenCumsum, []any{ones, int64(0)}, map[string]any{"dtype": tensor.Int64})
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.sub.Scalar", cs, int64(1))
+	return c.Emit(fxgraph.AtenSubScalar, cs, int64(1))
 }
 
 // msHeads reshapes [B, S, N*H] to [B, N, S, H].
@@ -54,17 +54,17 @@ func msHeads(c *Ctx, x *fxgraph.Node, heads, headSize int64) (*fxgraph.Node, err
 	if err != nil {
 		return nil, err
 	}
-	y, err := c.Emit("aten.view.default", x, []any{b, s, heads, headSize})
+	y, err := c.Emit(fxgraph.AtenView, x, []any{b, s, heads, headSize})
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.permute.default", y, []any{int64(0), int64(2), int64(1), int64(3)})
+	return c.Emit(fxgraph.AtenPermute, y, []any{int64(0), int64(2), int64(1), int64(3)})
 }
 
 // msMergeHeads turns [B, N, S, H] into [B, S, N*H].
 func msMergeHeads(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
 	m := Meta(x)
-	y, err := c.Emit("aten.permute.default", x, []any{int64(0), int64(2), int64(1), int64(3)})
+	y, err := c.Emit(fxgraph.AtenPermute, x, []any{int64(0), int64(2), int64(1), int64(3)})
 	if err != nil {
 		return nil, err
 	}
@@ -79,35 +79,35 @@ func msMergeHeads(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
 	if !m.Shape[1].IsStatic() || !m.Shape[3].IsStatic() {
 		return nil, Unsupported("attention with symbolic head count or size")
 	}
-	return c.Emit("aten.reshape.default", y, []any{b, s, m.Shape[1].Size * m.Shape[3].Size})
+	return c.Emit(fxgraph.AtenReshape, y, []any{b, s, m.Shape[1].Size * m.Shape[3].Size})
 }
 
 // msAttend is softmax(q k^T * scale + bias) v for q, k, v of [B, N, S|T,
 // H]; bias (nil for none) broadcasts against [B, N, S, T]. The result is
 // [B, S, N*Hv].
 func msAttend(c *Ctx, q, k, v, bias *fxgraph.Node, scale float64) (*fxgraph.Node, error) {
-	kt, err := c.Emit("aten.transpose.int", k, int64(2), int64(3))
+	kt, err := c.Emit(fxgraph.AtenTransposeInt, k, int64(2), int64(3))
 	if err != nil {
 		return nil, err
 	}
-	qs, err := c.Emit("aten.mul.Tensor", q, c.ScalarConst(Meta(q).DType, scale))
+	qs, err := c.Emit(fxgraph.AtenMulTensor, q, c.ScalarConst(Meta(q).DType, scale))
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.Emit("aten.matmul.default", qs, kt)
+	s, err := c.Emit(fxgraph.AtenMatmul, qs, kt)
 	if err != nil {
 		return nil, err
 	}
 	if bias != nil {
-		if s, err = c.Emit("aten.add.Tensor", s, bias); err != nil {
+		if s, err = c.Emit(fxgraph.AtenAddTensor, s, bias); err != nil {
 			return nil, err
 		}
 	}
-	p, err := c.Emit("aten._softmax.default", s, int64(-1), false)
+	p, err := c.Emit(fxgraph.Aten_Softmax, s, int64(-1), false)
 	if err != nil {
 		return nil, err
 	}
-	o, err := c.Emit("aten.matmul.default", p, v)
+	o, err := c.Emit(fxgraph.AtenMatmul, p, v)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func (m *msMaskBuilder) and(k *fxgraph.Node) error {
 		return nil
 	}
 	var err error
-	m.keep, err = m.c.Emit("aten.logical_and.default", m.keep, k)
+	m.keep, err = m.c.Emit(fxgraph.AtenLogicalAnd, m.keep, k)
 	return err
 }
 
@@ -141,17 +141,17 @@ func (m *msMaskBuilder) keyMask(mask, k *fxgraph.Node) error {
 	mm := Meta(mask)
 	switch mm.Rank() {
 	case 2, 3:
-		keep, err := c.Emit("aten.ne.Scalar", mask, 0.0)
+		keep, err := c.Emit(fxgraph.AtenNeScalar, mask, 0.0)
 		if err != nil {
 			return err
 		}
 		if mm.Rank() == 2 {
-			keep, err = c.Emit("aten.unsqueeze.default", keep, int64(1))
+			keep, err = c.Emit(fxgraph.AtenUnsqueeze, keep, int64(1))
 			if err == nil {
-				keep, err = c.Emit("aten.unsqueeze.default", keep, int64(1))
+				keep, err = c.Emit(fxgraph.AtenUnsqueeze, keep, int64(1))
 			}
 		} else {
-			keep, err = c.Emit("aten.unsqueeze.default", keep, int64(1))
+			keep, err = c.Emit(fxgraph.AtenUnsqueeze, keep, int64(1))
 		}
 		if err != nil {
 			return err
@@ -166,7 +166,7 @@ func (m *msMaskBuilder) keyMask(mask, k *fxgraph.Node) error {
 		if err != nil {
 			return err
 		}
-		if j, err = c.Emit("aten.view.default", j, []any{int64(1), int64(1), int64(1), int64(-1)}); err != nil {
+		if j, err = c.Emit(fxgraph.AtenView, j, []any{int64(1), int64(1), int64(1), int64(-1)}); err != nil {
 			return err
 		}
 		mi, err := nnCast(c, mask, tensor.Int64)
@@ -180,14 +180,14 @@ func (m *msMaskBuilder) keyMask(mask, k *fxgraph.Node) error {
 		}
 		ends := mi
 		if twice {
-			if ends, err = c.Emit("aten.slice.Tensor", mi, int64(0), int64(0), bd.Size, int64(1)); err != nil {
+			if ends, err = c.Emit(fxgraph.AtenSliceTensor, mi, int64(0), int64(0), bd.Size, int64(1)); err != nil {
 				return err
 			}
 		}
-		if ends, err = c.Emit("aten.view.default", ends, []any{int64(-1), int64(1), int64(1), int64(1)}); err != nil {
+		if ends, err = c.Emit(fxgraph.AtenView, ends, []any{int64(-1), int64(1), int64(1), int64(1)}); err != nil {
 			return err
 		}
-		keep, err := c.Emit("aten.lt.Tensor", j, ends)
+		keep, err := c.Emit(fxgraph.AtenLtTensor, j, ends)
 		if err != nil {
 			return err
 		}
@@ -195,14 +195,14 @@ func (m *msMaskBuilder) keyMask(mask, k *fxgraph.Node) error {
 			return err
 		}
 		if twice {
-			starts, err := c.Emit("aten.slice.Tensor", mi, int64(0), bd.Size, 2*bd.Size, int64(1))
+			starts, err := c.Emit(fxgraph.AtenSliceTensor, mi, int64(0), bd.Size, 2*bd.Size, int64(1))
 			if err != nil {
 				return err
 			}
-			if starts, err = c.Emit("aten.view.default", starts, []any{int64(-1), int64(1), int64(1), int64(1)}); err != nil {
+			if starts, err = c.Emit(fxgraph.AtenView, starts, []any{int64(-1), int64(1), int64(1), int64(1)}); err != nil {
 				return err
 			}
-			ge, err := c.Emit("aten.ge.Tensor", j, starts)
+			ge, err := c.Emit(fxgraph.AtenGeTensor, j, starts)
 			if err != nil {
 				return err
 			}
@@ -236,13 +236,13 @@ func (m *msMaskBuilder) causal(q, k *fxgraph.Node) error {
 	if !sd.IsStatic() || !td.IsStatic() {
 		return Unsupported("causal attention with symbolic sequence lengths")
 	}
-	if i, err = c.Emit("aten.add.Tensor", i, c.ScalarConst(tensor.Int64, float64(td.Size-sd.Size))); err != nil {
+	if i, err = c.Emit(fxgraph.AtenAddTensor, i, c.ScalarConst(tensor.Int64, float64(td.Size-sd.Size))); err != nil {
 		return err
 	}
-	if i, err = c.Emit("aten.view.default", i, []any{int64(-1), int64(1)}); err != nil {
+	if i, err = c.Emit(fxgraph.AtenView, i, []any{int64(-1), int64(1)}); err != nil {
 		return err
 	}
-	keep, err := c.Emit("aten.le.Tensor", j, i)
+	keep, err := c.Emit(fxgraph.AtenLeTensor, j, i)
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ func (m *msMaskBuilder) addBias(b *fxgraph.Node) error {
 		return nil
 	}
 	var err error
-	m.bias, err = m.c.Emit("aten.add.Tensor", m.bias, b)
+	m.bias, err = m.c.Emit(fxgraph.AtenAddTensor, m.bias, b)
 	return err
 }
 
@@ -264,14 +264,14 @@ func (m *msMaskBuilder) addBias(b *fxgraph.Node) error {
 func (m *msMaskBuilder) result(dt tensor.DType) (*fxgraph.Node, error) {
 	out := m.bias
 	if m.keep != nil {
-		b, err := m.c.Emit("aten.where.self", m.keep, m.c.ScalarConst(dt, 0), m.c.ScalarConst(dt, m.filter))
+		b, err := m.c.Emit(fxgraph.AtenWhereSelf, m.keep, m.c.ScalarConst(dt, 0), m.c.ScalarConst(dt, m.filter))
 		if err != nil {
 			return nil, err
 		}
 		if out == nil {
 			return b, nil
 		}
-		return m.c.Emit("aten.add.Tensor", out, b)
+		return m.c.Emit(fxgraph.AtenAddTensor, out, b)
 	}
 	return out, nil
 }
@@ -327,12 +327,12 @@ func msAttention(c *Ctx, n *Node) error {
 	if in[6] != nil {
 		return Unsupported("Attention with past_sequence_length")
 	}
-	qkv, err := c.Emit("aten.matmul.default", x, w)
+	qkv, err := c.Emit(fxgraph.AtenMatmul, x, w)
 	if err != nil {
 		return err
 	}
 	if bias != nil {
-		if qkv, err = c.Emit("aten.add.Tensor", qkv, bias); err != nil {
+		if qkv, err = c.Emit(fxgraph.AtenAddTensor, qkv, bias); err != nil {
 			return err
 		}
 	}
@@ -389,7 +389,7 @@ func msAttentionQKV(c *Ctx, qkv *fxgraph.Node, w fxgraph.TensorMeta, mask, past,
 	var parts [3]*fxgraph.Node
 	off := int64(0)
 	for i, sz := range sizes {
-		p, err := c.Emit("aten.slice.Tensor", qkv, int64(2), off, off+sz, int64(1))
+		p, err := c.Emit(fxgraph.AtenSliceTensor, qkv, int64(2), off, off+sz, int64(1))
 		if err != nil {
 			return err
 		}
@@ -400,18 +400,18 @@ func msAttentionQKV(c *Ctx, qkv *fxgraph.Node, w fxgraph.TensorMeta, mask, past,
 	}
 	q, k, v := parts[0], parts[1], parts[2]
 	if past != nil {
-		pk, err := c.Emit("aten.select.int", past, int64(0), int64(0))
+		pk, err := c.Emit(fxgraph.AtenSelectInt, past, int64(0), int64(0))
 		if err != nil {
 			return err
 		}
-		pv, err := c.Emit("aten.select.int", past, int64(0), int64(1))
+		pv, err := c.Emit(fxgraph.AtenSelectInt, past, int64(0), int64(1))
 		if err != nil {
 			return err
 		}
-		if k, err = c.Emit("aten.cat.default", []any{pk, k}, int64(2)); err != nil {
+		if k, err = c.Emit(fxgraph.AtenCat, []any{pk, k}, int64(2)); err != nil {
 			return err
 		}
-		if v, err = c.Emit("aten.cat.default", []any{pv, v}, int64(2)); err != nil {
+		if v, err = c.Emit(fxgraph.AtenCat, []any{pv, v}, int64(2)); err != nil {
 			return err
 		}
 	}
@@ -421,7 +421,7 @@ func msAttentionQKV(c *Ctx, qkv *fxgraph.Node, w fxgraph.TensorMeta, mask, past,
 	}
 	c.SetOutput(0, y)
 	if c.HasOutput(1) {
-		pr, err := c.Emit("aten.cat.default", []any{k, v}, int64(0))
+		pr, err := c.Emit(fxgraph.AtenCat, []any{k, v}, int64(0))
 		if err != nil {
 			return err
 		}
@@ -433,7 +433,7 @@ func msAttentionQKV(c *Ctx, qkv *fxgraph.Node, w fxgraph.TensorMeta, mask, past,
 		if !kd[2].IsStatic() || !kd[3].IsStatic() {
 			return Unsupported("Attention present output with symbolic sequence length")
 		}
-		if pr, err = c.Emit("aten.view.default", pr, []any{int64(2), b, heads, kd[2].Size, kd[3].Size}); err != nil {
+		if pr, err = c.Emit(fxgraph.AtenView, pr, []any{int64(2), b, heads, kd[2].Size, kd[3].Size}); err != nil {
 			return err
 		}
 		c.SetOutput(1, pr)
@@ -506,10 +506,10 @@ func msMultiHeadAttention(c *Ctx, n *Node) error {
 		return err
 	}
 	if pk != nil && pv != nil {
-		if k, err = c.Emit("aten.cat.default", []any{pk, k}, int64(2)); err != nil {
+		if k, err = c.Emit(fxgraph.AtenCat, []any{pk, k}, int64(2)); err != nil {
 			return err
 		}
-		if v, err = c.Emit("aten.cat.default", []any{pv, v}, int64(2)); err != nil {
+		if v, err = c.Emit(fxgraph.AtenCat, []any{pv, v}, int64(2)); err != nil {
 			return err
 		}
 	}
@@ -525,11 +525,11 @@ func msMultiHeadAttention(c *Ctx, n *Node) error {
 
 // msAddSlice adds bias[lo:hi] to x.
 func msAddSlice(c *Ctx, x, bias *fxgraph.Node, lo, hi int64) (*fxgraph.Node, error) {
-	b, err := c.Emit("aten.slice.Tensor", bias, int64(0), lo, hi, int64(1))
+	b, err := c.Emit(fxgraph.AtenSliceTensor, bias, int64(0), lo, hi, int64(1))
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.add.Tensor", x, b)
+	return c.Emit(fxgraph.AtenAddTensor, x, b)
 }
 
 // msRotate rotates the first rot values of each head of xh [B, S, N, H]
@@ -543,7 +543,7 @@ func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interl
 		if err != nil {
 			return nil, err
 		}
-		return c.Emit("aten.unsqueeze.default", g, int64(2)) // [B, S, 1, half]
+		return c.Emit(fxgraph.AtenUnsqueeze, g, int64(2)) // [B, S, 1, half]
 	}
 	cosT, err := tab(cosC)
 	if err != nil {
@@ -554,7 +554,7 @@ func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interl
 		return nil, err
 	}
 	sl := func(v *fxgraph.Node, axis int, lo, hi int64) (*fxgraph.Node, error) {
-		return c.Emit("aten.slice.Tensor", v, int64(axis), lo, hi, int64(1))
+		return c.Emit(fxgraph.AtenSliceTensor, v, int64(axis), lo, hi, int64(1))
 	}
 	var x1, x2 *fxgraph.Node
 	r, err := sl(xh, 3, 0, rot)
@@ -566,14 +566,14 @@ func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interl
 		if err != nil {
 			return nil, err
 		}
-		pairs, err := c.Emit("aten.view.default", r, []any{b, s, Meta(xh).Shape[2].Size, half, int64(2)})
+		pairs, err := c.Emit(fxgraph.AtenView, r, []any{b, s, Meta(xh).Shape[2].Size, half, int64(2)})
 		if err != nil {
 			return nil, err
 		}
-		if x1, err = c.Emit("aten.select.int", pairs, int64(4), int64(0)); err != nil {
+		if x1, err = c.Emit(fxgraph.AtenSelectInt, pairs, int64(4), int64(0)); err != nil {
 			return nil, err
 		}
-		if x2, err = c.Emit("aten.select.int", pairs, int64(4), int64(1)); err != nil {
+		if x2, err = c.Emit(fxgraph.AtenSelectInt, pairs, int64(4), int64(1)); err != nil {
 			return nil, err
 		}
 	} else {
@@ -584,7 +584,7 @@ func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interl
 			return nil, err
 		}
 	}
-	mul := func(a, b *fxgraph.Node) (*fxgraph.Node, error) { return c.Emit("aten.mul.Tensor", a, b) }
+	mul := func(a, b *fxgraph.Node) (*fxgraph.Node, error) { return c.Emit(fxgraph.AtenMulTensor, a, b) }
 	ac, err := mul(x1, cosT)
 	if err != nil {
 		return nil, err
@@ -593,7 +593,7 @@ func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interl
 	if err != nil {
 		return nil, err
 	}
-	r1, err := c.Emit("aten.sub.Tensor", ac, bs)
+	r1, err := c.Emit(fxgraph.AtenSubTensor, ac, bs)
 	if err != nil {
 		return nil, err
 	}
@@ -605,21 +605,21 @@ func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interl
 	if err != nil {
 		return nil, err
 	}
-	r2, err := c.Emit("aten.add.Tensor", bc, as)
+	r2, err := c.Emit(fxgraph.AtenAddTensor, bc, as)
 	if err != nil {
 		return nil, err
 	}
 	var out *fxgraph.Node
 	if interleaved {
-		u1, err := c.Emit("aten.unsqueeze.default", r1, int64(4))
+		u1, err := c.Emit(fxgraph.AtenUnsqueeze, r1, int64(4))
 		if err != nil {
 			return nil, err
 		}
-		u2, err := c.Emit("aten.unsqueeze.default", r2, int64(4))
+		u2, err := c.Emit(fxgraph.AtenUnsqueeze, r2, int64(4))
 		if err != nil {
 			return nil, err
 		}
-		st, err := c.Emit("aten.cat.default", []any{u1, u2}, int64(4))
+		st, err := c.Emit(fxgraph.AtenCat, []any{u1, u2}, int64(4))
 		if err != nil {
 			return nil, err
 		}
@@ -627,10 +627,10 @@ func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interl
 		if err != nil {
 			return nil, err
 		}
-		if out, err = c.Emit("aten.reshape.default", st, []any{b, s, Meta(xh).Shape[2].Size, rot}); err != nil {
+		if out, err = c.Emit(fxgraph.AtenReshape, st, []any{b, s, Meta(xh).Shape[2].Size, rot}); err != nil {
 			return nil, err
 		}
-	} else if out, err = c.Emit("aten.cat.default", []any{r1, r2}, int64(3)); err != nil {
+	} else if out, err = c.Emit(fxgraph.AtenCat, []any{r1, r2}, int64(3)); err != nil {
 		return nil, err
 	}
 	if rot < hd.Size {
@@ -638,7 +638,7 @@ func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interl
 		if err != nil {
 			return nil, err
 		}
-		if out, err = c.Emit("aten.cat.default", []any{out, rest}, int64(3)); err != nil {
+		if out, err = c.Emit(fxgraph.AtenCat, []any{out, rest}, int64(3)); err != nil {
 			return nil, err
 		}
 	}
@@ -696,11 +696,11 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		if xh, err = c.Emit("aten.view.default", x, []any{b, s, heads, w.Size / heads}); err != nil {
+		if xh, err = c.Emit(fxgraph.AtenView, x, []any{b, s, heads, w.Size / heads}); err != nil {
 			return err
 		}
 	case 4:
-		if xh, err = c.Emit("aten.permute.default", x, []any{int64(0), int64(2), int64(1), int64(3)}); err != nil {
+		if xh, err = c.Emit(fxgraph.AtenPermute, x, []any{int64(0), int64(2), int64(1), int64(3)}); err != nil {
 			return err
 		}
 	default:
@@ -719,17 +719,17 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		off, err := c.Emit("aten.view.default", pos, []any{})
+		off, err := c.Emit(fxgraph.AtenView, pos, []any{})
 		if err == nil {
 			off, err = nnCast(c, off, tensor.Int64)
 		}
 		if err != nil {
 			return err
 		}
-		if pos, err = c.Emit("aten.add.Tensor", ar, off); err != nil {
+		if pos, err = c.Emit(fxgraph.AtenAddTensor, ar, off); err != nil {
 			return err
 		}
-		if pos, err = c.Emit("aten.unsqueeze.default", pos, int64(0)); err != nil {
+		if pos, err = c.Emit(fxgraph.AtenUnsqueeze, pos, int64(0)); err != nil {
 			return err
 		}
 	}
@@ -739,11 +739,11 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 		return err
 	}
 	if xm.Rank() == 4 {
-		out, err = c.Emit("aten.permute.default", out, []any{int64(0), int64(2), int64(1), int64(3)})
+		out, err = c.Emit(fxgraph.AtenPermute, out, []any{int64(0), int64(2), int64(1), int64(3)})
 	} else {
 		var b, s any
 		if b, s, err = msDims2(c, x); err == nil {
-			out, err = c.Emit("aten.reshape.default", out, []any{b, s, xm.Shape[2].Size})
+			out, err = c.Emit(fxgraph.AtenReshape, out, []any{b, s, xm.Shape[2].Size})
 		}
 	}
 	if err != nil {
@@ -763,19 +763,19 @@ func msRepeatHeads(c *Ctx, x *fxgraph.Node, groups int64) (*fxgraph.Node, error)
 	if err != nil {
 		return nil, err
 	}
-	u, err := c.Emit("aten.unsqueeze.default", x, int64(2))
+	u, err := c.Emit(fxgraph.AtenUnsqueeze, x, int64(2))
 	if err != nil {
 		return nil, err
 	}
 	exp := []any{sz[0], sz[1], groups, sz[2], sz[3]}
-	if u, err = c.Emit("aten.expand.default", u, exp); err != nil {
+	if u, err = c.Emit(fxgraph.AtenExpand, u, exp); err != nil {
 		return nil, err
 	}
 	hk, ok := sz[1].(int64)
 	if !ok {
 		return nil, Unsupported("GroupQueryAttention with a symbolic kv head count")
 	}
-	return c.Emit("aten.reshape.default", u, []any{sz[0], hk * groups, sz[2], sz[3]})
+	return c.Emit(fxgraph.AtenReshape, u, []any{sz[0], hk * groups, sz[2], sz[3]})
 }
 
 // msGroupQueryAttention converts com.microsoft GroupQueryAttention (query,
@@ -829,13 +829,13 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 		d = qw.Size / (heads + 2*kvHeads)
 		packed := q
 		var err error
-		if q, err = c.Emit("aten.slice.Tensor", packed, int64(2), int64(0), heads*d, int64(1)); err != nil {
+		if q, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), int64(0), heads*d, int64(1)); err != nil {
 			return err
 		}
-		if k, err = c.Emit("aten.slice.Tensor", packed, int64(2), heads*d, (heads+kvHeads)*d, int64(1)); err != nil {
+		if k, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), heads*d, (heads+kvHeads)*d, int64(1)); err != nil {
 			return err
 		}
-		if v, err = c.Emit("aten.slice.Tensor", packed, int64(2), (heads+kvHeads)*d, qw.Size, int64(1)); err != nil {
+		if v, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), (heads+kvHeads)*d, qw.Size, int64(1)); err != nil {
 			return err
 		}
 	} else {
@@ -854,17 +854,17 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if qpos, err = c.Emit("aten.add.Tensor", qpos, c.ScalarConst(tensor.Int64, float64(1-sd.Size))); err != nil {
+	if qpos, err = c.Emit(fxgraph.AtenAddTensor, qpos, c.ScalarConst(tensor.Int64, float64(1-sd.Size))); err != nil {
 		return err
 	}
 	sl, err := nnCast(c, seqlens, tensor.Int64)
 	if err != nil {
 		return err
 	}
-	if sl, err = c.Emit("aten.view.default", sl, []any{int64(-1), int64(1)}); err != nil {
+	if sl, err = c.Emit(fxgraph.AtenView, sl, []any{int64(-1), int64(1)}); err != nil {
 		return err
 	}
-	pos, err := c.Emit("aten.add.Tensor", sl, qpos) // [B, S]
+	pos, err := c.Emit(fxgraph.AtenAddTensor, sl, qpos) // [B, S]
 	if err != nil {
 		return err
 	}
@@ -873,7 +873,7 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 		if err != nil {
 			return nil, err
 		}
-		y, err := c.Emit("aten.view.default", x, []any{b, s, n, d})
+		y, err := c.Emit(fxgraph.AtenView, x, []any{b, s, n, d})
 		if err != nil {
 			return nil, err
 		}
@@ -886,7 +886,7 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 				return nil, err
 			}
 		}
-		return c.Emit("aten.permute.default", y, []any{int64(0), int64(2), int64(1), int64(3)})
+		return c.Emit(fxgraph.AtenPermute, y, []any{int64(0), int64(2), int64(1), int64(3)})
 	}
 	if rotary && (in[7] == nil || in[8] == nil) {
 		return fmt.Errorf("GroupQueryAttention with do_rotary needs cos_cache and sin_cache")
@@ -901,10 +901,10 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 		return err
 	}
 	if pk != nil && pv != nil {
-		if k, err = c.Emit("aten.cat.default", []any{pk, k}, int64(2)); err != nil {
+		if k, err = c.Emit(fxgraph.AtenCat, []any{pk, k}, int64(2)); err != nil {
 			return err
 		}
-		if v, err = c.Emit("aten.cat.default", []any{pv, v}, int64(2)); err != nil {
+		if v, err = c.Emit(fxgraph.AtenCat, []any{pv, v}, int64(2)); err != nil {
 			return err
 		}
 	}
@@ -927,19 +927,19 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	last, err := c.Emit("aten.unsqueeze.default", pos, int64(1))
+	last, err := c.Emit(fxgraph.AtenUnsqueeze, pos, int64(1))
 	if err == nil {
-		last, err = c.Emit("aten.unsqueeze.default", last, int64(3)) // [B, 1, S, 1]
+		last, err = c.Emit(fxgraph.AtenUnsqueeze, last, int64(3)) // [B, 1, S, 1]
 	}
 	if err != nil {
 		return err
 	}
-	keep, err := c.Emit("aten.le.Tensor", j, last)
+	keep, err := c.Emit(fxgraph.AtenLeTensor, j, last)
 	if err != nil {
 		return err
 	}
 	dt := Meta(q).DType
-	bias, err := c.Emit("aten.where.self", keep, c.ScalarConst(dt, 0), c.ScalarConst(dt, math.Inf(-1)))
+	bias, err := c.Emit(fxgraph.AtenWhereSelf, keep, c.ScalarConst(dt, 0), c.ScalarConst(dt, math.Inf(-1)))
 	if err != nil {
 		return err
 	}
@@ -962,31 +962,31 @@ func msAttendCapped(c *Ctx, q, k, v, bias *fxgraph.Node, scale, softcap float64)
 		return msAttend(c, q, k, v, bias, scale)
 	}
 	dt := Meta(q).DType
-	kt, err := c.Emit("aten.transpose.int", k, int64(2), int64(3))
+	kt, err := c.Emit(fxgraph.AtenTransposeInt, k, int64(2), int64(3))
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.Emit("aten.matmul.default", q, kt)
+	s, err := c.Emit(fxgraph.AtenMatmul, q, kt)
 	if err != nil {
 		return nil, err
 	}
-	if s, err = c.Emit("aten.mul.Tensor", s, c.ScalarConst(dt, scale/softcap)); err != nil {
+	if s, err = c.Emit(fxgraph.AtenMulTensor, s, c.ScalarConst(dt, scale/softcap)); err != nil {
 		return nil, err
 	}
-	if s, err = c.Emit("aten.tanh.default", s); err != nil {
+	if s, err = c.Emit(fxgraph.AtenTanh, s); err != nil {
 		return nil, err
 	}
-	if s, err = c.Emit("aten.mul.Tensor", s, c.ScalarConst(dt, softcap)); err != nil {
+	if s, err = c.Emit(fxgraph.AtenMulTensor, s, c.ScalarConst(dt, softcap)); err != nil {
 		return nil, err
 	}
-	if s, err = c.Emit("aten.add.Tensor", s, bias); err != nil {
+	if s, err = c.Emit(fxgraph.AtenAddTensor, s, bias); err != nil {
 		return nil, err
 	}
-	p, err := c.Emit("aten._softmax.default", s, int64(-1), false)
+	p, err := c.Emit(fxgraph.Aten_Softmax, s, int64(-1), false)
 	if err != nil {
 		return nil, err
 	}
-	o, err := c.Emit("aten.matmul.default", p, v)
+	o, err := c.Emit(fxgraph.AtenMatmul, p, v)
 	if err != nil {
 		return nil, err
 	}

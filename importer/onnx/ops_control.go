@@ -262,7 +262,7 @@ func convertWhileLoopScan(c *Ctx, body *Graph, nState, nScan int, bound int64) e
 		if m := Meta(v); m.DType != dt || m.Shape.IsStatic() && tensorElems(m) != 1 {
 			return nil, fmt.Errorf("Loop: input %d is %s, want %s with one element", i, m, dt)
 		}
-		return c.Emit("aten.view.default", v, ints(nil))
+		return c.Emit(fxgraph.AtenView, v, ints(nil))
 	}
 	trip, err := scalar(0, tensor.Int64, tensor.FromInt64s([]int64{math.MaxInt64}, []int64{}...))
 	if err != nil {
@@ -274,7 +274,7 @@ func convertWhileLoopScan(c *Ctx, body *Graph, nState, nScan int, bound int64) e
 	}
 	if nScan > 0 {
 		// Also stop at the bound (the buffers' size).
-		if trip, err = c.Emit("aten.minimum.default", trip, c.ScalarConst(tensor.Int64, float64(bound))); err != nil {
+		if trip, err = c.Emit(fxgraph.AtenMinimum, trip, c.ScalarConst(tensor.Int64, float64(bound))); err != nil {
 			return err
 		}
 	}
@@ -293,7 +293,7 @@ func convertWhileLoopScan(c *Ctx, body *Graph, nState, nScan int, bound int64) e
 		}
 		for _, m := range scanMetas {
 			dims, _ := m.Shape.Static()
-			buf, err := c.EmitKw("aten.full.default", []any{ints(append([]int64{bound}, dims...)), 0.0}, map[string]any{"dtype": m.DType})
+			buf, err := c.EmitKw(fxgraph.AtenFull, []any{ints(append([]int64{bound}, dims...)), 0.0}, map[string]any{"dtype": m.DType})
 			if err != nil {
 				return err
 			}
@@ -319,11 +319,11 @@ func convertWhileLoopScan(c *Ctx, body *Graph, nState, nScan int, bound int64) e
 		condG.AddPlaceholder(sanitize(name), Meta(c.s.env[name]))
 	}
 	e := fxgraph.Emitter{Graph: condG, IR: c.s.im.ir}
-	lt, err := e.Emit("", "aten.lt.Tensor", []any{ph[0], ph[2]}, nil)
+	lt, err := e.Emit("", fxgraph.AtenLtTensor, []any{ph[0], ph[2]}, nil)
 	if err != nil {
 		return err
 	}
-	and, err := e.Emit("", "aten.logical_and.default", []any{ph[1], lt}, nil)
+	and, err := e.Emit("", fxgraph.AtenLogicalAnd, []any{ph[1], lt}, nil)
 	if err != nil {
 		return err
 	}
@@ -346,11 +346,11 @@ func convertWhileLoopScan(c *Ctx, body *Graph, nState, nScan int, bound int64) e
 		return Unsupported("Loop with a run-time trip count or condition whose body gives a sequence or optional")
 	}
 	e = fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
-	next, err := e.Emit("", "aten.add.Tensor", []any{ph[0], bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
+	next, err := e.Emit("", fxgraph.AtenAddTensor, []any{ph[0], bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
 	if err != nil {
 		return err
 	}
-	keep, err := e.Emit("", "aten.view.default", []any{outs[0], ints(nil)}, nil)
+	keep, err := e.Emit("", fxgraph.AtenView, []any{outs[0], ints(nil)}, nil)
 	if err != nil {
 		return err
 	}
@@ -416,15 +416,15 @@ func writeSlice(e fxgraph.Emitter, buf, v, i *fxgraph.Node, bound int64) (*fxgra
 	for k := range bound {
 		pos.SetInt64(k, k)
 	}
-	at, err := e.Emit("", "aten.eq.Tensor", []any{e.Graph.AddConstant("scan_positions", pos), i}, nil)
+	at, err := e.Emit("", fxgraph.AtenEqTensor, []any{e.Graph.AddConstant("scan_positions", pos), i}, nil)
 	if err != nil {
 		return nil, err
 	}
-	row, err := e.Emit("", "aten.unsqueeze.default", []any{v, int64(0)}, nil)
+	row, err := e.Emit("", fxgraph.AtenUnsqueeze, []any{v, int64(0)}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return e.Emit("", "aten.where.self", []any{at, row, buf}, nil)
+	return e.Emit("", fxgraph.AtenWhereSelf, []any{at, row, buf}, nil)
 }
 
 // scanOutputMetas returns the types of the scan outputs of a Loop body
@@ -685,13 +685,13 @@ func stackParts(c *Ctx, parts []*fxgraph.Node, axis int64, reverse bool) (*fxgra
 	}
 	stacked := make([]*fxgraph.Node, len(parts))
 	for i, p := range parts {
-		u, err := c.Emit("aten.unsqueeze.default", p, axis)
+		u, err := c.Emit(fxgraph.AtenUnsqueeze, p, axis)
 		if err != nil {
 			return nil, err
 		}
 		stacked[i] = u
 	}
-	return c.Emit("aten.cat.default", nodes(stacked), axis)
+	return c.Emit(fxgraph.AtenCat, nodes(stacked), axis)
 }
 
 // convertScan unrolls Scan (opset 9+): the scan length is the size of the
@@ -808,7 +808,7 @@ func convertScan8(c *Ctx, _ *Node) error {
 	for b := range batch.Size {
 		per := make([]*fxgraph.Node, len(ins))
 		for j, v := range ins {
-			el, err := c.Emit("aten.select.int", v, int64(0), b)
+			el, err := c.Emit(fxgraph.AtenSelectInt, v, int64(0), b)
 			if err != nil {
 				return err
 			}
@@ -863,7 +863,7 @@ func unrollScan(c *Ctx, body *Graph, state, xs []*fxgraph.Node, length int64, in
 			if inDirs[j] != 0 {
 				pos = length - 1 - t
 			}
-			el, err := c.Emit("aten.select.int", x, inAxes[j], pos)
+			el, err := c.Emit(fxgraph.AtenSelectInt, x, inAxes[j], pos)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -32,13 +32,13 @@ func shNonZero(c *Ctx, n *Node) error {
 		}
 	}
 	total := tensor.NumElements(dims)
-	flat, err := c.Emit("aten.view.default", x, ints([]int64{total}))
+	flat, err := c.Emit(fxgraph.AtenView, x, ints([]int64{total}))
 	if err != nil {
 		return err
 	}
 	mask := flat
 	if m.DType != tensor.Bool {
-		if mask, err = c.Emit("aten.ne.Scalar", flat, 0.0); err != nil {
+		if mask, err = c.Emit(fxgraph.AtenNeScalar, flat, 0.0); err != nil {
 			return err
 		}
 	}
@@ -50,19 +50,19 @@ func shNonZero(c *Ctx, n *Node) error {
 	stride := total
 	for d, size := range dims {
 		stride /= max(size, 1)
-		q, err := c.EmitKw("aten.div.Tensor_mode", []any{idx, c.ScalarConst(tensor.Int64, float64(max(stride, 1)))}, map[string]any{"rounding_mode": "floor"})
+		q, err := c.EmitKw(fxgraph.AtenDivTensorMode, []any{idx, c.ScalarConst(tensor.Int64, float64(max(stride, 1)))}, map[string]any{"rounding_mode": "floor"})
 		if err != nil {
 			return err
 		}
-		r, err := c.Emit("aten.remainder.Tensor", q, c.ScalarConst(tensor.Int64, float64(max(size, 1))))
+		r, err := c.Emit(fxgraph.AtenRemainderTensor, q, c.ScalarConst(tensor.Int64, float64(max(size, 1))))
 		if err != nil {
 			return err
 		}
-		if rows[d], err = c.Emit("aten.unsqueeze.default", r, int64(0)); err != nil {
+		if rows[d], err = c.Emit(fxgraph.AtenUnsqueeze, r, int64(0)); err != nil {
 			return err
 		}
 	}
-	out, err := c.Emit("aten.cat.default", nodes(rows), int64(0))
+	out, err := c.Emit(fxgraph.AtenCat, nodes(rows), int64(0))
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func shNonZero(c *Ctx, n *Node) error {
 // selected ones first, in order (a stable sort of "not selected"), and the
 // number selected, an int64 scalar.
 func selectedFirst(c *Ctx, mask *fxgraph.Node) (idx, count *fxgraph.Node, err error) {
-	zero, err := c.Emit("aten.logical_not.default", mask)
+	zero, err := c.Emit(fxgraph.AtenLogicalNot, mask)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,7 +83,7 @@ func selectedFirst(c *Ctx, mask *fxgraph.Node) (idx, count *fxgraph.Node, err er
 	if err != nil {
 		return nil, nil, err
 	}
-	sorted, err := c.EmitKw("aten.sort.stable", []any{key}, map[string]any{"dim": int64(0), "stable": true})
+	sorted, err := c.EmitKw(fxgraph.AtenSortStable, []any{key}, map[string]any{"dim": int64(0), "stable": true})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -94,7 +94,7 @@ func selectedFirst(c *Ctx, mask *fxgraph.Node) (idx, count *fxgraph.Node, err er
 	if err != nil {
 		return nil, nil, err
 	}
-	count, err = c.Emit("aten.sum.default", ones)
+	count, err = c.Emit(fxgraph.AtenSum, ones)
 	return idx, count, err
 }
 
@@ -129,7 +129,7 @@ func shCompress(c *Ctx, n *Node) error {
 		}
 	} else {
 		total := tensor.NumElements(dims)
-		if x, err = c.Emit("aten.view.default", x, ints([]int64{total})); err != nil {
+		if x, err = c.Emit(fxgraph.AtenView, x, ints([]int64{total})); err != nil {
 			return err
 		}
 		dims = []int64{total}
@@ -145,7 +145,7 @@ func shCompress(c *Ctx, n *Node) error {
 	}
 	if cdims[0] < size {
 		pad := c.Constant("compress_pad", tensor.New(tensor.Bool, size-cdims[0]))
-		if cond, err = c.Emit("aten.cat.default", nodes([]*fxgraph.Node{cond, pad}), int64(0)); err != nil {
+		if cond, err = c.Emit(fxgraph.AtenCat, nodes([]*fxgraph.Node{cond, pad}), int64(0)); err != nil {
 			return err
 		}
 	}
@@ -153,7 +153,7 @@ func shCompress(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.index_select.default", x, axis, idx)
+	out, err := c.Emit(fxgraph.AtenIndexSelect, x, axis, idx)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ type emitChain struct {
 	err error
 }
 
-func (e *emitChain) kw(target string, kwargs map[string]any, args ...any) *fxgraph.Node {
+func (e *emitChain) kw(target *fxgraph.Op, kwargs map[string]any, args ...any) *fxgraph.Node {
 	if e.err != nil {
 		return nil
 	}
@@ -178,12 +178,14 @@ func (e *emitChain) kw(target string, kwargs map[string]any, args ...any) *fxgra
 	return n
 }
 
-func (e *emitChain) op(target string, args ...any) *fxgraph.Node { return e.kw(target, nil, args...) }
+func (e *emitChain) op(target *fxgraph.Op, args ...any) *fxgraph.Node {
+	return e.kw(target, nil, args...)
+}
 
 // sort returns the values and indices of a stable ascending sort of the
 // 1-D v.
 func (e *emitChain) sort(v *fxgraph.Node) (vals, idx *fxgraph.Node) {
-	s := e.kw("aten.sort.stable", map[string]any{"dim": int64(0), "stable": true}, v)
+	s := e.kw(fxgraph.AtenSortStable, map[string]any{"dim": int64(0), "stable": true}, v)
 	return e.op(fxgraph.GetItem, s, int64(0)), e.op(fxgraph.GetItem, s, int64(1))
 }
 
@@ -225,10 +227,10 @@ func shUnique(c *Ctx, n *Node) error {
 				perm = append(perm, d)
 			}
 		}
-		rows = e.op("aten.permute.default", x, ints(perm))
+		rows = e.op(fxgraph.AtenPermute, x, ints(perm))
 		total, width = dims[axis], total/dims[axis]
 	}
-	rows = e.op("aten.view.default", rows, ints([]int64{total, width}))
+	rows = e.op(fxgraph.AtenView, rows, ints([]int64{total, width}))
 	seq := make([]int64, total)
 	for i := range seq {
 		seq[i] = int64(i)
@@ -239,20 +241,20 @@ func shUnique(c *Ctx, n *Node) error {
 	// last column first.
 	order := iota
 	for col := width - 1; col >= 0; col-- {
-		key := e.op("aten.index_select.default", e.op("aten.select.int", rows, int64(1), col), int64(0), order)
+		key := e.op(fxgraph.AtenIndexSelect, e.op(fxgraph.AtenSelectInt, rows, int64(1), col), int64(0), order)
 		_, p := e.sort(key)
-		order = e.op("aten.index_select.default", order, int64(0), p)
+		order = e.op(fxgraph.AtenIndexSelect, order, int64(0), p)
 	}
-	sv := e.op("aten.index_select.default", rows, int64(0), order)
-	prev := e.op("aten.cat.default", nodes([]*fxgraph.Node{e.op("aten.slice.Tensor", sv, int64(0), int64(0), int64(1)), e.op("aten.slice.Tensor", sv, int64(0), int64(0), total-1)}), int64(0))
-	differs := e.op("aten.any.dim", e.op("aten.ne.Tensor", sv, prev), int64(1))
-	starts := e.op("aten.logical_or.default", differs, e.op("aten.eq.Scalar", iota, int64(0)))
-	pos, _ := e.sort(e.op("aten.where.self", starts, iota, last)) // group starts first, then N
-	at := e.op("aten.remainder.Scalar", pos, total)               // padding reads row 0
-	y := e.op("aten.index_select.default", sv, int64(0), at)
-	first := e.op("aten.index_select.default", order, int64(0), at)
-	next := e.op("aten.cat.default", nodes([]*fxgraph.Node{e.op("aten.slice.Tensor", pos, int64(0), int64(1), total), e.op("aten.view.default", last, ints([]int64{1}))}), int64(0))
-	counts := e.op("aten.sub.Tensor", next, pos)
+	sv := e.op(fxgraph.AtenIndexSelect, rows, int64(0), order)
+	prev := e.op(fxgraph.AtenCat, nodes([]*fxgraph.Node{e.op(fxgraph.AtenSliceTensor, sv, int64(0), int64(0), int64(1)), e.op(fxgraph.AtenSliceTensor, sv, int64(0), int64(0), total-1)}), int64(0))
+	differs := e.op(fxgraph.AtenAnyDim, e.op(fxgraph.AtenNeTensor, sv, prev), int64(1))
+	starts := e.op(fxgraph.AtenLogicalOr, differs, e.op(fxgraph.AtenEqScalar, iota, int64(0)))
+	pos, _ := e.sort(e.op(fxgraph.AtenWhereSelf, starts, iota, last)) // group starts first, then N
+	at := e.op(fxgraph.AtenRemainderScalar, pos, total)               // padding reads row 0
+	y := e.op(fxgraph.AtenIndexSelect, sv, int64(0), at)
+	first := e.op(fxgraph.AtenIndexSelect, order, int64(0), at)
+	next := e.op(fxgraph.AtenCat, nodes([]*fxgraph.Node{e.op(fxgraph.AtenSliceTensor, pos, int64(0), int64(1), total), e.op(fxgraph.AtenView, last, ints([]int64{1}))}), int64(0))
+	counts := e.op(fxgraph.AtenSubTensor, next, pos)
 	if e.err != nil {
 		return e.err
 	}
@@ -260,23 +262,23 @@ func shUnique(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	count := e.op("aten.sum.default", ones)
-	group := e.op("aten.sub.Scalar", e.kw("aten.cumsum.default", map[string]any{"dtype": tensor.Int64}, ones, int64(0)), int64(1))
+	count := e.op(fxgraph.AtenSum, ones)
+	group := e.op(fxgraph.AtenSubScalar, e.kw(fxgraph.AtenCumsum, map[string]any{"dtype": tensor.Int64}, ones, int64(0)), int64(1))
 	_, back := e.sort(order) // back[j]: where row j went in the sort
-	inverse := e.op("aten.index_select.default", group, int64(0), back)
+	inverse := e.op(fxgraph.AtenIndexSelect, group, int64(0), back)
 	if c.AttrInt("sorted", 1) == 0 {
 		// Order the groups by first index; padding (k >= count) goes last.
-		key := e.op("aten.where.self", e.op("aten.lt.Tensor", iota, count), first, last)
+		key := e.op(fxgraph.AtenWhereSelf, e.op(fxgraph.AtenLtTensor, iota, count), first, last)
 		_, order := e.sort(key)
-		y = e.op("aten.index_select.default", y, int64(0), order)
-		first = e.op("aten.index_select.default", first, int64(0), order)
-		counts = e.op("aten.index_select.default", counts, int64(0), order)
+		y = e.op(fxgraph.AtenIndexSelect, y, int64(0), order)
+		first = e.op(fxgraph.AtenIndexSelect, first, int64(0), order)
+		counts = e.op(fxgraph.AtenIndexSelect, counts, int64(0), order)
 		_, rank := e.sort(order) // rank[k]: the new position of sorted group k
-		inverse = e.op("aten.index_select.default", rank, int64(0), inverse)
+		inverse = e.op(fxgraph.AtenIndexSelect, rank, int64(0), inverse)
 	}
 	yAxis := 0
 	if axis < 0 {
-		y = e.op("aten.view.default", y, ints([]int64{total}))
+		y = e.op(fxgraph.AtenView, y, ints([]int64{total}))
 	} else {
 		moved := []int64{total}
 		for _, d := range perm[1:] {
@@ -286,7 +288,7 @@ func shUnique(c *Ctx, n *Node) error {
 		for i, p := range perm {
 			inv[p] = int64(i)
 		}
-		y = e.op("aten.permute.default", e.op("aten.view.default", y, ints(moved)), ints(inv))
+		y = e.op(fxgraph.AtenPermute, e.op(fxgraph.AtenView, y, ints(moved)), ints(inv))
 		yAxis = int(axis)
 	}
 	if e.err != nil {
@@ -321,7 +323,7 @@ func scalarInput(c *Ctx, e *emitChain, i int, dt tensor.DType, def float64) (*fx
 	if m := Meta(v); m.DType != dt || !m.Shape.IsStatic() || tensorElems(m) != 1 {
 		return nil, fmt.Errorf("input %d is %s, want %s with one element", i, m, dt)
 	}
-	return e.op("aten.view.default", v, ints(nil)), nil
+	return e.op(fxgraph.AtenView, v, ints(nil)), nil
 }
 
 // nmsMaxBoxes bounds the boxes per batch entry NonMaxSuppression takes: its
@@ -367,29 +369,29 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 	if scores, err = ewCastTo(c, scores, dt); err != nil {
 		return err
 	}
-	s := e.kw("aten.sort.stable", map[string]any{"dim": int64(2), "descending": true, "stable": true}, scores)
+	s := e.kw(fxgraph.AtenSortStable, map[string]any{"dim": int64(2), "descending": true, "stable": true}, scores)
 	sscore, order := e.op(fxgraph.GetItem, s, int64(0)), e.op(fxgraph.GetItem, s, int64(1))
 	bcn4 := ints([]int64{nb, nc, nn, 4})
-	sb := e.op("aten.gather.default", e.op("aten.expand.default", e.op("aten.unsqueeze.default", boxes, int64(1)), bcn4), int64(2),
-		e.op("aten.expand.default", e.op("aten.unsqueeze.default", order, int64(3)), bcn4))
-	coord := func(k int64) *fxgraph.Node { return e.op("aten.select.int", sb, int64(3), k) }
+	sb := e.op(fxgraph.AtenGather, e.op(fxgraph.AtenExpand, e.op(fxgraph.AtenUnsqueeze, boxes, int64(1)), bcn4), int64(2),
+		e.op(fxgraph.AtenExpand, e.op(fxgraph.AtenUnsqueeze, order, int64(3)), bcn4))
+	coord := func(k int64) *fxgraph.Node { return e.op(fxgraph.AtenSelectInt, sb, int64(3), k) }
 	var lo, hi [2]*fxgraph.Node
 	for a := range int64(2) {
 		if c.AttrInt("center_point_box", 0) != 0 { // [x_center, y_center, width, height]
-			half := e.op("aten.mul.Scalar", coord(2+a), 0.5)
-			lo[a], hi[a] = e.op("aten.sub.Tensor", coord(a), half), e.op("aten.add.Tensor", coord(a), half)
+			half := e.op(fxgraph.AtenMulScalar, coord(2+a), 0.5)
+			lo[a], hi[a] = e.op(fxgraph.AtenSubTensor, coord(a), half), e.op(fxgraph.AtenAddTensor, coord(a), half)
 		} else { // [y1, x1, y2, x2], any diagonal
-			lo[a], hi[a] = e.op("aten.minimum.default", coord(a), coord(2+a)), e.op("aten.maximum.default", coord(a), coord(2+a))
+			lo[a], hi[a] = e.op(fxgraph.AtenMinimum, coord(a), coord(2+a)), e.op(fxgraph.AtenMaximum, coord(a), coord(2+a))
 		}
 	}
-	row := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(3)) }
-	valid := e.op("aten.gt.Scalar", sscore, math.Inf(-1))
+	row := func(t *fxgraph.Node) *fxgraph.Node { return e.op(fxgraph.AtenUnsqueeze, t, int64(3)) }
+	valid := e.op(fxgraph.AtenGtScalar, sscore, math.Inf(-1))
 	if c.HasInput(4) {
 		scoreThr, err := scalarInput(c, e, 4, dt, 0)
 		if err != nil {
 			return err
 		}
-		valid = e.op("aten.gt.Tensor", sscore, scoreThr)
+		valid = e.op(fxgraph.AtenGtTensor, sscore, scoreThr)
 	}
 	var keep *fxgraph.Node
 	if nn > nmsMaxBoxes {
@@ -406,8 +408,8 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	rank := e.kw("aten.cumsum.default", map[string]any{"dtype": tensor.Int64}, kept, int64(2))
-	keep = e.op("aten.logical_and.default", keep, e.op("aten.le.Tensor", rank, maxOut))
+	rank := e.kw(fxgraph.AtenCumsum, map[string]any{"dtype": tensor.Int64}, kept, int64(2))
+	keep = e.op(fxgraph.AtenLogicalAnd, keep, e.op(fxgraph.AtenLeTensor, rank, maxOut))
 	bIdx, cIdx := tensor.New(tensor.Int64, nb, nc, nn, 1), tensor.New(tensor.Int64, nb, nc, nn, 1)
 	for b := range nb {
 		for k := range nc {
@@ -419,9 +421,9 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 		}
 	}
 	total := nb * nc * nn
-	rows := e.op("aten.cat.default", nodes([]*fxgraph.Node{c.Constant("nms_batch", bIdx), c.Constant("nms_class", cIdx), row(order)}), int64(3))
-	rows = e.op("aten.view.default", rows, ints([]int64{total, 3}))
-	flat := e.op("aten.view.default", keep, ints([]int64{total}))
+	rows := e.op(fxgraph.AtenCat, nodes([]*fxgraph.Node{c.Constant("nms_batch", bIdx), c.Constant("nms_class", cIdx), row(order)}), int64(3))
+	rows = e.op(fxgraph.AtenView, rows, ints([]int64{total, 3}))
+	flat := e.op(fxgraph.AtenView, keep, ints([]int64{total}))
 	if e.err != nil {
 		return e.err
 	}
@@ -429,7 +431,7 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	out := e.op("aten.index_select.default", rows, int64(0), idx)
+	out := e.op(fxgraph.AtenIndexSelect, rows, int64(0), idx)
 	if e.err != nil {
 		return e.err
 	}
@@ -443,31 +445,31 @@ func shNonMaxSuppression(c *Ctx, n *Node) error {
 // [N,N] steps, unrolled N times.
 func nmsKeepUnrolled(c *Ctx, e *emitChain, lo, hi [2]*fxgraph.Node, valid, iouThr *fxgraph.Node, nn int64) *fxgraph.Node {
 	// Pairwise over [B,C,N(j),N(i)]: row j a higher-or-equal-scored box.
-	row := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(3)) }
-	col := func(t *fxgraph.Node) *fxgraph.Node { return e.op("aten.unsqueeze.default", t, int64(2)) }
+	row := func(t *fxgraph.Node) *fxgraph.Node { return e.op(fxgraph.AtenUnsqueeze, t, int64(3)) }
+	col := func(t *fxgraph.Node) *fxgraph.Node { return e.op(fxgraph.AtenUnsqueeze, t, int64(2)) }
 	inter, area := (*fxgraph.Node)(nil), (*fxgraph.Node)(nil)
 	for a := range 2 {
-		side := e.op("aten.relu.default", e.op("aten.sub.Tensor", e.op("aten.minimum.default", row(hi[a]), col(hi[a])), e.op("aten.maximum.default", row(lo[a]), col(lo[a]))))
-		ext := e.op("aten.sub.Tensor", hi[a], lo[a])
+		side := e.op(fxgraph.AtenRelu, e.op(fxgraph.AtenSubTensor, e.op(fxgraph.AtenMinimum, row(hi[a]), col(hi[a])), e.op(fxgraph.AtenMaximum, row(lo[a]), col(lo[a]))))
+		ext := e.op(fxgraph.AtenSubTensor, hi[a], lo[a])
 		if a == 0 {
 			inter, area = side, ext
 		} else {
-			inter, area = e.op("aten.mul.Tensor", inter, side), e.op("aten.mul.Tensor", area, ext)
+			inter, area = e.op(fxgraph.AtenMulTensor, inter, side), e.op(fxgraph.AtenMulTensor, area, ext)
 		}
 	}
-	union := e.op("aten.sub.Tensor", e.op("aten.add.Tensor", row(area), col(area)), inter)
-	iou := e.op("aten.div.Tensor", inter, union)
+	union := e.op(fxgraph.AtenSubTensor, e.op(fxgraph.AtenAddTensor, row(area), col(area)), inter)
+	iou := e.op(fxgraph.AtenDivTensor, inter, union)
 	upper := tensor.New(tensor.Bool, nn, nn) // [j, i]: j < i
 	for j := range nn {
 		for i := j + 1; i < nn; i++ {
 			upper.Data[j*nn+i] = 1
 		}
 	}
-	overlaps := e.op("aten.logical_and.default", e.op("aten.gt.Tensor", iou, iouThr), c.Constant("nms_upper", upper))
+	overlaps := e.op(fxgraph.AtenLogicalAnd, e.op(fxgraph.AtenGtTensor, iou, iouThr), c.Constant("nms_upper", upper))
 	keep := valid
 	for range nn {
-		sup := e.op("aten.any.dim", e.op("aten.logical_and.default", row(keep), overlaps), int64(2))
-		keep = e.op("aten.logical_and.default", valid, e.op("aten.logical_not.default", sup))
+		sup := e.op(fxgraph.AtenAnyDim, e.op(fxgraph.AtenLogicalAnd, row(keep), overlaps), int64(2))
+		keep = e.op(fxgraph.AtenLogicalAnd, valid, e.op(fxgraph.AtenLogicalNot, sup))
 	}
 	return keep
 }
@@ -486,7 +488,7 @@ func nmsKeepLoop(c *Ctx, e *emitChain, lo, hi [2]*fxgraph.Node, valid, iouThr *f
 	dims, _ := m.Shape.Static()
 	nn := dims[2]
 	pos := positions(c, nn, 2, 3)
-	falses := e.kw("aten.full.default", map[string]any{"dtype": tensor.Bool}, ints(dims), false)
+	falses := e.kw(fxgraph.AtenFull, map[string]any{"dtype": tensor.Bool}, ints(dims), false)
 	captured := []*fxgraph.Node{lo[0], lo[1], hi[0], hi[1], iouThr, pos}
 	if e.err != nil {
 		return nil, e.err
@@ -499,7 +501,7 @@ func nmsKeepLoop(c *Ctx, e *emitChain, lo, hi [2]*fxgraph.Node, valid, iouThr *f
 		return carried, capt
 	}
 	var err error
-	emit := func(em fxgraph.Emitter, target string, args ...any) *fxgraph.Node {
+	emit := func(em fxgraph.Emitter, target *fxgraph.Op, args ...any) *fxgraph.Node {
 		if err != nil {
 			return nil
 		}
@@ -510,36 +512,36 @@ func nmsKeepLoop(c *Ctx, e *emitChain, lo, hi [2]*fxgraph.Node, valid, iouThr *f
 	condG := fxgraph.New()
 	cc, _ := places(condG)
 	ce := fxgraph.Emitter{Graph: condG, IR: c.s.im.ir}
-	condG.SetOutput(emit(ce, "aten.any.default", cc[0]))
+	condG.SetOutput(emit(ce, fxgraph.AtenAny, cc[0]))
 
 	bodyG := fxgraph.New()
 	bc, in := places(bodyG)
 	be := fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
 	cand, kept := bc[0], bc[1]
 	big := bodyG.AddConstant("nms_n", tensor.Scalar(tensor.Int64, float64(nn)))
-	first := emit(be, "aten.amin.default", emit(be, "aten.where.self", cand, in[5], big), ints([]int64{2}), true) // [B,C,1]
-	chosen := emit(be, "aten.logical_and.default", emit(be, "aten.eq.Tensor", in[5], first), cand)                // one-hot, none when no candidate
+	first := emit(be, fxgraph.AtenAmin, emit(be, fxgraph.AtenWhereSelf, cand, in[5], big), ints([]int64{2}), true) // [B,C,1]
+	chosen := emit(be, fxgraph.AtenLogicalAnd, emit(be, fxgraph.AtenEqTensor, in[5], first), cand)                 // one-hot, none when no candidate
 	zero := bodyG.AddConstant("nms_zero", tensor.Scalar(Meta(lo[0]).DType, 0))
 	pick := func(v *fxgraph.Node) *fxgraph.Node { // the chosen box's value, [B,C,1]
-		return emit(be, "aten.sum.dim_IntList", emit(be, "aten.where.self", chosen, v, zero), ints([]int64{2}), true)
+		return emit(be, fxgraph.AtenSumDimIntList, emit(be, fxgraph.AtenWhereSelf, chosen, v, zero), ints([]int64{2}), true)
 	}
 	var inter, area, areaC *fxgraph.Node
 	for a := range 2 {
 		l, h := in[a], in[2+a]
 		lc, hc := pick(l), pick(h)
-		side := emit(be, "aten.relu.default", emit(be, "aten.sub.Tensor", emit(be, "aten.minimum.default", h, hc), emit(be, "aten.maximum.default", l, lc)))
-		ext, extC := emit(be, "aten.sub.Tensor", h, l), emit(be, "aten.sub.Tensor", hc, lc)
+		side := emit(be, fxgraph.AtenRelu, emit(be, fxgraph.AtenSubTensor, emit(be, fxgraph.AtenMinimum, h, hc), emit(be, fxgraph.AtenMaximum, l, lc)))
+		ext, extC := emit(be, fxgraph.AtenSubTensor, h, l), emit(be, fxgraph.AtenSubTensor, hc, lc)
 		if a == 0 {
 			inter, area, areaC = side, ext, extC
 		} else {
-			inter, area, areaC = emit(be, "aten.mul.Tensor", inter, side), emit(be, "aten.mul.Tensor", area, ext), emit(be, "aten.mul.Tensor", areaC, extC)
+			inter, area, areaC = emit(be, fxgraph.AtenMulTensor, inter, side), emit(be, fxgraph.AtenMulTensor, area, ext), emit(be, fxgraph.AtenMulTensor, areaC, extC)
 		}
 	}
-	union := emit(be, "aten.sub.Tensor", emit(be, "aten.add.Tensor", area, areaC), inter)
-	sup := emit(be, "aten.gt.Tensor", emit(be, "aten.div.Tensor", inter, union), in[4])
-	drop := emit(be, "aten.logical_or.default", chosen, sup)
-	nextCand := emit(be, "aten.logical_and.default", cand, emit(be, "aten.logical_not.default", drop))
-	nextKept := emit(be, "aten.logical_or.default", kept, chosen)
+	union := emit(be, fxgraph.AtenSubTensor, emit(be, fxgraph.AtenAddTensor, area, areaC), inter)
+	sup := emit(be, fxgraph.AtenGtTensor, emit(be, fxgraph.AtenDivTensor, inter, union), in[4])
+	drop := emit(be, fxgraph.AtenLogicalOr, chosen, sup)
+	nextCand := emit(be, fxgraph.AtenLogicalAnd, cand, emit(be, fxgraph.AtenLogicalNot, drop))
+	nextKept := emit(be, fxgraph.AtenLogicalOr, kept, chosen)
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer/onnx"
-	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"

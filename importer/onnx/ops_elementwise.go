@@ -19,7 +19,7 @@ func ewCastTo(c *Ctx, n *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	if Meta(n).DType == dt {
 		return n, nil
 	}
-	return c.EmitKw("aten._to_copy.default", []any{n}, map[string]any{"dtype": dt})
+	return c.EmitKw(fxgraph.Aten_ToCopy, []any{n}, map[string]any{"dtype": dt})
 }
 
 // ewNoString rejects string tensors, which no pointwise op computes on.
@@ -32,7 +32,7 @@ func ewNoString(n *fxgraph.Node) error {
 
 // ewUnary converts a one-input op to target, cast back to the input dtype
 // when ATen's result dtype differs (e.g. erf of an integer tensor).
-func ewUnary(target string) Converter {
+func ewUnary(target *fxgraph.Op) Converter {
 	return func(c *Ctx, _ *Node) error {
 		x, err := c.Input(0)
 		if err != nil {
@@ -54,7 +54,7 @@ func ewUnary(target string) Converter {
 }
 
 // ewPredicate converts a one-input op with a bool result.
-func ewPredicate(target string) Converter {
+func ewPredicate(target *fxgraph.Op) Converter {
 	return func(c *Ctx, _ *Node) error {
 		x, err := c.Input(0)
 		if err != nil {
@@ -100,7 +100,7 @@ func ewBinaryInputs(c *Ctx) (a, b *fxgraph.Node, err error) {
 	}
 	// Numpy broadcasting aligns trailing dims: append size-1 dims to B.
 	for i := axis + int64(rb); i < int64(ra); i++ {
-		if b, err = c.Emit("aten.unsqueeze.default", b, int64(-1)); err != nil {
+		if b, err = c.Emit(fxgraph.AtenUnsqueeze, b, int64(-1)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -108,7 +108,7 @@ func ewBinaryInputs(c *Ctx) (a, b *fxgraph.Node, err error) {
 }
 
 // ewBinary converts a two-input op whose ATen result has the ONNX dtype.
-func ewBinary(target string) Converter {
+func ewBinary(target *fxgraph.Op) Converter {
 	return func(c *Ctx, _ *Node) error {
 		a, b, err := ewBinaryInputs(c)
 		if err != nil {
@@ -132,9 +132,9 @@ func ewDiv(c *Ctx, _ *Node) error {
 	}
 	var y *fxgraph.Node
 	if dt := Meta(a).DType; dt.IsInt() || dt == tensor.Bool {
-		y, err = c.EmitKw("aten.div.Tensor_mode", []any{a, b}, map[string]any{"rounding_mode": "trunc"})
+		y, err = c.EmitKw(fxgraph.AtenDivTensorMode, []any{a, b}, map[string]any{"rounding_mode": "trunc"})
 	} else {
-		y, err = c.Emit("aten.div.Tensor", a, b)
+		y, err = c.Emit(fxgraph.AtenDivTensor, a, b)
 	}
 	if err != nil {
 		return err
@@ -158,7 +158,7 @@ func ewPow(c *Ctx, _ *Node) error {
 			return err
 		}
 	}
-	y, err := c.Emit("aten.pow.Tensor_Tensor", base, b)
+	y, err := c.Emit(fxgraph.AtenPowTensorTensor, base, b)
 	if err != nil {
 		return err
 	}
@@ -176,11 +176,11 @@ func ewMod(c *Ctx, _ *Node) error {
 	if err != nil {
 		return err
 	}
-	target := "aten.remainder.Tensor"
+	target := fxgraph.AtenRemainderTensor
 	switch c.AttrInt("fmod", 0) {
 	case 0:
 	case 1:
-		target = "aten.fmod.Tensor"
+		target = fxgraph.AtenFmodTensor
 	default:
 		return fmt.Errorf("fmod must be 0 or 1, got %d", c.AttrInt("fmod", 0))
 	}
@@ -194,12 +194,12 @@ func ewMod(c *Ctx, _ *Node) error {
 
 // ewBitShift converts BitShift (direction LEFT or RIGHT; unsigned inputs).
 func ewBitShift(c *Ctx, _ *Node) error {
-	var target string
+	var target *fxgraph.Op
 	switch d := c.AttrString("direction", ""); d {
 	case "LEFT":
-		target = "aten.bitwise_left_shift.Tensor"
+		target = fxgraph.AtenBitwiseLeftShiftTensor
 	case "RIGHT":
-		target = "aten.bitwise_right_shift.Tensor"
+		target = fxgraph.AtenBitwiseRightShiftTensor
 	default:
 		return fmt.Errorf("direction must be LEFT or RIGHT, got %q", d)
 	}
@@ -208,7 +208,7 @@ func ewBitShift(c *Ctx, _ *Node) error {
 
 // ewVariadic converts Max, Min and Sum: a chain of binary ops over all
 // inputs (with broadcasting); Mean divides the sum by the input count.
-func ewVariadic(target string, mean bool) Converter {
+func ewVariadic(target *fxgraph.Op, mean bool) Converter {
 	return func(c *Ctx, _ *Node) error {
 		ins, err := c.Inputs()
 		if err != nil {
@@ -231,7 +231,7 @@ func ewVariadic(target string, mean bool) Converter {
 			if !dt.IsFloat() {
 				return Unsupported("Mean of %s tensors", dt)
 			}
-			if y, err = c.Emit("aten.div.Scalar", y, float64(len(ins))); err != nil {
+			if y, err = c.Emit(fxgraph.AtenDivScalar, y, float64(len(ins))); err != nil {
 				return err
 			}
 		}
@@ -260,9 +260,9 @@ func ewClip(c *Ctx, _ *Node) error {
 		return err
 	}
 	var lo, hi any
-	target := "aten.clamp.Tensor"
+	target := fxgraph.AtenClampTensor
 	if c.Opset < 11 {
-		target = "aten.clamp.default"
+		target = fxgraph.AtenClamp
 		if v := c.AttrFloat("min", math.Inf(-1)); !math.IsInf(v, -1) {
 			lo = ewScalarLit(x, v)
 		}
@@ -313,7 +313,7 @@ func ewWhere(c *Ctx, _ *Node) error {
 	if err := ewNoString(a); err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.where.self", cond, a, b)
+	y, err := c.Emit(fxgraph.AtenWhereSelf, cond, a, b)
 	if err != nil {
 		return err
 	}
@@ -353,14 +353,14 @@ func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	bits, err := c.Emit("aten.view.dtype", f, tensor.Int32)
+	bits, err := c.Emit(fxgraph.AtenViewDtype, f, tensor.Int32)
 	if err != nil {
 		return nil, err
 	}
-	if bits, err = c.Emit("aten.bitwise_and.Scalar", bits, int64(-65536)); err != nil { // 0xFFFF0000
+	if bits, err = c.Emit(fxgraph.AtenBitwiseAndScalar, bits, int64(-65536)); err != nil { // 0xFFFF0000
 		return nil, err
 	}
-	if f, err = c.Emit("aten.view.dtype", bits, tensor.Float32); err != nil {
+	if f, err = c.Emit(fxgraph.AtenViewDtype, bits, tensor.Float32); err != nil {
 		return nil, err
 	}
 	return ewCastTo(c, f, tensor.BFloat16) // exact: the low mantissa bits are zero
@@ -434,7 +434,7 @@ func ewAllTrue(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.eq.Tensor", b, b)
+	return c.Emit(fxgraph.AtenEqTensor, b, b)
 }
 
 // ewDropout converts Dropout. In inference mode it is the identity, with
@@ -496,7 +496,7 @@ func ewDropout(c *Ctx, _ *Node) error {
 
 // ewActivation emits target(x, args...) for an activation, cast back to the
 // input dtype.
-func ewActivation(c *Ctx, target string, args func(c *Ctx) []any) error {
+func ewActivation(c *Ctx, target *fxgraph.Op, args func(c *Ctx) []any) error {
 	x, err := c.Input(0)
 	if err != nil {
 		return err
@@ -516,20 +516,20 @@ func ewActivation(c *Ctx, target string, args func(c *Ctx) []any) error {
 }
 
 func ewLeakyRelu(c *Ctx, _ *Node) error {
-	return ewActivation(c, "aten.leaky_relu.default", func(c *Ctx) []any {
+	return ewActivation(c, fxgraph.AtenLeakyRelu, func(c *Ctx) []any {
 		return []any{c.AttrFloat("alpha", float64(float32(0.01)))}
 	})
 }
 
 func ewElu(c *Ctx, _ *Node) error {
-	return ewActivation(c, "aten.elu.default", func(c *Ctx) []any {
+	return ewActivation(c, fxgraph.AtenElu, func(c *Ctx) []any {
 		return []any{c.AttrFloat("alpha", 1)}
 	})
 }
 
 // ewSelu is elu with alpha and scale gamma.
 func ewSelu(c *Ctx, _ *Node) error {
-	return ewActivation(c, "aten.elu.default", func(c *Ctx) []any {
+	return ewActivation(c, fxgraph.AtenElu, func(c *Ctx) []any {
 		return []any{
 			c.AttrFloat("alpha", float64(float32(1.67326319217681884765625))),
 			c.AttrFloat("gamma", float64(float32(1.05070102214813232421875))),
@@ -543,13 +543,13 @@ func ewCelu(c *Ctx, _ *Node) error {
 	if alpha == 0 {
 		return fmt.Errorf("alpha must be non-zero")
 	}
-	return ewActivation(c, "aten.elu.default", func(c *Ctx) []any {
+	return ewActivation(c, fxgraph.AtenElu, func(c *Ctx) []any {
 		return []any{alpha, 1.0, 1 / alpha}
 	})
 }
 
 func ewThresholdedRelu(c *Ctx, _ *Node) error {
-	return ewActivation(c, "aten.threshold.default", func(c *Ctx) []any {
+	return ewActivation(c, fxgraph.AtenThreshold, func(c *Ctx) []any {
 		return []any{c.AttrFloat("alpha", 1), 0.0}
 	})
 }
@@ -563,7 +563,7 @@ func ewGelu(c *Ctx, _ *Node) error {
 	if approx != "none" && approx != "tanh" {
 		return Unsupported("Gelu approximate=%q", approx)
 	}
-	y, err := c.EmitKw("aten.gelu.default", []any{x}, map[string]any{"approximate": approx})
+	y, err := c.EmitKw(fxgraph.AtenGelu, []any{x}, map[string]any{"approximate": approx})
 	if err != nil {
 		return err
 	}
@@ -580,14 +580,14 @@ func ewHardSigmoid(c *Ctx, _ *Node) error {
 	}
 	alpha := c.AttrFloat("alpha", float64(float32(0.2)))
 	beta := c.AttrFloat("beta", 0.5)
-	y, err := c.Emit("aten.mul.Scalar", x, alpha)
+	y, err := c.Emit(fxgraph.AtenMulScalar, x, alpha)
 	if err != nil {
 		return err
 	}
-	if y, err = c.Emit("aten.add.Scalar", y, beta); err != nil {
+	if y, err = c.Emit(fxgraph.AtenAddScalar, y, beta); err != nil {
 		return err
 	}
-	if y, err = c.Emit("aten.clamp.default", y, 0.0, 1.0); err != nil {
+	if y, err = c.Emit(fxgraph.AtenClamp, y, 0.0, 1.0); err != nil {
 		return err
 	}
 	c.SetOutput(0, y)
@@ -600,14 +600,14 @@ func ewSoftsign(c *Ctx, _ *Node) error {
 	if err != nil {
 		return err
 	}
-	a, err := c.Emit("aten.abs.default", x)
+	a, err := c.Emit(fxgraph.AtenAbs, x)
 	if err != nil {
 		return err
 	}
-	if a, err = c.Emit("aten.add.Scalar", a, 1.0); err != nil {
+	if a, err = c.Emit(fxgraph.AtenAddScalar, a, 1.0); err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.div.Tensor", x, a)
+	y, err := c.Emit(fxgraph.AtenDivTensor, x, a)
 	if err != nil {
 		return err
 	}
@@ -628,20 +628,20 @@ func ewPRelu(c *Ctx, _ *Node) error {
 	// Opsets before 7 accept a 1-D slope over the channel dim (dim 1).
 	if sm, xm := Meta(slope), Meta(x); c.Opset < 7 && sm.Rank() == 1 && xm.Rank() > 2 && !(sm.Shape[0] == fxgraph.D(1)) {
 		for i := 2; i < xm.Rank(); i++ {
-			if slope, err = c.Emit("aten.unsqueeze.default", slope, int64(-1)); err != nil {
+			if slope, err = c.Emit(fxgraph.AtenUnsqueeze, slope, int64(-1)); err != nil {
 				return err
 			}
 		}
 	}
-	neg, err := c.Emit("aten.lt.Scalar", x, ewScalarLit(x, 0))
+	neg, err := c.Emit(fxgraph.AtenLtScalar, x, ewScalarLit(x, 0))
 	if err != nil {
 		return err
 	}
-	m, err := c.Emit("aten.mul.Tensor", x, slope)
+	m, err := c.Emit(fxgraph.AtenMulTensor, x, slope)
 	if err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.where.self", neg, m, x)
+	y, err := c.Emit(fxgraph.AtenWhereSelf, neg, m, x)
 	if err != nil {
 		return err
 	}
@@ -664,28 +664,28 @@ func ewShrink(c *Ctx, _ *Node) error {
 	lambd := c.AttrFloat("lambd", 0.5)
 	bias := c.AttrFloat("bias", 0)
 	dt := Meta(x).DType
-	lo, err := c.Emit("aten.lt.Scalar", x, -lambd)
+	lo, err := c.Emit(fxgraph.AtenLtScalar, x, -lambd)
 	if err != nil {
 		return err
 	}
-	hi, err := c.Emit("aten.gt.Scalar", x, lambd)
+	hi, err := c.Emit(fxgraph.AtenGtScalar, x, lambd)
 	if err != nil {
 		return err
 	}
-	plus, err := c.Emit("aten.add.Scalar", x, ewScalarLit(x, bias))
+	plus, err := c.Emit(fxgraph.AtenAddScalar, x, ewScalarLit(x, bias))
 	if err != nil {
 		return err
 	}
-	minus, err := c.Emit("aten.sub.Scalar", x, ewScalarLit(x, bias))
+	minus, err := c.Emit(fxgraph.AtenSubScalar, x, ewScalarLit(x, bias))
 	if err != nil {
 		return err
 	}
 	zero := c.ScalarConst(dt, 0)
-	inner, err := c.Emit("aten.where.self", hi, minus, zero)
+	inner, err := c.Emit(fxgraph.AtenWhereSelf, hi, minus, zero)
 	if err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.where.self", lo, plus, inner)
+	y, err := c.Emit(fxgraph.AtenWhereSelf, lo, plus, inner)
 	if err != nil {
 		return err
 	}
@@ -702,16 +702,16 @@ func ewSign(c *Ctx, _ *Node) error {
 	if err := ewNoString(x); err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.sign.default", x)
+	y, err := c.Emit(fxgraph.AtenSign, x)
 	if err != nil {
 		return err
 	}
 	if Meta(x).DType.IsFloat() {
-		nan, err := c.Emit("aten.isnan.default", x)
+		nan, err := c.Emit(fxgraph.AtenIsnan, x)
 		if err != nil {
 			return err
 		}
-		if y, err = c.Emit("aten.where.self", nan, x, y); err != nil {
+		if y, err = c.Emit(fxgraph.AtenWhereSelf, nan, x, y); err != nil {
 			return err
 		}
 	}
@@ -732,15 +732,15 @@ func ewIsInf(c *Ctx, _ *Node) error {
 	var y *fxgraph.Node
 	switch {
 	case pos && neg:
-		y, err = c.Emit("aten.isinf.default", x)
+		y, err = c.Emit(fxgraph.AtenIsinf, x)
 	case pos:
-		y, err = c.Emit("aten.eq.Scalar", x, math.Inf(1))
+		y, err = c.Emit(fxgraph.AtenEqScalar, x, math.Inf(1))
 	case neg:
-		y, err = c.Emit("aten.eq.Scalar", x, math.Inf(-1))
+		y, err = c.Emit(fxgraph.AtenEqScalar, x, math.Inf(-1))
 	default: // detects nothing: b != b of a bool is false everywhere
 		var b *fxgraph.Node
-		if b, err = c.Emit("aten.isinf.default", x); err == nil {
-			y, err = c.Emit("aten.ne.Tensor", b, b)
+		if b, err = c.Emit(fxgraph.AtenIsinf, x); err == nil {
+			y, err = c.Emit(fxgraph.AtenNeTensor, b, b)
 		}
 	}
 	if err != nil {
@@ -752,44 +752,44 @@ func ewIsInf(c *Ctx, _ *Node) error {
 
 // registerElementwise registers converters of pointwise ONNX operators.
 func registerElementwise(cs converters) {
-	for op, target := range map[string]string{
-		"Neg": "aten.neg.default", "Abs": "aten.abs.default", "Exp": "aten.exp.default",
-		"Log": "aten.log.default", "Sqrt": "aten.sqrt.default", "Reciprocal": "aten.reciprocal.default",
-		"Sin": "aten.sin.default", "Cos": "aten.cos.default", "Tan": "aten.tan.default",
-		"Asin": "aten.asin.default", "Acos": "aten.acos.default", "Atan": "aten.atan.default",
-		"Sinh": "aten.sinh.default", "Cosh": "aten.cosh.default", "Asinh": "aten.asinh.default",
-		"Acosh": "aten.acosh.default", "Atanh": "aten.atanh.default", "Tanh": "aten.tanh.default",
-		"Sigmoid": "aten.sigmoid.default", "Relu": "aten.relu.default", "Erf": "aten.erf.default",
-		"Floor": "aten.floor.default", "Ceil": "aten.ceil.default", "Round": "aten.round.default",
-		"HardSwish": "aten.hardswish.default", "Softplus": "aten.softplus.default",
-		"Mish": "aten.mish.default", "BitwiseNot": "aten.bitwise_not.default",
+	for op, target := range map[string]*fxgraph.Op{
+		"Neg": fxgraph.AtenNeg, "Abs": fxgraph.AtenAbs, "Exp": fxgraph.AtenExp,
+		"Log": fxgraph.AtenLog, "Sqrt": fxgraph.AtenSqrt, "Reciprocal": fxgraph.AtenReciprocal,
+		"Sin": fxgraph.AtenSin, "Cos": fxgraph.AtenCos, "Tan": fxgraph.AtenTan,
+		"Asin": fxgraph.AtenAsin, "Acos": fxgraph.AtenAcos, "Atan": fxgraph.AtenAtan,
+		"Sinh": fxgraph.AtenSinh, "Cosh": fxgraph.AtenCosh, "Asinh": fxgraph.AtenAsinh,
+		"Acosh": fxgraph.AtenAcosh, "Atanh": fxgraph.AtenAtanh, "Tanh": fxgraph.AtenTanh,
+		"Sigmoid": fxgraph.AtenSigmoid, "Relu": fxgraph.AtenRelu, "Erf": fxgraph.AtenErf,
+		"Floor": fxgraph.AtenFloor, "Ceil": fxgraph.AtenCeil, "Round": fxgraph.AtenRound,
+		"HardSwish": fxgraph.AtenHardswish, "Softplus": fxgraph.AtenSoftplus,
+		"Mish": fxgraph.AtenMish, "BitwiseNot": fxgraph.AtenBitwiseNot,
 	} {
 		cs.add(op, ewUnary(target))
 	}
-	cs.add("Not", ewPredicate("aten.logical_not.default"))
-	cs.add("IsNaN", ewPredicate("aten.isnan.default"))
+	cs.add("Not", ewPredicate(fxgraph.AtenLogicalNot))
+	cs.add("IsNaN", ewPredicate(fxgraph.AtenIsnan))
 	cs.add("IsInf", ewIsInf)
 	cs.add("Sign", ewSign)
-	for op, target := range map[string]string{
-		"Add": "aten.add.Tensor", "Sub": "aten.sub.Tensor", "Mul": "aten.mul.Tensor",
-		"Equal": "aten.eq.Tensor", "Less": "aten.lt.Tensor", "LessOrEqual": "aten.le.Tensor",
-		"Greater": "aten.gt.Tensor", "GreaterOrEqual": "aten.ge.Tensor",
-		"BitwiseAnd": "aten.bitwise_and.Tensor", "BitwiseOr": "aten.bitwise_or.Tensor",
-		"BitwiseXor": "aten.bitwise_xor.Tensor",
+	for op, target := range map[string]*fxgraph.Op{
+		"Add": fxgraph.AtenAddTensor, "Sub": fxgraph.AtenSubTensor, "Mul": fxgraph.AtenMulTensor,
+		"Equal": fxgraph.AtenEqTensor, "Less": fxgraph.AtenLtTensor, "LessOrEqual": fxgraph.AtenLeTensor,
+		"Greater": fxgraph.AtenGtTensor, "GreaterOrEqual": fxgraph.AtenGeTensor,
+		"BitwiseAnd": fxgraph.AtenBitwiseAndTensor, "BitwiseOr": fxgraph.AtenBitwiseOrTensor,
+		"BitwiseXor": fxgraph.AtenBitwiseXorTensor,
 	} {
 		cs.add(op, ewBinary(target))
 	}
-	cs.add("And", ewBinary("aten.logical_and.default"))
-	cs.add("Or", ewBinary("aten.logical_or.default"))
-	cs.add("Xor", ewBinary("aten.logical_xor.default"))
+	cs.add("And", ewBinary(fxgraph.AtenLogicalAnd))
+	cs.add("Or", ewBinary(fxgraph.AtenLogicalOr))
+	cs.add("Xor", ewBinary(fxgraph.AtenLogicalXor))
 	cs.add("Div", ewDiv)
 	cs.add("Pow", ewPow)
 	cs.add("Mod", ewMod)
 	cs.add("BitShift", ewBitShift)
-	cs.add("Max", ewVariadic("aten.maximum.default", false))
-	cs.add("Min", ewVariadic("aten.minimum.default", false))
-	cs.add("Sum", ewVariadic("aten.add.Tensor", false))
-	cs.add("Mean", ewVariadic("aten.add.Tensor", true))
+	cs.add("Max", ewVariadic(fxgraph.AtenMaximum, false))
+	cs.add("Min", ewVariadic(fxgraph.AtenMinimum, false))
+	cs.add("Sum", ewVariadic(fxgraph.AtenAddTensor, false))
+	cs.add("Mean", ewVariadic(fxgraph.AtenAddTensor, true))
 	cs.add("Clip", ewClip)
 	cs.add("Where", ewWhere)
 	cs.add("Cast", ewCastConv)

@@ -56,7 +56,7 @@ func ewImport(opset int64, node *Node, inputs []*ValueInfo, inits []*Initializer
 func ewTargets(g *fxgraph.Graph) string {
 	var out []string
 	for _, n := range g.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			out = append(out, strings.TrimPrefix(n.Target, "aten."))
 		}
 	}

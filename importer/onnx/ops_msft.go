@@ -95,7 +95,7 @@ func msFusedConv(c *Ctx, n *Node) error {
 		return err
 	}
 	if in[3] != nil {
-		if y, err = c.Emit("aten.add.Tensor", y, in[3]); err != nil {
+		if y, err = c.Emit(fxgraph.AtenAddTensor, y, in[3]); err != nil {
 			return err
 		}
 	}
@@ -186,12 +186,12 @@ func msFusedMatMul(c *Ctx, n *Node) error {
 	if b, err = msMatOperand(c, b, c.AttrInt("transB", 0) != 0, c.AttrInt("transBatchB", 0) != 0); err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.matmul.default", a, b)
+	y, err := c.Emit(fxgraph.AtenMatmul, a, b)
 	if err != nil {
 		return err
 	}
 	if alpha := c.AttrFloat("alpha", 1); alpha != 1 {
-		if y, err = c.Emit("aten.mul.Tensor", y, c.ScalarConst(Meta(y).DType, alpha)); err != nil {
+		if y, err = c.Emit(fxgraph.AtenMulTensor, y, c.ScalarConst(Meta(y).DType, alpha)); err != nil {
 			return err
 		}
 	}
@@ -220,7 +220,7 @@ func msMatOperand(c *Ctx, x *fxgraph.Node, trans, transBatch bool) (*fxgraph.Nod
 	if trans {
 		perm[r-2], perm[r-1] = perm[r-1], perm[r-2]
 	}
-	return c.Emit("aten.permute.default", x, ints(perm))
+	return c.Emit(fxgraph.AtenPermute, x, ints(perm))
 }
 
 // msGelu converts Gelu (erf), FastGelu (tanh approximation, optional bias)
@@ -236,7 +236,7 @@ func msGelu(op string) Converter {
 			if err != nil {
 				return err
 			}
-			if x, err = c.Emit("aten.add.Tensor", x, b); err != nil {
+			if x, err = c.Emit(fxgraph.AtenAddTensor, x, b); err != nil {
 				return err
 			}
 		}
@@ -244,7 +244,7 @@ func msGelu(op string) Converter {
 		if op == "FastGelu" {
 			approx = "tanh"
 		}
-		y, err := c.EmitKw("aten.gelu.default", []any{x}, map[string]any{"approximate": approx})
+		y, err := c.EmitKw(fxgraph.AtenGelu, []any{x}, map[string]any{"approximate": approx})
 		if err != nil {
 			return err
 		}
@@ -260,14 +260,14 @@ func msQuickGelu(c *Ctx, n *Node) error {
 		return err
 	}
 	dt := Meta(x).DType
-	s, err := c.Emit("aten.mul.Tensor", x, c.ScalarConst(dt, c.AttrFloat("alpha", float64(float32(1.702)))))
+	s, err := c.Emit(fxgraph.AtenMulTensor, x, c.ScalarConst(dt, c.AttrFloat("alpha", float64(float32(1.702)))))
 	if err != nil {
 		return err
 	}
-	if s, err = c.Emit("aten.sigmoid.default", s); err != nil {
+	if s, err = c.Emit(fxgraph.AtenSigmoid, s); err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.mul.Tensor", x, s)
+	y, err := c.Emit(fxgraph.AtenMulTensor, x, s)
 	if err != nil {
 		return err
 	}
@@ -284,11 +284,11 @@ func msBiasAdd(c *Ctx, n *Node) error {
 	if in[1] == nil || in[2] == nil {
 		return fmt.Errorf("BiasAdd needs bias and skip")
 	}
-	y, err := c.Emit("aten.add.Tensor", in[0], in[1])
+	y, err := c.Emit(fxgraph.AtenAddTensor, in[0], in[1])
 	if err != nil {
 		return err
 	}
-	if y, err = c.Emit("aten.add.Tensor", y, in[2]); err != nil {
+	if y, err = c.Emit(fxgraph.AtenAddTensor, y, in[2]); err != nil {
 		return err
 	}
 	c.SetOutput(0, y)
@@ -312,27 +312,27 @@ func msRMSNorm(c *Ctx, x, scale *fxgraph.Node, axis int64, eps float64) (y, inv 
 	if err != nil {
 		return nil, nil, err
 	}
-	sq, err := c.Emit("aten.mul.Tensor", xf, xf)
+	sq, err := c.Emit(fxgraph.AtenMulTensor, xf, xf)
 	if err != nil {
 		return nil, nil, err
 	}
-	ms, err := c.Emit("aten.mean.dim", sq, dims, true)
+	ms, err := c.Emit(fxgraph.AtenMeanDim, sq, dims, true)
 	if err != nil {
 		return nil, nil, err
 	}
-	if ms, err = c.Emit("aten.add.Tensor", ms, c.ScalarConst(tensor.Float32, eps)); err != nil {
+	if ms, err = c.Emit(fxgraph.AtenAddTensor, ms, c.ScalarConst(tensor.Float32, eps)); err != nil {
 		return nil, nil, err
 	}
-	if inv, err = c.Emit("aten.rsqrt.default", ms); err != nil {
+	if inv, err = c.Emit(fxgraph.AtenRsqrt, ms); err != nil {
 		return nil, nil, err
 	}
-	if y, err = c.Emit("aten.mul.Tensor", xf, inv); err != nil {
+	if y, err = c.Emit(fxgraph.AtenMulTensor, xf, inv); err != nil {
 		return nil, nil, err
 	}
 	if y, err = nnCast(c, y, Meta(x).DType); err != nil {
 		return nil, nil, err
 	}
-	if y, err = c.Emit("aten.mul.Tensor", y, scale); err != nil {
+	if y, err = c.Emit(fxgraph.AtenMulTensor, y, scale); err != nil {
 		return nil, nil, err
 	}
 	return y, inv, nil
@@ -376,12 +376,12 @@ func msSkipLayerNorm(simplified bool) Converter {
 		if simplified {
 			beta, bias = nil, in[3]
 		}
-		s, err := c.Emit("aten.add.Tensor", x, skip)
+		s, err := c.Emit(fxgraph.AtenAddTensor, x, skip)
 		if err != nil {
 			return err
 		}
 		if bias != nil {
-			if s, err = c.Emit("aten.add.Tensor", s, bias); err != nil {
+			if s, err = c.Emit(fxgraph.AtenAddTensor, s, bias); err != nil {
 				return err
 			}
 		}
@@ -439,14 +439,14 @@ func msEmbedLayerNorm(c *Ctx, n *Node) error {
 		sl := Meta(ids).Shape[1]
 		var seqLen any = sl.Size
 		if !sl.IsStatic() {
-			if seqLen, err = c.Emit("aten.sym_size.int", ids, int64(1)); err != nil {
+			if seqLen, err = c.Emit(fxgraph.AtenSymSizeInt, ids, int64(1)); err != nil {
 				return err
 			}
 		}
 		if posIDs, err = msArange(c, seqLen); err != nil {
 			return err
 		}
-		if posIDs, err = c.Emit("aten.unsqueeze.default", posIDs, int64(0)); err != nil {
+		if posIDs, err = c.Emit(fxgraph.AtenUnsqueeze, posIDs, int64(0)); err != nil {
 			return err
 		}
 	}
@@ -454,7 +454,7 @@ func msEmbedLayerNorm(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if sum, err = c.Emit("aten.add.Tensor", sum, pe); err != nil {
+	if sum, err = c.Emit(fxgraph.AtenAddTensor, sum, pe); err != nil {
 		return err
 	}
 	if seg != nil && segEmb != nil {
@@ -462,7 +462,7 @@ func msEmbedLayerNorm(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		if sum, err = c.Emit("aten.add.Tensor", sum, se); err != nil {
+		if sum, err = c.Emit(fxgraph.AtenAddTensor, sum, se); err != nil {
 			return err
 		}
 	}
@@ -478,17 +478,17 @@ func msEmbedLayerNorm(c *Ctx, n *Node) error {
 		if mask != nil {
 			mi, err = nnCast(c, mask, tensor.Int32)
 			if err == nil {
-				mi, err = c.Emit("aten.sum.dim_IntList", mi, []any{int64(1)}, false)
+				mi, err = c.Emit(fxgraph.AtenSumDimIntList, mi, []any{int64(1)}, false)
 			}
 		} else {
 			b := Meta(ids).Shape[0]
 			var bs any = b.Size
 			if !b.IsStatic() {
-				if bs, err = c.Emit("aten.sym_size.int", ids, int64(0)); err != nil {
+				if bs, err = c.Emit(fxgraph.AtenSymSizeInt, ids, int64(0)); err != nil {
 					return err
 				}
 			}
-			mi, err = c.EmitKw("aten.full.default", []any{[]any{bs}, 0.0}, map[string]any{"dtype": tensor.Int32})
+			mi, err = c.EmitKw(fxgraph.AtenFull, []any{[]any{bs}, 0.0}, map[string]any{"dtype": tensor.Int32})
 		}
 		if err != nil {
 			return err

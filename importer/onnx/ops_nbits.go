@@ -10,22 +10,22 @@ import (
 // nbitsUnpack4 splits each uint8 of x [..., m] into its low and high
 // nibbles, low first: [..., 2m].
 func nbitsUnpack4(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
-	lo, err := c.Emit("aten.bitwise_and.Scalar", x, int64(15))
+	lo, err := c.Emit(fxgraph.AtenBitwiseAndScalar, x, int64(15))
 	if err != nil {
 		return nil, err
 	}
-	hi, err := c.Emit("aten.bitwise_right_shift.Tensor_Scalar", x, int64(4))
+	hi, err := c.Emit(fxgraph.AtenBitwiseRightShiftTensorScalar, x, int64(4))
 	if err != nil {
 		return nil, err
 	}
 	r := int64(Meta(x).Rank())
-	if lo, err = c.Emit("aten.unsqueeze.default", lo, r); err != nil {
+	if lo, err = c.Emit(fxgraph.AtenUnsqueeze, lo, r); err != nil {
 		return nil, err
 	}
-	if hi, err = c.Emit("aten.unsqueeze.default", hi, r); err != nil {
+	if hi, err = c.Emit(fxgraph.AtenUnsqueeze, hi, r); err != nil {
 		return nil, err
 	}
-	both, err := c.Emit("aten.cat.default", []any{lo, hi}, r)
+	both, err := c.Emit(fxgraph.AtenCat, []any{lo, hi}, r)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func nbitsUnpack4(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
 	}
 	size := ints(d)
 	size[len(size)-1] = d[len(d)-1] * 2
-	return c.Emit("aten.reshape.default", both, size)
+	return c.Emit(fxgraph.AtenReshape, both, size)
 }
 
 // msMatMulNBits converts com.microsoft MatMulNBits (A, B, scales,
@@ -85,65 +85,65 @@ func msMatMulNBits(c *Ctx, n *Node) error {
 		zp = c.ScalarConst(tensor.Float32, float64(int64(1)<<(bits-1)))
 	case Meta(zps).DType == tensor.Uint8:
 		perRow := (blocks*bits + 7) / 8
-		if zp, err = c.Emit("aten.reshape.default", zps, []any{nOut, perRow}); err != nil {
+		if zp, err = c.Emit(fxgraph.AtenReshape, zps, []any{nOut, perRow}); err != nil {
 			return err
 		}
 		if bits == 4 {
 			if zp, err = nbitsUnpack4(c, zp); err != nil {
 				return err
 			}
-			if zp, err = c.Emit("aten.slice.Tensor", zp, int64(1), int64(0), blocks, int64(1)); err != nil {
+			if zp, err = c.Emit(fxgraph.AtenSliceTensor, zp, int64(1), int64(0), blocks, int64(1)); err != nil {
 				return err
 			}
 		}
 		if zp, err = nnCast(c, zp, tensor.Float32); err != nil {
 			return err
 		}
-		if zp, err = c.Emit("aten.reshape.default", zp, []any{nOut, blocks, int64(1)}); err != nil {
+		if zp, err = c.Emit(fxgraph.AtenReshape, zp, []any{nOut, blocks, int64(1)}); err != nil {
 			return err
 		}
 	default:
 		if zp, err = nnCast(c, zps, tensor.Float32); err != nil {
 			return err
 		}
-		if zp, err = c.Emit("aten.reshape.default", zp, []any{nOut, blocks, int64(1)}); err != nil {
+		if zp, err = c.Emit(fxgraph.AtenReshape, zp, []any{nOut, blocks, int64(1)}); err != nil {
 			return err
 		}
 	}
-	sc, err := c.Emit("aten.reshape.default", scales, []any{nOut, blocks, int64(1)})
+	sc, err := c.Emit(fxgraph.AtenReshape, scales, []any{nOut, blocks, int64(1)})
 	if err != nil {
 		return err
 	}
 	if sc, err = nnCast(c, sc, tensor.Float32); err != nil {
 		return err
 	}
-	w, err := c.Emit("aten.sub.Tensor", q, zp)
+	w, err := c.Emit(fxgraph.AtenSubTensor, q, zp)
 	if err != nil {
 		return err
 	}
-	if w, err = c.Emit("aten.mul.Tensor", w, sc); err != nil {
+	if w, err = c.Emit(fxgraph.AtenMulTensor, w, sc); err != nil {
 		return err
 	}
-	if w, err = c.Emit("aten.reshape.default", w, []any{nOut, blocks * block}); err != nil {
+	if w, err = c.Emit(fxgraph.AtenReshape, w, []any{nOut, blocks * block}); err != nil {
 		return err
 	}
 	if blocks*block != k {
-		if w, err = c.Emit("aten.slice.Tensor", w, int64(1), int64(0), k, int64(1)); err != nil {
+		if w, err = c.Emit(fxgraph.AtenSliceTensor, w, int64(1), int64(0), k, int64(1)); err != nil {
 			return err
 		}
 	}
 	if w, err = nnCast(c, w, Meta(a).DType); err != nil {
 		return err
 	}
-	if w, err = c.Emit("aten.permute.default", w, []any{int64(1), int64(0)}); err != nil {
+	if w, err = c.Emit(fxgraph.AtenPermute, w, []any{int64(1), int64(0)}); err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.matmul.default", a, w)
+	y, err := c.Emit(fxgraph.AtenMatmul, a, w)
 	if err != nil {
 		return err
 	}
 	if bias != nil {
-		if y, err = c.Emit("aten.add.Tensor", y, bias); err != nil {
+		if y, err = c.Emit(fxgraph.AtenAddTensor, y, bias); err != nil {
 			return err
 		}
 	}

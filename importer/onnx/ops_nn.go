@@ -16,8 +16,9 @@ func registerNN(cs converters) {
 	cs.add("Gemm", nnGemm)
 	cs.add("MatMul", nnMatMul)
 	for _, op := range []struct {
-		name, target string
-	}{{"Softmax", "aten._softmax.default"}, {"LogSoftmax", "aten._log_softmax.default"}, {"Hardmax", ""}} {
+		name   string
+		target *fxgraph.Op
+	}{{"Softmax", fxgraph.Aten_Softmax}, {"LogSoftmax", fxgraph.Aten_LogSoftmax}, {"Hardmax", nil}} {
 		cs.add(op.name, nnSoftmaxLike(op.target, false))
 		cs.register("", op.name, 13, nnSoftmaxLike(op.target, true))
 	}
@@ -26,8 +27,8 @@ func registerNN(cs converters) {
 	cs.add("InstanceNormalization", nnInstanceNormalization)
 	cs.add("MaxPool", nnMaxPool)
 	cs.add("AveragePool", nnAveragePool)
-	cs.add("GlobalAveragePool", nnGlobalPool("aten.mean.dim"))
-	cs.add("GlobalMaxPool", nnGlobalPool("aten.amax.default"))
+	cs.add("GlobalAveragePool", nnGlobalPool(fxgraph.AtenMeanDim))
+	cs.add("GlobalMaxPool", nnGlobalPool(fxgraph.AtenAmax))
 	cs.register("", "Resize", 10, nnResize)
 	cs.add("Upsample", nnUpsample)
 	cs.add("LRN", nnLRN)
@@ -218,7 +219,7 @@ func nnConvCore(c *Ctx, x, w, b *fxgraph.Node, spatial int) (*fxgraph.Node, erro
 	}
 	p := nnMin(lo, hi)
 	if !nnSymmetric(lo, hi) {
-		if x, err = c.Emit("aten.constant_pad_nd.default", x, nnPadList(lo, hi, p), 0.0); err != nil {
+		if x, err = c.Emit(fxgraph.AtenConstantPadNd, x, nnPadList(lo, hi, p), 0.0); err != nil {
 			return nil, err
 		}
 	}
@@ -226,7 +227,7 @@ func nnConvCore(c *Ctx, x, w, b *fxgraph.Node, spatial int) (*fxgraph.Node, erro
 	if b != nil {
 		bias = b
 	}
-	return c.Emit("aten.convolution.default", x, w, bias, ints(s), ints(p), ints(d), false, ints(make([]int64, spatial)), c.AttrInt("group", 1))
+	return c.Emit(fxgraph.AtenConvolution, x, w, bias, ints(s), ints(p), ints(d), false, ints(make([]int64, spatial)), c.AttrInt("group", 1))
 }
 
 // nnConvTranspose converts ConvTranspose. ONNX's begin/end pads (given,
@@ -310,7 +311,7 @@ func nnConvTranspose(c *Ctx, n *Node) error {
 	if b != nil {
 		bias = b
 	}
-	y, err := c.Emit("aten.convolution.default", x, w, bias, ints(s), ints(lo), ints(d), true, ints(aop), c.AttrInt("group", 1))
+	y, err := c.Emit(fxgraph.AtenConvolution, x, w, bias, ints(s), ints(lo), ints(d), true, ints(aop), c.AttrInt("group", 1))
 	if err != nil {
 		return err
 	}
@@ -337,12 +338,12 @@ func nnGemm(c *Ctx, n *Node) error {
 		return fmt.Errorf("Gemm wants 2-D A and B, got %s and %s", Meta(a), Meta(b))
 	}
 	if c.AttrInt("transA", 0) != 0 {
-		if a, err = c.Emit("aten.permute.default", a, []any{int64(1), int64(0)}); err != nil {
+		if a, err = c.Emit(fxgraph.AtenPermute, a, []any{int64(1), int64(0)}); err != nil {
 			return err
 		}
 	}
 	if c.AttrInt("transB", 0) != 0 {
-		if b, err = c.Emit("aten.permute.default", b, []any{int64(1), int64(0)}); err != nil {
+		if b, err = c.Emit(fxgraph.AtenPermute, b, []any{int64(1), int64(0)}); err != nil {
 			return err
 		}
 	}
@@ -354,7 +355,7 @@ func nnGemm(c *Ctx, n *Node) error {
 	var y *fxgraph.Node
 	switch {
 	case cc == nil && alpha == 1:
-		y, err = c.Emit("aten.mm.default", a, b)
+		y, err = c.Emit(fxgraph.AtenMm, a, b)
 	default:
 		if cc == nil {
 			cc, beta = c.ScalarConst(dt, 0), 0
@@ -366,7 +367,7 @@ func nnGemm(c *Ctx, n *Node) error {
 		if alpha != 1 {
 			kw["alpha"] = alpha
 		}
-		y, err = c.EmitKw("aten.addmm.default", []any{cc, a, b}, kw)
+		y, err = c.EmitKw(fxgraph.AtenAddmm, []any{cc, a, b}, kw)
 	}
 	if err != nil {
 		return err
@@ -384,7 +385,7 @@ func nnMatMul(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.matmul.default", a, b)
+	y, err := c.Emit(fxgraph.AtenMatmul, a, b)
 	if err != nil {
 		return err
 	}
@@ -401,7 +402,7 @@ func nnSizeList(c *Ctx, x *fxgraph.Node) ([]any, error) {
 			out = append(out, d.Size)
 			continue
 		}
-		s, err := c.Emit("aten.sym_size.int", x, int64(i))
+		s, err := c.Emit(fxgraph.AtenSymSizeInt, x, int64(i))
 		if err != nil {
 			return nil, err
 		}
@@ -426,7 +427,7 @@ func nnStaticProd(s fxgraph.Shape) (int64, bool) {
 // From opset 13 they act along one axis (default -1); before, the input is
 // coerced to 2-D at axis (default 1) and they act along the flattened
 // second dim.
-func nnSoftmaxLike(target string, v13 bool) Converter {
+func nnSoftmaxLike(target *fxgraph.Op, v13 bool) Converter {
 	return func(c *Ctx, n *Node) error {
 		x, err := c.Input(0)
 		if err != nil {
@@ -438,7 +439,7 @@ func nnSoftmaxLike(target string, v13 bool) Converter {
 			return Unsupported("%s of %s", n.OpType, xm.DType)
 		}
 		apply := func(v *fxgraph.Node, axis int64) (*fxgraph.Node, error) {
-			if target == "" {
+			if target == nil {
 				return nnHardmax(c, v, axis)
 			}
 			return c.Emit(target, v, axis, false)
@@ -469,12 +470,12 @@ func nnSoftmaxLike(target string, v13 bool) Converter {
 				if serr != nil {
 					return serr
 				}
-				flat, ferr := c.Emit("aten.view.default", x, size)
+				flat, ferr := c.Emit(fxgraph.AtenView, x, size)
 				if ferr != nil {
 					return ferr
 				}
 				if y, err = apply(flat, 1); err == nil {
-					y, err = c.Emit("aten.view.default", y, back)
+					y, err = c.Emit(fxgraph.AtenView, y, back)
 				}
 			}
 		}
@@ -498,7 +499,7 @@ func nnHardmax(c *Ctx, x *fxgraph.Node, axis int64) (*fxgraph.Node, error) {
 	if !d.IsStatic() {
 		return nil, Unsupported("Hardmax along symbolic dim %s", d)
 	}
-	am, err := c.Emit("aten.argmax.default", x, int64(a), true)
+	am, err := c.Emit(fxgraph.AtenArgmax, x, int64(a), true)
 	if err != nil {
 		return nil, err
 	}
@@ -511,11 +512,11 @@ func nnHardmax(c *Ctx, x *fxgraph.Node, axis int64) (*fxgraph.Node, error) {
 	for i := int64(0); i < d.Size; i++ {
 		io.SetInt64(i, i)
 	}
-	eq, err := c.Emit("aten.eq.Tensor", c.Constant("hardmax_iota", io), am)
+	eq, err := c.Emit(fxgraph.AtenEqTensor, c.Constant("hardmax_iota", io), am)
 	if err != nil {
 		return nil, err
 	}
-	return c.EmitKw("aten._to_copy.default", []any{eq}, map[string]any{"dtype": xm.DType})
+	return c.EmitKw(fxgraph.Aten_ToCopy, []any{eq}, map[string]any{"dtype": xm.DType})
 }
 
 // nnBatchNormalization converts inference-mode BatchNormalization.
@@ -565,7 +566,7 @@ func nnBatchNormalization(c *Ctx, n *Node) error {
 // mean and variance args[1:5].
 func nnBatchNormWith(c *Ctx, args ...any) (*fxgraph.Node, error) {
 	args = append(args, c.AttrFloat("momentum", 0.9), c.AttrFloat("epsilon", 1e-5))
-	bn, err := c.Emit("aten._native_batch_norm_legit_no_training.default", args...)
+	bn, err := c.Emit(fxgraph.Aten_NativeBatchNormLegitNoTraining, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -595,11 +596,11 @@ func nnBatchNormTraining(c *Ctx) error {
 			axes = append(axes, int64(i))
 		}
 	}
-	mean, err := c.Emit("aten.mean.dim", in[0], axes, false)
+	mean, err := c.Emit(fxgraph.AtenMeanDim, in[0], axes, false)
 	if err != nil {
 		return err
 	}
-	variance, err := c.EmitKw("aten.var.correction", []any{in[0], axes}, map[string]any{"correction": int64(0)})
+	variance, err := c.EmitKw(fxgraph.AtenVarCorrection, []any{in[0], axes}, map[string]any{"correction": int64(0)})
 	if err != nil {
 		return err
 	}
@@ -613,18 +614,18 @@ func nnBatchNormTraining(c *Ctx) error {
 		if !c.HasOutput(i + 1) {
 			continue
 		}
-		run, err := c.Emit("aten.mul.Scalar", in[3+i], momentum)
+		run, err := c.Emit(fxgraph.AtenMulScalar, in[3+i], momentum)
 		if err != nil {
 			return err
 		}
-		cur, err := c.Emit("aten.mul.Scalar", batch, 1-momentum)
+		cur, err := c.Emit(fxgraph.AtenMulScalar, batch, 1-momentum)
 		if err != nil {
 			return err
 		}
 		if cur, err = nnCast(c, cur, Meta(in[3+i]).DType); err != nil {
 			return err
 		}
-		upd, err := c.Emit("aten.add.Tensor", run, cur)
+		upd, err := c.Emit(fxgraph.AtenAddTensor, run, cur)
 		if err != nil {
 			return err
 		}
@@ -638,7 +639,7 @@ func nnCast(c *Ctx, v *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	if v == nil || Meta(v).DType == dt {
 		return v, nil
 	}
-	return c.EmitKw("aten._to_copy.default", []any{v}, map[string]any{"dtype": dt})
+	return c.EmitKw(fxgraph.Aten_ToCopy, []any{v}, map[string]any{"dtype": dt})
 }
 
 // nnLayerNormalization converts LayerNormalization: native_layer_norm over
@@ -691,7 +692,7 @@ func nnLayerNormalization(c *Ctx, n *Node) error {
 	if b32 != nil {
 		bArg = b32
 	}
-	ln, err := c.Emit("aten.native_layer_norm.default", x32, ns, s32, bArg, c.AttrFloat("epsilon", 1e-5))
+	ln, err := c.Emit(fxgraph.AtenNativeLayerNorm, x32, ns, s32, bArg, c.AttrFloat("epsilon", 1e-5))
 	if err != nil {
 		return err
 	}
@@ -720,7 +721,7 @@ func nnDimArg(c *Ctx, x *fxgraph.Node, i int) (any, error) {
 	if d.IsStatic() {
 		return d.Size, nil
 	}
-	return c.Emit("aten.sym_size.int", x, int64(i))
+	return c.Emit(fxgraph.AtenSymSizeInt, x, int64(i))
 }
 
 // nnInstanceNormalization converts InstanceNormalization to
@@ -769,12 +770,12 @@ func nnInstanceNormalization(c *Ctx, n *Node) error {
 			if dok {
 				r = c.ScalarConst(tensor.Int64, float64(ds))
 			}
-			if hw, err = c.Emit("aten.mul.Tensor", l, r); err != nil {
+			if hw, err = c.Emit(fxgraph.AtenMulTensor, l, r); err != nil {
 				return err
 			}
 		}
 	}
-	gn, err := c.Emit("aten.native_group_norm.default", x, scale, bias, nArg, ch.Size, hw, ch.Size, c.AttrFloat("epsilon", 1e-5))
+	gn, err := c.Emit(fxgraph.AtenNativeGroupNorm, x, scale, bias, nArg, ch.Size, hw, ch.Size, c.AttrFloat("epsilon", 1e-5))
 	if err != nil {
 		return err
 	}
@@ -846,12 +847,16 @@ func nnCheckPoolShape(y *fxgraph.Node, x fxgraph.TensorMeta, p nnPoolAttrs) erro
 	return nil
 }
 
-// nnPoolTarget returns "aten.<kind>_pool<n>d..." targets.
-func nnPoolTarget(kind string, spatial int, indices bool) string {
-	if kind == "max" && (indices || spatial > 1) {
-		return fmt.Sprintf("aten.max_pool%dd_with_indices.default", spatial)
+// nnPoolTarget returns aten.<kind>_pool<n>d (max_pool with indices but for
+// one spatial dim without).
+func nnPoolTarget(kind string, spatial int, indices bool) *fxgraph.Op {
+	switch {
+	case kind == "avg":
+		return fxgraph.AvgPoolOp(spatial)
+	case indices || spatial > 1:
+		return fxgraph.MaxPoolWithIndicesOp(spatial)
 	}
-	return fmt.Sprintf("aten.%s_pool%dd.default", kind, spatial)
+	return fxgraph.AtenMaxPool1d
 }
 
 // nnMaxPool converts MaxPool. Asymmetric padding pads the input with the
@@ -878,7 +883,7 @@ func nnMaxPool(c *Ctx, n *Node) error {
 		if !xm.DType.IsFloat() {
 			lowest = nnExtremeInt(xm.DType)
 		}
-		if x, err = c.Emit("aten.constant_pad_nd.default", x, nnPadList(p.lo, p.hi, pad), lowest); err != nil {
+		if x, err = c.Emit(fxgraph.AtenConstantPadNd, x, nnPadList(p.lo, p.hi, pad), lowest); err != nil {
 			return err
 		}
 	}
@@ -940,23 +945,23 @@ func nnOnnxIndices(c *Ctx, idx *fxgraph.Node, xm fxgraph.TensorMeta, colMajor bo
 			// i_j = (idx // rowStride) % sp[j]
 			v := idx
 			if rowStride != 1 {
-				if v, err = c.EmitKw("aten.div.Scalar_mode", []any{v, rowStride}, map[string]any{"rounding_mode": "floor"}); err != nil {
+				if v, err = c.EmitKw(fxgraph.AtenDivScalarMode, []any{v, rowStride}, map[string]any{"rounding_mode": "floor"}); err != nil {
 					return nil, err
 				}
 			}
 			if j > 0 {
-				if v, err = c.Emit("aten.remainder.Scalar", v, sp[j]); err != nil {
+				if v, err = c.Emit(fxgraph.AtenRemainderScalar, v, sp[j]); err != nil {
 					return nil, err
 				}
 			}
 			if colStride != 1 {
-				if v, err = c.Emit("aten.mul.Scalar", v, colStride); err != nil {
+				if v, err = c.Emit(fxgraph.AtenMulScalar, v, colStride); err != nil {
 					return nil, err
 				}
 			}
 			if acc == nil {
 				acc = v
-			} else if acc, err = c.Emit("aten.add.Tensor", acc, v); err != nil {
+			} else if acc, err = c.Emit(fxgraph.AtenAddTensor, acc, v); err != nil {
 				return nil, err
 			}
 			colStride *= sp[j]
@@ -973,7 +978,7 @@ func nnOnnxIndices(c *Ctx, idx *fxgraph.Node, xm fxgraph.TensorMeta, colMajor bo
 		for i := int64(0); i < dims[0]*dims[1]; i++ {
 			off.SetInt64(i, i*plane)
 		}
-		if idx, err = c.Emit("aten.add.Tensor", idx, c.Constant("pool_offsets", off)); err != nil {
+		if idx, err = c.Emit(fxgraph.AtenAddTensor, idx, c.Constant("pool_offsets", off)); err != nil {
 			return nil, err
 		}
 	}
@@ -1012,7 +1017,7 @@ func nnAveragePool(c *Ctx, n *Node) error {
 		return nil
 	}
 	zero := make([]int64, spatial)
-	xp, err := c.Emit("aten.constant_pad_nd.default", x, nnPadList(p.lo, p.hi, zero), 0.0)
+	xp, err := c.Emit(fxgraph.AtenConstantPadNd, x, nnPadList(p.lo, p.hi, zero), 0.0)
 	if err != nil {
 		return err
 	}
@@ -1053,7 +1058,7 @@ func nnAveragePool(c *Ctx, n *Node) error {
 			}
 			ratio.SetFloat64(i, f)
 		}
-		if y, err = c.Emit("aten.mul.Tensor", y, c.Constant("avgpool_ratio", ratio)); err != nil {
+		if y, err = c.Emit(fxgraph.AtenMulTensor, y, c.Constant("avgpool_ratio", ratio)); err != nil {
 			return err
 		}
 	}
@@ -1063,7 +1068,7 @@ func nnAveragePool(c *Ctx, n *Node) error {
 
 // nnGlobalPool converts GlobalAveragePool / GlobalMaxPool to a keepdim
 // reduction over the spatial dims.
-func nnGlobalPool(target string) Converter {
+func nnGlobalPool(target *fxgraph.Op) Converter {
 	return func(c *Ctx, n *Node) error {
 		x, err := c.Input(0)
 		if err != nil {
@@ -1270,7 +1275,7 @@ func nnEmitResize(c *Ctx, x *fxgraph.Node, sizes, scales, roi any, mode, coord, 
 	if coord != "tf_crop_and_resize" {
 		roi = nil
 	}
-	y, err := c.Emit("xserve.resize", x, sizes, scales, roi, mode, coord, nearest,
+	y, err := c.Emit(fxgraph.XserveResize, x, sizes, scales, roi, mode, coord, nearest,
 		c.AttrFloat("cubic_coeff_a", -0.75), c.AttrInt("exclude_outside", 0) != 0, c.AttrFloat("extrapolation_value", 0))
 	if err != nil {
 		return err
@@ -1329,7 +1334,7 @@ func nnLRN(c *Ctx, n *Node) error {
 	}
 	alpha, beta, bias := c.AttrFloat("alpha", 1e-4), c.AttrFloat("beta", 0.75), c.AttrFloat("bias", 1)
 	lo, hi := (size-1)/2, size-1-(size-1)/2
-	sq, err := c.Emit("aten.mul.Tensor", x, x)
+	sq, err := c.Emit(fxgraph.AtenMulTensor, x, x)
 	if err != nil {
 		return err
 	}
@@ -1341,18 +1346,18 @@ func nnLRN(c *Ctx, n *Node) error {
 	if !ch.IsStatic() {
 		return Unsupported("LRN with a symbolic channel dim")
 	}
-	v, err := c.Emit("aten.view.default", sq, []any{int64(-1), int64(1), ch.Size, rest})
+	v, err := c.Emit(fxgraph.AtenView, sq, []any{int64(-1), int64(1), ch.Size, rest})
 	if err != nil {
 		return err
 	}
 	pad := lo
 	if lo != hi {
-		if v, err = c.Emit("aten.constant_pad_nd.default", v, []any{int64(0), int64(0), lo, hi}, 0.0); err != nil {
+		if v, err = c.Emit(fxgraph.AtenConstantPadNd, v, []any{int64(0), int64(0), lo, hi}, 0.0); err != nil {
 			return err
 		}
 		pad = 0
 	}
-	avg, err := c.Emit("aten.avg_pool2d.default", v, []any{size, int64(1)}, []any{int64(1), int64(1)}, []any{pad, int64(0)}, false, true)
+	avg, err := c.Emit(fxgraph.AtenAvgPool2d, v, []any{size, int64(1)}, []any{int64(1), int64(1)}, []any{pad, int64(0)}, false, true)
 	if err != nil {
 		return err
 	}
@@ -1360,21 +1365,21 @@ func nnLRN(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if avg, err = c.Emit("aten.view.default", avg, back); err != nil {
+	if avg, err = c.Emit(fxgraph.AtenView, avg, back); err != nil {
 		return err
 	}
 	// alpha/size * sum == alpha * avg
-	den, err := c.Emit("aten.mul.Scalar", avg, alpha)
+	den, err := c.Emit(fxgraph.AtenMulScalar, avg, alpha)
 	if err != nil {
 		return err
 	}
-	if den, err = c.Emit("aten.add.Scalar", den, bias); err != nil {
+	if den, err = c.Emit(fxgraph.AtenAddScalar, den, bias); err != nil {
 		return err
 	}
-	if den, err = c.Emit("aten.pow.Tensor_Scalar", den, beta); err != nil {
+	if den, err = c.Emit(fxgraph.AtenPowTensorScalar, den, beta); err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.div.Tensor", x, den)
+	y, err := c.Emit(fxgraph.AtenDivTensor, x, den)
 	if err != nil {
 		return err
 	}
@@ -1395,38 +1400,38 @@ func nnMVN(c *Ctx, n *Node) error {
 	}
 	axes := c.AttrInts("axes", []int64{0, 2, 3})
 	dims := ints(axes)
-	mean, err := c.Emit("aten.mean.dim", x, dims, true)
+	mean, err := c.Emit(fxgraph.AtenMeanDim, x, dims, true)
 	if err != nil {
 		return err
 	}
-	sq, err := c.Emit("aten.mul.Tensor", x, x)
+	sq, err := c.Emit(fxgraph.AtenMulTensor, x, x)
 	if err != nil {
 		return err
 	}
-	meanSq, err := c.Emit("aten.mean.dim", sq, dims, true)
+	meanSq, err := c.Emit(fxgraph.AtenMeanDim, sq, dims, true)
 	if err != nil {
 		return err
 	}
-	sqMean, err := c.Emit("aten.mul.Tensor", mean, mean)
+	sqMean, err := c.Emit(fxgraph.AtenMulTensor, mean, mean)
 	if err != nil {
 		return err
 	}
-	variance, err := c.Emit("aten.sub.Tensor", meanSq, sqMean)
+	variance, err := c.Emit(fxgraph.AtenSubTensor, meanSq, sqMean)
 	if err != nil {
 		return err
 	}
-	std, err := c.Emit("aten.sqrt.default", variance)
+	std, err := c.Emit(fxgraph.AtenSqrt, variance)
 	if err != nil {
 		return err
 	}
-	if std, err = c.Emit("aten.add.Scalar", std, 1e-9); err != nil {
+	if std, err = c.Emit(fxgraph.AtenAddScalar, std, 1e-9); err != nil {
 		return err
 	}
-	xc, err := c.Emit("aten.sub.Tensor", x, mean)
+	xc, err := c.Emit(fxgraph.AtenSubTensor, x, mean)
 	if err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.div.Tensor", xc, std)
+	y, err := c.Emit(fxgraph.AtenDivTensor, xc, std)
 	if err != nil {
 		return err
 	}
@@ -1600,7 +1605,7 @@ func nnEinsum(c *Ctx, n *Node) error {
 	}
 	y := cur.v
 	if !identity {
-		if y, err = c.Emit("aten.permute.default", y, perm); err != nil {
+		if y, err = c.Emit(fxgraph.AtenPermute, y, perm); err != nil {
 			return err
 		}
 	}
@@ -1649,11 +1654,11 @@ func nnEinsumDiagonals(c *Ctx, o *nnEinsumOperand, size map[rune]int64) error {
 		for k := int64(0); k < d; k++ {
 			eye.SetFloat64(k*d+k, 1)
 		}
-		m, err := c.Emit("aten.mul.Tensor", o.v, c.Constant("einsum_eye", eye))
+		m, err := c.Emit(fxgraph.AtenMulTensor, o.v, c.Constant("einsum_eye", eye))
 		if err != nil {
 			return err
 		}
-		if o.v, err = c.Emit("aten.sum.dim_IntList", m, []any{int64(j)}, false); err != nil {
+		if o.v, err = c.Emit(fxgraph.AtenSumDimIntList, m, []any{int64(j)}, false); err != nil {
 			return err
 		}
 		o.letters = append(append([]rune(nil), o.letters[:j]...), o.letters[j+1:]...)
@@ -1674,7 +1679,7 @@ func nnEinsumSumOut(c *Ctx, o *nnEinsumOperand, keep func(rune) bool) error {
 	if len(dims) == 0 {
 		return nil
 	}
-	v, err := c.Emit("aten.sum.dim_IntList", o.v, dims, false)
+	v, err := c.Emit(fxgraph.AtenSumDimIntList, o.v, dims, false)
 	if err != nil {
 		return err
 	}
@@ -1719,7 +1724,7 @@ func nnEinsumContract(c *Ctx, a, b *nnEinsumOperand, size map[rune]int64, keep f
 		}
 		var err error
 		if !identity {
-			if v, err = c.Emit("aten.permute.default", v, perm); err != nil {
+			if v, err = c.Emit(fxgraph.AtenPermute, v, perm); err != nil {
 				return nil, err
 			}
 		}
@@ -1733,11 +1738,11 @@ func nnEinsumContract(c *Ctx, a, b *nnEinsumOperand, size map[rune]int64, keep f
 			}
 		}
 		if expand {
-			if v, err = c.Emit("aten.expand.default", v, full); err != nil {
+			if v, err = c.Emit(fxgraph.AtenExpand, v, full); err != nil {
 				return nil, err
 			}
 		}
-		return c.Emit("aten.view.default", v, ints(flat))
+		return c.Emit(fxgraph.AtenView, v, ints(flat))
 	}
 	av, err := arrange(a, append(append(append([]rune(nil), batch...), aOnly...), contr...), []int64{prod(batch), prod(aOnly), prod(contr)})
 	if err != nil {
@@ -1747,7 +1752,7 @@ func nnEinsumContract(c *Ctx, a, b *nnEinsumOperand, size map[rune]int64, keep f
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.Emit("aten.bmm.default", av, bv)
+	r, err := c.Emit(fxgraph.AtenBmm, av, bv)
 	if err != nil {
 		return nil, err
 	}
@@ -1756,7 +1761,7 @@ func nnEinsumContract(c *Ctx, a, b *nnEinsumOperand, size map[rune]int64, keep f
 	for i, l := range letters {
 		dims[i] = size[l]
 	}
-	if r, err = c.Emit("aten.view.default", r, dims); err != nil {
+	if r, err = c.Emit(fxgraph.AtenView, r, dims); err != nil {
 		return nil, err
 	}
 	return &nnEinsumOperand{r, letters}, nil
@@ -1786,13 +1791,13 @@ func nnZeroShift(c *Ctx, v, zp *fxgraph.Node, axis, rank int) (*fxgraph.Node, er
 			dims[i] = int64(1)
 		}
 		dims[axis] = int64(-1)
-		if z32, err = c.Emit("aten.view.default", z32, dims); err != nil {
+		if z32, err = c.Emit(fxgraph.AtenView, z32, dims); err != nil {
 			return nil, err
 		}
 	} else if zm.Rank() > 1 {
 		return nil, Unsupported("zero point of shape %s", zm.Shape)
 	}
-	return c.Emit("aten.sub.Tensor", v32, z32)
+	return c.Emit(fxgraph.AtenSubTensor, v32, z32)
 }
 
 // nnConvInteger converts ConvInteger: an int32 convolution of the
@@ -1892,7 +1897,7 @@ func nnQuantMatMul(c *Ctx, ai, az, bi, bz int) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.matmul.default", as, bs)
+	return c.Emit(fxgraph.AtenMatmul, as, bs)
 }
 
 // nnQLinear converts QLinearConv / QLinearMatMul: the int32 accumulation
@@ -1922,10 +1927,10 @@ func nnQLinear(conv bool) Converter {
 				dims[i] = int64(1)
 			}
 			dims[1] = int64(-1)
-			if b, err = c.Emit("aten.view.default", b, dims); err != nil {
+			if b, err = c.Emit(fxgraph.AtenView, b, dims); err != nil {
 				return err
 			}
-			if acc, err = c.Emit("aten.add.Tensor", acc, b); err != nil {
+			if acc, err = c.Emit(fxgraph.AtenAddTensor, acc, b); err != nil {
 				return err
 			}
 		}
@@ -1953,26 +1958,26 @@ func nnQLinear(conv bool) Converter {
 			} else {
 				dims[rank-1] = int64(-1)
 			}
-			if sc[1], err = c.Emit("aten.view.default", sc[1], dims); err != nil {
+			if sc[1], err = c.Emit(fxgraph.AtenView, sc[1], dims); err != nil {
 				return err
 			}
 		}
-		scale, err := c.Emit("aten.mul.Tensor", sc[0], sc[1])
+		scale, err := c.Emit(fxgraph.AtenMulTensor, sc[0], sc[1])
 		if err != nil {
 			return err
 		}
-		if scale, err = c.Emit("aten.div.Tensor", scale, sc[2]); err != nil {
+		if scale, err = c.Emit(fxgraph.AtenDivTensor, scale, sc[2]); err != nil {
 			return err
 		}
 		accf, err := nnCast(c, acc, tensor.Float32)
 		if err != nil {
 			return err
 		}
-		y, err := c.Emit("aten.mul.Tensor", accf, scale)
+		y, err := c.Emit(fxgraph.AtenMulTensor, accf, scale)
 		if err != nil {
 			return err
 		}
-		if y, err = c.Emit("aten.round.default", y); err != nil {
+		if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
 			return err
 		}
 		var ydt tensor.DType = tensor.Uint8
@@ -1986,7 +1991,7 @@ func nnQLinear(conv bool) Converter {
 			if err != nil {
 				return err
 			}
-			if y, err = c.Emit("aten.add.Tensor", y, yzf); err != nil {
+			if y, err = c.Emit(fxgraph.AtenAddTensor, y, yzf); err != nil {
 				return err
 			}
 		}
@@ -1997,7 +2002,7 @@ func nnQLinear(conv bool) Converter {
 		if ydt == tensor.Int8 {
 			lo, hi = -128, 127
 		}
-		if y, err = c.Emit("aten.clamp.default", y, lo, hi); err != nil {
+		if y, err = c.Emit(fxgraph.AtenClamp, y, lo, hi); err != nil {
 			return err
 		}
 		if y, err = nnCast(c, y, ydt); err != nil {
@@ -2067,32 +2072,32 @@ func nnMaxUnpool(c *Ctx, n *Node) error {
 			extra = append(extra, int64(0), e)
 		}
 	}
-	zeros, err := c.EmitKw("aten.full.default", []any{size, 0.0}, map[string]any{"dtype": xm.DType})
+	zeros, err := c.EmitKw(fxgraph.AtenFull, []any{size, 0.0}, map[string]any{"dtype": xm.DType})
 	if err != nil {
 		return err
 	}
 	flat := []any{int64(-1)}
-	zf, err := c.Emit("aten.view.default", zeros, flat)
+	zf, err := c.Emit(fxgraph.AtenView, zeros, flat)
 	if err != nil {
 		return err
 	}
-	xf, err := c.Emit("aten.view.default", x, flat)
+	xf, err := c.Emit(fxgraph.AtenView, x, flat)
 	if err != nil {
 		return err
 	}
-	ixf, err := c.Emit("aten.view.default", idx, flat)
+	ixf, err := c.Emit(fxgraph.AtenView, idx, flat)
 	if err != nil {
 		return err
 	}
-	y, err := c.Emit("aten.scatter.src", zf, int64(0), ixf, xf)
+	y, err := c.Emit(fxgraph.AtenScatterSrc, zf, int64(0), ixf, xf)
 	if err != nil {
 		return err
 	}
-	if y, err = c.Emit("aten.view.default", y, size); err != nil {
+	if y, err = c.Emit(fxgraph.AtenView, y, size); err != nil {
 		return err
 	}
 	if extra != nil {
-		if y, err = c.Emit("aten.constant_pad_nd.default", y, extra, 0.0); err != nil {
+		if y, err = c.Emit(fxgraph.AtenConstantPadNd, y, extra, 0.0); err != nil {
 			return err
 		}
 	}
@@ -2134,7 +2139,7 @@ func nnGridSample(c *Ctx, n *Node) error {
 			return err
 		}
 	}
-	y, err := c.Emit("aten.grid_sampler_2d.default", x, grid, mode, pad, c.AttrInt("align_corners", 0) != 0)
+	y, err := c.Emit(fxgraph.AtenGridSampler2d, x, grid, mode, pad, c.AttrInt("align_corners", 0) != 0)
 	if err != nil {
 		return err
 	}
@@ -2177,7 +2182,7 @@ func nnRoiAlign(c *Ctx, n *Node) error {
 			return err
 		}
 	}
-	y, err := c.Emit("xserve.roi_align", in[0], rois, in[2], c.AttrInt("output_height", 1), c.AttrInt("output_width", 1), sr,
+	y, err := c.Emit(fxgraph.XserveRoIAlign, in[0], rois, in[2], c.AttrInt("output_height", 1), c.AttrInt("output_width", 1), sr,
 		c.AttrFloat("spatial_scale", 1), halfPixel)
 	if err != nil {
 		return err

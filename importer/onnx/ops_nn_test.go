@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer/onnx"
-	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -75,7 +75,7 @@ func nnOutputMetas(g *fxgraph.Graph) string {
 func nnTargets(g *fxgraph.Graph) string {
 	var out []string
 	for _, n := range g.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			out = append(out, strings.TrimPrefix(n.Target, "aten."))
 		}
 	}

@@ -34,7 +34,7 @@ func qDynMatMul(c *Ctx, a, w, ws, wz *fxgraph.Node) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	acc, err := c.Emit("aten.matmul.default", ash, wsh)
+	acc, err := c.Emit(fxgraph.AtenMatmul, ash, wsh)
 	if err != nil {
 		return nil, err
 	}
@@ -46,18 +46,18 @@ func qDynMatMul(c *Ctx, a, w, ws, wz *fxgraph.Node) (*fxgraph.Node, error) {
 // (one GEMM per batch entry).
 func qDynMatMulRows(c *Ctx, a, w, ws, wz *fxgraph.Node) (*fxgraph.Node, error) {
 	zero := c.ScalarConst(tensor.Float32, 0)
-	mn, err := c.Emit("aten.amin.default", a, []any{int64(1)}, true)
+	mn, err := c.Emit(fxgraph.AtenAmin, a, []any{int64(1)}, true)
 	if err != nil {
 		return nil, err
 	}
-	if mn, err = c.Emit("aten.minimum.default", mn, zero); err != nil {
+	if mn, err = c.Emit(fxgraph.AtenMinimum, mn, zero); err != nil {
 		return nil, err
 	}
-	mx, err := c.Emit("aten.amax.default", a, []any{int64(1)}, true)
+	mx, err := c.Emit(fxgraph.AtenAmax, a, []any{int64(1)}, true)
 	if err != nil {
 		return nil, err
 	}
-	if mx, err = c.Emit("aten.maximum.default", mx, zero); err != nil {
+	if mx, err = c.Emit(fxgraph.AtenMaximum, mx, zero); err != nil {
 		return nil, err
 	}
 	as, azf, err := rangeQuantParams(c, mn, mx)
@@ -76,14 +76,14 @@ func qDynMatMulRows(c *Ctx, a, w, ws, wz *fxgraph.Node) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ai, err = c.Emit("aten.sub.Tensor", ai, azi); err != nil {
+	if ai, err = c.Emit(fxgraph.AtenSubTensor, ai, azi); err != nil {
 		return nil, err
 	}
 	wsh, err := nnZeroShift(c, w, wz, 1, 2)
 	if err != nil {
 		return nil, err
 	}
-	acc, err := c.Emit("aten.matmul.default", ai, wsh)
+	acc, err := c.Emit(fxgraph.AtenMatmul, ai, wsh)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func qDynMatMulRows(c *Ctx, a, w, ws, wz *fxgraph.Node) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	scale, err := c.Emit("aten.mul.Tensor", as, wsf)
+	scale, err := c.Emit(fxgraph.AtenMulTensor, as, wsf)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func qDynMatMulRows(c *Ctx, a, w, ws, wz *fxgraph.Node) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.mul.Tensor", accf, scale)
+	return c.Emit(fxgraph.AtenMulTensor, accf, scale)
 }
 
 // qDirParam returns input i's slice for direction d (a per-direction
@@ -109,7 +109,7 @@ func qDirParam(c *Ctx, i int, d int64) (*fxgraph.Node, error) {
 	if err != nil || v == nil {
 		return v, err
 	}
-	return c.Emit("aten.select.int", v, int64(0), d)
+	return c.Emit(fxgraph.AtenSelectInt, v, int64(0), d)
 }
 
 // qDynamicQuantizeLSTM converts com.microsoft DynamicQuantizeLSTM (X, W,
@@ -169,7 +169,7 @@ func qDynamicQuantizeLSTM(c *Ctx, n *Node) error {
 		if len(v) == 1 {
 			return v[0], nil
 		}
-		return c.Emit("aten.cat.default", nodes(v), axis)
+		return c.Emit(fxgraph.AtenCat, nodes(v), axis)
 	}
 	y, err := cat(ys, 1)
 	if err != nil {
@@ -197,7 +197,7 @@ func qLSTMDirection(c *Ctx, x *fxgraph.Node, d int64, reverse bool, steps, batch
 		if err != nil || v == nil {
 			return v, err
 		}
-		return c.Emit("aten.select.int", v, int64(0), d)
+		return c.Emit(fxgraph.AtenSelectInt, v, int64(0), d)
 	}
 	w, err := sel(1)
 	if err != nil {
@@ -224,23 +224,23 @@ func qLSTMDirection(c *Ctx, x *fxgraph.Node, d int64, reverse bool, steps, batch
 	if b, err := sel(3); err != nil {
 		return nil, nil, nil, err
 	} else if b != nil {
-		wb, err := c.Emit("aten.slice.Tensor", b, int64(0), int64(0), 4*hidden, int64(1))
+		wb, err := c.Emit(fxgraph.AtenSliceTensor, b, int64(0), int64(0), 4*hidden, int64(1))
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		rb, err := c.Emit("aten.slice.Tensor", b, int64(0), 4*hidden, 8*hidden, int64(1))
+		rb, err := c.Emit(fxgraph.AtenSliceTensor, b, int64(0), 4*hidden, 8*hidden, int64(1))
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if xp, err = c.Emit("aten.add.Tensor", xp, wb); err != nil {
+		if xp, err = c.Emit(fxgraph.AtenAddTensor, xp, wb); err != nil {
 			return nil, nil, nil, err
 		}
-		if xp, err = c.Emit("aten.add.Tensor", xp, rb); err != nil {
+		if xp, err = c.Emit(fxgraph.AtenAddTensor, xp, rb); err != nil {
 			return nil, nil, nil, err
 		}
 	}
 	zeros := func() (*fxgraph.Node, error) {
-		return c.EmitKw("aten.full.default", []any{[]any{batch, hidden}, 0.0}, map[string]any{"dtype": tensor.Float32})
+		return c.EmitKw(fxgraph.AtenFull, []any{[]any{batch, hidden}, 0.0}, map[string]any{"dtype": tensor.Float32})
 	}
 	if h, err = sel(5); err == nil && h == nil {
 		h, err = zeros()
@@ -259,21 +259,21 @@ func qLSTMDirection(c *Ctx, x *fxgraph.Node, d int64, reverse bool, steps, batch
 		return nil, nil, nil, err
 	}
 	gate := func(g *fxgraph.Node, k int64) (*fxgraph.Node, error) {
-		return c.Emit("aten.slice.Tensor", g, int64(1), k*hidden, (k+1)*hidden, int64(1))
+		return c.Emit(fxgraph.AtenSliceTensor, g, int64(1), k*hidden, (k+1)*hidden, int64(1))
 	}
 	peep := func(v, cst *fxgraph.Node, k int64) (*fxgraph.Node, error) {
 		if pp == nil {
 			return v, nil
 		}
-		pk, err := c.Emit("aten.slice.Tensor", pp, int64(0), k*hidden, (k+1)*hidden, int64(1))
+		pk, err := c.Emit(fxgraph.AtenSliceTensor, pp, int64(0), k*hidden, (k+1)*hidden, int64(1))
 		if err != nil {
 			return nil, err
 		}
-		m, err := c.Emit("aten.mul.Tensor", pk, cst)
+		m, err := c.Emit(fxgraph.AtenMulTensor, pk, cst)
 		if err != nil {
 			return nil, err
 		}
-		return c.Emit("aten.add.Tensor", v, m)
+		return c.Emit(fxgraph.AtenAddTensor, v, m)
 	}
 	outs := make([]*fxgraph.Node, steps)
 	for s := int64(0); s < steps; s++ {
@@ -281,7 +281,7 @@ func qLSTMDirection(c *Ctx, x *fxgraph.Node, d int64, reverse bool, steps, batch
 		if reverse {
 			t = steps - 1 - s
 		}
-		xt, err := c.Emit("aten.select.int", xp, int64(0), t)
+		xt, err := c.Emit(fxgraph.AtenSelectInt, xp, int64(0), t)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -289,7 +289,7 @@ func qLSTMDirection(c *Ctx, x *fxgraph.Node, d int64, reverse bool, steps, batch
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		g, err := c.Emit("aten.add.Tensor", xt, hr)
+		g, err := c.Emit(fxgraph.AtenAddTensor, xt, hr)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -305,61 +305,61 @@ func qLSTMDirection(c *Ctx, x *fxgraph.Node, d int64, reverse bool, steps, batch
 		if gf, err = peep(gf, cell, 2); err != nil {
 			return nil, nil, nil, err
 		}
-		it, err := c.Emit("aten.sigmoid.default", gi)
+		it, err := c.Emit(fxgraph.AtenSigmoid, gi)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ft, err := c.Emit("aten.sigmoid.default", gf)
+		ft, err := c.Emit(fxgraph.AtenSigmoid, gf)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ct, err := c.Emit("aten.tanh.default", gc)
+		ct, err := c.Emit(fxgraph.AtenTanh, gc)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		a, err := c.Emit("aten.mul.Tensor", ft, cell)
+		a, err := c.Emit(fxgraph.AtenMulTensor, ft, cell)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		b, err := c.Emit("aten.mul.Tensor", it, ct)
+		b, err := c.Emit(fxgraph.AtenMulTensor, it, ct)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if cell, err = c.Emit("aten.add.Tensor", a, b); err != nil {
+		if cell, err = c.Emit(fxgraph.AtenAddTensor, a, b); err != nil {
 			return nil, nil, nil, err
 		}
 		if go_, err = peep(go_, cell, 1); err != nil {
 			return nil, nil, nil, err
 		}
-		ot, err := c.Emit("aten.sigmoid.default", go_)
+		ot, err := c.Emit(fxgraph.AtenSigmoid, go_)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		th, err := c.Emit("aten.tanh.default", cell)
+		th, err := c.Emit(fxgraph.AtenTanh, cell)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if h, err = c.Emit("aten.mul.Tensor", ot, th); err != nil {
+		if h, err = c.Emit(fxgraph.AtenMulTensor, ot, th); err != nil {
 			return nil, nil, nil, err
 		}
 		outs[t] = h
 	}
 	us := make([]*fxgraph.Node, len(outs))
 	for i, o := range outs {
-		if us[i], err = c.Emit("aten.unsqueeze.default", o, int64(0)); err != nil {
+		if us[i], err = c.Emit(fxgraph.AtenUnsqueeze, o, int64(0)); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	if y, err = c.Emit("aten.cat.default", nodes(us), int64(0)); err != nil {
+	if y, err = c.Emit(fxgraph.AtenCat, nodes(us), int64(0)); err != nil {
 		return nil, nil, nil, err
 	}
-	if y, err = c.Emit("aten.unsqueeze.default", y, int64(1)); err != nil {
+	if y, err = c.Emit(fxgraph.AtenUnsqueeze, y, int64(1)); err != nil {
 		return nil, nil, nil, err
 	}
-	if h, err = c.Emit("aten.unsqueeze.default", h, int64(0)); err != nil {
+	if h, err = c.Emit(fxgraph.AtenUnsqueeze, h, int64(0)); err != nil {
 		return nil, nil, nil, err
 	}
-	if cell, err = c.Emit("aten.unsqueeze.default", cell, int64(0)); err != nil {
+	if cell, err = c.Emit(fxgraph.AtenUnsqueeze, cell, int64(0)); err != nil {
 		return nil, nil, nil, err
 	}
 	return y, h, cell, nil

@@ -87,14 +87,14 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 			return nil, fmt.Errorf("scale or zero point of shape %s without block_size, want a scalar or 1-D", pm.Shape)
 		}
 		if pm.Shape[0].IsStatic() && pm.Shape[0].Size == 1 {
-			return c.Emit("aten.view.default", p, []any{})
+			return c.Emit(fxgraph.AtenView, p, []any{})
 		}
 		dims := make([]any, r)
 		for i := range dims {
 			dims[i] = int64(1)
 		}
 		dims[ax] = int64(-1)
-		return c.Emit("aten.view.default", p, dims)
+		return c.Emit(fxgraph.AtenView, p, dims)
 	}
 	pd, pok := pm.Shape.Static()
 	xd, xok := xm.Shape.Static()
@@ -104,7 +104,7 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 	if (xd[ax]+block-1)/block != pd[ax] {
 		return nil, fmt.Errorf("blocked parameter %v: axis %d has %d blocks, input %v needs %d of size %d", pd, ax, pd[ax], xd, (xd[ax]+block-1)/block, block)
 	}
-	u, err := c.Emit("aten.unsqueeze.default", p, int64(ax+1))
+	u, err := c.Emit(fxgraph.AtenUnsqueeze, p, int64(ax+1))
 	if err != nil {
 		return nil, err
 	}
@@ -118,14 +118,14 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 		}
 		merged = append(merged, d)
 	}
-	if u, err = c.Emit("aten.expand.default", u, exp); err != nil {
+	if u, err = c.Emit(fxgraph.AtenExpand, u, exp); err != nil {
 		return nil, err
 	}
-	if u, err = c.Emit("aten.reshape.default", u, merged); err != nil {
+	if u, err = c.Emit(fxgraph.AtenReshape, u, merged); err != nil {
 		return nil, err
 	}
 	if pd[ax]*block != xd[ax] {
-		return c.Emit("aten.slice.Tensor", u, int64(ax), int64(0), xd[ax], int64(1))
+		return c.Emit(fxgraph.AtenSliceTensor, u, int64(ax), int64(0), xd[ax], int64(1))
 	}
 	return u, nil
 }
@@ -150,11 +150,11 @@ func quantizeRange(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType, rng func
 	if err != nil {
 		return nil, err
 	}
-	y, err := c.Emit("aten.div.Tensor", xf, sf)
+	y, err := c.Emit(fxgraph.AtenDivTensor, xf, sf)
 	if err != nil {
 		return nil, err
 	}
-	if y, err = c.Emit("aten.round.default", y); err != nil {
+	if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
 		return nil, err
 	}
 	if zp != nil {
@@ -162,11 +162,11 @@ func quantizeRange(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType, rng func
 		if err != nil {
 			return nil, err
 		}
-		if y, err = c.Emit("aten.add.Tensor", y, zf); err != nil {
+		if y, err = c.Emit(fxgraph.AtenAddTensor, y, zf); err != nil {
 			return nil, err
 		}
 	}
-	if y, err = c.Emit("aten.clamp.default", y, lo, hi); err != nil {
+	if y, err = c.Emit(fxgraph.AtenClamp, y, lo, hi); err != nil {
 		return nil, err
 	}
 	return nnCast(c, y, dt)
@@ -189,7 +189,7 @@ func dequantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.N
 		if err != nil {
 			return nil, err
 		}
-		if v, err = c.Emit("aten.sub.Tensor", v, z); err != nil {
+		if v, err = c.Emit(fxgraph.AtenSubTensor, v, z); err != nil {
 			return nil, err
 		}
 	}
@@ -200,7 +200,7 @@ func dequantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.N
 	if err != nil {
 		return nil, err
 	}
-	y, err := c.Emit("aten.mul.Tensor", v, sf)
+	y, err := c.Emit(fxgraph.AtenMulTensor, v, sf)
 	if err != nil {
 		return nil, err
 	}
@@ -316,18 +316,18 @@ func dynamicQuantParams(c *Ctx, x *fxgraph.Node) (scale, zp *fxgraph.Node, err e
 		return nil, nil, err
 	}
 	zero := c.ScalarConst(tensor.Float32, 0)
-	mn, err := c.Emit("aten.min.default", xf)
+	mn, err := c.Emit(fxgraph.AtenMin, xf)
 	if err != nil {
 		return nil, nil, err
 	}
-	if mn, err = c.Emit("aten.minimum.default", mn, zero); err != nil {
+	if mn, err = c.Emit(fxgraph.AtenMinimum, mn, zero); err != nil {
 		return nil, nil, err
 	}
-	mx, err := c.Emit("aten.max.default", xf)
+	mx, err := c.Emit(fxgraph.AtenMax, xf)
 	if err != nil {
 		return nil, nil, err
 	}
-	if mx, err = c.Emit("aten.maximum.default", mx, zero); err != nil {
+	if mx, err = c.Emit(fxgraph.AtenMaximum, mx, zero); err != nil {
 		return nil, nil, err
 	}
 	return rangeQuantParams(c, mn, mx)
@@ -337,33 +337,33 @@ func dynamicQuantParams(c *Ctx, x *fxgraph.Node) (scale, zp *fxgraph.Node, err e
 // range [mn, mx], which includes 0: scale (mx - mn) / 255 (1 for an empty
 // range) and zero point round_half_even(saturate(-mn / scale)).
 func rangeQuantParams(c *Ctx, mn, mx *fxgraph.Node) (scale, zp *fxgraph.Node, err error) {
-	rng, err := c.Emit("aten.sub.Tensor", mx, mn)
+	rng, err := c.Emit(fxgraph.AtenSubTensor, mx, mn)
 	if err != nil {
 		return nil, nil, err
 	}
-	if scale, err = c.Emit("aten.div.Scalar", rng, 255.0); err != nil {
+	if scale, err = c.Emit(fxgraph.AtenDivScalar, rng, 255.0); err != nil {
 		return nil, nil, err
 	}
 	// An all-zero x gets scale 1, as in ONNX Runtime.
-	isZero, err := c.Emit("aten.eq.Scalar", rng, 0.0)
+	isZero, err := c.Emit(fxgraph.AtenEqScalar, rng, 0.0)
 	if err != nil {
 		return nil, nil, err
 	}
-	if scale, err = c.Emit("aten.where.ScalarSelf", isZero, 1.0, scale); err != nil {
+	if scale, err = c.Emit(fxgraph.AtenWhereScalarSelf, isZero, 1.0, scale); err != nil {
 		return nil, nil, err
 	}
 	// zero point = round_half_even(saturate(-min / scale)).
-	z, err := c.Emit("aten.neg.default", mn)
+	z, err := c.Emit(fxgraph.AtenNeg, mn)
 	if err != nil {
 		return nil, nil, err
 	}
-	if z, err = c.Emit("aten.div.Tensor", z, scale); err != nil {
+	if z, err = c.Emit(fxgraph.AtenDivTensor, z, scale); err != nil {
 		return nil, nil, err
 	}
-	if z, err = c.Emit("aten.clamp.default", z, 0.0, 255.0); err != nil {
+	if z, err = c.Emit(fxgraph.AtenClamp, z, 0.0, 255.0); err != nil {
 		return nil, nil, err
 	}
-	if zp, err = c.Emit("aten.round.default", z); err != nil {
+	if zp, err = c.Emit(fxgraph.AtenRound, z); err != nil {
 		return nil, nil, err
 	}
 	return scale, zp, nil
@@ -510,7 +510,7 @@ func qBinary(mul bool) Converter {
 			if err != nil || z == nil {
 				return xf, err
 			}
-			return c.Emit("aten.sub.Tensor", xf, z)
+			return c.Emit(fxgraph.AtenSubTensor, xf, z)
 		}
 		a, err := shifted(v[0], v[2])
 		if err != nil {
@@ -522,43 +522,43 @@ func qBinary(mul bool) Converter {
 		}
 		var y *fxgraph.Node
 		if mul {
-			ratio, err := c.Emit("aten.mul.Tensor", v[1], v[4])
+			ratio, err := c.Emit(fxgraph.AtenMulTensor, v[1], v[4])
 			if err != nil {
 				return err
 			}
-			if ratio, err = c.Emit("aten.div.Tensor", ratio, v[6]); err != nil {
+			if ratio, err = c.Emit(fxgraph.AtenDivTensor, ratio, v[6]); err != nil {
 				return err
 			}
-			if y, err = c.Emit("aten.mul.Tensor", a, b); err != nil {
+			if y, err = c.Emit(fxgraph.AtenMulTensor, a, b); err != nil {
 				return err
 			}
-			if y, err = c.Emit("aten.mul.Tensor", y, ratio); err != nil {
+			if y, err = c.Emit(fxgraph.AtenMulTensor, y, ratio); err != nil {
 				return err
 			}
 		} else {
-			ra, err := c.Emit("aten.div.Tensor", v[1], v[6])
+			ra, err := c.Emit(fxgraph.AtenDivTensor, v[1], v[6])
 			if err != nil {
 				return err
 			}
-			rb, err := c.Emit("aten.div.Tensor", v[4], v[6])
+			rb, err := c.Emit(fxgraph.AtenDivTensor, v[4], v[6])
 			if err != nil {
 				return err
 			}
-			if a, err = c.Emit("aten.mul.Tensor", a, ra); err != nil {
+			if a, err = c.Emit(fxgraph.AtenMulTensor, a, ra); err != nil {
 				return err
 			}
-			if b, err = c.Emit("aten.mul.Tensor", b, rb); err != nil {
+			if b, err = c.Emit(fxgraph.AtenMulTensor, b, rb); err != nil {
 				return err
 			}
-			if y, err = c.Emit("aten.add.Tensor", a, b); err != nil {
+			if y, err = c.Emit(fxgraph.AtenAddTensor, a, b); err != nil {
 				return err
 			}
 		}
-		if y, err = c.Emit("aten.round.default", y); err != nil {
+		if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
 			return err
 		}
 		if v[7] != nil {
-			if y, err = c.Emit("aten.add.Tensor", y, v[7]); err != nil {
+			if y, err = c.Emit(fxgraph.AtenAddTensor, y, v[7]); err != nil {
 				return err
 			}
 		}
@@ -566,7 +566,7 @@ func qBinary(mul bool) Converter {
 		if !ok {
 			return Unsupported("%s output of %s", n.OpType, dt)
 		}
-		if y, err = c.Emit("aten.clamp.default", y, lo, hi); err != nil {
+		if y, err = c.Emit(fxgraph.AtenClamp, y, lo, hi); err != nil {
 			return err
 		}
 		if y, err = nnCast(c, y, dt); err != nil {
@@ -618,7 +618,7 @@ func qChannelsFirst(c *Ctx, x *fxgraph.Node, back bool) (*fxgraph.Node, error) {
 			perm = append(perm, i)
 		}
 	}
-	return c.Emit("aten.permute.default", x, ints(perm))
+	return c.Emit(fxgraph.AtenPermute, x, ints(perm))
 }
 
 // qAveragePool converts QLinearAveragePool: AveragePool of x - x_zp
@@ -673,10 +673,10 @@ func qAveragePool(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if y, err = c.Emit("aten.mul.Tensor", y, xs); err != nil {
+	if y, err = c.Emit(fxgraph.AtenMulTensor, y, xs); err != nil {
 		return err
 	}
-	if y, err = c.Emit("aten.div.Tensor", y, ys); err != nil {
+	if y, err = c.Emit(fxgraph.AtenDivTensor, y, ys); err != nil {
 		return err
 	}
 	if p[4] != nil {
@@ -684,7 +684,7 @@ func qAveragePool(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		if y, err = c.Emit("aten.add.Tensor", y, z); err != nil {
+		if y, err = c.Emit(fxgraph.AtenAddTensor, y, z); err != nil {
 			return err
 		}
 	}
@@ -738,11 +738,11 @@ func qGlobalAveragePool(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		if v, err = c.Emit("aten.sub.Tensor", v, z); err != nil {
+		if v, err = c.Emit(fxgraph.AtenSubTensor, v, z); err != nil {
 			return err
 		}
 	}
-	if v, err = c.Emit("aten.sum.dim_IntList", v, dims, true); err != nil {
+	if v, err = c.Emit(fxgraph.AtenSumDimIntList, v, dims, true); err != nil {
 		return err
 	}
 	if v, err = nnCast(c, v, tensor.Float32); err != nil {
@@ -756,15 +756,15 @@ func qGlobalAveragePool(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	den, err := c.Emit("aten.mul.Scalar", ys, float64(count))
+	den, err := c.Emit(fxgraph.AtenMulScalar, ys, float64(count))
 	if err != nil {
 		return err
 	}
-	scale, err := c.Emit("aten.div.Tensor", xs, den)
+	scale, err := c.Emit(fxgraph.AtenDivTensor, xs, den)
 	if err != nil {
 		return err
 	}
-	if v, err = c.Emit("aten.mul.Tensor", v, scale); err != nil {
+	if v, err = c.Emit(fxgraph.AtenMulTensor, v, scale); err != nil {
 		return err
 	}
 	one := c.ScalarConst(tensor.Float32, 1)
@@ -803,7 +803,7 @@ func qConcat(c *Ctx, n *Node) error {
 		}
 		parts = append(parts, x)
 	}
-	y, err := c.Emit("aten.cat.default", nodes(parts), c.AttrInt("axis", 0))
+	y, err := c.Emit(fxgraph.AtenCat, nodes(parts), c.AttrInt("axis", 0))
 	if err != nil {
 		return err
 	}
@@ -822,7 +822,7 @@ func qScaleAlong(c *Ctx, s *fxgraph.Node, r int) (*fxgraph.Node, error) {
 		if Meta(s).Rank() == 0 {
 			return s, nil
 		}
-		return c.Emit("aten.view.default", s, []any{})
+		return c.Emit(fxgraph.AtenView, s, []any{})
 	}
 	if Meta(s).Rank() != 1 {
 		return nil, Unsupported("scale of shape %s", Meta(s).Shape)
@@ -832,7 +832,7 @@ func qScaleAlong(c *Ctx, s *fxgraph.Node, r int) (*fxgraph.Node, error) {
 		dims[i] = int64(1)
 	}
 	dims[r-1] = int64(-1)
-	return c.Emit("aten.view.default", s, dims)
+	return c.Emit(fxgraph.AtenView, s, dims)
 }
 
 // qScaledAcc returns float32(acc) * (as * bs), bs per column or single,
@@ -846,7 +846,7 @@ func qScaledAcc(c *Ctx, acc, as, bs, bias *fxgraph.Node) (*fxgraph.Node, error) 
 	if bs, err = qScaleAlong(c, bs, r); err != nil {
 		return nil, err
 	}
-	scale, err := c.Emit("aten.mul.Tensor", as, bs)
+	scale, err := c.Emit(fxgraph.AtenMulTensor, as, bs)
 	if err != nil {
 		return nil, err
 	}
@@ -854,11 +854,11 @@ func qScaledAcc(c *Ctx, acc, as, bs, bias *fxgraph.Node) (*fxgraph.Node, error) 
 	if err != nil {
 		return nil, err
 	}
-	y, err := c.Emit("aten.mul.Tensor", accf, scale)
+	y, err := c.Emit(fxgraph.AtenMulTensor, accf, scale)
 	if err != nil || bias == nil {
 		return y, err
 	}
-	return c.Emit("aten.add.Tensor", y, bias)
+	return c.Emit(fxgraph.AtenAddTensor, y, bias)
 }
 
 // qMatMulIntegerToFloat converts MatMulIntegerToFloat (A, B, a_scale,
@@ -928,7 +928,7 @@ func qDynamicQuantizeMatMul(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	acc, err := c.Emit("aten.matmul.default", ash, bsh)
+	acc, err := c.Emit(fxgraph.AtenMatmul, ash, bsh)
 	if err != nil {
 		return err
 	}
@@ -987,16 +987,16 @@ func qGemm(c *Ctx, n *Node) error {
 	}
 	perm := []any{int64(1), int64(0)}
 	if c.AttrInt("transA", 0) != 0 {
-		if ash, err = c.Emit("aten.permute.default", ash, perm); err != nil {
+		if ash, err = c.Emit(fxgraph.AtenPermute, ash, perm); err != nil {
 			return err
 		}
 	}
 	if transB {
-		if bsh, err = c.Emit("aten.permute.default", bsh, perm); err != nil {
+		if bsh, err = c.Emit(fxgraph.AtenPermute, bsh, perm); err != nil {
 			return err
 		}
 	}
-	acc, err := c.Emit("aten.mm.default", ash, bsh)
+	acc, err := c.Emit(fxgraph.AtenMm, ash, bsh)
 	if err != nil {
 		return err
 	}
@@ -1008,7 +1008,7 @@ func qGemm(c *Ctx, n *Node) error {
 		if cc, err = nnCast(c, cc, tensor.Int32); err != nil {
 			return err
 		}
-		if acc, err = c.Emit("aten.add.Tensor", acc, cc); err != nil {
+		if acc, err = c.Emit(fxgraph.AtenAddTensor, acc, cc); err != nil {
 			return err
 		}
 	}
@@ -1024,7 +1024,7 @@ func qGemm(c *Ctx, n *Node) error {
 		return err
 	}
 	if alpha := c.AttrFloat("alpha", 1); alpha != 1 {
-		if as, err = c.Emit("aten.mul.Scalar", as, alpha); err != nil {
+		if as, err = c.Emit(fxgraph.AtenMulScalar, as, alpha); err != nil {
 			return err
 		}
 	}
@@ -1040,7 +1040,7 @@ func qGemm(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if as, err = c.Emit("aten.div.Tensor", as, ys); err != nil {
+	if as, err = c.Emit(fxgraph.AtenDivTensor, as, ys); err != nil {
 		return err
 	}
 	y, err := qScaledAcc(c, acc, as, bs, nil)

@@ -56,15 +56,15 @@ func rndBits(c *Ctx, dims []int64, s, n int64) (*fxgraph.Node, error) {
 	}
 	x := c.Constant("rng_counter", tensor.FromInt64s(idx, dims...))
 	k := func(v int64) *fxgraph.Node { return c.ScalarConst(tensor.Int64, float64(v)) }
-	mask := func(v *fxgraph.Node) *fxgraph.Node { return e.op("aten.bitwise_and.Tensor", v, k(0xffffffff)) }
+	mask := func(v *fxgraph.Node) *fxgraph.Node { return e.op(fxgraph.AtenBitwiseAndTensor, v, k(0xffffffff)) }
 	xorShift := func(v *fxgraph.Node, by int64) *fxgraph.Node {
-		return e.op("aten.bitwise_xor.Tensor", v, e.op("aten.bitwise_right_shift.Tensor", v, k(by)))
+		return e.op(fxgraph.AtenBitwiseXorTensor, v, e.op(fxgraph.AtenBitwiseRightShiftTensor, v, k(by)))
 	}
-	x = mask(e.op("aten.add.Tensor", e.op("aten.mul.Tensor", x, k(0x9e3779b9)), k(rndKey(c))))
+	x = mask(e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulTensor, x, k(0x9e3779b9)), k(rndKey(c))))
 	x = xorShift(x, 16)
-	x = mask(e.op("aten.mul.Tensor", x, k(0x7feb352d)))
+	x = mask(e.op(fxgraph.AtenMulTensor, x, k(0x7feb352d)))
 	x = xorShift(x, 15)
-	x = mask(e.op("aten.mul.Tensor", x, k(0x846ca68b)))
+	x = mask(e.op(fxgraph.AtenMulTensor, x, k(0x846ca68b)))
 	x = xorShift(x, 16)
 	return x, e.err
 }
@@ -82,9 +82,9 @@ func rndUnit(c *Ctx, dims []int64, dt tensor.DType, s, n int64, open0 bool) (*fx
 	if dt == tensor.Float64 {
 		shift, scale = 0, math.Ldexp(1, -32)
 	}
-	v := e.op("aten.bitwise_right_shift.Tensor", bits, c.ScalarConst(tensor.Int64, float64(shift)))
+	v := e.op(fxgraph.AtenBitwiseRightShiftTensor, bits, c.ScalarConst(tensor.Int64, float64(shift)))
 	if open0 {
-		v = e.op("aten.add.Tensor", v, c.ScalarConst(tensor.Int64, 1))
+		v = e.op(fxgraph.AtenAddTensor, v, c.ScalarConst(tensor.Int64, 1))
 	}
 	if e.err != nil {
 		return nil, e.err
@@ -97,7 +97,7 @@ func rndUnit(c *Ctx, dims []int64, dt tensor.DType, s, n int64, open0 bool) (*fx
 	if err != nil {
 		return nil, err
 	}
-	if f, err = c.Emit("aten.mul.Tensor", f, c.ScalarConst(wide, scale)); err != nil {
+	if f, err = c.Emit(fxgraph.AtenMulTensor, f, c.ScalarConst(wide, scale)); err != nil {
 		return nil, err
 	}
 	return ewCastTo(c, f, dt)
@@ -155,10 +155,10 @@ func rndUniform(like bool) Converter {
 			return err
 		}
 		lo, hi := c.AttrFloat("low", 0), c.AttrFloat("high", 1)
-		if u, err = c.Emit("aten.mul.Scalar", u, hi-lo); err != nil {
+		if u, err = c.Emit(fxgraph.AtenMulScalar, u, hi-lo); err != nil {
 			return err
 		}
-		if u, err = c.Emit("aten.add.Scalar", u, lo); err != nil {
+		if u, err = c.Emit(fxgraph.AtenAddScalar, u, lo); err != nil {
 			return err
 		}
 		c.SetOutput(0, u)
@@ -190,9 +190,9 @@ func rndNormal(like bool) Converter {
 			return err
 		}
 		e := &sigEmitter{c: c}
-		r := e.op("aten.sqrt.default", e.op("aten.mul.Scalar", e.op("aten.log.default", u1), -2.0))
-		z := e.op("aten.mul.Tensor", r, e.op("aten.cos.default", e.op("aten.mul.Scalar", u2, 2*math.Pi)))
-		z = e.op("aten.add.Scalar", e.op("aten.mul.Scalar", z, c.AttrFloat("scale", 1)), c.AttrFloat("mean", 0))
+		r := e.op(fxgraph.AtenSqrt, e.op(fxgraph.AtenMulScalar, e.op(fxgraph.AtenLog, u1), -2.0))
+		z := e.op(fxgraph.AtenMulTensor, r, e.op(fxgraph.AtenCos, e.op(fxgraph.AtenMulScalar, u2, 2*math.Pi)))
+		z = e.op(fxgraph.AtenAddScalar, e.op(fxgraph.AtenMulScalar, z, c.AttrFloat("scale", 1)), c.AttrFloat("mean", 0))
 		if e.err != nil {
 			return e.err
 		}
@@ -223,7 +223,7 @@ func rndBernoulli(c *Ctx, _ *Node) error {
 	if err != nil {
 		return err
 	}
-	hit, err := c.Emit("aten.lt.Tensor", u, p)
+	hit, err := c.Emit(fxgraph.AtenLtTensor, u, p)
 	if err != nil {
 		return err
 	}
@@ -257,12 +257,12 @@ func rndDropout(c *Ctx, x, ratio, training *fxgraph.Node) error {
 		return err
 	}
 	e := &sigEmitter{c: c}
-	keep := e.op("aten.ge.Tensor", u, r)
-	scale := e.op("aten.rsub.Scalar", r, 1.0) // 1 - ratio
-	y := e.op("aten.where.self", keep, e.op("aten.div.Tensor", x, scale), c.ScalarConst(m.DType, 0))
+	keep := e.op(fxgraph.AtenGeTensor, u, r)
+	scale := e.op(fxgraph.AtenRsubScalar, r, 1.0) // 1 - ratio
+	y := e.op(fxgraph.AtenWhereSelf, keep, e.op(fxgraph.AtenDivTensor, x, scale), c.ScalarConst(m.DType, 0))
 	if training != nil {
-		y = e.op("aten.where.self", training, y, x)
-		keep = e.op("aten.logical_or.default", keep, e.op("aten.logical_not.default", training))
+		y = e.op(fxgraph.AtenWhereSelf, training, y, x)
+		keep = e.op(fxgraph.AtenLogicalOr, keep, e.op(fxgraph.AtenLogicalNot, training))
 	}
 	if e.err != nil {
 		return e.err

@@ -20,8 +20,8 @@ func registerReductions(cs converters) {
 	}{
 		{"ReduceSum", 13, rdEmitSum},
 		{"ReduceMean", 18, rdEmitMean},
-		{"ReduceMax", 18, rdEmitSimple("aten.amax.default")},
-		{"ReduceMin", 18, rdEmitSimple("aten.amin.default")},
+		{"ReduceMax", 18, rdEmitSimple(fxgraph.AtenAmax)},
+		{"ReduceMin", 18, rdEmitSimple(fxgraph.AtenAmin)},
 		{"ReduceProd", 18, rdEmitProd},
 		{"ReduceL1", 18, rdEmitL1},
 		{"ReduceL2", 18, rdEmitL2},
@@ -31,8 +31,8 @@ func registerReductions(cs converters) {
 	} {
 		cs.add(r.op, rdReduceConverter(r.op, r.since, r.emit))
 	}
-	cs.add("ArgMax", rdArgConverter("aten.argmax.default"))
-	cs.add("ArgMin", rdArgConverter("aten.argmin.default"))
+	cs.add("ArgMax", rdArgConverter(fxgraph.AtenArgmax))
+	cs.add("ArgMin", rdArgConverter(fxgraph.AtenArgmin))
 	cs.add("TopK", convertTopK(false))
 	cs.register("", "TopK", 10, convertTopK(true))
 	cs.register("", "CumSum", 11, convertCumSum)
@@ -126,7 +126,7 @@ func (r rdReduction) all() bool { return len(r.axes) == r.meta.Rank() }
 
 // rdSum emits aten.sum.dim_IntList of x over r's axes in dtype dt.
 func rdSum(c *Ctx, x *fxgraph.Node, r rdReduction, dt tensor.DType) (*fxgraph.Node, error) {
-	return c.EmitKw("aten.sum.dim_IntList", []any{x, ints(r.axes), r.keep}, map[string]any{"dtype": dt})
+	return c.EmitKw(fxgraph.AtenSumDimIntList, []any{x, ints(r.axes), r.keep}, map[string]any{"dtype": dt})
 }
 
 func rdEmitSum(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
@@ -142,23 +142,23 @@ func rdEmitMean(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
 	dt := r.meta.DType
 	switch {
 	case dt.IsFloat():
-		return c.Emit("aten.mean.dim", r.x, ints(r.axes), r.keep)
+		return c.Emit(fxgraph.AtenMeanDim, r.x, ints(r.axes), r.keep)
 	case dt.IsInt():
-		xf, err := c.EmitKw("aten._to_copy.default", []any{r.x}, map[string]any{"dtype": tensor.Float64})
+		xf, err := c.EmitKw(fxgraph.Aten_ToCopy, []any{r.x}, map[string]any{"dtype": tensor.Float64})
 		if err != nil {
 			return nil, err
 		}
-		m, err := c.Emit("aten.mean.dim", xf, ints(r.axes), r.keep)
+		m, err := c.Emit(fxgraph.AtenMeanDim, xf, ints(r.axes), r.keep)
 		if err != nil {
 			return nil, err
 		}
-		return c.EmitKw("aten._to_copy.default", []any{m}, map[string]any{"dtype": dt})
+		return c.EmitKw(fxgraph.Aten_ToCopy, []any{m}, map[string]any{"dtype": dt})
 	}
 	return nil, Unsupported("ReduceMean of %s", dt)
 }
 
 // rdEmitSimple emits target(x, axes, keepdim) (amax, amin).
-func rdEmitSimple(target string) rdEmitFunc {
+func rdEmitSimple(target *fxgraph.Op) rdEmitFunc {
 	return func(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
 		if r.meta.DType == tensor.String || r.meta.DType.IsComplex() {
 			return nil, Unsupported("%s of %s", target, r.meta.DType)
@@ -177,12 +177,12 @@ func rdEmitProd(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
 	}
 	kw := map[string]any{"dtype": dt}
 	if r.all() && !r.keep {
-		return c.EmitKw("aten.prod.default", []any{r.x}, kw)
+		return c.EmitKw(fxgraph.AtenProd, []any{r.x}, kw)
 	}
 	out := r.x
 	for i := len(r.axes) - 1; i >= 0; i-- {
 		var err error
-		if out, err = c.EmitKw("aten.prod.dim_int", []any{out, r.axes[i], r.keep}, kw); err != nil {
+		if out, err = c.EmitKw(fxgraph.AtenProdDimInt, []any{out, r.axes[i], r.keep}, kw); err != nil {
 			return nil, err
 		}
 	}
@@ -195,9 +195,9 @@ func rdEmitL1(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
 	dt := r.meta.DType
 	switch {
 	case dt.IsFloat():
-		return c.Emit("aten.linalg_vector_norm.default", r.x, 1.0, ints(r.axes), r.keep)
+		return c.Emit(fxgraph.AtenLinalgVectorNorm, r.x, 1.0, ints(r.axes), r.keep)
 	case dt.IsInt():
-		a, err := c.Emit("aten.abs.default", r.x)
+		a, err := c.Emit(fxgraph.AtenAbs, r.x)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +211,7 @@ func rdEmitL2(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
 	if !r.meta.DType.IsFloat() {
 		return nil, Unsupported("ReduceL2 of %s", r.meta.DType)
 	}
-	return c.Emit("aten.linalg_vector_norm.default", r.x, 2.0, ints(r.axes), r.keep)
+	return c.Emit(fxgraph.AtenLinalgVectorNorm, r.x, 2.0, ints(r.axes), r.keep)
 }
 
 // rdEmitSumSquare emits sum(x * x).
@@ -220,7 +220,7 @@ func rdEmitSumSquare(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
 	if !dt.IsFloat() && !dt.IsInt() {
 		return nil, Unsupported("ReduceSumSquare of %s", dt)
 	}
-	sq, err := c.Emit("aten.mul.Tensor", r.x, r.x)
+	sq, err := c.Emit(fxgraph.AtenMulTensor, r.x, r.x)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +236,7 @@ func rdEmitLogSum(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.log.default", s)
+	return c.Emit(fxgraph.AtenLog, s)
 }
 
 // rdEmitLogSumExp emits aten.logsumexp (floats only).
@@ -244,13 +244,13 @@ func rdEmitLogSumExp(c *Ctx, r rdReduction) (*fxgraph.Node, error) {
 	if !r.meta.DType.IsFloat() {
 		return nil, Unsupported("ReduceLogSumExp of %s", r.meta.DType)
 	}
-	return c.Emit("aten.logsumexp.default", r.x, ints(r.axes), r.keep)
+	return c.Emit(fxgraph.AtenLogsumexp, r.x, ints(r.axes), r.keep)
 }
 
 // rdArgConverter converts ArgMax / ArgMin (axis default 0, keepdims default
 // 1). select_last_index=1 is argmax of the input flipped along axis, mapped
 // back with (n - 1) - index.
-func rdArgConverter(target string) Converter {
+func rdArgConverter(target *fxgraph.Op) Converter {
 	return func(c *Ctx, _ *Node) error {
 		x, err := c.Input(0)
 		if err != nil {
@@ -285,7 +285,7 @@ func rdArgConverter(target string) Converter {
 		if !size.IsStatic() {
 			return Unsupported("%s with select_last_index over symbolic dim %s", target, size)
 		}
-		flipped, err := c.Emit("aten.flip.default", x, ints([]int64{int64(axis)}))
+		flipped, err := c.Emit(fxgraph.AtenFlip, x, ints([]int64{int64(axis)}))
 		if err != nil {
 			return err
 		}
@@ -293,7 +293,7 @@ func rdArgConverter(target string) Converter {
 		if err != nil {
 			return err
 		}
-		out, err := c.Emit("aten.sub.Tensor", c.ScalarConst(tensor.Int64, float64(size.Size-1)), idx)
+		out, err := c.Emit(fxgraph.AtenSubTensor, c.ScalarConst(tensor.Int64, float64(size.Size-1)), idx)
 		if err != nil {
 			return err
 		}
@@ -329,25 +329,25 @@ func convertCumSum(c *Ctx, _ *Node) error {
 			return x, nil
 		}
 		if reverse {
-			if v, err = c.Emit("aten.flip.default", v, ints([]int64{int64(axis)})); err != nil {
+			if v, err = c.Emit(fxgraph.AtenFlip, v, ints([]int64{int64(axis)})); err != nil {
 				return nil, err
 			}
 		}
 		if exclusive {
-			if v, err = c.Emit("aten.slice.Tensor", v, int64(axis), int64(0), int64(-1), int64(1)); err != nil {
+			if v, err = c.Emit(fxgraph.AtenSliceTensor, v, int64(axis), int64(0), int64(-1), int64(1)); err != nil {
 				return nil, err
 			}
 			pad := make([]int64, 2*(rank-axis))
 			pad[len(pad)-2] = 1
-			if v, err = c.Emit("aten.constant_pad_nd.default", v, ints(pad), 0.0); err != nil {
+			if v, err = c.Emit(fxgraph.AtenConstantPadNd, v, ints(pad), 0.0); err != nil {
 				return nil, err
 			}
 		}
-		if v, err = c.EmitKw("aten.cumsum.default", []any{v, int64(axis)}, map[string]any{"dtype": m.DType}); err != nil {
+		if v, err = c.EmitKw(fxgraph.AtenCumsum, []any{v, int64(axis)}, map[string]any{"dtype": m.DType}); err != nil {
 			return nil, err
 		}
 		if reverse {
-			if v, err = c.Emit("aten.flip.default", v, ints([]int64{int64(axis)})); err != nil {
+			if v, err = c.Emit(fxgraph.AtenFlip, v, ints([]int64{int64(axis)})); err != nil {
 				return nil, err
 			}
 		}
@@ -377,7 +377,7 @@ func convertCumSum(c *Ctx, _ *Node) error {
 		return fmt.Errorf("axis is %s, want an integer scalar", am)
 	}
 	if Meta(axisNode).Rank() == 1 {
-		if axisNode, err = c.Emit("aten.squeeze.dims", axisNode, ints([]int64{0})); err != nil {
+		if axisNode, err = c.Emit(fxgraph.AtenSqueezeDims, axisNode, ints([]int64{0})); err != nil {
 			return err
 		}
 	}
@@ -391,19 +391,19 @@ func convertCumSum(c *Ctx, _ *Node) error {
 			out = s // the last dim also stands for out-of-range axes
 			continue
 		}
-		pos, err := c.Emit("aten.eq.Scalar", axisNode, int64(i))
+		pos, err := c.Emit(fxgraph.AtenEqScalar, axisNode, int64(i))
 		if err != nil {
 			return err
 		}
-		neg, err := c.Emit("aten.eq.Scalar", axisNode, int64(i-rank))
+		neg, err := c.Emit(fxgraph.AtenEqScalar, axisNode, int64(i-rank))
 		if err != nil {
 			return err
 		}
-		cond, err := c.Emit("aten.logical_or.default", pos, neg)
+		cond, err := c.Emit(fxgraph.AtenLogicalOr, pos, neg)
 		if err != nil {
 			return err
 		}
-		if out, err = c.Emit("aten.where.self", cond, s, out); err != nil {
+		if out, err = c.Emit(fxgraph.AtenWhereSelf, cond, s, out); err != nil {
 			return err
 		}
 	}
@@ -450,7 +450,7 @@ func rdEmitNLL(c *Ctx, logp, target, weight *fxgraph.Node) (*fxgraph.Node, error
 	if weight != nil {
 		w = weight
 	}
-	t, err := c.Emit("aten.nll_loss_forward.default", logp, target, w, red, ignore)
+	t, err := c.Emit(fxgraph.AtenNllLossForward, logp, target, w, red, ignore)
 	if err != nil {
 		return nil, err
 	}
@@ -498,7 +498,7 @@ func convertSoftmaxCrossEntropyLoss(c *Ctx, _ *Node) error {
 	if Meta(x).Rank() < 2 {
 		return fmt.Errorf("scores have shape %s, want (N, C, ...)", Meta(x).Shape)
 	}
-	logp, err := c.Emit("aten._log_softmax.default", x, int64(1), false)
+	logp, err := c.Emit(fxgraph.Aten_LogSoftmax, x, int64(1), false)
 	if err != nil {
 		return err
 	}
@@ -541,7 +541,7 @@ func convertTopK(kInput bool) Converter {
 		if m.DType == tensor.Bool || m.DType == tensor.String || m.DType.IsComplex() {
 			return Unsupported("TopK of %s", m.DType)
 		}
-		top, err := c.Emit("aten.topk.default", x, k, c.AttrInt("axis", -1), c.AttrInt("largest", 1) != 0, c.AttrInt("sorted", 1) != 0)
+		top, err := c.Emit(fxgraph.AtenTopk, x, k, c.AttrInt("axis", -1), c.AttrInt("largest", 1) != 0, c.AttrInt("sorted", 1) != 0)
 		if err != nil {
 			return err
 		}

@@ -210,7 +210,7 @@ func TestReductionConverters(t *testing.T) {
 			}
 			var targets, metas []string
 			for _, n := range g.Nodes() {
-				if n.Op == fxgraph.CallFunction {
+				if n.Opcode == fxgraph.CallFunction {
 					targets = append(targets, n.Target)
 				}
 			}

@@ -48,7 +48,7 @@ func rnnConverter(mode string, acts []string) Converter {
 			return err
 		}
 		if layout != 0 {
-			if x, err = c.Emit("aten.permute.default", x, ints([]int64{1, 0, 2})); err != nil {
+			if x, err = c.Emit(fxgraph.AtenPermute, x, ints([]int64{1, 0, 2})); err != nil {
 				return err
 			}
 		}
@@ -83,7 +83,7 @@ func rnnConverter(mode string, acts []string) Converter {
 				return err
 			}
 			if layout != 0 && (in == 5 || in == 6) { // [batch, dirs, hidden]
-				if v, err = c.Emit("aten.permute.default", v, ints([]int64{1, 0, 2})); err != nil {
+				if v, err = c.Emit(fxgraph.AtenPermute, v, ints([]int64{1, 0, 2})); err != nil {
 					return err
 				}
 			}
@@ -94,7 +94,7 @@ func rnnConverter(mode string, acts []string) Converter {
 				hidden = Meta(r).Shape[2].Size
 			}
 		}
-		rnn, err := c.EmitKw("xserve.rnn", args, map[string]any{
+		rnn, err := c.EmitKw(fxgraph.XserveRNN, args, map[string]any{
 			"mode": mode, "hidden_size": hidden, "direction": dir,
 			"linear_before_reset": c.AttrInt("linear_before_reset", 0) != 0,
 			"clip":                float64(c.AttrFloat("clip", 0)),
@@ -115,7 +115,7 @@ func rnnConverter(mode string, acts []string) Converter {
 				if i == 0 {
 					perm = []int64{2, 0, 1, 3} // y: [batch, seq, dirs, hidden]
 				}
-				if out, err = c.Emit("aten.permute.default", out, ints(perm)); err != nil {
+				if out, err = c.Emit(fxgraph.AtenPermute, out, ints(perm)); err != nil {
 					return err
 				}
 			}

@@ -69,7 +69,7 @@ func (im *Importer) ImportWithOptions(m *Model, o ImportOptions) (*fxgraph.Graph
 }
 
 func newSeqMarker(elems []*fxgraph.Node, dt tensor.DType) *fxgraph.Node {
-	return &fxgraph.Node{Op: fxgraph.CallFunction, Name: "sequence", Target: seqMarker, Args: nodes(elems), Kwargs: map[string]any{"dtype": dt}}
+	return &fxgraph.Node{Opcode: fxgraph.CallFunction, Name: "sequence", Target: seqMarker, Args: nodes(elems), Kwargs: map[string]any{"dtype": dt}}
 }
 
 // newOptMarker returns an optional holding elem, or none when elem is nil.
@@ -78,7 +78,7 @@ func newOptMarker(elem *fxgraph.Node) *fxgraph.Node {
 	if elem != nil {
 		args = []any{elem}
 	}
-	return &fxgraph.Node{Op: fxgraph.CallFunction, Name: "optional", Target: optMarker, Args: args}
+	return &fxgraph.Node{Opcode: fxgraph.CallFunction, Name: "optional", Target: optMarker, Args: args}
 }
 
 // isStructured reports whether n is a sequence or optional marker.
@@ -398,12 +398,12 @@ func seqConcat(c *Ctx, _ *Node) error {
 	if newAxis {
 		parts = make([]*fxgraph.Node, len(elems))
 		for i, e := range elems {
-			if parts[i], err = c.Emit("aten.unsqueeze.default", e, axis); err != nil {
+			if parts[i], err = c.Emit(fxgraph.AtenUnsqueeze, e, axis); err != nil {
 				return err
 			}
 		}
 	}
-	out, err := c.Emit("aten.cat.default", nodes(parts), axis)
+	out, err := c.Emit(fxgraph.AtenCat, nodes(parts), axis)
 	if err != nil {
 		return err
 	}
@@ -477,12 +477,12 @@ func seqSplit(c *Ctx, _ *Node) error {
 	elems := make([]*fxgraph.Node, len(sizes))
 	at := int64(0)
 	for i, s := range sizes {
-		e, err := c.Emit("aten.slice.Tensor", x, axis, at, at+s, int64(1))
+		e, err := c.Emit(fxgraph.AtenSliceTensor, x, axis, at, at+s, int64(1))
 		if err != nil {
 			return err
 		}
 		if !keep {
-			if e, err = c.Emit("aten.squeeze.dims", e, []any{axis}); err != nil {
+			if e, err = c.Emit(fxgraph.AtenSqueezeDims, e, []any{axis}); err != nil {
 				return err
 			}
 		}

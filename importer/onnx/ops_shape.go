@@ -82,7 +82,7 @@ func shDimArg(c *Ctx, x *fxgraph.Node, k int) (any, error) {
 	if d.IsStatic() {
 		return d.Size, nil
 	}
-	return c.Emit("aten.sym_size.int", x, int64(k))
+	return c.Emit(fxgraph.AtenSymSizeInt, x, int64(k))
 }
 
 // shValueDeps returns a *NeedsValueError when input i is computed from the
@@ -102,7 +102,7 @@ func shValueDeps(c *Ctx, i int) error {
 			return
 		}
 		seen[m] = true
-		switch m.Op {
+		switch m.Opcode {
 		case fxgraph.Placeholder:
 			deps = append(deps, m.Target)
 			return
@@ -125,9 +125,8 @@ func shValueDeps(c *Ctx, i int) error {
 
 // shHasTarget reports whether the IR knows target (ops of other families a
 // composition needs).
-func shHasTarget(c *Ctx, target string) bool {
-	_, ok := c.s.im.ir.Lookup(target)
-	return ok
+func shHasTarget(c *Ctx, target *fxgraph.Op) bool {
+	return c.s.im.ir.Has(target)
 }
 
 func shReshape(c *Ctx, n *Node) error {
@@ -171,7 +170,7 @@ func shReshape(c *Ctx, n *Node) error {
 			size[i] = v
 		}
 	}
-	out, err := c.Emit("aten.view.default", x, size)
+	out, err := c.Emit(fxgraph.AtenView, x, size)
 	if err != nil {
 		return err
 	}
@@ -194,43 +193,43 @@ func shReshapeDynamic(c *Ctx, x *fxgraph.Node, allowZero bool) error {
 	}
 	size := s
 	if !allowZero {
-		if !shHasTarget(c, "aten.eq.Scalar") || !shHasTarget(c, "aten.where.self") {
+		if !shHasTarget(c, fxgraph.AtenEqScalar) || !shHasTarget(c, fxgraph.AtenWhereSelf) {
 			return Unsupported("Reshape to a shape computed at run time")
 		}
 		k := sm.Shape[0].Size
 		r := int64(Meta(x).Rank())
-		xs, err := c.Emit("aten._shape_as_tensor.default", x)
+		xs, err := c.Emit(fxgraph.Aten_ShapeAsTensor, x)
 		if err != nil {
 			return err
 		}
 		switch {
 		case k < r:
-			if xs, err = c.Emit("aten.slice.Tensor", xs, int64(0), int64(0), k); err != nil {
+			if xs, err = c.Emit(fxgraph.AtenSliceTensor, xs, int64(0), int64(0), k); err != nil {
 				return err
 			}
 		case k > r:
-			ones, err := c.EmitKw("aten.full.default", []any{[]any{k - r}, int64(1)}, map[string]any{"dtype": tensor.Int64})
+			ones, err := c.EmitKw(fxgraph.AtenFull, []any{[]any{k - r}, int64(1)}, map[string]any{"dtype": tensor.Int64})
 			if err != nil {
 				return err
 			}
-			if xs, err = c.Emit("aten.cat.default", []any{xs, ones}); err != nil {
+			if xs, err = c.Emit(fxgraph.AtenCat, []any{xs, ones}); err != nil {
 				return err
 			}
 		}
 		if sm.DType != tensor.Int64 {
-			if s, err = c.EmitKw("aten._to_copy.default", []any{s}, map[string]any{"dtype": tensor.Int64}); err != nil {
+			if s, err = c.EmitKw(fxgraph.Aten_ToCopy, []any{s}, map[string]any{"dtype": tensor.Int64}); err != nil {
 				return err
 			}
 		}
-		zero, err := c.Emit("aten.eq.Scalar", s, int64(0))
+		zero, err := c.Emit(fxgraph.AtenEqScalar, s, int64(0))
 		if err != nil {
 			return err
 		}
-		if size, err = c.Emit("aten.where.self", zero, xs, s); err != nil {
+		if size, err = c.Emit(fxgraph.AtenWhereSelf, zero, xs, s); err != nil {
 			return err
 		}
 	}
-	out, err := c.Emit("aten.view.default", x, size)
+	out, err := c.Emit(fxgraph.AtenView, x, size)
 	if err != nil {
 		return err
 	}
@@ -304,7 +303,7 @@ func shFlatten(c *Ctx, n *Node) error {
 	default:
 		return Unsupported("Flatten of %s at axis %d (symbolic dims on both sides)", Meta(x).Shape, axis)
 	}
-	out, err := c.Emit("aten.view.default", x, size)
+	out, err := c.Emit(fxgraph.AtenView, x, size)
 	if err != nil {
 		return err
 	}
@@ -324,7 +323,7 @@ func shTranspose(c *Ctx, n *Node) error {
 			perm = append(perm, int64(i))
 		}
 	}
-	out, err := c.Emit("aten.permute.default", x, ints(perm))
+	out, err := c.Emit(fxgraph.AtenPermute, x, ints(perm))
 	if err != nil {
 		return err
 	}
@@ -347,7 +346,7 @@ func shConcat(c *Ctx, n *Node) error {
 	} else if c.Opset >= 4 {
 		return fmt.Errorf("missing attribute axis")
 	}
-	out, err := c.Emit("aten.cat.default", nodes(xs), axis)
+	out, err := c.Emit(fxgraph.AtenCat, nodes(xs), axis)
 	if err != nil {
 		return err
 	}
@@ -404,7 +403,7 @@ func shSplit(c *Ctx, n *Node) error {
 	if len(sizes) != k {
 		return fmt.Errorf("Split has %d sizes %v for %d outputs", len(sizes), sizes, k)
 	}
-	sp, err := c.Emit("aten.split_with_sizes.default", x, ints(sizes), int64(axis))
+	sp, err := c.Emit(fxgraph.AtenSplitWithSizes, x, ints(sizes), int64(axis))
 	if err != nil {
 		return err
 	}
@@ -477,15 +476,15 @@ func shSliceSymbolic(c *Ctx, x *fxgraph.Node) error {
 		if err != nil {
 			return err
 		}
-		s, err := c.Emit("aten.select.int", starts, int64(0), int64(i))
+		s, err := c.Emit(fxgraph.AtenSelectInt, starts, int64(0), int64(i))
 		if err != nil {
 			return err
 		}
-		e, err := c.Emit("aten.select.int", ends, int64(0), int64(i))
+		e, err := c.Emit(fxgraph.AtenSelectInt, ends, int64(0), int64(i))
 		if err != nil {
 			return err
 		}
-		if out, err = c.Emit("aten.slice.Tensor", out, int64(axis), s, e, int64(1)); err != nil {
+		if out, err = c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), s, e, int64(1)); err != nil {
 			return err
 		}
 	}
@@ -560,7 +559,7 @@ func shSlice(c *Ctx, n *Node) error {
 				}
 				start, end = s, max(e, s)
 			}
-			if out, err = c.Emit("aten.slice.Tensor", out, int64(axis), start, end, step); err != nil {
+			if out, err = c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), start, end, step); err != nil {
 				return err
 			}
 		default:
@@ -570,16 +569,16 @@ func shSlice(c *Ctx, n *Node) error {
 			// Walk backwards: flip, then slice forwards.
 			s, e := shClamp(start, 0, d.Size-1, d.Size), shClamp(end, -1, d.Size-1, d.Size)
 			fs, fe := d.Size-1-s, d.Size-1-e
-			if out, err = c.Emit("aten.flip.default", out, []any{int64(axis)}); err != nil {
+			if out, err = c.Emit(fxgraph.AtenFlip, out, []any{int64(axis)}); err != nil {
 				return err
 			}
-			if out, err = c.Emit("aten.slice.Tensor", out, int64(axis), fs, max(fe, fs), -step); err != nil {
+			if out, err = c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), fs, max(fe, fs), -step); err != nil {
 				return err
 			}
 		}
 	}
 	if out == x {
-		if out, err = c.Emit("aten.alias.default", x); err != nil {
+		if out, err = c.Emit(fxgraph.AtenAlias, x); err != nil {
 			return err
 		}
 	}
@@ -614,11 +613,11 @@ func shGather(c *Ctx, n *Node) error {
 	}
 	var out *fxgraph.Node
 	if Meta(idx).Rank() == 1 {
-		out, err = c.Emit("aten.index_select.default", data, int64(axis), idx)
+		out, err = c.Emit(fxgraph.AtenIndexSelect, data, int64(axis), idx)
 	} else {
 		list := make([]any, axis+1)
 		list[axis] = idx
-		out, err = c.Emit("aten.index.Tensor", data, list)
+		out, err = c.Emit(fxgraph.AtenIndexTensor, data, list)
 	}
 	if err != nil {
 		return err
@@ -640,7 +639,7 @@ func shGatherElements(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.gather.default", data, int64(axis), idx)
+	out, err := c.Emit(fxgraph.AtenGather, data, int64(axis), idx)
 	if err != nil {
 		return err
 	}
@@ -671,7 +670,7 @@ func shNDIndices(c *Ctx, data, idx *fxgraph.Node, batch int) ([]any, error) {
 		if !d.IsStatic() {
 			return nil, Unsupported("GatherND/ScatterND batch dim %d is symbolic", b)
 		}
-		ar, err := c.EmitKw("aten.arange.default", []any{d.Size}, map[string]any{"dtype": tensor.Int64})
+		ar, err := c.EmitKw(fxgraph.AtenArange, []any{d.Size}, map[string]any{"dtype": tensor.Int64})
 		if err != nil {
 			return nil, err
 		}
@@ -680,13 +679,13 @@ func shNDIndices(c *Ctx, data, idx *fxgraph.Node, batch int) ([]any, error) {
 			shape[i] = int64(1)
 		}
 		shape[b] = d.Size
-		if ar, err = c.Emit("aten.view.default", ar, shape); err != nil {
+		if ar, err = c.Emit(fxgraph.AtenView, ar, shape); err != nil {
 			return nil, err
 		}
 		list = append(list, ar)
 	}
 	for j := 0; j < k; j++ {
-		sel, err := c.Emit("aten.select.int", idx, int64(-1), int64(j))
+		sel, err := c.Emit(fxgraph.AtenSelectInt, idx, int64(-1), int64(j))
 		if err != nil {
 			return nil, err
 		}
@@ -709,7 +708,7 @@ func shGatherND(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.index.Tensor", data, list)
+	out, err := c.Emit(fxgraph.AtenIndexTensor, data, list)
 	if err != nil {
 		return err
 	}
@@ -749,7 +748,7 @@ func shScatterND(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.index_put.default", data, list, upd, acc)
+	out, err := c.Emit(fxgraph.AtenIndexPut, data, list, upd, acc)
 	if err != nil {
 		return err
 	}
@@ -762,7 +761,7 @@ func shScatterND(c *Ctx, n *Node) error {
 // a flat position into data viewed as [prod(dims[:k]), prod(dims[k:])], and
 // scatter_reduce along dim 0 combines the update rows there.
 func shScatterNDReduce(c *Ctx, data, idx, upd *fxgraph.Node, red string) (*fxgraph.Node, error) {
-	for _, t := range []string{"aten.remainder.Scalar", "aten.mul.Scalar", "aten.add.Tensor", "aten._to_copy.default"} {
+	for _, t := range []*fxgraph.Op{fxgraph.AtenRemainderScalar, fxgraph.AtenMulScalar, fxgraph.AtenAddTensor, fxgraph.Aten_ToCopy} {
 		if !shHasTarget(c, t) {
 			return nil, Unsupported("ScatterND reduction %s", red)
 		}
@@ -779,51 +778,51 @@ func shScatterNDReduce(c *Ctx, data, idx, upd *fxgraph.Node, red string) (*fxgra
 	}
 	var err error
 	if im.DType != tensor.Int64 {
-		if idx, err = c.EmitKw("aten._to_copy.default", []any{idx}, map[string]any{"dtype": tensor.Int64}); err != nil {
+		if idx, err = c.EmitKw(fxgraph.Aten_ToCopy, []any{idx}, map[string]any{"dtype": tensor.Int64}); err != nil {
 			return nil, err
 		}
 	}
 	var flat *fxgraph.Node
 	stride := int64(1)
 	for j := k - 1; j >= 0; j-- {
-		sel, err := c.Emit("aten.select.int", idx, int64(-1), int64(j))
+		sel, err := c.Emit(fxgraph.AtenSelectInt, idx, int64(-1), int64(j))
 		if err != nil {
 			return nil, err
 		}
-		if sel, err = c.Emit("aten.remainder.Scalar", sel, dims[j]); err != nil {
+		if sel, err = c.Emit(fxgraph.AtenRemainderScalar, sel, dims[j]); err != nil {
 			return nil, err
 		}
-		if sel, err = c.Emit("aten.mul.Scalar", sel, stride); err != nil {
+		if sel, err = c.Emit(fxgraph.AtenMulScalar, sel, stride); err != nil {
 			return nil, err
 		}
 		if flat == nil {
 			flat = sel
-		} else if flat, err = c.Emit("aten.add.Tensor", flat, sel); err != nil {
+		} else if flat, err = c.Emit(fxgraph.AtenAddTensor, flat, sel); err != nil {
 			return nil, err
 		}
 		stride *= dims[j]
 	}
 	rows := tensor.NumElements(ib[:len(ib)-1])
 	width := tensor.NumElements(dims[k:])
-	if flat, err = c.Emit("aten.view.default", flat, []any{rows, int64(1)}); err != nil {
+	if flat, err = c.Emit(fxgraph.AtenView, flat, []any{rows, int64(1)}); err != nil {
 		return nil, err
 	}
-	if flat, err = c.Emit("aten.expand.default", flat, []any{rows, width}); err != nil {
+	if flat, err = c.Emit(fxgraph.AtenExpand, flat, []any{rows, width}); err != nil {
 		return nil, err
 	}
-	d2, err := c.Emit("aten.view.default", data, []any{stride, width})
+	d2, err := c.Emit(fxgraph.AtenView, data, []any{stride, width})
 	if err != nil {
 		return nil, err
 	}
-	u2, err := c.Emit("aten.view.default", upd, []any{rows, width})
+	u2, err := c.Emit(fxgraph.AtenView, upd, []any{rows, width})
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.Emit("aten.scatter_reduce.two", d2, int64(0), flat, u2, red)
+	out, err := c.Emit(fxgraph.AtenScatterReduceTwo, d2, int64(0), flat, u2, red)
 	if err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.view.default", out, ints(dims))
+	return c.Emit(fxgraph.AtenView, out, ints(dims))
 }
 
 func shScatterElements(c *Ctx, n *Node) error {
@@ -846,10 +845,10 @@ func shScatterElements(c *Ctx, n *Node) error {
 	var out *fxgraph.Node
 	switch red := c.AttrString("reduction", "none"); red {
 	case "none":
-		out, err = c.Emit("aten.scatter.src", data, int64(axis), idx, upd)
+		out, err = c.Emit(fxgraph.AtenScatterSrc, data, int64(axis), idx, upd)
 	case "add", "mul", "max", "min":
 		r := map[string]string{"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[red]
-		out, err = c.Emit("aten.scatter_reduce.two", data, int64(axis), idx, upd, r)
+		out, err = c.Emit(fxgraph.AtenScatterReduceTwo, data, int64(axis), idx, upd, r)
 	default:
 		return Unsupported("ScatterElements reduction %q", red)
 	}
@@ -872,7 +871,7 @@ func shSqueeze(c *Ctx, n *Node) error {
 	xs := Meta(x).Shape
 	var out *fxgraph.Node
 	if !given {
-		out, err = c.Emit("aten.squeeze.default", x)
+		out, err = c.Emit(fxgraph.AtenSqueeze, x)
 	} else {
 		drop := map[int]bool{}
 		symbolic := false
@@ -906,9 +905,9 @@ func shSqueeze(c *Ctx, n *Node) error {
 				}
 				size = append(size, d)
 			}
-			out, err = c.Emit("aten.view.default", x, size)
+			out, err = c.Emit(fxgraph.AtenView, x, size)
 		} else {
-			out, err = c.Emit("aten.squeeze.dims", x, ints(dims))
+			out, err = c.Emit(fxgraph.AtenSqueezeDims, x, ints(dims))
 		}
 	}
 	if err != nil {
@@ -947,12 +946,12 @@ func shUnsqueeze(c *Ctx, n *Node) error {
 	sort.Ints(norm)
 	out := x
 	for _, k := range norm {
-		if out, err = c.Emit("aten.unsqueeze.default", out, int64(k)); err != nil {
+		if out, err = c.Emit(fxgraph.AtenUnsqueeze, out, int64(k)); err != nil {
 			return err
 		}
 	}
 	if out == x {
-		if out, err = c.Emit("aten.alias.default", x); err != nil {
+		if out, err = c.Emit(fxgraph.AtenAlias, x); err != nil {
 			return err
 		}
 	}
@@ -1002,7 +1001,7 @@ func shExpand(c *Ctx, n *Node) error {
 			size[i] = sv // the symbolic dim must be 1 or sv
 		}
 	}
-	out, err := c.Emit("aten.expand.default", x, size)
+	out, err := c.Emit(fxgraph.AtenExpand, x, size)
 	if err != nil {
 		return err
 	}
@@ -1023,7 +1022,7 @@ func shExpandDynamic(c *Ctx, x *fxgraph.Node) error {
 	if sm.Rank() != 1 || !sm.Shape[0].IsStatic() || !sm.DType.IsInt() {
 		return Unsupported("Expand to a shape %s of unknown length", sm)
 	}
-	for _, t := range []string{"aten.eq.Scalar", "aten.where.self", "aten._to_copy.default"} {
+	for _, t := range []*fxgraph.Op{fxgraph.AtenEqScalar, fxgraph.AtenWhereSelf, fxgraph.Aten_ToCopy} {
 		if !shHasTarget(c, t) {
 			return Unsupported("Expand to a shape computed at run time")
 		}
@@ -1031,7 +1030,7 @@ func shExpandDynamic(c *Ctx, x *fxgraph.Node) error {
 	k := sm.Shape[0].Size
 	r := int64(Meta(x).Rank())
 	if sm.DType != tensor.Int64 {
-		if s, err = c.EmitKw("aten._to_copy.default", []any{s}, map[string]any{"dtype": tensor.Int64}); err != nil {
+		if s, err = c.EmitKw(fxgraph.Aten_ToCopy, []any{s}, map[string]any{"dtype": tensor.Int64}); err != nil {
 			return err
 		}
 	}
@@ -1039,13 +1038,13 @@ func shExpandDynamic(c *Ctx, x *fxgraph.Node) error {
 		if have >= max(k, r) {
 			return v, nil
 		}
-		ones, err := c.EmitKw("aten.full.default", []any{[]any{max(k, r) - have}, int64(1)}, map[string]any{"dtype": tensor.Int64})
+		ones, err := c.EmitKw(fxgraph.AtenFull, []any{[]any{max(k, r) - have}, int64(1)}, map[string]any{"dtype": tensor.Int64})
 		if err != nil {
 			return nil, err
 		}
-		return c.Emit("aten.cat.default", []any{ones, v})
+		return c.Emit(fxgraph.AtenCat, []any{ones, v})
 	}
-	xs, err := c.Emit("aten._shape_as_tensor.default", x)
+	xs, err := c.Emit(fxgraph.Aten_ShapeAsTensor, x)
 	if err != nil {
 		return err
 	}
@@ -1055,15 +1054,15 @@ func shExpandDynamic(c *Ctx, x *fxgraph.Node) error {
 	if s, err = pad(s, k); err != nil {
 		return err
 	}
-	one, err := c.Emit("aten.eq.Scalar", s, int64(1))
+	one, err := c.Emit(fxgraph.AtenEqScalar, s, int64(1))
 	if err != nil {
 		return err
 	}
-	size, err := c.Emit("aten.where.self", one, xs, s)
+	size, err := c.Emit(fxgraph.AtenWhereSelf, one, xs, s)
 	if err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.expand.default", x, size)
+	out, err := c.Emit(fxgraph.AtenExpand, x, size)
 	if err != nil {
 		return err
 	}
@@ -1076,7 +1075,7 @@ func shShape(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	out, err := c.Emit("aten._shape_as_tensor.default", x)
+	out, err := c.Emit(fxgraph.Aten_ShapeAsTensor, x)
 	if err != nil {
 		return err
 	}
@@ -1087,7 +1086,7 @@ func shShape(c *Ctx, n *Node) error {
 	}
 	s, e := shClamp(start, 0, r, r), shClamp(end, 0, r, r)
 	if s != 0 || e != r {
-		if out, err = c.Emit("aten.slice.Tensor", out, int64(0), s, max(e, s)); err != nil {
+		if out, err = c.Emit(fxgraph.AtenSliceTensor, out, int64(0), s, max(e, s)); err != nil {
 			return err
 		}
 	}
@@ -1100,7 +1099,7 @@ func shSize(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.numel.default", x)
+	out, err := c.Emit(fxgraph.AtenNumel, x)
 	if err != nil {
 		return err
 	}
@@ -1140,7 +1139,7 @@ func shConstantOfShape(c *Ctx, n *Node) error {
 		}
 		size = ints(t.Int64s())
 	}
-	out, err := c.EmitKw("aten.full.default", []any{size, shLiteral(val)}, map[string]any{"dtype": val.DType})
+	out, err := c.EmitKw(fxgraph.AtenFull, []any{size, shLiteral(val)}, map[string]any{"dtype": val.DType})
 	if err != nil {
 		return err
 	}
@@ -1188,7 +1187,7 @@ func shTile(c *Ctx, n *Node) error {
 	if len(reps) != Meta(x).Rank() {
 		return fmt.Errorf("repeats %v must have one entry per dim of %s", reps, Meta(x).Shape)
 	}
-	out, err := c.Emit("aten.repeat.default", x, ints(reps))
+	out, err := c.Emit(fxgraph.AtenRepeat, x, ints(reps))
 	if err != nil {
 		return err
 	}
@@ -1224,7 +1223,7 @@ func shRange(c *Ctx, n *Node) error {
 		vals[i] = shLiteral(t)
 		dt = t.DType
 	}
-	out, err := c.EmitKw("aten.arange.start_step", vals[:], map[string]any{"dtype": dt})
+	out, err := c.EmitKw(fxgraph.AtenArangeStartStep, vals[:], map[string]any{"dtype": dt})
 	if err != nil {
 		return err
 	}
@@ -1248,9 +1247,9 @@ func shTrilu(c *Ctx, n *Node) error {
 		}
 		k = v[0]
 	}
-	target := "aten.triu.default"
+	target := fxgraph.AtenTriu
 	if c.AttrInt("upper", 1) == 0 {
-		target = "aten.tril.default"
+		target = fxgraph.AtenTril
 	}
 	out, err := c.Emit(target, x, k)
 	if err != nil {
@@ -1288,7 +1287,7 @@ func shDepthToSpace(c *Ctx, n *Node) error {
 	mode := c.AttrString("mode", "DCR")
 	switch mode {
 	case "CRD":
-		out, err = c.Emit("aten.pixel_shuffle.default", x, b)
+		out, err = c.Emit(fxgraph.AtenPixelShuffle, x, b)
 	case "DCR":
 		nd, ch, h, w, err := shStaticNCHW(c, x, "DepthToSpace")
 		if err != nil {
@@ -1298,14 +1297,14 @@ func shDepthToSpace(c *Ctx, n *Node) error {
 			return fmt.Errorf("channels %d not divisible by blocksize^2 %d", ch, b*b)
 		}
 		cc := ch / (b * b)
-		v, err := c.Emit("aten.view.default", x, []any{nd, b, b, cc, h, w})
+		v, err := c.Emit(fxgraph.AtenView, x, []any{nd, b, b, cc, h, w})
 		if err != nil {
 			return err
 		}
-		if v, err = c.Emit("aten.permute.default", v, ints([]int64{0, 3, 4, 1, 5, 2})); err != nil {
+		if v, err = c.Emit(fxgraph.AtenPermute, v, ints([]int64{0, 3, 4, 1, 5, 2})); err != nil {
 			return err
 		}
-		out, err = c.Emit("aten.view.default", v, []any{nd, cc, h * b, w * b})
+		out, err = c.Emit(fxgraph.AtenView, v, []any{nd, cc, h * b, w * b})
 		if err != nil {
 			return err
 		}
@@ -1335,14 +1334,14 @@ func shSpaceToDepth(c *Ctx, n *Node) error {
 	if h%b != 0 || w%b != 0 {
 		return fmt.Errorf("H %d and W %d must be divisible by blocksize %d", h, w, b)
 	}
-	v, err := c.Emit("aten.view.default", x, []any{nd, ch, h / b, b, w / b, b})
+	v, err := c.Emit(fxgraph.AtenView, x, []any{nd, ch, h / b, b, w / b, b})
 	if err != nil {
 		return err
 	}
-	if v, err = c.Emit("aten.permute.default", v, ints([]int64{0, 3, 5, 1, 2, 4})); err != nil {
+	if v, err = c.Emit(fxgraph.AtenPermute, v, ints([]int64{0, 3, 5, 1, 2, 4})); err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.view.default", v, []any{nd, ch * b * b, h / b, w / b})
+	out, err := c.Emit(fxgraph.AtenView, v, []any{nd, ch * b * b, h / b, w / b})
 	if err != nil {
 		return err
 	}
@@ -1380,10 +1379,10 @@ func shOneHot(c *Ctx, n *Node) error {
 		return err
 	}
 	if !im.DType.IsInt() {
-		if !shHasTarget(c, "aten._to_copy.default") {
+		if !shHasTarget(c, fxgraph.Aten_ToCopy) {
 			return Unsupported("OneHot with %s indices", im.DType)
 		}
-		if idx, err = c.EmitKw("aten._to_copy.default", []any{idx}, map[string]any{"dtype": tensor.Int64}); err != nil {
+		if idx, err = c.EmitKw(fxgraph.Aten_ToCopy, []any{idx}, map[string]any{"dtype": tensor.Int64}); err != nil {
 			return err
 		}
 	}
@@ -1410,15 +1409,15 @@ func shOneHot(c *Ctx, n *Node) error {
 		}
 		return vals.Float64At(i)
 	}
-	base, err := c.EmitKw("aten.full.default", []any{size, lit(0)}, map[string]any{"dtype": vals.DType})
+	base, err := c.EmitKw(fxgraph.AtenFull, []any{size, lit(0)}, map[string]any{"dtype": vals.DType})
 	if err != nil {
 		return err
 	}
-	u, err := c.Emit("aten.unsqueeze.default", idx, int64(axis))
+	u, err := c.Emit(fxgraph.AtenUnsqueeze, idx, int64(axis))
 	if err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.scatter.value", base, int64(axis), u, lit(1))
+	out, err := c.Emit(fxgraph.AtenScatterValue, base, int64(axis), u, lit(1))
 	if err != nil {
 		return err
 	}
@@ -1539,7 +1538,7 @@ func shPad(c *Ctx, n *Node) error {
 		for i := r - 1; i >= shFirstPadded(before, after); i-- {
 			tp = append(tp, before[i], after[i])
 		}
-		out, err = c.Emit("aten.constant_pad_nd.default", x, tp, value)
+		out, err = c.Emit(fxgraph.AtenConstantPadNd, x, tp, value)
 	case "reflect", "edge", "wrap":
 		out, err = shPadIndexed(c, x, mode, before, after)
 	default:
@@ -1576,7 +1575,7 @@ func shPadIndexed(c *Ctx, x *fxgraph.Node, mode string, before, after []int64) (
 		}
 		s := max(-before[i], 0)
 		e := xs[i].Size - max(-after[i], 0)
-		if x, err = c.Emit("aten.slice.Tensor", x, int64(i), s, max(e, s)); err != nil {
+		if x, err = c.Emit(fxgraph.AtenSliceTensor, x, int64(i), s, max(e, s)); err != nil {
 			return nil, err
 		}
 		before[i], after[i] = max(before[i], 0), max(after[i], 0)
@@ -1584,7 +1583,7 @@ func shPadIndexed(c *Ctx, x *fxgraph.Node, mode string, before, after []int64) (
 	xs = Meta(x).Shape
 	first := shFirstPadded(before, after)
 	if first == r {
-		return c.Emit("aten.alias.default", x)
+		return c.Emit(fxgraph.AtenAlias, x)
 	}
 	if mode != "wrap" {
 		nd := -1
@@ -1608,11 +1607,11 @@ func shPadIndexed(c *Ctx, x *fxgraph.Node, mode string, before, after []int64) (
 				for i := r - 1; i >= r-nd; i-- {
 					tp = append(tp, before[i], after[i])
 				}
-				name := "reflection"
+				op := fxgraph.ReflectionPadOp(nd)
 				if mode == "edge" {
-					name = "replication"
+					op = fxgraph.ReplicationPadOp(nd)
 				}
-				return c.Emit(fmt.Sprintf("aten.%s_pad%dd.default", name, nd), x, tp)
+				return c.Emit(op, x, tp)
 			}
 		}
 	}
@@ -1646,7 +1645,7 @@ func shPadIndexed(c *Ctx, x *fxgraph.Node, mode string, before, after []int64) (
 			}
 			pos = append(pos, j)
 		}
-		if x, err = c.Emit("aten.index_select.default", x, int64(i), c.IntsConst(pos)); err != nil {
+		if x, err = c.Emit(fxgraph.AtenIndexSelect, x, int64(i), c.IntsConst(pos)); err != nil {
 			return nil, err
 		}
 	}
@@ -1666,7 +1665,7 @@ func shReverseSequence(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	for _, t := range []string{"aten.sub.Tensor", "aten.sub.Scalar", "aten.lt.Tensor", "aten.where.self", "aten._to_copy.default"} {
+	for _, t := range []*fxgraph.Op{fxgraph.AtenSubTensor, fxgraph.AtenSubScalar, fxgraph.AtenLtTensor, fxgraph.AtenWhereSelf, fxgraph.Aten_ToCopy} {
 		if !shHasTarget(c, t) {
 			return Unsupported("ReverseSequence")
 		}
@@ -1700,15 +1699,15 @@ func shReverseSequence(c *Ctx, n *Node) error {
 		out[k] = d
 		return out
 	}
-	t, err := c.EmitKw("aten.arange.default", []any{td.Size}, map[string]any{"dtype": tensor.Int64})
+	t, err := c.EmitKw(fxgraph.AtenArange, []any{td.Size}, map[string]any{"dtype": tensor.Int64})
 	if err != nil {
 		return err
 	}
-	if t, err = c.Emit("aten.view.default", t, shapeWith(ta, td.Size)); err != nil {
+	if t, err = c.Emit(fxgraph.AtenView, t, shapeWith(ta, td.Size)); err != nil {
 		return err
 	}
 	if Meta(lens).DType != tensor.Int64 {
-		if lens, err = c.EmitKw("aten._to_copy.default", []any{lens}, map[string]any{"dtype": tensor.Int64}); err != nil {
+		if lens, err = c.EmitKw(fxgraph.Aten_ToCopy, []any{lens}, map[string]any{"dtype": tensor.Int64}); err != nil {
 			return err
 		}
 	}
@@ -1716,22 +1715,22 @@ func shReverseSequence(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if lens, err = c.Emit("aten.view.default", lens, shapeWith(ba, bd)); err != nil {
+	if lens, err = c.Emit(fxgraph.AtenView, lens, shapeWith(ba, bd)); err != nil {
 		return err
 	}
-	last, err := c.Emit("aten.sub.Scalar", lens, int64(1))
+	last, err := c.Emit(fxgraph.AtenSubScalar, lens, int64(1))
 	if err != nil {
 		return err
 	}
-	rev, err := c.Emit("aten.sub.Tensor", last, t)
+	rev, err := c.Emit(fxgraph.AtenSubTensor, last, t)
 	if err != nil {
 		return err
 	}
-	inside, err := c.Emit("aten.lt.Tensor", t, lens)
+	inside, err := c.Emit(fxgraph.AtenLtTensor, t, lens)
 	if err != nil {
 		return err
 	}
-	pos, err := c.Emit("aten.where.self", inside, rev, t)
+	pos, err := c.Emit(fxgraph.AtenWhereSelf, inside, rev, t)
 	if err != nil {
 		return err
 	}
@@ -1743,10 +1742,10 @@ func shReverseSequence(c *Ctx, n *Node) error {
 			return err
 		}
 	}
-	if pos, err = c.Emit("aten.expand.default", pos, size); err != nil {
+	if pos, err = c.Emit(fxgraph.AtenExpand, pos, size); err != nil {
 		return err
 	}
-	out, err := c.Emit("aten.gather.default", x, int64(ta), pos)
+	out, err := c.Emit(fxgraph.AtenGather, x, int64(ta), pos)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func shImport(opset int64, nodes []*Node, inputs []*ValueInfo, inits []*Initiali
 func shTargets(g *fxgraph.Graph) string {
 	var out []string
 	for _, n := range g.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			out = append(out, strings.TrimPrefix(n.Target, "aten."))
 		}
 	}

@@ -172,11 +172,11 @@ func sigSplitComplex(c *Ctx, x *fxgraph.Node) (re, im *fxgraph.Node, err error) 
 		return nil, nil, err
 	}
 	last := int64(len(s) - 1)
-	if re, err = c.Emit("aten.select.int", x64, last, int64(0)); err != nil {
+	if re, err = c.Emit(fxgraph.AtenSelectInt, x64, last, int64(0)); err != nil {
 		return nil, nil, err
 	}
 	if s[len(s)-1].Size == 2 {
-		if im, err = c.Emit("aten.select.int", x64, last, int64(1)); err != nil {
+		if im, err = c.Emit(fxgraph.AtenSelectInt, x64, last, int64(1)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -207,15 +207,15 @@ func sigDFTParts(c *Ctx, re, im *fxgraph.Node, sp dftSpec) (outRe, outIm *fxgrap
 		if v == nil {
 			return nil, nil
 		}
-		v, err := c.Emit("aten.permute.default", v, perm)
+		v, err := c.Emit(fxgraph.AtenPermute, v, perm)
 		if err != nil {
 			return nil, err
 		}
 		switch {
 		case size.Size > sp.length:
-			return c.Emit("aten.slice.Tensor", v, int64(-1), int64(0), sp.length, int64(1))
+			return c.Emit(fxgraph.AtenSliceTensor, v, int64(-1), int64(0), sp.length, int64(1))
 		case size.Size < sp.length:
-			return c.Emit("aten.constant_pad_nd.default", v, []any{int64(0), sp.length - size.Size}, 0.0)
+			return c.Emit(fxgraph.AtenConstantPadNd, v, []any{int64(0), sp.length - size.Size}, 0.0)
 		}
 		return v, nil
 	}
@@ -231,7 +231,7 @@ func sigDFTParts(c *Ctx, re, im *fxgraph.Node, sp dftSpec) (outRe, outIm *fxgrap
 	}
 	cosT, sinT := sigDFTMatrices(sp.length, bins)
 	cosN, sinN := c.Constant("dft_cos", cosT), c.Constant("dft_sin", sinT)
-	mm := func(a, b *fxgraph.Node) (*fxgraph.Node, error) { return c.Emit("aten.matmul.default", a, b) }
+	mm := func(a, b *fxgraph.Node) (*fxgraph.Node, error) { return c.Emit(fxgraph.AtenMatmul, a, b) }
 	// Forward: (re + i im)(cos - i sin); inverse: (re + i im)(cos + i sin) / length.
 	sign := -1.0
 	if sp.inverse {
@@ -245,7 +245,7 @@ func sigDFTParts(c *Ctx, re, im *fxgraph.Node, sp dftSpec) (outRe, outIm *fxgrap
 	if err != nil {
 		return nil, nil, err
 	}
-	if outIm, err = c.Emit("aten.mul.Scalar", rs, sign); err != nil {
+	if outIm, err = c.Emit(fxgraph.AtenMulScalar, rs, sign); err != nil {
 		return nil, nil, err
 	}
 	outRe = rc
@@ -258,25 +258,25 @@ func sigDFTParts(c *Ctx, re, im *fxgraph.Node, sp dftSpec) (outRe, outIm *fxgrap
 		if err != nil {
 			return nil, nil, err
 		}
-		ms, err := c.Emit("aten.mul.Scalar", is, -sign)
+		ms, err := c.Emit(fxgraph.AtenMulScalar, is, -sign)
 		if err != nil {
 			return nil, nil, err
 		}
-		if outRe, err = c.Emit("aten.add.Tensor", rc, ms); err != nil {
+		if outRe, err = c.Emit(fxgraph.AtenAddTensor, rc, ms); err != nil {
 			return nil, nil, err
 		}
-		if outIm, err = c.Emit("aten.add.Tensor", outIm, ic); err != nil {
+		if outIm, err = c.Emit(fxgraph.AtenAddTensor, outIm, ic); err != nil {
 			return nil, nil, err
 		}
 	}
 	back := func(v *fxgraph.Node) (*fxgraph.Node, error) {
 		if sp.inverse {
 			var err error
-			if v, err = c.Emit("aten.div.Scalar", v, float64(sp.length)); err != nil {
+			if v, err = c.Emit(fxgraph.AtenDivScalar, v, float64(sp.length)); err != nil {
 				return nil, err
 			}
 		}
-		return c.Emit("aten.permute.default", v, inv)
+		return c.Emit(fxgraph.AtenPermute, v, inv)
 	}
 	if outRe, err = back(outRe); err != nil {
 		return nil, nil, err
@@ -289,15 +289,15 @@ func sigDFTParts(c *Ctx, re, im *fxgraph.Node, sp dftSpec) (outRe, outIm *fxgrap
 
 // sigJoinComplex stacks re and im on a new last dim and casts to dt.
 func sigJoinComplex(c *Ctx, re, im *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
-	r, err := c.Emit("aten.unsqueeze.default", re, int64(-1))
+	r, err := c.Emit(fxgraph.AtenUnsqueeze, re, int64(-1))
 	if err != nil {
 		return nil, err
 	}
-	i, err := c.Emit("aten.unsqueeze.default", im, int64(-1))
+	i, err := c.Emit(fxgraph.AtenUnsqueeze, im, int64(-1))
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.Emit("aten.cat.default", []any{r, i}, int64(-1))
+	out, err := c.Emit(fxgraph.AtenCat, []any{r, i}, int64(-1))
 	if err != nil {
 		return nil, err
 	}
@@ -426,11 +426,11 @@ func sigSTFT(c *Ctx, _ *Node) error {
 			idx = append(idx, f*step+j)
 		}
 	}
-	g, err := c.Emit("aten.index_select.default", x, int64(1), c.IntsConst(idx))
+	g, err := c.Emit(fxgraph.AtenIndexSelect, x, int64(1), c.IntsConst(idx))
 	if err != nil {
 		return err
 	}
-	if g, err = c.Emit("aten.view.default", g, []any{dims[0], frames, frameLen, dims[2]}); err != nil {
+	if g, err = c.Emit(fxgraph.AtenView, g, []any{dims[0], frames, frameLen, dims[2]}); err != nil {
 		return err
 	}
 	re, im, err := sigSplitComplex(c, g)
@@ -442,11 +442,11 @@ func sigSTFT(c *Ctx, _ *Node) error {
 		if err != nil {
 			return err
 		}
-		if re, err = c.Emit("aten.mul.Tensor", re, w); err != nil {
+		if re, err = c.Emit(fxgraph.AtenMulTensor, re, w); err != nil {
 			return err
 		}
 		if im != nil {
-			if im, err = c.Emit("aten.mul.Tensor", im, w); err != nil {
+			if im, err = c.Emit(fxgraph.AtenMulTensor, im, w); err != nil {
 				return err
 			}
 		}
@@ -485,11 +485,11 @@ func sigDet(c *Ctx, _ *Node) error {
 	if err != nil {
 		return err
 	}
-	if a, err = c.Emit("aten.view.default", a, []any{batch, n, n}); err != nil {
+	if a, err = c.Emit(fxgraph.AtenView, a, []any{batch, n, n}); err != nil {
 		return err
 	}
 	det := c.Constant("det_one", tensor.New(tensor.Float64, batch))
-	if det, err = c.Emit("aten.add.Scalar", det, 1.0); err != nil {
+	if det, err = c.Emit(fxgraph.AtenAddScalar, det, 1.0); err != nil {
 		return err
 	}
 	for k := n; k > 0; k-- { // a is [batch, k, k]
@@ -497,7 +497,7 @@ func sigDet(c *Ctx, _ *Node) error {
 			return err
 		}
 	}
-	out, err := c.Emit("aten.view.default", det, ints(dims[:len(dims)-2]))
+	out, err := c.Emit(fxgraph.AtenView, det, ints(dims[:len(dims)-2]))
 	if err != nil {
 		return err
 	}
@@ -513,31 +513,31 @@ func sigDet(c *Ctx, _ *Node) error {
 // [batch, k-1, k-1] matrix (nil when k is 1).
 func sigDetStep(c *Ctx, det, a *fxgraph.Node, k int64) (*fxgraph.Node, *fxgraph.Node, error) {
 	e := &sigEmitter{c: c}
-	col := e.op("aten.select.int", a, int64(2), int64(0)) // [batch, k]
-	p := e.op("aten.argmax.default", e.op("aten.abs.default", col), int64(1), true)
+	col := e.op(fxgraph.AtenSelectInt, a, int64(2), int64(0)) // [batch, k]
+	p := e.op(fxgraph.AtenArgmax, e.op(fxgraph.AtenAbs, col), int64(1), true)
 	rows := e.c.Constant("det_rows", tensor.FromInt64s(sigIota(k), 1, k, 1))
-	isP := e.op("aten.eq.Tensor", rows, e.op("aten.unsqueeze.default", p, int64(-1))) // [batch, k, 1]
-	is0 := e.op("aten.eq.Scalar", rows, int64(0))
+	isP := e.op(fxgraph.AtenEqTensor, rows, e.op(fxgraph.AtenUnsqueeze, p, int64(-1))) // [batch, k, 1]
+	is0 := e.op(fxgraph.AtenEqScalar, rows, int64(0))
 	zero := e.c.ScalarConst(tensor.Float64, 0)
-	rowP := e.op("aten.sum.dim_IntList", e.op("aten.where.self", isP, a, zero), []any{int64(1)}, true) // [batch, 1, k]
-	row0 := e.op("aten.slice.Tensor", a, int64(1), int64(0), int64(1), int64(1))
+	rowP := e.op(fxgraph.AtenSumDimIntList, e.op(fxgraph.AtenWhereSelf, isP, a, zero), []any{int64(1)}, true) // [batch, 1, k]
+	row0 := e.op(fxgraph.AtenSliceTensor, a, int64(1), int64(0), int64(1), int64(1))
 	// Swap rows 0 and p.
-	a = e.op("aten.where.self", is0, rowP, e.op("aten.where.self", isP, row0, a))
-	pivot := e.op("aten.select.int", e.op("aten.select.int", rowP, int64(1), int64(0)), int64(1), int64(0)) // [batch]
-	swapped := e.op("aten.ne.Scalar", e.op("aten.squeeze.dims", p, []any{int64(1)}), int64(0))
-	signed := e.op("aten.where.self", swapped, e.op("aten.neg.default", pivot), pivot)
-	det = e.op("aten.mul.Tensor", det, signed)
+	a = e.op(fxgraph.AtenWhereSelf, is0, rowP, e.op(fxgraph.AtenWhereSelf, isP, row0, a))
+	pivot := e.op(fxgraph.AtenSelectInt, e.op(fxgraph.AtenSelectInt, rowP, int64(1), int64(0)), int64(1), int64(0)) // [batch]
+	swapped := e.op(fxgraph.AtenNeScalar, e.op(fxgraph.AtenSqueezeDims, p, []any{int64(1)}), int64(0))
+	signed := e.op(fxgraph.AtenWhereSelf, swapped, e.op(fxgraph.AtenNeg, pivot), pivot)
+	det = e.op(fxgraph.AtenMulTensor, det, signed)
 	if e.err != nil || k == 1 {
 		return det, nil, e.err
 	}
-	isZero := e.op("aten.eq.Scalar", pivot, 0.0)
-	safe := e.op("aten.where.self", isZero, e.c.ScalarConst(tensor.Float64, 1), pivot)
-	below := e.op("aten.slice.Tensor", a, int64(1), int64(1), k, int64(1))                                                            // [batch, k-1, k]
-	f := e.op("aten.div.Tensor", e.op("aten.select.int", below, int64(2), int64(0)), e.op("aten.unsqueeze.default", safe, int64(-1))) // [batch, k-1]
-	f = e.op("aten.unsqueeze.default", f, int64(-1))                                                                                  // [batch, k-1, 1]
-	top := e.op("aten.slice.Tensor", rowP, int64(2), int64(1), k, int64(1))                                                           // [batch, 1, k-1]
-	rest := e.op("aten.slice.Tensor", below, int64(2), int64(1), k, int64(1))                                                         // [batch, k-1, k-1]
-	rest = e.op("aten.sub.Tensor", rest, e.op("aten.mul.Tensor", f, top))
+	isZero := e.op(fxgraph.AtenEqScalar, pivot, 0.0)
+	safe := e.op(fxgraph.AtenWhereSelf, isZero, e.c.ScalarConst(tensor.Float64, 1), pivot)
+	below := e.op(fxgraph.AtenSliceTensor, a, int64(1), int64(1), k, int64(1))                                                             // [batch, k-1, k]
+	f := e.op(fxgraph.AtenDivTensor, e.op(fxgraph.AtenSelectInt, below, int64(2), int64(0)), e.op(fxgraph.AtenUnsqueeze, safe, int64(-1))) // [batch, k-1]
+	f = e.op(fxgraph.AtenUnsqueeze, f, int64(-1))                                                                                          // [batch, k-1, 1]
+	top := e.op(fxgraph.AtenSliceTensor, rowP, int64(2), int64(1), k, int64(1))                                                            // [batch, 1, k-1]
+	rest := e.op(fxgraph.AtenSliceTensor, below, int64(2), int64(1), k, int64(1))                                                          // [batch, k-1, k-1]
+	rest = e.op(fxgraph.AtenSubTensor, rest, e.op(fxgraph.AtenMulTensor, f, top))
 	return det, rest, e.err
 }
 
@@ -556,7 +556,7 @@ type sigEmitter struct {
 	err error
 }
 
-func (e *sigEmitter) op(target string, args ...any) *fxgraph.Node {
+func (e *sigEmitter) op(target *fxgraph.Op, args ...any) *fxgraph.Node {
 	if e.err != nil {
 		return nil
 	}

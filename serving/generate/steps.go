@@ -172,12 +172,12 @@ func (w *wrapper) input(name string, dt tensor.DType, shape ...int64) *fxgraph.N
 	return w.g.AddPlaceholder(name, fxgraph.TensorMeta{DType: dt, Shape: fxgraph.StaticShape(shape...)})
 }
 
-func (w *wrapper) call(target string, args ...any) *fxgraph.Node {
-	return w.g.AddCall(target, args, nil)
+func (w *wrapper) call(op *fxgraph.Op, args ...any) *fxgraph.Node {
+	return w.g.AddCall(op, args, nil)
 }
 
 func (w *wrapper) arange(n int64) *fxgraph.Node {
-	return w.g.AddCall("aten.arange.default", []any{n}, map[string]any{"dtype": tensor.Int64})
+	return w.g.AddCall(fxgraph.AtenArange, []any{n}, map[string]any{"dtype": tensor.Int64})
 }
 
 func (w *wrapper) build() error {
@@ -204,11 +204,11 @@ func (w *wrapper) build() error {
 	for i, c := range l.Cache {
 		switch {
 		case s.kind == prefill:
-			repl[c.Input] = w.g.AddCall("aten.full.default", []any{[]any{int64(1), c.Heads, p, c.Dim}, 0.0}, map[string]any{"dtype": c.DType})
+			repl[c.Input] = w.g.AddCall(fxgraph.AtenFull, []any{[]any{int64(1), c.Heads, p, c.Dim}, 0.0}, map[string]any{"dtype": c.DType})
 		case b == sb.slots:
 			repl[c.Input] = caches[i]
 		default:
-			repl[c.Input] = w.call("aten.slice.Tensor", caches[i], int64(0), int64(0), b)
+			repl[c.Input] = w.call(fxgraph.AtenSliceTensor, caches[i], int64(0), int64(0), b)
 		}
 	}
 	w.g.SetInsertPoint(prev)
@@ -222,21 +222,21 @@ func (w *wrapper) build() error {
 	// The step's outputs, after the model's.
 	logits := w.outs[l.Logits]
 	if s.kind == prefill {
-		logits = w.call("aten.index_select.default", logits, int64(1), last)
+		logits = w.call(fxgraph.AtenIndexSelect, logits, int64(1), last)
 	}
-	results := []*fxgraph.Node{w.call("aten.select.int", logits, int64(1), int64(0))}
+	results := []*fxgraph.Node{w.call(fxgraph.AtenSelectInt, logits, int64(1), int64(0))}
 	names := []string{"logits"}
 	for i, c := range l.Cache {
 		present := w.outs[c.Output]
 		var upd *fxgraph.Node
 		if s.kind == decode {
-			entry := w.call("aten.select.int", present, int64(cacheSeqAxis), p) // [b, heads, dim]
-			upd = w.call("aten.index_put.default", caches[i], []any{w.arange(b), nil, write}, entry)
+			entry := w.call(fxgraph.AtenSelectInt, present, int64(cacheSeqAxis), p) // [b, heads, dim]
+			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{w.arange(b), nil, write}, entry)
 		} else {
-			entries := w.call("aten.slice.Tensor", present, int64(cacheSeqAxis), p, p+t) // [1, heads, L, dim]
-			entries = w.call("aten.select.int", entries, int64(0), int64(0))
-			entries = w.call("aten.permute.default", entries, []any{int64(1), int64(0), int64(2)}) // [L, heads, dim]
-			upd = w.call("aten.index_put.default", caches[i], []any{slot, nil, w.arange(t)}, entries)
+			entries := w.call(fxgraph.AtenSliceTensor, present, int64(cacheSeqAxis), p, p+t) // [1, heads, L, dim]
+			entries = w.call(fxgraph.AtenSelectInt, entries, int64(0), int64(0))
+			entries = w.call(fxgraph.AtenPermute, entries, []any{int64(1), int64(0), int64(2)}) // [L, heads, dim]
+			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{slot, nil, w.arange(t)}, entries)
 		}
 		results = append(results, upd)
 		names = append(names, fmt.Sprintf("cache_%d", i))
@@ -250,7 +250,7 @@ func (w *wrapper) build() error {
 // firstCall returns the graph's first call_function (or output) node.
 func firstCall(g *fxgraph.Graph) *fxgraph.Node {
 	for _, n := range g.Nodes() {
-		if n.Op == fxgraph.CallFunction || n.Op == fxgraph.Output {
+		if n.Opcode == fxgraph.CallFunction || n.Opcode == fxgraph.Output {
 			return n
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
@@ -226,9 +227,9 @@ func runExact(t *testing.T, client *pjrt.Client, lw *lower.Lowerer, file string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := serving.NewWeights(client)
+	w := engine.NewWeights(client)
 	defer w.Close()
-	exe, err := serving.Compile(context.Background(), client, prog, w)
+	exe, err := engine.Compile(context.Background(), client, prog, w)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -389,7 +389,7 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, di
 		return err
 	}
 	for _, n := range sg.Nodes() {
-		if n.Op == fxgraph.CallFunction {
+		if n.Opcode == fxgraph.CallFunction {
 			targets[n.Target] = true
 		}
 	}

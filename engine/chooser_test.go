@@ -1,4 +1,4 @@
-package serving
+package engine
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // a run right after a run of the other way taking 50 times as long (which
 // the chooser must not count), and returns how many took the alternative
 // way.
-func chooserRun(c *wayChooser, n int, cost func(alt bool, i int) time.Duration) (alts int) {
+func chooserRun(c *chooser, n int, cost func(alt bool, i int) time.Duration) (alts int) {
 	last := -1
 	for i := range n {
 		alt := c.choose()
@@ -53,7 +53,7 @@ func TestWayChooserLearns(t *testing.T) {
 		{"base a little faster: alternative, within the margin", 800 * us, 850 * us, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var c wayChooser
+			var c chooser
 			var got []bool
 			for range 2*waySkip + wayEpisode {
 				alt := c.choose()
@@ -68,7 +68,7 @@ func TestWayChooserLearns(t *testing.T) {
 					t.Fatalf("first run %d: alternative=%v, want %v", i, alt, want)
 				}
 			}
-			c = wayChooser{}
+			c = chooser{}
 			chooserRun(&c, 2*waySkip+wayEpisode, fixed(tc.base, tc.alt))
 			if !c.learned() || c.altChosen() != tc.wantAlt {
 				t.Fatalf("after one episode: learned=%v alternative=%v, want true, %v", c.learned(), c.altChosen(), tc.wantAlt)
@@ -103,7 +103,7 @@ func TestWayChooserLearns(t *testing.T) {
 // way's runs move, an episode follows within wayDriftMin runs and the
 // other way is taken where it is now the faster.
 func TestWayChooserFollowsTheMachine(t *testing.T) {
-	var c wayChooser
+	var c chooser
 	chooserRun(&c, 2*waySkip+wayEpisode, fixed(1000*us, 600*us))
 	if !c.altChosen() {
 		t.Fatal("alternative measured faster but not chosen")
@@ -123,7 +123,7 @@ func TestWayChooserFollowsTheMachine(t *testing.T) {
 
 	// A burst that slows the alternative only while the first episode runs:
 	// the next scheduled one, wayBaseExplore runs later, wins it back.
-	var b wayChooser
+	var b chooser
 	chooserRun(&b, 2*waySkip+wayEpisode, fixed(1000*us, 3000*us))
 	if b.altChosen() {
 		t.Fatal("alternative measured slower in the episode but chosen")
@@ -137,7 +137,7 @@ func TestWayChooserFollowsTheMachine(t *testing.T) {
 // TestWayChooserMissingRuns: runs chosen but never observed (they failed)
 // do not leave an episode waiting for ever.
 func TestWayChooserMissingRuns(t *testing.T) {
-	var c wayChooser
+	var c chooser
 	chooserRun(&c, 2*waySkip, fixed(1000*us, 600*us))
 	for i := range 4 * wayEpisode {
 		if alt := c.choose(); alt && i < 3*wayEpisode {

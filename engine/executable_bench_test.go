@@ -1,10 +1,9 @@
-package serving
+package engine
 
 import (
 	"context"
 	"testing"
 
-	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -15,22 +14,17 @@ import (
 // BenchmarkExecutableRun): upload each input with Client.Upload, Execute,
 // then ToHost and Close per output (what pjrt.Executable.Run did), close the
 // uploads.
-func (e *Executable) runUploadThenRun(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	args := append([]*pjrt.Buffer(nil), e.args...)
-	in := 0
-	for i, p := range e.Program.Params {
-		if p.Kind != lower.Input {
-			continue
-		}
-		b, err := e.client.Upload(ctx, inputs[in])
+func (x *Executable) runUploadThenRun(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	args := append([]*pjrt.Buffer(nil), x.args...)
+	for k, i := range x.inputs {
+		b, err := x.client.Upload(ctx, inputs[k])
 		if err != nil {
 			return nil, err
 		}
 		defer b.Close()
-		in++
 		args[i] = b
 	}
-	outs, err := e.exe.Execute(ctx, args)
+	outs, err := x.exe.Execute(ctx, args)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +49,7 @@ func (e *Executable) runUploadThenRun(ctx context.Context, inputs []*tensor.Tens
 // XSERVE_CPU_EXECUTION=async (pjrt.EnvCPUExecution). They alternate within
 // each -count round:
 //
-//	go test -run '^$' -bench ExecutableRun -count 6 ./serving
+//	go test -run '^$' -bench ExecutableRun -count 6 ./engine
 func BenchmarkExecutableRun(b *testing.B) {
 	c := testClient(b)
 	b.Setenv(pjrt.EnvCPUExecution, pjrt.CPUExecutionAsync)
@@ -81,10 +75,16 @@ func BenchmarkExecutableRun(b *testing.B) {
 
 // benchmarkExecutableRun is one model of BenchmarkExecutableRun, on client c.
 func benchmarkExecutableRun(ctx context.Context, b *testing.B, c *pjrt.Client, name, file string, kernels []string) {
-	g, err := importer.Load(file)
+	e, err := New(Options{Client: c, Lowering: lower.Options{Kernels: kernels}})
 	if err != nil {
 		b.Fatal(err)
 	}
+	m, err := e.Load(file, LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	g := m.Graph()
 	var inputs []*tensor.Tensor
 	for _, p := range g.Placeholders() {
 		shape := p.Val().Shape
@@ -105,13 +105,11 @@ func benchmarkExecutableRun(ctx context.Context, b *testing.B, c *pjrt.Client, n
 	if err != nil {
 		b.Fatal(err)
 	}
-	prog, err := lower.New(lower.Options{Platform: c.Platform(), Kernels: kernels}).Lower(g, bound)
+	prog, err := m.Lower(bound)
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := NewWeights(c)
-	defer w.Close()
-	exe, err := Compile(ctx, c, prog, w)
+	exe, _, err := m.Compile(ctx, prog)
 	if err != nil {
 		b.Fatal(err)
 	}

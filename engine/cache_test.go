@@ -1,4 +1,4 @@
-package serving
+package engine
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 
 func TestDirCache(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cache")
-	c, err := newDirCache(dir)
+	c, err := OpenDirCache(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +48,8 @@ func TestDirCache(t *testing.T) {
 	if err := os.WriteFile(p, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := c.Get(key); ok || !errors.Is(err, errCorruptEntry) {
-		t.Errorf("Get of a changed entry: ok %v, err %v; want errCorruptEntry", ok, err)
+	if _, ok, err := c.Get(key); ok || !errors.Is(err, ErrCorruptEntry) {
+		t.Errorf("Get of a changed entry: ok %v, err %v; want ErrCorruptEntry", ok, err)
 	}
 	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("corrupt entry not deleted: %v", err)
@@ -72,15 +72,16 @@ func TestDirCache(t *testing.T) {
 
 func TestUnsupportedSerializationIsLoggedOnce(t *testing.T) {
 	logs := &logBuffer{}
-	m := &Manager{log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := &Engine{}
 	for range 3 {
-		m.unsupported(fmt.Errorf("pjrt: serialize executable: %w", errors.ErrUnsupported), "compile cache: cannot serialize executables; caching StableHLO only")
+		e.unsupported(log, fmt.Errorf("pjrt: serialize executable: %w", errors.ErrUnsupported), "compile cache: cannot serialize executables; caching StableHLO only")
 	}
-	m.unsupported(errors.New("disk on fire"), "compile cache: cannot serialize executables; caching StableHLO only")
+	e.unsupported(log, errors.New("disk on fire"), "compile cache: cannot serialize executables; caching StableHLO only")
 	if l := logs.lines("level=DEBUG", "cannot serialize executables"); len(l) != 1 {
 		t.Errorf("debug lines %q, want 1", l)
 	}
 	if l := logs.lines("level=WARN", "failed to serialize executables", "disk on fire"); len(l) != 1 {
-		t.Errorf("warning lines %q, want 1\n%s", l, logs)
+		t.Errorf("warning lines %q, want 1\n%s", l, logs.lines())
 	}
 }

@@ -1,4 +1,4 @@
-package serving
+package engine
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,40 +24,34 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// blobCache stores build artifacts (lowered StableHLO programs, serialized
-// executables) by key. Keys are lower-case hex digests with an extension
+// Cache stores build artifacts (lowered StableHLO programs, serialized
+// executables) by key: a directory (DirCache), or a store that replicas
+// share. Keys are lower-case hex digests with an extension
 // naming the kind (".stablehlo", ".pjrt"). Get reports a miss as ok false
 // with a nil error; an entry that exists but cannot be read is an error, and
 // callers treat it as a miss. An entry whose checksum does not match its
 // content is deleted by Get, which reports it as a miss with an error
-// wrapping errCorruptEntry, so that the caller rebuilds it. Put replaces an
+// wrapping ErrCorruptEntry, so that the caller rebuilds it. Put replaces an
 // entry atomically: a concurrent Get sees the old entry, the new one or
 // none, never a partial one. Delete removes an entry that was read intact but
 // proved unusable (a StableHLO program that does not compile); deleting a
 // missing entry is not an error. Implementations are safe for concurrent use.
-type blobCache interface {
+type Cache interface {
 	Get(key string) (data []byte, ok bool, err error)
 	Put(key string, data []byte) error
 	Delete(key string) error
 }
 
-// errCorruptEntry is wrapped by the error of a Get that found an entry whose
+// ErrCorruptEntry is wrapped by the error of a Get that found an entry whose
 // checksum does not match (and deleted it).
-var errCorruptEntry = errors.New("serving: compile cache: corrupt entry")
-
-// Kinds of compile-cache entries, as in the kind label of
-// xserve_compile_cache_total.
-const (
-	cacheStableHLO  = "stablehlo"
-	cacheExecutable = "executable"
-)
+var ErrCorruptEntry = errors.New("engine: compile cache: corrupt entry")
 
 var cacheKeyRE = regexp.MustCompile(`^[0-9a-f]{64}\.(stablehlo|pjrt)$`)
 
-// dirCache is a blobCache keeping each entry in a file <dir>/<key>: a
-// header line "xserve-cache sha256=<hex of the payload> size=<bytes>\n",
-// then the payload.
-type dirCache struct{ dir string }
+// DirCache is a Cache keeping each entry in a file <dir>/<key>: a header
+// line "xserve-cache sha256=<hex of the payload> size=<bytes>\n", then the
+// payload.
+type DirCache struct{ dir string }
 
 const entryMagic = "xserve-cache"
 
@@ -90,23 +85,23 @@ func openEntry(entry []byte) ([]byte, error) {
 	return data, nil
 }
 
-// newDirCache returns the cache in dir, creating the directory.
-func newDirCache(dir string) (*dirCache, error) {
+// OpenDirCache returns the cache in dir, creating the directory.
+func OpenDirCache(dir string) (*DirCache, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("serving: compile cache: %w", err)
+		return nil, fmt.Errorf("engine: compile cache: %w", err)
 	}
-	return &dirCache{dir: dir}, nil
+	return &DirCache{dir: dir}, nil
 }
 
-func (c *dirCache) path(key string) (string, error) {
+func (c *DirCache) path(key string) (string, error) {
 	if !cacheKeyRE.MatchString(key) {
-		return "", fmt.Errorf("serving: compile cache: invalid key %q", key)
+		return "", fmt.Errorf("engine: compile cache: invalid key %q", key)
 	}
 	return filepath.Join(c.dir, key), nil
 }
 
 // Get reads the entry of key.
-func (c *dirCache) Get(key string) ([]byte, bool, error) {
+func (c *DirCache) Get(key string) ([]byte, bool, error) {
 	p, err := c.path(key)
 	if err != nil {
 		return nil, false, err
@@ -116,46 +111,46 @@ func (c *dirCache) Get(key string) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("serving: compile cache: %w", err)
+		return nil, false, fmt.Errorf("engine: compile cache: %w", err)
 	}
 	payload, err := openEntry(data)
 	if err != nil {
 		if rmErr := os.Remove(p); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
-			return nil, false, fmt.Errorf("%w %s (%v), and cannot delete it: %v", errCorruptEntry, key, err, rmErr)
+			return nil, false, fmt.Errorf("%w %s (%v), and cannot delete it: %v", ErrCorruptEntry, key, err, rmErr)
 		}
-		return nil, false, fmt.Errorf("%w %s (%v); deleted", errCorruptEntry, key, err)
+		return nil, false, fmt.Errorf("%w %s (%v); deleted", ErrCorruptEntry, key, err)
 	}
 	return payload, true, nil
 }
 
 // Delete removes the entry of key.
-func (c *dirCache) Delete(key string) error {
+func (c *DirCache) Delete(key string) error {
 	p, err := c.path(key)
 	if err != nil {
 		return err
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("serving: compile cache: %w", err)
+		return fmt.Errorf("engine: compile cache: %w", err)
 	}
 	return nil
 }
 
 // Put writes the entry of key to a temporary file in the cache directory,
 // syncs it and renames it into place.
-func (c *dirCache) Put(key string, data []byte) (err error) {
+func (c *DirCache) Put(key string, data []byte) (err error) {
 	p, err := c.path(key)
 	if err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(c.dir, ".tmp-"+key+"-*")
 	if err != nil {
-		return fmt.Errorf("serving: compile cache: %w", err)
+		return fmt.Errorf("engine: compile cache: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
 			os.Remove(f.Name())
-			err = fmt.Errorf("serving: compile cache: write %s: %w", p, err)
+			err = fmt.Errorf("engine: compile cache: write %s: %w", p, err)
 		}
 	}()
 	if _, err = f.Write(sealEntry(data)); err != nil {
@@ -188,7 +183,7 @@ func digest(parts ...string) string {
 // options, by this build of the server.
 func programKey(build, modelHash string, modelDims map[string]int64, opts lower.Options) string {
 	dims := make([]string, 0, len(modelDims))
-	for _, k := range sortedKeys(modelDims) {
+	for _, k := range slices.Sorted(maps.Keys(modelDims)) {
 		dims = append(dims, fmt.Sprintf("%s=%d", k, modelDims[k]))
 	}
 	half := opts.HalfInF32 != nil && *opts.HalfInF32
@@ -246,7 +241,7 @@ func buildID() string {
 func hashVersionDir(dir string) (string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("serving: hash model: %w", err)
+		return "", fmt.Errorf("engine: hash model: %w", err)
 	}
 	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 	h := sha256.New()
@@ -262,13 +257,13 @@ func hashVersionDir(dir string) (string, error) {
 		}
 		f, err := os.Open(p)
 		if err != nil {
-			return "", fmt.Errorf("serving: hash model: %w", err)
+			return "", fmt.Errorf("engine: hash model: %w", err)
 		}
 		fmt.Fprintf(h, "%s\x00%d\x00", name, fi.Size())
 		_, err = io.Copy(h, f)
 		f.Close()
 		if err != nil {
-			return "", fmt.Errorf("serving: hash model: %w", err)
+			return "", fmt.Errorf("engine: hash model: %w", err)
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xserve/xserve/internal/zoo"
+	"github.com/xserve/xserve/harness/zoo"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"

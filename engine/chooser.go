@@ -1,4 +1,4 @@
-package serving
+package engine
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// wayChooser learns, for one bucket, which of two ways to run its
+// chooser learns, for one executable, which of two ways to run its
 // executions is faster: the base way (whole; serial) or the alternative
 // (split across idle cores; with the CPU kernels' threads). The
 // alternative is taken unless the base way measures wayBaseMargin faster:
@@ -38,7 +38,7 @@ import (
 // the runs, enough to move a median. Before the first episode each way
 // runs waySkip times uncounted (a shard's first runs on a new thread set
 // up the kernels' per-thread state).
-type wayChooser struct {
+type chooser struct {
 	mu      sync.Mutex
 	seen    [2]int        // runs of the base (0) and alternative (1) way observed
 	last    int           // the way of the last run observed
@@ -93,7 +93,7 @@ func wayOf(alt bool) int {
 }
 
 // choose reports whether the next run should take the alternative way.
-func (c *wayChooser) choose() bool {
+func (c *chooser) choose() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -132,13 +132,13 @@ func (c *wayChooser) choose() bool {
 }
 
 // beginLocked starts an episode whose first block runs way first.
-func (c *wayChooser) beginLocked(first int) {
+func (c *chooser) beginLocked(first int) {
 	c.episode, c.step, c.first, c.n = true, 0, first, [2]int{}
 }
 
 // driftLocked reports whether the chosen way's latest runs have moved
 // beyond wayDrift of the episode's measure.
-func (c *wayChooser) driftLocked() bool {
+func (c *chooser) driftLocked() bool {
 	if c.nrec < wayWindow || c.ref <= 0 {
 		return false
 	}
@@ -147,7 +147,7 @@ func (c *wayChooser) driftLocked() bool {
 }
 
 // observe records how long a run took, on the alternative way or not.
-func (c *wayChooser) observe(alt bool, d time.Duration) {
+func (c *chooser) observe(alt bool, d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i := wayOf(alt)
@@ -175,7 +175,7 @@ func (c *wayChooser) observe(alt bool, d time.Duration) {
 
 // endLocked decides from the episode's runs and goes back to the chosen
 // way.
-func (c *wayChooser) endLocked() {
+func (c *chooser) endLocked() {
 	base, alt := lowQuartile(c.runs[0][:c.n[0]]), lowQuartile(c.runs[1][:c.n[1]])
 	chosen := float64(base) >= wayBaseMargin*float64(alt)
 	if c.decided && chosen == c.alt {
@@ -192,17 +192,25 @@ func (c *wayChooser) endLocked() {
 }
 
 // learned reports whether an episode has decided.
-func (c *wayChooser) learned() bool {
+func (c *chooser) learned() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.decided
 }
 
 // altChosen reports whether the last episode chose the alternative way.
-func (c *wayChooser) altChosen() bool {
+func (c *chooser) altChosen() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.decided && c.alt
+}
+
+// observed returns how many runs of the base and the alternative way it
+// observed.
+func (c *chooser) observed() [2]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen
 }
 
 // lowQuartile returns the first quartile of ds (which it does not change).

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/xserve/xserve/internal/zoo"
+	"github.com/xserve/xserve/harness/zoo"
 )
 
 func ExampleWriteTable() {

@@ -1,0 +1,302 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/importer"
+	"github.com/xserve/xserve/lower"
+)
+
+// ErrClosed is wrapped by the errors of a Model used after Close.
+var ErrClosed = errors.New("engine: model closed")
+
+// Model is an imported graph that executables are built for: optimized once
+// (the shape-independent passes, whose weights every executable then
+// shares) and its weights uploaded to the device on first use, shared by
+// every executable built for it. Its methods are safe for concurrent use.
+type Model struct {
+	e *Engine
+	// graph is nil once closed, so that a closed model does not keep its
+	// host weights alive.
+	graph   atomic.Pointer[fxgraph.Graph]
+	hash    string // content hash keying the StableHLO cache; "" for none
+	weights *Weights
+	log     *slog.Logger
+}
+
+// LoadOptions configure one model.
+type LoadOptions struct {
+	// Logger receives the model's compile-cache warnings; nil means the
+	// engine's.
+	Logger *slog.Logger
+}
+
+// Load imports the model file at path (any format importer.Load reads).
+// With a compile cache, the content of the file's directory (the model
+// and what sits beside it, such as ONNX external data) is hashed first: it
+// keys the model's lowered programs in the cache.
+func (e *Engine) Load(path string, o LoadOptions) (*Model, error) {
+	var hash string
+	if e.cache != nil {
+		h, err := hashVersionDir(filepath.Dir(path))
+		if err != nil {
+			return nil, err
+		}
+		hash = h
+	}
+	g, err := importer.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	m := e.NewModel(g, o)
+	m.hash = hash
+	return m, nil
+}
+
+// NewModel returns a model of the imported graph g (which it may optimize
+// in place of a copy, never changing g). Its programs are lowered anew in
+// every process: without a file, nothing keys them in the cache.
+func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) *Model {
+	m := &Model{e: e, weights: NewWeights(e.client), log: o.Logger}
+	if m.log == nil {
+		m.log = e.log
+	}
+	m.graph.Store(e.lowerer.Optimize(g))
+	return m
+}
+
+// Graph returns the model's optimized graph, nil once closed.
+func (m *Model) Graph() *fxgraph.Graph { return m.graph.Load() }
+
+func (m *Model) liveGraph() (*fxgraph.Graph, error) {
+	g := m.graph.Load()
+	if g == nil {
+		return nil, ErrClosed
+	}
+	return g, nil
+}
+
+// OutputShapes returns the shapes of the model's outputs when its input
+// symbols take the sizes in dims (lower.Lowerer.OutputShapes).
+func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
+	g, err := m.liveGraph()
+	if err != nil {
+		return nil, err
+	}
+	return m.e.lowerer.OutputShapes(g, dims)
+}
+
+// Lower lowers the model for the symbol sizes in dims.
+func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) {
+	g, err := m.liveGraph()
+	if err != nil {
+		return nil, err
+	}
+	m.e.lowerings.Add(1)
+	return m.e.lowerer.Lower(g, dims)
+}
+
+// Weights returns the model's weight store.
+func (m *Model) Weights() *Weights { return m.weights }
+
+// Close frees the model's weights on the device and drops its graph.
+// Executables built for it must be closed first. It is safe to call twice.
+func (m *Model) Close() error {
+	m.graph.Store(nil)
+	return m.weights.Close()
+}
+
+// Build says how Model.Build made an executable, for a caller's metrics.
+type Build struct {
+	// Lowered: the graph was lowered (its program was not in the cache).
+	Lowered bool
+	// Compiled: the program was compiled (not deserialized from the cache).
+	Compiled bool
+	// Cache lists the compile cache's answers, in order.
+	Cache []CacheResult
+}
+
+// CacheResult is one answer of the compile cache.
+type CacheResult struct {
+	// Kind is CacheStableHLO or CacheExecutable.
+	Kind string
+	// Result is "hit", "miss" or "corrupt" (found damaged, deleted and
+	// rebuilt).
+	Result string
+}
+
+// Kinds of compile-cache entries (CacheResult.Kind).
+const (
+	CacheStableHLO  = "stablehlo"
+	CacheExecutable = "executable"
+)
+
+func (b *Build) cache(kind, result string) {
+	b.Cache = append(b.Cache, CacheResult{Kind: kind, Result: result})
+}
+
+// Build returns the model's executable for the symbol sizes in dims: the
+// graph lowered (or its program read from the StableHLO cache) and
+// compiled (or deserialized from the executable cache). A cache entry that
+// is corrupt, an executable that does not deserialize and cached StableHLO
+// that does not compile are deleted, logged as warnings and rebuilt, so
+// that a damaged cache never keeps a model from building.
+func (m *Model) Build(ctx context.Context, dims map[string]int64) (*Executable, Build, error) {
+	var b Build
+	prog, cachedKey, err := m.program(dims, &b)
+	if err != nil {
+		return nil, b, err
+	}
+	x, err := m.compile(ctx, prog, &b)
+	if err == nil || cachedKey == "" || ctx.Err() != nil {
+		return x, b, err
+	}
+	m.log.Warn("compile cache: cached StableHLO does not compile; deleted, lowering again", "dims", dims, "key", cachedKey, "error", err)
+	b.cache(CacheStableHLO, "corrupt")
+	if derr := m.e.cache.Delete(cachedKey); derr != nil {
+		m.log.Warn("compile cache: cannot delete entry", "key", cachedKey, "error", derr)
+	}
+	if prog, err = m.lower(dims, cachedKey, &b); err != nil {
+		return nil, b, err
+	}
+	x, err = m.compile(ctx, prog, &b)
+	return x, b, err
+}
+
+// Compile compiles prog, lowered from the model, bound to the model's
+// weights (uploading those not on the device yet), or deserializes it from
+// the executable cache; cached says which.
+func (m *Model) Compile(ctx context.Context, prog *lower.Program) (x *Executable, cached bool, err error) {
+	var b Build
+	x, err = m.compile(ctx, prog, &b)
+	return x, err == nil && !b.Compiled, err
+}
+
+// program returns the lowered program for dims, from the StableHLO cache
+// when it holds it; cachedKey is the entry's key when it came from there.
+func (m *Model) program(dims map[string]int64, b *Build) (prog *lower.Program, cachedKey string, err error) {
+	e := m.e
+	if e.cache == nil || m.hash == "" {
+		prog, err = m.lower(dims, "", b)
+		return prog, "", err
+	}
+	key := programKey(e.buildID, m.hash, dims, e.lowerer.Options())
+	data, ok, err := e.cache.Get(key)
+	m.cacheGetError(CacheStableHLO, key, err, b)
+	if ok {
+		g, gerr := m.liveGraph()
+		if gerr != nil {
+			return nil, "", gerr
+		}
+		prog, err := decodeProgram(data, g)
+		if err == nil {
+			b.cache(CacheStableHLO, "hit")
+			return prog, key, nil
+		}
+		m.log.Warn("compile cache: unusable StableHLO entry; lowering again", "key", key, "error", err)
+	}
+	b.cache(CacheStableHLO, "miss")
+	prog, err = m.lower(dims, key, b)
+	return prog, "", err
+}
+
+// lower lowers the graph for dims and, with key, stores the program in the
+// StableHLO cache.
+func (m *Model) lower(dims map[string]int64, key string, b *Build) (*lower.Program, error) {
+	prog, err := m.Lower(dims)
+	b.Lowered = true
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		data, err := encodeProgram(prog)
+		if err == nil {
+			err = m.e.cache.Put(key, data)
+		}
+		if err != nil {
+			m.log.Warn("compile cache: cannot store StableHLO", "error", err)
+		}
+	}
+	return prog, nil
+}
+
+// compile deserializes prog's executable from the cache or compiles it
+// (and stores it in the cache).
+func (m *Model) compile(ctx context.Context, prog *lower.Program, b *Build) (*Executable, error) {
+	e := m.e
+	if x := m.cachedExecutable(ctx, prog, b); x != nil {
+		return x, nil
+	}
+	x, err := Compile(ctx, e.client, prog, m.weights)
+	if err != nil {
+		return nil, err
+	}
+	e.compiles.Add(1)
+	b.Compiled = true
+	if e.cache != nil {
+		data, err := x.Serialize()
+		switch {
+		case err != nil:
+			e.unsupported(m.log, err, "compile cache: cannot serialize executables; caching StableHLO only")
+		default:
+			if err := e.cache.Put(executableKey(e.client, prog), data); err != nil {
+				m.log.Warn("compile cache: cannot store executable", "error", err)
+			}
+		}
+	}
+	return x, nil
+}
+
+// cachedExecutable returns prog's executable from the cache, or nil. An
+// entry that is corrupt or does not deserialize is deleted (and rebuilt by
+// the caller).
+func (m *Model) cachedExecutable(ctx context.Context, prog *lower.Program, b *Build) *Executable {
+	e := m.e
+	if e.cache == nil {
+		return nil
+	}
+	key := executableKey(e.client, prog)
+	data, ok, err := e.cache.Get(key)
+	m.cacheGetError(CacheExecutable, key, err, b)
+	if ok {
+		x, err := m.deserialize(ctx, prog, data)
+		if err == nil {
+			b.cache(CacheExecutable, "hit")
+			return x
+		}
+		e.unsupported(m.log, err, "compile cache: cannot deserialize executables; compiling instead")
+		if !errors.Is(err, errors.ErrUnsupported) && ctx.Err() == nil {
+			b.cache(CacheExecutable, "corrupt")
+			if derr := e.cache.Delete(key); derr != nil {
+				m.log.Warn("compile cache: cannot delete entry", "key", key, "error", derr)
+			}
+		}
+	}
+	b.cache(CacheExecutable, "miss")
+	return nil
+}
+
+func (m *Model) deserialize(ctx context.Context, prog *lower.Program, data []byte) (*Executable, error) {
+	exe, err := m.e.client.Deserialize(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	return bind(ctx, m.e.client, exe, prog, m.weights)
+}
+
+// cacheGetError logs (and counts) the error of a cache lookup.
+func (m *Model) cacheGetError(kind, key string, err error, b *Build) {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrCorruptEntry):
+		b.cache(kind, "corrupt")
+		m.log.Warn("compile cache: corrupt entry deleted; rebuilding it", "kind", kind, "key", key, "error", err)
+	default:
+		m.log.Warn("compile cache: unreadable entry", "kind", kind, "key", key, "error", err)
+	}
+}
