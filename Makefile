@@ -198,6 +198,17 @@ $(TOKENIZERS_LIB): tokenizer/ffi/Cargo.toml tokenizer/ffi/Cargo.lock tokenizer/f
 	CARGO_TARGET_DIR=$(CURDIR)/.cache/tokenizers/target cargo build -q --release --locked --manifest-path tokenizer/ffi/Cargo.toml
 	cp .cache/tokenizers/target/release/libxserve_tokenizers.so $@
 
+# ONNX Runtime GenAI for bench/generate.sh, in a venv of its own (it needs a
+# newer onnxruntime than .venv and .venv-zoo pin).
+VENV_GENAI := .venv-genai
+$(VENV_GENAI)/.installed: python/requirements-genai.txt
+	$(PYTHON) -m venv $(VENV_GENAI)
+	$(VENV_GENAI)/bin/pip install -q -r python/requirements-genai.txt
+	touch $@
+.PHONY: bench-generate
+bench-generate:
+	bench/generate.sh
+
 # The generative models the tests serve: Llama, Qwen2, Phi-3 and GPT-2 from
 # small configs with seeded weights, exported by xserve.export_causal_lm as
 # .pt2 and ONNX, with transformers' greedy generations, and tokenizers of

@@ -262,33 +262,9 @@ func (h *Handler) chatJob(r *ChatRequest) (*job, error) {
 
 // sampling reads the sampling fields into the generation request.
 func (j *job) sampling(f *samplingFields) error {
-	s := generate.Sampling{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
-	if f.Temperature != nil {
-		if *f.Temperature < 0 || *f.Temperature > 2 {
-			return invalid("temperature must be in [0, 2], got %v", *f.Temperature)
-		}
-		s.Temperature = *f.Temperature
-	}
-	if f.TopP != nil {
-		if *f.TopP <= 0 || *f.TopP > 1 {
-			return invalid("top_p must be in (0, 1], got %v", *f.TopP)
-		}
-		s.TopP = *f.TopP
-	}
-	if f.TopK != nil {
-		if *f.TopK < -1 {
-			return invalid("top_k must be -1, 0 or positive, got %d", *f.TopK)
-		}
-		s.TopK = max(*f.TopK, 0)
-	}
-	if f.RepetitionPenalty != nil {
-		if *f.RepetitionPenalty <= 0 || math.IsInf(*f.RepetitionPenalty, 0) {
-			return invalid("repetition_penalty must be > 0, got %v", *f.RepetitionPenalty)
-		}
-		s.RepetitionPenalty = *f.RepetitionPenalty
-	}
-	if f.Seed != nil {
-		s.Seed, s.HasSeed = uint64(*f.Seed), true
+	s, err := samplingParams(f)
+	if err != nil {
+		return err
 	}
 	for _, p := range []struct {
 		name string
@@ -307,15 +283,47 @@ func (j *job) sampling(f *samplingFields) error {
 		}
 		j.req.MaxTokens = *f.MaxTokens
 	}
-	stops, err := parseStop(f.Stop)
-	if err != nil {
+	if j.stops, err = parseStop(f.Stop); err != nil {
 		return err
 	}
-	j.stops = stops
 	j.req.Sampling = s
 	j.req.IgnoreEOS = f.IgnoreEOS
 	j.req.StopIDs = f.StopTokenIDs
 	return nil
+}
+
+// samplingParams reads temperature, top_p, top_k, repetition_penalty and
+// seed, with OpenAI's defaults (temperature 1, top_p 1).
+func samplingParams(f *samplingFields) (generate.Sampling, error) {
+	s := generate.Sampling{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
+	if f.Temperature != nil {
+		if *f.Temperature < 0 || *f.Temperature > 2 {
+			return s, invalid("temperature must be in [0, 2], got %v", *f.Temperature)
+		}
+		s.Temperature = *f.Temperature
+	}
+	if f.TopP != nil {
+		if *f.TopP <= 0 || *f.TopP > 1 {
+			return s, invalid("top_p must be in (0, 1], got %v", *f.TopP)
+		}
+		s.TopP = *f.TopP
+	}
+	if f.TopK != nil {
+		if *f.TopK < -1 {
+			return s, invalid("top_k must be -1, 0 or positive, got %d", *f.TopK)
+		}
+		s.TopK = max(*f.TopK, 0)
+	}
+	if f.RepetitionPenalty != nil {
+		if *f.RepetitionPenalty <= 0 || math.IsInf(*f.RepetitionPenalty, 0) {
+			return s, invalid("repetition_penalty must be > 0, got %v", *f.RepetitionPenalty)
+		}
+		s.RepetitionPenalty = *f.RepetitionPenalty
+	}
+	if f.Seed != nil {
+		s.Seed, s.HasSeed = uint64(*f.Seed), true
+	}
+	return s, nil
 }
 
 func parseStop(raw json.RawMessage) ([]string, error) {

@@ -13,12 +13,12 @@ import (
 
 // CompletionRequest is the body of POST /v1/completions.
 type CompletionRequest struct {
-	Model  string          `json:"model"`
-	Prompt json.RawMessage `json:"prompt"`
-	Echo   bool            `json:"echo"`
-	Suffix *string         `json:"suffix"`
-	Logprobs *int          `json:"logprobs"`
-	BestOf   *int          `json:"best_of"`
+	Model    string          `json:"model"`
+	Prompt   json.RawMessage `json:"prompt"`
+	Echo     bool            `json:"echo"`
+	Suffix   *string         `json:"suffix"`
+	Logprobs *int            `json:"logprobs"`
+	BestOf   *int            `json:"best_of"`
 	samplingFields
 }
 

@@ -165,10 +165,11 @@ def export_causal_lm(
         position_ids=torch.arange(past, past + seq).expand(batch, seq).contiguous(),
         past_key_values=_example_cache(model, batch, past),
     )
-    cache_dims = [{0: Dim.DYNAMIC, 2: Dim.DYNAMIC} for _ in range(2 * text.num_hidden_layers)]
+    # The cache flattens as [keys of every layer, values of every layer].
     n = text.num_hidden_layers
+    cache_dims = [[{0: Dim.DYNAMIC, 2: Dim.DYNAMIC} for _ in range(n)] for _ in range(2)]
     dynamic = {"input_ids": {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}, "attention_mask": {0: Dim.DYNAMIC, 1: Dim.DYNAMIC},
-               "position_ids": {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}, "past_key_values": [[cache_dims[2 * i], cache_dims[2 * i + 1]] for i in range(n)]}
+               "position_ids": {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}, "past_key_values": cache_dims}
     with torch.no_grad():
         ep = torch.export.export(_Step(model).module, (), kwargs=kwargs, dynamic_shapes=dynamic, strict=False)
     inputs = list(ep.graph_signature.user_inputs)

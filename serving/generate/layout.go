@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
@@ -90,7 +89,7 @@ func NewLayout(g *fxgraph.Graph, cfg *modelrepo.GenerateConfig, file string) (*L
 		}
 		l.Logits = 0 // torch.export: the first output
 	}
-	if err := l.findCache(g, cfg, inNames, outNames, file); err != nil {
+	if err := l.findCache(cfg, inNames, outNames, file); err != nil {
 		return nil, err
 	}
 	if err := l.check(g, inNames, file); err != nil {
@@ -116,52 +115,63 @@ func findName(names []string, given string, usual []string, file, key, what stri
 	return 0, fmt.Errorf("%w: %s: %s: no %s is named %s; name it (the model's %ss are %s)", ErrConfig, file, key, what, strings.Join(usual, " or "), what, strings.Join(names, ", "))
 }
 
-// findCache pairs the cache inputs with their outputs.
-func (l *Layout) findCache(g *fxgraph.Graph, cfg *modelrepo.GenerateConfig, inNames, outNames []string, file string) error {
+// findCache pairs the cache inputs with their outputs: as config.yaml
+// names them, else as the ONNX exporters name them, else torch.export's.
+func (l *Layout) findCache(cfg *modelrepo.GenerateConfig, inNames, outNames []string, file string) error {
 	if cfg.Cache != nil {
-		for i, c := range cfg.Cache {
-			key := fmt.Sprintf("generate.cache[%d]", i)
-			in, err := findName(inNames, c.Input, nil, file, key+".input", "input")
-			if err != nil {
-				return err
-			}
-			out, err := findName(outNames, c.Output, nil, file, key+".output", "output")
-			if err != nil {
-				return err
-			}
-			l.Cache = append(l.Cache, CacheTensor{Input: in, Output: out, Name: c.Input})
+		return l.namedCache(cfg.Cache, inNames, outNames, file)
+	}
+	found, err := l.onnxCache(inNames, outNames, file)
+	if err != nil || found {
+		return err
+	}
+	return l.pt2Cache(inNames, outNames, file)
+}
+
+// namedCache takes the pairs config.yaml gives.
+func (l *Layout) namedCache(pairs []modelrepo.CachePair, inNames, outNames []string, file string) error {
+	for i, c := range pairs {
+		key := fmt.Sprintf("generate.cache[%d]", i)
+		in, err := findName(inNames, c.Input, nil, file, key+".input", "input")
+		if err != nil {
+			return err
 		}
-		return nil
+		out, err := findName(outNames, c.Output, nil, file, key+".output", "output")
+		if err != nil {
+			return err
+		}
+		l.Cache = append(l.Cache, CacheTensor{Input: in, Output: out, Name: c.Input})
 	}
-	type keyed struct {
-		layer int
-		kind  string
-		idx   int
+	return nil
+}
+
+// onnxCache pairs past_key_values.N.key/value with present.N.key/value;
+// found is false when no input has such a name.
+func (l *Layout) onnxCache(inNames, outNames []string, file string) (found bool, err error) {
+	present := map[string]int{}
+	for i, n := range outNames {
+		if m := onnxPresent.FindStringSubmatch(n); m != nil {
+			present[m[1]+"."+m[2]] = i
+		}
 	}
-	var past []keyed
 	for i, n := range inNames {
-		if m := onnxPast.FindStringSubmatch(n); m != nil {
-			layer, _ := strconv.Atoi(m[1])
-			past = append(past, keyed{layer, m[2], i})
+		m := onnxPast.FindStringSubmatch(n)
+		if m == nil {
+			continue
 		}
+		found = true
+		out, ok := present[m[1]+"."+m[2]]
+		if !ok {
+			return true, fmt.Errorf("%w: %s: generate.cache: input %s has no output present.%s.%s; name the pairs under generate.cache", ErrConfig, file, n, m[1], m[2])
+		}
+		l.Cache = append(l.Cache, CacheTensor{Input: i, Output: out, Name: n})
 	}
-	if len(past) > 0 {
-		present := map[string]int{}
-		for i, n := range outNames {
-			if m := onnxPresent.FindStringSubmatch(n); m != nil {
-				present[m[1]+"."+m[2]] = i
-			}
-		}
-		for _, p := range past {
-			out, ok := present[strconv.Itoa(p.layer)+"."+p.kind]
-			if !ok {
-				return fmt.Errorf("%w: %s: generate.cache: input %s has no output present.%d.%s; name the pairs under generate.cache", ErrConfig, file, inNames[p.idx], p.layer, p.kind)
-			}
-			l.Cache = append(l.Cache, CacheTensor{Input: p.idx, Output: out, Name: inNames[p.idx]})
-		}
-		return nil
-	}
-	// torch.export: the cache inputs in order, their outputs after the logits.
+	return found, nil
+}
+
+// pt2Cache pairs torch.export's flattened cache inputs, in order, with the
+// outputs after the logits.
+func (l *Layout) pt2Cache(inNames, outNames []string, file string) error {
 	var ins []int
 	for i, n := range inNames {
 		if pt2Past.MatchString(n) {
@@ -189,8 +199,6 @@ func (l *Layout) findCache(g *fxgraph.Graph, cfg *modelrepo.GenerateConfig, inNa
 // check verifies the roles' ranks and dtypes and that no input is left
 // without one.
 func (l *Layout) check(g *fxgraph.Graph, inNames []string, file string) error {
-	ph := g.Placeholders()
-	outs := g.Outputs()
 	used := map[int]string{}
 	claim := func(i int, role string) error {
 		if prev, ok := used[i]; ok {
@@ -199,6 +207,23 @@ func (l *Layout) check(g *fxgraph.Graph, inNames []string, file string) error {
 		used[i] = role
 		return nil
 	}
+	if err := l.checkRoles(g, inNames, file, claim); err != nil {
+		return err
+	}
+	if err := l.checkCache(g, inNames, file, claim); err != nil {
+		return err
+	}
+	for i, n := range inNames {
+		if _, ok := used[i]; !ok {
+			return fmt.Errorf("%w: %s: generate: input %s has no role (want input_ids, positions, attention_mask or a cache tensor); name the roles under generate.inputs and generate.cache", ErrConfig, file, n)
+		}
+	}
+	return nil
+}
+
+// checkRoles checks the token, position, mask and logits roles.
+func (l *Layout) checkRoles(g *fxgraph.Graph, inNames []string, file string, claim func(int, string) error) error {
+	ph := g.Placeholders()
 	for _, r := range []struct {
 		idx  int
 		role string
@@ -211,9 +236,16 @@ func (l *Layout) check(g *fxgraph.Graph, inNames []string, file string) error {
 			return fmt.Errorf("%w: %s: generate.inputs.%s: input %s is %s%s, want an integer [batch, sequence] tensor", ErrConfig, file, r.role, inNames[r.idx], m.DType, m.Shape)
 		}
 	}
-	if lm := outs[l.Logits].Val(); len(lm.Shape) != 3 || !lm.DType.IsFloat() {
+	if lm := g.Outputs()[l.Logits].Val(); len(lm.Shape) != 3 || !lm.DType.IsFloat() {
 		return fmt.Errorf("%w: %s: generate.outputs.logits: output %s is %s%s, want float [batch, sequence, vocab]", ErrConfig, file, g.OutputName(l.Logits), lm.DType, lm.Shape)
 	}
+	return nil
+}
+
+// checkCache checks each cache tensor's shape and fills its dtype, heads
+// and head size.
+func (l *Layout) checkCache(g *fxgraph.Graph, inNames []string, file string, claim func(int, string) error) error {
+	ph, outs := g.Placeholders(), g.Outputs()
 	for i := range l.Cache {
 		c := &l.Cache[i]
 		if err := claim(c.Input, "cache"); err != nil {
@@ -227,11 +259,6 @@ func (l *Layout) check(g *fxgraph.Graph, inNames []string, file string) error {
 			return fmt.Errorf("%w: %s: generate.cache: output %s is %s%s, input %s is %s%s: want the same dtype and rank", ErrConfig, file, g.OutputName(c.Output), om.DType, om.Shape, inNames[c.Input], m.DType, m.Shape)
 		}
 		c.DType, c.Heads, c.Dim = m.DType, m.Shape[1].Size, m.Shape[3].Size
-	}
-	for i, n := range inNames {
-		if _, ok := used[i]; !ok {
-			return fmt.Errorf("%w: %s: generate: input %s has no role (want input_ids, positions, attention_mask or a cache tensor); name the roles under generate.inputs and generate.cache", ErrConfig, file, n)
-		}
 	}
 	return nil
 }

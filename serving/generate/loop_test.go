@@ -205,7 +205,9 @@ func TestLayoutErrors(t *testing.T) {
 		{func(c *modelrepo.GenerateConfig) {
 			c.Cache = []modelrepo.CachePair{{Input: "past_key_values.0.key", Output: "present.0.key"}}
 		}, "input past_key_values.1.key has no role"},
-		{func(c *modelrepo.GenerateConfig) { c.Cache = []modelrepo.CachePair{{Input: "past_key_values.0.key", Output: "present.9.key"}} }, `generate.cache[0].output: the model has no output "present.9.key"`},
+		{func(c *modelrepo.GenerateConfig) {
+			c.Cache = []modelrepo.CachePair{{Input: "past_key_values.0.key", Output: "present.9.key"}}
+		}, `generate.cache[0].output: the model has no output "present.9.key"`},
 	} {
 		cfg := testConfig()
 		c.edit(cfg)
