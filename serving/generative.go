@@ -187,16 +187,7 @@ func (v *version) freeGenerative() {
 
 // updateGenerateMetrics sets the generation gauges of the READY versions.
 func (m *Manager) updateGenerateMetrics() {
-	m.mu.Lock()
-	var vs []*version
-	for _, md := range m.models {
-		for _, v := range md.versions {
-			if v.state == StateReady && v.gen != nil {
-				vs = append(vs, v)
-			}
-		}
-	}
-	m.mu.Unlock()
+	vs := m.readyVersions(func(v *version) bool { return v.gen != nil })
 	mt := m.metrics
 	mt.genSlots.Reset()
 	mt.genWaiting.Reset()

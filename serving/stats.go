@@ -247,19 +247,25 @@ func (v *version) executionRows(calls []*call) int64 {
 // updateQueueDepth sets xserve_queue_depth from the batchers of the READY
 // versions that batch.
 func (m *Manager) updateQueueDepth() {
-	m.mu.Lock()
-	var vs []*version
-	for _, md := range m.models {
-		for _, v := range md.versions {
-			if v.state == StateReady && v.batcher != nil {
-				vs = append(vs, v)
-			}
-		}
-	}
-	m.mu.Unlock()
+	vs := m.readyVersions(func(v *version) bool { return v.batcher != nil })
 	g := m.metrics.queueDepth
 	g.Reset()
 	for _, v := range vs {
 		g.With(v.name, v.label).Set(float64(v.batcher.Stats().Total.Queued))
 	}
+}
+
+// readyVersions returns the READY versions that keep.
+func (m *Manager) readyVersions(keep func(*version) bool) []*version {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var vs []*version
+	for _, md := range m.models {
+		for _, v := range md.versions {
+			if v.state == StateReady && keep(v) {
+				vs = append(vs, v)
+			}
+		}
+	}
+	return vs
 }

@@ -95,7 +95,6 @@ func openLibrary(path string) (*library, error) {
 	return l, nil
 }
 
-
 // takeErr returns the library's error string as an error and frees it.
 func (l *library) takeErr(cerr *C.char, what string) error {
 	if cerr == nil {

@@ -102,8 +102,8 @@ func TestChatTemplate(t *testing.T) {
 	var refs struct {
 		Chat struct {
 			Messages []struct{ Role, Content string } `json:"messages"`
-			Text     string                          `json:"text"`
-			IDs      []int64                         `json:"ids"`
+			Text     string                           `json:"text"`
+			IDs      []int64                          `json:"ids"`
 		} `json:"chat"`
 	}
 	if err := json.Unmarshal(data, &refs); err != nil {

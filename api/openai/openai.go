@@ -162,24 +162,21 @@ type job struct {
 
 // Completions answers POST /v1/completions with the request body.
 func (h *Handler) Completions(ctx context.Context, c *fiber.Ctx, body []byte) error {
-	var r CompletionRequest
-	if err := json.Unmarshal(body, &r); err != nil {
-		return h.writeError(c, invalid("the body is not a completion request: %v", err))
-	}
-	j, err := h.completionJob(&r)
-	if err != nil {
-		return h.writeError(c, err)
-	}
-	return h.run(ctx, c, j)
+	return serve(ctx, h, c, body, "completion", h.completionJob)
 }
 
 // Chat answers POST /v1/chat/completions with the request body.
 func (h *Handler) Chat(ctx context.Context, c *fiber.Ctx, body []byte) error {
-	var r ChatRequest
+	return serve(ctx, h, c, body, "chat completion", h.chatJob)
+}
+
+// serve decodes a request of type T, prepares its job and answers it.
+func serve[T any](ctx context.Context, h *Handler, c *fiber.Ctx, body []byte, what string, prepare func(*T) (*job, error)) error {
+	var r T
 	if err := json.Unmarshal(body, &r); err != nil {
-		return h.writeError(c, invalid("the body is not a chat completion request: %v", err))
+		return h.writeError(c, invalid("the body is not a %s request: %v", what, err))
 	}
-	j, err := h.chatJob(&r)
+	j, err := prepare(&r)
 	if err != nil {
 		return h.writeError(c, err)
 	}
