@@ -133,7 +133,22 @@ func (r *testRepo) writeFile(model string, version int, file string, data []byte
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		r.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
+	// Written beside the repository and renamed into place, so the poller
+	// never reads a half-written file (a second, spurious reload failure).
+	tmp, err := os.CreateTemp(filepath.Dir(r.root), "model-*")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := tmp.Close(); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, file)); err != nil {
 		r.t.Fatal(err)
 	}
 }
