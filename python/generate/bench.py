@@ -165,11 +165,11 @@ class HF:
         pass
 
 
-def measure(engine: object, prompts: list[list[int]]) -> dict[str, float]:
-    one = engine.run(prompts[:1], NEW)
+def measure(engine: object, prompts: list[list[int]], new: int) -> dict[str, float]:
+    one = engine.run(prompts[:1], new)
     ttft = one["first"][0]
     decode = (one["tokens"][0] - 1) / (one["end"][0] - one["first"][0])
-    many = engine.run(prompts, NEW)
+    many = engine.run(prompts, new)
     agg = sum(many["tokens"]) / max(many["end"])
     return {"ttft_ms": 1000 * ttft, "decode_tps": decode, "agg16_tps": agg}
 
@@ -180,6 +180,7 @@ def main() -> None:
     ap.add_argument("--runner", default=str(ROOT / "bin" / "gen-bench"))
     ap.add_argument("--genai-python", default=str(ROOT / ".venv-genai" / "bin" / "python"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--new", type=int, default=NEW, help="new tokens per stream")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--engines", default="xserve-pt2,xserve-onnx,ortgenai,hf-eager,hf-compile")
     args = ap.parse_args()
@@ -206,14 +207,14 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {e.name: [] for e in engines}
     for r in range(args.rounds):
         for e in engines:
-            m = measure(e, prompts)
+            m = measure(e, prompts, args.new)
             results[e.name].append(m)
             print(f"round {r + 1} {e.name}: {m}", file=sys.stderr, flush=True)
     for e in engines:
         e.close()
     cfg = json.loads((hf / "config.json").read_text())
     print(f"\nLlama, {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, vocab {cfg['vocab_size']}: "
-          f"{param_count(hf) / 1e6:.0f}M parameters; {PROMPT}-token prompts, {NEW} new tokens (greedy), {args.rounds} interleaved rounds, medians; "
+          f"{param_count(hf) / 1e6:.0f}M parameters; {PROMPT}-token prompts, {args.new} new tokens (greedy), {args.rounds} interleaved rounds, medians; "
           f"{args.threads} threads, {os.cpu_count()} CPUs\n")
     print("| engine | time to first token (ms) | decode tokens/s, 1 stream | tokens/s, 16 streams | 16 streams / 1 stream |")
     print("|---|---|---|---|---|")
