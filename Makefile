@@ -6,7 +6,6 @@ SHELL := /bin/bash
 GO ?= go
 PYTHON ?= python3
 VENV := .venv
-ONNX_TESTDATA := /usr/include/onnx/backend/test/data
 EXAMPLE := examples/models/tinycnn
 # Fuzz targets, package:Target: every request decoder and both model
 # importers. `make test` runs each for TEST_FUZZTIME, `make fuzz` for
@@ -27,20 +26,22 @@ FUZZ = for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} $${t\#\#*:} for $(1)"; \
 	  $(GO) test -count=1 -run '^$$' -fuzz "^$${t\#\#*:}$$" -fuzztime $(1) -fuzzminimizetime 10x ./$${t%%:*} || exit 1; done
 
-.PHONY: all build run test tokenizers-lib gen-models pjrt testdata venv venv-triton proto examples conformance conformance-check fuzz chaos bench bench-models vet clean help docker-test
+.PHONY: all build run test tokenizers-lib gen-models pjrt venv venv-triton proto examples conformance conformance-check fuzz chaos bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
 
 all: build
 
 help:
 	@echo "make run          install the XLA CPU PJRT plugin and CPU kernels, build xserve, serve examples/models on $(HTTP_ADDR)"
-	@echo "make test         install plugin + ONNX test data, vet, unit/integration tests, fuzz, conformance check, docker-test"
+	@echo "make test         install plugin + venvs (the onnx wheel holds the conformance data), vet, unit/integration tests, fuzz, conformance check, docker-test"
 	@echo "make detect-model export torchvision ssdlite320 (NMS postprocess) to .cache/detect (make test needs it)"
 	@echo "make tokenizers-lib  the Hugging Face tokenizers library (tokenizer/ffi, Rust) into .cache/tokenizers (make test needs it)"
 	@echo "make gen-models   the generative test models, tokenizers and references into .cache/gen (make test needs them)"
 	@echo "make bench-generate  xserve vs ONNX Runtime GenAI vs transformers on a ~100M decoder (bench/generate.sh)"
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
+	@echo "make gpu-check    the GPU check (docs/GPU.md): on a GPU host the CUDA plugin against torch/JAX; here its CPU dry run"
+	@echo "make gpu-check-bundle  xserve and loadtest for the GPU host (no Go there) into bin/gpu-check"
 	@echo "make fuzz         every fuzz target for FUZZTIME (1m) each"
-	@echo "make conformance  run all ONNX backend cases, rewrite docs/onnx-conformance.md"
+	@echo "make conformance  run the pinned onnx wheel's backend cases, rewrite docs/onnx-conformance.md"
 	@echo "make python-torch-test  xserve.export and the torch.compile backend against a real xserve (.venv-zoo)"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 	@echo "make venv-triton  tritonclient[all]==2.41.1, perf_analyzer and protoc into .venv-triton (make test runs it)"
@@ -57,14 +58,8 @@ pjrt:
 	@scripts/pjrt-install.sh
 	@scripts/cpukernels-install.sh
 
-# The ONNX backend conformance data from Debian's libonnx-testdata.
-testdata:
-	@if [ -d $(ONNX_TESTDATA)/node ]; then echo "testdata: libonnx-testdata already installed"; else \
-	  echo "testdata: installing Debian's libonnx-testdata"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libonnx-testdata; fi
-
-# Reference frameworks (onnx, onnxruntime, numpy) for fixtures and benchmarks.
+# Reference frameworks (onnx, onnxruntime, numpy) for fixtures and benchmarks;
+# the onnx wheel also holds the ONNX backend conformance data.
 venv: $(VENV)/.installed
 $(VENV)/.installed: python/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -119,10 +114,11 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt testdata venv venv-triton realmodels-small detect-model tokenizers-lib gen-models vet conformance-check
+test: pjrt venv venv-triton realmodels-small detect-model tokenizers-lib gen-models vet conformance-check
 	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
+	$(MAKE) gpu-check
 	$(MAKE) docker-test
 
 # Builds the images for real and serves from the CPU one; installs and starts
@@ -130,11 +126,26 @@ test: pjrt testdata venv venv-triton realmodels-small detect-model tokenizers-li
 docker-test: venv
 	PYTHON=$(CURDIR)/$(VENV)/bin/python scripts/docker-test.sh
 
-conformance: pjrt testdata
+# The GPU check (docs/GPU.md): scripts/gpu-check.sh with python/gpucheck.
+# On a GPU host (no Go, no network) run `bash scripts/gpu-check.sh` with the
+# bundle carried in bin/gpu-check; here, where Go is, the bundle is built
+# first and, without a GPU, the check is its CPU dry run (make test runs it).
+# GPU_CHECK_OUT (default .cache/gpu-check) gets report.json and report.md.
+gpu-check-bundle:
+	scripts/gpu-check-bundle.sh
+
+gpu-check:
+	@if command -v $(GO) >/dev/null; then $(MAKE) pjrt $(VENV_ZOO)/.installed gpu-check-bundle; fi
+	$(if $(wildcard $(VENV_ZOO)/bin/python),GPU_CHECK_PYTHON=$(CURDIR)/$(VENV_ZOO)/bin/python) scripts/gpu-check.sh
+
+# The ONNX backend test data (node, simple, pytorch-converted,
+# pytorch-operator) inside the onnx wheel python/requirements.txt pins, so the
+# suite moves with ONNX releases; cases run on every CPU at once.
+conformance: pjrt venv
 	$(GO) run ./cmd/onnx-conformance -write docs/onnx-conformance.md
 
 # Fails when a case that passes in the committed table stops passing.
-conformance-check: pjrt testdata
+conformance-check: pjrt venv
 	$(GO) run ./cmd/onnx-conformance -check docs/onnx-conformance.md
 
 fuzz:
@@ -156,6 +167,13 @@ bench: pjrt venv bench-models
 	XSERVE_BENCH_MODELS=$(CURDIR)/.cache/bench XSERVE_PYTHON=$(CURDIR)/$(VENV)/bin/python \
 	  $(GO) test -run '^$$' -bench 'TraceOnce' -benchtime 20x -timeout 60m ./lower
 
+# The tree ensemble's two layouts and ONNX Runtime on a 500-tree LightGBM
+# model at batch 1 and 1024 (internal/realmodels, docs/BENCHMARKS.md).
+.PHONY: bench-trees
+bench-trees: pjrt venv $(VENV_ML)/.installed
+	$(VENV_ML)/bin/python python/realmodels/ml.py --out .cache/realmodels --only lightgbm_500
+	XSERVE_PYTHON=$(CURDIR)/$(VENV)/bin/python $(GO) test -run '^$$' -bench TreeLayouts -benchtime 20x -timeout 30m ./internal/realmodels
+
 clean:
 	rm -rf bin .cache/run-output
 
@@ -167,6 +185,7 @@ clean:
 # ZOO_MODELS=resnet18,bert restricts zoo and zoo-check to some models.
 .PHONY: zoo zoo-check zoo-fixtures padprobe-fixtures bench-conv
 VENV_ZOO := .venv-zoo
+VENV_ML := .venv-ml
 ZOO_DIR := zoo
 ZOO_FIXTURES := testdata/zoo
 ZOO_MODELS ?=
@@ -287,17 +306,33 @@ quant-fixtures: $(VENV_ZOO)/.installed
 #                             through `xserve run` and a real `xserve serve`, rewrite docs/real-models.md
 #   make realmodels-small     the trained PyPI-packaged models `go test ./harness/realmodels` runs
 #   make realmodels-fixtures  regenerate testdata/realmodels and testdata/unsupported (toy-size exports)
+#   make ml-fixtures          regenerate testdata/mlmodels: the small scikit-learn, LightGBM and XGBoost
+#                             models `go test` runs (python/realmodels/ml.py --small, .venv-ml)
 # REALMODELS=hf_bert,tv_resnet18 restricts the export; REALMODELS_ONLY=onnx-dynamo the check.
-.PHONY: realmodels realmodels-small realmodels-fixtures
+.PHONY: realmodels realmodels-small realmodels-fixtures ml-fixtures venv-ml
 REALMODELS ?=
 REALMODELS_ONLY ?=
-realmodels: pjrt build venv $(VENV_ZOO)/.installed
+realmodels: pjrt build venv $(VENV_ZOO)/.installed $(VENV_ML)/.installed
 	$(VENV_ZOO)/bin/python python/realmodels/generate.py --out .cache/realmodels $(if $(REALMODELS),--only $(REALMODELS))
+	$(VENV_ML)/bin/python python/realmodels/ml.py --out .cache/realmodels $(if $(REALMODELS),--only $(REALMODELS))
 	$(VENV)/bin/python python/realmodels/check.py --cases .cache/realmodels/cases --doc docs/real-models.md $(if $(REALMODELS_ONLY),--only $(REALMODELS_ONLY))
 
-REALMODELS_SMALL := rapidocr_cls_v2,silero_vad_16k_sequence,silero_vad_16k_op15,silero_vad
+REALMODELS_SMALL := rapidocr_cls_v2,silero_vad_16k_sequence,silero_vad_16k_op15,silero_vad,text2tashkeel_bilstm_int8,text2tashkeel_rawi_v3_int8,g2p_id_lstm_decoder
 realmodels-small: venv
 	$(VENV)/bin/python python/realmodels/packaged.py --out .cache/realmodels-small --only $(REALMODELS_SMALL)
+
+# Classical ML (python/requirements-ml.txt): scikit-learn, skl2onnx,
+# LightGBM, XGBoost and onnxmltools in their own venv; make test needs none
+# of it (testdata/mlmodels is committed).
+venv-ml: $(VENV_ML)/.installed
+$(VENV_ML)/.installed: python/requirements-ml.txt
+	@[ -x $(VENV_ML)/bin/python ] || $(PYTHON) -m venv $(VENV_ML)
+	$(VENV_ML)/bin/pip install -q -r python/requirements-ml.txt
+	touch $@
+
+ml-fixtures: $(VENV_ML)/.installed
+	rm -rf testdata/mlmodels
+	$(VENV_ML)/bin/python python/realmodels/ml.py --small --out testdata/mlmodels
 
 realmodels-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/realmodels/generate.py --tiny --out testdata/realmodels

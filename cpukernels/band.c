@@ -59,7 +59,7 @@ static int take(band_worker *w) {
 }
 
 static void run_posted(band_worker *w) {
-	w->err = exec_one(w->f, w->kernel, w->e, w->src, w->wei, w->dst, w->bias, w->res);
+	w->err = exec_entry(w->f, w->kernel, w->e, 0, w->src, w->wei, w->dst, w->bias, w->res);
 	atomic_store_explicit(&w->state, BAND_DONE, memory_order_release);
 }
 
@@ -178,7 +178,7 @@ XLA_FFI_Error *run_bands(XLA_FFI_CallFrame *f, const char *kernel, const kernel_
 		if (i > 0 && posted[i]) continue;
 		const kernel_band *b = &e->bands[i];
 		XLA_FFI_Error *e2 =
-		    exec_one(f, kernel, &b->e, src + b->src_off, wei, dst + b->dst_off, bias, res ? res + b->dst_off : NULL);
+		    exec_entry(f, kernel, &b->e, 0, src + b->src_off, wei, dst + b->dst_off, bias, res ? res + b->dst_off : NULL);
 		if (err == NULL) err = e2;
 	}
 	for (int i = 1; i < n; i++) {

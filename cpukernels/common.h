@@ -59,6 +59,9 @@ int kernel_threads(double macs);
  * other shards for the cores. */
 void xserve_cpu_kernels_thread_limit(int n);
 
+/* kernel_thread_limit is the calling thread's limit (0: none). */
+int kernel_thread_limit(void);
+
 /* use_threads sets the OpenMP threads of the calling thread's next parallel
  * regions. */
 void use_threads(int n);
@@ -204,15 +207,19 @@ int kernel_max_bands(void);
  * at most that limit. */
 int kernel_bands(double macs);
 
-/* exec_one executes e, an entry of kernel's, on the buffers on the calling
- * thread; the FFI error or NULL. */
-XLA_FFI_Error *exec_one(XLA_FFI_CallFrame *f, const char *kernel, const kernel_entry *e, void *src, void *wei,
-    void *dst, void *bias, void *res);
+/* exec_entry executes e, an entry of kernel's, on the buffers on the
+ * calling thread (common.c); transient: e is a spare entry (the cache was
+ * full), whose memory objects are made for this call only. The FFI error
+ * or NULL. */
+XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, const char *kernel, const kernel_entry *e, int transient, void *src,
+    void *wei, void *dst, void *bias, void *res);
 
-/* run_bands executes e's bands on the buffers, at once; the FFI error of
- * one that failed, or NULL. */
+/* run_bands executes e's bands on the buffers, at once (band.c); the FFI
+ * error of one that failed, or NULL. */
 XLA_FFI_Error *run_bands(XLA_FFI_CallFrame *f, const char *kernel, const kernel_entry *e, char *src, void *wei,
     char *dst, void *bias, char *res);
+
+/* The kernel cache (cache.c), above common.c and band.c. */
 
 /* bands_destroy frees e's bands. */
 void bands_destroy(kernel_entry *e);

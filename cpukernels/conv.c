@@ -29,7 +29,7 @@
  * approximation, 9 leaky relu with slope alpha), alpha (f32).
  *
  * Primitives are made once per distinct convolution (shapes and attributes)
- * and kept in a bounded table (common.c, kernel_run).
+ * and kept in a bounded table (cache.c, kernel_run).
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -202,6 +202,9 @@ func TestTemplateTPUAndNATS(t *testing.T) {
 	if got := get(t, dep, "spec", "template", "spec", "nodeSelector", "cloud.google.com/gke-tpu-accelerator"); got != "tpu-v5-lite-podslice" {
 		t.Errorf("TPU nodeSelector: %v", got)
 	}
+	if got := get(t, dep, "spec", "template", "spec", "tolerations", 0, "key"); got != "google.com/tpu" {
+		t.Errorf("TPU toleration: %v", got)
+	}
 	c := container(t, dep, "containers", "xserve")
 	if got := get(t, c, "resources", "limits", "google.com/tpu"); got != float64(1) {
 		t.Errorf("TPU limit %v", got)

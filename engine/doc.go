@@ -41,19 +41,33 @@
 //
 // There is one execute path: a Job (an executable and its host inputs) or
 // several run at once go through one pjrt.Client.RunHostAll, the first on
-// the calling thread and the others on the client's worker threads; the
-// results come back as host tensors, the program's guard results checked
-// (a guard that fired is an error, never a stand-in's result).
+// the calling thread and the others on the client's worker threads (a lone
+// Job on every thread its kernels want is that call's RunHost); each Job's
+// Outs come back as host tensors, the program's guard results checked (a
+// guard that fired is an error, never a stand-in's result).
 // Executable.Run is that path for one Job.
 //
 // How an execution runs on a CPU is a Strategy's choice, made per
 // execution from the Load it begins under (Engine.Begin counts the
-// executions running): whole on every thread its CPU kernels want, whole on
-// fewer threads (its share of the cores while others run), or split into
-// parts run at once, one per idle core, whose rows the caller cuts and
-// stacks (serving splits a batch's rows across its smaller buckets).
-// Engine.NewStrategy returns one for a SplitPolicy; SplitAuto's (Auto)
-// learns from the times of the executions it chose which way is faster.
+// executions running, Execution.End stops counting one): whole on every
+// thread its CPU kernels want, whole on fewer threads (its share of the
+// cores while others run), or split into parts run at once, one per idle
+// core, whose rows the caller cuts and stacks (serving splits a batch's
+// rows across its smaller buckets). Engine.NewStrategy returns one for a
+// SplitPolicy; SplitAuto's (Auto) learns which way is faster from the
+// times the caller measures of the executions it chose (Observe).
+//
+// # Device-resident values
+//
+// Executable.Execute runs on pjrt.Buffers (Engine.Upload makes them) and
+// returns its outputs on the device, so a value stays there between
+// executions (a generation loop's KV cache between decode steps, a
+// sequence's state between requests) with no host copy per step
+// (pjrt.Client.Transfers counts them). ExecuteOptions.Donate gives input
+// buffers to the execution: a donated buffer is invalid afterwards, and
+// where the program aliases it to an output (its parameter's
+// tf.aliasing_output attribute), the output reuses its memory instead of a
+// new allocation: the value is updated in place.
 //
 // # Concurrency
 //

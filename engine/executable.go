@@ -27,11 +27,21 @@ type Executable struct {
 // (uploading those not yet on the device). Model.Build and Model.Compile
 // do so through the compile cache.
 func Compile(ctx context.Context, c *pjrt.Client, prog *lower.Program, w *Weights) (*Executable, error) {
-	exe, err := c.Compile(ctx, prog.Module)
+	exe, err := c.Compile(ctx, prog.Module, paramTypes(prog))
 	if err != nil {
 		return nil, fmt.Errorf("engine: compile: %w", err)
 	}
 	return bind(ctx, c, exe, prog, w)
+}
+
+// paramTypes returns the types of prog's parameters, which the lowering
+// knows: Compile takes them instead of reading the module text.
+func paramTypes(prog *lower.Program) []pjrt.Type {
+	ts := make([]pjrt.Type, len(prog.Params))
+	for i, p := range prog.Params {
+		ts[i] = pjrt.Type{DType: p.DType, Shape: p.Shape}
+	}
+	return ts
 }
 
 // bind makes an Executable of exe, compiled from prog (or deserialized from
@@ -59,11 +69,11 @@ func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower
 // differs from the parameter's (int64 narrowed to int32) are converted. It
 // is Engine.Run of one Job on every thread the kernels want.
 func (x *Executable) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	outs, err := run(ctx, x.client, []Job{{Exe: x, Inputs: inputs}})
-	if err != nil {
+	jobs := [1]Job{{Exe: x, Inputs: inputs}}
+	if err := run(ctx, x.client, jobs[:]); err != nil {
 		return nil, err
 	}
-	return outs[0], nil
+	return jobs[0].Outs, nil
 }
 
 // Trim turns a run's results into the model's outputs: bounded outputs
@@ -120,3 +130,84 @@ func (x *Executable) Close() error { return x.exe.Close() }
 
 // String describes the executable, e.g. `engine executable "m" (3 inputs, 1 output)`.
 func (x *Executable) String() string { return "engine " + x.exe.String()[len("pjrt "):] }
+
+// ExecuteOptions configure one Executable.Execute.
+type ExecuteOptions struct {
+	// Donate lists the inputs (by index into Execute's inputs) the
+	// execution consumes: each is invalid afterwards, and where the
+	// program aliases it to an output (its parameter's tf.aliasing_output
+	// attribute), that output reuses its memory, the plugin permitting: a
+	// value updated in place on the device (pjrt.ExecuteOptions.Donate).
+	Donate []int
+}
+
+// Execute runs x once on device-resident inputs (in the order of the
+// program's input parameters, each of its dtype and shape) and returns its
+// results on the device, to Close when done: a value kept on the device
+// between executions, such as a generation loop's KV cache between decode
+// steps, costs no host copy. The program's guard results, if any, are read
+// on the host (a scalar each), checked and dropped.
+func (x *Executable) Execute(ctx context.Context, inputs []*pjrt.Buffer, opts ExecuteOptions) ([]*pjrt.Buffer, error) {
+	if len(inputs) != len(x.inputs) {
+		return nil, fmt.Errorf("engine: got %d inputs, the program takes %d", len(inputs), len(x.inputs))
+	}
+	args := append([]*pjrt.Buffer(nil), x.args...)
+	for k, i := range x.inputs {
+		args[i] = inputs[k]
+	}
+	donate := make([]int, len(opts.Donate))
+	for j, k := range opts.Donate {
+		if k < 0 || k >= len(x.inputs) {
+			return nil, fmt.Errorf("engine: cannot donate input %d of %d", k, len(x.inputs))
+		}
+		donate[j] = x.inputs[k]
+	}
+	outs, err := x.exe.Execute(ctx, args, pjrt.ExecuteOptions{Donate: donate})
+	if err != nil {
+		return nil, err
+	}
+	return x.checkGuards(ctx, outs)
+}
+
+// checkGuards reads the guard results of outs on the host and returns the
+// others; it closes the guards, and every output on failure.
+func (x *Executable) checkGuards(ctx context.Context, outs []*pjrt.Buffer) ([]*pjrt.Buffer, error) {
+	ng := len(x.Program.Guards)
+	if ng == 0 {
+		return outs, nil
+	}
+	closeAll := func(bs []*pjrt.Buffer) {
+		for _, b := range bs {
+			_ = b.Close()
+		}
+	}
+	if len(outs) < ng {
+		closeAll(outs)
+		return nil, fmt.Errorf("engine: %d results, the program has %d guards", len(outs), ng)
+	}
+	host := make([]*tensor.Tensor, len(outs))
+	for _, g := range x.Program.Guards {
+		if g.Output < len(outs)-ng || g.Output >= len(outs) {
+			closeAll(outs)
+			return nil, fmt.Errorf("engine: guard output %d of %d results", g.Output, len(outs))
+		}
+		t, err := outs[g.Output].ToHost(context.WithoutCancel(ctx))
+		if err != nil {
+			closeAll(outs)
+			return nil, err
+		}
+		host[g.Output] = t
+	}
+	kept, guards := outs[:len(outs)-ng], outs[len(outs)-ng:]
+	closeAll(guards)
+	if _, err := x.Program.CheckGuards(host); err != nil { // reads only the guards
+		closeAll(kept)
+		return nil, err
+	}
+	return kept, nil
+}
+
+// Upload copies a host tensor to the engine's device, for Execute.
+func (e *Engine) Upload(ctx context.Context, t *tensor.Tensor) (*pjrt.Buffer, error) {
+	return e.client.Upload(ctx, t)
+}

@@ -19,11 +19,20 @@ var ErrClosed = errors.New("engine: model closed")
 // (the shape-independent passes, whose weights every executable then
 // shares) and its weights uploaded to the device on first use, shared by
 // every executable built for it. Its methods are safe for concurrent use.
+//
+// A graph with string values is cut into host stages around a device graph
+// (fxgraph.SplitHost): Host returns the cut, Graph and everything built are
+// the device graph's. A graph of string operators only has an empty device
+// graph (Host().Device is nil): it runs on the host.
 type Model struct {
 	e *Engine
+	// host is the graph's host stages, nil when it runs whole on the device.
+	host *fxgraph.HostSplit
 	// graph is nil once closed, so that a closed model does not keep its
 	// host weights alive.
-	graph   atomic.Pointer[fxgraph.Graph]
+	graph atomic.Pointer[fxgraph.Graph]
+	// src imports a deferred graph at concrete sizes; nil for others.
+	src     *importer.Model
 	hash    string // content hash keying the StableHLO cache; "" for none
 	weights *Weights
 	log     *slog.Logger
@@ -49,28 +58,52 @@ func (e *Engine) Load(path string, o LoadOptions) (*Model, error) {
 		}
 		hash = h
 	}
-	g, err := importer.Load(path)
+	src, err := importer.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	m := e.NewModel(g, o)
+	m, err := e.NewModel(src.Graph, o)
+	if err != nil {
+		return nil, err
+	}
 	m.hash = hash
+	if src.Graph.IsDeferred() {
+		m.src = src
+	}
 	return m, nil
 }
 
 // NewModel returns a model of the imported graph g (which it may optimize
-// in place of a copy, never changing g). Its programs are lowered anew in
-// every process: without a file, nothing keys them in the cache.
-func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) *Model {
-	m := &Model{e: e, weights: NewWeights(e.client), log: o.Logger}
+// in place of a copy, never changing g), its host stages cut off. Its
+// programs are lowered anew in every process: without a file, nothing keys
+// them in the cache.
+func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) (*Model, error) {
+	host, err := fxgraph.SplitHost(g)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{e: e, host: host, weights: NewWeights(e.client), log: o.Logger}
 	if m.log == nil {
 		m.log = e.log
 	}
+	switch {
+	case host == nil:
+	case host.Device == nil:
+		g = fxgraph.New()
+	default:
+		g = host.Device
+	}
 	m.graph.Store(e.lowerer.Optimize(g))
-	return m
+	return m, nil
 }
 
-// Graph returns the model's optimized graph, nil once closed.
+// Host returns the model's host stages, nil when it runs whole on the
+// device.
+func (m *Model) Host() *fxgraph.HostSplit { return m.host }
+
+// Graph returns the model's optimized graph, nil once closed: for a model
+// whose import waits for its input sizes, a deferred graph that carries
+// only the model's signature (fxgraph.Graph.IsDeferred).
 func (m *Model) Graph() *fxgraph.Graph { return m.graph.Load() }
 
 func (m *Model) liveGraph() (*fxgraph.Graph, error) {
@@ -81,10 +114,23 @@ func (m *Model) liveGraph() (*fxgraph.Graph, error) {
 	return g, nil
 }
 
+// GraphAt returns the optimized graph for the symbol sizes in dims: the
+// model's, or a deferred model's imported at those sizes and optimized.
+func (m *Model) GraphAt(dims map[string]int64) (*fxgraph.Graph, error) {
+	g, err := m.liveGraph()
+	if err != nil || m.src == nil {
+		return g, err
+	}
+	if g, err = m.src.At(dims); err != nil {
+		return nil, err
+	}
+	return m.e.lowerer.Optimize(g), nil
+}
+
 // OutputShapes returns the shapes of the model's outputs when its input
 // symbols take the sizes in dims (lower.Lowerer.OutputShapes).
 func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
-	g, err := m.liveGraph()
+	g, err := m.GraphAt(dims)
 	if err != nil {
 		return nil, err
 	}
@@ -93,12 +139,12 @@ func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
 
 // Lower lowers the model for the symbol sizes in dims.
 func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) {
-	g, err := m.liveGraph()
+	g, err := m.GraphAt(dims)
 	if err != nil {
 		return nil, err
 	}
 	m.e.lowerings.Add(1)
-	return m.e.lowerer.Lower(g, dims)
+	return m.e.lowerer.LowerOptimized(g, dims)
 }
 
 // Weights returns the model's weight store.

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -19,6 +18,10 @@ type Job struct {
 	// as they want. It applies to a Job run alone: Jobs run at once each
 	// run on one thread.
 	Threads int
+
+	// Outs are the results the run sets, guard results checked and
+	// dropped.
+	Outs []*tensor.Tensor
 }
 
 // JobError is the error of one Job of several run at once.
@@ -30,34 +33,48 @@ type JobError struct {
 func (e *JobError) Error() string { return fmt.Sprintf("engine: job %d: %v", e.Job, e.Err) }
 func (e *JobError) Unwrap() error { return e.Err }
 
-// run is the engine's one execute path: it runs jobs at once in one
-// pjrt.Client.RunHostAll (the first on the calling thread, the others on the
-// client's worker threads) and returns each one's results, guard results
-// checked and dropped. With several jobs, an error is a *JobError.
-func run(ctx context.Context, c *pjrt.Client, jobs []Job) ([][]*tensor.Tensor, error) {
+// run is the engine's one execute path: it runs jobs at once, as one
+// pjrt.Client.RunHostAll (the first on the calling thread, the others on
+// the client's worker threads; a lone job on every thread its kernels
+// want is that call's pjrt.Executable.RunHost), and sets each one's Outs,
+// guard results checked and dropped. With several jobs, an error is a
+// *JobError.
+func run(ctx context.Context, c *pjrt.Client, jobs []Job) error {
+	if len(jobs) == 1 && jobs[0].Threads == 0 {
+		j := &jobs[0]
+		hosts, err := j.Exe.hostArgs(j.Inputs)
+		if err != nil {
+			return err
+		}
+		outs, err := j.Exe.exe.RunHost(ctx, j.Exe.args, hosts)
+		if err != nil {
+			return err
+		}
+		j.Outs, err = j.Exe.Program.CheckGuards(outs)
+		return err
+	}
 	runs := make([]pjrt.HostRun, len(jobs))
 	for i, j := range jobs {
 		hosts, err := j.Exe.hostArgs(j.Inputs)
 		if err != nil {
-			return nil, jobError(i, len(jobs), err)
+			return jobError(i, len(jobs), err)
 		}
 		runs[i] = pjrt.HostRun{Exe: j.Exe.exe, Bufs: j.Exe.args, Hosts: hosts, Threads: j.Threads}
 	}
 	c.RunHostAll(ctx, runs)
-	outs := make([][]*tensor.Tensor, len(jobs))
 	for i, r := range runs {
 		err := r.Err
 		if err == nil {
 			// A guard result says the run reached a part of the model
 			// that could not be built: an error, never the stand-in's
 			// result.
-			outs[i], err = jobs[i].Exe.Program.CheckGuards(r.Outs)
+			jobs[i].Outs, err = jobs[i].Exe.Program.CheckGuards(r.Outs)
 		}
 		if err != nil {
-			return nil, jobError(i, len(jobs), err)
+			return jobError(i, len(jobs), err)
 		}
 	}
-	return outs, nil
+	return nil
 }
 
 func jobError(i, n int, err error) error {
@@ -86,9 +103,9 @@ type Execution struct {
 }
 
 // Begin starts an execution: it counts from now until End.
-func (e *Engine) Begin() *Execution {
+func (e *Engine) Begin() Execution {
 	others := e.executing.Add(1) - 1
-	return &Execution{e: e, load: Load{Others: int(others), Cores: e.cores}}
+	return Execution{e: e, load: Load{Others: int(others), Cores: e.cores}}
 }
 
 // Load returns what the execution found when it began.
@@ -96,8 +113,10 @@ func (x *Execution) Load() Load { return x.load }
 
 // Run runs the execution the way w says: jobs is one Job for a whole
 // execution (on w.Threads threads), or the parts of a split one, run at
-// once, each holding a core. It tells s (nil: none) how long it took.
-func (x *Execution) Run(ctx context.Context, s Strategy, w Way, jobs []Job) ([][]*tensor.Tensor, error) {
+// once, each holding a core. The caller times the execution, as far as it
+// reaches (a split one's cutting and stacking of rows included), for the
+// Strategy that chose w (Observe).
+func (x *Execution) Run(ctx context.Context, w Way, jobs []Job) error {
 	if len(jobs) == 1 {
 		jobs[0].Threads = w.Threads
 	}
@@ -105,12 +124,7 @@ func (x *Execution) Run(ctx context.Context, s Strategy, w Way, jobs []Job) ([][
 		x.e.executing.Add(extra)
 		defer x.e.executing.Add(-extra)
 	}
-	start := time.Now()
-	outs, err := run(ctx, x.e.client, jobs)
-	if err == nil && s != nil {
-		s.Observe(w, time.Since(start))
-	}
-	return outs, err
+	return run(ctx, x.e.client, jobs)
 }
 
 // End ends the execution.

@@ -1500,10 +1500,34 @@ var (
 	AtenZeros = &Op{Name: "aten.zeros.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
 	// AtenZerosLike is aten.zeros_like.default.
 	AtenZerosLike = &Op{Name: "aten.zeros_like.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}, {"memory_format", KwOnly, ArgAny, nil, true}}}
+	// AtenGruData is aten.gru.data.
+	AtenGruData = &Op{Name: "aten.gru.data", Args: []ArgSpec{{"data", 0, ArgAny, nil, false}, {"batch_sizes", 1, ArgAny, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgAny, nil, false}, {"num_layers", 5, ArgAny, nil, false}, {"dropout", 6, ArgAny, nil, false}, {"train", 7, ArgAny, nil, false}, {"bidirectional", 8, ArgAny, nil, false}}}
+	// AtenGruInput is aten.gru.input.
+	AtenGruInput = &Op{Name: "aten.gru.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgAny, nil, false}, {"num_layers", 4, ArgAny, nil, false}, {"dropout", 5, ArgAny, nil, false}, {"train", 6, ArgAny, nil, false}, {"bidirectional", 7, ArgAny, nil, false}, {"batch_first", 8, ArgAny, nil, false}}}
+	// AtenLstmData is aten.lstm.data.
+	AtenLstmData = &Op{Name: "aten.lstm.data", Args: []ArgSpec{{"data", 0, ArgAny, nil, false}, {"batch_sizes", 1, ArgAny, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgAny, nil, false}, {"num_layers", 5, ArgAny, nil, false}, {"dropout", 6, ArgAny, nil, false}, {"train", 7, ArgAny, nil, false}, {"bidirectional", 8, ArgAny, nil, false}}}
+	// AtenLstmInput is aten.lstm.input.
+	AtenLstmInput = &Op{Name: "aten.lstm.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgAny, nil, false}, {"num_layers", 4, ArgAny, nil, false}, {"dropout", 5, ArgAny, nil, false}, {"train", 6, ArgAny, nil, false}, {"bidirectional", 7, ArgAny, nil, false}, {"batch_first", 8, ArgAny, nil, false}}}
+	// AtenRnnReluData is aten.rnn_relu.data.
+	AtenRnnReluData = &Op{Name: "aten.rnn_relu.data", Args: []ArgSpec{{"data", 0, ArgAny, nil, false}, {"batch_sizes", 1, ArgAny, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgAny, nil, false}, {"num_layers", 5, ArgAny, nil, false}, {"dropout", 6, ArgAny, nil, false}, {"train", 7, ArgAny, nil, false}, {"bidirectional", 8, ArgAny, nil, false}}}
+	// AtenRnnReluInput is aten.rnn_relu.input.
+	AtenRnnReluInput = &Op{Name: "aten.rnn_relu.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgAny, nil, false}, {"num_layers", 4, ArgAny, nil, false}, {"dropout", 5, ArgAny, nil, false}, {"train", 6, ArgAny, nil, false}, {"bidirectional", 7, ArgAny, nil, false}, {"batch_first", 8, ArgAny, nil, false}}}
+	// AtenRnnTanhData is aten.rnn_tanh.data.
+	AtenRnnTanhData = &Op{Name: "aten.rnn_tanh.data", Args: []ArgSpec{{"data", 0, ArgAny, nil, false}, {"batch_sizes", 1, ArgAny, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgAny, nil, false}, {"num_layers", 5, ArgAny, nil, false}, {"dropout", 6, ArgAny, nil, false}, {"train", 7, ArgAny, nil, false}, {"bidirectional", 8, ArgAny, nil, false}}}
+	// AtenRnnTanhInput is aten.rnn_tanh.input.
+	AtenRnnTanhInput = &Op{Name: "aten.rnn_tanh.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgAny, nil, false}, {"num_layers", 4, ArgAny, nil, false}, {"dropout", 5, ArgAny, nil, false}, {"train", 6, ArgAny, nil, false}, {"bidirectional", 7, ArgAny, nil, false}, {"batch_first", 8, ArgAny, nil, false}}}
 )
 
 // atenOps lists the generated operators, sorted by name.
 var atenOps = []*Op{
+	AtenGruData,
+	AtenGruInput,
+	AtenLstmData,
+	AtenLstmInput,
+	AtenRnnReluData,
+	AtenRnnReluInput,
+	AtenRnnTanhData,
+	AtenRnnTanhInput,
 	AtenAndScalar,
 	AtenAndTensor,
 	AtenAndBool,

@@ -2,6 +2,8 @@ package fxgraph
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/xserve/xserve/tensor"
 )
@@ -16,6 +18,7 @@ func (g *Graph) BindDims(inputs []*tensor.Tensor) (map[string]int64, error) {
 		return nil, fmt.Errorf("got %d inputs, the model has %d", len(inputs), len(ph))
 	}
 	dims := map[string]int64{}
+	from := map[string]string{}
 	for i, p := range ph {
 		m := p.Val()
 		t := inputs[i]
@@ -37,7 +40,58 @@ func (g *Graph) BindDims(inputs []*tensor.Tensor) (map[string]int64, error) {
 				return nil, fmt.Errorf("input %s dim %d (%s) is %d, but %s is %d in another input", p.Target, j, d.Sym, got, d.Sym, prev)
 			}
 			dims[d.Sym] = got
+			if _, ok := from[d.Sym]; !ok {
+				from[d.Sym] = fmt.Sprintf("input %s dim %d", p.Target, j)
+			}
 		}
 	}
+	if err := g.checkDerived(dims, from); err != nil {
+		return nil, err
+	}
 	return dims, nil
+}
+
+// checkDerived checks each bound derived symbol (SymbolExprs) against its
+// expression of the plain symbols; a plain symbol that no input carries as
+// such is solved from the derived one where the expression allows (s + c,
+// c * s).
+func (g *Graph) checkDerived(dims map[string]int64, from map[string]string) error {
+	for _, name := range sortedExprNames(g.SymbolExprs) {
+		e := g.SymbolExprs[name]
+		got, ok := dims[name]
+		if !ok {
+			continue
+		}
+		for _, s := range e.Symbols() {
+			if _, bound := dims[s]; bound {
+				continue
+			}
+			sym, v, solved := e.Solve(got)
+			if !solved || sym != s {
+				return fmt.Errorf("%s is %s, whose symbol %s no input gives as a plain dim", from[name], e, s)
+			}
+			dims[s], from[s] = v, from[name]
+		}
+		want, err := e.Eval(dims)
+		if err != nil {
+			return err
+		}
+		if want != got {
+			var parts []string
+			for _, s := range e.Symbols() {
+				parts = append(parts, fmt.Sprintf("%s = %d from %s", s, dims[s], from[s]))
+			}
+			return fmt.Errorf("%s (%s) is %d, but %s is %d (%s)", from[name], e, got, e, want, strings.Join(parts, ", "))
+		}
+	}
+	return nil
+}
+
+func sortedExprNames(m map[string]*SymExpr) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

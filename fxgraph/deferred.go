@@ -1,22 +1,16 @@
 package fxgraph
 
-import "fmt"
-
-// Rebuilt returns the graph to specialize for dims (symbol -> size): g
-// itself, or, for a deferred graph (Rebuild set), the graph Rebuild makes
-// for those sizes, every shape computation in it static.
-func (g *Graph) Rebuilt(dims map[string]int64) (*Graph, error) {
-	if g.Rebuild == nil {
-		return g, nil
+// IsDeferred reports whether g is a deferred graph: one whose outputs are
+// Deferred nodes, values the importer can only build once the input sizes
+// are known (an If on a condition computed from shapes, whose branches
+// differ in shape, say). A deferred graph carries only the model's
+// signature; the importer that made it imports the model again at concrete
+// sizes, where every shape computation folds (importer.Model.At).
+func (g *Graph) IsDeferred() bool {
+	for _, o := range g.Outputs() {
+		if o.Op == Deferred {
+			return true
+		}
 	}
-	rg, err := g.Rebuild(dims)
-	if err != nil {
-		return nil, fmt.Errorf("rebuild for %v: %w", dims, err)
-	}
-	// The rebuilt graph may add guard outputs (GuardOutput), last.
-	if rg.ModelOutputs() != g.ModelOutputs() || len(rg.Placeholders()) != len(g.Placeholders()) {
-		return nil, fmt.Errorf("rebuild for %v: %d inputs and %d outputs, the model declares %d and %d",
-			dims, len(rg.Placeholders()), rg.ModelOutputs(), len(g.Placeholders()), g.ModelOutputs())
-	}
-	return rg, nil
+	return false
 }

@@ -50,7 +50,7 @@ lerp outer hypot logaddexp xlogy floor_divide isclose glu prelu rms_norm var_mea
 repeat_interleave one_hot cosine_similarity count_nonzero aminmax argsort scatter_add mse_loss
 broadcast_tensors hsplit vsplit meshgrid atleast_1d atleast_2d atleast_3d nan_to_num take_along_dim
 tensordot inner cdist pairwise_distance dist diagonal trace unfold rot90 addmv copysign
-logcumsumexp diag_embed index_add
+logcumsumexp diag_embed index_add lstm gru rnn_tanh rnn_relu
 """.split()
 
 # The Go ArgKind of each schema type (str(torch type)); others are ArgAny.

@@ -48,14 +48,11 @@ type Graph struct {
 	// torch.export's range constraints); a symbol without an entry is
 	// unbounded. Shape buckets outside a symbol's range are config errors.
 	SymbolRanges map[string]SymbolRange
-	// Rebuild, when set, marks a deferred graph: one whose shape
-	// computations the importer could not express over symbolic sizes (an
-	// If on a condition computed from shapes, whose branches differ in
-	// shape, say). Its nodes then only carry the signature (outputs are
-	// Deferred nodes); Rebuild imports the model again for concrete
-	// input sizes (symbol -> size), where every shape computation folds.
-	// Rebuilt calls it; lowering does so per shape bucket.
-	Rebuild func(dims map[string]int64) (*Graph, error)
+	// SymbolExprs maps a derived symbol, one an input dim carries that is
+	// an expression of other symbols (torch.export's "s49 + 1"), to that
+	// expression. A caller binds the plain symbols and evaluates the derived
+	// ones (BindDerived); they are never free.
+	SymbolExprs map[string]*SymExpr
 
 	insertBefore *Node // AddCall inserts before this node; nil = before output
 }
@@ -586,12 +583,17 @@ func (g *Graph) Clone() *Graph {
 	c.OutputNames = append([]string(nil), g.OutputNames...)
 	c.Bounded = append([]BoundedOutput(nil), g.Bounded...)
 	c.Guards = append([]GuardOutput(nil), g.Guards...)
-	c.Rebuild = g.Rebuild
 	for k, v := range g.SymbolRanges {
 		if c.SymbolRanges == nil {
 			c.SymbolRanges = map[string]SymbolRange{}
 		}
 		c.SymbolRanges[k] = v
+	}
+	for k, v := range g.SymbolExprs {
+		if c.SymbolExprs == nil {
+			c.SymbolExprs = map[string]*SymExpr{}
+		}
+		c.SymbolExprs[k] = v
 	}
 	for k, v := range g.Attrs {
 		c.Attrs[k] = v

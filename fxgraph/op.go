@@ -62,6 +62,10 @@ type Op struct {
 	// inputs (aten.sym_size, aten._shape_as_tensor): they fold as soon as those
 	// shapes are static, even when the inputs are not constant.
 	ShapeOnly bool
+	// Host marks an op that only the host computes (string operators): it
+	// has an Eval and no lowering rule, and SplitHost runs it before or
+	// after the program.
+	Host bool
 	// Twin, for a .Scalar overload whose other operand is a Python number
 	// (aten.mul.Scalar), is the .Tensor overload that computes the same
 	// thing (aten.mul.Tensor): rules written for the twin apply unchanged.
@@ -150,10 +154,10 @@ var (
 	// element, body_graph the next carried values (same dtypes and shapes).
 	// The node is the tuple of the carried values after the last iteration.
 	WhileLoop = &Op{Name: "while_loop"}
-	// Deferred is the op of a deferred graph's outputs (see Graph.Rebuild):
+	// Deferred is the op of a deferred graph's outputs (Graph.IsDeferred):
 	// it stands for a value the importer can only build once the input
-	// sizes are known. It is not in the IR and nothing lowers it: Rebuilt
-	// replaces the graph before any shape pass or lowering sees it.
+	// sizes are known. Nothing lowers it: the importer imports the model
+	// again at those sizes before any shape pass or lowering sees it.
 	Deferred = &Op{Name: "xserve.deferred.default"}
 )
 
@@ -164,7 +168,7 @@ var opTable, allOps map[string]*Op
 
 func init() {
 	allOps = map[string]*Op{}
-	for _, op := range append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveRoIAlign) {
+	for _, op := range append(append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveRoIAlign, XserveTreeEnsemble), stringOps...) {
 		if _, dup := allOps[op.Name]; dup {
 			panic("fxgraph: operator defined twice: " + op.Name)
 		}
@@ -175,9 +179,12 @@ func init() {
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)
+	registerFold(r)
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
+	registerTrees(r)
+	registerStrings(r)
 	attachIRDefaults()
 	attachScalarTwins()
 	opTable = r.ops

@@ -785,6 +785,9 @@ type ResizeParams struct {
 	ExcludeOutside bool
 	// Extrapolation is the value of tf_crop_and_resize samples outside the input.
 	Extrapolation float64
+	// Antialias widens the linear or cubic filter by 1/scale when
+	// downsampling (ONNX's antialias, opset 18).
+	Antialias bool
 }
 
 // nnFloats reads a list-of-numbers argument: a list literal or a node
@@ -880,6 +883,9 @@ func ResizeArgs(n *Node, rank int) (p ResizeParams, known bool, err error) {
 	if p.Extrapolation, err = n.FloatArg(9, "extrapolation_value", 0); err != nil {
 		return p, false, err
 	}
+	if p.Antialias, err = n.BoolArg(10, "antialias", false); err != nil {
+		return p, false, err
+	}
 	switch p.Mode {
 	case "nearest", "linear", "cubic":
 	default:
@@ -924,15 +930,18 @@ var XserveResize = &Op{Name: "xserve.resize"}
 // nnResizeShape is the shape function of "xserve.resize", ONNX's Resize:
 //
 //	xserve.resize(input, sizes, scales, roi, mode, coordinate_transformation_mode,
-//	              nearest_mode, cubic_coeff_a, exclude_outside, extrapolation_value)
+//	              nearest_mode, cubic_coeff_a, exclude_outside, extrapolation_value,
+//	              antialias)
 //
 // sizes, scales and roi are lists of numbers, or 1-D tensor nodes whose
 // values are constant once shapes are specialized (a Shape computation);
 // until then the output dims are Unknown. sizes lists the output size of
 // every dim, or is None; an entry -1 takes its size from scales (or keeps
 // the input's size when scales is None). scales (one float per dim, or
-// None) are the scale factors of the coordinate transform; when None they
-// are output/input. roi is None or 2*rank floats (starts then ends) for
+// None) are the scale factors of the coordinate transform, also when sizes
+// are given (keep_aspect_ratio_policy); when None they are output/input.
+// antialias (default False) widens linear and cubic filters by 1/scale
+// when downsampling. roi is None or 2*rank floats (starts then ends) for
 // tf_crop_and_resize. mode is "nearest", "linear" or "cubic";
 // coordinate_transformation_mode (half_pixel, half_pixel_symmetric,
 // pytorch_half_pixel, align_corners, asymmetric, tf_half_pixel_for_nn,

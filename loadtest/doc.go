@@ -4,7 +4,9 @@
 //
 // A run sends [Request]s, built once from an [InputSource], to a [Target]
 // (the [HTTPTarget] speaks xserve's /v1/infer JSON and the Open Inference
-// Protocol v2 in JSON or with the binary tensor extension). Targets that
+// Protocol v2 in JSON or with the binary tensor extension, the [GRPCTarget]
+// the KServe v2 gRPC protocol with raw tensor contents, the [NATSTarget]
+// xserve's NATS subjects). Targets that
 // implement [Preparer] encode each request body once before the run starts,
 // so encoding is never measured.
 //
@@ -24,7 +26,7 @@
 // tabulates runs, and [CompareTable] puts pairs of runs side by side (e.g. a
 // model with dynamic batching off and on, as bench/batching.sh does).
 //
-// Every run is bounded (a duration, a request count, or both), and the HTTP
+// Every run is bounded (a duration, a request count, or both), and every
 // target refuses to connect anywhere but the loopback interface
 // (127.0.0.0/8, ::1) unless told otherwise.
 package loadtest

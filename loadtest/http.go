@@ -104,15 +104,7 @@ func (o *HTTPOptions) setDefaults() {
 	if o.Conns == 0 {
 		o.Conns = 64
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 30 * time.Second
-	}
-	if o.MaxResponseBytes == 0 {
-		o.MaxResponseBytes = 256 << 20
-	}
-	if len(o.ExpectOutputs) > 0 {
-		o.Validate = true
-	}
+	responseDefaults(&o.Timeout, &o.MaxResponseBytes, &o.Validate, o.ExpectOutputs)
 }
 
 func (o *HTTPOptions) validate() error {

@@ -191,6 +191,21 @@ func (o *Options) validate() error {
 	return nil
 }
 
+// responseDefaults fills the defaults every target shares: a 30s timeout
+// per request, a 256 MiB bound on a response, and validation whenever
+// output shapes are expected.
+func responseDefaults(timeout *time.Duration, maxResponseBytes *int64, validate *bool, expect map[string][]int64) {
+	if *timeout == 0 {
+		*timeout = 30 * time.Second
+	}
+	if *maxResponseBytes == 0 {
+		*maxResponseBytes = 256 << 20
+	}
+	if len(expect) > 0 {
+		*validate = true
+	}
+}
+
 // Run prepares the requests, sends them as opts says and returns the summary
 // of the measured part. When ctx is cancelled the run stops early and Run
 // returns the summary of what completed so far (Interrupted set; requests

@@ -90,15 +90,7 @@ func (o *NATSOptions) setDefaults() {
 	if o.Conns == 0 {
 		o.Conns = 1
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 30 * time.Second
-	}
-	if o.MaxResponseBytes == 0 {
-		o.MaxResponseBytes = 256 << 20
-	}
-	if len(o.ExpectOutputs) > 0 {
-		o.Validate = true
-	}
+	responseDefaults(&o.Timeout, &o.MaxResponseBytes, &o.Validate, o.ExpectOutputs)
 }
 
 func (o *NATSOptions) validate() error {

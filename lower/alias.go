@@ -9,7 +9,7 @@ import (
 // SetAliases marks parameters of p's main function as aliased to outputs
 // (parameter index -> output index): the compiler then writes each such
 // output into its parameter's buffer when the caller donates it
-// (pjrt.Executable.ExecuteDonate), so that state a program updates (a
+// (engine.ExecuteOptions.Donate), so that state a program updates (a
 // decoder's key/value cache) stays in place on the device. It adds
 // tf.aliasing_output attributes to the module's @main signature, as JAX
 // does for donated arguments; parameter and output must have the same

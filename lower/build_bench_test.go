@@ -105,7 +105,7 @@ func BenchmarkLowerCompileZoo(b *testing.B) {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				exe, err := client.Compile(context.Background(), p.Module)
+				exe, err := client.Compile(context.Background(), p.Module, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -939,7 +939,11 @@ func ewViewDTypeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if err != nil {
 		return nil, err
 	}
-	if x.Size() != hlo.ShapeOf(in[0]).DType.Size() {
+	e, err := hlo.Elem(x)
+	if err != nil {
+		return nil, err
+	}
+	if e.Bits() != in[0].Type().Elem.Bits() {
 		return nil, fmt.Errorf("view.dtype to %s changes the element size in the program (NarrowInt64?)", dt)
 	}
 	r, err := hlo.BitcastConvert(in[0], x)

@@ -10,7 +10,6 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
-	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -129,11 +128,14 @@ func (ctx *Context) ScalarLike(v *stablehlo.Value, x float64) (*stablehlo.Value,
 }
 
 func tensorDType(d dtypes.DType) (tensor.DType, error) {
-	dt, err := pjrt.DTypeFromXLA(d)
-	if err != nil {
-		return tensor.Invalid, fmt.Errorf("lower: no IR dtype for %s", d)
+	if d != dtypes.InvalidDType {
+		for dt, x := range xlaDTypes {
+			if x == d {
+				return tensor.DType(dt), nil
+			}
+		}
 	}
-	return dt, nil
+	return tensor.Invalid, fmt.Errorf("lower: no IR dtype for %s", d)
 }
 
 // Reducer kinds for ReduceFn.

@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -11,7 +12,6 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
-	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -243,22 +243,62 @@ func intsOf(dims []int64) []int {
 	return out
 }
 
-// XLADType maps an IR dtype to go-xla's dtype (the one mapping, owned by
-// package pjrt).
+// XLADType maps an IR dtype to go-xla's dtype, which the bridge
+// lower/internal/hlo builds with.
 func XLADType(dt tensor.DType) (dtypes.DType, error) {
-	x, err := pjrt.DTypeToXLA(dt)
-	if err != nil {
-		return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
+	if int(dt) < len(xlaDTypes) && xlaDTypes[dt] != dtypes.InvalidDType {
+		return xlaDTypes[dt], nil
 	}
-	return x, nil
+	return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
 }
 
-// Lower specializes g to the symbol sizes in dims and lowers it to a Program.
+// xlaDTypes maps IR dtypes to go-xla's; tensor.Invalid and tensor.String
+// have none. It goes with the bridge to go-xla's types.
+var xlaDTypes = [...]dtypes.DType{
+	tensor.Bool:       dtypes.Bool,
+	tensor.Int8:       dtypes.Int8,
+	tensor.Int16:      dtypes.Int16,
+	tensor.Int32:      dtypes.Int32,
+	tensor.Int64:      dtypes.Int64,
+	tensor.Uint8:      dtypes.Uint8,
+	tensor.Uint16:     dtypes.Uint16,
+	tensor.Uint32:     dtypes.Uint32,
+	tensor.Uint64:     dtypes.Uint64,
+	tensor.Float16:    dtypes.Float16,
+	tensor.BFloat16:   dtypes.BFloat16,
+	tensor.Float32:    dtypes.Float32,
+	tensor.Float64:    dtypes.Float64,
+	tensor.Complex64:  dtypes.Complex64,
+	tensor.Complex128: dtypes.Complex128,
+	tensor.String:     dtypes.InvalidDType,
+	// One element a byte on the host, as XLA's host buffers hold them.
+	tensor.Float8E4M3FN:   dtypes.F8E4M3FN,
+	tensor.Float8E4M3FNUZ: dtypes.F8E4M3FNUZ,
+	tensor.Float8E5M2:     dtypes.F8E5M2,
+	tensor.Float8E5M2FNUZ: dtypes.F8E5M2FNUZ,
+	tensor.Float8E8M0FNU:  dtypes.F8E8M0FNU,
+	tensor.Float4E2M1FN:   dtypes.F4E2M1FN,
+	tensor.Int4:           dtypes.S4,
+	tensor.Uint4:          dtypes.U4,
+}
+
+// Lower specializes g to the symbol sizes in dims and lowers it to a Program,
+// after the shape-independent optimization passes (Optimize).
 func (l *Lowerer) Lower(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
+	return l.lower(l.Optimize(g), dims)
+}
+
+// LowerOptimized is Lower for a graph Optimize made: a server optimizes a
+// model once and lowers it per shape bucket.
+func (l *Lowerer) LowerOptimized(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
+	return l.lower(g, dims)
+}
+
+func (l *Lowerer) lower(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
-	sg, err := l.Specialize(g, dims)
+	sg, err := l.specialize(g, dims)
 	if err != nil {
 		return nil, err
 	}
@@ -269,15 +309,27 @@ func (l *Lowerer) Lower(g *fxgraph.Graph, dims map[string]int64) (*Program, erro
 // with the optimization passes the options enable applied: the graph
 // LowerSpecialized takes.
 func (l *Lowerer) Specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.Graph, error) {
-	g, err := g.Rebuilt(dims) // a deferred import is made for these sizes first
-	if err != nil {
-		return nil, fmt.Errorf("lower: %w", err)
+	return l.specialize(l.Optimize(g), dims)
+}
+
+func (l *Lowerer) specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.Graph, error) {
+	if err := notDeferred(g); err != nil {
+		return nil, err
 	}
-	sg, err := l.ir.Specialize(l.Optimize(g), dims, l.opts.MaxFoldElements)
+	sg, err := l.ir.Specialize(g, dims, l.opts.MaxFoldElements)
 	if err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	return sg, nil
+}
+
+// notDeferred refuses a deferred graph, whose importer makes the graph to
+// lower once the sizes are known (importer.Model.At).
+func notDeferred(g *fxgraph.Graph) error {
+	if g.IsDeferred() {
+		return errors.New("lower: the graph is deferred: its import waits for the input sizes (importer.Model.At imports it at them)")
+	}
+	return nil
 }
 
 // Optimize applies the shape-independent optimization passes and returns
@@ -569,9 +621,8 @@ const shapeFoldElements = 1 << 14
 // folding of shape sub-computations) at those sizes, with no lowering or
 // compiling. A server slices padded outputs back to these shapes.
 func (l *Lowerer) OutputShapes(g *fxgraph.Graph, dims map[string]int64) ([][]int64, error) {
-	g, err := g.Rebuilt(dims)
-	if err != nil {
-		return nil, fmt.Errorf("lower: output shapes at %v: %w", dims, err)
+	if err := notDeferred(g); err != nil {
+		return nil, err
 	}
 	sg, err := l.ir.Specialize(g, dims, shapeFoldElements)
 	if err != nil {

@@ -1770,7 +1770,7 @@ func nnSoftmaxRule(logSoftmax bool) Rule {
 // inb[o] is false where tf_crop_and_resize extrapolates.
 func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx [][]int, w [][]float64, inb []bool, err error) {
 	var scale, owf float64
-	if p.Sizes != nil && p.Sizes[axis] >= 0 || p.Scales == nil {
+	if p.Scales == nil || p.Sizes != nil && p.Sizes[axis] >= 0 && p.Scales[axis] <= 0 {
 		if in == 0 {
 			return nil, nil, nil, fmt.Errorf("resize: empty input axis %d", axis)
 		}
@@ -1788,10 +1788,7 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 	if p.ROI != nil {
 		roi0, roi1 = p.ROI[axis], p.ROI[rank+axis]
 	}
-	taps := 2
-	if p.Mode == "cubic" {
-		taps = 4
-	}
+	taps := len(nnResizeCoeffs(p, 0.5, scale))
 	pad := int64((taps + 1) / 2)
 	idx = make([][]int, out)
 	w = make([][]float64, out)
@@ -1843,15 +1840,7 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 		if xo != math.Floor(xo) {
 			ratio = xo - math.Floor(xo)
 		}
-		var coeffs []float64
-		switch p.Mode {
-		case "nearest":
-			coeffs = nnNearestCoeffs(ratio, p.Nearest)
-		case "linear":
-			coeffs = []float64{1 - ratio, ratio}
-		case "cubic":
-			coeffs = nnCubicCoeffs(ratio, p.CubicA)
-		}
+		coeffs := nnResizeCoeffs(p, ratio, scale)
 		// The taps nearest to xo among the edge-padded positions [0, in+2*pad).
 		xp := xo + float64(pad)
 		limit := in + 2*pad
@@ -1894,6 +1883,59 @@ func nnResizeAxis(p fxgraph.ResizeParams, axis, rank int, in, out int64) (idx []
 		idx[o], w[o] = ii, ww
 	}
 	return idx, w, inb, nil
+}
+
+// nnResizeCoeffs are the weights of the taps around fractional position
+// ratio (in (0, 1]): nearest, linear or cubic, antialiased when asked
+// (linear and cubic only).
+func nnResizeCoeffs(p fxgraph.ResizeParams, ratio, scale float64) []float64 {
+	switch {
+	case p.Antialias && p.Mode != "nearest":
+		return nnAntialiasCoeffs(p.Mode, ratio, scale, p.CubicA)
+	case p.Mode == "nearest":
+		return nnNearestCoeffs(ratio, p.Nearest)
+	case p.Mode == "cubic":
+		return nnCubicCoeffs(ratio, p.CubicA)
+	}
+	return []float64{1 - ratio, ratio}
+}
+
+// nnAntialiasCoeffs are ONNX's antialiased linear or cubic weights at
+// fractional position ratio for scale: the filter stretched by 1/scale
+// when downsampling (scale < 1), as many taps as it then covers,
+// normalized to sum to 1.
+func nnAntialiasCoeffs(mode string, ratio, scale, a float64) []float64 {
+	scale = min(scale, 1)
+	var start, end int
+	kernel := func(x float64) float64 { return math.Max(0, 1-math.Abs(x)) }
+	if mode == "cubic" {
+		start = int(math.Floor(-2/scale)) + 1
+		end = 2 - start
+		kernel = func(x float64) float64 {
+			x = math.Abs(x)
+			switch {
+			case x <= 1:
+				return ((a+2)*x-(a+3))*x*x + 1
+			case x < 2:
+				return ((a*x-5*a)*x+8*a)*x - 4*a
+			}
+			return 0
+		}
+	} else {
+		start = int(math.Floor(-1/scale)) + 1
+		end = start + 2 - 2*start
+	}
+	out := make([]float64, 0, end-start)
+	sum := 0.0
+	for i := start; i < end; i++ {
+		v := kernel(scale * (float64(i) - ratio))
+		out = append(out, v)
+		sum += v
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
 }
 
 func nnNearestCoeffs(ratio float64, mode string) []float64 {

@@ -31,9 +31,11 @@ func NewRegistry() *Registry {
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)
+	registerFold(r)
 	registerReductions(r)
 	registerRNN(r)
 	registerControlFlow(r)
+	registerTrees(r)
 	return r
 }
 

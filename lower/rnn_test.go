@@ -2,13 +2,17 @@ package lower_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/stablehlo"
+	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -171,4 +175,67 @@ func rnnRefDir(mode, dir string, lbr bool, clip float64, seq, batch, in, hid, di
 		y = append(y, y2[(t*2+1)*batch*hid:(t*2+2)*batch*hid]...)
 	}
 	return y, yh2[batch*hid:], yc2[batch*hid:]
+}
+
+// TestMLASActivations checks the logistic and tanh the quantized recurrent
+// rule uses against ONNX Runtime's own (its MLAS kernels, which its LSTM
+// calls), bit for bit, on 4096 inputs over [-24, 24]
+// (testdata/gen_mlas_activations.py): the next step's dynamic quantization
+// turns a last-bit difference into a different integer.
+func TestMLASActivations(t *testing.T) {
+	raw, err := os.ReadFile("testdata/mlas_activations.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(raw) / 12
+	vals := make([]float32, 3*n)
+	for i := range vals {
+		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	m := stablehlo.NewModule("mlas")
+	f, err := m.Func("main", stablehlo.Param{Type: stablehlo.TensorOf(stablehlo.F32, int64(n))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, th, err := lower.MLASActivations(f.Body(), f.Param(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Return(s, th); err != nil {
+		t.Fatal(err)
+	}
+	text, err := m.Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := openPlugin(t)
+	ctx := context.Background()
+	exe, err := c.Compile(ctx, text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	in, err := c.Upload(ctx, tensor.FromFloat32s(vals[:n]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	outs, err := exe.Run(ctx, []*pjrt.Buffer{in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, name := range []string{"logistic", "tanh"} {
+		want := vals[(k+1)*n : (k+2)*n]
+		bad := 0
+		for i := range n {
+			if got := float32(outs[k].Float64At(int64(i))); got != want[i] {
+				if bad++; bad <= 5 {
+					t.Errorf("%s(%g) = %g, ONNX Runtime %g", name, vals[i], got, want[i])
+				}
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: %d of %d differ", name, bad, n)
+		}
+	}
 }

@@ -1,19 +1,25 @@
 package pjrt
 
+/*
+#cgo CFLAGS: -I${SRCDIR}/internal/capi
+#include "capi.h"
+*/
+import "C"
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sync"
-
-	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
+	"unsafe"
 
 	"github.com/xserve/xserve/tensor"
 )
 
 // Buffer is an array on the device of a Client: an uploaded tensor or an
 // output of Execute. Its dtype and shape are fixed. A Buffer may be passed to
-// any number of Execute calls, concurrently; execution never consumes it.
+// any number of Execute calls, concurrently; an execution consumes it only
+// when donated (ExecuteOptions.Donate).
 type Buffer struct {
 	client *Client
 	dtype  tensor.DType
@@ -21,12 +27,15 @@ type Buffer struct {
 	nbytes int64
 
 	// mu is held for reading while the buffer is in use and for writing by
-	// Close.
+	// Close and by an execution it is donated to.
 	mu  sync.RWMutex
-	buf *gopjrt.Buffer // nil once closed
-	// cHandle caches buf's PJRT_Buffer for RunHost (hostrun.go).
-	cHandle bufferHandle
+	buf *C.PJRT_Buffer // nil once closed or donated
+	// donated says an execution consumed the buffer.
+	donated bool
 }
+
+// zeroSize is handed to the plugin as the data of zero-size host tensors.
+var zeroSize [8]byte
 
 // Upload copies a host tensor to the client's (first) device. Every dtype XLA
 // has is supported (bool, signed and unsigned ints, float16, bfloat16,
@@ -39,7 +48,7 @@ func (c *Client) Upload(ctx context.Context, t *tensor.Tensor) (*Buffer, error) 
 	if t == nil {
 		return nil, errors.New("pjrt: upload: nil tensor")
 	}
-	xdt, err := DTypeToXLA(t.DType)
+	bt, err := bufferType(t.DType)
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: upload %s: %w", t, err)
 	}
@@ -51,14 +60,13 @@ func (c *Client) Upload(ctx context.Context, t *tensor.Tensor) (*Buffer, error) 
 	if int64(len(t.Data)) != nbytes {
 		return nil, fmt.Errorf("pjrt: upload %s: needs %d bytes of data, got %d", t, nbytes, len(t.Data))
 	}
-	dims := make([]int, len(t.Shape))
-	for i, d := range t.Shape {
-		dims[i] = int(d)
+	data := unsafe.Pointer(&zeroSize[0])
+	if len(t.Data) > 0 {
+		data = unsafe.Pointer(&t.Data[0])
 	}
-	data := t.Data
-	if len(data) == 0 {
-		// Zero-size tensor: hand the plugin a valid (non-nil) pointer anyway.
-		data = make([]byte, 0, 8)
+	var dims *C.int64_t
+	if len(t.Shape) > 0 {
+		dims = (*C.int64_t)(unsafe.Pointer(&t.Shape[0]))
 	}
 
 	c.mu.RLock()
@@ -66,51 +74,33 @@ func (c *Client) Upload(ctx context.Context, t *tensor.Tensor) (*Buffer, error) 
 	if c.c == nil {
 		return nil, errClosed("upload", "client")
 	}
-	// The default host-buffer semantics (ImmutableUntilTransferCompletes) and
-	// Done's wait mean the plugin has its own copy when this returns.
-	xb, h, err := uploadCaptured(c.c, data, xdt, dims)
-	if err != nil {
-		return nil, fmt.Errorf("pjrt: upload %s: %w", t, err)
+	// xs_upload returns once the plugin has its own copy.
+	var pb *C.PJRT_Buffer
+	if perr := C.xs_upload(c.api, c.c, c.device, data, C.int32_t(bt), dims, C.size_t(len(t.Shape)), &pb); perr != nil {
+		return nil, fmt.Errorf("pjrt: upload %s: %w", t, pluginError(c.api, perr))
 	}
-	b := &Buffer{
-		client: c,
-		dtype:  t.DType,
-		shape:  append([]int64{}, t.Shape...),
-		nbytes: nbytes,
-		buf:    xb,
-	}
-	if h != nil {
-		b.cHandle.Store(&cBuffer{h})
-	}
-	return b, nil
+	c.toDevice.Add(1)
+	return &Buffer{client: c, dtype: t.DType, shape: append([]int64{}, t.Shape...), nbytes: nbytes, buf: pb}, nil
 }
 
 // wrapOutput wraps an output buffer of an execution, reading its dtype and
-// shape (which also caches them inside go-xla's Buffer before it is shared).
-func wrapOutput(c *Client, xb *gopjrt.Buffer) (*Buffer, error) {
-	xdt, err := xb.DType()
+// shape; the caller holds c.mu for reading.
+func wrapOutput(c *Client, pb *C.PJRT_Buffer) (*Buffer, error) {
+	var bt C.int32_t
+	var dims *C.int64_t
+	var rank C.size_t
+	if perr := C.xs_buffer_shape(c.api, pb, &bt, &dims, &rank); perr != nil {
+		return nil, pluginError(c.api, perr)
+	}
+	dt, err := dtypeOf(C.PJRT_Buffer_Type(bt))
 	if err != nil {
 		return nil, err
 	}
-	dt, err := DTypeFromXLA(xdt)
-	if err != nil {
-		return nil, err
+	shape := make([]int64, int(rank))
+	if rank > 0 {
+		copy(shape, unsafe.Slice((*int64)(unsafe.Pointer(dims)), int(rank)))
 	}
-	dims, err := xb.Dimensions()
-	if err != nil {
-		return nil, err
-	}
-	shape := make([]int64, len(dims))
-	for i, d := range dims {
-		shape[i] = int64(d)
-	}
-	return &Buffer{
-		client: c,
-		dtype:  dt,
-		shape:  shape,
-		nbytes: tensor.NumElements(shape) * int64(dt.Size()),
-		buf:    xb,
-	}, nil
+	return &Buffer{client: c, dtype: dt, shape: shape, nbytes: tensor.NumElements(shape) * int64(dt.Size()), buf: pb}, nil
 }
 
 // DType returns the element type of the buffer.
@@ -119,15 +109,33 @@ func (b *Buffer) DType() tensor.DType { return b.dtype }
 // Shape returns a copy of the buffer's dimensions (empty for a scalar).
 func (b *Buffer) Shape() []int64 { return append([]int64{}, b.shape...) }
 
+// Type returns the buffer's dtype and shape.
+func (b *Buffer) Type() Type { return Type{DType: b.dtype, Shape: b.Shape()} }
+
 // String describes the buffer, e.g. "pjrt buffer float32[2,3]".
 func (b *Buffer) String() string {
 	s := "pjrt buffer " + b.dtype.String() + tensor.ShapeString(b.shape)
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	if b.buf == nil {
+	switch {
+	case b.donated:
+		s += " (donated)"
+	case b.buf == nil:
 		s += " (closed)"
 	}
 	return s
+}
+
+// liveLocked returns an error when b cannot be used: closed or donated. The
+// caller holds b.mu.
+func (b *Buffer) liveLocked(op string) error {
+	switch {
+	case b.donated:
+		return fmt.Errorf("pjrt: %s: buffer was donated to an execution: %w", op, ErrClosed)
+	case b.buf == nil:
+		return errClosed(op, "buffer")
+	}
+	return nil
 }
 
 // ToHost copies the buffer to a new host tensor.
@@ -143,34 +151,58 @@ func (b *Buffer) ToHost(ctx context.Context) (*tensor.Tensor, error) {
 	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	if b.buf == nil {
-		return nil, errClosed("buffer to host", "buffer")
+	if err := b.liveLocked("buffer to host"); err != nil {
+		return nil, err
 	}
 	t := &tensor.Tensor{DType: b.dtype, Shape: b.Shape(), Data: make([]byte, b.nbytes)}
 	if b.nbytes > 0 {
-		if err := b.buf.ToHost(t.Data); err != nil {
-			return nil, fmt.Errorf("pjrt: buffer %s to host: %w", t, err)
+		perr := C.xs_to_host(c.api, b.buf, unsafe.Pointer(&t.Data[0]), C.size_t(b.nbytes), C.size_t(len(b.shape)))
+		if perr != nil {
+			return nil, fmt.Errorf("pjrt: buffer %s to host: %w", t, pluginError(c.api, perr))
 		}
 	}
+	c.toHost.Add(1)
 	return t, nil
 }
 
+// devicePointer returns the address of the buffer's device memory: tests
+// see with it where an execution put its output.
+func (b *Buffer) devicePointer() (uintptr, error) {
+	c := b.client
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if c.c == nil {
+		return 0, errClosed("device pointer", "client")
+	}
+	if err := b.liveLocked("device pointer"); err != nil {
+		return 0, err
+	}
+	var p unsafe.Pointer
+	if perr := C.xs_buffer_pointer(c.api, b.buf, &p); perr != nil {
+		return 0, pluginError(c.api, perr)
+	}
+	return uintptr(p), nil
+}
+
 // Close frees the device memory of the buffer. It waits for in-flight
-// operations using the buffer; calling it again is a no-op.
+// operations using the buffer; calling it again, or on a donated buffer, is
+// a no-op.
 func (b *Buffer) Close() error {
-	b.client.mu.RLock()
-	defer b.client.mu.RUnlock()
+	c := b.client
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.buf == nil {
-		return nil
-	}
-	// After Client.Close, go-xla knows the buffer went with the client and
-	// only drops its reference.
-	err := b.buf.Destroy()
+	pb := b.buf
 	b.buf = nil
-	if err != nil {
-		return fmt.Errorf("pjrt: close buffer: %w", err)
+	if pb == nil || c.c == nil {
+		return nil // a closed client took its buffers with it
+	}
+	a := C.PJRT_Buffer_Destroy_Args{buffer: pb}
+	if perr := C.xs_PJRT_Buffer_Destroy(c.api, &a); perr != nil {
+		return fmt.Errorf("pjrt: close buffer: %w", pluginError(c.api, perr))
 	}
 	return nil
 }

@@ -1,18 +1,22 @@
 package pjrt
 
+/*
+#cgo CFLAGS: -I${SRCDIR}/internal/capi
+#include <stdlib.h>
+#include "capi.h"
+*/
+import "C"
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 )
 
 // Client is a loaded PJRT plugin and a client of it: it compiles programs and
@@ -20,8 +24,7 @@ import (
 // per process and share it; all its methods are safe for concurrent use.
 type Client struct {
 	path       string
-	plugin     *gopjrt.Plugin
-	api        pluginTable // the plugin's own PJRT_Api table (capi.go)
+	api        *C.PJRT_Api
 	platform   string
 	apiVersion string // "0.81"
 	version    string // apiVersion plus the plugin's version attributes
@@ -41,11 +44,15 @@ type Client struct {
 	// and inlineRuns count RunHost executions (RunCounts).
 	cpuExecution     string
 	runs, inlineRuns atomic.Uint64
+	// toDevice and toHost count the copies between host and device
+	// (Transfers).
+	toDevice, toHost atomic.Uint64
 
 	// mu is held for reading by every operation that uses the plugin client
 	// (including those on Buffers and Executables), and for writing by Close.
-	mu sync.RWMutex
-	c  *gopjrt.Client // nil once closed
+	mu     sync.RWMutex
+	c      *C.PJRT_Client // nil once closed
+	device *C.PJRT_Device // the first addressable device, where everything runs
 
 	// execMu guards execs, the executables not yet closed, which Close closes
 	// before destroying the plugin client.
@@ -56,9 +63,9 @@ type Client struct {
 	pool workerPool
 }
 
-// Open loads the PJRT plugin at path and creates a client of it. go-xla keeps
-// loaded plugins for the life of the process, so opening the same path again
-// reuses the plugin and only creates a new client.
+// Open loads the PJRT plugin at path and creates a client of it. A plugin
+// stays loaded for the life of the process, so opening the same path again
+// reuses it and only creates a new client.
 func Open(path string) (*Client, error) {
 	if path == "" {
 		return nil, errors.New("pjrt: open: empty plugin path (see FindPlugin)")
@@ -77,51 +84,17 @@ func Open(path string) (*Client, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("pjrt: open plugin %s: not a regular file", abs)
 	}
-	plugin, api, err := openPlugin(abs)
+	p, err := openPlugin(abs)
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: %w", err)
 	}
-	xc, api, err := api.newClient(plugin, nil)
-	if err != nil {
-		return nil, fmt.Errorf("pjrt: create client of plugin %s: %w", abs, err)
+	c := &Client{path: abs, api: p.api, apiVersion: p.apiVersion(), version: p.apiVersion() + p.attributes, execs: map[*Executable]struct{}{}}
+	if err := c.create(); err != nil {
+		return nil, err
 	}
-	// Only the platform name says whether the plugin takes CPU create
-	// options (other plugins refuse unknown ones), so a CPU client is made
-	// again with them: that takes milliseconds.
-	var cpuExec string
-	if strings.EqualFold(xc.Platform(), "cpu") {
-		if cpuExec, err = cpuExecution(); err != nil {
-			_ = xc.Destroy()
-			return nil, fmt.Errorf("pjrt: %w", err)
-		}
-		if opts := cpuCreateOptions(cpuExec); opts != nil {
-			if err := xc.Destroy(); err != nil {
-				return nil, fmt.Errorf("pjrt: recreate client of plugin %s: %w", abs, err)
-			}
-			if xc, api, err = api.newClient(plugin, opts); err != nil {
-				return nil, fmt.Errorf("pjrt: create client of plugin %s with %v: %w", abs, opts, err)
-			}
-		}
-	}
-	if xc.NumDevices() == 0 {
-		_ = xc.Destroy()
-		return nil, fmt.Errorf("pjrt: plugin %s has no addressable device", abs)
-	}
-	major, minor := plugin.Version()
-	c := &Client{
-		path:         abs,
-		plugin:       plugin,
-		api:          api,
-		platform:     strings.ToLower(xc.Platform()),
-		apiVersion:   fmt.Sprintf("%d.%d", major, minor),
-		cpuExecution: cpuExec,
-		c:            xc,
-		execs:        map[*Executable]struct{}{},
-	}
-	c.version = c.apiVersion + formatAttributes(plugin.Attributes())
 	if c.platform == "cpu" {
 		if file, explicit := findCPUKernels(abs); file != "" {
-			k, err := loadKernels(api.api, file)
+			k, err := loadKernels(c.api, file)
 			switch {
 			case err != nil && explicit:
 				_ = c.Close()
@@ -136,30 +109,72 @@ func Open(path string) (*Client, error) {
 	return c, nil
 }
 
-// formatAttributes renders plugin attributes as " (k=v, ...)", sorted by
-// name, with integer lists written as dotted versions.
-func formatAttributes(attrs gopjrt.NamedValuesMap) string {
-	if len(attrs) == 0 {
-		return ""
+// create creates the plugin client of c and reads its platform and device.
+// Only the platform name says whether the plugin takes CPU create options
+// (other plugins refuse unknown ones), so a CPU client is made again with
+// them: that takes milliseconds.
+func (c *Client) create() error {
+	if err := c.createWith(-1); err != nil {
+		return err
 	}
-	keys := make([]string, 0, len(attrs))
-	for k := range attrs {
-		keys = append(keys, k)
+	if c.platform != "cpu" {
+		return nil
 	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		v := attrs[k]
-		if list, ok := v.([]int64); ok {
-			s := make([]string, len(list))
-			for j, n := range list {
-				s[j] = fmt.Sprint(n)
-			}
-			v = strings.Join(s, ".")
+	mode, err := cpuExecution()
+	if err != nil {
+		c.destroy()
+		return fmt.Errorf("pjrt: %w", err)
+	}
+	c.cpuExecution = mode
+	if async := cpuAsyncOption(mode); async >= 0 {
+		c.destroy()
+		if err := c.createWith(async); err != nil {
+			return fmt.Errorf("pjrt: create client of plugin %s with asynchronous=%v: %w", c.path, async != 0, err)
 		}
-		parts[i] = fmt.Sprintf("%s=%v", k, v)
 	}
-	return " (" + strings.Join(parts, ", ") + ")"
+	return nil
+}
+
+// createWith creates the plugin client with the create option asynchronous
+// (-1: none).
+func (c *Client) createWith(async int) error {
+	var pc *C.PJRT_Client
+	if perr := C.xs_client_create(c.api, C.int(async), &pc); perr != nil {
+		return fmt.Errorf("pjrt: create client of plugin %s: %w", c.path, pluginError(c.api, perr))
+	}
+	var name *C.char
+	var size, n C.size_t
+	var dev *C.PJRT_Device
+	perr := C.xs_client_platform(c.api, pc, &name, &size)
+	if perr == nil {
+		perr = C.xs_client_devices(c.api, pc, &n, &dev)
+	}
+	c.c = pc
+	if perr != nil {
+		c.destroy()
+		return fmt.Errorf("pjrt: plugin %s: %w", c.path, pluginError(c.api, perr))
+	}
+	if n == 0 || dev == nil {
+		c.destroy()
+		return fmt.Errorf("pjrt: plugin %s has no addressable device", c.path)
+	}
+	c.platform = strings.ToLower(C.GoStringN(name, C.int(size)))
+	c.device = dev
+	return nil
+}
+
+// destroy destroys the plugin client; the caller holds mu for writing, or
+// owns c alone.
+func (c *Client) destroy() error {
+	if c.c == nil {
+		return nil
+	}
+	a := C.PJRT_Client_Destroy_Args{client: c.c}
+	c.c, c.device = nil, nil
+	if perr := C.xs_PJRT_Client_Destroy(c.api, &a); perr != nil {
+		return fmt.Errorf("pjrt: close client: %w", pluginError(c.api, perr))
+	}
+	return nil
 }
 
 // Platform returns the plugin's platform name in lower case, e.g. "cpu",
@@ -204,21 +219,26 @@ func (c *Client) Close() error {
 		}
 	}
 	c.pool.free() // no RunHostAll runs: each holds c.mu
-	if err := c.c.Destroy(); err != nil {
-		errs = append(errs, fmt.Errorf("pjrt: close client: %w", err))
+	// The plugin destroys the client's buffers with it; a Buffer closed
+	// later only forgets its handle (Buffer.Close).
+	if err := c.destroy(); err != nil {
+		errs = append(errs, err)
 	}
-	c.c = nil
 	return errors.Join(errs...)
 }
 
 // Compile compiles a StableHLO module given as MLIR text (MLIR bytecode is
-// accepted too) into an Executable. Its entry function must be @main. An
-// invalid program is reported as an error.
-func (c *Client) Compile(ctx context.Context, stablehloText []byte) (*Executable, error) {
+// accepted too) into an Executable. Its entry function must be @main, and
+// params the types of its parameters, in order (lower.Program's): every
+// execution checks its arguments against them, since the CPU plugin checks
+// only their byte sizes (an int32[2,3] buffer where the program wants
+// float32[2,3] would be silently reinterpreted). nil params leaves the
+// checks to the plugin. An invalid program is reported as an error.
+func (c *Client) Compile(ctx context.Context, module []byte, params []Type) (*Executable, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pjrt: compile: %w", err)
 	}
-	if len(stablehloText) == 0 {
+	if len(module) == 0 {
 		return nil, errors.New("pjrt: compile: empty program")
 	}
 	c.mu.RLock()
@@ -226,21 +246,34 @@ func (c *Client) Compile(ctx context.Context, stablehloText []byte) (*Executable
 	if c.c == nil {
 		return nil, errClosed("compile", "client")
 	}
-	le, h, err := compileProgram(c.c, stablehloText, false)
-	if err != nil {
-		return nil, fmt.Errorf("pjrt: compile: %w", err)
+	var le *C.PJRT_LoadedExecutable
+	perr := C.xs_compile(c.api, c.c, (*C.char)(unsafe.Pointer(&module[0])), C.size_t(len(module)),
+		(*C.char)(unsafe.Pointer(&compileOptions[0])), C.size_t(len(compileOptions)), &le)
+	if perr != nil {
+		return nil, fmt.Errorf("pjrt: compile: %w", pluginError(c.api, perr))
+	}
+	return c.adopt(le, cloneTypes(params), false)
+}
+
+// adopt makes an Executable of le, compiled or deserialized (which
+// Serialize refuses, see there); the caller holds mu for reading. It
+// destroys le on failure.
+func (c *Client) adopt(le *C.PJRT_LoadedExecutable, params []Type, deserialized bool) (*Executable, error) {
+	var name *C.char
+	var nameSize, outs C.size_t
+	if perr := C.xs_executable_info(c.api, le, &name, &nameSize, &outs); perr != nil {
+		C.xs_loaded_free(c.api, le)
+		return nil, fmt.Errorf("pjrt: executable: %w", pluginError(c.api, perr))
 	}
 	e := &Executable{
-		client:     c,
-		name:       le.Name,
-		numOutputs: le.NumOutputs,
-		le:         le,
-		handle:     h,
+		client:       c,
+		name:         C.GoStringN(name, C.int(nameSize)),
+		numOutputs:   int(outs),
+		params:       params,
+		le:           le,
+		deserialized: deserialized,
 	}
-	if params, ok := parseMainParams(stablehloText); ok {
-		e.params = params
-		e.paramsKnown = true
-	}
+	C.free(unsafe.Pointer(name))
 	c.execMu.Lock()
 	c.execs[e] = struct{}{}
 	c.execMu.Unlock()

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-
-	gopjrt "github.com/gomlx/go-xla/pkg/pjrt"
 )
 
 // EnvCPUExecution says how a CPU client runs a program: "inline" (the
@@ -46,13 +44,14 @@ func cpuExecution() (string, error) {
 	}
 }
 
-// cpuCreateOptions are the PJRT_Client_Create options of a CPU client run in
-// mode (nil for PJRT's defaults).
-func cpuCreateOptions(mode string) gopjrt.NamedValuesMap {
+// cpuAsyncOption is the PJRT_Client_Create option "asynchronous" of a CPU
+// client run in mode: 0 (false) for inline, -1 (no option: PJRT's default)
+// otherwise.
+func cpuAsyncOption(mode string) int {
 	if mode != CPUExecutionInline {
-		return nil
+		return -1
 	}
-	return gopjrt.NamedValuesMap{"asynchronous": false}
+	return 0
 }
 
 // CPUExecution returns how this CPU client runs programs, CPUExecutionInline
@@ -73,6 +72,19 @@ type RunCounts struct {
 // "async", only programs XLA deems too cheap to hand off (under 1000 flops).
 func (c *Client) RunCounts() RunCounts {
 	return RunCounts{Runs: c.runs.Load(), Inline: c.inlineRuns.Load()}
+}
+
+// Transfers counts the copies between the host and the device a client
+// made: of host tensors to the device (Upload, RunHost's host arguments)
+// and of device buffers to the host (ToHost, RunHost's outputs). Values
+// kept on the device between executions (Executable.Execute) add none.
+type Transfers struct {
+	ToDevice, ToHost uint64
+}
+
+// Transfers returns the client's copies between host and device so far.
+func (c *Client) Transfers() Transfers {
+	return Transfers{ToDevice: c.toDevice.Load(), ToHost: c.toHost.Load()}
 }
 
 func (c *Client) countRun(inline bool) {

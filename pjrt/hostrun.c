@@ -7,63 +7,19 @@
 #include <string.h>
 #include <time.h>
 
-static PJRT_Error* xs_await_destroy(const PJRT_Api* api, PJRT_Event* ev) {
-	if (ev == NULL) return NULL;
-	PJRT_Event_Await_Args aw = {0};
-	aw.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
-	aw.event = ev;
-	PJRT_Error* err = api->PJRT_Event_Await(&aw);
-	PJRT_Event_Destroy_Args d = {0};
-	d.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
-	d.event = ev;
-	api->PJRT_Event_Destroy(&d);
-	return err;
-}
-
-static void xs_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* b) {
-	if (b == NULL) return;
-	PJRT_Buffer_Destroy_Args d = {0};
-	d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-	d.buffer = b;
-	PJRT_Error* err = api->PJRT_Buffer_Destroy(&d);
-	if (err != NULL) {
-		PJRT_Error_Destroy_Args ed = {0};
-		ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-		ed.error = err;
-		api->PJRT_Error_Destroy(&ed);
-	}
-}
-
-#define XS_HAS(api, fn) \
-	((api)->struct_size >= offsetof(PJRT_Api, fn) + sizeof((api)->fn) && (api)->fn != NULL)
-
-static void xs_error_destroy(const PJRT_Api* api, PJRT_Error* err) {
-	if (err == NULL) return;
-	PJRT_Error_Destroy_Args ed = {0};
-	ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-	ed.error = err;
-	api->PJRT_Error_Destroy(&ed);
-}
-
 // xs_copy_direct copies b into dst with memcpy when b lives in host memory
 // in row-major order with no tiling and exactly size bytes (the XLA CPU
 // plugin's outputs), and returns 1; otherwise it returns 0 and the caller
 // uses PJRT_Buffer_ToHostBuffer, which on the CPU plugin costs tens of
 // microseconds of dispatch even for a few bytes. b must be ready.
 static int xs_copy_direct(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t size, size_t rank) {
-	if (!XS_HAS(api, PJRT_Buffer_IsOnCpu) || !XS_HAS(api, PJRT_Buffer_GetMemoryLayout) ||
-	    !XS_HAS(api, PJRT_Buffer_OnDeviceSizeInBytes) || !XS_HAS(api, PJRT_Buffer_OpaqueDeviceMemoryDataPointer)) {
-		return 0;
-	}
 	PJRT_Buffer_IsOnCpu_Args oc = {0};
-	oc.struct_size = PJRT_Buffer_IsOnCpu_Args_STRUCT_SIZE;
 	oc.buffer = b;
-	PJRT_Error* err = api->PJRT_Buffer_IsOnCpu(&oc);
-	if (err != NULL || !oc.is_on_cpu) { xs_error_destroy(api, err); return 0; }
+	PJRT_Error* err = xs_PJRT_Buffer_IsOnCpu(api, &oc);
+	if (err != NULL || !oc.is_on_cpu) { xs_error_free(api, err); return 0; }
 	PJRT_Buffer_GetMemoryLayout_Args ml = {0};
-	ml.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
 	ml.buffer = b;
-	if ((err = api->PJRT_Buffer_GetMemoryLayout(&ml)) != NULL) { xs_error_destroy(api, err); return 0; }
+	if ((err = xs_PJRT_Buffer_GetMemoryLayout(api, &ml)) != NULL) { xs_error_free(api, err); return 0; }
 	if (ml.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || ml.layout.tiled.num_tiles != 0 ||
 	    ml.layout.tiled.minor_to_major_size != rank) {
 		return 0;
@@ -72,14 +28,12 @@ static int xs_copy_direct(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t
 		if (ml.layout.tiled.minor_to_major[k] != (int64_t)(rank - 1 - k)) return 0;
 	}
 	PJRT_Buffer_OnDeviceSizeInBytes_Args sz = {0};
-	sz.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
 	sz.buffer = b;
-	if ((err = api->PJRT_Buffer_OnDeviceSizeInBytes(&sz)) != NULL) { xs_error_destroy(api, err); return 0; }
+	if ((err = xs_PJRT_Buffer_OnDeviceSizeInBytes(api, &sz)) != NULL) { xs_error_free(api, err); return 0; }
 	if (sz.on_device_size_in_bytes != size) return 0;
 	PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args dp = {0};
-	dp.struct_size = PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args_STRUCT_SIZE;
 	dp.buffer = b;
-	if ((err = api->PJRT_Buffer_OpaqueDeviceMemoryDataPointer(&dp)) != NULL) { xs_error_destroy(api, err); return 0; }
+	if ((err = xs_PJRT_Buffer_OpaqueDeviceMemoryDataPointer(api, &dp)) != NULL) { xs_error_free(api, err); return 0; }
 	if (dp.device_memory_ptr == NULL) return 0;
 	memcpy(dst, dp.device_memory_ptr, size);
 	return 1;
@@ -89,40 +43,21 @@ static int xs_copy_direct(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t
 // into dst; it does not destroy b.
 static PJRT_Error* xs_download(xs_run_args* a, size_t i, PJRT_Buffer* b) {
 	const PJRT_Api* api = a->api;
-	PJRT_Buffer_ElementType_Args et = {0};
-	et.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
-	et.buffer = b;
-	PJRT_Error* err = api->PJRT_Buffer_ElementType(&et);
+	int32_t type;
+	const int64_t* dims;
+	size_t rank;
+	PJRT_Error* err = xs_buffer_shape(api, b, &type, &dims, &rank);
 	if (err != NULL) return err;
-	PJRT_Buffer_Dimensions_Args dm = {0};
-	dm.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
-	dm.buffer = b;
-	if ((err = api->PJRT_Buffer_Dimensions(&dm)) != NULL) return err;
-	if ((int32_t)et.type != a->out_type[i] || (int64_t)dm.num_dims != a->out_rank[i]) {
+	if (type != a->out_type[i] || (int64_t)rank != a->out_rank[i]) {
 		a->fail = "output type differs from the one recorded at the first run";
 		a->fail_index = (int64_t)i;
 		return NULL;
 	}
 	int64_t n = 1;
-	for (size_t k = 0; k < dm.num_dims; k++) n *= dm.dims[k];
+	for (size_t k = 0; k < rank; k++) n *= dims[k];
 	if (n == 0) return NULL;
-	if (a->direct && xs_copy_direct(api, b, a->out_data[i], (size_t)a->out_size[i], dm.num_dims)) return NULL;
-	PJRT_Buffer_ToHostBuffer_Args th = {0};
-	th.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
-	th.src = b;
-	th.dst = a->out_data[i];
-	th.dst_size = (size_t)a->out_size[i];
-	// Row-major (major-to-minor) on the host, whatever the device layout.
-	int64_t m2m[dm.num_dims > 0 ? dm.num_dims : 1];
-	PJRT_Buffer_MemoryLayout layout = {0};
-	layout.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
-	layout.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
-	layout.tiled.minor_to_major_size = dm.num_dims;
-	for (size_t k = 0; k < dm.num_dims; k++) m2m[k] = (int64_t)(dm.num_dims - 1 - k);
-	layout.tiled.minor_to_major = m2m;
-	th.host_layout = &layout;
-	if ((err = api->PJRT_Buffer_ToHostBuffer(&th)) != NULL) return err;
-	return xs_await_destroy(api, th.event);
+	if (a->direct && xs_copy_direct(api, b, a->out_data[i], (size_t)a->out_size[i], rank)) return NULL;
+	return xs_to_host(api, b, a->out_data[i], (size_t)a->out_size[i], rank);
 }
 
 // xs_run does the whole execution of a; see xs_run_args.
@@ -146,7 +81,6 @@ PJRT_Error* xs_run(xs_run_args* a) {
 			continue;
 		}
 		PJRT_Client_BufferFromHostBuffer_Args h = {0};
-		h.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
 		h.client = a->client;
 		h.data = a->host_data[i];
 		h.type = (PJRT_Buffer_Type)a->host_type[i];
@@ -155,7 +89,7 @@ PJRT_Error* xs_run(xs_run_args* a) {
 		h.host_buffer_semantics = a->zero_copy ? PJRT_HostBufferSemantics_kImmutableZeroCopy
 			: PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
 		h.device = a->device;
-		if ((err = api->PJRT_Client_BufferFromHostBuffer(&h)) != NULL) {
+		if ((err = xs_PJRT_Client_BufferFromHostBuffer(api, &h)) != NULL) {
 			a->fail_index = (int64_t)i;
 			a->fail_stage = 0;
 			goto cleanup;
@@ -164,41 +98,9 @@ PJRT_Error* xs_run(xs_run_args* a) {
 		done[i] = h.done_with_host_buffer;
 		argv[i] = h.buffer;
 	}
-
-	{
-		PJRT_ExecuteOptions opts = {0};
-		opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
-		opts.non_donatable_input_indices = keep;
-		opts.num_non_donatable_input_indices = n;
-		PJRT_Buffer* const* arg_lists[1] = {argv};
-		PJRT_Buffer** out_lists[1] = {outv};
-		PJRT_Event* complete[1] = {NULL};
-		PJRT_LoadedExecutable_Execute_Args ex = {0};
-		ex.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
-		ex.executable = a->le;
-		ex.options = &opts;
-		ex.argument_lists = arg_lists;
-		ex.num_devices = 1;
-		ex.num_args = n;
-		ex.output_lists = out_lists;
-		ex.device_complete_events = complete;
-		if (a->portable) ex.execute_device = a->device;
-		if ((err = api->PJRT_LoadedExecutable_Execute(&ex)) != NULL) {
-			a->fail_stage = 1;
-			goto cleanup;
-		}
-		if (complete[0] != NULL) {
-			PJRT_Event_IsReady_Args r = {0};
-			r.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE;
-			r.event = complete[0];
-			PJRT_Error* rerr = api->PJRT_Event_IsReady(&r);
-			if (rerr == NULL) a->ran_inline = r.is_ready ? 1 : 0;
-			xs_error_destroy(api, rerr);
-		}
-		if ((err = xs_await_destroy(api, complete[0])) != NULL) {
-			a->fail_stage = 1;
-			goto cleanup;
-		}
+	if ((err = xs_execute(api, a->le, a->device, a->portable, argv, n, keep, n, outv, &a->ran_inline)) != NULL) {
+		a->fail_stage = 1;
+		goto cleanup;
 	}
 	for (size_t i = 0; i < nout; i++) {
 		if ((err = xs_download(a, i, outv[i])) != NULL || a->fail != NULL) {
@@ -209,34 +111,19 @@ PJRT_Error* xs_run(xs_run_args* a) {
 	}
 
 cleanup:
-	for (size_t i = 0; i < nout; i++) xs_buffer_destroy(api, outv[i]);
-	for (size_t i = 0; i < n; i++) xs_buffer_destroy(api, made[i]);
+	for (size_t i = 0; i < nout; i++) xs_buffer_free(api, outv[i]);
+	for (size_t i = 0; i < n; i++) xs_buffer_free(api, made[i]);
 	// With zero-copy semantics the plugin is done with the host memory
 	// once the buffer is gone; wait for it before Go may reuse that memory.
 	for (size_t i = 0; i < n; i++) {
-		PJRT_Error* e2 = xs_await_destroy(api, done[i]);
-		if (e2 != NULL) {
-			if (err == NULL) err = e2;
-			else {
-				PJRT_Error_Destroy_Args ed = {0};
-				ed.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-				ed.error = e2;
-				api->PJRT_Error_Destroy(&ed);
-			}
+		PJRT_Error* e2 = xs_await_free(api, done[i]);
+		if (err == NULL) {
+			err = e2;
+		} else {
+			xs_error_free(api, e2);
 		}
 	}
 	return err;
-}
-
-// xs_first_device returns the client's first addressable device.
-PJRT_Error* xs_first_device(const PJRT_Api* api, PJRT_Client* client, PJRT_Device** dev) {
-	PJRT_Client_AddressableDevices_Args a = {0};
-	a.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
-	a.client = client;
-	PJRT_Error* err = api->PJRT_Client_AddressableDevices(&a);
-	if (err != NULL) return err;
-	*dev = a.num_addressable_devices > 0 ? a.addressable_devices[0] : NULL;
-	return NULL;
 }
 
 // The worker pool of xs_run_all.

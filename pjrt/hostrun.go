@@ -3,14 +3,10 @@ package pjrt
 // The fixed-cost execution path of RunHost: one cgo call per execution that
 // hands the host inputs to the plugin (zero-copy where it can), executes,
 // copies the outputs into Go memory allocated beforehand and frees every
-// plugin object it made, instead of go-xla's one call (and one Go wrapper,
-// finalizer and event wait) per upload, execution and download.
-//
-// The C handles come from xserve's wrapped PJRT_Api table (capi.go): the
-// client's and each executable's are noted when they are made, and a
-// Buffer's when Upload makes it. A buffer without one (an output of Execute)
-// sends the call down the portable path (Upload, Execute, ToHost), as does
-// an executable's first run, which records the output types.
+// plugin object it made, instead of one call (and one Go wrapper and event
+// wait) per upload, execution and download. An executable's first run takes
+// the portable path (Upload, Execute, ToHost), which records the output
+// types.
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/internal/capi
@@ -20,21 +16,14 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/xserve/xserve/tensor"
 )
-
-// bufferHandle caches the PJRT_Buffer of a Buffer.
-type bufferHandle = atomic.Pointer[cBuffer]
-
-type cBuffer struct{ c *C.PJRT_Buffer }
 
 // outputType is the dtype and shape of one output, recorded at the first run.
 type outputType struct {
@@ -44,16 +33,10 @@ type outputType struct {
 	nbytes int64
 }
 
-// fastPath is what the one-call path needs of an executable: the C handles
-// and the output types. It is made once per Executable, after the first run.
+// fastPath is what the one-call path needs of an executable: the output
+// types. It is made once per Executable, after the first run.
 type fastPath struct {
-	api    *C.PJRT_Api
-	client *C.PJRT_Client
-	device *C.PJRT_Device
-	le     *C.PJRT_LoadedExecutable
-	// portable executables name their device at each execution.
-	portable bool
-	outputs  []outputType
+	outputs []outputType
 }
 
 // RunHost executes the program with, at each parameter position i, either
@@ -72,7 +55,7 @@ func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tenso
 	if len(bufs) != len(hosts) {
 		return nil, fmt.Errorf("pjrt: execute %s: %d buffers but %d host tensors", e.name, len(bufs), len(hosts))
 	}
-	if fp := e.fast.Load(); fp != nil && haveHandles(bufs) {
+	if fp := e.fast.Load(); fp != nil {
 		return e.runFast(fp, bufs, hosts)
 	}
 	return e.runPortable(ctx, bufs, hosts)
@@ -118,15 +101,13 @@ func (e *Executable) runPortable(ctx context.Context, bufs []*Buffer, hosts []*t
 		if ts[i], err = o.ToHost(context.WithoutCancel(ctx)); err != nil {
 			return nil, fmt.Errorf("pjrt: run %s: output %d: %w", e.name, i, err)
 		}
-		xdt, err := DTypeToXLA(o.dtype)
+		bt, err := bufferType(o.dtype)
 		if err != nil {
 			return nil, fmt.Errorf("pjrt: run %s: output %d: %w", e.name, i, err)
 		}
-		types[i] = outputType{dtype: o.dtype, xla: int32(xdt), shape: o.Shape(), nbytes: o.nbytes}
+		types[i] = outputType{dtype: o.dtype, xla: int32(bt), shape: o.Shape(), nbytes: o.nbytes}
 	}
-	if fp, err := e.makeFastPath(types); err == nil {
-		e.fast.CompareAndSwap(nil, fp)
-	}
+	e.fast.CompareAndSwap(nil, &fastPath{outputs: types})
 	return ts, nil
 }
 
@@ -142,42 +123,15 @@ func (e *Executable) checkArg(i int, b *Buffer, h *tensor.Tensor) error {
 		}
 		return nil
 	}
-	if e.paramsKnown && i < len(e.params) {
-		if p := e.params[i]; p.known && (p.dtype != h.DType || !slices.Equal(p.shape, h.Shape)) {
-			return fmt.Errorf("pjrt: execute %s: argument %d is %s%s, program wants %s",
-				e.name, i, h.DType, tensor.ShapeString(h.Shape), p)
-		}
+	if e.params != nil && i < len(e.params) && !e.params[i].matches(h.DType, h.Shape) {
+		return fmt.Errorf("pjrt: execute %s: argument %d is %s%s, program wants %s",
+			e.name, i, h.DType, tensor.ShapeString(h.Shape), e.params[i])
 	}
 	if n := tensor.NumElements(h.Shape); n < 0 || int64(len(h.Data)) != n*int64(h.DType.Size()) {
 		return fmt.Errorf("pjrt: execute %s: argument %d: %s needs %d bytes of data, got %d",
 			e.name, i, h, n*int64(h.DType.Size()), len(h.Data))
 	}
 	return nil
-}
-
-// makeFastPath reads the C handles of e. The caller must not hold c.mu or
-// e.mu for writing.
-func (e *Executable) makeFastPath(types []outputType) (*fastPath, error) {
-	c := e.client
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.c == nil {
-		return nil, errClosed("execute", "client")
-	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.le == nil {
-		return nil, errClosed("execute", "executable")
-	}
-	a := c.api
-	fp := &fastPath{api: a.api, client: a.client, le: e.handle.le, outputs: types, portable: e.le.IsPortable()}
-	if perr := C.xs_first_device(a.api, a.client, &fp.device); perr != nil {
-		return nil, pluginError(a.api, perr)
-	}
-	if fp.device == nil || fp.le == nil {
-		return nil, errors.New("no device or executable handle")
-	}
-	return fp, nil
 }
 
 // runScratch is the per-call memory of runFast, pooled.
@@ -199,6 +153,8 @@ type runScratch struct {
 	// them once there are many.
 	locked []*Buffer
 	seen   map[*Buffer]struct{}
+	// hostIn counts the host arguments of the execution.
+	hostIn int
 	// locks, when set, is the scratch of another execution of the same
 	// RunHostAll, whose lock set this one shares: executions that share a
 	// buffer (weights) read-lock it once.
@@ -206,9 +162,6 @@ type runScratch struct {
 }
 
 var scratchPool = sync.Pool{New: func() any { return &runScratch{args: new(C.xs_run_args)} }}
-
-// zeroSize is handed to the plugin as the data of zero-size host tensors.
-var zeroSize [8]byte
 
 // runFast is RunHost in one plugin call.
 func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {
@@ -233,7 +186,7 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 		s.drop()
 		return nil, err
 	}
-	if err := s.finish(e, fp, C.xs_run(s.args)); err != nil {
+	if err := s.finish(e, C.xs_run(s.args)); err != nil {
 		return nil, err
 	}
 	return outs, nil
@@ -244,16 +197,17 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 // returns. The caller holds e.client.mu and e.mu for reading and the live
 // executable.
 func (s *runScratch) prepare(e *Executable, fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, pin *runtime.Pinner) ([]*tensor.Tensor, error) {
-	if e.paramsKnown && len(bufs) != len(e.params) {
+	if e.params != nil && len(bufs) != len(e.params) {
 		return nil, fmt.Errorf("pjrt: execute %s: got %d arguments, program wants %d", e.name, len(bufs), len(e.params))
 	}
-	if err := s.setArgs(e, fp, bufs, hosts, pin); err != nil {
+	if err := s.setArgs(e, bufs, hosts, pin); err != nil {
 		return nil, err
 	}
 	outs := s.setOutputs(fp, pin)
 	a := s.args
+	c := e.client
 	*a = C.xs_run_args{
-		api: fp.api, client: fp.client, device: fp.device, le: fp.le, portable: C.int(boolInt(fp.portable)),
+		api: c.api, client: c.c, device: c.device, le: e.le, portable: 1,
 		num_args:    C.size_t(len(bufs)),
 		host_dims:   (*C.int64_t)(unsafe.Pointer(&s.dims[0])),
 		num_outputs: C.size_t(len(outs)),
@@ -279,12 +233,17 @@ func (s *runScratch) prepare(e *Executable, fp *fastPath, bufs []*Buffer, hosts 
 // finish counts the execution s.args described, drops its pointers into
 // Go memory, and returns its error: perr, the plugin's, or a check of
 // xs_run's.
-func (s *runScratch) finish(e *Executable, fp *fastPath, perr *C.PJRT_Error) error {
+func (s *runScratch) finish(e *Executable, perr *C.PJRT_Error) error {
 	a := s.args
-	e.client.countRun(a.ran_inline != 0)
+	c := e.client
+	c.countRun(a.ran_inline != 0)
+	c.toDevice.Add(uint64(s.hostIn))
+	if perr == nil && a.fail == nil {
+		c.toHost.Add(uint64(a.num_outputs))
+	}
 	s.drop()
 	if perr != nil {
-		err := pluginError(fp.api, perr)
+		err := pluginError(e.client.api, perr)
 		switch a.fail_stage {
 		case 0:
 			return fmt.Errorf("pjrt: execute %s: upload argument %d: %w", e.name, int(a.fail_index), err)
@@ -310,7 +269,7 @@ func (s *runScratch) drop() {
 // setArgs checks the arguments and fills the argument arrays: the handles
 // of the device buffers (each read-locked once, until unlock) and the
 // pinned data, type and dims of the host tensors.
-func (s *runScratch) setArgs(e *Executable, fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, pin *runtime.Pinner) error {
+func (s *runScratch) setArgs(e *Executable, bufs []*Buffer, hosts []*tensor.Tensor, pin *runtime.Pinner) error {
 	n := len(bufs)
 	s.in = resize(s.in, n)
 	s.hostData = resize(s.hostData, n)
@@ -318,6 +277,7 @@ func (s *runScratch) setArgs(e *Executable, fp *fastPath, bufs []*Buffer, hosts 
 	s.dimOff = resize(s.dimOff, n)
 	s.rank = resize(s.rank, n)
 	s.dims = s.dims[:0]
+	s.hostIn = 0
 	for i := range bufs {
 		if err := e.checkArg(i, bufs[i], hosts[i]); err != nil {
 			return err
@@ -325,25 +285,24 @@ func (s *runScratch) setArgs(e *Executable, fp *fastPath, bufs []*Buffer, hosts 
 		s.dimOff[i] = int64(len(s.dims))
 		s.in[i], s.hostData[i] = nil, nil
 		if b := bufs[i]; b != nil {
-			if e.paramsKnown {
-				if p := e.params[i]; p.known && (p.dtype != b.dtype || !slices.Equal(p.shape, b.shape)) {
-					return fmt.Errorf("pjrt: execute %s: argument %d is %s%s, program wants %s",
-						e.name, i, b.dtype, tensor.ShapeString(b.shape), p)
-				}
+			if e.params != nil && !e.params[i].matches(b.dtype, b.shape) {
+				return fmt.Errorf("pjrt: execute %s: argument %d is %s%s, program wants %s",
+					e.name, i, b.dtype, tensor.ShapeString(b.shape), e.params[i])
 			}
 			s.lock(b)
-			if b.buf == nil {
-				return fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, errClosed("execute", "buffer"))
+			if err := b.liveLocked("execute"); err != nil {
+				return fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, err)
 			}
-			s.in[i] = b.handle()
+			s.in[i] = b.buf
 			continue
 		}
 		h := hosts[i]
-		xdt, err := DTypeToXLA(h.DType)
+		s.hostIn++
+		bt, err := bufferType(h.DType)
 		if err != nil {
 			return fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, err)
 		}
-		s.hostType[i] = int32(xdt)
+		s.hostType[i] = int32(bt)
 		s.rank[i] = int64(len(h.Shape))
 		s.dims = append(s.dims, h.Shape...)
 		s.hostData[i] = unsafe.Pointer(&zeroSize[0])
@@ -434,34 +393,9 @@ func (s *runScratch) unlock() {
 	clear(s.seen)
 }
 
-// handle returns the PJRT_Buffer of b, which haveHandles checked it has;
-// the caller holds b.mu for reading and b is not closed.
-func (b *Buffer) handle() *C.PJRT_Buffer {
-	return b.cHandle.Load().c
-}
-
-// haveHandles reports whether every device buffer in bufs has its
-// PJRT_Buffer handle, noted when Upload made it; buffers made otherwise
-// (outputs of Execute) take the portable path.
-func haveHandles(bufs []*Buffer) bool {
-	for _, b := range bufs {
-		if b != nil && b.cHandle.Load() == nil {
-			return false
-		}
-	}
-	return true
-}
-
 func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)
 	}
 	return s[:n]
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pjrt_c_api.h"
+#include "capi.h"
 
 // xs_run_args is one execution: in[i] is a device buffer, or NULL where
 // host input i (host_data, host_type, host_rank and its dims at
@@ -46,9 +46,6 @@ typedef struct {
 
 // xs_run does the whole execution of a; see xs_run_args.
 PJRT_Error* xs_run(xs_run_args* a);
-
-// xs_first_device returns the client's first addressable device.
-PJRT_Error* xs_first_device(const PJRT_Api* api, PJRT_Client* client, PJRT_Device** dev);
 
 // xs_pool is a set of worker threads that run executions handed to them
 // by xs_run_all: native threads, not Go's, so that handing an execution

@@ -95,14 +95,28 @@ func mustUpload(t testing.TB, c *Client, x *tensor.Tensor) *Buffer {
 	return b
 }
 
+// mustCompile compiles src with the parameter types testParams gives it
+// (none: the arguments are not checked).
 func mustCompile(t testing.TB, c *Client, src string) *Executable {
 	t.Helper()
-	e, err := c.Compile(context.Background(), []byte(src))
+	e, err := c.Compile(context.Background(), []byte(src), testParams[src])
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
+
+// testParams are the @main parameter types of the tests' programs, which
+// Compile takes from its caller.
+var testParams = map[string][]Type{
+	addProgram:    {f32Type(2, 3), f32Type(2, 3)},
+	linearProgram: {f32Type(3, 5), f32Type(4, 3)},
+	add16Program:  {f32Type(16), f32Type(16)},
+	addOneProgram: {f32Type(2)},
+	matmulProgram: {f32Type(512, 512), f32Type(512, 512)},
+}
+
+func f32Type(shape ...int64) Type { return Type{DType: tensor.Float32, Shape: shape} }
 
 const addProgram = `module @m {
   func.func @main(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
@@ -199,6 +213,14 @@ func TestFindPluginOrder(t *testing.T) {
 	t.Setenv(EnvPlugin, "tpu")
 	check("env platform", find(FindOptions{}), libtpu)
 
+	// A conda environment's JAX, CUDA 13 before 12, after $VIRTUAL_ENV's.
+	cuda13 := mk("conda/lib/python3.12/site-packages/jax_plugins/xla_cuda13/xla_cuda_plugin.so")
+	t.Setenv("CONDA_PREFIX", filepath.Join(dir, "conda"))
+	check("cuda: the virtualenv first", find(FindOptions{Path: "cuda"}), cuda12)
+	t.Setenv("VIRTUAL_ENV", "")
+	check("cuda: conda", find(FindOptions{Path: "cuda"}), cuda13)
+	t.Setenv("CONDA_PREFIX", "")
+
 	// A relative explicit path comes back absolute.
 	t.Chdir(filepath.Join(dir, "flag"))
 	check("relative path", find(FindOptions{Path: "plugin.so"}), explicit)
@@ -223,6 +245,7 @@ func isolate(t *testing.T, dir string) {
 	t.Setenv(EnvPlugin, "")
 	t.Setenv(EnvCache, "")
 	t.Setenv("VIRTUAL_ENV", "")
+	t.Setenv("CONDA_PREFIX", "")
 	t.Chdir(home)
 	oldSys, oldExe := systemSitePackages, executableDir
 	systemSitePackages = []string{filepath.Join(dir, "usr/lib/python3*/site-packages")}
@@ -583,20 +606,23 @@ func TestUploadToHostRoundTrip(t *testing.T) {
 
 func TestDTypeMapping(t *testing.T) {
 	for _, dt := range allDTypes {
-		x, err := DTypeToXLA(dt)
+		bt, err := bufferType(dt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if x.Size() != dt.Size() {
-			t.Errorf("%s: XLA %s has size %d, want %d", dt, x, x.Size(), dt.Size())
-		}
-		back, err := DTypeFromXLA(x)
+		back, err := dtypeOf(bt)
 		if err != nil || back != dt {
-			t.Errorf("%s -> %s -> %s, %v", dt, x, back, err)
+			t.Errorf("%s -> %s -> %s, %v", dt, enumNames["PJRT_Buffer_Type"][int(bt)], back, err)
+		}
+	}
+	// The names the header gives the types, for a few.
+	for dt, want := range map[tensor.DType]string{tensor.Bool: "PRED", tensor.Float32: "F32", tensor.BFloat16: "BF16", tensor.Complex128: "C128", tensor.Uint64: "U64"} {
+		if bt, _ := bufferType(dt); enumNames["PJRT_Buffer_Type"][int(bt)] != want {
+			t.Errorf("%s is PJRT_Buffer_Type_%s, want %s", dt, enumNames["PJRT_Buffer_Type"][int(bt)], want)
 		}
 	}
 	for _, dt := range []tensor.DType{tensor.Invalid, tensor.String, tensor.DType(200)} {
-		if _, err := DTypeToXLA(dt); err == nil || !strings.HasPrefix(err.Error(), "pjrt: ") {
+		if _, err := bufferType(dt); err == nil || !strings.HasPrefix(err.Error(), "pjrt: ") {
 			t.Errorf("%s: got %v", dt, err)
 		}
 	}
@@ -611,7 +637,7 @@ func TestCompileInvalid(t *testing.T) {
 		"empty":     "",
 		"truncated": addProgram[:len(addProgram)/2],
 	} {
-		e, err := c.Compile(context.Background(), []byte(src))
+		e, err := c.Compile(context.Background(), []byte(src), nil)
 		if err == nil {
 			e.Close()
 			t.Errorf("%s: compiled", name)
@@ -670,7 +696,7 @@ func TestCloseTwiceAndUseAfterClose(t *testing.T) {
 	if _, err := c.Upload(ctx, tensor.New(tensor.Float32)); !errors.Is(err, ErrClosed) {
 		t.Errorf("upload after client close: got %v", err)
 	}
-	if _, err := c.Compile(ctx, []byte(addProgram)); !errors.Is(err, ErrClosed) {
+	if _, err := c.Compile(ctx, []byte(addProgram), nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("compile after client close: got %v", err)
 	}
 	for i := 0; i < 2; i++ {
@@ -679,34 +705,6 @@ func TestCloseTwiceAndUseAfterClose(t *testing.T) {
 		}
 		if err := e.Close(); err != nil {
 			t.Error(err)
-		}
-	}
-}
-
-func TestParseMainParams(t *testing.T) {
-	for _, tc := range []struct {
-		src  string
-		want string // params joined by " ", or "-" when not parseable
-	}{
-		{addProgram, "float32[2,3] float32[2,3]"},
-		{linearProgram, "float32[3,5] float32[4,3]"},
-		{`func.func @main() -> tensor<f32> {`, ""},
-		{`func.func public @main(%arg0: tensor<i1> {jax.arg_info = "a,b", mhlo.sharding = "{replicated}"}, %arg1: tensor<2x?xf32>, %arg2: tensor<4x2xcomplex<f64>> loc("x"), %arg3: !stablehlo.token, %arg4: tensor<0xbf16>, %arg5: tensor<3xui16, #enc>) -> tensor<f32>`,
-			"bool[] ? complex128[4,2] ? bfloat16[0] uint16[3]"},
-		{"not mlir", "-"},
-		{"func.func @main(%a: tensor<2xf32>", "-"},
-	} {
-		params, ok := parseMainParams([]byte(tc.src))
-		got := "-"
-		if ok {
-			s := make([]string, len(params))
-			for i, p := range params {
-				s[i] = p.String()
-			}
-			got = strings.Join(s, " ")
-		}
-		if got != tc.want {
-			t.Errorf("parseMainParams(%.40q) = %q, want %q", tc.src, got, tc.want)
 		}
 	}
 }

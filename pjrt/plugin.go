@@ -48,6 +48,7 @@ var (
 		"/usr/local/lib/python3*/dist-packages",
 		"/usr/lib/python3*/site-packages",
 		"/usr/lib/python3/dist-packages",
+		"/opt/conda/lib/python3*/site-packages",
 	}
 	// executableDir returns the directory of the running binary ("" if unknown).
 	executableDir = func() string {
@@ -74,7 +75,8 @@ var (
 //     its parents, and under ~/.cache/xserve; for tpu, libtpu/libtpu.so from
 //     the pip package libtpu; for cuda, JAX's jax_plugins/xla_cuda13 and
 //     xla_cuda12 plugins. Python packages are looked for in the site-packages
-//     of $VIRTUAL_ENV, <RepoRoot>/.venv, ~/.local, /usr/local and /usr.
+//     of $VIRTUAL_ENV, $CONDA_PREFIX, <RepoRoot>/.venv, ~/.local, /usr/local,
+//     /usr and /opt/conda.
 //
 // A path or variable that names a missing file is an error; so is finding
 // nothing, and that error (wrapping ErrPluginNotFound) lists every place
@@ -209,8 +211,10 @@ func pluginPlaces(plat string, opts FindOptions) []string {
 // search, most specific first.
 func sitePackages(opts FindOptions) []string {
 	var dirs []string
-	if venv := os.Getenv("VIRTUAL_ENV"); venv != "" {
-		dirs = append(dirs, filepath.Join(venv, "lib", "python3*", "site-packages"))
+	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
+		if prefix := os.Getenv(env); prefix != "" {
+			dirs = append(dirs, filepath.Join(prefix, "lib", "python3*", "site-packages"))
+		}
 	}
 	if opts.RepoRoot != "" {
 		dirs = append(dirs, filepath.Join(absOrEmpty(opts.RepoRoot), ".venv", "lib", "python3*", "site-packages"))

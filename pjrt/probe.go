@@ -18,10 +18,9 @@ func PluginAPIVersion(path string) (string, error) {
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
 	}
-	plugin, _, err := openPlugin(abs)
+	p, err := openPlugin(abs)
 	if err != nil {
 		return "", fmt.Errorf("pjrt: %w", err)
 	}
-	major, minor := plugin.Version()
-	return fmt.Sprintf("%d.%d", major, minor) + formatAttributes(plugin.Attributes()), nil
+	return p.apiVersion() + p.attributes, nil
 }

@@ -48,7 +48,7 @@ type HostRun struct {
 // core).
 //
 // Executions that cannot take the one-call path (an executable's first
-// run, buffers made by Execute) run as RunHost, each on a goroutine.
+// run) run as RunHost, each on a goroutine.
 func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 	if len(runs) == 0 {
 		return
@@ -68,22 +68,49 @@ func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 		failAll(runs, func(name string) error { return errClosed("execute "+name, "client") })
 		return
 	}
-	// Each executable is read-locked once: a second RLock of a mutex could
-	// deadlock against a waiting Close.
+	unlock, live := lockExecutables(runs)
+	defer unlock()
+	if !live {
+		failAll(runs, func(name string) error { return errClosed("execute "+name, "executable") })
+		return
+	}
+	threads := 0 // a RunHostAll of several runs each on one thread (xs_run_all)
+	if limited {
+		threads = runs[0].Threads
+	}
+	c.runLocked(runs, threads)
+}
+
+// lockExecutables read-locks each executable of runs once (a second RLock
+// of a mutex could deadlock against a waiting Close) and reports whether
+// all are open; unlock releases them.
+func lockExecutables(runs []HostRun) (unlock func(), live bool) {
 	var exes []*Executable
 	for _, r := range runs {
 		if !slices.Contains(exes, r.Exe) {
 			exes = append(exes, r.Exe)
 		}
 	}
-	for _, e := range exes {
+	for i, e := range exes {
 		e.mu.RLock()
-		defer e.mu.RUnlock()
 		if e.le == nil {
-			failAll(runs, func(name string) error { return errClosed("execute "+name, "executable") })
-			return
+			exes = exes[:i+1]
+			live = false
+			break
 		}
+		live = true
 	}
+	return func() {
+		for _, e := range exes {
+			e.mu.RUnlock()
+		}
+	}, live
+}
+
+// runLocked runs the executions in one call into the plugin; the caller
+// holds the client's and the executables' locks for reading. A run whose
+// arguments do not check out fails alone.
+func (c *Client) runLocked(runs []HostRun, threads int) {
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	scratch := make([]*runScratch, len(runs))
@@ -100,14 +127,11 @@ func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 			scratchPool.Put(s)
 		}
 	}()
-	// The runs whose arguments check out: a run with bad ones fails alone.
 	argv := make([]*C.xs_run_args, 0, len(runs))
 	ok := make([]int, 0, len(runs))
-	fps := make([]*fastPath, len(runs))
 	for i := range runs {
 		r := &runs[i]
-		fps[i] = r.Exe.fast.Load()
-		outs, err := scratch[i].prepare(r.Exe, fps[i], r.Bufs, r.Hosts, &pin)
+		outs, err := scratch[i].prepare(r.Exe, r.Exe.fast.Load(), r.Bufs, r.Hosts, &pin)
 		if err != nil {
 			scratch[i].drop()
 			r.Outs, r.Err = nil, err
@@ -122,13 +146,9 @@ func (c *Client) RunHostAll(ctx context.Context, runs []HostRun) {
 		return
 	}
 	errs := make([]*C.PJRT_Error, len(ok))
-	threads := 0 // a RunHostAll of several runs each on one thread (xs_run_all)
-	if limited {
-		threads = runs[0].Threads
-	}
 	C.xs_run_all(c.pool.get(c.kernelsLimit), (**C.xs_run_args)(unsafe.Pointer(&argv[0])), (**C.PJRT_Error)(unsafe.Pointer(&errs[0])), C.int(len(ok)), C.int(threads))
 	for k, i := range ok {
-		if err := scratch[i].finish(runs[i].Exe, fps[i], errs[k]); err != nil {
+		if err := scratch[i].finish(runs[i].Exe, errs[k]); err != nil {
 			runs[i].Outs, runs[i].Err = nil, err
 		}
 	}
@@ -147,11 +167,10 @@ func failAll(runs []HostRun, fail func(name string) error) {
 }
 
 // allFast reports whether every run can take the one-call path: an
-// executable of c that has run once, exactly one argument per position, and
-// device buffers with their handles.
+// executable of c that has run once, exactly one argument per position.
 func (c *Client) allFast(runs []HostRun) bool {
 	for _, r := range runs {
-		if r.Exe == nil || r.Exe.client != c || r.Exe.fast.Load() == nil || len(r.Bufs) != len(r.Hosts) || !haveHandles(r.Bufs) {
+		if r.Exe == nil || r.Exe.client != c || r.Exe.fast.Load() == nil || len(r.Bufs) != len(r.Hosts) {
 			return false
 		}
 	}

@@ -1,18 +1,9 @@
 package pjrt
 
 // Serialization of compiled executables (Executable.Serialize and
-// Client.Deserialize).
-//
-// go-xla v0.1.4 binds neither PJRT_Executable_Serialize nor
-// PJRT_Executable_DeserializeAndLoad. This file calls them itself, on the C
-// handles capi.go obtains through go-xla's public API: Serialize passes the
-// PJRT_LoadedExecutable handle the wrapped compile recorded to the plugin's
-// own PJRT_Executable_Serialize; Deserialize has go-xla "compile" a program
-// the wrapped compile recognises as a payload to load with
-// PJRT_Executable_DeserializeAndLoad, so the result is an ordinary go-xla
-// LoadedExecutable. A plugin without those functions yields an error
-// wrapping errors.ErrUnsupported. The C declarations come from the PJRT C API
-// header of the XLA CPU plugin wheel, vendored in internal/capi.
+// Client.Deserialize), through PJRT_Executable_Serialize and
+// PJRT_Executable_DeserializeAndLoad. A plugin without those functions
+// yields an error wrapping errors.ErrUnsupported.
 //
 // The data Serialize returns is an envelope around the plugin's bytes: a
 // magic number, a JSON header (program name, output count, @main parameter
@@ -23,139 +14,21 @@ package pjrt
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/internal/capi
-#cgo LDFLAGS: -ldl
-#include <stddef.h>
 #include <stdlib.h>
-#include <string.h>
-#include "pjrt_c_api.h"
+#include "capi.h"
 
-#define XS_HAS(api, fn) \
-	((api)->struct_size >= offsetof(PJRT_Api, fn) + sizeof((api)->fn) && (api)->fn != NULL)
-
-// xs_api_missing returns the name of the first API function this file needs
-// that the table lacks, or NULL.
+// xs_api_missing returns the name of the first API function serialization
+// needs that the table lacks, or NULL.
 static const char* xs_api_missing(const PJRT_Api* api) {
-#define XS_NEED(fn) if (!XS_HAS(api, fn)) return #fn
-	XS_NEED(PJRT_Error_Destroy);
-	XS_NEED(PJRT_Error_Message);
-	XS_NEED(PJRT_Error_GetCode);
+#define XS_NEED(fn) \
+	if (api->struct_size < offsetof(PJRT_Api, fn) + sizeof(api->fn) || api->fn == NULL) return #fn
 	XS_NEED(PJRT_Executable_Destroy);
-	XS_NEED(PJRT_Executable_Name);
 	XS_NEED(PJRT_LoadedExecutable_GetExecutable);
 	XS_NEED(PJRT_Executable_Serialize);
 	XS_NEED(PJRT_Executable_DeserializeAndLoad);
 #undef XS_NEED
 	return NULL;
 }
-
-// xs_error consumes err: it returns its code and a malloc'ed copy of its
-// message (free it), and destroys it.
-static int xs_error(const PJRT_Api* api, PJRT_Error* err, char** msg, size_t* msg_size) {
-	PJRT_Error_Message_Args ma;
-	memset(&ma, 0, sizeof ma);
-	ma.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE;
-	ma.error = err;
-	api->PJRT_Error_Message(&ma);
-	*msg_size = ma.message_size;
-	*msg = malloc(ma.message_size + 1);
-	if (*msg != NULL) {
-		if (ma.message_size > 0) memcpy(*msg, ma.message, ma.message_size);
-		(*msg)[ma.message_size] = 0;
-	} else {
-		*msg_size = 0;
-	}
-	PJRT_Error_GetCode_Args ca;
-	memset(&ca, 0, sizeof ca);
-	ca.struct_size = PJRT_Error_GetCode_Args_STRUCT_SIZE;
-	ca.error = err;
-	int code = PJRT_Error_Code_UNKNOWN;
-	PJRT_Error* e2 = api->PJRT_Error_GetCode(&ca);
-	if (e2 == NULL) {
-		code = ca.code;
-	} else {
-		PJRT_Error_Destroy_Args d2;
-		memset(&d2, 0, sizeof d2);
-		d2.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-		d2.error = e2;
-		api->PJRT_Error_Destroy(&d2);
-	}
-	PJRT_Error_Destroy_Args da;
-	memset(&da, 0, sizeof da);
-	da.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-	da.error = err;
-	api->PJRT_Error_Destroy(&da);
-	return code;
-}
-
-typedef struct {
-	char* name;  // malloc'ed copy of the executable's name; free it
-	size_t name_size;
-	const char* bytes;  // the serialization, owned by handle
-	size_t size;
-	PJRT_SerializedExecutable* handle;
-	void (*deleter)(PJRT_SerializedExecutable*);
-} xs_serialized;
-
-// xs_serialize serializes the executable of a loaded executable into *out,
-// which must then be released with xs_serialized_free (also on error).
-static PJRT_Error* xs_serialize(const PJRT_Api* api, PJRT_LoadedExecutable* le, xs_serialized* out) {
-	memset(out, 0, sizeof *out);
-	PJRT_LoadedExecutable_GetExecutable_Args ga;
-	memset(&ga, 0, sizeof ga);
-	ga.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
-	ga.loaded_executable = le;
-	PJRT_Error* err = api->PJRT_LoadedExecutable_GetExecutable(&ga);
-	if (err != NULL) return err;
-
-	PJRT_Executable_Name_Args na;
-	memset(&na, 0, sizeof na);
-	na.struct_size = PJRT_Executable_Name_Args_STRUCT_SIZE;
-	na.executable = ga.executable;
-	err = api->PJRT_Executable_Name(&na);
-	if (err == NULL) {
-		out->name = malloc(na.executable_name_size + 1);
-		if (out->name != NULL) {
-			if (na.executable_name_size > 0) memcpy(out->name, na.executable_name, na.executable_name_size);
-			out->name[na.executable_name_size] = 0;
-			out->name_size = na.executable_name_size;
-		}
-
-		PJRT_Executable_Serialize_Args sa;
-		memset(&sa, 0, sizeof sa);
-		sa.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE;
-		sa.executable = ga.executable;
-		err = api->PJRT_Executable_Serialize(&sa);
-		if (err == NULL) {
-			out->bytes = sa.serialized_bytes;
-			out->size = sa.serialized_bytes_size;
-			out->handle = sa.serialized_executable;
-			out->deleter = sa.serialized_executable_deleter;
-		}
-	}
-
-	PJRT_Executable_Destroy_Args da;
-	memset(&da, 0, sizeof da);
-	da.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
-	da.executable = ga.executable;
-	PJRT_Error* derr = api->PJRT_Executable_Destroy(&da);
-	if (err == NULL) {
-		err = derr;
-	} else if (derr != NULL) {
-		PJRT_Error_Destroy_Args ea;
-		memset(&ea, 0, sizeof ea);
-		ea.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
-		ea.error = derr;
-		api->PJRT_Error_Destroy(&ea);
-	}
-	return err;
-}
-
-static void xs_serialized_free(xs_serialized* s) {
-	if (s->handle != NULL && s->deleter != NULL) s->deleter(s->handle);
-	free(s->name);
-	memset(s, 0, sizeof *s);
-}
-
 */
 import "C"
 
@@ -179,44 +52,10 @@ import (
 // missingAPI returns an error wrapping errors.ErrUnsupported if the plugin
 // lacks a function serialization needs.
 func (c *Client) missingAPI() error {
-	if missing := C.xs_api_missing(c.api.api); missing != nil {
-		major, minor := c.plugin.Version()
-		return fmt.Errorf("plugin %s (PJRT C API %d.%d) has no %s: %w", c.path, major, minor, C.GoString(missing), errors.ErrUnsupported)
+	if missing := C.xs_api_missing(c.api); missing != nil {
+		return fmt.Errorf("plugin %s (PJRT C API %s) has no %s: %w", c.path, c.apiVersion, C.GoString(missing), errors.ErrUnsupported)
 	}
 	return nil
-}
-
-// pluginErr is an error returned by the plugin.
-type pluginErr struct {
-	code int
-	msg  string
-}
-
-// The PJRT_Error_Code names, indexed by code (they follow absl::StatusCode).
-var pjrtCodes = [...]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-	"ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
-
-func (e *pluginErr) Error() string {
-	code := fmt.Sprintf("code %d", e.code)
-	if e.code >= 0 && e.code < len(pjrtCodes) {
-		code = pjrtCodes[e.code]
-	}
-	return fmt.Sprintf("plugin error %s: %s", code, e.msg)
-}
-
-// Is makes an UNIMPLEMENTED error match errors.ErrUnsupported.
-func (e *pluginErr) Is(target error) bool {
-	return target == errors.ErrUnsupported && e.code == C.PJRT_Error_Code_UNIMPLEMENTED
-}
-
-// pluginError converts and destroys a PJRT_Error.
-func pluginError(api *C.PJRT_Api, perr *C.PJRT_Error) error {
-	var msg *C.char
-	var size C.size_t
-	code := C.xs_error(api, perr, &msg, &size)
-	defer C.free(unsafe.Pointer(msg))
-	return &pluginErr{code: int(code), msg: C.GoStringN(msg, C.int(size))}
 }
 
 // Serialize returns the compiled executable in a form Client.Deserialize can
@@ -240,7 +79,7 @@ func (e *Executable) Serialize() ([]byte, error) {
 	fail := func(err error) ([]byte, error) {
 		return nil, fmt.Errorf("pjrt: serialize executable %s: %w", e.name, err)
 	}
-	if e.handle.deserialized {
+	if e.deserialized {
 		return fail(fmt.Errorf("it was deserialized, and re-serializing is not supported "+
 			"(the XLA CPU plugin's serialization of a deserialized executable lacks the compiled kernels): "+
 			"keep the data it was deserialized from: %w", errors.ErrUnsupported))
@@ -253,14 +92,10 @@ func (e *Executable) Serialize() ([]byte, error) {
 		return fail(err)
 	}
 	var s C.xs_serialized
-	perr := C.xs_serialize(c.api.api, e.handle.le, &s)
+	perr := C.xs_serialize(c.api, e.le, &s)
 	defer C.xs_serialized_free(&s)
-	runtime.KeepAlive(e.le) // owns the handle
 	if perr != nil {
-		return fail(pluginError(c.api.api, perr))
-	}
-	if name := C.GoStringN(s.name, C.int(s.name_size)); name != e.le.Name {
-		return fail(fmt.Errorf("the executable handle recorded at compile time is named %q, go-xla's executable %q", name, e.le.Name))
+		return fail(pluginError(c.api, perr))
 	}
 	if s.bytes == nil || s.size == 0 {
 		return fail(errors.New("plugin returned an empty serialization"))
@@ -269,20 +104,14 @@ func (e *Executable) Serialize() ([]byte, error) {
 		return fail(fmt.Errorf("serialization of %d bytes is too large", uint64(s.size)))
 	}
 	payload := unsafe.Slice((*byte)(unsafe.Pointer(s.bytes)), int(s.size))
-
-	if reps, parts, _, err := e.le.GetDeviceAssignment(); err != nil {
-		return fail(err)
-	} else if reps*parts != 1 {
-		return fail(fmt.Errorf("executable runs on %d replicas x %d partitions, only single-device executables can be serialized: %w", reps, parts, errors.ErrUnsupported))
-	}
-	h.Portable = e.le.IsPortable()
+	h.Portable = true
 	h.Name = e.name
 	h.NumOutputs = e.numOutputs
-	if e.paramsKnown {
+	if e.params != nil {
 		h.Params = make([]paramHeader, len(e.params))
 		for i, p := range e.params {
-			if p.known {
-				h.Params[i] = paramHeader{DType: p.dtype.String(), Shape: append([]int64{}, p.shape...)}
+			if p.known() {
+				h.Params[i] = paramHeader{DType: p.DType.String(), Shape: append([]int64{}, p.Shape...)}
 			} else {
 				h.Params[i] = paramHeader{Unknown: true}
 			}
@@ -322,7 +151,7 @@ func (c *Client) Deserialize(ctx context.Context, data []byte) (*Executable, err
 	if err != nil {
 		return fail(err)
 	}
-	params, paramsKnown, err := h.params()
+	params, err := h.params()
 	if err != nil {
 		return fail(err)
 	}
@@ -333,34 +162,23 @@ func (c *Client) Deserialize(ctx context.Context, data []byte) (*Executable, err
 	if err := mine.compatible(h); err != nil {
 		return fail(err)
 	}
-
-	le, handle, err := compileProgram(c.c, payload, true)
+	if !h.Portable {
+		return fail(fmt.Errorf("serialized executable is not portable: %w", errors.ErrUnsupported))
+	}
+	var le *C.PJRT_LoadedExecutable
+	if perr := C.xs_deserialize(c.api, c.c, (*C.char)(unsafe.Pointer(&payload[0])), C.size_t(len(payload)), &le); perr != nil {
+		return fail(fmt.Errorf("plugin rejected the serialized executable (PJRT_Executable_DeserializeAndLoad): %w", pluginError(c.api, perr)))
+	}
+	e, err := c.adopt(le, params, true)
 	if err != nil {
-		// go-xla words it as a compile error; it is the plugin's
-		// PJRT_Executable_DeserializeAndLoad that failed.
-		return fail(fmt.Errorf("plugin rejected the serialized executable (PJRT_Executable_DeserializeAndLoad): %w", err))
+		return fail(err)
 	}
-	handle.deserialized = true
-	if le.NumOutputs != h.NumOutputs {
-		_ = le.Destroy()
-		return fail(fmt.Errorf("deserialized executable has %d outputs, header says %d", le.NumOutputs, h.NumOutputs))
+	if e.numOutputs != h.NumOutputs {
+		_ = e.destroy()
+		c.forget(e)
+		return fail(fmt.Errorf("deserialized executable has %d outputs, header says %d", e.numOutputs, h.NumOutputs))
 	}
-	if le.IsPortable() != h.Portable {
-		_ = le.Destroy()
-		return fail(fmt.Errorf("serialized executable portable=%v, loaded as portable=%v: %w", h.Portable, le.IsPortable(), errors.ErrUnsupported))
-	}
-	e := &Executable{
-		client:      c,
-		name:        h.Name,
-		numOutputs:  le.NumOutputs,
-		params:      params,
-		paramsKnown: paramsKnown,
-		le:          le,
-		handle:      handle,
-	}
-	c.execMu.Lock()
-	c.execs[e] = struct{}{}
-	c.execMu.Unlock()
+	e.name = h.Name
 	return e, nil
 }
 
@@ -419,30 +237,30 @@ func (mine envelopeHeader) compatible(h envelopeHeader) error {
 	return nil
 }
 
-func (h envelopeHeader) params() ([]paramType, bool, error) {
+func (h envelopeHeader) params() ([]Type, error) {
 	if h.NumOutputs < 0 {
-		return nil, false, fmt.Errorf("corrupt data: %d outputs", h.NumOutputs)
+		return nil, fmt.Errorf("corrupt data: %d outputs", h.NumOutputs)
 	}
 	if h.Params == nil {
-		return nil, false, nil
+		return nil, nil
 	}
-	params := make([]paramType, len(h.Params))
+	params := make([]Type, len(h.Params))
 	for i, p := range h.Params {
 		if p.Unknown {
 			continue
 		}
 		dt, err := tensor.ParseDType(p.DType)
-		if err != nil {
-			return nil, false, fmt.Errorf("corrupt data: parameter %d: %w", i, err)
+		if err != nil || dt == tensor.Invalid {
+			return nil, fmt.Errorf("corrupt data: parameter %d: dtype %q", i, p.DType)
 		}
 		for _, d := range p.Shape {
 			if d < 0 {
-				return nil, false, fmt.Errorf("corrupt data: parameter %d has shape %v", i, p.Shape)
+				return nil, fmt.Errorf("corrupt data: parameter %d has shape %v", i, p.Shape)
 			}
 		}
-		params[i] = paramType{known: true, dtype: dt, shape: append([]int64{}, p.Shape...)}
+		params[i] = Type{DType: dt, Shape: append([]int64{}, p.Shape...)}
 	}
-	return params, true, nil
+	return params, nil
 }
 
 func marshalEnvelope(h envelopeHeader, payload []byte) ([]byte, error) {

@@ -173,7 +173,11 @@ func bandsHelper() error {
 	w := tensor.FromFloat32s(vals(3*3*8*8, 11, 0.05), 3, 3, 8, 8)
 	b := tensor.FromFloat32s(vals(8, 5, 0.3), 8)
 	run := func(serial bool) ([]float64, error) {
-		runs := []HostRun{{Exe: e, Bufs: []*Buffer{nil, nil, nil}, Hosts: []*tensor.Tensor{x, w, b}, Threads: boolInt(serial)}}
+		threads := 0
+		if serial {
+			threads = 1
+		}
+		runs := []HostRun{{Exe: e, Bufs: []*Buffer{nil, nil, nil}, Hosts: []*tensor.Tensor{x, w, b}, Threads: threads}}
 		c.RunHostAll(context.Background(), runs)
 		if runs[0].Err != nil {
 			return nil, runs[0].Err
@@ -259,7 +263,7 @@ func compileWithKernels(program string) (*Client, *Executable, error) {
 		err := fmt.Errorf("no CPU kernel library with a thread limit loaded (%v): run make pjrt", c.KernelsError())
 		return nil, nil, errors.Join(err, c.Close())
 	}
-	e, err := c.Compile(context.Background(), []byte(program))
+	e, err := c.Compile(context.Background(), []byte(program), nil)
 	if err != nil {
 		return nil, nil, errors.Join(err, c.Close())
 	}

@@ -55,12 +55,15 @@ def elem(a):
 class Case:
     """One single-node case: inputs fed at run time, consts as initializers."""
 
-    def __init__(self, name, op, inputs, consts=None, outputs=1, domain="", opset=21, order=None, ref=None, **attrs):
+    def __init__(self, name, op, inputs, consts=None, outputs=1, domain="", opset=21, order=None, ref=None, out_codes=None, **attrs):
         self.name, self.op, self.domain, self.opset = name, op, domain, opset
         # ref: standard-operator nodes computing the same, for operators
         # ONNX Runtime's CPU provider has no kernel for (CUDA-only ones):
         # ONNX Runtime runs those instead to make the reference.
         self.ref = ref
+        # out_codes: TensorProto types to write the outputs as, where ONNX
+        # Runtime's Python API returns a wider type (4-bit results as int8).
+        self.out_codes = out_codes or {}
         # (name, array) pairs; name "" marks an omitted optional input.
         self.inputs = [(n, None if a is None else np.asarray(a)) for n, a in inputs]
         self.consts = consts or {}
@@ -81,11 +84,15 @@ class Case:
         return helper.make_model(g, opset_imports=opsets, ir_version=10)
 
 
-def save(out, name, model, feeds, ref=None):
+def save(out, name, model, feeds, ref=None, out_codes=None):
     """Writes model and ONNX Runtime's outputs for feeds (of ref instead,
-    when given: an equivalent graph of standard operators)."""
+    when given: an equivalent graph of standard operators); out_codes maps
+    output names to the TensorProto type to write them as."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # One intra-op thread: DynamicQuantizeLSTM quantizes its hidden state in
+    # one group per thread, so its references depend on the thread count.
+    so.intra_op_num_threads = 1
     sess = ort.InferenceSession((ref or model).SerializeToString(), so, providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     d = os.path.join(out, name)
@@ -98,6 +105,9 @@ def save(out, name, model, feeds, ref=None):
             f.write(t.SerializeToString())
     for i, (o, v) in enumerate(zip(sess.get_outputs(), outs)):
         t = numpy_helper.from_array(np.asarray(v), o.name)
+        if out_codes and o.name in out_codes:
+            v = np.asarray(v)
+            t = helper.make_tensor(o.name, out_codes[o.name], v.shape, v.flatten().tolist())
         with open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
             f.write(t.SerializeToString())
 
@@ -134,11 +144,11 @@ def op_cases():
     cs.append(Case("dequantizelinear_uint4_axis0", "DequantizeLinear", [("s", f32(3, lo=0.1, hi=0.5))], opset=21, axis=0, order=["x", "s", "z"],
                    consts={"x": t4("x", TP.UINT4, ints(np.uint8, 3, 5, lo=0, hi=15), raw=True), "z": t4("z", TP.UINT4, np.array([7, 8, 0], np.uint8))}))
     # ONNX Runtime's Python API returns no 4-bit arrays: its reference casts
-    # the 4-bit result to 8 bits, which is how xserve holds it.
+    # the 4-bit result to 8 bits, written back as the 4-bit type.
     cs.append(Case("quantizelinear_int4", "QuantizeLinear", [("x", x46), ("s", np.float32(0.3))], opset=21, order=["x", "s", "z"],
-                   consts={"z": t4("z", TP.INT4, np.array(1, np.int8))},
+                   consts={"z": t4("z", TP.INT4, np.array(1, np.int8))}, out_codes={"y0": TP.INT4},
                    ref=[helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("Cast", ["q"], ["y0"], to=TP.INT8)]))
-    cs.append(Case("quantizelinear_uint4_outdtype", "QuantizeLinear", [("x", x46), ("s", np.float32(0.25))], opset=21, output_dtype=TP.UINT4,
+    cs.append(Case("quantizelinear_uint4_outdtype", "QuantizeLinear", [("x", x46), ("s", np.float32(0.25))], opset=21, output_dtype=TP.UINT4, out_codes={"y0": TP.UINT4},
                    ref=[helper.make_node("QuantizeLinear", ["x", "s"], ["q"], output_dtype=TP.UINT4), helper.make_node("Cast", ["q"], ["y0"], to=TP.UINT8)]))
     q8 = ints(np.int8, 2, 3, 4, 5)
     qu8 = ints(np.uint8, 2, 3, 4, 5)
@@ -219,6 +229,13 @@ def op_cases():
         direction = {"forward": "forward", "bidirectional_perchannel": "bidirectional", "reverse_peephole": "reverse"}[name]
         cs.append(Case(f"dynamicquantizelstm_{name}", "DynamicQuantizeLSTM", ins, order=[n for n, _ in ins], outputs=["y", "yh", "yc"], domain=MS,
                        hidden_size=3, direction=direction))
+    # Batch 3 (ONNX Runtime quantizes the whole [batch, hidden] state at each
+    # step) with sequence_lens.
+    ins = [("x", f32(6, 3, 5)), ("w", ints(np.int8, 2, 5, 12)), ("r", ints(np.int8, 2, 3, 12)), ("b", f32(2, 24, lo=-0.5, hi=0.5)),
+           ("lens", np.array([6, 2, 4], np.int32)), ("h0", f32(2, 3, 3, lo=-0.5, hi=0.5)), ("c0", f32(2, 3, 3, lo=-0.5, hi=0.5)), ("", None),
+           ("ws", f32(2, lo=0.01, hi=0.05)), ("wz", np.zeros(2, np.int8)), ("rs", f32(2, lo=0.01, hi=0.05)), ("rz", np.zeros(2, np.int8))]
+    cs.append(Case("dynamicquantizelstm_batch3_seqlens", "DynamicQuantizeLSTM", ins, order=[n for n, _ in ins], outputs=["y", "yh", "yc"], domain=MS,
+                   hidden_size=3, direction="bidirectional"))
 
     # MatMulNBits: K 40 (3 blocks of 16, the last partly padding), N 6.
     An = f32(2, 3, 40)
@@ -495,7 +512,7 @@ def main():
             continue
         feeds = {n: a for n, a in c.inputs if n}
         try:
-            save(args.out, c.name, c.model(), feeds, c.model(ref=True) if c.ref else None)
+            save(args.out, c.name, c.model(), feeds, c.model(ref=True) if c.ref else None, c.out_codes)
             written += 1
         except Exception as e:  # noqa: BLE001 - report every case ORT rejects
             failed.append(f"{c.name}: {str(e).splitlines()[0][:200]}")

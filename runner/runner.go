@@ -62,10 +62,22 @@ func (r *Runner) Lowerer() *lower.Lowerer { return r.e.Lowerer() }
 
 // Model is an imported model and the device copies of its weights, shared
 // by the programs compiled for it. Close it when done.
+//
+// A graph with string values runs in host stages around its device graph
+// (fxgraph.SplitHost, engine.Model.Host): Bind, Lower and Compile are the
+// device graph's, Run runs the whole model.
 type Model struct {
-	// Graph is the model's graph (optimized).
+	// Graph is the model's graph (optimized; with host stages, the whole
+	// graph, whose inputs and outputs are the model's).
 	Graph *fxgraph.Graph
 	m     *engine.Model
+}
+
+func newModel(m *engine.Model) *Model {
+	if h := m.Host(); h != nil {
+		return &Model{Graph: h.Model, m: m}
+	}
+	return &Model{Graph: m.Graph(), m: m}
 }
 
 // Import imports the model file at path (any format importer.Load
@@ -78,14 +90,21 @@ func (r *Runner) Load(path string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Model{Graph: m.Graph(), m: m}, nil
+	return newModel(m), nil
 }
 
-// Model wraps an imported graph.
-func (r *Runner) Model(g *fxgraph.Graph) *Model {
-	m := r.e.NewModel(g, engine.LoadOptions{})
-	return &Model{Graph: m.Graph(), m: m}
+// Model wraps an imported graph, cutting off its host stages.
+func (r *Runner) Model(g *fxgraph.Graph) (*Model, error) {
+	m, err := r.e.NewModel(g, engine.LoadOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	return newModel(m), nil
 }
+
+// Host returns the model's host stages, or nil when it runs whole on the
+// device.
+func (m *Model) Host() *fxgraph.HostSplit { return m.m.Host() }
 
 // Close frees the model's device weights.
 func (m *Model) Close() error { return m.m.Close() }
@@ -121,10 +140,13 @@ func (m *Model) OrderInputs(named map[string]*tensor.Tensor) ([]*tensor.Tensor, 
 	return out, nil
 }
 
-// Bind returns the sizes of the model's symbolic dims for inputs (in the
-// order of the model's inputs).
+// Bind returns the sizes of the device graph's symbolic dims for inputs
+// (in the order of its inputs: the model's, without host stages).
 func (m *Model) Bind(inputs []*tensor.Tensor) (map[string]int64, error) {
-	dims, err := m.Graph.BindDims(inputs)
+	if h := m.Host(); h != nil && h.Device == nil {
+		return nil, fmt.Errorf("runner: the model has no device graph (it runs on the host)")
+	}
+	dims, err := m.m.Graph().BindDims(inputs)
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
@@ -183,8 +205,39 @@ type Timings struct {
 
 // Run binds, lowers, compiles and runs the model once on inputs (in the
 // order of its inputs) and returns its outputs, trimmed, and the program it
-// ran.
+// ran (nil for a model that runs on the host only). Host stages run before
+// and after the program.
 func (m *Model) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, *lower.Program, Timings, error) {
+	h := m.Host()
+	if h == nil {
+		return m.runDevice(ctx, inputs)
+	}
+	var prog *lower.Program
+	var tm Timings
+	outs, err := h.Run(ctx, inputs, func(ctx context.Context, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		var outs []*tensor.Tensor
+		var err error
+		outs, prog, tm, err = m.runDevice(ctx, in)
+		return outs, err
+	})
+	return outs, prog, tm, err
+}
+
+// OutputNames returns the names of the outputs Run returns (prog is what
+// Run returned).
+func (m *Model) OutputNames(prog *lower.Program) []string {
+	if m.Host() == nil {
+		return OutputNames(prog)
+	}
+	var names []string
+	for i := range m.Graph.Outputs() {
+		names = append(names, m.Graph.OutputName(i))
+	}
+	return names
+}
+
+// runDevice is Run of the device graph.
+func (m *Model) runDevice(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Tensor, *lower.Program, Timings, error) {
 	var tm Timings
 	dims, err := m.Bind(inputs)
 	if err != nil {
@@ -213,7 +266,10 @@ func (m *Model) Run(ctx context.Context, inputs []*tensor.Tensor) ([]*tensor.Ten
 // Execute compiles prog (uploading its weights for this call only), runs it
 // once on inputs and returns its outputs, trimmed.
 func (r *Runner) Execute(ctx context.Context, prog *lower.Program, inputs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	m := r.Model(fxgraph.New())
+	m, err := r.Model(fxgraph.New())
+	if err != nil {
+		return nil, err
+	}
 	defer m.Close()
 	c, err := m.Compile(ctx, prog)
 	if err != nil {

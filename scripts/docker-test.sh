@@ -18,7 +18,8 @@
 #     compile cache must compile nothing, and so must a start on a cache that
 #     `xserve compile` made.
 #  4. The TPU and CUDA images are built; their plugin must load and report
-#     that no device is present.
+#     that no device is present. In every image `xserve version` must name
+#     the plugin's package and the StableHLO versions it accepts.
 #  5. Everything it made but the stand-in base images is removed, and the
 #     dockerd it started (if it started one) is stopped.
 #
@@ -289,6 +290,7 @@ check_cpu() {
 	grep -q 'msg="loaded CPU kernels"' <<<"$logs" ||
 		die "the CPU image did not load its CPU kernel library (docker logs xserve-test-cold)"
 	log "the CPU image loaded its CPU kernels (oneDNN convolutions)"
+	check_versions cpu "$(docker run --rm --network none --no-healthcheck --entrypoint xserve "$IMAGE:cpu" version 2>&1)"
 
 	# HTTP inference (Open Inference Protocol v2, JSON) against ONNX Runtime.
 	"$PY" - "$HTTP" "$REPO/examples/samples/tinycnn" <<-'PYEOF' || die "HTTP inference"
@@ -375,7 +377,21 @@ check_no_device() { # variant
 	[[ $rc != 0 ]] || die "$1: xserve version succeeded without a device"
 	grep -q "loads (PJRT C API" <<<"$out" || die "$1: the plugin did not load"
 	grep -q "no device is usable" <<<"$out" || die "$1: no clear no-device message"
+	check_versions "$1" "$out"
 	log "$1: plugin loads and reports that no device is present"
+}
+
+# check_versions VARIANT OUTPUT: `xserve version` in the image names the
+# plugin's package and the StableHLO versions it accepts (what the programs
+# we emit must stay within, docs/DEPLOY.md); both are logged.
+check_versions() {
+	local pkg ver
+	pkg=$(sed -n 's/^plugin package: //p' <<<"$2")
+	ver=$(sed -n 's/^plugin version: //p' <<<"$2")
+	[[ -n "$pkg" ]] || die "$1: xserve version names no plugin package"
+	[[ "$ver" == *stablehlo_current_version=* && "$ver" == *stablehlo_minimum_version=* ]] ||
+		die "$1: xserve version shows no StableHLO versions: plugin version: $ver"
+	log "$1: plugin package $pkg; PJRT C API $ver"
 }
 
 main() {

@@ -6,18 +6,26 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/importer/onnx"
+	"github.com/xserve/xserve/internal/onnxtestdata"
 	"github.com/xserve/xserve/tensor"
 )
 
-// nonzeroCase is ONNX's own NonZero conformance case (Debian's
-// libonnx-testdata, installed by make testdata).
-const nonzeroCase = "/usr/include/onnx/backend/test/data/node/test_nonzero_example"
+// nonzeroCase returns ONNX's own NonZero conformance case (in the onnx
+// wheel make venv installs).
+func nonzeroCase(t *testing.T) string {
+	t.Helper()
+	dir, err := onnxtestdata.Case("node/test_nonzero_example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 func readTensorPB(t *testing.T, path string) *tensor.Tensor {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (make testdata installs the ONNX test data)", err)
+		t.Fatalf("%v (make venv installs the ONNX test data)", err)
 	}
 	x, _, err := onnx.DecodeTensor(data)
 	if err != nil {
@@ -32,7 +40,8 @@ func readTensorPB(t *testing.T, path string) *tensor.Tensor {
 // and no count output.
 func TestDataDependentOutputSizes(t *testing.T) {
 	r := newRepo(t)
-	r.add("nonzero", 1, nonzeroCase+"/model.onnx")
+	nz := nonzeroCase(t)
+	r.add("nonzero", 1, nz+"/model.onnx")
 	m, _ := start(t, r, nil)
 	md, err := m.Metadata("nonzero", 0)
 	if err != nil {
@@ -41,8 +50,8 @@ func TestDataDependentOutputSizes(t *testing.T) {
 	if len(md.Outputs) != 1 || md.Outputs[0].Name != "result" {
 		t.Fatalf("outputs %+v: want the model's one output, no count", md.Outputs)
 	}
-	in := readTensorPB(t, nonzeroCase+"/test_data_set_0/input_0.pb")
-	want := readTensorPB(t, nonzeroCase+"/test_data_set_0/output_0.pb")
+	in := readTensorPB(t, nz+"/test_data_set_0/input_0.pb")
+	want := readTensorPB(t, nz+"/test_data_set_0/output_0.pb")
 	got := infer(t, m, "nonzero", 0, map[string]*tensor.Tensor{"condition": in}).Outputs
 	if len(got) != 1 || !slices.Equal(got[0].Tensor.Shape, want.Shape) || !slices.Equal(got[0].Tensor.Data, want.Data) {
 		t.Errorf("NonZero: got %v %v, want ONNX's %v %v", got[0].Tensor, got[0].Tensor.Data, want, want.Data)

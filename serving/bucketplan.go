@@ -52,6 +52,13 @@ type SymbolPlan struct {
 	// Pad is the symbol's pad policy and PadReason why.
 	Pad       PadPolicy
 	PadReason string
+	// Stride, when above 1, is a step the model's shapes need: the default
+	// buckets at sizes the IR's shape propagation refused were dropped and
+	// the rest are its multiples (learnSizes); a size above the largest
+	// bucket runs at the next multiple when padding is invisible. Learned
+	// says what was dropped and why.
+	Stride  int64
+	Learned string
 }
 
 // Role reads "batch" or "dynamic".
@@ -82,6 +89,9 @@ type BucketPlan struct {
 	// modelSyms maps each symbol of the model's inputs to what it is served
 	// as: a served symbol, or a static size config.yaml pins it to.
 	modelSyms map[string]dimSpec
+	// derived are the model's derived symbols (Graph.SymbolExprs): input
+	// dims that are expressions of its symbols, evaluated, not served.
+	derived   map[string]*fxgraph.SymExpr
 	batchName string // the batch symbol's served name, "" without one
 	// bounded lists the outputs of data-dependent size and their count
 	// outputs (the graph's last outputs, not served): executions return them
@@ -188,6 +198,9 @@ func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 		}
 		for d, spec := range in.Dims {
 			got := t.Shape[d]
+			if spec.Expr != nil {
+				continue // checked below, once the plain symbols are bound
+			}
 			if spec.Sym == "" {
 				if got != spec.Size {
 					return nil, fmt.Errorf("%w: input %q dim %d is %d, model expects %d (shape %s)", ErrInvalidInput, in.Name, d, got, spec.Size, formatDims(in.Dims))
@@ -203,31 +216,106 @@ func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 			}
 		}
 	}
+	if err := p.bindDerived(inputs, dims, from); err != nil {
+		return nil, err
+	}
 	return dims, nil
+}
+
+// bindDerived checks every input dim that is an expression of symbols
+// against the sizes bound from the other inputs, solving a symbol that only
+// such a dim carries where the expression allows (s + c, c * s).
+func (p *BucketPlan) bindDerived(inputs []*tensor.Tensor, dims map[string]int64, from map[string]string) error {
+	for i := range p.Inputs {
+		in := &p.Inputs[i]
+		for d, spec := range in.Dims {
+			if spec.Expr == nil {
+				continue
+			}
+			got := inputs[i].Shape[d]
+			for _, s := range spec.Expr.Symbols() {
+				if _, ok := dims[s]; ok {
+					continue
+				}
+				sym, v, ok := spec.Expr.Solve(got)
+				if !ok || sym != s {
+					return fmt.Errorf("%w: input %q dim %d is %s, whose symbol %s no input gives on its own", ErrInvalidInput, in.Name, d, spec.Sym, s)
+				}
+				dims[s], from[s] = v, fmt.Sprintf("input %q dim %d (%s = %d)", in.Name, d, spec.Sym, got)
+			}
+			want, err := spec.Expr.Eval(dims)
+			if err != nil {
+				return fmt.Errorf("%w: input %q dim %d: %v", ErrInvalidInput, in.Name, d, err)
+			}
+			if got != want {
+				var parts []string
+				for _, s := range spec.Expr.Symbols() {
+					parts = append(parts, fmt.Sprintf("%s is %d from %s", s, dims[s], from[s]))
+				}
+				return fmt.Errorf("%w: input %q dim %d (%s) is %d, but %s is %d (%s)", ErrInvalidInput, in.Name, d, spec.Sym, got, spec.Sym, want, strings.Join(parts, ", "))
+			}
+		}
+	}
+	return nil
 }
 
 // choose returns the sizes a request of the given sizes executes at: per
 // symbol the smallest bucket that holds it (PadBuckets) or its own size
-// (PadExact). A size above the largest bucket, or outside the model's range
-// where it cannot be padded into it, is ErrNoBucket.
+// (PadExact, or a size above the largest bucket: an executable of its own,
+// compiled on first use within the compile budget). A size outside the
+// model's range where it cannot be padded into it, or above the largest
+// bucket of a symbol whose buckets config.yaml gives, is ErrNoBucket.
 func (p *BucketPlan) choose(dims map[string]int64) (map[string]int64, error) {
 	exec := make(map[string]int64, len(p.Symbols))
 	for _, s := range p.Symbols {
 		n := dims[s.Name]
-		top := s.Buckets[len(s.Buckets)-1]
-		switch {
-		case n > top:
-			return nil, fmt.Errorf("%w: %s (%s) is %d, the largest bucket is %d (buckets: %v)", ErrNoBucket, p.origin(s.Name), s.Name, n, top, s.Buckets)
-		case s.Pad == PadExact && !s.Range.Contains(n):
-			return nil, fmt.Errorf("%w: %s (%s) is %d, outside the range %s the model allows for it (served at exact sizes: padding would change the outputs)", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Range)
-		case s.Pad == PadExact:
-			exec[s.Name] = n
-		default:
-			i := sort.Search(len(s.Buckets), func(i int) bool { return s.Buckets[i] >= n })
-			exec[s.Name] = s.Buckets[i]
+		var err error
+		if n > s.Buckets[len(s.Buckets)-1] {
+			exec[s.Name], err = p.aboveBuckets(s, n)
+		} else {
+			exec[s.Name], err = p.withinBuckets(s, n)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return exec, nil
+}
+
+// aboveBuckets is choose for a size above s's largest bucket: its own size
+// (the next multiple of a learned stride where padding is invisible) when
+// the buckets are the defaults and the model's range holds it.
+func (p *BucketPlan) aboveBuckets(s *SymbolPlan, n int64) (int64, error) {
+	top := s.Buckets[len(s.Buckets)-1]
+	switch {
+	case !s.Defaulted || !s.Range.Contains(n):
+		return 0, fmt.Errorf("%w: %s (%s) is %d, the largest bucket is %d (buckets: %v%s)", ErrNoBucket, p.origin(s.Name), s.Name, n, top, s.Buckets, p.rangeNote(s, n))
+	case s.Stride <= 1 || n%s.Stride == 0:
+		return n, nil
+	case s.Pad == PadBuckets:
+		return (n + s.Stride - 1) / s.Stride * s.Stride, nil
+	}
+	return 0, fmt.Errorf("%w: %s (%s) is %d; the model's shapes need a multiple of %d there (%s), and padding changes its outputs", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Stride, s.Learned)
+}
+
+// withinBuckets is choose for a size up to s's largest bucket.
+func (p *BucketPlan) withinBuckets(s *SymbolPlan, n int64) (int64, error) {
+	switch {
+	case s.Pad == PadExact && !s.Range.Contains(n):
+		return 0, fmt.Errorf("%w: %s (%s) is %d, outside the range %s the model allows for it (served at exact sizes: padding would change the outputs)", ErrNoBucket, p.origin(s.Name), s.Name, n, s.Range)
+	case s.Pad == PadExact:
+		return n, nil
+	}
+	i := sort.Search(len(s.Buckets), func(i int) bool { return s.Buckets[i] >= n })
+	return s.Buckets[i], nil
+}
+
+// rangeNote says why a size above the largest bucket is refused.
+func (p *BucketPlan) rangeNote(s *SymbolPlan, n int64) string {
+	if !s.Range.Contains(n) {
+		return fmt.Sprintf("; the model allows %s for it", s.Range)
+	}
+	return "; config.yaml's buckets bound it"
 }
 
 // origin names the first input dim that has the served symbol sym.
@@ -281,6 +369,9 @@ func (p *BucketPlan) modelDims(dims map[string]int64) map[string]int64 {
 			md[ms] = spec.Size
 		}
 	}
+	for name, e := range p.derived {
+		md[name], _ = e.Eval(md) // the model's symbols, all set above
+	}
 	return md
 }
 
@@ -289,9 +380,12 @@ func (p *BucketPlan) inputShape(i int, dims map[string]int64) []int64 {
 	in := &p.Inputs[i]
 	shape := make([]int64, len(in.Dims))
 	for d, spec := range in.Dims {
-		if spec.Sym != "" {
+		switch {
+		case spec.Expr != nil:
+			shape[d], _ = spec.Expr.Eval(dims) // every symbol is served: bound
+		case spec.Sym != "":
 			shape[d] = dims[spec.Sym]
-		} else {
+		default:
 			shape[d] = spec.Size
 		}
 	}

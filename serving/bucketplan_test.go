@@ -55,6 +55,90 @@ func TestClampBuckets(t *testing.T) {
 	}
 }
 
+// TestDefaultSymbolBuckets: a non-batch symbol without config.yaml buckets
+// gets its range's minimum, then the powers of two above it, up to the
+// range's maximum or 4096.
+func TestDefaultSymbolBuckets(t *testing.T) {
+	for _, tt := range []struct {
+		r    fxgraph.SymbolRange
+		want []int64
+	}{
+		{fxgraph.SymbolRange{Min: 0, Max: -1}, []int64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}},
+		{fxgraph.SymbolRange{Min: 2, Max: 50}, []int64{2, 4, 8, 16, 32, 50}},
+		{fxgraph.SymbolRange{Min: 3, Max: 3}, []int64{3}},
+		{fxgraph.SymbolRange{Min: 1024, Max: -1}, []int64{1024, 2048, 4096}},
+		{fxgraph.SymbolRange{Min: 100, Max: 300}, []int64{100, 128, 256, 300}},
+	} {
+		if got := defaultSymbolBuckets(tt.r); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.r, got, tt.want)
+		}
+	}
+}
+
+// TestPlanZeroConfigAboveBuckets: with no config.yaml, a size above the
+// largest default bucket (within the model's range) runs at its exact
+// size; one outside the range is refused, naming it.
+func TestPlanZeroConfigAboveBuckets(t *testing.T) {
+	for _, tt := range []struct {
+		max, batch, seq int64
+		want            string
+	}{
+		{-1, 3, 4096, "batch=4,s7=4096"},
+		{-1, 3, 5000, "batch=4,s7=5000"},
+		{-1, 100, 12, "batch=100,s7=16"},
+		{9000, 1, 8500, "batch=1,s7=9000"},
+		{9000, 1, 9001, "is 9001, the largest bucket is 9000 (buckets: [2 4 8 16 32 64 128 256 512 1024 2048 4096 8192 9000]; the model allows [2, 9000] for it)"},
+	} {
+		g := planGraph(map[string]fxgraph.SymbolRange{"s7": {Min: 2, Max: tt.max}}, fxgraph.Shape{fxgraph.S("batch"), fxgraph.S("s7")})
+		p := mustPlan(t, g, "", nil)
+		p.Symbols[0].Pad, p.Symbols[1].Pad = PadBuckets, PadBuckets
+		exec, err := p.choose(map[string]int64{"batch": tt.batch, "s7": tt.seq})
+		got := ""
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = p.keyName(exec)
+		}
+		if !strings.Contains(got, tt.want) {
+			t.Errorf("%d,%d: %q, want %q", tt.batch, tt.seq, got, tt.want)
+		}
+	}
+}
+
+// TestPlanLearnsStride: the default buckets at which the model's shapes
+// fail (here: not a multiple of 32, as a detector's feature maps need) are
+// dropped; sizes above the largest bucket run at the next multiple when
+// padding is invisible, and are refused naming the stride when it is not.
+func TestPlanLearnsStride(t *testing.T) {
+	g := planGraph(map[string]fxgraph.SymbolRange{"h": {Min: 1, Max: -1}, "w": {Min: 1, Max: -1}},
+		fxgraph.Shape{fxgraph.S("batch"), fxgraph.D(3), fxgraph.S("h"), fxgraph.S("w")})
+	shapes := func(d map[string]int64) ([][]int64, error) {
+		for _, s := range []string{"h", "w"} {
+			if d[s]%32 != 0 {
+				return nil, fmt.Errorf("cat: inputs of %d and %d rows", d[s]/2, (d[s]+1)/2)
+			}
+		}
+		return [][]int64{{d["batch"], 3, d["h"], d["w"]}}, nil
+	}
+	p := mustPlan(t, g, "", shapes)
+	p.learnSizes()
+	h := p.symbol("h")
+	if !slices.Equal(h.Buckets, []int64{32, 64, 128, 256, 512, 1024, 2048, 4096}) || h.Stride != 32 || !strings.Contains(h.Learned, "fail at h 1, 2, 4, 8, 16") {
+		t.Fatalf("h: buckets %v, stride %d, learned %q", h.Buckets, h.Stride, h.Learned)
+	}
+	for _, s := range p.Symbols {
+		s.Pad = PadBuckets
+	}
+	exec, err := p.choose(map[string]int64{"batch": 1, "h": 100, "w": 5000})
+	if err != nil || p.keyName(exec) != "batch=1,h=128,w=5024" {
+		t.Errorf("100x5000 padded: %v %v", exec, err)
+	}
+	p.symbol("w").Pad = PadExact
+	if _, err := p.choose(map[string]int64{"batch": 1, "h": 64, "w": 5000}); !errors.Is(err, ErrNoBucket) || !strings.Contains(err.Error(), "need a multiple of 32") {
+		t.Errorf("w 5000 served exactly: %v", err)
+	}
+}
+
 // TestPlanZeroConfig: a torch.export-style graph whose symbols are s43 and
 // s7 with minimum 2: the leading symbol of every input is the batch,
 // served as "batch", its default buckets clamped to the range.
@@ -116,7 +200,7 @@ func TestPlanChoose(t *testing.T) {
 		{1, 4, "batch=1,seq=4"},
 		{3, 7, "batch=4,seq=7"}, // batch padded, seq exact
 		{8, 16, "batch=8,seq=16"},
-		{9, 4, `shape fits no bucket: input "in0" dim 0 (batch) is 9, the largest bucket is 8 (buckets: [1 2 4 8])`},
+		{9, 4, `shape fits no bucket: input "in0" dim 0 (batch) is 9, the largest bucket is 8 (buckets: [1 2 4 8]; config.yaml's buckets bound it)`},
 		{1, 17, `input "in0" dim 1 (seq) is 17, the largest bucket is 16`},
 		{1, 1, `input "in0" dim 1 (seq) is 1, outside the range [2, inf]`},
 	} {

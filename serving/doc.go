@@ -21,10 +21,14 @@
 // knows every served symbol and where it appears, which one is the batch
 // (config.yaml's batch_symbol, else the leading dim of every input, served
 // as "batch"), each symbol's buckets (config.yaml's, else [1 2 4 ... 64]
-// clamped to the model's range) and pad policy, and each input's pad value.
+// for the batch and the range's minimum then powers of two up to 4096 for
+// the others, both clamped to the model's range, less the sizes at which
+// the model's shapes fail) and pad policy, and each input's pad value.
 // For a request it chooses the sizes to execute at (the smallest bucket
 // that holds each padded symbol, the request's own size for a symbol served
-// exactly; above the largest bucket is ErrNoBucket), pads the inputs into
+// exactly or above the largest default bucket, compiled on first use within
+// a server-wide compile budget; above config.yaml's largest bucket or
+// outside the model's range is ErrNoBucket), pads the inputs into
 // them (block copies of the request's bytes, none when the request fits
 // exactly) and slices every output back to its exact shape at the request's
 // sizes, which the IR's shape propagation gives (lower.OutputShapes,

@@ -100,8 +100,8 @@ func (v *version) loadGenerative(ctx context.Context, cfgFile string) error {
 		gc.EOSTokenIDs = tok.EOSIDs
 	}
 	gen, err := generate.New(ctx, generate.Options{
-		Graph: v.model.Graph(), Config: &gc, ConfigFile: cfgFile, Lowerer: v.m.engine.Lowerer(),
-		Device: &generate.PJRTDevice{Client: v.m.engine.Client(), Weights: v.model.Weights().Get},
+		Graph: v.model.Graph(), GraphAt: v.model.GraphAt, Config: &gc, ConfigFile: cfgFile, Lowerer: v.m.engine.Lowerer(),
+		Device: &generate.EngineDevice{Engine: v.m.engine, Model: v.model},
 		Warmup: v.cfg.Warmup == modelrepo.WarmupEager, Logger: v.log(),
 	})
 	if err != nil {

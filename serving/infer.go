@@ -73,9 +73,22 @@ func (v *version) infer(ctx context.Context, req *InferRequest, start time.Time)
 	return resp, err
 }
 
-// inferOnce validates req and runs it: through the version's batcher when
-// it has one (and the request has rows to batch), else alone in its bucket.
+// inferOnce validates req and runs it: through the host stages of a model
+// with string values, else on the device.
 func (v *version) inferOnce(ctx context.Context, req *InferRequest) (*InferResponse, runTimes, error) {
+	if v.host != nil {
+		return v.inferHost(ctx, req)
+	}
+	return v.inferDevice(ctx, req)
+}
+
+// inferDevice validates req against the plan and runs it: through the
+// version's batcher when it has one (and the request has rows to batch),
+// else alone in its bucket.
+func (v *version) inferDevice(ctx context.Context, req *InferRequest) (*InferResponse, runTimes, error) {
+	if v.plan == nil {
+		return nil, runTimes{}, fmt.Errorf("serving: %s has no device program", v)
+	}
 	c, err := v.prepare(req)
 	if err != nil {
 		return nil, runTimes{}, err

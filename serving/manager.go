@@ -60,6 +60,11 @@ type Options struct {
 	// cores at once (see SplitBatches); "" means SplitAuto. Other platforms
 	// always run an execution whole.
 	SplitBatches SplitBatches
+	// ExactCompilesPerMinute bounds the compiles of exact-size executables
+	// (a size no bucket holds) across all models; a compile beyond it waits
+	// for the budget, and so do the requests that need it, each within its
+	// deadline. 0 means DefaultExactCompilesPerMinute.
+	ExactCompilesPerMinute int
 	// Cores is how many executions run at once without sharing a CPU core
 	// (engine.Options.Cores); 0 means runtime.GOMAXPROCS.
 	Cores int
@@ -92,6 +97,9 @@ func (o *Options) setDefaults() {
 	if o.SplitBatches == "" {
 		o.SplitBatches = SplitAuto
 	}
+	if o.ExactCompilesPerMinute == 0 {
+		o.ExactCompilesPerMinute = DefaultExactCompilesPerMinute
+	}
 }
 
 func (o *Options) validate() error {
@@ -106,6 +114,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("serving: Options.Cores must be >= 0, got %d", o.Cores)
 	case o.PollInterval < 0:
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
+	case o.ExactCompilesPerMinute < 0:
+		return fmt.Errorf("serving: Options.ExactCompilesPerMinute must be >= 0, got %d", o.ExactCompilesPerMinute)
 	}
 	if _, err := ParseSplitBatches(string(o.SplitBatches)); err != nil {
 		return fmt.Errorf("serving: Options.SplitBatches: %w", err)
@@ -136,6 +146,8 @@ type Manager struct {
 
 	// compileSlots holds a token per build in progress (CompileParallelism).
 	compileSlots chan struct{}
+	// exactBudget bounds the compiles of exact-size executables.
+	exactBudget *compileBudget
 
 	// ctx is cancelled by Shutdown: it stops polling and aborts loads.
 	ctx    context.Context
@@ -194,6 +206,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		repo:         opts.Repository,
 		metrics:      newServerMetrics(),
 		compileSlots: make(chan struct{}, opts.CompileParallelism),
+		exactBudget:  newCompileBudget(opts.ExactCompilesPerMinute),
 		models:       map[string]*model{},
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -770,6 +783,13 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Buckets:  map[string][]int64{},
 	}
 	p := v.plan
+	if v.host != nil {
+		md.Inputs, md.Outputs = slices.Clone(v.host.inputs), slices.Clone(v.host.outputs)
+		if p == nil {
+			return md, nil
+		}
+		p = &BucketPlan{Symbols: p.Symbols} // the device graph's buckets
+	}
 	for i := range p.Inputs {
 		md.Inputs = append(md.Inputs, p.Inputs[i].spec())
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/tensor"
@@ -216,8 +217,10 @@ func TestNoBucket(t *testing.T) {
 	m, logs := start(t, r, nil)
 	loaded := m.compiles.Load() // the load-time pad probe's
 	_, err := m.Infer(context.Background(), "tinycnn", 0, &InferRequest{Inputs: map[string]*tensor.Tensor{"image": tensor.New(tensor.Float32, 100, 3, 32, 32)}})
-	want := `serving: shape fits no bucket: input "image" dim 0 (batch) is 100, the largest bucket is 64 (buckets: [1 2 4 8 16 32 64])`
-	if !errors.Is(err, ErrNoBucket) || err.Error() != want {
+	// Above the default batch buckets a size runs exactly, but dynamic
+	// batching (on by default) bounds the rows of a request first.
+	want := `100 rows exceed the maximum batch size 64 (buckets [1 2 4 8 16 32 64])`
+	if !errors.Is(err, ErrInvalidInput) || !errors.Is(err, batching.ErrTooLarge) || !strings.Contains(err.Error(), want) {
 		t.Errorf("Infer with batch 100:\n got %v\nwant %s", err, want)
 	}
 	if n := m.compiles.Load() - loaded; n != 0 {

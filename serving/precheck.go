@@ -19,6 +19,9 @@ func (m *Manager) CheckInput(model string, version int64, name string, dt tensor
 		return err
 	}
 	defer m.release(v)
+	if v.host != nil {
+		return v.host.checkInput(v.name, name, dt, shape)
+	}
 	return v.plan.checkInput(v, name, dt, shape)
 }
 
@@ -60,7 +63,7 @@ func (p *BucketPlan) checkDim(name string, d int, spec dimSpec, got int64, dims 
 		}
 		top := s.Buckets[len(s.Buckets)-1]
 		switch {
-		case got > top:
+		case got > top && (!s.Defaulted || !s.Range.Contains(got)):
 			return fmt.Errorf("%w: input %q dim %d (%s) is %d, the largest bucket is %d (buckets: %v)", ErrNoBucket, name, d, s.Name, got, top, s.Buckets)
 		case s.Pad == PadExact && !s.Range.Contains(got):
 			return fmt.Errorf("%w: input %q dim %d (%s) is %d, outside the range %s the model allows for it", ErrNoBucket, name, d, s.Name, got, s.Range)

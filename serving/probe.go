@@ -44,8 +44,16 @@ func (v *version) probePadding(ctx context.Context) error {
 		if s.Defaulted {
 			from = "default"
 		}
-		v.log().Info("symbol", "symbol", s.Name, "role", s.Role(), "model_symbols", s.Model, "buckets", fmt.Sprint(s.Buckets),
-			"buckets_from", from, "range", s.Range.String(), "pad", string(s.Pad), "why", s.PadReason)
+		above := "refused (config.yaml's buckets)"
+		if s.Defaulted {
+			above = "exact size, compiled on first use"
+		}
+		attrs := []any{"symbol", s.Name, "role", s.Role(), "model_symbols", s.Model, "buckets", fmt.Sprint(s.Buckets),
+			"buckets_from", from, "range", s.Range.String(), "pad", string(s.Pad), "why", s.PadReason, "above_largest_bucket", above}
+		if s.Stride > 1 {
+			attrs = append(attrs, "stride", s.Stride, "learned", s.Learned)
+		}
+		v.log().Info("symbol", attrs...)
 	}
 	return nil
 }

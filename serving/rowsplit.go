@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/tensor"
@@ -45,26 +46,38 @@ type shard struct {
 // execute runs exe, the executable of bucket b at exec sizes, on inputs
 // whose first rows (of the batch dim) are the requests', the way b's
 // strategy chooses: whole, or as shards of its rows at once; split then
-// names the shards' buckets ("batch=2+batch=2"), else it is "".
+// names the shards' buckets ("batch=2+batch=2"), else it is "". The
+// strategy learns from the time of the whole of it.
 func (v *version) execute(ctx context.Context, b *bucket, exe *engine.Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) (outs []*tensor.Tensor, split string, err error) {
 	x := v.m.engine.Begin()
 	defer x.End()
 	shards := v.shards(exec, rows, b.strategy.Parts(x.Load()))
 	way := b.strategy.Choose(x.Load(), shards != nil)
-	if !way.Split {
-		res, err := x.Run(ctx, b.strategy, way, []engine.Job{{Exe: exe, Inputs: inputs}})
-		if err != nil {
-			return nil, "", err
+	start := time.Now()
+	if way.Split {
+		outs, split, err = v.executeSplit(ctx, &x, way, exec, inputs, shards)
+	} else {
+		jobs := [1]engine.Job{{Exe: exe, Inputs: inputs}}
+		if err = x.Run(ctx, way, jobs[:]); err == nil {
+			outs = jobs[0].Outs
 		}
-		return res[0], "", nil
 	}
+	if err != nil {
+		return nil, "", err
+	}
+	b.strategy.Observe(way, time.Since(start))
+	return outs, split, nil
+}
+
+// executeSplit runs an execution at exec sizes as its shards at once and
+// stacks their outputs.
+func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way engine.Way, exec map[string]int64, inputs []*tensor.Tensor, shards []shard) (outs []*tensor.Tensor, split string, err error) {
 	jobs, release, err := v.shardJobs(ctx, inputs, shards)
 	defer release()
 	if err != nil {
 		return nil, "", err
 	}
-	res, err := x.Run(ctx, b.strategy, way, jobs)
-	if err != nil {
+	if err := x.Run(ctx, way, jobs); err != nil {
 		if je := (*engine.JobError)(nil); errors.As(err, &je) {
 			s := shards[je.Job]
 			err = fmt.Errorf("rows %d to %d: bucket %s: %w", s.lo, s.lo+s.n-1, v.plan.keyName(s.exec), je.Err)
@@ -72,6 +85,10 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *engine.Executable
 		return nil, "", err
 	}
 	v.m.metrics.splitRuns.With(v.name, v.label).Inc()
+	res := make([][]*tensor.Tensor, len(jobs))
+	for i, j := range jobs {
+		res[i] = j.Outs
+	}
 	if outs, err = v.joinShards(exec, res, shards); err != nil {
 		return nil, "", err
 	}

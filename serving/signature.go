@@ -12,9 +12,36 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// defaultBuckets returns the bucket sizes of a symbol that config.yaml gives
-// no buckets for (clamped to the model's range for the symbol).
+// defaultBuckets returns the batch bucket sizes of a model whose config.yaml
+// gives none (clamped to the model's range for the batch symbol).
 func defaultBuckets() []int64 { return []int64{1, 2, 4, 8, 16, 32, 64} }
+
+// defaultTopBucket is the largest default bucket of a non-batch symbol
+// whose range has no upper bound: larger sizes run at their exact size.
+const defaultTopBucket = 4096
+
+// defaultSymbolBuckets returns the bucket sizes of a non-batch symbol that
+// config.yaml gives none for: the smallest size the model's range allows,
+// then every power of two above it, up to the range's maximum (itself the
+// last bucket) or defaultTopBucket. Sizes above the largest bucket run at
+// their exact size (BucketPlan.choose).
+func defaultSymbolBuckets(r fxgraph.SymbolRange) []int64 {
+	lo := max(r.Min, 1)
+	hi := int64(defaultTopBucket)
+	if r.Max >= 0 {
+		hi = r.Max
+	}
+	out := []int64{lo}
+	for p := int64(1); p <= hi && p <= 1<<40; p *= 2 {
+		if p > lo {
+			out = append(out, p)
+		}
+	}
+	if r.Max >= 0 && out[len(out)-1] < r.Max && lo < r.Max {
+		out = append(out, r.Max)
+	}
+	return out
+}
 
 // maxBucketCombinations bounds the number of bucket combinations a model may
 // have (the product of its symbols' bucket counts).
@@ -24,10 +51,13 @@ const maxBucketCombinations = 4096
 const unknownSym = "?"
 
 // dimSpec is one dim of a served tensor: a static size (Sym empty), a
-// served symbol, or unknownSym (declared outputs only).
+// served symbol, an expression of served symbols (Expr set, Sym its text:
+// a .pt2 input dim such as past + 1), or unknownSym (declared outputs
+// only).
 type dimSpec struct {
 	Size int64
 	Sym  string
+	Expr *fxgraph.SymExpr
 }
 
 func (d dimSpec) String() string {
@@ -37,7 +67,7 @@ func (d dimSpec) String() string {
 	return strconv.FormatInt(d.Size, 10)
 }
 
-func (d dimSpec) isSymbol() bool { return d.Sym != "" && d.Sym != unknownSym }
+func (d dimSpec) isSymbol() bool { return d.Sym != "" && d.Sym != unknownSym && d.Expr == nil }
 
 func formatDims(dims []dimSpec) string {
 	parts := make([]string, len(dims))
@@ -105,7 +135,7 @@ type planBuilder struct {
 func NewBucketPlan(g *fxgraph.Graph, cfg *modelrepo.Config, cfgFile string, shapes ShapeFunc) (*BucketPlan, error) {
 	b := &planBuilder{
 		g: g, cfg: cfg, cfgFile: cfgFile, ph: g.Placeholders(),
-		p:       &BucketPlan{modelSyms: map[string]dimSpec{}, shapes: shapes, shapeCache: map[string][][]int64{}},
+		p:       &BucketPlan{modelSyms: map[string]dimSpec{}, derived: g.SymbolExprs, shapes: shapes, shapeCache: map[string][][]int64{}},
 		boundBy: map[string]string{}, renamed: map[string]bool{}, cfgIn: map[string]modelrepo.InputConfig{},
 	}
 	if len(b.ph) == 0 {
@@ -198,8 +228,14 @@ func (b *planBuilder) bindModelSymbols() error {
 			if md.Sym == unknownSym || md.Sym == "" {
 				return fmt.Errorf("serving: dim %d of input %q has no size or symbol; give it a symbol in %s (inputs: dims)", d, p.Target, b.cfgFile)
 			}
-			if _, ok := b.p.modelSyms[md.Sym]; !ok {
-				b.p.modelSyms[md.Sym] = dimSpec{Sym: md.Sym}
+			syms := []string{md.Sym}
+			if e, ok := b.g.SymbolExprs[md.Sym]; ok {
+				syms = e.Symbols() // a derived dim: its symbols are served
+			}
+			for _, s := range syms {
+				if _, ok := b.p.modelSyms[s]; !ok {
+					b.p.modelSyms[s] = dimSpec{Sym: s}
+				}
 			}
 		}
 	}
@@ -277,14 +313,30 @@ func (b *planBuilder) servedName(name string) string {
 	return name
 }
 
+// servedExpr returns the dim of a derived input dim: e over the served
+// symbols (config.yaml's pinned sizes substituted), printed as its text.
+func (b *planBuilder) servedExpr(e *fxgraph.SymExpr) dimSpec {
+	se := e.Substitute(func(sym string) *fxgraph.SymExpr {
+		d := b.p.modelSyms[sym]
+		if d.Sym == "" {
+			return &fxgraph.SymExpr{Op: "int", Value: d.Size}
+		}
+		return &fxgraph.SymExpr{Op: "sym", Sym: d.Sym}
+	})
+	return dimSpec{Sym: se.String(), Expr: se}
+}
+
 func (b *planBuilder) buildInputs() error {
 	for _, p := range b.ph {
 		m := p.Val()
 		in := tensorSig{Name: p.Target, DType: m.DType, Dims: make([]dimSpec, len(m.Shape))}
 		for d, md := range m.Shape {
-			if md.IsStatic() {
+			switch e, derived := b.g.SymbolExprs[md.Sym]; {
+			case md.IsStatic():
 				in.Dims[d] = dimSpec{Size: md.Size}
-			} else {
+			case derived:
+				in.Dims[d] = b.servedExpr(e)
+			default:
 				in.Dims[d] = b.p.modelSyms[md.Sym]
 			}
 		}
@@ -391,7 +443,7 @@ func (b *planBuilder) buildSymbols() error {
 			return err
 		}
 		b.symbolPad(s, used)
-		combos *= len(s.Buckets)
+		combos *= b.warmupBuckets(s)
 		if combos > maxBucketCombinations {
 			return configError(b.cfgFile, "buckets", "the symbols %s give more than %d bucket combinations; give fewer sizes", p.symbolNames(), maxBucketCombinations)
 		}
@@ -407,6 +459,16 @@ func (b *planBuilder) buildSymbols() error {
 		}
 	}
 	return nil
+}
+
+// warmupBuckets is how many of s's buckets an eager warmup compiles (the
+// combination limit counts them): config.yaml's, or the defaults under
+// warmup: eager; lazily compiled defaults count as one.
+func (b *planBuilder) warmupBuckets(s *SymbolPlan) int {
+	if !s.Defaulted || b.cfg.Warmup == modelrepo.WarmupEager {
+		return len(s.Buckets)
+	}
+	return 1
 }
 
 // configNames are the names config.yaml may use for s: its served name,
@@ -432,6 +494,11 @@ func (b *planBuilder) symbolBuckets(s *SymbolPlan, used map[string]bool) error {
 	}
 	s.Defaulted = true
 	s.Buckets = clampBuckets(defaultBuckets(), s.Range)
+	if !s.Batch && b.cfg.Warmup != modelrepo.WarmupEager {
+		// Compiled on first use: as many as the range allows. An eager
+		// warmup keeps the batch's defaults (it compiles every combination).
+		s.Buckets = defaultSymbolBuckets(s.Range)
+	}
 	return nil
 }
 
@@ -442,6 +509,12 @@ func (b *planBuilder) symbolPad(s *SymbolPlan, used map[string]bool) {
 		// An output whose size depends on the values (NonZero, Unique, ...)
 		// would count the padding: every size runs exactly.
 		s.Pad, s.PadReason = PadExact, "the model has outputs of data-dependent size"
+		return
+	}
+	if why := wholeTensorQuantization(b.g); why != "" {
+		// Padding (and other requests' rows) would move the quantization
+		// range of every row: visible, though a probe may not see it.
+		s.Pad, s.PadReason = PadExact, why
 		return
 	}
 	for _, name := range s.configNames() {
@@ -489,4 +562,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// wholeTensorQuantization says why the model's rows are not independent
+// when it quantizes activations over a whole tensor at run time (ONNX
+// DynamicQuantizeLinear's min/max over every element, DynamicQuantizeLSTM's
+// over the whole batch), or "".
+func wholeTensorQuantization(g *fxgraph.Graph) string {
+	for _, n := range g.Nodes() {
+		switch {
+		case n.Op == fxgraph.XserveRNN && fxgraph.RNNQuantized(n):
+			return "the model quantizes its recurrent state over the whole batch (DynamicQuantizeLSTM): padding and other requests' rows change every row's quantization"
+		case n.Op == fxgraph.AtenMin || n.Op == fxgraph.AtenMax:
+			return "the model takes the minimum or maximum of a whole tensor (DynamicQuantizeLinear's range): padding and other requests' rows change it"
+		}
+	}
+	return ""
 }

@@ -31,7 +31,10 @@ type version struct {
 
 	// Set by load and read-only afterwards.
 	model *engine.Model // its graph and weights
-	plan  *BucketPlan
+	plan  *BucketPlan   // nil for a model that runs on the host only
+	// host is the model's host stages (string operators), nil when it runs
+	// whole on the device.
+	host *hostStages
 	// batcher groups requests into batches; nil when the version runs each
 	// request alone (batching off, or requests that cannot be stacked).
 	batcher *batching.Batcher
@@ -112,6 +115,13 @@ func (v *version) load(ctx context.Context) error {
 		return err
 	}
 	v.model = model
+	if h := model.Host(); h != nil {
+		v.host = newHostStages(h)
+		if h.Device == nil {
+			v.log().Info("model version loaded", "file", v.entry.Path, "inputs", specNames(v.host.inputs), "device", "none: it runs on the host only")
+			return nil
+		}
+	}
 	cfgFile := filepath.Join(filepath.Dir(filepath.Dir(v.entry.Path)), modelrepo.ConfigFile)
 	shapes := func(dims map[string]int64) ([][]int64, error) {
 		shapes, err := model.OutputShapes(dims)
@@ -128,6 +138,7 @@ func (v *version) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	plan.learnSizes()
 	v.plan = plan
 	if len(plan.UnusedBuckets) > 0 {
 		v.log().Warn("config.yaml has buckets for symbols no input has", "symbols", plan.UnusedBuckets, "config", cfgFile)
@@ -278,9 +289,15 @@ func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 	}
 }
 
-// buildInSlot waits for a compile slot (the Manager runs at most
-// Options.CompileParallelism builds at once), then builds b.
+// buildInSlot waits for the compile budget (exact-size buckets) and a
+// compile slot (the Manager runs at most Options.CompileParallelism builds
+// at once), then builds b.
 func (v *version) buildInSlot(b *bucket) (*engine.Executable, bool, error) {
+	if b.exact {
+		if err := v.m.exactBudget.wait(v.ctx); err != nil {
+			return nil, false, fmt.Errorf("waiting for the exact-size compile budget: %w", err)
+		}
+	}
 	select {
 	case v.m.compileSlots <- struct{}{}:
 	case <-v.ctx.Done():

@@ -41,10 +41,25 @@ var npyDescrs = map[string]DType{
 	"f2": Float16, "f4": Float32, "f8": Float64, "c8": Complex64, "c16": Complex128,
 }
 
+// mlDTypeDescrs are the dtypes NumPy has only through ml_dtypes. An .npy
+// file holds them under their ml_dtypes name as descr ('float8_e4m3fn',
+// 'bfloat16', 'int4'), which numpy.load reads back once ml_dtypes is
+// imported; elements are ml_dtypes' bytes (one a byte for the 4-bit types).
+// numpy.save itself writes such arrays as '<V1' or '<V2', which name no
+// type and are errors here: write the header with
+// numpy.lib.format.write_array_header_1_0({'descr': a.dtype.name, ...}).
+var mlDTypeDescrs = map[string]DType{
+	"bfloat16": BFloat16, "float8_e4m3fn": Float8E4M3FN, "float8_e4m3fnuz": Float8E4M3FNUZ,
+	"float8_e5m2": Float8E5M2, "float8_e5m2fnuz": Float8E5M2FNUZ, "float8_e8m0fnu": Float8E8M0FNU,
+	"float4_e2m1fn": Float4E2M1FN, "int4": Int4, "uint4": Uint4,
+}
+
 // ReadNpy reads one array in NumPy .npy format (versions 1.0, 2.0 and 3.0)
 // from r. Big-endian arrays are byte-swapped to little-endian. Fortran-order
-// arrays of rank 2 or more, and dtypes without a DType (strings, objects,
-// structured types, datetimes), are errors. ReadNpy reads no further than
+// arrays of rank 2 or more, and dtypes without a DType (objects,
+// structured types, datetimes), are errors. Unicode ('<U') and bytes ('|S')
+// arrays are read as String tensors, each element without its trailing NUL
+// padding. ReadNpy reads no further than
 // the end of the array.
 func ReadNpy(r io.Reader) (*Tensor, error) {
 	t, err := readNpy(r, -1)
@@ -83,12 +98,15 @@ func readNpy(r io.Reader, size int64) (*Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("header %q: %w", header.text, err)
 	}
+	if fortran && len(shape) > 1 {
+		return nil, fmt.Errorf("fortran_order arrays are not supported (shape %v): save a C-contiguous array (numpy.ascontiguousarray)", shape)
+	}
+	if sd, ok := parseStringDescr(descr); ok {
+		return readNpyStrings(r, sd, shape, size-header.len)
+	}
 	dt, swap, err := parseDescr(descr)
 	if err != nil {
 		return nil, err
-	}
-	if fortran && len(shape) > 1 {
-		return nil, fmt.Errorf("fortran_order arrays are not supported (shape %v): save a C-contiguous array (numpy.ascontiguousarray)", shape)
 	}
 	n := NumElements(shape)
 	if n < 0 || n > math.MaxInt64/int64(dt.Size()) {
@@ -186,10 +204,16 @@ func parseDescr(descr string) (DType, bool, error) {
 	if descr == "" {
 		return Invalid, false, errors.New("empty descr")
 	}
+	if dt, ok := mlDTypeDescrs[descr]; ok {
+		return dt, false, nil
+	}
 	order, code := descr[0], descr[1:]
 	dt, ok := npyDescrs[code]
 	if !ok {
-		return Invalid, false, fmt.Errorf("unsupported dtype %q (want one of bool, int8..int64, uint8..uint64, float16/32/64, complex64/128)", descr)
+		if code == "V1" || code == "V2" {
+			return Invalid, false, fmt.Errorf("dtype %q names no type (numpy.save writes ml_dtypes arrays so): write the ml_dtypes name, such as 'float8_e4m3fn', as descr", descr)
+		}
+		return Invalid, false, fmt.Errorf("unsupported dtype %q (want one of bool, int8..int64, uint8..uint64, float16/32/64, complex64/128, or an ml_dtypes name: bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, float4_e2m1fn, int4, uint4)", descr)
 	}
 	switch order {
 	case '<':
@@ -374,10 +398,15 @@ func (p *pyParser) dim() (int64, error) {
 }
 
 // WriteNpy writes t to w in NumPy .npy format, version 1.0 (2.0 when the
-// header does not fit in 64 KiB), little-endian and C order. String and
-// bfloat16 tensors have no NumPy equivalent and are errors; convert bfloat16
-// tensors to float32 first.
+// header does not fit in 64 KiB), little-endian and C order. String
+// tensors are written as NumPy unicode arrays ('<U'), or as bytes ('|S')
+// when an element is not UTF-8. The types NumPy has only through ml_dtypes
+// (bfloat16, the 8- and 4-bit floats, int4, uint4) are written under their
+// ml_dtypes name (see mlDTypeDescrs).
 func WriteNpy(w io.Writer, t *Tensor) error {
+	if t.DType == String {
+		return writeNpyStrings(w, t)
+	}
 	header, err := npyHeaderFor(t)
 	if err != nil {
 		return fmt.Errorf("tensor: npy: %w", err)
@@ -409,11 +438,13 @@ func WriteNpyFile(path string, t *Tensor) error {
 
 // npyDescr returns the little-endian NumPy type string of dt.
 func npyDescr(dt DType) (string, error) {
-	switch dt {
-	case BFloat16:
-		return "", errors.New("bfloat16 has no NumPy dtype: convert the tensor to float32 first")
-	case String:
+	if dt == String {
 		return "", errors.New("string tensors cannot be written as .npy")
+	}
+	for name, d := range mlDTypeDescrs {
+		if d == dt {
+			return name, nil
+		}
 	}
 	for code, d := range npyDescrs {
 		if d == dt {
@@ -436,15 +467,21 @@ func npyHeaderFor(t *Tensor) ([]byte, error) {
 	if n < 0 || int64(len(t.Data)) != n*int64(t.DType.Size()) {
 		return nil, fmt.Errorf("%w: %s has %d data bytes", ErrShape, t, len(t.Data))
 	}
-	dims := make([]string, len(t.Shape))
-	for i, d := range t.Shape {
+	return npyHeaderBytes(descr, t.Shape)
+}
+
+// npyHeaderBytes builds the magic, version, length and padded header of an
+// array of descr and shape.
+func npyHeaderBytes(descr string, shape []int64) ([]byte, error) {
+	dims := make([]string, len(shape))
+	for i, d := range shape {
 		dims[i] = strconv.FormatInt(d, 10)
 	}
-	shape := "(" + strings.Join(dims, ", ") + ")"
+	tuple := "(" + strings.Join(dims, ", ") + ")"
 	if len(dims) == 1 {
-		shape = "(" + dims[0] + ",)"
+		tuple = "(" + dims[0] + ",)"
 	}
-	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape)
+	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, tuple)
 	for _, v := range []struct {
 		major   byte
 		lenSize int

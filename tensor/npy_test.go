@@ -14,9 +14,11 @@ import (
 	"testing"
 )
 
-// npyDTypes are the dtypes .npy files can hold.
+// npyDTypes are the dtypes .npy files can hold (the last nine under their
+// ml_dtypes names).
 var npyDTypes = []DType{Bool, Int8, Int16, Int32, Int64, Uint8, Uint16, Uint32, Uint64,
-	Float16, Float32, Float64, Complex64, Complex128}
+	Float16, Float32, Float64, Complex64, Complex128,
+	BFloat16, Float8E4M3FN, Float8E4M3FNUZ, Float8E5M2, Float8E5M2FNUZ, Float8E8M0FNU, Float4E2M1FN, Int4, Uint4}
 
 // npyPatterned returns a tensor whose bytes follow a fixed pattern (0/1 for bool).
 func npyPatterned(dt DType, shape ...int64) *Tensor {
@@ -80,8 +82,7 @@ func TestNpyWriteErrors(t *testing.T) {
 		t    *Tensor
 		want string
 	}{
-		{New(BFloat16, 2), "bfloat16 has no NumPy dtype: convert the tensor to float32 first"},
-		{&Tensor{DType: String, Shape: []int64{1}, Strings: [][]byte{[]byte("x")}}, "string tensors cannot be written"},
+		{&Tensor{DType: String, Shape: []int64{2}, Strings: [][]byte{[]byte("x")}}, "has 1 strings"},
 		{&Tensor{DType: Float32, Shape: []int64{2}, Data: make([]byte, 4)}, "has 4 data bytes"},
 		{&Tensor{DType: Float32, Shape: []int64{-1}}, "bad shape"},
 		{&Tensor{DType: Invalid}, "no NumPy equivalent"},
@@ -183,7 +184,8 @@ func TestNpyReadErrors(t *testing.T) {
 		{"extra key", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}"), `unexpected key "x"`},
 		{"duplicate key", hdr("{'descr': '<f4', 'descr': '<f4', 'shape': (1,)}"), `key "descr" twice`},
 		{"structured", hdr("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }"), "structured dtypes are not supported"},
-		{"unicode", hdr("{'descr': '<U3', 'fortran_order': False, 'shape': (1,), }"), `unsupported dtype "<U3"`},
+		{"unicode without data", hdr("{'descr': '<U3', 'fortran_order': False, 'shape': (1,), }"), "string[1]: data"},
+		{"unicode too wide", hdr("{'descr': '<U999999999', 'fortran_order': False, 'shape': (1,), }"), `unsupported dtype "<U999999999"`},
 		{"object", hdr("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"), `unsupported dtype "|O"`},
 		{"bad order", hdr("{'descr': '|f4', 'fortran_order': False, 'shape': (1,), }"), `byte order '|' for a 4-byte type`},
 		{"fortran", hdr("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }"), "fortran_order arrays are not supported"},
@@ -265,17 +267,17 @@ func TestNpyFiles(t *testing.T) {
 	if err := WriteNpyFile(filepath.Join(t.TempDir(), "no", "dir.npy"), in); err == nil {
 		t.Error("writing into a missing directory: no error")
 	}
-	if err := WriteNpyFile(filepath.Join(t.TempDir(), "bf.npy"), New(BFloat16, 1)); err == nil {
-		t.Error("writing bfloat16: no error")
+	if err := WriteNpyFile(filepath.Join(t.TempDir(), "s.npy"), New(String, 1)); err == nil {
+		t.Error("writing strings: no error")
 	}
 }
 
-// pythonWithNumPy returns a Python interpreter that can import numpy, or "".
+// pythonWithNumPy returns the .venv's Python if it can import numpy and
+// ml_dtypes (make venv installs both), or "".
 func pythonWithNumPy() string {
-	for _, py := range []string{"../.venv/bin/python", "python3", "/usr/bin/python3"} {
-		if exec.Command(py, "-c", "import numpy").Run() == nil {
-			return py
-		}
+	py := "../.venv/bin/python"
+	if exec.Command(py, "-c", "import numpy, ml_dtypes").Run() == nil {
+		return py
 	}
 	return ""
 }
@@ -291,7 +293,7 @@ type npyCase struct {
 
 const numpyWriter = `
 import json, os, sys
-import numpy as np
+import numpy as np, ml_dtypes
 out = sys.argv[1]
 cases = {}
 base = np.array([0, 1, -2, 3, 100, -7])
@@ -325,12 +327,27 @@ save("empty", np.zeros((0, 3), "f4"))
 save("v2", base.astype("i4"), version=(2, 0))
 save("v3", base.astype("f8"), version=(3, 0))
 save("fortran", np.asfortranarray(base.astype("f4").reshape(2, 3)), error="fortran_order")
+# The ml_dtypes types under their names (numpy.load reads them back once
+# ml_dtypes is imported); numpy.save's own '<V1' names no type.
+for dt in ["bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+           "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4"]:
+    v = np.array([0.5, 1, -2, 3, 6, -1.5]) if dt != "uint4" else np.abs(base) % 16
+    if dt == "float8_e8m0fnu":
+        v = np.array([0.5, 1, 2, 4, 2.0**-127, 2.0**127])
+    elif dt == "int4":
+        v = np.array([0, 1, -2, 3, 7, -8])
+    arr = v.astype(dt).reshape(2, 3)
+    with open(os.path.join(out, dt + ".npy"), "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": dt, "fortran_order": False, "shape": arr.shape})
+        f.write(arr.tobytes())
+    cases[dt] = {"dtype": dt, "shape": [2, 3], "values": [[float(x), 0.0] for x in arr.astype(np.float64).ravel()]}
+save("void", np.array([1, 2], "float8_e4m3fn"), error="names no type")
 json.dump(cases, open(os.path.join(out, "cases.json"), "w"))
 `
 
 const numpyReader = `
 import json, os, sys
-import numpy as np
+import numpy as np, ml_dtypes
 d = sys.argv[1]
 cases = json.load(open(os.path.join(d, "cases.json")))
 for name, c in cases.items():
@@ -361,7 +378,7 @@ func npyElem(t *Tensor, i int64) [2]float64 {
 func TestNpyNumPyCrossCheck(t *testing.T) {
 	py := pythonWithNumPy()
 	if py == "" {
-		t.Fatal("no python3 with numpy: run make venv (or apt-get install python3-numpy)")
+		t.Fatal("no .venv python with numpy and ml_dtypes: run make venv")
 	}
 	dir := t.TempDir()
 	if out, err := exec.Command(py, "-c", numpyWriter, dir).CombinedOutput(); err != nil {
@@ -393,6 +410,9 @@ func TestNpyNumPyCrossCheck(t *testing.T) {
 				v := float64(i%5) - 1
 				if dt.IsUnsigned() || dt == Bool {
 					v = float64(i % 2)
+				}
+				if dt == Float8E8M0FNU {
+					v = math.Ldexp(1, int(i%5)-1) // powers of two only
 				}
 				tt.SetFloat64(i, v)
 				c.Values = append(c.Values, npyElem(tt, i))
@@ -439,5 +459,57 @@ func checkNumPyFile(t *testing.T, path, name string, c npyCase) {
 		if e := npyElem(got, int64(i)); e != want {
 			t.Errorf("%s[%d] = %v, want %v", name, i, e, want)
 		}
+	}
+}
+
+// TestNpyStrings reads NumPy's unicode and bytes arrays (the layout of
+// np.save of np.array(["a", "héllo", ""]) and of a bytes array) and writes
+// string tensors that read back the same; the project's .npy files from
+// NumPy (testdata/mlmodels) are read by internal/realmodels.
+func TestNpyStrings(t *testing.T) {
+	npy := func(descr, shape, data string) string {
+		dict := "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }"
+		pad := 64 - (10+len(dict)+1)%64
+		h := dict + strings.Repeat(" ", pad%64) + "\n"
+		return "\x93NUMPY\x01\x00" + string([]byte{byte(len(h)), byte(len(h) >> 8)}) + h + data
+	}
+	unicode := npy("<U5", "(3,)", "a\x00\x00\x00"+strings.Repeat("\x00", 16)+
+		"h\x00\x00\x00\xe9\x00\x00\x00l\x00\x00\x00l\x00\x00\x00o\x00\x00\x00"+strings.Repeat("\x00", 20))
+	bytesArr := npy("|S2", "(2,)", "abc\x00")
+	for _, tc := range []struct {
+		name, data string
+		want       []string
+	}{
+		{"unicode", unicode, []string{"a", "héllo", ""}},
+		{"bytes", bytesArr, []string{"ab", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ReadNpy(strings.NewReader(tc.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.DType != String || len(got.Strings) != len(tc.want) {
+				t.Fatalf("got %s", got)
+			}
+			for i, w := range tc.want {
+				if string(got.Strings[i]) != w {
+					t.Errorf("element %d = %q, want %q", i, got.Strings[i], w)
+				}
+			}
+			var buf bytes.Buffer
+			if err := WriteNpy(&buf, got); err != nil {
+				t.Fatal(err)
+			}
+			back, err := ReadNpy(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(back.Strings) != len(tc.want) || string(back.Strings[1]) != tc.want[1] {
+				t.Errorf("round trip %v", back.Strings)
+			}
+		})
+	}
+	if _, err := ReadNpy(strings.NewReader(unicode[:len(unicode)-30])); err == nil {
+		t.Error("a truncated unicode array read without error")
 	}
 }

@@ -128,7 +128,10 @@ func (t *Tensor) Float64At(i int64) float64 {
 	case Float64, Complex128:
 		return math.Float64frombits(binary.LittleEndian.Uint64(b[:8]))
 	}
-	return math.NaN()
+	if len(b) != 1 {
+		return math.NaN()
+	}
+	return decodeByte(t.DType, b[0])
 }
 
 // Int64At returns element i converted to int64 (floats are truncated).
@@ -146,7 +149,10 @@ func (t *Tensor) Int64At(i int64) int64 {
 	return int64(t.Float64At(i))
 }
 
-// SetFloat64 stores v at element i, converting to t's dtype.
+// SetFloat64 stores v at element i, converting to t's dtype: floats round
+// to nearest even (the 8- and 4-bit ones as ml_dtypes and XLA's convert do:
+// out of range is infinity or NaN, except float4_e2m1fn, which saturates),
+// integers truncate toward zero (4-bit ones then wrap).
 func (t *Tensor) SetFloat64(i int64, v float64) {
 	sz := int64(t.DType.Size())
 	b := t.Data[i*sz : (i+1)*sz]
@@ -181,6 +187,8 @@ func (t *Tensor) SetFloat64(i int64, v float64) {
 		binary.LittleEndian.PutUint32(b[:4], math.Float32bits(float32(v)))
 	case Float64, Complex128:
 		binary.LittleEndian.PutUint64(b[:8], math.Float64bits(v))
+	default:
+		encodeByte(t.DType, b, v)
 	}
 }
 

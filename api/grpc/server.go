@@ -275,8 +275,8 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(us)*time.Microsecond)
 		defer cancel()
 	}
-	ctx, span := tracing.StartInfer(ctx, s.opts.Tracer, r.ModelName, version)
-	resp, err := s.backend.Infer(ctx, r.ModelName, version, req)
+	inferCtx, span := tracing.StartInfer(ctx, s.opts.Tracer, r.ModelName, version)
+	resp, err := s.backend.Infer(inferCtx, r.ModelName, version, req)
 	span.End(payload.TraceTimes(resp), err)
 	if err != nil {
 		return nil, err

@@ -590,8 +590,8 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	ctx, span := tracing.StartInfer(ctx, s.opts.Tracer, d.Model, d.Version)
-	resp, err := s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
+	inferCtx, span := tracing.StartInfer(ctx, s.opts.Tracer, d.Model, d.Version)
+	resp, err := s.backend.Infer(inferCtx, d.Model, d.Version, d.Infer)
 	span.End(payload.TraceTimes(resp), err)
 	if err != nil {
 		return err

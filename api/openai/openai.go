@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/xserve/xserve/api/textgen"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/serving/generate"
 	"github.com/xserve/xserve/tokenizer"
@@ -25,8 +23,7 @@ import (
 // Backend is what the API needs of the model server; *serving.Manager
 // implements it.
 type Backend interface {
-	// Generative holds a READY generative version of model (0: latest).
-	Generative(model string, version int64) (*serving.Generative, error)
+	textgen.Backend
 	// GenerativeModels lists the models with a READY generative version.
 	GenerativeModels() []string
 }
@@ -41,7 +38,7 @@ const (
 	// none, as OpenAI's API.
 	DefaultCompletionTokens = 16
 	// MaxStops is the most stop strings a request may give.
-	MaxStops = 4
+	MaxStops = textgen.MaxStops
 )
 
 // Options configure a Handler.
@@ -87,10 +84,6 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.msg }
 
-func invalid(format string, args ...any) error {
-	return &apiError{status: http.StatusBadRequest, kind: "invalid_request_error", msg: fmt.Sprintf(format, args...)}
-}
-
 // classify maps an error to its status, OpenAI type and code.
 func classify(err error) *apiError {
 	var ae *apiError
@@ -99,7 +92,7 @@ func classify(err error) *apiError {
 		return ae
 	case errors.Is(err, serving.ErrModelNotFound):
 		return &apiError{http.StatusNotFound, "invalid_request_error", "model_not_found", err.Error()}
-	case errors.Is(err, serving.ErrNotGenerative), errors.Is(err, generate.ErrInvalidRequest):
+	case errors.Is(err, textgen.ErrInvalid), errors.Is(err, serving.ErrNotGenerative), errors.Is(err, generate.ErrInvalidRequest):
 		return &apiError{http.StatusBadRequest, "invalid_request_error", "", err.Error()}
 	case errors.Is(err, generate.ErrOverloaded):
 		return &apiError{http.StatusTooManyRequests, "rate_limit_error", "", err.Error()}
@@ -109,6 +102,22 @@ func classify(err error) *apiError {
 		return &apiError{http.StatusGatewayTimeout, "server_error", "timeout", err.Error()}
 	}
 	return &apiError{http.StatusInternalServerError, "server_error", "", err.Error()}
+}
+
+// fail answers a job's error in its protocol's format.
+func (h *Handler) fail(c *fiber.Ctx, j *job, err error) error {
+	if j.ext {
+		return h.writeExtError(c, err)
+	}
+	return h.writeError(c, err)
+}
+
+// errorEvent is the streamed event that reports e.
+func (j *job) errorEvent(e *apiError) any {
+	if j.ext {
+		return ExtError{Error: e.msg}
+	}
+	return ErrorBody{Error: ErrorDetail{Message: e.msg, Type: e.kind}}
 }
 
 // writeError answers err in OpenAI's error format.
@@ -148,14 +157,13 @@ func (h *Handler) Model(c *fiber.Ctx, name string) error {
 
 // job is one request being answered.
 type job struct {
-	g       *serving.Generative
-	tok     *tokenizer.Tokenizer
-	prompt  []int64
-	req     generate.Request
-	stops   []string
-	stream  bool
-	usage   bool // stream_options.include_usage
-	chat    bool
+	*textgen.Job
+	stream bool
+	usage  bool // stream_options.include_usage
+	chat   bool
+	// ext answers in the KServe generate extension's format (kserve.go)
+	// instead of OpenAI's.
+	ext     bool
 	id      string
 	created int64
 }
@@ -174,7 +182,7 @@ func (h *Handler) Chat(ctx context.Context, c *fiber.Ctx, body []byte) error {
 func serve[T any](ctx context.Context, h *Handler, c *fiber.Ctx, body []byte, what string, prepare func(*T) (*job, error)) error {
 	var r T
 	if err := json.Unmarshal(body, &r); err != nil {
-		return h.writeError(c, invalid("the body is not a %s request: %v", what, err))
+		return h.writeError(c, textgen.Invalid("the body is not a %s request: %v", what, err))
 	}
 	j, err := prepare(&r)
 	if err != nil {
@@ -186,23 +194,15 @@ func serve[T any](ctx context.Context, h *Handler, c *fiber.Ctx, body []byte, wh
 // hold looks up the model and prepares the common fields of a job.
 func (h *Handler) hold(model string, f *samplingFields, chat bool) (*job, error) {
 	if model == "" {
-		return nil, invalid("model is required (one of GET /v1/models)")
+		return nil, textgen.Invalid("model is required (one of GET /v1/models)")
 	}
-	g, err := h.b.Generative(model, 0)
+	tj, err := textgen.Hold(h.b, model, 0, &f.Params)
 	if err != nil {
 		return nil, err
 	}
-	if g.Tokenizer == nil {
-		g.Release()
-		return nil, invalid("model %s has no tokenizer (tokenizer.json in its version directory), which the OpenAI API needs", model)
-	}
-	j := &job{g: g, tok: g.Tokenizer, chat: chat, stream: f.Stream, created: time.Now().Unix(), id: newID(chat)}
+	j := &job{Job: tj, chat: chat, stream: f.Stream, created: time.Now().Unix(), id: newID(chat)}
 	if f.StreamOptions != nil {
 		j.usage = f.StreamOptions.IncludeUsage
-	}
-	if err := j.sampling(f); err != nil {
-		g.Release()
-		return nil, err
 	}
 	return j, nil
 }
@@ -210,38 +210,36 @@ func (h *Handler) hold(model string, f *samplingFields, chat bool) (*job, error)
 func (h *Handler) completionJob(r *CompletionRequest) (*job, error) {
 	switch {
 	case r.Echo:
-		return nil, invalid("echo is not supported")
+		return nil, textgen.Invalid("echo is not supported")
 	case r.Suffix != nil && *r.Suffix != "":
-		return nil, invalid("suffix is not supported")
+		return nil, textgen.Invalid("suffix is not supported")
 	case r.Logprobs != nil:
-		return nil, invalid("logprobs is not supported")
+		return nil, textgen.Invalid("logprobs is not supported")
 	case r.BestOf != nil && *r.BestOf != 1:
-		return nil, invalid("best_of must be 1")
+		return nil, textgen.Invalid("best_of must be 1")
 	}
 	j, err := h.hold(r.Model, &r.samplingFields, false)
 	if err != nil {
 		return nil, err
 	}
-	if j.prompt, err = j.completionPrompt(r.Prompt); err != nil {
-		j.g.Release()
+	if err := j.completionPrompt(r.Prompt); err != nil {
+		j.Release()
 		return nil, err
 	}
-	if j.req.MaxTokens == 0 && r.MaxTokens == nil {
-		j.req.MaxTokens = DefaultCompletionTokens
-	}
+	j.DefaultMaxTokens(DefaultCompletionTokens)
 	return j, nil
 }
 
 func (h *Handler) chatJob(r *ChatRequest) (*job, error) {
 	switch {
 	case r.Logprobs:
-		return nil, invalid("logprobs is not supported")
+		return nil, textgen.Invalid("logprobs is not supported")
 	case len(r.Tools) > 0 && string(r.Tools) != "null":
-		return nil, invalid("tools are not supported")
+		return nil, textgen.Invalid("tools are not supported")
 	case r.ResponseFormat != nil && r.ResponseFormat.Type != "" && r.ResponseFormat.Type != "text":
-		return nil, invalid("response_format %q is not supported", r.ResponseFormat.Type)
+		return nil, textgen.Invalid("response_format %q is not supported", r.ResponseFormat.Type)
 	case len(r.Messages) == 0:
-		return nil, invalid("messages must hold at least one message")
+		return nil, textgen.Invalid("messages must hold at least one message")
 	}
 	if r.MaxCompletionTokens != nil {
 		r.MaxTokens = r.MaxCompletionTokens
@@ -250,159 +248,53 @@ func (h *Handler) chatJob(r *ChatRequest) (*job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if j.prompt, err = j.chatPrompt(r.Messages); err != nil {
-		j.g.Release()
+	if err := j.chatPrompt(r.Messages); err != nil {
+		j.Release()
 		return nil, err
 	}
 	return j, nil
 }
 
-// sampling reads the sampling fields into the generation request.
-func (j *job) sampling(f *samplingFields) error {
-	s, err := samplingParams(f)
-	if err != nil {
-		return err
-	}
-	for _, p := range []struct {
-		name string
-		v    *float64
-	}{{"presence_penalty", f.PresencePenalty}, {"frequency_penalty", f.FrequencyPenalty}} {
-		if p.v != nil && *p.v != 0 {
-			return invalid("%s is not supported (use repetition_penalty)", p.name)
-		}
-	}
-	if f.N != nil && *f.N != 1 {
-		return invalid("n must be 1")
-	}
-	if f.MaxTokens != nil {
-		if *f.MaxTokens < 1 {
-			return invalid("max_tokens must be >= 1, got %d", *f.MaxTokens)
-		}
-		j.req.MaxTokens = *f.MaxTokens
-	}
-	if j.stops, err = parseStop(f.Stop); err != nil {
-		return err
-	}
-	j.req.Sampling = s
-	j.req.IgnoreEOS = f.IgnoreEOS
-	j.req.StopIDs = f.StopTokenIDs
-	return nil
-}
-
-// samplingParams reads temperature, top_p, top_k, repetition_penalty and
-// seed, with OpenAI's defaults (temperature 1, top_p 1).
-func samplingParams(f *samplingFields) (generate.Sampling, error) {
-	s := generate.Sampling{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
-	if f.Temperature != nil {
-		if *f.Temperature < 0 || *f.Temperature > 2 {
-			return s, invalid("temperature must be in [0, 2], got %v", *f.Temperature)
-		}
-		s.Temperature = *f.Temperature
-	}
-	if f.TopP != nil {
-		if *f.TopP <= 0 || *f.TopP > 1 {
-			return s, invalid("top_p must be in (0, 1], got %v", *f.TopP)
-		}
-		s.TopP = *f.TopP
-	}
-	if f.TopK != nil {
-		if *f.TopK < -1 {
-			return s, invalid("top_k must be -1, 0 or positive, got %d", *f.TopK)
-		}
-		s.TopK = max(*f.TopK, 0)
-	}
-	if f.RepetitionPenalty != nil {
-		if *f.RepetitionPenalty <= 0 || math.IsInf(*f.RepetitionPenalty, 0) {
-			return s, invalid("repetition_penalty must be > 0, got %v", *f.RepetitionPenalty)
-		}
-		s.RepetitionPenalty = *f.RepetitionPenalty
-	}
-	if f.Seed != nil {
-		s.Seed, s.HasSeed = uint64(*f.Seed), true
-	}
-	return s, nil
-}
-
-func parseStop(raw json.RawMessage) ([]string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		if one == "" {
-			return nil, nil
-		}
-		return []string{one}, nil
-	}
-	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, invalid("stop must be a string or a list of strings")
-	}
-	if len(list) > MaxStops {
-		return nil, invalid("stop holds %d strings, at most %d", len(list), MaxStops)
-	}
-	out := list[:0]
-	for _, s := range list {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return out, nil
-}
-
 // completionPrompt reads a prompt: a string, a list of one string, a list
 // of token ids or a list of one such list.
-func (j *job) completionPrompt(raw json.RawMessage) ([]int64, error) {
+func (j *job) completionPrompt(raw json.RawMessage) error {
 	var text string
 	if json.Unmarshal(raw, &text) == nil {
-		return j.encode(text, true)
+		return j.PromptText(text, true)
 	}
 	var texts []string
 	if json.Unmarshal(raw, &texts) == nil && len(texts) > 0 {
 		if len(texts) != 1 {
-			return nil, invalid("prompt holds %d prompts; send one per request", len(texts))
+			return textgen.Invalid("prompt holds %d prompts; send one per request", len(texts))
 		}
-		return j.encode(texts[0], true)
+		return j.PromptText(texts[0], true)
 	}
 	var ids []int64
 	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
-		return ids, nil
+		j.PromptIDs(ids)
+		return nil
 	}
 	var lists [][]int64
 	if json.Unmarshal(raw, &lists) == nil && len(lists) == 1 {
-		return lists[0], nil
+		j.PromptIDs(lists[0])
+		return nil
 	}
-	return nil, invalid("prompt must be a string or a list of token ids")
+	return textgen.Invalid("prompt must be a string or a list of token ids")
 }
 
-func (j *job) encode(text string, special bool) ([]int64, error) {
-	ids, err := j.tok.Encode(text, special)
-	if err != nil {
-		return nil, invalid("the prompt does not tokenize: %v", err)
-	}
-	return ids, nil
-}
-
-func (j *job) chatPrompt(msgs []ChatMessage) ([]int64, error) {
-	if !j.tok.HasChatTemplate() {
-		return nil, invalid("model %s has no chat template (tokenizer_config.json chat_template or chat_template.jinja): use /v1/completions", j.g.Model)
-	}
+func (j *job) chatPrompt(msgs []ChatMessage) error {
 	conv := make([]tokenizer.Message, len(msgs))
 	for i, m := range msgs {
 		text, err := m.text()
 		if err != nil {
-			return nil, invalid("messages[%d]: %v", i, err)
+			return textgen.Invalid("messages[%d]: %v", i, err)
 		}
 		if m.Role == "" {
-			return nil, invalid("messages[%d]: role is required", i)
+			return textgen.Invalid("messages[%d]: role is required", i)
 		}
 		conv[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
-	text, err := j.tok.Chat(conv, true)
-	if err != nil {
-		return nil, invalid("messages: %v", err)
-	}
-	return j.encode(text, false)
+	return j.PromptChat(conv)
 }
 
 func newID(chat bool) string {
@@ -416,31 +308,26 @@ func newID(chat bool) string {
 
 // run starts the sequence and answers it, streamed or whole.
 func (h *Handler) run(ctx context.Context, c *fiber.Ctx, j *job) error {
-	j.req.Prompt = j.prompt
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
-	out := &output{job: j}
-	if len(j.stops) > 0 {
-		j.req.StopWhen = out.stopWatch()
-	}
-	s, err := j.g.Loop.Generate(ctx, j.req)
+	s, err := j.Start(ctx)
 	if err != nil {
 		cancel()
-		j.g.Release()
-		return h.writeError(c, err)
+		j.Release()
+		return h.fail(c, j, err)
 	}
 	if !j.stream {
-		defer j.g.Release()
+		defer j.Release()
 		defer cancel()
-		return h.whole(ctx, c, s, out)
+		return h.whole(ctx, c, j, s)
 	}
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	c.Set("X-Accel-Buffering", "no")
 	conn := c.Context().Conn()
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer j.g.Release()
+		defer j.Release()
 		defer cancel()
-		h.stream(ctx, w, s, out, func() {
+		h.stream(ctx, w, j, s, func() {
 			if h.write > 0 {
 				conn.SetWriteDeadline(time.Now().Add(h.write))
 			}
@@ -450,32 +337,24 @@ func (h *Handler) run(ctx context.Context, c *fiber.Ctx, j *job) error {
 }
 
 // whole answers a sequence in one response.
-func (h *Handler) whole(ctx context.Context, c *fiber.Ctx, s *generate.Stream, out *output) error {
+func (h *Handler) whole(ctx context.Context, c *fiber.Ctx, j *job, s *textgen.Stream) error {
+	defer s.Close()
+	var text []byte
 	for {
-		ev, err := s.Next(ctx)
+		p, err := s.Next(ctx)
 		if err != nil {
-			s.Close()
-			return h.writeError(c, err)
+			return h.fail(c, j, err)
 		}
-		if ev.Done {
-			if err := endError(ev); err != nil {
-				return h.writeError(c, err)
-			}
-			out.add(ev)
-			text := out.text + out.held
-			return c.JSON(out.job.answer(text, finish(ev.Reason), usage(ev), false))
-		}
-		if err := out.add(ev); err != nil {
-			s.Close()
-			return h.writeError(c, err)
+		text = append(text, p.Text...)
+		if p.Done {
+			return c.JSON(j.answer(string(text), p.Reason, usage(p)))
 		}
 	}
 }
 
 // stream writes the sequence's server-sent events; a client that goes
 // away ends the sequence (its slot is freed at the next step).
-func (h *Handler) stream(ctx context.Context, w *bufio.Writer, s *generate.Stream, out *output, deadline func()) {
-	j := out.job
+func (h *Handler) stream(ctx context.Context, w *bufio.Writer, j *job, s *textgen.Stream, deadline func()) {
 	send := func(v any) bool {
 		deadline()
 		data, _ := json.Marshal(v)
@@ -489,87 +368,59 @@ func (h *Handler) stream(ctx context.Context, w *bufio.Writer, s *generate.Strea
 		return
 	}
 	for {
-		ev, err := s.Next(ctx)
+		p, err := s.Next(ctx)
 		if err != nil {
-			send(ErrorBody{Error: ErrorDetail{Message: err.Error(), Type: "server_error"}})
+			send(j.errorEvent(classify(err)))
 			return
 		}
-		if ev.Done {
-			if err := endError(ev); err != nil {
-				e := classify(err)
-				send(ErrorBody{Error: ErrorDetail{Message: e.msg, Type: e.kind}})
+		if !p.Done {
+			if !send(j.chunk(nil, p.Text, nil, false)) {
+				h.log.Debug("openai stream: the client went away", "id", j.id)
 				return
 			}
-			out.add(ev)
-			r := finish(ev.Reason)
-			if !send(j.chunk(&r, out.take(true), nil, false)) {
-				return
-			}
-			if j.usage && !send(j.chunk(nil, "", usage(ev), false)) {
-				return
-			}
-			deadline()
-			fmt.Fprint(w, "data: [DONE]\n\n")
-			w.Flush()
+			continue
+		}
+		if !send(j.chunk(&p.Reason, p.Text, nil, false)) {
 			return
 		}
-		if err := out.add(ev); err != nil {
-			send(ErrorBody{Error: ErrorDetail{Message: err.Error(), Type: "server_error"}})
+		if j.usage && !send(j.chunk(nil, "", usage(p), false)) {
 			return
 		}
-		if delta := out.take(false); delta != "" && !send(j.chunk(nil, delta, nil, false)) {
-			h.log.Debug("openai stream: the client went away", "id", j.id)
-			return
+		if j.ext {
+			return // the generate extension has no end marker
 		}
+		deadline()
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		w.Flush()
+		return
 	}
 }
 
-// endError is the error a sequence's end reports, nil for stop and
-// length.
-func endError(ev generate.Event) error {
-	switch ev.Reason {
-	case generate.FinishStop, generate.FinishLength:
-		return nil
-	case generate.FinishDeadline:
-		return fmt.Errorf("the request's deadline passed after %d tokens: %w", ev.Generated, context.DeadlineExceeded)
-	case generate.FinishCancelled:
-		if ev.Err != nil {
-			return ev.Err
-		}
-		return fmt.Errorf("%w: the request was cancelled", serving.ErrClosed)
-	}
-	if ev.Err != nil {
-		return ev.Err
-	}
-	return errors.New("generation failed")
-}
-
-func finish(r generate.FinishReason) string {
-	if r == generate.FinishLength {
-		return "length"
-	}
-	return "stop"
-}
-
-func usage(ev generate.Event) *Usage {
-	return &Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.Generated, TotalTokens: ev.PromptTokens + ev.Generated}
+func usage(p textgen.Piece) *Usage {
+	return &Usage{PromptTokens: p.PromptTokens, CompletionTokens: p.Generated, TotalTokens: p.PromptTokens + p.Generated}
 }
 
 // answer builds the whole answer of a job.
-func (j *job) answer(text, reason string, u *Usage, _ bool) any {
+func (j *job) answer(text, reason string, u *Usage) any {
+	if j.ext {
+		return j.extAnswer(text, reason)
+	}
 	if j.chat {
-		return ChatCompletion{ID: j.id, Object: "chat.completion", Created: j.created, Model: j.g.Model, Usage: u,
+		return ChatCompletion{ID: j.id, Object: "chat.completion", Created: j.created, Model: j.Model(), Usage: u,
 			Choices: []ChatChoice{{Message: &AssistantMessage{Role: "assistant", Content: &text}, FinishReason: &reason}}}
 	}
-	return Completion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.g.Model, Usage: u,
+	return Completion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.Model(), Usage: u,
 		Choices: []CompletionChoice{{Text: text, FinishReason: &reason}}}
 }
 
 // chunk builds one streamed chunk: a delta, the end (reason set), the
 // usage (choices empty) or, for chat, the first chunk with the role.
 func (j *job) chunk(reason *string, delta string, u *Usage, first bool) any {
+	if j.ext {
+		return j.extAnswer(delta, deref(reason))
+	}
 	if j.chat {
-		c := ChatCompletion{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: j.g.Model, Usage: u, Choices: []ChatChoice{}}
+		c := ChatCompletion{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: j.Model(), Usage: u, Choices: []ChatChoice{}}
 		if u == nil {
 			d := &AssistantMessage{}
 			if first {
@@ -582,114 +433,9 @@ func (j *job) chunk(reason *string, delta string, u *Usage, first bool) any {
 		}
 		return c
 	}
-	c := Completion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.g.Model, Usage: u, Choices: []CompletionChoice{}}
+	c := Completion{ID: j.id, Object: "text_completion", Created: j.created, Model: j.Model(), Usage: u, Choices: []CompletionChoice{}}
 	if u == nil {
 		c.Choices = []CompletionChoice{{Text: delta, FinishReason: reason}}
 	}
 	return c
-}
-
-// output turns a sequence's tokens into its text: the text decoded so
-// far, minus what a stop string may still claim (held back), cut at the
-// first stop string.
-type output struct {
-	job     *job
-	detok   *tokenizer.Detokenizer
-	text    string // decoded and released
-	held    string // decoded, held back while it may begin a stop string
-	stopped bool   // a stop string was found: text ends before it
-}
-
-func (o *output) add(ev generate.Event) error {
-	j := o.job
-	if o.stopped {
-		return nil
-	}
-	if o.detok == nil {
-		o.detok = j.tok.NewDetokenizer(j.prompt)
-	}
-	var delta string
-	var err error
-	if ev.Done {
-		delta, err = o.detok.Flush()
-	} else {
-		delta, err = o.detok.Add(ev.Token)
-	}
-	if err != nil {
-		return err
-	}
-	o.held += delta
-	o.cut(ev.Done)
-	return nil
-}
-
-// cut moves the text no stop string can claim from held to text.
-func (o *output) cut(final bool) {
-	stops := o.job.stops
-	for _, s := range stops {
-		if i := strings.Index(o.held, s); i >= 0 {
-			o.held, o.stopped = o.held[:i], true
-		}
-	}
-	if o.stopped || final || len(stops) == 0 {
-		o.text += o.held
-		o.held = ""
-		return
-	}
-	longest := 0
-	for _, s := range stops {
-		longest = max(longest, len(s))
-	}
-	keep := len(o.held) - (longest - 1)
-	for keep > 0 && keep < len(o.held) && !utf8.RuneStart(o.held[keep]) {
-		keep--
-	}
-	if keep > 0 {
-		o.text += o.held[:keep]
-		o.held = o.held[keep:]
-	}
-}
-
-// take returns the text released since the last take (with final, all of
-// it).
-func (o *output) take(final bool) string {
-	if final {
-		o.text += o.held
-		o.held = ""
-	}
-	s := o.text
-	o.text = ""
-	return s
-}
-
-// stopWatch returns the loop's stop condition for the job's stop
-// strings: the generated text (decoded in the loop's own detokenizer)
-// holds one.
-func (o *output) stopWatch() func([]int64) bool {
-	j := o.job
-	var d *tokenizer.Detokenizer
-	var text string
-	longest := 0
-	for _, s := range j.stops {
-		longest = max(longest, len(s))
-	}
-	return func(gen []int64) bool {
-		if d == nil {
-			d = j.tok.NewDetokenizer(j.prompt)
-		}
-		delta, err := d.Add(gen[len(gen)-1])
-		if err != nil {
-			return false
-		}
-		text += delta
-		for _, s := range j.stops {
-			if strings.Contains(text, s) {
-				return true
-			}
-		}
-		if len(text) > 4*longest {
-			text = text[len(text)-2*longest:]
-		}
-		return false
-	}
 }

@@ -3,6 +3,8 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/xserve/xserve/api/textgen"
 )
 
 // The request and response bodies of OpenAI's API, as far as xserve
@@ -35,24 +37,13 @@ type ChatRequest struct {
 	samplingFields
 }
 
-// samplingFields are the fields both requests share.
+// samplingFields are the fields both requests share: the sampling
+// parameters (and vLLM's extensions), and how to answer.
 type samplingFields struct {
-	MaxTokens        *int            `json:"max_tokens"`
-	Temperature      *float64        `json:"temperature"`
-	TopP             *float64        `json:"top_p"`
-	N                *int            `json:"n"`
-	Stream           bool            `json:"stream"`
-	StreamOptions    *StreamOptions  `json:"stream_options"`
-	Stop             json.RawMessage `json:"stop"`
-	Seed             *int64          `json:"seed"`
-	PresencePenalty  *float64        `json:"presence_penalty"`
-	FrequencyPenalty *float64        `json:"frequency_penalty"`
-	User             string          `json:"user"`
-	// Extensions other OpenAI-compatible servers (vLLM) take too.
-	TopK              *int     `json:"top_k"`
-	RepetitionPenalty *float64 `json:"repetition_penalty"`
-	IgnoreEOS         bool     `json:"ignore_eos"`
-	StopTokenIDs      []int64  `json:"stop_token_ids"`
+	textgen.Params
+	Stream        bool           `json:"stream"`
+	StreamOptions *StreamOptions `json:"stream_options"`
+	User          string         `json:"user"`
 }
 
 // StreamOptions are the options of a streamed answer.

@@ -285,6 +285,10 @@ func intRange(dt tensor.DType) (lo, hi float64) {
 		return 0, math.MaxUint16
 	case tensor.Uint32:
 		return 0, math.MaxUint32
+	case tensor.Int4:
+		return -8, 7
+	case tensor.Uint4:
+		return 0, 15
 	}
 	return math.Inf(-1), math.Inf(1)
 }
@@ -361,8 +365,7 @@ func (d *dataDecoder) element() error {
 			binary.LittleEndian.PutUint32(t.Data[i*4:], math.Float32bits(float32(v)))
 		} else {
 			t.SetFloat64(i, v)
-			// float16 and bfloat16 overflow to an infinity when stored.
-			if !math.IsInf(v, 0) && math.IsInf(t.Float64At(i), 0) {
+			if dt.Overflows(v) {
 				return bad(outOfRange(dt))
 			}
 		}
@@ -488,7 +491,7 @@ func appendJSONData(b []byte, name string, t *tensor.Tensor) ([]byte, error) {
 			b = appendFloat(b, float64(math.Float32frombits(binary.LittleEndian.Uint32(t.Data[i*4:]))), 32)
 		case dt == tensor.Float64:
 			b = appendFloat(b, math.Float64frombits(binary.LittleEndian.Uint64(t.Data[i*8:])), 64)
-		case dt.IsFloat(): // float16, bfloat16: exact in float32
+		case dt.IsFloat(): // float16, bfloat16, float8, float4: exact in float32
 			b = appendFloat(b, t.Float64At(i), 32)
 		case dt == tensor.Uint64:
 			b = strconv.AppendUint(b, binary.LittleEndian.Uint64(t.Data[i*8:]), 10)

@@ -5,6 +5,7 @@
 //	loadtest -model tinycnn -random image=float32:1x3x32x32 -c 8 -d 10s
 //	loadtest -model tinycnn -input image=image.npy -batch 1 -rate 500 -d 10s -json out.json
 //	loadtest -nats nats://127.0.0.1:4222 [-durable] -model tinycnn -input image=image.npy -batch 1 -c 8
+//	loadtest -grpc 127.0.0.1:8001 -model tinycnn -input image=image.npy -batch 8 -c 1 -d 5s
 //	loadtest -markdown c1.json c8.json c32.json   # one markdown table of saved summaries
 //	loadtest -compare -compare-names off,on "c=8=off8.json,on8.json" "c=32=off32.json,on32.json"
 //
@@ -56,6 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		model       = fs.String("model", "", "model name (required)")
 		version     = fs.String("version", "", "model version (default: the server's choice)")
 		protocol    = fs.String("protocol", "v1json", "request format: v1json (/v1/infer), v2json or v2binary (/v2/models/M/infer)")
+		grpcAddr    = fs.String("grpc", "", "load xserve's KServe v2 gRPC service at this address (host:port, xserve --grpc-addr) instead of HTTP: ModelInfer calls with raw tensor contents")
 		conc        = fs.Int("c", 8, "closed loop: concurrent workers, each sending as soon as its last request completes")
 		rate        = fs.Float64("rate", 0, "open loop: requests per second on a fixed schedule (instead of -c); latency counts from the scheduled time")
 		maxInFlight = fs.Int("max-inflight", 0, "open loop: most requests in flight at once (default 256)")
@@ -167,7 +169,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *outputs != "" {
 		hopts.Outputs = strings.Split(*outputs, ",")
 	}
-	target, err := newTarget(ctx, hopts, nf)
+	target, err := newTarget(ctx, hopts, nf, *grpcAddr)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,9 @@ func TestFlagErrors(t *testing.T) {
 		"inflight":    {[]string{"-model", "m", "-random", "x=float32:1", "-max-inflight", "3"}, "open-loop"},
 		"bad expect":  {[]string{"-model", "m", "-random", "x=float32:1", "-expect", "probs=1xz"}, "-expect"},
 		"positionals": {[]string{"-model", "m", "extra"}, "unexpected arguments"},
+		"grpc+nats":   {[]string{"-model", "m", "-random", "x=float32:1", "-grpc", "127.0.0.1:1", "-nats", "nats://127.0.0.1:1"}, "-grpc and -nats are exclusive"},
+		"grpc gzip":   {[]string{"-model", "m", "-random", "x=float32:1", "-grpc", "127.0.0.1:1", "-compress", "gzip"}, "-compress"},
+		"grpc remote": {[]string{"-model", "m", "-random", "x=float32:1", "-grpc", "10.1.2.3:8001"}, "non-loopback"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)

@@ -42,16 +42,29 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if *unsupported {
 		return listUnsupported(pos[0], stdout)
 	}
-	g, err := importer.Load(pos[0])
+	model, err := importer.Open(pos[0])
+	if err != nil {
+		return err
+	}
+	g := model.Graph
+	host, err := fxgraph.SplitHost(g)
 	if err != nil {
 		return err
 	}
 	if !*showHLO {
 		fmt.Fprintf(stdout, "model %s\n", pos[0])
 		fmt.Fprint(stdout, signature(g))
+		if host != nil {
+			fmt.Fprint(stdout, host.Describe())
+		}
 		fmt.Fprintln(stdout)
 		fmt.Fprint(stdout, g.Table())
 		return nil
+	}
+	if host != nil {
+		if g = host.Device; g == nil {
+			return errors.New("inspect: the model runs on the host only (string operators): it has no StableHLO program")
+		}
 	}
 	dims, err := dimsFromFlags(g, shapeFlags, dimFlags)
 	if err != nil {
@@ -60,6 +73,9 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	opts := lower.Options{Platform: *platform, NarrowInt64: *narrow, Kernels: []string{}}
 	if *platform == "cpu" && *cpuKernels {
 		opts.Kernels = []string{lower.ConvKernel, lower.MatmulKernel}
+	}
+	if g, err = model.At(dims); err != nil {
+		return err
 	}
 	l := lower.New(opts)
 	prog, err := l.Lower(g, dims)

@@ -138,6 +138,37 @@ func TestVersionNamesCPUKernels(t *testing.T) {
 	}
 }
 
+// TestVersionNamesPluginPackageAndStableHLO: `xserve version` names the
+// package the plugin came from (the VERSION file `make pjrt` writes beside
+// it) and the StableHLO versions the plugin accepts, which the images print
+// in make docker-test.
+func TestVersionNamesPluginPackageAndStableHLO(t *testing.T) {
+	out, _, err := xserve(t, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file string
+	for _, l := range strings.Split(out, "\n") {
+		if f, ok := strings.CutPrefix(l, "pjrt plugin file: "); ok {
+			file = f
+		}
+	}
+	dir := filepath.Base(filepath.Dir(file)) // <package>-<version>, as make pjrt names it
+	i := strings.LastIndex(dir, "-")
+	if i < 0 {
+		t.Fatalf("plugin directory %q is not <package>-<version>:\n%s", dir, out)
+	}
+	for _, want := range []string{
+		"plugin package: " + dir[:i] + " " + dir[i+1:] + "\n",
+		"stablehlo_current_version=",
+		"stablehlo_minimum_version=",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestVersionNamesCPUExecution: `xserve version` says how the CPU client runs
 // programs (inline by default, async on request), and a mode it does not
 // know is refused with the variable named.

@@ -11,20 +11,29 @@ import (
 // package (HTTP, asyncio and NATS clients, pip install and wheel) against
 // this binary, which its fixtures start on free loopback ports.
 func TestPythonClient(t *testing.T) {
-	runPytest(t, ".venv", "python/tests/test_client.py", "nats, pytest, numpy, onnxruntime, setuptools, wheel, mypy", "run make venv")
+	runPytestBin(t, ".venv", "nats, pytest, numpy, onnxruntime, setuptools, wheel, mypy", "run make venv", "python/tests/test_client.py")
 }
 
-// runPytest runs one python/tests file with a venv's python against this
-// binary, after checking that the venv has the modules the file needs.
-func runPytest(t *testing.T, venv, file, modules, fix string) {
+// runPytestBin runs python/tests files with a venv's python, after
+// checking that the venv has the modules the file needs; the file's
+// fixtures start this binary (XSERVE_BIN) themselves (a session fixture
+// once for all the files).
+func runPytestBin(t *testing.T, venv, modules, fix string, files ...string) {
 	t.Helper()
 	python := filepath.Join(repoRoot(t), venv, "bin", "python")
 	if out, err := exec.Command(python, "-c", "import "+modules).CombinedOutput(); err != nil {
 		t.Fatalf("%s lacks a module of %s: %s\n%s", venv, modules, fix, out)
 	}
-	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", file)
+	pytest(t, python, files, "XSERVE_BIN="+xserveBinary(t))
+}
+
+// pytest runs python/tests files with python, env added to the
+// environment, and fails the test if they fail.
+func pytest(t *testing.T, python string, files []string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(python, append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider"}, files...)...)
 	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "XSERVE_BIN="+xserveBinary(t), "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest:\n%s", out)
 	if err != nil {
@@ -32,14 +41,16 @@ func runPytest(t *testing.T, venv, file, modules, fix string) {
 	}
 }
 
-// TestOpenAIClient runs python/tests/test_openai.py: the official openai
-// client (pinned in python/requirements.txt) against the OpenAI-compatible
-// API, serving a small Llama that make gen-models exported with its
-// tokenizer: chat and text completions, whole and streamed, compared with
-// transformers; stop strings, seeds, errors; and a client that goes away
-// mid-stream, whose slot is then free.
-func TestOpenAIClient(t *testing.T) {
-	runPytest(t, ".venv", "python/tests/test_openai.py", "openai, pytest", "run make venv")
+// TestGenerativeClients runs python/tests/test_openai.py and
+// test_generate_ext.py against one server of a small Llama that make
+// gen-models exported with its tokenizer: the official openai client
+// (pinned in python/requirements.txt) against the OpenAI-compatible API
+// (chat and text completions, whole and streamed), and an HTTP client
+// against the KServe generate extension (generate, generate_stream), each
+// compared with transformers; stop strings, seeds, errors; and a client
+// that goes away mid-stream, whose slot is then free.
+func TestGenerativeClients(t *testing.T) {
+	runPytestBin(t, ".venv", "openai, pytest", "run make venv", "python/tests/test_openai.py", "python/tests/test_generate_ext.py")
 }
 
 // TestTorchBackendEntryPoint runs python/tests/test_torch_entrypoint.py:
@@ -47,5 +58,5 @@ func TestOpenAIClient(t *testing.T) {
 // backend="xserve") (torch loads the entry point without registering the
 // name twice).
 func TestTorchBackendEntryPoint(t *testing.T) {
-	runPytest(t, ".venv-zoo", "python/tests/test_torch_entrypoint.py", "torch, pytest", "make test installs .venv-zoo")
+	runPytestBin(t, ".venv-zoo", "torch, pytest", "make test installs .venv-zoo", "python/tests/test_torch_entrypoint.py")
 }

@@ -97,16 +97,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	compiled := "compiled"
-	if tm.Cached {
-		compiled = "loaded from the compile cache"
-	}
-	fmt.Fprintf(stderr, "lowered in %s, %s in %s, executed in %s (dims %v)\n",
-		tm.Lower.Round(time.Microsecond), compiled, tm.Compile.Round(time.Microsecond), tm.Run.Round(time.Microsecond), prog.Dims)
+	printTimings(stderr, prog, tm)
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
-	names := runner.OutputNames(prog)
+	names := m.OutputNames(prog)
 	for i, t := range outs {
 		name := names[i]
 		file := filepath.Join(*outDir, outputFileName(name))
@@ -116,6 +111,21 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "output %s: %s -> %s\n", name, t, file)
 	}
 	return nil
+}
+
+// printTimings says how long lowering, compiling and running took (or that
+// the model ran on the host only).
+func printTimings(w io.Writer, prog *lower.Program, tm runner.Timings) {
+	if prog == nil {
+		fmt.Fprintln(w, "ran on the host only (string operators): no XLA program")
+		return
+	}
+	compiled := "compiled"
+	if tm.Cached {
+		compiled = "loaded from the compile cache"
+	}
+	fmt.Fprintf(w, "lowered in %s, %s in %s, executed in %s (dims %v)\n",
+		tm.Lower.Round(time.Microsecond), compiled, tm.Compile.Round(time.Microsecond), tm.Run.Round(time.Microsecond), prog.Dims)
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) error {
@@ -131,6 +141,9 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "pjrt plugin file: %s\n", path)
+	if pkg := pjrt.PluginPackage(path); pkg != "" {
+		fmt.Fprintf(stdout, "plugin package: %s\n", pkg)
+	}
 	apiVersion, err := pjrt.PluginAPIVersion(path)
 	if err != nil {
 		return fmt.Errorf("version: the PJRT plugin cannot be loaded: %w", err)

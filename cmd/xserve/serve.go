@@ -42,6 +42,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
 	compileJobs := fs.Int("compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
+	exactCompiles := fs.Int("exact-compiles-per-minute", 0, "compiles of exact-size executables (sizes no bucket holds) per minute across all models; requests needing one wait within their deadline (0: 30)")
 	split := fs.String("split-batches", "auto", "on a CPU, run an execution's rows as shards on idle cores at once: auto (when no other execution runs and each bucket's own timings say it is faster), off, always")
 	poll := fs.Duration("poll-interval", 5*time.Second, "with --model-control-mode poll: how often to rescan the model repository for changes")
 	control := fs.String("model-control-mode", "poll", "who changes the loaded models: poll (follow the repository; the load/unload API is refused), explicit (load every model at start, then only the load/unload API), none (load once)")
@@ -139,15 +140,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "model_control_mode", mode)
 	mgr, err := serving.NewManager(ctx, serving.Options{
-		Client:             client,
-		Repository:         repo,
-		CompileCacheDir:    *cacheDir,
-		CompileParallelism: *compileJobs,
-		Lowering:           lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
-		Logger:             log,
-		PollInterval:       interval,
-		ControlMode:        mode,
-		SplitBatches:       splitPolicy,
+		Client:                 client,
+		Repository:             repo,
+		CompileCacheDir:        *cacheDir,
+		CompileParallelism:     *compileJobs,
+		ExactCompilesPerMinute: *exactCompiles,
+		Lowering:               lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
+		Logger:                 log,
+		PollInterval:           interval,
+		ControlMode:            mode,
+		SplitBatches:           splitPolicy,
 	})
 	if err != nil {
 		return err

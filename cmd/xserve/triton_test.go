@@ -58,15 +58,15 @@ func TestTritonClients(t *testing.T) {
 	python := tritonVenv(t)
 	// explicit model control: the clients also load uploaded models.
 	p := startXserve(t, tinycnnRepo(t), t.TempDir(), "--model-control-mode", "explicit")
-	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests/test_triton_clients.py")
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t), "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("pytest:\n%s", out)
-	if err != nil {
-		t.Fatalf("pytest: %v", err)
-	}
+	runPytest(t, python, p, "python/tests/test_triton_clients.py")
 	p.stop(t)
+}
+
+// runPytest runs a python/tests file with pytest against the running
+// server p (XSERVE_URL, XSERVE_GRPC_URL), failing on any failed test.
+func runPytest(t *testing.T, python string, p *xserveProc, file string) {
+	t.Helper()
+	pytest(t, python, []string{file}, "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t))
 }
 
 // TestPerfAnalyzer runs Triton's perf_analyzer unchanged against xserve over

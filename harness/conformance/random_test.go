@@ -1,11 +1,10 @@
 package conformance
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/xserve/xserve/importer/onnx"
+	"github.com/xserve/xserve/internal/onnxtestdata"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -62,7 +61,7 @@ func TestPropertyChecks(t *testing.T) {
 // TestRandomCasesExist checks that every case checked by properties is in
 // the test data, so the list cannot go stale.
 func TestRandomCasesExist(t *testing.T) {
-	cases, err := ListCases(DefaultDataDir)
+	cases, err := ListCases(dataDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,28 +84,12 @@ func TestRandomCasesExist(t *testing.T) {
 	}
 }
 
-// TestRedeclareContradictedInputs checks the workaround for test data that
-// contradicts its model's declared input shapes, on the real cases: only
-// the contradicted input changes, and the note names it.
-func TestRedeclareContradictedInputs(t *testing.T) {
-	for _, c := range []struct{ dir, note string }{
-		{"node/test_castlike_FLOAT_to_BFLOAT16", "input like declared [3,4], the test data is [1]: declared shape replaced"},
-		{"node/test_castlike_FLOAT_to_DOUBLE", ""},
-		{"node/test_sequence_insert_at_back", ""},
-	} {
-		t.Run(c.dir, func(t *testing.T) {
-			dir := filepath.Join(DefaultDataDir, c.dir)
-			m, err := onnx.ReadModelFile(filepath.Join(dir, "model.onnx"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			note, err := redeclareContradictedInputs(m, dir)
-			if err != nil || note != c.note {
-				t.Fatalf("note %q, error %v; want %q", note, err, c.note)
-			}
-			if c.note != "" && len(m.Graph.Inputs[1].Type.Dims) != 1 {
-				t.Errorf("like is declared %v after the workaround, want the data's [1]", m.Graph.Inputs[1].Type.Dims)
-			}
-		})
+// dataDir is the onnx wheel's backend test data (make venv installs it).
+func dataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := onnxtestdata.Dir()
+	if err != nil {
+		t.Fatal(err)
 	}
+	return dir
 }

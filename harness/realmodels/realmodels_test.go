@@ -25,7 +25,11 @@ import (
 //     variants from silero-vad, one whose decoder branches on Shape(x)[k] == 1,
 //     which imports deferred to concrete sizes), and the wheel's default
 //     silero_vad.onnx, whose 8 kHz branch (an If on the sr input) cannot be
-//     built at 16 kHz sizes and is guarded; made by `make realmodels-small`.
+//     built at 16 kHz sizes and is guarded; two dynamically quantized
+//     BiLSTM diacritizers from text2tashkeel (DynamicQuantizeLSTM,
+//     DynamicQuantizeLinear, MatMulInteger: ONNX Runtime's one-thread
+//     arithmetic to the last bit) and g2p-id-py's Keras LSTM decoder, which
+//     carries its state in and out; made by `make realmodels-small`.
 var caseDirs = []struct {
 	root  string
 	cases []string
@@ -37,7 +41,8 @@ var caseDirs = []struct {
 	}, "make realmodels-fixtures"},
 	{"../../.cache/realmodels-small/cases", []string{
 		"rapidocr_cls_v2.onnx-package", "silero_vad_16k_sequence.onnx-package", "silero_vad_16k_op15.onnx-package",
-		"silero_vad.onnx-package",
+		"silero_vad.onnx-package", "text2tashkeel_bilstm_int8.onnx-package", "text2tashkeel_rawi_v3_int8.onnx-package",
+		"g2p_id_lstm_decoder.onnx-package",
 	}, "make realmodels-small"},
 }
 
@@ -93,7 +98,7 @@ func TestRealModelsMatchONNXRuntime(t *testing.T) {
 }
 
 // newRunner returns a runner on the PJRT plugin make pjrt installs.
-func newRunner(t *testing.T) *runner.Runner {
+func newRunner(t testing.TB) *runner.Runner {
 	t.Helper()
 	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "../.."})
 	if err != nil {

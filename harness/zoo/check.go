@@ -193,7 +193,10 @@ func (c *Checker) CheckModel(ctx context.Context, dir string, m *Manifest, forma
 	if err != nil {
 		return fail(StageCompile, err)
 	}
-	model := r.Model(g)
+	model, err := r.Model(g)
+	if err != nil {
+		return fail(StageImport, err)
+	}
 	defer model.Close()
 	rel := RelTolerance
 	if t, ok := Tolerances[m.Model+"/"+format]; ok {

@@ -484,8 +484,18 @@ func (b *builder) inputMeta(name string) (fxgraph.TensorMeta, error) {
 		}
 		switch {
 		case d.expr != "":
-			return fxgraph.TensorMeta{}, fmt.Errorf("%w: %s: input %s dim %d is the expression %s; only plain symbols (torch.export.Dim) are supported as input dims",
-				ErrUnsupported, b.entry, name, i, d.expr)
+			e, err := parseSymExpr(d.expr)
+			if err != nil {
+				return fxgraph.TensorMeta{}, fmt.Errorf("%w: %s: input %s dim %d: %v", ErrUnsupported, b.entry, name, i, err)
+			}
+			// A derived symbol named by its expression, bound from the
+			// plain symbols it reads.
+			derived := e.String()
+			if b.g.SymbolExprs == nil {
+				b.g.SymbolExprs = map[string]*fxgraph.SymExpr{}
+			}
+			b.g.SymbolExprs[derived] = e
+			meta.Shape[i] = fxgraph.S(derived)
 		case d.sym != "":
 			meta.Shape[i] = fxgraph.S(symbolName(d.sym))
 		default:

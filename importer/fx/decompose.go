@@ -17,7 +17,7 @@ type decomposer func(c *call) error
 // IR does not register, so that archives saved without
 // ep.run_decompositions() load too. The IR's operator of the same name
 // always wins: a target here is used only while the IR lacks it.
-var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, map[*fxgraph.Op]decomposer{
+var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, rnnDecompositions, map[*fxgraph.Op]decomposer{
 	fxgraph.AtenConv1d:                    decConv(1),
 	fxgraph.AtenConv2d:                    decConv(2),
 	fxgraph.AtenConv3d:                    decConv(3),

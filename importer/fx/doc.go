@@ -54,7 +54,12 @@
 // contiguous tensors. Symbolic sizes become IR symbols; torch.export does
 // not save the names given to torch.export.Dim, so they keep torch's names
 // (s0, s77), and range_constraints become Graph.SymbolRanges (an open bound,
-// null or int_oo, is no bound). Only user outputs are returned, under their
+// null or int_oo, is no bound). An input dim that is an expression of
+// symbols (sympy Add, Mul, FloorDiv, Mod of symbols and integers: a cached
+// decoder's attention mask is past + 1) becomes a derived symbol named by
+// its text ("s20 + 1") with its expression in Graph.SymbolExprs: callers
+// bind the plain symbols from the other inputs and check it against them
+// (Graph.BindDims, serving's bucket plan). Only user outputs are returned, under their
 // torch value names; a program that mutates a buffer, a parameter or an
 // input (buffer_mutation outputs: a model exported in training mode, a
 // cache) is rejected, since a served program must not carry state between

@@ -22,7 +22,7 @@ import (
 // runnable are the fixtures (testdata/<name>/, written by
 // make_fixtures.py) that import and run; each holds model.pt2 and the
 // inputs and eager PyTorch outputs of two cases.
-var runnable = []string{"cnn", "cnn_train", "block", "block_train", "tied", "kwargs", "kwargs_train", "resnet18", "cond", "while_loop", "map"}
+var runnable = []string{"cnn", "cnn_train", "block", "block_train", "tied", "kwargs", "kwargs_train", "resnet18", "cond", "while_loop", "map", "float8"}
 
 func fixture(name string) string { return filepath.Join("testdata", name, "model.pt2") }
 

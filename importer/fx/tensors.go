@@ -9,7 +9,7 @@ import (
 )
 
 // scalarTypes maps schema.ScalarType values to dtypes. Missing values
-// (complex32, the float8 types) have no dtype in xserve.
+// (complex32) have no dtype in xserve.
 var scalarTypes = map[int64]tensor.DType{
 	1:  tensor.Uint8,      // BYTE
 	2:  tensor.Int8,       // CHAR
@@ -24,14 +24,18 @@ var scalarTypes = map[int64]tensor.DType{
 	12: tensor.Bool,       // BOOL
 	13: tensor.BFloat16,   // BFLOAT16
 	28: tensor.Uint16,     // UINT16
-	34: tensor.Uint32,     // UINT32
-	35: tensor.Uint64,     // UINT64
+	29: tensor.Float8E4M3FN,
+	30: tensor.Float8E5M2,
+	31: tensor.Float8E4M3FNUZ,
+	32: tensor.Float8E5M2FNUZ,
+	33: tensor.Float8E8M0FNU,
+	34: tensor.Uint32, // UINT32
+	35: tensor.Uint64, // UINT64
 }
 
 // scalarTypeNames names the ScalarType values without a dtype, for errors.
 var scalarTypeNames = map[int64]string{
-	0: "UNKNOWN", 9: "COMPLEXHALF", 29: "FLOAT8E4M3FN", 30: "FLOAT8E5M2",
-	31: "FLOAT8E4M3FNUZ", 32: "FLOAT8E5M2FNUZ", 33: "FLOAT8E8M0FNU",
+	0: "UNKNOWN", 9: "COMPLEXHALF",
 }
 
 // dtypeOf maps a ScalarType to a dtype.

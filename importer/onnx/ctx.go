@@ -269,6 +269,35 @@ func Unsupported(format string, args ...any) error {
 }
 
 // ints converts []int64 to the []any form of IR list arguments.
+// someInputs returns inputs 0 to n-1: the first required ones must be
+// given, the others are nil when absent.
+func (c *Ctx) someInputs(n, required int) ([]*fxgraph.Node, error) {
+	out := make([]*fxgraph.Node, n)
+	for i := range out {
+		var err error
+		if i < required {
+			out[i], err = c.Input(i)
+		} else {
+			out[i], err = c.OptInput(i)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// viewAlong views the 1-D v as rank dims, all of size 1 but axis, so that
+// it broadcasts along that axis.
+func viewAlong(c *Ctx, v *fxgraph.Node, rank, axis int) (*fxgraph.Node, error) {
+	dims := make([]any, rank)
+	for i := range dims {
+		dims[i] = int64(1)
+	}
+	dims[axis] = int64(-1)
+	return c.Emit(fxgraph.AtenView, v, dims)
+}
+
 func ints(v []int64) []any {
 	out := make([]any, len(v))
 	for i, x := range v {

@@ -53,10 +53,10 @@ func (c *Ctx) markShapeDependent(err error) error {
 
 // deferredGraph returns the graph of a model whose import needs concrete
 // input sizes: its placeholders are the model's inputs, its outputs
-// fxgraph.Deferred nodes typed from the model's declared outputs, and
-// its Rebuild imports the model again with the inputs' symbolic dims set to
-// the given sizes. cause is the symbolic import's error, returned instead
-// when the outputs' types are not declared.
+// fxgraph.Deferred nodes typed from the model's declared outputs;
+// ImportAt imports the model again with the inputs' symbolic dims set to
+// given sizes. cause is the symbolic import's error, returned instead when
+// the outputs' types are not declared.
 func (im *Importer) deferredGraph(m *Model, o ImportOptions, cause error) (*fxgraph.Graph, error) {
 	g := fxgraph.New()
 	inits := map[string]bool{}
@@ -107,12 +107,17 @@ func (im *Importer) deferredGraph(m *Model, o ImportOptions, cause error) (*fxgr
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("onnx: deferred graph: %w", err)
 	}
-	g.Rebuild = func(dims map[string]int64) (*fxgraph.Graph, error) {
-		rg, err := im.importModel(m, o, dims)
-		if err != nil {
-			return nil, fmt.Errorf("onnx: import for input sizes %v (the symbolic import failed: %v): %w", dims, cause, err)
-		}
-		return rg, nil
+	return g, nil
+}
+
+// ImportAt imports m, with what o says of its inputs, for the sizes dims
+// gives its inputs' symbolic dims: the graph of a deferred model
+// (fxgraph.Graph.IsDeferred) at those sizes, every shape computation in it
+// static.
+func (im *Importer) ImportAt(m *Model, o ImportOptions, dims map[string]int64) (*fxgraph.Graph, error) {
+	g, err := im.importModel(m, o, dims)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: import for input sizes %v: %w", dims, err)
 	}
 	return g, nil
 }

@@ -41,11 +41,12 @@ func deferModel(declared bool) *Model {
 }
 
 func TestShapeDependentImportIsDeferred(t *testing.T) {
-	g, err := NewImporter().Import(deferModel(true))
+	im, m := NewImporter(), deferModel(true)
+	g, err := im.Import(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Rebuild == nil {
+	if !g.IsDeferred() {
 		t.Fatal("the import is not deferred")
 	}
 	if got := g.Outputs()[0].Val().String(); got != "float32[N,T,4]" {
@@ -59,19 +60,19 @@ func TestShapeDependentImportIsDeferred(t *testing.T) {
 		{map[string]int64{"N": 2, "T": 5}, "float32[2,5,4]"}, // else: as is
 	}
 	for _, c := range cases {
-		rg, err := g.Rebuilt(c.dims)
+		rg, err := im.ImportAt(m, ImportOptions{}, c.dims)
 		if err != nil {
 			t.Fatalf("%v: %v", c.dims, err)
 		}
-		if rg.Rebuild != nil {
-			t.Errorf("%v: the rebuilt graph is deferred again", c.dims)
+		if rg.IsDeferred() {
+			t.Errorf("%v: the graph at these sizes is deferred again", c.dims)
 		}
 		if got := rg.Outputs()[0].Val().String(); got != c.want {
 			t.Errorf("%v: output %s, want %s", c.dims, got, c.want)
 		}
 	}
-	if _, err := g.Rebuilt(map[string]int64{"N": 2}); err == nil {
-		t.Error("rebuilt without a size for T")
+	if _, err := im.ImportAt(m, ImportOptions{}, map[string]int64{"N": 2}); err == nil {
+		t.Error("imported without a size for T")
 	}
 	// Without declared output types there is no signature to defer with:
 	// the symbolic import's error stands, naming the If.

@@ -71,6 +71,14 @@ func newConverters() converters {
 	registerQuant(cs)
 	registerQuantContrib(cs)
 	registerMicrosoft(cs)
+	registerML(cs)
+	registerStrings(cs)
+	registerTransformer(cs)
+	registerNorm(cs)
+	registerImage(cs)
+	registerPool(cs)
+	registerSample(cs)
+	registerImageDecoder(cs)
 	return cs
 }
 
@@ -116,8 +124,9 @@ func (im *Importer) Import(m *Model) (*fxgraph.Graph, error) {
 // The inputs stay in the graph's signature, so callers pass them as usual.
 //
 // A model whose conversion needs values computed from symbolic input sizes
-// (see shapeDependentError) imports as a deferred graph: fxgraph.Graph's
-// Rebuild imports it again once the sizes are known, per shape bucket.
+// (see shapeDependentError) imports as a deferred graph
+// (fxgraph.Graph.IsDeferred): ImportAt imports it again once the sizes are
+// known, per shape bucket.
 func (im *Importer) ImportWithValues(m *Model, values map[string]*tensor.Tensor) (*fxgraph.Graph, error) {
 	return im.ImportWithOptions(m, ImportOptions{Values: values})
 }
@@ -145,7 +154,7 @@ func (im *Importer) importModel(m *Model, o ImportOptions, dims map[string]int64
 		funcs[f.Domain+":"+f.Name] = f
 	}
 	g := fxgraph.New()
-	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}, bits4: map[*fxgraph.Node]bool{}, dims: dims, guards: &[]guardValue{}}
+	s := &scope{im: im, g: g, opsets: opsets, funcs: funcs, env: map[string]*fxgraph.Node{}, values: values, structured: o.Structured, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bounded: &[]boundedValue{}, dims: dims, guards: &[]guardValue{}}
 	if err := s.importGraph(m.Graph); err != nil {
 		return nil, err
 	}
@@ -180,15 +189,12 @@ type scope struct {
 	// import made, padded, with their counts; nil in scopes building a
 	// subgraph, where they are unsupported.
 	bounded *[]boundedValue
-	// bits4 marks the constants of INT4/UINT4 initializers (unpacked to 8
-	// bits), shared by every scope of the import.
-	bits4 map[*fxgraph.Node]bool
 	// guards are the run-time guards of If branches the import could not
 	// build (see guardedIf), shared by the scopes that build the main
 	// graph; nil in scopes building a subgraph.
 	guards *[]guardValue
 	// dims, when not nil, gives the main graph's symbolic input dims
-	// concrete sizes (a deferred graph's Rebuild).
+	// concrete sizes (ImportAt).
 	dims map[string]int64
 }
 
@@ -242,11 +248,7 @@ func (s *scope) importGraph(gr *Graph) error {
 		}
 	}
 	for _, in := range gr.Initializers {
-		n := s.g.AddConstant(sanitize(in.Name), in.Tensor)
-		s.env[in.Name] = n
-		if in.Bits == 4 && s.bits4 != nil {
-			s.bits4[n] = true
-		}
+		s.env[in.Name] = s.g.AddConstant(sanitize(in.Name), in.Tensor)
 	}
 	for i, node := range gr.Nodes {
 		if err := s.convertNode(node); err != nil {
@@ -418,7 +420,7 @@ func (s *scope) inlineFunction(node *Node, f *Function) error {
 	if s.depth > 32 {
 		return fmt.Errorf("onnx: node %q: functions nested too deep", node.Name)
 	}
-	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, subConsts: s.subConsts, bounded: s.bounded, bits4: s.bits4}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, subConsts: s.subConsts, bounded: s.bounded}
 	for _, o := range f.OpsetImports {
 		d := o.Domain
 		if d == "ai.onnx" {

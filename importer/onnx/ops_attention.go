@@ -534,16 +534,18 @@ func msAddSlice(c *Ctx, x, bias *fxgraph.Node, lo, hi int64) (*fxgraph.Node, err
 
 // msRotate rotates the first rot values of each head of xh [B, S, N, H]
 // by the angles of positions pos ([B or 1, S], int64) in the cos/sin
-// caches ([positions, rot/2]): halves, or interleaved pairs.
+// caches ([positions, rot/2]; with pos nil, the caches are the angles
+// already, [B, S, rot/2]): halves, or interleaved pairs.
 func msRotate(c *Ctx, xh, pos, cosC, sinC *fxgraph.Node, rot, half int64, interleaved bool) (*fxgraph.Node, error) {
 	hd := Meta(xh).Shape[3]
 	var err error
 	tab := func(t *fxgraph.Node) (*fxgraph.Node, error) {
-		g, err := c.Call1("Gather", 13, []*fxgraph.Node{t, pos}, AInt("axis", 0))
-		if err != nil {
-			return nil, err
+		if pos != nil {
+			if t, err = c.Call1("Gather", 13, []*fxgraph.Node{t, pos}, AInt("axis", 0)); err != nil {
+				return nil, err
+			}
 		}
-		return c.Emit(fxgraph.AtenUnsqueeze, g, int64(2)) // [B, S, 1, half]
+		return c.Emit(fxgraph.AtenUnsqueeze, t, int64(2)) // [B, S, 1, half]
 	}
 	cosT, err := tab(cosC)
 	if err != nil {

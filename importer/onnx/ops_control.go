@@ -208,7 +208,7 @@ func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope
 	if s.depth > 32 {
 		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
 	}
-	inner := &scope{im: s.im, g: g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, values: s.values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}, bits4: s.bits4}
+	inner := &scope{im: s.im, g: g, opsets: s.opsets, funcs: s.funcs, env: map[string]*fxgraph.Node{}, depth: s.depth + 1, values: s.values, subConsts: map[*tensor.Tensor]*fxgraph.Node{}}
 	for _, name := range captured {
 		if isStructured(s.env[name]) {
 			return nil, fmt.Errorf("%w: %w (%q in subgraph %q)", ErrUnsupported, errStructured, name, gr.Name)
@@ -500,7 +500,7 @@ func (s *scope) inlineBody(gr *Graph, inputs map[string]*fxgraph.Node) ([]*fxgra
 	if s.depth > 32 {
 		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
 	}
-	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: maps.Clone(s.env), depth: s.depth + 1, values: s.values, subConsts: s.subConsts, bounded: s.bounded, bits4: s.bits4, guards: s.guards}
+	inner := &scope{im: s.im, g: s.g, opsets: s.opsets, funcs: s.funcs, env: maps.Clone(s.env), depth: s.depth + 1, values: s.values, subConsts: s.subConsts, bounded: s.bounded, guards: s.guards}
 	maps.Copy(inner.env, inputs)
 	for _, in := range gr.Initializers {
 		inner.env[in.Name] = s.modelConstant(in.Name, in.Tensor)

@@ -169,7 +169,10 @@ func TestPostprocessMatchesORT(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := r.Model(g)
+			m, err := r.Model(g)
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer m.Close()
 			exe, err := m.Compile(context.Background(), prog) // once for every case
 			if err != nil {
@@ -388,7 +391,10 @@ func TestLoopScanRunTimeMatchesORT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := r.Model(g)
+	m, err := r.Model(g)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer m.Close()
 	exe, err := m.Compile(context.Background(), prog)
 	if err != nil {

@@ -321,6 +321,15 @@ func ewWhere(c *Ctx, _ *Node) error {
 	return nil
 }
 
+// ewEqual converts Equal: aten.eq, or for strings (opset 19 on) a host
+// comparison.
+func ewEqual(c *Ctx, n *Node) error {
+	if a, err := c.Input(0); err == nil && Meta(a).DType == tensor.String {
+		return stringBinaryConvert(fxgraph.XserveStringEqual)(c, n)
+	}
+	return ewBinary(fxgraph.AtenEqTensor)(c, n)
+}
+
 // ewCastDType maps Cast's "to" code to a dtype; string and the types
 // without an IR dtype are Unsupported.
 func ewCastDType(code int64) (tensor.DType, error) {
@@ -328,42 +337,24 @@ func ewCastDType(code int64) (tensor.DType, error) {
 	if err != nil {
 		return tensor.Invalid, Unsupported("cast to %s", onnxTypeName(int32(code)))
 	}
-	if dt == tensor.String {
-		return tensor.Invalid, Unsupported("cast to STRING")
-	}
 	return dt, nil
 }
 
-// ewCast emits the conversion of x to dt. Float to bfloat16 truncates the
-// float32 mantissa as the ONNX reference implementation of Cast does; every
-// other conversion is aten._to_copy (round to nearest even for floats,
-// truncation toward zero for float to integer, x != 0 for bool).
+// ewCast emits the conversion of x to dt: aten._to_copy (round to nearest
+// even for floats, truncation toward zero for float to integer, x != 0 for
+// bool), with ONNX's rules for the 8- and 4-bit types (castNarrow).
 func ewCast(c *Ctx, x *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	src := Meta(x).DType
-	if src == tensor.String {
-		return nil, Unsupported("cast from STRING")
+	if src == tensor.String || dt == tensor.String {
+		return stringCast(c, x, dt)
 	}
 	if src == dt {
 		return x, nil
 	}
-	if dt != tensor.BFloat16 || !(src == tensor.Float32 || src == tensor.Float64) {
-		return ewCastTo(c, x, dt)
+	if y, ok, err := castNarrow(c, x, dt); ok || err != nil {
+		return y, err
 	}
-	f, err := ewCastTo(c, x, tensor.Float32)
-	if err != nil {
-		return nil, err
-	}
-	bits, err := c.Emit(fxgraph.AtenViewDtype, f, tensor.Int32)
-	if err != nil {
-		return nil, err
-	}
-	if bits, err = c.Emit(fxgraph.AtenBitwiseAndScalar, bits, int64(-65536)); err != nil { // 0xFFFF0000
-		return nil, err
-	}
-	if f, err = c.Emit(fxgraph.AtenViewDtype, bits, tensor.Float32); err != nil {
-		return nil, err
-	}
-	return ewCastTo(c, f, tensor.BFloat16) // exact: the low mantissa bits are zero
+	return ewCastTo(c, x, dt)
 }
 
 // ewCastConv converts Cast(to).
@@ -397,11 +388,7 @@ func ewCastLike(c *Ctx, _ *Node) error {
 	if err != nil {
 		return err
 	}
-	dt := Meta(like).DType
-	if dt == tensor.String {
-		return Unsupported("cast to STRING")
-	}
-	y, err := ewCast(c, x, dt)
+	y, err := ewCast(c, x, Meta(like).DType)
 	if err != nil {
 		return err
 	}
@@ -772,13 +759,14 @@ func registerElementwise(cs converters) {
 	cs.add("Sign", ewSign)
 	for op, target := range map[string]*fxgraph.Op{
 		"Add": fxgraph.AtenAddTensor, "Sub": fxgraph.AtenSubTensor, "Mul": fxgraph.AtenMulTensor,
-		"Equal": fxgraph.AtenEqTensor, "Less": fxgraph.AtenLtTensor, "LessOrEqual": fxgraph.AtenLeTensor,
+		"Less": fxgraph.AtenLtTensor, "LessOrEqual": fxgraph.AtenLeTensor,
 		"Greater": fxgraph.AtenGtTensor, "GreaterOrEqual": fxgraph.AtenGeTensor,
 		"BitwiseAnd": fxgraph.AtenBitwiseAndTensor, "BitwiseOr": fxgraph.AtenBitwiseOrTensor,
 		"BitwiseXor": fxgraph.AtenBitwiseXorTensor,
 	} {
 		cs.add(op, ewBinary(target))
 	}
+	cs.add("Equal", ewEqual)
 	cs.add("And", ewBinary(fxgraph.AtenLogicalAnd))
 	cs.add("Or", ewBinary(fxgraph.AtenLogicalOr))
 	cs.add("Xor", ewBinary(fxgraph.AtenLogicalXor))

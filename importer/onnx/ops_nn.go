@@ -793,7 +793,7 @@ type nnPoolAttrs struct {
 	ceil            bool
 }
 
-func nnReadPool(c *Ctx, x fxgraph.TensorMeta, withDilations bool) (nnPoolAttrs, error) {
+func nnReadPool(c *Ctx, x fxgraph.TensorMeta) (nnPoolAttrs, error) {
 	var p nnPoolAttrs
 	spatial := x.Rank() - 2
 	if spatial < 1 || spatial > 3 {
@@ -809,22 +809,29 @@ func nnReadPool(c *Ctx, x fxgraph.TensorMeta, withDilations bool) (nnPoolAttrs, 
 	if p.d, err = nnSpatialAttr(c, "dilations", spatial, 1); err != nil {
 		return p, err
 	}
-	if !withDilations {
-		for _, v := range p.d {
-			if v != 1 {
-				return p, Unsupported("%s with dilations %v", "AveragePool", p.d)
-			}
-		}
-	}
 	p.ceil = c.AttrInt("ceil_mode", 0) != 0
 	p.lo, p.hi, err = nnPads(c, x, nnEffective(p.k, p.d), p.s)
 	return p, err
 }
 
+// nnPoolSize is ONNX's pooling output size along one dim: floor or ceil of
+// (in + pads - effective kernel) / stride + 1, where ceil_mode drops a last
+// window that would start in the right padding (as PyTorch does; the
+// onnx 1.19 reference agrees).
+func nnPoolSize(in, lo, hi, ek, s int64, ceil bool) int64 {
+	span := in + lo + hi - ek
+	if !ceil {
+		return span/s + 1
+	}
+	out := (span+s-1)/s + 1
+	if (out-1)*s >= in+lo {
+		out--
+	}
+	return out
+}
+
 // nnCheckPoolShape verifies that the emitted pooling node has ONNX's output
-// size (floor or ceil of (in + pads - kernel) / stride + 1): PyTorch's
-// ceil_mode drops a last window starting in the right padding, ONNX's
-// does not.
+// size (nnPoolSize).
 func nnCheckPoolShape(y *fxgraph.Node, x fxgraph.TensorMeta, p nnPoolAttrs) error {
 	spatial := len(p.k)
 	ys := y.Meta.Vals[0].Shape
@@ -835,11 +842,7 @@ func nnCheckPoolShape(y *fxgraph.Node, x fxgraph.TensorMeta, p nnPoolAttrs) erro
 		if !in.IsStatic() {
 			continue
 		}
-		span := in.Size + p.lo[j] + p.hi[j] - ek[j]
-		want := span/p.s[j] + 1
-		if p.ceil {
-			want = (span+p.s[j]-1)/p.s[j] + 1
-		}
+		want := nnPoolSize(in.Size, p.lo[j], p.hi[j], ek[j], p.s[j], p.ceil)
 		if got := ys[a]; !got.IsStatic() || got.Size != want {
 			return Unsupported("pooling with ceil_mode whose last window starts in the padding (ONNX size %d, PyTorch's %s)", want, got)
 		}
@@ -868,7 +871,7 @@ func nnMaxPool(c *Ctx, n *Node) error {
 		return err
 	}
 	xm := Meta(x)
-	p, err := nnReadPool(c, xm, true)
+	p, err := nnReadPool(c, xm)
 	if err != nil {
 		return err
 	}
@@ -998,12 +1001,22 @@ func nnAveragePool(c *Ctx, n *Node) error {
 	if !xm.DType.IsFloat() {
 		return Unsupported("AveragePool of %s", xm.DType)
 	}
-	p, err := nnReadPool(c, xm, false)
+	p, err := nnReadPool(c, xm)
 	if err != nil {
 		return err
 	}
 	spatial := len(p.k)
 	cip := c.Opset >= 7 && c.AttrInt("count_include_pad", 0) != 0
+	for _, d := range p.d {
+		if d != 1 {
+			y, err := nnDilatedAveragePool(c, x, p, cip)
+			if err != nil {
+				return err
+			}
+			c.SetOutput(0, y)
+			return nil
+		}
+	}
 	target := nnPoolTarget("avg", spatial, false)
 	if nnSymmetric(p.lo, p.hi) {
 		y, err := c.Emit(target, x, ints(p.k), ints(p.s), ints(p.lo), p.ceil, cip)
@@ -1172,19 +1185,68 @@ func nnResize(c *Ctx, n *Node) error {
 		if sizes, err = nnResizeInput(c, 3, true); err != nil {
 			return err
 		}
-		if c.AttrInt("antialias", 0) != 0 {
-			return Unsupported("Resize antialias=1")
-		}
-		if pol := c.AttrString("keep_aspect_ratio_policy", "stretch"); pol != "stretch" {
-			return Unsupported("Resize keep_aspect_ratio_policy %q", pol)
+		if pol := c.AttrString("keep_aspect_ratio_policy", "stretch"); pol != "stretch" && sizes != nil {
+			if sizes, scales, err = nnKeepAspect(x, pol, nnListFloats(sizes), c.AttrInts("axes", nil)); err != nil {
+				return err
+			}
+			return nnEmitResize(c, x, sizes, scales, nil, mode, coord, nearest)
 		}
 		if axes := c.AttrInts("axes", nil); axes != nil {
 			if scales, sizes, roi, err = nnResizeAxes(axes, rank, scales, sizes, roi); err != nil {
 				return err
 			}
 		}
+		if sizes != nil {
+			scales = nil
+		}
 	}
 	return nnEmitResize(c, x, sizes, scales, roi, mode, coord, nearest)
+}
+
+// nnKeepAspect applies Resize's keep_aspect_ratio_policy (not_larger,
+// not_smaller) to constant sizes: one scale for all the axes (default all
+// dims), the smallest (not_larger) or largest (not_smaller) of
+// sizes/input, the output round_half_up(scale * input) along them. It
+// returns the sizes and scales for xserve.resize, which transforms
+// coordinates by that scale.
+func nnKeepAspect(x *fxgraph.Node, policy string, sizes []float64, axes []int64) (any, any, error) {
+	d, ok := Meta(x).Shape.Static()
+	if !ok || sizes == nil {
+		return nil, nil, Unsupported("Resize keep_aspect_ratio_policy with a symbolic input %s or sizes computed at run time", Meta(x).Shape)
+	}
+	if policy != "not_larger" && policy != "not_smaller" {
+		return nil, nil, fmt.Errorf("Resize keep_aspect_ratio_policy %q, want stretch, not_larger or not_smaller", policy)
+	}
+	if axes == nil {
+		for i := range d {
+			axes = append(axes, int64(i))
+		}
+	}
+	if len(axes) != len(sizes) {
+		return nil, nil, fmt.Errorf("Resize sizes %v for axes %v", sizes, axes)
+	}
+	scale := math.NaN()
+	norm := make([]int, len(axes))
+	for j, a := range axes {
+		ax, err := fxgraph.NormDim(a, len(d))
+		if err != nil {
+			return nil, nil, err
+		}
+		norm[j] = ax
+		r := sizes[j] / float64(d[ax])
+		if math.IsNaN(scale) || policy == "not_larger" && r < scale || policy == "not_smaller" && r > scale {
+			scale = r
+		}
+	}
+	outSizes, outScales := make([]any, len(d)), make([]any, len(d))
+	for i, v := range d {
+		outSizes[i], outScales[i] = v, 1.0
+	}
+	for _, ax := range norm {
+		outSizes[ax] = int64(scale*float64(d[ax]) + 0.5)
+		outScales[ax] = scale
+	}
+	return outSizes, outScales, nil
 }
 
 // nnResizeAxes expands Resize-18's per-axis scales/sizes/roi (constants)
@@ -1269,14 +1331,12 @@ func nnEmitResize(c *Ctx, x *fxgraph.Node, sizes, scales, roi any, mode, coord, 
 	if sizes == nil && scales == nil {
 		return fmt.Errorf("Resize needs scales or sizes")
 	}
-	if sizes != nil {
-		scales = nil
-	}
 	if coord != "tf_crop_and_resize" {
 		roi = nil
 	}
+	antialias := c.AttrInt("antialias", 0) != 0 && mode != "nearest" // the spec's filter is for linear and cubic
 	y, err := c.Emit(fxgraph.XserveResize, x, sizes, scales, roi, mode, coord, nearest,
-		c.AttrFloat("cubic_coeff_a", -0.75), c.AttrInt("exclude_outside", 0) != 0, c.AttrFloat("extrapolation_value", 0))
+		c.AttrFloat("cubic_coeff_a", -0.75), c.AttrInt("exclude_outside", 0) != 0, c.AttrFloat("extrapolation_value", 0), antialias)
 	if err != nil {
 		return err
 	}
@@ -1786,12 +1846,7 @@ func nnZeroShift(c *Ctx, v, zp *fxgraph.Node, axis, rank int) (*fxgraph.Node, er
 		return nil, err
 	}
 	if zm := Meta(zp); zm.Rank() == 1 && (!zm.Shape[0].IsStatic() || zm.Shape[0].Size != 1) {
-		dims := make([]any, rank)
-		for i := range dims {
-			dims[i] = int64(1)
-		}
-		dims[axis] = int64(-1)
-		if z32, err = c.Emit(fxgraph.AtenView, z32, dims); err != nil {
+		if z32, err = viewAlong(c, z32, rank, axis); err != nil {
 			return nil, err
 		}
 	} else if zm.Rank() > 1 {
@@ -1922,12 +1977,7 @@ func nnQLinear(conv bool) Converter {
 			if err != nil {
 				return err
 			}
-			dims := make([]any, rank)
-			for i := range dims {
-				dims[i] = int64(1)
-			}
-			dims[1] = int64(-1)
-			if b, err = c.Emit(fxgraph.AtenView, b, dims); err != nil {
+			if b, err = viewAlong(c, b, rank, 1); err != nil {
 				return err
 			}
 			if acc, err = c.Emit(fxgraph.AtenAddTensor, acc, b); err != nil {
@@ -1949,16 +1999,11 @@ func nnQLinear(conv bool) Converter {
 		// The second operand's scale may be per output channel (conv) or per
 		// column (matmul).
 		if m := Meta(sc[1]); m.Rank() == 1 && (!m.Shape[0].IsStatic() || m.Shape[0].Size != 1) {
-			dims := make([]any, rank)
-			for i := range dims {
-				dims[i] = int64(1)
-			}
+			axis := rank - 1
 			if conv {
-				dims[1] = int64(-1)
-			} else {
-				dims[rank-1] = int64(-1)
+				axis = 1
 			}
-			if sc[1], err = c.Emit(fxgraph.AtenView, sc[1], dims); err != nil {
+			if sc[1], err = viewAlong(c, sc[1], rank, axis); err != nil {
 				return err
 			}
 		}
@@ -2115,8 +2160,8 @@ func nnGridSample(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if Meta(x).Rank() != 4 {
-		return Unsupported("GridSample of rank %d (only 4-D)", Meta(x).Rank())
+	if r := Meta(x).Rank(); r != 4 && r != 5 {
+		return Unsupported("GridSample of rank %d (4-D or 5-D)", r)
 	}
 	// Opset 20 renamed bilinear/bicubic to linear/cubic.
 	modes := map[string]int64{"bilinear": 0, "nearest": 1, "bicubic": 2}
@@ -2139,7 +2184,12 @@ func nnGridSample(c *Ctx, n *Node) error {
 			return err
 		}
 	}
-	y, err := c.Emit(fxgraph.AtenGridSampler2d, x, grid, mode, pad, c.AttrInt("align_corners", 0) != 0)
+	var y *fxgraph.Node
+	if Meta(x).Rank() == 5 {
+		y, err = gridSample3D(c, x, grid, mode, pad, c.AttrInt("align_corners", 0) != 0)
+	} else {
+		y, err = c.Emit(fxgraph.AtenGridSampler2d, x, grid, mode, pad, c.AttrInt("align_corners", 0) != 0)
+	}
 	if err != nil {
 		return err
 	}

@@ -15,18 +15,6 @@ func registerQuant(cs converters) {
 	cs.register("", "DynamicQuantizeLinear", 11, qDynamicQuantizeLinear)
 }
 
-// qRange4 returns the saturation range of the 4-bit type held unpacked
-// in dt (Int8 for INT4, Uint8 for UINT4).
-func qRange4(dt tensor.DType) (lo, hi float64, ok bool) {
-	switch dt {
-	case tensor.Int8:
-		return -8, 7, true
-	case tensor.Uint8:
-		return 0, 15, true
-	}
-	return 0, 0, false
-}
-
 // qRange returns the saturation range of integer quantized type dt.
 func qRange(dt tensor.DType) (lo, hi float64, ok bool) {
 	switch dt {
@@ -38,31 +26,19 @@ func qRange(dt tensor.DType) (lo, hi float64, ok bool) {
 		return -32768, 32767, true
 	case tensor.Uint16:
 		return 0, 65535, true
+	case tensor.Int4:
+		return -8, 7, true
+	case tensor.Uint4:
+		return 0, 15, true
 	}
 	return 0, 0, false
 }
 
-// qOnnxDType maps an ONNX TensorProto data type number to a DType.
+// qOnnxDType maps an ONNX TensorProto data type number (an output_dtype
+// attribute) to a numeric DType.
 func qOnnxDType(code int64) (tensor.DType, bool) {
-	switch code {
-	case 2:
-		return tensor.Uint8, true
-	case 3:
-		return tensor.Int8, true
-	case 4:
-		return tensor.Uint16, true
-	case 5:
-		return tensor.Int16, true
-	case 6:
-		return tensor.Int32, true
-	case 1:
-		return tensor.Float32, true
-	case 10:
-		return tensor.Float16, true
-	case 16:
-		return tensor.BFloat16, true
-	}
-	return tensor.Invalid, false
+	dt, err := dtypeOf(int32(code))
+	return dt, err == nil && dt != tensor.String
 }
 
 // qBroadcast shapes a scale or zero point p so that it broadcasts against
@@ -89,12 +65,7 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 		if pm.Shape[0].IsStatic() && pm.Shape[0].Size == 1 {
 			return c.Emit(fxgraph.AtenView, p, []any{})
 		}
-		dims := make([]any, r)
-		for i := range dims {
-			dims[i] = int64(1)
-		}
-		dims[ax] = int64(-1)
-		return c.Emit(fxgraph.AtenView, p, dims)
+		return viewAlong(c, p, r, ax)
 	}
 	pd, pok := pm.Shape.Static()
 	xd, xok := xm.Shape.Static()
@@ -131,15 +102,12 @@ func qBroadcast(c *Ctx, p, x *fxgraph.Node, axis, block int64) (*fxgraph.Node, e
 }
 
 // quantize computes saturate(round_half_even(x / scale) + zp) in float32
-// and casts it to dt. scale and zp (nil for zero) already broadcast.
+// and casts it to integer type dt; for the 8- and 4-bit float types, x /
+// scale + zp converted as Cast converts (saturating unless the node's
+// saturate attribute is 0). scale and zp (nil for zero) already broadcast.
 func quantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
-	return quantizeRange(c, x, scale, zp, dt, qRange)
-}
-
-// quantizeRange is quantize saturating to the range rng gives for dt.
-func quantizeRange(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType, rng func(tensor.DType) (float64, float64, bool)) (*fxgraph.Node, error) {
-	lo, hi, ok := rng(dt)
-	if !ok {
+	lo, hi, ok := qRange(dt)
+	if !ok && !dt.IsMinifloat() {
 		return nil, Unsupported("quantization to %s", dt)
 	}
 	xf, err := nnCast(c, x, tensor.Float32)
@@ -154,8 +122,10 @@ func quantizeRange(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType, rng func
 	if err != nil {
 		return nil, err
 	}
-	if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
-		return nil, err
+	if ok {
+		if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
+			return nil, err
+		}
 	}
 	if zp != nil {
 		zf, err := nnCast(c, zp, tensor.Float32)
@@ -166,26 +136,33 @@ func quantizeRange(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType, rng func
 			return nil, err
 		}
 	}
+	if !ok {
+		return ewCast(c, y, dt)
+	}
 	if y, err = c.Emit(fxgraph.AtenClamp, y, lo, hi); err != nil {
 		return nil, err
 	}
 	return nnCast(c, y, dt)
 }
 
-// dequantize computes (x - zp) * scale: the difference in int32, the
-// product in float32, cast to dt. scale and zp (nil for zero) already
-// broadcast.
+// dequantize computes (x - zp) * scale: the difference in int32 (in
+// float32 for the 8- and 4-bit float types), the product in float32, cast
+// to dt. scale and zp (nil for zero) already broadcast.
 func dequantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	xdt := Meta(x).DType
-	if _, _, ok := qRange(xdt); !ok && xdt != tensor.Int32 {
+	diff := tensor.Int32
+	switch _, _, ok := qRange(xdt); {
+	case xdt.IsMinifloat():
+		diff = tensor.Float32
+	case !ok && xdt != tensor.Int32:
 		return nil, Unsupported("dequantization of %s", xdt)
 	}
-	v, err := nnCast(c, x, tensor.Int32)
+	v, err := nnCast(c, x, diff)
 	if err != nil {
 		return nil, err
 	}
 	if zp != nil {
-		z, err := nnCast(c, zp, tensor.Int32)
+		z, err := nnCast(c, zp, diff)
 		if err != nil {
 			return nil, err
 		}
@@ -239,7 +216,9 @@ func qParams(c *Ctx, x *fxgraph.Node, si int) (scale, zp *fxgraph.Node, err erro
 }
 
 // qQuantizeLinear converts QuantizeLinear: per tensor, per axis (opset 13)
-// or per block (opset 21), to the zero point's type, output_dtype or uint8.
+// or per block (opset 21), to the zero point's type, output_dtype or uint8:
+// 8-, 16- and 4-bit integers (opset 21) or the float8 (opset 19) and float4
+// (opset 23) types.
 func qQuantizeLinear(c *Ctx, n *Node) error {
 	x, err := c.Input(0)
 	if err != nil {
@@ -249,15 +228,10 @@ func qQuantizeLinear(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	dt, bits4 := tensor.Uint8, false
+	dt := tensor.Uint8
 	switch code := c.AttrInt("output_dtype", 0); {
 	case zp != nil:
-		dt, bits4 = Meta(zp).DType, c.s.bits4[c.mustInput(2)]
-	case code == onnxInt4 || code == onnxUint4:
-		dt, bits4 = tensor.Uint8, true
-		if code == onnxInt4 {
-			dt = tensor.Int8
-		}
+		dt = Meta(zp).DType
 	case code != 0:
 		d, ok := qOnnxDType(code)
 		if !ok {
@@ -265,13 +239,7 @@ func qQuantizeLinear(c *Ctx, n *Node) error {
 		}
 		dt = d
 	}
-	var y *fxgraph.Node
-	if bits4 {
-		// INT4/UINT4 results are held unpacked in Int8/Uint8.
-		y, err = quantizeRange(c, x, scale, zp, dt, qRange4)
-	} else {
-		y, err = quantize(c, x, scale, zp, dt)
-	}
+	y, err := quantize(c, x, scale, zp, dt)
 	if err != nil {
 		return err
 	}
@@ -827,12 +795,7 @@ func qScaleAlong(c *Ctx, s *fxgraph.Node, r int) (*fxgraph.Node, error) {
 	if Meta(s).Rank() != 1 {
 		return nil, Unsupported("scale of shape %s", Meta(s).Shape)
 	}
-	dims := make([]any, r)
-	for i := range dims {
-		dims[i] = int64(1)
-	}
-	dims[r-1] = int64(-1)
-	return c.Emit(fxgraph.AtenView, s, dims)
+	return viewAlong(c, s, r, r-1)
 }
 
 // qScaledAcc returns float32(acc) * (as * bs), bs per column or single,

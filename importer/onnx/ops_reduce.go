@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/xserve/xserve/fxgraph"
@@ -516,7 +517,9 @@ func convertSoftmaxCrossEntropyLoss(c *Ctx, _ *Node) error {
 // convertTopK converts TopK to aten.topk.default: k is the "k" attribute
 // before opset 10 and constant input 1 (one int64) from then on; axis,
 // largest and sorted (opset 11) are attributes. The lowering sorts
-// (stablehlo.sort), so k is only bounded by the axis.
+// (stablehlo.sort), so k is only bounded by the axis. A K computed from
+// graph inputs' values at run time gives outputs of data-dependent size
+// (topKRunTime).
 func convertTopK(kInput bool) Converter {
 	return func(c *Ctx, _ *Node) error {
 		x, err := c.Input(0)
@@ -526,6 +529,10 @@ func convertTopK(kInput bool) Converter {
 		k := c.AttrInt("k", -1)
 		if kInput {
 			ks, err := c.ConstInts(1)
+			var nv *NeedsValueError
+			if errors.As(err, &nv) && len(nv.Inputs) > 0 {
+				return topKRunTime(c, x)
+			}
 			if err != nil {
 				return err
 			}
@@ -545,16 +552,66 @@ func convertTopK(kInput bool) Converter {
 		if err != nil {
 			return err
 		}
-		for i := range 2 {
-			if !c.HasOutput(i) {
-				continue
-			}
-			out, err := c.Emit(fxgraph.GetItem, top, int64(i))
-			if err != nil {
-				return err
-			}
-			c.SetOutput(i, out)
-		}
-		return nil
+		_, err = setItems(c, top, 2)
+		return err
 	}
+}
+
+// setItems sets output i of the node to element i of tuple, for the first
+// n outputs the model uses, and returns them (nil where unused).
+func setItems(c *Ctx, tuple *fxgraph.Node, n int) ([]*fxgraph.Node, error) {
+	outs := make([]*fxgraph.Node, n)
+	for i := range n {
+		if !c.HasOutput(i) {
+			continue
+		}
+		out, err := c.Emit(fxgraph.GetItem, tuple, int64(i))
+		if err != nil {
+			return nil, err
+		}
+		c.SetOutput(i, out)
+		outs[i] = out
+	}
+	return outs, nil
+}
+
+// topKRunTime converts TopK whose K is a run-time value: the whole axis
+// sorted (its static size n is the bound), the outputs bounded values
+// (docs/DATA-DEPENDENT.md) along the axis counted by min(max(K, 0), n), so
+// that the answer holds exactly the K best.
+func topKRunTime(c *Ctx, x *fxgraph.Node) error {
+	m := Meta(x)
+	axis, err := fxgraph.NormDim(c.AttrInt("axis", -1), m.Rank())
+	if err != nil {
+		return fmt.Errorf("TopK: %w", err)
+	}
+	if c.s.bounded == nil || !m.Shape[axis].IsStatic() {
+		return Unsupported("TopK with a run-time K over a symbolic axis %s of %s (or inside a subgraph): its outputs' size would have no static bound", m.Shape[axis], m)
+	}
+	n := m.Shape[axis].Size
+	top, err := c.Emit(fxgraph.AtenTopk, x, n, int64(axis), c.AttrInt("largest", 1) != 0, true)
+	if err != nil {
+		return err
+	}
+	kv, err := c.Input(1)
+	if err != nil {
+		return err
+	}
+	if kv, err = c.Emit(fxgraph.AtenView, kv, ints(nil)); err != nil {
+		return err
+	}
+	if kv, err = nnCast(c, kv, tensor.Int64); err != nil {
+		return err
+	}
+	count, err := c.Emit(fxgraph.AtenClamp, kv, int64(0), n)
+	if err != nil {
+		return err
+	}
+	outs, err := setItems(c, top, 2)
+	for _, out := range outs {
+		if out != nil {
+			*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: count, axis: int(axis), op: "TopK"})
+		}
+	}
+	return err
 }

@@ -152,6 +152,10 @@ func TestReductionConverters(t *testing.T) {
 		{name: "TopK run-time K", opset: 11,
 			node:   &Node{OpType: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"v", "i"}},
 			inputs: []*ValueInfo{x, rdValueInfo("k", tensor.Int64, 1)}, outputs: []string{"v", "i"},
+			targets: "aten.topk.default aten.view.default aten.clamp.default getitem getitem", metas: "float32[N,3,4] int64[N,3,4] int64[] int64[]"}, // bounded: the whole axis sorted, K clamped to it is the valid count
+		{name: "TopK run-time K over a symbolic axis", opset: 11,
+			node:   &Node{OpType: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"v", "i"}, Attributes: []*Attribute{rdIntAttr("axis", 0)}},
+			inputs: []*ValueInfo{x, rdValueInfo("k", tensor.Int64, 1)}, outputs: []string{"v", "i"},
 			err: "unsupported"},
 		{name: "ArgMax", opset: 13,
 			node:   &Node{OpType: "ArgMax", Inputs: []string{"x"}, Outputs: []string{"y"}, Attributes: []*Attribute{rdIntAttr("axis", -1), rdIntAttr("keepdims", 0)}},

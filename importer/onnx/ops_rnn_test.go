@@ -17,6 +17,7 @@ func TestRNNConverters(t *testing.T) {
 	w := func(g int) *onnx.ValueInfo { return nnVI("w", f32, 1, g*4, 3) }
 	r := func(g int) *onnx.ValueInfo { return nnVI("r", f32, 1, g*4, 4) }
 	acts := &onnx.Attribute{Name: "activations", Type: onnx.AttrStrings, Strings: [][]byte{[]byte("Relu")}}
+	mixed := &onnx.Attribute{Name: "activations", Type: onnx.AttrStrings, Strings: [][]byte{[]byte("Sigmoid"), []byte("Relu")}}
 	for _, c := range []struct {
 		name    string
 		node    *onnx.Node
@@ -39,13 +40,21 @@ func TestRNNConverters(t *testing.T) {
 			node:   nnNode("RNN", []string{"x", "w", "r"}, []string{"y"}),
 			inputs: []*onnx.ValueInfo{x, w(1), r(1)}, outputs: []string{"y"},
 			targets: "xserve.rnn getitem", metas: "float32[T,1,N,4]"},
-		{name: "other activations",
+		{name: "RNN, Relu",
 			node:   nnNode("RNN", []string{"x", "w", "r"}, []string{"y"}, nnAI("hidden_size", 4), acts),
-			inputs: []*onnx.ValueInfo{x, w(1), r(1)}, outputs: []string{"y"}, err: "activations"},
-		{name: "short sequence_lens",
+			inputs: []*onnx.ValueInfo{x, w(1), r(1)}, outputs: []string{"y"},
+			targets: "xserve.rnn getitem", metas: "float32[T,1,N,4]"},
+		{name: "other activations",
+			node:   nnNode("GRU", []string{"x", "w", "r"}, []string{"y"}, nnAI("hidden_size", 4), mixed),
+			inputs: []*onnx.ValueInfo{x, w(3), r(3)}, outputs: []string{"y"}, err: "activations"},
+		{name: "sequence_lens, a constant shorter than the sequence",
 			node:   nnNode("RNN", []string{"xs", "w", "r", "", "lens"}, []string{"y"}, nnAI("hidden_size", 4)),
 			inputs: []*onnx.ValueInfo{nnVI("xs", f32, 5, 2, 3), w(1), r(1)}, inits: []*onnx.Initializer{{Name: "lens", Tensor: tensor.FromInt64s([]int64{5, 3})}},
-			outputs: []string{"y"}, err: "sequence_lens"},
+			outputs: []string{"y"}, targets: "xserve.rnn getitem", metas: "float32[5,1,2,4]"},
+		{name: "sequence_lens, a run-time value",
+			node:   nnNode("LSTM", []string{"x", "w", "r", "", "lens"}, []string{"y"}, nnAI("hidden_size", 4)),
+			inputs: []*onnx.ValueInfo{x, w(4), r(4), nnVI("lens", tensor.Int32, "N")}, outputs: []string{"y"},
+			targets: "xserve.rnn getitem", metas: "float32[T,1,N,4]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g, err := nnImport(14, c.node, c.inputs, c.inits, c.outputs)
@@ -71,4 +80,22 @@ func TestRNNConverters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRNNSequenceLensMatchORT runs RNN, GRU and LSTM whose sequence_lens is
+// a graph input (forward, reverse, bidirectional; initial states,
+// peepholes, linear_before_reset, Relu) against ONNX Runtime
+// (testdata/ort, gen_ort_cases.py).
+func TestRNNSequenceLensMatchORT(t *testing.T) {
+	runORTCases(t, []string{
+		"lstm_seqlens_forward", "lstm_seqlens_bidirectional_states_peephole", "lstm_seqlens_reverse",
+		"gru_seqlens_reverse", "gru_seqlens_bidirectional_lbr", "rnn_seqlens_bidirectional_relu", "rnn_seqlens_forward",
+	})
+}
+
+// TestTopKRunTimeKMatchesORT runs TopK whose K is a graph input (outputs
+// of data-dependent size, trimmed to K) against ONNX Runtime
+// (testdata/ort, gen_ort_cases.py).
+func TestTopKRunTimeKMatchesORT(t *testing.T) {
+	runORTCases(t, []string{"topk_runtime_k", "topk_runtime_k_smallest_axis0"})
 }

@@ -57,8 +57,9 @@ type ImportOptions struct {
 // inputs.
 //
 // A model whose conversion needs values computed from symbolic input sizes
-// (see shapeDependentError) imports as a deferred graph: fxgraph.Graph's
-// Rebuild imports it again once the sizes are known, per shape bucket.
+// (see shapeDependentError) imports as a deferred graph
+// (fxgraph.Graph.IsDeferred): ImportAt imports it again with the same
+// options once the sizes are known, per shape bucket.
 func (im *Importer) ImportWithOptions(m *Model, o ImportOptions) (*fxgraph.Graph, error) {
 	g, err := im.importModel(m, o, nil)
 	var sd *shapeDependentError

@@ -8,8 +8,11 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// TfIdfVectorizer of integer input (string input is unsupported). The input
-// length is static, so every n-gram the op looks at (each start position
+// TfIdfVectorizer. Strings (pool_strings) become integers first: each
+// distinct word of the pool is numbered, the input's words are looked up
+// among them on the host (xserve.string_lookup; a word outside the pool is
+// -1, which no pool n-gram holds), and the integer path runs in the
+// program. The input length is static, so every n-gram the op looks at (each start position
 // and skip count, for each n) is known at import: they are gathered with a
 // constant index table, compared with the pool's n-grams, counted per pool
 // entry, and scattered to the output columns by a constant one-hot matrix.
@@ -26,12 +29,9 @@ type tfidfPool struct {
 	column []int64
 }
 
-// tfidfPools splits pool_int64s into its sections by ngram_counts.
-func tfidfPools(c *Ctx) ([]tfidfPool, int64, error) {
-	pool := c.AttrInts("pool_int64s", nil)
-	if c.Attr("pool_strings") != nil {
-		return nil, 0, Unsupported("TfIdfVectorizer with a pool of strings")
-	}
+// tfidfPools splits the pool (pool_int64s, or the numbers of
+// pool_strings' words) into its sections by ngram_counts.
+func tfidfPools(c *Ctx, pool []int64) ([]tfidfPool, int64, error) {
 	counts := c.AttrInts("ngram_counts", nil)
 	indexes := c.AttrInts("ngram_indexes", nil)
 	var pools []tfidfPool
@@ -64,6 +64,34 @@ func tfidfPools(c *Ctx) ([]tfidfPool, int64, error) {
 	return pools, width, nil
 }
 
+// tfidfWords returns the input and pool as integers: pool_int64s as they
+// are, or pool_strings' words numbered in order of first appearance and
+// the input's words looked up among them (-1 for none).
+func tfidfWords(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, []int64, error) {
+	a := c.Attr("pool_strings")
+	if a == nil {
+		return x, c.AttrInts("pool_int64s", nil), nil
+	}
+	if Meta(x).DType != tensor.String {
+		return nil, nil, fmt.Errorf("TfIdfVectorizer: pool_strings for %s input", Meta(x))
+	}
+	number := map[string]int64{}
+	var vocab [][]byte
+	pool := make([]int64, len(a.Strings))
+	for i, w := range a.Strings {
+		k, ok := number[string(w)]
+		if !ok {
+			k = int64(len(vocab))
+			number[string(w)] = k
+			vocab = append(vocab, w)
+		}
+		pool[i] = k
+	}
+	b := &mlBuild{c: c}
+	ids := b.emit(fxgraph.XserveStringLookup, x, stringConst(c, "tfidf_vocabulary", vocab))
+	return ids, pool, b.err
+}
+
 // tfidfPositions returns, for n-grams of length n with at most maxSkip
 // skipped items between consecutive items, the input positions of every
 // n-gram of a row of length size (unigrams once).
@@ -89,12 +117,16 @@ func tfidfConvert(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
+	x, pool, err := tfidfWords(c, x)
+	if err != nil {
+		return err
+	}
 	m := Meta(x)
 	dims, ok := m.Shape.Static()
 	if !m.DType.IsInt() || !ok || len(dims) < 1 || len(dims) > 2 {
-		return Unsupported("TfIdfVectorizer of %s (want a static 1-D or 2-D integer tensor)", m)
+		return Unsupported("TfIdfVectorizer of %s (want a static 1-D or 2-D integer or string tensor)", m)
 	}
-	pools, width, err := tfidfPools(c)
+	pools, width, err := tfidfPools(c, pool)
 	if err != nil {
 		return err
 	}

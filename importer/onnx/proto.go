@@ -64,9 +64,6 @@ type Graph struct {
 type Initializer struct {
 	Name   string
 	Tensor *tensor.Tensor
-	// Bits is 4 for an INT4 or UINT4 initializer, whose Tensor holds the
-	// values unpacked to Int8 or Uint8; 0 otherwise.
-	Bits int
 }
 
 // Node is one operator application (NodeProto).
@@ -467,11 +464,7 @@ func (d *protoDecoder) initializer(f wireField, i int) (*Initializer, string, er
 	if err != nil {
 		return nil, fmt.Sprintf("initializer %d (%q)", i, scanString(f.b, 8)), err
 	}
-	in := &Initializer{Name: name, Tensor: t}
-	if h, herr := readTensorHeader(f.b); herr == nil && (h.dataType == onnxInt4 || h.dataType == onnxUint4) {
-		in.Bits = 4
-	}
-	return in, "", nil
+	return &Initializer{Name: name, Tensor: t}, "", nil
 }
 
 func (d *protoDecoder) appendValueInfo(list []*ValueInfo, f wireField, what string) ([]*ValueInfo, string, error) {

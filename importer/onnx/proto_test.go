@@ -14,32 +14,33 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/xserve/xserve/internal/onnxtestdata"
 	"github.com/xserve/xserve/tensor"
 )
 
-// backendDataRoot holds the ONNX backend test data of Debian's libonnx-testdata.
-const backendDataRoot = "/usr/include/onnx/backend/test/data"
-
-// backendDirs are the suites of backendDataRoot whose cases have a model.onnx.
+// backendDirs are the suites of the ONNX backend test data whose cases have
+// a model.onnx.
 var backendDirs = []string{"node", "pytorch-converted", "pytorch-operator", "simple"}
 
 // unsupportedModels lists backend cases whose model.onnx must fail to decode,
-// with the reason. libonnx-testdata 1.12 has none: it predates float8, int4
-// and sparse initializers in the test suite.
+// with the reason.
 var unsupportedModels = map[string]string{}
 
-func requireBackendData(t testing.TB) {
+// backendDataRoot returns the onnx wheel's backend test data directory
+// (make venv installs it), failing the test when it is missing.
+func backendDataRoot(t testing.TB) string {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(backendDataRoot, "node")); err != nil {
-		t.Fatalf("ONNX backend test data missing (%v): run `apt-get install libonnx-testdata`", err)
+	dir, err := onnxtestdata.Dir()
+	if err != nil {
+		t.Fatal(err)
 	}
+	return dir
 }
 
 // backendCase reads the model of a backend case such as "node/test_if".
 func backendCase(t *testing.T, name string) *Model {
 	t.Helper()
-	requireBackendData(t)
-	m, err := ReadModelFile(filepath.Join(backendDataRoot, name, "model.onnx"))
+	m, err := ReadModelFile(filepath.Join(backendDataRoot(t), name, "model.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func backendCase(t *testing.T, name string) *Model {
 // backendTensor reads test_data_set_0/<file> of a backend case.
 func backendTensor(t *testing.T, name, file string) *tensor.Tensor {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(backendDataRoot, name, "test_data_set_0", file))
+	b, err := os.ReadFile(filepath.Join(backendDataRoot(t), name, "test_data_set_0", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,10 +62,10 @@ func backendTensor(t *testing.T, name, file string) *tensor.Tensor {
 }
 
 func TestDecodeBackendModels(t *testing.T) {
-	requireBackendData(t)
+	root := backendDataRoot(t)
 	total := 0
 	for _, dir := range backendDirs {
-		paths, err := filepath.Glob(filepath.Join(backendDataRoot, dir, "*", "model.onnx"))
+		paths, err := filepath.Glob(filepath.Join(root, dir, "*", "model.onnx"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,10 +114,10 @@ func checkDecodeMatchesRead(t *testing.T, caseName, p string, m *Model) {
 // TestDecodeBackendTensors decodes every input_N.pb and output_N.pb whose
 // graph input or output is a tensor and checks it against the declared type.
 func TestDecodeBackendTensors(t *testing.T) {
-	requireBackendData(t)
+	root := backendDataRoot(t)
 	var decoded, skipped int
 	for _, dir := range backendDirs {
-		cases, _ := filepath.Glob(filepath.Join(backendDataRoot, dir, "*", "model.onnx"))
+		cases, _ := filepath.Glob(filepath.Join(root, dir, "*", "model.onnx"))
 		for _, p := range cases {
 			m, err := ReadModelFile(p)
 			if err != nil {
@@ -211,10 +212,10 @@ func checkAgainstType(tt *tensor.Tensor, ti *TypeInfo, skipShape bool) string {
 func TestConvWithStridesPadding(t *testing.T) {
 	const name = "node/test_conv_with_strides_padding"
 	m := backendCase(t, name)
-	if len(m.OpsetImports) != 1 || m.OpsetImports[0] != (OpsetID{Version: 11}) {
-		t.Errorf("opset imports = %+v, want [{\"\" 11}]", m.OpsetImports)
+	if len(m.OpsetImports) != 1 || m.OpsetImports[0] != (OpsetID{Version: 22}) {
+		t.Errorf("opset imports = %+v, want [{\"\" 22}]", m.OpsetImports)
 	}
-	if m.IRVersion != 6 || m.ProducerName != "backend-test" {
+	if m.IRVersion != 10 || m.ProducerName != "backend-test" {
 		t.Errorf("ir_version %d producer %q", m.IRVersion, m.ProducerName)
 	}
 	g := m.Graph
@@ -283,13 +284,11 @@ func TestCastBFloat16(t *testing.T) {
 		t.Errorf("output type = %+v, want bfloat16 (16)", e)
 	}
 	in, out := backendTensor(t, name, "input_0.pb"), backendTensor(t, name, "output_0.pb")
-	// ONNX 1.12 wrote the expected bfloat16 output as UINT16 bit patterns.
-	if out.DType != tensor.Uint16 {
-		t.Fatalf("output_0.pb = %v, want uint16 bit patterns", out)
+	if out.DType != tensor.BFloat16 {
+		t.Fatalf("output_0.pb = %v, want bfloat16", out)
 	}
-	bf := &tensor.Tensor{DType: tensor.BFloat16, Shape: out.Shape, Data: out.Data}
 	for i := range in.NumElements() {
-		x, y := in.Float64At(i), bf.Float64At(i)
+		x, y := in.Float64At(i), out.Float64At(i)
 		if !math.IsNaN(x) && !math.IsInf(x, 0) && math.Abs(x-y) > 1e-2*math.Max(1, math.Abs(x)) {
 			t.Errorf("element %d: float32 %v cast to bfloat16 %v", i, x, y)
 		}
@@ -455,7 +454,7 @@ func TestSymbolicDimsAndSequences(t *testing.T) {
 		t.Errorf("test_sequence_model1 output dims = %+v, want [?,3,4]", out.Dims)
 	}
 
-	opt := backendCase(t, "node/test_optional_get_element_sequence").Graph.Inputs[0].Type
+	opt := backendCase(t, "node/test_optional_get_element_optional_sequence").Graph.Inputs[0].Type
 	if opt.Kind != TypeOptional || opt.ElemType == nil || opt.ElemType.Kind != TypeSequence || opt.ElemType.ElemType.Elem != tensor.Int32 {
 		t.Errorf("optional(sequence(int32)) = %+v", opt)
 	}
@@ -726,7 +725,7 @@ func TestDecodeTensorErrors(t *testing.T) {
 		{"too large", tensorPB("a", 7, 1<<62).bytes(9, u64LE(1)), "too large"},
 		{"too many dims", tensorPB("a", 1, make([]int64, 65)...), "more than 64 dims"},
 		{"segment", tensorPB("a", 1, 1).bytes(3, wmsg{}.int(1, 0).int(2, 1)), "segmented tensors not supported"},
-		{"float8", tensorPB("a", 17, 1).bytes(9, []byte{1}), "data type FLOAT8E4M3FN (17) not supported"},
+		{"2-bit", tensorPB("a", 25, 1).bytes(9, []byte{1}), "data type UINT2 (25) not supported"},
 		{"int4 raw length", tensorPB("a", 22, 3).bytes(9, []byte{1}), "INT4[3]: data has 1 bytes, want 2"},
 		{"uint4 int32 count", tensorPB("a", 21, 3).bytes(5, packedVarints(1, 2, 3)), "int32_data has 3 values, want 2 packed bytes"},
 		{"int4 float data", tensorPB("a", 22, 2).bytes(4, packedFloats(1)), "float_data in a 4-bit tensor"},
@@ -786,14 +785,16 @@ func TestDType(t *testing.T) {
 		1: tensor.Float32, 2: tensor.Uint8, 3: tensor.Int8, 4: tensor.Uint16, 5: tensor.Int16,
 		6: tensor.Int32, 7: tensor.Int64, 8: tensor.String, 9: tensor.Bool, 10: tensor.Float16,
 		11: tensor.Float64, 12: tensor.Uint32, 13: tensor.Uint64, 14: tensor.Complex64,
-		15: tensor.Complex128, 16: tensor.BFloat16,
+		15: tensor.Complex128, 16: tensor.BFloat16, 17: tensor.Float8E4M3FN, 18: tensor.Float8E4M3FNUZ,
+		19: tensor.Float8E5M2, 20: tensor.Float8E5M2FNUZ, 21: tensor.Uint4, 22: tensor.Int4,
+		23: tensor.Float4E2M1FN, 24: tensor.Float8E8M0FNU,
 	}
 	for code, dt := range want {
 		if got, err := DType(code); err != nil || got != dt {
 			t.Errorf("DType(%d) = %v, %v; want %v", code, got, err, dt)
 		}
 	}
-	for code, name := range map[int32]string{0: "UNDEFINED", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1", -1: "unknown", 1000: "unknown"} {
+	for code, name := range map[int32]string{0: "UNDEFINED", 25: "UINT2", 26: "INT2", -1: "unknown", 1000: "unknown"} {
 		_, err := DType(code)
 		if err == nil || !strings.HasPrefix(err.Error(), "onnx: ") || !strings.Contains(err.Error(), name) {
 			t.Errorf("DType(%d) error = %v, want one naming %s", code, err, name)
@@ -927,7 +928,7 @@ func TestTypeInfoKinds(t *testing.T) {
 	opt := wmsg{}.bytes(9, wmsg{}.bytes(1, seq))
 	sparse := wmsg{}.bytes(8, wmsg{}.int(1, 1).bytes(2, wmsg{}.bytes(1, wmsg{}.int(1, 4))))
 	opaque := wmsg{}.bytes(7, wmsg{}.str(1, "d").str(2, "n"))
-	f8 := tensorTypePB(17, 1)
+	f8 := tensorTypePB(25, 1) // UINT2, which has no dtype
 	noShape := wmsg{}.bytes(1, wmsg{}.int(1, 1))
 	negDim := wmsg{}.bytes(1, wmsg{}.int(1, 1).bytes(2, wmsg{}.bytes(1, wmsg{}.int(1, -1))))
 	g := wmsg{}.str(2, "main")
@@ -955,8 +956,8 @@ func TestTypeInfoKinds(t *testing.T) {
 	if ti := in[4].Type; ti.Kind != TypeUnknown {
 		t.Errorf("opaque = %+v", ti)
 	}
-	if ti := in[5].Type; ti.Kind != TypeTensor || ti.Elem != tensor.Invalid || ti.ElemCode != 17 {
-		t.Errorf("float8 = %+v, want Invalid with code 17", ti)
+	if ti := in[5].Type; ti.Kind != TypeTensor || ti.Elem != tensor.Invalid || ti.ElemCode != 25 {
+		t.Errorf("uint2 = %+v, want Invalid with code 25", ti)
 	}
 	if ti := in[6].Type; ti.HasShape || ti.Dims != nil {
 		t.Errorf("no shape = %+v", ti)
@@ -1160,9 +1161,9 @@ func TestReadModelFileErrors(t *testing.T) {
 	}
 }
 
-// TestDecodeTensor4Bit: INT4 and UINT4 tensors (raw_data or one packed byte
-// per int32_data value, the first element in the low nibble) decode
-// unpacked to Int8 (sign-extended) and Uint8.
+// TestDecodeTensor4Bit: INT4, UINT4 and FLOAT4E2M1 tensors (raw_data or
+// one packed byte per int32_data value, the first element in the low
+// nibble) decode unpacked to one element a byte.
 func TestDecodeTensor4Bit(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -1170,9 +1171,10 @@ func TestDecodeTensor4Bit(t *testing.T) {
 		dt   tensor.DType
 		want []int64
 	}{
-		{"int4 raw", tensorPB("a", 22, 3).bytes(9, []byte{0x71, 0x0F}), tensor.Int8, []int64{1, 7, -1}},
-		{"int4 int32_data", tensorPB("a", 22, 4).bytes(5, packedVarints(0x98, 0x80)), tensor.Int8, []int64{-8, -7, 0, -8}},
-		{"uint4 raw", tensorPB("a", 21, 2, 1).bytes(9, []byte{0xF0}), tensor.Uint8, []int64{0, 15}},
+		{"int4 raw", tensorPB("a", 22, 3).bytes(9, []byte{0x71, 0x0F}), tensor.Int4, []int64{1, 7, -1}},
+		{"int4 int32_data", tensorPB("a", 22, 4).bytes(5, packedVarints(0x98, 0x80)), tensor.Int4, []int64{-8, -7, 0, -8}},
+		{"uint4 raw", tensorPB("a", 21, 2, 1).bytes(9, []byte{0xF0}), tensor.Uint4, []int64{0, 15}},
+		{"float4 raw", tensorPB("a", 23, 3).bytes(9, []byte{0xF2, 0x07}), tensor.Float4E2M1FN, []int64{1, -6, 6}},
 	} {
 		got, _, err := DecodeTensor(tc.pb)
 		if err != nil {

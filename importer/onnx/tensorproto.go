@@ -33,7 +33,9 @@ var onnxDTypes = [...]tensor.DType{
 	5: tensor.Int16, 6: tensor.Int32, 7: tensor.Int64, 8: tensor.String,
 	9: tensor.Bool, 10: tensor.Float16, 11: tensor.Float64, 12: tensor.Uint32,
 	13: tensor.Uint64, 14: tensor.Complex64, 15: tensor.Complex128,
-	16: tensor.BFloat16,
+	16: tensor.BFloat16, 17: tensor.Float8E4M3FN, 18: tensor.Float8E4M3FNUZ,
+	19: tensor.Float8E5M2, 20: tensor.Float8E5M2FNUZ, 21: tensor.Uint4, 22: tensor.Int4,
+	23: tensor.Float4E2M1FN, 24: tensor.Float8E8M0FNU,
 }
 
 // onnxTypeName returns the onnx.proto name of a data type code.
@@ -45,9 +47,9 @@ func onnxTypeName(code int32) string {
 }
 
 // DType converts an ONNX TensorProto.DataType code (FLOAT=1, UINT8=2, ...,
-// BFLOAT16=16) to a tensor.DType. Codes without a tensor.DType (UNDEFINED,
-// the float8, float4 and 4- and 2-bit integer types) give an error naming the
-// type.
+// BFLOAT16=16, FLOAT8E4M3FN=17, ..., FLOAT8E8M0=24) to a tensor.DType. Codes
+// without a tensor.DType (UNDEFINED, the 2-bit integers) give an error
+// naming the type.
 func DType(onnxElemType int32) (tensor.DType, error) {
 	dt, err := dtypeOf(onnxElemType)
 	if err != nil {
@@ -129,29 +131,19 @@ func (d *protoDecoder) tensor(b []byte) (*tensor.Tensor, string, error) {
 	if err != nil {
 		return nil, h.name, err
 	}
-	if h.dataType == onnxUint4 || h.dataType == onnxInt4 {
-		t, err := d.tensor4(b, h)
+	if dt, _ := dtypeOf(h.dataType); dt.IsSubByte() {
+		t, err := d.tensor4(b, h, dt)
 		return t, h.name, err
 	}
 	t, err := d.tensorData(b, h)
 	return t, h.name, err
 }
 
-// The ONNX codes of the 4-bit integer types.
-const (
-	onnxUint4 = 21
-	onnxInt4  = 22
-)
-
-// tensor4 decodes an INT4 or UINT4 tensor (two elements a byte, the first
-// in the low nibble, in raw_data, external data or one byte per int32_data
-// value) unpacked to one Int8 or Uint8 element a byte.
-func (d *protoDecoder) tensor4(b []byte, h *tensorHeader) (*tensor.Tensor, error) {
-	dt, name := tensor.Uint8, "UINT4"
-	if h.dataType == onnxInt4 {
-		dt, name = tensor.Int8, "INT4"
-	}
-	what := name + tensor.ShapeString(h.dims)
+// tensor4 decodes an INT4, UINT4 or FLOAT4E2M1 tensor (two elements a
+// byte, the first in the low nibble, in raw_data, external data or one byte
+// per int32_data value) unpacked to one element a byte (dt's layout).
+func (d *protoDecoder) tensor4(b []byte, h *tensorHeader, dt tensor.DType) (*tensor.Tensor, error) {
+	what := onnxTypeName(h.dataType) + tensor.ShapeString(h.dims)
 	n := tensor.NumElements(h.dims)
 	if n < 0 || n > math.MaxInt/2 {
 		return nil, fmt.Errorf("invalid dims %v: negative or too many elements", h.dims)
@@ -205,11 +197,7 @@ func (d *protoDecoder) tensor4(b []byte, h *tensorHeader) (*tensor.Tensor, error
 		if i%2 == 1 {
 			v >>= 4
 		}
-		v &= 0xf
-		if dt == tensor.Int8 && v >= 8 {
-			v |= 0xf0 // sign-extend
-		}
-		out[i] = v
+		out[i] = v & 0xf
 	}
 	return &tensor.Tensor{DType: dt, Shape: h.dims, Data: out}, err
 }

@@ -57,6 +57,18 @@ func (b *Block) Case(index *Value, branches ...*Block) ([]*Value, error) {
 	return b.emit("case", []*Value{index}, branches, nil, results...)
 }
 
+// OptimizationBarrier returns its operands unchanged; the compiler may not
+// move computations across it nor fuse through it.
+func (b *Block) OptimizationBarrier(operands ...*Value) ([]*Value, error) {
+	if err := b.check("optimization_barrier", operands); err != nil {
+		return nil, err
+	}
+	if len(operands) == 0 {
+		return nil, shapeErr("optimization_barrier", "no operands")
+	}
+	return b.emit("optimization_barrier", operands, nil, nil, typesOfValues(operands)...)
+}
+
 // If runs onTrue or onFalse by pred (a tensor<i1>), as Case does.
 func (b *Block) If(pred *Value, onTrue, onFalse *Block) ([]*Value, error) {
 	if err := b.check("if", []*Value{pred}); err != nil {

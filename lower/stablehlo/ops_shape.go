@@ -10,7 +10,7 @@ import (
 )
 
 // Constant adds a constant of type t from its raw little-endian data (one
-// byte per element for i1), as package tensor stores it.
+// byte per element for i1 and the 4-bit types), as package tensor stores it.
 func (b *Block) Constant(t Type, data []byte) (*Value, error) {
 	if err := b.check("constant", nil); err != nil {
 		return nil, err
@@ -178,6 +178,14 @@ func elementLiteral(e ElementType, d []byte) string {
 			return fmt.Sprintf("0x%016X", bits)
 		}
 		return floatLiteral(strconv.FormatFloat(f, 'g', -1, 64))
+	case I4:
+		return strconv.Itoa(int(int8(d[0]<<4) >> 4))
+	case U4:
+		return strconv.Itoa(int(d[0] & 0xf))
+	case F4E2M1FN:
+		return fmt.Sprintf("0x%X", d[0]&0xf) // exact bits
+	case F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0FNU:
+		return fmt.Sprintf("0x%02X", d[0]) // exact bits
 	}
 	return fmt.Sprintf("0x%04X", binary.LittleEndian.Uint16(d)) // f16, bf16: exact bits
 }

@@ -3,6 +3,7 @@ package stablehlo_test
 import (
 	"context"
 	"math"
+	"math/rand"
 	"slices"
 	"strings"
 	"testing"
@@ -378,7 +379,7 @@ func TestFFICallRun(t *testing.T) {
 		t.Errorf("text =\n%s\nwant it to contain\n%s", text, want)
 	}
 	ctx := context.Background()
-	exe, err := c.Compile(ctx, text)
+	exe, err := c.Compile(ctx, text, nil)
 	if err != nil {
 		t.Fatalf("compile: %v", err)
 	}
@@ -523,5 +524,81 @@ func TestMatmulKernelRun(t *testing.T) {
 			})
 			checkValues(t, "kernel vs dot_general", outs[0], outs[1].Shape, values(outs[1]))
 		})
+	}
+}
+
+// TestDivideRun divides float32 values by 255 where x * (1/255) differs
+// from IEEE division in the last bit: XLA CPU compiles a float32 divide as
+// a multiplication by the reciprocal, so float32 division in float64,
+// rounded once to float32, is what gives ONNX Runtime's quantization
+// scales (lower's quantized recurrent rule computes them so).
+func TestDivideRun(t *testing.T) {
+	var xs []float32
+	for i := 1; len(xs) < 64 && i < 100000; i++ {
+		x := float32(i) * 0.01
+		if x/255 != x*float32(1.0/255) {
+			xs = append(xs, x)
+		}
+	}
+	n := int64(len(xs))
+	out := oneOp(t, []stablehlo.Type{f32(n)}, []*tensor.Tensor{tensor.FromFloat32s(xs)}, func(b *stablehlo.Block, p vals) (vals, error) {
+		c, err := b.ScalarConstant(stablehlo.F64, 255)
+		if err != nil {
+			return nil, err
+		}
+		d, err := b.BroadcastInDim(c, []int64{n}, nil)
+		if err != nil {
+			return nil, err
+		}
+		x64, err := b.Convert(p[0], stablehlo.F64)
+		if err != nil {
+			return nil, err
+		}
+		q, err := b.Divide(x64, d)
+		if err != nil {
+			return nil, err
+		}
+		q32, err := b.Convert(q, stablehlo.F32)
+		return vals{q32}, err
+	})
+	for i, x := range xs {
+		if got, want := float32(out[0].Float64At(int64(i))), x/255; got != want {
+			t.Errorf("%g / 255 = %g, want %g", x, got, want)
+		}
+	}
+}
+
+// TestOptimizationBarrierRun adds z to x*y with the product behind an
+// optimization_barrier: each result is the float32 product rounded, then
+// the sum rounded, as ONNX Runtime's LSTM computes its cell state. XLA CPU
+// may otherwise fuse the product into a fused multiply-add (one rounding),
+// which differs in the last bit for about a fifth of these inputs.
+func TestOptimizationBarrierRun(t *testing.T) {
+	const n = 4096
+	r := rand.New(rand.NewSource(1))
+	var xs, ys, zs [n]float32
+	for i := range xs {
+		xs[i], ys[i], zs[i] = r.Float32()*2-1, r.Float32()*2-1, r.Float32()*2-1
+	}
+	ins := []*tensor.Tensor{tensor.FromFloat32s(xs[:]), tensor.FromFloat32s(ys[:]), tensor.FromFloat32s(zs[:])}
+	out := oneOp(t, []stablehlo.Type{f32(n), f32(n), f32(n)}, ins, func(b *stablehlo.Block, p vals) (vals, error) {
+		m, err := b.Multiply(p[0], p[1])
+		if err != nil {
+			return nil, err
+		}
+		kept, err := b.OptimizationBarrier(m)
+		if err != nil {
+			return nil, err
+		}
+		s, err := b.Add(kept[0], p[2])
+		return vals{s}, err
+	})
+	bad := 0
+	for i := range xs {
+		if got, want := float32(out[0].Float64At(int64(i))), float32(xs[i]*ys[i])+zs[i]; got != want {
+			if bad++; bad <= 3 {
+				t.Errorf("%g * %g + %g = %g, want %g (the product rounded first)", xs[i], ys[i], zs[i], got, want)
+			}
+		}
 	}
 }

@@ -45,7 +45,7 @@ func run(t *testing.T, m *stablehlo.Module, inputs ...*tensor.Tensor) []*tensor.
 	}
 	ctx := context.Background()
 	c := testClient(t)
-	exe, err := c.Compile(ctx, text)
+	exe, err := c.Compile(ctx, text, nil)
 	if err != nil {
 		t.Fatalf("compile: %v\n%s", err, text)
 	}

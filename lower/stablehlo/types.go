@@ -30,9 +30,19 @@ const (
 	BF16
 	F32
 	F64
+	// The 8- and 4-bit floats and ints, which XLA stores and converts.
+	F8E4M3FN
+	F8E4M3FNUZ
+	F8E5M2
+	F8E5M2FNUZ
+	F8E8M0FNU
+	F4E2M1FN
+	I4
+	U4
 )
 
-var elemNames = [...]string{"invalid", "i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "f16", "bf16", "f32", "f64"}
+var elemNames = [...]string{"invalid", "i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "f16", "bf16", "f32", "f64",
+	"f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN", "i4", "ui4"}
 
 // String returns the MLIR name: i1, i32, ui8, bf16, f32, ...
 func (t ElementType) String() string {
@@ -55,18 +65,24 @@ func (t ElementType) Bits() int {
 		return 32
 	case I64, U64, F64:
 		return 64
+	case F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0FNU:
+		return 8
+	case F4E2M1FN, I4, U4:
+		return 4
 	}
 	return 0
 }
 
 // IsFloat reports a floating-point type.
-func (t ElementType) IsFloat() bool { return t == F16 || t == BF16 || t == F32 || t == F64 }
+func (t ElementType) IsFloat() bool {
+	return t == F16 || t == BF16 || t == F32 || t == F64 || (t >= F8E4M3FN && t <= F4E2M1FN)
+}
 
 // IsInt reports a signed or unsigned integer type (not Bool).
-func (t ElementType) IsInt() bool { return t >= I8 && t <= U64 }
+func (t ElementType) IsInt() bool { return t >= I8 && t <= U64 || t == I4 || t == U4 }
 
 // IsUnsigned reports an unsigned integer type.
-func (t ElementType) IsUnsigned() bool { return t >= U8 && t <= U64 }
+func (t ElementType) IsUnsigned() bool { return t >= U8 && t <= U64 || t == U4 }
 
 // Type is a ranked tensor type with static dims.
 type Type struct {

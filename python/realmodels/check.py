@@ -30,6 +30,11 @@ import numpy as np
 
 RTOL, ATOL = 1e-3, 1e-3
 QUANT_RTOL = 3e-2
+# 16-bit floats: the tolerance follows the dtype's machine epsilon: atol and
+# rtol of EPS_FACTOR * eps (float16 eps 2^-10: 1.6e-2; bfloat16 eps 2^-7:
+# 1.25e-1), relative to the largest reference value like the float32 one.
+EPS_FACTOR = 16
+HALF_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 NP_TO_V2 = {"float32": "FP32", "float16": "FP16", "float64": "FP64", "int64": "INT64", "int32": "INT32",
             "bool": "BOOL", "uint8": "UINT8", "int8": "INT8"}
 V2_TO_NP = {v: k for k, v in NP_TO_V2.items()}
@@ -42,27 +47,57 @@ def load_case(d):
     info["id"] = os.path.basename(d)
     files = sorted(os.listdir(d))
     info["model_file"] = next((os.path.join(d, f) for f in ("model.onnx", "model.pt2") if f in files), None)
+    if info.get("export_error"):
+        info["model_file"] = None  # exported, but the reference framework failed on it
     info["in_files"] = sorted((f for f in files if f.startswith("in.")), key=lambda f: int(f.split(".")[1]))
     info["ref_files"] = sorted((f for f in files if f.startswith("ref.")), key=lambda f: int(f.split(".")[1]))
+    info["big_files"] = sorted((f for f in files if f.startswith("big.")), key=lambda f: int(f.split(".")[1]))
+    info["bigref_files"] = sorted((f for f in files if f.startswith("bigref.")), key=lambda f: int(f.split(".")[1]))
     return info
 
 
-def compare(case, got):
-    """got: list of arrays in output order. Returns (result, max_err)."""
-    refs = [np.load(os.path.join(case["dir"], f)) for f in case["ref_files"]]
+def half_dtype(case):
+    """float16 or bfloat16 when the case's model computes in it, else None."""
+    src = case.get("source", "")
+    for name in HALF_EPS:
+        if f"({name})" in src:
+            return name
+    return None
+
+
+def compare(case, got, ref_files=None):
+    """got: list of arrays in output order. Returns (result, max_err).
+    Strings and integers must be equal; floats within atol + rtol * max|ref|
+    (case.json may set atol and rtol, and list outputs that must be the
+    same bits in "exact"; a half-precision model's tolerance follows its
+    dtype's epsilon)."""
+    ref_files = ref_files or case["ref_files"]
+    refs = [np.load(os.path.join(case["dir"], f)) for f in ref_files]
     if len(got) != len(refs):
         return f"mismatch: {len(got)} outputs, the reference has {len(refs)}", None
-    rtol = QUANT_RTOL if "quant" in case["format"] else RTOL
+    rtol = case.get("rtol", QUANT_RTOL if "quant" in case["format"] else RTOL)
+    atol = case.get("atol", ATOL)
+    if half_dtype(case):
+        rtol = atol = EPS_FACTOR * HALF_EPS[half_dtype(case)]
+    exact = set(case.get("exact", []))
+    names = [f.split(".", 2)[2][:-4] for f in ref_files]
     worst, ok = 0.0, True
-    for g, r in zip(got, refs):
+    for name, g, r in zip(names, got, refs):
         if tuple(g.shape) != tuple(r.shape):
             return f"mismatch: output shape {list(g.shape)}, reference {list(r.shape)}", None
         if r.size == 0:
             continue
+        if r.dtype.kind in "USO" or g.dtype.kind in "USO":
+            if not np.array_equal(g.astype(str), r.astype(str)):
+                return f"mismatch: output {name}: strings differ", None
+            continue
+        if r.dtype.kind in "iub" or name in exact:
+            if not np.array_equal(g, r, equal_nan=r.dtype.kind == "f"):
+                ok = False
         gd, rd = g.astype(np.float64), r.astype(np.float64)
         err = float(np.max(np.abs(gd - rd)))
         worst = max(worst, err)
-        if not (err <= ATOL + rtol * float(np.max(np.abs(rd)))) or np.isnan(gd).any() != np.isnan(rd).any():
+        if not (err <= atol + rtol * float(np.max(np.abs(rd)))) or np.isnan(gd).any() != np.isnan(rd).any():
             ok = False
     return ("match" if ok else "mismatch"), worst
 
@@ -142,18 +177,20 @@ def http(method, url, body=None, headers=None, timeout=600):
         return e.code, dict(e.headers), e.read()
 
 
-def infer_request(case, binary):
-    names = case.get("input_names") or [f.split(".", 2)[2][:-4] for f in case["in_files"]]
-    arrays = [(n, np.load(os.path.join(case["dir"], f))) for n, f in zip(names, case["in_files"])]
+def infer_request(case, binary, files=None):
+    files = files or case["in_files"]
+    names = case.get("input_names") or [f.split(".", 2)[2][:-4] for f in files]
+    arrays = [(n, np.load(os.path.join(case["dir"], f))) for n, f in zip(names, files)]
     inputs, blobs = [], []
     for name, a in arrays:
-        t = {"name": name, "datatype": NP_TO_V2[str(a.dtype)], "shape": list(a.shape)}
+        strings = a.dtype.kind in "US"
+        t = {"name": name, "datatype": "BYTES" if strings else NP_TO_V2[str(a.dtype)], "shape": list(a.shape)}
         if binary:
-            b = np.ascontiguousarray(a).tobytes()
+            b = bytes_data(a) if strings else np.ascontiguousarray(a).tobytes()
             t["parameters"] = {"binary_data_size": len(b)}
             blobs.append(b)
         else:
-            t["data"] = a.reshape(-1).tolist()
+            t["data"] = [str(x) for x in a.reshape(-1)] if strings else a.reshape(-1).tolist()
         inputs.append(t)
     req = {"inputs": inputs}
     if binary:
@@ -165,6 +202,25 @@ def infer_request(case, binary):
                                     "Inference-Header-Content-Length": str(len(head))}
 
 
+def bytes_data(a):
+    """The binary BYTES encoding: each element's 4-byte little-endian
+    length, then its UTF-8 bytes."""
+    out = b""
+    for x in a.reshape(-1):
+        e = str(x).encode()
+        out += len(e).to_bytes(4, "little") + e
+    return out
+
+
+def parse_bytes(raw, count):
+    out, off = [], 0
+    for _ in range(count):
+        n = int.from_bytes(raw[off:off + 4], "little")
+        out.append(raw[off + 4:off + 4 + n].decode())
+        off += 4 + n
+    return np.array(out, dtype=str)
+
+
 def parse_response(headers, body):
     hl = {k.lower(): v for k, v in headers.items()}.get("inference-header-content-length")
     if hl is None:
@@ -173,8 +229,17 @@ def parse_response(headers, body):
         doc, rest = json.loads(body[:int(hl)]), body[int(hl):]
     outs, off = [], 0
     for o in doc["outputs"]:
-        dt = np.dtype(V2_TO_NP[o["datatype"]])
         size = (o.get("parameters") or {}).get("binary_data_size")
+        if o["datatype"] == "BYTES":
+            count = int(np.prod(o["shape"]))
+            if size is not None:
+                a = parse_bytes(rest[off:off + size], count).reshape(o["shape"])
+                off += size
+            else:
+                a = np.array(o["data"], dtype=str).reshape(o["shape"])
+            outs.append(a)
+            continue
+        dt = np.dtype(V2_TO_NP[o["datatype"]])
         if size is not None:
             a = np.frombuffer(rest[off:off + size], dtype=dt).reshape(o["shape"])
             off += size
@@ -188,14 +253,10 @@ def serve_cases(xserve, cases, timeout, log):
     repo = tempfile.mkdtemp(prefix="repo", dir=os.path.dirname(os.path.dirname(os.path.abspath(cases[0]["dir"]))))
     names = {}
     for c in cases:
+        # No config.yaml: the zero-config buckets, pad probe and exact-size
+        # compiles serve every size (docs/BUCKETS.md).
         name = c["id"].replace("+", "_")
         os.makedirs(os.path.join(repo, name, "1"))
-        if c.get("symbols"):
-            # Each request size served exactly: no load-time padding probe
-            # (it compiles several executables per model).
-            with open(os.path.join(repo, name, "config.yaml"), "w") as f:
-                f.write("pad:\n" + "".join(f"  {s}: false\n" for s in c["symbols"]))
-                f.write("buckets:\n" + "".join(f"  {s}: [{n}]\n" for s, n in c["symbols"].items()))
         dst = os.path.join(repo, name, "1", os.path.basename(c["model_file"]))
         try:
             os.link(c["model_file"], dst)  # the repository refuses symlinks that leave it
@@ -248,8 +309,11 @@ def serve_cases(xserve, cases, timeout, log):
                     r["result"], r["max_err"] = compare(c, parse_response(rh, rb))
             except Exception as e:  # recorded per case
                 r["result"] = f"error: {type(e).__name__}: {e}"[:600]
+            if c["big_files"]:
+                r["big"] = serve_one(base, name, c, not binary, timeout, c["big_files"], c["bigref_files"])
             results[c["id"]] = r
-            log(f"  serve {c['id']}: {r['result']} {r.get('max_err', '')} ({r.get('wall')}s)")
+            log(f"  serve {c['id']}: {r['result']} {r.get('max_err', '')} ({r.get('wall')}s)"
+                + (f"; above 64: {r['big']['result']} {r['big'].get('max_err', '')} at {r['big']['shape']}" if "big" in r else ""))
     finally:
         proc.terminate()
         try:
@@ -259,6 +323,24 @@ def serve_cases(xserve, cases, timeout, log):
         logf.close()
         shutil.rmtree(repo, ignore_errors=True)
     return results
+
+
+def serve_one(base, name, c, binary, timeout, in_files, ref_files):
+    """One more request of case c (inputs in_files, references ref_files)."""
+    r = {"protocol": "binary" if binary else "json",
+         "shape": " ".join(str(list(np.load(os.path.join(c["dir"], f), mmap_mode="r").shape)) for f in in_files)}
+    t0 = time.time()
+    try:
+        body, headers = infer_request(c, binary, in_files)
+        status, rh, rb = http("POST", f"{base}/v2/models/{name}/infer", body, headers, timeout=timeout)
+        r["wall"] = round(time.time() - t0, 2)
+        if status != 200:
+            r["result"] = f"HTTP {status}: {' '.join(rb.decode(errors='replace').split())[:600]}"
+        else:
+            r["result"], r["max_err"] = compare(c, parse_response(rh, rb), ref_files)
+    except Exception as e:  # recorded per case
+        r["result"] = f"error: {type(e).__name__}: {e}"[:600]
+    return r
 
 
 def status_of(r):
@@ -285,14 +367,17 @@ def write_doc(path, cases, runs, serves, cmdline):
              "`.cache/realmodels/`, python/realmodels/check.py runs them and writes this page). References: torch",
              "eager for .pt2, ONNX Runtime for .onnx, at a batch (and sequence length) other than the export",
              "example's. `run` is `bin/xserve run`, `serve` one request per model to a real `xserve serve`",
-             "over HTTP (KServe v2; binary or JSON tensors as the column says), each model configured with",
-             "`pad: {SYMBOL: false}` and one bucket per symbol at the request's size (exact sizes, no load-time",
-             "padding probe, which compiles several executables per model). Times are `xserve run`'s:",
-             "lower / compile / execute, and the whole process (import included).", "",
+             "over HTTP (KServe v2; binary or JSON tensors as the column says) with **no config.yaml** (the",
+             "zero-config buckets, pad probe and exact-size compiles of docs/BUCKETS.md), and a second request",
+             "with every non-batch symbol above 64 (80 for the exported models) where the model's export allows",
+             "it, against the reference framework's outputs at that size. Tolerance: 1e-3 + 1e-3 * max|ref|",
+             "(3e-2 relative for quantized models; for float16/bfloat16 models 16 * the dtype's epsilon, both",
+             "absolute and relative). Times are `xserve run`'s: lower / compile / execute, and the whole process",
+             "(import included).", "",
              f"Command: `{cmdline}`", "",
              f"**{len(cases)} cases, {len(exported)} exported; `xserve run` matches {ok_run}, `xserve serve` matches {ok_serve}.**",
-             "", "| case | source | format | opsets | run | serve | lower / compile / execute (wall) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "", "| case | source | format | opsets | run | serve | serve, non-batch sizes above 64 | lower / compile / execute (wall) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def cell(r, proto=False):
         s = status_of(r) if r else "—"
@@ -313,12 +398,14 @@ def write_doc(path, cases, runs, serves, cmdline):
         opsets = ", ".join(f"{k} {v}" for k, v in (c.get("opsets") or {}).items())
         if not c.get("model_file"):
             lines.append(f"| {c['id']} | {c.get('source', '')} | {c['format']} | | **not exported: "
-                         f"{c.get('export_error', '').replace('|', chr(92) + '|')[:300]}** | | |")
+                         f"{c.get('export_error', '').replace('|', chr(92) + '|')[:300]}** | | | |")
             continue
         r, s = runs.get(c["id"], {}), serves.get(c["id"])
         t = " / ".join(r.get(k, "?") for k in ("lower", "compile", "execute")) if "lower" in r else ""
         t += f" ({r.get('wall', '?')}s)"
-        lines.append(f"| {c['id']} | {c.get('source', '')} | {c['format']} | {opsets} | {cell(r)} | {cell(s, True)} | {t} |")
+        big = (s or {}).get("big")
+        bigcell = (cell(big, True) + f" {big['shape']}") if big else "— (no non-batch symbol above 64)"
+        lines.append(f"| {c['id']} | {c.get('source', '')} | {c['format']} | {opsets} | {cell(r)} | {cell(s, True)} | {bigcell} | {t} |")
 
     # Failures by cause.
     causes = {}

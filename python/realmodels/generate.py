@@ -36,7 +36,7 @@ import torch
 from torch.export import Dim
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from packaged import PACKAGED, fail_case, onnx_info, ort_run, packaged, save_case, short  # noqa: E402
+from packaged import PACKAGED, fail_case, onnx_info, ort_run, packaged, save_big, save_case, short  # noqa: E402
 
 SEED = 0
 # Export example vs reference sizes: different on purpose.
@@ -105,6 +105,155 @@ def hf_vision(cfg_cls, model_cls, size=IMG, **cfg):
     return build
 
 
+# ---- recurrent, decoder-step and reduced-precision families. A builder may
+# return a 4th element, options: "formats" (the formats to export),
+# "pt2_static_seq" (torch.export specializes an LSTM's sequence length: the
+# .pt2 keeps it at the example's and its reference varies the batch only).
+
+class LSTMTagger(torch.nn.Module):
+    """Token tagger: embedding, 2-layer bidirectional LSTM, per-token classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 32)
+        self.lstm = torch.nn.LSTM(32, 48, num_layers=2, bidirectional=True, batch_first=True)
+        self.out = torch.nn.Linear(96, 9)
+
+    def forward(self, ids):
+        return self.out(self.lstm(self.emb(ids))[0])
+
+
+class PackedLSTM(torch.nn.Module):
+    """A tagger over padded batches as PyTorch code writes them:
+    pack_padded_sequence(lengths), an LSTM, pad_packed_sequence."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 16)
+        self.lstm = torch.nn.LSTM(16, 24, batch_first=True, bidirectional=True)
+        self.out = torch.nn.Linear(48, 5)
+
+    def forward(self, ids, lengths):
+        p = torch.nn.utils.rnn.pack_padded_sequence(self.emb(ids), lengths, batch_first=True, enforce_sorted=False)
+        y, _ = self.lstm(p)
+        y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=ids.shape[1])
+        return self.out(y)
+
+
+class GRUState(torch.nn.Module):
+    """A 2-layer GRU whose state the caller carries between calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(16, 32, num_layers=2)
+
+    def forward(self, x, h):
+        return self.gru(x, h)
+
+
+class CRNN(torch.nn.Module):
+    """Text-line recognizer: convolutions over a 32-pixel-high line, the
+    width as the sequence of a bidirectional LSTM, per-column classes."""
+
+    def __init__(self):
+        super().__init__()
+        c = torch.nn
+        self.cnn = c.Sequential(c.Conv2d(1, 16, 3, padding=1), c.ReLU(), c.MaxPool2d(2), c.Conv2d(16, 32, 3, padding=1),
+                                c.BatchNorm2d(32), c.ReLU(), c.MaxPool2d(2), c.Conv2d(32, 48, 3, padding=1), c.ReLU(),
+                                c.AdaptiveAvgPool2d((1, None)))
+        self.lstm = c.LSTM(48, 32, bidirectional=True)
+        self.out = c.Linear(64, 20)
+
+    def forward(self, image):
+        f = self.cnn(image).squeeze(2).permute(2, 0, 1)  # [width/4, batch, 48]
+        return self.out(self.lstm(f)[0])
+
+
+def rnn_model(cls, kind):
+    def build():
+        m = cls().eval()
+        if kind == "tagger":
+            return m, [("ids", lambda b, s: torch.randint(0, 100, (b, s)), {0: "batch", 1: "seq"})], ["tags"], {"pt2_static_seq": True}
+        if kind == "packed":
+            return m, [("ids", lambda b, s: torch.randint(0, 100, (b, s)), {0: "batch", 1: "seq"}),
+                       ("lengths", lambda b, s: torch.tensor([max(1, s - 3 * i) for i in range(b)]), {0: "batch"})], ["tags"], \
+                {"formats": ["onnx-torchscript", "pt2"]}
+        if kind == "gru":
+            return m, [("x", lambda b, s: torch.randn(s, b, 16), {0: "seq", 1: "batch"}),
+                       ("h", lambda b, s: torch.randn(2, b, 32) * 0.5, {1: "batch"})], ["y", "h_n"], {"pt2_static_seq": True}
+        return m, [("image", lambda b, s: torch.randn(b, 1, 32, 4 * s), {0: "batch", 3: "seq"})], ["logits"], \
+            {"pt2_static_seq": True}
+    return build
+
+
+class DecodeStep(torch.nn.Module):
+    """One decode step of a causal LM with its KV cache as inputs: the new
+    token, the mask over past + 1 positions and each layer's cached keys and
+    values; the logits and the grown cache out."""
+
+    def __init__(self, model, config):
+        super().__init__()
+        self.model, self.config = model, config
+
+    def forward(self, *args):
+        from transformers.cache_utils import DynamicCache
+        input_ids, attention_mask, cache = args[0], args[1], args[2:]
+        c = DynamicCache(config=self.config)
+        for i in range(0, len(cache), 2):
+            c.update(cache[i], cache[i + 1], i // 2)
+        o = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=c, use_cache=True)
+        return (o.logits,) + tuple(t for layer in o.past_key_values.layers for t in (layer.keys, layer.values))
+
+
+def hf_decode_step(cfg_cls, model_cls, dtype=torch.float32, **cfg):
+    def build():
+        import transformers
+        config = getattr(transformers, cfg_cls)(**cfg)
+        config._attn_implementation = "eager"
+        m = getattr(transformers, model_cls)(config).eval().to(dtype)
+        heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        hd = cfg["hidden_size"] // heads
+
+        def mask(b, s):
+            mk = torch.ones(b, s + 1, dtype=torch.int64)
+            mk[0, :2] = 0
+            return mk
+        ins = [("input_ids", lambda b, s: torch.randint(0, cfg["vocab_size"], (b, 1)), {0: "batch"}),
+               ("attention_mask", mask, {0: "batch", 1: "seq+1"})]
+        outs = ["logits"]
+        for layer in range(cfg["num_hidden_layers"]):
+            for kind in ("key", "value"):
+                ins.append((f"past_{kind}_{layer}", lambda b, s: torch.randn(b, kv, s, hd).to(dtype), {0: "batch", 2: "seq"}))
+                outs.append(f"present_{kind}_{layer}")
+        return DecodeStep(m, config).eval(), ins, outs, {"formats": ["pt2"]}
+    return build
+
+
+class FloatOut(torch.nn.Module):
+    """Returns a bfloat16 model's output as float32 (NumPy and the v2
+    protocol's clients have no bfloat16); the model computes in bfloat16."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, *args):
+        return self.m(*args).float()
+
+
+def half_model(build, dtype):
+    """The same model in float16 (an ONNX file) or bfloat16 (a .pt2), its
+    float inputs too."""
+    def wrapped():
+        module, ins, outs = build()[:3]
+        cast = [(n, (lambda mk: lambda b, s: (lambda t: t.to(dtype) if t.is_floating_point() else t)(mk(b, s)))(mk), ax)
+                for n, mk, ax in ins]
+        if dtype == torch.float16:
+            return module.to(dtype), cast, outs, {"formats": ["onnx-torchscript"]}
+        return FloatOut(module.to(dtype)).eval(), cast, outs, {"formats": ["pt2"]}
+    return wrapped
+
+
 SMALL_LM = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
 MODELS = {
     # torchvision (random weights, 64x64 images)
@@ -148,6 +297,20 @@ MODELS = {
                                                          num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)),
     "hf_convnext": ("transformers 5.23.0 ConvNextModel", hf_vision("ConvNextConfig", "ConvNextModel", hidden_sizes=[16, 32, 64, 128],
                                                                    depths=[1, 1, 2, 1])),
+    # Recurrent nets (torch.nn, seeded random weights).
+    "rnn_lstm_tagger": ("torch 2.14.1 nn.LSTM", rnn_model(LSTMTagger, "tagger")),
+    "rnn_lstm_packed": ("torch 2.14.1 nn.LSTM on pack_padded_sequence", rnn_model(PackedLSTM, "packed")),
+    "rnn_gru_state": ("torch 2.14.1 nn.GRU", rnn_model(GRUState, "gru")),
+    "rnn_crnn": ("torch 2.14.1 conv + nn.LSTM", rnn_model(CRNN, "crnn")),
+    # Cached decoder steps (the KV cache as inputs; the mask is past + 1).
+    "hf_llama_decode": ("transformers 5.23.0 LlamaForCausalLM decode step",
+                        hf_decode_step("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2, **SMALL_LM)),
+    "hf_qwen2_decode": ("transformers 5.23.0 Qwen2ForCausalLM decode step",
+                        hf_decode_step("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2, **SMALL_LM)),
+    # Reduced precision.
+    "tv_resnet18_fp16": ("torchvision 0.29.2 (float16)", half_model(tv("resnet18"), torch.float16)),
+    "hf_llama_bf16": ("transformers 5.23.0 LlamaModel (bfloat16)",
+                      half_model(hf_text("LlamaConfig", "LlamaModel", num_key_value_heads=2, **SMALL_LM), torch.bfloat16)),
 }
 
 # The committed fixtures of `go test ./harness/realmodels` (--tiny): the
@@ -169,9 +332,14 @@ QUANT_DYNAMIC = ["hf_bert", "hf_gpt2", "hf_distilbert", "hf_llama"]
 QUANT_STATIC = ["tv_resnet18", "tv_mobilenet_v3_small", "timm_resnet10t"]
 
 
+BIG_SEQ = 80  # check.py's zero-config request: the non-batch symbols above 64
+
+
 def export_formats(name, source, build, out, only_formats, log):
     torch.manual_seed(SEED)
-    module, ins, outs = build()
+    built = build()
+    module, ins, outs = built[:3]
+    opts = built[3] if len(built) > 3 else {}
     gen = torch.Generator().manual_seed(SEED + 1)
     torch.manual_seed(SEED + 2)
     example = tuple(mk(EX_BATCH, EX_SEQ) for _, mk, _ in ins)
@@ -182,17 +350,21 @@ def export_formats(name, source, build, out, only_formats, log):
     with torch.no_grad():
         eager = module(*ref_in)
     eager = [eager] if isinstance(eager, torch.Tensor) else list(eager)
-    dims = {"batch": Dim("batch", min=1, max=64), "seq": Dim("seq", min=2, max=64)}
+    seq = Dim("seq", min=2, max=128)
+    dims = {"batch": Dim("batch", min=1, max=64), "seq": seq, "seq+1": seq + 1}
     dyn = {n: {a: dims[s] for a, s in ax.items()} for n, _, ax in ins}
+    if opts.get("pt2_static_seq"):
+        # torch.export specializes an LSTM's sequence length: batch only.
+        dyn_static = {n: {a: dims[s] for a, s in ax.items() if s == "batch"} for n, _, ax in ins}
     # Positional dynamic_shapes: HFWrap.forward takes *args.
     dyn_pos = tuple(dyn[n] for n in names)
-    if isinstance(module, HFWrap):
+    if isinstance(module, (HFWrap, FloatOut, DecodeStep)):
         dyn_pos = {"args": dyn_pos}
     base = {"model": name, "source": source, "example": {n: list(t.shape) for n, t in zip(names, example)},
             "reference_by": "", "torch": torch.__version__}
-    inputs_np = [(n, t.numpy()) for n, t in zip(names, ref_in)]
+    inputs_np = [(n, tnp(t)) for n, t in zip(names, ref_in)]
     ep = None
-    for fmt in FORMATS:
+    for fmt in opts.get("formats", FORMATS):
         if only_formats and fmt not in only_formats:
             continue
         d = os.path.join(out, f"{name}.{fmt}")
@@ -203,6 +375,14 @@ def export_formats(name, source, build, out, only_formats, log):
         t0 = time.time()
         try:
             if fmt.startswith("pt2"):
+                if ep is None and opts.get("pt2_static_seq"):
+                    pos = tuple(dyn_static[n] for n in names)
+                    ep = torch.export.export(module, example, dynamic_shapes={"args": pos} if isinstance(module, (HFWrap, FloatOut, DecodeStep)) else pos)
+                    torch.manual_seed(SEED + 3)
+                    pt2_in = tuple(mk(REF_BATCH, EX_SEQ) for _, mk, _ in ins)
+                    with torch.no_grad():
+                        pt2_out = module(*pt2_in)
+                    pt2_out = [pt2_out] if isinstance(pt2_out, torch.Tensor) else list(pt2_out)
                 if ep is None:
                     ep = torch.export.export(module, example, dynamic_shapes=dyn_pos)
                 prog = ep.run_decompositions() if fmt == "pt2-decomposed" else ep
@@ -211,7 +391,12 @@ def export_formats(name, source, build, out, only_formats, log):
                 info["opsets"] = {"torch": torch.__version__}
                 info["reference_by"] = "torch eager"
                 info["export_seconds"] = round(time.time() - t0, 2)
-                save_case(d, inputs_np, [(o, e.detach().numpy()) for o, e in zip(outs, eager)], info)
+                if opts.get("pt2_static_seq"):
+                    info["static_seq"] = EX_SEQ
+                    save_case(d, [(n, tnp(t)) for n, t in zip(names, pt2_in)], [(o, tnp(e)) for o, e in zip(outs, pt2_out)], info)
+                else:
+                    save_case(d, inputs_np, [(o, tnp(e)) for o, e in zip(outs, eager)], info)
+                    save_big_eager(d, module, ins, names, outs)
             else:
                 path = os.path.join(d, "model.onnx")
                 if fmt == "onnx-dynamo":
@@ -227,13 +412,56 @@ def export_formats(name, source, build, out, only_formats, log):
                 info.update(onnx_info(path))
                 info["reference_by"] = "onnxruntime"
                 ref = ort_run(path, dict(inputs_np))
-                info["ort_vs_eager_max_abs"] = float(max(np.max(np.abs(r - e.numpy())) for (_, r), e in zip(ref, eager)))
+                info["ort_vs_eager_max_abs"] = float(max(np.max(np.abs(r.astype(np.float64) - tnp(e).astype(np.float64))) for (_, r), e in zip(ref, eager)))
                 save_case(d, inputs_np, ref, info)
+                save_big_ort(d, path, ins, names)
             log(f"  {name}.{fmt}: ok in {time.time() - t0:.1f}s")
         except Exception as e:
             fail_case(d, info, "export", e)
             log(f"  {name}.{fmt}: export failed: {short(e, 300)}")
     return inputs_np
+
+
+def tnp(t):
+    """A tensor as numpy (bfloat16, which numpy lacks, as float32)."""
+    t = t.detach()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+
+
+def big_inputs(ins):
+    """Inputs whose non-batch symbols are above 64 (None without any)."""
+    if not any(s != "batch" for _, _, ax in ins for s in ax.values()):
+        return None
+    torch.manual_seed(SEED + 4)
+    return tuple(mk(EX_BATCH, BIG_SEQ) for _, mk, _ in ins)
+
+
+def save_big_eager(d, module, ins, names, outs):
+    """check.py's zero-config request for a .pt2, with torch eager's outputs
+    (skipped where the model itself cannot take the size)."""
+    big = big_inputs(ins)
+    if big is None:
+        return
+    try:
+        with torch.no_grad():
+            res = module(*big)
+    except Exception:  # noqa: BLE001 - e.g. position embeddings shorter than 80
+        return
+    res = [res] if isinstance(res, torch.Tensor) else list(res)
+    save_big(d, [(n, tnp(t)) for n, t in zip(names, big)], [(o, tnp(e)) for o, e in zip(outs, res)])
+
+
+def save_big_ort(d, path, ins, names):
+    """check.py's zero-config request for an .onnx, with ONNX Runtime's outputs."""
+    big = big_inputs(ins)
+    if big is None:
+        return
+    feeds = [(n, tnp(t)) for n, t in zip(names, big)]
+    try:
+        res = ort_run(path, dict(feeds))
+    except Exception:  # noqa: BLE001 - the model cannot take the size
+        return
+    save_big(d, feeds, res)
 
 
 class Calib:

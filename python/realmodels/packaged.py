@@ -57,6 +57,15 @@ def save_case(d, inputs, outputs, info):
         json.dump(info, f, indent=1)
 
 
+def save_big(d, inputs, outputs):
+    """The zero-config request of check.py: big.<k>.<input>.npy and
+    bigref.<k>.<output>.npy, each non-batch symbol above 64."""
+    for k, (name, a) in enumerate(inputs):
+        np.save(os.path.join(d, f"big.{k}.{name}.npy"), a)
+    for k, (name, a) in enumerate(outputs):
+        np.save(os.path.join(d, f"bigref.{k}.{safe(name)}.npy"), a)
+
+
 def safe(name):
     return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
 
@@ -84,6 +93,17 @@ PACKAGES = {
                              "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf"),
     "@ricky0123/vad-web": ("npm", "@ricky0123/vad-web@0.0.31", "ricky0123-vad-web-0.0.31.tgz",
                            "d1a211cf1a2ed26297da52cc08de79e75d79838a274bfc6de546feb1f828c940"),
+    # Arabic diacritization: BiLSTMs dynamically quantized by ONNX Runtime's
+    # quantizer (DynamicQuantizeLSTM, DynamicQuantizeLinear, MatMulInteger).
+    "text2tashkeel": ("pip", "text2tashkeel==0.1.0", "text2tashkeel-0.1.0-py3-none-any.whl",
+                      "dd1ad22b6b012a71f1467d95fbaceecc38b22f4882c31389a6d35cdc1669967c"),
+    # A captcha CRNN (convolutions, an LSTM unrolled by the exporter, CTC logits).
+    "captcha-whisperer": ("pip", "captcha-whisperer==0.1.0", "captcha_whisperer-0.1.0-py3-none-any.whl",
+                          "97d504dc35f5dd565fefdf244e2b6dceca6dd12a9cecad70b48dfeb66d197c8c"),
+    # Indonesian G2P: a Keras LSTM encoder-decoder (tf2onnx), the decoder
+    # carrying its state in and out.
+    "g2p-id-py": ("pip", "g2p-id-py==0.4.2", "g2p_id_py-0.4.2-py3-none-any.whl",
+                  "0b9ce7e76be2e8d1738c604751d05e0a8aa1b2ce2199fce27a115d350468e671"),
 }
 
 
@@ -105,7 +125,18 @@ def vad_inputs(state_name="state", width=128, seq=512, batch=1, sr=True, hc=Fals
     return make
 
 
-# name -> (package, path inside the archive, input maker)
+def token_ids(name, batch, seq, vocab=40):
+    return lambda: {name: np.random.default_rng(1).integers(1, vocab, (batch, seq)).astype(np.int64)}
+
+
+def g2p_decoder():
+    rng = np.random.default_rng(1)
+    return {"input_2": rng.random((2, 5, 32), np.float32), "input_3": rng.standard_normal((2, 256)).astype(np.float32) * 0.3,
+            "input_4": rng.standard_normal((2, 256)).astype(np.float32) * 0.3}
+
+
+# name -> (package, path inside the archive, input maker[, the same at a
+# size above 64 of each non-batch dim, for check.py's zero-config request])
 PACKAGED = {
     "silero_vad": ("silero-vad", "silero_vad/data/silero_vad.onnx", vad_inputs()),
     "silero_vad_16k_op15": ("silero-vad", "silero_vad/data/silero_vad_16k_op15.onnx", vad_inputs(batch=2)),
@@ -123,6 +154,14 @@ PACKAGED = {
     "vadweb_silero_legacy": ("@ricky0123/vad-web", "package/dist/silero_vad_legacy.onnx", vad_inputs(hc=True)),
     "vadweb_silero_v5": ("@ricky0123/vad-web", "package/dist/silero_vad_v5.onnx", vad_inputs()),
     "vadweb_silero_v6": ("@ricky0123/vad-web", "package/dist/silero_vad_v6.onnx", vad_inputs()),
+    "text2tashkeel_bilstm_int8": ("text2tashkeel", "text2tashkeel/models/bilstm.int8.onnx", token_ids("input_ids", 3, 23),
+                                  token_ids("input_ids", 2, 150)),
+    "text2tashkeel_rawi_v3_int8": ("text2tashkeel", "text2tashkeel/models/rawi_v3.int8.onnx", token_ids("input", 3, 23),
+                                   token_ids("input", 2, 150)),
+    "captcha_crnn": ("captcha-whisperer", "captcha_whisperer/models/captcha_crnn.onnx",
+                     lambda: {"image": np.random.default_rng(1).random((3, 3, 60, 160), np.float32)}),
+    "g2p_id_lstm_decoder": ("g2p-id-py", "g2p_id/models/lstm/decoder_model.onnx", g2p_decoder,
+                            lambda: dict(g2p_decoder(), input_2=np.random.default_rng(2).random((2, 90, 32), np.float32))),
 }
 
 
@@ -150,7 +189,8 @@ def extract(archive, member, dst):
 
 
 def packaged(name, out, log):
-    pkg, member, make = PACKAGED[name]
+    pkg, member, make = PACKAGED[name][:3]
+    big = PACKAGED[name][3] if len(PACKAGED[name]) > 3 else None
     d = os.path.join(out, "cases", f"{name}.onnx-package")
     if os.path.exists(os.path.join(d, "case.json")):
         return os.path.exists(os.path.join(d, "model.onnx"))
@@ -165,6 +205,8 @@ def packaged(name, out, log):
         info.update(onnx_info(path))
         feeds = make()
         save_case(d, list(feeds.items()), ort_run(path, feeds), info)
+        if big is not None:
+            save_big(d, list(big().items()), ort_run(path, big()))
         log(f"  {name}.onnx-package: ok")
         return True
     except Exception as e:

@@ -4,7 +4,7 @@ A real xserve binary serves a small Llama exported by
 xserve.export_causal_lm with its tokenizer and chat template (make
 gen-models -> .cache/gen); the answers are compared with transformers'
 greedy generate and the tokenizer's decode (.cache/gen/refs.json). Run by
-cmd/xserve's TestOpenAIClient with .venv (openai pinned in
+cmd/xserve's TestGenerativeClients with .venv (openai pinned in
 python/requirements.txt).
 """
 
@@ -12,40 +12,23 @@ from __future__ import annotations
 
 import http.client
 import json
-import pathlib
 import re
-import shutil
 import time
-import urllib.request
-from typing import Iterator
 
 import openai
 import pytest
 
-from conftest import ROOT, Xserve
-
-GEN = ROOT / ".cache" / "gen"
-MODEL = "llama-pt2"
+from conftest import GEN_MODEL as MODEL, Xserve, gen_metric
 
 
 @pytest.fixture(scope="module")
-def refs() -> dict:
-    path = GEN / "refs.json"
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `make gen-models` (make test does)")
-    return json.loads(path.read_text())["chat"]
+def refs(gen_refs: dict) -> dict:
+    return gen_refs
 
 
 @pytest.fixture(scope="module")
-def served(binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Xserve]:
-    repo = tmp_path_factory.mktemp("gen-repo")
-    shutil.copytree(GEN / "repo" / MODEL, repo / MODEL)
-    # Compile every step program at load, so that no request waits for one.
-    cfg = repo / MODEL / "config.yaml"
-    cfg.write_text(cfg.read_text() + "warmup: eager\n")
-    s = Xserve(binary, repo, "--nats=false")
-    yield s
-    s.stop()
+def served(gen_served: Xserve) -> Xserve:
+    return gen_served
 
 
 @pytest.fixture(scope="module")
@@ -109,20 +92,10 @@ def test_errors(client: openai.OpenAI, served: Xserve) -> None:
         client.completions.create(model=MODEL, prompt="hi", n=2)
 
 
-def metric(url: str, name: str, **labels: str) -> float:
-    """The value of a series of the model's in /metrics (0 when absent)."""
-    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
-    want = [f'model="{MODEL}"'] + [f'{k}="{v}"' for k, v in labels.items()]
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(w in line for w in want):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_disconnect_frees_slot(served: Xserve) -> None:
     """A client that goes away mid-stream: its sequence ends (cancelled) and its slot is free again."""
     host, port = re.match(r"http://([^:]+):(\d+)", served.url).groups()
-    cancelled = metric(served.url, "xserve_generate_sequences", reason="cancelled")
+    cancelled = gen_metric(served.url, "xserve_generate_sequences", reason="cancelled")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     body = json.dumps({"model": MODEL, "prompt": "hello", "max_tokens": 230, "temperature": 0, "ignore_eos": True, "stream": True})
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -133,11 +106,11 @@ def test_disconnect_frees_slot(served: Xserve) -> None:
         line = resp.fp.readline()
         if line.startswith(b"data: "):
             events += 1
-    assert metric(served.url, "xserve_generate_slots_in_use") == 1
+    assert gen_metric(served.url, "xserve_generate_slots_in_use") == 1
     conn.sock.close()  # the client goes away mid-stream
     conn.close()
     deadline = time.monotonic() + 30
-    while metric(served.url, "xserve_generate_slots_in_use") != 0:
+    while gen_metric(served.url, "xserve_generate_slots_in_use") != 0:
         assert time.monotonic() < deadline, "the slot was not freed"
         time.sleep(0.02)
-    assert metric(served.url, "xserve_generate_sequences", reason="cancelled") == cancelled + 1
+    assert gen_metric(served.url, "xserve_generate_sequences", reason="cancelled") == cancelled + 1

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -12,7 +13,7 @@ import (
 
 // Device is what the loop needs of the accelerator: compiling a step
 // program and running it with state (the cache) that stays on the device
-// between runs. PJRTDevice implements it on a PJRT client.
+// between runs. EngineDevice implements it on the engine.
 type Device interface {
 	// Compile compiles prog, binding its weight parameters.
 	Compile(ctx context.Context, prog *lower.Program) (Step, error)
@@ -38,56 +39,42 @@ type Buffer interface {
 	Close() error
 }
 
-// WeightSource returns the device buffer of a program's weight parameter,
-// shared by every program of the model (serving.Weights.Get).
-type WeightSource func(ctx context.Context, p lower.Param) (*pjrt.Buffer, error)
-
-// PJRTDevice runs step programs on a PJRT client, the weights coming from
-// a WeightSource.
-type PJRTDevice struct {
-	Client  *pjrt.Client
-	Weights WeightSource
+// EngineDevice runs step programs through the engine: each is compiled
+// bound to the model's weights (engine.Model.Compile, through the engine's
+// compile cache) and run on device-resident inputs with the state donated
+// (engine.Executable.Execute).
+type EngineDevice struct {
+	Engine *engine.Engine
+	// Model is the model the step programs are lowered from; its weights
+	// are shared by all of them.
+	Model *engine.Model
 }
 
 // Compile implements Device.
-func (d *PJRTDevice) Compile(ctx context.Context, prog *lower.Program) (Step, error) {
-	exe, err := d.Client.Compile(ctx, prog.Module)
+func (d *EngineDevice) Compile(ctx context.Context, prog *lower.Program) (Step, error) {
+	x, _, err := d.Model.Compile(ctx, prog)
 	if err != nil {
 		return nil, fmt.Errorf("generate: compile: %w", err)
 	}
-	s := &pjrtStep{exe: exe, client: d.Client, args: make([]*pjrt.Buffer, len(prog.Params)), nOut: len(prog.Outputs)}
-	for i, p := range prog.Params {
-		if p.Kind == lower.Weight {
-			if s.args[i], err = d.Weights(ctx, p); err != nil {
-				exe.Close()
-				return nil, err
-			}
-			continue
-		}
-		s.inputs = append(s.inputs, i)
-	}
-	return s, nil
+	return &engineStep{exe: x, engine: d.Engine, nOut: len(prog.Outputs) - len(prog.Guards)}, nil
 }
 
 // Zeros implements Device.
-func (d *PJRTDevice) Zeros(ctx context.Context, dt tensor.DType, shape []int64) (Buffer, error) {
-	return d.Client.Upload(ctx, tensor.New(dt, shape...))
+func (d *EngineDevice) Zeros(ctx context.Context, dt tensor.DType, shape []int64) (Buffer, error) {
+	return d.Engine.Upload(ctx, tensor.New(dt, shape...))
 }
 
-type pjrtStep struct {
-	exe    *pjrt.Executable
-	client *pjrt.Client
-	args   []*pjrt.Buffer // weights at their positions
-	inputs []int          // positions of the input parameters
-	nOut   int
+type engineStep struct {
+	exe    *engine.Executable
+	engine *engine.Engine
+	nOut   int // results less the guards
 }
 
-func (s *pjrtStep) Run(ctx context.Context, hosts []*tensor.Tensor, state []Buffer) ([]*tensor.Tensor, []Buffer, error) {
-	args := append([]*pjrt.Buffer(nil), s.args...)
-	donate := make([]bool, len(args))
-	var uploaded []*pjrt.Buffer
+func (s *engineStep) Run(ctx context.Context, hosts []*tensor.Tensor, state []Buffer) ([]*tensor.Tensor, []Buffer, error) {
+	inputs := make([]*pjrt.Buffer, 0, len(hosts)+len(state))
+	donate := make([]int, 0, len(state))
 	defer func() {
-		for _, b := range uploaded {
+		for _, b := range inputs[:min(len(hosts), len(inputs))] {
 			b.Close()
 		}
 	}()
@@ -97,28 +84,30 @@ func (s *pjrtStep) Run(ctx context.Context, hosts []*tensor.Tensor, state []Buff
 		}
 		return nil, nil, err
 	}
-	if len(hosts)+len(state) != len(s.inputs) {
-		return fail(fmt.Errorf("generate: step takes %d inputs, got %d host tensors and %d state buffers", len(s.inputs), len(hosts), len(state)))
-	}
-	for i, t := range hosts {
-		b, err := s.client.Upload(ctx, t)
+	for _, t := range hosts {
+		b, err := s.engine.Upload(ctx, t)
 		if err != nil {
 			return fail(err)
 		}
-		uploaded = append(uploaded, b)
-		args[s.inputs[i]] = b
+		inputs = append(inputs, b)
 	}
-	for i, st := range state {
+	for _, st := range state {
 		b, ok := st.(*pjrt.Buffer)
 		if !ok {
 			return fail(errors.New("generate: state buffer of another device"))
 		}
-		k := s.inputs[len(hosts)+i]
-		args[k], donate[k] = b, true
+		donate = append(donate, len(inputs))
+		inputs = append(inputs, b)
 	}
-	outs, err := s.exe.ExecuteDonate(ctx, args, donate)
+	outs, err := s.exe.Execute(ctx, inputs, engine.ExecuteOptions{Donate: donate})
 	if err != nil {
-		return nil, nil, err
+		// A state buffer the execution did not consume (refused before it
+		// started) is freed here; closing a consumed one is a no-op.
+		return fail(err)
+	}
+	if len(outs) != s.nOut {
+		closeBuffers(outs)
+		return nil, nil, fmt.Errorf("generate: step returned %d results, want %d", len(outs), s.nOut)
 	}
 	nHost := s.nOut - len(state)
 	res := make([]*tensor.Tensor, nHost)
@@ -126,9 +115,7 @@ func (s *pjrtStep) Run(ctx context.Context, hosts []*tensor.Tensor, state []Buff
 		res[i], err = outs[i].ToHost(ctx)
 		outs[i].Close()
 		if err != nil {
-			for _, o := range outs[i+1:] {
-				o.Close()
-			}
+			closeBuffers(outs[i+1:])
 			return nil, nil, err
 		}
 	}
@@ -139,4 +126,10 @@ func (s *pjrtStep) Run(ctx context.Context, hosts []*tensor.Tensor, state []Buff
 	return res, next, nil
 }
 
-func (s *pjrtStep) Close() error { return s.exe.Close() }
+func closeBuffers(bs []*pjrt.Buffer) {
+	for _, b := range bs {
+		b.Close()
+	}
+}
+
+func (s *engineStep) Close() error { return s.exe.Close() }

@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xserve/xserve/importer"
-	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/tensor"
 )
 
 // The models and references of these tests are made by `make gen-models`
@@ -103,14 +101,16 @@ func newModel(t testing.TB, name string, cfg *modelrepo.GenerateConfig) *Model {
 	if _, err := os.Stat(file); err != nil {
 		file = filepath.Join(dir, "model.onnx")
 	}
-	g, err := importer.Load(file)
+	e, err := engine.New(engine.Options{Client: testClient(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testClient(t)
-	w := &weights{client: c, bufs: map[*tensor.Tensor]*pjrt.Buffer{}}
-	m, err := New(context.Background(), Options{Graph: g, Config: cfg, ConfigFile: filepath.Join(filepath.Dir(dir), "config.yaml"),
-		Lowerer: lower.New(lower.Options{}), Device: &PJRTDevice{Client: c, Weights: w.get}})
+	em, err := e.Load(file, engine.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(context.Background(), Options{Graph: em.Graph(), GraphAt: em.GraphAt, Config: cfg, ConfigFile: filepath.Join(filepath.Dir(dir), "config.yaml"),
+		Lowerer: e.Lowerer(), Device: &EngineDevice{Engine: e, Model: em}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,36 +121,9 @@ func newModel(t testing.TB, name string, cfg *modelrepo.GenerateConfig) *Model {
 		if n := m.SlotsInUse(); n != 0 {
 			t.Errorf("%d slots in use after Close", n)
 		}
-		w.Close()
+		em.Close()
 	})
 	return m
-}
-
-// weights uploads each weight tensor once (serving.Weights, which imports
-// this package, does the same for the server).
-type weights struct {
-	client *pjrt.Client
-	mu     sync.Mutex
-	bufs   map[*tensor.Tensor]*pjrt.Buffer
-}
-
-func (w *weights) get(ctx context.Context, p lower.Param) (*pjrt.Buffer, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if b, ok := w.bufs[p.Value]; ok && p.Perm == nil {
-		return b, nil
-	}
-	b, err := w.client.Upload(ctx, p.HostValue())
-	if err == nil && p.Perm == nil {
-		w.bufs[p.Value] = b
-	}
-	return b, err
-}
-
-func (w *weights) Close() {
-	for _, b := range w.bufs {
-		b.Close()
-	}
 }
 
 // collect reads a stream to its end.

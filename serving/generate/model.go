@@ -19,6 +19,10 @@ import (
 type Options struct {
 	// Graph is the model's one-step graph.
 	Graph *fxgraph.Graph
+	// GraphAt returns the graph at the symbol sizes of a step
+	// (engine.Model.GraphAt: a deferred import is imported at them); nil
+	// means Graph, which must then not be deferred.
+	GraphAt func(dims map[string]int64) (*fxgraph.Graph, error)
 	// Config is config.yaml's generate: section, defaults filled.
 	Config *modelrepo.GenerateConfig
 	// ConfigFile names config.yaml in errors.
@@ -125,7 +129,7 @@ func New(ctx context.Context, o Options) (*Model, error) {
 	m := &Model{
 		cfg: cfg, file: o.ConfigFile, layout: lay, device: o.Device, log: log, vocab: -1,
 		eos:     cfg.EOSTokenIDs,
-		builder: &stepBuilder{lowerer: o.Lowerer, graph: o.Graph, layout: lay, slots: int64(cfg.Slots), maxLen: int64(cfg.MaxSeqLen)},
+		builder: &stepBuilder{lowerer: o.Lowerer, graph: o.Graph, graphAt: o.GraphAt, layout: lay, slots: int64(cfg.Slots), maxLen: int64(cfg.MaxSeqLen)},
 		wake:    make(chan struct{}, 1), stopped: make(chan struct{}),
 		steps: map[stepSpec]Step{}, slots: make([]*sequence, cfg.Slots),
 	}

@@ -76,6 +76,7 @@ func (s stepSpec) String() string {
 type stepBuilder struct {
 	lowerer *lower.Lowerer
 	graph   *fxgraph.Graph
+	graphAt func(dims map[string]int64) (*fxgraph.Graph, error)
 	layout  *Layout
 	slots   int64
 	maxLen  int64
@@ -143,12 +144,16 @@ func (sb *stepBuilder) graphFor(spec stepSpec) (*fxgraph.Graph, map[string]int64
 	if err != nil {
 		return nil, nil, err
 	}
-	rg, err := sb.graph.Rebuilt(dims)
-	if err != nil {
-		return nil, nil, err
+	rg := sb.graph
+	if sb.graphAt != nil {
+		if rg, err = sb.graphAt(dims); err != nil {
+			return nil, nil, err
+		}
+	}
+	if rg.IsDeferred() {
+		return nil, nil, fmt.Errorf("the model's import waits for its input sizes and no GraphAt was given")
 	}
 	g := rg.Clone()
-	g.Rebuild = nil
 	if len(g.Guards) > 0 || len(g.Bounded) > 0 {
 		return nil, nil, fmt.Errorf("the model has outputs of data-dependent size or guards, which a generation step cannot have")
 	}

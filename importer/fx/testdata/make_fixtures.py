@@ -40,6 +40,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 Dim = torch.export.Dim
 
 
+# torch dtypes NumPy has only through ml_dtypes: .npy files name them as
+# ml_dtypes does (numpy.load reads them back once ml_dtypes is imported).
+ML_DTYPES = {torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
+
+
+def save_ml(path, y):
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": ML_DTYPES[y.dtype], "fortran_order": False, "shape": tuple(y.shape)})
+        f.write(y.contiguous().view(torch.uint8).numpy().tobytes())
+
+
 def save(name, ep, model, cases, deflate=False):
     """Saves ep and the inputs/outputs of model for each case."""
     d = os.path.join(HERE, name)
@@ -58,6 +69,9 @@ def save(name, ep, model, cases, deflate=False):
             for i, x in enumerate(inputs):
                 np.save(os.path.join(d, "in%d_%d.npy" % (k, i)), x.numpy())
             for j, y in enumerate(outs):
+                if y.dtype in ML_DTYPES:
+                    save_ml(os.path.join(d, "out%d_%d.npy" % (k, j)), y)
+                    continue
                 np.save(os.path.join(d, "out%d_%d.npy" % (k, j)), y.numpy())
     print("%-14s %7d bytes" % (name, os.path.getsize(path)))
 
@@ -331,6 +345,30 @@ class Map(nn.Module):
         return hop_map(body, xs, bias)
 
 
+class Float8(nn.Module):
+    """Weights stored as float8_e4m3fn, dequantized in the graph; the result
+    is also returned as float8_e5m2."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.randn(4, 3).to(torch.float8_e4m3fn))
+        self.register_buffer("scale", torch.tensor(0.5))
+
+    def forward(self, x):
+        y = x @ (self.w.to(torch.float32) * self.scale)
+        return y, y.to(torch.float8_e5m2)
+
+
+def float8_fixture():
+    """float8/: the ml_dtypes .npy convention for its float8 output (NumPy
+    has no float8 dtype of its own)."""
+    torch.manual_seed(0)
+    m = Float8().eval()
+    batch = Dim("batch", min=1, max=64)
+    ep = torch.export.export(m, (torch.randn(2, 4),), dynamic_shapes={"x": {0: batch}}).run_decompositions()
+    save("float8", ep, m, [(torch.randn(1, 4),), (torch.randn(3, 4) * 100,)])
+
+
 def map_fixture():
     torch.manual_seed(0)
     m = Map().eval()
@@ -355,7 +393,10 @@ if __name__ == "__main__":
         cond_fixture()
     elif sys.argv[1:] == ["map"]:
         map_fixture()
+    elif sys.argv[1:] == ["float8"]:
+        float8_fixture()
     else:
         main()
         cond_fixture()
         map_fixture()
+        float8_fixture()

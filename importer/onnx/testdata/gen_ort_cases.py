@@ -181,6 +181,19 @@ def tfidf_cases():
     x1 = rng.integers(0, 5, (14,)).astype(np.int32)
     case("tfidf_1d_int32_trigrams_skip3", [helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=3, max_gram_length=3, max_skip_count=3, **common)],
          [tensor_vi("x", TensorProto.INT32, [14])], [tensor_vi("y", F, [8])], [x1], opset=9)
+    tfidf_string_cases()
+
+
+def tfidf_string_cases():
+    """TfIdfVectorizer of strings (pool_strings): the words looked up on
+    the host, then the integer path; words outside the pool match nothing."""
+    words = np.array(["the", "cat", "sat", "on", "mat", "a", "dog"])
+    x = words[np.random.default_rng(3).integers(0, 7, (2, 9))].astype(object)
+    pool = ["cat", "mat", "dog", "the", "cat", "sat", "on", "the", "cat", "sat"]  # unigrams cat mat dog; bigrams (the cat) (sat on); trigram (the cat sat)
+    attrs = dict(ngram_counts=[0, 3, 7], ngram_indexes=[0, 1, 2, 3, 4, 5], pool_strings=pool, mode="TF",
+                 min_gram_length=1, max_gram_length=3, max_skip_count=1)
+    case("tfidf_strings_uni_to_tri_skip1", [helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs)],
+         [tensor_vi("x", TensorProto.STRING, [2, 9])], [tensor_vi("y", F, [2, 6])], [x], opset=9)
 
 
 def conv_cases():
@@ -364,6 +377,66 @@ def pool_cases():
     pool("3d_2x2x2", (1, 3, 6, 7, 8), kernel_shape=[2, 2, 2], strides=[2, 2, 2])
 
 
+def rnn_cases():
+    """RNN, GRU and LSTM with sequence_lens a graph input (a run-time value):
+    forward, reverse and bidirectional, with initial states, LSTM's
+    peepholes, GRU's linear_before_reset and RNN's Relu."""
+    seq, batch, inp, hid = 5, 3, 4, 3
+    I32 = TensorProto.INT32
+
+    def rnn(name, op, gates, direction="forward", lens=(5, 2, 3), states=False, peep=False, **attrs):
+        dirs = 2 if direction == "bidirectional" else 1
+        x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+        w = (rng.standard_normal((dirs, gates * hid, inp)) * 0.5).astype(np.float32)
+        r = (rng.standard_normal((dirs, gates * hid, hid)) * 0.5).astype(np.float32)
+        b = (rng.standard_normal((dirs, 2 * gates * hid)) * 0.2).astype(np.float32)
+        names = ["x", "w", "r", "b", "lens"]
+        vis = [tensor_vi("x", F, ["T", "N", inp]), tensor_vi("w", F, list(w.shape)), tensor_vi("r", F, list(r.shape)),
+               tensor_vi("b", F, list(b.shape)), tensor_vi("lens", I32, ["N"])]
+        feeds = [x, w, r, b, np.array(lens, np.int32)]
+        if states:
+            names.append("h0")
+            vis.append(tensor_vi("h0", F, [dirs, "N", hid]))
+            feeds.append(rng.standard_normal((dirs, batch, hid)).astype(np.float32) * 0.3)
+            if op == "LSTM":
+                names.append("c0")
+                vis.append(tensor_vi("c0", F, [dirs, "N", hid]))
+                feeds.append(rng.standard_normal((dirs, batch, hid)).astype(np.float32) * 0.3)
+        if peep:
+            names.append("p")
+            vis.append(tensor_vi("p", F, [dirs, 3 * hid]))
+            feeds.append(rng.standard_normal((dirs, 3 * hid)).astype(np.float32) * 0.3)
+        outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+        node_in = names[:5] + (names[5:] if op != "LSTM" or states else [])
+        if peep and not states:
+            node_in = names[:5] + ["", "", "p"]
+        node = helper.make_node(op, node_in, outs, hidden_size=hid, direction=direction, **attrs)
+        ovis = [tensor_vi("y", F, ["T", dirs, "N", hid]), tensor_vi("yh", F, [dirs, "N", hid])]
+        if op == "LSTM":
+            ovis.append(tensor_vi("yc", F, [dirs, "N", hid]))
+        case(name, [node], vis, ovis, feeds)
+
+    rnn("lstm_seqlens_forward", "LSTM", 4)
+    rnn("lstm_seqlens_bidirectional_states_peephole", "LSTM", 4, "bidirectional", lens=(3, 5, 1), states=True, peep=True)
+    rnn("lstm_seqlens_reverse", "LSTM", 4, "reverse", lens=(2, 4, 5))
+    rnn("gru_seqlens_reverse", "GRU", 3, "reverse", lens=(4, 5, 1), states=True)
+    rnn("gru_seqlens_bidirectional_lbr", "GRU", 3, "bidirectional", lens=(5, 3, 2), linear_before_reset=1)
+    rnn("rnn_seqlens_bidirectional_relu", "RNN", 1, "bidirectional", lens=(1, 5, 4), states=True, activations=["Relu", "Relu"])
+    rnn("rnn_seqlens_forward", "RNN", 1, lens=(5, 5, 5))
+
+
+def topk_cases():
+    """TopK whose K is a graph input (a run-time value): the outputs have
+    a data-dependent size."""
+    x = rng.standard_normal((3, 10)).astype(np.float32)
+    for name, k, axis, largest in (("topk_runtime_k", 4, -1, 1), ("topk_runtime_k_smallest_axis0", 2, 0, 0)):
+        dims = [3, 10]
+        dims[axis] = "k"
+        case(name, [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=axis, largest=largest)],
+             [tensor_vi("x", F, [3, 10]), tensor_vi("k", I64, [1])],
+             [tensor_vi("values", F, dims), tensor_vi("indices", I64, dims)], [x, np.array([k], np.int64)])
+
+
 if __name__ == "__main__":
     for d in os.listdir(ROOT) if os.path.isdir(ROOT) else []:
         if not d.startswith("optim_"):  # those are gen_torch_optim_cases.py's
@@ -375,3 +448,5 @@ if __name__ == "__main__":
     conv_cases()
     matmul_cases()
     pool_cases()
+    rnn_cases()
+    topk_cases()

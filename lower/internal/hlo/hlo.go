@@ -28,6 +28,9 @@ var elems = map[dtypes.DType]stablehlo.ElementType{
 	dtypes.Int64: stablehlo.I64, dtypes.Uint8: stablehlo.U8, dtypes.Uint16: stablehlo.U16, dtypes.Uint32: stablehlo.U32,
 	dtypes.Uint64: stablehlo.U64, dtypes.Float16: stablehlo.F16, dtypes.BFloat16: stablehlo.BF16,
 	dtypes.Float32: stablehlo.F32, dtypes.Float64: stablehlo.F64,
+	dtypes.F8E4M3FN: stablehlo.F8E4M3FN, dtypes.F8E4M3FNUZ: stablehlo.F8E4M3FNUZ, dtypes.F8E5M2: stablehlo.F8E5M2,
+	dtypes.F8E5M2FNUZ: stablehlo.F8E5M2FNUZ, dtypes.F8E8M0FNU: stablehlo.F8E8M0FNU, dtypes.F4E2M1FN: stablehlo.F4E2M1FN,
+	dtypes.S4: stablehlo.I4, dtypes.U4: stablehlo.U4,
 }
 
 // Elem maps a dtype to the emitter's element type.

@@ -1,0 +1,1 @@
+	2a2the2cat2cat2cat2a2dog2mat2the2the2sat2on2mat2on2cat2cat2mat2aBx
