@@ -53,6 +53,15 @@ func TestGenerativeClients(t *testing.T) {
 	runPytestBin(t, ".venv", "openai, pytest", "run make venv", "python/tests/test_openai.py", "python/tests/test_generate_ext.py")
 }
 
+// TestGenerativeTritonGRPC runs python/tests/test_generate_grpc.py:
+// tritonclient's gRPC streaming client (pinned in .venv-triton) generating
+// text over ModelStreamInfer from the same small Llama, compared with
+// transformers; two requests on one stream, the end marker, a stream's
+// parameters, errors, and a cancelled stream freeing its slot.
+func TestGenerativeTritonGRPC(t *testing.T) {
+	runPytestBin(t, ".venv-triton", "tritonclient.grpc, numpy, pytest", "run make venv-triton", "python/tests/test_generate_grpc.py")
+}
+
 // TestTorchBackendEntryPoint runs python/tests/test_torch_entrypoint.py:
 // the installed package, import xserve, then torch.compile(...,
 // backend="xserve") (torch loads the entry point without registering the

@@ -27,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
 LISTEN_RE = re.compile(r'msg="listening on [^"]*" addr=(\S+)')
+GRPC_RE = re.compile(r'msg="gRPC listening on [^"]*" addr=(\S+)')
 NATS_RE = re.compile(r"nats_url=(nats://\S+)")
 NKEY_RE = re.compile(r"client_nkey=(\S+)")
 
@@ -88,6 +89,10 @@ class Xserve:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"xserve never logged {pattern.pattern}:\n" + "".join(self.lines))
                 self._seen.wait(1)
+
+    def grpc_addr(self) -> str:
+        """The gRPC port's host:port, once xserve logged it."""
+        return self._wait(GRPC_RE)
 
     @property
     def log(self) -> str:
