@@ -46,11 +46,12 @@ func pytest(t *testing.T, python string, files []string, env ...string) {
 // gen-models exported with its tokenizer: the official openai client
 // (pinned in python/requirements.txt) against the OpenAI-compatible API
 // (chat and text completions, whole and streamed), and an HTTP client
-// against the KServe generate extension (generate, generate_stream), each
-// compared with transformers; stop strings, seeds, errors; and a client
+// against the KServe generate extension (generate, generate_stream), and
+// nats-py streaming over NATS, each compared with transformers; stop strings, seeds, errors; and a client
 // that goes away mid-stream, whose slot is then free.
 func TestGenerativeClients(t *testing.T) {
-	runPytestBin(t, ".venv", "openai, pytest", "run make venv", "python/tests/test_openai.py", "python/tests/test_generate_ext.py")
+	runPytestBin(t, ".venv", "openai, nats, pytest", "run make venv",
+		"python/tests/test_openai.py", "python/tests/test_generate_ext.py", "python/tests/test_generate_nats.py")
 }
 
 // TestGenerativeTritonGRPC runs python/tests/test_generate_grpc.py:

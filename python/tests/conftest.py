@@ -154,7 +154,7 @@ def gen_served(binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     shutil.copytree(GEN / "repo" / GEN_MODEL, repo / GEN_MODEL)
     cfg = repo / GEN_MODEL / "config.yaml"
     cfg.write_text(cfg.read_text() + "warmup: eager\n")
-    s = Xserve(binary, repo, "--nats=false")
+    s = Xserve(binary, repo)
     try:
         yield s
     finally:
