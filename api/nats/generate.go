@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/xserve/xserve/api/textgen"
 	"github.com/xserve/xserve/serving"
@@ -232,4 +233,68 @@ func generateStatus(err error) int {
 		return http.StatusBadRequest
 	}
 	return statusOf(err)
+}
+
+// GenerateEnd is how a generation streamed to a Client ended.
+type GenerateEnd struct {
+	ModelName, ModelVersion string
+	// FinishReason is "stop" or "length".
+	FinishReason string
+	// PromptTokens and GeneratedTokens count the tokens.
+	PromptTokens, GeneratedTokens int
+}
+
+// Generate streams a text generation from model (version 0: the latest):
+// params are the sampling parameters by their OpenAI names (nil for the
+// defaults). Each piece of text goes to onText as it comes. The stream
+// ends with ctx (the replica then frees the slot), with an error reply
+// (*ReplyError), or with its end, which Generate returns. Generation is
+// not durable: ClientOptions.Durable does not apply.
+func (c *Client) Generate(ctx context.Context, model string, version int64, text string, params *textgen.Params, onText func(string)) (*GenerateEnd, error) {
+	if params == nil {
+		params = &textgen.Params{}
+	}
+	body, err := json.Marshal(generateRequest{TextInput: &text, Parameters: *params})
+	if err != nil {
+		return nil, err
+	}
+	sub, err := c.nc.SubscribeSync(c.nc.NewInbox())
+	if err != nil {
+		return nil, fmt.Errorf("natsapi: generate: subscribe: %w", err)
+	}
+	defer sub.Unsubscribe()
+	msg := &nats.Msg{Subject: c.opts.Prefix + ".generate." + model, Reply: sub.Subject, Data: body, Header: nats.Header{HeaderRequestID: {nuid.Next()}}}
+	if version > 0 {
+		msg.Header.Set(HeaderModelVersion, strconv.FormatInt(version, 10))
+	}
+	if err := c.nc.PublishMsg(msg); err != nil {
+		return nil, fmt.Errorf("natsapi: generate: publish on %s: %w", msg.Subject, err)
+	}
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("%w: no replica is subscribed to %s", ErrNoResponders, msg.Subject)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("natsapi: generate on %s: %w", msg.Subject, err)
+		}
+		kind := headerValue(m.Header, HeaderStream)
+		if kind == "probe" {
+			continue
+		}
+		if rerr := replyError(m); rerr != nil {
+			return nil, rerr
+		}
+		var r generateReply
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			return nil, fmt.Errorf("natsapi: generate on %s: a message is not a generation reply: %w", msg.Subject, err)
+		}
+		if r.TextOutput != "" {
+			onText(r.TextOutput)
+		}
+		if kind == "end" {
+			return &GenerateEnd{ModelName: r.ModelName, ModelVersion: r.ModelVersion, FinishReason: r.FinishReason,
+				PromptTokens: r.PromptTokens, GeneratedTokens: r.GeneratedTokens}, nil
+		}
+	}
 }

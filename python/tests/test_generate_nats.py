@@ -5,7 +5,8 @@ body) gets one message per piece of text on its reply subject, then one
 with the header Xserve-Stream: end (docs/NATS.md). The same real xserve
 (with its embedded NATS server) and small Llama as test_openai.py
 (conftest's gen_served); the text equals transformers' greedy generate
-(.cache/gen/refs.json). Run by cmd/xserve's TestGenerativeClients with
+(.cache/gen/refs.json); `xserve nats-infer --generate` prints the same
+text. Run by cmd/xserve's TestGenerativeClients with
 .venv (nats-py pinned in python/requirements.txt).
 """
 
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from typing import Any
 
 import nats
 
-from conftest import GEN_MODEL as MODEL, Xserve, gen_metric
+from conftest import GEN_MODEL as MODEL, ROOT, Xserve, gen_metric
 
 SUBJECT = "xserve.v1.generate."
 
@@ -97,3 +99,18 @@ def test_client_gone_frees_slot(gen_served: Xserve) -> None:
         assert time.monotonic() < deadline, "the slot was not freed"
         time.sleep(0.02)
     assert gen_metric(url, "xserve_generate_sequences", reason="cancelled") == cancelled + 1
+
+
+def nats_infer(binary: str, served: Xserve, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([binary, "nats-infer", "--nats-url", served.nats_url, "--nkey", served.nats_nkey, "--timeout", "2m", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def test_nats_infer_generate(binary: str, gen_served: Xserve, gen_refs: dict) -> None:
+    r = nats_infer(binary, gen_served, "--model", MODEL, "--generate", gen_refs["completion_prompt"],
+                   "--params", json.dumps({"max_tokens": 12, "temperature": 0}))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == gen_refs["completion_greedy_12"] + "\n"
+    assert f"model {MODEL} version 1" in r.stderr and "generated in" in r.stderr
+    r = nats_infer(binary, gen_served, "--model", "nope", "--generate", "hi")
+    assert r.returncode != 0 and "nope" in r.stderr
