@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/modelrepo"
@@ -102,7 +103,7 @@ func (v *version) loadGenerative(ctx context.Context, cfgFile string) error {
 	gen, err := generate.New(ctx, generate.Options{
 		Graph: v.model.Graph(), GraphAt: v.model.GraphAt, Config: &gc, ConfigFile: cfgFile, Lowerer: v.m.engine.Lowerer(),
 		Device: &generate.EngineDevice{Engine: v.m.engine, Model: v.model},
-		Warmup: v.cfg.Warmup == modelrepo.WarmupEager, Logger: v.log(),
+		Warmup: v.cfg.Warmup == modelrepo.WarmupEager, Logger: v.log(), OnToken: v.observeToken(),
 	})
 	if err != nil {
 		if tok != nil {
@@ -120,6 +121,20 @@ func (v *version) loadGenerative(ctx context.Context, cfgFile string) error {
 	v.log().Info("generative model version loaded", "file", v.entry.Path, "slots", gc.Slots, "max_seq_len", gc.MaxSeqLen,
 		"prefill_buckets", fmt.Sprint(gc.PrefillBuckets), "slot_buckets", fmt.Sprint(gc.SlotBuckets), "tokenizer", tok != nil)
 	return nil
+}
+
+// observeToken returns the loop's token observer: time to first token and
+// inter-token latency into the version's histograms.
+func (v *version) observeToken() func(bool, time.Duration) {
+	ttft := v.m.metrics.genTTFT.With(v.name, v.label)
+	itl := v.m.metrics.genInterToken.With(v.name, v.label)
+	return func(first bool, d time.Duration) {
+		if first {
+			ttft.Observe(d.Seconds())
+		} else {
+			itl.Observe(d.Seconds())
+		}
+	}
 }
 
 // tokMaxID is the tokenizer's largest id, -1 without a tokenizer.
@@ -194,10 +209,12 @@ func (m *Manager) updateGenerateMetrics() {
 	mt.genTokens.Reset()
 	mt.genSteps.Reset()
 	mt.genEnded.Reset()
+	mt.genCache.Reset()
 	for _, v := range vs {
 		st := v.gen.Stats()
 		mt.genSlots.With(v.name, v.label).Set(float64(v.gen.SlotsInUse()))
 		mt.genWaiting.With(v.name, v.label).Set(float64(v.gen.Waiting()))
+		mt.genCache.With(v.name, v.label).Set(v.gen.CacheOccupancy())
 		mt.genTokens.With(v.name, v.label).Set(float64(st.Tokens.Load()))
 		mt.genSteps.With(v.name, v.label, "prefill").Set(float64(st.Prefills.Load()))
 		mt.genSteps.With(v.name, v.label, "decode").Set(float64(st.DecodeSteps.Load()))

@@ -91,6 +91,36 @@ func TestGenerativeVersion(t *testing.T) {
 		!strings.Contains(metricsText(t, m), `xserve_generate_slots_in_use{model="tiny",version="1"} 0`) {
 		t.Error("no generation metrics")
 	}
+	checkTokenMetrics(t, m, g, ids)
+}
+
+// checkTokenMetrics: a sequence's cache entries show in the cache
+// occupancy while it runs and leave with it; every token generated is in
+// the time-to-first-token or the inter-token histogram.
+func checkTokenMetrics(t *testing.T, m *Manager, g *Generative, prompt []int64) {
+	t.Helper()
+	const labels = `{model="tiny",version="1"}`
+	s, err := g.Loop.Generate(context.Background(), generate.Request{Prompt: prompt, MaxTokens: 200, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.Next(context.Background()); err != nil || ev.Done {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	if occ := metric(t, m, "xserve_generate_cache_occupancy"+labels); occ <= 0 || occ > 1 {
+		t.Errorf("cache occupancy %v while a sequence runs", occ)
+	}
+	s.Close()
+	eventually(t, "the slot freed", func() bool { return g.Loop.SlotsInUse() == 0 })
+	if occ := metric(t, m, "xserve_generate_cache_occupancy"+labels); occ != 0 {
+		t.Errorf("cache occupancy %v with no sequence", occ)
+	}
+	first := metric(t, m, "xserve_generate_time_to_first_token_seconds_count"+labels)
+	next := metric(t, m, "xserve_generate_inter_token_seconds_count"+labels)
+	tokens := metric(t, m, "xserve_generate_tokens"+labels)
+	if first != 2 || first+next != tokens {
+		t.Errorf("%v first tokens (want 2: two sequences) and %v others, %v tokens generated", first, next, tokens)
+	}
 }
 
 // TestGenerativeBadInput: a tokenizer whose ids do not fit the model's

@@ -21,6 +21,7 @@ var (
 	requestBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	compileBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	rowBuckets     = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+	tokenBuckets   = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	// queueReasons are the reasons of xserve_queue_rejected_total shown
 	// (at 0) from the moment a version batches.
 	queueReasons = []string{batching.ReasonQueueFull, batching.ReasonExpired, batching.ReasonCancelled}
@@ -52,6 +53,9 @@ type serverMetrics struct {
 	genTokens      *metrics.GaugeVec     // model, version; set at each scrape
 	genSteps       *metrics.GaugeVec     // model, version, kind; set at each scrape
 	genEnded       *metrics.GaugeVec     // model, version, reason; set at each scrape
+	genCache       *metrics.GaugeVec     // model, version; set at each scrape
+	genTTFT        *metrics.HistogramVec // model, version
+	genInterToken  *metrics.HistogramVec // model, version
 }
 
 func newServerMetrics() *serverMetrics {
@@ -84,6 +88,12 @@ func newServerMetrics() *serverMetrics {
 			"Steps a READY generative version ran since it loaded, by kind: prefill (one prompt) and decode (one token of every sequence in a slot).", "model", "version", "kind"),
 		genEnded: r.NewGaugeVec("xserve_generate_sequences",
 			"Sequences a READY generative version ended since it loaded, by reason: stop (eos, stop token or string), length (max_tokens or a full slot), cancelled (the client went away), deadline, error.", "model", "version", "reason"),
+		genCache: r.NewGaugeVec("xserve_generate_cache_occupancy",
+			"Fraction of a READY generative version's cache entries (slots x max_seq_len) its sequences hold now.", "model", "version"),
+		genTTFT: r.NewHistogramVec("xserve_generate_time_to_first_token_seconds",
+			"Time from a generation request's arrival at the loop (queue and prefill) to its first token.", tokenBuckets, "model", "version"),
+		genInterToken: r.NewHistogramVec("xserve_generate_inter_token_seconds",
+			"Time between two tokens of one sequence (the decode steps and the prefills interleaved between them); its rate is tokens/s per stream.", tokenBuckets, "model", "version"),
 		compilations: r.NewCounterVec("xserve_compilations_total",
 			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",

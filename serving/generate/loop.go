@@ -20,6 +20,9 @@ type sequence struct {
 	slot    int
 	cached  int  // tokens whose entries are in the cache slot
 	ended   bool // its Done event was sent
+	// last is when its request arrived, then when its last token was
+	// generated (Options.OnToken).
+	last time.Time
 }
 
 func (s *sequence) generated() []int64 { return s.tokens[len(s.req.Prompt):] }
@@ -160,6 +163,7 @@ func (m *Model) prefill(ctx context.Context, s *sequence) error {
 		return err
 	}
 	m.stats.Prefills.Add(1)
+	m.cached.Add(n - int64(s.cached))
 	s.cached = int(n)
 	m.emit(s, outs[0], 0)
 	return nil
@@ -211,6 +215,7 @@ func (m *Model) decode(ctx context.Context) {
 	for r := range b {
 		if s := m.slots[r]; s != nil {
 			s.cached++
+			m.cached.Add(1)
 			m.emit(s, outs[0], r)
 		}
 	}
@@ -241,6 +246,11 @@ func (m *Model) emit(s *sequence, logits *tensor.Tensor, r int64) {
 	}
 	tok := s.sampler.next(row, s.tokens)
 	m.stats.Tokens.Add(1)
+	if m.onToken != nil {
+		now := time.Now()
+		m.onToken(len(s.tokens) == len(s.req.Prompt), now.Sub(s.last))
+		s.last = now
+	}
 	if (!s.req.IgnoreEOS && slices.Contains(m.eos, tok)) || slices.Contains(s.req.StopIDs, tok) {
 		m.end(s, FinishStop, nil)
 		return
@@ -264,6 +274,7 @@ func (m *Model) end(s *sequence, reason FinishReason, err error) {
 	if s.slot >= 0 && s.slot < len(m.slots) && m.slots[s.slot] == s {
 		m.slots[s.slot] = nil
 		m.inUse.Add(-1)
+		m.cached.Add(-int64(s.cached))
 	}
 	if !s.ended {
 		s.ended = true

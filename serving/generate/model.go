@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/lower"
@@ -35,6 +36,11 @@ type Options struct {
 	Warmup bool
 	// Logger gets the model's log lines; nil discards them.
 	Logger *slog.Logger
+	// OnToken, when set, is called on the loop's goroutine for each token
+	// generated (it must be quick): for a sequence's first token with the
+	// time since its request arrived (time to first token), for the others
+	// with the time since its previous token (inter-token latency).
+	OnToken func(first bool, since time.Duration)
 }
 
 // Request is one sequence to generate.
@@ -77,6 +83,8 @@ type Model struct {
 	wake    chan struct{} // signalled on a new request or Close
 
 	inUse   atomic.Int64 // slots holding a sequence
+	cached  atomic.Int64 // cache entries the sequences in slots hold
+	onToken func(first bool, since time.Duration)
 	stopped chan struct{}
 	stats   Stats
 
@@ -127,7 +135,7 @@ func New(ctx context.Context, o Options) (*Model, error) {
 	}
 	cfg := o.Config
 	m := &Model{
-		cfg: cfg, file: o.ConfigFile, layout: lay, device: o.Device, log: log, vocab: -1,
+		cfg: cfg, file: o.ConfigFile, layout: lay, device: o.Device, log: log, vocab: -1, onToken: o.OnToken,
 		eos:     cfg.EOSTokenIDs,
 		builder: &stepBuilder{lowerer: o.Lowerer, graph: o.Graph, graphAt: o.GraphAt, layout: lay, slots: int64(cfg.Slots), maxLen: int64(cfg.MaxSeqLen)},
 		wake:    make(chan struct{}, 1), stopped: make(chan struct{}),
@@ -227,6 +235,12 @@ func (m *Model) Vocab() int64 { return m.vocab }
 // SlotsInUse is the number of cache slots holding a sequence.
 func (m *Model) SlotsInUse() int { return int(m.inUse.Load()) }
 
+// CacheOccupancy returns the fraction of the cache's entries (slots x
+// max_seq_len) that the sequences in slots hold now.
+func (m *Model) CacheOccupancy() float64 {
+	return float64(m.cached.Load()) / float64(m.cfg.Slots*m.cfg.MaxSeqLen)
+}
+
 // Slots is the number of cache slots.
 func (m *Model) Slots() int { return m.cfg.Slots }
 
@@ -249,7 +263,7 @@ func (m *Model) Generate(ctx context.Context, req Request) (*Stream, error) {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	seq := &sequence{req: req, ctx: sctx, stream: newStream(cancel), tokens: slices.Clone(req.Prompt), sampler: newSampler(req.Sampling)}
+	seq := &sequence{req: req, ctx: sctx, stream: newStream(cancel), tokens: slices.Clone(req.Prompt), sampler: newSampler(req.Sampling), last: time.Now()}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
