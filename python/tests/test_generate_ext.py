@@ -112,3 +112,27 @@ def test_generate_stream_disconnect_frees_slot(gen_served: Xserve) -> None:
         assert time.monotonic() < deadline, "the slot was not freed"
         time.sleep(0.02)
     assert gen_metric(url, "xserve_generate_sequences", reason="cancelled") == cancelled + 1
+
+
+def test_sdk_client_generate(gen_served: Xserve, gen_refs: dict) -> None:
+    """xserve.Client.generate over the generate extension: whole, streamed, a stream left early, errors."""
+    import xserve
+
+    want = gen_refs["completion_greedy_12"]
+    with xserve.Client(gen_served.url, timeout=120) as c:
+        assert c.generate(MODEL, gen_refs["completion_prompt"], max_tokens=12, temperature=0) == want
+        pieces = list(c.generate(MODEL, gen_refs["completion_prompt"], 1, stream=True, max_tokens=12, temperature=0))
+        assert len(pieces) > 1 and "".join(pieces) == want
+        it = c.generate(MODEL, "hello", stream=True, max_tokens=230, temperature=0, ignore_eos=True)
+        assert isinstance(next(it), str)
+        it.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 30
+        while gen_metric(gen_served.url, "xserve_generate_slots_in_use") != 0:
+            assert time.monotonic() < deadline, "the slot was not freed"
+            time.sleep(0.02)
+        with pytest.raises(xserve.XserveError) as e:
+            c.generate("nope", "hi")
+        assert e.value.status == 404
+        with pytest.raises(xserve.XserveError) as e:
+            list(c.generate(MODEL, "hi", stream=True, temperature=9))
+        assert e.value.status == 400

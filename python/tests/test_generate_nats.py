@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import nats
+import pytest
 
 from conftest import GEN_MODEL as MODEL, ROOT, Xserve, gen_metric
 
@@ -114,3 +115,24 @@ def test_nats_infer_generate(binary: str, gen_served: Xserve, gen_refs: dict) ->
     assert f"model {MODEL} version 1" in r.stderr and "generated in" in r.stderr
     r = nats_infer(binary, gen_served, "--model", "nope", "--generate", "hi")
     assert r.returncode != 0 and "nope" in r.stderr
+
+
+def test_sdk_nats_client_generate(gen_served: Xserve, gen_refs: dict) -> None:
+    """xserve.NatsClient.generate: whole, streamed, a stream left early frees its slot, errors."""
+    import xserve
+
+    want = gen_refs["completion_greedy_12"]
+    with xserve.NatsClient(gen_served.nats_url, nkey=gen_served.nats_nkey, timeout=120) as c:
+        assert c.generate(MODEL, gen_refs["completion_prompt"], max_tokens=12, temperature=0) == want
+        pieces = list(c.generate(MODEL, gen_refs["completion_prompt"], 1, stream=True, max_tokens=12, temperature=0))
+        assert len(pieces) > 1 and "".join(pieces) == want
+        it = c.generate(MODEL, "hello", stream=True, max_tokens=230, temperature=0, ignore_eos=True)
+        assert isinstance(next(it), str)
+        it.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 30
+        while gen_metric(gen_served.url, "xserve_generate_slots_in_use") != 0:
+            assert time.monotonic() < deadline, "the slot was not freed"
+            time.sleep(0.02)
+        with pytest.raises(xserve.XserveError) as e:
+            c.generate("nope", "hi")
+        assert e.value.status == 404
