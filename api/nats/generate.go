@@ -42,22 +42,6 @@ const HeaderStream = "Xserve-Stream"
 // probeEvery is how often a generation probes its reply subject.
 const probeEvery = 200 * time.Millisecond
 
-// generateRequest is the body of a generation request.
-type generateRequest struct {
-	TextInput  *string        `json:"text_input"`
-	Parameters textgen.Params `json:"parameters"`
-}
-
-// generateReply is the body of a generation stream's messages.
-type generateReply struct {
-	ModelName       string `json:"model_name"`
-	ModelVersion    string `json:"model_version"`
-	TextOutput      string `json:"text_output"`
-	FinishReason    string `json:"finish_reason,omitempty"`
-	PromptTokens    int    `json:"prompt_tokens,omitempty"`
-	GeneratedTokens int    `json:"generated_tokens,omitempty"`
-}
-
 // GenerateSubject is the subject of model's text generation requests.
 func (s *Server) GenerateSubject(model string) string { return s.opts.Prefix + ".generate." + model }
 
@@ -99,7 +83,7 @@ func (s *Server) stopGenerate() {
 
 // parseGenerate reads a generation request's model (from the subject),
 // version (header) and body.
-func (s *Server) parseGenerate(m *nats.Msg) (model string, version int64, r generateRequest, err error) {
+func (s *Server) parseGenerate(m *nats.Msg) (model string, version int64, r textgen.GenerateRequest, err error) {
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return "", 0, r, textgen.Invalid("the body is not a generate request: %v", err)
 	}
@@ -170,7 +154,7 @@ func (s *Server) generate(b textgen.Backend, m *nats.Msg) {
 
 // stream publishes a generation's pieces of text to reply.
 func (s *Server) stream(ctx context.Context, j *textgen.Job, st *textgen.Stream, reply string, fail func(error)) {
-	out := generateReply{ModelName: j.Model(), ModelVersion: strconv.FormatInt(j.Version(), 10)}
+	out := textgen.GenerateResponse{ModelName: j.Model(), ModelVersion: strconv.FormatInt(j.Version(), 10)}
 	for {
 		p, err := st.Next(ctx)
 		if err != nil {
@@ -254,7 +238,7 @@ func (c *Client) Generate(ctx context.Context, model string, version int64, text
 	if params == nil {
 		params = &textgen.Params{}
 	}
-	body, err := json.Marshal(generateRequest{TextInput: &text, Parameters: *params})
+	body, err := json.Marshal(textgen.GenerateRequest{TextInput: &text, Parameters: *params})
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +269,7 @@ func (c *Client) Generate(ctx context.Context, model string, version int64, text
 		if rerr := replyError(m); rerr != nil {
 			return nil, rerr
 		}
-		var r generateReply
+		var r textgen.GenerateResponse
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			return nil, fmt.Errorf("natsapi: generate on %s: a message is not a generation reply: %w", msg.Subject, err)
 		}

@@ -27,25 +27,11 @@ import (
 // event {"error": "..."} ends it.
 
 // GenerateRequest is the body of the generate extension's requests.
-type GenerateRequest struct {
-	ID        string  `json:"id"`
-	TextInput *string `json:"text_input"`
-	// Parameters are the sampling parameters, named as the OpenAI API
-	// names them.
-	Parameters textgen.Params `json:"parameters"`
-}
+type GenerateRequest = textgen.GenerateRequest
 
 // GenerateResponse is the answer of generate and each event of
 // generate_stream.
-type GenerateResponse struct {
-	ID           string `json:"id,omitempty"`
-	ModelName    string `json:"model_name"`
-	ModelVersion string `json:"model_version"`
-	TextOutput   string `json:"text_output"`
-	// FinishReason is why the sequence ended ("stop" or "length"), in the
-	// last answer only.
-	FinishReason string `json:"finish_reason,omitempty"`
-}
+type GenerateResponse = textgen.GenerateResponse
 
 // ExtError is the error body (and error event) of the generate extension.
 type ExtError struct {
