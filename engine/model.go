@@ -130,9 +130,9 @@ func (m *Model) liveGraph() (*fxgraph.Graph, error) {
 	return g, nil
 }
 
-// graphAt returns the optimized graph for the symbol sizes in dims: the
+// GraphAt returns the optimized graph for the symbol sizes in dims: the
 // model's, or a deferred model's imported at those sizes and optimized.
-func (m *Model) graphAt(dims map[string]int64) (*fxgraph.Graph, error) {
+func (m *Model) GraphAt(dims map[string]int64) (*fxgraph.Graph, error) {
 	g, err := m.liveGraph()
 	if err != nil || m.src == nil {
 		return g, err
@@ -146,7 +146,7 @@ func (m *Model) graphAt(dims map[string]int64) (*fxgraph.Graph, error) {
 // OutputShapes returns the shapes of the model's outputs when its input
 // symbols take the sizes in dims (lower.Lowerer.OutputShapes).
 func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
-	g, err := m.graphAt(dims)
+	g, err := m.GraphAt(dims)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
 
 // Lower lowers the model for the symbol sizes in dims.
 func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) {
-	g, err := m.graphAt(dims)
+	g, err := m.GraphAt(dims)
 	if err != nil {
 		return nil, err
 	}

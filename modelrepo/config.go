@@ -116,6 +116,9 @@ type Config struct {
 	// ExactExecutables bounds the executables a version keeps for sizes
 	// served exactly (least recently used first out); default 32.
 	ExactExecutables int
+	// Generate, when set, makes the model generative: the server runs its
+	// generation loop (config.yaml's generate: section; see GenerateConfig).
+	Generate *GenerateConfig
 	// Pipeline, when set, makes the model a pipeline of other models and
 	// built-in steps (config.yaml's pipeline:, or a Triton ensemble); its
 	// versions hold no model file.
@@ -278,6 +281,9 @@ func (c *Config) SetDefaults() {
 	if b.PriorityLevels == 0 {
 		b.PriorityLevels = 1
 	}
+	if c.Generate != nil {
+		c.Generate.setDefaults()
+	}
 }
 
 // Validate checks the values of c (a Config built in memory, or merged by the
@@ -395,6 +401,7 @@ type rawConfig struct {
 	Pad           map[string]bool    `yaml:"pad"`
 	BatchSymbol   string             `yaml:"batch_symbol"`
 	ExactExecs    *int               `yaml:"exact_executables"`
+	Generate      *rawGenerate       `yaml:"generate"`
 	Pipeline      *rawPipeline       `yaml:"pipeline"`
 	Devices       []int              `yaml:"devices"`
 }
@@ -451,6 +458,9 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 			p.add("exact_executables", "must be >= 1, got %d", *raw.ExactExecs)
 		}
 		c.ExactExecutables = *raw.ExactExecs
+	}
+	if raw.Generate != nil {
+		c.Generate = raw.Generate.convert(p)
 	}
 	if raw.Buckets != nil {
 		c.Buckets = make(map[string][]int64, len(raw.Buckets))
@@ -698,6 +708,9 @@ func (c *Config) validate(p *problems) {
 		}
 	}
 
+	if c.Generate != nil {
+		c.Generate.validate(p)
+	}
 	b := c.Batching
 	if b.MaxBatchSize < 0 {
 		p.add("batching.max_batch_size", "must be >= 1, got %d", b.MaxBatchSize)

@@ -14,7 +14,9 @@ import (
 	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/modelrepo"
+	"github.com/xserve/xserve/serving/generate"
 	"github.com/xserve/xserve/tensor"
+	"github.com/xserve/xserve/tokenizer"
 )
 
 // version is one version of a model as the Manager serves it: its graph and
@@ -44,6 +46,10 @@ type version struct {
 	batcher *batching.Batcher
 	// stats are the counters of Manager.Statistics.
 	stats versionStats
+	// gen runs the sequences of a generative version (config.yaml's
+	// generate: section) and tok is its tokenizer (nil without one).
+	gen *generate.Model
+	tok *tokenizer.Tokenizer
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -151,7 +157,11 @@ func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string
 		}
 		return shapes, err
 	}
-	plan, err := NewBucketPlan(model.Graph(), v.cfg, cfgFile, shapes)
+	planCfg := v.cfg
+	if v.cfg.Generate != nil {
+		planCfg = generativePlanConfig(model.Graph(), v.cfg)
+	}
+	plan, err := NewBucketPlan(model.Graph(), planCfg, cfgFile, shapes)
 	if err != nil {
 		return err
 	}
@@ -162,6 +172,9 @@ func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string
 	}
 	v.buckets = map[string]*bucket{}
 	v.sizers = map[string]*sizer{}
+	if v.cfg.Generate != nil {
+		return v.loadGenerative(ctx, cfgFile)
+	}
 	// Warmup first, so that the probe runs on the compiled buckets.
 	if err := v.warmup(ctx); err != nil {
 		return err
@@ -353,6 +366,7 @@ func (v *version) build(ctx context.Context, b *bucket) (*engine.Executable, boo
 // executables and weights. It is called once no request uses the version
 // (a batch may still execute for requests whose clients went away).
 func (v *version) free() {
+	v.freeGenerative()
 	if v.batcher != nil {
 		if err := v.batcher.Shutdown(context.Background()); err != nil {
 			v.log().Warn("batcher shutdown", "error", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	natsapi "github.com/xserve/xserve/api/nats"
+	"github.com/xserve/xserve/api/textgen"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
@@ -49,8 +51,11 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	tlsCert := fs.String("tls-cert", "", "client certificate (PEM)")
 	tlsKey := fs.String("tls-key", "", "key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-ca", "", "CA bundle (PEM) of the server's certificate")
+	generate := fs.String("generate", "", "generate text from this prompt (a generative model), printing it as it comes, instead of an inference")
+	params := fs.String("params", "", `with --generate: the sampling parameters as JSON, by their OpenAI names ('{"max_tokens": 64, "temperature": 0}')`)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: xserve nats-infer --model M --input NAME=FILE.npy ... [--nats-url nats://127.0.0.1:4222] [--durable] [--timeout 5s] [--output DIR]")
+		fmt.Fprintln(stderr, "       xserve nats-infer --model M --generate PROMPT [--params JSON] [--timeout 5m]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -65,8 +70,8 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.Usage()
 		return errors.New("nats-infer: --model is required")
 	}
-	if len(inputFlags) == 0 {
-		return errors.New("nats-infer: give the inputs with --input NAME=FILE.npy")
+	if len(inputFlags) == 0 && *generate == "" {
+		return errors.New("nats-infer: give the inputs with --input NAME=FILE.npy (or a prompt with --generate)")
 	}
 	if *retries < 0 || *timeout <= 0 {
 		return errors.New("nats-infer: --retries must be >= 0 and --timeout > 0")
@@ -93,6 +98,9 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer client.Close()
+	if *generate != "" {
+		return natsGenerate(ctx, client, *model, *version, *generate, *params, *timeout, stdout, stderr)
+	}
 	if *id == "" {
 		*id = nuid.Next()
 	}
@@ -255,4 +263,26 @@ func embeddedClientSeed(url string) string {
 		return ""
 	}
 	return p
+}
+
+// natsGenerate streams a text generation to stdout as it comes, then says
+// how it ended on stderr.
+func natsGenerate(ctx context.Context, client *natsapi.Client, model string, version int64, prompt, params string, timeout time.Duration, stdout, stderr io.Writer) error {
+	var p textgen.Params
+	if params != "" {
+		if err := json.Unmarshal([]byte(params), &p); err != nil {
+			return fmt.Errorf("nats-infer: --params is not a JSON object of sampling parameters: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	end, err := client.Generate(ctx, model, version, prompt, &p, func(text string) { fmt.Fprint(stdout, text) })
+	fmt.Fprintln(stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "model %s version %s: %d prompt tokens, %d generated in %s, finish_reason %s\n",
+		end.ModelName, end.ModelVersion, end.PromptTokens, end.GeneratedTokens, time.Since(start).Round(time.Millisecond), end.FinishReason)
+	return nil
 }
