@@ -313,8 +313,13 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 
 // ModelStreamInfer runs each request of the stream in turn and sends its
 // response; a failed request is answered with error_message and the stream
-// goes on.
+// goes on. A request to generate text (generate.go) runs alongside the
+// next ones, its responses sent as its text comes.
 func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
+	out := &streamSender{stream: stream}
+	ctx := stream.Context()
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		r, err := stream.Recv()
 		if err == io.EOF {
@@ -323,13 +328,27 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		if err != nil {
 			return err
 		}
-		resp, err := s.ModelInfer(stream.Context(), r)
-		out := &pb.ModelStreamInferResponse{InferResponse: resp}
+		tr, err := s.holdText(r)
+		if err == nil && tr != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := s.generate(ctx, out, tr); err != nil && !errCanceled(err) {
+					s.log.Debug("grpc generate stream ended", "model", r.ModelName, "error", err)
+				}
+			}()
+			continue
+		}
+		var resp *pb.ModelInferResponse
+		if err == nil {
+			resp, err = s.ModelInfer(ctx, r)
+		}
+		msg := &pb.ModelStreamInferResponse{InferResponse: resp}
 		if err != nil {
 			s.log.Debug("request rejected", "method", "ModelStreamInfer", "err", err, "request_id", RequestID(stream.Context()))
-			out.ErrorMessage = status.Convert(s.toStatus(err, r.ModelName)).Message()
+			msg.ErrorMessage = status.Convert(s.toStatus(err, r.ModelName)).Message()
 		}
-		if err := stream.Send(out); err != nil {
+		if err := out.send(msg); err != nil {
 			return err
 		}
 	}

@@ -148,7 +148,7 @@ func servingPermissions(prefix, pub string) *server.Permissions {
 func clientPermissions(prefix, pub string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: []string{prefix + ".infer", prefix + ".infer.>", prefix + ".durable.>", prefix + ".health", "$SRV.>"},
+			Allow: []string{prefix + ".infer", prefix + ".infer.>", prefix + ".generate.>", prefix + ".durable.>", prefix + ".health", "$SRV.>"},
 			Deny:  []string{"$JS.>", "$SYS.>"},
 		},
 		Subscribe: &server.SubjectPermission{
