@@ -203,6 +203,52 @@ func ConvArgs(n *Node, spatial int) (ConvParams, error) {
 	return p, nil
 }
 
+// nnConvChannels checks the input's channels x[1] against the weight w
+// and returns the output's.
+func nnConvChannels(p ConvParams, x, w Shape) (Dim, error) {
+	ci := x[1]
+	if p.Transposed {
+		if cw := w[0]; ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size {
+			return Unknown, fmt.Errorf("convolution: transposed: input has %d channels, weight %s wants %d", ci.Size, w, cw.Size)
+		}
+		if w[1].IsStatic() {
+			return D(w[1].Size * p.Groups), nil
+		}
+		return Unknown, nil
+	}
+	if cw := w[1]; ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size*p.Groups {
+		return Unknown, fmt.Errorf("convolution: input has %d channels, weight %s with %d groups wants %d", ci.Size, w, p.Groups, cw.Size*p.Groups)
+	}
+	return w[0], nil
+}
+
+// nnConvSpatialOut is the output size of spatial dim j of a convolution p
+// of an input of size in with a kernel of size k.
+func nnConvSpatialOut(p ConvParams, j int, in, k Dim) (Dim, error) {
+	if !k.IsStatic() {
+		return Unknown, nil
+	}
+	ek := p.Dilation[j]*(k.Size-1) + 1
+	if !p.Transposed {
+		d, err := nnWindowOut(in, ek, p.Stride[j], p.Padding[j], p.Padding[j], false)
+		if err != nil {
+			return Unknown, fmt.Errorf("convolution: spatial dim %d: %w", j, err)
+		}
+		return d, nil
+	}
+	if !in.IsStatic() {
+		if p.Stride[j] == 1 && ek-1-2*p.Padding[j]+p.OutputPadding[j] == 0 {
+			return in, nil
+		}
+		return Unknown, nil
+	}
+	o := (in.Size-1)*p.Stride[j] - 2*p.Padding[j] + ek + p.OutputPadding[j]
+	if o < 0 {
+		return Unknown, fmt.Errorf("convolution: transposed output size %d < 0 on spatial dim %d", o, j)
+	}
+	return D(o), nil
+}
+
 func nnConvolutionShape(n *Node) (Meta, error) {
 	x, err := n.InputMeta(0)
 	if err != nil {
@@ -222,48 +268,13 @@ func nnConvolutionShape(n *Node) (Meta, error) {
 	}
 	out := make(Shape, x.Rank())
 	out[0] = x.Shape[0]
-	if p.Transposed {
-		if w.Shape[1].IsStatic() {
-			out[1] = D(w.Shape[1].Size * p.Groups)
-		} else {
-			out[1] = Unknown
-		}
-	} else {
-		out[1] = w.Shape[0]
-	}
-	if ci, cw := x.Shape[1], w.Shape[0]; p.Transposed && ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size {
-		return Meta{}, fmt.Errorf("convolution: transposed: input has %d channels, weight %s wants %d", ci.Size, w.Shape, cw.Size)
-	}
-	if ci, cw := x.Shape[1], w.Shape[1]; !p.Transposed && ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size*p.Groups {
-		return Meta{}, fmt.Errorf("convolution: input has %d channels, weight %s with %d groups wants %d", ci.Size, w.Shape, p.Groups, cw.Size*p.Groups)
+	if out[1], err = nnConvChannels(p, x.Shape, w.Shape); err != nil {
+		return Meta{}, err
 	}
 	for j := 0; j < spatial; j++ {
-		in, k := x.Shape[2+j], w.Shape[2+j]
-		if !k.IsStatic() {
-			out[2+j] = Unknown
-			continue
+		if out[2+j], err = nnConvSpatialOut(p, j, x.Shape[2+j], w.Shape[2+j]); err != nil {
+			return Meta{}, err
 		}
-		ek := p.Dilation[j]*(k.Size-1) + 1
-		if p.Transposed {
-			if !in.IsStatic() {
-				out[2+j] = Unknown
-				if p.Stride[j] == 1 && ek-1-2*p.Padding[j]+p.OutputPadding[j] == 0 {
-					out[2+j] = in
-				}
-				continue
-			}
-			o := (in.Size-1)*p.Stride[j] - 2*p.Padding[j] + ek + p.OutputPadding[j]
-			if o < 0 {
-				return Meta{}, fmt.Errorf("convolution: transposed output size %d < 0 on spatial dim %d", o, j)
-			}
-			out[2+j] = D(o)
-			continue
-		}
-		d, err := nnWindowOut(in, ek, p.Stride[j], p.Padding[j], p.Padding[j], false)
-		if err != nil {
-			return Meta{}, fmt.Errorf("convolution: spatial dim %d: %w", j, err)
-		}
-		out[2+j] = d
 	}
 	if _, ok := n.Arg(2).(*Node); ok {
 		bm, err := n.InputMeta(2)
