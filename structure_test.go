@@ -42,9 +42,11 @@ var layers = map[string][]string{
 	"engine":    {"importer", "lower", "pjrt", "fxgraph", "tensor"},
 	"serving":   {"engine", "batching", "modelrepo", "internal", "lower", "pjrt", "fxgraph", "tensor"},
 	"runner":    {"engine", "importer", "lower", "pjrt", "fxgraph", "tensor"},
-	"api":       {"serving", "batching", "modelrepo", "internal", "fxgraph", "tensor"},
-	"harness":   {"runner", "engine", "serving", "importer", "lower", "pjrt", "modelrepo", "fxgraph", "tensor"},
-	"cmd":       {"api", "harness", "runner", "serving", "engine", "loadtest", "importer", "lower", "pjrt", "modelrepo", "batching", "internal", "fxgraph", "tensor"},
+	// clustercache: the engine's compile cache in a JetStream object store.
+	"clustercache": {"engine", "internal"},
+	"api":          {"serving", "batching", "modelrepo", "internal", "fxgraph", "tensor"},
+	"harness":      {"runner", "engine", "serving", "importer", "lower", "pjrt", "modelrepo", "fxgraph", "tensor"},
+	"cmd":          {"api", "clustercache", "harness", "runner", "serving", "engine", "loadtest", "importer", "lower", "pjrt", "modelrepo", "batching", "internal", "fxgraph", "tensor"},
 }
 
 // protocols are generated wire-format packages that any client may import
