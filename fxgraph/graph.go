@@ -466,17 +466,7 @@ func (g *Graph) ReplaceAllUses(old, repl *Node) int {
 			}
 			return m
 		}
-		args := make([]any, len(u.Args))
-		for i, a := range u.Args {
-			args[i] = mapNodes(a, swap)
-		}
-		var kw map[string]any
-		if u.Kwargs != nil {
-			kw = make(map[string]any, len(u.Kwargs))
-			for k, v := range u.Kwargs {
-				kw[k] = mapNodes(v, swap)
-			}
-		}
+		args, kw := mapArgs(u, swap)
 		g.SetArgs(u, args, kw)
 	}
 	return len(users)
@@ -673,6 +663,10 @@ type GuardOutput struct {
 
 // ModelOutputs returns the number of g's outputs that are not guards.
 func (g *Graph) ModelOutputs() int { return len(g.Outputs()) - len(g.Guards) }
+
+// DeclaredOutputs returns the number of the model's own outputs: neither
+// the counts of bounded outputs nor guards.
+func (g *Graph) DeclaredOutputs() int { return g.ModelOutputs() - len(g.Bounded) }
 
 // BoundedOutput describes a graph output whose size along Axis is known only
 // at run time. The program returns it padded to a static upper bound (its

@@ -203,27 +203,66 @@ func ConvArgs(n *Node, spatial int) (ConvParams, error) {
 	return p, nil
 }
 
-// nnConvChannels checks the input's channels x[1] against the weight w
-// and returns the output's.
-func nnConvChannels(p ConvParams, x, w Shape) (Dim, error) {
-	ci := x[1]
-	if p.Transposed {
-		if cw := w[0]; ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size {
-			return Unknown, fmt.Errorf("convolution: transposed: input has %d channels, weight %s wants %d", ci.Size, w, cw.Size)
-		}
-		if w[1].IsStatic() {
-			return D(w[1].Size * p.Groups), nil
-		}
-		return Unknown, nil
+func nnConvolutionShape(n *Node) (Meta, error) {
+	x, err := n.InputMeta(0)
+	if err != nil {
+		return Meta{}, err
 	}
-	if cw := w[1]; ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size*p.Groups {
-		return Unknown, fmt.Errorf("convolution: input has %d channels, weight %s with %d groups wants %d", ci.Size, w, p.Groups, cw.Size*p.Groups)
+	w, err := n.InputMeta(1)
+	if err != nil {
+		return Meta{}, err
 	}
-	return w[0], nil
+	if w.Rank() < 3 || x.Rank() != w.Rank() {
+		return Meta{}, fmt.Errorf("convolution: input %s and weight %s: want batched input of the weight's rank (3 to 5)", x, w)
+	}
+	spatial := w.Rank() - 2
+	p, err := ConvArgs(n, spatial)
+	if err != nil {
+		return Meta{}, fmt.Errorf("convolution: %w", err)
+	}
+	out := make(Shape, x.Rank())
+	out[0] = x.Shape[0]
+	if out[1], err = nnConvChannels(p, x, w); err != nil {
+		return Meta{}, err
+	}
+	for j := 0; j < spatial; j++ {
+		if out[2+j], err = nnConvSpatialOut(p, j, x.Shape[2+j], w.Shape[2+j]); err != nil {
+			return Meta{}, err
+		}
+	}
+	if _, ok := n.Arg(2).(*Node); ok {
+		bm, err := n.InputMeta(2)
+		if err != nil {
+			return Meta{}, err
+		}
+		if bm.Rank() != 1 {
+			return Meta{}, fmt.Errorf("convolution: bias %s is not 1-D", bm)
+		}
+	}
+	return One(x.DType, out), nil
 }
 
-// nnConvSpatialOut is the output size of spatial dim j of a convolution p
-// of an input of size in with a kernel of size k.
+// nnConvChannels checks the input's channels against the weight w and
+// returns the output's channels.
+func nnConvChannels(p ConvParams, x, w TensorMeta) (Dim, error) {
+	if !p.Transposed {
+		if ci, cw := x.Shape[1], w.Shape[1]; ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size*p.Groups {
+			return Unknown, fmt.Errorf("convolution: input has %d channels, weight %s with %d groups wants %d", ci.Size, w.Shape, p.Groups, cw.Size*p.Groups)
+		}
+		return w.Shape[0], nil
+	}
+	if ci, cw := x.Shape[1], w.Shape[0]; ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size {
+		return Unknown, fmt.Errorf("convolution: transposed: input has %d channels, weight %s wants %d", ci.Size, w.Shape, cw.Size)
+	}
+	if w.Shape[1].IsStatic() {
+		return D(w.Shape[1].Size * p.Groups), nil
+	}
+	return Unknown, nil
+}
+
+// nnConvSpatialOut is the output size of spatial dim j of a convolution
+// (or transposed convolution) with parameters p, input size in and kernel
+// size k.
 func nnConvSpatialOut(p ConvParams, j int, in, k Dim) (Dim, error) {
 	if !k.IsStatic() {
 		return Unknown, nil
@@ -247,45 +286,6 @@ func nnConvSpatialOut(p ConvParams, j int, in, k Dim) (Dim, error) {
 		return Unknown, fmt.Errorf("convolution: transposed output size %d < 0 on spatial dim %d", o, j)
 	}
 	return D(o), nil
-}
-
-func nnConvolutionShape(n *Node) (Meta, error) {
-	x, err := n.InputMeta(0)
-	if err != nil {
-		return Meta{}, err
-	}
-	w, err := n.InputMeta(1)
-	if err != nil {
-		return Meta{}, err
-	}
-	if w.Rank() < 3 || x.Rank() != w.Rank() {
-		return Meta{}, fmt.Errorf("convolution: input %s and weight %s: want batched input of the weight's rank (3 to 5)", x, w)
-	}
-	spatial := w.Rank() - 2
-	p, err := ConvArgs(n, spatial)
-	if err != nil {
-		return Meta{}, fmt.Errorf("convolution: %w", err)
-	}
-	out := make(Shape, x.Rank())
-	out[0] = x.Shape[0]
-	if out[1], err = nnConvChannels(p, x.Shape, w.Shape); err != nil {
-		return Meta{}, err
-	}
-	for j := 0; j < spatial; j++ {
-		if out[2+j], err = nnConvSpatialOut(p, j, x.Shape[2+j], w.Shape[2+j]); err != nil {
-			return Meta{}, err
-		}
-	}
-	if _, ok := n.Arg(2).(*Node); ok {
-		bm, err := n.InputMeta(2)
-		if err != nil {
-			return Meta{}, err
-		}
-		if bm.Rank() != 1 {
-			return Meta{}, fmt.Errorf("convolution: bias %s is not 1-D", bm)
-		}
-	}
-	return One(x.DType, out), nil
 }
 
 // nnWindowOut is the number of windows of effective size ek (dilation
@@ -870,6 +870,23 @@ func ResizeArgs(n *Node, rank int) (p ResizeParams, known bool, err error) {
 	if p.ROI != nil && len(p.ROI) != 2*rank {
 		return p, false, fmt.Errorf("resize: roi has %d values for rank %d", len(p.ROI), rank)
 	}
+	if err := p.readAttrs(n); err != nil {
+		return p, false, err
+	}
+	if err := p.checkModes(); err != nil {
+		return p, false, err
+	}
+	if known && p.Sizes == nil && p.Scales == nil {
+		return p, false, fmt.Errorf("resize: neither sizes nor scales given")
+	}
+	return p, known, nil
+}
+
+// readAttrs reads the resize's mode, coordinate transformation, nearest
+// mode, cubic coefficient, exclude_outside, extrapolation value and
+// antialias arguments, with ONNX's defaults.
+func (p *ResizeParams) readAttrs(n *Node) error {
+	var err error
 	str := func(i int, name, def string) (string, error) {
 		a := n.ArgOr(i, name, def)
 		s, ok := a.(string)
@@ -879,45 +896,48 @@ func ResizeArgs(n *Node, rank int) (p ResizeParams, known bool, err error) {
 		return s, nil
 	}
 	if p.Mode, err = str(4, "mode", "nearest"); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.Coord, err = str(5, "coordinate_transformation_mode", "half_pixel"); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.Nearest, err = str(6, "nearest_mode", "round_prefer_floor"); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.CubicA, err = n.FloatArg(7, "cubic_coeff_a", -0.75); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.ExcludeOutside, err = n.BoolArg(8, "exclude_outside", false); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.Extrapolation, err = n.FloatArg(9, "extrapolation_value", 0); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.Antialias, err = n.BoolArg(10, "antialias", false); err != nil {
-		return p, false, err
+		return err
 	}
+	return nil
+}
+
+// checkModes checks the resize's mode, coordinate transformation and
+// nearest mode against those ONNX defines.
+func (p ResizeParams) checkModes() error {
 	switch p.Mode {
 	case "nearest", "linear", "cubic":
 	default:
-		return p, false, fmt.Errorf("%w: resize mode %q", ErrUnsupported, p.Mode)
+		return fmt.Errorf("%w: resize mode %q", ErrUnsupported, p.Mode)
 	}
 	switch p.Coord {
 	case "half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn", "half_pixel_symmetric":
 	default:
-		return p, false, fmt.Errorf("%w: resize coordinate_transformation_mode %q", ErrUnsupported, p.Coord)
+		return fmt.Errorf("%w: resize coordinate_transformation_mode %q", ErrUnsupported, p.Coord)
 	}
 	switch p.Nearest {
 	case "round_prefer_floor", "round_prefer_ceil", "floor", "ceil":
 	default:
-		return p, false, fmt.Errorf("%w: resize nearest_mode %q", ErrUnsupported, p.Nearest)
+		return fmt.Errorf("%w: resize nearest_mode %q", ErrUnsupported, p.Nearest)
 	}
-	if known && p.Sizes == nil && p.Scales == nil {
-		return p, false, fmt.Errorf("resize: neither sizes nor scales given")
-	}
-	return p, known, nil
+	return nil
 }
 
 // ResizeOutSize returns the output size of axis i of a resize of an input

@@ -497,27 +497,6 @@ const (
 // (N, d1, ..., dk) class indices (the N-d form generalizes PyTorch's 2-D
 // nll_loss_forward and 4-D nll_loss2d_forward). It returns the loss (the
 // target's shape for reduction none, else a scalar) and the total weight.
-// rdNLLWeightCheck checks nll_loss's optional class weights against the
-// input in: one per class.
-func rdNLLWeightCheck(n *Node, in TensorMeta) error {
-	w, ok := n.Arg(2).(*Node)
-	if !ok {
-		return nil
-	}
-	wm, err := n.InputMeta(2)
-	if err != nil {
-		return err
-	}
-	c := in.Shape[0]
-	if in.Rank() > 1 {
-		c = in.Shape[1]
-	}
-	if wm.Rank() != 1 || (wm.Shape[0].IsStatic() && c.IsStatic() && wm.Shape[0] != c) {
-		return fmt.Errorf("fxgraph: node %s (%s): weight %s (%s) does not match %d classes", n.Name, n.Target, w.Name, wm.Shape, c.Size)
-	}
-	return nil
-}
-
 func rdNLLMeta(n *Node) (Meta, error) {
 	in, err := n.InputMeta(0)
 	if err != nil {
@@ -543,7 +522,7 @@ func rdNLLMeta(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("fxgraph: node %s (%s): input %s and target %s do not match", n.Name, n.Target, in.Shape, tg.Shape)
 		}
 	}
-	if err := rdNLLWeightCheck(n, in); err != nil {
+	if err := rdNLLCheckWeight(n, in); err != nil {
 		return Meta{}, err
 	}
 	red, err := n.ParamInt("reduction")
@@ -562,6 +541,27 @@ func rdNLLMeta(n *Node) (Meta, error) {
 		return Meta{}, fmt.Errorf("fxgraph: node %s (%s): reduction %d is not 0 (none), 1 (mean) or 2 (sum)", n.Name, n.Target, red)
 	}
 	return Meta{Tuple: true, Vals: []TensorMeta{{DType: in.DType, Shape: out}, {DType: in.DType, Shape: Shape{}}}}, nil
+}
+
+// rdNLLCheckWeight checks the class weights of an NLL node (argument 2,
+// when given) against the classes of its input in.
+func rdNLLCheckWeight(n *Node, in TensorMeta) error {
+	w, ok := n.Arg(2).(*Node)
+	if !ok {
+		return nil
+	}
+	wm, err := n.InputMeta(2)
+	if err != nil {
+		return err
+	}
+	c := in.Shape[0]
+	if in.Rank() > 1 {
+		c = in.Shape[1]
+	}
+	if wm.Rank() != 1 || (wm.Shape[0].IsStatic() && c.IsStatic() && wm.Shape[0] != c) {
+		return fmt.Errorf("fxgraph: node %s (%s): weight %s (%s) does not match %d classes", n.Name, n.Target, w.Name, wm.Shape, c.Size)
+	}
+	return nil
 }
 
 // rdNLLTargetShape is the target shape an NLL input shape implies: the

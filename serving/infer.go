@@ -76,7 +76,10 @@ func (v *version) infer(ctx context.Context, req *InferRequest, start time.Time)
 // inferOnce validates req and runs it: through the host stages of a model
 // with string values, else on the device.
 func (v *version) inferOnce(ctx context.Context, req *InferRequest) (*InferResponse, runTimes, error) {
-	if v.host != nil {
+	switch {
+	case v.pipe != nil:
+		return v.inferPipeline(ctx, req)
+	case v.host != nil:
 		return v.inferHost(ctx, req)
 	}
 	return v.inferDevice(ctx, req)

@@ -73,6 +73,9 @@ type Options struct {
 	// Cores is how many executions run at once without sharing a CPU core
 	// (engine.Options.Cores); 0 means runtime.GOMAXPROCS.
 	Cores int
+	// TokenizersLibrary is the path of the tokenizers library generative
+	// models' tokenizers load with; "" means tokenizer.FindLibrary's search.
+	TokenizersLibrary string
 	// LoadPolicy says when models load (see LoadPolicy); "" means
 	// LoadEager.
 	LoadPolicy LoadPolicy
@@ -834,6 +837,10 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Platform: v.entry.Format,
 		Buckets:  map[string][]int64{},
 	}
+	if v.pipe != nil {
+		v.pipelineMetadata(md)
+		return md, nil
+	}
 	p := v.plan
 	if v.host != nil {
 		md.Inputs, md.Outputs = slices.Clone(v.host.inputs), slices.Clone(v.host.outputs)
@@ -1018,6 +1025,7 @@ func (m *Manager) RepositoryRoot() string { return m.repo.Root() }
 // xserve_queue_depth.
 func (m *Manager) WriteMetrics(w io.Writer) error {
 	m.updateGauges()
+	m.updateGenerateMetrics()
 	return m.metrics.reg.Write(w)
 }
 

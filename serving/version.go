@@ -14,7 +14,9 @@ import (
 	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/modelrepo"
+	"github.com/xserve/xserve/serving/generate"
 	"github.com/xserve/xserve/tensor"
+	"github.com/xserve/xserve/tokenizer"
 )
 
 // version is one version of a model as the Manager serves it: its graph and
@@ -33,11 +35,21 @@ type version struct {
 	// host is the model's host stages (string operators), nil when it runs
 	// whole on the device.
 	host *hostStages
+	// pipe is a pipeline's plan and segments, nil for a model.
+	pipe *pipe
+	// stage prefixes the bucket labels of a pipeline's segment ("s1:")
+	// when the pipeline has several; segment is its index.
+	stage   string
+	segment int
 	// batcher groups requests into batches; nil when the version runs each
 	// request alone (batching off, or requests that cannot be stacked).
 	batcher *batching.Batcher
 	// stats are the counters of Manager.Statistics.
 	stats versionStats
+	// gen runs the sequences of a generative version (config.yaml's
+	// generate: section) and tok is its tokenizer (nil without one).
+	gen *generate.Model
+	tok *tokenizer.Tokenizer
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -90,6 +102,18 @@ func unavailableVersion(m *Manager, name string, num int64, reason error) *versi
 
 func (v *version) String() string { return fmt.Sprintf("model %s version %d", v.name, v.num) }
 
+// source names what v serves in logs: its model file, or the segment of a
+// pipeline.
+func (v *version) source() string {
+	if v.entry.Path == "" || v.entry.Format == modelrepo.FormatEnsemble {
+		return fmt.Sprintf("pipeline %s segment %d", v.name, v.segment)
+	}
+	return v.entry.Path
+}
+
+// bucketLabel is the bucket label of b in metrics.
+func (v *version) bucketLabel(b *bucket) string { return v.stage + b.name }
+
 func (v *version) log() *slog.Logger {
 	return v.m.log.With("model", v.name, "version", v.num)
 }
@@ -104,19 +128,28 @@ func (v *version) load(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log()})
+	if v.cfg.Pipeline != nil {
+		return v.loadPipeline(ctx, start)
+	}
+	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log(), Device: v.device()})
 	if err != nil {
 		return err
 	}
+	return v.serve(ctx, model, modelrepo.ConfigPath(filepath.Dir(filepath.Dir(v.entry.Path))), start)
+}
+
+// serve makes model what v serves: its host stages, its bucket plan (from
+// the model's graph and v's config, read from cfgFile), the warmup, the
+// pad probe and batching.
+func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string, start time.Time) error {
 	v.model = model
 	if h := model.Host(); h != nil {
 		v.host = newHostStages(h)
 		if h.Device == nil {
-			v.log().Info("model version loaded", "file", v.entry.Path, "inputs", specNames(v.host.inputs), "device", "none: it runs on the host only")
+			v.log().Info("model version loaded", "file", v.source(), "inputs", specNames(v.host.inputs), "device", "none: it runs on the host only")
 			return nil
 		}
 	}
-	cfgFile := filepath.Join(filepath.Dir(filepath.Dir(v.entry.Path)), modelrepo.ConfigFile)
 	shapes := func(dims map[string]int64) ([][]int64, error) {
 		shapes, err := model.OutputShapes(dims)
 		if errors.Is(err, engine.ErrClosed) {
@@ -124,7 +157,11 @@ func (v *version) load(ctx context.Context) error {
 		}
 		return shapes, err
 	}
-	plan, err := NewBucketPlan(model.Graph(), v.cfg, cfgFile, shapes)
+	planCfg := v.cfg
+	if v.cfg.Generate != nil {
+		planCfg = generativePlanConfig(model.Graph(), v.cfg)
+	}
+	plan, err := NewBucketPlan(model.Graph(), planCfg, cfgFile, shapes)
 	if err != nil {
 		return err
 	}
@@ -135,6 +172,9 @@ func (v *version) load(ctx context.Context) error {
 	}
 	v.buckets = map[string]*bucket{}
 	v.sizers = map[string]*sizer{}
+	if v.cfg.Generate != nil {
+		return v.loadGenerative(ctx, cfgFile)
+	}
 	// Warmup first, so that the probe runs on the compiled buckets.
 	if err := v.warmup(ctx); err != nil {
 		return err
@@ -146,9 +186,18 @@ func (v *version) load(ctx context.Context) error {
 	if err := v.setupBatching(cfgFile); err != nil {
 		return err
 	}
-	v.log().Info("model version loaded", "file", v.entry.Path, "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
+	v.log().Info("model version loaded", "file", v.source(), "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
 		"warmup", string(v.cfg.Warmup), "duration", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// device is the index of the client's device the version is placed on:
+// config.yaml's devices, else the first.
+func (v *version) device() int {
+	if len(v.cfg.Devices) > 0 {
+		return v.cfg.Devices[0]
+	}
+	return 0
 }
 
 // warmup compiles, with warmup eager (or Options.CompileAll), every
@@ -255,7 +304,7 @@ func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 		if compiled {
 			msg = "compiled bucket"
 			v.m.metrics.compileSeconds.With(v.name, v.label).Observe(d.Seconds())
-			v.m.metrics.bucketCompile.With(v.name, v.label, b.name).Set(d.Seconds())
+			v.m.metrics.bucketCompile.With(v.name, v.label, v.bucketLabel(b)).Set(d.Seconds())
 		}
 		attrs := []any{"model", v.name, "version", v.num, "bucket", b.name}
 		if progress != "" {
@@ -308,7 +357,7 @@ func (v *version) build(ctx context.Context, b *bucket) (*engine.Executable, boo
 	}
 	if info.Compiled {
 		m.compiles.Add(1)
-		m.metrics.compilations.With(v.name, v.label, b.name).Inc()
+		m.metrics.compilations.With(v.name, v.label, v.bucketLabel(b)).Inc()
 	}
 	return exe, info.Compiled, err
 }
@@ -317,6 +366,7 @@ func (v *version) build(ctx context.Context, b *bucket) (*engine.Executable, boo
 // executables and weights. It is called once no request uses the version
 // (a batch may still execute for requests whose clients went away).
 func (v *version) free() {
+	v.freeGenerative()
 	if v.batcher != nil {
 		if err := v.batcher.Shutdown(context.Background()); err != nil {
 			v.log().Warn("batcher shutdown", "error", err)
@@ -338,6 +388,7 @@ func (v *version) free() {
 		}
 		b.mu.Unlock()
 	}
+	v.pipe.free()
 	// Dropping the graph drops the host copies of the weights too: an
 	// unloaded or failed version stays known (UNAVAILABLE) but must not
 	// keep them in memory.
@@ -415,7 +466,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
-	if outs, err = p.trim(outs); err != nil {
+	if outs, err = exe.Trim(outs); err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
 	if len(outs) != len(p.Outputs) {

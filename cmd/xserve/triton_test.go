@@ -66,14 +66,7 @@ func TestTritonClients(t *testing.T) {
 // server p (XSERVE_URL, XSERVE_GRPC_URL), failing on any failed test.
 func runPytest(t *testing.T, python string, p *xserveProc, file string) {
 	t.Helper()
-	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", file)
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t), "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("pytest:\n%s", out)
-	if err != nil {
-		t.Fatalf("pytest: %v", err)
-	}
+	pytest(t, python, []string{file}, "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t))
 }
 
 // TestPerfAnalyzer runs Triton's perf_analyzer unchanged against xserve over
@@ -169,5 +162,26 @@ func TestServeAuth(t *testing.T) {
 	if r, err := c.ServerReady(ctx, &pb.ServerReadyRequest{}); err != nil || !r.Ready {
 		t.Errorf("gRPC ServerReady with --auth-open-health: %v %v", r, err)
 	}
+	p.stop(t)
+}
+
+// TestTritonEnsembleClients serves testdata/pipelines/ensemble, a Triton
+// repository as Triton users write it (a preprocessing ONNX graph feeding a
+// CNN, chained by an ensemble's config.pbtxt, no config.yaml), and runs
+// python/tests/test_triton_ensemble.py: tritonclient http and grpc against
+// ONNX Runtime running the two models one after the other, and the two
+// steps stitched into one executable per bucket; and the classifier
+// pipeline of testdata/pipelines/classifier, pictures in and labels out as
+// BYTES tensors on both protocols.
+func TestTritonEnsembleClients(t *testing.T) {
+	python := tritonVenv(t)
+	repo := t.TempDir()
+	for _, dir := range []string{"ensemble", "classifier"} {
+		if err := os.CopyFS(repo, os.DirFS(filepath.Join(repoRoot(t), "testdata", "pipelines", dir))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startXserve(t, repo, t.TempDir())
+	runPytest(t, python, p, "python/tests/test_triton_ensemble.py")
 	p.stop(t)
 }
