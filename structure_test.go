@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,13 +41,16 @@ var layers = map[string][]string{
 	"lower":     {"fxgraph", "tensor"},
 	"modelrepo": {"fxgraph", "tensor"},
 	"loadtest":  {"tensor"},
+	// tokenizer: Hugging Face tokenizers (a Rust library loaded at run
+	// time) and chat templates.
+	"tokenizer": nil,
 	"engine":    {"importer", "lower", "pjrt", "fxgraph", "tensor"},
 	"pipeline":  {"modelrepo", "fxgraph", "tensor"},
-	"serving":   {"engine", "pipeline", "batching", "modelrepo", "internal", "lower", "pjrt", "fxgraph", "tensor"},
+	"serving":   {"engine", "pipeline", "batching", "modelrepo", "internal", "tokenizer", "lower", "pjrt", "fxgraph", "tensor"},
 	"runner":    {"engine", "importer", "lower", "pjrt", "fxgraph", "tensor"},
 	// clustercache: the engine's compile cache in a JetStream object store.
 	"clustercache": {"engine", "internal"},
-	"api":          {"serving", "batching", "modelrepo", "internal", "fxgraph", "tensor"},
+	"api":          {"serving", "batching", "modelrepo", "internal", "tokenizer", "fxgraph", "tensor"},
 	"harness":      {"runner", "engine", "serving", "importer", "lower", "pjrt", "modelrepo", "fxgraph", "tensor"},
 	"cmd":          {"api", "clustercache", "harness", "runner", "serving", "engine", "loadtest", "importer", "lower", "pjrt", "modelrepo", "batching", "internal", "fxgraph", "tensor"},
 }
@@ -152,13 +156,19 @@ func TestStructureLayers(t *testing.T) {
 	}
 }
 
-// TestStructureBindings checks that only pjrt uses cgo among the packages
-// below cmd, and that none imports go-xla (the PJRT binding is ours).
+// bindings are the units that may use cgo: pjrt binds the PJRT C API,
+// tokenizer the tokenizers library's C ABI (dlopen'ed at run time, so that
+// nothing else needs Rust to build).
+var bindings = map[string]bool{"pjrt": true, "tokenizer": true}
+
+// TestStructureBindings checks that only the binding units use cgo among
+// the packages below cmd, and that none imports go-xla (the PJRT binding
+// is ours).
 func TestStructureBindings(t *testing.T) {
 	for _, p := range listPackages(t) {
 		u := unit(p.ImportPath)
-		if len(p.CgoFiles) > 0 && u != "pjrt" {
-			t.Errorf("%s uses cgo (%v): only package pjrt binds C", p.ImportPath, p.CgoFiles)
+		if len(p.CgoFiles) > 0 && !bindings[u] {
+			t.Errorf("%s uses cgo (%v): only %v bind C", p.ImportPath, p.CgoFiles, slices.Sorted(maps.Keys(bindings)))
 		}
 		for _, imp := range p.Imports {
 			if strings.HasPrefix(imp, "github.com/gomlx/go-xla") {
