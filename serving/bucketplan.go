@@ -179,13 +179,17 @@ func (p *BucketPlan) hasExact() bool {
 }
 
 // bind checks a request's inputs (in signature order) against the
-// signature and returns each served symbol's size. Errors wrap
+// signature and returns each served symbol's size; a nil input (a
+// sequence's state, which the server holds) is skipped. Errors wrap
 // ErrInvalidInput and name the input and dim.
 func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 	dims := map[string]int64{}
 	from := map[string]string{}
 	for i := range p.Inputs {
 		in, t := &p.Inputs[i], inputs[i]
+		if t == nil {
+			continue // not given (a sequence's state): bound from the others
+		}
 		if t.DType != in.DType {
 			return nil, fmt.Errorf("%w: input %q has dtype %s, model expects %s", ErrInvalidInput, in.Name, t.DType, in.DType)
 		}
@@ -229,7 +233,7 @@ func (p *BucketPlan) bindDerived(inputs []*tensor.Tensor, dims map[string]int64,
 	for i := range p.Inputs {
 		in := &p.Inputs[i]
 		for d, spec := range in.Dims {
-			if spec.Expr == nil {
+			if spec.Expr == nil || inputs[i] == nil {
 				continue
 			}
 			got := inputs[i].Shape[d]

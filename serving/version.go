@@ -38,6 +38,8 @@ type version struct {
 	batcher *batching.Batcher
 	// stats are the counters of Manager.Statistics.
 	stats versionStats
+	// seqs holds the sequences of a stateful model; nil for others.
+	seqs *sequenceTable
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -144,6 +146,9 @@ func (v *version) load(ctx context.Context) error {
 	}
 	plan.findBatchAxes()
 	if err := v.setupBatching(cfgFile); err != nil {
+		return err
+	}
+	if err := v.setupSequences(); err != nil {
 		return err
 	}
 	v.log().Info("model version loaded", "file", v.entry.Path, "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
@@ -317,6 +322,9 @@ func (v *version) build(ctx context.Context, b *bucket) (*engine.Executable, boo
 // executables and weights. It is called once no request uses the version
 // (a batch may still execute for requests whose clients went away).
 func (v *version) free() {
+	if v.seqs != nil {
+		v.seqs.close()
+	}
 	if v.batcher != nil {
 		if err := v.batcher.Shutdown(context.Background()); err != nil {
 			v.log().Warn("batcher shutdown", "error", err)
