@@ -51,8 +51,11 @@ type sequence struct {
 	// state holds the state outputs of the last step, on the device, one
 	// per statePair; nil before the first step.
 	state []*pjrt.Buffer
-	// last is when the sequence was last used (guarded by sequenceTable.mu).
+	// last is when the sequence's last step ended, busy how many of its
+	// requests are in flight: it expires only when none is (both guarded
+	// by sequenceTable.mu).
 	last time.Time
+	busy int
 	// lost, once set, says why the state is gone (a failed step).
 	lost error
 	// ended says the sequence left the table (ended, expired, replaced).
@@ -86,7 +89,7 @@ func (t *sequenceTable) expireLoop() {
 // is freed by whoever holds them next, or here when no step runs.
 func (t *sequenceTable) expireLocked(now time.Time) {
 	for id, s := range t.seqs {
-		if now.Sub(s.last) > t.idle {
+		if s.busy == 0 && now.Sub(s.last) > t.idle {
 			t.dropLocked(id, s, fmt.Sprintf("expired: idle for more than %v (max_sequence_idle)", t.idle))
 		}
 	}
@@ -139,7 +142,7 @@ func (t *sequenceTable) lookup(model string, step *SequenceStep) (*sequence, err
 	t.mu.Lock()
 	now := time.Now()
 	s := t.seqs[step.ID]
-	if s != nil && now.Sub(s.last) > t.idle {
+	if s != nil && s.busy == 0 && now.Sub(s.last) > t.idle {
 		t.dropLocked(step.ID, s, fmt.Sprintf("expired: idle for more than %v (max_sequence_idle)", t.idle))
 		s = nil
 	}
@@ -170,10 +173,14 @@ func (t *sequenceTable) lookup(model string, step *SequenceStep) (*sequence, err
 		return nil, fmt.Errorf("%w: sequence %q of model %s is not active: %s", ErrSequence, step.ID, model, why)
 	}
 	s.last = now
+	s.busy++
 	t.mu.Unlock()
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
+		t.mu.Lock()
+		s.busy--
+		t.mu.Unlock()
 		return nil, fmt.Errorf("%w: sequence %q of model %s ended while this request waited", ErrSequence, step.ID, model)
 	}
 	return s, nil
@@ -184,14 +191,13 @@ func (t *sequenceTable) lookup(model string, step *SequenceStep) (*sequence, err
 func (t *sequenceTable) finish(s *sequence, end bool) {
 	lost := s.lost
 	s.mu.Unlock()
-	if !end && lost == nil {
-		t.mu.Lock()
-		s.last = time.Now()
-		t.mu.Unlock()
-		return
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	s.busy--
+	s.last = time.Now()
+	if !end && lost == nil {
+		return
+	}
 	if t.seqs[s.id] != s {
 		return
 	}

@@ -360,7 +360,11 @@ func (s *Server) decode(r *pb.ModelInferRequest) (*serving.InferRequest, error) 
 				return nil, err
 			}
 		}
-		t, err := payload.RawTensor(in.Name, in.Datatype, in.Shape, data, s.opts.MaxTensorElements)
+		shape := in.Shape
+		if shape == nil {
+			shape = []int64{} // protobuf cannot tell [] from unset: a scalar, as tritonclient sends it
+		}
+		t, err := payload.RawTensor(in.Name, in.Datatype, shape, data, s.opts.MaxTensorElements)
 		if err != nil {
 			return nil, err
 		}

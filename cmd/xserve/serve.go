@@ -43,6 +43,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
 	compileJobs := fs.Int("compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
 	exactCompiles := fs.Int("exact-compiles-per-minute", 0, "compiles of exact-size executables (sizes no bucket holds) per minute across all models; requests needing one wait within their deadline (0: 30)")
+	seqIdle := fs.Duration("max-sequence-idle", 0, "a sequence of a stateful model idle this long expires and its state is freed; its next request is refused (0: 1m)")
+	maxSeqs := fs.Int("max-sequences", 0, "active sequences per stateful model version, their state kept on the device (0: 1024)")
 	split := fs.String("split-batches", "auto", "on a CPU, run an execution's rows as shards on idle cores at once: auto (when no other execution runs and each bucket's own timings say it is faster), off, always")
 	poll := fs.Duration("poll-interval", 5*time.Second, "with --model-control-mode poll: how often to rescan the model repository for changes")
 	control := fs.String("model-control-mode", "poll", "who changes the loaded models: poll (follow the repository; the load/unload API is refused), explicit (load every model at start, then only the load/unload API), none (load once)")
@@ -150,6 +152,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		PollInterval:           interval,
 		ControlMode:            mode,
 		SplitBatches:           splitPolicy,
+		MaxSequenceIdle:        *seqIdle,
+		MaxSequences:           *maxSeqs,
 	})
 	if err != nil {
 		return err
