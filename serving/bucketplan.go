@@ -626,30 +626,39 @@ func (p *BucketPlan) trim(outs []*tensor.Tensor) ([]*tensor.Tensor, error) {
 // executed output cannot hold means padding was not invisible: an error,
 // never a wrong answer.
 func (p *BucketPlan) extract(k int, out *tensor.Tensor, want []int64, offset int64, batched bool) (*tensor.Tensor, error) {
-	off := make([]int64, len(want))
+	axis := -1
 	if batched && p.outBatchAxis != nil {
-		off[p.outBatchAxis[k]] = offset
+		axis = p.outBatchAxis[k]
 	}
+	if !batched && equalShape(want, out.Shape) {
+		return out, nil
+	}
+	return p.extractAlong(k, out, want, axis, offset)
+}
+
+// extractAlong cuts the box of shape want out of output k's executed
+// value, starting at offset along axis (-1: at the origin).
+func (p *BucketPlan) extractAlong(k int, out *tensor.Tensor, want []int64, axis int, offset int64) (*tensor.Tensor, error) {
+	off := make([]int64, len(want))
 	if p.isBounded(k) {
 		return out, nil // trimmed to its count; every size runs exactly
 	}
 	if len(want) != len(out.Shape) {
 		return nil, fmt.Errorf("serving: output %q has shape %s, the request's shape %s", p.Outputs[k].Name, tensor.ShapeString(out.Shape), tensor.ShapeString(want))
 	}
+	if axis >= 0 {
+		off[axis] = offset
+	}
 	for d := range want {
 		if off[d]+want[d] > out.Shape[d] {
 			return nil, fmt.Errorf("serving: output %q: the request's shape %s does not fit the executed %s; padding changes this output (set pad: false for the symbol in config.yaml)", p.Outputs[k].Name, tensor.ShapeString(want), tensor.ShapeString(out.Shape))
 		}
-	}
-	if !batched && equalShape(want, out.Shape) {
-		return out, nil
 	}
 	res := tensor.New(out.DType, want...)
 	copyBlock(res.Data, want, make([]int64, len(want)), out.Data, out.Shape, off, want, int64(out.DType.Size()))
 	return res, nil
 }
 
-// isBounded reports whether output k has a data-dependent size.
 func (p *BucketPlan) isBounded(k int) bool {
 	for _, b := range p.bounded {
 		if b.Output == k {

@@ -36,6 +36,15 @@ type sequenceTable struct {
 	states []statePair
 	idle   time.Duration
 	max    int
+	// batchSym is the symbol the states' batch axes carry, "" when steps of
+	// different sequences cannot run together; isState marks the state
+	// inputs, inAxis gives each other input's batch axis (-1: none, the
+	// steps of one execution share its value), outAxis each output's.
+	batchSym string
+	isState  []bool
+	inAxis   []int
+	outAxis  []int
+	queue    stepQueue
 
 	mu      sync.Mutex // guards seqs and gone
 	seqs    map[string]*sequence
@@ -63,9 +72,64 @@ type sequence struct {
 }
 
 func newSequenceTable(states []statePair, idle time.Duration, max int) *sequenceTable {
-	t := &sequenceTable{states: states, idle: idle, max: max, seqs: map[string]*sequence{}, gone: map[string]string{}, janitor: make(chan struct{})}
+	t := &sequenceTable{states: states, idle: idle, max: max, seqs: map[string]*sequence{}, gone: map[string]string{}, janitor: make(chan struct{}),
+		queue: stepQueue{pending: map[string][]*pendingStep{}, running: map[string]bool{}}}
 	go t.expireLoop()
 	return t
+}
+
+// stateIndex returns the index in states of state input i.
+func (t *sequenceTable) stateIndex(i int) int {
+	for j, sp := range t.states {
+		if sp.in == i {
+			return j
+		}
+	}
+	return -1
+}
+
+// findBatch sets how steps of different sequences stack: along the
+// symbol of the states' batch axes, which each other input has at most
+// once, and each output at the one axis that grows with it. Otherwise
+// batchSym stays "" and steps run one by one; the reason is returned.
+func (t *sequenceTable) findBatch(p *BucketPlan) string {
+	t.isState = make([]bool, len(p.Inputs))
+	for _, sp := range t.states {
+		t.isState[sp.in] = true
+		if sp.batchAxis < 0 {
+			return fmt.Sprintf("state %q has no batch axis", p.Inputs[sp.in].Name)
+		}
+		sym := p.Inputs[sp.in].Dims[sp.batchAxis].Sym
+		if t.batchSym != "" && sym != t.batchSym {
+			return fmt.Sprintf("the states' batch axes are different symbols (%s, %s)", t.batchSym, sym)
+		}
+		t.batchSym = sym
+	}
+	t.inAxis = make([]int, len(p.Inputs))
+	for i := range p.Inputs {
+		t.inAxis[i] = -1
+		for d, spec := range p.Inputs[i].Dims {
+			if spec.Sym == t.batchSym && !t.isState[i] {
+				if t.inAxis[i] >= 0 {
+					return fmt.Sprintf("input %q has the batch symbol %s twice", p.Inputs[i].Name, t.batchSym)
+				}
+				t.inAxis[i] = d
+			}
+		}
+	}
+	d1, d2 := p.baseDims(), p.baseDims()
+	d1[t.batchSym], d2[t.batchSym] = 1, 2
+	a, err1 := p.outputShapes(d1)
+	c, err2 := p.outputShapes(d2)
+	if err := errors.Join(err1, err2); err != nil {
+		return err.Error()
+	}
+	axes, err := batchAxes(p.Outputs, a, c, 1, 2)
+	if err != nil {
+		return err.Error()
+	}
+	t.outAxis = axes
+	return ""
 }
 
 // expireLoop frees the state of sequences idle past the limit, so that
@@ -230,8 +294,14 @@ func (v *version) inferSequence(ctx context.Context, req *InferRequest) (*InferR
 	if err != nil {
 		return nil, runTimes{}, err
 	}
-	rt, err := v.runStep(ctx, c, s)
+	ps := &pendingStep{c: c, s: s, done: make(chan struct{})}
+	if s.lost == nil {
+		v.runQueued(ctx, ps)
+	} else {
+		ps.err = fmt.Errorf("%w: sequence %q of model %s lost its state: %v", ErrSequence, s.id, v.name, s.lost)
+	}
 	t.finish(s, req.Sequence.End)
+	rt, err := ps.rt, ps.err
 	if err != nil {
 		return nil, rt, err
 	}
@@ -431,7 +501,14 @@ func (v *version) setupSequences() error {
 	for j, sp := range states {
 		names[j] = v.plan.Inputs[sp.in].Name + "<-" + v.plan.Outputs[sp.out].Name
 	}
+	var batch string
+	if why := v.seqs.findBatch(v.plan); why != "" {
+		v.seqs.batchSym = ""
+		batch = "steps run one by one: " + why
+	} else {
+		batch = "steps of different sequences run together along " + v.seqs.batchSym
+	}
 	v.log().Info("stateful model: sequences keep their state on the device", "state", names,
-		"max_sequence_idle", v.seqs.idle, "max_sequences", v.seqs.max)
+		"max_sequence_idle", v.seqs.idle, "max_sequences", v.seqs.max, "batching", batch)
 	return nil
 }

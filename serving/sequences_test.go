@@ -105,6 +105,16 @@ func TestSequencesSileroMatchesORT(t *testing.T) {
 	if d := maxAbsDiff(ref.Float64s()[:n], nostate.Float64s()); d < 1e-4 {
 		t.Fatalf("state-less outputs differ from the reference by %g only: the streams do not test the state", d)
 	}
+	// Steps of different sequences ran together.
+	st, err := m.Statistics("silero", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, exe := st[0].InferenceCount, st[0].ExecutionCount
+	t.Logf("%d steps in %d executions (%.1f steps per execution)", inf, exe, float64(inf)/float64(exe))
+	if inf != uint64(streams*n) || exe >= inf {
+		t.Errorf("%d steps ran in %d executions: want %d steps, several per execution", inf, exe, streams*n)
+	}
 	if active := len(v.seqs.seqs); active != 0 {
 		t.Errorf("%d sequences still active after every stream ended", active)
 	}
