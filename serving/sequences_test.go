@@ -22,7 +22,7 @@ const sileroDir = "../.cache/seq/silero_vad_16k"
 // sileroStreams returns the streams' chunks [streams, chunks, 512], ONNX
 // Runtime's outputs [streams, chunks, 1], and the first stream's outputs
 // with the state reset at every chunk. A missing file fails the test.
-func sileroStreams(t *testing.T) (chunks, ref, nostate *tensor.Tensor) {
+func sileroStreams(t testing.TB) (chunks, ref, nostate *tensor.Tensor) {
 	t.Helper()
 	if _, err := os.Stat(sileroDir + "/ref.npy"); err != nil {
 		t.Fatalf("%v: run `make seq-streams` (make test does)", err)
@@ -46,7 +46,7 @@ func sileroStep(id string, x *tensor.Tensor, start, end bool) *InferRequest {
 	}
 }
 
-func sileroRepo(t *testing.T) *testRepo {
+func sileroRepo(t testing.TB) *testRepo {
 	r := newRepo(t)
 	r.add("silero", 1, sileroDir+"/1/model.onnx")
 	return r
