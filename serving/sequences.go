@@ -485,18 +485,35 @@ func contains(list []int, x int) bool {
 
 // setupSequences recognises the version's state (findStates) and, for a
 // stateful model, starts its sequence table.
-func (v *version) setupSequences() error {
-	states, err := findStates(v.plan)
-	if err != nil {
+func (v *version) setupSequences(cfgFile string) error {
+	sc := v.cfg.Sequence
+	var states []statePair
+	var err error
+	if len(sc.States) > 0 {
+		states, err = v.plan.namedStates(sc.States)
+		if err != nil {
+			return fmt.Errorf("serving: %s: %s: sequence.state: %w", v, cfgFile, err)
+		}
+	} else if states, err = findStates(v.plan); err != nil {
 		return fmt.Errorf("serving: %s: sequence state: %w", v, err)
 	}
 	if len(states) == 0 {
+		if sc.MaxSequenceIdle > 0 || sc.MaxSequences > 0 {
+			return fmt.Errorf("serving: %s: %s: sequence: the model has no state (no output feeds an input of its dtype and shape); name it in sequence.state", v, cfgFile)
+		}
 		return nil
 	}
 	if len(v.plan.bounded) > 0 {
 		return errors.New("serving: a stateful model with outputs of data-dependent size is not supported")
 	}
-	v.seqs = newSequenceTable(states, v.m.opts.MaxSequenceIdle, v.m.opts.MaxSequences)
+	idle, most := v.m.opts.MaxSequenceIdle, v.m.opts.MaxSequences
+	if sc.MaxSequenceIdle > 0 {
+		idle = sc.MaxSequenceIdle
+	}
+	if sc.MaxSequences > 0 {
+		most = sc.MaxSequences
+	}
+	v.seqs = newSequenceTable(states, idle, most)
 	names := make([]string, len(states))
 	for j, sp := range states {
 		names[j] = v.plan.Inputs[sp.in].Name + "<-" + v.plan.Outputs[sp.out].Name

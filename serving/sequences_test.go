@@ -231,3 +231,37 @@ func TestSequencesErrors(t *testing.T) {
 func containsText(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
 }
+
+// TestSequencesConfig: config.yaml's sequence section names the state and
+// sets the limits; a state it names that the model lacks, or limits for a
+// model without state, fail the load naming the key.
+func TestSequencesConfig(t *testing.T) {
+	chunks, ref, _ := sileroStreams(t)
+	r := sileroRepo(t)
+	r.config("silero", "sequence:\n  state:\n    - input: state\n      output: stateN\n  max_sequences: 1\n")
+	r.add("badstate", 1, sileroDir+"/1/model.onnx")
+	r.config("badstate", "sequence:\n  state:\n    - input: hidden\n      output: stateN\n")
+	r.add("tinycnn", 1, tinyCNN)
+	r.config("tinycnn", "sequence:\n  max_sequence_idle: 5s\n")
+	m, _ := start(t, r, nil)
+	ctx := context.Background()
+	resp, err := m.Infer(ctx, "silero", 0, sileroStep("a", chunk(chunks, 0, 0), true, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.Outputs[0].Tensor.Float64s()[0], ref.Float64s()[0]; math.Abs(got-want) > 1e-5 {
+		t.Errorf("first chunk: %v, want ONNX Runtime's %v", got, want)
+	}
+	if _, err := m.Infer(ctx, "silero", 0, sileroStep("b", chunk(chunks, 1, 0), true, false)); !errors.Is(err, ErrOverloaded) || !containsText(err, "holds 1 sequences, its max_sequences") {
+		t.Fatalf("second sequence with max_sequences 1: err = %v", err)
+	}
+	for model, want := range map[string]string{
+		"badstate": `sequence.state: [0]: the model has no input "hidden" (inputs: input, state, sr)`,
+		"tinycnn":  "sequence: the model has no state",
+	} {
+		st, reason := state(m, model, 1)
+		if st != StateUnavailable || !strings.Contains(reason, want) {
+			t.Errorf("%s: %s %q, want UNAVAILABLE saying %q", model, st, reason, want)
+		}
+	}
+}

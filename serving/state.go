@@ -3,6 +3,8 @@ package serving
 import (
 	"fmt"
 	"strings"
+
+	"github.com/xserve/xserve/modelrepo"
 )
 
 // statePair is one piece of a stateful model's state: an output that the
@@ -159,4 +161,28 @@ func equalDims(a, b map[string]int64) bool {
 		}
 	}
 	return true
+}
+
+// namedStates returns the states config.yaml names (sequence.state), each
+// checked: an input and an output of the model, of one dtype and rank,
+// with a batch axis the other inputs determine.
+func (p *BucketPlan) namedStates(named []modelrepo.StateConfig) ([]statePair, error) {
+	var pairs []statePair
+	for j, st := range named {
+		i, k := p.inputIndex(st.Input), p.outputIndex(st.Output)
+		switch {
+		case i < 0:
+			return nil, fmt.Errorf("[%d]: the model has no input %q (inputs: %s)", j, st.Input, p.inputNames())
+		case k < 0:
+			return nil, fmt.Errorf("[%d]: the model has no output %q (outputs: %s)", j, st.Output, p.outputNames())
+		case p.Inputs[i].DType != p.Outputs[k].DType || len(p.Inputs[i].Dims) != len(p.Outputs[k].Dims):
+			return nil, fmt.Errorf("[%d]: input %q is %s but output %q is %s; a state's output must match its input", j, st.Input, &p.Inputs[i], st.Output, &p.Outputs[k])
+		}
+		axis, err := p.stateBatchAxis(i)
+		if err != nil {
+			return nil, fmt.Errorf("[%d]: %w", j, err)
+		}
+		pairs = append(pairs, statePair{in: i, out: k, batchAxis: axis})
+	}
+	return pairs, nil
 }

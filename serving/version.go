@@ -148,7 +148,7 @@ func (v *version) load(ctx context.Context) error {
 	if err := v.setupBatching(cfgFile); err != nil {
 		return err
 	}
-	if err := v.setupSequences(); err != nil {
+	if err := v.setupSequences(cfgFile); err != nil {
 		return err
 	}
 	v.log().Info("model version loaded", "file", v.entry.Path, "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
