@@ -232,7 +232,7 @@ func (t *sequenceTable) lookup(model string, step *SequenceStep) (*sequence, err
 		why := t.gone[step.ID]
 		t.mu.Unlock()
 		if why == "" {
-			why = "it was never started, or it ended; its first request must set sequence_start"
+			why = "it was never started, it ended, or the server lost it (a restart or a reload of the model loses its sequences); its first request must set sequence_start"
 		}
 		return nil, fmt.Errorf("%w: sequence %q of model %s is not active: %s", ErrSequence, step.ID, model, why)
 	}

@@ -111,3 +111,18 @@ def test_idle_stream_expires(data, proto):
     # Started again, it runs from the initial state.
     again = _step(mod, client, chunks[0, 0], seq, start=True, end=True)
     np.testing.assert_allclose(again, first, rtol=0, atol=0)
+
+
+def test_xserve_client_streams_audio(data):
+    """xserve's own client: Client.stream sends a stream's chunks as one
+    sequence; Client.infer(sequence_id=..., start=..., end=...) one step."""
+    import xserve
+
+    chunks, ref = data
+    with xserve.Client("http://" + _env("XSERVE_URL")) as c:
+        sr = {"sr": np.array(16000, np.int64)}
+        got = [o["output"][0] for o in c.stream(MODEL, (x[None] for x in chunks[3]), "sdk-stream", inputs=sr, outputs=["output"])]
+        np.testing.assert_allclose(np.array(got), ref[3], rtol=0, atol=1e-5)
+        one = c.infer(MODEL, {"input": chunks[4, 0][None], **sr}, sequence_id=99, start=True, end=True)
+        np.testing.assert_allclose(one["output"], ref[4, 0][None], rtol=0, atol=1e-5)
+        assert set(one) == {"output"}
