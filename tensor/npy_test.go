@@ -267,8 +267,8 @@ func TestNpyFiles(t *testing.T) {
 	if err := WriteNpyFile(filepath.Join(t.TempDir(), "no", "dir.npy"), in); err == nil {
 		t.Error("writing into a missing directory: no error")
 	}
-	if err := WriteNpyFile(filepath.Join(t.TempDir(), "s.npy"), New(String, 1)); err == nil {
-		t.Error("writing strings: no error")
+	if err := WriteNpyFile(filepath.Join(t.TempDir(), "s.npy"), &Tensor{DType: String, Shape: []int64{2}, Strings: [][]byte{[]byte("x")}}); err == nil {
+		t.Error("writing 1 string as a [2] tensor: no error")
 	}
 }
 
