@@ -414,8 +414,12 @@ type rawState struct {
 	Output string `yaml:"output"`
 }
 
-// convert reads the sequence section into c.
+// convert reads the sequence section into c (nothing when rs is nil: no
+// section).
 func (rs *rawSequence) convert(p *problems, c *SequenceConfig) {
+	if rs == nil {
+		return
+	}
 	for i, st := range rs.State {
 		if st.Input == "" || st.Output == "" {
 			p.add(fmt.Sprintf("sequence.state[%d]", i), "needs both input and output, got input %q output %q", st.Input, st.Output)
@@ -488,9 +492,7 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 		}
 		c.ExactExecutables = *raw.ExactExecs
 	}
-	if raw.Sequence != nil {
-		raw.Sequence.convert(p, &c.Sequence)
-	}
+	raw.Sequence.convert(p, &c.Sequence)
 	if raw.Buckets != nil {
 		c.Buckets = make(map[string][]int64, len(raw.Buckets))
 		for k, v := range raw.Buckets {
