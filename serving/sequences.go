@@ -494,8 +494,8 @@ func (v *version) setupSequences(cfgFile string) error {
 		if err != nil {
 			return fmt.Errorf("serving: %s: %s: sequence.state: %w", v, cfgFile, err)
 		}
-	} else if states, err = findStates(v.plan); err != nil {
-		return fmt.Errorf("serving: %s: sequence state: %w", v, err)
+	} else {
+		states = findStates(v.plan)
 	}
 	if len(states) == 0 {
 		if sc.MaxSequenceIdle > 0 || sc.MaxSequences > 0 {

@@ -42,8 +42,11 @@ func stateOutputNames(n string) []string {
 // inferred, named as its next value (stateOutputNames; the shapes then
 // need only agree where they can be inferred), or, without such a name,
 // equal at two different sets of sizes. A state input must have a batch
-// axis the other inputs determine, or no symbolic axis at all.
-func findStates(p *BucketPlan) ([]statePair, error) {
+// axis the other inputs determine, or no symbolic axis at all; a pair
+// without one is not taken for a state (pair.onnx's x [batch, seq] and its
+// sum x + 0.5*y are alike in shape, not a state): the model stays
+// stateless, as it does when every input would be a state.
+func findStates(p *BucketPlan) []statePair {
 	d1, d2 := p.baseDims(), p.otherDims()
 	s1, err1 := p.outputShapes(d1)
 	s2, err2 := p.outputShapes(d2)
@@ -63,15 +66,15 @@ func findStates(p *BucketPlan) ([]statePair, error) {
 		}
 		axis, err := p.stateBatchAxis(i)
 		if err != nil {
-			return nil, err
+			continue
 		}
 		used[k] = true
 		pairs = append(pairs, statePair{in: i, out: k, batchAxis: axis})
 	}
 	if len(pairs) == len(p.Inputs) {
-		return nil, nil // every input fed back: nothing for a client to send
+		return nil // every input fed back: nothing for a client to send
 	}
-	return pairs, nil
+	return pairs
 }
 
 // stateOutput returns the output that carries input i's next value: one
