@@ -56,7 +56,9 @@ func sileroRepo(t testing.TB) *testRepo {
 // state, state <- stateN along axis 1, is recognised from the model) and
 // runs 64 streams of 100 chunks at once, each a sequence: every stream's
 // outputs equal ONNX Runtime's for that stream run alone with its state
-// carried, and differ from what a lost state would give.
+// carried, and differ from what a lost state would give; steps of
+// different sequences ran together, and a lone sequence's state stays on
+// the device.
 func TestSequencesSileroMatchesORT(t *testing.T) {
 	chunks, ref, nostate := sileroStreams(t)
 	m, logs := start(t, sileroRepo(t), nil)
@@ -118,6 +120,7 @@ func TestSequencesSileroMatchesORT(t *testing.T) {
 	if active := len(v.seqs.seqs); active != 0 {
 		t.Errorf("%d sequences still active after every stream ended", active)
 	}
+	checkStateStaysOnDevice(t, m, chunks)
 }
 
 func maxAbsDiff(a, b []float64) float64 {
@@ -128,39 +131,6 @@ func maxAbsDiff(a, b []float64) float64 {
 		}
 	}
 	return worst
-}
-
-// TestSequencesStateStaysOnDevice: after the first step, a step copies
-// only its inputs to the device and its output back, never the state.
-func TestSequencesStateStaysOnDevice(t *testing.T) {
-	chunks, _, _ := sileroStreams(t)
-	m, _ := start(t, sileroRepo(t), nil)
-	ctx := context.Background()
-	if _, err := m.Infer(ctx, "silero", 0, sileroStep("a", chunk(chunks, 0, 0), true, false)); err != nil {
-		t.Fatal(err)
-	}
-	client := testClient(t)
-	before := client.Transfers()
-	const steps = 10
-	for c := 1; c <= steps; c++ {
-		if _, err := m.Infer(ctx, "silero", 0, sileroStep("a", chunk(chunks, 0, c), false, false)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	after := client.Transfers()
-	guards := 0
-	if v := versionOf(m, "silero", 1); v != nil {
-		for _, b := range v.buckets {
-			if b.exe != nil {
-				guards = len(b.exe.Program.Guards)
-			}
-		}
-	}
-	// Per step: input and sr up; output (and any guard) down.
-	if up, down := after.ToDevice-before.ToDevice, after.ToHost-before.ToHost; up != 2*steps || down != uint64((1+guards)*steps) {
-		t.Errorf("%d steps copied %d tensors to the device and %d to the host, want %d and %d: the state must stay on the device",
-			steps, up, down, 2*steps, (1+guards)*steps)
-	}
 }
 
 // TestSequencesErrors: requests outside a live sequence get clear errors
@@ -263,5 +233,38 @@ func TestSequencesConfig(t *testing.T) {
 		if st != StateUnavailable || !strings.Contains(reason, want) {
 			t.Errorf("%s: %s %q, want UNAVAILABLE saying %q", model, st, reason, want)
 		}
+	}
+}
+
+// checkStateStaysOnDevice: after the first step, a step of a lone
+// sequence copies only its inputs to the device and its output back, never
+// the state.
+func checkStateStaysOnDevice(t *testing.T, m *Manager, chunks *tensor.Tensor) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := m.Infer(ctx, "silero", 0, sileroStep("a", chunk(chunks, 0, 0), true, false)); err != nil {
+		t.Fatal(err)
+	}
+	client := testClient(t)
+	before := client.Transfers()
+	const steps = 10
+	for c := 1; c <= steps; c++ {
+		if _, err := m.Infer(ctx, "silero", 0, sileroStep("a", chunk(chunks, 0, c), false, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := client.Transfers()
+	guards := 0
+	if v := versionOf(m, "silero", 1); v != nil {
+		for _, b := range v.buckets {
+			if b.exe != nil {
+				guards = len(b.exe.Program.Guards)
+			}
+		}
+	}
+	// Per step: input and sr up; output (and any guard) down.
+	if up, down := after.ToDevice-before.ToDevice, after.ToHost-before.ToHost; up != 2*steps || down != uint64((1+guards)*steps) {
+		t.Errorf("%d steps copied %d tensors to the device and %d to the host, want %d and %d: the state must stay on the device",
+			steps, up, down, 2*steps, (1+guards)*steps)
 	}
 }
