@@ -11,23 +11,9 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "kernel_abi.h" /* targets, activation codes: generated from lower/cpu/abi.go */
 #include "oneapi/dnnl/dnnl.h"
 #include "xla_ffi.h"
-
-/* The activation attribute's values (lower/nn.go convAct*). */
-enum {
-	ACT_NONE = 0,
-	ACT_RELU = 1,
-	ACT_RELU6 = 2,
-	ACT_SIGMOID = 3,
-	ACT_SILU = 4,
-	ACT_HARDSWISH = 5,
-	ACT_TANH = 6,
-	ACT_GELU = 7,
-	ACT_GELU_TANH = 8,
-	ACT_LEAKY_RELU = 9,
-	ACT_LAST = ACT_LEAKY_RELU,
-};
 
 /* epilogue_post_ops makes *po the oneDNN post-ops applied to a result:
  * adding a tensor of the result's layout res_md (if not NULL: a residual),

@@ -52,7 +52,7 @@ typedef struct conv_key {
 
 _Static_assert(sizeof(conv_key) <= KEY_BYTES, "conv_key exceeds KEY_BYTES");
 
-static kernel_cache cache = {.kernel = "xserve_conv_f32", .mu = PTHREAD_MUTEX_INITIALIZER};
+static kernel_cache cache = {.kernel = KERNEL_CONV, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* weights_md describes the weights, logical [O, C/G, K...] stored as
  * [K..., C/G, O], in oneDNN's order: [O, C/G, K...] for one group,

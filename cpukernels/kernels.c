@@ -4,6 +4,7 @@
  */
 #include <stddef.h>
 
+#include "kernel_abi.h"
 #include "xla_ffi.h"
 
 XLA_FFI_Error *xserve_conv_f32(XLA_FFI_CallFrame *f);
@@ -17,9 +18,9 @@ typedef struct xserve_cpu_kernel {
 } xserve_cpu_kernel;
 
 static const xserve_cpu_kernel kernels[] = {
-    {"xserve_conv_f32", xserve_conv_f32},
-    {"xserve_matmul_f32", xserve_matmul_f32},
-    {"xserve_maxpool_f32", xserve_maxpool_f32},
+    {KERNEL_CONV, xserve_conv_f32},
+    {KERNEL_MATMUL, xserve_matmul_f32},
+    {KERNEL_MAXPOOL, xserve_maxpool_f32},
 };
 
 /* XSERVE_CPU_KERNELS_ABI numbers the kernels' calling convention (targets,

@@ -27,7 +27,7 @@ typedef struct matmul_key {
 
 _Static_assert(sizeof(matmul_key) <= KEY_BYTES, "matmul_key exceeds KEY_BYTES");
 
-static kernel_cache cache = {.kernel = "xserve_matmul_f32", .mu = PTHREAD_MUTEX_INITIALIZER};
+static kernel_cache cache = {.kernel = KERNEL_MATMUL, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* matrix_md describes a row-major [batch, rows, cols] operand (rank 3, or
  * [rows, cols] for rank 2) read as [batch, r, c] with r, c = rows, cols, or

@@ -38,7 +38,7 @@ typedef struct pool_key {
 
 _Static_assert(sizeof(pool_key) <= KEY_BYTES, "pool_key exceeds KEY_BYTES");
 
-static kernel_cache cache = {.kernel = "xserve_maxpool_f32", .mu = PTHREAD_MUTEX_INITIALIZER};
+static kernel_cache cache = {.kernel = KERNEL_MAXPOOL, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* build makes the pooling of e->key. */
 static dnnl_status_t build(kernel_entry *e, const void *ctx) {

@@ -277,17 +277,22 @@ func orDefault(s string) string {
 	return s
 }
 
-// TestDashboardMetrics: every metric the dashboard queries is one xserve
-// exports (its name appears in the Go sources).
-func TestDashboardMetrics(t *testing.T) {
-	dash, err := os.ReadFile("grafana/xserve.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+// exportedSource returns the Go sources that name xserve's metrics.
+func exportedSource(t *testing.T) string {
+	t.Helper()
+	return goSources(t, "../serving", "../api/http", "../api/nats", "../clustercache")
+}
+
+// goSources returns the Go sources of dirs, tests aside.
+func goSources(t *testing.T, dirs ...string) string {
+	t.Helper()
 	var src strings.Builder
-	for _, dir := range []string{"../serving", "../api/http", "../api/nats"} {
+	for _, dir := range dirs {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
 			b, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
@@ -295,17 +300,229 @@ func TestDashboardMetrics(t *testing.T) {
 			src.Write(b)
 		}
 	}
-	names := regexp.MustCompile(`xserve_[a-z_]+`).FindAllString(string(dash), -1)
-	if len(names) < 10 {
-		t.Fatalf("dashboard queries only %v", names)
-	}
+	return src.String()
+}
+
+// checkExported fails for each xserve_ metric named in text that xserve
+// does not export (its name is not in the Go sources); skip names
+// metrics that adapters make, not xserve.
+func checkExported(t *testing.T, what, text string, skip ...string) []string {
+	t.Helper()
+	src := exportedSource(t)
+	names := regexp.MustCompile(`xserve_[a-z_]+`).FindAllString(text, -1)
 	for _, n := range names {
 		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_sum"), "_count")
-		if base == "xserve_requests_per_second" {
+		if slices.Contains(skip, base) {
 			continue
 		}
-		if !regexp.MustCompile(regexp.QuoteMeta(base) + `\b`).MatchString(src.String()) {
-			t.Errorf("the dashboard queries %s, which xserve does not export", n)
+		if !regexp.MustCompile(`"` + regexp.QuoteMeta(base) + `"`).MatchString(src) {
+			t.Errorf("%s names %s, which xserve does not export", what, n)
 		}
+	}
+	return names
+}
+
+// TestDashboardMetrics: every metric the dashboard queries is one xserve
+// exports (its name appears in the Go sources).
+func TestDashboardMetrics(t *testing.T) {
+	dash, err := os.ReadFile("grafana/xserve.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := checkExported(t, "the dashboard", string(dash), "xserve_requests_per_second"); len(names) < 10 {
+		t.Fatalf("dashboard queries only %v", names)
+	}
+}
+
+// autoscalingValues turns on the queue metrics of the chart's HPA.
+func autoscalingValues(t *testing.T) map[string]any {
+	t.Helper()
+	vals := values(t, "values.yaml")
+	a := vals["autoscaling"].(map[string]any)
+	a["queueDepth"].(map[string]any)["enabled"] = true
+	a["queueTime"].(map[string]any)["enabled"] = true
+	return vals
+}
+
+// kedaValues turns KEDA on, on a NATS cluster with durable requests.
+func kedaValues(t *testing.T) map[string]any {
+	t.Helper()
+	vals := values(t, "values.yaml")
+	vals["nats"] = map[string]any{"url": "nats://nats.nats.svc:4222", "durable": true}
+	k := vals["keda"].(map[string]any)
+	k["enabled"] = true
+	k["prometheus"].(map[string]any)["enabled"] = true
+	return vals
+}
+
+// TestTemplateQueueAutoscaling: with autoscaling.queueDepth and queueTime,
+// the HPA scales on CPU and on the per-pod queue metrics that
+// deploy/prometheus-adapter's rules serve, from what xserve exports.
+func TestTemplateQueueAutoscaling(t *testing.T) {
+	manifest, err := render(t, autoscalingValues(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hpa := objects(t, manifest)["HorizontalPodAutoscaler/xserve"]
+	if hpa == nil {
+		t.Fatal("no HPA")
+	}
+	want := map[string]string{"xserve_queue_depth": "8", "xserve_queue_seconds": "50m"}
+	metrics := get(t, hpa, "spec", "metrics").([]any)
+	if len(metrics) != 3 || get(t, metrics[0], "resource", "name") != "cpu" {
+		t.Fatalf("HPA metrics %v, want cpu and the two queue metrics", metrics)
+	}
+	for _, m := range metrics[1:] {
+		name := get(t, m, "pods", "metric", "name").(string)
+		if get(t, m, "type") != "Pods" || get(t, m, "pods", "target", "type") != "AverageValue" || get(t, m, "pods", "target", "averageValue") != want[name] {
+			t.Errorf("HPA metric %v, want a per-pod average of %s %s", m, name, want[name])
+		}
+		delete(want, name)
+	}
+	if len(want) > 0 {
+		t.Errorf("HPA lacks %v", want)
+	}
+
+	// Every per-pod metric the chart can ask for is a rule of the
+	// adapter's values, and the rules read series xserve exports.
+	raw, err := os.ReadFile("prometheus-adapter/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var adapter struct {
+		Rules struct {
+			Custom []struct {
+				SeriesQuery  string              `json:"seriesQuery"`
+				MetricsQuery string              `json:"metricsQuery"`
+				Name         struct{ As string } `json:"name"`
+			} `json:"custom"`
+		} `json:"rules"`
+	}
+	if err := yaml.Unmarshal(raw, &adapter); err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, r := range adapter.Rules.Custom {
+		served[r.Name.As] = true
+		checkExported(t, "prometheus-adapter rule "+r.Name.As, r.SeriesQuery+" "+r.MetricsQuery)
+	}
+	a := values(t, "values.yaml")["autoscaling"].(map[string]any)
+	for _, k := range []string{"requestsPerSecond", "queueDepth", "queueTime"} {
+		if name := a[k].(map[string]any)["metricName"].(string); !served[name] {
+			t.Errorf("autoscaling.%s.metricName %s has no rule in prometheus-adapter/values.yaml (rules: %v)", k, name, served)
+		}
+	}
+
+	// No metric at all is refused.
+	vals := values(t, "values.yaml")
+	vals["autoscaling"].(map[string]any)["targetCPUUtilizationPercentage"] = 0
+	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), "enable at least one metric") {
+		t.Errorf("HPA without a metric: %v", err)
+	}
+}
+
+// TestTemplateKEDA: with keda.enabled the chart renders a KEDA ScaledObject
+// on the Deployment (and no HPA of its own): the nats-jetstream trigger on
+// xserve's stream and durable consumer, scaling from zero as soon as one
+// durable request waits, and the queue depth through Prometheus.
+func TestTemplateKEDA(t *testing.T) {
+	vals := kedaValues(t)
+	lint := action.NewLint()
+	lint.Strict = true
+	if res := lint.Run([]string{chartDir}, vals); len(res.Errors) > 0 {
+		t.Errorf("helm lint --strict with KEDA: %v", res.Errors)
+	}
+	manifest, err := render(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, manifest)
+	so := objs["ScaledObject/xserve"]
+	if so == nil {
+		t.Fatalf("no ScaledObject (rendered %v)", slices.Sorted(maps.Keys(objs)))
+	}
+	if objs["HorizontalPodAutoscaler/xserve"] != nil {
+		t.Error("the chart's HPA is rendered beside KEDA's")
+	}
+	if get(t, so, "apiVersion") != "keda.sh/v1alpha1" || get(t, so, "spec", "scaleTargetRef", "name") != "xserve" {
+		t.Errorf("ScaledObject does not target the Deployment: %v", so["spec"])
+	}
+	if get(t, so, "spec", "minReplicaCount") != float64(0) {
+		t.Errorf("minReplicaCount %v, want 0 (scale to zero)", get(t, so, "spec", "minReplicaCount"))
+	}
+	if get(t, objs["Deployment/xserve"], "spec", "replicas") != nil {
+		t.Error("the Deployment fixes replicas while KEDA scales it")
+	}
+	// The stream and consumer are the ones the replicas create.
+	opts, err := os.ReadFile("../api/nats/options.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := get(t, so, "spec", "triggers", 0).(map[string]any)
+	if js["type"] != "nats-jetstream" {
+		t.Fatalf("first trigger %v, want nats-jetstream", js)
+	}
+	for key, def := range map[string]string{"stream": "DefaultStream", "consumer": "DefaultConsumer"} {
+		v := get(t, js, "metadata", key).(string)
+		if !regexp.MustCompile(def + `\s*=\s*"` + regexp.QuoteMeta(v) + `"`).Match(opts) {
+			t.Errorf("trigger %s %q is not natsapi.%s", key, v, def)
+		}
+	}
+	if get(t, js, "metadata", "activationLagThreshold") != "0" || get(t, js, "metadata", "natsServerMonitoringEndpoint") == "" {
+		t.Errorf("jetstream trigger metadata %v", js["metadata"])
+	}
+	prom := get(t, so, "spec", "triggers", 1).(map[string]any)
+	query := get(t, prom, "metadata", "query").(string)
+	if prom["type"] != "prometheus" || !strings.Contains(query, `namespace="default"`) || !strings.Contains(query, `pod=~"xserve-.*"`) {
+		t.Errorf("prometheus trigger %v", prom)
+	}
+	checkExported(t, "the KEDA prometheus trigger", query)
+
+	// KEDA on the lag needs the durable requests of a NATS cluster.
+	vals["nats"] = map[string]any{"url": "", "durable": false}
+	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), "set nats.url and nats.durable") {
+		t.Errorf("KEDA without durable NATS: %v", err)
+	}
+}
+
+// TestTemplateClusterAndLazy: nats.streamReplicas, nats.clusterCache and
+// models.loadPolicy become the flags `xserve serve` has for them; a cluster
+// cache without a NATS cluster and an unknown load policy are refused.
+func TestTemplateClusterAndLazy(t *testing.T) {
+	vals := kedaValues(t)
+	n := vals["nats"].(map[string]any)
+	n["streamReplicas"] = 3
+	n["clusterCache"] = map[string]any{"enabled": true, "bucket": "shared_cache", "replicas": 3}
+	m := vals["models"].(map[string]any)
+	m["loadPolicy"], m["memoryBudget"] = "lazy", "8GiB"
+	manifest, err := render(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strs(container(t, objects(t, manifest)["Deployment/xserve"], "containers", "xserve")["args"])
+	for _, want := range []string{"--nats-durable", "--nats-stream-replicas=3", "--cluster-cache", "--cluster-cache-bucket=shared_cache",
+		"--cluster-cache-replicas=3", "--model-load-policy=lazy", "--model-memory-budget=8GiB"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("xserve args %v lack %s", args, want)
+		}
+	}
+	// Every flag the chart passes is one `xserve serve` defines.
+	src := goSources(t, "../cmd/xserve")
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.Contains(src, `"`+name+`"`) {
+			t.Errorf("the chart passes %s, which xserve does not define", a)
+		}
+	}
+
+	n["url"] = ""
+	vals["keda"].(map[string]any)["enabled"] = false
+	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), "nats.clusterCache needs nats.url") {
+		t.Errorf("cluster cache without a NATS cluster: %v", err)
+	}
+	vals = values(t, "values.yaml")
+	vals["models"].(map[string]any)["loadPolicy"] = "sometimes"
+	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), `models.loadPolicy "sometimes"`) {
+		t.Errorf("unknown load policy: %v", err)
 	}
 }

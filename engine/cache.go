@@ -48,6 +48,10 @@ var ErrCorruptEntry = errors.New("engine: compile cache: corrupt entry")
 
 var cacheKeyRE = regexp.MustCompile(`^[0-9a-f]{64}\.(stablehlo|pjrt)$`)
 
+// ValidKey reports whether key has the form of a cache key: 64 lower-case
+// hex digits, then ".stablehlo" or ".pjrt".
+func ValidKey(key string) bool { return cacheKeyRE.MatchString(key) }
+
 // DirCache is a Cache keeping each entry in a file <dir>/<key>: a header
 // line "xserve-cache sha256=<hex of the payload> size=<bytes>\n", then the
 // payload.
@@ -55,16 +59,17 @@ type DirCache struct{ dir string }
 
 const entryMagic = "xserve-cache"
 
-// sealEntry prefixes data with its checksum header.
-func sealEntry(data []byte) []byte {
+// SealEntry prefixes data with its checksum header: the form in which every
+// Cache implementation stores an entry, so that a damaged one is found.
+func SealEntry(data []byte) []byte {
 	sum := sha256.Sum256(data)
 	head := fmt.Sprintf("%s sha256=%s size=%d\n", entryMagic, hex.EncodeToString(sum[:]), len(data))
 	return append([]byte(head), data...)
 }
 
-// openEntry checks an entry's header against its payload and returns the
-// payload.
-func openEntry(entry []byte) ([]byte, error) {
+// OpenEntry checks a sealed entry's header against its payload and returns
+// the payload; a mismatch is an error saying what differs.
+func OpenEntry(entry []byte) ([]byte, error) {
 	nl := bytes.IndexByte(entry, '\n')
 	if nl < 0 || nl > 200 {
 		return nil, errors.New("no checksum header")
@@ -113,7 +118,7 @@ func (c *DirCache) Get(key string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("engine: compile cache: %w", err)
 	}
-	payload, err := openEntry(data)
+	payload, err := OpenEntry(data)
 	if err != nil {
 		if rmErr := os.Remove(p); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
 			return nil, false, fmt.Errorf("%w %s (%v), and cannot delete it: %v", ErrCorruptEntry, key, err, rmErr)
@@ -153,7 +158,7 @@ func (c *DirCache) Put(key string, data []byte) (err error) {
 			err = fmt.Errorf("engine: compile cache: write %s: %w", p, err)
 		}
 	}()
-	if _, err = f.Write(sealEntry(data)); err != nil {
+	if _, err = f.Write(SealEntry(data)); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {

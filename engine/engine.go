@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/platforms"
 	"github.com/xserve/xserve/pjrt"
 )
 
@@ -92,7 +93,7 @@ func New(opts Options) (*Engine, error) {
 		if lo.Kernels == nil {
 			lo.Kernels = c.Kernels()
 		}
-		e.lowerer = lower.New(lo)
+		e.lowerer = platforms.New(lo)
 	}
 	if opts.Cache != nil {
 		e.cache = opts.Cache

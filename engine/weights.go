@@ -20,8 +20,9 @@ import (
 type Weights struct {
 	client *pjrt.Client
 
-	mu   sync.Mutex // guards bufs and sums
-	bufs map[string]*pjrt.Buffer
+	mu    sync.Mutex // guards bufs, bytes and sums
+	bufs  map[string]*pjrt.Buffer
+	bytes int64 // the host bytes of the tensors in bufs
 	// sums caches each host tensor's content hash by identity: the model's
 	// own weights are the same *tensor.Tensor in every bucket's program.
 	sums map[*tensor.Tensor]string
@@ -58,11 +59,13 @@ func (w *Weights) Get(ctx context.Context, p lower.Param) (*pjrt.Buffer, error) 
 	if b, ok := w.bufs[key]; ok {
 		return b, nil
 	}
-	b, err := w.client.Upload(ctx, p.HostValue())
+	hv := p.HostValue()
+	b, err := w.client.Upload(ctx, hv)
 	if err != nil {
 		return nil, fmt.Errorf("engine: upload weight %s: %w", p.Name, err)
 	}
 	w.bufs[key] = b
+	w.bytes += int64(len(hv.Data))
 	return b, nil
 }
 
@@ -71,6 +74,14 @@ func (w *Weights) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.bufs)
+}
+
+// Bytes returns the size of the weights on the device (their host bytes:
+// what a model's memory budget counts).
+func (w *Weights) Bytes() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.bytes
 }
 
 // Close frees every weight buffer. It is safe to call twice.
@@ -84,6 +95,7 @@ func (w *Weights) Close() error {
 		}
 		delete(w.bufs, k)
 	}
+	w.bytes = 0
 	clear(w.sums)
 	return first
 }

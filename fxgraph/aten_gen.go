@@ -4,1530 +4,1522 @@ package fxgraph
 
 // The ATen operators, one value per overload, with torch's schema.
 var (
-	// AtenAndScalar is aten.__and__.Scalar.
-	AtenAndScalar = &Op{Name: "aten.__and__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenAndTensor is aten.__and__.Tensor.
-	AtenAndTensor = &Op{Name: "aten.__and__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenAndBool is aten.__and__.bool.
-	AtenAndBool = &Op{Name: "aten.__and__.bool", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAndInt is aten.__and__.int.
-	AtenAndInt = &Op{Name: "aten.__and__.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenIandScalar is aten.__iand__.Scalar.
-	AtenIandScalar = &Op{Name: "aten.__iand__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIandTensor is aten.__iand__.Tensor.
-	AtenIandTensor = &Op{Name: "aten.__iand__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIlshiftScalar is aten.__ilshift__.Scalar.
-	AtenIlshiftScalar = &Op{Name: "aten.__ilshift__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIlshiftTensor is aten.__ilshift__.Tensor.
-	AtenIlshiftTensor = &Op{Name: "aten.__ilshift__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIorScalar is aten.__ior__.Scalar.
-	AtenIorScalar = &Op{Name: "aten.__ior__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIorTensor is aten.__ior__.Tensor.
-	AtenIorTensor = &Op{Name: "aten.__ior__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIrshiftScalar is aten.__irshift__.Scalar.
-	AtenIrshiftScalar = &Op{Name: "aten.__irshift__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIrshiftTensor is aten.__irshift__.Tensor.
-	AtenIrshiftTensor = &Op{Name: "aten.__irshift__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIxorScalar is aten.__ixor__.Scalar.
-	AtenIxorScalar = &Op{Name: "aten.__ixor__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIxorTensor is aten.__ixor__.Tensor.
-	AtenIxorTensor = &Op{Name: "aten.__ixor__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLshiftScalar is aten.__lshift__.Scalar.
-	AtenLshiftScalar = &Op{Name: "aten.__lshift__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLshiftTensor is aten.__lshift__.Tensor.
-	AtenLshiftTensor = &Op{Name: "aten.__lshift__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLshiftInt is aten.__lshift__.int.
-	AtenLshiftInt = &Op{Name: "aten.__lshift__.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenOrScalar is aten.__or__.Scalar.
-	AtenOrScalar = &Op{Name: "aten.__or__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenOrTensor is aten.__or__.Tensor.
-	AtenOrTensor = &Op{Name: "aten.__or__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenOrBool is aten.__or__.bool.
-	AtenOrBool = &Op{Name: "aten.__or__.bool", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenOrInt is aten.__or__.int.
-	AtenOrInt = &Op{Name: "aten.__or__.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenRshiftScalar is aten.__rshift__.Scalar.
-	AtenRshiftScalar = &Op{Name: "aten.__rshift__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenRshiftTensor is aten.__rshift__.Tensor.
-	AtenRshiftTensor = &Op{Name: "aten.__rshift__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenRshiftInt is aten.__rshift__.int.
-	AtenRshiftInt = &Op{Name: "aten.__rshift__.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenXorScalar is aten.__xor__.Scalar.
-	AtenXorScalar = &Op{Name: "aten.__xor__.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenXorTensor is aten.__xor__.Tensor.
-	AtenXorTensor = &Op{Name: "aten.__xor__.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenXorBool is aten.__xor__.bool.
-	AtenXorBool = &Op{Name: "aten.__xor__.bool", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenXorInt is aten.__xor__.int.
-	AtenXorInt = &Op{Name: "aten.__xor__.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// Aten_AdaptiveAvgPool2d is aten._adaptive_avg_pool2d.default.
-	Aten_AdaptiveAvgPool2d = &Op{Name: "aten._adaptive_avg_pool2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}}}
-	// Aten_AdaptiveAvgPool3d is aten._adaptive_avg_pool3d.default.
-	Aten_AdaptiveAvgPool3d = &Op{Name: "aten._adaptive_avg_pool3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}}}
-	// Aten_AssertAsync is aten._assert_async.default.
-	Aten_AssertAsync = &Op{Name: "aten._assert_async.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// Aten_AssertAsyncMsg is aten._assert_async.msg.
-	Aten_AssertAsyncMsg = &Op{Name: "aten._assert_async.msg", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"assert_msg", 1, ArgAny, nil, false}}}
-	// Aten_AssertScalar is aten._assert_scalar.default.
+	// AtenAndScalar is aten::__and__.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenAndScalar = &Op{Name: "aten.__and__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenAndTensor is aten::__and__.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenAndTensor = &Op{Name: "aten.__and__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenAndBool is aten::__and__.bool(bool a, bool b) -> bool.
+	AtenAndBool = &Op{Name: "aten.__and__.bool", Args: []ArgSpec{{"a", 0, ArgBool, nil, false}, {"b", 1, ArgBool, nil, false}}}
+	// AtenAndInt is aten::__and__.int(int a, int b) -> int.
+	AtenAndInt = &Op{Name: "aten.__and__.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenIandScalar is aten::__iand__.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!).
+	AtenIandScalar = &Op{Name: "aten.__iand__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenIandTensor is aten::__iand__.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!).
+	AtenIandTensor = &Op{Name: "aten.__iand__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenIlshiftScalar is aten::__ilshift__.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!).
+	AtenIlshiftScalar = &Op{Name: "aten.__ilshift__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenIlshiftTensor is aten::__ilshift__.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!).
+	AtenIlshiftTensor = &Op{Name: "aten.__ilshift__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenIorScalar is aten::__ior__.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!).
+	AtenIorScalar = &Op{Name: "aten.__ior__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenIorTensor is aten::__ior__.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!).
+	AtenIorTensor = &Op{Name: "aten.__ior__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenIrshiftScalar is aten::__irshift__.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!).
+	AtenIrshiftScalar = &Op{Name: "aten.__irshift__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenIrshiftTensor is aten::__irshift__.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!).
+	AtenIrshiftTensor = &Op{Name: "aten.__irshift__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenIxorScalar is aten::__ixor__.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!).
+	AtenIxorScalar = &Op{Name: "aten.__ixor__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenIxorTensor is aten::__ixor__.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!).
+	AtenIxorTensor = &Op{Name: "aten.__ixor__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenLshiftScalar is aten::__lshift__.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenLshiftScalar = &Op{Name: "aten.__lshift__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenLshiftTensor is aten::__lshift__.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenLshiftTensor = &Op{Name: "aten.__lshift__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenLshiftInt is aten::__lshift__.int(int a, int b) -> int.
+	AtenLshiftInt = &Op{Name: "aten.__lshift__.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenOrScalar is aten::__or__.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenOrScalar = &Op{Name: "aten.__or__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenOrTensor is aten::__or__.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenOrTensor = &Op{Name: "aten.__or__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenOrBool is aten::__or__.bool(bool a, bool b) -> bool.
+	AtenOrBool = &Op{Name: "aten.__or__.bool", Args: []ArgSpec{{"a", 0, ArgBool, nil, false}, {"b", 1, ArgBool, nil, false}}}
+	// AtenOrInt is aten::__or__.int(int a, int b) -> int.
+	AtenOrInt = &Op{Name: "aten.__or__.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenRshiftScalar is aten::__rshift__.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenRshiftScalar = &Op{Name: "aten.__rshift__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenRshiftTensor is aten::__rshift__.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenRshiftTensor = &Op{Name: "aten.__rshift__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenRshiftInt is aten::__rshift__.int(int a, int b) -> int.
+	AtenRshiftInt = &Op{Name: "aten.__rshift__.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenXorScalar is aten::__xor__.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenXorScalar = &Op{Name: "aten.__xor__.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenXorTensor is aten::__xor__.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenXorTensor = &Op{Name: "aten.__xor__.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenXorBool is aten::__xor__.bool(bool a, bool b) -> bool.
+	AtenXorBool = &Op{Name: "aten.__xor__.bool", Args: []ArgSpec{{"a", 0, ArgBool, nil, false}, {"b", 1, ArgBool, nil, false}}}
+	// AtenXorInt is aten::__xor__.int(int a, int b) -> int.
+	AtenXorInt = &Op{Name: "aten.__xor__.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// Aten_AdaptiveAvgPool2d is aten::_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor.
+	Aten_AdaptiveAvgPool2d = &Op{Name: "aten._adaptive_avg_pool2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}}}
+	// Aten_AdaptiveAvgPool3d is aten::_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor.
+	Aten_AdaptiveAvgPool3d = &Op{Name: "aten._adaptive_avg_pool3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}}}
+	// Aten_AssertAsync is aten::_assert_async(Tensor self) -> ().
+	Aten_AssertAsync = &Op{Name: "aten._assert_async.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// Aten_AssertAsyncMsg is aten::_assert_async.msg(Tensor self, str assert_msg) -> ().
+	Aten_AssertAsyncMsg = &Op{Name: "aten._assert_async.msg", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"assert_msg", 1, ArgAny, nil, false}}}
+	// Aten_AssertScalar is aten::_assert_scalar(Scalar self, str assert_msg) -> ().
 	Aten_AssertScalar = &Op{Name: "aten._assert_scalar.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"assert_msg", 1, ArgAny, nil, false}}}
-	// Aten_AssertTensorMetadata is aten._assert_tensor_metadata.default.
-	Aten_AssertTensorMetadata = &Op{Name: "aten._assert_tensor_metadata.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, true}, {"stride", 2, ArgAny, nil, true}, {"dtype", 3, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}}}
-	// Aten_CdistForward is aten._cdist_forward.default.
-	Aten_CdistForward = &Op{Name: "aten._cdist_forward.default", Args: []ArgSpec{{"x1", 0, ArgAny, nil, false}, {"x2", 1, ArgAny, nil, false}, {"p", 2, ArgAny, nil, false}, {"compute_mode", 3, ArgAny, nil, false}}}
-	// Aten_Convolution is aten._convolution.default.
-	Aten_Convolution = &Op{Name: "aten._convolution.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"stride", 3, ArgAny, nil, false}, {"padding", 4, ArgAny, nil, false}, {"dilation", 5, ArgAny, nil, false}, {"transposed", 6, ArgAny, nil, false}, {"output_padding", 7, ArgAny, nil, false}, {"groups", 8, ArgAny, nil, false}, {"benchmark", 9, ArgAny, nil, false}, {"deterministic", 10, ArgAny, nil, false}, {"cudnn_enabled", 11, ArgAny, nil, false}, {"allow_tf32", 12, ArgAny, nil, false}}}
-	// Aten_ConvolutionDeprecated is aten._convolution.deprecated.
-	Aten_ConvolutionDeprecated = &Op{Name: "aten._convolution.deprecated", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"stride", 3, ArgAny, nil, false}, {"padding", 4, ArgAny, nil, false}, {"dilation", 5, ArgAny, nil, false}, {"transposed", 6, ArgAny, nil, false}, {"output_padding", 7, ArgAny, nil, false}, {"groups", 8, ArgAny, nil, false}, {"benchmark", 9, ArgAny, nil, false}, {"deterministic", 10, ArgAny, nil, false}, {"cudnn_enabled", 11, ArgAny, nil, false}}}
-	// Aten_EmbeddingBag is aten._embedding_bag.default.
-	Aten_EmbeddingBag = &Op{Name: "aten._embedding_bag.default", Args: []ArgSpec{{"weight", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}, {"offsets", 2, ArgAny, nil, false}, {"scale_grad_by_freq", 3, ArgAny, false, true}, {"mode", 4, ArgAny, int64(0), true}, {"sparse", 5, ArgAny, false, true}, {"per_sample_weights", 6, ArgAny, nil, true}, {"include_last_offset", 7, ArgAny, false, true}, {"padding_idx", 8, ArgAny, int64(-1), true}}}
-	// Aten_FftC2r is aten._fft_c2r.default.
-	Aten_FftC2r = &Op{Name: "aten._fft_c2r.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"normalization", 2, ArgAny, nil, false}, {"last_dim_size", 3, ArgAny, nil, false}}}
-	// Aten_FftR2c is aten._fft_r2c.default.
-	Aten_FftR2c = &Op{Name: "aten._fft_r2c.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"normalization", 2, ArgAny, nil, false}, {"onesided", 3, ArgAny, nil, false}}}
-	// Aten_LocalScalarDense is aten._local_scalar_dense.default.
-	Aten_LocalScalarDense = &Op{Name: "aten._local_scalar_dense.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// Aten_LogSoftmax is aten._log_softmax.default.
-	Aten_LogSoftmax = &Op{Name: "aten._log_softmax.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"half_to_float", 2, ArgAny, nil, false}}}
-	// Aten_NativeBatchNormLegit is aten._native_batch_norm_legit.default.
-	Aten_NativeBatchNormLegit = &Op{Name: "aten._native_batch_norm_legit.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"running_mean", 3, ArgAny, nil, false}, {"running_var", 4, ArgAny, nil, false}, {"training", 5, ArgAny, nil, false}, {"momentum", 6, ArgAny, nil, false}, {"eps", 7, ArgAny, nil, false}}}
-	// Aten_NativeBatchNormLegitNoStats is aten._native_batch_norm_legit.no_stats.
-	Aten_NativeBatchNormLegitNoStats = &Op{Name: "aten._native_batch_norm_legit.no_stats", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"training", 3, ArgAny, nil, false}, {"momentum", 4, ArgAny, nil, false}, {"eps", 5, ArgAny, nil, false}}}
-	// Aten_NativeBatchNormLegitNoTraining is aten._native_batch_norm_legit_no_training.default.
-	Aten_NativeBatchNormLegitNoTraining = &Op{Name: "aten._native_batch_norm_legit_no_training.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"running_mean", 3, ArgAny, nil, false}, {"running_var", 4, ArgAny, nil, false}, {"momentum", 5, ArgAny, nil, false}, {"eps", 6, ArgAny, nil, false}}}
-	// Aten_PdistForward is aten._pdist_forward.default.
-	Aten_PdistForward = &Op{Name: "aten._pdist_forward.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"p", 1, ArgAny, float64(2.0), true}}}
-	// Aten_ShapeAsTensor is aten._shape_as_tensor.default.
-	Aten_ShapeAsTensor = &Op{Name: "aten._shape_as_tensor.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// Aten_Softmax is aten._softmax.default.
-	Aten_Softmax = &Op{Name: "aten._softmax.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"half_to_float", 2, ArgAny, nil, false}}}
-	// Aten_ToCopy is aten._to_copy.default.
-	Aten_ToCopy = &Op{Name: "aten._to_copy.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}, {"non_blocking", KwOnly, ArgAny, false, true}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// Aten_UnsafeView is aten._unsafe_view.default.
-	Aten_UnsafeView = &Op{Name: "aten._unsafe_view.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}}}
-	// Aten_UpsampleNearestExact1d is aten._upsample_nearest_exact1d.default.
-	Aten_UpsampleNearestExact1d = &Op{Name: "aten._upsample_nearest_exact1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scales", 2, ArgAny, nil, true}}}
-	// Aten_UpsampleNearestExact1dVec is aten._upsample_nearest_exact1d.vec.
-	Aten_UpsampleNearestExact1dVec = &Op{Name: "aten._upsample_nearest_exact1d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
-	// Aten_UpsampleNearestExact2d is aten._upsample_nearest_exact2d.default.
-	Aten_UpsampleNearestExact2d = &Op{Name: "aten._upsample_nearest_exact2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scales_h", 2, ArgAny, nil, true}, {"scales_w", 3, ArgAny, nil, true}}}
-	// Aten_UpsampleNearestExact2dVec is aten._upsample_nearest_exact2d.vec.
-	Aten_UpsampleNearestExact2dVec = &Op{Name: "aten._upsample_nearest_exact2d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
-	// Aten_UpsampleNearestExact3d is aten._upsample_nearest_exact3d.default.
-	Aten_UpsampleNearestExact3d = &Op{Name: "aten._upsample_nearest_exact3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scales_d", 2, ArgAny, nil, true}, {"scales_h", 3, ArgAny, nil, true}, {"scales_w", 4, ArgAny, nil, true}}}
-	// Aten_UpsampleNearestExact3dVec is aten._upsample_nearest_exact3d.vec.
-	Aten_UpsampleNearestExact3dVec = &Op{Name: "aten._upsample_nearest_exact3d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
-	// Aten_WeightNorm is aten._weight_norm.default.
-	Aten_WeightNorm = &Op{Name: "aten._weight_norm.default", Args: []ArgSpec{{"v", 0, ArgAny, nil, false}, {"g", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// Aten_WeightNormInterface is aten._weight_norm_interface.default.
-	Aten_WeightNormInterface = &Op{Name: "aten._weight_norm_interface.default", Args: []ArgSpec{{"v", 0, ArgAny, nil, false}, {"g", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenAbs is aten.abs.default.
-	AtenAbs = &Op{Name: "aten.abs.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAcosScalar is aten.acos.Scalar.
+	// Aten_AssertTensorMetadata is aten::_assert_tensor_metadata(Tensor a, SymInt[]? size=None, SymInt[]? stride=None, ScalarType? dtype=None, *, Device? device=None, Layout? layout=None) -> ().
+	Aten_AssertTensorMetadata = &Op{Name: "aten._assert_tensor_metadata.default", Args: []ArgSpec{{"a", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, true}, {"stride", 2, ArgInts, nil, true}, {"dtype", 3, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgInt, nil, true}}}
+	// Aten_CdistForward is aten::_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor.
+	Aten_CdistForward = &Op{Name: "aten._cdist_forward.default", Args: []ArgSpec{{"x1", 0, ArgTensor, nil, false}, {"x2", 1, ArgTensor, nil, false}, {"p", 2, ArgFloat, nil, false}, {"compute_mode", 3, ArgInt, nil, false}}}
+	// Aten_Convolution is aten::_convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool benchmark, bool deterministic, bool cudnn_enabled, bool allow_tf32) -> Tensor.
+	Aten_Convolution = &Op{Name: "aten._convolution.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"stride", 3, ArgInts, nil, false}, {"padding", 4, ArgInts, nil, false}, {"dilation", 5, ArgInts, nil, false}, {"transposed", 6, ArgBool, nil, false}, {"output_padding", 7, ArgInts, nil, false}, {"groups", 8, ArgInt, nil, false}, {"benchmark", 9, ArgBool, nil, false}, {"deterministic", 10, ArgBool, nil, false}, {"cudnn_enabled", 11, ArgBool, nil, false}, {"allow_tf32", 12, ArgBool, nil, false}}}
+	// Aten_ConvolutionDeprecated is aten::_convolution.deprecated(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, int[] output_padding, SymInt groups, bool benchmark, bool deterministic, bool cudnn_enabled) -> Tensor.
+	Aten_ConvolutionDeprecated = &Op{Name: "aten._convolution.deprecated", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"stride", 3, ArgInts, nil, false}, {"padding", 4, ArgInts, nil, false}, {"dilation", 5, ArgInts, nil, false}, {"transposed", 6, ArgBool, nil, false}, {"output_padding", 7, ArgInts, nil, false}, {"groups", 8, ArgInt, nil, false}, {"benchmark", 9, ArgBool, nil, false}, {"deterministic", 10, ArgBool, nil, false}, {"cudnn_enabled", 11, ArgBool, nil, false}}}
+	// Aten_EmbeddingBag is aten::_embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor).
+	Aten_EmbeddingBag = &Op{Name: "aten._embedding_bag.default", Args: []ArgSpec{{"weight", 0, ArgTensor, nil, false}, {"indices", 1, ArgTensor, nil, false}, {"offsets", 2, ArgTensor, nil, false}, {"scale_grad_by_freq", 3, ArgBool, false, true}, {"mode", 4, ArgInt, int64(0), true}, {"sparse", 5, ArgBool, false, true}, {"per_sample_weights", 6, ArgTensor, nil, true}, {"include_last_offset", 7, ArgBool, false, true}, {"padding_idx", 8, ArgInt, int64(-1), true}}}
+	// Aten_FftC2r is aten::_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor.
+	Aten_FftC2r = &Op{Name: "aten._fft_c2r.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"normalization", 2, ArgInt, nil, false}, {"last_dim_size", 3, ArgInt, nil, false}}}
+	// Aten_FftR2c is aten::_fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor.
+	Aten_FftR2c = &Op{Name: "aten._fft_r2c.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"normalization", 2, ArgInt, nil, false}, {"onesided", 3, ArgBool, nil, false}}}
+	// Aten_LocalScalarDense is aten::_local_scalar_dense(Tensor self) -> Scalar.
+	Aten_LocalScalarDense = &Op{Name: "aten._local_scalar_dense.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// Aten_LogSoftmax is aten::_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor.
+	Aten_LogSoftmax = &Op{Name: "aten._log_softmax.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"half_to_float", 2, ArgBool, nil, false}}}
+	// Aten_NativeBatchNormLegit is aten::_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor).
+	Aten_NativeBatchNormLegit = &Op{Name: "aten._native_batch_norm_legit.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"running_mean", 3, ArgTensor, nil, false}, {"running_var", 4, ArgTensor, nil, false}, {"training", 5, ArgBool, nil, false}, {"momentum", 6, ArgFloat, nil, false}, {"eps", 7, ArgFloat, nil, false}}}
+	// Aten_NativeBatchNormLegitNoStats is aten::_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor).
+	Aten_NativeBatchNormLegitNoStats = &Op{Name: "aten._native_batch_norm_legit.no_stats", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"training", 3, ArgBool, nil, false}, {"momentum", 4, ArgFloat, nil, false}, {"eps", 5, ArgFloat, nil, false}}}
+	// Aten_NativeBatchNormLegitNoTraining is aten::_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor).
+	Aten_NativeBatchNormLegitNoTraining = &Op{Name: "aten._native_batch_norm_legit_no_training.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"running_mean", 3, ArgTensor, nil, false}, {"running_var", 4, ArgTensor, nil, false}, {"momentum", 5, ArgFloat, nil, false}, {"eps", 6, ArgFloat, nil, false}}}
+	// Aten_PdistForward is aten::_pdist_forward(Tensor self, float p=2.) -> Tensor.
+	Aten_PdistForward = &Op{Name: "aten._pdist_forward.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"p", 1, ArgFloat, float64(2.0), true}}}
+	// Aten_ShapeAsTensor is aten::_shape_as_tensor(Tensor self) -> Tensor.
+	Aten_ShapeAsTensor = &Op{Name: "aten._shape_as_tensor.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// Aten_Softmax is aten::_softmax(Tensor self, int dim, bool half_to_float) -> Tensor.
+	Aten_Softmax = &Op{Name: "aten._softmax.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"half_to_float", 2, ArgBool, nil, false}}}
+	// Aten_ToCopy is aten::_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor.
+	Aten_ToCopy = &Op{Name: "aten._to_copy.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}, {"non_blocking", KwOnly, ArgBool, false, true}, {"memory_format", KwOnly, ArgInt, nil, true}}}
+	// Aten_UnsafeView is aten::_unsafe_view(Tensor self, SymInt[] size) -> Tensor.
+	Aten_UnsafeView = &Op{Name: "aten._unsafe_view.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}}}
+	// Aten_UpsampleNearestExact1d is aten::_upsample_nearest_exact1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor.
+	Aten_UpsampleNearestExact1d = &Op{Name: "aten._upsample_nearest_exact1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scales", 2, ArgFloat, nil, true}}}
+	// Aten_UpsampleNearestExact1dVec is aten::_upsample_nearest_exact1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor.
+	Aten_UpsampleNearestExact1dVec = &Op{Name: "aten._upsample_nearest_exact1d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
+	// Aten_UpsampleNearestExact2d is aten::_upsample_nearest_exact2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor.
+	Aten_UpsampleNearestExact2d = &Op{Name: "aten._upsample_nearest_exact2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scales_h", 2, ArgFloat, nil, true}, {"scales_w", 3, ArgFloat, nil, true}}}
+	// Aten_UpsampleNearestExact2dVec is aten::_upsample_nearest_exact2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor.
+	Aten_UpsampleNearestExact2dVec = &Op{Name: "aten._upsample_nearest_exact2d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
+	// Aten_UpsampleNearestExact3d is aten::_upsample_nearest_exact3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor.
+	Aten_UpsampleNearestExact3d = &Op{Name: "aten._upsample_nearest_exact3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scales_d", 2, ArgFloat, nil, true}, {"scales_h", 3, ArgFloat, nil, true}, {"scales_w", 4, ArgFloat, nil, true}}}
+	// Aten_UpsampleNearestExact3dVec is aten::_upsample_nearest_exact3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor.
+	Aten_UpsampleNearestExact3dVec = &Op{Name: "aten._upsample_nearest_exact3d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
+	// Aten_WeightNorm is aten::_weight_norm(Tensor v, Tensor g, int dim=0) -> Tensor.
+	Aten_WeightNorm = &Op{Name: "aten._weight_norm.default", Args: []ArgSpec{{"v", 0, ArgTensor, nil, false}, {"g", 1, ArgTensor, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// Aten_WeightNormInterface is aten::_weight_norm_interface(Tensor v, Tensor g, int dim=0) -> (Tensor, Tensor).
+	Aten_WeightNormInterface = &Op{Name: "aten._weight_norm_interface.default", Args: []ArgSpec{{"v", 0, ArgTensor, nil, false}, {"g", 1, ArgTensor, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenAbs is aten::abs(Tensor self) -> Tensor.
+	AtenAbs = &Op{Name: "aten.abs.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAcosScalar is aten::acos.Scalar(Scalar a) -> Scalar.
 	AtenAcosScalar = &Op{Name: "aten.acos.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAcosComplex is aten.acos.complex.
+	// AtenAcosComplex is aten::acos.complex(complex a) -> complex.
 	AtenAcosComplex = &Op{Name: "aten.acos.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAcos is aten.acos.default.
-	AtenAcos = &Op{Name: "aten.acos.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAcosFloat is aten.acos.float.
-	AtenAcosFloat = &Op{Name: "aten.acos.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAcosInt is aten.acos.int.
-	AtenAcosInt = &Op{Name: "aten.acos.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAcoshScalar is aten.acosh.Scalar.
+	// AtenAcos is aten::acos(Tensor self) -> Tensor.
+	AtenAcos = &Op{Name: "aten.acos.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAcosFloat is aten::acos.float(float a) -> float.
+	AtenAcosFloat = &Op{Name: "aten.acos.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenAcosInt is aten::acos.int(int a) -> float.
+	AtenAcosInt = &Op{Name: "aten.acos.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenAcoshScalar is aten::acosh.Scalar(Scalar a) -> Scalar.
 	AtenAcoshScalar = &Op{Name: "aten.acosh.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAcoshComplex is aten.acosh.complex.
+	// AtenAcoshComplex is aten::acosh.complex(complex a) -> complex.
 	AtenAcoshComplex = &Op{Name: "aten.acosh.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAcosh is aten.acosh.default.
-	AtenAcosh = &Op{Name: "aten.acosh.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAcoshFloat is aten.acosh.float.
-	AtenAcoshFloat = &Op{Name: "aten.acosh.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAcoshInt is aten.acosh.int.
-	AtenAcoshInt = &Op{Name: "aten.acosh.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAdaptiveAvgPool1d is aten.adaptive_avg_pool1d.default.
-	AtenAdaptiveAvgPool1d = &Op{Name: "aten.adaptive_avg_pool1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}}}
-	// AtenAdaptiveAvgPool2d is aten.adaptive_avg_pool2d.default.
-	AtenAdaptiveAvgPool2d = &Op{Name: "aten.adaptive_avg_pool2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}}}
-	// AtenAdaptiveAvgPool3d is aten.adaptive_avg_pool3d.default.
-	AtenAdaptiveAvgPool3d = &Op{Name: "aten.adaptive_avg_pool3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}}}
-	// AtenAdaptiveMaxPool1d is aten.adaptive_max_pool1d.default.
-	AtenAdaptiveMaxPool1d = &Op{Name: "aten.adaptive_max_pool1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}}}
-	// AtenAdaptiveMaxPool2d is aten.adaptive_max_pool2d.default.
-	AtenAdaptiveMaxPool2d = &Op{Name: "aten.adaptive_max_pool2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}}}
-	// AtenAdaptiveMaxPool3d is aten.adaptive_max_pool3d.default.
-	AtenAdaptiveMaxPool3d = &Op{Name: "aten.adaptive_max_pool3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}}}
-	// AtenAddScalar is aten.add.Scalar.
-	AtenAddScalar = &Op{Name: "aten.add.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", 2, ArgAny, int64(1), true}}}
-	// AtenAddTensor is aten.add.Tensor.
-	AtenAddTensor = &Op{Name: "aten.add.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenAddComplex is aten.add.complex.
+	// AtenAcosh is aten::acosh(Tensor self) -> Tensor.
+	AtenAcosh = &Op{Name: "aten.acosh.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAcoshFloat is aten::acosh.float(float a) -> float.
+	AtenAcoshFloat = &Op{Name: "aten.acosh.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenAcoshInt is aten::acosh.int(int a) -> float.
+	AtenAcoshInt = &Op{Name: "aten.acosh.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenAdaptiveAvgPool1d is aten::adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor.
+	AtenAdaptiveAvgPool1d = &Op{Name: "aten.adaptive_avg_pool1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}}}
+	// AtenAdaptiveAvgPool2d is aten::adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor.
+	AtenAdaptiveAvgPool2d = &Op{Name: "aten.adaptive_avg_pool2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}}}
+	// AtenAdaptiveAvgPool3d is aten::adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor.
+	AtenAdaptiveAvgPool3d = &Op{Name: "aten.adaptive_avg_pool3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}}}
+	// AtenAdaptiveMaxPool1d is aten::adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor).
+	AtenAdaptiveMaxPool1d = &Op{Name: "aten.adaptive_max_pool1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}}}
+	// AtenAdaptiveMaxPool2d is aten::adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor).
+	AtenAdaptiveMaxPool2d = &Op{Name: "aten.adaptive_max_pool2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}}}
+	// AtenAdaptiveMaxPool3d is aten::adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor).
+	AtenAdaptiveMaxPool3d = &Op{Name: "aten.adaptive_max_pool3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}}}
+	// AtenAddScalar is aten::add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor.
+	AtenAddScalar = &Op{Name: "aten.add.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", 2, ArgAny, int64(1), true}}}
+	// AtenAddTensor is aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor.
+	AtenAddTensor = &Op{Name: "aten.add.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenAddComplex is aten::add.complex(complex a, complex b) -> complex.
 	AtenAddComplex = &Op{Name: "aten.add.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddComplexFloat is aten.add.complex_float.
-	AtenAddComplexFloat = &Op{Name: "aten.add.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddComplexInt is aten.add.complex_int.
-	AtenAddComplexInt = &Op{Name: "aten.add.complex_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAdd is aten.add.default.
+	// AtenAddComplexFloat is aten::add.complex_float(complex a, float b) -> complex.
+	AtenAddComplexFloat = &Op{Name: "aten.add.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenAddComplexInt is aten::add.complex_int(complex a, int b) -> complex.
+	AtenAddComplexInt = &Op{Name: "aten.add.complex_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenAdd is aten::add(Scalar a, Scalar b) -> Scalar.
 	AtenAdd = &Op{Name: "aten.add.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddFloat is aten.add.float.
-	AtenAddFloat = &Op{Name: "aten.add.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddFloatComplex is aten.add.float_complex.
-	AtenAddFloatComplex = &Op{Name: "aten.add.float_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddFloatInt is aten.add.float_int.
-	AtenAddFloatInt = &Op{Name: "aten.add.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddInt is aten.add.int.
-	AtenAddInt = &Op{Name: "aten.add.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddIntComplex is aten.add.int_complex.
-	AtenAddIntComplex = &Op{Name: "aten.add.int_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddIntFloat is aten.add.int_float.
-	AtenAddIntFloat = &Op{Name: "aten.add.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddStr is aten.add.str.
+	// AtenAddFloat is aten::add.float(float a, float b) -> float.
+	AtenAddFloat = &Op{Name: "aten.add.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenAddFloatComplex is aten::add.float_complex(float a, complex b) -> complex.
+	AtenAddFloatComplex = &Op{Name: "aten.add.float_complex", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenAddFloatInt is aten::add.float_int(float a, int b) -> float.
+	AtenAddFloatInt = &Op{Name: "aten.add.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenAddInt is aten::add.int(int a, int b) -> int.
+	AtenAddInt = &Op{Name: "aten.add.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenAddIntComplex is aten::add.int_complex(int a, complex b) -> complex.
+	AtenAddIntComplex = &Op{Name: "aten.add.int_complex", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenAddIntFloat is aten::add.int_float(int a, float b) -> float.
+	AtenAddIntFloat = &Op{Name: "aten.add.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenAddStr is aten::add.str(str a, str b) -> str.
 	AtenAddStr = &Op{Name: "aten.add.str", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddT is aten.add.t.
+	// AtenAddT is aten::add.t(t[] a, t[] b) -> t[].
 	AtenAddT = &Op{Name: "aten.add.t", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAddcdiv is aten.addcdiv.default.
-	AtenAddcdiv = &Op{Name: "aten.addcdiv.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"tensor1", 1, ArgAny, nil, false}, {"tensor2", 2, ArgAny, nil, false}, {"value", KwOnly, ArgAny, int64(1), true}}}
-	// AtenAddcmul is aten.addcmul.default.
-	AtenAddcmul = &Op{Name: "aten.addcmul.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"tensor1", 1, ArgAny, nil, false}, {"tensor2", 2, ArgAny, nil, false}, {"value", KwOnly, ArgAny, int64(1), true}}}
-	// AtenAddmm is aten.addmm.default.
-	AtenAddmm = &Op{Name: "aten.addmm.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mat1", 1, ArgAny, nil, false}, {"mat2", 2, ArgAny, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenAddmmDtype is aten.addmm.dtype.
-	AtenAddmmDtype = &Op{Name: "aten.addmm.dtype", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mat1", 1, ArgAny, nil, false}, {"mat2", 2, ArgAny, nil, false}, {"out_dtype", 3, ArgAny, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenAddmv is aten.addmv.default.
-	AtenAddmv = &Op{Name: "aten.addmv.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mat", 1, ArgAny, nil, false}, {"vec", 2, ArgAny, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenAlias is aten.alias.default.
-	AtenAlias = &Op{Name: "aten.alias.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAllBool is aten.all.bool.
+	// AtenAddcdiv is aten::addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor.
+	AtenAddcdiv = &Op{Name: "aten.addcdiv.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"tensor1", 1, ArgTensor, nil, false}, {"tensor2", 2, ArgTensor, nil, false}, {"value", KwOnly, ArgAny, int64(1), true}}}
+	// AtenAddcmul is aten::addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor.
+	AtenAddcmul = &Op{Name: "aten.addcmul.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"tensor1", 1, ArgTensor, nil, false}, {"tensor2", 2, ArgTensor, nil, false}, {"value", KwOnly, ArgAny, int64(1), true}}}
+	// AtenAddmm is aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor.
+	AtenAddmm = &Op{Name: "aten.addmm.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mat1", 1, ArgTensor, nil, false}, {"mat2", 2, ArgTensor, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenAddmmDtype is aten::addmm.dtype(Tensor self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) -> Tensor.
+	AtenAddmmDtype = &Op{Name: "aten.addmm.dtype", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mat1", 1, ArgTensor, nil, false}, {"mat2", 2, ArgTensor, nil, false}, {"out_dtype", 3, ArgInt, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenAddmv is aten::addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor.
+	AtenAddmv = &Op{Name: "aten.addmv.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mat", 1, ArgTensor, nil, false}, {"vec", 2, ArgTensor, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenAlias is aten::alias(Tensor(a) self) -> Tensor(a).
+	AtenAlias = &Op{Name: "aten.alias.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAllBool is aten::all.bool(bool[] self) -> bool.
 	AtenAllBool = &Op{Name: "aten.all.bool", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAll is aten.all.default.
-	AtenAll = &Op{Name: "aten.all.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAllDim is aten.all.dim.
-	AtenAllDim = &Op{Name: "aten.all.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenAllDims is aten.all.dims.
-	AtenAllDims = &Op{Name: "aten.all.dims", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenAllFloat is aten.all.float.
+	// AtenAll is aten::all(Tensor self) -> Tensor.
+	AtenAll = &Op{Name: "aten.all.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAllDim is aten::all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor.
+	AtenAllDim = &Op{Name: "aten.all.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenAllDims is aten::all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor.
+	AtenAllDims = &Op{Name: "aten.all.dims", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, true}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenAllFloat is aten::all.float(float[] self) -> bool.
 	AtenAllFloat = &Op{Name: "aten.all.float", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAllInt is aten.all.int.
-	AtenAllInt = &Op{Name: "aten.all.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAlphaDropout is aten.alpha_dropout.default.
-	AtenAlphaDropout = &Op{Name: "aten.alpha_dropout.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"p", 1, ArgAny, nil, false}, {"train", 2, ArgAny, nil, false}}}
-	// AtenAmax is aten.amax.default.
-	AtenAmax = &Op{Name: "aten.amax.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, []any{}, true}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenAmin is aten.amin.default.
-	AtenAmin = &Op{Name: "aten.amin.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, []any{}, true}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenAminmax is aten.aminmax.default.
-	AtenAminmax = &Op{Name: "aten.aminmax.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgAny, false, true}}}
-	// AtenAnyBool is aten.any.bool.
+	// AtenAllInt is aten::all.int(int[] self) -> bool.
+	AtenAllInt = &Op{Name: "aten.all.int", Args: []ArgSpec{{"self", 0, ArgInts, nil, false}}}
+	// AtenAlphaDropout is aten::alpha_dropout(Tensor input, float p, bool train) -> Tensor.
+	AtenAlphaDropout = &Op{Name: "aten.alpha_dropout.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"p", 1, ArgFloat, nil, false}, {"train", 2, ArgBool, nil, false}}}
+	// AtenAmax is aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor.
+	AtenAmax = &Op{Name: "aten.amax.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, []any{}, true}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenAmin is aten::amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor.
+	AtenAmin = &Op{Name: "aten.amin.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, []any{}, true}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenAminmax is aten::aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max).
+	AtenAminmax = &Op{Name: "aten.aminmax.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", KwOnly, ArgInt, nil, true}, {"keepdim", KwOnly, ArgBool, false, true}}}
+	// AtenAnyBool is aten::any.bool(bool[] self) -> bool.
 	AtenAnyBool = &Op{Name: "aten.any.bool", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAny is aten.any.default.
-	AtenAny = &Op{Name: "aten.any.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAnyDim is aten.any.dim.
-	AtenAnyDim = &Op{Name: "aten.any.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenAnyDims is aten.any.dims.
-	AtenAnyDims = &Op{Name: "aten.any.dims", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenAnyFloat is aten.any.float.
+	// AtenAny is aten::any(Tensor self) -> Tensor.
+	AtenAny = &Op{Name: "aten.any.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAnyDim is aten::any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor.
+	AtenAnyDim = &Op{Name: "aten.any.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenAnyDims is aten::any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor.
+	AtenAnyDims = &Op{Name: "aten.any.dims", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, true}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenAnyFloat is aten::any.float(float[] self) -> bool.
 	AtenAnyFloat = &Op{Name: "aten.any.float", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAnyInt is aten.any.int.
-	AtenAnyInt = &Op{Name: "aten.any.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAnyStr is aten.any.str.
+	// AtenAnyInt is aten::any.int(int[] self) -> bool.
+	AtenAnyInt = &Op{Name: "aten.any.int", Args: []ArgSpec{{"self", 0, ArgInts, nil, false}}}
+	// AtenAnyStr is aten::any.str(str[] self) -> bool.
 	AtenAnyStr = &Op{Name: "aten.any.str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenArange is aten.arange.default.
-	AtenArange = &Op{Name: "aten.arange.default", Args: []ArgSpec{{"end", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenArangeStart is aten.arange.start.
-	AtenArangeStart = &Op{Name: "aten.arange.start", Args: []ArgSpec{{"start", 0, ArgAny, nil, false}, {"end", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenArangeStartStep is aten.arange.start_step.
-	AtenArangeStartStep = &Op{Name: "aten.arange.start_step", Args: []ArgSpec{{"start", 0, ArgAny, nil, false}, {"end", 1, ArgAny, nil, false}, {"step", 2, ArgAny, int64(1), true}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenArgmax is aten.argmax.default.
-	AtenArgmax = &Op{Name: "aten.argmax.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenArgmin is aten.argmin.default.
-	AtenArgmin = &Op{Name: "aten.argmin.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenArgsort is aten.argsort.default.
-	AtenArgsort = &Op{Name: "aten.argsort.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, int64(-1), true}, {"descending", 2, ArgAny, false, true}}}
-	// AtenArgsortStable is aten.argsort.stable.
-	AtenArgsortStable = &Op{Name: "aten.argsort.stable", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"stable", KwOnly, ArgAny, nil, false}, {"dim", KwOnly, ArgAny, int64(-1), true}, {"descending", KwOnly, ArgAny, false, true}}}
-	// AtenAsStrided is aten.as_strided.default.
-	AtenAsStrided = &Op{Name: "aten.as_strided.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, nil, false}, {"storage_offset", 3, ArgAny, nil, true}}}
-	// AtenAsinScalar is aten.asin.Scalar.
+	// AtenArange is aten::arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenArange = &Op{Name: "aten.arange.default", Args: []ArgSpec{{"end", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenArangeStart is aten::arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenArangeStart = &Op{Name: "aten.arange.start", Args: []ArgSpec{{"start", 0, ArgAny, nil, false}, {"end", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenArangeStartStep is aten::arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenArangeStartStep = &Op{Name: "aten.arange.start_step", Args: []ArgSpec{{"start", 0, ArgAny, nil, false}, {"end", 1, ArgAny, nil, false}, {"step", 2, ArgAny, int64(1), true}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenArgmax is aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor.
+	AtenArgmax = &Op{Name: "aten.argmax.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, true}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenArgmin is aten::argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor.
+	AtenArgmin = &Op{Name: "aten.argmin.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, true}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenArgsort is aten::argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor.
+	AtenArgsort = &Op{Name: "aten.argsort.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, int64(-1), true}, {"descending", 2, ArgBool, false, true}}}
+	// AtenArgsortStable is aten::argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor.
+	AtenArgsortStable = &Op{Name: "aten.argsort.stable", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"stable", KwOnly, ArgBool, nil, false}, {"dim", KwOnly, ArgInt, int64(-1), true}, {"descending", KwOnly, ArgBool, false, true}}}
+	// AtenAsStrided is aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a).
+	AtenAsStrided = &Op{Name: "aten.as_strided.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, nil, false}, {"storage_offset", 3, ArgInt, nil, true}}}
+	// AtenAsinScalar is aten::asin.Scalar(Scalar a) -> Scalar.
 	AtenAsinScalar = &Op{Name: "aten.asin.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAsinComplex is aten.asin.complex.
+	// AtenAsinComplex is aten::asin.complex(complex a) -> complex.
 	AtenAsinComplex = &Op{Name: "aten.asin.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAsin is aten.asin.default.
-	AtenAsin = &Op{Name: "aten.asin.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAsinFloat is aten.asin.float.
-	AtenAsinFloat = &Op{Name: "aten.asin.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAsinInt is aten.asin.int.
-	AtenAsinInt = &Op{Name: "aten.asin.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAsinhScalar is aten.asinh.Scalar.
+	// AtenAsin is aten::asin(Tensor self) -> Tensor.
+	AtenAsin = &Op{Name: "aten.asin.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAsinFloat is aten::asin.float(float a) -> float.
+	AtenAsinFloat = &Op{Name: "aten.asin.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenAsinInt is aten::asin.int(int a) -> float.
+	AtenAsinInt = &Op{Name: "aten.asin.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenAsinhScalar is aten::asinh.Scalar(Scalar a) -> Scalar.
 	AtenAsinhScalar = &Op{Name: "aten.asinh.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAsinhComplex is aten.asinh.complex.
+	// AtenAsinhComplex is aten::asinh.complex(complex a) -> complex.
 	AtenAsinhComplex = &Op{Name: "aten.asinh.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAsinh is aten.asinh.default.
-	AtenAsinh = &Op{Name: "aten.asinh.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAsinhFloat is aten.asinh.float.
-	AtenAsinhFloat = &Op{Name: "aten.asinh.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAsinhInt is aten.asinh.int.
-	AtenAsinhInt = &Op{Name: "aten.asinh.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtanScalar is aten.atan.Scalar.
+	// AtenAsinh is aten::asinh(Tensor self) -> Tensor.
+	AtenAsinh = &Op{Name: "aten.asinh.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAsinhFloat is aten::asinh.float(float a) -> float.
+	AtenAsinhFloat = &Op{Name: "aten.asinh.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenAsinhInt is aten::asinh.int(int a) -> float.
+	AtenAsinhInt = &Op{Name: "aten.asinh.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenAtanScalar is aten::atan.Scalar(Scalar a) -> Scalar.
 	AtenAtanScalar = &Op{Name: "aten.atan.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtanComplex is aten.atan.complex.
+	// AtenAtanComplex is aten::atan.complex(complex a) -> complex.
 	AtenAtanComplex = &Op{Name: "aten.atan.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtan is aten.atan.default.
-	AtenAtan = &Op{Name: "aten.atan.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAtanFloat is aten.atan.float.
-	AtenAtanFloat = &Op{Name: "aten.atan.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtanInt is aten.atan.int.
-	AtenAtanInt = &Op{Name: "aten.atan.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtan2ScalarScalar is aten.atan2.Scalar_Scalar.
+	// AtenAtan is aten::atan(Tensor self) -> Tensor.
+	AtenAtan = &Op{Name: "aten.atan.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAtanFloat is aten::atan.float(float a) -> float.
+	AtenAtanFloat = &Op{Name: "aten.atan.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenAtanInt is aten::atan.int(int a) -> float.
+	AtenAtanInt = &Op{Name: "aten.atan.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenAtan2ScalarScalar is aten::atan2.Scalar_Scalar(Scalar a, Scalar b) -> float.
 	AtenAtan2ScalarScalar = &Op{Name: "aten.atan2.Scalar_Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAtan2 is aten.atan2.default.
-	AtenAtan2 = &Op{Name: "aten.atan2.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenAtan2Float is aten.atan2.float.
-	AtenAtan2Float = &Op{Name: "aten.atan2.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAtan2FloatInt is aten.atan2.float_int.
-	AtenAtan2FloatInt = &Op{Name: "aten.atan2.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAtan2Int is aten.atan2.int.
-	AtenAtan2Int = &Op{Name: "aten.atan2.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAtan2IntFloat is aten.atan2.int_float.
-	AtenAtan2IntFloat = &Op{Name: "aten.atan2.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenAtanhScalar is aten.atanh.Scalar.
+	// AtenAtan2 is aten::atan2(Tensor self, Tensor other) -> Tensor.
+	AtenAtan2 = &Op{Name: "aten.atan2.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenAtan2Float is aten::atan2.float(float a, float b) -> float.
+	AtenAtan2Float = &Op{Name: "aten.atan2.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenAtan2FloatInt is aten::atan2.float_int(float a, int b) -> float.
+	AtenAtan2FloatInt = &Op{Name: "aten.atan2.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenAtan2Int is aten::atan2.int(int a, int b) -> float.
+	AtenAtan2Int = &Op{Name: "aten.atan2.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenAtan2IntFloat is aten::atan2.int_float(int a, float b) -> float.
+	AtenAtan2IntFloat = &Op{Name: "aten.atan2.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenAtanhScalar is aten::atanh.Scalar(Scalar a) -> Scalar.
 	AtenAtanhScalar = &Op{Name: "aten.atanh.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtanhComplex is aten.atanh.complex.
+	// AtenAtanhComplex is aten::atanh.complex(complex a) -> complex.
 	AtenAtanhComplex = &Op{Name: "aten.atanh.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtanh is aten.atanh.default.
-	AtenAtanh = &Op{Name: "aten.atanh.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAtanhFloat is aten.atanh.float.
-	AtenAtanhFloat = &Op{Name: "aten.atanh.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtanhInt is aten.atanh.int.
-	AtenAtanhInt = &Op{Name: "aten.atanh.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenAtleast1dSequence is aten.atleast_1d.Sequence.
+	// AtenAtanh is aten::atanh(Tensor self) -> Tensor.
+	AtenAtanh = &Op{Name: "aten.atanh.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAtanhFloat is aten::atanh.float(float a) -> float.
+	AtenAtanhFloat = &Op{Name: "aten.atanh.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenAtanhInt is aten::atanh.int(int a) -> float.
+	AtenAtanhInt = &Op{Name: "aten.atanh.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenAtleast1dSequence is aten::atleast_1d.Sequence(Tensor[] tensors) -> Tensor[].
 	AtenAtleast1dSequence = &Op{Name: "aten.atleast_1d.Sequence", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}}}
-	// AtenAtleast1d is aten.atleast_1d.default.
-	AtenAtleast1d = &Op{Name: "aten.atleast_1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAtleast2dSequence is aten.atleast_2d.Sequence.
+	// AtenAtleast1d is aten::atleast_1d(Tensor self) -> Tensor.
+	AtenAtleast1d = &Op{Name: "aten.atleast_1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAtleast2dSequence is aten::atleast_2d.Sequence(Tensor[] tensors) -> Tensor[].
 	AtenAtleast2dSequence = &Op{Name: "aten.atleast_2d.Sequence", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}}}
-	// AtenAtleast2d is aten.atleast_2d.default.
-	AtenAtleast2d = &Op{Name: "aten.atleast_2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAtleast3dSequence is aten.atleast_3d.Sequence.
+	// AtenAtleast2d is aten::atleast_2d(Tensor self) -> Tensor.
+	AtenAtleast2d = &Op{Name: "aten.atleast_2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAtleast3dSequence is aten::atleast_3d.Sequence(Tensor[] tensors) -> Tensor[].
 	AtenAtleast3dSequence = &Op{Name: "aten.atleast_3d.Sequence", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}}}
-	// AtenAtleast3d is aten.atleast_3d.default.
-	AtenAtleast3d = &Op{Name: "aten.atleast_3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenAvgPool1d is aten.avg_pool1d.default.
-	AtenAvgPool1d = &Op{Name: "aten.avg_pool1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0)}, true}, {"ceil_mode", 4, ArgAny, false, true}, {"count_include_pad", 5, ArgAny, true, true}}}
-	// AtenAvgPool2d is aten.avg_pool2d.default.
-	AtenAvgPool2d = &Op{Name: "aten.avg_pool2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0), int64(0)}, true}, {"ceil_mode", 4, ArgAny, false, true}, {"count_include_pad", 5, ArgAny, true, true}, {"divisor_override", 6, ArgAny, nil, true}}}
-	// AtenAvgPool3d is aten.avg_pool3d.default.
-	AtenAvgPool3d = &Op{Name: "aten.avg_pool3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0), int64(0), int64(0)}, true}, {"ceil_mode", 4, ArgAny, false, true}, {"count_include_pad", 5, ArgAny, true, true}, {"divisor_override", 6, ArgAny, nil, true}}}
-	// AtenBaddbmm is aten.baddbmm.default.
-	AtenBaddbmm = &Op{Name: "aten.baddbmm.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"batch1", 1, ArgAny, nil, false}, {"batch2", 2, ArgAny, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenBaddbmmDtype is aten.baddbmm.dtype.
-	AtenBaddbmmDtype = &Op{Name: "aten.baddbmm.dtype", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"batch1", 1, ArgAny, nil, false}, {"batch2", 2, ArgAny, nil, false}, {"out_dtype", 3, ArgAny, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenBatchNorm is aten.batch_norm.default.
-	AtenBatchNorm = &Op{Name: "aten.batch_norm.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"running_mean", 3, ArgAny, nil, false}, {"running_var", 4, ArgAny, nil, false}, {"training", 5, ArgAny, nil, false}, {"momentum", 6, ArgAny, nil, false}, {"eps", 7, ArgAny, nil, false}, {"cudnn_enabled", 8, ArgAny, nil, false}}}
-	// AtenBitwiseAndScalar is aten.bitwise_and.Scalar.
-	AtenBitwiseAndScalar = &Op{Name: "aten.bitwise_and.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseAndScalarTensor is aten.bitwise_and.Scalar_Tensor.
-	AtenBitwiseAndScalarTensor = &Op{Name: "aten.bitwise_and.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseAndTensor is aten.bitwise_and.Tensor.
-	AtenBitwiseAndTensor = &Op{Name: "aten.bitwise_and.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseLeftShiftScalarTensor is aten.bitwise_left_shift.Scalar_Tensor.
-	AtenBitwiseLeftShiftScalarTensor = &Op{Name: "aten.bitwise_left_shift.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseLeftShiftTensor is aten.bitwise_left_shift.Tensor.
-	AtenBitwiseLeftShiftTensor = &Op{Name: "aten.bitwise_left_shift.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseLeftShiftTensorScalar is aten.bitwise_left_shift.Tensor_Scalar.
-	AtenBitwiseLeftShiftTensorScalar = &Op{Name: "aten.bitwise_left_shift.Tensor_Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseNot is aten.bitwise_not.default.
-	AtenBitwiseNot = &Op{Name: "aten.bitwise_not.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenBitwiseOrScalar is aten.bitwise_or.Scalar.
-	AtenBitwiseOrScalar = &Op{Name: "aten.bitwise_or.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseOrScalarTensor is aten.bitwise_or.Scalar_Tensor.
-	AtenBitwiseOrScalarTensor = &Op{Name: "aten.bitwise_or.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseOrTensor is aten.bitwise_or.Tensor.
-	AtenBitwiseOrTensor = &Op{Name: "aten.bitwise_or.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseRightShiftScalarTensor is aten.bitwise_right_shift.Scalar_Tensor.
-	AtenBitwiseRightShiftScalarTensor = &Op{Name: "aten.bitwise_right_shift.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseRightShiftTensor is aten.bitwise_right_shift.Tensor.
-	AtenBitwiseRightShiftTensor = &Op{Name: "aten.bitwise_right_shift.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseRightShiftTensorScalar is aten.bitwise_right_shift.Tensor_Scalar.
-	AtenBitwiseRightShiftTensorScalar = &Op{Name: "aten.bitwise_right_shift.Tensor_Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseXorScalar is aten.bitwise_xor.Scalar.
-	AtenBitwiseXorScalar = &Op{Name: "aten.bitwise_xor.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseXorScalarTensor is aten.bitwise_xor.Scalar_Tensor.
-	AtenBitwiseXorScalarTensor = &Op{Name: "aten.bitwise_xor.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBitwiseXorTensor is aten.bitwise_xor.Tensor.
-	AtenBitwiseXorTensor = &Op{Name: "aten.bitwise_xor.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenBmm is aten.bmm.default.
-	AtenBmm = &Op{Name: "aten.bmm.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mat2", 1, ArgAny, nil, false}}}
-	// AtenBmmDtype is aten.bmm.dtype.
-	AtenBmmDtype = &Op{Name: "aten.bmm.dtype", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mat2", 1, ArgAny, nil, false}, {"out_dtype", 2, ArgAny, nil, false}}}
-	// AtenBroadcastTensors is aten.broadcast_tensors.default.
+	// AtenAtleast3d is aten::atleast_3d(Tensor self) -> Tensor.
+	AtenAtleast3d = &Op{Name: "aten.atleast_3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenAvgPool1d is aten::avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], bool ceil_mode=False, bool count_include_pad=True) -> Tensor.
+	AtenAvgPool1d = &Op{Name: "aten.avg_pool1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0)}, true}, {"ceil_mode", 4, ArgBool, false, true}, {"count_include_pad", 5, ArgBool, true, true}}}
+	// AtenAvgPool2d is aten::avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor.
+	AtenAvgPool2d = &Op{Name: "aten.avg_pool2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0), int64(0)}, true}, {"ceil_mode", 4, ArgBool, false, true}, {"count_include_pad", 5, ArgBool, true, true}, {"divisor_override", 6, ArgInt, nil, true}}}
+	// AtenAvgPool3d is aten::avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor.
+	AtenAvgPool3d = &Op{Name: "aten.avg_pool3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0), int64(0), int64(0)}, true}, {"ceil_mode", 4, ArgBool, false, true}, {"count_include_pad", 5, ArgBool, true, true}, {"divisor_override", 6, ArgInt, nil, true}}}
+	// AtenBaddbmm is aten::baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor.
+	AtenBaddbmm = &Op{Name: "aten.baddbmm.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"batch1", 1, ArgTensor, nil, false}, {"batch2", 2, ArgTensor, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenBaddbmmDtype is aten::baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) -> Tensor.
+	AtenBaddbmmDtype = &Op{Name: "aten.baddbmm.dtype", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"batch1", 1, ArgTensor, nil, false}, {"batch2", 2, ArgTensor, nil, false}, {"out_dtype", 3, ArgInt, nil, false}, {"beta", KwOnly, ArgAny, int64(1), true}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenBatchNorm is aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor.
+	AtenBatchNorm = &Op{Name: "aten.batch_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"running_mean", 3, ArgTensor, nil, false}, {"running_var", 4, ArgTensor, nil, false}, {"training", 5, ArgBool, nil, false}, {"momentum", 6, ArgFloat, nil, false}, {"eps", 7, ArgFloat, nil, false}, {"cudnn_enabled", 8, ArgBool, nil, false}}}
+	// AtenBitwiseAndScalar is aten::bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenBitwiseAndScalar = &Op{Name: "aten.bitwise_and.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenBitwiseAndScalarTensor is aten::bitwise_and.Scalar_Tensor(Scalar self, Tensor other) -> Tensor.
+	AtenBitwiseAndScalarTensor = &Op{Name: "aten.bitwise_and.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseAndTensor is aten::bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenBitwiseAndTensor = &Op{Name: "aten.bitwise_and.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseLeftShiftScalarTensor is aten::bitwise_left_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor.
+	AtenBitwiseLeftShiftScalarTensor = &Op{Name: "aten.bitwise_left_shift.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseLeftShiftTensor is aten::bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenBitwiseLeftShiftTensor = &Op{Name: "aten.bitwise_left_shift.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseLeftShiftTensorScalar is aten::bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenBitwiseLeftShiftTensorScalar = &Op{Name: "aten.bitwise_left_shift.Tensor_Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenBitwiseNot is aten::bitwise_not(Tensor self) -> Tensor.
+	AtenBitwiseNot = &Op{Name: "aten.bitwise_not.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenBitwiseOrScalar is aten::bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenBitwiseOrScalar = &Op{Name: "aten.bitwise_or.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenBitwiseOrScalarTensor is aten::bitwise_or.Scalar_Tensor(Scalar self, Tensor other) -> Tensor.
+	AtenBitwiseOrScalarTensor = &Op{Name: "aten.bitwise_or.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseOrTensor is aten::bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenBitwiseOrTensor = &Op{Name: "aten.bitwise_or.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseRightShiftScalarTensor is aten::bitwise_right_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor.
+	AtenBitwiseRightShiftScalarTensor = &Op{Name: "aten.bitwise_right_shift.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseRightShiftTensor is aten::bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenBitwiseRightShiftTensor = &Op{Name: "aten.bitwise_right_shift.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseRightShiftTensorScalar is aten::bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenBitwiseRightShiftTensorScalar = &Op{Name: "aten.bitwise_right_shift.Tensor_Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenBitwiseXorScalar is aten::bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenBitwiseXorScalar = &Op{Name: "aten.bitwise_xor.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenBitwiseXorScalarTensor is aten::bitwise_xor.Scalar_Tensor(Scalar self, Tensor other) -> Tensor.
+	AtenBitwiseXorScalarTensor = &Op{Name: "aten.bitwise_xor.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBitwiseXorTensor is aten::bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenBitwiseXorTensor = &Op{Name: "aten.bitwise_xor.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenBmm is aten::bmm(Tensor self, Tensor mat2) -> Tensor.
+	AtenBmm = &Op{Name: "aten.bmm.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mat2", 1, ArgTensor, nil, false}}}
+	// AtenBmmDtype is aten::bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor.
+	AtenBmmDtype = &Op{Name: "aten.bmm.dtype", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mat2", 1, ArgTensor, nil, false}, {"out_dtype", 2, ArgInt, nil, false}}}
+	// AtenBroadcastTensors is aten::broadcast_tensors(Tensor[] tensors) -> Tensor[].
 	AtenBroadcastTensors = &Op{Name: "aten.broadcast_tensors.default", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}}}
-	// AtenCat is aten.cat.default.
-	AtenCat = &Op{Name: "aten.cat.default", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, int64(0), true}}}
-	// AtenCdist is aten.cdist.default.
-	AtenCdist = &Op{Name: "aten.cdist.default", Args: []ArgSpec{{"x1", 0, ArgAny, nil, false}, {"x2", 1, ArgAny, nil, false}, {"p", 2, ArgAny, float64(2.0), true}, {"compute_mode", 3, ArgAny, nil, true}}}
-	// AtenCeilScalar is aten.ceil.Scalar.
+	// AtenCat is aten::cat(Tensor[] tensors, int dim=0) -> Tensor.
+	AtenCat = &Op{Name: "aten.cat.default", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}, {"dim", 1, ArgInt, int64(0), true}}}
+	// AtenCdist is aten::cdist(Tensor x1, Tensor x2, float p=2., int? compute_mode=None) -> Tensor.
+	AtenCdist = &Op{Name: "aten.cdist.default", Args: []ArgSpec{{"x1", 0, ArgTensor, nil, false}, {"x2", 1, ArgTensor, nil, false}, {"p", 2, ArgFloat, float64(2.0), true}, {"compute_mode", 3, ArgInt, nil, true}}}
+	// AtenCeilScalar is aten::ceil.Scalar(Scalar a) -> Scalar.
 	AtenCeilScalar = &Op{Name: "aten.ceil.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCeil is aten.ceil.default.
-	AtenCeil = &Op{Name: "aten.ceil.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCeilFloat is aten.ceil.float.
-	AtenCeilFloat = &Op{Name: "aten.ceil.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCeilInt is aten.ceil.int.
-	AtenCeilInt = &Op{Name: "aten.ceil.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCelu is aten.celu.default.
-	AtenCelu = &Op{Name: "aten.celu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"alpha", 1, ArgAny, float64(1.0), true}}}
-	// AtenChunk is aten.chunk.default.
-	AtenChunk = &Op{Name: "aten.chunk.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"chunks", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenClampTensor is aten.clamp.Tensor.
-	AtenClampTensor = &Op{Name: "aten.clamp.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"min", 1, ArgAny, nil, true}, {"max", 2, ArgAny, nil, true}}}
-	// AtenClamp is aten.clamp.default.
-	AtenClamp = &Op{Name: "aten.clamp.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"min", 1, ArgAny, nil, true}, {"max", 2, ArgAny, nil, true}}}
-	// AtenClampMaxTensor is aten.clamp_max.Tensor.
-	AtenClampMaxTensor = &Op{Name: "aten.clamp_max.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"max", 1, ArgAny, nil, false}}}
-	// AtenClampMax is aten.clamp_max.default.
-	AtenClampMax = &Op{Name: "aten.clamp_max.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"max", 1, ArgAny, nil, false}}}
-	// AtenClampMinTensor is aten.clamp_min.Tensor.
-	AtenClampMinTensor = &Op{Name: "aten.clamp_min.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"min", 1, ArgAny, nil, false}}}
-	// AtenClampMin is aten.clamp_min.default.
-	AtenClampMin = &Op{Name: "aten.clamp_min.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"min", 1, ArgAny, nil, false}}}
-	// AtenClipTensor is aten.clip.Tensor.
-	AtenClipTensor = &Op{Name: "aten.clip.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"min", 1, ArgAny, nil, true}, {"max", 2, ArgAny, nil, true}}}
-	// AtenClip is aten.clip.default.
-	AtenClip = &Op{Name: "aten.clip.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"min", 1, ArgAny, nil, true}, {"max", 2, ArgAny, nil, true}}}
-	// AtenClone is aten.clone.default.
-	AtenClone = &Op{Name: "aten.clone.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// AtenCol2im is aten.col2im.default.
-	AtenCol2im = &Op{Name: "aten.col2im.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"kernel_size", 2, ArgAny, nil, false}, {"dilation", 3, ArgAny, nil, false}, {"padding", 4, ArgAny, nil, false}, {"stride", 5, ArgAny, nil, false}}}
-	// AtenConstantPadNd is aten.constant_pad_nd.default.
-	AtenConstantPadNd = &Op{Name: "aten.constant_pad_nd.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"pad", 1, ArgAny, nil, false}, {"value", 2, ArgAny, int64(0), true}}}
-	// AtenContiguous is aten.contiguous.default.
-	AtenContiguous = &Op{Name: "aten.contiguous.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"memory_format", KwOnly, ArgAny, int64(0), true}}}
-	// AtenConv1d is aten.conv1d.default.
-	AtenConv1d = &Op{Name: "aten.conv1d.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1)}, true}, {"padding", 4, ArgAny, []any{int64(0)}, true}, {"dilation", 5, ArgAny, []any{int64(1)}, true}, {"groups", 6, ArgAny, int64(1), true}}}
-	// AtenConv1dPadding is aten.conv1d.padding.
-	AtenConv1dPadding = &Op{Name: "aten.conv1d.padding", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1)}, true}, {"padding", 4, ArgAny, "valid", true}, {"dilation", 5, ArgAny, []any{int64(1)}, true}, {"groups", 6, ArgAny, int64(1), true}}}
-	// AtenConv2d is aten.conv2d.default.
-	AtenConv2d = &Op{Name: "aten.conv2d.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1), int64(1)}, true}, {"padding", 4, ArgAny, []any{int64(0), int64(0)}, true}, {"dilation", 5, ArgAny, []any{int64(1), int64(1)}, true}, {"groups", 6, ArgAny, int64(1), true}}}
-	// AtenConv2dPadding is aten.conv2d.padding.
-	AtenConv2dPadding = &Op{Name: "aten.conv2d.padding", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1), int64(1)}, true}, {"padding", 4, ArgAny, "valid", true}, {"dilation", 5, ArgAny, []any{int64(1), int64(1)}, true}, {"groups", 6, ArgAny, int64(1), true}}}
-	// AtenConv3d is aten.conv3d.default.
-	AtenConv3d = &Op{Name: "aten.conv3d.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1), int64(1), int64(1)}, true}, {"padding", 4, ArgAny, []any{int64(0), int64(0), int64(0)}, true}, {"dilation", 5, ArgAny, []any{int64(1), int64(1), int64(1)}, true}, {"groups", 6, ArgAny, int64(1), true}}}
-	// AtenConv3dPadding is aten.conv3d.padding.
-	AtenConv3dPadding = &Op{Name: "aten.conv3d.padding", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1), int64(1), int64(1)}, true}, {"padding", 4, ArgAny, "valid", true}, {"dilation", 5, ArgAny, []any{int64(1), int64(1), int64(1)}, true}, {"groups", 6, ArgAny, int64(1), true}}}
-	// AtenConvTranspose1d is aten.conv_transpose1d.default.
-	AtenConvTranspose1d = &Op{Name: "aten.conv_transpose1d.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1)}, true}, {"padding", 4, ArgAny, []any{int64(0)}, true}, {"output_padding", 5, ArgAny, []any{int64(0)}, true}, {"groups", 6, ArgAny, int64(1), true}, {"dilation", 7, ArgAny, []any{int64(1)}, true}}}
-	// AtenConvTranspose2dInput is aten.conv_transpose2d.input.
-	AtenConvTranspose2dInput = &Op{Name: "aten.conv_transpose2d.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1), int64(1)}, true}, {"padding", 4, ArgAny, []any{int64(0), int64(0)}, true}, {"output_padding", 5, ArgAny, []any{int64(0), int64(0)}, true}, {"groups", 6, ArgAny, int64(1), true}, {"dilation", 7, ArgAny, []any{int64(1), int64(1)}, true}}}
-	// AtenConvTranspose3dInput is aten.conv_transpose3d.input.
-	AtenConvTranspose3dInput = &Op{Name: "aten.conv_transpose3d.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}, {"stride", 3, ArgAny, []any{int64(1), int64(1), int64(1)}, true}, {"padding", 4, ArgAny, []any{int64(0), int64(0), int64(0)}, true}, {"output_padding", 5, ArgAny, []any{int64(0), int64(0), int64(0)}, true}, {"groups", 6, ArgAny, int64(1), true}, {"dilation", 7, ArgAny, []any{int64(1), int64(1), int64(1)}, true}}}
-	// AtenConvolution is aten.convolution.default.
-	AtenConvolution = &Op{Name: "aten.convolution.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"stride", 3, ArgAny, nil, false}, {"padding", 4, ArgAny, nil, false}, {"dilation", 5, ArgAny, nil, false}, {"transposed", 6, ArgAny, nil, false}, {"output_padding", 7, ArgAny, nil, false}, {"groups", 8, ArgAny, nil, false}}}
-	// AtenCopyDictTensor is aten.copy.Dict_Tensor.
+	// AtenCeil is aten::ceil(Tensor self) -> Tensor.
+	AtenCeil = &Op{Name: "aten.ceil.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenCeilFloat is aten::ceil.float(float a) -> int.
+	AtenCeilFloat = &Op{Name: "aten.ceil.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenCeilInt is aten::ceil.int(int a) -> int.
+	AtenCeilInt = &Op{Name: "aten.ceil.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenCelu is aten::celu(Tensor self, Scalar alpha=1.) -> Tensor.
+	AtenCelu = &Op{Name: "aten.celu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"alpha", 1, ArgAny, float64(1.0), true}}}
+	// AtenChunk is aten::chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[].
+	AtenChunk = &Op{Name: "aten.chunk.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"chunks", 1, ArgInt, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenClampTensor is aten::clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor.
+	AtenClampTensor = &Op{Name: "aten.clamp.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"min", 1, ArgTensor, nil, true}, {"max", 2, ArgTensor, nil, true}}}
+	// AtenClamp is aten::clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor.
+	AtenClamp = &Op{Name: "aten.clamp.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"min", 1, ArgAny, nil, true}, {"max", 2, ArgAny, nil, true}}}
+	// AtenClampMaxTensor is aten::clamp_max.Tensor(Tensor self, Tensor max) -> Tensor.
+	AtenClampMaxTensor = &Op{Name: "aten.clamp_max.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"max", 1, ArgTensor, nil, false}}}
+	// AtenClampMax is aten::clamp_max(Tensor self, Scalar max) -> Tensor.
+	AtenClampMax = &Op{Name: "aten.clamp_max.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"max", 1, ArgAny, nil, false}}}
+	// AtenClampMinTensor is aten::clamp_min.Tensor(Tensor self, Tensor min) -> Tensor.
+	AtenClampMinTensor = &Op{Name: "aten.clamp_min.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"min", 1, ArgTensor, nil, false}}}
+	// AtenClampMin is aten::clamp_min(Tensor self, Scalar min) -> Tensor.
+	AtenClampMin = &Op{Name: "aten.clamp_min.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"min", 1, ArgAny, nil, false}}}
+	// AtenClipTensor is aten::clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor.
+	AtenClipTensor = &Op{Name: "aten.clip.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"min", 1, ArgTensor, nil, true}, {"max", 2, ArgTensor, nil, true}}}
+	// AtenClip is aten::clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor.
+	AtenClip = &Op{Name: "aten.clip.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"min", 1, ArgAny, nil, true}, {"max", 2, ArgAny, nil, true}}}
+	// AtenClone is aten::clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor.
+	AtenClone = &Op{Name: "aten.clone.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"memory_format", KwOnly, ArgInt, nil, true}}}
+	// AtenCol2im is aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor.
+	AtenCol2im = &Op{Name: "aten.col2im.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"kernel_size", 2, ArgInts, nil, false}, {"dilation", 3, ArgInts, nil, false}, {"padding", 4, ArgInts, nil, false}, {"stride", 5, ArgInts, nil, false}}}
+	// AtenConstantPadNd is aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor.
+	AtenConstantPadNd = &Op{Name: "aten.constant_pad_nd.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"pad", 1, ArgInts, nil, false}, {"value", 2, ArgAny, int64(0), true}}}
+	// AtenContiguous is aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=0) -> Tensor(a).
+	AtenContiguous = &Op{Name: "aten.contiguous.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"memory_format", KwOnly, ArgInt, int64(0), true}}}
+	// AtenConv1d is aten::conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=[1], SymInt[1] padding=[0], SymInt[1] dilation=[1], SymInt groups=1) -> Tensor.
+	AtenConv1d = &Op{Name: "aten.conv1d.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1)}, true}, {"padding", 4, ArgInts, []any{int64(0)}, true}, {"dilation", 5, ArgInts, []any{int64(1)}, true}, {"groups", 6, ArgInt, int64(1), true}}}
+	// AtenConv1dPadding is aten::conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=[1], str padding="valid", SymInt[1] dilation=[1], SymInt groups=1) -> Tensor.
+	AtenConv1dPadding = &Op{Name: "aten.conv1d.padding", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1)}, true}, {"padding", 4, ArgAny, "valid", true}, {"dilation", 5, ArgInts, []any{int64(1)}, true}, {"groups", 6, ArgInt, int64(1), true}}}
+	// AtenConv2d is aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=[1, 1], SymInt[2] padding=[0, 0], SymInt[2] dilation=[1, 1], SymInt groups=1) -> Tensor.
+	AtenConv2d = &Op{Name: "aten.conv2d.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1), int64(1)}, true}, {"padding", 4, ArgInts, []any{int64(0), int64(0)}, true}, {"dilation", 5, ArgInts, []any{int64(1), int64(1)}, true}, {"groups", 6, ArgInt, int64(1), true}}}
+	// AtenConv2dPadding is aten::conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=[1, 1], str padding="valid", SymInt[2] dilation=[1, 1], SymInt groups=1) -> Tensor.
+	AtenConv2dPadding = &Op{Name: "aten.conv2d.padding", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1), int64(1)}, true}, {"padding", 4, ArgAny, "valid", true}, {"dilation", 5, ArgInts, []any{int64(1), int64(1)}, true}, {"groups", 6, ArgInt, int64(1), true}}}
+	// AtenConv3d is aten::conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=[1, 1, 1], SymInt[3] padding=[0, 0, 0], SymInt[3] dilation=[1, 1, 1], SymInt groups=1) -> Tensor.
+	AtenConv3d = &Op{Name: "aten.conv3d.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1), int64(1), int64(1)}, true}, {"padding", 4, ArgInts, []any{int64(0), int64(0), int64(0)}, true}, {"dilation", 5, ArgInts, []any{int64(1), int64(1), int64(1)}, true}, {"groups", 6, ArgInt, int64(1), true}}}
+	// AtenConv3dPadding is aten::conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=[1, 1, 1], str padding="valid", SymInt[3] dilation=[1, 1, 1], SymInt groups=1) -> Tensor.
+	AtenConv3dPadding = &Op{Name: "aten.conv3d.padding", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1), int64(1), int64(1)}, true}, {"padding", 4, ArgAny, "valid", true}, {"dilation", 5, ArgInts, []any{int64(1), int64(1), int64(1)}, true}, {"groups", 6, ArgInt, int64(1), true}}}
+	// AtenConvTranspose1d is aten::conv_transpose1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=[1], SymInt[1] padding=[0], SymInt[1] output_padding=[0], SymInt groups=1, SymInt[1] dilation=[1]) -> Tensor.
+	AtenConvTranspose1d = &Op{Name: "aten.conv_transpose1d.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1)}, true}, {"padding", 4, ArgInts, []any{int64(0)}, true}, {"output_padding", 5, ArgInts, []any{int64(0)}, true}, {"groups", 6, ArgInt, int64(1), true}, {"dilation", 7, ArgInts, []any{int64(1)}, true}}}
+	// AtenConvTranspose2dInput is aten::conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=[1, 1], SymInt[2] padding=[0, 0], SymInt[2] output_padding=[0, 0], SymInt groups=1, SymInt[2] dilation=[1, 1]) -> Tensor.
+	AtenConvTranspose2dInput = &Op{Name: "aten.conv_transpose2d.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1), int64(1)}, true}, {"padding", 4, ArgInts, []any{int64(0), int64(0)}, true}, {"output_padding", 5, ArgInts, []any{int64(0), int64(0)}, true}, {"groups", 6, ArgInt, int64(1), true}, {"dilation", 7, ArgInts, []any{int64(1), int64(1)}, true}}}
+	// AtenConvTranspose3dInput is aten::conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=[1, 1, 1], SymInt[3] padding=[0, 0, 0], SymInt[3] output_padding=[0, 0, 0], SymInt groups=1, SymInt[3] dilation=[1, 1, 1]) -> Tensor.
+	AtenConvTranspose3dInput = &Op{Name: "aten.conv_transpose3d.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}, {"stride", 3, ArgInts, []any{int64(1), int64(1), int64(1)}, true}, {"padding", 4, ArgInts, []any{int64(0), int64(0), int64(0)}, true}, {"output_padding", 5, ArgInts, []any{int64(0), int64(0), int64(0)}, true}, {"groups", 6, ArgInt, int64(1), true}, {"dilation", 7, ArgInts, []any{int64(1), int64(1), int64(1)}, true}}}
+	// AtenConvolution is aten::convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor.
+	AtenConvolution = &Op{Name: "aten.convolution.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"stride", 3, ArgInts, nil, false}, {"padding", 4, ArgInts, nil, false}, {"dilation", 5, ArgInts, nil, false}, {"transposed", 6, ArgBool, nil, false}, {"output_padding", 7, ArgInts, nil, false}, {"groups", 8, ArgInt, nil, false}}}
+	// AtenCopyDictTensor is aten::copy.Dict_Tensor(Dict(Tensor, t)(a) self) -> Dict(Tensor, t).
 	AtenCopyDictTensor = &Op{Name: "aten.copy.Dict_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCopyDictBool is aten.copy.Dict_bool.
+	// AtenCopyDictBool is aten::copy.Dict_bool(Dict(bool, t)(a) self) -> Dict(bool, t).
 	AtenCopyDictBool = &Op{Name: "aten.copy.Dict_bool", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCopyDictComplex is aten.copy.Dict_complex.
+	// AtenCopyDictComplex is aten::copy.Dict_complex(Dict(complex, t)(a) self) -> Dict(complex, t).
 	AtenCopyDictComplex = &Op{Name: "aten.copy.Dict_complex", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCopyDictFloat is aten.copy.Dict_float.
+	// AtenCopyDictFloat is aten::copy.Dict_float(Dict(float, t)(a) self) -> Dict(float, t).
 	AtenCopyDictFloat = &Op{Name: "aten.copy.Dict_float", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCopyDictInt is aten.copy.Dict_int.
+	// AtenCopyDictInt is aten::copy.Dict_int(Dict(int, t)(a) self) -> Dict(int, t).
 	AtenCopyDictInt = &Op{Name: "aten.copy.Dict_int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCopyDictStr is aten.copy.Dict_str.
+	// AtenCopyDictStr is aten::copy.Dict_str(Dict(str, t)(a) self) -> Dict(str, t).
 	AtenCopyDictStr = &Op{Name: "aten.copy.Dict_str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCopy is aten.copy.default.
-	AtenCopy = &Op{Name: "aten.copy.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"src", 1, ArgAny, nil, false}, {"non_blocking", 2, ArgAny, false, true}}}
-	// AtenCopyT is aten.copy.t.
+	// AtenCopy is aten::copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor.
+	AtenCopy = &Op{Name: "aten.copy.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"src", 1, ArgTensor, nil, false}, {"non_blocking", 2, ArgBool, false, true}}}
+	// AtenCopyT is aten::copy.t(t[](a) self) -> t[].
 	AtenCopyT = &Op{Name: "aten.copy.t", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCopysignScalar is aten.copysign.Scalar.
-	AtenCopysignScalar = &Op{Name: "aten.copysign.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenCopysignTensor is aten.copysign.Tensor.
-	AtenCopysignTensor = &Op{Name: "aten.copysign.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenCopysign is aten.copysign.default.
+	// AtenCopysignScalar is aten::copysign.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenCopysignScalar = &Op{Name: "aten.copysign.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenCopysignTensor is aten::copysign.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenCopysignTensor = &Op{Name: "aten.copysign.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenCopysign is aten::copysign(Scalar a, Scalar b) -> float.
 	AtenCopysign = &Op{Name: "aten.copysign.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenCopysignFloat is aten.copysign.float.
-	AtenCopysignFloat = &Op{Name: "aten.copysign.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenCopysignFloatInt is aten.copysign.float_int.
-	AtenCopysignFloatInt = &Op{Name: "aten.copysign.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenCopysignInt is aten.copysign.int.
-	AtenCopysignInt = &Op{Name: "aten.copysign.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenCopysignIntFloat is aten.copysign.int_float.
-	AtenCopysignIntFloat = &Op{Name: "aten.copysign.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenCosScalar is aten.cos.Scalar.
+	// AtenCopysignFloat is aten::copysign.float(float a, float b) -> float.
+	AtenCopysignFloat = &Op{Name: "aten.copysign.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenCopysignFloatInt is aten::copysign.float_int(float a, int b) -> float.
+	AtenCopysignFloatInt = &Op{Name: "aten.copysign.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenCopysignInt is aten::copysign.int(int a, int b) -> float.
+	AtenCopysignInt = &Op{Name: "aten.copysign.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenCopysignIntFloat is aten::copysign.int_float(int a, float b) -> float.
+	AtenCopysignIntFloat = &Op{Name: "aten.copysign.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenCosScalar is aten::cos.Scalar(Scalar a) -> Scalar.
 	AtenCosScalar = &Op{Name: "aten.cos.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCosComplex is aten.cos.complex.
+	// AtenCosComplex is aten::cos.complex(complex a) -> complex.
 	AtenCosComplex = &Op{Name: "aten.cos.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCos is aten.cos.default.
-	AtenCos = &Op{Name: "aten.cos.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCosFloat is aten.cos.float.
-	AtenCosFloat = &Op{Name: "aten.cos.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCosInt is aten.cos.int.
-	AtenCosInt = &Op{Name: "aten.cos.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCoshScalar is aten.cosh.Scalar.
+	// AtenCos is aten::cos(Tensor self) -> Tensor.
+	AtenCos = &Op{Name: "aten.cos.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenCosFloat is aten::cos.float(float a) -> float.
+	AtenCosFloat = &Op{Name: "aten.cos.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenCosInt is aten::cos.int(int a) -> float.
+	AtenCosInt = &Op{Name: "aten.cos.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenCoshScalar is aten::cosh.Scalar(Scalar a) -> Scalar.
 	AtenCoshScalar = &Op{Name: "aten.cosh.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCoshComplex is aten.cosh.complex.
+	// AtenCoshComplex is aten::cosh.complex(complex a) -> complex.
 	AtenCoshComplex = &Op{Name: "aten.cosh.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCosh is aten.cosh.default.
-	AtenCosh = &Op{Name: "aten.cosh.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenCoshFloat is aten.cosh.float.
-	AtenCoshFloat = &Op{Name: "aten.cosh.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCoshInt is aten.cosh.int.
-	AtenCoshInt = &Op{Name: "aten.cosh.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenCosineSimilarity is aten.cosine_similarity.default.
-	AtenCosineSimilarity = &Op{Name: "aten.cosine_similarity.default", Args: []ArgSpec{{"x1", 0, ArgAny, nil, false}, {"x2", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(1), true}, {"eps", 3, ArgAny, float64(1e-08), true}}}
-	// AtenCountNonzero is aten.count_nonzero.default.
-	AtenCountNonzero = &Op{Name: "aten.count_nonzero.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}}}
-	// AtenCountNonzeroDimIntList is aten.count_nonzero.dim_IntList.
-	AtenCountNonzeroDimIntList = &Op{Name: "aten.count_nonzero.dim_IntList", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}}}
-	// AtenCumprod is aten.cumprod.default.
-	AtenCumprod = &Op{Name: "aten.cumprod.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenCumsum is aten.cumsum.default.
-	AtenCumsum = &Op{Name: "aten.cumsum.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenDetach is aten.detach.default.
-	AtenDetach = &Op{Name: "aten.detach.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenDiagEmbed is aten.diag_embed.default.
-	AtenDiagEmbed = &Op{Name: "aten.diag_embed.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"offset", 1, ArgAny, int64(0), true}, {"dim1", 2, ArgAny, int64(-2), true}, {"dim2", 3, ArgAny, int64(-1), true}}}
-	// AtenDiagonal is aten.diagonal.default.
-	AtenDiagonal = &Op{Name: "aten.diagonal.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"offset", 1, ArgAny, int64(0), true}, {"dim1", 2, ArgAny, int64(0), true}, {"dim2", 3, ArgAny, int64(1), true}}}
-	// AtenDiff is aten.diff.default.
-	AtenDiff = &Op{Name: "aten.diff.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"n", 1, ArgAny, int64(1), true}, {"dim", 2, ArgAny, int64(-1), true}, {"prepend", 3, ArgAny, nil, true}, {"append", 4, ArgAny, nil, true}}}
-	// AtenDist is aten.dist.default.
-	AtenDist = &Op{Name: "aten.dist.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"p", 2, ArgAny, int64(2), true}}}
-	// AtenDivScalar is aten.div.Scalar.
-	AtenDivScalar = &Op{Name: "aten.div.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenDivScalarMode is aten.div.Scalar_mode.
-	AtenDivScalarMode = &Op{Name: "aten.div.Scalar_mode", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"rounding_mode", KwOnly, ArgAny, nil, false}}}
-	// AtenDivTensor is aten.div.Tensor.
-	AtenDivTensor = &Op{Name: "aten.div.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenDivTensorMode is aten.div.Tensor_mode.
-	AtenDivTensorMode = &Op{Name: "aten.div.Tensor_mode", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"rounding_mode", KwOnly, ArgAny, nil, false}}}
-	// AtenDivComplex is aten.div.complex.
+	// AtenCosh is aten::cosh(Tensor self) -> Tensor.
+	AtenCosh = &Op{Name: "aten.cosh.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenCoshFloat is aten::cosh.float(float a) -> float.
+	AtenCoshFloat = &Op{Name: "aten.cosh.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenCoshInt is aten::cosh.int(int a) -> float.
+	AtenCoshInt = &Op{Name: "aten.cosh.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenCosineSimilarity is aten::cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor.
+	AtenCosineSimilarity = &Op{Name: "aten.cosine_similarity.default", Args: []ArgSpec{{"x1", 0, ArgTensor, nil, false}, {"x2", 1, ArgTensor, nil, false}, {"dim", 2, ArgInt, int64(1), true}, {"eps", 3, ArgFloat, float64(1e-08), true}}}
+	// AtenCountNonzero is aten::count_nonzero(Tensor self, int? dim=None) -> Tensor.
+	AtenCountNonzero = &Op{Name: "aten.count_nonzero.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, true}}}
+	// AtenCountNonzeroDimIntList is aten::count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor.
+	AtenCountNonzeroDimIntList = &Op{Name: "aten.count_nonzero.dim_IntList", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}}}
+	// AtenCumprod is aten::cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor.
+	AtenCumprod = &Op{Name: "aten.cumprod.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenCumsum is aten::cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor.
+	AtenCumsum = &Op{Name: "aten.cumsum.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenDetach is aten::detach(Tensor(a) self) -> Tensor(a).
+	AtenDetach = &Op{Name: "aten.detach.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenDiagEmbed is aten::diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor.
+	AtenDiagEmbed = &Op{Name: "aten.diag_embed.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"offset", 1, ArgInt, int64(0), true}, {"dim1", 2, ArgInt, int64(-2), true}, {"dim2", 3, ArgInt, int64(-1), true}}}
+	// AtenDiagonal is aten::diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a).
+	AtenDiagonal = &Op{Name: "aten.diagonal.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"offset", 1, ArgInt, int64(0), true}, {"dim1", 2, ArgInt, int64(0), true}, {"dim2", 3, ArgInt, int64(1), true}}}
+	// AtenDiff is aten::diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor.
+	AtenDiff = &Op{Name: "aten.diff.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"n", 1, ArgInt, int64(1), true}, {"dim", 2, ArgInt, int64(-1), true}, {"prepend", 3, ArgTensor, nil, true}, {"append", 4, ArgTensor, nil, true}}}
+	// AtenDist is aten::dist(Tensor self, Tensor other, Scalar p=2) -> Tensor.
+	AtenDist = &Op{Name: "aten.dist.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}, {"p", 2, ArgAny, int64(2), true}}}
+	// AtenDivScalar is aten::div.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenDivScalar = &Op{Name: "aten.div.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenDivScalarMode is aten::div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor.
+	AtenDivScalarMode = &Op{Name: "aten.div.Scalar_mode", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}, {"rounding_mode", KwOnly, ArgAny, nil, false}}}
+	// AtenDivTensor is aten::div.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenDivTensor = &Op{Name: "aten.div.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenDivTensorMode is aten::div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor.
+	AtenDivTensorMode = &Op{Name: "aten.div.Tensor_mode", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}, {"rounding_mode", KwOnly, ArgAny, nil, false}}}
+	// AtenDivComplex is aten::div.complex(complex a, complex b) -> complex.
 	AtenDivComplex = &Op{Name: "aten.div.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenDiv is aten.div.default.
+	// AtenDiv is aten::div(Scalar a, Scalar b) -> float.
 	AtenDiv = &Op{Name: "aten.div.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenDivFloat is aten.div.float.
-	AtenDivFloat = &Op{Name: "aten.div.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenDivInt is aten.div.int.
-	AtenDivInt = &Op{Name: "aten.div.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenDropout is aten.dropout.default.
-	AtenDropout = &Op{Name: "aten.dropout.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"p", 1, ArgAny, nil, false}, {"train", 2, ArgAny, nil, false}}}
-	// AtenEinsum is aten.einsum.default.
-	AtenEinsum = &Op{Name: "aten.einsum.default", Args: []ArgSpec{{"equation", 0, ArgAny, nil, false}, {"tensors", 1, ArgAny, nil, false}, {"path", KwOnly, ArgAny, nil, true}}}
-	// AtenEinsumSublist is aten.einsum.sublist.
-	AtenEinsumSublist = &Op{Name: "aten.einsum.sublist", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenElu is aten.elu.default.
-	AtenElu = &Op{Name: "aten.elu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"alpha", 1, ArgAny, int64(1), true}, {"scale", 2, ArgAny, int64(1), true}, {"input_scale", 3, ArgAny, int64(1), true}}}
-	// AtenEmbedding is aten.embedding.default.
-	AtenEmbedding = &Op{Name: "aten.embedding.default", Args: []ArgSpec{{"weight", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}, {"padding_idx", 2, ArgAny, int64(-1), true}, {"scale_grad_by_freq", 3, ArgAny, false, true}, {"sparse", 4, ArgAny, false, true}}}
-	// AtenEmptyMemoryFormat is aten.empty.memory_format.
-	AtenEmptyMemoryFormat = &Op{Name: "aten.empty.memory_format", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// AtenEmptyLike is aten.empty_like.default.
-	AtenEmptyLike = &Op{Name: "aten.empty_like.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// AtenEmptyStrided is aten.empty_strided.default.
-	AtenEmptyStrided = &Op{Name: "aten.empty_strided.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"stride", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenEqScalar is aten.eq.Scalar.
-	AtenEqScalar = &Op{Name: "aten.eq.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenEqTensor is aten.eq.Tensor.
-	AtenEqTensor = &Op{Name: "aten.eq.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenEqTensorList is aten.eq.Tensor_list.
+	// AtenDivFloat is aten::div.float(float a, float b) -> float.
+	AtenDivFloat = &Op{Name: "aten.div.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenDivInt is aten::div.int(int a, int b) -> float.
+	AtenDivInt = &Op{Name: "aten.div.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenDropout is aten::dropout(Tensor input, float p, bool train) -> Tensor.
+	AtenDropout = &Op{Name: "aten.dropout.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"p", 1, ArgFloat, nil, false}, {"train", 2, ArgBool, nil, false}}}
+	// AtenEinsum is aten::einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor.
+	AtenEinsum = &Op{Name: "aten.einsum.default", Args: []ArgSpec{{"equation", 0, ArgAny, nil, false}, {"tensors", 1, ArgAny, nil, false}, {"path", KwOnly, ArgInts, nil, true}}}
+	// AtenEinsumSublist is aten::einsum.sublist(Tensor a, ...) -> Tensor.
+	AtenEinsumSublist = &Op{Name: "aten.einsum.sublist", Args: []ArgSpec{{"a", 0, ArgTensor, nil, false}}}
+	// AtenElu is aten::elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor.
+	AtenElu = &Op{Name: "aten.elu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"alpha", 1, ArgAny, int64(1), true}, {"scale", 2, ArgAny, int64(1), true}, {"input_scale", 3, ArgAny, int64(1), true}}}
+	// AtenEmbedding is aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor.
+	AtenEmbedding = &Op{Name: "aten.embedding.default", Args: []ArgSpec{{"weight", 0, ArgTensor, nil, false}, {"indices", 1, ArgTensor, nil, false}, {"padding_idx", 2, ArgInt, int64(-1), true}, {"scale_grad_by_freq", 3, ArgBool, false, true}, {"sparse", 4, ArgBool, false, true}}}
+	// AtenEmptyMemoryFormat is aten::empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor.
+	AtenEmptyMemoryFormat = &Op{Name: "aten.empty.memory_format", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}, {"memory_format", KwOnly, ArgInt, nil, true}}}
+	// AtenEmptyLike is aten::empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor.
+	AtenEmptyLike = &Op{Name: "aten.empty_like.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}, {"memory_format", KwOnly, ArgInt, nil, true}}}
+	// AtenEmptyStrided is aten::empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenEmptyStrided = &Op{Name: "aten.empty_strided.default", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"stride", 1, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenEqScalar is aten::eq.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenEqScalar = &Op{Name: "aten.eq.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenEqTensor is aten::eq.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenEqTensor = &Op{Name: "aten.eq.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenEqTensorList is aten::eq.Tensor_list(Tensor[] a, Tensor[] b) -> bool.
 	AtenEqTensorList = &Op{Name: "aten.eq.Tensor_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqBool is aten.eq.bool.
-	AtenEqBool = &Op{Name: "aten.eq.bool", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqBoolList is aten.eq.bool_list.
+	// AtenEqBool is aten::eq.bool(bool a, bool b) -> bool.
+	AtenEqBool = &Op{Name: "aten.eq.bool", Args: []ArgSpec{{"a", 0, ArgBool, nil, false}, {"b", 1, ArgBool, nil, false}}}
+	// AtenEqBoolList is aten::eq.bool_list(bool[] a, bool[] b) -> bool.
 	AtenEqBoolList = &Op{Name: "aten.eq.bool_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqComplex is aten.eq.complex.
+	// AtenEqComplex is aten::eq.complex(complex a, complex b) -> bool.
 	AtenEqComplex = &Op{Name: "aten.eq.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqComplexFloat is aten.eq.complex_float.
-	AtenEqComplexFloat = &Op{Name: "aten.eq.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEq is aten.eq.default.
+	// AtenEqComplexFloat is aten::eq.complex_float(complex a, float b) -> bool.
+	AtenEqComplexFloat = &Op{Name: "aten.eq.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenEq is aten::eq(Scalar a, Scalar b) -> bool.
 	AtenEq = &Op{Name: "aten.eq.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqDevice is aten.eq.device.
+	// AtenEqDevice is aten::eq.device(Device a, Device b) -> bool.
 	AtenEqDevice = &Op{Name: "aten.eq.device", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqEnum is aten.eq.enum.
+	// AtenEqEnum is aten::eq.enum(AnyEnumType a, AnyEnumType b) -> bool.
 	AtenEqEnum = &Op{Name: "aten.eq.enum", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqFloat is aten.eq.float.
-	AtenEqFloat = &Op{Name: "aten.eq.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqFloatComplex is aten.eq.float_complex.
-	AtenEqFloatComplex = &Op{Name: "aten.eq.float_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqFloatInt is aten.eq.float_int.
-	AtenEqFloatInt = &Op{Name: "aten.eq.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqFloatList is aten.eq.float_list.
+	// AtenEqFloat is aten::eq.float(float a, float b) -> bool.
+	AtenEqFloat = &Op{Name: "aten.eq.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenEqFloatComplex is aten::eq.float_complex(float a, complex b) -> bool.
+	AtenEqFloatComplex = &Op{Name: "aten.eq.float_complex", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenEqFloatInt is aten::eq.float_int(float a, int b) -> bool.
+	AtenEqFloatInt = &Op{Name: "aten.eq.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenEqFloatList is aten::eq.float_list(float[] a, float[] b) -> bool.
 	AtenEqFloatList = &Op{Name: "aten.eq.float_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqInt is aten.eq.int.
-	AtenEqInt = &Op{Name: "aten.eq.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqIntFloat is aten.eq.int_float.
-	AtenEqIntFloat = &Op{Name: "aten.eq.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqIntList is aten.eq.int_list.
-	AtenEqIntList = &Op{Name: "aten.eq.int_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqStr is aten.eq.str.
+	// AtenEqInt is aten::eq.int(int a, int b) -> bool.
+	AtenEqInt = &Op{Name: "aten.eq.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenEqIntFloat is aten::eq.int_float(int a, float b) -> bool.
+	AtenEqIntFloat = &Op{Name: "aten.eq.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenEqIntList is aten::eq.int_list(int[] a, int[] b) -> bool.
+	AtenEqIntList = &Op{Name: "aten.eq.int_list", Args: []ArgSpec{{"a", 0, ArgInts, nil, false}, {"b", 1, ArgInts, nil, false}}}
+	// AtenEqStr is aten::eq.str(str a, str b) -> bool.
 	AtenEqStr = &Op{Name: "aten.eq.str", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenEqStrList is aten.eq.str_list.
+	// AtenEqStrList is aten::eq.str_list(str[] a, str[] b) -> bool.
 	AtenEqStrList = &Op{Name: "aten.eq.str_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenErfScalar is aten.erf.Scalar.
+	// AtenErfScalar is aten::erf.Scalar(Scalar a) -> Scalar.
 	AtenErfScalar = &Op{Name: "aten.erf.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenErf is aten.erf.default.
-	AtenErf = &Op{Name: "aten.erf.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenErfFloat is aten.erf.float.
-	AtenErfFloat = &Op{Name: "aten.erf.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenErfInt is aten.erf.int.
-	AtenErfInt = &Op{Name: "aten.erf.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenErfcScalar is aten.erfc.Scalar.
+	// AtenErf is aten::erf(Tensor self) -> Tensor.
+	AtenErf = &Op{Name: "aten.erf.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenErfFloat is aten::erf.float(float a) -> float.
+	AtenErfFloat = &Op{Name: "aten.erf.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenErfInt is aten::erf.int(int a) -> float.
+	AtenErfInt = &Op{Name: "aten.erf.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenErfcScalar is aten::erfc.Scalar(Scalar a) -> Scalar.
 	AtenErfcScalar = &Op{Name: "aten.erfc.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenErfc is aten.erfc.default.
-	AtenErfc = &Op{Name: "aten.erfc.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenErfcFloat is aten.erfc.float.
-	AtenErfcFloat = &Op{Name: "aten.erfc.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenErfcInt is aten.erfc.int.
-	AtenErfcInt = &Op{Name: "aten.erfc.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenExpScalar is aten.exp.Scalar.
+	// AtenErfc is aten::erfc(Tensor self) -> Tensor.
+	AtenErfc = &Op{Name: "aten.erfc.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenErfcFloat is aten::erfc.float(float a) -> float.
+	AtenErfcFloat = &Op{Name: "aten.erfc.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenErfcInt is aten::erfc.int(int a) -> float.
+	AtenErfcInt = &Op{Name: "aten.erfc.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenExpScalar is aten::exp.Scalar(Scalar a) -> Scalar.
 	AtenExpScalar = &Op{Name: "aten.exp.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenExpComplex is aten.exp.complex.
+	// AtenExpComplex is aten::exp.complex(complex a) -> complex.
 	AtenExpComplex = &Op{Name: "aten.exp.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenExp is aten.exp.default.
-	AtenExp = &Op{Name: "aten.exp.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenExpFloat is aten.exp.float.
-	AtenExpFloat = &Op{Name: "aten.exp.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenExpInt is aten.exp.int.
-	AtenExpInt = &Op{Name: "aten.exp.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenExp2 is aten.exp2.default.
-	AtenExp2 = &Op{Name: "aten.exp2.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenExpand is aten.expand.default.
-	AtenExpand = &Op{Name: "aten.expand.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}, {"implicit", KwOnly, ArgAny, false, true}}}
-	// AtenExpandAs is aten.expand_as.default.
-	AtenExpandAs = &Op{Name: "aten.expand_as.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenExpm1Scalar is aten.expm1.Scalar.
+	// AtenExp is aten::exp(Tensor self) -> Tensor.
+	AtenExp = &Op{Name: "aten.exp.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenExpFloat is aten::exp.float(float a) -> float.
+	AtenExpFloat = &Op{Name: "aten.exp.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenExpInt is aten::exp.int(int a) -> float.
+	AtenExpInt = &Op{Name: "aten.exp.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenExp2 is aten::exp2(Tensor self) -> Tensor.
+	AtenExp2 = &Op{Name: "aten.exp2.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenExpand is aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a).
+	AtenExpand = &Op{Name: "aten.expand.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}, {"implicit", KwOnly, ArgBool, false, true}}}
+	// AtenExpandAs is aten::expand_as(Tensor(a) self, Tensor other) -> Tensor(a).
+	AtenExpandAs = &Op{Name: "aten.expand_as.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenExpm1Scalar is aten::expm1.Scalar(Scalar a) -> Scalar.
 	AtenExpm1Scalar = &Op{Name: "aten.expm1.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenExpm1 is aten.expm1.default.
-	AtenExpm1 = &Op{Name: "aten.expm1.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenExpm1Float is aten.expm1.float.
-	AtenExpm1Float = &Op{Name: "aten.expm1.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenExpm1Int is aten.expm1.int.
-	AtenExpm1Int = &Op{Name: "aten.expm1.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenFeatureAlphaDropout is aten.feature_alpha_dropout.default.
-	AtenFeatureAlphaDropout = &Op{Name: "aten.feature_alpha_dropout.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"p", 1, ArgAny, nil, false}, {"train", 2, ArgAny, nil, false}}}
-	// AtenFeatureDropout is aten.feature_dropout.default.
-	AtenFeatureDropout = &Op{Name: "aten.feature_dropout.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"p", 1, ArgAny, nil, false}, {"train", 2, ArgAny, nil, false}}}
-	// AtenFillScalar is aten.fill.Scalar.
-	AtenFillScalar = &Op{Name: "aten.fill.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"value", 1, ArgAny, nil, false}}}
-	// AtenFillTensor is aten.fill.Tensor.
-	AtenFillTensor = &Op{Name: "aten.fill.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"value", 1, ArgAny, nil, false}}}
-	// AtenFlattenUsingInts is aten.flatten.using_ints.
-	AtenFlattenUsingInts = &Op{Name: "aten.flatten.using_ints", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"start_dim", 1, ArgAny, int64(0), true}, {"end_dim", 2, ArgAny, int64(-1), true}}}
-	// AtenFlip is aten.flip.default.
-	AtenFlip = &Op{Name: "aten.flip.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dims", 1, ArgAny, nil, false}}}
-	// AtenFloorScalar is aten.floor.Scalar.
+	// AtenExpm1 is aten::expm1(Tensor self) -> Tensor.
+	AtenExpm1 = &Op{Name: "aten.expm1.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenExpm1Float is aten::expm1.float(float a) -> float.
+	AtenExpm1Float = &Op{Name: "aten.expm1.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenExpm1Int is aten::expm1.int(int a) -> float.
+	AtenExpm1Int = &Op{Name: "aten.expm1.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenFeatureAlphaDropout is aten::feature_alpha_dropout(Tensor input, float p, bool train) -> Tensor.
+	AtenFeatureAlphaDropout = &Op{Name: "aten.feature_alpha_dropout.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"p", 1, ArgFloat, nil, false}, {"train", 2, ArgBool, nil, false}}}
+	// AtenFeatureDropout is aten::feature_dropout(Tensor input, float p, bool train) -> Tensor.
+	AtenFeatureDropout = &Op{Name: "aten.feature_dropout.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"p", 1, ArgFloat, nil, false}, {"train", 2, ArgBool, nil, false}}}
+	// AtenFillScalar is aten::fill.Scalar(Tensor self, Scalar value) -> Tensor.
+	AtenFillScalar = &Op{Name: "aten.fill.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"value", 1, ArgAny, nil, false}}}
+	// AtenFillTensor is aten::fill.Tensor(Tensor self, Tensor value) -> Tensor.
+	AtenFillTensor = &Op{Name: "aten.fill.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"value", 1, ArgTensor, nil, false}}}
+	// AtenFlattenUsingInts is aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a).
+	AtenFlattenUsingInts = &Op{Name: "aten.flatten.using_ints", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"start_dim", 1, ArgInt, int64(0), true}, {"end_dim", 2, ArgInt, int64(-1), true}}}
+	// AtenFlip is aten::flip(Tensor self, int[] dims) -> Tensor.
+	AtenFlip = &Op{Name: "aten.flip.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dims", 1, ArgInts, nil, false}}}
+	// AtenFloorScalar is aten::floor.Scalar(Scalar a) -> Scalar.
 	AtenFloorScalar = &Op{Name: "aten.floor.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenFloor is aten.floor.default.
-	AtenFloor = &Op{Name: "aten.floor.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenFloorFloat is aten.floor.float.
-	AtenFloorFloat = &Op{Name: "aten.floor.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenFloorInt is aten.floor.int.
-	AtenFloorInt = &Op{Name: "aten.floor.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenFloorDivideScalar is aten.floor_divide.Scalar.
-	AtenFloorDivideScalar = &Op{Name: "aten.floor_divide.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenFloorDivide is aten.floor_divide.default.
-	AtenFloorDivide = &Op{Name: "aten.floor_divide.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenFmodScalar is aten.fmod.Scalar.
-	AtenFmodScalar = &Op{Name: "aten.fmod.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenFmodTensor is aten.fmod.Tensor.
-	AtenFmodTensor = &Op{Name: "aten.fmod.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenFmod is aten.fmod.default.
+	// AtenFloor is aten::floor(Tensor self) -> Tensor.
+	AtenFloor = &Op{Name: "aten.floor.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenFloorFloat is aten::floor.float(float a) -> int.
+	AtenFloorFloat = &Op{Name: "aten.floor.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenFloorInt is aten::floor.int(int a) -> int.
+	AtenFloorInt = &Op{Name: "aten.floor.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenFloorDivideScalar is aten::floor_divide.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenFloorDivideScalar = &Op{Name: "aten.floor_divide.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenFloorDivide is aten::floor_divide(Tensor self, Tensor other) -> Tensor.
+	AtenFloorDivide = &Op{Name: "aten.floor_divide.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenFmodScalar is aten::fmod.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenFmodScalar = &Op{Name: "aten.fmod.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenFmodTensor is aten::fmod.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenFmodTensor = &Op{Name: "aten.fmod.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenFmod is aten::fmod(Scalar a, Scalar b) -> float.
 	AtenFmod = &Op{Name: "aten.fmod.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenFmodFloat is aten.fmod.float.
-	AtenFmodFloat = &Op{Name: "aten.fmod.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenFmodFloatInt is aten.fmod.float_int.
-	AtenFmodFloatInt = &Op{Name: "aten.fmod.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenFmodInt is aten.fmod.int.
-	AtenFmodInt = &Op{Name: "aten.fmod.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenFmodIntFloat is aten.fmod.int_float.
-	AtenFmodIntFloat = &Op{Name: "aten.fmod.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenFrac is aten.frac.default.
-	AtenFrac = &Op{Name: "aten.frac.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenFull is aten.full.default.
-	AtenFull = &Op{Name: "aten.full.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"fill_value", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenFullLike is aten.full_like.default.
-	AtenFullLike = &Op{Name: "aten.full_like.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"fill_value", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// AtenGather is aten.gather.default.
-	AtenGather = &Op{Name: "aten.gather.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}, {"sparse_grad", KwOnly, ArgAny, false, true}}}
-	// AtenGeScalar is aten.ge.Scalar.
-	AtenGeScalar = &Op{Name: "aten.ge.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenGeTensor is aten.ge.Tensor.
-	AtenGeTensor = &Op{Name: "aten.ge.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenGe is aten.ge.default.
+	// AtenFmodFloat is aten::fmod.float(float a, float b) -> float.
+	AtenFmodFloat = &Op{Name: "aten.fmod.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenFmodFloatInt is aten::fmod.float_int(float a, int b) -> float.
+	AtenFmodFloatInt = &Op{Name: "aten.fmod.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenFmodInt is aten::fmod.int(int a, int b) -> float.
+	AtenFmodInt = &Op{Name: "aten.fmod.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenFmodIntFloat is aten::fmod.int_float(int a, float b) -> float.
+	AtenFmodIntFloat = &Op{Name: "aten.fmod.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenFrac is aten::frac(Tensor self) -> Tensor.
+	AtenFrac = &Op{Name: "aten.frac.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenFull is aten::full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenFull = &Op{Name: "aten.full.default", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"fill_value", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenFullLike is aten::full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor.
+	AtenFullLike = &Op{Name: "aten.full_like.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"fill_value", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}, {"memory_format", KwOnly, ArgInt, nil, true}}}
+	// AtenGather is aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor.
+	AtenGather = &Op{Name: "aten.gather.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}, {"sparse_grad", KwOnly, ArgBool, false, true}}}
+	// AtenGeScalar is aten::ge.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenGeScalar = &Op{Name: "aten.ge.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenGeTensor is aten::ge.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenGeTensor = &Op{Name: "aten.ge.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenGe is aten::ge(Scalar a, Scalar b) -> bool.
 	AtenGe = &Op{Name: "aten.ge.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGeFloat is aten.ge.float.
-	AtenGeFloat = &Op{Name: "aten.ge.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGeFloatInt is aten.ge.float_int.
-	AtenGeFloatInt = &Op{Name: "aten.ge.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGeInt is aten.ge.int.
-	AtenGeInt = &Op{Name: "aten.ge.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGeIntFloat is aten.ge.int_float.
-	AtenGeIntFloat = &Op{Name: "aten.ge.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGeStr is aten.ge.str.
+	// AtenGeFloat is aten::ge.float(float a, float b) -> bool.
+	AtenGeFloat = &Op{Name: "aten.ge.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenGeFloatInt is aten::ge.float_int(float a, int b) -> bool.
+	AtenGeFloatInt = &Op{Name: "aten.ge.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenGeInt is aten::ge.int(int a, int b) -> bool.
+	AtenGeInt = &Op{Name: "aten.ge.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenGeIntFloat is aten::ge.int_float(int a, float b) -> bool.
+	AtenGeIntFloat = &Op{Name: "aten.ge.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenGeStr is aten::ge.str(str a, str b) -> bool.
 	AtenGeStr = &Op{Name: "aten.ge.str", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGelu is aten.gelu.default.
-	AtenGelu = &Op{Name: "aten.gelu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"approximate", KwOnly, ArgAny, "none", true}}}
-	// AtenGlu is aten.glu.default.
-	AtenGlu = &Op{Name: "aten.glu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, int64(-1), true}}}
-	// AtenGridSampler2d is aten.grid_sampler_2d.default.
-	AtenGridSampler2d = &Op{Name: "aten.grid_sampler_2d.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"grid", 1, ArgAny, nil, false}, {"interpolation_mode", 2, ArgAny, nil, false}, {"padding_mode", 3, ArgAny, nil, false}, {"align_corners", 4, ArgAny, nil, false}}}
-	// AtenGroupNorm is aten.group_norm.default.
-	AtenGroupNorm = &Op{Name: "aten.group_norm.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"num_groups", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, true}, {"bias", 3, ArgAny, nil, true}, {"eps", 4, ArgAny, float64(1e-05), true}, {"cudnn_enabled", 5, ArgAny, true, true}}}
-	// AtenGtScalar is aten.gt.Scalar.
-	AtenGtScalar = &Op{Name: "aten.gt.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenGtTensor is aten.gt.Tensor.
-	AtenGtTensor = &Op{Name: "aten.gt.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenGt is aten.gt.default.
+	// AtenGelu is aten::gelu(Tensor self, *, str approximate="none") -> Tensor.
+	AtenGelu = &Op{Name: "aten.gelu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"approximate", KwOnly, ArgAny, "none", true}}}
+	// AtenGlu is aten::glu(Tensor self, int dim=-1) -> Tensor.
+	AtenGlu = &Op{Name: "aten.glu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, int64(-1), true}}}
+	// AtenGridSampler2d is aten::grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor.
+	AtenGridSampler2d = &Op{Name: "aten.grid_sampler_2d.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"grid", 1, ArgTensor, nil, false}, {"interpolation_mode", 2, ArgInt, nil, false}, {"padding_mode", 3, ArgInt, nil, false}, {"align_corners", 4, ArgBool, nil, false}}}
+	// AtenGroupNorm is aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1.0000000000000001e-05, bool cudnn_enabled=True) -> Tensor.
+	AtenGroupNorm = &Op{Name: "aten.group_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"num_groups", 1, ArgInt, nil, false}, {"weight", 2, ArgTensor, nil, true}, {"bias", 3, ArgTensor, nil, true}, {"eps", 4, ArgFloat, float64(1e-05), true}, {"cudnn_enabled", 5, ArgBool, true, true}}}
+	// AtenGruData is aten::gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor).
+	AtenGruData = &Op{Name: "aten.gru.data", Args: []ArgSpec{{"data", 0, ArgTensor, nil, false}, {"batch_sizes", 1, ArgTensor, nil, false}, {"hx", 2, ArgTensor, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgBool, nil, false}, {"num_layers", 5, ArgInt, nil, false}, {"dropout", 6, ArgFloat, nil, false}, {"train", 7, ArgBool, nil, false}, {"bidirectional", 8, ArgBool, nil, false}}}
+	// AtenGruInput is aten::gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor).
+	AtenGruInput = &Op{Name: "aten.gru.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"hx", 1, ArgTensor, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgBool, nil, false}, {"num_layers", 4, ArgInt, nil, false}, {"dropout", 5, ArgFloat, nil, false}, {"train", 6, ArgBool, nil, false}, {"bidirectional", 7, ArgBool, nil, false}, {"batch_first", 8, ArgBool, nil, false}}}
+	// AtenGtScalar is aten::gt.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenGtScalar = &Op{Name: "aten.gt.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenGtTensor is aten::gt.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenGtTensor = &Op{Name: "aten.gt.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenGt is aten::gt(Scalar a, Scalar b) -> bool.
 	AtenGt = &Op{Name: "aten.gt.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGtFloat is aten.gt.float.
-	AtenGtFloat = &Op{Name: "aten.gt.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGtFloatInt is aten.gt.float_int.
-	AtenGtFloatInt = &Op{Name: "aten.gt.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGtInt is aten.gt.int.
-	AtenGtInt = &Op{Name: "aten.gt.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGtIntFloat is aten.gt.int_float.
-	AtenGtIntFloat = &Op{Name: "aten.gt.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenGtStr is aten.gt.str.
+	// AtenGtFloat is aten::gt.float(float a, float b) -> bool.
+	AtenGtFloat = &Op{Name: "aten.gt.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenGtFloatInt is aten::gt.float_int(float a, int b) -> bool.
+	AtenGtFloatInt = &Op{Name: "aten.gt.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenGtInt is aten::gt.int(int a, int b) -> bool.
+	AtenGtInt = &Op{Name: "aten.gt.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenGtIntFloat is aten::gt.int_float(int a, float b) -> bool.
+	AtenGtIntFloat = &Op{Name: "aten.gt.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenGtStr is aten::gt.str(str a, str b) -> bool.
 	AtenGtStr = &Op{Name: "aten.gt.str", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenHardshrink is aten.hardshrink.default.
-	AtenHardshrink = &Op{Name: "aten.hardshrink.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"lambd", 1, ArgAny, float64(0.5), true}}}
-	// AtenHardsigmoid is aten.hardsigmoid.default.
-	AtenHardsigmoid = &Op{Name: "aten.hardsigmoid.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenHardswish is aten.hardswish.default.
-	AtenHardswish = &Op{Name: "aten.hardswish.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenHardtanh is aten.hardtanh.default.
-	AtenHardtanh = &Op{Name: "aten.hardtanh.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"min_val", 1, ArgAny, int64(-1), true}, {"max_val", 2, ArgAny, int64(1), true}}}
-	// AtenHsplitArray is aten.hsplit.array.
-	AtenHsplitArray = &Op{Name: "aten.hsplit.array", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}}}
-	// AtenHsplitInt is aten.hsplit.int.
-	AtenHsplitInt = &Op{Name: "aten.hsplit.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"sections", 1, ArgAny, nil, false}}}
-	// AtenHypot is aten.hypot.default.
-	AtenHypot = &Op{Name: "aten.hypot.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenIndexTensor is aten.index.Tensor.
-	AtenIndexTensor = &Op{Name: "aten.index.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}}}
-	// AtenIndexTensorHackedTwin is aten.index.Tensor_hacked_twin.
-	AtenIndexTensorHackedTwin = &Op{Name: "aten.index.Tensor_hacked_twin", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}}}
-	// AtenIndexListTensor is aten.index.list_Tensor.
-	AtenIndexListTensor = &Op{Name: "aten.index.list_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"el", 1, ArgAny, nil, false}}}
-	// AtenIndexListBool is aten.index.list_bool.
-	AtenIndexListBool = &Op{Name: "aten.index.list_bool", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"el", 1, ArgAny, nil, false}}}
-	// AtenIndexListFloat is aten.index.list_float.
-	AtenIndexListFloat = &Op{Name: "aten.index.list_float", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"el", 1, ArgAny, nil, false}}}
-	// AtenIndexListInt is aten.index.list_int.
-	AtenIndexListInt = &Op{Name: "aten.index.list_int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"el", 1, ArgAny, nil, false}}}
-	// AtenIndexListStr is aten.index.list_str.
+	// AtenHardshrink is aten::hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor.
+	AtenHardshrink = &Op{Name: "aten.hardshrink.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"lambd", 1, ArgAny, float64(0.5), true}}}
+	// AtenHardsigmoid is aten::hardsigmoid(Tensor self) -> Tensor.
+	AtenHardsigmoid = &Op{Name: "aten.hardsigmoid.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenHardswish is aten::hardswish(Tensor self) -> Tensor.
+	AtenHardswish = &Op{Name: "aten.hardswish.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenHardtanh is aten::hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor.
+	AtenHardtanh = &Op{Name: "aten.hardtanh.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"min_val", 1, ArgAny, int64(-1), true}, {"max_val", 2, ArgAny, int64(1), true}}}
+	// AtenHsplitArray is aten::hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[].
+	AtenHsplitArray = &Op{Name: "aten.hsplit.array", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"indices", 1, ArgInts, nil, false}}}
+	// AtenHsplitInt is aten::hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[].
+	AtenHsplitInt = &Op{Name: "aten.hsplit.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"sections", 1, ArgInt, nil, false}}}
+	// AtenHypot is aten::hypot(Tensor self, Tensor other) -> Tensor.
+	AtenHypot = &Op{Name: "aten.hypot.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenIndexTensor is aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor.
+	AtenIndexTensor = &Op{Name: "aten.index.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"indices", 1, ArgAny, nil, false}}}
+	// AtenIndexTensorHackedTwin is aten::index.Tensor_hacked_twin(Tensor self, Tensor[] indices) -> Tensor.
+	AtenIndexTensorHackedTwin = &Op{Name: "aten.index.Tensor_hacked_twin", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"indices", 1, ArgAny, nil, false}}}
+	// AtenIndexListTensor is aten::index.list_Tensor(Tensor[] self, Tensor el) -> int.
+	AtenIndexListTensor = &Op{Name: "aten.index.list_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"el", 1, ArgTensor, nil, false}}}
+	// AtenIndexListBool is aten::index.list_bool(bool[] self, bool el) -> int.
+	AtenIndexListBool = &Op{Name: "aten.index.list_bool", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"el", 1, ArgBool, nil, false}}}
+	// AtenIndexListFloat is aten::index.list_float(float[] self, float el) -> int.
+	AtenIndexListFloat = &Op{Name: "aten.index.list_float", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"el", 1, ArgFloat, nil, false}}}
+	// AtenIndexListInt is aten::index.list_int(int[] self, int el) -> int.
+	AtenIndexListInt = &Op{Name: "aten.index.list_int", Args: []ArgSpec{{"self", 0, ArgInts, nil, false}, {"el", 1, ArgInt, nil, false}}}
+	// AtenIndexListStr is aten::index.list_str(str[] self, str el) -> int.
 	AtenIndexListStr = &Op{Name: "aten.index.list_str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"el", 1, ArgAny, nil, false}}}
-	// AtenIndexStr is aten.index.str.
-	AtenIndexStr = &Op{Name: "aten.index.str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"substr", 1, ArgAny, nil, false}, {"start", 2, ArgAny, int64(0), true}, {"end", 3, ArgAny, int64(-1), true}}}
-	// AtenIndexAdd is aten.index_add.default.
-	AtenIndexAdd = &Op{Name: "aten.index_add.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}, {"source", 3, ArgAny, nil, false}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenIndexPut is aten.index_put.default.
-	AtenIndexPut = &Op{Name: "aten.index_put.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}, {"values", 2, ArgAny, nil, false}, {"accumulate", 3, ArgAny, false, true}}}
-	// AtenIndexPutHackedTwin is aten.index_put.hacked_twin.
-	AtenIndexPutHackedTwin = &Op{Name: "aten.index_put.hacked_twin", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}, {"values", 2, ArgAny, nil, false}, {"accumulate", 3, ArgAny, false, true}}}
-	// AtenIndexSelect is aten.index_select.default.
-	AtenIndexSelect = &Op{Name: "aten.index_select.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}}}
-	// AtenInner is aten.inner.default.
-	AtenInner = &Op{Name: "aten.inner.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenInstanceNorm is aten.instance_norm.default.
-	AtenInstanceNorm = &Op{Name: "aten.instance_norm.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"running_mean", 3, ArgAny, nil, false}, {"running_var", 4, ArgAny, nil, false}, {"use_input_stats", 5, ArgAny, nil, false}, {"momentum", 6, ArgAny, nil, false}, {"eps", 7, ArgAny, nil, false}, {"cudnn_enabled", 8, ArgAny, nil, false}}}
-	// AtenIsclose is aten.isclose.default.
-	AtenIsclose = &Op{Name: "aten.isclose.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"rtol", 2, ArgAny, float64(1e-05), true}, {"atol", 3, ArgAny, float64(1e-08), true}, {"equal_nan", 4, ArgAny, false, true}}}
-	// AtenIsfiniteComplex is aten.isfinite.complex.
+	// AtenIndexStr is aten::index.str(str self, str substr, int start=0, int end=-1) -> int.
+	AtenIndexStr = &Op{Name: "aten.index.str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"substr", 1, ArgAny, nil, false}, {"start", 2, ArgInt, int64(0), true}, {"end", 3, ArgInt, int64(-1), true}}}
+	// AtenIndexAdd is aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor.
+	AtenIndexAdd = &Op{Name: "aten.index_add.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}, {"source", 3, ArgTensor, nil, false}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenIndexPut is aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor.
+	AtenIndexPut = &Op{Name: "aten.index_put.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"indices", 1, ArgAny, nil, false}, {"values", 2, ArgTensor, nil, false}, {"accumulate", 3, ArgBool, false, true}}}
+	// AtenIndexPutHackedTwin is aten::index_put.hacked_twin(Tensor self, Tensor[] indices, Tensor values, bool accumulate=False) -> Tensor.
+	AtenIndexPutHackedTwin = &Op{Name: "aten.index_put.hacked_twin", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"indices", 1, ArgAny, nil, false}, {"values", 2, ArgTensor, nil, false}, {"accumulate", 3, ArgBool, false, true}}}
+	// AtenIndexSelect is aten::index_select(Tensor self, int dim, Tensor index) -> Tensor.
+	AtenIndexSelect = &Op{Name: "aten.index_select.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}}}
+	// AtenInner is aten::inner(Tensor self, Tensor other) -> Tensor.
+	AtenInner = &Op{Name: "aten.inner.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenInstanceNorm is aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor.
+	AtenInstanceNorm = &Op{Name: "aten.instance_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"running_mean", 3, ArgTensor, nil, false}, {"running_var", 4, ArgTensor, nil, false}, {"use_input_stats", 5, ArgBool, nil, false}, {"momentum", 6, ArgFloat, nil, false}, {"eps", 7, ArgFloat, nil, false}, {"cudnn_enabled", 8, ArgBool, nil, false}}}
+	// AtenIsclose is aten::isclose(Tensor self, Tensor other, float rtol=1.0000000000000001e-05, float atol=1e-08, bool equal_nan=False) -> Tensor.
+	AtenIsclose = &Op{Name: "aten.isclose.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}, {"rtol", 2, ArgFloat, float64(1e-05), true}, {"atol", 3, ArgFloat, float64(1e-08), true}, {"equal_nan", 4, ArgBool, false, true}}}
+	// AtenIsfiniteComplex is aten::isfinite.complex(complex a) -> bool.
 	AtenIsfiniteComplex = &Op{Name: "aten.isfinite.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenIsfinite is aten.isfinite.default.
-	AtenIsfinite = &Op{Name: "aten.isfinite.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenIsfiniteFloat is aten.isfinite.float.
-	AtenIsfiniteFloat = &Op{Name: "aten.isfinite.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenIsinfComplex is aten.isinf.complex.
+	// AtenIsfinite is aten::isfinite(Tensor self) -> Tensor.
+	AtenIsfinite = &Op{Name: "aten.isfinite.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenIsfiniteFloat is aten::isfinite.float(float a) -> bool.
+	AtenIsfiniteFloat = &Op{Name: "aten.isfinite.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenIsinfComplex is aten::isinf.complex(complex a) -> bool.
 	AtenIsinfComplex = &Op{Name: "aten.isinf.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenIsinf is aten.isinf.default.
-	AtenIsinf = &Op{Name: "aten.isinf.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenIsinfFloat is aten.isinf.float.
-	AtenIsinfFloat = &Op{Name: "aten.isinf.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenIsnanComplex is aten.isnan.complex.
+	// AtenIsinf is aten::isinf(Tensor self) -> Tensor.
+	AtenIsinf = &Op{Name: "aten.isinf.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenIsinfFloat is aten::isinf.float(float a) -> bool.
+	AtenIsinfFloat = &Op{Name: "aten.isinf.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenIsnanComplex is aten::isnan.complex(complex a) -> bool.
 	AtenIsnanComplex = &Op{Name: "aten.isnan.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenIsnan is aten.isnan.default.
-	AtenIsnan = &Op{Name: "aten.isnan.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenIsnanFloat is aten.isnan.float.
-	AtenIsnanFloat = &Op{Name: "aten.isnan.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLayerNorm is aten.layer_norm.default.
-	AtenLayerNorm = &Op{Name: "aten.layer_norm.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"normalized_shape", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, true}, {"bias", 3, ArgAny, nil, true}, {"eps", 4, ArgAny, float64(1e-05), true}, {"cudnn_enable", 5, ArgAny, true, true}}}
-	// AtenLeScalar is aten.le.Scalar.
-	AtenLeScalar = &Op{Name: "aten.le.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLeTensor is aten.le.Tensor.
-	AtenLeTensor = &Op{Name: "aten.le.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLe is aten.le.default.
+	// AtenIsnan is aten::isnan(Tensor self) -> Tensor.
+	AtenIsnan = &Op{Name: "aten.isnan.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenIsnanFloat is aten::isnan.float(float a) -> bool.
+	AtenIsnanFloat = &Op{Name: "aten.isnan.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenLayerNorm is aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1.0000000000000001e-05, bool cudnn_enable=True) -> Tensor.
+	AtenLayerNorm = &Op{Name: "aten.layer_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"normalized_shape", 1, ArgInts, nil, false}, {"weight", 2, ArgTensor, nil, true}, {"bias", 3, ArgTensor, nil, true}, {"eps", 4, ArgFloat, float64(1e-05), true}, {"cudnn_enable", 5, ArgBool, true, true}}}
+	// AtenLeScalar is aten::le.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenLeScalar = &Op{Name: "aten.le.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenLeTensor is aten::le.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenLeTensor = &Op{Name: "aten.le.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenLe is aten::le(Scalar a, Scalar b) -> bool.
 	AtenLe = &Op{Name: "aten.le.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLeFloat is aten.le.float.
-	AtenLeFloat = &Op{Name: "aten.le.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLeFloatInt is aten.le.float_int.
-	AtenLeFloatInt = &Op{Name: "aten.le.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLeInt is aten.le.int.
-	AtenLeInt = &Op{Name: "aten.le.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLeIntFloat is aten.le.int_float.
-	AtenLeIntFloat = &Op{Name: "aten.le.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLeStr is aten.le.str.
+	// AtenLeFloat is aten::le.float(float a, float b) -> bool.
+	AtenLeFloat = &Op{Name: "aten.le.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenLeFloatInt is aten::le.float_int(float a, int b) -> bool.
+	AtenLeFloatInt = &Op{Name: "aten.le.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenLeInt is aten::le.int(int a, int b) -> bool.
+	AtenLeInt = &Op{Name: "aten.le.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenLeIntFloat is aten::le.int_float(int a, float b) -> bool.
+	AtenLeIntFloat = &Op{Name: "aten.le.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenLeStr is aten::le.str(str a, str b) -> bool.
 	AtenLeStr = &Op{Name: "aten.le.str", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLeakyRelu is aten.leaky_relu.default.
-	AtenLeakyRelu = &Op{Name: "aten.leaky_relu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"negative_slope", 1, ArgAny, float64(0.01), true}}}
-	// AtenLerpScalar is aten.lerp.Scalar.
-	AtenLerpScalar = &Op{Name: "aten.lerp.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"end", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, false}}}
-	// AtenLerpTensor is aten.lerp.Tensor.
-	AtenLerpTensor = &Op{Name: "aten.lerp.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"end", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, false}}}
-	// AtenLiftFreshCopy is aten.lift_fresh_copy.default.
-	AtenLiftFreshCopy = &Op{Name: "aten.lift_fresh_copy.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenLinalgVectorNorm is aten.linalg_vector_norm.default.
-	AtenLinalgVectorNorm = &Op{Name: "aten.linalg_vector_norm.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"ord", 1, ArgAny, int64(2), true}, {"dim", 2, ArgAny, nil, true}, {"keepdim", 3, ArgAny, false, true}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenLinear is aten.linear.default.
-	AtenLinear = &Op{Name: "aten.linear.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, true}}}
-	// AtenLogScalar is aten.log.Scalar.
+	// AtenLeakyRelu is aten::leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor.
+	AtenLeakyRelu = &Op{Name: "aten.leaky_relu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"negative_slope", 1, ArgAny, float64(0.01), true}}}
+	// AtenLerpScalar is aten::lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor.
+	AtenLerpScalar = &Op{Name: "aten.lerp.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"end", 1, ArgTensor, nil, false}, {"weight", 2, ArgAny, nil, false}}}
+	// AtenLerpTensor is aten::lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor.
+	AtenLerpTensor = &Op{Name: "aten.lerp.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"end", 1, ArgTensor, nil, false}, {"weight", 2, ArgTensor, nil, false}}}
+	// AtenLiftFreshCopy is aten::lift_fresh_copy(Tensor self) -> Tensor.
+	AtenLiftFreshCopy = &Op{Name: "aten.lift_fresh_copy.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenLinalgVectorNorm is aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor.
+	AtenLinalgVectorNorm = &Op{Name: "aten.linalg_vector_norm.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"ord", 1, ArgAny, int64(2), true}, {"dim", 2, ArgInts, nil, true}, {"keepdim", 3, ArgBool, false, true}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenLinear is aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor.
+	AtenLinear = &Op{Name: "aten.linear.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, true}}}
+	// AtenLogScalar is aten::log.Scalar(Scalar a) -> Scalar.
 	AtenLogScalar = &Op{Name: "aten.log.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLogScalarScalar is aten.log.Scalar_Scalar.
+	// AtenLogScalarScalar is aten::log.Scalar_Scalar(Scalar a, Scalar b) -> float.
 	AtenLogScalarScalar = &Op{Name: "aten.log.Scalar_Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLogComplex is aten.log.complex.
+	// AtenLogComplex is aten::log.complex(complex a) -> complex.
 	AtenLogComplex = &Op{Name: "aten.log.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLogComplexComplex is aten.log.complex_complex.
+	// AtenLogComplexComplex is aten::log.complex_complex(complex a, complex b) -> complex.
 	AtenLogComplexComplex = &Op{Name: "aten.log.complex_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLogComplexFloat is aten.log.complex_float.
-	AtenLogComplexFloat = &Op{Name: "aten.log.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLogComplexInt is aten.log.complex_int.
-	AtenLogComplexInt = &Op{Name: "aten.log.complex_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLog is aten.log.default.
-	AtenLog = &Op{Name: "aten.log.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenLogFloat is aten.log.float.
-	AtenLogFloat = &Op{Name: "aten.log.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLogFloatComplex is aten.log.float_complex.
-	AtenLogFloatComplex = &Op{Name: "aten.log.float_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLogFloatFloat is aten.log.float_float.
-	AtenLogFloatFloat = &Op{Name: "aten.log.float_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLogFloatInt is aten.log.float_int.
-	AtenLogFloatInt = &Op{Name: "aten.log.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLogInt is aten.log.int.
-	AtenLogInt = &Op{Name: "aten.log.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLogIntComplex is aten.log.int_complex.
-	AtenLogIntComplex = &Op{Name: "aten.log.int_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLogIntFloat is aten.log.int_float.
-	AtenLogIntFloat = &Op{Name: "aten.log.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLogIntInt is aten.log.int_int.
-	AtenLogIntInt = &Op{Name: "aten.log.int_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLog10Scalar is aten.log10.Scalar.
+	// AtenLogComplexFloat is aten::log.complex_float(complex a, float b) -> complex.
+	AtenLogComplexFloat = &Op{Name: "aten.log.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenLogComplexInt is aten::log.complex_int(complex a, int b) -> complex.
+	AtenLogComplexInt = &Op{Name: "aten.log.complex_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenLog is aten::log(Tensor self) -> Tensor.
+	AtenLog = &Op{Name: "aten.log.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenLogFloat is aten::log.float(float a) -> float.
+	AtenLogFloat = &Op{Name: "aten.log.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenLogFloatComplex is aten::log.float_complex(float a, complex b) -> complex.
+	AtenLogFloatComplex = &Op{Name: "aten.log.float_complex", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenLogFloatFloat is aten::log.float_float(float a, float b) -> float.
+	AtenLogFloatFloat = &Op{Name: "aten.log.float_float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenLogFloatInt is aten::log.float_int(float a, int b) -> float.
+	AtenLogFloatInt = &Op{Name: "aten.log.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenLogInt is aten::log.int(int a) -> float.
+	AtenLogInt = &Op{Name: "aten.log.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenLogIntComplex is aten::log.int_complex(int a, complex b) -> complex.
+	AtenLogIntComplex = &Op{Name: "aten.log.int_complex", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenLogIntFloat is aten::log.int_float(int a, float b) -> float.
+	AtenLogIntFloat = &Op{Name: "aten.log.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenLogIntInt is aten::log.int_int(int a, int b) -> float.
+	AtenLogIntInt = &Op{Name: "aten.log.int_int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenLog10Scalar is aten::log10.Scalar(Scalar a) -> Scalar.
 	AtenLog10Scalar = &Op{Name: "aten.log10.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLog10Complex is aten.log10.complex.
+	// AtenLog10Complex is aten::log10.complex(complex a) -> complex.
 	AtenLog10Complex = &Op{Name: "aten.log10.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLog10 is aten.log10.default.
-	AtenLog10 = &Op{Name: "aten.log10.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenLog10Float is aten.log10.float.
-	AtenLog10Float = &Op{Name: "aten.log10.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLog10Int is aten.log10.int.
-	AtenLog10Int = &Op{Name: "aten.log10.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLog1pScalar is aten.log1p.Scalar.
+	// AtenLog10 is aten::log10(Tensor self) -> Tensor.
+	AtenLog10 = &Op{Name: "aten.log10.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenLog10Float is aten::log10.float(float a) -> float.
+	AtenLog10Float = &Op{Name: "aten.log10.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenLog10Int is aten::log10.int(int a) -> float.
+	AtenLog10Int = &Op{Name: "aten.log10.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenLog1pScalar is aten::log1p.Scalar(Scalar a) -> Scalar.
 	AtenLog1pScalar = &Op{Name: "aten.log1p.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLog1p is aten.log1p.default.
-	AtenLog1p = &Op{Name: "aten.log1p.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenLog1pFloat is aten.log1p.float.
-	AtenLog1pFloat = &Op{Name: "aten.log1p.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLog1pInt is aten.log1p.int.
-	AtenLog1pInt = &Op{Name: "aten.log1p.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenLog2 is aten.log2.default.
-	AtenLog2 = &Op{Name: "aten.log2.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenLogSigmoid is aten.log_sigmoid.default.
-	AtenLogSigmoid = &Op{Name: "aten.log_sigmoid.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenLogSoftmaxInt is aten.log_softmax.int.
-	AtenLogSoftmaxInt = &Op{Name: "aten.log_softmax.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"dtype", 2, ArgAny, nil, true}}}
-	// AtenLogaddexp is aten.logaddexp.default.
-	AtenLogaddexp = &Op{Name: "aten.logaddexp.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLogcumsumexp is aten.logcumsumexp.default.
-	AtenLogcumsumexp = &Op{Name: "aten.logcumsumexp.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}}}
-	// AtenLogicalAnd is aten.logical_and.default.
-	AtenLogicalAnd = &Op{Name: "aten.logical_and.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLogicalNot is aten.logical_not.default.
-	AtenLogicalNot = &Op{Name: "aten.logical_not.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenLogicalOr is aten.logical_or.default.
-	AtenLogicalOr = &Op{Name: "aten.logical_or.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLogicalXor is aten.logical_xor.default.
-	AtenLogicalXor = &Op{Name: "aten.logical_xor.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLogit is aten.logit.default.
-	AtenLogit = &Op{Name: "aten.logit.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"eps", 1, ArgAny, nil, true}}}
-	// AtenLogsumexp is aten.logsumexp.default.
-	AtenLogsumexp = &Op{Name: "aten.logsumexp.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenLtScalar is aten.lt.Scalar.
-	AtenLtScalar = &Op{Name: "aten.lt.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLtTensor is aten.lt.Tensor.
-	AtenLtTensor = &Op{Name: "aten.lt.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenLt is aten.lt.default.
+	// AtenLog1p is aten::log1p(Tensor self) -> Tensor.
+	AtenLog1p = &Op{Name: "aten.log1p.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenLog1pFloat is aten::log1p.float(float a) -> float.
+	AtenLog1pFloat = &Op{Name: "aten.log1p.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenLog1pInt is aten::log1p.int(int a) -> float.
+	AtenLog1pInt = &Op{Name: "aten.log1p.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenLog2 is aten::log2(Tensor self) -> Tensor.
+	AtenLog2 = &Op{Name: "aten.log2.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenLogSigmoid is aten::log_sigmoid(Tensor self) -> Tensor.
+	AtenLogSigmoid = &Op{Name: "aten.log_sigmoid.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenLogSoftmaxInt is aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor.
+	AtenLogSoftmaxInt = &Op{Name: "aten.log_softmax.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"dtype", 2, ArgInt, nil, true}}}
+	// AtenLogaddexp is aten::logaddexp(Tensor self, Tensor other) -> Tensor.
+	AtenLogaddexp = &Op{Name: "aten.logaddexp.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenLogcumsumexp is aten::logcumsumexp(Tensor self, int dim) -> Tensor.
+	AtenLogcumsumexp = &Op{Name: "aten.logcumsumexp.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}}}
+	// AtenLogicalAnd is aten::logical_and(Tensor self, Tensor other) -> Tensor.
+	AtenLogicalAnd = &Op{Name: "aten.logical_and.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenLogicalNot is aten::logical_not(Tensor self) -> Tensor.
+	AtenLogicalNot = &Op{Name: "aten.logical_not.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenLogicalOr is aten::logical_or(Tensor self, Tensor other) -> Tensor.
+	AtenLogicalOr = &Op{Name: "aten.logical_or.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenLogicalXor is aten::logical_xor(Tensor self, Tensor other) -> Tensor.
+	AtenLogicalXor = &Op{Name: "aten.logical_xor.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenLogit is aten::logit(Tensor self, float? eps=None) -> Tensor.
+	AtenLogit = &Op{Name: "aten.logit.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"eps", 1, ArgFloat, nil, true}}}
+	// AtenLogsumexp is aten::logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor.
+	AtenLogsumexp = &Op{Name: "aten.logsumexp.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenLstmData is aten::lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor).
+	AtenLstmData = &Op{Name: "aten.lstm.data", Args: []ArgSpec{{"data", 0, ArgTensor, nil, false}, {"batch_sizes", 1, ArgTensor, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgBool, nil, false}, {"num_layers", 5, ArgInt, nil, false}, {"dropout", 6, ArgFloat, nil, false}, {"train", 7, ArgBool, nil, false}, {"bidirectional", 8, ArgBool, nil, false}}}
+	// AtenLstmInput is aten::lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor).
+	AtenLstmInput = &Op{Name: "aten.lstm.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgBool, nil, false}, {"num_layers", 4, ArgInt, nil, false}, {"dropout", 5, ArgFloat, nil, false}, {"train", 6, ArgBool, nil, false}, {"bidirectional", 7, ArgBool, nil, false}, {"batch_first", 8, ArgBool, nil, false}}}
+	// AtenLtScalar is aten::lt.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenLtScalar = &Op{Name: "aten.lt.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenLtTensor is aten::lt.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenLtTensor = &Op{Name: "aten.lt.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenLt is aten::lt(Scalar a, Scalar b) -> bool.
 	AtenLt = &Op{Name: "aten.lt.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLtFloat is aten.lt.float.
-	AtenLtFloat = &Op{Name: "aten.lt.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLtFloatInt is aten.lt.float_int.
-	AtenLtFloatInt = &Op{Name: "aten.lt.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLtInt is aten.lt.int.
-	AtenLtInt = &Op{Name: "aten.lt.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLtIntFloat is aten.lt.int_float.
-	AtenLtIntFloat = &Op{Name: "aten.lt.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenLtStr is aten.lt.str.
+	// AtenLtFloat is aten::lt.float(float a, float b) -> bool.
+	AtenLtFloat = &Op{Name: "aten.lt.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenLtFloatInt is aten::lt.float_int(float a, int b) -> bool.
+	AtenLtFloatInt = &Op{Name: "aten.lt.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenLtInt is aten::lt.int(int a, int b) -> bool.
+	AtenLtInt = &Op{Name: "aten.lt.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenLtIntFloat is aten::lt.int_float(int a, float b) -> bool.
+	AtenLtIntFloat = &Op{Name: "aten.lt.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenLtStr is aten::lt.str(str a, str b) -> bool.
 	AtenLtStr = &Op{Name: "aten.lt.str", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMaskedFillScalar is aten.masked_fill.Scalar.
-	AtenMaskedFillScalar = &Op{Name: "aten.masked_fill.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mask", 1, ArgAny, nil, false}, {"value", 2, ArgAny, nil, false}}}
-	// AtenMaskedFillTensor is aten.masked_fill.Tensor.
-	AtenMaskedFillTensor = &Op{Name: "aten.masked_fill.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mask", 1, ArgAny, nil, false}, {"value", 2, ArgAny, nil, false}}}
-	// AtenMaskedScatter is aten.masked_scatter.default.
-	AtenMaskedScatter = &Op{Name: "aten.masked_scatter.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mask", 1, ArgAny, nil, false}, {"source", 2, ArgAny, nil, false}}}
-	// AtenMatmul is aten.matmul.default.
-	AtenMatmul = &Op{Name: "aten.matmul.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenMax is aten.max.default.
-	AtenMax = &Op{Name: "aten.max.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenMaxDim is aten.max.dim.
-	AtenMaxDim = &Op{Name: "aten.max.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenMaxDimMax is aten.max.dim_max.
-	AtenMaxDimMax = &Op{Name: "aten.max.dim_max", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}, {"max", KwOnly, ArgAny, nil, false}, {"max_values", KwOnly, ArgAny, nil, false}}}
-	// AtenMaxOther is aten.max.other.
-	AtenMaxOther = &Op{Name: "aten.max.other", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenMaxPool1d is aten.max_pool1d.default.
-	AtenMaxPool1d = &Op{Name: "aten.max_pool1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0)}, true}, {"dilation", 4, ArgAny, []any{int64(1)}, true}, {"ceil_mode", 5, ArgAny, false, true}}}
-	// AtenMaxPool1dWithIndices is aten.max_pool1d_with_indices.default.
-	AtenMaxPool1dWithIndices = &Op{Name: "aten.max_pool1d_with_indices.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0)}, true}, {"dilation", 4, ArgAny, []any{int64(1)}, true}, {"ceil_mode", 5, ArgAny, false, true}}}
-	// AtenMaxPool2d is aten.max_pool2d.default.
-	AtenMaxPool2d = &Op{Name: "aten.max_pool2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0), int64(0)}, true}, {"dilation", 4, ArgAny, []any{int64(1), int64(1)}, true}, {"ceil_mode", 5, ArgAny, false, true}}}
-	// AtenMaxPool2dWithIndices is aten.max_pool2d_with_indices.default.
-	AtenMaxPool2dWithIndices = &Op{Name: "aten.max_pool2d_with_indices.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0), int64(0)}, true}, {"dilation", 4, ArgAny, []any{int64(1), int64(1)}, true}, {"ceil_mode", 5, ArgAny, false, true}}}
-	// AtenMaxPool3d is aten.max_pool3d.default.
-	AtenMaxPool3d = &Op{Name: "aten.max_pool3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0), int64(0), int64(0)}, true}, {"dilation", 4, ArgAny, []any{int64(1), int64(1), int64(1)}, true}, {"ceil_mode", 5, ArgAny, false, true}}}
-	// AtenMaxPool3dWithIndices is aten.max_pool3d_with_indices.default.
-	AtenMaxPool3dWithIndices = &Op{Name: "aten.max_pool3d_with_indices.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"kernel_size", 1, ArgAny, nil, false}, {"stride", 2, ArgAny, []any{}, true}, {"padding", 3, ArgAny, []any{int64(0), int64(0), int64(0)}, true}, {"dilation", 4, ArgAny, []any{int64(1), int64(1), int64(1)}, true}, {"ceil_mode", 5, ArgAny, false, true}}}
-	// AtenMaximum is aten.maximum.default.
-	AtenMaximum = &Op{Name: "aten.maximum.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenMean is aten.mean.default.
-	AtenMean = &Op{Name: "aten.mean.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenMeanDim is aten.mean.dim.
-	AtenMeanDim = &Op{Name: "aten.mean.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenMeshgrid is aten.meshgrid.default.
+	// AtenMaskedFillScalar is aten::masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor.
+	AtenMaskedFillScalar = &Op{Name: "aten.masked_fill.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mask", 1, ArgTensor, nil, false}, {"value", 2, ArgAny, nil, false}}}
+	// AtenMaskedFillTensor is aten::masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor.
+	AtenMaskedFillTensor = &Op{Name: "aten.masked_fill.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mask", 1, ArgTensor, nil, false}, {"value", 2, ArgTensor, nil, false}}}
+	// AtenMaskedScatter is aten::masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor.
+	AtenMaskedScatter = &Op{Name: "aten.masked_scatter.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mask", 1, ArgTensor, nil, false}, {"source", 2, ArgTensor, nil, false}}}
+	// AtenMatmul is aten::matmul(Tensor self, Tensor other) -> Tensor.
+	AtenMatmul = &Op{Name: "aten.matmul.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenMax is aten::max(Tensor self) -> Tensor.
+	AtenMax = &Op{Name: "aten.max.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenMaxDim is aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices).
+	AtenMaxDim = &Op{Name: "aten.max.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenMaxDimMax is aten::max.dim_max(Tensor self, int dim, bool keepdim=False, *, Tensor(a!) max, Tensor(b!) max_values) -> (Tensor(a!) values, Tensor(b!) indices).
+	AtenMaxDimMax = &Op{Name: "aten.max.dim_max", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"keepdim", 2, ArgBool, false, true}, {"max", KwOnly, ArgTensor, nil, false}, {"max_values", KwOnly, ArgTensor, nil, false}}}
+	// AtenMaxOther is aten::max.other(Tensor self, Tensor other) -> Tensor.
+	AtenMaxOther = &Op{Name: "aten.max.other", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenMaxPool1d is aten::max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], int[1] dilation=[1], bool ceil_mode=False) -> Tensor.
+	AtenMaxPool1d = &Op{Name: "aten.max_pool1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0)}, true}, {"dilation", 4, ArgInts, []any{int64(1)}, true}, {"ceil_mode", 5, ArgBool, false, true}}}
+	// AtenMaxPool1dWithIndices is aten::max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=[0], int[1] dilation=[1], bool ceil_mode=False) -> (Tensor, Tensor).
+	AtenMaxPool1dWithIndices = &Op{Name: "aten.max_pool1d_with_indices.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0)}, true}, {"dilation", 4, ArgInts, []any{int64(1)}, true}, {"ceil_mode", 5, ArgBool, false, true}}}
+	// AtenMaxPool2d is aten::max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor.
+	AtenMaxPool2d = &Op{Name: "aten.max_pool2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0), int64(0)}, true}, {"dilation", 4, ArgInts, []any{int64(1), int64(1)}, true}, {"ceil_mode", 5, ArgBool, false, true}}}
+	// AtenMaxPool2dWithIndices is aten::max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor).
+	AtenMaxPool2dWithIndices = &Op{Name: "aten.max_pool2d_with_indices.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0), int64(0)}, true}, {"dilation", 4, ArgInts, []any{int64(1), int64(1)}, true}, {"ceil_mode", 5, ArgBool, false, true}}}
+	// AtenMaxPool3d is aten::max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> Tensor.
+	AtenMaxPool3d = &Op{Name: "aten.max_pool3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0), int64(0), int64(0)}, true}, {"dilation", 4, ArgInts, []any{int64(1), int64(1), int64(1)}, true}, {"ceil_mode", 5, ArgBool, false, true}}}
+	// AtenMaxPool3dWithIndices is aten::max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor).
+	AtenMaxPool3dWithIndices = &Op{Name: "aten.max_pool3d_with_indices.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"kernel_size", 1, ArgInts, nil, false}, {"stride", 2, ArgInts, []any{}, true}, {"padding", 3, ArgInts, []any{int64(0), int64(0), int64(0)}, true}, {"dilation", 4, ArgInts, []any{int64(1), int64(1), int64(1)}, true}, {"ceil_mode", 5, ArgBool, false, true}}}
+	// AtenMaximum is aten::maximum(Tensor self, Tensor other) -> Tensor.
+	AtenMaximum = &Op{Name: "aten.maximum.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenMean is aten::mean(Tensor self, *, ScalarType? dtype=None) -> Tensor.
+	AtenMean = &Op{Name: "aten.mean.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenMeanDim is aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor.
+	AtenMeanDim = &Op{Name: "aten.mean.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"keepdim", 2, ArgBool, false, true}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenMeshgrid is aten::meshgrid(Tensor[] tensors) -> Tensor[].
 	AtenMeshgrid = &Op{Name: "aten.meshgrid.default", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}}}
-	// AtenMeshgridIndexing is aten.meshgrid.indexing.
+	// AtenMeshgridIndexing is aten::meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[].
 	AtenMeshgridIndexing = &Op{Name: "aten.meshgrid.indexing", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}, {"indexing", KwOnly, ArgAny, nil, false}}}
-	// AtenMin is aten.min.default.
-	AtenMin = &Op{Name: "aten.min.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenMinDim is aten.min.dim.
-	AtenMinDim = &Op{Name: "aten.min.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}}}
-	// AtenMinDimMin is aten.min.dim_min.
-	AtenMinDimMin = &Op{Name: "aten.min.dim_min", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}, {"min", KwOnly, ArgAny, nil, false}, {"min_indices", KwOnly, ArgAny, nil, false}}}
-	// AtenMinOther is aten.min.other.
-	AtenMinOther = &Op{Name: "aten.min.other", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenMinimum is aten.minimum.default.
-	AtenMinimum = &Op{Name: "aten.minimum.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenMish is aten.mish.default.
-	AtenMish = &Op{Name: "aten.mish.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenMm is aten.mm.default.
-	AtenMm = &Op{Name: "aten.mm.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mat2", 1, ArgAny, nil, false}}}
-	// AtenMmDtype is aten.mm.dtype.
-	AtenMmDtype = &Op{Name: "aten.mm.dtype", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"mat2", 1, ArgAny, nil, false}, {"out_dtype", 2, ArgAny, nil, false}}}
-	// AtenMoveaxisInt is aten.moveaxis.int.
-	AtenMoveaxisInt = &Op{Name: "aten.moveaxis.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"source", 1, ArgAny, nil, false}, {"destination", 2, ArgAny, nil, false}}}
-	// AtenMoveaxisIntlist is aten.moveaxis.intlist.
-	AtenMoveaxisIntlist = &Op{Name: "aten.moveaxis.intlist", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"source", 1, ArgAny, nil, false}, {"destination", 2, ArgAny, nil, false}}}
-	// AtenMovedimInt is aten.movedim.int.
-	AtenMovedimInt = &Op{Name: "aten.movedim.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"source", 1, ArgAny, nil, false}, {"destination", 2, ArgAny, nil, false}}}
-	// AtenMovedimIntlist is aten.movedim.intlist.
-	AtenMovedimIntlist = &Op{Name: "aten.movedim.intlist", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"source", 1, ArgAny, nil, false}, {"destination", 2, ArgAny, nil, false}}}
-	// AtenMseLoss is aten.mse_loss.default.
-	AtenMseLoss = &Op{Name: "aten.mse_loss.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"target", 1, ArgAny, nil, false}, {"reduction", 2, ArgAny, int64(1), true}}}
-	// AtenMulScalar is aten.mul.Scalar.
-	AtenMulScalar = &Op{Name: "aten.mul.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenMulTensor is aten.mul.Tensor.
-	AtenMulTensor = &Op{Name: "aten.mul.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenMulComplex is aten.mul.complex.
+	// AtenMin is aten::min(Tensor self) -> Tensor.
+	AtenMin = &Op{Name: "aten.min.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenMinDim is aten::min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices).
+	AtenMinDim = &Op{Name: "aten.min.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"keepdim", 2, ArgBool, false, true}}}
+	// AtenMinDimMin is aten::min.dim_min(Tensor self, int dim, bool keepdim=False, *, Tensor(a!) min, Tensor(b!) min_indices) -> (Tensor(a!) values, Tensor(b!) indices).
+	AtenMinDimMin = &Op{Name: "aten.min.dim_min", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"keepdim", 2, ArgBool, false, true}, {"min", KwOnly, ArgTensor, nil, false}, {"min_indices", KwOnly, ArgTensor, nil, false}}}
+	// AtenMinOther is aten::min.other(Tensor self, Tensor other) -> Tensor.
+	AtenMinOther = &Op{Name: "aten.min.other", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenMinimum is aten::minimum(Tensor self, Tensor other) -> Tensor.
+	AtenMinimum = &Op{Name: "aten.minimum.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenMish is aten::mish(Tensor self) -> Tensor.
+	AtenMish = &Op{Name: "aten.mish.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenMm is aten::mm(Tensor self, Tensor mat2) -> Tensor.
+	AtenMm = &Op{Name: "aten.mm.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mat2", 1, ArgTensor, nil, false}}}
+	// AtenMmDtype is aten::mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor.
+	AtenMmDtype = &Op{Name: "aten.mm.dtype", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"mat2", 1, ArgTensor, nil, false}, {"out_dtype", 2, ArgInt, nil, false}}}
+	// AtenMoveaxisInt is aten::moveaxis.int(Tensor(a) self, int source, int destination) -> Tensor(a).
+	AtenMoveaxisInt = &Op{Name: "aten.moveaxis.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"source", 1, ArgInt, nil, false}, {"destination", 2, ArgInt, nil, false}}}
+	// AtenMoveaxisIntlist is aten::moveaxis.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a).
+	AtenMoveaxisIntlist = &Op{Name: "aten.moveaxis.intlist", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"source", 1, ArgInts, nil, false}, {"destination", 2, ArgInts, nil, false}}}
+	// AtenMovedimInt is aten::movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a).
+	AtenMovedimInt = &Op{Name: "aten.movedim.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"source", 1, ArgInt, nil, false}, {"destination", 2, ArgInt, nil, false}}}
+	// AtenMovedimIntlist is aten::movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a).
+	AtenMovedimIntlist = &Op{Name: "aten.movedim.intlist", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"source", 1, ArgInts, nil, false}, {"destination", 2, ArgInts, nil, false}}}
+	// AtenMseLoss is aten::mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor.
+	AtenMseLoss = &Op{Name: "aten.mse_loss.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"target", 1, ArgTensor, nil, false}, {"reduction", 2, ArgInt, int64(1), true}}}
+	// AtenMulScalar is aten::mul.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenMulScalar = &Op{Name: "aten.mul.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenMulTensor is aten::mul.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenMulTensor = &Op{Name: "aten.mul.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenMulComplex is aten::mul.complex(complex a, complex b) -> complex.
 	AtenMulComplex = &Op{Name: "aten.mul.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulComplexFloat is aten.mul.complex_float.
-	AtenMulComplexFloat = &Op{Name: "aten.mul.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulComplexInt is aten.mul.complex_int.
-	AtenMulComplexInt = &Op{Name: "aten.mul.complex_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMul is aten.mul.default.
+	// AtenMulComplexFloat is aten::mul.complex_float(complex a, float b) -> complex.
+	AtenMulComplexFloat = &Op{Name: "aten.mul.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenMulComplexInt is aten::mul.complex_int(complex a, int b) -> complex.
+	AtenMulComplexInt = &Op{Name: "aten.mul.complex_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenMul is aten::mul(Scalar a, Scalar b) -> Scalar.
 	AtenMul = &Op{Name: "aten.mul.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulFloat is aten.mul.float.
-	AtenMulFloat = &Op{Name: "aten.mul.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulFloatComplex is aten.mul.float_complex.
-	AtenMulFloatComplex = &Op{Name: "aten.mul.float_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulFloatInt is aten.mul.float_int.
-	AtenMulFloatInt = &Op{Name: "aten.mul.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulInt is aten.mul.int.
-	AtenMulInt = &Op{Name: "aten.mul.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulIntComplex is aten.mul.int_complex.
-	AtenMulIntComplex = &Op{Name: "aten.mul.int_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulIntFloat is aten.mul.int_float.
-	AtenMulIntFloat = &Op{Name: "aten.mul.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenMulLeftT is aten.mul.left_t.
-	AtenMulLeftT = &Op{Name: "aten.mul.left_t", Args: []ArgSpec{{"l", 0, ArgAny, nil, false}, {"n", 1, ArgAny, nil, false}}}
-	// AtenMulRight is aten.mul.right_.
-	AtenMulRight = &Op{Name: "aten.mul.right_", Args: []ArgSpec{{"n", 0, ArgAny, nil, false}, {"l", 1, ArgAny, nil, false}}}
-	// AtenNanToNum is aten.nan_to_num.default.
-	AtenNanToNum = &Op{Name: "aten.nan_to_num.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"nan", 1, ArgAny, nil, true}, {"posinf", 2, ArgAny, nil, true}, {"neginf", 3, ArgAny, nil, true}}}
-	// AtenNarrowTensor is aten.narrow.Tensor.
-	AtenNarrowTensor = &Op{Name: "aten.narrow.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"start", 2, ArgAny, nil, false}, {"length", 3, ArgAny, nil, false}}}
-	// AtenNarrow is aten.narrow.default.
-	AtenNarrow = &Op{Name: "aten.narrow.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"start", 2, ArgAny, nil, false}, {"length", 3, ArgAny, nil, false}}}
-	// AtenNativeDropout is aten.native_dropout.default.
-	AtenNativeDropout = &Op{Name: "aten.native_dropout.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"p", 1, ArgAny, nil, false}, {"train", 2, ArgAny, nil, false}}}
-	// AtenNativeGroupNorm is aten.native_group_norm.default.
-	AtenNativeGroupNorm = &Op{Name: "aten.native_group_norm.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}, {"bias", 2, ArgAny, nil, false}, {"N", 3, ArgAny, nil, false}, {"C", 4, ArgAny, nil, false}, {"HxW", 5, ArgAny, nil, false}, {"group", 6, ArgAny, nil, false}, {"eps", 7, ArgAny, nil, false}}}
-	// AtenNativeLayerNorm is aten.native_layer_norm.default.
-	AtenNativeLayerNorm = &Op{Name: "aten.native_layer_norm.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"normalized_shape", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, false}, {"bias", 3, ArgAny, nil, false}, {"eps", 4, ArgAny, nil, false}}}
-	// AtenNeScalar is aten.ne.Scalar.
-	AtenNeScalar = &Op{Name: "aten.ne.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenNeTensor is aten.ne.Tensor.
-	AtenNeTensor = &Op{Name: "aten.ne.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenNeTensorList is aten.ne.Tensor_list.
+	// AtenMulFloat is aten::mul.float(float a, float b) -> float.
+	AtenMulFloat = &Op{Name: "aten.mul.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenMulFloatComplex is aten::mul.float_complex(float a, complex b) -> complex.
+	AtenMulFloatComplex = &Op{Name: "aten.mul.float_complex", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenMulFloatInt is aten::mul.float_int(float a, int b) -> float.
+	AtenMulFloatInt = &Op{Name: "aten.mul.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenMulInt is aten::mul.int(int a, int b) -> int.
+	AtenMulInt = &Op{Name: "aten.mul.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenMulIntComplex is aten::mul.int_complex(int a, complex b) -> complex.
+	AtenMulIntComplex = &Op{Name: "aten.mul.int_complex", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenMulIntFloat is aten::mul.int_float(int a, float b) -> float.
+	AtenMulIntFloat = &Op{Name: "aten.mul.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenMulLeftT is aten::mul.left_t(t[] l, int n) -> t[].
+	AtenMulLeftT = &Op{Name: "aten.mul.left_t", Args: []ArgSpec{{"l", 0, ArgAny, nil, false}, {"n", 1, ArgInt, nil, false}}}
+	// AtenMulRight is aten::mul.right_(int n, t[] l) -> t[].
+	AtenMulRight = &Op{Name: "aten.mul.right_", Args: []ArgSpec{{"n", 0, ArgInt, nil, false}, {"l", 1, ArgAny, nil, false}}}
+	// AtenNanToNum is aten::nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor.
+	AtenNanToNum = &Op{Name: "aten.nan_to_num.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"nan", 1, ArgFloat, nil, true}, {"posinf", 2, ArgFloat, nil, true}, {"neginf", 3, ArgFloat, nil, true}}}
+	// AtenNarrowTensor is aten::narrow.Tensor(Tensor(a) self, int dim, Tensor start, SymInt length) -> Tensor(a).
+	AtenNarrowTensor = &Op{Name: "aten.narrow.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"start", 2, ArgTensor, nil, false}, {"length", 3, ArgInt, nil, false}}}
+	// AtenNarrow is aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a).
+	AtenNarrow = &Op{Name: "aten.narrow.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"start", 2, ArgInt, nil, false}, {"length", 3, ArgInt, nil, false}}}
+	// AtenNativeDropout is aten::native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor).
+	AtenNativeDropout = &Op{Name: "aten.native_dropout.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"p", 1, ArgFloat, nil, false}, {"train", 2, ArgBool, nil, false}}}
+	// AtenNativeGroupNorm is aten::native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor).
+	AtenNativeGroupNorm = &Op{Name: "aten.native_group_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}, {"bias", 2, ArgTensor, nil, false}, {"N", 3, ArgInt, nil, false}, {"C", 4, ArgInt, nil, false}, {"HxW", 5, ArgInt, nil, false}, {"group", 6, ArgInt, nil, false}, {"eps", 7, ArgFloat, nil, false}}}
+	// AtenNativeLayerNorm is aten::native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor).
+	AtenNativeLayerNorm = &Op{Name: "aten.native_layer_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"normalized_shape", 1, ArgInts, nil, false}, {"weight", 2, ArgTensor, nil, false}, {"bias", 3, ArgTensor, nil, false}, {"eps", 4, ArgFloat, nil, false}}}
+	// AtenNeScalar is aten::ne.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenNeScalar = &Op{Name: "aten.ne.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenNeTensor is aten::ne.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenNeTensor = &Op{Name: "aten.ne.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenNeTensorList is aten::ne.Tensor_list(Tensor[] a, Tensor[] b) -> bool.
 	AtenNeTensorList = &Op{Name: "aten.ne.Tensor_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeBool is aten.ne.bool.
-	AtenNeBool = &Op{Name: "aten.ne.bool", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeBoolList is aten.ne.bool_list.
+	// AtenNeBool is aten::ne.bool(bool a, bool b) -> bool.
+	AtenNeBool = &Op{Name: "aten.ne.bool", Args: []ArgSpec{{"a", 0, ArgBool, nil, false}, {"b", 1, ArgBool, nil, false}}}
+	// AtenNeBoolList is aten::ne.bool_list(bool[] a, bool[] b) -> bool.
 	AtenNeBoolList = &Op{Name: "aten.ne.bool_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeComplex is aten.ne.complex.
+	// AtenNeComplex is aten::ne.complex(complex a, complex b) -> bool.
 	AtenNeComplex = &Op{Name: "aten.ne.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeComplexFloat is aten.ne.complex_float.
-	AtenNeComplexFloat = &Op{Name: "aten.ne.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNe is aten.ne.default.
+	// AtenNeComplexFloat is aten::ne.complex_float(complex a, float b) -> bool.
+	AtenNeComplexFloat = &Op{Name: "aten.ne.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenNe is aten::ne(Scalar a, Scalar b) -> bool.
 	AtenNe = &Op{Name: "aten.ne.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeDevice is aten.ne.device.
+	// AtenNeDevice is aten::ne.device(Device a, Device b) -> bool.
 	AtenNeDevice = &Op{Name: "aten.ne.device", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeEnum is aten.ne.enum.
+	// AtenNeEnum is aten::ne.enum(AnyEnumType a, AnyEnumType b) -> bool.
 	AtenNeEnum = &Op{Name: "aten.ne.enum", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeFloat is aten.ne.float.
-	AtenNeFloat = &Op{Name: "aten.ne.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeFloatComplex is aten.ne.float_complex.
-	AtenNeFloatComplex = &Op{Name: "aten.ne.float_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeFloatInt is aten.ne.float_int.
-	AtenNeFloatInt = &Op{Name: "aten.ne.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeFloatList is aten.ne.float_list.
+	// AtenNeFloat is aten::ne.float(float a, float b) -> bool.
+	AtenNeFloat = &Op{Name: "aten.ne.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenNeFloatComplex is aten::ne.float_complex(float a, complex b) -> bool.
+	AtenNeFloatComplex = &Op{Name: "aten.ne.float_complex", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenNeFloatInt is aten::ne.float_int(float a, int b) -> bool.
+	AtenNeFloatInt = &Op{Name: "aten.ne.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenNeFloatList is aten::ne.float_list(float[] a, float[] b) -> bool.
 	AtenNeFloatList = &Op{Name: "aten.ne.float_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeInt is aten.ne.int.
-	AtenNeInt = &Op{Name: "aten.ne.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeIntFloat is aten.ne.int_float.
-	AtenNeIntFloat = &Op{Name: "aten.ne.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeIntList is aten.ne.int_list.
-	AtenNeIntList = &Op{Name: "aten.ne.int_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeStr is aten.ne.str.
+	// AtenNeInt is aten::ne.int(int a, int b) -> bool.
+	AtenNeInt = &Op{Name: "aten.ne.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenNeIntFloat is aten::ne.int_float(int a, float b) -> bool.
+	AtenNeIntFloat = &Op{Name: "aten.ne.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenNeIntList is aten::ne.int_list(int[] a, int[] b) -> bool.
+	AtenNeIntList = &Op{Name: "aten.ne.int_list", Args: []ArgSpec{{"a", 0, ArgInts, nil, false}, {"b", 1, ArgInts, nil, false}}}
+	// AtenNeStr is aten::ne.str(str a, str b) -> bool.
 	AtenNeStr = &Op{Name: "aten.ne.str", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNeStrList is aten.ne.str_list.
+	// AtenNeStrList is aten::ne.str_list(str[] a, str[] b) -> bool.
 	AtenNeStrList = &Op{Name: "aten.ne.str_list", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenNegScalar is aten.neg.Scalar.
+	// AtenNegScalar is aten::neg.Scalar(Scalar a) -> Scalar.
 	AtenNegScalar = &Op{Name: "aten.neg.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenNegComplex is aten.neg.complex.
+	// AtenNegComplex is aten::neg.complex(complex a) -> complex.
 	AtenNegComplex = &Op{Name: "aten.neg.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenNeg is aten.neg.default.
-	AtenNeg = &Op{Name: "aten.neg.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenNegFloat is aten.neg.float.
-	AtenNegFloat = &Op{Name: "aten.neg.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenNegInt is aten.neg.int.
-	AtenNegInt = &Op{Name: "aten.neg.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenNewEmpty is aten.new_empty.default.
-	AtenNewEmpty = &Op{Name: "aten.new_empty.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenNewFull is aten.new_full.default.
-	AtenNewFull = &Op{Name: "aten.new_full.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}, {"fill_value", 2, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenNewOnes is aten.new_ones.default.
-	AtenNewOnes = &Op{Name: "aten.new_ones.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenNewZeros is aten.new_zeros.default.
-	AtenNewZeros = &Op{Name: "aten.new_zeros.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenNllLoss2dForward is aten.nll_loss2d_forward.default.
-	AtenNllLoss2dForward = &Op{Name: "aten.nll_loss2d_forward.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"target", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, false}, {"reduction", 3, ArgAny, nil, false}, {"ignore_index", 4, ArgAny, nil, false}}}
-	// AtenNllLoss2dForwardOutput is aten.nll_loss2d_forward.output.
-	AtenNllLoss2dForwardOutput = &Op{Name: "aten.nll_loss2d_forward.output", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"target", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, false}, {"reduction", 3, ArgAny, nil, false}, {"ignore_index", 4, ArgAny, nil, false}, {"output", KwOnly, ArgAny, nil, false}, {"total_weight", KwOnly, ArgAny, nil, false}}}
-	// AtenNllLossForward is aten.nll_loss_forward.default.
-	AtenNllLossForward = &Op{Name: "aten.nll_loss_forward.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"target", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, false}, {"reduction", 3, ArgAny, nil, false}, {"ignore_index", 4, ArgAny, nil, false}}}
-	// AtenNllLossForwardOutput is aten.nll_loss_forward.output.
-	AtenNllLossForwardOutput = &Op{Name: "aten.nll_loss_forward.output", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"target", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, false}, {"reduction", 3, ArgAny, nil, false}, {"ignore_index", 4, ArgAny, nil, false}, {"output", KwOnly, ArgAny, nil, false}, {"total_weight", KwOnly, ArgAny, nil, false}}}
-	// AtenNonzero is aten.nonzero.default.
-	AtenNonzero = &Op{Name: "aten.nonzero.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenNumel is aten.numel.default.
-	AtenNumel = &Op{Name: "aten.numel.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenNumpyTA is aten.numpy_T.a.
-	AtenNumpyTA = &Op{Name: "aten.numpy_T.a", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenNumpyT is aten.numpy_T.default.
-	AtenNumpyT = &Op{Name: "aten.numpy_T.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenOneHot is aten.one_hot.default.
-	AtenOneHot = &Op{Name: "aten.one_hot.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"num_classes", 1, ArgAny, int64(-1), true}}}
-	// AtenOnes is aten.ones.default.
-	AtenOnes = &Op{Name: "aten.ones.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenOnesLike is aten.ones_like.default.
-	AtenOnesLike = &Op{Name: "aten.ones_like.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// AtenOuter is aten.outer.default.
-	AtenOuter = &Op{Name: "aten.outer.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"vec2", 1, ArgAny, nil, false}}}
-	// AtenPad is aten.pad.default.
-	AtenPad = &Op{Name: "aten.pad.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"pad", 1, ArgAny, nil, false}, {"mode", 2, ArgAny, "constant", true}, {"value", 3, ArgAny, nil, true}}}
-	// AtenPairwiseDistance is aten.pairwise_distance.default.
-	AtenPairwiseDistance = &Op{Name: "aten.pairwise_distance.default", Args: []ArgSpec{{"x1", 0, ArgAny, nil, false}, {"x2", 1, ArgAny, nil, false}, {"p", 2, ArgAny, float64(2.0), true}, {"eps", 3, ArgAny, float64(1e-06), true}, {"keepdim", 4, ArgAny, false, true}}}
-	// AtenPermute is aten.permute.default.
-	AtenPermute = &Op{Name: "aten.permute.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dims", 1, ArgAny, nil, false}}}
-	// AtenPixelShuffle is aten.pixel_shuffle.default.
-	AtenPixelShuffle = &Op{Name: "aten.pixel_shuffle.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"upscale_factor", 1, ArgAny, nil, false}}}
-	// AtenPixelUnshuffle is aten.pixel_unshuffle.default.
-	AtenPixelUnshuffle = &Op{Name: "aten.pixel_unshuffle.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"downscale_factor", 1, ArgAny, nil, false}}}
-	// AtenPowScalar is aten.pow.Scalar.
-	AtenPowScalar = &Op{Name: "aten.pow.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"exponent", 1, ArgAny, nil, false}}}
-	// AtenPowScalarScalar is aten.pow.Scalar_Scalar.
+	// AtenNeg is aten::neg(Tensor self) -> Tensor.
+	AtenNeg = &Op{Name: "aten.neg.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenNegFloat is aten::neg.float(float a) -> float.
+	AtenNegFloat = &Op{Name: "aten.neg.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenNegInt is aten::neg.int(int a) -> int.
+	AtenNegInt = &Op{Name: "aten.neg.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenNewEmpty is aten::new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenNewEmpty = &Op{Name: "aten.new_empty.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenNewFull is aten::new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenNewFull = &Op{Name: "aten.new_full.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}, {"fill_value", 2, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenNewOnes is aten::new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenNewOnes = &Op{Name: "aten.new_ones.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenNewZeros is aten::new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenNewZeros = &Op{Name: "aten.new_zeros.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenNllLoss2dForward is aten::nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight).
+	AtenNllLoss2dForward = &Op{Name: "aten.nll_loss2d_forward.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"target", 1, ArgTensor, nil, false}, {"weight", 2, ArgTensor, nil, false}, {"reduction", 3, ArgInt, nil, false}, {"ignore_index", 4, ArgInt, nil, false}}}
+	// AtenNllLoss2dForwardOutput is aten::nll_loss2d_forward.output(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index, *, Tensor(a!) output, Tensor(b!) total_weight) -> (Tensor(a!), Tensor(b!)).
+	AtenNllLoss2dForwardOutput = &Op{Name: "aten.nll_loss2d_forward.output", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"target", 1, ArgTensor, nil, false}, {"weight", 2, ArgTensor, nil, false}, {"reduction", 3, ArgInt, nil, false}, {"ignore_index", 4, ArgInt, nil, false}, {"output", KwOnly, ArgTensor, nil, false}, {"total_weight", KwOnly, ArgTensor, nil, false}}}
+	// AtenNllLossForward is aten::nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight).
+	AtenNllLossForward = &Op{Name: "aten.nll_loss_forward.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"target", 1, ArgTensor, nil, false}, {"weight", 2, ArgTensor, nil, false}, {"reduction", 3, ArgInt, nil, false}, {"ignore_index", 4, ArgInt, nil, false}}}
+	// AtenNllLossForwardOutput is aten::nll_loss_forward.output(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index, *, Tensor(a!) output, Tensor(b!) total_weight) -> (Tensor(a!), Tensor(b!)).
+	AtenNllLossForwardOutput = &Op{Name: "aten.nll_loss_forward.output", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"target", 1, ArgTensor, nil, false}, {"weight", 2, ArgTensor, nil, false}, {"reduction", 3, ArgInt, nil, false}, {"ignore_index", 4, ArgInt, nil, false}, {"output", KwOnly, ArgTensor, nil, false}, {"total_weight", KwOnly, ArgTensor, nil, false}}}
+	// AtenNonzero is aten::nonzero(Tensor self) -> Tensor.
+	AtenNonzero = &Op{Name: "aten.nonzero.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenNumel is aten::numel(Tensor self) -> int.
+	AtenNumel = &Op{Name: "aten.numel.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenNumpyTA is aten::numpy_T.a(Tensor(a) self) -> Tensor(a).
+	AtenNumpyTA = &Op{Name: "aten.numpy_T.a", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenNumpyT is aten::numpy_T(Tensor(a) self) -> Tensor(a).
+	AtenNumpyT = &Op{Name: "aten.numpy_T.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenOneHot is aten::one_hot(Tensor self, int num_classes=-1) -> Tensor.
+	AtenOneHot = &Op{Name: "aten.one_hot.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"num_classes", 1, ArgInt, int64(-1), true}}}
+	// AtenOnes is aten::ones(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenOnes = &Op{Name: "aten.ones.default", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenOnesLike is aten::ones_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor.
+	AtenOnesLike = &Op{Name: "aten.ones_like.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}, {"memory_format", KwOnly, ArgInt, nil, true}}}
+	// AtenOuter is aten::outer(Tensor self, Tensor vec2) -> Tensor.
+	AtenOuter = &Op{Name: "aten.outer.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"vec2", 1, ArgTensor, nil, false}}}
+	// AtenPad is aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor.
+	AtenPad = &Op{Name: "aten.pad.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"pad", 1, ArgInts, nil, false}, {"mode", 2, ArgAny, "constant", true}, {"value", 3, ArgFloat, nil, true}}}
+	// AtenPairwiseDistance is aten::pairwise_distance(Tensor x1, Tensor x2, float p=2., float eps=9.9999999999999995e-07, bool keepdim=False) -> Tensor.
+	AtenPairwiseDistance = &Op{Name: "aten.pairwise_distance.default", Args: []ArgSpec{{"x1", 0, ArgTensor, nil, false}, {"x2", 1, ArgTensor, nil, false}, {"p", 2, ArgFloat, float64(2.0), true}, {"eps", 3, ArgFloat, float64(1e-06), true}, {"keepdim", 4, ArgBool, false, true}}}
+	// AtenPermute is aten::permute(Tensor(a) self, int[] dims) -> Tensor(a).
+	AtenPermute = &Op{Name: "aten.permute.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dims", 1, ArgInts, nil, false}}}
+	// AtenPixelShuffle is aten::pixel_shuffle(Tensor self, int upscale_factor) -> Tensor.
+	AtenPixelShuffle = &Op{Name: "aten.pixel_shuffle.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"upscale_factor", 1, ArgInt, nil, false}}}
+	// AtenPixelUnshuffle is aten::pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor.
+	AtenPixelUnshuffle = &Op{Name: "aten.pixel_unshuffle.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"downscale_factor", 1, ArgInt, nil, false}}}
+	// AtenPowScalar is aten::pow.Scalar(Scalar self, Tensor exponent) -> Tensor.
+	AtenPowScalar = &Op{Name: "aten.pow.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"exponent", 1, ArgTensor, nil, false}}}
+	// AtenPowScalarScalar is aten::pow.Scalar_Scalar(Scalar a, Scalar b) -> float.
 	AtenPowScalarScalar = &Op{Name: "aten.pow.Scalar_Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPowTensorScalar is aten.pow.Tensor_Scalar.
-	AtenPowTensorScalar = &Op{Name: "aten.pow.Tensor_Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"exponent", 1, ArgAny, nil, false}}}
-	// AtenPowTensorTensor is aten.pow.Tensor_Tensor.
-	AtenPowTensorTensor = &Op{Name: "aten.pow.Tensor_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"exponent", 1, ArgAny, nil, false}}}
-	// AtenPowComplex is aten.pow.complex.
+	// AtenPowTensorScalar is aten::pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor.
+	AtenPowTensorScalar = &Op{Name: "aten.pow.Tensor_Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"exponent", 1, ArgAny, nil, false}}}
+	// AtenPowTensorTensor is aten::pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor.
+	AtenPowTensorTensor = &Op{Name: "aten.pow.Tensor_Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"exponent", 1, ArgTensor, nil, false}}}
+	// AtenPowComplex is aten::pow.complex(complex a, complex b) -> complex.
 	AtenPowComplex = &Op{Name: "aten.pow.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPowComplexFloat is aten.pow.complex_float.
-	AtenPowComplexFloat = &Op{Name: "aten.pow.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPowFloat is aten.pow.float.
-	AtenPowFloat = &Op{Name: "aten.pow.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPowFloatComplex is aten.pow.float_complex.
-	AtenPowFloatComplex = &Op{Name: "aten.pow.float_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPowFloatInt is aten.pow.float_int.
-	AtenPowFloatInt = &Op{Name: "aten.pow.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPowInt is aten.pow.int.
-	AtenPowInt = &Op{Name: "aten.pow.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPowIntFloat is aten.pow.int_float.
-	AtenPowIntFloat = &Op{Name: "aten.pow.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPowIntToInt is aten.pow.int_to_int.
-	AtenPowIntToInt = &Op{Name: "aten.pow.int_to_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenPrelu is aten.prelu.default.
-	AtenPrelu = &Op{Name: "aten.prelu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"weight", 1, ArgAny, nil, false}}}
-	// AtenProd is aten.prod.default.
-	AtenProd = &Op{Name: "aten.prod.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenProdDimInt is aten.prod.dim_int.
-	AtenProdDimInt = &Op{Name: "aten.prod.dim_int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenRand is aten.rand.default.
-	AtenRand = &Op{Name: "aten.rand.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenRandGenerator is aten.rand.generator.
-	AtenRandGenerator = &Op{Name: "aten.rand.generator", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"generator", KwOnly, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenRandn is aten.randn.default.
-	AtenRandn = &Op{Name: "aten.randn.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenRandnGenerator is aten.randn.generator.
-	AtenRandnGenerator = &Op{Name: "aten.randn.generator", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"generator", KwOnly, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenRandperm is aten.randperm.default.
-	AtenRandperm = &Op{Name: "aten.randperm.default", Args: []ArgSpec{{"n", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, int64(4), true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenRandpermGenerator is aten.randperm.generator.
-	AtenRandpermGenerator = &Op{Name: "aten.randperm.generator", Args: []ArgSpec{{"n", 0, ArgAny, nil, false}, {"generator", KwOnly, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, int64(4), true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenReciprocal is aten.reciprocal.default.
-	AtenReciprocal = &Op{Name: "aten.reciprocal.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenReflectionPad1d is aten.reflection_pad1d.default.
-	AtenReflectionPad1d = &Op{Name: "aten.reflection_pad1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"padding", 1, ArgAny, nil, false}}}
-	// AtenReflectionPad2d is aten.reflection_pad2d.default.
-	AtenReflectionPad2d = &Op{Name: "aten.reflection_pad2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"padding", 1, ArgAny, nil, false}}}
-	// AtenReflectionPad3d is aten.reflection_pad3d.default.
-	AtenReflectionPad3d = &Op{Name: "aten.reflection_pad3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"padding", 1, ArgAny, nil, false}}}
-	// AtenRelu is aten.relu.default.
-	AtenRelu = &Op{Name: "aten.relu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenRelu6 is aten.relu6.default.
-	AtenRelu6 = &Op{Name: "aten.relu6.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenRemainderScalar is aten.remainder.Scalar.
-	AtenRemainderScalar = &Op{Name: "aten.remainder.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenRemainderScalarTensor is aten.remainder.Scalar_Tensor.
-	AtenRemainderScalarTensor = &Op{Name: "aten.remainder.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenRemainderTensor is aten.remainder.Tensor.
-	AtenRemainderTensor = &Op{Name: "aten.remainder.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenRemainder is aten.remainder.default.
+	// AtenPowComplexFloat is aten::pow.complex_float(complex a, float b) -> complex.
+	AtenPowComplexFloat = &Op{Name: "aten.pow.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenPowFloat is aten::pow.float(float a, float b) -> float.
+	AtenPowFloat = &Op{Name: "aten.pow.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenPowFloatComplex is aten::pow.float_complex(float a, complex b) -> complex.
+	AtenPowFloatComplex = &Op{Name: "aten.pow.float_complex", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenPowFloatInt is aten::pow.float_int(float a, int b) -> float.
+	AtenPowFloatInt = &Op{Name: "aten.pow.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenPowInt is aten::pow.int(int a, int b) -> float.
+	AtenPowInt = &Op{Name: "aten.pow.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenPowIntFloat is aten::pow.int_float(int a, float b) -> float.
+	AtenPowIntFloat = &Op{Name: "aten.pow.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenPowIntToInt is aten::pow.int_to_int(int a, int b) -> int.
+	AtenPowIntToInt = &Op{Name: "aten.pow.int_to_int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenPrelu is aten::prelu(Tensor self, Tensor weight) -> Tensor.
+	AtenPrelu = &Op{Name: "aten.prelu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"weight", 1, ArgTensor, nil, false}}}
+	// AtenProd is aten::prod(Tensor self, *, ScalarType? dtype=None) -> Tensor.
+	AtenProd = &Op{Name: "aten.prod.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenProdDimInt is aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor.
+	AtenProdDimInt = &Op{Name: "aten.prod.dim_int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"keepdim", 2, ArgBool, false, true}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenRand is aten::rand(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenRand = &Op{Name: "aten.rand.default", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenRandGenerator is aten::rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenRandGenerator = &Op{Name: "aten.rand.generator", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"generator", KwOnly, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenRandn is aten::randn(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenRandn = &Op{Name: "aten.randn.default", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenRandnGenerator is aten::randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenRandnGenerator = &Op{Name: "aten.randn.generator", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"generator", KwOnly, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenRandperm is aten::randperm(SymInt n, *, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenRandperm = &Op{Name: "aten.randperm.default", Args: []ArgSpec{{"n", 0, ArgInt, nil, false}, {"dtype", KwOnly, ArgInt, int64(4), true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenRandpermGenerator is aten::randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenRandpermGenerator = &Op{Name: "aten.randperm.generator", Args: []ArgSpec{{"n", 0, ArgInt, nil, false}, {"generator", KwOnly, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, int64(4), true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenReciprocal is aten::reciprocal(Tensor self) -> Tensor.
+	AtenReciprocal = &Op{Name: "aten.reciprocal.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenReflectionPad1d is aten::reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor.
+	AtenReflectionPad1d = &Op{Name: "aten.reflection_pad1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"padding", 1, ArgInts, nil, false}}}
+	// AtenReflectionPad2d is aten::reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor.
+	AtenReflectionPad2d = &Op{Name: "aten.reflection_pad2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"padding", 1, ArgInts, nil, false}}}
+	// AtenReflectionPad3d is aten::reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor.
+	AtenReflectionPad3d = &Op{Name: "aten.reflection_pad3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"padding", 1, ArgInts, nil, false}}}
+	// AtenRelu is aten::relu(Tensor self) -> Tensor.
+	AtenRelu = &Op{Name: "aten.relu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenRelu6 is aten::relu6(Tensor self) -> Tensor.
+	AtenRelu6 = &Op{Name: "aten.relu6.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenRemainderScalar is aten::remainder.Scalar(Tensor self, Scalar other) -> Tensor.
+	AtenRemainderScalar = &Op{Name: "aten.remainder.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenRemainderScalarTensor is aten::remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor.
+	AtenRemainderScalarTensor = &Op{Name: "aten.remainder.Scalar_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenRemainderTensor is aten::remainder.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenRemainderTensor = &Op{Name: "aten.remainder.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenRemainder is aten::remainder(Scalar a, Scalar b) -> Scalar.
 	AtenRemainder = &Op{Name: "aten.remainder.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenRemainderFloat is aten.remainder.float.
-	AtenRemainderFloat = &Op{Name: "aten.remainder.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenRemainderFloatInt is aten.remainder.float_int.
-	AtenRemainderFloatInt = &Op{Name: "aten.remainder.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenRemainderInt is aten.remainder.int.
-	AtenRemainderInt = &Op{Name: "aten.remainder.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenRemainderIntFloat is aten.remainder.int_float.
-	AtenRemainderIntFloat = &Op{Name: "aten.remainder.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenRepeat is aten.repeat.default.
-	AtenRepeat = &Op{Name: "aten.repeat.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"repeats", 1, ArgAny, nil, false}}}
-	// AtenRepeatInterleaveTensor is aten.repeat_interleave.Tensor.
-	AtenRepeatInterleaveTensor = &Op{Name: "aten.repeat_interleave.Tensor", Args: []ArgSpec{{"repeats", 0, ArgAny, nil, false}, {"output_size", KwOnly, ArgAny, nil, true}}}
-	// AtenRepeatInterleaveSelfTensor is aten.repeat_interleave.self_Tensor.
-	AtenRepeatInterleaveSelfTensor = &Op{Name: "aten.repeat_interleave.self_Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"repeats", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, nil, true}, {"output_size", KwOnly, ArgAny, nil, true}}}
-	// AtenRepeatInterleaveSelfInt is aten.repeat_interleave.self_int.
-	AtenRepeatInterleaveSelfInt = &Op{Name: "aten.repeat_interleave.self_int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"repeats", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, nil, true}, {"output_size", KwOnly, ArgAny, nil, true}}}
-	// AtenReplicationPad1d is aten.replication_pad1d.default.
-	AtenReplicationPad1d = &Op{Name: "aten.replication_pad1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"padding", 1, ArgAny, nil, false}}}
-	// AtenReplicationPad2d is aten.replication_pad2d.default.
-	AtenReplicationPad2d = &Op{Name: "aten.replication_pad2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"padding", 1, ArgAny, nil, false}}}
-	// AtenReplicationPad3d is aten.replication_pad3d.default.
-	AtenReplicationPad3d = &Op{Name: "aten.replication_pad3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"padding", 1, ArgAny, nil, false}}}
-	// AtenReshape is aten.reshape.default.
-	AtenReshape = &Op{Name: "aten.reshape.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"shape", 1, ArgAny, nil, false}}}
-	// AtenReshapeAs is aten.reshape_as.default.
-	AtenReshapeAs = &Op{Name: "aten.reshape_as.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenResize is aten.resize_.default.
-	AtenResize = &Op{Name: "aten.resize_.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// AtenRmsNorm is aten.rms_norm.default.
-	AtenRmsNorm = &Op{Name: "aten.rms_norm.default", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"normalized_shape", 1, ArgAny, nil, false}, {"weight", 2, ArgAny, nil, true}, {"eps", 3, ArgAny, nil, true}}}
-	// AtenRoll is aten.roll.default.
-	AtenRoll = &Op{Name: "aten.roll.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"shifts", 1, ArgAny, nil, false}, {"dims", 2, ArgAny, []any{}, true}}}
-	// AtenRot90 is aten.rot90.default.
-	AtenRot90 = &Op{Name: "aten.rot90.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"k", 1, ArgAny, int64(1), true}, {"dims", 2, ArgAny, []any{int64(0), int64(1)}, true}}}
-	// AtenRoundScalar is aten.round.Scalar.
+	// AtenRemainderFloat is aten::remainder.float(float a, float b) -> float.
+	AtenRemainderFloat = &Op{Name: "aten.remainder.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenRemainderFloatInt is aten::remainder.float_int(float a, int b) -> float.
+	AtenRemainderFloatInt = &Op{Name: "aten.remainder.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenRemainderInt is aten::remainder.int(int a, int b) -> int.
+	AtenRemainderInt = &Op{Name: "aten.remainder.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenRemainderIntFloat is aten::remainder.int_float(int a, float b) -> float.
+	AtenRemainderIntFloat = &Op{Name: "aten.remainder.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenRepeat is aten::repeat(Tensor self, SymInt[] repeats) -> Tensor.
+	AtenRepeat = &Op{Name: "aten.repeat.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"repeats", 1, ArgInts, nil, false}}}
+	// AtenRepeatInterleaveTensor is aten::repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor.
+	AtenRepeatInterleaveTensor = &Op{Name: "aten.repeat_interleave.Tensor", Args: []ArgSpec{{"repeats", 0, ArgTensor, nil, false}, {"output_size", KwOnly, ArgInt, nil, true}}}
+	// AtenRepeatInterleaveSelfTensor is aten::repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor.
+	AtenRepeatInterleaveSelfTensor = &Op{Name: "aten.repeat_interleave.self_Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"repeats", 1, ArgTensor, nil, false}, {"dim", 2, ArgInt, nil, true}, {"output_size", KwOnly, ArgInt, nil, true}}}
+	// AtenRepeatInterleaveSelfInt is aten::repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor.
+	AtenRepeatInterleaveSelfInt = &Op{Name: "aten.repeat_interleave.self_int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"repeats", 1, ArgInt, nil, false}, {"dim", 2, ArgInt, nil, true}, {"output_size", KwOnly, ArgInt, nil, true}}}
+	// AtenReplicationPad1d is aten::replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor.
+	AtenReplicationPad1d = &Op{Name: "aten.replication_pad1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"padding", 1, ArgInts, nil, false}}}
+	// AtenReplicationPad2d is aten::replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor.
+	AtenReplicationPad2d = &Op{Name: "aten.replication_pad2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"padding", 1, ArgInts, nil, false}}}
+	// AtenReplicationPad3d is aten::replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor.
+	AtenReplicationPad3d = &Op{Name: "aten.replication_pad3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"padding", 1, ArgInts, nil, false}}}
+	// AtenReshape is aten::reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a).
+	AtenReshape = &Op{Name: "aten.reshape.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"shape", 1, ArgInts, nil, false}}}
+	// AtenReshapeAs is aten::reshape_as(Tensor(a) self, Tensor other) -> Tensor(a).
+	AtenReshapeAs = &Op{Name: "aten.reshape_as.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenResize is aten::resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!).
+	AtenResize = &Op{Name: "aten.resize_.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}, {"memory_format", KwOnly, ArgInt, nil, true}}}
+	// AtenRmsNorm is aten::rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor.
+	AtenRmsNorm = &Op{Name: "aten.rms_norm.default", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"normalized_shape", 1, ArgInts, nil, false}, {"weight", 2, ArgTensor, nil, true}, {"eps", 3, ArgFloat, nil, true}}}
+	// AtenRnnReluData is aten::rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor).
+	AtenRnnReluData = &Op{Name: "aten.rnn_relu.data", Args: []ArgSpec{{"data", 0, ArgTensor, nil, false}, {"batch_sizes", 1, ArgTensor, nil, false}, {"hx", 2, ArgTensor, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgBool, nil, false}, {"num_layers", 5, ArgInt, nil, false}, {"dropout", 6, ArgFloat, nil, false}, {"train", 7, ArgBool, nil, false}, {"bidirectional", 8, ArgBool, nil, false}}}
+	// AtenRnnReluInput is aten::rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor).
+	AtenRnnReluInput = &Op{Name: "aten.rnn_relu.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"hx", 1, ArgTensor, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgBool, nil, false}, {"num_layers", 4, ArgInt, nil, false}, {"dropout", 5, ArgFloat, nil, false}, {"train", 6, ArgBool, nil, false}, {"bidirectional", 7, ArgBool, nil, false}, {"batch_first", 8, ArgBool, nil, false}}}
+	// AtenRnnTanhData is aten::rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor).
+	AtenRnnTanhData = &Op{Name: "aten.rnn_tanh.data", Args: []ArgSpec{{"data", 0, ArgTensor, nil, false}, {"batch_sizes", 1, ArgTensor, nil, false}, {"hx", 2, ArgTensor, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgBool, nil, false}, {"num_layers", 5, ArgInt, nil, false}, {"dropout", 6, ArgFloat, nil, false}, {"train", 7, ArgBool, nil, false}, {"bidirectional", 8, ArgBool, nil, false}}}
+	// AtenRnnTanhInput is aten::rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor).
+	AtenRnnTanhInput = &Op{Name: "aten.rnn_tanh.input", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"hx", 1, ArgTensor, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgBool, nil, false}, {"num_layers", 4, ArgInt, nil, false}, {"dropout", 5, ArgFloat, nil, false}, {"train", 6, ArgBool, nil, false}, {"bidirectional", 7, ArgBool, nil, false}, {"batch_first", 8, ArgBool, nil, false}}}
+	// AtenRoll is aten::roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor.
+	AtenRoll = &Op{Name: "aten.roll.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"shifts", 1, ArgInts, nil, false}, {"dims", 2, ArgInts, []any{}, true}}}
+	// AtenRot90 is aten::rot90(Tensor self, int k=1, int[] dims=[0, 1]) -> Tensor.
+	AtenRot90 = &Op{Name: "aten.rot90.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"k", 1, ArgInt, int64(1), true}, {"dims", 2, ArgInts, []any{int64(0), int64(1)}, true}}}
+	// AtenRoundScalar is aten::round.Scalar(Scalar a) -> Scalar.
 	AtenRoundScalar = &Op{Name: "aten.round.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenRoundDecimals is aten.round.decimals.
-	AtenRoundDecimals = &Op{Name: "aten.round.decimals", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"decimals", KwOnly, ArgAny, nil, false}}}
-	// AtenRound is aten.round.default.
-	AtenRound = &Op{Name: "aten.round.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenRoundFloat is aten.round.float.
-	AtenRoundFloat = &Op{Name: "aten.round.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenRoundInt is aten.round.int.
-	AtenRoundInt = &Op{Name: "aten.round.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenRsqrt is aten.rsqrt.default.
-	AtenRsqrt = &Op{Name: "aten.rsqrt.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenRsubScalar is aten.rsub.Scalar.
-	AtenRsubScalar = &Op{Name: "aten.rsub.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", 2, ArgAny, int64(1), true}}}
-	// AtenRsubTensor is aten.rsub.Tensor.
-	AtenRsubTensor = &Op{Name: "aten.rsub.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenScalarTensor is aten.scalar_tensor.default.
-	AtenScalarTensor = &Op{Name: "aten.scalar_tensor.default", Args: []ArgSpec{{"s", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenScaledDotProductAttention is aten.scaled_dot_product_attention.default.
-	AtenScaledDotProductAttention = &Op{Name: "aten.scaled_dot_product_attention.default", Args: []ArgSpec{{"query", 0, ArgAny, nil, false}, {"key", 1, ArgAny, nil, false}, {"value", 2, ArgAny, nil, false}, {"attn_mask", 3, ArgAny, nil, true}, {"dropout_p", 4, ArgAny, float64(0.0), true}, {"is_causal", 5, ArgAny, false, true}, {"scale", KwOnly, ArgAny, nil, true}, {"enable_gqa", KwOnly, ArgAny, false, true}}}
-	// AtenScatterReduce is aten.scatter.reduce.
-	AtenScatterReduce = &Op{Name: "aten.scatter.reduce", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}, {"src", 3, ArgAny, nil, false}, {"reduce", KwOnly, ArgAny, nil, false}}}
-	// AtenScatterSrc is aten.scatter.src.
-	AtenScatterSrc = &Op{Name: "aten.scatter.src", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}, {"src", 3, ArgAny, nil, false}}}
-	// AtenScatterValue is aten.scatter.value.
-	AtenScatterValue = &Op{Name: "aten.scatter.value", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}, {"value", 3, ArgAny, nil, false}}}
-	// AtenScatterValueReduce is aten.scatter.value_reduce.
-	AtenScatterValueReduce = &Op{Name: "aten.scatter.value_reduce", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}, {"value", 3, ArgAny, nil, false}, {"reduce", KwOnly, ArgAny, nil, false}}}
-	// AtenScatterAdd is aten.scatter_add.default.
-	AtenScatterAdd = &Op{Name: "aten.scatter_add.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}, {"src", 3, ArgAny, nil, false}}}
-	// AtenScatterReduceTwo is aten.scatter_reduce.two.
-	AtenScatterReduceTwo = &Op{Name: "aten.scatter_reduce.two", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}, {"src", 3, ArgAny, nil, false}, {"reduce", 4, ArgAny, nil, false}, {"include_self", KwOnly, ArgAny, true, true}}}
-	// AtenSelectInt is aten.select.int.
-	AtenSelectInt = &Op{Name: "aten.select.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"index", 2, ArgAny, nil, false}}}
-	// AtenSelectT is aten.select.t.
-	AtenSelectT = &Op{Name: "aten.select.t", Args: []ArgSpec{{"list", 0, ArgAny, nil, false}, {"idx", 1, ArgAny, nil, false}}}
-	// AtenSelectScatter is aten.select_scatter.default.
-	AtenSelectScatter = &Op{Name: "aten.select_scatter.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"src", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, nil, false}, {"index", 3, ArgAny, nil, false}}}
-	// AtenSelu is aten.selu.default.
-	AtenSelu = &Op{Name: "aten.selu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSgn is aten.sgn.default.
-	AtenSgn = &Op{Name: "aten.sgn.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSigmoid is aten.sigmoid.default.
-	AtenSigmoid = &Op{Name: "aten.sigmoid.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSign is aten.sign.default.
-	AtenSign = &Op{Name: "aten.sign.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSilu is aten.silu.default.
-	AtenSilu = &Op{Name: "aten.silu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSinScalar is aten.sin.Scalar.
+	// AtenRoundDecimals is aten::round.decimals(Tensor self, *, int decimals) -> Tensor.
+	AtenRoundDecimals = &Op{Name: "aten.round.decimals", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"decimals", KwOnly, ArgInt, nil, false}}}
+	// AtenRound is aten::round(Tensor self) -> Tensor.
+	AtenRound = &Op{Name: "aten.round.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenRoundFloat is aten::round.float(float a) -> float.
+	AtenRoundFloat = &Op{Name: "aten.round.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenRoundInt is aten::round.int(int a) -> float.
+	AtenRoundInt = &Op{Name: "aten.round.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenRsqrt is aten::rsqrt(Tensor self) -> Tensor.
+	AtenRsqrt = &Op{Name: "aten.rsqrt.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenRsubScalar is aten::rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor.
+	AtenRsubScalar = &Op{Name: "aten.rsub.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", 2, ArgAny, int64(1), true}}}
+	// AtenRsubTensor is aten::rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor.
+	AtenRsubTensor = &Op{Name: "aten.rsub.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenScalarTensor is aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenScalarTensor = &Op{Name: "aten.scalar_tensor.default", Args: []ArgSpec{{"s", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenScaledDotProductAttention is aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor.
+	AtenScaledDotProductAttention = &Op{Name: "aten.scaled_dot_product_attention.default", Args: []ArgSpec{{"query", 0, ArgTensor, nil, false}, {"key", 1, ArgTensor, nil, false}, {"value", 2, ArgTensor, nil, false}, {"attn_mask", 3, ArgTensor, nil, true}, {"dropout_p", 4, ArgFloat, float64(0.0), true}, {"is_causal", 5, ArgBool, false, true}, {"scale", KwOnly, ArgFloat, nil, true}, {"enable_gqa", KwOnly, ArgBool, false, true}}}
+	// AtenScatterReduce is aten::scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor.
+	AtenScatterReduce = &Op{Name: "aten.scatter.reduce", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}, {"src", 3, ArgTensor, nil, false}, {"reduce", KwOnly, ArgAny, nil, false}}}
+	// AtenScatterSrc is aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor.
+	AtenScatterSrc = &Op{Name: "aten.scatter.src", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}, {"src", 3, ArgTensor, nil, false}}}
+	// AtenScatterValue is aten::scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor.
+	AtenScatterValue = &Op{Name: "aten.scatter.value", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}, {"value", 3, ArgAny, nil, false}}}
+	// AtenScatterValueReduce is aten::scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor.
+	AtenScatterValueReduce = &Op{Name: "aten.scatter.value_reduce", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}, {"value", 3, ArgAny, nil, false}, {"reduce", KwOnly, ArgAny, nil, false}}}
+	// AtenScatterAdd is aten::scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor.
+	AtenScatterAdd = &Op{Name: "aten.scatter_add.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}, {"src", 3, ArgTensor, nil, false}}}
+	// AtenScatterReduceTwo is aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor.
+	AtenScatterReduceTwo = &Op{Name: "aten.scatter_reduce.two", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgTensor, nil, false}, {"src", 3, ArgTensor, nil, false}, {"reduce", 4, ArgAny, nil, false}, {"include_self", KwOnly, ArgBool, true, true}}}
+	// AtenSelectInt is aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a).
+	AtenSelectInt = &Op{Name: "aten.select.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"index", 2, ArgInt, nil, false}}}
+	// AtenSelectT is aten::select.t(t[](a) list, int idx) -> t(*).
+	AtenSelectT = &Op{Name: "aten.select.t", Args: []ArgSpec{{"list", 0, ArgAny, nil, false}, {"idx", 1, ArgInt, nil, false}}}
+	// AtenSelectScatter is aten::select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor.
+	AtenSelectScatter = &Op{Name: "aten.select_scatter.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"src", 1, ArgTensor, nil, false}, {"dim", 2, ArgInt, nil, false}, {"index", 3, ArgInt, nil, false}}}
+	// AtenSelu is aten::selu(Tensor self) -> Tensor.
+	AtenSelu = &Op{Name: "aten.selu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSgn is aten::sgn(Tensor self) -> Tensor.
+	AtenSgn = &Op{Name: "aten.sgn.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSigmoid is aten::sigmoid(Tensor self) -> Tensor.
+	AtenSigmoid = &Op{Name: "aten.sigmoid.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSign is aten::sign(Tensor self) -> Tensor.
+	AtenSign = &Op{Name: "aten.sign.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSilu is aten::silu(Tensor self) -> Tensor.
+	AtenSilu = &Op{Name: "aten.silu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSinScalar is aten::sin.Scalar(Scalar a) -> Scalar.
 	AtenSinScalar = &Op{Name: "aten.sin.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSinComplex is aten.sin.complex.
+	// AtenSinComplex is aten::sin.complex(complex a) -> complex.
 	AtenSinComplex = &Op{Name: "aten.sin.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSin is aten.sin.default.
-	AtenSin = &Op{Name: "aten.sin.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSinFloat is aten.sin.float.
-	AtenSinFloat = &Op{Name: "aten.sin.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSinInt is aten.sin.int.
-	AtenSinInt = &Op{Name: "aten.sin.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSinhScalar is aten.sinh.Scalar.
+	// AtenSin is aten::sin(Tensor self) -> Tensor.
+	AtenSin = &Op{Name: "aten.sin.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSinFloat is aten::sin.float(float a) -> float.
+	AtenSinFloat = &Op{Name: "aten.sin.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenSinInt is aten::sin.int(int a) -> float.
+	AtenSinInt = &Op{Name: "aten.sin.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenSinhScalar is aten::sinh.Scalar(Scalar a) -> Scalar.
 	AtenSinhScalar = &Op{Name: "aten.sinh.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSinhComplex is aten.sinh.complex.
+	// AtenSinhComplex is aten::sinh.complex(complex a) -> complex.
 	AtenSinhComplex = &Op{Name: "aten.sinh.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSinh is aten.sinh.default.
-	AtenSinh = &Op{Name: "aten.sinh.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSinhFloat is aten.sinh.float.
-	AtenSinhFloat = &Op{Name: "aten.sinh.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSinhInt is aten.sinh.int.
-	AtenSinhInt = &Op{Name: "aten.sinh.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSliceTensor is aten.slice.Tensor.
-	AtenSliceTensor = &Op{Name: "aten.slice.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, int64(0), true}, {"start", 2, ArgAny, nil, true}, {"end", 3, ArgAny, nil, true}, {"step", 4, ArgAny, int64(1), true}}}
-	// AtenSliceStr is aten.slice.str.
-	AtenSliceStr = &Op{Name: "aten.slice.str", Args: []ArgSpec{{"string", 0, ArgAny, nil, false}, {"start", 1, ArgAny, nil, true}, {"end", 2, ArgAny, nil, true}, {"step", 3, ArgAny, int64(1), true}}}
-	// AtenSliceT is aten.slice.t.
-	AtenSliceT = &Op{Name: "aten.slice.t", Args: []ArgSpec{{"l", 0, ArgAny, nil, false}, {"start", 1, ArgAny, nil, true}, {"end", 2, ArgAny, nil, true}, {"step", 3, ArgAny, int64(1), true}}}
-	// AtenSliceScatter is aten.slice_scatter.default.
-	AtenSliceScatter = &Op{Name: "aten.slice_scatter.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"src", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}, {"start", 3, ArgAny, nil, true}, {"end", 4, ArgAny, nil, true}, {"step", 5, ArgAny, int64(1), true}}}
-	// AtenSoftmaxInt is aten.softmax.int.
-	AtenSoftmaxInt = &Op{Name: "aten.softmax.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"dtype", 2, ArgAny, nil, true}}}
-	// AtenSoftplus is aten.softplus.default.
-	AtenSoftplus = &Op{Name: "aten.softplus.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"beta", 1, ArgAny, int64(1), true}, {"threshold", 2, ArgAny, int64(20), true}}}
-	// AtenSortTensor is aten.sort.Tensor.
-	AtenSortTensor = &Op{Name: "aten.sort.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgAny, false, true}}}
-	// AtenSortAny is aten.sort.any.
-	AtenSortAny = &Op{Name: "aten.sort.any", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgAny, false, true}}}
-	// AtenSortBool is aten.sort.bool.
-	AtenSortBool = &Op{Name: "aten.sort.bool", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgAny, false, true}}}
-	// AtenSort is aten.sort.default.
-	AtenSort = &Op{Name: "aten.sort.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, int64(-1), true}, {"descending", 2, ArgAny, false, true}}}
-	// AtenSortFloat is aten.sort.float.
-	AtenSortFloat = &Op{Name: "aten.sort.float", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgAny, false, true}}}
-	// AtenSortInt is aten.sort.int.
-	AtenSortInt = &Op{Name: "aten.sort.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgAny, false, true}}}
-	// AtenSortStable is aten.sort.stable.
-	AtenSortStable = &Op{Name: "aten.sort.stable", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"stable", KwOnly, ArgAny, nil, false}, {"dim", KwOnly, ArgAny, int64(-1), true}, {"descending", KwOnly, ArgAny, false, true}}}
-	// AtenSortStr is aten.sort.str.
-	AtenSortStr = &Op{Name: "aten.sort.str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgAny, false, true}}}
-	// AtenSortValues is aten.sort.values.
-	AtenSortValues = &Op{Name: "aten.sort.values", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, int64(-1), true}, {"descending", 2, ArgAny, false, true}, {"values", KwOnly, ArgAny, nil, false}, {"indices", KwOnly, ArgAny, nil, false}}}
-	// AtenSortValuesStable is aten.sort.values_stable.
-	AtenSortValuesStable = &Op{Name: "aten.sort.values_stable", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"stable", KwOnly, ArgAny, nil, false}, {"dim", KwOnly, ArgAny, int64(-1), true}, {"descending", KwOnly, ArgAny, false, true}, {"values", KwOnly, ArgAny, nil, false}, {"indices", KwOnly, ArgAny, nil, false}}}
-	// AtenSpecialExpm1 is aten.special_expm1.default.
-	AtenSpecialExpm1 = &Op{Name: "aten.special_expm1.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSplitTensor is aten.split.Tensor.
-	AtenSplitTensor = &Op{Name: "aten.split.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"split_size", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenSplit is aten.split.default.
-	AtenSplit = &Op{Name: "aten.split.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"split_sizes", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenSplitSizes is aten.split.sizes.
-	AtenSplitSizes = &Op{Name: "aten.split.sizes", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"split_size", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenSplitStr is aten.split.str.
-	AtenSplitStr = &Op{Name: "aten.split.str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"separator", 1, ArgAny, nil, true}, {"max", 2, ArgAny, int64(-1), true}}}
-	// AtenSplitWithSizes is aten.split_with_sizes.default.
-	AtenSplitWithSizes = &Op{Name: "aten.split_with_sizes.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"split_sizes", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenSqrtScalar is aten.sqrt.Scalar.
+	// AtenSinh is aten::sinh(Tensor self) -> Tensor.
+	AtenSinh = &Op{Name: "aten.sinh.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSinhFloat is aten::sinh.float(float a) -> float.
+	AtenSinhFloat = &Op{Name: "aten.sinh.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenSinhInt is aten::sinh.int(int a) -> float.
+	AtenSinhInt = &Op{Name: "aten.sinh.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenSliceTensor is aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a).
+	AtenSliceTensor = &Op{Name: "aten.slice.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, int64(0), true}, {"start", 2, ArgInt, nil, true}, {"end", 3, ArgInt, nil, true}, {"step", 4, ArgInt, int64(1), true}}}
+	// AtenSliceStr is aten::slice.str(str string, int? start=None, int? end=None, int step=1) -> str.
+	AtenSliceStr = &Op{Name: "aten.slice.str", Args: []ArgSpec{{"string", 0, ArgAny, nil, false}, {"start", 1, ArgInt, nil, true}, {"end", 2, ArgInt, nil, true}, {"step", 3, ArgInt, int64(1), true}}}
+	// AtenSliceT is aten::slice.t(t[] l, int? start=None, int? end=None, int step=1) -> t[].
+	AtenSliceT = &Op{Name: "aten.slice.t", Args: []ArgSpec{{"l", 0, ArgAny, nil, false}, {"start", 1, ArgInt, nil, true}, {"end", 2, ArgInt, nil, true}, {"step", 3, ArgInt, int64(1), true}}}
+	// AtenSliceScatter is aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor.
+	AtenSliceScatter = &Op{Name: "aten.slice_scatter.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"src", 1, ArgTensor, nil, false}, {"dim", 2, ArgInt, int64(0), true}, {"start", 3, ArgInt, nil, true}, {"end", 4, ArgInt, nil, true}, {"step", 5, ArgInt, int64(1), true}}}
+	// AtenSoftmaxInt is aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor.
+	AtenSoftmaxInt = &Op{Name: "aten.softmax.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"dtype", 2, ArgInt, nil, true}}}
+	// AtenSoftplus is aten::softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor.
+	AtenSoftplus = &Op{Name: "aten.softplus.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"beta", 1, ArgAny, int64(1), true}, {"threshold", 2, ArgAny, int64(20), true}}}
+	// AtenSortTensor is aten::sort.Tensor(Tensor[](a!) self, bool reverse=False) -> ().
+	AtenSortTensor = &Op{Name: "aten.sort.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgBool, false, true}}}
+	// AtenSortAny is aten::sort.any(t[](a!) self, bool reverse=False) -> ().
+	AtenSortAny = &Op{Name: "aten.sort.any", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgBool, false, true}}}
+	// AtenSortBool is aten::sort.bool(bool[](a!) self, bool reverse=False) -> ().
+	AtenSortBool = &Op{Name: "aten.sort.bool", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgBool, false, true}}}
+	// AtenSort is aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices).
+	AtenSort = &Op{Name: "aten.sort.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, int64(-1), true}, {"descending", 2, ArgBool, false, true}}}
+	// AtenSortFloat is aten::sort.float(float[](a!) self, bool reverse=False) -> ().
+	AtenSortFloat = &Op{Name: "aten.sort.float", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgBool, false, true}}}
+	// AtenSortInt is aten::sort.int(int[](a!) self, bool reverse=False) -> ().
+	AtenSortInt = &Op{Name: "aten.sort.int", Args: []ArgSpec{{"self", 0, ArgInts, nil, false}, {"reverse", 1, ArgBool, false, true}}}
+	// AtenSortStable is aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices).
+	AtenSortStable = &Op{Name: "aten.sort.stable", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"stable", KwOnly, ArgBool, nil, false}, {"dim", KwOnly, ArgInt, int64(-1), true}, {"descending", KwOnly, ArgBool, false, true}}}
+	// AtenSortStr is aten::sort.str(str[](a!) self, bool reverse=False) -> ().
+	AtenSortStr = &Op{Name: "aten.sort.str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"reverse", 1, ArgBool, false, true}}}
+	// AtenSortValues is aten::sort.values(Tensor self, int dim=-1, bool descending=False, *, Tensor(a!) values, Tensor(b!) indices) -> (Tensor(a!) values, Tensor(b!) indices).
+	AtenSortValues = &Op{Name: "aten.sort.values", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, int64(-1), true}, {"descending", 2, ArgBool, false, true}, {"values", KwOnly, ArgTensor, nil, false}, {"indices", KwOnly, ArgTensor, nil, false}}}
+	// AtenSortValuesStable is aten::sort.values_stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False, Tensor(a!) values, Tensor(b!) indices) -> (Tensor(a!) values, Tensor(b!) indices).
+	AtenSortValuesStable = &Op{Name: "aten.sort.values_stable", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"stable", KwOnly, ArgBool, nil, false}, {"dim", KwOnly, ArgInt, int64(-1), true}, {"descending", KwOnly, ArgBool, false, true}, {"values", KwOnly, ArgTensor, nil, false}, {"indices", KwOnly, ArgTensor, nil, false}}}
+	// AtenSpecialExpm1 is aten::special_expm1(Tensor self) -> Tensor.
+	AtenSpecialExpm1 = &Op{Name: "aten.special_expm1.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSplitTensor is aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[].
+	AtenSplitTensor = &Op{Name: "aten.split.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"split_size", 1, ArgInt, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenSplit is aten::split(Tensor(a -> *) self, int[] split_sizes, int dim=0) -> Tensor(a)[].
+	AtenSplit = &Op{Name: "aten.split.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"split_sizes", 1, ArgInts, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenSplitSizes is aten::split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[].
+	AtenSplitSizes = &Op{Name: "aten.split.sizes", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"split_size", 1, ArgInts, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenSplitStr is aten::split.str(str self, str? separator=None, int max=-1) -> str[].
+	AtenSplitStr = &Op{Name: "aten.split.str", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"separator", 1, ArgAny, nil, true}, {"max", 2, ArgInt, int64(-1), true}}}
+	// AtenSplitWithSizes is aten::split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[].
+	AtenSplitWithSizes = &Op{Name: "aten.split_with_sizes.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"split_sizes", 1, ArgInts, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenSqrtScalar is aten::sqrt.Scalar(Scalar a) -> Scalar.
 	AtenSqrtScalar = &Op{Name: "aten.sqrt.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSqrtComplex is aten.sqrt.complex.
+	// AtenSqrtComplex is aten::sqrt.complex(complex a) -> complex.
 	AtenSqrtComplex = &Op{Name: "aten.sqrt.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSqrt is aten.sqrt.default.
-	AtenSqrt = &Op{Name: "aten.sqrt.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSqrtFloat is aten.sqrt.float.
-	AtenSqrtFloat = &Op{Name: "aten.sqrt.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSqrtInt is aten.sqrt.int.
-	AtenSqrtInt = &Op{Name: "aten.sqrt.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenSquare is aten.square.default.
-	AtenSquare = &Op{Name: "aten.square.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSqueeze is aten.squeeze.default.
-	AtenSqueeze = &Op{Name: "aten.squeeze.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSqueezeDim is aten.squeeze.dim.
-	AtenSqueezeDim = &Op{Name: "aten.squeeze.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}}}
-	// AtenSqueezeDims is aten.squeeze.dims.
-	AtenSqueezeDims = &Op{Name: "aten.squeeze.dims", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}}}
-	// AtenStack is aten.stack.default.
-	AtenStack = &Op{Name: "aten.stack.default", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, int64(0), true}}}
-	// AtenStdCorrection is aten.std.correction.
-	AtenStdCorrection = &Op{Name: "aten.std.correction", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}, {"correction", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgAny, false, true}}}
-	// AtenStd is aten.std.default.
-	AtenStd = &Op{Name: "aten.std.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"unbiased", 1, ArgAny, true, true}}}
-	// AtenStdDim is aten.std.dim.
-	AtenStdDim = &Op{Name: "aten.std.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"unbiased", 2, ArgAny, true, true}, {"keepdim", 3, ArgAny, false, true}}}
-	// AtenStdMeanCorrection is aten.std_mean.correction.
-	AtenStdMeanCorrection = &Op{Name: "aten.std_mean.correction", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}, {"correction", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgAny, false, true}}}
-	// AtenStdMean is aten.std_mean.default.
-	AtenStdMean = &Op{Name: "aten.std_mean.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"unbiased", 1, ArgAny, true, true}}}
-	// AtenStdMeanDim is aten.std_mean.dim.
-	AtenStdMeanDim = &Op{Name: "aten.std_mean.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"unbiased", 2, ArgAny, true, true}, {"keepdim", 3, ArgAny, false, true}}}
-	// AtenSubScalar is aten.sub.Scalar.
-	AtenSubScalar = &Op{Name: "aten.sub.Scalar", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", 2, ArgAny, int64(1), true}}}
-	// AtenSubTensor is aten.sub.Tensor.
-	AtenSubTensor = &Op{Name: "aten.sub.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
-	// AtenSubComplex is aten.sub.complex.
+	// AtenSqrt is aten::sqrt(Tensor self) -> Tensor.
+	AtenSqrt = &Op{Name: "aten.sqrt.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSqrtFloat is aten::sqrt.float(float a) -> float.
+	AtenSqrtFloat = &Op{Name: "aten.sqrt.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenSqrtInt is aten::sqrt.int(int a) -> float.
+	AtenSqrtInt = &Op{Name: "aten.sqrt.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenSquare is aten::square(Tensor self) -> Tensor.
+	AtenSquare = &Op{Name: "aten.square.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSqueeze is aten::squeeze(Tensor(a) self) -> Tensor(a).
+	AtenSqueeze = &Op{Name: "aten.squeeze.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSqueezeDim is aten::squeeze.dim(Tensor(a) self, int dim) -> Tensor(a).
+	AtenSqueezeDim = &Op{Name: "aten.squeeze.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}}}
+	// AtenSqueezeDims is aten::squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a).
+	AtenSqueezeDims = &Op{Name: "aten.squeeze.dims", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}}}
+	// AtenStack is aten::stack(Tensor[] tensors, int dim=0) -> Tensor.
+	AtenStack = &Op{Name: "aten.stack.default", Args: []ArgSpec{{"tensors", 0, ArgAny, nil, false}, {"dim", 1, ArgInt, int64(0), true}}}
+	// AtenStdCorrection is aten::std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor.
+	AtenStdCorrection = &Op{Name: "aten.std.correction", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, true}, {"correction", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgBool, false, true}}}
+	// AtenStd is aten::std(Tensor self, bool unbiased=True) -> Tensor.
+	AtenStd = &Op{Name: "aten.std.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"unbiased", 1, ArgBool, true, true}}}
+	// AtenStdDim is aten::std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor.
+	AtenStdDim = &Op{Name: "aten.std.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"unbiased", 2, ArgBool, true, true}, {"keepdim", 3, ArgBool, false, true}}}
+	// AtenStdMeanCorrection is aten::std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor).
+	AtenStdMeanCorrection = &Op{Name: "aten.std_mean.correction", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, true}, {"correction", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgBool, false, true}}}
+	// AtenStdMean is aten::std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor).
+	AtenStdMean = &Op{Name: "aten.std_mean.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"unbiased", 1, ArgBool, true, true}}}
+	// AtenStdMeanDim is aten::std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor).
+	AtenStdMeanDim = &Op{Name: "aten.std_mean.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"unbiased", 2, ArgBool, true, true}, {"keepdim", 3, ArgBool, false, true}}}
+	// AtenSubScalar is aten::sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor.
+	AtenSubScalar = &Op{Name: "aten.sub.Scalar", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}, {"alpha", 2, ArgAny, int64(1), true}}}
+	// AtenSubTensor is aten::sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor.
+	AtenSubTensor = &Op{Name: "aten.sub.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}, {"alpha", KwOnly, ArgAny, int64(1), true}}}
+	// AtenSubComplex is aten::sub.complex(complex a, complex b) -> complex.
 	AtenSubComplex = &Op{Name: "aten.sub.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSubComplexFloat is aten.sub.complex_float.
-	AtenSubComplexFloat = &Op{Name: "aten.sub.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSubComplexInt is aten.sub.complex_int.
-	AtenSubComplexInt = &Op{Name: "aten.sub.complex_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSub is aten.sub.default.
+	// AtenSubComplexFloat is aten::sub.complex_float(complex a, float b) -> complex.
+	AtenSubComplexFloat = &Op{Name: "aten.sub.complex_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenSubComplexInt is aten::sub.complex_int(complex a, int b) -> complex.
+	AtenSubComplexInt = &Op{Name: "aten.sub.complex_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenSub is aten::sub(Scalar a, Scalar b) -> Scalar.
 	AtenSub = &Op{Name: "aten.sub.default", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSubFloat is aten.sub.float.
-	AtenSubFloat = &Op{Name: "aten.sub.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSubFloatComplex is aten.sub.float_complex.
-	AtenSubFloatComplex = &Op{Name: "aten.sub.float_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSubFloatInt is aten.sub.float_int.
-	AtenSubFloatInt = &Op{Name: "aten.sub.float_int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSubInt is aten.sub.int.
-	AtenSubInt = &Op{Name: "aten.sub.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSubIntComplex is aten.sub.int_complex.
-	AtenSubIntComplex = &Op{Name: "aten.sub.int_complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSubIntFloat is aten.sub.int_float.
-	AtenSubIntFloat = &Op{Name: "aten.sub.int_float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}, {"b", 1, ArgAny, nil, false}}}
-	// AtenSumBool is aten.sum.bool.
+	// AtenSubFloat is aten::sub.float(float a, float b) -> float.
+	AtenSubFloat = &Op{Name: "aten.sub.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenSubFloatComplex is aten::sub.float_complex(float a, complex b) -> complex.
+	AtenSubFloatComplex = &Op{Name: "aten.sub.float_complex", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenSubFloatInt is aten::sub.float_int(float a, int b) -> float.
+	AtenSubFloatInt = &Op{Name: "aten.sub.float_int", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenSubInt is aten::sub.int(int a, int b) -> int.
+	AtenSubInt = &Op{Name: "aten.sub.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgInt, nil, false}}}
+	// AtenSubIntComplex is aten::sub.int_complex(int a, complex b) -> complex.
+	AtenSubIntComplex = &Op{Name: "aten.sub.int_complex", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgAny, nil, false}}}
+	// AtenSubIntFloat is aten::sub.int_float(int a, float b) -> float.
+	AtenSubIntFloat = &Op{Name: "aten.sub.int_float", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}, {"b", 1, ArgFloat, nil, false}}}
+	// AtenSumBool is aten::sum.bool(bool[] self) -> int.
 	AtenSumBool = &Op{Name: "aten.sum.bool", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSumComplex is aten.sum.complex.
+	// AtenSumComplex is aten::sum.complex(complex[] self) -> complex.
 	AtenSumComplex = &Op{Name: "aten.sum.complex", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSum is aten.sum.default.
-	AtenSum = &Op{Name: "aten.sum.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenSumDimIntList is aten.sum.dim_IntList.
-	AtenSumDimIntList = &Op{Name: "aten.sum.dim_IntList", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"keepdim", 2, ArgAny, false, true}, {"dtype", KwOnly, ArgAny, nil, true}}}
-	// AtenSumFloat is aten.sum.float.
+	// AtenSum is aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor.
+	AtenSum = &Op{Name: "aten.sum.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenSumDimIntList is aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor.
+	AtenSumDimIntList = &Op{Name: "aten.sum.dim_IntList", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"keepdim", 2, ArgBool, false, true}, {"dtype", KwOnly, ArgInt, nil, true}}}
+	// AtenSumFloat is aten::sum.float(float[] self) -> float.
 	AtenSumFloat = &Op{Name: "aten.sum.float", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSumInt is aten.sum.int.
-	AtenSumInt = &Op{Name: "aten.sum.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSwapaxes is aten.swapaxes.default.
-	AtenSwapaxes = &Op{Name: "aten.swapaxes.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"axis0", 1, ArgAny, nil, false}, {"axis1", 2, ArgAny, nil, false}}}
-	// AtenSwapdims is aten.swapdims.default.
-	AtenSwapdims = &Op{Name: "aten.swapdims.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim0", 1, ArgAny, nil, false}, {"dim1", 2, ArgAny, nil, false}}}
-	// AtenSymConstrainRange is aten.sym_constrain_range.default.
-	AtenSymConstrainRange = &Op{Name: "aten.sym_constrain_range.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"min", KwOnly, ArgAny, nil, true}, {"max", KwOnly, ArgAny, nil, true}}}
-	// AtenSymConstrainRangeForSize is aten.sym_constrain_range_for_size.default.
-	AtenSymConstrainRangeForSize = &Op{Name: "aten.sym_constrain_range_for_size.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"min", KwOnly, ArgAny, nil, true}, {"max", KwOnly, ArgAny, nil, true}}}
-	// AtenSymIsContiguous is aten.sym_is_contiguous.default.
-	AtenSymIsContiguous = &Op{Name: "aten.sym_is_contiguous.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"memory_format", 1, ArgAny, int64(0), true}}}
-	// AtenSymNumel is aten.sym_numel.default.
-	AtenSymNumel = &Op{Name: "aten.sym_numel.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSymSize is aten.sym_size.default.
-	AtenSymSize = &Op{Name: "aten.sym_size.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSymSizeInt is aten.sym_size.int.
-	AtenSymSizeInt = &Op{Name: "aten.sym_size.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}}}
-	// AtenSymStorageOffset is aten.sym_storage_offset.default.
-	AtenSymStorageOffset = &Op{Name: "aten.sym_storage_offset.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSymStride is aten.sym_stride.default.
-	AtenSymStride = &Op{Name: "aten.sym_stride.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenSymStrideInt is aten.sym_stride.int.
-	AtenSymStrideInt = &Op{Name: "aten.sym_stride.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}}}
-	// AtenT is aten.t.default.
-	AtenT = &Op{Name: "aten.t.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenTakeAlongDim is aten.take_along_dim.default.
-	AtenTakeAlongDim = &Op{Name: "aten.take_along_dim.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, nil, true}}}
-	// AtenTanScalar is aten.tan.Scalar.
+	// AtenSumInt is aten::sum.int(int[] self) -> int.
+	AtenSumInt = &Op{Name: "aten.sum.int", Args: []ArgSpec{{"self", 0, ArgInts, nil, false}}}
+	// AtenSwapaxes is aten::swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a).
+	AtenSwapaxes = &Op{Name: "aten.swapaxes.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"axis0", 1, ArgInt, nil, false}, {"axis1", 2, ArgInt, nil, false}}}
+	// AtenSwapdims is aten::swapdims(Tensor(a) self, int dim0, int dim1) -> Tensor(a).
+	AtenSwapdims = &Op{Name: "aten.swapdims.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim0", 1, ArgInt, nil, false}, {"dim1", 2, ArgInt, nil, false}}}
+	// AtenSymConstrainRange is aten::sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ().
+	AtenSymConstrainRange = &Op{Name: "aten.sym_constrain_range.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"min", KwOnly, ArgInt, nil, true}, {"max", KwOnly, ArgInt, nil, true}}}
+	// AtenSymConstrainRangeForSize is aten::sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ().
+	AtenSymConstrainRangeForSize = &Op{Name: "aten.sym_constrain_range_for_size.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"min", KwOnly, ArgInt, nil, true}, {"max", KwOnly, ArgInt, nil, true}}}
+	// AtenSymIsContiguous is aten::sym_is_contiguous(Tensor self, MemoryFormat memory_format=0) -> SymBool.
+	AtenSymIsContiguous = &Op{Name: "aten.sym_is_contiguous.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"memory_format", 1, ArgInt, int64(0), true}}}
+	// AtenSymNumel is aten::sym_numel(Tensor self) -> SymInt.
+	AtenSymNumel = &Op{Name: "aten.sym_numel.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSymSize is aten::sym_size(Tensor self) -> SymInt[].
+	AtenSymSize = &Op{Name: "aten.sym_size.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSymSizeInt is aten::sym_size.int(Tensor self, int dim) -> SymInt.
+	AtenSymSizeInt = &Op{Name: "aten.sym_size.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}}}
+	// AtenSymStorageOffset is aten::sym_storage_offset(Tensor self) -> SymInt.
+	AtenSymStorageOffset = &Op{Name: "aten.sym_storage_offset.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSymStride is aten::sym_stride(Tensor self) -> SymInt[].
+	AtenSymStride = &Op{Name: "aten.sym_stride.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenSymStrideInt is aten::sym_stride.int(Tensor self, int dim) -> SymInt.
+	AtenSymStrideInt = &Op{Name: "aten.sym_stride.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}}}
+	// AtenT is aten::t(Tensor(a) self) -> Tensor(a).
+	AtenT = &Op{Name: "aten.t.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenTakeAlongDim is aten::take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor.
+	AtenTakeAlongDim = &Op{Name: "aten.take_along_dim.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"indices", 1, ArgTensor, nil, false}, {"dim", 2, ArgInt, nil, true}}}
+	// AtenTanScalar is aten::tan.Scalar(Scalar a) -> Scalar.
 	AtenTanScalar = &Op{Name: "aten.tan.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenTanComplex is aten.tan.complex.
+	// AtenTanComplex is aten::tan.complex(complex a) -> complex.
 	AtenTanComplex = &Op{Name: "aten.tan.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenTan is aten.tan.default.
-	AtenTan = &Op{Name: "aten.tan.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenTanFloat is aten.tan.float.
-	AtenTanFloat = &Op{Name: "aten.tan.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenTanInt is aten.tan.int.
-	AtenTanInt = &Op{Name: "aten.tan.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenTanhScalar is aten.tanh.Scalar.
+	// AtenTan is aten::tan(Tensor self) -> Tensor.
+	AtenTan = &Op{Name: "aten.tan.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenTanFloat is aten::tan.float(float a) -> float.
+	AtenTanFloat = &Op{Name: "aten.tan.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenTanInt is aten::tan.int(int a) -> float.
+	AtenTanInt = &Op{Name: "aten.tan.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenTanhScalar is aten::tanh.Scalar(Scalar a) -> Scalar.
 	AtenTanhScalar = &Op{Name: "aten.tanh.Scalar", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenTanhComplex is aten.tanh.complex.
+	// AtenTanhComplex is aten::tanh.complex(complex a) -> complex.
 	AtenTanhComplex = &Op{Name: "aten.tanh.complex", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenTanh is aten.tanh.default.
-	AtenTanh = &Op{Name: "aten.tanh.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenTanhFloat is aten.tanh.float.
-	AtenTanhFloat = &Op{Name: "aten.tanh.float", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenTanhInt is aten.tanh.int.
-	AtenTanhInt = &Op{Name: "aten.tanh.int", Args: []ArgSpec{{"a", 0, ArgAny, nil, false}}}
-	// AtenTensorSplitIndices is aten.tensor_split.indices.
-	AtenTensorSplitIndices = &Op{Name: "aten.tensor_split.indices", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenTensorSplitSections is aten.tensor_split.sections.
-	AtenTensorSplitSections = &Op{Name: "aten.tensor_split.sections", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"sections", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenTensorSplitTensorIndicesOrSections is aten.tensor_split.tensor_indices_or_sections.
-	AtenTensorSplitTensorIndicesOrSections = &Op{Name: "aten.tensor_split.tensor_indices_or_sections", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"tensor_indices_or_sections", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(0), true}}}
-	// AtenTensordot is aten.tensordot.default.
-	AtenTensordot = &Op{Name: "aten.tensordot.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"dims_self", 2, ArgAny, nil, false}, {"dims_other", 3, ArgAny, nil, false}}}
-	// AtenThreshold is aten.threshold.default.
-	AtenThreshold = &Op{Name: "aten.threshold.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"threshold", 1, ArgAny, nil, false}, {"value", 2, ArgAny, nil, false}}}
-	// AtenTile is aten.tile.default.
-	AtenTile = &Op{Name: "aten.tile.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dims", 1, ArgAny, nil, false}}}
-	// AtenToDevice is aten.to.device.
-	AtenToDevice = &Op{Name: "aten.to.device", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"device", 1, ArgAny, nil, false}, {"dtype", 2, ArgAny, nil, false}, {"non_blocking", 3, ArgAny, false, true}, {"copy", 4, ArgAny, false, true}, {"memory_format", 5, ArgAny, nil, true}}}
-	// AtenToDtype is aten.to.dtype.
-	AtenToDtype = &Op{Name: "aten.to.dtype", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", 1, ArgAny, nil, false}, {"non_blocking", 2, ArgAny, false, true}, {"copy", 3, ArgAny, false, true}, {"memory_format", 4, ArgAny, nil, true}}}
-	// AtenToDtypeLayout is aten.to.dtype_layout.
-	AtenToDtypeLayout = &Op{Name: "aten.to.dtype_layout", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}, {"non_blocking", KwOnly, ArgAny, false, true}, {"copy", KwOnly, ArgAny, false, true}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// AtenToOther is aten.to.other.
-	AtenToOther = &Op{Name: "aten.to.other", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}, {"non_blocking", 2, ArgAny, false, true}, {"copy", 3, ArgAny, false, true}, {"memory_format", 4, ArgAny, nil, true}}}
-	// AtenToPrimDevice is aten.to.prim_Device.
-	AtenToPrimDevice = &Op{Name: "aten.to.prim_Device", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"device", 1, ArgAny, nil, false}, {"dtype", 2, ArgAny, nil, true}, {"non_blocking", 3, ArgAny, false, true}, {"copy", 4, ArgAny, false, true}}}
-	// AtenToPrimDtype is aten.to.prim_dtype.
-	AtenToPrimDtype = &Op{Name: "aten.to.prim_dtype", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", 1, ArgAny, nil, true}, {"non_blocking", 2, ArgAny, false, true}, {"copy", 3, ArgAny, false, true}}}
-	// AtenToPrimOther is aten.to.prim_other.
-	AtenToPrimOther = &Op{Name: "aten.to.prim_other", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"non_blocking", 1, ArgAny, false, true}, {"copy", 2, ArgAny, false, true}}}
-	// AtenTopk is aten.topk.default.
-	AtenTopk = &Op{Name: "aten.topk.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"k", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(-1), true}, {"largest", 3, ArgAny, true, true}, {"sorted", 4, ArgAny, true, true}}}
-	// AtenTopkValues is aten.topk.values.
-	AtenTopkValues = &Op{Name: "aten.topk.values", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"k", 1, ArgAny, nil, false}, {"dim", 2, ArgAny, int64(-1), true}, {"largest", 3, ArgAny, true, true}, {"sorted", 4, ArgAny, true, true}, {"values", KwOnly, ArgAny, nil, false}, {"indices", KwOnly, ArgAny, nil, false}}}
-	// AtenTrace is aten.trace.default.
-	AtenTrace = &Op{Name: "aten.trace.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenTransposeInt is aten.transpose.int.
-	AtenTransposeInt = &Op{Name: "aten.transpose.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim0", 1, ArgAny, nil, false}, {"dim1", 2, ArgAny, nil, false}}}
-	// AtenTril is aten.tril.default.
-	AtenTril = &Op{Name: "aten.tril.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"diagonal", 1, ArgAny, int64(0), true}}}
-	// AtenTriu is aten.triu.default.
-	AtenTriu = &Op{Name: "aten.triu.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"diagonal", 1, ArgAny, int64(0), true}}}
-	// AtenTrunc is aten.trunc.default.
-	AtenTrunc = &Op{Name: "aten.trunc.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenTypeAs is aten.type_as.default.
-	AtenTypeAs = &Op{Name: "aten.type_as.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenUnbindInt is aten.unbind.int.
-	AtenUnbindInt = &Op{Name: "aten.unbind.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, int64(0), true}}}
-	// AtenUnflattenInt is aten.unflatten.int.
-	AtenUnflattenInt = &Op{Name: "aten.unflatten.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"sizes", 2, ArgAny, nil, false}}}
-	// AtenUnfold is aten.unfold.default.
-	AtenUnfold = &Op{Name: "aten.unfold.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dimension", 1, ArgAny, nil, false}, {"size", 2, ArgAny, nil, false}, {"step", 3, ArgAny, nil, false}}}
-	// AtenUnsqueeze is aten.unsqueeze.default.
-	AtenUnsqueeze = &Op{Name: "aten.unsqueeze.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}}}
-	// AtenUpsampleBicubic2d is aten.upsample_bicubic2d.default.
-	AtenUpsampleBicubic2d = &Op{Name: "aten.upsample_bicubic2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"align_corners", 2, ArgAny, nil, false}, {"scales_h", 3, ArgAny, nil, true}, {"scales_w", 4, ArgAny, nil, true}}}
-	// AtenUpsampleBicubic2dVec is aten.upsample_bicubic2d.vec.
-	AtenUpsampleBicubic2dVec = &Op{Name: "aten.upsample_bicubic2d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"align_corners", 2, ArgAny, nil, false}, {"scale_factors", 3, ArgAny, nil, false}}}
-	// AtenUpsampleBilinear2d is aten.upsample_bilinear2d.default.
-	AtenUpsampleBilinear2d = &Op{Name: "aten.upsample_bilinear2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"align_corners", 2, ArgAny, nil, false}, {"scales_h", 3, ArgAny, nil, true}, {"scales_w", 4, ArgAny, nil, true}}}
-	// AtenUpsampleBilinear2dVec is aten.upsample_bilinear2d.vec.
-	AtenUpsampleBilinear2dVec = &Op{Name: "aten.upsample_bilinear2d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"align_corners", 2, ArgAny, nil, false}, {"scale_factors", 3, ArgAny, nil, false}}}
-	// AtenUpsampleLinear1d is aten.upsample_linear1d.default.
-	AtenUpsampleLinear1d = &Op{Name: "aten.upsample_linear1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"align_corners", 2, ArgAny, nil, false}, {"scales", 3, ArgAny, nil, true}}}
-	// AtenUpsampleLinear1dVec is aten.upsample_linear1d.vec.
-	AtenUpsampleLinear1dVec = &Op{Name: "aten.upsample_linear1d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"align_corners", 2, ArgAny, nil, false}, {"scale_factors", 3, ArgAny, nil, false}}}
-	// AtenUpsampleNearest1d is aten.upsample_nearest1d.default.
-	AtenUpsampleNearest1d = &Op{Name: "aten.upsample_nearest1d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scales", 2, ArgAny, nil, true}}}
-	// AtenUpsampleNearest1dVec is aten.upsample_nearest1d.vec.
-	AtenUpsampleNearest1dVec = &Op{Name: "aten.upsample_nearest1d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
-	// AtenUpsampleNearest2d is aten.upsample_nearest2d.default.
-	AtenUpsampleNearest2d = &Op{Name: "aten.upsample_nearest2d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scales_h", 2, ArgAny, nil, true}, {"scales_w", 3, ArgAny, nil, true}}}
-	// AtenUpsampleNearest2dVec is aten.upsample_nearest2d.vec.
-	AtenUpsampleNearest2dVec = &Op{Name: "aten.upsample_nearest2d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
-	// AtenUpsampleNearest3d is aten.upsample_nearest3d.default.
-	AtenUpsampleNearest3d = &Op{Name: "aten.upsample_nearest3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scales_d", 2, ArgAny, nil, true}, {"scales_h", 3, ArgAny, nil, true}, {"scales_w", 4, ArgAny, nil, true}}}
-	// AtenUpsampleNearest3dVec is aten.upsample_nearest3d.vec.
-	AtenUpsampleNearest3dVec = &Op{Name: "aten.upsample_nearest3d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
-	// AtenUpsampleTrilinear3d is aten.upsample_trilinear3d.default.
-	AtenUpsampleTrilinear3d = &Op{Name: "aten.upsample_trilinear3d.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"align_corners", 2, ArgAny, nil, false}, {"scales_d", 3, ArgAny, nil, true}, {"scales_h", 4, ArgAny, nil, true}, {"scales_w", 5, ArgAny, nil, true}}}
-	// AtenUpsampleTrilinear3dVec is aten.upsample_trilinear3d.vec.
-	AtenUpsampleTrilinear3dVec = &Op{Name: "aten.upsample_trilinear3d.vec", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"output_size", 1, ArgAny, nil, false}, {"align_corners", 2, ArgAny, nil, false}, {"scale_factors", 3, ArgAny, nil, false}}}
-	// AtenVarCorrection is aten.var.correction.
-	AtenVarCorrection = &Op{Name: "aten.var.correction", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}, {"correction", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgAny, false, true}}}
-	// AtenVar is aten.var.default.
-	AtenVar = &Op{Name: "aten.var.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"unbiased", 1, ArgAny, true, true}}}
-	// AtenVarDim is aten.var.dim.
-	AtenVarDim = &Op{Name: "aten.var.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"unbiased", 2, ArgAny, true, true}, {"keepdim", 3, ArgAny, false, true}}}
-	// AtenVarMeanCorrection is aten.var_mean.correction.
-	AtenVarMeanCorrection = &Op{Name: "aten.var_mean.correction", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, true}, {"correction", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgAny, false, true}}}
-	// AtenVarMean is aten.var_mean.default.
-	AtenVarMean = &Op{Name: "aten.var_mean.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"unbiased", 1, ArgAny, true, true}}}
-	// AtenVarMeanDim is aten.var_mean.dim.
-	AtenVarMeanDim = &Op{Name: "aten.var_mean.dim", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dim", 1, ArgAny, nil, false}, {"unbiased", 2, ArgAny, true, true}, {"keepdim", 3, ArgAny, false, true}}}
-	// AtenView is aten.view.default.
-	AtenView = &Op{Name: "aten.view.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"size", 1, ArgAny, nil, false}}}
-	// AtenViewDtype is aten.view.dtype.
-	AtenViewDtype = &Op{Name: "aten.view.dtype", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", 1, ArgAny, nil, false}}}
-	// AtenViewAs is aten.view_as.default.
-	AtenViewAs = &Op{Name: "aten.view_as.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenVsplitArray is aten.vsplit.array.
-	AtenVsplitArray = &Op{Name: "aten.vsplit.array", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"indices", 1, ArgAny, nil, false}}}
-	// AtenVsplitInt is aten.vsplit.int.
-	AtenVsplitInt = &Op{Name: "aten.vsplit.int", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"sections", 1, ArgAny, nil, false}}}
-	// AtenWhereScalar is aten.where.Scalar.
-	AtenWhereScalar = &Op{Name: "aten.where.Scalar", Args: []ArgSpec{{"condition", 0, ArgAny, nil, false}, {"self", 1, ArgAny, nil, false}, {"other", 2, ArgAny, nil, false}}}
-	// AtenWhereScalarOther is aten.where.ScalarOther.
-	AtenWhereScalarOther = &Op{Name: "aten.where.ScalarOther", Args: []ArgSpec{{"condition", 0, ArgAny, nil, false}, {"self", 1, ArgAny, nil, false}, {"other", 2, ArgAny, nil, false}}}
-	// AtenWhereScalarSelf is aten.where.ScalarSelf.
-	AtenWhereScalarSelf = &Op{Name: "aten.where.ScalarSelf", Args: []ArgSpec{{"condition", 0, ArgAny, nil, false}, {"self", 1, ArgAny, nil, false}, {"other", 2, ArgAny, nil, false}}}
-	// AtenWhere is aten.where.default.
-	AtenWhere = &Op{Name: "aten.where.default", Args: []ArgSpec{{"condition", 0, ArgAny, nil, false}}}
-	// AtenWhereSelf is aten.where.self.
-	AtenWhereSelf = &Op{Name: "aten.where.self", Args: []ArgSpec{{"condition", 0, ArgAny, nil, false}, {"self", 1, ArgAny, nil, false}, {"other", 2, ArgAny, nil, false}}}
-	// AtenXlogyScalarOther is aten.xlogy.Scalar_Other.
-	AtenXlogyScalarOther = &Op{Name: "aten.xlogy.Scalar_Other", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenXlogyScalarSelf is aten.xlogy.Scalar_Self.
-	AtenXlogyScalarSelf = &Op{Name: "aten.xlogy.Scalar_Self", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenXlogyTensor is aten.xlogy.Tensor.
-	AtenXlogyTensor = &Op{Name: "aten.xlogy.Tensor", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgAny, nil, false}}}
-	// AtenZero is aten.zero.default.
-	AtenZero = &Op{Name: "aten.zero.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}}}
-	// AtenZeros is aten.zeros.default.
-	AtenZeros = &Op{Name: "aten.zeros.default", Args: []ArgSpec{{"size", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}}}
-	// AtenZerosLike is aten.zeros_like.default.
-	AtenZerosLike = &Op{Name: "aten.zeros_like.default", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"dtype", KwOnly, ArgAny, nil, true}, {"layout", KwOnly, ArgAny, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgAny, nil, true}, {"memory_format", KwOnly, ArgAny, nil, true}}}
-	// AtenGruData is aten.gru.data.
-	AtenGruData = &Op{Name: "aten.gru.data", Args: []ArgSpec{{"data", 0, ArgAny, nil, false}, {"batch_sizes", 1, ArgAny, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgAny, nil, false}, {"num_layers", 5, ArgAny, nil, false}, {"dropout", 6, ArgAny, nil, false}, {"train", 7, ArgAny, nil, false}, {"bidirectional", 8, ArgAny, nil, false}}}
-	// AtenGruInput is aten.gru.input.
-	AtenGruInput = &Op{Name: "aten.gru.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgAny, nil, false}, {"num_layers", 4, ArgAny, nil, false}, {"dropout", 5, ArgAny, nil, false}, {"train", 6, ArgAny, nil, false}, {"bidirectional", 7, ArgAny, nil, false}, {"batch_first", 8, ArgAny, nil, false}}}
-	// AtenLstmData is aten.lstm.data.
-	AtenLstmData = &Op{Name: "aten.lstm.data", Args: []ArgSpec{{"data", 0, ArgAny, nil, false}, {"batch_sizes", 1, ArgAny, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgAny, nil, false}, {"num_layers", 5, ArgAny, nil, false}, {"dropout", 6, ArgAny, nil, false}, {"train", 7, ArgAny, nil, false}, {"bidirectional", 8, ArgAny, nil, false}}}
-	// AtenLstmInput is aten.lstm.input.
-	AtenLstmInput = &Op{Name: "aten.lstm.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgAny, nil, false}, {"num_layers", 4, ArgAny, nil, false}, {"dropout", 5, ArgAny, nil, false}, {"train", 6, ArgAny, nil, false}, {"bidirectional", 7, ArgAny, nil, false}, {"batch_first", 8, ArgAny, nil, false}}}
-	// AtenRnnReluData is aten.rnn_relu.data.
-	AtenRnnReluData = &Op{Name: "aten.rnn_relu.data", Args: []ArgSpec{{"data", 0, ArgAny, nil, false}, {"batch_sizes", 1, ArgAny, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgAny, nil, false}, {"num_layers", 5, ArgAny, nil, false}, {"dropout", 6, ArgAny, nil, false}, {"train", 7, ArgAny, nil, false}, {"bidirectional", 8, ArgAny, nil, false}}}
-	// AtenRnnReluInput is aten.rnn_relu.input.
-	AtenRnnReluInput = &Op{Name: "aten.rnn_relu.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgAny, nil, false}, {"num_layers", 4, ArgAny, nil, false}, {"dropout", 5, ArgAny, nil, false}, {"train", 6, ArgAny, nil, false}, {"bidirectional", 7, ArgAny, nil, false}, {"batch_first", 8, ArgAny, nil, false}}}
-	// AtenRnnTanhData is aten.rnn_tanh.data.
-	AtenRnnTanhData = &Op{Name: "aten.rnn_tanh.data", Args: []ArgSpec{{"data", 0, ArgAny, nil, false}, {"batch_sizes", 1, ArgAny, nil, false}, {"hx", 2, ArgAny, nil, false}, {"params", 3, ArgAny, nil, false}, {"has_biases", 4, ArgAny, nil, false}, {"num_layers", 5, ArgAny, nil, false}, {"dropout", 6, ArgAny, nil, false}, {"train", 7, ArgAny, nil, false}, {"bidirectional", 8, ArgAny, nil, false}}}
-	// AtenRnnTanhInput is aten.rnn_tanh.input.
-	AtenRnnTanhInput = &Op{Name: "aten.rnn_tanh.input", Args: []ArgSpec{{"input", 0, ArgAny, nil, false}, {"hx", 1, ArgAny, nil, false}, {"params", 2, ArgAny, nil, false}, {"has_biases", 3, ArgAny, nil, false}, {"num_layers", 4, ArgAny, nil, false}, {"dropout", 5, ArgAny, nil, false}, {"train", 6, ArgAny, nil, false}, {"bidirectional", 7, ArgAny, nil, false}, {"batch_first", 8, ArgAny, nil, false}}}
+	// AtenTanh is aten::tanh(Tensor self) -> Tensor.
+	AtenTanh = &Op{Name: "aten.tanh.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenTanhFloat is aten::tanh.float(float a) -> float.
+	AtenTanhFloat = &Op{Name: "aten.tanh.float", Args: []ArgSpec{{"a", 0, ArgFloat, nil, false}}}
+	// AtenTanhInt is aten::tanh.int(int a) -> float.
+	AtenTanhInt = &Op{Name: "aten.tanh.int", Args: []ArgSpec{{"a", 0, ArgInt, nil, false}}}
+	// AtenTensorSplitIndices is aten::tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[].
+	AtenTensorSplitIndices = &Op{Name: "aten.tensor_split.indices", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"indices", 1, ArgInts, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenTensorSplitSections is aten::tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[].
+	AtenTensorSplitSections = &Op{Name: "aten.tensor_split.sections", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"sections", 1, ArgInt, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenTensorSplitTensorIndicesOrSections is aten::tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor tensor_indices_or_sections, int dim=0) -> Tensor(a)[].
+	AtenTensorSplitTensorIndicesOrSections = &Op{Name: "aten.tensor_split.tensor_indices_or_sections", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"tensor_indices_or_sections", 1, ArgTensor, nil, false}, {"dim", 2, ArgInt, int64(0), true}}}
+	// AtenTensordot is aten::tensordot(Tensor self, Tensor other, int[] dims_self, int[] dims_other) -> Tensor.
+	AtenTensordot = &Op{Name: "aten.tensordot.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}, {"dims_self", 2, ArgInts, nil, false}, {"dims_other", 3, ArgInts, nil, false}}}
+	// AtenThreshold is aten::threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor.
+	AtenThreshold = &Op{Name: "aten.threshold.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"threshold", 1, ArgAny, nil, false}, {"value", 2, ArgAny, nil, false}}}
+	// AtenTile is aten::tile(Tensor self, SymInt[] dims) -> Tensor.
+	AtenTile = &Op{Name: "aten.tile.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dims", 1, ArgInts, nil, false}}}
+	// AtenToDevice is aten::to.device(Tensor(a) self, Device device, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a).
+	AtenToDevice = &Op{Name: "aten.to.device", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"device", 1, ArgAny, nil, false}, {"dtype", 2, ArgInt, nil, false}, {"non_blocking", 3, ArgBool, false, true}, {"copy", 4, ArgBool, false, true}, {"memory_format", 5, ArgInt, nil, true}}}
+	// AtenToDtype is aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a).
+	AtenToDtype = &Op{Name: "aten.to.dtype", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", 1, ArgInt, nil, false}, {"non_blocking", 2, ArgBool, false, true}, {"copy", 3, ArgBool, false, true}, {"memory_format", 4, ArgInt, nil, true}}}
+	// AtenToDtypeLayout is aten::to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a).
+	AtenToDtypeLayout = &Op{Name: "aten.to.dtype_layout", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}, {"non_blocking", KwOnly, ArgBool, false, true}, {"copy", KwOnly, ArgBool, false, true}, {"memory_format", KwOnly, ArgInt, nil, true}}}
+	// AtenToOther is aten::to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a).
+	AtenToOther = &Op{Name: "aten.to.other", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}, {"non_blocking", 2, ArgBool, false, true}, {"copy", 3, ArgBool, false, true}, {"memory_format", 4, ArgInt, nil, true}}}
+	// AtenToPrimDevice is aten::to.prim_Device(Tensor(a) self, Device? device, int? dtype=None, bool non_blocking=False, bool copy=False) -> Tensor(b|a).
+	AtenToPrimDevice = &Op{Name: "aten.to.prim_Device", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"device", 1, ArgAny, nil, false}, {"dtype", 2, ArgInt, nil, true}, {"non_blocking", 3, ArgBool, false, true}, {"copy", 4, ArgBool, false, true}}}
+	// AtenToPrimDtype is aten::to.prim_dtype(Tensor(a) self, int? dtype=None, bool non_blocking=False, bool copy=False) -> Tensor(b|a).
+	AtenToPrimDtype = &Op{Name: "aten.to.prim_dtype", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", 1, ArgInt, nil, true}, {"non_blocking", 2, ArgBool, false, true}, {"copy", 3, ArgBool, false, true}}}
+	// AtenToPrimOther is aten::to.prim_other(Tensor(a) self, bool non_blocking=False, bool copy=False) -> Tensor(b|a).
+	AtenToPrimOther = &Op{Name: "aten.to.prim_other", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"non_blocking", 1, ArgBool, false, true}, {"copy", 2, ArgBool, false, true}}}
+	// AtenTopk is aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices).
+	AtenTopk = &Op{Name: "aten.topk.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"k", 1, ArgInt, nil, false}, {"dim", 2, ArgInt, int64(-1), true}, {"largest", 3, ArgBool, true, true}, {"sorted", 4, ArgBool, true, true}}}
+	// AtenTopkValues is aten::topk.values(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True, *, Tensor(a!) values, Tensor(b!) indices) -> (Tensor(a!) values, Tensor(b!) indices).
+	AtenTopkValues = &Op{Name: "aten.topk.values", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"k", 1, ArgInt, nil, false}, {"dim", 2, ArgInt, int64(-1), true}, {"largest", 3, ArgBool, true, true}, {"sorted", 4, ArgBool, true, true}, {"values", KwOnly, ArgTensor, nil, false}, {"indices", KwOnly, ArgTensor, nil, false}}}
+	// AtenTrace is aten::trace(Tensor self) -> Tensor.
+	AtenTrace = &Op{Name: "aten.trace.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenTransposeInt is aten::transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a).
+	AtenTransposeInt = &Op{Name: "aten.transpose.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim0", 1, ArgInt, nil, false}, {"dim1", 2, ArgInt, nil, false}}}
+	// AtenTril is aten::tril(Tensor self, SymInt diagonal=0) -> Tensor.
+	AtenTril = &Op{Name: "aten.tril.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"diagonal", 1, ArgInt, int64(0), true}}}
+	// AtenTriu is aten::triu(Tensor self, SymInt diagonal=0) -> Tensor.
+	AtenTriu = &Op{Name: "aten.triu.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"diagonal", 1, ArgInt, int64(0), true}}}
+	// AtenTrunc is aten::trunc(Tensor self) -> Tensor.
+	AtenTrunc = &Op{Name: "aten.trunc.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenTypeAs is aten::type_as(Tensor self, Tensor other) -> Tensor.
+	AtenTypeAs = &Op{Name: "aten.type_as.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenUnbindInt is aten::unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[].
+	AtenUnbindInt = &Op{Name: "aten.unbind.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, int64(0), true}}}
+	// AtenUnflattenInt is aten::unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a).
+	AtenUnflattenInt = &Op{Name: "aten.unflatten.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}, {"sizes", 2, ArgInts, nil, false}}}
+	// AtenUnfold is aten::unfold(Tensor(a) self, int dimension, int size, int step) -> Tensor(a).
+	AtenUnfold = &Op{Name: "aten.unfold.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dimension", 1, ArgInt, nil, false}, {"size", 2, ArgInt, nil, false}, {"step", 3, ArgInt, nil, false}}}
+	// AtenUnsqueeze is aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a).
+	AtenUnsqueeze = &Op{Name: "aten.unsqueeze.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInt, nil, false}}}
+	// AtenUpsampleBicubic2d is aten::upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor.
+	AtenUpsampleBicubic2d = &Op{Name: "aten.upsample_bicubic2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"align_corners", 2, ArgBool, nil, false}, {"scales_h", 3, ArgFloat, nil, true}, {"scales_w", 4, ArgFloat, nil, true}}}
+	// AtenUpsampleBicubic2dVec is aten::upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor.
+	AtenUpsampleBicubic2dVec = &Op{Name: "aten.upsample_bicubic2d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"align_corners", 2, ArgBool, nil, false}, {"scale_factors", 3, ArgAny, nil, false}}}
+	// AtenUpsampleBilinear2d is aten::upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor.
+	AtenUpsampleBilinear2d = &Op{Name: "aten.upsample_bilinear2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"align_corners", 2, ArgBool, nil, false}, {"scales_h", 3, ArgFloat, nil, true}, {"scales_w", 4, ArgFloat, nil, true}}}
+	// AtenUpsampleBilinear2dVec is aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor.
+	AtenUpsampleBilinear2dVec = &Op{Name: "aten.upsample_bilinear2d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"align_corners", 2, ArgBool, nil, false}, {"scale_factors", 3, ArgAny, nil, false}}}
+	// AtenUpsampleLinear1d is aten::upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float? scales=None) -> Tensor.
+	AtenUpsampleLinear1d = &Op{Name: "aten.upsample_linear1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"align_corners", 2, ArgBool, nil, false}, {"scales", 3, ArgFloat, nil, true}}}
+	// AtenUpsampleLinear1dVec is aten::upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor.
+	AtenUpsampleLinear1dVec = &Op{Name: "aten.upsample_linear1d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"align_corners", 2, ArgBool, nil, false}, {"scale_factors", 3, ArgAny, nil, false}}}
+	// AtenUpsampleNearest1d is aten::upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor.
+	AtenUpsampleNearest1d = &Op{Name: "aten.upsample_nearest1d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scales", 2, ArgFloat, nil, true}}}
+	// AtenUpsampleNearest1dVec is aten::upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor.
+	AtenUpsampleNearest1dVec = &Op{Name: "aten.upsample_nearest1d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
+	// AtenUpsampleNearest2d is aten::upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor.
+	AtenUpsampleNearest2d = &Op{Name: "aten.upsample_nearest2d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scales_h", 2, ArgFloat, nil, true}, {"scales_w", 3, ArgFloat, nil, true}}}
+	// AtenUpsampleNearest2dVec is aten::upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor.
+	AtenUpsampleNearest2dVec = &Op{Name: "aten.upsample_nearest2d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
+	// AtenUpsampleNearest3d is aten::upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor.
+	AtenUpsampleNearest3d = &Op{Name: "aten.upsample_nearest3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scales_d", 2, ArgFloat, nil, true}, {"scales_h", 3, ArgFloat, nil, true}, {"scales_w", 4, ArgFloat, nil, true}}}
+	// AtenUpsampleNearest3dVec is aten::upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor.
+	AtenUpsampleNearest3dVec = &Op{Name: "aten.upsample_nearest3d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"scale_factors", 2, ArgAny, nil, false}}}
+	// AtenUpsampleTrilinear3d is aten::upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor.
+	AtenUpsampleTrilinear3d = &Op{Name: "aten.upsample_trilinear3d.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"align_corners", 2, ArgBool, nil, false}, {"scales_d", 3, ArgFloat, nil, true}, {"scales_h", 4, ArgFloat, nil, true}, {"scales_w", 5, ArgFloat, nil, true}}}
+	// AtenUpsampleTrilinear3dVec is aten::upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor.
+	AtenUpsampleTrilinear3dVec = &Op{Name: "aten.upsample_trilinear3d.vec", Args: []ArgSpec{{"input", 0, ArgTensor, nil, false}, {"output_size", 1, ArgInts, nil, false}, {"align_corners", 2, ArgBool, nil, false}, {"scale_factors", 3, ArgAny, nil, false}}}
+	// AtenVarCorrection is aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor.
+	AtenVarCorrection = &Op{Name: "aten.var.correction", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, true}, {"correction", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgBool, false, true}}}
+	// AtenVar is aten::var(Tensor self, bool unbiased=True) -> Tensor.
+	AtenVar = &Op{Name: "aten.var.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"unbiased", 1, ArgBool, true, true}}}
+	// AtenVarDim is aten::var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor.
+	AtenVarDim = &Op{Name: "aten.var.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"unbiased", 2, ArgBool, true, true}, {"keepdim", 3, ArgBool, false, true}}}
+	// AtenVarMeanCorrection is aten::var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor).
+	AtenVarMeanCorrection = &Op{Name: "aten.var_mean.correction", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, true}, {"correction", KwOnly, ArgAny, nil, true}, {"keepdim", KwOnly, ArgBool, false, true}}}
+	// AtenVarMean is aten::var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor).
+	AtenVarMean = &Op{Name: "aten.var_mean.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"unbiased", 1, ArgBool, true, true}}}
+	// AtenVarMeanDim is aten::var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor).
+	AtenVarMeanDim = &Op{Name: "aten.var_mean.dim", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dim", 1, ArgInts, nil, false}, {"unbiased", 2, ArgBool, true, true}, {"keepdim", 3, ArgBool, false, true}}}
+	// AtenView is aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a).
+	AtenView = &Op{Name: "aten.view.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"size", 1, ArgInts, nil, false}}}
+	// AtenViewDtype is aten::view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a).
+	AtenViewDtype = &Op{Name: "aten.view.dtype", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", 1, ArgInt, nil, false}}}
+	// AtenViewAs is aten::view_as(Tensor(a) self, Tensor other) -> Tensor(a).
+	AtenViewAs = &Op{Name: "aten.view_as.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenVsplitArray is aten::vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[].
+	AtenVsplitArray = &Op{Name: "aten.vsplit.array", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"indices", 1, ArgInts, nil, false}}}
+	// AtenVsplitInt is aten::vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[].
+	AtenVsplitInt = &Op{Name: "aten.vsplit.int", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"sections", 1, ArgInt, nil, false}}}
+	// AtenWhereScalar is aten::where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor.
+	AtenWhereScalar = &Op{Name: "aten.where.Scalar", Args: []ArgSpec{{"condition", 0, ArgTensor, nil, false}, {"self", 1, ArgAny, nil, false}, {"other", 2, ArgAny, nil, false}}}
+	// AtenWhereScalarOther is aten::where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor.
+	AtenWhereScalarOther = &Op{Name: "aten.where.ScalarOther", Args: []ArgSpec{{"condition", 0, ArgTensor, nil, false}, {"self", 1, ArgTensor, nil, false}, {"other", 2, ArgAny, nil, false}}}
+	// AtenWhereScalarSelf is aten::where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor.
+	AtenWhereScalarSelf = &Op{Name: "aten.where.ScalarSelf", Args: []ArgSpec{{"condition", 0, ArgTensor, nil, false}, {"self", 1, ArgAny, nil, false}, {"other", 2, ArgTensor, nil, false}}}
+	// AtenWhere is aten::where(Tensor condition) -> Tensor[].
+	AtenWhere = &Op{Name: "aten.where.default", Args: []ArgSpec{{"condition", 0, ArgTensor, nil, false}}}
+	// AtenWhereSelf is aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor.
+	AtenWhereSelf = &Op{Name: "aten.where.self", Args: []ArgSpec{{"condition", 0, ArgTensor, nil, false}, {"self", 1, ArgTensor, nil, false}, {"other", 2, ArgTensor, nil, false}}}
+	// AtenXlogyScalarOther is aten::xlogy.Scalar_Other(Tensor self, Scalar other) -> Tensor.
+	AtenXlogyScalarOther = &Op{Name: "aten.xlogy.Scalar_Other", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgAny, nil, false}}}
+	// AtenXlogyScalarSelf is aten::xlogy.Scalar_Self(Scalar self, Tensor other) -> Tensor.
+	AtenXlogyScalarSelf = &Op{Name: "aten.xlogy.Scalar_Self", Args: []ArgSpec{{"self", 0, ArgAny, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenXlogyTensor is aten::xlogy.Tensor(Tensor self, Tensor other) -> Tensor.
+	AtenXlogyTensor = &Op{Name: "aten.xlogy.Tensor", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"other", 1, ArgTensor, nil, false}}}
+	// AtenZero is aten::zero(Tensor self) -> Tensor.
+	AtenZero = &Op{Name: "aten.zero.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
+	// AtenZeros is aten::zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor.
+	AtenZeros = &Op{Name: "aten.zeros.default", Args: []ArgSpec{{"size", 0, ArgInts, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}}}
+	// AtenZerosLike is aten::zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor.
+	AtenZerosLike = &Op{Name: "aten.zeros_like.default", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}, {"dtype", KwOnly, ArgInt, nil, true}, {"layout", KwOnly, ArgInt, nil, true}, {"device", KwOnly, ArgAny, nil, true}, {"pin_memory", KwOnly, ArgBool, nil, true}, {"memory_format", KwOnly, ArgInt, nil, true}}}
 )
 
 // atenOps lists the generated operators, sorted by name.
 var atenOps = []*Op{
-	AtenGruData,
-	AtenGruInput,
-	AtenLstmData,
-	AtenLstmInput,
-	AtenRnnReluData,
-	AtenRnnReluInput,
-	AtenRnnTanhData,
-	AtenRnnTanhInput,
 	AtenAndScalar,
 	AtenAndTensor,
 	AtenAndBool,
@@ -1860,6 +1852,8 @@ var atenOps = []*Op{
 	AtenGlu,
 	AtenGridSampler2d,
 	AtenGroupNorm,
+	AtenGruData,
+	AtenGruInput,
 	AtenGtScalar,
 	AtenGtTensor,
 	AtenGt,
@@ -1949,6 +1943,8 @@ var atenOps = []*Op{
 	AtenLogicalXor,
 	AtenLogit,
 	AtenLogsumexp,
+	AtenLstmData,
+	AtenLstmInput,
 	AtenLtScalar,
 	AtenLtTensor,
 	AtenLt,
@@ -2100,6 +2096,10 @@ var atenOps = []*Op{
 	AtenReshapeAs,
 	AtenResize,
 	AtenRmsNorm,
+	AtenRnnReluData,
+	AtenRnnReluInput,
+	AtenRnnTanhData,
+	AtenRnnTanhInput,
 	AtenRoll,
 	AtenRot90,
 	AtenRoundScalar,

@@ -95,73 +95,89 @@ func rdEvalReduce(kind rdKind, dimArg, keepArg int) EvalFunc {
 			return nil, nil
 		}
 		// Integer results accumulate exactly in int64, the rest in float64.
-		intAcc := (outDT.IsInt() || outDT == tensor.Bool) && kind != rdAny && kind != rdAll && kind != rdMean
-		if intAcc {
-			acc := make([]int64, outN)
-			seen := make([]bool, outN)
-			for f, o := range outIdx {
-				v := x.Int64At(int64(f))
-				if !seen[o] {
-					acc[o], seen[o] = v, true
-					continue
-				}
-				switch kind {
-				case rdSum:
-					acc[o] += v
-				case rdProd:
-					acc[o] *= v
-				case rdMax:
-					acc[o] = max(acc[o], v)
-				case rdMin:
-					acc[o] = min(acc[o], v)
-				}
-			}
-			for o := int64(0); o < outN; o++ {
-				if !seen[o] {
-					acc[o] = rdIntIdentity(kind, outDT)
-				}
-				out.SetInt64(o, acc[o])
-			}
-			return []*tensor.Tensor{out}, nil
-		}
-		acc := make([]float64, outN)
-		for o := range acc {
-			acc[o] = rdFloatIdentity(kind)
-		}
-		for f, o := range outIdx {
-			v := x.Float64At(int64(f))
-			switch kind {
-			case rdSum, rdMean:
-				acc[o] += v
-			case rdProd:
-				acc[o] *= v
-			case rdMax:
-				if v > acc[o] || math.IsNaN(v) {
-					acc[o] = v
-				}
-			case rdMin:
-				if v < acc[o] || math.IsNaN(v) {
-					acc[o] = v
-				}
-			case rdAny:
-				if v != 0 {
-					acc[o] = 1
-				}
-			case rdAll:
-				if v == 0 {
-					acc[o] = 0
-				}
-			}
-		}
-		for o := int64(0); o < outN; o++ {
-			v := acc[o]
-			if kind == rdMean {
-				v /= float64(innerN)
-			}
-			out.SetFloat64(o, v)
+		if (outDT.IsInt() || outDT == tensor.Bool) && kind != rdAny && kind != rdAll && kind != rdMean {
+			rdFoldInts(kind, x, outIdx, out)
+		} else {
+			rdFoldFloats(kind, x, outIdx, innerN, out)
 		}
 		return []*tensor.Tensor{out}, nil
 	}
+}
+
+// rdFoldInts reduces the elements of x into out (element f into
+// outIdx[f]) exactly, in int64.
+func rdFoldInts(kind rdKind, x *tensor.Tensor, outIdx []int64, out *tensor.Tensor) {
+	outN := out.NumElements()
+	acc := make([]int64, outN)
+	seen := make([]bool, outN)
+	for f, o := range outIdx {
+		v := x.Int64At(int64(f))
+		if !seen[o] {
+			acc[o], seen[o] = v, true
+			continue
+		}
+		switch kind {
+		case rdSum:
+			acc[o] += v
+		case rdProd:
+			acc[o] *= v
+		case rdMax:
+			acc[o] = max(acc[o], v)
+		case rdMin:
+			acc[o] = min(acc[o], v)
+		}
+	}
+	for o := int64(0); o < outN; o++ {
+		if !seen[o] {
+			acc[o] = rdIntIdentity(kind, out.DType)
+		}
+		out.SetInt64(o, acc[o])
+	}
+}
+
+// rdFoldFloats reduces the elements of x into out in float64 (a mean
+// divides by innerN, the elements per output).
+func rdFoldFloats(kind rdKind, x *tensor.Tensor, outIdx []int64, innerN int64, out *tensor.Tensor) {
+	acc := make([]float64, out.NumElements())
+	for o := range acc {
+		acc[o] = rdFloatIdentity(kind)
+	}
+	for f, o := range outIdx {
+		acc[o] = rdFloatStep(kind, acc[o], x.Float64At(int64(f)))
+	}
+	for o, v := range acc {
+		if kind == rdMean {
+			v /= float64(innerN)
+		}
+		out.SetFloat64(int64(o), v)
+	}
+}
+
+// rdFloatStep folds v into the accumulator a; NaN wins max and min.
+func rdFloatStep(kind rdKind, a, v float64) float64 {
+	switch kind {
+	case rdSum, rdMean:
+		return a + v
+	case rdProd:
+		return a * v
+	case rdMax:
+		if v > a || math.IsNaN(v) {
+			return v
+		}
+	case rdMin:
+		if v < a || math.IsNaN(v) {
+			return v
+		}
+	case rdAny:
+		if v != 0 {
+			return 1
+		}
+	case rdAll:
+		if v == 0 {
+			return 0
+		}
+	}
+	return a
 }
 
 // rdFloatIdentity is the identity element of a float reduction.
@@ -180,7 +196,7 @@ func rdFloatIdentity(kind rdKind) float64 {
 // rdIntIdentity is the identity element of an integer reduction in dtype dt
 // (the result of reducing an empty set).
 func rdIntIdentity(kind rdKind, dt tensor.DType) int64 {
-	lo, hi := rdIntRange(dt)
+	lo, hi, _ := dt.IntRange()
 	switch kind {
 	case rdProd:
 		return 1
@@ -190,30 +206,6 @@ func rdIntIdentity(kind rdKind, dt tensor.DType) int64 {
 		return hi
 	}
 	return 0
-}
-
-// rdIntRange returns the smallest and largest values of an integer dtype
-// (0 and 1 for bool).
-func rdIntRange(dt tensor.DType) (lo, hi int64) {
-	switch dt {
-	case tensor.Bool:
-		return 0, 1
-	case tensor.Int8:
-		return math.MinInt8, math.MaxInt8
-	case tensor.Int16:
-		return math.MinInt16, math.MaxInt16
-	case tensor.Int32:
-		return math.MinInt32, math.MaxInt32
-	case tensor.Uint8:
-		return 0, math.MaxUint8
-	case tensor.Uint16:
-		return 0, math.MaxUint16
-	case tensor.Uint32:
-		return 0, math.MaxUint32
-	case tensor.Uint64:
-		return 0, -1 // all bits set
-	}
-	return math.MinInt64, math.MaxInt64
 }
 
 // rdBetter reports whether a candidate value v at index i beats the current

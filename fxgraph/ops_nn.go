@@ -35,6 +35,8 @@ func registerNN(r *Registry) {
 	r.define(XserveResize, nnResizeShape, nil)
 	r.define(AtenGridSampler2d, nnGridSamplerShape, nil)
 	r.define(XserveRoIAlign, nnRoiAlignShape, nil)
+	r.define(XserveConvFused, convFusedShape, nil)
+	r.define(XserveMatmulFused, matmulFusedShape, nil)
 }
 
 // XserveRoIAlign is ONNX's RoiAlign in average mode (nnRoiAlignShape says

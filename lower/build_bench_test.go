@@ -9,6 +9,7 @@ import (
 
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -65,7 +66,7 @@ func BenchmarkBuildLower(b *testing.B) {
 	for _, n := range []int{1 << 10, 1 << 12, 1 << 14, 1 << 16} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			m := chainModel(n)
-			l := lower.New(lower.Options{})
+			l := lower.New(lower.Options{}, cpu.Platform())
 			b.ResetTimer()
 			for range b.N {
 				g, err := onnx.NewImporter().Import(m)
@@ -96,7 +97,7 @@ func BenchmarkLowerCompileZoo(b *testing.B) {
 				b.Fatal(err)
 			}
 			dims := map[string]int64{"batch": 3, "sequence": 16}
-			l := lower.New(lower.Options{})
+			l := lower.New(lower.Options{}, cpu.Platform())
 			var lowerT, compileT time.Duration
 			for range b.N {
 				t0 := time.Now()

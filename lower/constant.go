@@ -1,21 +1,17 @@
 package lower
 
 import (
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
 
-// Constant emits t as a StableHLO constant (narrowed when NarrowInt64).
+// Constant emits t as a StableHLO constant (narrowed when NarrowInt64 or
+// NarrowFloat64).
 func (ctx *Context) Constant(t *tensor.Tensor) (*stablehlo.Value, error) {
-	if ctx.Options.NarrowInt64 && narrow(t.DType) != t.DType {
-		t = t.Convert(narrow(t.DType))
+	if dt := ctx.Options.ProgramDType(t.DType); dt != t.DType {
+		t = t.Convert(dt)
 	}
-	dt, err := XLADType(t.DType)
-	if err != nil {
-		return nil, err
-	}
-	e, err := hlo.Elem(dt)
+	e, err := ElemOf(t.DType)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -115,7 +114,7 @@ func lowerCond(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 // fn: a StableHLO constant up to Options.InlineConstantMax elements, else a
 // weight parameter of the main function (one per tensor, shared with the
 // main graph and other subgraphs) copied into the region.
-func (ctx *Context) subgraphConstant(fn *hlo.Function, n *fxgraph.Node, t *tensor.Tensor) (*stablehlo.Value, error) {
+func (ctx *Context) subgraphConstant(fn *Func, n *fxgraph.Node, t *tensor.Tensor) (*stablehlo.Value, error) {
 	if t.NumElements() <= ctx.Options.InlineConstantMax || ctx.root == nil {
 		return ctx.Constant(t)
 	}
@@ -136,7 +135,7 @@ func (ctx *Context) subgraphConstant(fn *hlo.Function, n *fxgraph.Node, t *tenso
 // returns its outputs as values of the region, for the caller to return. Each operand is first copied into the region (a reshape to
 // its own shape), so that every op of the subgraph lands in the region:
 // the emitter adds an op to the block of its first operand.
-func (ctx *Context) lowerSubgraph(fn *hlo.Function, sub *fxgraph.Graph, operands []*stablehlo.Value) ([]*stablehlo.Value, error) {
+func (ctx *Context) lowerSubgraph(fn *Func, sub *fxgraph.Graph, operands []*stablehlo.Value) ([]*stablehlo.Value, error) {
 	sc := &Context{Graph: sub, Fn: fn, Options: ctx.Options, Rules: ctx.Rules, values: map[*fxgraph.Node][]*stablehlo.Value{}, root: ctx.root}
 	ph := sub.Placeholders()
 	if len(ph) != len(operands) {

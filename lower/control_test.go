@@ -10,6 +10,7 @@ import (
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -43,7 +44,7 @@ func TestTorchIfRunTime(t *testing.T) {
 	// The branches' weights (12 and 3 elements) are constants by default,
 	// and parameters of the main function with a lower inline limit.
 	for _, inline := range []int64{0, 2} {
-		prog, err := lower.New(lower.Options{InlineConstantMax: inline}).Lower(g, nil)
+		prog, err := lower.New(lower.Options{InlineConstantMax: inline}, cpu.Platform()).Lower(g, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func TestWhileLoopRunTime(t *testing.T) {
 	if err := json.Unmarshal(raw, &cases); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

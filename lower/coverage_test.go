@@ -8,6 +8,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -231,7 +232,7 @@ func TestOpsRun(t *testing.T) {
 		outs = append(outs, c.node)
 	}
 	g.SetOutput(outs...)
-	prog, err := lower.New(lower.Options{MaxFoldElements: -1}).Lower(g, nil)
+	prog, err := lower.New(lower.Options{MaxFoldElements: -1}, cpu.Platform()).Lower(g, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,14 @@
 // Package lower turns an fxgraph.Graph into a StableHLO program for one shape
 // bucket: Lower specializes the graph's symbolic dims to the bucket's sizes,
 // folds what became constant, and emits one StableHLO function through our
-// own emitter, package lower/stablehlo, calling one Rule per operator
-// target. The rules still build ops in go-xla's operand-directed style
-// through the small bridge lower/internal/hlo (shapes as go-xla's
-// shapes.Shape); moving them to lower/stablehlo's Block methods is the next
-// step.
+// own emitter, package lower/stablehlo, calling one Rule per operator.
+// Rules add ops with the typed Block methods of lower/stablehlo
+// (ctx.Fn.Block().Add(x, y)); values are *stablehlo.Value with a
+// stablehlo.Type, dtypes map to element types with Context.Elem. Long
+// formulas use a chain (chain.go), which keeps the first error and adds
+// each op to the block of its first operand, so that the same helper
+// builds in the main function and in a region (a reduction body) alike.
+// The package imports neither go-xla nor pjrt (no cgo).
 //
 // Rules live in a Registry keyed by the IR's operator values (*fxgraph.Op),
 // one per op, grouped by family in files (elementwise.go, shape.go, nn.go,

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gomlx/go-xla/pkg/types"
-
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -23,7 +20,7 @@ type ewFn func(ctx *Context, n *fxgraph.Node, x ...*stablehlo.Value) (*stablehlo
 
 // ewDims returns v's dims as int64.
 func ewDims(v *stablehlo.Value) []int64 {
-	d := hlo.ShapeOf(v).Dimensions
+	d := v.Type().Dims
 	out := make([]int64, len(d))
 	for i, x := range d {
 		out[i] = int64(x)
@@ -33,7 +30,7 @@ func ewDims(v *stablehlo.Value) []int64 {
 
 // ewDType returns the IR dtype of v.
 func ewDType(v *stablehlo.Value) tensor.DType {
-	dt, err := tensorDType(hlo.ShapeOf(v).DType)
+	dt, err := DTypeOf(v.Type().Elem)
 	if err != nil {
 		return tensor.Invalid
 	}
@@ -111,25 +108,25 @@ func ewToBool(ctx *Context, v *stablehlo.Value) (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ewCompare(v, zero, types.CompareNE)
+	return ewCompare(v, zero, stablehlo.NE)
 }
 
 // ewCompare compares two values of the same dtype.
-func ewCompare(a, b *stablehlo.Value, dir types.ComparisonDirection) (*stablehlo.Value, error) {
-	ct := types.CompareFloat
-	d := hlo.ShapeOf(a).DType
+func ewCompare(a, b *stablehlo.Value, dir stablehlo.Direction) (*stablehlo.Value, error) {
+	ct := stablehlo.CompareFloat
+	d := a.Type().Elem
 	switch {
-	case d.IsFloat() || d.IsComplex():
+	case d.IsFloat():
 	case d.IsUnsigned() || ewDType(a) == tensor.Bool:
-		ct = types.CompareUnsigned
+		ct = stablehlo.CompareUnsign
 	default:
-		ct = types.CompareSigned
+		ct = stablehlo.CompareSigned
 	}
-	return hlo.Compare(a, b, dir, ct)
+	return a.Block().Compare(a, b, dir, ct)
 }
 
 // ewCmpConst compares v against the constant x.
-func ewCmpConst(ctx *Context, v *stablehlo.Value, dir types.ComparisonDirection, x float64) (*stablehlo.Value, error) {
+func ewCmpConst(ctx *Context, v *stablehlo.Value, dir stablehlo.Direction, x float64) (*stablehlo.Value, error) {
 	c, err := ewFull(ctx, v, x)
 	if err != nil {
 		return nil, err
@@ -138,21 +135,21 @@ func ewCmpConst(ctx *Context, v *stablehlo.Value, dir types.ComparisonDirection,
 }
 
 // ewBinConst applies op(v, x) with the constant x.
-func ewBinConst(ctx *Context, op func(a, b *stablehlo.Value) (*stablehlo.Value, error), v *stablehlo.Value, x float64) (*stablehlo.Value, error) {
+func ewBinConst(ctx *Context, op binOp, v *stablehlo.Value, x float64) (*stablehlo.Value, error) {
 	c, err := ewFull(ctx, v, x)
 	if err != nil {
 		return nil, err
 	}
-	return op(v, c)
+	return op(v.Block(), v, c)
 }
 
 // ewConstBin applies op(x, v) with the constant x.
-func ewConstBin(ctx *Context, op func(a, b *stablehlo.Value) (*stablehlo.Value, error), x float64, v *stablehlo.Value) (*stablehlo.Value, error) {
+func ewConstBin(ctx *Context, op binOp, x float64, v *stablehlo.Value) (*stablehlo.Value, error) {
 	c, err := ewFull(ctx, v, x)
 	if err != nil {
 		return nil, err
 	}
-	return op(c, v)
+	return op(v.Block(), c, v)
 }
 
 // ewMathDType is the dtype float math on dt is computed in.
@@ -167,239 +164,207 @@ func ewIsIntLike(dt tensor.DType) bool { return dt.IsInt() || dt == tensor.Bool 
 
 // ewTrunc rounds toward zero.
 func ewTrunc(ctx *Context, x *stablehlo.Value) (*stablehlo.Value, error) {
-	neg, err := ewCmpConst(ctx, x, types.CompareLT, 0)
+	neg, err := ewCmpConst(ctx, x, stablehlo.LT, 0)
 	if err != nil {
 		return nil, err
 	}
-	c, err := hlo.Ceil(x)
+	c, err := x.Block().Ceil(x)
 	if err != nil {
 		return nil, err
 	}
-	f, err := hlo.Floor(x)
+	f, err := x.Block().Floor(x)
 	if err != nil {
 		return nil, err
 	}
-	return hlo.Select(neg, c, f)
-}
-
-// ewChain runs steps in order and returns the last value; it keeps the
-// float formulas below readable.
-type ewChain struct {
-	ctx *Context
-	err error
-}
-
-func (c *ewChain) do(v *stablehlo.Value, err error) *stablehlo.Value {
-	if c.err == nil && err != nil {
-		c.err = err
-	}
-	return v
-}
-
-func (c *ewChain) k(like *stablehlo.Value, x float64) *stablehlo.Value {
-	if c.err != nil {
-		return nil
-	}
-	return c.do(ewFull(c.ctx, like, x))
-}
-
-func (c *ewChain) bin(op func(a, b *stablehlo.Value) (*stablehlo.Value, error), a, b *stablehlo.Value) *stablehlo.Value {
-	if c.err != nil {
-		return nil
-	}
-	return c.do(op(a, b))
-}
-
-func (c *ewChain) un(op func(a *stablehlo.Value) (*stablehlo.Value, error), a *stablehlo.Value) *stablehlo.Value {
-	if c.err != nil {
-		return nil
-	}
-	return c.do(op(a))
-}
-
-func (c *ewChain) cmp(a, b *stablehlo.Value, dir types.ComparisonDirection) *stablehlo.Value {
-	if c.err != nil {
-		return nil
-	}
-	return c.do(ewCompare(a, b, dir))
-}
-
-func (c *ewChain) sel(p, a, b *stablehlo.Value) *stablehlo.Value {
-	if c.err != nil {
-		return nil
-	}
-	return c.do(hlo.Select(p, a, b))
+	return neg.Block().Select(neg, c, f)
 }
 
 // ewFloatUnary are the float-valued unary functions, applied to float32 or
 // float64 values.
-var ewFloatUnary = map[*fxgraph.Op]func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value{
-	fxgraph.AtenExp: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(hlo.Exponential, x)
+var ewFloatUnary = map[*fxgraph.Op]func(c *chain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value{
+	fxgraph.AtenExp: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Exponential, x)
 	},
-	fxgraph.AtenExpm1: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(hlo.ExponentialMinusOne, x)
+	fxgraph.AtenExpm1: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).ExponentialMinusOne, x)
 	},
-	fxgraph.AtenExp2: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(hlo.Power, c.k(x, 2), x)
+	fxgraph.AtenExp2: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin((*stablehlo.Block).Power, c.k(x, 2), x)
 	},
-	fxgraph.AtenLog: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Log, x) },
-	fxgraph.AtenLog1p: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(hlo.LogPlusOne, x)
+	fxgraph.AtenLog: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Log, x)
 	},
-	fxgraph.AtenLog2: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(hlo.Divide, c.un(hlo.Log, x), c.k(x, math.Ln2))
+	fxgraph.AtenLog1p: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).LogPlusOne, x)
 	},
-	fxgraph.AtenLog10: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(hlo.Divide, c.un(hlo.Log, x), c.k(x, math.Ln10))
+	fxgraph.AtenLog2: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.div(c.un((*stablehlo.Block).Log, x), c.k(x, math.Ln2))
 	},
-	fxgraph.AtenSqrt: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Sqrt, x) },
-	fxgraph.AtenRsqrt: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(hlo.Rsqrt, x)
+	fxgraph.AtenLog10: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.div(c.un((*stablehlo.Block).Log, x), c.k(x, math.Ln10))
 	},
-	fxgraph.AtenReciprocal: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(hlo.Divide, c.k(x, 1), x)
+	fxgraph.AtenSqrt: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Sqrt, x)
 	},
-	fxgraph.AtenSin: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Sine, x) },
-	fxgraph.AtenCos: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(hlo.Cosine, x)
+	fxgraph.AtenRsqrt: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Rsqrt, x)
 	},
-	fxgraph.AtenTan:  func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Tan, x) },
-	fxgraph.AtenTanh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Tanh, x) },
-	fxgraph.AtenSigmoid: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.un(hlo.Logistic, x)
+	fxgraph.AtenReciprocal: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.div(c.k(x, 1), x)
 	},
-	fxgraph.AtenErf: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value { return c.un(hlo.Erf, x) },
-	fxgraph.AtenAtan: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(hlo.Atan2, x, c.k(x, 1))
+	fxgraph.AtenSin: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Sine, x)
+	},
+	fxgraph.AtenCos: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Cosine, x)
+	},
+	fxgraph.AtenTan: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Tan, x)
+	},
+	fxgraph.AtenTanh: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Tanh, x)
+	},
+	fxgraph.AtenSigmoid: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Logistic, x)
+	},
+	fxgraph.AtenErf: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.un((*stablehlo.Block).Erf, x)
+	},
+	fxgraph.AtenAtan: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.bin((*stablehlo.Block).Atan2, x, c.k(x, 1))
 	},
 	// asin(x) = atan2(x, sqrt((1-x)(1+x))); NaN outside [-1, 1].
-	fxgraph.AtenAsin: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenAsin: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
-		r := c.un(hlo.Sqrt, c.bin(hlo.Multiply, c.bin(hlo.Subtract, one, x), c.bin(hlo.Add, one, x)))
-		return c.bin(hlo.Atan2, x, r)
+		r := c.un((*stablehlo.Block).Sqrt, c.mul(c.sub(one, x), c.add(one, x)))
+		return c.bin((*stablehlo.Block).Atan2, x, r)
 	},
 	// acos(x) = atan2(sqrt((1-x)(1+x)), x).
-	fxgraph.AtenAcos: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenAcos: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
-		r := c.un(hlo.Sqrt, c.bin(hlo.Multiply, c.bin(hlo.Subtract, one, x), c.bin(hlo.Add, one, x)))
-		return c.bin(hlo.Atan2, r, x)
+		r := c.un((*stablehlo.Block).Sqrt, c.mul(c.sub(one, x), c.add(one, x)))
+		return c.bin((*stablehlo.Block).Atan2, r, x)
 	},
 	// sinh(x) = (expm1(x) - expm1(-x)) / 2, accurate near 0.
-	fxgraph.AtenSinh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		d := c.bin(hlo.Subtract, c.un(hlo.ExponentialMinusOne, x), c.un(hlo.ExponentialMinusOne, c.un(hlo.Negate, x)))
-		return c.bin(hlo.Multiply, d, c.k(x, 0.5))
+	fxgraph.AtenSinh: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		d := c.sub(c.un((*stablehlo.Block).ExponentialMinusOne, x), c.un((*stablehlo.Block).ExponentialMinusOne, c.un((*stablehlo.Block).Negate, x)))
+		return c.mul(d, c.k(x, 0.5))
 	},
-	fxgraph.AtenCosh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		s := c.bin(hlo.Add, c.un(hlo.Exponential, x), c.un(hlo.Exponential, c.un(hlo.Negate, x)))
-		return c.bin(hlo.Multiply, s, c.k(x, 0.5))
+	fxgraph.AtenCosh: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		s := c.add(c.un((*stablehlo.Block).Exponential, x), c.un((*stablehlo.Block).Exponential, c.un((*stablehlo.Block).Negate, x)))
+		return c.mul(s, c.k(x, 0.5))
 	},
 	// asinh(x) = sign(x) * log1p(|x| + x²/(1 + sqrt(1 + x²))), and
 	// sign(x) * (log(|x|) + ln 2) for huge |x| where x² overflows.
-	fxgraph.AtenAsinh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenAsinh: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		one := c.k(x, 1)
-		a := c.un(hlo.Abs, x)
-		a2 := c.bin(hlo.Multiply, a, a)
-		small := c.un(hlo.LogPlusOne, c.bin(hlo.Add, a, c.bin(hlo.Divide, a2, c.bin(hlo.Add, one, c.un(hlo.Sqrt, c.bin(hlo.Add, one, a2))))))
-		big := c.bin(hlo.Add, c.un(hlo.Log, a), c.k(x, math.Ln2))
-		r := c.sel(c.cmp(a, c.k(x, 1e15), types.CompareGT), big, small)
-		return c.bin(hlo.Multiply, c.un(hlo.Sign, x), r)
+		a := c.un((*stablehlo.Block).Abs, x)
+		a2 := c.mul(a, a)
+		small := c.un((*stablehlo.Block).LogPlusOne, c.add(a, c.div(a2, c.add(one, c.un((*stablehlo.Block).Sqrt, c.add(one, a2))))))
+		big := c.add(c.un((*stablehlo.Block).Log, a), c.k(x, math.Ln2))
+		r := c.sel(c.cmp(a, c.k(x, 1e15), stablehlo.GT), big, small)
+		return c.mul(c.un((*stablehlo.Block).Sign, x), r)
 	},
 	// acosh(x) = log1p(t + sqrt(t(t+2))) with t = x-1; log(x) + ln 2 for huge x.
-	fxgraph.AtenAcosh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		t := c.bin(hlo.Subtract, x, c.k(x, 1))
-		small := c.un(hlo.LogPlusOne, c.bin(hlo.Add, t, c.un(hlo.Sqrt, c.bin(hlo.Multiply, t, c.bin(hlo.Add, t, c.k(x, 2))))))
-		big := c.bin(hlo.Add, c.un(hlo.Log, x), c.k(x, math.Ln2))
-		return c.sel(c.cmp(x, c.k(x, 1e15), types.CompareGT), big, small)
+	fxgraph.AtenAcosh: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		t := c.sub(x, c.k(x, 1))
+		small := c.un((*stablehlo.Block).LogPlusOne, c.add(t, c.un((*stablehlo.Block).Sqrt, c.mul(t, c.add(t, c.k(x, 2))))))
+		big := c.add(c.un((*stablehlo.Block).Log, x), c.k(x, math.Ln2))
+		return c.sel(c.cmp(x, c.k(x, 1e15), stablehlo.GT), big, small)
 	},
 	// atanh(x) = log1p(2x/(1-x)) / 2.
-	fxgraph.AtenAtanh: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		q := c.bin(hlo.Divide, c.bin(hlo.Add, x, x), c.bin(hlo.Subtract, c.k(x, 1), x))
-		return c.bin(hlo.Multiply, c.un(hlo.LogPlusOne, q), c.k(x, 0.5))
+	fxgraph.AtenAtanh: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		q := c.div(c.add(x, x), c.sub(c.k(x, 1), x))
+		return c.mul(c.un((*stablehlo.Block).LogPlusOne, q), c.k(x, 0.5))
 	},
-	fxgraph.AtenHardsigmoid: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(hlo.Divide, ewRelu6(c, c.bin(hlo.Add, x, c.k(x, 3))), c.k(x, 6))
+	fxgraph.AtenHardsigmoid: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.div(ewRelu6(c, c.add(x, c.k(x, 3))), c.k(x, 6))
 	},
-	fxgraph.AtenHardswish: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		r := c.bin(hlo.Divide, ewRelu6(c, c.bin(hlo.Add, x, c.k(x, 3))), c.k(x, 6))
-		return c.bin(hlo.Multiply, x, r)
+	fxgraph.AtenHardswish: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		r := c.div(ewRelu6(c, c.add(x, c.k(x, 3))), c.k(x, 6))
+		return c.mul(x, r)
 	},
-	fxgraph.AtenSilu: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(hlo.Multiply, x, c.un(hlo.Logistic, x))
+	fxgraph.AtenSilu: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.mul(x, c.un((*stablehlo.Block).Logistic, x))
 	},
-	fxgraph.AtenMish: func(c *ewChain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
-		return c.bin(hlo.Multiply, x, c.un(hlo.Tanh, ewSoftplus(c, x, 1, 20)))
+	fxgraph.AtenMish: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		return c.mul(x, c.un((*stablehlo.Block).Tanh, ewSoftplus(c, x, 1, 20)))
 	},
-	fxgraph.AtenLeakyRelu: func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenLeakyRelu: func(c *chain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		s, err := n.ParamFloat("negative_slope")
-		c.do(nil, err)
-		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
-		return c.sel(pos, x, c.bin(hlo.Multiply, x, c.k(x, s)))
+		c.set(nil, err)
+		pos := c.cmp(x, c.k(x, 0), stablehlo.GT)
+		return c.sel(pos, x, c.mul(x, c.k(x, s)))
 	},
-	fxgraph.AtenElu: func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenElu: func(c *chain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		alpha, err := n.ParamFloat("alpha")
-		c.do(nil, err)
+		c.set(nil, err)
 		scale, err := n.ParamFloat("scale")
-		c.do(nil, err)
+		c.set(nil, err)
 		inScale, err := n.ParamFloat("input_scale")
-		c.do(nil, err)
-		pos := c.cmp(x, c.k(x, 0), types.CompareGT)
+		c.set(nil, err)
+		pos := c.cmp(x, c.k(x, 0), stablehlo.GT)
 		xs := x
 		if inScale != 1 {
-			xs = c.bin(hlo.Multiply, x, c.k(x, inScale))
+			xs = c.mul(x, c.k(x, inScale))
 		}
-		neg := c.bin(hlo.Multiply, c.un(hlo.ExponentialMinusOne, xs), c.k(x, alpha*scale))
+		neg := c.mul(c.un((*stablehlo.Block).ExponentialMinusOne, xs), c.k(x, alpha*scale))
 		p := x
 		if scale != 1 {
-			p = c.bin(hlo.Multiply, x, c.k(x, scale))
+			p = c.mul(x, c.k(x, scale))
 		}
 		return c.sel(pos, p, neg)
 	},
-	fxgraph.AtenGelu: func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenGelu: func(c *chain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		a, _ := n.Param("approximate") // checked by the shape rule
-		half := c.bin(hlo.Multiply, x, c.k(x, 0.5))
-		switch a {
-		case "none":
-			e := c.un(hlo.Erf, c.bin(hlo.Multiply, x, c.k(x, 1/math.Sqrt2)))
-			return c.bin(hlo.Multiply, half, c.bin(hlo.Add, c.k(x, 1), e))
-		case "tanh":
-			x3 := c.bin(hlo.Multiply, c.bin(hlo.Multiply, x, x), x)
-			inner := c.bin(hlo.Multiply, c.k(x, math.Sqrt(2/math.Pi)), c.bin(hlo.Add, x, c.bin(hlo.Multiply, x3, c.k(x, 0.044715))))
-			return c.bin(hlo.Multiply, half, c.bin(hlo.Add, c.k(x, 1), c.un(hlo.Tanh, inner)))
+		if a != "none" && a != "tanh" {
+			c.set(nil, fmt.Errorf("gelu: approximate %s not supported", fxgraph.FormatArg(a)))
+			return nil
 		}
-		c.do(nil, fmt.Errorf("gelu: approximate %s not supported", fxgraph.FormatArg(a)))
-		return nil
+		return ewGelu(c, x, a == "tanh")
 	},
-	fxgraph.AtenSoftplus: func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+	fxgraph.AtenSoftplus: func(c *chain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		beta, err := n.ParamFloat("beta")
-		c.do(nil, err)
+		c.set(nil, err)
 		th, err := n.ParamFloat("threshold")
-		c.do(nil, err)
+		c.set(nil, err)
 		return ewSoftplus(c, x, beta, th)
 	},
 }
 
-func ewRelu6(c *ewChain, x *stablehlo.Value) *stablehlo.Value {
-	return c.bin(hlo.Minimum, c.bin(hlo.Maximum, x, c.k(x, 0)), c.k(x, 6))
+// ewGelu is x * (1 + erf(x / sqrt 2)) / 2, or its tanh approximation.
+func ewGelu(c *chain, x *stablehlo.Value, tanh bool) *stablehlo.Value {
+	half := c.mul(x, c.k(x, 0.5))
+	if !tanh {
+		e := c.un((*stablehlo.Block).Erf, c.mul(x, c.k(x, 1/math.Sqrt2)))
+		return c.mul(half, c.add(c.k(x, 1), e))
+	}
+	x3 := c.mul(c.mul(x, x), x)
+	inner := c.mul(c.k(x, math.Sqrt(2/math.Pi)), c.add(x, c.mul(x3, c.k(x, 0.044715))))
+	return c.mul(half, c.add(c.k(x, 1), c.un((*stablehlo.Block).Tanh, inner)))
+}
+
+func ewRelu6(c *chain, x *stablehlo.Value) *stablehlo.Value {
+	return c.min(c.max(x, c.k(x, 0)), c.k(x, 6))
 }
 
 // ewSoftplus is torch's softplus: x where beta*x > threshold, else
 // log1p(exp(beta*x))/beta.
-func ewSoftplus(c *ewChain, x *stablehlo.Value, beta, threshold float64) *stablehlo.Value {
+func ewSoftplus(c *chain, x *stablehlo.Value, beta, threshold float64) *stablehlo.Value {
 	bx := x
 	if beta != 1 {
-		bx = c.bin(hlo.Multiply, x, c.k(x, beta))
+		bx = c.mul(x, c.k(x, beta))
 	}
-	sp := c.un(hlo.LogPlusOne, c.un(hlo.Exponential, bx))
+	sp := c.un((*stablehlo.Block).LogPlusOne, c.un((*stablehlo.Block).Exponential, bx))
 	if beta != 1 {
-		sp = c.bin(hlo.Divide, sp, c.k(x, beta))
+		sp = c.div(sp, c.k(x, beta))
 	}
-	return c.sel(c.cmp(bx, c.k(x, threshold), types.CompareGT), x, sp)
+	return c.sel(c.cmp(bx, c.k(x, threshold), stablehlo.GT), x, sp)
 }
 
 // ewFloatUnaryRule lowers a float-valued unary op: integer inputs are
 // converted to the result dtype, half floats computed in float32.
-func ewFloatUnaryRule(f func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value) Rule {
+func ewFloatUnaryRule(f func(c *chain, n *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value) Rule {
 	return func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
 		if in[0] == nil {
 			return nil, fmt.Errorf("argument 0 is not a tensor")
@@ -412,7 +377,7 @@ func ewFloatUnaryRule(f func(c *ewChain, n *fxgraph.Node, x *stablehlo.Value) *s
 		if err != nil {
 			return nil, err
 		}
-		c := &ewChain{ctx: ctx}
+		c := &chain{ctx: ctx}
 		y := f(c, n, x)
 		if c.err != nil {
 			return nil, c.err
@@ -431,26 +396,26 @@ var ewSameUnary = map[*fxgraph.Op]func(ctx *Context, n *fxgraph.Node, x *stableh
 		case dt == tensor.Bool:
 			return nil, fmt.Errorf("neg of a bool tensor is not supported")
 		case dt.IsUnsigned():
-			return ewConstBin(ctx, hlo.Subtract, 0, x)
+			return ewConstBin(ctx, (*stablehlo.Block).Subtract, 0, x)
 		}
-		return hlo.Negate(x)
+		return x.Block().Negate(x)
 	},
 	fxgraph.AtenAbs: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool || dt.IsUnsigned() {
 			return x, nil
 		}
-		return hlo.Abs(x)
+		return x.Block().Abs(x)
 	},
 	fxgraph.AtenSign: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
 			return x, nil
 		}
-		s, err := hlo.Sign(x)
+		s, err := x.Block().Sign(x)
 		if err != nil || !dt.IsFloat() {
 			return s, err
 		}
 		// torch.sign(NaN) is 0, StableHLO's sign is NaN.
-		nan, err := ewCompare(x, x, types.CompareNE)
+		nan, err := ewCompare(x, x, stablehlo.NE)
 		if err != nil {
 			return nil, err
 		}
@@ -458,17 +423,17 @@ var ewSameUnary = map[*fxgraph.Op]func(ctx *Context, n *fxgraph.Node, x *stableh
 		if err != nil {
 			return nil, err
 		}
-		return hlo.Select(nan, zero, s)
+		return nan.Block().Select(nan, zero, s)
 	},
 	fxgraph.AtenRelu: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
 			return nil, fmt.Errorf("relu of a bool tensor is not supported")
 		}
-		return ewBinConst(ctx, hlo.Maximum, x, 0)
+		return ewBinConst(ctx, (*stablehlo.Block).Maximum, x, 0)
 	},
-	fxgraph.AtenFloor: ewRoundRule(hlo.Floor),
-	fxgraph.AtenCeil:  ewRoundRule(hlo.Ceil),
-	fxgraph.AtenRound: ewRoundRule(hlo.RoundNearestEven),
+	fxgraph.AtenFloor: ewRoundRule((*stablehlo.Block).Floor),
+	fxgraph.AtenCeil:  ewRoundRule((*stablehlo.Block).Ceil),
+	fxgraph.AtenRound: ewRoundRule((*stablehlo.Block).RoundNearestEven),
 	fxgraph.AtenTrunc: func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return x, nil
@@ -482,7 +447,7 @@ var ewSameUnary = map[*fxgraph.Op]func(ctx *Context, n *fxgraph.Node, x *stableh
 		if !ewIsIntLike(dt) {
 			return nil, fmt.Errorf("bitwise_not of %s is not supported", dt)
 		}
-		return hlo.Not(x)
+		return x.Block().Not(x)
 	},
 	fxgraph.AtenHardtanh: func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		lo, err := n.ParamFloat("min_val")
@@ -496,11 +461,11 @@ var ewSameUnary = map[*fxgraph.Op]func(ctx *Context, n *fxgraph.Node, x *stableh
 		if ewIsIntLike(dt) {
 			lo, hi = math.Ceil(lo), math.Floor(hi) // the integers within [lo, hi]
 		}
-		y, err := ewBinConst(ctx, hlo.Maximum, x, lo)
+		y, err := ewBinConst(ctx, (*stablehlo.Block).Maximum, x, lo)
 		if err != nil {
 			return nil, err
 		}
-		return ewBinConst(ctx, hlo.Minimum, y, hi)
+		return ewBinConst(ctx, (*stablehlo.Block).Minimum, y, hi)
 	},
 	fxgraph.AtenThreshold: func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		th, err := n.ParamFloat("threshold")
@@ -514,7 +479,7 @@ var ewSameUnary = map[*fxgraph.Op]func(ctx *Context, n *fxgraph.Node, x *stableh
 		if ewIsIntLike(dt) {
 			th = math.Floor(th) // x <= th for an integer x
 		}
-		le, err := ewCmpConst(ctx, x, types.CompareLE, th)
+		le, err := ewCmpConst(ctx, x, stablehlo.LE, th)
 		if err != nil {
 			return nil, err
 		}
@@ -522,16 +487,16 @@ var ewSameUnary = map[*fxgraph.Op]func(ctx *Context, n *fxgraph.Node, x *stableh
 		if err != nil {
 			return nil, err
 		}
-		return hlo.Select(le, v, x)
+		return le.Block().Select(le, v, x)
 	},
 }
 
-func ewRoundRule(op func(*stablehlo.Value) (*stablehlo.Value, error)) func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
+func ewRoundRule(op unOp) func(ctx *Context, n *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 	return func(ctx *Context, _ *fxgraph.Node, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return x, nil
 		}
-		return op(x)
+		return op(x.Block(), x)
 	}
 }
 
@@ -539,31 +504,31 @@ func ewRoundRule(op func(*stablehlo.Value) (*stablehlo.Value, error)) func(ctx *
 var ewBoolUnary = map[*fxgraph.Op]func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error){
 	fxgraph.AtenLogicalNot: func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if dt == tensor.Bool {
-			return hlo.Not(x)
+			return x.Block().Not(x)
 		}
-		return ewCmpConst(ctx, x, types.CompareEQ, 0)
+		return ewCmpConst(ctx, x, stablehlo.EQ, 0)
 	},
 	fxgraph.AtenIsnan: func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return ctx.Full(tensor.Bool, 0, ewDims(x))
 		}
-		return ewCompare(x, x, types.CompareNE)
+		return ewCompare(x, x, stablehlo.NE)
 	},
 	fxgraph.AtenIsinf: func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return ctx.Full(tensor.Bool, 0, ewDims(x))
 		}
-		a, err := hlo.Abs(x)
+		a, err := x.Block().Abs(x)
 		if err != nil {
 			return nil, err
 		}
-		return ewCmpConst(ctx, a, types.CompareEQ, math.Inf(1))
+		return ewCmpConst(ctx, a, stablehlo.EQ, math.Inf(1))
 	},
 	fxgraph.AtenIsfinite: func(ctx *Context, x *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
 		if !dt.IsFloat() {
 			return ctx.Full(tensor.Bool, 1, ewDims(x))
 		}
-		return hlo.IsFinite(x)
+		return x.Block().IsFinite(x)
 	},
 }
 
@@ -580,30 +545,30 @@ type ewBinary struct {
 	f    func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error)
 }
 
-func ewSimple(op func(a, b *stablehlo.Value) (*stablehlo.Value, error), boolOp func(a, b *stablehlo.Value) (*stablehlo.Value, error)) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+func ewSimple(op binOp, boolOp binOp) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 	return func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if ct == tensor.Bool {
 			if boolOp == nil {
 				return nil, fmt.Errorf("%s of bool tensors is not supported", n.Target)
 			}
-			return boolOp(a, b)
+			return boolOp(a.Block(), a, b)
 		}
-		return op(a, b)
+		return op(a.Block(), a, b)
 	}
 }
 
-func ewCmp(dir types.ComparisonDirection) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+func ewCmp(dir stablehlo.Direction) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 	return func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		return ewCompare(a, b, dir)
 	}
 }
 
-func ewIntOnly(op func(a, b *stablehlo.Value) (*stablehlo.Value, error)) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
+func ewIntOnly(op binOp) func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 	return func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if !ewIsIntLike(ct) {
 			return nil, fmt.Errorf("%s needs integer operands, got %s", n.Target, ct)
 		}
-		return op(a, b)
+		return op(a.Block(), a, b)
 	}
 }
 
@@ -611,66 +576,66 @@ func ewIntOnly(op func(a, b *stablehlo.Value) (*stablehlo.Value, error)) func(ct
 // floor division: where the remainder r is non-zero and its sign differs
 // from the divisor's, q -= 1 (div) or r += b (remainder).
 func ewFloorAdjust(ctx *Context, a, b *stablehlo.Value, wantRemainder bool) (*stablehlo.Value, error) {
-	c := &ewChain{ctx: ctx}
-	r := c.bin(hlo.Remainder, a, b)
+	c := &chain{ctx: ctx}
+	r := c.bin((*stablehlo.Block).Remainder, a, b)
 	zero := c.k(b, 0)
-	nz := c.cmp(r, zero, types.CompareNE)
-	diff := c.bin(hlo.Xor, c.cmp(r, zero, types.CompareLT), c.cmp(b, zero, types.CompareLT))
-	adj := c.bin(hlo.And, nz, diff)
+	nz := c.cmp(r, zero, stablehlo.NE)
+	diff := c.bin((*stablehlo.Block).Xor, c.cmp(r, zero, stablehlo.LT), c.cmp(b, zero, stablehlo.LT))
+	adj := c.and(nz, diff)
 	var out *stablehlo.Value
 	if wantRemainder {
-		out = c.sel(adj, c.bin(hlo.Add, r, b), r)
+		out = c.sel(adj, c.add(r, b), r)
 	} else {
-		q := c.bin(hlo.Divide, a, b)
-		out = c.sel(adj, c.bin(hlo.Subtract, q, c.k(q, 1)), q)
+		q := c.div(a, b)
+		out = c.sel(adj, c.sub(q, c.k(q, 1)), q)
 	}
 	return out, c.err
 }
 
 var ewBinaryRules = map[*fxgraph.Op]ewBinary{
-	fxgraph.AtenMulTensor:       {f: ewSimple(hlo.Multiply, hlo.And)},
-	fxgraph.AtenMaximum:         {f: ewSimple(MaxNaN, hlo.Or)},
-	fxgraph.AtenMinimum:         {f: ewSimple(MinNaN, hlo.And)},
-	fxgraph.AtenDivTensor:       {math: true, f: ewSimple(hlo.Divide, nil)},
-	fxgraph.AtenPowTensorTensor: {math: true, f: ewSimple(hlo.Power, nil)},
-	fxgraph.AtenAtan2:           {math: true, f: ewSimple(hlo.Atan2, nil)},
-	fxgraph.AtenFmodTensor:      {math: true, f: ewSimple(hlo.Remainder, nil)},
+	fxgraph.AtenMulTensor:       {f: ewSimple((*stablehlo.Block).Multiply, (*stablehlo.Block).And)},
+	fxgraph.AtenMaximum:         {f: ewSimple(MaxNaN, (*stablehlo.Block).Or)},
+	fxgraph.AtenMinimum:         {f: ewSimple(MinNaN, (*stablehlo.Block).And)},
+	fxgraph.AtenDivTensor:       {math: true, f: ewSimple((*stablehlo.Block).Divide, nil)},
+	fxgraph.AtenPowTensorTensor: {math: true, f: ewSimple((*stablehlo.Block).Power, nil)},
+	fxgraph.AtenAtan2:           {math: true, f: ewSimple((*stablehlo.Block).Atan2, nil)},
+	fxgraph.AtenFmodTensor:      {math: true, f: ewSimple((*stablehlo.Block).Remainder, nil)},
 	fxgraph.AtenRemainderTensor: {math: true, f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if ct == tensor.Bool {
 			return nil, fmt.Errorf("remainder of bool tensors is not supported")
 		}
 		if ct.IsUnsigned() {
-			return hlo.Remainder(a, b)
+			return a.Block().Remainder(a, b)
 		}
 		return ewFloorAdjust(ctx, a, b, true)
 	}},
-	fxgraph.AtenBitwiseAndTensor: {f: ewIntOnly(hlo.And)},
-	fxgraph.AtenBitwiseOrTensor:  {f: ewIntOnly(hlo.Or)},
-	fxgraph.AtenBitwiseXorTensor: {f: ewIntOnly(hlo.Xor)},
+	fxgraph.AtenBitwiseAndTensor: {f: ewIntOnly((*stablehlo.Block).And)},
+	fxgraph.AtenBitwiseOrTensor:  {f: ewIntOnly((*stablehlo.Block).Or)},
+	fxgraph.AtenBitwiseXorTensor: {f: ewIntOnly((*stablehlo.Block).Xor)},
 	fxgraph.AtenBitwiseLeftShiftTensor: {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if !ct.IsInt() {
 			return nil, fmt.Errorf("shift needs integer operands, got %s", ct)
 		}
-		return hlo.ShiftLeft(a, b)
+		return a.Block().ShiftLeft(a, b)
 	}},
 	fxgraph.AtenBitwiseRightShiftTensor: {f: func(ctx *Context, n *fxgraph.Node, a, b *stablehlo.Value, ct tensor.DType) (*stablehlo.Value, error) {
 		if !ct.IsInt() {
 			return nil, fmt.Errorf("shift needs integer operands, got %s", ct)
 		}
 		if ct.IsUnsigned() {
-			return hlo.ShiftRightLogical(a, b)
+			return a.Block().ShiftRightLogical(a, b)
 		}
-		return hlo.ShiftRightArithmetic(a, b)
+		return a.Block().ShiftRightArithmetic(a, b)
 	}},
-	fxgraph.AtenEqTensor:   {cmp: true, f: ewCmp(types.CompareEQ)},
-	fxgraph.AtenNeTensor:   {cmp: true, f: ewCmp(types.CompareNE)},
-	fxgraph.AtenLtTensor:   {cmp: true, f: ewCmp(types.CompareLT)},
-	fxgraph.AtenLeTensor:   {cmp: true, f: ewCmp(types.CompareLE)},
-	fxgraph.AtenGtTensor:   {cmp: true, f: ewCmp(types.CompareGT)},
-	fxgraph.AtenGeTensor:   {cmp: true, f: ewCmp(types.CompareGE)},
-	fxgraph.AtenLogicalAnd: {cmp: true, logical: true, f: ewSimple(nil, hlo.And)},
-	fxgraph.AtenLogicalOr:  {cmp: true, logical: true, f: ewSimple(nil, hlo.Or)},
-	fxgraph.AtenLogicalXor: {cmp: true, logical: true, f: ewSimple(nil, hlo.Xor)},
+	fxgraph.AtenEqTensor:   {cmp: true, f: ewCmp(stablehlo.EQ)},
+	fxgraph.AtenNeTensor:   {cmp: true, f: ewCmp(stablehlo.NE)},
+	fxgraph.AtenLtTensor:   {cmp: true, f: ewCmp(stablehlo.LT)},
+	fxgraph.AtenLeTensor:   {cmp: true, f: ewCmp(stablehlo.LE)},
+	fxgraph.AtenGtTensor:   {cmp: true, f: ewCmp(stablehlo.GT)},
+	fxgraph.AtenGeTensor:   {cmp: true, f: ewCmp(stablehlo.GE)},
+	fxgraph.AtenLogicalAnd: {cmp: true, logical: true, f: ewSimple(nil, (*stablehlo.Block).And)},
+	fxgraph.AtenLogicalOr:  {cmp: true, logical: true, f: ewSimple(nil, (*stablehlo.Block).Or)},
+	fxgraph.AtenLogicalXor: {cmp: true, logical: true, f: ewSimple(nil, (*stablehlo.Block).Xor)},
 }
 
 func ewBinaryRule(b ewBinary) Rule {
@@ -774,7 +739,7 @@ func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 			var k *stablehlo.Value
 			if k, err = ewLiteral(ctx, dt, alpha); err == nil {
 				if k, err = ctx.BroadcastTo(k, dims); err == nil {
-					b, err = hlo.Multiply(b, k)
+					b, err = b.Block().Multiply(b, k)
 				}
 			}
 		}
@@ -786,14 +751,14 @@ func ewAddRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 	switch {
 	case n.Op == fxgraph.AtenAddTensor || n.Op == fxgraph.AtenAddScalar:
 		if dt == tensor.Bool {
-			r, err = hlo.Or(a, b)
+			r, err = a.Block().Or(a, b)
 		} else {
-			r, err = hlo.Add(a, b)
+			r, err = a.Block().Add(a, b)
 		}
 	case dt == tensor.Bool:
 		return nil, fmt.Errorf("subtraction of bool tensors is not supported")
 	default:
-		r, err = hlo.Subtract(a, b)
+		r, err = a.Block().Subtract(a, b)
 	}
 	if err != nil {
 		return nil, err
@@ -819,20 +784,20 @@ func ewDivModeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	case dt == tensor.Bool:
 		return nil, fmt.Errorf("division of bool tensors is not supported")
 	case mode == nil:
-		r, err = hlo.Divide(a, b)
+		r, err = a.Block().Divide(a, b)
 	case mode == "trunc" && dt.IsInt():
-		r, err = hlo.Divide(a, b)
+		r, err = a.Block().Divide(a, b)
 	case mode == "floor" && dt.IsUnsigned():
-		r, err = hlo.Divide(a, b)
+		r, err = a.Block().Divide(a, b)
 	case mode == "floor" && dt.IsInt():
 		r, err = ewFloorAdjust(ctx, a, b, false)
 	case mode == "trunc":
-		if r, err = hlo.Divide(a, b); err == nil {
+		if r, err = a.Block().Divide(a, b); err == nil {
 			r, err = ewTrunc(ctx, r)
 		}
 	case mode == "floor":
-		if r, err = hlo.Divide(a, b); err == nil {
-			r, err = hlo.Floor(r)
+		if r, err = a.Block().Divide(a, b); err == nil {
+			r, err = r.Block().Floor(r)
 		}
 	default:
 		return nil, fmt.Errorf("rounding_mode %s not supported", fxgraph.FormatArg(mode))
@@ -871,7 +836,7 @@ func ewWhereRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	r, err := hlo.Select(c, a, b)
+	r, err := c.Block().Select(c, a, b)
 	if err != nil {
 		return nil, err
 	}
@@ -894,7 +859,7 @@ func ewClampRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 		if err != nil {
 			return nil, err
 		}
-		if x, err = hlo.Maximum(x, lo); err != nil {
+		if x, err = x.Block().Maximum(x, lo); err != nil {
 			return nil, err
 		}
 	}
@@ -903,7 +868,7 @@ func ewClampRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 		if err != nil {
 			return nil, err
 		}
-		if x, err = hlo.Minimum(x, hi); err != nil {
+		if x, err = x.Block().Minimum(x, hi); err != nil {
 			return nil, err
 		}
 	}
@@ -935,18 +900,14 @@ func ewViewDTypeRule(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		return nil, fmt.Errorf("argument 0 is not a tensor")
 	}
 	dt, _ := Out(n, 0)
-	x, err := ctx.XLADType(dt)
+	x, err := ctx.Elem(dt)
 	if err != nil {
 		return nil, err
 	}
-	e, err := hlo.Elem(x)
-	if err != nil {
-		return nil, err
-	}
-	if e.Bits() != in[0].Type().Elem.Bits() {
+	if x.Bits() != in[0].Type().Elem.Bits() {
 		return nil, fmt.Errorf("view.dtype to %s changes the element size in the program (NarrowInt64?)", dt)
 	}
-	r, err := hlo.BitcastConvert(in[0], x)
+	r, err := in[0].Block().BitcastConvert(in[0], x)
 	if err != nil {
 		return nil, err
 	}

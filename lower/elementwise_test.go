@@ -9,6 +9,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -113,7 +114,7 @@ func TestElementwiseStableHLO(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := fxgraph.New()
 			g.SetOutput(tc.build(g)...)
-			p, err := lower.New(tc.opts).Lower(g, map[string]int64{"N": 2})
+			p, err := lower.New(tc.opts, cpu.Platform()).Lower(g, map[string]int64{"N": 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,7 +267,7 @@ func TestElementwiseRun(t *testing.T) {
 	}
 	g.SetOutput(outs...)
 	dims := map[string]int64{"N": int64(len(xs)), "M": int64(len(is))}
-	prog, err := lower.New(lower.Options{}).Lower(g, dims)
+	prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, dims)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -27,7 +28,7 @@ func TestUnexpandMatmul(t *testing.T) {
 	v := g.AddCall(fxgraph.AtenView, []any{e, []any{int64(5), int64(8), int64(12)}}, nil)
 	bmm := g.AddCall(fxgraph.AtenBmm, []any{x, v}, nil)
 	g.SetOutput(bmm)
-	l := lower.New(lower.Options{})
+	l := lower.New(lower.Options{}, cpu.Platform())
 	if err := l.IR().PropagateShapes(g); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -51,11 +52,11 @@ func TestFoldBatchNormKeepsResults(t *testing.T) {
 	}
 	before := g.String()
 	dims := map[string]int64{"batch": 2}
-	folded, err := lower.New(lower.Options{}).Lower(g, dims)
+	folded, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, dims)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept, err := lower.New(lower.Options{KeepBatchNorm: true}).Lower(g, dims)
+	kept, err := lower.New(lower.Options{KeepBatchNorm: true}, cpu.Platform()).Lower(g, dims)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,9 @@ package lower
 import (
 	"fmt"
 
-	"github.com/gomlx/go-xla/pkg/types"
-	"github.com/gomlx/go-xla/pkg/types/dtypes"
-	"github.com/gomlx/go-xla/pkg/types/shapes"
+	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -35,21 +32,21 @@ func InMeta(n *fxgraph.Node, i int) (tensor.DType, []int64, error) {
 
 // ConvertTo converts v to the program dtype of IR dtype dt (no-op when equal).
 func (ctx *Context) ConvertTo(v *stablehlo.Value, dt tensor.DType) (*stablehlo.Value, error) {
-	x, err := ctx.XLADType(dt)
+	x, err := ctx.Elem(dt)
 	if err != nil {
 		return nil, err
 	}
-	if hlo.ShapeOf(v).DType == x {
+	if v.Type().Elem == x {
 		return v, nil
 	}
-	return hlo.Convert(v, x)
+	return v.Block().Convert(v, x)
 }
 
 // BroadcastTo broadcasts v to dims with NumPy rules (trailing dims aligned,
 // size-1 dims stretched).
 func (ctx *Context) BroadcastTo(v *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
-	s := hlo.ShapeOf(v)
-	if equalDims(s.Dimensions, dims) {
+	s := v.Type()
+	if slices.Equal(s.Dims, dims) {
 		return v, nil
 	}
 	rank := len(dims)
@@ -58,14 +55,12 @@ func (ctx *Context) BroadcastTo(v *stablehlo.Value, dims []int64) (*stablehlo.Va
 	}
 	// Drop size-1 dims that need stretching via reshape, then broadcast_in_dim.
 	off := rank - s.Rank()
-	var keep []int
-	var axes []int
-	for i, d := range s.Dimensions {
-		od := int(dims[off+i])
-		switch {
+	var keep, axes []int64
+	for i, d := range s.Dims {
+		switch od := dims[off+i]; {
 		case d == od:
 			keep = append(keep, d)
-			axes = append(axes, off+i)
+			axes = append(axes, int64(off+i))
 		case d == 1:
 		default:
 			return nil, fmt.Errorf("cannot broadcast %s to %v (dim %d)", s, dims, i)
@@ -73,24 +68,11 @@ func (ctx *Context) BroadcastTo(v *stablehlo.Value, dims []int64) (*stablehlo.Va
 	}
 	if len(keep) != s.Rank() {
 		var err error
-		v, err = hlo.Reshape(v, shapes.Make(s.DType, keep...))
-		if err != nil {
+		if v, err = v.Block().Reshape(v, keep...); err != nil {
 			return nil, err
 		}
 	}
-	return hlo.BroadcastInDim(v, shapes.Make(s.DType, intsOf(dims)...), axes)
-}
-
-func equalDims(a []int, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if int64(a[i]) != b[i] {
-			return false
-		}
-	}
-	return true
+	return v.Block().BroadcastInDim(v, dims, axes)
 }
 
 // Operands converts each value to dt and broadcasts it to dims: the usual
@@ -120,22 +102,11 @@ func (ctx *Context) Full(dt tensor.DType, v float64, dims []int64) (*stablehlo.V
 
 // ScalarLike returns a rank-0 constant of v's dtype holding x.
 func (ctx *Context) ScalarLike(v *stablehlo.Value, x float64) (*stablehlo.Value, error) {
-	dt, err := tensorDType(hlo.ShapeOf(v).DType)
+	dt, err := DTypeOf(v.Type().Elem)
 	if err != nil {
 		return nil, err
 	}
 	return ctx.Constant(tensor.Scalar(dt, x))
-}
-
-func tensorDType(d dtypes.DType) (tensor.DType, error) {
-	if d != dtypes.InvalidDType {
-		for dt, x := range xlaDTypes {
-			if x == d {
-				return tensor.DType(dt), nil
-			}
-		}
-	}
-	return tensor.Invalid, fmt.Errorf("lower: no IR dtype for %s", d)
 }
 
 // Reducer kinds for ReduceFn.
@@ -150,30 +121,31 @@ const (
 
 // ReduceFn builds the scalar closure (lhs, rhs) -> op(lhs, rhs) that reduce
 // and reduce_window take, for values of dtype d.
-func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*hlo.Function, error) {
+func (ctx *Context) ReduceFn(kind string, d stablehlo.ElementType) (*Func, error) {
 	fn := ctx.Fn.Closure()
-	a, err := fn.Input(shapes.Make(d))
+	a, err := fn.Input(stablehlo.TensorOf(d))
 	if err != nil {
 		return nil, err
 	}
-	b, err := fn.Input(shapes.Make(d))
+	b, err := fn.Input(stablehlo.TensorOf(d))
 	if err != nil {
 		return nil, err
 	}
 	var r *stablehlo.Value
+	blk := fn.Block()
 	switch kind {
 	case ReduceSum:
-		r, err = hlo.Add(a, b)
+		r, err = blk.Add(a, b)
 	case ReduceMax:
-		r, err = MaxNaN(a, b)
+		r, err = MaxNaN(blk, a, b)
 	case ReduceMin:
-		r, err = MinNaN(a, b)
+		r, err = MinNaN(blk, a, b)
 	case ReduceMul:
-		r, err = hlo.Multiply(a, b)
+		r, err = blk.Multiply(a, b)
 	case ReduceAnd:
-		r, err = hlo.And(a, b)
+		r, err = blk.And(a, b)
 	case ReduceOr:
-		r, err = hlo.Or(a, b)
+		r, err = blk.Or(a, b)
 	default:
 		return nil, fmt.Errorf("lower: unknown reducer %q", kind)
 	}
@@ -187,35 +159,36 @@ func (ctx *Context) ReduceFn(kind string, d dtypes.DType) (*hlo.Function, error)
 }
 
 // MaxNaN is stablehlo.maximum that propagates NaN for floats, as PyTorch's
-// maximum/amax/max_pool and numpy do: XLA CPU's maximum drops NaN.
-func MaxNaN(a, b *stablehlo.Value) (*stablehlo.Value, error) {
-	r, err := hlo.Maximum(a, b)
+// maximum/amax/max_pool and numpy do: XLA CPU's maximum drops NaN. It
+// adds its ops to blk.
+func MaxNaN(blk *stablehlo.Block, a, b *stablehlo.Value) (*stablehlo.Value, error) {
+	r, err := blk.Maximum(a, b)
 	if err != nil {
 		return nil, err
 	}
-	return propagateNaN(r, a, b)
+	return propagateNaN(blk, r, a, b)
 }
 
 // MinNaN is stablehlo.minimum that propagates NaN for floats.
-func MinNaN(a, b *stablehlo.Value) (*stablehlo.Value, error) {
-	r, err := hlo.Minimum(a, b)
+func MinNaN(blk *stablehlo.Block, a, b *stablehlo.Value) (*stablehlo.Value, error) {
+	r, err := blk.Minimum(a, b)
 	if err != nil {
 		return nil, err
 	}
-	return propagateNaN(r, a, b)
+	return propagateNaN(blk, r, a, b)
 }
 
 // propagateNaN returns r where neither a nor b is NaN, else the NaN operand.
-func propagateNaN(r, a, b *stablehlo.Value) (*stablehlo.Value, error) {
-	if !hlo.ShapeOf(a).DType.IsFloat() {
+func propagateNaN(blk *stablehlo.Block, r, a, b *stablehlo.Value) (*stablehlo.Value, error) {
+	if !a.Type().Elem.IsFloat() {
 		return r, nil
 	}
 	for _, v := range []*stablehlo.Value{b, a} {
-		nan, err := hlo.Compare(v, v, types.CompareNE, types.CompareFloat)
+		nan, err := blk.Compare(v, v, stablehlo.NE, stablehlo.CompareFloat)
 		if err != nil {
 			return nil, err
 		}
-		if r, err = hlo.Select(nan, v, r); err != nil {
+		if r, err = blk.Select(nan, v, r); err != nil {
 			return nil, err
 		}
 	}
@@ -224,11 +197,11 @@ func propagateNaN(r, a, b *stablehlo.Value) (*stablehlo.Value, error) {
 
 // Precision is the dot/conv precision to request: highest unless
 // Options.DefaultPrecision.
-func (ctx *Context) Precision() types.DotGeneralPrecisionType {
+func (ctx *Context) Precision() stablehlo.Precision {
 	if ctx.Options.DefaultPrecision {
-		return types.DotGeneralPrecisionDefault
+		return stablehlo.PrecisionDefault
 	}
-	return types.DotGeneralPrecisionHighest
+	return stablehlo.PrecisionHighest
 }
 
 // ComputeDType is the dtype dot and convolution of dt inputs compute in:

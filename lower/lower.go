@@ -6,11 +6,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/gomlx/go-xla/pkg/types/dtypes"
-	"github.com/gomlx/go-xla/pkg/types/shapes"
-
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -18,14 +14,20 @@ import (
 // Options configure lowering. The zero value means the defaults below.
 type Options struct {
 	// Platform is the PJRT platform the program is for ("cpu", "cuda",
-	// "tpu"); default "cpu". Rules use it for platform workarounds.
+	// "tpu"); default "cpu". New applies that platform's Platform (its
+	// defaults, passes and rules) when it is given one.
 	Platform string
-	// NarrowInt64 lowers int64 values as int32 (TPUs have no 64-bit
-	// integers). Inputs and outputs then have dtype int32 in the Program.
+	// NarrowInt64 lowers int64 values as int32 (TPUs emulate 64-bit
+	// integers, slowly). Inputs and outputs then have dtype int32 in the
+	// Program. The TPU platform (lower/platforms) sets it.
 	NarrowInt64 bool
+	// NarrowFloat64 lowers float64 values as float32 (TPUs have no
+	// float64). Inputs and outputs then have dtype float32 in the Program.
+	// The TPU platform sets it.
+	NarrowFloat64 bool
 	// HalfInF32 computes float16/bfloat16 dot and convolution in float32 and
 	// rounds the result back. XLA CPU is very slow on half-precision dot and
-	// conv. Default: true on "cpu", false elsewhere (see DefaultOptions).
+	// conv. Default: false; the CPU platform (lower/cpu) sets true.
 	HalfInF32 *bool
 	// DefaultPrecision asks for the platform's default dot/conv precision
 	// instead of the highest one. Off by default: parity with the reference
@@ -44,15 +46,16 @@ type Options struct {
 	// [spatial..., in, out] rather than PyTorch's [out, in, spatial...]: the
 	// order XLA CPU's convolutions read them in. Otherwise XLA transposes
 	// every such weight on every call. The program transposes the parameter
-	// back, which XLA cancels against its own transpose. Default: true on
-	// "cpu", false elsewhere.
+	// back, which XLA cancels against its own transpose. Default: false;
+	// the CPU platform sets true.
 	ConvWeightsHWIO *bool
 	// DepthwiseMulAdd computes depthwise convolutions (groups = input
 	// channels = output channels) as a sum of the kernel taps' strided
 	// input slices times per-channel weights, which XLA fuses into one loop.
 	// XLA CPU otherwise expands a grouped convolution's kernel into a dense
-	// block-diagonal one, doing groups times the work. Default: true on
-	// "cpu", false elsewhere (GPU libraries have depthwise kernels).
+	// block-diagonal one, doing groups times the work. Read by the CPU
+	// platform's convolution (lower/cpu), which defaults it to true (GPU
+	// libraries have depthwise kernels).
 	DepthwiseMulAdd *bool
 	// ConvAsDot computes a convolution with one group (not transposed, one
 	// to three spatial dims) whose kernel window has more taps than its
@@ -61,14 +64,14 @@ type Options struct {
 	// up to a bounded patch matrix. XLA CPU swaps the operands of such a
 	// convolution into a form it runs in plain loops (resnet18 on 64x64
 	// images: 10x slower); on larger inputs its own convolution measured
-	// faster than the matrix product, so they stay convolutions. Default:
-	// true on "cpu", false elsewhere.
+	// faster than the matrix product, so they stay convolutions. Read by
+	// the CPU platform's convolution, which defaults it to true.
 	ConvAsDot *bool
 	// Kernels are the custom-call targets the backend provides beyond
 	// XLA's own: on CPU, those of xserve's kernel library
-	// (pjrt.Client.Kernels). With ConvKernel among them, float32
-	// convolutions are computed by that kernel (oneDNN) instead of
-	// stablehlo.convolution.
+	// (pjrt.Client.Kernels), which the CPU platform (lower/cpu) calls for
+	// float32 convolutions, matrix products and max pooling, with their
+	// epilogues fused (fxgraph.Graph.FuseEpilogues).
 	Kernels []string
 	// KeepBatchNorm disables folding inference batch norms into the
 	// preceding convolution's weights (fxgraph.Graph.FoldBatchNorm), which
@@ -76,25 +79,17 @@ type Options struct {
 	KeepBatchNorm bool
 }
 
-func (o Options) withDefaults() Options {
+func (o Options) withDefaults(p *Platform) Options {
 	if o.Platform == "" {
 		o.Platform = "cpu"
 	}
-	if o.HalfInF32 == nil {
-		v := o.Platform == "cpu"
-		o.HalfInF32 = &v
+	if p != nil && p.Defaults != nil {
+		p.Defaults(&o)
 	}
-	if o.DepthwiseMulAdd == nil {
-		v := o.Platform == "cpu"
-		o.DepthwiseMulAdd = &v
-	}
-	if o.ConvAsDot == nil {
-		v := o.Platform == "cpu"
-		o.ConvAsDot = &v
-	}
-	if o.ConvWeightsHWIO == nil {
-		v := o.Platform == "cpu"
-		o.ConvWeightsHWIO = &v
+	for _, b := range []**bool{&o.HalfInF32, &o.DepthwiseMulAdd, &o.ConvAsDot, &o.ConvWeightsHWIO} {
+		if *b == nil {
+			*b = new(bool)
+		}
 	}
 	if o.InlineConstantMax == 0 {
 		o.InlineConstantMax = 32
@@ -108,22 +103,40 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// hasKernel reports whether the backend provides the custom-call target.
-func (o Options) hasKernel(target string) bool {
+// HasKernel reports whether the backend provides the custom-call target.
+func (o Options) HasKernel(target string) bool {
 	return slices.Contains(o.Kernels, target)
 }
 
 // Lowerer lowers graphs with a fixed set of rules and options. It is safe
 // for concurrent use.
 type Lowerer struct {
-	ir    *fxgraph.Registry
-	rules *Registry
-	opts  Options
+	ir       *fxgraph.Registry
+	rules    *Registry
+	opts     Options
+	platform *Platform // nil: the generic rules only
 }
 
 // New returns a Lowerer with the IR registry, every lowering rule and opts.
-func New(opts Options) *Lowerer {
-	return &Lowerer{ir: fxgraph.NewRegistry(), rules: NewRegistry(), opts: opts.withDefaults()}
+// Of platforms, the one named opts.Platform (if any) adds its defaults,
+// passes and rules; without one the generic rules alone are used, which
+// are right for every platform.
+func New(opts Options, platforms ...*Platform) *Lowerer {
+	name := opts.Platform
+	if name == "" {
+		name = "cpu"
+	}
+	var p *Platform
+	for _, q := range platforms {
+		if q != nil && q.Name == name {
+			p = q
+		}
+	}
+	l := &Lowerer{ir: fxgraph.NewRegistry(), rules: NewRegistry(), opts: opts.withDefaults(p), platform: p}
+	if p != nil && p.Register != nil {
+		p.Register(l.rules, l.opts)
+	}
+	return l
 }
 
 // IR returns the IR operator registry the lowerer specializes graphs with.
@@ -140,8 +153,9 @@ type Context struct {
 	// Graph is the specialized graph being lowered (all shapes static).
 	Graph *fxgraph.Graph
 	// Fn is the StableHLO function being built (the main function, or a
-	// control-flow body while lowering a subgraph).
-	Fn *hlo.Function
+	// control-flow body while lowering a subgraph): rules add ops to
+	// Fn.Block().
+	Fn *Func
 	// Options are the lowering options, defaults filled in.
 	Options Options
 	// Rules lets composite rules call other rules.
@@ -149,26 +163,16 @@ type Context struct {
 
 	values map[*fxgraph.Node][]*stablehlo.Value
 	root   *rootState
-	// fused holds the values of nodes a rule computed together with its own
-	// node (an activation applied by the convolution kernel before it): they
-	// are lowered to that value instead of by their own rule.
-	fused map[*fxgraph.Node]*stablehlo.Value
 }
 
-// Fuse records that the lowering of node n (a later node of the graph) is
-// v, computed already by the rule running now.
-func (ctx *Context) Fuse(n *fxgraph.Node, v *stablehlo.Value) {
-	if ctx.fused == nil {
-		ctx.fused = map[*fxgraph.Node]*stablehlo.Value{}
-	}
-	ctx.fused[n] = v
-}
+// Primitives returns the platform's primitives (see Primitives).
+func (ctx *Context) Primitives() Primitives { return ctx.Rules.prims }
 
 // rootState is what the contexts of a graph and its subgraphs share: the
 // main function and the program, to which the weights of subgraphs are
 // added as parameters too.
 type rootState struct {
-	main    *hlo.Function
+	main    *Func
 	prog    *Program
 	weights map[*tensor.Tensor]*stablehlo.Value // the weight parameters by value
 }
@@ -203,83 +207,37 @@ func (ctx *Context) Values(list any) ([]*stablehlo.Value, error) {
 	return out, nil
 }
 
-// XLADType maps an IR dtype to the dtype its values have in the program,
-// honouring NarrowInt64.
-func (ctx *Context) XLADType(dt tensor.DType) (dtypes.DType, error) {
-	if ctx.Options.NarrowInt64 {
-		dt = narrow(dt)
-	}
-	return XLADType(dt)
+// Elem maps an IR dtype to the element type its values have in the
+// program, honouring NarrowInt64 and NarrowFloat64.
+func (ctx *Context) Elem(dt tensor.DType) (stablehlo.ElementType, error) {
+	return ElemOf(ctx.Options.ProgramDType(dt))
 }
 
-// XLAShape maps a static TensorMeta to the shape its value has in the program.
-func (ctx *Context) XLAShape(m fxgraph.TensorMeta) (shapes.Shape, error) {
-	dt, err := ctx.XLADType(m.DType)
+// TypeOf maps a static TensorMeta to the type its value has in the program.
+func (ctx *Context) TypeOf(m fxgraph.TensorMeta) (stablehlo.Type, error) {
+	e, err := ctx.Elem(m.DType)
 	if err != nil {
-		return shapes.Shape{}, err
+		return stablehlo.Type{}, err
 	}
 	dims, ok := m.Shape.Static()
 	if !ok {
-		return shapes.Shape{}, fmt.Errorf("lower: shape %s is not static", m.Shape)
+		return stablehlo.Type{}, fmt.Errorf("lower: shape %s is not static", m.Shape)
 	}
-	return shapes.Make(dt, intsOf(dims)...), nil
+	return stablehlo.TensorOf(e, dims...), nil
 }
 
-func narrow(dt tensor.DType) tensor.DType {
-	switch dt {
-	case tensor.Int64:
+// ProgramDType is the dtype values of IR dtype dt have in the program:
+// dt, or its narrowed 32-bit type under NarrowInt64 and NarrowFloat64.
+func (o Options) ProgramDType(dt tensor.DType) tensor.DType {
+	switch {
+	case o.NarrowInt64 && dt == tensor.Int64:
 		return tensor.Int32
-	case tensor.Uint64:
+	case o.NarrowInt64 && dt == tensor.Uint64:
 		return tensor.Uint32
+	case o.NarrowFloat64 && dt == tensor.Float64:
+		return tensor.Float32
 	}
 	return dt
-}
-
-func intsOf(dims []int64) []int {
-	out := make([]int, len(dims))
-	for i, d := range dims {
-		out[i] = int(d)
-	}
-	return out
-}
-
-// XLADType maps an IR dtype to go-xla's dtype, which the bridge
-// lower/internal/hlo builds with.
-func XLADType(dt tensor.DType) (dtypes.DType, error) {
-	if int(dt) < len(xlaDTypes) && xlaDTypes[dt] != dtypes.InvalidDType {
-		return xlaDTypes[dt], nil
-	}
-	return dtypes.InvalidDType, fmt.Errorf("lower: dtype %s has no XLA equivalent", dt)
-}
-
-// xlaDTypes maps IR dtypes to go-xla's; tensor.Invalid and tensor.String
-// have none. It goes with the bridge to go-xla's types.
-var xlaDTypes = [...]dtypes.DType{
-	tensor.Bool:       dtypes.Bool,
-	tensor.Int8:       dtypes.Int8,
-	tensor.Int16:      dtypes.Int16,
-	tensor.Int32:      dtypes.Int32,
-	tensor.Int64:      dtypes.Int64,
-	tensor.Uint8:      dtypes.Uint8,
-	tensor.Uint16:     dtypes.Uint16,
-	tensor.Uint32:     dtypes.Uint32,
-	tensor.Uint64:     dtypes.Uint64,
-	tensor.Float16:    dtypes.Float16,
-	tensor.BFloat16:   dtypes.BFloat16,
-	tensor.Float32:    dtypes.Float32,
-	tensor.Float64:    dtypes.Float64,
-	tensor.Complex64:  dtypes.Complex64,
-	tensor.Complex128: dtypes.Complex128,
-	tensor.String:     dtypes.InvalidDType,
-	// One element a byte on the host, as XLA's host buffers hold them.
-	tensor.Float8E4M3FN:   dtypes.F8E4M3FN,
-	tensor.Float8E4M3FNUZ: dtypes.F8E4M3FNUZ,
-	tensor.Float8E5M2:     dtypes.F8E5M2,
-	tensor.Float8E5M2FNUZ: dtypes.F8E5M2FNUZ,
-	tensor.Float8E8M0FNU:  dtypes.F8E8M0FNU,
-	tensor.Float4E2M1FN:   dtypes.F4E2M1FN,
-	tensor.Int4:           dtypes.S4,
-	tensor.Uint4:          dtypes.U4,
 }
 
 // Lower specializes g to the symbol sizes in dims and lowers it to a Program,
@@ -319,6 +277,9 @@ func (l *Lowerer) specialize(g *fxgraph.Graph, dims map[string]int64) (*fxgraph.
 	sg, err := l.ir.Specialize(g, dims, l.opts.MaxFoldElements)
 	if err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
+	}
+	if l.platform != nil && l.platform.Specialized != nil {
+		l.platform.Specialized(sg, l.opts)
 	}
 	return sg, nil
 }
@@ -379,8 +340,11 @@ func hasConvBatchNorm(g *fxgraph.Graph) bool {
 // LowerSpecialized lowers a graph whose shapes are already static (the
 // output of fxgraph.Registry.Specialize).
 func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Program, error) {
-	b := hlo.New(l.opts.ModuleName)
-	fn := b.Main()
+	mod := stablehlo.NewModule(l.opts.ModuleName)
+	fn, err := newMain(mod)
+	if err != nil {
+		return nil, fmt.Errorf("lower: %w", err)
+	}
 	ctx := &Context{Graph: g, Fn: fn, Options: l.opts, Rules: l.rules, values: map[*fxgraph.Node][]*stablehlo.Value{}}
 	prog := &Program{Dims: copyDims(dims), Bounded: append([]fxgraph.BoundedOutput(nil), g.Bounded...),
 		Guards: append([]fxgraph.GuardOutput(nil), g.Guards...)}
@@ -430,9 +394,7 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 		}
 		m := o.Val()
 		dt := m.DType
-		if l.opts.NarrowInt64 {
-			dt = narrow(dt)
-		}
+		dt = l.opts.ProgramDType(dt)
 		d, _ := m.Shape.Static()
 		results = append(results, v)
 		prog.Outputs = append(prog.Outputs, Output{Name: g.OutputName(i), DType: dt, Shape: d})
@@ -443,11 +405,12 @@ func (l *Lowerer) LowerSpecialized(g *fxgraph.Graph, dims map[string]int64) (*Pr
 	if err := fn.Return(results...); err != nil {
 		return nil, fmt.Errorf("lower: return: %w", err)
 	}
-	code, err := b.Build()
+	code, err := mod.Text()
 	if err != nil {
 		return nil, fmt.Errorf("lower: build module: %w", err)
 	}
 	prog.Module = code
+	prog.Usage = mod.Usage()
 	return prog, nil
 }
 
@@ -477,18 +440,18 @@ func (ctx *Context) addParam(prog *Program, n *fxgraph.Node, kind ParamKind, val
 // addParamAs adds the next parameter for node n with meta m (static) and
 // returns it.
 func (ctx *Context) addParamAs(prog *Program, n *fxgraph.Node, m fxgraph.TensorMeta, kind ParamKind, value *tensor.Tensor) (*stablehlo.Value, error) {
-	shape, err := ctx.XLAShape(m)
+	typ, err := ctx.TypeOf(m)
 	if err != nil {
 		return nil, fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
-	v, err := ctx.Fn.NamedInput(n.Name, shape)
+	v, err := ctx.Fn.NamedInput(n.Name, typ)
 	if err != nil {
 		return nil, fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
 	dims, _ := m.Shape.Static()
 	dt := m.DType
-	if ctx.Options.NarrowInt64 && narrow(dt) != dt {
-		dt = narrow(dt)
+	if ctx.Options.ProgramDType(dt) != dt {
+		dt = ctx.Options.ProgramDType(dt)
 		if value != nil {
 			value = value.Convert(dt)
 		}
@@ -510,7 +473,7 @@ func (l *Lowerer) convWeightPerm(n *fxgraph.Node, t *tensor.Tensor) []int {
 		return nil
 	}
 	for _, u := range users {
-		if u.Op != fxgraph.AtenConvolution || u.Arg(0) == n || u.Arg(1) != n || u.Arg(2) == n {
+		if (u.Op != fxgraph.AtenConvolution && u.Op != fxgraph.XserveConvFused) || u.Arg(0) == n || u.Arg(1) != n || u.Arg(2) == n {
 			return nil
 		}
 		if transposed, ok := u.Arg(6).(bool); !ok || transposed {
@@ -533,11 +496,11 @@ func (ctx *Context) addPermutedWeight(prog *Program, n *fxgraph.Node, t *tensor.
 	if err != nil {
 		return err
 	}
-	inv := make([]int, len(perm))
+	inv := make([]int64, len(perm))
 	for i, p := range perm {
-		inv[p] = i
+		inv[p] = int64(i)
 	}
-	back, err := hlo.Transpose(v, inv...)
+	back, err := ctx.Fn.Block().Transpose(v, inv...)
 	if err != nil {
 		return fmt.Errorf("lower: parameter %s: %w", n.Name, err)
 	}
@@ -555,13 +518,6 @@ var onLowered func(op *fxgraph.Op)
 func (ctx *Context) lowerNodes(g *fxgraph.Graph) error {
 	for _, n := range g.Nodes() {
 		if n.Opcode != fxgraph.CallFunction {
-			continue
-		}
-		if v, ok := ctx.fused[n]; ok {
-			if err := ctx.checkResults(n, []*stablehlo.Value{v}); err != nil {
-				return err
-			}
-			ctx.values[n] = []*stablehlo.Value{v}
 			continue
 		}
 		op := n.Op
@@ -597,14 +553,14 @@ func (ctx *Context) checkResults(n *fxgraph.Node, out []*stablehlo.Value) error 
 		return fmt.Errorf("lower %s (%s): rule returned %d values, node has %d", n.Name, n.Target, len(out), len(n.Meta.Vals))
 	}
 	for i, v := range out {
-		want, err := ctx.XLAShape(n.Meta.Vals[i])
+		want, err := ctx.TypeOf(n.Meta.Vals[i])
 		if err != nil {
 			return fmt.Errorf("lower %s (%s): %w", n.Name, n.Target, err)
 		}
-		if v == nil || !hlo.ShapeOf(v).Equal(want) {
+		if v == nil || !v.Type().Equal(want) {
 			got := "nil"
 			if v != nil {
-				got = hlo.ShapeOf(v).String()
+				got = v.Type().String()
 			}
 			return fmt.Errorf("lower %s (%s): value %d is %s, the IR says %s", n.Name, n.Target, i, got, want)
 		}

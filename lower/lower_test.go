@@ -8,6 +8,7 @@ import (
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -35,7 +36,7 @@ func TestWeightsAreParameters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := lower.New(lower.Options{})
+	l := lower.New(lower.Options{}, cpu.Platform())
 	p1, err := l.Lower(g, map[string]int64{"batch": 1})
 	if err != nil {
 		t.Fatal(err)
@@ -84,12 +85,12 @@ func TestLoweringIsDeterministic(t *testing.T) {
 		t.Fatal(err)
 	}
 	dims := map[string]int64{"batch": 2}
-	first, err := lower.New(lower.Options{}).Lower(g, dims)
+	first, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, dims)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
-		p, err := lower.New(lower.Options{}).Lower(g, dims)
+		p, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, dims)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +109,7 @@ func TestCompileOnceExecuteMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := lower.New(lower.Options{}).Lower(g, map[string]int64{"batch": 1})
+	prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, map[string]int64{"batch": 1})
 	if err != nil {
 		t.Fatal(err)
 	}

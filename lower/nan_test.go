@@ -8,6 +8,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -28,7 +29,7 @@ func TestMaxMinPropagateNaN(t *testing.T) {
 	if err := ir.PropagateShapes(g); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -79,7 +80,7 @@ func TestNNStableHLOText(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := lower.New(lower.Options{}).Lower(c.g, nil)
+			p, err := lower.New(lower.Options{}, cpu.Platform()).Lower(c.g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +104,7 @@ func TestMaxPoolUnusedIndices(t *testing.T) {
 	}{{1, false}, {2, true}} {
 		g := nnCall(fxgraph.AtenMaxPool2dWithIndices, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, 1, 1, 4, 4)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], nnL(2, 2), nnL(2, 2)} }, nil, c.tuple)
-		p, err := lower.New(lower.Options{}).Lower(g, nil)
+		p, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -482,7 +483,7 @@ func TestNNExecute(t *testing.T) {
 				want = nnRefOther(c.name, c.inputs[0].vals, c.inputs)
 			}
 			g := nnCall(c.target, metas, c.args, c.kwargs, c.tuple)
-			prog, err := lower.New(lower.Options{}).Lower(g, nil)
+			prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -755,7 +756,7 @@ func TestNNGridSampler(t *testing.T) {
 	}{{0, 0, false}, {0, 2, true}, {1, 2, false}, {1, 0, true}, {2, 1, false}, {2, 2, true}, {2, 0, false}} {
 		g := nnCall(fxgraph.AtenGridSampler2d, []fxgraph.TensorMeta{fxgraph.Static(tensor.Float32, xd...), fxgraph.Static(tensor.Float32, 2, 3, 4, 2)},
 			func(in []*fxgraph.Node) []any { return []any{in[0], in[1], int64(c.mode), int64(c.pad), c.align} }, nil, 0)
-		prog, err := lower.New(lower.Options{}).Lower(g, nil)
+		prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -843,7 +844,7 @@ func TestNNRoiAlign(t *testing.T) {
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], in[2], int64(3), int64(2), int64(2), 0.5, half}
 			}, nil, 0)
-		prog, err := lower.New(lower.Options{}).Lower(g, nil)
+		prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -903,7 +904,7 @@ func TestConvWeightsHWIO(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := build(c.alsoAdded)
-			prog, err := lower.New(c.opts).Lower(g, nil)
+			prog, err := lower.New(c.opts, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -966,7 +967,7 @@ func TestDepthwiseMulAdd(t *testing.T) {
 				func(in []*fxgraph.Node) []any {
 					return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), c.groups}
 				}, nil, 0)
-			p, err := lower.New(c.opts).Lower(g, nil)
+			p, err := lower.New(c.opts, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1005,7 +1006,7 @@ func TestConvAsDot(t *testing.T) {
 				func(in []*fxgraph.Node) []any {
 					return []any{in[0], in[1], nil, nnL(1, 1), nnL(1, 1), nnL(1, 1), false, nnL(0, 0), c.groups}
 				}, nil, 0)
-			p, err := lower.New(c.opts).Lower(g, nil)
+			p, err := lower.New(c.opts, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1031,7 +1032,7 @@ func TestKernelSite(t *testing.T) {
 			func(in []*fxgraph.Node) []any {
 				return []any{in[0], in[1], nil, []int64{stride, stride}, []int64{1, 1}, []int64{1, 1}, false, []int64{0, 0}, int64(1)}
 			}, nil, 0)
-		p, err := lower.New(lower.Options{Kernels: []string{lower.ConvKernel}}).Lower(g, nil)
+		p, err := lower.New(lower.Options{Kernels: []string{cpu.ConvKernel}}, cpu.Platform()).Lower(g, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1049,14 +1050,14 @@ func TestKernelSite(t *testing.T) {
 	}
 }
 
-// TestConvKernelLowering: with lower.ConvKernel among Options.Kernels, a
+// TestConvKernelLowering: with cpu.ConvKernel among Options.Kernels, a
 // float32 (or half, computed in float32) convolution that is not
 // transposed and has 1 to 3 spatial dims lowers to that custom call, with
 // channels-last operand and result layouts and the HWIO weight layout; the
 // others, and every convolution without the kernel, stay XLA's.
 // TestConvKernelMatchesORT (importer/onnx) checks the results.
 func TestConvKernelLowering(t *testing.T) {
-	k := []string{lower.ConvKernel}
+	k := []string{cpu.ConvKernel}
 	for _, c := range []struct {
 		name       string
 		opts       lower.Options
@@ -1089,12 +1090,12 @@ func TestConvKernelLowering(t *testing.T) {
 				func(in []*fxgraph.Node) []any {
 					return []any{in[0], in[1], nil, ones, ones, ones, c.transposed, zeros, c.groups}
 				}, nil, 0)
-			p, err := lower.New(c.opts).Lower(g, nil)
+			p, err := lower.New(c.opts, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			module := string(p.Module)
-			used := strings.Contains(module, `call_target_name = "`+lower.ConvKernel+`"`)
+			used := strings.Contains(module, `call_target_name = "`+cpu.ConvKernel+`"`)
 			if used != (c.want != "") {
 				t.Fatalf("kernel used: %v, want %v:\n%s", used, c.want != "", module)
 			}
@@ -1113,7 +1114,7 @@ func TestConvKernelLowering(t *testing.T) {
 // another clamp, keeps the op. TestConvKernelMatchesORT (importer/onnx)
 // checks the results.
 func TestConvKernelFusesActivation(t *testing.T) {
-	k := []string{lower.ConvKernel}
+	k := []string{cpu.ConvKernel}
 	call := func(target *fxgraph.Op, args ...any) func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
 		return func(g *fxgraph.Graph, x *fxgraph.Node) *fxgraph.Node {
 			return g.AddCall(target, append([]any{x}, args...), nil)
@@ -1168,7 +1169,7 @@ func TestConvKernelFusesActivation(t *testing.T) {
 			} else {
 				g.SetOutput(y)
 			}
-			p, err := lower.New(lower.Options{Kernels: k}).Lower(g, nil)
+			p, err := lower.New(lower.Options{Kernels: k}, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1196,7 +1197,7 @@ func TestConvKernelFusesActivation(t *testing.T) {
 }
 
 // TestMaxPoolKernelMatchesXLA runs max pooling through the CPU max-pooling
-// kernel (lower.PoolKernel) and through XLA's own reduce_window on the same
+// kernel (cpu.PoolKernel) and through XLA's own reduce_window on the same
 // plugin, on inputs with NaN (alone in a window, and filling one), -Inf
 // and +Inf: the two agree exactly, NaN included (a window with NaN gives
 // NaN, as in PyTorch). TestPoolKernelMatchesORT (importer/onnx) checks
@@ -1204,8 +1205,8 @@ func TestConvKernelFusesActivation(t *testing.T) {
 // NaN from most windows.
 func TestMaxPoolKernelMatchesXLA(t *testing.T) {
 	client := nnOpenPlugin(t)
-	if !slices.Contains(client.Kernels(), lower.PoolKernel) {
-		t.Fatalf("the CPU kernel library is not loaded, or lacks %s (%v): run make pjrt", lower.PoolKernel, client.KernelsError())
+	if !slices.Contains(client.Kernels(), cpu.PoolKernel) {
+		t.Fatalf("the CPU kernel library is not loaded, or lacks %s (%v): run make pjrt", cpu.PoolKernel, client.KernelsError())
 	}
 	for _, c := range []struct {
 		name                     string
@@ -1241,7 +1242,7 @@ func TestMaxPoolKernelMatchesXLA(t *testing.T) {
 					return []any{in[0], nnL(c.window...), nnL(c.stride...), nnL(c.pad...), nnL(c.dil...), c.ceil}
 				}, nil, tuple)
 			run := func(kernels []string) (*tensor.Tensor, string) {
-				prog, err := lower.New(lower.Options{Platform: client.Platform(), Kernels: kernels}).Lower(g, nil)
+				prog, err := lower.New(lower.Options{Platform: client.Platform(), Kernels: kernels}, cpu.Platform()).Lower(g, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -1252,12 +1253,12 @@ func TestMaxPoolKernelMatchesXLA(t *testing.T) {
 				return got[0], string(prog.Module)
 			}
 			got, module := run(client.Kernels())
-			if !strings.Contains(module, lower.PoolKernel) {
-				t.Fatalf("the module does not call %s:\n%s", lower.PoolKernel, module)
+			if !strings.Contains(module, cpu.PoolKernel) {
+				t.Fatalf("the module does not call %s:\n%s", cpu.PoolKernel, module)
 			}
 			want, module := run([]string{})
-			if strings.Contains(module, lower.PoolKernel) {
-				t.Fatalf("without kernels the module calls %s", lower.PoolKernel)
+			if strings.Contains(module, cpu.PoolKernel) {
+				t.Fatalf("without kernels the module calls %s", cpu.PoolKernel)
 			}
 			if tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
 				t.Fatalf("shape %v, XLA's %v", got.Shape, want.Shape)
@@ -1283,7 +1284,7 @@ func TestMaxPoolKernelMatchesXLA(t *testing.T) {
 // lowers to PoolKernel when the kernels are loaded; used indices, float64,
 // and no kernels keep XLA's reduce_window.
 func TestMaxPoolKernelLowering(t *testing.T) {
-	k := []string{lower.PoolKernel}
+	k := []string{cpu.PoolKernel}
 	for _, c := range []struct {
 		name   string
 		opts   lower.Options
@@ -1299,12 +1300,12 @@ func TestMaxPoolKernelLowering(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := nnCall(fxgraph.AtenMaxPool2dWithIndices, []fxgraph.TensorMeta{fxgraph.Static(c.dt, 1, 2, 6, 6)},
 				func(in []*fxgraph.Node) []any { return []any{in[0], nnL(3, 3), nnL(2, 2), nnL(1, 1)} }, nil, c.tuple)
-			p, err := lower.New(c.opts).Lower(g, nil)
+			p, err := lower.New(c.opts, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			text := string(p.Module)
-			if got := strings.Contains(text, lower.PoolKernel); got != c.kernel {
+			if got := strings.Contains(text, cpu.PoolKernel); got != c.kernel {
 				t.Errorf("kernel call %v, want %v:\n%s", got, c.kernel, text)
 			}
 			if c.kernel && !strings.Contains(text, "window = array<i64: 3, 3>") {
@@ -1334,13 +1335,13 @@ func TestAddmmKernelFusesBias(t *testing.T) {
 			w := g.AddPlaceholder("w", fxgraph.Static(tensor.Float32, 128, 64))
 			mm := g.AddCall(fxgraph.AtenAddmm, []any{bias, x, w}, map[string]any{"alpha": c.alpha})
 			g.SetOutput(g.AddCall(fxgraph.AtenRelu, []any{mm}, nil))
-			p, err := lower.New(lower.Options{Kernels: []string{lower.MatmulKernel}}).Lower(g, nil)
+			p, err := lower.New(lower.Options{Kernels: []string{cpu.MatmulKernel}}, cpu.Platform()).Lower(g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			module := string(p.Module)
-			if !strings.Contains(module, lower.MatmulKernel) {
-				t.Fatalf("no %s call:\n%s", lower.MatmulKernel, module)
+			if !strings.Contains(module, cpu.MatmulKernel) {
+				t.Fatalf("no %s call:\n%s", cpu.MatmulKernel, module)
 			}
 			fused := strings.Contains(module, "has_bias = 1") && strings.Contains(module, "activation = 1 :") &&
 				!strings.Contains(module, "stablehlo.add") && !strings.Contains(module, "stablehlo.maximum")

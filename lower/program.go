@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -93,6 +94,9 @@ type Program struct {
 	// reached a part of the model the importer could not build
 	// (fxgraph.GuardOutput); CheckGuards reads and drops them.
 	Guards []fxgraph.GuardOutput
+	// Usage says what the module's ops use (custom calls, element types
+	// computed on), for a platform to judge (platforms.Check).
+	Usage stablehlo.Usage
 }
 
 // CheckGuards fails with the guard's message when a guard result of the run

@@ -3,13 +3,9 @@ package lower
 import (
 	"fmt"
 	"math"
-
-	"github.com/gomlx/go-xla/pkg/types"
-	"github.com/gomlx/go-xla/pkg/types/dtypes"
-	"github.com/gomlx/go-xla/pkg/types/shapes"
+	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -58,7 +54,7 @@ const rdKwOnly = 1 << 20
 // rdAxes returns the dims a reduce node reduces, increasing: argument
 // dimArg (an int, a list, a constant tensor node), or every dim when dimArg
 // is negative or the argument is None or [].
-func rdAxes(n *fxgraph.Node, dimArg, rank int) ([]int, error) {
+func rdAxes(n *fxgraph.Node, dimArg, rank int) ([]int64, error) {
 	var dims []int64
 	if dimArg >= 0 {
 		vals, known, err := n.ConstInts(dimArg, "dim")
@@ -86,25 +82,25 @@ func rdAxes(n *fxgraph.Node, dimArg, rank int) ([]int, error) {
 		}
 		reduced[k] = true
 	}
-	var out []int
+	var out []int64
 	for i, r := range reduced {
 		if r {
-			out = append(out, i)
+			out = append(out, int64(i))
 		}
 	}
 	return out, nil
 }
 
 // rdKept returns the dims of a rank-rank tensor that axes does not reduce.
-func rdKept(axes []int, rank int) []int {
+func rdKept(axes []int64, rank int) []int64 {
 	red := make([]bool, rank)
 	for _, a := range axes {
 		red[a] = true
 	}
-	var out []int
+	var out []int64
 	for i := 0; i < rank; i++ {
 		if !red[i] {
-			out = append(out, i)
+			out = append(out, int64(i))
 		}
 	}
 	return out
@@ -121,37 +117,13 @@ func rdAccDType(dt tensor.DType) tensor.DType {
 
 // rdProgramDType is the dtype values of IR dtype dt have in the program
 // (int64 narrowed to int32 under Options.NarrowInt64).
-func (ctx *Context) rdProgramDType(dt tensor.DType) (tensor.DType, dtypes.DType, error) {
-	x, err := ctx.XLADType(dt)
+func (ctx *Context) rdProgramDType(dt tensor.DType) (tensor.DType, stablehlo.ElementType, error) {
+	x, err := ctx.Elem(dt)
 	if err != nil {
-		return tensor.Invalid, dtypes.InvalidDType, err
+		return tensor.Invalid, stablehlo.Invalid, err
 	}
-	pdt, err := tensorDType(x)
+	pdt, err := DTypeOf(x)
 	return pdt, x, err
-}
-
-// rdLimits returns the smallest and largest value of an integer dtype
-// (false and true for bool) as int64 bit patterns.
-func rdLimits(dt tensor.DType) (lo, hi int64) {
-	switch dt {
-	case tensor.Bool:
-		return 0, 1
-	case tensor.Int8:
-		return math.MinInt8, math.MaxInt8
-	case tensor.Int16:
-		return math.MinInt16, math.MaxInt16
-	case tensor.Int32:
-		return math.MinInt32, math.MaxInt32
-	case tensor.Uint8:
-		return 0, math.MaxUint8
-	case tensor.Uint16:
-		return 0, math.MaxUint16
-	case tensor.Uint32:
-		return 0, math.MaxUint32
-	case tensor.Uint64:
-		return 0, -1
-	}
-	return math.MinInt64, math.MaxInt64
 }
 
 // rdInit returns the identity of reducer kind for values of IR dtype dt: the
@@ -163,25 +135,15 @@ func (ctx *Context) rdInit(dt tensor.DType, kind string) (*stablehlo.Value, erro
 		return nil, err
 	}
 	t := tensor.New(pdt)
-	isInt := pdt.IsInt() || pdt == tensor.Bool
-	lo, hi := rdLimits(pdt)
 	switch kind {
 	case ReduceSum, ReduceOr:
 		// zero
 	case ReduceMul, ReduceAnd:
 		t.SetInt64(0, 1)
 	case ReduceMax:
-		if isInt {
-			t.SetInt64(0, lo)
-		} else {
-			t.SetFloat64(0, math.Inf(-1))
-		}
+		t = tensor.Lowest(pdt)
 	case ReduceMin:
-		if isInt {
-			t.SetInt64(0, hi)
-		} else {
-			t.SetFloat64(0, math.Inf(1))
-		}
+		t = tensor.Highest(pdt)
 	default:
 		return nil, fmt.Errorf("unknown reducer %q", kind)
 	}
@@ -189,7 +151,7 @@ func (ctx *Context) rdInit(dt tensor.DType, kind string) (*stablehlo.Value, erro
 }
 
 // rdReduce reduces x (of IR dtype dt) over axes with reducer kind.
-func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, axes []int) (*stablehlo.Value, error) {
+func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, axes []int64) (*stablehlo.Value, error) {
 	if dt == tensor.Bool {
 		switch kind {
 		case ReduceMax, ReduceSum:
@@ -202,26 +164,30 @@ func (ctx *Context) rdReduce(x *stablehlo.Value, dt tensor.DType, kind string, a
 	if err != nil {
 		return nil, err
 	}
-	fn, err := ctx.ReduceFn(kind, hlo.ShapeOf(x).DType)
+	fn, err := ctx.ReduceFn(kind, x.Type().Elem)
 	if err != nil {
 		return nil, err
 	}
-	return hlo.Reduce(x, init, fn, axes...)
+	out, err := x.Block().Reduce([]*stablehlo.Value{x}, []*stablehlo.Value{init}, axes, fn.Block())
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
 }
 
 // rdReshapeOut reshapes v to the node's output dims when they differ (the
 // size-1 dims of keepdim).
 func rdReshapeOut(v *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
-	if equalDims(hlo.ShapeOf(v).Dimensions, dims) {
+	if slices.Equal(v.Type().Dims, dims) {
 		return v, nil
 	}
-	return hlo.Reshape(v, shapes.Make(hlo.ShapeOf(v).DType, intsOf(dims)...))
+	return v.Block().Reshape(v, dims...)
 }
 
 // rdBroadcastBack broadcasts a reduced value r (the kept dims of a tensor of
 // dims full) back to full.
-func rdBroadcastBack(r *stablehlo.Value, full []int64, axes []int) (*stablehlo.Value, error) {
-	return hlo.BroadcastInDim(r, shapes.Make(hlo.ShapeOf(r).DType, intsOf(full)...), rdKept(axes, len(full)))
+func rdBroadcastBack(r *stablehlo.Value, full []int64, axes []int64) (*stablehlo.Value, error) {
+	return r.Block().BroadcastInDim(r, full, rdKept(axes, len(full)))
 }
 
 // rdReduceRule lowers sum/prod/amax/amin/any/all: the input is converted to
@@ -263,30 +229,30 @@ func rdReduceRule(kind string, dimArg int) Rule {
 }
 
 // rdCompareType is the comparison type for values of XLA dtype d.
-func rdCompareType(d dtypes.DType) types.ComparisonType {
+func rdCompareType(d stablehlo.ElementType) stablehlo.CompareType {
 	switch {
-	case d == dtypes.Bool || d.IsUnsigned():
-		return types.CompareUnsigned
+	case d == stablehlo.Bool || d.IsUnsigned():
+		return stablehlo.CompareUnsign
 	case d.IsFloat():
-		return types.CompareFloat
+		return stablehlo.CompareFloat
 	}
-	return types.CompareSigned
+	return stablehlo.CompareSigned
 }
 
 // rdToBool returns x != 0 (x itself when already bool).
 func (ctx *Context) rdToBool(x *stablehlo.Value) (*stablehlo.Value, error) {
-	d := hlo.ShapeOf(x).DType
-	if d == dtypes.Bool {
+	d := x.Type().Elem
+	if d == stablehlo.Bool {
 		return x, nil
 	}
 	z, err := ctx.ScalarLike(x, 0)
 	if err != nil {
 		return nil, err
 	}
-	if z, err = hlo.BroadcastInDim(z, hlo.ShapeOf(x), nil); err != nil {
+	if z, err = z.Block().BroadcastInDim(z, x.Type().Dims, nil); err != nil {
 		return nil, err
 	}
-	return hlo.Compare(x, z, types.CompareNE, rdCompareType(d))
+	return x.Block().Compare(x, z, stablehlo.NE, rdCompareType(d))
 }
 
 // rdMeanRule lowers aten.mean: a sum in the accumulation dtype divided by
@@ -316,7 +282,7 @@ func rdMeanRule(dimArg int) Rule {
 }
 
 // rdMean returns the mean of x over axes (kept dims only), computed in dt.
-func (ctx *Context) rdMean(x *stablehlo.Value, dims []int64, dt tensor.DType, axes []int) (*stablehlo.Value, error) {
+func (ctx *Context) rdMean(x *stablehlo.Value, dims []int64, dt tensor.DType, axes []int64) (*stablehlo.Value, error) {
 	x, err := ctx.ConvertTo(x, dt)
 	if err != nil {
 		return nil, err
@@ -329,7 +295,7 @@ func (ctx *Context) rdMean(x *stablehlo.Value, dims []int64, dt tensor.DType, ax
 }
 
 // rdCount is the number of elements axes of dims hold.
-func rdCount(dims []int64, axes []int) int64 {
+func rdCount(dims []int64, axes []int64) int64 {
 	c := int64(1)
 	for _, a := range axes {
 		c *= dims[a]
@@ -343,10 +309,10 @@ func (ctx *Context) rdDivScalar(v *stablehlo.Value, c float64) (*stablehlo.Value
 	if err != nil {
 		return nil, err
 	}
-	if k, err = hlo.BroadcastInDim(k, hlo.ShapeOf(v), nil); err != nil {
+	if k, err = k.Block().BroadcastInDim(k, v.Type().Dims, nil); err != nil {
 		return nil, err
 	}
-	return hlo.Divide(v, k)
+	return v.Block().Divide(v, k)
 }
 
 // rdFull returns a constant of v's dtype and shape holding c.
@@ -355,7 +321,7 @@ func (ctx *Context) rdFull(v *stablehlo.Value, c float64) (*stablehlo.Value, err
 	if err != nil {
 		return nil, err
 	}
-	return hlo.BroadcastInDim(k, hlo.ShapeOf(v), nil)
+	return k.Block().BroadcastInDim(k, v.Type().Dims, nil)
 }
 
 // rdArgRule lowers aten.max.dim / aten.min.dim (withValues: values and
@@ -374,7 +340,7 @@ func rdArgRule(kind string, withValues bool) Rule {
 		if n.ArgOr(1, "dim", nil) == nil {
 			// argmax over the flattened input.
 			total := tensor.NumElements(inDims)
-			if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, int(total))); err != nil {
+			if x, err = x.Block().Reshape(x, total); err != nil {
 				return nil, err
 			}
 			inDims = []int64{total}
@@ -384,22 +350,22 @@ func rdArgRule(kind string, withValues bool) Rule {
 				return nil, err
 			}
 			if len(inDims) == 0 {
-				if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, 1)); err != nil {
+				if x, err = x.Block().Reshape(x, 1); err != nil {
 					return nil, err
 				}
 				inDims = []int64{1}
-				axes = []int{0}
+				axes = []int64{0}
 			}
 			if len(axes) != 1 {
 				return nil, fmt.Errorf("want one dim, got %v", axes)
 			}
-			axis = axes[0]
+			axis = int(axes[0])
 		}
 		_, ixla, err := ctx.rdProgramDType(idxDT)
 		if err != nil {
 			return nil, err
 		}
-		iota, err := ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), axis)
+		iota, err := ctx.Fn.Block().Iota(stablehlo.TensorOf(ixla, inDims...), axis)
 		if err != nil {
 			return nil, err
 		}
@@ -411,11 +377,11 @@ func rdArgRule(kind string, withValues bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		fn, err := ctx.rdArgReducer(kind, hlo.ShapeOf(x).DType, ixla)
+		fn, err := ctx.rdArgReducer(kind, x.Type().Elem, ixla)
 		if err != nil {
 			return nil, err
 		}
-		res, err := hlo.MultiReduce([]*stablehlo.Value{x, iota}, []*stablehlo.Value{vInit, iInit}, fn, axis)
+		res, err := x.Block().Reduce([]*stablehlo.Value{x, iota}, []*stablehlo.Value{vInit, iInit}, []int64{int64(axis)}, fn.Block())
 		if err != nil {
 			return nil, err
 		}
@@ -449,11 +415,11 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	x := in[0]
 	if len(inDims) == 0 {
 		inDims = []int64{1}
-		if x, err = hlo.Reshape(x, shapes.Make(hlo.ShapeOf(x).DType, 1)); err != nil {
+		if x, err = x.Block().Reshape(x, 1); err != nil {
 			return nil, err
 		}
 	}
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	if a.K == 0 {
 		vz, err := ctx.rdInit(valDT, ReduceSum)
 		if err != nil {
@@ -469,11 +435,11 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	if err != nil {
 		return nil, err
 	}
-	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), a.Dim))
+	idx := b.iota(stablehlo.TensorOf(ixla, inDims...), int64(a.Dim))
 	if b.err != nil {
 		return nil, b.err
 	}
-	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, a.Largest, true, rdCompareType(hlo.ShapeOf(x).DType))
+	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, a.Largest, true, rdCompareType(x.Type().Elem))
 	if err != nil {
 		return nil, err
 	}
@@ -481,34 +447,34 @@ func rdTopK(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	if err != nil {
 		return nil, err
 	}
-	start := make([]int, len(inDims))
-	limit := intsOf(inDims)
-	limit[a.Dim] = int(a.K)
-	v := b.set(hlo.Slice(sorted[0], start, limit, nil))
-	i := b.set(hlo.Slice(sorted[1], start, limit, nil))
+	start := make([]int64, len(inDims))
+	limit := inDims
+	limit[a.Dim] = a.K
+	v := b.set(sorted[0].Block().Slice(sorted[0], start, limit, nil))
+	i := b.set(sorted[1].Block().Slice(sorted[1], start, limit, nil))
 	return b.out(b.reshape(v, outDims), b.reshape(i, outDims))
 }
 
 // sortComparator builds sort's comparator over (value, index) pairs: whether
 // lhs's value goes first: the larger (smaller when !largest); a NaN goes
 // before any number when nanFirst, after every number otherwise.
-func sortComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest, nanFirst bool, ct types.ComparisonType) (*stablehlo.Block, error) {
+func sortComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest, nanFirst bool, ct stablehlo.CompareType) (*stablehlo.Block, error) {
 	r := b.Region(stablehlo.TensorOf(val), stablehlo.TensorOf(val), stablehlo.TensorOf(idx), stablehlo.TensorOf(idx))
 	lhs, rhs := r.Arg(0), r.Arg(1)
-	dir := types.CompareGT
+	dir := stablehlo.GT
 	if !largest {
-		dir = types.CompareLT
+		dir = stablehlo.LT
 	}
-	better, err := hlo.Compare(lhs, rhs, dir, ct)
+	better, err := lhs.Block().Compare(lhs, rhs, dir, ct)
 	if err != nil {
 		return nil, err
 	}
-	if ct == types.CompareFloat {
-		lnan, err := hlo.Compare(lhs, lhs, types.CompareNE, ct)
+	if ct == stablehlo.CompareFloat {
+		lnan, err := lhs.Block().Compare(lhs, lhs, stablehlo.NE, ct)
 		if err != nil {
 			return nil, err
 		}
-		rnan, err := hlo.Compare(rhs, rhs, types.CompareNE, ct)
+		rnan, err := rhs.Block().Compare(rhs, rhs, stablehlo.NE, ct)
 		if err != nil {
 			return nil, err
 		}
@@ -517,14 +483,14 @@ func sortComparator(b *stablehlo.Block, val, idx stablehlo.ElementType, largest,
 		if !nanFirst {
 			nan, num = rnan, lnan
 		}
-		if num, err = hlo.Not(num); err != nil {
+		if num, err = num.Block().Not(num); err != nil {
 			return nil, err
 		}
-		nanOrder, err := hlo.And(nan, num)
+		nanOrder, err := nan.Block().And(nan, num)
 		if err != nil {
 			return nil, err
 		}
-		if better, err = hlo.Or(nanOrder, better); err != nil {
+		if better, err = nanOrder.Block().Or(nanOrder, better); err != nil {
 			return nil, err
 		}
 	}
@@ -546,7 +512,7 @@ func rdSort(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	_, outDims := Out(n, 0)
 	idxDT, _ := Out(n, 1)
 	x := in[0]
-	b := &nnB{ctx: ctx}
+	b := &nnB{chain: chain{ctx: ctx}}
 	if len(inDims) == 0 {
 		inDims = []int64{1}
 		x = b.reshape(x, inDims)
@@ -555,11 +521,11 @@ func rdSort(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 	if err != nil {
 		return nil, err
 	}
-	idx := b.set(ctx.Fn.Iota(shapes.Make(ixla, intsOf(inDims)...), dim))
+	idx := b.iota(stablehlo.TensorOf(ixla, inDims...), int64(dim))
 	if b.err != nil {
 		return nil, b.err
 	}
-	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, descending, descending, rdCompareType(hlo.ShapeOf(x).DType))
+	cmp, err := sortComparator(ctx.Fn.Block(), x.Type().Elem, idx.Type().Elem, descending, descending, rdCompareType(x.Type().Elem))
 	if err != nil {
 		return nil, err
 	}
@@ -572,11 +538,11 @@ func rdSort(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.
 
 // rdArgReducer builds the closure (v1, i1, v2, i2) -> the better pair:
 // larger (max) or smaller (min) value, NaN winning, ties to the lower index.
-func (ctx *Context) rdArgReducer(kind string, vd, id dtypes.DType) (*hlo.Function, error) {
+func (ctx *Context) rdArgReducer(kind string, vd, id stablehlo.ElementType) (*Func, error) {
 	fn := ctx.Fn.Closure()
 	var ins [4]*stablehlo.Value
-	for i, d := range []dtypes.DType{vd, id, vd, id} {
-		v, err := fn.Input(shapes.Make(d))
+	for i, d := range []stablehlo.ElementType{vd, id, vd, id} {
+		v, err := fn.Input(stablehlo.TensorOf(d))
 		if err != nil {
 			return nil, err
 		}
@@ -584,63 +550,63 @@ func (ctx *Context) rdArgReducer(kind string, vd, id dtypes.DType) (*hlo.Functio
 	}
 	v1, i1, v2, i2 := ins[0], ins[1], ins[2], ins[3]
 	ct := rdCompareType(vd)
-	dir := types.CompareGT
+	dir := stablehlo.GT
 	if kind == ReduceMin {
-		dir = types.CompareLT
+		dir = stablehlo.LT
 	}
-	better, err := hlo.Compare(v1, v2, dir, ct)
+	better, err := v1.Block().Compare(v1, v2, dir, ct)
 	if err != nil {
 		return nil, err
 	}
-	eq, err := hlo.Compare(v1, v2, types.CompareEQ, ct)
+	eq, err := v1.Block().Compare(v1, v2, stablehlo.EQ, ct)
 	if err != nil {
 		return nil, err
 	}
 	if vd.IsFloat() {
-		nan1, err := hlo.Compare(v1, v1, types.CompareNE, ct)
+		nan1, err := v1.Block().Compare(v1, v1, stablehlo.NE, ct)
 		if err != nil {
 			return nil, err
 		}
-		nan2, err := hlo.Compare(v2, v2, types.CompareNE, ct)
+		nan2, err := v2.Block().Compare(v2, v2, stablehlo.NE, ct)
 		if err != nil {
 			return nil, err
 		}
-		not2, err := hlo.Not(nan2)
+		not2, err := nan2.Block().Not(nan2)
 		if err != nil {
 			return nil, err
 		}
-		only1, err := hlo.And(nan1, not2)
+		only1, err := nan1.Block().And(nan1, not2)
 		if err != nil {
 			return nil, err
 		}
-		if better, err = hlo.Or(better, only1); err != nil {
+		if better, err = better.Block().Or(better, only1); err != nil {
 			return nil, err
 		}
-		both, err := hlo.And(nan1, nan2)
+		both, err := nan1.Block().And(nan1, nan2)
 		if err != nil {
 			return nil, err
 		}
-		if eq, err = hlo.Or(eq, both); err != nil {
+		if eq, err = eq.Block().Or(eq, both); err != nil {
 			return nil, err
 		}
 	}
-	first, err := hlo.Compare(i1, i2, types.CompareLT, rdCompareType(id))
+	first, err := i1.Block().Compare(i1, i2, stablehlo.LT, rdCompareType(id))
 	if err != nil {
 		return nil, err
 	}
-	tie, err := hlo.And(eq, first)
+	tie, err := eq.Block().And(eq, first)
 	if err != nil {
 		return nil, err
 	}
-	pick, err := hlo.Or(better, tie)
+	pick, err := better.Block().Or(better, tie)
 	if err != nil {
 		return nil, err
 	}
-	v, err := hlo.Select(pick, v1, v2)
+	v, err := pick.Block().Select(pick, v1, v2)
 	if err != nil {
 		return nil, err
 	}
-	i, err := hlo.Select(pick, i1, i2)
+	i, err := pick.Block().Select(pick, i1, i2)
 	if err != nil {
 		return nil, err
 	}
@@ -687,7 +653,7 @@ func rdCumRule(kind string) Rule {
 
 // rdScan computes the inclusive scan of x (IR dtype dt) along axis.
 func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axis int) (*stablehlo.Value, error) {
-	dims := hlo.ShapeOf(x).Dimensions
+	dims := x.Type().Dims
 	size := dims[axis]
 	if size <= 1 {
 		return x, nil
@@ -698,48 +664,52 @@ func (ctx *Context) rdScan(x *stablehlo.Value, dt tensor.DType, kind string, axi
 		if err != nil {
 			return nil, err
 		}
-		fn, err := ctx.ReduceFn(kind, hlo.ShapeOf(x).DType)
+		fn, err := ctx.ReduceFn(kind, x.Type().Elem)
 		if err != nil {
 			return nil, err
 		}
-		window := make([]int, rank)
-		strides := make([]int, rank)
-		pad := make([][2]int, rank)
+		window := make([]int64, rank)
+		strides := make([]int64, rank)
+		pad := make([][2]int64, rank)
 		for i := range window {
 			window[i], strides[i] = 1, 1
 		}
 		window[axis] = size
-		pad[axis] = [2]int{size - 1, 0}
-		return hlo.ReduceWindow(x, init, fn, window, strides, nil, nil, pad)
+		pad[axis] = [2]int64{size - 1, 0}
+		out, err := x.Block().ReduceWindow([]*stablehlo.Value{x}, []*stablehlo.Value{init}, stablehlo.Window{Dims: window, Strides: strides, Padding: pad}, fn.Block())
+		if err != nil {
+			return nil, err
+		}
+		return out[0], nil
 	}
 	// Hillis-Steele: y += shift(y, s) for s = 1, 2, 4, ...
 	identity, err := ctx.rdInit(dt, kind)
 	if err != nil {
 		return nil, err
 	}
-	starts := make([]int, rank)
-	strides := make([]int, rank)
+	starts := make([]int64, rank)
+	strides := make([]int64, rank)
 	for i := range strides {
 		strides[i] = 1
 	}
-	zeros := make([]int, rank)
-	for s := 1; s < size; s *= 2 {
-		limits := append([]int(nil), dims...)
+	zeros := make([]int64, rank)
+	for s := int64(1); s < size; s *= 2 {
+		limits := append([]int64(nil), dims...)
 		limits[axis] = size - s
-		head, err := hlo.Slice(x, starts, limits, strides)
+		head, err := x.Block().Slice(x, starts, limits, strides)
 		if err != nil {
 			return nil, err
 		}
-		lo := make([]int, rank)
+		lo := make([]int64, rank)
 		lo[axis] = s
-		shifted, err := hlo.Pad(head, identity, lo, zeros, zeros)
+		shifted, err := head.Block().Pad(head, identity, lo, zeros, zeros)
 		if err != nil {
 			return nil, err
 		}
 		if kind == ReduceMul {
-			x, err = hlo.Multiply(x, shifted)
+			x, err = x.Block().Multiply(x, shifted)
 		} else {
-			x, err = hlo.Add(x, shifted)
+			x, err = x.Block().Add(x, shifted)
 		}
 		if err != nil {
 			return nil, err
@@ -769,7 +739,7 @@ func lowerLogSumExp(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	fin, err := hlo.IsFinite(m)
+	fin, err := m.Block().IsFinite(m)
 	if err != nil {
 		return nil, err
 	}
@@ -777,28 +747,28 @@ func lowerLogSumExp(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	if m, err = hlo.Select(fin, m, zero); err != nil {
+	if m, err = fin.Block().Select(fin, m, zero); err != nil {
 		return nil, err
 	}
 	mb, err := rdBroadcastBack(m, inDims, axes)
 	if err != nil {
 		return nil, err
 	}
-	d, err := hlo.Subtract(x, mb)
+	d, err := x.Block().Subtract(x, mb)
 	if err != nil {
 		return nil, err
 	}
-	if d, err = hlo.Exponential(d); err != nil {
+	if d, err = d.Block().Exponential(d); err != nil {
 		return nil, err
 	}
 	s, err := ctx.rdReduce(d, accDT, ReduceSum, axes)
 	if err != nil {
 		return nil, err
 	}
-	if s, err = hlo.Log(s); err != nil {
+	if s, err = s.Block().Log(s); err != nil {
 		return nil, err
 	}
-	if s, err = hlo.Add(s, m); err != nil {
+	if s, err = s.Block().Add(s, m); err != nil {
 		return nil, err
 	}
 	if s, err = ctx.ConvertTo(s, outDT); err != nil {
@@ -841,11 +811,11 @@ func rdVarRule(sqrt bool) Rule {
 		if err != nil {
 			return nil, err
 		}
-		d, err := hlo.Subtract(x, mb)
+		d, err := x.Block().Subtract(x, mb)
 		if err != nil {
 			return nil, err
 		}
-		if d, err = hlo.Multiply(d, d); err != nil {
+		if d, err = d.Block().Multiply(d, d); err != nil {
 			return nil, err
 		}
 		s, err := ctx.rdReduce(d, accDT, ReduceSum, axes)
@@ -856,7 +826,7 @@ func rdVarRule(sqrt bool) Rule {
 			return nil, err
 		}
 		if sqrt {
-			if s, err = hlo.Sqrt(s); err != nil {
+			if s, err = s.Block().Sqrt(s); err != nil {
 				return nil, err
 			}
 		}
@@ -889,60 +859,41 @@ func lowerVectorNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		return nil, err
 	}
 	accDT := rdAccDType(outDT)
-	x, err := ctx.ConvertTo(in[0], accDT)
-	if err != nil {
-		return nil, err
+	c := &chain{ctx: ctx}
+	x := c.convert(in[0], accDT)
+	r := rdNorm(c, x, ord, accDT, axes)
+	return c.out(c.reshape(c.convert(r, outDT), outDims))
+}
+
+// rdNorm is the ord-norm of x (of IR dtype dt) over axes: max or min of
+// |x| for +-inf, the count of non-zeros for 0, else (sum |x|^ord)^(1/ord).
+func rdNorm(c *chain, x *stablehlo.Value, ord float64, dt tensor.DType, axes []int64) *stablehlo.Value {
+	if c.err != nil {
+		return nil
 	}
-	a, err := hlo.Abs(x)
-	if err != nil {
-		return nil, err
+	a := c.un((*stablehlo.Block).Abs, x)
+	if c.err != nil {
+		return nil
 	}
-	var r *stablehlo.Value
 	switch {
 	case math.IsInf(ord, 1):
-		r, err = ctx.rdReduce(a, accDT, ReduceMax, axes)
+		return c.reduceAs(a, dt, ReduceMax, axes)
 	case math.IsInf(ord, -1):
-		r, err = ctx.rdReduce(a, accDT, ReduceMin, axes)
+		return c.reduceAs(a, dt, ReduceMin, axes)
 	case ord == 0:
-		var nz *stablehlo.Value
-		if nz, err = ctx.rdToBool(a); err == nil {
-			if nz, err = hlo.Convert(nz, hlo.ShapeOf(a).DType); err == nil {
-				r, err = ctx.rdReduce(nz, accDT, ReduceSum, axes)
-			}
-		}
+		nz := c.set(c.ctx.rdToBool(a))
+		return c.reduceAs(c.set(nz.Block().Convert(nz, a.Type().Elem)), dt, ReduceSum, axes)
 	case ord == 1:
-		r, err = ctx.rdReduce(a, accDT, ReduceSum, axes)
+		return c.reduceAs(a, dt, ReduceSum, axes)
 	case ord == 2:
-		var sq *stablehlo.Value
-		if sq, err = hlo.Multiply(x, x); err == nil {
-			if r, err = ctx.rdReduce(sq, accDT, ReduceSum, axes); err == nil {
-				r, err = hlo.Sqrt(r)
-			}
-		}
-	default:
-		var p, ip, pw *stablehlo.Value
-		if p, err = ctx.rdFull(a, ord); err != nil {
-			return nil, err
-		}
-		if pw, err = hlo.Power(a, p); err != nil {
-			return nil, err
-		}
-		if r, err = ctx.rdReduce(pw, accDT, ReduceSum, axes); err != nil {
-			return nil, err
-		}
-		if ip, err = ctx.rdFull(r, 1/ord); err != nil {
-			return nil, err
-		}
-		r, err = hlo.Power(r, ip)
+		return c.un((*stablehlo.Block).Sqrt, c.reduceAs(c.mul(x, x), dt, ReduceSum, axes))
 	}
-	if err != nil {
-		return nil, err
+	pw := c.bin((*stablehlo.Block).Power, a, c.full(a, ord, a.Type().Dims))
+	r := c.reduceAs(pw, dt, ReduceSum, axes)
+	if c.err != nil {
+		return nil
 	}
-	if r, err = ctx.ConvertTo(r, outDT); err != nil {
-		return nil, err
-	}
-	r, err = rdReshapeOut(r, outDims)
-	return []*stablehlo.Value{r}, err
+	return c.bin((*stablehlo.Block).Power, r, c.full(r, 1/ord, r.Type().Dims))
 }
 
 // lowerNLLLoss lowers aten.nll_loss_forward(self, target, weight, reduction,
@@ -960,137 +911,59 @@ func lowerNLLLoss(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
+	if red < 0 || red > 2 {
+		return nil, fmt.Errorf("reduction %d is not 0, 1 or 2", red)
+	}
 	ignore, err := n.ParamInt("ignore_index")
 	if err != nil {
 		return nil, err
 	}
 	accDT := rdAccDType(outDT)
-	x, err := ctx.ConvertTo(in[0], accDT)
-	if err != nil {
-		return nil, err
-	}
-	rank := len(inDims)
-	classAxis := 0
-	if rank > 1 {
+	c := &chain{ctx: ctx}
+	x := c.convert(in[0], accDT)
+	classAxis := int64(0)
+	if len(inDims) > 1 {
 		classAxis = 1
 	}
-	others := rdKept([]int{classAxis}, rank)
-	t := in[1]
-	td := hlo.ShapeOf(t).DType
-	full := shapes.Make(td, intsOf(inDims)...)
-	iota, err := ctx.Fn.Iota(full, classAxis)
-	if err != nil {
-		return nil, err
-	}
-	tb, err := hlo.BroadcastInDim(t, full, others)
-	if err != nil {
-		return nil, err
-	}
-	hot, err := hlo.Compare(iota, tb, types.CompareEQ, rdCompareType(td))
-	if err != nil {
-		return nil, err
-	}
-	zeroX, err := ctx.rdFull(x, 0)
-	if err != nil {
-		return nil, err
-	}
-	pickedX, err := hlo.Select(hot, x, zeroX)
-	if err != nil {
-		return nil, err
-	}
-	picked, err := ctx.rdReduce(pickedX, accDT, ReduceSum, []int{classAxis})
-	if err != nil {
-		return nil, err
-	}
+	t, td := in[1], in[1].Type().Elem
+	iota := c.iota(stablehlo.TensorOf(td, inDims...), classAxis)
+	hot := c.cmpAs(iota, c.bcastIn(t, inDims, rdKept([]int64{classAxis}, len(inDims))), stablehlo.EQ, rdCompareType(td))
+	zeroX := c.full(x, 0, inDims)
+	picked := c.reduceAs(c.sel(hot, x, zeroX), accDT, ReduceSum, []int64{classAxis})
 	// Weight of each target: weight[target], or 1.
 	var w *stablehlo.Value
 	if n.Arg(2) != nil {
-		wv := in[2]
-		if wv, err = ctx.ConvertTo(wv, accDT); err != nil {
-			return nil, err
-		}
-		wb, err := hlo.BroadcastInDim(wv, hlo.ShapeOf(x), []int{classAxis})
-		if err != nil {
-			return nil, err
-		}
-		if wb, err = hlo.Select(hot, wb, zeroX); err != nil {
-			return nil, err
-		}
-		if w, err = ctx.rdReduce(wb, accDT, ReduceSum, []int{classAxis}); err != nil {
-			return nil, err
-		}
-	} else if w, err = ctx.rdFull(picked, 1); err != nil {
-		return nil, err
+		wb := c.bcastIn(c.convert(in[2], accDT), inDims, []int64{classAxis})
+		w = c.reduceAs(c.sel(hot, wb, zeroX), accDT, ReduceSum, []int64{classAxis})
+	} else {
+		w = c.full(picked, 1, t.Type().Dims)
 	}
-	ig, err := ctx.rdScalarOf(td, ignore)
-	if err != nil {
-		return nil, err
+	if c.err != nil {
+		return nil, c.err
 	}
-	if ig, err = hlo.BroadcastInDim(ig, hlo.ShapeOf(t), nil); err != nil {
-		return nil, err
-	}
-	valid, err := hlo.Compare(t, ig, types.CompareNE, rdCompareType(td))
-	if err != nil {
-		return nil, err
-	}
-	zeroT, err := ctx.rdFull(picked, 0)
-	if err != nil {
-		return nil, err
-	}
-	if w, err = hlo.Select(valid, w, zeroT); err != nil {
-		return nil, err
-	}
-	loss, err := hlo.Multiply(picked, w)
-	if err != nil {
-		return nil, err
-	}
-	if loss, err = hlo.Negate(loss); err != nil {
-		return nil, err
-	}
+	ig := c.bcastIn(c.set(ctx.rdScalarOf(td, ignore)), t.Type().Dims, nil)
+	valid := c.cmpAs(t, ig, stablehlo.NE, rdCompareType(td))
+	zeroT := c.full(picked, 0, t.Type().Dims)
+	w = c.sel(valid, w, zeroT)
 	// Ignored targets give exactly 0 even when their input is inf or NaN.
-	if loss, err = hlo.Select(valid, loss, zeroT); err != nil {
-		return nil, err
+	loss := c.sel(valid, c.un((*stablehlo.Block).Negate, c.mul(picked, w)), zeroT)
+	all := nnRange(0, len(t.Type().Dims))
+	total := c.reduceAs(w, accDT, ReduceSum, all)
+	if red == 0 {
+		total = c.full(total, 0, nil)
+	} else {
+		loss = c.reduceAs(loss, accDT, ReduceSum, all)
 	}
-	all := make([]int, hlo.ShapeOf(picked).Rank())
-	for i := range all {
-		all[i] = i
+	if red == 1 {
+		loss = c.div(loss, total)
 	}
-	total, err := ctx.rdReduce(w, accDT, ReduceSum, all)
-	if err != nil {
-		return nil, err
-	}
-	switch red {
-	case 0:
-		if total, err = ctx.rdFull(total, 0); err != nil {
-			return nil, err
-		}
-	case 1, 2:
-		if loss, err = ctx.rdReduce(loss, accDT, ReduceSum, all); err != nil {
-			return nil, err
-		}
-		if red == 1 {
-			if loss, err = hlo.Divide(loss, total); err != nil {
-				return nil, err
-			}
-		}
-	default:
-		return nil, fmt.Errorf("reduction %d is not 0, 1 or 2", red)
-	}
-	if loss, err = ctx.ConvertTo(loss, outDT); err != nil {
-		return nil, err
-	}
-	if loss, err = rdReshapeOut(loss, outDims); err != nil {
-		return nil, err
-	}
-	if total, err = ctx.ConvertTo(total, outDT); err != nil {
-		return nil, err
-	}
-	return []*stablehlo.Value{loss, total}, nil
+	loss = c.reshape(c.convert(loss, outDT), outDims)
+	return c.out(loss, c.convert(total, outDT))
 }
 
 // rdScalarOf returns a rank-0 constant of XLA dtype d holding the integer v.
-func (ctx *Context) rdScalarOf(d dtypes.DType, v int64) (*stablehlo.Value, error) {
-	dt, err := tensorDType(d)
+func (ctx *Context) rdScalarOf(d stablehlo.ElementType, v int64) (*stablehlo.Value, error) {
+	dt, err := DTypeOf(d)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -56,7 +57,7 @@ func TestReduceStableHLOText(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := lower.New(lower.Options{}).Lower(c.g, nil)
+			p, err := lower.New(lower.Options{}, cpu.Platform()).Lower(c.g, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -374,7 +375,7 @@ func TestReduceExecute(t *testing.T) {
 			}
 			g := rdGraph(tc.target, metas, tc.args, tc.kwargs, tc.tupleLen)
 			for _, narrow := range []bool{false, true} {
-				prog, err := lower.New(lower.Options{NarrowInt64: narrow}).Lower(g, nil)
+				prog, err := lower.New(lower.Options{NarrowInt64: narrow}, cpu.Platform()).Lower(g, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -22,6 +22,7 @@ type Rule func(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stableh
 // with NewRegistry; it is read-only afterwards and safe for concurrent use.
 type Registry struct {
 	rules map[*fxgraph.Op]Rule
+	prims Primitives
 }
 
 // NewRegistry returns a registry holding every rule of the package.
@@ -50,6 +51,21 @@ func (r *Registry) Register(op *fxgraph.Op, rule Rule) {
 	}
 	r.rules[op] = rule
 }
+
+// Override replaces the rule for op, which must have one, and returns the
+// rule it replaced: how a platform (Platform.Register) computes an op its
+// own way, falling back to the generic rule where it declines.
+func (r *Registry) Override(op *fxgraph.Op, rule Rule) Rule {
+	prev, ok := r.rules[op]
+	if !ok {
+		panic("lower: override of an op without a rule: " + op.Name)
+	}
+	r.rules[op] = rule
+	return prev
+}
+
+// SetPrimitives sets the platform's primitives (see Primitives).
+func (r *Registry) SetPrimitives(p Primitives) { r.prims = p }
 
 // Lookup returns the rule for op.
 func (r *Registry) Lookup(op *fxgraph.Op) (Rule, bool) {

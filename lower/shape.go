@@ -2,14 +2,9 @@ package lower
 
 import (
 	"fmt"
-	"strings"
-
-	"github.com/gomlx/go-xla/pkg/types"
-	"github.com/gomlx/go-xla/pkg/types/dtypes"
-	"github.com/gomlx/go-xla/pkg/types/shapes"
+	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower/internal/hlo"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/tensor"
 )
@@ -89,21 +84,21 @@ func shLowerReshape(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	s, err := ctx.XLAShape(n.Meta.Vals[0])
+	s, err := ctx.TypeOf(n.Meta.Vals[0])
 	if err != nil {
 		return nil, err
 	}
-	if hlo.ShapeOf(x).Equal(s) {
+	if x.Type().Equal(s) {
 		return []*stablehlo.Value{x}, nil
 	}
-	return shOne(hlo.Reshape(x, s))
+	return shOne(x.Block().Reshape(x, s.Dims...))
 }
 
 // shPermOf returns the permutation of a permute, t or transpose node.
-func shPermOf(n *fxgraph.Node, rank int) ([]int, error) {
-	perm := make([]int, rank)
+func shPermOf(n *fxgraph.Node, rank int) ([]int64, error) {
+	perm := make([]int64, rank)
 	for i := range perm {
-		perm[i] = i
+		perm[i] = int64(i)
 	}
 	switch n.Op {
 	case fxgraph.AtenT:
@@ -122,7 +117,7 @@ func shPermOf(n *fxgraph.Node, rank int) ([]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		perm[a], perm[b] = b, a
+		perm[a], perm[b] = int64(b), int64(a)
 	default:
 		dims, err := n.IntsArg(1, "dims", nil)
 		if err != nil {
@@ -136,7 +131,7 @@ func shPermOf(n *fxgraph.Node, rank int) ([]int, error) {
 			if err != nil {
 				return nil, err
 			}
-			perm[i] = k
+			perm[i] = int64(k)
 		}
 	}
 	return perm, nil
@@ -147,18 +142,18 @@ func shLowerPermute(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	perm, err := shPermOf(n, hlo.ShapeOf(x).Rank())
+	perm, err := shPermOf(n, x.Type().Rank())
 	if err != nil {
 		return nil, err
 	}
 	identity := true
 	for i, p := range perm {
-		identity = identity && i == p
+		identity = identity && int64(i) == p
 	}
 	if identity {
 		return []*stablehlo.Value{x}, nil
 	}
-	return shOne(hlo.Transpose(x, perm...))
+	return shOne(x.Block().Transpose(x, perm...))
 }
 
 func shLowerExpand(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -202,7 +197,7 @@ func shLowerCat(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	if err != nil {
 		return nil, err
 	}
-	return shOne(hlo.Concatenate(dim, vals...))
+	return shOne(vals[0].Block().Concatenate(dim, vals...))
 }
 
 func shLowerSplit(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -210,16 +205,16 @@ func shLowerSplit(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	xd := hlo.ShapeOf(x).Dimensions
+	xd := x.Type().Dims
 	dim, err := shNormDim(n, 2, "dim", 0, len(xd))
 	if err != nil {
 		return nil, err
 	}
 	var outs []*stablehlo.Value
-	off := 0
+	off := int64(0)
 	for i := range n.Meta.Vals {
 		dt, dims := Out(n, i)
-		k := int(dims[dim])
+		k := dims[dim]
 		if tensor.NumElements(dims) == 0 {
 			v, err := ctx.Full(dt, 0, dims) // XLA rejects empty slices at the end
 			if err != nil {
@@ -229,10 +224,10 @@ func shLowerSplit(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 			off += k
 			continue
 		}
-		starts := make([]int, len(xd))
-		limits := append([]int(nil), xd...)
+		starts := make([]int64, len(xd))
+		limits := append([]int64(nil), xd...)
 		starts[dim], limits[dim] = off, off+k
-		v, err := hlo.Slice(x, starts, limits, nil)
+		v, err := x.Block().Slice(x, starts, limits, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -274,7 +269,7 @@ func shLowerSlice(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	xd := hlo.ShapeOf(x).Dimensions
+	xd := x.Type().Dims
 	dim, err := shNormDim(n, 1, "dim", 0, len(xd))
 	if err != nil {
 		return nil, err
@@ -292,19 +287,19 @@ func shLowerSlice(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 		return shOne(ctx.Full(dt, 0, dims)) // XLA rejects empty slices at the end
 	}
 	k := dims[dim]
-	starts := make([]int, len(xd))
-	limits := append([]int(nil), xd...)
-	strides := make([]int, len(xd))
+	starts := make([]int64, len(xd))
+	limits := append([]int64(nil), xd...)
+	strides := make([]int64, len(xd))
 	for i := range strides {
 		strides[i] = 1
 	}
-	starts[dim] = int(start)
-	limits[dim] = int(start + max(k-1, 0)*step + 1)
+	starts[dim] = start
+	limits[dim] = start + max(k-1, 0)*step + 1
 	if k == 0 {
-		limits[dim] = int(start)
+		limits[dim] = start
 	}
-	strides[dim] = int(step)
-	return shOne(hlo.Slice(x, starts, limits, strides))
+	strides[dim] = step
+	return shOne(x.Block().Slice(x, starts, limits, strides))
 }
 
 func shLowerSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -312,7 +307,7 @@ func shLowerSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if err != nil {
 		return nil, err
 	}
-	xd := hlo.ShapeOf(x).Dimensions
+	xd := x.Type().Dims
 	dim, err := shNormDim(n, 1, "dim", 0, len(xd))
 	if err != nil {
 		return nil, err
@@ -324,18 +319,18 @@ func shLowerSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if i < 0 {
 		i += int64(xd[dim])
 	}
-	starts := make([]int, len(xd))
-	limits := append([]int(nil), xd...)
-	starts[dim], limits[dim] = int(i), int(i)+1
-	v, err := hlo.Slice(x, starts, limits, nil)
+	starts := make([]int64, len(xd))
+	limits := append([]int64(nil), xd...)
+	starts[dim], limits[dim] = i, i+1
+	v, err := x.Block().Slice(x, starts, limits, nil)
 	if err != nil {
 		return nil, err
 	}
-	s, err := ctx.XLAShape(n.Meta.Vals[0])
+	s, err := ctx.TypeOf(n.Meta.Vals[0])
 	if err != nil {
 		return nil, err
 	}
-	return shOne(hlo.Reshape(v, s))
+	return shOne(v.Block().Reshape(v, s.Dims...))
 }
 
 func shLowerFlip(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -347,22 +342,22 @@ func shLowerFlip(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if err != nil {
 		return nil, err
 	}
-	var axes []int
+	var axes []int64
 	for _, d := range dims {
-		k, err := fxgraph.NormDim(d, hlo.ShapeOf(x).Rank())
+		k, err := fxgraph.NormDim(d, x.Type().Rank())
 		if err != nil {
 			return nil, err
 		}
-		axes = append(axes, k)
+		axes = append(axes, int64(k))
 	}
 	if len(axes) == 0 {
 		return []*stablehlo.Value{x}, nil
 	}
-	return shOne(hlo.Reverse(x, axes...))
+	return shOne(x.Block().Reverse(x, axes...))
 }
 
 // shIndexType is the program dtype indices are computed in.
-func (ctx *Context) shIndexType() (dtypes.DType, error) { return ctx.XLADType(tensor.Int64) }
+func (ctx *Context) shIndexType() (stablehlo.ElementType, error) { return ctx.Elem(tensor.Int64) }
 
 // shWrapIndex converts idx to the index type and maps negative entries to
 // idx + size.
@@ -371,13 +366,13 @@ func shWrapIndex(ctx *Context, idx *stablehlo.Value, size int) (*stablehlo.Value
 	if err != nil {
 		return nil, err
 	}
-	if hlo.ShapeOf(idx).DType != it {
-		if idx, err = hlo.Convert(idx, it); err != nil {
+	if idx.Type().Elem != it {
+		if idx, err = idx.Block().Convert(idx, it); err != nil {
 			return nil, err
 		}
 	}
-	dims := make([]int64, hlo.ShapeOf(idx).Rank())
-	for i, d := range hlo.ShapeOf(idx).Dimensions {
+	dims := make([]int64, idx.Type().Rank())
+	for i, d := range idx.Type().Dims {
 		dims[i] = int64(d)
 	}
 	zero, err := ctx.Full(tensor.Int64, 0, dims)
@@ -388,15 +383,15 @@ func shWrapIndex(ctx *Context, idx *stablehlo.Value, size int) (*stablehlo.Value
 	if err != nil {
 		return nil, err
 	}
-	neg, err := hlo.Compare(idx, zero, types.CompareLT, types.CompareSigned)
+	neg, err := idx.Block().Compare(idx, zero, stablehlo.LT, stablehlo.CompareSigned)
 	if err != nil {
 		return nil, err
 	}
-	plus, err := hlo.Add(idx, sz)
+	plus, err := idx.Block().Add(idx, sz)
 	if err != nil {
 		return nil, err
 	}
-	return hlo.Select(neg, plus, idx)
+	return neg.Block().Select(neg, plus, idx)
 }
 
 // shStackIndices reshapes each index (all of shape B) to B+[1] and
@@ -404,8 +399,8 @@ func shWrapIndex(ctx *Context, idx *stablehlo.Value, size int) (*stablehlo.Value
 func shStackIndices(idxs []*stablehlo.Value) (*stablehlo.Value, error) {
 	var parts []*stablehlo.Value
 	for _, v := range idxs {
-		s := hlo.ShapeOf(v)
-		r, err := hlo.Reshape(v, shapes.Make(s.DType, append(append([]int(nil), s.Dimensions...), 1)...))
+		s := v.Type()
+		r, err := v.Block().Reshape(v, append(append([]int64(nil), s.Dims...), 1)...)
 		if err != nil {
 			return nil, err
 		}
@@ -414,21 +409,21 @@ func shStackIndices(idxs []*stablehlo.Value) (*stablehlo.Value, error) {
 	if len(parts) == 1 {
 		return parts[0], nil
 	}
-	return hlo.Concatenate(len(hlo.ShapeOf(parts[0]).Dimensions)-1, parts...)
+	return parts[0].Block().Concatenate(len(parts[0].Type().Dims)-1, parts...)
 }
 
 // shAdvanced is a lowered advanced index: dims pos of the input indexed by
 // idx (wrapped, broadcast to bdims).
 type shAdvanced struct {
-	pos      []int
+	pos      []int64
 	idx      []*stablehlo.Value
-	bdims    []int
+	bdims    []int64
 	adjacent bool
 }
 
 // shAdvancedIndices lowers the indices list (argument 1) of index.Tensor or
 // index_put against input dims xd.
-func shAdvancedIndices(ctx *Context, n *fxgraph.Node, xd []int) (*shAdvanced, error) {
+func shAdvancedIndices(ctx *Context, n *fxgraph.Node, xd []int64) (*shAdvanced, error) {
 	list, ok := n.Arg(1).([]any)
 	if !ok {
 		return nil, fmt.Errorf("indices is %s, want a list", fxgraph.FormatArg(n.Arg(1)))
@@ -447,10 +442,10 @@ func shAdvancedIndices(ctx *Context, n *fxgraph.Node, xd []int) (*shAdvanced, er
 		if err != nil {
 			return nil, err
 		}
-		if v, err = shWrapIndex(ctx, v, xd[i]); err != nil {
+		if v, err = shWrapIndex(ctx, v, int(xd[i])); err != nil {
 			return nil, err
 		}
-		a.pos = append(a.pos, i)
+		a.pos = append(a.pos, int64(i))
 		a.idx = append(a.idx, v)
 		bshapes = append(bshapes, m.Val().Shape)
 	}
@@ -470,23 +465,19 @@ func shAdvancedIndices(ctx *Context, n *fxgraph.Node, xd []int) (*shAdvanced, er
 			return nil, err
 		}
 	}
-	a.bdims = intsOf(bd)
-	a.adjacent = a.pos[len(a.pos)-1]-a.pos[0] == len(a.pos)-1
+	a.bdims = bd
+	a.adjacent = a.pos[len(a.pos)-1]-a.pos[0] == int64(len(a.pos)-1)
 	return a, nil
 }
 
 // windowDims returns, for the result of indexing an input of rank r, the
 // result positions of the input dims that are not indexed.
-func (a *shAdvanced) windowDims(r int) []int {
-	indexed := map[int]bool{}
-	for _, p := range a.pos {
-		indexed[p] = true
-	}
-	nb := len(a.bdims)
-	var out []int
-	j := 0
-	for d := 0; d < r; d++ {
-		if indexed[d] {
+func (a *shAdvanced) windowDims(r int) []int64 {
+	nb := int64(len(a.bdims))
+	var out []int64
+	j := int64(0)
+	for d := range int64(r) {
+		if slices.Contains(a.pos, d) {
 			continue
 		}
 		switch {
@@ -495,7 +486,7 @@ func (a *shAdvanced) windowDims(r int) []int {
 		case d < a.pos[0]:
 			out = append(out, d)
 		default:
-			out = append(out, d-len(a.pos)+nb)
+			out = append(out, d-int64(len(a.pos))+nb)
 		}
 		j++
 	}
@@ -504,16 +495,17 @@ func (a *shAdvanced) windowDims(r int) []int {
 
 // gather returns x[indices] with PyTorch's advanced-indexing layout.
 func (a *shAdvanced) gather(x *stablehlo.Value) (*stablehlo.Value, error) {
-	xd := hlo.ShapeOf(x).Dimensions
+	xd := x.Type().Dims
 	start, err := shStackIndices(a.idx)
 	if err != nil {
 		return nil, err
 	}
-	sizes := append([]int(nil), xd...)
+	sizes := append([]int64(nil), xd...)
 	for _, p := range a.pos {
 		sizes[p] = 1
 	}
-	return hlo.Gather(x, start, len(a.bdims), a.windowDims(len(xd)), a.pos, nil, nil, a.pos, sizes, false)
+	return x.Block().Gather(x, start, stablehlo.GatherDims{OffsetDims: a.windowDims(len(xd)), CollapsedSliceDims: a.pos,
+		StartIndexMap: a.pos, IndexVectorDim: int64(len(a.bdims))}, sizes, false)
 }
 
 func shLowerIndex(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -521,7 +513,7 @@ func shLowerIndex(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	a, err := shAdvancedIndices(ctx, n, hlo.ShapeOf(x).Dimensions)
+	a, err := shAdvancedIndices(ctx, n, x.Type().Dims)
 	if err != nil {
 		return nil, err
 	}
@@ -537,7 +529,7 @@ func shLowerIndexSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 	if err != nil {
 		return nil, err
 	}
-	xd := hlo.ShapeOf(x).Dimensions
+	xd := x.Type().Dims
 	if len(xd) == 0 {
 		return []*stablehlo.Value{x}, nil
 	}
@@ -545,15 +537,15 @@ func shLowerIndexSelect(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 	if err != nil {
 		return nil, err
 	}
-	if hlo.ShapeOf(idx).Rank() == 0 {
-		if idx, err = hlo.Reshape(idx, shapes.Make(hlo.ShapeOf(idx).DType, 1)); err != nil {
+	if idx.Type().Rank() == 0 {
+		if idx, err = idx.Block().Reshape(idx, 1); err != nil {
 			return nil, err
 		}
 	}
-	if idx, err = shWrapIndex(ctx, idx, xd[dim]); err != nil {
+	if idx, err = shWrapIndex(ctx, idx, int(xd[dim])); err != nil {
 		return nil, err
 	}
-	a := &shAdvanced{pos: []int{dim}, idx: []*stablehlo.Value{idx}, bdims: hlo.ShapeOf(idx).Dimensions, adjacent: true}
+	a := &shAdvanced{pos: []int64{int64(dim)}, idx: []*stablehlo.Value{idx}, bdims: idx.Type().Dims, adjacent: true}
 	return shOne(a.gather(x))
 }
 
@@ -567,7 +559,7 @@ func shIndexConst(ctx *Context, x *stablehlo.Value, dim int, idx []int64) (*stab
 	if err != nil {
 		return nil, err
 	}
-	a := &shAdvanced{pos: []int{dim}, idx: []*stablehlo.Value{c}, bdims: []int{len(idx)}, adjacent: true}
+	a := &shAdvanced{pos: []int64{int64(dim)}, idx: []*stablehlo.Value{c}, bdims: []int64{int64(len(idx))}, adjacent: true}
 	return a.gather(x)
 }
 
@@ -579,14 +571,14 @@ func shCoords(ctx *Context, idx *stablehlo.Value, dim, size int) (*stablehlo.Val
 	if err != nil {
 		return nil, err
 	}
-	s := hlo.ShapeOf(w)
+	s := w.Type()
 	var comps []*stablehlo.Value
 	for d := 0; d < s.Rank(); d++ {
 		if d == dim {
 			comps = append(comps, w)
 			continue
 		}
-		io, err := ctx.Fn.Iota(s, d)
+		io, err := ctx.Fn.Block().Iota(s, d)
 		if err != nil {
 			return nil, err
 		}
@@ -598,16 +590,16 @@ func shCoords(ctx *Context, idx *stablehlo.Value, dim, size int) (*stablehlo.Val
 // shAsRank1 reshapes a scalar to shape [1] (gather/scatter treat scalars as
 // 1-element vectors).
 func shAsRank1(v *stablehlo.Value) (*stablehlo.Value, error) {
-	if hlo.ShapeOf(v).Rank() > 0 {
+	if v.Type().Rank() > 0 {
 		return v, nil
 	}
-	return hlo.Reshape(v, shapes.Make(hlo.ShapeOf(v).DType, 1))
+	return v.Block().Reshape(v, 1)
 }
 
-func shSeq(k int) []int {
-	out := make([]int, k)
+func shSeq(k int) []int64 {
+	out := make([]int64, k)
 	for i := range out {
-		out[i] = i
+		out[i] = int64(i)
 	}
 	return out
 }
@@ -627,20 +619,20 @@ func shLowerGather(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if idx, err = shAsRank1(idx); err != nil {
 		return nil, err
 	}
-	r := hlo.ShapeOf(x).Rank()
+	r := x.Type().Rank()
 	dim, err := shNormDim(n, 1, "dim", 0, r)
 	if err != nil {
 		return nil, err
 	}
-	start, err := shCoords(ctx, idx, dim, hlo.ShapeOf(x).Dimensions[dim])
+	start, err := shCoords(ctx, idx, dim, int(x.Type().Dims[dim]))
 	if err != nil {
 		return nil, err
 	}
-	sizes := make([]int, r)
+	sizes := make([]int64, r)
 	for i := range sizes {
 		sizes[i] = 1
 	}
-	v, err := hlo.Gather(x, start, r, nil, shSeq(r), nil, nil, shSeq(r), sizes, false)
+	v, err := x.Block().Gather(x, start, stablehlo.GatherDims{CollapsedSliceDims: shSeq(r), StartIndexMap: shSeq(r), IndexVectorDim: int64(r)}, sizes, false)
 	if err != nil {
 		return nil, err
 	}
@@ -649,14 +641,14 @@ func shLowerGather(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 
 // shUpdateFn returns the scatter combiner: "" replaces, otherwise the
 // reduction sum, prod, amax or amin.
-func shUpdateFn(ctx *Context, red string, d dtypes.DType) (*hlo.Function, error) {
+func shUpdateFn(ctx *Context, red string, d stablehlo.ElementType) (*Func, error) {
 	switch red {
 	case "":
 		fn := ctx.Fn.Closure()
-		if _, err := fn.Input(shapes.Make(d)); err != nil {
+		if _, err := fn.Input(stablehlo.TensorOf(d)); err != nil {
 			return nil, err
 		}
-		b, err := fn.Input(shapes.Make(d))
+		b, err := fn.Input(stablehlo.TensorOf(d))
 		if err != nil {
 			return nil, err
 		}
@@ -665,12 +657,12 @@ func shUpdateFn(ctx *Context, red string, d dtypes.DType) (*hlo.Function, error)
 		}
 		return fn, nil
 	case "sum":
-		if d == dtypes.Bool {
+		if d == stablehlo.Bool {
 			return ctx.ReduceFn(ReduceOr, d)
 		}
 		return ctx.ReduceFn(ReduceSum, d)
 	case "prod":
-		if d == dtypes.Bool {
+		if d == stablehlo.Bool {
 			return ctx.ReduceFn(ReduceAnd, d)
 		}
 		return ctx.ReduceFn(ReduceMul, d)
@@ -698,12 +690,12 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 	if idx, err = shAsRank1(idx); err != nil {
 		return nil, err
 	}
-	r := hlo.ShapeOf(x).Rank()
+	r := x.Type().Rank()
 	dim, err := shNormDim(n, 1, "dim", 0, r)
 	if err != nil {
 		return nil, err
 	}
-	id := hlo.ShapeOf(idx).Dimensions
+	id := idx.Type().Dims
 	var upd *stablehlo.Value
 	if n.Op == fxgraph.AtenScatterValue {
 		v, ok := fxgraph.AsFloat(n.ArgOr(3, "value", nil))
@@ -728,8 +720,8 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 		if src, err = ctx.ConvertTo(src, dt); err != nil {
 			return nil, err
 		}
-		if !shEqualInts(hlo.ShapeOf(src).Dimensions, id) {
-			if src, err = hlo.Slice(src, make([]int, len(id)), id, nil); err != nil {
+		if !shEqualInts(src.Type().Dims, id) {
+			if src, err = src.Block().Slice(src, make([]int64, len(id)), id, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -740,22 +732,22 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 		v, _ := n.Param("reduce")
 		red, _ = v.(string)
 	}
-	fn, err := shUpdateFn(ctx, red, hlo.ShapeOf(x).DType)
+	fn, err := shUpdateFn(ctx, red, x.Type().Elem)
 	if err != nil {
 		return nil, err
 	}
-	start, err := shCoords(ctx, idx, dim, hlo.ShapeOf(x).Dimensions[dim])
+	start, err := shCoords(ctx, idx, dim, int(x.Type().Dims[dim]))
 	if err != nil {
 		return nil, err
 	}
-	v, err := hlo.Scatter(x, start, upd, nil, shSeq(r), nil, nil, shSeq(r), r, false, false, fn)
+	v, err := shScatter(x, start, upd, stablehlo.ScatterDims{InsertedWindowDims: shSeq(r), ScatterDimsToOperandDims: shSeq(r), IndexVectorDim: int64(r)}, fn)
 	if err != nil {
 		return nil, err
 	}
 	return shLowerReshape(ctx, n, []*stablehlo.Value{v})
 }
 
-func shEqualInts(a, b []int) bool {
+func shEqualInts(a, b []int64) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -777,7 +769,7 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 		return nil, err
 	}
 	dt, _ := Out(n, 0)
-	xd := hlo.ShapeOf(x).Dimensions
+	xd := x.Type().Dims
 	a, err := shAdvancedIndices(ctx, n, xd)
 	if err != nil {
 		return nil, err
@@ -788,14 +780,14 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	rdims := make([]int64, rank)
 	isWin := map[int]bool{}
 	for _, w := range win {
-		isWin[w] = true
+		isWin[int(w)] = true
 	}
 	bi, wi := 0, 0
 	indexed := map[int]bool{}
 	for _, p := range a.pos {
-		indexed[p] = true
+		indexed[int(p)] = true
 	}
-	var rest []int
+	var rest []int64
 	for d := range xd {
 		if !indexed[d] {
 			rest = append(rest, xd[d])
@@ -824,7 +816,7 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if acc {
 		red = "sum"
 	}
-	fn, err := shUpdateFn(ctx, red, hlo.ShapeOf(x).DType)
+	fn, err := shUpdateFn(ctx, red, x.Type().Elem)
 	if err != nil {
 		return nil, err
 	}
@@ -832,11 +824,21 @@ func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if err != nil {
 		return nil, err
 	}
-	return shOne(hlo.Scatter(x, start, vals, win, a.pos, nil, nil, a.pos, len(a.bdims), false, false, fn))
+	return shOne(shScatter(x, start, vals, stablehlo.ScatterDims{UpdateWindowDims: win, InsertedWindowDims: a.pos, ScatterDimsToOperandDims: a.pos,
+		IndexVectorDim: int64(len(a.bdims))}, fn))
+}
+
+// shScatter is stablehlo.scatter of one input, combining with fn.
+func shScatter(x, indices, updates *stablehlo.Value, d stablehlo.ScatterDims, fn *Func) (*stablehlo.Value, error) {
+	out, err := x.Block().Scatter([]*stablehlo.Value{x}, indices, []*stablehlo.Value{updates}, d, fn.Block(), false, false)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
 }
 
 // shPads returns the per-dim (low, high) padding of a pad node.
-func shPads(n *fxgraph.Node, rank int) ([][2]int, error) {
+func shPads(n *fxgraph.Node, rank int) ([][2]int64, error) {
 	name := "pad"
 	if n.Op != fxgraph.AtenConstantPadNd {
 		name = "padding"
@@ -848,9 +850,9 @@ func shPads(n *fxgraph.Node, rank int) ([][2]int, error) {
 	if len(pad)%2 != 0 || len(pad)/2 > rank {
 		return nil, fmt.Errorf("bad padding %v for rank %d", pad, rank)
 	}
-	out := make([][2]int, rank)
+	out := make([][2]int64, rank)
 	for i := 0; i < len(pad)/2; i++ {
-		out[rank-1-i] = [2]int{int(pad[2*i]), int(pad[2*i+1])}
+		out[rank-1-i] = [2]int64{pad[2*i], pad[2*i+1]}
 	}
 	return out, nil
 }
@@ -880,7 +882,7 @@ func shLowerConstantPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 		return nil, err
 	}
 	dt, _ := Out(n, 0)
-	r := hlo.ShapeOf(x).Rank()
+	r := x.Type().Rank()
 	pads, err := shPads(n, r)
 	if err != nil {
 		return nil, err
@@ -893,11 +895,11 @@ func shLowerConstantPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([
 	if err != nil {
 		return nil, err
 	}
-	lo, hi := make([]int, r), make([]int, r)
+	lo, hi := make([]int64, r), make([]int64, r)
 	for i, p := range pads {
 		lo[i], hi[i] = p[0], p[1]
 	}
-	return shOne(hlo.Pad(x, fill, lo, hi, nil))
+	return shOne(x.Block().Pad(x, fill, lo, hi, nil))
 }
 
 // shLowerIndexPad lowers reflection and replication padding as a gather
@@ -907,19 +909,19 @@ func shLowerIndexPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 	if err != nil {
 		return nil, err
 	}
-	xd := hlo.ShapeOf(x).Dimensions
+	xd := x.Type().Dims
 	pads, err := shPads(n, len(xd))
 	if err != nil {
 		return nil, err
 	}
-	reflect := strings.HasPrefix(n.Target, "aten.reflection")
+	reflect := slices.Contains([]*fxgraph.Op{fxgraph.ReflectionPadOp(1), fxgraph.ReflectionPadOp(2), fxgraph.ReflectionPadOp(3)}, n.Op)
 	for d, p := range pads {
-		if p == [2]int{} {
+		if p == [2]int64{} {
 			continue
 		}
 		size := xd[d]
 		var idx []int64
-		for o := 0; o < size+p[0]+p[1]; o++ {
+		for o := int64(0); o < size+p[0]+p[1]; o++ {
 			i := o - p[0]
 			switch {
 			case i >= 0 && i < size:
@@ -936,7 +938,7 @@ func shLowerIndexPad(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*s
 			default:
 				i = min(max(i, 0), size-1)
 			}
-			idx = append(idx, int64(i))
+			idx = append(idx, i)
 		}
 		if x, err = shIndexConst(ctx, x, d, idx); err != nil {
 			return nil, err
@@ -973,11 +975,11 @@ func shLowerArange(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if dt.IsInt() {
 		ct = tensor.Int64
 	}
-	xt, err := ctx.XLADType(ct)
+	xt, err := ctx.Elem(ct)
 	if err != nil {
 		return nil, err
 	}
-	io, err := ctx.Fn.Iota(shapes.Make(xt, intsOf(dims)...), 0)
+	io, err := ctx.Fn.Block().Iota(stablehlo.TensorOf(xt, dims...), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -995,11 +997,11 @@ func shLowerArange(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if st, err = ctx.BroadcastTo(st, dims); err != nil {
 		return nil, err
 	}
-	v, err := hlo.Multiply(io, st)
+	v, err := io.Block().Multiply(io, st)
 	if err != nil {
 		return nil, err
 	}
-	if v, err = hlo.Add(v, s0); err != nil {
+	if v, err = v.Block().Add(v, s0); err != nil {
 		return nil, err
 	}
 	return shOne(ctx.ConvertTo(v, dt))
@@ -1014,25 +1016,25 @@ func shLowerRepeat(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*sta
 	if err != nil {
 		return nil, err
 	}
-	xs := hlo.ShapeOf(x)
+	xs := x.Type()
 	off := len(reps) - xs.Rank()
-	padded := make([]int, len(reps))
+	padded := make([]int64, len(reps))
 	for i := range padded {
 		padded[i] = 1
 		if i >= off {
-			padded[i] = xs.Dimensions[i-off]
+			padded[i] = xs.Dims[i-off]
 		}
 	}
-	if x, err = hlo.Reshape(x, shapes.Make(xs.DType, padded...)); err != nil {
+	if x, err = x.Block().Reshape(x, padded...); err != nil {
 		return nil, err
 	}
-	var wide []int
-	var axes []int
+	var wide []int64
+	var axes []int64
 	for i, k := range reps {
-		wide = append(wide, int(k), padded[i])
-		axes = append(axes, 2*i+1)
+		wide = append(wide, k, padded[i])
+		axes = append(axes, int64(2*i+1))
 	}
-	b, err := hlo.BroadcastInDim(x, shapes.Make(xs.DType, wide...), axes)
+	b, err := x.Block().BroadcastInDim(x, wide, axes)
 	if err != nil {
 		return nil, err
 	}
@@ -1054,16 +1056,16 @@ func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	if err != nil {
 		return nil, err
 	}
-	mat := shapes.Make(it, int(dims[r-2]), int(dims[r-1]))
-	rows, err := ctx.Fn.Iota(mat, 0)
+	mat := stablehlo.TensorOf(it, dims[r-2], dims[r-1])
+	rows, err := ctx.Fn.Block().Iota(mat, 0)
 	if err != nil {
 		return nil, err
 	}
-	cols, err := ctx.Fn.Iota(mat, 1)
+	cols, err := ctx.Fn.Block().Iota(mat, 1)
 	if err != nil {
 		return nil, err
 	}
-	diff, err := hlo.Subtract(cols, rows)
+	diff, err := cols.Block().Subtract(cols, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -1071,26 +1073,26 @@ func shLowerTri(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stable
 	if err != nil {
 		return nil, err
 	}
-	kb, err := hlo.BroadcastInDim(kc, mat, nil)
+	kb, err := kc.Block().BroadcastInDim(kc, mat.Dims, nil)
 	if err != nil {
 		return nil, err
 	}
-	dir := types.CompareLE
+	dir := stablehlo.LE
 	if n.Op == fxgraph.AtenTriu {
-		dir = types.CompareGE
+		dir = stablehlo.GE
 	}
-	mask, err := hlo.Compare(diff, kb, dir, types.CompareSigned)
+	mask, err := diff.Block().Compare(diff, kb, dir, stablehlo.CompareSigned)
 	if err != nil {
 		return nil, err
 	}
-	if mask, err = hlo.BroadcastInDim(mask, shapes.Make(dtypes.Bool, intsOf(dims)...), []int{r - 2, r - 1}); err != nil {
+	if mask, err = mask.Block().BroadcastInDim(mask, dims, []int64{int64(r - 2), int64(r - 1)}); err != nil {
 		return nil, err
 	}
 	zero, err := ctx.Full(dt, 0, dims)
 	if err != nil {
 		return nil, err
 	}
-	return shOne(hlo.Select(mask, x, zero))
+	return shOne(mask.Block().Select(mask, x, zero))
 }
 
 func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {
@@ -1102,26 +1104,26 @@ func shLowerPixel(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stab
 	if err != nil {
 		return nil, err
 	}
-	f := int(f64)
-	xs := hlo.ShapeOf(x)
+	f := f64
+	xs := x.Type()
 	k := xs.Rank()
-	batch := append([]int(nil), xs.Dimensions[:k-3]...)
-	c, h, w := xs.Dimensions[k-3], xs.Dimensions[k-2], xs.Dimensions[k-1]
+	batch := append([]int64(nil), xs.Dims[:k-3]...)
+	c, h, w := xs.Dims[k-3], xs.Dims[k-2], xs.Dims[k-1]
 	b := len(batch)
 	perm := shSeq(b + 5)
-	var mid []int
+	var mid []int64
 	if n.Op == fxgraph.AtenPixelShuffle {
-		mid = append(append([]int(nil), batch...), c/(f*f), f, f, h, w)
-		copy(perm[b:], []int{b, b + 3, b + 1, b + 4, b + 2})
+		mid = append(append([]int64(nil), batch...), c/(f*f), f, f, h, w)
+		copy(perm[b:], []int64{int64(b), int64(b + 3), int64(b + 1), int64(b + 4), int64(b + 2)})
 	} else {
-		mid = append(append([]int(nil), batch...), c, h/f, f, w/f, f)
-		copy(perm[b:], []int{b, b + 2, b + 4, b + 1, b + 3})
+		mid = append(append([]int64(nil), batch...), c, h/f, f, w/f, f)
+		copy(perm[b:], []int64{int64(b), int64(b + 2), int64(b + 4), int64(b + 1), int64(b + 3)})
 	}
-	v, err := hlo.Reshape(x, shapes.Make(xs.DType, mid...))
+	v, err := x.Block().Reshape(x, mid...)
 	if err != nil {
 		return nil, err
 	}
-	if v, err = hlo.Transpose(v, perm...); err != nil {
+	if v, err = v.Block().Transpose(v, perm...); err != nil {
 		return nil, err
 	}
 	return shLowerReshape(ctx, n, []*stablehlo.Value{v})

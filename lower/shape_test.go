@@ -9,6 +9,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -37,7 +38,7 @@ func TestShapeStableHLO(t *testing.T) {
 	c := g.AddCall(fxgraph.AtenConstantPadNd, []any{x, []any{int64(1), int64(-1)}, 0.5}, nil)
 	sl := g.AddCall(fxgraph.AtenSliceTensor, []any{x, int64(1), int64(1), nil, int64(2)}, nil)
 	g.SetOutput(p, s, c, sl)
-	prog, err := lower.New(lower.Options{}).Lower(g, map[string]int64{"N": 2})
+	prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, map[string]int64{"N": 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestShapeRun(t *testing.T) {
 	}
 	g.SetOutput(outs...)
 	for _, narrow := range []bool{false, true} {
-		prog, err := lower.New(lower.Options{NarrowInt64: narrow}).Lower(g, map[string]int64{"N": 2})
+		prog, err := lower.New(lower.Options{NarrowInt64: narrow}, cpu.Platform()).Lower(g, map[string]int64{"N": 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,7 +274,7 @@ func TestShapeRunUnfolded(t *testing.T) {
 			ai := g.AddCall(fxgraph.AtenArangeStartStep, []any{int64(10), int64(0), int64(-4)}, nil)
 			s := g.AddCall(fxgraph.Aten_ShapeAsTensor, []any{x}, nil)
 			g.SetOutput(f, a, ai, s)
-			l := lower.New(lower.Options{NarrowInt64: narrow})
+			l := lower.New(lower.Options{NarrowInt64: narrow}, cpu.Platform())
 			if err := l.IR().PropagateShapes(g); err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
@@ -44,7 +45,7 @@ func BenchmarkTraceOnce(b *testing.B) {
 func benchTraceOnce(b *testing.B, client *pjrt.Client, model, inputName, inputFile string) {
 	ctx := context.Background()
 	g, inputs, dims := loadBenchModel(b, model, inputFile)
-	l := lower.New(lower.Options{Platform: client.Platform()})
+	l := lower.New(lower.Options{Platform: client.Platform()}, cpu.Platform())
 	w := engine.NewWeights(client)
 	defer w.Close()
 
@@ -198,7 +199,7 @@ func benchCPUConvOption(b *testing.B, client *pjrt.Client, model, input string, 
 	off.Platform = client.Platform()
 	var exes [2]*engine.Executable
 	for i, opts := range []lower.Options{{Platform: client.Platform()}, off} {
-		prog, err := lower.New(opts).Lower(g, dims)
+		prog, err := lower.New(opts, cpu.Platform()).Lower(g, dims)
 		if err != nil {
 			b.Fatal(err)
 		}

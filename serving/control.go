@@ -66,6 +66,9 @@ func (m *Manager) allowControl(what, model string) error {
 
 // unloadedReason is the status reason of an unloaded version.
 func (m *Manager) unloadedReason(name string) string {
+	if m.opts.LoadPolicy == LoadLazy {
+		return lazyLoadedReason
+	}
 	if m.opts.controlMode() == ControlExplicit {
 		return fmt.Sprintf("unloaded (model control explicit: it stays unloaded until POST /v2/repository/models/%s/load)", name)
 	}

@@ -57,6 +57,9 @@ func testClient(t testing.TB) *pjrt.Client {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if sharedCacheDir != "" {
+		os.RemoveAll(sharedCacheDir)
+	}
 	if sharedClient != nil {
 		if err := sharedClient.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "closing the shared client:", err)
@@ -64,6 +67,25 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+var (
+	cacheOnce      sync.Once
+	sharedCacheDir string
+)
+
+// sharedCache is a compile cache the tests of one run share (removed by
+// TestMain), for tests that load the same models again and again.
+func sharedCache(t testing.TB) string {
+	t.Helper()
+	cacheOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "xserve-serving-cache-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sharedCacheDir = dir
+	})
+	return sharedCacheDir
 }
 
 // logBuffer collects a Manager's log lines.

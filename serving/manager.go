@@ -33,6 +33,11 @@ type Options struct {
 	// can serialize them, compiled executables across restarts; "" means no
 	// on-disk compile cache.
 	CompileCacheDir string
+	// CompileCache, if set, is the compile cache instead of
+	// CompileCacheDir: one that replicas share, such as a
+	// clustercache.Tiered (a local directory in front of a JetStream
+	// object store). The Manager does not close it.
+	CompileCache engine.Cache
 	// Lowering configures lowering; Platform defaults to Client.Platform().
 	Lowering lower.Options
 	// Logger receives load, compile and unload events; nil means
@@ -76,6 +81,16 @@ type Options struct {
 	// version (their state stays on the device); 0 means
 	// DefaultMaxSequences.
 	MaxSequences int
+	// LoadPolicy says when models load (see LoadPolicy); "" means
+	// LoadEager.
+	LoadPolicy LoadPolicy
+	// MemoryBudget bounds, under LoadLazy, the device memory the loaded
+	// models take; the zero value is unbounded.
+	MemoryBudget MemoryBudget
+	// OnHeldChange, when set, is called from a goroutine of its own after
+	// a load on demand or an eviction (LoadLazy) changed which models are
+	// held loaded (natsapi announces them).
+	OnHeldChange func()
 }
 
 // BucketEvent reports one bucket's executable being built (Options.OnBucket).
@@ -101,6 +116,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.SplitBatches == "" {
 		o.SplitBatches = SplitAuto
+	}
+	if o.LoadPolicy == "" {
+		o.LoadPolicy = LoadEager
 	}
 	if o.ExactCompilesPerMinute == 0 {
 		o.ExactCompilesPerMinute = DefaultExactCompilesPerMinute
@@ -134,6 +152,12 @@ func (o *Options) validate() error {
 	}
 	if _, err := ParseSplitBatches(string(o.SplitBatches)); err != nil {
 		return fmt.Errorf("serving: Options.SplitBatches: %w", err)
+	}
+	if _, err := ParseLoadPolicy(string(o.LoadPolicy)); err != nil {
+		return fmt.Errorf("serving: Options.LoadPolicy: %w", err)
+	}
+	if err := o.MemoryBudget.validate(); err != nil {
+		return err
 	}
 	return o.validateControl()
 }
@@ -175,10 +199,16 @@ type Manager struct {
 	// by each batch's runner before it executes the batch.
 	batchHook func(ctx context.Context, bt *batching.Batch)
 
-	mu      sync.Mutex // guards models, closed, scanned and the fields of model and version marked so
+	mu      sync.Mutex // guards models, closed, scanned, lazyTick and the fields of model and version marked so
 	models  map[string]*model
 	closed  bool
 	scanned bool
+
+	// Under LoadLazy: lazyTick orders uses (the least recently used model
+	// goes first); lazySlot holds a token per load on demand (one at a
+	// time, so that two never count the same free memory).
+	lazyTick int64
+	lazySlot chan struct{}
 }
 
 // model is one model of the repository and its versions.
@@ -191,6 +221,8 @@ type model struct {
 	// err is a problem with the model as a whole (an invalid config.yaml, no
 	// version to serve), reported by Status when no version is known.
 	err error
+	// lazy is its state under LoadLazy; nil under LoadEager.
+	lazy *lazyModel
 }
 
 // NewManager scans the repository and loads the versions every model's
@@ -207,6 +239,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		Client:   opts.Client,
 		Lowering: opts.Lowering,
 		CacheDir: opts.CompileCacheDir,
+		Cache:    opts.CompileCache,
 		Logger:   opts.Logger,
 		Cores:    opts.Cores,
 	})
@@ -223,6 +256,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		compileSlots: make(chan struct{}, opts.CompileParallelism),
 		exactBudget:  newCompileBudget(opts.ExactCompilesPerMinute),
 		models:       map[string]*model{},
+		lazySlot:     make(chan struct{}, 1),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 
@@ -255,7 +289,7 @@ func (m *Manager) loadAll(ctx context.Context, snap *modelrepo.Snapshot) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			m.sync(ctx, e.Name, e) // failures are logged and in Status
+			m.follow(ctx, e.Name, e) // failures are logged and in Status
 		}()
 	}
 	wg.Wait()
@@ -280,12 +314,21 @@ func (m *Manager) poll(base *modelrepo.Snapshot) {
 			return // one sync per model and poll: the changes share the entry
 		default:
 			last = c.Entry
-			err = m.sync(m.ctx, c.Model, c.Entry)
+			err = m.follow(m.ctx, c.Model, c.Entry)
 		}
 		if err != nil {
 			m.log.Debug("sync failed", "model", c.Model, "error", err) // logged in detail by sync
 		}
 	})
+}
+
+// follow makes the model called name follow the repository's entry, as the
+// load policy says: sync under LoadEager, syncLazy under LoadLazy.
+func (m *Manager) follow(ctx context.Context, name string, entry *modelrepo.ModelEntry) error {
+	if m.opts.LoadPolicy == LoadLazy {
+		return m.syncLazy(ctx, name, entry)
+	}
+	return m.sync(ctx, name, entry)
 }
 
 // beginOp registers a Load, Unload or sync, failing once Shutdown began.
@@ -307,6 +350,9 @@ func (m *Manager) lockModel(name string) *model {
 		md := m.models[name]
 		if md == nil {
 			md = &model{name: name, versions: map[int64]*version{}}
+			if m.opts.LoadPolicy == LoadLazy {
+				md.lazy = &lazyModel{}
+			}
 			m.models[name] = md
 		}
 		m.mu.Unlock()
@@ -346,6 +392,11 @@ func (m *Manager) sync(ctx context.Context, name string, entry *modelrepo.ModelE
 	}
 	if entry.Err != nil || entry.Config == nil {
 		return m.markBroken(md, entry)
+	}
+	if md.lazy != nil {
+		m.mu.Lock()
+		md.lazy.entry = entry
+		m.mu.Unlock()
 	}
 	want := entry.Selected()
 	broken := brokenVersions(entry)
@@ -744,6 +795,7 @@ func (m *Manager) acquire(name string, num int64) (*version, error) {
 		return nil, err
 	}
 	v.refs++
+	m.touchLocked(m.models[name])
 	return v, nil
 }
 
@@ -774,6 +826,9 @@ func (m *Manager) Infer(ctx context.Context, model string, version int64, req *I
 		return nil, fmt.Errorf("serving: infer %s: %w", model, err)
 	}
 	v, err := m.acquire(model, version)
+	if err != nil && errors.Is(err, ErrNotReady) && m.opts.LoadPolicy == LoadLazy {
+		v, err = m.acquireLazily(ctx, model, version, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -857,6 +912,9 @@ func (m *Manager) Ready() bool {
 		return false
 	}
 	for _, md := range m.models {
+		if md.lazy != nil {
+			continue // a load on demand does not make the server unready
+		}
 		for _, v := range md.versions {
 			if v.state == StateLoading {
 				return false
@@ -977,7 +1035,7 @@ func (m *Manager) RepositoryRoot() string { return m.repo.Root() }
 // xserve_compile_cache_total, xserve_models_loaded, xserve_model_state and
 // xserve_queue_depth.
 func (m *Manager) WriteMetrics(w io.Writer) error {
-	m.updateQueueDepth()
+	m.updateGauges()
 	return m.metrics.reg.Write(w)
 }
 

@@ -47,6 +47,13 @@ type serverMetrics struct {
 	exactEvicted   *metrics.CounterVec   // model, version
 	splitRuns      *metrics.CounterVec   // model, version
 	queueDepth     *metrics.GaugeVec     // model, version; set at each scrape
+	loads          *metrics.CounterVec   // model (LoadLazy)
+	evictions      *metrics.CounterVec   // model (LoadLazy)
+	loadWait       *metrics.HistogramVec // model (LoadLazy)
+	loadWaiting    *metrics.GaugeVec     // (LoadLazy)
+	memory         *metrics.GaugeVec     // model; set at each scrape
+	memoryUsed     *metrics.GaugeVec     // device; set at each scrape
+	memoryBudget   *metrics.GaugeVec     // device
 }
 
 func newServerMetrics() *serverMetrics {
@@ -90,7 +97,23 @@ func newServerMetrics() *serverMetrics {
 			"1 while a READY version serves an instance loaded from an older model file or config.yaml because reloading the current one failed; 0 otherwise.", "model", "version"),
 		state: r.NewGaugeVec("xserve_model_state",
 			"1 for the state each known model version is in, 0 for the others.", "model", "version", "state"),
+		loads: r.NewCounterVec("xserve_model_loads_total",
+			"Models loaded on demand, by a request that found them not loaded (--model-load-policy lazy).", "model"),
+		evictions: r.NewCounterVec("xserve_model_evictions_total",
+			"Models unloaded to make room in the device memory budget for another one, least recently used first (--model-load-policy lazy).", "model"),
+		loadWait: r.NewHistogramVec("xserve_model_load_wait_seconds",
+			"Time a request waited for its model to load on demand (--model-load-policy lazy), until the load ended or the request gave up.",
+			compileBuckets, "model"),
+		loadWaiting: r.NewGaugeVec("xserve_model_load_waiting",
+			"Requests waiting now for their model to load on demand (--model-load-policy lazy)."),
+		memory: r.NewGaugeVec("xserve_model_memory_bytes",
+			"Device memory each loaded model takes as the memory budget counts it: its weights on the device, or its model files while larger (read at each scrape).", "model"),
+		memoryUsed: r.NewGaugeVec("xserve_model_memory_used_bytes",
+			"Device memory the loaded models take together, per device (read at each scrape).", "device"),
+		memoryBudget: r.NewGaugeVec("xserve_model_memory_budget_bytes",
+			"The device memory budget of the models loaded on demand (--model-memory-budget), per device; 0 is unbounded.", "device"),
 	}
+	m.loadWaiting.With()
 	for _, kind := range []string{engine.CacheStableHLO, engine.CacheExecutable} {
 		m.cache.With(kind, "hit")
 		m.cache.With(kind, "miss")

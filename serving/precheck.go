@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/xserve/xserve/tensor"
@@ -15,6 +16,9 @@ import (
 // ErrInvalidInput or ErrNoBucket.
 func (m *Manager) CheckInput(model string, version int64, name string, dt tensor.DType, shape []int64) error {
 	v, err := m.acquire(model, version)
+	if err != nil && errors.Is(err, ErrNotReady) && m.opts.LoadPolicy == LoadLazy {
+		return nil // not loaded yet: Infer loads it and checks the inputs then
+	}
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -244,9 +245,9 @@ func (v *version) executionRows(calls []*call) int64 {
 	return rows
 }
 
-// updateQueueDepth sets xserve_queue_depth from the batchers of the READY
+// updateGauges sets xserve_queue_depth from the batchers of the READY
 // versions that batch.
-func (m *Manager) updateQueueDepth() {
+func (m *Manager) updateGauges() {
 	m.mu.Lock()
 	var vs []*version
 	for _, md := range m.models {
@@ -256,10 +257,18 @@ func (m *Manager) updateQueueDepth() {
 			}
 		}
 	}
+	per, used := m.memoryLocked()
 	m.mu.Unlock()
 	g := m.metrics.queueDepth
 	g.Reset()
 	for _, v := range vs {
 		g.With(v.name, v.label).Set(float64(v.batcher.Stats().Total.Queued))
 	}
+	m.metrics.memory.Reset()
+	for name, n := range per {
+		m.metrics.memory.With(name).Set(float64(n))
+	}
+	dev := strconv.Itoa(modelDevice)
+	m.metrics.memoryUsed.With(dev).Set(float64(used))
+	m.metrics.memoryBudget.With(dev).Set(float64(m.opts.MemoryBudget.For(modelDevice)))
 }

@@ -21,7 +21,8 @@ import (
 //     (PREFIX.>), service discovery ($SRV.>) and inboxes (_INBOX.>), and
 //     publish replies (to inboxes and to the reply subject of a request it
 //     received), to the JetStream API ($JS.API.>, $JS.ACK.>: the durable
-//     stream and consumer) and to $SRV.>.
+//     stream and consumer), to object stores ($O.>: the cluster compile
+//     cache) and to $SRV.>.
 //   - the client user, whose seed is in a 0600 file
 //     (EmbeddedOptions.ClientNkeyFile; `xserve nats-infer --nats-nkey`,
 //     loadtest -nats-nkey, nats --nkey). It may publish only requests
@@ -106,7 +107,7 @@ func loadOrCreateSeed(path string) (*nkeyUser, error) {
 // servingPermissions are the serving user's.
 func servingPermissions(prefix string) *server.Permissions {
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$SRV.>", prefix + ".>"}},
+		Publish:   &server.SubjectPermission{Allow: []string{"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$O.>", "$SRV.>", prefix + ".>"}},
 		Subscribe: &server.SubjectPermission{Allow: []string{prefix + ".>", "$SRV.>", "_INBOX.>"}},
 		// Replies to the reply subject of a request received, whatever its
 		// name.

@@ -211,3 +211,114 @@ func adminJetStream(t testing.TB, e *Embedded) (*nats.Conn, jetstream.JetStream)
 	}
 	return nc, js
 }
+
+// TestDurableWaitsForTheStream: a durable request published while no
+// stream takes it (a stream leader election in a cluster; here, before the
+// first replica created the stream) is published again until the stream
+// answers, within ClientOptions.StreamWait; without the wait it fails at
+// once with ErrNoResponders.
+func TestDurableWaitsForTheStream(t *testing.T) {
+	e := startNATS(t)
+	nc := connect(t, e)
+	x := []serving.NamedTensor{{Name: "x", Tensor: tensor.FromFloat32s([]float32{1}, 1)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	impatient, err := NewClient(nc, ClientOptions{Durable: true, StreamWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impatient.Close()
+	if _, err := impatient.Infer(ctx, "echo", x, InferOptions{}); !errors.Is(err, ErrNoResponders) {
+		t.Fatalf("durable request without a stream and no wait: %v, want ErrNoResponders", err)
+	}
+
+	c, err := NewClient(nc, ClientOptions{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	type answer struct {
+		res *Result
+		err error
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		res, err := c.Infer(ctx, "echo", x, InferOptions{ID: "waits"})
+		done <- answer{res, err}
+	}()
+	time.Sleep(time.Second)
+	startServer(t, e, echoBackend{}, Options{Durable: true})
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("durable request sent 1s before the stream existed: %v", a.err)
+	}
+	if a.res.ID != "waits" || a.res.Delivery != 1 {
+		t.Errorf("answered %+v", a.res)
+	}
+	t.Logf("answered %v after it was sent, the stream created after 1s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestDurableRetryAfterALostReply: a durable request the stream took and a
+// replica acknowledged, but whose reply never came (the answering
+// replica's NATS node cut off from the client's after the ack was
+// recorded), is stored again when the client retries it with the same id,
+// and answered once.
+func TestDurableRetryAfterALostReply(t *testing.T) {
+	e := startNATS(t)
+	ctx := context.Background()
+	// The stream and the consumer, with no replica pulling.
+	first := startServer(t, e, echoBackend{}, Options{Durable: true})
+	if err := first.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nc := connect(t, e)
+	c, err := NewClient(nc, ClientOptions{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	x := []serving.NamedTensor{{Name: "x", Tensor: tensor.FromFloat32s([]float32{1}, 1)}}
+	// The "replica" that takes the request and acknowledges it, its reply
+	// lost.
+	_, js := adminJetStream(t, e)
+	lost := make(chan error, 1)
+	go func() {
+		cons, err := js.Consumer(ctx, DefaultStream, DefaultConsumer)
+		if err != nil {
+			lost <- err
+			return
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			lost <- err
+			return
+		}
+		for m := range batch.Messages() {
+			lost <- m.DoubleAck(ctx)
+			return
+		}
+		lost <- fmt.Errorf("no request fetched: %v", batch.Error())
+	}()
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = c.Infer(actx, "echo", x, InferOptions{ID: "lost-reply"})
+	cancel()
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("first attempt: %v, want ErrTimeout", err)
+	}
+	if err := <-lost; err != nil {
+		t.Fatalf("taking the request without answering: %v", err)
+	}
+
+	startServer(t, e, echoBackend{}, Options{Durable: true})
+	actx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := c.Infer(actx, "echo", x, InferOptions{ID: "lost-reply"})
+	if err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if res.ID != "lost-reply" || c.Duplicates() != 0 {
+		t.Errorf("answered %+v, %d duplicates", res, c.Duplicates())
+	}
+}

@@ -67,7 +67,16 @@ type ClientOptions struct {
 	// MaxDecompressedBytes bounds a compressed reply once decompressed;
 	// default 1 GiB.
 	MaxDecompressedBytes int64
+	// StreamWait is how long a durable publish that nothing answers (no
+	// responders) is tried again, within the call's deadline: in a NATS
+	// cluster the stream has no leader for the seconds of an election
+	// after a node is lost or cut off. Default 10s; negative: no wait.
+	StreamWait time.Duration
 }
+
+// streamRetryWait is the pause between two publishes of a durable request
+// while its stream does not answer.
+const streamRetryWait = 250 * time.Millisecond
 
 // Client sends inference requests to xserve replicas over NATS, plain or
 // durable. It is safe for concurrent use.
@@ -81,9 +90,10 @@ type Client struct {
 	inbox string
 	sub   *nats.Subscription
 
-	mu        sync.Mutex // guards waiting, answered, lastPrune
+	mu        sync.Mutex // guards waiting, answered, published, lastPrune
 	waiting   map[string]chan *nats.Msg
 	answered  map[string]time.Time
+	published map[string]publication // unanswered ids the stream took
 	lastPrune time.Time
 
 	duplicates atomic.Int64
@@ -104,6 +114,9 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 	if opts.MaxDecompressedBytes == 0 {
 		opts.MaxDecompressedBytes = 1 << 30
 	}
+	if opts.StreamWait == 0 {
+		opts.StreamWait = 10 * time.Second
+	}
 	if !validSubject(opts.Prefix) {
 		return nil, fmt.Errorf("natsapi: ClientOptions.Prefix %q is not a subject of literal tokens", opts.Prefix)
 	}
@@ -119,6 +132,7 @@ func NewClient(nc *nats.Conn, opts ClientOptions) (*Client, error) {
 		}
 		c.waiting = map[string]chan *nats.Msg{}
 		c.answered = map[string]time.Time{}
+		c.published = map[string]publication{}
 		c.inbox = nc.NewInbox()
 		if c.sub, err = nc.Subscribe(c.inbox, c.onReply); err != nil {
 			cs.Close()
@@ -214,22 +228,86 @@ func (c *Client) callDurable(ctx context.Context, model, id string, msg *nats.Ms
 		c.mu.Unlock()
 	}()
 	msg.Subject = durableSubject(c.opts.Prefix, model)
-	msg.Header.Set(HeaderMsgID, id)
+	msg.Header.Set(HeaderMsgID, c.msgID(id))
 	msg.Header.Set(HeaderReplyTo, c.inbox)
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return nil, fmt.Errorf("%w: no stream takes %s (is an xserve replica running with --nats-durable?)", ErrNoResponders, msg.Subject)
+	// The reply can come before the stream's ack, or without it (the ack
+	// lost with a NATS node after the request was stored): a reply ends
+	// the call whatever the publish says.
+	published := make(chan error, 1)
+	go func() {
+		retries := int(max(c.opts.StreamWait, 0) / streamRetryWait)
+		_, err := c.js.PublishMsg(ctx, msg, jetstream.WithRetryWait(streamRetryWait), jetstream.WithRetryAttempts(retries))
+		published <- err
+	}()
+	for {
+		select {
+		case r := <-ch:
+			return r, nil
+		case err := <-published:
+			published = nil
+			if err != nil {
+				select {
+				case r := <-ch:
+					return r, nil
+				default:
+				}
+				return nil, c.publishError(err, id, msg.Subject)
+			}
+			c.notePublished(id)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; a retry with the same id publishes it again, and only one answer is returned): %w", ErrTimeout, id, msg.Subject, ctx.Err())
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w: publishing request %s to %s: %w", ErrTimeout, id, msg.Subject, err)
-		}
-		return nil, fmt.Errorf("natsapi: publish durable request %s to %s: %w", id, msg.Subject, err)
 	}
-	select {
-	case r := <-ch:
-		return r, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: durable request %s on %s (it stays in the stream until a replica answers; the answer to a retry with the same id is not duplicated): %w", ErrTimeout, id, msg.Subject, ctx.Err())
+}
+
+// publishError says why a durable request could not be published.
+func (c *Client) publishError(err error, id, subject string) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return fmt.Errorf("%w: no stream takes %s after %v (is an xserve replica running with --nats-durable? has the stream a leader?)", ErrNoResponders, subject, max(c.opts.StreamWait, 0))
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: publishing request %s to %s: %w", ErrTimeout, id, subject, err)
+	}
+	return fmt.Errorf("natsapi: publish durable request %s to %s: %w", id, subject, err)
+}
+
+// publication counts the times the stream took one request id.
+type publication struct {
+	n    int
+	last time.Time
+}
+
+// msgID is the Nats-Msg-Id of a durable request: its id, so that JetStream
+// drops a second publish whose first it may have stored without its ack
+// reaching us; but a retry of a request the stream took and nobody answered
+// in time gets a new one (id.2, id.3, ...), so that it is stored and
+// delivered again: its reply may have been lost on the way (the answering
+// replica's NATS node cut off from ours after the stream recorded the
+// request's ack). The client drops the second reply if both come.
+func (c *Client) msgID(id string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.published[id]; ok {
+		return id + "." + strconv.Itoa(p.n+1)
+	}
+	return id
+}
+
+// notePublished records that the stream took a publish of id.
+func (c *Client) notePublished(id string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, done := c.answered[id]; done { // the reply came first
+		return
+	}
+	c.published[id] = publication{c.published[id].n + 1, now}
+	if len(c.published) > 1<<16 {
+		for k, p := range c.published {
+			if now.Sub(p.last) > c.opts.DedupWindow {
+				delete(c.published, k)
+			}
+		}
 	}
 }
 
@@ -240,6 +318,7 @@ func (c *Client) onReply(m *nats.Msg) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.published, id)
 	if ch, ok := c.waiting[id]; ok {
 		delete(c.waiting, id)
 		c.answered[id] = now

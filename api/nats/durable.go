@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -31,14 +32,32 @@ type durable struct {
 	done  chan struct{} // closed when the consume loop returns
 }
 
+// durableSetupWait bounds how long setupDurable tries again while the
+// JetStream API is unavailable.
+const durableSetupWait = time.Minute
+
 // setupDurable creates (or updates to opts) the work-queue stream and the
-// shared durable pull consumer.
+// shared durable pull consumer. In a NATS cluster the JetStream API is
+// unavailable for the seconds of an election after a node is lost: a
+// replica starting then tries again, with backoff, for durableSetupWait.
 func (s *Server) setupDurable(ctx context.Context) (*durable, error) {
 	js, err := jetstream.New(s.nc)
 	if err != nil {
 		return nil, fmt.Errorf("natsapi: JetStream: %w", err)
 	}
-	cons, err := s.createDurable(ctx, js)
+	deadline := time.Now().Add(durableSetupWait)
+	var cons jetstream.Consumer
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		cons, err = s.createDurable(ctx, js)
+		if err == nil || !jetStreamUnavailable(err) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			break
+		}
+		s.log.Warn("natsapi: JetStream unavailable (a NATS cluster electing a leader?); trying again", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +93,16 @@ func (s *Server) createDurable(ctx context.Context, js jetstream.JetStream) (jet
 		return nil, fmt.Errorf("natsapi: create or update consumer %s on stream %s: %w", s.opts.Consumer, s.opts.Stream, err)
 	}
 	return cons, nil
+}
+
+// jetStreamUnavailable reports whether a JetStream API error may pass: the
+// API says it is temporarily unavailable (503), or nothing answered in time.
+func jetStreamUnavailable(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		return api.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // startDurable starts pulling durable requests.

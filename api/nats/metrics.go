@@ -33,6 +33,8 @@ func natsCounters() []natsCounter {
 			loadInt(func(st *modelStats) *atomic.Int64 { return &st.durable })},
 		{"xserve_nats_redelivered_total", "counter", "Durable NATS requests answered on a redelivery (a replica failed before acknowledging them), by model.",
 			loadInt(func(st *modelStats) *atomic.Int64 { return &st.redelivered })},
+		{"xserve_nats_forwarded_total", "counter", "NATS requests for a model this replica did not hold, forwarded to a replica holding it (--model-load-policy lazy), by model.",
+			loadInt(func(st *modelStats) *atomic.Int64 { return &st.forwarded })},
 		{"xserve_nats_request_seconds_total", "counter", "Total time from receipt to reply of the answered NATS requests, by model; divide by xserve_nats_requests_total for the mean.",
 			func(st *modelStats) float64 { return float64(st.nanos.Load()) / 1e9 }},
 		{"xserve_nats_requests_in_flight", "gauge", "NATS requests being handled now, by model.",

@@ -160,6 +160,18 @@ type Options struct {
 	// default 10m.
 	StreamMaxAge time.Duration
 
+	// OnDemand says that the backend loads models on their first request
+	// and evicts the least recently used (serving.LoadLazy): the replica
+	// subscribes to every model of the repository, announces the ones it
+	// holds (PREFIX.warm.<model>), and forwards a request for a model it
+	// does not hold to a replica that does, loading the model itself only
+	// when none does (see route.go).
+	OnDemand bool
+	// ForwardTimeout bounds the wait for a forwarded request's answer
+	// when the request has no deadline of its own; past it the replica
+	// answers the request itself. Default 30s.
+	ForwardTimeout time.Duration
+
 	// Logger receives the server's structured logs; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -223,6 +235,9 @@ func (o *Options) setDefaults() {
 	if o.StreamMaxAge == 0 {
 		o.StreamMaxAge = DefaultStreamMaxAge
 	}
+	if o.ForwardTimeout == 0 {
+		o.ForwardTimeout = DefaultForwardTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -274,6 +289,9 @@ func (o *Options) validate() error {
 	}
 	if o.StreamMaxAge < 0 {
 		bad("StreamMaxAge", o.StreamMaxAge, "a positive duration")
+	}
+	if o.ForwardTimeout < 0 {
+		bad("ForwardTimeout", o.ForwardTimeout, "a positive duration")
 	}
 	return errors.Join(errs...)
 }

@@ -140,6 +140,9 @@ type job struct {
 	sent time.Time
 	msg  jetstream.Msg // a durable request; nil for plain ones
 	done func()        // called when the job is finished; may be nil
+	// warm: the request came on PREFIX.warm.<model> (forwarded by a
+	// replica that does not hold the model): never forwarded again.
+	warm bool
 }
 
 // modelStats counts one model's requests on this replica; the fields are
@@ -151,6 +154,7 @@ type modelStats struct {
 	overloaded  atomic.Int64 // refused with 429 by the worker pool
 	durable     atomic.Int64 // durable requests answered
 	redelivered atomic.Int64 // durable requests answered on a redelivery
+	forwarded   atomic.Int64 // answered by a replica holding the model (Options.OnDemand)
 	inflight    atomic.Int64
 	nanos       atomic.Int64 // total time from receipt to reply
 }
@@ -172,6 +176,9 @@ type EndpointData struct {
 	// them that had been delivered before (to a replica that failed).
 	Durable     int64 `json:"durable"`
 	Redelivered int64 `json:"redelivered"`
+	// Forwarded counts the requests this replica forwarded to one holding
+	// the model loaded (Options.OnDemand), whose answers it relayed.
+	Forwarded int64 `json:"forwarded"`
 	// InFlight is the number being worked on now; Queued the requests
 	// waiting for a worker (all models).
 	InFlight int64 `json:"in_flight"`
@@ -319,6 +326,7 @@ func (s *Server) data(st *modelStats) EndpointData {
 		Overloaded:  st.overloaded.Load(),
 		Durable:     st.durable.Load(),
 		Redelivered: st.redelivered.Load(),
+		Forwarded:   st.forwarded.Load(),
 		InFlight:    st.inflight.Load(),
 		Queued:      s.queued.Load(),
 	}
@@ -331,9 +339,10 @@ func (s *Server) data(st *modelStats) EndpointData {
 // handler returns the micro handler of model's subject: it queues the
 // request for the worker pool, or answers 429 when the queue is full. It
 // never blocks.
-func (s *Server) handler(model string, st *modelStats) micro.HandlerFunc {
+func (s *Server) handler(model string, warm bool, st *modelStats) micro.HandlerFunc {
 	return func(r micro.Request) {
 		j := &job{
+			warm:     warm,
 			model:    model,
 			reply:    r.Reply(),
 			header:   nats.Header(r.Headers()),
@@ -492,6 +501,9 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 		ctx, cancel = context.WithDeadline(ctx, start.Add(d))
 		defer cancel()
 	}
+	if reply, ok := s.maybeForward(ctx, j, j.model); ok {
+		return reply, nil
+	}
 	lease := s.budget.Lease()
 	defer lease.Release()
 	body, err := s.codecs.DecodeWithin(headerValue(h, HeaderContentEncoding), j.data, lease)
@@ -519,6 +531,11 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if j.model == "" {
+		if reply, ok := s.maybeForward(ctx, j, d.Model); ok {
+			return reply, nil
+		}
 	}
 	if version != 0 {
 		if d.Version != 0 && d.Version != version {
@@ -607,12 +624,16 @@ func (s *Server) finish(j *job, reply *nats.Msg, err error) {
 		}
 		reply = errorReply(err, code, s.root)
 		st.errors.Add(1)
+	} else if headerValue(reply.Header, HeaderError) != "" {
+		st.errors.Add(1) // an error reply relayed from the replica holding the model
 	}
 	reply.Subject = j.reply
 	// Every reply carries the request's id: the client's, the trace id of
 	// its traceparent, or a new one.
 	reply.Header.Set(HeaderRequestID, reqid.From(requestID(j.header), headerValue(j.header, "traceparent")))
-	reply.Header.Set(HeaderReplica, s.ID())
+	if headerValue(reply.Header, HeaderReplica) == "" { // a relayed reply names the replica that answered
+		reply.Header.Set(HeaderReplica, s.ID())
+	}
 	if j.msg != nil {
 		reply.Header.Set(HeaderDelivery, strconv.FormatUint(delivered, 10))
 	}

@@ -19,6 +19,7 @@ type endpointSpec struct {
 	name     string
 	model    string
 	subject  string
+	warm     bool // PREFIX.warm.<model>: the replica holds the model (Options.OnDemand)
 	metadata map[string]string
 }
 
@@ -68,14 +69,21 @@ func (s *Server) Sync() error {
 			s.log.Warn("natsapi: flushing the previous instance's unsubscriptions", "err", err)
 		}
 	}
-	models := make([]string, 0, len(specs))
+	var models, held []string
 	for _, sp := range specs {
-		if sp.model != "" {
+		switch {
+		case sp.warm:
+			held = append(held, sp.model)
+		case sp.model != "":
 			models = append(models, sp.model)
 		}
 	}
-	s.log.Info("NATS endpoints registered", "service", s.opts.ServiceName, "id", s.ID(), "models", models,
-		"subject", inferSubject(s.opts.Prefix, "<model>"), "queue_group", s.opts.QueueGroup)
+	attrs := []any{"service", s.opts.ServiceName, "id", s.ID(), "models", models,
+		"subject", inferSubject(s.opts.Prefix, "<model>"), "queue_group", s.opts.QueueGroup}
+	if s.opts.OnDemand {
+		attrs = append(attrs, "held", held)
+	}
+	s.log.Info("NATS endpoints registered", attrs...)
 	return nil
 }
 
@@ -102,15 +110,21 @@ func (s *Server) syncLoop() {
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
 // endpointSpecs lists the endpoints for the backend's READY models, sorted,
-// after the any-model endpoint.
+// after the any-model endpoint. With Options.OnDemand, every model that can
+// load gets one, and each READY model a warm endpoint too.
 func (s *Server) endpointSpecs() []endpointSpec {
-	var names []string
+	var names, held []string
 	for _, st := range s.backend.Status() {
-		if st.State == serving.StateReady && !slices.Contains(names, st.Name) {
+		ready := st.State == serving.StateReady
+		if ready && !slices.Contains(held, st.Name) {
+			held = append(held, st.Name)
+		}
+		if (ready || s.opts.OnDemand && st.Unloaded) && !slices.Contains(names, st.Name) {
 			names = append(names, st.Name)
 		}
 	}
 	slices.Sort(names)
+	slices.Sort(held)
 	used := map[string]bool{}
 	unique := func(n string) string {
 		name := n
@@ -129,21 +143,42 @@ func (s *Server) endpointSpecs() []endpointSpec {
 			"about":  `any model: the body names it ("model")`,
 		},
 	}}
+	if s.opts.OnDemand {
+		specs[0].metadata["held"] = strings.Join(held, ",")
+	}
 	for _, n := range names {
-		md, err := s.backend.Metadata(n, 0)
-		if err != nil {
+		meta := map[string]string{"model": n}
+		if md, err := s.backend.Metadata(n, 0); err == nil {
+			meta = modelMetadata(md)
+		} else if !s.opts.OnDemand {
 			continue // no longer READY
+		}
+		if s.opts.OnDemand {
+			meta["held"] = strconv.FormatBool(slices.Contains(held, n))
 		}
 		specs = append(specs, endpointSpec{
 			name:     unique(unsafeName.ReplaceAllString(n, "_")),
 			model:    n,
 			subject:  inferSubject(s.opts.Prefix, n),
-			metadata: modelMetadata(md),
+			metadata: meta,
 		})
+	}
+	if s.opts.OnDemand {
+		for _, n := range held {
+			specs = append(specs, endpointSpec{
+				name:     unique("warm_" + unsafeName.ReplaceAllString(n, "_")),
+				model:    n,
+				subject:  warmSubject(s.opts.Prefix, n),
+				warm:     true,
+				metadata: map[string]string{"model": n, "held": "true", "about": "the replicas holding the model loaded; others forward its requests here"},
+			})
+		}
 	}
 	if s.opts.Durable {
 		for i := range specs {
-			specs[i].metadata["durable_subject"] = durableSubject(s.opts.Prefix, specs[i].model)
+			if !specs[i].warm {
+				specs[i].metadata["durable_subject"] = durableSubject(s.opts.Prefix, specs[i].model)
+			}
 		}
 	}
 	return specs
@@ -225,6 +260,7 @@ func (s *Server) newService(specs []endpointSpec) (micro.Service, error) {
 		version = "0.0.0"
 	}
 	meta := map[string]string{
+		"on_demand":      strconv.FormatBool(s.opts.OnDemand),
 		"xserve_version": s.opts.Version,
 		"subject":        inferSubject(s.opts.Prefix, "<model>"),
 		"queue_group":    s.opts.QueueGroup,
@@ -252,7 +288,7 @@ func (s *Server) newService(specs []endpointSpec) (micro.Service, error) {
 		return nil, fmt.Errorf("natsapi: register service %q: %w", s.opts.ServiceName, err)
 	}
 	for _, sp := range specs {
-		err := svc.AddEndpoint(sp.name, s.handler(sp.model, s.statsFor(sp.model)),
+		err := svc.AddEndpoint(sp.name, s.handler(sp.model, sp.warm, s.statsFor(sp.model)),
 			micro.WithEndpointSubject(sp.subject),
 			micro.WithEndpointMetadata(sp.metadata),
 			micro.WithEndpointPendingLimits(s.opts.PendingMsgs, s.opts.PendingBytes))
@@ -268,5 +304,8 @@ func (s *Server) newService(specs []endpointSpec) (micro.Service, error) {
 // endpoint's model.
 func (s *Server) endpointData(e *micro.Endpoint) any {
 	model := strings.TrimPrefix(strings.TrimPrefix(e.Subject, inferSubject(s.opts.Prefix, "")), ".")
+	if m, ok := strings.CutPrefix(e.Subject, warmSubject(s.opts.Prefix, "")); ok {
+		model = m
+	}
 	return s.data(s.statsFor(model))
 }

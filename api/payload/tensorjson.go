@@ -270,29 +270,6 @@ func quoteTok(tok []byte) string {
 	return strconv.Quote(string(tok))
 }
 
-// intRange is the range of each integer dtype.
-func intRange(dt tensor.DType) (lo, hi float64) {
-	switch dt {
-	case tensor.Int8:
-		return math.MinInt8, math.MaxInt8
-	case tensor.Int16:
-		return math.MinInt16, math.MaxInt16
-	case tensor.Int32:
-		return math.MinInt32, math.MaxInt32
-	case tensor.Uint8:
-		return 0, math.MaxUint8
-	case tensor.Uint16:
-		return 0, math.MaxUint16
-	case tensor.Uint32:
-		return 0, math.MaxUint32
-	case tensor.Int4:
-		return -8, 7
-	case tensor.Uint4:
-		return 0, 15
-	}
-	return math.Inf(-1), math.Inf(1)
-}
-
 // element parses one value and stores it at d.next.
 func (d *dataDecoder) element() error {
 	i := d.next
@@ -394,7 +371,7 @@ func (d *dataDecoder) element() error {
 			}
 			v = int64(f)
 		}
-		if lo, hi := intRange(dt); float64(v) < lo || float64(v) > hi {
+		if lo, hi, _ := dt.IntRange(); v < lo || v > hi {
 			return bad(fmt.Sprintf("an integer in [%v, %v] (%s)", lo, hi, dt))
 		}
 		t.SetInt64(i, v)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,8 +36,12 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs); must match the server's flag")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	publish := fs.Bool("publish", false, "also publish every executable to the cluster compile cache (the JetStream object store the replicas' --cluster-cache reads) on the NATS cluster --nats-url names")
+	publishTimeout := fs.Duration("publish-timeout", 10*time.Minute, "with --publish: how long to wait for the publications once compiling is done")
+	conn := addNATSConnFlags(fs, "with --publish: the NATS server or cluster whose object store the replicas share")
+	ccf := addClusterCacheFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: xserve compile --model-repo DIR --compile-cache DIR [flags]")
+		fmt.Fprintln(stderr, "Usage: xserve compile --model-repo DIR --compile-cache DIR [--publish --nats-url URL] [flags]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -52,6 +57,12 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if *cacheDir == "" {
 		return errors.New("compile: --compile-cache DIR is required (the executables are written there)")
+	}
+	if *publish && *conn.url == "" {
+		return errors.New("compile: --publish needs --nats-url (the NATS cluster whose object store the replicas share)")
+	}
+	if err := conn.check(); err != nil {
+		return fmt.Errorf("compile: %w", err)
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -69,7 +80,16 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
 		return fmt.Errorf("compile: compile cache: %w", err)
 	}
-	fmt.Fprintf(stdout, "compiling %s with %s into %s\n", repo.Root(), client, *cacheDir)
+	cc, err := openPublishCache(ctx, *publish, conn, ccf, *cacheDir, log)
+	if err != nil {
+		return err
+	}
+	defer cc.close(context.Background())
+	into := *cacheDir
+	if cc != nil {
+		into += " and " + cc.Store().String()
+	}
+	fmt.Fprintf(stdout, "compiling %s with %s into %s\n", repo.Root(), client, into)
 
 	p := &compileProgress{w: stdout, per: map[string]*versionCount{}}
 	start := time.Now()
@@ -77,6 +97,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Client:             client,
 		Repository:         repo,
 		CompileCacheDir:    *cacheDir,
+		CompileCache:       cc.cache(),
 		CompileParallelism: *compileJobs,
 		Lowering:           lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
 		Logger:             log,
@@ -108,6 +129,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tw.Flush()
 	fmt.Fprintf(stdout, "%d model versions, %d buckets: %d compiled, %d from the cache, %d failed, in %s; cache %s (%s)\n",
 		len(status), buckets, compiled, cached, len(failed), elapsed.Round(time.Millisecond), *cacheDir, dirSize(*cacheDir))
+	errShutdown = errors.Join(errShutdown, cc.report(stdout, *publishTimeout))
 	if len(status) == 0 {
 		return fmt.Errorf("compile: the repository %s has no model to compile", repo.Root())
 	}
@@ -115,6 +137,23 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("compile: %d of %d model versions failed:\n  %s", len(failed), len(status), strings.Join(failed, "\n  "))
 	}
 	return errShutdown
+}
+
+// openPublishCache opens the cluster compile cache `xserve compile
+// --publish` fills (nil without --publish).
+func openPublishCache(ctx context.Context, publish bool, conn *natsConnFlags, f *clusterCacheFlags, localDir string, log *slog.Logger) (*clusterCache, error) {
+	if !publish {
+		return nil, nil
+	}
+	nc, err := conn.connect(ctx, "compile cache", log)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	cc, err := f.open(ctx, nc, localDir, log)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	return cc, nil
 }
 
 // compileProgress prints one line per built bucket and counts them per

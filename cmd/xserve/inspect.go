@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,21 +15,31 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
+	"github.com/xserve/xserve/lower/platforms"
 )
+
+// inspectFlags are xserve inspect's flags.
+type inspectFlags struct {
+	showHLO, check, narrow, cpuKernels, unsupported *bool
+	platform                                        *string
+	shapes, dims                                    multiFlag
+}
 
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	showHLO := fs.Bool("stablehlo", false, "print the StableHLO program for the given input shapes")
-	var shapeFlags, dimFlags multiFlag
-	fs.Var(&shapeFlags, "shape", "input shape NAME=1x3x224x224 (repeatable); binds the input's symbolic dims")
-	fs.Var(&dimFlags, "dim", "symbol size SYM=N (repeatable), e.g. batch=8")
-	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
-	cpuKernels := fs.Bool("cpu-kernels", true, "on cpu, lower as `xserve serve` does with its CPU kernel library loaded (convolutions and matrix products as custom calls to "+lower.ConvKernel+" and "+lower.MatmulKernel+")")
-	platform := fs.String("platform", "cpu", "platform to lower for (cpu, cuda, tpu)")
-	unsupported := fs.Bool("unsupported", false, "list every operator xserve cannot import (op, domain, opset, count, nodes); exit non-zero when there is any")
+	var f inspectFlags
+	f.showHLO = fs.Bool("stablehlo", false, "print the StableHLO program for the given input shapes")
+	f.check = fs.Bool("check", false, "lower for --platform and list what the program uses that the platform lacks or runs slowly (custom calls, host callbacks, f64, 64-bit integer arithmetic); exit non-zero when it lacks something (symbols without --shape or --dim are 1)")
+	fs.Var(&f.shapes, "shape", "input shape NAME=1x3x224x224 (repeatable); binds the input's symbolic dims")
+	fs.Var(&f.dims, "dim", "symbol size SYM=N (repeatable), e.g. batch=8")
+	f.narrow = fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
+	f.cpuKernels = fs.Bool("cpu-kernels", true, "on cpu, lower as `xserve serve` does with its CPU kernel library loaded (convolutions and matrix products as custom calls to "+cpu.ConvKernel+" and "+cpu.MatmulKernel+")")
+	f.platform = fs.String("platform", "cpu", "platform to lower for (cpu, cuda, tpu)")
+	f.unsupported = fs.Bool("unsupported", false, "list every operator xserve cannot import (op, domain, opset, count, nodes); exit non-zero when there is any")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: xserve inspect MODEL [--unsupported | --stablehlo --shape NAME=DIMS ... | --dim SYM=N ...]")
+		fmt.Fprintln(stderr, "Usage: xserve inspect MODEL [--unsupported | --stablehlo --shape NAME=DIMS ... | --dim SYM=N ... | --platform cuda|tpu --check]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -39,7 +50,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errors.New("inspect: want exactly one MODEL path")
 	}
-	if *unsupported {
+	if *f.unsupported {
 		return listUnsupported(pos[0], stdout)
 	}
 	model, err := importer.Open(pos[0])
@@ -51,7 +62,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if !*showHLO {
+	if !*f.showHLO && !*f.check {
 		fmt.Fprintf(stdout, "model %s\n", pos[0])
 		fmt.Fprint(stdout, signature(g))
 		if host != nil {
@@ -65,24 +76,61 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		if g = host.Device; g == nil {
 			return errors.New("inspect: the model runs on the host only (string operators): it has no StableHLO program")
 		}
+		model = &importer.Model{Graph: g}
 	}
-	dims, err := dimsFromFlags(g, shapeFlags, dimFlags)
+	prog, err := f.lower(model)
 	if err != nil {
 		return err
 	}
-	opts := lower.Options{Platform: *platform, NarrowInt64: *narrow, Kernels: []string{}}
-	if *platform == "cpu" && *cpuKernels {
-		opts.Kernels = []string{lower.ConvKernel, lower.MatmulKernel}
-	}
-	if g, err = model.At(dims); err != nil {
-		return err
-	}
-	l := lower.New(opts)
-	prog, err := l.Lower(g, dims)
-	if err != nil {
-		return err
+	if *f.check {
+		return checkProgram(stdout, pos[0], *f.platform, prog)
 	}
 	fmt.Fprintf(stdout, "%s", prog.Module)
+	return nil
+}
+
+// lower lowers the model for the flags' platform and shapes.
+func (f *inspectFlags) lower(model *importer.Model) (*lower.Program, error) {
+	dims, err := dimsFromFlags(model.Graph, f.shapes, f.dims, *f.check)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := platforms.Named(*f.platform); err != nil {
+		return nil, fmt.Errorf("inspect: --platform: %w", err)
+	}
+	opts := lower.Options{Platform: *f.platform, NarrowInt64: *f.narrow, Kernels: []string{}}
+	if *f.platform == "cpu" && *f.cpuKernels {
+		opts.Kernels = []string{cpu.ConvKernel, cpu.MatmulKernel}
+	}
+	g, err := model.At(dims)
+	if err != nil {
+		return nil, err
+	}
+	return platforms.New(opts).Lower(g, dims)
+}
+
+// checkProgram prints what prog uses that platform lacks or runs slowly,
+// and fails when it lacks something.
+func checkProgram(w io.Writer, path, platform string, prog *lower.Program) error {
+	p, err := platforms.Named(platform)
+	if err != nil {
+		return err
+	}
+	findings := p.Check(prog.Usage)
+	fmt.Fprintf(w, "%s on %s at %v: %d ops\n", path, platform, prog.Dims, prog.Usage.Count())
+	lacks := 0
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, f := range findings {
+		fmt.Fprintln(tw, f)
+		if f.Lacks {
+			lacks++
+		}
+	}
+	tw.Flush()
+	if lacks > 0 {
+		return fmt.Errorf("inspect: the program uses %d thing(s) platform %s lacks", lacks, platform)
+	}
+	fmt.Fprintf(w, "ok: nothing platform %s lacks\n", platform)
 	return nil
 }
 
@@ -104,63 +152,43 @@ func signature(g *fxgraph.Graph) string {
 	return b.String()
 }
 
-// dimsFromFlags binds the graph's symbols from --shape and --dim flags.
-func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string) (map[string]int64, error) {
-	dims := map[string]int64{}
-	set := func(sym string, v int64, from string) error {
-		if prev, ok := dims[sym]; ok && prev != v {
-			return fmt.Errorf("%s: symbol %s is %d, but %d elsewhere", from, sym, v, prev)
-		}
-		dims[sym] = v
-		return nil
+// symbolSizes are symbol sizes bound from flags.
+type symbolSizes map[string]int64
+
+// set binds sym to v, refusing a different size bound before.
+func (dims symbolSizes) set(sym string, v int64, from string) error {
+	if prev, ok := dims[sym]; ok && prev != v {
+		return fmt.Errorf("%s: symbol %s is %d, but %d elsewhere", from, sym, v, prev)
 	}
+	dims[sym] = v
+	return nil
+}
+
+// dimsFromFlags binds the graph's symbols from --shape and --dim flags;
+// the symbols left are 1 when defaultOne, else an error.
+func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string, defaultOne bool) (map[string]int64, error) {
+	dims := symbolSizes{}
 	for _, f := range dimFlags {
 		k, v, ok := strings.Cut(f, "=")
 		n, err := strconv.ParseInt(v, 10, 64)
 		if !ok || err != nil || n < 0 {
 			return nil, fmt.Errorf("--dim %q: want SYM=N with N >= 0", f)
 		}
-		if err := set(k, n, "--dim "+f); err != nil {
+		if err := dims.set(k, n, "--dim "+f); err != nil {
 			return nil, err
 		}
 	}
-	inputs := map[string]*fxgraph.Node{}
-	for _, p := range g.Placeholders() {
-		inputs[p.Target] = p
-	}
 	for _, f := range shapeFlags {
-		name, spec, ok := strings.Cut(f, "=")
-		if !ok {
-			return nil, fmt.Errorf("--shape %q: want NAME=D1xD2x...", f)
-		}
-		p, ok := inputs[name]
-		if !ok {
-			return nil, fmt.Errorf("--shape %q: the model has no input %q (inputs: %s)", f, name, strings.Join(inputNames(g), ", "))
-		}
-		shape, err := parseDims(spec)
-		if err != nil {
-			return nil, fmt.Errorf("--shape %q: %w", f, err)
-		}
-		want := p.Val().Shape
-		if len(shape) != len(want) {
-			return nil, fmt.Errorf("--shape %q: input %s has rank %d %s", f, name, len(want), want)
-		}
-		for i, d := range want {
-			if d.IsStatic() {
-				if d.Size != shape[i] {
-					return nil, fmt.Errorf("--shape %q: dim %d of %s is fixed at %d", f, i, name, d.Size)
-				}
-				continue
-			}
-			if err := set(d.Sym, shape[i], "--shape "+f); err != nil {
-				return nil, err
-			}
+		if err := dims.bindShape(g, f); err != nil {
+			return nil, err
 		}
 	}
 	var missing []string
 	for _, p := range g.Placeholders() {
 		for _, s := range p.Val().Shape.Symbols() {
-			if _, ok := dims[s]; !ok {
+			if _, ok := dims[s]; !ok && defaultOne {
+				dims[s] = 1
+			} else if !ok {
 				missing = append(missing, s+" (input "+p.Target+")")
 			}
 		}
@@ -170,6 +198,38 @@ func dimsFromFlags(g *fxgraph.Graph, shapeFlags, dimFlags []string) (map[string]
 		return nil, fmt.Errorf("no size for symbols %s: pass --shape NAME=DIMS or --dim SYM=N", strings.Join(missing, ", "))
 	}
 	return dims, nil
+}
+
+// bindShape binds the symbols of the input a --shape flag f names.
+func (dims symbolSizes) bindShape(g *fxgraph.Graph, f string) error {
+	name, spec, ok := strings.Cut(f, "=")
+	if !ok {
+		return fmt.Errorf("--shape %q: want NAME=D1xD2x...", f)
+	}
+	i := slices.IndexFunc(g.Placeholders(), func(p *fxgraph.Node) bool { return p.Target == name })
+	if i < 0 {
+		return fmt.Errorf("--shape %q: the model has no input %q (inputs: %s)", f, name, strings.Join(inputNames(g), ", "))
+	}
+	shape, err := parseDims(spec)
+	if err != nil {
+		return fmt.Errorf("--shape %q: %w", f, err)
+	}
+	want := g.Placeholders()[i].Val().Shape
+	if len(shape) != len(want) {
+		return fmt.Errorf("--shape %q: input %s has rank %d %s", f, name, len(want), want)
+	}
+	for i, d := range want {
+		if d.IsStatic() {
+			if d.Size != shape[i] {
+				return fmt.Errorf("--shape %q: dim %d of %s is fixed at %d", f, i, name, d.Size)
+			}
+			continue
+		}
+		if err := dims.set(d.Sym, shape[i], "--shape "+f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func inputNames(g *fxgraph.Graph) []string {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -110,6 +110,20 @@ func TestInspectPrintsFXTableAndStableHLO(t *testing.T) {
 	}
 }
 
+// TestInspectCheck: `xserve inspect --platform P --check` lowers for P and
+// passes where P lacks nothing, saying what runs slowly.
+func TestInspectCheck(t *testing.T) {
+	for _, platform := range []string{"cpu", "cuda", "tpu"} {
+		out, _, err := xserve(t, "inspect", example+"/1/model.onnx", "--platform", platform, "--check", "--dim", "batch=2")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", platform, err, out)
+		}
+		if want := "ok: nothing platform " + platform + " lacks"; !strings.Contains(out, want) || !strings.Contains(out, "map[batch:2]") {
+			t.Errorf("%s: output lacks %q or the bound sizes:\n%s", platform, want, out)
+		}
+	}
+}
+
 // TestVersionNamesCPUKernels: `xserve version` names the CPU kernels the
 // plugin's client loaded (make pjrt installs them), or says there are none.
 func TestVersionNamesCPUKernels(t *testing.T) {
@@ -123,7 +137,7 @@ func TestVersionNamesCPUKernels(t *testing.T) {
 			line = l
 		}
 	}
-	for _, k := range []string{lower.ConvKernel, lower.MatmulKernel, lower.PoolKernel} {
+	for _, k := range []string{cpu.ConvKernel, cpu.MatmulKernel, cpu.PoolKernel} {
 		if !strings.Contains(line, k) {
 			t.Errorf("version output does not name the CPU kernel %s:\n%s", k, out)
 		}
@@ -220,6 +234,7 @@ func TestBadInvocationsGiveClearErrors(t *testing.T) {
 		{[]string{"inspect", model, "--stablehlo", "--shape", "image=2x3x9x9"}, "dim 2 of image is fixed at 32"},
 		{[]string{"inspect", garbage}, "onnx:"},
 		{[]string{"inspect", "model.tflite"}, `unknown model format ".tflite"`},
+		{[]string{"inspect", model, "--platform", "metal", "--check"}, `no platform "metal"`},
 	}
 	for _, tc := range tests {
 		_, _, err := xserve(t, tc.args...)

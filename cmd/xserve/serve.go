@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,7 +57,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "grace period: how long SIGTERM waits for in-flight and queued requests (HTTP and NATS) before exiting")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
 	strict := fs.Bool("strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
+	lf := loadPolicyFlags(fs)
 	nf := natsFlags(fs)
+	clusterCacheOn := fs.Bool("cluster-cache", false, "share the compile cache with the other replicas through a JetStream object store on the NATS connection (the embedded server, or the cluster --nats-url names): local cache, then the cluster's, then compile; what this replica compiles is published within seconds")
+	ccf := addClusterCacheFlags(fs)
 	sf := newSecurityFlags(fs)
 	tf := tracingFlags(fs)
 	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
@@ -93,6 +98,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("serve: --split-batches: %w", err)
 	}
+	policy, budget, err := lf.parse()
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err
@@ -123,28 +132,41 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer client.Close()
-	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
-	if m := client.CPUExecution(); m != "" {
-		log.Info("CPU execution", "mode", m)
-	}
-	if ks := client.Kernels(); len(ks) > 0 {
-		log.Info("loaded CPU kernels", "kernels", strings.Join(ks, ","), "path", client.KernelsFile())
-	} else if err := client.KernelsError(); err != nil {
-		log.Warn("CPU kernels not loaded: convolutions run on XLA's own kernels", "err", err)
-	}
+	logPlugin(log, client)
 	if *cacheDir != "" {
 		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
 			return fmt.Errorf("serve: compile cache: %w", err)
 		}
 	}
 
+	// NATS first: the embedded server, and the cluster compile cache's
+	// connection, are there before the models load.
+	ns, err := openNATS(nf, log)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	cc, err := openServeClusterCache(ctx, *clusterCacheOn, ns, ccf, *cacheDir, log)
+	if err != nil {
+		return err
+	}
+	// stop closes what the models do not need any more, in order.
+	stop := func(ctx context.Context, parts ...error) error {
+		errCache := cc.close(ctx)
+		ns.stopEmbedded()
+		return errors.Join(append(parts, errCache)...)
+	}
+
+	// announce re-registers the NATS endpoints when a load on demand or an
+	// eviction changed the models held.
+	var announce atomic.Pointer[natsapi.Server]
 	mode, interval := controlMode(*control, *poll)
 	start := time.Now()
-	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "model_control_mode", mode)
+	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "cluster_cache", *clusterCacheOn, "model_control_mode", mode)
 	mgr, err := serving.NewManager(ctx, serving.Options{
 		Client:                 client,
 		Repository:             repo,
 		CompileCacheDir:        *cacheDir,
+		CompileCache:           cc.cache(),
 		CompileParallelism:     *compileJobs,
 		ExactCompilesPerMinute: *exactCompiles,
 		Lowering:               lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
@@ -154,9 +176,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		SplitBatches:           splitPolicy,
 		MaxSequenceIdle:        *seqIdle,
 		MaxSequences:           *maxSeqs,
+		LoadPolicy:             policy,
+		MemoryBudget:           budget,
+		OnHeldChange: func() {
+			if srv := announce.Load(); srv != nil {
+				if err := srv.Sync(); err != nil {
+					log.Warn("cannot announce the models held over NATS", "err", err)
+				}
+			}
+		},
 	})
 	if err != nil {
-		return err
+		return stop(context.Background(), err)
 	}
 	ready := 0
 	for _, st := range mgr.Status() {
@@ -166,7 +197,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		log.Warn("model not ready", "model", st.Name, "version", st.Version, "state", st.State, "reason", st.Reason)
 	}
-	log.Info("models loaded", "ready", ready, "duration", time.Since(start).Round(time.Millisecond))
+	log.Info("models loaded", "ready", ready, "duration", time.Since(start).Round(time.Millisecond), "compilations", mgr.Compilations())
 
 	limits.Logger = log
 	limits.Version = buildVersion()
@@ -174,16 +205,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		limits.MemoryBudget = payload.DefaultMemoryBudget
 	}
 	if limits.Budget, err = payload.NewBudget(limits.MemoryBudget); err != nil {
-		return errors.Join(fmt.Errorf("serve: --memory-budget: %w", err), mgr.Shutdown(context.Background()))
+		return stop(context.Background(), fmt.Errorf("serve: --memory-budget: %w", err), mgr.Shutdown(context.Background()))
 	}
-	backend := &metricsBackend{Manager: mgr, strict: *strict}
+	backend := &metricsBackend{Manager: mgr, strict: *strict, cache: cc}
 	srv, err := httpapi.New(backend, limits)
 	if err != nil {
-		return errors.Join(err, mgr.Shutdown(context.Background()))
+		return stop(context.Background(), err, mgr.Shutdown(context.Background()))
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return errors.Join(fmt.Errorf("serve: %w", err), mgr.Shutdown(context.Background()))
+		return stop(context.Background(), fmt.Errorf("serve: %w", err), mgr.Shutdown(context.Background()))
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -193,28 +224,29 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cancel()
 		errHTTP := srv.Shutdown(sctx)
 		<-served
-		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
+		return stop(sctx, fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
 	}
 
-	// NATS: an embedded server, or a connection to the server or cluster
-	// --nats-url names; then the replica's subscriptions.
-	ns, err := startNATS(ctx, nf, mgr, limits, log)
-	if err == nil && ns != nil {
-		backend.nats.Store(ns.srv)
+	// The replica's NATS subscriptions, on a connection of their own.
+	err = ns.serve(ctx, mgr, limits, policy == serving.LoadLazy)
+	if srv := ns.server(); srv != nil {
+		backend.nats.Store(srv)
+		announce.Store(srv)
 	}
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 		defer cancel()
 		errHTTP := srv.Shutdown(sctx)
 		<-served
-		return errors.Join(fmt.Errorf("serve: %w", err), errHTTP, gs.shutdown(sctx), mgr.Shutdown(sctx))
+		return stop(sctx, fmt.Errorf("serve: %w", err), errHTTP, gs.shutdown(sctx), mgr.Shutdown(sctx))
 	}
 
 	select {
 	case err := <-served: // the listener failed
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 		defer cancel()
-		return errors.Join(fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx))
+		errs := []error{fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx)}
+		return stop(sctx, errs...)
 	case <-ctx.Done():
 	}
 	if *shutdownDelay > 0 {
@@ -235,8 +267,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	<-served
 	errNATS, errGRPC := <-natsDone, <-grpcDone
 	errMgr := mgr.Shutdown(sctx)
-	ns.stopEmbedded()
-	if err := errors.Join(errHTTP, errNATS, errGRPC, errMgr); err != nil {
+	if err := stop(sctx, errHTTP, errNATS, errGRPC, errMgr); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}
 	log.Info("stopped")
@@ -306,11 +337,57 @@ func (b byteSize) Set(s string) error {
 	return nil
 }
 
+// memoryBudgetFlag is --model-memory-budget: a size for every device
+// ("8GiB"), sizes per device index ("0=40GiB,1=16GiB"), or both
+// ("8GiB,1=16GiB").
+type memoryBudgetFlag struct{ b *serving.MemoryBudget }
+
+func (f memoryBudgetFlag) String() string {
+	if f.b == nil || f.b.Bytes == 0 && len(f.b.Devices) == 0 {
+		return ""
+	}
+	parts := []string{}
+	if f.b.Bytes > 0 {
+		parts = append(parts, strconv.FormatInt(f.b.Bytes, 10))
+	}
+	for _, d := range slices.Sorted(maps.Keys(f.b.Devices)) {
+		parts = append(parts, fmt.Sprintf("%d=%d", d, f.b.Devices[d]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f memoryBudgetFlag) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		dev, size, perDevice := strings.Cut(part, "=")
+		if !perDevice {
+			size = dev
+		}
+		var n int64
+		if err := (byteSize{&n}).Set(size); err != nil {
+			return fmt.Errorf("%q: %w", part, err)
+		}
+		if !perDevice {
+			f.b.Bytes = n
+			continue
+		}
+		d, err := strconv.Atoi(strings.TrimSpace(dev))
+		if err != nil || d < 0 {
+			return fmt.Errorf("%q: want DEVICE=SIZE with a device index, e.g. 0=40GiB", part)
+		}
+		if f.b.Devices == nil {
+			f.b.Devices = map[int]int64{}
+		}
+		f.b.Devices[d] = n
+	}
+	return nil
+}
+
 // metricsBackend is the Manager as the HTTP API's backend, with /metrics
 // extended by the NATS replica's counts once NATS serves, and the server's
 // readiness made strict (--strict-readiness) and dropped while draining.
 type metricsBackend struct {
 	*serving.Manager
+	cache    *clusterCache // nil without --cluster-cache
 	nats     atomic.Pointer[natsapi.Server]
 	strict   bool
 	draining atomic.Bool
@@ -341,9 +418,13 @@ func (b *metricsBackend) Ready() bool {
 	return true
 }
 
-// WriteMetrics writes the Manager's metrics, then the NATS ones.
+// WriteMetrics writes the Manager's metrics, the cluster compile cache's,
+// then the NATS ones.
 func (b *metricsBackend) WriteMetrics(w io.Writer) error {
 	if err := b.Manager.WriteMetrics(w); err != nil {
+		return err
+	}
+	if err := b.cache.writeMetrics(w); err != nil {
 		return err
 	}
 	if ns := b.nats.Load(); ns != nil {
@@ -362,4 +443,65 @@ func controlMode(mode string, interval time.Duration) (serving.ControlMode, time
 		return serving.ControlNone, 0
 	}
 	return serving.ControlPoll, interval
+}
+
+// loadPolicyOptions are the flags of when models load.
+type loadPolicyOptions struct {
+	policy *string
+	budget serving.MemoryBudget
+}
+
+func loadPolicyFlags(fs *flag.FlagSet) *loadPolicyOptions {
+	o := &loadPolicyOptions{
+		policy: fs.String("model-load-policy", "eager", "when models load: eager (every model at start) or lazy (a model loads on its first request; past --model-memory-budget the least recently used are unloaded; over NATS a request goes to a replica holding its model)"),
+	}
+	fs.Var(memoryBudgetFlag{&o.budget}, "model-memory-budget", "with --model-load-policy lazy: device memory the loaded models may take (their weights), e.g. 8GiB for each device, or 0=40GiB,1=16GiB per device index (default unbounded)")
+	return o
+}
+
+// parse checks the load policy flags together.
+func (o *loadPolicyOptions) parse() (serving.LoadPolicy, serving.MemoryBudget, error) {
+	policy, err := serving.ParseLoadPolicy(*o.policy)
+	if err != nil {
+		return policy, o.budget, fmt.Errorf("serve: --model-load-policy: %w", err)
+	}
+	if policy != serving.LoadLazy && (o.budget.Bytes > 0 || len(o.budget.Devices) > 0) {
+		return policy, o.budget, errors.New("serve: --model-memory-budget bounds the models loaded on demand: it needs --model-load-policy lazy")
+	}
+	return policy, o.budget, nil
+}
+
+// openServeClusterCache opens the cluster compile cache of `xserve serve`
+// on a connection of its own when on (nil otherwise; NATS off is an
+// error); on failure it stops the embedded NATS server.
+func openServeClusterCache(ctx context.Context, on bool, ns *natsServing, f *clusterCacheFlags, localDir string, log *slog.Logger) (*clusterCache, error) {
+	if !on {
+		return nil, nil
+	}
+	if ns == nil {
+		return nil, errClusterCacheNeedsNATS
+	}
+	nc, err := ns.connect(ctx, "compile cache")
+	var cc *clusterCache
+	if err == nil {
+		cc, err = f.open(ctx, nc, localDir, log)
+	}
+	if err != nil {
+		ns.stopEmbedded()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return cc, nil
+}
+
+// logPlugin logs the PJRT plugin loaded, its CPU execution mode and kernels.
+func logPlugin(log *slog.Logger, client *pjrt.Client) {
+	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	if m := client.CPUExecution(); m != "" {
+		log.Info("CPU execution", "mode", m)
+	}
+	if ks := client.Kernels(); len(ks) > 0 {
+		log.Info("loaded CPU kernels", "kernels", strings.Join(ks, ","), "path", client.KernelsFile())
+	} else if err := client.KernelsError(); err != nil {
+		log.Warn("CPU kernels not loaded: convolutions run on XLA's own kernels", "err", err)
+	}
 }

@@ -20,19 +20,72 @@ import (
 	"github.com/xserve/xserve/serving"
 )
 
+// natsConnFlags are the flags that say how to join a NATS server or cluster
+// (`xserve serve` and `xserve compile --publish`).
+type natsConnFlags struct {
+	url     *string
+	creds   *string
+	nkey    *string
+	token   *string
+	tlsCert *string
+	tlsKey  *string
+	tlsCA   *string
+}
+
+func addNATSConnFlags(fs *flag.FlagSet, urlUsage string) *natsConnFlags {
+	return &natsConnFlags{
+		url:     fs.String("nats-url", "", urlUsage),
+		creds:   fs.String("nats-creds", "", "NATS credentials file (user JWT and NKey seed), with --nats-url"),
+		nkey:    fs.String("nats-nkey", "", "NKey seed file, with --nats-url"),
+		token:   fs.String("nats-token", "", "NATS authentication token, with --nats-url (default: $XSERVE_NATS_TOKEN)"),
+		tlsCert: fs.String("nats-tls-cert", "", "client certificate (PEM) for a NATS server that requires one"),
+		tlsKey:  fs.String("nats-tls-key", "", "key of --nats-tls-cert (PEM)"),
+		tlsCA:   fs.String("nats-tls-ca", "", "CA bundle (PEM) that signs the NATS server's certificate"),
+	}
+}
+
+// connOptions are the connection options the flags give, for a
+// connection used for what ("serving", "compile cache").
+func (c *natsConnFlags) connOptions(what string, log *slog.Logger) natsapi.ConnOptions {
+	token := *c.token
+	if token == "" {
+		token = os.Getenv("XSERVE_NATS_TOKEN")
+	}
+	host, _ := os.Hostname()
+	return natsapi.ConnOptions{
+		Name:      fmt.Sprintf("xserve %s pid %d %s", host, os.Getpid(), what),
+		CredsFile: *c.creds, Token: token, NkeyFile: *c.nkey,
+		TLSCert: *c.tlsCert, TLSKey: *c.tlsKey, TLSCA: *c.tlsCA,
+		Logger: log,
+	}
+}
+
+// check reports flags that do not go together.
+func (c *natsConnFlags) check() error {
+	if (*c.tlsCert == "") != (*c.tlsKey == "") {
+		return errors.New("--nats-tls-cert and --nats-tls-key go together")
+	}
+	return nil
+}
+
+// connect connects to --nats-url.
+func (c *natsConnFlags) connect(ctx context.Context, what string, log *slog.Logger) (*nats.Conn, error) {
+	log.Info("connecting to NATS", "url", *c.url, "for", what)
+	nc, err := natsapi.Connect(ctx, *c.url, c.connOptions(what, log))
+	if err != nil {
+		return nil, err
+	}
+	log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName(), "max_payload", nc.MaxPayload(), "for", what)
+	return nc, nil
+}
+
 // natsOptions are the NATS flags of `xserve serve`.
 type natsOptions struct {
+	*natsConnFlags
 	enabled    *bool
-	url        *string
 	listen     *string
 	store      *string
 	maxPayload int64
-	creds      *string
-	nkey       *string
-	token      *string
-	tlsCert    *string
-	tlsKey     *string
-	tlsCA      *string
 	prefix     *string
 	queueGroup *string
 	workers    *int
@@ -40,87 +93,84 @@ type natsOptions struct {
 	durable    *bool
 	ackWait    *time.Duration
 	maxDeliver *int
+	replicas   *int
 
 	listenSet bool // --nats-listen was given
 }
 
 func natsFlags(fs *flag.FlagSet) *natsOptions {
 	o := &natsOptions{
-		enabled:    fs.Bool("nats", true, "serve over NATS too (--nats=false turns it off)"),
-		url:        fs.String("nats-url", "", "NATS server or cluster to join, e.g. nats://10.0.0.5:4222,nats://10.0.0.6:4222 (default: start an embedded server)"),
-		listen:     fs.String("nats-listen", natsapi.DefaultListen, "embedded NATS server's client address (port 0 picks a free one)"),
-		store:      fs.String("nats-store", "", "embedded NATS server's JetStream directory (default: $XSERVE_CACHE/nats/PORT or .cache/nats/PORT; a temporary one for a random port)"),
-		creds:      fs.String("nats-creds", "", "NATS credentials file (user JWT and NKey seed), with --nats-url"),
-		nkey:       fs.String("nats-nkey", "", "NKey seed file, with --nats-url"),
-		token:      fs.String("nats-token", "", "NATS authentication token, with --nats-url (default: $XSERVE_NATS_TOKEN)"),
-		tlsCert:    fs.String("nats-tls-cert", "", "client certificate (PEM) for a NATS server that requires one"),
-		tlsKey:     fs.String("nats-tls-key", "", "key of --nats-tls-cert (PEM)"),
-		tlsCA:      fs.String("nats-tls-ca", "", "CA bundle (PEM) that signs the NATS server's certificate"),
-		prefix:     fs.String("nats-prefix", natsapi.DefaultPrefix, "subject prefix: requests go to PREFIX.infer.<model>"),
-		queueGroup: fs.String("nats-queue-group", natsapi.DefaultQueueGroup, "queue group the replicas share"),
-		workers:    fs.Int("nats-workers", 0, "NATS requests handled at once (default 8*GOMAXPROCS, at least 16)"),
-		queue:      fs.Int("nats-queue", natsapi.DefaultQueueSize, "NATS requests waiting for a worker; one more is answered 429"),
-		durable:    fs.Bool("nats-durable", false, "also take durable requests from the JetStream work queue (PREFIX.durable.<model>)"),
-		ackWait:    fs.Duration("nats-ack-wait", natsapi.DefaultAckWait, "durable requests: redelivery delay after a replica fails to acknowledge"),
-		maxDeliver: fs.Int("nats-max-deliver", natsapi.DefaultMaxDeliver, "durable requests: most deliveries of one request"),
+		enabled:       fs.Bool("nats", true, "serve over NATS too (--nats=false turns it off)"),
+		natsConnFlags: addNATSConnFlags(fs, "NATS server or cluster to join, e.g. nats://10.0.0.5:4222,nats://10.0.0.6:4222 (default: start an embedded server)"),
+		listen:        fs.String("nats-listen", natsapi.DefaultListen, "embedded NATS server's client address (port 0 picks a free one)"),
+		store:         fs.String("nats-store", "", "embedded NATS server's JetStream directory (default: $XSERVE_CACHE/nats/PORT or .cache/nats/PORT; a temporary one for a random port)"),
+		prefix:        fs.String("nats-prefix", natsapi.DefaultPrefix, "subject prefix: requests go to PREFIX.infer.<model>"),
+		queueGroup:    fs.String("nats-queue-group", natsapi.DefaultQueueGroup, "queue group the replicas share"),
+		workers:       fs.Int("nats-workers", 0, "NATS requests handled at once (default 8*GOMAXPROCS, at least 16)"),
+		queue:         fs.Int("nats-queue", natsapi.DefaultQueueSize, "NATS requests waiting for a worker; one more is answered 429"),
+		durable:       fs.Bool("nats-durable", false, "also take durable requests from the JetStream work queue (PREFIX.durable.<model>)"),
+		ackWait:       fs.Duration("nats-ack-wait", natsapi.DefaultAckWait, "durable requests: redelivery delay after a replica fails to acknowledge"),
+		maxDeliver:    fs.Int("nats-max-deliver", natsapi.DefaultMaxDeliver, "durable requests: most deliveries of one request"),
+		replicas:      fs.Int("nats-stream-replicas", 1, "durable requests: the stream's replication factor in a JetStream cluster (3 keeps the requests through the loss of a node)"),
 	}
 	o.maxPayload = natsapi.DefaultMaxPayload
 	fs.Var(byteSize{&o.maxPayload}, "nats-max-payload", "embedded NATS server's largest message, up to 64MiB (default 8MiB)")
 	return o
 }
 
-// natsServing is what startNATS started; its methods are no-ops on nil.
+// natsServing is the NATS side of a replica: the embedded server (without
+// --nats-url), the connections made to it or to --nats-url, and the
+// replica's subscriptions. Its methods are no-ops on nil (NATS off).
 type natsServing struct {
+	o        *natsOptions
 	srv      *natsapi.Server
 	embedded *natsapi.Embedded
 	tmpStore string // removed after the embedded server stops
 	log      *slog.Logger
 }
 
-// startNATS starts the embedded NATS server (without --nats-url) or joins
-// the one --nats-url names, and serves the models on it.
-func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits httpapi.Options, log *slog.Logger) (ns *natsServing, err error) {
+// openNATS starts the embedded NATS server (without --nats-url), so that
+// connections can be made (connect) before the models load; nil when NATS
+// is off.
+func openNATS(o *natsOptions, log *slog.Logger) (ns *natsServing, err error) {
 	if !*o.enabled {
 		log.Info("NATS off (--nats=false)")
 		return nil, nil
 	}
-	ns = &natsServing{log: log}
-	defer func() {
-		if err != nil {
-			ns.stopEmbedded()
-			ns = nil
-		}
-	}()
-	token := *o.token
-	if token == "" {
-		token = os.Getenv("XSERVE_NATS_TOKEN")
-	}
-	host, _ := os.Hostname()
-	copts := natsapi.ConnOptions{
-		Name:      fmt.Sprintf("xserve %s pid %d", host, os.Getpid()),
-		CredsFile: *o.creds, Token: token, NkeyFile: *o.nkey,
-		TLSCert: *o.tlsCert, TLSKey: *o.tlsKey, TLSCA: *o.tlsCA,
-		Logger: log,
-	}
-	var nc *nats.Conn
+	ns = &natsServing{o: o, log: log}
 	if *o.url == "" {
-		copts.Token = "" // $XSERVE_NATS_TOKEN is for --nats-url
 		if ns.embedded, err = ns.startEmbedded(o); err != nil {
 			return nil, err
 		}
-		if nc, err = ns.embedded.Connect(ctx, copts); err != nil {
-			return nil, err
-		}
-	} else {
-		if o.listenSet {
-			log.Warn("--nats-listen is for the embedded server; with --nats-url it is ignored")
-		}
-		log.Info("connecting to NATS", "url", *o.url)
-		if nc, err = natsapi.Connect(ctx, *o.url, copts); err != nil {
-			return nil, err
-		}
-		log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName(), "max_payload", nc.MaxPayload())
+	} else if o.listenSet {
+		log.Warn("--nats-listen is for the embedded server; with --nats-url it is ignored")
 	}
+	return ns, nil
+}
+
+// connect opens a connection to the embedded server or to --nats-url; what
+// names its use in the server's connection list ("serving", "compile
+// cache").
+func (ns *natsServing) connect(ctx context.Context, what string) (*nats.Conn, error) {
+	if ns.embedded != nil {
+		copts := ns.o.connOptions(what, ns.log)
+		copts.Token = "" // $XSERVE_NATS_TOKEN is for --nats-url
+		return ns.embedded.Connect(ctx, copts)
+	}
+	return ns.o.natsConnFlags.connect(ctx, what, ns.log)
+}
+
+// serve serves the models on a connection of their own; onDemand says the
+// Manager loads models on their first request (natsapi.Options.OnDemand).
+func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits httpapi.Options, onDemand bool) error {
+	if ns == nil {
+		return nil
+	}
+	nc, err := ns.connect(ctx, "serving")
+	if err != nil {
+		return err
+	}
+	o := ns.o
 	ns.srv, err = natsapi.New(ctx, mgr, natsapi.Options{
 		Conn:                 nc,
 		Prefix:               *o.prefix,
@@ -135,13 +185,15 @@ func startNATS(ctx context.Context, o *natsOptions, mgr *serving.Manager, limits
 		Durable:              *o.durable,
 		AckWait:              *o.ackWait,
 		MaxDeliver:           *o.maxDeliver,
-		Logger:               log,
+		StreamReplicas:       *o.replicas,
+		OnDemand:             onDemand,
+		Logger:               ns.log,
 	})
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return err
 	}
-	return ns, nil
+	return nil
 }
 
 // startEmbedded starts the embedded NATS server. When --nats-listen was not
@@ -201,6 +253,14 @@ func defaultCacheDir() string {
 	return ".cache"
 }
 
+// server returns the replica's NATS server, nil before serve.
+func (ns *natsServing) server() *natsapi.Server {
+	if ns == nil {
+		return nil
+	}
+	return ns.srv
+}
+
 // shutdown drains the NATS subscriptions and answers the requests taken.
 func (ns *natsServing) shutdown(ctx context.Context) error {
 	if ns == nil || ns.srv == nil {
@@ -234,12 +294,14 @@ func (o *natsOptions) noteSet(fs *flag.FlagSet) error {
 		return nil
 	case *o.url == "" && (*o.creds != "" || *o.token != "" || *o.nkey != "" || *o.tlsCert != "" || *o.tlsKey != "" || *o.tlsCA != ""):
 		return errors.New("serve: --nats-creds, --nats-token, --nats-nkey and --nats-tls-* are for joining a server with --nats-url; the embedded server makes its own credentials (its client.nk)")
-	case (*o.tlsCert == "") != (*o.tlsKey == ""):
-		return errors.New("serve: --nats-tls-cert and --nats-tls-key go together")
+	case o.natsConnFlags.check() != nil:
+		return fmt.Errorf("serve: %w", o.natsConnFlags.check())
 	case o.maxPayload > 64<<20:
 		return fmt.Errorf("serve: --nats-max-payload %d: at most 64MiB", o.maxPayload)
 	case *o.ackWait < 100*time.Millisecond || *o.maxDeliver < 1 || *o.queue < 1 || *o.workers < 0:
 		return errors.New("serve: --nats-ack-wait must be at least 100ms, --nats-max-deliver and --nats-queue at least 1, --nats-workers not negative")
+	case *o.replicas < 1 || *o.replicas > 5:
+		return fmt.Errorf("serve: --nats-stream-replicas %d: want 1 to 5", *o.replicas)
 	}
 	return nil
 }

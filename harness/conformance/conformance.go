@@ -20,6 +20,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/platforms"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
@@ -94,7 +95,7 @@ type Runner struct {
 func NewRunner(c *pjrt.Client) *Runner {
 	return &Runner{
 		Client:   c,
-		Lowerer:  lower.New(lower.Options{Platform: c.Platform(), Kernels: c.Kernels()}),
+		Lowerer:  platforms.New(lower.Options{Platform: c.Platform(), Kernels: c.Kernels()}),
 		Importer: onnx.NewImporter(),
 		RTol:     1e-3,
 		ATol:     1e-5,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/platforms"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
@@ -111,7 +112,7 @@ func (c *Checker) Check(ctx context.Context, dir string) ([]Result, error) {
 		return nil, errors.New("zoo: Checker has no PJRT client")
 	}
 	if c.Lowerer == nil {
-		c.Lowerer = lower.New(lower.Options{Platform: c.Client.Platform(), Kernels: c.Client.Kernels()})
+		c.Lowerer = platforms.New(lower.Options{Platform: c.Client.Platform(), Kernels: c.Client.Kernels()})
 	}
 	dirs, err := ModelDirs(dir)
 	if err != nil {

@@ -307,6 +307,19 @@ func (b *builder) reserveNames() {
 
 // freshName returns a node name derived from target ("aten._softmax.default"
 // -> softmax, softmax_1, ...) that neither the graph nor the archive uses.
+// nodeName names a node a decomposition emits (decomp.Call.NodeName): a
+// constant (op nil) or an unnamed node gets a fresh name, a named one its
+// name made an identifier.
+func (b *builder) nodeName(name string, op *fxgraph.Op) string {
+	switch {
+	case op == nil:
+		return b.freshName(name)
+	case name == "":
+		return b.freshName(op.Name)
+	}
+	return sanitize(name)
+}
+
 func (b *builder) freshName(target string) string {
 	base := target
 	if parts := strings.Split(target, "."); len(parts) >= 2 && parts[0] == "aten" {

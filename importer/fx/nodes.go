@@ -3,10 +3,12 @@ package fx
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/importer/decomp"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -185,17 +187,13 @@ func (b *builder) convertATen(n *node, name, target string, outs []string) error
 	var err error
 	if b.ir.Has(op) {
 		err = c.emitResult()
-		if err != nil && isArange(functional) && c.hasNodeArg() {
-			// The IR's arange wants number arguments; a size computed from
-			// the input shape (arange(x.size(1))) goes through cumsum.
-			err = decSymbolicArange(c)
-		} else if d, ok := fallbacks[op]; ok && err != nil && c.hasNodeArg() {
+		if d, ok := decomp.Fallback(op); ok && err != nil && slices.ContainsFunc(c.pos, isNode) {
 			// Sizes computed from the input shape where the IR operator
-			// wants ints (x.repeat(batch, 1, 1)).
-			err = d(c)
+			// wants ints (x.repeat(batch, 1, 1), arange(x.size(1))).
+			err = c.decompose(d)
 		}
-	} else if d, ok := decompositions[op]; ok && op != nil {
-		err = d(c)
+	} else if d, ok := decomp.Lookup(op); ok {
+		err = c.decompose(d)
 	} else {
 		return c.unknownTarget(target)
 	}
@@ -256,7 +254,7 @@ func (c *call) errorf(sentinel error, format string, args ...any) error {
 // unknownTarget is the error for an operator nobody handles.
 func (c *call) unknownTarget(target string) error {
 	known := c.b.ir.Targets()
-	for op := range decompositions {
+	for _, op := range decomp.Ops() {
 		known = append(known, op.Name)
 	}
 	sort.Strings(known)
@@ -352,22 +350,61 @@ func schemaIndex(sch []fxgraph.ArgSpec, name string) int {
 	return -1
 }
 
-// errSentinel returns the package sentinel err wraps (ErrFormat by default).
+// errSentinel returns the package sentinel err stands for (ErrFormat by
+// default): ErrUnsupported for this package's, the decompositions' and
+// the IR's.
 func errSentinel(err error) error {
-	if errors.Is(err, ErrUnsupported) {
+	if errors.Is(err, ErrUnsupported) || errors.Is(err, decomp.ErrUnsupported) || errors.Is(err, fxgraph.ErrUnsupported) {
 		return ErrUnsupported
 	}
 	return ErrFormat
 }
 
-// trimSentinel drops a leading sentinel message from err's text, so that
+// trimSentinel drops leading sentinel messages from err's text, so that
 // wrapping it again does not repeat "fx: unsupported".
 func trimSentinel(err error) string {
 	s := err.Error()
-	for _, p := range []string{ErrUnsupported.Error() + ": ", ErrFormat.Error() + ": "} {
-		s = strings.TrimPrefix(s, p)
+	for {
+		t := s
+		for _, p := range []string{ErrUnsupported.Error() + ": ", ErrFormat.Error() + ": ", decomp.ErrUnsupported.Error() + ": ", decomp.ErrFormat.Error() + ": "} {
+			t = strings.TrimPrefix(t, p)
+		}
+		if t == s {
+			return s
+		}
+		s = t
 	}
-	return s
+}
+
+// isNode reports whether an argument is a node.
+func isNode(a any) bool {
+	_, ok := a.(*fxgraph.Node)
+	return ok
+}
+
+// decompose converts the call by decomposition d (package decomp) and
+// binds the outputs it produced.
+func (c *call) decompose(d decomp.Func) error {
+	dc := decomp.NewCall(c.op, c.pos, c.kw, &fxgraph.Emitter{Graph: c.b.g, IR: c.b.ir})
+	for k, v := range c.byName {
+		dc.Args[k] = v
+	}
+	dc.Outs = c.outs
+	dc.Used = func(i int) bool { return i < len(c.outs) && c.outs[i] != "" && c.b.uses[c.outs[i]] > 0 }
+	dc.NodeName = c.b.nodeName
+	dc.Dim = c.b.dim
+	if err := d(dc); err != nil {
+		return c.errorf(errSentinel(err), "%s", trimSentinel(err))
+	}
+	for i, n := range dc.Results() {
+		if n == nil {
+			continue
+		}
+		if err := c.bind(i, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // firstTensorRef returns the archive name of the first tensor argument.

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/importer/decomp"
 )
 
 // Supports reports whether the importer converts calls of target, an
@@ -33,7 +34,7 @@ func supports(ir *fxgraph.Registry, target string) bool {
 	if !known {
 		return false
 	}
-	_, ok := decompositions[op]
+	_, ok := decomp.Lookup(op)
 	return ok || ir.Has(op)
 }
 

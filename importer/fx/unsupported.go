@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/importer/decomp"
 )
 
 // UnsupportedOp is one operator of an exported program that the importer
@@ -86,7 +87,7 @@ func (b *builder) targetSupported(target string) bool {
 		if !known {
 			return false
 		}
-		_, ok := decompositions[op]
+		_, ok := decomp.Lookup(op)
 		return ok || b.ir.Has(op)
 	}
 	return false

@@ -177,22 +177,29 @@ func (c *call) scatterSymbolic(base, src *fxgraph.Node, k int, v viewStep) (*fxg
 	if !ok || start < 0 || !okStep || step != 1 || (!v.isSelect && !toEnd) {
 		return nil, c.errorf(ErrUnsupported, "writing into a view along symbolic dim %d of %s (only x[a:] and x[i] with a static non-negative a, i are supported)", k, base.Val())
 	}
-	e := &expr{c: c}
+	var err error
+	emit := func(op *fxgraph.Op, kw map[string]any, args ...any) *fxgraph.Node {
+		var n *fxgraph.Node
+		if err == nil {
+			n, err = c.emit("", op, args, kw)
+		}
+		return n
+	}
 	if src.Val().DType != base.Val().DType {
-		src = e.opKw(fxgraph.Aten_ToCopy, map[string]any{"dtype": base.Val().DType}, src)
+		src = emit(fxgraph.Aten_ToCopy, map[string]any{"dtype": base.Val().DType}, src)
 	}
 	var parts []any
 	if start > 0 {
-		parts = append(parts, e.op(fxgraph.AtenSliceTensor, base, int64(k), int64(0), start, int64(1)))
+		parts = append(parts, emit(fxgraph.AtenSliceTensor, nil, base, int64(k), int64(0), start, int64(1)))
 	}
 	if v.isSelect {
-		parts = append(parts, e.op(fxgraph.AtenUnsqueeze, src, int64(k)),
-			e.op(fxgraph.AtenSliceTensor, base, int64(k), start+1, int64(math.MaxInt64), int64(1)))
+		parts = append(parts, emit(fxgraph.AtenUnsqueeze, nil, src, int64(k)),
+			emit(fxgraph.AtenSliceTensor, nil, base, int64(k), start+1, int64(math.MaxInt64), int64(1)))
 	} else {
 		parts = append(parts, src)
 	}
-	if e.err != nil {
-		return nil, e.err
+	if err != nil {
+		return nil, err
 	}
 	if len(parts) == 1 {
 		return src, nil

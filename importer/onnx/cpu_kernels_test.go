@@ -11,6 +11,7 @@ import (
 
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 )
 
 // convKernelCases are the Conv models of testdata/ort (gen_ort_cases.py
@@ -49,18 +50,18 @@ var poolKernelCases = []string{
 }
 
 // TestPoolKernelMatchesORT runs MaxPool models through the CPU max-pooling
-// kernel (lower.PoolKernel) and through XLA's reduce_window, both against
+// kernel (cpu.PoolKernel) and through XLA's reduce_window, both against
 // ONNX Runtime.
 func TestPoolKernelMatchesORT(t *testing.T) {
-	runKernelCases(t, lower.PoolKernel, poolKernelCases)
+	runKernelCases(t, cpu.PoolKernel, poolKernelCases)
 }
 
 // TestConvKernelMatchesORT runs Conv models through the CPU convolution
-// kernel (lower.ConvKernel, oneDNN, loaded next to the plugin by `make
+// kernel (cpu.ConvKernel, oneDNN, loaded next to the plugin by `make
 // pjrt`) and through XLA's own convolution (the kernels turned off), both
 // against ONNX Runtime.
 func TestConvKernelMatchesORT(t *testing.T) {
-	runKernelCases(t, lower.ConvKernel, convKernelCases)
+	runKernelCases(t, cpu.ConvKernel, convKernelCases)
 }
 
 // TestConvKernelBandsMatchORT runs TestConvKernelMatchesORT again in a
@@ -118,10 +119,10 @@ func TestConvKernelOneDNNWeightsMatchORT(t *testing.T) {
 }
 
 // TestMatmulKernelMatchesORT runs MatMul and Gemm models through the CPU
-// matrix-product kernel (lower.MatmulKernel) and through XLA's dot_general,
+// matrix-product kernel (cpu.MatmulKernel) and through XLA's dot_general,
 // both against ONNX Runtime.
 func TestMatmulKernelMatchesORT(t *testing.T) {
-	runKernelCases(t, lower.MatmulKernel, matmulKernelCases)
+	runKernelCases(t, cpu.MatmulKernel, matmulKernelCases)
 }
 
 // runKernelCases runs cases with the CPU kernels (twice: the second time
@@ -135,7 +136,7 @@ func runKernelCases(t *testing.T, kernel string, cases []string) {
 	for _, name := range []string{"kernel", "kernel again", "xla"} {
 		r := conformance.NewRunner(client)
 		if name == "xla" {
-			r.Lowerer = lower.New(lower.Options{Platform: client.Platform(), Kernels: []string{}})
+			r.Lowerer = lower.New(lower.Options{Platform: client.Platform(), Kernels: []string{}}, cpu.Platform())
 		}
 		t.Run(name, func(t *testing.T) {
 			for _, c := range cases {

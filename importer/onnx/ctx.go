@@ -198,6 +198,12 @@ func (c *Ctx) AttrFloats(name string, def []float32) []float32 {
 	return def
 }
 
+// Emitter returns the emitter converters build the graph with (for the
+// shared decompositions, package decomp).
+func (c *Ctx) Emitter() *fxgraph.Emitter {
+	return &fxgraph.Emitter{Graph: c.s.g, IR: c.s.im.ir}
+}
+
 // Emit adds a call_function node for target, computes its Meta right away
 // (so later converters can read dtypes and shapes), and folds it into a
 // constant when its inputs are constants. It returns the node standing for

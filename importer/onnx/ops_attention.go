@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/importer/decomp"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -84,34 +85,10 @@ func msMergeHeads(c *Ctx, x *fxgraph.Node) (*fxgraph.Node, error) {
 
 // msAttend is softmax(q k^T * scale + bias) v for q, k, v of [B, N, S|T,
 // H]; bias (nil for none) broadcasts against [B, N, S, T]. The result is
-// [B, S, N*Hv].
+// [B, S, N*Hv]. The attention itself is the shared decomposition of
+// scaled dot-product attention (decomp.Attention).
 func msAttend(c *Ctx, q, k, v, bias *fxgraph.Node, scale float64) (*fxgraph.Node, error) {
-	kt, err := c.Emit(fxgraph.AtenTransposeInt, k, int64(2), int64(3))
-	if err != nil {
-		return nil, err
-	}
-	qs, err := c.Emit(fxgraph.AtenMulTensor, q, c.ScalarConst(Meta(q).DType, scale))
-	if err != nil {
-		return nil, err
-	}
-	s, err := c.Emit(fxgraph.AtenMatmul, qs, kt)
-	if err != nil {
-		return nil, err
-	}
-	if bias != nil {
-		if s, err = c.Emit(fxgraph.AtenAddTensor, s, bias); err != nil {
-			return nil, err
-		}
-	}
-	p, err := c.Emit(fxgraph.Aten_Softmax, s, int64(-1), false)
-	if err != nil {
-		return nil, err
-	}
-	o, err := c.Emit(fxgraph.AtenMatmul, p, v)
-	if err != nil {
-		return nil, err
-	}
-	return msMergeHeads(c, o)
+	return msAttendCapped(c, q, k, v, bias, scale, 0)
 }
 
 // msMaskBuilder collects the keep conditions of attention masks (bool,
@@ -960,37 +937,9 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 // msAttendCapped is msAttend with the scores soft-capped (softcap *
 // tanh(scores / softcap)) before the bias when softcap > 0.
 func msAttendCapped(c *Ctx, q, k, v, bias *fxgraph.Node, scale, softcap float64) (*fxgraph.Node, error) {
-	if softcap <= 0 {
-		return msAttend(c, q, k, v, bias, scale)
-	}
-	dt := Meta(q).DType
-	kt, err := c.Emit(fxgraph.AtenTransposeInt, k, int64(2), int64(3))
+	o, err := decomp.Attention(c.Emitter(), q, k, v, decomp.AttentionOptions{Mask: bias, Scale: scale, Softcap: softcap})
 	if err != nil {
-		return nil, err
-	}
-	s, err := c.Emit(fxgraph.AtenMatmul, q, kt)
-	if err != nil {
-		return nil, err
-	}
-	if s, err = c.Emit(fxgraph.AtenMulTensor, s, c.ScalarConst(dt, scale/softcap)); err != nil {
-		return nil, err
-	}
-	if s, err = c.Emit(fxgraph.AtenTanh, s); err != nil {
-		return nil, err
-	}
-	if s, err = c.Emit(fxgraph.AtenMulTensor, s, c.ScalarConst(dt, softcap)); err != nil {
-		return nil, err
-	}
-	if s, err = c.Emit(fxgraph.AtenAddTensor, s, bias); err != nil {
-		return nil, err
-	}
-	p, err := c.Emit(fxgraph.Aten_Softmax, s, int64(-1), false)
-	if err != nil {
-		return nil, err
-	}
-	o, err := c.Emit(fxgraph.AtenMatmul, p, v)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
 	return msMergeHeads(c, o)
 }

@@ -884,7 +884,7 @@ func nnMaxPool(c *Ctx, n *Node) error {
 		}
 		var lowest any = math.Inf(-1)
 		if !xm.DType.IsFloat() {
-			lowest = nnExtremeInt(xm.DType)
+			lowest, _, _ = xm.DType.IntRange()
 		}
 		if x, err = c.Emit(fxgraph.AtenConstantPadNd, x, nnPadList(p.lo, p.hi, pad), lowest); err != nil {
 			return err
@@ -917,13 +917,6 @@ func nnMaxPool(c *Ctx, n *Node) error {
 	}
 	c.SetOutput(1, idx)
 	return nil
-}
-
-func nnExtremeInt(dt tensor.DType) int64 {
-	if dt.IsUnsigned() || dt == tensor.Bool {
-		return 0
-	}
-	return -int64(uint64(1) << (dt.Size()*8 - 1))
 }
 
 // nnOnnxIndices turns PyTorch's max-pool indices (row-major within each

@@ -70,6 +70,8 @@ type op struct {
 	regions  []*Block
 	attrs    []string // "key = value"
 	sig      string   // "(tensor<..>, ...) -> ..."
+	// resultTypes are the results' types (Usage reads them).
+	resultTypes []Type
 }
 
 // Func adds a function called name with the given parameters; its body
@@ -262,7 +264,7 @@ func (b *Block) emit(name string, operands []*Value, regions []*Block, attrs []s
 	if !strings.Contains(name, ".") {
 		name = "stablehlo." + name
 	}
-	o := &op{name: name, operands: operands, regions: regions, attrs: attrs}
+	o := &op{name: name, operands: operands, regions: regions, attrs: attrs, resultTypes: results}
 	vals := make([]*Value, len(results))
 	switch len(results) {
 	case 0:

@@ -152,54 +152,74 @@ func (b *Block) Convolution(lhs, rhs *Value, c ConvDims, p Precision, elem Eleme
 	if !ok1 || !ok2 || !ok3 || len(c.KernelSpatial) != n || len(c.OutputSpatial) != n {
 		return nil, fail(fmt.Sprintf("dimension numbers %s x %s -> %s do not fit", in, kn, out))
 	}
-	strides, ld, rd, pad := windowDefaults(n, c.Strides, c.LhsDilation, c.RhsDilation, c.Padding)
-	fg, bg := max(c.FeatureGroups, 1), max(c.BatchGroups, 1)
-	if len(strides) != n || len(ld) != n || len(rd) != n || len(pad) != n {
-		return nil, fail(fmt.Sprintf("strides %v, dilations %v/%v, padding %v; want %d each", strides, ld, rd, pad, n))
+	c.Strides, c.LhsDilation, c.RhsDilation, c.Padding = windowDefaults(n, c.Strides, c.LhsDilation, c.RhsDilation, c.Padding)
+	c.FeatureGroups, c.BatchGroups = max(c.FeatureGroups, 1), max(c.BatchGroups, 1)
+	if why := convCheck(lhs.typ, rhs.typ, c); why != "" {
+		return nil, fail(why)
 	}
-	inF, kIn, kOut := lhs.typ.Dims[c.InputFeature], rhs.typ.Dims[c.KernelInput], rhs.typ.Dims[c.KernelOutput]
-	batch := lhs.typ.Dims[c.InputBatch]
-	if inF%fg != 0 || inF/fg != kIn || kOut%fg != 0 || batch%bg != 0 || kOut%bg != 0 || (fg > 1 && bg > 1) {
-		return nil, fail(fmt.Sprintf("input features %d, kernel input features %d, output features %d do not fit feature_group_count %d, batch_group_count %d", inF, kIn, kOut, fg, bg))
-	}
-	if lhs.typ.Elem != rhs.typ.Elem {
-		return nil, fail("element types differ")
-	}
-	dims := make([]int64, n+2)
-	dims[c.OutputBatch] = batch / bg
-	dims[c.OutputFeature] = kOut
-	padRows := make([]string, n)
-	for i := 0; i < n; i++ {
-		if strides[i] < 1 || ld[i] < 1 || rd[i] < 1 {
-			return nil, fail(fmt.Sprintf("strides %v and dilations %v/%v must be >= 1", strides, ld, rd))
-		}
-		x := lhs.typ.Dims[c.InputSpatial[i]]
-		k := rhs.typ.Dims[c.KernelSpatial[i]]
-		dx := max((x-1)*ld[i]+1, 0) + pad[i][0] + pad[i][1]
-		dk := max((k-1)*rd[i]+1, 0)
-		if dx < dk {
-			dims[c.OutputSpatial[i]] = 0
-		} else {
-			dims[c.OutputSpatial[i]] = (dx-dk)/strides[i] + 1
-		}
-		padRows[i] = fmt.Sprintf("[%d, %d]", pad[i][0], pad[i][1])
-	}
+	dims := convOutDims(lhs.typ, rhs.typ, c)
 	if elem == Invalid {
 		elem = lhs.typ.Elem
 	}
+	padRows := make([]string, n)
+	for i, pd := range c.Padding {
+		padRows[i] = fmt.Sprintf("[%d, %d]", pd[0], pd[1])
+	}
 	attrs := []string{
-		"window_strides = " + i64Array(strides),
+		"window_strides = " + i64Array(c.Strides),
 		fmt.Sprintf("padding = dense<[%s]> : tensor<%dx2xi64>", strings.Join(padRows, ", "), n),
-		"lhs_dilation = " + i64Array(ld),
-		"rhs_dilation = " + i64Array(rd),
+		"lhs_dilation = " + i64Array(c.LhsDilation),
+		"rhs_dilation = " + i64Array(c.RhsDilation),
 		"dimension_numbers = #stablehlo.conv<" + in + "x" + kn + "->" + out + ">",
-		fmt.Sprintf("feature_group_count = %d : i64", fg),
-		fmt.Sprintf("batch_group_count = %d : i64", bg),
+		fmt.Sprintf("feature_group_count = %d : i64", c.FeatureGroups),
+		fmt.Sprintf("batch_group_count = %d : i64", c.BatchGroups),
 	}
 	if n == 0 {
 		attrs[1] = "padding = dense<> : tensor<0x2xi64>"
 	}
 	return b.emit1("convolution", []*Value{lhs, rhs}, nil, append(attrs, precisionAttr(p)...), TensorOf(elem, dims...))
+}
+
+// convCheck returns what is wrong with a convolution of lhs and rhs by c
+// (window and groups filled in), or "".
+func convCheck(lhs, rhs Type, c ConvDims) string {
+	n := len(c.InputSpatial)
+	if len(c.Strides) != n || len(c.LhsDilation) != n || len(c.RhsDilation) != n || len(c.Padding) != n {
+		return fmt.Sprintf("strides %v, dilations %v/%v, padding %v; want %d each", c.Strides, c.LhsDilation, c.RhsDilation, c.Padding, n)
+	}
+	fg, bg := c.FeatureGroups, c.BatchGroups
+	inF, kIn, kOut := lhs.Dims[c.InputFeature], rhs.Dims[c.KernelInput], rhs.Dims[c.KernelOutput]
+	batch := lhs.Dims[c.InputBatch]
+	if inF%fg != 0 || inF/fg != kIn || kOut%fg != 0 || batch%bg != 0 || kOut%bg != 0 || (fg > 1 && bg > 1) {
+		return fmt.Sprintf("input features %d, kernel input features %d, output features %d do not fit feature_group_count %d, batch_group_count %d", inF, kIn, kOut, fg, bg)
+	}
+	if lhs.Elem != rhs.Elem {
+		return "element types differ"
+	}
+	for i := range n {
+		if c.Strides[i] < 1 || c.LhsDilation[i] < 1 || c.RhsDilation[i] < 1 {
+			return fmt.Sprintf("strides %v and dilations %v/%v must be >= 1", c.Strides, c.LhsDilation, c.RhsDilation)
+		}
+	}
+	return ""
+}
+
+// convOutDims returns the result dims of a valid convolution (convCheck).
+func convOutDims(lhs, rhs Type, c ConvDims) []int64 {
+	n := len(c.InputSpatial)
+	dims := make([]int64, n+2)
+	dims[c.OutputBatch] = lhs.Dims[c.InputBatch] / c.BatchGroups
+	dims[c.OutputFeature] = rhs.Dims[c.KernelOutput]
+	for i := range n {
+		x := lhs.Dims[c.InputSpatial[i]]
+		k := rhs.Dims[c.KernelSpatial[i]]
+		dx := max((x-1)*c.LhsDilation[i]+1, 0) + c.Padding[i][0] + c.Padding[i][1]
+		dk := max((k-1)*c.RhsDilation[i]+1, 0)
+		if dx >= dk {
+			dims[c.OutputSpatial[i]] = (dx-dk)/c.Strides[i] + 1
+		}
+	}
+	return dims
 }
 
 func scalarsOf(vs []*Value) []Type {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -258,12 +259,15 @@ func (b *Block) Transpose(x *Value, perm ...int64) (*Value, error) {
 	return b.emit1("transpose", []*Value{x}, nil, []string{"permutation = " + i64Array(perm)}, TensorOf(x.typ.Elem, dims...))
 }
 
-// Slice takes x[start:limit:stride] in every dim.
+// Slice takes x[start:limit:stride] in every dim; nil strides are all 1.
 func (b *Block) Slice(x *Value, start, limit, strides []int64) (*Value, error) {
 	if err := b.check("slice", []*Value{x}); err != nil {
 		return nil, err
 	}
 	r := x.typ.Rank()
+	if strides == nil {
+		strides = ones(r)
+	}
 	if len(start) != r || len(limit) != r || len(strides) != r {
 		return nil, shapeErr("slice", "start %v, limit %v, strides %v for rank-%d %s", start, limit, strides, r, x.typ)
 	}
@@ -358,12 +362,15 @@ func (b *Block) Concatenate(dim int, xs ...*Value) (*Value, error) {
 }
 
 // Pad pads x with the scalar pad: low and high edges (negative values cut)
-// and interior padding between elements.
+// and interior padding between elements (nil: none).
 func (b *Block) Pad(x, pad *Value, low, high, interior []int64) (*Value, error) {
 	if err := b.check("pad", []*Value{x, pad}); err != nil {
 		return nil, err
 	}
 	r := x.typ.Rank()
+	if interior == nil {
+		interior = make([]int64, r)
+	}
 	if pad.typ.Rank() != 0 || pad.typ.Elem != x.typ.Elem || len(low) != r || len(high) != r || len(interior) != r {
 		return nil, shapeErr("pad", "operand %s, padding value %s, low %v, high %v, interior %v", x.typ, pad.typ, low, high, interior)
 	}
@@ -423,57 +430,66 @@ func (b *Block) Gather(x, indices *Value, d GatherDims, sizes []int64, sorted bo
 	if err := b.check("gather", []*Value{x, indices}); err != nil {
 		return nil, err
 	}
-	fail := func(why string) error {
-		return shapeErr("gather", "%s (operand %s, indices %s, slice_sizes %v, %s)", why, x.typ, indices.typ, sizes, d.attr())
+	dims, why := gatherDims(x.typ, indices.typ, d, sizes)
+	if why != "" {
+		return nil, shapeErr("gather", "%s (operand %s, indices %s, slice_sizes %v, %s)", why, x.typ, indices.typ, sizes, d.attr())
 	}
-	r, ir := x.typ.Rank(), indices.typ.Rank()
-	if !indices.typ.Elem.IsInt() || len(sizes) != r || d.IndexVectorDim < 0 || d.IndexVectorDim > int64(ir) {
-		return nil, fail("indices must be integers, slice_sizes one per operand dim, index_vector_dim within the indices' rank")
-	}
-	ivd := int64(1)
-	if d.IndexVectorDim < int64(ir) {
-		ivd = indices.typ.Dims[d.IndexVectorDim]
-	}
-	if int64(len(d.StartIndexMap)) != ivd || !uniqueDims(d.StartIndexMap, r) {
-		return nil, fail("start_index_map must map each index component to a distinct operand dim")
-	}
+	attrs := []string{"dimension_numbers = " + d.attr(), "slice_sizes = " + i64Array(sizes), fmt.Sprintf("indices_are_sorted = %t", sorted)}
+	return b.emit1("gather", []*Value{x, indices}, nil, attrs, TensorOf(x.typ.Elem, dims...))
+}
+
+// gatherOffsets returns the slice sizes of the dims a gather keeps (not
+// collapsed nor batching), or what is wrong with sizes.
+func gatherOffsets(x Type, d GatherDims, sizes []int64) ([]int64, string) {
 	skipped := append(append([]int64(nil), d.CollapsedSliceDims...), d.OperandBatchingDims...)
-	if !uniqueDims(skipped, r) {
-		return nil, fail("collapsed and batching dims must be distinct operand dims")
-	}
-	isSkipped := make([]bool, r)
-	for _, s := range skipped {
-		isSkipped[s] = true
-	}
-	for i, s := range sizes {
-		if s < 0 || s > x.typ.Dims[i] || (isSkipped[i] && s > 1) {
-			return nil, fail(fmt.Sprintf("slice size %d of dim %d out of range", s, i))
-		}
+	if !uniqueDims(skipped, x.Rank()) {
+		return nil, "collapsed and batching dims must be distinct operand dims"
 	}
 	var offsets []int64
 	for i, s := range sizes {
-		if !isSkipped[i] {
+		isSkipped := slices.Contains(skipped, int64(i))
+		if s < 0 || s > x.Dims[i] || (isSkipped && s > 1) {
+			return nil, fmt.Sprintf("slice size %d of dim %d out of range", s, i)
+		}
+		if !isSkipped {
 			offsets = append(offsets, s)
 		}
 	}
+	return offsets, ""
+}
+
+// gatherDims returns the result dims of a gather from x at indices, or
+// what is wrong with it.
+func gatherDims(x, indices Type, d GatherDims, sizes []int64) ([]int64, string) {
+	r, ir := x.Rank(), indices.Rank()
+	if !indices.Elem.IsInt() || len(sizes) != r || d.IndexVectorDim < 0 || d.IndexVectorDim > int64(ir) {
+		return nil, "indices must be integers, slice_sizes one per operand dim, index_vector_dim within the indices' rank"
+	}
+	ivd := int64(1)
+	if d.IndexVectorDim < int64(ir) {
+		ivd = indices.Dims[d.IndexVectorDim]
+	}
+	if int64(len(d.StartIndexMap)) != ivd || !uniqueDims(d.StartIndexMap, r) {
+		return nil, "start_index_map must map each index component to a distinct operand dim"
+	}
+	offsets, why := gatherOffsets(x, d, sizes)
+	if why != "" {
+		return nil, why
+	}
 	var batch []int64
-	for i, s := range indices.typ.Dims {
+	for i, s := range indices.Dims {
 		if int64(i) != d.IndexVectorDim {
 			batch = append(batch, s)
 		}
 	}
 	outRank := len(batch) + len(offsets)
 	if len(d.OffsetDims) != len(offsets) || !uniqueDims(d.OffsetDims, outRank) {
-		return nil, fail("offset_dims must name one distinct result dim per non-collapsed slice dim")
+		return nil, "offset_dims must name one distinct result dim per non-collapsed slice dim"
 	}
 	dims := make([]int64, outRank)
-	isOffset := make([]bool, outRank)
-	for _, o := range d.OffsetDims {
-		isOffset[o] = true
-	}
 	oi, bi := 0, 0
 	for i := range dims {
-		if isOffset[i] {
+		if slices.Contains(d.OffsetDims, int64(i)) {
 			dims[i] = offsets[oi]
 			oi++
 		} else {
@@ -481,8 +497,7 @@ func (b *Block) Gather(x, indices *Value, d GatherDims, sizes []int64, sorted bo
 			bi++
 		}
 	}
-	attrs := []string{"dimension_numbers = " + d.attr(), "slice_sizes = " + i64Array(sizes), fmt.Sprintf("indices_are_sorted = %t", sorted)}
-	return b.emit1("gather", []*Value{x, indices}, nil, attrs, TensorOf(x.typ.Elem, dims...))
+	return dims, ""
 }
 
 // ScatterDims are scatter's dimension numbers, as the spec names them.

@@ -199,3 +199,12 @@ func uniqueDims(dims []int64, rank int) bool {
 	}
 	return true
 }
+
+// ones returns n ones.
+func ones(n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
+}

@@ -1,4 +1,4 @@
-package fx
+package decomp
 
 import (
 	"github.com/xserve/xserve/fxgraph"
@@ -12,7 +12,7 @@ import (
 // expr emits a chain of IR operators on behalf of a call, keeping the first
 // error, so that a formula reads as one expression per line.
 type expr struct {
-	c   *call
+	c   *Call
 	err error
 }
 
@@ -33,11 +33,11 @@ func (e *expr) opKw(target *fxgraph.Op, kw map[string]any, args ...any) *fxgraph
 
 // formula is a decomposition written as an expression of the call's
 // arguments: it returns the output nodes in order.
-type formula func(c *call, e *expr) ([]*fxgraph.Node, error)
+type formula func(c *Call, e *expr) ([]*fxgraph.Node, error)
 
 // decFormula runs f and binds its outputs.
-func decFormula(f formula) decomposer {
-	return func(c *call) error {
+func decFormula(f formula) Func {
+	return func(c *Call) error {
 		e := &expr{c: c}
 		outs, err := f(c, e)
 		if err == nil {
@@ -47,7 +47,7 @@ func decFormula(f formula) decomposer {
 			return err
 		}
 		for i, n := range outs {
-			if i >= len(c.outs) {
+			if i >= len(c.Outs) {
 				break
 			}
 			if err := c.bind(i, n); err != nil {
@@ -59,8 +59,8 @@ func decFormula(f formula) decomposer {
 }
 
 // unary is a formula of self alone.
-func unary(f func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node) decomposer {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func unary(f func(c *Call, e *expr, x *fxgraph.Node) *fxgraph.Node) Func {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -70,8 +70,8 @@ func unary(f func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node) decomposer {
 }
 
 // binary is a formula of self and a second tensor argument.
-func binary(other string, f func(c *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node) decomposer {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func binary(other string, f func(c *Call, e *expr, x, y *fxgraph.Node) *fxgraph.Node) Func {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -84,14 +84,14 @@ func binary(other string, f func(c *call, e *expr, x, y *fxgraph.Node) *fxgraph.
 			if !isNum {
 				return nil, c.errorf(ErrFormat, "argument %s is %s, want a tensor or a number", other, fxgraph.FormatArg(c.arg(other)))
 			}
-			y = c.b.scalarConst(x.Val().DType, v)
+			y = c.scalarConst(x.Val().DType, v)
 		}
 		return []*fxgraph.Node{f(c, e, x, y)}, nil
 	})
 }
 
 // number returns a number argument or its default (def when absent or None).
-func (c *call) number(name string, def float64) any {
+func (c *Call) number(name string, def float64) any {
 	v := c.arg(name)
 	if v == nil {
 		return def
@@ -99,9 +99,9 @@ func (c *call) number(name string, def float64) any {
 	return v
 }
 
-var mathDecompositions = map[*fxgraph.Op]decomposer{
-	fxgraph.AtenSquare: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node { return e.op(fxgraph.AtenMulTensor, x, x) }),
-	fxgraph.AtenErfc: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+var mathDecompositions = map[*fxgraph.Op]Func{
+	fxgraph.AtenSquare: unary(func(_ *Call, e *expr, x *fxgraph.Node) *fxgraph.Node { return e.op(fxgraph.AtenMulTensor, x, x) }),
+	fxgraph.AtenErfc: unary(func(_ *Call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		return e.op(fxgraph.AtenRsubScalar, e.op(fxgraph.AtenErf, x), 1.0)
 	}),
 	fxgraph.AtenSgn:          decRename(fxgraph.AtenSign),
@@ -111,18 +111,18 @@ var mathDecompositions = map[*fxgraph.Op]decomposer{
 	fxgraph.AtenMaxOther:     decRename(fxgraph.AtenMaximum),
 	fxgraph.AtenMinOther:     decRename(fxgraph.AtenMinimum),
 	fxgraph.AtenNumpyT:       decNumpyT,
-	fxgraph.AtenFrac: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenFrac: unary(func(_ *Call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		return e.op(fxgraph.AtenSubTensor, x, e.op(fxgraph.AtenTrunc, x))
 	}),
-	fxgraph.AtenLogSigmoid: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenLogSigmoid: unary(func(_ *Call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		// log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), stable for large |x|.
 		return e.op(fxgraph.AtenSubTensor, e.op(fxgraph.AtenClamp, x, nil, 0.0),
 			e.op(fxgraph.AtenLog1p, e.op(fxgraph.AtenExp, e.op(fxgraph.AtenNeg, e.op(fxgraph.AtenAbs, x)))))
 	}),
-	fxgraph.AtenSelu: unary(func(_ *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenSelu: unary(func(_ *Call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		return e.op(fxgraph.AtenElu, x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0)
 	}),
-	fxgraph.AtenCelu: unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenCelu: unary(func(c *Call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		a, ok := fxgraph.AsFloat(c.number("alpha", 1))
 		if !ok || a == 0 {
 			e.err = c.errorf(ErrUnsupported, "celu alpha %s", fxgraph.FormatArg(c.arg("alpha")))
@@ -130,11 +130,11 @@ var mathDecompositions = map[*fxgraph.Op]decomposer{
 		}
 		return e.op(fxgraph.AtenElu, x, a, 1.0, 1/a)
 	}),
-	fxgraph.AtenHardshrink: unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenHardshrink: unary(func(c *Call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		keep := e.op(fxgraph.AtenGtScalar, e.op(fxgraph.AtenAbs, x), c.number("lambd", 0.5))
 		return e.op(fxgraph.AtenWhereScalarOther, keep, x, 0.0)
 	}),
-	fxgraph.AtenLogit: unary(func(c *call, e *expr, x *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenLogit: unary(func(c *Call, e *expr, x *fxgraph.Node) *fxgraph.Node {
 		if eps, ok := fxgraph.AsFloat(c.arg("eps")); ok {
 			x = e.op(fxgraph.AtenClamp, x, eps, 1-eps)
 		}
@@ -144,35 +144,35 @@ var mathDecompositions = map[*fxgraph.Op]decomposer{
 	fxgraph.AtenAddcdiv:    decAddc(fxgraph.AtenDivTensor),
 	fxgraph.AtenLerpScalar: decLerp,
 	fxgraph.AtenLerpTensor: decLerp,
-	fxgraph.AtenOuter: binary("vec2", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenOuter: binary("vec2", func(_ *Call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		return e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenUnsqueeze, x, int64(1)), y)
 	}),
-	fxgraph.AtenHypot: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenHypot: binary("other", func(_ *Call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		return e.op(fxgraph.AtenSqrt, e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulTensor, x, x), e.op(fxgraph.AtenMulTensor, y, y)))
 	}),
-	fxgraph.AtenLogaddexp: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenLogaddexp: binary("other", func(_ *Call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		// max(x, y) + log1p(exp(-|x - y|))
 		m := e.op(fxgraph.AtenMaximum, x, y)
 		d := e.op(fxgraph.AtenNeg, e.op(fxgraph.AtenAbs, e.op(fxgraph.AtenSubTensor, x, y)))
 		return e.op(fxgraph.AtenAddTensor, m, e.op(fxgraph.AtenLog1p, e.op(fxgraph.AtenExp, d)))
 	}),
-	fxgraph.AtenXlogyTensor: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenXlogyTensor: binary("other", func(_ *Call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		// 0 where x == 0 (unless y is NaN), else x * log(y).
 		p := e.op(fxgraph.AtenMulTensor, x, e.op(fxgraph.AtenLog, y))
 		zero := e.op(fxgraph.AtenLogicalAnd, e.op(fxgraph.AtenEqScalar, x, 0.0), e.op(fxgraph.AtenLogicalNot, e.op(fxgraph.AtenIsnan, y)))
 		return e.op(fxgraph.AtenWhereScalarSelf, zero, 0.0, p)
 	}),
-	fxgraph.AtenFloorDivide: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenFloorDivide: binary("other", func(_ *Call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		return e.opKw(fxgraph.AtenDivTensorMode, map[string]any{"rounding_mode": "floor"}, x, y)
 	}),
-	fxgraph.AtenFloorDivideScalar: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenFloorDivideScalar: decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
 		}
 		return []*fxgraph.Node{e.opKw(fxgraph.AtenDivScalarMode, map[string]any{"rounding_mode": "floor"}, x, c.arg("other"))}, nil
 	}),
-	fxgraph.AtenIsclose: binary("other", func(c *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenIsclose: binary("other", func(c *Call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		// |x - y| <= atol + rtol * |y|, or x == y (infinities).
 		rtol, _ := fxgraph.AsFloat(c.number("rtol", 1e-5))
 		atol, _ := fxgraph.AsFloat(c.number("atol", 1e-8))
@@ -214,7 +214,7 @@ var mathDecompositions = map[*fxgraph.Op]decomposer{
 }
 
 // decNumpyT reverses the dims (x.T).
-func decNumpyT(c *call) error {
+func decNumpyT(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -228,8 +228,8 @@ func decNumpyT(c *call) error {
 }
 
 // decAddc is addcmul/addcdiv: self + value * (tensor1 op tensor2).
-func decAddc(op *fxgraph.Op) decomposer {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decAddc(op *fxgraph.Op) Func {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -251,8 +251,8 @@ func decAddc(op *fxgraph.Op) decomposer {
 }
 
 // decLerp is self + weight * (end - self).
-func decLerp(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decLerp(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -266,8 +266,8 @@ func decLerp(c *call) error {
 }
 
 // decGLU is a * sigmoid(b) for the two halves a, b of dim.
-func decGLU(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decGLU(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -292,8 +292,8 @@ func decGLU(c *call) error {
 }
 
 // decPReLU is where(x > 0, x, weight * x), weight per channel (dim 1).
-func decPReLU(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decPReLU(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -316,8 +316,8 @@ func decPReLU(c *call) error {
 // decRMSNorm is x * rsqrt(mean(x^2 over the normalized dims) + eps) *
 // weight, computed in float32 at least; eps defaults to the dtype's
 // machine epsilon.
-func decRMSNorm(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decRMSNorm(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("input")
 		if err != nil {
 			return nil, err
@@ -372,8 +372,8 @@ func machineEps(dt tensor.DType) float64 {
 // decVarDim maps var/std with unbiased (the .dim and .default overloads)
 // or correction to the IR's .correction form; withMean adds the mean as a
 // second output (var_mean, std_mean).
-func decVarDim(target *fxgraph.Op, withMean bool) decomposer {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decVarDim(target *fxgraph.Op, withMean bool) Func {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -407,7 +407,7 @@ func decVarDim(target *fxgraph.Op, withMean bool) decomposer {
 }
 
 // decNarrow is slice(dim, start, start + length).
-func decNarrow(c *call) error {
+func decNarrow(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -433,7 +433,7 @@ func decNarrow(c *call) error {
 
 // decTile is repeat with the dims padded with leading ones to x's rank (or
 // x padded with leading size-1 dims to the dims' length).
-func decTile(c *call) error {
+func decTile(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -451,8 +451,8 @@ func decTile(c *call) error {
 
 // decRepeatInterleave repeats each element repeats times along dim (the
 // flattened tensor without dim): unsqueeze, expand, reshape.
-func decRepeatInterleave(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decRepeatInterleave(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -490,8 +490,8 @@ func decRepeatInterleave(c *call) error {
 }
 
 // decOneHot is (x[..., None] == arange(num_classes)) as int64.
-func decOneHot(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decOneHot(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -507,7 +507,7 @@ func decOneHot(c *call) error {
 		for i := range classes {
 			classes[i] = int64(i)
 		}
-		ar := c.b.g.AddConstant(c.b.freshName("one_hot_classes"), tensor.FromInt64s(classes))
+		ar := c.constant("one_hot_classes", tensor.FromInt64s(classes))
 		eq := e.op(fxgraph.AtenEqTensor, e.op(fxgraph.AtenUnsqueeze, x, int64(-1)), ar)
 		return []*fxgraph.Node{e.opKw(fxgraph.Aten_ToCopy, map[string]any{"dtype": tensor.Int64}, eq)}, nil
 	})(c)
@@ -515,7 +515,7 @@ func decOneHot(c *call) error {
 
 // decInstanceNorm normalizes each (sample, channel) over its spatial dims:
 // native_group_norm with one group per channel.
-func decInstanceNorm(c *call) error {
+func decInstanceNorm(c *Call) error {
 	x, err := c.tensor("input")
 	if err != nil {
 		return err
@@ -555,8 +555,8 @@ func decInstanceNorm(c *call) error {
 
 // decCosineSimilarity is sum(x1*x2) / sqrt(max(sum(x1^2) * sum(x2^2),
 // eps^2)) over dim.
-func decCosineSimilarity(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decCosineSimilarity(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		a, err := c.tensor("x1")
 		if err != nil {
 			return nil, err
@@ -584,8 +584,8 @@ func decCosineSimilarity(c *call) error {
 }
 
 // decCountNonzero sums x != 0 over the dims (all without).
-func decCountNonzero(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decCountNonzero(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -603,8 +603,8 @@ func decCountNonzero(c *call) error {
 }
 
 // decAminmax is (amin, amax) over dim (all dims without one).
-func decAminmax(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decAminmax(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -626,7 +626,7 @@ func decAminmax(c *call) error {
 }
 
 // decArgsort is the indices output of sort.
-func decArgsort(c *call) error {
+func decArgsort(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -643,7 +643,7 @@ func decArgsort(c *call) error {
 }
 
 // decScatterAdd is scatter_reduce(sum, include_self).
-func decScatterAdd(c *call) error {
+func decScatterAdd(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -665,8 +665,8 @@ func decScatterAdd(c *call) error {
 
 // decMSELoss is (self - target)^2, averaged (reduction 1), summed (2) or
 // kept (0).
-func decMSELoss(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decMSELoss(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -695,7 +695,7 @@ func decMSELoss(c *call) error {
 
 // decBroadcastTensors expands every tensor to the broadcast shape (size-1
 // dims take the other tensors' size, symbolic or not).
-func decBroadcastTensors(c *call) error {
+func decBroadcastTensors(c *Call) error {
 	list, ok := c.arg("tensors").([]any)
 	if !ok {
 		return c.errorf(ErrFormat, "broadcast_tensors of %s", fxgraph.FormatArg(c.arg("tensors")))

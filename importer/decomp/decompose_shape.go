@@ -1,4 +1,4 @@
-package fx
+package decomp
 
 import (
 	"math"
@@ -9,7 +9,7 @@ import (
 
 // Shape, indexing and distance operators of the full ATen surface.
 
-var shapeDecompositions = map[*fxgraph.Op]decomposer{
+var shapeDecompositions = map[*fxgraph.Op]Func{
 	fxgraph.AtenHsplitInt:        decDirSplit(1),
 	fxgraph.AtenHsplitArray:      decDirSplit(1),
 	fxgraph.AtenVsplitInt:        decDirSplit(0),
@@ -24,7 +24,7 @@ var shapeDecompositions = map[*fxgraph.Op]decomposer{
 	fxgraph.AtenTensordot:        decTensordot,
 	fxgraph.AtenInner:            decInner,
 	fxgraph.AtenCdist:            decCdist,
-	fxgraph.AtenPairwiseDistance: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenPairwiseDistance: decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		a, b, err := c.twoTensors("x1", "x2")
 		if err != nil {
 			return nil, err
@@ -34,7 +34,7 @@ var shapeDecompositions = map[*fxgraph.Op]decomposer{
 		d := e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenSubTensor, a, b), eps)
 		return []*fxgraph.Node{e.op(fxgraph.AtenLinalgVectorNorm, d, c.number("p", 2), []any{int64(-1)}, keep != 0)}, nil
 	}),
-	fxgraph.AtenDist: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenDist: decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		a, b, err := c.twoTensors("self", "other")
 		if err != nil {
 			return nil, err
@@ -42,7 +42,7 @@ var shapeDecompositions = map[*fxgraph.Op]decomposer{
 		return []*fxgraph.Node{e.op(fxgraph.AtenLinalgVectorNorm, e.op(fxgraph.AtenSubTensor, a, b), c.number("p", 2), nil, false)}, nil
 	}),
 	fxgraph.AtenDiagonal: decDiagonal,
-	fxgraph.AtenTrace: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenTrace: decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -55,7 +55,7 @@ var shapeDecompositions = map[*fxgraph.Op]decomposer{
 	}),
 	fxgraph.AtenUnfold: decUnfold,
 	fxgraph.AtenRot90:  decRot90,
-	fxgraph.AtenAddmv: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+	fxgraph.AtenAddmv: decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -67,7 +67,7 @@ var shapeDecompositions = map[*fxgraph.Op]decomposer{
 		p := e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenMatmul, m, v), c.number("alpha", 1))
 		return []*fxgraph.Node{e.op(fxgraph.AtenAddTensor, e.op(fxgraph.AtenMulTensor, x, c.number("beta", 1)), p)}, nil
 	}),
-	fxgraph.AtenCopysignTensor: binary("other", func(_ *call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
+	fxgraph.AtenCopysignTensor: binary("other", func(_ *Call, e *expr, x, y *fxgraph.Node) *fxgraph.Node {
 		// The sign bit of y: y < 0, or y == -0.0 (1/y == -inf).
 		neg := e.op(fxgraph.AtenLogicalOr, e.op(fxgraph.AtenLtScalar, y, 0.0),
 			e.op(fxgraph.AtenLogicalAnd, e.op(fxgraph.AtenEqScalar, y, 0.0), e.op(fxgraph.AtenLtScalar, e.op(fxgraph.AtenReciprocal, y), 0.0)))
@@ -77,7 +77,7 @@ var shapeDecompositions = map[*fxgraph.Op]decomposer{
 }
 
 // twoTensors returns two tensor arguments.
-func (c *call) twoTensors(a, b string) (*fxgraph.Node, *fxgraph.Node, error) {
+func (c *Call) twoTensors(a, b string) (*fxgraph.Node, *fxgraph.Node, error) {
 	x, err := c.tensor(a)
 	if err != nil {
 		return nil, nil, err
@@ -88,8 +88,8 @@ func (c *call) twoTensors(a, b string) (*fxgraph.Node, *fxgraph.Node, error) {
 
 // decDirSplit is hsplit (dim 1, or 0 for 1-D tensors) and vsplit (dim 0):
 // tensor_split by sections or indices.
-func decDirSplit(dim int64) decomposer {
-	return func(c *call) error {
+func decDirSplit(dim int64) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("self")
 		if err != nil {
 			return err
@@ -102,15 +102,15 @@ func decDirSplit(dim int64) decomposer {
 		if _, ok := fxgraph.AsInt(c.arg("sections")); ok {
 			target = fxgraph.AtenTensorSplitSections
 		}
-		c.byName["dim"] = d
-		c.op = target
+		c.Args["dim"] = d
+		c.Op = target
 		return decTensorSplit(c)
 	}
 }
 
 // decMeshgrid reshapes each 1-D operand to its own dim of the grid and
 // expands it ("xy" indexing swaps the first two dims).
-func decMeshgrid(c *call) error {
+func decMeshgrid(c *Call) error {
 	list, ok := c.arg("tensors").([]any)
 	if !ok {
 		return c.errorf(ErrFormat, "meshgrid of %s", fxgraph.FormatArg(c.arg("tensors")))
@@ -167,7 +167,7 @@ func decMeshgrid(c *call) error {
 
 // mustDims is c.dims for values whose dims were read before (no error
 // possible for a converted node); it returns nil on error.
-func mustDims(c *call, x *fxgraph.Node) []any {
+func mustDims(c *Call, x *fxgraph.Node) []any {
 	d, err := c.dims(x)
 	if err != nil {
 		return nil
@@ -177,8 +177,8 @@ func mustDims(c *call, x *fxgraph.Node) []any {
 
 // decAtLeast reshapes to at least n dims the way torch does (1-D to
 // [1, n] for 2-D, [1, n, 1] for 3-D; 2-D to [a, b, 1]).
-func decAtLeast(n int) decomposer {
-	return func(c *call) error {
+func decAtLeast(n int) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("self")
 		if err != nil {
 			return err
@@ -223,8 +223,8 @@ func maxFinite(dt tensor.DType) float64 {
 
 // decNanToNum replaces NaN by nan (0), +inf by posinf and -inf by neginf
 // (the dtype's largest finite values by default).
-func decNanToNum(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decNanToNum(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		x, err := c.tensor("self")
 		if err != nil {
 			return nil, err
@@ -244,7 +244,7 @@ func decNanToNum(c *call) error {
 
 // decTakeAlongDim is gather along dim (of the flattened tensors without
 // dim).
-func decTakeAlongDim(c *call) error {
+func decTakeAlongDim(c *Call) error {
 	x, idx, err := c.twoTensors("self", "indices")
 	if err != nil {
 		return err
@@ -269,7 +269,7 @@ func decTakeAlongDim(c *call) error {
 
 // decTensordot contracts dims_self of self with dims_other of other (as
 // einsum does, with one bmm).
-func decTensordot(c *call) error {
+func decTensordot(c *Call) error {
 	x, y, err := c.twoTensors("self", "other")
 	if err != nil {
 		return err
@@ -286,7 +286,7 @@ func decTensordot(c *call) error {
 }
 
 // decInner contracts the last dims of self and other.
-func decInner(c *call) error {
+func decInner(c *Call) error {
 	x, y, err := c.twoTensors("self", "other")
 	if err != nil {
 		return err
@@ -299,7 +299,7 @@ func decInner(c *call) error {
 
 // tensordot labels self's dims a..., other's dims the same label for each
 // contracted pair and fresh ones otherwise, and contracts.
-func (c *call) tensordot(x, y *fxgraph.Node, da, db []int64) error {
+func (c *Call) tensordot(x, y *fxgraph.Node, da, db []int64) error {
 	if len(da) != len(db) {
 		return c.errorf(ErrFormat, "tensordot dims %v and %v differ in length", da, db)
 	}
@@ -354,8 +354,8 @@ func slicesContainsInt(dims []int64, i, rank int) bool {
 
 // decCdist is the p-norm distance of every row pair:
 // norm(x1[..., :, None, :] - x2[..., None, :, :], p, -1).
-func decCdist(c *call) error {
-	return decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+func decCdist(c *Call) error {
+	return decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		a, b, err := c.twoTensors("x1", "x2")
 		if err != nil {
 			return nil, err
@@ -367,7 +367,7 @@ func decCdist(c *call) error {
 
 // diagonal gathers the diagonal of static dims d1, d2 (offset o) into a
 // last dim, as torch.diagonal does.
-func (c *call) diagonal(x *fxgraph.Node, o int64, d1, d2 int64) (*fxgraph.Node, error) {
+func (c *Call) diagonal(x *fxgraph.Node, o int64, d1, d2 int64) (*fxgraph.Node, error) {
 	r := x.Val().Rank()
 	a, err1 := fxgraph.NormDim(d1, r)
 	b, err2 := fxgraph.NormDim(d2, r)
@@ -404,12 +404,12 @@ func (c *call) diagonal(x *fxgraph.Node, o int64, d1, d2 int64) (*fxgraph.Node, 
 			idx = append(idx, i*n2.Size+j)
 		}
 	}
-	ix := c.b.g.AddConstant(c.b.freshName("diagonal_index"), tensor.FromInt64s(idx, int64(len(idx))))
+	ix := c.constant("diagonal_index", tensor.FromInt64s(idx, int64(len(idx))))
 	return c.emit("", fxgraph.AtenIndexSelect, []any{flat, int64(r - 2), ix}, nil)
 }
 
 // decDiagonal is torch.diagonal(self, offset, dim1, dim2).
-func decDiagonal(c *call) error {
+func decDiagonal(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -435,7 +435,7 @@ func decDiagonal(c *call) error {
 
 // decUnfold is Tensor.unfold(dimension, size, step): the windows of a
 // static dim gathered with constant indices, the window as a new last dim.
-func decUnfold(c *call) error {
+func decUnfold(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -470,7 +470,7 @@ func decUnfold(c *call) error {
 		}
 	}
 	e := &expr{c: c}
-	ix := c.b.g.AddConstant(c.b.freshName("unfold_index"), tensor.FromInt64s(idx, int64(len(idx))))
+	ix := c.constant("unfold_index", tensor.FromInt64s(idx, int64(len(idx))))
 	g := e.op(fxgraph.AtenIndexSelect, x, int64(k), ix)
 	dims, err := c.dims(x)
 	if err != nil {
@@ -494,7 +494,7 @@ func decUnfold(c *call) error {
 
 // decRot90 rotates by k quarter turns in the plane of dims: flips and a
 // transpose.
-func decRot90(c *call) error {
+func decRot90(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -528,7 +528,7 @@ func decRot90(c *call) error {
 // fallbacks convert calls of IR operators whose IR form refuses the call's
 // arguments, typically sizes computed from the input shape where the IR
 // wants ints.
-var fallbacks = map[*fxgraph.Op]decomposer{
+var fallbacks = map[*fxgraph.Op]Func{
 	fxgraph.AtenRepeat: decRepeatSymbolic,
 }
 
@@ -536,7 +536,7 @@ var fallbacks = map[*fxgraph.Op]decomposer{
 // [1, d0, 1, d1, ...], expanded to [r0, d0, r1, d1, ...] and reshaped to
 // [r0*d0, r1*d1, ...] (x padded with leading size-1 dims to the repeats'
 // length).
-func decRepeatSymbolic(c *call) error {
+func decRepeatSymbolic(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -574,8 +574,8 @@ func decRepeatSymbolic(c *call) error {
 
 // moreDecompositions are cumulative and index operators of the full ATen
 // surface.
-var moreDecompositions = map[*fxgraph.Op]decomposer{
-	fxgraph.AtenLogcumsumexp: decFormula(func(c *call, e *expr) ([]*fxgraph.Node, error) {
+var moreDecompositions = map[*fxgraph.Op]Func{
+	fxgraph.AtenLogcumsumexp: decFormula(func(c *Call, e *expr) ([]*fxgraph.Node, error) {
 		// log(cumsum(exp(x - m))) + m with m the max along dim (finite).
 		x, err := c.tensor("self")
 		if err != nil {
@@ -596,7 +596,7 @@ var moreDecompositions = map[*fxgraph.Op]decomposer{
 
 // decDiagEmbed puts the last dim of self on the diagonal of the last two
 // dims (offset 0, dim1 -2, dim2 -1): x[..., :, None] * eye(n).
-func decDiagEmbed(c *call) error {
+func decDiagEmbed(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -614,7 +614,7 @@ func decDiagEmbed(c *call) error {
 		eye.SetFloat64(i*n+i, 1)
 	}
 	e := &expr{c: c}
-	y := e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenUnsqueeze, x, int64(-1)), c.b.g.AddConstant(c.b.freshName("diag_embed_eye"), eye))
+	y := e.op(fxgraph.AtenMulTensor, e.op(fxgraph.AtenUnsqueeze, x, int64(-1)), c.constant("diag_embed_eye", eye))
 	if e.err != nil {
 		return e.err
 	}
@@ -623,7 +623,7 @@ func decDiagEmbed(c *call) error {
 
 // decIndexAdd adds alpha * source into self at index along dim:
 // index_put with accumulate on self and source with dim moved first.
-func decIndexAdd(c *call) error {
+func decIndexAdd(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package fx
+package decomp
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ type tapFunc func(in, out int64, scale float64) taps
 
 // resample applies per-dim taps to the trailing spatial dims of x (dims
 // rank-len(outs) ... rank-1); reduce is "sum" (weighted) or "max".
-func (c *call) resample(x *fxgraph.Node, outs []int64, scales []float64, f tapFunc, reduce string) (*fxgraph.Node, error) {
+func (c *Call) resample(x *fxgraph.Node, outs []int64, scales []float64, f tapFunc, reduce string) (*fxgraph.Node, error) {
 	rank := x.Val().Rank()
 	nd := len(outs)
 	if rank < nd+1 {
@@ -75,7 +75,7 @@ func isIdentityTaps(t taps) bool {
 }
 
 // applyTaps gathers each tap along dim d and combines the taps.
-func (c *call) applyTaps(x *fxgraph.Node, d int, t taps, reduce string) (*fxgraph.Node, error) {
+func (c *Call) applyTaps(x *fxgraph.Node, d int, t taps, reduce string) (*fxgraph.Node, error) {
 	out := int64(len(t.idx))
 	k := 0
 	for _, ix := range t.idx {
@@ -109,12 +109,12 @@ func (c *call) applyTaps(x *fxgraph.Node, d int, t taps, reduce string) (*fxgrap
 				w.SetFloat64(int64(o), t.w[o][j])
 			}
 		}
-		g, err := c.emit("", fxgraph.AtenIndexSelect, []any{x, int64(d), c.b.g.AddConstant(c.b.freshName("resample_index"), tensor.FromInt64s(ix))}, nil)
+		g, err := c.emit("", fxgraph.AtenIndexSelect, []any{x, int64(d), c.constant("resample_index", tensor.FromInt64s(ix))}, nil)
 		if err != nil {
 			return nil, err
 		}
 		if w != nil {
-			wc := c.b.g.AddConstant(c.b.freshName("resample_weight"), w.Convert(x.Val().DType))
+			wc := c.constant("resample_weight", w.Convert(x.Val().DType))
 			if g, err = c.emit("", fxgraph.AtenMulTensor, []any{g, wc}, nil); err != nil {
 				return nil, err
 			}
@@ -256,9 +256,9 @@ type upsample struct {
 // trilinear}Nd and _upsample_nearest_exactNd, both the .vec overloads
 // (output_size or scale_factors) and the .default ones (output_size and
 // per-dim scales).
-func decUpsample(u upsample) decomposer {
-	return func(c *call) error {
-		x, err := c.tensor(c.selfArg())
+func decUpsample(u upsample) Func {
+	return func(c *Call) error {
+		x, err := c.tensor(c.Op.Args[0].Name)
 		if err != nil {
 			return err
 		}
@@ -287,13 +287,13 @@ func decUpsample(u upsample) decomposer {
 }
 
 // upsampleSizes reads the output sizes and scales of an upsample call.
-func (c *call) upsampleSizes(x *fxgraph.Node, nd int) ([]int64, []float64, error) {
+func (c *Call) upsampleSizes(x *fxgraph.Node, nd int) ([]int64, []float64, error) {
 	rank := x.Val().Rank()
 	if rank != nd+2 {
 		return nil, nil, c.errorf(ErrUnsupported, "upsample of %s: want a batched %d-D input", x.Val(), nd)
 	}
 	var scales []float64
-	if strings.HasSuffix(c.target, ".vec") {
+	if strings.HasSuffix(c.Op.Name, ".vec") {
 		if sf, ok := c.arg("scale_factors").([]any); ok && c.arg("output_size") == nil {
 			outs := make([]int64, nd)
 			scales = make([]float64, nd)
@@ -327,8 +327,8 @@ func (c *call) upsampleSizes(x *fxgraph.Node, nd int) ([]int64, []float64, error
 // decAdaptivePool converts adaptive_{avg,max}_poolNd (any N, for static
 // spatial sizes). The max pools return (values, indices); only the values
 // are supported.
-func decAdaptivePool(nd int, avg bool) decomposer {
-	return func(c *call) error {
+func decAdaptivePool(nd int, avg bool) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("self")
 		if err != nil {
 			return err
@@ -352,7 +352,7 @@ func decAdaptivePool(nd int, avg bool) decomposer {
 		reduce := "sum"
 		if !avg {
 			reduce = "max"
-			if len(c.outs) > 1 && c.outs[1] != "" && c.b.uses[c.outs[1]] > 0 {
+			if len(c.Outs) > 1 && c.Outs[1] != "" && c.used(1) {
 				return c.errorf(ErrUnsupported, "the indices output of adaptive max pooling is not supported")
 			}
 		}
@@ -378,7 +378,7 @@ func decAdaptivePool(nd int, avg bool) decomposer {
 
 // evenAdaptivePool pools with the IR's avg_pool or max_pool (kernel =
 // stride = in/out) when every static spatial size divides evenly.
-func (c *call) evenAdaptivePool(x *fxgraph.Node, outs []int64, avg bool) (*fxgraph.Node, bool, error) {
+func (c *Call) evenAdaptivePool(x *fxgraph.Node, outs []int64, avg bool) (*fxgraph.Node, bool, error) {
 	nd := len(outs)
 	rank := x.Val().Rank()
 	kernel := make([]int64, nd)
@@ -411,10 +411,10 @@ func (c *call) evenAdaptivePool(x *fxgraph.Node, outs []int64, avg bool) (*fxgra
 }
 
 // upsampleDecompositions are the decompositions of every upsample overload.
-func upsampleDecompositions() map[*fxgraph.Op]decomposer {
+func upsampleDecompositions() map[*fxgraph.Op]Func {
 	nearest := func(bool) tapFunc { return nearestTaps(false) }
 	exact := func(bool) tapFunc { return nearestTaps(true) }
-	m := map[*fxgraph.Op]decomposer{}
+	m := map[*fxgraph.Op]Func{}
 	for nd := 1; nd <= 3; nd++ {
 		for _, ov := range []string{"vec", "default"} {
 			m[atenOp(fmt.Sprintf("aten.upsample_nearest%dd.%s", nd, ov))] = decUpsample(upsample{nd, nearest, false})

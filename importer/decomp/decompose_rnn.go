@@ -1,4 +1,4 @@
-package fx
+package decomp
 
 import (
 	"github.com/xserve/xserve/fxgraph"
@@ -10,7 +10,7 @@ import (
 // batch sizes as a tensor whose values decide the shapes; torch.export
 // 2.14 cannot export them (pack_padded_sequence fails on its data-dependent
 // size), and they are refused with that said.
-var rnnDecompositions = map[*fxgraph.Op]decomposer{
+var rnnDecompositions = map[*fxgraph.Op]Func{
 	fxgraph.AtenLstmInput:    decRNN("lstm", ""),
 	fxgraph.AtenGruInput:     decRNN("gru", ""),
 	fxgraph.AtenRnnTanhInput: decRNN("rnn", "tanh"),
@@ -26,8 +26,8 @@ var rnnDecompositions = map[*fxgraph.Op]decomposer{
 var rnnGateOrder = map[string][]int64{"lstm": {0, 3, 1, 2}, "gru": {1, 0, 2}, "rnn": {0}}
 
 // decPackedRNN refuses a packed-sequence recurrent layer.
-func decPackedRNN(c *call) error {
-	return c.errorf(ErrUnsupported, "%s: a packed sequence (its batch_sizes are run-time values that decide the shapes); export the layer on padded input with the lengths as a mask instead", c.target)
+func decPackedRNN(c *Call) error {
+	return c.errorf(ErrUnsupported, "%s: a packed sequence (its batch_sizes are run-time values that decide the shapes); export the layer on padded input with the lengths as a mask instead", c.Op.Name)
 }
 
 // rnnSpec is one torch recurrent call's settings.
@@ -46,8 +46,8 @@ type rnnSpec struct {
 // weights of each direction reordered and stacked into ONNX's layout, one
 // xserve.rnn, its directions' outputs concatenated as the next layer's
 // input; h_n (and c_n) stack the layers' final states.
-func decRNN(mode, act string) decomposer {
-	return func(c *call) error {
+func decRNN(mode, act string) Func {
+	return func(c *Call) error {
 		s, err := c.rnnSpec(mode, act)
 		if err != nil {
 			return err
@@ -82,7 +82,7 @@ func decRNN(mode, act string) decomposer {
 			}
 			outs = append(outs, st)
 		}
-		for i := range c.outs {
+		for i := range c.Outs {
 			if i < len(outs) {
 				if err := c.bind(i, outs[i]); err != nil {
 					return err
@@ -94,7 +94,7 @@ func decRNN(mode, act string) decomposer {
 }
 
 // rnnSpec reads and checks the call's settings.
-func (c *call) rnnSpec(mode, act string) (*rnnSpec, error) {
+func (c *Call) rnnSpec(mode, act string) (*rnnSpec, error) {
 	s := &rnnSpec{mode: mode, act: act, dirs: 1, direction: "forward"}
 	var err error
 	if s.layers, err = c.intArg("num_layers"); err != nil {
@@ -112,7 +112,7 @@ func (c *call) rnnSpec(mode, act string) (*rnnSpec, error) {
 	}
 	if train, _ := c.boolArg("train"); train {
 		if p, _ := c.floatArg("dropout"); p > 0 {
-			return nil, c.errorf(ErrUnsupported, "%s in training mode with dropout %g (export the model in eval mode)", c.target, p)
+			return nil, c.errorf(ErrUnsupported, "%s in training mode with dropout %g (export the model in eval mode)", c.Op.Name, p)
 		}
 	}
 	if bidir {
@@ -125,18 +125,18 @@ func (c *call) rnnSpec(mode, act string) (*rnnSpec, error) {
 		s.perLayerDirParams = 4
 	}
 	if !ok || int64(len(params)) != s.layers*s.dirs*int64(s.perLayerDirParams) {
-		return nil, c.errorf(ErrUnsupported, "%s with %d weights for %d layers x %d directions (LSTM proj_size is not supported)", c.target, len(params), s.layers, s.dirs)
+		return nil, c.errorf(ErrUnsupported, "%s with %d weights for %d layers x %d directions (LSTM proj_size is not supported)", c.Op.Name, len(params), s.layers, s.dirs)
 	}
 	s.params = params
 	w, ok := params[1].(*fxgraph.Node) // w_hh [gates*hidden, hidden]
 	if !ok || w.Val().Rank() != 2 || !w.Val().Shape[1].IsStatic() {
-		return nil, c.errorf(ErrFormat, "%s: weight_hh is %s, want a static [gates*hidden, hidden] tensor", c.target, fxgraph.FormatArg(params[1]))
+		return nil, c.errorf(ErrFormat, "%s: weight_hh is %s, want a static [gates*hidden, hidden] tensor", c.Op.Name, fxgraph.FormatArg(params[1]))
 	}
 	s.hid = w.Val().Shape[1].Size
 	if mode == "lstm" {
 		hx, ok := c.arg("hx").([]any)
 		if !ok || len(hx) != 2 {
-			return nil, c.errorf(ErrFormat, "%s: hx is %s, want [h0, c0]", c.target, fxgraph.FormatArg(c.arg("hx")))
+			return nil, c.errorf(ErrFormat, "%s: hx is %s, want [h0, c0]", c.Op.Name, fxgraph.FormatArg(c.arg("hx")))
 		}
 		s.h0, _ = hx[0].(*fxgraph.Node)
 		s.c0, _ = hx[1].(*fxgraph.Node)
@@ -144,20 +144,20 @@ func (c *call) rnnSpec(mode, act string) (*rnnSpec, error) {
 		s.h0, _ = c.arg("hx").(*fxgraph.Node)
 	}
 	if s.h0 == nil || (mode == "lstm" && s.c0 == nil) {
-		return nil, c.errorf(ErrFormat, "%s: the initial state is not a tensor", c.target)
+		return nil, c.errorf(ErrFormat, "%s: the initial state is not a tensor", c.Op.Name)
 	}
 	return s, nil
 }
 
 // rnnLayer emits layer l: it returns the layer's output [seq, batch,
 // dirs*hidden] and its final h and c [dirs, batch, hidden].
-func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgraph.Node, err error) {
+func (c *Call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgraph.Node, err error) {
 	stack := func(k int) (*fxgraph.Node, error) {
 		var parts []any
 		for d := range s.dirs {
 			p, ok := s.params[int((l*s.dirs+d)*int64(s.perLayerDirParams))+k].(*fxgraph.Node)
 			if !ok {
-				return nil, c.errorf(ErrFormat, "%s: weight %d of layer %d is not a tensor", c.target, k, l)
+				return nil, c.errorf(ErrFormat, "%s: weight %d of layer %d is not a tensor", c.Op.Name, k, l)
 			}
 			var err error
 			if p, err = c.reorderGates(p, s); err != nil {
@@ -237,7 +237,7 @@ func (c *call) rnnLayer(s *rnnSpec, x *fxgraph.Node, l int64) (y, h, cell *fxgra
 
 // reorderGates returns p (a weight [gates*hidden, k] or bias
 // [gates*hidden]) with its gate blocks in ONNX's order.
-func (c *call) reorderGates(p *fxgraph.Node, s *rnnSpec) (*fxgraph.Node, error) {
+func (c *Call) reorderGates(p *fxgraph.Node, s *rnnSpec) (*fxgraph.Node, error) {
 	order := rnnGateOrder[s.mode]
 	if len(order) == 1 {
 		return p, nil

@@ -1,4 +1,4 @@
-package fx
+package decomp
 
 import (
 	"math"
@@ -14,8 +14,8 @@ import (
 // the decompositions table.
 
 // decSwap maps swapaxes/swapdims(self, a, b) to transpose.int.
-func decSwap(a, b string) decomposer {
-	return func(c *call) error {
+func decSwap(a, b string) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("self")
 		if err != nil {
 			return err
@@ -34,7 +34,7 @@ func decSwap(a, b string) decomposer {
 
 // decMovedim maps movedim/moveaxis (one dim or lists of dims) to permute:
 // the moved dims go to their destinations, the others keep their order.
-func decMovedim(c *call) error {
+func decMovedim(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -82,7 +82,7 @@ func decMovedim(c *call) error {
 // decDiff is diff(self, n, dim, prepend, append): prepend and append are
 // concatenated along dim, then n times x[1:] - x[:-1] (x[1:] != x[:-1] for
 // bool tensors, as torch does).
-func decDiff(c *call) error {
+func decDiff(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -144,7 +144,7 @@ func decDiff(c *call) error {
 
 // normExceptDim is torch's norm_except_dim(v, 2, dim): the 2-norm over
 // every dim but dim, kept as size-1 dims (over all of v when dim is -1).
-func (c *call) normExceptDim(v *fxgraph.Node, dim int64) (*fxgraph.Node, error) {
+func (c *Call) normExceptDim(v *fxgraph.Node, dim int64) (*fxgraph.Node, error) {
 	rank := v.Val().Rank()
 	var dims []int64
 	if dim == -1 {
@@ -167,7 +167,7 @@ func (c *call) normExceptDim(v *fxgraph.Node, dim int64) (*fxgraph.Node, error) 
 
 // decWeightNorm is _weight_norm(v, g, dim) = v * (g / norm_except_dim(v,
 // 2, dim)) and _weight_norm_interface, which also returns the norm.
-func decWeightNorm(c *call) error {
+func decWeightNorm(c *Call) error {
 	v, err := c.tensor("v")
 	if err != nil {
 		return err
@@ -195,7 +195,7 @@ func decWeightNorm(c *call) error {
 	if err := c.bind(0, w); err != nil {
 		return err
 	}
-	if len(c.outs) > 1 && c.outs[1] != "" {
+	if len(c.Outs) > 1 && c.Outs[1] != "" {
 		if dim == -1 {
 			if norm, err = c.emit("", fxgraph.AtenReshape, []any{norm, []any{}}, nil); err != nil {
 				return err
@@ -300,7 +300,7 @@ func hasRune(list []rune, r rune) bool {
 // own einsum does; labels no later operand nor the output needs are summed
 // away first. Repeated labels within one operand (diagonals) are not
 // supported.
-func decEinsum(c *call) error {
+func decEinsum(c *Call) error {
 	eq, ok := c.arg("equation").(string)
 	if !ok {
 		return c.errorf(ErrFormat, "einsum equation %s", fxgraph.FormatArg(c.arg("equation")))
@@ -374,7 +374,7 @@ func decEinsum(c *call) error {
 
 // sumLabels sums the dims of t whose labels are neither in keep nor in
 // other.
-func (c *call) sumLabels(t einsumTerm, keep, other []rune) (einsumTerm, error) {
+func (c *Call) sumLabels(t einsumTerm, keep, other []rune) (einsumTerm, error) {
 	var dims []int64
 	var left []rune
 	for i, l := range t.labels {
@@ -397,7 +397,7 @@ func (c *call) sumLabels(t einsumTerm, keep, other []rune) (einsumTerm, error) {
 // contract multiplies two einsum operands with one bmm: a is permuted to
 // [batch, free, summed] and b to [batch, summed, free], both reshaped to
 // rank 3, and the product reshaped to batch, a's free and b's free dims.
-func (c *call) contract(a, b einsumTerm, keep []rune) (einsumTerm, error) {
+func (c *Call) contract(a, b einsumTerm, keep []rune) (einsumTerm, error) {
 	var err error
 	if a, err = c.sumLabels(a, keep, b.labels); err != nil {
 		return a, err
@@ -466,7 +466,7 @@ func isOne(v any) bool { i, ok := v.(int64); return ok && i == 1 }
 
 // toMatrix permutes t to the label groups' order, expands size-1 dims to
 // the label's size (broadcasting) and reshapes to one dim per group.
-func (c *call) toMatrix(t einsumTerm, groups [][]rune, size map[rune]any) (*fxgraph.Node, error) {
+func (c *Call) toMatrix(t einsumTerm, groups [][]rune, size map[rune]any) (*fxgraph.Node, error) {
 	var perm []int64
 	var full []any
 	var shape []any
@@ -501,7 +501,7 @@ func (c *call) toMatrix(t einsumTerm, groups [][]rune, size map[rune]any) (*fxgr
 // decTensorSplit is tensor_split by indices (the cut points) or by a
 // number of sections (the first size % sections parts one longer): one
 // slice per part along a static dim.
-func decTensorSplit(c *call) error {
+func decTensorSplit(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -519,7 +519,7 @@ func decTensorSplit(c *call) error {
 		return c.errorf(ErrUnsupported, "tensor_split along symbolic dim %d of %s", k, x.Val())
 	}
 	var cuts []int64
-	if c.op == fxgraph.AtenTensorSplitSections {
+	if c.Op == fxgraph.AtenTensorSplitSections {
 		n, err := c.intArg("sections")
 		if err != nil {
 			return err

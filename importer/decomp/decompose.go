@@ -1,23 +1,22 @@
-package fx
+package decomp
 
 import (
-	"math"
 	"strings"
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/tensor"
 )
 
-// decomposer converts a call of an operator the IR does not have into IR
+// Func converts a call of an operator the IR does not have into IR
 // operators and binds the call's outputs.
-type decomposer func(c *call) error
+type Func func(c *Call) error
 
 // decompositions are the importer's own conversions of operators that
 // torch.export's training IR (the default since torch 2.6) keeps but the
 // IR does not register, so that archives saved without
 // ep.run_decompositions() load too. The IR's operator of the same name
 // always wins: a target here is used only while the IR lacks it.
-var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, rnnDecompositions, map[*fxgraph.Op]decomposer{
+var decompositions = joinDecompositions(upsampleDecompositions(), mathDecompositions, shapeDecompositions, moreDecompositions, rnnDecompositions, map[*fxgraph.Op]Func{
 	fxgraph.AtenConv1d:                    decConv(1),
 	fxgraph.AtenConv2d:                    decConv(2),
 	fxgraph.AtenConv3d:                    decConv(3),
@@ -117,8 +116,8 @@ var decompositions = joinDecompositions(upsampleDecompositions(), mathDecomposit
 
 // joinDecompositions merges tables of decompositions (a target in two is a
 // programming error the tests catch: the later one wins).
-func joinDecompositions(tables ...map[*fxgraph.Op]decomposer) map[*fxgraph.Op]decomposer {
-	out := map[*fxgraph.Op]decomposer{}
+func joinDecompositions(tables ...map[*fxgraph.Op]Func) map[*fxgraph.Op]Func {
+	out := map[*fxgraph.Op]Func{}
 	for _, t := range tables {
 		for k, v := range t {
 			out[k] = v
@@ -130,44 +129,19 @@ func joinDecompositions(tables ...map[*fxgraph.Op]decomposer) map[*fxgraph.Op]de
 // ints64 converts []int64 to an IR list argument.
 func ints64(v []int64) []any { return anyList(v) }
 
-// one emits target(args, kw) named after output 0 and binds it.
-func (c *call) one(target *fxgraph.Op, args []any, kw map[string]any) error {
-	n, err := c.emit(c.outName(0), target, args, kw)
-	if err != nil {
-		return err
-	}
-	return c.bind(0, n)
-}
-
-// item emits target, a tuple, and binds its element i as output 0.
-func (c *call) item(target *fxgraph.Op, args []any, kw map[string]any, i int64) error {
-	t, err := c.emit("", target, args, kw)
-	if err != nil {
-		return err
-	}
-	n, err := c.emit(c.outName(0), fxgraph.GetItem, []any{t, i}, nil)
-	if err != nil {
-		return err
-	}
-	return c.bind(0, n)
-}
-
-// alias binds output 0 to x itself (an identity).
-func (c *call) alias(x *fxgraph.Node) error { return c.bind(0, x) }
-
 // decRename calls the IR operator with the same arguments.
-func decRename(target *fxgraph.Op) decomposer {
-	return func(c *call) error { return c.one(target, c.pos, c.kw) }
+func decRename(target *fxgraph.Op) Func {
+	return func(c *Call) error { return c.one(target, c.Pos, c.Kw) }
 }
 
 // decRenameItem calls a tuple-returning IR operator with the same arguments
 // and takes element 0 (max_pool2d -> max_pool2d_with_indices).
-func decRenameItem(target *fxgraph.Op) decomposer {
-	return func(c *call) error { return c.item(target, c.pos, c.kw, 0) }
+func decRenameItem(target *fxgraph.Op) Func {
+	return func(c *Call) error { return c.item(target, c.Pos, c.Kw, 0) }
 }
 
 // decIdentity binds the output to the input (contiguous, detach).
-func decIdentity(c *call) error {
+func decIdentity(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -177,8 +151,8 @@ func decIdentity(c *call) error {
 
 // decConv maps conv1d/2d/3d (padding given as ints or "valid"/"same") to
 // aten.convolution. An unbatched input gets a batch dim of 1 around it.
-func decConv(nd int) decomposer {
-	return func(c *call) error {
+func decConv(nd int) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("input")
 		if err != nil {
 			return err
@@ -239,7 +213,7 @@ func nilIfNone(n *fxgraph.Node) any {
 
 // stringPadding resolves conv padding "valid" or "same" (torch pads the
 // extra element of an odd total at the end, as F.pad would).
-func (c *call) stringPadding(mode string, x, w *fxgraph.Node, stride, dil []int64) ([]int64, *fxgraph.Node, error) {
+func (c *Call) stringPadding(mode string, x, w *fxgraph.Node, stride, dil []int64) ([]int64, *fxgraph.Node, error) {
 	nd := len(stride)
 	switch mode {
 	case "valid":
@@ -279,8 +253,8 @@ func (c *call) stringPadding(mode string, x, w *fxgraph.Node, stride, dil []int6
 }
 
 // decConvTranspose maps conv_transpose1d/2d/3d to a transposed convolution.
-func decConvTranspose(nd int) decomposer {
-	return func(c *call) error {
+func decConvTranspose(nd int) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("input")
 		if err != nil {
 			return err
@@ -313,7 +287,7 @@ func decConvTranspose(nd int) decomposer {
 
 // decBatchNorm maps an inference batch_norm to
 // _native_batch_norm_legit_no_training and takes its output.
-func decBatchNorm(c *call) error {
+func decBatchNorm(c *Call) error {
 	training, err := c.boolArg("training")
 	if err != nil {
 		return err
@@ -357,7 +331,7 @@ func decBatchNorm(c *call) error {
 }
 
 // decLayerNorm maps layer_norm to native_layer_norm and takes its output.
-func decLayerNorm(c *call) error {
+func decLayerNorm(c *Call) error {
 	x, err := c.tensor("input")
 	if err != nil {
 		return err
@@ -383,7 +357,7 @@ func decLayerNorm(c *call) error {
 
 // decGroupNorm maps group_norm to native_group_norm(input, weight, bias, N,
 // C, HxW, group, eps) and takes its output.
-func decGroupNorm(c *call) error {
+func decGroupNorm(c *Call) error {
 	x, err := c.tensor("input")
 	if err != nil {
 		return err
@@ -419,7 +393,7 @@ func decGroupNorm(c *call) error {
 }
 
 // product multiplies dims (ints and symbolic size nodes).
-func (c *call) product(dims []any) (any, error) {
+func (c *Call) product(dims []any) (any, error) {
 	var acc any = int64(1)
 	for _, d := range dims {
 		switch {
@@ -446,182 +420,9 @@ func isInt(v any) bool {
 	return ok
 }
 
-// decSDPA decomposes scaled_dot_product_attention as torch's math backend
-// does: q and k are scaled by sqrt(scale), the bias (attn_mask, or the
-// lower-triangular causal mask) is added, softmax over the last dim, rows
-// that are fully masked give zeros (as torch's _safe_softmax), and the
-// result multiplies v. enable_gqa repeats k and v over the query heads.
-func decSDPA(c *call) error {
-	q, err := c.tensor("query")
-	if err != nil {
-		return err
-	}
-	k, err := c.tensor("key")
-	if err != nil {
-		return err
-	}
-	v, err := c.tensor("value")
-	if err != nil {
-		return err
-	}
-	mask, err := c.optTensor("attn_mask")
-	if err != nil {
-		return err
-	}
-	p, err := c.floatArg("dropout_p")
-	if err != nil {
-		return err
-	}
-	if p != 0 {
-		return c.errorf(ErrUnsupported, "dropout_p=%v: attention dropout is random; export with dropout_p=0 for inference", p)
-	}
-	causal, err := c.boolArg("is_causal")
-	if err != nil {
-		return err
-	}
-	if causal && mask != nil {
-		return c.errorf(ErrFormat, "both attn_mask and is_causal are set")
-	}
-	gqa, err := c.boolArg("enable_gqa")
-	if err != nil {
-		return err
-	}
-	qm, km := q.Val(), k.Val()
-	if qm.Rank() < 2 || km.Rank() < 2 || v.Val().Rank() < 2 {
-		return c.errorf(ErrUnsupported, "query %s, key %s, value %s: want rank >= 2", qm, km, v.Val())
-	}
-	scale := 0.0
-	if s := c.arg("scale"); s != nil {
-		if scale, err = c.floatArg("scale"); err != nil {
-			return err
-		}
-	} else {
-		e := qm.Shape[qm.Rank()-1]
-		if !e.IsStatic() || e.Size <= 0 {
-			return c.errorf(ErrUnsupported, "query %s has a symbolic head dim and no scale", qm)
-		}
-		scale = 1 / math.Sqrt(float64(e.Size))
-	}
-	if gqa {
-		if k, err = c.repeatHeads(k, q); err != nil {
-			return err
-		}
-		if v, err = c.repeatHeads(v, q); err != nil {
-			return err
-		}
-	}
-	sf := math.Sqrt(scale)
-	qs, err := c.emit("", fxgraph.AtenMulScalar, []any{q, sf}, nil)
-	if err != nil {
-		return err
-	}
-	kt, err := c.emit("", fxgraph.AtenTransposeInt, []any{k, int64(-2), int64(-1)}, nil)
-	if err != nil {
-		return err
-	}
-	ks, err := c.emit("", fxgraph.AtenMulScalar, []any{kt, sf}, nil)
-	if err != nil {
-		return err
-	}
-	scores, err := c.emit("", fxgraph.AtenMatmul, []any{qs, ks}, nil)
-	if err != nil {
-		return err
-	}
-	safe := false
-	switch {
-	case mask != nil && mask.Val().DType == tensor.Bool:
-		if scores, err = c.emit("", fxgraph.AtenWhereScalarOther, []any{mask, scores, math.Inf(-1)}, nil); err != nil {
-			return err
-		}
-		safe = true
-	case mask != nil:
-		if scores, err = c.emit("", fxgraph.AtenAddTensor, []any{scores, mask}, nil); err != nil {
-			return err
-		}
-		safe = true
-	case causal:
-		l, err := c.b.dim(q, qm.Rank()-2)
-		if err != nil {
-			return c.errorf(errSentinel(err), "%s", trimSentinel(err))
-		}
-		s, err := c.b.dim(k, km.Rank()-2)
-		if err != nil {
-			return c.errorf(errSentinel(err), "%s", trimSentinel(err))
-		}
-		ones, err := c.emit("", fxgraph.AtenFull, []any{[]any{l, s}, true}, map[string]any{"dtype": tensor.Bool})
-		if err != nil {
-			return err
-		}
-		tril, err := c.emit("", fxgraph.AtenTril, []any{ones}, nil)
-		if err != nil {
-			return err
-		}
-		if scores, err = c.emit("", fxgraph.AtenWhereScalarOther, []any{tril, scores, math.Inf(-1)}, nil); err != nil {
-			return err
-		}
-	}
-	attn, err := c.emit("", fxgraph.Aten_Softmax, []any{scores, int64(-1), false}, nil)
-	if err != nil {
-		return err
-	}
-	if safe {
-		// _safe_softmax: a row whose scores are all -inf gives zeros, not NaN.
-		isInf, err := c.emit("", fxgraph.AtenEqScalar, []any{scores, math.Inf(-1)}, nil)
-		if err != nil {
-			return err
-		}
-		finite, err := c.emit("", fxgraph.AtenLogicalNot, []any{isInf}, nil)
-		if err != nil {
-			return err
-		}
-		anyFinite, err := c.emit("", fxgraph.AtenAnyDim, []any{finite, int64(-1), true}, nil)
-		if err != nil {
-			return err
-		}
-		if attn, err = c.emit("", fxgraph.AtenWhereScalarOther, []any{anyFinite, attn, 0.0}, nil); err != nil {
-			return err
-		}
-	}
-	return c.one(fxgraph.AtenMatmul, []any{attn, v}, nil)
-}
-
-// repeatHeads repeats each head of kv (dim -3) so that it has as many heads
-// as q (grouped-query attention).
-func (c *call) repeatHeads(kv, q *fxgraph.Node) (*fxgraph.Node, error) {
-	km, qm := kv.Val(), q.Val()
-	if km.Rank() < 3 || qm.Rank() < 3 {
-		return nil, c.errorf(ErrUnsupported, "enable_gqa with %s and %s", qm, km)
-	}
-	hk, hq := km.Shape[km.Rank()-3], qm.Shape[qm.Rank()-3]
-	if !hk.IsStatic() || !hq.IsStatic() || hk.Size == 0 || hq.Size%hk.Size != 0 {
-		return nil, c.errorf(ErrUnsupported, "enable_gqa with %s query heads and %s key/value heads", hq, hk)
-	}
-	if hq.Size == hk.Size {
-		return kv, nil
-	}
-	r := hq.Size / hk.Size
-	dims, err := c.dims(kv)
-	if err != nil {
-		return nil, err
-	}
-	at := int64(len(dims) - 2)
-	u, err := c.emit("", fxgraph.AtenUnsqueeze, []any{kv, at}, nil)
-	if err != nil {
-		return nil, err
-	}
-	exp := append(append(append([]any{}, dims[:at]...), r), dims[at:]...)
-	e, err := c.emit("", fxgraph.AtenExpand, []any{u, exp}, nil)
-	if err != nil {
-		return nil, err
-	}
-	shape := append([]any{}, dims...)
-	shape[at-1] = hq.Size
-	return c.emit("", fxgraph.AtenReshape, []any{e, shape}, nil)
-}
-
 // decDropout is the identity of inference; dropout in training mode is an
 // error.
-func decDropout(c *call) error {
+func decDropout(c *Call) error {
 	x, err := c.tensor("input")
 	if err != nil {
 		return err
@@ -641,7 +442,7 @@ func decDropout(c *call) error {
 }
 
 // decFlatten reshapes to the kept dims around one flattened dim.
-func decFlatten(c *call) error {
+func decFlatten(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -682,7 +483,7 @@ func decFlatten(c *call) error {
 }
 
 // decUnflatten reshapes dim into sizes.
-func decUnflatten(c *call) error {
+func decUnflatten(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -709,8 +510,8 @@ func decUnflatten(c *call) error {
 
 // decSoftmax maps softmax.int / log_softmax.int (with an optional dtype) to
 // _softmax / _log_softmax.
-func decSoftmax(target *fxgraph.Op) decomposer {
-	return func(c *call) error {
+func decSoftmax(target *fxgraph.Op) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("self")
 		if err != nil {
 			return err
@@ -729,7 +530,7 @@ func decSoftmax(target *fxgraph.Op) decomposer {
 }
 
 // decAdaptiveAvgPool1d pools a [N,]C,L input as a 2-D pool of height 1.
-func decAdaptiveAvgPool1d(c *call) error {
+func decAdaptiveAvgPool1d(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -751,7 +552,7 @@ func decAdaptiveAvgPool1d(c *call) error {
 
 // decChunk maps chunk to split.Tensor with torch's chunk size
 // ceil(size/chunks); the dim must be static.
-func decChunk(c *call) error {
+func decChunk(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -776,15 +577,15 @@ func decChunk(c *call) error {
 	if split == 0 {
 		split = 1
 	}
-	t, err := c.emit(c.name, fxgraph.AtenSplitTensor, []any{x, split, int64(k)}, nil)
+	t, err := c.emit("", fxgraph.AtenSplitTensor, []any{x, split, int64(k)}, nil)
 	if err != nil {
 		return err
 	}
-	return c.bindResult(t)
+	return c.bindTuple(t)
 }
 
 // decUnbind selects each used slice along dim.
-func decUnbind(c *call) error {
+func decUnbind(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -793,8 +594,8 @@ func decUnbind(c *call) error {
 	if err != nil {
 		return err
 	}
-	for i, name := range c.outs {
-		if name == "" || c.b.uses[name] == 0 {
+	for i, name := range c.Outs {
+		if name == "" || !c.used(i) {
 			continue
 		}
 		n, err := c.emit(name, fxgraph.AtenSelectInt, []any{x, d, int64(i)}, nil)
@@ -809,7 +610,7 @@ func decUnbind(c *call) error {
 }
 
 // decStack unsqueezes each tensor at dim and concatenates them.
-func decStack(c *call) error {
+func decStack(c *Call) error {
 	list, ok := c.arg("tensors").([]any)
 	if !ok || len(list) == 0 {
 		return c.errorf(ErrUnsupported, "stack of %s", fxgraph.FormatArg(c.arg("tensors")))
@@ -837,7 +638,7 @@ func decStack(c *call) error {
 
 // decTo maps to(dtype)/to(other)/type_as to _to_copy, or to the identity
 // when the dtype does not change (devices and layouts are ignored).
-func decTo(c *call) error {
+func decTo(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -855,7 +656,7 @@ func decTo(c *call) error {
 }
 
 // decEmbedding gathers rows of the weight: weight[indices].
-func decEmbedding(c *call) error {
+func decEmbedding(c *Call) error {
 	w, err := c.tensor("weight")
 	if err != nil {
 		return err
@@ -869,8 +670,8 @@ func decEmbedding(c *call) error {
 
 // decFullLike fills a tensor of self's shape with fill (or the fill_value
 // argument when fill is nil), in dtype or self's dtype.
-func decFullLike(fill any) decomposer {
-	return func(c *call) error {
+func decFullLike(fill any) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("self")
 		if err != nil {
 			return err
@@ -893,8 +694,8 @@ func decFullLike(fill any) decomposer {
 
 // decFull maps zeros/ones/empty (and new_* of self) to full. The dtype
 // defaults to float32 (torch's default dtype), or to self's for new_*.
-func decFull(fill any, isNew bool) decomposer {
-	return func(c *call) error {
+func decFull(fill any, isNew bool) Func {
+	return func(c *Call) error {
 		v := fill
 		if v == nil {
 			v = c.arg("fill_value")
@@ -915,7 +716,7 @@ func decFull(fill any, isNew bool) decomposer {
 }
 
 // decScalarTensor makes a rank-0 tensor of a number (float32 by default).
-func decScalarTensor(c *call) error {
+func decScalarTensor(c *Call) error {
 	dt := tensor.Float32
 	if d, ok := c.arg("dtype").(tensor.DType); ok {
 		dt = d
@@ -931,13 +732,13 @@ func decScalarTensor(c *call) error {
 		if !ok {
 			return c.errorf(ErrUnsupported, "scalar_tensor of %s", fxgraph.FormatArg(s))
 		}
-		return c.bind(0, c.b.scalarConst(dt, v))
+		return c.bind(0, c.scalarConst(dt, v))
 	}
 }
 
 // decLikeOther applies target (expand, reshape) with other's dims.
-func decLikeOther(target *fxgraph.Op) decomposer {
-	return func(c *call) error {
+func decLikeOther(target *fxgraph.Op) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("self")
 		if err != nil {
 			return err
@@ -955,7 +756,7 @@ func decLikeOther(target *fxgraph.Op) decomposer {
 }
 
 // decMaskedFill is where(mask, value, self) in self's dtype.
-func decMaskedFill(c *call) error {
+func decMaskedFill(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -988,7 +789,7 @@ func decMaskedFill(c *call) error {
 
 // decPad maps F.pad's modes to constant_pad_nd and the reflection and
 // replication pads.
-func decPad(c *call) error {
+func decPad(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -1023,7 +824,7 @@ func decPad(c *call) error {
 }
 
 // decRelu6 is hardtanh(x, 0, 6).
-func decRelu6(c *call) error {
+func decRelu6(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -1035,8 +836,8 @@ func decRelu6(c *call) error {
 func isArange(target string) bool { return strings.HasPrefix(target, "aten.arange.") }
 
 // hasNodeArg reports whether a positional argument is a node.
-func (c *call) hasNodeArg() bool {
-	for _, a := range c.pos {
+func (c *Call) hasNodeArg() bool {
+	for _, a := range c.Pos {
 		if _, ok := a.(*fxgraph.Node); ok {
 			return true
 		}
@@ -1047,9 +848,9 @@ func (c *call) hasNodeArg() bool {
 // decSymbolicArange computes arange(start, end, step) whose bounds are
 // symbolic sizes (rank-0 nodes) as cumsum(full([n], step)) + start - step,
 // with n = (end - start + step - 1) // step for an integer step > 0.
-func decSymbolicArange(c *call) error {
+func decSymbolicArange(c *Call) error {
 	var start, end, step any = int64(0), nil, int64(1)
-	switch c.op {
+	switch c.Op {
 	case fxgraph.AtenArange:
 		end = c.arg("end")
 	case fxgraph.AtenArangeStart:
@@ -1106,7 +907,7 @@ func decSymbolicArange(c *call) error {
 
 // symArith applies a binary IR operator to ints and rank-0 nodes, folding
 // int-only cases and additions of zero.
-func (c *call) symArith(target *fxgraph.Op, a, b any) (any, error) {
+func (c *Call) symArith(target *fxgraph.Op, a, b any) (any, error) {
 	ai, aInt := a.(int64)
 	bi, bInt := b.(int64)
 	switch {
@@ -1118,7 +919,7 @@ func (c *call) symArith(target *fxgraph.Op, a, b any) (any, error) {
 		return a, nil
 	}
 	if aInt {
-		a = c.b.scalarConst(tensor.Int64, float64(ai))
+		a = c.scalarConst(tensor.Int64, float64(ai))
 	}
 	return c.emit("", target, []any{a, b}, nil)
 }
@@ -1132,7 +933,7 @@ const maxGatherIndices = 1 << 22
 // have any stride; run_decompositions emits this for adaptive_avg_pool2d to
 // 1x1), else, for static shapes, a gather of the flattened input at the
 // view's element offsets.
-func decAsStrided(c *call) error {
+func decAsStrided(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -1192,7 +993,7 @@ func decAsStrided(c *call) error {
 	if err != nil {
 		return err
 	}
-	ix := c.b.g.AddConstant(c.b.freshName("as_strided_index"), tensor.FromInt64s(idx))
+	ix := c.constant("as_strided_index", tensor.FromInt64s(idx))
 	g, err := c.emit("", fxgraph.AtenIndexSelect, []any{flat, int64(0), ix}, nil)
 	if err != nil {
 		return err
@@ -1202,7 +1003,7 @@ func decAsStrided(c *call) error {
 
 // sameDims reports whether the size list equals x's dims: equal static
 // sizes, or x's own aten.sym_size.int nodes for its symbolic dims.
-func (c *call) sameDims(x *fxgraph.Node, size []any) bool {
+func (c *Call) sameDims(x *fxgraph.Node, size []any) bool {
 	xs := x.Val().Shape
 	for i, s := range size {
 		switch v := s.(type) {
@@ -1254,8 +1055,8 @@ func rowMajor(shape fxgraph.Shape, strides []int64) bool {
 }
 
 // decClampOne maps clamp_min/clamp_max to clamp with one bound.
-func decClampOne(bound string) decomposer {
-	return func(c *call) error {
+func decClampOne(bound string) Func {
+	return func(c *Call) error {
 		x, err := c.tensor("self")
 		if err != nil {
 			return err
@@ -1273,7 +1074,7 @@ func decClampOne(bound string) decomposer {
 
 // broadcastTo casts v (a number or a tensor) to x's dtype and expands it to
 // x's shape.
-func (c *call) broadcastTo(x *fxgraph.Node, v any) error {
+func (c *Call) broadcastTo(x *fxgraph.Node, v any) error {
 	dims, err := c.dims(x)
 	if err != nil {
 		return err
@@ -1292,20 +1093,20 @@ func (c *call) broadcastTo(x *fxgraph.Node, v any) error {
 
 // decFill is fill(self, value) and zero(self): value in self's shape and
 // dtype.
-func decFill(c *call) error {
+func decFill(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
 	}
 	var v any = int64(0)
-	if c.op != fxgraph.AtenZero {
+	if c.Op != fxgraph.AtenZero {
 		v = c.arg("value")
 	}
 	return c.broadcastTo(x, v)
 }
 
 // decCopy is copy(self, src): src in self's shape and dtype.
-func decCopy(c *call) error {
+func decCopy(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -1319,7 +1120,7 @@ func decCopy(c *call) error {
 
 // decRoll rolls along static dims by concatenating two slices per dim (a
 // roll without dims rolls the flattened tensor).
-func decRoll(c *call) error {
+func decRoll(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -1363,7 +1164,7 @@ func decRoll(c *call) error {
 }
 
 // rollDim rolls x by shift along dim d, which must be static.
-func (c *call) rollDim(x *fxgraph.Node, shift, d int64) (*fxgraph.Node, error) {
+func (c *Call) rollDim(x *fxgraph.Node, shift, d int64) (*fxgraph.Node, error) {
 	k, err := fxgraph.NormDim(d, x.Val().Rank())
 	if err != nil {
 		return nil, c.errorf(ErrFormat, "roll dim %d of %s", d, x.Val())
@@ -1392,7 +1193,7 @@ func (c *call) rollDim(x *fxgraph.Node, shift, d int64) (*fxgraph.Node, error) {
 
 // decSliceScatter writes src over self[start:end] along a static dim with
 // step 1, as cat(self[:start], src, self[end:]).
-func decSliceScatter(c *call) error {
+func decSliceScatter(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
@@ -1468,7 +1269,7 @@ func decSliceScatter(c *call) error {
 }
 
 // decBaddbmm is beta*self + alpha*bmm(batch1, batch2).
-func decBaddbmm(c *call) error {
+func decBaddbmm(c *Call) error {
 	x, err := c.tensor("self")
 	if err != nil {
 		return err
