@@ -33,7 +33,7 @@ all: build
 help:
 	@echo "make run          install the XLA CPU PJRT plugin and CPU kernels, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + venvs (the onnx wheel holds the conformance data), vet, unit/integration tests, fuzz, conformance check, docker-test"
-	@echo "make detect-model export torchvision ssdlite320 (NMS postprocess) to .cache/detect (make test needs it)"
+	@echo "make detect-model export torchvision ssdlite320 and small Faster/Mask R-CNN, RetinaNet, FCOS to .cache/detect (make test needs it)"
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
 	@echo "make gpu-check    the GPU check (docs/GPU.md): on a GPU host the CUDA plugin against torch/JAX; here its CPU dry run"
 	@echo "make gpu-check-bundle  xserve and loadtest for the GPU host (no Go there) into bin/gpu-check"
@@ -205,9 +205,14 @@ $(VENV_ZOO)/.installed: python/requirements-zoo.txt
 # cmd/xserve's TestRunDetectionMatchesORT. Made once into .cache/detect.
 .PHONY: detect-model
 DETECT_DIR := .cache/detect
-detect-model: $(DETECT_DIR)/ssdlite320.onnx
+detect-model: $(DETECT_DIR)/ssdlite320.onnx $(DETECT_DIR)/detectors.stamp
 $(DETECT_DIR)/ssdlite320.onnx: python/detect/export_ssdlite.py | $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/detect/export_ssdlite.py --out $(DETECT_DIR)
+# Small Faster R-CNN, Mask R-CNN, RetinaNet and FCOS with dynamic image
+# sizes (TestRunDetectorsMatchORT).
+$(DETECT_DIR)/detectors.stamp: python/detect/export_detectors.py | $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/detect/export_detectors.py --out $(DETECT_DIR)
+	touch $@
 
 zoo: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_DIR) $(if $(ZOO_MODELS),--models $(ZOO_MODELS))

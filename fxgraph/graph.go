@@ -662,6 +662,10 @@ type GuardOutput struct {
 // ModelOutputs returns the number of g's outputs that are not guards.
 func (g *Graph) ModelOutputs() int { return len(g.Outputs()) - len(g.Guards) }
 
+// DeclaredOutputs returns the number of the model's own outputs: neither
+// the counts of bounded outputs nor guards.
+func (g *Graph) DeclaredOutputs() int { return g.ModelOutputs() - len(g.Bounded) }
+
 // BoundedOutput describes a graph output whose size along Axis is known only
 // at run time. The program returns it padded to a static upper bound (its
 // Meta's size along Axis) and returns its valid size as the int64 scalar

@@ -68,7 +68,8 @@ func Open(path string) (*Model, error) {
 
 // At returns the model's graph for the sizes dims gives its symbols: Graph
 // itself, or, for a deferred graph, the model imported at those sizes (its
-// inputs and outputs those of Graph; guard outputs may follow).
+// inputs and outputs those of Graph; the counts of outputs whose size
+// depends on the data and guard outputs may follow).
 func (m *Model) At(dims map[string]int64) (*fxgraph.Graph, error) {
 	if m.onnx == nil {
 		return m.Graph, nil
@@ -77,9 +78,9 @@ func (m *Model) At(dims map[string]int64) (*fxgraph.Graph, error) {
 	if err != nil {
 		return nil, fmt.Errorf("importer: %w", err)
 	}
-	if g.ModelOutputs() != m.Graph.ModelOutputs() || len(g.Placeholders()) != len(m.Graph.Placeholders()) {
+	if g.DeclaredOutputs() != m.Graph.DeclaredOutputs() || len(g.Placeholders()) != len(m.Graph.Placeholders()) {
 		return nil, fmt.Errorf("importer: import at %v: %d inputs and %d outputs, the model declares %d and %d",
-			dims, len(g.Placeholders()), g.ModelOutputs(), len(m.Graph.Placeholders()), m.Graph.ModelOutputs())
+			dims, len(g.Placeholders()), g.DeclaredOutputs(), len(m.Graph.Placeholders()), m.Graph.DeclaredOutputs())
 	}
 	return g, nil
 }

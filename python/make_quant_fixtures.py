@@ -338,6 +338,17 @@ def op_cases():
     cs.append(Case("rotaryembedding_interleaved", "RotaryEmbedding", [("x", f32(2, 5, 8)), ("p", pos), ("c", cosc), ("s", sinc)], domain=MS, num_heads=2, interleaved=1))
     cs.append(Case("rotaryembedding_partial_4d", "RotaryEmbedding", [("x", f32(2, 2, 5, 6)), ("p", pos), ("c", cosc), ("s", sinc)], domain=MS, rotary_embedding_dim=4, num_heads=2))
     cs.append(Case("rotaryembedding_offset", "RotaryEmbedding", [("x", f32(1, 5, 8)), ("p", np.array([2], np.int64)), ("c", cosc), ("s", sinc)], domain=MS, num_heads=2))
+    # Values at (k + 0.5) * scale and one float32 step either side, within
+    # a range whose (max - min) / 255 a multiplication by 1 / 255 rounds
+    # differently: IEEE division (ONNX Runtime's) and multiplications by
+    # reciprocals round about 40% of them to different integers. Its own
+    # generator: the cases above keep their inputs.
+    x0 = np.random.default_rng(7).uniform(-3, 5, 64).astype(np.float32)
+    lo, hi = np.float32(min(0, x0.min())), np.float32(max(0, x0.max()))
+    step = np.float64(np.float32(np.float32(hi - lo) / np.float32(255)))
+    mid = ((np.arange(-95, 160) + 0.5) * step).astype(np.float32)
+    xd = np.concatenate([[lo, hi], mid, np.nextafter(mid, np.float32(9)), np.nextafter(mid, np.float32(-9))]).astype(np.float32)
+    cs.append(Case("dynamicquantizelinear_ieee", "DynamicQuantizeLinear", [("x", xd[(xd >= lo) & (xd <= hi)])], outputs=3, opset=11))
     return cs
 
 

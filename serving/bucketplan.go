@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -97,6 +96,13 @@ type BucketPlan struct {
 	// outputs (the graph's last outputs, not served): executions return them
 	// padded to a bound and trim holds them to their counts.
 	bounded []fxgraph.BoundedOutput
+	// freeOutputs marks the outputs of a deferred model (one imported per
+	// input size, fxgraph.Graph.IsDeferred) with a declared dim that no
+	// input gives, when an import at a probe size has outputs of
+	// data-dependent size: their size follows the data. Each size's import
+	// makes them bounded outputs, which its executable trims
+	// (engine.Executable.Trim).
+	freeOutputs map[int]bool
 	// outBatchAxis gives each output the axis its rows stack along (set by
 	// findBatchAxes); batchErr says why requests cannot be stacked.
 	outBatchAxis []int
@@ -412,6 +418,8 @@ func (p *BucketPlan) outputShapes(dims map[string]int64) ([][]int64, error) {
 	}
 	if len(p.bounded) > 0 {
 		shapes = shapes[:len(shapes)-len(p.bounded)] // the count outputs come last
+	} else if len(p.freeOutputs) > 0 && len(shapes) > len(p.Outputs) {
+		shapes = shapes[:len(p.Outputs)] // the import at these sizes added count outputs, last
 	}
 	if len(shapes) != len(p.Outputs) {
 		return nil, fmt.Errorf("serving: output shapes at %s: %d shapes for %d outputs", key, len(shapes), len(p.Outputs))
@@ -440,7 +448,7 @@ func (p *BucketPlan) baseDims() map[string]int64 {
 // stays. Without it (or without a batch symbol) requests run one by one,
 // and batchErr says why.
 func (p *BucketPlan) findBatchAxes() {
-	if len(p.bounded) > 0 {
+	if p.dataDependent() {
 		p.batchErr = fmt.Errorf("the model has outputs of data-dependent size, which one execution cannot split between requests")
 		return
 	}
@@ -611,15 +619,6 @@ func (p *BucketPlan) inputBatchAxis(i int) int {
 	return axis
 }
 
-// trim cuts the outputs of data-dependent size to their counts and drops
-// the count outputs (lower.Program.Trim); other programs' outputs pass.
-func (p *BucketPlan) trim(outs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	if len(p.bounded) == 0 {
-		return outs, nil
-	}
-	return (&lower.Program{Bounded: p.bounded}).Trim(outs)
-}
-
 // extract cuts a request's output k out of the executed output: the box of
 // the request's exact shape (want), starting at its row offset along the
 // output's batch axis when several requests ran. An exact shape the
@@ -659,7 +658,14 @@ func (p *BucketPlan) extractAlong(k int, out *tensor.Tensor, want []int64, axis 
 	return res, nil
 }
 
+// dataDependent reports whether some output's size follows the data.
+func (p *BucketPlan) dataDependent() bool { return len(p.bounded) > 0 || len(p.freeOutputs) > 0 }
+
+// isBounded reports whether output k has a data-dependent size.
 func (p *BucketPlan) isBounded(k int) bool {
+	if p.freeOutputs[k] {
+		return true
+	}
 	for _, b := range p.bounded {
 		if b.Output == k {
 			return true

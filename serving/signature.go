@@ -371,10 +371,18 @@ func (b *planBuilder) buildOutputs() error {
 				out.Dims[d] = dimSpec{Size: md.Size}
 			} else if spec, ok := b.p.modelSyms[md.Sym]; ok {
 				out.Dims[d] = spec
+			} else if b.g.IsDeferred() {
+				if b.p.freeOutputs == nil {
+					b.p.freeOutputs = map[int]bool{}
+				}
+				b.p.freeOutputs[len(b.p.Outputs)] = true
 			}
 		}
 		index[out.Name] = i
 		b.p.Outputs = append(b.p.Outputs, out)
+	}
+	if len(b.p.freeOutputs) > 0 && !b.countsAt(freeOutputProbeSize) {
+		b.p.freeOutputs = nil // sized by the inputs after all (silero-vad's stateN)
 	}
 	for i, oc := range b.cfg.Outputs {
 		if err := b.mergeOutput(fmt.Sprintf("outputs[%d]", i), oc, index); err != nil {
@@ -382,6 +390,28 @@ func (b *planBuilder) buildOutputs() error {
 		}
 	}
 	return nil
+}
+
+// freeOutputProbeSize is the size every symbol takes when a deferred
+// model is imported to see whether it has outputs of data-dependent size.
+const freeOutputProbeSize = 64
+
+// countsAt reports whether the deferred model, imported with every symbol
+// at size, has outputs of data-dependent size (the import appends their
+// counts to the model's outputs). An import that fails says yes: serving
+// it exactly is safe either way.
+func (b *planBuilder) countsAt(size int64) bool {
+	if b.p.shapes == nil {
+		return true
+	}
+	dims := map[string]int64{}
+	for _, spec := range b.p.modelSyms {
+		if spec.Sym != "" {
+			dims[spec.Sym] = size
+		}
+	}
+	shapes, err := b.p.shapes(b.p.modelDims(dims))
+	return err != nil || len(shapes) > len(b.p.Outputs)
 }
 
 func (b *planBuilder) mergeOutput(key string, oc modelrepo.OutputConfig, index map[string]int) error {
@@ -505,7 +535,7 @@ func (b *planBuilder) symbolBuckets(s *SymbolPlan, used map[string]bool) error {
 // symbolPad sets s's pad policy from config.yaml's pad, else PadProbe.
 func (b *planBuilder) symbolPad(s *SymbolPlan, used map[string]bool) {
 	s.Pad, s.PadReason = PadProbe, "decided by the load-time probe"
-	if len(b.g.Bounded) > 0 {
+	if b.p.dataDependent() {
 		// An output whose size depends on the values (NonZero, Unique, ...)
 		// would count the padding: every size runs exactly.
 		s.Pad, s.PadReason = PadExact, "the model has outputs of data-dependent size"

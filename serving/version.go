@@ -423,7 +423,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
-	if outs, err = p.trim(outs); err != nil {
+	if outs, err = exe.Trim(outs); err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
 	if len(outs) != len(p.Outputs) {

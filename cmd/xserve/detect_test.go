@@ -13,9 +13,10 @@ import (
 	"github.com/xserve/xserve/tensor"
 )
 
-// detectDir holds torchvision's ssdlite320_mobilenet_v3_large (random
-// weights from a fixed seed) with its postprocess, exported to ONNX with
-// ONNX Runtime's outputs by `make detect-model` (python/detect).
+// detectDir holds torchvision's ssdlite320_mobilenet_v3_large and small
+// Faster R-CNN, Mask R-CNN, RetinaNet and FCOS detectors (random weights
+// from a fixed seed) with their postprocess, exported to ONNX with ONNX
+// Runtime's outputs by `make detect-model` (python/detect).
 const detectDir = "../../.cache/detect"
 
 // TestRunDetectionMatchesORT runs a real detection model end to end with
@@ -50,18 +51,70 @@ func TestRunDetectionMatchesORT(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.DType != want.DType || tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
-			t.Fatalf("%s: %s%s, ONNX Runtime %s%s", tc.name, got.DType, tensor.ShapeString(got.Shape), want.DType, tensor.ShapeString(want.Shape))
-		}
-		if want.NumElements() == 0 {
-			t.Fatalf("%s: ONNX Runtime detected nothing; the test would prove little", tc.name)
-		}
-		for i := range want.NumElements() {
-			if d := math.Abs(got.Float64At(i) - want.Float64At(i)); !(d <= tc.tol) {
-				t.Fatalf("%s[%d] = %v, ONNX Runtime %v", tc.name, i, got.Float64At(i), want.Float64At(i))
-			}
-		}
+		compareDetections(t, tc.name, got, want, tc.tol)
 	}
+}
+
+// TestRunDetectorsMatchORT runs torchvision's detectors (python/detect/
+// export_detectors.py: Faster R-CNN, RetinaNet and FCOS with their own
+// transforms, anchors and postprocess on a small FPN backbone, exported by
+// torch.onnx with a dynamic image height and width) with `xserve run` at
+// an image size other than the export example's. The import waits for the
+// size (the resize and padding follow it), then carries the proposals'
+// data-dependent counts through TopK, NonZero -> Gather -> NonZero chains,
+// reshapes to their run-time shapes, RoiAlign and NonMaxSuppression.
+// Boxes, scores and labels must equal ONNX Runtime's.
+func TestRunDetectorsMatchORT(t *testing.T) {
+	const size = "120x100"
+	for _, family := range []string{"fasterrcnn", "retinanet", "fcos"} {
+		t.Run(family, func(t *testing.T) {
+			model := filepath.Join(detectDir, family+".onnx")
+			if _, err := os.Stat(model); err != nil {
+				t.Fatalf("%v: run `make detect-model` (make test does) first", err)
+			}
+			out := t.TempDir()
+			_, stderr, err := xserve(t, "run", model, "--input", "image="+filepath.Join(detectDir, family+".image."+size+".npy"),
+				"--output", out, "--compile-cache", filepath.Join(detectDir, "compile-cache"))
+			if err != nil {
+				t.Fatalf("xserve run: %v\n%s", err, stderr)
+			}
+			for _, tc := range []struct {
+				name string
+				tol  float64
+			}{{"boxes", 1e-3}, {"scores", 1e-5}, {"labels", 0}} {
+				got, err := tensor.ReadNpyFile(filepath.Join(out, tc.name+".npy"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := tensor.ReadNpyFile(filepath.Join(detectDir, family+"."+tc.name+"."+size+".npy"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				compareDetections(t, tc.name, got, want, tc.tol)
+			}
+		})
+	}
+}
+
+// compareDetections fails t unless got has want's dtype and shape and its
+// values within tol; want must hold detections.
+func compareDetections(t *testing.T, name string, got, want *tensor.Tensor, tol float64) {
+	t.Helper()
+	if got.DType != want.DType || tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
+		t.Fatalf("%s: %s%s, ONNX Runtime %s%s", name, got.DType, tensor.ShapeString(got.Shape), want.DType, tensor.ShapeString(want.Shape))
+	}
+	if want.NumElements() == 0 {
+		t.Fatalf("%s: ONNX Runtime detected nothing; the test would prove little", name)
+	}
+	worst := 0.0
+	for i := range want.NumElements() {
+		d := math.Abs(got.Float64At(i) - want.Float64At(i))
+		if !(d <= tol) {
+			t.Fatalf("%s[%d] = %v, ONNX Runtime %v", name, i, got.Float64At(i), want.Float64At(i))
+		}
+		worst = max(worst, d)
+	}
+	t.Logf("%s%s: largest difference from ONNX Runtime %.3g", name, tensor.ShapeString(want.Shape), worst)
 }
 
 // detectReference returns ONNX Runtime's output name of the model.
@@ -97,39 +150,103 @@ func TestServeDetectionMatchesORT(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startXserve(t, repo, cache)
-	img, err := tensor.ReadNpyFile(filepath.Join(detectDir, "ssdlite320.image.npy"))
+	outs := inferImage(t, p.url, "ssd", filepath.Join(detectDir, "ssdlite320.image.npy"))
+	tols := map[string]float64{"boxes": 1e-4, "scores": 1e-6, "labels": 0}
+	if len(outs) != len(tols) {
+		t.Fatalf("%d outputs, want boxes, scores and labels", len(outs))
+	}
+	for name, got := range outs {
+		compareDetections(t, name, got, detectReference(t, name), tols[name])
+	}
+	p.stop(t)
+}
+
+// TestServeDetectorsMatchORT serves the detectors of TestRunDetectorsMatchORT
+// with no config.yaml: their outputs' declared size (detections) follows
+// the data, so serving runs every image size exactly and trims the outputs
+// to the counts of the import at that size. An image of 120x100 (outside
+// the default buckets' 1..64 on both symbols) must give ONNX Runtime's
+// detections. The executables come from the compile cache
+// TestRunDetectorsMatchORT filled.
+func TestServeDetectorsMatchORT(t *testing.T) {
+	const size = "120x100"
+	families := []string{"fasterrcnn", "retinanet", "fcos"}
+	repo := t.TempDir()
+	for _, family := range families {
+		data, err := os.ReadFile(filepath.Join(detectDir, family+".onnx"))
+		if err != nil {
+			t.Fatalf("%v: run `make detect-model` (make test does) first", err)
+		}
+		if err := os.MkdirAll(filepath.Join(repo, family, "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, family, "1", "model.onnx"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache, err := filepath.Abs(filepath.Join(detectDir, "compile-cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startXserve(t, repo, cache)
+	for _, family := range families {
+		t.Run(family, func(t *testing.T) {
+			outs := inferImage(t, p.url, family, filepath.Join(detectDir, family+".image."+size+".npy"))
+			tols := map[string]float64{"boxes": 1e-3, "scores": 1e-5, "labels": 0}
+			if len(outs) != len(tols) {
+				t.Fatalf("%d outputs, want boxes, scores and labels", len(outs))
+			}
+			for name, got := range outs {
+				want, err := tensor.ReadNpyFile(filepath.Join(detectDir, family+"."+name+"."+size+".npy"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				compareDetections(t, name, got, want, tols[name])
+			}
+		})
+	}
+	p.stop(t)
+}
+
+// inferImage posts the image in file to model as an OIP JSON request and
+// returns the answer's outputs by name, as tensors of the reference's
+// dtypes (float32 boxes and scores, int64 labels).
+func inferImage(t *testing.T, url, model, file string) map[string]*tensor.Tensor {
+	t.Helper()
+	img, err := tensor.ReadNpyFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"inputs": [{"name": "image", "shape": %s, "datatype": "FP32", "data": %s}]}`, shapeJSON(img.Shape), jsonArray(img, false))
-	r := call(t, http.MethodPost, p.url+"/v2/models/ssd/infer", []byte(body), "Content-Type", "application/json")
+	r := call(t, http.MethodPost, url+"/v2/models/"+model+"/infer", []byte(body), "Content-Type", "application/json")
 	if r.code != http.StatusOK {
 		t.Fatalf("infer: %s", r)
 	}
 	var resp struct {
 		Outputs []struct {
-			Name  string
-			Shape []int64
-			Data  []float64
+			Name     string
+			Datatype string
+			Shape    []int64
+			Data     []float64
 		}
 	}
 	if err := json.Unmarshal(r.body, &resp); err != nil {
 		t.Fatal(err)
 	}
-	tols := map[string]float64{"boxes": 1e-4, "scores": 1e-6, "labels": 0}
-	if len(resp.Outputs) != len(tols) {
-		t.Fatalf("%d outputs, want boxes, scores and labels", len(resp.Outputs))
-	}
+	outs := map[string]*tensor.Tensor{}
 	for _, o := range resp.Outputs {
-		want := detectReference(t, o.Name)
-		if tensor.ShapeString(o.Shape) != tensor.ShapeString(want.Shape) {
-			t.Fatalf("%s: shape %v, ONNX Runtime %v", o.Name, o.Shape, want.Shape)
+		dt := tensor.Float32
+		if o.Datatype == "INT64" {
+			dt = tensor.Int64
 		}
-		for i, g := range o.Data {
-			if d := math.Abs(g - want.Float64At(int64(i))); !(d <= tols[o.Name]) {
-				t.Fatalf("%s[%d] = %v, ONNX Runtime %v", o.Name, i, g, want.Float64At(int64(i)))
-			}
+		v := tensor.New(dt, o.Shape...)
+		if int64(len(o.Data)) != v.NumElements() {
+			t.Fatalf("%s: %d values for shape %v", o.Name, len(o.Data), o.Shape)
 		}
+		for i, x := range o.Data {
+			v.SetFloat64(int64(i), x)
+		}
+		outs[o.Name] = v
 	}
-	p.stop(t)
+	return outs
 }

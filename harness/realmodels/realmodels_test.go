@@ -37,7 +37,7 @@ var caseDirs = []struct {
 }{
 	{"../../testdata/realmodels", []string{
 		"hf_bert.onnx-dynamo", "hf_bert.onnx-torchscript", "hf_llama.onnx-dynamo", "hf_llama.onnx-torchscript",
-		"hf_convnext.onnx-dynamo", "hf_convnext.onnx-torchscript",
+		"hf_convnext.onnx-dynamo", "hf_convnext.onnx-torchscript", "hf_convnext.onnx-quant-dynamic",
 	}, "make realmodels-fixtures"},
 	{"../../.cache/realmodels-small/cases", []string{
 		"rapidocr_cls_v2.onnx-package", "silero_vad_16k_sequence.onnx-package", "silero_vad_16k_op15.onnx-package",

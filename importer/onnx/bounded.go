@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/xserve/xserve/fxgraph"
-	"github.com/xserve/xserve/tensor"
 )
 
 // Values computed from a bounded value (docs/DATA-DEPENDENT.md).
@@ -29,6 +28,7 @@ func init() {
 	for _, op := range []string{
 		"Identity", "Cast", "CastLike", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Sigmoid",
 		"Relu", "Tanh", "Floor", "Ceil", "Round", "Sign", "Not", "IsNaN", "IsInf", "Clip", "HardSigmoid",
+		"LeakyRelu", "Elu", "Selu", "Gelu", "Softplus", "HardSwish", "Erf", "Sin", "Cos",
 		"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Sum", "Mean",
 		"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor", "Where",
 	} {
@@ -37,9 +37,19 @@ func init() {
 	boundRules["Transpose"] = boundTranspose
 	boundRules["Gather"] = boundGather
 	boundRules["GatherND"] = boundGatherND
-	boundRules["Slice"] = boundSlice
 	boundRules["Unsqueeze"] = boundUnsqueeze
 	boundRules["Squeeze"] = boundSqueeze
+	boundRules["Flatten"] = boundFlatten
+	boundRules["RoiAlign"] = boundRoiAlign
+	boundRules["Pad"] = boundPad
+	for _, op := range []string{"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+		"BatchNormalization", "InstanceNormalization"} {
+		boundRules[op] = boundBatchOp
+	}
+	boundRules["Gemm"] = boundGemm
+	boundRules["MatMul"] = boundMatMul
+	boundRules["Softmax"] = boundAlongAxis(-1)
+	boundRules["LogSoftmax"] = boundAlongAxis(-1)
 }
 
 // boundOf returns the bound of v when v is a bounded value.
@@ -53,19 +63,6 @@ func (s *scope) boundOf(v *fxgraph.Node) (boundedValue, bool) {
 		}
 	}
 	return boundedValue{}, false
-}
-
-// hasShapeInput reports whether an input of node is the run-time shape of
-// a bounded value.
-func (s *scope) hasShapeInput(node *Node) bool {
-	for _, name := range node.Inputs {
-		if v, ok := s.env[name]; ok && name != "" {
-			if _, ok := s.shapeEntry(v); ok {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // boundedInputs returns node's inputs that are bounded values, by index.
@@ -256,68 +253,6 @@ func boundGatherND(c *Ctx, node *Node, in map[int]boundedValue) error {
 	return nil
 }
 
-// boundSlice: slicing other axes keeps the bound; slicing the padded axis
-// is supported from 0 with step 1 to a constant end >= 0, and the count
-// becomes min(count, end).
-func boundSlice(c *Ctx, node *Node, in map[int]boundedValue) error {
-	b, ok := in[0]
-	if !ok || len(in) > 1 {
-		_, b := anyBound(in)
-		return unsupportedBound(node, b, "only its data may be padded")
-	}
-	rank := Meta(c.s.env[node.Inputs[0]]).Rank()
-	var starts, ends, axes, steps []int64
-	var err error
-	if c.Opset < 10 {
-		starts, ends, axes = c.AttrInts("starts", nil), c.AttrInts("ends", nil), c.AttrInts("axes", nil)
-	} else {
-		if starts, err = c.ConstInts(1); err != nil {
-			return err
-		}
-		if ends, err = c.ConstInts(2); err != nil {
-			return err
-		}
-		if c.HasInput(3) {
-			if axes, err = c.ConstInts(3); err != nil {
-				return err
-			}
-		}
-		if c.HasInput(4) {
-			if steps, err = c.ConstInts(4); err != nil {
-				return err
-			}
-		}
-	}
-	count := b.count
-	for i := range starts {
-		a := int64(i)
-		if axes != nil {
-			a = axes[i]
-		}
-		ax, err := shNormAxis(a, rank)
-		if err != nil {
-			return err
-		}
-		if ax != b.axis {
-			continue
-		}
-		step := int64(1)
-		if steps != nil {
-			step = steps[i]
-		}
-		if starts[i] != 0 || step != 1 || ends[i] < 0 {
-			return unsupportedBound(node, b, fmt.Sprintf("it slices the padded axis %d:%d:%d (supported: from 0, step 1, to an end >= 0)", starts[i], ends[i], step))
-		}
-		if d := Meta(c.s.env[node.Inputs[0]]).Shape[ax]; d.IsStatic() && ends[i] < d.Size {
-			if count, err = c.Emit(fxgraph.AtenMinimum, count, c.ScalarConst(tensor.Int64, float64(ends[i]))); err != nil {
-				return err
-			}
-		}
-	}
-	c.setBound(0, b.axis, boundedValue{count: count, op: b.op})
-	return nil
-}
-
 // unsqueezeAxes returns the axes of Unsqueeze/Squeeze (attribute before
 // opset 13, input 1 since), normalized to rank.
 func unsqueezeAxes(c *Ctx, rank int) ([]int, error) {
@@ -393,5 +328,113 @@ func boundSqueeze(c *Ctx, node *Node, in map[int]boundedValue) error {
 		}
 	}
 	c.setBound(0, b.axis-removed, b)
+	return nil
+}
+
+// boundRoiAlign: padded regions (rois and batch_indices along their first
+// axis, padded alike) give padded pooled features along the first axis.
+func boundRoiAlign(c *Ctx, node *Node, in map[int]boundedValue) error {
+	if b, ok := in[0]; ok {
+		return unsupportedBound(node, b, "only its rois and batch_indices may be padded")
+	}
+	_, ref := anyBound(in)
+	for _, b := range in {
+		if b.axis != 0 || !sameCount(b.count, ref.count, 0) {
+			return unsupportedBound(node, b, "rois and batch_indices must be padded alike along the regions")
+		}
+	}
+	c.setBound(0, 0, ref)
+	return nil
+}
+
+// boundBatchOp: an operator that treats axis 0 of its input as a batch of
+// independent entries (Conv, pooling, normalization in inference) keeps a
+// bound along it; only that input may be padded.
+func boundBatchOp(c *Ctx, node *Node, in map[int]boundedValue) error {
+	b, ok := in[0]
+	if !ok || len(in) > 1 || b.axis != 0 {
+		_, b := anyBound(in)
+		return unsupportedBound(node, b, "only its input's first (batch) axis may be padded")
+	}
+	for j := range node.Outputs {
+		c.setBound(j, 0, b)
+	}
+	return nil
+}
+
+// boundGemm: rows of A padded give rows of the result padded.
+func boundGemm(c *Ctx, node *Node, in map[int]boundedValue) error {
+	b, ok := in[0]
+	row := int(c.AttrInt("transA", 0))
+	if !ok || len(in) > 1 || b.axis != row {
+		_, b := anyBound(in)
+		return unsupportedBound(node, b, "only the rows of A may be padded")
+	}
+	c.setBound(0, 0, b)
+	return nil
+}
+
+// boundMatMul: A padded along an axis other than the one contracted gives
+// the result padded along it (right-aligned with the broadcast batch axes).
+func boundMatMul(c *Ctx, node *Node, in map[int]boundedValue) error {
+	b, ok := in[0]
+	ar := Meta(c.s.env[node.Inputs[0]]).Rank()
+	if !ok || len(in) > 1 || ar < 2 || b.axis == ar-1 {
+		_, b := anyBound(in)
+		return unsupportedBound(node, b, "only A may be padded, along an axis it does not contract")
+	}
+	orank := Meta(c.s.env[node.Outputs[0]]).Rank()
+	c.setBound(0, b.axis+orank-ar, b)
+	return nil
+}
+
+// boundAlongAxis: an operator that computes along one axis (attribute
+// axis, default def) of independent slices keeps a bound along another.
+func boundAlongAxis(def int64) boundRule {
+	return func(c *Ctx, node *Node, in map[int]boundedValue) error {
+		b, ok := in[0]
+		rank := Meta(c.s.env[node.Inputs[0]]).Rank()
+		axis, err := shNormAxis(c.AttrInt("axis", def), rank)
+		if err != nil {
+			return err
+		}
+		if !ok || len(in) > 1 || axis == b.axis {
+			_, b := anyBound(in)
+			return unsupportedBound(node, b, "only its input may be padded, along another axis than the one it computes along")
+		}
+		c.setBound(0, b.axis, b)
+		return nil
+	}
+}
+
+// boundPad: padding the value along other axes than its padded one keeps
+// the bound.
+func boundPad(c *Ctx, node *Node, in map[int]boundedValue) error {
+	b, ok := in[0]
+	if !ok || len(in) > 1 {
+		_, b := anyBound(in)
+		return unsupportedBound(node, b, "only its data may be padded")
+	}
+	rank := Meta(c.s.env[node.Inputs[0]]).Rank()
+	pads := c.AttrInts("pads", c.AttrInts("paddings", nil))
+	if c.Opset >= 11 {
+		var err error
+		if pads, err = c.ConstInts(1); err != nil {
+			return err
+		}
+	}
+	axes, err := padAxes(c, rank)
+	if err != nil {
+		return err
+	}
+	for i, a := range axes {
+		if a != b.axis || i+len(axes) >= len(pads) {
+			continue
+		}
+		if pads[i] != 0 || pads[i+len(axes)] != 0 {
+			return unsupportedBound(node, b, fmt.Sprintf("it pads the padded axis %d by %d and %d", a, pads[i], pads[i+len(axes)]))
+		}
+	}
+	c.setBound(0, b.axis, b)
 	return nil
 }

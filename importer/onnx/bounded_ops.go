@@ -21,8 +21,14 @@ var boundConverters = map[string]boundConverter{
 	"ReduceMax":         boundReduce(math.Inf(-1)),
 	"ReduceMin":         boundReduce(math.Inf(1)),
 	"Split":             boundSplit,
-	"ConstantOfShape":   boundConstantOfShape,
+	"ConstantOfShape":   boundSizedConstantOfShape,
 	"NonMaxSuppression": boundNMS,
+	"NonZero":           boundNonZero,
+	"Reshape":           boundReshape,
+	"Expand":            boundExpand,
+	"ScatterElements":   boundScatterElements,
+	"Slice":             boundSlice,
+	"Range":             boundRange,
 }
 
 // boundedShapes are the values Shape gave for bounded values: the run-time
@@ -127,17 +133,6 @@ func boundShape(c *Ctx, node *Node, in map[int]boundedValue, _ Converter) error 
 	}
 	c.SetOutput(0, out)
 	*c.s.bounded = append(*c.s.bounded, boundedValue{value: out, count: b.count, axis: b.axis, op: b.op, shape: true, dims: dims})
-	return nil
-}
-
-// boundConstantOfShape: a tensor of the padded shape of a bounded value's
-// run-time shape, bounded like it.
-func boundConstantOfShape(c *Ctx, node *Node, _ map[int]boundedValue, conv Converter) error {
-	sh, _ := c.s.shapeEntry(c.s.env[node.Inputs[0]])
-	if err := withInput(c, 0, c.IntsConst(sh.dims), func() error { return conv(c, node) }); err != nil {
-		return err
-	}
-	c.setBound(0, sh.axis, sh)
 	return nil
 }
 
@@ -542,4 +537,45 @@ func boundNMS(c *Ctx, node *Node, in map[int]boundedValue, conv Converter) error
 		return err
 	}
 	return withInput(c, 1, filled, func() error { return conv(c, node) })
+}
+
+// boundScatterElements: padded indices (with their updates, padded alike)
+// write nothing: their padding is redirected past the end of the scatter
+// axis, which the scatter skips. A padded data keeps its bound (valid
+// indices, data-dependent results, address its valid entries).
+func boundScatterElements(c *Ctx, node *Node, in map[int]boundedValue, conv Converter) error {
+	bi, iok := in[1]
+	bu, uok := in[2]
+	if iok != uok || iok && (bi.axis != bu.axis || !sameCount(bi.count, bu.count, 0)) {
+		_, b := anyBound(in)
+		return unsupportedBound(node, b, "its indices and updates must be padded alike")
+	}
+	convert := func() error { return conv(c, node) }
+	if iok {
+		data := Meta(c.s.env[node.Inputs[0]])
+		axis, err := shNormAxis(c.AttrInt("axis", 0), data.Rank())
+		if err != nil {
+			return err
+		}
+		if !data.Shape[axis].IsStatic() {
+			return unsupportedBound(node, bi, "the scatter axis is symbolic")
+		}
+		idx := c.s.env[node.Inputs[1]]
+		valid, err := validMask(c, idx, bi)
+		if err != nil {
+			return err
+		}
+		past, err := c.Emit(fxgraph.AtenWhereSelf, valid, idx, c.ScalarConst(Meta(idx).DType, float64(data.Shape[axis].Size)))
+		if err != nil {
+			return err
+		}
+		convert = func() error { return withInput(c, 1, past, func() error { return conv(c, node) }) }
+	}
+	if err := convert(); err != nil {
+		return err
+	}
+	if b, ok := in[0]; ok {
+		c.setBound(0, b.axis, b)
+	}
+	return nil
 }

@@ -76,7 +76,10 @@ func (c *Ctx) Const(i int) *tensor.Tensor {
 	if err != nil {
 		return nil
 	}
-	return c.s.g.ConstValue(n)
+	if t := c.s.g.ConstValue(n); t != nil {
+		return t
+	}
+	return c.s.countInvariant(n)
 }
 
 // ConstInts returns the values of constant integer input i. When the input
@@ -101,6 +104,9 @@ func (c *Ctx) ConstValue(i int) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	if t := c.s.g.ConstValue(n); t != nil {
+		return t, nil
+	}
+	if t := c.s.countInvariant(n); t != nil {
 		return t, nil
 	}
 	return nil, &NeedsValueError{Inputs: c.valueInputsBehind(n), Operand: c.node.Inputs[i]}

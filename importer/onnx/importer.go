@@ -388,7 +388,7 @@ func (s *scope) convertNode(node *Node) error {
 	rule, override := boundRules[node.OpType], boundConverters[node.OpType]
 	var err error
 	switch {
-	case len(bin) > 0 && override != nil, node.OpType == "ConstantOfShape" && s.hasShapeInput(node):
+	case len(bin) > 0 && override != nil, override != nil && s.takesCountSizes(node):
 		err = override(c, node, bin, conv)
 	case len(bin) > 0 && rule == nil:
 		_, b := anyBound(bin)

@@ -96,7 +96,9 @@ func TestNonZeroFeedingAnOp(t *testing.T) {
 		node *onnx.Node
 		want string
 	}{
-		{"reshape", nnNode("Reshape", []string{"i", "w"}, []string{"y"}), "Reshape consumes the data-dependent result of NonZero"},
+		{"reshape to a run-time shape", nnNode("Reshape", []string{"i", "w"}, []string{"y"}), `operand "w" must be a constant`},
+		{"reshape that interleaves the padding", nnNode("Reshape", []string{"i", "s22"}, []string{"y"}), "reshaping [1 4] (padded along 1) to [2 2] would interleave the padding"},
+		{"pad of the padded axis", nnNode("Pad", []string{"i", "p0001"}, []string{"y"}), "it pads the padded axis 1 by 0 and 1"},
 		{"reduce", nnNode("ReduceSum", []string{"i"}, []string{"y"}), "ReduceSum consumes the data-dependent result of NonZero"},
 		{"gather along the padded axis", nnNode("Gather", []string{"i", "i"}, []string{"y"}, &onnx.Attribute{Name: "axis", Type: onnx.AttrInt, I: 0}), "the data is padded along another axis"},
 		{"full-size operand", nnNode("Add", []string{"i", "w"}, []string{"y"}), "operand 1 has size 4 along the data-dependent axis"},
@@ -106,8 +108,9 @@ func TestNonZeroFeedingAnOp(t *testing.T) {
 				IRVersion:    8,
 				OpsetImports: []onnx.OpsetID{{Domain: "", Version: 13}},
 				Graph: &onnx.Graph{Name: "g", Inputs: []*onnx.ValueInfo{nnVI("x", tensor.Float32, 4), nnVI("w", tensor.Int64, 1, 4)},
-					Nodes:   []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), tc.node},
-					Outputs: []*onnx.ValueInfo{{Name: "y"}}},
+					Initializers: []*onnx.Initializer{{Name: "s22", Tensor: tensor.FromInt64s([]int64{2, 2}, 2)}, {Name: "p0001", Tensor: tensor.FromInt64s([]int64{0, 0, 0, 1}, 4)}},
+					Nodes:        []*onnx.Node{nnNode("NonZero", []string{"x"}, []string{"i"}), tc.node},
+					Outputs:      []*onnx.ValueInfo{{Name: "y"}}},
 			}
 			g, err := onnx.NewImporter().Import(m)
 			checkImport(t, g, err, "", tc.want)
@@ -125,7 +128,9 @@ func TestNonZeroFeedingAnOp(t *testing.T) {
 // the classes packed together (Concat), torchvision's "no boxes" If,
 // NonMaxSuppression of 300 padded boxes (the greedy while_loop), gathers by
 // its indices and a ReduceMax over the packed boxes. Trim must leave ONNX
-// Runtime's outputs exactly (within float rounding).
+// Runtime's outputs exactly (within float rounding); bounded_sizes
+// (gen_bounded_sizes.py, onnx.helper): Range, Reshape and Pad to sizes
+// built from a selection's run-time shape, and a static size read from it.
 func TestPostprocessMatchesORT(t *testing.T) {
 	client := nnPlugin(t)
 	for _, tc := range []struct {
@@ -136,6 +141,7 @@ func TestPostprocessMatchesORT(t *testing.T) {
 	}{
 		{"nms_postprocess", [][]int64{{1, 64, 4}, {1, 1, 64}}, []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}, 4},
 		{"detect_postprocess", [][]int64{{160, 4}, {160, 4}}, []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}, 3},
+		{"bounded_sizes", [][]int64{{8, 4}, {8, 2}}, []tensor.DType{tensor.Int64, tensor.Float32, tensor.Float32, tensor.Float32}, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, err := onnx.ImportFile("testdata/" + tc.name + ".onnx")

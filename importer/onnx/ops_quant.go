@@ -118,7 +118,7 @@ func quantize(c *Ctx, x, scale, zp *fxgraph.Node, dt tensor.DType) (*fxgraph.Nod
 	if err != nil {
 		return nil, err
 	}
-	y, err := c.Emit(fxgraph.AtenDivTensor, xf, sf)
+	y, err := ieeeDivide(c, xf, sf)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +309,7 @@ func rangeQuantParams(c *Ctx, mn, mx *fxgraph.Node) (scale, zp *fxgraph.Node, er
 	if err != nil {
 		return nil, nil, err
 	}
-	if scale, err = c.Emit(fxgraph.AtenDivScalar, rng, 255.0); err != nil {
+	if scale, err = ieeeDivide(c, rng, c.ScalarConst(tensor.Float32, 255)); err != nil {
 		return nil, nil, err
 	}
 	// An all-zero x gets scale 1, as in ONNX Runtime.
@@ -325,7 +325,7 @@ func rangeQuantParams(c *Ctx, mn, mx *fxgraph.Node) (scale, zp *fxgraph.Node, er
 	if err != nil {
 		return nil, nil, err
 	}
-	if z, err = c.Emit(fxgraph.AtenDivTensor, z, scale); err != nil {
+	if z, err = ieeeDivide(c, z, scale); err != nil {
 		return nil, nil, err
 	}
 	if z, err = c.Emit(fxgraph.AtenClamp, z, 0.0, 255.0); err != nil {
@@ -335,6 +335,26 @@ func rangeQuantParams(c *Ctx, mn, mx *fxgraph.Node) (scale, zp *fxgraph.Node, er
 		return nil, nil, err
 	}
 	return scale, zp, nil
+}
+
+// ieeeDivide divides the float32 a by b as IEEE division does (what ONNX
+// Runtime's quantization does): in float64, rounded once to float32. XLA
+// CPU compiles a float32 divide as a multiplication by the reciprocal,
+// which differs in the last bit, and a quantized value one step off.
+func ieeeDivide(c *Ctx, a, b *fxgraph.Node) (*fxgraph.Node, error) {
+	a64, err := nnCast(c, a, tensor.Float64)
+	if err != nil {
+		return nil, err
+	}
+	b64, err := nnCast(c, b, tensor.Float64)
+	if err != nil {
+		return nil, err
+	}
+	q, err := c.Emit(fxgraph.AtenDivTensor, a64, b64)
+	if err != nil {
+		return nil, err
+	}
+	return nnCast(c, q, tensor.Float32)
 }
 
 // qDynamicQuantizeLinear converts DynamicQuantizeLinear: uint8 data, its

@@ -1503,23 +1503,9 @@ func shPad(c *Ctx, n *Node) error {
 			value = shLiteral(t)
 		}
 	}
-	axes := make([]int, r)
-	for i := range axes {
-		axes[i] = i
-	}
-	if c.Opset >= 18 && c.HasInput(3) {
-		av, err := c.ConstInts(3)
-		if err != nil {
-			return err
-		}
-		axes = axes[:0]
-		for _, a := range av {
-			k, err := shNormAxis(a, r)
-			if err != nil {
-				return err
-			}
-			axes = append(axes, k)
-		}
+	axes, err := padAxes(c, r)
+	if err != nil {
+		return err
 	}
 	if len(pads) != 2*len(axes) {
 		return fmt.Errorf("pads %v: want %d values", pads, 2*len(axes))
@@ -1751,4 +1737,29 @@ func shReverseSequence(c *Ctx, n *Node) error {
 	}
 	c.SetOutput(0, out)
 	return nil
+}
+
+// padAxes returns the axes Pad's pads apply to (input 3 from opset 18, else
+// every axis of a rank-r input), normalized.
+func padAxes(c *Ctx, r int) ([]int, error) {
+	axes := make([]int, r)
+	for i := range axes {
+		axes[i] = i
+	}
+	if c.Opset < 18 || !c.HasInput(3) {
+		return axes, nil
+	}
+	av, err := c.ConstInts(3)
+	if err != nil {
+		return nil, err
+	}
+	axes = axes[:0]
+	for _, a := range av {
+		k, err := shNormAxis(a, r)
+		if err != nil {
+			return nil, err
+		}
+		axes = append(axes, k)
+	}
+	return axes, nil
 }

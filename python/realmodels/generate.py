@@ -325,11 +325,18 @@ TINY_MODELS = {
                                                                               hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1])),
 }
 TINY_FORMATS = ["onnx-dynamo", "onnx-torchscript"]  # a toy .pt2 is still ~400 KB
+# The toy ConvNeXt's TorchScript file, dynamically quantized (ConvInteger,
+# MatMulInteger, DynamicQuantizeLinear): ONNX Runtime's arithmetic to the
+# last bit.
+TINY_QUANT_DYNAMIC = ["hf_convnext"]
 
 FORMATS = ["pt2", "pt2-decomposed", "onnx-dynamo", "onnx-torchscript"]
 # Which models also get ORT-quantized variants of their TorchScript ONNX file.
-QUANT_DYNAMIC = ["hf_bert", "hf_gpt2", "hf_distilbert", "hf_llama"]
+QUANT_DYNAMIC = ["hf_bert", "hf_gpt2", "hf_distilbert", "hf_llama", "tv_resnet18", "tv_mobilenet_v3_small"]
 QUANT_STATIC = ["tv_resnet18", "tv_mobilenet_v3_small", "timm_resnet10t"]
+# ONNX Runtime's CPU ConvInteger takes uint8 weights only: the CNNs' dynamic
+# quantization (ConvInteger, DynamicQuantizeLinear) uses QUInt8 weights.
+QUANT_DYNAMIC_UINT8 = ["tv_resnet18", "tv_mobilenet_v3_small", "hf_convnext"]
 
 
 BIG_SEQ = 80  # check.py's zero-config request: the non-batch symbols above 64
@@ -474,7 +481,10 @@ class Calib:
         return next(self.data, None)
 
 
-def quantize(name, out, log):
+def quantize(name, out, log, dynamic=None, static=None):
+    """Writes the ORT-quantized variants of name's TorchScript ONNX case:
+    dynamic if name is in dynamic (default QUANT_DYNAMIC), static (QDQ) if
+    in static (default QUANT_STATIC)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
     src_dir = os.path.join(out, f"{name}.onnx-torchscript")
@@ -487,9 +497,9 @@ def quantize(name, out, log):
     for i in src_info.get("inputs", []):
         feeds[i["name"]] = np.load(os.path.join(src_dir, f"in.{len(feeds)}.{i['name']}.npy"))
     kinds = []
-    if name in QUANT_DYNAMIC:
+    if name in (QUANT_DYNAMIC if dynamic is None else dynamic):
         kinds.append("onnx-quant-dynamic")
-    if name in QUANT_STATIC:
+    if name in (QUANT_STATIC if static is None else static):
         kinds.append("onnx-quant-static")
     for fmt in kinds:
         d = os.path.join(out, f"{name}.{fmt}")
@@ -501,8 +511,9 @@ def quantize(name, out, log):
         t0 = time.time()
         try:
             if fmt == "onnx-quant-dynamic":
-                quantize_dynamic(src, path, weight_type=QuantType.QInt8)
-                info["exporter"] = "onnxruntime.quantization.quantize_dynamic(QInt8) of the TorchScript export"
+                wt = QuantType.QUInt8 if name in QUANT_DYNAMIC_UINT8 else QuantType.QInt8
+                quantize_dynamic(src, path, weight_type=wt)
+                info["exporter"] = f"onnxruntime.quantization.quantize_dynamic({wt.name}) of the TorchScript export"
             else:
                 pre = os.path.join(d, "pre.onnx")
                 quant_pre_process(src, pre)
@@ -535,6 +546,7 @@ def main():
         for name, (source, build) in TINY_MODELS.items():
             if not only or name in only:
                 export_formats(name, source, build, args.out, set(TINY_FORMATS), print)
+                quantize(name, args.out, print, dynamic=TINY_QUANT_DYNAMIC, static=[])
         return
     cases = os.path.join(args.out, "cases")
     os.makedirs(os.path.join(args.out, "packages"), exist_ok=True)
