@@ -39,6 +39,7 @@ help:
 	@echo "make gpu-check-bundle  xserve and loadtest for the GPU host (no Go there) into bin/gpu-check"
 	@echo "make fuzz         every fuzz target for FUZZTIME (1m) each"
 	@echo "make conformance  run the pinned onnx wheel's backend cases, rewrite docs/onnx-conformance.md"
+	@echo "make pipeline-fixtures  regenerate testdata/pipelines (ensemble, classifier, rapidocr chain) with their references"
 	@echo "make python-torch-test  xserve.export and the torch.compile backend against a real xserve (.venv-zoo)"
 	@echo "make bench        trace-once benchmarks (XLA vs re-lowering vs ONNX Runtime), see docs/BENCHMARKS.md"
 	@echo "make venv-triton  tritonclient[all]==2.41.1, perf_analyzer and protoc into .venv-triton (make test runs it)"
@@ -231,6 +232,14 @@ bench-conv: pjrt venv bench-models
 # The real exported models of the pad-probe tests (testdata/padprobe).
 padprobe-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/make_pad_fixtures.py
+
+# The pipeline tests' fixtures (testdata/pipelines: a Triton ensemble, an
+# image classifier with torchvision's outputs, rapidocr's chain with ONNX
+# Runtime's; docs/PIPELINES.md). The OCR models stay in the wheel that
+# realmodels-small downloads.
+.PHONY: pipeline-fixtures
+pipeline-fixtures: $(VENV_ZOO)/.installed realmodels-small
+	$(VENV_ZOO)/bin/python python/pipelines/make_fixtures.py --out testdata/pipelines
 
 zoo-fixtures: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_FIXTURES) --small --max-mb 40

@@ -27,7 +27,8 @@ const module = "github.com/xserve/xserve"
 // layers lists, for each top-level directory (a unit), the units its
 // packages may import (tests aside, which sit above what they test). The
 // order is DESIGN.md's: importer → fxgraph ← lower; engine → importer,
-// lower, pjrt; serving → engine, batching, modelrepo; runner → engine;
+// lower, pjrt; pipeline → modelrepo, fxgraph; serving → engine, pipeline,
+// batching, modelrepo; runner → engine;
 // api → serving; harnesses and cmd on top. Nothing imports api or cmd.
 var layers = map[string][]string{
 	"tensor":    nil,
@@ -40,7 +41,8 @@ var layers = map[string][]string{
 	"modelrepo": {"fxgraph", "tensor"},
 	"loadtest":  {"tensor"},
 	"engine":    {"importer", "lower", "pjrt", "fxgraph", "tensor"},
-	"serving":   {"engine", "batching", "modelrepo", "internal", "lower", "pjrt", "fxgraph", "tensor"},
+	"pipeline":  {"modelrepo", "fxgraph", "tensor"},
+	"serving":   {"engine", "pipeline", "batching", "modelrepo", "internal", "lower", "pjrt", "fxgraph", "tensor"},
 	"runner":    {"engine", "importer", "lower", "pjrt", "fxgraph", "tensor"},
 	// clustercache: the engine's compile cache in a JetStream object store.
 	"clustercache": {"engine", "internal"},

@@ -73,6 +73,11 @@ func (e *Engine) Load(path string, o LoadOptions) (*Model, error) {
 	return m, nil
 }
 
+// Import imports the model file at path as its importer reads it: not
+// optimized, nothing built (a pipeline stitches such graphs, then serves
+// the result with NewModel).
+func (e *Engine) Import(path string) (*fxgraph.Graph, error) { return importer.Load(path) }
+
 // NewModel returns a model of the imported graph g (which it may optimize
 // in place of a copy, never changing g), its host stages cut off. Its
 // programs are lowered anew in every process: without a file, nothing keys

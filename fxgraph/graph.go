@@ -465,17 +465,7 @@ func (g *Graph) ReplaceAllUses(old, repl *Node) int {
 			}
 			return m
 		}
-		args := make([]any, len(u.Args))
-		for i, a := range u.Args {
-			args[i] = mapNodes(a, swap)
-		}
-		var kw map[string]any
-		if u.Kwargs != nil {
-			kw = make(map[string]any, len(u.Kwargs))
-			for k, v := range u.Kwargs {
-				kw[k] = mapNodes(v, swap)
-			}
-		}
+		args, kw := mapArgs(u, swap)
 		g.SetArgs(u, args, kw)
 	}
 	return len(users)

@@ -34,6 +34,13 @@ func isHostNode(n *Node) bool {
 	if n.Op.Host {
 		return true
 	}
+	if n.Op == GetItem {
+		// an element of a host op's tuple (boxes and their scores) is
+		// the host's too
+		if src, err := n.InputNode(0); err == nil && isHostNode(src) {
+			return true
+		}
+	}
 	for _, v := range n.Meta.Vals {
 		if v.DType == tensor.String {
 			return true

@@ -168,7 +168,7 @@ var opTable, allOps map[string]*Op
 
 func init() {
 	allOps = map[string]*Op{}
-	for _, op := range append(append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveRoIAlign, XserveTreeEnsemble, XserveConvFused, XserveMatmulFused), stringOps...) {
+	for _, op := range append(append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveRoIAlign, XserveTreeEnsemble, XserveConvFused, XserveMatmulFused), append(stringOps, imageOps...)...) {
 		if _, dup := allOps[op.Name]; dup {
 			panic("fxgraph: operator defined twice: " + op.Name)
 		}
@@ -185,6 +185,7 @@ func init() {
 	registerControlFlow(r)
 	registerTrees(r)
 	registerStrings(r)
+	registerImages(r)
 	attachIRDefaults()
 	attachScalarTwins()
 	opTable = r.ops

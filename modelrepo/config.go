@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -117,6 +116,10 @@ type Config struct {
 	// ExactExecutables bounds the executables a version keeps for sizes
 	// served exactly (least recently used first out); default 32.
 	ExactExecutables int
+	// Pipeline, when set, makes the model a pipeline of other models and
+	// built-in steps (config.yaml's pipeline:, or a Triton ensemble); its
+	// versions hold no model file.
+	Pipeline *PipelineConfig
 	// Sequence configures the sequences of a stateful model.
 	Sequence SequenceConfig
 }
@@ -140,6 +143,10 @@ type SequenceConfig struct {
 type StateConfig struct {
 	Input, Output string
 }
+
+// AnyDim, in InputConfig.Dims and OutputConfig.Dims, is a dim the config
+// leaves as the model has it (Triton's -1 in config.pbtxt).
+var AnyDim = fxgraph.D(-1)
 
 // InputConfig describes one model input.
 type InputConfig struct {
@@ -301,6 +308,16 @@ func (c *Config) Validate() error {
 
 // LoadConfig reads and parses the config file at path (see ParseConfig).
 func LoadConfig(path string) (*Config, error) {
+	data, err := readConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseConfig(path, data)
+}
+
+// readConfig reads a config file, at most MaxConfigSize+1 bytes of it (the
+// parser refuses more).
+func readConfig(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("modelrepo: read config: %w", err)
@@ -310,7 +327,7 @@ func LoadConfig(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("modelrepo: read config: %w", err)
 	}
-	return ParseConfig(path, data)
+	return data, nil
 }
 
 // ParseConfig parses the config.yaml data read from path, validates it and
@@ -323,12 +340,7 @@ func LoadConfig(path string) (*Config, error) {
 // The error, when not nil, joins one *ConfigError per problem (all matching
 // ErrConfig), each naming the file, the key path and the line.
 func ParseConfig(path string, data []byte) (*Config, error) {
-	dirName := ""
-	if d := filepath.Dir(path); path != "" && d != "." && d != string(filepath.Separator) {
-		if base := filepath.Base(d); ValidateName(base) == nil {
-			dirName = base
-		}
-	}
+	dirName := dirName(path)
 	if len(data) > MaxConfigSize {
 		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("file is larger than %d bytes", MaxConfigSize)}
 	}
@@ -400,6 +412,7 @@ type rawConfig struct {
 	Pad           map[string]bool    `yaml:"pad"`
 	BatchSymbol   string             `yaml:"batch_symbol"`
 	ExactExecs    *int               `yaml:"exact_executables"`
+	Pipeline      *rawPipeline       `yaml:"pipeline"`
 	Sequence      *rawSequence       `yaml:"sequence"`
 }
 
@@ -499,11 +512,13 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 			c.Buckets[k] = slices.Clone(v)
 		}
 	}
+	strs := raw.Pipeline != nil // a pipeline's tensors may be strings (BYTES)
+	c.Pipeline = raw.Pipeline.convert()
 	for i, in := range raw.Inputs {
 		key := fmt.Sprintf("inputs[%d]", i)
 		c.Inputs = append(c.Inputs, InputConfig{
 			Name:     in.Name,
-			DType:    convertDType(p, key, in.DType),
+			DType:    convertDType(p, key, in.DType, strs),
 			Dims:     convertDims(p, key, in.Dims),
 			PadValue: in.PadValue,
 		})
@@ -512,7 +527,7 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 		key := fmt.Sprintf("outputs[%d]", i)
 		c.Outputs = append(c.Outputs, OutputConfig{
 			Name:  out.Name,
-			DType: convertDType(p, key, out.DType),
+			DType: convertDType(p, key, out.DType, strs),
 			Dims:  convertDims(p, key, out.Dims),
 		})
 	}
@@ -579,13 +594,19 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 	return c
 }
 
-func convertDType(p *problems, key, s string) tensor.DType {
+// convertDType parses a dtype; strings (string or bytes) only where strs
+// allows them (a pipeline's tensors).
+func convertDType(p *problems, key, s string, strs bool) tensor.DType {
 	if s == "" {
 		return tensor.Invalid
 	}
 	dt, err := tensor.ParseDType(s)
-	if err != nil || dt == tensor.String {
-		p.add(key+".dtype", "unknown dtype %q (want one of bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, complex64, complex128)", s)
+	if err != nil || (dt == tensor.String && !strs) {
+		want := "bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, complex64, complex128"
+		if strs {
+			want += ", string"
+		}
+		p.add(key+".dtype", "unknown dtype %q (want one of %s)", s, want)
 		return tensor.Invalid
 	}
 	return dt
@@ -628,17 +649,29 @@ func convertDuration(p *problems, key, s string) time.Duration {
 
 // validate reports the impossible values of c. It runs on a Config whose
 // defaults may or may not be filled: zero values pass.
+// validatePlatform checks the platform, and the pipeline of a pipeline.
+func (c *Config) validatePlatform(p *problems) {
+	switch c.Platform {
+	case "", FormatONNX, FormatPT2:
+	case FormatEnsemble:
+		if c.Pipeline == nil {
+			p.add("platform", "%s needs a pipeline (config.yaml's pipeline:, config.pbtxt's ensemble_scheduling)", FormatEnsemble)
+		}
+	default:
+		p.add("platform", "want onnx or pt2, got %q", c.Platform)
+	}
+	if c.Pipeline != nil {
+		c.validatePipeline(p)
+	}
+}
+
 func (c *Config) validate(p *problems) {
 	if c.Name != "" {
 		if err := ValidateName(c.Name); err != nil {
 			p.add("name", "%s", strings.TrimPrefix(err.Error(), "modelrepo: "))
 		}
 	}
-	switch c.Platform {
-	case "", FormatONNX, FormatPT2:
-	default:
-		p.add("platform", "want onnx or pt2, got %q", c.Platform)
-	}
+	c.validatePlatform(p)
 	switch c.Warmup {
 	case "", WarmupLazy, WarmupEager:
 	default:
@@ -763,7 +796,7 @@ func validateTensor(p *problems, list string, i int, name string, dims fxgraph.S
 		seen[name] = i
 	}
 	for j, d := range dims {
-		if (d.Sym != "" && !isIdent(d.Sym)) || (d.Sym == "" && d.Size < 0) {
+		if (d.Sym != "" && !isIdent(d.Sym)) || (d.Sym == "" && d.Size < 0 && d != AnyDim) {
 			p.add(fmt.Sprintf("%s.dims[%d]", key, j), "want a size >= 0 or a symbol name, got %s", d)
 		}
 	}

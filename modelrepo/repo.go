@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -243,6 +244,17 @@ type VersionEntry struct {
 	ModTime time.Time
 	// Size is the model file's size in bytes.
 	Size int64
+	// Steps, for a pipeline's version (Format FormatEnsemble), are the
+	// versions of the models its steps run, in step order (built-in steps
+	// have none): a change to one of them changes the pipeline's version.
+	Steps []VersionEntry
+}
+
+// Same reports whether e and o are the same model file, unchanged (and, for
+// a pipeline, the same step model files, unchanged).
+func (e VersionEntry) Same(o VersionEntry) bool {
+	return e.Version == o.Version && e.Path == o.Path && e.Format == o.Format && e.Size == o.Size && e.ModTime.Equal(o.ModTime) &&
+		slices.EqualFunc(e.Steps, o.Steps, VersionEntry.Same)
 }
 
 // Scan reads the repository. It fails only when the root itself cannot be
@@ -294,6 +306,7 @@ func (r *Repository) Scan() (*Snapshot, error) {
 	}
 	// os.ReadDir sorts by name already; keep the order explicit.
 	slices.SortFunc(snap.Models, func(a, b ModelEntry) int { return strings.Compare(a.Name, b.Name) })
+	snap.linkPipelines()
 	return snap, nil
 }
 
@@ -311,22 +324,11 @@ func (sc *scanner) scanModel(name, dir string) (m ModelEntry, ok bool) {
 		errs = append(errs, fmt.Errorf("modelrepo: scan model %s: %w", name, err))
 	}
 
-	cfgPath := filepath.Join(dir, ConfigFile)
-	if _, err := os.Lstat(cfgPath); errors.Is(err, fs.ErrNotExist) {
-		m.Config = DefaultConfig(name)
-	} else if err != nil {
-		errs = append(errs, fmt.Errorf("modelrepo: %w", err))
-	} else if err := sc.inside(cfgPath); err != nil {
+	cfg, err := sc.modelConfig(name, dir)
+	if err != nil {
 		errs = append(errs, err)
-	} else if cfg, err := LoadConfig(cfgPath); err != nil {
-		if vanished(cfgPath, err) {
-			m.Config = DefaultConfig(name)
-		} else {
-			errs = append(errs, err)
-		}
-	} else {
-		m.Config = cfg
 	}
+	m.Config = cfg
 
 	for _, e := range ents {
 		n := e.Name()
@@ -350,7 +352,7 @@ func (sc *scanner) scanModel(name, dir string) (m ModelEntry, ok bool) {
 			errs = append(errs, fmt.Errorf("%w: %s: directory %q is not a version number (want a positive integer such as 1)", ErrLayout, dir, n))
 			continue
 		}
-		ve, err := sc.scanVersion(m.Config, v, p)
+		ve, err := sc.versionEntry(m.Config, v, p)
 		if vanished(p, err) {
 			continue
 		}
@@ -364,6 +366,7 @@ func (sc *scanner) scanModel(name, dir string) (m ModelEntry, ok bool) {
 		m.Versions = append(m.Versions, ve)
 	}
 	slices.SortFunc(m.Versions, func(a, b VersionEntry) int { return cmp.Compare(a.Version, b.Version) })
+	m.pipelineVersion(dir)
 
 	if m.Config != nil {
 		for _, v := range m.Config.VersionPolicy.Specific {
@@ -383,6 +386,49 @@ func (sc *scanner) scanModel(name, dir string) (m ModelEntry, ok bool) {
 	return m, true
 }
 
+// pipelineVersion makes a pipeline without version directories version 1
+// (Triton's ensembles have an empty 1/, or none).
+func (m *ModelEntry) pipelineVersion(dir string) {
+	if m.Config != nil && m.Config.Pipeline != nil && len(m.Versions) == 0 && len(m.VersionErrors) == 0 {
+		m.Versions = []VersionEntry{{Version: 1, Path: dir, Format: FormatEnsemble}}
+	}
+}
+
+// modelConfig reads the model's config.yaml, else its config.pbtxt
+// (Triton's), else gives the default config; a directory with both is an
+// error. A config that cannot be read is nil with the error.
+func (sc *scanner) modelConfig(name, dir string) (*Config, error) {
+	var found []string
+	for _, f := range []string{ConfigFile, ConfigFileTriton} {
+		p := filepath.Join(dir, f)
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("modelrepo: %w", err)
+		}
+		found = append(found, p)
+	}
+	switch len(found) {
+	case 0:
+		return DefaultConfig(name), nil
+	case 2:
+		return nil, fmt.Errorf("%w: %s holds both %s (xserve's) and %s (Triton's); keep one", ErrLayout, dir, ConfigFile, ConfigFileTriton)
+	}
+	path := found[0]
+	if err := sc.inside(path); err != nil {
+		return nil, err
+	}
+	load := LoadConfig
+	if filepath.Base(path) == ConfigFileTriton {
+		load = LoadTritonConfig
+	}
+	cfg, err := load(path)
+	if vanished(path, err) {
+		return DefaultConfig(name), nil
+	}
+	return cfg, err
+}
+
 // vanished reports whether err comes from path (or a file inside it) having
 // been removed while the scan read it: such entries are left out rather than
 // reported, since the next scan no longer sees them. A dangling symbolic link
@@ -393,6 +439,15 @@ func vanished(path string, err error) bool {
 	}
 	_, lerr := os.Lstat(path)
 	return errors.Is(lerr, fs.ErrNotExist)
+}
+
+// versionEntry reads version directory dir: a pipeline's holds no model
+// file.
+func (sc *scanner) versionEntry(cfg *Config, v int64, dir string) (VersionEntry, error) {
+	if cfg != nil && cfg.Pipeline != nil {
+		return VersionEntry{Version: v, Path: dir, Format: FormatEnsemble}, sc.inside(dir)
+	}
+	return sc.scanVersion(cfg, v, dir)
 }
 
 // scanVersion reads one version directory; cfg may be nil.
@@ -440,4 +495,43 @@ func (sc *scanner) scanVersion(cfg *Config, v int64, dir string) (VersionEntry, 
 		return VersionEntry{}, fmt.Errorf("%w: %s: config.yaml says platform %s but the version holds %s", ErrLayout, dir, cfg.Platform, filepath.Base(ve.Path))
 	}
 	return ve, nil
+}
+
+// MaxModelFileSize bounds the files ReadModelFile reads.
+const MaxModelFileSize = 16 << 20
+
+// ReadModelFile reads a file a model's config names (a labels file), at
+// rel inside the model's directory: rel must be a relative path that
+// stays in the directory (no "..", no symbolic link out of the
+// repository), and the file at most MaxModelFileSize bytes.
+func (r *Repository) ReadModelFile(model, rel string) ([]byte, error) {
+	dir, err := r.Resolve(model)
+	if err != nil {
+		return nil, err
+	}
+	clean := filepath.Clean(rel)
+	if rel == "" || filepath.IsAbs(rel) || clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) {
+		return nil, fmt.Errorf("%w: %q is not a path inside the model's directory", ErrOutsideRoot, rel)
+	}
+	path := filepath.Join(dir, clean)
+	sc, err := r.scanner()
+	if err != nil {
+		return nil, err
+	}
+	if err := sc.inside(path); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrNotFound, filepath.Join(model, clean), errors.Unwrap(err))
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxModelFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("modelrepo: read %s: %w", filepath.Join(model, clean), err)
+	}
+	if len(data) > MaxModelFileSize {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrLayout, filepath.Join(model, clean), MaxModelFileSize)
+	}
+	return data, nil
 }

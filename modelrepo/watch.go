@@ -28,7 +28,8 @@ const (
 	// VersionRemoved: a valid version disappeared (removed, or broken).
 	VersionRemoved
 	// VersionChanged: a version's model file changed: its size, modification
-	// time or format differ.
+	// time or format differ (for a pipeline: one of its steps' model files,
+	// see VersionEntry.Steps).
 	VersionChanged
 	// ConfigChanged: the model's Config differs (including becoming nil when
 	// config.yaml broke, or non-nil when it was fixed).
@@ -162,7 +163,7 @@ func diffModel(out []Change, o, n *ModelEntry) []Change {
 			out = append(out, Change{Kind: VersionRemoved, Model: n.Name, Version: v, Entry: n})
 		case !inOld && inNew:
 			out = append(out, Change{Kind: VersionAdded, Model: n.Name, Version: v, Entry: n})
-		case inOld && inNew && (ov.Size != nv.Size || !ov.ModTime.Equal(nv.ModTime) || ov.Path != nv.Path || ov.Format != nv.Format):
+		case inOld && inNew && !ov.Same(nv):
 			out = append(out, Change{Kind: VersionChanged, Model: n.Name, Version: v, Entry: n})
 		}
 		if oe, ne := o.VersionErrors[v], n.VersionErrors[v]; errText(oe) != errText(ne) {

@@ -73,13 +73,17 @@ type Metadata struct {
 	Name     string
 	Version  int64
 	Versions []int64 // all versions of the model being served
-	Platform string  // "onnx" or "pt2"
+	Platform string  // "onnx", "pt2" or "ensemble" (a pipeline)
 	Inputs   []TensorSpec
 	Outputs  []TensorSpec
 	// Buckets maps each symbol to its bucket sizes.
 	Buckets map[string][]int64
 	// Symbols describes each served symbol, sorted by name.
 	Symbols []SymbolInfo
+	// Pipeline, for a pipeline, says how its steps are served: which share
+	// one executable per bucket (fused) and which run as executions of
+	// their own. nil for a model.
+	Pipeline *PipelineInfo
 }
 
 // SymbolInfo is one served symbol of a model version: its role, buckets,

@@ -63,7 +63,13 @@ func specNames(specs []TensorSpec) string {
 
 // checkInput checks one input's name, dtype and rank against the model.
 func (h *hostStages) checkInput(model, name string, dt tensor.DType, shape []int64) error {
-	for _, in := range h.inputs {
+	return checkSpec(model, h.inputs, name, dt, shape)
+}
+
+// checkSpec checks one input's name, dtype, rank and static dims against
+// a signature.
+func checkSpec(model string, specs []TensorSpec, name string, dt tensor.DType, shape []int64) error {
+	for _, in := range specs {
 		if in.Name != name {
 			continue
 		}
@@ -80,7 +86,7 @@ func (h *hostStages) checkInput(model, name string, dt tensor.DType, shape []int
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: model %s has no input %q (inputs: %s)", ErrInvalidInput, model, name, specNames(h.inputs))
+	return fmt.Errorf("%w: model %s has no input %q (inputs: %s)", ErrInvalidInput, model, name, specNames(specs))
 }
 
 // orderInputs checks req's inputs and returns them in the model's order.

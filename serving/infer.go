@@ -76,9 +76,13 @@ func (v *version) infer(ctx context.Context, req *InferRequest, start time.Time)
 // inferOnce validates req and runs it: through the host stages of a model
 // with string values, else on the device.
 func (v *version) inferOnce(ctx context.Context, req *InferRequest) (*InferResponse, runTimes, error) {
-	if v.host != nil {
+	switch {
+	case v.pipe != nil || v.host != nil:
 		if req.Sequence != nil {
 			return nil, runTimes{}, fmt.Errorf("%w: model %s keeps no state between requests; send it without sequence_id", ErrSequence, v.name)
+		}
+		if v.pipe != nil {
+			return v.inferPipeline(ctx, req)
 		}
 		return v.inferHost(ctx, req)
 	}

@@ -852,6 +852,10 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Platform: v.entry.Format,
 		Buckets:  map[string][]int64{},
 	}
+	if v.pipe != nil {
+		v.pipelineMetadata(md)
+		return md, nil
+	}
 	p := v.plan
 	if v.host != nil {
 		md.Inputs, md.Outputs = slices.Clone(v.host.inputs), slices.Clone(v.host.outputs)

@@ -54,6 +54,8 @@ type serverMetrics struct {
 	memory         *metrics.GaugeVec     // model; set at each scrape
 	memoryUsed     *metrics.GaugeVec     // device; set at each scrape
 	memoryBudget   *metrics.GaugeVec     // device
+	// pipelineExecutions is the executions a request of a pipeline makes.
+	pipelineExecutions *metrics.GaugeVec // model, version
 }
 
 func newServerMetrics() *serverMetrics {
@@ -91,6 +93,8 @@ func newServerMetrics() *serverMetrics {
 		splitRuns: r.NewCounterVec("xserve_split_executions_total",
 			"Executions whose rows ran as shards on idle CPU cores at once, each shard in a smaller batch bucket (Options.SplitBatches, --split-batches).", "model", "version"),
 		loaded: r.NewGaugeVec("xserve_models_loaded", "Model versions in state READY."),
+		pipelineExecutions: r.NewGaugeVec("xserve_pipeline_executions",
+			"Program executions one request of a pipeline makes: 1 when all its steps are stitched into one executable per bucket, one more per step that runs on its own.", "model", "version"),
 		reloadFailures: r.NewCounterVec("xserve_model_reload_failures_total",
 			"Reloads of a changed model file or config.yaml that failed (the loaded instance kept serving).", "model", "version"),
 		stale: r.NewGaugeVec("xserve_model_stale",
@@ -153,4 +157,5 @@ func (m *serverMetrics) forgetState(model, version string) {
 		m.state.Delete(model, version, string(st))
 	}
 	m.stale.Delete(model, version)
+	m.pipelineExecutions.Delete(model, version)
 }

@@ -23,7 +23,10 @@ func (m *Manager) CheckInput(model string, version int64, name string, dt tensor
 		return err
 	}
 	defer m.release(v)
-	if v.host != nil {
+	switch {
+	case v.pipe != nil:
+		return checkSpec(v.name, v.pipe.inputs, name, dt, shape)
+	case v.host != nil:
 		return v.host.checkInput(v.name, name, dt, shape)
 	}
 	return v.plan.checkInput(v, name, dt, shape)

@@ -208,10 +208,11 @@ func (m *Manager) Config(model string, version int64) (*ModelConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.plan == nil {
+	sv := v.firstDevice()
+	if sv == nil || sv.plan == nil {
 		return nil, fmt.Errorf("%w: %s has no signature", ErrNotReady, v)
 	}
-	c := &ModelConfig{Metadata: *md, MaxBatchSize: v.maxBatchSize(), DynamicBatching: v.batcher != nil}
+	c := &ModelConfig{Metadata: *md, MaxBatchSize: sv.maxBatchSize(), DynamicBatching: sv.batcher != nil}
 	if v.cfg != nil {
 		c.Batching = v.cfg.Batching
 	}

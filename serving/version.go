@@ -33,6 +33,12 @@ type version struct {
 	// host is the model's host stages (string operators), nil when it runs
 	// whole on the device.
 	host *hostStages
+	// pipe is a pipeline's plan and segments, nil for a model.
+	pipe *pipe
+	// stage prefixes the bucket labels of a pipeline's segment ("s1:")
+	// when the pipeline has several; segment is its index.
+	stage   string
+	segment int
 	// batcher groups requests into batches; nil when the version runs each
 	// request alone (batching off, or requests that cannot be stacked).
 	batcher *batching.Batcher
@@ -92,6 +98,18 @@ func unavailableVersion(m *Manager, name string, num int64, reason error) *versi
 
 func (v *version) String() string { return fmt.Sprintf("model %s version %d", v.name, v.num) }
 
+// source names what v serves in logs: its model file, or the segment of a
+// pipeline.
+func (v *version) source() string {
+	if v.entry.Path == "" || v.entry.Format == modelrepo.FormatEnsemble {
+		return fmt.Sprintf("pipeline %s segment %d", v.name, v.segment)
+	}
+	return v.entry.Path
+}
+
+// bucketLabel is the bucket label of b in metrics.
+func (v *version) bucketLabel(b *bucket) string { return v.stage + b.name }
+
 func (v *version) log() *slog.Logger {
 	return v.m.log.With("model", v.name, "version", v.num)
 }
@@ -106,19 +124,28 @@ func (v *version) load(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if v.cfg.Pipeline != nil {
+		return v.loadPipeline(ctx, start)
+	}
 	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log()})
 	if err != nil {
 		return err
 	}
+	return v.serve(ctx, model, modelrepo.ConfigPath(filepath.Dir(filepath.Dir(v.entry.Path))), start)
+}
+
+// serve makes model what v serves: its host stages, its bucket plan (from
+// the model's graph and v's config, read from cfgFile), the warmup, the
+// pad probe and batching.
+func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string, start time.Time) error {
 	v.model = model
 	if h := model.Host(); h != nil {
 		v.host = newHostStages(h)
 		if h.Device == nil {
-			v.log().Info("model version loaded", "file", v.entry.Path, "inputs", specNames(v.host.inputs), "device", "none: it runs on the host only")
+			v.log().Info("model version loaded", "file", v.source(), "inputs", specNames(v.host.inputs), "device", "none: it runs on the host only")
 			return nil
 		}
 	}
-	cfgFile := filepath.Join(filepath.Dir(filepath.Dir(v.entry.Path)), modelrepo.ConfigFile)
 	shapes := func(dims map[string]int64) ([][]int64, error) {
 		shapes, err := model.OutputShapes(dims)
 		if errors.Is(err, engine.ErrClosed) {
@@ -151,7 +178,7 @@ func (v *version) load(ctx context.Context) error {
 	if err := v.setupSequences(cfgFile); err != nil {
 		return err
 	}
-	v.log().Info("model version loaded", "file", v.entry.Path, "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
+	v.log().Info("model version loaded", "file", v.source(), "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
 		"warmup", string(v.cfg.Warmup), "duration", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -260,7 +287,7 @@ func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 		if compiled {
 			msg = "compiled bucket"
 			v.m.metrics.compileSeconds.With(v.name, v.label).Observe(d.Seconds())
-			v.m.metrics.bucketCompile.With(v.name, v.label, b.name).Set(d.Seconds())
+			v.m.metrics.bucketCompile.With(v.name, v.label, v.bucketLabel(b)).Set(d.Seconds())
 		}
 		attrs := []any{"model", v.name, "version", v.num, "bucket", b.name}
 		if progress != "" {
@@ -313,7 +340,7 @@ func (v *version) build(ctx context.Context, b *bucket) (*engine.Executable, boo
 	}
 	if info.Compiled {
 		m.compiles.Add(1)
-		m.metrics.compilations.With(v.name, v.label, b.name).Inc()
+		m.metrics.compilations.With(v.name, v.label, v.bucketLabel(b)).Inc()
 	}
 	return exe, info.Compiled, err
 }
@@ -346,6 +373,7 @@ func (v *version) free() {
 		}
 		b.mu.Unlock()
 	}
+	v.pipe.free()
 	// Dropping the graph drops the host copies of the weights too: an
 	// unloaded or failed version stays known (UNAVAILABLE) but must not
 	// keep them in memory.

@@ -24,6 +24,48 @@ type oipModelMeta struct {
 	// Symbols is xserve's extension: each dynamic dim's role, buckets and
 	// pad policy.
 	Symbols []oipSymbol `json:"symbols,omitempty"`
+	// Pipeline is xserve's extension for a pipeline: its steps and the
+	// executions they share (fused: stitched into one executable per
+	// bucket).
+	Pipeline *oipPipeline `json:"pipeline,omitempty"`
+}
+
+// oipPipeline describes how a pipeline's steps are served.
+type oipPipeline struct {
+	Steps    []oipPipelineStep    `json:"steps"`
+	Segments []oipPipelineSegment `json:"segments"`
+}
+
+type oipPipelineStep struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	Version   int64  `json:"version,omitempty"`
+	Segment   int    `json:"segment"`
+	Placement string `json:"placement"`
+	Fused     bool   `json:"fused"`
+}
+
+type oipPipelineSegment struct {
+	Steps   []string           `json:"steps"`
+	Fused   bool               `json:"fused"`
+	Whole   bool               `json:"whole,omitempty"`
+	Inputs  []string           `json:"inputs"`
+	Outputs []string           `json:"outputs"`
+	Buckets map[string][]int64 `json:"buckets,omitempty"`
+}
+
+func pipelineMeta(p *serving.PipelineInfo) *oipPipeline {
+	if p == nil {
+		return nil
+	}
+	out := &oipPipeline{Steps: []oipPipelineStep{}, Segments: []oipPipelineSegment{}}
+	for _, s := range p.Steps {
+		out.Steps = append(out.Steps, oipPipelineStep{Name: s.Name, Kind: s.Kind, Version: s.Version, Segment: s.Segment, Placement: s.Placement, Fused: s.Fused})
+	}
+	for _, s := range p.Segments {
+		out.Segments = append(out.Segments, oipPipelineSegment{Steps: s.Steps, Fused: s.Fused, Whole: s.Whole, Inputs: s.Inputs, Outputs: s.Outputs, Buckets: s.Buckets})
+	}
+	return out
 }
 
 // oipSymbol is one served symbol in model metadata.
@@ -58,6 +100,7 @@ func modelMeta(m *serving.Metadata) oipModelMeta {
 		return r
 	}
 	out.Inputs, out.Outputs = conv(m.Inputs), conv(m.Outputs)
+	out.Pipeline = pipelineMeta(m.Pipeline)
 	for _, s := range m.Symbols {
 		out.Symbols = append(out.Symbols, oipSymbol{Name: s.Name, Role: s.Role, ModelSymbols: s.ModelSymbols, Buckets: s.Buckets,
 			Min: s.Min, Max: s.Max, Pad: s.Pad, PadReason: s.PadReason})

@@ -1,6 +1,7 @@
 package triton
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -15,6 +16,23 @@ import (
 
 // Backend is the name reported as every model's backend.
 const Backend = "xserve"
+
+// ensemble makes out an ensemble of the pipeline's steps (built-in steps
+// named as models: Triton has none), with the segments it runs as in
+// the parameter xserve.pipeline.segments.
+func ensemble(out *pb.ModelConfig, pi *serving.PipelineInfo) {
+	out.Backend = ""
+	es := &pb.ModelEnsembling{}
+	for _, st := range pi.Steps {
+		step := &pb.ModelEnsembling_Step{ModelName: st.Name, ModelVersion: -1, InputMap: maps.Clone(st.InputMap), OutputMap: maps.Clone(st.OutputMap)}
+		if st.Kind == "model" && st.Version > 0 {
+			step.ModelVersion = st.Version
+		}
+		es.Step = append(es.Step, step)
+	}
+	out.SchedulingChoice = &pb.ModelConfig_EnsembleScheduling{EnsembleScheduling: es}
+	out.Parameters["xserve.pipeline.segments"] = &pb.ModelParameter{StringValue: strconv.Itoa(len(pi.Segments))}
+}
 
 // DataType is Triton's enum value for dt (TYPE_INVALID when it has none).
 func DataType(dt tensor.DType) pb.DataType {
@@ -70,6 +88,9 @@ func Config(c *serving.ModelConfig) *pb.ModelConfig {
 			}
 		}
 		out.SchedulingChoice = &pb.ModelConfig_DynamicBatching{DynamicBatching: db}
+	}
+	if c.Pipeline != nil {
+		ensemble(out, c.Pipeline)
 	}
 	syms := make([]string, 0, len(c.Buckets))
 	for s := range c.Buckets {

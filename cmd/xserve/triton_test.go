@@ -195,3 +195,24 @@ func TestServeAuth(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// TestTritonEnsembleClients serves testdata/pipelines/ensemble, a Triton
+// repository as Triton users write it (a preprocessing ONNX graph feeding a
+// CNN, chained by an ensemble's config.pbtxt, no config.yaml), and runs
+// python/tests/test_triton_ensemble.py: tritonclient http and grpc against
+// ONNX Runtime running the two models one after the other, and the two
+// steps stitched into one executable per bucket; and the classifier
+// pipeline of testdata/pipelines/classifier, pictures in and labels out as
+// BYTES tensors on both protocols.
+func TestTritonEnsembleClients(t *testing.T) {
+	python := tritonVenv(t)
+	repo := t.TempDir()
+	for _, dir := range []string{"ensemble", "classifier"} {
+		if err := os.CopyFS(repo, os.DirFS(filepath.Join(repoRoot(t), "testdata", "pipelines", dir))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startXserve(t, repo, t.TempDir())
+	runPytest(t, python, p, "python/tests/test_triton_ensemble.py")
+	p.stop(t)
+}

@@ -12,7 +12,6 @@ cmd/xserve/triton_test.go starts it and runs this file:
       .venv-triton/bin/python -m pytest python/tests/test_triton_clients.py
 """
 
-import os
 import pathlib
 
 import grpc
@@ -20,30 +19,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+from triton_env import proto, served_url as _url  # noqa: F401 (proto is a fixture)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL_FILE = ROOT / "examples" / "models" / "tinycnn" / "1" / "model.onnx"
 MODEL = "tinycnn"
-
-
-def _url(var):
-    url = os.environ.get(var)
-    if not url:
-        pytest.fail(f"set {var} to the address of a running xserve (host:port)")
-    return url.removeprefix("http://")
-
-
-@pytest.fixture(scope="module", params=["http", "grpc"])
-def proto(request):
-    if request.param == "http":
-        with httpclient.InferenceServerClient(url=_url("XSERVE_URL")) as c:
-            yield request.param, httpclient, c
-    else:
-        with grpcclient.InferenceServerClient(url=_url("XSERVE_GRPC_URL")) as c:
-            yield request.param, grpcclient, c
 
 
 @pytest.fixture(scope="module")
