@@ -26,7 +26,7 @@ FUZZ = for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} $${t\#\#*:} for $(1)"; \
 	  $(GO) test -count=1 -run '^$$' -fuzz "^$${t\#\#*:}$$" -fuzztime $(1) -fuzzminimizetime 10x ./$${t%%:*} || exit 1; done
 
-.PHONY: all build run test pjrt venv venv-triton proto examples conformance conformance-check fuzz chaos chaos-cluster bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
+.PHONY: all build run test tokenizers-lib gen-models pjrt venv venv-triton proto examples conformance conformance-check fuzz chaos chaos-cluster bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
 
 all: build
 
@@ -34,6 +34,9 @@ help:
 	@echo "make run          install the XLA CPU PJRT plugin and CPU kernels, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + venvs (the onnx wheel holds the conformance data), vet, unit/integration tests, fuzz, conformance check, docker-test"
 	@echo "make detect-model export torchvision ssdlite320 and small Faster/Mask R-CNN, RetinaNet, FCOS to .cache/detect (make test needs it)"
+	@echo "make tokenizers-lib  the Hugging Face tokenizers library (tokenizer/ffi, Rust) into .cache/tokenizers (make test needs it)"
+	@echo "make gen-models   the generative test models, tokenizers and references into .cache/gen (make test needs them)"
+	@echo "make bench-generate  xserve vs ONNX Runtime GenAI vs transformers on a ~100M decoder (bench/generate.sh)"
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
 	@echo "make gpu-check    the GPU check (docs/GPU.md): on a GPU host the CUDA plugin against torch/JAX; here its CPU dry run"
 	@echo "make gpu-check-bundle  xserve and loadtest for the GPU host (no Go there) into bin/gpu-check"
@@ -112,7 +115,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt venv venv-triton realmodels-small seq-streams detect-model vet conformance-check
+test: pjrt venv venv-triton realmodels-small seq-streams detect-model tokenizers-lib gen-models vet conformance-check
 	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
@@ -214,6 +217,39 @@ $(DETECT_DIR)/ssdlite320.onnx: python/detect/export_ssdlite.py | $(VENV_ZOO)/.in
 $(DETECT_DIR)/detectors.stamp: python/detect/export_detectors.py | $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/detect/export_detectors.py --out $(DETECT_DIR)
 	touch $@
+
+# ---- Generative serving (serving/generate, tokenizer, api/openai; docs/GENERATE.md).
+# The tokenizers library: Hugging Face's reference implementation (the
+# tokenizers crate, pinned by tokenizer/ffi/Cargo.lock) behind a C ABI,
+# which package tokenizer loads at run time (xserve builds without it).
+TOKENIZERS_LIB := .cache/tokenizers/libxserve_tokenizers.so
+tokenizers-lib: $(TOKENIZERS_LIB)
+$(TOKENIZERS_LIB): tokenizer/ffi/Cargo.toml tokenizer/ffi/Cargo.lock tokenizer/ffi/src/lib.rs
+	@if ! command -v cargo >/dev/null; then echo "tokenizers-lib: installing Debian's cargo"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq cargo; fi
+	CARGO_TARGET_DIR=$(CURDIR)/.cache/tokenizers/target cargo build -q --release --locked --manifest-path tokenizer/ffi/Cargo.toml
+	cp .cache/tokenizers/target/release/libxserve_tokenizers.so $@
+
+# ONNX Runtime GenAI for bench/generate.sh, in a venv of its own (it needs a
+# newer onnxruntime than .venv and .venv-zoo pin).
+VENV_GENAI := .venv-genai
+$(VENV_GENAI)/.installed: python/requirements-genai.txt
+	$(PYTHON) -m venv $(VENV_GENAI)
+	$(VENV_GENAI)/bin/pip install -q -r python/requirements-genai.txt
+	touch $@
+.PHONY: bench-generate
+bench-generate:
+	bench/generate.sh
+
+# The generative models the tests serve: Llama, Qwen2, Phi-3 and GPT-2 from
+# small configs with seeded weights, exported by xserve.export_causal_lm as
+# .pt2 and ONNX, with transformers' greedy generations, and tokenizers of
+# each kind with Hugging Face tokenizers' encodings (python/generate).
+GEN_DIR := .cache/gen
+gen-models: $(GEN_DIR)/refs.json
+$(GEN_DIR)/refs.json: python/generate/make_models.py python/xserve/causal_lm.py | $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/generate/make_models.py --out $(GEN_DIR)
 
 zoo: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_DIR) $(if $(ZOO_MODELS),--models $(ZOO_MODELS))

@@ -3,6 +3,7 @@ module github.com/xserve/xserve
 go 1.26.0
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/klauspost/compress v1.20.3
 	github.com/nats-io/nats-server/v2 v2.15.2

@@ -98,33 +98,7 @@ func (b *Batcher) Submit(ctx context.Context, key string, rows, priority int, pa
 		b.observeRejected(key, ReasonClosed)
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		expired := errors.Is(err, context.DeadlineExceeded)
-		q.mu.Lock()
-		q.stats.Submitted++
-		if expired {
-			q.stats.Expired++
-		} else {
-			q.stats.Cancelled++
-		}
-		q.mu.Unlock()
-		if expired {
-			b.observeRejected(key, ReasonExpired)
-			return nil, fmt.Errorf("%w: key %q: the deadline passed before the request was queued: %w", ErrExpired, key, err)
-		}
-		b.observeRejected(key, ReasonCancelled)
-		return nil, fmt.Errorf("batching: key %q: the context was cancelled before the request was queued: %w", key, err)
-	}
-	if err := b.checkRequest(key, rows, priority); err != nil {
-		q.mu.Lock()
-		q.stats.Submitted++
-		q.stats.Invalid++
-		q.mu.Unlock()
-		if errors.Is(err, ErrTooLarge) {
-			b.observeRejected(key, ReasonTooLarge)
-		} else {
-			b.observeRejected(key, ReasonInvalid)
-		}
+	if err := b.admit(ctx, q, key, rows, priority); err != nil {
 		return nil, err
 	}
 	if _, ok := ctx.Deadline(); !ok && b.opts.Timeout > 0 {
@@ -187,12 +161,7 @@ func (b *Batcher) Submit(ctx context.Context, key string, rows, priority int, pa
 		q.removeLocked(it)
 		waited := time.Since(it.Enqueued)
 		err := ctx.Err()
-		expired := errors.Is(err, context.DeadlineExceeded)
-		if expired {
-			q.stats.Expired++
-		} else {
-			q.stats.Cancelled++
-		}
+		expired := q.countEndedLocked(err)
 		q.mu.Unlock()
 		if expired {
 			b.observeRejected(key, ReasonExpired)
@@ -208,6 +177,49 @@ func (b *Batcher) Submit(ctx context.Context, key string, rows, priority int, pa
 	default:
 	}
 	return nil, fmt.Errorf("batching: key %q: gave up waiting for the result after dispatch: %w", key, ctx.Err())
+}
+
+// admit refuses, before it is queued, a request whose ctx is already done
+// or whose rows or priority are invalid, counting it in q's statistics.
+func (b *Batcher) admit(ctx context.Context, q *queue, key string, rows, priority int) error {
+	if err := ctx.Err(); err != nil {
+		q.mu.Lock()
+		q.stats.Submitted++
+		expired := q.countEndedLocked(err)
+		q.mu.Unlock()
+		if expired {
+			b.observeRejected(key, ReasonExpired)
+			return fmt.Errorf("%w: key %q: the deadline passed before the request was queued: %w", ErrExpired, key, err)
+		}
+		b.observeRejected(key, ReasonCancelled)
+		return fmt.Errorf("batching: key %q: the context was cancelled before the request was queued: %w", key, err)
+	}
+	if err := b.checkRequest(key, rows, priority); err != nil {
+		q.mu.Lock()
+		q.stats.Submitted++
+		q.stats.Invalid++
+		q.mu.Unlock()
+		if errors.Is(err, ErrTooLarge) {
+			b.observeRejected(key, ReasonTooLarge)
+		} else {
+			b.observeRejected(key, ReasonInvalid)
+		}
+		return err
+	}
+	return nil
+}
+
+// countEndedLocked counts a request whose context ended with err (the
+// deadline passed: expired; else cancelled) and reports whether it expired.
+// q.mu is held.
+func (q *queue) countEndedLocked(err error) bool {
+	expired := errors.Is(err, context.DeadlineExceeded)
+	if expired {
+		q.stats.Expired++
+	} else {
+		q.stats.Cancelled++
+	}
+	return expired
 }
 
 // checkRequest validates Submit's rows and priority.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/importer"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/tensor"
 )
 
 // ErrClosed is wrapped by the errors of a Model used after Close.
@@ -43,6 +46,11 @@ type LoadOptions struct {
 	// Logger receives the model's compile-cache warnings; nil means the
 	// engine's.
 	Logger *slog.Logger
+	// Device is the index of the client's device the model is placed on
+	// (0 ≤ Device < pjrt.Client.Devices()): its weights are uploaded there
+	// and its executables run there. Load a model once per device to serve
+	// it on several.
+	Device int
 }
 
 // Load imports the model file at path (any format importer.Load reads).
@@ -83,11 +91,14 @@ func (e *Engine) Import(path string) (*fxgraph.Graph, error) { return importer.L
 // programs are lowered anew in every process: without a file, nothing keys
 // them in the cache.
 func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) (*Model, error) {
+	if n := e.client.Devices(); o.Device < 0 || o.Device >= n {
+		return nil, fmt.Errorf("engine: no device %d to place the model on (the %s client has %d)", o.Device, e.client.Platform(), n)
+	}
 	host, err := fxgraph.SplitHost(g)
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{e: e, host: host, weights: NewWeights(e.client), log: o.Logger}
+	m := &Model{e: e, host: host, weights: NewWeightsOn(e.client, o.Device), log: o.Logger}
 	if m.log == nil {
 		m.log = e.log
 	}
@@ -119,9 +130,9 @@ func (m *Model) liveGraph() (*fxgraph.Graph, error) {
 	return g, nil
 }
 
-// graphAt returns the optimized graph for the symbol sizes in dims: the
+// GraphAt returns the optimized graph for the symbol sizes in dims: the
 // model's, or a deferred model's imported at those sizes and optimized.
-func (m *Model) graphAt(dims map[string]int64) (*fxgraph.Graph, error) {
+func (m *Model) GraphAt(dims map[string]int64) (*fxgraph.Graph, error) {
 	g, err := m.liveGraph()
 	if err != nil || m.src == nil {
 		return g, err
@@ -135,7 +146,7 @@ func (m *Model) graphAt(dims map[string]int64) (*fxgraph.Graph, error) {
 // OutputShapes returns the shapes of the model's outputs when its input
 // symbols take the sizes in dims (lower.Lowerer.OutputShapes).
 func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
-	g, err := m.graphAt(dims)
+	g, err := m.GraphAt(dims)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +155,7 @@ func (m *Model) OutputShapes(dims map[string]int64) ([][]int64, error) {
 
 // Lower lowers the model for the symbol sizes in dims.
 func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) {
-	g, err := m.graphAt(dims)
+	g, err := m.GraphAt(dims)
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +165,15 @@ func (m *Model) Lower(dims map[string]int64) (*lower.Program, error) {
 
 // Weights returns the model's weight store.
 func (m *Model) Weights() *Weights { return m.weights }
+
+// Device returns the index of the device the model is placed on
+// (LoadOptions.Device).
+func (m *Model) Device() int { return m.weights.Device() }
+
+// Upload copies a host tensor to the model's device, for Execute.
+func (m *Model) Upload(ctx context.Context, t *tensor.Tensor) (*pjrt.Buffer, error) {
+	return m.e.client.UploadTo(ctx, t, m.weights.Device())
+}
 
 // Close frees the model's weights on the device and drops its graph.
 // Executables built for it must be closed first. It is safe to call twice.

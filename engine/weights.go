@@ -19,6 +19,7 @@ import (
 // buckets (same name, other values or shape) gets its own.
 type Weights struct {
 	client *pjrt.Client
+	device int // where they are uploaded
 
 	mu    sync.Mutex // guards bufs, bytes and sums
 	bufs  map[string]*pjrt.Buffer
@@ -28,10 +29,17 @@ type Weights struct {
 	sums map[*tensor.Tensor]string
 }
 
-// NewWeights returns an empty weight store on client.
-func NewWeights(c *pjrt.Client) *Weights {
-	return &Weights{client: c, bufs: map[string]*pjrt.Buffer{}, sums: map[*tensor.Tensor]string{}}
+// NewWeights returns an empty weight store on client's first device.
+func NewWeights(c *pjrt.Client) *Weights { return NewWeightsOn(c, 0) }
+
+// NewWeightsOn returns an empty weight store on device dev of client: the
+// executions bound to these weights run there.
+func NewWeightsOn(c *pjrt.Client, dev int) *Weights {
+	return &Weights{client: c, device: dev, bufs: map[string]*pjrt.Buffer{}, sums: map[*tensor.Tensor]string{}}
 }
+
+// Device returns the index of the client's device the weights are on.
+func (w *Weights) Device() int { return w.device }
 
 // keyLocked returns the store key of weight parameter p.
 func (w *Weights) keyLocked(p lower.Param) string {
@@ -60,7 +68,7 @@ func (w *Weights) Get(ctx context.Context, p lower.Param) (*pjrt.Buffer, error) 
 		return b, nil
 	}
 	hv := p.HostValue()
-	b, err := w.client.Upload(ctx, hv)
+	b, err := w.client.UploadTo(ctx, hv, w.device)
 	if err != nil {
 		return nil, fmt.Errorf("engine: upload weight %s: %w", p.Name, err)
 	}

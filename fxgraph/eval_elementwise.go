@@ -65,33 +65,9 @@ func ewEval(n *Node, value func(*Node) *tensor.Tensor, ops []any, ct tensor.DTyp
 	if !intPath && ewIntLike(out.DType) && out.DType != tensor.Bool {
 		return nil, nil // a float computation never yields an integer result here
 	}
-	operands := make([]ewOperand, len(ops))
-	for k, a := range ops {
-		switch v := a.(type) {
-		case *Node:
-			t := value(v)
-			if t == nil || !ewFoldable(t.DType) {
-				return nil, nil
-			}
-			st, ok := ewStrides(t.Shape, dims)
-			if !ok {
-				return nil, nil
-			}
-			operands[k] = ewOperand{t: t, strides: st}
-		default:
-			f, ok := AsFloat(a)
-			if !ok {
-				return nil, nil
-			}
-			if intPath {
-				iv, ok := AsInt(a)
-				if !ok {
-					return nil, nil
-				}
-				operands[k].li = iv
-			}
-			operands[k].lf = f
-		}
+	operands, ok := ewFoldOperands(value, ops, dims, intPath)
+	if !ok {
+		return nil, nil
 	}
 	res := tensor.New(out.DType, dims...)
 	total := res.NumElements()
@@ -100,29 +76,10 @@ func ewEval(n *Node, value func(*Node) *tensor.Tensor, ops []any, ct tensor.DTyp
 	idx := make([]int64, len(dims))
 	for i := int64(0); i < total; i++ {
 		if i > 0 {
-			for d := len(dims) - 1; d >= 0; d-- {
-				idx[d]++
-				if idx[d] < dims[d] {
-					break
-				}
-				idx[d] = 0
-			}
+			ewNextIndex(idx, dims)
 		}
 		for k := range operands {
-			o := &operands[k]
-			if o.t == nil {
-				iv[k], fv[k] = o.li, o.lf
-				continue
-			}
-			off := int64(0)
-			for d, s := range o.strides {
-				off += idx[d] * s
-			}
-			if intPath {
-				iv[k] = o.t.Int64At(off)
-			} else {
-				fv[k] = o.t.Float64At(off)
-			}
+			operands[k].read(idx, intPath, &iv[k], &fv[k])
 		}
 		if intPath {
 			v, ok := fi(iv)
@@ -135,6 +92,68 @@ func ewEval(n *Node, value func(*Node) *tensor.Tensor, ops []any, ct tensor.DTyp
 		}
 	}
 	return []*tensor.Tensor{res}, nil
+}
+
+// ewFoldOperands reads ops (tensor nodes or Python numbers) as operands of a
+// result of shape dims; false declines the fold.
+func ewFoldOperands(value func(*Node) *tensor.Tensor, ops []any, dims []int64, intPath bool) ([]ewOperand, bool) {
+	operands := make([]ewOperand, len(ops))
+	for k, a := range ops {
+		if v, isNode := a.(*Node); isNode {
+			t := value(v)
+			if t == nil || !ewFoldable(t.DType) {
+				return nil, false
+			}
+			st, ok := ewStrides(t.Shape, dims)
+			if !ok {
+				return nil, false
+			}
+			operands[k] = ewOperand{t: t, strides: st}
+			continue
+		}
+		f, ok := AsFloat(a)
+		if !ok {
+			return nil, false
+		}
+		if intPath {
+			iv, ok := AsInt(a)
+			if !ok {
+				return nil, false
+			}
+			operands[k].li = iv
+		}
+		operands[k].lf = f
+	}
+	return operands, true
+}
+
+// ewNextIndex advances idx, a row-major index into dims, by one element.
+func ewNextIndex(idx, dims []int64) {
+	for d := len(dims) - 1; d >= 0; d-- {
+		idx[d]++
+		if idx[d] < dims[d] {
+			return
+		}
+		idx[d] = 0
+	}
+}
+
+// read sets *iv (integer path) or *fv to the operand's element at the
+// result index idx.
+func (o *ewOperand) read(idx []int64, intPath bool, iv *int64, fv *float64) {
+	if o.t == nil {
+		*iv, *fv = o.li, o.lf
+		return
+	}
+	off := int64(0)
+	for d, s := range o.strides {
+		off += idx[d] * s
+	}
+	if intPath {
+		*iv = o.t.Int64At(off)
+	} else {
+		*fv = o.t.Float64At(off)
+	}
 }
 
 // ewStrides returns, for each dim of the result dims, the element stride of

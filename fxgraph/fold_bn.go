@@ -33,68 +33,19 @@ func (g *Graph) FoldBatchNorm() int {
 	return folded
 }
 
+// foldOneBatchNorm folds bn into the convolution it follows, when the
+// convolution feeds only bn, bn's output 0 is its only use, and the
+// weights and statistics are constants of matching sizes.
 func (g *Graph) foldOneBatchNorm(bn *Node) bool {
-	conv, ok := bn.Arg(0).(*Node)
-	if !ok || conv.Opcode != CallFunction || conv.Op != AtenConvolution || len(conv.users) != 1 {
+	conv, out, ok := bnFoldable(bn)
+	if !ok {
 		return false
 	}
-	users := bn.Users()
-	if len(users) != 1 || users[0].Op != GetItem {
+	p, ok := g.bnParams(conv, bn)
+	if !ok {
 		return false
 	}
-	if i, _ := AsInt(users[0].Arg(1)); i != 0 {
-		return false
-	}
-	if transposed, _ := AsInt(conv.Arg(6)); transposed != 0 {
-		return false
-	}
-	constArg := func(n *Node, i int) *tensor.Tensor {
-		m, ok := n.Arg(i).(*Node)
-		if !ok {
-			return nil
-		}
-		return g.ConstValue(m)
-	}
-	w := constArg(conv, 1)
-	if w == nil || (w.DType != tensor.Float32 && w.DType != tensor.Float64) || w.Rank() < 1 {
-		return false
-	}
-	outC := w.Shape[0]
-	var bias *tensor.Tensor
-	if conv.Arg(2) != nil {
-		if bias = constArg(conv, 2); bias == nil {
-			return false
-		}
-	}
-	gamma, beta, mean, variance := constArg(bn, 1), constArg(bn, 2), constArg(bn, 3), constArg(bn, 4)
-	eps, err := bn.ParamFloat("eps")
-	if mean == nil || variance == nil || err != nil {
-		return false
-	}
-	for _, t := range []*tensor.Tensor{gamma, beta, mean, variance, bias} {
-		if t != nil && t.NumElements() != outC {
-			return false
-		}
-	}
-	if (bn.Arg(1) != nil && gamma == nil) || (bn.Arg(2) != nil && beta == nil) {
-		return false
-	}
-	at := func(t *tensor.Tensor, i int64, def float64) float64 {
-		if t == nil {
-			return def
-		}
-		return t.Float64At(i)
-	}
-	nw := tensor.New(w.DType, w.Shape...)
-	nb := tensor.New(w.DType, outC)
-	per := w.NumElements() / max(outC, 1)
-	for c := int64(0); c < outC; c++ {
-		s := at(gamma, c, 1) / math.Sqrt(at(variance, c, 0)+eps)
-		for j := int64(0); j < per; j++ {
-			nw.SetFloat64(c*per+j, w.Float64At(c*per+j)*s)
-		}
-		nb.SetFloat64(c, (at(bias, c, 0)-at(mean, c, 0))*s+at(beta, c, 0))
-	}
+	nw, nb := p.fold()
 	prev := g.SetInsertPoint(conv)
 	defer g.SetInsertPoint(prev)
 	wNode := g.AddConstant(conv.Name+"_bn_weight", nw)
@@ -102,7 +53,95 @@ func (g *Graph) foldOneBatchNorm(bn *Node) bool {
 	args := append([]any(nil), conv.Args...)
 	args[1], args[2] = wNode, bNode
 	fused := g.AddNamedCall(conv.Name+"_bn", conv.Op, args, conv.Kwargs)
-	fused.Meta = cloneMeta(users[0].Meta)
-	g.ReplaceAllUses(users[0], fused)
+	fused.Meta = cloneMeta(out.Meta)
+	g.ReplaceAllUses(out, fused)
 	return true
+}
+
+// bnFoldable returns the convolution bn follows and bn's one user (its
+// output 0), when the pattern is the one foldOneBatchNorm folds.
+func bnFoldable(bn *Node) (conv, out *Node, ok bool) {
+	conv, ok = bn.Arg(0).(*Node)
+	if !ok || conv.Opcode != CallFunction || conv.Op != AtenConvolution || len(conv.users) != 1 {
+		return nil, nil, false
+	}
+	users := bn.Users()
+	if len(users) != 1 || users[0].Op != GetItem {
+		return nil, nil, false
+	}
+	if i, _ := AsInt(users[0].Arg(1)); i != 0 {
+		return nil, nil, false
+	}
+	if transposed, _ := AsInt(conv.Arg(6)); transposed != 0 {
+		return nil, nil, false
+	}
+	return conv, users[0], true
+}
+
+// bnFold is what folding a batch norm into a convolution reads: the
+// convolution's weight and bias (nil: none) and the norm's scale, shift
+// (nil: 1 and 0), statistics and epsilon.
+type bnFold struct {
+	w, bias, gamma, beta, mean, variance *tensor.Tensor
+	eps                                  float64
+}
+
+// bnParams reads the constants of conv and bn; false when one is not a
+// constant or their sizes differ.
+func (g *Graph) bnParams(conv, bn *Node) (bnFold, bool) {
+	constArg := func(n *Node, i int) *tensor.Tensor {
+		m, ok := n.Arg(i).(*Node)
+		if !ok {
+			return nil
+		}
+		return g.ConstValue(m)
+	}
+	p := bnFold{w: constArg(conv, 1)}
+	w := p.w
+	if w == nil || (w.DType != tensor.Float32 && w.DType != tensor.Float64) || w.Rank() < 1 {
+		return p, false
+	}
+	if conv.Arg(2) != nil {
+		if p.bias = constArg(conv, 2); p.bias == nil {
+			return p, false
+		}
+	}
+	p.gamma, p.beta, p.mean, p.variance = constArg(bn, 1), constArg(bn, 2), constArg(bn, 3), constArg(bn, 4)
+	var err error
+	p.eps, err = bn.ParamFloat("eps")
+	if p.mean == nil || p.variance == nil || err != nil {
+		return p, false
+	}
+	for _, t := range []*tensor.Tensor{p.gamma, p.beta, p.mean, p.variance, p.bias} {
+		if t != nil && t.NumElements() != w.Shape[0] {
+			return p, false
+		}
+	}
+	if (bn.Arg(1) != nil && p.gamma == nil) || (bn.Arg(2) != nil && p.beta == nil) {
+		return p, false
+	}
+	return p, true
+}
+
+// fold returns the folded convolution's weight and bias.
+func (p bnFold) fold() (nw, nb *tensor.Tensor) {
+	at := func(t *tensor.Tensor, i int64, def float64) float64 {
+		if t == nil {
+			return def
+		}
+		return t.Float64At(i)
+	}
+	w := p.w
+	outC := w.Shape[0]
+	nw = tensor.New(w.DType, w.Shape...)
+	nb = tensor.New(w.DType, outC)
+	per := w.NumElements() / max(outC, 1)
+	for c := int64(0); c < outC; c++ {
+		s := at(p.gamma, c, 1) / math.Sqrt(at(p.variance, c, 0)+p.eps)
+		for j := int64(0); j < per; j++ {
+			nw.SetFloat64(c*per+j, w.Float64At(c*per+j)*s)
+		}
+		nb.SetFloat64(c, (at(p.bias, c, 0)-at(p.mean, c, 0))*s+at(p.beta, c, 0))
+	}
+	return nw, nb
 }

@@ -721,51 +721,11 @@ func registerElementwise(r *Registry) {
 			},
 		)
 	}
-	binary := func(target *Op, op ewBinaryOp) {
-		r.define(target,
-			func(n *Node) (Meta, error) {
-				ops, err := ewOperands(n)
-				if err != nil {
-					return Meta{}, err
-				}
-				dt, err := ResultType(ops...)
-				if err != nil {
-					return Meta{}, err
-				}
-				if err := ewTypeCheck(n, op.noFloat, dt); err != nil {
-					return Meta{}, err
-				}
-				return ewShape(n, op.kind, ops...)
-			},
-			func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
-				ops, err := ewOperands(n)
-				if err != nil {
-					return nil, err
-				}
-				ct, err := ResultType(ops...)
-				if err != nil {
-					return nil, err
-				}
-				if op.kind == ewFloat {
-					ct = ewApplyKind(ewFloat, ct)
-				}
-				var fi func([]int64) (int64, bool)
-				if op.fi != nil {
-					fi = func(v []int64) (int64, bool) { return op.fi(ct, v[0], v[1]) }
-				}
-				var ff func([]float64) float64
-				if op.ff != nil {
-					ff = func(v []float64) float64 { return op.ff(v[0], v[1]) }
-				}
-				return ewEval(n, value, ops, ct, fi, ff)
-			},
-		)
-	}
 	for target, op := range ewBinaryOps {
-		binary(target, op)
+		defineBinary(r, target, op)
 	}
 	for target, twin := range ewScalarTwins {
-		binary(target, ewBinaryOps[twin])
+		defineBinary(r, target, ewBinaryOps[twin])
 	}
 	for _, target := range []*Op{AtenAddTensor, AtenAddScalar, AtenSubTensor, AtenSubScalar, AtenRsubTensor, AtenRsubScalar} {
 		r.define(target, ewAddShape, ewAddEval)
@@ -780,6 +740,49 @@ func registerElementwise(r *Registry) {
 	r.define(AtenClampTensor, ewClampShape, ewClampEval)
 	r.define(Aten_ToCopy, ewToCopyShape, ewToCopyEval)
 	r.define(AtenViewDtype, ewViewDTypeShape, ewViewDTypeEval)
+}
+
+// defineBinary defines a binary pointwise operator: its shape rule (the
+// operands' result type, checked, broadcast) and its fold.
+func defineBinary(r *Registry, target *Op, op ewBinaryOp) {
+	r.define(target,
+		func(n *Node) (Meta, error) {
+			ops, err := ewOperands(n)
+			if err != nil {
+				return Meta{}, err
+			}
+			dt, err := ResultType(ops...)
+			if err != nil {
+				return Meta{}, err
+			}
+			if err := ewTypeCheck(n, op.noFloat, dt); err != nil {
+				return Meta{}, err
+			}
+			return ewShape(n, op.kind, ops...)
+		},
+		func(n *Node, value func(*Node) *tensor.Tensor) ([]*tensor.Tensor, error) {
+			ops, err := ewOperands(n)
+			if err != nil {
+				return nil, err
+			}
+			ct, err := ResultType(ops...)
+			if err != nil {
+				return nil, err
+			}
+			if op.kind == ewFloat {
+				ct = ewApplyKind(ewFloat, ct)
+			}
+			var fi func([]int64) (int64, bool)
+			if op.fi != nil {
+				fi = func(v []int64) (int64, bool) { return op.fi(ct, v[0], v[1]) }
+			}
+			var ff func([]float64) float64
+			if op.ff != nil {
+				ff = func(v []float64) float64 { return op.ff(v[0], v[1]) }
+			}
+			return ewEval(n, value, ops, ct, fi, ff)
+		},
+	)
 }
 
 // ewAddOperands returns (self, other, alpha) of add/sub/rsub.

@@ -222,48 +222,13 @@ func nnConvolutionShape(n *Node) (Meta, error) {
 	}
 	out := make(Shape, x.Rank())
 	out[0] = x.Shape[0]
-	if p.Transposed {
-		if w.Shape[1].IsStatic() {
-			out[1] = D(w.Shape[1].Size * p.Groups)
-		} else {
-			out[1] = Unknown
-		}
-	} else {
-		out[1] = w.Shape[0]
-	}
-	if ci, cw := x.Shape[1], w.Shape[0]; p.Transposed && ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size {
-		return Meta{}, fmt.Errorf("convolution: transposed: input has %d channels, weight %s wants %d", ci.Size, w.Shape, cw.Size)
-	}
-	if ci, cw := x.Shape[1], w.Shape[1]; !p.Transposed && ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size*p.Groups {
-		return Meta{}, fmt.Errorf("convolution: input has %d channels, weight %s with %d groups wants %d", ci.Size, w.Shape, p.Groups, cw.Size*p.Groups)
+	if out[1], err = nnConvChannels(p, x, w); err != nil {
+		return Meta{}, err
 	}
 	for j := 0; j < spatial; j++ {
-		in, k := x.Shape[2+j], w.Shape[2+j]
-		if !k.IsStatic() {
-			out[2+j] = Unknown
-			continue
+		if out[2+j], err = nnConvSpatialOut(p, j, x.Shape[2+j], w.Shape[2+j]); err != nil {
+			return Meta{}, err
 		}
-		ek := p.Dilation[j]*(k.Size-1) + 1
-		if p.Transposed {
-			if !in.IsStatic() {
-				out[2+j] = Unknown
-				if p.Stride[j] == 1 && ek-1-2*p.Padding[j]+p.OutputPadding[j] == 0 {
-					out[2+j] = in
-				}
-				continue
-			}
-			o := (in.Size-1)*p.Stride[j] - 2*p.Padding[j] + ek + p.OutputPadding[j]
-			if o < 0 {
-				return Meta{}, fmt.Errorf("convolution: transposed output size %d < 0 on spatial dim %d", o, j)
-			}
-			out[2+j] = D(o)
-			continue
-		}
-		d, err := nnWindowOut(in, ek, p.Stride[j], p.Padding[j], p.Padding[j], false)
-		if err != nil {
-			return Meta{}, fmt.Errorf("convolution: spatial dim %d: %w", j, err)
-		}
-		out[2+j] = d
 	}
 	if _, ok := n.Arg(2).(*Node); ok {
 		bm, err := n.InputMeta(2)
@@ -275,6 +240,52 @@ func nnConvolutionShape(n *Node) (Meta, error) {
 		}
 	}
 	return One(x.DType, out), nil
+}
+
+// nnConvChannels checks the input's channels against the weight w and
+// returns the output's channels.
+func nnConvChannels(p ConvParams, x, w TensorMeta) (Dim, error) {
+	if !p.Transposed {
+		if ci, cw := x.Shape[1], w.Shape[1]; ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size*p.Groups {
+			return Unknown, fmt.Errorf("convolution: input has %d channels, weight %s with %d groups wants %d", ci.Size, w.Shape, p.Groups, cw.Size*p.Groups)
+		}
+		return w.Shape[0], nil
+	}
+	if ci, cw := x.Shape[1], w.Shape[0]; ci.IsStatic() && cw.IsStatic() && ci.Size != cw.Size {
+		return Unknown, fmt.Errorf("convolution: transposed: input has %d channels, weight %s wants %d", ci.Size, w.Shape, cw.Size)
+	}
+	if w.Shape[1].IsStatic() {
+		return D(w.Shape[1].Size * p.Groups), nil
+	}
+	return Unknown, nil
+}
+
+// nnConvSpatialOut is the output size of spatial dim j of a convolution
+// (or transposed convolution) with parameters p, input size in and kernel
+// size k.
+func nnConvSpatialOut(p ConvParams, j int, in, k Dim) (Dim, error) {
+	if !k.IsStatic() {
+		return Unknown, nil
+	}
+	ek := p.Dilation[j]*(k.Size-1) + 1
+	if !p.Transposed {
+		d, err := nnWindowOut(in, ek, p.Stride[j], p.Padding[j], p.Padding[j], false)
+		if err != nil {
+			return Unknown, fmt.Errorf("convolution: spatial dim %d: %w", j, err)
+		}
+		return d, nil
+	}
+	if !in.IsStatic() {
+		if p.Stride[j] == 1 && ek-1-2*p.Padding[j]+p.OutputPadding[j] == 0 {
+			return in, nil
+		}
+		return Unknown, nil
+	}
+	o := (in.Size-1)*p.Stride[j] - 2*p.Padding[j] + ek + p.OutputPadding[j]
+	if o < 0 {
+		return Unknown, fmt.Errorf("convolution: transposed output size %d < 0 on spatial dim %d", o, j)
+	}
+	return D(o), nil
 }
 
 // nnWindowOut is the number of windows of effective size ek (dilation
@@ -859,6 +870,23 @@ func ResizeArgs(n *Node, rank int) (p ResizeParams, known bool, err error) {
 	if p.ROI != nil && len(p.ROI) != 2*rank {
 		return p, false, fmt.Errorf("resize: roi has %d values for rank %d", len(p.ROI), rank)
 	}
+	if err := p.readAttrs(n); err != nil {
+		return p, false, err
+	}
+	if err := p.checkModes(); err != nil {
+		return p, false, err
+	}
+	if known && p.Sizes == nil && p.Scales == nil {
+		return p, false, fmt.Errorf("resize: neither sizes nor scales given")
+	}
+	return p, known, nil
+}
+
+// readAttrs reads the resize's mode, coordinate transformation, nearest
+// mode, cubic coefficient, exclude_outside, extrapolation value and
+// antialias arguments, with ONNX's defaults.
+func (p *ResizeParams) readAttrs(n *Node) error {
+	var err error
 	str := func(i int, name, def string) (string, error) {
 		a := n.ArgOr(i, name, def)
 		s, ok := a.(string)
@@ -868,45 +896,48 @@ func ResizeArgs(n *Node, rank int) (p ResizeParams, known bool, err error) {
 		return s, nil
 	}
 	if p.Mode, err = str(4, "mode", "nearest"); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.Coord, err = str(5, "coordinate_transformation_mode", "half_pixel"); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.Nearest, err = str(6, "nearest_mode", "round_prefer_floor"); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.CubicA, err = n.FloatArg(7, "cubic_coeff_a", -0.75); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.ExcludeOutside, err = n.BoolArg(8, "exclude_outside", false); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.Extrapolation, err = n.FloatArg(9, "extrapolation_value", 0); err != nil {
-		return p, false, err
+		return err
 	}
 	if p.Antialias, err = n.BoolArg(10, "antialias", false); err != nil {
-		return p, false, err
+		return err
 	}
+	return nil
+}
+
+// checkModes checks the resize's mode, coordinate transformation and
+// nearest mode against those ONNX defines.
+func (p ResizeParams) checkModes() error {
 	switch p.Mode {
 	case "nearest", "linear", "cubic":
 	default:
-		return p, false, fmt.Errorf("%w: resize mode %q", ErrUnsupported, p.Mode)
+		return fmt.Errorf("%w: resize mode %q", ErrUnsupported, p.Mode)
 	}
 	switch p.Coord {
 	case "half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn", "half_pixel_symmetric":
 	default:
-		return p, false, fmt.Errorf("%w: resize coordinate_transformation_mode %q", ErrUnsupported, p.Coord)
+		return fmt.Errorf("%w: resize coordinate_transformation_mode %q", ErrUnsupported, p.Coord)
 	}
 	switch p.Nearest {
 	case "round_prefer_floor", "round_prefer_ceil", "floor", "ceil":
 	default:
-		return p, false, fmt.Errorf("%w: resize nearest_mode %q", ErrUnsupported, p.Nearest)
+		return fmt.Errorf("%w: resize nearest_mode %q", ErrUnsupported, p.Nearest)
 	}
-	if known && p.Sizes == nil && p.Scales == nil {
-		return p, false, fmt.Errorf("resize: neither sizes nor scales given")
-	}
-	return p, known, nil
+	return nil
 }
 
 // ResizeOutSize returns the output size of axis i of a resize of an input

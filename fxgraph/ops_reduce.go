@@ -522,18 +522,8 @@ func rdNLLMeta(n *Node) (Meta, error) {
 			return Meta{}, fmt.Errorf("fxgraph: node %s (%s): input %s and target %s do not match", n.Name, n.Target, in.Shape, tg.Shape)
 		}
 	}
-	if w, ok := n.Arg(2).(*Node); ok {
-		wm, err := n.InputMeta(2)
-		if err != nil {
-			return Meta{}, err
-		}
-		c := in.Shape[0]
-		if in.Rank() > 1 {
-			c = in.Shape[1]
-		}
-		if wm.Rank() != 1 || (wm.Shape[0].IsStatic() && c.IsStatic() && wm.Shape[0] != c) {
-			return Meta{}, fmt.Errorf("fxgraph: node %s (%s): weight %s (%s) does not match %d classes", n.Name, n.Target, w.Name, wm.Shape, c.Size)
-		}
+	if err := rdNLLCheckWeight(n, in); err != nil {
+		return Meta{}, err
 	}
 	red, err := n.ParamInt("reduction")
 	if err != nil {
@@ -551,6 +541,27 @@ func rdNLLMeta(n *Node) (Meta, error) {
 		return Meta{}, fmt.Errorf("fxgraph: node %s (%s): reduction %d is not 0 (none), 1 (mean) or 2 (sum)", n.Name, n.Target, red)
 	}
 	return Meta{Tuple: true, Vals: []TensorMeta{{DType: in.DType, Shape: out}, {DType: in.DType, Shape: Shape{}}}}, nil
+}
+
+// rdNLLCheckWeight checks the class weights of an NLL node (argument 2,
+// when given) against the classes of its input in.
+func rdNLLCheckWeight(n *Node, in TensorMeta) error {
+	w, ok := n.Arg(2).(*Node)
+	if !ok {
+		return nil
+	}
+	wm, err := n.InputMeta(2)
+	if err != nil {
+		return err
+	}
+	c := in.Shape[0]
+	if in.Rank() > 1 {
+		c = in.Shape[1]
+	}
+	if wm.Rank() != 1 || (wm.Shape[0].IsStatic() && c.IsStatic() && wm.Shape[0] != c) {
+		return fmt.Errorf("fxgraph: node %s (%s): weight %s (%s) does not match %d classes", n.Name, n.Target, w.Name, wm.Shape, c.Size)
+	}
+	return nil
 }
 
 // rdNLLTargetShape is the target shape an NLL input shape implies: the

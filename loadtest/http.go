@@ -652,68 +652,19 @@ func validateResponse(body []byte, headerLen int, expect map[string][]int64) err
 	if err := json.Unmarshal(header, &top); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidResponse, err)
 	}
-	var outs []responseOutput
-	raw := bytes.TrimSpace(top.Outputs)
-	switch {
-	case len(raw) > 0 && raw[0] == '{':
-		var m map[string]responseOutput
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return fmt.Errorf("%w: outputs: %v", ErrInvalidResponse, err)
-		}
-		names := make([]string, 0, len(m))
-		for n := range m {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			o := m[n]
-			o.Name = n
-			outs = append(outs, o)
-		}
-	case len(raw) > 0 && raw[0] == '[':
-		if err := json.Unmarshal(raw, &outs); err != nil {
-			return fmt.Errorf("%w: outputs: %v", ErrInvalidResponse, err)
-		}
-	default:
-		return fmt.Errorf("%w: no \"outputs\" object or list", ErrInvalidResponse)
-	}
-	if len(outs) == 0 {
-		return fmt.Errorf("%w: no outputs", ErrInvalidResponse)
+	outs, err := responseOutputs(top.Outputs)
+	if err != nil {
+		return err
 	}
 	seen := map[string][]int64{}
 	var offset int64
 	for _, o := range outs {
-		n := tensor.NumElements(o.Shape)
-		if o.Shape == nil || n < 0 {
-			return fmt.Errorf("%w: output %q: missing or bad shape %v", ErrInvalidResponse, o.Name, o.Shape)
-		}
 		seen[o.Name] = o.Shape
-		name := o.DType
-		if name == "" {
-			name = o.DataType
+		size, err := o.check(headerLen, binary, offset)
+		if err != nil {
+			return err
 		}
-		dt, dtErr := tensor.ParseDType(name)
-		switch {
-		case o.Parameters.BinaryDataSize != nil:
-			size := *o.Parameters.BinaryDataSize
-			if headerLen < 0 || size < 0 || offset+size > int64(len(binary)) {
-				return fmt.Errorf("%w: output %q: binary_data_size %d does not fit the %d bytes after the header", ErrInvalidResponse, o.Name, size, len(binary)-int(offset))
-			}
-			if dtErr == nil && dt != tensor.String && size != n*int64(dt.Size()) {
-				return fmt.Errorf("%w: output %q: %d bytes for %s%v, want %d", ErrInvalidResponse, o.Name, size, dt, o.Shape, n*int64(dt.Size()))
-			}
-			offset += size
-		case len(o.Data) > 0:
-			count, err := countElements(o.Data)
-			if err != nil {
-				return fmt.Errorf("%w: output %q: data: %v", ErrInvalidResponse, o.Name, err)
-			}
-			if count != n {
-				return fmt.Errorf("%w: output %q: %d data elements for shape %v, want %d", ErrInvalidResponse, o.Name, count, o.Shape, n)
-			}
-		default:
-			return fmt.Errorf("%w: output %q has neither data nor binary_data_size", ErrInvalidResponse, o.Name)
-		}
+		offset += size
 	}
 	if headerLen >= 0 && offset != int64(len(binary)) {
 		return fmt.Errorf("%w: %d bytes after the header, outputs account for %d", ErrInvalidResponse, len(binary), offset)
@@ -728,6 +679,77 @@ func validateResponse(body []byte, headerLen int, expect map[string][]int64) err
 		}
 	}
 	return nil
+}
+
+// responseOutputs reads a response's "outputs": an object by name (v1,
+// returned sorted by name) or a list (v2), not empty.
+func responseOutputs(outputs json.RawMessage) ([]responseOutput, error) {
+	var outs []responseOutput
+	raw := bytes.TrimSpace(outputs)
+	switch {
+	case len(raw) > 0 && raw[0] == '{':
+		var m map[string]responseOutput
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("%w: outputs: %v", ErrInvalidResponse, err)
+		}
+		names := make([]string, 0, len(m))
+		for n := range m {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			o := m[n]
+			o.Name = n
+			outs = append(outs, o)
+		}
+	case len(raw) > 0 && raw[0] == '[':
+		if err := json.Unmarshal(raw, &outs); err != nil {
+			return nil, fmt.Errorf("%w: outputs: %v", ErrInvalidResponse, err)
+		}
+	default:
+		return nil, fmt.Errorf("%w: no \"outputs\" object or list", ErrInvalidResponse)
+	}
+	if len(outs) == 0 {
+		return nil, fmt.Errorf("%w: no outputs", ErrInvalidResponse)
+	}
+	return outs, nil
+}
+
+// check checks that o's data fits its shape: its JSON data, or its
+// binary_data_size bytes of binary (the bytes after the header, headerLen
+// < 0 when there are none) from offset; it returns the binary bytes o
+// takes.
+func (o responseOutput) check(headerLen int, binary []byte, offset int64) (int64, error) {
+	n := tensor.NumElements(o.Shape)
+	if o.Shape == nil || n < 0 {
+		return 0, fmt.Errorf("%w: output %q: missing or bad shape %v", ErrInvalidResponse, o.Name, o.Shape)
+	}
+	name := o.DType
+	if name == "" {
+		name = o.DataType
+	}
+	dt, dtErr := tensor.ParseDType(name)
+	switch {
+	case o.Parameters.BinaryDataSize != nil:
+		size := *o.Parameters.BinaryDataSize
+		if headerLen < 0 || size < 0 || offset+size > int64(len(binary)) {
+			return 0, fmt.Errorf("%w: output %q: binary_data_size %d does not fit the %d bytes after the header", ErrInvalidResponse, o.Name, size, len(binary)-int(offset))
+		}
+		if dtErr == nil && dt != tensor.String && size != n*int64(dt.Size()) {
+			return 0, fmt.Errorf("%w: output %q: %d bytes for %s%v, want %d", ErrInvalidResponse, o.Name, size, dt, o.Shape, n*int64(dt.Size()))
+		}
+		return size, nil
+	case len(o.Data) > 0:
+		count, err := countElements(o.Data)
+		if err != nil {
+			return 0, fmt.Errorf("%w: output %q: data: %v", ErrInvalidResponse, o.Name, err)
+		}
+		if count != n {
+			return 0, fmt.Errorf("%w: output %q: %d data elements for shape %v, want %d", ErrInvalidResponse, o.Name, count, o.Shape, n)
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%w: output %q has neither data nor binary_data_size", ErrInvalidResponse, o.Name)
 }
 
 // countElements counts the scalars in a (possibly nested) JSON array, or 1

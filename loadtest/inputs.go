@@ -105,26 +105,9 @@ func (in *Inputs) Samples() ([]Sample, error) {
 	if len(in.Files) == 0 && len(in.Random) == 0 {
 		return nil, fmt.Errorf("%w: no inputs: give .npy files or random input specs", ErrInput)
 	}
-	names := make([]string, 0, len(in.Files))
-	for name := range in.Files {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	n := max(in.Variants, 1)
-	files := map[string]*tensor.Tensor{}
-	for _, name := range names {
-		t, err := tensor.ReadNpyFile(in.Files[name])
-		if err != nil {
-			return nil, fmt.Errorf("%w: input %s: %v", ErrInput, name, err)
-		}
-		if in.Batch > 0 {
-			if t.Rank() == 0 || t.Shape[0] == 0 {
-				return nil, fmt.Errorf("%w: input %s: %s has no rows along dim 0 to batch", ErrInput, name, t)
-			}
-			rows := int(t.Shape[0])
-			n = max(n, (rows+in.Batch-1)/in.Batch)
-		}
-		files[name] = t
+	names, files, n, err := in.readFiles()
+	if err != nil {
+		return nil, err
 	}
 	for _, r := range in.Random {
 		if _, ok := files[r.Name]; ok {
@@ -144,22 +127,58 @@ func (in *Inputs) Samples() ([]Sample, error) {
 			}
 			s[name] = t
 		}
-		for k, r := range in.Random {
-			if _, dup := s[r.Name]; dup {
-				return nil, fmt.Errorf("%w: random input %s given twice", ErrInput, r.Name)
-			}
-			shape := append([]int64{}, r.Shape...)
-			if in.Batch > 0 {
-				shape[0] = int64(in.Batch)
-			}
-			if nel := tensor.NumElements(shape); nel < 0 || nel > maxRandomElements {
-				return nil, fmt.Errorf("%w: random input %s: shape %v has too many elements", ErrInput, r.Name, shape)
-			}
-			s[r.Name] = randomTensor(r.DType, shape, rand.New(rand.NewPCG(in.Seed, uint64(i)<<32|uint64(k))))
+		if err := in.addRandom(s, i); err != nil {
+			return nil, err
 		}
 		samples[i] = s
 	}
 	return samples, nil
+}
+
+// readFiles reads the .npy files, by sorted name, and returns the number
+// of samples they make: Variants, or more to use every row in batches.
+func (in *Inputs) readFiles() (names []string, files map[string]*tensor.Tensor, n int, err error) {
+	names = make([]string, 0, len(in.Files))
+	for name := range in.Files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	n = max(in.Variants, 1)
+	files = map[string]*tensor.Tensor{}
+	for _, name := range names {
+		t, err := tensor.ReadNpyFile(in.Files[name])
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("%w: input %s: %v", ErrInput, name, err)
+		}
+		if in.Batch > 0 {
+			if t.Rank() == 0 || t.Shape[0] == 0 {
+				return nil, nil, 0, fmt.Errorf("%w: input %s: %s has no rows along dim 0 to batch", ErrInput, name, t)
+			}
+			rows := int(t.Shape[0])
+			n = max(n, (rows+in.Batch-1)/in.Batch)
+		}
+		files[name] = t
+	}
+	return names, files, n, nil
+}
+
+// addRandom adds sample i's random tensors to s, each seeded by Seed, i
+// and its place in Random.
+func (in *Inputs) addRandom(s Sample, i int) error {
+	for k, r := range in.Random {
+		if _, dup := s[r.Name]; dup {
+			return fmt.Errorf("%w: random input %s given twice", ErrInput, r.Name)
+		}
+		shape := append([]int64{}, r.Shape...)
+		if in.Batch > 0 {
+			shape[0] = int64(in.Batch)
+		}
+		if nel := tensor.NumElements(shape); nel < 0 || nel > maxRandomElements {
+			return fmt.Errorf("%w: random input %s: shape %v has too many elements", ErrInput, r.Name, shape)
+		}
+		s[r.Name] = randomTensor(r.DType, shape, rand.New(rand.NewPCG(in.Seed, uint64(i)<<32|uint64(k))))
+	}
+	return nil
 }
 
 // takeRows returns n rows of t along dim 0 starting at row first, wrapping

@@ -116,10 +116,18 @@ type Config struct {
 	// ExactExecutables bounds the executables a version keeps for sizes
 	// served exactly (least recently used first out); default 32.
 	ExactExecutables int
+	// Generate, when set, makes the model generative: the server runs its
+	// generation loop (config.yaml's generate: section; see GenerateConfig).
+	Generate *GenerateConfig
 	// Pipeline, when set, makes the model a pipeline of other models and
 	// built-in steps (config.yaml's pipeline:, or a Triton ensemble); its
 	// versions hold no model file.
 	Pipeline *PipelineConfig
+	// Devices places the model on these devices of the server's PJRT
+	// client, by index (its weights uploaded there, its executables run
+	// there); nil means device 0. One device for now: instances of one
+	// model on several devices are not served yet.
+	Devices []int
 	// Sequence configures the sequences of a stateful model.
 	Sequence SequenceConfig
 }
@@ -295,6 +303,9 @@ func (c *Config) SetDefaults() {
 	if b.PriorityLevels == 0 {
 		b.PriorityLevels = 1
 	}
+	if c.Generate != nil {
+		c.Generate.setDefaults()
+	}
 }
 
 // Validate checks the values of c (a Config built in memory, or merged by the
@@ -412,7 +423,9 @@ type rawConfig struct {
 	Pad           map[string]bool    `yaml:"pad"`
 	BatchSymbol   string             `yaml:"batch_symbol"`
 	ExactExecs    *int               `yaml:"exact_executables"`
+	Generate      *rawGenerate       `yaml:"generate"`
 	Pipeline      *rawPipeline       `yaml:"pipeline"`
+	Devices       []int              `yaml:"devices"`
 	Sequence      *rawSequence       `yaml:"sequence"`
 }
 
@@ -496,6 +509,7 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 	c.Warmup = Warmup(raw.Warmup)
 	c.PJRTPlugin = raw.PJRTPlugin
 	c.BatchSymbol = raw.BatchSymbol
+	c.Devices = slices.Clone(raw.Devices)
 	if raw.Pad != nil {
 		c.Pad = maps.Clone(raw.Pad)
 	}
@@ -504,6 +518,9 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 			p.add("exact_executables", "must be >= 1, got %d", *raw.ExactExecs)
 		}
 		c.ExactExecutables = *raw.ExactExecs
+	}
+	if raw.Generate != nil {
+		c.Generate = raw.Generate.convert(p)
 	}
 	raw.Sequence.convert(p, &c.Sequence)
 	if raw.Buckets != nil {
@@ -678,6 +695,7 @@ func (c *Config) validate(p *problems) {
 		p.add("warmup", "want eager or lazy, got %q", string(c.Warmup))
 	}
 
+	validateDevices(p, c.Devices)
 	seen := map[string]int{}
 	for i, in := range c.Inputs {
 		validateTensor(p, "inputs", i, in.Name, in.Dims, seen)
@@ -751,6 +769,9 @@ func (c *Config) validate(p *problems) {
 		}
 	}
 
+	if c.Generate != nil {
+		c.Generate.validate(p)
+	}
 	b := c.Batching
 	if b.MaxBatchSize < 0 {
 		p.add("batching.max_batch_size", "must be >= 1, got %d", b.MaxBatchSize)
@@ -784,6 +805,18 @@ func (p VersionPolicy) modes() string {
 		m = append(m, "all")
 	}
 	return strings.Join(m, " and ")
+}
+
+// validateDevices checks the devices: indexes, one for now.
+func validateDevices(p *problems, devices []int) {
+	for i, d := range devices {
+		if d < 0 {
+			p.add(fmt.Sprintf("devices[%d]", i), "want a device index >= 0, got %d", d)
+		}
+	}
+	if len(devices) > 1 {
+		p.add("devices", "one device for now (%v given): a model on several devices at once is not served yet", devices)
+	}
 }
 
 func validateTensor(p *problems, list string, i int, name string, dims fxgraph.Shape, seen map[string]int) {

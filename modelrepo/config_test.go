@@ -49,6 +49,7 @@ pad:
   sequence: false
 batch_symbol: batch
 exact_executables: 8
+devices: [1]
 `
 
 func TestParseConfigFull(t *testing.T) {
@@ -84,6 +85,7 @@ func TestParseConfigFull(t *testing.T) {
 		Pad:              map[string]bool{"sequence": false},
 		BatchSymbol:      "batch",
 		ExactExecutables: 8,
+		Devices:          []int{1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseConfig:\n got %+v\nwant %+v", got, want)
@@ -210,6 +212,9 @@ func TestParseConfigErrors(t *testing.T) {
 		msg  string // substring of the message
 	}{
 		{"unknown top-level key", "name: tinycnn\ncolour: red\n", "colour", 2, "unknown key (want one of name, platform,"},
+		{"negative device", "name: tinycnn\ndevices: [-1]\n", "devices[0]", 2, "want a device index >= 0, got -1"},
+		{"several devices", "devices: [0, 1]\n", "devices", 1, "one device for now ([0 1] given)"},
+		{"device not a number", "devices: [gpu0]\n", "devices[0]", 1, `want an integer, got "gpu0"`},
 		{"unknown nested key", "batching:\n  enabled: true\n  max_delay: 1ms\n", "batching.max_delay", 3, "unknown key (want one of enabled, max_batch_size"},
 		{"unknown key in an input", "inputs:\n  - name: a\n  - name: b\n    shape: [1]\n", "inputs[1].shape", 4, "unknown key"},
 		{"unknown key in version_policy", "version_policy:\n  newest: 1\n", "version_policy.newest", 2, "unknown key (want one of latest, specific, all)"},
@@ -269,6 +274,15 @@ func TestParseConfigErrors(t *testing.T) {
 		{"tab indentation", "batching:\n\tenabled: true\n", "", 2, "invalid YAML"},
 		{"not a mapping", "- a\n- b\n", "", 1, "want a mapping, got a list"},
 		{"two documents", "name: tinycnn\n---\nname: other\n", "", 2, "more than one YAML document"},
+		{"unknown generate key", "generate:\n  max_seq_len: 64\n  max_tokens: 9\n", "generate.max_tokens", 3, "unknown key (want one of max_seq_len, slots,"},
+		{"unknown generate input role", "generate:\n  inputs:\n    token_ids: ids\n", "generate.inputs.token_ids", 3, "unknown key (want one of input_ids, positions, attention_mask)"},
+		{"generate slots zero", "generate:\n  slots: 0\n", "generate.slots", 2, "must be >= 1, got 0"},
+		{"generate slot buckets past slots", "generate:\n  slots: 4\n  slot_buckets: [1, 8]\n", "generate.slot_buckets", 3, "8 is larger than slots (4)"},
+		{"generate slot buckets short of slots", "generate:\n  slots: 4\n  slot_buckets: [1, 2]\n", "generate.slot_buckets", 3, "the largest must be slots (4)"},
+		{"generate prefill past max_seq_len", "generate:\n  max_seq_len: 32\n  prefill_buckets: [16, 64]\n", "generate.prefill_buckets", 3, "64 is larger than max_seq_len (32)"},
+		{"generate eos not an id", "generate:\n  eos_token_id: end\n", "generate.eos_token_id", 2, `want a token id or a list of them, got "end"`},
+		{"generate stall zero", "generate:\n  max_decode_stall: 0s\n", "generate.max_decode_stall", 2, "must be > 0"},
+		{"generate cache pair without output", "generate:\n  cache:\n    - input: past.0\n", "generate.cache[0].output", 3, "required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -298,6 +312,23 @@ func TestParseConfigErrors(t *testing.T) {
 				t.Errorf("message does not name the key %q: %s", tt.key, msg)
 			}
 		})
+	}
+}
+
+// TestParseGenerate: the generate: section with its defaults.
+func TestParseGenerate(t *testing.T) {
+	c, err := ParseConfig(testConfigPath, []byte("generate:\n  max_seq_len: 100\n  slots: 6\n  eos_token_id: 2\n  cache:\n    - {input: a, output: b}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := c.Generate
+	want := &GenerateConfig{MaxSeqLen: 100, Slots: 6, SlotBuckets: []int64{1, 2, 4, 6}, PrefillBuckets: []int64{16, 32, 64, 100},
+		EOSTokenIDs: []int64{2}, MaxDecodeStall: DefaultMaxDecodeStall, MaxQueue: DefaultGenerateQueue, Cache: []CachePair{{Input: "a", Output: "b"}}}
+	if !reflect.DeepEqual(g, want) {
+		t.Errorf("got %+v\nwant %+v", g, want)
+	}
+	if c, err := ParseConfig(testConfigPath, []byte("name: tinycnn\n")); err != nil || c.Generate != nil {
+		t.Errorf("a config without generate: %v %+v", err, c)
 	}
 }
 

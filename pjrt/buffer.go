@@ -25,6 +25,8 @@ type Buffer struct {
 	dtype  tensor.DType
 	shape  []int64
 	nbytes int64
+	// dev indexes the client's devices: where the buffer is.
+	dev int
 
 	// mu is held for reading while the buffer is in use and for writing by
 	// Close and by an execution it is donated to.
@@ -37,11 +39,17 @@ type Buffer struct {
 // zeroSize is handed to the plugin as the data of zero-size host tensors.
 var zeroSize [8]byte
 
-// Upload copies a host tensor to the client's (first) device. Every dtype XLA
+// Upload copies a host tensor to the client's first device. Every dtype XLA
 // has is supported (bool, signed and unsigned ints, float16, bfloat16,
 // float32, float64, complex64, complex128), as are scalars (empty shape) and
 // zero-size tensors. t may be changed or reused as soon as Upload returns.
 func (c *Client) Upload(ctx context.Context, t *tensor.Tensor) (*Buffer, error) {
+	return c.UploadTo(ctx, t, 0)
+}
+
+// UploadTo is Upload to device dev (0 ≤ dev < Devices()). An execution
+// whose device buffers are on dev runs there.
+func (c *Client) UploadTo(ctx context.Context, t *tensor.Tensor, dev int) (*Buffer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pjrt: upload: %w", err)
 	}
@@ -74,18 +82,21 @@ func (c *Client) Upload(ctx context.Context, t *tensor.Tensor) (*Buffer, error) 
 	if c.c == nil {
 		return nil, errClosed("upload", "client")
 	}
+	if dev < 0 || dev >= len(c.devices) {
+		return nil, fmt.Errorf("pjrt: upload %s: no device %d (the client has %d)", t, dev, len(c.devices))
+	}
 	// xs_upload returns once the plugin has its own copy.
 	var pb *C.PJRT_Buffer
-	if perr := C.xs_upload(c.api, c.c, c.device, data, C.int32_t(bt), dims, C.size_t(len(t.Shape)), &pb); perr != nil {
+	if perr := C.xs_upload(c.api, c.c, c.devices[dev], data, C.int32_t(bt), dims, C.size_t(len(t.Shape)), &pb); perr != nil {
 		return nil, fmt.Errorf("pjrt: upload %s: %w", t, pluginError(c.api, perr))
 	}
 	c.toDevice.Add(1)
-	return &Buffer{client: c, dtype: t.DType, shape: append([]int64{}, t.Shape...), nbytes: nbytes, buf: pb}, nil
+	return &Buffer{client: c, dtype: t.DType, shape: append([]int64{}, t.Shape...), nbytes: nbytes, buf: pb, dev: dev}, nil
 }
 
-// wrapOutput wraps an output buffer of an execution, reading its dtype and
-// shape; the caller holds c.mu for reading.
-func wrapOutput(c *Client, pb *C.PJRT_Buffer) (*Buffer, error) {
+// wrapOutput wraps an output buffer of an execution on device dev, reading
+// its dtype and shape; the caller holds c.mu for reading.
+func wrapOutput(c *Client, pb *C.PJRT_Buffer, dev int) (*Buffer, error) {
 	var bt C.int32_t
 	var dims *C.int64_t
 	var rank C.size_t
@@ -100,7 +111,33 @@ func wrapOutput(c *Client, pb *C.PJRT_Buffer) (*Buffer, error) {
 	if rank > 0 {
 		copy(shape, unsafe.Slice((*int64)(unsafe.Pointer(dims)), int(rank)))
 	}
-	return &Buffer{client: c, dtype: dt, shape: shape, nbytes: tensor.NumElements(shape) * int64(dt.Size()), buf: pb}, nil
+	return &Buffer{client: c, dtype: dt, shape: shape, nbytes: tensor.NumElements(shape) * int64(dt.Size()), buf: pb, dev: dev}, nil
+}
+
+// Device returns the index of the device the buffer's memory is on, as the
+// plugin reports it (not as recorded when it was made).
+func (b *Buffer) Device() (int, error) {
+	c := b.client
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.c == nil {
+		return 0, errClosed("device", "client")
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.liveLocked("device"); err != nil {
+		return 0, err
+	}
+	var d *C.PJRT_Device
+	if perr := C.xs_buffer_device(c.api, b.buf, &d); perr != nil {
+		return 0, fmt.Errorf("pjrt: buffer device: %w", pluginError(c.api, perr))
+	}
+	for i, cd := range c.devices {
+		if cd == d {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("pjrt: buffer %s is on a device the client does not address", b)
 }
 
 // DType returns the element type of the buffer.

@@ -87,18 +87,31 @@ void xs_buffer_free(const PJRT_Api* api, PJRT_Buffer* b) {
 	xs_error_free(api, xs_PJRT_Buffer_Destroy(api, &d));
 }
 
-PJRT_Error* xs_client_create(const PJRT_Api* api, int async, PJRT_Client** out) {
-	PJRT_NamedValue opt = {0};
-	opt.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-	opt.name = "asynchronous";
-	opt.name_size = strlen(opt.name);
-	opt.type = PJRT_NamedValue_kBool;
-	opt.bool_value = async != 0;
-	opt.value_size = 1;
-	PJRT_Client_Create_Args a = {0};
+PJRT_Error* xs_client_create(const PJRT_Api* api, int async, int64_t devices, PJRT_Client** out) {
+	PJRT_NamedValue opts[2] = {{0}, {0}};
+	size_t n = 0;
 	if (async >= 0) {
-		a.create_options = &opt;
-		a.num_options = 1;
+		PJRT_NamedValue* o = &opts[n++];
+		o->struct_size = PJRT_NamedValue_STRUCT_SIZE;
+		o->name = "asynchronous";
+		o->name_size = strlen(o->name);
+		o->type = PJRT_NamedValue_kBool;
+		o->bool_value = async != 0;
+		o->value_size = 1;
+	}
+	if (devices > 0) {
+		PJRT_NamedValue* o = &opts[n++];
+		o->struct_size = PJRT_NamedValue_STRUCT_SIZE;
+		o->name = "cpu_device_count";
+		o->name_size = strlen(o->name);
+		o->type = PJRT_NamedValue_kInt64;
+		o->int64_value = devices;
+		o->value_size = 1;
+	}
+	PJRT_Client_Create_Args a = {0};
+	if (n > 0) {
+		a.create_options = opts;
+		a.num_options = n;
 	}
 	PJRT_Error* err = xs_PJRT_Client_Create(api, &a);
 	*out = err == NULL ? a.client : NULL;
@@ -116,14 +129,22 @@ PJRT_Error* xs_client_platform(const PJRT_Api* api, PJRT_Client* c, const char**
 	return err;
 }
 
-PJRT_Error* xs_client_devices(const PJRT_Api* api, PJRT_Client* c, size_t* n, PJRT_Device** first) {
+PJRT_Error* xs_client_devices(const PJRT_Api* api, PJRT_Client* c, size_t* n, PJRT_Device* const** devs) {
 	PJRT_Client_AddressableDevices_Args a = {0};
 	a.client = c;
 	PJRT_Error* err = xs_PJRT_Client_AddressableDevices(api, &a);
 	if (err != NULL) return err;
 	*n = a.num_addressable_devices;
-	*first = a.num_addressable_devices > 0 ? a.addressable_devices[0] : NULL;
+	*devs = a.addressable_devices;
 	return NULL;
+}
+
+PJRT_Error* xs_buffer_device(const PJRT_Api* api, PJRT_Buffer* b, PJRT_Device** dev) {
+	PJRT_Buffer_Device_Args a = {0};
+	a.buffer = b;
+	PJRT_Error* err = xs_PJRT_Buffer_Device(api, &a);
+	*dev = err == NULL ? a.device : NULL;
+	return err;
 }
 
 PJRT_Error* xs_device_kind(const PJRT_Api* api, PJRT_Device* dev, const char** kind, size_t* size) {

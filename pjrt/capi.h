@@ -31,15 +31,19 @@ PJRT_Error* xs_await_free(const PJRT_Api* api, PJRT_Event* ev);
 void xs_buffer_free(const PJRT_Api* api, PJRT_Buffer* b);
 
 // xs_client_create creates a client; async >= 0 passes the create option
-// "asynchronous" (a bool) with that value, async < 0 no option.
-PJRT_Error* xs_client_create(const PJRT_Api* api, int async, PJRT_Client** out);
+// "asynchronous" (a bool) with that value, async < 0 no option; devices > 0
+// passes "cpu_device_count" (an int64, the CPU plugin's number of devices).
+PJRT_Error* xs_client_create(const PJRT_Api* api, int async, int64_t devices, PJRT_Client** out);
 
 // xs_client_platform sets *name (owned by the client) to its platform name.
 PJRT_Error* xs_client_platform(const PJRT_Api* api, PJRT_Client* c, const char** name, size_t* size);
 
-// xs_client_devices returns the number of addressable devices and the first
-// (NULL when none).
-PJRT_Error* xs_client_devices(const PJRT_Api* api, PJRT_Client* c, size_t* n, PJRT_Device** first);
+// xs_client_devices returns the number of addressable devices and their
+// array (owned by the client).
+PJRT_Error* xs_client_devices(const PJRT_Api* api, PJRT_Client* c, size_t* n, PJRT_Device* const** devs);
+
+// xs_buffer_device sets *dev to the device b's memory is on.
+PJRT_Error* xs_buffer_device(const PJRT_Api* api, PJRT_Buffer* b, PJRT_Device** dev);
 
 // xs_device_kind sets *kind (owned by the client) to dev's kind, e.g.
 // "TPU v5 lite".

@@ -52,7 +52,13 @@ type Client struct {
 	// (including those on Buffers and Executables), and for writing by Close.
 	mu     sync.RWMutex
 	c      *C.PJRT_Client // nil once closed
-	device *C.PJRT_Device // the first addressable device, where everything runs
+	device *C.PJRT_Device // devices[0], where an execution without device buffers runs
+	// devices are the client's addressable devices; a Buffer's dev indexes
+	// them.
+	devices []*C.PJRT_Device
+	// cpuDevices is OpenOptions.CPUDevices; numDevices is len(devices)
+	// while open.
+	cpuDevices, numDevices int
 
 	// execMu guards execs, the executables not yet closed, which Close closes
 	// before destroying the plugin client.
@@ -63,10 +69,24 @@ type Client struct {
 	pool workerPool
 }
 
+// OpenOptions configure the client Open creates.
+type OpenOptions struct {
+	// CPUDevices is the number of host devices a CPU client has (the CPU
+	// plugin's create option cpu_device_count); 0 is the plugin's default
+	// (the pinned CPU plugin makes 4). Other platforms refuse it.
+	CPUDevices int
+}
+
 // Open loads the PJRT plugin at path and creates a client of it. A plugin
 // stays loaded for the life of the process, so opening the same path again
 // reuses it and only creates a new client.
-func Open(path string) (*Client, error) {
+func Open(path string) (*Client, error) { return OpenWith(path, OpenOptions{}) }
+
+// OpenWith is Open with options.
+func OpenWith(path string, o OpenOptions) (*Client, error) {
+	if o.CPUDevices < 0 {
+		return nil, fmt.Errorf("pjrt: open: CPUDevices %d: want 0 (the plugin's default) or more", o.CPUDevices)
+	}
 	if path == "" {
 		return nil, errors.New("pjrt: open: empty plugin path (see FindPlugin)")
 	}
@@ -88,7 +108,7 @@ func Open(path string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pjrt: %w", err)
 	}
-	c := &Client{path: abs, api: p.api, apiVersion: p.apiVersion(), version: p.apiVersion() + p.attributes, execs: map[*Executable]struct{}{}}
+	c := &Client{path: abs, api: p.api, apiVersion: p.apiVersion(), version: p.apiVersion() + p.attributes, execs: map[*Executable]struct{}{}, cpuDevices: o.CPUDevices}
 	if err := c.create(); err != nil {
 		return nil, err
 	}
@@ -114,10 +134,14 @@ func Open(path string) (*Client, error) {
 // (other plugins refuse unknown ones), so a CPU client is made again with
 // them: that takes milliseconds.
 func (c *Client) create() error {
-	if err := c.createWith(-1); err != nil {
+	if err := c.createWith(-1, 0); err != nil {
 		return err
 	}
 	if c.platform != "cpu" {
+		if c.cpuDevices > 0 {
+			c.destroy()
+			return fmt.Errorf("pjrt: plugin %s is for %s: CPU devices (%d asked) are the CPU plugin's", c.path, c.platform, c.cpuDevices)
+		}
 		return nil
 	}
 	mode, err := cpuExecution()
@@ -126,42 +150,52 @@ func (c *Client) create() error {
 		return fmt.Errorf("pjrt: %w", err)
 	}
 	c.cpuExecution = mode
-	if async := cpuAsyncOption(mode); async >= 0 {
+	if async := cpuAsyncOption(mode); async >= 0 || c.cpuDevices > 0 {
 		c.destroy()
-		if err := c.createWith(async); err != nil {
-			return fmt.Errorf("pjrt: create client of plugin %s with asynchronous=%v: %w", c.path, async != 0, err)
+		if err := c.createWith(async, c.cpuDevices); err != nil {
+			return fmt.Errorf("pjrt: create client of plugin %s with asynchronous=%v, cpu_device_count=%d: %w", c.path, async != 0, c.cpuDevices, err)
+		}
+		if c.cpuDevices > 0 && len(c.devices) != c.cpuDevices {
+			c.destroy()
+			return fmt.Errorf("pjrt: plugin %s made %d CPU devices, %d asked", c.path, len(c.devices), c.cpuDevices)
 		}
 	}
 	return nil
 }
 
-// createWith creates the plugin client with the create option asynchronous
-// (-1: none).
-func (c *Client) createWith(async int) error {
+// createWith creates the plugin client with the create options
+// asynchronous (-1: none) and cpu_device_count (0: none).
+func (c *Client) createWith(async, devices int) error {
 	var pc *C.PJRT_Client
-	if perr := C.xs_client_create(c.api, C.int(async), &pc); perr != nil {
+	if perr := C.xs_client_create(c.api, C.int(async), C.int64_t(devices), &pc); perr != nil {
 		return fmt.Errorf("pjrt: create client of plugin %s: %w", c.path, pluginError(c.api, perr))
 	}
 	var name *C.char
 	var size, n C.size_t
-	var dev *C.PJRT_Device
+	var devs **C.PJRT_Device
 	perr := C.xs_client_platform(c.api, pc, &name, &size)
 	if perr == nil {
-		perr = C.xs_client_devices(c.api, pc, &n, &dev)
+		perr = C.xs_client_devices(c.api, pc, &n, &devs)
 	}
 	c.c = pc
 	if perr != nil {
 		c.destroy()
 		return fmt.Errorf("pjrt: plugin %s: %w", c.path, pluginError(c.api, perr))
 	}
-	if n == 0 || dev == nil {
+	if n == 0 || devs == nil {
 		c.destroy()
 		return fmt.Errorf("pjrt: plugin %s has no addressable device", c.path)
 	}
 	c.platform = strings.ToLower(C.GoStringN(name, C.int(size)))
-	c.device = dev
+	c.devices = append([]*C.PJRT_Device(nil), unsafe.Slice(devs, int(n))...)
+	c.device, c.numDevices = c.devices[0], len(c.devices)
 	return nil
 }
+
+// Devices returns the number of devices of the client that executions can
+// run on (its addressable devices). Upload's device and a Buffer's Device
+// index them.
+func (c *Client) Devices() int { return c.numDevices }
 
 // destroy destroys the plugin client; the caller holds mu for writing, or
 // owns c alone.
@@ -170,7 +204,7 @@ func (c *Client) destroy() error {
 		return nil
 	}
 	a := C.PJRT_Client_Destroy_Args{client: c.c}
-	c.c, c.device = nil, nil
+	c.c, c.device, c.devices = nil, nil, nil
 	if perr := C.xs_PJRT_Client_Destroy(c.api, &a); perr != nil {
 		return fmt.Errorf("pjrt: close client: %w", pluginError(c.api, perr))
 	}

@@ -235,6 +235,10 @@ func (e *Executable) lockArgs(args []*Buffer, give []bool) (release func(), err 
 // execution succeeded or not.
 func (e *Executable) execute(args []*Buffer, give []bool, keep []int64) ([]*Buffer, error) {
 	c := e.client
+	dev, err := e.argsDevice(args)
+	if err != nil {
+		return nil, err
+	}
 	raw := make([]*C.PJRT_Buffer, max(len(args), 1))
 	for i, b := range args {
 		raw[i] = b.buf
@@ -245,7 +249,7 @@ func (e *Executable) execute(args []*Buffer, give []bool, keep []int64) ([]*Buff
 		keepPtr = (*C.int64_t)(unsafe.Pointer(&keep[0]))
 	}
 	var inline C.int
-	perr := C.xs_execute(c.api, e.le, c.device, 1, (**C.PJRT_Buffer)(unsafe.Pointer(&raw[0])), C.size_t(len(args)),
+	perr := C.xs_execute(c.api, e.le, c.devices[dev], 1, (**C.PJRT_Buffer)(unsafe.Pointer(&raw[0])), C.size_t(len(args)),
 		keepPtr, C.size_t(len(keep)), (**C.PJRT_Buffer)(unsafe.Pointer(&outs[0])), &inline)
 	for i, b := range args {
 		if give[i] {
@@ -261,7 +265,7 @@ func (e *Executable) execute(args []*Buffer, give []bool, keep []int64) ([]*Buff
 	res := make([]*Buffer, e.numOutputs)
 	for i := range res {
 		var err error
-		if res[i], err = wrapOutput(c, outs[i]); err != nil {
+		if res[i], err = wrapOutput(c, outs[i], dev); err != nil {
 			for _, pb := range outs[:e.numOutputs] {
 				C.xs_buffer_free(c.api, pb)
 			}
@@ -269,6 +273,22 @@ func (e *Executable) execute(args []*Buffer, give []bool, keep []int64) ([]*Buff
 		}
 	}
 	return res, nil
+}
+
+// argsDevice is the device an execution on args runs on: the one its device
+// buffers are on (nil ones aside), all the same one; device 0 without any.
+func (e *Executable) argsDevice(args []*Buffer) (int, error) {
+	dev, first := 0, -1
+	for i, b := range args {
+		switch {
+		case b == nil:
+		case first < 0:
+			dev, first = b.dev, i
+		case b.dev != dev:
+			return 0, fmt.Errorf("pjrt: execute %s: argument %d is on device %d, argument %d on device %d: an execution runs on one device", e.name, first, dev, i, b.dev)
+		}
+	}
+	return dev, nil
 }
 
 // Run executes the program on args (see Execute), copies its outputs to host

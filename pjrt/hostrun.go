@@ -64,6 +64,10 @@ func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tenso
 // runPortable uploads the host inputs, executes, downloads the outputs and
 // records what the fast path needs.
 func (e *Executable) runPortable(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	dev, err := e.argsDevice(bufs)
+	if err != nil {
+		return nil, err
+	}
 	args := make([]*Buffer, len(bufs))
 	var uploaded []*Buffer
 	defer func() {
@@ -79,7 +83,7 @@ func (e *Executable) runPortable(ctx context.Context, bufs []*Buffer, hosts []*t
 			args[i] = bufs[i]
 			continue
 		}
-		b, err := e.client.Upload(ctx, hosts[i])
+		b, err := e.client.UploadTo(ctx, hosts[i], dev)
 		if err != nil {
 			return nil, fmt.Errorf("pjrt: execute %s: argument %d: %w", e.name, i, err)
 		}
@@ -203,11 +207,15 @@ func (s *runScratch) prepare(e *Executable, fp *fastPath, bufs []*Buffer, hosts 
 	if err := s.setArgs(e, bufs, hosts, pin); err != nil {
 		return nil, err
 	}
+	dev, err := e.argsDevice(bufs)
+	if err != nil {
+		return nil, err
+	}
 	outs := s.setOutputs(fp, pin)
 	a := s.args
 	c := e.client
 	*a = C.xs_run_args{
-		api: c.api, client: c.c, device: c.device, le: e.le, portable: 1,
+		api: c.api, client: c.c, device: c.devices[dev], le: e.le, portable: 1,
 		num_args:    C.size_t(len(bufs)),
 		host_dims:   (*C.int64_t)(unsafe.Pointer(&s.dims[0])),
 		num_outputs: C.size_t(len(outs)),

@@ -81,6 +81,9 @@ type Options struct {
 	// version (their state stays on the device); 0 means
 	// DefaultMaxSequences.
 	MaxSequences int
+	// TokenizersLibrary is the path of the tokenizers library generative
+	// models' tokenizers load with; "" means tokenizer.FindLibrary's search.
+	TokenizersLibrary string
 	// LoadPolicy says when models load (see LoadPolicy); "" means
 	// LoadEager.
 	LoadPolicy LoadPolicy
@@ -1040,6 +1043,7 @@ func (m *Manager) RepositoryRoot() string { return m.repo.Root() }
 // xserve_queue_depth.
 func (m *Manager) WriteMetrics(w io.Writer) error {
 	m.updateGauges()
+	m.updateGenerateMetrics()
 	return m.metrics.reg.Write(w)
 }
 

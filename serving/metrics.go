@@ -21,6 +21,7 @@ var (
 	requestBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	compileBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	rowBuckets     = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+	tokenBuckets   = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	// queueReasons are the reasons of xserve_queue_rejected_total shown
 	// (at 0) from the moment a version batches.
 	queueReasons = []string{batching.ReasonQueueFull, batching.ReasonExpired, batching.ReasonCancelled}
@@ -47,6 +48,14 @@ type serverMetrics struct {
 	exactEvicted   *metrics.CounterVec   // model, version
 	splitRuns      *metrics.CounterVec   // model, version
 	queueDepth     *metrics.GaugeVec     // model, version; set at each scrape
+	genSlots       *metrics.GaugeVec     // model, version; set at each scrape
+	genWaiting     *metrics.GaugeVec     // model, version; set at each scrape
+	genTokens      *metrics.GaugeVec     // model, version; set at each scrape
+	genSteps       *metrics.GaugeVec     // model, version, kind; set at each scrape
+	genEnded       *metrics.GaugeVec     // model, version, reason; set at each scrape
+	genCache       *metrics.GaugeVec     // model, version; set at each scrape
+	genTTFT        *metrics.HistogramVec // model, version
+	genInterToken  *metrics.HistogramVec // model, version
 	loads          *metrics.CounterVec   // model (LoadLazy)
 	evictions      *metrics.CounterVec   // model (LoadLazy)
 	loadWait       *metrics.HistogramVec // model (LoadLazy)
@@ -78,6 +87,22 @@ func newServerMetrics() *serverMetrics {
 			"model", "version", "queue"),
 		queueDepth: r.NewGaugeVec("xserve_queue_depth",
 			"Requests waiting in a READY version's batching queues now (read at each scrape).", "model", "version"),
+		genSlots: r.NewGaugeVec("xserve_generate_slots_in_use",
+			"Cache slots of a READY generative version holding a sequence now.", "model", "version"),
+		genWaiting: r.NewGaugeVec("xserve_generate_waiting",
+			"Generation requests of a READY generative version waiting for a slot now.", "model", "version"),
+		genTokens: r.NewGaugeVec("xserve_generate_tokens",
+			"Tokens a READY generative version generated since it loaded.", "model", "version"),
+		genSteps: r.NewGaugeVec("xserve_generate_steps",
+			"Steps a READY generative version ran since it loaded, by kind: prefill (one prompt) and decode (one token of every sequence in a slot).", "model", "version", "kind"),
+		genEnded: r.NewGaugeVec("xserve_generate_sequences",
+			"Sequences a READY generative version ended since it loaded, by reason: stop (eos, stop token or string), length (max_tokens or a full slot), cancelled (the client went away), deadline, error.", "model", "version", "reason"),
+		genCache: r.NewGaugeVec("xserve_generate_cache_occupancy",
+			"Fraction of a READY generative version's cache entries (slots x max_seq_len) its sequences hold now.", "model", "version"),
+		genTTFT: r.NewHistogramVec("xserve_generate_time_to_first_token_seconds",
+			"Time from a generation request's arrival at the loop (queue and prefill) to its first token.", tokenBuckets, "model", "version"),
+		genInterToken: r.NewHistogramVec("xserve_generate_inter_token_seconds",
+			"Time between two tokens of one sequence (the decode steps and the prefills interleaved between them); its rate is tokens/s per stream.", tokenBuckets, "model", "version"),
 		compilations: r.NewCounterVec("xserve_compilations_total",
 			"Executables compiled, by shape bucket.", "model", "version", "bucket"),
 		compileSeconds: r.NewHistogramVec("xserve_compile_seconds",

@@ -249,15 +249,8 @@ func (v *version) executionRows(calls []*call) int64 {
 // updateGauges sets xserve_queue_depth from the batchers of the READY
 // versions that batch.
 func (m *Manager) updateGauges() {
+	vs := m.readyVersions(func(v *version) bool { return v.batcher != nil })
 	m.mu.Lock()
-	var vs []*version
-	for _, md := range m.models {
-		for _, v := range md.versions {
-			if v.state == StateReady && v.batcher != nil {
-				vs = append(vs, v)
-			}
-		}
-	}
 	per, used := m.memoryLocked()
 	m.mu.Unlock()
 	g := m.metrics.queueDepth
@@ -272,4 +265,19 @@ func (m *Manager) updateGauges() {
 	dev := strconv.Itoa(modelDevice)
 	m.metrics.memoryUsed.With(dev).Set(float64(used))
 	m.metrics.memoryBudget.With(dev).Set(float64(m.opts.MemoryBudget.For(modelDevice)))
+}
+
+// readyVersions returns the READY versions that keep.
+func (m *Manager) readyVersions(keep func(*version) bool) []*version {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var vs []*version
+	for _, md := range m.models {
+		for _, v := range md.versions {
+			if v.state == StateReady && keep(v) {
+				vs = append(vs, v)
+			}
+		}
+	}
+	return vs
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/xserve/xserve/batching"
 	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/modelrepo"
+	"github.com/xserve/xserve/serving/generate"
 	"github.com/xserve/xserve/tensor"
+	"github.com/xserve/xserve/tokenizer"
 )
 
 // version is one version of a model as the Manager serves it: its graph and
@@ -46,6 +48,10 @@ type version struct {
 	stats versionStats
 	// seqs holds the sequences of a stateful model; nil for others.
 	seqs *sequenceTable
+	// gen runs the sequences of a generative version (config.yaml's
+	// generate: section) and tok is its tokenizer (nil without one).
+	gen *generate.Model
+	tok *tokenizer.Tokenizer
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -127,7 +133,7 @@ func (v *version) load(ctx context.Context) error {
 	if v.cfg.Pipeline != nil {
 		return v.loadPipeline(ctx, start)
 	}
-	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log()})
+	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log(), Device: v.device()})
 	if err != nil {
 		return err
 	}
@@ -153,7 +159,11 @@ func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string
 		}
 		return shapes, err
 	}
-	plan, err := NewBucketPlan(model.Graph(), v.cfg, cfgFile, shapes)
+	planCfg := v.cfg
+	if v.cfg.Generate != nil {
+		planCfg = generativePlanConfig(model.Graph(), v.cfg)
+	}
+	plan, err := NewBucketPlan(model.Graph(), planCfg, cfgFile, shapes)
 	if err != nil {
 		return err
 	}
@@ -164,6 +174,9 @@ func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string
 	}
 	v.buckets = map[string]*bucket{}
 	v.sizers = map[string]*sizer{}
+	if v.cfg.Generate != nil {
+		return v.loadGenerative(ctx, cfgFile)
+	}
 	// Warmup first, so that the probe runs on the compiled buckets.
 	if err := v.warmup(ctx); err != nil {
 		return err
@@ -181,6 +194,15 @@ func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string
 	v.log().Info("model version loaded", "file", v.source(), "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
 		"warmup", string(v.cfg.Warmup), "duration", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// device is the index of the client's device the version is placed on:
+// config.yaml's devices, else the first.
+func (v *version) device() int {
+	if len(v.cfg.Devices) > 0 {
+		return v.cfg.Devices[0]
+	}
+	return 0
 }
 
 // warmup compiles, with warmup eager (or Options.CompileAll), every
@@ -352,6 +374,7 @@ func (v *version) free() {
 	if v.seqs != nil {
 		v.seqs.close()
 	}
+	v.freeGenerative()
 	if v.batcher != nil {
 		if err := v.batcher.Shutdown(context.Background()); err != nil {
 			v.log().Warn("batcher shutdown", "error", err)

@@ -291,8 +291,13 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 
 // ModelStreamInfer runs each request of the stream in turn and sends its
 // response; a failed request is answered with error_message and the stream
-// goes on.
+// goes on. A request to generate text (generate.go) runs alongside the
+// next ones, its responses sent as its text comes.
 func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
+	out := &streamSender{stream: stream}
+	ctx := stream.Context()
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		r, err := stream.Recv()
 		if err == io.EOF {
@@ -301,12 +306,26 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		if err != nil {
 			return err
 		}
-		resp, err := s.ModelInfer(stream.Context(), r)
-		out := &pb.ModelStreamInferResponse{InferResponse: resp}
-		if err != nil {
-			out.ErrorMessage = err.Error()
+		tr, err := s.holdText(r)
+		if err == nil && tr != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := s.generate(ctx, out, tr); err != nil && !errCanceled(err) {
+					s.log.Debug("grpc generate stream ended", "model", r.ModelName, "error", err)
+				}
+			}()
+			continue
 		}
-		if err := stream.Send(out); err != nil {
+		var resp *pb.ModelInferResponse
+		if err == nil {
+			resp, err = s.ModelInfer(ctx, r)
+		}
+		msg := &pb.ModelStreamInferResponse{InferResponse: resp}
+		if err != nil {
+			msg.ErrorMessage = err.Error()
+		}
+		if err := out.send(msg); err != nil {
 			return err
 		}
 	}

@@ -55,6 +55,10 @@ type Options struct {
 	ReadTimeout time.Duration
 	// WriteTimeout bounds writing one response. Default 60s.
 	WriteTimeout time.Duration
+	// GenerateTimeout bounds a request of the OpenAI-compatible API (the
+	// sequence ends with it); 0 means openai.DefaultTimeout. A streamed
+	// answer's WriteTimeout applies to each of its events.
+	GenerateTimeout time.Duration
 	// IdleTimeout is how long a keep-alive connection waits for its next
 	// request. Default 30s.
 	IdleTimeout time.Duration

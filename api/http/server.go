@@ -181,6 +181,7 @@ func (s *Server) routes() {
 	admin("/v2/repository/models/:model/load", s.load)
 	admin("/v2/repository/models/:model/unload", s.unload)
 
+	s.openaiRoutes(get, post)
 	s.unsupportedRoutes(get, post)
 
 	get("/metrics", s.writeMetrics)

@@ -119,7 +119,7 @@ func servingPermissions(prefix string) *server.Permissions {
 func clientPermissions(prefix string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: []string{prefix + ".infer", prefix + ".infer.>", prefix + ".durable.>", "$SRV.>"},
+			Allow: []string{prefix + ".infer", prefix + ".infer.>", prefix + ".generate.>", prefix + ".durable.>", "$SRV.>"},
 			Deny:  []string{"$JS.>", "$SYS.>"},
 		},
 		Subscribe: &server.SubjectPermission{

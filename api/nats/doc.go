@@ -13,6 +13,7 @@
 //
 //	xserve.v1.infer.<model>   one per model the replica serves READY
 //	xserve.v1.infer           any model; the body names it ("model": ...)
+//	xserve.v1.generate.<model> text generation, streamed (generate.go)
 //
 // A request to xserve.v1.infer.<model> that no replica serves gets the NATS
 // server's "no responders" status at once; on xserve.v1.infer, a model no

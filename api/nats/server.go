@@ -94,7 +94,13 @@ type Server struct {
 
 	jobs    chan *job
 	workers sync.WaitGroup
-	queued  atomic.Int64 // requests in jobs (atomic)
+	// gens runs the text generations (generate.go), genSub takes their
+	// requests; nil when the backend does not generate text.
+	gens      sync.WaitGroup
+	genSub    *nats.Subscription
+	genCancel context.CancelFunc // ends the running generations (Shutdown)
+	genCtx    context.Context
+	queued    atomic.Int64 // requests in jobs (atomic)
 
 	mu      sync.RWMutex // guards stopped; held (read) while sending on jobs
 	stopped bool         // jobs is closed
@@ -248,6 +254,10 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 	if err := s.Sync(); err != nil {
 		s.stopWorkers()
 		return fail(err)
+	}
+	if err := s.startGenerate(); err != nil {
+		s.stopWorkers()
+		return fail(fmt.Errorf("natsapi: subscribe generation: %w", err))
 	}
 	if s.durable != nil {
 		if err := s.startDurable(); err != nil {
@@ -741,6 +751,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		}
 	}
 	s.svcMu.Unlock()
+	s.stopGenerate()
 	// Drained subscriptions leave the connection once the requests they
 	// had received were handed to the handler.
 	if err := waitUntil(ctx, func() bool { return s.nc.NumSubscriptions() <= s.baseSubs || s.nc.IsClosed() }); err != nil {
@@ -750,6 +761,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.workers.Wait()
+		s.gens.Wait()
 		close(done)
 	}()
 	select {

@@ -41,6 +41,46 @@ func main() {
 	}
 }
 
+// addInputs adds the -input NAME=FILE.npy files and the -random specs to
+// src.
+func addInputs(src *loadtest.Inputs, inputs, randoms []string) error {
+	for _, in := range inputs {
+		name, path, ok := strings.Cut(in, "=")
+		if !ok || name == "" || path == "" {
+			return fmt.Errorf("-input %q: want NAME=FILE.npy", in)
+		}
+		if _, dup := src.Files[name]; dup {
+			return fmt.Errorf("-input %s given twice", name)
+		}
+		src.Files[name] = path
+	}
+	for _, r := range randoms {
+		spec, err := loadtest.ParseRandomSpec(r)
+		if err != nil {
+			return err
+		}
+		src.Random = append(src.Random, spec)
+	}
+	return nil
+}
+
+// parseExpects reads the -expect NAME=SHAPE flags.
+func parseExpects(expects []string) (map[string][]int64, error) {
+	expect := map[string][]int64{}
+	for _, e := range expects {
+		name, shape, ok := strings.Cut(e, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("-expect %q: want NAME=SHAPE, e.g. probs=1x10", e)
+		}
+		dims, err := parseExpectShape(shape)
+		if err != nil {
+			return nil, fmt.Errorf("-expect %q: %w", e, err)
+		}
+		expect[name] = dims
+	}
+	return expect, nil
+}
+
 // multiFlag collects a repeated flag's values.
 type multiFlag []string
 
@@ -101,49 +141,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *rate > 0 {
-		if set["c"] {
-			return errors.New("-c and -rate are exclusive: -c runs a closed loop, -rate an open loop")
-		}
-		*conc = 0
-	} else if set["max-inflight"] {
-		return errors.New("-max-inflight applies to open-loop runs (-rate) only")
-	}
-	if *duration == 0 && *maxReq == 0 {
-		return errors.New("the run would never end: give -d, -n or both")
+	if err := checkLoop(fs, *rate, conc, *duration, *maxReq); err != nil {
+		return err
 	}
 
 	src := &loadtest.Inputs{Files: map[string]string{}, Batch: *batch, Variants: *variants, Seed: *seed}
-	for _, in := range inputs {
-		name, path, ok := strings.Cut(in, "=")
-		if !ok || name == "" || path == "" {
-			return fmt.Errorf("-input %q: want NAME=FILE.npy", in)
-		}
-		if _, dup := src.Files[name]; dup {
-			return fmt.Errorf("-input %s given twice", name)
-		}
-		src.Files[name] = path
+	if err := addInputs(src, inputs, randoms); err != nil {
+		return err
 	}
-	for _, r := range randoms {
-		spec, err := loadtest.ParseRandomSpec(r)
-		if err != nil {
-			return err
-		}
-		src.Random = append(src.Random, spec)
-	}
-	expect := map[string][]int64{}
-	for _, e := range expects {
-		name, shape, ok := strings.Cut(e, "=")
-		if !ok || name == "" {
-			return fmt.Errorf("-expect %q: want NAME=SHAPE, e.g. probs=1x10", e)
-		}
-		dims, err := parseExpectShape(shape)
-		if err != nil {
-			return fmt.Errorf("-expect %q: %w", e, err)
-		}
-		expect[name] = dims
+	expect, err := parseExpects(expects)
+	if err != nil {
+		return err
 	}
 	proto, err := loadtest.ParseProtocol(*protocol)
 	if err != nil {
@@ -185,9 +193,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if sum == nil {
 		return runErr
 	}
+	return report(stdout, sum, runErr, *jsonOut)
+}
+
+// checkLoop checks the pacing flags: -rate (an open loop, which sets
+// *conc to 0) excludes -c, -max-inflight needs -rate, and -d or -n bounds
+// the run.
+func checkLoop(fs *flag.FlagSet, rate float64, conc *int, duration time.Duration, maxReq int) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if rate > 0 {
+		if set["c"] {
+			return errors.New("-c and -rate are exclusive: -c runs a closed loop, -rate an open loop")
+		}
+		*conc = 0
+	} else if set["max-inflight"] {
+		return errors.New("-max-inflight applies to open-loop runs (-rate) only")
+	}
+	if duration == 0 && maxReq == 0 {
+		return errors.New("the run would never end: give -d, -n or both")
+	}
+	return nil
+}
+
+// report prints a run's summary (and writes it as JSON to jsonOut, if
+// set); an interrupted run or one without a success is an error.
+func report(stdout io.Writer, sum *loadtest.Summary, runErr error, jsonOut string) error {
 	fmt.Fprint(stdout, sum.String())
-	if *jsonOut != "" {
-		if err := os.WriteFile(*jsonOut, sum.JSON(), 0o644); err != nil {
+	if jsonOut != "" {
+		if err := os.WriteFile(jsonOut, sum.JSON(), 0o644); err != nil {
 			return err
 		}
 	}

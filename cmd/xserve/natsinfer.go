@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	natsapi "github.com/xserve/xserve/api/nats"
+	"github.com/xserve/xserve/api/textgen"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
@@ -49,8 +51,11 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	tlsCert := fs.String("tls-cert", "", "client certificate (PEM)")
 	tlsKey := fs.String("tls-key", "", "key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-ca", "", "CA bundle (PEM) of the server's certificate")
+	generate := fs.String("generate", "", "generate text from this prompt (a generative model), printing it as it comes, instead of an inference")
+	params := fs.String("params", "", `with --generate: the sampling parameters as JSON, by their OpenAI names ('{"max_tokens": 64, "temperature": 0}')`)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: xserve nats-infer --model M --input NAME=FILE.npy ... [--nats-url nats://127.0.0.1:4222] [--durable] [--timeout 5s] [--output DIR]")
+		fmt.Fprintln(stderr, "       xserve nats-infer --model M --generate PROMPT [--params JSON] [--timeout 5m]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -65,39 +70,17 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.Usage()
 		return errors.New("nats-infer: --model is required")
 	}
-	if len(inputFlags) == 0 {
-		return errors.New("nats-infer: give the inputs with --input NAME=FILE.npy")
+	if len(inputFlags) == 0 && *generate == "" {
+		return errors.New("nats-infer: give the inputs with --input NAME=FILE.npy (or a prompt with --generate)")
 	}
 	if *retries < 0 || *timeout <= 0 {
 		return errors.New("nats-infer: --retries must be >= 0 and --timeout > 0")
 	}
-	var inputs []serving.NamedTensor
-	seen := map[string]bool{}
-	for _, f := range inputFlags {
-		name, path, ok := strings.Cut(f, "=")
-		if !ok || name == "" || path == "" {
-			return fmt.Errorf("nats-infer: --input %q: want NAME=FILE.npy", f)
-		}
-		if seen[name] {
-			return fmt.Errorf("nats-infer: --input %s given twice", name)
-		}
-		seen[name] = true
-		t, err := tensor.ReadNpyFile(path)
-		if err != nil {
-			return fmt.Errorf("nats-infer: input %s: %w", name, err)
-		}
-		inputs = append(inputs, serving.NamedTensor{Name: name, Tensor: t})
+	inputs, err := readNATSInputs(inputFlags)
+	if err != nil {
+		return err
 	}
-	sort.Slice(inputs, func(i, j int) bool { return inputs[i].Name < inputs[j].Name })
-	if *token == "" {
-		*token = os.Getenv("XSERVE_NATS_TOKEN")
-	}
-	if *nkey == "" {
-		*nkey = os.Getenv("XSERVE_NATS_NKEY")
-	}
-	if *nkey == "" && *creds == "" && *token == "" {
-		*nkey = embeddedClientSeed(*url)
-	}
+	*token, *nkey = natsCredentials(*url, *creds, *token, *nkey)
 
 	cctx, cancel := context.WithTimeout(ctx, *timeout)
 	nc, err := natsapi.Connect(cctx, *url, natsapi.ConnOptions{
@@ -115,28 +98,92 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer client.Close()
+	if *generate != "" {
+		return natsGenerate(ctx, client, *model, *version, *generate, *params, *timeout, stdout, stderr)
+	}
 	if *id == "" {
 		*id = nuid.Next()
 	}
 	opts := natsapi.InferOptions{Version: *version, ID: *id, JSON: *useJSON, Compression: *compress, AcceptEncoding: *acceptEnc}
-	var res *natsapi.Result
+	r := natsRequest{client: client, model: *model, inputs: inputs, opts: opts, durable: *durable, timeout: *timeout, retries: *retries}
+	res, err := r.send(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	return writeNATSOutputs(stdout, res, *outDir)
+}
+
+// readNATSInputs reads the --input NAME=FILE.npy files, sorted by name.
+func readNATSInputs(flags []string) ([]serving.NamedTensor, error) {
+	var inputs []serving.NamedTensor
+	seen := map[string]bool{}
+	for _, f := range flags {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok || name == "" || path == "" {
+			return nil, fmt.Errorf("nats-infer: --input %q: want NAME=FILE.npy", f)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("nats-infer: --input %s given twice", name)
+		}
+		seen[name] = true
+		t, err := tensor.ReadNpyFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("nats-infer: input %s: %w", name, err)
+		}
+		inputs = append(inputs, serving.NamedTensor{Name: name, Tensor: t})
+	}
+	sort.Slice(inputs, func(i, j int) bool { return inputs[i].Name < inputs[j].Name })
+	return inputs, nil
+}
+
+// natsCredentials fills the token and NKey seed the flags left empty from
+// the environment, then (with no credentials at all) the embedded server's
+// client seed for a loopback url.
+func natsCredentials(url, creds, token, nkey string) (string, string) {
+	if token == "" {
+		token = os.Getenv("XSERVE_NATS_TOKEN")
+	}
+	if nkey == "" {
+		nkey = os.Getenv("XSERVE_NATS_NKEY")
+	}
+	if nkey == "" && creds == "" && token == "" {
+		nkey = embeddedClientSeed(url)
+	}
+	return token, nkey
+}
+
+// natsRequest is one nats-infer request and how it is retried.
+type natsRequest struct {
+	client  *natsapi.Client
+	model   string
+	inputs  []serving.NamedTensor
+	opts    natsapi.InferOptions
+	durable bool
+	timeout time.Duration
+	retries int
+}
+
+// send sends the request, retrying a timeout or a temporary error (after
+// the reply's Retry-After, else 100ms) up to r.retries times with the same
+// request id, and reports the answering replica on stderr.
+func (r natsRequest) send(ctx context.Context, stderr io.Writer) (*natsapi.Result, error) {
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		actx, cancel := context.WithTimeout(ctx, *timeout)
-		res, err = client.Infer(actx, *model, inputs, opts)
+		actx, cancel := context.WithTimeout(ctx, r.timeout)
+		res, err := r.client.Infer(actx, r.model, r.inputs, r.opts)
 		cancel()
 		if err == nil {
-			fmt.Fprintf(stderr, "answered by replica %s in %s (request %s", res.Replica, time.Since(start).Round(time.Microsecond), *id)
-			if *durable {
+			fmt.Fprintf(stderr, "answered by replica %s in %s (request %s", res.Replica, time.Since(start).Round(time.Microsecond), r.opts.ID)
+			if r.durable {
 				fmt.Fprintf(stderr, ", delivery %d", res.Delivery)
 			}
 			fmt.Fprintln(stderr, ")")
-			break
+			return res, nil
 		}
 		var re *natsapi.ReplyError
 		retryable := errors.Is(err, natsapi.ErrTimeout) || errors.As(err, &re) && re.Temporary()
-		if !retryable || attempt >= *retries || ctx.Err() != nil {
-			return err
+		if !retryable || attempt >= r.retries || ctx.Err() != nil {
+			return nil, err
 		}
 		wait := 100 * time.Millisecond
 		if re != nil && re.RetryAfter > 0 {
@@ -145,22 +192,27 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "nats-infer: %v; retrying in %v\n", err, wait)
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(wait):
 		}
 	}
+}
+
+// writeNATSOutputs prints the outputs, or writes them as .npy files into
+// outDir.
+func writeNATSOutputs(stdout io.Writer, res *natsapi.Result, outDir string) error {
 	fmt.Fprintf(stdout, "model %s version %d\n", res.ModelName, res.ModelVersion)
-	if *outDir != "" {
-		if err := os.MkdirAll(*outDir, 0o755); err != nil {
+	if outDir != "" {
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
 			return err
 		}
 	}
 	for _, o := range res.Outputs {
-		if *outDir == "" {
+		if outDir == "" {
 			fmt.Fprintf(stdout, "output %s: %s %s\n", o.Name, o.Tensor, valuesString(o.Tensor))
 			continue
 		}
-		file := filepath.Join(*outDir, outputFileName(o.Name))
+		file := filepath.Join(outDir, outputFileName(o.Name))
 		if err := tensor.WriteNpyFile(file, o.Tensor); err != nil {
 			return fmt.Errorf("nats-infer: write output %s: %w", o.Name, err)
 		}
@@ -211,4 +263,26 @@ func embeddedClientSeed(url string) string {
 		return ""
 	}
 	return p
+}
+
+// natsGenerate streams a text generation to stdout as it comes, then says
+// how it ended on stderr.
+func natsGenerate(ctx context.Context, client *natsapi.Client, model string, version int64, prompt, params string, timeout time.Duration, stdout, stderr io.Writer) error {
+	var p textgen.Params
+	if params != "" {
+		if err := json.Unmarshal([]byte(params), &p); err != nil {
+			return fmt.Errorf("nats-infer: --params is not a JSON object of sampling parameters: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	end, err := client.Generate(ctx, model, version, prompt, &p, func(text string) { fmt.Fprint(stdout, text) })
+	fmt.Fprintln(stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "model %s version %s: %d prompt tokens, %d generated in %s, finish_reason %s\n",
+		end.ModelName, end.ModelVersion, end.PromptTokens, end.GeneratedTokens, time.Since(start).Round(time.Millisecond), end.FinishReason)
+	return nil
 }

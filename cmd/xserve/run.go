@@ -132,6 +132,7 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name")
+	cpuDevices := fs.Int("cpu-devices", 0, "with the CPU plugin: the number of host devices its client has (as serve's --cpu-devices)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -149,12 +150,13 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("version: the PJRT plugin cannot be loaded: %w", err)
 	}
 	fmt.Fprintf(stdout, "plugin version: %s\n", apiVersion)
-	client, err := pjrt.Open(path)
+	client, err := pjrt.OpenWith(path, pjrt.OpenOptions{CPUDevices: *cpuDevices})
 	if err != nil {
 		return fmt.Errorf("version: the PJRT plugin %s loads (PJRT C API %s) but no device is usable (no accelerator here, or its driver is missing): %w", path, apiVersion, err)
 	}
 	defer client.Close()
 	fmt.Fprintf(stdout, "pjrt plugin: %s\n", client)
+	fmt.Fprintf(stdout, "devices: %d %s\n", client.Devices(), client.Platform())
 	switch ks := client.Kernels(); {
 	case len(ks) > 0:
 		fmt.Fprintf(stdout, "cpu kernels: %s (%s)\n", strings.Join(ks, ", "), client.KernelsFile())

@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	grpcapi "github.com/xserve/xserve/api/grpc"
 	httpapi "github.com/xserve/xserve/api/http"
 	natsapi "github.com/xserve/xserve/api/nats"
 	"github.com/xserve/xserve/api/payload"
@@ -35,82 +34,11 @@ import (
 // SIGINT/SIGTERM (ctx done) stops accepting, finishes the requests in
 // flight, shuts the models down and returns nil.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var limits httpapi.Options
-	repoDir := fs.String("model-repo", "", "model repository directory (required)")
-	addr := fs.String("http-addr", ":8080", "HTTP listen address (host:port; port 0 picks a free one)")
-	grpcAddr := fs.String("grpc-addr", ":8001", `KServe v2 gRPC listen address (host:port; port 0 picks a free one; "" disables gRPC)`)
-	plugin := fs.String("pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
-	cacheDir := fs.String("compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
-	compileJobs := fs.Int("compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
-	exactCompiles := fs.Int("exact-compiles-per-minute", 0, "compiles of exact-size executables (sizes no bucket holds) per minute across all models; requests needing one wait within their deadline (0: 30)")
-	seqIdle := fs.Duration("max-sequence-idle", 0, "a sequence of a stateful model idle this long expires and its state is freed; its next request is refused (0: 1m)")
-	maxSeqs := fs.Int("max-sequences", 0, "active sequences per stateful model version, their state kept on the device (0: 1024)")
-	split := fs.String("split-batches", "auto", "on a CPU, run an execution's rows as shards on idle cores at once: auto (when no other execution runs and each bucket's own timings say it is faster), off, always")
-	poll := fs.Duration("poll-interval", 5*time.Second, "with --model-control-mode poll: how often to rescan the model repository for changes")
-	control := fs.String("model-control-mode", "poll", "who changes the loaded models: poll (follow the repository; the load/unload API is refused), explicit (load every model at start, then only the load/unload API), none (load once)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	fs.BoolVar(&limits.AccessLog, "access-log", false, "log every HTTP and gRPC request at level info, with its request id")
-	narrow := fs.Bool("narrow-int64", false, "lower int64 as int32 (as for TPUs)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "grace period: how long SIGTERM waits for in-flight and queued requests (HTTP and NATS) before exiting")
-	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, answer /v2/health/ready 503 but keep serving this long before draining (lets a load balancer stop routing here first)")
-	strict := fs.Bool("strict-readiness", true, "/v2/health/ready is 200 only when every model version that should load is READY (false: once loading is done, whatever failed)")
-	lf := loadPolicyFlags(fs)
-	nf := natsFlags(fs)
-	clusterCacheOn := fs.Bool("cluster-cache", false, "share the compile cache with the other replicas through a JetStream object store on the NATS connection (the embedded server, or the cluster --nats-url names): local cache, then the cluster's, then compile; what this replica compiles is published within seconds")
-	ccf := addClusterCacheFlags(fs)
-	sf := newSecurityFlags(fs)
-	tf := tracingFlags(fs)
-	fs.Var(byteSize{&limits.MaxBodyBytes}, "max-body-bytes", "largest request body on the wire, e.g. 64MiB (default 64MiB)")
-	fs.Var(byteSize{&limits.MaxDecompressedBytes}, "max-decompressed-bytes", "largest request body after gzip/zstd decompression (default 64MiB)")
-	fs.Var(byteSize{&limits.MemoryBudget}, "memory-budget", "most bytes the requests in flight hold at once, HTTP and NATS together (bodies, decompressed bodies, tensors decoded from JSON); past it 429 (default 200MiB)")
-	fs.IntVar(&limits.MaxConns, "max-conns", 0, "most HTTP connections at once (default 4096)")
-	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", 0, "how long an idle HTTP keep-alive connection is kept (default 30s)")
-	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
-	fs.IntVar(&limits.CompressMinBytes, "compress-min-bytes", 0, "smallest response body compressed when the client accepts gzip/zstd (default 1024; -1 never)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: xserve serve --model-repo DIR [flags]   (or: xserve --model-repo DIR [flags])")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := nf.noteSet(fs); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
-	}
-	if *repoDir == "" {
-		fs.Usage()
-		return errors.New("serve: --model-repo DIR is required")
-	}
-	if *shutdownTimeout <= 0 {
-		return fmt.Errorf("serve: --shutdown-timeout must be positive, got %v", *shutdownTimeout)
-	}
-	if *shutdownDelay < 0 {
-		return fmt.Errorf("serve: --shutdown-delay must be 0 or more, got %v", *shutdownDelay)
-	}
-	splitPolicy, err := serving.ParseSplitBatches(*split)
-	if err != nil {
-		return fmt.Errorf("serve: --split-batches: %w", err)
-	}
-	policy, budget, err := lf.parse()
+	o, err := parseServeOptions(args, stderr)
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *logLevel, *logFormat)
-	if err != nil {
-		return err
-	}
-	grpcOpts := grpcapi.Options{AccessLog: limits.AccessLog}
-	if err := sf.apply(&limits, &grpcOpts); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	tracer, stopTracing, err := tracing.Setup(ctx, *tf)
+	tracer, stopTracing, err := tracing.Setup(ctx, *o.Tracing)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -118,77 +46,113 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := stopTracing(sctx); err != nil {
-			log.Warn("flushing traces failed", "endpoint", tf.Endpoint, "err", err)
+			o.Logger.Warn("flushing traces failed", "endpoint", o.Tracing.Endpoint, "err", err)
 		}
 	}()
-	limits.Tracer, grpcOpts.Tracer = tracer, tracer
-
-	repo, err := modelrepo.Open(*repoDir)
-	if err != nil {
-		return err
-	}
-	client, err := openPlugin(*plugin)
+	o.HTTP.Tracer, o.GRPC.Tracer = tracer, tracer
+	client, err := openServePlugin(o)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	logPlugin(log, client)
-	if *cacheDir != "" {
-		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
-			return fmt.Errorf("serve: compile cache: %w", err)
-		}
-	}
-
-	// NATS first: the embedded server, and the cluster compile cache's
-	// connection, are there before the models load.
-	ns, err := openNATS(nf, log)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	cc, err := openServeClusterCache(ctx, *clusterCacheOn, ns, ccf, *cacheDir, log)
+	s, err := startServer(ctx, o, client)
 	if err != nil {
 		return err
 	}
-	// stop closes what the models do not need any more, in order.
-	stop := func(ctx context.Context, parts ...error) error {
-		errCache := cc.close(ctx)
-		ns.stopEmbedded()
-		return errors.Join(append(parts, errCache)...)
-	}
+	return s.run(ctx)
+}
 
+// openServePlugin loads the PJRT plugin and logs what it runs with.
+func openServePlugin(o *serveOptions) (*pjrt.Client, error) {
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{Path: o.Plugin})
+	if err != nil {
+		return nil, err
+	}
+	client, err := pjrt.OpenWith(path, pjrt.OpenOptions{CPUDevices: o.CPUDevices})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	logPlugin(o.Logger, client)
+	return client, nil
+}
+
+// serveProcess is `xserve serve` while it serves: the models and the protocols
+// in front of them.
+type serveProcess struct {
+	o       *serveOptions
+	mgr     *serving.Manager
+	backend *metricsBackend
+	http    *httpapi.Server
+	served  chan error // the HTTP listener's end
+	grpc    *grpcServer
+	nats    *natsServing  // nil with NATS off
+	cache   *clusterCache // nil without --cluster-cache
 	// announce re-registers the NATS endpoints when a load on demand or an
 	// eviction changed the models held.
-	var announce atomic.Pointer[natsapi.Server]
-	mode, interval := controlMode(*control, *poll)
-	start := time.Now()
-	log.Info("loading models", "repository", repo.Root(), "compile_cache", *cacheDir, "cluster_cache", *clusterCacheOn, "model_control_mode", mode)
-	mgr, err := serving.NewManager(ctx, serving.Options{
-		Client:                 client,
-		Repository:             repo,
-		CompileCacheDir:        *cacheDir,
-		CompileCache:           cc.cache(),
-		CompileParallelism:     *compileJobs,
-		ExactCompilesPerMinute: *exactCompiles,
-		Lowering:               lower.Options{Platform: client.Platform(), NarrowInt64: *narrow},
-		Logger:                 log,
-		PollInterval:           interval,
-		ControlMode:            mode,
-		SplitBatches:           splitPolicy,
-		MaxSequenceIdle:        *seqIdle,
-		MaxSequences:           *maxSeqs,
-		LoadPolicy:             policy,
-		MemoryBudget:           budget,
-		OnHeldChange: func() {
-			if srv := announce.Load(); srv != nil {
-				if err := srv.Sync(); err != nil {
-					log.Warn("cannot announce the models held over NATS", "err", err)
-				}
-			}
-		},
-	})
+	announce atomic.Pointer[natsapi.Server]
+}
+
+// startServer opens NATS and the cluster compile cache (so that they are
+// there before the models load), loads the models and starts HTTP, gRPC and
+// the NATS subscriptions. On an error what it started is stopped again.
+func startServer(ctx context.Context, o *serveOptions, client *pjrt.Client) (*serveProcess, error) {
+	log := o.Logger
+	repo, err := modelrepo.Open(o.Repo)
 	if err != nil {
-		return stop(context.Background(), err)
+		return nil, err
 	}
+	if dir := o.Serving.CompileCacheDir; dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("serve: compile cache: %w", err)
+		}
+	}
+	s := &serveProcess{o: o, served: make(chan error, 1)}
+	if s.nats, err = openNATS(o.NATS, log); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if s.cache, err = openServeClusterCache(ctx, o.ClusterCache, s.nats, o.ClusterCacheFlags, o.Serving.CompileCacheDir, log); err != nil {
+		return nil, err
+	}
+	mopts := o.Serving
+	mopts.Client, mopts.Repository, mopts.Logger = client, repo, log
+	mopts.CompileCache = s.cache.cache()
+	mopts.Lowering = lower.Options{Platform: client.Platform(), NarrowInt64: o.NarrowInt64}
+	mopts.OnHeldChange = s.announceHeld
+	start := time.Now()
+	log.Info("loading models", "repository", repo.Root(), "compile_cache", mopts.CompileCacheDir, "cluster_cache", o.ClusterCache, "model_control_mode", mopts.ControlMode)
+	if s.mgr, err = serving.NewManager(ctx, mopts); err != nil {
+		return nil, s.stop(context.Background(), err)
+	}
+	logLoaded(log, s.mgr, start)
+	s.backend = &metricsBackend{Manager: s.mgr, strict: o.StrictReadiness, cache: s.cache}
+	if err := s.startProtocols(ctx); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+		defer cancel()
+		return nil, errors.Join(fmt.Errorf("serve: %w", err), s.shutdown(sctx))
+	}
+	return s, nil
+}
+
+// announceHeld re-registers the NATS endpoints (the Manager's OnHeldChange).
+func (s *serveProcess) announceHeld() {
+	if srv := s.announce.Load(); srv != nil {
+		if err := srv.Sync(); err != nil {
+			s.o.Logger.Warn("cannot announce the models held over NATS", "err", err)
+		}
+	}
+}
+
+// stop closes what the models do not need any more, in order: the cluster
+// compile cache, then the embedded NATS server; parts are the errors so far.
+func (s *serveProcess) stop(ctx context.Context, parts ...error) error {
+	errCache := s.cache.close(ctx)
+	s.nats.stopEmbedded()
+	return errors.Join(append(parts, errCache)...)
+}
+
+// logLoaded logs the models that are not ready, then the count of those
+// that are.
+func logLoaded(log *slog.Logger, mgr *serving.Manager, start time.Time) {
 	ready := 0
 	for _, st := range mgr.Status() {
 		if st.State == serving.StateReady {
@@ -198,80 +162,91 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Warn("model not ready", "model", st.Name, "version", st.Version, "state", st.State, "reason", st.Reason)
 	}
 	log.Info("models loaded", "ready", ready, "duration", time.Since(start).Round(time.Millisecond), "compilations", mgr.Compilations())
+}
 
-	limits.Logger = log
+// startProtocols starts HTTP, then gRPC, then NATS (an embedded server, or
+// a connection to the server or cluster --nats-url names, then the
+// replica's subscriptions).
+func (s *serveProcess) startProtocols(ctx context.Context) error {
+	o := s.o
+	limits := &o.HTTP
+	limits.Logger = o.Logger
 	limits.Version = buildVersion()
 	if limits.MemoryBudget == 0 {
 		limits.MemoryBudget = payload.DefaultMemoryBudget
 	}
+	var err error
 	if limits.Budget, err = payload.NewBudget(limits.MemoryBudget); err != nil {
-		return stop(context.Background(), fmt.Errorf("serve: --memory-budget: %w", err), mgr.Shutdown(context.Background()))
+		return fmt.Errorf("--memory-budget: %w", err)
 	}
-	backend := &metricsBackend{Manager: mgr, strict: *strict, cache: cc}
-	srv, err := httpapi.New(backend, limits)
+	if s.http, err = httpapi.New(s.backend, *limits); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.HTTPAddr)
 	if err != nil {
-		return stop(context.Background(), err, mgr.Shutdown(context.Background()))
+		s.http = nil
+		return err
 	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return stop(context.Background(), fmt.Errorf("serve: %w", err), mgr.Shutdown(context.Background()))
+	go func() { s.served <- s.http.Serve(ln) }()
+	if s.grpc, err = startGRPC(o.GRPCAddr, s.mgr, *limits, o.GRPC, o.Logger); err != nil {
+		return err
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	gs, err := startGRPC(*grpcAddr, mgr, limits, grpcOpts, log)
-	if err != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
-		defer cancel()
-		errHTTP := srv.Shutdown(sctx)
-		<-served
-		return stop(sctx, fmt.Errorf("serve: %w", err), errHTTP, mgr.Shutdown(sctx))
-	}
-
 	// The replica's NATS subscriptions, on a connection of their own.
-	err = ns.serve(ctx, mgr, limits, policy == serving.LoadLazy)
-	if srv := ns.server(); srv != nil {
-		backend.nats.Store(srv)
-		announce.Store(srv)
+	err = s.nats.serve(ctx, s.mgr, *limits, o.Serving.LoadPolicy == serving.LoadLazy)
+	if srv := s.nats.server(); srv != nil {
+		s.backend.nats.Store(srv)
+		s.announce.Store(srv)
 	}
-	if err != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
-		defer cancel()
-		errHTTP := srv.Shutdown(sctx)
-		<-served
-		return stop(sctx, fmt.Errorf("serve: %w", err), errHTTP, gs.shutdown(sctx), mgr.Shutdown(sctx))
-	}
+	return err
+}
 
+// run serves until ctx is done (SIGINT/SIGTERM) or the HTTP listener
+// fails, then shuts down: not ready first (--shutdown-delay), then every
+// protocol finishes its requests within --shutdown-timeout.
+func (s *serveProcess) run(ctx context.Context) error {
+	o := s.o
+	var failed error
 	select {
-	case err := <-served: // the listener failed
-		sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
-		defer cancel()
-		errs := []error{fmt.Errorf("serve: %w", err), ns.shutdown(sctx), gs.shutdown(sctx), mgr.Shutdown(sctx)}
-		return stop(sctx, errs...)
+	case err := <-s.served: // the listener failed
+		s.served <- err
+		failed = fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	if *shutdownDelay > 0 {
-		backend.draining.Store(true)
-		log.Info("shutting down: not ready any more, still serving", "delay", *shutdownDelay)
-		time.Sleep(*shutdownDelay)
+	if failed == nil && o.ShutdownDelay > 0 {
+		s.backend.draining.Store(true)
+		o.Logger.Info("shutting down: not ready any more, still serving", "delay", o.ShutdownDelay)
+		time.Sleep(o.ShutdownDelay)
 	}
-	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	if failed == nil {
+		o.Logger.Info("shutting down: finishing in-flight requests", "timeout", o.ShutdownTimeout)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 	defer cancel()
-	// HTTP and NATS stop taking requests and finish theirs side by side;
-	// the models go once both are done.
-	natsDone := make(chan error, 1)
-	go func() { natsDone <- ns.shutdown(sctx) }()
-	grpcDone := make(chan error, 1)
-	go func() { grpcDone <- gs.shutdown(sctx) }()
-	errHTTP := srv.Shutdown(sctx)
-	<-served
-	errNATS, errGRPC := <-natsDone, <-grpcDone
-	errMgr := mgr.Shutdown(sctx)
-	if err := stop(sctx, errHTTP, errNATS, errGRPC, errMgr); err != nil {
-		return fmt.Errorf("serve: shutdown: %w", err)
+	if err := s.shutdown(sctx); err != nil {
+		return errors.Join(failed, fmt.Errorf("serve: shutdown: %w", err))
 	}
-	log.Info("stopped")
+	if failed != nil {
+		return failed
+	}
+	o.Logger.Info("stopped")
 	return nil
+}
+
+// shutdown stops what startServer started: HTTP, gRPC and NATS stop taking
+// requests and finish theirs side by side; the models go once all are
+// done. Parts not started are skipped.
+func (s *serveProcess) shutdown(ctx context.Context) error {
+	natsDone := make(chan error, 1)
+	go func() { natsDone <- s.nats.shutdown(ctx) }()
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- s.grpc.shutdown(ctx) }()
+	var errHTTP error
+	if s.http != nil {
+		errHTTP = s.http.Shutdown(ctx)
+		<-s.served
+	}
+	errNATS, errGRPC := <-natsDone, <-grpcDone
+	return s.stop(ctx, errHTTP, errNATS, errGRPC, s.mgr.Shutdown(ctx))
 }
 
 // defaultCompileCache is $XSERVE_CACHE/compile, else .cache/compile.
@@ -495,7 +470,7 @@ func openServeClusterCache(ctx context.Context, on bool, ns *natsServing, f *clu
 
 // logPlugin logs the PJRT plugin loaded, its CPU execution mode and kernels.
 func logPlugin(log *slog.Logger, client *pjrt.Client) {
-	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath())
+	log.Info("loaded PJRT plugin", "plugin", client.String(), "version", client.PluginVersion(), "path", client.PluginPath(), "devices", client.Devices())
 	if m := client.CPUExecution(); m != "" {
 		log.Info("CPU execution", "mode", m)
 	}

@@ -90,14 +90,7 @@ func TestTritonSequences(t *testing.T) {
 // server p (XSERVE_URL, XSERVE_GRPC_URL), failing on any failed test.
 func runPytest(t *testing.T, python string, p *xserveProc, file string) {
 	t.Helper()
-	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", file)
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t), "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("pytest:\n%s", out)
-	if err != nil {
-		t.Fatalf("pytest: %v", err)
-	}
+	pytest(t, python, []string{file}, "XSERVE_URL="+p.addr, "XSERVE_GRPC_URL="+p.grpcAddr(t))
 }
 
 // TestPerfAnalyzer runs Triton's perf_analyzer unchanged against xserve over

@@ -79,63 +79,12 @@ func msMatMulNBits(c *Ctx, n *Node) error {
 	if q, err = nnCast(c, q, tensor.Float32); err != nil {
 		return err
 	}
-	var zp *fxgraph.Node
-	switch {
-	case zps == nil:
-		zp = c.ScalarConst(tensor.Float32, float64(int64(1)<<(bits-1)))
-	case Meta(zps).DType == tensor.Uint8:
-		perRow := (blocks*bits + 7) / 8
-		if zp, err = c.Emit(fxgraph.AtenReshape, zps, []any{nOut, perRow}); err != nil {
-			return err
-		}
-		if bits == 4 {
-			if zp, err = nbitsUnpack4(c, zp); err != nil {
-				return err
-			}
-			if zp, err = c.Emit(fxgraph.AtenSliceTensor, zp, int64(1), int64(0), blocks, int64(1)); err != nil {
-				return err
-			}
-		}
-		if zp, err = nnCast(c, zp, tensor.Float32); err != nil {
-			return err
-		}
-		if zp, err = c.Emit(fxgraph.AtenReshape, zp, []any{nOut, blocks, int64(1)}); err != nil {
-			return err
-		}
-	default:
-		if zp, err = nnCast(c, zps, tensor.Float32); err != nil {
-			return err
-		}
-		if zp, err = c.Emit(fxgraph.AtenReshape, zp, []any{nOut, blocks, int64(1)}); err != nil {
-			return err
-		}
-	}
-	sc, err := c.Emit(fxgraph.AtenReshape, scales, []any{nOut, blocks, int64(1)})
+	zp, err := nbitsZeroPoint(c, zps, bits, nOut, blocks)
 	if err != nil {
 		return err
 	}
-	if sc, err = nnCast(c, sc, tensor.Float32); err != nil {
-		return err
-	}
-	w, err := c.Emit(fxgraph.AtenSubTensor, q, zp)
+	w, err := nbitsDequantize(c, q, zp, scales, Meta(a).DType, nbitsDims{nOut: nOut, blocks: blocks, block: block, k: k})
 	if err != nil {
-		return err
-	}
-	if w, err = c.Emit(fxgraph.AtenMulTensor, w, sc); err != nil {
-		return err
-	}
-	if w, err = c.Emit(fxgraph.AtenReshape, w, []any{nOut, blocks * block}); err != nil {
-		return err
-	}
-	if blocks*block != k {
-		if w, err = c.Emit(fxgraph.AtenSliceTensor, w, int64(1), int64(0), k, int64(1)); err != nil {
-			return err
-		}
-	}
-	if w, err = nnCast(c, w, Meta(a).DType); err != nil {
-		return err
-	}
-	if w, err = c.Emit(fxgraph.AtenPermute, w, []any{int64(1), int64(0)}); err != nil {
 		return err
 	}
 	y, err := c.Emit(fxgraph.AtenMatmul, a, w)
@@ -149,4 +98,80 @@ func msMatMulNBits(c *Ctx, n *Node) error {
 	}
 	c.SetOutput(0, y)
 	return nil
+}
+
+// nbitsZeroPoint is MatMulNBits' zero point as float [N, blocks, 1]: the
+// default 2^(bits-1), or zps packed like B (uint8) or one per block.
+func nbitsZeroPoint(c *Ctx, zps *fxgraph.Node, bits, nOut, blocks int64) (*fxgraph.Node, error) {
+	var err error
+	var zp *fxgraph.Node
+	switch {
+	case zps == nil:
+		zp = c.ScalarConst(tensor.Float32, float64(int64(1)<<(bits-1)))
+	case Meta(zps).DType == tensor.Uint8:
+		perRow := (blocks*bits + 7) / 8
+		if zp, err = c.Emit(fxgraph.AtenReshape, zps, []any{nOut, perRow}); err != nil {
+			return nil, err
+		}
+		if bits == 4 {
+			if zp, err = nbitsUnpack4(c, zp); err != nil {
+				return nil, err
+			}
+			if zp, err = c.Emit(fxgraph.AtenSliceTensor, zp, int64(1), int64(0), blocks, int64(1)); err != nil {
+				return nil, err
+			}
+		}
+		if zp, err = nnCast(c, zp, tensor.Float32); err != nil {
+			return nil, err
+		}
+		if zp, err = c.Emit(fxgraph.AtenReshape, zp, []any{nOut, blocks, int64(1)}); err != nil {
+			return nil, err
+		}
+	default:
+		if zp, err = nnCast(c, zps, tensor.Float32); err != nil {
+			return nil, err
+		}
+		if zp, err = c.Emit(fxgraph.AtenReshape, zp, []any{nOut, blocks, int64(1)}); err != nil {
+			return nil, err
+		}
+	}
+	return zp, nil
+}
+
+// nbitsDims are MatMulNBits' sizes: N outputs, K inputs in blocks of
+// block.
+type nbitsDims struct{ nOut, blocks, block, k int64 }
+
+// nbitsDequantize turns the unpacked float weights q [N, blocks, block]
+// into W^T [K, N] of dtype dt: (q - zp) * scales, the blocks' padding cut.
+func nbitsDequantize(c *Ctx, q, zp, scales *fxgraph.Node, dt tensor.DType, d nbitsDims) (*fxgraph.Node, error) {
+	sc, err := c.Emit(fxgraph.AtenReshape, scales, []any{d.nOut, d.blocks, int64(1)})
+	if err != nil {
+		return nil, err
+	}
+	if sc, err = nnCast(c, sc, tensor.Float32); err != nil {
+		return nil, err
+	}
+	w, err := c.Emit(fxgraph.AtenSubTensor, q, zp)
+	if err != nil {
+		return nil, err
+	}
+	if w, err = c.Emit(fxgraph.AtenMulTensor, w, sc); err != nil {
+		return nil, err
+	}
+	if w, err = c.Emit(fxgraph.AtenReshape, w, []any{d.nOut, d.blocks * d.block}); err != nil {
+		return nil, err
+	}
+	if d.blocks*d.block != d.k {
+		if w, err = c.Emit(fxgraph.AtenSliceTensor, w, int64(1), int64(0), d.k, int64(1)); err != nil {
+			return nil, err
+		}
+	}
+	if w, err = nnCast(c, w, dt); err != nil {
+		return nil, err
+	}
+	if w, err = c.Emit(fxgraph.AtenPermute, w, []any{int64(1), int64(0)}); err != nil {
+		return nil, err
+	}
+	return w, nil
 }

@@ -466,6 +466,80 @@ func qRequant(c *Ctx, y *fxgraph.Node, si, zi int, dt tensor.DType) (*fxgraph.No
 	return quantize(c, y, s, z, dt)
 }
 
+// qBinaryInputs reads QLinearAdd's and QLinearMul's eight inputs, the zero
+// points optional, the scales and zero points per tensor and cast to float.
+func qBinaryInputs(c *Ctx, n *Node) (v [8]*fxgraph.Node, err error) {
+	for i := range v {
+		if i == 2 || i == 5 || i == 7 {
+			if v[i], err = c.OptInput(i); err != nil {
+				return v, err
+			}
+		} else if v[i], err = c.Input(i); err != nil {
+			return v, err
+		}
+		if v[i] == nil || i == 0 || i == 3 {
+			continue
+		}
+		if !qSingle(Meta(v[i])) {
+			return v, Unsupported("%s with per-axis parameter %s (input %d)", n.OpType, Meta(v[i]), i)
+		}
+		if v[i], err = nnCast(c, v[i], tensor.Float32); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// qBinaryValue is QLinearAdd's or QLinearMul's result before rounding, in
+// units of the output scale: (a-za)*(b-zb)*(sa*sb/sc) or
+// (a-za)*(sa/sc) + (b-zb)*(sb/sc).
+func qBinaryValue(c *Ctx, v [8]*fxgraph.Node, mul bool) (*fxgraph.Node, error) {
+	shifted := func(x, z *fxgraph.Node) (*fxgraph.Node, error) {
+		xf, err := nnCast(c, x, tensor.Float32)
+		if err != nil || z == nil {
+			return xf, err
+		}
+		return c.Emit(fxgraph.AtenSubTensor, xf, z)
+	}
+	a, err := shifted(v[0], v[2])
+	if err != nil {
+		return nil, err
+	}
+	b, err := shifted(v[3], v[5])
+	if err != nil {
+		return nil, err
+	}
+	if mul {
+		ratio, err := c.Emit(fxgraph.AtenMulTensor, v[1], v[4])
+		if err != nil {
+			return nil, err
+		}
+		if ratio, err = c.Emit(fxgraph.AtenDivTensor, ratio, v[6]); err != nil {
+			return nil, err
+		}
+		y, err := c.Emit(fxgraph.AtenMulTensor, a, b)
+		if err != nil {
+			return nil, err
+		}
+		return c.Emit(fxgraph.AtenMulTensor, y, ratio)
+	}
+	ra, err := c.Emit(fxgraph.AtenDivTensor, v[1], v[6])
+	if err != nil {
+		return nil, err
+	}
+	rb, err := c.Emit(fxgraph.AtenDivTensor, v[4], v[6])
+	if err != nil {
+		return nil, err
+	}
+	if a, err = c.Emit(fxgraph.AtenMulTensor, a, ra); err != nil {
+		return nil, err
+	}
+	if b, err = c.Emit(fxgraph.AtenMulTensor, b, rb); err != nil {
+		return nil, err
+	}
+	return c.Emit(fxgraph.AtenAddTensor, a, b)
+}
+
 // qBinary converts QLinearAdd (A, A_scale, A_zp, B, B_scale, B_zp,
 // C_scale, C_zp) and QLinearMul the way ONNX Runtime computes them: with
 // the scale ratios folded, rounded half to even once.
@@ -475,72 +549,13 @@ func qBinary(mul bool) Converter {
 		if err != nil {
 			return err
 		}
-		var v [8]*fxgraph.Node
-		for i := range v {
-			if i == 2 || i == 5 || i == 7 {
-				if v[i], err = c.OptInput(i); err != nil {
-					return err
-				}
-			} else if v[i], err = c.Input(i); err != nil {
-				return err
-			}
-			if v[i] != nil && i != 0 && i != 3 {
-				if !qSingle(Meta(v[i])) {
-					return Unsupported("%s with per-axis parameter %s (input %d)", n.OpType, Meta(v[i]), i)
-				}
-				if v[i], err = nnCast(c, v[i], tensor.Float32); err != nil {
-					return err
-				}
-			}
-		}
-		shifted := func(x, z *fxgraph.Node) (*fxgraph.Node, error) {
-			xf, err := nnCast(c, x, tensor.Float32)
-			if err != nil || z == nil {
-				return xf, err
-			}
-			return c.Emit(fxgraph.AtenSubTensor, xf, z)
-		}
-		a, err := shifted(v[0], v[2])
+		v, err := qBinaryInputs(c, n)
 		if err != nil {
 			return err
 		}
-		b, err := shifted(v[3], v[5])
+		y, err := qBinaryValue(c, v, mul)
 		if err != nil {
 			return err
-		}
-		var y *fxgraph.Node
-		if mul {
-			ratio, err := c.Emit(fxgraph.AtenMulTensor, v[1], v[4])
-			if err != nil {
-				return err
-			}
-			if ratio, err = c.Emit(fxgraph.AtenDivTensor, ratio, v[6]); err != nil {
-				return err
-			}
-			if y, err = c.Emit(fxgraph.AtenMulTensor, a, b); err != nil {
-				return err
-			}
-			if y, err = c.Emit(fxgraph.AtenMulTensor, y, ratio); err != nil {
-				return err
-			}
-		} else {
-			ra, err := c.Emit(fxgraph.AtenDivTensor, v[1], v[6])
-			if err != nil {
-				return err
-			}
-			rb, err := c.Emit(fxgraph.AtenDivTensor, v[4], v[6])
-			if err != nil {
-				return err
-			}
-			if a, err = c.Emit(fxgraph.AtenMulTensor, a, ra); err != nil {
-				return err
-			}
-			if b, err = c.Emit(fxgraph.AtenMulTensor, b, rb); err != nil {
-				return err
-			}
-			if y, err = c.Emit(fxgraph.AtenAddTensor, a, b); err != nil {
-				return err
-			}
 		}
 		if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
 			return err
@@ -936,64 +951,9 @@ func qDynamicQuantizeMatMul(c *Ctx, n *Node) error {
 // scaled by alpha * a_scale * b_scale; quantized with y_scale and y_zp
 // when y_scale is given, float32 otherwise.
 func qGemm(c *Ctx, n *Node) error {
-	a, err := c.Input(0)
+	acc, err := qGemmAcc(c)
 	if err != nil {
 		return err
-	}
-	b, err := c.Input(3)
-	if err != nil {
-		return err
-	}
-	az, err := c.OptInput(2)
-	if err != nil {
-		return err
-	}
-	bz, err := c.OptInput(5)
-	if err != nil {
-		return err
-	}
-	if Meta(a).Rank() != 2 || Meta(b).Rank() != 2 {
-		return fmt.Errorf("QGemm wants 2-D A and B, got %s and %s", Meta(a), Meta(b))
-	}
-	transB := c.AttrInt("transB", 0) != 0
-	bAxis := 1
-	if transB {
-		bAxis = 0
-	}
-	ash, err := nnZeroShift(c, a, az, 0, 2)
-	if err != nil {
-		return err
-	}
-	bsh, err := nnZeroShift(c, b, bz, bAxis, 2)
-	if err != nil {
-		return err
-	}
-	perm := []any{int64(1), int64(0)}
-	if c.AttrInt("transA", 0) != 0 {
-		if ash, err = c.Emit(fxgraph.AtenPermute, ash, perm); err != nil {
-			return err
-		}
-	}
-	if transB {
-		if bsh, err = c.Emit(fxgraph.AtenPermute, bsh, perm); err != nil {
-			return err
-		}
-	}
-	acc, err := c.Emit(fxgraph.AtenMm, ash, bsh)
-	if err != nil {
-		return err
-	}
-	if c.HasInput(6) {
-		cc, err := c.Input(6)
-		if err != nil {
-			return err
-		}
-		if cc, err = nnCast(c, cc, tensor.Int32); err != nil {
-			return err
-		}
-		if acc, err = c.Emit(fxgraph.AtenAddTensor, acc, cc); err != nil {
-			return err
-		}
 	}
 	as, err := c.Input(1)
 	if err != nil {
@@ -1045,4 +1005,69 @@ func qGemm(c *Ctx, n *Node) error {
 	}
 	c.SetOutput(0, y)
 	return nil
+}
+
+// qGemmAcc is QGemm's int32 accumulator: the product of the zero-shifted
+// A and B (each transposed as its attribute says) plus C.
+func qGemmAcc(c *Ctx) (*fxgraph.Node, error) {
+	a, err := c.Input(0)
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.Input(3)
+	if err != nil {
+		return nil, err
+	}
+	az, err := c.OptInput(2)
+	if err != nil {
+		return nil, err
+	}
+	bz, err := c.OptInput(5)
+	if err != nil {
+		return nil, err
+	}
+	if Meta(a).Rank() != 2 || Meta(b).Rank() != 2 {
+		return nil, fmt.Errorf("QGemm wants 2-D A and B, got %s and %s", Meta(a), Meta(b))
+	}
+	transB := c.AttrInt("transB", 0) != 0
+	bAxis := 1
+	if transB {
+		bAxis = 0
+	}
+	ash, err := nnZeroShift(c, a, az, 0, 2)
+	if err != nil {
+		return nil, err
+	}
+	bsh, err := nnZeroShift(c, b, bz, bAxis, 2)
+	if err != nil {
+		return nil, err
+	}
+	perm := []any{int64(1), int64(0)}
+	if c.AttrInt("transA", 0) != 0 {
+		if ash, err = c.Emit(fxgraph.AtenPermute, ash, perm); err != nil {
+			return nil, err
+		}
+	}
+	if transB {
+		if bsh, err = c.Emit(fxgraph.AtenPermute, bsh, perm); err != nil {
+			return nil, err
+		}
+	}
+	acc, err := c.Emit(fxgraph.AtenMm, ash, bsh)
+	if err != nil {
+		return nil, err
+	}
+	if c.HasInput(6) {
+		cc, err := c.Input(6)
+		if err != nil {
+			return nil, err
+		}
+		if cc, err = nnCast(c, cc, tensor.Int32); err != nil {
+			return nil, err
+		}
+		if acc, err = c.Emit(fxgraph.AtenAddTensor, acc, cc); err != nil {
+			return nil, err
+		}
+	}
+	return acc, nil
 }

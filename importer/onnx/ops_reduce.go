@@ -317,76 +317,93 @@ func convertCumSum(c *Ctx, _ *Node) error {
 	if !m.DType.IsFloat() && !m.DType.IsInt() {
 		return Unsupported("CumSum of %s", m.DType)
 	}
-	rank := m.Rank()
-	if rank == 0 {
+	if m.Rank() == 0 {
 		return Unsupported("CumSum of a scalar")
 	}
-	exclusive := c.AttrInt("exclusive", 0) != 0
-	reverse := c.AttrInt("reverse", 0) != 0
-	scan := func(axis int) (*fxgraph.Node, error) {
-		v := x
-		var err error
-		if d := m.Shape[axis]; d.IsStatic() && d.Size == 0 {
-			return x, nil
-		}
-		if reverse {
-			if v, err = c.Emit(fxgraph.AtenFlip, v, ints([]int64{int64(axis)})); err != nil {
-				return nil, err
-			}
-		}
-		if exclusive {
-			if v, err = c.Emit(fxgraph.AtenSliceTensor, v, int64(axis), int64(0), int64(-1), int64(1)); err != nil {
-				return nil, err
-			}
-			pad := make([]int64, 2*(rank-axis))
-			pad[len(pad)-2] = 1
-			if v, err = c.Emit(fxgraph.AtenConstantPadNd, v, ints(pad), 0.0); err != nil {
-				return nil, err
-			}
-		}
-		if v, err = c.EmitKw(fxgraph.AtenCumsum, []any{v, int64(axis)}, map[string]any{"dtype": m.DType}); err != nil {
-			return nil, err
-		}
-		if reverse {
-			if v, err = c.Emit(fxgraph.AtenFlip, v, ints([]int64{int64(axis)})); err != nil {
-				return nil, err
-			}
-		}
-		return v, nil
-	}
+	cs := cumSum{c: c, x: x, m: m, rank: m.Rank(), exclusive: c.AttrInt("exclusive", 0) != 0, reverse: c.AttrInt("reverse", 0) != 0}
+	var out *fxgraph.Node
 	if t := c.Const(1); t != nil {
 		if t.NumElements() != 1 || !t.DType.IsInt() {
 			return fmt.Errorf("axis is %s, want one integer", t)
 		}
-		axis, err := fxgraph.NormDim(t.Int64At(0), rank)
+		axis, err := fxgraph.NormDim(t.Int64At(0), cs.rank)
 		if err != nil {
 			return err
 		}
-		out, err := scan(axis)
+		out, err = cs.scan(axis)
 		if err != nil {
 			return err
 		}
-		c.SetOutput(0, out)
-		return nil
-	}
-	// Run-time axis: where(axis == i || axis == i - rank, scan(i), ...).
-	axisNode, err := c.Input(1)
-	if err != nil {
+	} else if out, err = cs.anyAxis(); err != nil {
 		return err
 	}
+	c.SetOutput(0, out)
+	return nil
+}
+
+// cumSum is one CumSum being converted.
+type cumSum struct {
+	c                  *Ctx
+	x                  *fxgraph.Node
+	m                  fxgraph.TensorMeta
+	rank               int
+	exclusive, reverse bool
+}
+
+// scan is the CumSum along axis.
+func (cs cumSum) scan(axis int) (*fxgraph.Node, error) {
+	c, v := cs.c, cs.x
+	var err error
+	if d := cs.m.Shape[axis]; d.IsStatic() && d.Size == 0 {
+		return cs.x, nil
+	}
+	if cs.reverse {
+		if v, err = c.Emit(fxgraph.AtenFlip, v, ints([]int64{int64(axis)})); err != nil {
+			return nil, err
+		}
+	}
+	if cs.exclusive {
+		if v, err = c.Emit(fxgraph.AtenSliceTensor, v, int64(axis), int64(0), int64(-1), int64(1)); err != nil {
+			return nil, err
+		}
+		pad := make([]int64, 2*(cs.rank-axis))
+		pad[len(pad)-2] = 1
+		if v, err = c.Emit(fxgraph.AtenConstantPadNd, v, ints(pad), 0.0); err != nil {
+			return nil, err
+		}
+	}
+	if v, err = c.EmitKw(fxgraph.AtenCumsum, []any{v, int64(axis)}, map[string]any{"dtype": cs.m.DType}); err != nil {
+		return nil, err
+	}
+	if cs.reverse {
+		if v, err = c.Emit(fxgraph.AtenFlip, v, ints([]int64{int64(axis)})); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// anyAxis is the CumSum along the axis input 1 names at run time:
+// where(axis == i || axis == i - rank, scan(i), ...).
+func (cs cumSum) anyAxis() (*fxgraph.Node, error) {
+	c, rank := cs.c, cs.rank
+	axisNode, err := c.Input(1)
+	if err != nil {
+		return nil, err
+	}
 	if am := Meta(axisNode); am.Rank() > 1 || !am.DType.IsInt() {
-		return fmt.Errorf("axis is %s, want an integer scalar", am)
+		return nil, fmt.Errorf("axis is %s, want an integer scalar", am)
 	}
 	if Meta(axisNode).Rank() == 1 {
 		if axisNode, err = c.Emit(fxgraph.AtenSqueezeDims, axisNode, ints([]int64{0})); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var out *fxgraph.Node
 	for i := rank - 1; i >= 0; i-- {
-		s, err := scan(i)
+		s, err := cs.scan(i)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if out == nil {
 			out = s // the last dim also stands for out-of-range axes
@@ -394,22 +411,21 @@ func convertCumSum(c *Ctx, _ *Node) error {
 		}
 		pos, err := c.Emit(fxgraph.AtenEqScalar, axisNode, int64(i))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		neg, err := c.Emit(fxgraph.AtenEqScalar, axisNode, int64(i-rank))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		cond, err := c.Emit(fxgraph.AtenLogicalOr, pos, neg)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if out, err = c.Emit(fxgraph.AtenWhereSelf, cond, s, out); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	c.SetOutput(0, out)
-	return nil
+	return out, nil
 }
 
 // rdReductionCode maps ONNX's reduction attribute to PyTorch's numbering.

@@ -546,35 +546,8 @@ func shSlice(c *Ctx, n *Node) error {
 		if err != nil {
 			return err
 		}
-		start, end, step := starts[i], ends[i], steps[i]
-		d := xs[axis]
-		switch {
-		case step == 0:
-			return fmt.Errorf("slice step cannot be 0")
-		case step > 0:
-			if d.IsStatic() {
-				s, e := shClamp(start, 0, d.Size, d.Size), shClamp(end, 0, d.Size, d.Size)
-				if s == 0 && e >= d.Size && step == 1 {
-					continue
-				}
-				start, end = s, max(e, s)
-			}
-			if out, err = c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), start, end, step); err != nil {
-				return err
-			}
-		default:
-			if !d.IsStatic() {
-				return Unsupported("Slice with negative step on symbolic dim %s", d)
-			}
-			// Walk backwards: flip, then slice forwards.
-			s, e := shClamp(start, 0, d.Size-1, d.Size), shClamp(end, -1, d.Size-1, d.Size)
-			fs, fe := d.Size-1-s, d.Size-1-e
-			if out, err = c.Emit(fxgraph.AtenFlip, out, []any{int64(axis)}); err != nil {
-				return err
-			}
-			if out, err = c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), fs, max(fe, fs), -step); err != nil {
-				return err
-			}
+		if out, err = shSliceAxis(c, out, axis, xs[axis], starts[i], ends[i], steps[i]); err != nil {
+			return err
 		}
 	}
 	if out == x {
@@ -584,6 +557,37 @@ func shSlice(c *Ctx, n *Node) error {
 	}
 	c.SetOutput(0, out)
 	return nil
+}
+
+// shSliceAxis slices out along axis (of size d) from start to end by step,
+// as ONNX Slice: negative indices count from the end, a negative step walks
+// backwards (a flip, then a forward slice); a slice that keeps the whole
+// axis emits nothing.
+func shSliceAxis(c *Ctx, out *fxgraph.Node, axis int, d fxgraph.Dim, start, end, step int64) (*fxgraph.Node, error) {
+	switch {
+	case step == 0:
+		return nil, fmt.Errorf("slice step cannot be 0")
+	case step > 0:
+		if d.IsStatic() {
+			s, e := shClamp(start, 0, d.Size, d.Size), shClamp(end, 0, d.Size, d.Size)
+			if s == 0 && e >= d.Size && step == 1 {
+				return out, nil
+			}
+			start, end = s, max(e, s)
+		}
+		return c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), start, end, step)
+	}
+	if !d.IsStatic() {
+		return nil, Unsupported("Slice with negative step on symbolic dim %s", d)
+	}
+	// Walk backwards: flip, then slice forwards.
+	s, e := shClamp(start, 0, d.Size-1, d.Size), shClamp(end, -1, d.Size-1, d.Size)
+	fs, fe := d.Size-1-s, d.Size-1-e
+	out, err := c.Emit(fxgraph.AtenFlip, out, []any{int64(axis)})
+	if err != nil {
+		return nil, err
+	}
+	return c.Emit(fxgraph.AtenSliceTensor, out, int64(axis), fs, max(fe, fs), -step)
 }
 
 // shClamp adds size to a negative v and clamps it to [lo, hi] (ONNX Slice).
@@ -1547,12 +1551,45 @@ func shFirstPadded(before, after []int64) int {
 	return len(before)
 }
 
+// shPadIndexed pads x by before/after per dim in mode reflect, edge or wrap:
+// negative pads crop first; trailing 1-3 padded dims of reflect/edge use
+// PyTorch's reflection/replication pads; otherwise each padded dim gathers
+// its source positions.
 func shPadIndexed(c *Ctx, x *fxgraph.Node, mode string, before, after []int64) (*fxgraph.Node, error) {
 	r := len(before)
+	x, err := shCropNegativePads(c, x, before, after)
+	if err != nil {
+		return nil, err
+	}
+	xs := Meta(x).Shape
+	first := shFirstPadded(before, after)
+	if first == r {
+		return c.Emit(fxgraph.AtenAlias, x)
+	}
+	if op, tp, ok := shTorchPad(mode, xs, before, after, first); ok {
+		return c.Emit(op, x, tp)
+	}
+	for i := 0; i < r; i++ {
+		if before[i] == 0 && after[i] == 0 {
+			continue
+		}
+		if !xs[i].IsStatic() || xs[i].Size == 0 {
+			return nil, Unsupported("Pad mode %s on dim %s", mode, xs[i])
+		}
+		pos := shPadPositions(mode, xs[i].Size, before[i], after[i])
+		if x, err = c.Emit(fxgraph.AtenIndexSelect, x, int64(i), c.IntsConst(pos)); err != nil {
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// shCropNegativePads slices off the negative pads of x and sets them to 0
+// in before and after.
+func shCropNegativePads(c *Ctx, x *fxgraph.Node, before, after []int64) (*fxgraph.Node, error) {
 	xs := Meta(x).Shape
 	var err error
-	// Crop negative pads first.
-	for i := 0; i < r; i++ {
+	for i := range before {
 		if before[i] >= 0 && after[i] >= 0 {
 			continue
 		}
@@ -1566,76 +1603,70 @@ func shPadIndexed(c *Ctx, x *fxgraph.Node, mode string, before, after []int64) (
 		}
 		before[i], after[i] = max(before[i], 0), max(after[i], 0)
 	}
-	xs = Meta(x).Shape
-	first := shFirstPadded(before, after)
-	if first == r {
-		return c.Emit(fxgraph.AtenAlias, x)
-	}
-	if mode != "wrap" {
-		nd := -1
-		for _, cand := range []int{r - 2, r - 1} {
-			if cand >= 1 && cand <= 3 && r-cand <= first {
-				nd = cand
-				break
-			}
-		}
-		if nd > 0 {
-			fits := true
-			for i := r - nd; i < r; i++ {
-				// A symbolic dim is checked when the graph is specialized
-				// (reflection_pad's shape rule wants pads < size).
-				if mode == "reflect" && xs[i].IsStatic() && (before[i] >= xs[i].Size || after[i] >= xs[i].Size) && (before[i] != 0 || after[i] != 0) {
-					fits = false
-				}
-			}
-			if fits {
-				var tp []any
-				for i := r - 1; i >= r-nd; i-- {
-					tp = append(tp, before[i], after[i])
-				}
-				op := fxgraph.ReflectionPadOp(nd)
-				if mode == "edge" {
-					op = fxgraph.ReplicationPadOp(nd)
-				}
-				return c.Emit(op, x, tp)
-			}
-		}
-	}
-	for i := 0; i < r; i++ {
-		if before[i] == 0 && after[i] == 0 {
-			continue
-		}
-		if !xs[i].IsStatic() || xs[i].Size == 0 {
-			return nil, Unsupported("Pad mode %s on dim %s", mode, xs[i])
-		}
-		size := xs[i].Size
-		var pos []int64
-		for o := int64(0); o < size+before[i]+after[i]; o++ {
-			j := o - before[i]
-			switch {
-			case j >= 0 && j < size:
-			case mode == "wrap":
-				j = ((j % size) + size) % size
-			case mode == "edge":
-				j = min(max(j, 0), size-1)
-			default:
-				if size == 1 {
-					j = 0
-					break
-				}
-				p := 2 * (size - 1)
-				j = ((j % p) + p) % p
-				if j >= size {
-					j = p - j
-				}
-			}
-			pos = append(pos, j)
-		}
-		if x, err = c.Emit(fxgraph.AtenIndexSelect, x, int64(i), c.IntsConst(pos)); err != nil {
-			return nil, err
-		}
-	}
 	return x, nil
+}
+
+// shTorchPad returns PyTorch's reflection or replication pad of the
+// trailing 1-3 dims and its padding list, when mode is reflect or edge,
+// only those dims are padded (first is the first padded dim) and, for
+// reflect, each static pad is smaller than its dim.
+func shTorchPad(mode string, xs fxgraph.Shape, before, after []int64, first int) (*fxgraph.Op, []any, bool) {
+	if mode == "wrap" {
+		return nil, nil, false
+	}
+	r := len(before)
+	nd := -1
+	for _, cand := range []int{r - 2, r - 1} {
+		if cand >= 1 && cand <= 3 && r-cand <= first {
+			nd = cand
+			break
+		}
+	}
+	if nd <= 0 {
+		return nil, nil, false
+	}
+	for i := r - nd; i < r; i++ {
+		// A symbolic dim is checked when the graph is specialized
+		// (reflection_pad's shape rule wants pads < size).
+		if mode == "reflect" && xs[i].IsStatic() && (before[i] >= xs[i].Size || after[i] >= xs[i].Size) && (before[i] != 0 || after[i] != 0) {
+			return nil, nil, false
+		}
+	}
+	var tp []any
+	for i := r - 1; i >= r-nd; i-- {
+		tp = append(tp, before[i], after[i])
+	}
+	op := fxgraph.ReflectionPadOp(nd)
+	if mode == "edge" {
+		op = fxgraph.ReplicationPadOp(nd)
+	}
+	return op, tp, true
+}
+
+// shPadPositions returns, for a dim of size padded by before and after in
+// mode reflect, edge or wrap, the source position of each output position.
+func shPadPositions(mode string, size, before, after int64) []int64 {
+	var pos []int64
+	for o := int64(0); o < size+before+after; o++ {
+		j := o - before
+		switch {
+		case j >= 0 && j < size:
+		case mode == "wrap":
+			j = ((j % size) + size) % size
+		case mode == "edge":
+			j = min(max(j, 0), size-1)
+		case size == 1:
+			j = 0
+		default:
+			p := 2 * (size - 1)
+			j = ((j % p) + p) % p
+			if j >= size {
+				j = p - j
+			}
+		}
+		pos = append(pos, j)
+	}
+	return pos
 }
 
 // shReverseSequence reverses the first sequence_lens[b] steps along

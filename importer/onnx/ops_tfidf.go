@@ -149,29 +149,9 @@ func tfidfConvert(c *Ctx, n *Node) error {
 	if len(dims) == 2 {
 		batch = dims[0]
 	}
-	total := c.Constant("tfidf_zero", tensor.New(tensor.Float32, batch, width))
-	for _, p := range pools {
-		if p.n < minN || p.n > maxN || len(p.grams) == 0 {
-			continue
-		}
-		counts, err := tfidfCounts(c, x2, p, tfidfPositions(p.n, maxSkip, size), batch)
-		if err != nil {
-			return err
-		}
-		if counts == nil {
-			continue
-		}
-		scatter := tensor.New(tensor.Float32, int64(len(p.grams)), width)
-		for k, col := range p.column {
-			scatter.SetFloat64(int64(k)*width+col, 1)
-		}
-		part, err := c.Emit(fxgraph.AtenMatmul, counts, c.Constant("tfidf_columns", scatter))
-		if err != nil {
-			return err
-		}
-		if total, err = c.Emit(fxgraph.AtenAddTensor, total, part); err != nil {
-			return err
-		}
+	total, err := tfidfTotal(c, x2, pools, tfidfShape{minN: minN, maxN: maxN, maxSkip: maxSkip, size: size, batch: batch, width: width})
+	if err != nil {
+		return err
 	}
 	// Weights are per output column, as in ONNX Runtime and the ONNX
 	// reference implementation.
@@ -193,6 +173,41 @@ func tfidfConvert(c *Ctx, n *Node) error {
 	}
 	c.SetOutput(0, out)
 	return nil
+}
+
+// tfidfShape is what tfidfTotal needs of a TfIdfVectorizer: the n-gram
+// lengths counted, the skips, and x's row size, rows and the output width.
+type tfidfShape struct{ minN, maxN, maxSkip, size, batch, width int64 }
+
+// tfidfTotal returns float32 [batch, width]: each output column's count of
+// its n-gram in each row of x [batch, size], over the pools of counted
+// lengths.
+func tfidfTotal(c *Ctx, x *fxgraph.Node, pools []tfidfPool, d tfidfShape) (*fxgraph.Node, error) {
+	total := c.Constant("tfidf_zero", tensor.New(tensor.Float32, d.batch, d.width))
+	for _, p := range pools {
+		if p.n < d.minN || p.n > d.maxN || len(p.grams) == 0 {
+			continue
+		}
+		counts, err := tfidfCounts(c, x, p, tfidfPositions(p.n, d.maxSkip, d.size), d.batch)
+		if err != nil {
+			return nil, err
+		}
+		if counts == nil {
+			continue
+		}
+		scatter := tensor.New(tensor.Float32, int64(len(p.grams)), d.width)
+		for k, col := range p.column {
+			scatter.SetFloat64(int64(k)*d.width+col, 1)
+		}
+		part, err := c.Emit(fxgraph.AtenMatmul, counts, c.Constant("tfidf_columns", scatter))
+		if err != nil {
+			return nil, err
+		}
+		if total, err = c.Emit(fxgraph.AtenAddTensor, total, part); err != nil {
+			return nil, err
+		}
+	}
+	return total, nil
 }
 
 // tfidfCounts returns float32 [batch, len(p.grams)]: how often each pool

@@ -7,6 +7,7 @@ the repository root so that it finds the PJRT plugin under .cache/pjrt.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -26,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
 LISTEN_RE = re.compile(r'msg="listening on [^"]*" addr=(\S+)')
+GRPC_RE = re.compile(r'msg="gRPC listening on [^"]*" addr=(\S+)')
 NATS_RE = re.compile(r"nats_url=(nats://\S+)")
 NKEY_RE = re.compile(r"client_nkey=(\S+)")
 
@@ -88,6 +90,10 @@ class Xserve:
                     raise RuntimeError(f"xserve never logged {pattern.pattern}:\n" + "".join(self.lines))
                 self._seen.wait(1)
 
+    def grpc_addr(self) -> str:
+        """The gRPC port's host:port, once xserve logged it."""
+        return self._wait(GRPC_RE)
+
     @property
     def log(self) -> str:
         with self._seen:
@@ -125,3 +131,41 @@ def server(binary: str, tinycnn_repo: pathlib.Path) -> Iterator[Xserve]:
         yield s
     finally:
         s.stop()
+
+
+# The generative model the text-generation tests serve (make gen-models).
+GEN = ROOT / ".cache" / "gen"
+GEN_MODEL = "llama-pt2"
+
+
+@pytest.fixture(scope="session")
+def gen_refs() -> dict:
+    """transformers' greedy generations and the tokenizer's decodes for GEN_MODEL (refs.json)."""
+    path = GEN / "refs.json"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make gen-models` (make test does)")
+    return json.loads(path.read_text())["chat"]
+
+
+@pytest.fixture(scope="session")
+def gen_served(binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Xserve]:
+    """xserve serving GEN_MODEL with its tokenizer, every step program compiled at load."""
+    repo = tmp_path_factory.mktemp("gen-repo")
+    shutil.copytree(GEN / "repo" / GEN_MODEL, repo / GEN_MODEL)
+    cfg = repo / GEN_MODEL / "config.yaml"
+    cfg.write_text(cfg.read_text() + "warmup: eager\n")
+    s = Xserve(binary, repo)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def gen_metric(url: str, name: str, **labels: str) -> float:
+    """The value of a series of GEN_MODEL's in /metrics (0 when absent)."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    want = [f'model="{GEN_MODEL}"'] + [f'{k}="{v}"' for k, v in labels.items()]
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(w in line for w in want):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

@@ -1,8 +1,10 @@
-"""python -m xserve: export a model into a repository, or run one inference.
+"""python -m xserve: export a model (or a Hugging Face causal LM) into a repository, or run one inference.
 
     python -m xserve export pkg.module:build --repo models --name mlp \\
         --input input=2,8 --dim input.0=batch:1:64 --buckets batch=1,2,4,8 \\
         [--format onnx] [--check-url http://127.0.0.1:8080]
+    python -m xserve export-causal-lm HF_DIR --repo models --name tiny-llama \\
+        [--format onnx] [--max-seq-len 512] [--slots 8]
     python -m xserve infer --url http://127.0.0.1:8080 --model tinycnn \\
         --input image=image.npy [--output DIR]
 
@@ -91,6 +93,17 @@ def _export(a: argparse.Namespace) -> int:
     return 0
 
 
+def _export_causal_lm(a: argparse.Namespace) -> int:
+    from .causal_lm import export_causal_lm
+
+    buckets = [int(s) for s in a.prefill_buckets.split(",") if s] if a.prefill_buckets else None
+    r = export_causal_lm(a.hf_dir, repo=a.repo, name=a.name, format=a.format, max_seq_len=a.max_seq_len, slots=a.slots,
+                         prefill_buckets=buckets, dtype=a.dtype)
+    print(f"wrote {r.name} version {r.version}: {r.path} and {r.config_path}")
+    print(f"generate: {r.config['generate']}; tokenizer files: {', '.join(r.files) or 'none'}")
+    return 0
+
+
 def _infer(a: argparse.Namespace) -> int:
     from .client import Client
 
@@ -120,6 +133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--format", choices=["pt2", "onnx"], default="pt2")
     e.add_argument("--check-url", help="a server serving --repo: load the model there and compare with eager")
     e.add_argument("--seed", type=int, default=0)
+    c = sub.add_parser("export-causal-lm", help="a Hugging Face causal LM (save_pretrained directory) into a generative model")
+    c.add_argument("hf_dir", help="the directory save_pretrained wrote (model and tokenizer)")
+    c.add_argument("--repo", default="models")
+    c.add_argument("--name", help="the model's name (default: the directory's)")
+    c.add_argument("--format", choices=["pt2", "onnx"], default="pt2")
+    c.add_argument("--max-seq-len", type=int, help="most tokens per sequence (default: the model's positions, at most 2048)")
+    c.add_argument("--slots", type=int, default=8, help="most sequences decoded at once")
+    c.add_argument("--prefill-buckets", help="prompt lengths compiled, e.g. 16,32,64")
+    c.add_argument("--dtype", help="load the weights as this torch dtype (default: as saved)")
     i = sub.add_parser("infer", help="one inference over HTTP")
     i.add_argument("--url", default=os.environ.get("XSERVE_URL", "http://127.0.0.1:8080"))
     i.add_argument("--model", required=True)
@@ -128,7 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     i.add_argument("--output", help="write NAME.npy files here")
     i.add_argument("--token")
     a = p.parse_args(argv)
-    return _export(a) if a.cmd == "export" else _infer(a)
+    if a.cmd == "export":
+        return _export(a)
+    if a.cmd == "export-causal-lm":
+        return _export_causal_lm(a)
+    return _infer(a)
 
 
 if __name__ == "__main__":

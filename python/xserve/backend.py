@@ -22,8 +22,10 @@ environment): ``url`` (``XSERVE_URL``, else ``http://127.0.0.1:8080``),
 seed file of the embedded NATS server's client user), ``buckets`` (``{"batch": [1, 2, 4, 8]}``),
 ``fallback`` (``True``: eager on failure; ``False``: raise).
 
-Importing this module registers the backend name; an installed package also
-registers it through the ``torch_dynamo_backends`` entry point.
+An installed package registers the backend name through the
+``torch_dynamo_backends`` entry point (``import xserve`` is enough, as for any
+backend torch finds that way); importing this module registers it when the
+package is not installed (only on PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -404,13 +406,24 @@ def xserve_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options:
         return gm.forward
 
 
-try:  # register the name "xserve"; torch also finds it through the entry point
-    from torch._dynamo import register_backend
+def _register() -> None:
+    """Registers the name "xserve" unless torch finds it through the entry point.
 
+    An installed package declares the ``torch_dynamo_backends`` entry point,
+    and torch registers the name itself once it loads it (importing this
+    module): registering it here too would make that fail with "duplicate
+    name: xserve". torch lists the entry points it found (list_backends);
+    without the entry point (the package on PYTHONPATH), importing this
+    module is what makes the name known.
+    """
+    from torch._dynamo import list_backends, register_backend
+
+    if "xserve" in list_backends(exclude_tags=()):
+        return  # the entry point (torch registers it), or registered already
     register_backend(name="xserve")(xserve_backend)
-except Exception as e:  # pragma: no cover - an already registered name, an older torch
-    if "xserve" not in str(e):
-        raise
+
+
+_register()
 
 __all__ = ["GraphStats", "Stats", "reset", "stats", "xserve_backend"]
 _ = XserveError  # re-exported for callers catching server errors

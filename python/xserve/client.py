@@ -348,6 +348,51 @@ class Client(_Endpoints):
                 return
             cur, first = nxt, False
 
+    # ---- text generation (a generative model: docs/GENERATE.md)
+
+    def generate(self, model: str, prompt: str, version: int | str | None = None, *, stream: bool = False,
+                 **params: Any) -> str | Iterator[str]:
+        """Generates text from prompt: the whole text, or with ``stream=True`` an
+        iterator over its pieces as they come (KServe's generate extension,
+        ``generate`` / ``generate_stream``). ``params`` are the sampling
+        parameters by their OpenAI names (``max_tokens``, ``temperature``,
+        ``top_p``, ``top_k``, ``seed``, ``stop``, ...). Closing the iterator
+        before its end ends the sequence on the server.
+        """
+        path = _model_path(model, version) + ("/generate_stream" if stream else "/generate")
+        doc = {"text_input": prompt, "parameters": params}
+        if not stream:
+            return str(self._do(_json_call("POST", path, doc))["text_output"])
+        return self._generate_stream(path, json.dumps(doc).encode())
+
+    def _generate_stream(self, path: str, body: bytes) -> Iterator[str]:
+        # A connection of its own: closing it is how the server learns that
+        # the client stopped reading.
+        if self._https:
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        headers = {**self._headers, "Content-Type": "application/json"}
+        try:
+            conn.request("POST", self._prefix + path, body=body, headers=headers)
+            res = conn.getresponse()
+            if res.status != 200:
+                raise XserveError(res.status, error_message(res.read()))
+            for line in res:
+                if not line.startswith(b"data: "):
+                    continue
+                event = json.loads(line[len(b"data: "):])
+                if "error" in event:
+                    raise XserveError(500, str(event["error"]))
+                if event.get("text_output"):
+                    yield event["text_output"]
+                if event.get("finish_reason"):
+                    return
+        except OSError as e:
+            raise XserveError(0, f"{self.url}{path}: {e}") from e
+        finally:
+            conn.close()
+
 
 _Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 

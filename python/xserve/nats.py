@@ -12,7 +12,8 @@ import os
 
 import asyncio
 import threading
-from typing import Any, Coroutine, Mapping, Sequence, TypeVar
+import json
+from typing import Any, AsyncGenerator, Coroutine, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -128,6 +129,43 @@ class AsyncNatsClient:
         length = h.get(HEADER_LENGTH)
         return decode_response(msg.data, int(length) if length is not None else None)
 
+    async def generate(self, model: str, prompt: str, version: int | str | None = None, *, timeout: float | None = None,
+                       **params: Any) -> AsyncGenerator[str, None]:
+        """Generates text from prompt on ``<prefix>.generate.<model>``: the pieces
+        of text as they come (docs/NATS.md, "Text generation, streamed").
+        ``params`` are the sampling parameters by their OpenAI names;
+        ``timeout`` bounds the wait for each message. Stopping the iteration
+        early unsubscribes, and the replica then ends the sequence.
+        """
+        nats = _import_nats()
+        subject = f"{self.prefix}.generate.{model}"
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        wait = self.timeout if timeout is None else timeout
+        headers = {"Xserve-Model-Version": str(version)} if version is not None else None
+        try:
+            await self._nc.publish(subject, json.dumps({"text_input": prompt, "parameters": params}).encode(), reply=inbox, headers=headers)
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=wait)
+                except nats.errors.NoRespondersError:
+                    raise XserveError(404, f"no replica is subscribed to {subject}") from None
+                except nats.errors.TimeoutError:
+                    raise XserveError(504, f"no message on {subject}'s reply subject within {wait}s") from None
+                h = msg.headers or {}
+                kind = h.get("Xserve-Stream")
+                if kind == "probe":
+                    continue
+                if "Xserve-Error" in h:
+                    raise XserveError(int(h["Xserve-Error"]), error_message(msg.data) or h.get("Xserve-Error-Message", ""))
+                text = json.loads(msg.data).get("text_output", "")
+                if text:
+                    yield text
+                if kind == "end":
+                    return
+        finally:
+            await sub.unsubscribe()
+
 
 class NatsClient:
     """The blocking form of AsyncNatsClient: ``NatsClient("nats://host:4222")``.
@@ -180,3 +218,24 @@ class NatsClient:
     ) -> dict[str, np.ndarray]:
         """Runs model on inputs and returns its outputs by name (see Client.infer)."""
         return self._run(self._c.infer(model, inputs, version, outputs, **kwargs))
+
+    def generate(self, model: str, prompt: str, version: int | str | None = None, *, stream: bool = False,
+                 **params: Any) -> str | Iterator[str]:
+        """Generates text (see AsyncNatsClient.generate): the whole text, or with
+        ``stream=True`` an iterator over its pieces as they come."""
+        pieces = self._c.generate(model, prompt, version, **params)
+        if not stream:
+            async def join() -> str:
+                return "".join([p async for p in pieces])
+            return self._run(join())
+        return self._iterate(pieces)
+
+    def _iterate(self, pieces: AsyncGenerator[str, None]) -> Iterator[str]:
+        try:
+            while True:
+                try:
+                    yield self._run(pieces.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(pieces.aclose())

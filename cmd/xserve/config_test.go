@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServeConfigFile serves with --config: the file's keys set the flags
+// (nested keys and plain ones), the command line wins (launchXserve's
+// --http-addr 127.0.0.1:0 over the file's unusable address), and the file's
+// body limit is what the server enforces.
+func TestServeConfigFile(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "xserve.yaml")
+	text := `# the server's options; keys are serve's flags
+http-addr: "no-such-address"   # the command line wins
+max-body-bytes: 1MiB
+nats: false
+cpu-devices: 2
+log:
+  level: debug
+`
+	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startXserve(t, tinycnnRepo(t), t.TempDir(), "--config", config)
+	defer p.stop(t)
+	img, want := loadSample(t).batch(1)
+	checkV1(t, call(t, "POST", p.url+"/v1/infer", v1Request("tinycnn", img, "float32", false)), want)
+	r := call(t, "POST", p.url+"/v1/infer", make([]byte, 2<<20))
+	if r.code != 413 || !strings.Contains(r.errorMessage(), "larger than the limit of 1048576 bytes") {
+		t.Errorf("a 5 KiB body with max-body-bytes: 1MiB in the file: %s", r)
+	}
+	log := p.log.String()
+	for _, want := range []string{"NATS off", "level=DEBUG", "devices=2"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q (the file's nats: false, log.level: debug, cpu-devices: 2)", want)
+		}
+	}
+}
+
+// TestServeConfigErrors: a bad file stops serve before it loads anything,
+// with an error naming the file, the key and its line.
+func TestServeConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct{ name, text, want string }{
+		{"unknown key", "model-repo: x\nhttp:\n  adress: :80\n", `config %s:3: unknown key "http-adress"`},
+		{"bad value", "model-repo: x\nshutdown-timeout: later\n", `config %s:2: key "shutdown-timeout": invalid value "later"`},
+		{"checked like the flag", "model-repo: x\nshutdown-timeout: 0s\n", "--shutdown-timeout must be positive, got 0s"},
+		{"no repository in file or flags", "http-addr: :0\n", "--model-repo DIR is required"},
+		{"negative CPU devices", "model-repo: x\ncpu-devices: -1\n", "--cpu-devices must be 0 or more, got -1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want := tc.want
+			if strings.Contains(want, "%s") {
+				want = strings.Replace(want, "%s", path, 1)
+			}
+			_, _, err := xserve(t, "serve", "--config", path)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("err = %v, want it to contain %q", err, want)
+			}
+		})
+	}
+	if _, _, err := xserve(t, "serve", "--config", filepath.Join(dir, "none.yaml")); err == nil || !strings.Contains(err.Error(), "none.yaml") {
+		t.Errorf("missing file: err = %v, want it named", err)
+	}
+}
+
+// TestVersionListsDevices: `xserve version` counts the client's devices,
+// as many as --cpu-devices asks of the CPU plugin.
+func TestVersionListsDevices(t *testing.T) {
+	out, _, err := xserve(t, "version", "--cpu-devices", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "devices: 3 cpu\n") {
+		t.Errorf("version --cpu-devices 3 lacks \"devices: 3 cpu\":\n%s", out)
+	}
+}

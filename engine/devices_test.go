@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/tensor"
+)
+
+// TestModelsOnDevices places tinycnn on each device of a CPU client with
+// two host devices (the plugin's cpu_device_count): each placement's
+// weights are on its device (as the plugin reports), its executions run
+// there (outputs of Execute on its device), and both answer as ONNX
+// Runtime does. A device the client lacks is refused by name.
+func TestModelsOnDevices(t *testing.T) {
+	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := pjrt.OpenWith(path, pjrt.OpenOptions{CPUDevices: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	e, err := New(Options{Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image, err := tensor.ReadNpyFile(tinyCNNImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := tensor.ReadNpyFile(tinyCNNProbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dims := map[string]int64{"batch": image.Shape[0]}
+	for dev := range 2 {
+		m, err := e.Load(tinyCNN, LoadOptions{Device: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		x, _, err := m.Build(ctx, dims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		outs, err := x.Run(ctx, []*tensor.Tensor{image})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, dev, outs[0], want)
+		if m.Device() != dev || m.Weights().Len() == 0 {
+			t.Fatalf("device %d: model on %d with %d weights", dev, m.Device(), m.Weights().Len())
+		}
+		for name, b := range m.Weights().bufs {
+			if got, err := b.Device(); err != nil || got != dev {
+				t.Errorf("model on device %d: weight %s on device %d, %v", dev, name, got, err)
+			}
+		}
+		in, err := m.Upload(ctx, image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := x.Execute(ctx, []*pjrt.Buffer{in}, ExecuteOptions{})
+		in.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := res[0].Device(); err != nil || got != dev {
+			t.Errorf("model on device %d: Execute's output on device %d, %v", dev, got, err)
+		}
+		host, err := res[0].ToHost(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, dev, host, want)
+		for _, r := range res {
+			r.Close()
+		}
+	}
+	if _, err := e.Load(tinyCNN, LoadOptions{Device: 2}); err == nil || !strings.Contains(err.Error(), "no device 2 to place the model on (the cpu client has 2)") {
+		t.Errorf("device 2 of 2: err = %v", err)
+	}
+}
+
+// checkClose compares tinycnn's probabilities with ONNX Runtime's.
+func checkClose(t *testing.T, dev int, got, want *tensor.Tensor) {
+	t.Helper()
+	if tensor.ShapeString(got.Shape) != tensor.ShapeString(want.Shape) {
+		t.Fatalf("device %d: shape %v, want %v", dev, got.Shape, want.Shape)
+	}
+	for i := range want.NumElements() {
+		if d := math.Abs(got.Float64At(i) - want.Float64At(i)); d > 1e-5 {
+			t.Fatalf("device %d: probs[%d] = %g, ONNX Runtime %g", dev, i, got.Float64At(i), want.Float64At(i))
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package generate
+
+import (
+	"fmt"
+
+	"github.com/xserve/xserve/fxgraph"
+	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/tensor"
+)
+
+// The step programs wrap the model's graph, which computes one step on a
+// cache of past entries and returns it with the step's entries appended
+// (present = past ++ new), into programs over the server's cache: one
+// tensor per cache tensor of the model, [slots, heads, max_seq_len,
+// head_dim], passed in and returned (aliased, so that it is updated in
+// place) by every step.
+//
+// A decode step for slot bucket b runs the model on slots 0..b-1, one token
+// each, with the whole cache slot as the past (past = max_seq_len entries,
+// the mask marking the valid ones and the new token, placed last) and
+// writes each new entry at its sequence's position:
+//
+//	inputs:  ids [b,1], positions [b,1], mask [b,M+1], write [b], cache...
+//	outputs: logits [b,vocab], cache...
+//
+// A prefill for prompt bucket L runs the model on one prompt padded to L
+// tokens with a past of prefillPast masked zero entries and writes the L
+// new entries at positions 0..L-1 of the sequence's slot:
+//
+//	inputs:  ids [1,L], positions [1,L], mask [1,P+L], slot [1], last [1], cache...
+//	outputs: logits of token last [1,vocab], cache...
+
+// prefillPast is the past length of a prefill: one masked entry, so that
+// the model's past never has size zero.
+const prefillPast = 1
+
+// stepKind is a prefill or a decode step.
+type stepKind int
+
+const (
+	prefill stepKind = iota
+	decode
+)
+
+// stepSpec is one step program: its kind and batch and token counts.
+type stepSpec struct {
+	kind   stepKind
+	batch  int64 // b: rows (decode), 1 (prefill)
+	tokens int64 // L (prefill), 1 (decode)
+}
+
+// hostInputs is the number of host inputs a step takes before the cache.
+func (s stepSpec) hostInputs() int {
+	if s.kind == prefill {
+		return 5
+	}
+	return 4
+}
+
+// past is the model's past length in the step.
+func (s stepSpec) past(maxLen int64) int64 {
+	if s.kind == prefill {
+		return prefillPast
+	}
+	return maxLen
+}
+
+func (s stepSpec) String() string {
+	if s.kind == prefill {
+		return fmt.Sprintf("prefill %d", s.tokens)
+	}
+	return fmt.Sprintf("decode %d", s.batch)
+}
+
+// stepBuilder makes the step programs of one model.
+type stepBuilder struct {
+	lowerer *lower.Lowerer
+	graph   *fxgraph.Graph
+	graphAt func(dims map[string]int64) (*fxgraph.Graph, error)
+	layout  *Layout
+	slots   int64
+	maxLen  int64
+}
+
+// program lowers the step program of spec.
+func (sb *stepBuilder) program(spec stepSpec) (*lower.Program, error) {
+	g, dims, err := sb.graphFor(spec)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %s: %w", spec, err)
+	}
+	prog, err := sb.lowerer.Lower(g, dims)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %s: %w", spec, err)
+	}
+	aliases := map[int]int{}
+	for i := range sb.layout.Cache {
+		aliases[spec.hostInputs()+i] = 1 + i
+	}
+	if err := prog.SetAliases(aliases); err != nil {
+		return nil, fmt.Errorf("generate: %s: %w", spec, err)
+	}
+	return prog, nil
+}
+
+// modelShapes are the shapes of the model's inputs in a step, by
+// placeholder index.
+func (sb *stepBuilder) modelShapes(spec stepSpec) map[int][]int64 {
+	b, t, p := spec.batch, spec.tokens, spec.past(sb.maxLen)
+	l := sb.layout
+	shapes := map[int][]int64{l.InputIDs: {b, t}, l.Positions: {b, t}, l.Mask: {b, p + t}}
+	for _, c := range l.Cache {
+		shapes[c.Input] = []int64{b, c.Heads, p, c.Dim}
+	}
+	return shapes
+}
+
+// bindDims returns the size of each of the model's symbols in a step.
+func bindDims(ph []*fxgraph.Node, shapes map[int][]int64) (map[string]int64, error) {
+	dims := map[string]int64{}
+	for i, p := range ph {
+		m := p.Val()
+		for j, d := range m.Shape {
+			got := shapes[i][j]
+			if d.IsStatic() {
+				if d.Size != got {
+					return nil, fmt.Errorf("input %s dim %d is %d in the model, the step needs %d", p.Target, j, d.Size, got)
+				}
+				continue
+			}
+			if prev, ok := dims[d.Sym]; ok && prev != got {
+				return nil, fmt.Errorf("input %s dim %d is symbol %s, which the step needs at %d and %d: export the past and new sequence lengths as separate dims", p.Target, j, d.Sym, prev, got)
+			}
+			dims[d.Sym] = got
+		}
+	}
+	return dims, nil
+}
+
+// graphFor builds the step graph of spec and the symbol sizes it is
+// lowered at.
+func (sb *stepBuilder) graphFor(spec stepSpec) (*fxgraph.Graph, map[string]int64, error) {
+	shapes := sb.modelShapes(spec)
+	dims, err := bindDims(sb.graph.Placeholders(), shapes)
+	if err != nil {
+		return nil, nil, err
+	}
+	rg := sb.graph
+	if sb.graphAt != nil {
+		if rg, err = sb.graphAt(dims); err != nil {
+			return nil, nil, err
+		}
+	}
+	if rg.IsDeferred() {
+		return nil, nil, fmt.Errorf("the model's import waits for its input sizes and no GraphAt was given")
+	}
+	g := rg.Clone()
+	if len(g.Guards) > 0 || len(g.Bounded) > 0 {
+		return nil, nil, fmt.Errorf("the model has outputs of data-dependent size or guards, which a generation step cannot have")
+	}
+	w := &wrapper{g: g, spec: spec, sb: sb, old: g.Placeholders(), outs: g.Outputs()}
+	if err := w.build(); err != nil {
+		return nil, nil, err
+	}
+	return g, dims, nil
+}
+
+// wrapper rewrites a clone of the model's graph into a step graph.
+type wrapper struct {
+	g    *fxgraph.Graph
+	spec stepSpec
+	sb   *stepBuilder
+	old  []*fxgraph.Node // the model's placeholders
+	outs []*fxgraph.Node // the model's outputs
+}
+
+func (w *wrapper) input(name string, dt tensor.DType, shape ...int64) *fxgraph.Node {
+	return w.g.AddPlaceholder(name, fxgraph.TensorMeta{DType: dt, Shape: fxgraph.StaticShape(shape...)})
+}
+
+func (w *wrapper) call(op *fxgraph.Op, args ...any) *fxgraph.Node {
+	return w.g.AddCall(op, args, nil)
+}
+
+func (w *wrapper) arange(n int64) *fxgraph.Node {
+	return w.g.AddCall(fxgraph.AtenArange, []any{n}, map[string]any{"dtype": tensor.Int64})
+}
+
+func (w *wrapper) build() error {
+	l, s, sb := w.sb.layout, w.spec, w.sb
+	b, t, p := s.batch, s.tokens, s.past(sb.maxLen)
+	ids := w.input("step_input_ids", w.old[l.InputIDs].Val().DType, b, t)
+	pos := w.input("step_positions", w.old[l.Positions].Val().DType, b, t)
+	mask := w.input("step_attention_mask", w.old[l.Mask].Val().DType, b, p+t)
+	var write, slot, last *fxgraph.Node
+	if s.kind == decode {
+		write = w.input("step_write", tensor.Int64, b)
+	} else {
+		slot = w.input("step_slot", tensor.Int64, 1)
+		last = w.input("step_last", tensor.Int64, 1)
+	}
+	caches := make([]*fxgraph.Node, len(l.Cache))
+	for i, c := range l.Cache {
+		caches[i] = w.input(fmt.Sprintf("cache_%d", i), c.DType, sb.slots, c.Heads, sb.maxLen, c.Dim)
+	}
+
+	// The model's inputs, computed before its first node.
+	prev := w.g.SetInsertPoint(firstCall(w.g))
+	repl := map[int]*fxgraph.Node{l.InputIDs: ids, l.Positions: pos, l.Mask: mask}
+	for i, c := range l.Cache {
+		switch {
+		case s.kind == prefill:
+			repl[c.Input] = w.g.AddCall(fxgraph.AtenFull, []any{[]any{int64(1), c.Heads, p, c.Dim}, 0.0}, map[string]any{"dtype": c.DType})
+		case b == sb.slots:
+			repl[c.Input] = caches[i]
+		default:
+			repl[c.Input] = w.call(fxgraph.AtenSliceTensor, caches[i], int64(0), int64(0), b)
+		}
+	}
+	w.g.SetInsertPoint(prev)
+	for i, n := range w.old {
+		w.g.ReplaceAllUses(n, repl[i])
+		if err := w.g.Erase(n); err != nil {
+			return err
+		}
+	}
+
+	// The step's outputs, after the model's.
+	logits := w.outs[l.Logits]
+	if s.kind == prefill {
+		logits = w.call(fxgraph.AtenIndexSelect, logits, int64(1), last)
+	}
+	results := []*fxgraph.Node{w.call(fxgraph.AtenSelectInt, logits, int64(1), int64(0))}
+	names := []string{"logits"}
+	for i, c := range l.Cache {
+		present := w.outs[c.Output]
+		var upd *fxgraph.Node
+		if s.kind == decode {
+			entry := w.call(fxgraph.AtenSelectInt, present, int64(cacheSeqAxis), p) // [b, heads, dim]
+			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{w.arange(b), nil, write}, entry)
+		} else {
+			entries := w.call(fxgraph.AtenSliceTensor, present, int64(cacheSeqAxis), p, p+t) // [1, heads, L, dim]
+			entries = w.call(fxgraph.AtenSelectInt, entries, int64(0), int64(0))
+			entries = w.call(fxgraph.AtenPermute, entries, []any{int64(1), int64(0), int64(2)}) // [L, heads, dim]
+			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{slot, nil, w.arange(t)}, entries)
+		}
+		results = append(results, upd)
+		names = append(names, fmt.Sprintf("cache_%d", i))
+	}
+	w.g.SetOutput(results...)
+	w.g.OutputNames = names
+	w.g.EliminateDeadCode()
+	return nil
+}
+
+// firstCall returns the graph's first call_function (or output) node.
+func firstCall(g *fxgraph.Graph) *fxgraph.Node {
+	for _, n := range g.Nodes() {
+		if n.Opcode == fxgraph.CallFunction || n.Opcode == fxgraph.Output {
+			return n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/xserve/xserve/serving/generate"
+)
+
+// genModel copies a generative model make gen-models exported (with its
+// config.yaml) into the repository as name.
+func (r *testRepo) genModel(name, src string) string {
+	r.t.Helper()
+	from := filepath.Join("..", ".cache", "gen", "repo", src)
+	if _, err := os.Stat(from); err != nil {
+		r.t.Fatalf("%v\n\nthe generative test models are missing: run `make gen-models` (make test does)", err)
+	}
+	if err := os.CopyFS(filepath.Join(r.root, name), os.DirFS(from)); err != nil {
+		r.t.Fatal(err)
+	}
+	return filepath.Join(r.root, name)
+}
+
+// TestGenerativeVersion: a version with a generate: section answers
+// metadata and readiness like any other, lists as generative, generates
+// with its tokenizer, and takes the tokenizer's eos when config.yaml
+// names none.
+func TestGenerativeVersion(t *testing.T) {
+	r := newRepo(t)
+	dir := r.genModel("tiny", "qwen2-onnx")
+	// Without eos ids in config.yaml, the tokenizer's eos_token ends sequences.
+	cfg := filepath.Join(dir, "config.yaml")
+	data, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, []byte(strings.Replace(string(data), "  eos_token_id: [0]\n", "", 1)), 0o644)
+	r.add("plain", 1, "../examples/models/tinycnn/1/model.onnx")
+	m, _ := start(t, r, nil)
+	md, err := m.Metadata("tiny", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Inputs) != 7 || md.Inputs[0].Name != "input_ids" || md.Outputs[0].Name != "logits" {
+		t.Errorf("metadata %+v", md)
+	}
+	if !m.ModelReady("tiny", 1) {
+		t.Error("not ready")
+	}
+	if got := m.GenerativeModels(); !slices.Equal(got, []string{"tiny"}) {
+		t.Errorf("generative models %v, want [tiny] (plain has no generate: section)", got)
+	}
+	if _, err := m.Generative("plain", 0); !errors.Is(err, ErrNotGenerative) {
+		t.Errorf("plain: %v, want ErrNotGenerative", err)
+	}
+	g, err := m.Generative("tiny", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	if g.Tokenizer == nil {
+		t.Fatal("no tokenizer")
+	}
+	eos := g.Tokenizer.EOSIDs
+	ids, err := g.Tokenizer.Encode("Hello world", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.Loop.Generate(context.Background(), generate.Request{Prompt: ids, MaxTokens: 8, StopIDs: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ev.Done && slices.Contains(eos, ev.Token) {
+			t.Errorf("eos %d was emitted", ev.Token)
+		}
+		if ev.Done {
+			if ev.Reason != generate.FinishStop && ev.Reason != generate.FinishLength {
+				t.Errorf("ended %s: %v", ev.Reason, ev.Err)
+			}
+			break
+		}
+	}
+	if !strings.Contains(metricsText(t, m), `xserve_generate_sequences{model="tiny",reason="length",version="1"}`) &&
+		!strings.Contains(metricsText(t, m), `xserve_generate_slots_in_use{model="tiny",version="1"} 0`) {
+		t.Error("no generation metrics")
+	}
+	checkTokenMetrics(t, m, g, ids)
+}
+
+// checkTokenMetrics: a sequence's cache entries show in the cache
+// occupancy while it runs and leave with it; every token generated is in
+// the time-to-first-token or the inter-token histogram.
+func checkTokenMetrics(t *testing.T, m *Manager, g *Generative, prompt []int64) {
+	t.Helper()
+	const labels = `{model="tiny",version="1"}`
+	s, err := g.Loop.Generate(context.Background(), generate.Request{Prompt: prompt, MaxTokens: 200, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.Next(context.Background()); err != nil || ev.Done {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	if occ := metric(t, m, "xserve_generate_cache_occupancy"+labels); occ <= 0 || occ > 1 {
+		t.Errorf("cache occupancy %v while a sequence runs", occ)
+	}
+	s.Close()
+	eventually(t, "the slot freed", func() bool { return g.Loop.SlotsInUse() == 0 })
+	if occ := metric(t, m, "xserve_generate_cache_occupancy"+labels); occ != 0 {
+		t.Errorf("cache occupancy %v with no sequence", occ)
+	}
+	first := metric(t, m, "xserve_generate_time_to_first_token_seconds_count"+labels)
+	next := metric(t, m, "xserve_generate_inter_token_seconds_count"+labels)
+	tokens := metric(t, m, "xserve_generate_tokens"+labels)
+	if first != 2 || first+next != tokens {
+		t.Errorf("%v first tokens (want 2: two sequences) and %v others, %v tokens generated", first, next, tokens)
+	}
+}
+
+// TestGenerativeBadInput: a tokenizer whose ids do not fit the model's
+// vocabulary and a generate: section naming inputs the model lacks are
+// load errors naming the file and the key; the other models load.
+func TestGenerativeBadInput(t *testing.T) {
+	r := newRepo(t)
+	dir := r.genModel("mismatch", "llama-pt2")
+	// Llama-style BPE with 256 byte tokens: ids past the model's 384.
+	tok, err := os.ReadFile(filepath.Join("..", ".cache", "gen", "tokenizers", "bpe_llama", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "1", "tokenizer.json"), tok, 0o644)
+	os.Remove(filepath.Join(dir, "1", "tokenizer_config.json")) // its eos_token is not in that vocabulary either
+	dir = r.genModel("badrole", "gpt2-onnx")
+	f, _ := os.OpenFile(filepath.Join(dir, "config.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("  inputs:\n    positions: pos\n")
+	f.Close()
+	r.genModel("good", "phi3-pt2")
+	m, _ := start(t, r, nil)
+	for model, want := range map[string][]string{
+		"mismatch": {filepath.Join(r.root, "mismatch", "1", "tokenizer.json"), "the tokenizer's ids reach", "logits have 384", "generate.tokenizer"},
+		"badrole":  {filepath.Join(r.root, "badrole", "config.yaml"), `generate.inputs.positions: the model has no input "pos"`},
+	} {
+		st, reason := state(m, model, 1)
+		if st != StateUnavailable {
+			t.Errorf("%s is %s", model, st)
+		}
+		for _, w := range want {
+			if !strings.Contains(reason, w) {
+				t.Errorf("%s: %q does not say %q", model, reason, w)
+			}
+		}
+	}
+	if !m.ModelReady("good", 1) {
+		t.Error("good is not ready")
+	}
+}
