@@ -26,7 +26,7 @@ FUZZ = for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} $${t\#\#*:} for $(1)"; \
 	  $(GO) test -count=1 -run '^$$' -fuzz "^$${t\#\#*:}$$" -fuzztime $(1) -fuzzminimizetime 10x ./$${t%%:*} || exit 1; done
 
-.PHONY: all build run test tokenizers-lib gen-models pjrt venv venv-triton proto examples conformance conformance-check fuzz chaos chaos-cluster bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
+.PHONY: all build run test tokenizers-lib gen-models pjrt pjrt-compat compat-conformance-check venv venv-triton proto examples conformance conformance-check fuzz chaos chaos-cluster bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
 
 all: build
 
@@ -58,6 +58,14 @@ build:
 pjrt:
 	@scripts/pjrt-install.sh
 	@scripts/cpukernels-install.sh
+
+# The oldest XLA CPU plugin our programs are tested on, beside the current
+# one: xla-cpu-pjrt 0.0.1 (PJRT C API 0.81, StableHLO 1.13.3, the vintage of
+# the CUDA and TPU plugins the images ship), in .cache/pjrt-compat/ where no
+# plugin search finds it. harness/zoo's TestZooCompat, cmd/xserve's
+# TestRunMatchesONNXRuntimeCompat and compat-conformance-check run on it.
+pjrt-compat:
+	@scripts/pjrt-install.sh compat
 
 # Reference frameworks (onnx, onnxruntime, numpy) for fixtures and benchmarks;
 # the onnx wheel also holds the ONNX backend conformance data.
@@ -115,7 +123,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt venv venv-triton realmodels-small seq-streams detect-model tokenizers-lib gen-models vet conformance-check
+test: pjrt pjrt-compat venv venv-triton realmodels-small seq-streams detect-model tokenizers-lib gen-models vet conformance-check compat-conformance-check
 	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
@@ -148,6 +156,11 @@ conformance: pjrt venv
 # Fails when a case that passes in the committed table stops passing.
 conformance-check: pjrt venv
 	$(GO) run ./cmd/onnx-conformance -check docs/onnx-conformance.md
+
+# The same cases on the compat plugin (make pjrt-compat): each that passes on
+# the current plugin must pass there too.
+compat-conformance-check: pjrt-compat venv
+	$(GO) run ./cmd/onnx-conformance -pjrt-plugin $(CURDIR)/.cache/pjrt-compat/xla-cpu-pjrt-0.0.1/pjrt_c_api_cpu_plugin.so -check docs/onnx-conformance.md
 
 fuzz:
 	@$(call FUZZ,$(FUZZTIME))

@@ -2,6 +2,7 @@ package fxgraph
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -65,7 +66,7 @@ func (e *Emitter) fold(n *Node, info *Op) (*Node, error) {
 	}
 	t := outs[0]
 	dims, _ := n.Val().Shape.Static()
-	if t.DType != n.Val().DType || !equalInts(t.Shape, dims) {
+	if t.DType != n.Val().DType || !slices.Equal(t.Shape, dims) {
 		return nil, fmt.Errorf("fold %s (%s): got %s, meta says %s", n.Name, n.Target, t, n.Val())
 	}
 	k := g.AddConstant(foldedName(n), t)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -512,46 +513,11 @@ func (g *Graph) Validate() error {
 			return fmt.Errorf("%w: two nodes are named %q", ErrInvalid, n.Name)
 		}
 		names[n.Name] = true
-		switch n.Opcode {
-		case Placeholder:
-		case CallFunction:
-			if n.Op == nil || n.Target != n.Op.Name {
-				return fmt.Errorf("%w: call_function %s calls %q but holds no such operator (build call nodes with AddCall)", ErrInvalid, n.Name, n.Target)
-			}
-		case GetAttr:
-			_, isT := g.Attrs[n.Target]
-			_, isG := g.Subgraphs[n.Target]
-			if !isT && !isG {
-				return fmt.Errorf("%w: get_attr %s reads %q, which the graph does not hold", ErrInvalid, n.Name, n.Target)
-			}
-		case Output:
-			if n != g.tail {
-				return fmt.Errorf("%w: output node %s is not the last node", ErrInvalid, n.Name)
-			}
-		default:
-			return fmt.Errorf("%w: node %s has unknown opcode %q", ErrInvalid, n.Name, n.Opcode)
+		if err := g.validateOpcode(n); err != nil {
+			return err
 		}
-		for _, in := range n.InputNodes() {
-			if in.graph != g {
-				return fmt.Errorf("%w: node %s uses %s, which is not in this graph", ErrInvalid, n.Name, in.Name)
-			}
-			if !seen[in] {
-				return fmt.Errorf("%w: node %s uses %s before it is defined (graph is not in topological order)", ErrInvalid, n.Name, in.Name)
-			}
-			found := false
-			for _, u := range in.users {
-				if u == n {
-					found = true
-				}
-			}
-			if !found {
-				return fmt.Errorf("%w: %s is missing user %s (edit nodes through Graph methods)", ErrInvalid, in.Name, n.Name)
-			}
-		}
-		for _, u := range n.users {
-			if u.graph != g {
-				return fmt.Errorf("%w: node %s lists user %s, which is not in this graph", ErrInvalid, n.Name, u.Name)
-			}
+		if err := g.validateEdges(n, seen); err != nil {
+			return err
 		}
 		seen[n] = true
 	}
@@ -561,6 +527,52 @@ func (g *Graph) Validate() error {
 	for name, sub := range g.Subgraphs {
 		if err := sub.Validate(); err != nil {
 			return fmt.Errorf("subgraph %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// validateOpcode checks what n's opcode asks of it.
+func (g *Graph) validateOpcode(n *Node) error {
+	switch n.Opcode {
+	case Placeholder:
+	case CallFunction:
+		if n.Op == nil || n.Target != n.Op.Name {
+			return fmt.Errorf("%w: call_function %s calls %q but holds no such operator (build call nodes with AddCall)", ErrInvalid, n.Name, n.Target)
+		}
+	case GetAttr:
+		_, isT := g.Attrs[n.Target]
+		_, isG := g.Subgraphs[n.Target]
+		if !isT && !isG {
+			return fmt.Errorf("%w: get_attr %s reads %q, which the graph does not hold", ErrInvalid, n.Name, n.Target)
+		}
+	case Output:
+		if n != g.tail {
+			return fmt.Errorf("%w: output node %s is not the last node", ErrInvalid, n.Name)
+		}
+	default:
+		return fmt.Errorf("%w: node %s has unknown opcode %q", ErrInvalid, n.Name, n.Opcode)
+	}
+	return nil
+}
+
+// validateEdges checks that n's inputs are in g, defined before it (seen)
+// and list n as a user, and that its users are in g.
+func (g *Graph) validateEdges(n *Node, seen map[*Node]bool) error {
+	for _, in := range n.InputNodes() {
+		if in.graph != g {
+			return fmt.Errorf("%w: node %s uses %s, which is not in this graph", ErrInvalid, n.Name, in.Name)
+		}
+		if !seen[in] {
+			return fmt.Errorf("%w: node %s uses %s before it is defined (graph is not in topological order)", ErrInvalid, n.Name, in.Name)
+		}
+		if !slices.Contains(in.users, n) {
+			return fmt.Errorf("%w: %s is missing user %s (edit nodes through Graph methods)", ErrInvalid, in.Name, n.Name)
+		}
+	}
+	for _, u := range n.users {
+		if u.graph != g {
+			return fmt.Errorf("%w: node %s lists user %s, which is not in this graph", ErrInvalid, n.Name, u.Name)
 		}
 	}
 	return nil

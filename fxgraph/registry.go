@@ -3,6 +3,7 @@ package fxgraph
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -220,7 +221,7 @@ func (g *Graph) replaceWithConstants(n *Node, outs []*tensor.Tensor) error {
 	for i, t := range outs {
 		want := n.Meta.Vals[i]
 		dims, _ := want.Shape.Static()
-		if t.DType != want.DType || !equalInts(t.Shape, dims) {
+		if t.DType != want.DType || !slices.Equal(t.Shape, dims) {
 			return fmt.Errorf("fold %s: value %d is %s, meta says %s", n.Name, i, t, want)
 		}
 	}
@@ -245,18 +246,6 @@ func (g *Graph) replaceWithConstants(n *Node, outs []*tensor.Tensor) error {
 		g.ReplaceAllUses(u, c)
 	}
 	return nil
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Specialize returns a copy of g with every symbolic dim of the inputs set

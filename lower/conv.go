@@ -211,14 +211,7 @@ func nnDepthwise(b *nnB, x, w *stablehlo.Value, xd, wd, outDims []int64, p fxgra
 		} else {
 			acc = b.add(acc, term)
 		}
-		j := spatial - 1
-		for ; j >= 0; j-- {
-			if tap[j]++; tap[j] < wd[2+j] {
-				break
-			}
-			tap[j] = 0
-		}
-		if j < 0 {
+		if !nextIndex(tap, wd[2:]) {
 			return acc
 		}
 	}
@@ -295,14 +288,7 @@ func nnConvAsDot(b *nnB, x, w *stablehlo.Value, wd, outDims []int64, p fxgraph.C
 			strides[1+j] = p.Stride[j]
 		}
 		taps = append(taps, b.slice(xl, starts, limits, strides))
-		j := spatial - 1
-		for ; j >= 0; j-- {
-			if tap[j]++; tap[j] < wd[2+j] {
-				break
-			}
-			tap[j] = 0
-		}
-		if j < 0 {
+		if !nextIndex(tap, wd[2:]) {
 			break
 		}
 	}

@@ -104,12 +104,14 @@ func col2imPositions(p fxgraph.Col2imParams, blocks, padded []int64) []byte {
 	return out
 }
 
-// nextIndex advances the row-major multi-index idx within dims.
-func nextIndex(idx, dims []int64) {
+// nextIndex advances the row-major multi-index idx within dims; it
+// returns false when idx wraps around to all zeros (it was the last).
+func nextIndex(idx, dims []int64) bool {
 	for j := len(idx) - 1; j >= 0; j-- {
 		if idx[j]++; idx[j] < dims[j] {
-			return
+			return true
 		}
 		idx[j] = 0
 	}
+	return false
 }

@@ -67,7 +67,7 @@ func nnDilatedWindowReduce(b *nnB, inputs, inits []*stablehlo.Value, fn *Func, d
 			xs[i] = b.set(x.Block().Pad(x, inits[i], g.padLo, g.padHi, nil))
 		}
 		xs[i] = b.reshape(xs[i], g.folded)
-		if !nnEqualInt64s(g.folded, g.sliceD) {
+		if !slices.Equal(g.folded, g.sliceD) {
 			xs[i] = b.slice(xs[i], zeros, slices.Clone(g.sliceD), nil)
 		}
 	}
@@ -141,18 +141,6 @@ func nnFoldWindows(dims, axes, k, s, d, lo, hi []int64) nnFolded {
 		}
 	}
 	return g
-}
-
-func nnEqualInt64s(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // nnPoolGeometry returns the spatial axes and the low/high padding that

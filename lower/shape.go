@@ -720,7 +720,7 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 		if src, err = ctx.ConvertTo(src, dt); err != nil {
 			return nil, err
 		}
-		if !shEqualInts(src.Type().Dims, id) {
+		if !slices.Equal(src.Type().Dims, id) {
 			if src, err = src.Block().Slice(src, make([]int64, len(id)), id, nil); err != nil {
 				return nil, err
 			}
@@ -745,18 +745,6 @@ func shLowerScatter(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*st
 		return nil, err
 	}
 	return shLowerReshape(ctx, n, []*stablehlo.Value{v})
-}
-
-func shEqualInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func shLowerIndexPut(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stablehlo.Value, error) {

@@ -248,3 +248,20 @@ func absOrEmpty(p string) string {
 	}
 	return p
 }
+
+// CompatCPUPlugin returns the oldest XLA CPU plugin xserve's programs are
+// tested on, which `make pjrt-compat` installs: xla-cpu-pjrt 0.0.1 (PJRT C
+// API 0.81, StableHLO 1.13.3, the vintage of the CUDA and TPU plugins the
+// images ship), at <cache>/pjrt-compat/xla-cpu-pjrt-0.0.1/, the cache being
+// $XSERVE_CACHE or else <repoRoot>/.cache. FindPlugin never returns it.
+func CompatCPUPlugin(repoRoot string) (string, error) {
+	cache := absOrEmpty(os.Getenv(EnvCache))
+	if cache == "" {
+		cache = filepath.Join(absOrEmpty(repoRoot), ".cache")
+	}
+	p := filepath.Join(cache, "pjrt-compat", "xla-cpu-pjrt-0.0.1", CPUPluginFile)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("pjrt: the compat CPU plugin (run make pjrt-compat): %w", err)
+	}
+	return p, nil
+}

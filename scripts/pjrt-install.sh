@@ -10,6 +10,15 @@
 # next to a VERSION file, where the pjrt package (pjrt.FindPlugin) looks for it.
 # Running it again is a no-op once the plugin is there.
 #
+# `pjrt-install.sh compat` (make pjrt-compat) installs instead the oldest CPU
+# plugin we test against, xla-cpu-pjrt==0.0.1 (PJRT C API 0.81, StableHLO
+# 1.13.3: the vintage of the CUDA and TPU plugins the images ship), as
+#
+#   ${XSERVE_CACHE:-<repo>/.cache}/pjrt-compat/xla-cpu-pjrt-0.0.1/pjrt_c_api_cpu_plugin.so
+#
+# outside pjrt/, where pjrt.FindPlugin never picks it: `make compat-test` hands
+# it to the tests by XSERVE_PJRT_PLUGIN.
+#
 # Environment:
 #   XSERVE_CACHE        cache root (default <repo>/.cache)
 #   XSERVE_PJRT_WHEEL   path of an already downloaded wheel to use instead of pip
@@ -17,16 +26,32 @@
 #   PYTHON              python interpreter (default python3)
 set -euo pipefail
 
-readonly PKG_NAME="lammps-jax-pjrt-cpu"
-readonly PKG_VERSION="0.11.2"
-readonly WHEEL="lammps_jax_pjrt_cpu-${PKG_VERSION}-py3-none-manylinux_2_27_x86_64.whl"
-readonly WHEEL_SHA256="1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1"
-readonly MEMBER="lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
 readonly PLUGIN_NAME="pjrt_c_api_cpu_plugin.so"
-
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${XSERVE_CACHE:-$REPO/.cache}"
-DEST="$CACHE/pjrt/${PKG_NAME}-${PKG_VERSION}"
+case "${1:-current}" in
+current)
+	PKG_NAME="lammps-jax-pjrt-cpu"
+	PKG_VERSION="0.11.2"
+	WHEEL_SHA256="1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1"
+	MEMBER="lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
+	ROOT="$CACHE/pjrt"
+	;;
+compat)
+	PKG_NAME="xla-cpu-pjrt"
+	PKG_VERSION="0.0.1"
+	WHEEL_SHA256="55837b6b7b47daa717f2d9a5a03563ea0ceaa338d06a81a1e2d3f060d960decc"
+	MEMBER="xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"
+	ROOT="$CACHE/pjrt-compat"
+	;;
+*)
+	echo "usage: $0 [current|compat]" >&2
+	exit 2
+	;;
+esac
+readonly PKG_NAME PKG_VERSION WHEEL_SHA256 MEMBER ROOT
+readonly WHEEL="${PKG_NAME//-/_}-${PKG_VERSION}-py3-none-manylinux_2_27_x86_64.whl"
+DEST="$ROOT/${PKG_NAME}-${PKG_VERSION}"
 PY="${PYTHON:-python3}"
 
 log() { echo "pjrt: $*"; }
@@ -36,7 +61,8 @@ die() { echo "pjrt: error: $*" >&2; exit 1; }
 # asynchronous=false create option pjrt.Open passes; pjrt.FindPlugin takes the
 # first of $CACHE/pjrt/*/ in name order, so remove it rather than leave the
 # choice to the names.
-for old in "$CACHE"/pjrt/xla-cpu-pjrt-*; do
+for old in "$ROOT"/xla-cpu-pjrt-*; do
+	[[ "$ROOT" == "$CACHE/pjrt" ]] || break
 	if [[ -d "$old" ]]; then
 		log "removing the plugin pinned before, $old"
 		rm -rf "$old"
@@ -55,8 +81,8 @@ esac
 command -v "$PY" >/dev/null 2>&1 || die "$PY not found (needed to download and unpack the wheel)"
 command -v sha256sum >/dev/null 2>&1 || die "sha256sum not found"
 
-mkdir -p "$CACHE/pjrt"
-TMP="$(mktemp -d "$CACHE/pjrt/.install.XXXXXX")"
+mkdir -p "$ROOT"
+TMP="$(mktemp -d "$ROOT/.install.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 
 if [[ -n "${XSERVE_PJRT_WHEEL:-}" ]]; then

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/lower/cpu"
+	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -34,13 +35,27 @@ func TestRunMatchesONNXRuntime(t *testing.T) {
 		name   string
 		cached bool // the second run with --compile-cache loads the executable
 	}{{"compiled", false}, {"cached", true}} {
-		t.Run(tc.name, func(t *testing.T) { runMatchesONNXRuntime(t, tc.cached) })
+		t.Run(tc.name, func(t *testing.T) { runMatchesONNXRuntime(t, tc.cached, "") })
 	}
 }
 
-func runMatchesONNXRuntime(t *testing.T, cached bool) {
+// TestRunMatchesONNXRuntimeCompat is TestRunMatchesONNXRuntime on the
+// oldest CPU plugin we test on (make pjrt-compat: PJRT C API 0.81,
+// StableHLO 1.13.3), given by --pjrt-plugin.
+func TestRunMatchesONNXRuntimeCompat(t *testing.T) {
+	plugin, err := pjrt.CompatCPUPlugin("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runMatchesONNXRuntime(t, false, plugin)
+}
+
+func runMatchesONNXRuntime(t *testing.T, cached bool, plugin string) {
 	dir := t.TempDir()
 	args := []string{"run", example + "/1/model.onnx", "--input", "image=" + sampleDir + "/image.npy", "--output", dir}
+	if plugin != "" {
+		args = append(args, "--pjrt-plugin", plugin)
+	}
 	if cached {
 		args = append(args, "--compile-cache", filepath.Join(dir, "cache"))
 		if _, stderr, err := xserve(t, args...); err != nil || !strings.Contains(stderr, ", compiled in") {
@@ -56,6 +71,9 @@ func runMatchesONNXRuntime(t *testing.T, cached bool) {
 	}
 	if !strings.Contains(stderr, "loaded pjrt cpu") {
 		t.Errorf("run did not report the plugin it loaded:\n%s", stderr)
+	}
+	if plugin != "" && !strings.Contains(stderr, "(api 0.81)") {
+		t.Errorf("run did not load the compat plugin (PJRT C API 0.81):\n%s", stderr)
 	}
 	if !strings.Contains(out, "output probs: float32[2,10]") {
 		t.Errorf("unexpected output listing:\n%s", out)

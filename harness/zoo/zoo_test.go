@@ -30,6 +30,22 @@ func openClient(t *testing.T) *pjrt.Client {
 	if err != nil {
 		t.Fatalf("no PJRT plugin (run make pjrt): %v", err)
 	}
+	return openPlugin(t, path)
+}
+
+// openCompatClient opens the oldest CPU plugin we test on
+// (pjrt.CompatCPUPlugin).
+func openCompatClient(t *testing.T) *pjrt.Client {
+	t.Helper()
+	path, err := pjrt.CompatCPUPlugin("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return openPlugin(t, path)
+}
+
+func openPlugin(t *testing.T, path string) *pjrt.Client {
+	t.Helper()
 	c, err := pjrt.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -40,8 +56,20 @@ func openClient(t *testing.T) *pjrt.Client {
 
 // TestZoo runs every committed fixture in both formats on the XLA CPU
 // plugin; each must match PyTorch eager for every reference batch size.
-func TestZoo(t *testing.T) {
-	client := openClient(t)
+func TestZoo(t *testing.T) { checkZoo(t, openClient(t)) }
+
+// TestZooCompat is TestZoo on the oldest CPU plugin we test on (PJRT C
+// API 0.81, StableHLO 1.13.3), of the CUDA and TPU plugins' vintage: the
+// programs we emit must parse, compile and match there too.
+func TestZooCompat(t *testing.T) {
+	client := openCompatClient(t)
+	if v := client.PluginVersion(); !strings.HasPrefix(v, "0.81 ") || !strings.Contains(v, "stablehlo_current_version=1.13.3") {
+		t.Fatalf("the compat plugin reports %q, want PJRT C API 0.81 with StableHLO 1.13.3", v)
+	}
+	checkZoo(t, client)
+}
+
+func checkZoo(t *testing.T, client *pjrt.Client) {
 	results, err := Check(context.Background(), fixtureDir, client)
 	if err != nil {
 		t.Fatal(err)

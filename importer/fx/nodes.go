@@ -715,62 +715,6 @@ func (c *call) tensor(name string) (*fxgraph.Node, error) {
 	return n, nil
 }
 
-// optTensor returns an optional tensor argument (nil for None).
-func (c *call) optTensor(name string) (*fxgraph.Node, error) {
-	v := c.arg(name)
-	if v == nil {
-		return nil, nil
-	}
-	return c.tensor(name)
-}
-
-// intArg returns an int argument.
-func (c *call) intArg(name string) (int64, error) {
-	v, ok := fxgraph.AsInt(c.arg(name))
-	if !ok {
-		return 0, c.errorf(ErrUnsupported, "argument %s is %s, want an int", name, fxgraph.FormatArg(c.arg(name)))
-	}
-	return v, nil
-}
-
-// floatArg returns a number argument.
-func (c *call) floatArg(name string) (float64, error) {
-	v, ok := fxgraph.AsFloat(c.arg(name))
-	if !ok {
-		return 0, c.errorf(ErrUnsupported, "argument %s is %s, want a number", name, fxgraph.FormatArg(c.arg(name)))
-	}
-	return v, nil
-}
-
-// boolArg returns a bool argument.
-func (c *call) boolArg(name string) (bool, error) {
-	v, ok := fxgraph.AsInt(c.arg(name))
-	if !ok {
-		return false, c.errorf(ErrUnsupported, "argument %s is %s, want a bool", name, fxgraph.FormatArg(c.arg(name)))
-	}
-	return v != 0, nil
-}
-
-// ints returns an int list argument; a single int (or one-element list)
-// stands for n copies when n > 0.
-func (c *call) ints(name string, n int) ([]int64, error) {
-	v, ok := fxgraph.AsInts(c.arg(name))
-	if !ok {
-		return nil, c.errorf(ErrUnsupported, "argument %s is %s, want a list of ints", name, fxgraph.FormatArg(c.arg(name)))
-	}
-	if len(v) == 1 && n > 1 {
-		x := v[0]
-		v = make([]int64, n)
-		for i := range v {
-			v[i] = x
-		}
-	}
-	if n > 0 && len(v) != n {
-		return nil, c.errorf(ErrUnsupported, "argument %s has %d values, want %d", name, len(v), n)
-	}
-	return v, nil
-}
-
 // dim returns dim i of x: an int when the IR knows it statically, else an
 // aten.sym_size.int node (which specialization folds to the bucket's size).
 func (b *builder) dim(x *fxgraph.Node, i int) (any, error) {
@@ -788,19 +732,6 @@ func (b *builder) dim(x *fxgraph.Node, i int) (any, error) {
 	}
 	b.symSize[k] = n
 	return n, nil
-}
-
-// dims returns every dim of x as dim does.
-func (c *call) dims(x *fxgraph.Node) ([]any, error) {
-	out := make([]any, x.Val().Rank())
-	for i := range out {
-		d, err := c.b.dim(x, i)
-		if err != nil {
-			return nil, c.errorf(errSentinel(err), "%s", trimSentinel(err))
-		}
-		out[i] = d
-	}
-	return out, nil
 }
 
 // scalarConst adds a rank-0 constant of dtype dt.
