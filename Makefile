@@ -123,7 +123,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt pjrt-compat venv venv-triton realmodels-small detect-model tokenizers-lib gen-models vet conformance-check compat-conformance-check
+test: pjrt pjrt-compat venv venv-triton realmodels-small seq-streams detect-model tokenizers-lib gen-models vet conformance-check compat-conformance-check
 	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
@@ -356,6 +356,17 @@ realmodels: pjrt build venv $(VENV_ZOO)/.installed $(VENV_ML)/.installed
 REALMODELS_SMALL := rapidocr_cls_v2,silero_vad_16k_sequence,silero_vad_16k_op15,silero_vad,text2tashkeel_bilstm_int8,text2tashkeel_rawi_v3_int8,g2p_id_lstm_decoder
 realmodels-small: venv
 	$(VENV)/bin/python python/realmodels/packaged.py --out .cache/realmodels-small --only $(REALMODELS_SMALL)
+
+# silero-vad's 16 kHz model (from realmodels-small's pinned wheel) as a
+# repository version with no config.yaml, 64 streams of 100 chunks and ONNX
+# Runtime's outputs for each stream run alone with its state carried
+# (python/seq/silero_streams.py), for the stateful-model tests.
+.PHONY: seq-streams
+SEQ_DIR := .cache/seq
+seq-streams: $(SEQ_DIR)/silero_vad_16k/ref.npy
+$(SEQ_DIR)/silero_vad_16k/ref.npy: python/seq/silero_streams.py | realmodels-small
+	$(VENV)/bin/python python/seq/silero_streams.py --out $(SEQ_DIR) \
+	  --model .cache/realmodels-small/cases/silero_vad_16k_op15.onnx-package/model.onnx
 
 # Classical ML (python/requirements-ml.txt): scikit-learn, skl2onnx,
 # LightGBM, XGBoost and onnxmltools in their own venv; make test needs none

@@ -60,6 +60,8 @@ type Engine struct {
 	cores     int
 	cpu       bool // the client's platform is the CPU: only there do executions split
 	kernels   bool // the client loaded the CPU kernel library, whose threads an execution can go without
+
+	rows rowPrograms // Concat's and Split's programs
 }
 
 // New returns an Engine on opts.Client.

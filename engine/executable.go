@@ -211,3 +211,16 @@ func (x *Executable) checkGuards(ctx context.Context, outs []*pjrt.Buffer) ([]*p
 func (e *Engine) Upload(ctx context.Context, t *tensor.Tensor) (*pjrt.Buffer, error) {
 	return e.client.Upload(ctx, t)
 }
+
+// UploadInput copies host tensor t to the device as the program's input k
+// (in the order Execute takes them), converting it to the parameter's dtype
+// where they differ (int64 narrowed to int32), as Run does.
+func (x *Executable) UploadInput(ctx context.Context, k int, t *tensor.Tensor) (*pjrt.Buffer, error) {
+	if k < 0 || k >= len(x.inputs) {
+		return nil, fmt.Errorf("engine: no input %d (the program takes %d)", k, len(x.inputs))
+	}
+	if p := x.Program.Params[x.inputs[k]]; t.DType != p.DType {
+		t = t.Convert(p.DType)
+	}
+	return x.client.Upload(ctx, t)
+}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/lower/stablehlo"
-	"github.com/xserve/xserve/tensor"
 )
 
 // Tree ensembles (fxgraph.XserveTreeEnsemble). Every tree is walked at once,
@@ -25,27 +24,6 @@ import (
 
 func registerTrees(r *Registry) {
 	r.Register(fxgraph.XserveTreeEnsemble, treeEnsembleRule)
-}
-
-// treeElem is the StableHLO element type of an IR dtype.
-func treeElem(dt tensor.DType) (stablehlo.ElementType, error) {
-	switch dt {
-	case tensor.Bool:
-		return stablehlo.Bool, nil
-	case tensor.Int8:
-		return stablehlo.I8, nil
-	case tensor.Int32:
-		return stablehlo.I32, nil
-	case tensor.Int64:
-		return stablehlo.I64, nil
-	case tensor.Float16:
-		return stablehlo.F16, nil
-	case tensor.Float32:
-		return stablehlo.F32, nil
-	case tensor.Float64:
-		return stablehlo.F64, nil
-	}
-	return stablehlo.Invalid, fmt.Errorf("tree ensemble: dtype %s", dt)
 }
 
 // trees is the lowering of one tree ensemble node: its block, operands and

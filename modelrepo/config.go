@@ -132,6 +132,28 @@ type Config struct {
 	// there); nil means device 0. One device for now: instances of one
 	// model on several devices are not served yet.
 	Devices []int
+	// Sequence configures the sequences of a stateful model.
+	Sequence SequenceConfig
+}
+
+// SequenceConfig is config.yaml's sequence: section, for a model that
+// carries state from one request of a sequence to the next. Zero values
+// mean "as the server decides": the state recognised from the model, the
+// server's idle limit and sequence bound.
+type SequenceConfig struct {
+	// States names each state: the input a sequence's previous step feeds
+	// from the output; its initial value is zeros.
+	States []StateConfig
+	// MaxSequenceIdle is how long a sequence may go without a request
+	// before it expires (max_sequence_idle).
+	MaxSequenceIdle time.Duration
+	// MaxSequences bounds the active sequences of a version.
+	MaxSequences int
+}
+
+// StateConfig is one state of SequenceConfig: input <- output.
+type StateConfig struct {
+	Input, Output string
 }
 
 // AnyDim, in InputConfig.Dims and OutputConfig.Dims, is a dim the config
@@ -424,6 +446,44 @@ type rawConfig struct {
 	Generate      *rawGenerate       `yaml:"generate"`
 	Pipeline      *rawPipeline       `yaml:"pipeline"`
 	Devices       []int              `yaml:"devices"`
+	Sequence      *rawSequence       `yaml:"sequence"`
+}
+
+type rawSequence struct {
+	State           []rawState `yaml:"state"`
+	MaxSequenceIdle *string    `yaml:"max_sequence_idle"`
+	MaxSequences    *int       `yaml:"max_sequences"`
+}
+
+type rawState struct {
+	Input  string `yaml:"input"`
+	Output string `yaml:"output"`
+}
+
+// convert reads the sequence section into c (nothing when rs is nil: no
+// section).
+func (rs *rawSequence) convert(p *problems, c *SequenceConfig) {
+	if rs == nil {
+		return
+	}
+	for i, st := range rs.State {
+		if st.Input == "" || st.Output == "" {
+			p.add(fmt.Sprintf("sequence.state[%d]", i), "needs both input and output, got input %q output %q", st.Input, st.Output)
+		}
+		c.States = append(c.States, StateConfig{Input: st.Input, Output: st.Output})
+	}
+	if rs.MaxSequenceIdle != nil {
+		c.MaxSequenceIdle = convertDuration(p, "sequence.max_sequence_idle", *rs.MaxSequenceIdle)
+		if d, err := time.ParseDuration(strings.TrimSpace(*rs.MaxSequenceIdle)); err == nil && d <= 0 {
+			p.add("sequence.max_sequence_idle", "must be > 0, got %q", *rs.MaxSequenceIdle)
+		}
+	}
+	if rs.MaxSequences != nil {
+		if *rs.MaxSequences < 1 {
+			p.add("sequence.max_sequences", "must be >= 1, got %d", *rs.MaxSequences)
+		}
+		c.MaxSequences = *rs.MaxSequences
+	}
 }
 
 type rawInput struct {
@@ -482,6 +542,7 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 	if raw.Generate != nil {
 		c.Generate = raw.Generate.convert(p)
 	}
+	raw.Sequence.convert(p, &c.Sequence)
 	if raw.Buckets != nil {
 		c.Buckets = make(map[string][]int64, len(raw.Buckets))
 		for k, v := range raw.Buckets {

@@ -26,6 +26,10 @@ var (
 	ErrOverloaded = errors.New("serving: overloaded")
 	// ErrClosed: the server is shutting down.
 	ErrClosed = errors.New("serving: closed")
+	// ErrSequence: a request names a sequence that is not active (never
+	// started, ended, expired, or its state was lost), or a stateful model
+	// got a request outside a sequence.
+	ErrSequence = errors.New("serving: sequence")
 )
 
 // ModelState is a model version's lifecycle state, as the Open Inference
@@ -109,6 +113,10 @@ type InferRequest struct {
 	Outputs []string
 	// Priority for the batcher (0 = highest).
 	Priority int
+	// Sequence, for a stateful model, is the step of a sequence this
+	// request is: the server keeps the model's state between the steps
+	// (nil: a stateless request, every input given).
+	Sequence *SequenceStep
 }
 
 // NamedTensor is a tensor with its name.

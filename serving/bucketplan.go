@@ -185,13 +185,17 @@ func (p *BucketPlan) hasExact() bool {
 }
 
 // bind checks a request's inputs (in signature order) against the
-// signature and returns each served symbol's size. Errors wrap
+// signature and returns each served symbol's size; a nil input (a
+// sequence's state, which the server holds) is skipped. Errors wrap
 // ErrInvalidInput and name the input and dim.
 func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 	dims := map[string]int64{}
 	from := map[string]string{}
 	for i := range p.Inputs {
 		in, t := &p.Inputs[i], inputs[i]
+		if t == nil {
+			continue // not given (a sequence's state): bound from the others
+		}
 		if t.DType != in.DType {
 			return nil, fmt.Errorf("%w: input %q has dtype %s, model expects %s", ErrInvalidInput, in.Name, t.DType, in.DType)
 		}
@@ -235,7 +239,7 @@ func (p *BucketPlan) bindDerived(inputs []*tensor.Tensor, dims map[string]int64,
 	for i := range p.Inputs {
 		in := &p.Inputs[i]
 		for d, spec := range in.Dims {
-			if spec.Expr == nil {
+			if spec.Expr == nil || inputs[i] == nil {
 				continue
 			}
 			got := inputs[i].Shape[d]
@@ -621,23 +625,33 @@ func (p *BucketPlan) inputBatchAxis(i int) int {
 // executed output cannot hold means padding was not invisible: an error,
 // never a wrong answer.
 func (p *BucketPlan) extract(k int, out *tensor.Tensor, want []int64, offset int64, batched bool) (*tensor.Tensor, error) {
-	off := make([]int64, len(want))
+	axis := -1
 	if batched && p.outBatchAxis != nil {
-		off[p.outBatchAxis[k]] = offset
+		axis = p.outBatchAxis[k]
 	}
+	if !batched && equalShape(want, out.Shape) {
+		return out, nil
+	}
+	return p.extractAlong(k, out, want, axis, offset)
+}
+
+// extractAlong cuts the box of shape want out of output k's executed
+// value, starting at offset along axis (-1: at the origin).
+func (p *BucketPlan) extractAlong(k int, out *tensor.Tensor, want []int64, axis int, offset int64) (*tensor.Tensor, error) {
+	off := make([]int64, len(want))
 	if p.isBounded(k) {
 		return out, nil // trimmed to its count; every size runs exactly
 	}
 	if len(want) != len(out.Shape) {
 		return nil, fmt.Errorf("serving: output %q has shape %s, the request's shape %s", p.Outputs[k].Name, tensor.ShapeString(out.Shape), tensor.ShapeString(want))
 	}
+	if axis >= 0 {
+		off[axis] = offset
+	}
 	for d := range want {
 		if off[d]+want[d] > out.Shape[d] {
 			return nil, fmt.Errorf("serving: output %q: the request's shape %s does not fit the executed %s; padding changes this output (set pad: false for the symbol in config.yaml)", p.Outputs[k].Name, tensor.ShapeString(want), tensor.ShapeString(out.Shape))
 		}
-	}
-	if !batched && equalShape(want, out.Shape) {
-		return out, nil
 	}
 	res := tensor.New(out.DType, want...)
 	copyBlock(res.Data, want, make([]int64, len(want)), out.Data, out.Shape, off, want, int64(out.DType.Size()))

@@ -146,6 +146,19 @@
 // last bits (the tests allow 1e-6 on tinycnn's probabilities, and require
 // bit-identical results within one bucket).
 //
+// # Sequences
+//
+// A model whose output feeds one of its inputs (silero-vad's stateN into
+// state; found by findStates, or named in config.yaml's sequence:) is
+// stateful: a request with InferRequest.Sequence is a step of that
+// sequence, without the state inputs. The version's sequenceTable keeps
+// each sequence's state on the device between its steps
+// (sequences.go); steps of different sequences run in one execution, their
+// states joined and split on the device (engine.Concat, engine.Split;
+// seqbatch.go). Sequences idle past Options.MaxSequenceIdle expire;
+// Options.MaxSequences bounds them; a step of a sequence that is not active
+// is ErrSequence, saying why. docs/SEQUENCES.md has the details.
+//
 // # Metrics
 //
 // WriteMetrics writes, in the Prometheus text format: xserve_requests_total

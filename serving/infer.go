@@ -77,10 +77,20 @@ func (v *version) infer(ctx context.Context, req *InferRequest, start time.Time)
 // with string values, else on the device.
 func (v *version) inferOnce(ctx context.Context, req *InferRequest) (*InferResponse, runTimes, error) {
 	switch {
-	case v.pipe != nil:
-		return v.inferPipeline(ctx, req)
-	case v.host != nil:
+	case v.pipe != nil || v.host != nil:
+		if req.Sequence != nil {
+			return nil, runTimes{}, fmt.Errorf("%w: model %s keeps no state between requests; send it without sequence_id", ErrSequence, v.name)
+		}
+		if v.pipe != nil {
+			return v.inferPipeline(ctx, req)
+		}
 		return v.inferHost(ctx, req)
+	}
+	if req.Sequence != nil {
+		if !v.stateful() {
+			return nil, runTimes{}, fmt.Errorf("%w: model %s keeps no state between requests (no output feeds an input); send it without sequence_id", ErrSequence, v.name)
+		}
+		return v.inferSequence(ctx, req)
 	}
 	return v.inferDevice(ctx, req)
 }

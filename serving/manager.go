@@ -77,6 +77,14 @@ type Options struct {
 	// whatever failed to load; by default every model version that should
 	// load must be READY (see Readiness).
 	RelaxedReadiness bool
+	// MaxSequenceIdle is how long a sequence of a stateful model may go
+	// without a request before it expires and its state is freed; 0 means
+	// DefaultMaxSequenceIdle.
+	MaxSequenceIdle time.Duration
+	// MaxSequences bounds the active sequences of each stateful model
+	// version (their state stays on the device); 0 means
+	// DefaultMaxSequences.
+	MaxSequences int
 	// TokenizersLibrary is the path of the tokenizers library generative
 	// models' tokenizers load with; "" means tokenizer.FindLibrary's search.
 	TokenizersLibrary string
@@ -122,6 +130,12 @@ func (o *Options) setDefaults() {
 	if o.ExactCompilesPerMinute == 0 {
 		o.ExactCompilesPerMinute = DefaultExactCompilesPerMinute
 	}
+	if o.MaxSequenceIdle == 0 {
+		o.MaxSequenceIdle = DefaultMaxSequenceIdle
+	}
+	if o.MaxSequences == 0 {
+		o.MaxSequences = DefaultMaxSequences
+	}
 }
 
 func (o *Options) validate() error {
@@ -138,6 +152,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("serving: Options.PollInterval must be >= 0, got %v", o.PollInterval)
 	case o.ExactCompilesPerMinute < 0:
 		return fmt.Errorf("serving: Options.ExactCompilesPerMinute must be >= 0, got %d", o.ExactCompilesPerMinute)
+	case o.MaxSequenceIdle < 0:
+		return fmt.Errorf("serving: Options.MaxSequenceIdle must be >= 0, got %v", o.MaxSequenceIdle)
+	case o.MaxSequences < 0:
+		return fmt.Errorf("serving: Options.MaxSequences must be >= 0, got %d", o.MaxSequences)
 	}
 	if _, err := ParseSplitBatches(string(o.SplitBatches)); err != nil {
 		return fmt.Errorf("serving: Options.SplitBatches: %w", err)

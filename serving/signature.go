@@ -381,7 +381,7 @@ func (b *planBuilder) buildOutputs() error {
 		index[out.Name] = i
 		b.p.Outputs = append(b.p.Outputs, out)
 	}
-	if len(b.p.freeOutputs) > 0 && !b.countsAt(freeOutputProbeSize) {
+	if len(b.p.freeOutputs) > 0 && !b.counts() {
 		b.p.freeOutputs = nil // sized by the inputs after all (silero-vad's stateN)
 	}
 	for i, oc := range b.cfg.Outputs {
@@ -392,17 +392,30 @@ func (b *planBuilder) buildOutputs() error {
 	return nil
 }
 
-// freeOutputProbeSize is the size every symbol takes when a deferred
-// model is imported to see whether it has outputs of data-dependent size.
-const freeOutputProbeSize = 64
+// freeOutputProbeSizes are the sizes every symbol takes, in turn, when a
+// deferred model is imported to see whether it has outputs of
+// data-dependent size: the first import that succeeds decides (silero-vad's
+// 16 kHz model imports at 512, not at 64, where its STFT window of 256
+// does not fit).
+var freeOutputProbeSizes = []int64{64, 512}
+
+// counts reports whether the deferred model has outputs of data-dependent
+// size at the first probe size it imports at; yes when it imports at none.
+func (b *planBuilder) counts() bool {
+	for _, size := range freeOutputProbeSizes {
+		if yes, ok := b.countsAt(size); ok {
+			return yes
+		}
+	}
+	return true
+}
 
 // countsAt reports whether the deferred model, imported with every symbol
 // at size, has outputs of data-dependent size (the import appends their
-// counts to the model's outputs). An import that fails says yes: serving
-// it exactly is safe either way.
-func (b *planBuilder) countsAt(size int64) bool {
+// counts to the model's outputs); ok is false when the import fails.
+func (b *planBuilder) countsAt(size int64) (yes, ok bool) {
 	if b.p.shapes == nil {
-		return true
+		return true, true
 	}
 	dims := map[string]int64{}
 	for _, spec := range b.p.modelSyms {
@@ -411,7 +424,10 @@ func (b *planBuilder) countsAt(size int64) bool {
 		}
 	}
 	shapes, err := b.p.shapes(b.p.modelDims(dims))
-	return err != nil || len(shapes) > len(b.p.Outputs)
+	if err != nil {
+		return false, false
+	}
+	return len(shapes) > len(b.p.Outputs), true
 }
 
 func (b *planBuilder) mergeOutput(key string, oc modelrepo.OutputConfig, index map[string]int) error {

@@ -46,6 +46,8 @@ type version struct {
 	batcher *batching.Batcher
 	// stats are the counters of Manager.Statistics.
 	stats versionStats
+	// seqs holds the sequences of a stateful model; nil for others.
+	seqs *sequenceTable
 	// gen runs the sequences of a generative version (config.yaml's
 	// generate: section) and tok is its tokenizer (nil without one).
 	gen *generate.Model
@@ -184,6 +186,9 @@ func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string
 	}
 	plan.findBatchAxes()
 	if err := v.setupBatching(cfgFile); err != nil {
+		return err
+	}
+	if err := v.setupSequences(cfgFile); err != nil {
 		return err
 	}
 	v.log().Info("model version loaded", "file", v.source(), "inputs", plan.inputNames(), "symbols", plan.symbolNames(),
@@ -366,6 +371,9 @@ func (v *version) build(ctx context.Context, b *bucket) (*engine.Executable, boo
 // executables and weights. It is called once no request uses the version
 // (a batch may still execute for requests whose clients went away).
 func (v *version) free() {
+	if v.seqs != nil {
+		v.seqs.close()
+	}
 	v.freeGenerative()
 	if v.batcher != nil {
 		if err := v.batcher.Shutdown(context.Background()); err != nil {

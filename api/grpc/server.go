@@ -371,6 +371,11 @@ func (s *Server) decode(r *pb.ModelInferRequest, lease *payload.Lease) (*serving
 	if p := r.Parameters["priority"]; p != nil {
 		req.Priority = int(p.GetInt64Param())
 	}
+	seq, err := sequenceStep(r.Parameters)
+	if err != nil {
+		return nil, err
+	}
+	req.Sequence = seq
 	for i, in := range r.Inputs {
 		if in.Name == "" {
 			return nil, payload.BadRequest("inputs[%d] has no name", i)
@@ -397,7 +402,11 @@ func (s *Server) decode(r *pb.ModelInferRequest, lease *payload.Lease) (*serving
 				return nil, err
 			}
 		}
-		t, err := payload.RawTensor(in.Name, in.Datatype, in.Shape, data, s.opts.MaxTensorElements)
+		shape := in.Shape
+		if shape == nil {
+			shape = []int64{} // protobuf cannot tell [] from unset: a scalar, as tritonclient sends it
+		}
+		t, err := payload.RawTensor(in.Name, in.Datatype, shape, data, s.opts.MaxTensorElements)
 		if err != nil {
 			return nil, err
 		}
@@ -410,6 +419,24 @@ func (s *Server) decode(r *pb.ModelInferRequest, lease *payload.Lease) (*serving
 		req.Outputs = append(req.Outputs, o.Name)
 	}
 	return req, nil
+}
+
+// sequenceStep reads Triton's sequence parameters: sequence_id (int64,
+// uint64 or string), sequence_start and sequence_end (bool).
+func sequenceStep(params map[string]*pb.InferParameter) (*serving.SequenceStep, error) {
+	var id string
+	switch p := params["sequence_id"].GetParameterChoice().(type) {
+	case nil:
+	case *pb.InferParameter_Int64Param:
+		id = strconv.FormatInt(p.Int64Param, 10)
+	case *pb.InferParameter_Uint64Param:
+		id = strconv.FormatUint(p.Uint64Param, 10)
+	case *pb.InferParameter_StringParam:
+		id = p.StringParam
+	default:
+		return nil, payload.BadRequest("parameters.sequence_id is %v, want an int64_param, uint64_param or string_param", params["sequence_id"])
+	}
+	return payload.SequenceStep(id, params["sequence_start"].GetBoolParam(), params["sequence_end"].GetBoolParam())
 }
 
 // encode is the protocol's response to resp: outputs in

@@ -54,6 +54,13 @@ const (
 	// HeaderDelivery is, on the reply to a durable request, how many times
 	// JetStream delivered it (1 unless a replica failed).
 	HeaderDelivery = "Xserve-Delivery"
+	// HeaderSequenceID places a request of a stateful model in a sequence
+	// (Triton's sequence_id); HeaderSequenceStart and HeaderSequenceEnd
+	// ("true" or "false") are sequence_start and sequence_end. A body's
+	// parameters may say the same instead.
+	HeaderSequenceID    = "Xserve-Sequence-Id"
+	HeaderSequenceStart = "Xserve-Sequence-Start"
+	HeaderSequenceEnd   = "Xserve-Sequence-End"
 )
 
 // Defaults of Options.

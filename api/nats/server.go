@@ -515,6 +515,42 @@ func headerValue(h nats.Header, key string) string {
 	return ""
 }
 
+// sequenceHeaders applies the sequence headers (HeaderSequenceID, Start,
+// End) to d, whose body must then not name a sequence too.
+func sequenceHeaders(h nats.Header, d *payload.Request) error {
+	id := headerValue(h, HeaderSequenceID)
+	flag := func(key string) (bool, error) {
+		switch v := strings.ToLower(headerValue(h, key)); v {
+		case "", "false", "0":
+			return false, nil
+		case "true", "1":
+			return true, nil
+		default:
+			return false, fmt.Errorf("%w: %s %q: want true or false", ErrBadHeader, key, v)
+		}
+	}
+	start, err := flag(HeaderSequenceStart)
+	if err != nil {
+		return err
+	}
+	end, err := flag(HeaderSequenceEnd)
+	if err != nil {
+		return err
+	}
+	if id == "" && !start && !end {
+		return nil
+	}
+	if d.Infer.Sequence != nil {
+		return fmt.Errorf("%w: %s and the body's parameters.sequence_id both name a sequence; give one", ErrBadHeader, HeaderSequenceID)
+	}
+	seq, err := payload.SequenceStep(id, start, end)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderSequenceID, err)
+	}
+	d.Infer.Sequence = seq
+	return nil
+}
+
 // answer decodes the request, runs it and encodes the reply (with no
 // subject yet).
 func (s *Server) answer(j *job) (*nats.Msg, error) {
@@ -561,6 +597,9 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 	}
 	if d.Infer.ID == "" {
 		d.Infer.ID = requestID(h)
+	}
+	if err := sequenceHeaders(h, d); err != nil {
+		return nil, err
 	}
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc

@@ -165,10 +165,53 @@ func requestParams(d *Request, params map[string]json.RawMessage, oipPriority bo
 		}
 		d.Timeout = time.Duration(us) * time.Microsecond
 	}
-	if raw, ok := params["sequence_id"]; ok && string(raw) != "0" && string(raw) != `""` {
-		return badRequest("request: parameters.sequence_id: sequence batching is not supported")
+	seq, err := sequenceParams(params)
+	if err != nil {
+		return err
 	}
+	d.Infer.Sequence = seq
 	return nil
+}
+
+// sequenceParams reads Triton's sequence parameters: sequence_id (an
+// integer or a string; 0 and "" mean none), sequence_start, sequence_end.
+func sequenceParams(params map[string]json.RawMessage) (*serving.SequenceStep, error) {
+	start, _, err := paramBool(params, "sequence_start", "request")
+	if err != nil {
+		return nil, err
+	}
+	end, _, err := paramBool(params, "sequence_end", "request")
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := params["sequence_id"]
+	var id string
+	if ok {
+		var n json.Number
+		if err := json.Unmarshal(raw, &id); err != nil {
+			if err := json.Unmarshal(raw, &n); err != nil || strings.ContainsAny(n.String(), ".eE-") {
+				return nil, badRequest("request: parameters.sequence_id is %s, want an integer or a string", quoteTok(raw))
+			}
+			id = n.String()
+		}
+	}
+	return SequenceStep(id, start, end)
+}
+
+// SequenceStep returns the serving step of Triton's sequence parameters as
+// every protocol reads them: nil without a sequence id (id "" or "0"),
+// an error when sequence_start or sequence_end come without one.
+func SequenceStep(id string, start, end bool) (*serving.SequenceStep, error) {
+	if id == "" || id == "0" {
+		if start || end {
+			return nil, badRequest("request: parameters.sequence_start or sequence_end without a sequence_id")
+		}
+		return nil, nil
+	}
+	if len(id) > 256 {
+		return nil, badRequest("request: parameters.sequence_id is %d bytes long, want at most 256", len(id))
+	}
+	return &serving.SequenceStep{ID: id, Start: start, End: end}, nil
 }
 
 // outputParams reads one requested output's parameters.

@@ -51,7 +51,7 @@ func tooLarge(format string, args ...any) error { return TooLarge(format, args..
 //	serving.ErrInvalidInput, serving.ErrNoBucket,
 //	  modelrepo.ErrInvalidName, ErrBadRequest,
 //	  batching.ErrTooLarge, batching.ErrInvalid,
-//	  serving.ErrModelControl                         400
+//	  serving.ErrModelControl, serving.ErrSequence    400
 //	ErrTooLarge                                       413
 //	ErrUnsupportedEncoding                            415
 //	serving.ErrOverloaded, batching.ErrQueueFull,
@@ -72,7 +72,7 @@ func Status(err error) int {
 	case errors.Is(err, ErrBadRequest), errors.Is(err, serving.ErrInvalidInput),
 		errors.Is(err, serving.ErrNoBucket), errors.Is(err, modelrepo.ErrInvalidName),
 		errors.Is(err, batching.ErrTooLarge), errors.Is(err, batching.ErrInvalid),
-		errors.Is(err, serving.ErrModelControl):
+		errors.Is(err, serving.ErrModelControl), errors.Is(err, serving.ErrSequence):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge

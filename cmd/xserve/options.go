@@ -102,6 +102,8 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.StringVar(&o.Serving.CompileCacheDir, "compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
 	fs.IntVar(&o.Serving.CompileParallelism, "compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
 	fs.IntVar(&o.Serving.ExactCompilesPerMinute, "exact-compiles-per-minute", 0, "compiles of exact-size executables (sizes no bucket holds) per minute across all models; requests needing one wait within their deadline (0: 30)")
+	fs.DurationVar(&o.Serving.MaxSequenceIdle, "max-sequence-idle", 0, "a sequence of a stateful model idle this long expires and its state is freed; its next request is refused (0: 1m)")
+	fs.IntVar(&o.Serving.MaxSequences, "max-sequences", 0, "active sequences per stateful model version, their state kept on the device (0: 1024)")
 	fs.StringVar(&o.split, "split-batches", "auto", "on a CPU, run an execution's rows as shards on idle cores at once: auto (when no other execution runs and each bucket's own timings say it is faster), off, always")
 	fs.DurationVar(&o.poll, "poll-interval", 5*time.Second, "with --model-control-mode poll: how often to rescan the model repository for changes")
 	fs.StringVar(&o.control, "model-control-mode", "poll", "who changes the loaded models: poll (follow the repository; the load/unload API is refused), explicit (load every model at start, then only the load/unload API), none (load once)")

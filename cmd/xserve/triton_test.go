@@ -62,6 +62,30 @@ func TestTritonClients(t *testing.T) {
 	p.stop(t)
 }
 
+// TestTritonSequences runs python/tests/test_triton_sequences.py:
+// tritonclient's sequence API over HTTP and gRPC against silero-vad served
+// with no config.yaml (make seq-streams), each stream checked against ONNX
+// Runtime, an idle stream expiring after --max-sequence-idle.
+func TestTritonSequences(t *testing.T) {
+	python := tritonVenv(t)
+	src := filepath.Join(repoRoot(t), ".cache", "seq", "silero_vad_16k")
+	model, err := os.ReadFile(filepath.Join(src, "1", "model.onnx"))
+	if err != nil {
+		t.Fatalf("%v: run make seq-streams (make test does)", err)
+	}
+	repo := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(repo, "silero", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "silero", "1", "model.onnx"), model, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XSERVE_SEQ_DIR", src)
+	p := startXserve(t, repo, t.TempDir(), "--max-sequence-idle", "1s")
+	runPytest(t, python, p, "python/tests/test_triton_sequences.py")
+	p.stop(t)
+}
+
 // runPytest runs a python/tests file with pytest against the running
 // server p (XSERVE_URL, XSERVE_GRPC_URL), failing on any failed test.
 func runPytest(t *testing.T, python string, p *xserveProc, file string) {

@@ -63,7 +63,8 @@ def encode_request(
     header_inputs = []
     blobs = []
     for name, value in inputs.items():
-        arr = np.ascontiguousarray(value)
+        shape = np.shape(value)
+        arr = np.ascontiguousarray(value).reshape(shape)  # ascontiguousarray makes a scalar [1]
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
         raw = arr.tobytes()

@@ -15,7 +15,7 @@ import json
 import ssl
 import threading
 import urllib.parse
-from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -151,9 +151,12 @@ class _Endpoints:
         outputs: Sequence[str] | None,
         request_id: str | None,
         timeout_us: int | None,
+        sequence: tuple[int | str, bool, bool] | None = None,
     ) -> _Call[dict[str, np.ndarray]]:
-        params = {"timeout": timeout_us} if timeout_us is not None else None
-        body, n = encode_request(inputs, outputs, request_id, params)
+        params: dict[str, Any] = {"timeout": timeout_us} if timeout_us is not None else {}
+        if sequence is not None:
+            params.update(sequence_id=sequence[0], sequence_start=sequence[1], sequence_end=sequence[2])
+        body, n = encode_request(inputs, outputs, request_id, params or None)
         headers = {HEADER_LENGTH: str(n), "Content-Type": "application/octet-stream"}
         return _Call("POST", _model_path(model, version) + "/infer", body, headers, _infer_answer)
 
@@ -293,14 +296,57 @@ class Client(_Endpoints):
         *,
         request_id: str | None = None,
         timeout_us: int | None = None,
+        sequence_id: int | str | None = None,
+        start: bool = False,
+        end: bool = False,
     ) -> dict[str, np.ndarray]:
         """Runs model on inputs (name -> array) and returns its outputs by name.
 
         Tensors travel in the binary tensor extension both ways. ``outputs``
         restricts the answer to those names; ``timeout_us`` is the request's
-        deadline on the server in microseconds.
+        deadline on the server in microseconds. For a stateful model,
+        ``sequence_id`` makes the request a step of that sequence (the server
+        keeps the model's state between steps; don't send the state inputs):
+        ``start`` on its first step, ``end`` on its last.
         """
-        return self._do(self._infer(model, inputs, version, outputs, request_id, timeout_us))
+        seq = (sequence_id, start, end) if sequence_id is not None else None
+        return self._do(self._infer(model, inputs, version, outputs, request_id, timeout_us, seq))
+
+    def stream(
+        self,
+        model: str,
+        chunks: Iterable[np.ndarray],
+        sequence_id: int | str,
+        *,
+        input: str = "input",
+        inputs: Mapping[str, Any] | None = None,
+        version: int | str | None = None,
+        outputs: Sequence[str] | None = None,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Streams chunks (e.g. 512-sample windows of 16 kHz audio for
+        silero-vad, each shaped as the model's ``input``) through a stateful
+        model as one sequence, yielding each chunk's outputs in turn. The
+        sequence starts with the first chunk and ends with the last;
+        ``inputs`` are sent with every chunk (silero-vad's ``sr``).
+        """
+        it = iter(chunks)
+        try:
+            cur = next(it)
+        except StopIteration:
+            return
+        first = True
+        while True:
+            try:
+                nxt = next(it)
+                last = False
+            except StopIteration:
+                last = True
+            feed = dict(inputs or {})
+            feed[input] = cur
+            yield self.infer(model, feed, version, outputs, sequence_id=sequence_id, start=first, end=last)
+            if last:
+                return
+            cur, first = nxt, False
 
     # ---- text generation (a generative model: docs/GENERATE.md)
 
@@ -502,5 +548,9 @@ class AsyncClient(_Endpoints):
         *,
         request_id: str | None = None,
         timeout_us: int | None = None,
+        sequence_id: int | str | None = None,
+        start: bool = False,
+        end: bool = False,
     ) -> dict[str, np.ndarray]:
-        return await self._do(self._infer(model, inputs, version, outputs, request_id, timeout_us))
+        seq = (sequence_id, start, end) if sequence_id is not None else None
+        return await self._do(self._infer(model, inputs, version, outputs, request_id, timeout_us, seq))
