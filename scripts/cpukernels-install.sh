@@ -30,8 +30,9 @@ readonly KERNELS="libxserve_cpukernels.so"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${XSERVE_CACHE:-$REPO/.cache}"
-# The plugin directory scripts/pjrt-install.sh installs (its pins, read from it).
-pjrt_pin() { sed -n "s/^readonly $1=\"\(.*\)\"\$/\1/p" "$REPO/scripts/pjrt-install.sh"; }
+# The plugin directory scripts/pjrt-install.sh installs by default (the pins
+# of its "current" case, read from it).
+pjrt_pin() { sed -n "/^current)/,/;;/ s/^[[:space:]]*$1=\"\(.*\)\"\$/\1/p" "$REPO/scripts/pjrt-install.sh"; }
 PJRT_DIR="${XSERVE_PJRT_DIR:-$CACHE/pjrt/$(pjrt_pin PKG_NAME)-$(pjrt_pin PKG_VERSION)}"
 ONEDNN="$CACHE/onednn/${ONEDNN_VERSION}"
 PY="${PYTHON:-python3}"
