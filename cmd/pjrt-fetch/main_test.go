@@ -18,8 +18,17 @@ func TestCPUPinMatchesInstallScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pins are the script's "current" case (its "compat" case is the
+	// oldest plugin, never an image's); WHEEL is a readonly after the case.
+	current := regexp.MustCompile(`(?s)\ncurrent\)\n(.*?);;`).FindSubmatch(script)
+	if current == nil {
+		t.Fatal(`scripts/pjrt-install.sh has no "current)" case`)
+	}
 	field := func(name string) string {
-		m := regexp.MustCompile(`readonly ` + name + `="([^"]+)"`).FindSubmatch(script)
+		m := regexp.MustCompile(`(?m)^\s*` + name + `="([^"]+)"`).FindSubmatch(current[1])
+		if m == nil {
+			m = regexp.MustCompile(`readonly ` + name + `="([^"]+)"`).FindSubmatch(script)
+		}
 		if m == nil {
 			t.Fatalf("scripts/pjrt-install.sh has no %s", name)
 		}
@@ -35,7 +44,7 @@ func TestCPUPinMatchesInstallScript(t *testing.T) {
 	if got := field("MEMBER"); got != cpu.Member {
 		t.Errorf("pjrt-install.sh extracts %s, the image %s", got, cpu.Member)
 	}
-	if !strings.HasSuffix(cpu.URL, "/"+strings.ReplaceAll(field("WHEEL"), "${PKG_VERSION}", cpu.Version)) {
+	if !strings.HasSuffix(cpu.URL, "/"+strings.NewReplacer("${PKG_NAME//-/_}", strings.ReplaceAll(field("PKG_NAME"), "-", "_"), "${PKG_VERSION}", cpu.Version).Replace(field("WHEEL"))) {
 		t.Errorf("the image's URL %s is not of the wheel pjrt-install.sh names", cpu.URL)
 	}
 }
