@@ -10,6 +10,8 @@ import (
 
 	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/api/textgen"
+	"github.com/xserve/xserve/serving/generate"
 )
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -28,6 +30,10 @@ func codeOf(err error) codes.Code {
 		return codes.Unauthenticated
 	case errors.Is(err, auth.ErrForbidden):
 		return codes.PermissionDenied
+	case errors.Is(err, textgen.ErrInvalid), errors.Is(err, generate.ErrInvalidRequest):
+		return codes.InvalidArgument // a generation request's parameters or prompt
+	case errors.Is(err, generate.ErrOverloaded):
+		return codes.ResourceExhausted
 	}
 	switch payload.Status(err) {
 	case http.StatusOK:

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -329,11 +330,21 @@ func (h *Handler) run(ctx context.Context, c *fiber.Ctx, j *job) error {
 		defer cancel()
 		h.stream(ctx, w, j, s, func() {
 			if h.write > 0 {
-				conn.SetWriteDeadline(time.Now().Add(h.write))
+				extendWriteDeadline(conn, h.write)
 			}
 		})
 	})
 	return nil
+}
+
+// extendWriteDeadline moves conn's write deadline d from now. The stream
+// writer runs in a goroutine of its own (fasthttp's body stream), which can
+// outlive the connection when the client goes away: fasthttp's per-IP
+// connection wrapper then has no connection left and panics, so the call
+// is guarded; the stream ends at its next write, which fails.
+func extendWriteDeadline(conn net.Conn, d time.Duration) {
+	defer func() { _ = recover() }()
+	_ = conn.SetWriteDeadline(time.Now().Add(d))
 }
 
 // whole answers a sequence in one response.
