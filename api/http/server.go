@@ -150,9 +150,6 @@ func New(backend Backend, opts Options) (*Server, error) {
 	srv := s.app.Server()
 	srv.ConnState = s.fresh.track
 	srv.HeaderReceived = s.bodyDeadline
-	if opts.MaxConnsPerIP > 0 {
-		srv.MaxConnsPerIP = opts.MaxConnsPerIP
-	}
 	s.routes()
 	return s, nil
 }
@@ -227,6 +224,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.log.Info("listening on "+addr, "addr", addr, "tls", s.opts.TLS != nil, "auth", s.opts.Auth != nil)
 	if s.opts.TLS != nil {
 		ln = tls.NewListener(ln, s.opts.TLS)
+	}
+	if s.opts.MaxConnsPerIP > 0 {
+		ln = newPerIPListener(ln, s.opts.MaxConnsPerIP)
 	}
 	err := s.app.Listener(ln)
 	if s.closing.Load() {
