@@ -251,124 +251,165 @@ func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
 // convertWhileLoopScan is convertWhileLoop with nScan scan outputs of at
 // most bound slices each.
 func convertWhileLoopScan(c *Ctx, body *Graph, nState, nScan int, bound int64) error {
-	scalar := func(i int, dt tensor.DType, def *tensor.Tensor) (*fxgraph.Node, error) {
-		if !c.HasInput(i) {
-			return c.Constant("loop_default", def), nil
-		}
-		v, err := c.Input(i)
-		if err != nil {
-			return nil, err
-		}
-		if m := Meta(v); m.DType != dt || m.Shape.IsStatic() && tensorElems(m) != 1 {
-			return nil, fmt.Errorf("Loop: input %d is %s, want %s with one element", i, m, dt)
-		}
-		return c.Emit(fxgraph.AtenView, v, ints(nil))
-	}
-	trip, err := scalar(0, tensor.Int64, tensor.FromInt64s([]int64{math.MaxInt64}, []int64{}...))
+	carried, err := whileCarried(c, body, nState, nScan, bound)
 	if err != nil {
 		return err
-	}
-	cond, err := scalar(1, tensor.Bool, tensor.Scalar(tensor.Bool, 1))
-	if err != nil {
-		return err
-	}
-	if nScan > 0 {
-		// Also stop at the bound (the buffers' size).
-		if trip, err = c.Emit(fxgraph.AtenMinimum, trip, c.ScalarConst(tensor.Int64, float64(bound))); err != nil {
-			return err
-		}
-	}
-	carried := []*fxgraph.Node{c.ScalarConst(tensor.Int64, 0), cond, trip}
-	for j := range nState {
-		v, err := c.Input(2 + j)
-		if err != nil {
-			return err
-		}
-		carried = append(carried, v)
-	}
-	var scanMetas []fxgraph.TensorMeta
-	if nScan > 0 {
-		if scanMetas, err = c.s.scanOutputMetas(body, nState, carried[3:]); err != nil {
-			return err
-		}
-		for _, m := range scanMetas {
-			dims, _ := m.Shape.Static()
-			buf, err := c.EmitKw(fxgraph.AtenFull, []any{ints(append([]int64{bound}, dims...)), 0.0}, map[string]any{"dtype": m.DType})
-			if err != nil {
-				return err
-			}
-			carried = append(carried, buf)
-		}
 	}
 	captured := c.s.captures(body)
 	extra := make([]*fxgraph.Node, len(captured))
 	for i, name := range captured {
 		extra[i] = c.s.env[name]
 	}
-	addCarried := func(g *fxgraph.Graph) []*fxgraph.Node {
-		ph := make([]*fxgraph.Node, len(carried))
-		for i, v := range carried {
-			ph[i] = g.AddPlaceholder([]string{"iter", "cond", "trip_count"}[min(i, 2)], Meta(v))
-		}
-		return ph
+	condG, err := whileCondGraph(c, carried, captured)
+	if err != nil {
+		return err
 	}
-	// cond_graph: cond && iter < trip_count.
+	bodyG, err := whileBodyGraph(c, body, carried, captured, nState, nScan, bound)
+	if err != nil {
+		return err
+	}
+	w, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("cond_graph", condG), c.Graph().AddSubgraph("body_graph", bodyG), nodes(carried), nodes(extra))
+	if err != nil {
+		return err
+	}
+	return bindWhileOutputs(c, w, nState, nScan)
+}
+
+// whileCarried returns the values a Loop's while_loop carries: (iter,
+// cond, trip_count, v..., one [bound, ...] buffer per scan output). With
+// scan outputs the trip count is also capped at bound (the buffers' size).
+func whileCarried(c *Ctx, body *Graph, nState, nScan int, bound int64) ([]*fxgraph.Node, error) {
+	trip, err := loopScalar(c, 0, tensor.Int64, tensor.FromInt64s([]int64{math.MaxInt64}, []int64{}...))
+	if err != nil {
+		return nil, err
+	}
+	cond, err := loopScalar(c, 1, tensor.Bool, tensor.Scalar(tensor.Bool, 1))
+	if err != nil {
+		return nil, err
+	}
+	if nScan > 0 {
+		if trip, err = c.Emit(fxgraph.AtenMinimum, trip, c.ScalarConst(tensor.Int64, float64(bound))); err != nil {
+			return nil, err
+		}
+	}
+	carried := []*fxgraph.Node{c.ScalarConst(tensor.Int64, 0), cond, trip}
+	for j := range nState {
+		v, err := c.Input(2 + j)
+		if err != nil {
+			return nil, err
+		}
+		carried = append(carried, v)
+	}
+	if nScan == 0 {
+		return carried, nil
+	}
+	scanMetas, err := c.s.scanOutputMetas(body, nState, carried[3:])
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range scanMetas {
+		dims, _ := m.Shape.Static()
+		buf, err := c.EmitKw(fxgraph.AtenFull, []any{ints(append([]int64{bound}, dims...)), 0.0}, map[string]any{"dtype": m.DType})
+		if err != nil {
+			return nil, err
+		}
+		carried = append(carried, buf)
+	}
+	return carried, nil
+}
+
+// loopScalar returns Loop input i (M or cond) as a scalar of dtype dt, or
+// def where the input is absent.
+func loopScalar(c *Ctx, i int, dt tensor.DType, def *tensor.Tensor) (*fxgraph.Node, error) {
+	if !c.HasInput(i) {
+		return c.Constant("loop_default", def), nil
+	}
+	v, err := c.Input(i)
+	if err != nil {
+		return nil, err
+	}
+	if m := Meta(v); m.DType != dt || m.Shape.IsStatic() && tensorElems(m) != 1 {
+		return nil, fmt.Errorf("Loop: input %d is %s, want %s with one element", i, m, dt)
+	}
+	return c.Emit(fxgraph.AtenView, v, ints(nil))
+}
+
+// addCarriedPlaceholders adds one placeholder of g per carried value.
+func addCarriedPlaceholders(g *fxgraph.Graph, carried []*fxgraph.Node) []*fxgraph.Node {
+	ph := make([]*fxgraph.Node, len(carried))
+	for i, v := range carried {
+		ph[i] = g.AddPlaceholder([]string{"iter", "cond", "trip_count"}[min(i, 2)], Meta(v))
+	}
+	return ph
+}
+
+// whileCondGraph returns the while_loop's cond_graph: cond && iter <
+// trip_count (the captured values are its trailing placeholders).
+func whileCondGraph(c *Ctx, carried []*fxgraph.Node, captured []string) (*fxgraph.Graph, error) {
 	condG := fxgraph.New()
-	ph := addCarried(condG)
+	ph := addCarriedPlaceholders(condG, carried)
 	for _, name := range captured {
 		condG.AddPlaceholder(sanitize(name), Meta(c.s.env[name]))
 	}
 	e := fxgraph.Emitter{Graph: condG, IR: c.s.im.ir}
 	lt, err := e.Emit("", fxgraph.AtenLtTensor, []any{ph[0], ph[2]}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	and, err := e.Emit("", fxgraph.AtenLogicalAnd, []any{ph[1], lt}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	condG.SetOutput(and)
-	// body_graph: the ONNX body, iter + 1, trip_count unchanged.
+	return condG, nil
+}
+
+// whileBodyGraph returns the while_loop's body_graph: the ONNX body, iter +
+// 1, trip_count unchanged, each scan output written at slice iter of its
+// buffer.
+func whileBodyGraph(c *Ctx, body *Graph, carried []*fxgraph.Node, captured []string, nState, nScan int, bound int64) (*fxgraph.Graph, error) {
 	bodyG := fxgraph.New()
-	ph = addCarried(bodyG)
+	ph := addCarriedPlaceholders(bodyG, carried)
 	inner, err := c.s.subScope(body, bodyG, captured)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i, in := range body.Inputs { // (iter, cond, v...): trip_count is not the body's
 		inner.env[in.Name] = ph[i+min(i/2, 1)]
 	}
 	outs, err := inner.convertBody(body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if hasStructured(nodes(outs)) {
-		return Unsupported("Loop with a run-time trip count or condition whose body gives a sequence or optional")
+		return nil, Unsupported("Loop with a run-time trip count or condition whose body gives a sequence or optional")
 	}
-	e = fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
+	e := fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
 	next, err := e.Emit("", fxgraph.AtenAddTensor, []any{ph[0], bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	keep, err := e.Emit("", fxgraph.AtenView, []any{outs[0], ints(nil)}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	newOuts := append([]*fxgraph.Node{next, keep, ph[2]}, outs[1:1+nState]...)
 	for k := range nScan {
 		upd, err := writeSlice(e, ph[3+nState+k], outs[1+nState+k], ph[0], bound)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		newOuts = append(newOuts, upd)
 	}
 	bodyG.SetOutput(newOuts...)
 	bodyG.EliminateDeadCode()
+	return bodyG, nil
+}
 
-	w, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("cond_graph", condG), c.Graph().AddSubgraph("body_graph", bodyG), nodes(carried), nodes(extra))
-	if err != nil {
-		return err
-	}
+// bindWhileOutputs binds the Loop's outputs to the while_loop w's results:
+// the final loop-carried values, then the scan buffers as bounded values
+// counted by the iterations run.
+func bindWhileOutputs(c *Ctx, w *fxgraph.Node, nState, nScan int) error {
 	for j := range nState {
 		if !c.HasOutput(j) {
 			continue
@@ -550,17 +591,7 @@ func convertLoop(c *Ctx, _ *Node) error {
 		return fmt.Errorf("Loop: body %q has %d inputs and %d outputs for %d loop-carried values", body.Name, len(body.Inputs), len(body.Outputs), nState)
 	}
 	if nScan == 0 && (!constInput(c, 0) || !constInput(c, 1)) {
-		for j := range nState {
-			if v, err := c.AnyInput(2 + j); err == nil && isStructured(v) {
-				// A loop-carried sequence or optional must be unrolled:
-				// the trip count and condition must be known.
-				if !constInput(c, 0) {
-					return c.needsValues(0)
-				}
-				return c.needsValues(1)
-			}
-		}
-		return convertWhileLoop(c, body, nState)
+		return convertRunTimeLoop(c, body, nState)
 	}
 	if m, err := c.Input(0); err == nil && !constInput(c, 0) {
 		if _, ok := c.s.upperBound(m); ok {
@@ -568,24 +599,56 @@ func convertLoop(c *Ctx, _ *Node) error {
 		}
 		// Else M's value is needed at compile time (a NeedsValueError below).
 	}
-	trip := int64(-1) // none: run while the condition holds
+	return unrollLoop(c, body, nState, nScan)
+}
+
+// convertRunTimeLoop converts a Loop without scan outputs whose trip count
+// or condition is a run-time value to a while_loop, unless it carries a
+// sequence or optional (which only an unrolled loop can hold: then the
+// trip count and condition must be known at compile time).
+func convertRunTimeLoop(c *Ctx, body *Graph, nState int) error {
+	for j := range nState {
+		if v, err := c.AnyInput(2 + j); err == nil && isStructured(v) {
+			if !constInput(c, 0) {
+				return c.needsValues(0)
+			}
+			return c.needsValues(1)
+		}
+	}
+	return convertWhileLoop(c, body, nState)
+}
+
+// loopStart returns a Loop's trip count (-1 for none: run while the
+// condition holds) and initial condition, both known at compile time.
+func loopStart(c *Ctx) (trip int64, keep bool, err error) {
+	trip, keep = -1, true
 	if c.HasInput(0) {
 		ks, err := c.ConstInts(0)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		if len(ks) != 1 {
-			return fmt.Errorf("Loop: M has %d values, want 1", len(ks))
+			return 0, false, fmt.Errorf("Loop: M has %d values, want 1", len(ks))
 		}
 		trip = ks[0]
 	}
-	keep := true
 	if c.HasInput(1) {
 		t, err := c.ConstValue(1)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		keep = t.NumElements() == 1 && t.Data[0] != 0
+	}
+	return trip, keep, nil
+}
+
+// unrollLoop inlines a Loop's body once per iteration (see convertLoop),
+// falling back to a while_loop when an iteration's condition turns out to
+// be a run-time value.
+func unrollLoop(c *Ctx, body *Graph, nState, nScan int) error {
+	trip, keep, err := loopStart(c)
+	if err != nil {
+		return err
 	}
 	state := make([]*fxgraph.Node, nState)
 	for j := range state {
