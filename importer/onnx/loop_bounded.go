@@ -59,18 +59,14 @@ func growingRow(body *Graph, in, out string) string {
 				uses++
 			}
 		}
-		for _, a := range node.Attributes {
-			for _, sub := range append([]*Graph{a.G}, a.Graphs...) {
-				if sub != nil && slices.Contains(freeNames(sub), in) {
-					return ""
-				}
-			}
+		if subgraphsUse(node, in) {
+			return ""
 		}
 		if uses == 0 {
 			continue
 		}
 		if node.OpType != "Concat" || uses != 1 || len(node.Inputs) != 2 || node.Inputs[0] != in ||
-			len(node.Outputs) != 1 || node.Outputs[0] != out || concatAxis(node) != 0 {
+			len(node.Outputs) != 1 || node.Outputs[0] != out || intAttr(node, "axis", -1) != 0 {
 			return ""
 		}
 		row = node.Inputs[1]
@@ -83,15 +79,24 @@ func growingRow(body *Graph, in, out string) string {
 	return row
 }
 
-// concatAxis returns a Concat node's axis attribute (-1 when absent or
-// negative: not the first axis).
-func concatAxis(node *Node) int64 {
+// intAttr returns node's int attribute name, or def when absent.
+func intAttr(node *Node, name string, def int64) int64 {
+	if a := node.Attr(name); a != nil && a.Type == AttrInt {
+		return a.I
+	}
+	return def
+}
+
+// subgraphsUse reports whether a subgraph of node reads name.
+func subgraphsUse(node *Node, name string) bool {
 	for _, a := range node.Attributes {
-		if a.Name == "axis" && a.Type == AttrInt {
-			return a.I
+		for _, sub := range append([]*Graph{a.G}, a.Graphs...) {
+			if sub != nil && slices.Contains(freeNames(sub), name) {
+				return true
+			}
 		}
 	}
-	return -1
+	return false
 }
 
 // rowCaptures returns the captured names of a Loop body that are bounded
@@ -152,16 +157,12 @@ func readsRowsOnly(body *Graph, name string) bool {
 			if in != name {
 				continue
 			}
-			if node.OpType != "Gather" || k != 0 || len(node.Inputs) != 2 || node.Inputs[1] != iter || gatherAxis(node) != 0 {
+			if node.OpType != "Gather" || k != 0 || len(node.Inputs) != 2 || node.Inputs[1] != iter || intAttr(node, "axis", 0) != 0 {
 				return false
 			}
 		}
-		for _, a := range node.Attributes {
-			for _, sub := range append([]*Graph{a.G}, a.Graphs...) {
-				if sub != nil && slices.Contains(freeNames(sub), name) {
-					return false
-				}
-			}
+		if subgraphsUse(node, name) {
+			return false
 		}
 	}
 	for _, o := range body.Outputs {
@@ -170,16 +171,6 @@ func readsRowsOnly(body *Graph, name string) bool {
 		}
 	}
 	return true
-}
-
-// gatherAxis returns a Gather node's axis attribute (0 when absent).
-func gatherAxis(node *Node) int64 {
-	for _, a := range node.Attributes {
-		if a.Name == "axis" && a.Type == AttrInt {
-			return a.I
-		}
-	}
-	return 0
 }
 
 // tripBound returns the static upper bound of a Loop's run-time trip
