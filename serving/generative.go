@@ -47,9 +47,13 @@ func (g *Generative) Release() {
 }
 
 // Generative returns a READY generative version of model (0: the
-// latest), held until Release.
-func (m *Manager) Generative(model string, version int64) (*Generative, error) {
+// latest), held until Release. Under LoadLazy a model not loaded yet loads
+// first (the call waits for it within ctx), as for Infer.
+func (m *Manager) Generative(ctx context.Context, model string, version int64) (*Generative, error) {
 	v, err := m.acquire(model, version)
+	if err != nil && errors.Is(err, ErrNotReady) && m.opts.LoadPolicy == LoadLazy {
+		v, err = m.acquireLazily(ctx, model, version, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -61,12 +65,17 @@ func (m *Manager) Generative(model string, version int64) (*Generative, error) {
 }
 
 // GenerativeModels lists the names of the models with a READY generative
-// version, sorted.
+// version, and under LoadLazy those whose config.yaml has a generate:
+// section but that are not loaded (a request loads them), sorted.
 func (m *Manager) GenerativeModels() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var names []string
 	for name, md := range m.models {
+		if md.lazy != nil && md.lazy.entry != nil && md.lazy.entry.Config != nil && md.lazy.entry.Config.Generate != nil && md.err == nil {
+			names = append(names, name)
+			continue
+		}
 		for _, v := range md.versions {
 			if v.state == StateReady && v.gen != nil {
 				names = append(names, name)

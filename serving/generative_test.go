@@ -2,6 +2,7 @@ package serving
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -52,10 +53,10 @@ func TestGenerativeVersion(t *testing.T) {
 	if got := m.GenerativeModels(); !slices.Equal(got, []string{"tiny"}) {
 		t.Errorf("generative models %v, want [tiny] (plain has no generate: section)", got)
 	}
-	if _, err := m.Generative("plain", 0); !errors.Is(err, ErrNotGenerative) {
+	if _, err := m.Generative(context.Background(), "plain", 0); !errors.Is(err, ErrNotGenerative) {
 		t.Errorf("plain: %v, want ErrNotGenerative", err)
 	}
-	g, err := m.Generative("tiny", 0)
+	g, err := m.Generative(context.Background(), "tiny", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,4 +160,93 @@ func TestGenerativeBadInput(t *testing.T) {
 	if !m.ModelReady("good", 1) {
 		t.Error("good is not ready")
 	}
+}
+
+// TestGenerativeLazy: under LoadLazy a generative model is listed before
+// it loads, its first generation request loads it (and its tokens equal
+// transformers' greedy generate); a config.yaml with both generate: and
+// pipeline: is refused with an error naming the file and the key.
+func TestGenerativeLazy(t *testing.T) {
+	r := newRepo(t)
+	r.genModel("tiny", "llama-pt2")
+	both := r.genModel("both", "gpt2-onnx")
+	f, _ := os.OpenFile(filepath.Join(both, "config.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("pipeline:\n  steps:\n    - model: tiny\n")
+	f.Close()
+	m, _ := start(t, r, func(o *Options) { o.LoadPolicy = LoadLazy })
+	if st, reason := state(m, "tiny", 1); st != StateUnavailable || !strings.Contains(reason, "loads on its next request") {
+		t.Fatalf("tiny before any request: %s %q, want not loaded", st, reason)
+	}
+	if got := m.GenerativeModels(); !slices.Equal(got, []string{"tiny"}) {
+		t.Errorf("generative models %v before any load, want [tiny]", got)
+	}
+	st, reason := state(m, "both", 0) // a model-level error: no version
+	for _, w := range []string{filepath.Join(both, "config.yaml"), "generate", "not both"} {
+		if !strings.Contains(reason, w) {
+			t.Errorf("both: %s %q does not say %q", st, reason, w)
+		}
+	}
+	if st == StateReady {
+		t.Error("a model with generate: and pipeline: is READY")
+	}
+
+	g, err := m.Generative(context.Background(), "tiny", 0)
+	if err != nil {
+		t.Fatalf("a generative model not loaded yet: %v", err)
+	}
+	defer g.Release()
+	if !m.ModelReady("tiny", 1) {
+		t.Error("tiny is not ready after its first request")
+	}
+	want := greedyRefs(t, "llama")
+	const n = 24
+	s, err := g.Loop.Generate(context.Background(), generate.Request{Prompt: want.prompt, MaxTokens: n, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for {
+		ev, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Done {
+			break
+		}
+		got = append(got, ev.Token)
+	}
+	if !slices.Equal(got, want.tokens[:n]) {
+		t.Errorf("tokens %v, transformers' greedy generate %v", got, want.tokens[:n])
+	}
+}
+
+// greedyRef is a prompt and the tokens transformers' greedy generate
+// continued it with (make gen-models' refs.json).
+type greedyRef struct {
+	prompt, tokens []int64
+}
+
+// greedyRefs reads family's reference for the longest prompt of refs.json.
+func greedyRefs(t *testing.T, family string) greedyRef {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", ".cache", "gen", "refs.json"))
+	if err != nil {
+		t.Fatalf("%v\n\nthe generative test models are missing: run `make gen-models` (make test does)", err)
+	}
+	var refs struct {
+		Prompts [][]int64 `json:"prompts"`
+		Models  map[string]struct {
+			Tokens [][]int64 `json:"tokens"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(data, &refs); err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for j, p := range refs.Prompts {
+		if len(p) > len(refs.Prompts[i]) {
+			i = j
+		}
+	}
+	return greedyRef{prompt: refs.Prompts[i], tokens: refs.Models[family].Tokens[i]}
 }
