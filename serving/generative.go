@@ -87,6 +87,26 @@ func (m *Manager) GenerativeModels() []string {
 	return names
 }
 
+// withGenAIConfig reads the genai_config.json beside v's model file (an
+// ONNX Runtime GenAI model directory, served as is): it is v's generate:
+// section when config.yaml has none; with one, it still says how the
+// model writes its cache.
+func (v *version) withGenAIConfig() error {
+	g, err := modelrepo.GenAIGenerate(filepath.Dir(v.entry.Path))
+	if err != nil || g == nil {
+		return err
+	}
+	c := *v.cfg
+	if c.Generate != nil {
+		gc := *c.Generate
+		gc.CacheAtLength, gc.CacheHeadDim = g.CacheAtLength, g.CacheHeadDim
+		g = &gc
+	}
+	c.Generate = g
+	v.cfg = &c
+	return nil
+}
+
 // loadGenerative finishes loading a version whose config has a generate:
 // section: instead of probing, batching and warming up buckets for
 // requests, it starts the generation loop over the graph (compiling the
