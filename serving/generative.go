@@ -65,14 +65,14 @@ func (m *Manager) Generative(ctx context.Context, model string, version int64) (
 }
 
 // GenerativeModels lists the names of the models with a READY generative
-// version, and under LoadLazy those whose config.yaml has a generate:
-// section but that are not loaded (a request loads them), sorted.
+// version, and under LoadLazy the generative models not loaded (a request
+// loads them; isGenerative), sorted.
 func (m *Manager) GenerativeModels() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var names []string
 	for name, md := range m.models {
-		if md.lazy != nil && md.lazy.entry != nil && md.lazy.entry.Config != nil && md.lazy.entry.Config.Generate != nil && md.err == nil {
+		if md.lazy != nil && md.lazy.generative && md.err == nil {
 			names = append(names, name)
 			continue
 		}
@@ -85,6 +85,20 @@ func (m *Manager) GenerativeModels() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// isGenerative says whether entry's config.yaml has a generate: section or
+// one of its selected versions is an ONNX Runtime GenAI model directory.
+func isGenerative(entry *modelrepo.ModelEntry) bool {
+	if entry.Config.Generate != nil {
+		return true
+	}
+	for _, ve := range entry.Selected() {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(ve.Path), modelrepo.GenAIConfigFile)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // withGenAIConfig reads the genai_config.json beside v's model file (an

@@ -170,6 +170,7 @@ func TestGenerativeBadInput(t *testing.T) {
 func TestGenerativeLazy(t *testing.T) {
 	r := newRepo(t)
 	r.genModel("tiny", "llama-pt2")
+	genaiModel(t, r, "genai")
 	both := r.genModel("both", "gpt2-onnx")
 	f, _ := os.OpenFile(filepath.Join(both, "config.yaml"), os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString("pipeline:\n  steps:\n    - model: tiny\n")
@@ -178,8 +179,8 @@ func TestGenerativeLazy(t *testing.T) {
 	if st, reason := state(m, "tiny", 1); st != StateUnavailable || !strings.Contains(reason, "loads on its next request") {
 		t.Fatalf("tiny before any request: %s %q, want not loaded", st, reason)
 	}
-	if got := m.GenerativeModels(); !slices.Equal(got, []string{"tiny"}) {
-		t.Errorf("generative models %v before any load, want [tiny]", got)
+	if got := m.GenerativeModels(); !slices.Equal(got, []string{"genai", "tiny"}) {
+		t.Errorf("generative models %v before any load, want [genai tiny]", got)
 	}
 	st, reason := state(m, "both", 0) // a model-level error: no version
 	for _, w := range []string{filepath.Join(both, "config.yaml"), "generate", "not both"} {
@@ -275,9 +276,7 @@ func TestGenerativeGenAIDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRepo(t)
-	if err := os.CopyFS(filepath.Join(r.root, "genai", "1"), os.DirFS(filepath.Join(src, "llama-int4"))); err != nil {
-		t.Fatal(err)
-	}
+	genaiModel(t, r, "genai")
 	m, _ := start(t, r, nil)
 	if st, reason := state(m, "genai", 1); st != StateReady {
 		t.Fatalf("genai: %s %s", st, reason)
@@ -309,6 +308,16 @@ func TestGenerativeGenAIDirectory(t *testing.T) {
 		if !slices.Equal(got[i], want) || reasons[i] != wantReason {
 			t.Errorf("prompt %d (%d tokens): %v (%s)\nONNX Runtime GenAI: %v (%s)", i, len(refs.Prompts[i]), got[i], reasons[i], want, wantReason)
 		}
+	}
+}
+
+// genaiModel copies the ORT GenAI model directory make genai-model built
+// into the repository as version 1 of name, without config.yaml.
+func genaiModel(t *testing.T, r *testRepo, name string) {
+	t.Helper()
+	src := filepath.Join("..", ".cache", "gen", "genai", "llama-int4")
+	if err := os.CopyFS(filepath.Join(r.root, name, "1"), os.DirFS(src)); err != nil {
+		t.Fatalf("%v\n\nthe ONNX Runtime GenAI model is missing: run `make genai-model` (make test does)", err)
 	}
 }
 
