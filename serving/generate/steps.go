@@ -29,6 +29,11 @@ import (
 //
 //	inputs:  ids [1,L], positions [1,L], mask [1,P+L], slot [1], last [1], cache...
 //	outputs: logits of token last [1,vocab], cache...
+//
+// A model whose cache is written at the sequence's length (Layout.AtLength,
+// GroupQueryAttention) places its entries by the mask's count instead: the
+// decode's new entry is at its write position of the present, and the
+// prefill counts its padding, so that its L entries are present's first L.
 
 // prefillPast is the past length of a prefill: one masked entry, so that
 // the model's past never has size zero.
