@@ -118,7 +118,13 @@ type Server struct {
 	svcMu       sync.Mutex // guards svc and fingerprint
 	svc         micro.Service
 	fingerprint string
-	replica     atomic.Value // string: the current service instance id
+	// live holds the subjects of the endpoints on the NATS server (set by
+	// Sync once they are flushed); Health reads it.
+	live atomic.Pointer[map[string]bool]
+	// syncNow asks syncLoop for a Sync at once (Health, a model without
+	// its endpoint).
+	syncNow chan struct{}
+	replica atomic.Value // string: the current service instance id
 
 	metricsOnce sync.Once         // creates metrics
 	metrics     *metrics.Registry // WriteMetrics' registry, with the collector of the counts
@@ -254,6 +260,7 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 		served:   map[string]bool{},
 		syncStop: make(chan struct{}),
 		syncDone: make(chan struct{}),
+		syncNow:  make(chan struct{}, 1),
 	}
 	s.replica.Store("")
 	s.ctx, s.cancel = context.WithCancel(context.Background())
