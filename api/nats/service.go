@@ -57,11 +57,7 @@ func (s *Server) Sync() error {
 	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
 		s.log.Warn("natsapi: flushing the new subscriptions", "err", err)
 	}
-	live := map[string]bool{}
-	for _, sp := range specs {
-		live[sp.subject] = true
-	}
-	s.live.Store(&live)
+	s.live.Store(subjects(specs))
 	old := s.svc
 	s.svc, s.fingerprint = svc, fp
 	s.replica.Store(svc.Info().ID)
@@ -92,6 +88,15 @@ func (s *Server) Sync() error {
 	}
 	s.log.Info("NATS endpoints registered", attrs...)
 	return nil
+}
+
+// subjects is the set of specs' subjects.
+func subjects(specs []endpointSpec) *map[string]bool {
+	set := make(map[string]bool, len(specs))
+	for _, sp := range specs {
+		set[sp.subject] = true
+	}
+	return &set
 }
 
 func (s *Server) syncLoop() {
