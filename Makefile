@@ -174,7 +174,7 @@ fuzz:
 # too); pipefail makes a failing check fail make (grep alone would succeed).
 CHAOS_LINES = ^(=== RUN|---|ok|FAIL|PASS|panic:|fatal error:|\s+chaos[a-z_]*_test\.go)
 chaos: pjrt
-	set -o pipefail; $(GO) test -tags chaos -count=1 -run 'Chaos' -skip 'ChaosCluster' -v -timeout 40m ./cmd/xserve 2>&1 | grep -E '$(CHAOS_LINES)'
+	set -o pipefail; $(GO) test -tags chaos -count=1 -run 'Chaos' -skip 'ChaosCluster' -v -timeout 40m ./cmd/xserve 2>&1 | grep --line-buffered -E '$(CHAOS_LINES)'
 
 # The cluster reliability suite (not in `make test`): three nats-servers in
 # cluster mode (JetStream R3) and three replicas under durable load; a NATS
@@ -182,7 +182,7 @@ chaos: pjrt
 # that takes its executables from the cluster compile cache. Figures in
 # docs/RELIABILITY.md.
 chaos-cluster: pjrt
-	set -o pipefail; $(GO) test -tags chaos -count=1 -run 'ChaosCluster' -v -timeout 30m ./cmd/xserve 2>&1 | grep -E '$(CHAOS_LINES)'
+	set -o pipefail; $(GO) test -tags chaos -count=1 -run 'ChaosCluster' -v -timeout 30m ./cmd/xserve 2>&1 | grep --line-buffered -E '$(CHAOS_LINES)'
 
 examples: venv
 	$(VENV)/bin/python python/make_examples.py
