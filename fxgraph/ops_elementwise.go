@@ -141,7 +141,16 @@ var ewUnaryOps = map[*Op]ewUnaryOp{
 	}},
 	AtenSilu: {ewFloat, nil, func(v float64) float64 { return v * ewSigmoid(v) }},
 	AtenMish: {ewFloat, nil, func(v float64) float64 { return v * math.Tanh(ewSoftplus(v, 1, 20)) }},
+	// Not folded: the host's tanh is not ONNX Runtime's.
+	XserveORTTanh: {ewFloat, nil, nil},
 }
+
+// XserveORTTanh is ONNX's Tanh as ONNX Runtime computes it on CPU (MLAS's
+// rational approximation, which reaches ±1.0000002 where tanh stops at 1):
+// the dynamic quantization that often follows a Tanh takes its scale from
+// the range, so the last bit moves every quantized value. Platforms other
+// than CPU may lower it as tanh.
+var XserveORTTanh = &Op{Name: "xserve.ort_tanh", Args: []ArgSpec{{"self", 0, ArgTensor, nil, false}}}
 
 func ewSigmoid(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
 

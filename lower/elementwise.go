@@ -227,6 +227,14 @@ var ewFloatUnary = map[*fxgraph.Op]func(c *chain, n *fxgraph.Node, x *stablehlo.
 	fxgraph.AtenSigmoid: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.un((*stablehlo.Block).Logistic, x)
 	},
+	// ONNX Runtime's CPU float32 Tanh is MLAS's approximation, the one its
+	// quantized LSTM gates use (rnn.go); elsewhere it is tanh.
+	fxgraph.XserveORTTanh: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
+		if c.err != nil || x == nil || c.ctx.Options.Platform != "cpu" || x.Type().Elem != stablehlo.F32 {
+			return c.un((*stablehlo.Block).Tanh, x)
+		}
+		return c.set((&rnnB{blk: x.Block()}).mlasTanh(x))
+	},
 	fxgraph.AtenErf: func(c *chain, _ *fxgraph.Node, x *stablehlo.Value) *stablehlo.Value {
 		return c.un((*stablehlo.Block).Erf, x)
 	},

@@ -55,8 +55,11 @@ def elem(a):
 class Case:
     """One single-node case: inputs fed at run time, consts as initializers."""
 
-    def __init__(self, name, op, inputs, consts=None, outputs=1, domain="", opset=21, order=None, ref=None, out_codes=None, **attrs):
+    def __init__(self, name, op, inputs, consts=None, outputs=1, domain="", opset=21, order=None, ref=None, out_codes=None, nodes=None, **attrs):
         self.name, self.op, self.domain, self.opset = name, op, domain, opset
+        # nodes: the graph's nodes, where a case is a short chain of
+        # operators rather than op alone.
+        self.nodes = nodes
         # ref: standard-operator nodes computing the same, for operators
         # ONNX Runtime's CPU provider has no kernel for (CUDA-only ones):
         # ONNX Runtime runs those instead to make the reference.
@@ -73,7 +76,7 @@ class Case:
 
     def model(self, ref=False):
         names = self.order or [n for n, _ in self.inputs]
-        nodes = self.ref if ref else [helper.make_node(self.op, names, self.outputs, domain=self.domain, **self.attrs)]
+        nodes = self.ref if ref else self.nodes or [helper.make_node(self.op, names, self.outputs, domain=self.domain, **self.attrs)]
         ins = [helper.make_tensor_value_info(n, elem(a), a.shape) for n, a in self.inputs if n]
         inits = [a if isinstance(a, onnx.TensorProto) else numpy_helper.from_array(a, n) for n, a in self.consts.items()]
         outs = [onnx.ValueInfoProto(name=o) for o in self.outputs if o]
@@ -355,7 +358,32 @@ def op_cases():
     cs.append(Case("groupqueryattention_padded_past", "GroupQueryAttention", [("q", f32(2, 1, 64)), ("k", f32(2, 1, 32)), ("v", f32(2, 1, 32)), ("pk", f32(2, 2, 6, 16)),
                                                                                ("pv", f32(2, 2, 6, 16)), ("sl", np.array([2, 4], np.int32)), ("tsl", np.array(7, np.int32)), ("cos", gcos), ("sin", gsin)],
                    outputs=["y", "pk_out", "pv_out"], domain=MS, num_heads=4, kv_num_heads=2, do_rotary=1))
+    cs.append(tanh_quant_case())
     return cs
+
+
+def tanh_quant_case():
+    """Tanh then DynamicQuantizeLinear (text2tashkeel's attention): ONNX
+    Runtime's Tanh reaches ±1.0000002 (near ±8.3 to ±9), which sets the
+    scale, and its last bits differ from tanh's. The inputs are the x in
+    [8, 9] where it is largest, its negative, and the points of a dense
+    grid whose quotient by ONNX Runtime's scale lies within 1e-4 of a
+    rounding tie: there a last-bit difference moves the integer."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    g = helper.make_graph([helper.make_node("Tanh", ["x"], ["t"])], "tanh",
+                          [helper.make_tensor_value_info("x", TP.FLOAT, [None])], [helper.make_tensor_value_info("t", TP.FLOAT, [None])])
+    tanh = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10).SerializeToString(), so)
+    near = np.linspace(8, 9, 10001, dtype=np.float32)
+    top = near[np.argmax(tanh.run(None, {"x": near})[0])]
+    grid = np.linspace(-4, 4, 200001, dtype=np.float32)
+    t = tanh.run(None, {"x": np.concatenate([grid, [-top, top]]).astype(np.float32)})[0]
+    scale = np.float32(np.float32(t.max() - t.min()) / np.float32(255))
+    q = (t[:-2] / scale).astype(np.float64)
+    frac = q - np.floor(q)
+    x = np.concatenate([[-top, top], grid[np.abs(frac - 0.5) < 1e-4]]).astype(np.float32)
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("DynamicQuantizeLinear", ["t"], ["y0", "y1", "y2"])]
+    return Case("tanh_dynamicquantizelinear", "", [("x", x)], outputs=3, nodes=nodes)
 
 
 # ---- Whole models through ONNX Runtime's quantizer and transformer optimizer.

@@ -745,7 +745,7 @@ func registerElementwise(cs converters) {
 		"Sin": fxgraph.AtenSin, "Cos": fxgraph.AtenCos, "Tan": fxgraph.AtenTan,
 		"Asin": fxgraph.AtenAsin, "Acos": fxgraph.AtenAcos, "Atan": fxgraph.AtenAtan,
 		"Sinh": fxgraph.AtenSinh, "Cosh": fxgraph.AtenCosh, "Asinh": fxgraph.AtenAsinh,
-		"Acosh": fxgraph.AtenAcosh, "Atanh": fxgraph.AtenAtanh, "Tanh": fxgraph.AtenTanh,
+		"Acosh": fxgraph.AtenAcosh, "Atanh": fxgraph.AtenAtanh, "Tanh": fxgraph.XserveORTTanh,
 		"Sigmoid": fxgraph.AtenSigmoid, "Relu": fxgraph.AtenRelu, "Erf": fxgraph.AtenErf,
 		"Floor": fxgraph.AtenFloor, "Ceil": fxgraph.AtenCeil, "Round": fxgraph.AtenRound,
 		"HardSwish": fxgraph.AtenHardswish, "Softplus": fxgraph.AtenSoftplus,
