@@ -46,6 +46,19 @@ var caseDirs = []struct {
 	}, "make realmodels-small"},
 }
 
+// tolerance is the largest max abs error output allows for case name. The
+// dynamically quantized models compute ONNX Runtime's own arithmetic
+// (its quantization, MLAS's tanh and logistic) to the last bit: a value
+// one quantization step off (text2tashkeel bilstm's logits 3.9e-3 off
+// when ONNX Tanh was XLA's tanh) must fail, so they get 1e-5 + 1e-5 *
+// max|ref| (their error is within a few float32 ulps).
+func tolerance(name string, maxRef float64) float64 {
+	if strings.Contains(name, "_int8") || strings.Contains(name, "quant") {
+		return 1e-5 + 1e-5*maxRef
+	}
+	return 1e-3 + 1e-3*maxRef
+}
+
 // numbered returns dir's files named prefix.<k>.*.npy in k order.
 func numbered(t *testing.T, dir, prefix string) []string {
 	t.Helper()
@@ -88,7 +101,8 @@ func TestRealModelsMatchONNXRuntime(t *testing.T) {
 					if err != nil {
 						t.Fatalf("output %d (%s): %v", i, filepath.Base(f), err)
 					}
-					if tol := 1e-3 + 1e-3*maxRef; !(d <= tol) {
+					t.Logf("output %d (%s): max abs error %.3g, max |ref| %.3g", i, filepath.Base(f), d, maxRef)
+					if tol := tolerance(name, maxRef); !(d <= tol) {
 						t.Errorf("output %d (%s): max abs error %.3g > %.3g (dims %v)", i, filepath.Base(f), d, tol, prog.Dims)
 					}
 				}
