@@ -11,6 +11,7 @@ import (
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -237,5 +238,57 @@ func TestMLASActivations(t *testing.T) {
 		if bad > 0 {
 			t.Errorf("%s: %d of %d differ", name, bad, n)
 		}
+	}
+}
+
+// TestORTTanhRun lowers xserve.ort_tanh (ONNX's Tanh) for the CPU platform
+// and runs it on the ONNX Runtime tanh outputs of TestMLASActivations'
+// fixture: bit for bit, including the ±1.0000002 ONNX Runtime reaches
+// near ±8.3 to ±9, which a following dynamic quantization reads as its
+// range.
+func TestORTTanhRun(t *testing.T) {
+	raw, err := os.ReadFile("testdata/mlas_activations.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(raw) / 12
+	vals := make([]float32, 3*n)
+	for i := range vals {
+		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	g := fxgraph.New()
+	x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, int64(n)))
+	g.SetOutput(g.AddCall(fxgraph.XserveORTTanh, []any{x}, nil))
+	prog, err := lower.New(lower.Options{}, cpu.Platform()).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	run, err := compileForTest(ctx, openPlugin(t), prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := run(ctx, tensor.FromFloat32s(vals[:n]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, bad, over := vals[2*n:], 0, 0
+	for i := range n {
+		got := float32(outs[0].Float64At(int64(i)))
+		if got != want[i] && bad < 5 {
+			t.Errorf("ort_tanh(%g) = %g, ONNX Runtime %g", vals[i], got, want[i])
+		}
+		if got != want[i] {
+			bad++
+		}
+		if got > 1 {
+			over++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d differ", bad, n)
+	}
+	if over == 0 {
+		t.Errorf("no output above 1, where ONNX Runtime's tanh reaches 1.0000002")
 	}
 }
