@@ -178,21 +178,29 @@ func rnnRefDir(mode, dir string, lbr bool, clip float64, seq, batch, in, hid, di
 	return y, yh2[batch*hid:], yc2[batch*hid:]
 }
 
+// mlasFixture reads testdata/mlas_activations.bin: n inputs, then ONNX
+// Runtime's logistic and tanh of each.
+func mlasFixture(t *testing.T) (vals []float32, n int) {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/mlas_activations.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = len(raw) / 12
+	vals = make([]float32, 3*n)
+	for i := range vals {
+		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return vals, n
+}
+
 // TestMLASActivations checks the logistic and tanh the quantized recurrent
 // rule uses against ONNX Runtime's own (its MLAS kernels, which its LSTM
 // calls), bit for bit, on 4096 inputs over [-24, 24]
 // (testdata/gen_mlas_activations.py): the next step's dynamic quantization
 // turns a last-bit difference into a different integer.
 func TestMLASActivations(t *testing.T) {
-	raw, err := os.ReadFile("testdata/mlas_activations.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := len(raw) / 12
-	vals := make([]float32, 3*n)
-	for i := range vals {
-		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
+	vals, n := mlasFixture(t)
 	m := stablehlo.NewModule("mlas")
 	f, err := m.Func("main", stablehlo.Param{Type: stablehlo.TensorOf(stablehlo.F32, int64(n))})
 	if err != nil {
@@ -247,15 +255,7 @@ func TestMLASActivations(t *testing.T) {
 // near ±8.3 to ±9, which a following dynamic quantization reads as its
 // range.
 func TestORTTanhRun(t *testing.T) {
-	raw, err := os.ReadFile("testdata/mlas_activations.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := len(raw) / 12
-	vals := make([]float32, 3*n)
-	for i := range vals {
-		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
+	vals, n := mlasFixture(t)
 	g := fxgraph.New()
 	x := g.AddPlaceholder("x", fxgraph.Static(tensor.Float32, int64(n)))
 	g.SetOutput(g.AddCall(fxgraph.XserveORTTanh, []any{x}, nil))
