@@ -527,9 +527,11 @@ XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, const char *kernel, const kernel
 		dnnl_exec_arg_t args[6];
 		int n = 0;
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ms->m[MEM_SRC]};
-		if (ms->m[MEM_WEI]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->reorder ? ms->m[MEM_WEI_K] : ms->m[MEM_WEI]};
+		if (ms->m[MEM_WEI]) {
+			args[n++] = (dnnl_exec_arg_t){e->wei_arg ? e->wei_arg : DNNL_ARG_WEIGHTS, e->reorder ? ms->m[MEM_WEI_K] : ms->m[MEM_WEI]};
+		}
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, ms->m[MEM_DST]};
-		if (ms->m[MEM_BIAS]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, ms->m[MEM_BIAS]};
+		if (ms->m[MEM_BIAS]) args[n++] = (dnnl_exec_arg_t){e->bias_arg ? e->bias_arg : DNNL_ARG_BIAS, ms->m[MEM_BIAS]};
 		if (ms->m[MEM_SCRATCH]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms->m[MEM_SCRATCH]};
 		/* the residual is the first post-op (epilogue_post_ops) */
 		if (ms->m[MEM_RES]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, ms->m[MEM_RES]};

@@ -128,6 +128,10 @@ typedef struct kernel_entry {
 	dnnl_memory_desc_t md[MEM_COUNT]; /* NULL for memory not used */
 	size_t wei_k_bytes, scratch_bytes;
 	int threads;               /* OpenMP threads it was made for and runs on */
+	/* the oneDNN arguments the weights and bias operands are passed as
+	 * (0: DNNL_ARG_WEIGHTS and DNNL_ARG_BIAS; the layer norm's scale and
+	 * shift otherwise) */
+	int wei_arg, bias_arg;
 	/* nbands > 1: the call runs as these bands instead of prim, one per
 	 * thread (band.c); the entry owns them. */
 	int nbands;

@@ -21,7 +21,7 @@ import (
 // Platform returns the CPU platform, for lower.New.
 func Platform() *lower.Platform {
 	return &lower.Platform{Name: "cpu", Defaults: defaults, Specialized: specialized, Register: register,
-		CustomCalls: []string{ConvKernel, MatmulKernel, PoolKernel}}
+		CustomCalls: []string{ConvKernel, MatmulKernel, PoolKernel, SoftmaxKernel, LayerNormKernel}}
 }
 
 func defaults(o *lower.Options) {
@@ -42,5 +42,5 @@ func specialized(g *fxgraph.Graph, o lower.Options) {
 }
 
 func register(r *lower.Registry, o lower.Options) {
-	r.SetPrimitives(lower.Primitives{Dot: dot, Conv: conv, MaxPool: maxPool})
+	r.SetPrimitives(lower.Primitives{Dot: dot, Conv: conv, MaxPool: maxPool, Softmax: softmax, LayerNorm: layerNorm})
 }

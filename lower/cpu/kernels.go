@@ -395,3 +395,62 @@ func typesOf(vs []*stablehlo.Value) []stablehlo.Type {
 	}
 	return ts
 }
+
+// rows reshapes x to [M, N], N its last dim and M the product of the
+// others; ok is false for a scalar or an empty x.
+func rows(x *stablehlo.Value) (*stablehlo.Value, bool, error) {
+	d := x.Type().Dims
+	if len(d) == 0 || tensor.NumElements(d) == 0 {
+		return nil, false, nil
+	}
+	r, err := reshape(x, []int64{tensor.NumElements(d) / d[len(d)-1], d[len(d)-1]})
+	return r, err == nil, err
+}
+
+// rowKernel calls target on x and the [N] operands extra (x reshaped to
+// [M, N], row-major) with attrs, and gives the result x's dims; nil where
+// the kernel is not loaded or x is not a float32 of elements.
+func rowKernel(ctx *lower.Context, target string, x *stablehlo.Value, extra []*stablehlo.Value, attrs []stablehlo.FFIAttr) (*stablehlo.Value, error) {
+	if !ctx.Options.HasKernel(target) || x.Type().Elem != stablehlo.F32 {
+		return nil, nil
+	}
+	for _, e := range extra {
+		if e.Type().Elem != stablehlo.F32 {
+			return nil, nil
+		}
+	}
+	r, ok, err := rows(x)
+	if !ok {
+		return nil, err
+	}
+	layouts := [][]int64{{1, 0}}
+	for range extra {
+		layouts = append(layouts, []int64{0})
+	}
+	call := stablehlo.FFICall{
+		Target:         target,
+		Operands:       append([]*stablehlo.Value{r}, extra...),
+		Results:        []stablehlo.Type{r.Type()},
+		Attrs:          attrs,
+		OperandLayouts: layouts,
+		ResultLayouts:  [][]int64{{1, 0}},
+	}
+	out, err := r.Block().FFICall(kernelSite(call))
+	if err != nil {
+		return nil, err
+	}
+	return reshape(out[0], x.Type().Dims)
+}
+
+// softmax is the CPU's softmax along the last dim: the kernel for float32
+// (SoftmaxKernel); else declined.
+func softmax(ctx *lower.Context, x *stablehlo.Value, log bool) (*stablehlo.Value, error) {
+	return rowKernel(ctx, SoftmaxKernel, x, nil, []stablehlo.FFIAttr{{Name: "log", Int: boolInt(log)}})
+}
+
+// layerNorm is the CPU's layer normalization along the last dim: the
+// kernel for float32 (LayerNormKernel); else declined.
+func layerNorm(ctx *lower.Context, x, scale, shift *stablehlo.Value, eps float64) (*stablehlo.Value, error) {
+	return rowKernel(ctx, LayerNormKernel, x, []*stablehlo.Value{scale, shift},
+		[]stablehlo.FFIAttr{{Name: "eps", Float: float32(eps), IsFloat: true}})
+}
