@@ -63,6 +63,9 @@ type Primitives struct {
 	// MaxPool is the max pooling p of x with padding lo/hi under the
 	// window, giving outDims (values only).
 	MaxPool func(ctx *Context, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) (*stablehlo.Value, error)
+	// AvgPool is the average pooling p of x with padding lo/hi under the
+	// window, giving outDims.
+	AvgPool func(ctx *Context, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) (*stablehlo.Value, error)
 	// Softmax is the softmax of x (the log-softmax when log) along its
 	// last dim, in the compute dtype.
 	Softmax func(ctx *Context, x *stablehlo.Value, log bool) (*stablehlo.Value, error)

@@ -323,6 +323,15 @@ func nnAvgPoolRule(spatial int) Rule {
 		if b.err != nil {
 			return nil, b.err
 		}
+		if pool := ctx.Primitives().AvgPool; pool != nil {
+			y, err := pool(ctx, x, outDims, p, lo, hi)
+			if err != nil {
+				return nil, err
+			}
+			if y != nil {
+				return b.out(b.convert(y, dt))
+			}
+		}
 		fn, err := ctx.ReduceFn(ReduceSum, x.Type().Elem)
 		if err != nil {
 			return nil, err

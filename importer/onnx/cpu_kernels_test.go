@@ -138,6 +138,20 @@ var layerNormKernelCases = []string{
 	"layernorm_bert_s12", "layernorm_batch2", "layernorm_two_axes_stays_xla", "layernorm_no_bias_stays_xla",
 }
 
+// avgPoolKernelCases are the AveragePool models of testdata/ort
+// (gen_ort_cases.py avgpool_cases) with ONNX Runtime's outputs.
+var avgPoolKernelCases = []string{
+	"avgpool_3x3_s1_exclude_pad", "avgpool_3x3_s1_include_pad", "avgpool_2x2_s2_batch2",
+	"avgpool_3x3_s2_ceil_exclude_pad", "avgpool_1d_k3_s2", "avgpool_ceil_include_pad_stays_xla",
+}
+
+// TestAvgPoolKernelMatchesORT runs AveragePool models through the CPU
+// average-pooling kernel (cpu.AvgPoolKernel) and through XLA's
+// reduce_window, both against ONNX Runtime.
+func TestAvgPoolKernelMatchesORT(t *testing.T) {
+	runKernelCases(t, cpu.AvgPoolKernel, avgPoolKernelCases)
+}
+
 // TestSoftmaxKernelMatchesORT runs Softmax and LogSoftmax models through the
 // CPU softmax kernel (cpu.SoftmaxKernel) and through XLA's reductions, both
 // against ONNX Runtime.

@@ -22,6 +22,10 @@ const (
 	// spatial dims, channels-last, any window, stride, dilation and padding
 	// under the window.
 	PoolKernel = "xserve_maxpool_f32"
+	// AvgPoolKernel is average pooling (cpukernels/pool.c): the max
+	// pooling's operand, result and attributes, and "exclude_pad" (1:
+	// divide by the window's elements inside the input).
+	AvgPoolKernel = "xserve_avgpool_f32"
 	// SoftmaxKernel is the softmax (cpukernels/norm.c): float32 [M, N]
 	// along N, or the log-softmax ("log" 1).
 	SoftmaxKernel = "xserve_softmax_f32"
@@ -34,7 +38,7 @@ const (
 // kernels are the targets in the order of cpukernels/kernels.c, with the
 // macro names kernel_abi.h gives them.
 var kernels = []struct{ macro, name string }{
-	{"CONV", ConvKernel}, {"MATMUL", MatmulKernel}, {"MAXPOOL", PoolKernel},
+	{"CONV", ConvKernel}, {"MATMUL", MatmulKernel}, {"MAXPOOL", PoolKernel}, {"AVGPOOL", AvgPoolKernel},
 	{"SOFTMAX", SoftmaxKernel}, {"LAYERNORM", LayerNormKernel},
 }
 
@@ -60,6 +64,7 @@ var kernelAttrs = map[string][]string{
 	ConvKernel:      {"activation", "alpha", "dilation", "groups", "has_bias", "pad_hi", "pad_lo", "residual", "stride"},
 	MatmulKernel:    {"activation", "alpha", "has_bias", "residual", "trans_a", "trans_b"},
 	PoolKernel:      {"dilation", "pad_hi", "pad_lo", "stride", "window"},
+	AvgPoolKernel:   {"dilation", "exclude_pad", "pad_hi", "pad_lo", "stride", "window"},
 	SoftmaxKernel:   {"log"},
 	LayerNormKernel: {"eps"},
 }

@@ -333,27 +333,53 @@ func reshape(x *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
 // like the convolution kernel, so that XLA keeps a CNN channels-last
 // through it.
 func maxPool(ctx *lower.Context, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) (*stablehlo.Value, error) {
-	if !ctx.Options.HasKernel(PoolKernel) || x.Type().Elem != stablehlo.F32 || len(p.Kernel) < 1 || len(p.Kernel) > 3 {
+	return poolKernel(ctx, PoolKernel, x, outDims, p, lo, hi, nil)
+}
+
+// avgPool is the CPU's average pooling: the kernel for float32 where every
+// window overlaps the input and the divisor is one oneDNN has: the
+// window's elements inside the input (count_include_pad off), or the
+// window's size where no window reaches past the padding (ceil mode adds
+// none); else declined.
+func avgPool(ctx *lower.Context, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) (*stablehlo.Value, error) {
+	if p.DivisorOverride != 0 {
 		return nil, nil
 	}
+	for j := range p.Kernel {
+		if p.CountIncludePad && (hi[j] != p.Padding[j] || lo[j] != p.Padding[j]) {
+			return nil, nil
+		}
+	}
+	return poolKernel(ctx, AvgPoolKernel, x, outDims, p, lo, hi,
+		[]stablehlo.FFIAttr{{Name: "exclude_pad", Int: boolInt(!p.CountIncludePad)}})
+}
+
+// poolKernel calls the pooling kernel target (PoolKernel, AvgPoolKernel)
+// with the window attributes and extra; nil where it is not loaded, x is
+// not float32 of 1 to 3 spatial dims, or a window lies in the padding only.
+func poolKernel(ctx *lower.Context, target string, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64, extra []stablehlo.FFIAttr) (*stablehlo.Value, error) {
+	if !ctx.Options.HasKernel(target) || x.Type().Elem != stablehlo.F32 || len(p.Kernel) < 1 || len(p.Kernel) > 3 {
+		return nil, nil
+	}
+	dil := dilations(p.Dilation, len(p.Kernel))
 	for j, k := range p.Kernel {
-		ek := max(p.Dilation[j], 1)*(k-1) + 1
+		ek := dil[j]*(k-1) + 1
 		if lo[j] >= ek || hi[j] >= ek {
 			return nil, nil
 		}
 	}
 	cl := channelsLast(len(outDims))
 	call := stablehlo.FFICall{
-		Target:   PoolKernel,
+		Target:   target,
 		Operands: []*stablehlo.Value{x},
 		Results:  []stablehlo.Type{stablehlo.TensorOf(x.Type().Elem, outDims...)},
-		Attrs: []stablehlo.FFIAttr{
-			{Name: "dilation", Ints: dilations(p.Dilation, len(p.Kernel)), Array: true},
+		Attrs: append([]stablehlo.FFIAttr{
+			{Name: "dilation", Ints: dil, Array: true},
 			{Name: "pad_hi", Ints: hi, Array: true},
 			{Name: "pad_lo", Ints: lo, Array: true},
 			{Name: "stride", Ints: p.Stride, Array: true},
 			{Name: "window", Ints: p.Kernel, Array: true},
-		},
+		}, extra...),
 		OperandLayouts: [][]int64{cl},
 		ResultLayouts:  [][]int64{cl},
 	}

@@ -420,6 +420,28 @@ def norm_cases():
          [r.standard_normal(q).astype(np.float32) for _ in range(3)], opset=13)
 
 
+def avgpool_cases():
+    """AveragePool as xserve's CPU average-pooling kernel computes it
+    (lower/cpu AvgPoolKernel): googlenet's and inception's 3x3 stride-1
+    pooling with padding excluded from the count, included, ceil mode, a
+    batch, 1-D; and ceil mode with the padding counted, which stays XLA's
+    (a window past the padding divides by fewer than its size)."""
+    r = np.random.default_rng(23)
+
+    def pool(name, xs, opset=19, **attrs):
+        x = r.standard_normal(xs).astype(np.float32)
+        case("avgpool_" + name, [helper.make_node("AveragePool", ["x"], ["y"], **attrs)], [tensor_vi("x", F, list(xs))],
+             [helper.make_tensor_value_info("y", F, [f"d{i}" for i in range(len(xs))])], [x], opset=opset)
+
+    pool("3x3_s1_exclude_pad", (1, 32, 14, 14), kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    pool("3x3_s1_include_pad", (1, 16, 14, 14), kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1)
+    pool("2x2_s2_batch2", (2, 8, 10, 10), kernel_shape=[2, 2], strides=[2, 2])
+    pool("3x3_s2_ceil_exclude_pad", (1, 8, 10, 10), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    pool("1d_k3_s2", (2, 6, 17), kernel_shape=[3], strides=[2], pads=[1, 1])
+    pool("ceil_include_pad_stays_xla", (1, 4, 10, 10), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1,
+         pads=[0, 0, 0, 0])
+
+
 def rnn_cases():
     """RNN, GRU and LSTM with sequence_lens a graph input (a run-time value):
     forward, reverse and bidirectional, with initial states, LSTM's
@@ -492,5 +514,6 @@ if __name__ == "__main__":
     matmul_cases()
     pool_cases()
     norm_cases()
+    avgpool_cases()
     rnn_cases()
     topk_cases()
