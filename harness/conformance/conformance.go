@@ -162,15 +162,7 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 			return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
 		}
 	}
-	for t := range targets {
-		if call, ok := strings.CutPrefix(t, customCallKey); ok {
-			res.CustomCalls = append(res.CustomCalls, call)
-		} else {
-			res.Targets = append(res.Targets, t)
-		}
-	}
-	sort.Strings(res.Targets)
-	sort.Strings(res.CustomCalls)
+	res.Targets, res.CustomCalls = splitTargets(targets)
 	res.Status = Passed
 	if p := RandomCases[c.ID()]; p != "" {
 		res.Detail = "checked by properties (" + p + ")"
@@ -383,6 +375,21 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, op
 // customCallKey prefixes the custom-call targets a case's programs used in
 // the set of targets runDevice records (Result.CustomCalls).
 const customCallKey = "custom_call "
+
+// splitTargets returns the IR targets and the custom calls (customCallKey)
+// of the set runDevice records, each sorted.
+func splitTargets(targets map[string]bool) (ir, calls []string) {
+	for t := range targets {
+		if call, ok := strings.CutPrefix(t, customCallKey); ok {
+			calls = append(calls, call)
+		} else {
+			ir = append(ir, t)
+		}
+	}
+	sort.Strings(ir)
+	sort.Strings(calls)
+	return ir, calls
+}
 
 // runDevice specializes, lowers and runs graph g (a whole model, or the
 // device graph of one with host stages) on inputs, recording the targets
