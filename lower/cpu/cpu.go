@@ -5,8 +5,9 @@
 // multiply-adds, small-map convolutions as matrix products), fuses
 // epilogues into convolutions and matrix products (fxgraph's
 // FuseEpilogues) when the kernel library is loaded, and computes float32
-// convolutions, matrix products and max pooling with xserve's CPU kernels
-// (cpukernels/, oneDNN behind XLA FFI custom calls) where they take them.
+// convolutions, matrix products, max and average pooling, softmax and layer
+// norm with xserve's CPU kernels (cpukernels/, oneDNN behind XLA FFI custom
+// calls) where they take them.
 //
 // The kernels' calling convention (targets, attributes, activation codes,
 // layouts) is defined once, here (abi.go); cpukernels/kernel_abi.h is
