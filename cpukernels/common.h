@@ -102,6 +102,9 @@ int operands_as(XLA_FFI_CallFrame *f, int64_t has_bias, int64_t residual, kernel
  * the handler then returns NULL at once. */
 int metadata_call(XLA_FFI_CallFrame *f);
 
+/* has_nan reports whether any of the n floats at p is NaN. */
+int has_nan(const float *p, int64_t n);
+
 /* is_reference reports whether oneDNN chose a reference (slow) primitive. */
 int is_reference(const_dnnl_primitive_desc_t pd);
 

@@ -17,7 +17,11 @@
  *                          attribute eps (f32): (x - mean) / sqrt(var + eps)
  *                          * scale + shift, mean and (biased) var over the
  *                          row
+ * A row holding NaN gives NaN throughout, as XLA's and ONNX Runtime's
+ * softmax do (oneDNN's gives 0 beside the NaN): the softmax marks those
+ * rows after oneDNN ran, when the input has one.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -131,6 +135,23 @@ static XLA_FFI_Error *norm_buffers(XLA_FFI_CallFrame *f, const char *name, int64
 	return NULL;
 }
 
+/* nan_rows sets to NaN every row of y ([m, n]) whose row of x holds a NaN. */
+static void nan_rows(const float *x, float *y, int64_t m, int64_t n) {
+	for (int64_t r = 0; r < m; r++) {
+		if (!has_nan(x + r * n, n)) continue;
+		for (int64_t j = 0; j < n; j++) {
+			y[r * n + j] = NAN;
+		}
+	}
+}
+
+/* softmax_nan gives NaN rows of x NaN results in y (see above). */
+static XLA_FFI_Error *softmax_nan(XLA_FFI_Error *err, const XLA_FFI_Buffer *x, XLA_FFI_Buffer *y) {
+	int64_t m = x->dims[0], n = x->dims[1];
+	if (err == NULL && has_nan(x->data, m * n)) nan_rows(x->data, y->data, m, n);
+	return err;
+}
+
 /* norm_run runs the call f of kernel c on x (and scale and shift, for the
  * layer norm) into y: the entry noted for f's site when it has x's dims,
  * else the one built for the key read from f's attributes. */
@@ -166,7 +187,7 @@ XLA_FFI_Error *xserve_softmax_f32(XLA_FFI_CallFrame *f) {
 	}
 	XLA_FFI_Buffer *args[1], *y;
 	XLA_FFI_Error *err = norm_buffers(f, KERNEL_SOFTMAX, 1, args, &y);
-	return err != NULL ? err : norm_run(f, &softmax_cache, build_softmax, args, 1, y);
+	return err != NULL ? err : softmax_nan(norm_run(f, &softmax_cache, build_softmax, args, 1, y), args[0], y);
 }
 
 /* xserve_layernorm_f32 is the layer normalization's FFI handler. */

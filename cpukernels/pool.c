@@ -26,7 +26,6 @@
  * reduce_window sum and divide ran googlenet's 3x3 stride-1 pooling at 4-5x
  * ONNX Runtime's time (docs/BENCHMARKS.md, "Per-op kernels").
  */
-#include <emmintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -82,23 +81,6 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 		    e->threads);
 	}
 	return finish_entry(e, pd);
-}
-
-/* has_nan reports whether any of the n floats at p is NaN: 16 a step with
- * SSE2 (every x86-64 has it), stopping at the first. */
-static int has_nan(const float *p, int64_t n) {
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m128 a = _mm_loadu_ps(p + i), b = _mm_loadu_ps(p + i + 4);
-		__m128 c = _mm_loadu_ps(p + i + 8), d = _mm_loadu_ps(p + i + 12);
-		__m128 u = _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)),
-		    _mm_or_ps(_mm_cmpunord_ps(c, c), _mm_cmpunord_ps(d, d)));
-		if (_mm_movemask_ps(u)) return 1;
-	}
-	for (; i < n; i++) {
-		if (isnan(p[i])) return 1;
-	}
-	return 0;
 }
 
 /* nan_windows sets to NaN each result whose window holds a NaN of x (oneDNN's

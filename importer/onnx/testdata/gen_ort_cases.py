@@ -398,6 +398,14 @@ def norm_cases():
     one("softmax_batch2_s32", "Softmax", (2, 4, 32, 32), 13, axis=-1)
     one("logsoftmax_classifier", "LogSoftmax", (3, 1000), 13, axis=-1)
     one("softmax_axis1_stays_xla", "Softmax", (2, 5, 7), 13, axis=1)
+    # A fully masked row (all -inf) and a row holding NaN give NaN rows, as
+    # in ONNX Runtime and XLA (oneDNN alone gives 0 beside the NaN).
+    x = (r.standard_normal((4, 16)) * 3).astype(np.float32)
+    x[0, :] = -np.inf
+    x[1, 5:] = -np.inf
+    x[2, 3] = np.nan
+    case("softmax_masked_and_nan_rows", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [tensor_vi("x", F, [4, 16])],
+         [helper.make_tensor_value_info("y", F, ["d0", "d1"])], [x], opset=13)
 
     def ln(name, xs, axis=-1, bias=True, eps=1e-5):
         n = int(np.prod(xs[axis:]))
