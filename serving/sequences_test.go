@@ -117,6 +117,11 @@ func TestSequencesSileroMatchesORT(t *testing.T) {
 	if inf != uint64(streams*n) || exe >= inf {
 		t.Errorf("%d steps ran in %d executions: want %d steps, several per execution", inf, exe, streams*n)
 	}
+	// Each batch was one program: the states gathered and scattered inside
+	// the model's (engine.Model.BuildRows), no join or split of their own.
+	if progs := v.seqs.programs.Load(); progs != exe {
+		t.Errorf("%d device programs for %d executions: want one program per execution (states gathered and scattered in the model's program)", progs, exe)
+	}
 	if active := len(v.seqs.seqs); active != 0 {
 		t.Errorf("%d sequences still active after every stream ended", active)
 	}
