@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/internal/metrics"
@@ -119,6 +120,7 @@ type Server struct {
 	svc         micro.Service
 	fingerprint string
 	replica     atomic.Value // string: the current service instance id
+	home        string       // the replica's token in its sequences' subjects (sticky.go)
 
 	metricsOnce sync.Once         // creates metrics
 	metrics     *metrics.Registry // WriteMetrics' registry, with the collector of the counts
@@ -169,6 +171,9 @@ type job struct {
 	// warm: the request came on PREFIX.warm.<model> (forwarded by a
 	// replica that does not hold the model): never forwarded again.
 	warm bool
+	// sequence: the request is a step of a sequence (its reply names the
+	// replica's subject for the sequence, sticky.go).
+	sequence bool
 }
 
 // modelStats counts one model's requests on this replica; the fields are
@@ -256,6 +261,7 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 		syncDone: make(chan struct{}),
 	}
 	s.replica.Store("")
+	s.home = nuid.Next()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	fail := func(err error) (*Server, error) {
 		s.cancel()
@@ -446,6 +452,7 @@ func (s *Server) work(j *job) {
 		stopProgress = s.reportProgress(j.msg)
 	}
 	reply, err := s.answerSafely(j)
+	s.stick(j, reply)
 	if stopProgress != nil {
 		stopProgress()
 	}
@@ -601,6 +608,7 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 	if err := sequenceHeaders(h, d); err != nil {
 		return nil, err
 	}
+	j.sequence = d.Infer.Sequence != nil
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
