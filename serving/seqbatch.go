@@ -237,7 +237,7 @@ func (v *version) joinStates(ctx context.Context, exe *engine.Executable, i int,
 		}
 		if zeros == nil {
 			var err error
-			if zeros, err = exe.UploadInput(ctx, i, tensor.New(p.Inputs[i].DType, row...)); err != nil {
+			if zeros, err = exe.UploadInput(ctx, i, t.states[j].initialValue(p.Inputs[i].DType, row)); err != nil {
 				return nil, err
 			}
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/pjrt"
-	"github.com/xserve/xserve/tensor"
 )
 
 // A batch of steps of different sequences runs as one program: the model
@@ -169,7 +168,7 @@ func (v *version) fusedArgs(ctx context.Context, exe *engine.Executable, exec ma
 				continue
 			}
 			if zero == nil {
-				if zero, err = exe.UploadInput(ctx, len(args), tensor.New(p.Inputs[sp.in].DType, shape...)); err != nil {
+				if zero, err = exe.UploadInput(ctx, len(args), sp.initialValue(p.Inputs[sp.in].DType, shape)); err != nil {
 					return args, nil, zeros, err
 				}
 				zeros = append(zeros, zero)

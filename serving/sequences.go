@@ -340,7 +340,7 @@ func (v *version) prepareStep(req *InferRequest) (*call, error) {
 		if sp.batchAxis >= 0 {
 			shape[sp.batchAxis] = 1
 		}
-		full.Inputs[p.Inputs[sp.in].Name] = tensor.New(p.Inputs[sp.in].DType, shape...)
+		full.Inputs[p.Inputs[sp.in].Name] = sp.initialValue(p.Inputs[sp.in].DType, shape)
 	}
 	c, err := v.prepare(full)
 	if err != nil {
@@ -426,7 +426,7 @@ func (v *version) stepArgs(ctx context.Context, exe *engine.Executable, c *call,
 			args[sp.in] = s.state[j]
 			continue
 		}
-		b, err := exe.UploadInput(ctx, sp.in, c.inputs[sp.in]) // the initial state: zeros
+		b, err := exe.UploadInput(ctx, sp.in, c.inputs[sp.in]) // the initial state
 		if err != nil {
 			return fail(err)
 		}
