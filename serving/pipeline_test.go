@@ -134,13 +134,17 @@ func TestPipelineErrors(t *testing.T) {
 }
 
 // fusionRepo is the ensemble fixture plus the same two steps as config.yaml
-// pipelines: "fused" (fuse: auto, one executable per bucket) and "steps"
-// (fuse: none: each step an execution of its own, the host between them,
-// as Triton runs an ensemble).
+// pipelines: "fused" (fuse: auto, one executable per bucket), "steps"
+// (fuse: none: each step an execution of its own, as Triton runs an
+// ensemble) and "separate" (fuse: auto, but the cnn step separate: true).
 func fusionRepo(t testing.TB) *testRepo {
 	t.Helper()
 	r := ensembleRepo(t)
-	for model, fuse := range map[string]string{"fused": "auto", "steps": "none"} {
+	for model, fuse := range map[string]string{"fused": "auto", "steps": "none", "separate": "auto"} {
+		sep := ""
+		if model == "separate" {
+			sep = ", separate: true"
+		}
 		r.config(model, `inputs:
   - {name: IMAGE, dtype: uint8, dims: [batch, 32, 32, 3]}
 outputs:
@@ -152,27 +156,39 @@ pipeline:
   fuse: `+fuse+`
   steps:
     - {model: preprocess, input_map: {raw: IMAGE}, output_map: {pixels: pre}}
-    - {model: cnn, input_map: {input: pre}, output_map: {probs: PROBS}}
+    - {model: cnn, input_map: {input: pre}, output_map: {probs: PROBS}`+sep+`}
 `)
 	}
 	return r
 }
 
-// TestPipelineFuseNone: the steps run one by one (fuse: none) answer as
-// the stitched program and as ONNX Runtime, in two executions.
+// TestPipelineFuseNone: the steps run one by one (fuse: none), or with
+// the cnn step kept separate (separate: true), answer as the stitched
+// program and as ONNX Runtime, in two executions; the metadata says the
+// separate step runs whole in a segment of its own.
 func TestPipelineFuseNone(t *testing.T) {
 	r := fusionRepo(t)
 	m, _ := start(t, r, nil)
 	raw := readNpy(t, filepath.Join(r.root, "in.IMAGE.npy"))
 	want := readNpy(t, filepath.Join(r.root, "ref.PROBS.npy"))
-	for _, model := range []string{"fused", "steps"} {
-		resp := infer(t, m, model, 0, map[string]*tensor.Tensor{"IMAGE": raw})
-		assertClose(t, model, resp.Outputs[0].Tensor, want, 1e-5)
+	for _, model := range []string{"fused", "steps", "separate"} {
+		for _, idx := range [][]int{{0, 1, 2, 3, 4}, {3}} {
+			resp := infer(t, m, model, 0, map[string]*tensor.Tensor{"IMAGE": rows(raw, idx...)})
+			assertClose(t, model, resp.Outputs[0].Tensor, rows(want, idx...), 1e-5)
+		}
 	}
-	for model, n := range map[string]float64{"fused": 1, "steps": 2} {
+	for model, n := range map[string]float64{"fused": 1, "steps": 2, "separate": 2} {
 		if got := metric(t, m, `xserve_pipeline_executions{model="`+model+`",version="1"}`); got != n {
 			t.Errorf("%s: xserve_pipeline_executions = %v, want %v", model, got, n)
 		}
+	}
+	md, err := m.Metadata("separate", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs := md.Pipeline.Segments
+	if len(segs) != 2 || !segs[1].Whole || segs[1].Fused || len(segs[1].Steps) != 1 || segs[1].Steps[0] != "cnn" {
+		t.Errorf("separate: segments %+v, want [preprocess] then cnn whole", segs)
 	}
 }
 
@@ -436,5 +452,44 @@ pipeline:
 	}
 	if len(md.Pipeline.Segments) != 1 || !md.Pipeline.Segments[0].Fused {
 		t.Errorf("segments %+v, want one fused", md.Pipeline.Segments)
+	}
+}
+
+// TestPipelineLazyLoading: pipelines and their step models on a lazy
+// Manager whose device memory budget holds about two of them: each
+// request loads its pipeline (or model) on demand and evicts the least
+// recently used, every answer equals ONNX Runtime's, the memory held stays
+// within the budget, and a pipeline's memory counts its segments'.
+func TestPipelineLazyLoading(t *testing.T) {
+	r := fusionRepo(t)
+	raw := readNpy(t, filepath.Join(r.root, "in.IMAGE.npy"))
+	want := readNpy(t, filepath.Join(r.root, "ref.PROBS.npy"))
+	cache := sharedCache(t)
+	ask := func(m *Manager, model string) {
+		t.Helper()
+		resp, err := m.Infer(context.Background(), model, 0, &InferRequest{Inputs: map[string]*tensor.Tensor{"IMAGE": rows(raw, 1, 4)}})
+		if err != nil {
+			t.Fatalf("%s: %v", model, err)
+		}
+		assertClose(t, model, resp.Outputs[0].Tensor, rows(want, 1, 4), 1e-5)
+	}
+	probe, _ := lazyManager(t, r, 0, cache)
+	ask(probe, "fused")
+	one := metric(t, probe, `xserve_model_memory_bytes{model="fused"}`)
+	if one <= 0 {
+		t.Fatalf("xserve_model_memory_bytes of a loaded pipeline is %v", one)
+	}
+	budget := int64(2.5 * one)
+	m, _ := lazyManager(t, r, budget, cache)
+	for round := range 2 {
+		for _, model := range []string{"fused", "steps", "separate", "classify_ensemble"} {
+			ask(m, model)
+			if used := metric(t, m, `xserve_model_memory_used_bytes{device="0"}`); used > float64(budget) {
+				t.Fatalf("round %d, %s: %v bytes held, the budget is %d", round, model, used, budget)
+			}
+		}
+	}
+	if got := metric(t, m, `xserve_model_evictions_total{model="fused"}`); got < 1 {
+		t.Errorf("fused evicted %v times, want at least once (4 pipelines, room for 2)", got)
 	}
 }
