@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/tensor"
@@ -194,29 +195,68 @@ func TestPipelineFuseNone(t *testing.T) {
 
 // BenchmarkPipelineFusion compares the two steps stitched into one
 // executable per bucket ("fused") with the same steps run one execution
-// each, the intermediate crossing the host ("steps"), at batch 1 and 8;
-// -count interleaves them (docs/BENCHMARKS.md):
+// each, the intermediate crossing the host ("steps"), at batch 1 and 8.
+// Each op is one round: for each batch, 100 requests of each pipeline in
+// turn (the order alternating from round to round), so that both see the
+// same machine; it reports the median µs per request of each and the
+// median of the rounds' steps/fused ratios, and the share of rounds the
+// fused pipeline won (docs/BENCHMARKS.md):
 //
-//	go test -run '^$' -bench PipelineFusion -benchtime 2000x -count 5 ./serving
+//	go test -run '^$' -bench PipelineFusion -benchtime 20x ./serving
 func BenchmarkPipelineFusion(b *testing.B) {
 	r := fusionRepo(b)
 	m, _ := start(b, r, nil)
 	raw := readNpy(b, filepath.Join(r.root, "in.IMAGE.npy"))
+	const perRound = 100
+	inputs := map[int]map[string]*tensor.Tensor{}
 	for _, n := range []int{1, 8} {
 		idx := make([]int, n)
 		for i := range idx {
 			idx[i] = i % 5
 		}
-		in := map[string]*tensor.Tensor{"IMAGE": rows(raw, idx...)}
-		for _, model := range []string{"fused", "steps"} {
-			b.Run(fmt.Sprintf("%s/batch=%d", model, n), func(b *testing.B) {
-				for b.Loop() {
-					if _, err := m.Infer(context.Background(), model, 0, &InferRequest{Inputs: in}); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+		inputs[n] = map[string]*tensor.Tensor{"IMAGE": rows(raw, idx...)}
+	}
+	timeIt := func(model string, n int) float64 {
+		start := time.Now()
+		for range perRound {
+			if _, err := m.Infer(context.Background(), model, 0, &InferRequest{Inputs: inputs[n]}); err != nil {
+				b.Fatal(err)
+			}
 		}
+		return float64(time.Since(start).Microseconds()) / perRound
+	}
+	for _, n := range []int{1, 8} { // compile and warm both
+		timeIt("fused", n)
+		timeIt("steps", n)
+	}
+	us := map[string][]float64{}
+	b.ResetTimer()
+	for round := range b.N {
+		for _, n := range []int{1, 8} {
+			order := []string{"fused", "steps"}
+			if round%2 == 1 {
+				order[0], order[1] = order[1], order[0]
+			}
+			got := map[string]float64{}
+			for _, model := range order {
+				got[model] = timeIt(model, n)
+				us[fmt.Sprintf("%s/batch=%d", model, n)] = append(us[fmt.Sprintf("%s/batch=%d", model, n)], got[model])
+			}
+			us[fmt.Sprintf("ratio/batch=%d", n)] = append(us[fmt.Sprintf("ratio/batch=%d", n)], got["steps"]/got["fused"])
+		}
+	}
+	for _, n := range []int{1, 8} {
+		b.ReportMetric(median(us[fmt.Sprintf("fused/batch=%d", n)]), fmt.Sprintf("us-fused@%d", n))
+		b.ReportMetric(median(us[fmt.Sprintf("steps/batch=%d", n)]), fmt.Sprintf("us-steps@%d", n))
+		ratios := us[fmt.Sprintf("ratio/batch=%d", n)]
+		b.ReportMetric(median(ratios), fmt.Sprintf("x-steps/fused@%d", n))
+		won := 0
+		for _, x := range ratios {
+			if x > 1 {
+				won++
+			}
+		}
+		b.ReportMetric(float64(won)/float64(len(ratios)), fmt.Sprintf("fused-won@%d", n))
 	}
 }
 
