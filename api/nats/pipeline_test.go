@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/serving"
 	"github.com/xserve/xserve/tensor"
 )
@@ -24,15 +23,7 @@ func TestPipelineOverNATS(t *testing.T) {
 	if err := os.CopyFS(dir, os.DirFS(ensembleFixture)); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := modelrepo.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := serving.NewManager(context.Background(), serving.Options{Client: pjrtClient(t), Repository: repo, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	m := repoManager(t, dir)
 	raw, err := tensor.ReadNpyFile(filepath.Join(dir, "in.IMAGE.npy"))
 	if err != nil {
 		t.Fatal(err)

@@ -101,6 +101,13 @@ func sileroManager(t *testing.T) *serving.Manager {
 	if err := os.WriteFile(filepath.Join(dir, "silero", "1", "model.onnx"), model, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return repoManager(t, dir)
+}
+
+// repoManager serves the model repository in dir, shut down at the end of
+// the test.
+func repoManager(t *testing.T, dir string) *serving.Manager {
+	t.Helper()
 	repo, err := modelrepo.Open(dir)
 	if err != nil {
 		t.Fatal(err)
