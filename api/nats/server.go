@@ -121,6 +121,7 @@ type Server struct {
 	fingerprint string
 	replica     atomic.Value // string: the current service instance id
 	home        string       // the replica's token in its sequences' subjects (sticky.go)
+	sticky      atomic.Value // map[string]bool: the sequence subjects subscribed now (sticky.go)
 
 	metricsOnce sync.Once         // creates metrics
 	metrics     *metrics.Registry // WriteMetrics' registry, with the collector of the counts

@@ -22,6 +22,7 @@ type endpointSpec struct {
 	model    string
 	subject  string
 	warm     bool // PREFIX.warm.<model>: the replica holds the model (Options.OnDemand)
+	sequence bool // PREFIX.seq.<home>.<model>: the sequences this replica holds (sticky.go)
 	metadata map[string]string
 }
 
@@ -59,6 +60,7 @@ func (s *Server) Sync() error {
 	}
 	old := s.svc
 	s.svc, s.fingerprint = svc, fp
+	s.sticky.Store(stickySubjects(specs))
 	s.replica.Store(svc.Info().ID)
 	if old != nil {
 		if err := old.Stop(); err != nil {

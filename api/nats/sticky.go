@@ -49,9 +49,10 @@ func (s *Server) sequenceSpecs(names []string, unique func(string) string) []end
 			continue
 		}
 		specs = append(specs, endpointSpec{
-			name:    unique("seq_" + unsafeName.ReplaceAllString(n, "_")),
-			model:   n,
-			subject: sequenceSubject(s.opts.Prefix, s.home, n),
+			name:     unique("seq_" + unsafeName.ReplaceAllString(n, "_")),
+			model:    n,
+			subject:  sequenceSubject(s.opts.Prefix, s.home, n),
+			sequence: true,
 			metadata: map[string]string{"model": n, "about": "the sequences of the model whose state this replica holds; " +
 				"the replies to their steps name this subject in " + HeaderSequenceSubject},
 		})
@@ -59,17 +60,33 @@ func (s *Server) sequenceSpecs(names []string, unique func(string) string) []end
 	return specs
 }
 
+// stickySubjects is the set of sequence subjects among specs.
+func stickySubjects(specs []endpointSpec) map[string]bool {
+	subjects := map[string]bool{}
+	for _, sp := range specs {
+		if sp.sequence {
+			subjects[sp.subject] = true
+		}
+	}
+	return subjects
+}
+
 // stick names, on the reply to a sequence step, the subject of the
-// replica that holds the sequence.
+// replica that holds the sequence, once the replica is subscribed to it
+// (a model loaded on demand gets it at the next Sync; until then its
+// replies name none, and the client keeps the model's subject).
 func (s *Server) stick(j *job, reply *nats.Msg) {
 	model := ""
 	if reply != nil {
 		model = headerValue(reply.Header, HeaderModel)
 	}
-	if !j.sequence || model == "" || !validToken(model) {
+	if !j.sequence || model == "" {
 		return
 	}
-	reply.Header.Set(HeaderSequenceSubject, sequenceSubject(s.opts.Prefix, s.home, model))
+	subject := sequenceSubject(s.opts.Prefix, s.home, model)
+	if subscribed, _ := s.sticky.Load().(map[string]bool); subscribed[subject] {
+		reply.Header.Set(HeaderSequenceSubject, subject)
+	}
 }
 
 // ErrSequenceLost is wrapped by a Client's error for a step of a sequence
