@@ -49,10 +49,9 @@ func (s *Server) sequenceSpecs(names []string, unique func(string) string) []end
 			continue
 		}
 		specs = append(specs, endpointSpec{
-			name:     unique("seq_" + unsafeName.ReplaceAllString(n, "_")),
-			model:    n,
-			subject:  sequenceSubject(s.opts.Prefix, s.home, n),
-			sequence: true,
+			name:    unique("seq_" + unsafeName.ReplaceAllString(n, "_")),
+			model:   n,
+			subject: sequenceSubject(s.opts.Prefix, s.home, n),
 			metadata: map[string]string{"model": n, "about": "the sequences of the model whose state this replica holds; " +
 				"the replies to their steps name this subject in " + HeaderSequenceSubject},
 		})
@@ -60,21 +59,11 @@ func (s *Server) sequenceSpecs(names []string, unique func(string) string) []end
 	return specs
 }
 
-// stickySubjects is the set of sequence subjects among specs.
-func stickySubjects(specs []endpointSpec) map[string]bool {
-	subjects := map[string]bool{}
-	for _, sp := range specs {
-		if sp.sequence {
-			subjects[sp.subject] = true
-		}
-	}
-	return subjects
-}
-
 // stick names, on the reply to a sequence step, the subject of the
-// replica that holds the sequence, once the replica is subscribed to it
-// (a model loaded on demand gets it at the next Sync; until then its
-// replies name none, and the client keeps the model's subject).
+// replica that holds the sequence, once the replica is subscribed to it (a
+// model loaded on demand gets it at the next Sync, which this asks for;
+// until then its replies name none, and the client keeps the model's
+// subject).
 func (s *Server) stick(j *job, reply *nats.Msg) {
 	model := ""
 	if reply != nil {
@@ -84,8 +73,13 @@ func (s *Server) stick(j *job, reply *nats.Msg) {
 		return
 	}
 	subject := sequenceSubject(s.opts.Prefix, s.home, model)
-	if subscribed, _ := s.sticky.Load().(map[string]bool); subscribed[subject] {
+	if live := s.live.Load(); live != nil && (*live)[subject] {
 		reply.Header.Set(HeaderSequenceSubject, subject)
+		return
+	}
+	select {
+	case s.syncNow <- struct{}{}:
+	default:
 	}
 }
 
