@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -22,6 +23,10 @@ type Job struct {
 	// Outs are the results the run sets, guard results checked and
 	// dropped.
 	Outs []*tensor.Tensor
+	// CPU is the run's core time: the CPU time of the thread that ran it
+	// (pjrt.Executable.RunHostTimed); 0 when it was not measured (an
+	// executable's first run).
+	CPU time.Duration
 }
 
 // JobError is the error of one Job of several run at once.
@@ -46,10 +51,11 @@ func run(ctx context.Context, c *pjrt.Client, jobs []Job) error {
 		if err != nil {
 			return err
 		}
-		outs, err := j.Exe.exe.RunHost(ctx, j.Exe.args, hosts)
+		outs, cpu, err := j.Exe.exe.RunHostTimed(ctx, j.Exe.args, hosts)
 		if err != nil {
 			return err
 		}
+		j.CPU = cpu
 		j.Outs, err = j.Exe.Program.CheckGuards(outs)
 		return err
 	}
@@ -63,6 +69,7 @@ func run(ctx context.Context, c *pjrt.Client, jobs []Job) error {
 	}
 	c.RunHostAll(ctx, runs)
 	for i, r := range runs {
+		jobs[i].CPU = r.CPU
 		err := r.Err
 		if err == nil {
 			// A guard result says the run reached a part of the model

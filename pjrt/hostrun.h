@@ -42,6 +42,11 @@ typedef struct {
 	// calling thread (CPU client with asynchronous=false, or a program XLA
 	// deems too cheap to hand off).
 	int ran_inline;
+	// Set to the CPU time, in nanoseconds, of the thread that ran xs_run,
+	// from its start to its end: the core time of the execution where its
+	// kernels ran on that thread alone (helper threads of a multi-threaded
+	// kernel are not counted).
+	int64_t cpu_ns;
 } xs_run_args;
 
 // xs_run does the whole execution of a; see xs_run_args.
