@@ -687,12 +687,14 @@ func BenchmarkLoneRequest(b *testing.B) {
 // each one), not from their wall time: lone requests (each a batch of one
 // row, run at once) leave their bucket a cost above zero and below the
 // execution time the responses report, which also counts the Go side of
-// the execution and any time its thread waited for a core.
+// the execution and any time its thread waited for a core. (Executions run
+// whole here: a split one's shards run on two threads at once, and their
+// core times added up may exceed its wall time.)
 func TestBatchSizerLearnsCoreTime(t *testing.T) {
 	r := newRepo(t)
 	r.add("tinycnn", 1, tinyCNN)
 	r.config("tinycnn", "buckets:\n  batch: [1, 2]\nwarmup: eager\nbatching:\n  enabled: true\n")
-	m, _ := start(t, r, nil)
+	m, _ := start(t, r, func(o *Options) { o.SplitBatches = SplitOff })
 	req := &InferRequest{Inputs: map[string]*tensor.Tensor{"image": readNpy(t, tinyCNNImage)}}
 	for i := range 8 {
 		resp, err := m.Infer(context.Background(), "tinycnn", 0, req)
