@@ -68,19 +68,21 @@ static int64_t xs_thread_cpu_ns(void) {
 	return (int64_t)ts.tv_sec * 1000000000LL + (int64_t)ts.tv_nsec;
 }
 
-static PJRT_Error* xs_run_timed(xs_run_args* a);
+static PJRT_Error* xs_run_body(xs_run_args* a);
 
-// xs_run does the whole execution of a and records the CPU time its thread
-// spent on it; see xs_run_args.
+// xs_run does the whole execution of a and, when a->timed, records the CPU
+// time its thread spent on it; see xs_run_args.
 PJRT_Error* xs_run(xs_run_args* a) {
+	a->cpu_ns = 0;
+	if (!a->timed) return xs_run_body(a);
 	int64_t start = xs_thread_cpu_ns();
-	PJRT_Error* err = xs_run_timed(a);
+	PJRT_Error* err = xs_run_body(a);
 	a->cpu_ns = xs_thread_cpu_ns() - start;
 	return err;
 }
 
-// xs_run_timed is xs_run without the timing.
-static PJRT_Error* xs_run_timed(xs_run_args* a) {
+// xs_run_body is xs_run without the timing.
+static PJRT_Error* xs_run_body(xs_run_args* a) {
 	const PJRT_Api* api = a->api;
 	size_t n = a->num_args, nout = a->num_outputs;
 	PJRT_Buffer* made[n > 0 ? n : 1];

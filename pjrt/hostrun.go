@@ -50,7 +50,7 @@ type fastPath struct {
 // output types, it makes one call into the plugin per execution. Its errors
 // and argument checks are those of Execute.
 func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	outs, _, err := e.RunHostTimed(ctx, bufs, hosts)
+	outs, _, err := e.runHost(ctx, bufs, hosts, false)
 	return outs, err
 }
 
@@ -58,8 +58,13 @@ func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tenso
 // CPU time the thread that ran it spent from upload to download (a thread
 // CPU clock, so time the thread waited descheduled is not counted, nor are
 // the helper threads of a multi-threaded kernel). It is 0 for a run that
-// did not take the one-call path (an executable's first).
+// did not take the one-call path (an executable's first). Reading the
+// clock costs two system calls, which RunHost spares.
 func (e *Executable) RunHostTimed(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, time.Duration, error) {
+	return e.runHost(ctx, bufs, hosts, true)
+}
+
+func (e *Executable) runHost(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor, timed bool) ([]*tensor.Tensor, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, fmt.Errorf("pjrt: execute %s: %w", e.name, err)
 	}
@@ -67,7 +72,7 @@ func (e *Executable) RunHostTimed(ctx context.Context, bufs []*Buffer, hosts []*
 		return nil, 0, fmt.Errorf("pjrt: execute %s: %d buffers but %d host tensors", e.name, len(bufs), len(hosts))
 	}
 	if fp := e.fast.Load(); fp != nil {
-		return e.runFast(fp, bufs, hosts)
+		return e.runFast(fp, bufs, hosts, timed)
 	}
 	outs, err := e.runPortable(ctx, bufs, hosts)
 	return outs, 0, err
@@ -180,7 +185,7 @@ type runScratch struct {
 var scratchPool = sync.Pool{New: func() any { return &runScratch{args: new(C.xs_run_args)} }}
 
 // runFast is RunHost in one plugin call.
-func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, time.Duration, error) {
+func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, timed bool) ([]*tensor.Tensor, time.Duration, error) {
 	c := e.client
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -202,6 +207,7 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 		s.drop()
 		return nil, 0, err
 	}
+	s.args.timed = cBool(timed)
 	perr := C.xs_run(s.args)
 	cpu := time.Duration(s.args.cpu_ns)
 	if err := s.finish(e, perr); err != nil {
@@ -420,4 +426,12 @@ func resize[T any](s []T, n int) []T {
 		return make([]T, n)
 	}
 	return s[:n]
+}
+
+// cBool is b as a C int.
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }

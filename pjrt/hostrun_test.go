@@ -361,7 +361,7 @@ func TestRunHostExecuteOutputArgument(t *testing.T) {
 // executable's first (portable) run, and on the one-call path the CPU time
 // of the thread that ran it, which is above zero and, for a program run on
 // that thread, never more than the wall time of the call; RunHostAll
-// reports the same per run.
+// reports the same per run that asks for it (Timed), and 0 for the others.
 func TestRunHostTimedCoreTime(t *testing.T) {
 	c := testClient(t)
 	ctx := context.Background()
@@ -394,13 +394,22 @@ func TestRunHostTimedCoreTime(t *testing.T) {
 			t.Fatalf("call %d: core time %v, wall %v: want 0 < core <= wall", call, cpu, wall)
 		}
 	}
-	runs := []HostRun{{Exe: e, Bufs: bufs, Hosts: hosts}, {Exe: e, Bufs: bufs, Hosts: hosts}}
+	if _, err := e.RunHost(ctx, bufs, hosts); err != nil {
+		t.Fatal(err)
+	}
+	runs := []HostRun{{Exe: e, Bufs: bufs, Hosts: hosts, Timed: true}, {Exe: e, Bufs: bufs, Hosts: hosts, Timed: true}, {Exe: e, Bufs: bufs, Hosts: hosts}}
 	start := time.Now()
 	c.RunHostAll(ctx, runs)
 	wall := time.Since(start)
 	for i, r := range runs {
 		if r.Err != nil {
 			t.Fatalf("RunHostAll run %d: %v", i, r.Err)
+		}
+		if !r.Timed {
+			if r.CPU != 0 {
+				t.Fatalf("RunHostAll run %d, not timed: core time %v, want 0", i, r.CPU)
+			}
+			continue
 		}
 		if r.CPU <= 0 || r.CPU > wall {
 			t.Fatalf("RunHostAll run %d: core time %v, wall %v: want 0 < core <= wall", i, r.CPU, wall)

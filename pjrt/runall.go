@@ -36,8 +36,10 @@ type HostRun struct {
 
 	Outs []*tensor.Tensor
 	Err  error
-	// CPU is the execution's core time (see Executable.RunHostTimed).
-	CPU time.Duration
+	// Timed asks for CPU, the execution's core time (see
+	// Executable.RunHostTimed); CPU is 0 without it.
+	Timed bool
+	CPU   time.Duration
 }
 
 // RunHostAll runs the executions of runs at once, each as RunHost would,
@@ -141,6 +143,7 @@ func (c *Client) runLocked(runs []HostRun, threads int) {
 			continue
 		}
 		r.Outs = outs
+		scratch[i].args.timed = cBool(r.Timed)
 		argv = append(argv, scratch[i].args)
 		pin.Pin(scratch[i].args)
 		ok = append(ok, i)
@@ -198,7 +201,7 @@ func runHost(ctx context.Context, r *HostRun) {
 		r.Err = fmt.Errorf("pjrt: execute: no executable")
 		return
 	}
-	r.Outs, r.CPU, r.Err = r.Exe.RunHostTimed(ctx, r.Bufs, r.Hosts)
+	r.Outs, r.CPU, r.Err = r.Exe.runHost(ctx, r.Bufs, r.Hosts, r.Timed)
 }
 
 // workerPool is a client's worker threads for RunHostAll, made on first

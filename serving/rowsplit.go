@@ -47,8 +47,9 @@ type shard struct {
 // whose first rows (of the batch dim) are the requests', the way b's
 // strategy chooses: whole, or as shards of its rows at once; split then
 // names the shards' buckets ("batch=2+batch=2"), else it is "". core is
-// the execution's core time, its shards' added up (0 where not measured).
-// The strategy learns from the time of the whole of it.
+// the execution's core time, its shards' added up, measured for a version
+// that batches (its sizer learns from it; 0 otherwise or where not
+// measured). The strategy learns from the time of the whole of it.
 func (v *version) execute(ctx context.Context, b *bucket, exe *engine.Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
 	x := v.m.engine.Begin()
 	defer x.End()
@@ -58,7 +59,7 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *engine.Executable
 	if way.Split {
 		outs, split, core, err = v.executeSplit(ctx, &x, way, exec, inputs, shards)
 	} else {
-		jobs := [1]engine.Job{{Exe: exe, Inputs: inputs}}
+		jobs := [1]engine.Job{{Exe: exe, Inputs: inputs, Timed: v.batcher != nil}}
 		if err = x.Run(ctx, way, jobs[:]); err == nil {
 			outs, core = jobs[0].Outs, jobs[0].CPU
 		}
@@ -77,6 +78,9 @@ func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way eng
 	defer release()
 	if err != nil {
 		return nil, "", 0, err
+	}
+	for i := range jobs {
+		jobs[i].Timed = v.batcher != nil
 	}
 	if err := x.Run(ctx, way, jobs); err != nil {
 		if je := (*engine.JobError)(nil); errors.As(err, &je) {
