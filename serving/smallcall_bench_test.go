@@ -20,6 +20,9 @@ import (
 //     there (engine.Executable.Execute): the program alone;
 //   - execute: engine.Executable.Run from host tensors to host tensors (one
 //     call into the plugin: upload, execute, copy out);
+//   - serial: the same with the CPU kernels limited to the calling thread
+//     (engine.Way{Threads: 1}, what serving picks while other executions
+//     run or when its threads chooser measured it faster);
 //   - infer: Manager.Infer, the request path of a server without the wire
 //     (validation, bucket, assembly, execute, slicing of the outputs).
 //
@@ -74,6 +77,11 @@ func BenchmarkSmallCall(b *testing.B) {
 			return err
 		}},
 		{"execute", func() error { _, err := exe.Run(ctx, ins); return err }},
+		{"serial", func() error { // as execute, the CPU kernels on the calling thread alone
+			x := m.engine.Begin()
+			defer x.End()
+			return x.Run(ctx, engine.Way{Threads: 1}, []engine.Job{{Exe: exe, Inputs: ins}})
+		}},
 		{"infer", func() error { _, err := m.Infer(ctx, "bert", 0, req); return err }},
 	}
 	times := make([][]time.Duration, len(paths))
