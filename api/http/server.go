@@ -27,6 +27,7 @@ import (
 
 	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/api/shm"
 	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/serving"
@@ -87,6 +88,8 @@ type Server struct {
 	root    string // the backend's repository root, for payload.PublicMessage
 	budget  *payload.Budget
 	check   func(model string, version int64, name string, dt tensor.DType, shape []int64) error // nil when the backend has none
+	shm     *shm.Registry                                                                        // Triton's system shared-memory regions
+	ownShm  bool                                                                                 // shm is the server's own: Shutdown closes it
 
 	// ctx is the parent of every backend call; cancelled when Shutdown gives
 	// up waiting, so that stragglers stop.
@@ -127,6 +130,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if c, ok := backend.(inputChecker); ok {
 		s.check = c.CheckInput
 	}
+	s.shm, s.ownShm = newShm(&opts)
 	s.app = fiber.New(fiber.Config{
 		Concurrency: opts.MaxConns,
 		AppName:     "xserve",
@@ -190,6 +194,7 @@ func (s *Server) routes() {
 	admin("/v2/repository/models/:model/unload", s.unload)
 
 	s.openaiRoutes(get, post)
+	s.sharedMemoryRoutes(get, post)
 	s.unsupportedRoutes(get, post)
 
 	get("/metrics", s.writeMetrics)
@@ -272,6 +277,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	if err == nil {
 		s.codecs.Close()
+	}
+	if s.ownShm {
+		err = errors.Join(err, s.shm.Close())
 	}
 	return err
 }
@@ -670,6 +678,7 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 		hdr := c.Get(HeaderInferenceLength)
 		lim := payload.Limits{MaxElems: s.opts.MaxTensorElements, Check: s.check, Lease: leaseOf(c)}
 		if v2 {
+			lim.Shared = s.shm
 			d, err = payload.DecodeOIPWithin(model, version, body, hdr, lim)
 		} else {
 			d, err = payload.DecodeV1Within(body, hdr, "", lim)
@@ -735,7 +744,7 @@ func (s *Server) serverMetadata(c *fiber.Ctx) error {
 	return s.sendJSON(c, map[string]any{
 		"name":       "xserve",
 		"version":    s.opts.Version,
-		"extensions": []string{"binary_tensor_data", "model_repository", "model_configuration", "statistics"},
+		"extensions": []string{"binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration", "statistics"},
 	})
 }
 
