@@ -123,23 +123,15 @@ func WriteShared(shared SharedMemory, nt serving.NamedTensor, region string, off
 }
 
 // appendSharedOutput writes output nt to its region and its entry's
-// fields, without data, to b.
+// datatype and shape to b: no data and no parameters, as Triton answers
+// (its C++ client reads an output's "parameters" as the binary tensor
+// extension's and wants binary_data_size there).
 func appendSharedOutput(b []byte, d *Request, nt serving.NamedTensor, ref shmRef) ([]byte, error) {
-	n, err := WriteShared(d.shared, nt, ref.region, ref.offset, ref.size)
-	if err != nil {
+	if _, err := WriteShared(d.shared, nt, ref.region, ref.offset, ref.size); err != nil {
 		return nil, err
 	}
 	b = append(b, `"datatype":`...)
 	b = appendJSONString(b, OIPDatatype(nt.Tensor.DType))
 	b = append(b, `,"shape":`...)
-	b = appendShape(b, nt.Tensor.Shape)
-	b = append(b, `,"parameters":{"shared_memory_region":`...)
-	b = appendJSONString(b, ref.region)
-	b = append(b, `,"shared_memory_byte_size":`...)
-	b = strconv.AppendInt(b, n, 10)
-	if ref.offset != 0 {
-		b = append(b, `,"shared_memory_offset":`...)
-		b = strconv.AppendInt(b, ref.offset, 10)
-	}
-	return append(b, '}'), nil
+	return appendShape(b, nt.Tensor.Shape), nil
 }
