@@ -329,10 +329,7 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		id := reqid.From(c.Get(reqid.Header), c.Get("traceparent"))
 		c.Locals(requestIDKey{}, id)
 		c.Set(reqid.Header, id)
-		ctx := tracing.Propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Get("traceparent"), "tracestate": c.Get("tracestate")})
-		ctx, span := s.opts.Tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("xserve.request_id", id)))
-		c.SetUserContext(ctx)
+		span := s.startSpan(c, method, route, id)
 		err := s.authorize(c, route)
 		if err == nil {
 			err = s.call(h, c)
@@ -344,7 +341,9 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		s.drainBody(c)
 		s.metrics.inflight.Dec()
 		code := c.Response().StatusCode()
-		span.SetAttributes(attribute.Int("http.response.status_code", code))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("http.response.status_code", code))
+		}
 		tracing.End(span, err)
 		d := time.Since(start)
 		s.metrics.observe(route, method, code, d)
@@ -359,6 +358,20 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		}
 		return nil
 	}
+}
+
+// startSpan starts the request's server span, continuing the client's
+// trace (traceparent), and makes it the request's context; with tracing
+// off it returns a span that records nothing and leaves the context alone.
+func (s *Server) startSpan(c *fiber.Ctx, method, route, id string) trace.Span {
+	if tracing.Off(s.opts.Tracer) {
+		return trace.SpanFromContext(context.Background())
+	}
+	ctx := tracing.Propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Get("traceparent"), "tracestate": c.Get("tracestate")})
+	ctx, span := s.opts.Tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("xserve.request_id", id)))
+	c.SetUserContext(ctx)
+	return span
 }
 
 // requestIDKey holds (in fiber's Locals) the request's id.
@@ -667,7 +680,10 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 	}
 	// A request that arrived before Shutdown runs to the end, even if
 	// Shutdown has begun meanwhile; its spans continue the request's trace.
-	ctx := trace.ContextWithSpan(s.ctx, trace.SpanFromContext(c.UserContext()))
+	ctx := s.ctx
+	if !tracing.Off(s.opts.Tracer) {
+		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(c.UserContext()))
+	}
 	var d *payload.Request
 	err := tracing.Phase(ctx, s.opts.Tracer, "decode", func(context.Context) error {
 		body, err := s.body(c)
