@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/cors"
@@ -568,7 +569,9 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		if err := lease.Reserve(int64(len(req.Body())), "the request body"); err != nil {
 			return nil, err
 		}
-		return bytes.Clone(req.Body()), nil
+		buf := bodyBuffer(c, len(req.Body()))
+		copy(buf, req.Body())
+		return buf, nil
 	}
 	limit := s.opts.MaxBodyBytes
 	n := int64(req.Header.ContentLength()) // -1: chunked
@@ -579,7 +582,7 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		if err := lease.Reserve(n, "the request body"); err != nil {
 			return nil, err
 		}
-		buf := make([]byte, n)
+		buf := bodyBuffer(c, int(n))
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return nil, s.bodyReadError(c, fmt.Sprintf("reading the request body (Content-Length %d)", n), err)
 		}
@@ -597,6 +600,25 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 	}
 	c.Locals(bodyDoneKey{}, true)
 	return buf, nil
+}
+
+// tensorAlign is the alignment the PJRT CPU plugin reads host tensors in
+// place at; it copies a tensor that is not.
+const tensorAlign = 64
+
+// bodyBuffer returns a buffer for an n-byte body. With the binary tensor
+// extension (an Inference-Header-Content-Length within n, and no
+// Content-Encoding) the first tensor's bytes, which follow the JSON header,
+// land on a tensorAlign boundary, so that the executable reads them where
+// they are.
+func bodyBuffer(c *fiber.Ctx, n int) []byte {
+	hl, err := strconv.Atoi(strings.TrimSpace(c.Get(HeaderInferenceLength)))
+	if err != nil || hl < 0 || hl >= n || c.Get(fiber.HeaderContentEncoding) != "" {
+		return make([]byte, n)
+	}
+	raw := make([]byte, n+tensorAlign-1)
+	off := (tensorAlign - (int(uintptr(unsafe.Pointer(unsafe.SliceData(raw))))+hl)%tensorAlign) % tensorAlign
+	return raw[off : off+n : off+n]
 }
 
 // bodyReadError is the error of a body that could not be read: a body

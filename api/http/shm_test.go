@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/xserve/xserve/api/shm"
 )
@@ -100,5 +101,24 @@ func wantBody(t *testing.T, r response, want string) {
 	t.Helper()
 	if r.code != 200 || !strings.Contains(string(r.body), want) {
 		t.Fatalf("got %s, want 200 with %s", r, want)
+	}
+}
+
+// TestBinaryInputAligned: with the binary tensor extension the first
+// tensor's bytes are read into the body at a 64-byte boundary, whatever
+// the JSON header's length, so that the executable reads them in place.
+func TestBinaryInputAligned(t *testing.T) {
+	b := &echoBackend{}
+	ts := startServerWith(t, b, Options{})
+	for _, pad := range []int{0, 1, 13, 63} {
+		header := `{"inputs": [{"name": "x", "shape": [4], "datatype": "FP32", "parameters": {"binary_data_size": 16}}]}` + strings.Repeat(" ", pad)
+		body := append([]byte(header), make([]byte, 16)...)
+		wantStatus(t, ts.do(t, "POST", "/v2/models/echo/infer", body, HeaderInferenceLength, fmt.Sprint(len(header))), 200, "")
+		b.mu.Lock()
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(b.last.Inputs["x"].Data)))
+		b.mu.Unlock()
+		if p%64 != 0 {
+			t.Errorf("header of %d bytes: the tensor's bytes are at %#x, not 64-byte aligned", len(header), p)
+		}
 	}
 }
