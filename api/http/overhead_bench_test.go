@@ -260,8 +260,8 @@ type accessTimes struct {
 }
 
 func (a *accessTimes) Enabled(context.Context, slog.Level) bool { return true }
-func (a *accessTimes) WithAttrs([]slog.Attr) slog.Handler      { return a }
-func (a *accessTimes) WithGroup(string) slog.Handler           { return a }
+func (a *accessTimes) WithAttrs([]slog.Attr) slog.Handler       { return a }
+func (a *accessTimes) WithGroup(string) slog.Handler            { return a }
 
 func (a *accessTimes) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != "request" && r.Message != "grpc request" {
