@@ -88,7 +88,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 		}
 	}
 	s.maxMsg = min(opts.MaxMessageBytes, s.budget.Limit()/2)
-	s.shm, s.ownShm = newShm(&opts)
+	s.shm, s.ownShm = shm.OrNew(opts.SharedMemory)
 	s.unaryChain = chainUnary(opts.Interceptors)
 	so := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(s.maxMsg)),

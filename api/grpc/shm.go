@@ -5,7 +5,6 @@ import (
 
 	pb "github.com/xserve/xserve/api/grpc/inferencepb"
 	"github.com/xserve/xserve/api/payload"
-	"github.com/xserve/xserve/api/shm"
 )
 
 // Triton's system shared-memory parameters of an input or output.
@@ -73,14 +72,6 @@ func shmParams(params map[string]*pb.InferParameter, where string) (place shmPla
 		}
 	}
 	return place, true, nil
-}
-
-// newShm returns opts' registry, or one of the server's own (owned true).
-func newShm(opts *Options) (r *shm.Registry, owned bool) {
-	if opts.SharedMemory != nil {
-		return opts.SharedMemory, false
-	}
-	return shm.New(shm.Limits{}), true
 }
 
 // shmError is a registry error as INVALID_ARGUMENT naming the region.

@@ -131,7 +131,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if c, ok := backend.(inputChecker); ok {
 		s.check = c.CheckInput
 	}
-	s.shm, s.ownShm = newShm(&opts)
+	s.shm, s.ownShm = shm.OrNew(opts.SharedMemory)
 	s.app = fiber.New(fiber.Config{
 		Concurrency: opts.MaxConns,
 		AppName:     "xserve",

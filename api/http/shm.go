@@ -7,7 +7,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/xserve/xserve/api/payload"
-	"github.com/xserve/xserve/api/shm"
 )
 
 // shmRegionStatus is one region of Triton's system shared-memory status.
@@ -96,12 +95,4 @@ func (s *Server) shmUnregister(c *fiber.Ctx) error {
 		return shmError(err)
 	}
 	return okEmpty(c)
-}
-
-// newShm returns opts' registry, or one of the server's own (owned true).
-func newShm(opts *Options) (r *shm.Registry, owned bool) {
-	if opts.SharedMemory != nil {
-		return opts.SharedMemory, false
-	}
-	return shm.New(shm.Limits{}), true
 }

@@ -83,6 +83,15 @@ func New(lim Limits) *Registry {
 	return &Registry{lim: lim, regions: map[string]*mapping{}}
 }
 
+// OrNew returns r, or a new registry with the default limits when r is
+// nil; owned reports the latter: the caller closes it.
+func OrNew(r *Registry) (reg *Registry, owned bool) {
+	if r != nil {
+		return r, false
+	}
+	return New(Limits{}), true
+}
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
