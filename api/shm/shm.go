@@ -45,6 +45,8 @@ type Limits struct {
 	// MaxBytes bounds the sum of the registered regions' byte sizes (0:
 	// DefaultMaxBytes).
 	MaxBytes int64
+	// Off refuses every registration: the extension is turned off.
+	Off bool
 }
 
 // Region is a registered region as Triton's status calls report it.
@@ -154,6 +156,8 @@ func (r *Registry) Register(name, key string, offset, byteSize int64) error {
 // admitLocked checks that name is free and the limits allow byteSize more.
 func (r *Registry) admitLocked(name string, byteSize int64) error {
 	switch {
+	case r.lim.Off:
+		return invalid("region %q: system shared memory is turned off on this server (--shared-memory-regions 0)", name)
 	case r.closed:
 		return invalid("region %q: the server is shutting down", name)
 	case r.regions[name] != nil:

@@ -148,3 +148,12 @@ func TestUnregisterAndClose(t *testing.T) {
 		t.Errorf("Register after Close: %v", err)
 	}
 }
+
+func TestOff(t *testing.T) {
+	key := object(t, 4096)
+	r := New(Limits{Off: true})
+	defer r.Close()
+	if err := r.Register("a", key, 0, 8); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "turned off") {
+		t.Errorf("Register with the extension off: %v", err)
+	}
+}

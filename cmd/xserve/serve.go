@@ -185,7 +185,7 @@ func (s *serveProcess) startProtocols(ctx context.Context) error {
 	// One registry of Triton's system shared-memory regions for HTTP and
 	// gRPC (a region registered over one is used over the other); closed,
 	// its regions unmapped, once both have stopped.
-	limits.SharedMemory = shm.New(shm.Limits{})
+	limits.SharedMemory = shm.New(shm.Limits{MaxRegions: o.SharedMemoryRegions, Off: o.SharedMemoryRegions == 0})
 	if s.nats != nil {
 		// Ready on every protocol only once NATS serves too: HTTP and gRPC
 		// answer before the replica's NATS subscriptions exist.
