@@ -133,6 +133,9 @@ func (v *version) load(ctx context.Context) error {
 	if v.cfg.Pipeline != nil {
 		return v.loadPipeline(ctx, start)
 	}
+	if err := v.withGenAIConfig(); err != nil {
+		return err
+	}
 	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log(), Device: v.device()})
 	if err != nil {
 		return err

@@ -880,10 +880,10 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 		return err
 	}
 	if pk != nil && pv != nil {
-		if k, err = c.Emit(fxgraph.AtenCat, []any{pk, k}, int64(2)); err != nil {
+		if k, err = msGQAPresent(c, pk, k, sl, sd.Size); err != nil {
 			return err
 		}
-		if v, err = c.Emit(fxgraph.AtenCat, []any{pv, v}, int64(2)); err != nil {
+		if v, err = msGQAPresent(c, pv, v, sl, sd.Size); err != nil {
 			return err
 		}
 	}
@@ -932,6 +932,42 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	}
 	c.SetOutput(0, y)
 	return nil
+}
+
+// msGQAPresent is GroupQueryAttention's present key (or value): the past
+// [B, Hkv, P, D] with the step's x [B, Hkv, S, D] written, as ONNX Runtime
+// writes it, at offset seqlens_k[b] + 1 - S of each batch entry: the
+// entries before it are the past's, the S after it x's, the rest zero.
+// A full past (offset P) gives past ++ x; a past
+// whose valid entries are a prefix (a cache buffer longer than the
+// sequence) gets x right after them, where the queries' causal mask (keys
+// up to seqlens_k) looks. sl is seqlens_k as int64 [B, 1].
+func msGQAPresent(c *Ctx, past, x, sl *fxgraph.Node, s int64) (*fxgraph.Node, error) {
+	e := &emitChain{c: c}
+	cat := e.op(fxgraph.AtenCat, []any{past, x}, int64(2))
+	if e.err != nil {
+		return nil, e.err
+	}
+	sz, err := nnSizeList(c, cat)
+	if err != nil {
+		return nil, err
+	}
+	j, err := msArange(c, sz[2])
+	if err != nil {
+		return nil, err
+	}
+	off := e.op(fxgraph.AtenAddTensor, sl, c.ScalarConst(tensor.Int64, float64(1-s)))
+	rel := e.op(fxgraph.AtenSubTensor, j, off) // [B, T]: j - offset
+	in := e.op(fxgraph.AtenLogicalAnd, e.op(fxgraph.AtenGeScalar, rel, int64(0)), e.op(fxgraph.AtenLtScalar, rel, s))
+	idx := e.op(fxgraph.AtenClamp, rel, int64(0), s-1)
+	idx = e.op(fxgraph.AtenUnsqueeze, e.op(fxgraph.AtenUnsqueeze, idx, int64(1)), int64(3))
+	idx = e.op(fxgraph.AtenExpand, idx, sz)
+	in = e.op(fxgraph.AtenUnsqueeze, e.op(fxgraph.AtenUnsqueeze, in, int64(1)), int64(3))
+	before := e.op(fxgraph.AtenLtScalar, rel, int64(0))
+	before = e.op(fxgraph.AtenUnsqueeze, e.op(fxgraph.AtenUnsqueeze, before, int64(1)), int64(3))
+	kept := e.op(fxgraph.AtenWhereSelf, before, cat, c.ScalarConst(Meta(x).DType, 0))
+	y := e.op(fxgraph.AtenWhereSelf, in, e.op(fxgraph.AtenGather, x, int64(2), idx), kept)
+	return y, e.err
 }
 
 // msAttendCapped is msAttend with the scores soft-capped (softcap *
