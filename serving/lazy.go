@@ -261,7 +261,7 @@ func (m *Manager) loadInBudget(md *model) error {
 func estimateBytes(entry *modelrepo.ModelEntry) int64 {
 	var n int64
 	for _, ve := range entry.Selected() {
-		n += ve.Size
+		n += filesSize(ve)
 	}
 	return n
 }
@@ -272,10 +272,9 @@ func estimateBytes(entry *modelrepo.ModelEntry) int64 {
 func (m *Manager) footprintLocked(md *model) int64 {
 	var n int64
 	for _, v := range md.versions {
-		if v.state != StateReady && v.state != StateLoading || v.model == nil {
-			continue
+		if v.state == StateReady || v.state == StateLoading {
+			n += v.deviceBytes()
 		}
-		n += max(v.model.Weights().Bytes(), v.entry.Size)
 	}
 	return n
 }

@@ -50,6 +50,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{"checked like the flag", "model-repo: x\nshutdown-timeout: 0s\n", "--shutdown-timeout must be positive, got 0s"},
 		{"no repository in file or flags", "http-addr: :0\n", "--model-repo DIR is required"},
 		{"negative CPU devices", "model-repo: x\ncpu-devices: -1\n", "--cpu-devices must be 0 or more, got -1"},
+		{"negative shared-memory regions", "model-repo: x\nshared-memory-regions: -1\n", "--shared-memory-regions must be 0 (off) or more, got -1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
