@@ -11,7 +11,8 @@ import (
 )
 
 // TestModelsOnDevices places tinycnn on each device of a CPU client with
-// two host devices (the plugin's cpu_device_count): each placement's
+// two host devices (the plugin's cpu_device_count), loaded on device 0
+// and placed on device 1 by Model.On: each placement's
 // weights are on its device (as the plugin reports), its executions run
 // there (outputs of Execute on its device), and both answer as ONNX
 // Runtime does. A device the client lacks is refused by name.
@@ -39,12 +40,21 @@ func TestModelsOnDevices(t *testing.T) {
 	}
 	ctx := context.Background()
 	dims := map[string]int64{"batch": image.Shape[0]}
+	first, err := e.Load(tinyCNN, LoadOptions{Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
 	for dev := range 2 {
-		m, err := e.Load(tinyCNN, LoadOptions{Device: dev})
-		if err != nil {
-			t.Fatal(err)
+		m := first
+		if dev > 0 {
+			// A second placement of the same model: its graph shared, its
+			// weights its own.
+			if m, err = first.On(dev); err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
 		}
-		defer m.Close()
 		x, _, err := m.Build(ctx, dims)
 		if err != nil {
 			t.Fatal(err)
@@ -86,6 +96,9 @@ func TestModelsOnDevices(t *testing.T) {
 	}
 	if _, err := e.Load(tinyCNN, LoadOptions{Device: 2}); err == nil || !strings.Contains(err.Error(), "no device 2 to place the model on (the cpu client has 2)") {
 		t.Errorf("device 2 of 2: err = %v", err)
+	}
+	if _, err := first.On(2); err == nil || !strings.Contains(err.Error(), "no device 2 to place the model on (the cpu client has 2)") {
+		t.Errorf("On(2) of 2 devices: err = %v", err)
 	}
 }
 

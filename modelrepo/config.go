@@ -128,9 +128,10 @@ type Config struct {
 	// versions hold no model file.
 	Pipeline *PipelineConfig
 	// Devices places the model on these devices of the server's PJRT
-	// client, by index (its weights uploaded there, its executables run
-	// there); nil means device 0. One device for now: instances of one
-	// model on several devices are not served yet.
+	// client, by index: its weights uploaded to each, one executable per
+	// bucket and device, each execution on the least loaded device
+	// (Triton's instance_group). nil means the server's default (its
+	// --devices, else device 0).
 	Devices []int
 	// Sequence configures the sequences of a stateful model.
 	Sequence SequenceConfig
@@ -827,15 +828,15 @@ func (p VersionPolicy) modes() string {
 	return strings.Join(m, " and ")
 }
 
-// validateDevices checks the devices: indexes, one for now.
+// validateDevices checks the devices: indexes, each once.
 func validateDevices(p *problems, devices []int) {
 	for i, d := range devices {
-		if d < 0 {
+		switch {
+		case d < 0:
 			p.add(fmt.Sprintf("devices[%d]", i), "want a device index >= 0, got %d", d)
+		case slices.Contains(devices[:i], d):
+			p.add(fmt.Sprintf("devices[%d]", i), "device %d is listed twice", d)
 		}
-	}
-	if len(devices) > 1 {
-		p.add("devices", "one device for now (%v given): a model on several devices at once is not served yet", devices)
 	}
 }
 

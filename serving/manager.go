@@ -91,9 +91,16 @@ type Options struct {
 	// LoadPolicy says when models load (see LoadPolicy); "" means
 	// LoadEager.
 	LoadPolicy LoadPolicy
-	// MemoryBudget bounds, under LoadLazy, the device memory the loaded
-	// models take; the zero value is unbounded.
+	// MemoryBudget bounds the device memory the loaded models take, per
+	// device: under LoadLazy the least recently used models are unloaded
+	// to make room, under LoadEager a load that would not fit is refused;
+	// the zero value is unbounded.
 	MemoryBudget MemoryBudget
+	// Devices places the models whose config.yaml names no devices on
+	// these devices of the client, by index: one placement per device,
+	// each request's execution on the one with the fewest in flight
+	// (Triton's instance_group). nil means device 0.
+	Devices []int
 	// OnHeldChange, when set, is called from a goroutine of its own after
 	// a load on demand or an eviction (LoadLazy) changed which models are
 	// held loaded (natsapi announces them).
@@ -164,6 +171,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("serving: Options.LoadPolicy: %w", err)
 	}
 	if err := o.MemoryBudget.validate(); err != nil {
+		return err
+	}
+	if err := validateDevices(o.Devices); err != nil {
 		return err
 	}
 	return o.validateControl()
