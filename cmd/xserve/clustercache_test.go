@@ -262,7 +262,7 @@ func TestClusterCachePublishes(t *testing.T) {
 	}{
 		{[]string{"serve", "--model-repo", repo, "--nats=false", "--cluster-cache"}, "--cluster-cache needs NATS"},
 		{[]string{"compile", "--model-repo", repo, "--publish"}, "--publish needs --nats-url"},
-		{[]string{"serve", "--model-repo", repo, "--model-memory-budget", "1GiB"}, "needs --model-load-policy lazy"},
+		{[]string{"serve", "--model-repo", repo, "--devices", "0,0"}, "device 0 listed twice"},
 		{[]string{"serve", "--model-repo", repo, "--model-load-policy", "sometimes"}, `model load policy "sometimes": want eager or lazy`},
 		{[]string{"serve", "--model-repo", repo, "--model-load-policy", "lazy", "--model-memory-budget", "gpu=1GiB"}, "want DEVICE=SIZE"},
 	} {
