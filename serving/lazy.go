@@ -291,7 +291,7 @@ func (m *Manager) makeRoomOnLocked(keep *model, d int, need int64) ([]<-chan str
 		return nil, nil
 	}
 	if need > budget {
-		return nil, fmt.Errorf("%w: model %s takes %d bytes of device memory (its model files), more than the whole budget of device %d, %d bytes (--model-memory-budget)", ErrNotReady, keep.name, need, d, budget)
+		return nil, fmt.Errorf("%w: model %s takes %d bytes of device memory (its model files), more than the whole budget of %d bytes of device %d (--model-memory-budget)", ErrNotReady, keep.name, need, budget, d)
 	}
 	var held []*model
 	used := need
