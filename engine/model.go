@@ -302,7 +302,11 @@ func (m *Model) lower(dims map[string]int64, key string, b *Build) (*lower.Progr
 		return nil, err
 	}
 	if key != "" {
-		data, err := encodeProgram(prog)
+		var data []byte
+		g, err := m.liveGraph()
+		if err == nil {
+			data, err = encodeProgram(prog, g)
+		}
 		if err == nil {
 			err = m.e.cache.Put(key, data)
 		}

@@ -297,9 +297,11 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// loadAll syncs every model of snap, a few at a time.
+// loadAll syncs every model of snap, a few at a time: four, whatever the
+// cores, since a load mostly waits (for the compile cache, local or the
+// cluster's, and for the compile slots that bound the builds' CPU).
 func (m *Manager) loadAll(ctx context.Context, snap *modelrepo.Snapshot) error {
-	sem := make(chan struct{}, max(1, min(4, runtime.GOMAXPROCS(0))))
+	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
 	for i := range snap.Models {
 		e := &snap.Models[i]
