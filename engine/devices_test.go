@@ -40,6 +40,7 @@ func TestModelsOnDevices(t *testing.T) {
 	}
 	ctx := context.Background()
 	dims := map[string]int64{"batch": image.Shape[0]}
+	var first0 *Executable // the first placement's executable
 	first, err := e.Load(tinyCNN, LoadOptions{Device: 0})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +60,11 @@ func TestModelsOnDevices(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer x.Close()
+		if dev == 0 {
+			first0 = x
+		} else {
+			defer x.Close()
+		}
 		outs, err := x.Run(ctx, []*tensor.Tensor{image})
 		if err != nil {
 			t.Fatal(err)
@@ -92,6 +97,46 @@ func TestModelsOnDevices(t *testing.T) {
 		checkClose(t, dev, host, want)
 		for _, r := range res {
 			r.Close()
+		}
+		if dev == 0 {
+			continue
+		}
+		// The first placement's executable bound to this one's weights:
+		// not compiled again, and run on this device.
+		shared, err := first0.On(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err = m.Upload(ctx, image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err = shared.Execute(ctx, []*pjrt.Buffer{in}, ExecuteOptions{})
+		in.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := res[0].Device(); err != nil || got != dev {
+			t.Errorf("first placement's executable On device %d: output on device %d, %v", dev, got, err)
+		}
+		if host, err = res[0].ToHost(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, dev, host, want)
+		for _, r := range res {
+			r.Close()
+		}
+		// Closing the first does not free what the second still runs.
+		if err := first0.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if outs, err := shared.Run(ctx, []*tensor.Tensor{image}); err != nil {
+			t.Fatalf("shared executable after the first's Close: %v", err)
+		} else {
+			checkClose(t, dev, outs[0], want)
+		}
+		if err := shared.Close(); err != nil || shared.Close() != nil {
+			t.Errorf("closing the last share twice: %v", err)
 		}
 	}
 	if _, err := e.Load(tinyCNN, LoadOptions{Device: 2}); err == nil || !strings.Contains(err.Error(), "no device 2 to place the model on (the cpu client has 2)") {

@@ -3,6 +3,7 @@ package serving
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,8 +47,8 @@ func TestModelsPlacedOnDevices(t *testing.T) {
 // with two host devices (Options.Devices [0 1], as --devices all): every
 // answer is ONNX Runtime's, each device's placement has its weights there,
 // and xserve_device_executions_total counts executions on both devices,
-// sequential requests alternating. xserve_device_memory_bytes shows the
-// weights on each device.
+// sequential requests alternating, with one compile per bucket.
+// xserve_device_memory_bytes shows the weights on each device.
 func TestModelOnEveryDevice(t *testing.T) {
 	client := twoDeviceClient(t)
 	r := newRepo(t)
@@ -82,6 +83,21 @@ func TestModelOnEveryDevice(t *testing.T) {
 	v := versionOf(m, "tinycnn", 1)
 	if len(v.models) != 2 {
 		t.Fatalf("%d placements, want 2", len(v.models))
+	}
+	// One compile per bucket, whatever the devices: the second device's
+	// executable is the first's bound to its weights.
+	compiled := 0.0
+	for _, line := range strings.Split(metricsText(t, m), "\n") {
+		if strings.HasPrefix(line, "xserve_compilations_total{") {
+			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			compiled += f
+		}
+	}
+	v.bmu.Lock()
+	buckets := len(v.buckets)
+	v.bmu.Unlock()
+	if compiled != float64(buckets) {
+		t.Errorf("%v compilations for %d buckets on 2 devices, want one each", compiled, buckets)
 	}
 	for p, pm := range v.models {
 		if pm.Device() != p || pm.Weights().Len() == 0 {

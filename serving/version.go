@@ -316,7 +316,7 @@ func (v *version) executableOn(ctx context.Context, b *bucket, p int, w *warmupP
 func (v *version) compile(b *bucket, p int, c *compileCall, w *warmupProgress) {
 	defer v.compiles.Done()
 	start := time.Now()
-	exe, compiled, err := v.buildInSlot(b, p)
+	exe, compiled, err := v.buildOn(b, p)
 	d := time.Since(start)
 	progress := w.next()
 	if err != nil {
@@ -324,6 +324,9 @@ func (v *version) compile(b *bucket, p int, c *compileCall, w *warmupProgress) {
 		v.log().Error("compile failed", "bucket", b.name, "error", err)
 	} else {
 		msg := "loaded bucket from the compile cache"
+		if p > 0 {
+			msg = "bound bucket's executable to another device"
+		}
 		if compiled {
 			msg = "compiled bucket"
 			v.m.metrics.compileSeconds.With(v.name, v.label).Observe(d.Seconds())
@@ -349,6 +352,22 @@ func (v *version) compile(b *bucket, p int, c *compileCall, w *warmupProgress) {
 		fmt.Sscanf(progress, "%d/%d", &ev.Done, &ev.Total)
 		hook(ev)
 	}
+}
+
+// buildOn builds b's executable on placement p: for the first, in a
+// compile slot; for another, the first's executable bound to p's weights
+// (engine.Executable.On: one compile, or one cache read, per bucket
+// whatever the devices). compiled says it was compiled.
+func (v *version) buildOn(b *bucket, p int) (*engine.Executable, bool, error) {
+	if p == 0 {
+		return v.buildInSlot(b, 0)
+	}
+	first, err := v.executableOn(v.ctx, b, 0, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	exe, err := first.On(v.ctx, v.models[p])
+	return exe, false, err
 }
 
 // buildInSlot waits for the compile budget (exact-size buckets) and a
