@@ -169,8 +169,12 @@ fuzz:
 # load): NATS server restart, durable consumer deletion, replica kill -9;
 # bodies nested 2M deep over every protocol, 1000 slowloris sockets, bursts
 # of 60 MiB gRPC and 7.7 MB NATS requests; figures in docs/RELIABILITY.md.
+# Of the chaos suites' output, make shows the tests' starts and ends, the
+# suites' own log and error lines, and a panic (a test binary's timeout
+# too); pipefail makes a failing check fail make (grep alone would succeed).
+CHAOS_LINES = ^(=== RUN|---|ok|FAIL|PASS|panic:|fatal error:|\s+chaos[a-z_]*_test\.go)
 chaos: pjrt
-	set -o pipefail; $(GO) test -tags chaos -count=1 -run 'Chaos' -skip 'ChaosCluster' -v -timeout 40m ./cmd/xserve 2>&1 | grep -E '^(=== RUN|---|\s+chaos(_abuse)?_test.go|ok|FAIL|PASS)'
+	set -o pipefail; $(GO) test -tags chaos -count=1 -run 'Chaos' -skip 'ChaosCluster' -v -timeout 40m ./cmd/xserve 2>&1 | grep --line-buffered -E '$(CHAOS_LINES)'
 
 # The cluster reliability suite (not in `make test`): three nats-servers in
 # cluster mode (JetStream R3) and three replicas under durable load; a NATS
@@ -178,7 +182,7 @@ chaos: pjrt
 # that takes its executables from the cluster compile cache. Figures in
 # docs/RELIABILITY.md.
 chaos-cluster: pjrt
-	$(GO) test -tags chaos -count=1 -run 'ChaosCluster' -v -timeout 30m ./cmd/xserve 2>&1 | grep -E '^(=== RUN|---|\s+chaoscluster_test.go|ok|FAIL|PASS)'
+	set -o pipefail; $(GO) test -tags chaos -count=1 -run 'ChaosCluster' -v -timeout 30m ./cmd/xserve 2>&1 | grep --line-buffered -E '$(CHAOS_LINES)'
 
 examples: venv
 	$(VENV)/bin/python python/make_examples.py

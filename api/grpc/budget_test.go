@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -9,12 +10,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/xserve/xserve/api/grpc/inferencepb"
@@ -185,5 +188,75 @@ func waitUntil(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 10s")
 		}
+	}
+}
+
+// TestUnmarshalAliasesRawContents: recv's unmarshal decodes a
+// ModelInferRequest as proto.Unmarshal does (raw_input_contents in order
+// among the other fields, unknown fields kept, the same failures) while its
+// raw_input_contents stay in the wire buffer instead of being copied.
+func TestUnmarshalAliasesRawContents(t *testing.T) {
+	marshal := func(m *pb.ModelInferRequest) []byte {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	first := &pb.ModelInferRequest{ModelName: "double", Id: "a",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{2}}},
+		RawInputContents: [][]byte{{1, 2, 3, 4, 5, 6, 7, 8}, {}}}
+	second := &pb.ModelInferRequest{ModelVersion: "1",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "y", Datatype: "INT8", Shape: []int64{3}}},
+		Parameters:       map[string]*pb.InferParameter{"priority": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 2}}},
+		RawInputContents: [][]byte{{9, 10, 11}}}
+	typed := &pb.ModelInferRequest{ModelName: "double",
+		Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{1.5}}}}}
+	unknown := protowire.AppendTag(nil, 99, protowire.BytesType)
+	unknown = protowire.AppendBytes(unknown, []byte("kept"))
+	var deep []byte
+	for range 20000 {
+		deep = protowire.AppendTag(deep, 99, protowire.StartGroupType)
+	}
+	for range 20000 {
+		deep = protowire.AppendTag(deep, 99, protowire.EndGroupType)
+	}
+	interleaved := append(append(marshal(first), unknown...), marshal(second)...)
+	for _, c := range []struct {
+		name    string
+		wire    []byte
+		aliased int // non-empty raw contents expected inside the wire buffer
+	}{
+		{"raw contents between other fields", interleaved, 2},
+		{"typed contents", marshal(typed), 0},
+		{"truncated", interleaved[:len(interleaved)-2], 0},
+		{"raw contents then groups nested 20000 deep", append(marshal(first), deep...), 0},
+		{"empty", nil, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want := &pb.ModelInferRequest{}
+			wantErr := proto.Unmarshal(c.wire, want)
+			got := &pb.ModelInferRequest{}
+			err := unmarshal(c.wire, got)
+			if (err != nil) != (wantErr != nil) {
+				t.Fatalf("error %v, proto.Unmarshal's %v", err, wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if !proto.Equal(got, want) || !bytes.Equal(got.ProtoReflect().GetUnknown(), want.ProtoReflect().GetUnknown()) {
+				t.Fatalf("decoded %v, proto.Unmarshal decodes %v", got, want)
+			}
+			inWire := 0
+			for _, r := range got.RawInputContents {
+				if len(r) > 0 && uintptr(unsafe.Pointer(&r[0])) >= uintptr(unsafe.Pointer(&c.wire[0])) &&
+					uintptr(unsafe.Pointer(&r[0])) < uintptr(unsafe.Pointer(&c.wire[0]))+uintptr(len(c.wire)) {
+					inWire++
+				}
+			}
+			if inWire != c.aliased {
+				t.Errorf("%d of %d raw contents are in the wire buffer, want %d", inWire, len(got.RawInputContents), c.aliased)
+			}
+		})
 	}
 }

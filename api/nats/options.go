@@ -134,8 +134,8 @@ type Options struct {
 	// (before it is decoded), and refused with 429 when it does not fit.
 	PendingMsgs, PendingBytes int
 	// SyncInterval is how often the endpoints follow the models the backend
-	// serves (a model loaded or unloaded); default 2s; -1 never (call
-	// Server.Sync).
+	// serves (a model loaded or unloaded); default 2s; -1 never on its own
+	// (call Server.Sync; Health asks for one when a model has no endpoint).
 	SyncInterval time.Duration
 
 	// Durable also consumes the JetStream work-queue stream of durable

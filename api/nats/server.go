@@ -118,7 +118,13 @@ type Server struct {
 	svcMu       sync.Mutex // guards svc and fingerprint
 	svc         micro.Service
 	fingerprint string
-	replica     atomic.Value // string: the current service instance id
+	// live holds the subjects of the endpoints on the NATS server (set by
+	// Sync once they are flushed); Health reads it.
+	live atomic.Pointer[map[string]bool]
+	// syncNow asks syncLoop for a Sync at once (Health, a model without
+	// its endpoint).
+	syncNow chan struct{}
+	replica atomic.Value // string: the current service instance id
 
 	metricsOnce sync.Once         // creates metrics
 	metrics     *metrics.Registry // WriteMetrics' registry, with the collector of the counts
@@ -254,6 +260,7 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 		served:   map[string]bool{},
 		syncStop: make(chan struct{}),
 		syncDone: make(chan struct{}),
+		syncNow:  make(chan struct{}, 1),
 	}
 	s.replica.Store("")
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -552,35 +559,19 @@ func sequenceHeaders(h nats.Header, d *payload.Request) error {
 }
 
 // answer decodes the request, runs it and encodes the reply (with no
-// subject yet).
+// subject yet). A request for a model this replica does not hold may be
+// forwarded (maybeForward): its reply is then the other replica's.
 func (s *Server) answer(j *job) (*nats.Msg, error) {
-	h := j.header
-	ctx := s.ctx
-	if raw := headerValue(h, HeaderTimeout); raw != "" {
-		d, err := time.ParseDuration(raw)
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("%w: %s %q: want a positive Go duration such as 500ms or 5s", ErrBadHeader, HeaderTimeout, raw)
-		}
-		start := j.received
-		if !j.sent.IsZero() {
-			start = j.sent
-		}
-		if waited := time.Since(start); waited >= d {
-			return nil, fmt.Errorf("%w: the request's %s of %v passed before a worker took it (it waited %v)", context.DeadlineExceeded, HeaderTimeout, d, waited.Round(time.Millisecond))
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, start.Add(d))
-		defer cancel()
+	ctx, cancel, err := s.requestContext(j)
+	if err != nil {
+		return nil, err
 	}
+	defer cancel()
 	if reply, ok := s.maybeForward(ctx, j, j.model); ok {
 		return reply, nil
 	}
-	proto := strings.ToLower(headerValue(h, HeaderProtocol))
-	version, err := payload.ParseVersion(headerValue(h, HeaderModelVersion))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderModelVersion, err)
-	}
-	d, err := s.decode(j, proto, version)
+	proto := strings.ToLower(headerValue(j.header, HeaderProtocol))
+	d, err := s.request(j, proto)
 	if err != nil {
 		return nil, err
 	}
@@ -588,6 +579,54 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 		if reply, ok := s.maybeForward(ctx, j, d.Model); ok {
 			return reply, nil
 		}
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	resp, err := s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
+	if err != nil {
+		return nil, err
+	}
+	return s.encodeReply(j.header, proto, d, resp)
+}
+
+// requestContext is the context of j's backend call: with the deadline of
+// its Xserve-Timeout header, counted from when the client sent a durable
+// request or the server received a plain one; an error when that deadline
+// has passed already or the header is not a duration.
+func (s *Server) requestContext(j *job) (context.Context, context.CancelFunc, error) {
+	raw := headerValue(j.header, HeaderTimeout)
+	if raw == "" {
+		return s.ctx, func() {}, nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d <= 0 {
+		return nil, nil, fmt.Errorf("%w: %s %q: want a positive Go duration such as 500ms or 5s", ErrBadHeader, HeaderTimeout, raw)
+	}
+	start := j.received
+	if !j.sent.IsZero() {
+		start = j.sent
+	}
+	if waited := time.Since(start); waited >= d {
+		return nil, nil, fmt.Errorf("%w: the request's %s of %v passed before a worker took it (it waited %v)", context.DeadlineExceeded, HeaderTimeout, d, waited.Round(time.Millisecond))
+	}
+	ctx, cancel := context.WithDeadline(s.ctx, start.Add(d))
+	return ctx, cancel, nil
+}
+
+// request decodes j's body in protocol proto and applies its headers: the
+// model version, the request id, the sequence.
+func (s *Server) request(j *job, proto string) (*payload.Request, error) {
+	h := j.header
+	version, err := payload.ParseVersion(headerValue(h, HeaderModelVersion))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadHeader, HeaderModelVersion, err)
+	}
+	d, err := s.decode(j, proto, version)
+	if err != nil {
+		return nil, err
 	}
 	if version != 0 {
 		if d.Version != 0 && d.Version != version {
@@ -601,16 +640,16 @@ func (s *Server) answer(j *job) (*nats.Msg, error) {
 	if err := sequenceHeaders(h, d); err != nil {
 		return nil, err
 	}
-	if d.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
-		defer cancel()
-	}
-	resp, err := s.backend.Infer(ctx, d.Model, d.Version, d.Infer)
-	if err != nil {
-		return nil, err
-	}
+	return d, nil
+}
+
+// encodeReply encodes resp, the answer to d, as the reply (no subject yet)
+// in protocol proto, compressed as the request's Accept-Encoding asks when
+// it is large enough; ErrReplyTooLarge when it cannot fit the NATS server's
+// max_payload.
+func (s *Server) encodeReply(h nats.Header, proto string, d *payload.Request, resp *serving.InferResponse) (*nats.Msg, error) {
 	var enc payload.Response
+	var err error
 	if proto == "v2" || proto == "oip" {
 		enc, err = payload.EncodeOIP(d, resp)
 	} else {

@@ -57,6 +57,7 @@ func (s *Server) Sync() error {
 	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
 		s.log.Warn("natsapi: flushing the new subscriptions", "err", err)
 	}
+	s.live.Store(subjects(specs))
 	old := s.svc
 	s.svc, s.fingerprint = svc, fp
 	s.replica.Store(svc.Info().ID)
@@ -89,33 +90,42 @@ func (s *Server) Sync() error {
 	return nil
 }
 
+// subjects is the set of specs' subjects.
+func subjects(specs []endpointSpec) *map[string]bool {
+	set := make(map[string]bool, len(specs))
+	for _, sp := range specs {
+		set[sp.subject] = true
+	}
+	return &set
+}
+
 func (s *Server) syncLoop() {
 	defer close(s.syncDone)
-	if s.opts.SyncInterval <= 0 {
-		<-s.syncStop
-		return
+	var tick <-chan time.Time // nil, never ready, with SyncInterval -1
+	if s.opts.SyncInterval > 0 {
+		t := time.NewTicker(s.opts.SyncInterval)
+		defer t.Stop()
+		tick = t.C
 	}
-	t := time.NewTicker(s.opts.SyncInterval)
-	defer t.Stop()
 	for {
 		select {
 		case <-s.syncStop:
 			return
-		case <-t.C:
-			if err := s.Sync(); err != nil {
-				s.log.Error("natsapi: cannot update the NATS endpoints; the registered ones keep serving", "err", err)
-			}
+		case <-tick:
+		case <-s.syncNow: // Health found a model without its endpoint
+		}
+		if err := s.Sync(); err != nil {
+			s.log.Error("natsapi: cannot update the NATS endpoints; the registered ones keep serving", "err", err)
 		}
 	}
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
-// endpointSpecs lists the endpoints for the backend's READY models, sorted,
-// after the any-model endpoint. With Options.OnDemand, every model that can
-// load gets one, and each READY model a warm endpoint too.
-func (s *Server) endpointSpecs() []endpointSpec {
-	var names, held []string
+// models lists, sorted, the models with a request endpoint (the backend's
+// READY ones; with Options.OnDemand also those that can load) and those
+// held (READY).
+func (s *Server) models() (names, held []string) {
 	for _, st := range s.backend.Status() {
 		ready := st.State == serving.StateReady
 		if ready && !slices.Contains(held, st.Name) {
@@ -127,6 +137,39 @@ func (s *Server) endpointSpecs() []endpointSpec {
 	}
 	slices.Sort(names)
 	slices.Sort(held)
+	return names, held
+}
+
+// Health is the replica's readiness on NATS, a check for
+// serving.Manager.AddReadinessCheck: an error while a model with a request
+// endpoint (see endpointSpecs) has none subscribed on the NATS server yet
+// (a model that has just turned READY, until the next Sync, which it asks
+// for), and while the durable consumer is gone (DurableHealth). The
+// endpoints of the models held on demand (PREFIX.warm.) do not count: a
+// load on demand does not make the server unready.
+func (s *Server) Health() error {
+	if err := s.DurableHealth(); err != nil {
+		return err
+	}
+	live := s.live.Load()
+	names, _ := s.models()
+	for _, n := range names {
+		if live == nil || !(*live)[inferSubject(s.opts.Prefix, n)] {
+			select {
+			case s.syncNow <- struct{}{}:
+			default:
+			}
+			return fmt.Errorf("natsapi: model %q has no NATS endpoint yet", n)
+		}
+	}
+	return nil
+}
+
+// endpointSpecs lists the endpoints for the backend's READY models, sorted,
+// after the any-model endpoint. With Options.OnDemand, every model that can
+// load gets one, and each READY model a warm endpoint too.
+func (s *Server) endpointSpecs() []endpointSpec {
+	names, held := s.models()
 	used := map[string]bool{}
 	unique := func(n string) string {
 		name := n

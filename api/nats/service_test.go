@@ -252,6 +252,47 @@ func TestSyncFollowsModels(t *testing.T) {
 	checkProbs(t, got, shape, want)
 }
 
+// TestHealthFollowsEndpoints: Health holds while every READY model has
+// its endpoint on the server; a model that turns READY makes it fail,
+// naming the model, until the Sync it asks for (there is no other here:
+// SyncInterval -1) has subscribed the endpoint.
+func TestHealthFollowsEndpoints(t *testing.T) {
+	e := startNATS(t)
+	mgr := startManager(t)
+	s := startServer(t, e, mgr, Options{SyncInterval: -1})
+	nc := connect(t, e)
+	ctx := context.Background()
+	if err := s.Health(); err != nil {
+		t.Fatalf("Health after New: %v", err)
+	}
+	if err := mgr.Unload(ctx, "tinycnn"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Health(); err != nil {
+		t.Fatalf("Health with the model unloaded: %v", err)
+	}
+	if err := mgr.Load(ctx, "tinycnn"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Health(); err == nil || !strings.Contains(err.Error(), `"tinycnn"`) {
+		t.Fatalf("Health with tinycnn READY and no endpoint: %v, want an error naming it", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Health() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("Health still fails 30 s after tinycnn turned READY: %v", s.Health())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	smp := loadSample(t)
+	img, want := smp.batch(1, 0)
+	got, shape := v1Outputs(t, request(t, nc, s.Subject("tinycnn"), v1Body(img, false)))
+	checkProbs(t, got, shape, want)
+}
+
 // TestDurable sends durable requests through the JetStream stream, and makes
 // a consumer take one and die without acknowledging it: JetStream delivers
 // it again, to the replica, and the client gets one answer per request.

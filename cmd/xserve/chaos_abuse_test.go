@@ -477,6 +477,9 @@ func TestChaosNATSBurst(t *testing.T) {
 		if dropped {
 			t.Error("xserve's NATS connection was dropped (a slow consumer)")
 		}
+		if n := strings.Count(cs.p.log.String(), "slow consumer"); n > 0 {
+			t.Errorf("xserve's NATS client dropped requests as a slow consumer (%d log lines)", n)
+		}
 		if peak-base >= sc.growth {
 			t.Errorf("%d connection(s): RSS grew by %d MB, want < %d", sc.conns, peak-base, sc.growth)
 		}

@@ -186,6 +186,11 @@ func (s *serveProcess) startProtocols(ctx context.Context) error {
 		return fmt.Errorf("--memory-budget: %w", err)
 	}
 	o.Logger.Info("memory budget", "memory_budget_mb", limits.MemoryBudget>>20, "go_memory_limit_mb", limits.Budget.LimitRuntime()>>20)
+	if s.nats != nil {
+		// Ready on every protocol only once NATS serves too: HTTP and gRPC
+		// answer before the replica's NATS subscriptions exist.
+		s.mgr.AddReadinessCheck(s.natsHealth)
+	}
 	if s.http, err = httpapi.New(s.backend, *limits); err != nil {
 		return err
 	}
@@ -203,9 +208,19 @@ func (s *serveProcess) startProtocols(ctx context.Context) error {
 	if srv := s.nats.server(); srv != nil {
 		s.backend.nats.Store(srv)
 		s.announce.Store(srv)
-		s.mgr.AddReadinessCheck(srv.DurableHealth)
 	}
 	return err
+}
+
+// natsHealth is the readiness check of the NATS side: not ready until the
+// replica's subscriptions are on the NATS server (and, with --nats-durable,
+// its durable consumer consumes), then as natsapi.Server.Health says.
+func (s *serveProcess) natsHealth() error {
+	srv := s.announce.Load()
+	if srv == nil {
+		return errors.New("the NATS subscriptions are not set up yet")
+	}
+	return srv.Health()
 }
 
 // run serves until ctx is done (SIGINT/SIGTERM) or the HTTP listener

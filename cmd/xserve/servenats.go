@@ -174,10 +174,15 @@ func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits h
 		return err
 	}
 	o := ns.o
-	replyPrefix := ""
+	replyPrefix, pendingBytes := "", 0
 	if ns.embedded != nil {
 		// The embedded server's clients get their replies in inboxes.
 		replyPrefix = "_INBOX."
+		// The subscriptions' queues hold as much as the embedded server
+		// holds for the connection (1 GiB): past the budget's 200 MiB,
+		// nats.go dropped requests unanswered (a slow consumer) while the
+		// server would still have held them.
+		pendingBytes = int(natsapi.DefaultMaxPending)
 	}
 	ns.srv, err = natsapi.New(ctx, mgr, natsapi.Options{
 		Conn:                 nc,
@@ -191,6 +196,7 @@ func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits h
 		Budget:               limits.Budget,
 		MaxTensorElements:    limits.MaxTensorElements,
 		CompressMinBytes:     limits.CompressMinBytes,
+		PendingBytes:         pendingBytes,
 		Durable:              *o.durable,
 		AckWait:              *o.ackWait,
 		MaxDeliver:           *o.maxDeliver,
