@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -17,15 +18,7 @@ import (
 // there (outputs of Execute on its device), and both answer as ONNX
 // Runtime does. A device the client lacks is refused by name.
 func TestModelsOnDevices(t *testing.T) {
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := pjrt.OpenWith(path, pjrt.OpenOptions{CPUDevices: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := pjrttest.Open(t, "..", pjrt.OpenOptions{CPUDevices: 2})
 	e, err := New(Options{Client: client})
 	if err != nil {
 		t.Fatal(err)

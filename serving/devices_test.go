@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -147,14 +148,5 @@ func TestDeviceMemoryBudget(t *testing.T) {
 // twoDeviceClient opens the CPU plugin with two host devices.
 func twoDeviceClient(t *testing.T) *pjrt.Client {
 	t.Helper()
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := pjrt.OpenWith(path, pjrt.OpenOptions{CPUDevices: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	return client
+	return pjrttest.Open(t, "..", pjrt.OpenOptions{CPUDevices: 2})
 }
