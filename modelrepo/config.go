@@ -700,6 +700,9 @@ func convertDuration(p *problems, key, s string) time.Duration {
 // defaults may or may not be filled: zero values pass.
 // validatePlatform checks the platform, and the pipeline of a pipeline.
 func (c *Config) validatePlatform(p *problems) {
+	if c.Generate != nil && c.Pipeline != nil {
+		p.add("generate", "a model is generative (generate:) or a pipeline of other models (pipeline:), not both: serve the generative model as a model of its own")
+	}
 	switch c.Platform {
 	case "", FormatONNX, FormatPT2:
 	case FormatEnsemble:

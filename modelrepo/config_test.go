@@ -283,6 +283,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"generate prefill past max_seq_len", "generate:\n  max_seq_len: 32\n  prefill_buckets: [16, 64]\n", "generate.prefill_buckets", 3, "64 is larger than max_seq_len (32)"},
 		{"generate eos not an id", "generate:\n  eos_token_id: end\n", "generate.eos_token_id", 2, `want a token id or a list of them, got "end"`},
 		{"generate stall zero", "generate:\n  max_decode_stall: 0s\n", "generate.max_decode_stall", 2, "must be > 0"},
+		{"generate and pipeline", "generate:\n  max_seq_len: 64\npipeline:\n  steps:\n    - model: a\n", "generate", 1, "generative (generate:) or a pipeline of other models (pipeline:), not both"},
 		{"generate cache pair without output", "generate:\n  cache:\n    - input: past.0\n", "generate.cache[0].output", 3, "required"},
 	}
 	for _, tt := range tests {

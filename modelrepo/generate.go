@@ -76,6 +76,14 @@ type GenerateConfig struct {
 	// Tokenizer is the tokenizer file in the version directory; default
 	// tokenizer.json when present.
 	Tokenizer string
+	// CacheAtLength says the model writes a step's cache entries at each
+	// sequence's length (seqlens_k, from the attention mask's count) rather
+	// than after the whole past: GroupQueryAttention, as ONNX Runtime
+	// GenAI's model builder writes models. Set from genai_config.json.
+	CacheAtLength bool
+	// CacheHeadDim is the cache tensors' head size when the graph leaves it
+	// symbolic (genai_config.json's head_size); 0: the graph's.
+	CacheHeadDim int64
 }
 
 // GenerateInputs names the graph inputs of a generative model by role.

@@ -349,6 +349,12 @@ def op_cases():
     mid = ((np.arange(-95, 160) + 0.5) * step).astype(np.float32)
     xd = np.concatenate([[lo, hi], mid, np.nextafter(mid, np.float32(9)), np.nextafter(mid, np.float32(-9))]).astype(np.float32)
     cs.append(Case("dynamicquantizelinear_ieee", "DynamicQuantizeLinear", [("x", xd[(xd >= lo) & (xd <= hi)])], outputs=3, opset=11))
+    # A past buffer longer than each sequence (a generation cache): seqlens_k
+    # says how much of it is valid; the new entry goes right after. Last, so
+    # that the cases above keep their random inputs.
+    cs.append(Case("groupqueryattention_padded_past", "GroupQueryAttention", [("q", f32(2, 1, 64)), ("k", f32(2, 1, 32)), ("v", f32(2, 1, 32)), ("pk", f32(2, 2, 6, 16)),
+                                                                               ("pv", f32(2, 2, 6, 16)), ("sl", np.array([2, 4], np.int32)), ("tsl", np.array(7, np.int32)), ("cos", gcos), ("sin", gsin)],
+                   outputs=["y", "pk_out", "pv_out"], domain=MS, num_heads=4, kv_num_heads=2, do_rotary=1))
     return cs
 
 

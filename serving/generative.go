@@ -47,9 +47,13 @@ func (g *Generative) Release() {
 }
 
 // Generative returns a READY generative version of model (0: the
-// latest), held until Release.
-func (m *Manager) Generative(model string, version int64) (*Generative, error) {
+// latest), held until Release. Under LoadLazy a model not loaded yet loads
+// first (the call waits for it within ctx), as for Infer.
+func (m *Manager) Generative(ctx context.Context, model string, version int64) (*Generative, error) {
 	v, err := m.acquire(model, version)
+	if err != nil && errors.Is(err, ErrNotReady) && m.opts.LoadPolicy == LoadLazy {
+		v, err = m.acquireLazily(ctx, model, version, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -61,12 +65,17 @@ func (m *Manager) Generative(model string, version int64) (*Generative, error) {
 }
 
 // GenerativeModels lists the names of the models with a READY generative
-// version, sorted.
+// version, and under LoadLazy the generative models not loaded (a request
+// loads them; isGenerative), sorted.
 func (m *Manager) GenerativeModels() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var names []string
 	for name, md := range m.models {
+		if md.lazy != nil && md.lazy.generative && md.err == nil {
+			names = append(names, name)
+			continue
+		}
 		for _, v := range md.versions {
 			if v.state == StateReady && v.gen != nil {
 				names = append(names, name)
@@ -76,6 +85,40 @@ func (m *Manager) GenerativeModels() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// isGenerative says whether entry's config.yaml has a generate: section or
+// one of its selected versions is an ONNX Runtime GenAI model directory.
+func isGenerative(entry *modelrepo.ModelEntry) bool {
+	if entry.Config.Generate != nil {
+		return true
+	}
+	for _, ve := range entry.Selected() {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(ve.Path), modelrepo.GenAIConfigFile)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// withGenAIConfig reads the genai_config.json beside v's model file (an
+// ONNX Runtime GenAI model directory, served as is): it is v's generate:
+// section when config.yaml has none; with one, it still says how the
+// model writes its cache.
+func (v *version) withGenAIConfig() error {
+	g, err := modelrepo.GenAIGenerate(filepath.Dir(v.entry.Path))
+	if err != nil || g == nil {
+		return err
+	}
+	c := *v.cfg
+	if c.Generate != nil {
+		gc := *c.Generate
+		gc.CacheAtLength, gc.CacheHeadDim = g.CacheAtLength, g.CacheHeadDim
+		g = &gc
+	}
+	c.Generate = g
+	v.cfg = &c
+	return nil
 }
 
 // loadGenerative finishes loading a version whose config has a generate:

@@ -2,11 +2,13 @@ package serving
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/xserve/xserve/serving/generate"
@@ -52,10 +54,10 @@ func TestGenerativeVersion(t *testing.T) {
 	if got := m.GenerativeModels(); !slices.Equal(got, []string{"tiny"}) {
 		t.Errorf("generative models %v, want [tiny] (plain has no generate: section)", got)
 	}
-	if _, err := m.Generative("plain", 0); !errors.Is(err, ErrNotGenerative) {
+	if _, err := m.Generative(context.Background(), "plain", 0); !errors.Is(err, ErrNotGenerative) {
 		t.Errorf("plain: %v, want ErrNotGenerative", err)
 	}
-	g, err := m.Generative("tiny", 0)
+	g, err := m.Generative(context.Background(), "tiny", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,5 +160,184 @@ func TestGenerativeBadInput(t *testing.T) {
 	}
 	if !m.ModelReady("good", 1) {
 		t.Error("good is not ready")
+	}
+}
+
+// TestGenerativeLazy: under LoadLazy a generative model is listed before
+// it loads, its first generation request loads it (and its tokens equal
+// transformers' greedy generate); a config.yaml with both generate: and
+// pipeline: is refused with an error naming the file and the key.
+func TestGenerativeLazy(t *testing.T) {
+	r := newRepo(t)
+	r.genModel("tiny", "llama-pt2")
+	genaiModel(t, r, "genai")
+	both := r.genModel("both", "gpt2-onnx")
+	f, _ := os.OpenFile(filepath.Join(both, "config.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("pipeline:\n  steps:\n    - model: tiny\n")
+	f.Close()
+	m, _ := start(t, r, func(o *Options) { o.LoadPolicy = LoadLazy })
+	if st, reason := state(m, "tiny", 1); st != StateUnavailable || !strings.Contains(reason, "loads on its next request") {
+		t.Fatalf("tiny before any request: %s %q, want not loaded", st, reason)
+	}
+	if got := m.GenerativeModels(); !slices.Equal(got, []string{"genai", "tiny"}) {
+		t.Errorf("generative models %v before any load, want [genai tiny]", got)
+	}
+	st, reason := state(m, "both", 0) // a model-level error: no version
+	for _, w := range []string{filepath.Join(both, "config.yaml"), "generate", "not both"} {
+		if !strings.Contains(reason, w) {
+			t.Errorf("both: %s %q does not say %q", st, reason, w)
+		}
+	}
+	if st == StateReady {
+		t.Error("a model with generate: and pipeline: is READY")
+	}
+
+	g, err := m.Generative(context.Background(), "tiny", 0)
+	if err != nil {
+		t.Fatalf("a generative model not loaded yet: %v", err)
+	}
+	defer g.Release()
+	if !m.ModelReady("tiny", 1) {
+		t.Error("tiny is not ready after its first request")
+	}
+	want := greedyRefs(t, "llama")
+	const n = 24
+	s, err := g.Loop.Generate(context.Background(), generate.Request{Prompt: want.prompt, MaxTokens: n, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for {
+		ev, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Done {
+			break
+		}
+		got = append(got, ev.Token)
+	}
+	if !slices.Equal(got, want.tokens[:n]) {
+		t.Errorf("tokens %v, transformers' greedy generate %v", got, want.tokens[:n])
+	}
+}
+
+// greedyRef is a prompt and the tokens transformers' greedy generate
+// continued it with (make gen-models' refs.json).
+type greedyRef struct {
+	prompt, tokens []int64
+}
+
+// greedyRefs reads family's reference for the longest prompt of refs.json.
+func greedyRefs(t *testing.T, family string) greedyRef {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", ".cache", "gen", "refs.json"))
+	if err != nil {
+		t.Fatalf("%v\n\nthe generative test models are missing: run `make gen-models` (make test does)", err)
+	}
+	var refs struct {
+		Prompts [][]int64 `json:"prompts"`
+		Models  map[string]struct {
+			Tokens [][]int64 `json:"tokens"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(data, &refs); err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for j, p := range refs.Prompts {
+		if len(p) > len(refs.Prompts[i]) {
+			i = j
+		}
+	}
+	return greedyRef{prompt: refs.Prompts[i], tokens: refs.Models[family].Tokens[i]}
+}
+
+// TestGenerativeGenAIDirectory: a model directory ONNX Runtime GenAI's
+// model builder wrote (int4 MatMulNBits, GroupQueryAttention,
+// genai_config.json, tokenizer), put as a version directory without
+// config.yaml, serves as a generative model, and its greedy generations
+// of 16 prompts run at once equal ONNX Runtime GenAI's own, token for
+// token, each ending where ONNX Runtime GenAI's does (an eos id of
+// genai_config.json, or the token count).
+func TestGenerativeGenAIDirectory(t *testing.T) {
+	src := filepath.Join("..", ".cache", "gen", "genai")
+	data, err := os.ReadFile(filepath.Join(src, "refs.json"))
+	if err != nil {
+		t.Fatalf("%v\n\nthe ONNX Runtime GenAI model is missing: run `make genai-model` (make test does)", err)
+	}
+	var refs struct {
+		NewTokens int       `json:"new_tokens"`
+		EOS       []int64   `json:"eos_token_id"`
+		Prompts   [][]int64 `json:"prompts"`
+		Tokens    [][]int64 `json:"tokens"`
+	}
+	if err := json.Unmarshal(data, &refs); err != nil {
+		t.Fatal(err)
+	}
+	r := newRepo(t)
+	genaiModel(t, r, "genai")
+	m, _ := start(t, r, nil)
+	if st, reason := state(m, "genai", 1); st != StateReady {
+		t.Fatalf("genai: %s %s", st, reason)
+	}
+	g, err := m.Generative(context.Background(), "genai", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	if g.Tokenizer == nil {
+		t.Error("the builder's tokenizer.json was not loaded")
+	}
+	got := make([][]int64, len(refs.Prompts))
+	reasons := make([]generate.FinishReason, len(refs.Prompts))
+	var wg sync.WaitGroup
+	for i, p := range refs.Prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], reasons[i] = runGreedy(t, g, p, refs.NewTokens)
+		}()
+	}
+	wg.Wait()
+	for i, want := range refs.Tokens {
+		wantReason := generate.FinishLength
+		if n := len(want); n > 0 && slices.Contains(refs.EOS, want[n-1]) {
+			want, wantReason = want[:n-1], generate.FinishStop // an eos id ends the sequence, unsent
+		}
+		if !slices.Equal(got[i], want) || reasons[i] != wantReason {
+			t.Errorf("prompt %d (%d tokens): %v (%s)\nONNX Runtime GenAI: %v (%s)", i, len(refs.Prompts[i]), got[i], reasons[i], want, wantReason)
+		}
+	}
+}
+
+// genaiModel copies the ORT GenAI model directory make genai-model built
+// into the repository as version 1 of name, without config.yaml.
+func genaiModel(t *testing.T, r *testRepo, name string) {
+	t.Helper()
+	src := filepath.Join("..", ".cache", "gen", "genai", "llama-int4")
+	if err := os.CopyFS(filepath.Join(r.root, name, "1"), os.DirFS(src)); err != nil {
+		t.Fatalf("%v\n\nthe ONNX Runtime GenAI model is missing: run `make genai-model` (make test does)", err)
+	}
+}
+
+// runGreedy generates at most n tokens greedily from prompt.
+func runGreedy(t *testing.T, g *Generative, prompt []int64, n int) ([]int64, generate.FinishReason) {
+	s, err := g.Loop.Generate(context.Background(), generate.Request{Prompt: prompt, MaxTokens: n})
+	if err != nil {
+		t.Error(err)
+		return nil, ""
+	}
+	var out []int64
+	for {
+		ev, err := s.Next(context.Background())
+		if err != nil {
+			t.Error(err)
+			return out, ""
+		}
+		if ev.Done {
+			return out, ev.Reason
+		}
+		out = append(out, ev.Token)
 	}
 }

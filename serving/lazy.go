@@ -77,6 +77,10 @@ type lazyModel struct {
 	loading chan struct{}
 	// loadErr is the error of the last load.
 	loadErr error
+	// generative says entry is a generative model (config.yaml's
+	// generate:, or a version directory with genai_config.json), listed
+	// as one before it loads.
+	generative bool
 }
 
 // lazyLoadedReason is the status reason of a model not loaded under
@@ -94,9 +98,10 @@ func (m *Manager) syncLazy(ctx context.Context, name string, entry *modelrepo.Mo
 		return err
 	}
 	defer m.ops.Done()
+	generative := isGenerative(entry)
 	md := m.lockModel(name)
 	m.mu.Lock()
-	md.lazy.entry = entry
+	md.lazy.entry, md.lazy.generative = entry, generative
 	held := len(m.readyVersionsLocked(md)) > 0 || md.lazy.loading != nil
 	m.mu.Unlock()
 	if held {

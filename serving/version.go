@@ -141,6 +141,9 @@ func (v *version) load(ctx context.Context) error {
 	if v.cfg.Pipeline != nil {
 		return v.loadPipeline(ctx, start)
 	}
+	if err := v.withGenAIConfig(); err != nil {
+		return err
+	}
 	devices := v.devices()
 	if err := v.m.checkFits(v, devices); err != nil {
 		return err

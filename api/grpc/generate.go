@@ -66,7 +66,7 @@ type textRequest struct {
 // holdText prepares r as a text generation, or returns nil when r is not
 // one (the model is not generative or the request has no text_input): it
 // is then an ordinary inference.
-func (s *Server) holdText(r *pb.ModelInferRequest) (*textRequest, error) {
+func (s *Server) holdText(ctx context.Context, r *pb.ModelInferRequest) (*textRequest, error) {
 	b, ok := s.backend.(textgen.Backend)
 	if !ok || !hasInput(r, textInput) {
 		return nil, nil
@@ -90,7 +90,7 @@ func (s *Server) holdText(r *pb.ModelInferRequest) (*textRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	job, err := textgen.Hold(b, r.ModelName, version, p)
+	job, err := textgen.Hold(ctx, b, r.ModelName, version, p)
 	if errors.Is(err, serving.ErrNotGenerative) {
 		return nil, nil
 	}

@@ -328,7 +328,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		if err != nil {
 			return err
 		}
-		tr, err := s.holdText(r)
+		tr, err := s.holdText(ctx, r)
 		if err == nil && tr != nil {
 			wg.Add(1)
 			go func() {

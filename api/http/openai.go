@@ -53,6 +53,6 @@ func (s *Server) openaiRoutes(get, post func(string, fiber.Handler)) {
 		if err != nil {
 			return err
 		}
-		return h.Model(c, name)
+		return h.Model(s.ctx, c, name)
 	})
 }

@@ -111,7 +111,9 @@ func (s *Server) generate(b textgen.Backend, m *nats.Msg) {
 		fail(err)
 		return
 	}
-	j, err := textgen.Hold(b, model, version, &r.Parameters)
+	ctx, cancel := s.genContext()
+	defer cancel()
+	j, err := textgen.Hold(ctx, b, model, version, &r.Parameters)
 	if err != nil {
 		fail(err)
 		return
@@ -122,8 +124,6 @@ func (s *Server) generate(b textgen.Backend, m *nats.Msg) {
 		return
 	}
 	j.DefaultMaxTokens(16)
-	ctx, cancel := s.genContext()
-	defer cancel()
 	var gone atomic.Bool
 	probed := make(chan struct{})
 	go func() {

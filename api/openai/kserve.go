@@ -51,7 +51,7 @@ func (h *Handler) Generate(ctx context.Context, c *fiber.Ctx, model string, vers
 	if model == "" {
 		return h.writeExtError(c, textgen.Invalid("the URL names no model"))
 	}
-	tj, err := textgen.Hold(h.b, model, version, &r.Parameters)
+	tj, err := textgen.Hold(ctx, h.b, model, version, &r.Parameters)
 	if err != nil {
 		return h.writeExtError(c, err)
 	}

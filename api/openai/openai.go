@@ -147,8 +147,8 @@ func (h *Handler) Models(c *fiber.Ctx) error {
 }
 
 // Model answers GET /v1/models/{model}.
-func (h *Handler) Model(c *fiber.Ctx, name string) error {
-	g, err := h.b.Generative(name, 0)
+func (h *Handler) Model(ctx context.Context, c *fiber.Ctx, name string) error {
+	g, err := h.b.Generative(ctx, name, 0)
 	if err != nil {
 		return h.writeError(c, err)
 	}
@@ -180,12 +180,12 @@ func (h *Handler) Chat(ctx context.Context, c *fiber.Ctx, body []byte) error {
 }
 
 // serve decodes a request of type T, prepares its job and answers it.
-func serve[T any](ctx context.Context, h *Handler, c *fiber.Ctx, body []byte, what string, prepare func(*T) (*job, error)) error {
+func serve[T any](ctx context.Context, h *Handler, c *fiber.Ctx, body []byte, what string, prepare func(context.Context, *T) (*job, error)) error {
 	var r T
 	if err := json.Unmarshal(body, &r); err != nil {
 		return h.writeError(c, textgen.Invalid("the body is not a %s request: %v", what, err))
 	}
-	j, err := prepare(&r)
+	j, err := prepare(ctx, &r)
 	if err != nil {
 		return h.writeError(c, err)
 	}
@@ -193,11 +193,11 @@ func serve[T any](ctx context.Context, h *Handler, c *fiber.Ctx, body []byte, wh
 }
 
 // hold looks up the model and prepares the common fields of a job.
-func (h *Handler) hold(model string, f *samplingFields, chat bool) (*job, error) {
+func (h *Handler) hold(ctx context.Context, model string, f *samplingFields, chat bool) (*job, error) {
 	if model == "" {
 		return nil, textgen.Invalid("model is required (one of GET /v1/models)")
 	}
-	tj, err := textgen.Hold(h.b, model, 0, &f.Params)
+	tj, err := textgen.Hold(ctx, h.b, model, 0, &f.Params)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (h *Handler) hold(model string, f *samplingFields, chat bool) (*job, error)
 	return j, nil
 }
 
-func (h *Handler) completionJob(r *CompletionRequest) (*job, error) {
+func (h *Handler) completionJob(ctx context.Context, r *CompletionRequest) (*job, error) {
 	switch {
 	case r.Echo:
 		return nil, textgen.Invalid("echo is not supported")
@@ -219,7 +219,7 @@ func (h *Handler) completionJob(r *CompletionRequest) (*job, error) {
 	case r.BestOf != nil && *r.BestOf != 1:
 		return nil, textgen.Invalid("best_of must be 1")
 	}
-	j, err := h.hold(r.Model, &r.samplingFields, false)
+	j, err := h.hold(ctx, r.Model, &r.samplingFields, false)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +231,7 @@ func (h *Handler) completionJob(r *CompletionRequest) (*job, error) {
 	return j, nil
 }
 
-func (h *Handler) chatJob(r *ChatRequest) (*job, error) {
+func (h *Handler) chatJob(ctx context.Context, r *ChatRequest) (*job, error) {
 	switch {
 	case r.Logprobs:
 		return nil, textgen.Invalid("logprobs is not supported")
@@ -245,7 +245,7 @@ func (h *Handler) chatJob(r *ChatRequest) (*job, error) {
 	if r.MaxCompletionTokens != nil {
 		r.MaxTokens = r.MaxCompletionTokens
 	}
-	j, err := h.hold(r.Model, &r.samplingFields, true)
+	j, err := h.hold(ctx, r.Model, &r.samplingFields, true)
 	if err != nil {
 		return nil, err
 	}

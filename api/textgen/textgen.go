@@ -22,8 +22,9 @@ import (
 // Backend is what text generation needs of the model server;
 // *serving.Manager implements it.
 type Backend interface {
-	// Generative holds a READY generative version of model (0: latest).
-	Generative(model string, version int64) (*serving.Generative, error)
+	// Generative holds a READY generative version of model (0: latest),
+	// waiting within ctx for a model that loads on demand.
+	Generative(ctx context.Context, model string, version int64) (*serving.Generative, error)
 }
 
 var _ Backend = (*serving.Manager)(nil)
@@ -77,9 +78,10 @@ type Job struct {
 }
 
 // Hold looks up a READY generative version of model (0: the latest) that
-// has a tokenizer and reads p into a job.
-func Hold(b Backend, model string, version int64, p *Params) (*Job, error) {
-	g, err := b.Generative(model, version)
+// has a tokenizer and reads p into a job; ctx bounds the wait for a model
+// that loads on demand.
+func Hold(ctx context.Context, b Backend, model string, version int64, p *Params) (*Job, error) {
+	g, err := b.Generative(ctx, model, version)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,7 @@ func run(repoDir, model string) error {
 		return err
 	}
 	defer m.Shutdown(ctx)
-	g, err := m.Generative(model, 0)
+	g, err := m.Generative(ctx, model, 0)
 	if err != nil {
 		return err
 	}

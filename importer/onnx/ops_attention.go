@@ -792,7 +792,7 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if g.pos, err = gqaPositions(c, q, in[5]); err != nil {
+	if err = g.positions(c, q, in[5]); err != nil {
 		return err
 	}
 	if q, err = g.split(c, q, g.heads, g.rotary); err != nil {
@@ -805,10 +805,10 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 		return err
 	}
 	if pk, pv := in[3], in[4]; pk != nil && pv != nil {
-		if k, err = c.Emit(fxgraph.AtenCat, []any{pk, k}, int64(2)); err != nil {
+		if k, err = msGQAPresent(c, pk, k, g.sl, g.s); err != nil {
 			return err
 		}
-		if v, err = c.Emit(fxgraph.AtenCat, []any{pv, v}, int64(2)); err != nil {
+		if v, err = msGQAPresent(c, pv, v, g.sl, g.s); err != nil {
 			return err
 		}
 	}
@@ -845,6 +845,8 @@ type gqa struct {
 	rotary            bool
 	cos, sin          *fxgraph.Node // in[7], in[8] with do_rotary
 	pos               *fxgraph.Node // [B, S] query positions
+	sl                *fxgraph.Node // seqlens_k as int64 [B, 1]
+	s                 int64         // the sequence length S
 }
 
 // gqaCheck checks GroupQueryAttention's inputs and attributes.
@@ -912,28 +914,30 @@ func (g *gqa) unpack(c *Ctx, q, k, v *fxgraph.Node) (_, _, _ *fxgraph.Node, err 
 	return q, k, v, nil
 }
 
-// gqaPositions returns the query positions [B, S]: query i of batch b sits
-// at position seqlens_k[b] + 1 - S + i.
-func gqaPositions(c *Ctx, q, seqlens *fxgraph.Node) (*fxgraph.Node, error) {
+// positions sets the query positions [B, S]: query i of batch b sits at
+// position seqlens_k[b] + 1 - S + i.
+func (g *gqa) positions(c *Ctx, q, seqlens *fxgraph.Node) error {
 	sd := Meta(q).Shape[1]
 	if !sd.IsStatic() {
-		return nil, Unsupported("GroupQueryAttention with a symbolic sequence length")
+		return Unsupported("GroupQueryAttention with a symbolic sequence length")
 	}
+	g.s = sd.Size
 	qpos, err := msArange(c, sd.Size)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if qpos, err = c.Emit(fxgraph.AtenAddTensor, qpos, c.ScalarConst(tensor.Int64, float64(1-sd.Size))); err != nil {
-		return nil, err
+		return err
 	}
 	sl, err := nnCast(c, seqlens, tensor.Int64)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if sl, err = c.Emit(fxgraph.AtenView, sl, []any{int64(-1), int64(1)}); err != nil {
-		return nil, err
+	if g.sl, err = c.Emit(fxgraph.AtenView, sl, []any{int64(-1), int64(1)}); err != nil {
+		return err
 	}
-	return c.Emit(fxgraph.AtenAddTensor, sl, qpos)
+	g.pos, err = c.Emit(fxgraph.AtenAddTensor, g.sl, qpos)
+	return err
 }
 
 // split views x [B, S, n*d] as heads [B, n, S, d], rotated first when
@@ -983,6 +987,42 @@ func gqaCausalBias(c *Ctx, kr, pos *fxgraph.Node, dt tensor.DType) (*fxgraph.Nod
 		return nil, err
 	}
 	return c.Emit(fxgraph.AtenWhereSelf, keep, c.ScalarConst(dt, 0), c.ScalarConst(dt, math.Inf(-1)))
+}
+
+// msGQAPresent is GroupQueryAttention's present key (or value): the past
+// [B, Hkv, P, D] with the step's x [B, Hkv, S, D] written, as ONNX Runtime
+// writes it, at offset seqlens_k[b] + 1 - S of each batch entry: the
+// entries before it are the past's, the S after it x's, the rest zero.
+// A full past (offset P) gives past ++ x; a past
+// whose valid entries are a prefix (a cache buffer longer than the
+// sequence) gets x right after them, where the queries' causal mask (keys
+// up to seqlens_k) looks. sl is seqlens_k as int64 [B, 1].
+func msGQAPresent(c *Ctx, past, x, sl *fxgraph.Node, s int64) (*fxgraph.Node, error) {
+	e := &emitChain{c: c}
+	cat := e.op(fxgraph.AtenCat, []any{past, x}, int64(2))
+	if e.err != nil {
+		return nil, e.err
+	}
+	sz, err := nnSizeList(c, cat)
+	if err != nil {
+		return nil, err
+	}
+	j, err := msArange(c, sz[2])
+	if err != nil {
+		return nil, err
+	}
+	off := e.op(fxgraph.AtenAddTensor, sl, c.ScalarConst(tensor.Int64, float64(1-s)))
+	rel := e.op(fxgraph.AtenSubTensor, j, off) // [B, T]: j - offset
+	in := e.op(fxgraph.AtenLogicalAnd, e.op(fxgraph.AtenGeScalar, rel, int64(0)), e.op(fxgraph.AtenLtScalar, rel, s))
+	idx := e.op(fxgraph.AtenClamp, rel, int64(0), s-1)
+	idx = e.op(fxgraph.AtenUnsqueeze, e.op(fxgraph.AtenUnsqueeze, idx, int64(1)), int64(3))
+	idx = e.op(fxgraph.AtenExpand, idx, sz)
+	in = e.op(fxgraph.AtenUnsqueeze, e.op(fxgraph.AtenUnsqueeze, in, int64(1)), int64(3))
+	before := e.op(fxgraph.AtenLtScalar, rel, int64(0))
+	before = e.op(fxgraph.AtenUnsqueeze, e.op(fxgraph.AtenUnsqueeze, before, int64(1)), int64(3))
+	kept := e.op(fxgraph.AtenWhereSelf, before, cat, c.ScalarConst(Meta(x).DType, 0))
+	y := e.op(fxgraph.AtenWhereSelf, in, e.op(fxgraph.AtenGather, x, int64(2), idx), kept)
+	return y, e.err
 }
 
 // msAttendCapped is msAttend with the scores soft-capped (softcap *

@@ -15,11 +15,17 @@ import (
 // in one step: the graph takes the step's tokens, their positions, the
 // attention mask over the cache and the tokens, and the cache so far
 // (past), and returns the logits and the cache with the step's entries
-// appended along its sequence axis (present: past ++ new).
+// appended along its sequence axis (present: past ++ new), or, with
+// AtLength, written right after each sequence's valid entries (their count
+// from the mask; GroupQueryAttention).
 type Layout struct {
-	InputIDs, Positions, Mask int // placeholder indices
+	InputIDs, Positions, Mask int // placeholder indices; Positions -1: none
 	Logits                    int // output index
 	Cache                     []CacheTensor
+	// AtLength: the step's entries are written at the sequence's length
+	// (generate.CacheAtLength), where the model also takes its positions
+	// from when it has no positions input.
+	AtLength bool
 }
 
 // CacheTensor is one cache tensor of the graph, [batch, heads, sequence,
@@ -80,9 +86,13 @@ func NewLayout(g *fxgraph.Graph, cfg *modelrepo.GenerateConfig, file string) (*L
 	}
 	for _, r := range roles {
 		if *r.dst, err = findName(inNames, r.given, roleNames[r.key], file, "generate.inputs."+r.key, "input"); err != nil {
-			return nil, err
+			if r.key != "positions" || r.given != "" || !cfg.CacheAtLength {
+				return nil, err
+			}
+			*r.dst = -1 // positions from the mask's count (GroupQueryAttention)
 		}
 	}
+	l.AtLength = cfg.CacheAtLength
 	if l.Logits, err = findName(outNames, cfg.Logits, []string{"logits"}, file, "generate.outputs.logits", "output"); err != nil {
 		if cfg.Logits != "" || len(outNames) == 0 {
 			return nil, err
@@ -92,7 +102,7 @@ func NewLayout(g *fxgraph.Graph, cfg *modelrepo.GenerateConfig, file string) (*L
 	if err := l.findCache(cfg, inNames, outNames, file); err != nil {
 		return nil, err
 	}
-	if err := l.check(g, inNames, file); err != nil {
+	if err := l.check(g, inNames, file, cfg); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -198,7 +208,7 @@ func (l *Layout) pt2Cache(inNames, outNames []string, file string) error {
 
 // check verifies the roles' ranks and dtypes and that no input is left
 // without one.
-func (l *Layout) check(g *fxgraph.Graph, inNames []string, file string) error {
+func (l *Layout) check(g *fxgraph.Graph, inNames []string, file string, cfg *modelrepo.GenerateConfig) error {
 	used := map[int]string{}
 	claim := func(i int, role string) error {
 		if prev, ok := used[i]; ok {
@@ -210,7 +220,7 @@ func (l *Layout) check(g *fxgraph.Graph, inNames []string, file string) error {
 	if err := l.checkRoles(g, inNames, file, claim); err != nil {
 		return err
 	}
-	if err := l.checkCache(g, inNames, file, claim); err != nil {
+	if err := l.checkCache(g, inNames, file, claim, cfg.CacheHeadDim); err != nil {
 		return err
 	}
 	for i, n := range inNames {
@@ -228,6 +238,9 @@ func (l *Layout) checkRoles(g *fxgraph.Graph, inNames []string, file string, cla
 		idx  int
 		role string
 	}{{l.InputIDs, "input_ids"}, {l.Positions, "positions"}, {l.Mask, "attention_mask"}} {
+		if r.idx < 0 {
+			continue
+		}
 		if err := claim(r.idx, r.role); err != nil {
 			return err
 		}
@@ -244,7 +257,7 @@ func (l *Layout) checkRoles(g *fxgraph.Graph, inNames []string, file string, cla
 
 // checkCache checks each cache tensor's shape and fills its dtype, heads
 // and head size.
-func (l *Layout) checkCache(g *fxgraph.Graph, inNames []string, file string, claim func(int, string) error) error {
+func (l *Layout) checkCache(g *fxgraph.Graph, inNames []string, file string, claim func(int, string) error, headDim int64) error {
 	ph, outs := g.Placeholders(), g.Outputs()
 	for i := range l.Cache {
 		c := &l.Cache[i]
@@ -252,13 +265,17 @@ func (l *Layout) checkCache(g *fxgraph.Graph, inNames []string, file string, cla
 			return err
 		}
 		m := ph[c.Input].Val()
-		if len(m.Shape) != 4 || !m.Shape[1].IsStatic() || !m.Shape[3].IsStatic() {
+		dim := headDim
+		if len(m.Shape) == 4 && m.Shape[3].IsStatic() {
+			dim = m.Shape[3].Size
+		}
+		if len(m.Shape) != 4 || !m.Shape[1].IsStatic() || dim <= 0 {
 			return fmt.Errorf("%w: %s: generate.cache: input %s is %s%s, want [batch, heads, sequence, head_dim] with static heads and head_dim", ErrConfig, file, inNames[c.Input], m.DType, m.Shape)
 		}
 		if om := outs[c.Output].Val(); om.DType != m.DType || len(om.Shape) != 4 {
 			return fmt.Errorf("%w: %s: generate.cache: output %s is %s%s, input %s is %s%s: want the same dtype and rank", ErrConfig, file, g.OutputName(c.Output), om.DType, om.Shape, inNames[c.Input], m.DType, m.Shape)
 		}
-		c.DType, c.Heads, c.Dim = m.DType, m.Shape[1].Size, m.Shape[3].Size
+		c.DType, c.Heads, c.Dim = m.DType, m.Shape[1].Size, dim
 	}
 	return nil
 }

@@ -149,9 +149,14 @@ func (m *Model) prefill(ctx context.Context, s *sequence) error {
 	mask := tensor.New(m.dtypes[2], 1, prefillPast+l)
 	for i := range l {
 		tok := m.cfg.PadTokenID
+		if i < n || m.layout.AtLength {
+			// At length, the mask's count places the entries: the padding
+			// counts (the prompt's tokens never see it, causally; the
+			// decode overwrites its entries).
+			mask.SetFloat64(prefillPast+i, 1)
+		}
 		if i < n {
 			tok = s.req.Prompt[i]
-			mask.SetFloat64(prefillPast+i, 1)
 		}
 		ids.SetInt64(i, tok)
 		pos.SetInt64(i, i)

@@ -142,7 +142,10 @@ func New(ctx context.Context, o Options) (*Model, error) {
 		steps: map[stepSpec]Step{}, slots: make([]*sequence, cfg.Slots),
 	}
 	ph := o.Graph.Placeholders()
-	m.dtypes = [3]tensor.DType{ph[lay.InputIDs].Val().DType, ph[lay.Positions].Val().DType, ph[lay.Mask].Val().DType}
+	m.dtypes = [3]tensor.DType{ph[lay.InputIDs].Val().DType, tensor.Int64, ph[lay.Mask].Val().DType}
+	if lay.Positions >= 0 {
+		m.dtypes[1] = ph[lay.Positions].Val().DType
+	}
 	if v := o.Graph.Outputs()[lay.Logits].Val().Shape[2]; v.IsStatic() {
 		m.vocab = v.Size
 	}

@@ -29,6 +29,11 @@ import (
 //
 //	inputs:  ids [1,L], positions [1,L], mask [1,P+L], slot [1], last [1], cache...
 //	outputs: logits of token last [1,vocab], cache...
+//
+// A model whose cache is written at the sequence's length (Layout.AtLength,
+// GroupQueryAttention) places its entries by the mask's count instead: the
+// decode's new entry is at its write position of the present, and the
+// prefill counts its padding, so that its L entries are present's first L.
 
 // prefillPast is the past length of a prefill: one masked entry, so that
 // the model's past never has size zero.
@@ -107,7 +112,10 @@ func (sb *stepBuilder) program(spec stepSpec) (*lower.Program, error) {
 func (sb *stepBuilder) modelShapes(spec stepSpec) map[int][]int64 {
 	b, t, p := spec.batch, spec.tokens, spec.past(sb.maxLen)
 	l := sb.layout
-	shapes := map[int][]int64{l.InputIDs: {b, t}, l.Positions: {b, t}, l.Mask: {b, p + t}}
+	shapes := map[int][]int64{l.InputIDs: {b, t}, l.Mask: {b, p + t}}
+	if l.Positions >= 0 {
+		shapes[l.Positions] = []int64{b, t}
+	}
 	for _, c := range l.Cache {
 		shapes[c.Input] = []int64{b, c.Heads, p, c.Dim}
 	}
@@ -189,7 +197,11 @@ func (w *wrapper) build() error {
 	l, s, sb := w.sb.layout, w.spec, w.sb
 	b, t, p := s.batch, s.tokens, s.past(sb.maxLen)
 	ids := w.input("step_input_ids", w.old[l.InputIDs].Val().DType, b, t)
-	pos := w.input("step_positions", w.old[l.Positions].Val().DType, b, t)
+	posType := tensor.Int64
+	if l.Positions >= 0 {
+		posType = w.old[l.Positions].Val().DType
+	}
+	pos := w.input("step_positions", posType, b, t)
 	mask := w.input("step_attention_mask", w.old[l.Mask].Val().DType, b, p+t)
 	var write, slot, last *fxgraph.Node
 	if s.kind == decode {
@@ -205,7 +217,10 @@ func (w *wrapper) build() error {
 
 	// The model's inputs, computed before its first node.
 	prev := w.g.SetInsertPoint(firstCall(w.g))
-	repl := map[int]*fxgraph.Node{l.InputIDs: ids, l.Positions: pos, l.Mask: mask}
+	repl := map[int]*fxgraph.Node{l.InputIDs: ids, l.Mask: mask}
+	if l.Positions >= 0 {
+		repl[l.Positions] = pos
+	}
 	for i, c := range l.Cache {
 		switch {
 		case s.kind == prefill:
@@ -235,10 +250,19 @@ func (w *wrapper) build() error {
 		present := w.outs[c.Output]
 		var upd *fxgraph.Node
 		if s.kind == decode {
-			entry := w.call(fxgraph.AtenSelectInt, present, int64(cacheSeqAxis), p) // [b, heads, dim]
+			var entry *fxgraph.Node // [b, heads, dim]
+			if l.AtLength {
+				entry = w.call(fxgraph.AtenIndexTensor, present, []any{w.arange(b), nil, write})
+			} else {
+				entry = w.call(fxgraph.AtenSelectInt, present, int64(cacheSeqAxis), p)
+			}
 			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{w.arange(b), nil, write}, entry)
 		} else {
-			entries := w.call(fxgraph.AtenSliceTensor, present, int64(cacheSeqAxis), p, p+t) // [1, heads, L, dim]
+			from := p // after the past, or at the (empty) sequence's length 0
+			if l.AtLength {
+				from = 0
+			}
+			entries := w.call(fxgraph.AtenSliceTensor, present, int64(cacheSeqAxis), from, from+t) // [1, heads, L, dim]
 			entries = w.call(fxgraph.AtenSelectInt, entries, int64(0), int64(0))
 			entries = w.call(fxgraph.AtenPermute, entries, []any{int64(1), int64(0), int64(2)}) // [L, heads, dim]
 			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{slot, nil, w.arange(t)}, entries)
