@@ -33,7 +33,7 @@ all: build
 help:
 	@echo "make run          install the XLA CPU PJRT plugin and CPU kernels, build xserve, serve examples/models on $(HTTP_ADDR)"
 	@echo "make test         install plugin + venvs (the onnx wheel holds the conformance data), vet, unit/integration tests, fuzz, conformance check, docker-test"
-	@echo "make detect-model export torchvision ssdlite320 and small Faster/Mask R-CNN, RetinaNet, FCOS to .cache/detect (make test needs it)"
+	@echo "make detect-model export torchvision ssdlite320 and small Faster/Mask R-CNN, RetinaNet, FCOS, SSD to .cache/detect (make test needs it)"
 	@echo "make tokenizers-lib  the Hugging Face tokenizers library (tokenizer/ffi, Rust) into .cache/tokenizers (make test needs it)"
 	@echo "make gen-models   the generative test models, tokenizers and references into .cache/gen (make test needs them)"
 	@echo "make genai-model  an int4 model by ONNX Runtime GenAI's model builder, with its greedy outputs, into .cache/gen/genai (make test needs it)"
@@ -231,7 +231,7 @@ DETECT_DIR := .cache/detect
 detect-model: $(DETECT_DIR)/ssdlite320.onnx $(DETECT_DIR)/detectors.stamp
 $(DETECT_DIR)/ssdlite320.onnx: python/detect/export_ssdlite.py | $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/detect/export_ssdlite.py --out $(DETECT_DIR)
-# Small Faster R-CNN, Mask R-CNN, RetinaNet and FCOS with dynamic image
+# Small Faster R-CNN, Mask R-CNN, RetinaNet, FCOS and SSD with dynamic image
 # sizes (TestRunDetectorsMatchORT).
 $(DETECT_DIR)/detectors.stamp: python/detect/export_detectors.py | $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/detect/export_detectors.py --out $(DETECT_DIR)

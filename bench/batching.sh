@@ -32,6 +32,8 @@
 #   READY_TIMEOUT  seconds to wait for the server to be ready (default 300)
 #   PYTHON         Python with onnx and numpy (default .venv/bin/python; make venv)
 #   XSERVE_FLAGS   extra flags for `xserve serve`
+#   CEILING        "no" skips the floors and the ceiling (quick A/B runs of
+#                  the batching policy; default yes)
 #   XSERVE_BIN     an xserve binary to serve with instead of building
 #                  bin/xserve from the working tree (e.g. one built from
 #                  another commit, to compare batching policies)
@@ -49,6 +51,7 @@ DELAY="${DELAY:-2ms}"
 OUT="${OUT:-.cache/bench-batching}"
 READY_TIMEOUT="${READY_TIMEOUT:-300}"
 PYTHON="${PYTHON:-.venv/bin/python}"
+CEILING="${CEILING:-yes}"
 GO="${GO:-go}"
 
 log() { echo "bench/batching: $*" >&2; }
@@ -117,13 +120,24 @@ runs = sorted(sys.argv[1:], key=lambda f: json.load(open(f))["success_throughput
 print(runs[(len(runs) - 1) // 2])' "$@"
 }
 
+# server_ticks prints the CPU time (user + system, in clock ticks) the
+# server process has used.
+server_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
+
 # drive NAME MODEL C RUN: loadtest on served model NAME with MODEL's input
-# at concurrency C, its summary in $OUT/runs/RUN.json.
+# at concurrency C, its summary in $OUT/runs/RUN.json, and the server's CPU
+# ticks at the end of the warmup and of the run in $OUT/runs/RUN.cpu.
 drive() {
+	(sleep "$WARMUP" && server_ticks >"$OUT/runs/$4.cpu0") &
+	local waiter=$!
 	# shellcheck disable=SC2046
 	bin/loadtest -url "$URL" -model "$1" -protocol v2binary $(input "$2") \
 		-c "$3" -d "$DURATION" -warmup "$WARMUP" -json "$OUT/runs/$4.json" >"$OUT/runs/$4.txt" ||
 		{ cat "$OUT/runs/$4.txt" >&2; die "$1 at concurrency $3 failed"; }
+	local end
+	end="$(server_ticks)"
+	wait "$waiter" || true
+	echo "$(cat "$OUT/runs/$4.cpu0" 2>/dev/null || echo 0) $end" >"$OUT/runs/$4.cpu"
 	grep -E 'throughput|latency' "$OUT/runs/$4.txt" | sed 's/^/    /' >&2
 }
 
@@ -157,7 +171,7 @@ for m in $MODELS; do
 done
 # The floors: each model's requests with (almost) no compute, for the
 # ceiling below.
-for m in $MODELS; do
+[[ "$CEILING" == no ]] || for m in $MODELS; do
 	for c in $CONCURRENCY; do
 		for ((r = 1; r <= REPEAT; r++)); do
 			run="floor_${m}_unbatched-c$c-r$r"
@@ -178,6 +192,26 @@ echo "Command: \`MODELS=\"$MODELS\" CONCURRENCY=\"$CONCURRENCY\" DURATION=$DURAT
 echo
 bin/loadtest -compare -compare-names off,on "${pairs[@]}"
 echo
+echo "The server's CPU time per request (user + system of the xserve process over the measured"
+echo "window, over the requests answered in it; median of the $REPEAT runs): what a request costs"
+echo "the machine, which other jobs on the host change far less than they change throughput."
+echo
+"$PYTHON" - "$OUT/runs" "$(getconf CLK_TCK)" "$MODELS" "$CONCURRENCY" <<'PY'
+import glob, json, statistics, sys
+runs, tck, models, conc = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+def per_request(f):
+    s = json.load(open(f))
+    t0, t1 = (float(x) for x in open(f[:-5] + ".cpu").read().split())
+    n = s["successes"]
+    return (t1 - t0) / tck * 1e3 / n if t0 > 0 and n > 0 else float("nan")
+print("| run | off CPU ms/request | on CPU ms/request | on/off |")
+print("|---|---:|---:|---:|")
+for m in models:
+    for c in conc:
+        v = [statistics.median(per_request(f) for f in sorted(glob.glob(f"{runs}/{m}_{k}-c{c}-r*.json"))) for k in ("unbatched", "batched")]
+        print(f"| {m} c={c} | {v[0]:.3f} | {v[1]:.3f} | {v[1] / v[0]:.2f}x |")
+PY
+echo
 echo "Batches the batched copies ran (xserve_batch_rows, real rows):"
 echo
 for m in $MODELS; do
@@ -190,6 +224,7 @@ for m in $MODELS; do
 			'BEGIN { printf "- `%s_batched`: %d batches, %.1f real rows per batch on average, %.1f padded; learned batch size limit at the end (queue: rows) %s\n", m, n, s / n, p / n, l }'
 	fi
 done
+[[ "$CEILING" == no ]] && exit 0
 echo
 echo "The most batching could gain here (bench/batching_ceiling.py): a request costs at least its"
 echo "floor's (the same input through the same HTTP path and client, no compute) plus its row's FLOPs"

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/tensor"
@@ -22,6 +23,11 @@ type Job struct {
 	// Outs are the results the run sets, guard results checked and
 	// dropped.
 	Outs []*tensor.Tensor
+	// Timed asks for CPU, the run's core time: the CPU time of the thread
+	// that ran it (pjrt.Executable.RunHostTimed); 0 when not asked for or
+	// not measured (an executable's first run).
+	Timed bool
+	CPU   time.Duration
 }
 
 // JobError is the error of one Job of several run at once.
@@ -46,7 +52,7 @@ func run(ctx context.Context, c *pjrt.Client, jobs []Job) error {
 		if err != nil {
 			return err
 		}
-		outs, err := j.Exe.exe.RunHost(ctx, j.Exe.args, hosts)
+		outs, err := runLone(ctx, j, hosts)
 		if err != nil {
 			return err
 		}
@@ -59,10 +65,11 @@ func run(ctx context.Context, c *pjrt.Client, jobs []Job) error {
 		if err != nil {
 			return jobError(i, len(jobs), err)
 		}
-		runs[i] = pjrt.HostRun{Exe: j.Exe.exe, Bufs: j.Exe.args, Hosts: hosts, Threads: j.Threads}
+		runs[i] = pjrt.HostRun{Exe: j.Exe.exe, Bufs: j.Exe.args, Hosts: hosts, Threads: j.Threads, Timed: j.Timed}
 	}
 	c.RunHostAll(ctx, runs)
 	for i, r := range runs {
+		jobs[i].CPU = r.CPU
 		err := r.Err
 		if err == nil {
 			// A guard result says the run reached a part of the model
@@ -75,6 +82,16 @@ func run(ctx context.Context, c *pjrt.Client, jobs []Job) error {
 		}
 	}
 	return nil
+}
+
+// runLone runs j alone on its host arguments, timing it if it asks.
+func runLone(ctx context.Context, j *Job, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	if !j.Timed {
+		return j.Exe.exe.RunHost(ctx, j.Exe.args, hosts)
+	}
+	outs, cpu, err := j.Exe.exe.RunHostTimed(ctx, j.Exe.args, hosts)
+	j.CPU = cpu
+	return outs, err
 }
 
 func jobError(i, n int, err error) error {

@@ -142,7 +142,7 @@ type Config struct {
 // server's idle limit and sequence bound.
 type SequenceConfig struct {
 	// States names each state: the input a sequence's previous step feeds
-	// from the output; its initial value is zeros.
+	// from the output, and its initial value.
 	States []StateConfig
 	// MaxSequenceIdle is how long a sequence may go without a request
 	// before it expires (max_sequence_idle).
@@ -151,9 +151,12 @@ type SequenceConfig struct {
 	MaxSequences int
 }
 
-// StateConfig is one state of SequenceConfig: input <- output.
+// StateConfig is one state of SequenceConfig: input <- output. Initial
+// is the value of every element of the state at a sequence's start
+// (initial; default 0).
 type StateConfig struct {
 	Input, Output string
+	Initial       float64
 }
 
 // AnyDim, in InputConfig.Dims and OutputConfig.Dims, is a dim the config
@@ -456,8 +459,9 @@ type rawSequence struct {
 }
 
 type rawState struct {
-	Input  string `yaml:"input"`
-	Output string `yaml:"output"`
+	Input   string  `yaml:"input"`
+	Output  string  `yaml:"output"`
+	Initial float64 `yaml:"initial"`
 }
 
 // convert reads the sequence section into c (nothing when rs is nil: no
@@ -470,7 +474,7 @@ func (rs *rawSequence) convert(p *problems, c *SequenceConfig) {
 		if st.Input == "" || st.Output == "" {
 			p.add(fmt.Sprintf("sequence.state[%d]", i), "needs both input and output, got input %q output %q", st.Input, st.Output)
 		}
-		c.States = append(c.States, StateConfig{Input: st.Input, Output: st.Output})
+		c.States = append(c.States, StateConfig{Input: st.Input, Output: st.Output, Initial: st.Initial})
 	}
 	if rs.MaxSequenceIdle != nil {
 		c.MaxSequenceIdle = convertDuration(p, "sequence.max_sequence_idle", *rs.MaxSequenceIdle)

@@ -502,3 +502,19 @@ func writeFile(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
+
+// TestParseConfigSequence: a state's initial value (default 0) and the
+// limits of the sequence section.
+func TestParseConfigSequence(t *testing.T) {
+	c, err := ParseConfig("silero/config.yaml", []byte("sequence:\n  state:\n    - input: state\n      output: stateN\n      initial: 0.25\n    - input: h\n      output: hn\n  max_sequence_idle: 2s\n  max_sequences: 8\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SequenceConfig{States: []StateConfig{{Input: "state", Output: "stateN", Initial: 0.25}, {Input: "h", Output: "hn"}}, MaxSequenceIdle: 2 * time.Second, MaxSequences: 8}
+	if !reflect.DeepEqual(c.Sequence, want) {
+		t.Errorf("sequence = %+v, want %+v", c.Sequence, want)
+	}
+	if _, err := ParseConfig("silero/config.yaml", []byte("sequence:\n  state:\n    - input: state\n      output: stateN\n      initial: zeros\n")); err == nil || !strings.Contains(err.Error(), "zeros") {
+		t.Errorf("initial: zeros: err = %v, want an error quoting the value", err)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/xserve/xserve/tensor"
@@ -49,16 +50,32 @@ type fastPath struct {
 // output types, it makes one call into the plugin per execution. Its errors
 // and argument checks are those of Execute.
 func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	outs, _, err := e.runHost(ctx, bufs, hosts, false)
+	return outs, err
+}
+
+// RunHostTimed is RunHost that also returns the execution's core time: the
+// CPU time the thread that ran it spent from upload to download (a thread
+// CPU clock, so time the thread waited descheduled is not counted, nor are
+// the helper threads of a multi-threaded kernel). It is 0 for a run that
+// did not take the one-call path (an executable's first). Reading the
+// clock costs two system calls, which RunHost spares.
+func (e *Executable) RunHostTimed(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, time.Duration, error) {
+	return e.runHost(ctx, bufs, hosts, true)
+}
+
+func (e *Executable) runHost(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor, timed bool) ([]*tensor.Tensor, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pjrt: execute %s: %w", e.name, err)
+		return nil, 0, fmt.Errorf("pjrt: execute %s: %w", e.name, err)
 	}
 	if len(bufs) != len(hosts) {
-		return nil, fmt.Errorf("pjrt: execute %s: %d buffers but %d host tensors", e.name, len(bufs), len(hosts))
+		return nil, 0, fmt.Errorf("pjrt: execute %s: %d buffers but %d host tensors", e.name, len(bufs), len(hosts))
 	}
 	if fp := e.fast.Load(); fp != nil {
-		return e.runFast(fp, bufs, hosts)
+		return e.runFast(fp, bufs, hosts, timed)
 	}
-	return e.runPortable(ctx, bufs, hosts)
+	outs, err := e.runPortable(ctx, bufs, hosts)
+	return outs, 0, err
 }
 
 // runPortable uploads the host inputs, executes, downloads the outputs and
@@ -168,17 +185,17 @@ type runScratch struct {
 var scratchPool = sync.Pool{New: func() any { return &runScratch{args: new(C.xs_run_args)} }}
 
 // runFast is RunHost in one plugin call.
-func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {
+func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, timed bool) ([]*tensor.Tensor, time.Duration, error) {
 	c := e.client
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.c == nil {
-		return nil, errClosed("execute "+e.name, "client")
+		return nil, 0, errClosed("execute "+e.name, "client")
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.le == nil {
-		return nil, errClosed("execute "+e.name, "executable")
+		return nil, 0, errClosed("execute "+e.name, "executable")
 	}
 	s := scratchPool.Get().(*runScratch)
 	defer scratchPool.Put(s)
@@ -188,12 +205,15 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 	outs, err := s.prepare(e, fp, bufs, hosts, &pin)
 	if err != nil {
 		s.drop()
-		return nil, err
+		return nil, 0, err
 	}
-	if err := s.finish(e, C.xs_run(s.args)); err != nil {
-		return nil, err
+	s.args.timed = cBool(timed)
+	perr := C.xs_run(s.args)
+	cpu := time.Duration(s.args.cpu_ns)
+	if err := s.finish(e, perr); err != nil {
+		return nil, 0, err
 	}
-	return outs, nil
+	return outs, cpu, nil
 }
 
 // prepare checks the arguments of one execution of e and fills s.args: the
@@ -406,4 +426,12 @@ func resize[T any](s []T, n int) []T {
 		return make([]T, n)
 	}
 	return s[:n]
+}
+
+// cBool is b as a C int.
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/xserve/xserve/tensor"
 )
@@ -353,5 +354,65 @@ func TestRunHostExecuteOutputArgument(t *testing.T) {
 	}
 	if n := c.RunCounts().Runs - before; n < 2 {
 		t.Errorf("%d of 3 calls took the one-call path, want the 2 after the first", n)
+	}
+}
+
+// TestRunHostTimedCoreTime: RunHostTimed reports no core time for an
+// executable's first (portable) run, and on the one-call path the CPU time
+// of the thread that ran it, which is above zero and, for a program run on
+// that thread, never more than the wall time of the call; RunHostAll
+// reports the same per run that asks for it (Timed), and 0 for the others.
+func TestRunHostTimedCoreTime(t *testing.T) {
+	c := testClient(t)
+	ctx := context.Background()
+	const n = 192
+	e := mustCompile(t, c, fmt.Sprintf(`module @square {
+  func.func @main(%%a: tensor<%[1]dx%[1]dxf32>) -> tensor<%[1]dx%[1]dxf32> {
+    %%0 = stablehlo.dot_general %%a, %%a, contracting_dims = [1] x [0] : (tensor<%[1]dx%[1]dxf32>, tensor<%[1]dx%[1]dxf32>) -> tensor<%[1]dx%[1]dxf32>
+    return %%0 : tensor<%[1]dx%[1]dxf32>
+  }
+}`, n))
+	defer e.Close()
+	vals := make([]float32, n*n)
+	for i := range vals {
+		vals[i] = float32(i%7) - 3
+	}
+	x := f32([]int64{n, n}, vals...)
+	hosts := []*tensor.Tensor{x}
+	bufs := []*Buffer{nil}
+	if _, cpu, err := e.RunHostTimed(ctx, bufs, hosts); err != nil || cpu != 0 {
+		t.Fatalf("first run: core time %v, error %v; want 0 (portable path, not measured)", cpu, err)
+	}
+	for call := range 5 {
+		start := time.Now()
+		_, cpu, err := e.RunHostTimed(ctx, bufs, hosts)
+		wall := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cpu <= 0 || cpu > wall {
+			t.Fatalf("call %d: core time %v, wall %v: want 0 < core <= wall", call, cpu, wall)
+		}
+	}
+	if _, err := e.RunHost(ctx, bufs, hosts); err != nil {
+		t.Fatal(err)
+	}
+	runs := []HostRun{{Exe: e, Bufs: bufs, Hosts: hosts, Timed: true}, {Exe: e, Bufs: bufs, Hosts: hosts, Timed: true}, {Exe: e, Bufs: bufs, Hosts: hosts}}
+	start := time.Now()
+	c.RunHostAll(ctx, runs)
+	wall := time.Since(start)
+	for i, r := range runs {
+		if r.Err != nil {
+			t.Fatalf("RunHostAll run %d: %v", i, r.Err)
+		}
+		if !r.Timed {
+			if r.CPU != 0 {
+				t.Fatalf("RunHostAll run %d, not timed: core time %v, want 0", i, r.CPU)
+			}
+			continue
+		}
+		if r.CPU <= 0 || r.CPU > wall {
+			t.Fatalf("RunHostAll run %d: core time %v, wall %v: want 0 < core <= wall", i, r.CPU, wall)
+		}
 	}
 }

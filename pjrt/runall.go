@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/xserve/xserve/tensor"
@@ -35,6 +36,10 @@ type HostRun struct {
 
 	Outs []*tensor.Tensor
 	Err  error
+	// Timed asks for CPU, the execution's core time (see
+	// Executable.RunHostTimed); CPU is 0 without it.
+	Timed bool
+	CPU   time.Duration
 }
 
 // RunHostAll runs the executions of runs at once, each as RunHost would,
@@ -138,6 +143,7 @@ func (c *Client) runLocked(runs []HostRun, threads int) {
 			continue
 		}
 		r.Outs = outs
+		scratch[i].args.timed = cBool(r.Timed)
 		argv = append(argv, scratch[i].args)
 		pin.Pin(scratch[i].args)
 		ok = append(ok, i)
@@ -148,6 +154,7 @@ func (c *Client) runLocked(runs []HostRun, threads int) {
 	errs := make([]*C.PJRT_Error, len(ok))
 	C.xs_run_all(c.pool.get(c.kernelsLimit), (**C.xs_run_args)(unsafe.Pointer(&argv[0])), (**C.PJRT_Error)(unsafe.Pointer(&errs[0])), C.int(len(ok)), C.int(threads))
 	for k, i := range ok {
+		runs[i].CPU = time.Duration(scratch[i].args.cpu_ns)
 		if err := scratch[i].finish(runs[i].Exe, errs[k]); err != nil {
 			runs[i].Outs, runs[i].Err = nil, err
 		}
@@ -183,17 +190,18 @@ func runEach(ctx context.Context, runs []HostRun) {
 	var wg sync.WaitGroup
 	for i := 1; i < len(runs); i++ {
 		r := &runs[i]
-		wg.Go(func() { r.Outs, r.Err = runHost(ctx, r) })
+		wg.Go(func() { runHost(ctx, r) })
 	}
-	runs[0].Outs, runs[0].Err = runHost(ctx, &runs[0])
+	runHost(ctx, &runs[0])
 	wg.Wait()
 }
 
-func runHost(ctx context.Context, r *HostRun) ([]*tensor.Tensor, error) {
+func runHost(ctx context.Context, r *HostRun) {
 	if r.Exe == nil {
-		return nil, fmt.Errorf("pjrt: execute: no executable")
+		r.Err = fmt.Errorf("pjrt: execute: no executable")
+		return
 	}
-	return r.Exe.RunHost(ctx, r.Bufs, r.Hosts)
+	r.Outs, r.CPU, r.Err = r.Exe.runHost(ctx, r.Bufs, r.Hosts, r.Timed)
 }
 
 // workerPool is a client's worker threads for RunHostAll, made on first

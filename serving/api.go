@@ -84,6 +84,9 @@ type Metadata struct {
 	// one executable per bucket (fused) and which run as executions of
 	// their own. nil for a model.
 	Pipeline *PipelineInfo
+	// Stateful says the model keeps its sequences' state between requests
+	// (requests carry a sequence id: SequenceStep).
+	Stateful bool
 }
 
 // SymbolInfo is one served symbol of a model version: its role, buckets,

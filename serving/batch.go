@@ -185,7 +185,7 @@ func (v *version) runBatch(ctx context.Context, bt *batching.Batch) error {
 	}
 	sz := v.sizer(bt.Key)
 	before := sz.Limit()
-	sz.observe(bt.PaddedRows, t.compute)
+	sz.observe(bt.PaddedRows, t.cost())
 	if after := sz.Limit(); after != before {
 		v.m.metrics.batchLimit.With(v.name, v.label, queueLabel(bt.Key, v)).Set(float64(after))
 	}

@@ -681,3 +681,61 @@ func BenchmarkLoneRequest(b *testing.B) {
 		})
 	}
 }
+
+// TestBatchSizerLearnsCoreTime: the batch sizer learns a bucket's cost
+// from the core time of its executions (the CPU time of the thread that ran
+// each one), not from their wall time: lone requests (each a batch of one
+// row, run at once) leave their bucket a cost above zero and below the
+// execution time the responses report, which also counts the Go side of
+// the execution and any time its thread waited for a core. (Executions run
+// whole here: a split one's shards run on two threads at once, and their
+// core times added up may exceed its wall time.)
+func TestBatchSizerLearnsCoreTime(t *testing.T) {
+	r := newRepo(t)
+	r.add("tinycnn", 1, tinyCNN)
+	r.config("tinycnn", "buckets:\n  batch: [1, 2]\nwarmup: eager\nbatching:\n  enabled: true\n")
+	m, _ := start(t, r, func(o *Options) { o.SplitBatches = SplitOff })
+	req := &InferRequest{Inputs: map[string]*tensor.Tensor{"image": readNpy(t, tinyCNNImage)}}
+	for i := range 8 {
+		resp, err := m.Infer(context.Background(), "tinycnn", 0, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		v, err := m.lookupLocked("tinycnn", 0)
+		m.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sz := v.sizer(v.queuePrefix())
+		sz.mu.Lock()
+		var cost time.Duration // the batch's: its bucket's cost per row times its rows
+		for k, c := range sz.cost {
+			cost += time.Duration(c * float64(sz.buckets[k]) * float64(time.Second))
+		}
+		clear(sz.cost) // the next request's alone, not an average
+		sz.mu.Unlock()
+		if i == 0 {
+			continue // the executable's first run takes the portable path: wall time
+		}
+		if cost <= 0 || cost >= resp.ComputeTime {
+			t.Fatalf("request %d: the sizer learned %v for the batch, the execution took %v: want 0 < core time < execution time", i, cost, resp.ComputeTime)
+		}
+	}
+}
+
+// TestRunTimesCost: a batch costs its core time, or its wall time where
+// the core time was not measured.
+func TestRunTimesCost(t *testing.T) {
+	for _, tc := range []struct {
+		t    runTimes
+		want time.Duration
+	}{
+		{runTimes{compute: 5 * time.Millisecond, core: 2 * time.Millisecond}, 2 * time.Millisecond},
+		{runTimes{compute: 5 * time.Millisecond}, 5 * time.Millisecond},
+	} {
+		if got := tc.t.cost(); got != tc.want {
+			t.Errorf("%+v: cost %v, want %v", tc.t, got, tc.want)
+		}
+	}
+}

@@ -190,7 +190,7 @@ func (p *BucketPlan) hasExact() bool {
 // ErrInvalidInput and name the input and dim.
 func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 	dims := map[string]int64{}
-	from := map[string]string{}
+	from := map[string]symSource{}
 	for i := range p.Inputs {
 		in, t := &p.Inputs[i], inputs[i]
 		if t == nil {
@@ -222,7 +222,7 @@ func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 			}
 			if _, ok := dims[spec.Sym]; !ok {
 				dims[spec.Sym] = got
-				from[spec.Sym] = fmt.Sprintf("input %q dim %d", in.Name, d)
+				from[spec.Sym] = symSource{input: in.Name, dim: d}
 			}
 		}
 	}
@@ -232,10 +232,26 @@ func (p *BucketPlan) bind(inputs []*tensor.Tensor) (map[string]int64, error) {
 	return dims, nil
 }
 
+// symSource is where bind found a symbol's size, for its errors (formatted
+// only when one is made: every request binds its symbols).
+type symSource struct {
+	input string
+	dim   int
+	expr  string // the dim's expression when the symbol was solved from it
+	size  int64  // that dim's size
+}
+
+func (s symSource) String() string {
+	if s.expr == "" {
+		return fmt.Sprintf("input %q dim %d", s.input, s.dim)
+	}
+	return fmt.Sprintf("input %q dim %d (%s = %d)", s.input, s.dim, s.expr, s.size)
+}
+
 // bindDerived checks every input dim that is an expression of symbols
 // against the sizes bound from the other inputs, solving a symbol that only
 // such a dim carries where the expression allows (s + c, c * s).
-func (p *BucketPlan) bindDerived(inputs []*tensor.Tensor, dims map[string]int64, from map[string]string) error {
+func (p *BucketPlan) bindDerived(inputs []*tensor.Tensor, dims map[string]int64, from map[string]symSource) error {
 	for i := range p.Inputs {
 		in := &p.Inputs[i]
 		for d, spec := range in.Dims {
@@ -251,7 +267,7 @@ func (p *BucketPlan) bindDerived(inputs []*tensor.Tensor, dims map[string]int64,
 				if !ok || sym != s {
 					return fmt.Errorf("%w: input %q dim %d is %s, whose symbol %s no input gives on its own", ErrInvalidInput, in.Name, d, spec.Sym, s)
 				}
-				dims[s], from[s] = v, fmt.Sprintf("input %q dim %d (%s = %d)", in.Name, d, spec.Sym, got)
+				dims[s], from[s] = v, symSource{input: in.Name, dim: d, expr: spec.Sym, size: got}
 			}
 			want, err := spec.Expr.Eval(dims)
 			if err != nil {

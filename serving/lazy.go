@@ -258,7 +258,7 @@ func (m *Manager) loadInBudget(md *model) error {
 func estimateBytes(entry *modelrepo.ModelEntry) int64 {
 	var n int64
 	for _, ve := range entry.Selected() {
-		n += ve.Size
+		n += filesSize(ve)
 	}
 	return n
 }

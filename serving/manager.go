@@ -871,6 +871,7 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Versions: m.readyVersionsLocked(m.models[model]),
 		Platform: v.entry.Format,
 		Buckets:  map[string][]int64{},
+		Stateful: v.stateful(),
 	}
 	if v.pipe != nil {
 		v.pipelineMetadata(md)

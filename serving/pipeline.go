@@ -346,3 +346,31 @@ func (v *version) firstDevice() *version {
 	}
 	return nil
 }
+
+// deviceBytes is the device memory v takes: its weights on the device, or
+// its model files' size while that is larger (before the first bucket
+// uploads the weights); a pipeline's is its segments' (each with weights
+// of its own), or its step models' files while larger.
+func (v *version) deviceBytes() int64 {
+	if v.pipe != nil {
+		var n int64
+		for _, sv := range v.pipe.segs {
+			n += sv.deviceBytes()
+		}
+		return max(n, filesSize(v.entry))
+	}
+	if v.model == nil {
+		return 0
+	}
+	return max(v.model.Weights().Bytes(), v.entry.Size)
+}
+
+// filesSize is the size of a version's model files: a pipeline's, its
+// step models'.
+func filesSize(ve modelrepo.VersionEntry) int64 {
+	n := ve.Size
+	for _, st := range ve.Steps {
+		n += filesSize(st)
+	}
+	return n
+}

@@ -103,6 +103,9 @@ func (v *version) closeModels() {
 // each device it is being placed on, once checkFits reserved them. Called
 // with Manager.mu held.
 func (v *version) footprintLocked() map[int]int64 {
+	if v.pipe != nil && (v.state == StateReady || v.state == StateLoading) {
+		return map[int]int64{0: v.deviceBytes()} // a pipeline's segments load on device 0
+	}
 	switch v.state {
 	case StateReady:
 		if len(v.models) > 0 {

@@ -46,57 +46,63 @@ type shard struct {
 // execute runs exe, the executable of bucket b at exec sizes, on inputs
 // whose first rows (of the batch dim) are the requests', the way b's
 // strategy chooses: whole, or as shards of its rows at once; split then
-// names the shards' buckets ("batch=2+batch=2"), else it is "". The
-// strategy learns from the time of the whole of it.
-func (v *version) execute(ctx context.Context, b *bucket, place int, exe *engine.Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) (outs []*tensor.Tensor, split string, err error) {
+// names the shards' buckets ("batch=2+batch=2"), else it is "". core is
+// the execution's core time, its shards' added up, measured for a version
+// that batches (its sizer learns from it; 0 otherwise or where not
+// measured). The strategy learns from the time of the whole of it.
+func (v *version) execute(ctx context.Context, b *bucket, place int, exe *engine.Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
 	x := v.m.engine.Begin()
 	defer x.End()
 	shards := v.shards(exec, rows, b.strategy.Parts(x.Load()), place)
 	way := b.strategy.Choose(x.Load(), shards != nil)
 	start := time.Now()
 	if way.Split {
-		outs, split, err = v.executeSplit(ctx, &x, way, place, exec, inputs, shards)
+		outs, split, core, err = v.executeSplit(ctx, &x, way, place, exec, inputs, shards)
 	} else {
-		jobs := [1]engine.Job{{Exe: exe, Inputs: inputs}}
+		jobs := [1]engine.Job{{Exe: exe, Inputs: inputs, Timed: v.batcher != nil}}
 		if err = x.Run(ctx, way, jobs[:]); err == nil {
-			outs = jobs[0].Outs
+			outs, core = jobs[0].Outs, jobs[0].CPU
 		}
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	b.strategy.Observe(way, time.Since(start))
-	return outs, split, nil
+	return outs, split, core, nil
 }
 
 // executeSplit runs an execution at exec sizes as its shards at once and
 // stacks their outputs.
-func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way engine.Way, place int, exec map[string]int64, inputs []*tensor.Tensor, shards []shard) (outs []*tensor.Tensor, split string, err error) {
+func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way engine.Way, place int, exec map[string]int64, inputs []*tensor.Tensor, shards []shard) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
 	jobs, release, err := v.shardJobs(ctx, place, inputs, shards)
 	defer release()
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
+	}
+	for i := range jobs {
+		jobs[i].Timed = v.batcher != nil
 	}
 	if err := x.Run(ctx, way, jobs); err != nil {
 		if je := (*engine.JobError)(nil); errors.As(err, &je) {
 			s := shards[je.Job]
 			err = fmt.Errorf("rows %d to %d: bucket %s: %w", s.lo, s.lo+s.n-1, v.plan.keyName(s.exec), je.Err)
 		}
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	v.m.metrics.splitRuns.With(v.name, v.label).Inc()
 	res := make([][]*tensor.Tensor, len(jobs))
 	for i, j := range jobs {
 		res[i] = j.Outs
+		core += j.CPU
 	}
 	if outs, err = v.joinShards(exec, res, shards); err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	names := make([]string, len(shards))
 	for i, s := range shards {
 		names[i] = v.plan.keyName(s.exec)
 	}
-	return outs, strings.Join(names, "+"), nil
+	return outs, strings.Join(names, "+"), core, nil
 }
 
 // shards returns how to split an execution at exec sizes whose first rows

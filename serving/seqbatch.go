@@ -21,7 +21,9 @@ const maxStepBatch = 64
 // request runs every queued step in one execution, then the steps that
 // queued meanwhile, until the queue is empty. Under load, the steps that
 // arrive while one execution runs form the next batch; alone, a step runs
-// at once. In a batch, the sequences' states are joined on the device
+// at once. In a batch, the sequences' states are rows of one program that
+// gathers them before the model and scatters them after it (seqfused.go);
+// where that program cannot be built, they are joined on the device
 // (engine.Concat) into the state input, and the state output is split back
 // (engine.Split) into each sequence's state: no state leaves the device.
 
@@ -132,6 +134,9 @@ func (v *version) runStepBatch(ctx context.Context, steps []*pendingStep) error 
 	}
 	b := v.acquireBucket(exec)
 	defer v.releaseBucket(b)
+	if fx := v.fusedExecutable(ctx, b, int(exec[t.batchSym])); fx != nil {
+		return v.runFusedBatch(ctx, fx, exec, steps)
+	}
 	exe, err := v.executable(ctx, b, nil)
 	if err != nil {
 		return err
@@ -142,6 +147,7 @@ func (v *version) runStepBatch(ctx context.Context, steps []*pendingStep) error 
 		return err
 	}
 	outs, err := exe.Execute(ctx, args, engine.ExecuteOptions{})
+	t.programs.Add(1 + 2*uint64(len(t.states))) // per state, a join before and a split after
 	if err != nil {
 		return fmt.Errorf("serving: %s: %d sequence steps: %w", v, len(steps), err)
 	}
@@ -231,7 +237,7 @@ func (v *version) joinStates(ctx context.Context, exe *engine.Executable, i int,
 		}
 		if zeros == nil {
 			var err error
-			if zeros, err = exe.UploadInput(ctx, i, tensor.New(p.Inputs[i].DType, row...)); err != nil {
+			if zeros, err = exe.UploadInput(ctx, i, t.states[j].initialValue(p.Inputs[i].DType, row)); err != nil {
 				return nil, err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xserve/xserve/engine"
@@ -45,6 +46,10 @@ type sequenceTable struct {
 	inAxis   []int
 	outAxis  []int
 	queue    stepQueue
+	fused    fusedSteps
+	// programs counts the device programs the steps ran: one per
+	// execution of the model, plus the joins and splits of unfused batches.
+	programs atomic.Uint64
 
 	mu      sync.Mutex // guards seqs and gone
 	seqs    map[string]*sequence
@@ -199,6 +204,7 @@ func (t *sequenceTable) close() {
 	for id, s := range t.seqs {
 		t.dropLocked(id, s, "")
 	}
+	t.fused.close()
 }
 
 // lookup returns the sequence of step, locked, starting it on Start.
@@ -334,7 +340,7 @@ func (v *version) prepareStep(req *InferRequest) (*call, error) {
 		if sp.batchAxis >= 0 {
 			shape[sp.batchAxis] = 1
 		}
-		full.Inputs[p.Inputs[sp.in].Name] = tensor.New(p.Inputs[sp.in].DType, shape...)
+		full.Inputs[p.Inputs[sp.in].Name] = sp.initialValue(p.Inputs[sp.in].DType, shape)
 	}
 	c, err := v.prepare(full)
 	if err != nil {
@@ -380,6 +386,7 @@ func (v *version) runStep(ctx context.Context, c *call, s *sequence) (runTimes, 
 		return rt, err
 	}
 	outs, err := exe.Execute(ctx, args, engine.ExecuteOptions{Donate: donate})
+	v.seqs.programs.Add(1)
 	for i, a := range args {
 		if !contains(donate, i) {
 			_ = a.Close()
@@ -419,7 +426,7 @@ func (v *version) stepArgs(ctx context.Context, exe *engine.Executable, c *call,
 			args[sp.in] = s.state[j]
 			continue
 		}
-		b, err := exe.UploadInput(ctx, sp.in, c.inputs[sp.in]) // the initial state: zeros
+		b, err := exe.UploadInput(ctx, sp.in, c.inputs[sp.in]) // the initial state
 		if err != nil {
 			return fail(err)
 		}

@@ -117,6 +117,11 @@ func TestSequencesSileroMatchesORT(t *testing.T) {
 	if inf != uint64(streams*n) || exe >= inf {
 		t.Errorf("%d steps ran in %d executions: want %d steps, several per execution", inf, exe, streams*n)
 	}
+	// Each batch was one program: the states gathered and scattered inside
+	// the model's (engine.Model.BuildRows), no join or split of their own.
+	if progs := v.seqs.programs.Load(); progs != exe {
+		t.Errorf("%d device programs for %d executions: want one program per execution (states gathered and scattered in the model's program)", progs, exe)
+	}
 	if active := len(v.seqs.seqs); active != 0 {
 		t.Errorf("%d sequences still active after every stream ended", active)
 	}
@@ -213,8 +218,11 @@ func TestSequencesConfig(t *testing.T) {
 	r.config("badstate", "sequence:\n  state:\n    - input: hidden\n      output: stateN\n")
 	r.add("tinycnn", 1, tinyCNN)
 	r.config("tinycnn", "sequence:\n  max_sequence_idle: 5s\n")
+	r.add("silero_init", 1, sileroDir+"/1/model.onnx")
+	r.config("silero_init", "sequence:\n  state:\n    - input: state\n      output: stateN\n      initial: 0.25\n")
 	m, _ := start(t, r, nil)
 	ctx := context.Background()
+	checkInitialState(t, m, chunks, ref)
 	resp, err := m.Infer(ctx, "silero", 0, sileroStep("a", chunk(chunks, 0, 0), true, false))
 	if err != nil {
 		t.Fatal(err)
@@ -266,5 +274,44 @@ func checkStateStaysOnDevice(t *testing.T, m *Manager, chunks *tensor.Tensor) {
 	if up, down := after.ToDevice-before.ToDevice, after.ToHost-before.ToHost; up != 2*steps || down != uint64((1+guards)*steps) {
 		t.Errorf("%d steps copied %d tensors to the device and %d to the host, want %d and %d: the state must stay on the device",
 			steps, up, down, 2*steps, (1+guards)*steps)
+	}
+}
+
+// checkInitialState: silero_init's state starts at config.yaml's initial
+// value 0.25: four sequences of the first stream, run at once (their steps
+// batched, padding rows at the initial value too), each equal ONNX
+// Runtime's outputs with the state starting at 0.25, which differ from
+// those starting at zeros.
+func checkInitialState(t *testing.T, m *Manager, chunks, zeros *tensor.Tensor) {
+	t.Helper()
+	ref := readNpy(t, sileroDir+"/ref_initial.npy").Float64s()
+	const n, seqs = 30, 4
+	if d := maxAbsDiff(ref[:n], zeros.Float64s()[:n]); d < 1e-4 {
+		t.Fatalf("the initial value changes the outputs by %g only: the check cannot fail", d)
+	}
+	got := make([][]float64, seqs)
+	var wg sync.WaitGroup
+	for q := range seqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range n {
+				resp, err := m.Infer(context.Background(), "silero_init", 0, sileroStep(fmt.Sprint("init-", q), chunk(chunks, 0, c), c == 0, c == n-1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[q] = append(got[q], resp.Outputs[0].Tensor.Float64s()[0])
+			}
+		}()
+	}
+	wg.Wait()
+	for q := range seqs {
+		if len(got[q]) != n {
+			t.Fatalf("sequence %d: %d outputs, want %d", q, len(got[q]), n)
+		}
+		if d := maxAbsDiff(got[q], ref[:n]); d > 1e-5 {
+			t.Errorf("sequence %d with initial 0.25: max |xserve - ONNX Runtime| = %g", q, d)
+		}
 	}
 }

@@ -13,7 +13,10 @@ import (
 // 32 as at batch 8 and more at 64 (its activations no longer fit the
 // caches), so filling the largest bucket would lower throughput
 // (docs/BENCHMARKS.md, "Dynamic batching", table 3). The sizer measures each
-// batch bucket's execution time per padded row as batches run, and limits a
+// batch bucket's core time per padded row as batches run (the CPU time of
+// the threads that executed it, runTimes.cost: wall time would count the
+// time an execution waited for a core that other work held, which depends
+// on the load of the moment, not on the bucket), and limits a
 // queue's batches (batching.Options.BatchLimit) to the largest bucket whose
 // cost is within sizerTolerance of the cheapest one measured, one bucket
 // above it being tried whenever it has no measurement yet and every
@@ -43,7 +46,7 @@ type sizer struct {
 	limit atomic.Int64 // the current limit, in rows; read by the batcher
 
 	mu      sync.Mutex // guards the fields below
-	cost    []float64  // per bucket: moving average of seconds per padded row; 0 = not measured
+	cost    []float64  // per bucket: moving average of core seconds per padded row; 0 = not measured
 	batches int        // batches observed
 }
 
@@ -58,8 +61,8 @@ func newSizer(buckets []int, maxBatch int) *sizer {
 // Limit returns the most rows the queue's next batch may hold.
 func (s *sizer) Limit() int { return int(s.limit.Load()) }
 
-// observe records that a batch padded to padded rows executed in d and
-// updates the limit.
+// observe records that a batch padded to padded rows cost d of core time
+// and updates the limit.
 func (s *sizer) observe(padded int, d time.Duration) {
 	i := -1
 	for k, b := range s.buckets {

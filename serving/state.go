@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/xserve/xserve/modelrepo"
+	"github.com/xserve/xserve/tensor"
 )
 
 // statePair is one piece of a stateful model's state: an output that the
@@ -18,6 +19,21 @@ type statePair struct {
 	// symbol it shares with a non-state input), -1 when the state has no
 	// symbolic axis (one row whatever the batch).
 	batchAxis int
+	// initial is every element's value at a sequence's start
+	// (config.yaml's sequence.state[].initial; recognised states: 0).
+	initial float64
+}
+
+// initialValue is the state's value at a sequence's start, of dtype dt
+// and the given shape.
+func (sp statePair) initialValue(dt tensor.DType, shape []int64) *tensor.Tensor {
+	t := tensor.New(dt, shape...)
+	if sp.initial != 0 {
+		one := tensor.New(dt, 1)
+		one.SetFloat64(0, sp.initial)
+		fill(t.Data, one.Data)
+	}
+	return t
 }
 
 // stateOutputNames are the names a model's output carrying input n's next
@@ -185,7 +201,7 @@ func (p *BucketPlan) namedStates(named []modelrepo.StateConfig) ([]statePair, er
 		if err != nil {
 			return nil, fmt.Errorf("[%d]: %w", j, err)
 		}
-		pairs = append(pairs, statePair{in: i, out: k, batchAxis: axis})
+		pairs = append(pairs, statePair{in: i, out: k, batchAxis: axis, initial: st.Initial})
 	}
 	return pairs, nil
 }

@@ -455,9 +455,24 @@ type call struct {
 type runTimes struct {
 	wait    time.Duration // until the executable was there
 	compute time.Duration // upload, execute, download
+	// core is the execution's core time (the CPU time of the threads
+	// that ran it, engine.Job.CPU), 0 where not measured.
+	core time.Duration
 	// split names the shards' buckets of a split execution
 	// ("batch=2+batch=2"), "" for a whole one.
 	split string
+}
+
+// cost is what the execution cost the machine, for the batch sizer: its
+// core time, or its wall time where that was not measured. Core time does
+// not grow when other work shares the cores (a loaded machine, a second
+// batch executing beside it), so the sizer's costs of the buckets stay
+// comparable whatever the load was when each one ran.
+func (t runTimes) cost() time.Duration {
+	if t.core > 0 {
+		return t.core
+	}
+	return t.compute
 }
 
 // runBucket executes calls together at exec sizes: each input is built at
@@ -502,8 +517,8 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		inputs[i] = p.assemble(i, exec, srcs, offsets)
 	}
 	start = time.Now()
-	outs, split, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets))
-	t.split = split
+	outs, split, core, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets))
+	t.split, t.core = split, core
 	t.compute = time.Since(start)
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)

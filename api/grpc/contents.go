@@ -24,92 +24,113 @@ func contentsBytes(in *pb.ModelInferRequest_InferInputTensor, maxElems int64, le
 	if err != nil {
 		return nil, err
 	}
-	c := in.Contents
-	count := func(field string, got int) error {
-		if int64(got) != n {
-			return payload.BadRequest("input %q: contents.%s holds %d elements, shape %v wants %d", in.Name, field, got, in.Shape, n)
-		}
-		return nil
-	}
-	size := contentsSize(dt, n, c)
+	size := contentsSize(dt, n, in.Contents)
 	if err := lease.Reserve(size, fmt.Sprintf("input %q", in.Name)); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, size)
+	field, got := contentsField(dt, in.Contents)
+	switch {
+	case field == "":
+		return nil, payload.BadRequest("input %q: datatype %s has no typed contents field in the protocol; send it in raw_input_contents", in.Name, in.Datatype)
+	case int64(got) != n:
+		return nil, payload.BadRequest("input %q: contents.%s holds %d elements, shape %v wants %d", in.Name, field, got, in.Shape, n)
+	}
+	return appendContents(make([]byte, 0, size), in, dt)
+}
+
+// contentsField names the contents field of dt and the elements c holds
+// there; "" when the protocol has none for dt.
+func contentsField(dt tensor.DType, c *pb.InferTensorContents) (string, int) {
 	switch dt {
 	case tensor.Bool:
-		if err := count("bool_contents", len(c.BoolContents)); err != nil {
-			return nil, err
-		}
+		return "bool_contents", len(c.BoolContents)
+	case tensor.Int8, tensor.Int16, tensor.Int32:
+		return "int_contents", len(c.IntContents)
+	case tensor.Int64:
+		return "int64_contents", len(c.Int64Contents)
+	case tensor.Uint8, tensor.Uint16, tensor.Uint32:
+		return "uint_contents", len(c.UintContents)
+	case tensor.Uint64:
+		return "uint64_contents", len(c.Uint64Contents)
+	case tensor.Float32:
+		return "fp32_contents", len(c.Fp32Contents)
+	case tensor.Float64:
+		return "fp64_contents", len(c.Fp64Contents)
+	case tensor.String:
+		return "bytes_contents", len(c.BytesContents)
+	}
+	return "", 0
+}
+
+// appendContents appends the raw bytes of in's contents field for dt
+// (contentsField has checked it exists and has the right count).
+func appendContents(b []byte, in *pb.ModelInferRequest_InferInputTensor, dt tensor.DType) ([]byte, error) {
+	c := in.Contents
+	switch dt {
+	case tensor.Bool:
 		for _, v := range c.BoolContents {
-			if v {
-				b = append(b, 1)
-			} else {
-				b = append(b, 0)
-			}
+			b = append(b, boolByte(v))
 		}
 	case tensor.Int8, tensor.Int16, tensor.Int32:
-		if err := count("int_contents", len(c.IntContents)); err != nil {
-			return nil, err
-		}
-		bits := dt.Size() * 8
-		lo, hi := -int64(1)<<(bits-1), int64(1)<<(bits-1)-1
-		for i, v := range c.IntContents {
-			if int64(v) < lo || int64(v) > hi {
-				return nil, payload.BadRequest("input %q: contents.int_contents[%d] is %d, outside %s's range [%d, %d]", in.Name, i, v, in.Datatype, lo, hi)
-			}
-			b = appendUint(b, bits, uint32(v))
-		}
+		return appendInts(b, in, dt)
+	case tensor.Uint8, tensor.Uint16, tensor.Uint32:
+		return appendUints(b, in, dt)
 	case tensor.Int64:
-		if err := count("int64_contents", len(c.Int64Contents)); err != nil {
-			return nil, err
-		}
 		for _, v := range c.Int64Contents {
 			b = binary.LittleEndian.AppendUint64(b, uint64(v))
 		}
-	case tensor.Uint8, tensor.Uint16, tensor.Uint32:
-		if err := count("uint_contents", len(c.UintContents)); err != nil {
-			return nil, err
-		}
-		bits := dt.Size() * 8
-		hi := uint64(1)<<bits - 1
-		for i, v := range c.UintContents {
-			if uint64(v) > hi {
-				return nil, payload.BadRequest("input %q: contents.uint_contents[%d] is %d, outside %s's range [0, %d]", in.Name, i, v, in.Datatype, hi)
-			}
-			b = appendUint(b, bits, v)
-		}
 	case tensor.Uint64:
-		if err := count("uint64_contents", len(c.Uint64Contents)); err != nil {
-			return nil, err
-		}
 		for _, v := range c.Uint64Contents {
 			b = binary.LittleEndian.AppendUint64(b, v)
 		}
 	case tensor.Float32:
-		if err := count("fp32_contents", len(c.Fp32Contents)); err != nil {
-			return nil, err
-		}
 		for _, v := range c.Fp32Contents {
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
 		}
 	case tensor.Float64:
-		if err := count("fp64_contents", len(c.Fp64Contents)); err != nil {
-			return nil, err
-		}
 		for _, v := range c.Fp64Contents {
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
 		}
 	case tensor.String:
-		if err := count("bytes_contents", len(c.BytesContents)); err != nil {
-			return nil, err
-		}
 		for _, v := range c.BytesContents {
 			b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
 			b = append(b, v...)
 		}
-	default:
-		return nil, payload.BadRequest("input %q: datatype %s has no typed contents field in the protocol; send it in raw_input_contents", in.Name, in.Datatype)
+	}
+	return b, nil
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// appendInts appends int_contents as int8, int16 or int32, refusing values
+// outside dt's range.
+func appendInts(b []byte, in *pb.ModelInferRequest_InferInputTensor, dt tensor.DType) ([]byte, error) {
+	bits := dt.Size() * 8
+	lo, hi := -int64(1)<<(bits-1), int64(1)<<(bits-1)-1
+	for i, v := range in.Contents.IntContents {
+		if int64(v) < lo || int64(v) > hi {
+			return nil, payload.BadRequest("input %q: contents.int_contents[%d] is %d, outside %s's range [%d, %d]", in.Name, i, v, in.Datatype, lo, hi)
+		}
+		b = appendUint(b, bits, uint32(v))
+	}
+	return b, nil
+}
+
+// appendUints appends uint_contents as uint8, uint16 or uint32, refusing
+// values outside dt's range.
+func appendUints(b []byte, in *pb.ModelInferRequest_InferInputTensor, dt tensor.DType) ([]byte, error) {
+	bits := dt.Size() * 8
+	hi := uint64(1)<<bits - 1
+	for i, v := range in.Contents.UintContents {
+		if uint64(v) > hi {
+			return nil, payload.BadRequest("input %q: contents.uint_contents[%d] is %d, outside %s's range [0, %d]", in.Name, i, v, in.Datatype, hi)
+		}
+		b = appendUint(b, bits, v)
 	}
 	return b, nil
 }

@@ -74,9 +74,12 @@ func (s *Server) holdText(ctx context.Context, r *pb.ModelInferRequest) (*textRe
 	// The prompt's tensors count in the memory budget while they are read.
 	lease := s.budget.Lease()
 	defer lease.Release()
-	req, err := s.decode(r, lease)
+	req, outs, err := s.decode(r, lease)
 	if err != nil {
 		return nil, err
+	}
+	if len(outs) > 0 {
+		return nil, payload.BadRequest("a text generation's outputs are streamed; shared-memory outputs are not supported for it")
 	}
 	text, err := oneString(req, textInput)
 	if err != nil {

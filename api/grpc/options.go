@@ -15,6 +15,7 @@ import (
 
 	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/api/shm"
 )
 
 // Defaults of Options, the same as the HTTP API's.
@@ -41,6 +42,11 @@ type Options struct {
 	// instead, so that gRPC, HTTP and NATS share one.
 	MemoryBudget int64
 	Budget       *payload.Budget
+	// SharedMemory is the registry of Triton's system shared-memory
+	// extension, shared by every protocol of one process; its owner closes
+	// it after the servers stop. Nil: the server makes its own and
+	// unregisters its regions on Shutdown.
+	SharedMemory *shm.Registry
 	// MaxTensorElements is the most elements one request tensor may declare
 	// in its shape. Default 1<<28.
 	MaxTensorElements int64

@@ -35,18 +35,18 @@ func RequestID(ctx context.Context) string {
 // metadata, else a new one), returns it in the response header and puts it
 // in ctx.
 func withRequestID(ctx context.Context) (context.Context, string) {
-	var xrid, tp string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(mdRequestID); len(v) > 0 {
-			xrid = v[0]
-		}
-		if v := md.Get("traceparent"); len(v) > 0 {
-			tp = v[0]
-		}
-	}
-	id := reqid.From(xrid, tp)
+	id := reqid.From(firstMD(ctx, mdRequestID), firstMD(ctx, "traceparent"))
 	grpc.SetHeader(ctx, metadata.Pairs(mdRequestID, id))
 	return context.WithValue(ctx, requestIDKey{}, id), id
+}
+
+// firstMD returns the first value of the call's incoming metadata key
+// (lower case), "" when there is none, without copying the metadata.
+func firstMD(ctx context.Context, key string) string {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // logCall writes the access line of a finished call.
@@ -69,12 +69,13 @@ func (s *Server) logCall(ctx context.Context, method, id string, start time.Time
 // startSpan starts the call's server span, continuing the client's
 // traceparent metadata.
 func (s *Server) startSpan(ctx context.Context, method, id string) (context.Context, trace.Span) {
+	if tracing.Off(s.opts.Tracer) {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
 	carrier := propagation.MapCarrier{}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		for _, k := range []string{"traceparent", "tracestate"} {
-			if v := md.Get(k); len(v) > 0 {
-				carrier[k] = v[0]
-			}
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v := firstMD(ctx, k); v != "" {
+			carrier[k] = v
 		}
 	}
 	ctx = tracing.Propagator.Extract(ctx, carrier)

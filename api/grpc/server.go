@@ -22,6 +22,7 @@ import (
 
 	pb "github.com/xserve/xserve/api/grpc/inferencepb"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/api/shm"
 	"github.com/xserve/xserve/api/triton"
 	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/modelrepo"
@@ -54,7 +55,9 @@ type Server struct {
 	log     *slog.Logger
 	grpc    *grpc.Server
 	closing atomic.Bool
-	root    string // the backend's repository root, for payload.Public
+	root    string        // the backend's repository root, for payload.Public
+	shm     *shm.Registry // Triton's system shared-memory regions
+	ownShm  bool          // shm is the server's own: Shutdown closes it
 	budget  *payload.Budget
 	// maxMsg is the largest request message: MaxMessageBytes, or half the
 	// budget (a message is held twice while it is decoded).
@@ -85,6 +88,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 		}
 	}
 	s.maxMsg = min(opts.MaxMessageBytes, s.budget.Limit()/2)
+	s.shm, s.ownShm = shm.OrNew(opts.SharedMemory)
 	s.unaryChain = chainUnary(opts.Interceptors)
 	so := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(s.maxMsg)),
@@ -146,14 +150,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.grpc.GracefulStop()
 		close(done)
 	}()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		s.grpc.Stop()
 		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	if s.ownShm {
+		err = errors.Join(err, s.shm.Close())
+	}
+	return err
 }
 
 // recoverStream turns a handler's panic into codes.Internal and every
@@ -211,7 +219,7 @@ func (s *Server) ModelReady(ctx context.Context, r *pb.ModelReadyRequest) (*pb.M
 }
 
 // Extensions are the protocol extensions the server implements.
-var Extensions = []string{"model_repository", "model_configuration", "statistics"}
+var Extensions = []string{"system_shared_memory", "model_repository", "model_configuration", "statistics"}
 
 // ServerMetadata names the server and its extensions.
 func (s *Server) ServerMetadata(ctx context.Context, _ *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
@@ -280,9 +288,10 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 		return nil, err
 	}
 	var req *serving.InferRequest
+	var outs map[string]shmPlace
 	err = tracing.Phase(ctx, s.opts.Tracer, "decode", func(context.Context) error {
 		var err error
-		req, err = s.decode(r, leaseOf(ctx))
+		req, outs, err = s.decode(r, leaseOf(ctx))
 		return err
 	})
 	if err != nil {
@@ -304,11 +313,12 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 		return nil, err
 	}
 	var out *pb.ModelInferResponse
-	tracing.Phase(ctx, s.opts.Tracer, "encode", func(context.Context) error {
-		out = encode(resp)
-		return nil
+	err = tracing.Phase(ctx, s.opts.Tracer, "encode", func(context.Context) error {
+		var err error
+		out, err = s.encode(resp, outs)
+		return err
 	})
-	return out, nil
+	return out, err
 }
 
 // ModelStreamInfer runs each request of the stream in turn and sends its
@@ -355,17 +365,14 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 }
 
 // decode builds the serving request from r: each input from its slot of
-// raw_input_contents or from its typed contents (not both).
-func (s *Server) decode(r *pb.ModelInferRequest, lease *payload.Lease) (*serving.InferRequest, error) {
+// raw_input_contents, its typed contents or its shared-memory region (one
+// of them); the outputs bound to shared-memory regions are returned too.
+func (s *Server) decode(r *pb.ModelInferRequest, lease *payload.Lease) (*serving.InferRequest, map[string]shmPlace, error) {
 	if r.ModelName == "" {
-		return nil, payload.BadRequest("model_name is empty")
+		return nil, nil, payload.BadRequest("model_name is empty")
 	}
 	if len(r.Inputs) == 0 {
-		return nil, payload.BadRequest("the request has no inputs")
-	}
-	raw := len(r.RawInputContents) > 0
-	if raw && len(r.RawInputContents) != len(r.Inputs) {
-		return nil, payload.BadRequest("raw_input_contents holds %d tensors for %d inputs; give one per input, in input order", len(r.RawInputContents), len(r.Inputs))
+		return nil, nil, payload.BadRequest("the request has no inputs")
 	}
 	req := &serving.InferRequest{ID: r.Id, Inputs: make(map[string]*tensor.Tensor, len(r.Inputs))}
 	if p := r.Parameters["priority"]; p != nil {
@@ -373,52 +380,109 @@ func (s *Server) decode(r *pb.ModelInferRequest, lease *payload.Lease) (*serving
 	}
 	seq, err := sequenceStep(r.Parameters)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req.Sequence = seq
+	if err := s.decodeInputs(r, req, lease); err != nil {
+		return nil, nil, err
+	}
+	outs, err := s.decodeOutputs(r, req)
+	return req, outs, err
+}
+
+// decodeInputs makes req's inputs. raw_input_contents, when given, holds
+// one tensor per input not in shared memory, in input order (as Triton's
+// clients send it).
+func (s *Server) decodeInputs(r *pb.ModelInferRequest, req *serving.InferRequest, lease *payload.Lease) error {
+	inRaw := 0
+	for _, in := range r.Inputs {
+		if _, ok := in.Parameters[paramShmRegion]; !ok {
+			inRaw++
+		}
+	}
+	raw := r.RawInputContents
+	if len(raw) > 0 && len(raw) != inRaw {
+		return payload.BadRequest("raw_input_contents holds %d tensors for %d inputs not in shared memory; give one per input, in input order", len(raw), inRaw)
+	}
+	k := 0
 	for i, in := range r.Inputs {
 		if in.Name == "" {
-			return nil, payload.BadRequest("inputs[%d] has no name", i)
+			return payload.BadRequest("inputs[%d] has no name", i)
 		}
 		if _, dup := req.Inputs[in.Name]; dup {
-			return nil, payload.BadRequest("input %q is given twice", in.Name)
+			return payload.BadRequest("input %q is given twice", in.Name)
 		}
-		for k := range in.Parameters {
-			if strings.HasPrefix(k, "shared_memory_") {
-				return nil, payload.BadRequest("input %q: parameters.%s: shared memory is not supported; send the data in raw_input_contents", in.Name, k)
-			}
+		var rawData []byte
+		if _, shared := in.Parameters[paramShmRegion]; !shared && len(raw) > 0 {
+			rawData = raw[k]
+			k++
 		}
-		var data []byte
-		switch {
-		case raw && in.Contents != nil:
-			return nil, payload.BadRequest("input %q has both contents and raw_input_contents[%d]; give one", in.Name, i)
-		case raw:
-			data = r.RawInputContents[i]
-		case in.Contents == nil:
-			return nil, payload.BadRequest("input %q has no data (give contents or raw_input_contents)", in.Name)
-		default:
-			var err error
-			if data, err = contentsBytes(in, s.opts.MaxTensorElements, lease); err != nil {
-				return nil, err
-			}
-		}
-		shape := in.Shape
-		if shape == nil {
-			shape = []int64{} // protobuf cannot tell [] from unset: a scalar, as tritonclient sends it
-		}
-		t, err := payload.RawTensor(in.Name, in.Datatype, shape, data, s.opts.MaxTensorElements)
+		t, err := s.inputTensor(in, rawData, len(raw) > 0, lease)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		req.Inputs[in.Name] = t
 	}
+	return nil
+}
+
+// inputTensor makes one input from its shared-memory region, its raw
+// bytes (hasRaw: the request has raw_input_contents) or its contents.
+func (s *Server) inputTensor(in *pb.ModelInferRequest_InferInputTensor, raw []byte, hasRaw bool, lease *payload.Lease) (*tensor.Tensor, error) {
+	shape := in.Shape
+	if shape == nil {
+		shape = []int64{} // protobuf cannot tell [] from unset: a scalar, as tritonclient sends it
+	}
+	place, shared, err := shmParams(in.Parameters, "input "+strconv.Quote(in.Name))
+	if err != nil {
+		return nil, err
+	}
+	var data []byte
+	switch {
+	case shared && in.Contents != nil:
+		return nil, payload.BadRequest("input %q has both contents and parameters.%s; give one", in.Name, paramShmRegion)
+	case shared:
+		return payload.SharedInput(s.shm, in.Name, in.Datatype, shape, place.region, place.offset, place.size, s.opts.MaxTensorElements)
+	case hasRaw && in.Contents != nil:
+		return nil, payload.BadRequest("input %q has both contents and raw_input_contents; give one", in.Name)
+	case hasRaw:
+		data = raw
+	case in.Contents == nil:
+		return nil, payload.BadRequest("input %q has no data (give contents, raw_input_contents or parameters.%s)", in.Name, paramShmRegion)
+	default:
+		if data, err = contentsBytes(in, s.opts.MaxTensorElements, lease); err != nil {
+			return nil, err
+		}
+	}
+	return payload.RawTensor(in.Name, in.Datatype, shape, data, s.opts.MaxTensorElements)
+}
+
+// decodeOutputs lists the requested outputs in req and returns those bound
+// to shared-memory regions, their places checked before the model runs.
+func (s *Server) decodeOutputs(r *pb.ModelInferRequest, req *serving.InferRequest) (map[string]shmPlace, error) {
+	var outs map[string]shmPlace
 	for _, o := range r.Outputs {
 		if o.Name == "" {
 			return nil, payload.BadRequest("a requested output has no name")
 		}
 		req.Outputs = append(req.Outputs, o.Name)
+		where := "output " + strconv.Quote(o.Name)
+		place, shared, err := shmParams(o.Parameters, where)
+		if err != nil || !shared {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := s.shm.Check(place.region, place.offset, place.size); err != nil {
+			return nil, payload.BadRequest("%s: %v", where, err)
+		}
+		if outs == nil {
+			outs = map[string]shmPlace{}
+		}
+		outs[o.Name] = place
 	}
-	return req, nil
+	return outs, nil
 }
 
 // sequenceStep reads Triton's sequence parameters: sequence_id (int64,
@@ -440,20 +504,33 @@ func sequenceStep(params map[string]*pb.InferParameter) (*serving.SequenceStep, 
 }
 
 // encode is the protocol's response to resp: outputs in
-// raw_output_contents, as Triton answers.
-func encode(resp *serving.InferResponse) *pb.ModelInferResponse {
+// raw_output_contents, as Triton answers, except those bound to
+// shared-memory regions (outs), which are written there and leave an
+// empty slot so that the slots still match the outputs' order.
+func (s *Server) encode(resp *serving.InferResponse, outs map[string]shmPlace) (*pb.ModelInferResponse, error) {
 	out := &pb.ModelInferResponse{
 		ModelName:    resp.ModelName,
 		ModelVersion: strconv.FormatInt(resp.ModelVersion, 10),
 		Id:           resp.ID,
 	}
 	for _, nt := range resp.Outputs {
-		out.Outputs = append(out.Outputs, &pb.ModelInferResponse_InferOutputTensor{
+		o := &pb.ModelInferResponse_InferOutputTensor{
 			Name: nt.Name, Datatype: payload.OIPDatatype(nt.Tensor.DType), Shape: nt.Tensor.Shape,
-		})
-		out.RawOutputContents = append(out.RawOutputContents, payload.TensorBytes(nt.Tensor))
+		}
+		out.Outputs = append(out.Outputs, o)
+		place, shared := outs[nt.Name]
+		if !shared {
+			out.RawOutputContents = append(out.RawOutputContents, payload.TensorBytes(nt.Tensor))
+			continue
+		}
+		n, err := payload.WriteShared(s.shm, nt, place.region, place.offset, place.size)
+		if err != nil {
+			return nil, err
+		}
+		o.Parameters = place.params(n)
+		out.RawOutputContents = append(out.RawOutputContents, []byte{})
 	}
-	return out
+	return out, nil
 }
 
 // RepositoryIndex lists the models of the repository.
@@ -540,21 +617,6 @@ func (s *Server) RepositoryModelUnload(ctx context.Context, r *pb.RepositoryMode
 
 func unsupported(what string) error {
 	return status.Errorf(codes.Unimplemented, "xserve does not support %s; send tensors in raw_input_contents", what)
-}
-
-// SystemSharedMemoryStatus reports no regions: xserve has none.
-func (s *Server) SystemSharedMemoryStatus(context.Context, *pb.SystemSharedMemoryStatusRequest) (*pb.SystemSharedMemoryStatusResponse, error) {
-	return &pb.SystemSharedMemoryStatusResponse{}, nil
-}
-
-// SystemSharedMemoryRegister is not supported.
-func (s *Server) SystemSharedMemoryRegister(context.Context, *pb.SystemSharedMemoryRegisterRequest) (*pb.SystemSharedMemoryRegisterResponse, error) {
-	return nil, unsupported("system shared memory")
-}
-
-// SystemSharedMemoryUnregister has nothing to unregister.
-func (s *Server) SystemSharedMemoryUnregister(context.Context, *pb.SystemSharedMemoryUnregisterRequest) (*pb.SystemSharedMemoryUnregisterResponse, error) {
-	return &pb.SystemSharedMemoryUnregisterResponse{}, nil
 }
 
 // CudaSharedMemoryStatus reports no regions.

@@ -205,7 +205,7 @@ func TestMetadataConfigStatsRepository(t *testing.T) {
 	if _, err := c.RepositoryModelLoad(ctx, &pb.RepositoryModelLoadRequest{ModelName: "double", Parameters: upload}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not supported by this server") {
 		t.Errorf("upload to a backend without uploads: %v", err)
 	}
-	if _, err := c.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "r"}); status.Code(err) != codes.Unimplemented {
+	if _, err := c.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "r", Key: "/../etc/passwd", ByteSize: 8}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "a shared-memory key is one name") {
 		t.Errorf("SystemSharedMemoryRegister: %v", err)
 	}
 	if r, err := c.TraceSetting(ctx, &pb.TraceSettingRequest{}); err != nil || r.Settings["trace_level"].Value[0] != "OFF" {

@@ -25,7 +25,14 @@ func TestContentTypes(t *testing.T) {
 	}{
 		{"multipart infer", "/v2/models/echo/infer", multipart, []string{"Content-Type", "multipart/form-data; boundary=XX"}, 415, "no form or multipart bodies"},
 		{"multipart v1", "/v1/infer", multipart, []string{"Content-Type", "multipart/mixed; boundary=XX"}, 415, "no form or multipart bodies"},
-		{"form unload", "/v2/repository/models/echo/unload", "a=b", []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "no form or multipart bodies"},
+		{"cross-site form unload", "/v2/repository/models/echo/unload", "a=b", []string{"Content-Type", "application/x-www-form-urlencoded", "Origin", "http://evil.example"}, 415, "no form or multipart bodies"},
+		{"form unload with fetch metadata", "/v2/repository/models/echo/unload", "a=b", []string{"Content-Type", "application/x-www-form-urlencoded", "Sec-Fetch-Site", "cross-site"}, 415, "no form or multipart bodies"},
+		{"cross-site form infer", "/v2/models/echo/infer", "a=b", []string{"Content-Type", "application/x-www-form-urlencoded", "Origin", "null"}, 415, "no form or multipart bodies"},
+		{"cross-site form register", "/v2/systemsharedmemory/region/r/register", `{"key": "/k", "byte_size": 8}`, []string{"Content-Type", "application/x-www-form-urlencoded", "Sec-Fetch-Site", "cross-site"}, 415, "no form or multipart bodies"},
+		// libcurl's default POST type from a program (Triton's C++ client):
+		// no Origin, no Sec-Fetch-Site; the body is read as JSON.
+		{"program's form-typed unload", "/v2/repository/models/echo/unload", "{}", []string{"Content-Type", "application/x-www-form-urlencoded"}, 200, ""},
+		{"program's form-typed infer", "/v2/models/echo/infer", `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 200, ""},
 		{"multipart load", "/v2/repository/models/echo/load", multipart, []string{"Content-Type", "multipart/form-data; boundary=XX"}, 415, "no form or multipart bodies"},
 		{"text unload", "/v2/repository/models/echo/unload", "{}", []string{"Content-Type", "text/plain;charset=UTF-8"}, 415, `Content-Type is "text/plain"; the repository and admin API takes application/json`},
 		{"browser without type", "/v2/repository/models/echo/unload", "{}", []string{"Origin", "http://evil.example"}, 415, "from a browser"},
@@ -40,8 +47,8 @@ func TestContentTypes(t *testing.T) {
 			wantStatus(t, ts.do(t, "POST", tc.path, []byte(tc.body), tc.headers...), tc.code, tc.want)
 		})
 	}
-	if fmt.Sprint(ts.backend.unloaded) != "[echo echo]" {
-		t.Errorf("unloaded %v, want the two JSON or untyped unloads only", ts.backend.unloaded)
+	if fmt.Sprint(ts.backend.unloaded) != "[echo echo echo]" {
+		t.Errorf("unloaded %v, want the program's, the JSON and the untyped unloads only", ts.backend.unloaded)
 	}
 }
 

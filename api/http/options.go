@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/api/shm"
 	"log/slog"
 	"math"
 	"time"
@@ -93,6 +94,11 @@ type Options struct {
 	// when set, is used instead, so that HTTP and NATS share one.
 	MemoryBudget int64
 	Budget       *payload.Budget
+	// SharedMemory is the registry of Triton's system shared-memory
+	// extension, shared by every protocol of one process; its owner closes
+	// it after the servers stop. Nil: the server makes its own and
+	// unregisters its regions on Shutdown.
+	SharedMemory *shm.Registry
 	// CompressMinBytes is the smallest response body that is compressed when
 	// the client's Accept-Encoding allows it; -1 never compresses. Default
 	// 1 KiB.

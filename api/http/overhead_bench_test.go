@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,7 +98,12 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer mgr.Shutdown(ctx)
-	srv, err := httpapi.New(mgr, httpapi.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// The servers' access lines (debug level) give each request's time in
+	// the server's handler: from the handler's start to its response built
+	// (HTTP), from the call's start to its handler's return (gRPC). Neither
+	// counts the wire, the HTTP/2 framing or the client.
+	handlerTimes := &accessTimes{by: map[string][]time.Duration{}}
+	srv, err := httpapi.New(mgr, httpapi.Options{Logger: slog.New(handlerTimes)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,7 +129,31 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 		}
 		return nil
 	}
-	gs, err := grpcapi.New(mgr, grpcapi.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// (b') binary HTTP: the OIP route with the binary tensor extension
+	// both ways (what tritonclient and perf_analyzer send).
+	header := []byte(`{"inputs":[{"name":"x","shape":[1,16],"datatype":"FP32","parameters":{"binary_data_size":64}}],"parameters":{"binary_data_output":true}}`)
+	binBody := append(append([]byte(nil), header...), payload.TensorBytes(x)...)
+	binURL := fmt.Sprintf("http://%s/v2/models/addone/infer", ln.Addr())
+	hdrLen := strconv.Itoa(len(header))
+	postBinary := func() error {
+		req, err := http.NewRequest("POST", binURL, bytes.NewReader(binBody))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set(httpapi.HeaderInferenceLength, hdrLen)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || resp.Header.Get(httpapi.HeaderInferenceLength) == "" {
+			return fmt.Errorf("status %d: %s", resp.StatusCode, out)
+		}
+		return nil
+	}
+	gs, err := grpcapi.New(mgr, grpcapi.Options{Logger: slog.New(handlerTimes)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -155,28 +186,35 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 		if err := infer(); err != nil {
 			b.Fatal(err)
 		}
+		if err := postBinary(); err != nil {
+			b.Fatal(err)
+		}
 	}
-	direct := make([]time.Duration, 0, b.N)
-	viaHTTP := make([]time.Duration, 0, b.N)
-	viaGRPC := make([]time.Duration, 0, b.N)
+	// The four paths run in turn, the order rotated every iteration, so
+	// that each follows each other equally often: a gRPC call's trailing
+	// work (flow control, the client's reader) competes with whatever runs
+	// next on a 2-core machine.
+	paths := []func() error{
+		func() error { _, err := exe.Run(ctx, []*tensor.Tensor{x}); return err },
+		post, infer, postBinary,
+	}
+	took := make([][]time.Duration, len(paths))
+	for k := range took {
+		took[k] = make([]time.Duration, 0, b.N)
+	}
+	handlerTimes.reset()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := exe.Run(ctx, []*tensor.Tensor{x}); err != nil {
-			b.Fatal(err)
+		for j := range paths {
+			k := (i + j) % len(paths)
+			t0 := time.Now()
+			if err := paths[k](); err != nil {
+				b.Fatal(err)
+			}
+			took[k] = append(took[k], time.Since(t0))
 		}
-		t1 := time.Now()
-		if err := post(); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if err := infer(); err != nil {
-			b.Fatal(err)
-		}
-		direct = append(direct, t1.Sub(t0))
-		viaHTTP = append(viaHTTP, t2.Sub(t1))
-		viaGRPC = append(viaGRPC, time.Since(t2))
 	}
+	direct, viaHTTP, viaGRPC, viaBinary := took[0], took[1], took[2], took[3]
 	b.StopTimer()
 	dp50, dp99 := percentiles(direct)
 	hp50, hp99 := percentiles(viaHTTP)
@@ -189,6 +227,20 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 	b.ReportMetric(gp50, "grpc-p50-us")
 	b.ReportMetric(gp99, "grpc-p99-us")
 	b.ReportMetric(gp50-dp50, "grpc-overhead-p50-us")
+	for _, m := range []struct{ key, unit string }{
+		{"/v1/infer", "handler-json-p50-us"},
+		{"/v2/models/:model/infer", "handler-binary-p50-us"},
+		{"/inference.GRPCInferenceService/ModelInfer", "handler-grpc-p50-us"},
+	} {
+		if d := handlerTimes.get(m.key); len(d) > 0 {
+			p50, _ := percentiles(d)
+			b.ReportMetric(p50, m.unit)
+		}
+	}
+	bp50, bp99 := percentiles(viaBinary)
+	b.ReportMetric(bp50, "binary-p50-us")
+	b.ReportMetric(bp99, "binary-p99-us")
+	b.ReportMetric(bp50-dp50, "binary-overhead-p50-us")
 }
 
 // percentiles returns p50 and p99 in microseconds.
@@ -197,4 +249,49 @@ func percentiles(d []time.Duration) (float64, float64) {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))].Nanoseconds()) / 1e3 }
 	return at(0.50), at(0.99)
+}
+
+// accessTimes is a slog.Handler that keeps the "duration" of the servers'
+// access lines ("request" of api/http by its route, "grpc request" of
+// api/grpc by its method) and drops everything else.
+type accessTimes struct {
+	mu sync.Mutex
+	by map[string][]time.Duration
+}
+
+func (a *accessTimes) Enabled(context.Context, slog.Level) bool { return true }
+func (a *accessTimes) WithAttrs([]slog.Attr) slog.Handler       { return a }
+func (a *accessTimes) WithGroup(string) slog.Handler            { return a }
+
+func (a *accessTimes) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "request" && r.Message != "grpc request" {
+		return nil
+	}
+	var key string
+	var d time.Duration
+	r.Attrs(func(at slog.Attr) bool {
+		switch {
+		case at.Key == "route" || at.Key == "method" && r.Message == "grpc request":
+			key = at.Value.String()
+		case at.Key == "duration":
+			d = at.Value.Duration()
+		}
+		return true
+	})
+	a.mu.Lock()
+	a.by[key] = append(a.by[key], d)
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *accessTimes) reset() {
+	a.mu.Lock()
+	clear(a.by)
+	a.mu.Unlock()
+}
+
+func (a *accessTimes) get(key string) []time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Duration(nil), a.by[key]...)
 }

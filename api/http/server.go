@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/cors"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/xserve/xserve/api/auth"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/api/shm"
 	"github.com/xserve/xserve/internal/reqid"
 	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/serving"
@@ -87,6 +89,8 @@ type Server struct {
 	root    string // the backend's repository root, for payload.PublicMessage
 	budget  *payload.Budget
 	check   func(model string, version int64, name string, dt tensor.DType, shape []int64) error // nil when the backend has none
+	shm     *shm.Registry                                                                        // Triton's system shared-memory regions
+	ownShm  bool                                                                                 // shm is the server's own: Shutdown closes it
 
 	// ctx is the parent of every backend call; cancelled when Shutdown gives
 	// up waiting, so that stragglers stop.
@@ -127,6 +131,7 @@ func New(backend Backend, opts Options) (*Server, error) {
 	if c, ok := backend.(inputChecker); ok {
 		s.check = c.CheckInput
 	}
+	s.shm, s.ownShm = shm.OrNew(opts.SharedMemory)
 	s.app = fiber.New(fiber.Config{
 		Concurrency: opts.MaxConns,
 		AppName:     "xserve",
@@ -190,6 +195,7 @@ func (s *Server) routes() {
 	admin("/v2/repository/models/:model/unload", s.unload)
 
 	s.openaiRoutes(get, post)
+	s.sharedMemoryRoutes(get, post)
 	s.unsupportedRoutes(get, post)
 
 	get("/metrics", s.writeMetrics)
@@ -273,6 +279,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err == nil {
 		s.codecs.Close()
 	}
+	if s.ownShm {
+		err = errors.Join(err, s.shm.Close())
+	}
 	return err
 }
 
@@ -321,10 +330,7 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		id := reqid.From(c.Get(reqid.Header), c.Get("traceparent"))
 		c.Locals(requestIDKey{}, id)
 		c.Set(reqid.Header, id)
-		ctx := tracing.Propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Get("traceparent"), "tracestate": c.Get("tracestate")})
-		ctx, span := s.opts.Tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("xserve.request_id", id)))
-		c.SetUserContext(ctx)
+		span := s.startSpan(c, method, route, id)
 		err := s.authorize(c, route)
 		if err == nil {
 			err = s.call(h, c)
@@ -336,7 +342,9 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		s.drainBody(c)
 		s.metrics.inflight.Dec()
 		code := c.Response().StatusCode()
-		span.SetAttributes(attribute.Int("http.response.status_code", code))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("http.response.status_code", code))
+		}
 		tracing.End(span, err)
 		d := time.Since(start)
 		s.metrics.observe(route, method, code, d)
@@ -351,6 +359,20 @@ func (s *Server) handle(method, route string, h fiber.Handler) fiber.Handler {
 		}
 		return nil
 	}
+}
+
+// startSpan starts the request's server span, continuing the client's
+// trace (traceparent), and makes it the request's context; with tracing
+// off it returns a span that records nothing and leaves the context alone.
+func (s *Server) startSpan(c *fiber.Ctx, method, route, id string) trace.Span {
+	if tracing.Off(s.opts.Tracer) {
+		return trace.SpanFromContext(context.Background())
+	}
+	ctx := tracing.Propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Get("traceparent"), "tracestate": c.Get("tracestate")})
+	ctx, span := s.opts.Tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("xserve.request_id", id)))
+	c.SetUserContext(ctx)
+	return span
 }
 
 // requestIDKey holds (in fiber's Locals) the request's id.
@@ -547,7 +569,9 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		if err := lease.Reserve(int64(len(req.Body())), "the request body"); err != nil {
 			return nil, err
 		}
-		return bytes.Clone(req.Body()), nil
+		buf := bodyBuffer(c, len(req.Body()))
+		copy(buf, req.Body())
+		return buf, nil
 	}
 	limit := s.opts.MaxBodyBytes
 	n := int64(req.Header.ContentLength()) // -1: chunked
@@ -558,7 +582,7 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 		if err := lease.Reserve(n, "the request body"); err != nil {
 			return nil, err
 		}
-		buf := make([]byte, n)
+		buf := bodyBuffer(c, int(n))
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return nil, s.bodyReadError(c, fmt.Sprintf("reading the request body (Content-Length %d)", n), err)
 		}
@@ -576,6 +600,25 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 	}
 	c.Locals(bodyDoneKey{}, true)
 	return buf, nil
+}
+
+// tensorAlign is the alignment the PJRT CPU plugin reads host tensors in
+// place at; it copies a tensor that is not.
+const tensorAlign = 64
+
+// bodyBuffer returns a buffer for an n-byte body. With the binary tensor
+// extension (an Inference-Header-Content-Length within n, and no
+// Content-Encoding) the first tensor's bytes, which follow the JSON header,
+// land on a tensorAlign boundary, so that the executable reads them where
+// they are.
+func bodyBuffer(c *fiber.Ctx, n int) []byte {
+	hl, err := strconv.Atoi(strings.TrimSpace(c.Get(HeaderInferenceLength)))
+	if err != nil || hl < 0 || hl >= n || c.Get(fiber.HeaderContentEncoding) != "" {
+		return make([]byte, n)
+	}
+	raw := make([]byte, n+tensorAlign-1)
+	off := (tensorAlign - (int(uintptr(unsafe.Pointer(unsafe.SliceData(raw))))+hl)%tensorAlign) % tensorAlign
+	return raw[off : off+n : off+n]
 }
 
 // bodyReadError is the error of a body that could not be read: a body
@@ -659,7 +702,10 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 	}
 	// A request that arrived before Shutdown runs to the end, even if
 	// Shutdown has begun meanwhile; its spans continue the request's trace.
-	ctx := trace.ContextWithSpan(s.ctx, trace.SpanFromContext(c.UserContext()))
+	ctx := s.ctx
+	if !tracing.Off(s.opts.Tracer) {
+		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(c.UserContext()))
+	}
 	var d *payload.Request
 	err := tracing.Phase(ctx, s.opts.Tracer, "decode", func(context.Context) error {
 		body, err := s.body(c)
@@ -670,6 +716,7 @@ func (s *Server) infer(c *fiber.Ctx, v2 bool) error {
 		hdr := c.Get(HeaderInferenceLength)
 		lim := payload.Limits{MaxElems: s.opts.MaxTensorElements, Check: s.check, Lease: leaseOf(c)}
 		if v2 {
+			lim.Shared = s.shm
 			d, err = payload.DecodeOIPWithin(model, version, body, hdr, lim)
 		} else {
 			d, err = payload.DecodeV1Within(body, hdr, "", lim)
@@ -735,7 +782,7 @@ func (s *Server) serverMetadata(c *fiber.Ctx) error {
 	return s.sendJSON(c, map[string]any{
 		"name":       "xserve",
 		"version":    s.opts.Version,
-		"extensions": []string{"binary_tensor_data", "model_repository", "model_configuration", "statistics"},
+		"extensions": []string{"binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration", "statistics"},
 	})
 }
 

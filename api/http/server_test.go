@@ -236,7 +236,9 @@ func TestBadRequests(t *testing.T) {
 		{"binary left over", "/v2/models/echo/infer", string(extra), []string{HeaderInferenceLength, hlExtra}, 400, "18 bytes of binary data follow"},
 		{"binary without header", "/v2/models/echo/infer", `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]}`, nil, 400, "no Inference-Header-Content-Length"},
 		{"header length past the body", "/v2/models/echo/infer", `{}`, []string{HeaderInferenceLength, "99"}, 400, "the body has only 2 bytes"},
-		{"shared memory", "/v2/models/echo/infer", `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "parameters": {"shared_memory_region": "r"}}]}`, nil, 400, "shared memory is not supported"},
+		{"shared memory without a size", "/v2/models/echo/infer", `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "parameters": {"shared_memory_region": "r"}}]}`, nil, 400, "shared_memory_region without parameters.shared_memory_byte_size"},
+		{"unknown region", "/v2/models/echo/infer", `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 4}}]}`, nil, 400, `input "x": shm: invalid shared-memory request: shared-memory region "r" is not registered`},
+		{"shared memory on v1", "/v1/infer", `{"model": "echo", "inputs": {"x": {"dtype": "float32", "shape": [1], "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 4}}}}`, nil, 400, "shared memory is not supported here"},
 		{"classification", "/v2/models/echo/infer", `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "outputs": [{"name": "y", "parameters": {"classification": 3}}]}`, nil, 400, "classification extension is not supported"},
 		{"bad version", "/v2/models/echo/versions/x/infer", `{}`, nil, 400, `model version "x" is not a positive integer`},
 		{"unsupported encoding", "/v1/infer", `{}`, []string{"Content-Encoding", "br"}, 415, `unsupported content encoding "br"`},
@@ -498,7 +500,7 @@ func TestMetadataHealthAndRepository(t *testing.T) {
 	wantStatus(t, ts.do(t, "GET", "/v2/health/ready", nil), 200, "")
 
 	r := ts.do(t, "GET", "/v2", nil)
-	if r.code != 200 || string(r.body) != `{"extensions":["binary_tensor_data","model_repository","model_configuration","statistics"],"name":"xserve","version":"1.2.3"}` {
+	if r.code != 200 || string(r.body) != `{"extensions":["binary_tensor_data","system_shared_memory","model_repository","model_configuration","statistics"],"name":"xserve","version":"1.2.3"}` {
 		t.Errorf("GET /v2: %s", r)
 	}
 	r = ts.do(t, "GET", "/v2/models/echo", nil)

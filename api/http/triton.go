@@ -40,25 +40,20 @@ func (s *Server) statistics(c *fiber.Ctx) error {
 
 // unsupportedRoutes answers the Triton extensions xserve does not implement
 // the way Triton's clients expect: status queries answer what is true (no
-// shared-memory regions, tracing off, the log settings), changes are
+// CUDA shared-memory regions, tracing off, the log settings), changes are
 // refused with 400 and an error saying what to do instead.
 func (s *Server) unsupportedRoutes(get, post func(string, fiber.Handler)) {
-	for _, kind := range []string{"systemsharedmemory", "cudasharedmemory"} {
-		what := "system shared memory"
-		if kind == "cudasharedmemory" {
-			what = "CUDA shared memory"
-		}
-		status := func(c *fiber.Ctx) error { return s.send(c, contentJSON, []byte("[]")) }
-		refuse := func(c *fiber.Ctx) error {
-			return badRequest("xserve does not support %s (%s %s); send tensors in the request body (the binary tensor extension avoids JSON's cost)", what, c.Method(), quotePath(c.Path()))
-		}
-		get("/v2/"+kind+"/status", status)
-		get("/v2/"+kind+"/region/:region/status", status)
-		post("/v2/"+kind+"/register", refuse)
-		post("/v2/"+kind+"/region/:region/register", refuse)
-		post("/v2/"+kind+"/unregister", okEmpty) // no regions: nothing to do
-		post("/v2/"+kind+"/region/:region/unregister", refuse)
+	const kind = "/v2/cudasharedmemory"
+	status := func(c *fiber.Ctx) error { return s.send(c, contentJSON, []byte("[]")) }
+	refuse := func(c *fiber.Ctx) error {
+		return badRequest("xserve does not support CUDA shared memory (%s %s); use system shared memory (/v2/systemsharedmemory) or send tensors in the request body", c.Method(), quotePath(c.Path()))
 	}
+	get(kind+"/status", status)
+	get(kind+"/region/:region/status", status)
+	post(kind+"/register", refuse)
+	post(kind+"/region/:region/register", refuse)
+	post(kind+"/unregister", okEmpty) // no regions: nothing to do
+	post(kind+"/region/:region/unregister", refuse)
 	trace := func(c *fiber.Ctx) error {
 		if c.Method() == fiber.MethodPost {
 			return badRequest("xserve does not support changing Triton's trace settings")

@@ -25,14 +25,16 @@ func TestTritonExtensions(t *testing.T) {
 		{"GET", "/v2/models/missing/versions/2/stats", 404, `is not in the repository`},
 		{"GET", "/v2/systemsharedmemory/status", 200, `[]`},
 		{"GET", "/v2/cudasharedmemory/region/r/status", 200, `[]`},
-		{"POST", "/v2/systemsharedmemory/region/r/register", 400, `xserve does not support system shared memory`},
+		{"POST", "/v2/systemsharedmemory/region/r/register", 400, `the registration of region r`},
+		{"GET", "/v2/systemsharedmemory/region/r/status", 400, `region \"r\" is not registered`},
+		{"POST", "/v2/systemsharedmemory/region/r/unregister", 400, `region \"r\" is not registered`},
 		{"POST", "/v2/cudasharedmemory/region/r/register", 400, `xserve does not support CUDA shared memory`},
 		{"POST", "/v2/systemsharedmemory/unregister", 200, ``},
 		{"GET", "/v2/trace/setting", 200, `"trace_level":["OFF"]`},
 		{"POST", "/v2/models/m/trace/setting", 400, `trace settings`},
 		{"GET", "/v2/logging", 200, `"log_verbose_level":0`},
 		{"POST", "/v2/logging", 400, `--log-level`},
-		{"GET", "/v2", 200, `"model_configuration","statistics"`},
+		{"GET", "/v2", 200, `"binary_tensor_data","system_shared_memory","model_repository","model_configuration","statistics"`},
 	} {
 		t.Run(tc.method+tc.path, func(t *testing.T) {
 			r := ts.do(t, tc.method, tc.path, nil)

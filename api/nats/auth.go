@@ -36,7 +36,8 @@ import (
 //     (EmbeddedOptions.ClientNkeyFile; `xserve nats-infer --nats-nkey`,
 //     loadtest -nats-nkey, nats --nkey) and one per name of
 //     EmbeddedOptions.Clients. A client may publish only requests
-//     (PREFIX.infer, PREFIX.infer.>, PREFIX.durable.>), readiness checks
+//     (PREFIX.infer, PREFIX.infer.>, PREFIX.seq.> to the replica holding a
+//     sequence, PREFIX.durable.>), readiness checks
 //     (PREFIX.health) and discovery requests ($SRV.>), and subscribe only
 //     to its own inbox prefix: it cannot join the replicas' queue group,
 //     read requests or other clients' replies, or reach the JetStream API
@@ -148,7 +149,7 @@ func servingPermissions(prefix, pub string) *server.Permissions {
 func clientPermissions(prefix, pub string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: []string{prefix + ".infer", prefix + ".infer.>", prefix + ".generate.>", prefix + ".durable.>", prefix + ".health", "$SRV.>"},
+			Allow: []string{prefix + ".infer", prefix + ".infer.>", prefix + ".seq.>", prefix + ".generate.>", prefix + ".durable.>", prefix + ".health", "$SRV.>"},
 			Deny:  []string{"$JS.>", "$SYS.>"},
 		},
 		Subscribe: &server.SubjectPermission{

@@ -98,7 +98,10 @@ type Client struct {
 	// its request id (msgID).
 	idKey [32]byte
 
-	mu        sync.Mutex // guards waiting, answered, published, lastPrune
+	mu sync.Mutex // guards waiting, answered, published, lastPrune, sticky
+	// sticky maps a sequence (model and id) to the subject of the replica
+	// holding its state (sticky.go).
+	sticky    map[string]string
 	waiting   map[string]chan *nats.Msg
 	answered  map[string]time.Time
 	published map[string]publication // unanswered ids the stream took
@@ -199,16 +202,9 @@ func (c *Client) Call(ctx context.Context, model string, msg *nats.Msg) (*nats.M
 	if c.opts.Durable {
 		reply, err = c.callDurable(ctx, model, id, msg)
 	} else {
-		msg.Subject = inferSubject(c.opts.Prefix, model)
-		reply, err = c.nc.RequestMsgWithContext(ctx, msg)
-		switch {
-		case errors.Is(err, nats.ErrNoResponders):
-			return nil, fmt.Errorf("%w: no replica is subscribed to %s (is xserve connected, and serving model %q?)", ErrNoResponders, msg.Subject, model)
-		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-			return nil, fmt.Errorf("%w: request %s on %s: %w", ErrTimeout, id, msg.Subject, context.DeadlineExceeded)
-		case err != nil:
-			return nil, fmt.Errorf("natsapi: request %s on %s: %w", id, msg.Subject, err)
-		}
+		subject, sticky := c.route(model, msg)
+		reply, err = c.request(ctx, model, id, subject, sticky, msg)
+		c.remember(model, msg, reply, err)
 	}
 	if err != nil {
 		return nil, err
@@ -392,6 +388,9 @@ type InferOptions struct {
 	Compression string
 	// AcceptEncoding asks for a compressed reply: "", "gzip" or "zstd".
 	AcceptEncoding string
+	// Sequence places the request in a sequence of a stateful model; its
+	// later steps go to the replica holding its state.
+	Sequence *serving.SequenceStep
 }
 
 // Result is a successful Infer.
@@ -435,6 +434,7 @@ func (c *Client) Infer(ctx context.Context, model string, inputs []serving.Named
 	if opts.AcceptEncoding != "" {
 		h.Set(HeaderAcceptEncoding, opts.AcceptEncoding)
 	}
+	sequenceHeadersOf(h, opts.Sequence)
 	reply, err := c.Call(ctx, model, &nats.Msg{Header: h, Data: body})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,9 @@
 //	xserve.v1.infer           any model; the body names it ("model": ...)
 //	xserve.v1.generate.<model> text generation, streamed (generate.go)
 //
+// and, outside the queue group, to xserve.v1.seq.<home>.<model> for each
+// stateful model: the sequences whose state it holds (sticky.go).
+//
 // A request to xserve.v1.infer.<model> that no replica serves gets the NATS
 // server's "no responders" status at once; on xserve.v1.infer, a model no
 // replica knows gets a 404 error reply. All replicas of one queue group are

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/xserve/xserve/api/payload"
 	"github.com/xserve/xserve/internal/metrics"
@@ -125,6 +126,7 @@ type Server struct {
 	// its endpoint).
 	syncNow chan struct{}
 	replica atomic.Value // string: the current service instance id
+	home    string       // the replica's token in its sequences' subjects (sticky.go)
 
 	metricsOnce sync.Once         // creates metrics
 	metrics     *metrics.Registry // WriteMetrics' registry, with the collector of the counts
@@ -175,6 +177,9 @@ type job struct {
 	// warm: the request came on PREFIX.warm.<model> (forwarded by a
 	// replica that does not hold the model): never forwarded again.
 	warm bool
+	// sequence: the request is a step of a sequence (its reply names the
+	// replica's subject for the sequence, sticky.go).
+	sequence bool
 }
 
 // modelStats counts one model's requests on this replica; the fields are
@@ -263,6 +268,7 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 		syncNow:  make(chan struct{}, 1),
 	}
 	s.replica.Store("")
+	s.home = nuid.Next()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	fail := func(err error) (*Server, error) {
 		s.cancel()
@@ -453,6 +459,7 @@ func (s *Server) work(j *job) {
 		stopProgress = s.reportProgress(j.msg)
 	}
 	reply, err := s.answerSafely(j)
+	s.stick(j, reply)
 	if stopProgress != nil {
 		stopProgress()
 	}
@@ -640,6 +647,7 @@ func (s *Server) request(j *job, proto string) (*payload.Request, error) {
 	if err := sequenceHeaders(h, d); err != nil {
 		return nil, err
 	}
+	j.sequence = d.Infer.Sequence != nil
 	return d, nil
 }
 

@@ -208,6 +208,7 @@ func (s *Server) endpointSpecs() []endpointSpec {
 			metadata: meta,
 		})
 	}
+	specs = append(specs, s.sequenceSpecs(names, unique)...)
 	if s.opts.OnDemand {
 		for _, n := range held {
 			specs = append(specs, endpointSpec{

@@ -25,6 +25,26 @@ type Limits struct {
 	// Lease, when set, is charged with each tensor decoded from JSON before
 	// it is allocated (binary tensors point into the body).
 	Lease *Lease
+	// Shared, when set, resolves Triton's system shared-memory parameters
+	// (api/shm's Registry); without it they are refused.
+	Shared SharedMemory
+}
+
+// SharedMemory is the registry of the system shared-memory extension as
+// the decoders and encoders use it (api/shm.Registry implements it).
+type SharedMemory interface {
+	// Read returns a copy of size bytes at offset of region.
+	Read(region string, offset, size int64) ([]byte, error)
+	// Write copies data to offset of region, where size bytes are given.
+	Write(region string, offset, size int64, data []byte) error
+	// Check reports whether size bytes at offset lie inside region.
+	Check(region string, offset, size int64) error
+}
+
+// shmRef is a tensor's place in a shared-memory region.
+type shmRef struct {
+	region       string
+	offset, size int64
 }
 
 // Request is an inference request as every transport decodes it: the
@@ -44,6 +64,10 @@ type Request struct {
 	// binary data; binaryDefault applies to outputs not listed.
 	binaryOut     map[string]bool
 	binaryDefault bool
+	// shared and sharedOut: the outputs written to shared-memory regions
+	// instead of the response.
+	shared    SharedMemory
+	sharedOut map[string]shmRef
 }
 
 // WantsBinary reports whether output name is sent as binary data (the
@@ -79,10 +103,10 @@ func decodeInput(in tensorIn, br *binaryReader, lim *Limits, model string, versi
 			return nil, err
 		}
 	}
-	for _, k := range []string{"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"} {
-		if _, ok := in.params[k]; ok {
-			return nil, badRequest("input %q: parameters.%s: shared memory is not supported; send the data in the body", in.name, k)
-		}
+	where := "input " + strconv.Quote(in.name)
+	ref, hasShm, err := shmParams(in.params, where, lim.Shared)
+	if err != nil {
+		return nil, err
 	}
 	size, hasSize, err := paramInt(in.params, "binary_data_size", "input "+strconv.Quote(in.name))
 	if err != nil {
@@ -90,6 +114,10 @@ func decodeInput(in tensorIn, br *binaryReader, lim *Limits, model string, versi
 	}
 	hasData := len(in.data) > 0 && string(in.data) != "null"
 	switch {
+	case hasShm && (hasSize || hasData):
+		return nil, badRequest("input %q has parameters.shared_memory_region and also \"data\" or parameters.binary_data_size; give one", in.name)
+	case hasShm:
+		return sharedTensor(in.name, dt, in.shape, ref, lim)
 	case hasSize && hasData:
 		return nil, badRequest("input %q has both \"data\" and parameters.binary_data_size; give one", in.name)
 	case hasSize:
@@ -223,15 +251,19 @@ func outputParams(d *Request, name string, params map[string]json.RawMessage) er
 	if _, ok := params["classification"]; ok {
 		return badRequest("%s: parameters.classification: the classification extension is not supported", where)
 	}
-	if _, ok := params["shared_memory_region"]; ok {
-		return badRequest("%s: parameters.shared_memory_region: shared memory is not supported", where)
+	if containsString(d.Infer.Outputs, name) {
+		return badRequest("output %q is requested twice", name)
+	}
+	shared, err := sharedOutput(d, name, params)
+	if err != nil {
+		return err
 	}
 	b, ok, err := paramBool(params, "binary_data", where)
 	if err != nil {
 		return err
 	}
-	if _, dup := d.binaryOut[name]; dup || containsString(d.Infer.Outputs, name) {
-		return badRequest("output %q is requested twice", name)
+	if shared && ok && b {
+		return badRequest("%s: parameters.binary_data and parameters.%s: an output goes to shared memory or into the response, not both", where, paramShmRegion)
 	}
 	if ok {
 		d.binaryOut[name] = b

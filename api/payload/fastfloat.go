@@ -49,61 +49,84 @@ func scanFloat(b []byte, i int, f32 bool) (v float64, end int, ok bool) {
 // mant × 10^exp; ok is false if it is not one or has more than 19
 // significant digits.
 func readDecimal(b []byte, i int) (mant uint64, exp, end int, ok bool) {
-	nd := 0
-	digits := func(frac bool) bool {
-		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-			if frac {
-				exp--
-			}
-			if mant == 0 && b[i] == '0' {
-				continue
-			}
-			if nd == 19 {
-				return false
-			}
-			mant = mant*10 + uint64(b[i]-'0')
-			nd++
-		}
-		return true
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		if !digits(false) {
-			return 0, 0, 0, false
-		}
-	default:
+	s := decimalScan{b: b, i: i}
+	if !s.integer() || !s.fraction() || !s.exponent() {
 		return 0, 0, 0, false
 	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		start := i
-		if !digits(true) || i == start {
-			return 0, 0, 0, false
+	return s.mant, s.exp, s.i, true
+}
+
+// decimalScan is readDecimal's state: the number is mant × 10^exp, with nd
+// significant digits read so far, up to b[i].
+type decimalScan struct {
+	b       []byte
+	i       int
+	mant    uint64
+	exp, nd int
+}
+
+// digits reads a run of digits into mant (frac: after the point, each one
+// lowers exp); false past 19 significant digits.
+func (s *decimalScan) digits(frac bool) bool {
+	for ; s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9'; s.i++ {
+		if frac {
+			s.exp--
+		}
+		if s.mant == 0 && s.b[s.i] == '0' {
+			continue
+		}
+		if s.nd == 19 {
+			return false
+		}
+		s.mant = s.mant*10 + uint64(s.b[s.i]-'0')
+		s.nd++
+	}
+	return true
+}
+
+// integer reads the integer part: 0, or a digit 1-9 and more digits.
+func (s *decimalScan) integer() bool {
+	switch {
+	case s.i < len(s.b) && s.b[s.i] == '0':
+		s.i++
+		return true
+	case s.i < len(s.b) && s.b[s.i] >= '1' && s.b[s.i] <= '9':
+		return s.digits(false)
+	}
+	return false
+}
+
+// fraction reads an optional '.' and at least one digit.
+func (s *decimalScan) fraction() bool {
+	if s.i >= len(s.b) || s.b[s.i] != '.' {
+		return true
+	}
+	s.i++
+	start := s.i
+	return s.digits(true) && s.i != start
+}
+
+// exponent reads an optional e or E, a sign and at least one digit.
+func (s *decimalScan) exponent() bool {
+	if s.i >= len(s.b) || (s.b[s.i] != 'e' && s.b[s.i] != 'E') {
+		return true
+	}
+	s.i++
+	sign := 1
+	if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+		if s.b[s.i] == '-' {
+			sign = -1
+		}
+		s.i++
+	}
+	start, e := s.i, 0
+	for ; s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9'; s.i++ {
+		if e < 10000 {
+			e = e*10 + int(s.b[s.i]-'0')
 		}
 	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		sign := 1
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			if b[i] == '-' {
-				sign = -1
-			}
-			i++
-		}
-		start, e := i, 0
-		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-			if e < 10000 {
-				e = e*10 + int(b[i]-'0')
-			}
-		}
-		if i == start {
-			return 0, 0, 0, false
-		}
-		exp += sign * e
-	}
-	return mant, exp, i, true
+	s.exp += sign * e
+	return s.i != start
 }
 
 // decimalValue returns mant × 10^exp as a float64 (f32: one whose float32

@@ -125,6 +125,7 @@ func decodeOIP(model string, version int64, header []byte, br *binaryReader, lim
 		return nil, err
 	}
 	d := &Request{Model: model, Version: version, Infer: &serving.InferRequest{ID: r.ID, Inputs: map[string]*tensor.Tensor{}}, binaryOut: map[string]bool{}}
+	d.shared = lim.Shared
 	if err := requestParams(d, r.Parameters, true); err != nil {
 		return nil, err
 	}
@@ -176,6 +177,13 @@ func EncodeOIP(d *Request, resp *serving.InferResponse) (Response, error) {
 		b = append(b, `{"name":`...)
 		b = appendJSONString(b, nt.Name)
 		b = append(b, ',')
+		if ref, ok := d.sharedOut[nt.Name]; ok {
+			if b, err = appendSharedOutput(b, d, nt, ref); err != nil {
+				return Response{}, err
+			}
+			b = append(b, '}')
+			continue
+		}
 		dt := tensor.Invalid
 		if nt.Tensor != nil {
 			dt = nt.Tensor.DType

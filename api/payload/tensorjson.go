@@ -281,114 +281,154 @@ func quoteTok(tok []byte) string {
 
 // element parses one value and stores it at d.next.
 func (d *dataDecoder) element() error {
-	i := d.next
-	if dt := d.t.DType; dt == tensor.Float32 || dt == tensor.Float64 {
-		d.skipSpace()
-		if v, end, ok := scanFloat(d.buf, d.pos, dt == tensor.Float32); ok {
-			if dt == tensor.Float32 {
-				binary.LittleEndian.PutUint32(d.t.Data[i*4:], math.Float32bits(float32(v)))
-			} else {
-				binary.LittleEndian.PutUint64(d.t.Data[i*8:], math.Float64bits(v))
-			}
-			d.pos = end
-			d.next++
-			return nil
-		}
+	if d.fastFloat() {
+		return nil
 	}
 	tok := d.token()
-	t := d.t
-	dt := t.DType
-	bad := func(what string) error {
-		return d.errf("element %d is %s, want %s", i, quoteTok(tok), what)
-	}
-	switch {
+	var want string // what the element should have been; "" when it was
+	switch dt := d.t.DType; {
 	case dt == tensor.Bool:
-		switch bstr(tok) {
-		case "true":
-			t.Data[i] = 1
-		case "false":
-			t.Data[i] = 0
-		default:
-			return bad("true or false")
-		}
+		want = d.boolElem(tok)
 	case dt == tensor.String:
-		if len(tok) < 2 || tok[0] != '"' {
-			return bad("a string")
-		}
-		var s string
-		if err := json.Unmarshal(tok, &s); err != nil {
-			return bad("a valid JSON string")
-		}
-		t.Strings[i] = []byte(s)
+		want = d.stringElem(tok)
 	case dt.IsFloat():
-		var v float64
-		if len(tok) > 0 && tok[0] == '"' {
-			switch strings.ToLower(strings.Trim(bstr(tok), `"`)) {
-			case "nan":
-				v = math.NaN()
-			case "infinity", "inf", "+infinity", "+inf":
-				v = math.Inf(1)
-			case "-infinity", "-inf":
-				v = math.Inf(-1)
-			default:
-				return bad(dt.String() + ` (a number, "NaN", "Infinity" or "-Infinity")`)
-			}
-		} else {
-			bits := 64
-			if dt == tensor.Float32 {
-				bits = 32 // round once, straight to float32
-			}
-			f, err := strconv.ParseFloat(bstr(tok), bits)
-			if err != nil && !isRangeErr(err) || !isNumber(tok) {
-				return bad("a number")
-			}
-			if err != nil {
-				return bad(outOfRange(dt))
-			}
-			v = f
-		}
-		if dt == tensor.Float32 {
-			binary.LittleEndian.PutUint32(t.Data[i*4:], math.Float32bits(float32(v)))
-		} else {
-			t.SetFloat64(i, v)
-			if dt.Overflows(v) {
-				return bad(outOfRange(dt))
-			}
-		}
+		want = d.floatElem(tok)
 	case dt.IsInt():
-		if !isNumber(tok) {
-			return bad("an integer (" + dt.String() + ")")
-		}
-		s := bstr(tok)
-		if dt == tensor.Uint64 {
-			u, err := strconv.ParseUint(s, 10, 64)
-			if err != nil {
-				if f, ok := integral(s); ok && f >= 0 && f < math.MaxUint64 {
-					u = uint64(f)
-				} else {
-					return bad("an integer in [0, 18446744073709551615] (uint64)")
-				}
-			}
-			binary.LittleEndian.PutUint64(t.Data[i*8:], u)
-			break
-		}
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			f, ok := integral(s)
-			if !ok || f < math.MinInt64 || f >= math.MaxInt64 {
-				return bad("an integer (" + dt.String() + ")")
-			}
-			v = int64(f)
-		}
-		if lo, hi, _ := dt.IntRange(); v < lo || v > hi {
-			return bad(fmt.Sprintf("an integer in [%v, %v] (%s)", lo, hi, dt))
-		}
-		t.SetInt64(i, v)
+		want = d.intElem(tok)
 	default:
 		return d.errf("dtype %s cannot be given in JSON", dt)
 	}
+	if want != "" {
+		return d.errf("element %d is %s, want %s", d.next, quoteTok(tok), want)
+	}
 	d.next++
 	return nil
+}
+
+// fastFloat stores a float32 or float64 element that scanFloat reads
+// exactly; false leaves the element to the general path.
+func (d *dataDecoder) fastFloat() bool {
+	dt := d.t.DType
+	if dt != tensor.Float32 && dt != tensor.Float64 {
+		return false
+	}
+	d.skipSpace()
+	v, end, ok := scanFloat(d.buf, d.pos, dt == tensor.Float32)
+	if !ok {
+		return false
+	}
+	if dt == tensor.Float32 {
+		binary.LittleEndian.PutUint32(d.t.Data[d.next*4:], math.Float32bits(float32(v)))
+	} else {
+		binary.LittleEndian.PutUint64(d.t.Data[d.next*8:], math.Float64bits(v))
+	}
+	d.pos = end
+	d.next++
+	return true
+}
+
+// boolElem stores a bool element; the result is what tok should have been,
+// "" when it was valid (so for the other *Elem methods).
+func (d *dataDecoder) boolElem(tok []byte) string {
+	switch bstr(tok) {
+	case "true":
+		d.t.Data[d.next] = 1
+	case "false":
+		d.t.Data[d.next] = 0
+	default:
+		return "true or false"
+	}
+	return ""
+}
+
+func (d *dataDecoder) stringElem(tok []byte) string {
+	if len(tok) < 2 || tok[0] != '"' {
+		return "a string"
+	}
+	var s string
+	if err := json.Unmarshal(tok, &s); err != nil {
+		return "a valid JSON string"
+	}
+	d.t.Strings[d.next] = []byte(s)
+	return ""
+}
+
+func (d *dataDecoder) floatElem(tok []byte) string {
+	dt := d.t.DType
+	v, want := floatValue(tok, dt)
+	if want != "" {
+		return want
+	}
+	if dt == tensor.Float32 {
+		binary.LittleEndian.PutUint32(d.t.Data[d.next*4:], math.Float32bits(float32(v)))
+		return ""
+	}
+	d.t.SetFloat64(d.next, v)
+	if dt.Overflows(v) {
+		return outOfRange(dt)
+	}
+	return ""
+}
+
+// floatValue reads a float element of dt: a number, or one of the quoted
+// names of NaN and the infinities.
+func floatValue(tok []byte, dt tensor.DType) (float64, string) {
+	if len(tok) > 0 && tok[0] == '"' {
+		switch strings.ToLower(strings.Trim(bstr(tok), `"`)) {
+		case "nan":
+			return math.NaN(), ""
+		case "infinity", "inf", "+infinity", "+inf":
+			return math.Inf(1), ""
+		case "-infinity", "-inf":
+			return math.Inf(-1), ""
+		}
+		return 0, dt.String() + ` (a number, "NaN", "Infinity" or "-Infinity")`
+	}
+	bits := 64
+	if dt == tensor.Float32 {
+		bits = 32 // round once, straight to float32
+	}
+	f, err := strconv.ParseFloat(bstr(tok), bits)
+	if err != nil && !isRangeErr(err) || !isNumber(tok) {
+		return 0, "a number"
+	}
+	if err != nil {
+		return 0, outOfRange(dt)
+	}
+	return f, ""
+}
+
+func (d *dataDecoder) intElem(tok []byte) string {
+	dt := d.t.DType
+	if !isNumber(tok) {
+		return "an integer (" + dt.String() + ")"
+	}
+	s := bstr(tok)
+	if dt == tensor.Uint64 {
+		u, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			f, ok := integral(s)
+			if !ok || f < 0 || f >= math.MaxUint64 {
+				return "an integer in [0, 18446744073709551615] (uint64)"
+			}
+			u = uint64(f)
+		}
+		binary.LittleEndian.PutUint64(d.t.Data[d.next*8:], u)
+		return ""
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		f, ok := integral(s)
+		if !ok || f < math.MinInt64 || f >= math.MaxInt64 {
+			return "an integer (" + dt.String() + ")"
+		}
+		v = int64(f)
+	}
+	if lo, hi, _ := dt.IntRange(); v < lo || v > hi {
+		return fmt.Sprintf("an integer in [%v, %v] (%s)", lo, hi, dt)
+	}
+	d.t.SetInt64(d.next, v)
+	return ""
 }
 
 // outOfRange says what a float element beyond its dtype's range should be.

@@ -69,6 +69,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{"negative CPU devices", "model-repo: x\ncpu-devices: -1\n", "--cpu-devices must be 0 or more, got -1"},
 		{"device listed twice", "model-repo: x\ndevices: [1, 1]\n", `key "devices": invalid value "1,1"`},
 		{"device the client lacks", "model-repo: x\ncpu-devices: 2\ndevices: [0, 2]\n", "--devices 0,2: no device 2 (the cpu client has 2"},
+		{"negative shared-memory regions", "model-repo: x\nshared-memory-regions: -1\n", "--shared-memory-regions must be 0 (off) or more, got -1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 )
 
 // detectDir holds torchvision's ssdlite320_mobilenet_v3_large and small
-// Faster R-CNN, Mask R-CNN, RetinaNet and FCOS detectors (random weights
+// Faster R-CNN, Mask R-CNN, RetinaNet, FCOS and SSD detectors (random weights
 // from a fixed seed) with their postprocess, exported to ONNX with ONNX
 // Runtime's outputs by `make detect-model` (python/detect).
 const detectDir = "../../.cache/detect"
@@ -57,16 +57,17 @@ func TestRunDetectionMatchesORT(t *testing.T) {
 
 // TestRunDetectorsMatchORT runs torchvision's detectors (python/detect/
 // export_detectors.py: Faster R-CNN, RetinaNet and FCOS with their own
-// transforms, anchors and postprocess on a small FPN backbone, exported by
-// torch.onnx with a dynamic image height and width) with `xserve run` at
-// an image size other than the export example's. The import waits for the
+// transforms, anchors and postprocess on a small FPN backbone, and an SSD
+// that resizes every image to its fixed input and scales its boxes back,
+// exported by torch.onnx with a dynamic image height and width) with
+// `xserve run` at an image size other than the export example's. The import waits for the
 // size (the resize and padding follow it), then carries the proposals'
 // data-dependent counts through TopK, NonZero -> Gather -> NonZero chains,
 // reshapes to their run-time shapes, RoiAlign and NonMaxSuppression.
 // Boxes, scores and labels must equal ONNX Runtime's.
 func TestRunDetectorsMatchORT(t *testing.T) {
 	const size = "120x100"
-	for _, family := range []string{"fasterrcnn", "retinanet", "fcos"} {
+	for _, family := range []string{"fasterrcnn", "retinanet", "fcos", "ssd"} {
 		t.Run(family, func(t *testing.T) {
 			model := filepath.Join(detectDir, family+".onnx")
 			if _, err := os.Stat(model); err != nil {
@@ -170,7 +171,7 @@ func TestServeDetectionMatchesORT(t *testing.T) {
 // TestRunDetectorsMatchORT filled.
 func TestServeDetectorsMatchORT(t *testing.T) {
 	const size = "120x100"
-	families := []string{"fasterrcnn", "retinanet", "fcos"}
+	families := []string{"fasterrcnn", "retinanet", "fcos", "ssd"}
 	repo := t.TempDir()
 	for _, family := range families {
 		data, err := os.ReadFile(filepath.Join(detectDir, family+".onnx"))

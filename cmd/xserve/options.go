@@ -10,6 +10,7 @@ import (
 
 	grpcapi "github.com/xserve/xserve/api/grpc"
 	httpapi "github.com/xserve/xserve/api/http"
+	"github.com/xserve/xserve/api/shm"
 	"github.com/xserve/xserve/internal/flagfile"
 	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/serving"
@@ -35,7 +36,10 @@ type serveOptions struct {
 	// HTTP holds the HTTP API's limits, which gRPC and NATS share.
 	HTTP httpapi.Options
 	GRPC grpcapi.Options
-	NATS *natsOptions
+	// SharedMemoryRegions bounds Triton's system shared-memory regions
+	// registered at once (--shared-memory-regions; 0 turns the extension off).
+	SharedMemoryRegions int
+	NATS                *natsOptions
 	// Load holds --model-load-policy and --model-memory-budget, which
 	// validate turns into Serving.LoadPolicy and Serving.MemoryBudget.
 	Load *loadPolicyOptions
@@ -135,6 +139,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.DurationVar(&limits.ReadTimeout, "read-timeout", 0, "how long a request's body may take to arrive, after its headers (default 60s)")
 	fs.Int64Var(&limits.MinReadRate, "min-read-rate", 0, "slowest a request body may arrive, in bytes/s on average after --read-header-timeout; slower is 408 (default 4096; -1 none)")
 	fs.Int64Var(&limits.MaxTensorElements, "max-tensor-elements", 0, "most elements one request tensor may declare (default 1<<28)")
+	fs.IntVar(&o.SharedMemoryRegions, "shared-memory-regions", shm.DefaultMaxRegions, "most system shared-memory regions (Triton's extension, HTTP and gRPC) registered at once; 0 turns the extension off (registration refused)")
 	fs.IntVar(&limits.CompressMinBytes, "compress-min-bytes", 0, "smallest response body compressed when the client accepts gzip/zstd (default 1024; -1 never)")
 	return o
 }
@@ -147,6 +152,9 @@ func (o *serveOptions) validate(stderr io.Writer) error {
 	}
 	if o.CPUDevices < 0 {
 		return fmt.Errorf("serve: --cpu-devices must be 0 or more, got %d", o.CPUDevices)
+	}
+	if o.SharedMemoryRegions < 0 {
+		return fmt.Errorf("serve: --shared-memory-regions must be 0 (off) or more, got %d", o.SharedMemoryRegions)
 	}
 	if o.ShutdownDelay < 0 {
 		return fmt.Errorf("serve: --shutdown-delay must be 0 or more, got %v", o.ShutdownDelay)

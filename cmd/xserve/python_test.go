@@ -7,11 +7,12 @@ import (
 	"testing"
 )
 
-// TestPythonClient runs python/tests/test_client.py: the xserve Python
+// TestPythonClient runs python/tests/test_client.py (and
+// test_nats_sequences.py: NatsClient sequences against ONNX Runtime): the xserve Python
 // package (HTTP, asyncio and NATS clients, pip install and wheel) against
 // this binary, which its fixtures start on free loopback ports.
 func TestPythonClient(t *testing.T) {
-	runPytestBin(t, ".venv", "nats, pytest, numpy, onnxruntime, setuptools, wheel, mypy", "run make venv", "python/tests/test_client.py")
+	runPytestBin(t, ".venv", "nats, pytest, numpy, onnxruntime, setuptools, wheel, mypy", "run make venv", "python/tests/test_client.py", "python/tests/test_nats_sequences.py")
 }
 
 // runPytestBin runs python/tests files with a venv's python, after

@@ -21,6 +21,7 @@ import (
 	httpapi "github.com/xserve/xserve/api/http"
 	natsapi "github.com/xserve/xserve/api/nats"
 	"github.com/xserve/xserve/api/payload"
+	"github.com/xserve/xserve/api/shm"
 	"github.com/xserve/xserve/internal/tracing"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/modelrepo"
@@ -186,6 +187,10 @@ func (s *serveProcess) startProtocols(ctx context.Context) error {
 		return fmt.Errorf("--memory-budget: %w", err)
 	}
 	o.Logger.Info("memory budget", "memory_budget_mb", limits.MemoryBudget>>20, "go_memory_limit_mb", limits.Budget.LimitRuntime()>>20)
+	// One registry of Triton's system shared-memory regions for HTTP and
+	// gRPC (a region registered over one is used over the other); closed,
+	// its regions unmapped, once both have stopped.
+	limits.SharedMemory = shm.New(shm.Limits{MaxRegions: o.SharedMemoryRegions, Off: o.SharedMemoryRegions == 0})
 	if s.nats != nil {
 		// Ready on every protocol only once NATS serves too: HTTP and gRPC
 		// answer before the replica's NATS subscriptions exist.
@@ -270,6 +275,9 @@ func (s *serveProcess) shutdown(ctx context.Context) error {
 		<-s.served
 	}
 	errNATS, errGRPC := <-natsDone, <-grpcDone
+	if r := s.o.HTTP.SharedMemory; r != nil {
+		errHTTP = errors.Join(errHTTP, r.Close())
+	}
 	return s.stop(ctx, errHTTP, errNATS, errGRPC, s.mgr.Shutdown(ctx))
 }
 

@@ -567,7 +567,7 @@ func TestServeEndToEnd(t *testing.T) {
 			{"invalid JSON", "/v1/infer", []byte(`{"model": "tinycnn", "inputs": {"image": {"dtype": "float32", "shape": [1, 3, 32, 32], "data": [1, 2,`), nil, []int{400}, "invalid JSON"},
 			{"gzip bomb", "/v1/infer", bomb.Bytes(), []string{"Content-Encoding", "gzip"}, []int{413}, "more than the limit of 33554432 bytes"},
 			{"body over the limit", "/v1/infer", make([]byte, 5<<20), nil, []int{413}, "larger than the limit of 4194304 bytes"},
-			{"form-encoded unload", "/v2/repository/models/tinycnn/unload", []byte("a=b"), []string{"Content-Type", "application/x-www-form-urlencoded"}, []int{415}, "no form or multipart bodies"},
+			{"cross-site form-encoded unload", "/v2/repository/models/tinycnn/unload", []byte("a=b"), []string{"Content-Type", "application/x-www-form-urlencoded", "Origin", "http://evil.example"}, []int{415}, "no form or multipart bodies"},
 			{"unload without explicit model control", "/v2/repository/models/tinycnn/unload", []byte("{}"), []string{"Content-Type", "application/json"}, []int{400}, "model control mode is none"},
 			{"../ in the model name", "/v1/infer", v1Request("../etc", img2, "float32", false), nil, []int{400, 404}, `"../etc"`},
 			{"../ in the URL's model name", "/v2/models/..%2F..%2Fetc/infer", good2, []string{"Inference-Header-Content-Length", good2HL}, []int{400, 404}, "../../etc"},

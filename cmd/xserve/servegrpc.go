@@ -25,6 +25,7 @@ func startGRPC(addr string, backend grpcapi.Backend, limits httpapi.Options, opt
 	opts.MaxMessageBytes = limits.MaxBodyBytes
 	opts.MaxTensorElements = limits.MaxTensorElements
 	opts.Budget = limits.Budget
+	opts.SharedMemory = limits.SharedMemory
 	opts.MinReadRate = limits.MinReadRate
 	opts.ReadGrace = limits.ReadHeaderTimeout
 	opts.Version = limits.Version

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,8 +95,11 @@ func runPytest(t *testing.T, python string, p *xserveProc, file string) {
 }
 
 // TestPerfAnalyzer runs Triton's perf_analyzer unchanged against xserve over
-// HTTP and gRPC, concurrency 1 to 8 with batches of 2, and checks that every
-// concurrency level was measured without errors.
+// HTTP and gRPC, concurrency 1 to 8 with batches of 2, then with its
+// tensors in system shared memory (--shared-memory system: it registers
+// regions, over HTTP with libcurl's form Content-Type, and binds every
+// input and output to them), and checks that every concurrency level was
+// measured without errors.
 func TestPerfAnalyzer(t *testing.T) {
 	python := tritonVenv(t)
 	bin := filepath.Join(filepath.Dir(python), "perf_analyzer")
@@ -108,29 +112,36 @@ func TestPerfAnalyzer(t *testing.T) {
 		ld += ":" + v
 	}
 	p := startXserve(t, tinycnnRepo(t), t.TempDir())
-	for _, tc := range []struct{ protocol, url string }{
-		{"http", p.addr},
-		{"grpc", p.grpcAddr(t)},
+	for _, tc := range []struct {
+		name, protocol, url string
+		maxConc             int
+		extra               []string
+	}{
+		{"http", "http", p.addr, 8, nil},
+		{"grpc", "grpc", p.grpcAddr(t), 8, nil},
+		{"http-shm", "http", p.addr, 2, []string{"--shared-memory", "system"}},
+		{"grpc-shm", "grpc", p.grpcAddr(t), 2, []string{"--shared-memory", "system"}},
 	} {
-		t.Run(tc.protocol, func(t *testing.T) {
-			cmd := exec.Command(bin, "-m", "tinycnn", "-u", tc.url, "-i", tc.protocol,
-				"--concurrency-range", "1:8", "-b", "2",
-				"--measurement-interval", "1000", "--stability-percentage", "1000", "--max-trials", "10")
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-m", "tinycnn", "-u", tc.url, "-i", tc.protocol,
+				"--concurrency-range", fmt.Sprintf("1:%d", tc.maxConc), "-b", "2",
+				"--measurement-interval", "1000", "--stability-percentage", "1000", "--max-trials", "10"}, tc.extra...)
+			cmd := exec.Command(bin, args...)
 			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+ld)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
-				t.Fatalf("perf_analyzer -i %s: %v\n%s", tc.protocol, err, out)
+				t.Fatalf("perf_analyzer %s: %v\n%s", strings.Join(args, " "), err, out)
 			}
 			text := string(out)
-			for c := 1; c <= 8; c++ {
-				if !regexp.MustCompile(`(?m)^Concurrency: ` + string(rune('0'+c)) + `, throughput: [0-9.]+ infer/sec`).MatchString(text) {
-					t.Errorf("perf_analyzer -i %s: no result for concurrency %d\n%s", tc.protocol, c, text)
+			for c := 1; c <= tc.maxConc; c++ {
+				if !regexp.MustCompile(fmt.Sprintf(`(?m)^Concurrency: %d, throughput: [0-9.]+ infer/sec`, c)).MatchString(text) {
+					t.Errorf("perf_analyzer %s: no result for concurrency %d\n%s", tc.name, c, text)
 				}
 			}
 			if !strings.Contains(text, "Server:") || !strings.Contains(text, "compute infer") {
-				t.Errorf("perf_analyzer -i %s did not read the server's statistics\n%s", tc.protocol, text)
+				t.Errorf("perf_analyzer %s did not read the server's statistics\n%s", tc.name, text)
 			}
-			t.Logf("perf_analyzer -i %s:\n%s", tc.protocol, text)
+			t.Logf("perf_analyzer %s:\n%s", tc.name, text)
 		})
 	}
 	p.stop(t)

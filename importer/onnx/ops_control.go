@@ -205,6 +205,12 @@ func (s *scope) subgraph(gr *Graph, captured []string) (*fxgraph.Graph, error) {
 // placeholder of g per captured name (after those g has) and copies into g
 // the constants of the enclosing scopes gr uses and gr's initializers.
 func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope, error) {
+	return s.subScopeRows(gr, g, captured, nil)
+}
+
+// subScopeRows is subScope where the captured bounded values named in rows
+// are passed padded (the body reads only their valid rows: rowCaptures).
+func (s *scope) subScopeRows(gr *Graph, g *fxgraph.Graph, captured []string, rows map[string]bool) (*scope, error) {
 	if s.depth > 32 {
 		return nil, fmt.Errorf("onnx: subgraph %q nested too deep", gr.Name)
 	}
@@ -213,7 +219,7 @@ func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope
 		if isStructured(s.env[name]) {
 			return nil, fmt.Errorf("%w: %w (%q in subgraph %q)", ErrUnsupported, errStructured, name, gr.Name)
 		}
-		if b, ok := s.boundOf(s.env[name]); ok {
+		if b, ok := s.boundOf(s.env[name]); ok && !rows[name] {
 			return nil, Unsupported("subgraph %q uses %q, the data-dependent result of %s (padded, with a count): not supported inside subgraphs", gr.Name, name, b.op)
 		}
 		inner.env[name] = g.AddPlaceholder(sanitize(name), Meta(s.env[name]))
@@ -243,162 +249,258 @@ func (s *scope) subScope(gr *Graph, g *fxgraph.Graph, captured []string) (*scope
 // as a buffer of that many slices, the body writing its value at slice i,
 // and the loop also stops at the bound. The scan outputs are then bounded
 // values (docs/DATA-DEPENDENT.md) along their first axis, counted by the
-// iterations run.
+// iterations run. A loop-carried value that starts empty and that the body
+// only grows by one row (see growingStates) is carried the same way, and
+// a bounded value the body reads only at row i (see rowCaptures) is
+// captured padded.
 func convertWhileLoop(c *Ctx, body *Graph, nState int) error {
-	return convertWhileLoopScan(c, body, nState, 0, 0)
+	w := whileSpec{body: body, nState: nState}
+	grown, err := growingStates(c, body, nState)
+	if err != nil {
+		return err
+	}
+	if grown != nil {
+		if w.bound, err = tripBound(c); err != nil {
+			return err
+		}
+		w.grown = grown
+	}
+	return convertWhileLoopScan(c, w)
 }
 
-// convertWhileLoopScan is convertWhileLoop with nScan scan outputs of at
-// most bound slices each.
-func convertWhileLoopScan(c *Ctx, body *Graph, nState, nScan int, bound int64) error {
-	scalar := func(i int, dt tensor.DType, def *tensor.Tensor) (*fxgraph.Node, error) {
-		if !c.HasInput(i) {
-			return c.Constant("loop_default", def), nil
-		}
-		v, err := c.Input(i)
-		if err != nil {
-			return nil, err
-		}
-		if m := Meta(v); m.DType != dt || m.Shape.IsStatic() && tensorElems(m) != 1 {
-			return nil, fmt.Errorf("Loop: input %d is %s, want %s with one element", i, m, dt)
-		}
-		return c.Emit(fxgraph.AtenView, v, ints(nil))
-	}
-	trip, err := scalar(0, tensor.Int64, tensor.FromInt64s([]int64{math.MaxInt64}, []int64{}...))
+// whileSpec describes the while_loop a Loop becomes: its body, numbers of
+// loop-carried values and scan outputs, the static bound of its trip count
+// (for scan outputs and grown values) and, per loop-carried value, the
+// body value that grows it by one row ("" for a value carried as is).
+type whileSpec struct {
+	body          *Graph
+	nState, nScan int
+	bound         int64
+	grown         []string
+}
+
+// isGrown reports whether loop-carried value j grows by a row per
+// iteration.
+func (w whileSpec) isGrown(j int) bool { return w.grown != nil && w.grown[j] != "" }
+
+// convertWhileLoopScan converts the Loop described by w to a while_loop.
+func convertWhileLoopScan(c *Ctx, w whileSpec) error {
+	captured := c.s.captures(w.body)
+	rows, err := rowCaptures(c, w.body, captured)
 	if err != nil {
 		return err
 	}
-	cond, err := scalar(1, tensor.Bool, tensor.Scalar(tensor.Bool, 1))
+	if len(rows) > 0 && w.bound == 0 {
+		if w.bound, err = tripBound(c); err != nil {
+			return err
+		}
+	}
+	carried, err := whileCarried(c, w, rows)
 	if err != nil {
 		return err
 	}
-	if nScan > 0 {
-		// Also stop at the bound (the buffers' size).
-		if trip, err = c.Emit(fxgraph.AtenMinimum, trip, c.ScalarConst(tensor.Int64, float64(bound))); err != nil {
-			return err
-		}
-	}
-	carried := []*fxgraph.Node{c.ScalarConst(tensor.Int64, 0), cond, trip}
-	for j := range nState {
-		v, err := c.Input(2 + j)
-		if err != nil {
-			return err
-		}
-		carried = append(carried, v)
-	}
-	var scanMetas []fxgraph.TensorMeta
-	if nScan > 0 {
-		if scanMetas, err = c.s.scanOutputMetas(body, nState, carried[3:]); err != nil {
-			return err
-		}
-		for _, m := range scanMetas {
-			dims, _ := m.Shape.Static()
-			buf, err := c.EmitKw(fxgraph.AtenFull, []any{ints(append([]int64{bound}, dims...)), 0.0}, map[string]any{"dtype": m.DType})
-			if err != nil {
-				return err
-			}
-			carried = append(carried, buf)
-		}
-	}
-	captured := c.s.captures(body)
 	extra := make([]*fxgraph.Node, len(captured))
 	for i, name := range captured {
 		extra[i] = c.s.env[name]
 	}
-	addCarried := func(g *fxgraph.Graph) []*fxgraph.Node {
-		ph := make([]*fxgraph.Node, len(carried))
-		for i, v := range carried {
-			ph[i] = g.AddPlaceholder([]string{"iter", "cond", "trip_count"}[min(i, 2)], Meta(v))
-		}
-		return ph
+	condG, err := whileCondGraph(c, carried, captured)
+	if err != nil {
+		return err
 	}
-	// cond_graph: cond && iter < trip_count.
+	bodyG, err := whileBodyGraph(c, w, carried, captured, rows)
+	if err != nil {
+		return err
+	}
+	loop, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("cond_graph", condG), c.Graph().AddSubgraph("body_graph", bodyG), nodes(carried), nodes(extra))
+	if err != nil {
+		return err
+	}
+	return bindWhileOutputs(c, loop, w)
+}
+
+// whileCarried returns the values a Loop's while_loop carries: (iter,
+// cond, trip_count, v..., one [bound, ...] buffer per scan output). A
+// grown value is carried as a [bound, ...] buffer too. With scan outputs
+// or grown values the trip count is also capped at bound (the buffers'
+// size).
+func whileCarried(c *Ctx, w whileSpec, rows map[string]bool) ([]*fxgraph.Node, error) {
+	trip, err := loopScalar(c, 0, tensor.Int64, tensor.FromInt64s([]int64{math.MaxInt64}, []int64{}...))
+	if err != nil {
+		return nil, err
+	}
+	cond, err := loopScalar(c, 1, tensor.Bool, tensor.Scalar(tensor.Bool, 1))
+	if err != nil {
+		return nil, err
+	}
+	if w.bound > 0 {
+		if trip, err = c.Emit(fxgraph.AtenMinimum, trip, c.ScalarConst(tensor.Int64, float64(w.bound))); err != nil {
+			return nil, err
+		}
+	}
+	carried := []*fxgraph.Node{c.ScalarConst(tensor.Int64, 0), cond, trip}
+	for j := range w.nState {
+		v, err := c.Input(2 + j)
+		if err != nil {
+			return nil, err
+		}
+		carried = append(carried, v)
+	}
+	if w.nScan == 0 && w.grown == nil {
+		return carried, nil
+	}
+	scanMetas, grownMetas, err := c.s.bodyRowMetas(w, carried[3:], rows)
+	if err != nil {
+		return nil, err
+	}
+	buffer := func(m fxgraph.TensorMeta) (*fxgraph.Node, error) {
+		dims, _ := m.Shape.Static()
+		return c.EmitKw(fxgraph.AtenFull, []any{ints(append([]int64{w.bound}, dims...)), 0.0}, map[string]any{"dtype": m.DType})
+	}
+	for j, m := range grownMetas {
+		if w.isGrown(j) {
+			if carried[3+j], err = buffer(m); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, m := range scanMetas {
+		buf, err := buffer(m)
+		if err != nil {
+			return nil, err
+		}
+		carried = append(carried, buf)
+	}
+	return carried, nil
+}
+
+// loopScalar returns Loop input i (M or cond) as a scalar of dtype dt, or
+// def where the input is absent.
+func loopScalar(c *Ctx, i int, dt tensor.DType, def *tensor.Tensor) (*fxgraph.Node, error) {
+	if !c.HasInput(i) {
+		return c.Constant("loop_default", def), nil
+	}
+	v, err := c.Input(i)
+	if err != nil {
+		return nil, err
+	}
+	if m := Meta(v); m.DType != dt || m.Shape.IsStatic() && tensorElems(m) != 1 {
+		return nil, fmt.Errorf("Loop: input %d is %s, want %s with one element", i, m, dt)
+	}
+	return c.Emit(fxgraph.AtenView, v, ints(nil))
+}
+
+// addCarriedPlaceholders adds one placeholder of g per carried value.
+func addCarriedPlaceholders(g *fxgraph.Graph, carried []*fxgraph.Node) []*fxgraph.Node {
+	ph := make([]*fxgraph.Node, len(carried))
+	for i, v := range carried {
+		ph[i] = g.AddPlaceholder([]string{"iter", "cond", "trip_count"}[min(i, 2)], Meta(v))
+	}
+	return ph
+}
+
+// whileCondGraph returns the while_loop's cond_graph: cond && iter <
+// trip_count (the captured values are its trailing placeholders).
+func whileCondGraph(c *Ctx, carried []*fxgraph.Node, captured []string) (*fxgraph.Graph, error) {
 	condG := fxgraph.New()
-	ph := addCarried(condG)
+	ph := addCarriedPlaceholders(condG, carried)
 	for _, name := range captured {
 		condG.AddPlaceholder(sanitize(name), Meta(c.s.env[name]))
 	}
 	e := fxgraph.Emitter{Graph: condG, IR: c.s.im.ir}
 	lt, err := e.Emit("", fxgraph.AtenLtTensor, []any{ph[0], ph[2]}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	and, err := e.Emit("", fxgraph.AtenLogicalAnd, []any{ph[1], lt}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	condG.SetOutput(and)
-	// body_graph: the ONNX body, iter + 1, trip_count unchanged.
+	return condG, nil
+}
+
+// whileBodyGraph returns the while_loop's body_graph: the ONNX body, iter +
+// 1, trip_count unchanged, each scan output (and each grown value's new
+// row) written at slice iter of its buffer.
+func whileBodyGraph(c *Ctx, w whileSpec, carried []*fxgraph.Node, captured []string, rows map[string]bool) (*fxgraph.Graph, error) {
 	bodyG := fxgraph.New()
-	ph = addCarried(bodyG)
-	inner, err := c.s.subScope(body, bodyG, captured)
+	ph := addCarriedPlaceholders(bodyG, carried)
+	inner, err := c.s.subScopeRows(w.body, bodyG, captured, rows)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i, in := range body.Inputs { // (iter, cond, v...): trip_count is not the body's
+	for i, in := range w.body.Inputs { // (iter, cond, v...): trip_count is not the body's
 		inner.env[in.Name] = ph[i+min(i/2, 1)]
 	}
-	outs, err := inner.convertBody(body)
+	outs, err := inner.convertBody(w.body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if hasStructured(nodes(outs)) {
-		return Unsupported("Loop with a run-time trip count or condition whose body gives a sequence or optional")
+		return nil, Unsupported("Loop with a run-time trip count or condition whose body gives a sequence or optional")
 	}
-	e = fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
+	e := fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}
 	next, err := e.Emit("", fxgraph.AtenAddTensor, []any{ph[0], bodyG.AddConstant("one", tensor.Scalar(tensor.Int64, 1))}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	keep, err := e.Emit("", fxgraph.AtenView, []any{outs[0], ints(nil)}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	newOuts := append([]*fxgraph.Node{next, keep, ph[2]}, outs[1:1+nState]...)
-	for k := range nScan {
-		upd, err := writeSlice(e, ph[3+nState+k], outs[1+nState+k], ph[0], bound)
+	newOuts := append([]*fxgraph.Node{next, keep, ph[2]}, outs[1:1+w.nState]...)
+	for j := range w.nState {
+		if w.isGrown(j) {
+			if newOuts[3+j], err = writeRow(e, ph[3+j], inner.env[w.grown[j]], ph[0], w.bound); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for k := range w.nScan {
+		upd, err := writeSlice(e, ph[3+w.nState+k], outs[1+w.nState+k], ph[0], w.bound)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		newOuts = append(newOuts, upd)
 	}
 	bodyG.SetOutput(newOuts...)
 	bodyG.EliminateDeadCode()
+	return bodyG, nil
+}
 
-	w, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("cond_graph", condG), c.Graph().AddSubgraph("body_graph", bodyG), nodes(carried), nodes(extra))
-	if err != nil {
-		return err
+// bindWhileOutputs binds the Loop's outputs to the while_loop loop's
+// results: the final loop-carried values, then the scan buffers. Scan
+// buffers and grown values are bounded values counted by the iterations
+// run.
+func bindWhileOutputs(c *Ctx, loop *fxgraph.Node, w whileSpec) error {
+	var iters *fxgraph.Node
+	bounded := func(v *fxgraph.Node) error {
+		if c.s.bounded == nil {
+			return Unsupported("Loop with scan outputs or a grown value and a run-time trip count or condition inside a subgraph (its outputs have a data-dependent size)")
+		}
+		if iters == nil {
+			var err error
+			if iters, err = c.Emit(fxgraph.GetItem, loop, int64(0)); err != nil {
+				return err
+			}
+		}
+		*c.s.bounded = append(*c.s.bounded, boundedValue{value: v, count: iters, axis: 0, op: "Loop"})
+		return nil
 	}
-	for j := range nState {
+	for j := range w.nState + w.nScan {
 		if !c.HasOutput(j) {
 			continue
 		}
-		v, err := c.Emit(fxgraph.GetItem, w, int64(3+j))
+		v, err := c.Emit(fxgraph.GetItem, loop, int64(3+j))
 		if err != nil {
 			return err
 		}
 		c.SetOutput(j, v)
-	}
-	if nScan == 0 {
-		return nil
-	}
-	if c.s.bounded == nil {
-		return Unsupported("Loop with scan outputs and a run-time trip count or condition inside a subgraph (its scan outputs have a data-dependent size)")
-	}
-	iters, err := c.Emit(fxgraph.GetItem, w, int64(0))
-	if err != nil {
-		return err
-	}
-	for k := range nScan {
-		if !c.HasOutput(nState + k) {
-			continue
+		if j >= w.nState || w.isGrown(j) {
+			if err := bounded(v); err != nil {
+				return err
+			}
 		}
-		v, err := c.Emit(fxgraph.GetItem, w, int64(3+nState+k))
-		if err != nil {
-			return err
-		}
-		c.SetOutput(nState+k, v)
-		*c.s.bounded = append(*c.s.bounded, boundedValue{value: v, count: iters, axis: 0, op: "Loop"})
 	}
 	return nil
 }
@@ -427,34 +529,45 @@ func writeSlice(e fxgraph.Emitter, buf, v, i *fxgraph.Node, bound int64) (*fxgra
 	return e.Emit("", fxgraph.AtenWhereSelf, []any{at, row, buf}, nil)
 }
 
-// scanOutputMetas returns the types of the scan outputs of a Loop body
-// (static shapes required), found by converting it once into a scratch
-// graph with placeholders for its inputs.
-func (s *scope) scanOutputMetas(body *Graph, nState int, state []*fxgraph.Node) ([]fxgraph.TensorMeta, error) {
+// bodyRowMetas returns the types of the scan outputs of a Loop body and,
+// per loop-carried value, of the row a grown one is appended (static
+// shapes required), found by converting the body once into a scratch graph
+// with placeholders for its inputs.
+func (s *scope) bodyRowMetas(w whileSpec, state []*fxgraph.Node, rows map[string]bool) (scans, grown []fxgraph.TensorMeta, err error) {
 	g := fxgraph.New()
-	captured := s.captures(body)
-	inner, err := s.subScope(body, g, captured)
+	body := w.body
+	inner, err := s.subScopeRows(body, g, s.captures(body), rows)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	inner.env[body.Inputs[0].Name] = g.AddPlaceholder("iter", fxgraph.TensorMeta{DType: tensor.Int64})
 	inner.env[body.Inputs[1].Name] = g.AddPlaceholder("cond", fxgraph.TensorMeta{DType: tensor.Bool})
-	for j := range nState {
+	for j := range w.nState {
 		inner.env[body.Inputs[2+j].Name] = g.AddPlaceholder("state", Meta(state[j]))
 	}
 	outs, err := inner.convertBody(body)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var metas []fxgraph.TensorMeta
-	for _, o := range outs[1+nState:] {
+	for _, o := range outs[1+w.nState:] {
 		m := Meta(o)
 		if !m.Shape.IsStatic() {
-			return nil, Unsupported("Loop scan output of %s (run-time trip count: static per-iteration shapes only)", m)
+			return nil, nil, Unsupported("Loop scan output of %s (run-time trip count: static per-iteration shapes only)", m)
 		}
-		metas = append(metas, m)
+		scans = append(scans, m)
 	}
-	return metas, nil
+	grown = make([]fxgraph.TensorMeta, w.nState)
+	for j := range w.nState {
+		if !w.isGrown(j) {
+			continue
+		}
+		m := Meta(inner.env[w.grown[j]])
+		if !m.Shape.IsStatic() || m.Rank() == 0 || m.Shape[0].Size != 1 {
+			return nil, nil, Unsupported("Loop value %q grown by %s each iteration (one row of a static shape only)", body.Inputs[2+j].Name, m)
+		}
+		grown[j] = fxgraph.TensorMeta{DType: m.DType, Shape: m.Shape[1:]}
+	}
+	return scans, grown, nil
 }
 
 func tensorElems(m fxgraph.TensorMeta) int64 {
@@ -550,17 +663,7 @@ func convertLoop(c *Ctx, _ *Node) error {
 		return fmt.Errorf("Loop: body %q has %d inputs and %d outputs for %d loop-carried values", body.Name, len(body.Inputs), len(body.Outputs), nState)
 	}
 	if nScan == 0 && (!constInput(c, 0) || !constInput(c, 1)) {
-		for j := range nState {
-			if v, err := c.AnyInput(2 + j); err == nil && isStructured(v) {
-				// A loop-carried sequence or optional must be unrolled:
-				// the trip count and condition must be known.
-				if !constInput(c, 0) {
-					return c.needsValues(0)
-				}
-				return c.needsValues(1)
-			}
-		}
-		return convertWhileLoop(c, body, nState)
+		return convertRunTimeLoop(c, body, nState)
 	}
 	if m, err := c.Input(0); err == nil && !constInput(c, 0) {
 		if _, ok := c.s.upperBound(m); ok {
@@ -568,24 +671,56 @@ func convertLoop(c *Ctx, _ *Node) error {
 		}
 		// Else M's value is needed at compile time (a NeedsValueError below).
 	}
-	trip := int64(-1) // none: run while the condition holds
+	return unrollLoop(c, body, nState, nScan)
+}
+
+// convertRunTimeLoop converts a Loop without scan outputs whose trip count
+// or condition is a run-time value to a while_loop, unless it carries a
+// sequence or optional (which only an unrolled loop can hold: then the
+// trip count and condition must be known at compile time).
+func convertRunTimeLoop(c *Ctx, body *Graph, nState int) error {
+	for j := range nState {
+		if v, err := c.AnyInput(2 + j); err == nil && isStructured(v) {
+			if !constInput(c, 0) {
+				return c.needsValues(0)
+			}
+			return c.needsValues(1)
+		}
+	}
+	return convertWhileLoop(c, body, nState)
+}
+
+// loopStart returns a Loop's trip count (-1 for none: run while the
+// condition holds) and initial condition, both known at compile time.
+func loopStart(c *Ctx) (trip int64, keep bool, err error) {
+	trip, keep = -1, true
 	if c.HasInput(0) {
 		ks, err := c.ConstInts(0)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		if len(ks) != 1 {
-			return fmt.Errorf("Loop: M has %d values, want 1", len(ks))
+			return 0, false, fmt.Errorf("Loop: M has %d values, want 1", len(ks))
 		}
 		trip = ks[0]
 	}
-	keep := true
 	if c.HasInput(1) {
 		t, err := c.ConstValue(1)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		keep = t.NumElements() == 1 && t.Data[0] != 0
+	}
+	return trip, keep, nil
+}
+
+// unrollLoop inlines a Loop's body once per iteration (see convertLoop),
+// falling back to a while_loop when an iteration's condition turns out to
+// be a run-time value.
+func unrollLoop(c *Ctx, body *Graph, nState, nScan int) error {
+	trip, keep, err := loopStart(c)
+	if err != nil {
+		return err
 	}
 	state := make([]*fxgraph.Node, nState)
 	for j := range state {
@@ -631,21 +766,15 @@ func convertLoop(c *Ctx, _ *Node) error {
 // condition is a run-time value to a while_loop, when its trip count has a
 // static upper bound.
 func convertScanLoop(c *Ctx, body *Graph, nState, nScan int) error {
-	if !c.HasInput(0) {
-		return Unsupported("Loop with scan outputs, a run-time condition and no trip count (the scan outputs need a static bound)")
-	}
-	m, err := c.Input(0)
+	bound, err := tripBound(c)
 	if err != nil {
 		return err
 	}
-	bound, ok := c.s.upperBound(m)
-	if !ok {
-		return Unsupported("Loop with scan outputs whose trip count has no static upper bound (a constant, or min(..., constant))")
+	grown, err := growingStates(c, body, nState)
+	if err != nil {
+		return err
 	}
-	if bound < 1 || bound > MaxLoopUnroll*64 {
-		return Unsupported("Loop with scan outputs of at most %d iterations (1 to %d)", bound, MaxLoopUnroll*64)
-	}
-	return convertWhileLoopScan(c, body, nState, nScan, bound)
+	return convertWhileLoopScan(c, whileSpec{body: body, nState: nState, nScan: nScan, bound: bound, grown: grown})
 }
 
 // setUnrolledOutputs binds the outputs of an unrolled Loop or Scan: the

@@ -130,7 +130,10 @@ func TestNonZeroFeedingAnOp(t *testing.T) {
 // its indices and a ReduceMax over the packed boxes. Trim must leave ONNX
 // Runtime's outputs exactly (within float rounding); bounded_sizes
 // (gen_bounded_sizes.py, onnx.helper): Range, Reshape and Pad to sizes
-// built from a selection's run-time shape, and a static size read from it.
+// built from a selection's run-time shape, and a static size read from it;
+// bounded_loop (gen_bounded_loop.py, onnx.helper): a Loop over a
+// selection's run-time count reading its row i, carrying a sum and growing
+// a value by one row per iteration (Mask R-CNN's mask pasting loop).
 func TestPostprocessMatchesORT(t *testing.T) {
 	client := nnPlugin(t)
 	for _, tc := range []struct {
@@ -142,6 +145,7 @@ func TestPostprocessMatchesORT(t *testing.T) {
 		{"nms_postprocess", [][]int64{{1, 64, 4}, {1, 1, 64}}, []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}, 4},
 		{"detect_postprocess", [][]int64{{160, 4}, {160, 4}}, []tensor.DType{tensor.Float32, tensor.Float32, tensor.Int64, tensor.Float32}, 3},
 		{"bounded_sizes", [][]int64{{8, 4}, {8, 2}}, []tensor.DType{tensor.Int64, tensor.Float32, tensor.Float32, tensor.Float32}, 4},
+		{"bounded_loop", [][]int64{{8, 4}, {8, 2}}, []tensor.DType{tensor.Float32, tensor.Float32}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, err := onnx.ImportFile("testdata/" + tc.name + ".onnx")

@@ -87,8 +87,19 @@ func End(span trace.Span, err error) {
 	span.End()
 }
 
+// Off reports whether t records nothing (tracing is not configured: the
+// noop tracer Setup returns), so that the request path can skip making
+// spans, attributes and contexts nobody reads.
+func Off(t trace.Tracer) bool {
+	_, ok := t.(noop.Tracer)
+	return ok
+}
+
 // Phase runs fn inside a child span of ctx named name.
 func Phase(ctx context.Context, t trace.Tracer, name string, fn func(context.Context) error) error {
+	if Off(t) {
+		return fn(ctx)
+	}
 	ctx, span := t.Start(ctx, name)
 	err := fn(ctx)
 	End(span, err)
@@ -107,6 +118,9 @@ type InferSpan struct {
 // StartInfer begins the span "infer" of one backend call for model and
 // version; the call takes the context it returns.
 func StartInfer(ctx context.Context, t trace.Tracer, model string, version int64) (context.Context, *InferSpan) {
+	if Off(t) {
+		return ctx, nil // End is a no-op on nil
+	}
 	start := time.Now()
 	ctx, span := t.Start(ctx, "infer", trace.WithTimestamp(start),
 		trace.WithAttributes(attribute.String("xserve.model", model), attribute.Int64("xserve.version", version)))
@@ -121,10 +135,13 @@ type Times struct {
 	Queue, Compute time.Duration
 }
 
-// End ends the span, recording err, or else, as its children, the queue,
+// End ends the span (nothing for a nil span: tracing is off), recording err, or else, as its children, the queue,
 // batch and execute spans placed from the times: queue from the start of
 // the call, execute at its end, batch from the end of the queue to the end.
 func (s *InferSpan) End(tm Times, err error) {
+	if s == nil {
+		return
+	}
 	end := time.Now()
 	t, span := s.t, s.span
 	if err == nil && span.IsRecording() {

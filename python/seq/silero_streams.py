@@ -13,7 +13,9 @@ config.yaml), chunks.npy float32 [streams, chunks, 512] (noise with two
 stretches of synthetic vowels, different per stream), ref.npy float32 [streams, chunks, 1]
 (the speech probability of each chunk), ref_nostate.npy [1, chunks, 1] (the
 first stream with the state reset at every chunk: what a server that lost
-the state would answer).
+the state would answer), ref_initial.npy [1, chunks, 1] (the first stream
+with its state starting at 0.25 everywhere instead of zeros: config.yaml's
+sequence.state[].initial).
 """
 
 import argparse
@@ -60,7 +62,11 @@ def make_chunks(streams, chunks, seed):
     return out
 
 
-def reference(model, chunks, carry=True):
+# INITIAL is the state's initial value of ref_initial.npy.
+INITIAL = 0.25
+
+
+def reference(model, chunks, carry=True, initial=0.0):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
@@ -68,7 +74,7 @@ def reference(model, chunks, carry=True):
     ref = np.empty((streams, n, 1), np.float32)
     sr = np.array(RATE, np.int64)
     for s in range(streams):
-        state = np.zeros((2, 1, 128), np.float32)
+        state = np.full((2, 1, 128), initial, np.float32)
         for c in range(n):
             out, next_state = sess.run(None, {"input": chunks[s, c][None], "state": state, "sr": sr})
             if carry:
@@ -90,6 +96,7 @@ def main():
     chunks = make_chunks(args.streams, args.chunks, seed=32)
     ref = reference(args.model, chunks)
     np.save(os.path.join(d, "chunks.npy"), chunks)
+    np.save(os.path.join(d, "ref_initial.npy"), reference(args.model, chunks[:1], initial=INITIAL))
     np.save(os.path.join(d, "ref.npy"), ref)
     np.save(os.path.join(d, "ref_nostate.npy"), reference(args.model, chunks[:1], carry=False))
     print(f"silero_streams: {args.streams} streams x {args.chunks} chunks, probabilities {ref.min():.2g} to {ref.max():.2g}, in {d}")

@@ -19,6 +19,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 from triton_env import proto, served_url as _url  # noqa: F401 (proto is a fixture)
@@ -51,7 +52,7 @@ def test_metadata(proto):
     assert not c.is_model_ready("no-such-model")
     meta = _as_dict(kind, c.get_server_metadata())
     assert meta["name"] == "xserve"
-    assert {"model_configuration", "statistics"} <= set(meta["extensions"])
+    assert {"model_configuration", "statistics", "system_shared_memory"} <= set(meta["extensions"])
     model = _as_dict(kind, c.get_model_metadata(MODEL))
     assert model["name"] == MODEL
     assert model["inputs"][0]["name"] == "image"
@@ -159,8 +160,8 @@ def test_errors(proto, batch):
     with pytest.raises(InferenceServerException) as e:
         c.get_model_config("no-such-model")
     with pytest.raises(InferenceServerException) as e:
-        c.register_system_shared_memory("region", "/key", 64)
-    assert "shared memory" in e.value.message()
+        c.register_system_shared_memory("region", "/../etc/passwd", 64)
+    assert "a shared-memory key is one name" in e.value.message()
 
 
 def test_load_uploaded_model(proto, batch):
@@ -179,3 +180,47 @@ def test_load_uploaded_model(proto, batch):
         c.load_model(name, files={"file:../escape.onnx": b"x"})
     c.unload_model(name)  # the other tests see the repository as it was
     assert not c.is_model_ready(name)
+
+
+def test_system_shared_memory(proto, batch):
+    """Triton's system shared-memory extension through tritonclient's own
+    utilities, unchanged: the image is written to one region, the
+    probabilities come back in another, checked against ONNX Runtime."""
+    kind, mod, c = proto
+    image, want = batch
+    c.unregister_system_shared_memory()
+    keys = (f"/xserve_test_in_{kind}", f"/xserve_test_out_{kind}")
+    in_region = shm.create_shared_memory_region(f"in_{kind}", keys[0], image.nbytes)
+    out_size = want.nbytes + 64  # a region larger than the output
+    out_region = shm.create_shared_memory_region(f"out_{kind}", keys[1], out_size)
+    try:
+        shm.set_shared_memory_region(in_region, [image])
+        c.register_system_shared_memory(f"in_{kind}", keys[0], image.nbytes)
+        c.register_system_shared_memory(f"out_{kind}", keys[1], out_size)
+        status = _as_dict(kind, c.get_system_shared_memory_status())
+        regions = status["regions"] if kind == "grpc" else {r["name"]: r for r in status}
+        assert regions[f"in_{kind}"]["key"] == keys[0]
+        assert int(regions[f"out_{kind}"]["byte_size"]) == out_size
+        inp = mod.InferInput("image", list(image.shape), "FP32")
+        inp.set_shared_memory(f"in_{kind}", image.nbytes)
+        out = mod.InferRequestedOutput("probs")
+        out.set_shared_memory(f"out_{kind}", out_size)
+        result = c.infer(MODEL, [inp], outputs=[out])
+        got_out = _as_dict(kind, result.get_output("probs"))
+        assert [int(d) for d in got_out["shape"]] == list(want.shape)
+        got = shm.get_contents_as_numpy(out_region, np.float32, list(want.shape))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        # An output place smaller than the output: a clear error.
+        small = mod.InferRequestedOutput("probs")
+        small.set_shared_memory(f"out_{kind}", want.nbytes - 4)
+        with pytest.raises(InferenceServerException) as e:
+            c.infer(MODEL, [inp], outputs=[small])
+        assert "more than parameters.shared_memory_byte_size" in e.value.message()
+        c.unregister_system_shared_memory(f"in_{kind}")
+        with pytest.raises(InferenceServerException) as e:
+            c.infer(MODEL, [inp], outputs=[out])
+        assert f'region "in_{kind}" is not registered' in e.value.message()
+    finally:
+        c.unregister_system_shared_memory()
+        shm.destroy_shared_memory_region(in_region)
+        shm.destroy_shared_memory_region(out_region)

@@ -53,6 +53,9 @@ class AsyncNatsClient:
         self._nc = nc
         self.prefix = prefix
         self.timeout = timeout
+        # (model, sequence id) -> the subject of the replica holding the
+        # sequence's state (the Xserve-Sequence-Subject of its replies).
+        self._sticky: dict[tuple[str, str], str] = {}
 
     @classmethod
     async def connect(
@@ -116,25 +119,55 @@ class AsyncNatsClient:
         *,
         request_id: str | None = None,
         timeout: float | None = None,
+        sequence_id: int | str | None = None,
+        start: bool = False,
+        end: bool = False,
     ) -> dict[str, np.ndarray]:
-        """Runs model on inputs and returns its outputs by name (see Client.infer)."""
+        """Runs model on inputs and returns its outputs by name (see Client.infer).
+
+        ``sequence_id`` makes the request a step of that sequence of a
+        stateful model (``start`` on its first step, ``end`` on its last):
+        the first step goes to any replica, the later ones to the replica
+        holding the sequence's state, which its replies name. When that
+        replica is gone, the step raises XserveError(410): the state is
+        lost, and the sequence must start again."""
         body, n = encode_request(inputs, outputs, request_id)
         headers = {"Xserve-Protocol": "v2", HEADER_LENGTH: str(n)}
         if version is not None:
             headers["Xserve-Model-Version"] = str(version)
         if request_id is not None:
             headers["X-Request-Id"] = request_id
+        key = (model, str(sequence_id)) if sequence_id is not None else None
         subject = f"{self.prefix}.infer.{model}"
+        sticky = False
+        if key is not None:
+            headers.update({"Xserve-Sequence-Id": key[1], "Xserve-Sequence-Start": str(start).lower(),
+                            "Xserve-Sequence-End": str(end).lower()})
+            if start:
+                self._sticky.pop(key, None)
+            elif key in self._sticky:
+                subject, sticky = self._sticky[key], True
         wait = self.timeout if timeout is None else timeout
         headers["Xserve-Timeout"] = f"{int(wait * 1000)}ms"
         nats = _import_nats()
         try:
             msg = await self._nc.request(subject, body, timeout=wait, headers=headers)
         except nats.errors.NoRespondersError:
+            if key is not None:
+                self._sticky.pop(key, None)
+            if sticky:
+                raise XserveError(410, f"sequence {str(sequence_id)!r} of model {model}: no replica answers on {subject}; "
+                                       "the sequence's state is lost: start it again (start=True)") from None
             raise XserveError(404, f"no replica is subscribed to {subject}") from None
         except nats.errors.TimeoutError:
             raise XserveError(504, f"no reply on {subject} within {wait}s") from None
         h = msg.headers or {}
+        if key is not None:
+            to = h.get("Xserve-Sequence-Subject")
+            if to and not end and "Xserve-Error" not in h:
+                self._sticky[key] = to
+            else:
+                self._sticky.pop(key, None)
         if "Xserve-Error" in h:
             message = error_message(msg.data) or h.get("Xserve-Error-Message", "")
             raise XserveError(int(h["Xserve-Error"]), message)
