@@ -330,18 +330,39 @@ ort-cases: venv $(VENV_ZOO)/.installed
 	$(VENV)/bin/python importer/onnx/testdata/gen_ort_cases.py
 	$(VENV_ZOO)/bin/python importer/onnx/testdata/gen_torch_optim_cases.py
 
-# The scoreboard: xserve (Executable.Run in process) vs ONNX Runtime (1 and 2
-# intra-op threads) vs OpenVINO on testdata/zoo and examples/models, batch
-# 1, 8, 32, interleaved on the same inputs (bench/peers.py; docs/BENCHMARKS.md).
+# The scoreboard: xserve (Manager.Infer in process) vs ONNX Runtime (1 and 2
+# intra-op threads) vs OpenVINO, interleaved on the same inputs
+# (bench/peers.py; docs/BENCHMARKS.md), at full size: the zoo's models as
+# torchvision defines them at 224x224 and BERT-base at sequence 128 and 12
+# (python/zoo/export.py into $(ZOO_DIR), random weights, each exported once),
+# batch 1 and 8. PEERS_MODELS=bert,mobilenet_v3_small restricts it.
+PEERS_BASELINES ?= nosplit
+PEERS_FULL_MODELS := resnet18,resnet50,resnext50_32x4d,alexnet,mobilenet_v2,mobilenet_v3_small,mnasnet1_0,vgg16,squeezenet1_1,vit_b_16,bert
 VENV_BENCH := .venv-bench
 .PHONY: bench-peers
 $(VENV_BENCH)/.installed: python/requirements-bench.txt
 	$(PYTHON) -m venv $(VENV_BENCH)
 	$(VENV_BENCH)/bin/pip install -q -r python/requirements-bench.txt
 	touch $@
-bench-peers: pjrt $(VENV_BENCH)/.installed
+bench-peers: pjrt $(VENV_BENCH)/.installed $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_DIR) --formats onnx --batches 1 --skip-existing \
+		--models $(or $(PEERS_MODELS),$(PEERS_FULL_MODELS))
+	$(GO) build -o bin/bench-runner ./cmd/bench-runner
+	$(VENV_BENCH)/bin/python bench/peers.py --runner bin/bench-runner --zoo $(ZOO_DIR) --seqs 128,12 --batches 1,8 --baselines $(PEERS_BASELINES) \
+		--models $(or $(PEERS_MODELS),$(PEERS_FULL_MODELS))
+# The same on the small fixtures (testdata/zoo) and examples/models at batch
+# 1, 8, 32: quick, but the shapes are not the ones models run at.
+.PHONY: bench-peers-small
+bench-peers-small: pjrt $(VENV_BENCH)/.installed
 	$(GO) build -o bin/bench-runner ./cmd/bench-runner
 	$(VENV_BENCH)/bin/python bench/peers.py --runner bin/bench-runner $(if $(PEERS_MODELS),--models $(PEERS_MODELS))
+# Per-op cases at real models' shapes (bench/make_op_cases.py): xserve's
+# lowering of each op against ONNX Runtime's kernel.
+.PHONY: bench-ops
+bench-ops: pjrt $(VENV_BENCH)/.installed
+	$(VENV_BENCH)/bin/python bench/make_op_cases.py --out .cache/op-cases
+	$(GO) build -o bin/bench-runner ./cmd/bench-runner
+	$(VENV_BENCH)/bin/python bench/peers.py --runner bin/bench-runner --zoo .cache/op-cases --batches 1 --baselines nonorm,xla
 # Quantized-ONNX and com.microsoft operator fixtures (importer/onnx/testdata/
 # quant and quantmodels, committed): single-op graphs and whole models from
 # ONNX Runtime's quantizer and transformer optimizer, with ONNX Runtime's

@@ -40,6 +40,8 @@ BASELINES = {
     "async": ({"XSERVE_CPU_EXECUTION": "async"}, "PJRT's asynchronous CPU execution on its thread pool"),
     "nosplit": ({"XSERVE_SPLIT_BATCHES": "off"}, "every execution whole, never split into shards on idle cores"),
     "split": ({"XSERVE_SPLIT_BATCHES": "always"}, "every execution of several rows split into shards, one per core, unmeasured"),
+    "nonorm": ({"XSERVE_CPU_KERNELS_SKIP": "xserve_softmax_f32,xserve_layernorm_f32"},
+               "the softmax and layer norm kernels off (XLA's own), the other kernels on"),
 }
 
 
@@ -135,6 +137,23 @@ def models(root, zoo="testdata/zoo"):
     return out
 
 
+def with_sequences(cases, seqs):
+    """Replaces each model whose inputs are token sequences ([batch, sequence]
+    integers) by one case per length in seqs, named <model>.s<length>: the
+    fixture's tokens cut to that length, or repeated up to it."""
+    out = []
+    for name, path, ins in cases:
+        tokens = ins and all(v.ndim == 2 and v.dtype.kind in "iu" for v in ins.values())
+        if not seqs or not tokens:
+            out.append((name, path, ins))
+            continue
+        for n in seqs:
+            out.append((f"{name}.s{n}", path,
+                        {k: np.ascontiguousarray(np.resize(v, (v.shape[0], n)) if n > v.shape[1] else v[:, :n])
+                         for k, v in ins.items()}))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runner", required=True)
@@ -144,6 +163,9 @@ def main():
     ap.add_argument("--models", default="", help="comma-separated subset")
     ap.add_argument("--zoo", default="testdata/zoo",
                     help="directory of <model>/model.onnx and b1.in.*.npy (e.g. the full-size zoo: .cache/zoo-full)")
+    ap.add_argument("--seqs", default="",
+                    help="comma-separated sequence lengths to run token-sequence models at (e.g. 128,12); "
+                    "empty: the fixture's own")
     ap.add_argument("--work", default=".cache/bench-peers")
     ap.add_argument("--baselines", default="nosplit,xla",
                     help="xserve baselines to run beside xserve, comma-separated (empty for none): " +
@@ -164,8 +186,9 @@ def main():
     print(f"onnxruntime {ort.__version__}, openvino {ov.__version__}, python {platform.python_version()}", file=sys.stderr)
     rows = []
     wanted = set(filter(None, args.models.split(",")))
-    for name, path, ins in models(".", args.zoo):
-        if wanted and name not in wanted:
+    seqs = [int(x) for x in filter(None, args.seqs.split(","))]
+    for name, path, ins in with_sequences(models(".", args.zoo), seqs):
+        if wanted and name.split(".s")[0] not in wanted:
             continue
         for b in [int(x) for x in args.batches.split(",")]:
             feeds = {k: np.ascontiguousarray(np.repeat(v, b, axis=0)) for k, v in ins.items()}
@@ -226,7 +249,7 @@ def geomeans(rows, names):
             cells = []
             for keep in (lambda m: True, lambda m: m not in TRANSFORMERS, lambda m: m in TRANSFORMERS):
                 r = [p50[n] / min(p50["ort-1t"], p50["ort-2t"]) for name, bb, _, p50, err in rows
-                     if bb == b and not err and keep(name)]
+                     if bb == b and not err and keep(name.split(".s")[0])]
                 cells.append(f"{np.exp(np.mean(np.log(r))):.2f} ({len(r)})" if r else "-")
             print(f"| {b} | {n} / best ORT | " + " | ".join(cells) + " |")
 

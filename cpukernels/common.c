@@ -3,6 +3,8 @@
  */
 #include "common.h"
 
+#include <emmintrin.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -527,9 +529,11 @@ XLA_FFI_Error *exec_entry(XLA_FFI_CallFrame *f, const char *kernel, const kernel
 		dnnl_exec_arg_t args[6];
 		int n = 0;
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ms->m[MEM_SRC]};
-		if (ms->m[MEM_WEI]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->reorder ? ms->m[MEM_WEI_K] : ms->m[MEM_WEI]};
+		if (ms->m[MEM_WEI]) {
+			args[n++] = (dnnl_exec_arg_t){e->wei_arg ? e->wei_arg : DNNL_ARG_WEIGHTS, e->reorder ? ms->m[MEM_WEI_K] : ms->m[MEM_WEI]};
+		}
 		args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, ms->m[MEM_DST]};
-		if (ms->m[MEM_BIAS]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, ms->m[MEM_BIAS]};
+		if (ms->m[MEM_BIAS]) args[n++] = (dnnl_exec_arg_t){e->bias_arg ? e->bias_arg : DNNL_ARG_BIAS, ms->m[MEM_BIAS]};
 		if (ms->m[MEM_SCRATCH]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms->m[MEM_SCRATCH]};
 		/* the residual is the first post-op (epilogue_post_ops) */
 		if (ms->m[MEM_RES]) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, ms->m[MEM_RES]};
@@ -569,4 +573,21 @@ void make_window_dims(window_dims *w, int64_t sp, const int64_t *stride, const i
 		w->lo[j] = pad_lo[j];
 		w->hi[j] = pad_hi[j];
 	}
+}
+
+/* has_nan reports whether any of the n floats at p is NaN: 16 a step with
+ * SSE2 (every x86-64 has it), stopping at the first. */
+int has_nan(const float *p, int64_t n) {
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m128 a = _mm_loadu_ps(p + i), b = _mm_loadu_ps(p + i + 4);
+		__m128 c = _mm_loadu_ps(p + i + 8), d = _mm_loadu_ps(p + i + 12);
+		__m128 u = _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)),
+		    _mm_or_ps(_mm_cmpunord_ps(c, c), _mm_cmpunord_ps(d, d)));
+		if (_mm_movemask_ps(u)) return 1;
+	}
+	for (; i < n; i++) {
+		if (isnan(p[i])) return 1;
+	}
+	return 0;
 }

@@ -102,6 +102,9 @@ int operands_as(XLA_FFI_CallFrame *f, int64_t has_bias, int64_t residual, kernel
  * the handler then returns NULL at once. */
 int metadata_call(XLA_FFI_CallFrame *f);
 
+/* has_nan reports whether any of the n floats at p is NaN. */
+int has_nan(const float *p, int64_t n);
+
 /* is_reference reports whether oneDNN chose a reference (slow) primitive. */
 int is_reference(const_dnnl_primitive_desc_t pd);
 
@@ -128,6 +131,10 @@ typedef struct kernel_entry {
 	dnnl_memory_desc_t md[MEM_COUNT]; /* NULL for memory not used */
 	size_t wei_k_bytes, scratch_bytes;
 	int threads;               /* OpenMP threads it was made for and runs on */
+	/* the oneDNN arguments the weights and bias operands are passed as
+	 * (0: DNNL_ARG_WEIGHTS and DNNL_ARG_BIAS; the layer norm's scale and
+	 * shift otherwise) */
+	int wei_arg, bias_arg;
 	/* nbands > 1: the call runs as these bands instead of prim, one per
 	 * thread (band.c); the entry owns them. */
 	int nbands;

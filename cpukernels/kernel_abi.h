@@ -10,6 +10,9 @@
 #define KERNEL_CONV "xserve_conv_f32"
 #define KERNEL_MATMUL "xserve_matmul_f32"
 #define KERNEL_MAXPOOL "xserve_maxpool_f32"
+#define KERNEL_AVGPOOL "xserve_avgpool_f32"
+#define KERNEL_SOFTMAX "xserve_softmax_f32"
+#define KERNEL_LAYERNORM "xserve_layernorm_f32"
 
 /* The activation attribute's values. */
 enum {
@@ -30,5 +33,8 @@ enum {
 /* xserve_conv_f32: activation, alpha, dilation, groups, has_bias, pad_hi, pad_lo, residual, stride */
 /* xserve_matmul_f32: activation, alpha, has_bias, residual, trans_a, trans_b */
 /* xserve_maxpool_f32: dilation, pad_hi, pad_lo, stride, window */
+/* xserve_avgpool_f32: dilation, exclude_pad, pad_hi, pad_lo, stride, window */
+/* xserve_softmax_f32: log */
+/* xserve_layernorm_f32: eps */
 
 #endif /* XSERVE_CPUKERNELS_KERNEL_ABI_H_ */

@@ -1,6 +1,6 @@
 /*
- * pool.c: the xserve CPU max-pooling kernel, an XLA FFI custom call
- * ("xserve_maxpool_f32") computed by oneDNN.
+ * pool.c: the xserve CPU max- and average-pooling kernels, XLA FFI custom
+ * calls ("xserve_maxpool_f32", "xserve_avgpool_f32") computed by oneDNN.
  *
  * XLA CPU splits a max pooling (reduce_window) into parallel tasks on its
  * thread pool even when it is a few microseconds of work: on the zoo's
@@ -18,8 +18,14 @@
  * Attributes: window, stride, pad_lo, pad_hi, dilation (k each; dilation 1
  * = none). Padding never wins: the window's maximum is over its elements
  * inside x. A window with NaN gives NaN (as PyTorch and XLA's own max do).
+ *
+ * The average pooling takes the same operand, result and attributes, and
+ * exclude_pad: 1 divides each window's sum by the number of its elements
+ * inside x (ONNX count_include_pad 0), 0 by the window's size (the lowering
+ * passes it only where no window reaches past the padding). XLA CPU's
+ * reduce_window sum and divide ran googlenet's 3x3 stride-1 pooling at 4-5x
+ * ONNX Runtime's time (docs/BENCHMARKS.md, "Per-op kernels").
  */
-#include <emmintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,11 +40,13 @@ typedef struct pool_key {
 	int64_t y[2 + MAX_SPATIAL];
 	int64_t window[MAX_SPATIAL], stride[MAX_SPATIAL], pad_lo[MAX_SPATIAL], pad_hi[MAX_SPATIAL],
 	    dilation[MAX_SPATIAL];
+	int64_t avg, exclude_pad; /* the average pooling; dividing by the elements inside x */
 } pool_key;
 
 _Static_assert(sizeof(pool_key) <= KEY_BYTES, "pool_key exceeds KEY_BYTES");
 
 static kernel_cache cache = {.kernel = KERNEL_MAXPOOL, .mu = PTHREAD_MUTEX_INITIALIZER};
+static kernel_cache avg_cache = {.kernel = KERNEL_AVGPOOL, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* build makes the pooling of e->key. */
 static dnnl_status_t build(kernel_entry *e, const void *ctx) {
@@ -60,34 +68,19 @@ static dnnl_status_t build(kernel_entry *e, const void *ctx) {
 	dnnl_primitive_desc_t pd = NULL;
 	if (st == dnnl_success) st = scratchpad_attr(&attr, NULL);
 	if (st == dnnl_success) {
-		st = dnnl_pooling_forward_primitive_desc_create(&pd, eng, dnnl_forward_inference, dnnl_pooling_max,
+		dnnl_alg_kind_t alg = !k->avg ? dnnl_pooling_max
+		    : k->exclude_pad ? dnnl_pooling_avg_exclude_padding : dnnl_pooling_avg_include_padding;
+		st = dnnl_pooling_forward_primitive_desc_create(&pd, eng, dnnl_forward_inference, alg,
 		    e->md[MEM_SRC], e->md[MEM_DST], wd.stride, window, wd.dil, wd.lo, wd.hi, attr);
 	}
 	if (attr) dnnl_primitive_attr_destroy(attr);
 	if (st != dnnl_success) return st;
 	if (kernel_verbose()) {
-		fprintf(stderr, "xserve_maxpool_f32: x [%lld, %lld, %lld, ...] window [%lld, ...]: %s, %d thread(s)\n",
-		    (long long)k->x[0], (long long)k->x[1], (long long)k->x[2], (long long)k->window[0], impl_name(pd),
+		fprintf(stderr, "%s: x [%lld, %lld, %lld, ...] window [%lld, ...]: %s, %d thread(s)\n",
+		    k->avg ? KERNEL_AVGPOOL : KERNEL_MAXPOOL, (long long)k->x[0], (long long)k->x[1], (long long)k->x[2], (long long)k->window[0], impl_name(pd),
 		    e->threads);
 	}
 	return finish_entry(e, pd);
-}
-
-/* has_nan reports whether any of the n floats at p is NaN: 16 a step with
- * SSE2 (every x86-64 has it), stopping at the first. */
-static int has_nan(const float *p, int64_t n) {
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m128 a = _mm_loadu_ps(p + i), b = _mm_loadu_ps(p + i + 4);
-		__m128 c = _mm_loadu_ps(p + i + 8), d = _mm_loadu_ps(p + i + 12);
-		__m128 u = _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)),
-		    _mm_or_ps(_mm_cmpunord_ps(c, c), _mm_cmpunord_ps(d, d)));
-		if (_mm_movemask_ps(u)) return 1;
-	}
-	for (; i < n; i++) {
-		if (isnan(p[i])) return 1;
-	}
-	return 0;
 }
 
 /* nan_windows sets to NaN each result whose window holds a NaN of x (oneDNN's
@@ -148,10 +141,10 @@ static int pool_matches(const pool_key *k, const XLA_FFI_Buffer *x, const XLA_FF
 }
 
 /* pool_run runs entry e (of key k) and marks the windows holding NaN. */
-static XLA_FFI_Error *pool_run(XLA_FFI_CallFrame *f, kernel_entry *e, const pool_key *k, XLA_FFI_Buffer *x,
-    XLA_FFI_Buffer *y) {
-	XLA_FFI_Error *err = run_entry(f, &cache, e, x->data, NULL, y->data, NULL, NULL);
-	if (err == NULL) {
+static XLA_FFI_Error *pool_run(XLA_FFI_CallFrame *f, kernel_cache *c, kernel_entry *e, const pool_key *k,
+    XLA_FFI_Buffer *x, XLA_FFI_Buffer *y) {
+	XLA_FFI_Error *err = run_entry(f, c, e, x->data, NULL, y->data, NULL, NULL);
+	if (err == NULL && !k->avg) {
 		int64_t n = 1;
 		for (int64_t i = 0; i < k->rank; i++) {
 			n *= k->x[i];
@@ -161,8 +154,9 @@ static XLA_FFI_Error *pool_run(XLA_FFI_CallFrame *f, kernel_entry *e, const pool
 	return err;
 }
 
-static XLA_FFI_Error *pool_execute(XLA_FFI_CallFrame *f) {
-	const char *name = cache.kernel;
+static XLA_FFI_Error *pool_execute(XLA_FFI_CallFrame *f, kernel_cache *c) {
+	const char *name = c->kernel;
+	int64_t avg = c == &avg_cache;
 	if (f->args.size != 1 || f->rets.size != 1 || f->args.types[0] != XLA_FFI_ArgType_BUFFER ||
 	    f->rets.types[0] != XLA_FFI_RetType_BUFFER) {
 		return fail(f, name, 3, "want 1 operand and 1 result, buffers; got %lld and %lld", (long long)f->args.size,
@@ -173,9 +167,9 @@ static XLA_FFI_Error *pool_execute(XLA_FFI_CallFrame *f) {
 		return fail(f, name, 3, "operand and result must be float32");
 	}
 	int64_t site = call_site(f);
-	kernel_entry *e = site_entry(&cache, site);
+	kernel_entry *e = site_entry(c, site);
 	if (e != NULL && pool_matches((const pool_key *)e->key, x, y)) {
-		return pool_run(f, e, (const pool_key *)e->key, x, y);
+		return pool_run(f, c, e, (const pool_key *)e->key, x, y);
 	}
 	int64_t rank = x->rank;
 	if (rank < 3 || rank > 2 + MAX_SPATIAL || y->rank != rank) {
@@ -195,6 +189,10 @@ static XLA_FFI_Error *pool_execute(XLA_FFI_CallFrame *f) {
 	    attr_ints(f, "dilation", k->dilation, sp)) {
 		return fail(f, name, 3, "missing or malformed attribute (window, stride, pad_lo, pad_hi, dilation: %lld ints)",
 		    (long long)sp);
+	}
+	k->avg = avg;
+	if (avg && attr_int(f, "exclude_pad", &k->exclude_pad)) {
+		return fail(f, name, 3, "missing or malformed attribute exclude_pad (int)");
 	}
 	if (k->y[0] != k->x[0] || k->y[1] != k->x[1]) {
 		return fail(f, name, 3, "result [%lld, %lld, ...] for operand [%lld, %lld, ...]: batch and channels must match",
@@ -222,8 +220,8 @@ static XLA_FFI_Error *pool_execute(XLA_FFI_CallFrame *f) {
 		work *= (double)k->window[j];
 	}
 	XLA_FFI_Error *err =
-	    kernel_run(f, &cache, keybuf, kernel_threads(work), build, NULL, site, x->data, NULL, y->data, NULL, NULL);
-	if (err == NULL) {
+	    kernel_run(f, c, keybuf, kernel_threads(work), build, NULL, site, x->data, NULL, y->data, NULL, NULL);
+	if (err == NULL && !avg) {
 		int64_t n = 1;
 		for (int64_t i = 0; i < rank; i++) {
 			n *= k->x[i];
@@ -238,5 +236,13 @@ XLA_FFI_Error *xserve_maxpool_f32(XLA_FFI_CallFrame *f) {
 	if (metadata_call(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) {
 		return NULL;
 	}
-	return pool_execute(f);
+	return pool_execute(f, &cache);
+}
+
+/* xserve_avgpool_f32 is the average pooling's FFI handler. */
+XLA_FFI_Error *xserve_avgpool_f32(XLA_FFI_CallFrame *f) {
+	if (metadata_call(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) {
+		return NULL;
+	}
+	return pool_execute(f, &avg_cache);
 }

@@ -70,8 +70,8 @@ type Options struct {
 	// Kernels are the custom-call targets the backend provides beyond
 	// XLA's own: on CPU, those of xserve's kernel library
 	// (pjrt.Client.Kernels), which the CPU platform (lower/cpu) calls for
-	// float32 convolutions, matrix products and max pooling, with their
-	// epilogues fused (fxgraph.Graph.FuseEpilogues).
+	// float32 convolutions, matrix products, pooling, softmax and layer
+	// norm, the products' epilogues fused (fxgraph.Graph.FuseEpilogues).
 	Kernels []string
 	// KeepBatchNorm disables folding inference batch norms into the
 	// preceding convolution's weights (fxgraph.Graph.FoldBatchNorm), which

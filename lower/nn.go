@@ -166,6 +166,12 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	b := &nnB{chain: chain{ctx: ctx}}
 	cdt := nnFloatCompute(dt)
 	x := b.convert(in[0], cdt)
+	// Where the platform computes y, the generic y below is unused (XLA
+	// drops it), and so are mean and rstd unless the graph reads them.
+	platY, err := nnPlatformLayerNorm(ctx, b, x, in, len(ns), cdt, eps)
+	if err != nil {
+		return nil, err
+	}
 	y, mean, rstd := nnNormalize(b, x, xd, nnRange(len(xd)-len(ns), len(xd)), eps)
 	if len(in) > 2 && in[2] != nil {
 		y = b.mul(y, b.bcast(b.convert(in[2], cdt), xd))
@@ -173,9 +179,28 @@ func nnLayerNorm(ctx *Context, n *fxgraph.Node, in []*stablehlo.Value) ([]*stabl
 	if len(in) > 3 && in[3] != nil {
 		y = b.add(y, b.bcast(b.convert(in[3], cdt), xd))
 	}
+	if platY != nil {
+		y = platY
+	}
 	mean = b.convert(b.reshape(mean, statDims), dt)
 	rstd = b.convert(b.reshape(rstd, statDims), dt)
 	return b.out(b.convert(y, dt), mean, rstd)
+}
+
+// nnPlatformLayerNorm is the platform's layer norm (Primitives.LayerNorm)
+// of x over its last dim (normalized is how many trailing dims the op
+// normalizes over) with the op's weight in[2] and bias in[3], or nil where
+// it has none or the op is not of that form.
+func nnPlatformLayerNorm(ctx *Context, b *nnB, x *stablehlo.Value, in []*stablehlo.Value, normalized int, cdt tensor.DType, eps float64) (*stablehlo.Value, error) {
+	ln := ctx.Primitives().LayerNorm
+	if ln == nil || normalized != 1 || len(in) < 4 || in[2] == nil || in[3] == nil || b.err != nil {
+		return nil, nil
+	}
+	scale, shift := b.convert(in[2], cdt), b.convert(in[3], cdt)
+	if b.err != nil {
+		return nil, b.err
+	}
+	return ln(ctx, x, scale, shift, eps)
 }
 
 // nnGroupNorm lowers native_group_norm: x viewed as [N, G, C/G * HxW] is
@@ -228,6 +253,15 @@ func nnSoftmaxRule(logSoftmax bool) Rule {
 		axis, err := fxgraph.NormDim(d, len(dims))
 		if err != nil {
 			return nil, err
+		}
+		if sm := ctx.Primitives().Softmax; sm != nil && axis == len(dims)-1 && b.err == nil {
+			y, err := sm(ctx, x, logSoftmax)
+			if err != nil {
+				return nil, err
+			}
+			if y != nil {
+				return b.out(b.convert(b.reshape(y, outDims), dt))
+			}
 		}
 		keep := nnAllBut(len(dims), int64(axis))
 		m := b.bcastIn(b.reduce(x, ReduceMax, math.Inf(-1), []int64{int64(axis)}), dims, keep)

@@ -63,4 +63,14 @@ type Primitives struct {
 	// MaxPool is the max pooling p of x with padding lo/hi under the
 	// window, giving outDims (values only).
 	MaxPool func(ctx *Context, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) (*stablehlo.Value, error)
+	// AvgPool is the average pooling p of x with padding lo/hi under the
+	// window, giving outDims.
+	AvgPool func(ctx *Context, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) (*stablehlo.Value, error)
+	// Softmax is the softmax of x (the log-softmax when log) along its
+	// last dim, in the compute dtype.
+	Softmax func(ctx *Context, x *stablehlo.Value, log bool) (*stablehlo.Value, error)
+	// LayerNorm is x normalized along its last dim (mean 0, variance 1
+	// with eps added to it), times scale plus shift (each of the last
+	// dim's size), in the compute dtype.
+	LayerNorm func(ctx *Context, x, scale, shift *stablehlo.Value, eps float64) (*stablehlo.Value, error)
 }

@@ -323,6 +323,15 @@ func nnAvgPoolRule(spatial int) Rule {
 		if b.err != nil {
 			return nil, b.err
 		}
+		if pool := ctx.Primitives().AvgPool; pool != nil {
+			y, err := pool(ctx, x, outDims, p, lo, hi)
+			if err != nil {
+				return nil, err
+			}
+			if y != nil {
+				return b.out(b.convert(y, dt))
+			}
+		}
 		fn, err := ctx.ReduceFn(ReduceSum, x.Type().Elem)
 		if err != nil {
 			return nil, err
@@ -336,42 +345,51 @@ func nnAvgPoolRule(spatial int) Rule {
 			y = b.div(y, b.full(y, float64(p.DivisorOverride), outDims))
 			return b.out(b.convert(y, dt))
 		}
-		var div *stablehlo.Value
-		uniform := 1.0
-		for j, a := range axes {
-			f := make([]float64, outs[j])
-			same := true
-			for o := range f {
-				start := int64(o)*p.Stride[j] - p.Padding[j]
-				end := min(start+p.Kernel[j], xd[a]+p.Padding[j])
-				size := end - start
-				if !p.CountIncludePad {
-					size = min(end, xd[a]) - max(start, 0)
-				}
-				f[o] = float64(size)
-				if f[o] != f[0] {
-					same = false
-				}
-			}
-			if same {
-				uniform *= f[0]
-				continue
-			}
-			fv := b.bcastIn(b.consts(y, f, []int64{outs[j]}), outDims, []int64{a})
-			if div == nil {
-				div = fv
-			} else {
-				div = b.mul(div, fv)
-			}
-		}
-		if div == nil {
-			div = b.full(y, uniform, outDims)
-		} else if uniform != 1 {
-			div = nnScaleBy(b, div, uniform)
-		}
+		div := nnAvgDivisor(b, y, xd, outDims, axes, outs, p)
 		y = b.div(y, div)
 		return b.out(b.convert(y, dt))
 	}
+}
+
+// nnAvgDivisor is the divisor of each of an average pooling's window sums
+// y (of outDims, over x's axes of dims xd, outs windows each): the window's
+// size, or with p.CountIncludePad off the number of its elements inside x.
+func nnAvgDivisor(b *nnB, y *stablehlo.Value, xd, outDims, axes, outs []int64, p fxgraph.PoolParams) *stablehlo.Value {
+	var div *stablehlo.Value
+	uniform := 1.0
+	for j, a := range axes {
+		f := make([]float64, outs[j])
+		same := true
+		for o := range f {
+			start := int64(o)*p.Stride[j] - p.Padding[j]
+			end := min(start+p.Kernel[j], xd[a]+p.Padding[j])
+			size := end - start
+			if !p.CountIncludePad {
+				size = min(end, xd[a]) - max(start, 0)
+			}
+			f[o] = float64(size)
+			if f[o] != f[0] {
+				same = false
+			}
+		}
+		if same {
+			uniform *= f[0]
+			continue
+		}
+		fv := b.bcastIn(b.consts(y, f, []int64{outs[j]}), outDims, []int64{a})
+		if div == nil {
+			div = fv
+		} else {
+			div = b.mul(div, fv)
+		}
+	}
+	if div == nil {
+		return b.full(y, uniform, outDims)
+	}
+	if uniform != 1 {
+		return nnScaleBy(b, div, uniform)
+	}
+	return div
 }
 
 // nnAdaptiveAvgPoolRule lowers _adaptive_avg_pool{n}d: PyTorch's windows

@@ -99,6 +99,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -114,7 +115,7 @@ const CPUKernelsFile = "libxserve_cpukernels.so"
 // cpuKernelsABI is the kernel calling convention (targets, operands,
 // attributes) this build's lowering emits: XSERVE_CPU_KERNELS_ABI in
 // cpukernels/kernels.c. A library of another one is refused.
-const cpuKernelsABI = 7
+const cpuKernelsABI = 8
 
 // registeredKernels maps a plugin table and kernel library to what was
 // registered for them: a handler is registered once per process. Guarded
@@ -225,10 +226,24 @@ func loadKernels(api *C.PJRT_Api, file string) (loadedKernels, error) {
 	return k, nil
 }
 
+// EnvCPUKernelsSkip lists, comma-separated, kernel targets Client.Kernels
+// leaves out although the library has them, so that programs compute those
+// ops XLA's way: an A/B switch per kernel (bench/peers.py's baselines).
+const EnvCPUKernelsSkip = "XSERVE_CPU_KERNELS_SKIP"
+
 // Kernels returns the custom-call targets this client's plugin has from
-// xserve's CPU kernel library (empty when none was loaded); pass them to
-// lower.Options.Kernels.
-func (c *Client) Kernels() []string { return append([]string(nil), c.kernels...) }
+// xserve's CPU kernel library (empty when none was loaded), less those
+// $XSERVE_CPU_KERNELS_SKIP names; pass them to lower.Options.Kernels.
+func (c *Client) Kernels() []string {
+	skip := strings.Split(os.Getenv(EnvCPUKernelsSkip), ",")
+	var out []string
+	for _, k := range c.kernels {
+		if !slices.Contains(skip, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
 
 // KernelsFile returns the CPU kernel library loaded, or "".
 func (c *Client) KernelsFile() string { return c.kernelsFile }

@@ -12,7 +12,8 @@ import (
 // TestCPUKernels: a CPU client loads the kernel library `make pjrt`
 // installs next to the plugin and registers its targets; XSERVE_CPU_KERNELS
 // turns it off or names another library, and a library that cannot be
-// loaded fails Open when named explicitly.
+// loaded fails Open when named explicitly; XSERVE_CPU_KERNELS_SKIP hides
+// targets from Kernels.
 func TestCPUKernels(t *testing.T) {
 	c := testClient(t)
 	if !slices.Contains(c.Kernels(), "xserve_conv_f32") {
@@ -43,6 +44,14 @@ func TestCPUKernels(t *testing.T) {
 		defer c2.Close()
 		if !slices.Equal(c2.Kernels(), c.Kernels()) {
 			t.Errorf("Kernels() = %v, want %v", c2.Kernels(), c.Kernels())
+		}
+	})
+	t.Run("skip", func(t *testing.T) {
+		all := c.Kernels()
+		t.Setenv(EnvCPUKernelsSkip, "xserve_matmul_f32,xserve_softmax_f32")
+		want := slices.DeleteFunc(slices.Clone(all), func(k string) bool { return k == "xserve_matmul_f32" || k == "xserve_softmax_f32" })
+		if got := c.Kernels(); !slices.Equal(got, want) || len(want) != len(all)-2 {
+			t.Errorf("with %s: Kernels() = %v, want %v (of %v)", EnvCPUKernelsSkip, got, want, all)
 		}
 	})
 	t.Run("missing", func(t *testing.T) {

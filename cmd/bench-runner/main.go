@@ -187,6 +187,9 @@ func writeRepo(model string, dims map[string]int64, lead string) (string, error)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "m", "1", file), data, 0o644)
 	}
+	if err == nil {
+		err = linkExternalData(model, filepath.Join(dir, "m", "1"))
+	}
 	cfg := "warmup: eager\nbatching:\n  enabled: false\nbuckets:\n"
 	for sym, n := range dims {
 		sizes := strconv.FormatInt(n, 10)
@@ -203,6 +206,36 @@ func writeRepo(model string, dims map[string]int64, lead string) (string, error)
 		return "", err
 	}
 	return dir, nil
+}
+
+// linkExternalData puts the external tensor data torch.onnx.export writes
+// beside a large model (MODEL.data, which the model names by that base
+// name) into the version directory dir, when there is one: a hard link
+// where the file system allows one, else a copy (the importer reads a
+// repository's files without following symbolic links out of it).
+func linkExternalData(model, dir string) error {
+	src := model + ".data"
+	if _, err := os.Stat(src); err != nil {
+		return nil
+	}
+	dst := filepath.Join(dir, filepath.Base(src))
+	if os.Link(src, dst) == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // serve starts a Manager on the repository in dir and checks that its

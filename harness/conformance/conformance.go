@@ -58,6 +58,9 @@ type Result struct {
 	Ops []string
 	// Targets are the IR targets the lowered program used, sorted.
 	Targets []string
+	// CustomCalls are the custom-call targets of the lowered programs (the
+	// platform's kernels), sorted.
+	CustomCalls []string
 	// Detail is the error or mismatch for failed and skipped cases.
 	Detail   string
 	Duration time.Duration
@@ -159,10 +162,7 @@ func (r *Runner) Run(ctx context.Context, c Case) (res Result) {
 			return fail(fmt.Errorf("%s: %w", filepath.Base(set), err))
 		}
 	}
-	for t := range targets {
-		res.Targets = append(res.Targets, t)
-	}
-	sort.Strings(res.Targets)
+	res.Targets, res.CustomCalls = splitTargets(targets)
 	res.Status = Passed
 	if p := RandomCases[c.ID()]; p != "" {
 		res.Detail = "checked by properties (" + p + ")"
@@ -372,6 +372,25 @@ func (r *Runner) runSet(ctx context.Context, m *onnx.Model, g *fxgraph.Graph, op
 	return nil
 }
 
+// customCallKey prefixes the custom-call targets a case's programs used in
+// the set of targets runDevice records (Result.CustomCalls).
+const customCallKey = "custom_call "
+
+// splitTargets returns the IR targets and the custom calls (customCallKey)
+// of the set runDevice records, each sorted.
+func splitTargets(targets map[string]bool) (ir, calls []string) {
+	for t := range targets {
+		if call, ok := strings.CutPrefix(t, customCallKey); ok {
+			calls = append(calls, call)
+		} else {
+			ir = append(ir, t)
+		}
+	}
+	sort.Strings(ir)
+	sort.Strings(calls)
+	return ir, calls
+}
+
 // runDevice specializes, lowers and runs graph g (a whole model, or the
 // device graph of one with host stages) on inputs, recording the targets
 // it lowered.
@@ -392,6 +411,9 @@ func (r *Runner) runDevice(ctx context.Context, g *fxgraph.Graph, inputs []*tens
 	prog, err := r.Lowerer.LowerSpecialized(sg, dims)
 	if err != nil {
 		return nil, nil, err
+	}
+	for call := range prog.Usage.CustomCalls {
+		targets[customCallKey+call] = true
 	}
 	got, err := Execute(ctx, r.Client, prog, inputs)
 	return got, prog, err

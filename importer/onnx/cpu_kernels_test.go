@@ -125,9 +125,51 @@ func TestMatmulKernelMatchesORT(t *testing.T) {
 	runKernelCases(t, cpu.MatmulKernel, matmulKernelCases)
 }
 
+// softmaxKernelCases are the Softmax and LogSoftmax models of testdata/ort
+// (gen_ort_cases.py norm_cases) with ONNX Runtime's outputs.
+var softmaxKernelCases = []string{
+	"softmax_bert_heads_s12", "softmax_batch2_s32", "logsoftmax_classifier", "softmax_attention_scores",
+	"softmax_masked_and_nan_rows", "softmax_axis1_stays_xla",
+}
+
+// layerNormKernelCases are the LayerNormalization models of testdata/ort
+// (gen_ort_cases.py norm_cases) with ONNX Runtime's outputs.
+var layerNormKernelCases = []string{
+	"layernorm_bert_s12", "layernorm_batch2", "layernorm_two_axes_stays_xla", "layernorm_no_bias_stays_xla",
+}
+
+// avgPoolKernelCases are the AveragePool models of testdata/ort
+// (gen_ort_cases.py avgpool_cases) with ONNX Runtime's outputs.
+var avgPoolKernelCases = []string{
+	"avgpool_3x3_s1_exclude_pad", "avgpool_3x3_s1_include_pad", "avgpool_2x2_s2_batch2",
+	"avgpool_3x3_s2_ceil_exclude_pad", "avgpool_1d_k3_s2", "avgpool_ceil_include_pad_stays_xla",
+}
+
+// TestAvgPoolKernelMatchesORT runs AveragePool models through the CPU
+// average-pooling kernel (cpu.AvgPoolKernel) and through XLA's
+// reduce_window, both against ONNX Runtime.
+func TestAvgPoolKernelMatchesORT(t *testing.T) {
+	runKernelCases(t, cpu.AvgPoolKernel, avgPoolKernelCases)
+}
+
+// TestSoftmaxKernelMatchesORT runs Softmax and LogSoftmax models through the
+// CPU softmax kernel (cpu.SoftmaxKernel) and through XLA's reductions, both
+// against ONNX Runtime.
+func TestSoftmaxKernelMatchesORT(t *testing.T) {
+	runKernelCases(t, cpu.SoftmaxKernel, softmaxKernelCases)
+}
+
+// TestLayerNormKernelMatchesORT runs LayerNormalization models through the
+// CPU layer norm kernel (cpu.LayerNormKernel) and through XLA's
+// reductions, both against ONNX Runtime.
+func TestLayerNormKernelMatchesORT(t *testing.T) {
+	runKernelCases(t, cpu.LayerNormKernel, layerNormKernelCases)
+}
+
 // runKernelCases runs cases with the CPU kernels (twice: the second time
 // every call's site is known to the kernels, which then skip reading its
-// attributes) and without them.
+// attributes) and without them. With the kernels, a case's program calls
+// kernel unless the case's name ends in _stays_xla.
 func runKernelCases(t *testing.T, kernel string, cases []string) {
 	client := nnPlugin(t)
 	if !slices.Contains(client.Kernels(), kernel) {
@@ -144,6 +186,9 @@ func runKernelCases(t *testing.T, kernel string, cases []string) {
 					res := r.Run(context.Background(), conformance.Case{Suite: "ort", Name: c, Dir: filepath.Join("testdata", "ort", c)})
 					if res.Status != conformance.Passed {
 						t.Errorf("%s: %s", res.Status, res.Detail)
+					}
+					if want := name != "xla" && !strings.HasSuffix(c, "_stays_xla"); slices.Contains(res.CustomCalls, kernel) != want {
+						t.Errorf("custom calls %v: want %s called %v", res.CustomCalls, kernel, want)
 					}
 				})
 			}

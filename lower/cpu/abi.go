@@ -22,7 +22,25 @@ const (
 	// spatial dims, channels-last, any window, stride, dilation and padding
 	// under the window.
 	PoolKernel = "xserve_maxpool_f32"
+	// AvgPoolKernel is average pooling (cpukernels/pool.c): the max
+	// pooling's operand, result and attributes, and "exclude_pad" (1:
+	// divide by the window's elements inside the input).
+	AvgPoolKernel = "xserve_avgpool_f32"
+	// SoftmaxKernel is the softmax (cpukernels/norm.c): float32 [M, N]
+	// along N, or the log-softmax ("log" 1).
+	SoftmaxKernel = "xserve_softmax_f32"
+	// LayerNormKernel is the layer normalization (cpukernels/norm.c):
+	// float32 [M, N] along N, scaled and shifted by [N] operands, with
+	// "eps".
+	LayerNormKernel = "xserve_layernorm_f32"
 )
+
+// kernels are the targets in the order of cpukernels/kernels.c, with the
+// macro names kernel_abi.h gives them.
+var kernels = []struct{ macro, name string }{
+	{"CONV", ConvKernel}, {"MATMUL", MatmulKernel}, {"MAXPOOL", PoolKernel}, {"AVGPOOL", AvgPoolKernel},
+	{"SOFTMAX", SoftmaxKernel}, {"LAYERNORM", LayerNormKernel},
+}
 
 // activations are the codes of the kernels' "activation" attribute (with
 // "alpha", leaky relu's slope), by fxgraph.Activations name: oneDNN
@@ -43,9 +61,12 @@ var activations = map[string]int64{
 // kernelAttrs are the FFI attributes each kernel reads (all required; the
 // lowering adds "site", see kernelSite).
 var kernelAttrs = map[string][]string{
-	ConvKernel:   {"activation", "alpha", "dilation", "groups", "has_bias", "pad_hi", "pad_lo", "residual", "stride"},
-	MatmulKernel: {"activation", "alpha", "has_bias", "residual", "trans_a", "trans_b"},
-	PoolKernel:   {"dilation", "pad_hi", "pad_lo", "stride", "window"},
+	ConvKernel:      {"activation", "alpha", "dilation", "groups", "has_bias", "pad_hi", "pad_lo", "residual", "stride"},
+	MatmulKernel:    {"activation", "alpha", "has_bias", "residual", "trans_a", "trans_b"},
+	PoolKernel:      {"dilation", "pad_hi", "pad_lo", "stride", "window"},
+	AvgPoolKernel:   {"dilation", "exclude_pad", "pad_hi", "pad_lo", "stride", "window"},
+	SoftmaxKernel:   {"log"},
+	LayerNormKernel: {"eps"},
 }
 
 // activationCode returns the kernels' code of activation act.
@@ -72,7 +93,7 @@ func ABIHeader() string {
 
 /* The custom-call targets. */
 `)
-	for _, t := range []struct{ macro, name string }{{"CONV", ConvKernel}, {"MATMUL", MatmulKernel}, {"MAXPOOL", PoolKernel}} {
+	for _, t := range kernels {
 		fmt.Fprintf(&b, "#define KERNEL_%s %q\n", t.macro, t.name)
 	}
 	b.WriteString("\n/* The activation attribute's values. */\nenum {\n")
@@ -90,8 +111,8 @@ func ABIHeader() string {
 	}
 	fmt.Fprintf(&b, "\tACT_LAST = ACT_%s,\n};\n", strings.ToUpper(names[len(names)-1]))
 	b.WriteString("\n/* The attributes each kernel reads. */\n")
-	for _, t := range []string{ConvKernel, MatmulKernel, PoolKernel} {
-		fmt.Fprintf(&b, "/* %s: %s */\n", t, strings.Join(kernelAttrs[t], ", "))
+	for _, t := range kernels {
+		fmt.Fprintf(&b, "/* %s: %s */\n", t.name, strings.Join(kernelAttrs[t.name], ", "))
 	}
 	b.WriteString("\n#endif /* XSERVE_CPUKERNELS_KERNEL_ABI_H_ */\n")
 	return b.String()

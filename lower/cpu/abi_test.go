@@ -41,6 +41,16 @@ func TestKernelABIHeader(t *testing.T) {
 	}
 }
 
+// macroOf is the kernel_abi.h macro suffix of target.
+func macroOf(target string) string {
+	for _, k := range kernels {
+		if k.name == target {
+			return k.macro
+		}
+	}
+	return "?"
+}
+
 // TestKernelAttributes: each kernel's C source registers its target name
 // and reads exactly the attributes the lowering emits (kernelAttrs), those
 // common.c reads for every kernel with operands beyond two (has_bias,
@@ -61,22 +71,28 @@ func TestKernelAttributes(t *testing.T) {
 	}
 	common := attrsOf("common.c") // has_bias, residual (read_operands), site
 	for _, c := range []struct {
-		file, target string
-		operands     bool // reads has_bias and residual through read_operands
+		file     string
+		targets  []string
+		operands bool // reads has_bias and residual through read_operands
 	}{
-		{"conv.c", ConvKernel, true},
-		{"matmul.c", MatmulKernel, true},
-		{"pool.c", PoolKernel, false},
+		{"conv.c", []string{ConvKernel}, true},
+		{"matmul.c", []string{MatmulKernel}, true},
+		{"pool.c", []string{PoolKernel, AvgPoolKernel}, false},
+		{"norm.c", []string{SoftmaxKernel, LayerNormKernel}, false},
 	} {
-		if table, err := os.ReadFile(filepath.Join(cpukernels, "kernels.c")); err != nil || !regexp.MustCompile(`\{KERNEL_[A-Z]+, `+c.target+`\}`).Match(table) {
-			t.Errorf("kernels.c does not list %s under its KERNEL_ name (%v)", c.target, err)
-		}
 		src, err := os.ReadFile(filepath.Join(cpukernels, c.file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !regexp.MustCompile(`\.kernel = (KERNEL_[A-Z]+|"` + c.target + `")`).Match(src) {
-			t.Errorf("%s does not register kernel %s", c.file, c.target)
+		var want []string
+		for _, target := range c.targets {
+			if table, err := os.ReadFile(filepath.Join(cpukernels, "kernels.c")); err != nil || !regexp.MustCompile(`\{KERNEL_[A-Z]+, `+target+`\}`).Match(table) {
+				t.Errorf("kernels.c does not list %s under its KERNEL_ name (%v)", target, err)
+			}
+			if !regexp.MustCompile(`\.kernel = (KERNEL_` + macroOf(target) + `|"` + target + `")`).Match(src) {
+				t.Errorf("%s does not register kernel %s", c.file, target)
+			}
+			want = append(want, kernelAttrs[target]...)
 		}
 		got := attrsOf(c.file)
 		if c.operands {
@@ -90,7 +106,9 @@ func TestKernelAttributes(t *testing.T) {
 			}
 		}
 		sort.Strings(got)
-		want := slices.Sorted(slices.Values(kernelAttrs[c.target]))
+		slices.Sort(want)
+		want = slices.Compact(want) // attributes two kernels of a file both read
+		got = slices.Compact(got)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s reads attributes %v; the lowering emits %v", c.file, got, want)
 		}

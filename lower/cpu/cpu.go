@@ -5,8 +5,9 @@
 // multiply-adds, small-map convolutions as matrix products), fuses
 // epilogues into convolutions and matrix products (fxgraph's
 // FuseEpilogues) when the kernel library is loaded, and computes float32
-// convolutions, matrix products and max pooling with xserve's CPU kernels
-// (cpukernels/, oneDNN behind XLA FFI custom calls) where they take them.
+// convolutions, matrix products, max and average pooling, softmax and layer
+// norm with xserve's CPU kernels (cpukernels/, oneDNN behind XLA FFI custom
+// calls) where they take them.
 //
 // The kernels' calling convention (targets, attributes, activation codes,
 // layouts) is defined once, here (abi.go); cpukernels/kernel_abi.h is
@@ -21,7 +22,7 @@ import (
 // Platform returns the CPU platform, for lower.New.
 func Platform() *lower.Platform {
 	return &lower.Platform{Name: "cpu", Defaults: defaults, Specialized: specialized, Register: register,
-		CustomCalls: []string{ConvKernel, MatmulKernel, PoolKernel}}
+		CustomCalls: []string{ConvKernel, MatmulKernel, PoolKernel, AvgPoolKernel, SoftmaxKernel, LayerNormKernel}}
 }
 
 func defaults(o *lower.Options) {
@@ -42,5 +43,5 @@ func specialized(g *fxgraph.Graph, o lower.Options) {
 }
 
 func register(r *lower.Registry, o lower.Options) {
-	r.SetPrimitives(lower.Primitives{Dot: dot, Conv: conv, MaxPool: maxPool})
+	r.SetPrimitives(lower.Primitives{Dot: dot, Conv: conv, MaxPool: maxPool, AvgPool: avgPool, Softmax: softmax, LayerNorm: layerNorm})
 }

@@ -333,27 +333,53 @@ func reshape(x *stablehlo.Value, dims []int64) (*stablehlo.Value, error) {
 // like the convolution kernel, so that XLA keeps a CNN channels-last
 // through it.
 func maxPool(ctx *lower.Context, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) (*stablehlo.Value, error) {
-	if !ctx.Options.HasKernel(PoolKernel) || x.Type().Elem != stablehlo.F32 || len(p.Kernel) < 1 || len(p.Kernel) > 3 {
+	return poolKernel(ctx, PoolKernel, x, outDims, p, lo, hi, nil)
+}
+
+// avgPool is the CPU's average pooling: the kernel for float32 where every
+// window overlaps the input and the divisor is one oneDNN has: the
+// window's elements inside the input (count_include_pad off), or the
+// window's size where no window reaches past the padding (ceil mode adds
+// none); else declined.
+func avgPool(ctx *lower.Context, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64) (*stablehlo.Value, error) {
+	if p.DivisorOverride != 0 {
 		return nil, nil
 	}
+	for j := range p.Kernel {
+		if p.CountIncludePad && (hi[j] != p.Padding[j] || lo[j] != p.Padding[j]) {
+			return nil, nil
+		}
+	}
+	return poolKernel(ctx, AvgPoolKernel, x, outDims, p, lo, hi,
+		[]stablehlo.FFIAttr{{Name: "exclude_pad", Int: boolInt(!p.CountIncludePad)}})
+}
+
+// poolKernel calls the pooling kernel target (PoolKernel, AvgPoolKernel)
+// with the window attributes and extra; nil where it is not loaded, x is
+// not float32 of 1 to 3 spatial dims, or a window lies in the padding only.
+func poolKernel(ctx *lower.Context, target string, x *stablehlo.Value, outDims []int64, p fxgraph.PoolParams, lo, hi []int64, extra []stablehlo.FFIAttr) (*stablehlo.Value, error) {
+	if !ctx.Options.HasKernel(target) || x.Type().Elem != stablehlo.F32 || len(p.Kernel) < 1 || len(p.Kernel) > 3 {
+		return nil, nil
+	}
+	dil := dilations(p.Dilation, len(p.Kernel))
 	for j, k := range p.Kernel {
-		ek := max(p.Dilation[j], 1)*(k-1) + 1
+		ek := dil[j]*(k-1) + 1
 		if lo[j] >= ek || hi[j] >= ek {
 			return nil, nil
 		}
 	}
 	cl := channelsLast(len(outDims))
 	call := stablehlo.FFICall{
-		Target:   PoolKernel,
+		Target:   target,
 		Operands: []*stablehlo.Value{x},
 		Results:  []stablehlo.Type{stablehlo.TensorOf(x.Type().Elem, outDims...)},
-		Attrs: []stablehlo.FFIAttr{
-			{Name: "dilation", Ints: dilations(p.Dilation, len(p.Kernel)), Array: true},
+		Attrs: append([]stablehlo.FFIAttr{
+			{Name: "dilation", Ints: dil, Array: true},
 			{Name: "pad_hi", Ints: hi, Array: true},
 			{Name: "pad_lo", Ints: lo, Array: true},
 			{Name: "stride", Ints: p.Stride, Array: true},
 			{Name: "window", Ints: p.Kernel, Array: true},
-		},
+		}, extra...),
 		OperandLayouts: [][]int64{cl},
 		ResultLayouts:  [][]int64{cl},
 	}
@@ -394,4 +420,63 @@ func typesOf(vs []*stablehlo.Value) []stablehlo.Type {
 		ts[i] = v.Type()
 	}
 	return ts
+}
+
+// rows reshapes x to [M, N], N its last dim and M the product of the
+// others; ok is false for a scalar or an empty x.
+func rows(x *stablehlo.Value) (*stablehlo.Value, bool, error) {
+	d := x.Type().Dims
+	if len(d) == 0 || tensor.NumElements(d) == 0 {
+		return nil, false, nil
+	}
+	r, err := reshape(x, []int64{tensor.NumElements(d) / d[len(d)-1], d[len(d)-1]})
+	return r, err == nil, err
+}
+
+// rowKernel calls target on x and the [N] operands extra (x reshaped to
+// [M, N], row-major) with attrs, and gives the result x's dims; nil where
+// the kernel is not loaded or x is not a float32 of elements.
+func rowKernel(ctx *lower.Context, target string, x *stablehlo.Value, extra []*stablehlo.Value, attrs []stablehlo.FFIAttr) (*stablehlo.Value, error) {
+	if !ctx.Options.HasKernel(target) || x.Type().Elem != stablehlo.F32 {
+		return nil, nil
+	}
+	for _, e := range extra {
+		if e.Type().Elem != stablehlo.F32 {
+			return nil, nil
+		}
+	}
+	r, ok, err := rows(x)
+	if !ok {
+		return nil, err
+	}
+	layouts := [][]int64{{1, 0}}
+	for range extra {
+		layouts = append(layouts, []int64{0})
+	}
+	call := stablehlo.FFICall{
+		Target:         target,
+		Operands:       append([]*stablehlo.Value{r}, extra...),
+		Results:        []stablehlo.Type{r.Type()},
+		Attrs:          attrs,
+		OperandLayouts: layouts,
+		ResultLayouts:  [][]int64{{1, 0}},
+	}
+	out, err := r.Block().FFICall(kernelSite(call))
+	if err != nil {
+		return nil, err
+	}
+	return reshape(out[0], x.Type().Dims)
+}
+
+// softmax is the CPU's softmax along the last dim: the kernel for float32
+// (SoftmaxKernel); else declined.
+func softmax(ctx *lower.Context, x *stablehlo.Value, log bool) (*stablehlo.Value, error) {
+	return rowKernel(ctx, SoftmaxKernel, x, nil, []stablehlo.FFIAttr{{Name: "log", Int: boolInt(log)}})
+}
+
+// layerNorm is the CPU's layer normalization along the last dim: the
+// kernel for float32 (LayerNormKernel); else declined.
+func layerNorm(ctx *lower.Context, x, scale, shift *stablehlo.Value, eps float64) (*stablehlo.Value, error) {
+	return rowKernel(ctx, LayerNormKernel, x, []*stablehlo.Value{scale, shift},
+		[]stablehlo.FFIAttr{{Name: "eps", Float: float32(eps), IsFloat: true}})
 }

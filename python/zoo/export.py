@@ -247,6 +247,8 @@ def main():
     ap.add_argument("--opset", type=int, default=18)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-mb", type=float, default=0, help="fail if OUT is larger than this many MB (0: no limit)")
+    ap.add_argument("--skip-existing", action="store_true",
+                    help="leave a model whose OUT/<model>/manifest.json exists as it is")
     args = ap.parse_args()
     args.formats = [f for f in args.formats.split(",") if f]
     args.batches = [int(b) for b in args.batches.split(",") if b]
@@ -262,6 +264,9 @@ def main():
     log(f"exporting {len(models)} models ({'small' if args.small else 'full'}) to {args.out}: {versions()}")
     failed = []
     for m in models:
+        if args.skip_existing and os.path.exists(os.path.join(args.out, m, "manifest.json")):
+            log(f"{m}: exported already, kept")
+            continue
         t = time.time()
         try:
             export_model(m, args, log)

@@ -211,6 +211,14 @@ def mnasnet1_0(small):
     return _image_spec("mnasnet1_0", m, 64, "alpha 0.15 instead of 1.0, last conv 128 channels instead of 1280", 10)
 
 
+def mobilenet_v3_small(small):
+    if not small:
+        return _image_spec("mobilenet_v3_small", tvm.mobilenet_v3_small(), 224, "torchvision mobilenet_v3_small", 1000)
+    m = tvm.mobilenet_v3_small(width_mult=0.25, num_classes=10)
+    return _image_spec("mobilenet_v3_small", m, 64, "width_mult 0.25: depthwise convolutions, hard-swish, "
+                       "squeeze-excitation", 10)
+
+
 # ---- ViT -------------------------------------------------------------------
 
 def vit_b_16(small):
@@ -344,6 +352,7 @@ BUILDERS = {
     "resnet18": resnet18, "resnet50": resnet50, "resnext50_32x4d": resnext50_32x4d,
     "alexnet": alexnet, "mobilenet_v2": mobilenet_v2, "mnasnet1_0": mnasnet1_0,
     "vgg16": vgg16, "squeezenet1_1": squeezenet1_1, "vit_b_16": vit_b_16, "bert": bert,
+    "mobilenet_v3_small": mobilenet_v3_small,
 }
 
 

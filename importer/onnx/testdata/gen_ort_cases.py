@@ -377,6 +377,79 @@ def pool_cases():
     pool("3d_2x2x2", (1, 3, 6, 7, 8), kernel_shape=[2, 2, 2], strides=[2, 2, 2])
 
 
+def norm_cases():
+    """Softmax, LogSoftmax and LayerNormalization as xserve's CPU softmax and
+    layer norm kernels compute them (lower/cpu SoftmaxKernel,
+    LayerNormKernel: along the last axis): BERT-base's shapes at sequence 12
+    (12 heads, hidden 768), a batch, a classifier's log-softmax, attention
+    scores from a matrix product; and the forms the kernels leave to XLA
+    (softmax along another axis, a layer norm over two axes or without a
+    bias)."""
+    r = np.random.default_rng(19)
+
+    def one(name, op, xs, opset, inits=(), **attrs):
+        x = (r.standard_normal(xs) * 3).astype(np.float32)
+        ins = ["x"] + [nm for nm, _ in inits]
+        init = [numpy_helper.from_array(v, nm) for nm, v in inits]
+        case(name, [helper.make_node(op, ins, ["y"], **attrs)], [tensor_vi("x", F, list(xs))],
+             [helper.make_tensor_value_info("y", F, [f"d{i}" for i in range(len(xs))])], [x], opset=opset, inits=init)
+
+    one("softmax_bert_heads_s12", "Softmax", (1, 12, 12, 12), 13, axis=-1)
+    one("softmax_batch2_s32", "Softmax", (2, 4, 32, 32), 13, axis=-1)
+    one("logsoftmax_classifier", "LogSoftmax", (3, 1000), 13, axis=-1)
+    one("softmax_axis1_stays_xla", "Softmax", (2, 5, 7), 13, axis=1)
+    # A fully masked row (all -inf) and a row holding NaN give NaN rows, as
+    # in ONNX Runtime and XLA (oneDNN alone gives 0 beside the NaN).
+    x = (r.standard_normal((4, 16)) * 3).astype(np.float32)
+    x[0, :] = -np.inf
+    x[1, 5:] = -np.inf
+    x[2, 3] = np.nan
+    case("softmax_masked_and_nan_rows", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [tensor_vi("x", F, [4, 16])],
+         [helper.make_tensor_value_info("y", F, ["d0", "d1"])], [x], opset=13)
+
+    def ln(name, xs, axis=-1, bias=True, eps=1e-5):
+        n = int(np.prod(xs[axis:]))
+        shape = xs[axis:]
+        inits = [("g", (1 + 0.1 * r.standard_normal(shape)).astype(np.float32))]
+        if bias:
+            inits.append(("b", (0.1 * r.standard_normal(shape)).astype(np.float32)))
+        assert n > 0
+        one(name, "LayerNormalization", xs, 17, inits=inits, axis=axis, epsilon=eps)
+
+    ln("layernorm_bert_s12", (1, 12, 768), eps=1e-12)
+    ln("layernorm_batch2", (2, 16, 64))
+    ln("layernorm_two_axes_stays_xla", (2, 4, 6, 8), axis=-2)
+    ln("layernorm_no_bias_stays_xla", (2, 5, 16), bias=False)
+    q = (1, 4, 12, 16)
+    case("softmax_attention_scores",
+         [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), helper.make_node("MatMul", ["q", "kt"], ["s"]),
+          helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])],
+         [tensor_vi(n, F, list(q)) for n in ("q", "k", "v")], [helper.make_tensor_value_info("y", F, ["a", "b", "c", "d"])],
+         [r.standard_normal(q).astype(np.float32) for _ in range(3)], opset=13)
+
+
+def avgpool_cases():
+    """AveragePool as xserve's CPU average-pooling kernel computes it
+    (lower/cpu AvgPoolKernel): googlenet's and inception's 3x3 stride-1
+    pooling with padding excluded from the count, included, ceil mode, a
+    batch, 1-D; and ceil mode with the padding counted, which stays XLA's
+    (a window past the padding divides by fewer than its size)."""
+    r = np.random.default_rng(23)
+
+    def pool(name, xs, opset=19, **attrs):
+        x = r.standard_normal(xs).astype(np.float32)
+        case("avgpool_" + name, [helper.make_node("AveragePool", ["x"], ["y"], **attrs)], [tensor_vi("x", F, list(xs))],
+             [helper.make_tensor_value_info("y", F, [f"d{i}" for i in range(len(xs))])], [x], opset=opset)
+
+    pool("3x3_s1_exclude_pad", (1, 32, 14, 14), kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    pool("3x3_s1_include_pad", (1, 16, 14, 14), kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1)
+    pool("2x2_s2_batch2", (2, 8, 10, 10), kernel_shape=[2, 2], strides=[2, 2])
+    pool("3x3_s2_ceil_exclude_pad", (1, 8, 10, 10), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    pool("1d_k3_s2", (2, 6, 17), kernel_shape=[3], strides=[2], pads=[1, 1])
+    pool("ceil_include_pad_stays_xla", (1, 4, 10, 10), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1,
+         pads=[0, 0, 0, 0])
+
+
 def rnn_cases():
     """RNN, GRU and LSTM with sequence_lens a graph input (a run-time value):
     forward, reverse and bidirectional, with initial states, LSTM's
@@ -448,5 +521,7 @@ if __name__ == "__main__":
     conv_cases()
     matmul_cases()
     pool_cases()
+    norm_cases()
+    avgpool_cases()
     rnn_cases()
     topk_cases()
