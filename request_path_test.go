@@ -21,6 +21,7 @@ import (
 	httpapi "github.com/xserve/xserve/api/http"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/serving"
 )
 
@@ -35,15 +36,7 @@ const maxRequestPackages = 6
 // at most maxRequestPackages, each entered once (no package calls back up
 // into one it came from).
 func TestStructureRequestPath(t *testing.T) {
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "."})
-	if err != nil {
-		t.Fatalf("%v: run make pjrt", err)
-	}
-	client, err := pjrt.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := pjrttest.Open(t, ".", pjrt.OpenOptions{})
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	repo := t.TempDir()

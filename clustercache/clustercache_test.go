@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -335,33 +335,19 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-var (
-	clientOnce sync.Once
-	client     *pjrt.Client
-	clientErr  error
-)
+// plugin is the real XLA CPU plugin's client the tests share.
+var plugin = pjrttest.Shared{RepoRoot: ".."}
 
-// testClient returns a client of the real XLA CPU plugin. A missing plugin
-// fails the test: run `make pjrt`.
+// testClient returns the shared client of the real XLA CPU plugin. A
+// missing plugin fails the test: run `make pjrt`.
 func testClient(t *testing.T) *pjrt.Client {
 	t.Helper()
-	clientOnce.Do(func() {
-		var path string
-		if path, clientErr = pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."}); clientErr == nil {
-			client, clientErr = pjrt.Open(path)
-		}
-	})
-	if clientErr != nil {
-		t.Fatalf("%v\n\nthe cluster cache tests need the real XLA CPU plugin: run `make pjrt` first", clientErr)
-	}
-	return client
+	return plugin.Client(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if client != nil {
-		client.Close()
-	}
+	plugin.Close()
 	os.Exit(code)
 }
 

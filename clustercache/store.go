@@ -17,8 +17,9 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultBucket  = "xserve_compile_cache"
-	DefaultTimeout = 30 * time.Second
+	DefaultBucket     = "xserve_compile_cache"
+	DefaultTimeout    = 30 * time.Second
+	DefaultStartRetry = time.Minute
 )
 
 // Options configure a Store. The zero value of each optional field means its
@@ -41,6 +42,11 @@ type Options struct {
 	TTL time.Duration
 	// Timeout bounds one operation on the bucket; default 30s.
 	Timeout time.Duration
+	// StartRetry is how long Open keeps trying, with backoff, while
+	// JetStream says it is temporarily unavailable (503: a meta leader
+	// election, a cluster without quorum) or does not answer in time;
+	// default 1 minute, negative: one try.
+	StartRetry time.Duration
 	// Logger receives the store's warnings; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -56,6 +62,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.StartRetry == 0 {
+		o.StartRetry = DefaultStartRetry
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -95,12 +104,48 @@ var _ engine.Cache = (*Store)(nil)
 
 // Open creates the bucket (or updates it to opts) and returns the store on
 // it. A user that may not create streams binds to the bucket as it is, when
-// an operator made it.
+// an operator made it. While JetStream is temporarily unavailable it
+// retries, with backoff, for Options.StartRetry (a replica started during
+// a NATS node's restart waits for the cluster instead of failing).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	deadline := time.Now().Add(opts.StartRetry)
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		obs, err := opts.open(ctx)
+		if err == nil {
+			return &Store{obs: obs, nc: opts.JetStream.Conn(), opts: opts}, nil
+		}
+		if !unavailable(err) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return nil, err
+		}
+		opts.Logger.Warn("cluster compile cache: JetStream unavailable; retrying", "bucket", opts.Bucket, "in", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("clustercache: open %s: %w (last error: %w)", opts.Bucket, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// unavailable reports whether a JetStream API error may pass: the API says
+// it is temporarily unavailable (503, other than JetStream not being
+// enabled at all), or nothing answered in time.
+func unavailable(err error) bool {
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		return false
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		return api.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
+// open makes one try at creating or binding the bucket.
+func (opts *Options) open(ctx context.Context) (jetstream.ObjectStore, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	obs, err := opts.JetStream.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
@@ -119,7 +164,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		opts.Logger.Warn("cluster compile cache: cannot update the bucket's configuration; using it as it is", "bucket", opts.Bucket, "error", err)
 		obs = bound
 	}
-	return &Store{obs: obs, nc: opts.JetStream.Conn(), opts: opts}, nil
+	return obs, nil
 }
 
 // Bucket returns the object store's name.

@@ -291,12 +291,29 @@ type cachedTensor struct {
 	Shape  []int64 `json:"shape"`
 	// Perm is lower.Param.Perm: the weight is stored transposed.
 	Perm []int `json:"perm,omitempty"`
+	// Value holds a weight that is not in the model's graph (constant
+	// folding made it while lowering), so that the entry does not need
+	// the lowering that made it.
+	Value *cachedValue `json:"value,omitempty"`
 }
 
-func encodeProgram(p *lower.Program) ([]byte, error) {
+// cachedValue is a weight's value as lowering made it.
+type cachedValue struct {
+	DType string  `json:"dtype"`
+	Shape []int64 `json:"shape"`
+	Data  []byte  `json:"data"`
+}
+
+// encodeProgram encodes p, lowered from graph g, for the StableHLO cache:
+// its weights by name, their values only when g does not hold them.
+func encodeProgram(p *lower.Program, g *fxgraph.Graph) ([]byte, error) {
 	c := cachedProgram{Format: cacheFormat, Dims: p.Dims, Module: string(p.Module)}
 	for _, q := range p.Params {
-		c.Params = append(c.Params, cachedTensor{Name: q.Name, Weight: q.Kind == lower.Weight, DType: q.DType.String(), Shape: q.Shape, Perm: q.Perm})
+		ct := cachedTensor{Name: q.Name, Weight: q.Kind == lower.Weight, DType: q.DType.String(), Shape: q.Shape, Perm: q.Perm}
+		if ct.Weight && q.Value != nil && g.Attrs[q.Name] == nil {
+			ct.Value = &cachedValue{DType: q.Value.DType.String(), Shape: q.Value.Shape, Data: q.Value.Data}
+		}
+		c.Params = append(c.Params, ct)
 	}
 	for _, o := range p.Outputs {
 		c.Outputs = append(c.Outputs, cachedTensor{Name: o.Name, DType: o.DType.String(), Shape: o.Shape})
@@ -304,8 +321,28 @@ func encodeProgram(p *lower.Program) ([]byte, error) {
 	return json.Marshal(c)
 }
 
+// cachedWeight returns the value of weight q of a cached program: its own
+// (a folded weight), else g's.
+func cachedWeight(q cachedTensor, g *fxgraph.Graph) (*tensor.Tensor, error) {
+	if v := q.Value; v != nil {
+		dt, err := tensor.ParseDType(v.DType)
+		if err != nil {
+			return nil, fmt.Errorf("cached program: weight %s: %w", q.Name, err)
+		}
+		if int64(len(v.Data)) != tensor.NumElements(v.Shape)*int64(dt.Size()) {
+			return nil, fmt.Errorf("cached program: weight %s holds %d bytes for %s%s", q.Name, len(v.Data), dt, tensor.ShapeString(v.Shape))
+		}
+		return &tensor.Tensor{DType: dt, Shape: v.Shape, Data: v.Data}, nil
+	}
+	t := g.Attrs[q.Name]
+	if t == nil {
+		return nil, fmt.Errorf("cached program: weight %s is not in the model", q.Name)
+	}
+	return t, nil
+}
+
 // decodeProgram rebuilds a Program from its cache entry, taking the weights'
-// values from g. A weight g does not hold with the recorded dtype (after
+// values from g (a folded weight's from the entry). A weight g does not hold with the recorded dtype (after
 // int64 narrowing) and shape, such as a tensor that constant folding made
 // while lowering, makes the entry unusable.
 func decodeProgram(data []byte, g *fxgraph.Graph) (*lower.Program, error) {
@@ -325,9 +362,9 @@ func decodeProgram(data []byte, g *fxgraph.Graph) (*lower.Program, error) {
 		param := lower.Param{Name: q.Name, Kind: lower.Input, DType: dt, Shape: q.Shape}
 		if q.Weight {
 			param.Kind = lower.Weight
-			t := g.Attrs[q.Name]
-			if t == nil {
-				return nil, fmt.Errorf("cached program: weight %s is not in the model", q.Name)
+			t, err := cachedWeight(q, g)
+			if err != nil {
+				return nil, err
 			}
 			if q.Perm != nil && !isPerm(q.Perm, t.Rank()) {
 				return nil, fmt.Errorf("cached program: weight %s: %v is not a permutation of %s's dims", q.Name, q.Perm, t)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
@@ -16,6 +17,10 @@ type Executable struct {
 	Program *lower.Program
 	exe     *pjrt.Executable
 	client  *pjrt.Client
+	// shares counts the Executables bound to exe (On): the last Close
+	// frees it. closed makes a second Close of this one do nothing.
+	shares *atomic.Int32
+	closed atomic.Bool
 	// args holds the weight buffers at their parameter positions; input
 	// positions are nil and filled per call.
 	args []*pjrt.Buffer
@@ -47,7 +52,16 @@ func paramTypes(prog *lower.Program) []pjrt.Type {
 // bind makes an Executable of exe, compiled from prog (or deserialized from
 // a cache), binding its weight parameters from w. It closes exe on failure.
 func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower.Program, w *Weights) (*Executable, error) {
-	x := &Executable{Program: prog, exe: exe, client: c, args: make([]*pjrt.Buffer, len(prog.Params))}
+	x, err := bindShared(ctx, c, exe, new(atomic.Int32), prog, w)
+	if err != nil {
+		exe.Close()
+	}
+	return x, err
+}
+
+// bindShared binds exe, shared by the Executables that shares counts.
+func bindShared(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, shares *atomic.Int32, prog *lower.Program, w *Weights) (*Executable, error) {
+	x := &Executable{Program: prog, exe: exe, client: c, shares: shares, args: make([]*pjrt.Buffer, len(prog.Params))}
 	for i, p := range prog.Params {
 		if p.Kind != lower.Weight {
 			x.inputs = append(x.inputs, i)
@@ -55,12 +69,23 @@ func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower
 		}
 		b, err := w.Get(ctx, p)
 		if err != nil {
-			exe.Close()
 			return nil, err
 		}
 		x.args[i] = b
 	}
+	shares.Add(1)
 	return x, nil
+}
+
+// On returns x bound to the weights of m, a placement of x's model on
+// another device (Model.On): the same compiled program, neither compiled
+// nor deserialized again; its executions run on m's device. Each is closed
+// on its own; the program is freed with the last.
+func (x *Executable) On(ctx context.Context, m *Model) (*Executable, error) {
+	if x.closed.Load() {
+		return nil, fmt.Errorf("engine: %s is closed", x)
+	}
+	return bindShared(ctx, x.client, x.exe, x.shares, x.Program, m.weights)
 }
 
 // Run executes x once on host inputs (in the order of the program's input
@@ -125,8 +150,14 @@ func (x *Executable) hostArgs(inputs []*tensor.Tensor) ([]*tensor.Tensor, error)
 func (x *Executable) Serialize() ([]byte, error) { return x.exe.Serialize() }
 
 // Close frees the compiled executable (not the weights, which its Model
-// shares). It is safe to call twice.
-func (x *Executable) Close() error { return x.exe.Close() }
+// shares) once every Executable On made of it is closed too. It is safe to
+// call twice.
+func (x *Executable) Close() error {
+	if x.closed.Swap(true) || x.shares.Add(-1) > 0 {
+		return nil
+	}
+	return x.exe.Close()
+}
 
 // String describes the executable, e.g. `engine executable "m" (3 inputs, 1 output)`.
 func (x *Executable) String() string { return "engine " + x.exe.String()[len("pjrt "):] }

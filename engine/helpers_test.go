@@ -3,10 +3,10 @@ package engine
 import (
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 )
 
 // Files the tests run. tinycnn: image float32[batch,3,32,32] -> probs
@@ -17,29 +17,14 @@ const (
 	tinyCNNProbs = "../examples/samples/tinycnn/probs.onnxruntime.npy"
 )
 
-var (
-	clientOnce   sync.Once
-	sharedClient *pjrt.Client
-	clientErr    error
-)
+// plugin is the real XLA CPU plugin's client the tests share.
+var plugin = pjrttest.Shared{RepoRoot: ".."}
 
-// testClient returns a client of the real XLA CPU plugin, shared by the
-// tests. A missing plugin fails the test: run `make pjrt`.
+// testClient returns the client of the real XLA CPU plugin the tests
+// share. A missing plugin fails the test: run `make pjrt`.
 func testClient(t testing.TB) *pjrt.Client {
 	t.Helper()
-	clientOnce.Do(func() {
-		var path string
-		path, clientErr = pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
-		if clientErr != nil {
-			clientErr = fmt.Errorf("%w\n\nthe engine tests need the real XLA CPU plugin: run `make pjrt` first", clientErr)
-			return
-		}
-		sharedClient, clientErr = pjrt.Open(path)
-	})
-	if clientErr != nil {
-		t.Fatal(clientErr)
-	}
-	return sharedClient
+	return plugin.Client(t)
 }
 
 // testEngine returns an engine on the shared client.
@@ -55,11 +40,9 @@ func testEngine(t testing.TB, opts Options) *Engine {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if sharedClient != nil {
-		if err := sharedClient.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "closing the shared client:", err)
-			code = 1
-		}
+	if err := plugin.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "closing the shared client:", err)
+		code = 1
 	}
 	os.Exit(code)
 }

@@ -113,6 +113,23 @@ func (e *Engine) NewModel(g *fxgraph.Graph, o LoadOptions) (*Model, error) {
 	return m, nil
 }
 
+// On returns the model placed on device dev of the client as well: the
+// same graph (imported and optimized once, shared) with a weight store of
+// its own on dev, so that its executables run there. Each placement is
+// closed on its own.
+func (m *Model) On(dev int) (*Model, error) {
+	if n := m.e.client.Devices(); dev < 0 || dev >= n {
+		return nil, fmt.Errorf("engine: no device %d to place the model on (the %s client has %d)", dev, m.e.client.Platform(), n)
+	}
+	g, err := m.liveGraph()
+	if err != nil {
+		return nil, err
+	}
+	r := &Model{e: m.e, host: m.host, src: m.src, hash: m.hash, weights: NewWeightsOn(m.e.client, dev), log: m.log}
+	r.graph.Store(g)
+	return r, nil
+}
+
 // Host returns the model's host stages, nil when it runs whole on the
 // device.
 func (m *Model) Host() *fxgraph.HostSplit { return m.host }
@@ -285,7 +302,11 @@ func (m *Model) lower(dims map[string]int64, key string, b *Build) (*lower.Progr
 		return nil, err
 	}
 	if key != "" {
-		data, err := encodeProgram(prog)
+		var data []byte
+		g, err := m.liveGraph()
+		if err == nil {
+			data, err = encodeProgram(prog, g)
+		}
 		if err == nil {
 			err = m.e.cache.Put(key, data)
 		}

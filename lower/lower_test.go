@@ -10,6 +10,7 @@ import (
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/lower/cpu"
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -17,16 +18,7 @@ const exampleModel = "../examples/models/tinycnn/1/model.onnx"
 
 func openPlugin(t testing.TB) *pjrt.Client {
 	t.Helper()
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
-	if err != nil {
-		t.Fatalf("%v (run `make pjrt`)", err)
-	}
-	c, err := pjrt.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return pjrttest.Open(t, "..", pjrt.OpenOptions{})
 }
 
 // TestWeightsAreParameters checks that the model's weights become program

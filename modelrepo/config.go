@@ -9,7 +9,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -128,9 +127,10 @@ type Config struct {
 	// versions hold no model file.
 	Pipeline *PipelineConfig
 	// Devices places the model on these devices of the server's PJRT
-	// client, by index (its weights uploaded there, its executables run
-	// there); nil means device 0. One device for now: instances of one
-	// model on several devices are not served yet.
+	// client, by index: its weights uploaded to each, one executable per
+	// bucket and device, each execution on the least loaded device
+	// (Triton's instance_group). nil means the server's default (its
+	// --devices, else device 0).
 	Devices []int
 	// Sequence configures the sequences of a stateful model.
 	Sequence SequenceConfig
@@ -553,8 +553,18 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 			c.Buckets[k] = slices.Clone(v)
 		}
 	}
-	strs := raw.Pipeline != nil // a pipeline's tensors may be strings (BYTES)
 	c.Pipeline = raw.Pipeline.convert()
+	raw.convertTensors(p, c)
+	if vp := raw.VersionPolicy; vp != nil {
+		vp.convert(p, &c.VersionPolicy)
+	}
+	raw.Batching.convert(p, &c.Batching)
+	return c
+}
+
+// convertTensors converts inputs: and outputs:.
+func (raw *rawConfig) convertTensors(p *problems, c *Config) {
+	strs := raw.Pipeline != nil // a pipeline's tensors may be strings (BYTES)
 	for i, in := range raw.Inputs {
 		key := fmt.Sprintf("inputs[%d]", i)
 		c.Inputs = append(c.Inputs, InputConfig{
@@ -572,36 +582,39 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 			Dims:  convertDims(p, key, out.Dims),
 		})
 	}
+}
 
-	if vp := raw.VersionPolicy; vp != nil {
-		var modes []string
-		if vp.Latest != nil {
-			modes = append(modes, "latest")
-			if *vp.Latest < 1 {
-				p.add("version_policy.latest", "must be >= 1, got %d", *vp.Latest)
-			}
-			c.VersionPolicy.Latest = *vp.Latest
+// convert converts version_policy:, which must name exactly one mode.
+func (vp *rawVersionPolicy) convert(p *problems, out *VersionPolicy) {
+	var modes []string
+	if vp.Latest != nil {
+		modes = append(modes, "latest")
+		if *vp.Latest < 1 {
+			p.add("version_policy.latest", "must be >= 1, got %d", *vp.Latest)
 		}
-		if vp.Specific != nil {
-			modes = append(modes, "specific")
-			c.VersionPolicy.Specific = slices.Clone(vp.Specific)
-		}
-		if vp.All != nil {
-			modes = append(modes, "all")
-			if !*vp.All {
-				p.add("version_policy.all", "must be true when given (omit version_policy for the default latest: 1)")
-			}
-			c.VersionPolicy.All = *vp.All
-		}
-		switch {
-		case len(modes) == 0:
-			p.add("version_policy", "want exactly one of latest: N, specific: [versions] or all: true, got none")
-		case len(modes) > 1:
-			p.add("version_policy", "want exactly one of latest, specific or all, got %s", strings.Join(modes, " and "))
-		}
+		out.Latest = *vp.Latest
 	}
+	if vp.Specific != nil {
+		modes = append(modes, "specific")
+		out.Specific = slices.Clone(vp.Specific)
+	}
+	if vp.All != nil {
+		modes = append(modes, "all")
+		if !*vp.All {
+			p.add("version_policy.all", "must be true when given (omit version_policy for the default latest: 1)")
+		}
+		out.All = *vp.All
+	}
+	switch {
+	case len(modes) == 0:
+		p.add("version_policy", "want exactly one of latest: N, specific: [versions] or all: true, got none")
+	case len(modes) > 1:
+		p.add("version_policy", "want exactly one of latest, specific or all, got %s", strings.Join(modes, " and "))
+	}
+}
 
-	b, rb := &c.Batching, raw.Batching
+// convert converts batching:.
+func (rb rawBatching) convert(p *problems, b *BatchingConfig) {
 	if rb.Enabled != nil {
 		b.Enabled = *rb.Enabled
 	}
@@ -632,7 +645,6 @@ func (raw *rawConfig) convert(p *problems, dirName string) *Config {
 		}
 		b.PriorityLevels = *rb.PriorityLevels
 	}
-	return c
 }
 
 // convertDType parses a dtype; strings (string or bytes) only where strs
@@ -731,7 +743,17 @@ func (c *Config) validate(p *problems) {
 	for i, out := range c.Outputs {
 		validateTensor(p, "outputs", i, out.Name, out.Dims, seen)
 	}
+	c.validateSymbols(p)
+	c.VersionPolicy.validate(p)
+	if c.Generate != nil {
+		c.Generate.validate(p)
+	}
+	c.validateBatching(p)
+}
 
+// validateSymbols checks the symbols pad:, batch_symbol: and buckets: name,
+// and the bucket sizes.
+func (c *Config) validateSymbols(p *problems) {
 	for _, s := range slices.Sorted(maps.Keys(c.Pad)) {
 		if !isIdent(s) {
 			p.add("pad."+s, "symbol %q is not an identifier (a letter or _ then letters, digits or _)", s)
@@ -740,12 +762,7 @@ func (c *Config) validate(p *problems) {
 	if c.BatchSymbol != "" && !isIdent(c.BatchSymbol) {
 		p.add("batch_symbol", "%q is not an identifier (a letter or _ then letters, digits or _)", c.BatchSymbol)
 	}
-	syms := make([]string, 0, len(c.Buckets))
-	for s := range c.Buckets {
-		syms = append(syms, s)
-	}
-	sort.Strings(syms)
-	for _, s := range syms {
+	for _, s := range slices.Sorted(maps.Keys(c.Buckets)) {
 		key := "buckets." + s
 		if !isIdent(s) {
 			p.add(key, "bucket symbol %q is not an identifier (a letter or _ then letters, digits or _)", s)
@@ -762,8 +779,10 @@ func (c *Config) validate(p *problems) {
 			}
 		}
 	}
+}
 
-	vp := c.VersionPolicy
+// validate checks version_policy: one mode, and its values.
+func (vp VersionPolicy) validate(p *problems) {
 	modes := 0
 	if vp.Latest != 0 {
 		modes++
@@ -780,25 +799,26 @@ func (c *Config) validate(p *problems) {
 	if vp.Latest < 0 {
 		p.add("version_policy.latest", "must be >= 1, got %d", vp.Latest)
 	}
-	if vp.Specific != nil {
-		if len(vp.Specific) == 0 {
-			p.add("version_policy.specific", "needs at least one version")
+	if vp.Specific == nil {
+		return
+	}
+	if len(vp.Specific) == 0 {
+		p.add("version_policy.specific", "needs at least one version")
+	}
+	for i, v := range vp.Specific {
+		if v < 1 {
+			p.add("version_policy.specific", "versions must be positive, got %d", v)
+			break
 		}
-		for i, v := range vp.Specific {
-			if v < 1 {
-				p.add("version_policy.specific", "versions must be positive, got %d", v)
-				break
-			}
-			if slices.Contains(vp.Specific[:i], v) {
-				p.add("version_policy.specific", "version %d is listed twice", v)
-				break
-			}
+		if slices.Contains(vp.Specific[:i], v) {
+			p.add("version_policy.specific", "version %d is listed twice", v)
+			break
 		}
 	}
+}
 
-	if c.Generate != nil {
-		c.Generate.validate(p)
-	}
+// validateBatching checks batching:'s limits.
+func (c *Config) validateBatching(p *problems) {
 	b := c.Batching
 	if b.MaxBatchSize < 0 {
 		p.add("batching.max_batch_size", "must be >= 1, got %d", b.MaxBatchSize)
@@ -834,15 +854,15 @@ func (p VersionPolicy) modes() string {
 	return strings.Join(m, " and ")
 }
 
-// validateDevices checks the devices: indexes, one for now.
+// validateDevices checks the devices: indexes, each once.
 func validateDevices(p *problems, devices []int) {
 	for i, d := range devices {
-		if d < 0 {
+		switch {
+		case d < 0:
 			p.add(fmt.Sprintf("devices[%d]", i), "want a device index >= 0, got %d", d)
+		case slices.Contains(devices[:i], d):
+			p.add(fmt.Sprintf("devices[%d]", i), "device %d is listed twice", d)
 		}
-	}
-	if len(devices) > 1 {
-		p.add("devices", "one device for now (%v given): a model on several devices at once is not served yet", devices)
 	}
 }
 

@@ -50,7 +50,7 @@ pad:
   sequence: false
 batch_symbol: batch
 exact_executables: 8
-devices: [1]
+devices: [1, 0]
 `
 
 func TestParseConfigFull(t *testing.T) {
@@ -86,7 +86,7 @@ func TestParseConfigFull(t *testing.T) {
 		Pad:              map[string]bool{"sequence": false},
 		BatchSymbol:      "batch",
 		ExactExecutables: 8,
-		Devices:          []int{1},
+		Devices:          []int{1, 0},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseConfig:\n got %+v\nwant %+v", got, want)
@@ -214,7 +214,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", "name: tinycnn\ncolour: red\n", "colour", 2, "unknown key (want one of name, platform,"},
 		{"negative device", "name: tinycnn\ndevices: [-1]\n", "devices[0]", 2, "want a device index >= 0, got -1"},
-		{"several devices", "devices: [0, 1]\n", "devices", 1, "one device for now ([0 1] given)"},
+		{"device twice", "devices: [0, 1, 0]\n", "devices[2]", 1, "device 0 is listed twice"},
 		{"device not a number", "devices: [gpu0]\n", "devices[0]", 1, `want an integer, got "gpu0"`},
 		{"unknown nested key", "batching:\n  enabled: true\n  max_delay: 1ms\n", "batching.max_delay", 3, "unknown key (want one of enabled, max_batch_size"},
 		{"unknown key in an input", "inputs:\n  - name: a\n  - name: b\n    shape: [1]\n", "inputs[1].shape", 4, "unknown key"},

@@ -331,59 +331,75 @@ func (sc *scanner) scanModel(name, dir string) (m ModelEntry, ok bool) {
 	m.Config = cfg
 
 	for _, e := range ents {
-		n := e.Name()
-		if strings.HasPrefix(n, ".") {
-			continue
+		if err := sc.scanEntry(&m, dir, e); err != nil {
+			errs = append(errs, err)
 		}
-		p := filepath.Join(dir, n)
-		isDir := e.IsDir()
-		if e.Type()&fs.ModeSymlink != 0 {
-			fi, err := os.Stat(p)
-			isDir = err == nil && fi.IsDir()
-		}
-		if !isDir {
-			if n == ModelFileONNX || n == ModelFilePT2 {
-				errs = append(errs, fmt.Errorf("%w: %s: a model file belongs in a version directory, e.g. %s", ErrLayout, p, filepath.Join(dir, "1", n)))
-			}
-			continue // config.yaml, README, ...
-		}
-		v, err := strconv.ParseInt(n, 10, 64)
-		if err != nil || v < 1 || strconv.FormatInt(v, 10) != n {
-			errs = append(errs, fmt.Errorf("%w: %s: directory %q is not a version number (want a positive integer such as 1)", ErrLayout, dir, n))
-			continue
-		}
-		ve, err := sc.versionEntry(m.Config, v, p)
-		if vanished(p, err) {
-			continue
-		}
-		if err != nil {
-			if m.VersionErrors == nil {
-				m.VersionErrors = map[int64]error{}
-			}
-			m.VersionErrors[v] = err
-			continue
-		}
-		m.Versions = append(m.Versions, ve)
 	}
 	slices.SortFunc(m.Versions, func(a, b VersionEntry) int { return cmp.Compare(a.Version, b.Version) })
 	m.pipelineVersion(dir)
-
-	if m.Config != nil {
-		for _, v := range m.Config.VersionPolicy.Specific {
-			if _, ok := m.Version(v); ok {
-				continue
-			}
-			if _, broken := m.VersionErrors[v]; broken {
-				continue
-			}
-			if m.VersionErrors == nil {
-				m.VersionErrors = map[int64]error{}
-			}
-			m.VersionErrors[v] = fmt.Errorf("%w: model %s: version %d, listed in version_policy.specific, has no directory", ErrNotFound, name, v)
-		}
-	}
+	m.missingSpecific()
 	m.Err = errors.Join(errs...)
 	return m, true
+}
+
+// scanEntry reads one entry of model directory dir into m: a version
+// directory (its entry, or its error in m.VersionErrors); other files are
+// skipped. It returns a layout error of the model.
+func (sc *scanner) scanEntry(m *ModelEntry, dir string, e fs.DirEntry) error {
+	n := e.Name()
+	if strings.HasPrefix(n, ".") {
+		return nil
+	}
+	p := filepath.Join(dir, n)
+	isDir := e.IsDir()
+	if e.Type()&fs.ModeSymlink != 0 {
+		fi, err := os.Stat(p)
+		isDir = err == nil && fi.IsDir()
+	}
+	if !isDir {
+		if n == ModelFileONNX || n == ModelFilePT2 {
+			return fmt.Errorf("%w: %s: a model file belongs in a version directory, e.g. %s", ErrLayout, p, filepath.Join(dir, "1", n))
+		}
+		return nil // config.yaml, README, ...
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || v < 1 || strconv.FormatInt(v, 10) != n {
+		return fmt.Errorf("%w: %s: directory %q is not a version number (want a positive integer such as 1)", ErrLayout, dir, n)
+	}
+	ve, err := sc.versionEntry(m.Config, v, p)
+	switch {
+	case vanished(p, err):
+	case err != nil:
+		m.versionError(v, err)
+	default:
+		m.Versions = append(m.Versions, ve)
+	}
+	return nil
+}
+
+// versionError records the error of version v.
+func (m *ModelEntry) versionError(v int64, err error) {
+	if m.VersionErrors == nil {
+		m.VersionErrors = map[int64]error{}
+	}
+	m.VersionErrors[v] = err
+}
+
+// missingSpecific records an error for each version that
+// version_policy.specific lists and no directory holds.
+func (m *ModelEntry) missingSpecific() {
+	if m.Config == nil {
+		return
+	}
+	for _, v := range m.Config.VersionPolicy.Specific {
+		if _, ok := m.Version(v); ok {
+			continue
+		}
+		if _, broken := m.VersionErrors[v]; broken {
+			continue
+		}
+		m.versionError(v, fmt.Errorf("%w: model %s: version %d, listed in version_policy.specific, has no directory", ErrNotFound, m.Name, v))
+	}
 }
 
 // pipelineVersion makes a pipeline without version directories version 1

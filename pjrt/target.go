@@ -38,3 +38,22 @@ func (c *Client) Target() string {
 	}
 	return fmt.Sprintf("platform=%s plugin=%s plugin_bytes=%d host=%q device_kind=%q", c.platform, c.version, size, hostIdentity(), kind)
 }
+
+// DeviceKind returns the kind of the client's device d (0 ≤ d < Devices()),
+// as its plugin describes it: "cpu", "TPU v5 lite", "NVIDIA H200"…
+func (c *Client) DeviceKind(d int) (string, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.c == nil {
+		return "", fmt.Errorf("pjrt: device %d: client closed", d)
+	}
+	if d < 0 || d >= len(c.devices) {
+		return "", fmt.Errorf("pjrt: no device %d (the %s client has %d)", d, c.platform, len(c.devices))
+	}
+	var k *C.char
+	var n C.size_t
+	if perr := C.xs_device_kind(c.api, c.devices[d], &k, &n); perr != nil {
+		return "", fmt.Errorf("pjrt: device %d: kind: %w", d, pluginError(c.api, perr))
+	}
+	return C.GoStringN(k, C.int(n)), nil
+}

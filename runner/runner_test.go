@@ -12,22 +12,14 @@ import (
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/lower"
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
 )
 
 func openClient(t *testing.T) *pjrt.Client {
 	t.Helper()
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
-	if err != nil {
-		t.Fatalf("no PJRT plugin (run make pjrt): %v", err)
-	}
-	c, err := pjrt.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return pjrttest.Open(t, "..", pjrt.OpenOptions{})
 }
 
 func f32(shape []int64, vals []float64) *tensor.Tensor {

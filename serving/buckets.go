@@ -1,7 +1,9 @@
 package serving
 
 import (
+	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/xserve/xserve/engine"
@@ -30,9 +32,27 @@ type bucket struct {
 	// times (rowsplit.go).
 	strategy engine.Strategy
 
-	mu      sync.Mutex         // guards exe, pending
-	exe     *engine.Executable // nil until compiled
-	pending *compileCall       // the compile in flight, nil when none
+	// exe and pending hold, per placement of the version (version.models),
+	// its executable (nil until compiled) and the compile in flight (nil
+	// when none).
+	mu      sync.Mutex // guards exe, pending
+	exe     []*engine.Executable
+	pending []*compileCall
+}
+
+// closeExecutables closes the bucket's executables on every placement.
+func (b *bucket) closeExecutables(log *slog.Logger) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for p, exe := range b.exe {
+		if exe == nil {
+			continue
+		}
+		if err := exe.Close(); err != nil {
+			log.Warn("close executable", "bucket", b.name, "placement", p, "error", err)
+		}
+		b.exe[p] = nil
+	}
 }
 
 // compileCall is one compile of a bucket that concurrent requests share.
@@ -60,8 +80,9 @@ func (v *version) acquireBucket(exec map[string]int64) *bucket {
 	if v.buckets == nil {
 		v.buckets = map[string]*bucket{} // a freed version: nothing keeps this bucket
 	}
+	n := max(1, len(v.models))
 	b = &bucket{name: name, dims: maps.Clone(exec), modelDims: v.plan.modelDims(exec), exact: !v.plan.isBucket(exec), refs: 1, lastUse: v.useTick,
-		strategy: v.m.engine.NewStrategy(v.m.opts.SplitBatches)}
+		strategy: v.m.engine.NewStrategy(v.m.opts.SplitBatches), exe: make([]*engine.Executable, n), pending: make([]*compileCall, n)}
 	v.buckets[name] = b
 	if b.exact {
 		v.exactCount++
@@ -103,27 +124,21 @@ func (v *version) releaseBucket(b *bucket) {
 	}
 }
 
-// closeBucketAsync closes an evicted bucket's executable once its compile,
-// if any, finished.
+// closeBucketAsync closes an evicted bucket's executables once its
+// compiles, if any, finished.
 func (v *version) closeBucketAsync(b *bucket) {
 	v.compiles.Add(1)
 	go func() {
 		defer v.compiles.Done()
 		b.mu.Lock()
-		c := b.pending
+		pending := slices.Clone(b.pending)
 		b.mu.Unlock()
-		if c != nil {
-			<-c.done
-		}
-		b.mu.Lock()
-		exe := b.exe
-		b.exe = nil
-		b.mu.Unlock()
-		if exe != nil {
-			if err := exe.Close(); err != nil {
-				v.log().Warn("close evicted executable", "bucket", b.name, "error", err)
+		for _, c := range pending {
+			if c != nil {
+				<-c.done
 			}
 		}
+		b.closeExecutables(v.log())
 	}()
 }
 

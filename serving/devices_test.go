@@ -1,10 +1,15 @@
 package serving
 
 import (
+	"fmt"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -14,15 +19,7 @@ import (
 // as the plugin reports, its answers ONNX Runtime's), and with devices: [2]
 // not at all, its reason naming the device.
 func TestModelsPlacedOnDevices(t *testing.T) {
-	path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := pjrt.OpenWith(path, pjrt.OpenOptions{CPUDevices: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := twoDeviceClient(t)
 	r := newRepo(t)
 	for _, name := range []string{"first", "second", "third"} {
 		r.add(name, 1, tinyCNN)
@@ -45,4 +42,111 @@ func TestModelsPlacedOnDevices(t *testing.T) {
 	if st, reason := state(m, "third", 1); st != StateUnavailable || !strings.Contains(reason, "no device 2 to place the model on (the cpu client has 2)") {
 		t.Errorf("third (devices: [2] of 2): %s %q", st, reason)
 	}
+}
+
+// TestModelOnEveryDevice serves tinycnn on both devices of a CPU client
+// with two host devices (Options.Devices [0 1], as --devices all): every
+// answer is ONNX Runtime's, each device's placement has its weights there,
+// and xserve_device_executions_total counts executions on both devices,
+// sequential requests alternating, with one compile per bucket.
+// xserve_device_memory_bytes shows the weights on each device.
+func TestModelOnEveryDevice(t *testing.T) {
+	client := twoDeviceClient(t)
+	r := newRepo(t)
+	r.add("tinycnn", 1, tinyCNN)
+	m, _ := start(t, r, func(o *Options) { o.Client, o.Devices = client, []int{0, 1} })
+	image, ref := readNpy(t, tinyCNNImage), readNpy(t, tinyCNNProbs)
+	execs := func(dev string) float64 {
+		return metric(t, m, `xserve_device_executions_total{device="`+dev+`"}`)
+	}
+	base0, base1 := execs("0"), execs("1") // the load's pad probe
+	for i := range 4 {
+		resp := infer(t, m, "tinycnn", 1, map[string]*tensor.Tensor{"image": image})
+		assertClose(t, fmt.Sprintf("request %d", i), resp.Outputs[0].Tensor, ref, 1e-5)
+	}
+	if e0, e1 := execs("0")-base0, execs("1")-base1; e0 != 2 || e1 != 2 {
+		t.Errorf("4 sequential requests: executions on device 0: %v, device 1: %v; want 2 and 2", e0, e1)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := infer(t, m, "tinycnn", 1, map[string]*tensor.Tensor{"image": image})
+			assertClose(t, fmt.Sprintf("concurrent request %d", i), resp.Outputs[0].Tensor, ref, 1e-5)
+		}()
+	}
+	wg.Wait()
+	// Batching may join the concurrent requests into fewer executions.
+	if e0, e1 := execs("0")-base0, execs("1")-base1; e0 < 2 || e1 < 2 || e0+e1 < 5 {
+		t.Errorf("after 8 more requests at once: executions on device 0: %v, device 1: %v; want more than 4 in all", e0, e1)
+	}
+	v := versionOf(m, "tinycnn", 1)
+	if len(v.models) != 2 {
+		t.Fatalf("%d placements, want 2", len(v.models))
+	}
+	// One compile per bucket, whatever the devices: the second device's
+	// executable is the first's bound to its weights.
+	compiled := 0.0
+	for _, line := range strings.Split(metricsText(t, m), "\n") {
+		if strings.HasPrefix(line, "xserve_compilations_total{") {
+			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			compiled += f
+		}
+	}
+	v.bmu.Lock()
+	buckets := len(v.buckets)
+	v.bmu.Unlock()
+	if compiled != float64(buckets) {
+		t.Errorf("%v compilations for %d buckets on 2 devices, want one each", compiled, buckets)
+	}
+	for p, pm := range v.models {
+		if pm.Device() != p || pm.Weights().Len() == 0 {
+			t.Fatalf("placement %d: on device %d with %d weights", p, pm.Device(), pm.Weights().Len())
+		}
+		if got := metric(t, m, fmt.Sprintf(`xserve_device_memory_bytes{device="%d"}`, p)); got != float64(pm.Weights().Bytes()) || got == 0 {
+			t.Errorf("xserve_device_memory_bytes{device=%d} = %v, its weights take %d bytes", p, got, pm.Weights().Bytes())
+		}
+	}
+}
+
+// TestDeviceMemoryBudget loads two tinycnn models on both devices under a
+// budget on device 1 that holds one of them: one is READY, the other is
+// refused with a reason naming the device, the sizes and the flag, and
+// the first still answers as ONNX Runtime.
+func TestDeviceMemoryBudget(t *testing.T) {
+	client := twoDeviceClient(t)
+	fi, err := os.Stat(tinyCNN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRepo(t)
+	r.add("a", 1, tinyCNN)
+	r.add("b", 1, tinyCNN)
+	r.config("a", "devices: [0, 1]\n")
+	r.config("b", "devices: [0, 1]\n")
+	m, _ := start(t, r, func(o *Options) {
+		o.Client = client
+		o.MemoryBudget = MemoryBudget{Devices: map[int]int64{1: fi.Size() * 3 / 2}}
+	})
+	ready, refused := "a", "b"
+	if st, _ := state(m, "a", 1); st != StateReady {
+		ready, refused = "b", "a"
+	}
+	if st, reason := state(m, ready, 1); st != StateReady {
+		t.Fatalf("%s: %s %q, want one of the two READY", ready, st, reason)
+	}
+	want := fmt.Sprintf("model %s version 1 does not fit on device 1: its model files take %d bytes", refused, fi.Size())
+	if st, reason := state(m, refused, 1); st != StateUnavailable || !strings.Contains(reason, want) || !strings.Contains(reason, "--model-memory-budget") {
+		t.Errorf("%s: %s %q, want UNAVAILABLE: %q", refused, st, reason, want)
+	}
+	image, ref := readNpy(t, tinyCNNImage), readNpy(t, tinyCNNProbs)
+	resp := infer(t, m, ready, 1, map[string]*tensor.Tensor{"image": image})
+	assertClose(t, ready, resp.Outputs[0].Tensor, ref, 1e-5)
+}
+
+// twoDeviceClient opens the CPU plugin with two host devices.
+func twoDeviceClient(t *testing.T) *pjrt.Client {
+	t.Helper()
+	return pjrttest.Open(t, "..", pjrt.OpenOptions{CPUDevices: 2})
 }

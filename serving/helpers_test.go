@@ -16,6 +16,7 @@ import (
 
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/tensor"
 )
 
@@ -30,29 +31,14 @@ const (
 	pairModel    = "testdata/pair.onnx"
 )
 
-var (
-	clientOnce   sync.Once
-	sharedClient *pjrt.Client
-	clientErr    error
-)
+// plugin is the real XLA CPU plugin's client the tests share.
+var plugin = pjrttest.Shared{RepoRoot: ".."}
 
-// testClient returns a client of the real XLA CPU plugin, shared by the
-// tests. A missing plugin fails the test: run `make pjrt`.
+// testClient returns the client of the real XLA CPU plugin the tests
+// share. A missing plugin fails the test: run `make pjrt`.
 func testClient(t testing.TB) *pjrt.Client {
 	t.Helper()
-	clientOnce.Do(func() {
-		var path string
-		path, clientErr = pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: ".."})
-		if clientErr != nil {
-			clientErr = fmt.Errorf("%w\n\nthe serving tests need the real XLA CPU plugin: run `make pjrt` first", clientErr)
-			return
-		}
-		sharedClient, clientErr = pjrt.Open(path)
-	})
-	if clientErr != nil {
-		t.Fatal(clientErr)
-	}
-	return sharedClient
+	return plugin.Client(t)
 }
 
 func TestMain(m *testing.M) {
@@ -60,11 +46,9 @@ func TestMain(m *testing.M) {
 	if sharedCacheDir != "" {
 		os.RemoveAll(sharedCacheDir)
 	}
-	if sharedClient != nil {
-		if err := sharedClient.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "closing the shared client:", err)
-			code = 1
-		}
+	if err := plugin.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "closing the shared client:", err)
+		code = 1
 	}
 	os.Exit(code)
 }

@@ -36,10 +36,10 @@ func ParseLoadPolicy(s string) (LoadPolicy, error) {
 	return "", fmt.Errorf("model load policy %q: want eager or lazy", s)
 }
 
-// MemoryBudget bounds the device memory the models loaded under LoadLazy
-// take, per device: a model's share is the size of its weights on the
-// device (before its first bucket is built, the size of its model files).
-// The zero value is unbounded.
+// MemoryBudget bounds the device memory the loaded models take, per
+// device: a model's share on a device is the size of its weights there
+// (before its first bucket is built, the size of its model files), on each
+// device it is placed on. The zero value is unbounded.
 type MemoryBudget struct {
 	// Bytes is each device's budget; 0 means unbounded.
 	Bytes int64
@@ -66,9 +66,6 @@ func (b MemoryBudget) validate() error {
 	}
 	return nil
 }
-
-// modelDevice is the device a model's weights live on: the client's first.
-const modelDevice = 0
 
 // lazyModel is a model's state under LoadLazy. Guarded by Manager.mu.
 type lazyModel struct {
@@ -266,30 +263,40 @@ func estimateBytes(entry *modelrepo.ModelEntry) int64 {
 	return n
 }
 
-// footprintLocked is the device memory md's loaded versions take: their
-// weights on the device, or their model files' size while that is larger
-// (before the first bucket uploads the weights).
-func (m *Manager) footprintLocked(md *model) int64 {
+// footprintLocked is the device memory md's loaded versions take on
+// device d (version.footprintLocked).
+func (m *Manager) footprintLocked(md *model, d int) int64 {
 	var n int64
 	for _, v := range md.versions {
-		if v.state == StateReady || v.state == StateLoading {
-			n += v.deviceBytes()
-		}
+		n += v.footprintLocked()[d]
 	}
 	return n
 }
 
 // makeRoomLocked unloads the least recently used held models (not keep)
-// until need more bytes fit in the device's budget beside what is held,
-// and returns the channels closed once they are freed. It fails when need
-// alone exceeds the budget.
+// until need more bytes fit in the budget of each device keep is placed
+// on beside what is held there, and returns the channels closed once they
+// are freed. It fails when need alone exceeds a device's budget.
 func (m *Manager) makeRoomLocked(keep *model, need int64) ([]<-chan struct{}, error) {
-	budget := m.opts.MemoryBudget.For(modelDevice)
+	var freed []<-chan struct{}
+	for _, d := range m.devicesFor(keep.lazy.entry.Config) {
+		f, err := m.makeRoomOnLocked(keep, d, need)
+		freed = append(freed, f...)
+		if err != nil {
+			return freed, err
+		}
+	}
+	return freed, nil
+}
+
+// makeRoomOnLocked is makeRoomLocked on device d.
+func (m *Manager) makeRoomOnLocked(keep *model, d int, need int64) ([]<-chan struct{}, error) {
+	budget := m.opts.MemoryBudget.For(d)
 	if budget <= 0 {
 		return nil, nil
 	}
 	if need > budget {
-		return nil, fmt.Errorf("%w: model %s takes %d bytes of device memory (its model files), more than the whole budget of %d bytes (--model-memory-budget)", ErrNotReady, keep.name, need, budget)
+		return nil, fmt.Errorf("%w: model %s takes %d bytes of device memory (its model files), more than the whole budget of %d bytes of device %d (--model-memory-budget)", ErrNotReady, keep.name, need, budget, d)
 	}
 	var held []*model
 	used := need
@@ -297,8 +304,9 @@ func (m *Manager) makeRoomLocked(keep *model, need int64) ([]<-chan struct{}, er
 		if md.lazy == nil || len(m.readyVersionsLocked(md)) == 0 {
 			continue
 		}
-		used += m.footprintLocked(md)
-		if md != keep && md.lazy.loading == nil {
+		n := m.footprintLocked(md, d)
+		used += n
+		if md != keep && md.lazy.loading == nil && n > 0 {
 			held = append(held, md)
 		}
 	}
@@ -308,7 +316,7 @@ func (m *Manager) makeRoomLocked(keep *model, need int64) ([]<-chan struct{}, er
 		if used <= budget {
 			break
 		}
-		n := m.footprintLocked(md)
+		n := m.footprintLocked(md, d)
 		for _, v := range md.versions {
 			if v.state == StateReady {
 				freed = append(freed, m.unloadLocked(v, false))
@@ -316,7 +324,7 @@ func (m *Manager) makeRoomLocked(keep *model, need int64) ([]<-chan struct{}, er
 		}
 		used -= n
 		m.metrics.evictions.With(md.name).Inc()
-		m.log.Info("evicting the least recently used model", "model", md.name, "bytes", n, "for", keep.name, "budget", budget)
+		m.log.Info("evicting the least recently used model", "model", md.name, "device", d, "bytes", n, "for", keep.name, "budget", budget)
 	}
 	return freed, nil
 }
@@ -328,17 +336,32 @@ func (m *Manager) heldChanged() {
 	}
 }
 
-// memoryLocked returns each held model's device memory and their sum.
-func (m *Manager) memoryLocked() (map[string]int64, int64) {
-	per := map[string]int64{}
-	var used int64
+// memoryUse is the device memory the held models take.
+type memoryUse struct {
+	perModel map[string]int64 // as the budget counts it, all devices together
+	used     map[int]int64    // as the budget counts it, per device
+	weights  map[int]int64    // the weights on each device
+}
+
+// memoryLocked returns the device memory the held models take.
+func (m *Manager) memoryLocked() memoryUse {
+	u := memoryUse{perModel: map[string]int64{}, used: map[int]int64{}, weights: map[int]int64{}}
 	for _, md := range m.models {
 		if len(m.readyVersionsLocked(md)) == 0 {
 			continue
 		}
-		n := m.footprintLocked(md)
-		per[md.name] = n
-		used += n
+		for _, v := range md.versions {
+			for d, n := range v.footprintLocked() {
+				u.perModel[md.name] += n
+				u.used[d] += n
+			}
+			if v.state != StateReady {
+				continue
+			}
+			for _, pm := range v.models {
+				u.weights[pm.Device()] += pm.Weights().Bytes()
+			}
+		}
 	}
-	return per, used
+	return u
 }

@@ -91,9 +91,16 @@ type Options struct {
 	// LoadPolicy says when models load (see LoadPolicy); "" means
 	// LoadEager.
 	LoadPolicy LoadPolicy
-	// MemoryBudget bounds, under LoadLazy, the device memory the loaded
-	// models take; the zero value is unbounded.
+	// MemoryBudget bounds the device memory the loaded models take, per
+	// device: under LoadLazy the least recently used models are unloaded
+	// to make room, under LoadEager a load that would not fit is refused;
+	// the zero value is unbounded.
 	MemoryBudget MemoryBudget
+	// Devices places the models whose config.yaml names no devices on
+	// these devices of the client, by index: one placement per device,
+	// each request's execution on the one with the fewest in flight
+	// (Triton's instance_group). nil means device 0.
+	Devices []int
 	// OnHeldChange, when set, is called from a goroutine of its own after
 	// a load on demand or an eviction (LoadLazy) changed which models are
 	// held loaded (natsapi announces them).
@@ -164,6 +171,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("serving: Options.LoadPolicy: %w", err)
 	}
 	if err := o.MemoryBudget.validate(); err != nil {
+		return err
+	}
+	if err := validateDevices(o.Devices); err != nil {
 		return err
 	}
 	return o.validateControl()
@@ -287,9 +297,11 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// loadAll syncs every model of snap, a few at a time.
+// loadAll syncs every model of snap, a few at a time: four, whatever the
+// cores, since a load mostly waits (for the compile cache, local or the
+// cluster's, and for the compile slots that bound the builds' CPU).
 func (m *Manager) loadAll(ctx context.Context, snap *modelrepo.Snapshot) error {
-	sem := make(chan struct{}, max(1, min(4, runtime.GOMAXPROCS(0))))
+	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
 	for i := range snap.Models {
 		e := &snap.Models[i]

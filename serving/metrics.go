@@ -63,6 +63,9 @@ type serverMetrics struct {
 	memory         *metrics.GaugeVec     // model; set at each scrape
 	memoryUsed     *metrics.GaugeVec     // device; set at each scrape
 	memoryBudget   *metrics.GaugeVec     // device
+	// deviceMemory and deviceExecutions are per device of the client.
+	deviceMemory     *metrics.GaugeVec   // device; set at each scrape
+	deviceExecutions *metrics.CounterVec // device
 	// pipelineExecutions is the executions a request of a pipeline makes.
 	pipelineExecutions *metrics.GaugeVec // model, version
 }
@@ -140,7 +143,11 @@ func newServerMetrics() *serverMetrics {
 		memoryUsed: r.NewGaugeVec("xserve_model_memory_used_bytes",
 			"Device memory the loaded models take together, per device (read at each scrape).", "device"),
 		memoryBudget: r.NewGaugeVec("xserve_model_memory_budget_bytes",
-			"The device memory budget of the models loaded on demand (--model-memory-budget), per device; 0 is unbounded.", "device"),
+			"The device memory budget of the loaded models (--model-memory-budget), per device; 0 is unbounded.", "device"),
+		deviceMemory: r.NewGaugeVec("xserve_device_memory_bytes",
+			"Device memory the loaded models' weights take on each device of the client (read at each scrape).", "device"),
+		deviceExecutions: r.NewCounterVec("xserve_device_executions_total",
+			"Executions of requests' batches on each device of the client (a model placed on several devices runs each on the one with the fewest in flight).", "device"),
 	}
 	m.loadWaiting.With()
 	for _, kind := range []string{engine.CacheStableHLO, engine.CacheExecutable} {

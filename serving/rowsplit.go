@@ -50,14 +50,14 @@ type shard struct {
 // the execution's core time, its shards' added up, measured for a version
 // that batches (its sizer learns from it; 0 otherwise or where not
 // measured). The strategy learns from the time of the whole of it.
-func (v *version) execute(ctx context.Context, b *bucket, exe *engine.Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
+func (v *version) execute(ctx context.Context, b *bucket, place int, exe *engine.Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
 	x := v.m.engine.Begin()
 	defer x.End()
-	shards := v.shards(exec, rows, b.strategy.Parts(x.Load()))
+	shards := v.shards(exec, rows, b.strategy.Parts(x.Load()), place)
 	way := b.strategy.Choose(x.Load(), shards != nil)
 	start := time.Now()
 	if way.Split {
-		outs, split, core, err = v.executeSplit(ctx, &x, way, exec, inputs, shards)
+		outs, split, core, err = v.executeSplit(ctx, &x, way, place, exec, inputs, shards)
 	} else {
 		jobs := [1]engine.Job{{Exe: exe, Inputs: inputs, Timed: v.batcher != nil}}
 		if err = x.Run(ctx, way, jobs[:]); err == nil {
@@ -73,8 +73,8 @@ func (v *version) execute(ctx context.Context, b *bucket, exe *engine.Executable
 
 // executeSplit runs an execution at exec sizes as its shards at once and
 // stacks their outputs.
-func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way engine.Way, exec map[string]int64, inputs []*tensor.Tensor, shards []shard) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
-	jobs, release, err := v.shardJobs(ctx, inputs, shards)
+func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way engine.Way, place int, exec map[string]int64, inputs []*tensor.Tensor, shards []shard) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
+	jobs, release, err := v.shardJobs(ctx, place, inputs, shards)
 	defer release()
 	if err != nil {
 		return nil, "", 0, err
@@ -111,7 +111,7 @@ func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way eng
 // one batch axis), a power of two of shards (at most one a row), each in
 // the smallest batch bucket that holds its rows, every one of them
 // compiled already.
-func (v *version) shards(exec map[string]int64, rows int64, parts int) []shard {
+func (v *version) shards(exec map[string]int64, rows int64, parts, place int) []shard {
 	p := v.plan
 	if parts < 2 || p.batchErr != nil || p.outBatchAxis == nil {
 		return nil
@@ -134,7 +134,7 @@ func (v *version) shards(exec map[string]int64, rows int64, parts int) []shard {
 		}
 		se := maps.Clone(exec)
 		se[p.batchName] = sizes[i]
-		if !v.compiled(se) {
+		if !v.compiled(se, place) {
 			return nil // never compile on a request's path to split it
 		}
 		out = append(out, shard{lo: lo, n: n, exec: se})
@@ -142,8 +142,9 @@ func (v *version) shards(exec map[string]int64, rows int64, parts int) []shard {
 	return out
 }
 
-// compiled reports whether the bucket of exec sizes has its executable.
-func (v *version) compiled(exec map[string]int64) bool {
+// compiled reports whether the bucket of exec sizes has its executable on
+// placement place.
+func (v *version) compiled(exec map[string]int64, place int) bool {
 	v.bmu.Lock()
 	b := v.buckets[v.plan.keyName(exec)]
 	v.bmu.Unlock()
@@ -152,13 +153,13 @@ func (v *version) compiled(exec map[string]int64) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.exe != nil
+	return b.exe[place] != nil
 }
 
 // shardJobs returns the jobs of the shards of an execution: each shard's
 // bucket's executable on its rows of inputs. release ends the jobs' hold
 // on the buckets, once they ran.
-func (v *version) shardJobs(ctx context.Context, inputs []*tensor.Tensor, shards []shard) (jobs []engine.Job, release func(), err error) {
+func (v *version) shardJobs(ctx context.Context, place int, inputs []*tensor.Tensor, shards []shard) (jobs []engine.Job, release func(), err error) {
 	held := make([]*bucket, 0, len(shards))
 	release = func() {
 		for _, b := range held {
@@ -170,7 +171,7 @@ func (v *version) shardJobs(ctx context.Context, inputs []*tensor.Tensor, shards
 	for i, s := range shards {
 		b := v.acquireBucket(s.exec)
 		held = append(held, b)
-		exe, err := v.executable(ctx, b, nil)
+		exe, err := v.executableOn(ctx, b, place, nil)
 		if err != nil {
 			return nil, release, fmt.Errorf("rows %d to %d: bucket %s: %w", s.lo, s.lo+s.n-1, b.name, err)
 		}

@@ -265,8 +265,8 @@ func checkStateStaysOnDevice(t *testing.T, m *Manager, chunks *tensor.Tensor) {
 	guards := 0
 	if v := versionOf(m, "silero", 1); v != nil {
 		for _, b := range v.buckets {
-			if b.exe != nil {
-				guards = len(b.exe.Program.Guards)
+			if b.exe[0] != nil {
+				guards = len(b.exe[0].Program.Guards)
 			}
 		}
 	}

@@ -251,7 +251,7 @@ func (v *version) executionRows(calls []*call) int64 {
 func (m *Manager) updateGauges() {
 	vs := m.readyVersions(func(v *version) bool { return v.batcher != nil })
 	m.mu.Lock()
-	per, used := m.memoryLocked()
+	mem := m.memoryLocked()
 	m.mu.Unlock()
 	g := m.metrics.queueDepth
 	g.Reset()
@@ -259,12 +259,16 @@ func (m *Manager) updateGauges() {
 		g.With(v.name, v.label).Set(float64(v.batcher.Stats().Total.Queued))
 	}
 	m.metrics.memory.Reset()
-	for name, n := range per {
+	for name, n := range mem.perModel {
 		m.metrics.memory.With(name).Set(float64(n))
 	}
-	dev := strconv.Itoa(modelDevice)
-	m.metrics.memoryUsed.With(dev).Set(float64(used))
-	m.metrics.memoryBudget.With(dev).Set(float64(m.opts.MemoryBudget.For(modelDevice)))
+	for d := range m.client.Devices() {
+		dev := strconv.Itoa(d)
+		m.metrics.memoryUsed.With(dev).Set(float64(mem.used[d]))
+		m.metrics.memoryBudget.With(dev).Set(float64(m.opts.MemoryBudget.For(d)))
+		m.metrics.deviceMemory.With(dev).Set(float64(mem.weights[d]))
+		m.metrics.deviceExecutions.With(dev) // listed from 0
+	}
 }
 
 // readyVersions returns the READY versions that keep.

@@ -31,7 +31,14 @@ type version struct {
 
 	// Set by load and read-only afterwards.
 	model *engine.Model // its graph and weights
-	plan  *BucketPlan   // nil for a model that runs on the host only
+	// models are the version's placements, one per device it is served on
+	// (config.yaml's devices:, else Options.Devices); models[0] is model.
+	// A bucket holds one executable per placement, and each execution runs
+	// on the placement with the fewest executions in flight (placement.go).
+	models   []*engine.Model
+	inflight []atomic.Int64 // executions in flight per placement
+	turn     atomic.Uint64  // rotates the first choice among equally loaded placements
+	plan     *BucketPlan    // nil for a model that runs on the host only
 	// host is the model's host stages (string operators), nil when it runs
 	// whole on the device.
 	host *hostStages
@@ -74,6 +81,7 @@ type version struct {
 	// says so) and is not reloaded again until the file or config changes.
 	failedReload *failedReload
 	refs         int           // in-flight requests
+	reserved     bool          // its device memory is counted while it loads (checkFits)
 	forget       bool          // drop from the model's versions once freed
 	finalized    bool          // freed, and its state settled
 	unloaded     bool          // UNAVAILABLE because it was unloaded, not broken
@@ -136,8 +144,15 @@ func (v *version) load(ctx context.Context) error {
 	if err := v.withGenAIConfig(); err != nil {
 		return err
 	}
-	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log(), Device: v.device()})
+	devices := v.devices()
+	if err := v.m.checkFits(v, devices); err != nil {
+		return err
+	}
+	model, err := v.m.engine.Load(v.entry.Path, engine.LoadOptions{Logger: v.log(), Device: devices[0]})
 	if err != nil {
+		return err
+	}
+	if err := v.place(model, devices); err != nil {
 		return err
 	}
 	return v.serve(ctx, model, modelrepo.ConfigPath(filepath.Dir(filepath.Dir(v.entry.Path))), start)
@@ -148,6 +163,10 @@ func (v *version) load(ctx context.Context) error {
 // pad probe and batching.
 func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string, start time.Time) error {
 	v.model = model
+	if v.models == nil {
+		v.models = []*engine.Model{model}
+		v.inflight = make([]atomic.Int64, 1)
+	}
 	if h := model.Host(); h != nil {
 		v.host = newHostStages(h)
 		if h.Device == nil {
@@ -199,15 +218,6 @@ func (v *version) serve(ctx context.Context, model *engine.Model, cfgFile string
 	return nil
 }
 
-// device is the index of the client's device the version is placed on:
-// config.yaml's devices, else the first.
-func (v *version) device() int {
-	if len(v.cfg.Devices) > 0 {
-		return v.cfg.Devices[0]
-	}
-	return 0
-}
-
 // warmup compiles, with warmup eager (or Options.CompileAll), every
 // combination of bucket sizes (for a symbol served exactly, its bucket
 // sizes: likely sizes, kept like the padded buckets).
@@ -216,17 +226,20 @@ func (v *version) warmup(ctx context.Context) error {
 		return nil
 	}
 	all := v.plan.buckets()
-	w := &warmupProgress{total: len(all)}
-	errs := make([]error, len(all))
+	n := len(v.models)
+	w := &warmupProgress{total: len(all) * n}
+	errs := make([]error, len(all)*n)
 	var wg sync.WaitGroup
 	for i, exec := range all {
-		b := v.acquireBucket(exec)
-		wg.Add(1)
-		go func() { // the Manager's compile slots bound how many run at once
-			defer wg.Done()
-			defer v.releaseBucket(b)
-			_, errs[i] = v.executable(ctx, b, w)
-		}()
+		for p := range n {
+			b := v.acquireBucket(exec)
+			wg.Add(1)
+			go func() { // the Manager's compile slots bound how many run at once
+				defer wg.Done()
+				defer v.releaseBucket(b)
+				_, errs[i*n+p] = v.executableOn(ctx, b, p, w)
+			}()
+		}
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -274,18 +287,23 @@ func (v *version) checkPlugin() error {
 // w, the warmup's progress (nil outside one), marks a warmup compile in the
 // log line ("3/7").
 func (v *version) executable(ctx context.Context, b *bucket, w *warmupProgress) (*engine.Executable, error) {
+	return v.executableOn(ctx, b, 0, w)
+}
+
+// executableOn returns the bucket's executable on placement p (v.models[p]),
+// compiling it on first use, as executable does for the first.
+func (v *version) executableOn(ctx context.Context, b *bucket, p int, w *warmupProgress) (*engine.Executable, error) {
 	b.mu.Lock()
-	if b.exe != nil {
-		e := b.exe
+	if e := b.exe[p]; e != nil {
 		b.mu.Unlock()
 		return e, nil
 	}
-	c := b.pending
+	c := b.pending[p]
 	if c == nil {
 		c = &compileCall{done: make(chan struct{})}
-		b.pending = c
+		b.pending[p] = c
 		v.compiles.Add(1)
-		go v.compile(b, c, w)
+		go v.compile(b, p, c, w)
 	}
 	b.mu.Unlock()
 	select {
@@ -298,10 +316,10 @@ func (v *version) executable(ctx context.Context, b *bucket, w *warmupProgress) 
 
 // compile builds the bucket's executable and completes c. It holds one of
 // the Manager's compile slots while building.
-func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
+func (v *version) compile(b *bucket, p int, c *compileCall, w *warmupProgress) {
 	defer v.compiles.Done()
 	start := time.Now()
-	exe, compiled, err := v.buildInSlot(b)
+	exe, compiled, err := v.buildOn(b, p)
 	d := time.Since(start)
 	progress := w.next()
 	if err != nil {
@@ -309,20 +327,26 @@ func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 		v.log().Error("compile failed", "bucket", b.name, "error", err)
 	} else {
 		msg := "loaded bucket from the compile cache"
+		if p > 0 {
+			msg = "bound bucket's executable to another device"
+		}
 		if compiled {
 			msg = "compiled bucket"
 			v.m.metrics.compileSeconds.With(v.name, v.label).Observe(d.Seconds())
 			v.m.metrics.bucketCompile.With(v.name, v.label, v.bucketLabel(b)).Set(d.Seconds())
 		}
 		attrs := []any{"model", v.name, "version", v.num, "bucket", b.name}
+		if len(v.models) > 1 {
+			attrs = append(attrs, "device", v.models[p].Device())
+		}
 		if progress != "" {
 			attrs = append(attrs, "progress", progress)
 		}
 		v.m.log.Info(msg, append(attrs, "duration", d.Round(time.Microsecond))...)
 	}
 	b.mu.Lock()
-	b.exe = exe
-	b.pending = nil
+	b.exe[p] = exe
+	b.pending[p] = nil
 	c.exe, c.err = exe, err
 	b.mu.Unlock()
 	close(c.done)
@@ -333,10 +357,26 @@ func (v *version) compile(b *bucket, c *compileCall, w *warmupProgress) {
 	}
 }
 
+// buildOn builds b's executable on placement p: for the first, in a
+// compile slot; for another, the first's executable bound to p's weights
+// (engine.Executable.On: one compile, or one cache read, per bucket
+// whatever the devices). compiled says it was compiled.
+func (v *version) buildOn(b *bucket, p int) (*engine.Executable, bool, error) {
+	if p == 0 {
+		return v.buildInSlot(b, 0)
+	}
+	first, err := v.executableOn(v.ctx, b, 0, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	exe, err := first.On(v.ctx, v.models[p])
+	return exe, false, err
+}
+
 // buildInSlot waits for the compile budget (exact-size buckets) and a
 // compile slot (the Manager runs at most Options.CompileParallelism builds
 // at once), then builds b.
-func (v *version) buildInSlot(b *bucket) (*engine.Executable, bool, error) {
+func (v *version) buildInSlot(b *bucket, p int) (*engine.Executable, bool, error) {
 	if b.exact {
 		if err := v.m.exactBudget.wait(v.ctx); err != nil {
 			return nil, false, fmt.Errorf("waiting for the exact-size compile budget: %w", err)
@@ -348,15 +388,15 @@ func (v *version) buildInSlot(b *bucket) (*engine.Executable, bool, error) {
 		return nil, false, fmt.Errorf("waiting for a compile slot: %w", v.ctx.Err())
 	}
 	defer func() { <-v.m.compileSlots }()
-	return v.build(v.ctx, b)
+	return v.build(v.ctx, b, p)
 }
 
-// build builds b's executable (engine.Model.Build, through the compile
-// cache) and counts what it did; compiled says it was compiled, not read
-// from the cache.
-func (v *version) build(ctx context.Context, b *bucket) (*engine.Executable, bool, error) {
+// build builds b's executable on placement p (engine.Model.Build, through
+// the compile cache) and counts what it did; compiled says it was
+// compiled, not read from the cache.
+func (v *version) build(ctx context.Context, b *bucket, p int) (*engine.Executable, bool, error) {
 	m := v.m
-	exe, info, err := v.model.Build(ctx, b.modelDims)
+	exe, info, err := v.models[p].Build(ctx, b.modelDims)
 	if info.Lowered {
 		m.lowerings.Add(1)
 	}
@@ -390,24 +430,13 @@ func (v *version) free() {
 	v.buckets, v.sizers = nil, nil
 	v.bmu.Unlock()
 	for _, b := range buckets {
-		b.mu.Lock()
-		if b.exe != nil {
-			if err := b.exe.Close(); err != nil {
-				v.log().Warn("close executable", "bucket", b.name, "error", err)
-			}
-			b.exe = nil
-		}
-		b.mu.Unlock()
+		b.closeExecutables(v.log())
 	}
 	v.pipe.free()
 	// Dropping the graph drops the host copies of the weights too: an
 	// unloaded or failed version stays known (UNAVAILABLE) but must not
 	// keep them in memory.
-	if v.model != nil {
-		if err := v.model.Close(); err != nil {
-			v.log().Warn("free weights", "error", err)
-		}
-	}
+	v.closeModels()
 }
 
 // call is one request prepared for execution: its inputs in signature
@@ -471,8 +500,10 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	}
 	b := v.acquireBucket(exec)
 	defer v.releaseBucket(b)
+	place := v.pick()
+	defer v.inflight[place].Add(-1)
 	start := time.Now()
-	exe, err := v.executable(ctx, b, nil)
+	exe, err := v.executableOn(ctx, b, place, nil)
 	t.wait = time.Since(start)
 	if err != nil {
 		return t, err
@@ -486,12 +517,13 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		inputs[i] = p.assemble(i, exec, srcs, offsets)
 	}
 	start = time.Now()
-	outs, split, core, err := v.execute(ctx, b, exe, exec, inputs, realRows(p, dims, offsets))
+	outs, split, core, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets))
 	t.split, t.core = split, core
 	t.compute = time.Since(start)
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
+	v.m.metrics.deviceExecutions.With(strconv.Itoa(v.models[place].Device())).Inc()
 	if outs, err = exe.Trim(outs); err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}

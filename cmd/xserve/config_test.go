@@ -10,7 +10,10 @@ import (
 // TestServeConfigFile serves with --config: the file's keys set the flags
 // (nested keys and plain ones), the command line wins (launchXserve's
 // --http-addr 127.0.0.1:0 over the file's unusable address), and the file's
-// body limit is what the server enforces.
+// body limit is what the server enforces. Its cpu-devices: 2 and devices:
+// all (--cpu-devices 2 --devices all) place tinycnn on both host devices:
+// answers match ONNX Runtime and xserve_device_executions_total counts
+// executions on each.
 func TestServeConfigFile(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "xserve.yaml")
 	text := `# the server's options; keys are serve's flags
@@ -18,6 +21,7 @@ http-addr: "no-such-address"   # the command line wins
 max-body-bytes: 1MiB
 nats: false
 cpu-devices: 2
+devices: all
 log:
   level: debug
 `
@@ -27,7 +31,20 @@ log:
 	p := startXserve(t, tinycnnRepo(t), t.TempDir(), "--config", config)
 	defer p.stop(t)
 	img, want := loadSample(t).batch(1)
-	checkV1(t, call(t, "POST", p.url+"/v1/infer", v1Request("tinycnn", img, "float32", false)), want)
+	before := string(call(t, "GET", p.url+"/metrics", nil).body) // the load's pad probe ran too
+	for range 4 {
+		checkV1(t, call(t, "POST", p.url+"/v1/infer", v1Request("tinycnn", img, "float32", false)), want)
+	}
+	metrics := string(call(t, "GET", p.url+"/metrics", nil).body)
+	for _, dev := range []string{`device="0"`, `device="1"`} {
+		n := metricSum(metrics, "xserve_device_executions_total", dev) - metricSum(before, "xserve_device_executions_total", dev)
+		if n != 2 {
+			t.Errorf("4 requests on 2 devices: xserve_device_executions_total{%s} grew by %v, want 2:\n%s", dev, n, grepLines(metrics, "xserve_device_"))
+		}
+		if metricSum(metrics, "xserve_device_memory_bytes", dev) <= 0 {
+			t.Errorf("xserve_device_memory_bytes{%s} is not positive:\n%s", dev, grepLines(metrics, "xserve_device_"))
+		}
+	}
 	r := call(t, "POST", p.url+"/v1/infer", make([]byte, 2<<20))
 	if r.code != 413 || !strings.Contains(r.errorMessage(), "larger than the limit of 1048576 bytes") {
 		t.Errorf("a 5 KiB body with max-body-bytes: 1MiB in the file: %s", r)
@@ -50,6 +67,8 @@ func TestServeConfigErrors(t *testing.T) {
 		{"checked like the flag", "model-repo: x\nshutdown-timeout: 0s\n", "--shutdown-timeout must be positive, got 0s"},
 		{"no repository in file or flags", "http-addr: :0\n", "--model-repo DIR is required"},
 		{"negative CPU devices", "model-repo: x\ncpu-devices: -1\n", "--cpu-devices must be 0 or more, got -1"},
+		{"device listed twice", "model-repo: x\ndevices: [1, 1]\n", `key "devices": invalid value "1,1"`},
+		{"device the client lacks", "model-repo: x\ncpu-devices: 2\ndevices: [0, 2]\n", "--devices 0,2: no device 2 (the cpu client has 2"},
 		{"negative shared-memory regions", "model-repo: x\nshared-memory-regions: -1\n", "--shared-memory-regions must be 0 (off) or more, got -1"},
 	}
 	for _, tc := range tests {
@@ -74,13 +93,19 @@ func TestServeConfigErrors(t *testing.T) {
 }
 
 // TestVersionListsDevices: `xserve version` counts the client's devices,
-// as many as --cpu-devices asks of the CPU plugin.
+// as many as --cpu-devices asks of the CPU plugin, and lists each with its
+// kind as the plugin describes it.
 func TestVersionListsDevices(t *testing.T) {
 	out, _, err := xserve(t, "version", "--cpu-devices", "3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "devices: 3 cpu\n") {
-		t.Errorf("version --cpu-devices 3 lacks \"devices: 3 cpu\":\n%s", out)
+	for _, want := range []string{"devices: 3 cpu\n", "device 0: cpu\n", "device 1: cpu\n", "device 2: cpu\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version --cpu-devices 3 lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "device 3:") {
+		t.Errorf("version --cpu-devices 3 lists a fourth device:\n%s", out)
 	}
 }

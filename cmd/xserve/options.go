@@ -27,6 +27,9 @@ type serveOptions struct {
 	Plugin   string // --pjrt-plugin
 	// CPUDevices is the CPU plugin's number of host devices (--cpu-devices).
 	CPUDevices int
+	// Devices places the models on devices of the client (--devices);
+	// startServer resolves it into Serving.Devices.
+	Devices devicesFlag
 	// Serving holds the Manager's options the flags set; the build adds
 	// the client, the repository and the logger.
 	Serving serving.Options
@@ -103,6 +106,7 @@ func serveFlags(fs *flag.FlagSet) *serveOptions {
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":8001", `KServe v2 gRPC listen address (host:port; port 0 picks a free one; "" disables gRPC)`)
 	fs.StringVar(&o.Plugin, "pjrt-plugin", "", "PJRT plugin path or platform name (default: $XSERVE_PJRT_PLUGIN, then what \"make pjrt\" installed)")
 	fs.IntVar(&o.CPUDevices, "cpu-devices", 0, "with the CPU plugin: the number of host devices its client has (its cpu_device_count; 0: the plugin's default); a model's config.yaml devices: [N] places it on device N")
+	fs.Var(&o.Devices, "devices", "devices of the PJRT client each model is placed on unless its config.yaml lists devices: all, or indexes such as 0,1 (one executable per bucket and device; each execution runs on the least loaded; default: device 0)")
 	fs.StringVar(&o.Serving.CompileCacheDir, "compile-cache", defaultCompileCache(), `on-disk compile cache directory ("" disables it)`)
 	fs.IntVar(&o.Serving.CompileParallelism, "compile-parallelism", 0, "executables compiled at once across all models (0: one per CPU)")
 	fs.IntVar(&o.Serving.ExactCompilesPerMinute, "exact-compiles-per-minute", 0, "compiles of exact-size executables (sizes no bucket holds) per minute across all models; requests needing one wait within their deadline (0: 30)")

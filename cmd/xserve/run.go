@@ -157,6 +157,13 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	defer client.Close()
 	fmt.Fprintf(stdout, "pjrt plugin: %s\n", client)
 	fmt.Fprintf(stdout, "devices: %d %s\n", client.Devices(), client.Platform())
+	for d := range client.Devices() {
+		kind, err := client.DeviceKind(d)
+		if err != nil {
+			kind = err.Error()
+		}
+		fmt.Fprintf(stdout, "device %d: %s\n", d, kind)
+	}
 	switch ks := client.Kernels(); {
 	case len(ks) > 0:
 		fmt.Fprintf(stdout, "cpu kernels: %s (%s)\n", strings.Join(ks, ", "), client.KernelsFile())

@@ -98,6 +98,10 @@ type serveProcess struct {
 // the NATS subscriptions. On an error what it started is stopped again.
 func startServer(ctx context.Context, o *serveOptions, client *pjrt.Client) (*serveProcess, error) {
 	log := o.Logger
+	devices, err := o.Devices.resolve(client.Devices(), client.Platform())
+	if err != nil {
+		return nil, err
+	}
 	repo, err := modelrepo.Open(o.Repo)
 	if err != nil {
 		return nil, err
@@ -116,6 +120,7 @@ func startServer(ctx context.Context, o *serveOptions, client *pjrt.Client) (*se
 	}
 	mopts := o.Serving
 	mopts.Client, mopts.Repository, mopts.Logger = client, repo, log
+	mopts.Devices = devices
 	mopts.CompileCache = s.cache.cache()
 	mopts.Lowering = lower.Options{Platform: client.Platform(), NarrowInt64: o.NarrowInt64}
 	mopts.OnHeldChange = s.announceHeld
@@ -429,7 +434,7 @@ func loadPolicyFlags(fs *flag.FlagSet) *loadPolicyOptions {
 	o := &loadPolicyOptions{
 		policy: fs.String("model-load-policy", "eager", "when models load: eager (every model at start) or lazy (a model loads on its first request; past --model-memory-budget the least recently used are unloaded; over NATS a request goes to a replica holding its model)"),
 	}
-	fs.Var(memoryBudgetFlag{&o.budget}, "model-memory-budget", "with --model-load-policy lazy: device memory the loaded models may take (their weights), e.g. 8GiB for each device, or 0=40GiB,1=16GiB per device index (default unbounded)")
+	fs.Var(memoryBudgetFlag{&o.budget}, "model-memory-budget", "device memory the loaded models may take (their weights, on each device a model is placed on), e.g. 8GiB for each device, or 0=40GiB,1=16GiB per device index: with --model-load-policy lazy the least recently used models are unloaded to make room, else a model that would not fit is refused (default unbounded)")
 	return o
 }
 
@@ -438,9 +443,6 @@ func (o *loadPolicyOptions) parse() (serving.LoadPolicy, serving.MemoryBudget, e
 	policy, err := serving.ParseLoadPolicy(*o.policy)
 	if err != nil {
 		return policy, o.budget, fmt.Errorf("serve: --model-load-policy: %w", err)
-	}
-	if policy != serving.LoadLazy && (o.budget.Bytes > 0 || len(o.budget.Devices) > 0) {
-		return policy, o.budget, errors.New("serve: --model-memory-budget bounds the models loaded on demand: it needs --model-load-policy lazy")
 	}
 	return policy, o.budget, nil
 }

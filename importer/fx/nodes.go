@@ -431,19 +431,7 @@ func (b *builder) convertArg(u union) (any, error) {
 		}
 		return b.lookupTensor(t.Name)
 	case "as_tensors":
-		var list []tensorArgument
-		if err := u.decode(&list); err != nil {
-			return nil, err
-		}
-		out := make([]any, len(list))
-		for i, t := range list {
-			n, err := b.lookupTensor(t.Name)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = n
-		}
-		return out, nil
+		return decodeList(u, func(t tensorArgument) (any, error) { return b.lookupTensor(t.Name) })
 	case "as_optional_tensor":
 		var o union
 		if err := u.decode(&o); err != nil {
@@ -451,69 +439,7 @@ func (b *builder) convertArg(u union) (any, error) {
 		}
 		return b.optionalTensor(o)
 	case "as_optional_tensors":
-		var list []union
-		if err := u.decode(&list); err != nil {
-			return nil, err
-		}
-		out := make([]any, len(list))
-		for i, o := range list {
-			v, err := b.optionalTensor(o)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
-		}
-		return out, nil
-	case "as_int":
-		return decodeInt(u.Raw)
-	case "as_ints":
-		var list []int64
-		if err := u.decode(&list); err != nil {
-			return nil, err
-		}
-		return anyList(list), nil
-	case "as_float":
-		var f jnum
-		if err := u.decode(&f); err != nil {
-			return nil, err
-		}
-		return float64(f), nil
-	case "as_floats":
-		var list []jnum
-		if err := u.decode(&list); err != nil {
-			return nil, err
-		}
-		out := make([]any, len(list))
-		for i, f := range list {
-			out[i] = float64(f)
-		}
-		return out, nil
-	case "as_bool":
-		var v bool
-		err := u.decode(&v)
-		return v, err
-	case "as_bools":
-		var list []bool
-		if err := u.decode(&list); err != nil {
-			return nil, err
-		}
-		return anyList(list), nil
-	case "as_string":
-		var s string
-		err := u.decode(&s)
-		return s, err
-	case "as_strings":
-		var list []string
-		if err := u.decode(&list); err != nil {
-			return nil, err
-		}
-		return anyList(list), nil
-	case "as_scalar_type":
-		st, err := decodeInt(u.Raw)
-		if err != nil {
-			return nil, err
-		}
-		return dtypeOf(st)
+		return decodeList(u, b.optionalTensor)
 	case "as_sym_int", "as_sym_float", "as_sym_bool":
 		var s union
 		if err := u.decode(&s); err != nil {
@@ -521,31 +447,69 @@ func (b *builder) convertArg(u union) (any, error) {
 		}
 		return b.symArg(s)
 	case "as_sym_ints", "as_sym_floats", "as_sym_bools":
-		var list []union
-		if err := u.decode(&list); err != nil {
+		return decodeList(u, b.symArg)
+	}
+	return convertLiteral(u)
+}
+
+// convertLiteral converts an Argument holding literals: numbers, booleans,
+// strings, lists of them, or a scalar type.
+func convertLiteral(u union) (any, error) {
+	switch u.Kind {
+	case "as_int":
+		return decodeInt(u.Raw)
+	case "as_ints":
+		return decodeList(u, literal[int64])
+	case "as_float":
+		var f jnum
+		if err := u.decode(&f); err != nil {
 			return nil, err
 		}
-		out := make([]any, len(list))
-		for i, s := range list {
-			v, err := b.symArg(s)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
+		return float64(f), nil
+	case "as_floats":
+		return decodeList(u, func(f jnum) (any, error) { return float64(f), nil })
+	case "as_bool":
+		var v bool
+		err := u.decode(&v)
+		return v, err
+	case "as_bools":
+		return decodeList(u, literal[bool])
+	case "as_string":
+		var s string
+		err := u.decode(&s)
+		return s, err
+	case "as_strings":
+		return decodeList(u, literal[string])
+	case "as_scalar_type":
+		st, err := decodeInt(u.Raw)
+		if err != nil {
+			return nil, err
 		}
-		return out, nil
+		return dtypeOf(st)
 	}
 	return nil, fmt.Errorf("%w: argument kind %s", ErrUnsupported, u.Kind)
 }
 
-// anyList converts a typed slice to an IR list argument.
-func anyList[T any](list []T) []any {
+// decodeList decodes a list Argument of T and converts each element into
+// the IR list argument it returns.
+func decodeList[T any](u union, conv func(T) (any, error)) (any, error) {
+	var list []T
+	if err := u.decode(&list); err != nil {
+		return nil, err
+	}
 	out := make([]any, len(list))
 	for i, v := range list {
-		out[i] = v
+		x, err := conv(v)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = x
 	}
-	return out
+	return out, nil
 }
+
+// literal is an element of a list of literals as it is.
+func literal[T any](v T) (any, error) { return v, nil }
 
 // lookupTensor returns the node bound to a tensor name.
 func (b *builder) lookupTensor(name string) (*fxgraph.Node, error) {

@@ -640,7 +640,6 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 	if c.AttrInt("is_packed_batching", 0) != 0 {
 		return Unsupported("RotaryEmbedding with is_packed_batching")
 	}
-	xm := Meta(x)
 	cd, ok := Meta(cosC).Shape.Static()
 	if !ok || len(cd) != 2 {
 		return Unsupported("RotaryEmbedding cos_cache of shape %s", Meta(cosC).Shape)
@@ -654,61 +653,16 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 	if half <= 0 || rot <= 0 || heads < 0 {
 		return fmt.Errorf("RotaryEmbedding cos_cache of shape %v with rotary_embedding_dim %d and num_heads %d", cd, rot, heads)
 	}
-	var xh *fxgraph.Node // [B, S, N, H]
-	switch xm.Rank() {
-	case 3:
-		w := xm.Shape[2]
-		if !w.IsStatic() {
-			return Unsupported("RotaryEmbedding of symbolic width %s", w)
-		}
-		if heads == 0 {
-			heads = w.Size / rot
-		}
-		if heads <= 0 || w.Size%heads != 0 {
-			return fmt.Errorf("RotaryEmbedding input width %d for %d heads", w.Size, heads)
-		}
-		b, err := msDim(c, x, 0)
-		if err != nil {
-			return err
-		}
-		s, err := msDim(c, x, 1)
-		if err != nil {
-			return err
-		}
-		if xh, err = c.Emit(fxgraph.AtenView, x, []any{b, s, heads, w.Size / heads}); err != nil {
-			return err
-		}
-	case 4:
-		if xh, err = c.Emit(fxgraph.AtenPermute, x, []any{int64(0), int64(2), int64(1), int64(3)}); err != nil {
-			return err
-		}
-	default:
-		return Unsupported("RotaryEmbedding input of shape %s", xm.Shape)
+	xh, err := ropeHeads(c, x, heads, rot)
+	if err != nil {
+		return err
 	}
 	hd := Meta(xh).Shape[3]
 	if !hd.IsStatic() || rot > hd.Size || rot != 2*half {
 		return fmt.Errorf("RotaryEmbedding rotary_embedding_dim %d, cos_cache %v, head size %s", rot, cd, hd)
 	}
 	if qSingle(Meta(pos)) {
-		s, err := msDim(c, xh, 1)
-		if err != nil {
-			return err
-		}
-		ar, err := msArange(c, s)
-		if err != nil {
-			return err
-		}
-		off, err := c.Emit(fxgraph.AtenView, pos, []any{})
-		if err == nil {
-			off, err = nnCast(c, off, tensor.Int64)
-		}
-		if err != nil {
-			return err
-		}
-		if pos, err = c.Emit(fxgraph.AtenAddTensor, ar, off); err != nil {
-			return err
-		}
-		if pos, err = c.Emit(fxgraph.AtenUnsqueeze, pos, int64(0)); err != nil {
+		if pos, err = ropePositions(c, xh, pos); err != nil {
 			return err
 		}
 	}
@@ -717,19 +671,76 @@ func msRotaryEmbedding(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if xm.Rank() == 4 {
-		out, err = c.Emit(fxgraph.AtenPermute, out, []any{int64(0), int64(2), int64(1), int64(3)})
-	} else {
-		var b, s any
-		if b, s, err = msDims2(c, x); err == nil {
-			out, err = c.Emit(fxgraph.AtenReshape, out, []any{b, s, xm.Shape[2].Size})
-		}
-	}
-	if err != nil {
+	if out, err = ropeUnheads(c, x, out); err != nil {
 		return err
 	}
 	c.SetOutput(0, out)
 	return nil
+}
+
+// ropeHeads views RotaryEmbedding's input x ([B, S, N*H], or [B, N, S, H])
+// as [B, S, N, H]; heads 0 means the width over rot.
+func ropeHeads(c *Ctx, x *fxgraph.Node, heads, rot int64) (*fxgraph.Node, error) {
+	xm := Meta(x)
+	switch xm.Rank() {
+	case 3:
+		w := xm.Shape[2]
+		if !w.IsStatic() {
+			return nil, Unsupported("RotaryEmbedding of symbolic width %s", w)
+		}
+		if heads == 0 {
+			heads = w.Size / rot
+		}
+		if heads <= 0 || w.Size%heads != 0 {
+			return nil, fmt.Errorf("RotaryEmbedding input width %d for %d heads", w.Size, heads)
+		}
+		b, s, err := msDims2(c, x)
+		if err != nil {
+			return nil, err
+		}
+		return c.Emit(fxgraph.AtenView, x, []any{b, s, heads, w.Size / heads})
+	case 4:
+		return c.Emit(fxgraph.AtenPermute, x, []any{int64(0), int64(2), int64(1), int64(3)})
+	}
+	return nil, Unsupported("RotaryEmbedding input of shape %s", xm.Shape)
+}
+
+// ropePositions turns a single position_ids (the first position) into the
+// positions [1, S] of xh's sequence [B, S, N, H].
+func ropePositions(c *Ctx, xh, pos *fxgraph.Node) (*fxgraph.Node, error) {
+	s, err := msDim(c, xh, 1)
+	if err != nil {
+		return nil, err
+	}
+	ar, err := msArange(c, s)
+	if err != nil {
+		return nil, err
+	}
+	off, err := c.Emit(fxgraph.AtenView, pos, []any{})
+	if err == nil {
+		off, err = nnCast(c, off, tensor.Int64)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pos, err = c.Emit(fxgraph.AtenAddTensor, ar, off); err != nil {
+		return nil, err
+	}
+	return c.Emit(fxgraph.AtenUnsqueeze, pos, int64(0))
+}
+
+// ropeUnheads gives the rotated heads out [B, S, N, H] the layout of
+// RotaryEmbedding's input x.
+func ropeUnheads(c *Ctx, x, out *fxgraph.Node) (*fxgraph.Node, error) {
+	xm := Meta(x)
+	if xm.Rank() == 4 {
+		return c.Emit(fxgraph.AtenPermute, out, []any{int64(0), int64(2), int64(1), int64(3)})
+	}
+	b, s, err := msDims2(c, x)
+	if err != nil {
+		return nil, err
+	}
+	return c.Emit(fxgraph.AtenReshape, out, []any{b, s, xm.Shape[2].Size})
 }
 
 // msRepeatHeads repeats each of the kv heads of x [B, Hkv, T, D] groups
@@ -773,62 +784,144 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	q, k, v, pk, pv, seqlens := in[0], in[1], in[2], in[3], in[4], in[5]
-	rotary := c.AttrInt("do_rotary", 0) != 0
+	g, err := gqaCheck(c, in)
+	if err != nil {
+		return err
+	}
+	q, k, v, err := g.unpack(c, in[0], in[1], in[2])
+	if err != nil {
+		return err
+	}
+	if err = g.positions(c, q, in[5]); err != nil {
+		return err
+	}
+	if q, err = g.split(c, q, g.heads, g.rotary); err != nil {
+		return err
+	}
+	if k, err = g.split(c, k, g.kvHeads, g.rotary); err != nil {
+		return err
+	}
+	if v, err = g.split(c, v, g.kvHeads, false); err != nil {
+		return err
+	}
+	if pk, pv := in[3], in[4]; pk != nil && pv != nil {
+		if k, err = msGQAPresent(c, pk, k, g.sl, g.s); err != nil {
+			return err
+		}
+		if v, err = msGQAPresent(c, pv, v, g.sl, g.s); err != nil {
+			return err
+		}
+	}
+	c.SetOutput(1, k)
+	c.SetOutput(2, v)
+	kr, err := msRepeatHeads(c, k, g.heads/g.kvHeads)
+	if err != nil {
+		return err
+	}
+	vr, err := msRepeatHeads(c, v, g.heads/g.kvHeads)
+	if err != nil {
+		return err
+	}
+	bias, err := gqaCausalBias(c, kr, g.pos, Meta(q).DType)
+	if err != nil {
+		return err
+	}
+	scale := c.AttrFloat("scale", 0)
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(g.d))
+	}
+	y, err := msAttendCapped(c, q, kr, vr, bias, scale, c.AttrFloat("softcap", 0))
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// gqa is what GroupQueryAttention's steps share: its head counts and
+// size, the rotary caches, and the query positions.
+type gqa struct {
+	heads, kvHeads, d int64
+	rotary            bool
+	cos, sin          *fxgraph.Node // in[7], in[8] with do_rotary
+	pos               *fxgraph.Node // [B, S] query positions
+	sl                *fxgraph.Node // seqlens_k as int64 [B, 1]
+	s                 int64         // the sequence length S
+}
+
+// gqaCheck checks GroupQueryAttention's inputs and attributes.
+func gqaCheck(c *Ctx, in []*fxgraph.Node) (*gqa, error) {
+	q, k, v, seqlens := in[0], in[1], in[2], in[5]
+	g := &gqa{rotary: c.AttrInt("do_rotary", 0) != 0, cos: in[7], sin: in[8]}
 	for i := 7; i < c.NumInputs(); i++ {
-		if c.HasInput(i) && !(rotary && (i == 7 || i == 8)) {
-			return Unsupported("GroupQueryAttention input %d (position_ids, attention_bias or head_sink)", i)
+		if c.HasInput(i) && !(g.rotary && (i == 7 || i == 8)) {
+			return nil, Unsupported("GroupQueryAttention input %d (position_ids, attention_bias or head_sink)", i)
 		}
 	}
 	if (k == nil) != (v == nil) {
-		return fmt.Errorf("GroupQueryAttention needs both key and value, or neither (packed QKV)")
+		return nil, fmt.Errorf("GroupQueryAttention needs both key and value, or neither (packed QKV)")
 	}
 	if c.AttrInt("local_window_size", -1) != -1 || c.AttrInt("smooth_softmax", 0) != 0 {
-		return Unsupported("GroupQueryAttention with local_window_size or smooth_softmax")
+		return nil, Unsupported("GroupQueryAttention with local_window_size or smooth_softmax")
 	}
 	if seqlens == nil {
-		return fmt.Errorf("GroupQueryAttention needs seqlens_k")
+		return nil, fmt.Errorf("GroupQueryAttention needs seqlens_k")
 	}
 	for i, x := range []*fxgraph.Node{q, k, v} {
 		if x != nil && Meta(x).Rank() != 3 {
-			return Unsupported("GroupQueryAttention input %d of shape %s (only [batch, sequence, hidden])", i, Meta(x).Shape)
+			return nil, Unsupported("GroupQueryAttention input %d of shape %s (only [batch, sequence, hidden])", i, Meta(x).Shape)
 		}
 	}
-	heads, kvHeads := c.AttrInt("num_heads", 0), c.AttrInt("kv_num_heads", 0)
+	g.heads, g.kvHeads = c.AttrInt("num_heads", 0), c.AttrInt("kv_num_heads", 0)
+	if qw := Meta(q).Shape[2]; g.heads <= 0 || g.kvHeads <= 0 || g.heads%g.kvHeads != 0 || !qw.IsStatic() {
+		return nil, fmt.Errorf("GroupQueryAttention num_heads %d, kv_num_heads %d for query width %s", g.heads, g.kvHeads, qw)
+	}
+	if g.rotary && (g.cos == nil || g.sin == nil) {
+		return nil, fmt.Errorf("GroupQueryAttention with do_rotary needs cos_cache and sin_cache")
+	}
+	return g, nil
+}
+
+// unpack returns query, key and value, sliced out of a packed QKV input
+// when key is nil, and sets the head size.
+func (g *gqa) unpack(c *Ctx, q, k, v *fxgraph.Node) (_, _, _ *fxgraph.Node, err error) {
+	heads, kvHeads := g.heads, g.kvHeads
 	qw := Meta(q).Shape[2]
-	if heads <= 0 || kvHeads <= 0 || heads%kvHeads != 0 || !qw.IsStatic() {
-		return fmt.Errorf("GroupQueryAttention num_heads %d, kv_num_heads %d for query width %s", heads, kvHeads, qw)
-	}
-	var d int64
-	if k == nil {
-		// packed QKV: [B, S, (num_heads + 2*kv_num_heads) * head_size]
-		if qw.Size%(heads+2*kvHeads) != 0 {
-			return fmt.Errorf("GroupQueryAttention packed QKV width %d for %d + 2*%d heads", qw.Size, heads, kvHeads)
-		}
-		d = qw.Size / (heads + 2*kvHeads)
-		packed := q
-		var err error
-		if q, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), int64(0), heads*d, int64(1)); err != nil {
-			return err
-		}
-		if k, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), heads*d, (heads+kvHeads)*d, int64(1)); err != nil {
-			return err
-		}
-		if v, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), (heads+kvHeads)*d, qw.Size, int64(1)); err != nil {
-			return err
-		}
-	} else {
+	if k != nil {
 		kw := Meta(k).Shape[2]
 		if qw.Size%heads != 0 || !kw.IsStatic() || kw.Size != qw.Size/heads*kvHeads {
-			return fmt.Errorf("GroupQueryAttention num_heads %d, kv_num_heads %d for query width %s and key width %s", heads, kvHeads, qw, kw)
+			return nil, nil, nil, fmt.Errorf("GroupQueryAttention num_heads %d, kv_num_heads %d for query width %s and key width %s", heads, kvHeads, qw, kw)
 		}
-		d = qw.Size / heads
+		g.d = qw.Size / heads
+		return q, k, v, nil
 	}
+	// packed QKV: [B, S, (num_heads + 2*kv_num_heads) * head_size]
+	if qw.Size%(heads+2*kvHeads) != 0 {
+		return nil, nil, nil, fmt.Errorf("GroupQueryAttention packed QKV width %d for %d + 2*%d heads", qw.Size, heads, kvHeads)
+	}
+	d := qw.Size / (heads + 2*kvHeads)
+	g.d = d
+	packed := q
+	if q, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), int64(0), heads*d, int64(1)); err != nil {
+		return nil, nil, nil, err
+	}
+	if k, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), heads*d, (heads+kvHeads)*d, int64(1)); err != nil {
+		return nil, nil, nil, err
+	}
+	if v, err = c.Emit(fxgraph.AtenSliceTensor, packed, int64(2), (heads+kvHeads)*d, qw.Size, int64(1)); err != nil {
+		return nil, nil, nil, err
+	}
+	return q, k, v, nil
+}
+
+// positions sets the query positions [B, S]: query i of batch b sits at
+// position seqlens_k[b] + 1 - S + i.
+func (g *gqa) positions(c *Ctx, q, seqlens *fxgraph.Node) error {
 	sd := Meta(q).Shape[1]
 	if !sd.IsStatic() {
 		return Unsupported("GroupQueryAttention with a symbolic sequence length")
 	}
-	// Query i of batch b sits at position seqlens_k[b] + 1 - S + i.
+	g.s = sd.Size
 	qpos, err := msArange(c, sd.Size)
 	if err != nil {
 		return err
@@ -840,98 +933,60 @@ func msGroupQueryAttention(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if sl, err = c.Emit(fxgraph.AtenView, sl, []any{int64(-1), int64(1)}); err != nil {
+	if g.sl, err = c.Emit(fxgraph.AtenView, sl, []any{int64(-1), int64(1)}); err != nil {
 		return err
 	}
-	pos, err := c.Emit(fxgraph.AtenAddTensor, sl, qpos) // [B, S]
+	g.pos, err = c.Emit(fxgraph.AtenAddTensor, g.sl, qpos)
+	return err
+}
+
+// split views x [B, S, n*d] as heads [B, n, S, d], rotated first when
+// rotate.
+func (g *gqa) split(c *Ctx, x *fxgraph.Node, n int64, rotate bool) (*fxgraph.Node, error) {
+	b, s, err := msDims2(c, x)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	split := func(x *fxgraph.Node, n int64, rotate bool) (*fxgraph.Node, error) {
-		b, s, err := msDims2(c, x)
-		if err != nil {
+	y, err := c.Emit(fxgraph.AtenView, x, []any{b, s, n, g.d})
+	if err != nil {
+		return nil, err
+	}
+	if rotate {
+		cd, ok := Meta(g.cos).Shape.Static()
+		if !ok || len(cd) != 2 || 2*cd[1] > g.d {
+			return nil, fmt.Errorf("GroupQueryAttention cos_cache of shape %s for head size %d", Meta(g.cos).Shape, g.d)
+		}
+		if y, err = msRotate(c, y, g.pos, g.cos, g.sin, 2*cd[1], cd[1], c.AttrInt("rotary_interleaved", 0) != 0); err != nil {
 			return nil, err
 		}
-		y, err := c.Emit(fxgraph.AtenView, x, []any{b, s, n, d})
-		if err != nil {
-			return nil, err
-		}
-		if rotate {
-			cd, ok := Meta(in[7]).Shape.Static()
-			if !ok || len(cd) != 2 || 2*cd[1] > d {
-				return nil, fmt.Errorf("GroupQueryAttention cos_cache of shape %s for head size %d", Meta(in[7]).Shape, d)
-			}
-			if y, err = msRotate(c, y, pos, in[7], in[8], 2*cd[1], cd[1], c.AttrInt("rotary_interleaved", 0) != 0); err != nil {
-				return nil, err
-			}
-		}
-		return c.Emit(fxgraph.AtenPermute, y, []any{int64(0), int64(2), int64(1), int64(3)})
 	}
-	if rotary && (in[7] == nil || in[8] == nil) {
-		return fmt.Errorf("GroupQueryAttention with do_rotary needs cos_cache and sin_cache")
-	}
-	if q, err = split(q, heads, rotary); err != nil {
-		return err
-	}
-	if k, err = split(k, kvHeads, rotary); err != nil {
-		return err
-	}
-	if v, err = split(v, kvHeads, false); err != nil {
-		return err
-	}
-	if pk != nil && pv != nil {
-		if k, err = msGQAPresent(c, pk, k, sl, sd.Size); err != nil {
-			return err
-		}
-		if v, err = msGQAPresent(c, pv, v, sl, sd.Size); err != nil {
-			return err
-		}
-	}
-	c.SetOutput(1, k)
-	c.SetOutput(2, v)
-	kr, err := msRepeatHeads(c, k, heads/kvHeads)
-	if err != nil {
-		return err
-	}
-	vr, err := msRepeatHeads(c, v, heads/kvHeads)
-	if err != nil {
-		return err
-	}
-	// keep[b, 1, i, j] = j <= pos[b, i]
+	return c.Emit(fxgraph.AtenPermute, y, []any{int64(0), int64(2), int64(1), int64(3)})
+}
+
+// gqaCausalBias returns the attention bias of dtype dt: 0 where key j may
+// be attended by query i of batch b (j <= pos[b, i]), -inf elsewhere;
+// kr is the keys [B, H, T, D].
+func gqaCausalBias(c *Ctx, kr, pos *fxgraph.Node, dt tensor.DType) (*fxgraph.Node, error) {
 	t, err := msDim(c, kr, 2)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	j, err := msArange(c, t)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	last, err := c.Emit(fxgraph.AtenUnsqueeze, pos, int64(1))
 	if err == nil {
 		last, err = c.Emit(fxgraph.AtenUnsqueeze, last, int64(3)) // [B, 1, S, 1]
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	keep, err := c.Emit(fxgraph.AtenLeTensor, j, last)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dt := Meta(q).DType
-	bias, err := c.Emit(fxgraph.AtenWhereSelf, keep, c.ScalarConst(dt, 0), c.ScalarConst(dt, math.Inf(-1)))
-	if err != nil {
-		return err
-	}
-	scale := c.AttrFloat("scale", 0)
-	if scale == 0 {
-		scale = 1 / math.Sqrt(float64(d))
-	}
-	y, err := msAttendCapped(c, q, kr, vr, bias, scale, c.AttrFloat("softcap", 0))
-	if err != nil {
-		return err
-	}
-	c.SetOutput(0, y)
-	return nil
+	return c.Emit(fxgraph.AtenWhereSelf, keep, c.ScalarConst(dt, 0), c.ScalarConst(dt, math.Inf(-1)))
 }
 
 // msGQAPresent is GroupQueryAttention's present key (or value): the past

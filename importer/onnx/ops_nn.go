@@ -1555,79 +1555,21 @@ func nnEinsum(c *Ctx, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if len(terms) != len(ins) || len(ins) == 0 {
-		return fmt.Errorf("Einsum %q has %d terms for %d inputs", eq, len(terms), len(ins))
+	ell, err := nnEinsumEllipsis(eq, terms, ins)
+	if err != nil {
+		return err
 	}
-	dt := Meta(ins[0]).DType
-	ell := 0
-	for i, t := range terms {
-		m := Meta(ins[i])
-		if m.DType != dt {
-			return fmt.Errorf("Einsum inputs of different dtypes %s and %s", dt, m.DType)
-		}
-		if _, ok := m.Shape.Static(); !ok {
-			return Unsupported("Einsum with symbolic dims %s", m.Shape)
-		}
-		if strings.Contains(t, "...") {
-			ell = max(ell, m.Rank()-len([]rune(strings.ReplaceAll(t, "...", ""))))
-		}
+	ops, size, count, err := nnEinsumOperands(eq, terms, ins, ell)
+	if err != nil {
+		return err
 	}
-	size := map[rune]int64{}
-	count := map[rune]int{}
-	var ops []*nnEinsumOperand
-	for i, t := range terms {
-		m := Meta(ins[i])
-		letters, err := nnParseSubscripts(t, m.Rank(), ell)
-		if err != nil {
-			return err
-		}
-		for j, r := range letters {
-			d := m.Shape[j].Size
-			if s, ok := size[r]; ok && s != d {
-				if r < nnEllipsisBase || (s != 1 && d != 1) {
-					return fmt.Errorf("Einsum %q: subscript %q has sizes %d and %d", eq, r, s, d)
-				}
-				d = max(d, s)
-			}
-			size[r] = d
-			count[r]++
-		}
-		ops = append(ops, &nnEinsumOperand{ins[i], letters})
-	}
-	var out []rune
-	if arrow {
-		if out, err = nnParseSubscripts(rhs, -1, ell); err != nil {
-			return err
-		}
-	} else {
-		for k := 0; k < ell; k++ {
-			out = append(out, nnEllipsisBase+rune(k))
-		}
-		var once []rune
-		for r, n := range count {
-			if n == 1 && r < nnEllipsisBase {
-				once = append(once, r)
-			}
-		}
-		nnSortRunes(once)
-		out = append(out, once...)
-	}
-	for _, r := range out {
-		if _, ok := size[r]; !ok {
-			return fmt.Errorf("Einsum %q: output subscript %q is not an input subscript", eq, r)
-		}
+	out, err := nnEinsumOutput(eq, rhs, arrow, ell, size, count)
+	if err != nil {
+		return err
 	}
 	// needed reports whether letter r is used after operand i (or by the output).
 	needed := func(r rune, from int) bool {
-		if nnRuneIndex(out, r) >= 0 {
-			return true
-		}
-		for _, o := range ops[from:] {
-			if nnRuneIndex(o.letters, r) >= 0 {
-				return true
-			}
-		}
-		return false
+		return nnRuneIndex(out, r) >= 0 || nnOtherHas(ops[from:], r)
 	}
 	for i, o := range ops {
 		if err := nnEinsumDiagonals(c, o, size); err != nil {
@@ -1646,24 +1588,112 @@ func nnEinsum(c *Ctx, n *Node) error {
 	if err := nnEinsumSumOut(c, cur, func(r rune) bool { return nnRuneIndex(out, r) >= 0 }); err != nil {
 		return err
 	}
+	y, err := nnEinsumPermute(c, eq, cur, out)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, y)
+	return nil
+}
+
+// nnEinsumEllipsis checks Einsum's inputs against its terms (one each, one
+// dtype, static dims) and returns how many dims "..." stands for.
+func nnEinsumEllipsis(eq string, terms []string, ins []*fxgraph.Node) (int, error) {
+	if len(terms) != len(ins) || len(ins) == 0 {
+		return 0, fmt.Errorf("Einsum %q has %d terms for %d inputs", eq, len(terms), len(ins))
+	}
+	dt := Meta(ins[0]).DType
+	ell := 0
+	for i, t := range terms {
+		m := Meta(ins[i])
+		if m.DType != dt {
+			return 0, fmt.Errorf("Einsum inputs of different dtypes %s and %s", dt, m.DType)
+		}
+		if _, ok := m.Shape.Static(); !ok {
+			return 0, Unsupported("Einsum with symbolic dims %s", m.Shape)
+		}
+		if strings.Contains(t, "...") {
+			ell = max(ell, m.Rank()-len([]rune(strings.ReplaceAll(t, "...", ""))))
+		}
+	}
+	return ell, nil
+}
+
+// nnEinsumOperands parses each term into its operand's subscripts and
+// returns each subscript's size (broadcast across "..." dims) and how many
+// operands use it.
+func nnEinsumOperands(eq string, terms []string, ins []*fxgraph.Node, ell int) ([]*nnEinsumOperand, map[rune]int64, map[rune]int, error) {
+	size := map[rune]int64{}
+	count := map[rune]int{}
+	var ops []*nnEinsumOperand
+	for i, t := range terms {
+		m := Meta(ins[i])
+		letters, err := nnParseSubscripts(t, m.Rank(), ell)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for j, r := range letters {
+			d := m.Shape[j].Size
+			if s, ok := size[r]; ok && s != d {
+				if r < nnEllipsisBase || (s != 1 && d != 1) {
+					return nil, nil, nil, fmt.Errorf("Einsum %q: subscript %q has sizes %d and %d", eq, r, s, d)
+				}
+				d = max(d, s)
+			}
+			size[r] = d
+			count[r]++
+		}
+		ops = append(ops, &nnEinsumOperand{ins[i], letters})
+	}
+	return ops, size, count, nil
+}
+
+// nnEinsumOutput returns the output subscripts: rhs's, or without an arrow
+// the "..." dims then the subscripts used once, in order.
+func nnEinsumOutput(eq, rhs string, arrow bool, ell int, size map[rune]int64, count map[rune]int) ([]rune, error) {
+	var out []rune
+	if arrow {
+		var err error
+		if out, err = nnParseSubscripts(rhs, -1, ell); err != nil {
+			return nil, err
+		}
+	} else {
+		for k := 0; k < ell; k++ {
+			out = append(out, nnEllipsisBase+rune(k))
+		}
+		var once []rune
+		for r, n := range count {
+			if n == 1 && r < nnEllipsisBase {
+				once = append(once, r)
+			}
+		}
+		nnSortRunes(once)
+		out = append(out, once...)
+	}
+	for _, r := range out {
+		if _, ok := size[r]; !ok {
+			return nil, fmt.Errorf("Einsum %q: output subscript %q is not an input subscript", eq, r)
+		}
+	}
+	return out, nil
+}
+
+// nnEinsumPermute permutes the result cur to the output subscripts.
+func nnEinsumPermute(c *Ctx, eq string, cur *nnEinsumOperand, out []rune) (*fxgraph.Node, error) {
 	perm := make([]any, len(out))
 	identity := len(out) == len(cur.letters)
 	for i, r := range out {
 		j := nnRuneIndex(cur.letters, r)
 		if j < 0 {
-			return fmt.Errorf("Einsum %q: output subscript %q lost", eq, r)
+			return nil, fmt.Errorf("Einsum %q: output subscript %q lost", eq, r)
 		}
 		perm[i] = int64(j)
 		identity = identity && i == j
 	}
-	y := cur.v
-	if !identity {
-		if y, err = c.Emit(fxgraph.AtenPermute, y, perm); err != nil {
-			return err
-		}
+	if identity {
+		return cur.v, nil
 	}
-	c.SetOutput(0, y)
-	return nil
+	return c.Emit(fxgraph.AtenPermute, cur.v, perm)
 }
 
 func nnOtherHas(ops []*nnEinsumOperand, r rune) bool {
@@ -1954,57 +1984,12 @@ func nnQuantMatMul(c *Ctx, ai, az, bi, bz int) (*fxgraph.Node, error) {
 // the output type.
 func nnQLinear(conv bool) Converter {
 	return func(c *Ctx, n *Node) error {
-		var acc *fxgraph.Node
-		var err error
-		if conv {
-			acc, err = nnQuantConv(c, 0, 2, 3, 5)
-		} else {
-			acc, err = nnQuantMatMul(c, 0, 2, 3, 5)
-		}
+		acc, err := nnQLinearAcc(c, conv)
 		if err != nil {
 			return err
 		}
-		rank := Meta(acc).Rank()
-		if conv && c.HasInput(8) {
-			b, err := c.Input(8)
-			if err != nil {
-				return err
-			}
-			if b, err = viewAlong(c, b, rank, 1); err != nil {
-				return err
-			}
-			if acc, err = c.Emit(fxgraph.AtenAddTensor, acc, b); err != nil {
-				return err
-			}
-		}
-		var sc [3]*fxgraph.Node
-		for j, i := range []int{1, 4, 6} {
-			if sc[j], err = c.Input(i); err != nil {
-				return err
-			}
-			if sc[j], err = nnCast(c, sc[j], tensor.Float32); err != nil {
-				return err
-			}
-			if j != 1 && tensor.NumElements(nnStaticDims(Meta(sc[j]))) != 1 {
-				return Unsupported("%s with a per-axis scale %s for input %d", n.OpType, Meta(sc[j]), i)
-			}
-		}
-		// The second operand's scale may be per output channel (conv) or per
-		// column (matmul).
-		if m := Meta(sc[1]); m.Rank() == 1 && (!m.Shape[0].IsStatic() || m.Shape[0].Size != 1) {
-			axis := rank - 1
-			if conv {
-				axis = 1
-			}
-			if sc[1], err = viewAlong(c, sc[1], rank, axis); err != nil {
-				return err
-			}
-		}
-		scale, err := c.Emit(fxgraph.AtenMulTensor, sc[0], sc[1])
+		scale, err := nnQLinearScale(c, n, conv, Meta(acc).Rank())
 		if err != nil {
-			return err
-		}
-		if scale, err = c.Emit(fxgraph.AtenDivTensor, scale, sc[2]); err != nil {
 			return err
 		}
 		accf, err := nnCast(c, acc, tensor.Float32)
@@ -2018,37 +2003,99 @@ func nnQLinear(conv bool) Converter {
 		if y, err = c.Emit(fxgraph.AtenRound, y); err != nil {
 			return err
 		}
-		var ydt tensor.DType = tensor.Uint8
-		if c.HasInput(7) {
-			yz, err := c.Input(7)
-			if err != nil {
-				return err
-			}
-			ydt = Meta(yz).DType
-			yzf, err := nnCast(c, yz, tensor.Float32)
-			if err != nil {
-				return err
-			}
-			if y, err = c.Emit(fxgraph.AtenAddTensor, y, yzf); err != nil {
-				return err
-			}
-		}
-		if !nnIsQuant(ydt) {
-			return Unsupported("%s output of %s", n.OpType, ydt)
-		}
-		lo, hi := 0.0, 255.0
-		if ydt == tensor.Int8 {
-			lo, hi = -128, 127
-		}
-		if y, err = c.Emit(fxgraph.AtenClamp, y, lo, hi); err != nil {
-			return err
-		}
-		if y, err = nnCast(c, y, ydt); err != nil {
+		if y, err = nnQLinearRequantize(c, n, y); err != nil {
 			return err
 		}
 		c.SetOutput(0, y)
 		return nil
 	}
+}
+
+// nnQLinearAcc is the int32 accumulation of QLinearConv / QLinearMatMul,
+// plus QLinearConv's int32 bias.
+func nnQLinearAcc(c *Ctx, conv bool) (*fxgraph.Node, error) {
+	if !conv {
+		return nnQuantMatMul(c, 0, 2, 3, 5)
+	}
+	acc, err := nnQuantConv(c, 0, 2, 3, 5)
+	if err != nil || !c.HasInput(8) {
+		return acc, err
+	}
+	b, err := c.Input(8)
+	if err != nil {
+		return nil, err
+	}
+	if b, err = viewAlong(c, b, Meta(acc).Rank(), 1); err != nil {
+		return nil, err
+	}
+	return c.Emit(fxgraph.AtenAddTensor, acc, b)
+}
+
+// nnQLinearScale is a_scale*b_scale/y_scale in float32, b_scale per output
+// channel (conv) or column (matmul) when it is a vector; rank is the
+// accumulation's.
+func nnQLinearScale(c *Ctx, n *Node, conv bool, rank int) (*fxgraph.Node, error) {
+	var sc [3]*fxgraph.Node
+	var err error
+	for j, i := range []int{1, 4, 6} {
+		if sc[j], err = c.Input(i); err != nil {
+			return nil, err
+		}
+		if sc[j], err = nnCast(c, sc[j], tensor.Float32); err != nil {
+			return nil, err
+		}
+		if j != 1 && tensor.NumElements(nnStaticDims(Meta(sc[j]))) != 1 {
+			return nil, Unsupported("%s with a per-axis scale %s for input %d", n.OpType, Meta(sc[j]), i)
+		}
+	}
+	// The second operand's scale may be per output channel (conv) or per
+	// column (matmul).
+	if m := Meta(sc[1]); m.Rank() == 1 && (!m.Shape[0].IsStatic() || m.Shape[0].Size != 1) {
+		axis := rank - 1
+		if conv {
+			axis = 1
+		}
+		if sc[1], err = viewAlong(c, sc[1], rank, axis); err != nil {
+			return nil, err
+		}
+	}
+	scale, err := c.Emit(fxgraph.AtenMulTensor, sc[0], sc[1])
+	if err != nil {
+		return nil, err
+	}
+	return c.Emit(fxgraph.AtenDivTensor, scale, sc[2])
+}
+
+// nnQLinearRequantize shifts the rounded y by y_zero_point (input 7) and
+// saturates it to the output type (uint8 without a zero point).
+func nnQLinearRequantize(c *Ctx, n *Node, y *fxgraph.Node) (*fxgraph.Node, error) {
+	var ydt tensor.DType = tensor.Uint8
+	if c.HasInput(7) {
+		yz, err := c.Input(7)
+		if err != nil {
+			return nil, err
+		}
+		ydt = Meta(yz).DType
+		yzf, err := nnCast(c, yz, tensor.Float32)
+		if err != nil {
+			return nil, err
+		}
+		if y, err = c.Emit(fxgraph.AtenAddTensor, y, yzf); err != nil {
+			return nil, err
+		}
+	}
+	if !nnIsQuant(ydt) {
+		return nil, Unsupported("%s output of %s", n.OpType, ydt)
+	}
+	lo, hi := 0.0, 255.0
+	if ydt == tensor.Int8 {
+		lo, hi = -128, 127
+	}
+	y, err := c.Emit(fxgraph.AtenClamp, y, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	return nnCast(c, y, ydt)
 }
 
 // nnMaxUnpool converts MaxUnpool: the values scattered at their (whole

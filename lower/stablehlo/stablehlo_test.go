@@ -5,35 +5,22 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/xserve/xserve/lower/stablehlo"
 	"github.com/xserve/xserve/pjrt"
+	"github.com/xserve/xserve/pjrt/pjrttest"
 	"github.com/xserve/xserve/tensor"
 )
 
-var (
-	clientOnce sync.Once
-	client     *pjrt.Client
-	clientErr  error
-)
+// plugin is the real XLA CPU plugin's client the tests share.
+var plugin = pjrttest.Shared{RepoRoot: "../.."}
 
-// testClient opens the real XLA CPU PJRT plugin once; a missing plugin fails.
+// testClient returns the shared client of the real XLA CPU plugin. A
+// missing plugin fails the test: run `make pjrt`.
 func testClient(t *testing.T) *pjrt.Client {
 	t.Helper()
-	clientOnce.Do(func() {
-		path, err := pjrt.FindPlugin(pjrt.FindOptions{RepoRoot: "../.."})
-		if err != nil {
-			clientErr = err
-			return
-		}
-		client, clientErr = pjrt.Open(path)
-	})
-	if clientErr != nil {
-		t.Fatalf("PJRT plugin: %v (run `make pjrt`)", clientErr)
-	}
-	return client
+	return plugin.Client(t)
 }
 
 // run compiles the module's text on the plugin and runs it on inputs.
