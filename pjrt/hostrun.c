@@ -70,6 +70,18 @@ static int64_t xs_thread_cpu_ns(void) {
 
 static PJRT_Error* xs_run_body(xs_run_args* a);
 
+// xs_mono_ns is the host's monotonic clock in nanoseconds.
+static int64_t xs_mono_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + (int64_t)ts.tv_nsec;
+}
+
+// xs_mark records the instant of step k of a traced execution.
+static void xs_mark(xs_run_args* a, int k) {
+	if (a->trace) a->trace_ns[k] = xs_mono_ns();
+}
+
 // xs_run does the whole execution of a and, when a->timed, records the CPU
 // time its thread spent on it; see xs_run_args.
 PJRT_Error* xs_run(xs_run_args* a) {
@@ -94,6 +106,7 @@ static PJRT_Error* xs_run_body(xs_run_args* a) {
 	memset(made, 0, sizeof(made));
 	memset(done, 0, sizeof(done));
 	memset(outv, 0, sizeof(outv));
+	xs_mark(a, 0);
 
 	for (size_t i = 0; i < n; i++) {
 		keep[i] = (int64_t)i;
@@ -119,10 +132,12 @@ static PJRT_Error* xs_run_body(xs_run_args* a) {
 		done[i] = h.done_with_host_buffer;
 		argv[i] = h.buffer;
 	}
+	xs_mark(a, 1);
 	if ((err = xs_execute(api, a->le, a->device, a->portable, argv, n, keep, n, outv, &a->ran_inline)) != NULL) {
 		a->fail_stage = 1;
 		goto cleanup;
 	}
+	xs_mark(a, 2);
 	for (size_t i = 0; i < nout; i++) {
 		if ((err = xs_download(a, i, outv[i])) != NULL || a->fail != NULL) {
 			a->fail_index = (int64_t)i;
@@ -130,6 +145,7 @@ static PJRT_Error* xs_run_body(xs_run_args* a) {
 			goto cleanup;
 		}
 	}
+	xs_mark(a, 3);
 
 cleanup:
 	for (size_t i = 0; i < nout; i++) xs_buffer_free(api, outv[i]);

@@ -50,7 +50,7 @@ type fastPath struct {
 // output types, it makes one call into the plugin per execution. Its errors
 // and argument checks are those of Execute.
 func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	outs, _, err := e.runHost(ctx, bufs, hosts, false)
+	outs, _, err := e.runHost(ctx, bufs, hosts, false, nil)
 	return outs, err
 }
 
@@ -61,10 +61,39 @@ func (e *Executable) RunHost(ctx context.Context, bufs []*Buffer, hosts []*tenso
 // did not take the one-call path (an executable's first). Reading the
 // clock costs two system calls, which RunHost spares.
 func (e *Executable) RunHostTimed(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, time.Duration, error) {
-	return e.runHost(ctx, bufs, hosts, true)
+	return e.runHost(ctx, bufs, hosts, true, nil)
 }
 
-func (e *Executable) runHost(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor, timed bool) ([]*tensor.Tensor, time.Duration, error) {
+// RunTrace is when the steps of one execution of RunHostTraced happened, as
+// instants of the host's monotonic clock (CLOCK_MONOTONIC, from an
+// arbitrary origin): comparable between the executions of a process,
+// whatever their threads. All are 0 for a run that did not take the
+// one-call path (an executable's first).
+type RunTrace struct {
+	// Start is when the execution began: before its first upload.
+	Start time.Duration
+	// Uploaded is when every host input had been handed to the plugin
+	// (PJRT_Client_BufferFromHostBuffer returned for each; the plugin may
+	// still be copying: a device plugin's transfer runs on, ordered before
+	// the execution on the device).
+	Uploaded time.Duration
+	// Executed is when the execution had completed (its completion event
+	// awaited).
+	Executed time.Duration
+	// Downloaded is when every output was in its host tensor.
+	Downloaded time.Duration
+}
+
+// RunHostTraced is RunHost that also returns when its uploads, execution
+// and downloads ended: tests see with it which steps of executions running
+// at once overlapped.
+func (e *Executable) RunHostTraced(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor) ([]*tensor.Tensor, RunTrace, error) {
+	var tr RunTrace
+	outs, _, err := e.runHost(ctx, bufs, hosts, false, &tr)
+	return outs, tr, err
+}
+
+func (e *Executable) runHost(ctx context.Context, bufs []*Buffer, hosts []*tensor.Tensor, timed bool, trace *RunTrace) ([]*tensor.Tensor, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, fmt.Errorf("pjrt: execute %s: %w", e.name, err)
 	}
@@ -72,7 +101,7 @@ func (e *Executable) runHost(ctx context.Context, bufs []*Buffer, hosts []*tenso
 		return nil, 0, fmt.Errorf("pjrt: execute %s: %d buffers but %d host tensors", e.name, len(bufs), len(hosts))
 	}
 	if fp := e.fast.Load(); fp != nil {
-		return e.runFast(fp, bufs, hosts, timed)
+		return e.runFast(fp, bufs, hosts, timed, trace)
 	}
 	outs, err := e.runPortable(ctx, bufs, hosts)
 	return outs, 0, err
@@ -185,7 +214,7 @@ type runScratch struct {
 var scratchPool = sync.Pool{New: func() any { return &runScratch{args: new(C.xs_run_args)} }}
 
 // runFast is RunHost in one plugin call.
-func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, timed bool) ([]*tensor.Tensor, time.Duration, error) {
+func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tensor, timed bool, trace *RunTrace) ([]*tensor.Tensor, time.Duration, error) {
 	c := e.client
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -208,8 +237,13 @@ func (e *Executable) runFast(fp *fastPath, bufs []*Buffer, hosts []*tensor.Tenso
 		return nil, 0, err
 	}
 	s.args.timed = cBool(timed)
+	s.args.trace = cBool(trace != nil)
 	perr := C.xs_run(s.args)
 	cpu := time.Duration(s.args.cpu_ns)
+	if trace != nil {
+		ns := s.args.trace_ns
+		*trace = RunTrace{time.Duration(ns[0]), time.Duration(ns[1]), time.Duration(ns[2]), time.Duration(ns[3])}
+	}
 	if err := s.finish(e, perr); err != nil {
 		return nil, 0, err
 	}

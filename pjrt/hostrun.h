@@ -49,6 +49,12 @@ typedef struct {
 	// a thread CPU clock is a system call (about 1.5 us on a loaded VM).
 	int timed;
 	int64_t cpu_ns;
+	// trace asks xs_run to record in trace_ns, on the host's
+	// CLOCK_MONOTONIC (nanoseconds), when it started, when every upload
+	// had been handed to the plugin, when the execution had completed and
+	// when the outputs were on the host (RunTrace). Off by default.
+	int trace;
+	int64_t trace_ns[4];
 } xs_run_args;
 
 // xs_run does the whole execution of a; see xs_run_args.

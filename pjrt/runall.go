@@ -201,7 +201,7 @@ func runHost(ctx context.Context, r *HostRun) {
 		r.Err = fmt.Errorf("pjrt: execute: no executable")
 		return
 	}
-	r.Outs, r.CPU, r.Err = r.Exe.runHost(ctx, r.Bufs, r.Hosts, r.Timed)
+	r.Outs, r.CPU, r.Err = r.Exe.runHost(ctx, r.Bufs, r.Hosts, r.Timed, nil)
 }
 
 // workerPool is a client's worker threads for RunHostAll, made on first

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/pjrt/pjrttest"
@@ -59,13 +60,32 @@ func TestModelOnEveryDevice(t *testing.T) {
 	execs := func(dev string) float64 {
 		return metric(t, m, `xserve_device_executions_total{device="`+dev+`"}`)
 	}
+	busy := func(dev string) float64 {
+		return metric(t, m, `xserve_device_busy_seconds_total{device="`+dev+`"}`)
+	}
+	computeSum := func() float64 {
+		return metric(t, m, `xserve_request_duration_seconds_sum{model="tinycnn",phase="compute",version="1"}`)
+	}
 	base0, base1 := execs("0"), execs("1") // the load's pad probe
+	busy0, busy1, compute0 := busy("0"), busy("1"), computeSum()
+	began := time.Now()
 	for i := range 4 {
 		resp := infer(t, m, "tinycnn", 1, map[string]*tensor.Tensor{"image": image})
 		assertClose(t, fmt.Sprintf("request %d", i), resp.Outputs[0].Tensor, ref, 1e-5)
 	}
+	wall := time.Since(began).Seconds()
 	if e0, e1 := execs("0")-base0, execs("1")-base1; e0 != 2 || e1 != 2 {
 		t.Errorf("4 sequential requests: executions on device 0: %v, device 1: %v; want 2 and 2", e0, e1)
+	}
+	// One execution at a time: each device was busy while its two ran
+	// (the busy span holds each request's compute span) and the two
+	// devices' busy times do not overlap, so they add up to less than the
+	// wall time of the requests.
+	b0, b1, compute := busy("0")-busy0, busy("1")-busy1, computeSum()-compute0
+	t.Logf("4 sequential requests in %.6fs, %.6fs of compute: busy on device 0 %.6fs, device 1 %.6fs", wall, compute, b0, b1)
+	if compute <= 0 || b0 <= 0 || b1 <= 0 || b0+b1 < compute || b0+b1 > wall {
+		t.Errorf("4 sequential requests in %.6fs, %.6fs of compute: busy on device 0 %.6fs, device 1 %.6fs; want each > 0, together between the compute and the wall time",
+			wall, compute, b0, b1)
 	}
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -80,6 +100,11 @@ func TestModelOnEveryDevice(t *testing.T) {
 	// Batching may join the concurrent requests into fewer executions.
 	if e0, e1 := execs("0")-base0, execs("1")-base1; e0 < 2 || e1 < 2 || e0+e1 < 5 {
 		t.Errorf("after 8 more requests at once: executions on device 0: %v, device 1: %v; want more than 4 in all", e0, e1)
+	}
+	for _, dev := range []string{"0", "1"} {
+		if n := metric(t, m, `xserve_device_executions_in_flight{device="`+dev+`"}`); n != 0 {
+			t.Errorf("xserve_device_executions_in_flight{device=%s} = %v once every request was answered, want 0", dev, n)
+		}
 	}
 	v := versionOf(m, "tinycnn", 1)
 	if len(v.models) != 2 {

@@ -66,6 +66,8 @@ type serverMetrics struct {
 	// deviceMemory and deviceExecutions are per device of the client.
 	deviceMemory     *metrics.GaugeVec   // device; set at each scrape
 	deviceExecutions *metrics.CounterVec // device
+	// deviceLoad is the executions in flight and busy time per device.
+	deviceLoad *deviceLoad
 	// pipelineExecutions is the executions a request of a pipeline makes.
 	pipelineExecutions *metrics.GaugeVec // model, version
 }
@@ -149,6 +151,11 @@ func newServerMetrics() *serverMetrics {
 		deviceExecutions: r.NewCounterVec("xserve_device_executions_total",
 			"Executions of requests' batches on each device of the client (a model placed on several devices runs each on the one with the fewest in flight).", "device"),
 	}
+	m.deviceLoad = newDeviceLoad(
+		r.NewCounterVec("xserve_device_busy_seconds_total",
+			"Wall time each device of the client had at least one execution of a request's batch in flight (upload, execute, download): rate() of it is the device's utilisation.", "device"),
+		r.NewGaugeVec("xserve_device_executions_in_flight",
+			"Executions of requests' batches in flight on each device of the client now.", "device"))
 	m.loadWaiting.With()
 	for _, kind := range []string{engine.CacheStableHLO, engine.CacheExecutable} {
 		m.cache.With(kind, "hit")

@@ -268,6 +268,7 @@ func (m *Manager) updateGauges() {
 		m.metrics.memoryBudget.With(dev).Set(float64(m.opts.MemoryBudget.For(d)))
 		m.metrics.deviceMemory.With(dev).Set(float64(mem.weights[d]))
 		m.metrics.deviceExecutions.With(dev) // listed from 0
+		m.metrics.deviceLoad.scrape(d)
 	}
 }
 

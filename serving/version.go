@@ -516,14 +516,17 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		}
 		inputs[i] = p.assemble(i, exec, srcs, offsets)
 	}
+	dev := v.models[place].Device()
+	v.m.metrics.deviceLoad.begin(dev)
 	start = time.Now()
 	outs, split, core, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets))
 	t.split, t.core = split, core
 	t.compute = time.Since(start)
+	v.m.metrics.deviceLoad.end(dev) // the busy span holds the compute span
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
-	v.m.metrics.deviceExecutions.With(strconv.Itoa(v.models[place].Device())).Inc()
+	v.m.metrics.deviceExecutions.With(strconv.Itoa(dev)).Inc()
 	if outs, err = exe.Trim(outs); err != nil {
 		return t, fmt.Errorf("serving: %s: bucket %s: %w", v, b.name, err)
 	}
