@@ -352,6 +352,14 @@ PJRT_Error* xs_buffer_pointer(const PJRT_Api* api, PJRT_Buffer* b, void** p) {
 }
 
 PJRT_Error* xs_to_host(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t size, size_t rank) {
+	PJRT_Event* done = NULL;
+	PJRT_Error* err = xs_to_host_start(api, b, dst, size, rank, &done);
+	if (err != NULL) return err;
+	return xs_await_free(api, done);
+}
+
+PJRT_Error* xs_to_host_start(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t size, size_t rank, PJRT_Event** done) {
+	*done = NULL;
 	PJRT_Buffer_ToHostBuffer_Args th = {0};
 	th.src = b;
 	th.dst = dst;
@@ -368,11 +376,22 @@ PJRT_Error* xs_to_host(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t si
 	th.host_layout = &layout;
 	PJRT_Error* err = xs_PJRT_Buffer_ToHostBuffer(api, &th);
 	if (err != NULL) return err;
-	return xs_await_free(api, th.event);
+	*done = th.event;
+	return NULL;
 }
 
 PJRT_Error* xs_execute(const PJRT_Api* api, PJRT_LoadedExecutable* le, PJRT_Device* dev, int portable,
 		PJRT_Buffer* const* args, size_t n, const int64_t* keep, size_t nkeep, PJRT_Buffer** outs, int* inline_run) {
+	PJRT_Event* complete = NULL;
+	PJRT_Error* err = xs_execute_start(api, le, dev, portable, args, n, keep, nkeep, outs, &complete, inline_run);
+	if (err != NULL) return err;
+	return xs_await_free(api, complete);
+}
+
+PJRT_Error* xs_execute_start(const PJRT_Api* api, PJRT_LoadedExecutable* le, PJRT_Device* dev, int portable,
+		PJRT_Buffer* const* args, size_t n, const int64_t* keep, size_t nkeep, PJRT_Buffer** outs, PJRT_Event** complete_out,
+		int* inline_run) {
+	*complete_out = NULL;
 	PJRT_ExecuteOptions opts = {0};
 	opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
 	opts.non_donatable_input_indices = keep;
@@ -399,5 +418,6 @@ PJRT_Error* xs_execute(const PJRT_Api* api, PJRT_LoadedExecutable* le, PJRT_Devi
 		if (rerr == NULL) *inline_run = r.is_ready ? 1 : 0;
 		xs_error_free(api, rerr);
 	}
-	return xs_await_free(api, complete[0]);
+	*complete_out = complete[0];
+	return NULL;
 }

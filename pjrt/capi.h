@@ -100,6 +100,11 @@ PJRT_Error* xs_buffer_pointer(const PJRT_Api* api, PJRT_Buffer* b, void** p);
 // waits for the copy.
 PJRT_Error* xs_to_host(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t size, size_t rank);
 
+// xs_to_host_start is xs_to_host without the wait: *done is the copy's
+// event (NULL if none), which the caller awaits (xs_await_free) before dst
+// may be read or freed. The plugin copies once b is ready.
+PJRT_Error* xs_to_host_start(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t size, size_t rank, PJRT_Event** done);
+
 // xs_execute runs le once on dev (execute_device when portable) with the
 // device buffers args[0..n), donating those not listed in keep[0..nkeep)
 // (the others stay valid), writes its num_outputs results to outs and
@@ -107,5 +112,12 @@ PJRT_Error* xs_to_host(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t si
 // plugin's execute returned.
 PJRT_Error* xs_execute(const PJRT_Api* api, PJRT_LoadedExecutable* le, PJRT_Device* dev, int portable,
 	PJRT_Buffer* const* args, size_t n, const int64_t* keep, size_t nkeep, PJRT_Buffer** outs, int* inline_run);
+
+// xs_execute_start is xs_execute without the wait: *complete is the
+// execution's completion event (NULL if none), which the caller awaits
+// (xs_await_free).
+PJRT_Error* xs_execute_start(const PJRT_Api* api, PJRT_LoadedExecutable* le, PJRT_Device* dev, int portable,
+	PJRT_Buffer* const* args, size_t n, const int64_t* keep, size_t nkeep, PJRT_Buffer** outs, PJRT_Event** complete,
+	int* inline_run);
 
 #endif

@@ -42,7 +42,11 @@ type Client struct {
 
 	// cpuExecution is how a CPU client runs programs (cpuexec.go); runs
 	// and inlineRuns count RunHost executions (RunCounts).
-	cpuExecution     string
+	cpuExecution string
+	// pluginCopies, set by tests before the first execution, has RunHost
+	// copy every output through the plugin (PJRT_Buffer_ToHostBuffer, as
+	// on a device) instead of with memcpy where the CPU plugin allows.
+	pluginCopies     bool
 	runs, inlineRuns atomic.Uint64
 	// toDevice and toHost count the copies between host and device
 	// (Transfers).

@@ -7,19 +7,16 @@
 #include <string.h>
 #include <time.h>
 
-// xs_copy_direct copies b into dst with memcpy when b lives in host memory
-// in row-major order with no tiling and exactly size bytes (the XLA CPU
+// xs_copy_direct copies b, which lives in host memory (xs_on_cpu), into dst
+// with memcpy when it is in row-major order with no tiling and exactly size bytes (the XLA CPU
 // plugin's outputs), and returns 1; otherwise it returns 0 and the caller
 // uses PJRT_Buffer_ToHostBuffer, which on the CPU plugin costs tens of
 // microseconds of dispatch even for a few bytes. b must be ready.
 static int xs_copy_direct(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t size, size_t rank) {
-	PJRT_Buffer_IsOnCpu_Args oc = {0};
-	oc.buffer = b;
-	PJRT_Error* err = xs_PJRT_Buffer_IsOnCpu(api, &oc);
-	if (err != NULL || !oc.is_on_cpu) { xs_error_free(api, err); return 0; }
 	PJRT_Buffer_GetMemoryLayout_Args ml = {0};
 	ml.buffer = b;
-	if ((err = xs_PJRT_Buffer_GetMemoryLayout(api, &ml)) != NULL) { xs_error_free(api, err); return 0; }
+	PJRT_Error* err = xs_PJRT_Buffer_GetMemoryLayout(api, &ml);
+	if (err != NULL) { xs_error_free(api, err); return 0; }
 	if (ml.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || ml.layout.tiled.num_tiles != 0 ||
 	    ml.layout.tiled.minor_to_major_size != rank) {
 		return 0;
@@ -39,37 +36,6 @@ static int xs_copy_direct(const PJRT_Api* api, PJRT_Buffer* b, void* dst, size_t
 	return 1;
 }
 
-// xs_download checks output b against what the caller expects and copies it
-// into dst; it does not destroy b.
-static PJRT_Error* xs_download(xs_run_args* a, size_t i, PJRT_Buffer* b) {
-	const PJRT_Api* api = a->api;
-	int32_t type;
-	const int64_t* dims;
-	size_t rank;
-	PJRT_Error* err = xs_buffer_shape(api, b, &type, &dims, &rank);
-	if (err != NULL) return err;
-	if (type != a->out_type[i] || (int64_t)rank != a->out_rank[i]) {
-		a->fail = "output type differs from the one recorded at the first run";
-		a->fail_index = (int64_t)i;
-		return NULL;
-	}
-	int64_t n = 1;
-	for (size_t k = 0; k < rank; k++) n *= dims[k];
-	if (n == 0) return NULL;
-	if (a->direct && xs_copy_direct(api, b, a->out_data[i], (size_t)a->out_size[i], rank)) return NULL;
-	return xs_to_host(api, b, a->out_data[i], (size_t)a->out_size[i], rank);
-}
-
-// xs_thread_cpu_ns is the CPU time the calling thread has used, in
-// nanoseconds (0 where the clock is missing).
-static int64_t xs_thread_cpu_ns(void) {
-	struct timespec ts;
-	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
-	return (int64_t)ts.tv_sec * 1000000000LL + (int64_t)ts.tv_nsec;
-}
-
-static PJRT_Error* xs_run_body(xs_run_args* a);
-
 // xs_mono_ns is the host's monotonic clock in nanoseconds.
 static int64_t xs_mono_ns(void) {
 	struct timespec ts;
@@ -81,6 +47,102 @@ static int64_t xs_mono_ns(void) {
 static void xs_mark(xs_run_args* a, int k) {
 	if (a->trace) a->trace_ns[k] = xs_mono_ns();
 }
+
+// xs_on_cpu reports whether b is in host memory (the CPU plugin's outputs).
+static int xs_on_cpu(const PJRT_Api* api, PJRT_Buffer* b) {
+	PJRT_Buffer_IsOnCpu_Args oc = {0};
+	oc.buffer = b;
+	PJRT_Error* err = xs_PJRT_Buffer_IsOnCpu(api, &oc);
+	if (err != NULL) { xs_error_free(api, err); return 0; }
+	return oc.is_on_cpu;
+}
+
+// xs_fetch_one checks output b against what the caller expects and copies
+// it into dst: with memcpy when the caller has made sure b is ready and in
+// host memory (direct; xs_copy_direct), else by asking the plugin for the
+// copy, whose event it leaves in *copy for the caller to await. It does not
+// destroy b.
+static PJRT_Error* xs_fetch_one(xs_run_args* a, size_t i, PJRT_Buffer* b, int direct, PJRT_Event** copy) {
+	const PJRT_Api* api = a->api;
+	int32_t type;
+	const int64_t* dims;
+	size_t rank;
+	PJRT_Error* err = xs_buffer_shape(api, b, &type, &dims, &rank);
+	if (err != NULL) return err;
+	if (type != a->out_type[i] || (int64_t)rank != a->out_rank[i]) {
+		a->fail = "output type differs from the one recorded at the first run";
+		return NULL;
+	}
+	int64_t n = 1;
+	for (size_t k = 0; k < rank; k++) n *= dims[k];
+	if (n == 0) return NULL;
+	if (direct && xs_copy_direct(api, b, a->out_data[i], (size_t)a->out_size[i], rank)) return NULL;
+	return xs_to_host_start(api, b, a->out_data[i], (size_t)a->out_size[i], rank, copy);
+}
+
+// xs_fetch copies the outputs outv of the execution whose completion event
+// is complete (NULL: none) into the caller's memory. An output in host
+// memory (the CPU plugin's) is copied with memcpy once the execution has
+// completed; the others' copies are asked of the plugin before the
+// execution is awaited, so that a device plugin queues each right behind
+// the execution with no round trip to the host between them, and they are
+// awaited together. Every event is awaited before it returns, whatever
+// failed: the destinations are the caller's, to be read or freed after.
+static PJRT_Error* xs_fetch(xs_run_args* a, PJRT_Buffer** outv, PJRT_Event* complete, PJRT_Event** copies) {
+	const PJRT_Api* api = a->api;
+	size_t nout = a->num_outputs, i = 0;
+	int stage = 2, executed = 0;
+	PJRT_Error* err = NULL;
+	for (; i < nout; i++) {
+		int direct = a->direct && xs_on_cpu(api, outv[i]);
+		if (direct && !executed) {
+			err = xs_await_free(api, complete);
+			executed = 1;
+			xs_mark(a, 2);
+			if (err != NULL) {
+				stage = 1;
+				break;
+			}
+		}
+		if ((err = xs_fetch_one(a, i, outv[i], direct, &copies[i])) != NULL || a->fail != NULL) break;
+	}
+	if (!executed) {
+		PJRT_Error* e2 = xs_await_free(api, complete);
+		xs_mark(a, 2);
+		if (err == NULL && a->fail == NULL && e2 != NULL) {
+			err = e2;
+			stage = 1;
+		} else {
+			xs_error_free(api, e2);
+		}
+	}
+	for (size_t k = 0; k < nout; k++) {
+		PJRT_Error* e3 = xs_await_free(api, copies[k]);
+		copies[k] = NULL;
+		if (err == NULL && a->fail == NULL && e3 != NULL) {
+			err = e3;
+			i = k;
+		} else {
+			xs_error_free(api, e3);
+		}
+	}
+	xs_mark(a, 3);
+	if (err != NULL || a->fail != NULL) {
+		a->fail_stage = stage;
+		a->fail_index = (int64_t)i;
+	}
+	return err;
+}
+
+// xs_thread_cpu_ns is the CPU time the calling thread has used, in
+// nanoseconds (0 where the clock is missing).
+static int64_t xs_thread_cpu_ns(void) {
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+	return (int64_t)ts.tv_sec * 1000000000LL + (int64_t)ts.tv_nsec;
+}
+
+static PJRT_Error* xs_run_body(xs_run_args* a);
 
 // xs_run does the whole execution of a and, when a->timed, records the CPU
 // time its thread spent on it; see xs_run_args.
@@ -102,10 +164,14 @@ static PJRT_Error* xs_run_body(xs_run_args* a) {
 	PJRT_Buffer* argv[n > 0 ? n : 1];
 	int64_t keep[n > 0 ? n : 1];
 	PJRT_Buffer* outv[nout > 0 ? nout : 1];
+	PJRT_Event* copies[nout > 0 ? nout : 1];
+	PJRT_Event* complete = NULL;
 	PJRT_Error* err = NULL;
 	memset(made, 0, sizeof(made));
 	memset(done, 0, sizeof(done));
 	memset(outv, 0, sizeof(outv));
+	memset(copies, 0, sizeof(copies));
+	memset(a->trace_ns, 0, sizeof(a->trace_ns));
 	xs_mark(a, 0);
 
 	for (size_t i = 0; i < n; i++) {
@@ -133,19 +199,11 @@ static PJRT_Error* xs_run_body(xs_run_args* a) {
 		argv[i] = h.buffer;
 	}
 	xs_mark(a, 1);
-	if ((err = xs_execute(api, a->le, a->device, a->portable, argv, n, keep, n, outv, &a->ran_inline)) != NULL) {
+	if ((err = xs_execute_start(api, a->le, a->device, a->portable, argv, n, keep, n, outv, &complete, &a->ran_inline)) != NULL) {
 		a->fail_stage = 1;
 		goto cleanup;
 	}
-	xs_mark(a, 2);
-	for (size_t i = 0; i < nout; i++) {
-		if ((err = xs_download(a, i, outv[i])) != NULL || a->fail != NULL) {
-			a->fail_index = (int64_t)i;
-			a->fail_stage = 2;
-			goto cleanup;
-		}
-	}
-	xs_mark(a, 3);
+	err = xs_fetch(a, outv, complete, copies);
 
 cleanup:
 	for (size_t i = 0; i < nout; i++) xs_buffer_free(api, outv[i]);

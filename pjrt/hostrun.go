@@ -274,7 +274,7 @@ func (s *runScratch) prepare(e *Executable, fp *fastPath, bufs []*Buffer, hosts 
 		host_dims:   (*C.int64_t)(unsafe.Pointer(&s.dims[0])),
 		num_outputs: C.size_t(len(outs)),
 		zero_copy:   1,
-		direct:      1,
+		direct:      cBool(!c.pluginCopies),
 	}
 	if len(bufs) > 0 {
 		a.in = (**C.PJRT_Buffer)(unsafe.Pointer(&s.in[0]))

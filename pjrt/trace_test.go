@@ -3,6 +3,7 @@ package pjrt
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +105,77 @@ func checkTrace(t *testing.T, what string, tr RunTrace) {
 
 func tensorsEqual(a, b *tensor.Tensor) bool {
 	return a.DType == b.DType && tensor.ShapeString(a.Shape) == tensor.ShapeString(b.Shape) && string(a.Data) == string(b.Data)
+}
+
+// TestRunHostCopiesQueuedBehindExecution runs a program with two outputs
+// on a CPU client that executes asynchronously (XSERVE_CPU_EXECUTION=async:
+// the plugin's execute returns before the program has run) and copies its
+// outputs through the plugin as on a device: RunHost asks for both copies
+// before it awaits the execution, and the plugin orders them after it, so
+// the outputs are those of the inline client's memcpy path.
+func TestRunHostCopiesQueuedBehindExecution(t *testing.T) {
+	path, err := FindPlugin(FindOptions{RepoRoot: repoRoot(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvCPUExecution, CPUExecutionAsync)
+	c, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.pluginCopies = true
+	const n = 128
+	ty := fmt.Sprintf("tensor<%[1]dx%[1]dxf32>", n)
+	src := strings.Replace(chainProgram(n, 16), "return %t15 : "+ty, "%s = stablehlo.add %t15, %a : "+ty+"\n    return %t15, %s : "+ty+", "+ty, 1)
+	src = strings.Replace(src, ") -> "+ty+" {", ") -> ("+ty+", "+ty+") {", 1)
+	vals := make([]float32, n*n)
+	for i := range vals {
+		vals[i] = float32(i%11-5) / 48
+	}
+	x := f32([]int64{n, n}, vals...)
+	ctx := context.Background()
+	ref := mustCompile(t, testClient(t), src)
+	defer ref.Close()
+	want, err := ref.RunHost(ctx, []*Buffer{nil}, []*tensor.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mustCompile(t, c, src)
+	defer e.Close()
+	for run := range 4 {
+		got, tr, err := e.RunHostTraced(ctx, []*Buffer{nil}, []*tensor.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run > 0 {
+			checkTrace(t, fmt.Sprintf("run %d", run), tr)
+		}
+		for k := range want {
+			if err := closeF32(float32s(t, got[k]), float32s(t, want[k]), 1e-6); err != nil {
+				t.Fatalf("run %d, output %d: %v", run, k, err)
+			}
+		}
+	}
+	if rc := c.RunCounts(); rc.Runs != 3 || rc.Inline != 0 {
+		t.Errorf("RunCounts %+v, want 3 one-call runs, none completed when the plugin's execute returned", rc)
+	}
+}
+
+// closeF32 compares got with want within rel relative to want's largest
+// magnitude.
+func closeF32(got, want []float32, rel float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d values, want %d", len(got), len(want))
+	}
+	scale := 0.0
+	for _, w := range want {
+		scale = max(scale, math.Abs(float64(w)))
+	}
+	for i := range got {
+		if d := math.Abs(float64(got[i] - want[i])); d > rel*scale {
+			return fmt.Errorf("value %d: %g, want %g", i, got[i], want[i])
+		}
+	}
+	return nil
 }
