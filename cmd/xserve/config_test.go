@@ -12,8 +12,8 @@ import (
 // --http-addr 127.0.0.1:0 over the file's unusable address), and the file's
 // body limit is what the server enforces. Its cpu-devices: 2 and devices:
 // all (--cpu-devices 2 --devices all) place tinycnn on both host devices:
-// answers match ONNX Runtime and xserve_device_executions_total counts
-// executions on each.
+// answers match ONNX Runtime, xserve_device_executions_total counts
+// executions on each and xserve_device_busy_seconds_total their time.
 func TestServeConfigFile(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "xserve.yaml")
 	text := `# the server's options; keys are serve's flags
@@ -43,6 +43,13 @@ log:
 		}
 		if metricSum(metrics, "xserve_device_memory_bytes", dev) <= 0 {
 			t.Errorf("xserve_device_memory_bytes{%s} is not positive:\n%s", dev, grepLines(metrics, "xserve_device_"))
+		}
+		// Each device ran two of the requests: it was busy for a while,
+		// and has nothing in flight once they were answered.
+		busy := metricSum(metrics, "xserve_device_busy_seconds_total", dev) - metricSum(before, "xserve_device_busy_seconds_total", dev)
+		if busy <= 0 || metricSum(metrics, "xserve_device_executions_in_flight", dev) != 0 ||
+			!strings.Contains(metrics, "xserve_device_executions_in_flight{"+dev+"} 0") {
+			t.Errorf("4 requests on 2 devices: xserve_device_busy_seconds_total{%s} grew by %v, want > 0, and no execution in flight:\n%s", dev, busy, grepLines(metrics, "xserve_device_"))
 		}
 	}
 	r := call(t, "POST", p.url+"/v1/infer", make([]byte, 2<<20))
