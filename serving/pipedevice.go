@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/xserve/xserve/engine"
@@ -241,7 +242,56 @@ func (v *version) runHandoff(ctx context.Context, c *call, given map[int]*onDevi
 		return t, err
 	}
 	start = time.Now()
-	args, err := v.handoffArgs(ctx, exe, c, given, v.models[place].Device())
+	device := v.models[place].Device()
+	if len(kept) == 0 {
+		err = v.runGiven(ctx, exe, c, given, device)
+	} else {
+		err = v.executeKeeping(ctx, exe, c, given, kept, dev, device)
+	}
+	t.compute = time.Since(start)
+	if err != nil {
+		return t, err
+	}
+	v.m.metrics.deviceExecutions.With(strconv.Itoa(device)).Inc()
+	v.stats.execution(v.executionRows([]*call{c}), t.compute)
+	return t, nil
+}
+
+// runGiven executes c with the given buffers and its other inputs on the
+// host, in one call, its outputs copied to the host and cut to its shapes.
+func (v *version) runGiven(ctx context.Context, exe *engine.Executable, c *call, given map[int]*onDevice, device int) error {
+	p := v.plan
+	inputs := make([]*tensor.Tensor, len(p.Inputs))
+	bufs := make([]*pjrt.Buffer, len(p.Inputs))
+	for i := range p.Inputs {
+		if d := given[i]; d != nil {
+			if on, err := d.buf.Device(); err != nil || on != device {
+				return errOtherDevice
+			}
+			bufs[i] = d.buf
+			continue
+		}
+		inputs[i] = p.assemble(i, c.exec, []*tensor.Tensor{c.inputs[i]}, []int64{0})
+	}
+	outs, err := exe.RunGiven(ctx, inputs, bufs)
+	if err != nil {
+		return err
+	}
+	if len(outs) != len(p.Outputs) {
+		return fmt.Errorf("serving: %s: %d outputs, the model has %d", v, len(outs), len(p.Outputs))
+	}
+	for k, o := range outs {
+		if want := p.Outputs[k].DType; o.DType != want {
+			outs[k] = o.Convert(want)
+		}
+	}
+	return v.slice(c, outs, 0, false)
+}
+
+// executeKeeping executes c on the device, the outputs in kept left there
+// (into dev), its other outputs copied to the host.
+func (v *version) executeKeeping(ctx context.Context, exe *engine.Executable, c *call, given map[int]*onDevice, kept map[int]string, dev map[string]*onDevice, device int) error {
+	args, err := v.handoffArgs(ctx, exe, c, given, device)
 	var outs []*pjrt.Buffer
 	if err == nil {
 		outs, err = exe.Execute(ctx, args, engine.ExecuteOptions{})
@@ -252,15 +302,9 @@ func (v *version) runHandoff(ctx context.Context, c *call, given map[int]*onDevi
 		}
 	}
 	if err != nil {
-		return t, err
+		return err
 	}
-	v.m.metrics.deviceExecutions.With(fmt.Sprint(v.models[place].Device())).Inc()
-	err = v.takeOutputs(ctx, c, outs, kept, dev)
-	t.compute = time.Since(start)
-	if err == nil {
-		v.stats.execution(v.executionRows([]*call{c}), t.compute)
-	}
-	return t, err
+	return v.takeOutputs(ctx, c, outs, kept, dev)
 }
 
 // handoffArgs returns the arguments of c's execution of exe on device:
