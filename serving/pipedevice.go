@@ -231,18 +231,15 @@ func (v *version) fitsBucket(exec map[string]int64, given map[int]*onDevice) boo
 // on the host.
 func (v *version) runHandoff(ctx context.Context, c *call, given map[int]*onDevice, kept map[int]string, dev map[string]*onDevice) (runTimes, error) {
 	var t runTimes
-	b := v.acquireBucket(c.exec)
-	defer v.releaseBucket(b)
-	place := v.pick()
-	defer v.inflight[place].Add(-1)
-	start := time.Now()
-	exe, err := v.executableOn(ctx, b, place, nil)
-	t.wait = time.Since(start)
+	h, err := v.hold(ctx, c.exec)
+	defer v.release(h)
+	t.wait = h.wait
 	if err != nil {
 		return t, err
 	}
-	start = time.Now()
-	device := v.models[place].Device()
+	exe := h.exe
+	start := time.Now()
+	device := v.models[h.place].Device()
 	if len(kept) == 0 {
 		err = v.runGiven(ctx, exe, c, given, device)
 	} else {
@@ -280,11 +277,7 @@ func (v *version) runGiven(ctx context.Context, exe *engine.Executable, c *call,
 	if len(outs) != len(p.Outputs) {
 		return fmt.Errorf("serving: %s: %d outputs, the model has %d", v, len(outs), len(p.Outputs))
 	}
-	for k, o := range outs {
-		if want := p.Outputs[k].DType; o.DType != want {
-			outs[k] = o.Convert(want)
-		}
-	}
+	p.widenOutputs(outs)
 	return v.slice(c, outs, 0, false)
 }
 
