@@ -16,7 +16,8 @@ import (
 // and placed on device 1 by Model.On: each placement's
 // weights are on its device (as the plugin reports), its executions run
 // there (outputs of Execute on its device), and both answer as ONNX
-// Runtime does. A device the client lacks is refused by name.
+// Runtime does, through Run, RunGiven (the input uploaded first) and
+// Execute. A device the client lacks is refused by name.
 func TestModelsOnDevices(t *testing.T) {
 	client := pjrttest.Open(t, "..", pjrt.OpenOptions{CPUDevices: 2})
 	e, err := New(Options{Client: client})
@@ -75,6 +76,12 @@ func TestModelsOnDevices(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// RunGiven: the input on the device already, the outputs to the host.
+		given, err := x.RunGiven(ctx, []*tensor.Tensor{nil}, []*pjrt.Buffer{in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, dev, given[0], want)
 		res, err := x.Execute(ctx, []*pjrt.Buffer{in}, ExecuteOptions{})
 		in.Close()
 		if err != nil {

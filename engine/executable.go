@@ -255,3 +255,32 @@ func (x *Executable) UploadInput(ctx context.Context, k int, t *tensor.Tensor) (
 	}
 	return x.client.Upload(ctx, t)
 }
+
+// RunGiven is Run where the inputs given[k] (non-nil) are on the device
+// already, buffers of their parameters' dtype and shape (inputs[k] is then
+// ignored): one call into the plugin, as Run makes, copies the other
+// inputs in and the outputs out, so a value an earlier execution left on
+// the device costs no copy. Guard results are checked and dropped.
+func (x *Executable) RunGiven(ctx context.Context, inputs []*tensor.Tensor, given []*pjrt.Buffer) ([]*tensor.Tensor, error) {
+	if len(inputs) != len(x.inputs) || len(given) != len(x.inputs) {
+		return nil, fmt.Errorf("engine: got %d inputs and %d buffers, the program takes %d", len(inputs), len(given), len(x.inputs))
+	}
+	bufs := append([]*pjrt.Buffer(nil), x.args...)
+	hosts := make([]*tensor.Tensor, len(x.args))
+	for k, i := range x.inputs {
+		if given[k] != nil {
+			bufs[i] = given[k]
+			continue
+		}
+		t := inputs[k]
+		if p := x.Program.Params[i]; t.DType != p.DType {
+			t = t.Convert(p.DType)
+		}
+		hosts[i] = t
+	}
+	outs, err := x.exe.RunHost(ctx, bufs, hosts)
+	if err != nil {
+		return nil, err
+	}
+	return x.Program.CheckGuards(outs)
+}

@@ -701,3 +701,27 @@ func equalShape(a, b []int64) bool {
 	}
 	return true
 }
+
+// bindShapes binds the symbols of the inputs given by shape only (kept on
+// the device), as bind does those of the request's tensors.
+func (p *BucketPlan) bindShapes(dims map[string]int64, given map[string][]int64) error {
+	for name, shape := range given {
+		i := p.inputIndex(name)
+		if i < 0 {
+			return fmt.Errorf("%w: model has no input %q", ErrInvalidInput, name)
+		}
+		if len(shape) != len(p.Inputs[i].Dims) {
+			return fmt.Errorf("%w: input %q has shape %s, model expects %s", ErrInvalidInput, name, tensor.ShapeString(shape), formatDims(p.Inputs[i].Dims))
+		}
+		for d, spec := range p.Inputs[i].Dims {
+			if spec.Sym == "" || spec.Expr != nil {
+				continue
+			}
+			if prev, ok := dims[spec.Sym]; ok && prev != shape[d] {
+				return fmt.Errorf("%w: input %q dim %d (%s) is %d, bound to %d", ErrInvalidInput, name, d, spec.Sym, shape[d], prev)
+			}
+			dims[spec.Sym] = shape[d]
+		}
+	}
+	return nil
+}

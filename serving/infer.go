@@ -11,7 +11,12 @@ import (
 
 // prepare validates req against the plan and returns its call, with the
 // sizes it executes at. Errors wrap ErrInvalidInput or ErrNoBucket.
-func (v *version) prepare(req *InferRequest) (*call, error) {
+func (v *version) prepare(req *InferRequest) (*call, error) { return v.prepareWith(req, nil) }
+
+// prepareWith is prepare where the inputs named in given are not in req
+// but on the device already, of the given (real) shapes: their call input
+// is nil, their symbols bound from those shapes.
+func (v *version) prepareWith(req *InferRequest, given map[string][]int64) (*call, error) {
 	p := v.plan
 	names := make([]string, 0, len(req.Inputs))
 	for name := range req.Inputs {
@@ -26,7 +31,7 @@ func (v *version) prepare(req *InferRequest) (*call, error) {
 	c := &call{inputs: make([]*tensor.Tensor, len(p.Inputs))}
 	for i := range p.Inputs {
 		in := &p.Inputs[i]
-		if c.inputs[i] = req.Inputs[in.Name]; c.inputs[i] == nil {
+		if c.inputs[i] = req.Inputs[in.Name]; c.inputs[i] == nil && given[in.Name] == nil {
 			return nil, fmt.Errorf("%w: missing input %q (%s)", ErrInvalidInput, in.Name, in)
 		}
 	}
@@ -34,7 +39,23 @@ func (v *version) prepare(req *InferRequest) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := p.bindShapes(dims, given); err != nil {
+		return nil, err
+	}
 	c.dims = dims
+	if c.outputs, err = v.requestedOutputs(req); err != nil {
+		return nil, err
+	}
+	if c.exec, err = p.choose(dims); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// requestedOutputs returns the indices of the outputs req asks for (all
+// when it names none), ascending.
+func (v *version) requestedOutputs(req *InferRequest) ([]int, error) {
+	p := v.plan
 	want := map[string]bool{}
 	for _, name := range req.Outputs {
 		if p.outputIndex(name) < 0 {
@@ -42,15 +63,13 @@ func (v *version) prepare(req *InferRequest) (*call, error) {
 		}
 		want[name] = true
 	}
+	var outs []int
 	for k, o := range p.Outputs {
 		if req.Outputs == nil || want[o.Name] {
-			c.outputs = append(c.outputs, k)
+			outs = append(outs, k)
 		}
 	}
-	if c.exec, err = p.choose(dims); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return outs, nil
 }
 
 // infer runs one request on v: validate, pick the bucket, run it, and

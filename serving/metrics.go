@@ -70,6 +70,9 @@ type serverMetrics struct {
 	deviceLoad *deviceLoad
 	// pipelineExecutions is the executions a request of a pipeline makes.
 	pipelineExecutions *metrics.GaugeVec // model, version
+	// pipelineHandoffs counts intermediates passed between two segments
+	// of a pipeline that run on the device, by the path they took.
+	pipelineHandoffs *metrics.CounterVec // model, version, path
 }
 
 func newServerMetrics() *serverMetrics {
@@ -125,6 +128,8 @@ func newServerMetrics() *serverMetrics {
 		loaded: r.NewGaugeVec("xserve_models_loaded", "Model versions in state READY."),
 		pipelineExecutions: r.NewGaugeVec("xserve_pipeline_executions",
 			"Program executions one request of a pipeline makes: 1 when all its steps are stitched into one executable per bucket, one more per step that runs on its own.", "model", "version"),
+		pipelineHandoffs: r.NewCounterVec("xserve_pipeline_handoffs_total",
+			"Intermediates one device segment of a pipeline made and the next took: path=device as a device buffer (no host copy), path=host through the host (the next segment's bucket shape differed).", "model", "version", "path"),
 		reloadFailures: r.NewCounterVec("xserve_model_reload_failures_total",
 			"Reloads of a changed model file or config.yaml that failed (the loaded instance kept serving).", "model", "version"),
 		stale: r.NewGaugeVec("xserve_model_stale",
@@ -197,4 +202,6 @@ func (m *serverMetrics) forgetState(model, version string) {
 	}
 	m.stale.Delete(model, version)
 	m.pipelineExecutions.Delete(model, version)
+	m.pipelineHandoffs.Delete(model, version, handoffDevice)
+	m.pipelineHandoffs.Delete(model, version, handoffHost)
 }

@@ -23,7 +23,9 @@ import (
 // and one executable per bucket, but no name in the repository. A request
 // runs the segments in order; the tensors one segment makes and a later
 // one reads go through the host between them (they are cut there because
-// the host computes on them: boxes, crops, or a model run whole).
+// the host computes on them: boxes, crops), except between two segments
+// that run on the device only, which hand them over as device buffers
+// (pipedevice.go).
 
 // pipe is a pipeline version's plan and its segments.
 type pipe struct {
@@ -31,6 +33,9 @@ type pipe struct {
 	segs            []*version
 	inputs, outputs []TensorSpec
 	info            *PipelineInfo
+	// handoff[i] are the pipeline tensors segment i makes and segment i+1
+	// takes on the device (pipedevice.go).
+	handoff []map[string]bool
 }
 
 // PipelineInfo describes how a pipeline is served (Metadata.Pipeline).
@@ -71,6 +76,11 @@ type PipelineSegmentInfo struct {
 	Whole bool
 	// Inputs and Outputs are the pipeline tensors it reads and makes.
 	Inputs, Outputs []string
+	// DeviceInputs are the pipeline tensors it takes from the segment
+	// before it as device buffers, without a copy through the host, when
+	// its bucket's input shape is the buffer's (else through the host:
+	// xserve_pipeline_handoffs_total counts both paths).
+	DeviceInputs []string
 	// Buckets are its symbols' buckets (nil for a segment that runs on the
 	// host only).
 	Buckets map[string][]int64
@@ -127,6 +137,7 @@ func (v *version) loadPipeline(ctx context.Context, start time.Time) error {
 			return fmt.Errorf("segment %d (%s): %w", i, v.segmentSteps(i), err)
 		}
 	}
+	p.planHandoffs()
 	p.info = v.pipelineInfo()
 	v.m.metrics.pipelineExecutions.With(v.name, v.label).Set(float64(v.executions()))
 	v.log().Info("pipeline loaded", "segments", len(plan.Segments), "plan", plan.Describe(), "duration", time.Since(start).Round(time.Millisecond))
@@ -193,6 +204,9 @@ func (v *version) pipelineInfo() *PipelineInfo {
 		for _, k := range seg.Steps {
 			si.Steps = append(si.Steps, p.plan.Steps[k].Name)
 		}
+		if i > 0 && i <= len(p.handoff) {
+			si.DeviceInputs = slices.Sorted(maps.Keys(p.handoff[i-1]))
+		}
 		if sv := p.segs[i]; sv.plan != nil {
 			si.Buckets = map[string][]int64{}
 			for _, s := range sv.plan.Symbols {
@@ -232,17 +246,10 @@ func (v *version) inferPipeline(ctx context.Context, req *InferRequest) (*InferR
 		return nil, t, err
 	}
 	resp := &InferResponse{ID: req.ID, ModelName: v.name, ModelVersion: v.num}
-	for i, seg := range p.plan.Segments {
-		sub := &InferRequest{ID: req.ID, Priority: req.Priority, Inputs: map[string]*tensor.Tensor{}}
-		for j, tn := range seg.Inputs {
-			sub.Inputs[seg.InputNames[j]] = env[tn]
-		}
-		for j, tn := range seg.Outputs {
-			if tn != "" {
-				sub.Outputs = append(sub.Outputs, seg.OutputNames[j])
-			}
-		}
-		r, rt, err := p.segs[i].inferOnce(ctx, sub)
+	dev := map[string]*onDevice{}
+	defer closeDevice(dev)
+	for i := range p.plan.Segments {
+		r, rt, err := v.runSegment(ctx, i, req, env, dev)
 		t.wait += rt.wait
 		t.compute += rt.compute
 		if err != nil {
@@ -254,6 +261,7 @@ func (v *version) inferPipeline(ctx context.Context, req *InferRequest) (*InferR
 		resp.Bucket += p.segs[i].stage + r.Bucket
 		resp.QueueTime += r.QueueTime
 		resp.ComputeTime += r.ComputeTime
+		seg := p.plan.Segments[i]
 		for _, o := range r.Outputs {
 			if j := slices.Index(seg.OutputNames, o.Name); j >= 0 && seg.Outputs[j] != "" {
 				env[seg.Outputs[j]] = o.Tensor

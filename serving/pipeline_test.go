@@ -191,6 +191,85 @@ func TestPipelineFuseNone(t *testing.T) {
 	if len(segs) != 2 || !segs[1].Whole || segs[1].Fused || len(segs[1].Steps) != 1 || segs[1].Steps[0] != "cnn" {
 		t.Errorf("separate: segments %+v, want [preprocess] then cnn whole", segs)
 	}
+	assertDeviceHandoff(t, m, raw, want)
+	assertHostFallback(t, m, raw, want)
+}
+
+// assertHostFallback: an intermediate on the device whose shape is not the
+// next segment's bucket input (5 real rows padded to 16, the bucket holds
+// 8) goes to that segment through the host, cut to its real rows: the
+// answer is still ONNX Runtime's, and xserve_pipeline_handoffs_total says
+// path=host.
+func assertHostFallback(t *testing.T, m *Manager, raw, want *tensor.Tensor) {
+	t.Helper()
+	ctx := context.Background()
+	m.mu.Lock()
+	v, err := m.lookupLocked("steps", 0)
+	m.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := []int{0, 1, 2, 3, 4}
+	seg0, first := v.pipe.plan.Segments[0], v.pipe.segs[0]
+	r, _, err := first.inferOnce(ctx, &InferRequest{Inputs: map[string]*tensor.Tensor{seg0.InputNames[0]: rows(raw, idx...)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := r.Outputs[0].Tensor
+	padded := tensor.New(pre.DType, append([]int64{16}, pre.Shape[1:]...)...)
+	copy(padded.Data, pre.Data)
+	buf, err := m.client.Upload(ctx, padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := map[string]*onDevice{seg0.Outputs[0]: {buf: buf, real: pre.Shape, from: first, k: first.plan.outputIndex(r.Outputs[0].Name)}}
+	defer closeDevice(dev)
+	out, _, err := v.runSegment(ctx, 1, &InferRequest{}, map[string]*tensor.Tensor{}, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "steps through the host", out.Outputs[0].Tensor, rows(want, idx...), 1e-5)
+	if got := metric(t, m, `xserve_pipeline_handoffs_total{model="steps",path="host",version="1"}`); got != 1 {
+		t.Errorf("steps: xserve_pipeline_handoffs_total{path=host} = %v, want 1", got)
+	}
+}
+
+// assertDeviceHandoff: a request of the two-segment pipelines of
+// fusionRepo ("steps", "separate") copies to the device only its input
+// and to the host only its output, as the fused pipeline does: the
+// intermediate stays on the device between the segments, the answers
+// still ONNX Runtime's; the metadata and xserve_pipeline_handoffs_total
+// say so.
+func assertDeviceHandoff(t *testing.T, m *Manager, raw, want *tensor.Tensor) {
+	t.Helper()
+	for _, model := range []string{"fused", "steps", "separate"} {
+		for _, idx := range [][]int{{0, 1, 2, 3, 4}, {3}} { // buckets batch=8 and batch=1
+			before := m.client.Transfers()
+			resp := infer(t, m, model, 0, map[string]*tensor.Tensor{"IMAGE": rows(raw, idx...)})
+			got := m.client.Transfers()
+			assertClose(t, model, resp.Outputs[0].Tensor, rows(want, idx...), 1e-5)
+			up, down := got.ToDevice-before.ToDevice, got.ToHost-before.ToHost
+			t.Logf("%s, %d rows (%s): %d copies to the device, %d to the host", model, len(idx), resp.Bucket, up, down)
+			if up != 1 || down != 1 {
+				t.Errorf("%s, %d rows: %d copies to the device and %d to the host, want 1 and 1 (IMAGE in, PROBS out)", model, len(idx), up, down)
+			}
+		}
+	}
+	for _, model := range []string{"steps", "separate"} {
+		md, err := m.Metadata(model, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if segs := md.Pipeline.Segments; len(segs) != 2 || !slices.Equal(segs[1].DeviceInputs, []string{"pre"}) {
+			t.Errorf("%s: segments %+v, want the second taking pre on the device", model, segs)
+		}
+		if got := metric(t, m, `xserve_pipeline_handoffs_total{model="`+model+`",path="device",version="1"}`); got < 2 {
+			t.Errorf("%s: xserve_pipeline_handoffs_total{path=device} = %v, want ≥ 2", model, got)
+		}
+		if got := metric(t, m, `xserve_pipeline_handoffs_total{model="`+model+`",path="host",version="1"}`); got != 0 {
+			t.Errorf("%s: xserve_pipeline_handoffs_total{path=host} = %v, want 0", model, got)
+		}
+	}
 }
 
 // BenchmarkPipelineFusion compares the two steps stitched into one

@@ -498,16 +498,13 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	if err != nil {
 		return t, fmt.Errorf("serving: %s: %w", v, err)
 	}
-	b := v.acquireBucket(exec)
-	defer v.releaseBucket(b)
-	place := v.pick()
-	defer v.inflight[place].Add(-1)
-	start := time.Now()
-	exe, err := v.executableOn(ctx, b, place, nil)
-	t.wait = time.Since(start)
+	h, err := v.hold(ctx, exec)
+	defer v.release(h)
+	t.wait = h.wait
 	if err != nil {
 		return t, err
 	}
+	b, place, exe := h.b, h.place, h.exe
 	inputs := make([]*tensor.Tensor, len(p.Inputs))
 	srcs := make([]*tensor.Tensor, len(calls))
 	for i := range p.Inputs {
@@ -518,7 +515,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	}
 	dev := v.models[place].Device()
 	v.m.metrics.deviceLoad.begin(dev)
-	start = time.Now()
+	start := time.Now()
 	outs, split, core, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets))
 	t.split, t.core = split, core
 	t.compute = time.Since(start)
@@ -533,11 +530,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	if len(outs) != len(p.Outputs) {
 		return t, fmt.Errorf("serving: %s: bucket %s returned %d outputs, the model has %d", v, b.name, len(outs), len(p.Outputs))
 	}
-	for k, o := range outs {
-		if want := p.Outputs[k].DType; o.DType != want {
-			outs[k] = o.Convert(want) // int64 outputs narrowed for the device
-		}
-	}
+	p.widenOutputs(outs)
 	if !calls[0].probe {
 		v.stats.execution(v.executionRows(calls), t.compute)
 	}
@@ -547,6 +540,42 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 		}
 	}
 	return t, nil
+}
+
+// heldBucket is a bucket held for one execution on a placement, with its
+// executable there.
+type heldBucket struct {
+	b     *bucket
+	place int
+	exe   *engine.Executable
+	wait  time.Duration // until the executable was there
+}
+
+// hold acquires the bucket at exec sizes and a placement (counted in
+// flight) and waits for the executable; release gives both back, also
+// after an error.
+func (v *version) hold(ctx context.Context, exec map[string]int64) (heldBucket, error) {
+	h := heldBucket{b: v.acquireBucket(exec), place: v.pick()}
+	start := time.Now()
+	exe, err := v.executableOn(ctx, h.b, h.place, nil)
+	h.exe, h.wait = exe, time.Since(start)
+	return h, err
+}
+
+// release gives back what hold took.
+func (v *version) release(h heldBucket) {
+	v.inflight[h.place].Add(-1)
+	v.releaseBucket(h.b)
+}
+
+// widenOutputs converts the executed outputs to the model's dtypes (int64
+// outputs narrowed for the device).
+func (p *BucketPlan) widenOutputs(outs []*tensor.Tensor) {
+	for k, o := range outs {
+		if want := p.Outputs[k].DType; o.DType != want {
+			outs[k] = o.Convert(want)
+		}
+	}
 }
 
 // realRows returns where the requests' rows end along the batch dim (the

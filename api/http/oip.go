@@ -46,12 +46,15 @@ type oipPipelineStep struct {
 }
 
 type oipPipelineSegment struct {
-	Steps   []string           `json:"steps"`
-	Fused   bool               `json:"fused"`
-	Whole   bool               `json:"whole,omitempty"`
-	Inputs  []string           `json:"inputs"`
-	Outputs []string           `json:"outputs"`
-	Buckets map[string][]int64 `json:"buckets,omitempty"`
+	Steps   []string `json:"steps"`
+	Fused   bool     `json:"fused"`
+	Whole   bool     `json:"whole,omitempty"`
+	Inputs  []string `json:"inputs"`
+	Outputs []string `json:"outputs"`
+	// DeviceInputs are the tensors taken from the segment before on the
+	// device.
+	DeviceInputs []string           `json:"device_inputs,omitempty"`
+	Buckets      map[string][]int64 `json:"buckets,omitempty"`
 }
 
 func pipelineMeta(p *serving.PipelineInfo) *oipPipeline {
@@ -63,7 +66,7 @@ func pipelineMeta(p *serving.PipelineInfo) *oipPipeline {
 		out.Steps = append(out.Steps, oipPipelineStep{Name: s.Name, Kind: s.Kind, Version: s.Version, Segment: s.Segment, Placement: s.Placement, Fused: s.Fused})
 	}
 	for _, s := range p.Segments {
-		out.Segments = append(out.Segments, oipPipelineSegment{Steps: s.Steps, Fused: s.Fused, Whole: s.Whole, Inputs: s.Inputs, Outputs: s.Outputs, Buckets: s.Buckets})
+		out.Segments = append(out.Segments, oipPipelineSegment{Steps: s.Steps, Fused: s.Fused, Whole: s.Whole, Inputs: s.Inputs, Outputs: s.Outputs, DeviceInputs: s.DeviceInputs, Buckets: s.Buckets})
 	}
 	return out
 }
