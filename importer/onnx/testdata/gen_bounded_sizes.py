@@ -12,23 +12,16 @@ repository root:
 
 	.venv/bin/python importer/onnx/testdata/gen_bounded_sizes.py
 """
-import json
+import sys
+from pathlib import Path
 
-import numpy as np
-import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bounded_fixture import box_inputs, const, save_with_refs  # noqa: E402
 
 OUT = "importer/onnx/testdata/bounded_sizes.onnx"
 REF = "importer/onnx/testdata/bounded_sizes.json"
-N = 8
-
-
-def const(name, vals, dims=None):
-    arr = np.array(vals)
-    dt = TensorProto.FLOAT if arr.dtype.kind == "f" else TensorProto.INT64
-    return helper.make_node("Constant", [], [name], value=helper.make_tensor(
-        name, dt, arr.shape if dims is None else dims, arr.ravel().tolist()))
 
 
 nodes = [
@@ -57,26 +50,9 @@ nodes = [
 ]
 graph = helper.make_graph(
     nodes, "bounded_sizes",
-    [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [N, 4]),
-     helper.make_tensor_value_info("scores", TensorProto.FLOAT, [N, 2])],
+    box_inputs(),
     [helper.make_tensor_value_info("positions", TensorProto.INT64, ["n"]),
      helper.make_tensor_value_info("weighted", TensorProto.FLOAT, ["n", 4]),
      helper.make_tensor_value_info("reshaped", TensorProto.FLOAT, ["n", 2, 2]),
      helper.make_tensor_value_info("padded", TensorProto.FLOAT, ["n", 7])])
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-model.ir_version = 8
-onnx.checker.check_model(model)
-onnx.save(model, OUT)
-
-sess = ort.InferenceSession(OUT)
-rng = np.random.default_rng(0)
-cases = []
-for scale in (1.0, 1.0, 0.4):
-    boxes = rng.uniform(0, 10, (N, 4)).astype(np.float32)
-    scores = (rng.uniform(0, 1, (N, 2)) * scale).astype(np.float32)
-    outs = sess.run(None, {"boxes": boxes, "scores": scores})
-    cases.append({"boxes": boxes.ravel().tolist(), "scores": scores.ravel().tolist(),
-                  "outputs": [{"shape": list(o.shape), "values": o.ravel().tolist()} for o in outs]})
-with open(REF, "w") as f:
-    json.dump({"cases": cases}, f)
-print([[c["outputs"][i]["shape"] for i in range(4)] for c in cases])
+save_with_refs(graph, OUT, REF)
