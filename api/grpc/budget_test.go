@@ -3,8 +3,6 @@ package grpcapi
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -152,17 +150,8 @@ func TestSlowMessageEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(doubler{}, Options{Budget: budget, MinReadRate: 10 << 20, ReadGrace: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.Shutdown(context.Background())
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	addr := serveLoopback(t, doubler{}, Options{Budget: budget, MinReadRate: 10 << 20, ReadGrace: 100 * time.Millisecond})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 			return slowConn{c}, err

@@ -3,9 +3,6 @@ package grpcapi
 import (
 	"context"
 	"crypto/tls"
-	"io"
-	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -65,18 +62,9 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(doubler{}, Options{TLS: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	addr := serveLoopback(t, doubler{}, Options{TLS: cfg})
 	live := func(tc *tls.Config) error {
-		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
 		if err != nil {
 			return err
 		}

@@ -79,6 +79,21 @@ func startServer(t *testing.T, opts Options) pb.GRPCInferenceServiceClient {
 // startServerWith serves backend on a loopback port and returns a client.
 func startServerWith(t *testing.T, backend Backend, opts Options) pb.GRPCInferenceServiceClient {
 	t.Helper()
+	addr := serveLoopback(t, backend, opts)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(math.MaxInt32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewGRPCInferenceServiceClient(conn)
+}
+
+// serveLoopback serves backend (logs discarded) on a loopback port until
+// the test ends, and returns its address; at the end it checks that the
+// server shut down cleanly.
+func serveLoopback(t *testing.T, backend Backend, opts Options) string {
+	t.Helper()
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := New(backend, opts)
 	if err != nil {
@@ -90,13 +105,7 @@ func startServerWith(t *testing.T, backend Backend, opts Options) pb.GRPCInferen
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(math.MaxInt32)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		conn.Close()
 		if err := s.Shutdown(context.Background()); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
@@ -104,7 +113,7 @@ func startServerWith(t *testing.T, backend Backend, opts Options) pb.GRPCInferen
 			t.Errorf("Serve returned %v, want ErrServerClosed", err)
 		}
 	})
-	return pb.NewGRPCInferenceServiceClient(conn)
+	return ln.Addr().String()
 }
 
 func f32(vs ...float32) []byte {
