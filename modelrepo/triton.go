@@ -23,6 +23,10 @@ import (
 // has no config.yaml: a Triton repository is served as it is.
 const ConfigFileTriton = "config.pbtxt"
 
+// torchScriptRefused is the reason a config.pbtxt naming TorchScript (its
+// platform or backend) is refused.
+const torchScriptRefused = "TorchScript (model.pt) is not served: export the model with torch.export (model.pt2) or to ONNX (model.onnx)"
+
 // ConfigPath returns the config file of the model directory dir: its
 // config.yaml, else its config.pbtxt when it has one, else the config.yaml
 // it would have. Messages about a model's config name it.
@@ -142,7 +146,7 @@ func tritonPlatform(p *problems, mc *pb.ModelConfig, c *Config) {
 	case "onnxruntime_onnx":
 		c.Platform = FormatONNX
 	case "pytorch_libtorch":
-		p.add("platform", "TorchScript (model.pt) is not served: export the model with torch.export (model.pt2) or to ONNX (model.onnx)")
+		p.add("platform", torchScriptRefused)
 	default:
 		p.add("platform", "%q is not served: xserve serves onnxruntime_onnx (model.onnx), torch.export archives (model.pt2) and ensemble", mc.Platform)
 	}
@@ -151,7 +155,7 @@ func tritonPlatform(p *problems, mc *pb.ModelConfig, c *Config) {
 	case "onnxruntime":
 		c.Platform = FormatONNX
 	case "pytorch":
-		p.add("backend", "TorchScript (model.pt) is not served: export the model with torch.export (model.pt2) or to ONNX (model.onnx)")
+		p.add("backend", torchScriptRefused)
 	default:
 		p.add("backend", "%q is not served: xserve serves onnxruntime (model.onnx), torch.export archives (model.pt2) and ensembles", mc.Backend)
 	}
