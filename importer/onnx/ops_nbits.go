@@ -62,8 +62,8 @@ func msMatMulNBits(c *Ctx, n *Node) error {
 		// ONNX Runtime's MLAS then quantizes A to int8 per block of K
 		// (its own scale and rounding) and accumulates in int32: float
 		// weights give other numbers, and greedy tokens drift from it.
-		return Unsupported("MatMulNBits accuracy_level 4 (A quantized to int8 per block by ONNX Runtime's MLAS, "+
-			"numbers xserve does not reproduce); build the model with accuracy_level 0 or 1 (ORT GenAI's model builder: "+
+		return Unsupported("MatMulNBits accuracy_level 4 (A quantized to int8 per block by ONNX Runtime's MLAS, " +
+			"numbers xserve does not reproduce); build the model with accuracy_level 0 or 1 (ORT GenAI's model builder: " +
 			"--extra_options accuracy_level=1)")
 	}
 	k, nOut, bits, block := c.AttrInt("K", 0), c.AttrInt("N", 0), c.AttrInt("bits", 4), c.AttrInt("block_size", 0)
