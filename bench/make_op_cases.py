@@ -26,6 +26,10 @@ each against ONNX Runtime's kernel on the same input:
                    weights (50 MB) per call
   decode_linears_m4, _m16  the same for 4 and 16 rows (sequences decoding
                    at once)
+  ffn_s12          BERT-base's feed-forward block at sequence 12: MatMul
+                   768x3072 + bias, GELU (Erf form), MatMul 3072x768 + bias (12 rows:
+                   below the 32 from which the matrix-product kernel takes
+                   a product of a large weight)
   lm_head_tied     the same model's tied LM head as torch.onnx writes it:
                    MatMul([1,768], Transpose(embedding [32000,768]))
 
@@ -167,6 +171,18 @@ def decode_linears(rows=1, layers=2, hidden=768, kv=256, mlp=2048):
     return model("decode_linears", nodes, [("x", [rows, hidden])], ["y"], inits), {"x": rand(0, rows, hidden)}
 
 
+def ffn(seq, hidden=768, width=3072):
+    inits = [("w1", rand(1, hidden, width, scale=hidden ** -0.5)), ("b1", rand(2, width, scale=0.1)),
+             ("w2", rand(3, width, hidden, scale=width ** -0.5)), ("b2", rand(4, hidden, scale=0.1)),
+             ("sqrt2", np.array(2 ** 0.5, np.float32)), ("one", np.array(1, np.float32)), ("half", np.array(0.5, np.float32))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("Div", ["a1", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["ea"]), helper.make_node("Mul", ["a1", "ea"], ["gm"]),
+             helper.make_node("Mul", ["gm", "half"], ["g"]),
+             helper.make_node("MatMul", ["g", "w2"], ["m2"]), helper.make_node("Add", ["m2", "b2"], ["y"])]
+    return model("ffn", nodes, [("x", [1, seq, hidden])], ["y"], inits), {"x": rand(0, 1, seq, hidden)}
+
+
 def lm_head_tied(hidden=768, vocab=32000):
     nodes = [helper.make_node("Transpose", ["emb"], ["t"], perm=[1, 0]),
              helper.make_node("MatMul", ["x", "t"], ["y"])]
@@ -190,6 +206,7 @@ CASES = {
     "decode_linears": decode_linears,
     "decode_linears_m4": lambda: decode_linears(4),
     "decode_linears_m16": lambda: decode_linears(16),
+    "ffn_s12": lambda: ffn(12),
     "lm_head_tied": lm_head_tied,
 }
 
