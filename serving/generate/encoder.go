@@ -326,3 +326,11 @@ func (m *Model) encoderMask(rows []*sequence) *tensor.Tensor {
 	}
 	return mask
 }
+
+// EncoderDecoder says whether the model is an encoder-decoder
+// (generate.encoder).
+func (m *Model) EncoderDecoder() bool { return m.builder.encLayout != nil }
+
+// TextEncoder says whether the model is an encoder-decoder whose encoder
+// takes token ids (T5, BART), so that a text prompt is its input.
+func (m *Model) TextEncoder() bool { return m.builder.encLayout != nil && m.builder.encLayout.Text }
