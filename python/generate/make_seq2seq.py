@@ -2,7 +2,7 @@
 
 A small T5 (with a Unigram tokenizer trained here, as T5's is) and a small
 Whisper, from configs with seeded weights, saved with save_pretrained and
-exported by xserve.export_seq2seq:
+exported by `python -m xserve export-seq2seq`:
 
     OUT/hf/<family>/            save_pretrained (model, tokenizer)
     OUT/repo/<family>/          config.yaml, 1/model.pt2, 1/encoder.pt2, tokenizer files
@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import random
 import shutil
+import subprocess
 import sys
 
 import torch
@@ -143,8 +145,6 @@ def main() -> None:
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     torch.set_num_threads(1)
-    from xserve.seq2seq import export_seq2seq
-
     repo = out / "repo"
     if repo.exists():
         shutil.rmtree(repo)
@@ -152,9 +152,11 @@ def main() -> None:
     for name, build in (("t5", build_t5), ("whisper", build_whisper)):
         d, ref = build(out)
         refs["models"][name] = ref
-        r = export_seq2seq(d, repo=repo, name=name, max_seq_len=MAX_SEQ_LEN, max_source_len=MAX_SOURCE, slots=8,
-                           prefill_buckets=[4, 16], encoder_buckets=[16, 32, 64])
-        print(f"{name}: {r.path}, {r.encoder_path} (top-2 gap {ref['min_top2_gap']:.3g})", flush=True)
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "python"), OMP_NUM_THREADS="1")
+        subprocess.run([sys.executable, "-m", "xserve", "export-seq2seq", str(d), "--repo", str(repo), "--name", name,
+                        "--max-seq-len", str(MAX_SEQ_LEN), "--max-source-len", str(MAX_SOURCE), "--slots", "8",
+                        "--prefill-buckets", "4,16", "--encoder-buckets", "16,32,64"], check=True, env=env)
+        print(f"{name}: top-2 gap {ref['min_top2_gap']:.3g}", flush=True)
     (out / "refs.json").write_text(json.dumps(refs))
 
 
