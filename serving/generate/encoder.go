@@ -49,7 +49,25 @@ type EncoderLayout struct {
 // decoder's cross-attention cache in the order of dec.Cross. file and
 // encFile name config.yaml and the encoder file in errors.
 func NewEncoderLayout(g *fxgraph.Graph, dec *Layout, cfg *modelrepo.EncoderConfig, file string) (*EncoderLayout, error) {
-	ph := g.Placeholders()
+	el, err := encoderInputs(g.Placeholders(), cfg, file)
+	if err != nil {
+		return nil, err
+	}
+	outs := g.Outputs()
+	if len(outs) != len(dec.Cross) {
+		return nil, fmt.Errorf("%w: %s: generate.encoder.file: %s returns %d tensors, the decoder step takes %d cross-attention cache tensors", ErrConfig, file, cfg.File, len(outs), len(dec.Cross))
+	}
+	for i, o := range outs {
+		if err := el.checkOutput(i, o.Val(), dec.Cross[i], cfg, file); err != nil {
+			return nil, err
+		}
+		el.Outputs = append(el.Outputs, i)
+	}
+	return el, nil
+}
+
+// encoderInputs finds the encoder's input roles.
+func encoderInputs(ph []*fxgraph.Node, cfg *modelrepo.EncoderConfig, file string) (*EncoderLayout, error) {
 	names := make([]string, len(ph))
 	for i, p := range ph {
 		names[i] = p.Target
@@ -67,21 +85,19 @@ func NewEncoderLayout(g *fxgraph.Graph, dec *Layout, cfg *modelrepo.EncoderConfi
 		return nil, fmt.Errorf("%w: %s: generate.encoder.file: %s takes %s; want input_ids and attention_mask, or one float features tensor of static shape past its batch axis",
 			ErrConfig, file, cfg.File, strings.Join(names, ", "))
 	}
-	outs := g.Outputs()
-	if len(outs) != len(dec.Cross) {
-		return nil, fmt.Errorf("%w: %s: generate.encoder.file: %s returns %d tensors, the decoder step takes %d cross-attention cache tensors", ErrConfig, file, cfg.File, len(outs), len(dec.Cross))
-	}
-	for i, o := range outs {
-		m, c := o.Val(), dec.Cross[i]
-		if len(m.Shape) != 4 || m.DType != c.DType || !m.Shape[1].IsStatic() || m.Shape[1].Size != c.Heads || !m.Shape[3].IsStatic() || m.Shape[3].Size != c.Dim {
-			return nil, fmt.Errorf("%w: %s: generate.encoder.file: %s output %d is %s%s, the decoder's %s is %s[batch, %d, sequence, %d]", ErrConfig, file, cfg.File, i, m.DType, m.Shape, c.Name, c.DType, c.Heads, c.Dim)
-		}
-		if !el.Text && m.Shape[2].IsStatic() && m.Shape[2].Size > cfg.MaxLength {
-			return nil, fmt.Errorf("%w: %s: generate.encoder.max_length: %d, but %s returns %d entries", ErrConfig, file, cfg.MaxLength, cfg.File, m.Shape[2].Size)
-		}
-		el.Outputs = append(el.Outputs, i)
-	}
 	return el, nil
+}
+
+// checkOutput checks encoder output i against the decoder's
+// cross-attention input c.
+func (el *EncoderLayout) checkOutput(i int, m fxgraph.TensorMeta, c CacheTensor, cfg *modelrepo.EncoderConfig, file string) error {
+	if len(m.Shape) != 4 || m.DType != c.DType || !m.Shape[1].IsStatic() || m.Shape[1].Size != c.Heads || !m.Shape[3].IsStatic() || m.Shape[3].Size != c.Dim {
+		return fmt.Errorf("%w: %s: generate.encoder.file: %s output %d is %s%s, the decoder's %s is %s[batch, %d, sequence, %d]", ErrConfig, file, cfg.File, i, m.DType, m.Shape, c.Name, c.DType, c.Heads, c.Dim)
+	}
+	if !el.Text && m.Shape[2].IsStatic() && m.Shape[2].Size > cfg.MaxLength {
+		return fmt.Errorf("%w: %s: generate.encoder.max_length: %d, but %s returns %d entries", ErrConfig, file, cfg.MaxLength, cfg.File, m.Shape[2].Size)
+	}
+	return nil
 }
 
 func staticPast(shape fxgraph.Shape) bool {

@@ -235,55 +235,99 @@ func (w *wrapper) arange(n int64) *fxgraph.Node {
 	return w.g.AddCall(fxgraph.AtenArange, []any{n}, map[string]any{"dtype": tensor.Int64})
 }
 
-func (w *wrapper) build() error {
+// stepNodes are a step graph's inputs.
+type stepNodes struct {
+	ids, pos, mask *fxgraph.Node
+	write          *fxgraph.Node // decode
+	slot, last     *fxgraph.Node // prefill
+	encMask        *fxgraph.Node // encoder-decoders
+	caches, cross  []*fxgraph.Node
+}
+
+// inputs adds the step's inputs, in the order the loop passes them.
+func (w *wrapper) inputs() *stepNodes {
 	l, s, sb := w.sb.layout, w.spec, w.sb
 	b, t, p := s.batch, s.tokens, s.past(sb.maxLen)
-	ids := w.input("step_input_ids", w.old[l.InputIDs].Val().DType, b, t)
+	in := &stepNodes{ids: w.input("step_input_ids", w.old[l.InputIDs].Val().DType, b, t)}
 	posType := tensor.Int64
 	if l.Positions >= 0 {
 		posType = w.old[l.Positions].Val().DType
 	}
-	pos := w.input("step_positions", posType, b, t)
-	mask := w.input("step_attention_mask", w.old[l.Mask].Val().DType, b, p+t)
-	var write, slot, last, encMask *fxgraph.Node
+	in.pos = w.input("step_positions", posType, b, t)
+	in.mask = w.input("step_attention_mask", w.old[l.Mask].Val().DType, b, p+t)
 	if s.kind == decode {
-		write = w.input("step_write", tensor.Int64, b)
+		in.write = w.input("step_write", tensor.Int64, b)
 	} else {
-		slot = w.input("step_slot", tensor.Int64, 1)
-		last = w.input("step_last", tensor.Int64, 1)
+		in.slot = w.input("step_slot", tensor.Int64, 1)
+		in.last = w.input("step_last", tensor.Int64, 1)
 	}
 	if sb.encLayout != nil {
 		dt := tensor.Int64
 		if l.EncoderMask >= 0 {
 			dt = w.old[l.EncoderMask].Val().DType
 		}
-		encMask = w.input("step_encoder_mask", dt, b, sb.encLen)
+		in.encMask = w.input("step_encoder_mask", dt, b, sb.encLen)
 	}
-	caches, cross := w.stateInputs()
+	in.caches, in.cross = w.stateInputs()
+	return in
+}
 
-	// The model's inputs, computed before its first node.
+// modelInputs computes the model's inputs from the step's, by placeholder
+// index (before the model's first node).
+func (w *wrapper) modelInputs(in *stepNodes) map[int]*fxgraph.Node {
+	l, s := w.sb.layout, w.spec
+	p := s.past(w.sb.maxLen)
 	prev := w.g.SetInsertPoint(firstCall(w.g))
-	repl := map[int]*fxgraph.Node{l.InputIDs: ids, l.Mask: mask}
+	defer w.g.SetInsertPoint(prev)
+	repl := map[int]*fxgraph.Node{l.InputIDs: in.ids, l.Mask: in.mask}
 	if l.Positions >= 0 {
-		repl[l.Positions] = pos
+		repl[l.Positions] = in.pos
 	}
 	if l.EncoderMask >= 0 {
-		repl[l.EncoderMask] = encMask
+		repl[l.EncoderMask] = in.encMask
 	}
 	for i, c := range l.Cross {
-		repl[c.Input] = w.rows(cross[i], slot)
+		repl[c.Input] = w.rows(in.cross[i], in.slot)
 	}
 	for i, c := range l.Cache {
-		switch {
-		case s.kind == prefill:
+		if s.kind == prefill {
 			repl[c.Input] = w.g.AddCall(fxgraph.AtenFull, []any{[]any{int64(1), c.Heads, p, c.Dim}, 0.0}, map[string]any{"dtype": c.DType})
-		case b == sb.slots:
-			repl[c.Input] = caches[i]
-		default:
-			repl[c.Input] = w.call(fxgraph.AtenSliceTensor, caches[i], int64(0), int64(0), b)
+		} else {
+			repl[c.Input] = w.rows(in.caches[i], nil)
 		}
 	}
-	w.g.SetInsertPoint(prev)
+	return repl
+}
+
+// cacheUpdate writes the step's entries of cache tensor i into the
+// server's cache.
+func (w *wrapper) cacheUpdate(i int, in *stepNodes) *fxgraph.Node {
+	l, s, sb := w.sb.layout, w.spec, w.sb
+	b, t, p := s.batch, s.tokens, s.past(sb.maxLen)
+	present := w.outs[l.Cache[i].Output]
+	if s.kind == decode {
+		var entry *fxgraph.Node // [b, heads, dim]
+		if l.AtLength {
+			entry = w.call(fxgraph.AtenIndexTensor, present, []any{w.arange(b), nil, in.write})
+		} else {
+			entry = w.call(fxgraph.AtenSelectInt, present, int64(cacheSeqAxis), p)
+		}
+		return w.call(fxgraph.AtenIndexPut, in.caches[i], []any{w.arange(b), nil, in.write}, entry)
+	}
+	from := p // after the past, or at the (empty) sequence's length 0
+	if l.AtLength {
+		from = 0
+	}
+	entries := w.call(fxgraph.AtenSliceTensor, present, int64(cacheSeqAxis), from, from+t) // [1, heads, L, dim]
+	entries = w.call(fxgraph.AtenSelectInt, entries, int64(0), int64(0))
+	entries = w.call(fxgraph.AtenPermute, entries, []any{int64(1), int64(0), int64(2)}) // [L, heads, dim]
+	return w.call(fxgraph.AtenIndexPut, in.caches[i], []any{in.slot, nil, w.arange(t)}, entries)
+}
+
+func (w *wrapper) build() error {
+	l := w.sb.layout
+	in := w.inputs()
+	repl := w.modelInputs(in)
 	for i, n := range w.old {
 		w.g.ReplaceAllUses(n, repl[i])
 		if err := w.g.Erase(n); err != nil {
@@ -293,37 +337,17 @@ func (w *wrapper) build() error {
 
 	// The step's outputs, after the model's.
 	logits := w.outs[l.Logits]
-	if s.kind == prefill {
-		logits = w.call(fxgraph.AtenIndexSelect, logits, int64(1), last)
+	if w.spec.kind == prefill {
+		logits = w.call(fxgraph.AtenIndexSelect, logits, int64(1), in.last)
 	}
 	results := []*fxgraph.Node{w.call(fxgraph.AtenSelectInt, logits, int64(1), int64(0))}
 	names := []string{"logits"}
-	for i, c := range l.Cache {
-		present := w.outs[c.Output]
-		var upd *fxgraph.Node
-		if s.kind == decode {
-			var entry *fxgraph.Node // [b, heads, dim]
-			if l.AtLength {
-				entry = w.call(fxgraph.AtenIndexTensor, present, []any{w.arange(b), nil, write})
-			} else {
-				entry = w.call(fxgraph.AtenSelectInt, present, int64(cacheSeqAxis), p)
-			}
-			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{w.arange(b), nil, write}, entry)
-		} else {
-			from := p // after the past, or at the (empty) sequence's length 0
-			if l.AtLength {
-				from = 0
-			}
-			entries := w.call(fxgraph.AtenSliceTensor, present, int64(cacheSeqAxis), from, from+t) // [1, heads, L, dim]
-			entries = w.call(fxgraph.AtenSelectInt, entries, int64(0), int64(0))
-			entries = w.call(fxgraph.AtenPermute, entries, []any{int64(1), int64(0), int64(2)}) // [L, heads, dim]
-			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{slot, nil, w.arange(t)}, entries)
-		}
-		results = append(results, upd)
+	for i := range l.Cache {
+		results = append(results, w.cacheUpdate(i, in))
 		names = append(names, fmt.Sprintf("cache_%d", i))
 	}
-	for i := range cross {
-		results = append(results, cross[i]) // unchanged
+	for i := range in.cross {
+		results = append(results, in.cross[i]) // unchanged
 		names = append(names, fmt.Sprintf("cross_%d", i))
 	}
 	w.g.SetOutput(results...)
