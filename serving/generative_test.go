@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/serving/generate"
+	"github.com/xserve/xserve/tensor"
 )
 
 // genModel copies a generative model make gen-models exported (with its
@@ -339,5 +340,88 @@ func runGreedy(t *testing.T, g *Generative, prompt []int64, n int) ([]int64, gen
 			return out, ev.Reason
 		}
 		out = append(out, ev.Token)
+	}
+}
+
+// TestGenerativeSeq2seq: an encoder-decoder version (make seq2seq-models'
+// Whisper) loads its encoder beside the decoder step and generates from
+// log-mel features what transformers' greedy generate does; one whose
+// generate.encoder.file is missing, or whose encoder file is not an
+// encoder (the decoder step itself), is a load error naming config.yaml and
+// the key, and the good one serves on.
+func TestGenerativeSeq2seq(t *testing.T) {
+	r := newRepo(t)
+	from := filepath.Join("..", ".cache", "seq2seq")
+	data, err := os.ReadFile(filepath.Join(from, "refs.json"))
+	if err != nil {
+		t.Fatalf("%v\n\nthe encoder-decoder test models are missing: run `make seq2seq-models` (make test does)", err)
+	}
+	for _, name := range []string{"whisper", "nofile", "mismatch"} {
+		src := "whisper"
+		if name == "mismatch" {
+			src = "t5"
+		}
+		if err := os.CopyFS(filepath.Join(r.root, name), os.DirFS(filepath.Join(from, "repo", src))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(r.root, "nofile", "config.yaml")
+	text, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, []byte(strings.Replace(string(text), `"file": "encoder.pt2"`, `"file": "missing.pt2"`, 1)), 0o644)
+	step, _ := os.ReadFile(filepath.Join(from, "repo", "t5", "1", "model.pt2"))
+	os.WriteFile(filepath.Join(r.root, "mismatch", "1", "encoder.pt2"), step, 0o644)
+	m, _ := start(t, r, nil)
+	for model, want := range map[string][]string{
+		"nofile":   {"generate.encoder.file", "missing.pt2"},
+		"mismatch": {filepath.Join(r.root, "mismatch", "config.yaml"), "generate.encoder.file: encoder.pt2 takes input_ids, attention_mask, position_ids"},
+	} {
+		st, reason := state(m, model, 1)
+		if st != StateUnavailable {
+			t.Errorf("%s is %s", model, st)
+		}
+		for _, w := range want {
+			if !strings.Contains(reason, w) {
+				t.Errorf("%s: %q does not say %q", model, reason, w)
+			}
+		}
+	}
+	var refs struct {
+		NewTokens int `json:"new_tokens"`
+		Models    map[string]struct {
+			DecoderPrompt []int64 `json:"decoder_prompt"`
+			Cases         []struct {
+				Features [][]float32 `json:"features"`
+				Tokens   []int64     `json:"tokens"`
+			} `json:"cases"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(data, &refs); err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Generative(context.Background(), "whisper", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	ref := refs.Models["whisper"]
+	c := ref.Cases[0]
+	feats := tensor.FromFloat32s(slices.Concat(c.Features...), int64(len(c.Features)), int64(len(c.Features[0])))
+	s, err := g.Loop.Generate(context.Background(), generate.Request{Prompt: ref.DecoderPrompt, EncoderFeatures: feats, MaxTokens: refs.NewTokens, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for {
+		ev, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Done {
+			break
+		}
+		got = append(got, ev.Token)
+	}
+	if !slices.Equal(got, c.Tokens) {
+		t.Errorf("whisper: got %v\nwant %v (transformers)", got, c.Tokens)
 	}
 }
