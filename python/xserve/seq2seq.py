@@ -39,8 +39,8 @@ import shutil
 import tempfile
 from typing import Any, Iterator, Sequence
 
-from .causal_lm import TOKENIZER_FILES, _ids, _powers
-from .export_ import _next_version, _yaml
+from .causal_lm import TOKENIZER_FILES, _ids, _powers, _publish
+from .export_ import _next_version
 
 # Feature extractor and processor files copied beside the tokenizer's.
 EXTRA_FILES = ("preprocessor_config.json",)
@@ -277,21 +277,10 @@ def export_seq2seq(
     model_dir.mkdir(parents=True, exist_ok=True)
     version = _next_version(model_dir)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=model_dir))
-    copied = []
     try:
         torch.export.save(ep_step, str(tmp / "model.pt2"))
         torch.export.save(ep_enc, str(tmp / "encoder.pt2"))
-        for f in TOKENIZER_FILES + EXTRA_FILES:
-            if (hf_dir / f).is_file():
-                shutil.copyfile(hf_dir / f, tmp / f)
-                copied.append(f)
-        config_path = model_dir / "config.yaml"
-        with tempfile.NamedTemporaryFile("w", dir=model_dir, prefix=".config.", suffix=".tmp", delete=False) as fh:
-            fh.write(_yaml(cfg).replace("# written by xserve.export", "# written by xserve.export_seq2seq"))
-        os.chmod(fh.name, 0o644)
-        os.replace(fh.name, config_path)
-        os.chmod(tmp, 0o755)
-        os.rename(tmp, model_dir / str(version))
+        config_path, copied = _publish(tmp, model_dir, version, hf_dir, TOKENIZER_FILES + EXTRA_FILES, cfg, "export_seq2seq")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

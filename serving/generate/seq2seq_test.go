@@ -86,16 +86,7 @@ func newSeq2seq(t testing.TB, name string) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-		if n := m.SlotsInUse(); n != 0 {
-			t.Errorf("%d slots in use after Close", n)
-		}
-		dec.Close()
-		enc.Close()
-	})
+	closeAtEnd(t, m, dec, enc)
 	return m
 }
 
