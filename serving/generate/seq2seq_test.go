@@ -164,7 +164,8 @@ func TestSeq2seqGreedyMatchesTransformers(t *testing.T) {
 }
 
 // TestSeq2seqBadRequests: an encoder-decoder refuses the wrong encoder
-// input with ErrInvalidRequest, and a decoder-only model refuses any.
+// input with ErrInvalidRequest; without a decoder prompt it starts from
+// decoder_start_token_id; a caller that goes away frees its slot.
 func TestSeq2seqBadRequests(t *testing.T) {
 	r := loadSeq2seqRefs(t)
 	t5 := newSeq2seq(t, "t5")
@@ -198,4 +199,17 @@ func TestSeq2seqBadRequests(t *testing.T) {
 	if toks, _ := collect(t, s); !slices.Equal(toks, r.Models["t5"].Cases[0].Tokens[:4]) {
 		t.Errorf("default decoder prompt: got %v, want %v", toks, r.Models["t5"].Cases[0].Tokens[:4])
 	}
+	// A caller that goes away mid-generation frees its slot.
+	s, err = whisper.Generate(context.Background(), seq2seqRequests(t, r, "whisper")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.Next(context.Background()); err != nil || ev.Done {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	s.Close()
+	if _, end := collect(t, s); end.Reason != FinishCancelled {
+		t.Errorf("closed stream ended %s, want cancelled", end.Reason)
+	}
+	eventually(t, "the slot freed", func() bool { return whisper.SlotsInUse() == 0 })
 }
