@@ -425,3 +425,66 @@ func TestLoopScanRunTimeMatchesORT(t *testing.T) {
 		}
 	}
 }
+
+// TestPasteLoopMatchesORT runs torchvision's mask pasting
+// (gen_paste_loop.py: paste_masks_in_image after a score filter, exported
+// by torch.onnx) against ONNX Runtime: a Loop over the filter's run-time
+// count whose body resizes each mask to its box's run-time size and pads
+// it into the image (values of run-time extent along two axes, window.go).
+// Five inputs: boxes partly outside the image, no box selected, and boxes
+// outside the image, degenerate or larger than it.
+func TestPasteLoopMatchesORT(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.ImportFile("testdata/paste_loop.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("testdata/paste_loop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Cases []struct {
+			Inputs [][]float64
+			Output struct {
+				Shape  []int64
+				Values []float64
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(client, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Model(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	exe, err := m.Compile(context.Background(), prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	shapes := [][]int64{{6, 1, 8, 8}, {6, 4}, {6}}
+	for i, rc := range ref.Cases {
+		in := make([]*tensor.Tensor, len(shapes))
+		for k, s := range shapes {
+			in[k] = nnT(tensor.Float32, rc.Inputs[k], s...)
+		}
+		got, err := exe.Run(context.Background(), in)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if err := conformance.Compare(got[0], nnT(tensor.Float32, rc.Output.Values, rc.Output.Shape...), 1e-6, 1e-6); err != nil {
+			t.Errorf("case %d: %v", i, err)
+		}
+	}
+}

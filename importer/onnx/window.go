@@ -74,8 +74,13 @@ var (
 )
 
 // windowed reports whether node takes a window where windowOps (or Shape)
-// can, or may make one.
+// can, or may make one. Windows are made only in a while_loop body, where
+// no value can be given at compile time (elsewhere NeedsValueError lets the
+// caller compile for the values).
 func (s *scope) windowed(node *Node) bool {
+	if !s.carriesGuards {
+		return false
+	}
 	if s.takesWindow(node) {
 		_, ok := windowOps[node.OpType]
 		return ok || node.OpType == "Shape"
@@ -270,7 +275,7 @@ func orAnd(c *Ctx, op *fxgraph.Op, acc, v *fxgraph.Node) (*fxgraph.Node, error) 
 
 // addWindowGuard records a run-time check that fails the run when short is
 // true: a guard of the main graph, or, in a loop body, a flag the loop
-// carries out (windowGuards).
+// carries out (windowGuards) to its scope.
 func (s *scope) addWindowGuard(short *fxgraph.Node, message string) error {
 	switch {
 	case s.guards != nil:
