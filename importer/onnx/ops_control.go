@@ -488,7 +488,9 @@ func whileBodyOutputs(c *Ctx, w whileSpec, inner *scope, bodyG *fxgraph.Graph, p
 		if w.isGrown(j) {
 			row := inner.env[w.grown[j]]
 			if win := windowOf(row); win != nil {
-				return nil, fmt.Errorf("onnx: Loop body: the row %q has a run-time size: %w", w.grown[j], win.why)
+				if row, err = inner.windowTensor(win, w.grown[j]); err != nil {
+					return nil, fmt.Errorf("onnx: Loop body: the row %q has a run-time size: %w", w.grown[j], err)
+				}
 			}
 			if newOuts[3+j], err = writeRow(e, ph[3+j], row, ph[0], w.bound); err != nil {
 				return nil, err
@@ -674,7 +676,10 @@ func (s *scope) convertBody(gr *Graph) ([]*fxgraph.Node, error) {
 			return nil, fmt.Errorf("onnx: subgraph %q: output %q is not produced by any node", gr.Name, vi.Name)
 		}
 		if w := windowOf(n); w != nil {
-			return nil, fmt.Errorf("onnx: subgraph %q: output %q has a run-time size: %w", gr.Name, vi.Name, w.why)
+			var err error
+			if n, err = s.windowTensor(w, vi.Name); err != nil {
+				return nil, fmt.Errorf("onnx: subgraph %q: output %q has a run-time size: %w", gr.Name, vi.Name, err)
+			}
 		}
 		outs[i] = n
 	}
