@@ -1984,6 +1984,11 @@ func nnQuantMatMul(c *Ctx, ai, az, bi, bz int) (*fxgraph.Node, error) {
 // the output type.
 func nnQLinear(conv bool) Converter {
 	return func(c *Ctx, n *Node) error {
+		if conv {
+			if done, err := qLinearConvFused(c); done || err != nil {
+				return err
+			}
+		}
 		acc, err := nnQLinearAcc(c, conv)
 		if err != nil {
 			return err
