@@ -11,7 +11,8 @@
  *   w [K1..Kk, C/G, O]  int8, row-major (zero point 0)
  *   s [O]               float32: the requantization scale of each output
  *                       channel (x_scale * w_scale[o] / y_scale)
- *   b [O]               float32, optional (has_bias): the int32 bias times s
+ *   b [O]               int32, optional (has_bias): the bias, in the accumulation's
+ *                       scale (the kernel passes oneDNN float32(b) * s)
  * Result:
  *   y [N, O, T1..Tk]    uint8 or int8, channels last
  * Attributes: stride, pad_lo, pad_hi, dilation (k each), groups, has_bias,
@@ -314,8 +315,8 @@ static XLA_FFI_Error *qread(XLA_FFI_CallFrame *f, qconv_key *k, XLA_FFI_Buffer *
 	if (rank < 3 || rank > 2 + QMAX_SPATIAL || w->rank != rank || y->rank != rank || s->rank != 1 ||
 	    (x->dtype != QTYPE_U8 && x->dtype != QTYPE_S8) || w->dtype != QTYPE_S8 ||
 	    (y->dtype != QTYPE_U8 && y->dtype != QTYPE_S8) || s->dtype != XLA_FFI_DataType_F32 ||
-	    (k->bias && (bufs[3]->dtype != XLA_FFI_DataType_F32 || bufs[3]->rank != 1))) {
-		return fail(f, kernel, 3, "operand types: want x u8/s8, w s8, scale f32 [O], bias f32 [O], y u8/s8 of rank 3 to 5");
+	    (k->bias && (bufs[3]->dtype != XLA_FFI_DataType_S32 || bufs[3]->rank != 1))) {
+		return fail(f, kernel, 3, "operand types: want x u8/s8, w s8, scale f32 [O], bias s32 [O], y u8/s8 of rank 3 to 5");
 	}
 	if (attr_ints(f, "stride", k->stride, sp) || attr_ints(f, "pad_lo", k->pad_lo, sp) ||
 	    attr_ints(f, "pad_hi", k->pad_hi, sp) || attr_ints(f, "dilation", k->dilation, sp)) {
@@ -354,7 +355,18 @@ static XLA_FFI_Error *qexec(XLA_FFI_CallFrame *f, qentry *e, int index, XLA_FFI_
 		if (scratch == NULL) return fail(f, kernel, 8, "cannot allocate %zu bytes of scratch memory", e->scratch_bytes);
 	}
 	if (st != dnnl_success) return fail(f, kernel, 13, "oneDNN: status %d", (int)st);
-	void *data[8] = {bufs[0]->data, e->wei_k, bufs[4]->data, bufs[3] ? bufs[3]->data : NULL, bufs[2]->data,
+	float *bias = NULL;
+	if (bufs[3]) {
+		/* the bias in the result's scale: scratch's tail, after the primitive's part */
+		size_t off = (e->scratch_bytes + 63) & ~(size_t)63;
+		scratch = thread_scratch(off + (size_t)e->key.w[0] * sizeof(float));
+		if (scratch == NULL) return fail(f, kernel, 8, "cannot allocate scratch memory");
+		bias = (float *)(scratch + off);
+		const int32_t *b = (const int32_t *)bufs[3]->data;
+		const float *s = (const float *)bufs[2]->data;
+		for (int64_t o = 0; o < e->key.w[0]; o++) bias[o] = (float)b[o] * s[o];
+	}
+	void *data[8] = {bufs[0]->data, e->wei_k, bufs[4]->data, bias, bufs[2]->data,
 	    (void *)&e->zp[0], (void *)&e->zp[1], scratch};
 	for (int i = 0; i < 8 && st == dnnl_success; i++) {
 		if (q->m[i]) st = dnnl_memory_set_data_handle(q->m[i], data[i]);

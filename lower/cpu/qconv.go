@@ -12,9 +12,9 @@ import (
 // library is loaded; else declined (the integer arithmetic of package
 // lower). The operands are convKernel's: the input and result
 // channels-last, the weight [kernel..., in/groups, out] row-major; then
-// the requantization scale [out] and, when there is one, the bias in the
-// result's scale (float32(bias) * scale, which XLA folds: both are
-// constants).
+// the requantization scale [out] and, when there is one, the int32 bias
+// (the kernel scales it: float32(bias) * scale, a few hundred products a
+// call, where XLA ran a fusion of its own for each).
 func qconv(ctx *lower.Context, x, w, bias, scale *stablehlo.Value, xd, wd, outDims []int64, p fxgraph.ConvParams, q fxgraph.QLinearConvParams) (*stablehlo.Value, error) {
 	spatial := len(wd) - 2
 	if !ctx.Options.HasKernel(QConvKernel) || spatial < 1 || spatial > 3 || tensor.NumElements(wd) == 0 || tensor.NumElements(outDims) == 0 {
@@ -58,14 +58,7 @@ func qconv(ctx *lower.Context, x, w, bias, scale *stablehlo.Value, xd, wd, outDi
 	}
 	hasBias := int64(0)
 	if bias != nil {
-		bf, err := blk.Convert(bias, stablehlo.F32)
-		if err != nil {
-			return nil, err
-		}
-		if bf, err = blk.Multiply(bf, scale); err != nil {
-			return nil, err
-		}
-		call.Operands = append(call.Operands, bf)
+		call.Operands = append(call.Operands, bias)
 		call.OperandLayouts = append(call.OperandLayouts, []int64{0})
 		hasBias = 1
 	}
