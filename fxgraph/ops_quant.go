@@ -79,35 +79,49 @@ func qlinearConvShape(n *Node) (Meta, error) {
 	if t, err := n.ParamBool("transposed"); err != nil || t {
 		return Meta{}, fmt.Errorf("qlinear_conv: transposed convolutions are not quantized here")
 	}
-	if _, ok := n.Arg(2).(*Node); ok {
-		if b, _ := n.InputMeta(2); b.DType != tensor.Int32 {
-			return Meta{}, fmt.Errorf("qlinear_conv: bias %s, want int32", b)
-		}
-	}
-	s, err := n.InputMeta(9)
-	if err != nil {
-		return Meta{}, fmt.Errorf("qlinear_conv: scale: %w", err)
-	}
-	if s.DType != tensor.Float32 || s.Rank() != 1 || !s.Shape[0].IsStatic() || !w.Shape[0].IsStatic() || s.Shape[0].Size != w.Shape[0].Size {
-		return Meta{}, fmt.Errorf("qlinear_conv: scale %s, want float32 [%s] (one per output channel)", s, w.Shape[0])
+	if err := qlinearConvRequant(n, w); err != nil {
+		return Meta{}, err
 	}
 	q, err := QLinearConvArgs(n)
 	if err != nil {
 		return Meta{}, err
 	}
-	lo, hi := int64(0), int64(255)
-	if x.DType == tensor.Int8 {
-		lo, hi = -128, 127
+	if err := zeroPointFits("x_zero_point", q.XZeroPoint, x.DType); err != nil {
+		return Meta{}, err
 	}
-	if q.XZeroPoint < lo || q.XZeroPoint > hi {
-		return Meta{}, fmt.Errorf("qlinear_conv: x_zero_point %d outside %s", q.XZeroPoint, x.DType)
-	}
-	lo, hi = 0, 255
-	if q.Out == tensor.Int8 {
-		lo, hi = -128, 127
-	}
-	if q.YZeroPoint < lo || q.YZeroPoint > hi {
-		return Meta{}, fmt.Errorf("qlinear_conv: y_zero_point %d outside %s", q.YZeroPoint, q.Out)
+	if err := zeroPointFits("y_zero_point", q.YZeroPoint, q.Out); err != nil {
+		return Meta{}, err
 	}
 	return One(q.Out, m.Vals[0].Shape), nil
+}
+
+// qlinearConvRequant checks the bias (int32 or None) and the scale (float32,
+// one per output channel of weight w) of XserveQLinearConv node n.
+func qlinearConvRequant(n *Node, w TensorMeta) error {
+	if _, ok := n.Arg(2).(*Node); ok {
+		if b, _ := n.InputMeta(2); b.DType != tensor.Int32 {
+			return fmt.Errorf("qlinear_conv: bias %s, want int32", b)
+		}
+	}
+	s, err := n.InputMeta(9)
+	if err != nil {
+		return fmt.Errorf("qlinear_conv: scale: %w", err)
+	}
+	if s.DType != tensor.Float32 || s.Rank() != 1 || !s.Shape[0].IsStatic() || !w.Shape[0].IsStatic() || s.Shape[0].Size != w.Shape[0].Size {
+		return fmt.Errorf("qlinear_conv: scale %s, want float32 [%s] (one per output channel)", s, w.Shape[0])
+	}
+	return nil
+}
+
+// zeroPointFits checks that zero point zp (argument name) is a value of
+// the 8-bit type dt.
+func zeroPointFits(name string, zp int64, dt tensor.DType) error {
+	lo, hi := int64(0), int64(255)
+	if dt == tensor.Int8 {
+		lo, hi = -128, 127
+	}
+	if zp < lo || zp > hi {
+		return fmt.Errorf("qlinear_conv: %s %d outside %s", name, zp, dt)
+	}
+	return nil
 }
