@@ -75,50 +75,6 @@ static struct {
  * which xla_ffi.h leaves out. */
 enum { QTYPE_S8 = 2, QTYPE_U8 = 6 };
 
-/* act_md describes an activation [N, C, S...] of type dt stored channels
- * last. */
-static dnnl_status_t act_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims, dnnl_data_type_t dt) {
-	dnnl_dims_t d, s;
-	int64_t stride = dims[1];
-	s[1] = 1;
-	for (int64_t i = rank - 1; i >= 2; i--) {
-		s[i] = stride;
-		stride *= dims[i];
-	}
-	s[0] = stride;
-	for (int64_t i = 0; i < rank; i++) d[i] = dims[i];
-	return dnnl_memory_desc_create_with_strides(md, (int)rank, d, dt, s);
-}
-
-/* user_weights_md describes the weights operand, [K..., C/G, O] row-major,
- * in oneDNN's order ([G,] O[/G], C/G, K...); with any, in whatever layout
- * the primitive prefers. */
-static dnnl_status_t user_weights_md(dnnl_memory_desc_t *md, const qconv_key *k, int any) {
-	int64_t g = k->groups, o = k->w[0], i = k->w[1], sp = k->rank - 2;
-	dnnl_dims_t d, s;
-	int n = 0;
-	if (g > 1) {
-		d[n] = g;
-		s[n++] = o / g;
-		d[n] = o / g;
-		s[n++] = 1;
-	} else {
-		d[n] = o;
-		s[n++] = 1;
-	}
-	d[n] = i;
-	s[n++] = o;
-	int64_t stride = i * o;
-	for (int64_t j = sp - 1; j >= 0; j--) {
-		d[n + j] = k->w[2 + j];
-		s[n + j] = stride;
-		stride *= k->w[2 + j];
-	}
-	n += (int)sp;
-	if (any) return dnnl_memory_desc_create_with_tag(md, n, d, dnnl_s8, dnnl_format_tag_any);
-	return dnnl_memory_desc_create_with_strides(md, n, d, dnnl_s8, s);
-}
-
 /* qattr makes the primitive's attributes: a user scratchpad, weights scales
  * per output channel, common source and destination zero points. */
 static dnnl_status_t qattr(dnnl_primitive_attr_t *attr, const qconv_key *k) {
@@ -140,10 +96,10 @@ static dnnl_status_t qbuild(qentry *e) {
 	dnnl_memory_desc_t any = NULL;
 	dnnl_primitive_attr_t attr = NULL;
 	dnnl_primitive_desc_t pd = NULL;
-	if (st == dnnl_success) st = act_md(&e->src_md, k->rank, k->x, k->x_signed ? dnnl_s8 : dnnl_u8);
-	if (st == dnnl_success) st = act_md(&e->dst_md, k->rank, k->y, k->y_signed ? dnnl_s8 : dnnl_u8);
-	if (st == dnnl_success) st = user_weights_md(&e->wei_md, k, 0);
-	if (st == dnnl_success) st = user_weights_md(&any, k, 1);
+	if (st == dnnl_success) st = channels_last_md_of(&e->src_md, k->rank, k->x, k->x_signed ? dnnl_s8 : dnnl_u8);
+	if (st == dnnl_success) st = channels_last_md_of(&e->dst_md, k->rank, k->y, k->y_signed ? dnnl_s8 : dnnl_u8);
+	if (st == dnnl_success) st = hwio_weights_md(&e->wei_md, k->rank, k->w, k->groups, dnnl_s8, 0);
+	if (st == dnnl_success) st = hwio_weights_md(&any, k->rank, k->w, k->groups, dnnl_s8, 1);
 	dnnl_dims_t od = {k->w[0]}, one = {1};
 	if (st == dnnl_success) st = dnnl_memory_desc_create_with_tag(&e->scale_md, 1, od, dnnl_f32, dnnl_a);
 	if (st == dnnl_success) st = dnnl_memory_desc_create_with_tag(&e->zp_md, 1, one, dnnl_s32, dnnl_a);
