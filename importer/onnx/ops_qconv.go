@@ -103,19 +103,7 @@ func qLinearConvFused(c *Ctx) (done bool, err error) {
 		return false, nil
 	}
 	spatial := wm.Rank() - 2
-	k, err := nnKernel(c, w, spatial)
-	if err != nil {
-		return false, err
-	}
-	s, err := nnSpatialAttr(c, "strides", spatial, 1)
-	if err != nil {
-		return false, err
-	}
-	d, err := nnSpatialAttr(c, "dilations", spatial, 1)
-	if err != nil {
-		return false, err
-	}
-	lo, hi, err := nnPads(c, xm, nnEffective(k, d), s)
+	s, d, lo, hi, err := nnConvWindow(c, x, w, spatial)
 	if err != nil || !nnSymmetric(lo, hi) {
 		return false, err
 	}
