@@ -108,7 +108,7 @@ func decodeInput(in tensorIn, br *binaryReader, lim *Limits, model string, versi
 	if err != nil {
 		return nil, err
 	}
-	size, hasSize, err := paramInt(in.params, "binary_data_size", "input "+strconv.Quote(in.name))
+	size, hasSize, err := paramInt(in.params, "binary_data_size", where)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func decodeInput(in tensorIn, br *binaryReader, lim *Limits, model string, versi
 		}
 		return binaryTensor(in.name, dt, in.shape, b)
 	case hasData:
-		if err := lim.Lease.Reserve(n*int64(max(dt.Size(), 1)), fmt.Sprintf("input %q", in.name)); err != nil {
+		if err := lim.Lease.Reserve(n*int64(max(dt.Size(), 1)), where); err != nil {
 			return nil, err
 		}
 		return decodeJSONData(in.name, dt, in.shape, in.data)
