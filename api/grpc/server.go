@@ -453,7 +453,8 @@ func (s *Server) inputTensor(in *pb.ModelInferRequest_InferInputTensor, raw []by
 	case hasRaw && in.Contents != nil:
 		return nil, payload.BadRequest("input %q has both contents and raw_input_contents; give one", in.Name)
 	case hasRaw:
-		data = raw
+		// raw is a slice of the message wherever protobuf placed it.
+		data = payload.AlignSmall(raw)
 	case in.Contents == nil:
 		return nil, payload.BadRequest("input %q has no data (give contents, raw_input_contents or parameters.%s)", in.Name, paramShmRegion)
 	default:
