@@ -65,6 +65,9 @@ type version struct {
 	// encoder is an encoder-decoder's encoder (generate.encoder), whose
 	// programs gen runs; nil for others.
 	encoder *engine.Model
+	// files are the model files v loads onto its device, as the memory
+	// budget counts them before the weights are uploaded.
+	files modelFiles
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -104,6 +107,7 @@ type failedReload struct {
 
 func newVersion(m *Manager, name string, ve modelrepo.VersionEntry, cfg *modelrepo.Config) *version {
 	v := &version{m: m, name: name, num: ve.Version, label: strconv.FormatInt(ve.Version, 10), entry: ve, cfg: cfg, state: StateLoading}
+	v.files = versionFiles(cfg, ve)
 	v.ctx, v.cancel = context.WithCancel(context.Background())
 	return v
 }
