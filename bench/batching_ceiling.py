@@ -43,7 +43,7 @@ row costs the server in the batched copy, next to its cheapest serial row.
 
 With --runner (cmd/bench-runner) it also times each model serially (one
 thread: XSERVE_CPU_KERNELS_THREADS=1, no bands, no split) at every batch
-bucket, and prints the cost of a row at each: what batching can save in
+bucket, by the CPU time of each call, and prints the cost of a row at each: what batching can save in
 compute is the difference between the batch-1 row and the cheapest one,
 whatever the batching policy. "ceiling, rows" is the ceiling with the
 cheapest row measured instead of the peak.
@@ -91,8 +91,9 @@ BUCKETS = [1, 2, 4, 8, 16, 32, 64]
 
 
 def serial_rows(runner, out, model):
-    """Seconds per row of model at each of BUCKETS, run serially by one
-    bench-runner process: bucket -> seconds."""
+    """CPU seconds per row of model at each of BUCKETS, run serially by one
+    bench-runner process (its CPU time over each call, not the call's wall
+    time, which other jobs on a shared machine stretch): bucket -> seconds."""
     env = dict(os.environ, XSERVE_CPU_KERNELS_THREADS="1", XSERVE_CPU_KERNELS_BANDS="1", XSERVE_SPLIT_BATCHES="off")
     p = subprocess.Popen([runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          text=True, env=env)
@@ -116,9 +117,9 @@ def serial_rows(runner, out, model):
                 np.save(batch, np.repeat(np.load(f), b, axis=0))
                 specs.append(f"{name}={batch}")
             ask(f"load m {path} " + " ".join(specs))  # replaces (and frees) the previous bucket's
-            first = statistics.median(int(x) for x in ask("time m 10").split())
+            first = statistics.median(int(x) for x in ask("cputime m 10").split())
             n = max(20, int(0.3e9 / max(first, 1)))
-            rows[b] = statistics.median(int(x) for x in ask(f"time m {n}").split()) / 1e9 / b
+            rows[b] = statistics.median(int(x) for x in ask(f"cputime m {n}").split()) / 1e9 / b
     p.stdin.write("quit\n")
     p.stdin.flush()
     p.wait()
@@ -139,7 +140,7 @@ def main():
     flops = {m: flops_per_row(args.out, m) for m in args.models.split()}
     best = {}
     if args.runner:
-        print("A row's cost, serial (one thread), at each batch bucket (cmd/bench-runner):")
+        print("A row's cost, serial (one thread), at each batch bucket: CPU time per row (cmd/bench-runner cputime):")
         print()
         print("| model | " + " | ".join(f"batch {b}" for b in BUCKETS) + " | batch 1 / cheapest |")
         print("|---|" + "---:|" * (len(BUCKETS) + 1))
