@@ -36,7 +36,11 @@ which the floor does not; (2) a row's compute at the peak (or at the
 cheapest row measured) whatever the batch, where the batches a closed
 loop forms hold a few rows (bench/batching.sh prints how many) and cost
 more a row than the largest; (3) the CPUs' time adds up: floor work and
-compute share the cores without idle time. The server CPU per request of
+compute share the cores without idle time; (4) the machine is the
+benchmark's: the floor's time per request counts the time other processes
+held the cores, while the compute term is at the full speed of all of
+them, so on a shared machine the throughput ceiling is optimistic (the CPU
+table prints the floor's share of the cores). The server CPU per request of
 on and of the floor (bench/batching.sh's table) measure (1) and (2)
 apart from the load: on's CPU per request minus the floor's is what a
 row costs the server in the batched copy, next to its cheapest serial row.
@@ -170,17 +174,23 @@ def main():
                 line += f" {med(rows[r] / rps(off[r]) for r in rs):.2f}x | {med(rps(on[r]) / rows[r] for r in rs):.0%} |"
             print(line)
             row = best.get(m, flops[m] / per_core / 1e9)
-            cpu_rows.append((f"{m} c={c}", med(cpu(floor[r]) for r in rs), med(cpu(off[r]) for r in rs), med(cpu(on[r]) for r in rs), row))
+            share = med(cpu(floor[r]) * rps(floor[r]) / 1e3 / cores for r in rs)
+            cpu_rows.append((f"{m} c={c}", med(cpu(floor[r]) for r in rs), med(cpu(off[r]) for r in rs), med(cpu(on[r]) for r in rs), row, share))
     print()
     print("The same by CPU time per request (the server's user + system time and the client's, ms;")
     print("the server's alone where GNU time was missing):")
     print("what a request costs the machine whatever else runs on it. The ceiling by CPU is the floor's")
     print("plus " + ("the cheapest row's core time (serial, above)" if best else "the row's FLOPs at one core's peak") + "; on / ceiling = (floor + row) / on.")
     print()
-    print("| run | floor CPU ms | off CPU ms | on CPU ms | row, core ms | **on / ceiling, CPU** | on - floor - row, ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for label, f, o, n, row in cpu_rows:
-        print(f"| {label} | {f:.3f} | {o:.3f} | {n:.3f} | {row * 1e3:.3f} | **{(f + row * 1e3) / n:.0%}** | {n - f - row * 1e3:.3f} |")
+    print("The throughput ceiling above assumes the machine is the benchmark's: the floor's throughput")
+    print("counts the time other processes held the cores, the compute term does not. \"floor's share\"")
+    print("is the part of the cores the floor's server and client used (their CPU per request times")
+    print("req/s); below 100% the throughput ceiling is optimistic and this table is the one to read.")
+    print()
+    print("| run | floor CPU ms | off CPU ms | on CPU ms | row, core ms | **on / ceiling, CPU** | on - floor - row, ms | floor's share |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, f, o, n, row, share in cpu_rows:
+        print(f"| {label} | {f:.3f} | {o:.3f} | {n:.3f} | {row * 1e3:.3f} | **{(f + row * 1e3) / n:.0%}** | {n - f - row * 1e3:.3f} | {share:.0%} |")
 
 
 def rps(s):
