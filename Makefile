@@ -26,7 +26,7 @@ FUZZ = for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} $${t\#\#*:} for $(1)"; \
 	  $(GO) test -count=1 -run '^$$' -fuzz "^$${t\#\#*:}$$" -fuzztime $(1) -fuzzminimizetime 10x ./$${t%%:*} || exit 1; done
 
-.PHONY: all build run test tokenizers-lib gen-models genai-model pjrt pjrt-compat compat-conformance-check venv venv-triton proto examples conformance conformance-check fuzz chaos chaos-cluster bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
+.PHONY: all build run test tokenizers-lib gen-models genai-model seq2seq-models pjrt pjrt-compat compat-conformance-check venv venv-triton proto examples conformance conformance-check fuzz chaos chaos-cluster bench bench-models vet clean help docker-test gpu-check gpu-check-bundle
 
 all: build
 
@@ -36,6 +36,7 @@ help:
 	@echo "make detect-model export torchvision ssdlite320 and small Faster/Mask R-CNN, RetinaNet, FCOS, SSD to .cache/detect (make test needs it)"
 	@echo "make tokenizers-lib  the Hugging Face tokenizers library (tokenizer/ffi, Rust) into .cache/tokenizers (make test needs it)"
 	@echo "make gen-models   the generative test models, tokenizers and references into .cache/gen (make test needs them)"
+	@echo "make seq2seq-models the encoder-decoder test models (T5, Whisper) and transformers' generations into .cache/seq2seq (make test needs them)"
 	@echo "make genai-model  an int4 model by ONNX Runtime GenAI's model builder, with its greedy outputs, into .cache/gen/genai (make test needs it)"
 	@echo "make bench-generate  xserve vs ONNX Runtime GenAI vs transformers on a ~100M decoder (bench/generate.sh)"
 	@echo "make docker-test  build the cpu/tpu/cuda images (Docker from Debian, local base images) and serve from the cpu one"
@@ -128,7 +129,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-test: pjrt pjrt-compat venv venv-triton realmodels-small seq-streams detect-model tokenizers-lib gen-models genai-model vet conformance-check compat-conformance-check
+test: pjrt pjrt-compat venv venv-triton realmodels-small seq-streams detect-model tokenizers-lib gen-models genai-model seq2seq-models vet conformance-check compat-conformance-check
 	@$(call FUZZ,$(TEST_FUZZTIME))
 	$(GO) test -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -count=1 ./...
@@ -283,6 +284,15 @@ genai-model: $(GEN_DIR)/genai/refs.json
 $(GEN_DIR)/genai/refs.json: python/generate/make_genai_model.py $(GEN_DIR)/refs.json | $(VENV_GENAI)/.installed $(VENV_ZOO)/.installed
 	$(VENV_GENAI)/bin/python python/generate/make_genai_model.py --hf $(GEN_DIR)/hf/llama --refs $(GEN_DIR)/refs.json \
 	  --zoo-python $(CURDIR)/$(VENV_ZOO)/bin/python --out $(GEN_DIR)/genai
+
+# The encoder-decoder models the tests serve: a small T5 (with a Unigram
+# tokenizer) and a small Whisper with seeded weights, exported by
+# `python -m xserve export-seq2seq`, with transformers' greedy generations
+# (serving/generate TestSeq2seq*, cmd/xserve TestSeq2seqClients).
+SEQ2SEQ_DIR := .cache/seq2seq
+seq2seq-models: $(SEQ2SEQ_DIR)/refs.json
+$(SEQ2SEQ_DIR)/refs.json: python/generate/make_seq2seq.py python/generate/make_models.py python/xserve/seq2seq.py python/xserve/__main__.py | $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/generate/make_seq2seq.py --out $(SEQ2SEQ_DIR)
 
 zoo: $(VENV_ZOO)/.installed
 	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_DIR) $(if $(ZOO_MODELS),--models $(ZOO_MODELS))

@@ -285,6 +285,13 @@ func TestParseConfigErrors(t *testing.T) {
 		{"generate stall zero", "generate:\n  max_decode_stall: 0s\n", "generate.max_decode_stall", 2, "must be > 0"},
 		{"generate and pipeline", "generate:\n  max_seq_len: 64\npipeline:\n  steps:\n    - model: a\n", "generate", 1, "generative (generate:) or a pipeline of other models (pipeline:), not both"},
 		{"generate cache pair without output", "generate:\n  cache:\n    - input: past.0\n", "generate.cache[0].output", 3, "required"},
+		{"generate encoder without file", "generate:\n  encoder:\n    max_length: 64\n", "generate.encoder.file", 2, "required"},
+		{"generate encoder file a path", "generate:\n  encoder:\n    file: ../enc.pt2\n    max_length: 64\n", "generate.encoder.file", 3, "must be a file name in the version directory"},
+		{"generate encoder without max_length", "generate:\n  encoder:\n    file: encoder.pt2\n", "generate.encoder.max_length", 2, "required, >= 1"},
+		{"generate encoder bucket past max_length", "generate:\n  encoder:\n    file: encoder.pt2\n    max_length: 32\n    buckets: [16, 64]\n", "generate.encoder.buckets", 5, "64 is larger than generate.encoder.max_length (32)"},
+		{"generate unknown encoder key", "generate:\n  encoder:\n    file: encoder.pt2\n    max_length: 8\n    inputs: [x]\n", "generate.encoder.inputs", 5, "unknown key (want one of file, max_length, buckets)"},
+		{"generate decoder start without encoder", "generate:\n  decoder_start_token_id: 0\n", "generate.decoder_start_token_id", 2, "is for encoder-decoders"},
+		{"generate decoder start not an id", "generate:\n  encoder: {file: e.pt2, max_length: 8}\n  decoder_start_token_id: go\n", "generate.decoder_start_token_id", 3, "want a token id or a list of them"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -328,6 +335,14 @@ func TestParseGenerate(t *testing.T) {
 		EOSTokenIDs: []int64{2}, MaxDecodeStall: DefaultMaxDecodeStall, MaxQueue: DefaultGenerateQueue, Cache: []CachePair{{Input: "a", Output: "b"}}}
 	if !reflect.DeepEqual(g, want) {
 		t.Errorf("got %+v\nwant %+v", g, want)
+	}
+	c, err = ParseConfig(testConfigPath, []byte("generate:\n  encoder:\n    file: encoder.pt2\n    max_length: 40\n  decoder_start_token_id: [3, 4]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := c.Generate.Encoder; e == nil || e.File != "encoder.pt2" || e.MaxLength != 40 || !reflect.DeepEqual(e.Buckets, []int64{16, 32, 40}) ||
+		!reflect.DeepEqual(c.Generate.DecoderStartIDs, []int64{3, 4}) {
+		t.Errorf("encoder-decoder: got %+v, encoder %+v", c.Generate, c.Generate.Encoder)
 	}
 	if c, err := ParseConfig(testConfigPath, []byte("name: tinycnn\n")); err != nil || c.Generate != nil {
 		t.Errorf("a config without generate: %v %+v", err, c)

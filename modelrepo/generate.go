@@ -2,6 +2,7 @@ package modelrepo
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -84,6 +85,32 @@ type GenerateConfig struct {
 	// CacheHeadDim is the cache tensors' head size when the graph leaves it
 	// symbolic (genai_config.json's head_size); 0: the graph's.
 	CacheHeadDim int64
+	// Encoder makes the model an encoder-decoder (T5, BART, Whisper): the
+	// encoder runs once per sequence and the model file is the decoder's
+	// step; nil for a decoder-only model.
+	Encoder *EncoderConfig
+	// DecoderStartIDs are the decoder's prompt when a request gives none
+	// (decoder_start_token_id: an id or a list); encoder-decoders only.
+	DecoderStartIDs []int64
+}
+
+// EncoderConfig is the generate.encoder section of an encoder-decoder:
+// its graph (file, in the version directory) takes the encoder's inputs
+// (input_ids and attention_mask, or a float features tensor such as
+// Whisper's log-mel spectrogram) and returns each decoder layer's
+// cross-attention keys and values, which the decoder step takes as inputs
+// (cross_key_values_N_key / _value, in the same order).
+type EncoderConfig struct {
+	// File is the encoder's model file in the version directory.
+	File string
+	// MaxLength is the longest encoder sequence (the cross-attention
+	// cache's length): a text encoder's longest input, or a fixed-size
+	// encoder's output length.
+	MaxLength int64
+	// Buckets are the text encoder's input lengths, each compiled once
+	// (ascending, at most MaxLength); default the powers of two from 16
+	// below MaxLength, then MaxLength. Unused by fixed-size encoders.
+	Buckets []int64
 }
 
 // GenerateInputs names the graph inputs of a generative model by role.
@@ -117,6 +144,14 @@ type rawGenerate struct {
 	Outputs        rawGenerateOutputs `yaml:"outputs"`
 	Cache          []rawCachePair     `yaml:"cache"`
 	Tokenizer      string             `yaml:"tokenizer"`
+	Encoder        *rawEncoder        `yaml:"encoder"`
+	DecoderStart   yaml.Node          `yaml:"decoder_start_token_id"`
+}
+
+type rawEncoder struct {
+	File      string  `yaml:"file"`
+	MaxLength *int64  `yaml:"max_length"`
+	Buckets   []int64 `yaml:"buckets"`
 }
 
 type rawGenerateInputs struct {
@@ -172,6 +207,13 @@ func (raw *rawGenerate) convert(p *problems) *GenerateConfig {
 		g.MaxQueue = *raw.MaxQueue
 	}
 	g.EOSTokenIDs = convertIDs(p, "generate.eos_token_id", &raw.EOSTokenID)
+	g.DecoderStartIDs = convertIDs(p, "generate.decoder_start_token_id", &raw.DecoderStart)
+	if e := raw.Encoder; e != nil {
+		g.Encoder = &EncoderConfig{File: e.File, Buckets: slices.Clone(e.Buckets)}
+		if e.MaxLength != nil {
+			g.Encoder.MaxLength = *e.MaxLength
+		}
+	}
 	for _, c := range raw.Cache {
 		g.Cache = append(g.Cache, CachePair(c))
 	}
@@ -222,6 +264,9 @@ func (g *GenerateConfig) setDefaults() {
 	if g.MaxQueue == 0 {
 		g.MaxQueue = DefaultGenerateQueue
 	}
+	if e := g.Encoder; e != nil && e.Buckets == nil && e.MaxLength > 0 {
+		e.Buckets = powersBelow(min(16, e.MaxLength), e.MaxLength)
+	}
 }
 
 // powersBelow returns from, 2*from, 4*from, ... below limit, then limit.
@@ -258,6 +303,7 @@ func (g *GenerateConfig) validate(p *problems) {
 	if g.MaxDecodeStall < 0 {
 		p.add("generate.max_decode_stall", "must be > 0, got %v", g.MaxDecodeStall)
 	}
+	g.validateEncoder(p)
 	for i, c := range g.Cache {
 		key := fmt.Sprintf("generate.cache[%d]", i)
 		if c.Input == "" {
@@ -283,5 +329,32 @@ func validateSizes(p *problems, key string, sizes []int64, limit int64, limitKey
 	}
 	if n := len(sizes); n > 0 && limit > 0 && sizes[n-1] > limit {
 		p.add(key, "%d is larger than %s (%d)", sizes[n-1], limitKey, limit)
+	}
+}
+
+// validateEncoder checks the encoder-decoder keys.
+func (g *GenerateConfig) validateEncoder(p *problems) {
+	e := g.Encoder
+	if e == nil {
+		if g.DecoderStartIDs != nil {
+			p.add("generate.decoder_start_token_id", "is for encoder-decoders: give generate.encoder too")
+		}
+		return
+	}
+	switch {
+	case e.File == "":
+		p.add("generate.encoder.file", "required: the encoder's model file in the version directory")
+	case e.File != filepath.Base(e.File) || e.File == "." || e.File == "..":
+		p.add("generate.encoder.file", "must be a file name in the version directory, got %q", e.File)
+	}
+	if e.MaxLength < 1 {
+		p.add("generate.encoder.max_length", "required, >= 1: the longest encoder sequence, got %d", e.MaxLength)
+	}
+	validateSizes(p, "generate.encoder.buckets", e.Buckets, e.MaxLength, "generate.encoder.max_length")
+	for _, id := range g.DecoderStartIDs {
+		if id < 0 {
+			p.add("generate.decoder_start_token_id", "token ids must be >= 0, got %d", id)
+			break
+		}
 	}
 }

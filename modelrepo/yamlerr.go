@@ -305,7 +305,7 @@ func describeType(goType string) string {
 // ("modelrepo.rawBatching"), to its keys ("enabled, max_batch_size, ...").
 func rawKeys() map[string]string {
 	out := map[string]string{}
-	for _, v := range []any{rawConfig{}, rawInput{}, rawOutput{}, rawVersionPolicy{}, rawBatching{}, rawGenerate{}, rawGenerateInputs{}, rawGenerateOutputs{}, rawCachePair{}, rawPipeline{}, rawStep{}, rawSequence{}, rawState{}} {
+	for _, v := range []any{rawConfig{}, rawInput{}, rawOutput{}, rawVersionPolicy{}, rawBatching{}, rawGenerate{}, rawGenerateInputs{}, rawGenerateOutputs{}, rawCachePair{}, rawEncoder{}, rawPipeline{}, rawStep{}, rawSequence{}, rawState{}} {
 		t := reflect.TypeOf(v)
 		var keys []string
 		for i := range t.NumField() {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/xserve/xserve/engine"
 	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/serving/generate"
@@ -143,17 +144,29 @@ func (v *version) loadGenerative(ctx context.Context, cfgFile string) error {
 	if tok != nil && len(gc.EOSTokenIDs) == 0 {
 		gc.EOSTokenIDs = tok.EOSIDs
 	}
-	gen, err := generate.New(ctx, generate.Options{
+	opts := generate.Options{
 		Graph: v.model.Graph(), GraphAt: v.model.GraphAt, Config: &gc, ConfigFile: cfgFile, Lowerer: v.m.engine.Lowerer(),
 		Device: &generate.EngineDevice{Engine: v.m.engine, Model: v.model},
 		Warmup: v.cfg.Warmup == modelrepo.WarmupEager, Logger: v.log(), OnToken: v.observeToken(),
-	})
+	}
+	enc, err := v.loadEncoder(&gc, &opts)
 	if err != nil {
 		if tok != nil {
 			tok.Close()
 		}
 		return err
 	}
+	gen, err := generate.New(ctx, opts)
+	if err != nil {
+		if tok != nil {
+			tok.Close()
+		}
+		if enc != nil {
+			enc.Close()
+		}
+		return err
+	}
+	v.encoder = enc
 	if hi := tokMaxID(tok); gen.Vocab() > 0 && hi >= gen.Vocab() {
 		gen.Close(ctx)
 		tok.Close()
@@ -164,6 +177,22 @@ func (v *version) loadGenerative(ctx context.Context, cfgFile string) error {
 	v.log().Info("generative model version loaded", "file", v.entry.Path, "slots", gc.Slots, "max_seq_len", gc.MaxSeqLen,
 		"prefill_buckets", fmt.Sprint(gc.PrefillBuckets), "slot_buckets", fmt.Sprint(gc.SlotBuckets), "tokenizer", tok != nil)
 	return nil
+}
+
+// loadEncoder loads an encoder-decoder's encoder (generate.encoder.file,
+// beside the decoder's step) onto the decoder's device and gives it to
+// opts; nil for a decoder-only model.
+func (v *version) loadEncoder(gc *modelrepo.GenerateConfig, opts *generate.Options) (*engine.Model, error) {
+	if gc.Encoder == nil {
+		return nil, nil
+	}
+	enc, err := v.m.engine.Load(filepath.Join(filepath.Dir(v.entry.Path), gc.Encoder.File), engine.LoadOptions{Logger: v.log(), Device: v.devices()[0]})
+	if err != nil {
+		return nil, fmt.Errorf("generate.encoder.file: %w", err)
+	}
+	opts.Encoder, opts.EncoderAt = enc.Graph(), enc.GraphAt
+	opts.EncoderDevice = &generate.EngineDevice{Engine: v.m.engine, Model: enc}
+	return enc, nil
 }
 
 // observeToken returns the loop's token observer: time to first token and
@@ -236,6 +265,10 @@ func (v *version) freeGenerative() {
 			v.log().Warn("close the generation loop", "error", err)
 		}
 		v.gen = nil
+	}
+	if v.encoder != nil {
+		v.encoder.Close()
+		v.encoder = nil
 	}
 	if v.tok != nil {
 		v.tok.Close()

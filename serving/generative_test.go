@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/xserve/xserve/serving/generate"
+	"github.com/xserve/xserve/tensor"
 )
 
 // genModel copies a generative model make gen-models exported (with its
@@ -144,20 +145,10 @@ func TestGenerativeBadInput(t *testing.T) {
 	f.Close()
 	r.genModel("good", "phi3-pt2")
 	m, _ := start(t, r, nil)
-	for model, want := range map[string][]string{
+	wantUnavailable(t, m, map[string][]string{
 		"mismatch": {filepath.Join(r.root, "mismatch", "1", "tokenizer.json"), "the tokenizer's ids reach", "logits have 384", "generate.tokenizer"},
 		"badrole":  {filepath.Join(r.root, "badrole", "config.yaml"), `generate.inputs.positions: the model has no input "pos"`},
-	} {
-		st, reason := state(m, model, 1)
-		if st != StateUnavailable {
-			t.Errorf("%s is %s", model, st)
-		}
-		for _, w := range want {
-			if !strings.Contains(reason, w) {
-				t.Errorf("%s: %q does not say %q", model, reason, w)
-			}
-		}
-	}
+	})
 	if !m.ModelReady("good", 1) {
 		t.Error("good is not ready")
 	}
@@ -202,21 +193,7 @@ func TestGenerativeLazy(t *testing.T) {
 	}
 	want := greedyRefs(t, "llama")
 	const n = 24
-	s, err := g.Loop.Generate(context.Background(), generate.Request{Prompt: want.prompt, MaxTokens: n, IgnoreEOS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int64
-	for {
-		ev, err := s.Next(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Done {
-			break
-		}
-		got = append(got, ev.Token)
-	}
+	got := generateTokens(t, g, generate.Request{Prompt: want.prompt, MaxTokens: n, IgnoreEOS: true})
 	if !slices.Equal(got, want.tokens[:n]) {
 		t.Errorf("tokens %v, transformers' greedy generate %v", got, want.tokens[:n])
 	}
@@ -339,5 +316,101 @@ func runGreedy(t *testing.T, g *Generative, prompt []int64, n int) ([]int64, gen
 			return out, ev.Reason
 		}
 		out = append(out, ev.Token)
+	}
+}
+
+// TestGenerativeSeq2seq: an encoder-decoder version (make seq2seq-models'
+// Whisper) loads its encoder beside the decoder step and generates from
+// log-mel features what transformers' greedy generate does; one whose
+// generate.encoder.file is missing, or whose encoder file is not an
+// encoder (the decoder step itself), is a load error naming config.yaml and
+// the key, and the good one serves on.
+func TestGenerativeSeq2seq(t *testing.T) {
+	r := newRepo(t)
+	from := filepath.Join("..", ".cache", "seq2seq")
+	data, err := os.ReadFile(filepath.Join(from, "refs.json"))
+	if err != nil {
+		t.Fatalf("%v\n\nthe encoder-decoder test models are missing: run `make seq2seq-models` (make test does)", err)
+	}
+	for _, name := range []string{"whisper", "nofile", "mismatch"} {
+		src := "whisper"
+		if name == "mismatch" {
+			src = "t5"
+		}
+		if err := os.CopyFS(filepath.Join(r.root, name), os.DirFS(filepath.Join(from, "repo", src))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(r.root, "nofile", "config.yaml")
+	text, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, []byte(strings.Replace(string(text), `"file": "encoder.pt2"`, `"file": "missing.pt2"`, 1)), 0o644)
+	step, _ := os.ReadFile(filepath.Join(from, "repo", "t5", "1", "model.pt2"))
+	os.WriteFile(filepath.Join(r.root, "mismatch", "1", "encoder.pt2"), step, 0o644)
+	m, _ := start(t, r, nil)
+	wantUnavailable(t, m, map[string][]string{
+		"nofile":   {"generate.encoder.file", "missing.pt2"},
+		"mismatch": {filepath.Join(r.root, "mismatch", "config.yaml"), "generate.encoder.file: encoder.pt2 takes input_ids, attention_mask, position_ids"},
+	})
+	var refs struct {
+		NewTokens int `json:"new_tokens"`
+		Models    map[string]struct {
+			DecoderPrompt []int64 `json:"decoder_prompt"`
+			Cases         []struct {
+				Features [][]float32 `json:"features"`
+				Tokens   []int64     `json:"tokens"`
+			} `json:"cases"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(data, &refs); err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Generative(context.Background(), "whisper", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	ref := refs.Models["whisper"]
+	c := ref.Cases[0]
+	feats := tensor.FromFloat32s(slices.Concat(c.Features...), int64(len(c.Features)), int64(len(c.Features[0])))
+	got := generateTokens(t, g, generate.Request{Prompt: ref.DecoderPrompt, EncoderFeatures: feats, MaxTokens: refs.NewTokens, IgnoreEOS: true})
+	if !slices.Equal(got, c.Tokens) {
+		t.Errorf("whisper: got %v\nwant %v (transformers)", got, c.Tokens)
+	}
+}
+
+// generateTokens runs req on g to its end and returns its tokens.
+func generateTokens(t *testing.T, g *Generative, req generate.Request) []int64 {
+	t.Helper()
+	s, err := g.Loop.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for {
+		ev, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Done {
+			return got
+		}
+		got = append(got, ev.Token)
+	}
+}
+
+// wantUnavailable checks that each model's version 1 is UNAVAILABLE with
+// a reason saying each of its strings.
+func wantUnavailable(t *testing.T, m *Manager, want map[string][]string) {
+	t.Helper()
+	for model, says := range want {
+		st, reason := state(m, model, 1)
+		if st != StateUnavailable {
+			t.Errorf("%s is %s", model, st)
+		}
+		for _, w := range says {
+			if !strings.Contains(reason, w) {
+				t.Errorf("%s: %q does not say %q", model, reason, w)
+			}
+		}
 	}
 }

@@ -59,6 +59,9 @@ type version struct {
 	// generate: section) and tok is its tokenizer (nil without one).
 	gen *generate.Model
 	tok *tokenizer.Tokenizer
+	// encoder is an encoder-decoder's encoder (generate.encoder), whose
+	// programs gen runs; nil for others.
+	encoder *engine.Model
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name

@@ -263,6 +263,23 @@ func (e *Embedded) Connect(ctx context.Context, opts ConnOptions) (*nats.Conn, e
 	return Connect(ctx, e.ClientURL(), opts)
 }
 
+// Queued returns, for nc (connected to e), a function that reports the
+// bytes e holds for nc that nc has not read yet: messages on their way to
+// its subscriptions (Options.Queued). It reports 0 once nc reconnects.
+func (e *Embedded) Queued(nc *nats.Conn) func() int64 {
+	cid, err := nc.GetClientID()
+	if err != nil {
+		return nil
+	}
+	return func() int64 {
+		cz, err := e.srv.Connz(&server.ConnzOptions{CID: cid})
+		if err != nil || len(cz.Conns) == 0 {
+			return 0
+		}
+		return int64(cz.Conns[0].Pending)
+	}
+}
+
 // Shutdown stops the server and waits until it has.
 func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()

@@ -133,6 +133,13 @@ type Options struct {
 	// body is reserved from the budget as soon as it leaves that queue
 	// (before it is decoded), and refused with 429 when it does not fit.
 	PendingMsgs, PendingBytes int
+	// Queued, when set, reports the bytes the NATS server holds for Conn
+	// that Conn has not read yet: requests on their way to the handlers
+	// (Embedded.Queued knows it for an in-process connection). The server
+	// holds them against Budget as they arrive, so that requests are
+	// refused (429) while the queue in front of them is long, and the
+	// requests in flight plus that queue stay within the budget.
+	Queued func() int64
 	// SyncInterval is how often the endpoints follow the models the backend
 	// serves (a model loaded or unloaded); default 2s; -1 never on its own
 	// (call Server.Sync; Health asks for one when a model has no endpoint).

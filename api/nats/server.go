@@ -112,6 +112,13 @@ type Server struct {
 	genCancel context.CancelFunc // ends the running generations (Shutdown)
 	genCtx    context.Context
 	queued    atomic.Int64 // requests in jobs (atomic)
+	// transit holds against the budget what the NATS server has queued
+	// for the connection (Options.Queued); transitRefresh is set while a
+	// refresh is scheduled.
+	transit        *payload.Hold
+	transitRefresh atomic.Bool
+	transitChecked atomic.Int64 // when holdTransit last asked (unix nanoseconds)
+	transitOff     atomic.Bool  // the subscriptions are gone (Shutdown): hold nothing
 
 	mu      sync.RWMutex // guards stopped; held (read) while sending on jobs
 	stopped bool         // jobs is closed
@@ -254,6 +261,7 @@ func New(ctx context.Context, backend Backend, opts Options) (*Server, error) {
 		backend:  backend,
 		root:     payload.RootOf(backend),
 		budget:   opts.Budget,
+		transit:  opts.Budget.Hold(),
 		check:    checkerOf(backend),
 		opts:     opts,
 		log:      opts.Logger,
@@ -407,7 +415,10 @@ func (s *Server) handler(model string, warm bool, st *modelStats) micro.HandlerF
 			return
 		}
 		// The body is in memory already: it counts from here, so that
-		// requests queued for the workers cannot exceed the budget.
+		// requests queued for the workers cannot exceed the budget; and
+		// so do the requests still queued behind it (on their way to
+		// this handler), so that a long queue gets this one refused.
+		s.holdTransit(len(j.data))
 		if err := j.lease.Reserve(int64(len(j.data)), "the request body"); err != nil {
 			s.finish(j, nil, err)
 			return
@@ -420,6 +431,42 @@ func (s *Server) handler(model string, warm bool, st *modelStats) micro.HandlerF
 		}
 	}
 }
+
+// holdTransit holds what the NATS server has queued for the connection
+// now against the budget (Options.Queued), on the arrival of a request of
+// size bytes: always for a large one, at most every transitEvery for small
+// ones (asking costs a look-up in the server's connection list). While it
+// holds anything it checks again transitEvery later, so that a queue
+// drained with no request after it (the end of a burst) is not held.
+func (s *Server) holdTransit(size int) {
+	if s.opts.Queued == nil || s.transitOff.Load() {
+		return
+	}
+	now := time.Now().UnixNano()
+	if size < transitLarge && now-s.transitChecked.Load() < int64(transitEvery) {
+		return
+	}
+	s.transitChecked.Store(now)
+	s.transit.Set(s.opts.Queued())
+	if s.transitOff.Load() { // Shutdown released the hold meanwhile
+		s.transit.Set(0)
+		return
+	}
+	if s.transit.Held() > 0 && s.transitRefresh.CompareAndSwap(false, true) {
+		time.AfterFunc(transitEvery, func() {
+			s.transitRefresh.Store(false)
+			s.holdTransit(transitLarge)
+		})
+	}
+}
+
+// A request body of transitLarge bytes or more has holdTransit ask for the
+// NATS server's queue on its arrival; smaller ones at most every
+// transitEvery.
+const (
+	transitLarge = 64 << 10
+	transitEvery = 20 * time.Millisecond
+)
 
 // enqueue hands j to the worker pool: at once or not at all (ErrOverloaded),
 // or, with wait, once there is room.
@@ -913,6 +960,8 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	if err := waitUntil(ctx, func() bool { return s.nc.NumSubscriptions() <= s.baseSubs || s.nc.IsClosed() }); err != nil {
 		errs = append(errs, fmt.Errorf("natsapi: shutdown: draining subscriptions: %w", err))
 	}
+	s.transitOff.Store(true)
+	s.transit.Set(0)
 	s.stopWorkers()
 	done := make(chan struct{})
 	go func() {

@@ -116,6 +116,44 @@ func (l *Lease) Held() int64 {
 	return l.n
 }
 
+// Hold is bytes that the server holds for requests before any lease has
+// reserved them: a transport's queue of requests not yet read (the
+// embedded NATS server's buffer for xserve's connection). They exist
+// already, so they cannot be refused; holding them makes the requests
+// after them refused (429) while the queue is long, so that the requests
+// in flight and the queue in front of them together stay within the
+// budget. A nil *Hold holds nothing. Safe for concurrent use.
+type Hold struct {
+	b *Budget
+	n atomic.Int64
+}
+
+// Hold returns an empty hold on b.
+func (b *Budget) Hold() *Hold { return &Hold{b: b} }
+
+// Set makes the hold n bytes (>= 0), whatever it was.
+func (h *Hold) Set(n int64) {
+	if h == nil || h.b == nil {
+		return
+	}
+	n = max(n, 0)
+	d := n - h.n.Swap(n)
+	switch {
+	case d > 0:
+		h.b.used.Add(d)
+	case d < 0:
+		h.b.release(-d)
+	}
+}
+
+// Held is the bytes the hold holds.
+func (h *Hold) Held() int64 {
+	if h == nil {
+		return 0
+	}
+	return h.n.Load()
+}
+
 // release returns n bytes to the budget. After a burst (burstBytes
 // released since, with nothing in flight) it schedules returnMemory: at
 // once, or freeEvery after the last time, so that a burst of large requests
@@ -234,12 +272,16 @@ func fill(r io.Reader, b []byte) (int, error) {
 }
 
 // runtimeSlack is what LimitRuntime allows the Go runtime beyond the
-// budget: pools, stacks, the copies of a request the budget does not count.
-const runtimeSlack = 64 << 20
+// budget: pools, stacks, the copies of a request the budget does not count
+// (a transport's buffers, with the queue in front of the handlers held
+// against the budget, see Hold). 32 MiB: the limit is what the collector
+// keeps the heap to while a burst leaves garbage, so it is the RSS such a
+// burst reaches.
+const runtimeSlack = 32 << 20
 
 // LimitRuntime tells the Go runtime about the budget: a soft memory limit
 // (debug.SetMemoryLimit) of the memory the runtime holds now plus the
-// budget plus 64 MiB, so that the garbage left by a burst of large
+// budget plus runtimeSlack, so that the garbage left by a burst of large
 // requests is collected before the heap doubles over it (the collector's
 // default pace). Call it once the process holds its steady state (the
 // models loaded). It returns the limit; a GOMEMLIMIT set in the

@@ -91,3 +91,43 @@ func TestDefaultBudgetFitsTheLargestRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHold: a hold counts against the budget without being refused (the
+// bytes exist already), has the leases after it refused while it is large,
+// and gives back what it no longer holds.
+func TestHold(t *testing.T) {
+	b, err := NewBudget(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, l := b.Hold(), b.Lease()
+	for _, step := range []struct {
+		hold, reserve int64
+		fits          bool
+		used          int64 // after the step
+	}{
+		{hold: 1500, reserve: 1, fits: false, used: 1500}, // past the budget: held all the same
+		{hold: 700, reserve: 300, fits: true, used: 1000},
+		{hold: 800, reserve: 1, fits: false, used: 1100},
+		{hold: 0, reserve: 700, fits: true, used: 1000},
+		{hold: -5, reserve: 0, fits: true, used: 1000}, // a negative hold holds nothing
+	} {
+		h.Set(step.hold)
+		err := l.Reserve(step.reserve, "a body")
+		if (err == nil) != step.fits || (err != nil && !errors.Is(err, ErrBudget)) {
+			t.Errorf("hold %d, reserve %d: %v, want fits=%v", step.hold, step.reserve, err, step.fits)
+		}
+		if b.Used() != step.used {
+			t.Errorf("hold %d, reserve %d: used %d, want %d", step.hold, step.reserve, b.Used(), step.used)
+		}
+	}
+	l.Release()
+	if b.Used() != 0 || h.Held() != 0 {
+		t.Errorf("used %d, held %d after the lease's release with nothing held", b.Used(), h.Held())
+	}
+	var none *Hold
+	none.Set(1 << 40)
+	if none.Held() != 0 {
+		t.Error("a nil hold holds nothing")
+	}
+}

@@ -241,6 +241,14 @@ func ParseStop(raw json.RawMessage) ([]string, error) {
 func (j *Job) Start(ctx context.Context) (*Stream, error) {
 	j.req.Prompt = j.prompt
 	out := &output{tok: j.g.Tokenizer, prompt: j.prompt, stops: j.stops}
+	switch {
+	case j.g.Loop.TextEncoder():
+		// An encoder-decoder (T5, BART): the prompt is the encoder's input,
+		// the decoder starts from generate.decoder_start_token_id.
+		j.req.EncoderIDs, j.req.Prompt, out.prompt = j.prompt, nil, nil
+	case j.g.Loop.EncoderDecoder():
+		return nil, Invalid("model %s's encoder takes a features tensor (generate.encoder), not text: serving's generation API takes it", j.g.Model)
+	}
 	if len(j.stops) > 0 {
 		j.req.StopWhen = out.stopWatch()
 	}

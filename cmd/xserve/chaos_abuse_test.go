@@ -416,7 +416,9 @@ func TestChaosGRPCBurst(t *testing.T) {
 // TestChaosNATSBurst: a hundred 7.7 MB JSON requests over NATS (a batch of
 // 8 images, each value written with 312 digits), sent at once. Each body
 // is reserved from the budget as it leaves the subscription, before it is
-// decoded, and refused with 429 (and a Retry-After) when it does not fit;
+// decoded, together with what the embedded server still holds for xserve's
+// connection (the requests queued behind it), and refused with 429 (and a
+// Retry-After) when they do not fit;
 // every request is answered, 200 or 429, none fails for a dropped
 // connection (xserve's is never a slow consumer of its own embedded
 // server), and the memory is back within 50 MB in 5 s. Sent from one

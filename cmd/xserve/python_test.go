@@ -55,6 +55,15 @@ func TestGenerativeClients(t *testing.T) {
 		"python/tests/test_openai.py", "python/tests/test_generate_ext.py", "python/tests/test_generate_nats.py")
 }
 
+// TestSeq2seqClients runs python/tests/test_seq2seq.py: the small T5 that
+// make seq2seq-models exported with xserve.export_seq2seq, served with its
+// tokenizer: the official openai client's text completions (whole and
+// streamed) and the generate extension (every case at once) equal
+// transformers' greedy generate, decoded by the tokenizer.
+func TestSeq2seqClients(t *testing.T) {
+	runPytestBin(t, ".venv", "openai, pytest", "run make venv", "python/tests/test_seq2seq.py")
+}
+
 // TestGenerativeTritonGRPC runs python/tests/test_generate_grpc.py:
 // tritonclient's gRPC streaming client (pinned in .venv-triton) generating
 // text over ModelStreamInfer from the same small Llama, compared with

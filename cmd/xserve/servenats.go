@@ -175,7 +175,11 @@ func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits h
 	}
 	o := ns.o
 	replyPrefix, pendingBytes := "", 0
+	var queued func() int64
 	if ns.embedded != nil {
+		// What the embedded server has queued for the connection counts
+		// against the memory budget (natsapi.Options.Queued).
+		queued = ns.embedded.Queued(nc)
 		// The embedded server's clients get their replies in inboxes.
 		replyPrefix = "_INBOX."
 		// The subscriptions' queues hold as much as the embedded server
@@ -197,6 +201,7 @@ func (ns *natsServing) serve(ctx context.Context, mgr *serving.Manager, limits h
 		MaxTensorElements:    limits.MaxTensorElements,
 		CompressMinBytes:     limits.CompressMinBytes,
 		PendingBytes:         pendingBytes,
+		Queued:               queued,
 		Durable:              *o.durable,
 		AckWait:              *o.ackWait,
 		MaxDeliver:           *o.maxDeliver,

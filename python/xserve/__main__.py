@@ -5,6 +5,8 @@
         [--format onnx] [--check-url http://127.0.0.1:8080]
     python -m xserve export-causal-lm HF_DIR --repo models --name tiny-llama \\
         [--format onnx] [--max-seq-len 512] [--slots 8]
+    python -m xserve export-seq2seq HF_DIR --repo models --name tiny-t5 \
+        [--max-seq-len 256] [--max-source-len 512] [--slots 8]
     python -m xserve infer --url http://127.0.0.1:8080 --model tinycnn \\
         --input image=image.npy [--output DIR]
 
@@ -104,6 +106,19 @@ def _export_causal_lm(a: argparse.Namespace) -> int:
     return 0
 
 
+def _export_seq2seq(a: argparse.Namespace) -> int:
+    from .seq2seq import export_seq2seq
+
+    def sizes(text: str | None) -> list[int] | None:
+        return [int(s) for s in text.split(",") if s] if text else None
+
+    r = export_seq2seq(a.hf_dir, repo=a.repo, name=a.name, max_seq_len=a.max_seq_len, max_source_len=a.max_source_len, slots=a.slots,
+                       prefill_buckets=sizes(a.prefill_buckets), encoder_buckets=sizes(a.encoder_buckets), dtype=a.dtype)
+    print(f"wrote {r.name} version {r.version}: {r.path}, {r.encoder_path} and {r.config_path}")
+    print(f"generate: {r.config['generate']}; tokenizer files: {', '.join(r.files) or 'none'}")
+    return 0
+
+
 def _infer(a: argparse.Namespace) -> int:
     from .client import Client
 
@@ -142,6 +157,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--slots", type=int, default=8, help="most sequences decoded at once")
     c.add_argument("--prefill-buckets", help="prompt lengths compiled, e.g. 16,32,64")
     c.add_argument("--dtype", help="load the weights as this torch dtype (default: as saved)")
+    s = sub.add_parser("export-seq2seq", help="a Hugging Face encoder-decoder (T5, BART, Whisper) into a generative model")
+    s.add_argument("hf_dir", help="the directory save_pretrained wrote (model and tokenizer)")
+    s.add_argument("--repo", default="models")
+    s.add_argument("--name", help="the model's name (default: the directory's)")
+    s.add_argument("--max-seq-len", type=int, help="most decoder tokens per sequence (default: 256, at most the decoder's positions)")
+    s.add_argument("--max-source-len", type=int, help="longest text encoder input (default 512; Whisper's is fixed)")
+    s.add_argument("--slots", type=int, default=8, help="most sequences decoded at once")
+    s.add_argument("--prefill-buckets", help="decoder prompt lengths compiled, e.g. 4,16")
+    s.add_argument("--encoder-buckets", help="text encoder input lengths compiled, e.g. 16,32,64")
+    s.add_argument("--dtype", help="load the weights as this torch dtype (default: as saved)")
     i = sub.add_parser("infer", help="one inference over HTTP")
     i.add_argument("--url", default=os.environ.get("XSERVE_URL", "http://127.0.0.1:8080"))
     i.add_argument("--model", required=True)
@@ -154,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _export(a)
     if a.cmd == "export-causal-lm":
         return _export_causal_lm(a)
+    if a.cmd == "export-seq2seq":
+        return _export_seq2seq(a)
     return _infer(a)
 
 

@@ -111,6 +111,25 @@ def _onnx_name(pt2_name: str) -> str:
     return f"past_key_values.{layer}.{kind}"
 
 
+def _publish(tmp: pathlib.Path, model_dir: pathlib.Path, version: int, hf_dir: pathlib.Path, files: Sequence[str],
+             cfg: dict[str, Any], tool: str) -> tuple[pathlib.Path, list[str]]:
+    """Copies hf_dir's files into the version's temporary directory tmp, writes config.yaml
+    and renames tmp to the version directory; returns config.yaml's path and the files copied."""
+    copied = []
+    for f in files:
+        if (hf_dir / f).is_file():
+            shutil.copyfile(hf_dir / f, tmp / f)
+            copied.append(f)
+    config_path = model_dir / "config.yaml"
+    with tempfile.NamedTemporaryFile("w", dir=model_dir, prefix=".config.", suffix=".tmp", delete=False) as fh:
+        fh.write(_yaml(cfg).replace("# written by xserve.export", f"# written by xserve.{tool}"))
+    os.chmod(fh.name, 0o644)
+    os.replace(fh.name, config_path)
+    os.chmod(tmp, 0o755)
+    os.rename(tmp, model_dir / str(version))
+    return config_path, copied
+
+
 def export_causal_lm(
     hf_dir: str | os.PathLike[str],
     repo: str | os.PathLike[str] = "models",
@@ -196,7 +215,6 @@ def export_causal_lm(
     model_dir.mkdir(parents=True, exist_ok=True)
     version = _next_version(model_dir)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=model_dir))
-    copied = []
     try:
         file = "model.pt2" if format == "pt2" else "model.onnx"
         if format == "pt2":
@@ -207,17 +225,7 @@ def export_causal_lm(
             torch.onnx.export(ep, (), str(tmp / file), dynamo=True, opset_version=opset, input_names=onnx_in,
                               output_names=onnx_out, external_data=False)
             inputs, outputs = onnx_in, onnx_out
-        for f in TOKENIZER_FILES:
-            if (hf_dir / f).is_file():
-                shutil.copyfile(hf_dir / f, tmp / f)
-                copied.append(f)
-        config_path = model_dir / "config.yaml"
-        with tempfile.NamedTemporaryFile("w", dir=model_dir, prefix=".config.", suffix=".tmp", delete=False) as fh:
-            fh.write(_yaml(cfg).replace("# written by xserve.export", "# written by xserve.export_causal_lm"))
-        os.chmod(fh.name, 0o644)
-        os.replace(fh.name, config_path)
-        os.chmod(tmp, 0o755)
-        os.rename(tmp, model_dir / str(version))
+        config_path, copied = _publish(tmp, model_dir, version, hf_dir, TOKENIZER_FILES, cfg, "export_causal_lm")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

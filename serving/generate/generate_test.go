@@ -114,6 +114,13 @@ func newModel(t testing.TB, name string, cfg *modelrepo.GenerateConfig) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeAtEnd(t, m, em)
+	return m
+}
+
+// closeAtEnd closes m when the test ends, checks that its slots are free,
+// and closes the engine models its programs were compiled from.
+func closeAtEnd(t testing.TB, m *Model, models ...*engine.Model) {
 	t.Cleanup(func() {
 		if err := m.Close(context.Background()); err != nil {
 			t.Error(err)
@@ -121,9 +128,10 @@ func newModel(t testing.TB, name string, cfg *modelrepo.GenerateConfig) *Model {
 		if n := m.SlotsInUse(); n != 0 {
 			t.Errorf("%d slots in use after Close", n)
 		}
-		em.Close()
+		for _, em := range models {
+			em.Close()
+		}
 	})
-	return m
 }
 
 // collect reads a stream to its end.

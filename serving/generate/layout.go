@@ -26,6 +26,13 @@ type Layout struct {
 	// (generate.CacheAtLength), where the model also takes its positions
 	// from when it has no positions input.
 	AtLength bool
+	// Cross are an encoder-decoder's cross-attention cache inputs
+	// (cross_key_values_N_key / _value), [batch, heads, encoder sequence,
+	// head_dim], in the order of the encoder's outputs; their Output is -1.
+	Cross []CacheTensor
+	// EncoderMask is the input marking the valid encoder entries
+	// (encoder_attention_mask), -1: none (a fixed-size encoder).
+	EncoderMask int
 }
 
 // CacheTensor is one cache tensor of the graph, [batch, heads, sequence,
@@ -49,6 +56,9 @@ var (
 	// torch.export names the flattened DynamicCache's tensors after the
 	// pytree path of the argument.
 	pt2Past = regexp.MustCompile(`^(?:args_\d+_)?past_key_values(?:_layers)?_(\d+)_(key|value)s?$|^(?:args_\d+_)?past_key_values_(key|value)_cache_(\d+)$`)
+	// The cross-attention cache of an encoder-decoder's step, as
+	// xserve.export_seq2seq names it (torch.export and ONNX).
+	crossPast = regexp.MustCompile(`^(?:args_\d+_)?cross_key_values[._](\d+)[._](key|value)$`)
 )
 
 // roleNames are the names an input of each role is recognised by.
@@ -74,7 +84,8 @@ func NewLayout(g *fxgraph.Graph, cfg *modelrepo.GenerateConfig, file string) (*L
 	for i := range outNames {
 		outNames[i] = g.OutputName(i)
 	}
-	l := &Layout{}
+	l := &Layout{EncoderMask: -1}
+	seq2seq := cfg.Encoder != nil
 	var err error
 	roles := []struct {
 		key, given string
@@ -86,10 +97,12 @@ func NewLayout(g *fxgraph.Graph, cfg *modelrepo.GenerateConfig, file string) (*L
 	}
 	for _, r := range roles {
 		if *r.dst, err = findName(inNames, r.given, roleNames[r.key], file, "generate.inputs."+r.key, "input"); err != nil {
-			if r.key != "positions" || r.given != "" || !cfg.CacheAtLength {
+			if r.key != "positions" || r.given != "" || !(cfg.CacheAtLength || seq2seq) {
 				return nil, err
 			}
-			*r.dst = -1 // positions from the mask's count (GroupQueryAttention)
+			// Positions from the mask's count (GroupQueryAttention), or
+			// none (T5's relative positions).
+			*r.dst = -1
 		}
 	}
 	l.AtLength = cfg.CacheAtLength
@@ -98,6 +111,9 @@ func NewLayout(g *fxgraph.Graph, cfg *modelrepo.GenerateConfig, file string) (*L
 			return nil, err
 		}
 		l.Logits = 0 // torch.export: the first output
+	}
+	if seq2seq {
+		l.findCross(inNames)
 	}
 	if err := l.findCache(cfg, inNames, outNames, file); err != nil {
 		return nil, err
@@ -123,6 +139,17 @@ func findName(names []string, given string, usual []string, file, key, what stri
 		}
 	}
 	return 0, fmt.Errorf("%w: %s: %s: no %s is named %s; name it (the model's %ss are %s)", ErrConfig, file, key, what, strings.Join(usual, " or "), what, strings.Join(names, ", "))
+}
+
+// findCross finds an encoder-decoder step's cross-attention cache and
+// encoder mask inputs.
+func (l *Layout) findCross(inNames []string) {
+	l.EncoderMask = slices.Index(inNames, "encoder_attention_mask")
+	for i, n := range inNames {
+		if crossPast.MatchString(n) {
+			l.Cross = append(l.Cross, CacheTensor{Input: i, Output: -1, Name: n})
+		}
+	}
 }
 
 // findCache pairs the cache inputs with their outputs: as config.yaml
@@ -156,13 +183,18 @@ func (l *Layout) namedCache(pairs []modelrepo.CachePair, inNames, outNames []str
 }
 
 // onnxCache pairs past_key_values.N.key/value with present.N.key/value;
-// found is false when no input has such a name.
+// found is false when no input or no output has such a name.
 func (l *Layout) onnxCache(inNames, outNames []string, file string) (found bool, err error) {
 	present := map[string]int{}
 	for i, n := range outNames {
 		if m := onnxPresent.FindStringSubmatch(n); m != nil {
 			present[m[1]+"."+m[2]] = i
 		}
+	}
+	if len(present) == 0 {
+		// torch.export names its flattened cache past_key_values_0_key
+		// too (xserve.export_seq2seq), and its outputs by position.
+		return false, nil
 	}
 	for i, n := range inNames {
 		m := onnxPast.FindStringSubmatch(n)
@@ -223,6 +255,9 @@ func (l *Layout) check(g *fxgraph.Graph, inNames []string, file string, cfg *mod
 	if err := l.checkCache(g, inNames, file, claim, cfg.CacheHeadDim); err != nil {
 		return err
 	}
+	if err := l.checkCross(g, inNames, file, claim, cfg.Encoder != nil); err != nil {
+		return err
+	}
 	for i, n := range inNames {
 		if _, ok := used[i]; !ok {
 			return fmt.Errorf("%w: %s: generate: input %s has no role (want input_ids, positions, attention_mask or a cache tensor); name the roles under generate.inputs and generate.cache", ErrConfig, file, n)
@@ -276,6 +311,35 @@ func (l *Layout) checkCache(g *fxgraph.Graph, inNames []string, file string, cla
 			return fmt.Errorf("%w: %s: generate.cache: output %s is %s%s, input %s is %s%s: want the same dtype and rank", ErrConfig, file, g.OutputName(c.Output), om.DType, om.Shape, inNames[c.Input], m.DType, m.Shape)
 		}
 		c.DType, c.Heads, c.Dim = m.DType, m.Shape[1].Size, dim
+	}
+	return nil
+}
+
+// checkCross checks an encoder-decoder's cross-attention cache inputs and
+// fills their dtype, heads and head size.
+func (l *Layout) checkCross(g *fxgraph.Graph, inNames []string, file string, claim func(int, string) error, seq2seq bool) error {
+	if !seq2seq {
+		return nil
+	}
+	if len(l.Cross) == 0 {
+		return fmt.Errorf("%w: %s: generate.encoder: the decoder step has no cross-attention cache input (cross_key_values_N_key / _value; its inputs are %s): export it with xserve.export_seq2seq", ErrConfig, file, strings.Join(inNames, ", "))
+	}
+	if l.EncoderMask >= 0 {
+		if err := claim(l.EncoderMask, "encoder_attention_mask"); err != nil {
+			return err
+		}
+	}
+	ph := g.Placeholders()
+	for i := range l.Cross {
+		c := &l.Cross[i]
+		if err := claim(c.Input, "cross-attention cache"); err != nil {
+			return err
+		}
+		m := ph[c.Input].Val()
+		if len(m.Shape) != 4 || !m.Shape[1].IsStatic() || !m.Shape[3].IsStatic() {
+			return fmt.Errorf("%w: %s: generate.encoder: input %s is %s%s, want [batch, heads, encoder sequence, head_dim] with static heads and head_dim", ErrConfig, file, inNames[c.Input], m.DType, m.Shape)
+		}
+		c.DType, c.Heads, c.Dim = m.DType, m.Shape[1].Size, m.Shape[3].Size
 	}
 	return nil
 }

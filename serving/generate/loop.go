@@ -18,8 +18,9 @@ type sequence struct {
 	sampler *sampler
 	tokens  []int64 // prompt, then the generated tokens
 	slot    int
-	cached  int  // tokens whose entries are in the cache slot
-	ended   bool // its Done event was sent
+	cached  int   // tokens whose entries are in the cache slot
+	encLen  int64 // an encoder-decoder's valid encoder entries in its slot
+	ended   bool  // its Done event was sent
 	// last is when its request arrived, then when its last token was
 	// generated (Options.OnToken).
 	last time.Time
@@ -138,6 +139,11 @@ func (m *Model) admit(ctx context.Context) {
 
 // prefill runs the prompt of s (in its slot) and emits its first token.
 func (m *Model) prefill(ctx context.Context, s *sequence) error {
+	if m.builder.encLayout != nil {
+		if err := m.encode(ctx, s); err != nil {
+			return err
+		}
+	}
 	n := int64(len(s.req.Prompt))
 	l := m.cfg.PrefillBuckets[slices.IndexFunc(m.cfg.PrefillBuckets, func(b int64) bool { return b >= n })]
 	step, err := m.step(ctx, stepSpec{kind: prefill, batch: 1, tokens: l})
@@ -163,7 +169,7 @@ func (m *Model) prefill(ctx context.Context, s *sequence) error {
 	}
 	slot := tensor.FromInt64s([]int64{int64(s.slot)}, 1)
 	last := tensor.FromInt64s([]int64{n - 1}, 1)
-	outs, err := m.run(ctx, step, []*tensor.Tensor{ids, pos, mask, slot, last})
+	outs, err := m.run(ctx, step, m.withEncoderMask([]*tensor.Tensor{ids, pos, mask, slot, last}, []*sequence{s}))
 	if err != nil {
 		return err
 	}
@@ -211,7 +217,7 @@ func (m *Model) decode(ctx context.Context) {
 		}
 		mask.SetFloat64(row+maxLen, 1)
 	}
-	outs, err := m.run(ctx, step, []*tensor.Tensor{ids, pos, mask, write})
+	outs, err := m.run(ctx, step, m.withEncoderMask([]*tensor.Tensor{ids, pos, mask, write}, m.slots[:b]))
 	if err != nil {
 		m.failAll(err)
 		return
@@ -224,6 +230,15 @@ func (m *Model) decode(ctx context.Context) {
 			m.emit(s, outs[0], r)
 		}
 	}
+}
+
+// withEncoderMask appends an encoder-decoder's encoder mask of rows to a
+// step's host inputs.
+func (m *Model) withEncoderMask(hosts []*tensor.Tensor, rows []*sequence) []*tensor.Tensor {
+	if mask := m.encoderMask(rows); mask != nil {
+		hosts = append(hosts, mask)
+	}
+	return hosts
 }
 
 // run runs a step on the cache; when it fails the cache is gone, and a

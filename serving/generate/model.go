@@ -28,6 +28,12 @@ type Options struct {
 	Config *modelrepo.GenerateConfig
 	// ConfigFile names config.yaml in errors.
 	ConfigFile string
+	// Encoder is an encoder-decoder's encoder graph (generate.encoder),
+	// whose programs EncoderDevice compiles; EncoderAt is its GraphAt.
+	// Graph is then the decoder's step.
+	Encoder       *fxgraph.Graph
+	EncoderAt     func(dims map[string]int64) (*fxgraph.Graph, error)
+	EncoderDevice Device
 	// Lowerer lowers the step programs.
 	Lowerer *lower.Lowerer
 	// Device compiles and runs them.
@@ -45,8 +51,15 @@ type Options struct {
 
 // Request is one sequence to generate.
 type Request struct {
-	// Prompt is the prompt's token ids (at least one).
+	// Prompt is the prompt's token ids (at least one); for an
+	// encoder-decoder, the decoder's prompt, by default
+	// generate.decoder_start_token_id.
 	Prompt []int64
+	// EncoderIDs are a text encoder-decoder's input token ids (T5, BART).
+	EncoderIDs []int64
+	// EncoderFeatures is a fixed-size encoder's input without its batch
+	// axis (Whisper's log-mel features [mels, frames]), float.
+	EncoderFeatures *tensor.Tensor
 	// MaxTokens bounds the generated tokens; 0 means until the cache slot
 	// is full.
 	MaxTokens int
@@ -72,10 +85,14 @@ type Model struct {
 	layout  *Layout
 	builder *stepBuilder
 	device  Device
-	log     *slog.Logger
-	vocab   int64 // -1 when the model's logits do not say
-	dtypes  [3]tensor.DType
-	eos     []int64
+	encDev  Device // the encoder's (encoder-decoders)
+	// The dtypes of an encoder-decoder's encoder mask (decoder step), token
+	// ids and mask, or features (encoder).
+	encMaskType, encIDType, encIDMaskType, featType tensor.DType
+	log                                             *slog.Logger
+	vocab                                           int64 // -1 when the model's logits do not say
+	dtypes                                          [3]tensor.DType
+	eos                                             []int64
 
 	mu      sync.Mutex // guards pending and closed
 	pending []*sequence
@@ -142,6 +159,9 @@ func New(ctx context.Context, o Options) (*Model, error) {
 		steps: map[stepSpec]Step{}, slots: make([]*sequence, cfg.Slots),
 	}
 	ph := o.Graph.Placeholders()
+	if err := m.withEncoder(o); err != nil {
+		return nil, err
+	}
 	m.dtypes = [3]tensor.DType{ph[lay.InputIDs].Val().DType, tensor.Int64, ph[lay.Mask].Val().DType}
 	if lay.Positions >= 0 {
 		m.dtypes[1] = ph[lay.Positions].Val().DType
@@ -173,7 +193,7 @@ func (m *Model) specs() []stepSpec {
 	for _, b := range m.cfg.SlotBuckets {
 		out = append(out, stepSpec{kind: decode, batch: b, tokens: 1})
 	}
-	return out
+	return append(out, m.encodeSpecs()...)
 }
 
 // step returns the compiled program of spec, compiling it the first time.
@@ -185,7 +205,11 @@ func (m *Model) step(ctx context.Context, spec stepSpec) (Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.device.Compile(ctx, prog)
+	dev := m.device
+	if spec.kind == encode {
+		dev = m.encDev
+	}
+	s, err := dev.Compile(ctx, prog)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %s: %w", spec, err)
 	}
@@ -194,16 +218,28 @@ func (m *Model) step(ctx context.Context, spec stepSpec) (Step, error) {
 	return s, nil
 }
 
-// allocCache puts a zero cache on the device.
+// allocCache puts a zero cache on the device: the self-attention cache,
+// then an encoder-decoder's cross-attention cache.
 func (m *Model) allocCache(ctx context.Context) error {
-	m.cache = make([]Buffer, len(m.layout.Cache))
-	for i, c := range m.layout.Cache {
-		b, err := m.device.Zeros(ctx, c.DType, []int64{int64(m.cfg.Slots), c.Heads, int64(m.cfg.MaxSeqLen), c.Dim})
+	m.cache = make([]Buffer, 0, len(m.layout.Cache)+len(m.layout.Cross))
+	alloc := func(c CacheTensor, length int64) error {
+		b, err := m.device.Zeros(ctx, c.DType, []int64{int64(m.cfg.Slots), c.Heads, length, c.Dim})
 		if err != nil {
 			m.closeCache()
 			return fmt.Errorf("generate: allocate cache %s: %w", c.Name, err)
 		}
-		m.cache[i] = b
+		m.cache = append(m.cache, b)
+		return nil
+	}
+	for _, c := range m.layout.Cache {
+		if err := alloc(c, int64(m.cfg.MaxSeqLen)); err != nil {
+			return err
+		}
+	}
+	for _, c := range m.layout.Cross {
+		if err := alloc(c, m.builder.encLen); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -291,6 +327,9 @@ func (m *Model) signal() {
 
 // validate checks a request against the model.
 func (m *Model) validate(req *Request) error {
+	if err := m.validateEncoder(req); err != nil {
+		return err
+	}
 	n := len(req.Prompt)
 	switch {
 	case n == 0:

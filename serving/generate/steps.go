@@ -45,21 +45,38 @@ type stepKind int
 const (
 	prefill stepKind = iota
 	decode
+	encode // an encoder-decoder's encoder, into the cross-attention cache
 )
 
 // stepSpec is one step program: its kind and batch and token counts.
 type stepSpec struct {
 	kind   stepKind
-	batch  int64 // b: rows (decode), 1 (prefill)
-	tokens int64 // L (prefill), 1 (decode)
+	batch  int64 // b: rows (decode), 1 (prefill, encode)
+	tokens int64 // L (prefill), 1 (decode), the input length (encode)
 }
 
 // hostInputs is the number of host inputs a step takes before the cache.
-func (s stepSpec) hostInputs() int {
-	if s.kind == prefill {
-		return 5
+func (sb *stepBuilder) hostInputs(s stepSpec) int {
+	n := 4
+	switch {
+	case s.kind == encode:
+		return len(sb.encoder.Placeholders()) + 1
+	case s.kind == prefill:
+		n = 5
 	}
-	return 4
+	if sb.encLayout != nil {
+		n++ // the encoder mask
+	}
+	return n
+}
+
+// hostOutputs is the number of host results a step returns before the
+// cache: the logits, none for an encode.
+func (s stepSpec) hostOutputs() int {
+	if s.kind == encode {
+		return 0
+	}
+	return 1
 }
 
 // past is the model's past length in the step.
@@ -71,8 +88,11 @@ func (s stepSpec) past(maxLen int64) int64 {
 }
 
 func (s stepSpec) String() string {
-	if s.kind == prefill {
+	switch s.kind {
+	case prefill:
 		return fmt.Sprintf("prefill %d", s.tokens)
+	case encode:
+		return fmt.Sprintf("encode %d", s.tokens)
 	}
 	return fmt.Sprintf("decode %d", s.batch)
 }
@@ -85,6 +105,12 @@ type stepBuilder struct {
 	layout  *Layout
 	slots   int64
 	maxLen  int64
+
+	// An encoder-decoder's encoder; nil for a decoder-only model.
+	encoder   *fxgraph.Graph
+	encoderAt func(dims map[string]int64) (*fxgraph.Graph, error)
+	encLayout *EncoderLayout
+	encLen    int64 // generate.encoder.max_length
 }
 
 // program lowers the step program of spec.
@@ -98,8 +124,8 @@ func (sb *stepBuilder) program(spec stepSpec) (*lower.Program, error) {
 		return nil, fmt.Errorf("generate: %s: %w", spec, err)
 	}
 	aliases := map[int]int{}
-	for i := range sb.layout.Cache {
-		aliases[spec.hostInputs()+i] = 1 + i
+	for i := range len(sb.layout.Cache) + len(sb.layout.Cross) {
+		aliases[sb.hostInputs(spec)+i] = spec.hostOutputs() + i
 	}
 	if err := prog.SetAliases(aliases); err != nil {
 		return nil, fmt.Errorf("generate: %s: %w", spec, err)
@@ -118,6 +144,12 @@ func (sb *stepBuilder) modelShapes(spec stepSpec) map[int][]int64 {
 	}
 	for _, c := range l.Cache {
 		shapes[c.Input] = []int64{b, c.Heads, p, c.Dim}
+	}
+	for _, c := range l.Cross {
+		shapes[c.Input] = []int64{b, c.Heads, sb.encLen, c.Dim}
+	}
+	if l.EncoderMask >= 0 {
+		shapes[l.EncoderMask] = []int64{b, sb.encLen}
 	}
 	return shapes
 }
@@ -147,14 +179,20 @@ func bindDims(ph []*fxgraph.Node, shapes map[int][]int64) (map[string]int64, err
 // graphFor builds the step graph of spec and the symbol sizes it is
 // lowered at.
 func (sb *stepBuilder) graphFor(spec stepSpec) (*fxgraph.Graph, map[string]int64, error) {
-	shapes := sb.modelShapes(spec)
-	dims, err := bindDims(sb.graph.Placeholders(), shapes)
+	graph, graphAt := sb.graph, sb.graphAt
+	var shapes map[int][]int64
+	if spec.kind == encode {
+		graph, graphAt, shapes = sb.encoder, sb.encoderAt, sb.encLayout.shapes(spec.tokens)
+	} else {
+		shapes = sb.modelShapes(spec)
+	}
+	dims, err := bindDims(graph.Placeholders(), shapes)
 	if err != nil {
 		return nil, nil, err
 	}
-	rg := sb.graph
-	if sb.graphAt != nil {
-		if rg, err = sb.graphAt(dims); err != nil {
+	rg := graph
+	if graphAt != nil {
+		if rg, err = graphAt(dims); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -166,7 +204,11 @@ func (sb *stepBuilder) graphFor(spec stepSpec) (*fxgraph.Graph, map[string]int64
 		return nil, nil, fmt.Errorf("the model has outputs of data-dependent size or guards, which a generation step cannot have")
 	}
 	w := &wrapper{g: g, spec: spec, sb: sb, old: g.Placeholders(), outs: g.Outputs()}
-	if err := w.build(); err != nil {
+	build := w.build
+	if spec.kind == encode {
+		build = w.buildEncode
+	}
+	if err := build(); err != nil {
 		return nil, nil, err
 	}
 	return g, dims, nil
@@ -193,45 +235,99 @@ func (w *wrapper) arange(n int64) *fxgraph.Node {
 	return w.g.AddCall(fxgraph.AtenArange, []any{n}, map[string]any{"dtype": tensor.Int64})
 }
 
-func (w *wrapper) build() error {
+// stepNodes are a step graph's inputs.
+type stepNodes struct {
+	ids, pos, mask *fxgraph.Node
+	write          *fxgraph.Node // decode
+	slot, last     *fxgraph.Node // prefill
+	encMask        *fxgraph.Node // encoder-decoders
+	caches, cross  []*fxgraph.Node
+}
+
+// inputs adds the step's inputs, in the order the loop passes them.
+func (w *wrapper) inputs() *stepNodes {
 	l, s, sb := w.sb.layout, w.spec, w.sb
 	b, t, p := s.batch, s.tokens, s.past(sb.maxLen)
-	ids := w.input("step_input_ids", w.old[l.InputIDs].Val().DType, b, t)
+	in := &stepNodes{ids: w.input("step_input_ids", w.old[l.InputIDs].Val().DType, b, t)}
 	posType := tensor.Int64
 	if l.Positions >= 0 {
 		posType = w.old[l.Positions].Val().DType
 	}
-	pos := w.input("step_positions", posType, b, t)
-	mask := w.input("step_attention_mask", w.old[l.Mask].Val().DType, b, p+t)
-	var write, slot, last *fxgraph.Node
+	in.pos = w.input("step_positions", posType, b, t)
+	in.mask = w.input("step_attention_mask", w.old[l.Mask].Val().DType, b, p+t)
 	if s.kind == decode {
-		write = w.input("step_write", tensor.Int64, b)
+		in.write = w.input("step_write", tensor.Int64, b)
 	} else {
-		slot = w.input("step_slot", tensor.Int64, 1)
-		last = w.input("step_last", tensor.Int64, 1)
+		in.slot = w.input("step_slot", tensor.Int64, 1)
+		in.last = w.input("step_last", tensor.Int64, 1)
 	}
-	caches := make([]*fxgraph.Node, len(l.Cache))
-	for i, c := range l.Cache {
-		caches[i] = w.input(fmt.Sprintf("cache_%d", i), c.DType, sb.slots, c.Heads, sb.maxLen, c.Dim)
+	if sb.encLayout != nil {
+		dt := tensor.Int64
+		if l.EncoderMask >= 0 {
+			dt = w.old[l.EncoderMask].Val().DType
+		}
+		in.encMask = w.input("step_encoder_mask", dt, b, sb.encLen)
 	}
+	in.caches, in.cross = w.stateInputs()
+	return in
+}
 
-	// The model's inputs, computed before its first node.
+// modelInputs computes the model's inputs from the step's, by placeholder
+// index (before the model's first node).
+func (w *wrapper) modelInputs(in *stepNodes) map[int]*fxgraph.Node {
+	l, s := w.sb.layout, w.spec
+	p := s.past(w.sb.maxLen)
 	prev := w.g.SetInsertPoint(firstCall(w.g))
-	repl := map[int]*fxgraph.Node{l.InputIDs: ids, l.Mask: mask}
+	defer w.g.SetInsertPoint(prev)
+	repl := map[int]*fxgraph.Node{l.InputIDs: in.ids, l.Mask: in.mask}
 	if l.Positions >= 0 {
-		repl[l.Positions] = pos
+		repl[l.Positions] = in.pos
+	}
+	if l.EncoderMask >= 0 {
+		repl[l.EncoderMask] = in.encMask
+	}
+	for i, c := range l.Cross {
+		repl[c.Input] = w.rows(in.cross[i], in.slot)
 	}
 	for i, c := range l.Cache {
-		switch {
-		case s.kind == prefill:
+		if s.kind == prefill {
 			repl[c.Input] = w.g.AddCall(fxgraph.AtenFull, []any{[]any{int64(1), c.Heads, p, c.Dim}, 0.0}, map[string]any{"dtype": c.DType})
-		case b == sb.slots:
-			repl[c.Input] = caches[i]
-		default:
-			repl[c.Input] = w.call(fxgraph.AtenSliceTensor, caches[i], int64(0), int64(0), b)
+		} else {
+			repl[c.Input] = w.rows(in.caches[i], nil)
 		}
 	}
-	w.g.SetInsertPoint(prev)
+	return repl
+}
+
+// cacheUpdate writes the step's entries of cache tensor i into the
+// server's cache.
+func (w *wrapper) cacheUpdate(i int, in *stepNodes) *fxgraph.Node {
+	l, s, sb := w.sb.layout, w.spec, w.sb
+	b, t, p := s.batch, s.tokens, s.past(sb.maxLen)
+	present := w.outs[l.Cache[i].Output]
+	if s.kind == decode {
+		var entry *fxgraph.Node // [b, heads, dim]
+		if l.AtLength {
+			entry = w.call(fxgraph.AtenIndexTensor, present, []any{w.arange(b), nil, in.write})
+		} else {
+			entry = w.call(fxgraph.AtenSelectInt, present, int64(cacheSeqAxis), p)
+		}
+		return w.call(fxgraph.AtenIndexPut, in.caches[i], []any{w.arange(b), nil, in.write}, entry)
+	}
+	from := p // after the past, or at the (empty) sequence's length 0
+	if l.AtLength {
+		from = 0
+	}
+	entries := w.call(fxgraph.AtenSliceTensor, present, int64(cacheSeqAxis), from, from+t) // [1, heads, L, dim]
+	entries = w.call(fxgraph.AtenSelectInt, entries, int64(0), int64(0))
+	entries = w.call(fxgraph.AtenPermute, entries, []any{int64(1), int64(0), int64(2)}) // [L, heads, dim]
+	return w.call(fxgraph.AtenIndexPut, in.caches[i], []any{in.slot, nil, w.arange(t)}, entries)
+}
+
+func (w *wrapper) build() error {
+	l := w.sb.layout
+	in := w.inputs()
+	repl := w.modelInputs(in)
 	for i, n := range w.old {
 		w.g.ReplaceAllUses(n, repl[i])
 		if err := w.g.Erase(n); err != nil {
@@ -241,39 +337,35 @@ func (w *wrapper) build() error {
 
 	// The step's outputs, after the model's.
 	logits := w.outs[l.Logits]
-	if s.kind == prefill {
-		logits = w.call(fxgraph.AtenIndexSelect, logits, int64(1), last)
+	if w.spec.kind == prefill {
+		logits = w.call(fxgraph.AtenIndexSelect, logits, int64(1), in.last)
 	}
 	results := []*fxgraph.Node{w.call(fxgraph.AtenSelectInt, logits, int64(1), int64(0))}
 	names := []string{"logits"}
-	for i, c := range l.Cache {
-		present := w.outs[c.Output]
-		var upd *fxgraph.Node
-		if s.kind == decode {
-			var entry *fxgraph.Node // [b, heads, dim]
-			if l.AtLength {
-				entry = w.call(fxgraph.AtenIndexTensor, present, []any{w.arange(b), nil, write})
-			} else {
-				entry = w.call(fxgraph.AtenSelectInt, present, int64(cacheSeqAxis), p)
-			}
-			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{w.arange(b), nil, write}, entry)
-		} else {
-			from := p // after the past, or at the (empty) sequence's length 0
-			if l.AtLength {
-				from = 0
-			}
-			entries := w.call(fxgraph.AtenSliceTensor, present, int64(cacheSeqAxis), from, from+t) // [1, heads, L, dim]
-			entries = w.call(fxgraph.AtenSelectInt, entries, int64(0), int64(0))
-			entries = w.call(fxgraph.AtenPermute, entries, []any{int64(1), int64(0), int64(2)}) // [L, heads, dim]
-			upd = w.call(fxgraph.AtenIndexPut, caches[i], []any{slot, nil, w.arange(t)}, entries)
-		}
-		results = append(results, upd)
+	for i := range l.Cache {
+		results = append(results, w.cacheUpdate(i, in))
 		names = append(names, fmt.Sprintf("cache_%d", i))
+	}
+	for i := range in.cross {
+		results = append(results, in.cross[i]) // unchanged
+		names = append(names, fmt.Sprintf("cross_%d", i))
 	}
 	w.g.SetOutput(results...)
 	w.g.OutputNames = names
 	w.g.EliminateDeadCode()
 	return nil
+}
+
+// rows returns the step's rows of a state tensor [slots, ...]: the
+// prefill's slot, or the decode's first b slots.
+func (w *wrapper) rows(state, slot *fxgraph.Node) *fxgraph.Node {
+	switch {
+	case w.spec.kind == prefill:
+		return w.call(fxgraph.AtenIndexSelect, state, int64(0), slot)
+	case w.spec.batch == w.sb.slots:
+		return state
+	}
+	return w.call(fxgraph.AtenSliceTensor, state, int64(0), int64(0), w.spec.batch)
 }
 
 // firstCall returns the graph's first call_function (or output) node.
