@@ -459,6 +459,9 @@ type call struct {
 	outputs []int // indices into BucketPlan.Outputs, ascending
 	outs    []*tensor.Tensor
 	probe   bool // the load-time pad probe's: not counted in the statistics
+	// timed, on a batch's first call, asks for the execution's core time
+	// (runTimes.core), the batch sizer's measurement.
+	timed bool
 }
 
 // runTimes are the phases of one runBucket, and how it ran.
@@ -526,7 +529,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	dev := v.models[place].Device()
 	v.m.metrics.deviceLoad.begin(dev)
 	start := time.Now()
-	outs, split, core, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets))
+	outs, split, core, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets), calls[0].timed)
 	t.split, t.core = split, core
 	t.compute = time.Since(start)
 	v.m.metrics.deviceLoad.end(dev) // the busy span holds the compute span
