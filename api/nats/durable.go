@@ -246,6 +246,11 @@ func (s *Server) consume() {
 			j.done()
 			continue
 		}
+		if strings.HasPrefix(j.model, durableGeneratePrefix) {
+			model := strings.TrimPrefix(j.model, durableGeneratePrefix)
+			s.gens.Go(func() { s.durableGenerate(msg, model, j.reply, j.done) })
+			continue
+		}
 		if err := j.lease.Reserve(int64(len(j.data)), "the request body"); err != nil {
 			s.finish(j, nil, err) // handed back for redelivery
 			continue
