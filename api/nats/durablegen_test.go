@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -204,5 +205,14 @@ func TestDurableGenerateReplicaLost(t *testing.T) {
 	}
 	if c.Duplicates() < 1 {
 		t.Errorf("the client dropped %d messages sent again, want >= 1 (replica a's first)", c.Duplicates())
+	}
+
+	// A sampled generation could continue differently on the replica
+	// taking it over: refused.
+	hot := 0.7
+	_, err = c.Generate(ctx, "llama", 0, refs.Chat.Prompt, &textgen.Params{Temperature: &hot}, func(string) {})
+	var rerr *ReplyError
+	if !errors.As(err, &rerr) || rerr.Code != 400 || !strings.Contains(rerr.Message, "greedy") {
+		t.Errorf("a durable generation at temperature 0.7: %v, want a 400 saying it is greedy", err)
 	}
 }
