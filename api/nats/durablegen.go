@@ -21,7 +21,8 @@ import (
 // delivered again, and the replica that takes it generates it again from
 // the prompt and numbers its messages from 0 again: the client drops the
 // numbers it has. Greedy decoding gives the same tokens on every replica
-// of the same model files, so a sampled request (temperature > 0) is
+// of the same model files, so a durable generation is greedy: its
+// temperature defaults to 0, and a sampled request (temperature > 0) is
 // refused (400) rather than streamed with a different continuation.
 
 // HeaderSeq numbers the messages of a durable generation stream from 0.
@@ -64,6 +65,8 @@ func (s *Server) durableGenerate(msg jetstream.Msg, model, reply string, done fu
 		fail(textgen.Invalid("a durable generation is greedy (temperature 0): a replica taking it over must continue it token for token"))
 		return
 	}
+	greedy := 0.0
+	r.Parameters.Temperature = &greedy // the default too
 	stop := s.reportProgress(msg)
 	defer stop()
 	ctx, cancel := s.genContext()

@@ -131,7 +131,8 @@ func (l *cutLink) forward(u io.Writer, c io.Reader, pub []byte) {
 // lost after its first message (its connection cut, as a kill -9 does) is
 // delivered again to another replica, which generates it again; the
 // client drops the messages it already has, and its text equals
-// transformers' greedy generation of the prompt.
+// transformers' greedy generation of the prompt (a durable generation is
+// greedy without a temperature given).
 func TestDurableGenerateReplicaLost(t *testing.T) {
 	data, err := os.ReadFile(genRefs)
 	if err != nil {
@@ -176,7 +177,6 @@ func TestDurableGenerateReplicaLost(t *testing.T) {
 
 	var mu sync.Mutex
 	var pieces []string
-	zero := 0.0
 	maxTokens := 12
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -184,7 +184,7 @@ func TestDurableGenerateReplicaLost(t *testing.T) {
 		<-link.cut // replica a is lost: start another
 		startServer(t, e, m, opts)
 	}()
-	end, err := c.Generate(ctx, "llama", 0, refs.Chat.Prompt, &textgen.Params{MaxTokens: &maxTokens, Temperature: &zero}, func(s string) {
+	end, err := c.Generate(ctx, "llama", 0, refs.Chat.Prompt, &textgen.Params{MaxTokens: &maxTokens}, func(s string) {
 		mu.Lock()
 		pieces = append(pieces, s)
 		mu.Unlock()
