@@ -71,17 +71,12 @@ func (s *Server) durableGenerate(msg jetstream.Msg, model, reply string, done fu
 	defer stop()
 	ctx, cancel := s.genContext()
 	defer cancel()
-	j, err := textgen.Hold(ctx, b, model, version, &r.Parameters)
+	j, err := prepare(ctx, b, model, version, &r)
 	if err != nil {
-		fail(err)
+		s.giveBack(msg, ctx.Err(), err, fail)
 		return
 	}
 	defer j.Release()
-	if err := j.PromptText(*r.TextInput, true); err != nil {
-		fail(err)
-		return
-	}
-	j.DefaultMaxTokens(16)
 	st, err := j.Start(ctx)
 	if err != nil {
 		s.giveBack(msg, ctx.Err(), err, fail)

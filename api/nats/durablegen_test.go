@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/xserve/xserve/api/textgen"
-	"github.com/xserve/xserve/modelrepo"
 	"github.com/xserve/xserve/serving"
 )
 
@@ -27,7 +26,7 @@ var (
 )
 
 // startGenManager serves genModel as "llama" from a temporary repository.
-func startGenManager(t testing.TB) *serving.Manager {
+func startGenManager(t *testing.T) *serving.Manager {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "llama")
 	if err := os.MkdirAll(filepath.Join(dir, "1"), 0o755); err != nil {
@@ -53,16 +52,7 @@ func startGenManager(t testing.TB) *serving.Manager {
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := modelrepo.Open(filepath.Dir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := serving.NewManager(context.Background(), serving.Options{Client: pjrtClient(t), Repository: repo, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Shutdown(context.Background()) })
-	return m
+	return repoManager(t, filepath.Dir(dir))
 }
 
 // cutLink forwards one TCP connection to upstream until what the client

@@ -114,17 +114,12 @@ func (s *Server) generate(b textgen.Backend, m *nats.Msg) {
 	}
 	ctx, cancel := s.genContext()
 	defer cancel()
-	j, err := textgen.Hold(ctx, b, model, version, &r.Parameters)
+	j, err := prepare(ctx, b, model, version, &r)
 	if err != nil {
 		fail(err)
 		return
 	}
 	defer j.Release()
-	if err := j.PromptText(*r.TextInput, true); err != nil {
-		fail(err)
-		return
-	}
-	j.DefaultMaxTokens(16)
 	var gone atomic.Bool
 	probed := make(chan struct{})
 	go func() {
@@ -155,6 +150,21 @@ func (s *Server) generate(b textgen.Backend, m *nats.Msg) {
 		}
 		fail(err)
 	})
+}
+
+// prepare holds model's version for r and gives it r's prompt (16 tokens
+// at most by default); Release the job.
+func prepare(ctx context.Context, b textgen.Backend, model string, version int64, r *textgen.GenerateRequest) (*textgen.Job, error) {
+	j, err := textgen.Hold(ctx, b, model, version, &r.Parameters)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.PromptText(*r.TextInput, true); err != nil {
+		j.Release()
+		return nil, err
+	}
+	j.DefaultMaxTokens(16)
+	return j, nil
 }
 
 // streamTo sends a generation's pieces of text, each message through
