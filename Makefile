@@ -342,6 +342,7 @@ bench-backend: pjrt build $(VENV_ZOO)/.installed
 .PHONY: ort-cases
 ort-cases: venv $(VENV_ZOO)/.installed
 	$(VENV)/bin/python importer/onnx/testdata/gen_ort_cases.py
+	$(VENV)/bin/python importer/onnx/testdata/gen_quant_cases.py
 	$(VENV_ZOO)/bin/python importer/onnx/testdata/gen_torch_optim_cases.py
 
 # The scoreboard: xserve (Manager.Infer in process) vs ONNX Runtime (1 and 2
@@ -364,6 +365,19 @@ bench-peers: pjrt $(VENV_BENCH)/.installed $(VENV_ZOO)/.installed
 	$(GO) build -o bin/bench-runner ./cmd/bench-runner
 	$(VENV_BENCH)/bin/python bench/peers.py --runner bin/bench-runner --zoo $(ZOO_DIR) --seqs 128,12 --batches 1,8 --baselines $(PEERS_BASELINES) \
 		--models $(or $(PEERS_MODELS),$(PEERS_FULL_MODELS))
+# int8 against float32 (docs/BENCHMARKS.md "int8"): the zoo's
+# mobilenet_v3_small and its static QDQ int8 version (ONNX Runtime's
+# quantizer, bench/quantize_qdq.py), xserve and ONNX Runtime interleaved.
+INT8_DIR := .cache/int8/zoo
+.PHONY: bench-int8
+bench-int8: pjrt $(VENV_BENCH)/.installed $(VENV_ZOO)/.installed
+	$(VENV_ZOO)/bin/python python/zoo/export.py --out $(ZOO_DIR) --formats onnx --batches 1 --skip-existing --models mobilenet_v3_small
+	mkdir -p $(INT8_DIR)/mobilenet_v3_small_fp32
+	cp $(ZOO_DIR)/mobilenet_v3_small/model.onnx* $(ZOO_DIR)/mobilenet_v3_small/b1.in.image.npy $(INT8_DIR)/mobilenet_v3_small_fp32/
+	$(VENV_BENCH)/bin/python bench/quantize_qdq.py $(ZOO_DIR)/mobilenet_v3_small $(INT8_DIR)/mobilenet_v3_small_qdq
+	$(GO) build -o bin/bench-runner ./cmd/bench-runner
+	$(VENV_BENCH)/bin/python bench/peers.py --runner bin/bench-runner --zoo $(INT8_DIR) --batches 1 --baselines "" --rounds 7 \
+		--models mobilenet_v3_small_fp32,mobilenet_v3_small_qdq
 # The same on the small fixtures (testdata/zoo) and examples/models at batch
 # 1, 8, 32: quick, but the shapes are not the ones models run at.
 .PHONY: bench-peers-small

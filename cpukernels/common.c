@@ -551,6 +551,10 @@ out:
 /* channels_last_md describes a logical [N, C, S...] tensor stored as
  * [N, S..., C]. */
 dnnl_status_t channels_last_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims) {
+	return channels_last_md_of(md, rank, dims, dnnl_f32);
+}
+
+dnnl_status_t channels_last_md_of(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims, dnnl_data_type_t dt) {
 	dnnl_dims_t d, s;
 	int64_t stride = dims[1];
 	s[1] = 1;
@@ -562,7 +566,37 @@ dnnl_status_t channels_last_md(dnnl_memory_desc_t *md, int64_t rank, const int64
 	for (int64_t i = 0; i < rank; i++) {
 		d[i] = dims[i];
 	}
-	return dnnl_memory_desc_create_with_strides(md, (int)rank, d, dnnl_f32, s);
+	return dnnl_memory_desc_create_with_strides(md, (int)rank, d, dt, s);
+}
+
+dnnl_status_t hwio_weights_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *w, int64_t groups, dnnl_data_type_t dt,
+    int any) {
+	int64_t g = groups, o = w[0], i = w[1];
+	int64_t sp = rank - 2;
+	dnnl_dims_t d, s;
+	int n = 0;
+	if (g > 1) {
+		d[n] = g;
+		s[n++] = o / g;
+		d[n] = o / g;
+		s[n++] = 1;
+	} else {
+		d[n] = o;
+		s[n++] = 1;
+	}
+	d[n] = i;
+	s[n++] = o;
+	int64_t stride = i * o;
+	for (int64_t j = sp - 1; j >= 0; j--) {
+		d[n + j] = w[2 + j];
+		s[n + j] = stride;
+		stride *= w[2 + j];
+	}
+	n += (int)sp;
+	if (any) {
+		return dnnl_memory_desc_create_with_tag(md, n, d, dt, dnnl_format_tag_any);
+	}
+	return dnnl_memory_desc_create_with_strides(md, n, d, dt, s);
 }
 
 void make_window_dims(window_dims *w, int64_t sp, const int64_t *stride, const int64_t *dilation, const int64_t *pad_lo,

@@ -271,6 +271,16 @@ dnnl_status_t finish_entry(kernel_entry *e, dnnl_primitive_desc_t pd);
  * dims stored as [N, S..., C]. */
 dnnl_status_t channels_last_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims);
 
+/* channels_last_md_of is channels_last_md for elements of type dt. */
+dnnl_status_t channels_last_md_of(dnnl_memory_desc_t *md, int64_t rank, const int64_t *dims, dnnl_data_type_t dt);
+
+/* hwio_weights_md describes a convolution's weights of type dt, logical
+ * [O, C/G, K...] (w: their rank dims) stored as [K..., C/G, O] (XLA's
+ * HWIO), in oneDNN's order: [O, C/G, K...] for one group, [G, O/G, C/G,
+ * K...] for several; or, with any, in the layout oneDNN prefers. */
+dnnl_status_t hwio_weights_md(dnnl_memory_desc_t *md, int64_t rank, const int64_t *w, int64_t groups, dnnl_data_type_t dt,
+    int any);
+
 /* window_dims are a convolution's or pooling's stride, dilation and padding
  * in oneDNN's terms (dilation 0 = none). */
 typedef struct window_dims {

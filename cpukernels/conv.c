@@ -54,37 +54,9 @@ _Static_assert(sizeof(conv_key) <= KEY_BYTES, "conv_key exceeds KEY_BYTES");
 
 static kernel_cache cache = {.kernel = KERNEL_CONV, .mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* weights_md describes the weights, logical [O, C/G, K...] stored as
- * [K..., C/G, O], in oneDNN's order: [O, C/G, K...] for one group,
- * [G, O/G, C/G, K...] for several; or, with any, in the layout oneDNN
- * prefers. */
+/* weights_md describes k's weights (hwio_weights_md). */
 static dnnl_status_t weights_md(dnnl_memory_desc_t *md, const conv_key *k, int any) {
-	int64_t rank = k->rank, g = k->groups, o = k->w[0], i = k->w[1];
-	int64_t sp = rank - 2;
-	dnnl_dims_t d, s;
-	int n = 0;
-	if (g > 1) {
-		d[n] = g;
-		s[n++] = o / g;
-		d[n] = o / g;
-		s[n++] = 1;
-	} else {
-		d[n] = o;
-		s[n++] = 1;
-	}
-	d[n] = i;
-	s[n++] = o;
-	int64_t stride = i * o;
-	for (int64_t j = sp - 1; j >= 0; j--) {
-		d[n + j] = k->w[2 + j];
-		s[n + j] = stride;
-		stride *= k->w[2 + j];
-	}
-	n += (int)sp;
-	if (any) {
-		return dnnl_memory_desc_create_with_tag(md, n, d, dnnl_f32, dnnl_format_tag_any);
-	}
-	return dnnl_memory_desc_create_with_strides(md, n, d, dnnl_f32, s);
+	return hwio_weights_md(md, k->rank, k->w, k->groups, dnnl_f32, any);
 }
 
 /* create_pd makes the convolution's primitive descriptor with weights w_md. */

@@ -13,6 +13,7 @@
 #define KERNEL_AVGPOOL "xserve_avgpool_f32"
 #define KERNEL_SOFTMAX "xserve_softmax_f32"
 #define KERNEL_LAYERNORM "xserve_layernorm_f32"
+#define KERNEL_QCONV "xserve_qconv_i8"
 
 /* The activation attribute's values. */
 enum {
@@ -36,5 +37,6 @@ enum {
 /* xserve_avgpool_f32: dilation, exclude_pad, pad_hi, pad_lo, stride, window */
 /* xserve_softmax_f32: log */
 /* xserve_layernorm_f32: eps */
+/* xserve_qconv_i8: dilation, groups, has_bias, pad_hi, pad_lo, stride, x_zero_point, y_zero_point */
 
 #endif /* XSERVE_CPUKERNELS_KERNEL_ABI_H_ */

@@ -13,6 +13,7 @@ XLA_FFI_Error *xserve_maxpool_f32(XLA_FFI_CallFrame *f);
 XLA_FFI_Error *xserve_avgpool_f32(XLA_FFI_CallFrame *f);
 XLA_FFI_Error *xserve_softmax_f32(XLA_FFI_CallFrame *f);
 XLA_FFI_Error *xserve_layernorm_f32(XLA_FFI_CallFrame *f);
+XLA_FFI_Error *xserve_qconv_i8(XLA_FFI_CallFrame *f);
 
 /* xserve_cpu_kernel is one custom-call target and its handler. */
 typedef struct xserve_cpu_kernel {
@@ -27,16 +28,17 @@ static const xserve_cpu_kernel kernels[] = {
     {KERNEL_AVGPOOL, xserve_avgpool_f32},
     {KERNEL_SOFTMAX, xserve_softmax_f32},
     {KERNEL_LAYERNORM, xserve_layernorm_f32},
+    {KERNEL_QCONV, xserve_qconv_i8},
 };
 
 /* XSERVE_CPU_KERNELS_ABI numbers the kernels' calling convention (targets,
  * operands, attributes, and the library's other exports: ABI 7 added
  * xserve_cpu_kernels_thread_limit, common.h; ABI 8 the softmax, layer
- * norm and average pooling). Bump it with every change to one, together with
+ * norm and average pooling; ABI 9 the int8 convolution). Bump it with every change to one, together with
  * cpuKernelsABI in pjrt/kernels.go: a library of another ABI is not loaded,
  * so that a binary and a kernel library built from different sources never
  * meet at run time. */
-#define XSERVE_CPU_KERNELS_ABI 8
+#define XSERVE_CPU_KERNELS_ABI 9
 
 int xserve_cpu_kernels_abi(void) { return XSERVE_CPU_KERNELS_ABI; }
 

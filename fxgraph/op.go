@@ -168,7 +168,7 @@ var opTable, allOps map[string]*Op
 
 func init() {
 	allOps = map[string]*Op{}
-	for _, op := range append(append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveORTTanh, XserveRoIAlign, XserveTreeEnsemble, XserveConvFused, XserveMatmulFused), append(stringOps, imageOps...)...) {
+	for _, op := range append(append(append([]*Op(nil), atenOps...), GetItem, Cond, WhileLoop, Deferred, XserveResize, XserveRNN, XserveORTTanh, XserveRoIAlign, XserveTreeEnsemble, XserveConvFused, XserveMatmulFused, XserveQLinearConv), append(stringOps, imageOps...)...) {
 		if _, dup := allOps[op.Name]; dup {
 			panic("fxgraph: operator defined twice: " + op.Name)
 		}
@@ -179,6 +179,7 @@ func init() {
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)
+	registerQuant(r)
 	registerFold(r)
 	registerReductions(r)
 	registerRNN(r)

@@ -473,7 +473,7 @@ func (l *Lowerer) convWeightPerm(n *fxgraph.Node, t *tensor.Tensor) []int {
 		return nil
 	}
 	for _, u := range users {
-		if (u.Op != fxgraph.AtenConvolution && u.Op != fxgraph.XserveConvFused) || u.Arg(0) == n || u.Arg(1) != n || u.Arg(2) == n {
+		if (u.Op != fxgraph.AtenConvolution && u.Op != fxgraph.XserveConvFused && u.Op != fxgraph.XserveQLinearConv) || u.Arg(0) == n || u.Arg(1) != n || u.Arg(2) == n {
 			return nil
 		}
 		if transposed, ok := u.Arg(6).(bool); !ok || transposed {

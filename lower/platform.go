@@ -73,4 +73,8 @@ type Primitives struct {
 	// with eps added to it), times scale plus shift (each of the last
 	// dim's size), in the compute dtype.
 	LayerNorm func(ctx *Context, x, scale, shift *stablehlo.Value, eps float64) (*stablehlo.Value, error)
+	// QConv is fxgraph.XserveQLinearConv: the quantized convolution p of x
+	// (uint8 or int8) with w (int8, zero point 0), plus bias (int32 [out],
+	// or nil), requantized with scale (float32 [out]) and q's zero points.
+	QConv func(ctx *Context, x, w, bias, scale *stablehlo.Value, xd, wd, outDims []int64, p fxgraph.ConvParams, q fxgraph.QLinearConvParams) (*stablehlo.Value, error)
 }

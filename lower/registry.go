@@ -32,6 +32,7 @@ func NewRegistry() *Registry {
 	registerElementwise(r)
 	registerShapeOps(r)
 	registerNN(r)
+	registerQuant(r)
 	registerFold(r)
 	registerReductions(r)
 	registerRNN(r)

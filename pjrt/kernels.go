@@ -115,7 +115,7 @@ const CPUKernelsFile = "libxserve_cpukernels.so"
 // cpuKernelsABI is the kernel calling convention (targets, operands,
 // attributes) this build's lowering emits: XSERVE_CPU_KERNELS_ABI in
 // cpukernels/kernels.c. A library of another one is refused.
-const cpuKernelsABI = 8
+const cpuKernelsABI = 9
 
 // registeredKernels maps a plugin table and kernel library to what was
 // registered for them: a handler is registered once per process. Guarded

@@ -55,19 +55,36 @@ func TestRunDetectionMatchesORT(t *testing.T) {
 	}
 }
 
+// detectors are the families of python/detect/export_detectors.py that
+// TestRunDetectorsMatchORT and TestServeDetectorsMatchORT check.
+var detectors = []string{"fasterrcnn", "maskrcnn", "retinanet", "fcos", "ssd"}
+
+// detectorTolerances returns a detector's outputs and how far each may be
+// from ONNX Runtime's: Mask R-CNN also gives each detection's mask pasted
+// into the image (probabilities).
+func detectorTolerances(family string) map[string]float64 {
+	tols := map[string]float64{"boxes": 1e-3, "scores": 1e-5, "labels": 0}
+	if family == "maskrcnn" {
+		tols["masks"] = 1e-5
+	}
+	return tols
+}
+
 // TestRunDetectorsMatchORT runs torchvision's detectors (python/detect/
-// export_detectors.py: Faster R-CNN, RetinaNet and FCOS with their own
+// export_detectors.py: Faster R-CNN, Mask R-CNN, RetinaNet and FCOS with their own
 // transforms, anchors and postprocess on a small FPN backbone, and an SSD
 // that resizes every image to its fixed input and scales its boxes back,
 // exported by torch.onnx with a dynamic image height and width) with
 // `xserve run` at an image size other than the export example's. The import waits for the
 // size (the resize and padding follow it), then carries the proposals'
 // data-dependent counts through TopK, NonZero -> Gather -> NonZero chains,
-// reshapes to their run-time shapes, RoiAlign and NonMaxSuppression.
-// Boxes, scores and labels must equal ONNX Runtime's.
+// reshapes to their run-time shapes, RoiAlign and NonMaxSuppression;
+// Mask R-CNN's paste Loop resizes each mask to its box's run-time size
+// and pads it into the image (values of run-time extent inside the loop
+// body). Boxes, scores, labels and masks must equal ONNX Runtime's.
 func TestRunDetectorsMatchORT(t *testing.T) {
 	const size = "120x100"
-	for _, family := range []string{"fasterrcnn", "retinanet", "fcos", "ssd"} {
+	for _, family := range detectors {
 		t.Run(family, func(t *testing.T) {
 			model := filepath.Join(detectDir, family+".onnx")
 			if _, err := os.Stat(model); err != nil {
@@ -79,19 +96,16 @@ func TestRunDetectorsMatchORT(t *testing.T) {
 			if err != nil {
 				t.Fatalf("xserve run: %v\n%s", err, stderr)
 			}
-			for _, tc := range []struct {
-				name string
-				tol  float64
-			}{{"boxes", 1e-3}, {"scores", 1e-5}, {"labels", 0}} {
-				got, err := tensor.ReadNpyFile(filepath.Join(out, tc.name+".npy"))
+			for name, tol := range detectorTolerances(family) {
+				got, err := tensor.ReadNpyFile(filepath.Join(out, name+".npy"))
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, err := tensor.ReadNpyFile(filepath.Join(detectDir, family+"."+tc.name+"."+size+".npy"))
+				want, err := tensor.ReadNpyFile(filepath.Join(detectDir, family+"."+name+"."+size+".npy"))
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareDetections(t, tc.name, got, want, tc.tol)
+				compareDetections(t, name, got, want, tol)
 			}
 		})
 	}
@@ -171,9 +185,8 @@ func TestServeDetectionMatchesORT(t *testing.T) {
 // TestRunDetectorsMatchORT filled.
 func TestServeDetectorsMatchORT(t *testing.T) {
 	const size = "120x100"
-	families := []string{"fasterrcnn", "retinanet", "fcos", "ssd"}
 	repo := t.TempDir()
-	for _, family := range families {
+	for _, family := range detectors {
 		data, err := os.ReadFile(filepath.Join(detectDir, family+".onnx"))
 		if err != nil {
 			t.Fatalf("%v: run `make detect-model` (make test does) first", err)
@@ -190,12 +203,12 @@ func TestServeDetectorsMatchORT(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startXserve(t, repo, cache)
-	for _, family := range families {
+	for _, family := range detectors {
 		t.Run(family, func(t *testing.T) {
 			outs := inferImage(t, p.url, family, filepath.Join(detectDir, family+".image."+size+".npy"))
-			tols := map[string]float64{"boxes": 1e-3, "scores": 1e-5, "labels": 0}
+			tols := detectorTolerances(family)
 			if len(outs) != len(tols) {
-				t.Fatalf("%d outputs, want boxes, scores and labels", len(outs))
+				t.Fatalf("%d outputs, want %d (%v)", len(outs), len(tols), tols)
 			}
 			for name, got := range outs {
 				want, err := tensor.ReadNpyFile(filepath.Join(detectDir, family+"."+name+"."+size+".npy"))

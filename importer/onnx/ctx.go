@@ -39,6 +39,13 @@ func (c *Ctx) Input(i int) (*fxgraph.Node, error) {
 	if !ok {
 		return nil, fmt.Errorf("input %d (%q) is not defined by any earlier node, input or initializer", i, name)
 	}
+	if w := windowOf(n); w != nil {
+		t, err := c.windowTensor(w)
+		if err != nil {
+			return nil, fmt.Errorf("input %d (%q) has a run-time size that the operator cannot take: %w", i, name, err)
+		}
+		return t, nil
+	}
 	if isStructured(n) {
 		return nil, fmt.Errorf("%w: input %d (%q) is a %s, the operator takes a tensor there", ErrUnsupported, i, name, strings.TrimPrefix(n.Target, "onnx."))
 	}

@@ -196,6 +196,12 @@ type scope struct {
 	// dims, when not nil, gives the main graph's symbolic input dims
 	// concrete sizes (ImportAt).
 	dims map[string]int64
+	// windowGuards are the run-time checks of windows made tensors in a
+	// loop body (see window.go), which the loop carries out.
+	windowGuards []guardValue
+	// carriesGuards: the scope builds a while_loop body that carries its
+	// windowGuards out.
+	carriesGuards bool
 }
 
 var identRE = regexp.MustCompile(`[^A-Za-z0-9_]+`)
@@ -250,7 +256,7 @@ func (s *scope) importGraph(gr *Graph) error {
 	for _, in := range gr.Initializers {
 		s.env[in.Name] = s.g.AddConstant(sanitize(in.Name), in.Tensor)
 	}
-	for i, node := range gr.Nodes {
+	for i, node := range fuseQDQ(gr) {
 		if err := s.convertNode(node); err != nil {
 			return fmt.Errorf("%w (graph %q, node %d)", err, gr.Name, i)
 		}
@@ -390,6 +396,8 @@ func (s *scope) convertNode(node *Node) error {
 	switch {
 	case len(bin) > 0 && override != nil, override != nil && s.takesCountSizes(node):
 		err = override(c, node, bin, conv)
+	case len(bin) == 0 && s.windowed(node):
+		err = s.convertWindowed(c, node, conv)
 	case len(bin) > 0 && rule == nil:
 		_, b := anyBound(bin)
 		return fmt.Errorf("%w (operator %s, node %q, opset %d)", unsupportedBound(node, b, "xserve cannot follow its size through this operator"), node.OpType, node.Name, opset)

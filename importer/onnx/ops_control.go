@@ -277,6 +277,9 @@ type whileSpec struct {
 	nState, nScan int
 	bound         int64
 	grown         []string
+	// guarded: the loop carries a last bool, true once a window the body
+	// made a tensor fell short of its bound (see window.go).
+	guarded bool
 }
 
 // isGrown reports whether loop-carried value j grows by a row per
@@ -299,6 +302,9 @@ func convertWhileLoopScan(c *Ctx, w whileSpec) error {
 	if err != nil {
 		return err
 	}
+	if w.guarded = mayMakeWindows(w.body); w.guarded {
+		carried = append(carried, c.Constant("window_short", tensor.Scalar(tensor.Bool, 0)))
+	}
 	extra := make([]*fxgraph.Node, len(captured))
 	for i, name := range captured {
 		extra[i] = c.s.env[name]
@@ -307,13 +313,22 @@ func convertWhileLoopScan(c *Ctx, w whileSpec) error {
 	if err != nil {
 		return err
 	}
-	bodyG, err := whileBodyGraph(c, w, carried, captured, rows)
+	bodyG, guards, err := whileBodyGraph(c, w, carried, captured, rows)
 	if err != nil {
 		return err
 	}
 	loop, err := c.Emit(fxgraph.WhileLoop, c.Graph().AddSubgraph("cond_graph", condG), c.Graph().AddSubgraph("body_graph", bodyG), nodes(carried), nodes(extra))
 	if err != nil {
 		return err
+	}
+	if len(guards) > 0 {
+		short, err := c.Emit(fxgraph.GetItem, loop, int64(len(carried)-1))
+		if err != nil {
+			return err
+		}
+		if err := c.s.addWindowGuard(short, fmt.Sprintf("in the body of Loop node %q: %s", c.node.Name, guards[0].message)); err != nil {
+			return err
+		}
 	}
 	return bindWhileOutputs(c, loop, w)
 }
@@ -422,13 +437,33 @@ func whileCondGraph(c *Ctx, carried []*fxgraph.Node, captured []string) (*fxgrap
 // whileBodyGraph returns the while_loop's body_graph: the ONNX body, iter +
 // 1, trip_count unchanged, each scan output (and each grown value's new
 // row) written at slice iter of its buffer.
-func whileBodyGraph(c *Ctx, w whileSpec, carried []*fxgraph.Node, captured []string, rows map[string]bool) (*fxgraph.Graph, error) {
+func whileBodyGraph(c *Ctx, w whileSpec, carried []*fxgraph.Node, captured []string, rows map[string]bool) (*fxgraph.Graph, []guardValue, error) {
 	bodyG := fxgraph.New()
 	ph := addCarriedPlaceholders(bodyG, carried)
 	inner, err := c.s.subScopeRows(w.body, bodyG, captured, rows)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	inner.carriesGuards = w.guarded
+	newOuts, err := whileBodyOutputs(c, w, inner, bodyG, ph)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.guarded {
+		short, err := orGuards(fxgraph.Emitter{Graph: bodyG, IR: c.s.im.ir}, ph[len(ph)-1], inner.windowGuards)
+		if err != nil {
+			return nil, nil, err
+		}
+		newOuts = append(newOuts, short)
+	}
+	bodyG.SetOutput(newOuts...)
+	bodyG.EliminateDeadCode()
+	return bodyG, inner.windowGuards, nil
+}
+
+// whileBodyOutputs converts the Loop body into the while_loop's body graph
+// and returns its outputs (without the window guard flag).
+func whileBodyOutputs(c *Ctx, w whileSpec, inner *scope, bodyG *fxgraph.Graph, ph []*fxgraph.Node) ([]*fxgraph.Node, error) {
 	for i, in := range w.body.Inputs { // (iter, cond, v...): trip_count is not the body's
 		inner.env[in.Name] = ph[i+min(i/2, 1)]
 	}
@@ -451,7 +486,13 @@ func whileBodyGraph(c *Ctx, w whileSpec, carried []*fxgraph.Node, captured []str
 	newOuts := append([]*fxgraph.Node{next, keep, ph[2]}, outs[1:1+w.nState]...)
 	for j := range w.nState {
 		if w.isGrown(j) {
-			if newOuts[3+j], err = writeRow(e, ph[3+j], inner.env[w.grown[j]], ph[0], w.bound); err != nil {
+			row := inner.env[w.grown[j]]
+			if win := windowOf(row); win != nil {
+				if row, err = inner.windowTensor(win, w.grown[j]); err != nil {
+					return nil, fmt.Errorf("onnx: Loop body: the row %q has a run-time size: %w", w.grown[j], err)
+				}
+			}
+			if newOuts[3+j], err = writeRow(e, ph[3+j], row, ph[0], w.bound); err != nil {
 				return nil, err
 			}
 		}
@@ -463,9 +504,7 @@ func whileBodyGraph(c *Ctx, w whileSpec, carried []*fxgraph.Node, captured []str
 		}
 		newOuts = append(newOuts, upd)
 	}
-	bodyG.SetOutput(newOuts...)
-	bodyG.EliminateDeadCode()
-	return bodyG, nil
+	return newOuts, nil
 }
 
 // bindWhileOutputs binds the Loop's outputs to the while_loop loop's
@@ -540,6 +579,7 @@ func (s *scope) bodyRowMetas(w whileSpec, state []*fxgraph.Node, rows map[string
 	if err != nil {
 		return nil, nil, err
 	}
+	inner.carriesGuards = mayMakeWindows(body) // checked in the loop built after (whileBodyGraph)
 	inner.env[body.Inputs[0].Name] = g.AddPlaceholder("iter", fxgraph.TensorMeta{DType: tensor.Int64})
 	inner.env[body.Inputs[1].Name] = g.AddPlaceholder("cond", fxgraph.TensorMeta{DType: tensor.Bool})
 	for j := range w.nState {
@@ -634,6 +674,12 @@ func (s *scope) convertBody(gr *Graph) ([]*fxgraph.Node, error) {
 		n, ok := s.env[vi.Name]
 		if !ok {
 			return nil, fmt.Errorf("onnx: subgraph %q: output %q is not produced by any node", gr.Name, vi.Name)
+		}
+		if w := windowOf(n); w != nil {
+			var err error
+			if n, err = s.windowTensor(w, vi.Name); err != nil {
+				return nil, fmt.Errorf("onnx: subgraph %q: output %q has a run-time size: %w", gr.Name, vi.Name, err)
+			}
 		}
 		outs[i] = n
 	}

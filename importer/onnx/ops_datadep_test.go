@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/xserve/xserve/harness/conformance"
@@ -424,4 +425,130 @@ func TestLoopScanRunTimeMatchesORT(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPasteLoopMatchesORT runs torchvision's mask pasting
+// (gen_paste_loop.py: paste_masks_in_image after a score filter, exported
+// by torch.onnx) against ONNX Runtime: a Loop over the filter's run-time
+// count whose body resizes each mask to its box's run-time size and pads
+// it into the image (values of run-time extent along two axes, window.go).
+// Five inputs: boxes partly outside the image, no box selected, and boxes
+// outside the image, degenerate or larger than it.
+func TestPasteLoopMatchesORT(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.ImportFile("testdata/paste_loop.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("testdata/paste_loop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Cases []struct {
+			Inputs [][]float64
+			Output struct {
+				Shape  []int64
+				Values []float64
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(client, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Model(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	exe, err := m.Compile(context.Background(), prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	shapes := [][]int64{{6, 1, 8, 8}, {6, 4}, {6}}
+	for i, rc := range ref.Cases {
+		in := make([]*tensor.Tensor, len(shapes))
+		for k, s := range shapes {
+			in[k] = nnT(tensor.Float32, rc.Inputs[k], s...)
+		}
+		got, err := exe.Run(context.Background(), in)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if err := conformance.Compare(got[0], nnT(tensor.Float32, rc.Output.Values, rc.Output.Shape...), 1e-6, 1e-6); err != nil {
+			t.Errorf("case %d: %v", i, err)
+		}
+	}
+}
+
+// TestWindowGuardFailsLikeORT runs window_guard (gen_window_guard.py,
+// onnx.helper): a Loop body slicing a vector to a run-time length and then
+// to its first 4 entries. With every length >= 4 the rows equal ONNX
+// Runtime's; with a length of 2 ONNX Runtime fails (a row of 2 entries),
+// and so must xserve, by the guard that the run-time size reached the
+// static one, rather than answer a row padded with zeros.
+func TestWindowGuardFailsLikeORT(t *testing.T) {
+	client := nnPlugin(t)
+	g, err := onnx.ImportFile("testdata/window_guard.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Guards) != 1 {
+		t.Fatalf("guards %v, want the loop's", g.Guards)
+	}
+	prog, err := lower.New(lower.Options{}).Lower(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("testdata/window_guard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Boxes, Scores []float64
+		ShortBoxes    []float64 `json:"short_boxes"`
+		Output        struct {
+			Shape  []int64
+			Values []float64
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(client, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Model(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	exe, err := m.Compile(context.Background(), prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	scores := nnT(tensor.Float32, ref.Scores, 8, 2)
+	got, err := exe.Run(context.Background(), []*tensor.Tensor{nnT(tensor.Float32, ref.Boxes, 8, 4), scores})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conformance.Compare(got[0], nnT(tensor.Float32, ref.Output.Values, ref.Output.Shape...), 0, 0); err != nil {
+		t.Error(err)
+	}
+	_, err = exe.Run(context.Background(), []*tensor.Tensor{nnT(tensor.Float32, ref.ShortBoxes, 8, 4), scores})
+	if err == nil || !strings.Contains(err.Error(), "is smaller than the [4] it is used at") {
+		t.Fatalf("a row of 2 entries held at 4: error %v, want the guard's", err)
+	}
+	t.Log(err)
 }

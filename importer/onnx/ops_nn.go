@@ -201,19 +201,7 @@ func nnConv(c *Ctx, n *Node) error {
 // nnConvCore emits the convolution of x with w (and bias b, or nil) per
 // the node's Conv attributes.
 func nnConvCore(c *Ctx, x, w, b *fxgraph.Node, spatial int) (*fxgraph.Node, error) {
-	k, err := nnKernel(c, w, spatial)
-	if err != nil {
-		return nil, err
-	}
-	s, err := nnSpatialAttr(c, "strides", spatial, 1)
-	if err != nil {
-		return nil, err
-	}
-	d, err := nnSpatialAttr(c, "dilations", spatial, 1)
-	if err != nil {
-		return nil, err
-	}
-	lo, hi, err := nnPads(c, Meta(x), nnEffective(k, d), s)
+	s, d, lo, hi, err := nnConvWindow(c, x, w, spatial)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +216,23 @@ func nnConvCore(c *Ctx, x, w, b *fxgraph.Node, spatial int) (*fxgraph.Node, erro
 		bias = b
 	}
 	return c.Emit(fxgraph.AtenConvolution, x, w, bias, ints(s), ints(p), ints(d), false, ints(make([]int64, spatial)), c.AttrInt("group", 1))
+}
+
+// nnConvWindow reads a convolution's strides, dilations and begin/end
+// padding (from pads or auto_pad) for input x and weight w.
+func nnConvWindow(c *Ctx, x, w *fxgraph.Node, spatial int) (s, d, lo, hi []int64, err error) {
+	k, err := nnKernel(c, w, spatial)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if s, err = nnSpatialAttr(c, "strides", spatial, 1); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if d, err = nnSpatialAttr(c, "dilations", spatial, 1); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	lo, hi, err = nnPads(c, Meta(x), nnEffective(k, d), s)
+	return s, d, lo, hi, err
 }
 
 // nnConvTranspose converts ConvTranspose. ONNX's begin/end pads (given,
@@ -1984,6 +1989,11 @@ func nnQuantMatMul(c *Ctx, ai, az, bi, bz int) (*fxgraph.Node, error) {
 // the output type.
 func nnQLinear(conv bool) Converter {
 	return func(c *Ctx, n *Node) error {
+		if conv {
+			if done, err := qLinearConvFused(c); done || err != nil {
+				return err
+			}
+		}
 		acc, err := nnQLinearAcc(c, conv)
 		if err != nil {
 			return err

@@ -33,13 +33,19 @@ const (
 	// float32 [M, N] along N, scaled and shifted by [N] operands, with
 	// "eps".
 	LayerNormKernel = "xserve_layernorm_f32"
+	// QConvKernel is the int8 convolution (cpukernels/qconv.c): uint8 or
+	// int8 input with a zero point, int8 weights (zero point 0), a float32
+	// requantization scale per output channel and optional float32 bias
+	// in the result's scale, uint8 or int8 result with a zero point; the
+	// convolution's layouts and window attributes.
+	QConvKernel = "xserve_qconv_i8"
 )
 
 // kernels are the targets in the order of cpukernels/kernels.c, with the
 // macro names kernel_abi.h gives them.
 var kernels = []struct{ macro, name string }{
 	{"CONV", ConvKernel}, {"MATMUL", MatmulKernel}, {"MAXPOOL", PoolKernel}, {"AVGPOOL", AvgPoolKernel},
-	{"SOFTMAX", SoftmaxKernel}, {"LAYERNORM", LayerNormKernel},
+	{"SOFTMAX", SoftmaxKernel}, {"LAYERNORM", LayerNormKernel}, {"QCONV", QConvKernel},
 }
 
 // activations are the codes of the kernels' "activation" attribute (with
@@ -67,6 +73,7 @@ var kernelAttrs = map[string][]string{
 	AvgPoolKernel:   {"dilation", "exclude_pad", "pad_hi", "pad_lo", "stride", "window"},
 	SoftmaxKernel:   {"log"},
 	LayerNormKernel: {"eps"},
+	QConvKernel:     {"dilation", "groups", "has_bias", "pad_hi", "pad_lo", "stride", "x_zero_point", "y_zero_point"},
 }
 
 // activationCode returns the kernels' code of activation act.

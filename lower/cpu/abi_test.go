@@ -79,6 +79,7 @@ func TestKernelAttributes(t *testing.T) {
 		{"matmul.c", []string{MatmulKernel}, true},
 		{"pool.c", []string{PoolKernel, AvgPoolKernel}, false},
 		{"norm.c", []string{SoftmaxKernel, LayerNormKernel}, false},
+		{"qconv.c", []string{QConvKernel}, false},
 	} {
 		src, err := os.ReadFile(filepath.Join(cpukernels, c.file))
 		if err != nil {

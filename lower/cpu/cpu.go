@@ -22,7 +22,7 @@ import (
 // Platform returns the CPU platform, for lower.New.
 func Platform() *lower.Platform {
 	return &lower.Platform{Name: "cpu", Defaults: defaults, Specialized: specialized, Register: register,
-		CustomCalls: []string{ConvKernel, MatmulKernel, PoolKernel, AvgPoolKernel, SoftmaxKernel, LayerNormKernel}}
+		CustomCalls: []string{ConvKernel, MatmulKernel, PoolKernel, AvgPoolKernel, SoftmaxKernel, LayerNormKernel, QConvKernel}}
 }
 
 func defaults(o *lower.Options) {
@@ -43,5 +43,5 @@ func specialized(g *fxgraph.Graph, o lower.Options) {
 }
 
 func register(r *lower.Registry, o lower.Options) {
-	r.SetPrimitives(lower.Primitives{Dot: dot, Conv: conv, MaxPool: maxPool, AvgPool: avgPool, Softmax: softmax, LayerNorm: layerNorm})
+	r.SetPrimitives(lower.Primitives{Dot: dot, Conv: conv, MaxPool: maxPool, AvgPool: avgPool, Softmax: softmax, LayerNorm: layerNorm, QConv: qconv})
 }
