@@ -83,6 +83,12 @@
 // so a client must drop replies whose request id it has already seen
 // (Client does).
 //
+// A generation published on xserve.v1.durable.generate.<model> is streamed
+// to the client's inbox with its messages numbered (Xserve-Seq) and
+// acknowledged after its end; a replica lost before that leaves it to
+// another, which generates it again (greedy only), and the client drops the
+// numbers it has (durablegen.go).
+//
 // # Shutdown
 //
 // Shutdown keeps taking requests until none has arrived for a moment (a

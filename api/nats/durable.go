@@ -235,7 +235,6 @@ func (s *Server) consume() {
 			done:     func() { <-d.slots },
 			lease:    s.budget.Lease(),
 		}
-		j.stats = s.statsFor(j.model)
 		if md, err := msg.Metadata(); err == nil {
 			j.sent = md.Timestamp
 		}
@@ -246,6 +245,12 @@ func (s *Server) consume() {
 			j.done()
 			continue
 		}
+		if strings.HasPrefix(j.model, durableGeneratePrefix) {
+			model := strings.TrimPrefix(j.model, durableGeneratePrefix)
+			s.gens.Go(func() { s.durableGenerate(msg, model, j.reply, j.done) })
+			continue
+		}
+		j.stats = s.statsFor(j.model)
 		if err := j.lease.Reserve(int64(len(j.data)), "the request body"); err != nil {
 			s.finish(j, nil, err) // handed back for redelivery
 			continue

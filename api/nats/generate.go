@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/xserve/xserve/api/textgen"
@@ -113,17 +114,12 @@ func (s *Server) generate(b textgen.Backend, m *nats.Msg) {
 	}
 	ctx, cancel := s.genContext()
 	defer cancel()
-	j, err := textgen.Hold(ctx, b, model, version, &r.Parameters)
+	j, err := prepare(ctx, b, model, version, &r)
 	if err != nil {
 		fail(err)
 		return
 	}
 	defer j.Release()
-	if err := j.PromptText(*r.TextInput, true); err != nil {
-		fail(err)
-		return
-	}
-	j.DefaultMaxTokens(16)
 	var gone atomic.Bool
 	probed := make(chan struct{})
 	go func() {
@@ -141,7 +137,11 @@ func (s *Server) generate(b textgen.Backend, m *nats.Msg) {
 		return
 	}
 	defer st.Close()
-	s.stream(ctx, j, st, m.Reply, func(err error) {
+	send := func(msg *nats.Msg) error {
+		msg.Subject = m.Reply
+		return s.nc.PublishMsg(msg)
+	}
+	s.streamTo(ctx, j, st, send, func(err error) {
 		if gone.Load() {
 			return // no one to tell
 		}
@@ -152,14 +152,31 @@ func (s *Server) generate(b textgen.Backend, m *nats.Msg) {
 	})
 }
 
-// stream publishes a generation's pieces of text to reply.
-func (s *Server) stream(ctx context.Context, j *textgen.Job, st *textgen.Stream, reply string, fail func(error)) {
+// prepare holds model's version for r and gives it r's prompt (16 tokens
+// at most by default); Release the job.
+func prepare(ctx context.Context, b textgen.Backend, model string, version int64, r *textgen.GenerateRequest) (*textgen.Job, error) {
+	j, err := textgen.Hold(ctx, b, model, version, &r.Parameters)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.PromptText(*r.TextInput, true); err != nil {
+		j.Release()
+		return nil, err
+	}
+	j.DefaultMaxTokens(16)
+	return j, nil
+}
+
+// streamTo sends a generation's pieces of text, each message through
+// send; it reports whether the end message was sent. A generation error
+// goes to fail.
+func (s *Server) streamTo(ctx context.Context, j *textgen.Job, st *textgen.Stream, send func(*nats.Msg) error, fail func(error)) bool {
 	out := textgen.GenerateResponse{ModelName: j.Model(), ModelVersion: strconv.FormatInt(j.Version(), 10)}
 	for {
 		p, err := st.Next(ctx)
 		if err != nil {
 			fail(err)
-			return
+			return false
 		}
 		out.TextOutput = p.Text
 		kind := "data"
@@ -168,9 +185,12 @@ func (s *Server) stream(ctx context.Context, j *textgen.Job, st *textgen.Stream,
 			out.FinishReason, out.PromptTokens, out.GeneratedTokens = p.Reason, p.PromptTokens, p.Generated
 		}
 		data, _ := json.Marshal(out)
-		msg := &nats.Msg{Subject: reply, Header: nats.Header{HeaderStream: {kind}, HeaderContentType: {"application/json"}}, Data: data}
-		if err := s.nc.PublishMsg(msg); err != nil || p.Done {
-			return
+		msg := &nats.Msg{Header: nats.Header{HeaderStream: {kind}, HeaderContentType: {"application/json"}}, Data: data}
+		if err := send(msg); err != nil {
+			return false
+		}
+		if p.Done {
+			return true
 		}
 	}
 }
@@ -232,8 +252,10 @@ type GenerateEnd struct {
 // params are the sampling parameters by their OpenAI names (nil for the
 // defaults). Each piece of text goes to onText as it comes. The stream
 // ends with ctx (the replica then frees the slot), with an error reply
-// (*ReplyError), or with its end, which Generate returns. Generation is
-// not durable: ClientOptions.Durable does not apply.
+// (*ReplyError), or with its end, which Generate returns. With
+// ClientOptions.Durable the request goes through the durable stream
+// (greedy only): a replica lost mid-generation is replaced by another that
+// generates it again, and the pieces it sends again are dropped.
 func (c *Client) Generate(ctx context.Context, model string, version int64, text string, params *textgen.Params, onText func(string)) (*GenerateEnd, error) {
 	if params == nil {
 		params = &textgen.Params{}
@@ -247,13 +269,15 @@ func (c *Client) Generate(ctx context.Context, model string, version int64, text
 		return nil, fmt.Errorf("natsapi: generate: subscribe: %w", err)
 	}
 	defer sub.Unsubscribe()
-	msg := &nats.Msg{Subject: c.opts.Prefix + ".generate." + model, Reply: sub.Subject, Data: body, Header: nats.Header{HeaderRequestID: {nuid.Next()}}}
+	id := nuid.Next()
+	msg := &nats.Msg{Subject: c.opts.Prefix + ".generate." + model, Reply: sub.Subject, Data: body, Header: nats.Header{HeaderRequestID: {id}}}
 	if version > 0 {
 		msg.Header.Set(HeaderModelVersion, strconv.FormatInt(version, 10))
 	}
-	if err := c.nc.PublishMsg(msg); err != nil {
-		return nil, fmt.Errorf("natsapi: generate: publish on %s: %w", msg.Subject, err)
+	if err := c.publishGenerate(ctx, model, id, msg); err != nil {
+		return nil, err
 	}
+	next := 0 // the durable stream's next message number
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -263,7 +287,7 @@ func (c *Client) Generate(ctx context.Context, model string, version int64, text
 			return nil, fmt.Errorf("natsapi: generate on %s: %w", msg.Subject, err)
 		}
 		kind := headerValue(m.Header, HeaderStream)
-		if kind == "probe" {
+		if kind == "probe" || !c.nextInStream(m, &next) {
 			continue
 		}
 		if rerr := replyError(m); rerr != nil {
@@ -281,4 +305,43 @@ func (c *Client) Generate(ctx context.Context, model string, version int64, text
 				PromptTokens: r.PromptTokens, GeneratedTokens: r.GeneratedTokens}, nil
 		}
 	}
+}
+
+// publishGenerate publishes a generation request: on the generate subject,
+// or with ClientOptions.Durable to the durable stream, the reply subject
+// in header Xserve-Reply-To.
+func (c *Client) publishGenerate(ctx context.Context, model, id string, msg *nats.Msg) error {
+	if !c.opts.Durable {
+		if err := c.nc.PublishMsg(msg); err != nil {
+			return fmt.Errorf("natsapi: generate: publish on %s: %w", msg.Subject, err)
+		}
+		return nil
+	}
+	msg.Subject = durableSubject(c.opts.Prefix, durableGeneratePrefix+model)
+	msg.Header.Set(HeaderReplyTo, msg.Reply)
+	msg.Header.Set(HeaderMsgID, c.msgID(id))
+	msg.Reply = ""
+	retries := int(max(c.opts.StreamWait, 0) / streamRetryWait)
+	if _, err := c.js.PublishMsg(ctx, msg, jetstream.WithRetryWait(streamRetryWait), jetstream.WithRetryAttempts(retries)); err != nil {
+		return c.publishError(err, id, msg.Subject)
+	}
+	return nil
+}
+
+// nextInStream reports whether m is the next message of a durable
+// generation stream (numbered in header Xserve-Seq), counting the ones a
+// replica taking the generation over sends again; a plain generation's
+// messages are not numbered and are all next.
+func (c *Client) nextInStream(m *nats.Msg, next *int) bool {
+	v := headerValue(m.Header, HeaderSeq)
+	if v == "" {
+		return true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < *next {
+		c.duplicates.Add(1)
+		return false
+	}
+	*next = n + 1
+	return true
 }

@@ -55,7 +55,7 @@ func runNATSInfer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	params := fs.String("params", "", `with --generate: the sampling parameters as JSON, by their OpenAI names ('{"max_tokens": 64, "temperature": 0}')`)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: xserve nats-infer --model M --input NAME=FILE.npy ... [--nats-url nats://127.0.0.1:4222] [--durable] [--timeout 5s] [--output DIR]")
-		fmt.Fprintln(stderr, "       xserve nats-infer --model M --generate PROMPT [--params JSON] [--timeout 5m]")
+		fmt.Fprintln(stderr, "       xserve nats-infer --model M --generate PROMPT [--params JSON] [--durable] [--timeout 5m]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterleaved(fs, args)
