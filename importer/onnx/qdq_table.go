@@ -11,10 +11,9 @@ const onnxInt32 = 6
 
 // tableOps are the elementwise operators a DequantizeLinear -> ... ->
 // QuantizeLinear chain may hold to become a lookup table: each output
-// element depends on its input element alone, and the generic lowering
-// computes them with IEEE float32 arithmetic (add, multiply, divide,
-// min, max, compare), whose results do not depend on where or how XLA
-// evaluates them.
+// element depends on its input element alone, and each is made of
+// add, multiply, divide, min, max and compare (no transcendental
+// function, whose host and XLA approximations differ).
 var tableOps = map[string]bool{
 	"Relu": true, "HardSwish": true, "HardSigmoid": true, "Clip": true, "LeakyRelu": true,
 	"Neg": true, "Abs": true, "Identity": true,
@@ -33,12 +32,16 @@ type qdqTable struct {
 // fuseQDQTables returns nodes with each DequantizeLinear -> elementwise
 // chain (tableOps) -> QuantizeLinear of a uint8 or int8 tensor with
 // constant per-tensor scales and zero points replaced by a lookup in a
-// 256-entry table: the same chain applied to the 256 values the input
-// type holds, in the same program, so that each entry is what the chain
-// computes for that value and the lookup equals the chain exactly. The
-// table has constant operands only (XLA folds it at compile time); the
-// lookup is a Gather, on every platform. Chain nodes must feed only the
-// next one; the DequantizeLinear stays (dead unless read elsewhere).
+// 256-entry table: the same chain's nodes applied to the 256 values the
+// input type holds, so that each entry is the chain's result for that
+// value. The table's operands are constants, so the importer folds it
+// (fxgraph's evaluator: each op in float64, rounded to float32); where the
+// generic lowering rounds inside one op differently (HardSwish is one op,
+// XLA computes it in float32 steps) an entry could differ by one step on a
+// value that falls on a half: TestQDQTableEqualsChain finds none on all 256
+// inputs of either type. The lookup is a Gather, on every platform. Chain
+// nodes must feed only the next one; the DequantizeLinear stays (dead
+// unless read elsewhere).
 func fuseQDQTables(gr *Graph, nodes []*Node) []*Node {
 	prod, uses := map[string]*Node{}, map[string]int{}
 	for _, n := range nodes {
