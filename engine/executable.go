@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -26,6 +27,10 @@ type Executable struct {
 	args []*pjrt.Buffer
 	// inputs are the positions of the program's input parameters, in order.
 	inputs []int
+	// calls says whether the program has custom calls (the CPU kernel
+	// library's): without them a limit on its kernels' threads changes
+	// nothing, and it runs on the lone path (see Execution.Run).
+	calls bool
 }
 
 // Compile compiles prog on c and binds its weight parameters from w
@@ -61,7 +66,8 @@ func bind(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, prog *lower
 
 // bindShared binds exe, shared by the Executables that shares counts.
 func bindShared(ctx context.Context, c *pjrt.Client, exe *pjrt.Executable, shares *atomic.Int32, prog *lower.Program, w *Weights) (*Executable, error) {
-	x := &Executable{Program: prog, exe: exe, client: c, shares: shares, args: make([]*pjrt.Buffer, len(prog.Params))}
+	x := &Executable{Program: prog, exe: exe, client: c, shares: shares, args: make([]*pjrt.Buffer, len(prog.Params)),
+		calls: bytes.Contains(prog.Module, []byte("custom_call"))}
 	for i, p := range prog.Params {
 		if p.Kind != lower.Weight {
 			x.inputs = append(x.inputs, i)

@@ -134,7 +134,7 @@ func (x *Execution) Load() Load { return x.load }
 // reaches (a split one's cutting and stacking of rows included), for the
 // Strategy that chose w (Observe).
 func (x *Execution) Run(ctx context.Context, w Way, jobs []Job) error {
-	if len(jobs) == 1 {
+	if len(jobs) == 1 && jobs[0].Exe.calls {
 		jobs[0].Threads = w.Threads
 	}
 	if extra := int64(len(jobs) - 1); extra > 0 {

@@ -76,19 +76,19 @@ func (v *version) requestedOutputs(req *InferRequest) ([]int, error) {
 // record the request's metrics.
 func (v *version) infer(ctx context.Context, req *InferRequest, start time.Time) (*InferResponse, error) {
 	resp, t, err := v.inferOnce(ctx, req)
-	mt := v.m.metrics
 	total := time.Since(start)
 	v.stats.request(v.requestRows(req), total, t.wait, t.compute, err)
-	outcome := outcomeSuccess
 	if err != nil {
-		outcome = outcomeFailure
+		mt := v.m.metrics
+		mt.requests.With(v.name, v.label, outcomeFailure).Inc()
+		mt.duration.With(v.name, v.label, phaseTotal).Observe(total.Seconds())
+		return resp, err
 	}
-	mt.requests.With(v.name, v.label, outcome).Inc()
-	mt.duration.With(v.name, v.label, phaseTotal).Observe(total.Seconds())
-	if err == nil {
-		mt.duration.With(v.name, v.label, phaseQueue).Observe(t.wait.Seconds())
-		mt.duration.With(v.name, v.label, phaseCompute).Observe(t.compute.Seconds())
-	}
+	rs := v.requestSeries()
+	rs.success.Inc()
+	rs.total.Observe(total.Seconds())
+	rs.queue.Observe(t.wait.Seconds())
+	rs.compute.Observe(t.compute.Seconds())
 	return resp, err
 }
 

@@ -205,3 +205,25 @@ func (m *serverMetrics) forgetState(model, version string) {
 	m.pipelineHandoffs.Delete(model, version, handoffDevice)
 	m.pipelineHandoffs.Delete(model, version, handoffHost)
 }
+
+// requestSeries are the series a version's successful requests update:
+// looked up by label values once, not on each request. A failure's series
+// are looked up when it happens, so that they appear with the first one.
+type requestSeries struct {
+	success               *metrics.Counter
+	total, queue, compute *metrics.Histogram
+}
+
+// requestSeries returns v's request series, made on the first request.
+func (v *version) requestSeries() *requestSeries {
+	v.seriesOnce.Do(func() {
+		mt := v.m.metrics
+		v.series = &requestSeries{
+			success: mt.requests.With(v.name, v.label, outcomeSuccess),
+			total:   mt.duration.With(v.name, v.label, phaseTotal),
+			queue:   mt.duration.With(v.name, v.label, phaseQueue),
+			compute: mt.duration.With(v.name, v.label, phaseCompute),
+		}
+	})
+	return v.series
+}

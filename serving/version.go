@@ -26,8 +26,11 @@ type version struct {
 	name  string
 	num   int64
 	label string // num as the version label of metrics
-	entry modelrepo.VersionEntry
-	cfg   *modelrepo.Config
+	// series are the version's request metrics (requestSeries).
+	seriesOnce sync.Once
+	series     *requestSeries
+	entry      modelrepo.VersionEntry
+	cfg        *modelrepo.Config
 
 	// Set by load and read-only afterwards.
 	model *engine.Model // its graph and weights

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -95,6 +96,12 @@ func New(backend Backend, opts Options) (*Server, error) {
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
+		// Calls run on long-lived goroutines whose stacks have grown to
+		// what a call needs: a goroutine per call starts small and copies
+		// its stack as it grows, several times a call (the execute's
+		// frames are deep). A call that finds them all busy gets a
+		// goroutine of its own, as without workers.
+		grpc.NumStreamWorkers(uint32(streamWorkers())),
 		// Every method is served as a stream (see receive.go).
 		grpc.ChainStreamInterceptor(append(append([]grpc.StreamServerInterceptor{s.observeStream}, opts.StreamInterceptors...), s.authStream, s.recoverStream)...),
 	}
@@ -446,7 +453,8 @@ func (s *Server) inputTensor(in *pb.ModelInferRequest_InferInputTensor, raw []by
 	case hasRaw && in.Contents != nil:
 		return nil, payload.BadRequest("input %q has both contents and raw_input_contents; give one", in.Name)
 	case hasRaw:
-		data = raw
+		// raw is a slice of the message wherever protobuf placed it.
+		data = payload.AlignSmall(raw)
 	case in.Contents == nil:
 		return nil, payload.BadRequest("input %q has no data (give contents, raw_input_contents or parameters.%s)", in.Name, paramShmRegion)
 	default:
@@ -665,3 +673,7 @@ func (s *Server) LogSettings(ctx context.Context, r *pb.LogSettingsRequest) (*pb
 		"log_format":        {ParameterChoice: &pb.LogSettingsResponse_SettingValue_StringParam{StringParam: "default"}},
 	}}, nil
 }
+
+// streamWorkers is how many goroutines serve calls: a few per core, so
+// that calls waiting in a batch queue seldom leave a new call without one.
+func streamWorkers() int { return 4 * runtime.GOMAXPROCS(0) }

@@ -604,7 +604,7 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, error) {
 
 // tensorAlign is the alignment the PJRT CPU plugin reads host tensors in
 // place at; it copies a tensor that is not.
-const tensorAlign = 64
+const tensorAlign = payload.TensorAlign
 
 // bodyBuffer returns a buffer for an n-byte body. With the binary tensor
 // extension (an Inference-Header-Content-Length within n, and no

@@ -108,7 +108,7 @@ func decodeInput(in tensorIn, br *binaryReader, lim *Limits, model string, versi
 	if err != nil {
 		return nil, err
 	}
-	size, hasSize, err := paramInt(in.params, "binary_data_size", "input "+strconv.Quote(in.name))
+	size, hasSize, err := paramInt(in.params, "binary_data_size", where)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func decodeInput(in tensorIn, br *binaryReader, lim *Limits, model string, versi
 		}
 		return binaryTensor(in.name, dt, in.shape, b)
 	case hasData:
-		if err := lim.Lease.Reserve(n*int64(max(dt.Size(), 1)), fmt.Sprintf("input %q", in.name)); err != nil {
+		if err := lim.Lease.Reserve(n*int64(max(dt.Size(), 1)), where); err != nil {
 			return nil, err
 		}
 		return decodeJSONData(in.name, dt, in.shape, in.data)
@@ -141,6 +141,11 @@ func paramInt(params map[string]json.RawMessage, key, where string) (int64, bool
 	if !ok {
 		return 0, false, nil
 	}
+	if jsonInteger(raw) {
+		if v, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+			return v, true, nil // the common case, without reflection
+		}
+	}
 	var v int64
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return 0, false, badRequest("%s: parameters.%s is %s, want an integer", where, key, quoteTok(raw))
@@ -148,11 +153,34 @@ func paramInt(params map[string]json.RawMessage, key, where string) (int64, bool
 	return v, true, nil
 }
 
+// jsonInteger reports whether raw is a JSON integer: an optional minus,
+// then 0 or digits that do not start with 0.
+func jsonInteger(raw []byte) bool {
+	if len(raw) > 0 && raw[0] == '-' {
+		raw = raw[1:]
+	}
+	if len(raw) == 0 || raw[0] == '0' && len(raw) > 1 {
+		return false
+	}
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // paramBool reads a boolean parameter.
 func paramBool(params map[string]json.RawMessage, key, where string) (bool, bool, error) {
 	raw, ok := params[key]
 	if !ok {
 		return false, false, nil
+	}
+	switch string(raw) { // the common cases, without reflection
+	case "true":
+		return true, true, nil
+	case "false":
+		return false, true, nil
 	}
 	var v bool
 	if err := json.Unmarshal(raw, &v); err != nil {

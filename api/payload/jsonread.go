@@ -155,7 +155,7 @@ func (r *jsonReader) object(name string, field func(key string) error) error {
 		if r.peek() != '"' {
 			return r.invalidChar("looking for beginning of object key string")
 		}
-		key, err := r.str()
+		key, err := r.key()
 		if err != nil {
 			return err
 		}
@@ -218,32 +218,92 @@ func (r *jsonReader) array(name string, elem func(i int) error) error {
 // str reads a string (the reader must be at its '"').
 func (r *jsonReader) str() (string, error) {
 	start := r.pos
+	raw, escaped, err := r.strSpan()
+	if err != nil || !escaped {
+		return string(raw), err
+	}
+	return r.unescape(start)
+}
+
+// strSpan reads a string literal and returns its bytes between the quotes
+// (still escaped when escaped is true), a slice of the buffer.
+func (r *jsonReader) strSpan() (raw []byte, escaped bool, err error) {
+	start := r.pos
 	r.pos++
-	escaped := false
 	for r.pos < len(r.buf) {
 		c := r.buf[r.pos]
 		switch {
 		case c == '"':
 			r.pos++
-			if !escaped {
-				return string(r.buf[start+1 : r.pos-1]), nil
-			}
-			var s string
-			if err := json.Unmarshal(r.buf[start:r.pos], &s); err != nil {
-				r.pos = start
-				return "", r.syntaxErr("invalid string %s", quoteTok(r.buf[start:]))
-			}
-			return s, nil
+			return r.buf[start+1 : r.pos-1], escaped, nil
 		case c == '\\':
 			escaped = true
 			r.pos += 2
 			continue
 		case c < ' ':
-			return "", r.invalidChar("in string literal")
+			return nil, false, r.invalidChar("in string literal")
 		}
 		r.pos++
 	}
-	return "", r.syntaxErr("")
+	return nil, false, r.syntaxErr("")
+}
+
+// unescape decodes the escaped string literal from start to r.pos.
+func (r *jsonReader) unescape(start int) (string, error) {
+	var s string
+	if err := json.Unmarshal(r.buf[start:r.pos], &s); err != nil {
+		r.pos = start
+		return "", r.syntaxErr("invalid string %s", quoteTok(r.buf[start:]))
+	}
+	return s, nil
+}
+
+// key reads an object's key: str, without allocating for the keys of the
+// protocols' own fields.
+func (r *jsonReader) key() (string, error) {
+	start := r.pos
+	raw, escaped, err := r.strSpan()
+	switch {
+	case err != nil:
+		return "", err
+	case escaped:
+		return r.unescape(start)
+	}
+	return knownKey(raw), nil
+}
+
+// knownKey returns b as a string: a constant, not allocated, for the
+// protocols' own field names (the switch on string(b) does not allocate).
+func knownKey(b []byte) string {
+	switch string(b) {
+	case "name":
+		return "name"
+	case "shape":
+		return "shape"
+	case "datatype":
+		return "datatype"
+	case "data":
+		return "data"
+	case "parameters":
+		return "parameters"
+	case "inputs":
+		return "inputs"
+	case "outputs":
+		return "outputs"
+	case "id":
+		return "id"
+	case "model":
+		return "model"
+	case "dtype":
+		return "dtype"
+	case "binary_data_size":
+		return "binary_data_size"
+	case "binary_data_output":
+		return "binary_data_output"
+	case "binary_data":
+		return "binary_data"
+	}
+	return string(b)
 }
 
 // stringField reads a string or null (as "") for field.
