@@ -43,22 +43,7 @@ type qdqTable struct {
 // nodes must feed only the next one; the DequantizeLinear stays (dead
 // unless read elsewhere).
 func fuseQDQTables(gr *Graph, nodes []*Node) []*Node {
-	prod, uses := map[string]*Node{}, map[string]int{}
-	for _, n := range nodes {
-		for _, o := range n.Outputs {
-			prod[o] = n
-		}
-		for _, in := range n.Inputs {
-			uses[in]++
-		}
-	}
-	for _, o := range gr.Outputs {
-		uses[o.Name]++
-	}
-	inits := map[string]*tensor.Tensor{}
-	for _, in := range gr.Initializers {
-		inits[in.Name] = in.Tensor
-	}
+	prod, uses, inits := indexQDQ(gr, nodes)
 	tables := map[*Node]*qdqTable{}
 	inChain := map[*Node]bool{}
 	for _, n := range nodes {
@@ -105,11 +90,11 @@ func qdqTableAt(q *Node, prod map[string]*Node, uses map[string]int, inits map[s
 	if len(chain) == 0 || !qdqPlain(n, "DequantizeLinear") || !qdqScalarParams(n, inits) || len(n.Inputs) < 3 {
 		return nil
 	}
-	dt := inits[n.Inputs[2]].DType
-	if dt != tensor.Uint8 && dt != tensor.Int8 {
+	zp := inits[n.Inputs[2]] // the input type is the zero point's
+	if zp == nil || (zp.DType != tensor.Uint8 && zp.DType != tensor.Int8) {
 		return nil
 	}
-	return &qdqTable{dq: n, chain: chain, q: q, dtype: dt}
+	return &qdqTable{dq: n, chain: chain, q: q, dtype: zp.DType}
 }
 
 // qdqScalarParams reports whether a QuantizeLinear's or

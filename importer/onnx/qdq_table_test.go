@@ -23,6 +23,13 @@ func TestFuseQDQTables(t *testing.T) {
 		{"a chain value read elsewhere", "qconv_qdq_tables_u8", func(g *Graph) {
 			g.Outputs = append(g.Outputs, &ValueInfo{Name: nodeOf(g, "HardSwish").Outputs[0]})
 		}, 1},
+		{"no input zero point", "qconv_qdq_tables_u8", func(g *Graph) {
+			for _, n := range g.Nodes {
+				if n.OpType == "DequantizeLinear" && len(n.Outputs) == 1 && n.Outputs[0] == nodeOf(g, "HardSwish").Inputs[0] {
+					n.Inputs[2] = ""
+				}
+			}
+		}, 1},
 		{"a scale of two values", "qconv_qdq_tables_u8", func(g *Graph) {
 			q := g.Nodes[indexAfter(g, nodeOf(g, "HardSigmoid"))]
 			g.Initializers = append(g.Initializers, &Initializer{Name: "two", Tensor: tensor.FromFloat32s([]float32{1, 1})})
