@@ -131,6 +131,7 @@ func (b *Batcher) Submit(ctx context.Context, key string, rows, priority int, pa
 		// executor goroutine would cost more than the rest of the batcher
 		// (tens of microseconds), which is all batching costs at low load.
 		batch := q.takeBatchLocked(it.Enqueued)
+		batch.Inline = true
 		b.wg.Add(1)
 		q.mu.Unlock()
 		b.run(q, batch)

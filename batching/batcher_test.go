@@ -1055,13 +1055,16 @@ func TestBatchLimit(t *testing.T) {
 // TestIdleDispatchInline: with IdleDispatch, a lone request on an idle key
 // runs its batch on the caller's goroutine, so Submit answers with the
 // result when the batch is done even if its context ended meanwhile;
-// requests that queue behind it keep the usual rules.
+// requests that queue behind it keep the usual rules. Only the lone
+// request's batch is marked Inline.
 func TestIdleDispatchInline(t *testing.T) {
 	r := newGatedRunner()
 	b := newTestBatcher(t, Options{Buckets: []int{1, 2, 4}, MaxQueueDelay: time.Hour, IdleDispatch: true}, r)
 	ctx, cancel := context.WithCancel(context.Background())
 	first := submitAsync(ctx, b, "k", 1, 0, 1)
-	r.waitStarted(t)
+	if bt := r.waitStarted(t); !bt.Inline {
+		t.Error("the lone request's batch is not marked Inline")
+	}
 	queuedCtx, cancelQueued := context.WithCancel(context.Background())
 	queued := submitAsync(queuedCtx, b, "k", 1, 0, 2)
 	waitQueued(t, b, "k", 1)
@@ -1077,6 +1080,22 @@ func TestIdleDispatchInline(t *testing.T) {
 	}
 	r.openGate()
 	wantResult(t, receive(t, first))
+
+	// Two requests while a batch executes: their batch formed in the queue.
+	r = newGatedRunner()
+	b = newTestBatcher(t, Options{Buckets: []int{1, 2, 4}, MaxQueueDelay: time.Hour, IdleDispatch: true}, r)
+	first = submitAsync(context.Background(), b, "k", 1, 0, 1)
+	r.waitStarted(t)
+	second := submitAsync(context.Background(), b, "k", 1, 0, 2)
+	third := submitAsync(context.Background(), b, "k", 1, 0, 3)
+	waitQueued(t, b, "k", 2)
+	r.openGate()
+	if bt := r.waitStarted(t); bt.Inline || len(bt.Items) != 2 {
+		t.Errorf("the queued requests' batch: Inline %v, %d requests; want false, 2", bt.Inline, len(bt.Items))
+	}
+	for _, ch := range []<-chan outcome{first, second, third} {
+		wantResult(t, receive(t, ch))
+	}
 }
 
 // TestOverlapDelay: with OverlapDelay a batch starts beside an executing

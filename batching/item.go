@@ -44,6 +44,10 @@ type Batch struct {
 	Created time.Time
 	// Dispatched is when the batch was handed to the Runner.
 	Dispatched time.Time
+	// Inline reports a batch dispatched at once because its key was idle
+	// (Options.IdleDispatch: nothing else queued, no batch executing): it
+	// holds that one request and runs on its Submit's goroutine.
+	Inline bool
 }
 
 // Item is one request in a Batch. The Runner reads its exported fields, which

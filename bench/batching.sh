@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # batching.sh measures dynamic batching: one xserve serves each benchmark
 # model twice, with batching on (<model>_batched) and off (<model>_unbatched),
-# and cmd/loadtest drives both at each concurrency, alternating, in the same
-# run; it prints one markdown table for docs/BENCHMARKS.md. It then drives
-# each model's floor (floor_<model>_unbatched: its input, no compute) at
-# each concurrency and prints, per model, the most batching could gain on
-# this machine (bench/batching_ceiling.py).
+# plus its floor (floor_<model>_unbatched: its input, no compute), and
+# cmd/loadtest drives the three at each concurrency in short interleaved
+# rounds, so that the machine's load drifts over all of them alike. It prints
+# one markdown table for docs/BENCHMARKS.md (bench/batching_runs.py) and,
+# per model, the most batching could gain on this machine
+# (bench/batching_ceiling.py).
 #
 #   bench/batching.sh
+#
+# A run of one copy at one concurrency is ROUNDS rounds of DURATION each,
+# every round of the three copies back to back (the order rotating from
+# round to round); its throughput is its requests over its measured time.
+# Each (model, concurrency) has REPEAT runs; the table gives, for on/off
+# and on/ceiling, the median of the per-run ratios (each ratio pairs runs
+# taken in the same minute), and the medians of the runs' throughputs,
+# latencies and server CPU per request.
 #
 # The models (bench/make_batching_models.py, written into $OUT/models): a
 # ResNet-shaped CNN on float32[1,3,32,32] images ("cnn") and a transformer
@@ -21,19 +30,21 @@
 # Environment (all optional):
 #   MODELS         models to run (default "cnn transformer"; also cnn112, transformer128)
 #   CONCURRENCY    closed-loop concurrencies (default "1 8 32 64")
-#   DURATION       measured time per run (default 8s)
-#   WARMUP         unmeasured warmup per run (default 2s)
-#   REPEAT         runs per model, concurrency and copy (default 1); the table
-#                  shows, of each, the run of median throughput (the machines
-#                  are shared and noisy: repeats keep one bad moment out)
+#   DURATION       measured time per round (default 3s)
+#   ROUNDS         interleaved rounds per run (default 3)
+#   WARMUP         unmeasured warmup of a (model, concurrency)'s first round
+#                  of each copy (default 2s)
+#   ROUND_WARMUP   unmeasured warmup of every later round (default 0.5s:
+#                  the closed loop refills its connections)
+#   REPEAT         runs per model, concurrency and copy (default 3)
 #   DELAY          batching.max_queue_delay of the batched copies (default 2ms)
 #   OUT            directory for the repository, JSON summaries and server log
 #                  (default .cache/bench-batching)
 #   READY_TIMEOUT  seconds to wait for the server to be ready (default 300)
 #   PYTHON         Python with onnx and numpy (default .venv/bin/python; make venv)
 #   XSERVE_FLAGS   extra flags for `xserve serve`
-#   CEILING        "no" skips the floors and the ceiling (quick A/B runs of
-#                  the batching policy; default yes)
+#   CEILING        "no" leaves the floors out of the rounds and skips the
+#                  ceiling (quick A/B runs of the batching policy; default yes)
 #   XSERVE_BIN     an xserve binary to serve with instead of building
 #                  bin/xserve from the working tree (e.g. one built from
 #                  another commit, to compare batching policies)
@@ -44,9 +55,11 @@ cd "$REPO"
 
 MODELS="${MODELS:-cnn transformer}"
 CONCURRENCY="${CONCURRENCY:-1 8 32 64}"
-DURATION="${DURATION:-8s}"
+DURATION="${DURATION:-3s}"
+ROUNDS="${ROUNDS:-3}"
 WARMUP="${WARMUP:-2s}"
-REPEAT="${REPEAT:-1}"
+ROUND_WARMUP="${ROUND_WARMUP:-0.5s}"
+REPEAT="${REPEAT:-3}"
 DELAY="${DELAY:-2ms}"
 OUT="${OUT:-.cache/bench-batching}"
 READY_TIMEOUT="${READY_TIMEOUT:-300}"
@@ -111,39 +124,37 @@ input() {
 	esac
 }
 
-# median prints the one of the given loadtest JSON summaries whose
-# throughput is the median (the lower middle for an even count).
-median() {
-	"$PYTHON" -c '
-import json, sys
-runs = sorted(sys.argv[1:], key=lambda f: json.load(open(f))["success_throughput_rps"])
-print(runs[(len(runs) - 1) // 2])' "$@"
-}
-
 # server_ticks prints the CPU time (user + system, in clock ticks) the
 # server process has used.
 server_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
 
-# drive NAME MODEL C RUN: loadtest on served model NAME with MODEL's input
-# at concurrency C, its summary in $OUT/runs/RUN.json, and the server's CPU
-# ticks at the end of the warmup and of the run in $OUT/runs/RUN.cpu.
+# The client's CPU time, where GNU time is there: a request costs the
+# machine the client's work too, the same with batching on or off.
+CLIENT_TIME=()
+[[ -x /usr/bin/time ]] && CLIENT_TIME=(/usr/bin/time -f "%U %S" -o)
+
+# drive NAME MODEL C FILE WARMUP: loadtest on served model NAME with
+# MODEL's input at concurrency C after WARMUP, its summary in FILE.json,
+# the server's CPU ticks at the end of the warmup and of the run in
+# FILE.cpu, and the client's user and system seconds (warmup included) in
+# FILE.client.
 drive() {
-	(sleep "$WARMUP" && server_ticks >"$OUT/runs/$4.cpu0") &
+	(sleep "$5" && server_ticks >"$4.cpu0") &
 	local waiter=$!
 	# shellcheck disable=SC2046
-	bin/loadtest -url "$URL" -model "$1" -protocol v2binary $(input "$2") \
-		-c "$3" -d "$DURATION" -warmup "$WARMUP" -json "$OUT/runs/$4.json" >"$OUT/runs/$4.txt" ||
-		{ cat "$OUT/runs/$4.txt" >&2; die "$1 at concurrency $3 failed"; }
+	"${CLIENT_TIME[@]}" ${CLIENT_TIME:+"$4.client"} bin/loadtest -url "$URL" -model "$1" -protocol v2binary $(input "$2") \
+		-c "$3" -d "$DURATION" -warmup "$5" -json "$4.json" >"$4.txt" ||
+		{ cat "$4.txt" >&2; die "$1 at concurrency $3 failed"; }
 	local end
 	end="$(server_ticks)"
 	wait "$waiter" || true
-	echo "$(cat "$OUT/runs/$4.cpu0" 2>/dev/null || echo 0) $end" >"$OUT/runs/$4.cpu"
-	grep -E 'throughput|latency' "$OUT/runs/$4.txt" | sed 's/^/    /' >&2
+	echo "$(cat "$4.cpu0" 2>/dev/null || echo 0) $end" >"$4.cpu"
+	grep -E 'throughput|latency' "$4.txt" | sed 's/^/    /' >&2
 }
 
-rm -f "$OUT"/runs/*.json "$OUT"/runs/*.txt
-pairs=()
-flip=0
+rm -rf "$OUT"/runs/*.json "$OUT"/runs/*.txt "$OUT"/runs/*.cpu "$OUT"/runs/*.cpu0 "$OUT/runs/rounds"
+mkdir -p "$OUT/runs/rounds"
+rot=0
 for m in $MODELS; do
 	# One validated request per copy first: the table means nothing if the answers are wrong.
 	for copy in unbatched batched; do
@@ -152,31 +163,26 @@ for m in $MODELS; do
 			-c 1 -n 4 -d 0 -warmup 0 -validate >"$OUT/runs/check-${m}_$copy.txt" ||
 			{ cat "$OUT/runs/check-${m}_$copy.txt" >&2; die "the validation run of ${m}_$copy failed"; }
 	done
+	names=("${m}_unbatched" "${m}_batched")
+	[[ "$CEILING" == no ]] || names+=("floor_${m}_unbatched")
 	for c in $CONCURRENCY; do
 		for ((r = 1; r <= REPEAT; r++)); do
-			# Alternate which copy goes first, so that a drift in the
-			# machine's load does not favour one side.
-			order="unbatched batched"
-			((flip ^= 1)) || order="batched unbatched"
-			for copy in $order; do
-				run="${m}_$copy-c$c-r$r"
-				onoff=off
-				[[ "$copy" == batched ]] && onoff=on
-				log "$m, batching $onoff, concurrency $c, run $r/$REPEAT: ${WARMUP} warmup, ${DURATION} measured"
-				drive "${m}_$copy" "$m" "$c" "$run"
+			for ((k = 1; k <= ROUNDS; k++)); do
+				# Rotate which copy goes first, so that a drift in the
+				# machine's load favours none of them.
+				order=("${names[@]:rot}" "${names[@]:0:rot}")
+				rot=$(((rot + 1) % ${#names[@]}))
+				warm="$ROUND_WARMUP"
+				((r == 1 && k == 1)) && warm="$WARMUP"
+				for name in "${order[@]}"; do
+					log "$name, concurrency $c, run $r/$REPEAT, round $k/$ROUNDS: ${warm} warmup, ${DURATION} measured"
+					drive "$name" "$m" "$c" "$OUT/runs/rounds/$name-c$c-r$r-k$k" "$warm"
+				done
 			done
-		done
-		pairs+=("$m c=$c=$(median "$OUT/runs/${m}_unbatched-c$c-r"*.json),$(median "$OUT/runs/${m}_batched-c$c-r"*.json)")
-	done
-done
-# The floors: each model's requests with (almost) no compute, for the
-# ceiling below.
-[[ "$CEILING" == no ]] || for m in $MODELS; do
-	for c in $CONCURRENCY; do
-		for ((r = 1; r <= REPEAT; r++)); do
-			run="floor_${m}_unbatched-c$c-r$r"
-			log "floor of $m (its input, no compute), concurrency $c, run $r/$REPEAT: ${WARMUP} warmup, ${DURATION} measured"
-			drive "floor_${m}_unbatched" "$m" "$c" "$run"
+			for name in "${names[@]}"; do
+				"$PYTHON" bench/batching_runs.py merge --tck "$(getconf CLK_TCK)" \
+					--out "$OUT/runs/$name-c$c-r$r.json" "$OUT/runs/rounds/$name-c$c-r$r-k"*.json
+			done
 		done
 	done
 done
@@ -184,33 +190,13 @@ curl -sf "$URL/metrics" >"$OUT/metrics.txt" || true
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)"
 echo
-echo "Dynamic batching off vs on, batch-1 requests (OIP binary), closed loop, ${DURATION} per run after ${WARMUP} warmup"
-echo "(median of $REPEAT runs by throughput, the two copies alternating),"
+echo "Dynamic batching off vs on, batch-1 requests (OIP binary), closed loop; each run $ROUNDS rounds of ${DURATION}"
+echo "(after ${WARMUP} warmup, then ${ROUND_WARMUP} a round), the copies interleaved round by round; $REPEAT runs,"
 echo "max_queue_delay ${DELAY}; client and server on the same host: ${cpu:-unknown CPU}, $(nproc 2>/dev/null || echo '?') CPUs,"
-echo "$("$GO" env GOVERSION), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+changes')."
-echo "Command: \`MODELS=\"$MODELS\" CONCURRENCY=\"$CONCURRENCY\" DURATION=$DURATION WARMUP=$WARMUP REPEAT=$REPEAT DELAY=$DELAY bench/batching.sh\`."
+echo "$("$GO" env GOVERSION), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+changes'), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+echo "Command: \`MODELS=\"$MODELS\" CONCURRENCY=\"$CONCURRENCY\" DURATION=$DURATION ROUNDS=$ROUNDS REPEAT=$REPEAT DELAY=$DELAY bench/batching.sh\`."
 echo
-bin/loadtest -compare -compare-names off,on "${pairs[@]}"
-echo
-echo "The server's CPU time per request (user + system of the xserve process over the measured"
-echo "window, over the requests answered in it; median of the $REPEAT runs): what a request costs"
-echo "the machine, which other jobs on the host change far less than they change throughput."
-echo
-"$PYTHON" - "$OUT/runs" "$(getconf CLK_TCK)" "$MODELS" "$CONCURRENCY" <<'PY'
-import glob, json, statistics, sys
-runs, tck, models, conc = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
-def per_request(f):
-    s = json.load(open(f))
-    t0, t1 = (float(x) for x in open(f[:-5] + ".cpu").read().split())
-    n = s["successes"]
-    return (t1 - t0) / tck * 1e3 / n if t0 > 0 and n > 0 else float("nan")
-print("| run | off CPU ms/request | on CPU ms/request | on/off |")
-print("|---|---:|---:|---:|")
-for m in models:
-    for c in conc:
-        v = [statistics.median(per_request(f) for f in sorted(glob.glob(f"{runs}/{m}_{k}-c{c}-r*.json"))) for k in ("unbatched", "batched")]
-        print(f"| {m} c={c} | {v[0]:.3f} | {v[1]:.3f} | {v[1] / v[0]:.2f}x |")
-PY
+"$PYTHON" bench/batching_runs.py table --runs "$OUT/runs" --models "$MODELS" --concurrency "$CONCURRENCY"
 echo
 echo "Batches the batched copies ran (xserve_batch_rows, real rows):"
 echo

@@ -19,12 +19,35 @@ ceiling / off bounds on / off. It holds only where the floor run keeps the
 cores busy (closed loop at concurrency >= cores); at concurrency 1 the
 client's round trips, not the cores, limit every run.
 
-Each (model, concurrency) reads the median-throughput run of
-OUT/runs/<model>_<copy>-c<C>-r*.json (loadtest -json), and the floor's.
+Each (model, concurrency) reads the runs OUT/runs/<model>_<copy>-c<C>-r<R>.json
+(bench/batching_runs.py merge) of the three copies. bench/batching.sh
+interleaves the floor's rounds with the two copies', so run R of each saw
+the same load: the ceiling is computed per run from that run's floor, and
+the table gives the median over the runs of on / ceiling and ceiling / off,
+each a ratio of measurements of the same minutes (a floor measured after
+the other runs, as before, moved with the load by +-20% on a shared VM, and
+the ceiling with it).
+
+What the ceiling assumes, and where it is optimistic: (1) the floor's
+requests cost what a real request costs besides its compute; a batched
+request also pays for its queue, the copy of its row into the batch and of
+its outputs out of it, and its batch's execution call (fixed per batch),
+which the floor does not; (2) a row's compute at the peak (or at the
+cheapest row measured) whatever the batch, where the batches a closed
+loop forms hold a few rows (bench/batching.sh prints how many) and cost
+more a row than the largest; (3) the CPUs' time adds up: floor work and
+compute share the cores without idle time; (4) the machine is the
+benchmark's: the floor's time per request counts the time other processes
+held the cores, while the compute term is at the full speed of all of
+them, so on a shared machine the throughput ceiling is optimistic (the CPU
+table prints the floor's share of the cores). The server CPU per request of
+on and of the floor (bench/batching.sh's table) measure (1) and (2)
+apart from the load: on's CPU per request minus the floor's is what a
+row costs the server in the batched copy, next to its cheapest serial row.
 
 With --runner (cmd/bench-runner) it also times each model serially (one
 thread: XSERVE_CPU_KERNELS_THREADS=1, no bands, no split) at every batch
-bucket, and prints the cost of a row at each: what batching can save in
+bucket, by the CPU time of each call, and prints the cost of a row at each: what batching can save in
 compute is the difference between the batch-1 row and the cheapest one,
 whatever the batching policy. "ceiling, rows" is the ceiling with the
 cheapest row measured instead of the peak.
@@ -44,12 +67,19 @@ import numpy as np
 from flops import count_flops, cpu_peak, with_batch
 
 
-def median_rps(pattern):
-    """The median success throughput of the loadtest JSON files matching pattern."""
-    runs = sorted(json.load(open(f))["success_throughput_rps"] for f in glob.glob(pattern))
-    if not runs:
+def runs(pattern):
+    """The merged runs matching pattern (run number -> summary)."""
+    out = {}
+    for f in glob.glob(pattern):
+        out[int(f[:-len(".json")].rsplit("-r", 1)[1])] = json.load(open(f))
+    if not out:
         sys.exit(f"batching_ceiling: no runs match {pattern}")
-    return runs[(len(runs) - 1) // 2]
+    return out
+
+
+def med(xs):
+    xs = [x for x in xs if x == x]  # no NaN
+    return statistics.median(xs) if xs else float("nan")
 
 
 def flops_per_row(out, model):
@@ -65,8 +95,9 @@ BUCKETS = [1, 2, 4, 8, 16, 32, 64]
 
 
 def serial_rows(runner, out, model):
-    """Seconds per row of model at each of BUCKETS, run serially by one
-    bench-runner process: bucket -> seconds."""
+    """CPU seconds per row of model at each of BUCKETS, run serially by one
+    bench-runner process (its CPU time over each call, not the call's wall
+    time, which other jobs on a shared machine stretch): bucket -> seconds."""
     env = dict(os.environ, XSERVE_CPU_KERNELS_THREADS="1", XSERVE_CPU_KERNELS_BANDS="1", XSERVE_SPLIT_BATCHES="off")
     p = subprocess.Popen([runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          text=True, env=env)
@@ -90,9 +121,9 @@ def serial_rows(runner, out, model):
                 np.save(batch, np.repeat(np.load(f), b, axis=0))
                 specs.append(f"{name}={batch}")
             ask(f"load m {path} " + " ".join(specs))  # replaces (and frees) the previous bucket's
-            first = statistics.median(int(x) for x in ask("time m 10").split())
+            first = statistics.median(int(x) for x in ask("cputime m 10").split())
             n = max(20, int(0.3e9 / max(first, 1)))
-            rows[b] = statistics.median(int(x) for x in ask(f"time m {n}").split()) / 1e9 / b
+            rows[b] = statistics.median(int(x) for x in ask(f"cputime m {n}").split()) / 1e9 / b
     p.stdin.write("quit\n")
     p.stdin.flush()
     p.wait()
@@ -113,7 +144,7 @@ def main():
     flops = {m: flops_per_row(args.out, m) for m in args.models.split()}
     best = {}
     if args.runner:
-        print("A row's cost, serial (one thread), at each batch bucket (cmd/bench-runner):")
+        print("A row's cost, serial (one thread), at each batch bucket: CPU time per row (cmd/bench-runner cputime):")
         print()
         print("| model | " + " | ".join(f"batch {b}" for b in BUCKETS) + " | batch 1 / cheapest |")
         print("|---|" + "---:|" * (len(BUCKETS) + 1))
@@ -123,21 +154,54 @@ def main():
             cells = [f"{rows[b] * 1e6:.0f} µs, {flops[m] / rows[b] / 1e9:.0f} GFLOP/s" for b in BUCKETS]
             print(f"| {m} | " + " | ".join(cells) + f" | {rows[1] / best[m]:.2f}x |")
         print()
-    print("| run | MFLOP per row | floor req/s | off req/s | on req/s | ceiling req/s | on / off | ceiling / off |"
-          + (" ceiling, rows / off |" if best else ""))
-    print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if best else ""))
+    print("| run | MFLOP per row | floor req/s | off req/s | on req/s | ceiling req/s | ceiling / off | on / off | **on / ceiling** |"
+          + (" ceiling, rows / off | on / ceiling, rows |" if best else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if best else ""))
+    cpu_rows = []
     for m in flops:
         for c in args.concurrency.split():
-            runs = os.path.join(args.out, "runs")
-            floor = median_rps(os.path.join(runs, f"floor_{m}_unbatched-c{c}-r*.json"))
-            off = median_rps(os.path.join(runs, f"{m}_unbatched-c{c}-r*.json"))
-            on = median_rps(os.path.join(runs, f"{m}_batched-c{c}-r*.json"))
-            ceiling = 1 / (1 / floor + flops[m] / peak)
-            line = (f"| {m} c={c} | {flops[m] / 1e6:.1f} | {floor:.0f} | {off:.0f} | {on:.0f} | {ceiling:.0f} | "
-                    f"{on / off:.2f}x | {ceiling / off:.2f}x |")
+            d = os.path.join(args.out, "runs")
+            floor = runs(os.path.join(d, f"floor_{m}_unbatched-c{c}-r*.json"))
+            off = runs(os.path.join(d, f"{m}_unbatched-c{c}-r*.json"))
+            on = runs(os.path.join(d, f"{m}_batched-c{c}-r*.json"))
+            rs = sorted(set(floor) & set(off) & set(on))
+            ceiling = {r: 1 / (1 / rps(floor[r]) + flops[m] / peak) for r in rs}
+            line = (f"| {m} c={c} | {flops[m] / 1e6:.1f} | {med(rps(floor[r]) for r in rs):.0f} | {med(rps(off[r]) for r in rs):.0f} | "
+                    f"{med(rps(on[r]) for r in rs):.0f} | {med(ceiling.values()):.0f} | {med(ceiling[r] / rps(off[r]) for r in rs):.2f}x | "
+                    f"{med(rps(on[r]) / rps(off[r]) for r in rs):.2f}x | **{med(rps(on[r]) / ceiling[r] for r in rs):.0%}** |")
             if best:
-                line += f" {1 / (1 / floor + best[m] / cores) / off:.2f}x |"
+                rows = {r: 1 / (1 / rps(floor[r]) + best[m] / cores) for r in rs}
+                line += f" {med(rows[r] / rps(off[r]) for r in rs):.2f}x | {med(rps(on[r]) / rows[r] for r in rs):.0%} |"
             print(line)
+            row = best.get(m, flops[m] / per_core / 1e9)
+            share = med(cpu(floor[r]) * rps(floor[r]) / 1e3 / cores for r in rs)
+            cpu_rows.append((f"{m} c={c}", med(cpu(floor[r]) for r in rs), med(cpu(off[r]) for r in rs), med(cpu(on[r]) for r in rs), row, share))
+    print()
+    print("The same by CPU time per request (the server's user + system time and the client's, ms;")
+    print("the server's alone where GNU time was missing):")
+    print("what a request costs the machine whatever else runs on it. The ceiling by CPU is the floor's")
+    print("plus " + ("the cheapest row's core time (serial, above)" if best else "the row's FLOPs at one core's peak") + "; on / ceiling = (floor + row) / on.")
+    print()
+    print("The throughput ceiling above assumes the machine is the benchmark's: the floor's throughput")
+    print("counts the time other processes held the cores, the compute term does not. \"floor's share\"")
+    print("is the part of the cores the floor's server and client used (their CPU per request times")
+    print("req/s); below 100% the throughput ceiling is optimistic and this table is the one to read.")
+    print()
+    print("| run | floor CPU ms | off CPU ms | on CPU ms | row, core ms | **on / ceiling, CPU** | on - floor - row, ms | floor's share |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, f, o, n, row, share in cpu_rows:
+        print(f"| {label} | {f:.3f} | {o:.3f} | {n:.3f} | {row * 1e3:.3f} | **{(f + row * 1e3) / n:.0%}** | {n - f - row * 1e3:.3f} | {share:.0%} |")
+
+
+def rps(s):
+    return s["success_throughput_rps"]
+
+
+def cpu(s):
+    """Server and client CPU ms per request; the server's alone where the
+    client's was not measured (no GNU time)."""
+    client = s.get("client_cpu_ms_per_request", float("nan"))
+    return s.get("server_cpu_ms_per_request", float("nan")) + (client if client == client else 0)
 
 
 if __name__ == "__main__":

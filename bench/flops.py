@@ -36,28 +36,38 @@ def lscpu_peak():
 
 def measured_peak(threads):
     """The machine's fp32 GFLOP/s with threads threads of fused
-    multiply-adds (bench/fma_peak.c, built here with gcc -march=native)."""
+    multiply-adds, and a core's GFLOP per second of CPU time while it runs
+    them (bench/fma_peak.c, built here with gcc -march=native)."""
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fma_peak.c")
     with tempfile.TemporaryDirectory() as d:
         exe = os.path.join(d, "fma_peak")
         subprocess.run(["gcc", "-O2", "-march=native", "-pthread", src, "-o", exe], check=True)
         # the best of three: another process can only slow a run down
-        return max(float(subprocess.run([exe, str(threads)], capture_output=True, text=True, check=True).stdout)
-                   for _ in range(3))
+        runs = [subprocess.run([exe, str(threads)], capture_output=True, text=True, check=True).stdout.split()
+                for _ in range(3)]
+        return max(float(r[0]) for r in runs), max(float(r[1]) for r in runs)
 
 
 def cpu_peak():
     """Peak FP32 GFLOP/s per core, the number of cores, and how it was
-    found: the rate every core's fused multiply-adds reach at once
-    (measured_peak), per core, or the lscpu estimate where that is higher.
-    On the 2-core Zen 4 VM of docs/BENCHMARKS.md the lscpu estimate (base
-    clock) was 83.1 per core and the cores measured 117 (they boost to
-    about 3.6 GHz): rates against the estimate overstated the share of the
-    peak by 1.4x."""
+    found: what a core's fused multiply-adds reach per second of its CPU
+    time with every core running them (measured_peak), which other
+    processes on a shared machine do not lower, or their rate per second
+    of wall time where that is higher. The lscpu estimate is only shown:
+    on the 2-core Zen 4 VM of docs/BENCHMARKS.md it was 83.1 per core and
+    the cores measured 117 (they boost to about 3.6 GHz); on the 2-vCPU
+    Xeon (2.5 GHz, AVX-512) it is 160 and the cores measure about 140 per
+    CPU second (512-bit FMAs run below the base clock): a peak taken from
+    the estimate overstated or understated the share of it by up to 1.4x,
+    and one measured per wall second on a loaded machine (17-38 per core
+    here) understated the peak by 4-9x."""
     est, cores, how = lscpu_peak()
-    total = measured_peak(cores)
-    per_core = max(total / cores, est)
-    how += f"; measured with fused multiply-adds on all {cores} cores at once (bench/fma_peak.c): {total / cores:.1f} per core"
+    total, per_cpu_s = measured_peak(cores)
+    per_core = max(per_cpu_s, total / cores)
+    if per_core <= 0:
+        per_core = est
+    how += (f"; measured with fused multiply-adds on all {cores} cores at once (bench/fma_peak.c): "
+            f"{per_cpu_s:.1f} per core per second of its CPU time, {total / cores:.1f} per core per second of wall time")
     return per_core, cores, how
 
 

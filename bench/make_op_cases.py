@@ -18,6 +18,20 @@ each against ONNX Runtime's kernel on the same input:
   attention_s128   scaled-dot-product attention, [1,12,128,64] Q, K, V:
                    MatMul, Mul by 1/8, Add mask, Softmax, MatMul
   attention_s12    the same at sequence 12
+  decode_linears   one decode step's matrix-vector products of two layers of
+                   bench/generate.sh's Llama (hidden 768, 4 of 12 heads for
+                   K and V, MLP 2048): [1,768] times q, k, v, o, gate, up
+                   (768 x 768/256/256/768/2048/2048) and down (2048 x 768),
+                   chained through adds so that nothing is left out; 12.6 M
+                   weights (50 MB) per call
+  decode_linears_m4, _m16  the same for 4 and 16 rows (sequences decoding
+                   at once)
+  ffn_s12          BERT-base's feed-forward block at sequence 12: MatMul
+                   768x3072 + bias, GELU (Erf form), MatMul 3072x768 + bias (12 rows:
+                   below the 32 from which the matrix-product kernel takes
+                   a product of a large weight)
+  lm_head_tied     the same model's tied LM head as torch.onnx writes it:
+                   MatMul([1,768], Transpose(embedding [32000,768]))
 
 The layout is the zoo's (<case>/model.onnx and <case>/b1.in.<name>.npy):
 
@@ -130,6 +144,52 @@ def attention(seq, heads=12, dim=64):
     return model("attention", nodes, qkv + [("mask", [1, 1, 1, seq])], ["y"], inits), feeds
 
 
+def decode_linears(rows=1, layers=2, hidden=768, kv=256, mlp=2048):
+    nodes, inits, x, seed = [], [], "x", 10
+    for i in range(layers):
+        outs = []
+        for j, (k, n) in enumerate([(hidden, hidden), (hidden, kv), (hidden, kv), (hidden, hidden),
+                                    (hidden, mlp), (hidden, mlp)]):
+            w = f"w{i}_{j}"
+            inits.append((w, rand(seed, k, n, scale=k ** -0.5)))
+            seed += 1
+            nodes.append(helper.make_node("MatMul", [x, w], [f"p{i}_{j}"]))
+            outs.append(f"p{i}_{j}")
+        # q+o back to hidden, gate*up down to hidden; k, v summed into the
+        # first hidden-sized slice so that every product is used
+        nodes += [helper.make_node("Mul", [outs[4], outs[5]], [f"g{i}"]),
+                  helper.make_node("MatMul", [f"g{i}", f"wd{i}"], [f"d{i}"]),
+                  helper.make_node("Add", [outs[1], outs[2]], [f"kv{i}"]),
+                  helper.make_node("ReduceSum", [f"kv{i}"], [f"kvs{i}"], keepdims=1),
+                  helper.make_node("Add", [outs[0], outs[3]], [f"qo{i}"]),
+                  helper.make_node("Add", [f"qo{i}", f"d{i}"], [f"s{i}"]),
+                  helper.make_node("Add", [f"s{i}", f"kvs{i}"], [f"h{i}"])]
+        inits.append((f"wd{i}", rand(seed, mlp, hidden, scale=mlp ** -0.5)))
+        seed += 1
+        x = f"h{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    return model("decode_linears", nodes, [("x", [rows, hidden])], ["y"], inits), {"x": rand(0, rows, hidden)}
+
+
+def ffn(seq, hidden=768, width=3072):
+    inits = [("w1", rand(1, hidden, width, scale=hidden ** -0.5)), ("b1", rand(2, width, scale=0.1)),
+             ("w2", rand(3, width, hidden, scale=width ** -0.5)), ("b2", rand(4, hidden, scale=0.1)),
+             ("sqrt2", np.array(2 ** 0.5, np.float32)), ("one", np.array(1, np.float32)), ("half", np.array(0.5, np.float32))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("Div", ["a1", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["ea"]), helper.make_node("Mul", ["a1", "ea"], ["gm"]),
+             helper.make_node("Mul", ["gm", "half"], ["g"]),
+             helper.make_node("MatMul", ["g", "w2"], ["m2"]), helper.make_node("Add", ["m2", "b2"], ["y"])]
+    return model("ffn", nodes, [("x", [1, seq, hidden])], ["y"], inits), {"x": rand(0, 1, seq, hidden)}
+
+
+def lm_head_tied(hidden=768, vocab=32000):
+    nodes = [helper.make_node("Transpose", ["emb"], ["t"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "t"], ["y"])]
+    return model("lm_head_tied", nodes, [("x", [1, 1, hidden])], ["y"], [("emb", rand(1, vocab, hidden, scale=0.02))]), \
+        {"x": rand(0, 1, 1, hidden)}
+
+
 CASES = {
     "dw3x3_hswish": lambda: dw_hswish(96, 28, 3, 1),
     "dw5x5_hswish": lambda: dw_hswish(240, 28, 5, 2),
@@ -143,6 +203,11 @@ CASES = {
     "gelu_s128": lambda: gelu(128),
     "attention_s128": lambda: attention(128),
     "attention_s12": lambda: attention(12),
+    "decode_linears": decode_linears,
+    "decode_linears_m4": lambda: decode_linears(4),
+    "decode_linears_m16": lambda: decode_linears(16),
+    "ffn_s12": lambda: ffn(12),
+    "lm_head_tied": lm_head_tied,
 }
 
 

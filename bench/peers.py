@@ -167,6 +167,11 @@ def main():
                     help="comma-separated sequence lengths to run token-sequence models at (e.g. 128,12); "
                     "empty: the fixture's own")
     ap.add_argument("--work", default=".cache/bench-peers")
+    ap.add_argument("--runners", default="",
+                    help="more bench-runner executables to run beside --runner, NAME=PATH,... (an A/B of two "
+                    "builds: the other tree's bench-runner, or a script that sets its environment and execs it)")
+    ap.add_argument("--peers", default="ort-1t,ort-2t,openvino",
+                    help="the other frameworks to run, comma-separated (empty for none): ort-1t, ort-2t, openvino")
     ap.add_argument("--baselines", default="nosplit,xla",
                     help="xserve baselines to run beside xserve, comma-separated (empty for none): " +
                     "; ".join(f"{k}: {v[1]}" for k, v in BASELINES.items()))
@@ -180,7 +185,16 @@ def main():
         if b not in BASELINES:
             sys.exit(f"--baselines: unknown baseline {b!r}, want some of {', '.join(BASELINES)}")
         xservers.append(XServe(args.runner, "xserve-" + b, BASELINES[b][0]))
-    runners = xservers + [ORT(1), ORT(2), OpenVINO()]
+    for spec in filter(None, args.runners.split(",")):
+        name, _, path = spec.partition("=")
+        if not path:
+            sys.exit(f"--runners: want NAME=PATH, got {spec!r}")
+        xservers.append(XServe(path, "xserve-" + name))
+    peers = {"ort-1t": lambda: ORT(1), "ort-2t": lambda: ORT(2), "openvino": OpenVINO}
+    for p in filter(None, args.peers.split(",")):
+        if p not in peers:
+            sys.exit(f"--peers: unknown peer {p!r}, want some of {', '.join(peers)}")
+    runners = xservers + [peers[p]() for p in filter(None, args.peers.split(","))]
     names = [r.name for r in runners]
     print(f"peak: {how}; machine peak {peak:.0f} GFLOP/s ({ncpu} cores)", file=sys.stderr)
     print(f"onnxruntime {ort.__version__}, openvino {ov.__version__}, python {platform.python_version()}", file=sys.stderr)
@@ -220,27 +234,34 @@ def main():
     for x in xservers:
         x.close()
 
+    # The ratios' reference: the best ONNX Runtime, or without ORT the last
+    # runner (an A/B: --runners' build).
+    orts = [n for n in names if n.startswith("ort-")]
+    ref_name = "best ORT" if orts else names[-1]
+
+    def ref(p50):
+        return min(p50[n] for n in orts) if orts else p50[names[-1]]
+
     print(f"| model | batch | GFLOP | " + " | ".join(f"{n} p50 ms" for n in names) +
-          " | xserve / best ORT | " + " | ".join(f"{n} GFLOP/s (% peak)" for n in names) + " |")
+          f" | xserve / {ref_name} | " + " | ".join(f"{n} GFLOP/s (% peak)" for n in names) + " |")
     print("|" + "---|" * (3 + 2 * len(names) + 1))
     for name, b, flops, p50, err in rows:
         if err:
             print(f"| {name} | {b} | {flops/1e9:.3f} | failed: {err} |")
             continue
-        best = min(p50["ort-1t"], p50["ort-2t"])
         cells = [f"{p50[n]*1e3:.3f}" for n in names]
         rate = [f"{flops/p50[n]/1e9:.1f} ({100*flops/p50[n]/1e9/peak:.0f}%)" for n in names]
-        print(f"| {name} | {b} | {flops/1e9:.3f} | " + " | ".join(cells) + f" | {p50['xserve']/best:.2f} | " + " | ".join(rate) + " |")
-    geomeans(rows, names)
+        print(f"| {name} | {b} | {flops/1e9:.3f} | " + " | ".join(cells) + f" | {p50['xserve']/ref(p50):.2f} | " + " | ".join(rate) + " |")
+    geomeans(rows, [n for n in names if n.startswith("xserve") and n != ref_name], ref, ref_name)
 
 
 TRANSFORMERS = {"bert", "vit_b_16"}
 
 
-def geomeans(rows, names):
-    """Prints the geomean of each xserve runner's p50 over the best ORT's, per
-    batch size: all models, the CNNs, the transformers."""
-    xs = [n for n in names if n.startswith("xserve")]
+def geomeans(rows, xs, ref, ref_name):
+    """Prints the geomean of each xserve runner's p50 over the reference's
+    (ref: the best ORT's, or an A/B's other build), per batch size: all
+    models, the CNNs, the transformers."""
     print()
     print("| batch | runner | all models | CNNs | BERT and ViT |")
     print("|---|---|---|---|---|")
@@ -248,10 +269,10 @@ def geomeans(rows, names):
         for n in xs:
             cells = []
             for keep in (lambda m: True, lambda m: m not in TRANSFORMERS, lambda m: m in TRANSFORMERS):
-                r = [p50[n] / min(p50["ort-1t"], p50["ort-2t"]) for name, bb, _, p50, err in rows
+                r = [p50[n] / ref(p50) for name, bb, _, p50, err in rows
                      if bb == b and not err and keep(name.split(".s")[0])]
                 cells.append(f"{np.exp(np.mean(np.log(r))):.2f} ({len(r)})" if r else "-")
-            print(f"| {b} | {n} / best ORT | " + " | ".join(cells) + " |")
+            print(f"| {b} | {n} / {ref_name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -106,6 +106,8 @@ func nnMatmulProduct(b *nnB, n *fxgraph.Node, in []*stablehlo.Value, transposed 
 		yc := int64(0)
 		if transposed {
 			yc = 1
+		} else if w, ok := nnTransposedMatrix(b.ctx, n.Arg(1)); ok {
+			y, yc = b.convert(w, cdt), 1
 		}
 		return b.dot(x, []int64{int64(len(ad) - 1)}, nil, y, []int64{yc}, nil), nil
 	}
@@ -126,6 +128,31 @@ func nnMatmulProduct(b *nnB, n *fxgraph.Node, in []*stablehlo.Value, transposed 
 	y = b.bcast(y, append(append([]int64(nil), batch...), bd[len(bd)-2:]...))
 	ba := nnRange(0, nb)
 	return b.dot(x, []int64{int64(nb + 1)}, ba, y, []int64{int64(nb)}, ba), nil
+}
+
+// nnTransposedMatrix returns the lowered value of W where arg is W's
+// transpose, W a matrix (aten.t, or aten.permute with dims [1, 0]: ONNX
+// exports of a tied LM head, MatMul(x, Transpose(embedding))): the product
+// then contracts W's second dim in place, where a transpose of W would be
+// made on every call (on CPU a [32000, 768] head's is a 98 MB copy per
+// decode step, which the matrix-product kernel cannot fold).
+func nnTransposedMatrix(ctx *Context, arg any) (*stablehlo.Value, bool) {
+	t, ok := arg.(*fxgraph.Node)
+	if !ok || (t.Op != fxgraph.AtenT && t.Op != fxgraph.AtenPermute) {
+		return nil, false
+	}
+	if t.Op == fxgraph.AtenPermute {
+		dims, err := t.IntsArg(1, "dims", nil)
+		if err != nil || len(dims) != 2 || dims[0] != 1 || dims[1] != 0 {
+			return nil, false
+		}
+	}
+	w, ok := t.Arg(0).(*fxgraph.Node)
+	if !ok || w.Val().Rank() != 2 {
+		return nil, false
+	}
+	v, err := ctx.Value(w)
+	return v, err == nil
 }
 
 // nnLinear lowers input @ weight.T + bias; a [out] bias of a matrix weight

@@ -87,6 +87,10 @@ type Metadata struct {
 	// Stateful says the model keeps its sequences' state between requests
 	// (requests carry a sequence id: SequenceStep).
 	Stateful bool
+	// MemoryBytes is the device memory the version takes, all its devices
+	// together, as the memory budget counts it: its weights (an
+	// encoder-decoder's encoder included), or its model files while larger.
+	MemoryBytes int64
 }
 
 // SymbolInfo is one served symbol of a model version: its role, buckets,

@@ -179,15 +179,18 @@ func (v *version) runBatch(ctx context.Context, bt *batching.Batch) error {
 	if hook := v.m.batchHook; hook != nil {
 		hook(ctx, bt)
 	}
+	sz := v.sizer(bt.Key)
+	calls[0].timed = sz.wantsCore(bt.PaddedRows, bt.Inline)
 	t, err := v.runBucket(ctx, exec, calls, offsets)
 	if err != nil {
 		return err
 	}
-	sz := v.sizer(bt.Key)
-	before := sz.Limit()
-	sz.observe(bt.PaddedRows, t.cost())
-	if after := sz.Limit(); after != before {
-		v.m.metrics.batchLimit.With(v.name, v.label, queueLabel(bt.Key, v)).Set(float64(after))
+	if calls[0].timed {
+		before := sz.Limit()
+		sz.observe(bt.PaddedRows, t.cost())
+		if after := sz.Limit(); after != before {
+			v.m.metrics.batchLimit.With(v.name, v.label, queueLabel(bt.Key, v)).Set(float64(after))
+		}
 	}
 	for _, it := range bt.Items {
 		it.SetResult(batchResult{

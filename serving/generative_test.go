@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -412,5 +413,85 @@ func wantUnavailable(t *testing.T, m *Manager, want map[string][]string) {
 				t.Errorf("%s: %q does not say %q", model, reason, w)
 			}
 		}
+	}
+}
+
+// TestGenerativeSeq2seqMemory: an encoder-decoder's encoder counts in the
+// device memory budget like its decoder. Loaded, the model's footprint
+// (xserve_model_memory_bytes) covers both model files and the device
+// memory (xserve_device_memory_bytes) both weights; under LoadEager a
+// budget that holds the decoder's file but not both refuses it, naming
+// each file's size; under LoadLazy, two copies whose decoders alone would
+// fit together evict each other.
+func TestGenerativeSeq2seqMemory(t *testing.T) {
+	from := filepath.Join("..", ".cache", "seq2seq", "repo", "whisper")
+	size := func(name string) int64 {
+		fi, err := os.Stat(filepath.Join(from, "1", name))
+		if err != nil {
+			t.Fatalf("%v\n\nthe encoder-decoder test models are missing: run `make seq2seq-models` (make test does)", err)
+		}
+		return fi.Size()
+	}
+	dec, enc := size("model.pt2"), size("encoder.pt2")
+	r := newRepo(t)
+	for _, name := range []string{"w1", "w2"} {
+		if err := os.CopyFS(filepath.Join(r.root, name), os.DirFS(from)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := sharedCache(t)
+
+	// One token each, so that both weights are on the device.
+	generateOne := func(m *Manager, name string) *version {
+		t.Helper()
+		g, err := m.Generative(context.Background(), name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Release()
+		generateTokens(t, g, generate.Request{Prompt: []int64{3}, EncoderFeatures: tensor.FromFloat32s(make([]float32, 16*64), 16, 64), MaxTokens: 1, IgnoreEOS: true})
+		return g.v
+	}
+	probe, _ := lazyManager(t, r, 0, cache)
+	v := generateOne(probe, "w1")
+	weights := v.model.Weights().Bytes() + v.encoder.Weights().Bytes()
+	if v.encoder.Weights().Bytes() == 0 {
+		t.Fatal("the encoder's weights take no bytes on the device")
+	}
+	one := metric(t, probe, `xserve_model_memory_bytes{model="w1"}`)
+	if want := max(weights, dec+enc); one != float64(want) {
+		t.Errorf("xserve_model_memory_bytes = %v, want %d: max(weights %d, model files %d + %d)", one, want, weights, dec, enc)
+	}
+	if md, err := probe.Metadata("w1", 0); err != nil {
+		t.Error(err)
+	} else if md.MemoryBytes != int64(one) {
+		t.Errorf("Metadata(w1).MemoryBytes = %d, want xserve_model_memory_bytes %v", md.MemoryBytes, one)
+	}
+	if got := metric(t, probe, `xserve_device_memory_bytes{device="0"}`); got != float64(weights) {
+		t.Errorf("xserve_device_memory_bytes = %v, want the decoder's and encoder's weights, %d", got, weights)
+	}
+
+	eager, _ := start(t, r, func(o *Options) {
+		o.MemoryBudget = MemoryBudget{Bytes: dec + enc - 1}
+		o.CompileCacheDir = cache
+	})
+	wantUnavailable(t, eager, map[string][]string{
+		"w1": {"does not fit on device 0", fmt.Sprintf("model files take %d bytes (model file %d bytes + generate.encoder.file encoder.pt2 %d bytes)", dec+enc, dec, enc)},
+	})
+
+	// Room for one whole model, or for both decoders without their encoders.
+	budget := max(weights, dec+enc) * 3 / 2
+	m, logs := lazyManager(t, r, budget, cache)
+	for _, name := range []string{"w1", "w2", "w1"} {
+		generateOne(m, name)
+		if h := held(m); !slices.Equal(h, []string{name}) {
+			t.Errorf("after a request to %s, held %v: the budget of %d bytes holds one model of %d bytes", name, h, budget, max(weights, dec+enc))
+		}
+		if used := metric(t, m, `xserve_model_memory_used_bytes{device="0"}`); used > float64(budget) {
+			t.Errorf("after %s: %v bytes held, the budget is %d", name, used, budget)
+		}
+	}
+	if l := logs.lines("evicting the least recently used model"); len(l) != 2 {
+		t.Errorf("%d eviction log lines, want 2", len(l))
 	}
 }

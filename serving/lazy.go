@@ -254,11 +254,12 @@ func (m *Manager) loadInBudget(md *model) error {
 }
 
 // estimateBytes is a model's device memory before its weights are
-// uploaded: the size of its selected versions' model files.
+// uploaded: the size of its selected versions' model files (an
+// encoder-decoder's encoder file included).
 func estimateBytes(entry *modelrepo.ModelEntry) int64 {
 	var n int64
 	for _, ve := range entry.Selected() {
-		n += filesSize(ve)
+		n += filesSize(ve) + versionFiles(entry.Config, ve).encSize
 	}
 	return n
 }
@@ -358,8 +359,8 @@ func (m *Manager) memoryLocked() memoryUse {
 			if v.state != StateReady {
 				continue
 			}
-			for _, pm := range v.models {
-				u.weights[pm.Device()] += pm.Weights().Bytes()
+			for i, pm := range v.models {
+				u.weights[pm.Device()] += v.weightsOn(i)
 			}
 		}
 	}

@@ -873,6 +873,9 @@ func (m *Manager) Metadata(model string, version int64) (*Metadata, error) {
 		Buckets:  map[string][]int64{},
 		Stateful: v.stateful(),
 	}
+	for _, n := range v.footprintLocked() {
+		md.MemoryBytes += n
+	}
 	if v.pipe != nil {
 		v.pipelineMetadata(md)
 		return md, nil

@@ -370,7 +370,7 @@ func (v *version) deviceBytes() int64 {
 	if v.model == nil {
 		return 0
 	}
-	return max(v.model.Weights().Bytes(), v.entry.Size)
+	return max(v.model.Weights().Bytes(), v.files.bytes()) // a segment has no encoder
 }
 
 // filesSize is the size of a version's model files: a pipeline's, its

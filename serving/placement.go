@@ -2,6 +2,8 @@ package serving
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 
@@ -110,8 +112,8 @@ func (v *version) footprintLocked() map[int]int64 {
 	case StateReady:
 		if len(v.models) > 0 {
 			f := map[int]int64{}
-			for _, pm := range v.models {
-				f[pm.Device()] += max(pm.Weights().Bytes(), v.entry.Size)
+			for i, pm := range v.models {
+				f[pm.Device()] += max(v.weightsOn(i), v.files.bytes())
 			}
 			return f
 		}
@@ -122,7 +124,7 @@ func (v *version) footprintLocked() map[int]int64 {
 		}
 		f := map[int]int64{}
 		for _, d := range v.m.devicesFor(v.cfg) {
-			f[d] += v.entry.Size
+			f[d] += v.files.bytes()
 		}
 		return f
 	}
@@ -161,10 +163,53 @@ func (m *Manager) fitsLocked(v *version, devices []int) error {
 				}
 			}
 		}
-		if used+v.entry.Size > budget {
-			return fmt.Errorf("serving: %s does not fit on device %d: its model files take %d bytes and the models loaded there %d, more than the device's memory budget of %d bytes (--model-memory-budget)",
-				v, d, v.entry.Size, used, budget)
+		if used+v.files.bytes() > budget {
+			return fmt.Errorf("serving: %s does not fit on device %d: its model files take %d bytes%s and the models loaded there %d, more than the device's memory budget of %d bytes (--model-memory-budget)",
+				v, d, v.files.bytes(), v.files.detail(), used, budget)
 		}
 	}
 	return nil
+}
+
+// weightsOn is the device memory of v's weights on its i-th placement: an
+// encoder-decoder's encoder weights count on the first, where they are.
+func (v *version) weightsOn(i int) int64 {
+	n := v.models[i].Weights().Bytes()
+	if i == 0 && v.encoder != nil {
+		n += v.encoder.Weights().Bytes()
+	}
+	return n
+}
+
+// modelFiles are the files a version loads onto its device: its model
+// file and, for an encoder-decoder, its encoder (generate.encoder.file).
+type modelFiles struct {
+	model   int64  // the model file's size
+	encoder string // the encoder file's name; "" for others
+	encSize int64  // its size (0 while it is missing: the load says so)
+}
+
+// versionFiles returns ve's model files under config cfg.
+func versionFiles(cfg *modelrepo.Config, ve modelrepo.VersionEntry) modelFiles {
+	f := modelFiles{model: ve.Size}
+	if cfg == nil || cfg.Generate == nil || cfg.Generate.Encoder == nil || ve.Path == "" {
+		return f
+	}
+	f.encoder = cfg.Generate.Encoder.File
+	if fi, err := os.Stat(filepath.Join(filepath.Dir(ve.Path), f.encoder)); err == nil {
+		f.encSize = fi.Size()
+	}
+	return f
+}
+
+// bytes is the files' size together.
+func (f modelFiles) bytes() int64 { return f.model + f.encSize }
+
+// detail names the files' sizes one by one when there are several:
+// " (model file N bytes + generate.encoder.file encoder.pt2 M bytes)".
+func (f modelFiles) detail() string {
+	if f.encoder == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (model file %d bytes + generate.encoder.file %s %d bytes)", f.model, f.encoder, f.encSize)
 }

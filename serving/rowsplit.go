@@ -47,19 +47,19 @@ type shard struct {
 // whose first rows (of the batch dim) are the requests', the way b's
 // strategy chooses: whole, or as shards of its rows at once; split then
 // names the shards' buckets ("batch=2+batch=2"), else it is "". core is
-// the execution's core time, its shards' added up, measured for a version
-// that batches (its sizer learns from it; 0 otherwise or where not
+// the execution's core time, its shards' added up, measured when timed (a
+// batch its queue's sizer learns from; 0 otherwise or where not
 // measured). The strategy learns from the time of the whole of it.
-func (v *version) execute(ctx context.Context, b *bucket, place int, exe *engine.Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
+func (v *version) execute(ctx context.Context, b *bucket, place int, exe *engine.Executable, exec map[string]int64, inputs []*tensor.Tensor, rows int64, timed bool) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
 	x := v.m.engine.Begin()
 	defer x.End()
 	shards := v.shards(exec, rows, b.strategy.Parts(x.Load()), place)
 	way := b.strategy.Choose(x.Load(), shards != nil)
 	start := time.Now()
 	if way.Split {
-		outs, split, core, err = v.executeSplit(ctx, &x, way, place, exec, inputs, shards)
+		outs, split, core, err = v.executeSplit(ctx, &x, way, place, exec, inputs, shards, timed)
 	} else {
-		jobs := [1]engine.Job{{Exe: exe, Inputs: inputs, Timed: v.batcher != nil}}
+		jobs := [1]engine.Job{{Exe: exe, Inputs: inputs, Timed: timed}}
 		if err = x.Run(ctx, way, jobs[:]); err == nil {
 			outs, core = jobs[0].Outs, jobs[0].CPU
 		}
@@ -73,14 +73,14 @@ func (v *version) execute(ctx context.Context, b *bucket, place int, exe *engine
 
 // executeSplit runs an execution at exec sizes as its shards at once and
 // stacks their outputs.
-func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way engine.Way, place int, exec map[string]int64, inputs []*tensor.Tensor, shards []shard) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
+func (v *version) executeSplit(ctx context.Context, x *engine.Execution, way engine.Way, place int, exec map[string]int64, inputs []*tensor.Tensor, shards []shard, timed bool) (outs []*tensor.Tensor, split string, core time.Duration, err error) {
 	jobs, release, err := v.shardJobs(ctx, place, inputs, shards)
 	defer release()
 	if err != nil {
 		return nil, "", 0, err
 	}
 	for i := range jobs {
-		jobs[i].Timed = v.batcher != nil
+		jobs[i].Timed = timed
 	}
 	if err := x.Run(ctx, way, jobs); err != nil {
 		if je := (*engine.JobError)(nil); errors.As(err, &je) {

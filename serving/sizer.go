@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,14 @@ const (
 	sizerTrimGain = 0.05
 )
 
+// sizerInlineSample is how often (in inline batches of a queue: lone
+// requests on an idle queue, batching.Batch.Inline) the core time of an
+// inline batch whose bucket has a measurement is read again. A thread CPU
+// clock read is a system call (two per execution, about 3 µs on a loaded
+// VM); a lone request would pay them where batching off does not, and its
+// bucket's cost, always batch 1 at concurrency 1, changes little.
+const sizerInlineSample = 16
+
 // sizer holds one queue's measurements and its current limit.
 type sizer struct {
 	buckets []int // the batch buckets, ascending
@@ -48,6 +57,7 @@ type sizer struct {
 	mu      sync.Mutex // guards the fields below
 	cost    []float64  // per bucket: moving average of core seconds per padded row; 0 = not measured
 	batches int        // batches observed
+	inline  int        // inline batches seen by wantsCore
 }
 
 // newSizer returns a sizer for batch buckets buckets; it allows up to
@@ -56,6 +66,21 @@ func newSizer(buckets []int, maxBatch int) *sizer {
 	s := &sizer{buckets: buckets, cost: make([]float64, len(buckets))}
 	s.limit.Store(int64(maxBatch))
 	return s
+}
+
+// wantsCore reports whether the core time of a batch padded to padded rows
+// should be measured and learned from: always for a batch that formed in
+// the queue, and for an inline one (a lone request run at once) while its
+// bucket has no measurement, then one in sizerInlineSample.
+func (s *sizer) wantsCore(padded int, inline bool) bool {
+	if !inline {
+		return true
+	}
+	i := slices.Index(s.buckets, padded)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inline++
+	return i >= 0 && (s.cost[i] == 0 || s.inline%sizerInlineSample == 0)
 }
 
 // Limit returns the most rows the queue's next batch may hold.

@@ -53,6 +53,34 @@ func TestSizer(t *testing.T) {
 	}
 }
 
+// TestSizerWantsCore: every batch formed in the queue has its core time
+// measured; an inline one (a lone request on an idle queue) while its
+// bucket has no measurement, then one in sizerInlineSample.
+func TestSizerWantsCore(t *testing.T) {
+	s := newSizer([]int{1, 2, 4}, 4)
+	for range 3 {
+		if !s.wantsCore(1, true) || !s.wantsCore(2, false) {
+			t.Fatal("a bucket without a measurement is not measured")
+		}
+	}
+	if s.wantsCore(3, true) {
+		t.Error("an inline batch of no bucket is measured")
+	}
+	s.observe(1, time.Millisecond)
+	timed := 0
+	for range 4 * sizerInlineSample {
+		if s.wantsCore(1, true) {
+			timed++
+		}
+		if !s.wantsCore(1, false) {
+			t.Fatal("a batch formed in the queue is not measured")
+		}
+	}
+	if timed != 4 {
+		t.Errorf("%d of %d inline batches of a measured bucket measured, want 4", timed, 4*sizerInlineSample)
+	}
+}
+
 // TestSizerRows: a batch is cut to a smaller bucket only when that bucket,
 // filled exactly, runs sizerTrimGain more rows per second than the whole
 // batch padded to its bucket, and only between measured buckets. Table 3's

@@ -65,6 +65,9 @@ type version struct {
 	// encoder is an encoder-decoder's encoder (generate.encoder), whose
 	// programs gen runs; nil for others.
 	encoder *engine.Model
+	// files are the model files v loads onto its device, as the memory
+	// budget counts them before the weights are uploaded.
+	files modelFiles
 
 	bmu        sync.Mutex         // guards buckets, exactCount, useTick, sizers and the fields of bucket marked so
 	buckets    map[string]*bucket // by name
@@ -104,6 +107,7 @@ type failedReload struct {
 
 func newVersion(m *Manager, name string, ve modelrepo.VersionEntry, cfg *modelrepo.Config) *version {
 	v := &version{m: m, name: name, num: ve.Version, label: strconv.FormatInt(ve.Version, 10), entry: ve, cfg: cfg, state: StateLoading}
+	v.files = versionFiles(cfg, ve)
 	v.ctx, v.cancel = context.WithCancel(context.Background())
 	return v
 }
@@ -455,6 +459,9 @@ type call struct {
 	outputs []int // indices into BucketPlan.Outputs, ascending
 	outs    []*tensor.Tensor
 	probe   bool // the load-time pad probe's: not counted in the statistics
+	// timed, on a batch's first call, asks for the execution's core time
+	// (runTimes.core), the batch sizer's measurement.
+	timed bool
 }
 
 // runTimes are the phases of one runBucket, and how it ran.
@@ -522,7 +529,7 @@ func (v *version) runBucket(ctx context.Context, exec map[string]int64, calls []
 	dev := v.models[place].Device()
 	v.m.metrics.deviceLoad.begin(dev)
 	start := time.Now()
-	outs, split, core, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets))
+	outs, split, core, err := v.execute(ctx, b, place, exe, exec, inputs, realRows(p, dims, offsets), calls[0].timed)
 	t.split, t.core = split, core
 	t.compute = time.Since(start)
 	v.m.metrics.deviceLoad.end(dev) // the busy span holds the compute span

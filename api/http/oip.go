@@ -28,6 +28,10 @@ type oipModelMeta struct {
 	// executions they share (fused: stitched into one executable per
 	// bucket).
 	Pipeline *oipPipeline `json:"pipeline,omitempty"`
+	// MemoryBytes is xserve's extension: the device memory the version
+	// takes as the memory budget counts it (all its weights, an
+	// encoder-decoder's encoder included, or its model files while larger).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // oipPipeline describes how a pipeline's steps are served.
@@ -84,7 +88,7 @@ type oipSymbol struct {
 }
 
 func modelMeta(m *serving.Metadata) oipModelMeta {
-	out := oipModelMeta{Name: m.Name, Platform: m.Platform, Versions: []string{}, Inputs: []oipTensorMeta{}, Outputs: []oipTensorMeta{}}
+	out := oipModelMeta{Name: m.Name, Platform: m.Platform, Versions: []string{}, Inputs: []oipTensorMeta{}, Outputs: []oipTensorMeta{}, MemoryBytes: m.MemoryBytes}
 	for _, v := range m.Versions {
 		out.Versions = append(out.Versions, strconv.FormatInt(v, 10))
 	}

@@ -7,6 +7,7 @@
 //
 //	load KEY MODEL NAME=FILE.npy ...   serve MODEL for inputs of those shapes; prints "ok"
 //	time KEY N                         runs KEY N times; prints the N latencies in ns
+//	cputime KEY N                      runs KEY N times; prints the CPU time (user + system) of the process over each, in ns
 //	quit
 //
 // The model is served from a repository of its own whose config.yaml has
@@ -27,6 +28,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/xserve/xserve/importer"
@@ -100,8 +102,8 @@ func run(stdin io.Reader, stdout io.Writer) error {
 				models[f[1]] = m
 				fmt.Fprintln(out, "ok")
 			}
-		case f[0] == "time" && len(f) == 3:
-			err = timeRuns(out, models[f[1]], f[2])
+		case (f[0] == "time" || f[0] == "cputime") && len(f) == 3:
+			err = timeRuns(out, models[f[1]], f[2], f[0] == "cputime")
 		default:
 			err = fmt.Errorf("unknown command %q", in.Text())
 		}
@@ -263,8 +265,10 @@ func serve(c *pjrt.Client, split serving.SplitBatches, dir string) (*serving.Man
 	return m, nil
 }
 
-// timeRuns runs m n times and prints each latency in ns.
-func timeRuns(out *bufio.Writer, m *loaded, n string) error {
+// timeRuns runs m n times and prints each latency in ns, or with cpu the
+// process's CPU time over each: what a call costs the cores, which other
+// processes on a shared machine do not change as they change latency.
+func timeRuns(out *bufio.Writer, m *loaded, n string, cpu bool) error {
 	if m == nil {
 		return fmt.Errorf("no such model loaded")
 	}
@@ -274,13 +278,27 @@ func timeRuns(out *bufio.Writer, m *loaded, n string) error {
 	}
 	ctx := context.Background()
 	lat := make([]string, count)
+	base := time.Now()
+	clock := func() time.Duration { return time.Since(base) }
+	if cpu {
+		clock = processCPU
+	}
 	for i := range count {
-		start := time.Now()
+		start := clock()
 		if _, err := m.mgr.Infer(ctx, "m", 0, m.req); err != nil {
 			return err
 		}
-		lat[i] = strconv.FormatInt(time.Since(start).Nanoseconds(), 10)
+		lat[i] = strconv.FormatInt(int64(clock()-start), 10)
 	}
 	fmt.Fprintln(out, strings.Join(lat, " "))
 	return nil
+}
+
+// processCPU returns the user + system time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

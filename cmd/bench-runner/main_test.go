@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,6 +32,7 @@ func TestRunProtocol(t *testing.T) {
 			in := strings.Join([]string{
 				"load cnn examples/models/tinycnn/1/model.onnx image=" + file,
 				"time cnn 5",
+				"cputime cnn 3",
 				"time nothing 1",
 				"load bad examples/models/tinycnn/1/model.onnx",
 				"frobnicate",
@@ -41,8 +43,8 @@ func TestRunProtocol(t *testing.T) {
 				t.Fatal(err)
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if len(lines) != 5 {
-				t.Fatalf("got %d lines, want 5:\n%s", len(lines), out.String())
+			if len(lines) != 6 {
+				t.Fatalf("got %d lines, want 6:\n%s", len(lines), out.String())
 			}
 			if lines[0] != "ok" {
 				t.Errorf("load: %q, want ok", lines[0])
@@ -50,9 +52,20 @@ func TestRunProtocol(t *testing.T) {
 			if f := strings.Fields(lines[1]); len(f) != 5 {
 				t.Errorf("time cnn 5: %q, want 5 latencies", lines[1])
 			}
+			var cpu int64
+			for _, v := range strings.Fields(lines[2]) {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n < 0 {
+					t.Errorf("cputime cnn 3: %q is not a CPU time in ns", v)
+				}
+				cpu += n
+			}
+			if f := strings.Fields(lines[2]); len(f) != 3 || cpu <= 0 {
+				t.Errorf("cputime cnn 3: %q, want 3 CPU times, not all 0", lines[2])
+			}
 			for i, want := range []string{"error: no such model loaded", "error: no input file for image", `error: unknown command "frobnicate"`} {
-				if lines[2+i] != want {
-					t.Errorf("line %d: %q, want %q", 2+i, lines[2+i], want)
+				if lines[3+i] != want {
+					t.Errorf("line %d: %q, want %q", 3+i, lines[3+i], want)
 				}
 			}
 		})

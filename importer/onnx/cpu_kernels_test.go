@@ -34,11 +34,13 @@ var convBatchedCases = []string{
 }
 
 // matmulKernelCases are the MatMul and Gemm models of testdata/ort
-// (gen_ort_cases.py matmul_cases) with ONNX Runtime's outputs.
+// (gen_ort_cases.py matmul_cases, matvec_cases) with ONNX Runtime's
+// outputs.
 var matmulKernelCases = []string{
 	"matmul_2d", "matmul_batched_3d", "matmul_attention_4d_transposed", "matmul_broadcast_weights_4d", "matmul_vector",
 	"matmul_gemm_transb_bias", "matmul_gemm_transa", "matmul_inputs_only", "matmul_tiny_stays_xla",
 	"matmul_bias", "matmul_bias_first_relu", "matmul_bias_gelu", "matmul_bias_residual", "matmul_gemm_bias_relu",
+	"matmul_matvec_stays_xla", "matmul_tied_head_stays_xla", "matmul_transposed_weight",
 }
 
 // poolKernelCases are the MaxPool models of testdata/ort (gen_ort_cases.py

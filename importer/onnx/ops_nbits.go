@@ -59,7 +59,12 @@ func msMatMulNBits(c *Ctx, n *Node) error {
 		return Unsupported("MatMulNBits with g_idx")
 	}
 	if lvl := c.AttrInt("accuracy_level", 0); lvl == 4 {
-		return Unsupported("MatMulNBits accuracy_level 4 (int8 activations)")
+		// ONNX Runtime's MLAS then quantizes A to int8 per block of K
+		// (its own scale and rounding) and accumulates in int32: float
+		// weights give other numbers, and greedy tokens drift from it.
+		return Unsupported("MatMulNBits accuracy_level 4 (A quantized to int8 per block by ONNX Runtime's MLAS, " +
+			"numbers xserve does not reproduce); build the model with accuracy_level 0 or 1 (ORT GenAI's model builder: " +
+			"--extra_options accuracy_level=1)")
 	}
 	k, nOut, bits, block := c.AttrInt("K", 0), c.AttrInt("N", 0), c.AttrInt("bits", 4), c.AttrInt("block_size", 0)
 	bd, ok := Meta(b).Shape.Static()

@@ -183,10 +183,27 @@ func matmulForm(x, y *stablehlo.Value, d stablehlo.DotDims) (matmulShape, bool) 
 	if !f.left(xd, nb, xc[0]-int64(nb)) || !f.right(yd, nb, yc[0]-int64(nb)) {
 		return matmulShape{}, false
 	}
-	if f.batch*f.m*f.n*f.k < matmulMinMACs || f.m == 0 || f.n == 0 || f.k == 0 {
+	if f.batch*f.m*f.n*f.k < matmulMinMACs || f.m == 0 || f.n == 0 || f.k == 0 || f.fewRows() {
 		return matmulShape{}, false
 	}
 	return f, true
+}
+
+// Matrix-vector products stay XLA's: below matvecMaxRows rows of a weight
+// of at least matvecMinWeights elements (a decode step's linear layers, M
+// the sequences decoding at once), oneDNN's matmul copies the weight into
+// its blocked layout on every call, which costs more than the product
+// reads; XLA's own dot streams the row-major weight once. Measured with
+// `make bench-ops` (decode_linears, two layers of a 100M Llama): the kernel
+// 1.9-3.8x XLA's time at 1 row, 1.6-2.1x at 4 and 16 (docs/BENCHMARKS.md).
+const (
+	matvecMaxRows    = 32
+	matvecMinWeights = 1 << 16
+)
+
+// fewRows reports whether f is such a matrix-vector product.
+func (f matmulShape) fewRows() bool {
+	return f.m < matvecMaxRows && f.k*f.n >= matvecMinWeights
 }
 
 // left sets M, K and transA from x's dims xd (nb batch dims, contracting

@@ -87,3 +87,11 @@ def test_generate_extension_concurrent(served: Xserve, refs: dict) -> None:
     for t in threads:
         t.join()
     assert [got.get(i) for i in range(len(refs["cases"]))] == [c["decoded"] for c in refs["cases"]]
+
+
+def test_metadata_counts_the_encoder(served: Xserve) -> None:
+    """/v2/models/t5's memory_bytes covers the decoder's and the encoder's model files (the memory budget counts both)."""
+    with urllib.request.urlopen(f"{served.url}/v2/models/{MODEL}", timeout=30) as r:
+        meta = json.loads(r.read())
+    files = sum((S2S / "repo" / MODEL / "1" / f).stat().st_size for f in ("model.pt2", "encoder.pt2"))
+    assert meta.get("memory_bytes", 0) >= files, meta

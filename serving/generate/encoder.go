@@ -112,13 +112,13 @@ func staticPast(shape fxgraph.Shape) bool {
 	return true
 }
 
-// encoderShapes are the shapes of the encoder's inputs in an encode step
-// of input length s (text).
-func (el *EncoderLayout) shapes(s int64) map[int][]int64 {
+// shapes are the shapes of the encoder's inputs in an encode step of b
+// sequences of input length s (text).
+func (el *EncoderLayout) shapes(b, s int64) map[int][]int64 {
 	if el.Text {
-		return map[int][]int64{el.InputIDs: {1, s}, el.Mask: {1, s}}
+		return map[int][]int64{el.InputIDs: {b, s}, el.Mask: {b, s}}
 	}
-	return map[int][]int64{el.Features: append([]int64{1}, el.FeatureShape...)}
+	return map[int][]int64{el.Features: append([]int64{b}, el.FeatureShape...)}
 }
 
 // buildEncode rewrites a clone of the encoder's graph into the encode
@@ -129,10 +129,10 @@ func (w *wrapper) buildEncode() error {
 	hosts := make([]*fxgraph.Node, len(w.old))
 	for i, p := range w.old {
 		m := p.Val()
-		shape := el.shapes(w.spec.tokens)[i]
+		shape := el.shapes(w.spec.batch, w.spec.tokens)[i]
 		hosts[i] = w.input("encoder_"+p.Target, m.DType, shape...)
 	}
-	slot := w.input("step_slot", tensor.Int64, 1)
+	slot := w.input("step_slot", tensor.Int64, w.spec.batch)
 	caches, cross := w.stateInputs()
 	for i, n := range w.old {
 		w.g.ReplaceAllUses(n, hosts[i])
@@ -145,9 +145,9 @@ func (w *wrapper) buildEncode() error {
 	for i := range caches {
 		names = append(names, fmt.Sprintf("cache_%d", i))
 	}
+	rows := w.call(fxgraph.AtenUnsqueeze, slot, int64(1)) // [b, 1]: each row's slot, beside its entries
 	for i, o := range el.Outputs {
-		entries := w.call(fxgraph.AtenSelectInt, w.outs[o], int64(0), int64(0))             // [heads, S, dim]
-		entries = w.call(fxgraph.AtenPermute, entries, []any{int64(1), int64(0), int64(2)}) // [S, heads, dim]
+		entries := w.call(fxgraph.AtenPermute, w.outs[o], []any{int64(0), int64(2), int64(1), int64(3)}) // [b, S, heads, dim]
 		n := w.outs[o].Val().Shape[2]
 		length := w.spec.tokens
 		if n.IsStatic() {
@@ -156,7 +156,7 @@ func (w *wrapper) buildEncode() error {
 		if length > sb.encLen {
 			return fmt.Errorf("the encoder returns %d entries, more than generate.encoder.max_length %d", length, sb.encLen)
 		}
-		results = append(results, w.call(fxgraph.AtenIndexPut, cross[i], []any{slot, nil, w.arange(length)}, entries))
+		results = append(results, w.call(fxgraph.AtenIndexPut, cross[i], []any{rows, nil, w.arange(length)}, entries))
 		names = append(names, fmt.Sprintf("cross_%d", i))
 	}
 	w.g.SetOutput(results...)
@@ -209,19 +209,23 @@ func (m *Model) withEncoder(o Options) error {
 	return nil
 }
 
-// encodeSpecs are the encode programs of an encoder-decoder: one per text
-// encoder bucket, or one for a fixed-size encoder.
+// encodeSpecs are the encode programs of an encoder-decoder: one per
+// text encoder bucket (or one for a fixed-size encoder) and slot bucket,
+// the sequences admitted together being encoded at once.
 func (m *Model) encodeSpecs() []stepSpec {
 	el := m.builder.encLayout
-	switch {
-	case el == nil:
+	if el == nil {
 		return nil
-	case !el.Text:
-		return []stepSpec{{kind: encode, batch: 1, tokens: m.builder.encLen}}
+	}
+	lengths := []int64{m.builder.encLen}
+	if el.Text {
+		lengths = m.cfg.Encoder.Buckets
 	}
 	var out []stepSpec
-	for _, b := range m.cfg.Encoder.Buckets {
-		out = append(out, stepSpec{kind: encode, batch: 1, tokens: b})
+	for _, l := range lengths {
+		for _, b := range m.cfg.SlotBuckets {
+			out = append(out, stepSpec{kind: encode, batch: b, tokens: l})
+		}
 	}
 	return out
 }
@@ -285,42 +289,115 @@ func (m *Model) validateFeatures(req *Request) error {
 	return nil
 }
 
-// encode runs the encoder of s into its slot of the cross-attention cache.
-func (m *Model) encode(ctx context.Context, s *sequence) error {
+// encodeAll runs the encoder of the sequences admitted together into
+// their slots of the cross-attention cache: one encode per text encoder
+// bucket (the sequences of one bucket at once), or one for a fixed-size
+// encoder. A failed encode ends its sequences; encodeAll returns the
+// others.
+func (m *Model) encodeAll(ctx context.Context, seqs []*sequence) []*sequence {
+	groups := map[int64][]*sequence{}
+	var order []int64
+	for _, s := range seqs {
+		l := m.encodeLength(s)
+		if groups[l] == nil {
+			order = append(order, l)
+		}
+		groups[l] = append(groups[l], s)
+	}
+	var ok []*sequence
+	for _, l := range order {
+		g := groups[l]
+		for len(g) > 0 {
+			n := min(len(g), int(m.cfg.SlotBuckets[len(m.cfg.SlotBuckets)-1]))
+			if err := m.encode(ctx, g[:n], l); err != nil {
+				for _, s := range g[:n] {
+					m.fail(s, err)
+				}
+			} else {
+				ok = append(ok, g[:n]...)
+			}
+			g = g[n:]
+		}
+	}
+	return ok
+}
+
+// encodeLength is the encoder input length of s in its encode program:
+// the smallest text encoder bucket that holds it, or the fixed size.
+func (m *Model) encodeLength(s *sequence) int64 {
+	if !m.builder.encLayout.Text {
+		return m.builder.encLen
+	}
+	n := int64(len(s.req.EncoderIDs))
+	buckets := m.cfg.Encoder.Buckets
+	return buckets[slices.IndexFunc(buckets, func(b int64) bool { return b >= n })]
+}
+
+// encode runs the encoder of seqs (of encode length l) into their slots
+// of the cross-attention cache, as one program of the smallest slot
+// bucket that holds them; the rows past them repeat the first (the same
+// entries written again into its slot).
+func (m *Model) encode(ctx context.Context, seqs []*sequence, l int64) error {
+	buckets := m.cfg.SlotBuckets
+	b := buckets[slices.IndexFunc(buckets, func(x int64) bool { return x >= int64(len(seqs)) })]
+	step, err := m.step(ctx, stepSpec{kind: encode, batch: b, tokens: l})
+	if err != nil {
+		return err
+	}
+	hosts := m.encoderInputs(seqs, b, l)
+	slots := tensor.New(tensor.Int64, b)
+	for r := range b {
+		slots.SetInt64(r, int64(seqs[padRow(r, len(seqs))].slot))
+	}
+	if _, err = m.run(ctx, step, append(hosts, slots)); err != nil {
+		return err
+	}
+	m.stats.Encodes.Add(1)
+	return nil
+}
+
+// padRow is the sequence that row r of an encode of n sequences holds:
+// its own, or the first past them.
+func padRow(r int64, n int) int {
+	if r < int64(n) {
+		return int(r)
+	}
+	return 0
+}
+
+// encoderInputs are the encoder's inputs for seqs in an encode of b rows
+// at length l, and sets each sequence's encoder length.
+func (m *Model) encoderInputs(seqs []*sequence, b, l int64) []*tensor.Tensor {
 	el := m.builder.encLayout
-	var spec stepSpec
-	var hosts []*tensor.Tensor
-	if el.Text {
+	if !el.Text {
+		f := tensor.New(m.featType, append([]int64{b}, el.FeatureShape...)...)
+		per := f.NumElements() / b
+		for r := range b {
+			s := seqs[padRow(r, len(seqs))]
+			src := s.req.EncoderFeatures.Convert(m.featType) // a copy: the request's tensor is the caller's
+			for i := range per {
+				f.SetFloat64(r*per+i, src.Float64At(i))
+			}
+			s.encLen = m.builder.encLen
+		}
+		return []*tensor.Tensor{f}
+	}
+	ids, mask := tensor.New(m.encIDType, b, l), tensor.New(m.encIDMaskType, b, l)
+	for r := range b {
+		s := seqs[padRow(r, len(seqs))]
 		n := int64(len(s.req.EncoderIDs))
-		buckets := m.cfg.Encoder.Buckets
-		l := buckets[slices.IndexFunc(buckets, func(b int64) bool { return b >= n })]
-		spec = stepSpec{kind: encode, batch: 1, tokens: l}
-		ids, mask := tensor.New(m.encIDType, 1, l), tensor.New(m.encIDMaskType, 1, l)
 		for i := range l {
 			tok := m.cfg.PadTokenID
 			if i < n {
 				tok = s.req.EncoderIDs[i]
-				mask.SetFloat64(i, 1)
+				mask.SetFloat64(r*l+i, 1)
 			}
-			ids.SetInt64(i, tok)
+			ids.SetInt64(r*l+i, tok)
 		}
-		byIndex := map[int]*tensor.Tensor{el.InputIDs: ids, el.Mask: mask}
-		hosts = []*tensor.Tensor{byIndex[0], byIndex[1]}
 		s.encLen = n
-	} else {
-		spec = stepSpec{kind: encode, batch: 1, tokens: m.builder.encLen}
-		f := s.req.EncoderFeatures.Convert(m.featType) // a copy: the request's tensor is the caller's
-		f.Shape = append([]int64{1}, el.FeatureShape...)
-		hosts = []*tensor.Tensor{f}
-		s.encLen = m.builder.encLen
 	}
-	step, err := m.step(ctx, spec)
-	if err != nil {
-		return err
-	}
-	hosts = append(hosts, tensor.FromInt64s([]int64{int64(s.slot)}, 1))
-	_, err = m.run(ctx, step, hosts)
-	return err
+	byIndex := map[int]*tensor.Tensor{el.InputIDs: ids, el.Mask: mask}
+	return []*tensor.Tensor{byIndex[0], byIndex[1]}
 }
 
 // encoderMask returns the encoder mask of b rows, the valid encoder entries

@@ -104,19 +104,46 @@ func ctxReason(ctx context.Context) FinishReason {
 }
 
 // admit prefills waiting requests into free slots, within the stall bound
-// when sequences are decoding.
+// when sequences are decoding. A decoder-only model admits one request at
+// a time; an encoder-decoder admits every waiting request a free slot
+// holds at once, so that their encoders run together (encodeAll), then
+// prefills each.
 func (m *Model) admit(ctx context.Context) {
 	decoding := m.inUse.Load() > 0
 	start := time.Now()
 	for {
-		slot := slices.Index(m.slots, nil)
-		if slot < 0 {
+		seqs := m.take()
+		if len(seqs) == 0 {
 			return
+		}
+		if m.builder.encLayout != nil {
+			seqs = m.encodeAll(ctx, seqs)
+		}
+		for _, s := range seqs {
+			if err := m.prefill(ctx, s); err != nil {
+				m.fail(s, err)
+			}
+		}
+		if decoding && time.Since(start) >= m.cfg.MaxDecodeStall {
+			return
+		}
+	}
+}
+
+// take moves waiting requests into free slots: one for a decoder-only
+// model, as many as there are free slots for an encoder-decoder. Requests
+// whose callers went away end instead.
+func (m *Model) take() []*sequence {
+	var out []*sequence
+	for {
+		slot := slices.Index(m.slots, nil)
+		if slot < 0 || (len(out) > 0 && m.builder.encLayout == nil) {
+			return out
 		}
 		m.mu.Lock()
 		if len(m.pending) == 0 {
 			m.mu.Unlock()
-			return
+			return out
 		}
 		s := m.pending[0]
 		m.pending = m.pending[1:]
@@ -128,22 +155,13 @@ func (m *Model) admit(ctx context.Context) {
 		s.slot = slot
 		m.slots[slot] = s
 		m.inUse.Add(1)
-		if err := m.prefill(ctx, s); err != nil {
-			m.fail(s, err)
-		}
-		if decoding && time.Since(start) >= m.cfg.MaxDecodeStall {
-			return
-		}
+		out = append(out, s)
 	}
 }
 
-// prefill runs the prompt of s (in its slot) and emits its first token.
+// prefill runs the prompt of s (in its slot, its encoder already run)
+// and emits its first token.
 func (m *Model) prefill(ctx context.Context, s *sequence) error {
-	if m.builder.encLayout != nil {
-		if err := m.encode(ctx, s); err != nil {
-			return err
-		}
-	}
 	n := int64(len(s.req.Prompt))
 	l := m.cfg.PrefillBuckets[slices.IndexFunc(m.cfg.PrefillBuckets, func(b int64) bool { return b >= n })]
 	step, err := m.step(ctx, stepSpec{kind: prefill, batch: 1, tokens: l})

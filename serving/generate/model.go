@@ -114,7 +114,10 @@ type Model struct {
 // Stats are a model's counters.
 type Stats struct {
 	Prefills, DecodeSteps, Tokens atomic.Int64
-	ended                         [len(Reasons)]atomic.Int64
+	// Encodes counts an encoder-decoder's encode programs run, each for
+	// the sequences of one encoder bucket admitted together.
+	Encodes atomic.Int64
+	ended   [len(Reasons)]atomic.Int64
 }
 
 // Reasons lists the finish reasons, in the order of Stats.Ended.

@@ -137,8 +137,8 @@ func generateRequests(t testing.TB, m *Model, reqs []Request) [][]int64 {
 // its tokenizer) and Whisper (log-mel features), exported by
 // xserve.export_seq2seq: greedy decoding of every case at once equals
 // transformers' generate of each alone, token for token; and each case
-// alone gives the same tokens as with the others (mixed encoder lengths
-// for T5).
+// alone gives the same tokens as with the others (encoded together, mixed
+// encoder lengths for T5).
 func TestSeq2seqGreedyMatchesTransformers(t *testing.T) {
 	r := loadSeq2seqRefs(t)
 	for _, name := range []string{"t5", "whisper"} {
@@ -158,6 +158,11 @@ func TestSeq2seqGreedyMatchesTransformers(t *testing.T) {
 			}
 			if n := m.Stats().Prefills.Load(); n != int64(len(reqs)+3) {
 				t.Errorf("%d prefills, want %d", n, len(reqs)+3)
+			}
+			// The sequences that arrive together are encoded together.
+			t.Logf("%d encodes for %d sequences sent together and 3 alone", m.Stats().Encodes.Load(), len(reqs))
+			if n := m.Stats().Encodes.Load(); n >= int64(len(reqs)) {
+				t.Errorf("%d encodes for %d sequences sent together and 3 alone, want fewer than %d", n, len(reqs), len(reqs))
 			}
 		})
 	}

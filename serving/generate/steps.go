@@ -182,7 +182,7 @@ func (sb *stepBuilder) graphFor(spec stepSpec) (*fxgraph.Graph, map[string]int64
 	graph, graphAt := sb.graph, sb.graphAt
 	var shapes map[int][]int64
 	if spec.kind == encode {
-		graph, graphAt, shapes = sb.encoder, sb.encoderAt, sb.encLayout.shapes(spec.tokens)
+		graph, graphAt, shapes = sb.encoder, sb.encoderAt, sb.encLayout.shapes(spec.batch, spec.tokens)
 	} else {
 		shapes = sb.modelShapes(spec)
 	}

@@ -342,6 +342,28 @@ def matmul_cases():
          [tensor_vi("a", F, [6, 128])], [helper.make_tensor_value_info("y", F, ["d0", "d1"])], [x], opset=13, inits=[w, b])
 
 
+def matvec_cases():
+    """Decode-step products (lower/cpu fewRows, lower nnTransposedMatrix): a
+    row against a weight of 64K elements, which stays XLA's dot; the same as
+    an ONNX tied LM head, MatMul(x, Transpose(W)), also XLA's dot reading W
+    in place; and a transposed weight with enough rows for the kernel
+    (trans_b). Their own generator, so that the other cases' draws stay."""
+    r = np.random.default_rng(31)
+    x1 = r.standard_normal((1, 1, 512)).astype(np.float32)
+    w = numpy_helper.from_array(r.standard_normal((512, 128)).astype(np.float32), "w")
+    case("matmul_matvec_stays_xla", [helper.make_node("MatMul", ["a", "w"], ["y"])], [tensor_vi("a", F, [1, 1, 512])],
+         [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2"])], [x1], opset=13, inits=[w])
+    e = numpy_helper.from_array(r.standard_normal((128, 512)).astype(np.float32), "e")
+    case("matmul_tied_head_stays_xla", [helper.make_node("Transpose", ["e"], ["t"], perm=[1, 0]),
+                                        helper.make_node("MatMul", ["a", "t"], ["y"])], [tensor_vi("a", F, [1, 1, 512])],
+         [helper.make_tensor_value_info("y", F, ["d0", "d1", "d2"])], [x1], opset=13, inits=[e])
+    x40 = r.standard_normal((40, 64)).astype(np.float32)
+    wt = numpy_helper.from_array(r.standard_normal((48, 64)).astype(np.float32), "wt")
+    case("matmul_transposed_weight", [helper.make_node("Transpose", ["wt"], ["t"], perm=[1, 0]),
+                                      helper.make_node("MatMul", ["a", "t"], ["y"])], [tensor_vi("a", F, [40, 64])],
+         [helper.make_tensor_value_info("y", F, ["d0", "d1"])], [x40], opset=13, inits=[wt])
+
+
 def pool_cases():
     """MaxPool as xserve's CPU max-pooling kernel computes it
     (lower.PoolKernel): 1-3 spatial dims, strides, symmetric, asymmetric and
@@ -520,6 +542,7 @@ if __name__ == "__main__":
     tfidf_cases()
     conv_cases()
     matmul_cases()
+    matvec_cases()
     pool_cases()
     norm_cases()
     avgpool_cases()
