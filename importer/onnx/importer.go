@@ -256,7 +256,7 @@ func (s *scope) importGraph(gr *Graph) error {
 	for _, in := range gr.Initializers {
 		s.env[in.Name] = s.g.AddConstant(sanitize(in.Name), in.Tensor)
 	}
-	for i, node := range fuseQDQ(gr) {
+	for i, node := range fuseQDQTables(gr, fuseQDQ(gr)) {
 		if err := s.convertNode(node); err != nil {
 			return fmt.Errorf("%w (graph %q, node %d)", err, gr.Name, i)
 		}

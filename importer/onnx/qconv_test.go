@@ -19,7 +19,7 @@ import (
 var qconvKernelCases = []string{
 	"qconv_u8_per_channel_bias_pad1", "qconv_u8_batch2_stride2_per_tensor", "qconv_u8_depthwise_stride2",
 	"qconv_u8_groups2_dilation2", "qconv_s8_input_and_output", "qconv_u8_zero_points_0",
-	"qconv_u8_asymmetric_pads_stays_xla", "qconv_qdq_quantize_static",
+	"qconv_u8_asymmetric_pads_stays_xla", "qconv_qdq_quantize_static", "qconv_qdq_tables_u8", "qconv_qdq_tables_s8",
 }
 
 // TestQConvKernelMatchesORT runs int8 convolution models through the CPU

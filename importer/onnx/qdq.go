@@ -14,23 +14,7 @@ import "github.com/xserve/xserve/tensor"
 // the three operators alone compute in float32. The DequantizeLinear nodes
 // stay (dead code unless something else reads them).
 func fuseQDQ(gr *Graph) []*Node {
-	prod := map[string]*Node{}
-	uses := map[string]int{}
-	for _, n := range gr.Nodes {
-		for _, o := range n.Outputs {
-			prod[o] = n
-		}
-		for _, in := range n.Inputs {
-			uses[in]++
-		}
-	}
-	for _, o := range gr.Outputs {
-		uses[o.Name]++
-	}
-	inits := map[string]*tensor.Tensor{}
-	for _, in := range gr.Initializers {
-		inits[in.Name] = in.Tensor
-	}
+	prod, uses, inits := indexQDQ(gr, gr.Nodes)
 	quantizedBy := map[*Node]*Node{} // Conv -> the QuantizeLinear of its result
 	var consumer = map[string]*Node{}
 	for _, n := range gr.Nodes {
@@ -69,6 +53,29 @@ func fuseQDQ(gr *Graph) []*Node {
 		dropped[q] = true
 	}
 	return out
+}
+
+// indexQDQ returns the node of nodes that produces each value, how many
+// times each value is read (a graph output counts once), and gr's
+// initializers by name.
+func indexQDQ(gr *Graph, nodes []*Node) (map[string]*Node, map[string]int, map[string]*tensor.Tensor) {
+	prod, uses := map[string]*Node{}, map[string]int{}
+	for _, n := range nodes {
+		for _, o := range n.Outputs {
+			prod[o] = n
+		}
+		for _, in := range n.Inputs {
+			uses[in]++
+		}
+	}
+	for _, o := range gr.Outputs {
+		uses[o.Name]++
+	}
+	inits := map[string]*tensor.Tensor{}
+	for _, in := range gr.Initializers {
+		inits[in.Name] = in.Tensor
+	}
+	return prod, uses, inits
 }
 
 // isDefaultDomain reports whether domain names the ONNX operator set.

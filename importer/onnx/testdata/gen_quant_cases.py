@@ -19,6 +19,7 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import QuantType
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_ort_cases import ROOT, case, tensor_vi  # noqa: E402
@@ -55,11 +56,9 @@ def qlinear(name, x_shape, w_shape, group=1, strides=(1, 1), pads=(1, 1, 1, 1), 
 
 
 def qdq_quantize_static(name):
-    """A float Conv-Relu-Conv(depthwise)-Add model quantized by ORT's
+    """A float Conv-Relu-Conv(depthwise)-Conv model quantized by ORT's
     quantize_static (QDQ, uint8 activations, int8 per-channel weights),
     its last DequantizeLinear's scale set to 1."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
     w1 = rng.standard_normal((16, 3, 3, 3)).astype(np.float32) * 0.3
     b1 = rng.standard_normal(16).astype(np.float32) * 0.1
     w2 = rng.standard_normal((16, 1, 3, 3)).astype(np.float32) * 0.3
@@ -69,9 +68,35 @@ def qdq_quantize_static(name):
              helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=16, strides=[2, 2]),
              helper.make_node("Conv", ["c2", "w3"], ["y"])]
     w3 = rng.standard_normal((8, 16, 1, 1)).astype(np.float32) * 0.3
+    inits = [init("w1", w1), init("b1", b1), init("w2", w2), init("b2", b2), init("w3", w3)]
+    quantized_static(name, nodes, inits, QuantType.QUInt8)
+
+
+def qdq_tables(name, activation_type):
+    """A float Conv-HardSwish-Conv-HardSigmoid-Conv model quantized by
+    ORT's quantize_static: each HardSwish and HardSigmoid sits between a
+    DequantizeLinear and a QuantizeLinear, which the importer turns into
+    256-entry lookup tables (fuseQDQTables)."""
+    w1 = rng.standard_normal((16, 3, 3, 3)).astype(np.float32) * 0.5
+    w2 = rng.standard_normal((16, 16, 1, 1)).astype(np.float32) * 0.3
+    w3 = rng.standard_normal((8, 16, 1, 1)).astype(np.float32) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c1"], ["h1"]),
+             helper.make_node("Conv", ["h1", "w2"], ["c2"]),
+             helper.make_node("HardSigmoid", ["c2"], ["h2"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Conv", ["h2", "w3"], ["y"])]
+    quantized_static(name, nodes, [init("w1", w1), init("w2", w2), init("w3", w3)], activation_type, opset=14)
+
+
+def quantized_static(name, nodes, inits, activation_type, opset=13):
+    """Writes case name: the float graph of nodes quantized by ORT's
+    quantize_static (QDQ, int8 per-channel weights), its last
+    DequantizeLinear's scale set to 1."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
     graph = helper.make_graph(nodes, name, [tensor_vi("x", F, [1, 3, 16, 16])], [tensor_vi("y", F, ["n", "c", "h", "w"])],
-                              initializer=[init("w1", w1), init("b1", b1), init("w2", w2), init("b2", b2), init("w3", w3)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
     xs = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(5)]
 
     class Reader(CalibrationDataReader):
@@ -84,7 +109,7 @@ def qdq_quantize_static(name):
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
         onnx.save(model, src)
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, activation_type=activation_type,
                         weight_type=QuantType.QInt8, per_channel=True)
         q = onnx.load(dst)
     last = [n for n in q.graph.node if n.output[0] == "y"][0]
@@ -93,7 +118,7 @@ def qdq_quantize_static(name):
         if t.name == last.input[1]:
             t.CopyFrom(init(t.name, np.float32(1)))
     case(name, list(q.graph.node), [tensor_vi("x", F, [1, 3, 16, 16])], [tensor_vi("y", F, ["n", "c", "h", "w"])], [xs[4]],
-         opset=13, inits=list(q.graph.initializer))
+         opset=opset, inits=list(q.graph.initializer))
 
 
 if __name__ == "__main__":
@@ -108,3 +133,5 @@ if __name__ == "__main__":
     qlinear("qconv_u8_zero_points_0", (1, 8, 8, 8), (16, 8, 3, 3), x_zp=0, y_zp=0)
     qlinear("qconv_u8_asymmetric_pads_stays_xla", (1, 4, 8, 8), (8, 4, 3, 3), pads=(0, 1, 1, 0))
     qdq_quantize_static("qconv_qdq_quantize_static")
+    qdq_tables("qconv_qdq_tables_u8", QuantType.QUInt8)
+    qdq_tables("qconv_qdq_tables_s8", QuantType.QInt8)
