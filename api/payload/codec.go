@@ -415,7 +415,10 @@ func appendOutputFields(b []byte, nt serving.NamedTensor, dtypeKey, dtype string
 	return appendJSONData(b, nt.Name, t)
 }
 
-// finishResponse appends the binary parts after the JSON header.
+// finishResponse appends the binary parts after the JSON header: in the
+// header's own buffer when its spare capacity holds them (the encoders size
+// it for the outputs, so a response is one allocation and the header is not
+// copied), else in a new buffer.
 func finishResponse(header []byte, bin [][]byte) Response {
 	if len(bin) == 0 {
 		return Response{Body: header, HeaderLen: -1}
@@ -424,8 +427,11 @@ func finishResponse(header []byte, bin [][]byte) Response {
 	for _, p := range bin {
 		size += len(p)
 	}
-	body := make([]byte, 0, size)
-	body = append(body, header...)
+	body := header
+	if cap(header) < size {
+		body = make([]byte, 0, size)
+		body = append(body, header...)
+	}
 	for _, p := range bin {
 		body = append(body, p...)
 	}
