@@ -8,6 +8,16 @@ testdata/padprobe (run with the zoo venv: make padprobe-fixtures):
     attention  a Transformer encoder layer with a key padding mask input
                (1 = token, 0 = padding): pad-safe when the mask is padded
                with 0, which is xserve's default pad value.
+    stridedpool
+               two Conv2d of stride 2, a global average pool over (height,
+               width) and a Linear: NEITHER height nor width is pad-safe,
+               yet padding 1 -> 2 (or 63 -> 64) rows is invisible, since the
+               strided convolutions' own zero padding covers the padded row
+               (the PaddleOCR classifier served wrong by the old probe).
+               Exported with torch.onnx (TorchScript, ONNX dim_params batch,
+               height, width) only, as stridedpool.ts.onnx, with ONNX
+               Runtime's outputs (checked against PyTorch eager's) at
+               [3,3,48,192] and [1,3,20,7].
 
 Each is exported three ways, with a dynamic batch and time dim:
     <name>.dynamo.onnx   torch.onnx.export(dynamo=True)
@@ -110,12 +120,46 @@ def export(name, module):
     print(f"{name}: exported", file=sys.stderr)
 
 
+class StridedPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):  # x: [batch, 3, height, width]
+        h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc(h.mean(dim=(2, 3)))  # [batch, 4]
+
+
+def export_image(name, module, shapes):
+    module.eval()
+    gen = torch.Generator().manual_seed(2)
+    example = torch.randn(2, 3, 32, 48, generator=gen)
+    torch.onnx.export(module, (example,), os.path.join(OUT, f"{name}.ts.onnx"), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}})
+    import onnxruntime  # the reference; imported here so the other fixtures do not need it
+
+    sess = onnxruntime.InferenceSession(os.path.join(OUT, f"{name}.ts.onnx"))
+    for shape in shapes:
+        x = torch.randn(*shape, generator=gen)
+        with torch.no_grad():
+            eager = module(x).numpy()
+        y = sess.run(None, {"x": x.numpy()})[0]
+        np.testing.assert_allclose(y, eager, rtol=1e-5, atol=1e-6)
+        tag = "x".join(str(d) for d in shape)
+        np.save(os.path.join(OUT, f"{name}.{tag}.in.x.npy"), x.numpy())
+        np.save(os.path.join(OUT, f"{name}.{tag}.out.npy"), y)
+    print(f"{name}: exported", file=sys.stderr)
+
+
 def main():
     torch.manual_seed(0)
     os.makedirs(OUT, exist_ok=True)
     export("timemean", TimeMean())
     export("groupnorm", GroupNormTime())
     export("attention", MaskedAttention())
+    export_image("stridedpool", StridedPool(), [(3, 3, 48, 192), (1, 3, 20, 7)])
 
 
 if __name__ == "__main__":

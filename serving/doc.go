@@ -35,9 +35,11 @@
 // remembered per distinct shape), whatever the model file declares.
 //
 // A symbol's pad policy is config.yaml's pad, else the load-time probe's
-// (probe.go): the model runs on deterministic inputs at a size exactly and
-// padded into a larger bucket, and the symbol is padded only when every
-// output's valid region is unchanged; otherwise each distinct size gets an
+// (probe.go): the model runs on pseudo-random inputs at a typical size
+// exactly and padded by at least half of it into a bucket (a one-row
+// padding can hide behind a strided convolution's own zero padding), and
+// the symbol is padded only when every output's valid region is
+// unchanged; otherwise each distinct size gets an
 // executable of its own, compiled on first use and kept in a bounded LRU
 // (exact_executables). docs/BUCKETS.md has the details.
 //

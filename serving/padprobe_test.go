@@ -72,6 +72,42 @@ func TestPadProbePicksThePolicy(t *testing.T) {
 	}
 }
 
+// TestPadProbeSeesStridedPooling serves a real torch.onnx CNN (two
+// stride-2 convolutions, then a global average pool over height and width;
+// the form of PaddleOCR's text-direction classifier) with no config.yaml.
+// Padding a size by one row is invisible to it (the convolutions' own zero
+// padding covers the row), padding by a realistic amount is not: the probe
+// must serve height and width at exact sizes, and answers at [3,3,48,192]
+// (which would pad into 64x256) and [1,3,20,7] must equal ONNX Runtime's.
+func TestPadProbeSeesStridedPooling(t *testing.T) {
+	r := newRepo(t)
+	data, err := os.ReadFile(filepath.Join(padFixtures, "stridedpool.ts.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.writeFile("stridedpool", 1, "model.onnx", data)
+	m, _ := start(t, r, nil)
+	md, err := m.Metadata("stridedpool", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]PadPolicy{"batch": PadBuckets, "height": PadExact, "width": PadExact}
+	if len(md.Symbols) != len(want) {
+		t.Fatalf("symbols %+v", md.Symbols)
+	}
+	for _, s := range md.Symbols {
+		if s.Pad != string(want[s.Name]) || !strings.HasPrefix(s.PadReason, "probe: ") {
+			t.Errorf("symbol %+v, want pad %s by the probe", s, want[s.Name])
+		}
+	}
+	for _, c := range []string{"3x3x48x192", "1x3x20x7"} {
+		inputs := map[string]*tensor.Tensor{"x": readNpy(t, filepath.Join(padFixtures, "stridedpool."+c+".in.x.npy"))}
+		resp := infer(t, m, "stridedpool", 0, inputs)
+		ref := readNpy(t, filepath.Join(padFixtures, "stridedpool."+c+".out.npy"))
+		assertClose(t, fmt.Sprintf("stridedpool %s (bucket %s)", c, resp.Bucket), resp.Outputs[0].Tensor, ref, 1e-4)
+	}
+}
+
 // TestPT2BatchesWithoutConfig: a torch.export archive with a dynamic batch
 // (torch's symbol names, minimum 2) and no config.yaml batches under
 // concurrent load: a request of one row runs padded into the smallest

@@ -11,20 +11,29 @@ import (
 )
 
 // The load-time pad probe: a symbol is served padded into its buckets only
-// when padding is invisible. For each undecided symbol (PadProbe) the probe
-// runs the model on the same deterministic inputs twice, once at an exact
-// size p and once padded from p into a bucket above it (the other symbols at
-// their smallest bucket), and compares every output's valid region. p is
-// the bucket below p+1's bucket where there is one (both executables are
-// the model's own buckets), else the size just below. Equal
-// (within the dtype's tolerance: XLA CPU may tile a larger shape
-// differently) makes the symbol PadBuckets, different PadExact. A symbol
-// whose exact run fails at one size (a model that needs longer sequences)
-// is tried at the next bucket; one that cannot be probed at all is served
-// exactly.
+// when padding is invisible at a realistic amount. For each undecided
+// symbol (PadProbe) the probe runs the model on the same pseudo-random
+// inputs twice, once at an exact size p and once padded from p into a
+// bucket b with b-p >= p/2 (the padding at least half the real size), and
+// compares every output's valid region. The sizes are typical of the
+// declared range, not its smallest corner: a non-batch symbol is probed
+// into the first bucket at or above probeTypical (p the bucket below, else
+// two thirds of b on the symbol's stride) and every other non-batch symbol
+// is held at its typical bucket too, so a strided convolution cannot cut
+// the padded rows off before a global pooling (1 -> 2 or 63 -> 64 can be
+// invisible where 32 -> 64 is not). The batch is probed from its smallest
+// bucket. Equal (within the dtype's tolerance: XLA CPU may tile a larger
+// shape differently) makes the symbol PadBuckets, different PadExact. A
+// symbol whose exact run fails at one size (a model that needs longer
+// sequences) is tried at the next bucket; one that cannot be probed at a
+// realistic amount is served exactly: when in doubt, exact.
 
 // probeTries bounds the bucket sizes the probe tries per symbol.
 const probeTries = 3
+
+// probeTypical is the non-batch size the probe pads into when the range
+// allows: large enough that a few stride-2 stages keep several rows.
+const probeTypical = 32
 
 // errProbeExact marks a candidate size the model cannot run exactly.
 var errProbeExact = errors.New("exact run failed")
@@ -61,17 +70,8 @@ func (v *version) probePadding(ctx context.Context) error {
 // probeSymbol returns s's pad policy and why; the error is the context's.
 func (v *version) probeSymbol(ctx context.Context, s *SymbolPlan) (PadPolicy, string, error) {
 	var tried []string
-	for i, b := range s.Buckets {
-		p := b - 1 // a bucket's size padded from the size below it ...
-		if i > 0 {
-			p = s.Buckets[i-1] // ... or from the bucket below: no extra compile
-		}
-		if p < max(s.Range.Min, 1) {
-			continue
-		}
-		if len(tried) == probeTries {
-			break
-		}
+	for _, pb := range probePairs(s) {
+		p, b := pb[0], pb[1]
 		same, detail, err := v.probeAt(ctx, s, p, b)
 		if ctx.Err() != nil {
 			return "", "", fmt.Errorf("probing %s: %w", s.Name, ctx.Err())
@@ -89,16 +89,63 @@ func (v *version) probeSymbol(ctx context.Context, s *SymbolPlan) (PadPolicy, st
 		}
 	}
 	if len(tried) == 0 {
-		return PadExact, fmt.Sprintf("probe: no bucket of %s has a smaller size in the model's range %s to compare with", s.Name, s.Range), nil
+		return PadExact, fmt.Sprintf("probe: no bucket of %s in the model's range %s can be padded into by half its size or more", s.Name, s.Range), nil
 	}
 	return PadExact, fmt.Sprintf("probe: the model does not run at %s sizes %v", s.Name, tried), nil
+}
+
+// probePairs lists up to probeTries (exact, padded) size pairs to probe s
+// at, in order: each padded size a bucket, each exact size at most two
+// thirds of it (padding of half the real size or more), within the range
+// and on the stride; a non-batch symbol's first padded size is its typical
+// bucket.
+func probePairs(s *SymbolPlan) [][2]int64 {
+	step := max(s.Stride, 1)
+	lo := max(s.Range.Min, 1)
+	var pairs [][2]int64
+	for i := typicalBucket(s); i < len(s.Buckets) && len(pairs) < probeTries; i++ {
+		b := s.Buckets[i]
+		p := b * 2 / 3 / step * step
+		if i > 0 && s.Buckets[i-1] <= p {
+			p = s.Buckets[i-1] // the bucket below: no extra compile
+		}
+		if p >= lo && p < b {
+			pairs = append(pairs, [2]int64{p, b})
+		}
+	}
+	return pairs
+}
+
+// typicalBucket is the index of the bucket the probe pads s into first:
+// the batch's smallest, a non-batch symbol's first at or above
+// probeTypical (its largest when the range stops below).
+func typicalBucket(s *SymbolPlan) int {
+	if s.Batch {
+		return 0
+	}
+	for i, b := range s.Buckets {
+		if b >= probeTypical {
+			return i
+		}
+	}
+	return len(s.Buckets) - 1
+}
+
+// probeDims holds every symbol at the size the probes see it: the batch at
+// its smallest bucket, any other at its typical bucket.
+func (p *BucketPlan) probeDims() map[string]int64 {
+	dims := make(map[string]int64, len(p.Symbols))
+	for _, s := range p.Symbols {
+		dims[s.Name] = s.Buckets[typicalBucket(s)]
+	}
+	return dims
 }
 
 // probeAt runs the probe inputs at size p exactly and padded into bucket
 // b; same reports whether every output agrees, detail names the first that
 // does not.
 func (v *version) probeAt(ctx context.Context, s *SymbolPlan, p, b int64) (same bool, detail string, err error) {
-	dims := v.plan.baseDims()
+	dims := v.plan.probeDims()
 	dims[s.Name] = p
 	inputs := make([]*tensor.Tensor, len(v.plan.Inputs))
 	for i := range v.plan.Inputs {
@@ -139,7 +186,7 @@ func (v *version) runProbe(ctx context.Context, exec map[string]int64, inputs []
 	return c.outs, nil
 }
 
-// probeTensor returns deterministic inputs: floats spread over [-1, 1),
+// probeTensor returns deterministic pseudo-random inputs: floats spread over [-1, 1),
 // integers and booleans 0 and 1 (valid as indices, token ids and masks).
 func probeTensor(dt tensor.DType, shape []int64, seed uint64) *tensor.Tensor {
 	t := tensor.New(dt, shape...)
