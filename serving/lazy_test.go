@@ -192,11 +192,15 @@ func TestLazyLoadingConcurrent(t *testing.T) {
 func TestLazyLoadingDeadline(t *testing.T) {
 	r := lazyRepo(t, 2)
 	m, _ := lazyManager(t, r, 0, "")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	// The input is read before the deadline starts, and the deadline is far
+	// shorter than a load (a compile) but long enough that a loaded machine
+	// still reaches the load wait before it passes.
+	image := readNpy(t, tinyCNNImage)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err := m.Infer(ctx, "m00", 0, &InferRequest{Inputs: map[string]*tensor.Tensor{"image": readNpy(t, tinyCNNImage)}})
+	_, err := m.Infer(ctx, "m00", 0, &InferRequest{Inputs: map[string]*tensor.Tensor{"image": image}})
 	if !errors.Is(err, ErrNotReady) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for it to load") {
-		t.Fatalf("request with a 1ms deadline: %v, want ErrNotReady after the deadline", err)
+		t.Fatalf("request with a 20ms deadline: %v, want ErrNotReady after the deadline", err)
 	}
 	checkLazyAnswer(t, m, "m00")
 	if got := metric(t, m, `xserve_model_loads_total{model="m00"}`); got != 1 {
