@@ -601,7 +601,7 @@ func ewFloorAdjust(ctx *Context, a, b *stablehlo.Value, wantRemainder bool) (*st
 }
 
 var ewBinaryRules = map[*fxgraph.Op]ewBinary{
-	fxgraph.AtenMulTensor:       {f: ewSimple((*stablehlo.Block).Multiply, (*stablehlo.Block).And)},
+	fxgraph.AtenMulTensor:       {f: mulRule},
 	fxgraph.AtenMaximum:         {f: ewSimple(MaxNaN, (*stablehlo.Block).Or)},
 	fxgraph.AtenMinimum:         {f: ewSimple(MinNaN, (*stablehlo.Block).And)},
 	fxgraph.AtenDivTensor:       {math: true, f: ewSimple((*stablehlo.Block).Divide, nil)},

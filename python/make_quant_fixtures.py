@@ -359,6 +359,7 @@ def op_cases():
                                                                                ("pv", f32(2, 2, 6, 16)), ("sl", np.array([2, 4], np.int32)), ("tsl", np.array(7, np.int32)), ("cos", gcos), ("sin", gsin)],
                    outputs=["y", "pk_out", "pv_out"], domain=MS, num_heads=4, kv_num_heads=2, do_rotary=1))
     cs.append(tanh_quant_case())
+    cs.append(dequant_add_quant_case())
     return cs
 
 
@@ -384,6 +385,36 @@ def tanh_quant_case():
     x = np.concatenate([[-top, top], grid[np.abs(frac - 0.5) < 1e-4]]).astype(np.float32)
     nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("DynamicQuantizeLinear", ["t"], ["y0", "y1", "y2"])]
     return Case("tanh_dynamicquantizelinear", "", [("x", x)], outputs=3, nodes=nodes)
+
+
+def dequant_add_quant_case():
+    """Two MatMulInteger results scaled to float, added, then
+    DynamicQuantizeLinear (text2tashkeel's attention W h + U h): ONNX
+    Runtime rounds each scaled product on its own; a fused multiply-add
+    of one into the sum moves its last bit, and the integer where the
+    quotient by the scale lies near a rounding tie. The inputs are the
+    pairs of a random draw where the two roundings quantize differently,
+    and the draw's extremes (which set the scale)."""
+    rng = np.random.default_rng(28)
+    n = 4000000
+    a = rng.integers(-40000, 40000, n, dtype=np.int32)
+    b = rng.integers(-40000, 40000, n, dtype=np.int32)
+    sa, sb = np.float32(3.1e-5), np.float32(2.7e-5)
+    pa, pb = (a.astype(np.float32) * sa).astype(np.float32), (b.astype(np.float32) * sb).astype(np.float32)
+    sep = (pa + pb).astype(np.float32)
+    fused = [(a.astype(np.float64) * np.float64(sa) + pb.astype(np.float64)).astype(np.float32),
+             (b.astype(np.float64) * np.float64(sb) + pa.astype(np.float64)).astype(np.float32)]
+    lo, hi = min(float(sep.min()), 0.0), max(float(sep.max()), 0.0)
+    scale = np.float32(np.float32(hi - lo) / np.float32(255))
+    zp = np.rint(np.clip(-np.float32(lo) / scale, 0, 255))
+    q = lambda v: np.clip(np.rint(v / scale) + zp, 0, 255)
+    pick = (q(sep) != q(fused[0])) | (q(sep) != q(fused[1]))
+    idx = np.concatenate([[np.argmin(sep), np.argmax(sep)], np.nonzero(pick)[0]])
+    nodes = [helper.make_node("Cast", ["a"], ["fa"], to=TP.FLOAT), helper.make_node("Cast", ["b"], ["fb"], to=TP.FLOAT),
+             helper.make_node("Mul", ["fa", "sa"], ["ma"]), helper.make_node("Mul", ["fb", "sb"], ["mb"]),
+             helper.make_node("Add", ["ma", "mb"], ["s"]), helper.make_node("DynamicQuantizeLinear", ["s"], ["y0", "y1", "y2"])]
+    return Case("dequant_add_dynamicquantizelinear", "", [("a", a[idx]), ("b", b[idx])],
+                consts={"sa": np.array(sa), "sb": np.array(sb)}, outputs=3, nodes=nodes)
 
 
 # ---- Whole models through ONNX Runtime's quantizer and transformer optimizer.
