@@ -63,7 +63,7 @@ def _dims(model: Any) -> tuple[int, int, int]:
     """(decoder layers, heads, head size) of the decoder's attention."""
     c = model.config
     layers = getattr(c, "num_decoder_layers", None) or getattr(c, "decoder_layers", None) or c.num_layers
-    heads = getattr(c, "num_heads", None) or getattr(c, "decoder_attention_heads", None)
+    heads: int = getattr(c, "num_heads", None) or c.decoder_attention_heads
     head_dim = getattr(c, "d_kv", None) or c.d_model // heads
     return int(layers), int(heads), int(head_dim)
 
@@ -167,7 +167,7 @@ def _export_encoder(enc: Any, model: Any, audio: bool) -> Any:
     if audio:
         c = model.config
         frames = c.max_source_positions * model.model.encoder.conv1.stride[0] * model.model.encoder.conv2.stride[0]
-        args = (torch.randn(2, c.num_mel_bins, frames, generator=g),)
+        args: tuple[Any, ...] = (torch.randn(2, c.num_mel_bins, frames, generator=g),)
         dynamic: Any = ({0: Dim.DYNAMIC},)
     else:
         args = (torch.randint(0, model.config.vocab_size, (2, 5), generator=g), torch.ones(2, 5, dtype=torch.int64))
