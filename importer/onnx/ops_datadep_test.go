@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xserve/xserve/fxgraph"
 	"github.com/xserve/xserve/harness/conformance"
 	"github.com/xserve/xserve/importer/onnx"
 	"github.com/xserve/xserve/lower"
+	"github.com/xserve/xserve/pjrt"
 	"github.com/xserve/xserve/runner"
 	"github.com/xserve/xserve/tensor"
 )
@@ -176,20 +178,7 @@ func TestPostprocessMatchesORT(t *testing.T) {
 			if err := json.Unmarshal(raw, &ref); err != nil {
 				t.Fatal(err)
 			}
-			r, err := runner.New(client, runner.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := r.Model(g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			exe, err := m.Compile(context.Background(), prog) // once for every case
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer exe.Close()
+			exe := compileOnRunner(t, client, g, prog) // once for every case
 			for i, rc := range ref.Cases {
 				in := []*tensor.Tensor{nnT(tensor.Float32, rc.Boxes, tc.inShapes[0]...), nnT(tensor.Float32, rc.Scores, tc.inShapes[1]...)}
 				got, err := exe.Run(context.Background(), in)
@@ -398,20 +387,7 @@ func TestLoopScanRunTimeMatchesORT(t *testing.T) {
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatal(err)
 	}
-	r, err := runner.New(client, runner.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.Model(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	exe, err := m.Compile(context.Background(), prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exe.Close()
+	exe := compileOnRunner(t, client, g, prog)
 	for _, rc := range ref.Cases {
 		n := tensor.New(tensor.Int64)
 		n.SetInt64(0, rc.N)
@@ -460,20 +436,7 @@ func TestPasteLoopMatchesORT(t *testing.T) {
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatal(err)
 	}
-	r, err := runner.New(client, runner.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.Model(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	exe, err := m.Compile(context.Background(), prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exe.Close()
+	exe := compileOnRunner(t, client, g, prog)
 	shapes := [][]int64{{6, 1, 8, 8}, {6, 4}, {6}}
 	for i, rc := range ref.Cases {
 		in := make([]*tensor.Tensor, len(shapes))
@@ -524,20 +487,7 @@ func TestWindowGuardFailsLikeORT(t *testing.T) {
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatal(err)
 	}
-	r, err := runner.New(client, runner.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.Model(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	exe, err := m.Compile(context.Background(), prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exe.Close()
+	exe := compileOnRunner(t, client, g, prog)
 	scores := nnT(tensor.Float32, ref.Scores, 8, 2)
 	got, err := exe.Run(context.Background(), []*tensor.Tensor{nnT(tensor.Float32, ref.Boxes, 8, 4), scores})
 	if err != nil {
@@ -551,4 +501,26 @@ func TestWindowGuardFailsLikeORT(t *testing.T) {
 		t.Fatalf("a row of 2 entries held at 4: error %v, want the guard's", err)
 	}
 	t.Log(err)
+}
+
+// compileOnRunner compiles prog (lowered from g) on client through the
+// runner, as serving does, and closes the model and executable when the
+// test ends.
+func compileOnRunner(t *testing.T, client *pjrt.Client, g *fxgraph.Graph, prog *lower.Program) *runner.Compiled {
+	t.Helper()
+	r, err := runner.New(client, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Model(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	exe, err := m.Compile(context.Background(), prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exe.Close() })
+	return exe
 }
